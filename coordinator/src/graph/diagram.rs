@@ -1,0 +1,1 @@
+//! Drawing a graph as text (to be written).

@@ -1,0 +1,200 @@
+//! Reading a graph file's text: YAML or JSON syntax into a JSON value, with
+//! line and column on syntax errors, and the file line of every node so that
+//! later findings can point at it.
+
+use std::collections::HashMap;
+use std::fmt;
+
+use serde::Deserialize;
+use serde::de::{IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde_json::Value;
+
+use super::finding::Finding;
+
+/// The syntax of a graph file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// YAML (the default).
+    Yaml,
+    /// JSON.
+    Json,
+}
+
+impl Format {
+    /// Picks the format from a file name: `.json` is JSON, anything else YAML.
+    pub fn from_path(path: &std::path::Path) -> Self {
+        match path.extension().and_then(|e| e.to_str()) {
+            Some(ext) if ext.eq_ignore_ascii_case("json") => Self::Json,
+            _ => Self::Yaml,
+        }
+    }
+}
+
+/// Parses the text into a JSON value; a syntax error carries line and column.
+pub fn parse_text(text: &str, format: Format) -> Result<Value, Finding> {
+    match format {
+        Format::Json => serde_json::from_str(text).map_err(|error| {
+            Finding::error(
+                format!(
+                    "JSON syntax error at line {}, column {}: {error}",
+                    error.line(),
+                    error.column()
+                ),
+                &[],
+            )
+        }),
+        Format::Yaml => serde_saphyr::from_str::<Value>(text).map_err(|error| {
+            let position = error
+                .location()
+                .map(|loc| format!(" at line {}, column {}", loc.line(), loc.column()))
+                .unwrap_or_default();
+            let message = first_line(&error.to_string());
+            Finding::error(format!("YAML syntax error{position}: {message}"), &[])
+        }),
+    }
+}
+
+/// The file line of each node, where the syntax gives it (YAML only).
+pub fn node_lines(text: &str, format: Format) -> HashMap<String, u32> {
+    if format != Format::Yaml {
+        return HashMap::new();
+    }
+    #[derive(Deserialize)]
+    struct Top {
+        #[serde(default)]
+        nodes: Option<NodeLines>,
+    }
+    match serde_saphyr::from_str::<Top>(text) {
+        Ok(Top { nodes: Some(lines) }) => lines.0,
+        _ => HashMap::new(),
+    }
+}
+
+/// Node id → line, read from either the map form or the list form of `nodes:`.
+struct NodeLines(HashMap<String, u32>);
+
+impl<'de> Deserialize<'de> for NodeLines {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(NodeLinesVisitor)
+    }
+}
+
+struct NodeLinesVisitor;
+
+#[derive(Deserialize)]
+struct IdOnly {
+    #[serde(default)]
+    id: Option<String>,
+}
+
+impl<'de> Visitor<'de> for NodeLinesVisitor {
+    type Value = NodeLines;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a map or a list of nodes")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<NodeLines, A::Error> {
+        let mut lines = HashMap::new();
+        while let Some(key) = map.next_key::<serde_saphyr::Spanned<String>>()? {
+            map.next_value::<IgnoredAny>()?;
+            lines.entry(key.value).or_insert(key.referenced.line() as u32);
+        }
+        Ok(NodeLines(lines))
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<NodeLines, A::Error> {
+        let mut lines = HashMap::new();
+        while let Some(item) = seq.next_element::<serde_saphyr::Spanned<IdOnly>>()? {
+            if let Some(id) = item.value.id {
+                lines.entry(id).or_insert(item.referenced.line() as u32);
+            }
+        }
+        Ok(NodeLines(lines))
+    }
+}
+
+fn first_line(text: &str) -> String {
+    text.lines().next().unwrap_or(text).trim().to_owned()
+}
+
+/// The closest of `candidates` to `word`, when it is close enough to be a
+/// likely misspelling.
+pub fn did_you_mean<'a>(word: &str, candidates: &[&'a str]) -> Option<&'a str> {
+    let mut best: Option<(usize, &str)> = None;
+    for candidate in candidates {
+        let distance = edit_distance(word, candidate);
+        if best.is_none_or(|(d, _)| distance < d) {
+            best = Some((distance, candidate));
+        }
+    }
+    let (distance, candidate) = best?;
+    let limit = (word.len().max(candidate.len()) / 3).max(1);
+    (distance <= limit).then_some(candidate)
+}
+
+/// Edit distance counting an adjacent transposition as one edit, so that
+/// `taks` is one step from `task`.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let a: Vec<char> = a.chars().collect();
+    let b: Vec<char> = b.chars().collect();
+    let mut d = vec![vec![0usize; b.len() + 1]; a.len() + 1];
+    for (i, row) in d.iter_mut().enumerate() {
+        row[0] = i;
+    }
+    for j in 0..=b.len() {
+        d[0][j] = j;
+    }
+    for i in 1..=a.len() {
+        for j in 1..=b.len() {
+            let cost = usize::from(a[i - 1] != b[j - 1]);
+            let mut best = (d[i - 1][j] + 1).min(d[i][j - 1] + 1).min(d[i - 1][j - 1] + cost);
+            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                best = best.min(d[i - 2][j - 2] + 1);
+            }
+            d[i][j] = best;
+        }
+    }
+    d[a.len()][b.len()]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn yaml_syntax_error_has_line_and_column() {
+        let finding = parse_text("version: 1\nnodes:\n  a: [unclosed\n", Format::Yaml).unwrap_err();
+        assert!(finding.message.starts_with("YAML syntax error at line"), "{}", finding.message);
+        assert!(finding.message.contains("column"), "{}", finding.message);
+    }
+
+    #[test]
+    fn yaml_duplicate_key_is_an_error() {
+        let finding = parse_text("nodes:\n  a: {kind: end}\n  a: {kind: end}\n", Format::Yaml).unwrap_err();
+        assert!(finding.message.contains("line 3"), "{}", finding.message);
+        assert!(finding.message.to_lowercase().contains("duplicate"), "{}", finding.message);
+    }
+
+    #[test]
+    fn json_syntax_error_has_line_and_column() {
+        let finding = parse_text("{\n  \"nodes\": ,\n}", Format::Json).unwrap_err();
+        assert!(finding.message.contains("line 2, column"), "{}", finding.message);
+    }
+
+    #[test]
+    fn node_lines_in_map_and_list_form() {
+        let map = node_lines("version: 1\nnodes:\n  a:\n    kind: end\n  b:\n    kind: end\n", Format::Yaml);
+        assert_eq!(map.get("a"), Some(&3));
+        assert_eq!(map.get("b"), Some(&5));
+        let list = node_lines("nodes:\n  - id: a\n    kind: end\n  - kind: end\n    id: b\n", Format::Yaml);
+        assert_eq!(list.get("a"), Some(&2));
+        assert_eq!(list.get("b"), Some(&4));
+    }
+
+    #[test]
+    fn suggestions_for_misspellings() {
+        assert_eq!(did_you_mean("hanlder", &["handler", "run"]), Some("handler"));
+        assert_eq!(did_you_mean("zzzzzz", &["handler", "run"]), None);
+    }
+}

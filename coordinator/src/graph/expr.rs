@@ -1,0 +1,380 @@
+//! Expressions inside a graph: CEL conditions and Jinja-style templates.
+//!
+//! Both are compiled when the graph is loaded, so a malformed expression is a
+//! validation error rather than a surprise in the middle of a run. Evaluation
+//! is pure (no I/O, no clock) so the run state machine can call it directly.
+//!
+//! Templates are rendered by `minijinja`. Two environments exist: a strict one
+//! (an undefined name is an error naming the name) for prompts and map fields,
+//! and a lenient one for `state_updates`, where an undefined name renders as
+//! `""` (seed 003, "Reading `output_key` before writing it"). Both carry fuel,
+//! so a template that would run away stops with an error instead of spinning.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::{Arc, OnceLock};
+
+use minijinja::{Environment, UndefinedBehavior};
+use serde_json::{Map, Value};
+
+/// Instructions a single template render may spend before it is stopped.
+const TEMPLATE_FUEL: u64 = 200_000;
+
+/// Names a CEL condition may refer to: the state and the step's scope.
+const CEL_VARIABLES: [&str; 2] = ["state", "scope"];
+
+/// A compiled CEL expression together with its source text.
+#[derive(Clone)]
+pub struct CelExpr {
+    source: String,
+    program: Arc<cel::Program>,
+}
+
+impl fmt::Debug for CelExpr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("CelExpr").field(&self.source).finish()
+    }
+}
+
+impl PartialEq for CelExpr {
+    fn eq(&self, other: &Self) -> bool {
+        self.source == other.source
+    }
+}
+
+impl CelExpr {
+    /// Compiles `source`, checking that it refers only to `state` and `scope`.
+    pub fn compile(source: &str) -> Result<Self, String> {
+        let program = cel::Program::compile(source).map_err(|errors| {
+            let first = errors.errors.first();
+            match first {
+                Some(error) => format!(
+                    "CEL expression `{source}` does not parse: {} (column {})",
+                    error.msg,
+                    error.pos.1 + 1
+                ),
+                None => format!("CEL expression `{source}` does not parse"),
+            }
+        })?;
+        let references = program.references();
+        let mut unknown: Vec<&str> = references
+            .variables()
+            .into_iter()
+            .filter(|name| !CEL_VARIABLES.contains(name))
+            .collect();
+        unknown.sort_unstable();
+        if let Some(name) = unknown.first() {
+            return Err(format!(
+                "CEL expression `{source}` refers to unknown variable '{name}' \
+                 (expressions see `state` and `scope`: write `state.{name}`)"
+            ));
+        }
+        Ok(Self {
+            source: source.to_owned(),
+            program: Arc::new(program),
+        })
+    }
+
+    /// Returns the expression as written.
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+
+    /// Evaluates the expression against a state and a scope, as JSON.
+    pub fn evaluate(&self, state: &Map<String, Value>, scope: &Map<String, Value>) -> Result<Value, String> {
+        let mut context = cel::Context::default();
+        let state = cel::to_value(state).map_err(|error| error.to_string())?;
+        let scope = cel::to_value(scope).map_err(|error| error.to_string())?;
+        context.add_variable_from_value("state", state);
+        context.add_variable_from_value("scope", scope);
+        let value = self
+            .program
+            .execute(&context)
+            .map_err(|error| format!("`{}` failed: {error}", self.source))?;
+        value
+            .json()
+            .map_err(|error| format!("`{}` returned a value with no JSON form: {error}", self.source))
+    }
+
+    /// Evaluates the expression and reads the result as a truth value.
+    pub fn is_true(&self, state: &Map<String, Value>, scope: &Map<String, Value>) -> Result<bool, String> {
+        self.evaluate(state, scope).map(|value| truthy(&value))
+    }
+}
+
+/// JSON truthiness: `false`, `null`, `0`, `""`, `[]` and `{}` are false.
+pub fn truthy(value: &Value) -> bool {
+    match value {
+        Value::Null => false,
+        Value::Bool(b) => *b,
+        Value::Number(n) => n.as_f64().is_some_and(|f| f != 0.0),
+        Value::String(s) => !s.is_empty(),
+        Value::Array(a) => !a.is_empty(),
+        Value::Object(o) => !o.is_empty(),
+    }
+}
+
+/// How undefined names are treated when a template is rendered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Strictness {
+    /// An undefined name is an error naming the template and the name.
+    Strict,
+    /// An undefined name renders as `""` (used by `state_updates`).
+    Lenient,
+}
+
+/// A Jinja-style template, syntax-checked at load time.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Template {
+    source: String,
+    /// Set when the whole template is one `{{ expression }}`: the field then
+    /// takes the expression's value (a list stays a list).
+    whole_expression: Option<String>,
+}
+
+impl Template {
+    /// Parses `source`; an error says what is wrong and where.
+    pub fn parse(source: &str) -> Result<Self, String> {
+        let whole_expression = single_expression(source);
+        let env = environment(Strictness::Strict);
+        match &whole_expression {
+            Some(expression) => {
+                env.compile_expression(expression)
+                    .map_err(|error| format!("template `{source}` does not parse: {}", describe(&error)))?;
+            }
+            None => {
+                env.template_from_str(source)
+                    .map_err(|error| format!("template `{source}` does not parse: {}", describe(&error)))?;
+            }
+        }
+        Ok(Self {
+            source: source.to_owned(),
+            whole_expression,
+        })
+    }
+
+    /// Returns the template as written.
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+
+    /// Reports whether the template holds any `{{ }}` or `{% %}` markup.
+    pub fn has_markup(&self) -> bool {
+        self.source.contains("{{") || self.source.contains("{%")
+    }
+
+    /// Renders the template to a JSON value: the expression's own value when
+    /// the template is a single `{{ expression }}`, else the rendered text.
+    pub fn evaluate(&self, context: &TemplateContext, strictness: Strictness) -> Result<Value, String> {
+        let env = environment(strictness);
+        let ctx = context.to_minijinja();
+        match &self.whole_expression {
+            Some(expression) => {
+                let compiled = env
+                    .compile_expression(expression)
+                    .map_err(|error| self.failure(&error))?;
+                let value = compiled.eval(ctx).map_err(|error| self.failure(&error))?;
+                if value.is_undefined() {
+                    if strictness == Strictness::Strict {
+                        return Err(format!(
+                            "template `{}`: undefined value",
+                            self.source
+                        ));
+                    }
+                    return Ok(Value::String(String::new()));
+                }
+                serde_json::to_value(&value).map_err(|error| {
+                    format!("template `{}` produced a value with no JSON form: {error}", self.source)
+                })
+            }
+            None => env
+                .render_str(&self.source, ctx)
+                .map(Value::String)
+                .map_err(|error| self.failure(&error)),
+        }
+    }
+
+    /// Renders the template as text (a non-string value is shown as JSON).
+    pub fn render(&self, context: &TemplateContext, strictness: Strictness) -> Result<String, String> {
+        Ok(match self.evaluate(context, strictness)? {
+            Value::String(text) => text,
+            other => other.to_string(),
+        })
+    }
+
+    fn failure(&self, error: &minijinja::Error) -> String {
+        format!("template `{}`: {}", self.source, describe(error))
+    }
+}
+
+/// The names a template can see: the state's fields (and `state` itself), the
+/// step's scope (a map item's `as` name) and, after a step, `output`.
+#[derive(Debug, Default)]
+pub struct TemplateContext<'a> {
+    /// The state the template reads.
+    pub state: Option<&'a Map<String, Value>>,
+    /// The step's scope.
+    pub scope: Option<&'a Map<String, Value>>,
+    /// The transient output of the step that just ran.
+    pub output: Option<&'a Value>,
+}
+
+impl TemplateContext<'_> {
+    fn to_minijinja(&self) -> minijinja::Value {
+        let mut names: BTreeMap<&str, minijinja::Value> = BTreeMap::new();
+        if let Some(state) = self.state {
+            for (key, value) in state {
+                names.insert(key, minijinja::Value::from(minijinja::value::Serde(value)));
+            }
+            names.insert("state", minijinja::Value::from(minijinja::value::Serde(state)));
+        }
+        if let Some(scope) = self.scope {
+            for (key, value) in scope {
+                names.insert(key, minijinja::Value::from(minijinja::value::Serde(value)));
+            }
+        }
+        if let Some(output) = self.output {
+            names.insert("output", minijinja::Value::from(minijinja::value::Serde(output)));
+        }
+        minijinja::Value::from_pairs(names)
+    }
+}
+
+/// Returns the inner expression when `source` is exactly one `{{ … }}`.
+fn single_expression(source: &str) -> Option<String> {
+    let trimmed = source.trim();
+    let inner = trimmed.strip_prefix("{{")?.strip_suffix("}}")?;
+    if inner.contains("{{") || inner.contains("}}") || inner.contains("{%") {
+        return None;
+    }
+    Some(inner.trim().to_owned())
+}
+
+fn environment(strictness: Strictness) -> &'static Environment<'static> {
+    static STRICT: OnceLock<Environment<'static>> = OnceLock::new();
+    static LENIENT: OnceLock<Environment<'static>> = OnceLock::new();
+    let (cell, behavior) = match strictness {
+        Strictness::Strict => (&STRICT, UndefinedBehavior::Strict),
+        Strictness::Lenient => (&LENIENT, UndefinedBehavior::Lenient),
+    };
+    cell.get_or_init(|| {
+        let mut env = Environment::new();
+        env.set_undefined_behavior(behavior);
+        env.set_fuel(Some(TEMPLATE_FUEL));
+        env
+    })
+}
+
+fn describe(error: &minijinja::Error) -> String {
+    let mut text = match error.detail() {
+        Some(detail) => format!("{}: {detail}", error.kind()),
+        None => error.kind().to_string(),
+    };
+    if let Some(line) = error.line() {
+        text.push_str(&format!(" (template line {line})"));
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn state(value: Value) -> Map<String, Value> {
+        value.as_object().cloned().unwrap()
+    }
+
+    #[test]
+    fn cel_condition_reads_state() {
+        let expr = CelExpr::compile("state.score < 0.8").unwrap();
+        let empty = Map::new();
+        assert!(expr.is_true(&state(json!({"score": 0.5})), &empty).unwrap());
+        assert!(!expr.is_true(&state(json!({"score": 0.9})), &empty).unwrap());
+    }
+
+    #[test]
+    fn cel_syntax_error_is_reported() {
+        let error = CelExpr::compile("state.score <").unwrap_err();
+        assert!(error.contains("does not parse"), "{error}");
+    }
+
+    #[test]
+    fn cel_unknown_variable_gets_a_hint() {
+        let error = CelExpr::compile("score < 0.8").unwrap_err();
+        assert!(error.contains("unknown variable 'score'"), "{error}");
+        assert!(error.contains("state.score"), "{error}");
+    }
+
+    #[test]
+    fn cel_missing_field_is_an_error_at_evaluation() {
+        let expr = CelExpr::compile("state.missing > 1").unwrap();
+        assert!(expr.is_true(&Map::new(), &Map::new()).is_err());
+    }
+
+    #[test]
+    fn whole_expression_template_keeps_its_type() {
+        let template = Template::parse("{{ subjects }}").unwrap();
+        let st = state(json!({"subjects": ["a", "b"]}));
+        let ctx = TemplateContext { state: Some(&st), ..Default::default() };
+        assert_eq!(template.evaluate(&ctx, Strictness::Strict).unwrap(), json!(["a", "b"]));
+    }
+
+    #[test]
+    fn text_template_renders_state_and_scope() {
+        let template = Template::parse("Research {{ subject }} for {{ state.topic }}.").unwrap();
+        let st = state(json!({"topic": "rust"}));
+        let scope = state(json!({"subject": "tokio"}));
+        let ctx = TemplateContext { state: Some(&st), scope: Some(&scope), output: None };
+        assert_eq!(
+            template.render(&ctx, Strictness::Strict).unwrap(),
+            "Research tokio for rust."
+        );
+    }
+
+    #[test]
+    fn strict_template_names_the_undefined_name() {
+        let template = Template::parse("Hello {{ nobody }}").unwrap();
+        let st = Map::new();
+        let ctx = TemplateContext { state: Some(&st), ..Default::default() };
+        let error = template.render(&ctx, Strictness::Strict).unwrap_err();
+        assert!(error.contains("Hello {{ nobody }}"), "{error}");
+        assert!(error.contains("undefined"), "{error}");
+    }
+
+    #[test]
+    fn lenient_template_renders_undefined_as_empty() {
+        let template = Template::parse("{{ summary }}\n{{ output }}").unwrap();
+        let st = Map::new();
+        let out = json!("x");
+        let ctx = TemplateContext { state: Some(&st), scope: None, output: Some(&out) };
+        assert_eq!(template.render(&ctx, Strictness::Lenient).unwrap(), "\nx");
+        let whole = Template::parse("{{ summary }}").unwrap();
+        assert_eq!(whole.evaluate(&ctx, Strictness::Lenient).unwrap(), json!(""));
+    }
+
+    #[test]
+    fn template_syntax_error_is_reported() {
+        let error = Template::parse("{{ a + }}").unwrap_err();
+        assert!(error.contains("does not parse"), "{error}");
+        let error = Template::parse("{% if x %}open").unwrap_err();
+        assert!(error.contains("does not parse"), "{error}");
+    }
+
+    #[test]
+    fn runaway_template_is_stopped_by_fuel() {
+        let template = Template::parse("{% for i in range(100000) %}{% for j in range(100000) %}x{% endfor %}{% endfor %}").unwrap();
+        let st = Map::new();
+        let ctx = TemplateContext { state: Some(&st), ..Default::default() };
+        assert!(template.render(&ctx, Strictness::Strict).is_err());
+    }
+
+    #[test]
+    fn truthiness_follows_json() {
+        assert!(!truthy(&json!(null)));
+        assert!(!truthy(&json!(0)));
+        assert!(truthy(&json!(2)));
+        assert!(!truthy(&json!("")));
+        assert!(truthy(&json!([1])));
+    }
+}

@@ -1,0 +1,64 @@
+//! The graph model: reading a graph file, validating it, and drawing it.
+//!
+//! Everything here is pure: text in, a typed [`Graph`] or a list of
+//! [`Finding`]s out. Reading the file from disk is the one exception, kept to
+//! [`load_file`].
+
+mod document;
+mod expr;
+mod finding;
+mod load;
+mod model;
+mod raw_node;
+pub mod diagram;
+pub mod topology;
+mod validate;
+
+use std::path::Path;
+
+pub use document::Format;
+pub use expr::{CelExpr, Strictness, Template, TemplateContext, truthy};
+pub use finding::{Finding, GraphError, Severity};
+pub use model::*;
+
+/// Parses and validates graph text. Returns the graph (possibly partial when
+/// there are errors) and every finding, errors and warnings alike.
+pub fn parse_graph(text: &str, format: Format, fallback_name: &str) -> (Graph, Vec<Finding>) {
+    let mut findings = Vec::new();
+    let document = match document::parse_text(text, format) {
+        Ok(document) => document,
+        Err(finding) => {
+            findings.push(finding);
+            serde_json::Value::Null
+        }
+    };
+    let syntax_failed = !findings.is_empty();
+    let graph = load::build(&document, text, format, fallback_name, &mut findings);
+    if syntax_failed {
+        // The empty-document finding adds nothing to a syntax error.
+        findings.truncate(1);
+    } else {
+        findings.extend(validate::validate(&graph));
+    }
+    findings.sort_by_key(|f| std::cmp::Reverse(f.severity));
+    (graph, findings)
+}
+
+/// Parses graph text; fails with every finding when any is an error.
+pub fn load_str(text: &str, format: Format, fallback_name: &str) -> Result<(Graph, Vec<Finding>), GraphError> {
+    let (graph, findings) = parse_graph(text, format, fallback_name);
+    if findings.iter().any(Finding::is_error) {
+        return Err(GraphError::Invalid(findings));
+    }
+    Ok((graph, findings))
+}
+
+/// Reads and parses a graph file (YAML, or JSON for `.json`).
+pub fn load_file(path: &Path) -> Result<(Graph, Vec<Finding>), GraphError> {
+    let text = std::fs::read_to_string(path).map_err(|source| GraphError::Read {
+        path: path.display().to_string(),
+        source,
+    })?;
+    let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or("graph");
+    load_str(&text, Format::from_path(path), stem)
+}

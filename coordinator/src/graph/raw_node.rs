@@ -1,0 +1,339 @@
+//! A node as written in the file, before its references are resolved.
+//!
+//! Each kind takes a fixed set of fields; anything else is reported naming
+//! the key and the node (with a "did you mean" when a known key is close), so
+//! a misspelt key is never silently ignored. Values are then read into
+//! [`RawNode`] with the path of any type error kept.
+
+use serde::Deserialize;
+use serde_json::{Map, Value};
+
+use super::document::did_you_mean;
+use super::finding::Finding;
+
+/// Every kind the parser accepts.
+pub const KINDS: [&str; 11] = [
+    "task", "script", "llm", "agent", "approval", "input", "map", "loop", "subgraph", "end", "rag",
+];
+
+/// Fields every kind takes.
+const COMMON_FIELDS: [&str; 15] = [
+    "id",
+    "kind",
+    "description",
+    "start",
+    "end",
+    "next",
+    "depends_on",
+    "routes",
+    "fallback",
+    "retry",
+    "max_attempts",
+    "timeout",
+    "state_updates",
+    "output_schema",
+    "teammates",
+];
+
+/// Fields a kind takes beyond the common ones.
+fn kind_fields(kind: &str) -> &'static [&'static str] {
+    match kind {
+        "task" => &["handler"],
+        "script" => &["run", "script", "args", "env"],
+        "llm" => &["model", "system", "prompt", "temperature", "max_tokens", "provider"],
+        "agent" => &["instructions", "prompt", "tools", "max_turns", "provider", "model"],
+        "approval" => &["prompt", "output_key"],
+        "input" => &["prompt", "output_key", "schema"],
+        "map" => &["over", "as", "branch", "output_key", "collect_into", "max_concurrency"],
+        "loop" => &["body", "until", "max_iterations", "output_key"],
+        "subgraph" => &["graph", "input_map", "output_map"],
+        "end" => &["status", "message"],
+        _ => &[],
+    }
+}
+
+/// `next:` takes one id or a list.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum OneOrMany {
+    /// `next: X`
+    One(String),
+    /// `next: [X, Y]`
+    Many(Vec<String>),
+}
+
+impl OneOrMany {
+    /// The ids, in order.
+    pub fn into_vec(self) -> Vec<String> {
+        match self {
+            Self::One(id) => vec![id],
+            Self::Many(ids) => ids,
+        }
+    }
+}
+
+/// `retry:` takes a number of attempts or a full policy.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum RawRetry {
+    /// `retry: 3`
+    Attempts(u32),
+    /// `retry: { max_attempts: 3, … }`
+    Policy(RawRetryPolicy),
+}
+
+/// A full retry policy.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRetryPolicy {
+    /// Attempts in all.
+    pub max_attempts: Option<u32>,
+    /// First delay.
+    pub initial_interval: Option<RawDuration>,
+    /// Growth factor.
+    pub backoff: Option<f64>,
+    /// Largest delay.
+    pub max_interval: Option<RawDuration>,
+}
+
+/// A duration: `"500ms"`, `"0.5s"`, `"10m"`, `"1h"`, or a number of seconds.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum RawDuration {
+    /// Seconds.
+    Seconds(f64),
+    /// With a unit.
+    Text(String),
+}
+
+impl RawDuration {
+    /// Parses into a duration, or says what is wrong.
+    pub fn to_duration(&self) -> Result<std::time::Duration, String> {
+        let seconds = match self {
+            Self::Seconds(s) => *s,
+            Self::Text(text) => parse_duration_seconds(text)?,
+        };
+        if !seconds.is_finite() || seconds < 0.0 || seconds > 1e9 {
+            return Err(format!("duration {seconds}s is out of range"));
+        }
+        Ok(std::time::Duration::from_secs_f64(seconds))
+    }
+}
+
+fn parse_duration_seconds(text: &str) -> Result<f64, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let number: f64 = number
+        .parse()
+        .map_err(|_| format!("'{text}' is not a duration (write e.g. 500ms, 0.5s, 10m, 1h)"))?;
+    let factor = match unit.trim() {
+        "" | "s" => 1.0,
+        "ms" => 0.001,
+        "m" => 60.0,
+        "h" => 3600.0,
+        _ => return Err(format!("'{text}' is not a duration (write e.g. 500ms, 0.5s, 10m, 1h)")),
+    };
+    Ok(number * factor)
+}
+
+/// `routes:` as written.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRoutes {
+    /// CEL expression or `fn:NAME`.
+    pub router: String,
+    /// key → target id (or `END`); a key without a target is an error.
+    pub map: Map<String, Value>,
+}
+
+/// Every field any kind takes; [`check_fields`] has already rejected the
+/// ones this node's kind does not take.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[allow(missing_docs)]
+pub struct RawNode {
+    pub kind: Option<String>,
+    pub description: Option<String>,
+    pub start: Option<bool>,
+    pub end: Option<bool>,
+    pub next: Option<OneOrMany>,
+    pub depends_on: Option<OneOrMany>,
+    pub routes: Option<RawRoutes>,
+    pub fallback: Option<String>,
+    pub retry: Option<RawRetry>,
+    pub max_attempts: Option<u32>,
+    pub timeout: Option<RawDuration>,
+    pub state_updates: Option<Map<String, Value>>,
+    pub output_schema: Option<Value>,
+    pub teammates: Option<bool>,
+    pub handler: Option<String>,
+    pub run: Option<Vec<String>>,
+    pub script: Option<String>,
+    pub args: Option<Vec<String>>,
+    pub env: Option<Map<String, Value>>,
+    pub model: Option<String>,
+    pub system: Option<String>,
+    pub prompt: Option<String>,
+    pub temperature: Option<f64>,
+    pub max_tokens: Option<u32>,
+    pub provider: Option<String>,
+    pub instructions: Option<String>,
+    pub tools: Option<Vec<String>>,
+    pub max_turns: Option<u32>,
+    pub output_key: Option<String>,
+    pub schema: Option<Value>,
+    pub over: Option<String>,
+    #[serde(rename = "as")]
+    pub item_name: Option<String>,
+    pub branch: Option<String>,
+    pub collect_into: Option<String>,
+    pub max_concurrency: Option<Value>,
+    pub body: Option<String>,
+    pub until: Option<String>,
+    pub max_iterations: Option<u32>,
+    pub graph: Option<String>,
+    pub input_map: Option<Map<String, Value>>,
+    pub output_map: Option<Map<String, Value>>,
+    pub status: Option<String>,
+    pub message: Option<String>,
+}
+
+/// Checks the node's kind and keys, then reads it; every problem is pushed
+/// to `findings`. Returns `None` when the node cannot be read at all.
+pub fn read_node(id: &str, value: &Value, findings: &mut Vec<Finding>) -> Option<RawNode> {
+    let Some(object) = value.as_object() else {
+        findings.push(Finding::error(
+            format!("node '{id}': expected a map of fields, found {}", super::model::json_type_name(value)),
+            &[id],
+        ));
+        return None;
+    };
+    let kind = match object.get("kind") {
+        None => {
+            let hint = if object.contains_key("type") {
+                " (this format names it `kind`, not `type`)"
+            } else {
+                ""
+            };
+            findings.push(Finding::error(format!("node '{id}': missing field 'kind'{hint}"), &[id]));
+            return None;
+        }
+        Some(Value::String(kind)) if KINDS.contains(&kind.as_str()) => kind.clone(),
+        Some(other) => {
+            let shown = other.as_str().map_or_else(|| other.to_string(), str::to_owned);
+            let hint = did_you_mean(&shown, &KINDS)
+                .map(|k| format!("did you mean '{k}'? "))
+                .unwrap_or_default();
+            findings.push(Finding::error(
+                format!(
+                    "node '{id}': unknown kind '{shown}' ({hint}kinds: {})",
+                    KINDS.join(", ")
+                ),
+                &[id],
+            ));
+            return None;
+        }
+    };
+    let ok_fields = check_fields(id, &kind, object, findings);
+    match serde_path_to_error::deserialize::<_, RawNode>(value) {
+        Ok(node) if ok_fields => Some(node),
+        Ok(_) => None,
+        Err(error) => {
+            findings.push(Finding::error(
+                format!("node '{id}': field '{}': {}", error.path(), error.inner()),
+                &[id],
+            ));
+            None
+        }
+    }
+}
+
+/// Reports keys the kind does not take; returns whether all were known.
+fn check_fields(id: &str, kind: &str, object: &Map<String, Value>, findings: &mut Vec<Finding>) -> bool {
+    if kind == "rag" {
+        // Reserved: accepted by the parser with any fields, rejected by validation.
+        return true;
+    }
+    let specific = kind_fields(kind);
+    let mut all_known = true;
+    for key in object.keys() {
+        if COMMON_FIELDS.contains(&key.as_str()) || specific.contains(&key.as_str()) {
+            continue;
+        }
+        all_known = false;
+        let allowed: Vec<&str> = COMMON_FIELDS.iter().chain(specific).copied().collect();
+        let other_kinds: Vec<&str> = KINDS
+            .iter()
+            .copied()
+            .filter(|k| kind_fields(k).contains(&key.as_str()))
+            .collect();
+        let hint = if let Some(suggestion) = did_you_mean(key, &allowed) {
+            format!(" (did you mean '{suggestion}'?)")
+        } else if !other_kinds.is_empty() {
+            format!(" (it belongs to kind {})", other_kinds.join(", "))
+        } else {
+            String::new()
+        };
+        findings.push(Finding::error(
+            format!("node '{id}': unknown field '{key}' for kind '{kind}'{hint}"),
+            &[id],
+        ));
+    }
+    all_known
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn read(value: Value) -> (Option<RawNode>, Vec<String>) {
+        let mut findings = Vec::new();
+        let node = read_node("n", &value, &mut findings);
+        (node, findings.into_iter().map(|f| f.message).collect())
+    }
+
+    #[test]
+    fn misspelt_key_is_named_with_a_suggestion() {
+        let (_, errors) = read(json!({"kind": "task", "hanlder": "x"}));
+        assert_eq!(errors, ["node 'n': unknown field 'hanlder' for kind 'task' (did you mean 'handler'?)"]);
+    }
+
+    #[test]
+    fn key_of_another_kind_says_which_kind_takes_it() {
+        let (_, errors) = read(json!({"kind": "task", "handler": "h", "collect_into": "x"}));
+        assert_eq!(errors, ["node 'n': unknown field 'collect_into' for kind 'task' (it belongs to kind map)"]);
+    }
+
+    #[test]
+    fn unknown_kind_lists_the_kinds() {
+        let (_, errors) = read(json!({"kind": "taks"}));
+        assert!(errors[0].starts_with("node 'n': unknown kind 'taks' (did you mean 'task'?"), "{errors:?}");
+    }
+
+    #[test]
+    fn missing_kind_hints_at_type() {
+        let (_, errors) = read(json!({"type": "llm"}));
+        assert_eq!(errors, ["node 'n': missing field 'kind' (this format names it `kind`, not `type`)"]);
+    }
+
+    #[test]
+    fn type_error_names_the_field_path() {
+        let (_, errors) = read(json!({"kind": "task", "handler": "h", "retry": {"max_attempts": "three"}}));
+        assert!(errors[0].starts_with("node 'n': field 'retry"), "{errors:?}");
+    }
+
+    #[test]
+    fn durations_parse_with_units() {
+        let d = |t: &str| RawDuration::Text(t.into()).to_duration();
+        assert_eq!(d("500ms").unwrap().as_millis(), 500);
+        assert_eq!(d("0.5s").unwrap().as_millis(), 500);
+        assert_eq!(d("10m").unwrap().as_secs(), 600);
+        assert_eq!(d("1h").unwrap().as_secs(), 3600);
+        assert!(d("ten").is_err());
+        assert!(d("5 fortnights").is_err());
+        assert_eq!(RawDuration::Seconds(2.0).to_duration().unwrap().as_secs(), 2);
+    }
+}

@@ -1,0 +1,344 @@
+//! Structural validation (SPEC section 6): rules that need the whole graph.
+//!
+//! Every rule reports into one list and names the nodes involved; nothing
+//! stops at the first problem. Rules about single fields (unknown keys, bad
+//! expressions, missing required fields) are checked while loading.
+
+use super::finding::Finding;
+use super::model::{Endpoint, Graph, Guard, NodeIdx, NodeKind, Target};
+use super::topology::{container_members, forward_order, forward_region, main_flow};
+
+/// Kinds a map's branch subgraph may hold (seed 003, plus Weft's `task`).
+const BRANCH_KINDS: [&str; 5] = ["task", "script", "llm", "agent", "rag"];
+
+/// Runs every structural rule and returns the findings.
+pub fn validate(graph: &Graph) -> Vec<Finding> {
+    let mut findings = Vec::new();
+    start_and_reachability(graph, &mut findings);
+    cycles(graph, &mut findings);
+    loop_edges(graph, &mut findings);
+    kinds(graph, &mut findings);
+    fan_out_targets(graph, &mut findings);
+    for idx in 0..graph.nodes.len() {
+        if matches!(graph.node(idx).kind, NodeKind::Map(_)) && !graph.node(idx).broken {
+            map_branch(graph, idx, &mut findings);
+        }
+    }
+    strict_state(graph, &mut findings);
+    for finding in &mut findings {
+        if finding.line.is_none()
+            && let Some(first) = finding.nodes.first()
+            && let Some(idx) = graph.node_index(first)
+        {
+            finding.line = graph.node(idx).line;
+        }
+    }
+    findings
+}
+
+fn start_and_reachability(graph: &Graph, findings: &mut Vec<Finding>) {
+    if graph.nodes.is_empty() {
+        findings.push(Finding::error("the graph has no nodes", &[]));
+        return;
+    }
+    if graph.start_nodes().is_empty() {
+        findings.push(Finding::error(
+            "no start node: mark a node `start: true` or add an edge from START",
+            &[],
+        ));
+        return;
+    }
+    let mut reached = main_flow(graph);
+    for idx in 0..graph.nodes.len() {
+        if reached[idx] {
+            for member in container_members(graph, idx) {
+                reached[member] = true;
+            }
+        }
+    }
+    // Containers inside containers: repeat until nothing new is reached.
+    loop {
+        let mut grew = false;
+        for idx in 0..graph.nodes.len() {
+            if reached[idx] {
+                for member in container_members(graph, idx) {
+                    grew |= !std::mem::replace(&mut reached[member], true);
+                }
+            }
+        }
+        if !grew {
+            break;
+        }
+    }
+    for (idx, node) in graph.nodes.iter().enumerate() {
+        if !reached[idx] {
+            findings.push(Finding::error(
+                format!(
+                    "node '{}' is unreachable from the start (no start flag and no incoming edge from a reachable node)",
+                    node.id
+                ),
+                &[&node.id],
+            ));
+        }
+    }
+}
+
+fn cycles(graph: &Graph, findings: &mut Vec<Finding>) {
+    let Err(cycles) = forward_order(graph) else { return };
+    for cycle in cycles {
+        let names: Vec<&str> = cycle.iter().map(|&i| graph.node(i).id.as_str()).collect();
+        let back_from = names[names.len() - 2];
+        let back_to = names[names.len() - 1];
+        findings.push(Finding::error(
+            format!(
+                "cycle through forward edges: {}; mark the back-edge `loop: true` (e.g. {back_from} → {back_to})",
+                names.join(" → ")
+            ),
+            &names[..names.len() - 1],
+        ));
+    }
+}
+
+fn loop_edges(graph: &Graph, findings: &mut Vec<Finding>) {
+    for edge in graph.edges.iter().filter(|e| e.is_loop) {
+        let (Endpoint::Node(from), Target::Node(to)) = (edge.from, edge.to) else {
+            if let Endpoint::Node(from) = edge.from {
+                let id = &graph.node(from).id;
+                findings.push(Finding::error(format!("edge {id} → END cannot be a loop edge"), &[id]));
+            }
+            continue;
+        };
+        if !forward_region(graph, to)[from] {
+            let (a, b) = (&graph.node(from).id, &graph.node(to).id);
+            findings.push(Finding::warning(
+                format!("edge {a} → {b} is marked `loop: true` but '{b}' is not upstream of '{a}'; taking it re-runs '{b}' and what follows it"),
+                &[a, b],
+            ));
+        }
+    }
+}
+
+fn kinds(graph: &Graph, findings: &mut Vec<Finding>) {
+    for (idx, node) in graph.nodes.iter().enumerate() {
+        let id = node.id.as_str();
+        match &node.kind {
+            NodeKind::Rag if !node.broken => findings.push(Finding::error(
+                format!("node '{id}': kind 'rag' is reserved and not yet supported"),
+                &[id],
+            )),
+            NodeKind::Loop(_) | NodeKind::Subgraph(_) => findings.push(Finding::error(
+                format!(
+                    "node '{id}': kind '{}' is parsed but this version of Weft cannot run it yet",
+                    node.kind.name()
+                ),
+                &[id],
+            )),
+            NodeKind::End(_) => {
+                let onward = graph
+                    .out_edges(idx)
+                    .iter()
+                    .any(|&e| !matches!(graph.edges[e].guard, Guard::Fallback));
+                if onward {
+                    findings.push(Finding::warning(
+                        format!("end node '{id}' has outgoing edges; they are never followed"),
+                        &[id],
+                    ));
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Approval and input nodes may not be the immediate target of a static
+/// fan-out: N concurrent prompts cannot be answered sensibly.
+fn fan_out_targets(graph: &Graph, findings: &mut Vec<Finding>) {
+    for (idx, node) in graph.nodes.iter().enumerate() {
+        let unconditional: Vec<NodeIdx> = graph
+            .out_edges(idx)
+            .iter()
+            .map(|&e| &graph.edges[e])
+            .filter(|e| e.is_forward() && matches!(e.guard, Guard::Always))
+            .filter_map(|e| e.to.node())
+            .collect();
+        if unconditional.len() < 2 {
+            continue;
+        }
+        for target in unconditional {
+            let target_node = graph.node(target);
+            if matches!(target_node.kind, NodeKind::Approval { .. } | NodeKind::Input { .. }) {
+                findings.push(Finding::error(
+                    format!(
+                        "{} node '{}' is a fan-out target of '{}'; put approval and input nodes after the join",
+                        target_node.kind.name(),
+                        target_node.id,
+                        node.id
+                    ),
+                    &[&target_node.id, &node.id],
+                ));
+            }
+        }
+    }
+}
+
+/// Seed 003's branch subgraph rules, reported on the map node.
+fn map_branch(graph: &Graph, map_idx: NodeIdx, findings: &mut Vec<Finding>) {
+    let map_node = graph.node(map_idx);
+    let NodeKind::Map(map) = &map_node.kind else { return };
+    let map_id = map_node.id.as_str();
+    let members = container_members(graph, map_idx);
+    if members.is_empty() {
+        return;
+    }
+    let is_member = |idx: NodeIdx| members.contains(&idx);
+
+    for &member in &members {
+        let node = graph.node(member);
+        let id = node.id.as_str();
+        if !BRANCH_KINDS.contains(&node.kind.name()) {
+            let via_fallback: Vec<&str> = graph
+                .in_edges(member)
+                .iter()
+                .map(|&e| &graph.edges[e])
+                .filter(|e| matches!(e.guard, Guard::Fallback))
+                .filter_map(|e| match e.from {
+                    Endpoint::Node(from) if is_member(from) => Some(graph.node(from).id.as_str()),
+                    _ => None,
+                })
+                .collect();
+            if matches!(node.kind, NodeKind::End(_)) && !via_fallback.is_empty() {
+                for source in via_fallback {
+                    findings.push(Finding::error(
+                        format!(
+                            "map node '{map_id}': branch node '{source}' has `fallback: {id}`, an end node; \
+                             a branch's `fallback` must stay inside the branch subgraph (a chain ends by omission, \
+                             never with an end node: point it at a branch-local recovery node or remove it)"
+                        ),
+                        &[map_id, source, id],
+                    ));
+                }
+            } else {
+                findings.push(Finding::error(
+                    format!(
+                        "map node '{map_id}': branch subgraph node '{id}' is kind '{}'; every node in a branch \
+                         subgraph must be task, script, llm, agent or rag (approval, input, end and map nodes \
+                         are not allowed in a map branch)",
+                        node.kind.name()
+                    ),
+                    &[map_id, id],
+                ));
+            }
+        }
+        let next_targets: Vec<&str> = graph
+            .out_edges(member)
+            .iter()
+            .map(|&e| &graph.edges[e])
+            .filter(|e| matches!(e.guard, Guard::Always) && e.is_forward())
+            .map(|e| match e.to {
+                Target::Node(to) => graph.node(to).id.as_str(),
+                Target::End => "END",
+            })
+            .collect();
+        if next_targets.len() > 1 {
+            findings.push(Finding::error(
+                format!(
+                    "map node '{map_id}': branch node '{id}' fans out (next: [{}]); fan-out is not allowed \
+                     inside a branch: restructure as one flattened map, or a second map after the join",
+                    next_targets.join(", ")
+                ),
+                &[map_id, id],
+            ));
+        }
+        for &e in graph.out_edges(member) {
+            let edge = &graph.edges[e];
+            if edge.is_loop
+                && let Target::Node(to) = edge.to
+            {
+                findings.push(Finding::error(
+                    format!(
+                        "map node '{map_id}': loop edge {id} → {} inside the branch subgraph; a chain loops \
+                         only through a script's `_next`",
+                        graph.node(to).id
+                    ),
+                    &[map_id, id],
+                ));
+            }
+        }
+    }
+
+    let flow = main_flow(graph);
+    let shared: Vec<&str> = members
+        .iter()
+        .filter(|&&m| flow[m])
+        .map(|&m| graph.node(m).id.as_str())
+        .collect();
+    if !shared.is_empty() {
+        let mut nodes = vec![map_id];
+        nodes.extend(&shared);
+        findings.push(Finding::error(
+            format!(
+                "map node '{map_id}': branch subgraph shares node{} {} with the main flow; a branch node must \
+                 be reached only through the map's `branch` (it would run standalone, with no `{}` binding)",
+                if shared.len() > 1 { "s" } else { "" },
+                shared.join(", "),
+                map.item_name
+            ),
+            &nodes,
+        ));
+    }
+
+    let declares_writer = members.iter().any(|&m| {
+        let node = graph.node(m);
+        matches!(node.kind, NodeKind::Script { .. } | NodeKind::Task { .. })
+            || node.declared_writes().contains(&map.output_key)
+    });
+    if !declares_writer {
+        findings.push(Finding::warning(
+            format!(
+                "map node '{map_id}': no node in the branch subgraph declares a write to output_key '{}' \
+                 (a state_updates key or an output_schema property); the map fails at run time if the chain \
+                 never writes it",
+                map.output_key
+            ),
+            &[map_id],
+        ));
+    }
+}
+
+/// With `strict_state: true`, every field a node declares it writes must be
+/// a declared state field.
+fn strict_state(graph: &Graph, findings: &mut Vec<Finding>) {
+    if !graph.settings.strict_state {
+        return;
+    }
+    let branch_nodes: Vec<NodeIdx> = (0..graph.nodes.len())
+        .filter(|&i| matches!(graph.node(i).kind, NodeKind::Map(_)))
+        .flat_map(|m| container_members(graph, m))
+        .collect();
+    for (idx, node) in graph.nodes.iter().enumerate() {
+        let mut writes: Vec<String> = if branch_nodes.contains(&idx) {
+            // Branch writes are fork-local scratch, discarded at collect.
+            Vec::new()
+        } else {
+            node.declared_writes()
+        };
+        match &node.kind {
+            NodeKind::Map(map) => writes.push(map.collect_into.clone()),
+            NodeKind::Approval { output_key, .. } | NodeKind::Input { output_key, .. } => {
+                writes.push(output_key.clone());
+            }
+            _ => {}
+        }
+        for field in writes {
+            if graph.field(&field).is_none() {
+                findings.push(Finding::error(
+                    format!(
+                        "node '{}' writes field '{field}', which `state:` does not declare (settings.strict_state is on)",
+                        node.id
+                    ),
+                    &[&node.id],
+                ));
+            }
+        }
+    }
+}
