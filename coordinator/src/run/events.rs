@@ -1,0 +1,455 @@
+//! The run state machine's vocabulary: what goes in ([`Input`]), what comes
+//! out ([`Effect`]), what watchers see ([`RunEvent`]) and how a run fails
+//! ([`RunError`]). Inputs are past-tense facts or imperative requests;
+//! effects are instructions for the run actor, which performs them and feeds
+//! their results back as inputs.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+/// Identifies one dispatched task attempt within a run. A retry gets a new
+/// key, so a late result from an earlier attempt is recognised and ignored.
+pub type TaskKey = u64;
+
+/// Identifies one call to a worker-hosted reducer or predicate.
+pub type CallKey = u64;
+
+/// A state object, shared between the tasks of a wave without copying.
+pub type State = Arc<Map<String, Value>>;
+
+/// A task for a worker.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TaskSpec {
+    /// This attempt's key.
+    pub key: TaskKey,
+    /// The node id.
+    pub node: String,
+    /// 1 for the first attempt.
+    pub attempt: u32,
+    /// The map item, when the task is a step of a map item's chain.
+    pub item: Option<ItemRef>,
+    /// The state the task sees: the wave's S0, or the item's fork.
+    pub state: State,
+    /// The step's scope (a map item's `as` binding).
+    pub scope: Map<String, Value>,
+    /// Per-attempt deadline.
+    pub timeout: Duration,
+}
+
+/// Which map item a task belongs to.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ItemRef {
+    /// The map node's id.
+    pub map: String,
+    /// The item's position in the list (0-based).
+    pub index: usize,
+    /// The item's chain step (1-based).
+    pub step: u32,
+}
+
+/// What a task returned.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct NodeOutput {
+    /// The fields written: a whole state or a partial update.
+    pub writes: Map<String, Value>,
+    /// `_next`: route to this node alone.
+    pub next: Option<String>,
+    /// The transient completion of an llm/agent step, for `state_updates`.
+    pub output: Option<Value>,
+}
+
+impl NodeOutput {
+    /// Reads a JSON object as returned by a script or handler: its fields,
+    /// plus the optional `_next` (a node id).
+    pub fn from_json(value: Value) -> Result<Self, String> {
+        let mut writes = match value {
+            Value::Object(map) => map,
+            Value::Null => Map::new(),
+            other => {
+                return Err(format!(
+                    "expected one JSON object, got {}",
+                    crate::graph::json_type_name(&other)
+                ));
+            }
+        };
+        let next = match writes.remove("_next") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(id)) => Some(id),
+            Some(other) => return Err(format!("`_next` must be a node id, got {other}")),
+        };
+        // Teammate messages travel separately; they are never state.
+        writes.remove("_send");
+        Ok(Self { writes, next, output: None })
+    }
+}
+
+/// Why a task attempt failed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TaskFailure {
+    /// A short class: `script_failed`, `handler_error`, `timeout`, ….
+    pub kind: String,
+    /// The error, with the stderr tail for scripts.
+    pub message: String,
+    /// The worker that ran the attempt, where known.
+    pub worker: Option<String>,
+}
+
+/// An answer to an `approval` or `input` node.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HumanAnswer {
+    /// For approval: `"approve"`/`"reject"` (or `true`/`false`); for input:
+    /// the value.
+    pub value: Value,
+    /// Optional comment.
+    pub comment: Option<String>,
+}
+
+/// Everything that can happen to a run.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Input {
+    /// A task attempt returned.
+    TaskSucceeded {
+        /// Its key.
+        key: TaskKey,
+        /// What it returned.
+        output: NodeOutput,
+    },
+    /// A task attempt failed.
+    TaskFailed {
+        /// Its key.
+        key: TaskKey,
+        /// Why.
+        failure: TaskFailure,
+    },
+    /// The delay of a [`Effect::ScheduleRetry`] has passed.
+    RetryDue {
+        /// The key named by the effect.
+        key: TaskKey,
+    },
+    /// A human answered a waiting node.
+    Answered {
+        /// The node id.
+        node: String,
+        /// The answer.
+        answer: HumanAnswer,
+    },
+    /// A worker-hosted reducer or predicate returned.
+    CallReturned {
+        /// The call's key.
+        call: CallKey,
+        /// Its value, or its error.
+        result: Result<Value, String>,
+    },
+    /// Stop the run.
+    Cancel,
+    /// The run's deadline passed.
+    DeadlinePassed,
+    /// Re-run a failed run from the wave that failed.
+    RetryRun,
+}
+
+/// Something the run actor must do.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Effect {
+    /// Send a task to a worker.
+    Dispatch(TaskSpec),
+    /// Wait, then feed back [`Input::RetryDue`] with this key.
+    ScheduleRetry {
+        /// The key to feed back.
+        key: TaskKey,
+        /// How long to wait.
+        delay: Duration,
+    },
+    /// Stop these in-flight tasks; their results will be ignored.
+    CancelTasks(Vec<TaskKey>),
+    /// Call a worker-hosted reducer: `(s0_value, [branch_values]) -> value`.
+    CallReducer {
+        /// The call's key.
+        call: CallKey,
+        /// The registered reducer name.
+        name: String,
+        /// The field.
+        field: String,
+        /// S0's value.
+        s0_value: Value,
+        /// The branch values, in node declaration order.
+        branch_values: Vec<Value>,
+    },
+    /// Call a worker-hosted predicate or router over a state.
+    CallPredicate {
+        /// The call's key.
+        call: CallKey,
+        /// The registered function name.
+        name: String,
+        /// The state it judges.
+        state: State,
+    },
+    /// Tell watchers.
+    Emit(RunEvent),
+    /// Persist the run record now (a wave merged, or the run paused or ended).
+    Checkpoint,
+}
+
+/// What watchers see, in order.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum RunEvent {
+    /// A wave started.
+    WaveStarted {
+        /// The step number (1-based).
+        step: u32,
+        /// The nodes that run in it.
+        nodes: Vec<String>,
+    },
+    /// A task attempt was dispatched.
+    NodeStarted {
+        /// Node id.
+        node: String,
+        /// Attempt number.
+        attempt: u32,
+        /// Map item index, for a chain step.
+        item: Option<usize>,
+    },
+    /// A node (or a map item's chain step) finished.
+    NodeFinished {
+        /// Node id.
+        node: String,
+        /// Map item index, for a chain step.
+        item: Option<usize>,
+    },
+    /// An attempt failed and another follows.
+    NodeRetrying {
+        /// Node id.
+        node: String,
+        /// The attempt that will run next.
+        next_attempt: u32,
+        /// The delay before it, in milliseconds.
+        delay_ms: u64,
+        /// The failure.
+        error: String,
+    },
+    /// A node failed after its attempts.
+    NodeFailed {
+        /// Node id.
+        node: String,
+        /// Map item index, for a chain step.
+        item: Option<usize>,
+        /// The failure.
+        error: String,
+        /// The fallback taken, if any.
+        fallback: Option<String>,
+    },
+    /// A node was skipped: none of its incoming edges was taken.
+    NodeSkipped {
+        /// Node id.
+        node: String,
+    },
+    /// A wave merged and changed these fields.
+    StateChanged {
+        /// The step number.
+        step: u32,
+        /// The changed fields, in order of first change.
+        fields: Vec<String>,
+    },
+    /// A loop edge (or `_next` to an earlier node) reset part of the graph.
+    LoopReset {
+        /// The node whose edge was taken.
+        from: String,
+        /// The loop head.
+        head: String,
+    },
+    /// A map item finished its chain.
+    MapItemFinished {
+        /// The map node.
+        node: String,
+        /// The item index.
+        index: usize,
+        /// Items finished so far.
+        done: usize,
+        /// Items in all.
+        total: usize,
+    },
+    /// A node waits for a human.
+    WaitingForInput {
+        /// Node id.
+        node: String,
+        /// `approval` or `input`.
+        kind: String,
+        /// The rendered question.
+        prompt: String,
+    },
+    /// A waiting node was answered.
+    InputReceived {
+        /// Node id.
+        node: String,
+    },
+    /// The run ended.
+    RunFinished {
+        /// Final status.
+        status: RunStatus,
+        /// The error, for a failed, cancelled or timed-out run.
+        error: Option<RunError>,
+    },
+}
+
+/// A run's status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunStatus {
+    /// Tasks are running or about to.
+    Running,
+    /// Nothing runs until a human answers.
+    Waiting,
+    /// Ended normally.
+    Completed,
+    /// Ended by an error.
+    Failed,
+    /// Stopped by a request.
+    Cancelled,
+}
+
+impl RunStatus {
+    /// Reports whether the run has ended.
+    pub fn is_terminal(self) -> bool {
+        matches!(self, Self::Completed | Self::Failed | Self::Cancelled)
+    }
+}
+
+/// How a run failed (SPEC section 7). The state as of the last merge stays
+/// available from the machine.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+#[serde(tag = "type")]
+pub enum RunError {
+    /// A node failed after its attempts.
+    #[error("node '{node}' failed (attempt {attempt}{}): {kind}: {message}", worker.as_ref().map(|w| format!(", worker {w}")).unwrap_or_default())]
+    ExecutionError {
+        /// Node id.
+        node: String,
+        /// The last attempt.
+        attempt: u32,
+        /// The worker that ran it, where known.
+        worker: Option<String>,
+        /// The failure class.
+        kind: String,
+        /// The original error.
+        message: String,
+    },
+    /// Two nodes of a wave changed a field with no reducer.
+    #[error("field '{field}' was changed by {} in the same wave and has no reducer", nodes.iter().map(|n| format!("'{n}'")).collect::<Vec<_>>().join(" and "))]
+    ConcurrentUpdateError {
+        /// The field.
+        field: String,
+        /// The nodes, in declaration order.
+        nodes: Vec<String>,
+    },
+    /// A reducer could not combine the values of a wave.
+    #[error("reducer for field '{field}' failed: {message}")]
+    ReducerError {
+        /// The field.
+        field: String,
+        /// What went wrong.
+        message: String,
+    },
+    /// More than `max_steps` waves.
+    #[error("step limit exceeded: the run would start wave {} but max_steps is {max_steps}", max_steps + 1)]
+    StepLimitExceeded {
+        /// The limit.
+        max_steps: u32,
+    },
+    /// A map item failed (seed 003 text).
+    #[error("map node '{map}': sub-branch [{index}] failed at node '{node}' (step {step}): {message}")]
+    MapItemError {
+        /// The map node.
+        map: String,
+        /// The item index.
+        index: usize,
+        /// The chain node that failed.
+        node: String,
+        /// The chain step.
+        step: u32,
+        /// The original error.
+        message: String,
+    },
+    /// A map item finished its chain without writing `output_key` (seed 003 text).
+    #[error("map node '{map}': sub-branch [{index}] did not write output_key '{output_key}'; write it via state_updates, output_schema, or a script's JSON output (the parent's value is not inherited inside a map branch)")]
+    MapOutputMissing {
+        /// The map node.
+        map: String,
+        /// The item index.
+        index: usize,
+        /// The key the chain had to write.
+        output_key: String,
+    },
+    /// An `end` node with `status: failed`.
+    #[error("end node '{node}' ended the run as failed{}", message.as_ref().map(|m| format!(": {m}")).unwrap_or_default())]
+    EndFailed {
+        /// The end node.
+        node: String,
+        /// Its message.
+        message: Option<String>,
+    },
+    /// The run's input does not fit the declared state.
+    #[error("invalid input: {message}")]
+    InvalidInput {
+        /// What is wrong.
+        message: String,
+    },
+    /// The run's deadline passed.
+    #[error("the run's deadline passed")]
+    RunTimeout,
+    /// Cancelled by a request.
+    #[error("the run was cancelled")]
+    Cancelled,
+}
+
+impl RunError {
+    /// The error's kind, as shown in `--json` output.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::ExecutionError { .. } => "ExecutionError",
+            Self::ConcurrentUpdateError { .. } => "ConcurrentUpdateError",
+            Self::ReducerError { .. } => "ReducerError",
+            Self::StepLimitExceeded { .. } => "StepLimitExceeded",
+            Self::MapItemError { .. } | Self::MapOutputMissing { .. } => "MapItemError",
+            Self::EndFailed { .. } => "EndFailed",
+            Self::InvalidInput { .. } => "InvalidInput",
+            Self::RunTimeout => "RunTimeout",
+            Self::Cancelled => "Cancelled",
+        }
+    }
+
+    /// The node involved, where there is one.
+    pub fn node(&self) -> Option<&str> {
+        match self {
+            Self::ExecutionError { node, .. } | Self::EndFailed { node, .. } => Some(node),
+            Self::MapItemError { map, .. } | Self::MapOutputMissing { map, .. } => Some(map),
+            Self::ConcurrentUpdateError { nodes, .. } => nodes.first().map(String::as_str),
+            _ => None,
+        }
+    }
+}
+
+/// A request the machine refused; the run is unchanged.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Rejected {
+    /// The node is not waiting for input.
+    #[error("node '{0}' is not waiting for input")]
+    NotWaiting(String),
+    /// The answer does not fit the node.
+    #[error("answer for node '{node}' rejected: {reason}")]
+    BadAnswer {
+        /// The node.
+        node: String,
+        /// Why.
+        reason: String,
+    },
+    /// Only a failed run can be retried.
+    #[error("only a failed run can be retried (this one is {0:?})")]
+    NotRetryable(RunStatus),
+    /// The run has ended.
+    #[error("the run has already ended")]
+    Ended,
+}

@@ -1,0 +1,331 @@
+//! Map bookkeeping (SPEC section 5, seed 003): per-item chains on private
+//! forks of the state, item slots, per-item visit bounds, fail-fast, and
+//! results collected in input order.
+//!
+//! A [`MapRun`] lives inside its map node's wave slot. The machine asks it
+//! for the next step to dispatch ([`MapRun::next_step`]) and tells it when a
+//! step returns ([`MapRun::step_done`]); chain steps are ordinary tasks.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+
+use serde_json::{Map, Value};
+
+use super::events::{ItemRef, NodeOutput, RunError, RunEvent, State, TaskFailure};
+use super::output::finish_output;
+use super::plan::RunPlan;
+use super::routing::{Decision, decide};
+use crate::graph::{ConcurrencyLimit, ListSource, MapConfig, NodeIdx, NodeKind, Strictness, TemplateContext, json_type_name};
+
+/// What the map wants next.
+#[derive(Debug)]
+pub enum ItemStep {
+    /// Dispatch this chain step.
+    Dispatch {
+        /// The chain node.
+        node: NodeIdx,
+        /// Which item and step.
+        item: ItemRef,
+        /// The item's fork.
+        state: State,
+        /// The item's scope.
+        scope: Map<String, Value>,
+    },
+    /// Nothing to start until a step returns.
+    Idle,
+    /// Every item finished: the map's writes (`collect_into`).
+    Finished(Map<String, Value>),
+    /// An item failed: the map fails (fail-fast).
+    Failed(RunError),
+}
+
+#[derive(Debug)]
+struct ItemRun {
+    fork: State,
+    scope: Map<String, Value>,
+    at: NodeIdx,
+    step: u32,
+    visits: HashMap<NodeIdx, u32>,
+}
+
+/// One map node's items in flight.
+#[derive(Debug)]
+pub struct MapRun {
+    map: NodeIdx,
+    id: String,
+    config: MapConfig,
+    s0: State,
+    items: Vec<Value>,
+    results: Vec<Option<Value>>,
+    runs: Vec<Option<ItemRun>>,
+    ready: VecDeque<usize>,
+    started: usize,
+    active: usize,
+    done: usize,
+    limit: usize,
+    failed: Option<RunError>,
+    reported: bool,
+}
+
+impl MapRun {
+    /// Resolves `over` and `max_concurrency` against S0.
+    pub fn start(plan: &RunPlan, map: NodeIdx, s0: &State) -> Result<Self, String> {
+        let node = plan.graph().node(map);
+        let NodeKind::Map(config) = &node.kind else {
+            return Err(format!("node '{}' is not a map", node.id));
+        };
+        let empty = Map::new();
+        let context = TemplateContext { state: Some(s0), ..Default::default() };
+        let list = match &config.over {
+            ListSource::Template(template) => template.evaluate(&context, Strictness::Strict)?,
+            ListSource::Cel(expr) => expr.evaluate(s0, &empty)?,
+        };
+        let Value::Array(items) = list else {
+            return Err(format!("`over` resolved to {}, expected a JSON array", json_type_name(&list)));
+        };
+        let limit = match &config.max_concurrency {
+            None => plan.graph().settings.max_concurrency as usize,
+            Some(ConcurrencyLimit::Fixed(n)) => *n as usize,
+            Some(ConcurrencyLimit::Template(template)) => {
+                let value = template.evaluate(&context, Strictness::Strict).unwrap_or(Value::Null);
+                positive_integer(&value).ok_or_else(|| {
+                    format!(
+                        "max_concurrency '{}' resolved to {value}; expected a positive integer",
+                        template.source()
+                    )
+                })?
+            }
+        };
+        let count = items.len();
+        Ok(Self {
+            map,
+            id: node.id.clone(),
+            config: (**config).clone(),
+            s0: s0.clone(),
+            items,
+            results: vec![None; count],
+            runs: (0..count).map(|_| None).collect(),
+            ready: VecDeque::new(),
+            started: 0,
+            active: 0,
+            done: 0,
+            limit,
+            failed: None,
+            reported: false,
+        })
+    }
+
+    /// The next thing to do.
+    pub fn next_step(&mut self, plan: &RunPlan) -> ItemStep {
+        if let Some(error) = &self.failed {
+            if std::mem::replace(&mut self.reported, true) {
+                return ItemStep::Idle;
+            }
+            return ItemStep::Failed(error.clone());
+        }
+        while let Some(index) = self.ready.pop_front() {
+            if let Some(step) = self.dispatch(plan, index) {
+                return step;
+            }
+        }
+        if self.active < self.limit && self.started < self.items.len() {
+            let index = self.started;
+            self.started += 1;
+            self.active += 1;
+            self.runs[index] = Some(self.fork(index));
+            if let Some(step) = self.dispatch(plan, index) {
+                return step;
+            }
+            return self.next_step(plan);
+        }
+        if self.done == self.items.len() {
+            let results = self.results.iter_mut().map(|r| r.take().unwrap_or(Value::Null)).collect();
+            let mut writes = Map::new();
+            writes.insert(self.config.collect_into.clone(), Value::Array(results));
+            return ItemStep::Finished(writes);
+        }
+        ItemStep::Idle
+    }
+
+    fn fork(&self, index: usize) -> ItemRun {
+        let mut fork = (*self.s0).clone();
+        fork.remove(&self.config.output_key);
+        let item = self.items[index].clone();
+        fork.insert(self.config.item_name.clone(), item.clone());
+        let mut scope = Map::new();
+        scope.insert(self.config.item_name.clone(), item);
+        ItemRun {
+            fork: Arc::new(fork),
+            scope,
+            at: self.config.branch.unwrap_or(self.map),
+            step: 1,
+            visits: HashMap::new(),
+        }
+    }
+
+    /// Builds the dispatch of item `index`'s current step, checking the
+    /// per-item visit bound; `None` when the item failed instead.
+    fn dispatch(&mut self, plan: &RunPlan, index: usize) -> Option<ItemStep> {
+        let bound = plan.graph().settings.max_loop_iterations;
+        let run = self.runs[index].as_mut()?;
+        let visits = run.visits.entry(run.at).or_default();
+        *visits += 1;
+        if *visits > bound {
+            let node = plan.graph().node(run.at).id.clone();
+            let message = format!(
+                "visited node '{node}' {} times, more than settings.max_loop_iterations ({bound})",
+                *visits
+            );
+            let step = run.step;
+            self.fail_item(index, node, step, message);
+            return None;
+        }
+        Some(ItemStep::Dispatch {
+            node: run.at,
+            item: ItemRef { map: self.id.clone(), index, step: run.step },
+            state: run.fork.clone(),
+            scope: run.scope.clone(),
+        })
+    }
+
+    fn fail_item(&mut self, index: usize, node: String, step: u32, message: String) {
+        if self.failed.is_none() {
+            self.failed = Some(RunError::MapItemError { map: self.id.clone(), index, node, step, message });
+        }
+        self.runs[index] = None;
+    }
+
+    /// A chain step of item `index` returned (after its retries).
+    pub fn step_done(
+        &mut self,
+        plan: &RunPlan,
+        index: usize,
+        node: NodeIdx,
+        result: Result<NodeOutput, TaskFailure>,
+    ) -> Vec<RunEvent> {
+        let graph = plan.graph();
+        let node_id = graph.node(node).id.clone();
+        let mut events = Vec::new();
+        let Some(run) = self.runs[index].as_mut() else { return events };
+        let step = run.step;
+        let output = match result {
+            Ok(output) => output,
+            Err(failure) => {
+                let fallback = plan.fallback_of(node).filter(|&f| plan.branch_members(self.map)[f]);
+                events.push(RunEvent::NodeFailed {
+                    node: node_id.clone(),
+                    item: Some(index),
+                    error: failure.message.clone(),
+                    fallback: fallback.map(|f| graph.node(f).id.clone()),
+                });
+                match fallback {
+                    Some(target) => {
+                        run.at = target;
+                        run.step += 1;
+                        self.ready.push_back(index);
+                    }
+                    None => self.fail_item(index, node_id, step, failure.message),
+                }
+                return events;
+            }
+        };
+        let finished = finish_output(graph, graph.node(node), &run.fork, &run.scope, output, false);
+        let (writes, next) = match finished {
+            Ok(done) => done,
+            Err(message) => {
+                self.fail_item(index, node_id, step, message);
+                return events;
+            }
+        };
+        let fork = Arc::make_mut(&mut run.fork);
+        fork.extend(writes);
+        events.push(RunEvent::NodeFinished { node: node_id.clone(), item: Some(index) });
+        match self.chain_next(plan, node, next.as_deref(), index) {
+            Ok(Some(target)) => {
+                let run = self.runs[index].as_mut().expect("item is running");
+                run.at = target;
+                run.step += 1;
+                self.ready.push_back(index);
+            }
+            Ok(None) => self.item_finished(index, &mut events),
+            Err(message) => self.fail_item(index, node_id, step, message),
+        }
+        events
+    }
+
+    /// Where item `index`'s chain goes after `node`: `_next`, then the
+    /// router, then edges. `None` ends the chain.
+    fn chain_next(&self, plan: &RunPlan, node: NodeIdx, next: Option<&str>, index: usize) -> Result<Option<NodeIdx>, String> {
+        let graph = plan.graph();
+        let members = plan.branch_members(self.map);
+        if let Some(id) = next {
+            let target = graph.node_index(id).ok_or_else(|| format!("`_next` names unknown node '{id}'"))?;
+            if !members[target] {
+                let entry = self.config.branch.map_or("", |b| graph.node(b).id.as_str());
+                let mut names: Vec<&str> = (0..members.len())
+                    .filter(|&i| members[i])
+                    .map(|i| graph.node(i).id.as_str())
+                    .collect();
+                names.sort_unstable();
+                return Err(format!(
+                    "routed to '{id}' which is outside the branch subgraph rooted at '{entry}' (branch nodes: {}). \
+                     Script `_next` targets inside a map branch must stay within the branch.",
+                    names.join(", ")
+                ));
+            }
+            return Ok(Some(target));
+        }
+        let run = self.runs[index].as_ref().expect("item is running");
+        let decision = decide(plan, node, None, false, &run.fork, &run.scope, &HashMap::new())?;
+        let Decision::Resolved { taken, .. } = decision else {
+            return Err("`fn:` conditions and routers are not supported inside a map branch yet".into());
+        };
+        let mut targets: Vec<NodeIdx> = taken.iter().filter_map(|&e| graph.edges[e].to.node()).collect();
+        targets.dedup();
+        match targets.as_slice() {
+            [] => Ok(None),
+            [one] => Ok(Some(*one)),
+            many => Err(format!(
+                "routing took {} edges at once ({}); a map branch chain cannot fan out",
+                many.len(),
+                many.iter().map(|&t| graph.node(t).id.as_str()).collect::<Vec<_>>().join(", ")
+            )),
+        }
+    }
+
+    fn item_finished(&mut self, index: usize, events: &mut Vec<RunEvent>) {
+        let run = self.runs[index].take().expect("item is running");
+        match run.fork.get(&self.config.output_key) {
+            Some(value) => {
+                self.results[index] = Some(value.clone());
+                self.done += 1;
+                self.active -= 1;
+                events.push(RunEvent::MapItemFinished {
+                    node: self.id.clone(),
+                    index,
+                    done: self.done,
+                    total: self.items.len(),
+                });
+            }
+            None => {
+                if self.failed.is_none() {
+                    self.failed = Some(RunError::MapOutputMissing {
+                        map: self.id.clone(),
+                        index,
+                        output_key: self.config.output_key.clone(),
+                    });
+                }
+            }
+        }
+    }
+}
+
+/// A positive integer from a number or a numeric string.
+fn positive_integer(value: &Value) -> Option<usize> {
+    let n = match value {
+        Value::Number(n) => n.as_u64().or_else(|| n.as_f64().filter(|f| f.fract() == 0.0 && *f >= 0.0).map(|f| f as u64))?,
+        Value::String(s) => s.trim().parse::<u64>().ok()?,
+        _ => return None,
+    };
+    (n >= 1).then_some(n as usize)
+}

@@ -1,0 +1,20 @@
+//! The run state machine (SPEC sections 3, 5 and 7): waves, merge, routing,
+//! loops, human input and map bookkeeping, as pure code.
+//!
+//! [`RunMachine::apply`] takes an [`Input`] and returns [`Effect`]s; it does
+//! no I/O and reads no clock. A run actor owns one machine, performs its
+//! effects (dispatch, timers, persistence, notifications) and feeds what
+//! happens back as inputs. Tests drive it the same way, with no network.
+
+mod events;
+mod machine;
+mod map_run;
+pub mod merge;
+mod output;
+mod plan;
+mod routing;
+
+pub use events::*;
+pub use machine::{NodeStatus, RunMachine};
+pub use plan::RunPlan;
+pub use routing::Query;

@@ -1,0 +1,104 @@
+//! What a run needs to know about its graph's shape, computed once per graph
+//! and shared by every run of it: the main flow in forward order, each map's
+//! branch subgraph, and each node's fallback.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use super::routing::Query;
+use crate::graph::topology::{container_members, forward_order, main_flow};
+use crate::graph::{Condition, Graph, Guard, NodeIdx, NodeKind};
+
+/// A validated graph prepared for running.
+#[derive(Debug)]
+pub struct RunPlan {
+    graph: Arc<Graph>,
+    flow: Vec<bool>,
+    order: Vec<NodeIdx>,
+    branches: HashMap<NodeIdx, Vec<bool>>,
+    fallback: Vec<Option<NodeIdx>>,
+}
+
+impl RunPlan {
+    /// Prepares a graph that passed validation (its forward edges form a DAG).
+    pub fn new(graph: Arc<Graph>) -> Arc<Self> {
+        let flow = main_flow(&graph);
+        let order = forward_order(&graph)
+            .unwrap_or_else(|_| (0..graph.nodes.len()).collect())
+            .into_iter()
+            .filter(|&idx| flow[idx])
+            .collect();
+        let mut branches = HashMap::new();
+        for (idx, node) in graph.nodes.iter().enumerate() {
+            if matches!(node.kind, NodeKind::Map(_)) {
+                let mut members = vec![false; graph.nodes.len()];
+                for member in container_members(&graph, idx) {
+                    members[member] = true;
+                }
+                branches.insert(idx, members);
+            }
+        }
+        let fallback = (0..graph.nodes.len())
+            .map(|idx| {
+                graph
+                    .out_edges(idx)
+                    .iter()
+                    .map(|&e| &graph.edges[e])
+                    .find(|e| matches!(e.guard, Guard::Fallback))
+                    .and_then(|e| e.to.node())
+            })
+            .collect();
+        Arc::new(Self { graph, flow, order, branches, fallback })
+    }
+
+    /// The graph.
+    pub fn graph(&self) -> &Graph {
+        &self.graph
+    }
+
+    /// Main-flow nodes in forward (topological) order.
+    pub fn main_order(&self) -> &[NodeIdx] {
+        &self.order
+    }
+
+    /// Reports whether a node belongs to the main flow (not a map branch).
+    pub fn in_main_flow(&self, idx: NodeIdx) -> bool {
+        self.flow[idx]
+    }
+
+    /// Membership of a map's branch subgraph.
+    pub fn branch_members(&self, map: NodeIdx) -> &[bool] {
+        self.branches.get(&map).map_or(&[], Vec::as_slice)
+    }
+
+    /// The node's `fallback:` target.
+    pub fn fallback_of(&self, idx: NodeIdx) -> Option<NodeIdx> {
+        self.fallback[idx]
+    }
+
+    /// The node whose routing asked a query.
+    pub fn query_owner(&self, query: Query) -> NodeIdx {
+        match query {
+            Query::Router(idx) => idx,
+            Query::Edge(e) => match self.graph.edges[e].from {
+                crate::graph::Endpoint::Node(idx) => idx,
+                crate::graph::Endpoint::Start => 0,
+            },
+        }
+    }
+
+    /// The worker-hosted function a query calls.
+    pub fn query_function(&self, query: Query) -> String {
+        let condition = match query {
+            Query::Router(idx) => self.graph.node(idx).router.as_ref().map(|r| &r.expr),
+            Query::Edge(e) => match &self.graph.edges[e].guard {
+                Guard::When(condition) => Some(condition),
+                _ => None,
+            },
+        };
+        match condition {
+            Some(Condition::Hosted(name)) => name.clone(),
+            _ => String::new(),
+        }
+    }
+}
