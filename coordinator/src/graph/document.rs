@@ -43,7 +43,7 @@ pub fn parse_text(text: &str, format: Format) -> Result<Value, Finding> {
                 &[],
             )
         }),
-        Format::Yaml => serde_saphyr::from_str::<Value>(text).map_err(|error| {
+        Format::Yaml => serde_saphyr::from_str_with_options::<Value>(text, yaml_options()).map_err(|error| {
             let position = error
                 .location()
                 .map(|loc| format!(" at line {}, column {}", loc.line(), loc.column()))
@@ -52,6 +52,14 @@ pub fn parse_text(text: &str, format: Format) -> Result<Value, Finding> {
             Finding::error(format!("YAML syntax error{position}: {message}"), &[])
         }),
     }
+}
+
+/// YAML 1.2 core booleans only: `yes`, `no`, `y`, `on` stay strings, so a
+/// node or handler named `no` means what it says.
+fn yaml_options() -> serde_saphyr::Options {
+    let mut options = serde_saphyr::Options::default();
+    options.strict_booleans = true;
+    options
 }
 
 /// The file line of each node, where the syntax gives it (YAML only).
@@ -64,7 +72,7 @@ pub fn node_lines(text: &str, format: Format) -> HashMap<String, u32> {
         #[serde(default)]
         nodes: Option<NodeLines>,
     }
-    match serde_saphyr::from_str::<Top>(text) {
+    match serde_saphyr::from_str_with_options::<Top>(text, yaml_options()) {
         Ok(Top { nodes: Some(lines) }) => lines.0,
         _ => HashMap::new(),
     }
@@ -174,6 +182,12 @@ mod tests {
         let finding = parse_text("nodes:\n  a: {kind: end}\n  a: {kind: end}\n", Format::Yaml).unwrap_err();
         assert!(finding.message.contains("line 3"), "{}", finding.message);
         assert!(finding.message.to_lowercase().contains("duplicate"), "{}", finding.message);
+    }
+
+    #[test]
+    fn yaml_11_booleans_stay_strings() {
+        let value = parse_text("a: yes\nb: no\nc: true\n", Format::Yaml).unwrap();
+        assert_eq!(value, serde_json::json!({"a": "yes", "b": "no", "c": true}));
     }
 
     #[test]

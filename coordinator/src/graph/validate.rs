@@ -71,7 +71,9 @@ fn start_and_reachability(graph: &Graph, findings: &mut Vec<Finding>) {
         }
     }
     for (idx, node) in graph.nodes.iter().enumerate() {
-        if !reached[idx] {
+        // A node that could not be read has already been reported; its
+        // edges are unknown, so calling it unreachable would only be noise.
+        if !reached[idx] && !node.broken {
             findings.push(Finding::error(
                 format!(
                     "node '{}' is unreachable from the start (no start flag and no incoming edge from a reachable node)",

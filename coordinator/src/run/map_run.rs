@@ -117,34 +117,39 @@ impl MapRun {
 
     /// The next thing to do.
     pub fn next_step(&mut self, plan: &RunPlan) -> ItemStep {
-        if let Some(error) = &self.failed {
-            if std::mem::replace(&mut self.reported, true) {
-                return ItemStep::Idle;
+        loop {
+            if let Some(error) = &self.failed {
+                if std::mem::replace(&mut self.reported, true) {
+                    return ItemStep::Idle;
+                }
+                return ItemStep::Failed(error.clone());
             }
-            return ItemStep::Failed(error.clone());
-        }
-        while let Some(index) = self.ready.pop_front() {
-            if let Some(step) = self.dispatch(plan, index) {
-                return step;
+            // Items already holding a slot go first: a slot is held for the
+            // item's whole chain.
+            if let Some(index) = self.ready.pop_front() {
+                if let Some(step) = self.dispatch(plan, index) {
+                    return step;
+                }
+                continue;
             }
-        }
-        if self.active < self.limit && self.started < self.items.len() {
-            let index = self.started;
-            self.started += 1;
-            self.active += 1;
-            self.runs[index] = Some(self.fork(index));
-            if let Some(step) = self.dispatch(plan, index) {
-                return step;
+            if self.active < self.limit && self.started < self.items.len() {
+                let index = self.started;
+                self.started += 1;
+                self.active += 1;
+                self.runs[index] = Some(self.fork(index));
+                if let Some(step) = self.dispatch(plan, index) {
+                    return step;
+                }
+                continue;
             }
-            return self.next_step(plan);
+            if self.done == self.items.len() {
+                let results = self.results.iter_mut().map(|r| r.take().unwrap_or(Value::Null)).collect();
+                let mut writes = Map::new();
+                writes.insert(self.config.collect_into.clone(), Value::Array(results));
+                return ItemStep::Finished(writes);
+            }
+            return ItemStep::Idle;
         }
-        if self.done == self.items.len() {
-            let results = self.results.iter_mut().map(|r| r.take().unwrap_or(Value::Null)).collect();
-            let mut writes = Map::new();
-            writes.insert(self.config.collect_into.clone(), Value::Array(results));
-            return ItemStep::Finished(writes);
-        }
-        ItemStep::Idle
     }
 
     fn fork(&self, index: usize) -> ItemRun {

@@ -18,3 +18,6 @@ pub use events::*;
 pub use machine::{NodeStatus, RunMachine};
 pub use plan::RunPlan;
 pub use routing::Query;
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,230 @@
+//! Tests of the run state machine, driven with no network: a [`Harness`]
+//! plays the run actor, answering each dispatched task with a closure named
+//! after the node, and records every event and effect.
+
+mod maps;
+mod properties;
+mod semantics;
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+
+use serde_json::{Map, Value, json};
+
+use super::*;
+use crate::graph::{Format, load_str};
+
+/// A node implementation in tests: `(state, scope, attempt) -> output`.
+type Handler = Box<dyn FnMut(&Map<String, Value>, &Map<String, Value>, u32) -> Result<Value, String>>;
+/// A worker-hosted reducer or predicate in tests.
+type Hosted = Box<dyn FnMut(Vec<Value>) -> Result<Value, String>>;
+
+/// Which in-flight task the harness completes next.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Order {
+    /// Oldest first.
+    Fifo,
+    /// Newest first (items finish out of order).
+    Lifo,
+}
+
+pub struct Harness {
+    pub machine: RunMachine,
+    handlers: HashMap<String, Handler>,
+    hosted: HashMap<String, Hosted>,
+    pub order: Order,
+    pub events: Vec<RunEvent>,
+    pub dispatched: Vec<TaskSpec>,
+    pub cancelled: Vec<TaskKey>,
+    pub retries: Vec<std::time::Duration>,
+    pub checkpoints: usize,
+    pub calls: Vec<Effect>,
+    pub max_in_flight: usize,
+    pub max_items_in_flight: usize,
+    in_flight: VecDeque<TaskSpec>,
+    inputs: VecDeque<Input>,
+}
+
+pub fn plan(yaml: &str) -> Arc<RunPlan> {
+    let (graph, _) = load_str(yaml, Format::Yaml, "test").unwrap_or_else(|error| panic!("{error}"));
+    RunPlan::new(Arc::new(graph))
+}
+
+pub fn obj(value: Value) -> Map<String, Value> {
+    value.as_object().cloned().expect("a JSON object")
+}
+
+impl Harness {
+    pub fn new(yaml: &str, input: Value) -> Self {
+        let machine = RunMachine::new(plan(yaml), obj(input)).expect("valid input");
+        Self {
+            machine,
+            handlers: HashMap::new(),
+            hosted: HashMap::new(),
+            order: Order::Fifo,
+            events: Vec::new(),
+            dispatched: Vec::new(),
+            cancelled: Vec::new(),
+            retries: Vec::new(),
+            checkpoints: 0,
+            calls: Vec::new(),
+            max_in_flight: 0,
+            max_items_in_flight: 0,
+            in_flight: VecDeque::new(),
+            inputs: VecDeque::new(),
+        }
+    }
+
+    /// Registers the implementation of node `id`.
+    pub fn on(
+        mut self,
+        id: &str,
+        handler: impl FnMut(&Map<String, Value>, &Map<String, Value>, u32) -> Result<Value, String> + 'static,
+    ) -> Self {
+        self.handlers.insert(id.to_owned(), Box::new(handler));
+        self
+    }
+
+    /// Registers a worker-hosted reducer or predicate.
+    pub fn hosted(mut self, name: &str, f: impl FnMut(Vec<Value>) -> Result<Value, String> + 'static) -> Self {
+        self.hosted.insert(name.to_owned(), Box::new(f));
+        self
+    }
+
+    pub fn order(mut self, order: Order) -> Self {
+        self.order = order;
+        self
+    }
+
+    /// Starts the run and drives it until nothing is in flight.
+    pub fn run(mut self) -> Self {
+        let effects = self.machine.start();
+        self.absorb(effects);
+        self.drive();
+        self
+    }
+
+    /// Applies an input (e.g. an answer) and drives on.
+    pub fn send(&mut self, input: Input) -> Result<(), Rejected> {
+        let effects = self.machine.apply(input)?;
+        self.absorb(effects);
+        self.drive();
+        Ok(())
+    }
+
+    fn absorb(&mut self, effects: Vec<Effect>) {
+        for effect in effects {
+            match effect {
+                Effect::Dispatch(spec) => {
+                    self.dispatched.push(spec.clone());
+                    self.in_flight.push_back(spec);
+                    self.max_in_flight = self.max_in_flight.max(self.in_flight.len());
+                    let mut items: Vec<usize> = self.in_flight.iter().filter_map(|s| s.item.as_ref().map(|i| i.index)).collect();
+                    items.sort_unstable();
+                    items.dedup();
+                    self.max_items_in_flight = self.max_items_in_flight.max(items.len());
+                }
+                Effect::ScheduleRetry { key, delay } => {
+                    self.retries.push(delay);
+                    self.inputs.push_back(Input::RetryDue { key });
+                }
+                Effect::CancelTasks(keys) => {
+                    self.in_flight.retain(|spec| !keys.contains(&spec.key));
+                    self.cancelled.extend(keys);
+                }
+                Effect::Emit(event) => self.events.push(event),
+                Effect::Checkpoint => self.checkpoints += 1,
+                Effect::CallReducer { call, ref name, ref s0_value, ref branch_values, .. } => {
+                    let f = self.hosted.get_mut(name).expect("hosted reducer registered");
+                    let result = f(vec![s0_value.clone(), Value::Array(branch_values.clone())]);
+                    self.inputs.push_back(Input::CallReturned { call, result });
+                    self.calls.push(effect);
+                }
+                Effect::CallPredicate { call, ref name, ref state } => {
+                    let f = self.hosted.get_mut(name).expect("hosted predicate registered");
+                    let result = f(vec![Value::Object((**state).clone())]);
+                    self.inputs.push_back(Input::CallReturned { call, result });
+                    self.calls.push(effect);
+                }
+            }
+        }
+    }
+
+    fn drive(&mut self) {
+        for _ in 0..100_000 {
+            let input = if let Some(input) = self.inputs.pop_front() {
+                input
+            } else {
+                let spec = match self.order {
+                    Order::Fifo => self.in_flight.pop_front(),
+                    Order::Lifo => self.in_flight.pop_back(),
+                };
+                let Some(spec) = spec else { return };
+                let handler = self
+                    .handlers
+                    .get_mut(&spec.node)
+                    .unwrap_or_else(|| panic!("no handler for node '{}'", spec.node));
+                match handler(&spec.state, &spec.scope, spec.attempt) {
+                    Ok(value) => Input::TaskSucceeded {
+                        key: spec.key,
+                        output: NodeOutput::from_json(value).expect("handler returned an object"),
+                    },
+                    Err(message) => Input::TaskFailed {
+                        key: spec.key,
+                        failure: TaskFailure { kind: "handler_error".into(), message, worker: Some("w1".into()) },
+                    },
+                }
+            };
+            let effects = self.machine.apply(input).expect("input accepted");
+            self.absorb(effects);
+        }
+        panic!("the run did not settle");
+    }
+
+    pub fn state(&self) -> Value {
+        Value::Object((**self.machine.state()).clone())
+    }
+
+    pub fn status(&self) -> RunStatus {
+        self.machine.status()
+    }
+
+    /// How many times node `id` was dispatched.
+    pub fn runs_of(&self, id: &str) -> usize {
+        self.dispatched.iter().filter(|s| s.node == id).count()
+    }
+
+    pub fn skipped(&self) -> Vec<String> {
+        self.events
+            .iter()
+            .filter_map(|e| match e {
+                RunEvent::NodeSkipped { node } => Some(node.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    pub fn waves(&self) -> Vec<Vec<String>> {
+        self.events
+            .iter()
+            .filter_map(|e| match e {
+                RunEvent::WaveStarted { nodes, .. } => Some(nodes.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    pub fn error_text(&self) -> String {
+        self.machine.error().map(ToString::to_string).unwrap_or_default()
+    }
+}
+
+/// A handler that writes `value` to `field`.
+pub fn write(field: &'static str, value: Value) -> impl FnMut(&Map<String, Value>, &Map<String, Value>, u32) -> Result<Value, String> {
+    move |_, _, _| Ok(json!({ field: value.clone() }))
+}
+
+/// A handler that writes nothing.
+pub fn noop() -> impl FnMut(&Map<String, Value>, &Map<String, Value>, u32) -> Result<Value, String> {
+    |_, _, _| Ok(json!({}))
+}

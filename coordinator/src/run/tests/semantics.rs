@@ -1,0 +1,638 @@
+//! SPEC section 3 and the seed 000 examples, asserted on effects and states.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+
+use serde_json::{Value, json};
+
+use super::*;
+
+const REVIEW: &str = r#"
+state:
+  approved: { type: boolean, default: false }
+nodes:
+  write:   { kind: task, handler: write, start: true, next: review }
+  review:  { kind: task, handler: review }
+  publish: { kind: task, handler: publish, end: true }
+  revise:  { kind: task, handler: revise }
+  notify:  { kind: task, handler: notify, depends_on: [revise] }
+edges:
+  - { from: review, to: publish, when: "state.approved" }
+  - { from: review, to: revise, when: "!state.approved" }
+"#;
+
+#[test]
+fn conditional_edges_run_one_branch_and_skip_the_other() {
+    let h = Harness::new(REVIEW, json!({}))
+        .on("write", write("draft", json!("text")))
+        .on("review", write("approved", json!(true)))
+        .on("publish", write("published", json!(true)))
+        .run();
+    assert_eq!(h.status(), RunStatus::Completed);
+    assert_eq!(h.runs_of("publish"), 1);
+    assert_eq!(h.runs_of("revise"), 0);
+    // What hangs only below the untaken branch is skipped, not left hanging.
+    assert_eq!(h.skipped(), ["revise", "notify"]);
+    assert_eq!(h.state()["published"], json!(true));
+}
+
+#[test]
+fn conditional_edges_take_the_other_branch() {
+    let h = Harness::new(REVIEW, json!({}))
+        .on("write", noop())
+        .on("review", write("approved", json!(false)))
+        .on("revise", write("revised", json!(1)))
+        .on("notify", write("notified", json!(true)))
+        .run();
+    assert_eq!(h.status(), RunStatus::Completed);
+    assert_eq!(h.skipped(), ["publish"]);
+    assert_eq!(h.waves(), [vec!["write"], vec!["review"], vec!["revise"], vec!["notify"]]);
+}
+
+const FINDINGS: &str = r#"
+state:
+  topic:    { type: string, default: "" }
+  findings: { type: array, default: [], reducer: concat }
+nodes:
+  plan:   { kind: task, handler: plan, start: true, next: [web, papers] }
+  web:    { kind: task, handler: web }
+  papers: { kind: task, handler: papers }
+  join:   { kind: task, handler: join, depends_on: [web, papers] }
+"#;
+
+fn append(item: &'static str) -> impl FnMut(&Map<String, Value>, &Map<String, Value>, u32) -> Result<Value, String> {
+    move |state, _, _| {
+        let mut findings = state["findings"].as_array().cloned().unwrap();
+        findings.push(json!(item));
+        Ok(json!({ "findings": findings }))
+    }
+}
+
+#[test]
+fn parallel_writes_combine_with_concat_in_declaration_order() {
+    for order in [Order::Fifo, Order::Lifo] {
+        let seen_by_join = Rc::new(RefCell::new(Value::Null));
+        let seen = seen_by_join.clone();
+        let h = Harness::new(FINDINGS, json!({"topic": "rust"}))
+            .order(order)
+            .on("plan", |_, _, _| Ok(json!({"findings": ["seed"]})))
+            .on("web", append("web"))
+            .on("papers", append("paper"))
+            .on("join", move |state, _, _| {
+                *seen.borrow_mut() = state["findings"].clone();
+                Ok(json!({}))
+            })
+            .run();
+        assert_eq!(h.status(), RunStatus::Completed);
+        assert_eq!(h.state()["findings"], json!(["seed", "web", "paper"]));
+        assert_eq!(*seen_by_join.borrow(), json!(["seed", "web", "paper"]));
+        assert_eq!(h.waves(), [vec!["plan"], vec!["web", "papers"], vec!["join"]]);
+    }
+}
+
+#[test]
+fn concurrent_nodes_see_the_wave_start_state_not_each_other() {
+    let seen = Rc::new(RefCell::new(Vec::new()));
+    let (a, b) = (seen.clone(), seen.clone());
+    let h = Harness::new(
+        "nodes:\n  x: {kind: task, handler: x, start: true}\n  y: {kind: task, handler: y, start: true}\n",
+        json!({"n": 0}),
+    )
+    .on("x", move |state, _, _| {
+        a.borrow_mut().push(state["n"].clone());
+        Ok(json!({"x": 1}))
+    })
+    .on("y", move |state, _, _| {
+        b.borrow_mut().push(state.get("x").cloned().unwrap_or(Value::Null));
+        Ok(json!({"y": 2}))
+    })
+    .run();
+    assert_eq!(*seen.borrow(), [json!(0), Value::Null]);
+    assert_eq!(h.state(), json!({"n": 0, "x": 1, "y": 2}));
+}
+
+#[test]
+fn conflicting_writes_without_reducer_fail_and_keep_the_previous_state() {
+    let h = Harness::new(
+        "nodes:\n  a: {kind: task, handler: a, start: true}\n  b: {kind: task, handler: b, start: true}\n",
+        json!({"score": 1}),
+    )
+    .on("a", write("score", json!(2)))
+    .on("b", write("score", json!(3)))
+    .run();
+    assert_eq!(h.status(), RunStatus::Failed);
+    assert_eq!(
+        h.machine.error(),
+        Some(&RunError::ConcurrentUpdateError { field: "score".into(), nodes: vec!["a".into(), "b".into()] })
+    );
+    assert_eq!(h.machine.error().unwrap().kind(), "ConcurrentUpdateError");
+    // All-or-nothing: neither write landed.
+    assert_eq!(h.state(), json!({"score": 1}));
+}
+
+#[test]
+fn whole_state_returns_only_count_their_changes() {
+    let h = Harness::new(
+        "nodes:\n  a: {kind: task, handler: a, start: true}\n  b: {kind: task, handler: b, start: true}\n",
+        json!({"shared": "x", "n": 0}),
+    )
+    .on("a", |state, _, _| {
+        let mut s = state.clone();
+        s.insert("a".into(), json!(1));
+        Ok(Value::Object(s))
+    })
+    .on("b", |state, _, _| {
+        let mut s = state.clone();
+        s.insert("n".into(), json!(5));
+        Ok(Value::Object(s))
+    })
+    .run();
+    assert_eq!(h.status(), RunStatus::Completed);
+    assert_eq!(h.state(), json!({"shared": "x", "n": 5, "a": 1}));
+}
+
+const CRITIQUE: &str = r#"
+state:
+  score: { type: number, default: 0 }
+  drafts: { type: integer, default: 0 }
+conditions:
+  needs_work: "state.score < 0.8"
+nodes:
+  load_rubric: { kind: task, handler: load_rubric, start: true }
+  draft:       { kind: task, handler: draft, start: true }
+  critique:    { kind: task, handler: critique }
+  publish:     { kind: task, handler: publish, end: true }
+edges:
+  - { from: load_rubric, to: critique }
+  - { from: draft, to: critique }
+  - { from: critique, to: publish, when: "state.score >= 0.8" }
+  - { from: critique, to: draft, loop: true, when: needs_work }
+"#;
+
+#[test]
+fn critique_loop_reruns_draft_and_critique_but_not_the_rubric() {
+    let h = Harness::new(CRITIQUE, json!({}))
+        .on("load_rubric", write("rubric", json!("be brief")))
+        .on("draft", |state, _, _| Ok(json!({"drafts": state["drafts"].as_i64().unwrap() + 1})))
+        .on("critique", |state, _, _| {
+            let drafts = state["drafts"].as_i64().unwrap();
+            Ok(json!({"score": if drafts >= 3 { 0.9 } else { 0.5 }}))
+        })
+        .on("publish", write("published", json!(true)))
+        .run();
+    assert_eq!(h.status(), RunStatus::Completed);
+    assert_eq!(h.runs_of("load_rubric"), 1);
+    assert_eq!(h.runs_of("draft"), 3);
+    assert_eq!(h.runs_of("critique"), 3);
+    assert_eq!(h.runs_of("publish"), 1);
+    assert_eq!(h.state()["published"], json!(true));
+    assert_eq!(
+        h.waves(),
+        [
+            vec!["load_rubric", "draft"],
+            vec!["critique"],
+            vec!["draft"],
+            vec!["critique"],
+            vec!["draft"],
+            vec!["critique"],
+            vec!["publish"],
+        ]
+    );
+    let resets = h.events.iter().filter(|e| matches!(e, RunEvent::LoopReset { .. })).count();
+    assert_eq!(resets, 2);
+}
+
+#[test]
+fn runaway_loop_raises_step_limit_with_the_partial_state() {
+    let yaml = r#"
+settings: { max_steps: 5 }
+nodes:
+  tick: { kind: task, handler: tick, start: true }
+edges:
+  - { from: tick, to: tick, loop: true }
+"#;
+    let h = Harness::new(yaml, json!({"n": 0}))
+        .on("tick", |state, _, _| Ok(json!({"n": state["n"].as_i64().unwrap() + 1})))
+        .run();
+    assert_eq!(h.status(), RunStatus::Failed);
+    assert_eq!(h.machine.error(), Some(&RunError::StepLimitExceeded { max_steps: 5 }));
+    assert_eq!(h.runs_of("tick"), 5);
+    assert_eq!(h.state(), json!({"n": 5}));
+}
+
+#[test]
+fn end_node_ends_the_run_and_leaves_pending_nodes_unrun() {
+    let yaml = r#"
+nodes:
+  a:    { kind: task, handler: a, start: true, next: [stop, slow] }
+  stop: { kind: end }
+  slow: { kind: task, handler: slow, next: after }
+  after: { kind: task, handler: after }
+"#;
+    let h = Harness::new(yaml, json!({}))
+        .on("a", noop())
+        .on("slow", write("slow", json!(1)))
+        .run();
+    assert_eq!(h.status(), RunStatus::Completed);
+    // The end node's wave merges (slow ran alongside it); `after` never runs.
+    assert_eq!(h.state(), json!({"slow": 1}));
+    assert_eq!(h.runs_of("after"), 0);
+    assert_eq!(h.machine.node_status("after"), Some(NodeStatus::Pending));
+}
+
+#[test]
+fn failed_end_node_fails_the_run_with_its_message() {
+    let yaml = "nodes:\n  a: {kind: task, handler: a, start: true, next: bad}\n  bad: {kind: end, status: failed, message: no sources found}\n";
+    let h = Harness::new(yaml, json!({})).on("a", write("x", json!(1))).run();
+    assert_eq!(h.status(), RunStatus::Failed);
+    assert_eq!(h.error_text(), "end node 'bad' ended the run as failed: no sources found");
+    assert_eq!(h.state(), json!({"x": 1}));
+}
+
+const ROUTED: &str = r#"
+nodes:
+  triage:
+    kind: task
+    handler: triage
+    start: true
+    routes:
+      router: "state.kinds"
+      map: { bug: fix, docs: write_docs, none: END }
+  fix:        { kind: task, handler: fix }
+  write_docs: { kind: task, handler: write_docs }
+  other:      { kind: task, handler: other }
+edges:
+  - { from: triage, to: other, when: "true" }
+"#;
+
+#[test]
+fn router_list_fans_out_and_when_edges_still_apply() {
+    let h = Harness::new(ROUTED, json!({}))
+        .on("triage", write("kinds", json!(["bug", "docs"])))
+        .on("fix", write("fixed", json!(true)))
+        .on("write_docs", write("documented", json!(true)))
+        .on("other", noop())
+        .run();
+    assert_eq!(h.status(), RunStatus::Completed);
+    assert_eq!(h.waves(), [vec!["triage"], vec!["fix", "write_docs", "other"]]);
+}
+
+#[test]
+fn router_key_missing_from_map_fails_naming_the_key_and_the_keys() {
+    let h = Harness::new(ROUTED, json!({})).on("triage", write("kinds", "feature".into())).run();
+    assert_eq!(h.status(), RunStatus::Failed);
+    let text = h.error_text();
+    assert!(text.contains("node 'triage'"), "{text}");
+    assert!(text.contains("router returned key 'feature', which `map` does not have (keys: bug, docs, none)"), "{text}");
+    // The wave's writes are dropped with it.
+    assert_eq!(h.state(), json!({}));
+}
+
+#[test]
+fn next_in_output_overrides_routes_and_when() {
+    let h = Harness::new(ROUTED, json!({}))
+        .on("triage", |_, _, _| Ok(json!({"kinds": "bug", "_next": "write_docs"})))
+        .on("write_docs", noop())
+        .run();
+    assert_eq!(h.waves(), [vec!["triage"], vec!["write_docs"]]);
+    assert_eq!(h.skipped(), ["fix", "other"]);
+}
+
+#[test]
+fn next_naming_an_unknown_node_fails_the_node() {
+    let h = Harness::new(ROUTED, json!({})).on("triage", |_, _, _| Ok(json!({"_next": "nowhere"}))).run();
+    assert_eq!(h.status(), RunStatus::Failed);
+    assert!(h.error_text().contains("`_next` names unknown node 'nowhere'"), "{}", h.error_text());
+}
+
+const FALLBACK: &str = r#"
+nodes:
+  fetch:   { kind: task, handler: fetch, start: true, fallback: cached, next: parse, retry: { max_attempts: 3, initial_interval: 0.5s, backoff: 2 } }
+  cached:  { kind: task, handler: cached }
+  parse:   { kind: task, handler: parse }
+"#;
+
+#[test]
+fn retries_back_off_then_fallback_routes_alone() {
+    let h = Harness::new(FALLBACK, json!({}))
+        .on("fetch", |_, _, attempt| Err(format!("timeout on attempt {attempt}")))
+        .on("cached", write("source", json!("cache")))
+        .run();
+    assert_eq!(h.status(), RunStatus::Completed);
+    assert_eq!(h.runs_of("fetch"), 3);
+    assert_eq!(h.retries, [std::time::Duration::from_millis(500), std::time::Duration::from_secs(1)]);
+    assert_eq!(h.runs_of("parse"), 0);
+    assert_eq!(h.skipped(), ["parse"]);
+    assert_eq!(h.state(), json!({"source": "cache"}));
+}
+
+#[test]
+fn retry_succeeds_and_a_late_result_of_the_old_attempt_is_ignored() {
+    let mut h = Harness::new(FALLBACK, json!({}))
+        .on("fetch", |_, _, attempt| if attempt < 2 { Err("flaky".into()) } else { Ok(json!({"page": attempt})) })
+        .on("parse", noop())
+        .run();
+    assert_eq!(h.status(), RunStatus::Completed);
+    assert_eq!(h.state(), json!({"page": 2}));
+    let first_key = h.dispatched[0].key;
+    let effects = h.machine.apply(Input::TaskSucceeded { key: first_key, output: NodeOutput::default() }).unwrap();
+    assert!(effects.is_empty());
+    assert!(h.send(Input::Cancel).is_err(), "a completed run cannot be cancelled");
+}
+
+#[test]
+fn failure_without_fallback_fails_the_run_with_an_execution_error() {
+    let yaml = "nodes:\n  a: {kind: task, handler: a, start: true}\n  b: {kind: task, handler: b, start: true}\n";
+    let h = Harness::new(yaml, json!({"kept": 1}))
+        .order(Order::Lifo)
+        .on("a", |_, _, _| Err("disk full".into()))
+        .on("b", write("b", json!(2)))
+        .run();
+    assert_eq!(h.status(), RunStatus::Failed);
+    let error = h.machine.error().unwrap();
+    assert_eq!(error.kind(), "ExecutionError");
+    assert_eq!(error.node(), Some("a"));
+    assert_eq!(h.error_text(), "node 'a' failed (attempt 1, worker w1): handler_error: disk full");
+    assert_eq!(h.state(), json!({"kept": 1}));
+}
+
+#[test]
+fn failed_run_retries_from_the_wave_that_failed() {
+    let fail_once = Rc::new(RefCell::new(true));
+    let flag = fail_once.clone();
+    let yaml = "nodes:\n  a: {kind: task, handler: a, start: true, next: b}\n  b: {kind: task, handler: b}\n";
+    let mut h = Harness::new(yaml, json!({}))
+        .on("a", write("a", json!(1)))
+        .on("b", move |_, _, _| if flag.replace(false) { Err("boom".into()) } else { Ok(json!({"b": 2})) })
+        .run();
+    assert_eq!(h.status(), RunStatus::Failed);
+    assert_eq!(h.state(), json!({"a": 1}));
+    h.send(Input::RetryRun).unwrap();
+    assert_eq!(h.status(), RunStatus::Completed);
+    assert_eq!(h.state(), json!({"a": 1, "b": 2}));
+    assert_eq!(h.runs_of("a"), 1);
+    assert_eq!(h.machine.steps(), 2);
+}
+
+#[test]
+fn state_updates_render_with_the_output_and_the_state() {
+    let yaml = r#"
+nodes:
+  ask:
+    kind: task
+    handler: ask
+    start: true
+    state_updates:
+      summary: "{{ topic }}: {{ output.answer }}"
+      answers: "{{ [output.answer] }}"
+      tries: 1
+"#;
+    let h = Harness::new(yaml, json!({"topic": "rust"})).on("ask", write("answer", json!("fast"))).run();
+    assert_eq!(h.state(), json!({"topic": "rust", "answer": "fast", "summary": "rust: fast", "answers": ["fast"], "tries": 1}));
+}
+
+#[test]
+fn strict_state_rejects_undeclared_writes_and_input() {
+    let yaml = "settings: {strict_state: true}\nstate:\n  n: {type: integer, default: 0}\nnodes:\n  a: {kind: task, handler: a, start: true}\n";
+    let error = RunMachine::new(plan(yaml), obj(json!({"m": 1}))).unwrap_err();
+    assert_eq!(error.kind(), "InvalidInput");
+    assert!(error.to_string().contains("'m'"), "{error}");
+    let h = Harness::new(yaml, json!({"n": 1})).on("a", write("other", json!(1))).run();
+    assert_eq!(h.status(), RunStatus::Failed);
+    assert!(h.error_text().contains("wrote field 'other', which `state:` does not declare"), "{}", h.error_text());
+}
+
+#[test]
+fn declared_types_are_enforced_on_writes() {
+    let yaml = "state:\n  score: {type: number, default: 0}\nnodes:\n  a: {kind: task, handler: a, start: true}\n";
+    let h = Harness::new(yaml, json!({})).on("a", write("score", json!("high"))).run();
+    assert_eq!(h.status(), RunStatus::Failed);
+    assert!(h.error_text().contains("wrote field 'score' as string, but it is declared number"), "{}", h.error_text());
+}
+
+const APPROVAL: &str = r#"
+nodes:
+  write:   { kind: task, handler: write, start: true, next: [approve] }
+  side:    { kind: task, handler: side, start: true }
+  approve: { kind: approval, prompt: "Publish {{ title }}?", depends_on: [side] }
+  publish: { kind: task, handler: publish }
+  discard: { kind: task, handler: discard }
+edges:
+  - { from: approve, to: publish, when: "state.approved" }
+  - { from: approve, to: discard, when: "!state.approved" }
+"#;
+
+fn approval_run() -> Harness {
+    Harness::new(APPROVAL, json!({"title": "Weft"}))
+        .on("write", write("draft", json!("d")))
+        .on("side", write("side", json!(1)))
+        .on("publish", write("published", json!(true)))
+        .on("discard", write("discarded", json!(true)))
+        .run()
+}
+
+#[test]
+fn approval_pauses_then_resumes_on_approve() {
+    let mut h = approval_run();
+    assert_eq!(h.status(), RunStatus::Waiting);
+    assert_eq!(h.machine.waiting(), [("approve".to_owned(), "approval".to_owned(), "Publish Weft?".to_owned())]);
+    assert!(h.events.contains(&RunEvent::WaitingForInput {
+        node: "approve".into(),
+        kind: "approval".into(),
+        prompt: "Publish Weft?".into()
+    }));
+    let answer = HumanAnswer { value: json!("approve"), comment: Some("ship it".into()) };
+    h.send(Input::Answered { node: "approve".into(), answer }).unwrap();
+    assert_eq!(h.status(), RunStatus::Completed);
+    assert_eq!(h.state()["approved"], json!(true));
+    assert_eq!(h.state()["approved_comment"], json!("ship it"));
+    assert_eq!(h.state()["published"], json!(true));
+    assert_eq!(h.runs_of("discard"), 0);
+}
+
+#[test]
+fn approval_reject_takes_the_other_edge_and_bad_answers_change_nothing() {
+    let mut h = approval_run();
+    let bad = HumanAnswer { value: json!("maybe"), comment: None };
+    let error = h.send(Input::Answered { node: "approve".into(), answer: bad }).unwrap_err();
+    assert!(matches!(error, Rejected::BadAnswer { .. }), "{error}");
+    assert_eq!(h.status(), RunStatus::Waiting);
+    let error = h.send(Input::Answered { node: "publish".into(), answer: HumanAnswer { value: json!(1), comment: None } });
+    assert_eq!(error, Err(Rejected::NotWaiting("publish".into())));
+    h.send(Input::Answered { node: "approve".into(), answer: HumanAnswer { value: json!("reject"), comment: None } })
+        .unwrap();
+    assert_eq!(h.status(), RunStatus::Completed);
+    assert_eq!(h.state()["approved"], json!(false));
+    assert_eq!(h.state()["discarded"], json!(true));
+}
+
+#[test]
+fn input_node_checks_its_schema() {
+    let yaml = r#"
+nodes:
+  ask: { kind: input, start: true, output_key: budget, prompt: "Budget?", schema: { type: integer, minimum: 1 } }
+"#;
+    let mut h = Harness::new(yaml, json!({})).run();
+    assert_eq!(h.status(), RunStatus::Waiting);
+    let error = h.send(Input::Answered { node: "ask".into(), answer: HumanAnswer { value: json!("lots"), comment: None } });
+    assert!(matches!(error, Err(Rejected::BadAnswer { .. })));
+    h.send(Input::Answered { node: "ask".into(), answer: HumanAnswer { value: json!(3), comment: None } }).unwrap();
+    assert_eq!(h.status(), RunStatus::Completed);
+    assert_eq!(h.state(), json!({"budget": 3}));
+}
+
+#[test]
+fn cancel_stops_in_flight_tasks_and_keeps_the_state() {
+    let yaml = "nodes:\n  a: {kind: task, handler: a, start: true}\n  b: {kind: task, handler: b, start: true}\n";
+    let mut machine = RunMachine::new(plan(yaml), obj(json!({"x": 1}))).unwrap();
+    let effects = machine.start();
+    let keys: Vec<TaskKey> = effects
+        .iter()
+        .filter_map(|e| match e {
+            Effect::Dispatch(spec) => Some(spec.key),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(keys.len(), 2);
+    let effects = machine.apply(Input::Cancel).unwrap();
+    assert!(effects.contains(&Effect::CancelTasks(keys.clone())));
+    assert_eq!(machine.status(), RunStatus::Cancelled);
+    assert_eq!(machine.error(), Some(&RunError::Cancelled));
+    assert_eq!(**machine.state(), obj(json!({"x": 1})));
+    // Results arriving after the cancel are ignored.
+    let effects = machine.apply(Input::TaskSucceeded { key: keys[0], output: NodeOutput::default() }).unwrap();
+    assert!(effects.is_empty());
+}
+
+#[test]
+fn deadline_fails_the_run_as_a_timeout() {
+    let mut machine = RunMachine::new(plan("nodes:\n  a: {kind: task, handler: a, start: true}\n"), Map::new()).unwrap();
+    machine.start();
+    machine.apply(Input::DeadlinePassed).unwrap();
+    assert_eq!(machine.status(), RunStatus::Failed);
+    assert_eq!(machine.error().map(RunError::kind), Some("RunTimeout"));
+}
+
+#[test]
+fn hosted_reducer_receives_s0_and_branch_values() {
+    let yaml = r#"
+state:
+  best: { type: string, default: "none", reducer: "fn:longest" }
+nodes:
+  a: { kind: task, handler: a, start: true }
+  b: { kind: task, handler: b, start: true }
+"#;
+    let h = Harness::new(yaml, json!({}))
+        .on("a", write("best", json!("ab")))
+        .on("b", write("best", json!("abcd")))
+        .hosted("longest", |args| {
+            let branches = args[1].as_array().unwrap();
+            Ok(branches.iter().max_by_key(|v| v.as_str().unwrap().len()).unwrap().clone())
+        })
+        .run();
+    assert_eq!(h.status(), RunStatus::Completed);
+    assert_eq!(h.state(), json!({"best": "abcd"}));
+    assert!(matches!(
+        &h.calls[0],
+        Effect::CallReducer { field, s0_value, branch_values, .. }
+            if field == "best" && s0_value == &json!("none") && branch_values == &vec![json!("ab"), json!("abcd")]
+    ));
+}
+
+#[test]
+fn hosted_predicate_decides_an_edge() {
+    let yaml = r#"
+nodes:
+  a: { kind: task, handler: a, start: true }
+  yes: { kind: task, handler: yes }
+  no: { kind: task, handler: no }
+edges:
+  - { from: a, to: yes, when: "fn:is_big" }
+  - { from: a, to: no, when: "!(state.n > 10)" }
+"#;
+    let h = Harness::new(yaml, json!({}))
+        .on("a", write("n", json!(42)))
+        .on("yes", noop())
+        .hosted("is_big", |args| Ok(json!(args[0]["n"].as_i64().unwrap() > 10)))
+        .run();
+    assert_eq!(h.status(), RunStatus::Completed);
+    assert_eq!(h.runs_of("yes"), 1);
+    assert_eq!(h.skipped(), ["no"]);
+}
+
+#[test]
+fn run_concurrency_cap_bounds_tasks_in_flight() {
+    let yaml = r#"
+settings: { max_node_concurrency: 2 }
+nodes:
+  a: { kind: task, handler: t, start: true }
+  b: { kind: task, handler: t, start: true }
+  c: { kind: task, handler: t, start: true }
+  d: { kind: task, handler: t, start: true }
+  e: { kind: task, handler: t, start: true }
+"#;
+    let mut h = Harness::new(yaml, json!({}));
+    for id in ["a", "b", "c", "d", "e"] {
+        h = h.on(id, noop());
+    }
+    let h = h.run();
+    assert_eq!(h.status(), RunStatus::Completed);
+    assert_eq!(h.dispatched.len(), 5);
+    assert_eq!(h.max_in_flight, 2);
+}
+
+#[test]
+fn and_join_runs_when_one_input_is_taken_and_the_rest_resolved() {
+    let yaml = r#"
+nodes:
+  a: { kind: task, handler: a, start: true, next: [b, c] }
+  b: { kind: task, handler: b }
+  c: { kind: task, handler: c }
+  d: { kind: task, handler: d, depends_on: [b, c] }
+edges:
+  - { from: a, to: x, when: "false" }
+  - { from: x2, to: d }
+"#;
+    // `x` and `x2` do not exist: the graph is rejected, naming both.
+    let (_, findings) = crate::graph::parse_graph(yaml, Format::Yaml, "t");
+    let text: Vec<String> = findings.iter().map(ToString::to_string).collect();
+    assert!(text.iter().any(|t| t.contains("edge to unknown node 'x'")), "{text:?}");
+    assert!(text.iter().any(|t| t.contains("edge from unknown node 'x2'")), "{text:?}");
+
+    let yaml = r#"
+nodes:
+  a: { kind: task, handler: a, start: true }
+  b: { kind: task, handler: b }
+  c: { kind: task, handler: c }
+  d: { kind: task, handler: d, depends_on: [b, c] }
+edges:
+  - { from: a, to: b }
+  - { from: a, to: c, when: "false" }
+"#;
+    let h = Harness::new(yaml, json!({})).on("a", noop()).on("b", noop()).on("d", write("d", json!(1))).run();
+    assert_eq!(h.waves(), [vec!["a"], vec!["b"], vec!["d"]]);
+    assert_eq!(h.skipped(), ["c"]);
+}
+
+#[test]
+fn events_and_checkpoints_follow_each_wave() {
+    let h = Harness::new("nodes:\n  a: {kind: task, handler: a, start: true, next: b}\n  b: {kind: task, handler: b}\n", json!({}))
+        .on("a", write("a", json!(1)))
+        .on("b", write("b", json!(2)))
+        .run();
+    let kinds: Vec<&str> = h
+        .events
+        .iter()
+        .map(|e| match e {
+            RunEvent::WaveStarted { .. } => "wave",
+            RunEvent::NodeStarted { .. } => "started",
+            RunEvent::NodeFinished { .. } => "finished",
+            RunEvent::StateChanged { .. } => "changed",
+            RunEvent::RunFinished { .. } => "run_finished",
+            _ => "other",
+        })
+        .collect();
+    assert_eq!(kinds, ["wave", "started", "finished", "changed", "wave", "started", "finished", "changed", "run_finished"]);
+    // One checkpoint per merged wave, one at the end.
+    assert_eq!(h.checkpoints, 3);
+}
