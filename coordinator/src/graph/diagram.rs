@@ -1,1 +1,515 @@
-//! Drawing a graph as text (to be written).
+//! Drawing a graph as text (SPEC section 10, seed 000 "Seeing the shape").
+//!
+//! Waves run top to bottom, so nodes drawn side by side are the ones that
+//! run concurrently. A double rule (═) marks a start or end node, `▼` an
+//! unconditional edge and `▽` a conditional one. Back-edges climb the right
+//! margin and are named after their condition in the notes; one that would
+//! have to cross a box is not drawn, and the notes say so rather than draw a
+//! lie. Edges that skip a wave pass through it as a thin line in its row, so
+//! no line is ever drawn through a box.
+//!
+//! Layout: each wave is a row of items (boxes, and one-column pass-throughs
+//! for long edges), centred on the widest row. Between two rows, every edge
+//! that must move sideways gets its own lane (one text row), so horizontal
+//! runs never overlap; an arrow row follows.
+
+use std::collections::HashMap;
+
+use super::model::{Condition, Graph, Guard, NodeIdx, NodeKind, Target};
+use super::topology::{container_members, forward_order, main_flow};
+
+const GAP: usize = 3;
+const UP: u8 = 1;
+const DOWN: u8 = 2;
+const LEFT: u8 = 4;
+const RIGHT: u8 = 8;
+
+/// Draws the graph. The graph should have passed validation (its forward
+/// edges form a DAG); any cycle is reported in the notes instead.
+pub fn diagram(graph: &Graph) -> String {
+    Layout::new(graph).render()
+}
+
+/// An item in a wave row: a node's box, or a pass-through of a long edge.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Item {
+    Node(NodeIdx),
+    Pass(usize),
+}
+
+/// An edge between consecutive rows, after long edges are split.
+#[derive(Debug, Clone, Copy)]
+struct Segment {
+    from: Item,
+    to: Item,
+    conditional: bool,
+}
+
+struct Layout<'a> {
+    graph: &'a Graph,
+    rows: Vec<Vec<Item>>,
+    segments: Vec<Vec<Segment>>,
+    back_edges: Vec<(NodeIdx, NodeIdx, Option<String>)>,
+    width: usize,
+}
+
+impl<'a> Layout<'a> {
+    fn new(graph: &'a Graph) -> Self {
+        let flow = main_flow(graph);
+        let order = forward_order(graph).unwrap_or_else(|_| (0..graph.nodes.len()).collect());
+        let mut layer: HashMap<NodeIdx, usize> = HashMap::new();
+        for &idx in order.iter().filter(|&&i| flow[i]) {
+            let depth = graph
+                .in_edges(idx)
+                .iter()
+                .map(|&e| &graph.edges[e])
+                .filter(|e| e.is_forward())
+                .filter_map(|e| match e.from {
+                    super::model::Endpoint::Node(from) => layer.get(&from).map(|l| l + 1),
+                    super::model::Endpoint::Start => Some(0),
+                })
+                .max()
+                .unwrap_or(0);
+            layer.insert(idx, depth);
+        }
+        let depth = layer.values().max().map_or(0, |d| d + 1);
+        let mut rows: Vec<Vec<Item>> = vec![Vec::new(); depth];
+        for idx in 0..graph.nodes.len() {
+            if let Some(&l) = layer.get(&idx) {
+                rows[l].push(Item::Node(idx));
+            }
+        }
+
+        // Forward edges between drawn nodes, merged per pair.
+        let mut pairs: Vec<(NodeIdx, NodeIdx, bool)> = Vec::new();
+        let mut back_edges = Vec::new();
+        for edge in &graph.edges {
+            let (super::model::Endpoint::Node(from), Target::Node(to)) = (edge.from, edge.to) else { continue };
+            if !layer.contains_key(&from) || !layer.contains_key(&to) {
+                continue;
+            }
+            if edge.is_loop {
+                let label = match &edge.guard {
+                    Guard::When(condition) => Some(condition_label(condition)),
+                    _ => None,
+                };
+                back_edges.push((from, to, label));
+                continue;
+            }
+            if layer[&to] <= layer[&from] {
+                continue;
+            }
+            match pairs.iter_mut().find(|(f, t, _)| *f == from && *t == to) {
+                Some(pair) => pair.2 &= edge.is_conditional(),
+                None => pairs.push((from, to, edge.is_conditional())),
+            }
+        }
+
+        // Split long edges into segments through pass-through items.
+        let mut segments: Vec<Vec<Segment>> = vec![Vec::new(); depth.saturating_sub(1)];
+        let mut passes = 0;
+        for (from, to, conditional) in pairs {
+            let (lf, lt) = (layer[&from], layer[&to]);
+            let mut previous = Item::Node(from);
+            for (k, row) in rows.iter_mut().enumerate().take(lt).skip(lf + 1) {
+                let pass = Item::Pass(passes);
+                passes += 1;
+                row.push(pass);
+                segments[k - 1].push(Segment { from: previous, to: pass, conditional });
+                previous = pass;
+            }
+            let last = lt - 1;
+            segments[last].push(Segment { from: previous, to: Item::Node(to), conditional });
+        }
+        // Order rows below the first by the mean position of their sources,
+        // keeping declaration order on ties: fewer crossings, stable output.
+        for l in 1..rows.len() {
+            let position: HashMap<Item, usize> = rows[l - 1].iter().enumerate().map(|(i, &it)| (it, i)).collect();
+            let key = |item: &Item| -> (usize, usize) {
+                let sources: Vec<usize> = segments[l - 1]
+                    .iter()
+                    .filter(|s| s.to == *item)
+                    .filter_map(|s| position.get(&s.from).copied())
+                    .collect();
+                let mean = if sources.is_empty() { usize::MAX / 2 } else { sources.iter().sum::<usize>() * 2 / sources.len() };
+                let tie = match item {
+                    Item::Node(idx) => *idx,
+                    Item::Pass(p) => graph.nodes.len() + p,
+                };
+                (mean, tie)
+            };
+            rows[l].sort_by_key(key);
+        }
+        let mut layout = Self { graph, rows, segments, back_edges, width: 0 };
+        layout.width = layout.rows.iter().map(|row| layout.row_width(row)).max().unwrap_or(0);
+        layout
+    }
+
+    fn item_width(&self, item: Item) -> usize {
+        match item {
+            Item::Node(idx) => self.graph.node(idx).id.chars().count() + 4,
+            Item::Pass(_) => 1,
+        }
+    }
+
+    fn row_width(&self, row: &[Item]) -> usize {
+        row.iter().map(|&it| self.item_width(it)).sum::<usize>() + GAP * row.len().saturating_sub(1)
+    }
+
+    /// Left column of every item of a row.
+    fn lefts(&self, row: &[Item]) -> Vec<usize> {
+        let mut x = (self.width - self.row_width(row)) / 2;
+        row.iter()
+            .map(|&it| {
+                let left = x;
+                x += self.item_width(it) + GAP;
+                left
+            })
+            .collect()
+    }
+
+    fn render(&self) -> String {
+        let margin_count = self.back_edges.len();
+        let columns = self.width + 3 + 2 * margin_count;
+        let mut canvas = Canvas::new(columns);
+        let mut centre: HashMap<Item, usize> = HashMap::new();
+        let mut label_row: HashMap<NodeIdx, (usize, usize, usize)> = HashMap::new();
+        let mut y = 0;
+        let mut conditional_drawn = false;
+        for (l, row) in self.rows.iter().enumerate() {
+            let lefts = self.lefts(row);
+            for (&item, &left) in row.iter().zip(&lefts) {
+                let w = self.item_width(item);
+                centre.insert(item, left + w / 2);
+                match item {
+                    Item::Node(idx) => {
+                        let double = self.graph.is_start(idx) || self.graph.is_end(idx);
+                        canvas.draw_box(y, left, &self.graph.node(idx).id, double);
+                        label_row.insert(idx, (y + 1, left, left + w - 1));
+                    }
+                    Item::Pass(_) => {
+                        for r in y..y + 3 {
+                            canvas.line(r, left, UP | DOWN);
+                        }
+                    }
+                }
+            }
+            y += 3;
+            let Some(segments) = self.segments.get(l) else { continue };
+            if segments.is_empty() {
+                continue;
+            }
+            let mut ordered: Vec<(usize, usize, Segment)> =
+                segments.iter().map(|s| (centre[&s.from], 0, *s)).collect();
+            // Target centres are known once the next row is laid out.
+            let next_lefts = self.lefts(&self.rows[l + 1]);
+            let next_centre: HashMap<Item, usize> = self.rows[l + 1]
+                .iter()
+                .zip(&next_lefts)
+                .map(|(&it, &left)| (it, left + self.item_width(it) / 2))
+                .collect();
+            for entry in &mut ordered {
+                entry.1 = next_centre[&entry.2.to];
+            }
+            ordered.sort_by_key(|(sx, tx, _)| (*sx, *tx));
+            let bent: Vec<&(usize, usize, Segment)> = ordered.iter().filter(|(sx, tx, _)| sx != tx).collect();
+            let lanes = bent.len().max(1);
+            for (sx, tx, _) in ordered.iter().filter(|(sx, tx, _)| sx == tx) {
+                for r in 0..lanes {
+                    canvas.line(y + r, *sx, UP | DOWN);
+                }
+                let _ = tx;
+            }
+            for (lane, (sx, tx, _)) in bent.iter().enumerate() {
+                let (sx, tx) = (*sx, *tx);
+                for r in 0..lanes {
+                    let row = y + r;
+                    match r.cmp(&lane) {
+                        std::cmp::Ordering::Less => canvas.line(row, sx, UP | DOWN),
+                        std::cmp::Ordering::Greater => canvas.line(row, tx, UP | DOWN),
+                        std::cmp::Ordering::Equal => {
+                            let (toward, back) = if tx > sx { (RIGHT, LEFT) } else { (LEFT, RIGHT) };
+                            canvas.line(row, sx, UP | toward);
+                            for x in sx.min(tx) + 1..sx.max(tx) {
+                                canvas.line(row, x, LEFT | RIGHT);
+                            }
+                            canvas.line(row, tx, DOWN | back);
+                        }
+                    }
+                }
+            }
+            y += lanes;
+            let mut arrows: Vec<(usize, Item, bool)> = Vec::new();
+            for (_, tx, segment) in &ordered {
+                match arrows.iter_mut().find(|(x, _, _)| x == tx) {
+                    Some(arrow) => arrow.2 &= segment.conditional,
+                    None => arrows.push((*tx, segment.to, segment.conditional)),
+                }
+            }
+            for (x, target, conditional) in arrows {
+                match target {
+                    Item::Node(_) => {
+                        conditional_drawn |= conditional;
+                        canvas.put(y, x, if conditional { '▽' } else { '▼' });
+                    }
+                    Item::Pass(_) => canvas.line(y, x, UP | DOWN),
+                }
+            }
+            y += 1;
+        }
+
+        let mut notes = Vec::new();
+        for (i, &(from, to, ref label)) in self.back_edges.iter().enumerate() {
+            let mut note = format!("  ↺ {} → {}", self.graph.node(from).id, self.graph.node(to).id);
+            if let Some(label) = label {
+                note.push_str(&format!(" when {label}"));
+            }
+            let margin = self.width + 2 + 2 * i;
+            if from == to || !self.rightmost(from) || !self.rightmost(to) {
+                note.push_str(" (not drawn: no clear margin)");
+            } else {
+                let (ys, _, source_right) = label_row[&from];
+                let (yt, _, target_right) = label_row[&to];
+                let (at_source, at_target) = if yt < ys { (UP, DOWN) } else { (DOWN, UP) };
+                for x in source_right + 1..margin {
+                    canvas.line(ys, x, LEFT | RIGHT);
+                }
+                canvas.line(ys, margin, LEFT | at_source);
+                canvas.put(yt, target_right + 1, '◀');
+                for x in target_right + 2..margin {
+                    canvas.line(yt, x, LEFT | RIGHT);
+                }
+                canvas.line(yt, margin, LEFT | at_target);
+                for r in ys.min(yt) + 1..ys.max(yt) {
+                    canvas.line(r, margin, UP | DOWN);
+                }
+            }
+            notes.push(note);
+        }
+        for (idx, node) in self.graph.nodes.iter().enumerate() {
+            if let NodeKind::Map(map) = &node.kind {
+                let chain: Vec<&str> = container_members(self.graph, idx)
+                    .into_iter()
+                    .map(|m| self.graph.node(m).id.as_str())
+                    .collect();
+                let over = match &map.over {
+                    super::model::ListSource::Template(t) => t.source().to_owned(),
+                    super::model::ListSource::Cel(c) => c.source().to_owned(),
+                };
+                notes.push(format!("  ⊞ {} maps each item of {over} through {}", node.id, chain.join(" → ")));
+            }
+            for &e in self.graph.out_edges(idx) {
+                let edge = &self.graph.edges[e];
+                if let (Guard::Fallback, Target::Node(to)) = (&edge.guard, edge.to) {
+                    notes.push(format!("  ✗ {} → {} on failure (fallback)", node.id, self.graph.node(to).id));
+                }
+            }
+        }
+        if let Err(cycles) = forward_order(self.graph) {
+            for cycle in cycles {
+                let names: Vec<&str> = cycle.iter().map(|&i| self.graph.node(i).id.as_str()).collect();
+                notes.push(format!("  ⚠ undeclared cycle: {}", names.join(" → ")));
+            }
+        }
+        if conditional_drawn {
+            notes.push("  ▽ conditional edge".to_owned());
+        }
+        let mut text = canvas.finish();
+        if !notes.is_empty() {
+            text.push('\n');
+            for note in notes {
+                text.push_str(&note);
+                text.push('\n');
+            }
+        }
+        text
+    }
+
+    /// Reports whether nothing stands to the right of a node in its row.
+    fn rightmost(&self, idx: NodeIdx) -> bool {
+        self.rows.iter().any(|row| row.last() == Some(&Item::Node(idx)))
+    }
+}
+
+fn condition_label(condition: &Condition) -> String {
+    condition.label()
+}
+
+/// A grid of characters plus line directions, turned into box-drawing
+/// characters when the picture is finished.
+struct Canvas {
+    columns: usize,
+    chars: Vec<Vec<char>>,
+    lines: Vec<Vec<u8>>,
+}
+
+impl Canvas {
+    fn new(columns: usize) -> Self {
+        Self { columns, chars: Vec::new(), lines: Vec::new() }
+    }
+
+    fn ensure(&mut self, row: usize) {
+        while self.chars.len() <= row {
+            self.chars.push(vec![' '; self.columns]);
+            self.lines.push(vec![0; self.columns]);
+        }
+    }
+
+    fn put(&mut self, row: usize, col: usize, c: char) {
+        self.ensure(row);
+        if col < self.columns {
+            self.chars[row][col] = c;
+        }
+    }
+
+    fn line(&mut self, row: usize, col: usize, bits: u8) {
+        self.ensure(row);
+        if col < self.columns {
+            self.lines[row][col] |= bits;
+        }
+    }
+
+    fn draw_box(&mut self, y: usize, left: usize, label: &str, double: bool) {
+        let inner = label.chars().count() + 2;
+        let rule = if double { '═' } else { '─' };
+        let top: String = std::iter::once('╭').chain(std::iter::repeat_n(rule, inner)).chain(std::iter::once('╮')).collect();
+        let bottom: String = std::iter::once('╰').chain(std::iter::repeat_n(rule, inner)).chain(std::iter::once('╯')).collect();
+        let middle = format!("│ {label} │");
+        for (r, text) in [top, middle, bottom].iter().enumerate() {
+            for (i, c) in text.chars().enumerate() {
+                self.put(y + r, left + i, c);
+            }
+        }
+    }
+
+    fn finish(self) -> String {
+        let mut text = String::new();
+        for (chars, lines) in self.chars.into_iter().zip(self.lines) {
+            let row: String = chars
+                .into_iter()
+                .zip(lines)
+                .map(|(c, bits)| if c == ' ' && bits != 0 { glyph(bits) } else { c })
+                .collect();
+            text.push_str(row.trim_end());
+            text.push('\n');
+        }
+        text
+    }
+}
+
+/// The rounded box-drawing character joining the given directions.
+fn glyph(bits: u8) -> char {
+    match bits {
+        b if b == UP | DOWN || b == UP || b == DOWN => '│',
+        b if b == LEFT | RIGHT || b == LEFT || b == RIGHT => '─',
+        b if b == UP | RIGHT => '╰',
+        b if b == UP | LEFT => '╯',
+        b if b == DOWN | RIGHT => '╭',
+        b if b == DOWN | LEFT => '╮',
+        b if b == UP | DOWN | RIGHT => '├',
+        b if b == UP | DOWN | LEFT => '┤',
+        b if b == LEFT | RIGHT | DOWN => '┬',
+        b if b == LEFT | RIGHT | UP => '┴',
+        _ => '┼',
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::graph::{Format, load_str};
+
+    fn draw(yaml: &str) -> String {
+        let (graph, _) = load_str(yaml, Format::Yaml, "t").unwrap_or_else(|e| panic!("{e}"));
+        diagram(&graph)
+    }
+
+    const SEED_CRITIQUE: &str = r#"
+conditions:
+  needs_work: "state.score < 0.8"
+nodes:
+  load_rubric: { kind: task, handler: load_rubric, start: true }
+  draft:       { kind: task, handler: draft, start: true }
+  critique:    { kind: task, handler: critique }
+  publish:     { kind: task, handler: publish, end: true }
+edges:
+  - { from: load_rubric, to: critique }
+  - { from: draft, to: critique }
+  - { from: critique, to: publish, when: "state.score >= 0.8" }
+  - { from: critique, to: draft, loop: true, when: needs_work }
+"#;
+
+    /// The picture from seed 000, "Seeing the shape", line for line.
+    #[test]
+    fn seed_critique_loop_picture() {
+        let expected = "\
+╭═════════════╮   ╭═══════╮
+│ load_rubric │   │ draft │◀─╮
+╰═════════════╯   ╰═══════╯  │
+       ╰─────╮        │      │
+             ├────────╯      │
+             ▼               │
+       ╭──────────╮          │
+       │ critique │──────────╯
+       ╰──────────╯
+             │
+             ▽
+        ╭═════════╮
+        │ publish │
+        ╰═════════╯
+
+  ↺ critique → draft when needs_work
+  ▽ conditional edge
+";
+        assert_eq!(draw(SEED_CRITIQUE), expected);
+    }
+
+    #[test]
+    fn parallel_branches_sit_side_by_side() {
+        let text = draw("nodes:\n  a: {kind: task, handler: a, start: true, next: [b, c]}\n  b: {kind: task, handler: b}\n  c: {kind: task, handler: c}\n  d: {kind: task, handler: d, depends_on: [b, c], end: true}\n");
+        let lines: Vec<&str> = text.lines().collect();
+        let row_with_b = lines.iter().find(|l| l.contains("│ b │")).unwrap();
+        assert!(row_with_b.contains("│ c │"), "{text}");
+        assert!(!text.contains('▽'), "{text}");
+        assert!(!text.contains("conditional edge"), "{text}");
+    }
+
+    #[test]
+    fn long_edges_pass_beside_boxes_never_through_them() {
+        let text = draw("nodes:\n  a: {kind: task, handler: a, start: true, next: [b, d]}\n  b: {kind: task, handler: b, next: c}\n  c: {kind: task, handler: c, next: d}\n  d: {kind: task, handler: d}\n");
+        // Every box row is intact: nothing overwrote a box character.
+        for id in ["a", "b", "c", "d"] {
+            assert!(text.contains(&format!("│ {id} │")), "{text}");
+        }
+        let c_row = text.lines().find(|l| l.contains("│ c │")).unwrap();
+        assert!(c_row.matches('│').count() >= 3, "a pass-through line runs beside c:\n{text}");
+    }
+
+    #[test]
+    fn back_edge_without_clear_margin_is_noted_not_drawn() {
+        let text = draw(r#"
+nodes:
+  a: { kind: task, handler: a, start: true }
+  b: { kind: task, handler: b, start: true }
+  c: { kind: task, handler: c, depends_on: [a, b] }
+edges:
+  - { from: c, to: a, loop: true, when: "state.again" }
+"#);
+        assert!(text.contains("  ↺ c → a when state.again (not drawn: no clear margin)"), "{text}");
+        assert!(!text.contains('◀'), "{text}");
+    }
+
+    #[test]
+    fn map_and_fallback_notes() {
+        let text = draw(r#"
+nodes:
+  fan: { kind: map, start: true, over: "{{ xs }}", as: x, branch: step, collect_into: out, next: done }
+  step: { kind: task, handler: step, fallback: rescue }
+  rescue: { kind: task, handler: rescue }
+  done: { kind: end }
+"#);
+        assert!(text.contains("  ⊞ fan maps each item of {{ xs }} through step → rescue"), "{text}");
+        assert!(text.contains("  ✗ step → rescue on failure (fallback)"), "{text}");
+        assert!(!text.contains("│ step │"), "branch nodes are not drawn in the main flow:\n{text}");
+    }
+}

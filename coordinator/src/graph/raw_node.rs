@@ -113,7 +113,7 @@ impl RawDuration {
             Self::Seconds(s) => *s,
             Self::Text(text) => parse_duration_seconds(text)?,
         };
-        if !seconds.is_finite() || seconds < 0.0 || seconds > 1e9 {
+        if !seconds.is_finite() || !(0.0..=1e9).contains(&seconds) {
             return Err(format!("duration {seconds}s is out of range"));
         }
         Ok(std::time::Duration::from_secs_f64(seconds))
