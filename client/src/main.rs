@@ -3,7 +3,7 @@
 //! This version carries the commands that need no cluster: `validate` and
 //! `diagram`. `run`, `status`, `resume` and the rest arrive with the cluster.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
@@ -13,7 +13,11 @@ use weft_coordinator::graph::{self, GraphError};
 const EXIT_INVALID: u8 = 2;
 
 #[derive(Parser)]
-#[command(name = "weft", version, about = "Run workflow graphs on a Weft cluster")]
+#[command(
+    name = "weft",
+    version,
+    about = "Run workflow graphs on a Weft cluster"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -41,7 +45,7 @@ fn main() -> ExitCode {
     }
 }
 
-fn validate(path: &PathBuf) -> ExitCode {
+fn validate(path: &Path) -> ExitCode {
     match graph::load_file(path) {
         Ok((_, warnings)) => {
             for warning in warnings {
@@ -63,7 +67,7 @@ fn validate(path: &PathBuf) -> ExitCode {
     }
 }
 
-fn diagram(path: &PathBuf) -> ExitCode {
+fn diagram(path: &Path) -> ExitCode {
     match graph::load_file(path) {
         Ok((graph, _)) => {
             print!("{}", graph::diagram::diagram(&graph));

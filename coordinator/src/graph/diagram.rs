@@ -84,7 +84,10 @@ impl<'a> Layout<'a> {
         let mut pairs: Vec<(NodeIdx, NodeIdx, bool)> = Vec::new();
         let mut back_edges = Vec::new();
         for edge in &graph.edges {
-            let (super::model::Endpoint::Node(from), Target::Node(to)) = (edge.from, edge.to) else { continue };
+            let (super::model::Endpoint::Node(from), Target::Node(to)) = (edge.from, edge.to)
+            else {
+                continue;
+            };
             if !layer.contains_key(&from) || !layer.contains_key(&to) {
                 continue;
             }
@@ -115,23 +118,39 @@ impl<'a> Layout<'a> {
                 let pass = Item::Pass(passes);
                 passes += 1;
                 row.push(pass);
-                segments[k - 1].push(Segment { from: previous, to: pass, conditional });
+                segments[k - 1].push(Segment {
+                    from: previous,
+                    to: pass,
+                    conditional,
+                });
                 previous = pass;
             }
             let last = lt - 1;
-            segments[last].push(Segment { from: previous, to: Item::Node(to), conditional });
+            segments[last].push(Segment {
+                from: previous,
+                to: Item::Node(to),
+                conditional,
+            });
         }
         // Order rows below the first by the mean position of their sources,
         // keeping declaration order on ties: fewer crossings, stable output.
         for l in 1..rows.len() {
-            let position: HashMap<Item, usize> = rows[l - 1].iter().enumerate().map(|(i, &it)| (it, i)).collect();
+            let position: HashMap<Item, usize> = rows[l - 1]
+                .iter()
+                .enumerate()
+                .map(|(i, &it)| (it, i))
+                .collect();
             let key = |item: &Item| -> (usize, usize) {
                 let sources: Vec<usize> = segments[l - 1]
                     .iter()
                     .filter(|s| s.to == *item)
                     .filter_map(|s| position.get(&s.from).copied())
                     .collect();
-                let mean = if sources.is_empty() { usize::MAX / 2 } else { sources.iter().sum::<usize>() * 2 / sources.len() };
+                let mean = if sources.is_empty() {
+                    usize::MAX / 2
+                } else {
+                    sources.iter().sum::<usize>() * 2 / sources.len()
+                };
                 let tie = match item {
                     Item::Node(idx) => *idx,
                     Item::Pass(p) => graph.nodes.len() + p,
@@ -140,8 +159,19 @@ impl<'a> Layout<'a> {
             };
             rows[l].sort_by_key(key);
         }
-        let mut layout = Self { graph, rows, segments, back_edges, width: 0 };
-        layout.width = layout.rows.iter().map(|row| layout.row_width(row)).max().unwrap_or(0);
+        let mut layout = Self {
+            graph,
+            rows,
+            segments,
+            back_edges,
+            width: 0,
+        };
+        layout.width = layout
+            .rows
+            .iter()
+            .map(|row| layout.row_width(row))
+            .max()
+            .unwrap_or(0);
         layout
     }
 
@@ -195,7 +225,9 @@ impl<'a> Layout<'a> {
                 }
             }
             y += 3;
-            let Some(segments) = self.segments.get(l) else { continue };
+            let Some(segments) = self.segments.get(l) else {
+                continue;
+            };
             if segments.is_empty() {
                 continue;
             }
@@ -212,7 +244,8 @@ impl<'a> Layout<'a> {
                 entry.1 = next_centre[&entry.2.to];
             }
             ordered.sort_by_key(|(sx, tx, _)| (*sx, *tx));
-            let bent: Vec<&(usize, usize, Segment)> = ordered.iter().filter(|(sx, tx, _)| sx != tx).collect();
+            let bent: Vec<&(usize, usize, Segment)> =
+                ordered.iter().filter(|(sx, tx, _)| sx != tx).collect();
             let lanes = bent.len().max(1);
             for (sx, tx, _) in ordered.iter().filter(|(sx, tx, _)| sx == tx) {
                 for r in 0..lanes {
@@ -228,7 +261,11 @@ impl<'a> Layout<'a> {
                         std::cmp::Ordering::Less => canvas.line(row, sx, UP | DOWN),
                         std::cmp::Ordering::Greater => canvas.line(row, tx, UP | DOWN),
                         std::cmp::Ordering::Equal => {
-                            let (toward, back) = if tx > sx { (RIGHT, LEFT) } else { (LEFT, RIGHT) };
+                            let (toward, back) = if tx > sx {
+                                (RIGHT, LEFT)
+                            } else {
+                                (LEFT, RIGHT)
+                            };
                             canvas.line(row, sx, UP | toward);
                             for x in sx.min(tx) + 1..sx.max(tx) {
                                 canvas.line(row, x, LEFT | RIGHT);
@@ -260,7 +297,11 @@ impl<'a> Layout<'a> {
 
         let mut notes = Vec::new();
         for (i, &(from, to, ref label)) in self.back_edges.iter().enumerate() {
-            let mut note = format!("  ↺ {} → {}", self.graph.node(from).id, self.graph.node(to).id);
+            let mut note = format!(
+                "  ↺ {} → {}",
+                self.graph.node(from).id,
+                self.graph.node(to).id
+            );
             if let Some(label) = label {
                 note.push_str(&format!(" when {label}"));
             }
@@ -296,18 +337,29 @@ impl<'a> Layout<'a> {
                     super::model::ListSource::Template(t) => t.source().to_owned(),
                     super::model::ListSource::Cel(c) => c.source().to_owned(),
                 };
-                notes.push(format!("  ⊞ {} maps each item of {over} through {}", node.id, chain.join(" → ")));
+                notes.push(format!(
+                    "  ⊞ {} maps each item of {over} through {}",
+                    node.id,
+                    chain.join(" → ")
+                ));
             }
             for &e in self.graph.out_edges(idx) {
                 let edge = &self.graph.edges[e];
                 if let (Guard::Fallback, Target::Node(to)) = (&edge.guard, edge.to) {
-                    notes.push(format!("  ✗ {} → {} on failure (fallback)", node.id, self.graph.node(to).id));
+                    notes.push(format!(
+                        "  ✗ {} → {} on failure (fallback)",
+                        node.id,
+                        self.graph.node(to).id
+                    ));
                 }
             }
         }
         if let Err(cycles) = forward_order(self.graph) {
             for cycle in cycles {
-                let names: Vec<&str> = cycle.iter().map(|&i| self.graph.node(i).id.as_str()).collect();
+                let names: Vec<&str> = cycle
+                    .iter()
+                    .map(|&i| self.graph.node(i).id.as_str())
+                    .collect();
                 notes.push(format!("  ⚠ undeclared cycle: {}", names.join(" → ")));
             }
         }
@@ -327,7 +379,9 @@ impl<'a> Layout<'a> {
 
     /// Reports whether nothing stands to the right of a node in its row.
     fn rightmost(&self, idx: NodeIdx) -> bool {
-        self.rows.iter().any(|row| row.last() == Some(&Item::Node(idx)))
+        self.rows
+            .iter()
+            .any(|row| row.last() == Some(&Item::Node(idx)))
     }
 }
 
@@ -345,7 +399,11 @@ struct Canvas {
 
 impl Canvas {
     fn new(columns: usize) -> Self {
-        Self { columns, chars: Vec::new(), lines: Vec::new() }
+        Self {
+            columns,
+            chars: Vec::new(),
+            lines: Vec::new(),
+        }
     }
 
     fn ensure(&mut self, row: usize) {
@@ -372,8 +430,14 @@ impl Canvas {
     fn draw_box(&mut self, y: usize, left: usize, label: &str, double: bool) {
         let inner = label.chars().count() + 2;
         let rule = if double { '═' } else { '─' };
-        let top: String = std::iter::once('╭').chain(std::iter::repeat_n(rule, inner)).chain(std::iter::once('╮')).collect();
-        let bottom: String = std::iter::once('╰').chain(std::iter::repeat_n(rule, inner)).chain(std::iter::once('╯')).collect();
+        let top: String = std::iter::once('╭')
+            .chain(std::iter::repeat_n(rule, inner))
+            .chain(std::iter::once('╮'))
+            .collect();
+        let bottom: String = std::iter::once('╰')
+            .chain(std::iter::repeat_n(rule, inner))
+            .chain(std::iter::once('╯'))
+            .collect();
         let middle = format!("│ {label} │");
         for (r, text) in [top, middle, bottom].iter().enumerate() {
             for (i, c) in text.chars().enumerate() {
@@ -388,7 +452,13 @@ impl Canvas {
             let row: String = chars
                 .into_iter()
                 .zip(lines)
-                .map(|(c, bits)| if c == ' ' && bits != 0 { glyph(bits) } else { c })
+                .map(|(c, bits)| {
+                    if c == ' ' && bits != 0 {
+                        glyph(bits)
+                    } else {
+                        c
+                    }
+                })
                 .collect();
             text.push_str(row.trim_end());
             text.push('\n');
@@ -466,7 +536,9 @@ edges:
 
     #[test]
     fn parallel_branches_sit_side_by_side() {
-        let text = draw("nodes:\n  a: {kind: task, handler: a, start: true, next: [b, c]}\n  b: {kind: task, handler: b}\n  c: {kind: task, handler: c}\n  d: {kind: task, handler: d, depends_on: [b, c], end: true}\n");
+        let text = draw(
+            "nodes:\n  a: {kind: task, handler: a, start: true, next: [b, c]}\n  b: {kind: task, handler: b}\n  c: {kind: task, handler: c}\n  d: {kind: task, handler: d, depends_on: [b, c], end: true}\n",
+        );
         let lines: Vec<&str> = text.lines().collect();
         let row_with_b = lines.iter().find(|l| l.contains("│ b │")).unwrap();
         assert!(row_with_b.contains("│ c │"), "{text}");
@@ -476,40 +548,61 @@ edges:
 
     #[test]
     fn long_edges_pass_beside_boxes_never_through_them() {
-        let text = draw("nodes:\n  a: {kind: task, handler: a, start: true, next: [b, d]}\n  b: {kind: task, handler: b, next: c}\n  c: {kind: task, handler: c, next: d}\n  d: {kind: task, handler: d}\n");
+        let text = draw(
+            "nodes:\n  a: {kind: task, handler: a, start: true, next: [b, d]}\n  b: {kind: task, handler: b, next: c}\n  c: {kind: task, handler: c, next: d}\n  d: {kind: task, handler: d}\n",
+        );
         // Every box row is intact: nothing overwrote a box character.
         for id in ["a", "b", "c", "d"] {
             assert!(text.contains(&format!("│ {id} │")), "{text}");
         }
         let c_row = text.lines().find(|l| l.contains("│ c │")).unwrap();
-        assert!(c_row.matches('│').count() >= 3, "a pass-through line runs beside c:\n{text}");
+        assert!(
+            c_row.matches('│').count() >= 3,
+            "a pass-through line runs beside c:\n{text}"
+        );
     }
 
     #[test]
     fn back_edge_without_clear_margin_is_noted_not_drawn() {
-        let text = draw(r#"
+        let text = draw(
+            r#"
 nodes:
   a: { kind: task, handler: a, start: true }
   b: { kind: task, handler: b, start: true }
   c: { kind: task, handler: c, depends_on: [a, b] }
 edges:
   - { from: c, to: a, loop: true, when: "state.again" }
-"#);
-        assert!(text.contains("  ↺ c → a when state.again (not drawn: no clear margin)"), "{text}");
+"#,
+        );
+        assert!(
+            text.contains("  ↺ c → a when state.again (not drawn: no clear margin)"),
+            "{text}"
+        );
         assert!(!text.contains('◀'), "{text}");
     }
 
     #[test]
     fn map_and_fallback_notes() {
-        let text = draw(r#"
+        let text = draw(
+            r#"
 nodes:
   fan: { kind: map, start: true, over: "{{ xs }}", as: x, branch: step, collect_into: out, next: done }
   step: { kind: task, handler: step, fallback: rescue }
   rescue: { kind: task, handler: rescue }
   done: { kind: end }
-"#);
-        assert!(text.contains("  ⊞ fan maps each item of {{ xs }} through step → rescue"), "{text}");
-        assert!(text.contains("  ✗ step → rescue on failure (fallback)"), "{text}");
-        assert!(!text.contains("│ step │"), "branch nodes are not drawn in the main flow:\n{text}");
+"#,
+        );
+        assert!(
+            text.contains("  ⊞ fan maps each item of {{ xs }} through step → rescue"),
+            "{text}"
+        );
+        assert!(
+            text.contains("  ✗ step → rescue on failure (fallback)"),
+            "{text}"
+        );
+        assert!(
+            !text.contains("│ step │"),
+            "branch nodes are not drawn in the main flow:\n{text}"
+        );
     }
 }

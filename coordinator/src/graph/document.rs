@@ -43,14 +43,16 @@ pub fn parse_text(text: &str, format: Format) -> Result<Value, Finding> {
                 &[],
             )
         }),
-        Format::Yaml => serde_saphyr::from_str_with_options::<Value>(text, yaml_options()).map_err(|error| {
-            let position = error
-                .location()
-                .map(|loc| format!(" at line {}, column {}", loc.line(), loc.column()))
-                .unwrap_or_default();
-            let message = first_line(&error.to_string());
-            Finding::error(format!("YAML syntax error{position}: {message}"), &[])
-        }),
+        Format::Yaml => {
+            serde_saphyr::from_str_with_options::<Value>(text, yaml_options()).map_err(|error| {
+                let position = error
+                    .location()
+                    .map(|loc| format!(" at line {}, column {}", loc.line(), loc.column()))
+                    .unwrap_or_default();
+                let message = first_line(&error.to_string());
+                Finding::error(format!("YAML syntax error{position}: {message}"), &[])
+            })
+        }
     }
 }
 
@@ -106,7 +108,9 @@ impl<'de> Visitor<'de> for NodeLinesVisitor {
         let mut lines = HashMap::new();
         while let Some(key) = map.next_key::<serde_saphyr::Spanned<String>>()? {
             map.next_value::<IgnoredAny>()?;
-            lines.entry(key.value).or_insert(key.referenced.line() as u32);
+            lines
+                .entry(key.value)
+                .or_insert(key.referenced.line() as u32);
         }
         Ok(NodeLines(lines))
     }
@@ -156,7 +160,9 @@ fn edit_distance(a: &str, b: &str) -> usize {
     for i in 1..=a.len() {
         for j in 1..=b.len() {
             let cost = usize::from(a[i - 1] != b[j - 1]);
-            let mut best = (d[i - 1][j] + 1).min(d[i][j - 1] + 1).min(d[i - 1][j - 1] + cost);
+            let mut best = (d[i - 1][j] + 1)
+                .min(d[i][j - 1] + 1)
+                .min(d[i - 1][j - 1] + cost);
             if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
                 best = best.min(d[i - 2][j - 2] + 1);
             }
@@ -173,15 +179,24 @@ mod tests {
     #[test]
     fn yaml_syntax_error_has_line_and_column() {
         let finding = parse_text("version: 1\nnodes:\n  a: [unclosed\n", Format::Yaml).unwrap_err();
-        assert!(finding.message.starts_with("YAML syntax error at line"), "{}", finding.message);
+        assert!(
+            finding.message.starts_with("YAML syntax error at line"),
+            "{}",
+            finding.message
+        );
         assert!(finding.message.contains("column"), "{}", finding.message);
     }
 
     #[test]
     fn yaml_duplicate_key_is_an_error() {
-        let finding = parse_text("nodes:\n  a: {kind: end}\n  a: {kind: end}\n", Format::Yaml).unwrap_err();
+        let finding =
+            parse_text("nodes:\n  a: {kind: end}\n  a: {kind: end}\n", Format::Yaml).unwrap_err();
         assert!(finding.message.contains("line 3"), "{}", finding.message);
-        assert!(finding.message.to_lowercase().contains("duplicate"), "{}", finding.message);
+        assert!(
+            finding.message.to_lowercase().contains("duplicate"),
+            "{}",
+            finding.message
+        );
     }
 
     #[test]
@@ -193,22 +208,35 @@ mod tests {
     #[test]
     fn json_syntax_error_has_line_and_column() {
         let finding = parse_text("{\n  \"nodes\": ,\n}", Format::Json).unwrap_err();
-        assert!(finding.message.contains("line 2, column"), "{}", finding.message);
+        assert!(
+            finding.message.contains("line 2, column"),
+            "{}",
+            finding.message
+        );
     }
 
     #[test]
     fn node_lines_in_map_and_list_form() {
-        let map = node_lines("version: 1\nnodes:\n  a:\n    kind: end\n  b:\n    kind: end\n", Format::Yaml);
+        let map = node_lines(
+            "version: 1\nnodes:\n  a:\n    kind: end\n  b:\n    kind: end\n",
+            Format::Yaml,
+        );
         assert_eq!(map.get("a"), Some(&3));
         assert_eq!(map.get("b"), Some(&5));
-        let list = node_lines("nodes:\n  - id: a\n    kind: end\n  - kind: end\n    id: b\n", Format::Yaml);
+        let list = node_lines(
+            "nodes:\n  - id: a\n    kind: end\n  - kind: end\n    id: b\n",
+            Format::Yaml,
+        );
         assert_eq!(list.get("a"), Some(&2));
         assert_eq!(list.get("b"), Some(&4));
     }
 
     #[test]
     fn suggestions_for_misspellings() {
-        assert_eq!(did_you_mean("hanlder", &["handler", "run"]), Some("handler"));
+        assert_eq!(
+            did_you_mean("hanlder", &["handler", "run"]),
+            Some("handler")
+        );
         assert_eq!(did_you_mean("zzzzzz", &["handler", "run"]), None);
     }
 }

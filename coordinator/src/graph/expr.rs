@@ -81,7 +81,11 @@ impl CelExpr {
     }
 
     /// Evaluates the expression against a state and a scope, as JSON.
-    pub fn evaluate(&self, state: &Map<String, Value>, scope: &Map<String, Value>) -> Result<Value, String> {
+    pub fn evaluate(
+        &self,
+        state: &Map<String, Value>,
+        scope: &Map<String, Value>,
+    ) -> Result<Value, String> {
         let mut context = cel::Context::default();
         let state = cel::to_value(state).map_err(|error| error.to_string())?;
         let scope = cel::to_value(scope).map_err(|error| error.to_string())?;
@@ -91,13 +95,20 @@ impl CelExpr {
             .program
             .execute(&context)
             .map_err(|error| format!("`{}` failed: {error}", self.source))?;
-        value
-            .json()
-            .map_err(|error| format!("`{}` returned a value with no JSON form: {error}", self.source))
+        value.json().map_err(|error| {
+            format!(
+                "`{}` returned a value with no JSON form: {error}",
+                self.source
+            )
+        })
     }
 
     /// Evaluates the expression and reads the result as a truth value.
-    pub fn is_true(&self, state: &Map<String, Value>, scope: &Map<String, Value>) -> Result<bool, String> {
+    pub fn is_true(
+        &self,
+        state: &Map<String, Value>,
+        scope: &Map<String, Value>,
+    ) -> Result<bool, String> {
         self.evaluate(state, scope).map(|value| truthy(&value))
     }
 }
@@ -139,12 +150,14 @@ impl Template {
         let env = environment(Strictness::Strict);
         match &whole_expression {
             Some(expression) => {
-                env.compile_expression(expression)
-                    .map_err(|error| format!("template `{source}` does not parse: {}", describe(&error)))?;
+                env.compile_expression(expression).map_err(|error| {
+                    format!("template `{source}` does not parse: {}", describe(&error))
+                })?;
             }
             None => {
-                env.template_from_str(source)
-                    .map_err(|error| format!("template `{source}` does not parse: {}", describe(&error)))?;
+                env.template_from_str(source).map_err(|error| {
+                    format!("template `{source}` does not parse: {}", describe(&error))
+                })?;
             }
         }
         Ok(Self {
@@ -165,7 +178,11 @@ impl Template {
 
     /// Renders the template to a JSON value: the expression's own value when
     /// the template is a single `{{ expression }}`, else the rendered text.
-    pub fn evaluate(&self, context: &TemplateContext, strictness: Strictness) -> Result<Value, String> {
+    pub fn evaluate(
+        &self,
+        context: &TemplateContext,
+        strictness: Strictness,
+    ) -> Result<Value, String> {
         let env = environment(strictness);
         let ctx = context.to_minijinja();
         match &self.whole_expression {
@@ -176,15 +193,15 @@ impl Template {
                 let value = compiled.eval(ctx).map_err(|error| self.failure(&error))?;
                 if value.is_undefined() {
                     if strictness == Strictness::Strict {
-                        return Err(format!(
-                            "template `{}`: undefined value",
-                            self.source
-                        ));
+                        return Err(format!("template `{}`: undefined value", self.source));
                     }
                     return Ok(Value::String(String::new()));
                 }
                 serde_json::to_value(&value).map_err(|error| {
-                    format!("template `{}` produced a value with no JSON form: {error}", self.source)
+                    format!(
+                        "template `{}` produced a value with no JSON form: {error}",
+                        self.source
+                    )
                 })
             }
             None => env
@@ -195,7 +212,11 @@ impl Template {
     }
 
     /// Renders the template as text (a non-string value is shown as JSON).
-    pub fn render(&self, context: &TemplateContext, strictness: Strictness) -> Result<String, String> {
+    pub fn render(
+        &self,
+        context: &TemplateContext,
+        strictness: Strictness,
+    ) -> Result<String, String> {
         Ok(match self.evaluate(context, strictness)? {
             Value::String(text) => text,
             other => other.to_string(),
@@ -226,7 +247,10 @@ impl TemplateContext<'_> {
             for (key, value) in state {
                 names.insert(key, minijinja::Value::from(minijinja::value::Serde(value)));
             }
-            names.insert("state", minijinja::Value::from(minijinja::value::Serde(state)));
+            names.insert(
+                "state",
+                minijinja::Value::from(minijinja::value::Serde(state)),
+            );
         }
         if let Some(scope) = self.scope {
             for (key, value) in scope {
@@ -234,7 +258,10 @@ impl TemplateContext<'_> {
             }
         }
         if let Some(output) = self.output {
-            names.insert("output", minijinja::Value::from(minijinja::value::Serde(output)));
+            names.insert(
+                "output",
+                minijinja::Value::from(minijinja::value::Serde(output)),
+            );
         }
         minijinja::Value::from_pairs(names)
     }
@@ -316,8 +343,14 @@ mod tests {
     fn whole_expression_template_keeps_its_type() {
         let template = Template::parse("{{ subjects }}").unwrap();
         let st = state(json!({"subjects": ["a", "b"]}));
-        let ctx = TemplateContext { state: Some(&st), ..Default::default() };
-        assert_eq!(template.evaluate(&ctx, Strictness::Strict).unwrap(), json!(["a", "b"]));
+        let ctx = TemplateContext {
+            state: Some(&st),
+            ..Default::default()
+        };
+        assert_eq!(
+            template.evaluate(&ctx, Strictness::Strict).unwrap(),
+            json!(["a", "b"])
+        );
     }
 
     #[test]
@@ -325,7 +358,11 @@ mod tests {
         let template = Template::parse("Research {{ subject }} for {{ state.topic }}.").unwrap();
         let st = state(json!({"topic": "rust"}));
         let scope = state(json!({"subject": "tokio"}));
-        let ctx = TemplateContext { state: Some(&st), scope: Some(&scope), output: None };
+        let ctx = TemplateContext {
+            state: Some(&st),
+            scope: Some(&scope),
+            output: None,
+        };
         assert_eq!(
             template.render(&ctx, Strictness::Strict).unwrap(),
             "Research tokio for rust."
@@ -336,7 +373,10 @@ mod tests {
     fn strict_template_names_the_undefined_name() {
         let template = Template::parse("Hello {{ nobody }}").unwrap();
         let st = Map::new();
-        let ctx = TemplateContext { state: Some(&st), ..Default::default() };
+        let ctx = TemplateContext {
+            state: Some(&st),
+            ..Default::default()
+        };
         let error = template.render(&ctx, Strictness::Strict).unwrap_err();
         assert!(error.contains("Hello {{ nobody }}"), "{error}");
         assert!(error.contains("undefined"), "{error}");
@@ -347,10 +387,17 @@ mod tests {
         let template = Template::parse("{{ summary }}\n{{ output }}").unwrap();
         let st = Map::new();
         let out = json!("x");
-        let ctx = TemplateContext { state: Some(&st), scope: None, output: Some(&out) };
+        let ctx = TemplateContext {
+            state: Some(&st),
+            scope: None,
+            output: Some(&out),
+        };
         assert_eq!(template.render(&ctx, Strictness::Lenient).unwrap(), "\nx");
         let whole = Template::parse("{{ summary }}").unwrap();
-        assert_eq!(whole.evaluate(&ctx, Strictness::Lenient).unwrap(), json!(""));
+        assert_eq!(
+            whole.evaluate(&ctx, Strictness::Lenient).unwrap(),
+            json!("")
+        );
     }
 
     #[test]
@@ -363,9 +410,15 @@ mod tests {
 
     #[test]
     fn runaway_template_is_stopped_by_fuel() {
-        let template = Template::parse("{% for i in range(100000) %}{% for j in range(100000) %}x{% endfor %}{% endfor %}").unwrap();
+        let template = Template::parse(
+            "{% for i in range(100000) %}{% for j in range(100000) %}x{% endfor %}{% endfor %}",
+        )
+        .unwrap();
         let st = Map::new();
-        let ctx = TemplateContext { state: Some(&st), ..Default::default() };
+        let ctx = TemplateContext {
+            state: Some(&st),
+            ..Default::default()
+        };
         assert!(template.render(&ctx, Strictness::Strict).is_err());
     }
 

@@ -98,7 +98,10 @@ impl GraphError {
 
 fn render_findings(findings: &[Finding]) -> String {
     let errors = findings.iter().filter(|f| f.is_error()).count();
-    let mut text = format!("invalid graph ({errors} error{})", if errors == 1 { "" } else { "s" });
+    let mut text = format!(
+        "invalid graph ({errors} error{})",
+        if errors == 1 { "" } else { "s" }
+    );
     for finding in findings {
         text.push_str("\n  ");
         text.push_str(&finding.to_string());

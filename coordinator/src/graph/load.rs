@@ -65,7 +65,13 @@ struct RawEdge {
 }
 
 /// Builds a graph from a parsed document; problems go to `findings`.
-pub fn build(document: &Value, text: &str, format: super::Format, fallback_name: &str, findings: &mut Vec<Finding>) -> Graph {
+pub fn build(
+    document: &Value,
+    text: &str,
+    format: super::Format,
+    fallback_name: &str,
+    findings: &mut Vec<Finding>,
+) -> Graph {
     let empty = Map::new();
     let top = match document {
         Value::Object(map) => map,
@@ -75,7 +81,10 @@ pub fn build(document: &Value, text: &str, format: super::Format, fallback_name:
         }
         other => {
             findings.push(Finding::error(
-                format!("the graph file must hold a map at the top level, found {}", json_type_name(other)),
+                format!(
+                    "the graph file must hold a map at the top level, found {}",
+                    json_type_name(other)
+                ),
                 &[],
             ));
             &empty
@@ -86,19 +95,28 @@ pub fn build(document: &Value, text: &str, format: super::Format, fallback_name:
             let hint = did_you_mean(key, &TOP_LEVEL_KEYS)
                 .map(|k| format!(" (did you mean '{k}'?)"))
                 .unwrap_or_default();
-            findings.push(Finding::error(format!("unknown top-level key '{key}'{hint}"), &[]));
+            findings.push(Finding::error(
+                format!("unknown top-level key '{key}'{hint}"),
+                &[],
+            ));
         }
     }
     if let Some(version) = top.get("version")
         && version != &Value::from(1)
     {
-        findings.push(Finding::error(format!("unsupported graph version {version} (this Weft reads version 1)"), &[]));
+        findings.push(Finding::error(
+            format!("unsupported graph version {version} (this Weft reads version 1)"),
+            &[],
+        ));
     }
     let name = match top.get("name") {
         Some(Value::String(name)) => name.clone(),
         _ => fallback_name.to_owned(),
     };
-    let description = top.get("description").and_then(Value::as_str).map(str::to_owned);
+    let description = top
+        .get("description")
+        .and_then(Value::as_str)
+        .map(str::to_owned);
     let settings = read_settings(top.get("settings"), findings);
     let fields = read_fields(top.get("state"), findings);
     let conditions = read_conditions(top.get("conditions"), findings);
@@ -128,7 +146,15 @@ pub fn build(document: &Value, text: &str, format: super::Format, fallback_name:
         builder.edge_list(edges);
     }
     let edges = builder.edges;
-    Graph::assemble(name, description, settings, fields, conditions, nodes, edges)
+    Graph::assemble(
+        name,
+        description,
+        settings,
+        fields,
+        conditions,
+        nodes,
+        edges,
+    )
 }
 
 fn read_settings(value: Option<&Value>, findings: &mut Vec<Finding>) -> Settings {
@@ -137,13 +163,19 @@ fn read_settings(value: Option<&Value>, findings: &mut Vec<Finding>) -> Settings
     let raw: RawSettings = match serde_path_to_error::deserialize(value) {
         Ok(raw) => raw,
         Err(error) => {
-            findings.push(Finding::error(format!("settings: {}: {}", error.path(), error.inner()), &[]));
+            findings.push(Finding::error(
+                format!("settings: {}: {}", error.path(), error.inner()),
+                &[],
+            ));
             return settings;
         }
     };
     let positive = |name: &str, v: Option<u32>, findings: &mut Vec<Finding>| match v {
         Some(0) => {
-            findings.push(Finding::error(format!("settings.{name} must be at least 1"), &[]));
+            findings.push(Finding::error(
+                format!("settings.{name} must be at least 1"),
+                &[],
+            ));
             None
         }
         other => other,
@@ -164,7 +196,9 @@ fn read_settings(value: Option<&Value>, findings: &mut Vec<Finding>) -> Settings
         ("timeout", &raw.timeout, 0),
         ("node_timeout", &raw.node_timeout, 1),
     ] {
-        let Some(raw_duration) = raw_duration else { continue };
+        let Some(raw_duration) = raw_duration else {
+            continue;
+        };
         match raw_duration.to_duration() {
             Ok(duration) if slot == 0 => settings.timeout = Some(duration),
             Ok(duration) => settings.node_timeout = duration,
@@ -190,9 +224,14 @@ fn read_settings(value: Option<&Value>, findings: &mut Vec<Finding>) -> Settings
 }
 
 fn read_fields(value: Option<&Value>, findings: &mut Vec<Finding>) -> Vec<FieldDecl> {
-    let Some(value) = value else { return Vec::new() };
+    let Some(value) = value else {
+        return Vec::new();
+    };
     let Some(map) = value.as_object() else {
-        findings.push(Finding::error("state: expected a map of field declarations", &[]));
+        findings.push(Finding::error(
+            "state: expected a map of field declarations",
+            &[],
+        ));
         return Vec::new();
     };
     let mut fields = Vec::new();
@@ -200,7 +239,10 @@ fn read_fields(value: Option<&Value>, findings: &mut Vec<Finding>) -> Vec<FieldD
         let raw: RawField = match serde_path_to_error::deserialize(decl) {
             Ok(raw) => raw,
             Err(error) => {
-                findings.push(Finding::error(format!("state field '{name}': {}", error.inner()), &[]));
+                findings.push(Finding::error(
+                    format!("state field '{name}': {}", error.inner()),
+                    &[],
+                ));
                 continue;
             }
         };
@@ -229,37 +271,60 @@ fn read_fields(value: Option<&Value>, findings: &mut Vec<Finding>) -> Vec<FieldD
             && !reducer.fits(ty)
         {
             findings.push(Finding::error(
-                format!("state field '{name}': reducer '{}' cannot combine values of type {}", reducer.name(), ty.name()),
+                format!(
+                    "state field '{name}': reducer '{}' cannot combine values of type {}",
+                    reducer.name(),
+                    ty.name()
+                ),
                 &[],
             ));
         }
         let default = raw.default.unwrap_or(Value::Null);
         if !ty.admits(&default) {
             findings.push(Finding::error(
-                format!("state field '{name}': default is {}, declared {}", json_type_name(&default), ty.name()),
+                format!(
+                    "state field '{name}': default is {}, declared {}",
+                    json_type_name(&default),
+                    ty.name()
+                ),
                 &[],
             ));
         }
-        fields.push(FieldDecl { name: name.clone(), ty, default, reducer });
+        fields.push(FieldDecl {
+            name: name.clone(),
+            ty,
+            default,
+            reducer,
+        });
     }
     fields
 }
 
 fn read_conditions(value: Option<&Value>, findings: &mut Vec<Finding>) -> Vec<(String, CelExpr)> {
-    let Some(value) = value else { return Vec::new() };
+    let Some(value) = value else {
+        return Vec::new();
+    };
     let Some(map) = value.as_object() else {
-        findings.push(Finding::error("conditions: expected a map of name: CEL expression", &[]));
+        findings.push(Finding::error(
+            "conditions: expected a map of name: CEL expression",
+            &[],
+        ));
         return Vec::new();
     };
     let mut conditions = Vec::new();
     for (name, source) in map {
         let Some(source) = source.as_str() else {
-            findings.push(Finding::error(format!("condition '{name}': expected a CEL expression string"), &[]));
+            findings.push(Finding::error(
+                format!("condition '{name}': expected a CEL expression string"),
+                &[],
+            ));
             continue;
         };
         match CelExpr::compile(source) {
             Ok(expr) => conditions.push((name.clone(), expr)),
-            Err(error) => findings.push(Finding::error(format!("condition '{name}': {error}"), &[])),
+            Err(error) => {
+                findings.push(Finding::error(format!("condition '{name}': {error}"), &[]))
+            }
         }
     }
     conditions
@@ -275,7 +340,10 @@ fn node_entries(value: Option<&Value>, findings: &mut Vec<Finding>) -> Vec<(Stri
                 if let Some(inner) = node.get("id").and_then(Value::as_str)
                     && inner != id
                 {
-                    findings.push(Finding::error(format!("node '{id}': its `id` field says '{inner}'"), &[id]));
+                    findings.push(Finding::error(
+                        format!("node '{id}': its `id` field says '{inner}'"),
+                        &[id],
+                    ));
                 }
                 entries.push((id.clone(), node.clone()));
             }
@@ -292,7 +360,10 @@ fn node_entries(value: Option<&Value>, findings: &mut Vec<Finding>) -> Vec<(Stri
             }
         }
         Some(other) => findings.push(Finding::error(
-            format!("nodes: expected a map of node id to node, found {}", json_type_name(other)),
+            format!(
+                "nodes: expected a map of node id to node, found {}",
+                json_type_name(other)
+            ),
             &[],
         )),
     }
@@ -337,8 +408,13 @@ impl Builder<'_> {
             Some(&idx) => Some(Target::Node(idx)),
             None => {
                 let known: Vec<&str> = self.index.keys().map(String::as_str).collect();
-                let hint = did_you_mean(id, &known).map(|k| format!(" (did you mean '{k}'?)")).unwrap_or_default();
-                self.error(format!("node '{from}': {what} names unknown node '{id}'{hint}"), &[from]);
+                let hint = did_you_mean(id, &known)
+                    .map(|k| format!(" (did you mean '{k}'?)"))
+                    .unwrap_or_default();
+                self.error(
+                    format!("node '{from}': {what} names unknown node '{id}'{hint}"),
+                    &[from],
+                );
                 None
             }
         }
@@ -356,8 +432,13 @@ impl Builder<'_> {
             && !matches!(text, "true" | "false" | "null");
         if is_bare_name {
             let known: Vec<&str> = self.conditions.iter().map(|(n, _)| n.as_str()).collect();
-            let hint = did_you_mean(text, &known).map(|k| format!(" (did you mean '{k}'?)")).unwrap_or_default();
-            self.error(format!("{owner}: `when` names unknown condition '{text}'{hint}"), &[]);
+            let hint = did_you_mean(text, &known)
+                .map(|k| format!(" (did you mean '{k}'?)"))
+                .unwrap_or_default();
+            self.error(
+                format!("{owner}: `when` names unknown condition '{text}'{hint}"),
+                &[],
+            );
             return None;
         }
         match CelExpr::compile(text) {
@@ -380,7 +461,13 @@ impl Builder<'_> {
     }
 
     fn push_edge(&mut self, from: Endpoint, to: Target, guard: Guard, origin: EdgeOrigin) {
-        self.edges.push(Edge { from, to, guard, is_loop: false, origin });
+        self.edges.push(Edge {
+            from,
+            to,
+            guard,
+            is_loop: false,
+            origin,
+        });
     }
 
     fn node(&mut self, idx: NodeIdx, id: &str, value: &Value, line: Option<u32>) -> Node {
@@ -419,10 +506,12 @@ impl Builder<'_> {
         });
         for (field, value) in raw.state_updates.iter().flatten() {
             let update = match value {
-                Value::String(source) => match self.template(id, &format!("state_updates.{field}"), source) {
-                    Some(template) => UpdateValue::Template(template),
-                    None => continue,
-                },
+                Value::String(source) => {
+                    match self.template(id, &format!("state_updates.{field}"), source) {
+                        Some(template) => UpdateValue::Template(template),
+                        None => continue,
+                    }
+                }
                 literal => UpdateValue::Literal(literal.clone()),
             };
             node.state_updates.push((field.clone(), update));
@@ -443,12 +532,19 @@ impl Builder<'_> {
                 if let Some(b) = p.backoff {
                     policy.backoff = b;
                 }
-                for (name, raw_duration, slot) in [("initial_interval", &p.initial_interval, 0), ("max_interval", &p.max_interval, 1)] {
-                    let Some(raw_duration) = raw_duration else { continue };
+                for (name, raw_duration, slot) in [
+                    ("initial_interval", &p.initial_interval, 0),
+                    ("max_interval", &p.max_interval, 1),
+                ] {
+                    let Some(raw_duration) = raw_duration else {
+                        continue;
+                    };
                     match raw_duration.to_duration() {
                         Ok(d) if slot == 0 => policy.initial_interval = d,
                         Ok(d) => policy.max_interval = d,
-                        Err(error) => self.error(format!("node '{id}': retry.{name}: {error}"), &[id]),
+                        Err(error) => {
+                            self.error(format!("node '{id}': retry.{name}: {error}"), &[id])
+                        }
                     }
                 }
             }
@@ -457,11 +553,17 @@ impl Builder<'_> {
             policy.max_attempts = n;
         }
         if policy.max_attempts == 0 {
-            self.error(format!("node '{id}': max_attempts must be at least 1"), &[id]);
+            self.error(
+                format!("node '{id}': max_attempts must be at least 1"),
+                &[id],
+            );
             policy.max_attempts = 1;
         }
         if !(policy.backoff.is_finite() && policy.backoff >= 1.0) {
-            self.error(format!("node '{id}': retry.backoff must be a number >= 1"), &[id]);
+            self.error(
+                format!("node '{id}': retry.backoff must be a number >= 1"),
+                &[id],
+            );
             policy.backoff = 2.0;
         }
         policy
@@ -470,21 +572,44 @@ impl Builder<'_> {
     fn node_edges(&mut self, idx: NodeIdx, id: &str, raw: &RawNode, node: &mut Node) {
         let here = Endpoint::Node(idx);
         if raw.start == Some(true) {
-            self.push_edge(Endpoint::Start, Target::Node(idx), Guard::Always, EdgeOrigin::StartFlag);
+            self.push_edge(
+                Endpoint::Start,
+                Target::Node(idx),
+                Guard::Always,
+                EdgeOrigin::StartFlag,
+            );
         }
         for next in raw.next.clone().map(|n| n.into_vec()).unwrap_or_default() {
             if let Some(target) = self.resolve_target(id, "next", &next) {
                 self.push_edge(here, target, Guard::Always, EdgeOrigin::Next);
             }
         }
-        for dep in raw.depends_on.clone().map(|n| n.into_vec()).unwrap_or_default() {
+        for dep in raw
+            .depends_on
+            .clone()
+            .map(|n| n.into_vec())
+            .unwrap_or_default()
+        {
             if dep == START {
-                self.push_edge(Endpoint::Start, Target::Node(idx), Guard::Always, EdgeOrigin::DependsOn);
+                self.push_edge(
+                    Endpoint::Start,
+                    Target::Node(idx),
+                    Guard::Always,
+                    EdgeOrigin::DependsOn,
+                );
                 continue;
             }
             match self.index.get(&dep) {
-                Some(&from) => self.push_edge(Endpoint::Node(from), Target::Node(idx), Guard::Always, EdgeOrigin::DependsOn),
-                None => self.error(format!("node '{id}': depends_on names unknown node '{dep}'"), &[id]),
+                Some(&from) => self.push_edge(
+                    Endpoint::Node(from),
+                    Target::Node(idx),
+                    Guard::Always,
+                    EdgeOrigin::DependsOn,
+                ),
+                None => self.error(
+                    format!("node '{id}': depends_on names unknown node '{dep}'"),
+                    &[id],
+                ),
             }
         }
         if let Some(fallback) = &raw.fallback
@@ -497,10 +622,15 @@ impl Builder<'_> {
             let mut map = Vec::new();
             for (key, target) in &routes.map {
                 let Some(target_id) = target.as_str().filter(|t| !t.trim().is_empty()) else {
-                    self.error(format!("node '{id}': router key '{key}' has no target"), &[id]);
+                    self.error(
+                        format!("node '{id}': router key '{key}' has no target"),
+                        &[id],
+                    );
                     continue;
                 };
-                if let Some(target) = self.resolve_target(id, &format!("router key '{key}'"), target_id) {
+                if let Some(target) =
+                    self.resolve_target(id, &format!("router key '{key}'"), target_id)
+                {
                     map.push((key.clone(), target));
                     self.push_edge(here, target, Guard::Route(key.clone()), EdgeOrigin::Routes);
                 }
@@ -513,7 +643,10 @@ impl Builder<'_> {
 
     fn edge_list(&mut self, value: &Value) {
         let Some(list) = value.as_array() else {
-            self.error("edges: expected a list of {from, to, when?, loop?}".into(), &[]);
+            self.error(
+                "edges: expected a list of {from, to, when?, loop?}".into(),
+                &[],
+            );
             return;
         };
         for (position, entry) in list.iter().enumerate() {
@@ -530,7 +663,10 @@ impl Builder<'_> {
             } else if let Some(&idx) = self.index.get(&raw.from) {
                 Endpoint::Node(idx)
             } else {
-                self.error(format!("{owner}: edge from unknown node '{}'", raw.from), &[&raw.from]);
+                self.error(
+                    format!("{owner}: edge from unknown node '{}'", raw.from),
+                    &[&raw.from],
+                );
                 continue;
             };
             let to = if raw.to == END {
@@ -538,11 +674,17 @@ impl Builder<'_> {
             } else if let Some(&idx) = self.index.get(&raw.to) {
                 Target::Node(idx)
             } else {
-                self.error(format!("{owner}: edge to unknown node '{}'", raw.to), &[&raw.to]);
+                self.error(
+                    format!("{owner}: edge to unknown node '{}'", raw.to),
+                    &[&raw.to],
+                );
                 continue;
             };
             if raw.to == START || raw.from == END {
-                self.error(format!("{owner}: START can only be a source and END only a target"), &[]);
+                self.error(
+                    format!("{owner}: START can only be a source and END only a target"),
+                    &[],
+                );
                 continue;
             }
             let guard = match &raw.when {
@@ -554,10 +696,19 @@ impl Builder<'_> {
             };
             let is_loop = raw.is_loop.unwrap_or(false);
             if is_loop && from == Endpoint::Start {
-                self.error(format!("{owner}: an edge from START cannot be a loop edge"), &[]);
+                self.error(
+                    format!("{owner}: an edge from START cannot be a loop edge"),
+                    &[],
+                );
                 continue;
             }
-            self.edges.push(Edge { from, to, guard, is_loop, origin: EdgeOrigin::EdgeList(position) });
+            self.edges.push(Edge {
+                from,
+                to,
+                guard,
+                is_loop,
+                origin: EdgeOrigin::EdgeList(position),
+            });
         }
     }
 
@@ -567,16 +718,23 @@ impl Builder<'_> {
             match value {
                 Some(v) if !v.trim().is_empty() => Some(v.clone()),
                 _ => {
-                    this.error(format!("node '{id}': kind '{kind}' requires field '{field}'"), &[id]);
+                    this.error(
+                        format!("node '{id}': kind '{kind}' requires field '{field}'"),
+                        &[id],
+                    );
                     None
                 }
             }
         };
         let opt_template = |this: &mut Self, field: &str, value: &Option<String>| {
-            value.as_ref().and_then(|source| this.template(id, field, source))
+            value
+                .as_ref()
+                .and_then(|source| this.template(id, field, source))
         };
         Some(match kind {
-            "task" => NodeKind::Task { handler: required(self, "handler", &raw.handler)? },
+            "task" => NodeKind::Task {
+                handler: required(self, "handler", &raw.handler)?,
+            },
             "script" => self.script(id, raw)?,
             "llm" => {
                 let prompt = required(self, "prompt", &raw.prompt)?;
@@ -616,7 +774,8 @@ impl Builder<'_> {
                 let body = self.resolve_target(id, "body", &body)?.node();
                 let until = if let Some(name) = until.strip_prefix("fn:") {
                     Until::Hosted(name.trim().to_owned())
-                } else if let Some((name, expr)) = self.conditions.iter().find(|(n, _)| *n == until) {
+                } else if let Some((name, expr)) = self.conditions.iter().find(|(n, _)| *n == until)
+                {
                     Until::Condition(name.clone(), expr.clone())
                 } else {
                     Until::Sentence(until)
@@ -638,11 +797,19 @@ impl Builder<'_> {
                     None | Some("completed") => false,
                     Some("failed") => true,
                     Some(other) => {
-                        self.error(format!("node '{id}': status '{other}' is not one of completed, failed"), &[id]);
+                        self.error(
+                            format!(
+                                "node '{id}': status '{other}' is not one of completed, failed"
+                            ),
+                            &[id],
+                        );
                         false
                     }
                 };
-                NodeKind::End(EndConfig { failed, message: raw.message.clone() })
+                NodeKind::End(EndConfig {
+                    failed,
+                    message: raw.message.clone(),
+                })
             }
             _ => NodeKind::Rag,
         })
@@ -651,12 +818,18 @@ impl Builder<'_> {
     fn script(&mut self, id: &str, raw: &RawNode) -> Option<NodeKind> {
         let argv = match (&raw.run, &raw.script) {
             (Some(_), Some(_)) => {
-                self.error(format!("node '{id}': give either `run` or `script`, not both"), &[id]);
+                self.error(
+                    format!("node '{id}': give either `run` or `script`, not both"),
+                    &[id],
+                );
                 return None;
             }
             (Some(run), None) if !run.is_empty() => {
                 if raw.args.is_some() {
-                    self.error(format!("node '{id}': `args` goes with `script`; put arguments in `run`"), &[id]);
+                    self.error(
+                        format!("node '{id}': `args` goes with `script`; put arguments in `run`"),
+                        &[id],
+                    );
                 }
                 run.clone()
             }
@@ -666,7 +839,10 @@ impl Builder<'_> {
                 argv
             }
             _ => {
-                self.error(format!("node '{id}': kind 'script' requires `run: [argv…]` or `script: path`"), &[id]);
+                self.error(
+                    format!("node '{id}': kind 'script' requires `run: [argv…]` or `script: path`"),
+                    &[id],
+                );
                 return None;
             }
         };
@@ -674,20 +850,37 @@ impl Builder<'_> {
             .env
             .iter()
             .flatten()
-            .map(|(k, v)| (k.clone(), v.as_str().map_or_else(|| v.to_string(), str::to_owned)))
+            .map(|(k, v)| {
+                (
+                    k.clone(),
+                    v.as_str().map_or_else(|| v.to_string(), str::to_owned),
+                )
+            })
             .collect();
         Some(NodeKind::Script { argv, env })
     }
 
     fn map(&mut self, id: &str, raw: &RawNode) -> Option<NodeKind> {
         let mut missing = Vec::new();
-        for (field, value) in [("over", &raw.over), ("as", &raw.item_name), ("branch", &raw.branch), ("collect_into", &raw.collect_into)] {
+        for (field, value) in [
+            ("over", &raw.over),
+            ("as", &raw.item_name),
+            ("branch", &raw.branch),
+            ("collect_into", &raw.collect_into),
+        ] {
             if value.as_deref().is_none_or(|v| v.trim().is_empty()) {
                 missing.push(field);
             }
         }
         if !missing.is_empty() {
-            self.error(format!("map node '{id}': missing required field{} {}", if missing.len() > 1 { "s" } else { "" }, missing.join(", ")), &[id]);
+            self.error(
+                format!(
+                    "map node '{id}': missing required field{} {}",
+                    if missing.len() > 1 { "s" } else { "" },
+                    missing.join(", ")
+                ),
+                &[id],
+            );
             return None;
         }
         let over_text = raw.over.clone()?;
@@ -705,15 +898,22 @@ impl Builder<'_> {
         let max_concurrency = match &raw.max_concurrency {
             None => None,
             Some(Value::Number(n)) => match n.as_u64() {
-                Some(v) if v >= 1 && v <= u64::from(u32::MAX) => Some(ConcurrencyLimit::Fixed(v as u32)),
+                Some(v) if v >= 1 && v <= u64::from(u32::MAX) => {
+                    Some(ConcurrencyLimit::Fixed(v as u32))
+                }
                 _ => {
-                    self.error(format!("map node '{id}': max_concurrency must be an integer >= 1, got {n}"), &[id]);
+                    self.error(
+                        format!(
+                            "map node '{id}': max_concurrency must be an integer >= 1, got {n}"
+                        ),
+                        &[id],
+                    );
                     None
                 }
             },
-            Some(Value::String(text)) if text.contains("{{") => {
-                Some(ConcurrencyLimit::Template(self.template(id, "max_concurrency", text)?))
-            }
+            Some(Value::String(text)) if text.contains("{{") => Some(ConcurrencyLimit::Template(
+                self.template(id, "max_concurrency", text)?,
+            )),
             Some(Value::String(text)) => {
                 self.error(
                     format!("map node '{id}': max_concurrency \"{text}\" is a quoted string without a template; write an integer or a \"{{{{key}}}}\" template"),
@@ -722,7 +922,13 @@ impl Builder<'_> {
                 None
             }
             Some(other) => {
-                self.error(format!("map node '{id}': max_concurrency must be an integer or a template, got {}", json_type_name(other)), &[id]);
+                self.error(
+                    format!(
+                        "map node '{id}': max_concurrency must be an integer or a template, got {}",
+                        json_type_name(other)
+                    ),
+                    &[id],
+                );
                 None
             }
         };
@@ -746,12 +952,20 @@ impl Builder<'_> {
     }
 }
 
-fn string_pairs(builder: &mut Builder<'_>, id: &str, field: &str, map: Option<&Map<String, Value>>) -> Vec<(String, String)> {
+fn string_pairs(
+    builder: &mut Builder<'_>,
+    id: &str,
+    field: &str,
+    map: Option<&Map<String, Value>>,
+) -> Vec<(String, String)> {
     let mut pairs = Vec::new();
     for (key, value) in map.into_iter().flatten() {
         match value.as_str() {
             Some(v) => pairs.push((key.clone(), v.to_owned())),
-            None => builder.error(format!("node '{id}': {field}.{key} must be a field name"), &[id]),
+            None => builder.error(
+                format!("node '{id}': {field}.{key} must be a field name"),
+                &[id],
+            ),
         }
     }
     pairs

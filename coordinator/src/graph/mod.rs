@@ -4,13 +4,13 @@
 //! [`Finding`]s out. Reading the file from disk is the one exception, kept to
 //! [`load_file`].
 
+pub mod diagram;
 mod document;
 mod expr;
 mod finding;
 mod load;
 mod model;
 mod raw_node;
-pub mod diagram;
 pub mod topology;
 mod validate;
 
@@ -45,7 +45,11 @@ pub fn parse_graph(text: &str, format: Format, fallback_name: &str) -> (Graph, V
 }
 
 /// Parses graph text; fails with every finding when any is an error.
-pub fn load_str(text: &str, format: Format, fallback_name: &str) -> Result<(Graph, Vec<Finding>), GraphError> {
+pub fn load_str(
+    text: &str,
+    format: Format,
+    fallback_name: &str,
+) -> Result<(Graph, Vec<Finding>), GraphError> {
     let (graph, findings) = parse_graph(text, format, fallback_name);
     if findings.iter().any(Finding::is_error) {
         return Err(GraphError::Invalid(findings));

@@ -51,7 +51,11 @@ impl Graph {
         nodes: Vec<Node>,
         edges: Vec<Edge>,
     ) -> Self {
-        let index = nodes.iter().enumerate().map(|(i, node)| (node.id.clone(), i)).collect();
+        let index = nodes
+            .iter()
+            .enumerate()
+            .map(|(i, node)| (node.id.clone(), i))
+            .collect();
         let mut out_edges = vec![Vec::new(); nodes.len()];
         let mut in_edges = vec![Vec::new(); nodes.len()];
         for (e, edge) in edges.iter().enumerate() {
@@ -103,7 +107,10 @@ impl Graph {
 
     /// Looks up a named condition.
     pub fn condition(&self, name: &str) -> Option<&CelExpr> {
-        self.conditions.iter().find(|(n, _)| n == name).map(|(_, expr)| expr)
+        self.conditions
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, expr)| expr)
     }
 
     /// Start nodes: those with an edge from `START`, in declaration order.
@@ -124,12 +131,16 @@ impl Graph {
         let node = &self.nodes[idx];
         node.end
             || matches!(node.kind, NodeKind::End(_))
-            || self.out_edges[idx].iter().any(|&e| self.edges[e].to == Target::End)
+            || self.out_edges[idx]
+                .iter()
+                .any(|&e| self.edges[e].to == Target::End)
     }
 
     /// Reports whether a node is a start node.
     pub fn is_start(&self, idx: NodeIdx) -> bool {
-        self.in_edges[idx].iter().any(|&e| self.edges[e].from == Endpoint::Start)
+        self.in_edges[idx]
+            .iter()
+            .any(|&e| self.edges[e].from == Endpoint::Start)
     }
 }
 

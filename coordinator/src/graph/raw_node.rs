@@ -40,11 +40,32 @@ fn kind_fields(kind: &str) -> &'static [&'static str] {
     match kind {
         "task" => &["handler"],
         "script" => &["run", "script", "args", "env"],
-        "llm" => &["model", "system", "prompt", "temperature", "max_tokens", "provider"],
-        "agent" => &["instructions", "prompt", "tools", "max_turns", "provider", "model"],
+        "llm" => &[
+            "model",
+            "system",
+            "prompt",
+            "temperature",
+            "max_tokens",
+            "provider",
+        ],
+        "agent" => &[
+            "instructions",
+            "prompt",
+            "tools",
+            "max_turns",
+            "provider",
+            "model",
+        ],
         "approval" => &["prompt", "output_key"],
         "input" => &["prompt", "output_key", "schema"],
-        "map" => &["over", "as", "branch", "output_key", "collect_into", "max_concurrency"],
+        "map" => &[
+            "over",
+            "as",
+            "branch",
+            "output_key",
+            "collect_into",
+            "max_concurrency",
+        ],
         "loop" => &["body", "until", "max_iterations", "output_key"],
         "subgraph" => &["graph", "input_map", "output_map"],
         "end" => &["status", "message"],
@@ -134,7 +155,11 @@ fn parse_duration_seconds(text: &str) -> Result<f64, String> {
         "ms" => 0.001,
         "m" => 60.0,
         "h" => 3600.0,
-        _ => return Err(format!("'{text}' is not a duration (write e.g. 500ms, 0.5s, 10m, 1h)")),
+        _ => {
+            return Err(format!(
+                "'{text}' is not a duration (write e.g. 500ms, 0.5s, 10m, 1h)"
+            ));
+        }
     };
     Ok(number * factor)
 }
@@ -205,7 +230,10 @@ pub struct RawNode {
 pub fn read_node(id: &str, value: &Value, findings: &mut Vec<Finding>) -> Option<RawNode> {
     let Some(object) = value.as_object() else {
         findings.push(Finding::error(
-            format!("node '{id}': expected a map of fields, found {}", super::model::json_type_name(value)),
+            format!(
+                "node '{id}': expected a map of fields, found {}",
+                super::model::json_type_name(value)
+            ),
             &[id],
         ));
         return None;
@@ -217,12 +245,17 @@ pub fn read_node(id: &str, value: &Value, findings: &mut Vec<Finding>) -> Option
             } else {
                 ""
             };
-            findings.push(Finding::error(format!("node '{id}': missing field 'kind'{hint}"), &[id]));
+            findings.push(Finding::error(
+                format!("node '{id}': missing field 'kind'{hint}"),
+                &[id],
+            ));
             return None;
         }
         Some(Value::String(kind)) if KINDS.contains(&kind.as_str()) => kind.clone(),
         Some(other) => {
-            let shown = other.as_str().map_or_else(|| other.to_string(), str::to_owned);
+            let shown = other
+                .as_str()
+                .map_or_else(|| other.to_string(), str::to_owned);
             let hint = did_you_mean(&shown, &KINDS)
                 .map(|k| format!("did you mean '{k}'? "))
                 .unwrap_or_default();
@@ -251,7 +284,12 @@ pub fn read_node(id: &str, value: &Value, findings: &mut Vec<Finding>) -> Option
 }
 
 /// Reports keys the kind does not take; returns whether all were known.
-fn check_fields(id: &str, kind: &str, object: &Map<String, Value>, findings: &mut Vec<Finding>) -> bool {
+fn check_fields(
+    id: &str,
+    kind: &str,
+    object: &Map<String, Value>,
+    findings: &mut Vec<Finding>,
+) -> bool {
     if kind == "rag" {
         // Reserved: accepted by the parser with any fields, rejected by validation.
         return true;
@@ -298,31 +336,47 @@ mod tests {
     #[test]
     fn misspelt_key_is_named_with_a_suggestion() {
         let (_, errors) = read(json!({"kind": "task", "hanlder": "x"}));
-        assert_eq!(errors, ["node 'n': unknown field 'hanlder' for kind 'task' (did you mean 'handler'?)"]);
+        assert_eq!(
+            errors,
+            ["node 'n': unknown field 'hanlder' for kind 'task' (did you mean 'handler'?)"]
+        );
     }
 
     #[test]
     fn key_of_another_kind_says_which_kind_takes_it() {
         let (_, errors) = read(json!({"kind": "task", "handler": "h", "collect_into": "x"}));
-        assert_eq!(errors, ["node 'n': unknown field 'collect_into' for kind 'task' (it belongs to kind map)"]);
+        assert_eq!(
+            errors,
+            ["node 'n': unknown field 'collect_into' for kind 'task' (it belongs to kind map)"]
+        );
     }
 
     #[test]
     fn unknown_kind_lists_the_kinds() {
         let (_, errors) = read(json!({"kind": "taks"}));
-        assert!(errors[0].starts_with("node 'n': unknown kind 'taks' (did you mean 'task'?"), "{errors:?}");
+        assert!(
+            errors[0].starts_with("node 'n': unknown kind 'taks' (did you mean 'task'?"),
+            "{errors:?}"
+        );
     }
 
     #[test]
     fn missing_kind_hints_at_type() {
         let (_, errors) = read(json!({"type": "llm"}));
-        assert_eq!(errors, ["node 'n': missing field 'kind' (this format names it `kind`, not `type`)"]);
+        assert_eq!(
+            errors,
+            ["node 'n': missing field 'kind' (this format names it `kind`, not `type`)"]
+        );
     }
 
     #[test]
     fn type_error_names_the_field_path() {
-        let (_, errors) = read(json!({"kind": "task", "handler": "h", "retry": {"max_attempts": "three"}}));
-        assert!(errors[0].starts_with("node 'n': field 'retry"), "{errors:?}");
+        let (_, errors) =
+            read(json!({"kind": "task", "handler": "h", "retry": {"max_attempts": "three"}}));
+        assert!(
+            errors[0].starts_with("node 'n': field 'retry"),
+            "{errors:?}"
+        );
     }
 
     #[test]
@@ -334,6 +388,9 @@ mod tests {
         assert_eq!(d("1h").unwrap().as_secs(), 3600);
         assert!(d("ten").is_err());
         assert!(d("5 fortnights").is_err());
-        assert_eq!(RawDuration::Seconds(2.0).to_duration().unwrap().as_secs(), 2);
+        assert_eq!(
+            RawDuration::Seconds(2.0).to_duration().unwrap().as_secs(),
+            2
+        );
     }
 }

@@ -21,7 +21,9 @@ pub fn container_members(graph: &Graph, container: NodeIdx) -> Vec<NodeIdx> {
         NodeKind::Loop(body) => body.body,
         _ => None,
     };
-    let Some(entry) = entry else { return Vec::new() };
+    let Some(entry) = entry else {
+        return Vec::new();
+    };
     let seen = reachable(graph, &[entry]);
     (0..graph.nodes.len()).filter(|&i| seen[i]).collect()
 }
@@ -76,7 +78,8 @@ pub fn forward_order(graph: &Graph) -> Result<Vec<NodeIdx>, Vec<Vec<NodeIdx>>> {
         }
     }
     // Kahn's algorithm, always taking the lowest index: a stable order.
-    let mut ready: std::collections::BTreeSet<NodeIdx> = (0..n).filter(|&i| indegree[i] == 0).collect();
+    let mut ready: std::collections::BTreeSet<NodeIdx> =
+        (0..n).filter(|&i| indegree[i] == 0).collect();
     let mut order = Vec::with_capacity(n);
     while let Some(idx) = ready.pop_first() {
         order.push(idx);
@@ -158,7 +161,9 @@ mod tests {
 
     #[test]
     fn topological_order_respects_edges() {
-        let g = graph("nodes:\n  c: {kind: end, depends_on: [b]}\n  b: {kind: end, depends_on: [a]}\n  a: {kind: end, start: true}\n");
+        let g = graph(
+            "nodes:\n  c: {kind: end, depends_on: [b]}\n  b: {kind: end, depends_on: [a]}\n  a: {kind: end, start: true}\n",
+        );
         let order = forward_order(&g).unwrap();
         let pos = |id: &str| order.iter().position(|&i| g.node(i).id == id).unwrap();
         assert!(pos("a") < pos("b") && pos("b") < pos("c"));
@@ -166,7 +171,9 @@ mod tests {
 
     #[test]
     fn cycle_is_found_and_named() {
-        let g = graph("nodes:\n  a: {kind: end, start: true, next: b}\n  b: {kind: end, next: c}\n  c: {kind: end, next: b}\n");
+        let g = graph(
+            "nodes:\n  a: {kind: end, start: true, next: b}\n  b: {kind: end, next: c}\n  c: {kind: end, next: b}\n",
+        );
         let cycles = forward_order(&g).unwrap_err();
         assert_eq!(cycles.len(), 1);
         let names: Vec<&str> = cycles[0].iter().map(|&i| g.node(i).id.as_str()).collect();
@@ -175,7 +182,9 @@ mod tests {
 
     #[test]
     fn loop_edges_do_not_make_cycles() {
-        let g = graph("nodes:\n  a: {kind: end, start: true, next: b}\n  b: {kind: end}\nedges:\n  - {from: b, to: a, loop: true}\n");
+        let g = graph(
+            "nodes:\n  a: {kind: end, start: true, next: b}\n  b: {kind: end}\nedges:\n  - {from: b, to: a, loop: true}\n",
+        );
         assert!(forward_order(&g).is_ok());
         let region = forward_region(&g, 0);
         assert_eq!(region, vec![true, true]);

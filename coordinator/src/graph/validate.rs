@@ -86,7 +86,9 @@ fn start_and_reachability(graph: &Graph, findings: &mut Vec<Finding>) {
 }
 
 fn cycles(graph: &Graph, findings: &mut Vec<Finding>) {
-    let Err(cycles) = forward_order(graph) else { return };
+    let Err(cycles) = forward_order(graph) else {
+        return;
+    };
     for cycle in cycles {
         let names: Vec<&str> = cycle.iter().map(|&i| graph.node(i).id.as_str()).collect();
         let back_from = names[names.len() - 2];
@@ -106,7 +108,10 @@ fn loop_edges(graph: &Graph, findings: &mut Vec<Finding>) {
         let (Endpoint::Node(from), Target::Node(to)) = (edge.from, edge.to) else {
             if let Endpoint::Node(from) = edge.from {
                 let id = &graph.node(from).id;
-                findings.push(Finding::error(format!("edge {id} → END cannot be a loop edge"), &[id]));
+                findings.push(Finding::error(
+                    format!("edge {id} → END cannot be a loop edge"),
+                    &[id],
+                ));
             }
             continue;
         };
@@ -168,7 +173,10 @@ fn fan_out_targets(graph: &Graph, findings: &mut Vec<Finding>) {
         }
         for target in unconditional {
             let target_node = graph.node(target);
-            if matches!(target_node.kind, NodeKind::Approval { .. } | NodeKind::Input { .. }) {
+            if matches!(
+                target_node.kind,
+                NodeKind::Approval { .. } | NodeKind::Input { .. }
+            ) {
                 findings.push(Finding::error(
                     format!(
                         "{} node '{}' is a fan-out target of '{}'; put approval and input nodes after the join",
@@ -186,7 +194,9 @@ fn fan_out_targets(graph: &Graph, findings: &mut Vec<Finding>) {
 /// Seed 003's branch subgraph rules, reported on the map node.
 fn map_branch(graph: &Graph, map_idx: NodeIdx, findings: &mut Vec<Finding>) {
     let map_node = graph.node(map_idx);
-    let NodeKind::Map(map) = &map_node.kind else { return };
+    let NodeKind::Map(map) = &map_node.kind else {
+        return;
+    };
     let map_id = map_node.id.as_str();
     let members = container_members(graph, map_idx);
     if members.is_empty() {

@@ -82,7 +82,11 @@ impl NodeOutput {
         };
         // Teammate messages travel separately; they are never state.
         writes.remove("_send");
-        Ok(Self { writes, next, output: None })
+        Ok(Self {
+            writes,
+            next,
+            output: None,
+        })
     }
 }
 
@@ -360,7 +364,9 @@ pub enum RunError {
         max_steps: u32,
     },
     /// A map item failed (seed 003 text).
-    #[error("map node '{map}': sub-branch [{index}] failed at node '{node}' (step {step}): {message}")]
+    #[error(
+        "map node '{map}': sub-branch [{index}] failed at node '{node}' (step {step}): {message}"
+    )]
     MapItemError {
         /// The map node.
         map: String,
@@ -374,7 +380,9 @@ pub enum RunError {
         message: String,
     },
     /// A map item finished its chain without writing `output_key` (seed 003 text).
-    #[error("map node '{map}': sub-branch [{index}] did not write output_key '{output_key}'; write it via state_updates, output_schema, or a script's JSON output (the parent's value is not inherited inside a map branch)")]
+    #[error(
+        "map node '{map}': sub-branch [{index}] did not write output_key '{output_key}'; write it via state_updates, output_schema, or a script's JSON output (the parent's value is not inherited inside a map branch)"
+    )]
     MapOutputMissing {
         /// The map node.
         map: String,

@@ -51,7 +51,10 @@ pub(crate) enum EdgeStatus {
 pub(crate) enum Member {
     Running,
     Waiting,
-    Succeeded { changes: Map<String, Value>, next: Option<String> },
+    Succeeded {
+        changes: Map<String, Value>,
+        next: Option<String>,
+    },
     FellBack,
     Mapping(Box<MapRun>),
 }
@@ -60,7 +63,10 @@ pub(crate) enum Member {
 enum Phase {
     Running,
     /// Waiting for worker-hosted reducers.
-    Merging { outcome: MergeOutcome, pending: HashMap<CallKey, String> },
+    Merging {
+        outcome: MergeOutcome,
+        pending: HashMap<CallKey, String>,
+    },
     /// Waiting for worker-hosted predicates and routers.
     Routing {
         merged: State,
@@ -113,7 +119,8 @@ impl RunMachine {
     /// [`RunMachine::start`]. Fails when the input does not fit the declared state.
     pub fn new(plan: Arc<RunPlan>, input: Map<String, Value>) -> Result<Self, RunError> {
         let graph = plan.graph();
-        let state = initial_state(graph, input).map_err(|message| RunError::InvalidInput { message })?;
+        let state =
+            initial_state(graph, input).map_err(|message| RunError::InvalidInput { message })?;
         let edges = graph
             .edges
             .iter()
@@ -180,14 +187,20 @@ impl RunMachine {
 
     /// The nodes waiting for a human, with their kind and rendered prompt.
     pub fn waiting(&self) -> Vec<(String, String, String)> {
-        let Some(wave) = &self.wave else { return Vec::new() };
+        let Some(wave) = &self.wave else {
+            return Vec::new();
+        };
         wave.members
             .iter()
             .zip(&wave.slots)
             .filter(|(_, slot)| matches!(slot, Member::Waiting))
             .map(|(&idx, _)| {
                 let node = self.graph().node(idx);
-                (node.id.clone(), node.kind.name().to_owned(), self.prompt_of(idx, &wave.s0))
+                (
+                    node.id.clone(),
+                    node.kind.name().to_owned(),
+                    self.prompt_of(idx, &wave.s0),
+                )
             })
             .collect()
     }
@@ -223,7 +236,15 @@ impl RunMachine {
     // ----- tasks -------------------------------------------------------
 
     /// Creates attempt `attempt` of a task and queues it for dispatch.
-    pub(crate) fn launch(&mut self, node: NodeIdx, attempt: u32, item: Option<ItemRef>, state: State, scope: Map<String, Value>, fx: &mut Vec<Effect>) {
+    pub(crate) fn launch(
+        &mut self,
+        node: NodeIdx,
+        attempt: u32,
+        item: Option<ItemRef>,
+        state: State,
+        scope: Map<String, Value>,
+        fx: &mut Vec<Effect>,
+    ) {
         let key = self.next_key;
         self.next_key += 1;
         let graph_node = self.graph().node(node);
@@ -234,10 +255,20 @@ impl RunMachine {
             item,
             state,
             scope,
-            timeout: graph_node.timeout.unwrap_or(self.graph().settings.node_timeout),
+            timeout: graph_node
+                .timeout
+                .unwrap_or(self.graph().settings.node_timeout),
         };
         let item_index = spec.item.as_ref().map(|i| i.index);
-        self.tasks.insert(key, TaskRef { node, item: item_index, spec, in_flight: false });
+        self.tasks.insert(
+            key,
+            TaskRef {
+                node,
+                item: item_index,
+                spec,
+                in_flight: false,
+            },
+        );
         self.queue.push_back(key);
         self.pump(fx);
     }
@@ -246,8 +277,12 @@ impl RunMachine {
     fn pump(&mut self, fx: &mut Vec<Effect>) {
         let cap = self.graph().settings.max_node_concurrency as usize;
         while cap == 0 || self.in_flight < cap {
-            let Some(key) = self.queue.pop_front() else { break };
-            let Some(task) = self.tasks.get_mut(&key) else { continue };
+            let Some(key) = self.queue.pop_front() else {
+                break;
+            };
+            let Some(task) = self.tasks.get_mut(&key) else {
+                continue;
+            };
             task.in_flight = true;
             self.in_flight += 1;
             fx.push(Effect::Emit(RunEvent::NodeStarted {
@@ -271,22 +306,33 @@ impl RunMachine {
 
     fn task_succeeded(&mut self, key: TaskKey, output: NodeOutput, fx: &mut Vec<Effect>) {
         // Unknown keys are late or duplicate results: ignored.
-        let Some(task) = self.take_task(key) else { return };
+        let Some(task) = self.take_task(key) else {
+            return;
+        };
         if let Some(index) = task.item {
             self.item_step_done(task, index, Ok(output), fx);
         } else {
             let node = self.graph().node(task.node).clone();
             let s0 = self.wave.as_ref().map(|w| w.s0.clone()).unwrap_or_default();
             let result = finish_output(self.graph(), &node, &s0, &Map::new(), output, true)
-                .and_then(|(writes, next)| self.check_next(next.as_deref()).map(|()| (writes, next)));
+                .and_then(|(writes, next)| {
+                    self.check_next(next.as_deref()).map(|()| (writes, next))
+                });
             match result {
                 Ok((writes, next)) => {
                     let changes = changed_fields(&s0, writes);
-                    fx.push(Effect::Emit(RunEvent::NodeFinished { node: node.id.clone(), item: None }));
+                    fx.push(Effect::Emit(RunEvent::NodeFinished {
+                        node: node.id.clone(),
+                        item: None,
+                    }));
                     self.set_member(task.node, Member::Succeeded { changes, next });
                 }
                 Err(message) => {
-                    let failure = TaskFailure { kind: "invalid_output".into(), message, worker: None };
+                    let failure = TaskFailure {
+                        kind: "invalid_output".into(),
+                        message,
+                        worker: None,
+                    };
                     self.member_failed(task.node, task.spec.attempt, failure, fx);
                 }
             }
@@ -296,7 +342,9 @@ impl RunMachine {
     }
 
     fn task_failed(&mut self, key: TaskKey, failure: TaskFailure, fx: &mut Vec<Effect>) {
-        let Some(task) = self.take_task(key) else { return };
+        let Some(task) = self.take_task(key) else {
+            return;
+        };
         let node = self.graph().node(task.node);
         if task.spec.attempt < node.retry.max_attempts {
             let next_attempt = task.spec.attempt + 1;
@@ -312,7 +360,14 @@ impl RunMachine {
             let mut spec = task.spec.clone();
             spec.key = key;
             spec.attempt = next_attempt;
-            self.tasks.insert(key, TaskRef { spec, in_flight: false, ..task });
+            self.tasks.insert(
+                key,
+                TaskRef {
+                    spec,
+                    in_flight: false,
+                    ..task
+                },
+            );
             fx.push(Effect::ScheduleRetry { key, delay });
         } else if let Some(index) = task.item {
             self.item_step_done(task, index, Err(failure), fx);
@@ -328,9 +383,9 @@ impl RunMachine {
         let Some(id) = next else { return Ok(()) };
         match self.graph().node_index(id) {
             None => Err(format!("`_next` names unknown node '{id}'")),
-            Some(idx) if !self.plan.in_main_flow(idx) => {
-                Err(format!("`_next` names node '{id}', which belongs to a map branch"))
-            }
+            Some(idx) if !self.plan.in_main_flow(idx) => Err(format!(
+                "`_next` names node '{id}', which belongs to a map branch"
+            )),
             Some(_) => Ok(()),
         }
     }
@@ -355,7 +410,13 @@ impl RunMachine {
     }
 
     /// A member failed for good: take its fallback, or fail the wave.
-    pub(crate) fn member_failed(&mut self, node: NodeIdx, attempt: u32, failure: TaskFailure, fx: &mut Vec<Effect>) {
+    pub(crate) fn member_failed(
+        &mut self,
+        node: NodeIdx,
+        attempt: u32,
+        failure: TaskFailure,
+        fx: &mut Vec<Effect>,
+    ) {
         let error = RunError::ExecutionError {
             node: self.graph().node(node).id.clone(),
             attempt,
@@ -366,7 +427,12 @@ impl RunMachine {
         self.member_failed_with(node, error, fx);
     }
 
-    pub(crate) fn member_failed_with(&mut self, node: NodeIdx, error: RunError, fx: &mut Vec<Effect>) {
+    pub(crate) fn member_failed_with(
+        &mut self,
+        node: NodeIdx,
+        error: RunError,
+        fx: &mut Vec<Effect>,
+    ) {
         let fallback = self.plan.fallback_of(node);
         let id = self.graph().node(node).id.clone();
         fx.push(Effect::Emit(RunEvent::NodeFailed {
@@ -393,7 +459,12 @@ impl RunMachine {
     }
 
     fn cancel_all(&mut self, fx: &mut Vec<Effect>) {
-        let mut keys: Vec<TaskKey> = self.tasks.iter().filter(|(_, t)| t.in_flight).map(|(&k, _)| k).collect();
+        let mut keys: Vec<TaskKey> = self
+            .tasks
+            .iter()
+            .filter(|(_, t)| t.in_flight)
+            .map(|(&k, _)| k)
+            .collect();
         keys.sort_unstable();
         self.tasks.clear();
         self.queue.clear();
@@ -410,7 +481,12 @@ impl RunMachine {
         fx.push(Effect::Checkpoint);
     }
 
-    fn stop(&mut self, status: RunStatus, error: RunError, fx: &mut Vec<Effect>) -> Result<(), Rejected> {
+    fn stop(
+        &mut self,
+        status: RunStatus,
+        error: RunError,
+        fx: &mut Vec<Effect>,
+    ) -> Result<(), Rejected> {
         if self.status.is_terminal() {
             return Err(Rejected::Ended);
         }
@@ -443,25 +519,52 @@ impl RunMachine {
             NodeKind::Approval { prompt, .. } | NodeKind::Input { prompt, .. } => prompt.as_ref(),
             _ => None,
         };
-        let context = TemplateContext { state: Some(s0), ..Default::default() };
+        let context = TemplateContext {
+            state: Some(s0),
+            ..Default::default()
+        };
         prompt
             .and_then(|p| p.render(&context, Strictness::Lenient).ok())
             .unwrap_or_else(|| format!("{}?", self.graph().node(idx).id))
     }
 
-    fn answered(&mut self, node_id: &str, answer: HumanAnswer, fx: &mut Vec<Effect>) -> Result<(), Rejected> {
-        let idx = self.graph().node_index(node_id).ok_or_else(|| Rejected::NotWaiting(node_id.to_owned()))?;
+    fn answered(
+        &mut self,
+        node_id: &str,
+        answer: HumanAnswer,
+        fx: &mut Vec<Effect>,
+    ) -> Result<(), Rejected> {
+        let idx = self
+            .graph()
+            .node_index(node_id)
+            .ok_or_else(|| Rejected::NotWaiting(node_id.to_owned()))?;
         if self.nodes[idx] != NodeStatus::Waiting || self.status.is_terminal() {
             return Err(Rejected::NotWaiting(node_id.to_owned()));
         }
         let node = self.graph().node(idx).clone();
         let s0 = self.wave.as_ref().map(|w| w.s0.clone()).unwrap_or_default();
-        let bad = |reason: String| Rejected::BadAnswer { node: node_id.to_owned(), reason };
+        let bad = |reason: String| Rejected::BadAnswer {
+            node: node_id.to_owned(),
+            reason,
+        };
         let writes = answer_writes(&node, &answer).map_err(bad)?;
-        let output = NodeOutput { writes, next: None, output: Some(answer.value.clone()) };
-        let (writes, _) = finish_output(self.graph(), &node, &s0, &Map::new(), output, true).map_err(bad)?;
-        fx.push(Effect::Emit(RunEvent::InputReceived { node: node_id.to_owned() }));
-        self.set_member(idx, Member::Succeeded { changes: changed_fields(&s0, writes), next: None });
+        let output = NodeOutput {
+            writes,
+            next: None,
+            output: Some(answer.value.clone()),
+        };
+        let (writes, _) =
+            finish_output(self.graph(), &node, &s0, &Map::new(), output, true).map_err(bad)?;
+        fx.push(Effect::Emit(RunEvent::InputReceived {
+            node: node_id.to_owned(),
+        }));
+        self.set_member(
+            idx,
+            Member::Succeeded {
+                changes: changed_fields(&s0, writes),
+                next: None,
+            },
+        );
         if let Some(wave) = self.wave.as_mut() {
             wave.announced_waiting = false;
         }
@@ -482,7 +585,9 @@ impl RunMachine {
         }
         if self.steps >= self.graph().settings.max_steps {
             self.failed_wave = ready;
-            let error = RunError::StepLimitExceeded { max_steps: self.graph().settings.max_steps };
+            let error = RunError::StepLimitExceeded {
+                max_steps: self.graph().settings.max_steps,
+            };
             self.finish(RunStatus::Failed, Some(error), fx);
             return;
         }
@@ -490,7 +595,10 @@ impl RunMachine {
         let s0 = self.state.clone();
         fx.push(Effect::Emit(RunEvent::WaveStarted {
             step: self.steps,
-            nodes: ready.iter().map(|&i| self.graph().node(i).id.clone()).collect(),
+            nodes: ready
+                .iter()
+                .map(|&i| self.graph().node(i).id.clone())
+                .collect(),
         }));
         self.wave = Some(Wave {
             step: self.steps,
@@ -522,19 +630,34 @@ impl RunMachine {
         match &node.kind {
             NodeKind::Approval { .. } | NodeKind::Input { .. } => {
                 let prompt = match &node.kind {
-                    NodeKind::Approval { prompt, .. } | NodeKind::Input { prompt, .. } => prompt.clone(),
+                    NodeKind::Approval { prompt, .. } | NodeKind::Input { prompt, .. } => {
+                        prompt.clone()
+                    }
                     _ => None,
                 };
-                let context = TemplateContext { state: Some(s0), ..Default::default() };
+                let context = TemplateContext {
+                    state: Some(s0),
+                    ..Default::default()
+                };
                 if let Some(Err(message)) = prompt.map(|p| p.render(&context, Strictness::Strict)) {
-                    let failure = TaskFailure { kind: "template_error".into(), message, worker: None };
+                    let failure = TaskFailure {
+                        kind: "template_error".into(),
+                        message,
+                        worker: None,
+                    };
                     self.member_failed(idx, 1, failure, fx);
                     return;
                 }
                 self.set_member(idx, Member::Waiting);
             }
             NodeKind::End(_) => {
-                self.set_member(idx, Member::Succeeded { changes: Map::new(), next: None });
+                self.set_member(
+                    idx,
+                    Member::Succeeded {
+                        changes: Map::new(),
+                        next: None,
+                    },
+                );
             }
             NodeKind::Map(_) => match MapRun::start(&self.plan, idx, s0) {
                 Ok(map) => {
@@ -542,13 +665,21 @@ impl RunMachine {
                     self.pump_items(idx, fx);
                 }
                 Err(message) => {
-                    let failure = TaskFailure { kind: "map_error".into(), message, worker: None };
+                    let failure = TaskFailure {
+                        kind: "map_error".into(),
+                        message,
+                        worker: None,
+                    };
                     self.member_failed(idx, 1, failure, fx);
                 }
             },
             other => {
                 let message = format!("kind '{}' cannot run in this version of Weft", other.name());
-                let failure = TaskFailure { kind: "unsupported".into(), message, worker: None };
+                let failure = TaskFailure {
+                    kind: "unsupported".into(),
+                    message,
+                    worker: None,
+                };
                 self.member_failed(idx, 1, failure, fx);
             }
         }
@@ -581,7 +712,9 @@ impl RunMachine {
                         self.edges[e] = EdgeStatus::NotTaken;
                     }
                 }
-                fx.push(Effect::Emit(RunEvent::NodeSkipped { node: graph.node(idx).id.clone() }));
+                fx.push(Effect::Emit(RunEvent::NodeSkipped {
+                    node: graph.node(idx).id.clone(),
+                }));
             }
         }
         ready.into_iter().collect()
@@ -590,11 +723,17 @@ impl RunMachine {
     /// Merges once every member has finished; reports a pause when only
     /// human input is missing.
     pub(crate) fn maybe_finish_wave(&mut self, fx: &mut Vec<Effect>) {
-        let Some(wave) = self.wave.as_mut() else { return };
+        let Some(wave) = self.wave.as_mut() else {
+            return;
+        };
         if !matches!(wave.phase, Phase::Running) {
             return;
         }
-        if wave.slots.iter().any(|s| matches!(s, Member::Running | Member::Mapping(_))) {
+        if wave
+            .slots
+            .iter()
+            .any(|s| matches!(s, Member::Running | Member::Mapping(_)))
+        {
             return;
         }
         if wave.slots.iter().any(|s| matches!(s, Member::Waiting)) {
@@ -602,7 +741,11 @@ impl RunMachine {
                 wave.announced_waiting = true;
                 self.status = RunStatus::Waiting;
                 for (node, kind, prompt) in self.waiting() {
-                    fx.push(Effect::Emit(RunEvent::WaitingForInput { node, kind, prompt }));
+                    fx.push(Effect::Emit(RunEvent::WaitingForInput {
+                        node,
+                        kind,
+                        prompt,
+                    }));
                 }
                 fx.push(Effect::Checkpoint);
             }
@@ -612,7 +755,9 @@ impl RunMachine {
     }
 
     fn merge(&mut self, fx: &mut Vec<Effect>) {
-        let Some(wave) = self.wave.as_ref() else { return };
+        let Some(wave) = self.wave.as_ref() else {
+            return;
+        };
         let graph = self.plan.graph();
         let changes: Vec<(&str, &Map<String, Value>)> = wave
             .members
@@ -626,7 +771,10 @@ impl RunMachine {
         let outcome = match merge_wave(graph, &wave.s0, &changes) {
             Ok(outcome) => outcome,
             Err(MergeError::Conflict(conflict)) => {
-                let error = RunError::ConcurrentUpdateError { field: conflict.field, nodes: conflict.nodes };
+                let error = RunError::ConcurrentUpdateError {
+                    field: conflict.field,
+                    nodes: conflict.nodes,
+                };
                 self.fail_wave(error, fx);
                 return;
             }
@@ -657,11 +805,20 @@ impl RunMachine {
         }
     }
 
-    fn call_returned(&mut self, call: CallKey, result: Result<Value, String>, fx: &mut Vec<Effect>) {
-        let Some(wave) = self.wave.as_mut() else { return };
+    fn call_returned(
+        &mut self,
+        call: CallKey,
+        result: Result<Value, String>,
+        fx: &mut Vec<Effect>,
+    ) {
+        let Some(wave) = self.wave.as_mut() else {
+            return;
+        };
         match &mut wave.phase {
             Phase::Merging { outcome, pending } => {
-                let Some(field) = pending.remove(&call) else { return };
+                let Some(field) = pending.remove(&call) else {
+                    return;
+                };
                 match result {
                     Ok(value) => {
                         outcome.state.insert(field, value);
@@ -672,14 +829,20 @@ impl RunMachine {
                     }
                 }
                 if pending.is_empty() {
-                    let Phase::Merging { outcome, .. } = std::mem::replace(&mut wave.phase, Phase::Running) else {
+                    let Phase::Merging { outcome, .. } =
+                        std::mem::replace(&mut wave.phase, Phase::Running)
+                    else {
                         return;
                     };
                     self.route(outcome.state, outcome.changed, HashMap::new(), fx);
                 }
             }
-            Phase::Routing { pending, answers, .. } => {
-                let Some(query) = pending.remove(&call) else { return };
+            Phase::Routing {
+                pending, answers, ..
+            } => {
+                let Some(query) = pending.remove(&call) else {
+                    return;
+                };
                 match result {
                     Ok(value) => {
                         answers.insert(query, value);
@@ -692,8 +855,12 @@ impl RunMachine {
                     }
                 }
                 if pending.is_empty() {
-                    let Phase::Routing { merged, changed, answers, .. } =
-                        std::mem::replace(&mut wave.phase, Phase::Running)
+                    let Phase::Routing {
+                        merged,
+                        changed,
+                        answers,
+                        ..
+                    } = std::mem::replace(&mut wave.phase, Phase::Running)
                     else {
                         return;
                     };
@@ -716,8 +883,16 @@ impl RunMachine {
 
     /// Resolves every member's outgoing edges on the merged state, commits
     /// the merge, and moves on.
-    fn route(&mut self, merged: Map<String, Value>, changed: Vec<String>, answers: HashMap<Query, Value>, fx: &mut Vec<Effect>) {
-        let Some(wave) = self.wave.as_ref() else { return };
+    fn route(
+        &mut self,
+        merged: Map<String, Value>,
+        changed: Vec<String>,
+        answers: HashMap<Query, Value>,
+        fx: &mut Vec<Effect>,
+    ) {
+        let Some(wave) = self.wave.as_ref() else {
+            return;
+        };
         let merged: State = Arc::new(merged);
         let plan = self.plan.clone();
         let mut decisions = Vec::with_capacity(wave.members.len());
@@ -743,10 +918,19 @@ impl RunMachine {
                 let call = self.next_call;
                 self.next_call += 1;
                 pending.insert(call, query);
-                fx.push(Effect::CallPredicate { call, name: plan.query_function(query), state: merged.clone() });
+                fx.push(Effect::CallPredicate {
+                    call,
+                    name: plan.query_function(query),
+                    state: merged.clone(),
+                });
             }
             if let Some(wave) = self.wave.as_mut() {
-                wave.phase = Phase::Routing { merged, changed, pending, answers };
+                wave.phase = Phase::Routing {
+                    merged,
+                    changed,
+                    pending,
+                    answers,
+                };
             }
             return;
         }
@@ -754,28 +938,48 @@ impl RunMachine {
         // Commit: the wave's writes become the state.
         let wave = self.wave.take().expect("routing runs inside a wave");
         if !changed.is_empty() {
-            fx.push(Effect::Emit(RunEvent::StateChanged { step: wave.step, fields: changed }));
+            fx.push(Effect::Emit(RunEvent::StateChanged {
+                step: wave.step,
+                fields: changed,
+            }));
         }
         self.state = merged;
         fx.push(Effect::Checkpoint);
 
         let graph = plan.graph();
-        if let Some(end) = wave.members.iter().copied().find(|&i| matches!(graph.node(i).kind, NodeKind::End(_))) {
-            let NodeKind::End(config) = &graph.node(end).kind else { unreachable!() };
+        if let Some(end) = wave
+            .members
+            .iter()
+            .copied()
+            .find(|&i| matches!(graph.node(i).kind, NodeKind::End(_)))
+        {
+            let NodeKind::End(config) = &graph.node(end).kind else {
+                unreachable!()
+            };
             let error = config.failed.then(|| RunError::EndFailed {
                 node: graph.node(end).id.clone(),
                 message: config.message.clone(),
             });
-            let status = if config.failed { RunStatus::Failed } else { RunStatus::Completed };
+            let status = if config.failed {
+                RunStatus::Failed
+            } else {
+                RunStatus::Completed
+            };
             self.finish(status, error, fx);
             return;
         }
         let mut heads = Vec::new();
         for (idx, decision) in decisions {
-            let Decision::Resolved { taken, loops, jump } = decision else { continue };
+            let Decision::Resolved { taken, loops, jump } = decision else {
+                continue;
+            };
             for &e in graph.out_edges(idx) {
                 if graph.edges[e].is_forward() {
-                    self.edges[e] = if taken.contains(&e) { EdgeStatus::Taken } else { EdgeStatus::NotTaken };
+                    self.edges[e] = if taken.contains(&e) {
+                        EdgeStatus::Taken
+                    } else {
+                        EdgeStatus::NotTaken
+                    };
                 }
             }
             for head in loops {
@@ -832,13 +1036,27 @@ impl RunMachine {
         loop {
             let Some(run) = self.map_mut(map) else { return };
             match run.next_step(&plan) {
-                ItemStep::Dispatch { node, item, state, scope } => self.launch(node, 1, Some(item), state, scope, fx),
+                ItemStep::Dispatch {
+                    node,
+                    item,
+                    state,
+                    scope,
+                } => self.launch(node, 1, Some(item), state, scope, fx),
                 ItemStep::Idle => return,
                 ItemStep::Finished(changes) => {
                     let id = plan.graph().node(map).id.clone();
-                    fx.push(Effect::Emit(RunEvent::NodeFinished { node: id, item: None }));
+                    fx.push(Effect::Emit(RunEvent::NodeFinished {
+                        node: id,
+                        item: None,
+                    }));
                     let s0 = self.wave.as_ref().map(|w| w.s0.clone()).unwrap_or_default();
-                    self.set_member(map, Member::Succeeded { changes: changed_fields(&s0, changes), next: None });
+                    self.set_member(
+                        map,
+                        Member::Succeeded {
+                            changes: changed_fields(&s0, changes),
+                            next: None,
+                        },
+                    );
                     return;
                 }
                 ItemStep::Failed(error) => {
@@ -872,10 +1090,20 @@ impl RunMachine {
         }
     }
 
-    fn item_step_done(&mut self, task: TaskRef, index: usize, result: Result<NodeOutput, TaskFailure>, fx: &mut Vec<Effect>) {
+    fn item_step_done(
+        &mut self,
+        task: TaskRef,
+        index: usize,
+        result: Result<NodeOutput, TaskFailure>,
+        fx: &mut Vec<Effect>,
+    ) {
         let plan = self.plan.clone();
-        let Some(item) = task.spec.item.clone() else { return };
-        let Some(map) = plan.graph().node_index(&item.map) else { return };
+        let Some(item) = task.spec.item.clone() else {
+            return;
+        };
+        let Some(map) = plan.graph().node_index(&item.map) else {
+            return;
+        };
         let Some(run) = self.map_mut(map) else { return };
         let event = run.step_done(&plan, index, task.node, result);
         for e in event {
@@ -884,4 +1112,3 @@ impl RunMachine {
         self.pump_items(map, fx);
     }
 }
-

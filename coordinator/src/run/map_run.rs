@@ -15,7 +15,10 @@ use super::events::{ItemRef, NodeOutput, RunError, RunEvent, State, TaskFailure}
 use super::output::finish_output;
 use super::plan::RunPlan;
 use super::routing::{Decision, decide};
-use crate::graph::{ConcurrencyLimit, ListSource, MapConfig, NodeIdx, NodeKind, Strictness, TemplateContext, json_type_name};
+use crate::graph::{
+    ConcurrencyLimit, ListSource, MapConfig, NodeIdx, NodeKind, Strictness, TemplateContext,
+    json_type_name,
+};
 
 /// What the map wants next.
 #[derive(Debug)]
@@ -75,19 +78,27 @@ impl MapRun {
             return Err(format!("node '{}' is not a map", node.id));
         };
         let empty = Map::new();
-        let context = TemplateContext { state: Some(s0), ..Default::default() };
+        let context = TemplateContext {
+            state: Some(s0),
+            ..Default::default()
+        };
         let list = match &config.over {
             ListSource::Template(template) => template.evaluate(&context, Strictness::Strict)?,
             ListSource::Cel(expr) => expr.evaluate(s0, &empty)?,
         };
         let Value::Array(items) = list else {
-            return Err(format!("`over` resolved to {}, expected a JSON array", json_type_name(&list)));
+            return Err(format!(
+                "`over` resolved to {}, expected a JSON array",
+                json_type_name(&list)
+            ));
         };
         let limit = match &config.max_concurrency {
             None => plan.graph().settings.max_concurrency as usize,
             Some(ConcurrencyLimit::Fixed(n)) => *n as usize,
             Some(ConcurrencyLimit::Template(template)) => {
-                let value = template.evaluate(&context, Strictness::Strict).unwrap_or(Value::Null);
+                let value = template
+                    .evaluate(&context, Strictness::Strict)
+                    .unwrap_or(Value::Null);
                 positive_integer(&value).ok_or_else(|| {
                     format!(
                         "max_concurrency '{}' resolved to {value}; expected a positive integer",
@@ -143,7 +154,11 @@ impl MapRun {
                 continue;
             }
             if self.done == self.items.len() {
-                let results = self.results.iter_mut().map(|r| r.take().unwrap_or(Value::Null)).collect();
+                let results = self
+                    .results
+                    .iter_mut()
+                    .map(|r| r.take().unwrap_or(Value::Null))
+                    .collect();
                 let mut writes = Map::new();
                 writes.insert(self.config.collect_into.clone(), Value::Array(results));
                 return ItemStep::Finished(writes);
@@ -187,7 +202,11 @@ impl MapRun {
         }
         Some(ItemStep::Dispatch {
             node: run.at,
-            item: ItemRef { map: self.id.clone(), index, step: run.step },
+            item: ItemRef {
+                map: self.id.clone(),
+                index,
+                step: run.step,
+            },
             state: run.fork.clone(),
             scope: run.scope.clone(),
         })
@@ -195,7 +214,13 @@ impl MapRun {
 
     fn fail_item(&mut self, index: usize, node: String, step: u32, message: String) {
         if self.failed.is_none() {
-            self.failed = Some(RunError::MapItemError { map: self.id.clone(), index, node, step, message });
+            self.failed = Some(RunError::MapItemError {
+                map: self.id.clone(),
+                index,
+                node,
+                step,
+                message,
+            });
         }
         self.runs[index] = None;
     }
@@ -211,12 +236,16 @@ impl MapRun {
         let graph = plan.graph();
         let node_id = graph.node(node).id.clone();
         let mut events = Vec::new();
-        let Some(run) = self.runs[index].as_mut() else { return events };
+        let Some(run) = self.runs[index].as_mut() else {
+            return events;
+        };
         let step = run.step;
         let output = match result {
             Ok(output) => output,
             Err(failure) => {
-                let fallback = plan.fallback_of(node).filter(|&f| plan.branch_members(self.map)[f]);
+                let fallback = plan
+                    .fallback_of(node)
+                    .filter(|&f| plan.branch_members(self.map)[f]);
                 events.push(RunEvent::NodeFailed {
                     node: node_id.clone(),
                     item: Some(index),
@@ -234,7 +263,14 @@ impl MapRun {
                 return events;
             }
         };
-        let finished = finish_output(graph, graph.node(node), &run.fork, &run.scope, output, false);
+        let finished = finish_output(
+            graph,
+            graph.node(node),
+            &run.fork,
+            &run.scope,
+            output,
+            false,
+        );
         let (writes, next) = match finished {
             Ok(done) => done,
             Err(message) => {
@@ -244,7 +280,10 @@ impl MapRun {
         };
         let fork = Arc::make_mut(&mut run.fork);
         fork.extend(writes);
-        events.push(RunEvent::NodeFinished { node: node_id.clone(), item: Some(index) });
+        events.push(RunEvent::NodeFinished {
+            node: node_id.clone(),
+            item: Some(index),
+        });
         match self.chain_next(plan, node, next.as_deref(), index) {
             Ok(Some(target)) => {
                 let run = self.runs[index].as_mut().expect("item is running");
@@ -260,11 +299,19 @@ impl MapRun {
 
     /// Where item `index`'s chain goes after `node`: `_next`, then the
     /// router, then edges. `None` ends the chain.
-    fn chain_next(&self, plan: &RunPlan, node: NodeIdx, next: Option<&str>, index: usize) -> Result<Option<NodeIdx>, String> {
+    fn chain_next(
+        &self,
+        plan: &RunPlan,
+        node: NodeIdx,
+        next: Option<&str>,
+        index: usize,
+    ) -> Result<Option<NodeIdx>, String> {
         let graph = plan.graph();
         let members = plan.branch_members(self.map);
         if let Some(id) = next {
-            let target = graph.node_index(id).ok_or_else(|| format!("`_next` names unknown node '{id}'"))?;
+            let target = graph
+                .node_index(id)
+                .ok_or_else(|| format!("`_next` names unknown node '{id}'"))?;
             if !members[target] {
                 let entry = self.config.branch.map_or("", |b| graph.node(b).id.as_str());
                 let mut names: Vec<&str> = (0..members.len())
@@ -281,11 +328,24 @@ impl MapRun {
             return Ok(Some(target));
         }
         let run = self.runs[index].as_ref().expect("item is running");
-        let decision = decide(plan, node, None, false, &run.fork, &run.scope, &HashMap::new())?;
+        let decision = decide(
+            plan,
+            node,
+            None,
+            false,
+            &run.fork,
+            &run.scope,
+            &HashMap::new(),
+        )?;
         let Decision::Resolved { taken, .. } = decision else {
-            return Err("`fn:` conditions and routers are not supported inside a map branch yet".into());
+            return Err(
+                "`fn:` conditions and routers are not supported inside a map branch yet".into(),
+            );
         };
-        let mut targets: Vec<NodeIdx> = taken.iter().filter_map(|&e| graph.edges[e].to.node()).collect();
+        let mut targets: Vec<NodeIdx> = taken
+            .iter()
+            .filter_map(|&e| graph.edges[e].to.node())
+            .collect();
         targets.dedup();
         match targets.as_slice() {
             [] => Ok(None),
@@ -293,7 +353,10 @@ impl MapRun {
             many => Err(format!(
                 "routing took {} edges at once ({}); a map branch chain cannot fan out",
                 many.len(),
-                many.iter().map(|&t| graph.node(t).id.as_str()).collect::<Vec<_>>().join(", ")
+                many.iter()
+                    .map(|&t| graph.node(t).id.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
             )),
         }
     }
@@ -328,7 +391,11 @@ impl MapRun {
 /// A positive integer from a number or a numeric string.
 fn positive_integer(value: &Value) -> Option<usize> {
     let n = match value {
-        Value::Number(n) => n.as_u64().or_else(|| n.as_f64().filter(|f| f.fract() == 0.0 && *f >= 0.0).map(|f| f as u64))?,
+        Value::Number(n) => n.as_u64().or_else(|| {
+            n.as_f64()
+                .filter(|f| f.fract() == 0.0 && *f >= 0.0)
+                .map(|f| f as u64)
+        })?,
         Value::String(s) => s.trim().parse::<u64>().ok()?,
         _ => return None,
     };

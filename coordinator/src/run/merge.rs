@@ -92,9 +92,11 @@ pub fn merge_wave(
                 branch_values,
             }),
             builtin => {
-                let merged = reduce(builtin, &s0_value, &branch_values).map_err(|message| MergeError::Reducer {
-                    field: (*field).to_owned(),
-                    message,
+                let merged = reduce(builtin, &s0_value, &branch_values).map_err(|message| {
+                    MergeError::Reducer {
+                        field: (*field).to_owned(),
+                        message,
+                    }
                 })?;
                 state.insert((*field).to_owned(), merged);
             }
@@ -138,7 +140,10 @@ fn as_array<'a>(reducer: &str, value: &'a Value) -> Result<&'a [Value], String> 
     match value {
         Value::Array(items) => Ok(items),
         Value::Null => Ok(&[]),
-        other => Err(format!("reducer {reducer} needs arrays, got {}", json_type_name(other))),
+        other => Err(format!(
+            "reducer {reducer} needs arrays, got {}",
+            json_type_name(other)
+        )),
     }
 }
 
@@ -147,7 +152,11 @@ fn concat(s0: &Value, branches: &[Value]) -> Result<Value, String> {
     let mut merged = base.to_vec();
     for branch in branches {
         let items = as_array("concat", branch)?;
-        let additions = if items.starts_with(base) { &items[base.len()..] } else { items };
+        let additions = if items.starts_with(base) {
+            &items[base.len()..]
+        } else {
+            items
+        };
         merged.extend_from_slice(additions);
     }
     Ok(Value::Array(merged))
@@ -170,12 +179,20 @@ fn merge_objects(s0: &Value, branches: &[Value]) -> Result<Value, String> {
     let base = match s0 {
         Value::Object(map) => map,
         Value::Null => &empty,
-        other => return Err(format!("reducer merge needs objects, got {}", json_type_name(other))),
+        other => {
+            return Err(format!(
+                "reducer merge needs objects, got {}",
+                json_type_name(other)
+            ));
+        }
     };
     let mut merged = base.clone();
     for branch in branches {
         let Value::Object(map) = branch else {
-            return Err(format!("reducer merge needs objects, got {}", json_type_name(branch)));
+            return Err(format!(
+                "reducer merge needs objects, got {}",
+                json_type_name(branch)
+            ));
         };
         for (key, value) in map {
             if base.get(key) != Some(value) {
@@ -190,7 +207,10 @@ fn number(reducer: &str, value: &Value) -> Result<Option<Number>, String> {
     match value {
         Value::Number(n) => Ok(Some(n.clone())),
         Value::Null => Ok(None),
-        other => Err(format!("reducer {reducer} needs numbers, got {}", json_type_name(other))),
+        other => Err(format!(
+            "reducer {reducer} needs numbers, got {}",
+            json_type_name(other)
+        )),
     }
 }
 
@@ -206,19 +226,32 @@ fn add(s0: &Value, branches: &[Value]) -> Result<Value, String> {
         let mut total = base;
         for n in &all {
             let delta = n.as_i64().unwrap_or(0).checked_sub(base);
-            total = delta.and_then(|d| total.checked_add(d)).ok_or("reducer add overflowed")?;
+            total = delta
+                .and_then(|d| total.checked_add(d))
+                .ok_or("reducer add overflowed")?;
         }
         return Ok(Value::from(total));
     }
     let base = base.and_then(|n| n.as_f64()).unwrap_or(0.0);
-    let total = all.iter().fold(base, |acc, n| acc + (n.as_f64().unwrap_or(0.0) - base));
-    Number::from_f64(total).map(Value::Number).ok_or_else(|| "reducer add produced a non-finite number".into())
+    let total = all
+        .iter()
+        .fold(base, |acc, n| acc + (n.as_f64().unwrap_or(0.0) - base));
+    Number::from_f64(total)
+        .map(Value::Number)
+        .ok_or_else(|| "reducer add produced a non-finite number".into())
 }
 
-fn extreme(s0: &Value, branches: &[Value], name: &str, better: fn(f64, f64) -> bool) -> Result<Value, String> {
+fn extreme(
+    s0: &Value,
+    branches: &[Value],
+    name: &str,
+    better: fn(f64, f64) -> bool,
+) -> Result<Value, String> {
     let mut best: Option<(f64, Value)> = None;
     for value in std::iter::once(s0).chain(branches) {
-        let Some(n) = number(name, value)? else { continue };
+        let Some(n) = number(name, value)? else {
+            continue;
+        };
         let f = n.as_f64().unwrap_or(0.0);
         if best.as_ref().is_none_or(|(b, _)| better(f, *b)) {
             best = Some((f, value.clone()));
@@ -245,10 +278,20 @@ mod tests {
 
     #[test]
     fn concat_appends_each_branch_addition() {
-        let merged = reduce(&Reducer::Concat, &json!(["x"]), &[json!(["x", "a"]), json!(["x", "b", "c"])]).unwrap();
+        let merged = reduce(
+            &Reducer::Concat,
+            &json!(["x"]),
+            &[json!(["x", "a"]), json!(["x", "b", "c"])],
+        )
+        .unwrap();
         assert_eq!(merged, json!(["x", "a", "b", "c"]));
         // A branch that rewrote the list contributes all of it.
-        let merged = reduce(&Reducer::Concat, &json!(["x"]), &[json!(["y"]), json!(["x", "z"])]).unwrap();
+        let merged = reduce(
+            &Reducer::Concat,
+            &json!(["x"]),
+            &[json!(["y"]), json!(["x", "z"])],
+        )
+        .unwrap();
         assert_eq!(merged, json!(["x", "y", "z"]));
         assert!(reduce(&Reducer::Concat, &json!([]), &[json!("s"), json!([1])]).is_err());
     }
@@ -258,7 +301,10 @@ mod tests {
         let merged = reduce(
             &Reducer::Merge,
             &json!({"k": 0, "keep": 1}),
-            &[json!({"k": 1, "keep": 1, "a": 1}), json!({"k": 2, "keep": 1, "b": 2})],
+            &[
+                json!({"k": 1, "keep": 1, "a": 1}),
+                json!({"k": 2, "keep": 1, "b": 2}),
+            ],
         )
         .unwrap();
         assert_eq!(merged, json!({"k": 2, "keep": 1, "a": 1, "b": 2}));
@@ -266,22 +312,45 @@ mod tests {
 
     #[test]
     fn add_sums_deltas() {
-        assert_eq!(reduce(&Reducer::Add, &json!(10), &[json!(11), json!(15)]).unwrap(), json!(16));
-        assert_eq!(reduce(&Reducer::Add, &json!(1.5), &[json!(2.0), json!(2.5)]).unwrap(), json!(3.0));
-        assert_eq!(reduce(&Reducer::Add, &json!(null), &[json!(1), json!(2)]).unwrap(), json!(3));
+        assert_eq!(
+            reduce(&Reducer::Add, &json!(10), &[json!(11), json!(15)]).unwrap(),
+            json!(16)
+        );
+        assert_eq!(
+            reduce(&Reducer::Add, &json!(1.5), &[json!(2.0), json!(2.5)]).unwrap(),
+            json!(3.0)
+        );
+        assert_eq!(
+            reduce(&Reducer::Add, &json!(null), &[json!(1), json!(2)]).unwrap(),
+            json!(3)
+        );
     }
 
     #[test]
     fn union_keeps_first_seen_order() {
-        let merged = reduce(&Reducer::Union, &json!([1, 2]), &[json!([2, 3]), json!([4, 1, 3])]).unwrap();
+        let merged = reduce(
+            &Reducer::Union,
+            &json!([1, 2]),
+            &[json!([2, 3]), json!([4, 1, 3])],
+        )
+        .unwrap();
         assert_eq!(merged, json!([1, 2, 3, 4]));
     }
 
     #[test]
     fn min_and_max_include_s0() {
-        assert_eq!(reduce(&Reducer::Min, &json!(5), &[json!(7), json!(3)]).unwrap(), json!(3));
-        assert_eq!(reduce(&Reducer::Max, &json!(5), &[json!(7), json!(3)]).unwrap(), json!(7));
-        assert_eq!(reduce(&Reducer::Max, &json!(9), &[json!(7), json!(3)]).unwrap(), json!(9));
+        assert_eq!(
+            reduce(&Reducer::Min, &json!(5), &[json!(7), json!(3)]).unwrap(),
+            json!(3)
+        );
+        assert_eq!(
+            reduce(&Reducer::Max, &json!(5), &[json!(7), json!(3)]).unwrap(),
+            json!(7)
+        );
+        assert_eq!(
+            reduce(&Reducer::Max, &json!(9), &[json!(7), json!(3)]).unwrap(),
+            json!(9)
+        );
         assert!(reduce(&Reducer::Min, &json!(1), &[json!("a")]).is_err());
     }
 }

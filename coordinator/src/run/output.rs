@@ -21,7 +21,11 @@ pub fn finish_output(
     output: NodeOutput,
     strict: bool,
 ) -> Result<(Map<String, Value>, Option<String>), String> {
-    let NodeOutput { mut writes, next, output } = output;
+    let NodeOutput {
+        mut writes,
+        next,
+        output,
+    } = output;
     if !node.state_updates.is_empty() {
         let mut seen = view.clone();
         for (field, value) in &writes {
@@ -49,7 +53,11 @@ pub fn finish_output(
 
 /// Checks written values against declared types, and (when `strict`) that
 /// every written field is declared.
-pub fn check_writes(graph: &Graph, writes: &Map<String, Value>, strict: bool) -> Result<(), String> {
+pub fn check_writes(
+    graph: &Graph,
+    writes: &Map<String, Value>,
+    strict: bool,
+) -> Result<(), String> {
     for (field, value) in writes {
         match graph.field(field) {
             Some(decl) if !decl.ty.admits(value) => {
@@ -71,7 +79,10 @@ pub fn check_writes(graph: &Graph, writes: &Map<String, Value>, strict: bool) ->
 }
 
 /// The run's first state: declared defaults, then the caller's input.
-pub fn initial_state(graph: &Graph, input: Map<String, Value>) -> Result<Map<String, Value>, String> {
+pub fn initial_state(
+    graph: &Graph,
+    input: Map<String, Value>,
+) -> Result<Map<String, Value>, String> {
     let mut state: Map<String, Value> = graph
         .fields
         .iter()
@@ -89,21 +100,47 @@ pub fn answer_writes(node: &Node, answer: &HumanAnswer) -> Result<Map<String, Va
         NodeKind::Approval { output_key, .. } => {
             let approved = match &answer.value {
                 Value::Bool(b) => *b,
-                Value::String(s) if matches!(s.to_ascii_lowercase().as_str(), "approve" | "approved" | "yes" | "y") => true,
-                Value::String(s) if matches!(s.to_ascii_lowercase().as_str(), "reject" | "rejected" | "no" | "n") => false,
-                other => return Err(format!("an approval takes `approve` or `reject`, got {other}")),
+                Value::String(s)
+                    if matches!(
+                        s.to_ascii_lowercase().as_str(),
+                        "approve" | "approved" | "yes" | "y"
+                    ) =>
+                {
+                    true
+                }
+                Value::String(s)
+                    if matches!(
+                        s.to_ascii_lowercase().as_str(),
+                        "reject" | "rejected" | "no" | "n"
+                    ) =>
+                {
+                    false
+                }
+                other => {
+                    return Err(format!(
+                        "an approval takes `approve` or `reject`, got {other}"
+                    ));
+                }
             };
             writes.insert(output_key.clone(), Value::Bool(approved));
             if let Some(comment) = &answer.comment {
-                writes.insert(format!("{output_key}_comment"), Value::String(comment.clone()));
+                writes.insert(
+                    format!("{output_key}_comment"),
+                    Value::String(comment.clone()),
+                );
             }
         }
-        NodeKind::Input { output_key, schema, .. } => {
+        NodeKind::Input {
+            output_key, schema, ..
+        } => {
             if let Some(schema) = schema {
-                let validator = jsonschema::validator_for(schema)
-                    .map_err(|error| format!("the node's schema is not valid JSON Schema: {error}"))?;
+                let validator = jsonschema::validator_for(schema).map_err(|error| {
+                    format!("the node's schema is not valid JSON Schema: {error}")
+                })?;
                 if let Some(error) = validator.iter_errors(&answer.value).next() {
-                    return Err(format!("the answer does not match the node's schema: {error}"));
+                    return Err(format!(
+                        "the answer does not match the node's schema: {error}"
+                    ));
                 }
             }
             writes.insert(output_key.clone(), answer.value.clone());

@@ -48,7 +48,13 @@ impl RunPlan {
                     .and_then(|e| e.to.node())
             })
             .collect();
-        Arc::new(Self { graph, flow, order, branches, fallback })
+        Arc::new(Self {
+            graph,
+            flow,
+            order,
+            branches,
+            fallback,
+        })
     }
 
     /// The graph.

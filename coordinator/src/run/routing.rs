@@ -50,11 +50,21 @@ pub fn decide(
     let mut taken = Vec::new();
     let mut loops = Vec::new();
     if fell_back {
-        taken.extend(out.iter().copied().filter(|&e| matches!(graph.edges[e].guard, Guard::Fallback)));
-        return Ok(Decision::Resolved { taken, loops, jump: None });
+        taken.extend(
+            out.iter()
+                .copied()
+                .filter(|&e| matches!(graph.edges[e].guard, Guard::Fallback)),
+        );
+        return Ok(Decision::Resolved {
+            taken,
+            loops,
+            jump: None,
+        });
     }
     if let Some(id) = next {
-        let target = graph.node_index(id).ok_or_else(|| format!("`_next` names unknown node '{id}'"))?;
+        let target = graph
+            .node_index(id)
+            .ok_or_else(|| format!("`_next` names unknown node '{id}'"))?;
         for &e in out {
             let edge = &graph.edges[e];
             if edge.to == Target::Node(target) && !matches!(edge.guard, Guard::Fallback) {
@@ -127,7 +137,11 @@ pub fn decide(
     if !missing.is_empty() {
         return Ok(Decision::NeedsCalls(missing));
     }
-    Ok(Decision::Resolved { taken, loops, jump: None })
+    Ok(Decision::Resolved {
+        taken,
+        loops,
+        jump: None,
+    })
 }
 
 /// A router's result: one key, or a list of keys (a fan-out).
@@ -140,9 +154,13 @@ fn router_keys(value: &Value) -> Result<Vec<String>, String> {
             .iter()
             .map(|item| match item {
                 Value::String(key) => Ok(key.clone()),
-                other => Err(format!("router returned a list holding {other}; keys are strings")),
+                other => Err(format!(
+                    "router returned a list holding {other}; keys are strings"
+                )),
             })
             .collect(),
-        other => Err(format!("router returned {other}; expected a key or a list of keys")),
+        other => Err(format!(
+            "router returned {other}; expected a key or a list of keys"
+        )),
     }
 }

@@ -35,7 +35,12 @@ fn results_are_collected_in_input_order_whatever_order_items_finish() {
             .order(order)
             .on("double", double())
             .on("total", |state, _, _| {
-                let sum: i64 = state["results"].as_array().unwrap().iter().map(|v| v.as_i64().unwrap()).sum();
+                let sum: i64 = state["results"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|v| v.as_i64().unwrap())
+                    .sum();
                 Ok(json!({"sum": sum}))
             })
             .run();
@@ -52,7 +57,9 @@ fn results_are_collected_in_input_order_whatever_order_items_finish() {
 
 #[test]
 fn empty_list_collects_an_empty_array_and_runs_nothing() {
-    let h = Harness::new(DOUBLE, json!({"items": []})).on("total", noop()).run();
+    let h = Harness::new(DOUBLE, json!({"items": []}))
+        .on("total", noop())
+        .run();
     assert_eq!(h.status(), RunStatus::Completed);
     assert_eq!(h.state()["results"], json!([]));
     assert_eq!(h.runs_of("double"), 0);
@@ -62,7 +69,12 @@ fn empty_list_collects_an_empty_array_and_runs_nothing() {
 fn over_must_resolve_to_an_array() {
     let h = Harness::new(DOUBLE, json!({"items": "abc"})).run();
     assert_eq!(h.status(), RunStatus::Failed);
-    assert!(h.error_text().contains("`over` resolved to string, expected a JSON array"), "{}", h.error_text());
+    assert!(
+        h.error_text()
+            .contains("`over` resolved to string, expected a JSON array"),
+        "{}",
+        h.error_text()
+    );
 }
 
 #[test]
@@ -83,7 +95,11 @@ nodes:
     // it is never collected as if the item produced it.
     let h = Harness::new(yaml, json!({"subjects": ["a", "b"], "finding": "stale"}))
         .on("research_subject", |_, scope, _| {
-            if scope["subject"] == json!("b") { Ok(json!({"notes": "x"})) } else { Ok(json!({"finding": "ok"})) }
+            if scope["subject"] == json!("b") {
+                Ok(json!({"notes": "x"}))
+            } else {
+                Ok(json!({"finding": "ok"}))
+            }
         })
         .run();
     assert_eq!(h.status(), RunStatus::Failed);
@@ -140,26 +156,48 @@ fn next_retry_loop_runs_per_item_and_discards_fork_scratch() {
     assert_eq!(h.status(), RunStatus::Completed, "{}", h.error_text());
     assert_eq!(
         h.state()["file_verdicts"],
-        json!(["review of a.rs ()", "review of b.rs (be specific)", "review of c.rs ()"])
+        json!([
+            "review of a.rs ()",
+            "review of b.rs (be specific)",
+            "review of c.rs ()"
+        ])
     );
     assert_eq!(h.runs_of("review_file"), 4);
     // Fork-local scratch never reaches the parent.
-    for scratch in ["draft", "pass", "feedback", "retry_count", "verdict", "file"] {
-        assert!(h.state().get(scratch).is_none(), "{scratch} leaked into the parent state");
+    for scratch in [
+        "draft",
+        "pass",
+        "feedback",
+        "retry_count",
+        "verdict",
+        "file",
+    ] {
+        assert!(
+            h.state().get(scratch).is_none(),
+            "{scratch} leaked into the parent state"
+        );
     }
     assert_eq!(h.state()["retry_feedback"], json!(""));
     assert_eq!(h.max_items_in_flight, 2);
-    let steps: Vec<u32> = h.dispatched.iter().filter(|s| s.item.as_ref().is_some_and(|i| i.index == 1)).map(|s| s.item.as_ref().unwrap().step).collect();
+    let steps: Vec<u32> = h
+        .dispatched
+        .iter()
+        .filter(|s| s.item.as_ref().is_some_and(|i| i.index == 1))
+        .map(|s| s.item.as_ref().unwrap().step)
+        .collect();
     assert_eq!(steps, [1, 2, 3, 4, 5, 6]);
 }
 
 #[test]
 fn per_item_visit_bound_fails_the_item_naming_node_and_count() {
-    let h = Harness::new(REVIEW_EACH, json!({"files": ["a.rs"], "review_budget": 1, "retry_feedback": ""}))
-        .on("review_file", write("draft", json!("d")))
-        .on("check_review", write("pass", json!(false)))
-        .on("check_gate", |_, _, _| Ok(json!({"_next": "review_file"})))
-        .run();
+    let h = Harness::new(
+        REVIEW_EACH,
+        json!({"files": ["a.rs"], "review_budget": 1, "retry_feedback": ""}),
+    )
+    .on("review_file", write("draft", json!("d")))
+    .on("check_review", write("pass", json!(false)))
+    .on("check_gate", |_, _, _| Ok(json!({"_next": "review_file"})))
+    .run();
     assert_eq!(h.status(), RunStatus::Failed);
     assert_eq!(
         h.error_text(),
@@ -170,13 +208,22 @@ fn per_item_visit_bound_fails_the_item_naming_node_and_count() {
 
 #[test]
 fn failing_item_fails_the_map_with_its_chain_position_and_cancels_the_rest() {
-    let h = Harness::new(REVIEW_EACH, json!({"files": ["a.rs", "b.rs", "c.rs"], "review_budget": 3, "retry_feedback": ""}))
-        .on("review_file", write("draft", json!("d")))
-        .on("check_review", |state, _, _| {
-            if state["file"] == json!("c.rs") { Err("model refused".into()) } else { Ok(json!({"pass": true})) }
-        })
-        .on("check_gate", |state, _, _| Ok(json!({"verdict": state["draft"]})))
-        .run();
+    let h = Harness::new(
+        REVIEW_EACH,
+        json!({"files": ["a.rs", "b.rs", "c.rs"], "review_budget": 3, "retry_feedback": ""}),
+    )
+    .on("review_file", write("draft", json!("d")))
+    .on("check_review", |state, _, _| {
+        if state["file"] == json!("c.rs") {
+            Err("model refused".into())
+        } else {
+            Ok(json!({"pass": true}))
+        }
+    })
+    .on("check_gate", |state, _, _| {
+        Ok(json!({"verdict": state["draft"]}))
+    })
+    .run();
     assert_eq!(h.status(), RunStatus::Failed);
     assert_eq!(
         h.error_text(),
@@ -199,10 +246,22 @@ fn fail_fast_cancels_items_still_in_flight() {
         })
         .collect();
     assert_eq!(specs.len(), 4);
-    let failure = TaskFailure { kind: "handler_error".into(), message: "bad".into(), worker: None };
-    let effects = machine.apply(Input::TaskFailed { key: specs[1].key, failure }).unwrap();
+    let failure = TaskFailure {
+        kind: "handler_error".into(),
+        message: "bad".into(),
+        worker: None,
+    };
+    let effects = machine
+        .apply(Input::TaskFailed {
+            key: specs[1].key,
+            failure,
+        })
+        .unwrap();
     let others: Vec<TaskKey> = [0, 2, 3].iter().map(|&i| specs[i].key).collect();
-    assert!(effects.contains(&Effect::CancelTasks(others)), "{effects:?}");
+    assert!(
+        effects.contains(&Effect::CancelTasks(others)),
+        "{effects:?}"
+    );
     assert_eq!(machine.status(), RunStatus::Failed);
 }
 
@@ -223,7 +282,11 @@ fn next_outside_the_branch_fails_with_the_seed_text() {
 
 #[test]
 fn bad_concurrency_template_fails_the_map_naming_template_and_value() {
-    let h = Harness::new(REVIEW_EACH, json!({"files": ["a.rs"], "review_budget": "high"})).run();
+    let h = Harness::new(
+        REVIEW_EACH,
+        json!({"files": ["a.rs"], "review_budget": "high"}),
+    )
+    .run();
     assert_eq!(h.status(), RunStatus::Failed);
     assert!(
         h.error_text().contains("max_concurrency '{{ review_budget }}' resolved to \"high\"; expected a positive integer"),
@@ -231,7 +294,11 @@ fn bad_concurrency_template_fails_the_map_naming_template_and_value() {
         h.error_text()
     );
     let h = Harness::new(REVIEW_EACH, json!({"files": ["a.rs"], "review_budget": 0})).run();
-    assert!(h.error_text().contains("resolved to 0"), "{}", h.error_text());
+    assert!(
+        h.error_text().contains("resolved to 0"),
+        "{}",
+        h.error_text()
+    );
 }
 
 #[test]
@@ -244,9 +311,15 @@ nodes:
 "#;
     let h = Harness::new(yaml, json!({"urls": ["ok", "down", "ok2"]}))
         .on("fetch", |_, scope, _| {
-            if scope["url"] == json!("down") { Err("503".into()) } else { Ok(json!({"page": scope["url"]})) }
+            if scope["url"] == json!("down") {
+                Err("503".into())
+            } else {
+                Ok(json!({"page": scope["url"]}))
+            }
         })
-        .on("offline", |_, scope, _| Ok(json!({"page": format!("cached {}", scope["url"].as_str().unwrap())})))
+        .on("offline", |_, scope, _| {
+            Ok(json!({"page": format!("cached {}", scope["url"].as_str().unwrap())}))
+        })
         .run();
     assert_eq!(h.status(), RunStatus::Completed, "{}", h.error_text());
     assert_eq!(h.state()["pages"], json!(["ok", "cached down", "ok2"]));
@@ -261,7 +334,13 @@ nodes:
   flaky: { kind: task, handler: flaky, retry: 2, state_updates: { output: "{{ x }}" } }
 "#;
     let h = Harness::new(yaml, json!({"xs": ["p", "q"]}))
-        .on("flaky", |_, _, attempt| if attempt == 1 { Err("flake".into()) } else { Ok(json!({})) })
+        .on("flaky", |_, _, attempt| {
+            if attempt == 1 {
+                Err("flake".into())
+            } else {
+                Ok(json!({}))
+            }
+        })
         .run();
     assert_eq!(h.status(), RunStatus::Completed, "{}", h.error_text());
     assert_eq!(h.state()["out"], json!(["p", "q"]));
@@ -270,7 +349,10 @@ nodes:
 
 #[test]
 fn progress_events_count_items() {
-    let h = Harness::new(DOUBLE, json!({"items": [1, 2]})).on("double", double()).on("total", noop()).run();
+    let h = Harness::new(DOUBLE, json!({"items": [1, 2]}))
+        .on("double", double())
+        .on("total", noop())
+        .run();
     let progress: Vec<(usize, usize)> = h
         .events
         .iter()

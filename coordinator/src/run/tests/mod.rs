@@ -15,7 +15,8 @@ use super::*;
 use crate::graph::{Format, load_str};
 
 /// A node implementation in tests: `(state, scope, attempt) -> output`.
-type Handler = Box<dyn FnMut(&Map<String, Value>, &Map<String, Value>, u32) -> Result<Value, String>>;
+type Handler =
+    Box<dyn FnMut(&Map<String, Value>, &Map<String, Value>, u32) -> Result<Value, String>>;
 /// A worker-hosted reducer or predicate in tests.
 type Hosted = Box<dyn FnMut(Vec<Value>) -> Result<Value, String>>;
 
@@ -79,14 +80,19 @@ impl Harness {
     pub fn on(
         mut self,
         id: &str,
-        handler: impl FnMut(&Map<String, Value>, &Map<String, Value>, u32) -> Result<Value, String> + 'static,
+        handler: impl FnMut(&Map<String, Value>, &Map<String, Value>, u32) -> Result<Value, String>
+        + 'static,
     ) -> Self {
         self.handlers.insert(id.to_owned(), Box::new(handler));
         self
     }
 
     /// Registers a worker-hosted reducer or predicate.
-    pub fn hosted(mut self, name: &str, f: impl FnMut(Vec<Value>) -> Result<Value, String> + 'static) -> Self {
+    pub fn hosted(
+        mut self,
+        name: &str,
+        f: impl FnMut(Vec<Value>) -> Result<Value, String> + 'static,
+    ) -> Self {
         self.hosted.insert(name.to_owned(), Box::new(f));
         self
     }
@@ -119,7 +125,11 @@ impl Harness {
                     self.dispatched.push(spec.clone());
                     self.in_flight.push_back(spec);
                     self.max_in_flight = self.max_in_flight.max(self.in_flight.len());
-                    let mut items: Vec<usize> = self.in_flight.iter().filter_map(|s| s.item.as_ref().map(|i| i.index)).collect();
+                    let mut items: Vec<usize> = self
+                        .in_flight
+                        .iter()
+                        .filter_map(|s| s.item.as_ref().map(|i| i.index))
+                        .collect();
                     items.sort_unstable();
                     items.dedup();
                     self.max_items_in_flight = self.max_items_in_flight.max(items.len());
@@ -134,14 +144,30 @@ impl Harness {
                 }
                 Effect::Emit(event) => self.events.push(event),
                 Effect::Checkpoint => self.checkpoints += 1,
-                Effect::CallReducer { call, ref name, ref s0_value, ref branch_values, .. } => {
-                    let f = self.hosted.get_mut(name).expect("hosted reducer registered");
+                Effect::CallReducer {
+                    call,
+                    ref name,
+                    ref s0_value,
+                    ref branch_values,
+                    ..
+                } => {
+                    let f = self
+                        .hosted
+                        .get_mut(name)
+                        .expect("hosted reducer registered");
                     let result = f(vec![s0_value.clone(), Value::Array(branch_values.clone())]);
                     self.inputs.push_back(Input::CallReturned { call, result });
                     self.calls.push(effect);
                 }
-                Effect::CallPredicate { call, ref name, ref state } => {
-                    let f = self.hosted.get_mut(name).expect("hosted predicate registered");
+                Effect::CallPredicate {
+                    call,
+                    ref name,
+                    ref state,
+                } => {
+                    let f = self
+                        .hosted
+                        .get_mut(name)
+                        .expect("hosted predicate registered");
                     let result = f(vec![Value::Object((**state).clone())]);
                     self.inputs.push_back(Input::CallReturned { call, result });
                     self.calls.push(effect);
@@ -171,7 +197,11 @@ impl Harness {
                     },
                     Err(message) => Input::TaskFailed {
                         key: spec.key,
-                        failure: TaskFailure { kind: "handler_error".into(), message, worker: Some("w1".into()) },
+                        failure: TaskFailure {
+                            kind: "handler_error".into(),
+                            message,
+                            worker: Some("w1".into()),
+                        },
                     },
                 }
             };
@@ -215,16 +245,23 @@ impl Harness {
     }
 
     pub fn error_text(&self) -> String {
-        self.machine.error().map(ToString::to_string).unwrap_or_default()
+        self.machine
+            .error()
+            .map(ToString::to_string)
+            .unwrap_or_default()
     }
 }
 
 /// A handler that writes `value` to `field`.
-pub fn write(field: &'static str, value: Value) -> impl FnMut(&Map<String, Value>, &Map<String, Value>, u32) -> Result<Value, String> {
+pub fn write(
+    field: &'static str,
+    value: Value,
+) -> impl FnMut(&Map<String, Value>, &Map<String, Value>, u32) -> Result<Value, String> {
     move |_, _, _| Ok(json!({ field: value.clone() }))
 }
 
 /// A handler that writes nothing.
-pub fn noop() -> impl FnMut(&Map<String, Value>, &Map<String, Value>, u32) -> Result<Value, String> {
+pub fn noop() -> impl FnMut(&Map<String, Value>, &Map<String, Value>, u32) -> Result<Value, String>
+{
     |_, _, _| Ok(json!({}))
 }

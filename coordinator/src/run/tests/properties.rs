@@ -21,19 +21,27 @@ struct Dag {
 fn dag() -> impl Strategy<Value = Dag> {
     (2usize..12).prop_flat_map(|n| {
         let edges = (0..n)
-            .map(|j| proptest::collection::vec((0..n.max(1), any::<bool>(), any::<bool>()), 0..3).prop_map(move |raw| {
-                let mut list: Vec<(usize, bool)> = raw
-                    .into_iter()
-                    .filter(|&(i, keep, _)| i < j && keep)
-                    .map(|(i, _, conditional)| (i, conditional))
-                    .collect();
-                list.sort_unstable();
-                list.dedup_by_key(|(i, _)| *i);
-                list
-            }))
+            .map(|j| {
+                proptest::collection::vec((0..n.max(1), any::<bool>(), any::<bool>()), 0..3)
+                    .prop_map(move |raw| {
+                        let mut list: Vec<(usize, bool)> = raw
+                            .into_iter()
+                            .filter(|&(i, keep, _)| i < j && keep)
+                            .map(|(i, _, conditional)| (i, conditional))
+                            .collect();
+                        list.sort_unstable();
+                        list.dedup_by_key(|(i, _)| *i);
+                        list
+                    })
+            })
             .collect::<Vec<_>>();
-        (Just(n), edges, proptest::collection::vec(any::<bool>(), n))
-            .prop_map(|(nodes, edges, flags)| Dag { nodes, edges, flags })
+        (Just(n), edges, proptest::collection::vec(any::<bool>(), n)).prop_map(
+            |(nodes, edges, flags)| Dag {
+                nodes,
+                edges,
+                flags,
+            },
+        )
     })
 }
 
@@ -41,7 +49,11 @@ impl Dag {
     fn yaml(&self) -> String {
         let mut text = String::from("settings: { max_steps: 100 }\nnodes:\n");
         for j in 0..self.nodes {
-            let start = if self.edges[j].is_empty() { ", start: true" } else { "" };
+            let start = if self.edges[j].is_empty() {
+                ", start: true"
+            } else {
+                ""
+            };
             text.push_str(&format!("  n{j}: {{ kind: task, handler: h{start} }}\n"));
         }
         text.push_str("edges:\n");
@@ -49,7 +61,11 @@ impl Dag {
         for (j, incoming) in self.edges.iter().enumerate() {
             for &(i, conditional) in incoming {
                 any = true;
-                let when = if conditional { format!(", when: \"state.flag_{i}\"") } else { String::new() };
+                let when = if conditional {
+                    format!(", when: \"state.flag_{i}\"")
+                } else {
+                    String::new()
+                };
                 text.push_str(&format!("  - {{ from: n{i}, to: n{j}{when} }}\n"));
             }
         }
@@ -64,7 +80,9 @@ impl Dag {
         let mut h = Harness::new(&self.yaml(), json!({})).order(order);
         for j in 0..self.nodes {
             let flag = self.flags[j];
-            h = h.on(&format!("n{j}"), move |_, _, _| Ok(json!({ format!("flag_{j}"): flag, format!("out_{j}"): j })));
+            h = h.on(&format!("n{j}"), move |_, _, _| {
+                Ok(json!({ format!("flag_{j}"): flag, format!("out_{j}"): j }))
+            });
         }
         h.run()
     }

@@ -46,7 +46,15 @@ fn conditional_edges_take_the_other_branch() {
         .run();
     assert_eq!(h.status(), RunStatus::Completed);
     assert_eq!(h.skipped(), ["publish"]);
-    assert_eq!(h.waves(), [vec!["write"], vec!["review"], vec!["revise"], vec!["notify"]]);
+    assert_eq!(
+        h.waves(),
+        [
+            vec!["write"],
+            vec!["review"],
+            vec!["revise"],
+            vec!["notify"]
+        ]
+    );
 }
 
 const FINDINGS: &str = r#"
@@ -60,7 +68,9 @@ nodes:
   join:   { kind: task, handler: join, depends_on: [web, papers] }
 "#;
 
-fn append(item: &'static str) -> impl FnMut(&Map<String, Value>, &Map<String, Value>, u32) -> Result<Value, String> {
+fn append(
+    item: &'static str,
+) -> impl FnMut(&Map<String, Value>, &Map<String, Value>, u32) -> Result<Value, String> {
     move |state, _, _| {
         let mut findings = state["findings"].as_array().cloned().unwrap();
         findings.push(json!(item));
@@ -86,7 +96,10 @@ fn parallel_writes_combine_with_concat_in_declaration_order() {
         assert_eq!(h.status(), RunStatus::Completed);
         assert_eq!(h.state()["findings"], json!(["seed", "web", "paper"]));
         assert_eq!(*seen_by_join.borrow(), json!(["seed", "web", "paper"]));
-        assert_eq!(h.waves(), [vec!["plan"], vec!["web", "papers"], vec!["join"]]);
+        assert_eq!(
+            h.waves(),
+            [vec!["plan"], vec!["web", "papers"], vec!["join"]]
+        );
     }
 }
 
@@ -123,7 +136,10 @@ fn conflicting_writes_without_reducer_fail_and_keep_the_previous_state() {
     assert_eq!(h.status(), RunStatus::Failed);
     assert_eq!(
         h.machine.error(),
-        Some(&RunError::ConcurrentUpdateError { field: "score".into(), nodes: vec!["a".into(), "b".into()] })
+        Some(&RunError::ConcurrentUpdateError {
+            field: "score".into(),
+            nodes: vec!["a".into(), "b".into()]
+        })
     );
     assert_eq!(h.machine.error().unwrap().kind(), "ConcurrentUpdateError");
     // All-or-nothing: neither write landed.
@@ -173,7 +189,9 @@ edges:
 fn critique_loop_reruns_draft_and_critique_but_not_the_rubric() {
     let h = Harness::new(CRITIQUE, json!({}))
         .on("load_rubric", write("rubric", json!("be brief")))
-        .on("draft", |state, _, _| Ok(json!({"drafts": state["drafts"].as_i64().unwrap() + 1})))
+        .on("draft", |state, _, _| {
+            Ok(json!({"drafts": state["drafts"].as_i64().unwrap() + 1}))
+        })
         .on("critique", |state, _, _| {
             let drafts = state["drafts"].as_i64().unwrap();
             Ok(json!({"score": if drafts >= 3 { 0.9 } else { 0.5 }}))
@@ -198,7 +216,11 @@ fn critique_loop_reruns_draft_and_critique_but_not_the_rubric() {
             vec!["publish"],
         ]
     );
-    let resets = h.events.iter().filter(|e| matches!(e, RunEvent::LoopReset { .. })).count();
+    let resets = h
+        .events
+        .iter()
+        .filter(|e| matches!(e, RunEvent::LoopReset { .. }))
+        .count();
     assert_eq!(resets, 2);
 }
 
@@ -212,10 +234,15 @@ edges:
   - { from: tick, to: tick, loop: true }
 "#;
     let h = Harness::new(yaml, json!({"n": 0}))
-        .on("tick", |state, _, _| Ok(json!({"n": state["n"].as_i64().unwrap() + 1})))
+        .on("tick", |state, _, _| {
+            Ok(json!({"n": state["n"].as_i64().unwrap() + 1}))
+        })
         .run();
     assert_eq!(h.status(), RunStatus::Failed);
-    assert_eq!(h.machine.error(), Some(&RunError::StepLimitExceeded { max_steps: 5 }));
+    assert_eq!(
+        h.machine.error(),
+        Some(&RunError::StepLimitExceeded { max_steps: 5 })
+    );
     assert_eq!(h.runs_of("tick"), 5);
     assert_eq!(h.state(), json!({"n": 5}));
 }
@@ -243,9 +270,14 @@ nodes:
 #[test]
 fn failed_end_node_fails_the_run_with_its_message() {
     let yaml = "nodes:\n  a: {kind: task, handler: a, start: true, next: bad}\n  bad: {kind: end, status: failed, message: no sources found}\n";
-    let h = Harness::new(yaml, json!({})).on("a", write("x", json!(1))).run();
+    let h = Harness::new(yaml, json!({}))
+        .on("a", write("x", json!(1)))
+        .run();
     assert_eq!(h.status(), RunStatus::Failed);
-    assert_eq!(h.error_text(), "end node 'bad' ended the run as failed: no sources found");
+    assert_eq!(
+        h.error_text(),
+        "end node 'bad' ended the run as failed: no sources found"
+    );
     assert_eq!(h.state(), json!({"x": 1}));
 }
 
@@ -274,16 +306,26 @@ fn router_list_fans_out_and_when_edges_still_apply() {
         .on("other", noop())
         .run();
     assert_eq!(h.status(), RunStatus::Completed);
-    assert_eq!(h.waves(), [vec!["triage"], vec!["fix", "write_docs", "other"]]);
+    assert_eq!(
+        h.waves(),
+        [vec!["triage"], vec!["fix", "write_docs", "other"]]
+    );
 }
 
 #[test]
 fn router_key_missing_from_map_fails_naming_the_key_and_the_keys() {
-    let h = Harness::new(ROUTED, json!({})).on("triage", write("kinds", "feature".into())).run();
+    let h = Harness::new(ROUTED, json!({}))
+        .on("triage", write("kinds", "feature".into()))
+        .run();
     assert_eq!(h.status(), RunStatus::Failed);
     let text = h.error_text();
     assert!(text.contains("node 'triage'"), "{text}");
-    assert!(text.contains("router returned key 'feature', which `map` does not have (keys: bug, docs, none)"), "{text}");
+    assert!(
+        text.contains(
+            "router returned key 'feature', which `map` does not have (keys: bug, docs, none)"
+        ),
+        "{text}"
+    );
     // The wave's writes are dropped with it.
     assert_eq!(h.state(), json!({}));
 }
@@ -291,7 +333,9 @@ fn router_key_missing_from_map_fails_naming_the_key_and_the_keys() {
 #[test]
 fn next_in_output_overrides_routes_and_when() {
     let h = Harness::new(ROUTED, json!({}))
-        .on("triage", |_, _, _| Ok(json!({"kinds": "bug", "_next": "write_docs"})))
+        .on("triage", |_, _, _| {
+            Ok(json!({"kinds": "bug", "_next": "write_docs"}))
+        })
         .on("write_docs", noop())
         .run();
     assert_eq!(h.waves(), [vec!["triage"], vec!["write_docs"]]);
@@ -300,9 +344,16 @@ fn next_in_output_overrides_routes_and_when() {
 
 #[test]
 fn next_naming_an_unknown_node_fails_the_node() {
-    let h = Harness::new(ROUTED, json!({})).on("triage", |_, _, _| Ok(json!({"_next": "nowhere"}))).run();
+    let h = Harness::new(ROUTED, json!({}))
+        .on("triage", |_, _, _| Ok(json!({"_next": "nowhere"})))
+        .run();
     assert_eq!(h.status(), RunStatus::Failed);
-    assert!(h.error_text().contains("`_next` names unknown node 'nowhere'"), "{}", h.error_text());
+    assert!(
+        h.error_text()
+            .contains("`_next` names unknown node 'nowhere'"),
+        "{}",
+        h.error_text()
+    );
 }
 
 const FALLBACK: &str = r#"
@@ -315,12 +366,20 @@ nodes:
 #[test]
 fn retries_back_off_then_fallback_routes_alone() {
     let h = Harness::new(FALLBACK, json!({}))
-        .on("fetch", |_, _, attempt| Err(format!("timeout on attempt {attempt}")))
+        .on("fetch", |_, _, attempt| {
+            Err(format!("timeout on attempt {attempt}"))
+        })
         .on("cached", write("source", json!("cache")))
         .run();
     assert_eq!(h.status(), RunStatus::Completed);
     assert_eq!(h.runs_of("fetch"), 3);
-    assert_eq!(h.retries, [std::time::Duration::from_millis(500), std::time::Duration::from_secs(1)]);
+    assert_eq!(
+        h.retries,
+        [
+            std::time::Duration::from_millis(500),
+            std::time::Duration::from_secs(1)
+        ]
+    );
     assert_eq!(h.runs_of("parse"), 0);
     assert_eq!(h.skipped(), ["parse"]);
     assert_eq!(h.state(), json!({"source": "cache"}));
@@ -329,15 +388,30 @@ fn retries_back_off_then_fallback_routes_alone() {
 #[test]
 fn retry_succeeds_and_a_late_result_of_the_old_attempt_is_ignored() {
     let mut h = Harness::new(FALLBACK, json!({}))
-        .on("fetch", |_, _, attempt| if attempt < 2 { Err("flaky".into()) } else { Ok(json!({"page": attempt})) })
+        .on("fetch", |_, _, attempt| {
+            if attempt < 2 {
+                Err("flaky".into())
+            } else {
+                Ok(json!({"page": attempt}))
+            }
+        })
         .on("parse", noop())
         .run();
     assert_eq!(h.status(), RunStatus::Completed);
     assert_eq!(h.state(), json!({"page": 2}));
     let first_key = h.dispatched[0].key;
-    let effects = h.machine.apply(Input::TaskSucceeded { key: first_key, output: NodeOutput::default() }).unwrap();
+    let effects = h
+        .machine
+        .apply(Input::TaskSucceeded {
+            key: first_key,
+            output: NodeOutput::default(),
+        })
+        .unwrap();
     assert!(effects.is_empty());
-    assert!(h.send(Input::Cancel).is_err(), "a completed run cannot be cancelled");
+    assert!(
+        h.send(Input::Cancel).is_err(),
+        "a completed run cannot be cancelled"
+    );
 }
 
 #[test]
@@ -352,7 +426,10 @@ fn failure_without_fallback_fails_the_run_with_an_execution_error() {
     let error = h.machine.error().unwrap();
     assert_eq!(error.kind(), "ExecutionError");
     assert_eq!(error.node(), Some("a"));
-    assert_eq!(h.error_text(), "node 'a' failed (attempt 1, worker w1): handler_error: disk full");
+    assert_eq!(
+        h.error_text(),
+        "node 'a' failed (attempt 1, worker w1): handler_error: disk full"
+    );
     assert_eq!(h.state(), json!({"kept": 1}));
 }
 
@@ -363,7 +440,13 @@ fn failed_run_retries_from_the_wave_that_failed() {
     let yaml = "nodes:\n  a: {kind: task, handler: a, start: true, next: b}\n  b: {kind: task, handler: b}\n";
     let mut h = Harness::new(yaml, json!({}))
         .on("a", write("a", json!(1)))
-        .on("b", move |_, _, _| if flag.replace(false) { Err("boom".into()) } else { Ok(json!({"b": 2})) })
+        .on("b", move |_, _, _| {
+            if flag.replace(false) {
+                Err("boom".into())
+            } else {
+                Ok(json!({"b": 2}))
+            }
+        })
         .run();
     assert_eq!(h.status(), RunStatus::Failed);
     assert_eq!(h.state(), json!({"a": 1}));
@@ -387,8 +470,13 @@ nodes:
       answers: "{{ [output.answer] }}"
       tries: 1
 "#;
-    let h = Harness::new(yaml, json!({"topic": "rust"})).on("ask", write("answer", json!("fast"))).run();
-    assert_eq!(h.state(), json!({"topic": "rust", "answer": "fast", "summary": "rust: fast", "answers": ["fast"], "tries": 1}));
+    let h = Harness::new(yaml, json!({"topic": "rust"}))
+        .on("ask", write("answer", json!("fast")))
+        .run();
+    assert_eq!(
+        h.state(),
+        json!({"topic": "rust", "answer": "fast", "summary": "rust: fast", "answers": ["fast"], "tries": 1})
+    );
 }
 
 #[test]
@@ -397,17 +485,31 @@ fn strict_state_rejects_undeclared_writes_and_input() {
     let error = RunMachine::new(plan(yaml), obj(json!({"m": 1}))).unwrap_err();
     assert_eq!(error.kind(), "InvalidInput");
     assert!(error.to_string().contains("'m'"), "{error}");
-    let h = Harness::new(yaml, json!({"n": 1})).on("a", write("other", json!(1))).run();
+    let h = Harness::new(yaml, json!({"n": 1}))
+        .on("a", write("other", json!(1)))
+        .run();
     assert_eq!(h.status(), RunStatus::Failed);
-    assert!(h.error_text().contains("wrote field 'other', which `state:` does not declare"), "{}", h.error_text());
+    assert!(
+        h.error_text()
+            .contains("wrote field 'other', which `state:` does not declare"),
+        "{}",
+        h.error_text()
+    );
 }
 
 #[test]
 fn declared_types_are_enforced_on_writes() {
     let yaml = "state:\n  score: {type: number, default: 0}\nnodes:\n  a: {kind: task, handler: a, start: true}\n";
-    let h = Harness::new(yaml, json!({})).on("a", write("score", json!("high"))).run();
+    let h = Harness::new(yaml, json!({}))
+        .on("a", write("score", json!("high")))
+        .run();
     assert_eq!(h.status(), RunStatus::Failed);
-    assert!(h.error_text().contains("wrote field 'score' as string, but it is declared number"), "{}", h.error_text());
+    assert!(
+        h.error_text()
+            .contains("wrote field 'score' as string, but it is declared number"),
+        "{}",
+        h.error_text()
+    );
 }
 
 const APPROVAL: &str = r#"
@@ -435,14 +537,28 @@ fn approval_run() -> Harness {
 fn approval_pauses_then_resumes_on_approve() {
     let mut h = approval_run();
     assert_eq!(h.status(), RunStatus::Waiting);
-    assert_eq!(h.machine.waiting(), [("approve".to_owned(), "approval".to_owned(), "Publish Weft?".to_owned())]);
+    assert_eq!(
+        h.machine.waiting(),
+        [(
+            "approve".to_owned(),
+            "approval".to_owned(),
+            "Publish Weft?".to_owned()
+        )]
+    );
     assert!(h.events.contains(&RunEvent::WaitingForInput {
         node: "approve".into(),
         kind: "approval".into(),
         prompt: "Publish Weft?".into()
     }));
-    let answer = HumanAnswer { value: json!("approve"), comment: Some("ship it".into()) };
-    h.send(Input::Answered { node: "approve".into(), answer }).unwrap();
+    let answer = HumanAnswer {
+        value: json!("approve"),
+        comment: Some("ship it".into()),
+    };
+    h.send(Input::Answered {
+        node: "approve".into(),
+        answer,
+    })
+    .unwrap();
     assert_eq!(h.status(), RunStatus::Completed);
     assert_eq!(h.state()["approved"], json!(true));
     assert_eq!(h.state()["approved_comment"], json!("ship it"));
@@ -453,14 +569,34 @@ fn approval_pauses_then_resumes_on_approve() {
 #[test]
 fn approval_reject_takes_the_other_edge_and_bad_answers_change_nothing() {
     let mut h = approval_run();
-    let bad = HumanAnswer { value: json!("maybe"), comment: None };
-    let error = h.send(Input::Answered { node: "approve".into(), answer: bad }).unwrap_err();
+    let bad = HumanAnswer {
+        value: json!("maybe"),
+        comment: None,
+    };
+    let error = h
+        .send(Input::Answered {
+            node: "approve".into(),
+            answer: bad,
+        })
+        .unwrap_err();
     assert!(matches!(error, Rejected::BadAnswer { .. }), "{error}");
     assert_eq!(h.status(), RunStatus::Waiting);
-    let error = h.send(Input::Answered { node: "publish".into(), answer: HumanAnswer { value: json!(1), comment: None } });
+    let error = h.send(Input::Answered {
+        node: "publish".into(),
+        answer: HumanAnswer {
+            value: json!(1),
+            comment: None,
+        },
+    });
     assert_eq!(error, Err(Rejected::NotWaiting("publish".into())));
-    h.send(Input::Answered { node: "approve".into(), answer: HumanAnswer { value: json!("reject"), comment: None } })
-        .unwrap();
+    h.send(Input::Answered {
+        node: "approve".into(),
+        answer: HumanAnswer {
+            value: json!("reject"),
+            comment: None,
+        },
+    })
+    .unwrap();
     assert_eq!(h.status(), RunStatus::Completed);
     assert_eq!(h.state()["approved"], json!(false));
     assert_eq!(h.state()["discarded"], json!(true));
@@ -474,9 +610,22 @@ nodes:
 "#;
     let mut h = Harness::new(yaml, json!({})).run();
     assert_eq!(h.status(), RunStatus::Waiting);
-    let error = h.send(Input::Answered { node: "ask".into(), answer: HumanAnswer { value: json!("lots"), comment: None } });
+    let error = h.send(Input::Answered {
+        node: "ask".into(),
+        answer: HumanAnswer {
+            value: json!("lots"),
+            comment: None,
+        },
+    });
     assert!(matches!(error, Err(Rejected::BadAnswer { .. })));
-    h.send(Input::Answered { node: "ask".into(), answer: HumanAnswer { value: json!(3), comment: None } }).unwrap();
+    h.send(Input::Answered {
+        node: "ask".into(),
+        answer: HumanAnswer {
+            value: json!(3),
+            comment: None,
+        },
+    })
+    .unwrap();
     assert_eq!(h.status(), RunStatus::Completed);
     assert_eq!(h.state(), json!({"budget": 3}));
 }
@@ -500,13 +649,22 @@ fn cancel_stops_in_flight_tasks_and_keeps_the_state() {
     assert_eq!(machine.error(), Some(&RunError::Cancelled));
     assert_eq!(**machine.state(), obj(json!({"x": 1})));
     // Results arriving after the cancel are ignored.
-    let effects = machine.apply(Input::TaskSucceeded { key: keys[0], output: NodeOutput::default() }).unwrap();
+    let effects = machine
+        .apply(Input::TaskSucceeded {
+            key: keys[0],
+            output: NodeOutput::default(),
+        })
+        .unwrap();
     assert!(effects.is_empty());
 }
 
 #[test]
 fn deadline_fails_the_run_as_a_timeout() {
-    let mut machine = RunMachine::new(plan("nodes:\n  a: {kind: task, handler: a, start: true}\n"), Map::new()).unwrap();
+    let mut machine = RunMachine::new(
+        plan("nodes:\n  a: {kind: task, handler: a, start: true}\n"),
+        Map::new(),
+    )
+    .unwrap();
     machine.start();
     machine.apply(Input::DeadlinePassed).unwrap();
     assert_eq!(machine.status(), RunStatus::Failed);
@@ -527,7 +685,11 @@ nodes:
         .on("b", write("best", json!("abcd")))
         .hosted("longest", |args| {
             let branches = args[1].as_array().unwrap();
-            Ok(branches.iter().max_by_key(|v| v.as_str().unwrap().len()).unwrap().clone())
+            Ok(branches
+                .iter()
+                .max_by_key(|v| v.as_str().unwrap().len())
+                .unwrap()
+                .clone())
         })
         .run();
     assert_eq!(h.status(), RunStatus::Completed);
@@ -553,7 +715,9 @@ edges:
     let h = Harness::new(yaml, json!({}))
         .on("a", write("n", json!(42)))
         .on("yes", noop())
-        .hosted("is_big", |args| Ok(json!(args[0]["n"].as_i64().unwrap() > 10)))
+        .hosted("is_big", |args| {
+            Ok(json!(args[0]["n"].as_i64().unwrap() > 10))
+        })
         .run();
     assert_eq!(h.status(), RunStatus::Completed);
     assert_eq!(h.runs_of("yes"), 1);
@@ -596,8 +760,15 @@ edges:
     // `x` and `x2` do not exist: the graph is rejected, naming both.
     let (_, findings) = crate::graph::parse_graph(yaml, Format::Yaml, "t");
     let text: Vec<String> = findings.iter().map(ToString::to_string).collect();
-    assert!(text.iter().any(|t| t.contains("edge to unknown node 'x'")), "{text:?}");
-    assert!(text.iter().any(|t| t.contains("edge from unknown node 'x2'")), "{text:?}");
+    assert!(
+        text.iter().any(|t| t.contains("edge to unknown node 'x'")),
+        "{text:?}"
+    );
+    assert!(
+        text.iter()
+            .any(|t| t.contains("edge from unknown node 'x2'")),
+        "{text:?}"
+    );
 
     let yaml = r#"
 nodes:
@@ -609,7 +780,11 @@ edges:
   - { from: a, to: b }
   - { from: a, to: c, when: "false" }
 "#;
-    let h = Harness::new(yaml, json!({})).on("a", noop()).on("b", noop()).on("d", write("d", json!(1))).run();
+    let h = Harness::new(yaml, json!({}))
+        .on("a", noop())
+        .on("b", noop())
+        .on("d", write("d", json!(1)))
+        .run();
     assert_eq!(h.waves(), [vec!["a"], vec!["b"], vec!["d"]]);
     assert_eq!(h.skipped(), ["c"]);
 }
@@ -632,7 +807,20 @@ fn events_and_checkpoints_follow_each_wave() {
             _ => "other",
         })
         .collect();
-    assert_eq!(kinds, ["wave", "started", "finished", "changed", "wave", "started", "finished", "changed", "run_finished"]);
+    assert_eq!(
+        kinds,
+        [
+            "wave",
+            "started",
+            "finished",
+            "changed",
+            "wave",
+            "started",
+            "finished",
+            "changed",
+            "run_finished"
+        ]
+    );
     // One checkpoint per merged wave, one at the end.
     assert_eq!(h.checkpoints, 3);
 }
