@@ -41,10 +41,14 @@ pub struct HostedReduction {
 }
 
 /// The result of merging a wave, before hosted reducers have answered.
+///
+/// It holds only the changed fields, so merging never copies the whole
+/// state: a wave that touches a counter next to a 10 MB field moves the
+/// counter alone.
 #[derive(Debug, Clone, PartialEq)]
 pub struct MergeOutcome {
-    /// S0 with every directly written and built-in-reduced field applied.
-    pub state: Map<String, Value>,
+    /// The final value of every directly written and built-in-reduced field.
+    pub overlay: Map<String, Value>,
     /// Fields still waiting for a worker-hosted reducer.
     pub hosted: Vec<HostedReduction>,
     /// Every changed field, in order of first change.
@@ -68,12 +72,12 @@ pub fn merge_wave(
             }
         }
     }
-    let mut state = s0.clone();
+    let mut overlay = Map::new();
     let mut hosted = Vec::new();
     for (field, who) in &writers {
         let value_of = |i: usize| changes[i].1[*field].clone();
         if who.len() == 1 {
-            state.insert((*field).to_owned(), value_of(who[0]));
+            overlay.insert((*field).to_owned(), value_of(who[0]));
             continue;
         }
         let Some(reducer) = graph.field(field).and_then(|decl| decl.reducer.as_ref()) else {
@@ -98,12 +102,12 @@ pub fn merge_wave(
                         message,
                     }
                 })?;
-                state.insert((*field).to_owned(), merged);
+                overlay.insert((*field).to_owned(), merged);
             }
         }
     }
     Ok(MergeOutcome {
-        state,
+        overlay,
         hosted,
         changed: writers.into_iter().map(|(f, _)| f.to_owned()).collect(),
     })

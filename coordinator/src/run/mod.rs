@@ -7,12 +7,15 @@
 //! happens back as inputs. Tests drive it the same way, with no network.
 
 mod events;
+mod human;
 mod machine;
 mod map_run;
 pub mod merge;
 mod output;
 mod plan;
 mod routing;
+mod tasks;
+mod waves;
 
 pub use events::*;
 pub use machine::{NodeStatus, RunMachine};

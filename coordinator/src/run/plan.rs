@@ -17,6 +17,7 @@ pub struct RunPlan {
     order: Vec<NodeIdx>,
     branches: HashMap<NodeIdx, Vec<bool>>,
     fallback: Vec<Option<NodeIdx>>,
+    reads_state: Vec<bool>,
 }
 
 impl RunPlan {
@@ -48,12 +49,22 @@ impl RunPlan {
                     .and_then(|e| e.to.node())
             })
             .collect();
+        let reads_state = (0..graph.nodes.len())
+            .map(|idx| {
+                graph.node(idx).router.is_some()
+                    || graph
+                        .out_edges(idx)
+                        .iter()
+                        .any(|&e| matches!(graph.edges[e].guard, Guard::When(_)))
+            })
+            .collect();
         Arc::new(Self {
             graph,
             flow,
             order,
             branches,
             fallback,
+            reads_state,
         })
     }
 
@@ -80,6 +91,12 @@ impl RunPlan {
     /// The node's `fallback:` target.
     pub fn fallback_of(&self, idx: NodeIdx) -> Option<NodeIdx> {
         self.fallback[idx]
+    }
+
+    /// Reports whether routing out of a node evaluates conditions or a router
+    /// (and so needs the merged state).
+    pub fn routes_on_state(&self, idx: NodeIdx) -> bool {
+        self.reads_state[idx]
     }
 
     /// The node whose routing asked a query.

@@ -145,8 +145,8 @@ proptest! {
         let s0 = Map::new();
         let forward: Vec<(&str, &Map<String, Value>)> = changes.iter().map(|(n, c)| (n.as_str(), c)).collect();
         let backward: Vec<(&str, &Map<String, Value>)> = forward.iter().rev().copied().collect();
-        let one = merge_wave(plan_graph(&graph), &s0, &forward).unwrap().state;
-        let two = merge_wave(plan_graph(&graph), &s0, &backward).unwrap().state;
+        let one = merge_wave(plan_graph(&graph), &s0, &forward).unwrap().overlay;
+        let two = merge_wave(plan_graph(&graph), &s0, &backward).unwrap().overlay;
         let mut one_sorted: Vec<_> = one.into_iter().collect();
         let mut two_sorted: Vec<_> = two.into_iter().collect();
         one_sorted.sort_by(|x, y| x.0.cmp(&y.0));

@@ -824,3 +824,28 @@ fn events_and_checkpoints_follow_each_wave() {
     // One checkpoint per merged wave, one at the end.
     assert_eq!(h.checkpoints, 3);
 }
+
+#[test]
+fn merging_a_wave_updates_the_state_in_place_without_copying_it() {
+    let yaml = "nodes:\n  a: {kind: task, handler: a, start: true, next: b}\n  b: {kind: task, handler: b}\n";
+    let blob = "x".repeat(1 << 20);
+    let mut machine =
+        RunMachine::new(plan(yaml), obj(json!({"blob": blob, "counter": 0}))).unwrap();
+    let before = Arc::as_ptr(machine.state());
+    let mut effects = machine.start();
+    for expected in 1..=2 {
+        let key = effects
+            .into_iter()
+            .find_map(|e| match e {
+                Effect::Dispatch(spec) => Some(spec.key),
+                _ => None,
+            })
+            .expect("a task was dispatched");
+        // The task's copy of the state is gone, as a worker's would be.
+        let output = NodeOutput::from_json(json!({"counter": expected})).unwrap();
+        effects = machine.apply(Input::TaskSucceeded { key, output }).unwrap();
+        assert_eq!(machine.state()["counter"], json!(expected));
+        assert_eq!(Arc::as_ptr(machine.state()), before, "the state was copied");
+    }
+    assert_eq!(machine.status(), RunStatus::Completed);
+}

@@ -1,0 +1,73 @@
+//! Human input: the prompts of waiting `approval` and `input` nodes, and
+//! answers, which are checked before they change anything.
+
+use serde_json::Map;
+
+use super::events::*;
+use super::machine::*;
+use super::merge::changed_fields;
+use super::output::{answer_writes, finish_output};
+use crate::graph::{NodeIdx, NodeKind, Strictness, TemplateContext};
+
+impl RunMachine {
+    // ----- human input -------------------------------------------------
+
+    pub(super) fn prompt_of(&self, idx: NodeIdx, s0: &State) -> String {
+        let prompt = match &self.graph().node(idx).kind {
+            NodeKind::Approval { prompt, .. } | NodeKind::Input { prompt, .. } => prompt.as_ref(),
+            _ => None,
+        };
+        let context = TemplateContext {
+            state: Some(s0),
+            ..Default::default()
+        };
+        prompt
+            .and_then(|p| p.render(&context, Strictness::Lenient).ok())
+            .unwrap_or_else(|| format!("{}?", self.graph().node(idx).id))
+    }
+
+    pub(super) fn answered(
+        &mut self,
+        node_id: &str,
+        answer: HumanAnswer,
+        fx: &mut Vec<Effect>,
+    ) -> Result<(), Rejected> {
+        let idx = self
+            .graph()
+            .node_index(node_id)
+            .ok_or_else(|| Rejected::NotWaiting(node_id.to_owned()))?;
+        if self.nodes[idx] != NodeStatus::Waiting || self.status.is_terminal() {
+            return Err(Rejected::NotWaiting(node_id.to_owned()));
+        }
+        let node = self.graph().node(idx).clone();
+        let s0 = self.wave.as_ref().map(|w| w.s0.clone()).unwrap_or_default();
+        let bad = |reason: String| Rejected::BadAnswer {
+            node: node_id.to_owned(),
+            reason,
+        };
+        let writes = answer_writes(&node, &answer).map_err(bad)?;
+        let output = NodeOutput {
+            writes,
+            next: None,
+            output: Some(answer.value.clone()),
+        };
+        let (writes, _) =
+            finish_output(self.graph(), &node, &s0, &Map::new(), output, true).map_err(bad)?;
+        fx.push(Effect::Emit(RunEvent::InputReceived {
+            node: node_id.to_owned(),
+        }));
+        self.set_member(
+            idx,
+            Member::Succeeded {
+                changes: changed_fields(&s0, writes),
+                next: None,
+            },
+        );
+        if let Some(wave) = self.wave.as_mut() {
+            wave.announced_waiting = false;
+        }
+        self.status = RunStatus::Running;
+        self.maybe_finish_wave(fx);
+        Ok(())
+    }
+}

@@ -1,0 +1,376 @@
+//! Task bookkeeping of a run: creating attempts, the run-wide concurrency
+//! cap, results and failures (with retries and fallbacks), and the glue
+//! between a map node's items and the tasks of their chains.
+
+use serde_json::{Map, Value};
+
+use super::events::*;
+use super::machine::*;
+use super::map_run::{ItemStep, MapRun};
+use super::merge::changed_fields;
+use super::output::finish_output;
+use crate::graph::NodeIdx;
+
+impl RunMachine {
+    // ----- tasks -------------------------------------------------------
+
+    /// Creates attempt `attempt` of a task and queues it for dispatch.
+    pub(super) fn launch(
+        &mut self,
+        node: NodeIdx,
+        attempt: u32,
+        item: Option<ItemRef>,
+        state: State,
+        scope: Map<String, Value>,
+        fx: &mut Vec<Effect>,
+    ) {
+        let key = self.next_key;
+        self.next_key += 1;
+        let graph_node = self.graph().node(node);
+        let spec = TaskSpec {
+            key,
+            node: graph_node.id.clone(),
+            attempt,
+            item,
+            state,
+            scope,
+            timeout: graph_node
+                .timeout
+                .unwrap_or(self.graph().settings.node_timeout),
+        };
+        let item_index = spec.item.as_ref().map(|i| i.index);
+        self.tasks.insert(
+            key,
+            TaskRef {
+                node,
+                item: item_index,
+                spec,
+                in_flight: false,
+            },
+        );
+        self.queue.push_back(key);
+        self.pump(fx);
+    }
+
+    /// Dispatches queued tasks while the run's cap allows.
+    pub(super) fn pump(&mut self, fx: &mut Vec<Effect>) {
+        let cap = self.graph().settings.max_node_concurrency as usize;
+        while cap == 0 || self.in_flight < cap {
+            let Some(key) = self.queue.pop_front() else {
+                break;
+            };
+            let Some(task) = self.tasks.get_mut(&key) else {
+                continue;
+            };
+            task.in_flight = true;
+            self.in_flight += 1;
+            fx.push(Effect::Emit(RunEvent::NodeStarted {
+                node: task.spec.node.clone(),
+                attempt: task.spec.attempt,
+                item: task.item,
+            }));
+            fx.push(Effect::Dispatch(task.spec.clone()));
+        }
+    }
+
+    pub(super) fn take_task(&mut self, key: TaskKey) -> Option<TaskRef> {
+        let task = self.tasks.remove(&key)?;
+        if task.in_flight {
+            self.in_flight -= 1;
+        } else {
+            self.queue.retain(|&k| k != key);
+        }
+        Some(task)
+    }
+
+    pub(super) fn task_succeeded(
+        &mut self,
+        key: TaskKey,
+        output: NodeOutput,
+        fx: &mut Vec<Effect>,
+    ) {
+        // Unknown keys are late or duplicate results: ignored.
+        let Some(TaskRef { node, spec, .. }) = self.take_task(key) else {
+            return;
+        };
+        // Dropping the task's state here matters: the merge updates the
+        // run's state in place only when nothing else holds it.
+        let TaskSpec {
+            attempt,
+            item,
+            state,
+            ..
+        } = spec;
+        drop(state);
+        if let Some(item) = item {
+            self.item_step_done(node, item, Ok(output), fx);
+        } else {
+            let plan = self.plan.clone();
+            let result = {
+                let empty = Map::new();
+                let s0 = self.wave.as_ref().map_or(&empty, |w| &*w.s0);
+                finish_output(
+                    plan.graph(),
+                    plan.graph().node(node),
+                    s0,
+                    &empty,
+                    output,
+                    true,
+                )
+                .and_then(|(writes, next)| {
+                    self.check_next(next.as_deref())?;
+                    Ok((changed_fields(s0, writes), next))
+                })
+            };
+            match result {
+                Ok((changes, next)) => {
+                    fx.push(Effect::Emit(RunEvent::NodeFinished {
+                        node: plan.graph().node(node).id.clone(),
+                        item: None,
+                    }));
+                    self.set_member(node, Member::Succeeded { changes, next });
+                }
+                Err(message) => {
+                    let failure = TaskFailure {
+                        kind: "invalid_output".into(),
+                        message,
+                        worker: None,
+                    };
+                    self.member_failed(node, attempt, failure, fx);
+                }
+            }
+        }
+        self.pump(fx);
+        self.maybe_finish_wave(fx);
+    }
+
+    pub(super) fn task_failed(&mut self, key: TaskKey, failure: TaskFailure, fx: &mut Vec<Effect>) {
+        let Some(task) = self.take_task(key) else {
+            return;
+        };
+        let plan = self.plan.clone();
+        let node = plan.graph().node(task.node);
+        if task.spec.attempt < node.retry.max_attempts {
+            let next_attempt = task.spec.attempt + 1;
+            let delay = node.retry.delay_before(next_attempt);
+            fx.push(Effect::Emit(RunEvent::NodeRetrying {
+                node: node.id.clone(),
+                next_attempt,
+                delay_ms: delay.as_millis() as u64,
+                error: failure.message.clone(),
+            }));
+            let key = self.next_key;
+            self.next_key += 1;
+            let mut spec = task.spec;
+            spec.key = key;
+            spec.attempt = next_attempt;
+            self.tasks.insert(
+                key,
+                TaskRef {
+                    spec,
+                    in_flight: false,
+                    ..task
+                },
+            );
+            fx.push(Effect::ScheduleRetry { key, delay });
+        } else {
+            let TaskRef { node, spec, .. } = task;
+            let TaskSpec {
+                attempt,
+                item,
+                state,
+                ..
+            } = spec;
+            drop(state);
+            match item {
+                Some(item) => self.item_step_done(node, item, Err(failure), fx),
+                None => self.member_failed(node, attempt, failure, fx),
+            }
+        }
+        self.pump(fx);
+        self.maybe_finish_wave(fx);
+    }
+
+    /// Checks a main-flow `_next` target: it must name a main-flow node.
+    pub(super) fn check_next(&self, next: Option<&str>) -> Result<(), String> {
+        let Some(id) = next else { return Ok(()) };
+        match self.graph().node_index(id) {
+            None => Err(format!("`_next` names unknown node '{id}'")),
+            Some(idx) if !self.plan.in_main_flow(idx) => Err(format!(
+                "`_next` names node '{id}', which belongs to a map branch"
+            )),
+            Some(_) => Ok(()),
+        }
+    }
+
+    // ----- wave members ------------------------------------------------
+
+    pub(super) fn slot_mut(&mut self, node: NodeIdx) -> Option<&mut Member> {
+        let wave = self.wave.as_mut()?;
+        let position = wave.members.iter().position(|&m| m == node)?;
+        Some(&mut wave.slots[position])
+    }
+
+    pub(super) fn set_member(&mut self, node: NodeIdx, member: Member) {
+        self.nodes[node] = match member {
+            Member::Waiting => NodeStatus::Waiting,
+            Member::Running | Member::Mapping(_) => NodeStatus::Running,
+            Member::Succeeded { .. } | Member::FellBack => NodeStatus::Done,
+        };
+        if let Some(slot) = self.slot_mut(node) {
+            *slot = member;
+        }
+    }
+
+    /// A member failed for good: take its fallback, or fail the wave.
+    pub(super) fn member_failed(
+        &mut self,
+        node: NodeIdx,
+        attempt: u32,
+        failure: TaskFailure,
+        fx: &mut Vec<Effect>,
+    ) {
+        let error = RunError::ExecutionError {
+            node: self.graph().node(node).id.clone(),
+            attempt,
+            worker: failure.worker.clone(),
+            kind: failure.kind.clone(),
+            message: failure.message.clone(),
+        };
+        self.member_failed_with(node, error, fx);
+    }
+
+    pub(super) fn member_failed_with(
+        &mut self,
+        node: NodeIdx,
+        error: RunError,
+        fx: &mut Vec<Effect>,
+    ) {
+        let fallback = self.plan.fallback_of(node);
+        let id = self.graph().node(node).id.clone();
+        fx.push(Effect::Emit(RunEvent::NodeFailed {
+            node: id,
+            item: None,
+            error: error.to_string(),
+            fallback: fallback.map(|f| self.graph().node(f).id.clone()),
+        }));
+        if fallback.is_some() {
+            self.set_member(node, Member::FellBack);
+        } else {
+            self.nodes[node] = NodeStatus::Failed;
+            self.fail_wave(error, fx);
+        }
+    }
+
+    /// Ends the run as failed; the wave's writes are dropped.
+    pub(super) fn fail_wave(&mut self, error: RunError, fx: &mut Vec<Effect>) {
+        if let Some(wave) = self.wave.take() {
+            self.failed_wave = wave.members;
+        }
+        self.cancel_all(fx);
+        self.finish(RunStatus::Failed, Some(error), fx);
+    }
+
+    pub(super) fn cancel_all(&mut self, fx: &mut Vec<Effect>) {
+        let mut keys: Vec<TaskKey> = self
+            .tasks
+            .iter()
+            .filter(|(_, t)| t.in_flight)
+            .map(|(&k, _)| k)
+            .collect();
+        keys.sort_unstable();
+        self.tasks.clear();
+        self.queue.clear();
+        self.in_flight = 0;
+        if !keys.is_empty() {
+            fx.push(Effect::CancelTasks(keys));
+        }
+    }
+
+    // ----- map items ---------------------------------------------------
+
+    pub(super) fn map_mut(&mut self, map: NodeIdx) -> Option<&mut MapRun> {
+        match self.slot_mut(map)? {
+            Member::Mapping(run) => Some(run),
+            _ => None,
+        }
+    }
+
+    /// Starts items while the map has free slots.
+    pub(super) fn pump_items(&mut self, map: NodeIdx, fx: &mut Vec<Effect>) {
+        let plan = self.plan.clone();
+        loop {
+            let Some(run) = self.map_mut(map) else { return };
+            match run.next_step(&plan) {
+                ItemStep::Dispatch {
+                    node,
+                    item,
+                    state,
+                    scope,
+                } => self.launch(node, 1, Some(item), state, scope, fx),
+                ItemStep::Idle => return,
+                ItemStep::Finished(changes) => {
+                    let id = plan.graph().node(map).id.clone();
+                    fx.push(Effect::Emit(RunEvent::NodeFinished {
+                        node: id,
+                        item: None,
+                    }));
+                    let s0 = self.wave.as_ref().map(|w| w.s0.clone()).unwrap_or_default();
+                    self.set_member(
+                        map,
+                        Member::Succeeded {
+                            changes: changed_fields(&s0, changes),
+                            next: None,
+                        },
+                    );
+                    return;
+                }
+                ItemStep::Failed(error) => {
+                    self.cancel_map_tasks(map, fx);
+                    self.member_failed_with(map, error, fx);
+                    return;
+                }
+            }
+        }
+    }
+
+    pub(super) fn cancel_map_tasks(&mut self, map: NodeIdx, fx: &mut Vec<Effect>) {
+        let map_id = self.graph().node(map).id.clone();
+        let keys: Vec<TaskKey> = self
+            .tasks
+            .iter()
+            .filter(|(_, t)| t.spec.item.as_ref().is_some_and(|i| i.map == map_id))
+            .map(|(&k, _)| k)
+            .collect();
+        let mut in_flight = Vec::new();
+        for key in keys {
+            if let Some(task) = self.take_task(key)
+                && task.in_flight
+            {
+                in_flight.push(key);
+            }
+        }
+        in_flight.sort_unstable();
+        if !in_flight.is_empty() {
+            fx.push(Effect::CancelTasks(in_flight));
+        }
+    }
+
+    pub(super) fn item_step_done(
+        &mut self,
+        node: NodeIdx,
+        item: ItemRef,
+        result: Result<NodeOutput, TaskFailure>,
+        fx: &mut Vec<Effect>,
+    ) {
+        let plan = self.plan.clone();
+        let Some(map) = plan.graph().node_index(&item.map) else {
+            return;
+        };
+        let Some(run) = self.map_mut(map) else { return };
+        for event in run.step_done(&plan, item.index, node, result) {
+            fx.push(Effect::Emit(event));
+        }
+        self.pump_items(map, fx);
+    }
+}

@@ -1,0 +1,493 @@
+//! Waves: which nodes are ready (with skip propagation), starting each
+//! member, the merge when all have finished, routing on the merged state,
+//! commit, and loop resets.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use serde_json::{Map, Value};
+
+use super::events::*;
+use super::machine::*;
+use std::collections::BTreeSet;
+
+use super::map_run::MapRun;
+use super::merge::{MergeError, merge_wave};
+use super::routing::{Decision, Query, decide};
+use crate::graph::{NodeIdx, NodeKind, Strictness, TemplateContext};
+
+impl RunMachine {
+    // ----- waves -------------------------------------------------------
+
+    /// Computes the next wave and starts it, or ends the run.
+    pub(super) fn advance(&mut self, fx: &mut Vec<Effect>) {
+        let ready = self.ready_nodes(fx);
+        if ready.is_empty() {
+            self.wave = None;
+            self.finish(RunStatus::Completed, None, fx);
+            return;
+        }
+        if self.steps >= self.graph().settings.max_steps {
+            self.failed_wave = ready;
+            let error = RunError::StepLimitExceeded {
+                max_steps: self.graph().settings.max_steps,
+            };
+            self.finish(RunStatus::Failed, Some(error), fx);
+            return;
+        }
+        self.steps += 1;
+        let s0 = self.state.clone();
+        fx.push(Effect::Emit(RunEvent::WaveStarted {
+            step: self.steps,
+            nodes: ready
+                .iter()
+                .map(|&i| self.graph().node(i).id.clone())
+                .collect(),
+        }));
+        self.wave = Some(Wave {
+            step: self.steps,
+            s0: s0.clone(),
+            members: ready.clone(),
+            slots: ready.iter().map(|_| Member::Running).collect(),
+            phase: Phase::Running,
+            announced_waiting: false,
+        });
+        for idx in ready {
+            self.forced.remove(&idx);
+            self.nodes[idx] = NodeStatus::Running;
+            if self.status.is_terminal() {
+                break;
+            }
+            self.start_member(idx, &s0, fx);
+        }
+        if !self.status.is_terminal() {
+            self.maybe_finish_wave(fx);
+        }
+    }
+
+    pub(super) fn start_member(&mut self, idx: NodeIdx, s0: &State, fx: &mut Vec<Effect>) {
+        let node = self.graph().node(idx);
+        if node.is_worker_task() {
+            self.launch(idx, 1, None, s0.clone(), Map::new(), fx);
+            return;
+        }
+        match &node.kind {
+            NodeKind::Approval { .. } | NodeKind::Input { .. } => {
+                let prompt = match &node.kind {
+                    NodeKind::Approval { prompt, .. } | NodeKind::Input { prompt, .. } => {
+                        prompt.clone()
+                    }
+                    _ => None,
+                };
+                let context = TemplateContext {
+                    state: Some(s0),
+                    ..Default::default()
+                };
+                if let Some(Err(message)) = prompt.map(|p| p.render(&context, Strictness::Strict)) {
+                    let failure = TaskFailure {
+                        kind: "template_error".into(),
+                        message,
+                        worker: None,
+                    };
+                    self.member_failed(idx, 1, failure, fx);
+                    return;
+                }
+                self.set_member(idx, Member::Waiting);
+            }
+            NodeKind::End(_) => {
+                self.set_member(
+                    idx,
+                    Member::Succeeded {
+                        changes: Map::new(),
+                        next: None,
+                    },
+                );
+            }
+            NodeKind::Map(_) => match MapRun::start(&self.plan, idx, s0) {
+                Ok(map) => {
+                    self.set_member(idx, Member::Mapping(Box::new(map)));
+                    self.pump_items(idx, fx);
+                }
+                Err(message) => {
+                    let failure = TaskFailure {
+                        kind: "map_error".into(),
+                        message,
+                        worker: None,
+                    };
+                    self.member_failed(idx, 1, failure, fx);
+                }
+            },
+            other => {
+                let message = format!("kind '{}' cannot run in this version of Weft", other.name());
+                let failure = TaskFailure {
+                    kind: "unsupported".into(),
+                    message,
+                    worker: None,
+                };
+                self.member_failed(idx, 1, failure, fx);
+            }
+        }
+    }
+
+    /// Ready nodes, in declaration order; skips propagate on the way.
+    pub(super) fn ready_nodes(&mut self, fx: &mut Vec<Effect>) -> Vec<NodeIdx> {
+        let mut ready: BTreeSet<NodeIdx> = self.forced.iter().copied().collect();
+        let plan = self.plan.clone();
+        for &idx in plan.main_order() {
+            if self.nodes[idx] != NodeStatus::Pending || ready.contains(&idx) {
+                continue;
+            }
+            let graph = plan.graph();
+            let incoming: Vec<EdgeStatus> = graph
+                .in_edges(idx)
+                .iter()
+                .filter(|&&e| graph.edges[e].is_forward())
+                .map(|&e| self.edges[e])
+                .collect();
+            if incoming.is_empty() || incoming.contains(&EdgeStatus::Unresolved) {
+                continue;
+            }
+            if incoming.contains(&EdgeStatus::Taken) {
+                ready.insert(idx);
+            } else {
+                self.nodes[idx] = NodeStatus::Skipped;
+                for &e in graph.out_edges(idx) {
+                    if graph.edges[e].is_forward() {
+                        self.edges[e] = EdgeStatus::NotTaken;
+                    }
+                }
+                fx.push(Effect::Emit(RunEvent::NodeSkipped {
+                    node: graph.node(idx).id.clone(),
+                }));
+            }
+        }
+        ready.into_iter().collect()
+    }
+
+    /// Merges once every member has finished; reports a pause when only
+    /// human input is missing.
+    pub(super) fn maybe_finish_wave(&mut self, fx: &mut Vec<Effect>) {
+        let Some(wave) = self.wave.as_mut() else {
+            return;
+        };
+        if !matches!(wave.phase, Phase::Running) {
+            return;
+        }
+        if wave
+            .slots
+            .iter()
+            .any(|s| matches!(s, Member::Running | Member::Mapping(_)))
+        {
+            return;
+        }
+        if wave.slots.iter().any(|s| matches!(s, Member::Waiting)) {
+            if !wave.announced_waiting {
+                wave.announced_waiting = true;
+                self.status = RunStatus::Waiting;
+                for (node, kind, prompt) in self.waiting() {
+                    fx.push(Effect::Emit(RunEvent::WaitingForInput {
+                        node,
+                        kind,
+                        prompt,
+                    }));
+                }
+                fx.push(Effect::Checkpoint);
+            }
+            return;
+        }
+        self.merge(fx);
+    }
+
+    pub(super) fn merge(&mut self, fx: &mut Vec<Effect>) {
+        let Some(wave) = self.wave.as_ref() else {
+            return;
+        };
+        let graph = self.plan.graph();
+        let changes: Vec<(&str, &Map<String, Value>)> = wave
+            .members
+            .iter()
+            .zip(&wave.slots)
+            .filter_map(|(&idx, slot)| match slot {
+                Member::Succeeded { changes, .. } => Some((graph.node(idx).id.as_str(), changes)),
+                _ => None,
+            })
+            .collect();
+        let outcome = match merge_wave(graph, &wave.s0, &changes) {
+            Ok(outcome) => outcome,
+            Err(MergeError::Conflict(conflict)) => {
+                let error = RunError::ConcurrentUpdateError {
+                    field: conflict.field,
+                    nodes: conflict.nodes,
+                };
+                self.fail_wave(error, fx);
+                return;
+            }
+            Err(MergeError::Reducer { field, message }) => {
+                self.fail_wave(RunError::ReducerError { field, message }, fx);
+                return;
+            }
+        };
+        if outcome.hosted.is_empty() {
+            self.route(outcome.overlay, outcome.changed, None, HashMap::new(), fx);
+            return;
+        }
+        let mut pending = HashMap::new();
+        for reduction in &outcome.hosted {
+            let call = self.next_call;
+            self.next_call += 1;
+            pending.insert(call, reduction.field.clone());
+            fx.push(Effect::CallReducer {
+                call,
+                name: reduction.reducer.clone(),
+                field: reduction.field.clone(),
+                s0_value: reduction.s0_value.clone(),
+                branch_values: reduction.branch_values.clone(),
+            });
+        }
+        if let Some(wave) = self.wave.as_mut() {
+            wave.phase = Phase::Merging { outcome, pending };
+        }
+    }
+
+    pub(super) fn call_returned(
+        &mut self,
+        call: CallKey,
+        result: Result<Value, String>,
+        fx: &mut Vec<Effect>,
+    ) {
+        let Some(wave) = self.wave.as_mut() else {
+            return;
+        };
+        match &mut wave.phase {
+            Phase::Merging { outcome, pending } => {
+                let Some(field) = pending.remove(&call) else {
+                    return;
+                };
+                match result {
+                    Ok(value) => {
+                        outcome.overlay.insert(field, value);
+                    }
+                    Err(message) => {
+                        self.fail_wave(RunError::ReducerError { field, message }, fx);
+                        return;
+                    }
+                }
+                if pending.is_empty() {
+                    let Phase::Merging { outcome, .. } =
+                        std::mem::replace(&mut wave.phase, Phase::Running)
+                    else {
+                        return;
+                    };
+                    self.route(outcome.overlay, outcome.changed, None, HashMap::new(), fx);
+                }
+            }
+            Phase::Routing {
+                pending, answers, ..
+            } => {
+                let Some(query) = pending.remove(&call) else {
+                    return;
+                };
+                match result {
+                    Ok(value) => {
+                        answers.insert(query, value);
+                    }
+                    Err(message) => {
+                        let node = self.plan.query_owner(query);
+                        let error = self.routing_error(node, message);
+                        self.fail_wave(error, fx);
+                        return;
+                    }
+                }
+                if pending.is_empty() {
+                    let Phase::Routing {
+                        overlay,
+                        view,
+                        changed,
+                        answers,
+                        ..
+                    } = std::mem::replace(&mut wave.phase, Phase::Running)
+                    else {
+                        return;
+                    };
+                    self.route(overlay, changed, Some(view), answers, fx);
+                }
+            }
+            Phase::Running => {}
+        }
+    }
+
+    pub(super) fn routing_error(&self, node: NodeIdx, message: String) -> RunError {
+        RunError::ExecutionError {
+            node: self.graph().node(node).id.clone(),
+            attempt: 1,
+            worker: None,
+            kind: "routing_error".into(),
+            message,
+        }
+    }
+
+    /// Resolves every member's outgoing edges on the merged state, commits
+    /// the merge, and moves on.
+    ///
+    /// `overlay` holds the merged values of the changed fields. The merged
+    /// state itself (`view`) is built only when a condition or router must
+    /// read it, so a chain of plain edges never copies the state.
+    pub(super) fn route(
+        &mut self,
+        overlay: Map<String, Value>,
+        changed: Vec<String>,
+        view: Option<State>,
+        answers: HashMap<Query, Value>,
+        fx: &mut Vec<Effect>,
+    ) {
+        let Some(wave) = self.wave.as_ref() else {
+            return;
+        };
+        let plan = self.plan.clone();
+        let reads_state = wave.members.iter().zip(&wave.slots).any(|(&idx, slot)| {
+            matches!(slot, Member::Succeeded { next: None, .. }) && plan.routes_on_state(idx)
+        });
+        let view = match view {
+            Some(view) => Some(view),
+            None if reads_state => {
+                let mut merged = (*wave.s0).clone();
+                merged.extend(overlay.clone());
+                Some(Arc::new(merged))
+            }
+            None => None,
+        };
+        let empty = Map::new();
+        let merged: &Map<String, Value> = view.as_deref().unwrap_or(&empty);
+        let mut decisions = Vec::with_capacity(wave.members.len());
+        let mut missing: Vec<Query> = Vec::new();
+        for (&idx, slot) in wave.members.iter().zip(&wave.slots) {
+            let (next, fell_back) = match slot {
+                Member::Succeeded { next, .. } => (next.as_deref(), false),
+                _ => (None, true),
+            };
+            match decide(&plan, idx, next, fell_back, merged, &empty, &answers) {
+                Ok(Decision::NeedsCalls(queries)) => missing.extend(queries),
+                Ok(decision) => decisions.push((idx, decision)),
+                Err(message) => {
+                    let error = self.routing_error(idx, message);
+                    self.fail_wave(error, fx);
+                    return;
+                }
+            }
+        }
+        if !missing.is_empty() {
+            let view = view.expect("hosted conditions read the merged state");
+            let mut pending = HashMap::new();
+            for query in missing {
+                let call = self.next_call;
+                self.next_call += 1;
+                pending.insert(call, query);
+                fx.push(Effect::CallPredicate {
+                    call,
+                    name: plan.query_function(query),
+                    state: view.clone(),
+                });
+            }
+            if let Some(wave) = self.wave.as_mut() {
+                wave.phase = Phase::Routing {
+                    overlay,
+                    view,
+                    changed,
+                    pending,
+                    answers,
+                };
+            }
+            return;
+        }
+
+        // Commit: the wave's writes become the state.
+        let wave = self.wave.take().expect("routing runs inside a wave");
+        if !changed.is_empty() {
+            fx.push(Effect::Emit(RunEvent::StateChanged {
+                step: wave.step,
+                fields: changed,
+            }));
+        }
+        drop(wave.s0);
+        match view {
+            Some(view) => self.state = view,
+            // Copies the state only if a task still holds the old one.
+            None => Arc::make_mut(&mut self.state).extend(overlay),
+        }
+        fx.push(Effect::Checkpoint);
+
+        let graph = plan.graph();
+        if let Some(end) = wave
+            .members
+            .iter()
+            .copied()
+            .find(|&i| matches!(graph.node(i).kind, NodeKind::End(_)))
+        {
+            let NodeKind::End(config) = &graph.node(end).kind else {
+                unreachable!()
+            };
+            let error = config.failed.then(|| RunError::EndFailed {
+                node: graph.node(end).id.clone(),
+                message: config.message.clone(),
+            });
+            let status = if config.failed {
+                RunStatus::Failed
+            } else {
+                RunStatus::Completed
+            };
+            self.finish(status, error, fx);
+            return;
+        }
+        let mut heads = Vec::new();
+        for (idx, decision) in decisions {
+            let Decision::Resolved { taken, loops, jump } = decision else {
+                continue;
+            };
+            for &e in graph.out_edges(idx) {
+                if graph.edges[e].is_forward() {
+                    self.edges[e] = if taken.contains(&e) {
+                        EdgeStatus::Taken
+                    } else {
+                        EdgeStatus::NotTaken
+                    };
+                }
+            }
+            for head in loops {
+                heads.push((idx, head));
+            }
+            if let Some(target) = jump {
+                if self.nodes[target] == NodeStatus::Pending {
+                    self.forced.insert(target);
+                } else {
+                    heads.push((idx, target));
+                }
+            }
+        }
+        for (from, head) in heads {
+            self.reset_region(from, head, fx);
+        }
+        self.advance(fx);
+    }
+
+    /// A loop edge `from → head` was taken: `head` and everything downstream
+    /// of it return to pending with their edges unresolved.
+    pub(super) fn reset_region(&mut self, from: NodeIdx, head: NodeIdx, fx: &mut Vec<Effect>) {
+        let plan = self.plan.clone();
+        let graph = plan.graph();
+        let region = crate::graph::topology::forward_region(graph, head);
+        for (idx, inside) in region.iter().enumerate() {
+            if !inside || !plan.in_main_flow(idx) {
+                continue;
+            }
+            self.nodes[idx] = NodeStatus::Pending;
+            for &e in graph.out_edges(idx) {
+                self.edges[e] = EdgeStatus::Unresolved;
+            }
+        }
+        self.forced.insert(head);
+        fx.push(Effect::Emit(RunEvent::LoopReset {
+            from: graph.node(from).id.clone(),
+            head: graph.node(head).id.clone(),
+        }));
+    }
+}
