@@ -4,10 +4,14 @@
 //! [`Finding`]s out. Reading the file from disk is the one exception, kept to
 //! [`load_file`].
 
+mod builder;
+mod builder_kinds;
+mod declarations;
 pub mod diagram;
 mod document;
 mod expr;
 mod finding;
+mod kinds;
 mod load;
 mod model;
 mod raw_node;
@@ -16,9 +20,11 @@ mod validate;
 
 use std::path::Path;
 
+pub use declarations::*;
 pub use document::Format;
 pub use expr::{CelExpr, Strictness, Template, TemplateContext, truthy};
 pub use finding::{Finding, GraphError, Severity};
+pub use kinds::*;
 pub use model::*;
 
 /// Parses and validates graph text. Returns the graph (possibly partial when

@@ -232,7 +232,7 @@ pub fn read_node(id: &str, value: &Value, findings: &mut Vec<Finding>) -> Option
         findings.push(Finding::error(
             format!(
                 "node '{id}': expected a map of fields, found {}",
-                super::model::json_type_name(value)
+                super::json_type_name(value)
             ),
             &[id],
         ));

@@ -5,7 +5,7 @@
 
 use std::collections::VecDeque;
 
-use super::model::{Endpoint, Graph, NodeIdx, NodeKind, Target};
+use super::{Endpoint, Graph, NodeIdx, NodeKind, Target};
 
 /// Nodes reachable from the start nodes through edges, without entering a
 /// container's body (a map's `branch`, a loop's `body`).

@@ -5,8 +5,8 @@
 //! expressions, missing required fields) are checked while loading.
 
 use super::finding::Finding;
-use super::model::{Endpoint, Graph, Guard, NodeIdx, NodeKind, Target};
 use super::topology::{container_members, forward_order, forward_region, main_flow};
+use super::{Endpoint, Graph, Guard, NodeIdx, NodeKind, Target};
 
 /// Kinds a map's branch subgraph may hold (seed 003, plus Weft's `task`).
 const BRANCH_KINDS: [&str; 5] = ["task", "script", "llm", "agent", "rag"];

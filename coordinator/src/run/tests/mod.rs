@@ -2,6 +2,7 @@
 //! plays the run actor, answering each dispatched task with a closure named
 //! after the node, and records every event and effect.
 
+mod control;
 mod maps;
 mod properties;
 mod semantics;

@@ -15,14 +15,13 @@
 
 use std::collections::HashMap;
 
-use super::model::{Condition, Graph, Guard, NodeIdx, NodeKind, Target};
 use super::topology::{container_members, forward_order, main_flow};
+use super::{Condition, Graph, Guard, NodeIdx, NodeKind, Target};
+
+mod canvas;
+use canvas::{Canvas, DOWN, LEFT, RIGHT, UP};
 
 const GAP: usize = 3;
-const UP: u8 = 1;
-const DOWN: u8 = 2;
-const LEFT: u8 = 4;
-const RIGHT: u8 = 8;
 
 /// Draws the graph. The graph should have passed validation (its forward
 /// edges form a DAG); any cycle is reported in the notes instead.
@@ -65,8 +64,8 @@ impl<'a> Layout<'a> {
                 .map(|&e| &graph.edges[e])
                 .filter(|e| e.is_forward())
                 .filter_map(|e| match e.from {
-                    super::model::Endpoint::Node(from) => layer.get(&from).map(|l| l + 1),
-                    super::model::Endpoint::Start => Some(0),
+                    super::Endpoint::Node(from) => layer.get(&from).map(|l| l + 1),
+                    super::Endpoint::Start => Some(0),
                 })
                 .max()
                 .unwrap_or(0);
@@ -84,8 +83,7 @@ impl<'a> Layout<'a> {
         let mut pairs: Vec<(NodeIdx, NodeIdx, bool)> = Vec::new();
         let mut back_edges = Vec::new();
         for edge in &graph.edges {
-            let (super::model::Endpoint::Node(from), Target::Node(to)) = (edge.from, edge.to)
-            else {
+            let (super::Endpoint::Node(from), Target::Node(to)) = (edge.from, edge.to) else {
                 continue;
             };
             if !layer.contains_key(&from) || !layer.contains_key(&to) {
@@ -334,8 +332,8 @@ impl<'a> Layout<'a> {
                     .map(|m| self.graph.node(m).id.as_str())
                     .collect();
                 let over = match &map.over {
-                    super::model::ListSource::Template(t) => t.source().to_owned(),
-                    super::model::ListSource::Cel(c) => c.source().to_owned(),
+                    super::ListSource::Template(t) => t.source().to_owned(),
+                    super::ListSource::Cel(c) => c.source().to_owned(),
                 };
                 notes.push(format!(
                     "  ⊞ {} maps each item of {over} through {}",
@@ -387,101 +385,6 @@ impl<'a> Layout<'a> {
 
 fn condition_label(condition: &Condition) -> String {
     condition.label()
-}
-
-/// A grid of characters plus line directions, turned into box-drawing
-/// characters when the picture is finished.
-struct Canvas {
-    columns: usize,
-    chars: Vec<Vec<char>>,
-    lines: Vec<Vec<u8>>,
-}
-
-impl Canvas {
-    fn new(columns: usize) -> Self {
-        Self {
-            columns,
-            chars: Vec::new(),
-            lines: Vec::new(),
-        }
-    }
-
-    fn ensure(&mut self, row: usize) {
-        while self.chars.len() <= row {
-            self.chars.push(vec![' '; self.columns]);
-            self.lines.push(vec![0; self.columns]);
-        }
-    }
-
-    fn put(&mut self, row: usize, col: usize, c: char) {
-        self.ensure(row);
-        if col < self.columns {
-            self.chars[row][col] = c;
-        }
-    }
-
-    fn line(&mut self, row: usize, col: usize, bits: u8) {
-        self.ensure(row);
-        if col < self.columns {
-            self.lines[row][col] |= bits;
-        }
-    }
-
-    fn draw_box(&mut self, y: usize, left: usize, label: &str, double: bool) {
-        let inner = label.chars().count() + 2;
-        let rule = if double { '═' } else { '─' };
-        let top: String = std::iter::once('╭')
-            .chain(std::iter::repeat_n(rule, inner))
-            .chain(std::iter::once('╮'))
-            .collect();
-        let bottom: String = std::iter::once('╰')
-            .chain(std::iter::repeat_n(rule, inner))
-            .chain(std::iter::once('╯'))
-            .collect();
-        let middle = format!("│ {label} │");
-        for (r, text) in [top, middle, bottom].iter().enumerate() {
-            for (i, c) in text.chars().enumerate() {
-                self.put(y + r, left + i, c);
-            }
-        }
-    }
-
-    fn finish(self) -> String {
-        let mut text = String::new();
-        for (chars, lines) in self.chars.into_iter().zip(self.lines) {
-            let row: String = chars
-                .into_iter()
-                .zip(lines)
-                .map(|(c, bits)| {
-                    if c == ' ' && bits != 0 {
-                        glyph(bits)
-                    } else {
-                        c
-                    }
-                })
-                .collect();
-            text.push_str(row.trim_end());
-            text.push('\n');
-        }
-        text
-    }
-}
-
-/// The rounded box-drawing character joining the given directions.
-fn glyph(bits: u8) -> char {
-    match bits {
-        b if b == UP | DOWN || b == UP || b == DOWN => '│',
-        b if b == LEFT | RIGHT || b == LEFT || b == RIGHT => '─',
-        b if b == UP | RIGHT => '╰',
-        b if b == UP | LEFT => '╯',
-        b if b == DOWN | RIGHT => '╭',
-        b if b == DOWN | LEFT => '╮',
-        b if b == UP | DOWN | RIGHT => '├',
-        b if b == UP | DOWN | LEFT => '┤',
-        b if b == LEFT | RIGHT | DOWN => '┬',
-        b if b == LEFT | RIGHT | UP => '┴',
-        _ => '┼',
-    }
 }
 
 #[cfg(test)]

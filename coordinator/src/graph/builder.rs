@@ -1,0 +1,489 @@
+//! Building nodes and edges from what the file says: each node's kind and
+//! fields, and every way of writing an edge (`edges:`, `next:`,
+//! `depends_on:`, `routes:`, `fallback:`, `start:`) normalised into one
+//! [`Edge`] list. Problems are pushed as findings and building goes on.
+
+use std::collections::HashMap;
+
+use serde::Deserialize;
+use serde_json::{Map, Value};
+
+use super::document::did_you_mean;
+use super::expr::{CelExpr, Template};
+use super::finding::Finding;
+use super::raw_node::{RawNode, RawRetry, read_node};
+use super::*;
+
+/// The id that names the start of a graph in edges.
+pub const START: &str = "START";
+/// The id that names the end of a graph in edges.
+pub const END: &str = "END";
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawEdge {
+    from: String,
+    to: String,
+    when: Option<String>,
+    #[serde(rename = "loop")]
+    is_loop: Option<bool>,
+}
+
+pub(super) struct Builder<'a> {
+    pub(super) index: HashMap<String, NodeIdx>,
+    pub(super) conditions: &'a [(String, CelExpr)],
+    pub(super) findings: &'a mut Vec<Finding>,
+    pub(super) edges: Vec<Edge>,
+}
+
+impl Builder<'_> {
+    pub(super) fn error(&mut self, message: String, nodes: &[&str]) {
+        self.findings.push(Finding::error(message, nodes));
+    }
+
+    pub(super) fn resolve_target(&mut self, from: &str, what: &str, id: &str) -> Option<Target> {
+        if id == END {
+            return Some(Target::End);
+        }
+        match self.index.get(id) {
+            Some(&idx) => Some(Target::Node(idx)),
+            None => {
+                let known: Vec<&str> = self.index.keys().map(String::as_str).collect();
+                let hint = did_you_mean(id, &known)
+                    .map(|k| format!(" (did you mean '{k}'?)"))
+                    .unwrap_or_default();
+                self.error(
+                    format!("node '{from}': {what} names unknown node '{id}'{hint}"),
+                    &[from],
+                );
+                None
+            }
+        }
+    }
+
+    pub(super) fn condition(&mut self, owner: &str, text: &str) -> Option<Condition> {
+        let text = text.trim();
+        if let Some(name) = text.strip_prefix("fn:") {
+            return Some(Condition::Hosted(name.trim().to_owned()));
+        }
+        if let Some((_, expr)) = self.conditions.iter().find(|(name, _)| name == text) {
+            return Some(Condition::Named(text.to_owned(), expr.clone()));
+        }
+        let is_bare_name = text.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+            && !matches!(text, "true" | "false" | "null");
+        if is_bare_name {
+            let known: Vec<&str> = self.conditions.iter().map(|(n, _)| n.as_str()).collect();
+            let hint = did_you_mean(text, &known)
+                .map(|k| format!(" (did you mean '{k}'?)"))
+                .unwrap_or_default();
+            self.error(
+                format!("{owner}: `when` names unknown condition '{text}'{hint}"),
+                &[],
+            );
+            return None;
+        }
+        match CelExpr::compile(text) {
+            Ok(expr) => Some(Condition::Inline(expr)),
+            Err(error) => {
+                self.error(format!("{owner}: {error}"), &[]);
+                None
+            }
+        }
+    }
+
+    pub(super) fn template(&mut self, id: &str, field: &str, source: &str) -> Option<Template> {
+        match Template::parse(source) {
+            Ok(template) => Some(template),
+            Err(error) => {
+                self.error(format!("node '{id}': {field}: {error}"), &[id]);
+                None
+            }
+        }
+    }
+
+    pub(super) fn push_edge(
+        &mut self,
+        from: Endpoint,
+        to: Target,
+        guard: Guard,
+        origin: EdgeOrigin,
+    ) {
+        self.edges.push(Edge {
+            from,
+            to,
+            guard,
+            is_loop: false,
+            origin,
+        });
+    }
+
+    pub(super) fn node(
+        &mut self,
+        idx: NodeIdx,
+        id: &str,
+        value: &Value,
+        line: Option<u32>,
+    ) -> Node {
+        let broken = |kind| Node {
+            id: id.to_owned(),
+            kind,
+            description: None,
+            end: false,
+            retry: RetryPolicy::default(),
+            timeout: None,
+            state_updates: Vec::new(),
+            output_schema: None,
+            teammates: false,
+            router: None,
+            broken: true,
+            line,
+        };
+        let Some(raw) = read_node(id, value, self.findings) else {
+            return broken(NodeKind::Rag);
+        };
+        let kind = self.kind(id, &raw);
+        let kind_is_broken = kind.is_none();
+        let mut node = broken(kind.unwrap_or(NodeKind::Rag));
+        node.broken = kind_is_broken;
+        node.end = raw.end.unwrap_or(false);
+        node.description = raw.description.clone();
+        node.teammates = raw.teammates.unwrap_or(false);
+        node.output_schema = raw.output_schema.clone();
+        node.retry = self.retry(id, &raw);
+        node.timeout = raw.timeout.as_ref().and_then(|t| match t.to_duration() {
+            Ok(d) => Some(d),
+            Err(error) => {
+                self.error(format!("node '{id}': timeout: {error}"), &[id]);
+                None
+            }
+        });
+        for (field, value) in raw.state_updates.iter().flatten() {
+            let update = match value {
+                Value::String(source) => {
+                    match self.template(id, &format!("state_updates.{field}"), source) {
+                        Some(template) => UpdateValue::Template(template),
+                        None => continue,
+                    }
+                }
+                literal => UpdateValue::Literal(literal.clone()),
+            };
+            node.state_updates.push((field.clone(), update));
+        }
+        self.node_edges(idx, id, &raw, &mut node);
+        node
+    }
+
+    pub(super) fn retry(&mut self, id: &str, raw: &RawNode) -> RetryPolicy {
+        let mut policy = RetryPolicy::default();
+        match &raw.retry {
+            None => {}
+            Some(RawRetry::Attempts(n)) => policy.max_attempts = *n,
+            Some(RawRetry::Policy(p)) => {
+                if let Some(n) = p.max_attempts {
+                    policy.max_attempts = n;
+                }
+                if let Some(b) = p.backoff {
+                    policy.backoff = b;
+                }
+                for (name, raw_duration, slot) in [
+                    ("initial_interval", &p.initial_interval, 0),
+                    ("max_interval", &p.max_interval, 1),
+                ] {
+                    let Some(raw_duration) = raw_duration else {
+                        continue;
+                    };
+                    match raw_duration.to_duration() {
+                        Ok(d) if slot == 0 => policy.initial_interval = d,
+                        Ok(d) => policy.max_interval = d,
+                        Err(error) => {
+                            self.error(format!("node '{id}': retry.{name}: {error}"), &[id])
+                        }
+                    }
+                }
+            }
+        }
+        if let Some(n) = raw.max_attempts {
+            policy.max_attempts = n;
+        }
+        if policy.max_attempts == 0 {
+            self.error(
+                format!("node '{id}': max_attempts must be at least 1"),
+                &[id],
+            );
+            policy.max_attempts = 1;
+        }
+        if !(policy.backoff.is_finite() && policy.backoff >= 1.0) {
+            self.error(
+                format!("node '{id}': retry.backoff must be a number >= 1"),
+                &[id],
+            );
+            policy.backoff = 2.0;
+        }
+        policy
+    }
+
+    pub(super) fn node_edges(&mut self, idx: NodeIdx, id: &str, raw: &RawNode, node: &mut Node) {
+        let here = Endpoint::Node(idx);
+        if raw.start == Some(true) {
+            self.push_edge(
+                Endpoint::Start,
+                Target::Node(idx),
+                Guard::Always,
+                EdgeOrigin::StartFlag,
+            );
+        }
+        for next in raw.next.clone().map(|n| n.into_vec()).unwrap_or_default() {
+            if let Some(target) = self.resolve_target(id, "next", &next) {
+                self.push_edge(here, target, Guard::Always, EdgeOrigin::Next);
+            }
+        }
+        for dep in raw
+            .depends_on
+            .clone()
+            .map(|n| n.into_vec())
+            .unwrap_or_default()
+        {
+            if dep == START {
+                self.push_edge(
+                    Endpoint::Start,
+                    Target::Node(idx),
+                    Guard::Always,
+                    EdgeOrigin::DependsOn,
+                );
+                continue;
+            }
+            match self.index.get(&dep) {
+                Some(&from) => self.push_edge(
+                    Endpoint::Node(from),
+                    Target::Node(idx),
+                    Guard::Always,
+                    EdgeOrigin::DependsOn,
+                ),
+                None => self.error(
+                    format!("node '{id}': depends_on names unknown node '{dep}'"),
+                    &[id],
+                ),
+            }
+        }
+        if let Some(fallback) = &raw.fallback
+            && let Some(target) = self.resolve_target(id, "fallback", fallback)
+        {
+            self.push_edge(here, target, Guard::Fallback, EdgeOrigin::Fallback);
+        }
+        if let Some(routes) = &raw.routes {
+            let expr = self.condition(&format!("node '{id}': routes.router"), &routes.router);
+            let mut map = Vec::new();
+            for (key, target) in &routes.map {
+                let Some(target_id) = target.as_str().filter(|t| !t.trim().is_empty()) else {
+                    self.error(
+                        format!("node '{id}': router key '{key}' has no target"),
+                        &[id],
+                    );
+                    continue;
+                };
+                if let Some(target) =
+                    self.resolve_target(id, &format!("router key '{key}'"), target_id)
+                {
+                    map.push((key.clone(), target));
+                    self.push_edge(here, target, Guard::Route(key.clone()), EdgeOrigin::Routes);
+                }
+            }
+            if let Some(expr) = expr {
+                node.router = Some(Router { expr, map });
+            }
+        }
+    }
+
+    pub(super) fn edge_list(&mut self, value: &Value) {
+        let Some(list) = value.as_array() else {
+            self.error(
+                "edges: expected a list of {from, to, when?, loop?}".into(),
+                &[],
+            );
+            return;
+        };
+        for (position, entry) in list.iter().enumerate() {
+            let raw: RawEdge = match serde_path_to_error::deserialize(entry) {
+                Ok(raw) => raw,
+                Err(error) => {
+                    self.error(format!("edges[{position}]: {}", error.inner()), &[]);
+                    continue;
+                }
+            };
+            let owner = format!("edge {} → {}", raw.from, raw.to);
+            let from = if raw.from == START {
+                Endpoint::Start
+            } else if let Some(&idx) = self.index.get(&raw.from) {
+                Endpoint::Node(idx)
+            } else {
+                self.error(
+                    format!("{owner}: edge from unknown node '{}'", raw.from),
+                    &[&raw.from],
+                );
+                continue;
+            };
+            let to = if raw.to == END {
+                Target::End
+            } else if let Some(&idx) = self.index.get(&raw.to) {
+                Target::Node(idx)
+            } else {
+                self.error(
+                    format!("{owner}: edge to unknown node '{}'", raw.to),
+                    &[&raw.to],
+                );
+                continue;
+            };
+            if raw.to == START || raw.from == END {
+                self.error(
+                    format!("{owner}: START can only be a source and END only a target"),
+                    &[],
+                );
+                continue;
+            }
+            let guard = match &raw.when {
+                None => Guard::Always,
+                Some(text) => match self.condition(&owner, text) {
+                    Some(condition) => Guard::When(condition),
+                    None => continue,
+                },
+            };
+            let is_loop = raw.is_loop.unwrap_or(false);
+            if is_loop && from == Endpoint::Start {
+                self.error(
+                    format!("{owner}: an edge from START cannot be a loop edge"),
+                    &[],
+                );
+                continue;
+            }
+            self.edges.push(Edge {
+                from,
+                to,
+                guard,
+                is_loop,
+                origin: EdgeOrigin::EdgeList(position),
+            });
+        }
+    }
+
+    pub(super) fn kind(&mut self, id: &str, raw: &RawNode) -> Option<NodeKind> {
+        let kind = raw.kind.as_deref()?;
+        let required = |this: &mut Self, field: &str, value: &Option<String>| -> Option<String> {
+            match value {
+                Some(v) if !v.trim().is_empty() => Some(v.clone()),
+                _ => {
+                    this.error(
+                        format!("node '{id}': kind '{kind}' requires field '{field}'"),
+                        &[id],
+                    );
+                    None
+                }
+            }
+        };
+        let opt_template = |this: &mut Self, field: &str, value: &Option<String>| {
+            value
+                .as_ref()
+                .and_then(|source| this.template(id, field, source))
+        };
+        Some(match kind {
+            "task" => NodeKind::Task {
+                handler: required(self, "handler", &raw.handler)?,
+            },
+            "script" => self.script(id, raw)?,
+            "llm" => {
+                let prompt = required(self, "prompt", &raw.prompt)?;
+                NodeKind::Llm(Box::new(LlmConfig {
+                    model: raw.model.clone(),
+                    system: opt_template(self, "system", &raw.system),
+                    prompt: self.template(id, "prompt", &prompt)?,
+                    temperature: raw.temperature,
+                    max_tokens: raw.max_tokens,
+                    provider: raw.provider.clone(),
+                }))
+            }
+            "agent" => {
+                let prompt = required(self, "prompt", &raw.prompt)?;
+                NodeKind::Agent(Box::new(AgentConfig {
+                    instructions: opt_template(self, "instructions", &raw.instructions),
+                    prompt: self.template(id, "prompt", &prompt)?,
+                    tools: raw.tools.clone().unwrap_or_default(),
+                    max_turns: raw.max_turns,
+                    provider: raw.provider.clone(),
+                    model: raw.model.clone(),
+                }))
+            }
+            "approval" => NodeKind::Approval {
+                prompt: opt_template(self, "prompt", &raw.prompt),
+                output_key: raw.output_key.clone().unwrap_or_else(|| "approved".into()),
+            },
+            "input" => NodeKind::Input {
+                prompt: opt_template(self, "prompt", &raw.prompt),
+                output_key: required(self, "output_key", &raw.output_key)?,
+                schema: raw.schema.clone(),
+            },
+            "map" => self.map(id, raw)?,
+            "loop" => {
+                let body = required(self, "body", &raw.body)?;
+                let until = required(self, "until", &raw.until)?;
+                let body = self.resolve_target(id, "body", &body)?.node();
+                let until = if let Some(name) = until.strip_prefix("fn:") {
+                    Until::Hosted(name.trim().to_owned())
+                } else if let Some((name, expr)) = self.conditions.iter().find(|(n, _)| *n == until)
+                {
+                    Until::Condition(name.clone(), expr.clone())
+                } else {
+                    Until::Sentence(until)
+                };
+                NodeKind::Loop(Box::new(LoopConfig {
+                    body,
+                    until,
+                    max_iterations: raw.max_iterations.unwrap_or(10),
+                    output_key: raw.output_key.clone().unwrap_or_else(|| "output".into()),
+                }))
+            }
+            "subgraph" => NodeKind::Subgraph(Box::new(SubgraphConfig {
+                graph: required(self, "graph", &raw.graph)?,
+                input_map: string_pairs(self, id, "input_map", raw.input_map.as_ref()),
+                output_map: string_pairs(self, id, "output_map", raw.output_map.as_ref()),
+            })),
+            "end" => {
+                let failed = match raw.status.as_deref() {
+                    None | Some("completed") => false,
+                    Some("failed") => true,
+                    Some(other) => {
+                        self.error(
+                            format!(
+                                "node '{id}': status '{other}' is not one of completed, failed"
+                            ),
+                            &[id],
+                        );
+                        false
+                    }
+                };
+                NodeKind::End(EndConfig {
+                    failed,
+                    message: raw.message.clone(),
+                })
+            }
+            _ => NodeKind::Rag,
+        })
+    }
+}
+
+fn string_pairs(
+    builder: &mut Builder<'_>,
+    id: &str,
+    field: &str,
+    map: Option<&Map<String, Value>>,
+) -> Vec<(String, String)> {
+    let mut pairs = Vec::new();
+    for (key, value) in map.into_iter().flatten() {
+        match value.as_str() {
+            Some(v) => pairs.push((key.clone(), v.to_owned())),
+            None => builder.error(
+                format!("node '{id}': {field}.{key} must be a field name"),
+                &[id],
+            ),
+        }
+    }
+    pairs
+}

@@ -1,0 +1,185 @@
+//! Node kinds and the fields each takes (SPEC section 4).
+
+use serde_json::Value;
+
+use super::expr::{CelExpr, Template};
+use super::model::NodeIdx;
+
+/// What a node runs, with the fields its kind takes.
+#[derive(Debug, Clone)]
+pub enum NodeKind {
+    /// A handler registered by a worker.
+    Task {
+        /// Handler name.
+        handler: String,
+    },
+    /// An executable run by a worker.
+    Script {
+        /// argv; the first element is the program.
+        argv: Vec<String>,
+        /// Extra environment (secrets substituted on the worker).
+        env: Vec<(String, String)>,
+    },
+    /// One chat completion.
+    Llm(Box<LlmConfig>),
+    /// A tool-calling loop.
+    Agent(Box<AgentConfig>),
+    /// A pause for approve/reject.
+    Approval {
+        /// Question shown to the human.
+        prompt: Option<Template>,
+        /// Field that receives `true`/`false`.
+        output_key: String,
+    },
+    /// A pause for a value.
+    Input {
+        /// Question shown to the human.
+        prompt: Option<Template>,
+        /// Field that receives the answer.
+        output_key: String,
+        /// JSON Schema the answer must satisfy.
+        schema: Option<Value>,
+    },
+    /// Dynamic fan-out over a list.
+    Map(Box<MapConfig>),
+    /// A body chain repeated until a predicate holds.
+    Loop(Box<LoopConfig>),
+    /// Another graph run as a child.
+    Subgraph(Box<SubgraphConfig>),
+    /// Ends the run.
+    End(EndConfig),
+    /// Reserved; rejected by validation.
+    Rag,
+}
+
+impl NodeKind {
+    /// The kind's name as written in a graph file.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Task { .. } => "task",
+            Self::Script { .. } => "script",
+            Self::Llm(_) => "llm",
+            Self::Agent(_) => "agent",
+            Self::Approval { .. } => "approval",
+            Self::Input { .. } => "input",
+            Self::Map(_) => "map",
+            Self::Loop(_) => "loop",
+            Self::Subgraph(_) => "subgraph",
+            Self::End(_) => "end",
+            Self::Rag => "rag",
+        }
+    }
+}
+
+/// `llm` node fields.
+#[derive(Debug, Clone)]
+pub struct LlmConfig {
+    /// Model name (default: the provider's).
+    pub model: Option<String>,
+    /// System prompt.
+    pub system: Option<Template>,
+    /// User prompt.
+    pub prompt: Template,
+    /// Sampling temperature.
+    pub temperature: Option<f64>,
+    /// Completion length cap.
+    pub max_tokens: Option<u32>,
+    /// Provider name in the worker's configuration.
+    pub provider: Option<String>,
+}
+
+/// `agent` node fields.
+#[derive(Debug, Clone)]
+pub struct AgentConfig {
+    /// System instructions.
+    pub instructions: Option<Template>,
+    /// User prompt.
+    pub prompt: Template,
+    /// Tool handlers.
+    pub tools: Vec<String>,
+    /// Turn cap.
+    pub max_turns: Option<u32>,
+    /// Provider name.
+    pub provider: Option<String>,
+    /// Model name.
+    pub model: Option<String>,
+}
+
+/// `map` node fields.
+#[derive(Debug, Clone)]
+pub struct MapConfig {
+    /// Template or CEL expression resolving to a JSON array.
+    pub over: ListSource,
+    /// The item's name in each item's scope.
+    pub item_name: String,
+    /// Entry node of the per-item chain.
+    pub branch: Option<NodeIdx>,
+    /// Field each chain must write.
+    pub output_key: String,
+    /// Field receiving the results in input order.
+    pub collect_into: String,
+    /// Items in flight at most.
+    pub max_concurrency: Option<ConcurrencyLimit>,
+}
+
+/// Where a map's list comes from.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ListSource {
+    /// A Jinja-style template (`"{{ subjects }}"`).
+    Template(Template),
+    /// A CEL expression (`state.subjects`).
+    Cel(CelExpr),
+}
+
+/// A map's `max_concurrency`.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ConcurrencyLimit {
+    /// A literal positive integer.
+    Fixed(u32),
+    /// A template that must resolve to a positive integer at run time.
+    Template(Template),
+}
+
+/// `loop` node fields.
+#[derive(Debug, Clone)]
+pub struct LoopConfig {
+    /// Entry node of the body chain.
+    pub body: Option<NodeIdx>,
+    /// The stop predicate: a condition name, `fn:NAME`, or a sentence for an LLM.
+    pub until: Until,
+    /// Iteration cap.
+    pub max_iterations: u32,
+    /// Field the body writes each iteration.
+    pub output_key: String,
+}
+
+/// How a `loop` node decides to stop.
+#[derive(Debug, Clone)]
+pub enum Until {
+    /// A named condition.
+    Condition(String, CelExpr),
+    /// A worker-hosted predicate.
+    Hosted(String),
+    /// A sentence judged by an LLM.
+    Sentence(String),
+}
+
+/// `subgraph` node fields.
+#[derive(Debug, Clone)]
+pub struct SubgraphConfig {
+    /// Path of the child graph, relative to this file.
+    pub graph: String,
+    /// `{parent_field: child_field}`.
+    pub input_map: Vec<(String, String)>,
+    /// `{child_field: parent_field}`.
+    pub output_map: Vec<(String, String)>,
+}
+
+/// `end` node fields.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EndConfig {
+    /// `completed` (default) or `failed`.
+    pub failed: bool,
+    /// Message, for a failed end.
+    pub message: Option<String>,
+}

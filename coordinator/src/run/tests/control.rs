@@ -1,0 +1,399 @@
+//! Retries, fallbacks, failures and retry-from-failure, human input,
+//! cancellation and deadlines, worker-hosted reducers and predicates, and the
+//! run-wide concurrency cap.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+
+use serde_json::json;
+
+use super::*;
+
+const FALLBACK: &str = r#"
+nodes:
+  fetch:   { kind: task, handler: fetch, start: true, fallback: cached, next: parse, retry: { max_attempts: 3, initial_interval: 0.5s, backoff: 2 } }
+  cached:  { kind: task, handler: cached }
+  parse:   { kind: task, handler: parse }
+"#;
+
+#[test]
+fn retries_back_off_then_fallback_routes_alone() {
+    let h = Harness::new(FALLBACK, json!({}))
+        .on("fetch", |_, _, attempt| {
+            Err(format!("timeout on attempt {attempt}"))
+        })
+        .on("cached", write("source", json!("cache")))
+        .run();
+    assert_eq!(h.status(), RunStatus::Completed);
+    assert_eq!(h.runs_of("fetch"), 3);
+    assert_eq!(
+        h.retries,
+        [
+            std::time::Duration::from_millis(500),
+            std::time::Duration::from_secs(1)
+        ]
+    );
+    assert_eq!(h.runs_of("parse"), 0);
+    assert_eq!(h.skipped(), ["parse"]);
+    assert_eq!(h.state(), json!({"source": "cache"}));
+}
+
+#[test]
+fn retry_succeeds_and_a_late_result_of_the_old_attempt_is_ignored() {
+    let mut h = Harness::new(FALLBACK, json!({}))
+        .on("fetch", |_, _, attempt| {
+            if attempt < 2 {
+                Err("flaky".into())
+            } else {
+                Ok(json!({"page": attempt}))
+            }
+        })
+        .on("parse", noop())
+        .run();
+    assert_eq!(h.status(), RunStatus::Completed);
+    assert_eq!(h.state(), json!({"page": 2}));
+    let first_key = h.dispatched[0].key;
+    let effects = h
+        .machine
+        .apply(Input::TaskSucceeded {
+            key: first_key,
+            output: NodeOutput::default(),
+        })
+        .unwrap();
+    assert!(effects.is_empty());
+    assert!(
+        h.send(Input::Cancel).is_err(),
+        "a completed run cannot be cancelled"
+    );
+}
+
+#[test]
+fn failure_without_fallback_fails_the_run_with_an_execution_error() {
+    let yaml = "nodes:\n  a: {kind: task, handler: a, start: true}\n  b: {kind: task, handler: b, start: true}\n";
+    let h = Harness::new(yaml, json!({"kept": 1}))
+        .order(Order::Lifo)
+        .on("a", |_, _, _| Err("disk full".into()))
+        .on("b", write("b", json!(2)))
+        .run();
+    assert_eq!(h.status(), RunStatus::Failed);
+    let error = h.machine.error().unwrap();
+    assert_eq!(error.kind(), "ExecutionError");
+    assert_eq!(error.node(), Some("a"));
+    assert_eq!(
+        h.error_text(),
+        "node 'a' failed (attempt 1, worker w1): handler_error: disk full"
+    );
+    assert_eq!(h.state(), json!({"kept": 1}));
+}
+
+#[test]
+fn failed_run_retries_from_the_wave_that_failed() {
+    let fail_once = Rc::new(RefCell::new(true));
+    let flag = fail_once.clone();
+    let yaml = "nodes:\n  a: {kind: task, handler: a, start: true, next: b}\n  b: {kind: task, handler: b}\n";
+    let mut h = Harness::new(yaml, json!({}))
+        .on("a", write("a", json!(1)))
+        .on("b", move |_, _, _| {
+            if flag.replace(false) {
+                Err("boom".into())
+            } else {
+                Ok(json!({"b": 2}))
+            }
+        })
+        .run();
+    assert_eq!(h.status(), RunStatus::Failed);
+    assert_eq!(h.state(), json!({"a": 1}));
+    h.send(Input::RetryRun).unwrap();
+    assert_eq!(h.status(), RunStatus::Completed);
+    assert_eq!(h.state(), json!({"a": 1, "b": 2}));
+    assert_eq!(h.runs_of("a"), 1);
+    assert_eq!(h.machine.steps(), 2);
+}
+
+#[test]
+fn state_updates_render_with_the_output_and_the_state() {
+    let yaml = r#"
+nodes:
+  ask:
+    kind: task
+    handler: ask
+    start: true
+    state_updates:
+      summary: "{{ topic }}: {{ output.answer }}"
+      answers: "{{ [output.answer] }}"
+      tries: 1
+"#;
+    let h = Harness::new(yaml, json!({"topic": "rust"}))
+        .on("ask", write("answer", json!("fast")))
+        .run();
+    assert_eq!(
+        h.state(),
+        json!({"topic": "rust", "answer": "fast", "summary": "rust: fast", "answers": ["fast"], "tries": 1})
+    );
+}
+
+#[test]
+fn strict_state_rejects_undeclared_writes_and_input() {
+    let yaml = "settings: {strict_state: true}\nstate:\n  n: {type: integer, default: 0}\nnodes:\n  a: {kind: task, handler: a, start: true}\n";
+    let error = RunMachine::new(plan(yaml), obj(json!({"m": 1}))).unwrap_err();
+    assert_eq!(error.kind(), "InvalidInput");
+    assert!(error.to_string().contains("'m'"), "{error}");
+    let h = Harness::new(yaml, json!({"n": 1}))
+        .on("a", write("other", json!(1)))
+        .run();
+    assert_eq!(h.status(), RunStatus::Failed);
+    assert!(
+        h.error_text()
+            .contains("wrote field 'other', which `state:` does not declare"),
+        "{}",
+        h.error_text()
+    );
+}
+
+#[test]
+fn declared_types_are_enforced_on_writes() {
+    let yaml = "state:\n  score: {type: number, default: 0}\nnodes:\n  a: {kind: task, handler: a, start: true}\n";
+    let h = Harness::new(yaml, json!({}))
+        .on("a", write("score", json!("high")))
+        .run();
+    assert_eq!(h.status(), RunStatus::Failed);
+    assert!(
+        h.error_text()
+            .contains("wrote field 'score' as string, but it is declared number"),
+        "{}",
+        h.error_text()
+    );
+}
+
+const APPROVAL: &str = r#"
+nodes:
+  write:   { kind: task, handler: write, start: true, next: [approve] }
+  side:    { kind: task, handler: side, start: true }
+  approve: { kind: approval, prompt: "Publish {{ title }}?", depends_on: [side] }
+  publish: { kind: task, handler: publish }
+  discard: { kind: task, handler: discard }
+edges:
+  - { from: approve, to: publish, when: "state.approved" }
+  - { from: approve, to: discard, when: "!state.approved" }
+"#;
+
+fn approval_run() -> Harness {
+    Harness::new(APPROVAL, json!({"title": "Weft"}))
+        .on("write", write("draft", json!("d")))
+        .on("side", write("side", json!(1)))
+        .on("publish", write("published", json!(true)))
+        .on("discard", write("discarded", json!(true)))
+        .run()
+}
+
+#[test]
+fn approval_pauses_then_resumes_on_approve() {
+    let mut h = approval_run();
+    assert_eq!(h.status(), RunStatus::Waiting);
+    assert_eq!(
+        h.machine.waiting(),
+        [(
+            "approve".to_owned(),
+            "approval".to_owned(),
+            "Publish Weft?".to_owned()
+        )]
+    );
+    assert!(h.events.contains(&RunEvent::WaitingForInput {
+        node: "approve".into(),
+        kind: "approval".into(),
+        prompt: "Publish Weft?".into()
+    }));
+    let answer = HumanAnswer {
+        value: json!("approve"),
+        comment: Some("ship it".into()),
+    };
+    h.send(Input::Answered {
+        node: "approve".into(),
+        answer,
+    })
+    .unwrap();
+    assert_eq!(h.status(), RunStatus::Completed);
+    assert_eq!(h.state()["approved"], json!(true));
+    assert_eq!(h.state()["approved_comment"], json!("ship it"));
+    assert_eq!(h.state()["published"], json!(true));
+    assert_eq!(h.runs_of("discard"), 0);
+}
+
+#[test]
+fn approval_reject_takes_the_other_edge_and_bad_answers_change_nothing() {
+    let mut h = approval_run();
+    let bad = HumanAnswer {
+        value: json!("maybe"),
+        comment: None,
+    };
+    let error = h
+        .send(Input::Answered {
+            node: "approve".into(),
+            answer: bad,
+        })
+        .unwrap_err();
+    assert!(matches!(error, Rejected::BadAnswer { .. }), "{error}");
+    assert_eq!(h.status(), RunStatus::Waiting);
+    let error = h.send(Input::Answered {
+        node: "publish".into(),
+        answer: HumanAnswer {
+            value: json!(1),
+            comment: None,
+        },
+    });
+    assert_eq!(error, Err(Rejected::NotWaiting("publish".into())));
+    h.send(Input::Answered {
+        node: "approve".into(),
+        answer: HumanAnswer {
+            value: json!("reject"),
+            comment: None,
+        },
+    })
+    .unwrap();
+    assert_eq!(h.status(), RunStatus::Completed);
+    assert_eq!(h.state()["approved"], json!(false));
+    assert_eq!(h.state()["discarded"], json!(true));
+}
+
+#[test]
+fn input_node_checks_its_schema() {
+    let yaml = r#"
+nodes:
+  ask: { kind: input, start: true, output_key: budget, prompt: "Budget?", schema: { type: integer, minimum: 1 } }
+"#;
+    let mut h = Harness::new(yaml, json!({})).run();
+    assert_eq!(h.status(), RunStatus::Waiting);
+    let error = h.send(Input::Answered {
+        node: "ask".into(),
+        answer: HumanAnswer {
+            value: json!("lots"),
+            comment: None,
+        },
+    });
+    assert!(matches!(error, Err(Rejected::BadAnswer { .. })));
+    h.send(Input::Answered {
+        node: "ask".into(),
+        answer: HumanAnswer {
+            value: json!(3),
+            comment: None,
+        },
+    })
+    .unwrap();
+    assert_eq!(h.status(), RunStatus::Completed);
+    assert_eq!(h.state(), json!({"budget": 3}));
+}
+
+#[test]
+fn cancel_stops_in_flight_tasks_and_keeps_the_state() {
+    let yaml = "nodes:\n  a: {kind: task, handler: a, start: true}\n  b: {kind: task, handler: b, start: true}\n";
+    let mut machine = RunMachine::new(plan(yaml), obj(json!({"x": 1}))).unwrap();
+    let effects = machine.start();
+    let keys: Vec<TaskKey> = effects
+        .iter()
+        .filter_map(|e| match e {
+            Effect::Dispatch(spec) => Some(spec.key),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(keys.len(), 2);
+    let effects = machine.apply(Input::Cancel).unwrap();
+    assert!(effects.contains(&Effect::CancelTasks(keys.clone())));
+    assert_eq!(machine.status(), RunStatus::Cancelled);
+    assert_eq!(machine.error(), Some(&RunError::Cancelled));
+    assert_eq!(**machine.state(), obj(json!({"x": 1})));
+    // Results arriving after the cancel are ignored.
+    let effects = machine
+        .apply(Input::TaskSucceeded {
+            key: keys[0],
+            output: NodeOutput::default(),
+        })
+        .unwrap();
+    assert!(effects.is_empty());
+}
+
+#[test]
+fn deadline_fails_the_run_as_a_timeout() {
+    let mut machine = RunMachine::new(
+        plan("nodes:\n  a: {kind: task, handler: a, start: true}\n"),
+        Map::new(),
+    )
+    .unwrap();
+    machine.start();
+    machine.apply(Input::DeadlinePassed).unwrap();
+    assert_eq!(machine.status(), RunStatus::Failed);
+    assert_eq!(machine.error().map(RunError::kind), Some("RunTimeout"));
+}
+
+#[test]
+fn hosted_reducer_receives_s0_and_branch_values() {
+    let yaml = r#"
+state:
+  best: { type: string, default: "none", reducer: "fn:longest" }
+nodes:
+  a: { kind: task, handler: a, start: true }
+  b: { kind: task, handler: b, start: true }
+"#;
+    let h = Harness::new(yaml, json!({}))
+        .on("a", write("best", json!("ab")))
+        .on("b", write("best", json!("abcd")))
+        .hosted("longest", |args| {
+            let branches = args[1].as_array().unwrap();
+            Ok(branches
+                .iter()
+                .max_by_key(|v| v.as_str().unwrap().len())
+                .unwrap()
+                .clone())
+        })
+        .run();
+    assert_eq!(h.status(), RunStatus::Completed);
+    assert_eq!(h.state(), json!({"best": "abcd"}));
+    assert!(matches!(
+        &h.calls[0],
+        Effect::CallReducer { field, s0_value, branch_values, .. }
+            if field == "best" && s0_value == &json!("none") && branch_values == &vec![json!("ab"), json!("abcd")]
+    ));
+}
+
+#[test]
+fn hosted_predicate_decides_an_edge() {
+    let yaml = r#"
+nodes:
+  a: { kind: task, handler: a, start: true }
+  yes: { kind: task, handler: yes }
+  no: { kind: task, handler: no }
+edges:
+  - { from: a, to: yes, when: "fn:is_big" }
+  - { from: a, to: no, when: "!(state.n > 10)" }
+"#;
+    let h = Harness::new(yaml, json!({}))
+        .on("a", write("n", json!(42)))
+        .on("yes", noop())
+        .hosted("is_big", |args| {
+            Ok(json!(args[0]["n"].as_i64().unwrap() > 10))
+        })
+        .run();
+    assert_eq!(h.status(), RunStatus::Completed);
+    assert_eq!(h.runs_of("yes"), 1);
+    assert_eq!(h.skipped(), ["no"]);
+}
+
+#[test]
+fn run_concurrency_cap_bounds_tasks_in_flight() {
+    let yaml = r#"
+settings: { max_node_concurrency: 2 }
+nodes:
+  a: { kind: task, handler: t, start: true }
+  b: { kind: task, handler: t, start: true }
+  c: { kind: task, handler: t, start: true }
+  d: { kind: task, handler: t, start: true }
+  e: { kind: task, handler: t, start: true }
+"#;
+    let mut h = Harness::new(yaml, json!({}));
+    for id in ["a", "b", "c", "d", "e"] {
+        h = h.on(id, noop());
+    }
+    let h = h.run();
+    assert_eq!(h.status(), RunStatus::Completed);
+    assert_eq!(h.dispatched.len(), 5);
+    assert_eq!(h.max_in_flight, 2);
+}
