@@ -101,6 +101,16 @@ impl Builder<'_> {
         }
     }
 
+    pub(super) fn schema(&mut self, id: &str, field: &str, source: &Value) -> Option<Schema> {
+        match Schema::compile(source) {
+            Ok(schema) => Some(schema),
+            Err(error) => {
+                self.error(format!("node '{id}': {field} is {error}"), &[id]);
+                None
+            }
+        }
+    }
+
     pub(super) fn push_edge(
         &mut self,
         from: Endpoint,
@@ -148,7 +158,10 @@ impl Builder<'_> {
         node.end = raw.end.unwrap_or(false);
         node.description = raw.description.clone();
         node.teammates = raw.teammates.unwrap_or(false);
-        node.output_schema = raw.output_schema.clone();
+        node.output_schema = raw
+            .output_schema
+            .as_ref()
+            .and_then(|source| self.schema(id, "output_schema", source));
         node.retry = self.retry(id, &raw);
         node.timeout = raw.timeout.as_ref().and_then(|t| match t.to_duration() {
             Ok(d) => Some(d),
@@ -418,7 +431,10 @@ impl Builder<'_> {
             "input" => NodeKind::Input {
                 prompt: opt_template(self, "prompt", &raw.prompt),
                 output_key: required(self, "output_key", &raw.output_key)?,
-                schema: raw.schema.clone(),
+                schema: raw
+                    .schema
+                    .as_ref()
+                    .and_then(|source| self.schema(id, "schema", source)),
             },
             "map" => self.map(id, raw)?,
             "loop" => {

@@ -1,9 +1,8 @@
 //! Node kinds and the fields each takes (SPEC section 4).
 
-use serde_json::Value;
-
 use super::expr::{CelExpr, Template};
 use super::model::NodeIdx;
+use super::schema::Schema;
 
 /// What a node runs, with the fields its kind takes.
 #[derive(Debug, Clone)]
@@ -38,7 +37,7 @@ pub enum NodeKind {
         /// Field that receives the answer.
         output_key: String,
         /// JSON Schema the answer must satisfy.
-        schema: Option<Value>,
+        schema: Option<Schema>,
     },
     /// Dynamic fan-out over a list.
     Map(Box<MapConfig>),

@@ -15,6 +15,7 @@ mod kinds;
 mod load;
 mod model;
 mod raw_node;
+mod schema;
 pub mod topology;
 mod validate;
 
@@ -26,6 +27,7 @@ pub use expr::{CelExpr, Strictness, Template, TemplateContext, truthy};
 pub use finding::{Finding, GraphError, Severity};
 pub use kinds::*;
 pub use model::*;
+pub use schema::Schema;
 
 /// Parses and validates graph text. Returns the graph (possibly partial when
 /// there are errors) and every finding, errors and warnings alike.

@@ -14,6 +14,7 @@ use serde_json::Value;
 use super::declarations::{FieldDecl, RetryPolicy, Settings};
 use super::expr::{CelExpr, Template};
 use super::kinds::NodeKind;
+use super::schema::Schema;
 
 /// Position of a node in declaration order.
 pub type NodeIdx = usize;
@@ -164,7 +165,7 @@ pub struct Node {
     /// Assignments rendered after the node ran.
     pub state_updates: Vec<(String, UpdateValue)>,
     /// JSON Schema the node's structured output must satisfy.
-    pub output_schema: Option<Value>,
+    pub output_schema: Option<Schema>,
     /// Whether the step takes part in teammate messaging.
     pub teammates: bool,
     /// The router, when the node has `routes:`.
@@ -195,7 +196,7 @@ impl Node {
         if let Some(properties) = self
             .output_schema
             .as_ref()
-            .and_then(|schema| schema.get("properties"))
+            .and_then(|schema| schema.source().get("properties"))
             .and_then(Value::as_object)
         {
             writes.extend(properties.keys().cloned());

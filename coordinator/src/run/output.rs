@@ -26,6 +26,13 @@ pub fn finish_output(
         next,
         output,
     } = output;
+    if let Some(schema) = &node.output_schema {
+        // The structured output is what the node wrote; its top-level
+        // properties are the fields.
+        schema
+            .check(&Value::Object(writes.clone()))
+            .map_err(|error| format!("output {error} (output_schema)"))?;
+    }
     if !node.state_updates.is_empty() {
         let mut seen = view.clone();
         for (field, value) in &writes {
@@ -134,14 +141,9 @@ pub fn answer_writes(node: &Node, answer: &HumanAnswer) -> Result<Map<String, Va
             output_key, schema, ..
         } => {
             if let Some(schema) = schema {
-                let validator = jsonschema::validator_for(schema).map_err(|error| {
-                    format!("the node's schema is not valid JSON Schema: {error}")
-                })?;
-                if let Some(error) = validator.iter_errors(&answer.value).next() {
-                    return Err(format!(
-                        "the answer does not match the node's schema: {error}"
-                    ));
-                }
+                schema
+                    .check(&answer.value)
+                    .map_err(|error| format!("the answer {error}"))?;
             }
             writes.insert(output_key.clone(), answer.value.clone());
         }

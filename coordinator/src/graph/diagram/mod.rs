@@ -508,4 +508,76 @@ nodes:
             "branch nodes are not drawn in the main flow:\n{text}"
         );
     }
+
+    fn random_graph(edges: &[(usize, usize, bool)], loops: &[(usize, usize)], n: usize) -> String {
+        let mut yaml = String::from("nodes:\n");
+        for j in 0..n {
+            let has_pred = edges.iter().any(|&(a, b, _)| b == j && a < b);
+            let start = if has_pred { "" } else { ", start: true" };
+            yaml.push_str(&format!("  node{j}: {{ kind: task, handler: h{start} }}\n"));
+        }
+        yaml.push_str("edges:\n");
+        for &(a, b, conditional) in edges.iter().filter(|(a, b, _)| a < b) {
+            let when = if conditional {
+                ", when: \"state.go\""
+            } else {
+                ""
+            };
+            yaml.push_str(&format!("  - {{ from: node{a}, to: node{b}{when} }}\n"));
+        }
+        for &(a, b) in loops.iter().filter(|(a, b)| b <= a) {
+            yaml.push_str(&format!(
+                "  - {{ from: node{a}, to: node{b}, loop: true }}\n"
+            ));
+        }
+        yaml.replace(
+            "edges:\n",
+            if edges.iter().any(|(a, b, _)| a < b) || loops.iter().any(|(a, b)| b <= a) {
+                "edges:\n"
+            } else {
+                "edges: []\n"
+            },
+        )
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+
+        /// Whatever the shape, every box is drawn whole: no line runs
+        /// through one, and every node appears exactly once.
+        #[test]
+        fn no_line_is_ever_drawn_through_a_box(
+            n in 1usize..10,
+            edges in proptest::collection::vec((0usize..10, 0usize..10, proptest::prelude::any::<bool>()), 0..16),
+            loops in proptest::collection::vec((0usize..10, 0usize..10), 0..3),
+        ) {
+            let edges: Vec<_> = edges.into_iter().filter(|&(a, b, _)| a < n && b < n).collect();
+            let loops: Vec<_> = loops.into_iter().filter(|&(a, b)| a < n && b < n).collect();
+            let yaml = random_graph(&edges, &loops, n);
+            let (graph, _) = crate::graph::parse_graph(&yaml, Format::Yaml, "p");
+            let text = diagram(&graph);
+            let rows: Vec<Vec<char>> = text.lines().map(|l| l.chars().collect()).collect();
+            for j in 0..n {
+                let label: Vec<char> = format!("│ node{j} │").chars().collect();
+                let mut found = Vec::new();
+                for (r, row) in rows.iter().enumerate() {
+                    for c in 0..row.len() {
+                        if row[c..].starts_with(&label) {
+                            found.push((r, c));
+                        }
+                    }
+                }
+                proptest::prop_assert_eq!(found.len(), 1, "node{} drawn {} times:\n{}", j, found.len(), text);
+                let (r, c) = found[0];
+                proptest::prop_assert!(r >= 1 && r + 1 < rows.len(), "{}", text);
+                let w = label.len();
+                let top: String = rows[r - 1].get(c..c + w).map(|s| s.iter().collect()).unwrap_or_default();
+                let bottom: String = rows[r + 1].get(c..c + w).map(|s| s.iter().collect()).unwrap_or_default();
+                proptest::prop_assert!(top.starts_with('╭') && top.ends_with('╮') && top[3..top.len() - 3].chars().all(|ch| ch == '─' || ch == '═'),
+                    "top of node{} broken:\n{}", j, text);
+                proptest::prop_assert!(bottom.starts_with('╰') && bottom.ends_with('╯') && bottom[3..bottom.len() - 3].chars().all(|ch| ch == '─' || ch == '═'),
+                    "bottom of node{} broken:\n{}", j, text);
+            }
+        }
+    }
 }

@@ -397,3 +397,35 @@ nodes:
     assert_eq!(h.dispatched.len(), 5);
     assert_eq!(h.max_in_flight, 2);
 }
+
+#[test]
+fn output_schema_is_checked_against_what_the_node_wrote() {
+    let yaml = r#"
+nodes:
+  judge:
+    kind: task
+    handler: judge
+    start: true
+    output_schema:
+      type: object
+      properties: { pass: { type: boolean }, feedback: { type: string } }
+      required: [pass]
+"#;
+    let good = Harness::new(yaml, json!({}))
+        .on("judge", |_, _, _| {
+            Ok(json!({"pass": true, "feedback": "fine"}))
+        })
+        .run();
+    assert_eq!(good.status(), RunStatus::Completed);
+    assert_eq!(good.state(), json!({"pass": true, "feedback": "fine"}));
+    let bad = Harness::new(yaml, json!({}))
+        .on("judge", |_, _, _| Ok(json!({"pass": "yes"})))
+        .run();
+    assert_eq!(bad.status(), RunStatus::Failed);
+    assert!(
+        bad.error_text()
+            .contains("output does not match the schema at /pass"),
+        "{}",
+        bad.error_text()
+    );
+}
