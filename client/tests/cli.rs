@@ -76,25 +76,7 @@ fn diagram_draws_the_seed_picture() {
         repo("examples/critique-loop.yaml").to_str().unwrap(),
     ]);
     assert_eq!(out.status.code(), Some(0));
-    let expected = "\
-╭═════════════╮   ╭═══════╮
-│ load_rubric │   │ draft │◀─╮
-╰═════════════╯   ╰═══════╯  │
-       ╰─────╮        │      │
-             ├────────╯      │
-             ▼               │
-       ╭──────────╮          │
-       │ critique │──────────╯
-       ╰──────────╯
-             │
-             ▽
-        ╭═════════╮
-        │ publish │
-        ╰═════════╯
-
-  ↺ critique → draft when needs_work
-  ▽ conditional edge
-";
+    let expected = include_str!("../../coordinator/tests/fixtures/critique-loop.diagram.txt");
     assert_eq!(text(&out.stdout), expected);
 }
 

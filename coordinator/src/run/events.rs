@@ -39,6 +39,16 @@ pub struct TaskSpec {
     pub timeout: Duration,
 }
 
+impl TaskSpec {
+    /// Drops the task's state at once and keeps its attempt and item. A
+    /// partially moved spec would keep the state alive to the end of the
+    /// caller's scope, and the merge updates the run's state in place only
+    /// when nothing else holds it.
+    pub(crate) fn release(self) -> (u32, Option<ItemRef>) {
+        (self.attempt, self.item)
+    }
+}
+
 /// Which map item a task belongs to.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ItemRef {

@@ -95,13 +95,7 @@ impl RunMachine {
         };
         // Dropping the task's state here matters: the merge updates the
         // run's state in place only when nothing else holds it.
-        let TaskSpec {
-            attempt,
-            item,
-            state,
-            ..
-        } = spec;
-        drop(state);
+        let (attempt, item) = spec.release();
         if let Some(item) = item {
             self.item_step_done(node, item, Ok(output), fx);
         } else {
@@ -175,13 +169,7 @@ impl RunMachine {
             fx.push(Effect::ScheduleRetry { key, delay });
         } else {
             let TaskRef { node, spec, .. } = task;
-            let TaskSpec {
-                attempt,
-                item,
-                state,
-                ..
-            } = spec;
-            drop(state);
+            let (attempt, item) = spec.release();
             match item {
                 Some(item) => self.item_step_done(node, item, Err(failure), fx),
                 None => self.member_failed(node, attempt, failure, fx),

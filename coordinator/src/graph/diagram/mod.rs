@@ -397,44 +397,13 @@ mod tests {
         diagram(&graph)
     }
 
-    const SEED_CRITIQUE: &str = r#"
-conditions:
-  needs_work: "state.score < 0.8"
-nodes:
-  load_rubric: { kind: task, handler: load_rubric, start: true }
-  draft:       { kind: task, handler: draft, start: true }
-  critique:    { kind: task, handler: critique }
-  publish:     { kind: task, handler: publish, end: true }
-edges:
-  - { from: load_rubric, to: critique }
-  - { from: draft, to: critique }
-  - { from: critique, to: publish, when: "state.score >= 0.8" }
-  - { from: critique, to: draft, loop: true, when: needs_work }
-"#;
-
-    /// The picture from seed 000, "Seeing the shape", line for line.
+    /// The picture from seed 000, "Seeing the shape", line for line, drawn
+    /// from the example graph that wires the seed's critique loop.
     #[test]
     fn seed_critique_loop_picture() {
-        let expected = "\
-╭═════════════╮   ╭═══════╮
-│ load_rubric │   │ draft │◀─╮
-╰═════════════╯   ╰═══════╯  │
-       ╰─────╮        │      │
-             ├────────╯      │
-             ▼               │
-       ╭──────────╮          │
-       │ critique │──────────╯
-       ╰──────────╯
-             │
-             ▽
-        ╭═════════╮
-        │ publish │
-        ╰═════════╯
-
-  ↺ critique → draft when needs_work
-  ▽ conditional edge
-";
-        assert_eq!(draw(SEED_CRITIQUE), expected);
+        let yaml = include_str!("../../../../examples/critique-loop.yaml");
+        let expected = include_str!("../../../tests/fixtures/critique-loop.diagram.txt");
+        assert_eq!(draw(yaml), expected);
     }
 
     #[test]
