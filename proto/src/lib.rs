@@ -1,9 +1,17 @@
-//! Weft's wire contract.
+//! Weft's wire contract: the versioned `.proto` files under
+//! `protos/weft/v1/` and the code generated from them.
 //!
-//! This crate will hold the versioned `.proto` files (`protos/weft/v1/`) for
-//! the client-facing run service and the worker-facing task stream, the code
-//! generated from them (compiled with `protox`, so no system `protoc` is
-//! needed), and the id newtypes shared by every crate. It fills in with the
-//! cluster issue; until then it is intentionally empty.
+//! Generated types stay at the edges: the coordinator's `grpc` module, the
+//! worker's connection, and the client library convert them to domain types
+//! and never expose them.
 
-#![warn(missing_docs)]
+#![allow(missing_docs, clippy::all)]
+
+/// The protocol version a worker announces in its hello; a coordinator
+/// refuses workers with another version.
+pub const PROTOCOL_VERSION: u32 = 1;
+
+/// Version 1 of the protocol.
+pub mod v1 {
+    tonic::include_proto!("weft.v1");
+}

@@ -286,6 +286,13 @@ pub enum RunEvent {
         /// Items in all.
         total: usize,
     },
+    /// A task waits because no connected worker hosts what it needs.
+    TaskUnhosted {
+        /// Node id.
+        node: String,
+        /// What nobody hosts, e.g. "handler 'draft'".
+        needs: String,
+    },
     /// A node waits for a human.
     WaitingForInput {
         /// Node id.

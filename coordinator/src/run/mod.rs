@@ -6,6 +6,7 @@
 //! effects (dispatch, timers, persistence, notifications) and feeds what
 //! happens back as inputs. Tests drive it the same way, with no network.
 
+mod actor;
 mod events;
 mod human;
 mod machine;
@@ -17,6 +18,7 @@ mod routing;
 mod tasks;
 mod waves;
 
+pub use actor::{RunHandle, RunRequestError, RunSetup, RunView, StoredEvent, spawn_run};
 pub use events::*;
 pub use machine::{NodeStatus, RunMachine};
 pub use plan::RunPlan;

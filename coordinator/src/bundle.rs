@@ -1,0 +1,195 @@
+//! Graph bundles: a graph file and the files it names, uploaded with a run
+//! so that workers need no shared file system. Files are addressed by their
+//! SHA-256, so a worker fetches each one once and caches it.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Component, Path};
+use std::sync::{Arc, RwLock};
+
+use sha2::{Digest, Sha256};
+
+use crate::graph::{self, Finding, Format, Graph, GraphError};
+
+/// One file of a bundle.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BundleFile {
+    /// The content.
+    pub content: Arc<Vec<u8>>,
+    /// Hex SHA-256 of the content.
+    pub sha256: String,
+    /// Unix permission bits.
+    pub mode: u32,
+}
+
+/// A graph file and the files it names, by relative path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Bundle {
+    /// Path of the graph file among `files`.
+    pub graph_path: String,
+    /// Every file, by relative path.
+    pub files: BTreeMap<String, BundleFile>,
+}
+
+/// Why a bundle was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum BundleError {
+    /// A path escapes the bundle or is absolute.
+    #[error("bundle path '{0}' must be relative and stay inside the bundle")]
+    UnsafePath(String),
+    /// The graph file is missing from the bundle.
+    #[error("the bundle does not hold its graph file '{0}'")]
+    MissingGraph(String),
+    /// The graph file is not UTF-8 text.
+    #[error("graph file '{0}' is not UTF-8 text")]
+    NotText(String),
+    /// The bundle is larger than the configured limit.
+    #[error("the bundle is {size} bytes, more than the limit of {limit}")]
+    TooLarge {
+        /// Its size.
+        size: usize,
+        /// The limit.
+        limit: usize,
+    },
+    /// The graph is invalid.
+    #[error(transparent)]
+    Graph(#[from] GraphError),
+}
+
+/// Hex SHA-256 of some bytes.
+pub fn sha256_hex(content: &[u8]) -> String {
+    let digest = Sha256::digest(content);
+    digest.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Checks that a bundle path is relative and cannot climb out of the bundle.
+pub fn check_path(path: &str) -> Result<(), BundleError> {
+    let parsed = Path::new(path);
+    let safe = !path.is_empty()
+        && parsed
+            .components()
+            .all(|c| matches!(c, Component::Normal(_) | Component::CurDir));
+    if safe {
+        Ok(())
+    } else {
+        Err(BundleError::UnsafePath(path.to_owned()))
+    }
+}
+
+impl Bundle {
+    /// Assembles a bundle from `(path, content, mode)` triples.
+    pub fn new(
+        graph_path: String,
+        files: impl IntoIterator<Item = (String, Vec<u8>, u32)>,
+        limit: usize,
+    ) -> Result<Self, BundleError> {
+        let mut map = BTreeMap::new();
+        let mut size = 0usize;
+        for (path, content, mode) in files {
+            check_path(&path)?;
+            size += content.len();
+            if size > limit {
+                return Err(BundleError::TooLarge { size, limit });
+            }
+            let sha256 = sha256_hex(&content);
+            map.insert(
+                path,
+                BundleFile {
+                    content: Arc::new(content),
+                    sha256,
+                    mode,
+                },
+            );
+        }
+        check_path(&graph_path)?;
+        if !map.contains_key(&graph_path) {
+            return Err(BundleError::MissingGraph(graph_path));
+        }
+        Ok(Self {
+            graph_path,
+            files: map,
+        })
+    }
+
+    /// Loads and validates the bundle's graph.
+    pub fn load_graph(&self) -> Result<(Graph, Vec<Finding>), BundleError> {
+        let text = self.graph_text()?;
+        let path = Path::new(&self.graph_path);
+        let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or("graph");
+        Ok(graph::load_str(text, Format::from_path(path), stem)?)
+    }
+
+    /// Parses the bundle's graph and returns every finding, valid or not.
+    pub fn findings(&self) -> Result<Vec<Finding>, BundleError> {
+        let text = self.graph_text()?;
+        let path = Path::new(&self.graph_path);
+        Ok(graph::parse_graph(text, Format::from_path(path), "graph").1)
+    }
+
+    fn graph_text(&self) -> Result<&str, BundleError> {
+        let file = &self.files[&self.graph_path];
+        std::str::from_utf8(&file.content)
+            .map_err(|_| BundleError::NotText(self.graph_path.clone()))
+    }
+}
+
+/// Bundle files by content hash, for workers to fetch. Read-mostly and
+/// never held across an await.
+#[derive(Debug, Clone, Default)]
+pub struct BlobStore {
+    blobs: Arc<RwLock<HashMap<String, Arc<Vec<u8>>>>>,
+}
+
+impl BlobStore {
+    /// Keeps every file of a bundle.
+    pub fn add_bundle(&self, bundle: &Bundle) {
+        let mut blobs = self.blobs.write().unwrap_or_else(|e| e.into_inner());
+        for file in bundle.files.values() {
+            blobs
+                .entry(file.sha256.clone())
+                .or_insert_with(|| file.content.clone());
+        }
+    }
+
+    /// A file's content by hash.
+    pub fn get(&self, sha256: &str) -> Option<Arc<Vec<u8>>> {
+        let blobs = self.blobs.read().unwrap_or_else(|e| e.into_inner());
+        blobs.get(sha256).cloned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_must_stay_inside_the_bundle() {
+        assert!(check_path("scripts/a.py").is_ok());
+        assert!(check_path("./a.py").is_ok());
+        for bad in ["/etc/passwd", "../x", "a/../../x", ""] {
+            assert!(check_path(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn bundle_checks_size_and_graph_presence() {
+        let graph = "nodes:\n  a: {kind: end, start: true}\n"
+            .as_bytes()
+            .to_vec();
+        let bundle = Bundle::new(
+            "g.yaml".into(),
+            [("g.yaml".into(), graph.clone(), 0o644)],
+            1 << 20,
+        )
+        .unwrap();
+        assert_eq!(bundle.files["g.yaml"].sha256, sha256_hex(&graph));
+        assert!(bundle.load_graph().is_ok());
+        let missing = Bundle::new(
+            "h.yaml".into(),
+            [("g.yaml".into(), graph.clone(), 0o644)],
+            1 << 20,
+        );
+        assert!(matches!(missing, Err(BundleError::MissingGraph(_))));
+        let big = Bundle::new("g.yaml".into(), [("g.yaml".into(), graph, 0o644)], 4);
+        assert!(matches!(big, Err(BundleError::TooLarge { .. })));
+    }
+}

@@ -1,0 +1,263 @@
+//! The coordinator's configuration, layered: defaults, then the TOML file,
+//! then `WEFT_*` environment variables, then command-line flags. It is
+//! validated once at start; a bad value is refused naming the key.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+/// Everything the coordinator needs to start.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CoordinatorConfig {
+    /// Address for clients and workers.
+    pub listen: SocketAddr,
+    /// Address of the Prometheus endpoint.
+    pub metrics_listen: SocketAddr,
+    /// Where the embedded store keeps its file.
+    pub data_dir: PathBuf,
+    /// How often heartbeats flow each way.
+    pub heartbeat_interval: Duration,
+    /// Silence after which a worker is declared lost.
+    pub worker_timeout: Duration,
+    /// Largest graph bundle accepted, in bytes.
+    pub max_bundle_bytes: usize,
+    /// Largest run input accepted, in bytes.
+    pub max_input_bytes: usize,
+}
+
+impl Default for CoordinatorConfig {
+    fn default() -> Self {
+        Self {
+            listen: ([127, 0, 0, 1], 7700).into(),
+            metrics_listen: ([127, 0, 0, 1], 9464).into(),
+            data_dir: PathBuf::from("weft-data"),
+            heartbeat_interval: Duration::from_secs(2),
+            worker_timeout: Duration::from_secs(10),
+            max_bundle_bytes: 64 << 20,
+            max_input_bytes: 16 << 20,
+        }
+    }
+}
+
+/// A value that can be given in the file, the environment or a flag.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Layer {
+    listen: Option<String>,
+    metrics_listen: Option<String>,
+    data_dir: Option<PathBuf>,
+    heartbeat_interval_ms: Option<u64>,
+    worker_timeout_ms: Option<u64>,
+    max_bundle_bytes: Option<usize>,
+    max_input_bytes: Option<usize>,
+}
+
+/// Why a configuration was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read config file '{path}': {source}")]
+    Read {
+        /// The file.
+        path: String,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The file is not valid TOML for this configuration.
+    #[error("config file '{path}': {message}")]
+    Parse {
+        /// The file.
+        path: String,
+        /// What is wrong, naming the key.
+        message: String,
+    },
+    /// A value is out of range or malformed.
+    #[error("config key '{key}': {reason}")]
+    Invalid {
+        /// The key.
+        key: String,
+        /// Why.
+        reason: String,
+    },
+}
+
+/// Flags from the command line, which win over everything else.
+#[derive(Debug, Default, Clone)]
+pub struct Overrides {
+    /// `--listen`.
+    pub listen: Option<String>,
+    /// `--metrics-listen`.
+    pub metrics_listen: Option<String>,
+    /// `--data-dir`.
+    pub data_dir: Option<PathBuf>,
+}
+
+impl CoordinatorConfig {
+    /// Builds the configuration from a TOML file (optional), environment
+    /// variables (`WEFT_LISTEN`, `WEFT_METRICS_LISTEN`, `WEFT_DATA_DIR`,
+    /// `WEFT_HEARTBEAT_INTERVAL_MS`, `WEFT_WORKER_TIMEOUT_MS`) and flags.
+    pub fn load(
+        file: Option<&std::path::Path>,
+        env: impl Fn(&str) -> Option<String>,
+        flags: &Overrides,
+    ) -> Result<Self, ConfigError> {
+        let mut config = Self::default();
+        if let Some(path) = file {
+            let shown = path.display().to_string();
+            let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+                path: shown.clone(),
+                source,
+            })?;
+            let layer: Layer = toml::from_str(&text).map_err(|error| ConfigError::Parse {
+                path: shown,
+                message: error.message().to_owned(),
+            })?;
+            config.apply(layer)?;
+        }
+        let number = |key: &str| -> Result<Option<u64>, ConfigError> {
+            env(key)
+                .map(|text| {
+                    text.trim()
+                        .parse::<u64>()
+                        .map_err(|_| ConfigError::Invalid {
+                            key: key.to_owned(),
+                            reason: format!("'{text}' is not a whole number"),
+                        })
+                })
+                .transpose()
+        };
+        config.apply(Layer {
+            listen: env("WEFT_LISTEN"),
+            metrics_listen: env("WEFT_METRICS_LISTEN"),
+            data_dir: env("WEFT_DATA_DIR").map(PathBuf::from),
+            heartbeat_interval_ms: number("WEFT_HEARTBEAT_INTERVAL_MS")?,
+            worker_timeout_ms: number("WEFT_WORKER_TIMEOUT_MS")?,
+            ..Layer::default()
+        })?;
+        config.apply(Layer {
+            listen: flags.listen.clone(),
+            metrics_listen: flags.metrics_listen.clone(),
+            data_dir: flags.data_dir.clone(),
+            ..Layer::default()
+        })?;
+        config.check()?;
+        Ok(config)
+    }
+
+    fn apply(&mut self, layer: Layer) -> Result<(), ConfigError> {
+        let address = |key: &str, text: String| -> Result<SocketAddr, ConfigError> {
+            text.parse().map_err(|_| ConfigError::Invalid {
+                key: key.to_owned(),
+                reason: format!("'{text}' is not an address like 127.0.0.1:7700"),
+            })
+        };
+        if let Some(text) = layer.listen {
+            self.listen = address("listen", text)?;
+        }
+        if let Some(text) = layer.metrics_listen {
+            self.metrics_listen = address("metrics_listen", text)?;
+        }
+        if let Some(dir) = layer.data_dir {
+            self.data_dir = dir;
+        }
+        if let Some(ms) = layer.heartbeat_interval_ms {
+            self.heartbeat_interval = Duration::from_millis(ms);
+        }
+        if let Some(ms) = layer.worker_timeout_ms {
+            self.worker_timeout = Duration::from_millis(ms);
+        }
+        if let Some(bytes) = layer.max_bundle_bytes {
+            self.max_bundle_bytes = bytes;
+        }
+        if let Some(bytes) = layer.max_input_bytes {
+            self.max_input_bytes = bytes;
+        }
+        Ok(())
+    }
+
+    fn check(&self) -> Result<(), ConfigError> {
+        let invalid = |key: &str, reason: &str| ConfigError::Invalid {
+            key: key.to_owned(),
+            reason: reason.to_owned(),
+        };
+        if self.heartbeat_interval.is_zero() {
+            return Err(invalid("heartbeat_interval_ms", "must be at least 1"));
+        }
+        if self.worker_timeout <= self.heartbeat_interval {
+            return Err(invalid(
+                "worker_timeout_ms",
+                "must be longer than heartbeat_interval_ms",
+            ));
+        }
+        if self.max_bundle_bytes == 0 || self.max_input_bytes == 0 {
+            return Err(invalid("max_bundle_bytes", "limits must be above zero"));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn no_env(_: &str) -> Option<String> {
+        None
+    }
+
+    #[test]
+    fn layers_apply_in_order() {
+        let dir = std::env::temp_dir().join(format!("weft-config-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("coordinator.toml");
+        std::fs::write(
+            &file,
+            "listen = \"127.0.0.1:8000\"\nworker_timeout_ms = 5000\n",
+        )
+        .unwrap();
+        let env = |key: &str| (key == "WEFT_LISTEN").then(|| "127.0.0.1:8100".to_owned());
+        let flags = Overrides {
+            data_dir: Some("/tmp/x".into()),
+            ..Overrides::default()
+        };
+        let config = CoordinatorConfig::load(Some(&file), env, &flags).unwrap();
+        assert_eq!(config.listen, "127.0.0.1:8100".parse().unwrap());
+        assert_eq!(config.worker_timeout, Duration::from_secs(5));
+        assert_eq!(config.data_dir, PathBuf::from("/tmp/x"));
+        std::fs::remove_dir_all(dir).ok();
+    }
+
+    #[test]
+    fn bad_values_are_refused_naming_the_key() {
+        let flags = Overrides {
+            listen: Some("nowhere".into()),
+            ..Overrides::default()
+        };
+        let error = CoordinatorConfig::load(None, no_env, &flags).unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "config key 'listen': 'nowhere' is not an address like 127.0.0.1:7700"
+        );
+        let env = |key: &str| (key == "WEFT_WORKER_TIMEOUT_MS").then(|| "10".to_owned());
+        let error = CoordinatorConfig::load(None, env, &Overrides::default()).unwrap_err();
+        assert!(
+            error
+                .to_string()
+                .starts_with("config key 'worker_timeout_ms'"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn unknown_file_key_is_refused() {
+        let dir = std::env::temp_dir().join(format!("weft-config-bad-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("c.toml");
+        std::fs::write(&file, "listne = \"127.0.0.1:1\"\n").unwrap();
+        let error =
+            CoordinatorConfig::load(Some(&file), no_env, &Overrides::default()).unwrap_err();
+        assert!(error.to_string().contains("listne"), "{error}");
+        std::fs::remove_dir_all(dir).ok();
+    }
+}

@@ -1,0 +1,216 @@
+//! Dispatch: which worker runs which task.
+//!
+//! One dispatcher actor owns the worker registry: each worker's hosted kinds,
+//! handlers and functions, its slots and what it has in flight, and when it
+//! was last heard from. Tasks go only to workers that host what they need,
+//! never beyond a worker's free slots, least loaded first; a task nobody
+//! hosts waits (and its run is told) until a worker that hosts it joins. One
+//! reaper turns silence into a lost worker, whose tasks are dispatched again;
+//! a late result from a lost worker is ignored.
+//!
+//! Runs reach the dispatcher through the [`TaskLauncher`] trait, so the run
+//! actor can be driven by a virtual launcher in tests.
+
+mod dispatcher;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio::sync::mpsc;
+
+pub use dispatcher::{DispatcherHandle, WorkerSnapshot, spawn_dispatcher};
+
+use crate::run::{ItemRef, TaskFailure, TaskKey};
+
+/// A worker's id, unique for the coordinator's lifetime.
+pub type WorkerId = u64;
+
+/// What a worker announced in its hello.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct WorkerInfo {
+    /// The worker's name (for logs and errors).
+    pub name: String,
+    /// Tasks it runs at once.
+    pub slots: u32,
+    /// Free-form labels.
+    pub labels: Vec<(String, String)>,
+    /// Built-in kinds: `script`, `llm`, `agent`.
+    pub kinds: Vec<String>,
+    /// Registered task handlers.
+    pub handlers: Vec<String>,
+    /// Registered functions (reducers, predicates, routers).
+    pub functions: Vec<String>,
+}
+
+/// What a task needs from a worker.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Requirement {
+    /// A built-in kind (`script`, `llm`, `agent`).
+    Kind(String),
+    /// A registered handler (`kind: task`).
+    Handler(String),
+}
+
+impl Requirement {
+    /// Reports whether a worker hosts this.
+    pub fn hosted_by(&self, info: &WorkerInfo) -> bool {
+        match self {
+            Self::Kind(kind) => info.kinds.iter().any(|k| k == kind),
+            Self::Handler(name) => info.handlers.iter().any(|h| h == name),
+        }
+    }
+}
+
+impl std::fmt::Display for Requirement {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Kind(kind) => write!(f, "kind '{kind}'"),
+            Self::Handler(name) => write!(f, "handler '{name}'"),
+        }
+    }
+}
+
+/// A file of the run's bundle, as a worker fetches it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BlobRef {
+    /// Relative path in the scratch directory.
+    pub path: String,
+    /// Content hash.
+    pub sha256: String,
+    /// Unix permission bits.
+    pub mode: u32,
+}
+
+/// A task as sent to a worker.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Assignment {
+    /// The run.
+    pub run_id: Arc<str>,
+    /// The attempt's key within the run.
+    pub key: TaskKey,
+    /// The node id.
+    pub node: String,
+    /// 1 for the first attempt.
+    pub attempt: u32,
+    /// The node's kind.
+    pub kind: String,
+    /// The kind's fields, as JSON.
+    pub config_json: Arc<str>,
+    /// The state, as JSON.
+    pub state_json: Arc<str>,
+    /// The scope, as JSON.
+    pub scope_json: String,
+    /// The map item, for a chain step.
+    pub item: Option<ItemRef>,
+    /// Per-attempt deadline.
+    pub timeout: Duration,
+    /// The run's bundle files.
+    pub bundle: Arc<Vec<BlobRef>>,
+}
+
+/// A call of a worker-hosted function.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FunctionCall {
+    /// The run.
+    pub run_id: Arc<str>,
+    /// The call's key within the run.
+    pub call: u64,
+    /// The function's registered name.
+    pub name: String,
+    /// Its arguments.
+    pub args: Vec<Value>,
+}
+
+/// What a task attempt came to, as a worker reports it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TaskOutcome {
+    /// The written fields (with `_next`) as JSON, and the transient output.
+    pub result: Result<(Value, Option<Value>), TaskFailure>,
+}
+
+/// What the dispatcher tells a run.
+#[derive(Debug, Clone, PartialEq)]
+pub enum DispatchEvent {
+    /// A task finished on a worker.
+    TaskFinished {
+        /// The task.
+        key: TaskKey,
+        /// The worker's name.
+        worker: String,
+        /// What it returned.
+        outcome: TaskOutcome,
+    },
+    /// No connected worker hosts what the task needs; it waits.
+    TaskUnhosted {
+        /// The task.
+        key: TaskKey,
+        /// The node.
+        node: String,
+        /// What nobody hosts.
+        requirement: Requirement,
+    },
+    /// A worker-hosted function returned.
+    CallReturned {
+        /// The call.
+        call: u64,
+        /// Its value, or error.
+        result: Result<Value, String>,
+    },
+}
+
+/// Where the dispatcher sends a run's events.
+pub type EventSink = mpsc::UnboundedSender<DispatchEvent>;
+
+/// How runs hand tasks to workers.
+pub trait TaskLauncher: Send + Sync + 'static {
+    /// Queues a task; its outcome arrives on `sink`.
+    fn launch(&self, task: Assignment, requirement: Requirement, sink: EventSink);
+    /// Stops tasks of a run; results that still arrive are ignored.
+    fn cancel(&self, run_id: Arc<str>, keys: Vec<TaskKey>);
+    /// Calls a worker-hosted function; the result arrives on `sink`.
+    fn call(&self, call: FunctionCall, sink: EventSink);
+}
+
+/// Messages the coordinator sends down a worker's stream.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ToWorker {
+    /// Run this.
+    Task(Assignment),
+    /// Stop this.
+    Cancel {
+        /// The run.
+        run_id: Arc<str>,
+        /// The task.
+        key: TaskKey,
+    },
+    /// Call this function.
+    Call(FunctionCall),
+    /// I am alive.
+    Heartbeat,
+}
+
+/// Messages a worker sends up its stream (after its hello).
+#[derive(Debug, Clone, PartialEq)]
+pub enum FromWorker {
+    /// A task finished.
+    Result {
+        /// The run.
+        run_id: String,
+        /// The task.
+        key: TaskKey,
+        /// What it came to.
+        outcome: TaskOutcome,
+    },
+    /// A function call returned.
+    CallResult {
+        /// The run.
+        run_id: String,
+        /// The call.
+        call: u64,
+        /// Its value, or error.
+        result: Result<Value, String>,
+    },
+    /// I am alive.
+    Heartbeat,
+}

@@ -1,0 +1,202 @@
+//! Conversions between generated protobuf types and the domain.
+
+use serde_json::Value;
+use weft_proto::v1 as pb;
+
+use crate::bundle::{Bundle, BundleError};
+use crate::dispatch::{Assignment, FromWorker, FunctionCall, TaskOutcome, ToWorker, WorkerInfo};
+use crate::graph::{Finding, Severity};
+use crate::run::{RunEvent, RunStatus, RunView, StoredEvent, TaskFailure};
+
+pub fn bundle(message: Option<pb::GraphBundle>, limit: usize) -> Result<Bundle, BundleError> {
+    let message = message.unwrap_or_default();
+    let files = message
+        .files
+        .into_iter()
+        .map(|f| (f.path, f.content, f.mode));
+    Bundle::new(message.graph_path, files, limit)
+}
+
+pub fn status(status: RunStatus) -> pb::RunStatus {
+    match status {
+        RunStatus::Running => pb::RunStatus::Running,
+        RunStatus::Waiting => pb::RunStatus::Waiting,
+        RunStatus::Completed => pb::RunStatus::Completed,
+        RunStatus::Failed => pb::RunStatus::Failed,
+        RunStatus::Cancelled => pb::RunStatus::Cancelled,
+    }
+}
+
+pub fn run_info(view: RunView) -> pb::RunInfo {
+    pb::RunInfo {
+        run_id: view.id.to_string(),
+        graph_name: view.graph_name,
+        status: status(view.status) as i32,
+        state_json: Value::Object((*view.state).clone()).to_string(),
+        error: view.error.map(|error| pb::RunError {
+            kind: error.kind().to_owned(),
+            node: error.node().unwrap_or_default().to_owned(),
+            message: error.to_string(),
+        }),
+        waiting: view
+            .waiting
+            .into_iter()
+            .map(|(node, kind, prompt)| pb::WaitingNode { node, kind, prompt })
+            .collect(),
+        event_count: view.event_count,
+        created_unix_ms: view.created_unix_ms,
+    }
+}
+
+pub fn event(stored: &StoredEvent) -> pb::RunEvent {
+    let json = serde_json::to_value(&*stored.event).unwrap_or(Value::Null);
+    let kind = json
+        .get("type")
+        .and_then(Value::as_str)
+        .unwrap_or("unknown")
+        .to_owned();
+    pb::RunEvent {
+        seq: stored.seq,
+        at_unix_ms: stored.at_unix_ms,
+        r#type: kind,
+        json: json.to_string(),
+    }
+}
+
+/// Reports whether an event ends the run's stream.
+pub fn is_final(stored: &StoredEvent) -> bool {
+    matches!(&*stored.event, RunEvent::RunFinished { .. })
+}
+
+pub fn finding(finding: &Finding) -> pb::Finding {
+    pb::Finding {
+        severity: match finding.severity {
+            Severity::Error => "error",
+            Severity::Warning => "warning",
+        }
+        .to_owned(),
+        message: finding.message.clone(),
+        nodes: finding.nodes.clone(),
+        line: finding.line.unwrap_or(0),
+    }
+}
+
+pub fn worker_info(hello: pb::Hello) -> WorkerInfo {
+    WorkerInfo {
+        name: hello.name,
+        slots: hello.slots,
+        labels: hello.labels.into_iter().collect(),
+        kinds: hello.kinds,
+        handlers: hello.handlers,
+        functions: hello.functions,
+    }
+}
+
+fn assignment(task: Assignment) -> pb::TaskAssignment {
+    pb::TaskAssignment {
+        run_id: task.run_id.to_string(),
+        task_key: task.key,
+        node: task.node,
+        attempt: task.attempt,
+        kind: task.kind,
+        config_json: task.config_json.to_string(),
+        state_json: task.state_json.to_string(),
+        scope_json: task.scope_json,
+        item: task.item.map(|item| pb::ItemRef {
+            map: item.map,
+            index: item.index as u64,
+            step: item.step,
+        }),
+        timeout_ms: u64::try_from(task.timeout.as_millis()).unwrap_or(u64::MAX),
+        bundle: task
+            .bundle
+            .iter()
+            .map(|b| pb::BlobRef {
+                path: b.path.clone(),
+                sha256: b.sha256.clone(),
+                mode: b.mode,
+            })
+            .collect(),
+        traceparent: String::new(),
+    }
+}
+
+pub fn to_worker(message: ToWorker) -> pb::CoordinatorMessage {
+    use pb::coordinator_message::Body;
+    let body = match message {
+        ToWorker::Task(task) => Body::Task(assignment(task)),
+        ToWorker::Cancel { run_id, key } => Body::Cancel(pb::CancelTask {
+            run_id: run_id.to_string(),
+            task_key: key,
+        }),
+        ToWorker::Call(call) => Body::Call(function_call(call)),
+        ToWorker::Heartbeat => Body::Heartbeat(pb::Heartbeat {
+            at_unix_ms: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as i64),
+        }),
+    };
+    pb::CoordinatorMessage { body: Some(body) }
+}
+
+fn function_call(call: FunctionCall) -> pb::FunctionCall {
+    pb::FunctionCall {
+        call_id: call.call,
+        run_id: call.run_id.to_string(),
+        name: call.name,
+        args_json: Value::Array(call.args).to_string(),
+    }
+}
+
+/// A worker's message, or `None` for one that carries nothing usable.
+pub fn from_worker(message: pb::WorkerMessage) -> Option<FromWorker> {
+    use pb::worker_message::Body;
+    match message.body? {
+        Body::Hello(_) => None,
+        Body::Heartbeat(_) => Some(FromWorker::Heartbeat),
+        Body::Result(result) => {
+            let outcome = match result.outcome? {
+                pb::task_result::Outcome::Output(output) => match parse_json(&output.json) {
+                    Ok(writes) => {
+                        let transient = (!output.output_json.is_empty())
+                            .then(|| parse_json(&output.output_json).unwrap_or(Value::Null));
+                        Ok((writes, transient))
+                    }
+                    Err(message) => Err(TaskFailure {
+                        kind: "invalid_output".into(),
+                        message,
+                        worker: None,
+                    }),
+                },
+                pb::task_result::Outcome::Error(error) => Err(TaskFailure {
+                    kind: error.kind,
+                    message: error.message,
+                    worker: None,
+                }),
+            };
+            Some(FromWorker::Result {
+                run_id: result.run_id,
+                key: result.task_key,
+                outcome: TaskOutcome { result: outcome },
+            })
+        }
+        Body::CallResult(result) => {
+            let value = match result.outcome? {
+                pb::call_result::Outcome::ValueJson(json) => parse_json(&json),
+                pb::call_result::Outcome::Error(error) => Err(error),
+            };
+            Some(FromWorker::CallResult {
+                run_id: result.run_id,
+                call: result.call_id,
+                result: value,
+            })
+        }
+    }
+}
+
+fn parse_json(text: &str) -> Result<Value, String> {
+    if text.trim().is_empty() {
+        return Ok(Value::Object(Default::default()));
+    }
+    serde_json::from_str(text).map_err(|error| format!("the worker sent invalid JSON: {error}"))
+}

@@ -1,0 +1,41 @@
+//! Thin gRPC services: each handler converts the request, calls a handle,
+//! and maps the error. Generated protobuf types stay in this module.
+
+mod convert;
+mod run_service;
+mod worker_service;
+
+pub use run_service::RunApi;
+pub use worker_service::WorkerApi;
+
+use tonic::Status;
+
+use crate::bundle::BundleError;
+use crate::run::{Rejected, RunRequestError};
+use crate::runs::SubmitError;
+
+impl From<SubmitError> for Status {
+    fn from(error: SubmitError) -> Self {
+        match &error {
+            SubmitError::Bundle(BundleError::TooLarge { .. })
+            | SubmitError::InputTooLarge { .. } => Status::resource_exhausted(error.to_string()),
+            _ => Status::invalid_argument(error.to_string()),
+        }
+    }
+}
+
+impl From<RunRequestError> for Status {
+    fn from(error: RunRequestError) -> Self {
+        match &error {
+            RunRequestError::ShuttingDown => Status::unavailable(error.to_string()),
+            RunRequestError::Rejected(Rejected::BadAnswer { .. }) => {
+                Status::invalid_argument(error.to_string())
+            }
+            RunRequestError::Rejected(_) => Status::failed_precondition(error.to_string()),
+        }
+    }
+}
+
+fn unknown_run(id: &str) -> Status {
+    Status::not_found(format!("unknown run '{id}'"))
+}

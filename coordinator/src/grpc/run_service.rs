@@ -1,0 +1,168 @@
+//! The client-facing run service.
+
+use std::pin::Pin;
+
+use serde_json::Value;
+use tokio_stream::Stream;
+use tonic::{Request, Response, Status};
+use weft_proto::v1 as pb;
+use weft_proto::v1::run_service_server::RunService;
+
+use super::{convert, unknown_run};
+use crate::run::HumanAnswer;
+use crate::runs::Runs;
+
+/// The run service over a coordinator's runs.
+#[derive(Clone)]
+pub struct RunApi {
+    runs: Runs,
+    max_bundle_bytes: usize,
+}
+
+impl RunApi {
+    /// Serves `runs`.
+    pub fn new(runs: Runs, max_bundle_bytes: usize) -> Self {
+        Self {
+            runs,
+            max_bundle_bytes,
+        }
+    }
+
+    fn run(&self, id: &str) -> Result<crate::run::RunHandle, Status> {
+        self.runs.get(id).ok_or_else(|| unknown_run(id))
+    }
+}
+
+type EventStream = Pin<Box<dyn Stream<Item = Result<pb::RunEvent, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl RunService for RunApi {
+    async fn submit(
+        &self,
+        request: Request<pb::SubmitRequest>,
+    ) -> Result<Response<pb::SubmitResponse>, Status> {
+        let request = request.into_inner();
+        let bundle = convert::bundle(request.bundle, self.max_bundle_bytes)
+            .map_err(crate::runs::SubmitError::from)?;
+        let (run_id, warnings) = self.runs.submit(bundle, &request.input_json).await?;
+        Ok(Response::new(pb::SubmitResponse {
+            run_id: run_id.to_string(),
+            warnings,
+        }))
+    }
+
+    async fn validate(
+        &self,
+        request: Request<pb::ValidateRequest>,
+    ) -> Result<Response<pb::ValidateResponse>, Status> {
+        let bundle = convert::bundle(request.into_inner().bundle, self.max_bundle_bytes)
+            .map_err(crate::runs::SubmitError::from)?;
+        let findings = bundle.findings().map_err(crate::runs::SubmitError::from)?;
+        Ok(Response::new(pb::ValidateResponse {
+            findings: findings.iter().map(convert::finding).collect(),
+        }))
+    }
+
+    async fn get_run(
+        &self,
+        request: Request<pb::GetRunRequest>,
+    ) -> Result<Response<pb::RunInfo>, Status> {
+        let view = self.run(&request.into_inner().run_id)?.get().await?;
+        Ok(Response::new(convert::run_info(view)))
+    }
+
+    async fn list_runs(
+        &self,
+        _: Request<pb::ListRunsRequest>,
+    ) -> Result<Response<pb::ListRunsResponse>, Status> {
+        let mut runs = Vec::new();
+        for handle in self.runs.list() {
+            runs.push(convert::run_info(handle.get().await?));
+        }
+        Ok(Response::new(pb::ListRunsResponse { runs }))
+    }
+
+    type WatchRunStream = EventStream;
+
+    async fn watch_run(
+        &self,
+        request: Request<pb::WatchRunRequest>,
+    ) -> Result<Response<EventStream>, Status> {
+        let request = request.into_inner();
+        let (past, mut live) = self.run(&request.run_id)?.watch(request.from).await?;
+        let stream = async_stream(move |tx| async move {
+            let mut next = request.from;
+            for stored in &past {
+                next = stored.seq + 1;
+                if tx.send(Ok(convert::event(stored))).await.is_err() || convert::is_final(stored) {
+                    return;
+                }
+            }
+            loop {
+                match live.recv().await {
+                    Ok(stored) if stored.seq < next => continue,
+                    Ok(stored) => {
+                        next = stored.seq + 1;
+                        if tx.send(Ok(convert::event(&stored))).await.is_err()
+                            || convert::is_final(&stored)
+                        {
+                            return;
+                        }
+                    }
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(missed)) => {
+                        let status = Status::data_loss(format!(
+                            "the watcher fell {missed} events behind; watch again from position {next}"
+                        ));
+                        let _ = tx.send(Err(status)).await;
+                        return;
+                    }
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+                }
+            }
+        });
+        Ok(Response::new(stream))
+    }
+
+    async fn resume(
+        &self,
+        request: Request<pb::ResumeRequest>,
+    ) -> Result<Response<pb::RunInfo>, Status> {
+        let request = request.into_inner();
+        // A value that is not JSON is taken as a string (SPEC section 12).
+        let value =
+            serde_json::from_str(&request.value_json).unwrap_or(Value::String(request.value_json));
+        let comment = (!request.comment.is_empty()).then_some(request.comment);
+        let view = self
+            .run(&request.run_id)?
+            .resume(request.node, HumanAnswer { value, comment })
+            .await?;
+        Ok(Response::new(convert::run_info(view)))
+    }
+
+    async fn cancel(
+        &self,
+        request: Request<pb::CancelRequest>,
+    ) -> Result<Response<pb::RunInfo>, Status> {
+        let view = self.run(&request.into_inner().run_id)?.cancel().await?;
+        Ok(Response::new(convert::run_info(view)))
+    }
+
+    async fn retry(
+        &self,
+        request: Request<pb::RetryRequest>,
+    ) -> Result<Response<pb::RunInfo>, Status> {
+        let view = self.run(&request.into_inner().run_id)?.retry().await?;
+        Ok(Response::new(convert::run_info(view)))
+    }
+}
+
+/// A stream fed by a task writing into a channel.
+fn async_stream<F, Fut>(produce: F) -> EventStream
+where
+    F: FnOnce(tokio::sync::mpsc::Sender<Result<pb::RunEvent, Status>>) -> Fut,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    let (tx, rx) = tokio::sync::mpsc::channel(256);
+    tokio::spawn(produce(tx));
+    Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx))
+}

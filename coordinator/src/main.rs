@@ -1,0 +1,96 @@
+//! The `coordinator` binary: reads its layered configuration, binds, and
+//! serves until SIGINT or SIGTERM.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Parser;
+use tokio_util::sync::CancellationToken;
+use weft_coordinator::config::{CoordinatorConfig, Overrides};
+
+#[derive(Parser)]
+#[command(name = "coordinator", version, about = "The Weft coordinator")]
+struct Args {
+    /// TOML configuration file.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Address for clients and workers (default 127.0.0.1:7700).
+    #[arg(long)]
+    listen: Option<String>,
+    /// Directory of the embedded store.
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+    /// Address of the Prometheus endpoint (default 127.0.0.1:9464).
+    #[arg(long)]
+    metrics_listen: Option<String>,
+    /// Log format: text or json.
+    #[arg(long, default_value = "text")]
+    log_format: String,
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let args = Args::parse();
+    init_logging(&args.log_format);
+    let flags = Overrides {
+        listen: args.listen,
+        metrics_listen: args.metrics_listen,
+        data_dir: args.data_dir,
+    };
+    let config = match CoordinatorConfig::load(
+        args.config.as_deref(),
+        |key| std::env::var(key).ok(),
+        &flags,
+    ) {
+        Ok(config) => config,
+        Err(error) => {
+            eprintln!("coordinator: refusing to start: {error}");
+            return ExitCode::from(2);
+        }
+    };
+    let listener = match tokio::net::TcpListener::bind(config.listen).await {
+        Ok(listener) => listener,
+        Err(error) => {
+            eprintln!("coordinator: cannot listen on {}: {error}", config.listen);
+            return ExitCode::from(1);
+        }
+    };
+    let address = listener
+        .local_addr()
+        .map(|a| a.to_string())
+        .unwrap_or_default();
+    // Tests and scripts read this line to learn the bound port.
+    println!("coordinator listening on {address}");
+    let shutdown = CancellationToken::new();
+    tokio::spawn(stop_on_signal(shutdown.clone()));
+    match weft_coordinator::server::serve(listener, config, shutdown).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("coordinator: {error}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+async fn stop_on_signal(shutdown: CancellationToken) {
+    let mut terminate =
+        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = async { match terminate.as_mut() { Some(s) => { s.recv().await; } None => std::future::pending().await } } => {}
+    }
+    shutdown.cancel();
+}
+
+fn init_logging(format: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    if format == "json" {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+}

@@ -1,0 +1,476 @@
+//! One actor per run: it owns the run's [`RunMachine`], performs its
+//! effects (dispatch through a [`TaskLauncher`], retry timers, calls of
+//! worker-hosted functions, the event log) and feeds what happens back into
+//! the machine as inputs. Everything else reaches the run through a
+//! [`RunHandle`].
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde_json::{Map, Value};
+use tokio::sync::{broadcast, mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+
+use super::{
+    Effect, HumanAnswer, Input, NodeOutput, Rejected, RunError, RunEvent, RunMachine, RunPlan,
+    RunStatus, State, TaskFailure, TaskSpec,
+};
+use crate::dispatch::{
+    Assignment, BlobRef, DispatchEvent, EventSink, FunctionCall, Requirement, TaskLauncher,
+};
+use crate::graph::NodeKind;
+
+/// Commands a run actor takes.
+const COMMAND_BUFFER: usize = 64;
+/// Events kept for late watchers beyond the log (the log itself is whole).
+const LIVE_BUFFER: usize = 4096;
+
+/// One entry of a run's event log.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredEvent {
+    /// Position in the log.
+    pub seq: u64,
+    /// When it happened (Unix milliseconds).
+    pub at_unix_ms: i64,
+    /// The event.
+    pub event: Arc<RunEvent>,
+}
+
+/// A run as clients see it.
+#[derive(Debug, Clone)]
+pub struct RunView {
+    /// The run id.
+    pub id: Arc<str>,
+    /// The graph's name.
+    pub graph_name: String,
+    /// Status.
+    pub status: RunStatus,
+    /// The state as of the last merge.
+    pub state: State,
+    /// The error of a failed or cancelled run.
+    pub error: Option<RunError>,
+    /// Nodes waiting for a human: (node, kind, prompt).
+    pub waiting: Vec<(String, String, String)>,
+    /// Events so far.
+    pub event_count: u64,
+    /// When the run was submitted (Unix milliseconds).
+    pub created_unix_ms: i64,
+}
+
+/// Why a request to a run failed.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum RunRequestError {
+    /// The run refused the request; it is unchanged.
+    #[error(transparent)]
+    Rejected(#[from] Rejected),
+    /// The run's actor is gone (the coordinator is shutting down).
+    #[error("the coordinator is shutting down")]
+    ShuttingDown,
+}
+
+enum Command {
+    Get(oneshot::Sender<RunView>),
+    Watch {
+        from: u64,
+        reply: oneshot::Sender<(Vec<StoredEvent>, broadcast::Receiver<StoredEvent>)>,
+    },
+    Act {
+        input: Input,
+        reply: oneshot::Sender<Result<RunView, Rejected>>,
+    },
+}
+
+/// A cloneable handle to a run's actor.
+#[derive(Debug, Clone)]
+pub struct RunHandle {
+    id: Arc<str>,
+    tx: mpsc::Sender<Command>,
+}
+
+impl RunHandle {
+    /// The run id.
+    pub fn id(&self) -> &Arc<str> {
+        &self.id
+    }
+
+    /// The run's current view.
+    pub async fn get(&self) -> Result<RunView, RunRequestError> {
+        let (reply, answer) = oneshot::channel();
+        self.tx
+            .send(Command::Get(reply))
+            .await
+            .map_err(|_| RunRequestError::ShuttingDown)?;
+        answer.await.map_err(|_| RunRequestError::ShuttingDown)
+    }
+
+    /// Events from position `from`, and a receiver for the ones to come.
+    pub async fn watch(
+        &self,
+        from: u64,
+    ) -> Result<(Vec<StoredEvent>, broadcast::Receiver<StoredEvent>), RunRequestError> {
+        let (reply, answer) = oneshot::channel();
+        self.tx
+            .send(Command::Watch { from, reply })
+            .await
+            .map_err(|_| RunRequestError::ShuttingDown)?;
+        answer.await.map_err(|_| RunRequestError::ShuttingDown)
+    }
+
+    /// Answers a waiting node.
+    pub async fn resume(
+        &self,
+        node: String,
+        answer: HumanAnswer,
+    ) -> Result<RunView, RunRequestError> {
+        self.act(Input::Answered { node, answer }).await
+    }
+
+    /// Cancels the run.
+    pub async fn cancel(&self) -> Result<RunView, RunRequestError> {
+        self.act(Input::Cancel).await
+    }
+
+    /// Retries a failed run from the wave that failed.
+    pub async fn retry(&self) -> Result<RunView, RunRequestError> {
+        self.act(Input::RetryRun).await
+    }
+
+    async fn act(&self, input: Input) -> Result<RunView, RunRequestError> {
+        let (reply, answer) = oneshot::channel();
+        self.tx
+            .send(Command::Act { input, reply })
+            .await
+            .map_err(|_| RunRequestError::ShuttingDown)?;
+        Ok(answer.await.map_err(|_| RunRequestError::ShuttingDown)??)
+    }
+}
+
+/// What a run needs besides its machine.
+pub struct RunSetup {
+    /// The run id.
+    pub id: Arc<str>,
+    /// The prepared graph.
+    pub plan: Arc<RunPlan>,
+    /// The machine, created with the run's input.
+    pub machine: RunMachine,
+    /// The bundle's files, as workers fetch them.
+    pub bundle: Arc<Vec<BlobRef>>,
+    /// Where tasks go.
+    pub launcher: Arc<dyn TaskLauncher>,
+    /// Stops the actor.
+    pub shutdown: CancellationToken,
+}
+
+/// Starts a run's actor and its first wave.
+pub fn spawn_run(setup: RunSetup) -> RunHandle {
+    let (tx, rx) = mpsc::channel(COMMAND_BUFFER);
+    let (sink, dispatch_rx) = mpsc::unbounded_channel();
+    let (timers, timer_rx) = mpsc::unbounded_channel();
+    let (live, _) = broadcast::channel(LIVE_BUFFER);
+    let configs = worker_configs(&setup.plan);
+    let handle = RunHandle {
+        id: setup.id.clone(),
+        tx,
+    };
+    let actor = RunActor {
+        id: setup.id,
+        plan: setup.plan,
+        machine: setup.machine,
+        bundle: setup.bundle,
+        launcher: setup.launcher,
+        sink,
+        timers,
+        log: Vec::new(),
+        live,
+        configs,
+        serialized: None,
+        created_unix_ms: now_ms(),
+    };
+    tokio::spawn(actor.run(rx, dispatch_rx, timer_rx, setup.shutdown));
+    handle
+}
+
+/// The kind, requirement and worker-facing configuration of each node.
+type WorkerConfig = Option<(String, Requirement, Arc<str>)>;
+
+struct RunActor {
+    id: Arc<str>,
+    plan: Arc<RunPlan>,
+    machine: RunMachine,
+    bundle: Arc<Vec<BlobRef>>,
+    launcher: Arc<dyn TaskLauncher>,
+    sink: EventSink,
+    timers: mpsc::UnboundedSender<Input>,
+    log: Vec<StoredEvent>,
+    live: broadcast::Sender<StoredEvent>,
+    configs: Vec<WorkerConfig>,
+    /// The last state serialized for dispatch: every task of a wave shares
+    /// S0, so it is turned into JSON once per wave, not once per task.
+    serialized: Option<(State, Arc<str>)>,
+    created_unix_ms: i64,
+}
+
+impl RunActor {
+    async fn run(
+        mut self,
+        mut commands: mpsc::Receiver<Command>,
+        mut dispatch: mpsc::UnboundedReceiver<DispatchEvent>,
+        mut timers: mpsc::UnboundedReceiver<Input>,
+        shutdown: CancellationToken,
+    ) {
+        let effects = self.machine.start();
+        self.perform(effects);
+        let deadline = self.plan.graph().settings.timeout;
+        let deadline = tokio::time::sleep(deadline.unwrap_or(Duration::from_secs(u64::MAX / 4)));
+        tokio::pin!(deadline);
+        let mut deadline_armed = self.plan.graph().settings.timeout.is_some();
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => break,
+                command = commands.recv() => match command {
+                    Some(command) => self.command(command),
+                    None => break,
+                },
+                Some(event) = dispatch.recv() => self.dispatch_event(event),
+                Some(input) = timers.recv() => self.input(input),
+                _ = &mut deadline, if deadline_armed => {
+                    deadline_armed = false;
+                    if !self.machine.status().is_terminal() {
+                        self.input(Input::DeadlinePassed);
+                    }
+                }
+            }
+        }
+    }
+
+    fn command(&mut self, command: Command) {
+        match command {
+            Command::Get(reply) => {
+                let _ = reply.send(self.view());
+            }
+            Command::Watch { from, reply } => {
+                let past = self.log.iter().skip(from as usize).cloned().collect();
+                let _ = reply.send((past, self.live.subscribe()));
+            }
+            Command::Act { input, reply } => {
+                let result = self.machine.apply(input).map(|effects| {
+                    self.perform(effects);
+                    self.view()
+                });
+                let _ = reply.send(result);
+            }
+        }
+    }
+
+    fn input(&mut self, input: Input) {
+        match self.machine.apply(input) {
+            Ok(effects) => self.perform(effects),
+            Err(rejected) => tracing::debug!(run = %self.id, %rejected, "input ignored"),
+        }
+    }
+
+    fn dispatch_event(&mut self, event: DispatchEvent) {
+        match event {
+            DispatchEvent::TaskFinished {
+                key,
+                worker,
+                outcome,
+            } => {
+                let input = match outcome.result {
+                    Ok((writes, output)) => match NodeOutput::from_json(writes) {
+                        Ok(mut parsed) => {
+                            parsed.output = output;
+                            Input::TaskSucceeded {
+                                key,
+                                output: parsed,
+                            }
+                        }
+                        Err(message) => Input::TaskFailed {
+                            key,
+                            failure: TaskFailure {
+                                kind: "invalid_output".into(),
+                                message,
+                                worker: Some(worker),
+                            },
+                        },
+                    },
+                    Err(mut failure) => {
+                        failure.worker.get_or_insert(worker);
+                        Input::TaskFailed { key, failure }
+                    }
+                };
+                self.input(input);
+            }
+            DispatchEvent::TaskUnhosted {
+                node, requirement, ..
+            } => {
+                self.record(RunEvent::TaskUnhosted {
+                    node,
+                    needs: requirement.to_string(),
+                });
+            }
+            DispatchEvent::CallReturned { call, result } => {
+                self.input(Input::CallReturned { call, result })
+            }
+        }
+    }
+
+    fn perform(&mut self, effects: Vec<Effect>) {
+        for effect in effects {
+            match effect {
+                Effect::Dispatch(spec) => self.dispatch(spec),
+                Effect::ScheduleRetry { key, delay } => {
+                    let timers = self.timers.clone();
+                    tokio::spawn(async move {
+                        tokio::time::sleep(delay).await;
+                        let _ = timers.send(Input::RetryDue { key });
+                    });
+                }
+                Effect::CancelTasks(keys) => self.launcher.cancel(self.id.clone(), keys),
+                Effect::CallReducer {
+                    call,
+                    name,
+                    s0_value,
+                    branch_values,
+                    ..
+                } => {
+                    let args = vec![s0_value, Value::Array(branch_values)];
+                    self.launcher.call(
+                        FunctionCall {
+                            run_id: self.id.clone(),
+                            call,
+                            name,
+                            args,
+                        },
+                        self.sink.clone(),
+                    );
+                }
+                Effect::CallPredicate { call, name, state } => {
+                    let args = vec![Value::Object((*state).clone())];
+                    self.launcher.call(
+                        FunctionCall {
+                            run_id: self.id.clone(),
+                            call,
+                            name,
+                            args,
+                        },
+                        self.sink.clone(),
+                    );
+                }
+                Effect::Emit(event) => self.record(event),
+                // Runs live in memory until the durable store lands; the
+                // machine is the one record a checkpoint will persist.
+                Effect::Checkpoint => {}
+            }
+        }
+    }
+
+    fn dispatch(&mut self, spec: TaskSpec) {
+        let Some(idx) = self.plan.graph().node_index(&spec.node) else {
+            return;
+        };
+        let Some((kind, requirement, config)) = self.configs[idx].clone() else {
+            return;
+        };
+        let state_json = self.state_json(&spec.state);
+        let scope_json = Value::Object(spec.scope).to_string();
+        let task = Assignment {
+            run_id: self.id.clone(),
+            key: spec.key,
+            node: spec.node,
+            attempt: spec.attempt,
+            kind,
+            config_json: config,
+            state_json,
+            scope_json,
+            item: spec.item,
+            timeout: spec.timeout,
+            bundle: self.bundle.clone(),
+        };
+        self.launcher.launch(task, requirement, self.sink.clone());
+    }
+
+    fn state_json(&mut self, state: &State) -> Arc<str> {
+        if let Some((cached, json)) = &self.serialized
+            && Arc::ptr_eq(cached, state)
+        {
+            return json.clone();
+        }
+        let json: Arc<str> = Arc::from(Value::Object((**state).clone()).to_string());
+        self.serialized = Some((state.clone(), json.clone()));
+        json
+    }
+
+    fn record(&mut self, event: RunEvent) {
+        let stored = StoredEvent {
+            seq: self.log.len() as u64,
+            at_unix_ms: now_ms(),
+            event: Arc::new(event),
+        };
+        self.log.push(stored.clone());
+        let _ = self.live.send(stored);
+    }
+
+    fn view(&self) -> RunView {
+        RunView {
+            id: self.id.clone(),
+            graph_name: self.plan.graph().name.clone(),
+            status: self.machine.status(),
+            state: self.machine.state().clone(),
+            error: self.machine.error().cloned(),
+            waiting: self.machine.waiting(),
+            event_count: self.log.len() as u64,
+            created_unix_ms: self.created_unix_ms,
+        }
+    }
+}
+
+/// What workers need to know about each worker-run node.
+fn worker_configs(plan: &RunPlan) -> Vec<WorkerConfig> {
+    plan.graph()
+        .nodes
+        .iter()
+        .map(|node| {
+            let mut config = Map::new();
+            let (kind, requirement) = match &node.kind {
+                NodeKind::Task { handler } => {
+                    config.insert("handler".into(), Value::from(handler.clone()));
+                    ("task", Requirement::Handler(handler.clone()))
+                }
+                NodeKind::Script { argv, env } => {
+                    config.insert("argv".into(), Value::from(argv.clone()));
+                    let env: Map<String, Value> = env
+                        .iter()
+                        .map(|(k, v)| (k.clone(), Value::from(v.clone())))
+                        .collect();
+                    config.insert("env".into(), Value::Object(env));
+                    ("script", Requirement::Kind("script".into()))
+                }
+                NodeKind::Llm(llm) => {
+                    config.insert("prompt".into(), Value::from(llm.prompt.source()));
+                    if let Some(model) = &llm.model {
+                        config.insert("model".into(), Value::from(model.clone()));
+                    }
+                    ("llm", Requirement::Kind("llm".into()))
+                }
+                NodeKind::Agent(agent) => {
+                    config.insert("prompt".into(), Value::from(agent.prompt.source()));
+                    config.insert("tools".into(), Value::from(agent.tools.clone()));
+                    ("agent", Requirement::Kind("agent".into()))
+                }
+                _ => return None,
+            };
+            Some((
+                kind.to_owned(),
+                requirement,
+                Arc::from(Value::Object(config).to_string()),
+            ))
+        })
+        .collect()
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}

@@ -1,0 +1,171 @@
+//! The coordinator's runs: submission (bundle checked, graph validated,
+//! input checked, actor started) and lookup by id.
+
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+
+use serde_json::{Map, Value};
+use tokio_util::sync::CancellationToken;
+
+use crate::bundle::{BlobStore, Bundle, BundleError};
+use crate::dispatch::{BlobRef, DispatcherHandle, Requirement, TaskLauncher};
+use crate::graph::{Finding, NodeKind};
+use crate::run::{RunError, RunHandle, RunMachine, RunPlan, RunSetup, spawn_run};
+
+/// Why a submission was refused. Nothing was started.
+#[derive(Debug, thiserror::Error)]
+pub enum SubmitError {
+    /// The bundle or its graph is malformed.
+    #[error(transparent)]
+    Bundle(#[from] BundleError),
+    /// The input is not a JSON object, or does not fit the declared state.
+    #[error("invalid input: {0}")]
+    Input(String),
+    /// The input is larger than the configured limit.
+    #[error("the input is {size} bytes, more than the limit of {limit}")]
+    InputTooLarge {
+        /// Its size.
+        size: usize,
+        /// The limit.
+        limit: usize,
+    },
+}
+
+/// Every run the coordinator holds.
+#[derive(Clone)]
+pub struct Runs {
+    inner: Arc<RwLock<Inner>>,
+    dispatcher: DispatcherHandle,
+    blobs: BlobStore,
+    shutdown: CancellationToken,
+    max_input_bytes: usize,
+}
+
+#[derive(Default)]
+struct Inner {
+    by_id: HashMap<Arc<str>, RunHandle>,
+    order: Vec<Arc<str>>,
+}
+
+impl Runs {
+    /// An empty registry.
+    pub fn new(
+        dispatcher: DispatcherHandle,
+        blobs: BlobStore,
+        shutdown: CancellationToken,
+        max_input_bytes: usize,
+    ) -> Self {
+        Self {
+            inner: Arc::default(),
+            dispatcher,
+            blobs,
+            shutdown,
+            max_input_bytes,
+        }
+    }
+
+    /// Starts a run; returns its id and the warnings to show the submitter.
+    pub async fn submit(
+        &self,
+        bundle: Bundle,
+        input_json: &str,
+    ) -> Result<(Arc<str>, Vec<String>), SubmitError> {
+        if input_json.len() > self.max_input_bytes {
+            return Err(SubmitError::InputTooLarge {
+                size: input_json.len(),
+                limit: self.max_input_bytes,
+            });
+        }
+        let input = parse_input(input_json)?;
+        let (graph, findings) = bundle.load_graph()?;
+        let mut warnings: Vec<String> = findings.iter().map(Finding::to_string).collect();
+        let plan = RunPlan::new(Arc::new(graph));
+        let machine = RunMachine::new(plan.clone(), input).map_err(|error| match error {
+            RunError::InvalidInput { message } => SubmitError::Input(message),
+            other => SubmitError::Input(other.to_string()),
+        })?;
+        warnings.extend(self.unhosted(&plan).await);
+        self.blobs.add_bundle(&bundle);
+        let refs: Vec<BlobRef> = bundle
+            .files
+            .iter()
+            .filter(|(path, _)| **path != bundle.graph_path)
+            .map(|(path, file)| BlobRef {
+                path: path.clone(),
+                sha256: file.sha256.clone(),
+                mode: file.mode,
+            })
+            .collect();
+        let id: Arc<str> = Arc::from(format!("run-{}", uuid::Uuid::now_v7().simple()));
+        let launcher: Arc<dyn TaskLauncher> = Arc::new(self.dispatcher.clone());
+        let handle = spawn_run(RunSetup {
+            id: id.clone(),
+            plan,
+            machine,
+            bundle: Arc::new(refs),
+            launcher,
+            shutdown: self.shutdown.child_token(),
+        });
+        let mut inner = self.inner.write().unwrap_or_else(|e| e.into_inner());
+        inner.by_id.insert(id.clone(), handle);
+        inner.order.push(id.clone());
+        Ok((id, warnings))
+    }
+
+    /// A run by id.
+    pub fn get(&self, id: &str) -> Option<RunHandle> {
+        let inner = self.inner.read().unwrap_or_else(|e| e.into_inner());
+        inner.by_id.get(id).cloned()
+    }
+
+    /// Every run, newest first.
+    pub fn list(&self) -> Vec<RunHandle> {
+        let inner = self.inner.read().unwrap_or_else(|e| e.into_inner());
+        inner
+            .order
+            .iter()
+            .rev()
+            .filter_map(|id| inner.by_id.get(id).cloned())
+            .collect()
+    }
+
+    /// A warning for each handler or kind no connected worker hosts now.
+    async fn unhosted(&self, plan: &RunPlan) -> Vec<String> {
+        let workers = self.dispatcher.snapshot().await;
+        let mut warnings = Vec::new();
+        for node in &plan.graph().nodes {
+            let requirement = match &node.kind {
+                NodeKind::Task { handler } => Requirement::Handler(handler.clone()),
+                NodeKind::Script { .. } => Requirement::Kind("script".into()),
+                NodeKind::Llm(_) => Requirement::Kind("llm".into()),
+                NodeKind::Agent(_) => Requirement::Kind("agent".into()),
+                _ => continue,
+            };
+            if !workers.iter().any(|w| requirement.hosted_by(&w.info)) {
+                warnings.push(format!(
+                    "warning: node '{}' needs {requirement}, which no connected worker hosts yet; it will wait for one",
+                    node.id
+                ));
+            }
+        }
+        warnings
+    }
+}
+
+fn parse_input(text: &str) -> Result<Map<String, Value>, SubmitError> {
+    if text.trim().is_empty() {
+        return Ok(Map::new());
+    }
+    match serde_json::from_str::<Value>(text) {
+        Ok(Value::Object(map)) => Ok(map),
+        Ok(other) => Err(SubmitError::Input(format!(
+            "the input must be a JSON object, got {}",
+            crate::graph::json_type_name(&other)
+        ))),
+        Err(error) => Err(SubmitError::Input(format!(
+            "the input is not JSON: {error} (line {}, column {})",
+            error.line(),
+            error.column()
+        ))),
+    }
+}

@@ -1,0 +1,61 @@
+//! Assembling a coordinator: dispatcher, runs, blob store and the gRPC
+//! services on one listener, all stopped by one cancellation token.
+
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio_stream::wrappers::TcpListenerStream;
+use tokio_util::sync::CancellationToken;
+use weft_proto::v1::run_service_server::RunServiceServer;
+use weft_proto::v1::worker_service_server::WorkerServiceServer;
+
+use crate::bundle::BlobStore;
+use crate::config::CoordinatorConfig;
+use crate::dispatch::spawn_dispatcher;
+use crate::grpc::{RunApi, WorkerApi};
+use crate::runs::Runs;
+
+/// Largest gRPC message accepted (bundles and states travel whole).
+const MAX_MESSAGE_BYTES: usize = 256 << 20;
+
+/// Why the coordinator stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// The gRPC server failed.
+    #[error("the gRPC server failed: {0}")]
+    Transport(#[from] tonic::transport::Error),
+}
+
+/// Serves clients and workers on `listener` until `shutdown` is cancelled.
+pub async fn serve(
+    listener: TcpListener,
+    config: CoordinatorConfig,
+    shutdown: CancellationToken,
+) -> Result<(), ServeError> {
+    let blobs = BlobStore::default();
+    let dispatcher = spawn_dispatcher(
+        config.heartbeat_interval,
+        config.worker_timeout,
+        shutdown.child_token(),
+    );
+    let runs = Runs::new(
+        dispatcher.clone(),
+        blobs.clone(),
+        shutdown.child_token(),
+        config.max_input_bytes,
+    );
+    let run_api = RunServiceServer::new(RunApi::new(runs, config.max_bundle_bytes))
+        .max_decoding_message_size(MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(MAX_MESSAGE_BYTES);
+    let worker_api =
+        WorkerServiceServer::new(WorkerApi::new(dispatcher, blobs, config.heartbeat_interval))
+            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES);
+    tonic::transport::Server::builder()
+        .http2_keepalive_interval(Some(Duration::from_secs(20)))
+        .add_service(run_api)
+        .add_service(worker_api)
+        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown.cancelled_owned())
+        .await?;
+    Ok(())
+}
