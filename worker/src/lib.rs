@@ -1,9 +1,149 @@
 //! Weft's worker library: the SDK for custom workers.
 //!
-//! It will hold the handler registry (Rust handlers registered by name, over
-//! serde-typed state), the built-in `script`, `llm` and `agent` kinds, slots,
-//! reconnection with backoff and graceful shutdown, plus the `worker`
-//! binary. It fills in with the cluster issue; until then it is
-//! intentionally empty.
+//! A worker connects to a coordinator, announces its slots and what it
+//! hosts — Rust handlers registered by name, functions for `fn:NAME`
+//! reducers and predicates, and the built-in `script` kind — and runs the
+//! tasks it is given. It reconnects with backoff when the coordinator goes
+//! away, and on shutdown takes no more tasks, finishes those in flight,
+//! then exits.
+//!
+//! ```no_run
+//! use serde::{Deserialize, Serialize};
+//! use tokio_util::sync::CancellationToken;
+//!
+//! #[derive(Deserialize)]
+//! struct Draft { topic: String }
+//! #[derive(Serialize)]
+//! struct Written { draft: String }
+//!
+//! # async fn example() -> Result<(), weft_worker::WorkerError> {
+//! let mut worker = weft_worker::Worker::new("http://127.0.0.1:7700");
+//! worker.handler("draft", |state: Draft, _ctx| async move {
+//!     Ok::<_, String>(Written { draft: format!("A note on {}", state.topic) })
+//! });
+//! worker.run(CancellationToken::new()).await
+//! # }
+//! ```
 
 #![warn(missing_docs)]
+
+mod blobs;
+mod handler;
+mod runtime;
+mod script;
+mod task;
+
+use std::future::Future;
+use std::path::PathBuf;
+
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+pub use handler::{IntoOutput, Output, Registry, TaskContext};
+pub use runtime::{WorkerConfig, WorkerError};
+pub use script::{parse_stdout, substitute_secrets};
+
+/// A worker being set up.
+#[derive(Debug)]
+pub struct Worker {
+    config: WorkerConfig,
+    registry: Registry,
+}
+
+impl Worker {
+    /// A worker for the coordinator at `coordinator` (an `http://` URL),
+    /// with one slot per CPU, hosting scripts and no handlers yet.
+    pub fn new(coordinator: impl Into<String>) -> Self {
+        let slots = std::thread::available_parallelism().map_or(1, |n| n.get() as u32);
+        let name = format!("worker-{}", std::process::id());
+        Self {
+            config: WorkerConfig {
+                coordinator: coordinator.into(),
+                work_dir: std::env::temp_dir().join(format!("weft-{name}")),
+                name,
+                slots,
+                labels: Vec::new(),
+                scripts: true,
+                secrets: Vec::new(),
+            },
+            registry: Registry::default(),
+        }
+    }
+
+    /// Sets the worker's name.
+    pub fn name(&mut self, name: impl Into<String>) -> &mut Self {
+        self.config.name = name.into();
+        self
+    }
+
+    /// Sets how many tasks run at once.
+    pub fn slots(&mut self, slots: u32) -> &mut Self {
+        self.config.slots = slots.max(1);
+        self
+    }
+
+    /// Adds a label.
+    pub fn label(&mut self, key: impl Into<String>, value: impl Into<String>) -> &mut Self {
+        self.config.labels.push((key.into(), value.into()));
+        self
+    }
+
+    /// Whether this worker runs `script` nodes (default: yes).
+    pub fn scripts(&mut self, enabled: bool) -> &mut Self {
+        self.config.scripts = enabled;
+        self
+    }
+
+    /// Where scratch directories and the file cache live.
+    pub fn work_dir(&mut self, dir: PathBuf) -> &mut Self {
+        self.config.work_dir = dir;
+        self
+    }
+
+    /// Secrets for `${NAME}` in node configuration (never sent anywhere).
+    pub fn secrets(&mut self, secrets: Vec<(String, String)>) -> &mut Self {
+        self.config.secrets = secrets;
+        self
+    }
+
+    /// Registers a handler: an async function from a serde-typed state to a
+    /// state or an update. See [`Registry::handler`].
+    pub fn handler<S, O, E, F, Fut>(&mut self, name: &str, handler: F) -> &mut Self
+    where
+        S: DeserializeOwned + Send + 'static,
+        O: IntoOutput + Send + 'static,
+        E: std::fmt::Display + Send + 'static,
+        F: Fn(S, TaskContext) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<O, E>> + Send + 'static,
+    {
+        self.registry.handler(name, handler);
+        self
+    }
+
+    /// Registers a handler that routes with `_next`. See [`Output`].
+    pub fn routing_handler<S, E, F, Fut>(&mut self, name: &str, handler: F) -> &mut Self
+    where
+        S: DeserializeOwned + Send + 'static,
+        E: std::fmt::Display + Send + 'static,
+        F: Fn(S, TaskContext) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Output, E>> + Send + 'static,
+    {
+        self.registry.routing_handler(name, handler);
+        self
+    }
+
+    /// Registers a function for `fn:NAME` reducers, predicates and routers.
+    pub fn function<F>(&mut self, name: &str, function: F) -> &mut Self
+    where
+        F: Fn(Vec<Value>) -> Result<Value, String> + Send + Sync + 'static,
+    {
+        self.registry.function(name, function);
+        self
+    }
+
+    /// Runs until `shutdown` is cancelled and the tasks in flight are done.
+    pub async fn run(&self, shutdown: CancellationToken) -> Result<(), WorkerError> {
+        runtime::run(self.config.clone(), self.registry.clone(), shutdown).await
+    }
+}

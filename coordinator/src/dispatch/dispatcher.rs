@@ -147,6 +147,7 @@ pub fn spawn_dispatcher(
 
 struct WorkerState {
     info: WorkerInfo,
+    draining: bool,
     outbox: mpsc::Sender<ToWorker>,
     in_flight: usize,
     last_seen: Instant,
@@ -217,6 +218,7 @@ impl Dispatcher {
                     id,
                     WorkerState {
                         info,
+                        draining: false,
                         outbox,
                         in_flight: 0,
                         last_seen: Instant::now(),
@@ -265,6 +267,10 @@ impl Dispatcher {
         state.last_seen = Instant::now();
         match message {
             FromWorker::Heartbeat => {}
+            FromWorker::Draining => {
+                info!(worker, name = %state.info.name, "worker draining");
+                state.draining = true;
+            }
             FromWorker::Result {
                 run_id,
                 key,

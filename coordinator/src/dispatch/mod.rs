@@ -213,4 +213,6 @@ pub enum FromWorker {
     },
     /// I am alive.
     Heartbeat,
+    /// Send me no more tasks; I finish what I hold, then leave.
+    Draining,
 }

@@ -154,6 +154,7 @@ pub fn from_worker(message: pb::WorkerMessage) -> Option<FromWorker> {
     match message.body? {
         Body::Hello(_) => None,
         Body::Heartbeat(_) => Some(FromWorker::Heartbeat),
+        Body::Drain(_) => Some(FromWorker::Draining),
         Body::Result(result) => {
             let outcome = match result.outcome? {
                 pb::task_result::Outcome::Output(output) => match parse_json(&output.json) {

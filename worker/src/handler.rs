@@ -1,0 +1,251 @@
+//! Rust handlers and functions, registered by name.
+//!
+//! A handler is an async function over a serde-typed state: it receives the
+//! state the task sees (deserialized into the handler's own type, so fields
+//! it does not name are skipped) and a [`TaskContext`], and returns anything
+//! that serializes to a JSON object — a whole state or a partial update.
+//! Wrap it in [`Output`] to route with `_next`.
+//!
+//! A function backs a `fn:NAME` reducer, predicate or router: it takes the
+//! JSON arguments and returns a JSON value.
+
+use std::collections::BTreeMap;
+use std::fmt::Display;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::{Map, Value};
+
+/// What a handler knows about the task it runs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TaskContext {
+    /// The run.
+    pub run_id: String,
+    /// The node.
+    pub node: String,
+    /// 1 for the first attempt.
+    pub attempt: u32,
+    /// The map item's index, for a step of a map item's chain.
+    pub item: Option<u64>,
+    /// The step's scope: a map item's `as` binding, by name.
+    pub scope: Map<String, Value>,
+}
+
+impl TaskContext {
+    /// A scope value by name, deserialized.
+    pub fn scope<T: DeserializeOwned>(&self, name: &str) -> Result<T, String> {
+        let value = self
+            .scope
+            .get(name)
+            .ok_or_else(|| format!("no '{name}' in the task's scope"))?;
+        T::deserialize(value).map_err(|error| format!("scope '{name}': {error}"))
+    }
+}
+
+/// A handler's result with a route: the fields to write and `_next`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Output {
+    writes: Value,
+    next: Option<String>,
+}
+
+impl Output {
+    /// Writes `value` (a struct or map that serializes to an object).
+    pub fn update(value: impl Serialize) -> Result<Self, String> {
+        let writes = serde_json::to_value(value).map_err(|e| e.to_string())?;
+        Ok(Self { writes, next: None })
+    }
+
+    /// Routes to `node` alone after this step.
+    pub fn next(mut self, node: impl Into<String>) -> Self {
+        self.next = Some(node.into());
+        self
+    }
+}
+
+/// Turns what a handler returns into the task's JSON output.
+pub trait IntoOutput {
+    /// The output object, with `_next` when routed.
+    fn into_output(self) -> Result<Value, String>;
+}
+
+impl<T: Serialize> IntoOutput for T {
+    fn into_output(self) -> Result<Value, String> {
+        serde_json::to_value(self)
+            .map_err(|e| format!("the handler's result does not serialize: {e}"))
+    }
+}
+
+impl Output {
+    fn into_value(self) -> Result<Value, String> {
+        let mut object = match self.writes {
+            Value::Object(map) => map,
+            Value::Null => Map::new(),
+            other => return Err(format!("a handler must return an object, not {other}")),
+        };
+        if let Some(next) = self.next {
+            object.insert("_next".into(), Value::String(next));
+        }
+        Ok(Value::Object(object))
+    }
+}
+
+type BoxFuture = Pin<Box<dyn Future<Output = Result<Value, String>> + Send>>;
+
+/// A registered handler, type-erased.
+pub(crate) type ErasedHandler = Arc<dyn Fn(Value, TaskContext) -> BoxFuture + Send + Sync>;
+
+/// A registered function, type-erased.
+pub(crate) type ErasedFunction = Arc<dyn Fn(Vec<Value>) -> Result<Value, String> + Send + Sync>;
+
+/// Handlers and functions by name.
+#[derive(Clone, Default)]
+pub struct Registry {
+    pub(crate) handlers: BTreeMap<String, ErasedHandler>,
+    pub(crate) functions: BTreeMap<String, ErasedFunction>,
+}
+
+impl std::fmt::Debug for Registry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Registry")
+            .field("handlers", &self.handlers.keys().collect::<Vec<_>>())
+            .field("functions", &self.functions.keys().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+impl Registry {
+    /// Registers a handler returning a state or an update.
+    pub fn handler<S, O, E, F, Fut>(&mut self, name: &str, handler: F) -> &mut Self
+    where
+        S: DeserializeOwned + Send + 'static,
+        O: IntoOutput + Send + 'static,
+        E: Display + Send + 'static,
+        F: Fn(S, TaskContext) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<O, E>> + Send + 'static,
+    {
+        let handler = Arc::new(handler);
+        let name_owned = name.to_owned();
+        let erased: ErasedHandler = Arc::new(move |state: Value, ctx: TaskContext| {
+            let handler = handler.clone();
+            let name = name_owned.clone();
+            Box::pin(async move {
+                let typed = S::deserialize(&state)
+                    .map_err(|e| format!("handler '{name}' cannot read the state: {e}"))?;
+                drop(state);
+                let output = handler(typed, ctx).await.map_err(|e| e.to_string())?;
+                output.into_output()
+            })
+        });
+        self.handlers.insert(name.to_owned(), erased);
+        self
+    }
+
+    /// Registers a handler that routes: it returns an [`Output`].
+    pub fn routing_handler<S, E, F, Fut>(&mut self, name: &str, handler: F) -> &mut Self
+    where
+        S: DeserializeOwned + Send + 'static,
+        E: Display + Send + 'static,
+        F: Fn(S, TaskContext) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Output, E>> + Send + 'static,
+    {
+        let handler = Arc::new(handler);
+        let name_owned = name.to_owned();
+        let erased: ErasedHandler = Arc::new(move |state: Value, ctx: TaskContext| {
+            let handler = handler.clone();
+            let name = name_owned.clone();
+            Box::pin(async move {
+                let typed = S::deserialize(&state)
+                    .map_err(|e| format!("handler '{name}' cannot read the state: {e}"))?;
+                drop(state);
+                handler(typed, ctx)
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .into_value()
+            })
+        });
+        self.handlers.insert(name.to_owned(), erased);
+        self
+    }
+
+    /// Registers a function for `fn:NAME` reducers, predicates and routers.
+    /// A reducer receives `[s0_value, [branch_values]]`; a predicate or
+    /// router receives `[state]`.
+    pub fn function<F>(&mut self, name: &str, function: F) -> &mut Self
+    where
+        F: Fn(Vec<Value>) -> Result<Value, String> + Send + Sync + 'static,
+    {
+        self.functions.insert(name.to_owned(), Arc::new(function));
+        self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde::Deserialize;
+    use serde_json::json;
+
+    #[derive(Deserialize)]
+    struct Counter {
+        counter: i64,
+    }
+
+    #[derive(Serialize)]
+    struct CounterUpdate {
+        counter: i64,
+    }
+
+    fn ctx() -> TaskContext {
+        TaskContext {
+            run_id: "r".into(),
+            node: "n".into(),
+            attempt: 1,
+            item: None,
+            scope: Map::new(),
+        }
+    }
+
+    #[tokio::test]
+    async fn typed_handler_reads_only_its_fields() {
+        let mut registry = Registry::default();
+        registry.handler("inc", |s: Counter, _| async move {
+            Ok::<_, String>(CounterUpdate {
+                counter: s.counter + 1,
+            })
+        });
+        let handler = registry.handlers["inc"].clone();
+        let out = handler(json!({"counter": 41, "blob": "x".repeat(1000)}), ctx())
+            .await
+            .unwrap();
+        assert_eq!(out, json!({"counter": 42}));
+        let error = handler(json!({"counter": "x"}), ctx()).await.unwrap_err();
+        assert!(
+            error.starts_with("handler 'inc' cannot read the state"),
+            "{error}"
+        );
+    }
+
+    #[tokio::test]
+    async fn routing_handler_adds_next() {
+        let mut registry = Registry::default();
+        registry.routing_handler("gate", |_: Value, _| async move {
+            Output::update(json!({"ok": true})).map(|o| o.next("publish"))
+        });
+        let out = registry.handlers["gate"].clone()(json!({}), ctx())
+            .await
+            .unwrap();
+        assert_eq!(out, json!({"ok": true, "_next": "publish"}));
+    }
+
+    #[test]
+    fn scope_values_deserialize() {
+        let mut context = ctx();
+        context.scope.insert("item".into(), json!(7));
+        assert_eq!(context.scope::<i64>("item").unwrap(), 7);
+        assert!(context.scope::<i64>("other").is_err());
+    }
+}

@@ -1,0 +1,332 @@
+//! The built-in `script` kind (SPEC section 4.1).
+//!
+//! The argv runs directly, never through a shell, in a scratch directory
+//! that holds the bundle's files, in its own process group. It reads one
+//! JSON object on stdin (`state`, `scope`, `inbox`, `run_id`, `node`,
+//! `attempt`, `item`) and finds the same state in the file named by
+//! `GRAPH_STATE`; it writes one JSON object (or nothing) on stdout. A
+//! non-zero exit, stdout that is not one object, or the timeout (which
+//! kills the whole process group) fails the attempt with the exit status
+//! and the last 2 KiB of stderr.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+use serde_json::{Map, Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::process::Command;
+
+use crate::blobs::BlobCache;
+use crate::task::{Failure, Task};
+
+/// How much of stderr an error keeps.
+const STDERR_TAIL: usize = 2048;
+/// Largest stdout accepted from a script.
+const MAX_STDOUT: usize = 64 << 20;
+
+/// Runs script tasks.
+#[derive(Clone)]
+pub struct ScriptRunner {
+    scratch_root: PathBuf,
+    blobs: BlobCache,
+    env: Vec<(String, String)>,
+}
+
+impl ScriptRunner {
+    /// Scripts run in directories under `scratch_root`; `env` is the worker's
+    /// own secret environment for `${NAME}` substitution.
+    pub fn new(scratch_root: PathBuf, blobs: BlobCache, env: Vec<(String, String)>) -> Self {
+        Self {
+            scratch_root,
+            blobs,
+            env,
+        }
+    }
+
+    /// Runs one attempt; `Ok` holds the stdout object.
+    pub async fn run(&self, task: &Task) -> Result<Value, Failure> {
+        let config: ScriptConfig = serde_json::from_str(&task.config_json)
+            .map_err(|e| Failure::new("invalid_task", format!("script configuration: {e}")))?;
+        let program = config
+            .argv
+            .first()
+            .ok_or_else(|| Failure::new("invalid_task", "the script's argv is empty"))?;
+        let dir = self.scratch_root.join(format!(
+            "{}-{}-{}",
+            sanitize(&task.run_id),
+            task.key,
+            task.attempt
+        ));
+        tokio::fs::create_dir_all(&dir)
+            .await
+            .map_err(|e| io_failure("cannot create the scratch directory", e))?;
+        let result = self.run_in(&dir, program, &config, task).await;
+        let _ = tokio::fs::remove_dir_all(&dir).await;
+        result
+    }
+
+    async fn run_in(
+        &self,
+        dir: &Path,
+        program: &str,
+        config: &ScriptConfig,
+        task: &Task,
+    ) -> Result<Value, Failure> {
+        for file in task.bundle.iter() {
+            self.blobs.materialize(file, dir).await?;
+        }
+        let state_path = dir.join(".weft-state.json");
+        tokio::fs::write(&state_path, task.state_json.as_bytes())
+            .await
+            .map_err(|e| io_failure("cannot write GRAPH_STATE", e))?;
+        let stdin = format!(
+            "{{\"state\":{},\"scope\":{},\"inbox\":[],\"run_id\":{},\"node\":{},\"attempt\":{},\"item\":{}}}",
+            task.state_json,
+            if task.scope_json.is_empty() {
+                "{}"
+            } else {
+                &task.scope_json
+            },
+            json!(task.run_id),
+            json!(task.node),
+            task.attempt,
+            task.item.map_or(Value::Null, Value::from),
+        );
+        let mut command = Command::new(program);
+        command
+            .args(&config.argv[1..])
+            .current_dir(dir)
+            .env("GRAPH_STATE", &state_path)
+            .env("WEFT_RUN_ID", &task.run_id)
+            .env("WEFT_NODE", &task.node)
+            .env("WEFT_ATTEMPT", task.attempt.to_string())
+            .env(
+                "WEFT_ITEM",
+                task.item.map(|i| i.to_string()).unwrap_or_default(),
+            )
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0)
+            .kill_on_drop(true);
+        for (key, value) in &config.env {
+            command.env(key, substitute_secrets(value, &self.env));
+        }
+        let mut child = command
+            .spawn()
+            .map_err(|e| Failure::new("script_failed", format!("cannot start '{program}': {e}")))?;
+        // Kills the whole group when this attempt ends, however it ends
+        // (finished, timed out, or cancelled by dropping this future).
+        let _group = GroupGuard(child.id().map(|id| Pid::from_raw(id as i32)));
+        let mut child_stdin = child.stdin.take().expect("stdin is piped");
+        let mut stdout = child.stdout.take().expect("stdout is piped");
+        let mut stderr = child.stderr.take().expect("stderr is piped");
+        let feed = async move {
+            // A script that never reads stdin must not block us.
+            let _ = child_stdin.write_all(stdin.as_bytes()).await;
+            drop(child_stdin);
+        };
+        let read_out = async move {
+            let mut buffer = Vec::new();
+            let mut limited = (&mut stdout).take(MAX_STDOUT as u64 + 1);
+            let _ = limited.read_to_end(&mut buffer).await;
+            buffer
+        };
+        let read_err = async move {
+            let mut tail: Vec<u8> = Vec::new();
+            let mut chunk = [0u8; 8192];
+            while let Ok(n) = stderr.read(&mut chunk).await {
+                if n == 0 {
+                    break;
+                }
+                tail.extend_from_slice(&chunk[..n]);
+                if tail.len() > STDERR_TAIL * 2 {
+                    tail.drain(..tail.len() - STDERR_TAIL);
+                }
+            }
+            tail
+        };
+        let work = async { tokio::join!(feed, read_out, read_err, child.wait()) };
+        let (_, out, err, status) = match tokio::time::timeout(task.timeout, work).await {
+            Ok(done) => done,
+            Err(_) => {
+                return Err(Failure::new(
+                    "timeout",
+                    format!(
+                        "script timed out after {} and was killed",
+                        human(task.timeout)
+                    ),
+                ));
+            }
+        };
+        let status = status.map_err(|e| io_failure("cannot wait for the script", e))?;
+        let tail = stderr_tail(&err);
+        if !status.success() {
+            let code = status
+                .code()
+                .map_or_else(|| "a signal".to_owned(), |c| format!("status {c}"));
+            return Err(Failure::new(
+                "script_failed",
+                format!("script exited with {code}; stderr: {tail}"),
+            ));
+        }
+        if out.len() > MAX_STDOUT {
+            return Err(Failure::new(
+                "script_failed",
+                format!("script wrote more than {MAX_STDOUT} bytes to stdout"),
+            ));
+        }
+        parse_stdout(&out)
+            .map_err(|message| Failure::new("invalid_output", format!("{message}; stderr: {tail}")))
+    }
+}
+
+#[derive(serde::Deserialize)]
+struct ScriptConfig {
+    argv: Vec<String>,
+    #[serde(default)]
+    env: Map<String, Value>,
+}
+
+/// Reads a script's stdout: empty means no writes; otherwise one JSON object.
+pub fn parse_stdout(out: &[u8]) -> Result<Value, String> {
+    let text = std::str::from_utf8(out).map_err(|_| "stdout is not UTF-8".to_owned())?;
+    if text.trim().is_empty() {
+        return Ok(Value::Object(Map::new()));
+    }
+    match serde_json::from_str::<Value>(text) {
+        Ok(Value::Object(map)) => Ok(Value::Object(map)),
+        Ok(other) => Err(format!(
+            "stdout must be one JSON object, got {}",
+            type_name(&other)
+        )),
+        Err(error) => Err(format!(
+            "stdout is not one JSON object: {error} (line {}, column {})",
+            error.line(),
+            error.column()
+        )),
+    }
+}
+
+/// Replaces `${NAME}` with the worker's secret `NAME` (unset names become "").
+pub fn substitute_secrets(value: &Value, secrets: &[(String, String)]) -> String {
+    let text = value
+        .as_str()
+        .map_or_else(|| value.to_string(), str::to_owned);
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text.as_str();
+    while let Some(start) = rest.find("${") {
+        out.push_str(&rest[..start]);
+        let after = &rest[start + 2..];
+        match after.find('}') {
+            Some(end) => {
+                let name = &after[..end];
+                let secret = secrets
+                    .iter()
+                    .find(|(k, _)| k == name)
+                    .map_or("", |(_, v)| v.as_str());
+                out.push_str(secret);
+                rest = &after[end + 1..];
+            }
+            None => {
+                out.push_str(&rest[start..]);
+                rest = "";
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+/// Kills a script's process group on drop, so neither a timeout, a
+/// cancellation nor children the script left behind outlive the attempt.
+struct GroupGuard(Option<Pid>);
+
+impl Drop for GroupGuard {
+    fn drop(&mut self) {
+        if let Some(pid) = self.0 {
+            let _ = killpg(pid, Signal::SIGKILL);
+        }
+    }
+}
+
+fn stderr_tail(bytes: &[u8]) -> String {
+    let start = bytes.len().saturating_sub(STDERR_TAIL);
+    let text = String::from_utf8_lossy(&bytes[start..]).trim().to_owned();
+    if text.is_empty() {
+        "(empty)".to_owned()
+    } else {
+        text
+    }
+}
+
+fn io_failure(what: &str, error: std::io::Error) -> Failure {
+    Failure::new("worker_error", format!("{what}: {error}"))
+}
+
+fn sanitize(text: &str) -> String {
+    text.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+fn type_name(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+fn human(duration: Duration) -> String {
+    let ms = duration.as_millis();
+    if ms.is_multiple_of(1000) {
+        format!("{}s", ms / 1000)
+    } else {
+        format!("{ms}ms")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stdout_must_be_one_object() {
+        assert_eq!(parse_stdout(b"").unwrap(), json!({}));
+        assert_eq!(parse_stdout(b" {\"a\": 1}\n").unwrap(), json!({"a": 1}));
+        assert!(parse_stdout(b"[1]").unwrap_err().contains("got an array"));
+        assert!(
+            parse_stdout(b"{\"a\": 1} {\"b\": 2}")
+                .unwrap_err()
+                .contains("not one JSON object")
+        );
+        assert!(parse_stdout(b"hello").is_err());
+    }
+
+    #[test]
+    fn secrets_are_substituted_from_the_worker() {
+        let secrets = vec![("API_KEY".to_owned(), "s3cret".to_owned())];
+        assert_eq!(
+            substitute_secrets(&json!("Bearer ${API_KEY}"), &secrets),
+            "Bearer s3cret"
+        );
+        assert_eq!(substitute_secrets(&json!("${MISSING}-x"), &secrets), "-x");
+        assert_eq!(
+            substitute_secrets(&json!("no ${closing"), &secrets),
+            "no ${closing"
+        );
+    }
+}
