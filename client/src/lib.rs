@@ -1,9 +1,26 @@
-//! Weft's client library.
+//! Weft's client library: submit graphs to a coordinator, follow runs and
+//! steer them. No generated protobuf type appears in this API; the `.proto`
+//! files are the contract for clients in other languages.
 //!
-//! It will hold the typed gRPC client (submit a graph from a file or from a
-//! builder that mirrors the YAML, await results, stream events, resume,
-//! cancel, retry) with no generated protobuf type in its public API. The
-//! crate's `weft` binary already validates and draws graphs; the client and
-//! `weft run` arrive with the cluster issue.
+//! ```no_run
+//! # async fn example() -> Result<(), weft_client::ClientError> {
+//! use serde_json::json;
+//! let client = weft_client::Client::connect("http://127.0.0.1:7700").await?;
+//! let submitted = client.submit_file("examples/critique-loop.yaml".as_ref(), &json!({"topic": "rust"})).await?;
+//! let run = client.wait(&submitted.run_id).await?;
+//! println!("{:?} {}", run.status, run.state);
+//! # Ok(())
+//! # }
+//! ```
 
 #![warn(missing_docs)]
+
+mod builder;
+mod bundle;
+mod client;
+
+pub use builder::{GraphBuilder, NodeBuilder};
+pub use bundle::{BundleError, GraphBundle};
+pub use client::{
+    Client, ClientError, Event, RunErrorInfo, RunInfo, RunStatus, Submitted, WaitingNode,
+};

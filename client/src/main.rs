@@ -1,16 +1,16 @@
 //! The `weft` command line (SPEC section 12).
 //!
-//! This version carries the commands that need no cluster: `validate` and
-//! `diagram`. `run`, `status`, `resume` and the rest arrive with the cluster.
+//! `validate` and `diagram` work on files alone. `run` submits a graph and
+//! waits; without `--coordinator` (or `WEFT_COORDINATOR`) it starts an
+//! embedded cluster for the run. `status`, `watch`, `runs`, `resume`,
+//! `cancel` and `retry` talk to a coordinator.
 
-use std::path::{Path, PathBuf};
+mod cli;
+
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use weft_coordinator::graph::{self, GraphError};
-
-/// Exit status for an invalid graph or a usage error (SPEC section 12).
-const EXIT_INVALID: u8 = 2;
 
 #[derive(Parser)]
 #[command(
@@ -19,6 +19,9 @@ const EXIT_INVALID: u8 = 2;
     about = "Run workflow graphs on a Weft cluster"
 )]
 struct Cli {
+    /// The coordinator, e.g. http://127.0.0.1:7700 (run: none starts an embedded cluster).
+    #[arg(long, global = true, env = "WEFT_COORDINATOR")]
+    coordinator: Option<String>,
     #[command(subcommand)]
     command: Command,
 }
@@ -35,53 +38,117 @@ enum Command {
         /// The graph file (YAML, or JSON for `.json`).
         graph: PathBuf,
     },
+    /// Submit a graph and wait for its result.
+    Run {
+        /// The graph file.
+        graph: PathBuf,
+        /// The run's input: a JSON object, or @FILE.
+        #[arg(long)]
+        input: Option<String>,
+        /// Print exactly one JSON object.
+        #[arg(long)]
+        json: bool,
+        /// Show waves, nodes and map progress as the run goes.
+        #[arg(long)]
+        watch: bool,
+        /// Workers of the embedded cluster.
+        #[arg(long, default_value_t = 2)]
+        workers: u32,
+        /// Print the run id and return at once (needs --coordinator).
+        #[arg(long)]
+        detach: bool,
+    },
+    /// A run's status and state.
+    Status {
+        /// The run id.
+        run: String,
+        /// Print exactly one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Follow a run's events until it ends.
+    Watch {
+        /// The run id.
+        run: String,
+    },
+    /// List runs.
+    Runs,
+    /// Answer a waiting approval or input node.
+    Resume {
+        /// The run id.
+        run: String,
+        /// The waiting node.
+        node: String,
+        /// The answer: JSON when it parses, else a string (`approve`/`reject`).
+        value: String,
+        /// A comment (approvals).
+        #[arg(long)]
+        comment: Option<String>,
+    },
+    /// Cancel a run.
+    Cancel {
+        /// The run id.
+        run: String,
+    },
+    /// Re-run a failed run from the wave that failed.
+    Retry {
+        /// The run id.
+        run: String,
+    },
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    match cli.command {
-        Command::Validate { graph } => validate(&graph),
-        Command::Diagram { graph } => diagram(&graph),
-    }
+    let code = match cli.command {
+        Command::Validate { graph } => cli::files::validate(&graph),
+        Command::Diagram { graph } => cli::files::diagram(&graph),
+        command => {
+            let runtime = match tokio::runtime::Runtime::new() {
+                Ok(runtime) => runtime,
+                Err(error) => {
+                    eprintln!("error: cannot start the async runtime: {error}");
+                    return ExitCode::from(1);
+                }
+            };
+            runtime.block_on(remote(cli.coordinator, command))
+        }
+    };
+    ExitCode::from(code)
 }
 
-fn validate(path: &Path) -> ExitCode {
-    match graph::load_file(path) {
-        Ok((_, warnings)) => {
-            for warning in warnings {
-                println!("{warning}");
-            }
-            println!("ok");
-            ExitCode::SUCCESS
+async fn remote(coordinator: Option<String>, command: Command) -> u8 {
+    use cli::commands as c;
+    match command {
+        Command::Run {
+            graph,
+            input,
+            json,
+            watch,
+            workers,
+            detach,
+        } => {
+            let options = c::RunOptions {
+                input,
+                json,
+                watch,
+                workers,
+                detach,
+            };
+            c::run(coordinator, &graph, options).await
         }
-        Err(GraphError::Invalid(findings)) => {
-            for finding in findings {
-                println!("{finding}");
-            }
-            ExitCode::from(EXIT_INVALID)
-        }
-        Err(error) => {
-            println!("error: {error}");
-            ExitCode::from(EXIT_INVALID)
-        }
-    }
-}
-
-fn diagram(path: &Path) -> ExitCode {
-    match graph::load_file(path) {
-        Ok((graph, _)) => {
-            print!("{}", graph::diagram::diagram(&graph));
-            ExitCode::SUCCESS
-        }
-        Err(GraphError::Invalid(findings)) => {
-            for finding in findings {
-                eprintln!("{finding}");
-            }
-            ExitCode::from(EXIT_INVALID)
-        }
-        Err(error) => {
-            eprintln!("error: {error}");
-            ExitCode::from(EXIT_INVALID)
+        Command::Status { run, json } => c::status(coordinator, &run, json).await,
+        Command::Watch { run } => c::watch(coordinator, &run).await,
+        Command::Runs => c::runs(coordinator).await,
+        Command::Resume {
+            run,
+            node,
+            value,
+            comment,
+        } => c::resume(coordinator, &run, &node, &value, comment).await,
+        Command::Cancel { run } => c::cancel(coordinator, &run).await,
+        Command::Retry { run } => c::retry(coordinator, &run).await,
+        Command::Validate { .. } | Command::Diagram { .. } => {
+            unreachable!("handled without a runtime")
         }
     }
 }

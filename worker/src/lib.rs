@@ -66,6 +66,7 @@ impl Worker {
                 labels: Vec::new(),
                 scripts: true,
                 secrets: Vec::new(),
+                joined: None,
             },
             registry: Registry::default(),
         }
@@ -104,6 +105,13 @@ impl Worker {
     /// Secrets for `${NAME}` in node configuration (never sent anywhere).
     pub fn secrets(&mut self, secrets: Vec<(String, String)>) -> &mut Self {
         self.config.secrets = secrets;
+        self
+    }
+
+    /// Adds a permit to `signal` each time the worker joins a coordinator,
+    /// so a caller can wait until its workers are connected.
+    pub fn joined_signal(&mut self, signal: std::sync::Arc<tokio::sync::Semaphore>) -> &mut Self {
+        self.config.joined = Some(signal);
         self
     }
 

@@ -45,6 +45,8 @@ pub struct WorkerConfig {
     pub work_dir: PathBuf,
     /// The worker's secrets, for `${NAME}` in node configuration.
     pub secrets: Vec<(String, String)>,
+    /// Gains a permit each time the worker joins a coordinator.
+    pub joined: Option<std::sync::Arc<tokio::sync::Semaphore>>,
 }
 
 /// Why a worker stopped with an error.
@@ -152,6 +154,9 @@ async fn session(
             body: Some(pb::coordinator_message::Body::Welcome(welcome)),
         })) => {
             info!(worker = %config.name, id = %welcome.worker_id, "joined the coordinator");
+            if let Some(joined) = &config.joined {
+                joined.add_permits(1);
+            }
             Duration::from_millis(welcome.heartbeat_interval_ms.max(50))
         }
         Ok(_) => return Ok(SessionEnd::Lost("the coordinator sent no welcome".into())),

@@ -1,0 +1,301 @@
+//! Commands that talk to a coordinator.
+
+use std::io::IsTerminal;
+use std::path::Path;
+
+use serde_json::{Map, Value};
+use weft_client::{BundleError, Client, ClientError, GraphBundle, RunStatus};
+use weft_coordinator::graph::GraphError;
+
+use super::embedded::Embedded;
+use super::{exit, output, progress, prompt};
+
+/// Options of `weft run`.
+pub struct RunOptions {
+    /// `--input`.
+    pub input: Option<String>,
+    /// `--json`.
+    pub json: bool,
+    /// `--watch`.
+    pub watch: bool,
+    /// `--workers`.
+    pub workers: u32,
+    /// `--detach`.
+    pub detach: bool,
+}
+
+/// `weft run`.
+pub async fn run(coordinator: Option<String>, graph: &Path, options: RunOptions) -> u8 {
+    let bundle = match GraphBundle::from_file(graph) {
+        Ok(bundle) => bundle,
+        Err(BundleError::Graph(GraphError::Invalid(findings))) => {
+            for finding in findings {
+                eprintln!("{finding}");
+            }
+            return exit::INVALID;
+        }
+        Err(error) => {
+            eprintln!("error: {error}");
+            return exit::INVALID;
+        }
+    };
+    let input = match read_input(options.input.as_deref()) {
+        Ok(input) => input,
+        Err(message) => {
+            eprintln!("error: {message}");
+            return exit::INVALID;
+        }
+    };
+    if options.detach && coordinator.is_none() {
+        eprintln!(
+            "error: --detach needs --coordinator (an embedded cluster stops when weft exits)"
+        );
+        return exit::INVALID;
+    }
+    let (client, embedded) = match connect(coordinator, options.workers).await {
+        Ok(pair) => pair,
+        Err(code) => return code,
+    };
+    let code = submit_and_wait(&client, bundle, &input, &options).await;
+    if let Some(embedded) = embedded {
+        embedded.stop().await;
+    }
+    code
+}
+
+async fn submit_and_wait(
+    client: &Client,
+    bundle: GraphBundle,
+    input: &Map<String, Value>,
+    options: &RunOptions,
+) -> u8 {
+    let submitted = match client.submit_bundle(bundle, input).await {
+        Ok(submitted) => submitted,
+        Err(error) => return report(&error),
+    };
+    for warning in &submitted.warnings {
+        eprintln!("{warning}");
+    }
+    let run_id = submitted.run_id;
+    if options.detach {
+        if options.json {
+            println!("{}", serde_json::json!({ "run_id": run_id }));
+        } else {
+            println!("{run_id}");
+        }
+        return exit::OK;
+    }
+    let interactive = !options.json && std::io::stdin().is_terminal();
+    let mut from = 0;
+    loop {
+        let result = if options.watch {
+            progress::follow(client, &run_id, from).await
+        } else {
+            client.wait(&run_id).await
+        };
+        let info = match result {
+            Ok(info) => info,
+            Err(error) => return report(&error),
+        };
+        from = info.event_count;
+        if info.status != RunStatus::Waiting || !interactive {
+            return output::show(&info, options.json);
+        }
+        for waiting in info.waiting {
+            let node = waiting.node.clone();
+            let Some(answer) = prompt::ask(waiting).await else {
+                return output::show(
+                    &client.get(&run_id).await.unwrap_or(info_fallback(&run_id)),
+                    options.json,
+                );
+            };
+            if let Err(error) = client
+                .resume(&run_id, &node, &answer.value, answer.comment.as_deref())
+                .await
+            {
+                eprintln!("error: {error}");
+            }
+        }
+    }
+}
+
+fn info_fallback(run_id: &str) -> weft_client::RunInfo {
+    weft_client::RunInfo {
+        run_id: run_id.to_owned(),
+        graph_name: String::new(),
+        status: RunStatus::Waiting,
+        state: Value::Object(Map::new()),
+        error: None,
+        waiting: Vec::new(),
+        event_count: 0,
+    }
+}
+
+/// `weft status`.
+pub async fn status(coordinator: Option<String>, run: &str, json: bool) -> u8 {
+    let client = match remote_client(coordinator).await {
+        Ok(client) => client,
+        Err(code) => return code,
+    };
+    match client.get(run).await {
+        Ok(info) => {
+            output::show(&info, json);
+            exit::OK
+        }
+        Err(error) => report(&error),
+    }
+}
+
+/// `weft watch`.
+pub async fn watch(coordinator: Option<String>, run: &str) -> u8 {
+    let client = match remote_client(coordinator).await {
+        Ok(client) => client,
+        Err(code) => return code,
+    };
+    match progress::follow(&client, run, 0).await {
+        Ok(info) => output::show(&info, false),
+        Err(error) => report(&error),
+    }
+}
+
+/// `weft runs`.
+pub async fn runs(coordinator: Option<String>) -> u8 {
+    let client = match remote_client(coordinator).await {
+        Ok(client) => client,
+        Err(code) => return code,
+    };
+    match client.list().await {
+        Ok(runs) => {
+            for run in runs {
+                let status = serde_json::to_value(run.status)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_owned))
+                    .unwrap_or_default();
+                println!("{}  {:<9}  {}", run.run_id, status, run.graph_name);
+            }
+            exit::OK
+        }
+        Err(error) => report(&error),
+    }
+}
+
+/// `weft resume`.
+pub async fn resume(
+    coordinator: Option<String>,
+    run: &str,
+    node: &str,
+    value: &str,
+    comment: Option<String>,
+) -> u8 {
+    let client = match remote_client(coordinator).await {
+        Ok(client) => client,
+        Err(code) => return code,
+    };
+    // VALUE is JSON when it parses, else a string (SPEC section 12).
+    let value = serde_json::from_str(value).unwrap_or_else(|_| Value::from(value));
+    match client.resume(run, node, &value, comment.as_deref()).await {
+        Ok(info) => {
+            eprintln!("resumed {node}; run {} is {:?}", info.run_id, info.status);
+            exit::OK
+        }
+        Err(error) => report(&error),
+    }
+}
+
+/// `weft cancel`.
+pub async fn cancel(coordinator: Option<String>, run: &str) -> u8 {
+    act(coordinator, run, |client, run| {
+        Box::pin(async move { client.cancel(&run).await })
+    })
+    .await
+}
+
+/// `weft retry`.
+pub async fn retry(coordinator: Option<String>, run: &str) -> u8 {
+    act(coordinator, run, |client, run| {
+        Box::pin(async move { client.retry(&run).await })
+    })
+    .await
+}
+
+type Action = fn(
+    Client,
+    String,
+) -> std::pin::Pin<
+    Box<dyn std::future::Future<Output = Result<weft_client::RunInfo, ClientError>> + Send>,
+>;
+
+async fn act(coordinator: Option<String>, run: &str, action: Action) -> u8 {
+    let client = match remote_client(coordinator).await {
+        Ok(client) => client,
+        Err(code) => return code,
+    };
+    match action(client, run.to_owned()).await {
+        Ok(info) => {
+            eprintln!("run {} is {:?}", info.run_id, info.status);
+            exit::OK
+        }
+        Err(error) => report(&error),
+    }
+}
+
+async fn connect(
+    coordinator: Option<String>,
+    workers: u32,
+) -> Result<(Client, Option<Embedded>), u8> {
+    if let Some(url) = coordinator {
+        return Ok((remote(&url).await?, None));
+    }
+    let embedded = match Embedded::start(workers).await {
+        Ok(embedded) => embedded,
+        Err(error) => {
+            eprintln!("error: cannot start the embedded cluster: {error}");
+            return Err(exit::UNREACHABLE);
+        }
+    };
+    let client = remote(&embedded.url).await?;
+    if let Err(error) = embedded.ready().await {
+        eprintln!("error: {error}");
+        return Err(exit::UNREACHABLE);
+    }
+    Ok((client, Some(embedded)))
+}
+
+async fn remote_client(coordinator: Option<String>) -> Result<Client, u8> {
+    match coordinator {
+        Some(url) => remote(&url).await,
+        None => {
+            eprintln!("error: no coordinator: pass --coordinator URL or set WEFT_COORDINATOR");
+            Err(exit::UNREACHABLE)
+        }
+    }
+}
+
+async fn remote(url: &str) -> Result<Client, u8> {
+    Client::connect(url).await.map_err(|error| report(&error))
+}
+
+fn report(error: &ClientError) -> u8 {
+    eprintln!("error: {error}");
+    match error {
+        ClientError::Unreachable { .. } => exit::UNREACHABLE,
+        ClientError::Invalid(_) | ClientError::Bundle(_) => exit::INVALID,
+        ClientError::Refused(_) | ClientError::Decode(_) => exit::FAILED,
+    }
+}
+
+fn read_input(input: Option<&str>) -> Result<Map<String, Value>, String> {
+    let Some(input) = input else {
+        return Ok(Map::new());
+    };
+    let text = match input.strip_prefix('@') {
+        Some(path) => std::fs::read_to_string(path)
+            .map_err(|e| format!("cannot read input file '{path}': {e}"))?,
+        None => input.to_owned(),
+    };
+    match serde_json::from_str::<Value>(&text) {
+        Ok(Value::Object(map)) => Ok(map),
+        Ok(_) => Err("--input must be a JSON object".into()),
+        Err(error) => Err(format!("--input is not JSON: {error}")),
+    }
+}

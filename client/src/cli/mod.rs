@@ -1,0 +1,22 @@
+//! The command line's commands.
+
+pub mod commands;
+pub mod embedded;
+pub mod files;
+pub mod output;
+pub mod progress;
+pub mod prompt;
+
+/// Exit statuses (SPEC section 12).
+pub mod exit {
+    /// The run completed (or the command succeeded).
+    pub const OK: u8 = 0;
+    /// The run failed or was cancelled.
+    pub const FAILED: u8 = 1;
+    /// Invalid graph, input or usage.
+    pub const INVALID: u8 = 2;
+    /// The run waits for input and nobody can answer here.
+    pub const WAITING: u8 = 3;
+    /// The coordinator cannot be reached.
+    pub const UNREACHABLE: u8 = 4;
+}

@@ -1,0 +1,71 @@
+//! How a run's result is shown: the one JSON object of `--json`, or a
+//! status line and the state for people.
+
+use serde_json::{Map, Value};
+use weft_client::{RunInfo, RunStatus};
+
+use super::exit;
+
+/// The `--json` object: `run_id`, `status`, `state`, and `error` and
+/// `waiting` only when they apply.
+pub fn json_object(info: &RunInfo) -> Value {
+    let mut object = Map::new();
+    object.insert("run_id".into(), Value::from(info.run_id.clone()));
+    object.insert(
+        "status".into(),
+        serde_json::to_value(info.status).unwrap_or(Value::Null),
+    );
+    object.insert("state".into(), info.state.clone());
+    if let Some(error) = &info.error {
+        object.insert(
+            "error".into(),
+            serde_json::to_value(error).unwrap_or(Value::Null),
+        );
+    }
+    if info.status == RunStatus::Waiting && !info.waiting.is_empty() {
+        object.insert(
+            "waiting".into(),
+            serde_json::to_value(&info.waiting).unwrap_or(Value::Null),
+        );
+    }
+    Value::Object(object)
+}
+
+/// Prints the result and returns the exit status.
+pub fn show(info: &RunInfo, json: bool) -> u8 {
+    if json {
+        println!("{}", json_object(info));
+    } else {
+        let status = serde_json::to_value(info.status)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_owned))
+            .unwrap_or_default();
+        match &info.error {
+            Some(error) => eprintln!(
+                "run {} {status}: {}: {}",
+                info.run_id, error.kind, error.message
+            ),
+            None => eprintln!("run {} {status}", info.run_id),
+        }
+        for waiting in &info.waiting {
+            eprintln!(
+                "  waiting: {} ({}): {}",
+                waiting.node, waiting.kind, waiting.prompt
+            );
+        }
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&info.state).unwrap_or_default()
+        );
+    }
+    exit_status(info.status)
+}
+
+/// The exit status for a run's status.
+pub fn exit_status(status: RunStatus) -> u8 {
+    match status {
+        RunStatus::Completed | RunStatus::Running => exit::OK,
+        RunStatus::Waiting => exit::WAITING,
+        RunStatus::Failed | RunStatus::Cancelled => exit::FAILED,
+    }
+}

@@ -1,0 +1,386 @@
+//! The typed client over the run service.
+
+use std::path::Path;
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+use tokio_stream::{Stream, StreamExt};
+use tonic::transport::{Channel, Endpoint};
+use weft_proto::v1 as pb;
+use weft_proto::v1::run_service_client::RunServiceClient;
+
+use crate::builder::GraphBuilder;
+use crate::bundle::{BundleError, GraphBundle};
+
+const MAX_MESSAGE_BYTES: usize = 256 << 20;
+
+/// A run's status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunStatus {
+    /// Tasks are running.
+    Running,
+    /// Waiting for a human.
+    Waiting,
+    /// Ended normally.
+    Completed,
+    /// Ended by an error.
+    Failed,
+    /// Stopped by a request.
+    Cancelled,
+}
+
+impl RunStatus {
+    /// Reports whether the run has ended.
+    pub fn is_terminal(self) -> bool {
+        matches!(self, Self::Completed | Self::Failed | Self::Cancelled)
+    }
+}
+
+/// How a run failed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RunErrorInfo {
+    /// `ExecutionError`, `ConcurrentUpdateError`, `StepLimitExceeded`, ….
+    pub kind: String,
+    /// The node involved (may be empty).
+    pub node: String,
+    /// What happened.
+    pub message: String,
+}
+
+/// A node waiting for a human.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct WaitingNode {
+    /// The node.
+    pub node: String,
+    /// `approval` or `input`.
+    pub kind: String,
+    /// The question.
+    pub prompt: String,
+}
+
+/// A run's status, state, error and pending questions.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunInfo {
+    /// The run id.
+    pub run_id: String,
+    /// The graph's name.
+    pub graph_name: String,
+    /// Status.
+    pub status: RunStatus,
+    /// The state as of the last merge.
+    pub state: Value,
+    /// For failed and cancelled runs.
+    pub error: Option<RunErrorInfo>,
+    /// Nodes waiting for a human.
+    pub waiting: Vec<WaitingNode>,
+    /// Events recorded so far.
+    pub event_count: u64,
+}
+
+impl RunInfo {
+    /// The state, deserialized into your type.
+    pub fn output<T: DeserializeOwned>(&self) -> Result<T, ClientError> {
+        T::deserialize(&self.state)
+            .map_err(|e| ClientError::Decode(format!("the run's state does not fit the type: {e}")))
+    }
+}
+
+/// One entry of a run's event log.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Event {
+    /// Position in the log.
+    pub seq: u64,
+    /// `wave_started`, `node_finished`, `map_item_finished`, `run_finished`, ….
+    pub kind: String,
+    /// The event as JSON.
+    pub body: Value,
+}
+
+/// A submitted run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Submitted {
+    /// Its id.
+    pub run_id: String,
+    /// Validation warnings, and what no connected worker hosts yet.
+    pub warnings: Vec<String>,
+}
+
+/// Why a client call failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// The coordinator could not be reached.
+    #[error("cannot reach the coordinator at {url}: {reason}")]
+    Unreachable {
+        /// Its URL.
+        url: String,
+        /// Why.
+        reason: String,
+    },
+    /// The coordinator refused the request (invalid graph, unknown run, …).
+    #[error("{0}")]
+    Refused(String),
+    /// The request is invalid (graph, input or answer).
+    #[error("{0}")]
+    Invalid(String),
+    /// The graph could not be bundled.
+    #[error(transparent)]
+    Bundle(#[from] BundleError),
+    /// A response could not be read.
+    #[error("{0}")]
+    Decode(String),
+}
+
+impl From<tonic::Status> for ClientError {
+    fn from(status: tonic::Status) -> Self {
+        match status.code() {
+            tonic::Code::Unavailable => Self::Unreachable {
+                url: String::new(),
+                reason: status.message().to_owned(),
+            },
+            tonic::Code::InvalidArgument | tonic::Code::ResourceExhausted => {
+                Self::Invalid(status.message().to_owned())
+            }
+            _ => Self::Refused(status.message().to_owned()),
+        }
+    }
+}
+
+/// A connection to a coordinator.
+#[derive(Debug, Clone)]
+pub struct Client {
+    runs: RunServiceClient<Channel>,
+}
+
+impl Client {
+    /// Connects to the coordinator at `url` (e.g. `http://127.0.0.1:7700`).
+    pub async fn connect(url: impl Into<String>) -> Result<Self, ClientError> {
+        let url = url.into();
+        let unreachable = |reason: String| ClientError::Unreachable {
+            url: url.clone(),
+            reason,
+        };
+        let endpoint =
+            Endpoint::from_shared(url.clone()).map_err(|e| unreachable(e.to_string()))?;
+        let channel = endpoint
+            .connect_timeout(std::time::Duration::from_secs(5))
+            .tcp_nodelay(true)
+            .connect()
+            .await
+            .map_err(|e| unreachable(source_chain(&e)))?;
+        let runs = RunServiceClient::new(channel)
+            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES);
+        Ok(Self { runs })
+    }
+
+    /// Submits the graph in a file, bundled with the files it names.
+    pub async fn submit_file(
+        &self,
+        path: &Path,
+        input: &impl Serialize,
+    ) -> Result<Submitted, ClientError> {
+        self.submit_bundle(GraphBundle::from_file(path)?, input)
+            .await
+    }
+
+    /// Submits a graph built in code.
+    pub async fn submit_graph(
+        &self,
+        graph: &GraphBuilder,
+        input: &impl Serialize,
+    ) -> Result<Submitted, ClientError> {
+        self.submit_bundle(graph.bundle(), input).await
+    }
+
+    /// Submits a bundle.
+    pub async fn submit_bundle(
+        &self,
+        bundle: GraphBundle,
+        input: &impl Serialize,
+    ) -> Result<Submitted, ClientError> {
+        let input_json = serde_json::to_string(input)
+            .map_err(|e| ClientError::Invalid(format!("the input does not serialize: {e}")))?;
+        let request = pb::SubmitRequest {
+            bundle: Some(to_proto(bundle)),
+            input_json,
+        };
+        let response = self.runs.clone().submit(request).await?.into_inner();
+        Ok(Submitted {
+            run_id: response.run_id,
+            warnings: response.warnings,
+        })
+    }
+
+    /// A run's current status and state.
+    pub async fn get(&self, run_id: &str) -> Result<RunInfo, ClientError> {
+        let info = self
+            .runs
+            .clone()
+            .get_run(pb::GetRunRequest {
+                run_id: run_id.to_owned(),
+            })
+            .await?
+            .into_inner();
+        run_info(info)
+    }
+
+    /// Every run, newest first.
+    pub async fn list(&self) -> Result<Vec<RunInfo>, ClientError> {
+        let runs = self
+            .runs
+            .clone()
+            .list_runs(pb::ListRunsRequest {})
+            .await?
+            .into_inner()
+            .runs;
+        runs.into_iter().map(run_info).collect()
+    }
+
+    /// A run's events from position `from`, live until the run ends.
+    pub async fn watch(
+        &self,
+        run_id: &str,
+        from: u64,
+    ) -> Result<impl Stream<Item = Result<Event, ClientError>> + use<>, ClientError> {
+        let stream = self
+            .runs
+            .clone()
+            .watch_run(pb::WatchRunRequest {
+                run_id: run_id.to_owned(),
+                from,
+            })
+            .await?
+            .into_inner();
+        Ok(stream.map(|item| {
+            let event = item?;
+            let body = serde_json::from_str(&event.json)
+                .map_err(|e| ClientError::Decode(e.to_string()))?;
+            Ok(Event {
+                seq: event.seq,
+                kind: event.r#type,
+                body,
+            })
+        }))
+    }
+
+    /// Waits until the run has ended or waits for a human.
+    pub async fn wait(&self, run_id: &str) -> Result<RunInfo, ClientError> {
+        loop {
+            let info = self.get(run_id).await?;
+            if info.status.is_terminal() || info.status == RunStatus::Waiting {
+                return Ok(info);
+            }
+            let mut events = self.watch(run_id, info.event_count).await?;
+            while let Some(event) = events.next().await {
+                let event = event?;
+                if event.kind == "run_finished" || event.kind == "waiting_for_input" {
+                    break;
+                }
+            }
+        }
+    }
+
+    /// Answers a waiting `approval` (`"approve"`/`"reject"`) or `input` node.
+    pub async fn resume(
+        &self,
+        run_id: &str,
+        node: &str,
+        value: &Value,
+        comment: Option<&str>,
+    ) -> Result<RunInfo, ClientError> {
+        let request = pb::ResumeRequest {
+            run_id: run_id.to_owned(),
+            node: node.to_owned(),
+            value_json: value.to_string(),
+            comment: comment.unwrap_or_default().to_owned(),
+        };
+        run_info(self.runs.clone().resume(request).await?.into_inner())
+    }
+
+    /// Cancels a run.
+    pub async fn cancel(&self, run_id: &str) -> Result<RunInfo, ClientError> {
+        run_info(
+            self.runs
+                .clone()
+                .cancel(pb::CancelRequest {
+                    run_id: run_id.to_owned(),
+                })
+                .await?
+                .into_inner(),
+        )
+    }
+
+    /// Re-runs a failed run from the wave that failed.
+    pub async fn retry(&self, run_id: &str) -> Result<RunInfo, ClientError> {
+        run_info(
+            self.runs
+                .clone()
+                .retry(pb::RetryRequest {
+                    run_id: run_id.to_owned(),
+                })
+                .await?
+                .into_inner(),
+        )
+    }
+}
+
+fn to_proto(bundle: GraphBundle) -> pb::GraphBundle {
+    pb::GraphBundle {
+        graph_path: bundle.graph_path,
+        files: bundle
+            .files
+            .into_iter()
+            .map(|(path, content, mode)| pb::BundleFile {
+                path,
+                content,
+                mode,
+            })
+            .collect(),
+    }
+}
+
+fn run_info(info: pb::RunInfo) -> Result<RunInfo, ClientError> {
+    let status = match pb::RunStatus::try_from(info.status).unwrap_or(pb::RunStatus::Unspecified) {
+        pb::RunStatus::Running | pb::RunStatus::Unspecified => RunStatus::Running,
+        pb::RunStatus::Waiting => RunStatus::Waiting,
+        pb::RunStatus::Completed => RunStatus::Completed,
+        pb::RunStatus::Failed => RunStatus::Failed,
+        pb::RunStatus::Cancelled => RunStatus::Cancelled,
+    };
+    let state = serde_json::from_str(&info.state_json)
+        .map_err(|e| ClientError::Decode(format!("the run's state: {e}")))?;
+    Ok(RunInfo {
+        run_id: info.run_id,
+        graph_name: info.graph_name,
+        status,
+        state,
+        error: info.error.map(|e| RunErrorInfo {
+            kind: e.kind,
+            node: e.node,
+            message: e.message,
+        }),
+        waiting: info
+            .waiting
+            .into_iter()
+            .map(|w| WaitingNode {
+                node: w.node,
+                kind: w.kind,
+                prompt: w.prompt,
+            })
+            .collect(),
+        event_count: info.event_count,
+    })
+}
+
+fn source_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
