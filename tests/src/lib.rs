@@ -1,9 +1,248 @@
-//! Weft's multi-process tests.
-//!
-//! This crate will hold the `TestCluster` that starts the real `coordinator`
-//! and `worker` binaries on free ports, keeps a log per process, kills its
-//! children on drop and waits on conditions rather than sleeping, and the
-//! tests that run graphs across processes. The pure semantics are tested
-//! inside `weft-coordinator`; this crate fills in with the cluster issue.
+//! Weft's multi-process tests: a [`TestCluster`] starts the real
+//! `coordinator` and `worker` binaries (and the `test-worker`, a custom
+//! worker with Rust handlers) on free ports, keeps a log per process, kills
+//! its children on drop, and waits on conditions rather than sleeping.
 
 #![warn(missing_docs)]
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use weft_client::Client;
+
+/// How long a condition may take before a test fails.
+pub const PATIENCE: Duration = Duration::from_secs(30);
+
+/// A coordinator and workers as separate processes.
+pub struct TestCluster {
+    dir: PathBuf,
+    coordinator: Option<Child>,
+    url: String,
+    workers: BTreeMap<String, Child>,
+}
+
+/// The directory holding the workspace's built binaries.
+fn bin_dir() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        // target/debug/deps/<test binary> → target/debug
+        let exe = std::env::current_exe().expect("the test binary has a path");
+        let dir = exe
+            .parent()
+            .and_then(Path::parent)
+            .expect("target/debug")
+            .to_path_buf();
+        let missing = ["coordinator", "worker", "weft", "test-worker"]
+            .iter()
+            .any(|b| !dir.join(b).exists());
+        if missing {
+            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+            let status = Command::new(cargo)
+                .args([
+                    "build",
+                    "--bins",
+                    "-p",
+                    "weft-coordinator",
+                    "-p",
+                    "weft-worker",
+                    "-p",
+                    "weft-client",
+                    "-p",
+                    "weft-tests",
+                ])
+                .status()
+                .expect("cargo runs");
+            assert!(
+                status.success(),
+                "building the coordinator and worker binaries failed"
+            );
+        }
+        dir
+    })
+}
+
+/// The path of a workspace binary (`coordinator`, `worker`, `test-worker`,
+/// `weft`). Cargo builds the test-worker with this crate's tests.
+pub fn binary(name: &str) -> PathBuf {
+    bin_dir().join(name)
+}
+
+impl TestCluster {
+    /// Starts a coordinator on a free loopback port.
+    pub fn start() -> Result<Self> {
+        let dir = std::env::temp_dir().join(format!(
+            "weft-cluster-{}-{}",
+            std::process::id(),
+            Instant::now().elapsed().as_nanos() ^ (rand_seed() as u128)
+        ));
+        std::fs::create_dir_all(&dir)?;
+        let log = std::fs::File::create(dir.join("coordinator.log"))?;
+        let mut child = Command::new(binary("coordinator"))
+            .args([
+                "--listen",
+                "127.0.0.1:0",
+                "--metrics-listen",
+                "127.0.0.1:0",
+                "--data-dir",
+            ])
+            .arg(dir.join("data"))
+            .env("WEFT_HEARTBEAT_INTERVAL_MS", "200")
+            .env("WEFT_WORKER_TIMEOUT_MS", "2000")
+            .stdout(Stdio::piped())
+            .stderr(log)
+            .spawn()
+            .context("starting the coordinator")?;
+        let stdout = child.stdout.take().expect("stdout is piped");
+        let mut line = String::new();
+        BufReader::new(stdout).read_line(&mut line)?;
+        let Some(address) = line.trim().strip_prefix("coordinator listening on ") else {
+            let _ = child.kill();
+            bail!("the coordinator did not report its address (got {line:?})");
+        };
+        let url = format!("http://{address}");
+        Ok(Self {
+            dir,
+            coordinator: Some(child),
+            url,
+            workers: BTreeMap::new(),
+        })
+    }
+
+    /// The coordinator's URL.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// A client connected to the coordinator.
+    pub async fn client(&self) -> Result<Client> {
+        Ok(Client::connect(self.url.clone()).await?)
+    }
+
+    /// Starts a `worker` binary (scripts only).
+    pub fn add_worker(&mut self, name: &str, slots: u32) -> Result<()> {
+        let args = vec![
+            "--coordinator".to_owned(),
+            self.url.clone(),
+            "--name".into(),
+            name.into(),
+            "--slots".into(),
+            slots.to_string(),
+        ];
+        self.spawn_worker("worker", name, &args)
+    }
+
+    /// Starts a `test-worker` (Rust handlers and scripts), optionally
+    /// hosting only some handlers.
+    pub fn add_test_worker(&mut self, name: &str, slots: u32, only: Option<&str>) -> Result<()> {
+        let mut args = vec![
+            "--coordinator".to_owned(),
+            self.url.clone(),
+            "--name".into(),
+            name.into(),
+            "--slots".into(),
+            slots.to_string(),
+        ];
+        if let Some(only) = only {
+            args.push("--only".into());
+            args.push(only.into());
+        }
+        self.spawn_worker("test-worker", name, &args)
+    }
+
+    fn spawn_worker(&mut self, binary_name: &str, name: &str, args: &[String]) -> Result<()> {
+        let log = std::fs::File::create(self.dir.join(format!("{name}.log")))?;
+        let child = Command::new(binary(binary_name))
+            .args(args)
+            .arg("--work-dir")
+            .arg(self.dir.join(name))
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()
+            .with_context(|| format!("starting worker {name}"))?;
+        self.workers.insert(name.to_owned(), child);
+        Ok(())
+    }
+
+    /// Kills a worker with SIGKILL.
+    pub fn kill_worker(&mut self, name: &str) -> Result<()> {
+        let mut child = self
+            .workers
+            .remove(name)
+            .with_context(|| format!("no worker {name}"))?;
+        child.kill()?;
+        child.wait()?;
+        Ok(())
+    }
+
+    /// Waits until `name`'s log contains `text`.
+    pub async fn wait_for_log(&self, name: &str, text: &str) -> Result<()> {
+        let path = self.dir.join(format!("{name}.log"));
+        wait_until(PATIENCE, || {
+            std::fs::read_to_string(&path).is_ok_and(|log| log.contains(text))
+        })
+        .await
+        .with_context(|| format!("{name}'s log never said {text:?}:\n{}", self.log(name)))
+    }
+
+    /// Waits until every named worker has joined the coordinator.
+    pub async fn wait_for_workers(&self, names: &[&str]) -> Result<()> {
+        for name in names {
+            self.wait_for_log(name, "joined the coordinator").await?;
+        }
+        Ok(())
+    }
+
+    /// A process's log so far.
+    pub fn log(&self, name: &str) -> String {
+        std::fs::read_to_string(self.dir.join(format!("{name}.log"))).unwrap_or_default()
+    }
+}
+
+impl Drop for TestCluster {
+    fn drop(&mut self) {
+        for child in self.workers.values_mut() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        if let Some(mut child) = self.coordinator.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        } else {
+            eprintln!("cluster logs kept in {}", self.dir.display());
+        }
+    }
+}
+
+/// Polls `condition` until it holds or `patience` runs out.
+pub async fn wait_until(patience: Duration, mut condition: impl FnMut() -> bool) -> Result<()> {
+    let deadline = Instant::now() + patience;
+    loop {
+        if condition() {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!("condition not met within {patience:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn rand_seed() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u64(std::process::id().into());
+    hasher.finish()
+}
+
+/// The repository's root directory.
+pub fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}

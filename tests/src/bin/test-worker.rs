@@ -1,0 +1,134 @@
+//! A custom worker with Rust handlers, used by the multi-process tests and
+//! shown in the README as an example of the worker SDK.
+
+use std::time::Duration;
+
+use clap::Parser;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+use weft_worker::{Output, TaskContext, Worker};
+
+#[derive(Parser)]
+struct Args {
+    #[arg(long)]
+    coordinator: String,
+    #[arg(long)]
+    name: String,
+    #[arg(long, default_value_t = 2)]
+    slots: u32,
+    /// Host only these handlers (comma-separated); default: all.
+    #[arg(long)]
+    only: Option<String>,
+    /// Scratch and cache directory.
+    #[arg(long)]
+    work_dir: Option<std::path::PathBuf>,
+}
+
+#[derive(Deserialize)]
+struct Counter {
+    counter: i64,
+}
+
+#[derive(Serialize)]
+struct CounterUpdate {
+    counter: i64,
+}
+
+#[derive(Deserialize)]
+struct Delay {
+    #[serde(default)]
+    delay_ms: u64,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new("info"))
+        .with_writer(std::io::stderr)
+        .init();
+    let keep = |name: &str| {
+        args.only
+            .as_deref()
+            .is_none_or(|only| only.split(',').any(|h| h == name))
+    };
+    let name = args.name.clone();
+    let mut worker = Worker::new(args.coordinator.clone());
+    worker
+        .name(args.name.clone())
+        .slots(args.slots)
+        .scripts(true);
+    if let Some(dir) = args.work_dir.clone() {
+        worker.work_dir(dir);
+    }
+    if keep("increment") {
+        worker.handler("increment", |s: Counter, _| async move {
+            Ok::<_, String>(CounterUpdate {
+                counter: s.counter + 1,
+            })
+        });
+    }
+    if keep("double") {
+        let me = name.clone();
+        worker.handler("double", move |s: Delay, ctx: TaskContext| {
+            let me = me.clone();
+            async move {
+                tokio::time::sleep(Duration::from_millis(s.delay_ms)).await;
+                let item: i64 = ctx.scope("item")?;
+                Ok::<_, String>(json!({"doubled": item * 2, "worker": me}))
+            }
+        });
+    }
+    if keep("tag") {
+        let me = name.clone();
+        worker.handler("tag", move |_: Value, ctx: TaskContext| {
+            let me = me.clone();
+            async move { Ok::<_, String>(json!({"tagged": {"node": ctx.node, "worker": me}})) }
+        });
+    }
+    if keep("sleep") {
+        worker.handler("sleep", |s: Delay, _| async move {
+            tokio::time::sleep(Duration::from_millis(s.delay_ms)).await;
+            Ok::<_, String>(json!({"slept": s.delay_ms}))
+        });
+    }
+    if keep("fail") {
+        worker.handler("fail", |_: Value, _| async move {
+            Err::<Value, _>("deliberate failure")
+        });
+    }
+    if keep("late") {
+        worker.handler("late", |_: Value, _| async move {
+            Ok::<_, String>(json!({"late": "done"}))
+        });
+    }
+    if keep("gate") {
+        worker.routing_handler("gate", |s: Counter, _| async move {
+            let next = if s.counter >= 3 { "finish" } else { "again" };
+            Output::update(json!({"gate": next})).map(|o| o.next(next))
+        });
+    }
+    worker.function("longest", |args| {
+        let branches = args
+            .get(1)
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        Ok(branches
+            .into_iter()
+            .max_by_key(|v| v.as_str().map_or(0, str::len))
+            .unwrap_or(Value::Null))
+    });
+    let shutdown = CancellationToken::new();
+    let stop = shutdown.clone();
+    tokio::spawn(async move {
+        let mut terminate =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+                .expect("signal handler");
+        terminate.recv().await;
+        stop.cancel();
+    });
+    worker.run(shutdown).await?;
+    Ok(())
+}

@@ -1,0 +1,299 @@
+//! Graphs run across real processes: a coordinator, `worker` binaries and
+//! `test-worker`s with Rust handlers, talking gRPC on loopback.
+
+use std::collections::BTreeSet;
+
+use serde_json::{Value, json};
+use tokio_stream::StreamExt;
+use weft_client::{GraphBuilder, NodeBuilder, RunStatus};
+use weft_tests::{PATIENCE, TestCluster, repo};
+
+fn example(name: &str) -> std::path::PathBuf {
+    repo().join("examples").join(name)
+}
+
+#[tokio::test]
+async fn seed_examples_run_end_to_end() -> anyhow::Result<()> {
+    let mut cluster = TestCluster::start()?;
+    cluster.add_worker("w1", 2)?;
+    cluster.add_worker("w2", 2)?;
+    cluster.wait_for_workers(&["w1", "w2"]).await?;
+    let client = cluster.client().await?;
+
+    let run = client
+        .submit_file(&example("critique-loop.yaml"), &json!({"topic": "Weft"}))
+        .await?;
+    assert!(run.warnings.is_empty(), "{:?}", run.warnings);
+    let done = client.wait(&run.run_id).await?;
+    assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error);
+    assert_eq!(done.state["drafts"], json!(3));
+    assert_eq!(
+        done.state["rubric"],
+        json!("clear, short, with one example")
+    );
+    assert!(
+        done.state["final"]
+            .as_str()
+            .unwrap()
+            .contains("For example")
+    );
+
+    let run = client
+        .submit_file(
+            &example("parallel-findings.yaml"),
+            &json!({"topic": "rust"}),
+        )
+        .await?;
+    let done = client.wait(&run.run_id).await?;
+    assert_eq!(
+        done.state["findings"],
+        json!(["plan: rust", "web: three blog posts", "papers: two surveys"])
+    );
+
+    let subjects = json!({"subjects": ["tokio", "tonic", "serde", "prost", "axum"]});
+    let run = client
+        .submit_file(&example("research-map.yaml"), &subjects)
+        .await?;
+    let done = client.wait(&run.run_id).await?;
+    assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error);
+    let results = done.state["research_results"].as_array().unwrap().clone();
+    let expected: Vec<Value> = ["tokio", "tonic", "serde", "prost", "axum"]
+        .iter()
+        .map(|s| json!(format!("{s}: overview with details and sources")))
+        .collect();
+    assert_eq!(results, expected, "results are collected in input order");
+    Ok(())
+}
+
+fn doubling_map(items: usize, delay_ms: u64, concurrency: u32) -> GraphBuilder {
+    GraphBuilder::new("doubling")
+        .node(
+            "fan",
+            NodeBuilder::map("{{ items }}", "item", "double", "results")
+                .start()
+                .set("output_key", "doubled_item")
+                .set("max_concurrency", concurrency),
+        )
+        .node(
+            "double",
+            NodeBuilder::task("double")
+                .set("state_updates", json!({"doubled_item": "{{ output }}"})),
+        )
+        .setting("max_loop_iterations", 3)
+        .field(
+            "items",
+            "array",
+            Value::Array((0..items as i64).map(Value::from).collect()),
+        )
+        .field("delay_ms", "integer", delay_ms)
+}
+
+#[tokio::test]
+async fn map_items_spread_over_three_workers() -> anyhow::Result<()> {
+    let mut cluster = TestCluster::start()?;
+    for name in ["a", "b", "c"] {
+        cluster.add_test_worker(name, 2, None)?;
+    }
+    cluster.wait_for_workers(&["a", "b", "c"]).await?;
+    let client = cluster.client().await?;
+    let run = client
+        .submit_graph(&doubling_map(30, 40, 6), &json!({}))
+        .await?;
+    let done = client.wait(&run.run_id).await?;
+    assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error);
+    let results = done.state["results"].as_array().unwrap();
+    assert_eq!(results.len(), 30);
+    let mut workers = BTreeSet::new();
+    for (i, result) in results.iter().enumerate() {
+        assert_eq!(result["doubled"], json!(i * 2), "item {i}");
+        workers.insert(result["worker"].as_str().unwrap().to_owned());
+    }
+    assert_eq!(
+        workers,
+        BTreeSet::from(["a".to_owned(), "b".to_owned(), "c".to_owned()])
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn killing_a_worker_mid_map_loses_and_duplicates_nothing() -> anyhow::Result<()> {
+    let mut cluster = TestCluster::start()?;
+    for name in ["a", "b", "c"] {
+        cluster.add_test_worker(name, 2, None)?;
+    }
+    cluster.wait_for_workers(&["a", "b", "c"]).await?;
+    let client = cluster.client().await?;
+    let run = client
+        .submit_graph(&doubling_map(40, 150, 6), &json!({}))
+        .await?;
+    // Wait until several items are done, then kill one worker outright.
+    let mut events = client.watch(&run.run_id, 0).await?;
+    let mut finished = 0;
+    while let Some(event) = tokio::time::timeout(PATIENCE, events.next()).await? {
+        if event?.kind == "map_item_finished" {
+            finished += 1;
+            if finished == 6 {
+                break;
+            }
+        }
+    }
+    cluster.kill_worker("b")?;
+    cluster.wait_for_log("coordinator", "worker lost").await?;
+    let done = tokio::time::timeout(PATIENCE, client.wait(&run.run_id)).await??;
+    assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error);
+    let results = done.state["results"].as_array().unwrap();
+    assert_eq!(results.len(), 40);
+    for (i, result) in results.iter().enumerate() {
+        assert_eq!(result["doubled"], json!(i * 2), "item {i}");
+    }
+    // Items that ran on b were finished again by the survivors.
+    let survivors: BTreeSet<&str> = results
+        .iter()
+        .skip(20)
+        .filter_map(|r| r["worker"].as_str())
+        .collect();
+    assert!(
+        survivors.is_subset(&BTreeSet::from(["a", "c"])),
+        "{survivors:?}"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn failing_script_names_the_node_and_carries_stderr() -> anyhow::Result<()> {
+    let mut cluster = TestCluster::start()?;
+    cluster.add_worker("w", 1)?;
+    cluster.wait_for_workers(&["w"]).await?;
+    let client = cluster.client().await?;
+    let graph = GraphBuilder::new("broken").node(
+        "explode",
+        NodeBuilder::script(&[
+            "python3",
+            "-c",
+            "import sys; sys.stderr.write('kaboom: disk on fire\\n'); sys.exit(3)",
+        ])
+        .start(),
+    );
+    let run = client.submit_graph(&graph, &json!({})).await?;
+    let done = client.wait(&run.run_id).await?;
+    assert_eq!(done.status, RunStatus::Failed);
+    let error = done.error.expect("a failed run has an error");
+    assert_eq!(error.kind, "ExecutionError");
+    assert_eq!(error.node, "explode");
+    assert!(
+        error.message.contains("script exited with status 3"),
+        "{}",
+        error.message
+    );
+    assert!(
+        error.message.contains("kaboom: disk on fire"),
+        "{}",
+        error.message
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn unhosted_handler_waits_until_a_worker_hosts_it() -> anyhow::Result<()> {
+    let mut cluster = TestCluster::start()?;
+    cluster.add_test_worker("plain", 1, Some("increment"))?;
+    cluster.wait_for_workers(&["plain"]).await?;
+    let client = cluster.client().await?;
+    let graph = GraphBuilder::new("late").node("wait_for_me", NodeBuilder::task("late").start());
+    let run = client.submit_graph(&graph, &json!({})).await?;
+    assert!(
+        run.warnings
+            .iter()
+            .any(|w| w.contains("handler 'late'") && w.contains("no connected worker hosts")),
+        "{:?}",
+        run.warnings
+    );
+    let mut events = client.watch(&run.run_id, 0).await?;
+    loop {
+        let event = tokio::time::timeout(PATIENCE, events.next())
+            .await?
+            .expect("events continue")?;
+        if event.kind == "task_unhosted" {
+            assert_eq!(event.body["needs"], json!("handler 'late'"));
+            break;
+        }
+    }
+    assert_eq!(client.get(&run.run_id).await?.status, RunStatus::Running);
+    cluster.add_test_worker("latecomer", 1, Some("late"))?;
+    let done = tokio::time::timeout(PATIENCE, client.wait(&run.run_id)).await??;
+    assert_eq!(done.status, RunStatus::Completed);
+    assert_eq!(done.state["late"], json!("done"));
+    Ok(())
+}
+
+#[tokio::test]
+async fn approval_waits_then_resumes() -> anyhow::Result<()> {
+    let mut cluster = TestCluster::start()?;
+    cluster.add_worker("w", 2)?;
+    cluster.wait_for_workers(&["w"]).await?;
+    let client = cluster.client().await?;
+    let run = client
+        .submit_file(&example("review-approval.yaml"), &json!({"title": "Weft"}))
+        .await?;
+    let waiting = client.wait(&run.run_id).await?;
+    assert_eq!(waiting.status, RunStatus::Waiting);
+    assert_eq!(waiting.waiting.len(), 1);
+    assert_eq!(waiting.waiting[0].node, "approve");
+    assert!(
+        waiting.waiting[0].prompt.starts_with("Publish 'Weft'?"),
+        "{}",
+        waiting.waiting[0].prompt
+    );
+    // A bad answer is refused and changes nothing.
+    assert!(
+        client
+            .resume(&run.run_id, "approve", &json!("maybe"), None)
+            .await
+            .is_err()
+    );
+    client
+        .resume(&run.run_id, "approve", &json!("approve"), Some("ship it"))
+        .await?;
+    let done = client.wait(&run.run_id).await?;
+    assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error);
+    assert_eq!(done.state["approved"], json!(true));
+    assert_eq!(done.state["approved_comment"], json!("ship it"));
+    assert_eq!(done.state["published_to"], json!("stdout"));
+    Ok(())
+}
+
+#[tokio::test]
+async fn cancel_stops_a_running_run() -> anyhow::Result<()> {
+    let mut cluster = TestCluster::start()?;
+    cluster.add_test_worker("w", 1, None)?;
+    cluster.wait_for_workers(&["w"]).await?;
+    let client = cluster.client().await?;
+    let graph = GraphBuilder::new("slow")
+        .field("delay_ms", "integer", 60_000)
+        .node("nap", NodeBuilder::task("sleep").start().next(&["after"]))
+        .node("after", NodeBuilder::task("increment"));
+    let run = client.submit_graph(&graph, &json!({})).await?;
+    let mut events = client.watch(&run.run_id, 0).await?;
+    loop {
+        let event = tokio::time::timeout(PATIENCE, events.next())
+            .await?
+            .expect("events continue")?;
+        if event.kind == "node_started" {
+            break;
+        }
+    }
+    let cancelled = client.cancel(&run.run_id).await?;
+    assert_eq!(cancelled.status, RunStatus::Cancelled);
+    assert_eq!(
+        cancelled.error.map(|e| e.kind),
+        Some("Cancelled".to_owned())
+    );
+    // The worker's slot is free again: another run completes on it.
+    let quick = GraphBuilder::new("quick")
+        .field("counter", "integer", 1)
+        .node("inc", NodeBuilder::task("increment").start());
+    let run = client.submit_graph(&quick, &json!({})).await?;
+    let done = tokio::time::timeout(PATIENCE, client.wait(&run.run_id)).await??;
+    assert_eq!(done.state["counter"], json!(2));
+    Ok(())
+}
