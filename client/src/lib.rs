@@ -18,9 +18,11 @@
 mod builder;
 mod bundle;
 mod client;
+mod embedded;
 
 pub use builder::{GraphBuilder, NodeBuilder};
 pub use bundle::{BundleError, GraphBundle};
 pub use client::{
     Client, ClientError, Event, RunErrorInfo, RunInfo, RunStatus, Submitted, WaitingNode,
 };
+pub use embedded::{EmbeddedCluster, EmbeddedError};

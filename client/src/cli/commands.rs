@@ -7,8 +7,8 @@ use serde_json::{Map, Value};
 use weft_client::{BundleError, Client, ClientError, GraphBundle, RunStatus};
 use weft_coordinator::graph::GraphError;
 
-use super::embedded::Embedded;
 use super::{exit, output, progress, prompt};
+use weft_client::EmbeddedCluster as Embedded;
 
 /// Options of `weft run`.
 pub struct RunOptions {

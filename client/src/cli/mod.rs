@@ -1,7 +1,6 @@
 //! The command line's commands.
 
 pub mod commands;
-pub mod embedded;
 pub mod files;
 pub mod output;
 pub mod progress;

@@ -1,6 +1,7 @@
-//! The embedded cluster behind `weft run` without `--coordinator`: a
-//! coordinator and a pool of workers in this process, talking over the same
-//! gRPC paths as a real cluster on loopback, stopped when the run ends.
+//! An embedded cluster: a coordinator and a pool of workers in this
+//! process, talking over the same gRPC paths as a real cluster on loopback.
+//! `weft run` without `--coordinator` uses one and stops it when the run
+//! ends; benchmarks use one with workers that host Rust handlers.
 
 use std::time::Duration;
 
@@ -9,7 +10,7 @@ use tokio_util::sync::CancellationToken;
 use weft_coordinator::config::CoordinatorConfig;
 
 /// A running embedded cluster.
-pub struct Embedded {
+pub struct EmbeddedCluster {
     /// The coordinator's URL.
     pub url: String,
     shutdown: CancellationToken,
@@ -19,9 +20,19 @@ pub struct Embedded {
     _data: TempDir,
 }
 
-impl Embedded {
-    /// Starts a coordinator on a free loopback port and `workers` workers.
-    pub async fn start(workers: u32) -> anyhow::Result<Self> {
+impl EmbeddedCluster {
+    /// Starts a coordinator on a free loopback port and `workers` workers
+    /// that host scripts.
+    pub async fn start(workers: u32) -> Result<Self, EmbeddedError> {
+        Self::start_with(workers, |_| {}).await
+    }
+
+    /// Starts a coordinator and `workers` workers, each set up by `setup`
+    /// (to register handlers, set slots, …).
+    pub async fn start_with(
+        workers: u32,
+        setup: impl Fn(&mut weft_worker::Worker),
+    ) -> Result<Self, EmbeddedError> {
         let data = TempDir::new()?;
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let address = listener.local_addr()?;
@@ -50,6 +61,7 @@ impl Embedded {
                 .work_dir(data.0.join(format!("worker-{n}")))
                 .secrets(std::env::vars().collect())
                 .joined_signal(joined.clone());
+            setup(&mut worker);
             let token = shutdown.clone();
             tasks.push(tokio::spawn(async move {
                 if let Err(error) = worker.run(token).await {
@@ -69,14 +81,14 @@ impl Embedded {
 
     /// Waits until every worker has joined, so the first submission sees
     /// them (and warns only about what they really do not host).
-    pub async fn ready(&self) -> anyhow::Result<()> {
+    pub async fn ready(&self) -> Result<(), EmbeddedError> {
         let all = self.joined.acquire_many(self.workers);
         match tokio::time::timeout(Duration::from_secs(10), all).await {
             Ok(Ok(permits)) => {
                 permits.forget();
                 Ok(())
             }
-            _ => anyhow::bail!("the embedded workers did not join within 10 s"),
+            _ => Err(EmbeddedError::NotReady),
         }
     }
 
@@ -87,6 +99,17 @@ impl Embedded {
             let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
         }
     }
+}
+
+/// Why an embedded cluster could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum EmbeddedError {
+    /// A directory or socket could not be set up.
+    #[error("cannot start the embedded cluster: {0}")]
+    Io(#[from] std::io::Error),
+    /// The workers did not join in time.
+    #[error("the embedded workers did not join within 10 s")]
+    NotReady,
 }
 
 /// A temporary directory removed on drop.

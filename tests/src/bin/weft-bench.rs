@@ -1,0 +1,328 @@
+//! Weft's benchmark harness for SPEC section 14's W1–W5 (the peers'
+//! workloads in `../shared/bench/peers/WORKLOADS.md`), run against an
+//! embedded cluster whose workers host Rust handlers, over gRPC on loopback.
+//!
+//! Protocol, as for the peers: setup is not timed; one warmup iteration,
+//! then `--iterations` timed ones; every result is verified; the figure is
+//! the median. W5 spawns this binary `--reps` times as a fresh process and
+//! times process start to the first result.
+//!
+//! `cargo run --release -p weft-tests --bin weft-bench` prints a table and
+//! one JSON line per workload.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, ensure};
+use clap::Parser;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use weft_client::{Client, EmbeddedCluster, GraphBuilder, NodeBuilder};
+use weft_worker::{TaskContext, Worker};
+
+#[derive(Parser)]
+struct Args {
+    /// Workloads to run (w1, w2, w3, w4, w5); default: all.
+    #[arg(long, value_delimiter = ',')]
+    only: Vec<String>,
+    /// Timed iterations per workload (after one warmup).
+    #[arg(long, default_value_t = 5)]
+    iterations: usize,
+    /// Processes for W5.
+    #[arg(long, default_value_t = 5)]
+    reps: usize,
+    /// Embedded workers.
+    #[arg(long, default_value_t = 2)]
+    workers: u32,
+    /// Slots per worker.
+    #[arg(long, default_value_t = 32)]
+    slots: u32,
+    /// Internal: run W5's one-node graph and exit.
+    #[arg(long, hide = true)]
+    w5_child: bool,
+}
+
+#[derive(Deserialize)]
+struct Counter {
+    counter: i64,
+}
+
+#[derive(Serialize)]
+struct CounterUpdate {
+    counter: i64,
+}
+
+fn register(worker: &mut Worker, slots: u32) {
+    worker.slots(slots).scripts(false);
+    worker.handler("increment", |s: Counter, _| async move {
+        Ok::<_, String>(CounterUpdate {
+            counter: s.counter + 1,
+        })
+    });
+    worker.handler("double", |_: Value, ctx: TaskContext| async move {
+        let item: i64 = ctx.scope("item")?;
+        Ok::<_, String>(json!({"doubled": item * 2}))
+    });
+    worker.handler("sleep50", |_: Value, _| async move {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        Ok::<_, String>(json!({}))
+    });
+    worker.handler(
+        "noop",
+        |_: Value, _| async move { Ok::<_, String>(json!({})) },
+    );
+}
+
+fn chain(name: &str, length: usize) -> GraphBuilder {
+    let mut graph = GraphBuilder::new(name)
+        .setting("max_steps", 10_000)
+        .field("counter", "integer", 0);
+    for i in 0..length {
+        let mut node = NodeBuilder::task("increment");
+        if i == 0 {
+            node = node.start();
+        }
+        if i + 1 < length {
+            node = node.next(&[&format!("n{}", i + 1)]);
+        }
+        graph = graph.node(&format!("n{i}"), node);
+    }
+    graph
+}
+
+fn map(n: usize, concurrency: u32) -> GraphBuilder {
+    GraphBuilder::new("w2")
+        .setting("max_concurrency", concurrency)
+        .field(
+            "items",
+            "array",
+            Value::Array((0..n as i64).map(Value::from).collect()),
+        )
+        .node(
+            "fan",
+            NodeBuilder::map("state.items", "item", "double", "results")
+                .start()
+                .set("output_key", "doubled"),
+        )
+        .node("double", NodeBuilder::task("double"))
+}
+
+fn waves() -> GraphBuilder {
+    let branches: Vec<String> = (0..8).map(|b| format!("b{b}")).collect();
+    let names: Vec<&str> = branches.iter().map(String::as_str).collect();
+    let mut graph = GraphBuilder::new("w3")
+        .setting("max_steps", 100)
+        .field("counter", "integer", 0)
+        .node("start", NodeBuilder::task("increment").start().next(&names))
+        .node("join", NodeBuilder::task("noop").depends_on(&names))
+        .loop_edge("join", "start", Some("state.counter < 10"));
+    for name in &names {
+        graph = graph.node(name, NodeBuilder::task("sleep50"));
+    }
+    graph
+}
+
+struct Figure {
+    id: &'static str,
+    label: String,
+    samples: Vec<Duration>,
+    per: Option<(f64, &'static str)>,
+}
+
+fn median(samples: &[Duration]) -> Duration {
+    let mut sorted = samples.to_vec();
+    sorted.sort();
+    sorted[sorted.len() / 2]
+}
+
+async fn timed(
+    client: &Client,
+    graph: &GraphBuilder,
+    input: &Value,
+    iterations: usize,
+    check: impl Fn(&Value) -> Result<()>,
+) -> Result<Vec<Duration>> {
+    let mut samples = Vec::new();
+    for i in 0..=iterations {
+        let started = Instant::now();
+        let run = client.submit_graph(graph, input).await?;
+        let done = client.wait(&run.run_id).await?;
+        let elapsed = started.elapsed();
+        ensure!(done.error.is_none(), "run failed: {:?}", done.error);
+        check(&done.state)?;
+        if i > 0 {
+            samples.push(elapsed);
+        }
+    }
+    Ok(samples)
+}
+
+async fn run_all(args: &Args) -> Result<Vec<Figure>> {
+    let wanted = |id: &str| args.only.is_empty() || args.only.iter().any(|o| o == id);
+    let slots = args.slots;
+    let cluster = EmbeddedCluster::start_with(args.workers, move |w| register(w, slots)).await?;
+    cluster.ready().await?;
+    let client = Client::connect(cluster.url.clone()).await?;
+    let mut figures = Vec::new();
+    if wanted("w1") {
+        let samples = timed(
+            &client,
+            &chain("w1", 200),
+            &json!({}),
+            args.iterations,
+            |s| {
+                ensure!(s["counter"] == json!(200), "counter is {}", s["counter"]);
+                Ok(())
+            },
+        )
+        .await?;
+        let per = median(&samples).as_secs_f64() * 1e6 / 200.0;
+        figures.push(Figure {
+            id: "w1",
+            label: "W1 chain, 200 nodes".into(),
+            samples,
+            per: Some((per, "µs/node")),
+        });
+    }
+    if wanted("w2") {
+        for n in [1_000usize, 10_000] {
+            let graph = map(n, slots * args.workers);
+            let samples = timed(&client, &graph, &json!({}), args.iterations.min(3), |s| {
+                let results = s["results"].as_array().context("results")?;
+                ensure!(results.len() == n, "{} results", results.len());
+                for (i, r) in results.iter().enumerate() {
+                    ensure!(*r == json!(2 * i), "item {i} is {r}");
+                }
+                Ok(())
+            })
+            .await?;
+            let rate = n as f64 / median(&samples).as_secs_f64();
+            figures.push(Figure {
+                id: "w2",
+                label: format!("W2 map, N = {n}"),
+                samples,
+                per: Some((rate, "items/s")),
+            });
+        }
+    }
+    if wanted("w3") {
+        let samples = timed(&client, &waves(), &json!({}), args.iterations.min(3), |s| {
+            ensure!(s["counter"] == json!(10), "rounds {}", s["counter"]);
+            Ok(())
+        })
+        .await?;
+        let over = (median(&samples).as_secs_f64() - 0.5) * 1e3;
+        figures.push(Figure {
+            id: "w3",
+            label: "W3 waves, 10 × (8 × 50 ms)".into(),
+            samples,
+            per: Some((over, "ms over 0.5 s")),
+        });
+    }
+    if wanted("w4") {
+        let blob = "x".repeat(10_000_000);
+        let input = json!({"blob": blob, "counter": 0});
+        let samples = timed(&client, &chain("w4", 20), &input, args.iterations, |s| {
+            ensure!(s["counter"] == json!(20), "counter is {}", s["counter"]);
+            ensure!(
+                s["blob"].as_str().map(str::len) == Some(10_000_000),
+                "blob changed"
+            );
+            Ok(())
+        })
+        .await?;
+        let per = median(&samples).as_secs_f64() * 1e6 / 20.0;
+        figures.push(Figure {
+            id: "w4",
+            label: "W4 big state (10 MB), 20 nodes".into(),
+            samples,
+            per: Some((per, "µs/node")),
+        });
+    }
+    cluster.stop().await;
+    if wanted("w5") {
+        let exe = std::env::current_exe()?;
+        let mut samples = Vec::new();
+        for _ in 0..args.reps {
+            let started = Instant::now();
+            let out = tokio::process::Command::new(&exe)
+                .arg("--w5-child")
+                .output()
+                .await?;
+            samples.push(started.elapsed());
+            ensure!(
+                out.status.success(),
+                "W5 child failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            ensure!(
+                String::from_utf8_lossy(&out.stdout).trim() == "1",
+                "W5 child printed {:?}",
+                out.stdout
+            );
+        }
+        figures.push(Figure {
+            id: "w5",
+            label: "W5 cold start, one-node graph".into(),
+            samples,
+            per: None,
+        });
+    }
+    Ok(figures)
+}
+
+/// W5's child: process start → embedded cluster → one-node graph → result.
+async fn w5_child() -> Result<()> {
+    let cluster = EmbeddedCluster::start_with(1, |w| register(w, 4)).await?;
+    cluster.ready().await?;
+    let client = Client::connect(cluster.url.clone()).await?;
+    let graph = GraphBuilder::new("w5")
+        .field("counter", "integer", 0)
+        .node("one", NodeBuilder::task("increment").start());
+    let run = client.submit_graph(&graph, &json!({})).await?;
+    let done = client.wait(&run.run_id).await?;
+    println!("{}", done.state["counter"]);
+    cluster.stop().await;
+    Ok(())
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    let args = Args::parse();
+    if args.w5_child {
+        return w5_child().await;
+    }
+    let figures = run_all(&args).await?;
+    println!("| workload | median | figure | samples |");
+    println!("|---|---|---|---|");
+    for figure in &figures {
+        let m = median(&figure.samples);
+        let per = figure
+            .per
+            .map(|(v, unit)| format!("{v:.1} {unit}"))
+            .unwrap_or_else(|| "—".into());
+        let samples: Vec<String> = figure
+            .samples
+            .iter()
+            .map(|d| format!("{:.1}", d.as_secs_f64() * 1e3))
+            .collect();
+        println!(
+            "| {} | {:.1} ms | {per} | {} ms |",
+            figure.label,
+            m.as_secs_f64() * 1e3,
+            samples.join(", ")
+        );
+    }
+    for figure in &figures {
+        let line = json!({
+            "engine": "weft",
+            "workload": figure.id,
+            "label": figure.label,
+            "median_s": median(&figure.samples).as_secs_f64(),
+            "times_s": figure.samples.iter().map(Duration::as_secs_f64).collect::<Vec<_>>(),
+            "figure": figure.per.map(|(v, _)| v),
+            "unit": figure.per.map(|(_, u)| u),
+        });
+        println!("{line}");
+    }
+    Ok(())
+}
