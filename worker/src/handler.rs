@@ -95,8 +95,21 @@ impl Output {
 
 type BoxFuture = Pin<Box<dyn Future<Output = Result<Value, String>> + Send>>;
 
-/// A registered handler, type-erased.
-pub(crate) type ErasedHandler = Arc<dyn Fn(Value, TaskContext) -> BoxFuture + Send + Sync>;
+/// A task's state, field by field, shared with the worker's cache.
+pub(crate) type Fields = [(String, Arc<Value>)];
+
+/// A registered handler, type-erased. It reads its typed state straight
+/// from the shared fields (fields the type does not name are skipped, never
+/// copied), then returns the future that runs it.
+pub(crate) type ErasedHandler =
+    Arc<dyn Fn(&Fields, TaskContext) -> Result<BoxFuture, String> + Send + Sync>;
+
+/// Deserializes a handler's state type from the task's fields.
+fn read_state<S: DeserializeOwned>(name: &str, fields: &Fields) -> Result<S, String> {
+    let pairs = fields.iter().map(|(k, v)| (k.as_str(), &**v));
+    let map = serde::de::value::MapDeserializer::<_, serde_json::Error>::new(pairs);
+    S::deserialize(map).map_err(|e| format!("handler '{name}' cannot read the state: {e}"))
+}
 
 /// A registered function, type-erased.
 pub(crate) type ErasedFunction = Arc<dyn Fn(Vec<Value>) -> Result<Value, String> + Send + Sync>;
@@ -129,16 +142,14 @@ impl Registry {
     {
         let handler = Arc::new(handler);
         let name_owned = name.to_owned();
-        let erased: ErasedHandler = Arc::new(move |state: Value, ctx: TaskContext| {
+        let erased: ErasedHandler = Arc::new(move |fields: &Fields, ctx: TaskContext| {
+            let typed: S = read_state(&name_owned, fields)?;
             let handler = handler.clone();
-            let name = name_owned.clone();
-            Box::pin(async move {
-                let typed = S::deserialize(&state)
-                    .map_err(|e| format!("handler '{name}' cannot read the state: {e}"))?;
-                drop(state);
+            let future: BoxFuture = Box::pin(async move {
                 let output = handler(typed, ctx).await.map_err(|e| e.to_string())?;
                 output.into_output()
-            })
+            });
+            Ok(future)
         });
         self.handlers.insert(name.to_owned(), erased);
         self
@@ -154,18 +165,16 @@ impl Registry {
     {
         let handler = Arc::new(handler);
         let name_owned = name.to_owned();
-        let erased: ErasedHandler = Arc::new(move |state: Value, ctx: TaskContext| {
+        let erased: ErasedHandler = Arc::new(move |fields: &Fields, ctx: TaskContext| {
+            let typed: S = read_state(&name_owned, fields)?;
             let handler = handler.clone();
-            let name = name_owned.clone();
-            Box::pin(async move {
-                let typed = S::deserialize(&state)
-                    .map_err(|e| format!("handler '{name}' cannot read the state: {e}"))?;
-                drop(state);
+            let future: BoxFuture = Box::pin(async move {
                 handler(typed, ctx)
                     .await
                     .map_err(|e| e.to_string())?
                     .into_value()
-            })
+            });
+            Ok(future)
         });
         self.handlers.insert(name.to_owned(), erased);
         self
@@ -218,11 +227,14 @@ mod tests {
             })
         });
         let handler = registry.handlers["inc"].clone();
-        let out = handler(json!({"counter": 41, "blob": "x".repeat(1000)}), ctx())
-            .await
-            .unwrap();
+        let fields = vec![
+            ("counter".to_owned(), Arc::new(json!(41))),
+            ("blob".to_owned(), Arc::new(json!("x".repeat(1000)))),
+        ];
+        let out = handler(&fields, ctx()).unwrap().await.unwrap();
         assert_eq!(out, json!({"counter": 42}));
-        let error = handler(json!({"counter": "x"}), ctx()).await.unwrap_err();
+        let bad = vec![("counter".to_owned(), Arc::new(json!("x")))];
+        let error = handler(&bad, ctx()).err().expect("a type error");
         assert!(
             error.starts_with("handler 'inc' cannot read the state"),
             "{error}"
@@ -232,10 +244,12 @@ mod tests {
     #[tokio::test]
     async fn routing_handler_adds_next() {
         let mut registry = Registry::default();
-        registry.routing_handler("gate", |_: Value, _| async move {
+        registry.routing_handler("gate", |_: serde::de::IgnoredAny, _| async move {
             Output::update(json!({"ok": true})).map(|o| o.next("publish"))
         });
-        let out = registry.handlers["gate"].clone()(json!({}), ctx())
+        let fields = vec![("big".to_owned(), Arc::new(json!("x".repeat(1000))))];
+        let out = registry.handlers["gate"].clone()(&fields, ctx())
+            .unwrap()
             .await
             .unwrap();
         assert_eq!(out, json!({"ok": true, "_next": "publish"}));

@@ -169,6 +169,7 @@ async fn session(
     );
     let (done_tx, mut done_rx) = mpsc::unbounded_channel::<((String, u64), pb::TaskResult)>();
     let mut running: HashMap<(String, u64), CancellationToken> = HashMap::new();
+    let mut cache = StateCache::default();
     let mut draining = false;
     let mut last_heard = Instant::now();
     let mut ticker = tokio::time::interval(heartbeat);
@@ -192,14 +193,20 @@ async fn session(
                 last_heard = Instant::now();
                 match body {
                     pb::coordinator_message::Body::Task(assignment) => {
-                        let task = task(assignment);
+                        let mut task = match task(assignment, &mut cache) {
+                            Ok(task) => task,
+                            Err(result) => {
+                                let _ = outbound.send(message(pb::worker_message::Body::Result(result))).await;
+                                continue;
+                            }
+                        };
                         let id = (task.run_id.clone(), task.key);
                         let cancel = CancellationToken::new();
                         running.insert(id.clone(), cancel.clone());
                         let (registry, scripts, done) = (registry.clone(), scripts.clone(), done_tx.clone());
                         tokio::spawn(async move {
                             let result = tokio::select! {
-                                result = execute(&registry, &scripts, &task) => result,
+                                result = execute(&registry, &scripts, &mut task) => result,
                                 _ = cancel.cancelled() => Err(Failure::new("cancelled", "the coordinator cancelled the task")),
                             };
                             let _ = done.send((id, task_result(&task, result)));
@@ -214,6 +221,7 @@ async fn session(
                         let result = call_function(registry, &call);
                         let _ = outbound.send(message(pb::worker_message::Body::CallResult(result))).await;
                     }
+                    pb::coordinator_message::Body::Forget(forget) => cache.forget(&forget.run_id),
                     pb::coordinator_message::Body::Heartbeat(_) | pb::coordinator_message::Body::Welcome(_) => {}
                 }
             }
@@ -259,15 +267,70 @@ fn message(body: pb::worker_message::Body) -> pb::WorkerMessage {
     pb::WorkerMessage { body: Some(body) }
 }
 
-fn task(assignment: pb::TaskAssignment) -> Task {
-    Task {
+/// The latest version of each state field of each run, as the coordinator
+/// sent them; it leaves out values this cache already holds.
+#[derive(Default)]
+struct StateCache {
+    runs: HashMap<String, HashMap<String, (u64, Arc<Value>)>>,
+}
+
+impl StateCache {
+    fn forget(&mut self, run_id: &str) {
+        self.runs.remove(run_id);
+    }
+}
+
+/// Builds a task, its state assembled from the message and the cache; a
+/// field the cache should hold but does not fails the task at once.
+fn task(assignment: pb::TaskAssignment, cache: &mut StateCache) -> Result<Task, pb::TaskResult> {
+    let fields = cache.runs.entry(assignment.run_id.clone()).or_default();
+    let mut state = Vec::with_capacity(assignment.state.len());
+    let mut problem = None;
+    for field in assignment.state {
+        if !field.json.is_empty() {
+            match serde_json::from_str::<Value>(&field.json) {
+                Ok(value) => {
+                    let value = Arc::new(value);
+                    state.push((field.name.clone(), value.clone()));
+                    fields.insert(field.name, (field.version, value));
+                }
+                Err(error) => {
+                    problem = Some(format!("field '{}' is not JSON: {error}", field.name))
+                }
+            }
+            continue;
+        }
+        match fields.get(&field.name) {
+            Some((version, value)) if *version == field.version => {
+                state.push((field.name, value.clone()));
+            }
+            _ => {
+                problem = Some(format!(
+                    "field '{}' version {} is not in this worker's cache",
+                    field.name, field.version
+                ))
+            }
+        }
+    }
+    if let Some(message) = problem {
+        let error = pb::TaskError {
+            kind: "state_cache_miss".into(),
+            message,
+        };
+        return Err(pb::TaskResult {
+            run_id: assignment.run_id,
+            task_key: assignment.task_key,
+            outcome: Some(pb::task_result::Outcome::Error(error)),
+        });
+    }
+    Ok(Task {
         run_id: assignment.run_id,
         key: assignment.task_key,
         node: assignment.node,
         attempt: assignment.attempt,
         kind: assignment.kind,
         config_json: assignment.config_json,
-        state_json: assignment.state_json,
+        state,
         scope_json: assignment.scope_json,
         item: assignment.item.map(|item| item.index),
         timeout: Duration::from_millis(assignment.timeout_ms.max(1)),
@@ -280,14 +343,14 @@ fn task(assignment: pb::TaskAssignment) -> Task {
                 mode: b.mode,
             })
             .collect(),
-    }
+    })
 }
 
 /// Runs one attempt of a handler or script.
 async fn execute(
     registry: &Arc<Registry>,
     scripts: &ScriptRunner,
-    task: &Task,
+    task: &mut Task,
 ) -> Result<Value, Failure> {
     match task.kind.as_str() {
         "script" => scripts.run(task).await,
@@ -305,8 +368,7 @@ async fn execute(
                     format!("this worker has no handler '{name}'"),
                 )
             })?;
-            let state: Value = serde_json::from_str(&task.state_json)
-                .map_err(|e| Failure::new("invalid_task", format!("task state: {e}")))?;
+            let state = std::mem::take(&mut task.state);
             let scope = match serde_json::from_str::<Value>(&task.scope_json) {
                 Ok(Value::Object(map)) => map,
                 _ => Default::default(),
@@ -319,7 +381,10 @@ async fn execute(
                 scope,
             };
             // A panicking handler fails its attempt, not the worker.
-            let call = tokio::spawn(handler(state, context));
+            let future = handler(&state, context)
+                .map_err(|message| Failure::new("handler_error", message))?;
+            drop(state);
+            let call = tokio::spawn(future);
             match tokio::time::timeout(task.timeout, call).await {
                 Ok(Ok(result)) => result.map_err(|message| Failure::new("handler_error", message)),
                 Ok(Err(join)) if join.is_panic() => Err(Failure::new(

@@ -78,13 +78,14 @@ impl ScriptRunner {
         for file in task.bundle.iter() {
             self.blobs.materialize(file, dir).await?;
         }
+        let state_json = task.state_json();
         let state_path = dir.join(".weft-state.json");
-        tokio::fs::write(&state_path, task.state_json.as_bytes())
+        tokio::fs::write(&state_path, state_json.as_bytes())
             .await
             .map_err(|e| io_failure("cannot write GRAPH_STATE", e))?;
         let stdin = format!(
             "{{\"state\":{},\"scope\":{},\"inbox\":[],\"run_id\":{},\"node\":{},\"attempt\":{},\"item\":{}}}",
-            task.state_json,
+            state_json,
             if task.scope_json.is_empty() {
                 "{}"
             } else {

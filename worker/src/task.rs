@@ -1,6 +1,9 @@
 //! A task as the worker receives it, and how an attempt fails.
 
+use std::sync::Arc;
 use std::time::Duration;
+
+use serde_json::Value;
 
 /// A bundle file a task needs in its scratch directory.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -28,8 +31,9 @@ pub struct Task {
     pub kind: String,
     /// The kind's fields, as JSON.
     pub config_json: String,
-    /// The state, as JSON.
-    pub state_json: String,
+    /// The state the task sees, field by field. Values are shared with the
+    /// worker's cache, so a task never copies a field it does not read.
+    pub state: Vec<(String, Arc<Value>)>,
     /// The scope, as JSON.
     pub scope_json: String,
     /// The map item's index, for a chain step.
@@ -38,6 +42,23 @@ pub struct Task {
     pub timeout: Duration,
     /// Bundle files.
     pub bundle: Vec<BlobFile>,
+}
+
+impl Task {
+    /// The state as JSON text (scripts receive the whole state).
+    pub fn state_json(&self) -> String {
+        let mut text = String::from("{");
+        for (i, (name, value)) in self.state.iter().enumerate() {
+            if i > 0 {
+                text.push(',');
+            }
+            text.push_str(&Value::from(name.as_str()).to_string());
+            text.push(':');
+            text.push_str(&value.to_string());
+        }
+        text.push('}');
+        text
+    }
 }
 
 /// Why an attempt failed.

@@ -53,6 +53,9 @@ enum Command {
         call: FunctionCall,
         sink: EventSink,
     },
+    Forget {
+        run_id: Arc<str>,
+    },
     Snapshot {
         reply: oneshot::Sender<Vec<WorkerSnapshot>>,
     },
@@ -123,6 +126,10 @@ impl TaskLauncher for DispatcherHandle {
     fn call(&self, call: FunctionCall, sink: EventSink) {
         let _ = self.tx.send(Command::Call { call, sink });
     }
+
+    fn forget(&self, run_id: Arc<str>) {
+        let _ = self.tx.send(Command::Forget { run_id });
+    }
 }
 
 /// Starts the dispatcher; it stops when `shutdown` is cancelled.
@@ -148,6 +155,9 @@ pub fn spawn_dispatcher(
 struct WorkerState {
     info: WorkerInfo,
     draining: bool,
+    /// The field versions this worker holds, per run: a mirror of its cache,
+    /// exact because the stream delivers in order.
+    known: HashMap<Arc<str>, HashMap<Arc<str>, u64>>,
     outbox: mpsc::Sender<ToWorker>,
     in_flight: usize,
     last_seen: Instant,
@@ -219,6 +229,7 @@ impl Dispatcher {
                     WorkerState {
                         info,
                         draining: false,
+                        known: HashMap::new(),
                         outbox,
                         in_flight: 0,
                         last_seen: Instant::now(),
@@ -242,6 +253,16 @@ impl Dispatcher {
             }
             Command::Cancel { run_id, keys } => self.cancel(&run_id, &keys),
             Command::Call { call, sink } => self.calls.push_back(PendingCall { call, sink }),
+            Command::Forget { run_id } => {
+                for worker in self.workers.values_mut() {
+                    if worker.known.remove(&run_id).is_some() {
+                        let _ = worker.outbox.try_send(ToWorker::Forget {
+                            run_id: run_id.clone(),
+                        });
+                    }
+                }
+                return;
+            }
             Command::Snapshot { reply } => {
                 let snapshot = self
                     .workers
@@ -425,14 +446,15 @@ impl Dispatcher {
                 .workers
                 .get_mut(&worker)
                 .expect("picked from the registry");
-            if state
-                .outbox
-                .try_send(ToWorker::Task(pending.task.clone()))
-                .is_err()
-            {
+            let (wire, sent) = for_worker(&pending.task, state.known.get(&pending.task.run_id));
+            if state.outbox.try_send(ToWorker::Task(wire)).is_err() {
                 // The stream is gone or jammed; the reaper will lose it.
                 waiting.push_back(pending);
                 continue;
+            }
+            let known = state.known.entry(pending.task.run_id.clone()).or_default();
+            for (name, version) in sent {
+                known.insert(name, version);
             }
             state.in_flight += 1;
             let id: TaskId = (pending.task.run_id.clone(), pending.task.key);
@@ -469,4 +491,23 @@ impl Dispatcher {
         }
         self.calls = waiting_calls;
     }
+}
+
+/// The task as this worker needs it: fields it already holds go without
+/// their value. Returns the fields sent with a value, to record once the
+/// message is on its way.
+fn for_worker(
+    task: &Assignment,
+    known: Option<&HashMap<Arc<str>, u64>>,
+) -> (Assignment, Vec<(Arc<str>, u64)>) {
+    let mut wire = task.clone();
+    let mut sent = Vec::new();
+    for field in &mut wire.state {
+        if known.and_then(|k| k.get(&field.name)) == Some(&field.version) {
+            field.json = None;
+        } else {
+            sent.push((field.name.clone(), field.version));
+        }
+    }
+    (wire, sent)
 }

@@ -97,8 +97,8 @@ pub struct Assignment {
     pub kind: String,
     /// The kind's fields, as JSON.
     pub config_json: Arc<str>,
-    /// The state, as JSON.
-    pub state_json: Arc<str>,
+    /// The state, field by field.
+    pub state: Vec<StateField>,
     /// The scope, as JSON.
     pub scope_json: String,
     /// The map item, for a chain step.
@@ -107,6 +107,19 @@ pub struct Assignment {
     pub timeout: Duration,
     /// The run's bundle files.
     pub bundle: Arc<Vec<BlobRef>>,
+}
+
+/// One field of a task's state. A worker caches the latest version of each
+/// field of a run, so the dispatcher leaves `json` out when the worker it
+/// sends to already holds that version.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StateField {
+    /// The field's name.
+    pub name: Arc<str>,
+    /// Identifies this value of the field within the run.
+    pub version: u64,
+    /// The value as JSON; `None` once the worker holds this version.
+    pub json: Option<Arc<str>>,
 }
 
 /// A call of a worker-hosted function.
@@ -170,6 +183,8 @@ pub trait TaskLauncher: Send + Sync + 'static {
     fn cancel(&self, run_id: Arc<str>, keys: Vec<TaskKey>);
     /// Calls a worker-hosted function; the result arrives on `sink`.
     fn call(&self, call: FunctionCall, sink: EventSink);
+    /// The run has ended: workers may drop what they cached for it.
+    fn forget(&self, run_id: Arc<str>);
 }
 
 /// Messages the coordinator sends down a worker's stream.
@@ -186,6 +201,11 @@ pub enum ToWorker {
     },
     /// Call this function.
     Call(FunctionCall),
+    /// Drop what you cached for this run.
+    Forget {
+        /// The run.
+        run_id: Arc<str>,
+    },
     /// I am alive.
     Heartbeat,
 }

@@ -100,7 +100,15 @@ fn assignment(task: Assignment) -> pb::TaskAssignment {
         attempt: task.attempt,
         kind: task.kind,
         config_json: task.config_json.to_string(),
-        state_json: task.state_json.to_string(),
+        state: task
+            .state
+            .iter()
+            .map(|f| pb::StateField {
+                name: f.name.to_string(),
+                version: f.version,
+                json: f.json.as_deref().unwrap_or_default().to_owned(),
+            })
+            .collect(),
         scope_json: task.scope_json,
         item: task.item.map(|item| pb::ItemRef {
             map: item.map,
@@ -130,6 +138,9 @@ pub fn to_worker(message: ToWorker) -> pb::CoordinatorMessage {
             task_key: key,
         }),
         ToWorker::Call(call) => Body::Call(function_call(call)),
+        ToWorker::Forget { run_id } => Body::Forget(pb::ForgetRun {
+            run_id: run_id.to_string(),
+        }),
         ToWorker::Heartbeat => Body::Heartbeat(pb::Heartbeat {
             at_unix_ms: std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)

@@ -89,34 +89,46 @@ impl RunService for RunApi {
         request: Request<pb::WatchRunRequest>,
     ) -> Result<Response<EventStream>, Status> {
         let request = request.into_inner();
-        let (past, mut live) = self.run(&request.run_id)?.watch(request.from).await?;
+        let handle = self.run(&request.run_id)?;
+        let (past, live) = handle.watch(request.from).await?;
+        // The log is whole: a watcher that falls behind the live feed reads
+        // what it missed from the log and carries on, so no event is lost.
         let stream = async_stream(move |tx| async move {
             let mut next = request.from;
-            for stored in &past {
-                next = stored.seq + 1;
-                if tx.send(Ok(convert::event(stored))).await.is_err() || convert::is_final(stored) {
-                    return;
-                }
-            }
+            let (mut past, mut live) = (past, live);
             loop {
-                match live.recv().await {
-                    Ok(stored) if stored.seq < next => continue,
-                    Ok(stored) => {
-                        next = stored.seq + 1;
-                        if tx.send(Ok(convert::event(&stored))).await.is_err()
-                            || convert::is_final(&stored)
-                        {
-                            return;
-                        }
+                for stored in &past {
+                    if stored.seq < next {
+                        continue;
                     }
-                    Err(tokio::sync::broadcast::error::RecvError::Lagged(missed)) => {
-                        let status = Status::data_loss(format!(
-                            "the watcher fell {missed} events behind; watch again from position {next}"
-                        ));
-                        let _ = tx.send(Err(status)).await;
+                    next = stored.seq + 1;
+                    if tx.send(Ok(convert::event(stored))).await.is_err()
+                        || convert::is_final(stored)
+                    {
                         return;
                     }
-                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+                }
+                loop {
+                    match live.recv().await {
+                        Ok(stored) if stored.seq < next => continue,
+                        Ok(stored) => {
+                            next = stored.seq + 1;
+                            if tx.send(Ok(convert::event(&stored))).await.is_err()
+                                || convert::is_final(&stored)
+                            {
+                                return;
+                            }
+                        }
+                        Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => break,
+                        Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+                    }
+                }
+                match handle.watch(next).await {
+                    Ok((missed, fresh)) => (past, live) = (missed, fresh),
+                    Err(error) => {
+                        let _ = tx.send(Err(Status::from(error))).await;
+                        return;
+                    }
                 }
             }
         });

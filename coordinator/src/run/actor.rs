@@ -13,10 +13,11 @@ use tokio_util::sync::CancellationToken;
 
 use super::{
     Effect, HumanAnswer, Input, NodeOutput, Rejected, RunError, RunEvent, RunMachine, RunPlan,
-    RunStatus, State, TaskFailure, TaskSpec,
+    RunStatus, State, TaskFailure, TaskSpec, TaskState,
 };
 use crate::dispatch::{
-    Assignment, BlobRef, DispatchEvent, EventSink, FunctionCall, Requirement, TaskLauncher,
+    Assignment, BlobRef, DispatchEvent, EventSink, FunctionCall, Requirement, StateField,
+    TaskLauncher,
 };
 use crate::graph::NodeKind;
 
@@ -168,6 +169,8 @@ pub fn spawn_run(setup: RunSetup) -> RunHandle {
     let (timers, timer_rx) = mpsc::unbounded_channel();
     let (live, _) = broadcast::channel(LIVE_BUFFER);
     let configs = worker_configs(&setup.plan);
+    let mut fields = FieldTable::default();
+    fields.refresh(setup.machine.state(), setup.machine.state().keys());
     let handle = RunHandle {
         id: setup.id.clone(),
         tx,
@@ -183,7 +186,7 @@ pub fn spawn_run(setup: RunSetup) -> RunHandle {
         log: Vec::new(),
         live,
         configs,
-        serialized: None,
+        fields,
         created_unix_ms: now_ms(),
     };
     tokio::spawn(actor.run(rx, dispatch_rx, timer_rx, setup.shutdown));
@@ -204,9 +207,7 @@ struct RunActor {
     log: Vec<StoredEvent>,
     live: broadcast::Sender<StoredEvent>,
     configs: Vec<WorkerConfig>,
-    /// The last state serialized for dispatch: every task of a wave shares
-    /// S0, so it is turned into JSON once per wave, not once per task.
-    serialized: Option<(State, Arc<str>)>,
+    fields: FieldTable,
     created_unix_ms: i64,
 }
 
@@ -357,7 +358,16 @@ impl RunActor {
                         self.sink.clone(),
                     );
                 }
-                Effect::Emit(event) => self.record(event),
+                Effect::Emit(event) => {
+                    match &event {
+                        RunEvent::StateChanged { fields, .. } => {
+                            self.fields.refresh(self.machine.state(), fields.iter());
+                        }
+                        RunEvent::RunFinished { .. } => self.launcher.forget(self.id.clone()),
+                        _ => {}
+                    }
+                    self.record(event);
+                }
                 // Runs live in memory until the durable store lands; the
                 // machine is the one record a checkpoint will persist.
                 Effect::Checkpoint => {}
@@ -372,7 +382,7 @@ impl RunActor {
         let Some((kind, requirement, config)) = self.configs[idx].clone() else {
             return;
         };
-        let state_json = self.state_json(&spec.state);
+        let state = self.fields.task_fields(&spec.state);
         let scope_json = Value::Object(spec.scope).to_string();
         let task = Assignment {
             run_id: self.id.clone(),
@@ -381,24 +391,13 @@ impl RunActor {
             attempt: spec.attempt,
             kind,
             config_json: config,
-            state_json,
+            state,
             scope_json,
             item: spec.item,
             timeout: spec.timeout,
             bundle: self.bundle.clone(),
         };
         self.launcher.launch(task, requirement, self.sink.clone());
-    }
-
-    fn state_json(&mut self, state: &State) -> Arc<str> {
-        if let Some((cached, json)) = &self.serialized
-            && Arc::ptr_eq(cached, state)
-        {
-            return json.clone();
-        }
-        let json: Arc<str> = Arc::from(Value::Object((**state).clone()).to_string());
-        self.serialized = Some((state.clone(), json.clone()));
-        json
     }
 
     fn record(&mut self, event: RunEvent) {
@@ -422,6 +421,55 @@ impl RunActor {
             event_count: self.log.len() as u64,
             created_unix_ms: self.created_unix_ms,
         }
+    }
+}
+
+/// The committed state's fields, each serialized once per version.
+///
+/// Every task of a wave sees the same committed state (S0), so a field is
+/// turned into JSON when it changes, not once per task; a map item's own
+/// fields (its binding and writes) are versioned per task. Versions let the
+/// dispatcher send a worker only the values it does not hold yet.
+#[derive(Default)]
+struct FieldTable {
+    fields: std::collections::HashMap<String, StateField>,
+    next_version: u64,
+}
+
+impl FieldTable {
+    /// Re-serializes the named fields of the committed state.
+    fn refresh<'a>(&mut self, state: &State, names: impl Iterator<Item = &'a String>) {
+        for name in names {
+            if let Some(value) = state.get(name) {
+                let field = self.fresh(name, value);
+                self.fields.insert(name.clone(), field);
+            }
+        }
+    }
+
+    fn fresh(&mut self, name: &str, value: &Value) -> StateField {
+        self.next_version += 1;
+        StateField {
+            name: Arc::from(name),
+            version: self.next_version,
+            json: Some(Arc::from(value.to_string())),
+        }
+    }
+
+    /// A task's fields: committed ones from the table, its own overlay
+    /// fields versioned anew.
+    fn task_fields(&mut self, state: &TaskState) -> Vec<StateField> {
+        let mut out = Vec::with_capacity(state.base.len() + state.overlay.len());
+        for (name, value) in state.fields() {
+            let committed = (!state.overlay.contains_key(name))
+                .then(|| self.fields.get(name))
+                .flatten();
+            match committed {
+                Some(field) => out.push(field.clone()),
+                None => out.push(self.fresh(name, value)),
+            }
+        }
+        out
     }
 }
 

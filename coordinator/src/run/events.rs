@@ -31,12 +31,50 @@ pub struct TaskSpec {
     pub attempt: u32,
     /// The map item, when the task is a step of a map item's chain.
     pub item: Option<ItemRef>,
-    /// The state the task sees: the wave's S0, or the item's fork.
-    pub state: State,
+    /// The state the task sees.
+    pub state: TaskState,
     /// The step's scope (a map item's `as` binding).
     pub scope: Map<String, Value>,
     /// Per-attempt deadline.
     pub timeout: Duration,
+}
+
+/// The state a task sees: `base` (the wave's S0, shared by every task of
+/// the wave) with `overlay` laid over it and `hidden` fields removed. A map
+/// item's fork costs only what it changed, never a copy of the state.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TaskState {
+    /// The shared base.
+    pub base: State,
+    /// Fields that differ from `base` (a map item's binding and writes).
+    pub overlay: Map<String, Value>,
+    /// Fields of `base` the task must not see (a map's `output_key`).
+    pub hidden: Vec<String>,
+}
+
+impl TaskState {
+    /// The whole of `base`, unchanged.
+    pub fn whole(base: State) -> Self {
+        Self {
+            base,
+            overlay: Map::new(),
+            hidden: Vec::new(),
+        }
+    }
+
+    /// The fields, in order: the base's (minus hidden and overlaid ones),
+    /// then the overlay's.
+    pub fn fields(&self) -> impl Iterator<Item = (&String, &Value)> {
+        self.base
+            .iter()
+            .filter(|(name, _)| !self.overlay.contains_key(*name) && !self.hidden.contains(name))
+            .chain(self.overlay.iter())
+    }
+
+    /// The state as one object (a copy).
+    pub fn view(&self) -> Map<String, Value> {
+        self.fields().map(|(k, v)| (k.clone(), v.clone())).collect()
+    }
 }
 
 impl TaskSpec {

@@ -51,8 +51,15 @@ impl RunMachine {
             next: None,
             output: Some(answer.value.clone()),
         };
-        let (writes, _) =
-            finish_output(self.graph(), &node, &s0, &Map::new(), output, true).map_err(bad)?;
+        let (writes, _) = finish_output(
+            self.graph(),
+            &node,
+            || (*s0).clone(),
+            &Map::new(),
+            output,
+            true,
+        )
+        .map_err(bad)?;
         fx.push(Effect::Emit(RunEvent::InputReceived {
             node: node_id.to_owned(),
         }));

@@ -7,11 +7,10 @@
 //! step returns ([`MapRun::step_done`]); chain steps are ordinary tasks.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::Arc;
 
 use serde_json::{Map, Value};
 
-use super::events::{ItemRef, NodeOutput, RunError, RunEvent, State, TaskFailure};
+use super::events::{ItemRef, NodeOutput, RunError, RunEvent, State, TaskFailure, TaskState};
 use super::output::finish_output;
 use super::plan::RunPlan;
 use super::routing::{Decision, decide};
@@ -30,7 +29,7 @@ pub enum ItemStep {
         /// Which item and step.
         item: ItemRef,
         /// The item's fork.
-        state: State,
+        state: TaskState,
         /// The item's scope.
         scope: Map<String, Value>,
     },
@@ -42,9 +41,11 @@ pub enum ItemStep {
     Failed(RunError),
 }
 
+/// An item's fork: the parent's S0 (shared, never copied) plus what the
+/// chain wrote. `output_key` stays hidden until the chain writes it.
 #[derive(Debug)]
 struct ItemRun {
-    fork: State,
+    writes: Map<String, Value>,
     scope: Map<String, Value>,
     at: NodeIdx,
     step: u32,
@@ -168,14 +169,13 @@ impl MapRun {
     }
 
     fn fork(&self, index: usize) -> ItemRun {
-        let mut fork = (*self.s0).clone();
-        fork.remove(&self.config.output_key);
         let item = self.items[index].clone();
-        fork.insert(self.config.item_name.clone(), item.clone());
+        let mut writes = Map::new();
+        writes.insert(self.config.item_name.clone(), item.clone());
         let mut scope = Map::new();
         scope.insert(self.config.item_name.clone(), item);
         ItemRun {
-            fork: Arc::new(fork),
+            writes,
             scope,
             at: self.config.branch.unwrap_or(self.map),
             step: 1,
@@ -207,7 +207,7 @@ impl MapRun {
                 index,
                 step: run.step,
             },
-            state: run.fork.clone(),
+            state: fork_state(&self.s0, run, &self.config.output_key),
             scope: run.scope.clone(),
         })
     }
@@ -263,10 +263,11 @@ impl MapRun {
                 return events;
             }
         };
+        let (s0, output_key) = (&self.s0, &self.config.output_key);
         let finished = finish_output(
             graph,
             graph.node(node),
-            &run.fork,
+            || fork_state(s0, run, output_key).view(),
             &run.scope,
             output,
             false,
@@ -278,8 +279,7 @@ impl MapRun {
                 return events;
             }
         };
-        let fork = Arc::make_mut(&mut run.fork);
-        fork.extend(writes);
+        run.writes.extend(writes);
         events.push(RunEvent::NodeFinished {
             node: node_id.clone(),
             item: Some(index),
@@ -328,15 +328,13 @@ impl MapRun {
             return Ok(Some(target));
         }
         let run = self.runs[index].as_ref().expect("item is running");
-        let decision = decide(
-            plan,
-            node,
-            None,
-            false,
-            &run.fork,
-            &run.scope,
-            &HashMap::new(),
-        )?;
+        // The fork's whole state is built only when a condition reads it.
+        let view = if plan.routes_on_state(node) {
+            fork_state(&self.s0, run, &self.config.output_key).view()
+        } else {
+            Map::new()
+        };
+        let decision = decide(plan, node, None, false, &view, &run.scope, &HashMap::new())?;
         let Decision::Resolved { taken, .. } = decision else {
             return Err(
                 "`fn:` conditions and routers are not supported inside a map branch yet".into(),
@@ -363,7 +361,7 @@ impl MapRun {
 
     fn item_finished(&mut self, index: usize, events: &mut Vec<RunEvent>) {
         let run = self.runs[index].take().expect("item is running");
-        match run.fork.get(&self.config.output_key) {
+        match run.writes.get(&self.config.output_key) {
             Some(value) => {
                 self.results[index] = Some(value.clone());
                 self.done += 1;
@@ -385,6 +383,21 @@ impl MapRun {
                 }
             }
         }
+    }
+}
+
+/// The state an item's step sees: S0, the item's writes over it, and the
+/// output key hidden until the chain writes it.
+fn fork_state(s0: &State, run: &ItemRun, output_key: &str) -> TaskState {
+    let hidden = if run.writes.contains_key(output_key) {
+        Vec::new()
+    } else {
+        vec![output_key.to_owned()]
+    };
+    TaskState {
+        base: s0.clone(),
+        overlay: run.writes.clone(),
+        hidden,
     }
 }
 

@@ -16,7 +16,7 @@ use crate::graph::{
 pub fn finish_output(
     graph: &Graph,
     node: &Node,
-    view: &Map<String, Value>,
+    view: impl FnOnce() -> Map<String, Value>,
     scope: &Map<String, Value>,
     output: NodeOutput,
     strict: bool,
@@ -34,7 +34,7 @@ pub fn finish_output(
             .map_err(|error| format!("output {error} (output_schema)"))?;
     }
     if !node.state_updates.is_empty() {
-        let mut seen = view.clone();
+        let mut seen = view();
         for (field, value) in &writes {
             seen.insert(field.clone(), value.clone());
         }

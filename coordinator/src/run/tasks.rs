@@ -20,7 +20,7 @@ impl RunMachine {
         node: NodeIdx,
         attempt: u32,
         item: Option<ItemRef>,
-        state: State,
+        state: TaskState,
         scope: Map<String, Value>,
         fx: &mut Vec<Effect>,
     ) {
@@ -106,7 +106,7 @@ impl RunMachine {
                 finish_output(
                     plan.graph(),
                     plan.graph().node(node),
-                    s0,
+                    || s0.clone(),
                     &empty,
                     output,
                     true,

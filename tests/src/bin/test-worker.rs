@@ -82,7 +82,7 @@ async fn main() -> anyhow::Result<()> {
     }
     if keep("tag") {
         let me = name.clone();
-        worker.handler("tag", move |_: Value, ctx: TaskContext| {
+        worker.handler("tag", move |_: serde::de::IgnoredAny, ctx: TaskContext| {
             let me = me.clone();
             async move { Ok::<_, String>(json!({"tagged": {"node": ctx.node, "worker": me}})) }
         });
@@ -94,12 +94,12 @@ async fn main() -> anyhow::Result<()> {
         });
     }
     if keep("fail") {
-        worker.handler("fail", |_: Value, _| async move {
+        worker.handler("fail", |_: serde::de::IgnoredAny, _| async move {
             Err::<Value, _>("deliberate failure")
         });
     }
     if keep("late") {
-        worker.handler("late", |_: Value, _| async move {
+        worker.handler("late", |_: serde::de::IgnoredAny, _| async move {
             Ok::<_, String>(json!({"late": "done"}))
         });
     }

@@ -58,18 +58,20 @@ fn register(worker: &mut Worker, slots: u32) {
             counter: s.counter + 1,
         })
     });
-    worker.handler("double", |_: Value, ctx: TaskContext| async move {
-        let item: i64 = ctx.scope("item")?;
-        Ok::<_, String>(json!({"doubled": item * 2}))
-    });
-    worker.handler("sleep50", |_: Value, _| async move {
+    worker.handler(
+        "double",
+        |_: serde::de::IgnoredAny, ctx: TaskContext| async move {
+            let item: i64 = ctx.scope("item")?;
+            Ok::<_, String>(json!({"doubled": item * 2}))
+        },
+    );
+    worker.handler("sleep50", |_: serde::de::IgnoredAny, _| async move {
         tokio::time::sleep(Duration::from_millis(50)).await;
         Ok::<_, String>(json!({}))
     });
-    worker.handler(
-        "noop",
-        |_: Value, _| async move { Ok::<_, String>(json!({})) },
-    );
+    worker.handler("noop", |_: serde::de::IgnoredAny, _| async move {
+        Ok::<_, String>(json!({}))
+    });
 }
 
 fn chain(name: &str, length: usize) -> GraphBuilder {

@@ -191,7 +191,7 @@ impl Harness {
                     .handlers
                     .get_mut(&spec.node)
                     .unwrap_or_else(|| panic!("no handler for node '{}'", spec.node));
-                match handler(&spec.state, &spec.scope, spec.attempt) {
+                match handler(&spec.state.view(), &spec.scope, spec.attempt) {
                     Ok(value) => Input::TaskSucceeded {
                         key: spec.key,
                         output: NodeOutput::from_json(value).expect("handler returned an object"),
