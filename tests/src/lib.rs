@@ -168,6 +168,30 @@ impl TestCluster {
         Ok(())
     }
 
+    /// The process id of a worker.
+    pub fn worker_pid(&self, name: &str) -> Option<u32> {
+        self.workers.get(name).map(Child::id)
+    }
+
+    /// Waits for a worker to exit and returns its exit code.
+    pub async fn wait_for_exit(&mut self, name: &str) -> Result<Option<i32>> {
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            let child = self
+                .workers
+                .get_mut(name)
+                .with_context(|| format!("no worker {name}"))?;
+            if let Some(status) = child.try_wait()? {
+                self.workers.remove(name);
+                return Ok(status.code());
+            }
+            if Instant::now() > deadline {
+                bail!("worker {name} did not exit within {PATIENCE:?}");
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     /// Kills a worker with SIGKILL.
     pub fn kill_worker(&mut self, name: &str) -> Result<()> {
         let mut child = self
@@ -213,7 +237,7 @@ impl Drop for TestCluster {
             let _ = child.kill();
             let _ = child.wait();
         }
-        if !std::thread::panicking() {
+        if !std::thread::panicking() && std::env::var_os("WEFT_KEEP_LOGS").is_none() {
             let _ = std::fs::remove_dir_all(&self.dir);
         } else {
             eprintln!("cluster logs kept in {}", self.dir.display());

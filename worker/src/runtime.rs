@@ -180,7 +180,7 @@ async fn session(
                 draining = true;
                 let _ = outbound.send(message(pb::worker_message::Body::Drain(pb::Drain {}))).await;
                 if running.is_empty() {
-                    return Ok(SessionEnd::Drained);
+                    return Ok(leave(outbound, inbound).await);
                 }
             }
             incoming = inbound.message() => {
@@ -232,7 +232,7 @@ async fn session(
                     return lost(running, "the stream to the coordinator closed");
                 }
                 if draining && running.is_empty() {
-                    return Ok(SessionEnd::Drained);
+                    return Ok(leave(outbound, inbound).await);
                 }
             }
             _ = ticker.tick() => {
@@ -244,6 +244,19 @@ async fn session(
             }
         }
     }
+}
+
+/// Leaves after draining: closing our side of the stream and waiting for
+/// the coordinator to close its side guarantees the last results arrived
+/// before the worker counts as gone.
+async fn leave(
+    outbound: mpsc::Sender<pb::WorkerMessage>,
+    mut inbound: tonic::Streaming<pb::CoordinatorMessage>,
+) -> SessionEnd {
+    drop(outbound);
+    let closed = async { while let Ok(Some(_)) = inbound.message().await {} };
+    let _ = tokio::time::timeout(Duration::from_secs(10), closed).await;
+    SessionEnd::Drained
 }
 
 /// The coordinator is gone: stop what runs (it will be dispatched again).

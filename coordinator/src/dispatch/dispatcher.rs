@@ -511,3 +511,46 @@ fn for_worker(
     }
     (wire, sent)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn field(name: &str, version: u64) -> StateField {
+        StateField {
+            name: Arc::from(name),
+            version,
+            json: Some(Arc::from(format!("\"{name}{version}\""))),
+        }
+    }
+
+    fn task(fields: Vec<StateField>) -> Assignment {
+        Assignment {
+            run_id: Arc::from("r"),
+            key: 1,
+            node: "n".into(),
+            attempt: 1,
+            kind: "task".into(),
+            config_json: Arc::from("{}"),
+            state: fields,
+            scope_json: "{}".into(),
+            item: None,
+            timeout: Duration::from_secs(1),
+            bundle: Arc::new(Vec::new()),
+        }
+    }
+
+    #[test]
+    fn a_worker_gets_each_field_version_once() {
+        let first = task(vec![field("blob", 1), field("counter", 2)]);
+        let (wire, sent) = for_worker(&first, None);
+        assert!(wire.state.iter().all(|f| f.json.is_some()));
+        let known: HashMap<Arc<str>, u64> = sent.into_iter().collect();
+        // Next wave: the counter changed, the blob did not.
+        let second = task(vec![field("blob", 1), field("counter", 3)]);
+        let (wire, sent) = for_worker(&second, Some(&known));
+        assert_eq!(wire.state[0].json, None, "the blob is not sent again");
+        assert_eq!(wire.state[1].json.as_deref(), Some("\"counter3\""));
+        assert_eq!(sent, vec![(Arc::from("counter"), 3)]);
+    }
+}

@@ -1,0 +1,207 @@
+//! `weft` against a real cluster: `--json` output and exit statuses
+//! (SPEC section 12).
+
+use std::process::{Command, Output, Stdio};
+
+use serde_json::Value;
+use weft_tests::{TestCluster, binary, repo};
+
+fn weft(cluster: Option<&TestCluster>, args: &[&str]) -> Output {
+    let mut command = Command::new(binary("weft"));
+    if let Some(cluster) = cluster {
+        command.args(["--coordinator", cluster.url()]);
+    }
+    command
+        .args(args)
+        .stdin(Stdio::null())
+        .env_remove("WEFT_COORDINATOR")
+        .output()
+        .expect("weft runs")
+}
+
+fn json_of(out: &Output) -> Value {
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        text.lines().count(),
+        1,
+        "exactly one JSON object on stdout: {text}"
+    );
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
+}
+
+fn example(name: &str) -> String {
+    repo().join("examples").join(name).display().to_string()
+}
+
+#[tokio::test]
+async fn waiting_run_exits_three_then_resume_completes_it() -> anyhow::Result<()> {
+    let mut cluster = TestCluster::start()?;
+    cluster.add_worker("w", 2)?;
+    cluster.wait_for_workers(&["w"]).await?;
+    let out = weft(
+        Some(&cluster),
+        &[
+            "run",
+            &example("review-approval.yaml"),
+            "--json",
+            "--input",
+            r#"{"title": "Weft"}"#,
+        ],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let waiting = json_of(&out);
+    assert_eq!(waiting["status"], "waiting");
+    assert_eq!(waiting["waiting"][0]["node"], "approve");
+    assert_eq!(waiting["waiting"][0]["kind"], "approval");
+    assert!(waiting.get("error").is_none());
+    let run_id = waiting["run_id"].as_str().unwrap().to_owned();
+
+    let out = weft(
+        Some(&cluster),
+        &["resume", &run_id, "approve", "approve", "--comment", "fine"],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let client = cluster.client().await?;
+    client.wait(&run_id).await?;
+    let out = weft(Some(&cluster), &["status", &run_id, "--json"]);
+    assert_eq!(out.status.code(), Some(0));
+    let status = json_of(&out);
+    assert_eq!(status["status"], "completed");
+    assert_eq!(status["state"]["approved_comment"], "fine");
+    let keys: Vec<&str> = status
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    assert_eq!(keys, ["run_id", "status", "state"]);
+    Ok(())
+}
+
+#[tokio::test]
+async fn failed_run_exits_one_with_the_error_object() -> anyhow::Result<()> {
+    let mut cluster = TestCluster::start()?;
+    cluster.add_worker("w", 1)?;
+    cluster.wait_for_workers(&["w"]).await?;
+    let dir = std::env::temp_dir().join(format!("weft-cli-fail-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let graph = dir.join("fails.yaml");
+    std::fs::write(
+        &graph,
+        "nodes:\n  boom:\n    kind: script\n    start: true\n    run: [python3, -c, \"import sys; print('bad', file=sys.stderr); sys.exit(2)\"]\n",
+    )?;
+    let out = weft(Some(&cluster), &["run", graph.to_str().unwrap(), "--json"]);
+    assert_eq!(out.status.code(), Some(1));
+    let result = json_of(&out);
+    assert_eq!(result["status"], "failed");
+    assert_eq!(result["error"]["kind"], "ExecutionError");
+    assert_eq!(result["error"]["node"], "boom");
+    assert!(
+        result["error"]["message"].as_str().unwrap().contains("bad"),
+        "{result}"
+    );
+    std::fs::remove_dir_all(dir).ok();
+    Ok(())
+}
+
+#[tokio::test]
+async fn detach_prints_the_run_id_and_returns() -> anyhow::Result<()> {
+    let mut cluster = TestCluster::start()?;
+    cluster.add_worker("w", 1)?;
+    cluster.wait_for_workers(&["w"]).await?;
+    let out = weft(
+        Some(&cluster),
+        &[
+            "run",
+            &example("parallel-findings.yaml"),
+            "--detach",
+            "--json",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0));
+    let detached = json_of(&out);
+    let run_id = detached["run_id"].as_str().expect("a run id");
+    assert_eq!(detached.as_object().unwrap().len(), 1);
+    let done = cluster.client().await?.wait(run_id).await?;
+    assert_eq!(
+        done.state["report"],
+        "plan: everything; web: three blog posts; papers: two surveys"
+    );
+    Ok(())
+}
+
+#[test]
+fn unreachable_coordinator_exits_four_and_invalid_graph_exits_two() {
+    let out = Command::new(binary("weft"))
+        .args([
+            "--coordinator",
+            "http://127.0.0.1:1",
+            "run",
+            &example("parallel-findings.yaml"),
+            "--json",
+        ])
+        .stdin(Stdio::null())
+        .output()
+        .expect("weft runs");
+    assert_eq!(
+        out.status.code(),
+        Some(4),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot reach the coordinator"));
+    let invalid = repo().join("coordinator/tests/fixtures/invalid/cycle.yaml");
+    let out = weft(None, &["run", invalid.to_str().unwrap(), "--json"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cycle through forward edges"));
+    let out = weft(
+        None,
+        &["run", &example("parallel-findings.yaml"), "--detach"],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "--detach without a coordinator is a usage error"
+    );
+}
+
+#[test]
+fn embedded_cluster_runs_an_example_with_json_output() {
+    let out = weft(
+        None,
+        &[
+            "run",
+            &example("research-map.yaml"),
+            "--json",
+            "--workers",
+            "3",
+            "--input",
+            r#"{"subjects": ["a", "b"]}"#,
+        ],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let result = json_of(&out);
+    assert_eq!(result["status"], "completed");
+    assert_eq!(
+        result["state"]["research_results"]
+            .as_array()
+            .unwrap()
+            .len(),
+        2
+    );
+}
