@@ -12,7 +12,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result, bail, ensure};
 use weft_client::Client;
 
 /// How long a condition may take before a test fails.
@@ -81,36 +81,40 @@ impl TestCluster {
             Instant::now().elapsed().as_nanos() ^ (rand_seed() as u128)
         ));
         std::fs::create_dir_all(&dir)?;
-        let log = std::fs::File::create(dir.join("coordinator.log"))?;
-        let mut child = Command::new(binary("coordinator"))
-            .args([
-                "--listen",
-                "127.0.0.1:0",
-                "--metrics-listen",
-                "127.0.0.1:0",
-                "--data-dir",
-            ])
-            .arg(dir.join("data"))
-            .env("WEFT_HEARTBEAT_INTERVAL_MS", "200")
-            .env("WEFT_WORKER_TIMEOUT_MS", "2000")
-            .stdout(Stdio::piped())
-            .stderr(log)
-            .spawn()
-            .context("starting the coordinator")?;
-        let stdout = child.stdout.take().expect("stdout is piped");
-        let mut line = String::new();
-        BufReader::new(stdout).read_line(&mut line)?;
-        let Some(address) = line.trim().strip_prefix("coordinator listening on ") else {
-            let _ = child.kill();
-            bail!("the coordinator did not report its address (got {line:?})");
-        };
-        let url = format!("http://{address}");
+        let (child, url) = spawn_coordinator(&dir, "127.0.0.1:0")?;
         Ok(Self {
             dir,
             coordinator: Some(child),
             url,
             workers: BTreeMap::new(),
         })
+    }
+
+    /// Kills the coordinator with SIGKILL and starts a new one on the same
+    /// address (runs held in memory are gone; workers reconnect).
+    pub fn restart_coordinator(&mut self) -> Result<()> {
+        if let Some(mut child) = self.coordinator.take() {
+            child.kill()?;
+            child.wait()?;
+        }
+        let address = self.url.trim_start_matches("http://").to_owned();
+        let (child, url) = spawn_coordinator(&self.dir, &address)?;
+        self.coordinator = Some(child);
+        self.url = url;
+        Ok(())
+    }
+
+    /// Sends a signal (`STOP`, `CONT`, `TERM`, …) to a worker.
+    pub fn signal_worker(&self, name: &str, signal: &str) -> Result<()> {
+        let pid = self
+            .worker_pid(name)
+            .with_context(|| format!("no worker {name}"))?;
+        let status = Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(pid.to_string())
+            .status()?;
+        ensure!(status.success(), "kill -{signal} {pid} failed");
+        Ok(())
     }
 
     /// The coordinator's URL.
@@ -205,12 +209,22 @@ impl TestCluster {
 
     /// Waits until `name`'s log contains `text`.
     pub async fn wait_for_log(&self, name: &str, text: &str) -> Result<()> {
+        self.wait_for_log_count(name, text, 1).await
+    }
+
+    /// Waits until `name`'s log contains `text` at least `count` times.
+    pub async fn wait_for_log_count(&self, name: &str, text: &str, count: usize) -> Result<()> {
         let path = self.dir.join(format!("{name}.log"));
         wait_until(PATIENCE, || {
-            std::fs::read_to_string(&path).is_ok_and(|log| log.contains(text))
+            std::fs::read_to_string(&path).is_ok_and(|log| log.matches(text).count() >= count)
         })
         .await
-        .with_context(|| format!("{name}'s log never said {text:?}:\n{}", self.log(name)))
+        .with_context(|| {
+            format!(
+                "{name}'s log never said {text:?} {count} times:\n{}",
+                self.log(name)
+            )
+        })
     }
 
     /// Waits until every named worker has joined the coordinator.
@@ -243,6 +257,37 @@ impl Drop for TestCluster {
             eprintln!("cluster logs kept in {}", self.dir.display());
         }
     }
+}
+
+/// Starts a coordinator binary listening on `address`; returns it and its URL.
+fn spawn_coordinator(dir: &Path, address: &str) -> Result<(Child, String)> {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join("coordinator.log"))?;
+    let mut child = Command::new(binary("coordinator"))
+        .args([
+            "--listen",
+            address,
+            "--metrics-listen",
+            "127.0.0.1:0",
+            "--data-dir",
+        ])
+        .arg(dir.join("data"))
+        .env("WEFT_HEARTBEAT_INTERVAL_MS", "200")
+        .env("WEFT_WORKER_TIMEOUT_MS", "2000")
+        .stdout(Stdio::piped())
+        .stderr(log)
+        .spawn()
+        .context("starting the coordinator")?;
+    let stdout = child.stdout.take().expect("stdout is piped");
+    let mut line = String::new();
+    BufReader::new(stdout).read_line(&mut line)?;
+    let Some(bound) = line.trim().strip_prefix("coordinator listening on ") else {
+        let _ = child.kill();
+        bail!("the coordinator did not report its address (got {line:?})");
+    };
+    Ok((child, format!("http://{bound}")))
 }
 
 /// Polls `condition` until it holds or `patience` runs out.

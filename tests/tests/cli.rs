@@ -205,3 +205,41 @@ fn embedded_cluster_runs_an_example_with_json_output() {
         2
     );
 }
+
+/// On a terminal, `weft run` asks approval questions at the prompt. The
+/// terminal is a real pseudo-terminal from `script` (util-linux).
+#[test]
+fn interactive_run_asks_at_the_prompt() {
+    let command = format!(
+        "{} run {} --input '{{\"title\": \"T\"}}'",
+        binary("weft").display(),
+        example("review-approval.yaml")
+    );
+    let mut child = Command::new("script")
+        .args(["-qec", &command, "/dev/null"])
+        .env_remove("WEFT_COORDINATOR")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("script(1) runs");
+    // Reject once (the graph revises and asks again), then approve.
+    use std::io::Write;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"r\ntoo short\na\n\n")
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    assert_eq!(
+        text.matches("approve asks: Publish 'T'?").count(),
+        2,
+        "{text}"
+    );
+    assert!(text.contains("\"approved\": true"), "{text}");
+    assert!(text.contains("\"revisions\": 1"), "{text}");
+    assert!(text.contains("revised: too short"), "{text}");
+}

@@ -83,3 +83,78 @@ async fn sigterm_drains_a_worker_its_task_finishes_and_it_exits_cleanly() -> any
     assert_eq!(cluster.wait_for_exit("drainer").await?, Some(0));
     Ok(())
 }
+
+#[tokio::test]
+async fn a_silent_worker_is_lost_its_task_runs_elsewhere_and_its_late_result_is_ignored()
+-> anyhow::Result<()> {
+    let mut cluster = TestCluster::start()?;
+    cluster.add_test_worker("frozen", 1, None)?;
+    cluster.wait_for_workers(&["frozen"]).await?;
+    let client = cluster.client().await?;
+    let graph = GraphBuilder::new("nap")
+        .field("delay_ms", "integer", 400)
+        .node("nap", NodeBuilder::task("sleep").start());
+    let run = client.submit_graph(&graph, &json!({})).await?;
+    let mut events = client.watch(&run.run_id, 0).await?;
+    loop {
+        let event = tokio::time::timeout(PATIENCE, events.next())
+            .await?
+            .expect("events continue")?;
+        if event.kind == "node_started" {
+            break;
+        }
+    }
+    // Freeze the worker holding the task: its stream stays open, but its
+    // heartbeats stop, and the reaper must notice.
+    cluster.signal_worker("frozen", "STOP")?;
+    cluster.add_test_worker("spare", 1, None)?;
+    cluster
+        .wait_for_log("coordinator", "heartbeats missed")
+        .await?;
+    let done = tokio::time::timeout(PATIENCE, client.wait(&run.run_id)).await??;
+    assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error);
+    cluster.signal_worker("frozen", "CONT")?;
+    // The thawed worker finds its stream gone and joins again.
+    cluster
+        .wait_for_log_count("frozen", "joined the coordinator", 2)
+        .await?;
+    let mut finished = 0;
+    let mut attempts = Vec::new();
+    let mut events = client.watch(&run.run_id, 0).await?;
+    while let Some(event) = tokio::time::timeout(PATIENCE, events.next()).await? {
+        let event = event?;
+        match event.kind.as_str() {
+            "node_finished" => finished += 1,
+            "node_started" => attempts.push(event.body["attempt"].as_u64().unwrap()),
+            _ => {}
+        }
+    }
+    assert_eq!(finished, 1, "one result counted, the late one ignored");
+    assert_eq!(
+        attempts,
+        [1],
+        "re-dispatch after a loss is not a new attempt"
+    );
+    assert_eq!(client.get(&run.run_id).await?.state["slept"], json!(400));
+    Ok(())
+}
+
+#[tokio::test]
+async fn workers_reconnect_when_the_coordinator_comes_back() -> anyhow::Result<()> {
+    let mut cluster = TestCluster::start()?;
+    cluster.add_test_worker("loyal", 2, None)?;
+    cluster.wait_for_workers(&["loyal"]).await?;
+    cluster.restart_coordinator()?;
+    cluster
+        .wait_for_log_count("loyal", "joined the coordinator", 2)
+        .await?;
+    let client = cluster.client().await?;
+    let graph = GraphBuilder::new("count")
+        .field("counter", "integer", 41)
+        .node("inc", NodeBuilder::task("increment").start());
+    let run = client.submit_graph(&graph, &json!({})).await?;
+    assert!(run.warnings.is_empty(), "{:?}", run.warnings);
+    let done = tokio::time::timeout(PATIENCE, client.wait(&run.run_id)).await??;
+    assert_eq!(done.state["counter"], json!(42));
+    Ok(())
+}
