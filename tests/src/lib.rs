@@ -290,6 +290,25 @@ fn spawn_coordinator(dir: &Path, address: &str) -> Result<(Child, String)> {
     Ok((child, format!("http://{bound}")))
 }
 
+/// Follows a run's events until one of `kind` arrives, and returns it.
+pub async fn wait_for_event(
+    client: &Client,
+    run_id: &str,
+    kind: &str,
+) -> Result<weft_client::Event> {
+    use tokio_stream::StreamExt;
+    let mut events = client.watch(run_id, 0).await?;
+    loop {
+        let event = tokio::time::timeout(PATIENCE, events.next())
+            .await
+            .with_context(|| format!("no {kind} event within {PATIENCE:?}"))?
+            .with_context(|| format!("the run ended without a {kind} event"))??;
+        if event.kind == kind {
+            return Ok(event);
+        }
+    }
+}
+
 /// Polls `condition` until it holds or `patience` runs out.
 pub async fn wait_until(patience: Duration, mut condition: impl FnMut() -> bool) -> Result<()> {
     let deadline = Instant::now() + patience;

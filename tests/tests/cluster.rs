@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use serde_json::{Value, json};
 use tokio_stream::StreamExt;
 use weft_client::{GraphBuilder, NodeBuilder, RunStatus};
-use weft_tests::{PATIENCE, TestCluster, repo};
+use weft_tests::{PATIENCE, TestCluster, repo, wait_for_event};
 
 fn example(name: &str) -> std::path::PathBuf {
     repo().join("examples").join(name)
@@ -208,16 +208,8 @@ async fn unhosted_handler_waits_until_a_worker_hosts_it() -> anyhow::Result<()> 
         "{:?}",
         run.warnings
     );
-    let mut events = client.watch(&run.run_id, 0).await?;
-    loop {
-        let event = tokio::time::timeout(PATIENCE, events.next())
-            .await?
-            .expect("events continue")?;
-        if event.kind == "task_unhosted" {
-            assert_eq!(event.body["needs"], json!("handler 'late'"));
-            break;
-        }
-    }
+    let unhosted = wait_for_event(&client, &run.run_id, "task_unhosted").await?;
+    assert_eq!(unhosted.body["needs"], json!("handler 'late'"));
     assert_eq!(client.get(&run.run_id).await?.status, RunStatus::Running);
     cluster.add_test_worker("latecomer", 1, Some("late"))?;
     let done = tokio::time::timeout(PATIENCE, client.wait(&run.run_id)).await??;
@@ -273,15 +265,7 @@ async fn cancel_stops_a_running_run() -> anyhow::Result<()> {
         .node("nap", NodeBuilder::task("sleep").start().next(&["after"]))
         .node("after", NodeBuilder::task("increment"));
     let run = client.submit_graph(&graph, &json!({})).await?;
-    let mut events = client.watch(&run.run_id, 0).await?;
-    loop {
-        let event = tokio::time::timeout(PATIENCE, events.next())
-            .await?
-            .expect("events continue")?;
-        if event.kind == "node_started" {
-            break;
-        }
-    }
+    wait_for_event(&client, &run.run_id, "node_started").await?;
     let cancelled = client.cancel(&run.run_id).await?;
     assert_eq!(cancelled.status, RunStatus::Cancelled);
     assert_eq!(
@@ -295,5 +279,46 @@ async fn cancel_stops_a_running_run() -> anyhow::Result<()> {
     let run = client.submit_graph(&quick, &json!({})).await?;
     let done = tokio::time::timeout(PATIENCE, client.wait(&run.run_id)).await??;
     assert_eq!(done.state["counter"], json!(2));
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_script_past_its_timeout_is_killed_with_its_whole_process_group() -> anyhow::Result<()> {
+    let mut cluster = TestCluster::start()?;
+    cluster.add_worker("w", 1)?;
+    cluster.wait_for_workers(&["w"]).await?;
+    let client = cluster.client().await?;
+    let pid_file = std::env::temp_dir().join(format!("weft-grandchild-{}.pid", std::process::id()));
+    // The script starts a grandchild, records its pid, then hangs.
+    let code = "import subprocess, sys, time\n\
+                child = subprocess.Popen(['sleep', '300'])\n\
+                open(sys.argv[1], 'w').write(str(child.pid))\n\
+                time.sleep(300)\n";
+    let graph = GraphBuilder::new("hangs").node(
+        "hang",
+        NodeBuilder::script(&["python3", "-c", code, pid_file.to_str().unwrap()])
+            .start()
+            .set("timeout", "700ms"),
+    );
+    let run = client.submit_graph(&graph, &json!({})).await?;
+    let done = tokio::time::timeout(PATIENCE, client.wait(&run.run_id)).await??;
+    assert_eq!(done.status, RunStatus::Failed);
+    let error = done.error.expect("an error");
+    assert_eq!(error.node, "hang");
+    assert!(
+        error
+            .message
+            .contains("timeout: script timed out after 700ms and was killed"),
+        "{}",
+        error.message
+    );
+    let grandchild = std::fs::read_to_string(&pid_file)?;
+    std::fs::remove_file(&pid_file).ok();
+    let alive = || {
+        std::path::Path::new(&format!("/proc/{}", grandchild.trim())).exists()
+            && !std::fs::read_to_string(format!("/proc/{}/stat", grandchild.trim()))
+                .is_ok_and(|s| s.contains(") Z "))
+    };
+    weft_tests::wait_until(PATIENCE, || !alive()).await?;
     Ok(())
 }

@@ -6,7 +6,7 @@ use serde_json::json;
 use tokio_stream::StreamExt;
 use weft_client::{GraphBuilder, NodeBuilder, RunStatus};
 use weft_proto::v1 as pb;
-use weft_tests::{PATIENCE, TestCluster};
+use weft_tests::{PATIENCE, TestCluster, wait_for_event};
 
 #[tokio::test]
 async fn a_worker_with_another_protocol_version_is_refused_clearly() -> anyhow::Result<()> {
@@ -53,15 +53,7 @@ async fn sigterm_drains_a_worker_its_task_finishes_and_it_exits_cleanly() -> any
         .field("delay_ms", "integer", 1500)
         .node("nap", NodeBuilder::task("sleep").start());
     let run = client.submit_graph(&graph, &json!({})).await?;
-    let mut events = client.watch(&run.run_id, 0).await?;
-    loop {
-        let event = tokio::time::timeout(PATIENCE, events.next())
-            .await?
-            .expect("events continue")?;
-        if event.kind == "node_started" {
-            break;
-        }
-    }
+    wait_for_event(&client, &run.run_id, "node_started").await?;
     let pid = cluster.worker_pid("drainer").expect("running");
     assert!(
         Command::new("kill")
@@ -95,15 +87,7 @@ async fn a_silent_worker_is_lost_its_task_runs_elsewhere_and_its_late_result_is_
         .field("delay_ms", "integer", 400)
         .node("nap", NodeBuilder::task("sleep").start());
     let run = client.submit_graph(&graph, &json!({})).await?;
-    let mut events = client.watch(&run.run_id, 0).await?;
-    loop {
-        let event = tokio::time::timeout(PATIENCE, events.next())
-            .await?
-            .expect("events continue")?;
-        if event.kind == "node_started" {
-            break;
-        }
-    }
+    wait_for_event(&client, &run.run_id, "node_started").await?;
     // Freeze the worker holding the task: its stream stays open, but its
     // heartbeats stop, and the reaper must notice.
     cluster.signal_worker("frozen", "STOP")?;

@@ -79,8 +79,8 @@ impl<T: Serialize> IntoOutput for T {
     }
 }
 
-impl Output {
-    fn into_value(self) -> Result<Value, String> {
+impl IntoOutput for Output {
+    fn into_output(self) -> Result<Value, String> {
         let mut object = match self.writes {
             Value::Object(map) => map,
             Value::Null => Map::new(),
@@ -155,7 +155,8 @@ impl Registry {
         self
     }
 
-    /// Registers a handler that routes: it returns an [`Output`].
+    /// Registers a handler that routes: it returns an [`Output`]. The same
+    /// as [`Registry::handler`], named for what it does.
     pub fn routing_handler<S, E, F, Fut>(&mut self, name: &str, handler: F) -> &mut Self
     where
         S: DeserializeOwned + Send + 'static,
@@ -163,21 +164,7 @@ impl Registry {
         F: Fn(S, TaskContext) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<Output, E>> + Send + 'static,
     {
-        let handler = Arc::new(handler);
-        let name_owned = name.to_owned();
-        let erased: ErasedHandler = Arc::new(move |fields: &Fields, ctx: TaskContext| {
-            let typed: S = read_state(&name_owned, fields)?;
-            let handler = handler.clone();
-            let future: BoxFuture = Box::pin(async move {
-                handler(typed, ctx)
-                    .await
-                    .map_err(|e| e.to_string())?
-                    .into_value()
-            });
-            Ok(future)
-        });
-        self.handlers.insert(name.to_owned(), erased);
-        self
+        self.handler(name, handler)
     }
 
     /// Registers a function for `fn:NAME` reducers, predicates and routers.

@@ -32,7 +32,7 @@ pub fn run_info(view: RunView) -> pb::RunInfo {
         run_id: view.id.to_string(),
         graph_name: view.graph_name,
         status: status(view.status) as i32,
-        state_json: Value::Object((*view.state).clone()).to_string(),
+        state_json: serde_json::to_string(&*view.state).unwrap_or_else(|_| "{}".into()),
         error: view.error.map(|error| pb::RunError {
             kind: error.kind().to_owned(),
             node: error.node().unwrap_or_default().to_owned(),
