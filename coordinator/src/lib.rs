@@ -10,6 +10,7 @@ pub mod config;
 pub mod dispatch;
 pub mod graph;
 mod grpc;
+pub mod metrics;
 pub mod run;
 pub mod runs;
 pub mod server;

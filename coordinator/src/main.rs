@@ -55,14 +55,42 @@ async fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
+    let metrics_listener = match tokio::net::TcpListener::bind(config.metrics_listen).await {
+        Ok(listener) => listener,
+        Err(error) => {
+            eprintln!(
+                "coordinator: cannot serve metrics on {}: {error}",
+                config.metrics_listen
+            );
+            return ExitCode::from(1);
+        }
+    };
     let address = listener
         .local_addr()
         .map(|a| a.to_string())
         .unwrap_or_default();
-    // Tests and scripts read this line to learn the bound port.
+    let metrics_address = metrics_listener
+        .local_addr()
+        .map(|a| a.to_string())
+        .unwrap_or_default();
+    // Tests and scripts read these two lines to learn the bound ports.
     println!("coordinator listening on {address}");
+    println!("metrics on http://{metrics_address}/metrics");
     let shutdown = CancellationToken::new();
     tokio::spawn(stop_on_signal(shutdown.clone()));
+    match weft_coordinator::metrics::install() {
+        Ok(handle) => {
+            let stop = shutdown.clone().cancelled_owned();
+            tokio::spawn(async move {
+                if let Err(error) =
+                    weft_coordinator::metrics::serve(metrics_listener, handle, stop).await
+                {
+                    tracing::warn!(%error, "the metrics endpoint stopped");
+                }
+            });
+        }
+        Err(error) => tracing::warn!(%error, "metrics are off"),
+    }
     match weft_coordinator::server::serve(listener, config, shutdown).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {

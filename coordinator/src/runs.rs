@@ -106,6 +106,7 @@ impl Runs {
             launcher,
             shutdown: self.shutdown.child_token(),
         });
+        metrics::counter!(crate::metrics::RUNS_SUBMITTED).increment(1);
         let mut inner = self.inner.write().unwrap_or_else(|e| e.into_inner());
         inner.by_id.insert(id.clone(), handle);
         inner.order.push(id.clone());

@@ -23,6 +23,7 @@ pub struct TestCluster {
     dir: PathBuf,
     coordinator: Option<Child>,
     url: String,
+    metrics_url: String,
     workers: BTreeMap<String, Child>,
 }
 
@@ -81,11 +82,12 @@ impl TestCluster {
             Instant::now().elapsed().as_nanos() ^ (rand_seed() as u128)
         ));
         std::fs::create_dir_all(&dir)?;
-        let (child, url) = spawn_coordinator(&dir, "127.0.0.1:0")?;
+        let (child, url, metrics_url) = spawn_coordinator(&dir, "127.0.0.1:0")?;
         Ok(Self {
             dir,
             coordinator: Some(child),
             url,
+            metrics_url,
             workers: BTreeMap::new(),
         })
     }
@@ -98,9 +100,10 @@ impl TestCluster {
             child.wait()?;
         }
         let address = self.url.trim_start_matches("http://").to_owned();
-        let (child, url) = spawn_coordinator(&self.dir, &address)?;
+        let (child, url, metrics_url) = spawn_coordinator(&self.dir, &address)?;
         self.coordinator = Some(child);
         self.url = url;
+        self.metrics_url = metrics_url;
         Ok(())
     }
 
@@ -120,6 +123,29 @@ impl TestCluster {
     /// The coordinator's URL.
     pub fn url(&self) -> &str {
         &self.url
+    }
+
+    /// The coordinator's Prometheus text, fetched with a plain HTTP/1.0 GET.
+    pub fn metrics(&self) -> Result<String> {
+        use std::io::{Read, Write};
+        let rest = self.metrics_url.trim_start_matches("http://");
+        let (host, path) = rest.split_once('/').context("a metrics URL")?;
+        let mut stream = std::net::TcpStream::connect(host)?;
+        stream.set_read_timeout(Some(Duration::from_secs(5)))?;
+        write!(
+            stream,
+            "GET /{path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
+        )?;
+        let mut response = String::new();
+        stream.read_to_string(&mut response)?;
+        ensure!(
+            response.starts_with("HTTP/1.0 200") || response.starts_with("HTTP/1.1 200"),
+            "metrics: {response}"
+        );
+        Ok(response
+            .split_once("\r\n\r\n")
+            .map(|(_, body)| body.to_owned())
+            .unwrap_or_default())
     }
 
     /// A client connected to the coordinator.
@@ -260,7 +286,7 @@ impl Drop for TestCluster {
 }
 
 /// Starts a coordinator binary listening on `address`; returns it and its URL.
-fn spawn_coordinator(dir: &Path, address: &str) -> Result<(Child, String)> {
+fn spawn_coordinator(dir: &Path, address: &str) -> Result<(Child, String, String)> {
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -282,12 +308,21 @@ fn spawn_coordinator(dir: &Path, address: &str) -> Result<(Child, String)> {
         .context("starting the coordinator")?;
     let stdout = child.stdout.take().expect("stdout is piped");
     let mut line = String::new();
-    BufReader::new(stdout).read_line(&mut line)?;
+    let mut reader = BufReader::new(stdout);
+    reader.read_line(&mut line)?;
     let Some(bound) = line.trim().strip_prefix("coordinator listening on ") else {
         let _ = child.kill();
         bail!("the coordinator did not report its address (got {line:?})");
     };
-    Ok((child, format!("http://{bound}")))
+    let url = format!("http://{bound}");
+    let mut metrics = String::new();
+    reader.read_line(&mut metrics)?;
+    let metrics = metrics
+        .trim()
+        .strip_prefix("metrics on ")
+        .unwrap_or_default()
+        .to_owned();
+    Ok((child, url, metrics))
 }
 
 /// Follows a run's events until one of `kind` arrives, and returns it.

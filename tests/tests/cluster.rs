@@ -210,11 +210,28 @@ async fn unhosted_handler_waits_until_a_worker_hosts_it() -> anyhow::Result<()> 
     );
     let unhosted = wait_for_event(&client, &run.run_id, "task_unhosted").await?;
     assert_eq!(unhosted.body["needs"], json!("handler 'late'"));
+    // The wait is visible in the metrics too.
+    weft_tests::wait_until(PATIENCE, || {
+        cluster
+            .metrics()
+            .is_ok_and(|m| m.contains("weft_tasks_unhosted 1"))
+    })
+    .await?;
     assert_eq!(client.get(&run.run_id).await?.status, RunStatus::Running);
     cluster.add_test_worker("latecomer", 1, Some("late"))?;
     let done = tokio::time::timeout(PATIENCE, client.wait(&run.run_id)).await??;
     assert_eq!(done.status, RunStatus::Completed);
     assert_eq!(done.state["late"], json!("done"));
+    let metrics = cluster.metrics()?;
+    for line in [
+        "weft_tasks_unhosted 0",
+        "weft_workers_connected 2",
+        "weft_runs{status=\"completed\"} 1",
+        "weft_tasks_dispatched_total 1",
+    ] {
+        assert!(metrics.contains(line), "{line} missing from:\n{metrics}");
+    }
+    assert!(metrics.contains("weft_task_seconds"), "{metrics}");
     Ok(())
 }
 

@@ -173,6 +173,7 @@ struct Pending {
 struct InFlight {
     pending: Pending,
     worker: WorkerId,
+    since: Instant,
 }
 
 struct PendingCall {
@@ -306,6 +307,8 @@ impl Dispatcher {
                     }
                 }
                 let flight = self.in_flight.remove(&id).expect("checked above");
+                metrics::histogram!(crate::metrics::TASK_SECONDS)
+                    .record(flight.since.elapsed().as_secs_f64());
                 state.in_flight = state.in_flight.saturating_sub(1);
                 let event = DispatchEvent::TaskFinished {
                     key,
@@ -458,7 +461,15 @@ impl Dispatcher {
             }
             state.in_flight += 1;
             let id: TaskId = (pending.task.run_id.clone(), pending.task.key);
-            self.in_flight.insert(id, InFlight { pending, worker });
+            metrics::counter!(crate::metrics::TASKS_DISPATCHED).increment(1);
+            self.in_flight.insert(
+                id,
+                InFlight {
+                    pending,
+                    worker,
+                    since: Instant::now(),
+                },
+            );
         }
         self.pending = waiting;
 
@@ -490,6 +501,32 @@ impl Dispatcher {
             self.calls_in_flight.insert(id, (worker, call));
         }
         self.calls = waiting_calls;
+        self.report();
+    }
+
+    /// Publishes the registry's gauges.
+    fn report(&self) {
+        use crate::metrics as m;
+        let free: u64 = self
+            .workers
+            .values()
+            .filter(|w| !w.draining)
+            .map(|w| u64::from(w.info.slots).saturating_sub(w.in_flight as u64))
+            .sum();
+        let unhosted = self
+            .pending
+            .iter()
+            .filter(|p| {
+                !self
+                    .workers
+                    .values()
+                    .any(|w| p.requirement.hosted_by(&w.info))
+            })
+            .count();
+        metrics::gauge!(m::WORKERS).set(self.workers.len() as f64);
+        metrics::gauge!(m::FREE_SLOTS).set(free as f64);
+        metrics::gauge!(m::QUEUE_DEPTH).set(self.pending.len() as f64);
+        metrics::gauge!(m::TASKS_UNHOSTED).set(unhosted as f64);
     }
 }
 

@@ -212,6 +212,18 @@ struct RunActor {
 }
 
 impl RunActor {
+    /// Moves this run from one status to another in the `weft_runs` gauge.
+    fn count_status(&self, from: Option<RunStatus>) {
+        let to = self.machine.status();
+        if from == Some(to) {
+            return;
+        }
+        if let Some(from) = from {
+            metrics::gauge!(crate::metrics::RUNS, "status" => status_label(from)).decrement(1.0);
+        }
+        metrics::gauge!(crate::metrics::RUNS, "status" => status_label(to)).increment(1.0);
+    }
+
     async fn run(
         mut self,
         mut commands: mpsc::Receiver<Command>,
@@ -221,6 +233,7 @@ impl RunActor {
     ) {
         let effects = self.machine.start();
         self.perform(effects);
+        self.count_status(None);
         let deadline = self.plan.graph().settings.timeout;
         let deadline = tokio::time::sleep(deadline.unwrap_or(Duration::from_secs(u64::MAX / 4)));
         tokio::pin!(deadline);
@@ -254,19 +267,15 @@ impl RunActor {
                 let _ = reply.send((past, self.live.subscribe()));
             }
             Command::Act { input, reply } => {
-                let result = self.machine.apply(input).map(|effects| {
-                    self.perform(effects);
-                    self.view()
-                });
+                let result = self.apply(input).map(|()| self.view());
                 let _ = reply.send(result);
             }
         }
     }
 
     fn input(&mut self, input: Input) {
-        match self.machine.apply(input) {
-            Ok(effects) => self.perform(effects),
-            Err(rejected) => tracing::debug!(run = %self.id, %rejected, "input ignored"),
+        if let Err(rejected) = self.apply(input) {
+            tracing::debug!(run = %self.id, %rejected, "input ignored");
         }
     }
 
@@ -314,6 +323,15 @@ impl RunActor {
                 self.input(Input::CallReturned { call, result })
             }
         }
+    }
+
+    /// Applies an input, performs its effects, and keeps the status gauge.
+    fn apply(&mut self, input: Input) -> Result<(), Rejected> {
+        let before = self.machine.status();
+        let effects = self.machine.apply(input)?;
+        self.perform(effects);
+        self.count_status(Some(before));
+        Ok(())
     }
 
     fn perform(&mut self, effects: Vec<Effect>) {
@@ -515,6 +533,16 @@ fn worker_configs(plan: &RunPlan) -> Vec<WorkerConfig> {
             ))
         })
         .collect()
+}
+
+fn status_label(status: RunStatus) -> &'static str {
+    match status {
+        RunStatus::Running => "running",
+        RunStatus::Waiting => "waiting",
+        RunStatus::Completed => "completed",
+        RunStatus::Failed => "failed",
+        RunStatus::Cancelled => "cancelled",
+    }
 }
 
 fn now_ms() -> i64 {

@@ -1,0 +1,66 @@
+//! Prometheus metrics (SPEC section 10): runs by status, tasks dispatched,
+//! task latency, queue depth, tasks waiting for a worker that hosts them,
+//! workers connected and free slots.
+//!
+//! The code records through the `metrics` facade, which costs nothing when
+//! no recorder is installed (as in embedded clusters); the `coordinator`
+//! binary installs the Prometheus recorder and serves its text format.
+
+use std::future::Future;
+
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use tokio::net::TcpListener;
+
+/// Runs by status (gauge, label `status`).
+pub const RUNS: &str = "weft_runs";
+/// Runs submitted (counter).
+pub const RUNS_SUBMITTED: &str = "weft_runs_submitted_total";
+/// Task attempts sent to workers, re-dispatches included (counter).
+pub const TASKS_DISPATCHED: &str = "weft_tasks_dispatched_total";
+/// Seconds from dispatch to result (histogram).
+pub const TASK_SECONDS: &str = "weft_task_seconds";
+/// Tasks waiting for a free slot or a hosting worker (gauge).
+pub const QUEUE_DEPTH: &str = "weft_queue_depth";
+/// Queued tasks that no connected worker hosts (gauge).
+pub const TASKS_UNHOSTED: &str = "weft_tasks_unhosted";
+/// Workers connected (gauge).
+pub const WORKERS: &str = "weft_workers_connected";
+/// Free slots over all connected, non-draining workers (gauge).
+pub const FREE_SLOTS: &str = "weft_free_slots";
+
+/// Installs the Prometheus recorder for this process.
+pub fn install() -> Result<PrometheusHandle, String> {
+    let handle = PrometheusBuilder::new()
+        .install_recorder()
+        .map_err(|e| e.to_string())?;
+    metrics::describe_gauge!(RUNS, "runs by status");
+    metrics::describe_counter!(RUNS_SUBMITTED, "runs submitted");
+    metrics::describe_counter!(TASKS_DISPATCHED, "task attempts sent to workers");
+    metrics::describe_histogram!(TASK_SECONDS, metrics::Unit::Seconds, "dispatch to result");
+    metrics::describe_gauge!(QUEUE_DEPTH, "tasks waiting for a slot or a hosting worker");
+    metrics::describe_gauge!(TASKS_UNHOSTED, "queued tasks no connected worker hosts");
+    metrics::describe_gauge!(WORKERS, "workers connected");
+    metrics::describe_gauge!(FREE_SLOTS, "free slots of connected workers");
+    Ok(handle)
+}
+
+/// Serves `GET /metrics` on `listener` until `shutdown` completes.
+pub async fn serve(
+    listener: TcpListener,
+    handle: PrometheusHandle,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let app = axum::Router::new().route(
+        "/metrics",
+        axum::routing::get(move || {
+            let handle = handle.clone();
+            async move {
+                handle.run_upkeep();
+                handle.render()
+            }
+        }),
+    );
+    axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown)
+        .await
+}
