@@ -26,6 +26,20 @@ pub enum ServeError {
     Transport(#[from] tonic::transport::Error),
 }
 
+/// Accepted connections with Nagle's algorithm off: tasks, results and
+/// heartbeats are small messages that must not wait for a delayed ACK.
+fn incoming(
+    listener: TcpListener,
+) -> impl tokio_stream::Stream<Item = std::io::Result<tokio::net::TcpStream>> {
+    use tokio_stream::StreamExt;
+    TcpListenerStream::new(listener).map(|accepted| {
+        if let Ok(stream) = &accepted {
+            let _ = stream.set_nodelay(true);
+        }
+        accepted
+    })
+}
+
 /// Serves clients and workers on `listener` until `shutdown` is cancelled.
 pub async fn serve(
     listener: TcpListener,
@@ -55,7 +69,7 @@ pub async fn serve(
         .http2_keepalive_interval(Some(Duration::from_secs(20)))
         .add_service(run_api)
         .add_service(worker_api)
-        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown.cancelled_owned())
+        .serve_with_incoming_shutdown(incoming(listener), shutdown.cancelled_owned())
         .await?;
     Ok(())
 }
