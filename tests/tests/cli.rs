@@ -243,3 +243,22 @@ fn interactive_run_asks_at_the_prompt() {
     assert!(text.contains("\"revisions\": 1"), "{text}");
     assert!(text.contains("revised: too short"), "{text}");
 }
+
+#[test]
+fn watch_shows_waves_nodes_and_skips() {
+    let out = weft(None, &["run", &example("critique-loop.yaml"), "--watch"]);
+    assert_eq!(out.status.code(), Some(0));
+    let progress = String::from_utf8_lossy(&out.stderr);
+    for line in [
+        "wave 1: load_rubric, draft",
+        "  ✓ load_rubric",
+        "wave 2: critique",
+        "  ↺ critique → draft",
+        "wave 7: publish",
+    ] {
+        assert!(
+            progress.contains(line),
+            "{line:?} missing from:\n{progress}"
+        );
+    }
+}

@@ -339,3 +339,39 @@ async fn a_script_past_its_timeout_is_killed_with_its_whole_process_group() -> a
     weft_tests::wait_until(PATIENCE, || !alive()).await?;
     Ok(())
 }
+
+#[tokio::test]
+async fn scripts_get_the_protocol_environment_and_their_env_map() -> anyhow::Result<()> {
+    let mut cluster = TestCluster::start()?;
+    cluster.add_worker("w", 1)?;
+    cluster.wait_for_workers(&["w"]).await?;
+    let client = cluster.client().await?;
+    let code = "import json, os, sys\n\
+                request = json.load(sys.stdin)\n\
+                on_disk = json.load(open(os.environ['GRAPH_STATE']))\n\
+                json.dump({'seen': {\n\
+                  'node': os.environ['WEFT_NODE'], 'attempt': os.environ['WEFT_ATTEMPT'],\n\
+                  'run_matches': os.environ['WEFT_RUN_ID'] == request['run_id'],\n\
+                  'item': os.environ['WEFT_ITEM'], 'greeting': os.environ['GREETING'],\n\
+                  'topic_on_disk': on_disk['topic'], 'topic_on_stdin': request['state']['topic'],\n\
+                  'cwd_is_scratch': os.getcwd() != '/'}}, sys.stdout)\n";
+    let graph = GraphBuilder::new("env").node(
+        "probe",
+        NodeBuilder::script(&["python3", "-c", code])
+            .start()
+            .set("env", json!({"GREETING": "hello"})),
+    );
+    let run = client
+        .submit_graph(&graph, &json!({"topic": "weft"}))
+        .await?;
+    let done = client.wait(&run.run_id).await?;
+    assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error);
+    assert_eq!(
+        done.state["seen"],
+        json!({
+            "node": "probe", "attempt": "1", "run_matches": true, "item": "", "greeting": "hello",
+            "topic_on_disk": "weft", "topic_on_stdin": "weft", "cwd_is_scratch": true
+        })
+    );
+    Ok(())
+}

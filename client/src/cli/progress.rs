@@ -87,9 +87,10 @@ fn show(event: &Event, bar: &mut Option<ProgressBar>) {
         _ => None,
     };
     if let Some(line) = line {
+        // A hidden bar (stderr is not a terminal) would swallow the line.
         match bar {
-            Some(progress) => progress.println(line),
-            None => eprintln!("{line}"),
+            Some(progress) if !progress.is_hidden() => progress.println(line),
+            _ => eprintln!("{line}"),
         }
     }
 }
