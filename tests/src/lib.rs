@@ -92,6 +92,17 @@ impl TestCluster {
         })
     }
 
+    /// Starts a coordinator and `test-worker`s with these names, and waits
+    /// until they have joined.
+    pub async fn with_test_workers(names: &[&str], slots: u32) -> Result<Self> {
+        let mut cluster = Self::start()?;
+        for name in names {
+            cluster.add_test_worker(name, slots, None)?;
+        }
+        cluster.wait_for_workers(names).await?;
+        Ok(cluster)
+    }
+
     /// Kills the coordinator with SIGKILL and starts a new one on the same
     /// address (runs held in memory are gone; workers reconnect).
     pub fn restart_coordinator(&mut self) -> Result<()> {

@@ -90,11 +90,7 @@ fn doubling_map(items: usize, delay_ms: u64, concurrency: u32) -> GraphBuilder {
 
 #[tokio::test]
 async fn map_items_spread_over_three_workers() -> anyhow::Result<()> {
-    let mut cluster = TestCluster::start()?;
-    for name in ["a", "b", "c"] {
-        cluster.add_test_worker(name, 2, None)?;
-    }
-    cluster.wait_for_workers(&["a", "b", "c"]).await?;
+    let cluster = TestCluster::with_test_workers(&["a", "b", "c"], 2).await?;
     let client = cluster.client().await?;
     let run = client
         .submit_graph(&doubling_map(30, 40, 6), &json!({}))
@@ -117,11 +113,7 @@ async fn map_items_spread_over_three_workers() -> anyhow::Result<()> {
 
 #[tokio::test]
 async fn killing_a_worker_mid_map_loses_and_duplicates_nothing() -> anyhow::Result<()> {
-    let mut cluster = TestCluster::start()?;
-    for name in ["a", "b", "c"] {
-        cluster.add_test_worker(name, 2, None)?;
-    }
-    cluster.wait_for_workers(&["a", "b", "c"]).await?;
+    let mut cluster = TestCluster::with_test_workers(&["a", "b", "c"], 2).await?;
     let client = cluster.client().await?;
     let run = client
         .submit_graph(&doubling_map(40, 150, 6), &json!({}))
