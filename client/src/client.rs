@@ -215,18 +215,24 @@ impl Client {
 
     /// A run's current status and state.
     pub async fn get(&self, run_id: &str) -> Result<RunInfo, ClientError> {
-        let info = self
-            .runs
-            .clone()
-            .get_run(pb::GetRunRequest {
-                run_id: run_id.to_owned(),
-            })
-            .await?
-            .into_inner();
-        run_info(info)
+        self.fetch(run_id, false).await
     }
 
-    /// Every run, newest first.
+    /// A run's status without its state (`state` is `null`): cheap to poll
+    /// however large the state is.
+    pub async fn status(&self, run_id: &str) -> Result<RunInfo, ClientError> {
+        self.fetch(run_id, true).await
+    }
+
+    async fn fetch(&self, run_id: &str, omit_state: bool) -> Result<RunInfo, ClientError> {
+        let request = pb::GetRunRequest {
+            run_id: run_id.to_owned(),
+            omit_state,
+        };
+        run_info(self.runs.clone().get_run(request).await?.into_inner())
+    }
+
+    /// Every run, newest first, without their states.
     pub async fn list(&self) -> Result<Vec<RunInfo>, ClientError> {
         let runs = self
             .runs
@@ -268,9 +274,9 @@ impl Client {
     /// Waits until the run has ended or waits for a human.
     pub async fn wait(&self, run_id: &str) -> Result<RunInfo, ClientError> {
         loop {
-            let info = self.get(run_id).await?;
+            let info = self.status(run_id).await?;
             if info.status.is_terminal() || info.status == RunStatus::Waiting {
-                return Ok(info);
+                return self.get(run_id).await;
             }
             let mut events = self.watch(run_id, info.event_count).await?;
             while let Some(event) = events.next().await {
@@ -349,8 +355,12 @@ fn run_info(info: pb::RunInfo) -> Result<RunInfo, ClientError> {
         pb::RunStatus::Failed => RunStatus::Failed,
         pb::RunStatus::Cancelled => RunStatus::Cancelled,
     };
-    let state = serde_json::from_str(&info.state_json)
-        .map_err(|e| ClientError::Decode(format!("the run's state: {e}")))?;
+    let state = if info.state_json.is_empty() {
+        Value::Null
+    } else {
+        serde_json::from_str(&info.state_json)
+            .map_err(|e| ClientError::Decode(format!("the run's state: {e}")))?
+    };
     Ok(RunInfo {
         run_id: info.run_id,
         graph_name: info.graph_name,

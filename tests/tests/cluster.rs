@@ -209,7 +209,12 @@ async fn unhosted_handler_waits_until_a_worker_hosts_it() -> anyhow::Result<()> 
             .is_ok_and(|m| m.contains("weft_tasks_unhosted 1"))
     })
     .await?;
-    assert_eq!(client.get(&run.run_id).await?.status, RunStatus::Running);
+    let polled = client.status(&run.run_id).await?;
+    assert_eq!(polled.status, RunStatus::Running);
+    assert!(
+        polled.state.is_null(),
+        "status polling leaves the state out"
+    );
     cluster.add_test_worker("latecomer", 1, Some("late"))?;
     let done = tokio::time::timeout(PATIENCE, client.wait(&run.run_id)).await??;
     assert_eq!(done.status, RunStatus::Completed);

@@ -142,3 +142,36 @@ async fn workers_reconnect_when_the_coordinator_comes_back() -> anyhow::Result<(
     assert_eq!(done.state["counter"], json!(42));
     Ok(())
 }
+
+#[tokio::test]
+async fn worker_hosted_reducers_merge_over_grpc_and_unhosted_ones_are_warned_about()
+-> anyhow::Result<()> {
+    let mut cluster = TestCluster::start()?;
+    cluster.add_worker("plain", 2)?;
+    cluster.wait_for_workers(&["plain"]).await?;
+    let client = cluster.client().await?;
+    let graph = GraphBuilder::new("longest")
+        .field_with_reducer("best", "string", "", "fn:longest")
+        .node(
+            "short",
+            NodeBuilder::script(&["python3", "-c", "print('{\"best\": \"ab\"}')"]).start(),
+        )
+        .node(
+            "long",
+            NodeBuilder::script(&["python3", "-c", "print('{\"best\": \"abcd\"}')"]).start(),
+        );
+    let run = client.submit_graph(&graph, &json!({})).await?;
+    assert!(
+        run.warnings
+            .iter()
+            .any(|w| w.contains("fn:longest (reducer of field 'best') is not hosted")),
+        "{:?}",
+        run.warnings
+    );
+    // The merge waits for a worker that hosts the reducer, then uses it.
+    cluster.add_test_worker("reducer", 1, Some("none"))?;
+    let done = tokio::time::timeout(PATIENCE, client.wait(&run.run_id)).await??;
+    assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error);
+    assert_eq!(done.state["best"], json!("abcd"));
+    Ok(())
+}

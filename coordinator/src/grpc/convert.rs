@@ -27,12 +27,17 @@ pub fn status(status: RunStatus) -> pb::RunStatus {
     }
 }
 
-pub fn run_info(view: RunView) -> pb::RunInfo {
+/// A run's info; `with_state: false` leaves the (possibly large) state out.
+pub fn run_info(view: RunView, with_state: bool) -> pb::RunInfo {
     pb::RunInfo {
         run_id: view.id.to_string(),
         graph_name: view.graph_name,
         status: status(view.status) as i32,
-        state_json: serde_json::to_string(&*view.state).unwrap_or_else(|_| "{}".into()),
+        state_json: if with_state {
+            serde_json::to_string(&*view.state).unwrap_or_else(|_| "{}".into())
+        } else {
+            String::new()
+        },
         error: view.error.map(|error| pb::RunError {
             kind: error.kind().to_owned(),
             node: error.node().unwrap_or_default().to_owned(),

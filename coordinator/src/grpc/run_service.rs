@@ -67,8 +67,9 @@ impl RunService for RunApi {
         &self,
         request: Request<pb::GetRunRequest>,
     ) -> Result<Response<pb::RunInfo>, Status> {
-        let view = self.run(&request.into_inner().run_id)?.get().await?;
-        Ok(Response::new(convert::run_info(view)))
+        let request = request.into_inner();
+        let view = self.run(&request.run_id)?.get().await?;
+        Ok(Response::new(convert::run_info(view, !request.omit_state)))
     }
 
     async fn list_runs(
@@ -77,7 +78,7 @@ impl RunService for RunApi {
     ) -> Result<Response<pb::ListRunsResponse>, Status> {
         let mut runs = Vec::new();
         for handle in self.runs.list() {
-            runs.push(convert::run_info(handle.get().await?));
+            runs.push(convert::run_info(handle.get().await?, false));
         }
         Ok(Response::new(pb::ListRunsResponse { runs }))
     }
@@ -148,7 +149,7 @@ impl RunService for RunApi {
             .run(&request.run_id)?
             .resume(request.node, HumanAnswer { value, comment })
             .await?;
-        Ok(Response::new(convert::run_info(view)))
+        Ok(Response::new(convert::run_info(view, true)))
     }
 
     async fn cancel(
@@ -156,7 +157,7 @@ impl RunService for RunApi {
         request: Request<pb::CancelRequest>,
     ) -> Result<Response<pb::RunInfo>, Status> {
         let view = self.run(&request.into_inner().run_id)?.cancel().await?;
-        Ok(Response::new(convert::run_info(view)))
+        Ok(Response::new(convert::run_info(view, true)))
     }
 
     async fn retry(
@@ -164,7 +165,7 @@ impl RunService for RunApi {
         request: Request<pb::RetryRequest>,
     ) -> Result<Response<pb::RunInfo>, Status> {
         let view = self.run(&request.into_inner().run_id)?.retry().await?;
-        Ok(Response::new(convert::run_info(view)))
+        Ok(Response::new(convert::run_info(view, true)))
     }
 }
 
