@@ -262,3 +262,55 @@ fn watch_shows_waves_nodes_and_skips() {
         );
     }
 }
+
+#[tokio::test]
+async fn retry_reruns_the_failed_wave_and_runs_lists_the_run() -> anyhow::Result<()> {
+    let mut cluster = TestCluster::start()?;
+    cluster.add_worker("w", 1)?;
+    cluster.wait_for_workers(&["w"]).await?;
+    let marker = std::env::temp_dir().join(format!("weft-retry-{}", std::process::id()));
+    std::fs::remove_file(&marker).ok();
+    let dir = std::env::temp_dir().join(format!("weft-cli-retry-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let graph = dir.join("flaky.yaml");
+    // Fails until the marker exists; the first attempt creates it.
+    std::fs::write(
+        &graph,
+        format!(
+            "nodes:\n  first:\n    kind: script\n    start: true\n    next: flaky\n    run: [python3, -c, \"print('{{\\\"first\\\": 1}}')\"]\n  flaky:\n    kind: script\n    run: [python3, -c, \"import os, sys; p = sys.argv[1]; ok = os.path.exists(p); open(p, 'w').close(); print('{{\\\"flaky\\\": \\\"fixed\\\"}}') if ok else sys.exit(5)\", {}]\n",
+            marker.display()
+        ),
+    )?;
+    let out = weft(Some(&cluster), &["run", graph.to_str().unwrap(), "--json"]);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let failed = json_of(&out);
+    assert_eq!(failed["error"]["node"], "flaky");
+    let run_id = failed["run_id"].as_str().unwrap().to_owned();
+
+    let out = weft(Some(&cluster), &["retry", &run_id]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let done = cluster.client().await?.wait(&run_id).await?;
+    assert_eq!(done.state["first"], 1);
+    assert_eq!(done.state["flaky"], "fixed");
+
+    let out = weft(Some(&cluster), &["runs"]);
+    assert_eq!(out.status.code(), Some(0));
+    let listing = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        listing.contains(&run_id) && listing.contains("completed"),
+        "{listing}"
+    );
+    std::fs::remove_dir_all(dir).ok();
+    std::fs::remove_file(marker).ok();
+    Ok(())
+}
