@@ -15,28 +15,8 @@ use crate::bundle::{BundleError, GraphBundle};
 
 const MAX_MESSAGE_BYTES: usize = 256 << 20;
 
-/// A run's status.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum RunStatus {
-    /// Tasks are running.
-    Running,
-    /// Waiting for a human.
-    Waiting,
-    /// Ended normally.
-    Completed,
-    /// Ended by an error.
-    Failed,
-    /// Stopped by a request.
-    Cancelled,
-}
-
-impl RunStatus {
-    /// Reports whether the run has ended.
-    pub fn is_terminal(self) -> bool {
-        matches!(self, Self::Completed | Self::Failed | Self::Cancelled)
-    }
-}
+/// A run's status (the coordinator's own vocabulary).
+pub use weft_coordinator::run::RunStatus;
 
 /// How a run failed.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

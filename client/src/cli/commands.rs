@@ -167,10 +167,7 @@ pub async fn runs(coordinator: Option<String>) -> u8 {
     match client.list().await {
         Ok(runs) => {
             for run in runs {
-                let status = serde_json::to_value(run.status)
-                    .ok()
-                    .and_then(|v| v.as_str().map(str::to_owned))
-                    .unwrap_or_default();
+                let status = run.status.name();
                 println!("{}  {:<9}  {}", run.run_id, status, run.graph_name);
             }
             exit::OK

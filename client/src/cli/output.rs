@@ -11,10 +11,7 @@ use super::exit;
 pub fn json_object(info: &RunInfo) -> Value {
     let mut object = Map::new();
     object.insert("run_id".into(), Value::from(info.run_id.clone()));
-    object.insert(
-        "status".into(),
-        serde_json::to_value(info.status).unwrap_or(Value::Null),
-    );
+    object.insert("status".into(), Value::from(info.status.name()));
     object.insert("state".into(), info.state.clone());
     if let Some(error) = &info.error {
         object.insert(
@@ -36,10 +33,7 @@ pub fn show(info: &RunInfo, json: bool) -> u8 {
     if json {
         println!("{}", json_object(info));
     } else {
-        let status = serde_json::to_value(info.status)
-            .ok()
-            .and_then(|v| v.as_str().map(str::to_owned))
-            .unwrap_or_default();
+        let status = info.status.name();
         match &info.error {
             Some(error) => eprintln!(
                 "run {} {status}: {}: {}",

@@ -96,12 +96,7 @@ impl RunHandle {
 
     /// The run's current view.
     pub async fn get(&self) -> Result<RunView, RunRequestError> {
-        let (reply, answer) = oneshot::channel();
-        self.tx
-            .send(Command::Get(reply))
-            .await
-            .map_err(|_| RunRequestError::ShuttingDown)?;
-        answer.await.map_err(|_| RunRequestError::ShuttingDown)
+        self.request(Command::Get).await
     }
 
     /// Events from position `from`, and a receiver for the ones to come.
@@ -109,12 +104,7 @@ impl RunHandle {
         &self,
         from: u64,
     ) -> Result<(Vec<StoredEvent>, broadcast::Receiver<StoredEvent>), RunRequestError> {
-        let (reply, answer) = oneshot::channel();
-        self.tx
-            .send(Command::Watch { from, reply })
-            .await
-            .map_err(|_| RunRequestError::ShuttingDown)?;
-        answer.await.map_err(|_| RunRequestError::ShuttingDown)
+        self.request(|reply| Command::Watch { from, reply }).await
     }
 
     /// Answers a waiting node.
@@ -137,12 +127,23 @@ impl RunHandle {
     }
 
     async fn act(&self, input: Input) -> Result<RunView, RunRequestError> {
+        Ok(self
+            .request(|reply| Command::Act { input, reply })
+            .await??)
+    }
+
+    /// Sends a command carrying a reply channel and waits for the reply; a
+    /// closed channel means the actor is gone.
+    async fn request<T>(
+        &self,
+        command: impl FnOnce(oneshot::Sender<T>) -> Command,
+    ) -> Result<T, RunRequestError> {
         let (reply, answer) = oneshot::channel();
         self.tx
-            .send(Command::Act { input, reply })
+            .send(command(reply))
             .await
             .map_err(|_| RunRequestError::ShuttingDown)?;
-        Ok(answer.await.map_err(|_| RunRequestError::ShuttingDown)??)
+        answer.await.map_err(|_| RunRequestError::ShuttingDown)
     }
 }
 
@@ -219,9 +220,9 @@ impl RunActor {
             return;
         }
         if let Some(from) = from {
-            metrics::gauge!(crate::metrics::RUNS, "status" => status_label(from)).decrement(1.0);
+            metrics::gauge!(crate::metrics::RUNS, "status" => from.name()).decrement(1.0);
         }
-        metrics::gauge!(crate::metrics::RUNS, "status" => status_label(to)).increment(1.0);
+        metrics::gauge!(crate::metrics::RUNS, "status" => to.name()).increment(1.0);
     }
 
     async fn run(
@@ -533,16 +534,6 @@ fn worker_configs(plan: &RunPlan) -> Vec<WorkerConfig> {
             ))
         })
         .collect()
-}
-
-fn status_label(status: RunStatus) -> &'static str {
-    match status {
-        RunStatus::Running => "running",
-        RunStatus::Waiting => "waiting",
-        RunStatus::Completed => "completed",
-        RunStatus::Failed => "failed",
-        RunStatus::Cancelled => "cancelled",
-    }
 }
 
 fn now_ms() -> i64 {
