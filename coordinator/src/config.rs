@@ -21,6 +21,14 @@ pub struct CoordinatorConfig {
     pub heartbeat_interval: Duration,
     /// Silence after which a worker is declared lost.
     pub worker_timeout: Duration,
+    /// Time past a task's own timeout after which the coordinator fails the
+    /// attempt itself and cancels it on its worker.
+    pub task_grace: Duration,
+    /// How long a worker-hosted function (`fn:NAME`) may take.
+    pub call_timeout: Duration,
+    /// How many workers one task may lose (each dying or vanishing while
+    /// it ran) before the task fails with `worker_lost`.
+    pub max_task_losses: u32,
     /// Largest graph bundle accepted, in bytes.
     pub max_bundle_bytes: usize,
     /// Largest run input accepted, in bytes.
@@ -35,6 +43,9 @@ impl Default for CoordinatorConfig {
             data_dir: PathBuf::from("weft-data"),
             heartbeat_interval: Duration::from_secs(2),
             worker_timeout: Duration::from_secs(10),
+            task_grace: Duration::from_secs(10),
+            call_timeout: Duration::from_secs(30),
+            max_task_losses: 3,
             max_bundle_bytes: 64 << 20,
             max_input_bytes: 16 << 20,
         }
@@ -50,6 +61,9 @@ struct Layer {
     data_dir: Option<PathBuf>,
     heartbeat_interval_ms: Option<u64>,
     worker_timeout_ms: Option<u64>,
+    task_grace_ms: Option<u64>,
+    call_timeout_ms: Option<u64>,
+    max_task_losses: Option<u32>,
     max_bundle_bytes: Option<usize>,
     max_input_bytes: Option<usize>,
 }
@@ -97,7 +111,9 @@ pub struct Overrides {
 impl CoordinatorConfig {
     /// Builds the configuration from a TOML file (optional), environment
     /// variables (`WEFT_LISTEN`, `WEFT_METRICS_LISTEN`, `WEFT_DATA_DIR`,
-    /// `WEFT_HEARTBEAT_INTERVAL_MS`, `WEFT_WORKER_TIMEOUT_MS`) and flags.
+    /// `WEFT_HEARTBEAT_INTERVAL_MS`, `WEFT_WORKER_TIMEOUT_MS`,
+    /// `WEFT_TASK_GRACE_MS`, `WEFT_CALL_TIMEOUT_MS`, `WEFT_MAX_TASK_LOSSES`)
+    /// and flags.
     pub fn load(
         file: Option<&std::path::Path>,
         env: impl Fn(&str) -> Option<String>,
@@ -134,6 +150,10 @@ impl CoordinatorConfig {
             data_dir: env("WEFT_DATA_DIR").map(PathBuf::from),
             heartbeat_interval_ms: number("WEFT_HEARTBEAT_INTERVAL_MS")?,
             worker_timeout_ms: number("WEFT_WORKER_TIMEOUT_MS")?,
+            task_grace_ms: number("WEFT_TASK_GRACE_MS")?,
+            call_timeout_ms: number("WEFT_CALL_TIMEOUT_MS")?,
+            max_task_losses: number("WEFT_MAX_TASK_LOSSES")?
+                .map(|n| u32::try_from(n).unwrap_or(u32::MAX)),
             ..Layer::default()
         })?;
         config.apply(Layer {
@@ -168,6 +188,15 @@ impl CoordinatorConfig {
         if let Some(ms) = layer.worker_timeout_ms {
             self.worker_timeout = Duration::from_millis(ms);
         }
+        if let Some(ms) = layer.task_grace_ms {
+            self.task_grace = Duration::from_millis(ms);
+        }
+        if let Some(ms) = layer.call_timeout_ms {
+            self.call_timeout = Duration::from_millis(ms);
+        }
+        if let Some(count) = layer.max_task_losses {
+            self.max_task_losses = count;
+        }
         if let Some(bytes) = layer.max_bundle_bytes {
             self.max_bundle_bytes = bytes;
         }
@@ -190,6 +219,12 @@ impl CoordinatorConfig {
                 "worker_timeout_ms",
                 "must be longer than heartbeat_interval_ms",
             ));
+        }
+        if self.max_task_losses == 0 {
+            return Err(invalid("max_task_losses", "must be at least 1"));
+        }
+        if self.call_timeout.is_zero() {
+            return Err(invalid("call_timeout_ms", "must be at least 1"));
         }
         if self.max_bundle_bytes == 0 || self.max_input_bytes == 0 {
             return Err(invalid("max_bundle_bytes", "limits must be above zero"));

@@ -6,6 +6,7 @@ use std::sync::{Arc, RwLock};
 
 use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use crate::bundle::{BlobStore, Bundle, BundleError};
 use crate::dispatch::{BlobRef, DispatcherHandle, Requirement, TaskLauncher};
@@ -38,6 +39,7 @@ pub struct Runs {
     dispatcher: DispatcherHandle,
     blobs: BlobStore,
     shutdown: CancellationToken,
+    tracker: TaskTracker,
     max_input_bytes: usize,
 }
 
@@ -53,6 +55,7 @@ impl Runs {
         dispatcher: DispatcherHandle,
         blobs: BlobStore,
         shutdown: CancellationToken,
+        tracker: TaskTracker,
         max_input_bytes: usize,
     ) -> Self {
         Self {
@@ -60,6 +63,7 @@ impl Runs {
             dispatcher,
             blobs,
             shutdown,
+            tracker,
             max_input_bytes,
         }
     }
@@ -105,6 +109,7 @@ impl Runs {
             bundle: Arc::new(refs),
             launcher,
             shutdown: self.shutdown.child_token(),
+            tracker: self.tracker.clone(),
         });
         metrics::counter!(crate::metrics::RUNS_SUBMITTED).increment(1);
         let mut inner = self.inner.write().unwrap_or_else(|e| e.into_inner());
@@ -142,7 +147,10 @@ impl Runs {
                 NodeKind::Agent(_) => Requirement::Kind("agent".into()),
                 _ => continue,
             };
-            if !workers.iter().any(|w| requirement.hosted_by(&w.info)) {
+            if !workers
+                .iter()
+                .any(|w| !w.draining && requirement.hosted_by(&w.info))
+            {
                 warnings.push(format!(
                     "warning: node '{}' needs {requirement}, which no connected worker hosts yet; it will wait for one",
                     node.id

@@ -1,22 +1,26 @@
 //! Assembling a coordinator: dispatcher, runs, blob store and the gRPC
-//! services on one listener, all stopped by one cancellation token.
+//! services on one listener, all stopped by one cancellation token; every
+//! task they spawn is tracked, and `serve` returns once they have stopped.
 
 use std::time::Duration;
 
 use tokio::net::TcpListener;
 use tokio_stream::wrappers::TcpListenerStream;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 use weft_proto::v1::run_service_server::RunServiceServer;
 use weft_proto::v1::worker_service_server::WorkerServiceServer;
 
 use crate::bundle::BlobStore;
 use crate::config::CoordinatorConfig;
-use crate::dispatch::spawn_dispatcher;
+use crate::dispatch::{DispatcherConfig, Limits, spawn_dispatcher};
 use crate::grpc::{RunApi, WorkerApi};
 use crate::runs::Runs;
 
 /// Largest gRPC message accepted (bundles and states travel whole).
-const MAX_MESSAGE_BYTES: usize = 256 << 20;
+pub const MAX_MESSAGE_BYTES: usize = 256 << 20;
+/// How long `serve` waits for its tasks to stop after the server has.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Why the coordinator stopped with an error.
 #[derive(Debug, thiserror::Error)]
@@ -47,29 +51,58 @@ pub async fn serve(
     shutdown: CancellationToken,
 ) -> Result<(), ServeError> {
     let blobs = BlobStore::default();
+    let tracker = TaskTracker::new();
     let dispatcher = spawn_dispatcher(
-        config.heartbeat_interval,
-        config.worker_timeout,
+        DispatcherConfig {
+            heartbeat_interval: config.heartbeat_interval,
+            limits: Limits {
+                worker_timeout: config.worker_timeout,
+                grace: config.task_grace,
+                max_losses: config.max_task_losses,
+                jam_timeout: config.worker_timeout,
+            },
+            call_timeout: config.call_timeout,
+        },
         shutdown.child_token(),
+        &tracker,
     );
     let runs = Runs::new(
         dispatcher.clone(),
         blobs.clone(),
         shutdown.child_token(),
+        tracker.clone(),
         config.max_input_bytes,
     );
     let run_api = RunServiceServer::new(RunApi::new(runs, config.max_bundle_bytes))
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES);
-    let worker_api =
-        WorkerServiceServer::new(WorkerApi::new(dispatcher, blobs, config.heartbeat_interval))
-            .max_decoding_message_size(MAX_MESSAGE_BYTES)
-            .max_encoding_message_size(MAX_MESSAGE_BYTES);
-    tonic::transport::Server::builder()
+    let worker_api = WorkerServiceServer::new(WorkerApi::new(
+        dispatcher,
+        blobs,
+        config.heartbeat_interval,
+        tracker.clone(),
+    ))
+    .max_decoding_message_size(MAX_MESSAGE_BYTES)
+    .max_encoding_message_size(MAX_MESSAGE_BYTES);
+    let served = tonic::transport::Server::builder()
         .http2_keepalive_interval(Some(Duration::from_secs(20)))
         .add_service(run_api)
         .add_service(worker_api)
-        .serve_with_incoming_shutdown(incoming(listener), shutdown.cancelled_owned())
-        .await?;
+        .serve_with_incoming_shutdown(incoming(listener), shutdown.clone().cancelled_owned())
+        .await;
+    // The server may also stop on its own (a transport error): stop the
+    // rest, then wait for it.
+    shutdown.cancel();
+    tracker.close();
+    if tokio::time::timeout(DRAIN_TIMEOUT, tracker.wait())
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            left = tracker.len(),
+            "some coordinator tasks did not stop in time"
+        );
+    }
+    served?;
     Ok(())
 }

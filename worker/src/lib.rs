@@ -28,9 +28,11 @@
 #![warn(missing_docs)]
 
 mod blobs;
+mod execute;
 mod handler;
 mod runtime;
 mod script;
+mod state_sync;
 mod task;
 
 use std::future::Future;

@@ -7,11 +7,11 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde_json::Value;
-use tokio::sync::mpsc;
+use tokio::sync::{Semaphore, mpsc};
 use tokio::time::Instant;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 use tonic::transport::{Channel, Endpoint};
 use tracing::{debug, info, warn};
 use weft_proto::PROTOCOL_VERSION;
@@ -19,14 +19,20 @@ use weft_proto::v1 as pb;
 use weft_proto::v1::worker_service_client::WorkerServiceClient;
 
 use crate::blobs::BlobCache;
-use crate::handler::{Registry, TaskContext};
+use crate::execute::{call_function, execute, task_result};
+use crate::handler::Registry;
 use crate::script::ScriptRunner;
-use crate::task::{BlobFile, Failure, Task};
+use crate::state_sync::StateCache;
+use crate::task::Failure;
 
 /// Largest gRPC message accepted.
 const MAX_MESSAGE_BYTES: usize = 256 << 20;
 const FIRST_BACKOFF: Duration = Duration::from_millis(100);
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
+/// The work directory's folder of per-attempt scratch directories.
+const SCRATCH: &str = "scratch";
+/// How long a stopping worker waits for its tasks to wind down.
+const STOP_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How a worker is set up.
 #[derive(Debug, Clone)]
@@ -85,23 +91,45 @@ pub async fn run(
         })?
         .connect_timeout(Duration::from_secs(5))
         .tcp_nodelay(true);
-    let registry = Arc::new(registry);
+    // Scratch left by an earlier worker that died is nobody's.
+    let scratch = config.work_dir.join(SCRATCH);
+    let _ = tokio::fs::remove_dir_all(&scratch).await;
+    let tracker = TaskTracker::new();
+    let ended =
+        connect_and_serve(&config, &endpoint, Arc::new(registry), &shutdown, &tracker).await;
+    tracker.close();
+    if tokio::time::timeout(STOP_TIMEOUT, tracker.wait())
+        .await
+        .is_err()
+    {
+        warn!(worker = %config.name, left = tracker.len(), "some tasks did not stop in time");
+    }
+    let _ = tokio::fs::remove_dir_all(&scratch).await;
+    ended
+}
+
+/// Sessions with the coordinator, one after another, until shutdown.
+async fn connect_and_serve(
+    config: &WorkerConfig,
+    endpoint: &Endpoint,
+    registry: Arc<Registry>,
+    shutdown: &CancellationToken,
+    tracker: &TaskTracker,
+) -> Result<(), WorkerError> {
     let mut backoff = FIRST_BACKOFF;
     loop {
         if shutdown.is_cancelled() {
             return Ok(());
         }
         let started = Instant::now();
-        match session(&config, &endpoint, &registry, &shutdown).await {
-            Ok(SessionEnd::Drained) => return Ok(()),
-            Ok(SessionEnd::Lost(why)) => {
+        match session(config, endpoint, &registry, shutdown, tracker).await? {
+            SessionEnd::Drained => return Ok(()),
+            SessionEnd::Lost(why) => {
                 warn!(worker = %config.name, reason = %why, "lost the coordinator; reconnecting");
                 if started.elapsed() > MAX_BACKOFF {
                     backoff = FIRST_BACKOFF;
                 }
             }
-            Err(error @ WorkerError::Refused(_)) => return Err(error),
-            Err(error) => return Err(error),
         }
         tokio::select! {
             _ = shutdown.cancelled() => return Ok(()),
@@ -116,6 +144,7 @@ async fn session(
     endpoint: &Endpoint,
     registry: &Arc<Registry>,
     shutdown: &CancellationToken,
+    tracker: &TaskTracker,
 ) -> Result<SessionEnd, WorkerError> {
     let channel = match endpoint.connect().await {
         Ok(channel) => channel,
@@ -123,22 +152,7 @@ async fn session(
     };
     let mut client = client(channel);
     let (outbound, rx) = mpsc::channel::<pb::WorkerMessage>(1024);
-    let hello = pb::Hello {
-        protocol_version: PROTOCOL_VERSION,
-        name: config.name.clone(),
-        slots: config.slots,
-        labels: config.labels.iter().cloned().collect(),
-        kinds: if config.scripts {
-            vec!["script".into()]
-        } else {
-            Vec::new()
-        },
-        handlers: registry.handlers.keys().cloned().collect(),
-        functions: registry.functions.keys().cloned().collect(),
-    };
-    let _ = outbound
-        .send(message(pb::worker_message::Body::Hello(hello)))
-        .await;
+    let _ = outbound.send(hello(config, registry)).await;
     let mut inbound = match client.join(ReceiverStream::new(rx)).await {
         Ok(response) => response.into_inner(),
         Err(status)
@@ -162,24 +176,32 @@ async fn session(
         Ok(_) => return Ok(SessionEnd::Lost("the coordinator sent no welcome".into())),
         Err(status) => return Ok(SessionEnd::Lost(status.message().to_owned())),
     };
-    let scripts = ScriptRunner::new(
-        config.work_dir.join("scratch"),
-        BlobCache::new(config.work_dir.join("files"), client.clone()),
-        config.secrets.clone(),
-    );
+    let mut session = Session {
+        registry: registry.clone(),
+        scripts: ScriptRunner::new(
+            config.work_dir.join(SCRATCH),
+            BlobCache::new(config.work_dir.join("files"), client.clone()),
+            config.secrets.clone(),
+        ),
+        // The coordinator never sends more than the slots announced, but a
+        // task it timed out may still be stopping here: its successor waits.
+        slots: Arc::new(Semaphore::new(config.slots as usize)),
+        outbound: outbound.clone(),
+        tracker: tracker.clone(),
+        running: HashMap::new(),
+        cache: StateCache::default(),
+    };
     let (done_tx, mut done_rx) = mpsc::unbounded_channel::<((String, u64), pb::TaskResult)>();
-    let mut running: HashMap<(String, u64), CancellationToken> = HashMap::new();
-    let mut cache = StateCache::default();
     let mut draining = false;
     let mut last_heard = Instant::now();
     let mut ticker = tokio::time::interval(heartbeat);
     loop {
         tokio::select! {
             _ = shutdown.cancelled(), if !draining => {
-                info!(worker = %config.name, in_flight = running.len(), "draining: finishing tasks in flight");
+                info!(worker = %config.name, in_flight = session.running.len(), "draining: finishing tasks in flight");
                 draining = true;
                 let _ = outbound.send(message(pb::worker_message::Body::Drain(pb::Drain {}))).await;
-                if running.is_empty() {
+                if session.running.is_empty() {
                     return Ok(leave(outbound, inbound).await);
                 }
             }
@@ -187,62 +209,134 @@ async fn session(
                 let body = match incoming {
                     Ok(Some(pb::CoordinatorMessage { body: Some(body) })) => body,
                     Ok(Some(_)) => continue,
-                    Ok(None) => return lost(running, "the coordinator closed the stream"),
-                    Err(status) => return lost(running, status.message()),
+                    Ok(None) => return lost(session.running, "the coordinator closed the stream"),
+                    Err(status) => return lost(session.running, status.message()),
                 };
                 last_heard = Instant::now();
-                match body {
-                    pb::coordinator_message::Body::Task(assignment) => {
-                        let mut task = match task(assignment, &mut cache) {
-                            Ok(task) => task,
-                            Err(result) => {
-                                let _ = outbound.send(message(pb::worker_message::Body::Result(result))).await;
-                                continue;
-                            }
-                        };
-                        let id = (task.run_id.clone(), task.key);
-                        let cancel = CancellationToken::new();
-                        running.insert(id.clone(), cancel.clone());
-                        let (registry, scripts, done) = (registry.clone(), scripts.clone(), done_tx.clone());
-                        tokio::spawn(async move {
-                            let result = tokio::select! {
-                                result = execute(&registry, &scripts, &mut task) => result,
-                                _ = cancel.cancelled() => Err(Failure::new("cancelled", "the coordinator cancelled the task")),
-                            };
-                            let _ = done.send((id, task_result(&task, result)));
-                        });
-                    }
-                    pb::coordinator_message::Body::Cancel(cancel) => {
-                        if let Some(token) = running.get(&(cancel.run_id, cancel.task_key)) {
-                            token.cancel();
-                        }
-                    }
-                    pb::coordinator_message::Body::Call(call) => {
-                        let result = call_function(registry, &call);
-                        let _ = outbound.send(message(pb::worker_message::Body::CallResult(result))).await;
-                    }
-                    pb::coordinator_message::Body::Forget(forget) => cache.forget(&forget.run_id),
-                    pb::coordinator_message::Body::Heartbeat(_) | pb::coordinator_message::Body::Welcome(_) => {}
-                }
+                session.handle(body, draining, &done_tx).await;
             }
             Some((id, result)) = done_rx.recv() => {
-                running.remove(&id);
+                session.running.remove(&id);
                 debug!(run = %id.0, key = id.1, "task done");
                 if outbound.send(message(pb::worker_message::Body::Result(result))).await.is_err() {
-                    return lost(running, "the stream to the coordinator closed");
+                    return lost(session.running, "the stream to the coordinator closed");
                 }
-                if draining && running.is_empty() {
+                if draining && session.running.is_empty() {
                     return Ok(leave(outbound, inbound).await);
                 }
             }
             _ = ticker.tick() => {
                 if last_heard.elapsed() > heartbeat * 5 {
-                    return lost(running, "the coordinator stopped sending heartbeats");
+                    return lost(session.running, "the coordinator stopped sending heartbeats");
                 }
                 let beat = pb::Heartbeat { at_unix_ms: 0 };
                 let _ = outbound.send(message(pb::worker_message::Body::Heartbeat(beat))).await;
             }
         }
+    }
+}
+
+fn hello(config: &WorkerConfig, registry: &Registry) -> pb::WorkerMessage {
+    message(pb::worker_message::Body::Hello(pb::Hello {
+        protocol_version: PROTOCOL_VERSION,
+        name: config.name.clone(),
+        slots: config.slots,
+        labels: config.labels.iter().cloned().collect(),
+        kinds: if config.scripts {
+            vec!["script".into()]
+        } else {
+            Vec::new()
+        },
+        handlers: registry.handlers.keys().cloned().collect(),
+        functions: registry.functions.keys().cloned().collect(),
+    }))
+}
+
+/// What one connection to the coordinator runs.
+struct Session {
+    registry: Arc<Registry>,
+    scripts: ScriptRunner,
+    slots: Arc<Semaphore>,
+    outbound: mpsc::Sender<pb::WorkerMessage>,
+    tracker: TaskTracker,
+    /// Tasks started and not yet reported, with their cancellation.
+    running: HashMap<(String, u64), CancellationToken>,
+    cache: StateCache,
+}
+
+type Done = mpsc::UnboundedSender<((String, u64), pb::TaskResult)>;
+
+impl Session {
+    async fn handle(&mut self, body: pb::coordinator_message::Body, draining: bool, done: &Done) {
+        use pb::coordinator_message::Body;
+        match body {
+            Body::Task(assignment) if draining => {
+                // Sent before the coordinator heard we are leaving: hand it
+                // back rather than start what we would not finish.
+                let refused = pb::TaskRefused {
+                    run_id: assignment.run_id,
+                    task_key: assignment.task_key,
+                };
+                let _ = self
+                    .outbound
+                    .send(message(pb::worker_message::Body::Refused(refused)))
+                    .await;
+            }
+            Body::Task(assignment) => self.start(assignment, done).await,
+            Body::Cancel(cancel) => {
+                if let Some(token) = self.running.get(&(cancel.run_id, cancel.task_key)) {
+                    token.cancel();
+                }
+            }
+            Body::Call(call) => {
+                // Off the session loop, so a slow function never delays
+                // heartbeats or results.
+                let (registry, outbound) = (self.registry.clone(), self.outbound.clone());
+                self.tracker.spawn(async move {
+                    let result = call_function(registry, call).await;
+                    let _ = outbound
+                        .send(message(pb::worker_message::Body::CallResult(result)))
+                        .await;
+                });
+            }
+            Body::Forget(forget) => self.cache.forget(&forget.run_id),
+            Body::Heartbeat(_) | Body::Welcome(_) => {}
+        }
+    }
+
+    async fn start(&mut self, assignment: pb::TaskAssignment, done: &Done) {
+        let (run_id, key) = (assignment.run_id.clone(), assignment.task_key);
+        let mut task = match self.cache.task(assignment) {
+            Ok(task) => task,
+            Err(failure) => {
+                let result = task_result(&run_id, key, Err(failure));
+                let _ = self
+                    .outbound
+                    .send(message(pb::worker_message::Body::Result(result)))
+                    .await;
+                return;
+            }
+        };
+        let id = (run_id, key);
+        let cancel = CancellationToken::new();
+        self.running.insert(id.clone(), cancel.clone());
+        let (registry, scripts, slots, done) = (
+            self.registry.clone(),
+            self.scripts.clone(),
+            self.slots.clone(),
+            done.clone(),
+        );
+        self.tracker.spawn(async move {
+            let attempt = async {
+                let _slot = slots.acquire().await;
+                execute(&registry, &scripts, &mut task).await
+            };
+            let result = tokio::select! {
+                result = attempt => result,
+                _ = cancel.cancelled() => Err(Failure::new("cancelled", "the coordinator cancelled the task")),
+            };
+            let _ = done.send((id, task_result(&task.run_id, task.key, result)));
+        });
     }
 }
 
@@ -278,189 +372,4 @@ fn client(channel: Channel) -> WorkerServiceClient<Channel> {
 
 fn message(body: pb::worker_message::Body) -> pb::WorkerMessage {
     pb::WorkerMessage { body: Some(body) }
-}
-
-/// The latest version of each state field of each run, as the coordinator
-/// sent them; it leaves out values this cache already holds.
-#[derive(Default)]
-struct StateCache {
-    runs: HashMap<String, HashMap<String, (u64, Arc<Value>)>>,
-}
-
-impl StateCache {
-    fn forget(&mut self, run_id: &str) {
-        self.runs.remove(run_id);
-    }
-}
-
-/// Builds a task, its state assembled from the message and the cache; a
-/// field the cache should hold but does not fails the task at once.
-fn task(assignment: pb::TaskAssignment, cache: &mut StateCache) -> Result<Task, pb::TaskResult> {
-    let fields = cache.runs.entry(assignment.run_id.clone()).or_default();
-    let mut state = Vec::with_capacity(assignment.state.len());
-    let mut problem = None;
-    for field in assignment.state {
-        if !field.json.is_empty() {
-            match serde_json::from_str::<Value>(&field.json) {
-                Ok(value) => {
-                    let value = Arc::new(value);
-                    state.push((field.name.clone(), value.clone()));
-                    fields.insert(field.name, (field.version, value));
-                }
-                Err(error) => {
-                    problem = Some(format!("field '{}' is not JSON: {error}", field.name))
-                }
-            }
-            continue;
-        }
-        match fields.get(&field.name) {
-            Some((version, value)) if *version == field.version => {
-                state.push((field.name, value.clone()));
-            }
-            _ => {
-                problem = Some(format!(
-                    "field '{}' version {} is not in this worker's cache",
-                    field.name, field.version
-                ))
-            }
-        }
-    }
-    if let Some(message) = problem {
-        let error = pb::TaskError {
-            kind: "state_cache_miss".into(),
-            message,
-        };
-        return Err(pb::TaskResult {
-            run_id: assignment.run_id,
-            task_key: assignment.task_key,
-            outcome: Some(pb::task_result::Outcome::Error(error)),
-        });
-    }
-    Ok(Task {
-        run_id: assignment.run_id,
-        key: assignment.task_key,
-        node: assignment.node,
-        attempt: assignment.attempt,
-        kind: assignment.kind,
-        config_json: assignment.config_json,
-        state,
-        scope_json: assignment.scope_json,
-        item: assignment.item.map(|item| item.index),
-        timeout: Duration::from_millis(assignment.timeout_ms.max(1)),
-        bundle: assignment
-            .bundle
-            .into_iter()
-            .map(|b| BlobFile {
-                path: b.path,
-                sha256: b.sha256,
-                mode: b.mode,
-            })
-            .collect(),
-    })
-}
-
-/// Runs one attempt of a handler or script.
-async fn execute(
-    registry: &Arc<Registry>,
-    scripts: &ScriptRunner,
-    task: &mut Task,
-) -> Result<Value, Failure> {
-    match task.kind.as_str() {
-        "script" => scripts.run(task).await,
-        "task" => {
-            let config: Value = serde_json::from_str(&task.config_json)
-                .map_err(|e| Failure::new("invalid_task", format!("task configuration: {e}")))?;
-            let name = config
-                .get("handler")
-                .and_then(Value::as_str)
-                .unwrap_or_default()
-                .to_owned();
-            let handler = registry.handlers.get(&name).cloned().ok_or_else(|| {
-                Failure::new(
-                    "unknown_handler",
-                    format!("this worker has no handler '{name}'"),
-                )
-            })?;
-            let state = std::mem::take(&mut task.state);
-            let scope = match serde_json::from_str::<Value>(&task.scope_json) {
-                Ok(Value::Object(map)) => map,
-                _ => Default::default(),
-            };
-            let context = TaskContext {
-                run_id: task.run_id.clone(),
-                node: task.node.clone(),
-                attempt: task.attempt,
-                item: task.item,
-                scope,
-            };
-            // A panicking handler fails its attempt, not the worker.
-            let future = handler(&state, context)
-                .map_err(|message| Failure::new("handler_error", message))?;
-            drop(state);
-            let call = tokio::spawn(future);
-            match tokio::time::timeout(task.timeout, call).await {
-                Ok(Ok(result)) => result.map_err(|message| Failure::new("handler_error", message)),
-                Ok(Err(join)) if join.is_panic() => Err(Failure::new(
-                    "handler_panicked",
-                    format!("handler '{name}' panicked: {}", panic_text(join)),
-                )),
-                Ok(Err(join)) => Err(Failure::new("handler_error", join.to_string())),
-                Err(_) => Err(Failure::new(
-                    "timeout",
-                    format!("handler '{name}' timed out after {:?}", task.timeout),
-                )),
-            }
-        }
-        other => Err(Failure::new(
-            "unsupported_kind",
-            format!("this worker cannot run kind '{other}'"),
-        )),
-    }
-}
-
-fn panic_text(join: tokio::task::JoinError) -> String {
-    let payload = join.into_panic();
-    payload
-        .downcast_ref::<&str>()
-        .map(|s| (*s).to_owned())
-        .or_else(|| payload.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "(no message)".to_owned())
-}
-
-fn task_result(task: &Task, result: Result<Value, Failure>) -> pb::TaskResult {
-    let outcome = match result {
-        Ok(value) => pb::task_result::Outcome::Output(pb::TaskOutput {
-            json: value.to_string(),
-            output_json: String::new(),
-        }),
-        Err(failure) => pb::task_result::Outcome::Error(pb::TaskError {
-            kind: failure.kind,
-            message: failure.message,
-        }),
-    };
-    pb::TaskResult {
-        run_id: task.run_id.clone(),
-        task_key: task.key,
-        outcome: Some(outcome),
-    }
-}
-
-fn call_function(registry: &Registry, call: &pb::FunctionCall) -> pb::CallResult {
-    let outcome = match registry.functions.get(&call.name) {
-        None => {
-            pb::call_result::Outcome::Error(format!("this worker has no function '{}'", call.name))
-        }
-        Some(function) => match serde_json::from_str::<Vec<Value>>(&call.args_json) {
-            Err(error) => pb::call_result::Outcome::Error(format!("bad arguments: {error}")),
-            Ok(args) => match function(args) {
-                Ok(value) => pb::call_result::Outcome::ValueJson(value.to_string()),
-                Err(error) => pb::call_result::Outcome::Error(error),
-            },
-        },
-    };
-    pb::CallResult {
-        call_id: call.call_id,
-        run_id: call.run_id.clone(),
-        outcome: Some(outcome),
-    }
 }

@@ -1,17 +1,19 @@
 //! Dispatch: which worker runs which task.
 //!
-//! One dispatcher actor owns the worker registry: each worker's hosted kinds,
-//! handlers and functions, its slots and what it has in flight, and when it
-//! was last heard from. Tasks go only to workers that host what they need,
-//! never beyond a worker's free slots, least loaded first; a task nobody
-//! hosts waits (and its run is told) until a worker that hosts it joins. One
-//! reaper turns silence into a lost worker, whose tasks are dispatched again;
-//! a late result from a lost worker is ignored.
+//! The rules live in [`registry`], a pure core with no channels, metrics or
+//! clock: the workers (what they host, slots, load, draining, jams,
+//! liveness) and the jobs (queued or running, their deadlines and the
+//! workers they lost). The dispatcher actor ([`dispatcher`]) is a thin loop
+//! that feeds it commands and carries out its decisions; [`state_sync`]
+//! mirrors each worker's cache of state fields so a task carries only the
+//! values its worker lacks.
 //!
 //! Runs reach the dispatcher through the [`TaskLauncher`] trait, so the run
 //! actor can be driven by a virtual launcher in tests.
 
 mod dispatcher;
+pub mod registry;
+pub mod state_sync;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -19,7 +21,10 @@ use std::time::Duration;
 use serde_json::Value;
 use tokio::sync::mpsc;
 
-pub use dispatcher::{DispatcherHandle, WorkerSnapshot, spawn_dispatcher};
+pub use dispatcher::{
+    DispatcherConfig, DispatcherHandle, ShuttingDown, WorkerLink, spawn_dispatcher,
+};
+pub use registry::{Limits, WorkerStatus};
 
 use crate::run::{ItemRef, TaskFailure, TaskKey};
 
@@ -50,6 +55,8 @@ pub enum Requirement {
     Kind(String),
     /// A registered handler (`kind: task`).
     Handler(String),
+    /// A registered function (`fn:NAME`), called without taking a slot.
+    Function(String),
 }
 
 impl Requirement {
@@ -58,7 +65,14 @@ impl Requirement {
         match self {
             Self::Kind(kind) => info.kinds.iter().any(|k| k == kind),
             Self::Handler(name) => info.handlers.iter().any(|h| h == name),
+            Self::Function(name) => info.functions.iter().any(|f| f == name),
         }
+    }
+
+    /// Whether a job with this requirement takes one of the worker's slots
+    /// (tasks do; function calls are short and do not).
+    pub fn takes_slot(&self) -> bool {
+        !matches!(self, Self::Function(_))
     }
 }
 
@@ -67,6 +81,7 @@ impl std::fmt::Display for Requirement {
         match self {
             Self::Kind(kind) => write!(f, "kind '{kind}'"),
             Self::Handler(name) => write!(f, "handler '{name}'"),
+            Self::Function(name) => write!(f, "function '{name}'"),
         }
     }
 }
@@ -133,6 +148,8 @@ pub struct FunctionCall {
     pub name: String,
     /// Its arguments.
     pub args: Vec<Value>,
+    /// How long the worker may take (set by the dispatcher).
+    pub timeout: Duration,
 }
 
 /// What a task attempt came to, as a worker reports it.
@@ -235,4 +252,11 @@ pub enum FromWorker {
     Heartbeat,
     /// Send me no more tasks; I finish what I hold, then leave.
     Draining,
+    /// I am leaving and did not start this task: give it to another worker.
+    Refused {
+        /// The run.
+        run_id: String,
+        /// The task.
+        key: TaskKey,
+    },
 }

@@ -161,6 +161,7 @@ fn function_call(call: FunctionCall) -> pb::FunctionCall {
         run_id: call.run_id.to_string(),
         name: call.name,
         args_json: Value::Array(call.args).to_string(),
+        timeout_ms: u64::try_from(call.timeout.as_millis()).unwrap_or(u64::MAX),
     }
 }
 
@@ -171,6 +172,10 @@ pub fn from_worker(message: pb::WorkerMessage) -> Option<FromWorker> {
         Body::Hello(_) => None,
         Body::Heartbeat(_) => Some(FromWorker::Heartbeat),
         Body::Drain(_) => Some(FromWorker::Draining),
+        Body::Refused(refused) => Some(FromWorker::Refused {
+            run_id: refused.run_id,
+            key: refused.task_key,
+        }),
         Body::Result(result) => {
             let outcome = match result.outcome? {
                 pb::task_result::Outcome::Output(output) => match parse_json(&output.json) {

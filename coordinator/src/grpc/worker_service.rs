@@ -1,10 +1,15 @@
 //! The worker-facing service: one long-lived stream per worker.
+//!
+//! What goes down a worker's stream comes from two paths of the dispatcher:
+//! control messages (cancel, forget, heartbeat) are forwarded before queued
+//! work, so a backlog of tasks never holds back a cancellation.
 
 use std::pin::Pin;
 use std::time::Duration;
 
 use tokio::sync::mpsc;
 use tokio_stream::{Stream, StreamExt};
+use tokio_util::task::TaskTracker;
 use tonic::{Request, Response, Status, Streaming};
 use weft_proto::PROTOCOL_VERSION;
 use weft_proto::v1 as pb;
@@ -12,10 +17,16 @@ use weft_proto::v1::worker_service_server::WorkerService;
 
 use super::convert;
 use crate::bundle::BlobStore;
-use crate::dispatch::DispatcherHandle;
+use crate::dispatch::{DispatcherHandle, WorkerLink};
 
-/// Messages queued for one worker's stream.
-const OUTBOX: usize = 1024;
+/// Tasks and calls queued for one worker's stream; a full queue marks the
+/// worker jammed.
+const WORK_QUEUE: usize = 1024;
+/// Control messages queued for one worker; a full queue means the worker
+/// does not read its stream at all, and it is dropped.
+const CONTROL_QUEUE: usize = 4096;
+/// Messages between the merge of the two paths and the gRPC stream.
+const STREAM_BUFFER: usize = 16;
 
 /// The worker service over the dispatcher.
 #[derive(Clone)]
@@ -23,15 +34,22 @@ pub struct WorkerApi {
     dispatcher: DispatcherHandle,
     blobs: BlobStore,
     heartbeat: Duration,
+    tracker: TaskTracker,
 }
 
 impl WorkerApi {
-    /// Serves workers for `dispatcher`.
-    pub fn new(dispatcher: DispatcherHandle, blobs: BlobStore, heartbeat: Duration) -> Self {
+    /// Serves workers for `dispatcher`; the streams' tasks run on `tracker`.
+    pub fn new(
+        dispatcher: DispatcherHandle,
+        blobs: BlobStore,
+        heartbeat: Duration,
+        tracker: TaskTracker,
+    ) -> Self {
         Self {
             dispatcher,
             blobs,
             heartbeat,
+            tracker,
         }
     }
 }
@@ -70,14 +88,15 @@ impl WorkerService for WorkerApi {
                 hello.name
             )));
         }
-        let (outbox, mut outgoing) = mpsc::channel(OUTBOX);
+        let (work, mut work_rx) = mpsc::channel(WORK_QUEUE);
+        let (control, mut control_rx) = mpsc::channel(CONTROL_QUEUE);
         let worker = self
             .dispatcher
-            .join(convert::worker_info(hello), outbox)
+            .join(convert::worker_info(hello), WorkerLink { work, control })
             .await
             .map_err(|e| Status::unavailable(e.to_string()))?;
         let dispatcher = self.dispatcher.clone();
-        tokio::spawn(async move {
+        self.tracker.spawn(async move {
             while let Some(message) = inbound.next().await {
                 let Ok(message) = message else { break };
                 if let Some(message) = convert::from_worker(message) {
@@ -93,12 +112,20 @@ impl WorkerService for WorkerApi {
                 heartbeat_interval_ms: heartbeat.as_millis() as u64,
             })),
         };
-        let (tx, rx) = mpsc::channel(OUTBOX);
-        tokio::spawn(async move {
+        let (tx, rx) = mpsc::channel(STREAM_BUFFER);
+        self.tracker.spawn(async move {
             if tx.send(Ok(welcome)).await.is_err() {
                 return;
             }
-            while let Some(message) = outgoing.recv().await {
+            loop {
+                // Control first; the stream ends when the dispatcher drops
+                // the worker (both paths closed).
+                let message = tokio::select! {
+                    biased;
+                    Some(message) = control_rx.recv() => message,
+                    Some(message) = work_rx.recv() => message,
+                    else => break,
+                };
                 if tx.send(Ok(convert::to_worker(message))).await.is_err() {
                     break;
                 }

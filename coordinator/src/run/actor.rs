@@ -161,6 +161,8 @@ pub struct RunSetup {
     pub launcher: Arc<dyn TaskLauncher>,
     /// Stops the actor.
     pub shutdown: CancellationToken,
+    /// Where the actor's task is tracked, so shutdown waits for it.
+    pub tracker: tokio_util::task::TaskTracker,
 }
 
 /// Starts a run's actor and its first wave.
@@ -190,7 +192,9 @@ pub fn spawn_run(setup: RunSetup) -> RunHandle {
         fields,
         created_unix_ms: now_ms(),
     };
-    tokio::spawn(actor.run(rx, dispatch_rx, timer_rx, setup.shutdown));
+    setup
+        .tracker
+        .spawn(actor.run(rx, dispatch_rx, timer_rx, setup.shutdown));
     handle
 }
 
@@ -361,6 +365,7 @@ impl RunActor {
                             call,
                             name,
                             args,
+                            timeout: Duration::ZERO,
                         },
                         self.sink.clone(),
                     );
@@ -373,6 +378,7 @@ impl RunActor {
                             call,
                             name,
                             args,
+                            timeout: Duration::ZERO,
                         },
                         self.sink.clone(),
                     );

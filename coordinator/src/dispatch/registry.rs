@@ -1,0 +1,726 @@
+//! The dispatcher's pure core: which worker runs which job, and what to do
+//! when workers go silent, jam, leave or kill what they run.
+//!
+//! [`Registry`] holds the workers (what they host, their slots, their load,
+//! whether they drain or jam, when they were last heard from) and the jobs
+//! (task attempts and function calls, queued or running). Its methods take
+//! the time as an argument and return [`Decision`]s; they never touch a
+//! channel, a metric or a clock. The dispatcher actor is a thin loop that
+//! carries decisions out, so every placement rule here is tested without a
+//! network (and under proptest).
+//!
+//! Rules it keeps:
+//! - a task never goes beyond a worker's free slots, and goes to the least
+//!   loaded worker that hosts what it needs; a draining or jammed worker
+//!   gets nothing new;
+//! - a job nobody hosts waits, and its run is told once;
+//! - a lost worker's jobs are queued again without counting an attempt,
+//!   but a job that has lost `max_losses` workers fails (`worker_lost`,
+//!   naming them): it is likely what kills them;
+//! - a running job past its timeout plus a grace period fails (`timeout`)
+//!   and is cancelled on its worker, whatever the worker says;
+//! - a result from a worker that no longer holds the job is ignored.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::{Requirement, WorkerId, WorkerInfo};
+use crate::run::{TaskFailure, TaskKey};
+
+/// The registry's tunables.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Limits {
+    /// Silence after which a worker is lost.
+    pub worker_timeout: Duration,
+    /// Added to a job's own timeout before the coordinator gives up on it.
+    pub grace: Duration,
+    /// How many workers a job may lose before it fails.
+    pub max_losses: u32,
+    /// How long a worker may stay jammed (its stream full) before it is
+    /// dropped.
+    pub jam_timeout: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            worker_timeout: Duration::from_secs(10),
+            grace: Duration::from_secs(5),
+            max_losses: 3,
+            jam_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Which of a run's jobs: a task attempt or a function call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum JobKey {
+    /// A task attempt, by its key.
+    Task(TaskKey),
+    /// A call of a worker-hosted function, by its call number.
+    Call(u64),
+}
+
+/// A job, unique across runs.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct JobId {
+    /// The run.
+    pub run: Arc<str>,
+    /// The job within the run.
+    pub key: JobKey,
+}
+
+/// A job to place.
+#[derive(Debug)]
+pub struct JobSpec<T> {
+    /// Its id.
+    pub id: JobId,
+    /// The node (or function) it serves, for messages.
+    pub label: String,
+    /// What a worker must host to take it.
+    pub requirement: Requirement,
+    /// The job's own time budget, enforced by the worker; the coordinator
+    /// gives up after this plus [`Limits::grace`].
+    pub timeout: Duration,
+    /// What the caller keeps with the job (the message, where to report).
+    pub payload: T,
+}
+
+/// What the dispatcher must do.
+#[derive(Debug)]
+pub enum Decision<T> {
+    /// Send this job to this worker; its payload is [`Registry::payload`].
+    /// If the send fails, report it with [`Registry::send_failed`].
+    Send {
+        /// The worker.
+        worker: WorkerId,
+        /// The job.
+        job: JobId,
+    },
+    /// Tell the job's run that no connected worker hosts what it needs.
+    Unhosted {
+        /// The job.
+        job: JobId,
+        /// The node (or function) it serves.
+        label: String,
+        /// What nobody hosts.
+        requirement: Requirement,
+    },
+    /// The job is given up on; report the failure to its run.
+    Fail {
+        /// The job's payload.
+        payload: T,
+        /// Why.
+        failure: TaskFailure,
+    },
+    /// Tell the worker to stop the job (its result will be ignored).
+    Cancel {
+        /// The worker.
+        worker: WorkerId,
+        /// The job.
+        job: JobId,
+    },
+    /// Close the worker's link: it is lost.
+    Disconnect {
+        /// The worker.
+        worker: WorkerId,
+        /// Its name.
+        name: String,
+        /// Why it is lost.
+        reason: String,
+    },
+}
+
+/// A job whose result was accepted.
+#[derive(Debug)]
+pub struct Finished<T> {
+    /// The job's payload.
+    pub payload: T,
+    /// The worker's name.
+    pub worker: String,
+    /// How long it ran.
+    pub elapsed: Duration,
+}
+
+/// A worker as the registry sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkerStatus {
+    /// Its id.
+    pub id: WorkerId,
+    /// What it announced.
+    pub info: WorkerInfo,
+    /// Tasks it holds.
+    pub in_flight: usize,
+    /// Whether it announced it is leaving.
+    pub draining: bool,
+    /// Whether its stream is full.
+    pub jammed: bool,
+}
+
+/// Figures for the gauges.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Load {
+    /// Connected workers.
+    pub workers: usize,
+    /// Free slots on workers that take tasks.
+    pub free_slots: u64,
+    /// Jobs waiting for a worker.
+    pub queued: usize,
+    /// Queued jobs that no worker taking jobs hosts.
+    pub unhosted: usize,
+}
+
+#[derive(Debug)]
+struct Worker {
+    info: WorkerInfo,
+    /// Slot-taking jobs (tasks) it holds.
+    in_flight: usize,
+    draining: bool,
+    last_seen: Instant,
+    jammed_since: Option<Instant>,
+}
+
+impl Worker {
+    /// Takes new jobs at all.
+    fn accepting(&self) -> bool {
+        !self.draining && self.jammed_since.is_none()
+    }
+
+    fn has_free_slot(&self) -> bool {
+        self.accepting() && (self.in_flight as u64) < u64::from(self.info.slots)
+    }
+}
+
+#[derive(Debug)]
+enum Place {
+    Queued,
+    Running {
+        worker: WorkerId,
+        since: Instant,
+        deadline: Instant,
+    },
+}
+
+#[derive(Debug)]
+struct Job<T> {
+    label: String,
+    requirement: Requirement,
+    timeout: Duration,
+    payload: T,
+    place: Place,
+    /// Names of the workers lost while they held this job.
+    losses: Vec<String>,
+    unhosted_reported: bool,
+}
+
+/// Workers and jobs; see the module docs.
+#[derive(Debug)]
+pub struct Registry<T> {
+    limits: Limits,
+    workers: BTreeMap<WorkerId, Worker>,
+    next_worker: WorkerId,
+    jobs: HashMap<JobId, Job<T>>,
+    /// Queued tasks in dispatch order (ids of cancelled jobs are skipped).
+    tasks: VecDeque<JobId>,
+    /// Queued function calls, which take no slot.
+    calls: VecDeque<JobId>,
+}
+
+impl<T> Registry<T> {
+    /// An empty registry.
+    pub fn new(limits: Limits) -> Self {
+        Self {
+            limits,
+            workers: BTreeMap::new(),
+            next_worker: 1,
+            jobs: HashMap::new(),
+            tasks: VecDeque::new(),
+            calls: VecDeque::new(),
+        }
+    }
+
+    /// Registers a worker.
+    pub fn join(&mut self, info: WorkerInfo, now: Instant) -> WorkerId {
+        let id = self.next_worker;
+        self.next_worker += 1;
+        self.workers.insert(
+            id,
+            Worker {
+                info,
+                in_flight: 0,
+                draining: false,
+                last_seen: now,
+                jammed_since: None,
+            },
+        );
+        id
+    }
+
+    /// Notes that a worker was heard from; false for a worker not (or no
+    /// longer) registered, whose messages are to be ignored.
+    pub fn heard(&mut self, worker: WorkerId, now: Instant) -> bool {
+        match self.workers.get_mut(&worker) {
+            Some(entry) => {
+                entry.last_seen = now;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The worker is leaving: it gets nothing new.
+    pub fn drain(&mut self, worker: WorkerId) -> Vec<Decision<T>> {
+        if let Some(entry) = self.workers.get_mut(&worker) {
+            entry.draining = true;
+        }
+        self.report_unhosted()
+    }
+
+    /// The worker's stream has room again.
+    pub fn unjam(&mut self, worker: WorkerId) {
+        if let Some(entry) = self.workers.get_mut(&worker) {
+            entry.jammed_since = None;
+        }
+    }
+
+    /// Whether the worker is jammed.
+    pub fn is_jammed(&self, worker: WorkerId) -> bool {
+        self.workers
+            .get(&worker)
+            .is_some_and(|w| w.jammed_since.is_some())
+    }
+
+    /// Queues a job. Its run is told at once if nobody hosts it.
+    pub fn submit(&mut self, spec: JobSpec<T>) -> Vec<Decision<T>> {
+        let JobSpec {
+            id,
+            label,
+            requirement,
+            timeout,
+            payload,
+        } = spec;
+        let mut job = Job {
+            label,
+            requirement,
+            timeout,
+            payload,
+            place: Place::Queued,
+            losses: Vec::new(),
+            unhosted_reported: false,
+        };
+        let mut decisions = Vec::new();
+        if !self.hosted(&job.requirement) {
+            job.unhosted_reported = true;
+            decisions.push(Decision::Unhosted {
+                job: id.clone(),
+                label: job.label.clone(),
+                requirement: job.requirement.clone(),
+            });
+        }
+        self.queue_of(&job.requirement).push_back(id.clone());
+        self.jobs.insert(id, job);
+        decisions
+    }
+
+    /// A queued or running job's payload.
+    pub fn payload(&self, job: &JobId) -> Option<&T> {
+        self.jobs.get(job).map(|j| &j.payload)
+    }
+
+    /// Places queued jobs on workers: least loaded first, never beyond
+    /// free slots, never on a draining or jammed worker.
+    pub fn place(&mut self, now: Instant) -> Vec<Decision<T>> {
+        let mut decisions = Vec::new();
+        let mut skipped = VecDeque::new();
+        while self.workers.values().any(Worker::has_free_slot) {
+            let Some(id) = self.tasks.pop_front() else {
+                break;
+            };
+            let Some(job) = self.jobs.get(&id) else {
+                continue;
+            };
+            match self.pick(&job.requirement) {
+                Some(worker) => decisions.push(self.start(id, worker, now)),
+                None => skipped.push_back(id),
+            }
+        }
+        while let Some(id) = skipped.pop_back() {
+            self.tasks.push_front(id);
+        }
+        let mut waiting = VecDeque::new();
+        while let Some(id) = self.calls.pop_front() {
+            let Some(job) = self.jobs.get(&id) else {
+                continue;
+            };
+            match self.pick(&job.requirement) {
+                Some(worker) => decisions.push(self.start(id, worker, now)),
+                None => waiting.push_back(id),
+            }
+        }
+        self.calls = waiting;
+        self.check();
+        decisions
+    }
+
+    /// A worker reported a job's result. Returns the job if the worker
+    /// still held it; otherwise the result is late and to be ignored.
+    pub fn finish(&mut self, worker: WorkerId, job: &JobId, now: Instant) -> Option<Finished<T>> {
+        let since = match self.jobs.get(job)?.place {
+            Place::Running {
+                worker: holder,
+                since,
+                ..
+            } if holder == worker => since,
+            _ => return None,
+        };
+        let done = self.jobs.remove(job).expect("looked up above");
+        self.release(worker, &done.requirement);
+        let name = self.workers.get(&worker).map(|w| w.info.name.clone());
+        Some(Finished {
+            payload: done.payload,
+            worker: name.unwrap_or_default(),
+            elapsed: now.saturating_duration_since(since),
+        })
+    }
+
+    /// A worker refused a job because it is leaving: the job is queued
+    /// again (no attempt counted) and the worker gets nothing new.
+    pub fn refuse(&mut self, worker: WorkerId, job: &JobId) -> Vec<Decision<T>> {
+        if self.held_by(job) == Some(worker) {
+            self.requeue(job);
+        }
+        self.drain(worker)
+    }
+
+    /// A `Send` could not be carried out: the job is queued again, and the
+    /// worker is jammed (or lost, if its stream is closed).
+    pub fn send_failed(&mut self, job: &JobId, closed: bool, now: Instant) -> Vec<Decision<T>> {
+        let Some(worker) = self.held_by(job) else {
+            return Vec::new();
+        };
+        self.requeue(job);
+        if closed {
+            return self.lose(worker, "stream closed");
+        }
+        if let Some(entry) = self.workers.get_mut(&worker) {
+            entry.jammed_since.get_or_insert(now);
+        }
+        Vec::new()
+    }
+
+    /// Drops jobs of a run: queued ones are forgotten, running ones are
+    /// cancelled on their workers.
+    pub fn cancel(&mut self, run: &Arc<str>, keys: &[JobKey]) -> Vec<Decision<T>> {
+        let mut decisions = Vec::new();
+        for &key in keys {
+            let id = JobId {
+                run: run.clone(),
+                key,
+            };
+            decisions.extend(self.remove(&id));
+        }
+        decisions
+    }
+
+    /// Drops every job of a run (it has ended).
+    pub fn forget_run(&mut self, run: &Arc<str>) -> Vec<Decision<T>> {
+        let mut ids: Vec<JobId> = self
+            .jobs
+            .keys()
+            .filter(|id| id.run == *run)
+            .cloned()
+            .collect();
+        ids.sort();
+        ids.iter().flat_map(|id| self.remove(id)).collect()
+    }
+
+    /// A worker is gone. Its jobs are queued again without counting an
+    /// attempt, except those that have now lost too many workers, which
+    /// fail.
+    pub fn lose(&mut self, worker: WorkerId, why: &str) -> Vec<Decision<T>> {
+        let Some(entry) = self.workers.remove(&worker) else {
+            return Vec::new();
+        };
+        let mut decisions = vec![Decision::Disconnect {
+            worker,
+            name: entry.info.name.clone(),
+            reason: why.to_owned(),
+        }];
+        let mut orphans: Vec<JobId> = self
+            .jobs
+            .iter()
+            .filter(|(_, job)| matches!(job.place, Place::Running { worker: w, .. } if w == worker))
+            .map(|(id, _)| id.clone())
+            .collect();
+        // Back to the front of the queue, in their original order.
+        orphans.sort();
+        for id in orphans.into_iter().rev() {
+            let job = self.jobs.get_mut(&id).expect("listed above");
+            job.losses.push(entry.info.name.clone());
+            if job.losses.len() as u32 >= self.limits.max_losses {
+                let job = self.jobs.remove(&id).expect("listed above");
+                decisions.push(Decision::Fail {
+                    failure: TaskFailure {
+                        kind: "worker_lost".into(),
+                        message: format!(
+                            "'{}' lost its worker {} times ({}); it may be what kills them",
+                            job.label,
+                            job.losses.len(),
+                            job.losses.join(", ")
+                        ),
+                        worker: Some(entry.info.name.clone()),
+                    },
+                    payload: job.payload,
+                });
+                continue;
+            }
+            job.place = Place::Queued;
+            let requirement = job.requirement.clone();
+            self.queue_of(&requirement).push_front(id);
+        }
+        decisions.extend(self.report_unhosted());
+        self.check();
+        decisions
+    }
+
+    /// Turns silence into lost workers, long jams into dropped workers and
+    /// overdue jobs into timeouts.
+    pub fn tick(&mut self, now: Instant) -> Vec<Decision<T>> {
+        let mut decisions = Vec::new();
+        let gone: Vec<(WorkerId, &'static str)> = self
+            .workers
+            .iter()
+            .filter_map(|(&id, w)| {
+                if now.saturating_duration_since(w.last_seen) > self.limits.worker_timeout {
+                    Some((id, "heartbeats missed"))
+                } else if w.jammed_since.is_some_and(|since| {
+                    now.saturating_duration_since(since) > self.limits.jam_timeout
+                }) {
+                    Some((id, "stream jammed"))
+                } else {
+                    None
+                }
+            })
+            .collect();
+        for (worker, why) in gone {
+            decisions.extend(self.lose(worker, why));
+        }
+        let mut overdue: Vec<JobId> = self
+            .jobs
+            .iter()
+            .filter(
+                |(_, job)| matches!(job.place, Place::Running { deadline, .. } if deadline < now),
+            )
+            .map(|(id, _)| id.clone())
+            .collect();
+        overdue.sort();
+        for id in overdue {
+            let job = self.jobs.remove(&id).expect("listed above");
+            let Place::Running { worker, .. } = job.place else {
+                unreachable!("listed as running");
+            };
+            self.release(worker, &job.requirement);
+            let name = self.workers.get(&worker).map(|w| w.info.name.clone());
+            decisions.push(Decision::Cancel {
+                worker,
+                job: id.clone(),
+            });
+            decisions.push(Decision::Fail {
+                failure: TaskFailure {
+                    kind: "timeout".into(),
+                    message: format!(
+                        "'{}' did not answer within its timeout of {:?} (plus {:?} grace); the coordinator cancelled it",
+                        job.label, job.timeout, self.limits.grace
+                    ),
+                    worker: name,
+                },
+                payload: job.payload,
+            });
+        }
+        self.check();
+        decisions
+    }
+
+    /// The workers, in id order.
+    pub fn workers(&self) -> Vec<WorkerStatus> {
+        self.workers
+            .iter()
+            .map(|(&id, w)| WorkerStatus {
+                id,
+                info: w.info.clone(),
+                in_flight: w.in_flight,
+                draining: w.draining,
+                jammed: w.jammed_since.is_some(),
+            })
+            .collect()
+    }
+
+    /// Figures for the gauges.
+    pub fn load(&self) -> Load {
+        let mut load = Load {
+            workers: self.workers.len(),
+            free_slots: self
+                .workers
+                .values()
+                .filter(|w| w.accepting())
+                .map(|w| u64::from(w.info.slots).saturating_sub(w.in_flight as u64))
+                .sum(),
+            ..Load::default()
+        };
+        for job in self.jobs.values() {
+            if matches!(job.place, Place::Queued) {
+                load.queued += 1;
+                if !self.hosted(&job.requirement) {
+                    load.unhosted += 1;
+                }
+            }
+        }
+        load
+    }
+
+    /// Whether a worker that takes jobs hosts `requirement`.
+    fn hosted(&self, requirement: &Requirement) -> bool {
+        self.workers
+            .values()
+            .any(|w| !w.draining && requirement.hosted_by(&w.info))
+    }
+
+    fn queue_of(&mut self, requirement: &Requirement) -> &mut VecDeque<JobId> {
+        if requirement.takes_slot() {
+            &mut self.tasks
+        } else {
+            &mut self.calls
+        }
+    }
+
+    /// The least loaded worker that takes jobs, hosts `requirement` and,
+    /// for a task, has a free slot.
+    fn pick(&self, requirement: &Requirement) -> Option<WorkerId> {
+        let slot = requirement.takes_slot();
+        self.workers
+            .iter()
+            .filter(|(_, w)| {
+                (if slot {
+                    w.has_free_slot()
+                } else {
+                    w.accepting()
+                }) && requirement.hosted_by(&w.info)
+            })
+            .min_by(|(ia, a), (ib, b)| {
+                // in_flight / slots, compared without division.
+                let load_a = a.in_flight as u64 * u64::from(b.info.slots.max(1));
+                let load_b = b.in_flight as u64 * u64::from(a.info.slots.max(1));
+                load_a.cmp(&load_b).then(ia.cmp(ib))
+            })
+            .map(|(&id, _)| id)
+    }
+
+    fn start(&mut self, id: JobId, worker: WorkerId, now: Instant) -> Decision<T> {
+        let job = self.jobs.get_mut(&id).expect("queued jobs are known");
+        job.place = Place::Running {
+            worker,
+            since: now,
+            deadline: now + job.timeout + self.limits.grace,
+        };
+        job.unhosted_reported = false;
+        if job.requirement.takes_slot() {
+            let entry = self.workers.get_mut(&worker).expect("picked");
+            debug_assert!(entry.has_free_slot(), "a task goes to a free slot");
+            entry.in_flight += 1;
+        }
+        Decision::Send { worker, job: id }
+    }
+
+    fn held_by(&self, job: &JobId) -> Option<WorkerId> {
+        match self.jobs.get(job)?.place {
+            Place::Running { worker, .. } => Some(worker),
+            Place::Queued => None,
+        }
+    }
+
+    /// A running job goes back to the front of its queue.
+    fn requeue(&mut self, id: &JobId) {
+        let Some(job) = self.jobs.get_mut(id) else {
+            return;
+        };
+        let Place::Running { worker, .. } = job.place else {
+            return;
+        };
+        job.place = Place::Queued;
+        let requirement = job.requirement.clone();
+        self.release(worker, &requirement);
+        self.queue_of(&requirement).push_front(id.clone());
+    }
+
+    fn release(&mut self, worker: WorkerId, requirement: &Requirement) {
+        if requirement.takes_slot()
+            && let Some(entry) = self.workers.get_mut(&worker)
+        {
+            debug_assert!(entry.in_flight > 0, "a worker releases a slot it holds");
+            entry.in_flight = entry.in_flight.saturating_sub(1);
+        }
+    }
+
+    fn remove(&mut self, id: &JobId) -> Option<Decision<T>> {
+        let job = self.jobs.remove(id)?;
+        let Place::Running { worker, .. } = job.place else {
+            return None;
+        };
+        self.release(worker, &job.requirement);
+        Some(Decision::Cancel {
+            worker,
+            job: id.clone(),
+        })
+    }
+
+    /// Tells runs about queued jobs that nobody hosts any more.
+    fn report_unhosted(&mut self) -> Vec<Decision<T>> {
+        let workers = &self.workers;
+        let hosted = |requirement: &Requirement| {
+            workers
+                .values()
+                .any(|w| !w.draining && requirement.hosted_by(&w.info))
+        };
+        let mut decisions = Vec::new();
+        for (id, job) in &mut self.jobs {
+            if matches!(job.place, Place::Queued)
+                && !job.unhosted_reported
+                && !hosted(&job.requirement)
+            {
+                job.unhosted_reported = true;
+                decisions.push(Decision::Unhosted {
+                    job: id.clone(),
+                    label: job.label.clone(),
+                    requirement: job.requirement.clone(),
+                });
+            }
+        }
+        decisions
+    }
+
+    /// The registry's invariant: each worker's load is the number of tasks
+    /// it runs, within its slots. A full scan, so only the unit tests pay
+    /// for it.
+    fn check(&self) {
+        if cfg!(test) {
+            let mut held: HashMap<WorkerId, usize> = HashMap::new();
+            for job in self.jobs.values() {
+                if let Place::Running { worker, .. } = job.place
+                    && job.requirement.takes_slot()
+                {
+                    *held.entry(worker).or_default() += 1;
+                }
+            }
+            for (id, worker) in &self.workers {
+                let count = held.get(id).copied().unwrap_or(0);
+                debug_assert_eq!(worker.in_flight, count, "worker {id}'s load");
+                debug_assert!(worker.in_flight as u64 <= u64::from(worker.info.slots));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "registry_tests.rs"]
+mod tests;

@@ -1,0 +1,454 @@
+//! The placement core's rules, driven without a network or a clock.
+
+use std::collections::HashMap;
+
+use proptest::prelude::*;
+
+use super::*;
+
+const SECOND: Duration = Duration::from_secs(1);
+
+fn worker(name: &str, slots: u32, handlers: &[&str]) -> WorkerInfo {
+    WorkerInfo {
+        name: name.into(),
+        slots,
+        kinds: vec!["script".into()],
+        handlers: handlers.iter().map(|h| (*h).to_owned()).collect(),
+        functions: vec!["pick".into()],
+        ..WorkerInfo::default()
+    }
+}
+
+fn task(key: TaskKey) -> JobSpec<TaskKey> {
+    JobSpec {
+        id: id(key),
+        label: format!("node{key}"),
+        requirement: Requirement::Kind("script".into()),
+        timeout: 10 * SECOND,
+        payload: key,
+    }
+}
+
+fn id(key: TaskKey) -> JobId {
+    JobId {
+        run: Arc::from("run"),
+        key: JobKey::Task(key),
+    }
+}
+
+fn registry() -> Registry<TaskKey> {
+    Registry::new(Limits {
+        worker_timeout: 10 * SECOND,
+        grace: 2 * SECOND,
+        max_losses: 2,
+        jam_timeout: 5 * SECOND,
+    })
+}
+
+/// The (worker, task) pairs of the `Send` decisions.
+fn sends(decisions: &[Decision<TaskKey>]) -> Vec<(WorkerId, TaskKey)> {
+    decisions
+        .iter()
+        .filter_map(|d| match d {
+            Decision::Send {
+                worker,
+                job:
+                    JobId {
+                        key: JobKey::Task(key),
+                        ..
+                    },
+            } => Some((*worker, *key)),
+            _ => None,
+        })
+        .collect()
+}
+
+fn failures(decisions: &[Decision<TaskKey>]) -> Vec<(TaskKey, TaskFailure)> {
+    decisions
+        .iter()
+        .filter_map(|d| match d {
+            Decision::Fail { payload, failure } => Some((*payload, failure.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn placement_spreads_by_load_within_slots() {
+    let now = Instant::now();
+    let mut reg = registry();
+    let a = reg.join(worker("a", 2, &[]), now);
+    let b = reg.join(worker("b", 1, &[]), now);
+    for key in 1..=5 {
+        reg.submit(task(key));
+    }
+    let placed = sends(&reg.place(now));
+    // a (0/2) and b (0/1) tie and a wins by id; then b (0/1) is less
+    // loaded than a (1/2); then only a has a slot.
+    assert_eq!(placed, vec![(a, 1), (b, 2), (a, 3)]);
+    assert_eq!(reg.load().queued, 2, "two tasks wait for a slot");
+    assert!(reg.place(now).is_empty(), "no slot is free");
+    let done = reg.finish(b, &id(2), now).expect("b held task 2");
+    assert_eq!(done.payload, 2);
+    assert_eq!(sends(&reg.place(now)), vec![(b, 4)]);
+}
+
+#[test]
+fn a_draining_worker_gets_nothing_new() {
+    let now = Instant::now();
+    let mut reg = registry();
+    let a = reg.join(worker("a", 4, &[]), now);
+    reg.submit(task(1));
+    assert_eq!(sends(&reg.place(now)), vec![(a, 1)]);
+    reg.drain(a);
+    reg.submit(task(2));
+    assert!(reg.place(now).is_empty());
+    // Its task in flight still finishes normally.
+    assert!(reg.finish(a, &id(1), now).is_some());
+    assert!(reg.place(now).is_empty());
+    let b = reg.join(worker("b", 1, &[]), now);
+    assert_eq!(sends(&reg.place(now)), vec![(b, 2)]);
+}
+
+#[test]
+fn a_refused_task_goes_elsewhere_without_an_attempt() {
+    let now = Instant::now();
+    let mut reg = registry();
+    let a = reg.join(worker("a", 1, &[]), now);
+    reg.submit(task(1));
+    reg.place(now);
+    reg.refuse(a, &id(1));
+    let b = reg.join(worker("b", 1, &[]), now);
+    assert_eq!(sends(&reg.place(now)), vec![(b, 1)]);
+    assert!(reg.workers()[0].draining, "a refusing worker is draining");
+}
+
+#[test]
+fn a_lost_workers_tasks_are_placed_again_in_order() {
+    let now = Instant::now();
+    let mut reg = registry();
+    let a = reg.join(worker("a", 3, &[]), now);
+    for key in 1..=4 {
+        reg.submit(task(key));
+    }
+    assert_eq!(sends(&reg.place(now)), vec![(a, 1), (a, 2), (a, 3)]);
+    let decisions = reg.lose(a, "stream closed");
+    assert!(matches!(decisions[0], Decision::Disconnect { worker, .. } if worker == a));
+    assert!(failures(&decisions).is_empty(), "one loss is not a failure");
+    let b = reg.join(worker("b", 4, &[]), now);
+    assert_eq!(
+        sends(&reg.place(now)),
+        vec![(b, 1), (b, 2), (b, 3), (b, 4)],
+        "orphans go first, in their order"
+    );
+}
+
+#[test]
+fn a_task_that_keeps_killing_workers_fails_after_the_limit() {
+    let now = Instant::now();
+    let mut reg = registry();
+    reg.submit(task(1));
+    let first = reg.join(worker("w1", 1, &[]), now);
+    reg.place(now);
+    assert!(failures(&reg.lose(first, "stream closed")).is_empty());
+    let second = reg.join(worker("w2", 1, &[]), now);
+    assert_eq!(sends(&reg.place(now)), vec![(second, 1)]);
+    let failed = failures(&reg.lose(second, "stream closed"));
+    assert_eq!(failed.len(), 1);
+    let (key, failure) = &failed[0];
+    assert_eq!(*key, 1);
+    assert_eq!(failure.kind, "worker_lost");
+    assert!(failure.message.contains("w1, w2"), "{}", failure.message);
+    // The next worker survives: nothing is sent to it.
+    let third = reg.join(worker("w3", 1, &[]), now);
+    assert!(reg.place(now).is_empty());
+    assert_eq!(reg.workers()[0].id, third);
+}
+
+#[test]
+fn a_late_result_from_a_lost_worker_is_ignored() {
+    let now = Instant::now();
+    let mut reg = registry();
+    let a = reg.join(worker("a", 1, &[]), now);
+    reg.submit(task(1));
+    reg.place(now);
+    reg.lose(a, "heartbeats missed");
+    let b = reg.join(worker("b", 1, &[]), now);
+    reg.place(now);
+    assert!(reg.finish(a, &id(1), now).is_none(), "a no longer holds it");
+    assert!(!reg.heard(a, now), "a lost worker's messages are ignored");
+    assert!(reg.finish(b, &id(1), now).is_some());
+}
+
+#[test]
+fn silence_loses_a_worker() {
+    let start = Instant::now();
+    let mut reg = registry();
+    let a = reg.join(worker("a", 1, &[]), start);
+    let b = reg.join(worker("b", 1, &[]), start);
+    reg.heard(b, start + 8 * SECOND);
+    let decisions = reg.tick(start + 11 * SECOND);
+    let lost: Vec<WorkerId> = decisions
+        .iter()
+        .filter_map(|d| match d {
+            Decision::Disconnect { worker, .. } => Some(*worker),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(lost, vec![a]);
+}
+
+#[test]
+fn a_task_past_its_deadline_times_out_and_is_cancelled() {
+    let start = Instant::now();
+    let mut reg = registry();
+    let a = reg.join(worker("a", 1, &[]), start);
+    reg.submit(task(1));
+    reg.place(start);
+    // Heartbeats keep the worker alive, but the task never answers.
+    reg.heard(a, start + 11 * SECOND);
+    assert!(reg.tick(start + 11 * SECOND).is_empty(), "within the grace");
+    reg.heard(a, start + 13 * SECOND);
+    let decisions = reg.tick(start + 13 * SECOND);
+    assert!(
+        decisions.iter().any(
+            |d| matches!(d, Decision::Cancel { worker, job } if *worker == a && *job == id(1))
+        )
+    );
+    let failed = failures(&decisions);
+    assert_eq!(failed[0].1.kind, "timeout");
+    assert_eq!(failed[0].1.worker.as_deref(), Some("a"));
+    assert_eq!(reg.workers()[0].in_flight, 0, "the slot is free again");
+    assert!(
+        reg.finish(a, &id(1), start + 14 * SECOND).is_none(),
+        "its late result is ignored"
+    );
+}
+
+#[test]
+fn a_jammed_worker_is_skipped_then_dropped() {
+    let start = Instant::now();
+    let mut reg = registry();
+    let a = reg.join(worker("a", 4, &[]), start);
+    let b = reg.join(worker("b", 4, &[]), start);
+    reg.submit(task(1));
+    assert_eq!(sends(&reg.place(start)), vec![(a, 1)]);
+    assert!(reg.send_failed(&id(1), false, start).is_empty());
+    assert!(reg.is_jammed(a));
+    assert_eq!(
+        sends(&reg.place(start)),
+        vec![(b, 1)],
+        "the jammed worker is skipped"
+    );
+    reg.submit(task(2));
+    assert_eq!(sends(&reg.place(start)), vec![(b, 2)]);
+    reg.heard(a, start + 6 * SECOND);
+    reg.heard(b, start + 6 * SECOND);
+    let decisions = reg.tick(start + 6 * SECOND);
+    assert!(
+        matches!(&decisions[..], [Decision::Disconnect { worker, reason, .. }] if *worker == a && reason == "stream jammed")
+    );
+}
+
+#[test]
+fn a_worker_that_unjams_takes_tasks_again() {
+    let now = Instant::now();
+    let mut reg = registry();
+    let a = reg.join(worker("a", 1, &[]), now);
+    reg.submit(task(1));
+    reg.place(now);
+    reg.send_failed(&id(1), false, now);
+    assert!(reg.place(now).is_empty());
+    reg.unjam(a);
+    assert_eq!(sends(&reg.place(now)), vec![(a, 1)]);
+}
+
+#[test]
+fn unhosted_tasks_are_reported_once_even_with_no_worker() {
+    let now = Instant::now();
+    let mut reg = registry();
+    let mut spec = task(1);
+    spec.requirement = Requirement::Handler("summarize".into());
+    let decisions = reg.submit(spec);
+    assert!(matches!(
+        &decisions[..],
+        [Decision::Unhosted { label, requirement: Requirement::Handler(h), .. }] if label == "node1" && h == "summarize"
+    ));
+    assert!(reg.place(now).is_empty());
+    assert_eq!(reg.load().unhosted, 1);
+    let w = reg.join(worker("w", 1, &["summarize"]), now);
+    assert_eq!(sends(&reg.place(now)), vec![(w, 1)]);
+    assert_eq!(reg.load().unhosted, 0);
+}
+
+#[test]
+fn a_task_left_without_host_by_a_loss_is_reported() {
+    let now = Instant::now();
+    let mut reg = registry();
+    let w = reg.join(worker("w", 1, &["summarize"]), now);
+    let mut spec = task(1);
+    spec.requirement = Requirement::Handler("summarize".into());
+    assert!(reg.submit(spec).is_empty());
+    reg.place(now);
+    let decisions = reg.lose(w, "stream closed");
+    assert!(
+        decisions
+            .iter()
+            .any(|d| matches!(d, Decision::Unhosted { .. }))
+    );
+}
+
+#[test]
+fn calls_take_no_slot_and_time_out() {
+    let start = Instant::now();
+    let mut reg = registry();
+    let a = reg.join(worker("a", 1, &[]), start);
+    reg.submit(task(1));
+    reg.submit(JobSpec {
+        id: JobId {
+            run: Arc::from("run"),
+            key: JobKey::Call(7),
+        },
+        label: "pick".into(),
+        requirement: Requirement::Function("pick".into()),
+        timeout: SECOND,
+        payload: 70,
+    });
+    let decisions = reg.place(start);
+    assert_eq!(decisions.len(), 2, "the task and the call both go to a");
+    assert_eq!(reg.workers()[0].in_flight, 1, "the call takes no slot");
+    reg.heard(a, start + 4 * SECOND);
+    let failed = failures(&reg.tick(start + 4 * SECOND));
+    assert_eq!(failed.len(), 1);
+    assert_eq!(failed[0].0, 70);
+    assert_eq!(failed[0].1.kind, "timeout");
+}
+
+#[test]
+fn cancel_and_forget_free_slots_and_cancel_on_workers() {
+    let now = Instant::now();
+    let mut reg = registry();
+    let a = reg.join(worker("a", 1, &[]), now);
+    reg.submit(task(1));
+    reg.submit(task(2));
+    reg.place(now);
+    let run: Arc<str> = Arc::from("run");
+    let decisions = reg.cancel(&run, &[JobKey::Task(1)]);
+    assert!(matches!(&decisions[..], [Decision::Cancel { worker, .. }] if *worker == a));
+    assert_eq!(sends(&reg.place(now)), vec![(a, 2)]);
+    reg.submit(task(3));
+    let decisions = reg.forget_run(&run);
+    assert_eq!(decisions.len(), 1, "task 2 is cancelled, task 3 dropped");
+    assert_eq!(reg.load().queued, 0);
+    assert!(reg.place(now).is_empty());
+}
+
+/// One step of a random history.
+#[derive(Debug, Clone)]
+enum Op {
+    Join(u32),
+    Submit,
+    Place,
+    Finish(usize),
+    Drain(usize),
+    Lose(usize),
+    Jam(usize),
+    Tick(u64),
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        (1u32..4).prop_map(Op::Join),
+        Just(Op::Submit),
+        Just(Op::Place),
+        (0usize..16).prop_map(Op::Finish),
+        (0usize..4).prop_map(Op::Drain),
+        (0usize..4).prop_map(Op::Lose),
+        (0usize..16).prop_map(Op::Jam),
+        (0u64..4).prop_map(Op::Tick),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// Whatever happens, no worker holds more tasks than its slots, a
+    /// draining or jammed worker is sent nothing, and every task is either
+    /// finished, failed or still known to the registry.
+    #[test]
+    fn placement_keeps_its_invariants(ops in proptest::collection::vec(op(), 1..80)) {
+        let start = Instant::now();
+        let mut now = start;
+        let mut reg = registry();
+        let mut joined: Vec<WorkerId> = Vec::new();
+        let mut running: HashMap<TaskKey, WorkerId> = HashMap::new();
+        let mut ended: Vec<TaskKey> = Vec::new();
+        let mut next = 1;
+        for op in ops {
+            let mut decisions = Vec::new();
+            match op {
+                Op::Join(slots) => joined.push(reg.join(worker(&format!("w{}", joined.len()), slots, &[]), now)),
+                Op::Submit => {
+                    decisions = reg.submit(task(next));
+                    next += 1;
+                }
+                Op::Place => decisions = reg.place(now),
+                Op::Finish(i) => {
+                    let mut keys: Vec<_> = running.keys().copied().collect();
+                    keys.sort();
+                    if let Some(&key) = keys.get(i % keys.len().max(1)) {
+                        let w = running.remove(&key).unwrap();
+                        prop_assert!(reg.finish(w, &id(key), now).is_some());
+                        ended.push(key);
+                    }
+                }
+                Op::Drain(i) => if let Some(&w) = joined.get(i) { decisions = reg.drain(w) },
+                Op::Lose(i) => if let Some(&w) = joined.get(i) { decisions = reg.lose(w, "test") },
+                Op::Jam(i) => {
+                    let mut keys: Vec<_> = running.keys().copied().collect();
+                    keys.sort();
+                    if let Some(&key) = keys.get(i % keys.len().max(1)) {
+                        running.remove(&key);
+                        decisions = reg.send_failed(&id(key), false, now);
+                    }
+                }
+                Op::Tick(secs) => {
+                    now += Duration::from_secs(secs);
+                    for &w in &joined { reg.heard(w, now); }
+                    decisions = reg.tick(now);
+                    let cancelled: Vec<TaskKey> = decisions.iter().filter_map(|d| match d {
+                        Decision::Cancel { job: JobId { key: JobKey::Task(k), .. }, .. } => Some(*k),
+                        _ => None,
+                    }).collect();
+                    for key in cancelled { running.remove(&key); }
+                }
+            }
+            for decision in &decisions {
+                if let Decision::Disconnect { worker, .. } = decision {
+                    running.retain(|_, holder| holder != worker);
+                }
+            }
+            let status = reg.workers();
+            for (w, key) in sends(&decisions) {
+                let entry = status.iter().find(|s| s.id == w).expect("sent to a known worker");
+                prop_assert!(!entry.draining && !entry.jammed, "sent to a worker that takes nothing");
+                prop_assert!(running.insert(key, w).is_none(), "task {key} placed twice");
+            }
+            for (key, _) in failures(&decisions) {
+                running.remove(&key);
+                ended.push(key);
+            }
+            for entry in &status {
+                let held = running.values().filter(|&&w| w == entry.id).count();
+                prop_assert_eq!(held, entry.in_flight);
+                prop_assert!(entry.in_flight <= entry.info.slots as usize);
+            }
+            for key in 1..next {
+                prop_assert!(
+                    ended.contains(&key) || reg.payload(&id(key)).is_some(),
+                    "task {} vanished", key
+                );
+            }
+        }
+    }
+}

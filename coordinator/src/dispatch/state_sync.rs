@@ -1,0 +1,125 @@
+//! The coordinator's end of state sync: which state field versions each
+//! worker holds.
+//!
+//! A worker caches the latest version of each state field of each run it
+//! works for (its end is `weft_worker`'s `state_sync` module). The stream to
+//! a worker delivers in order, so a mirror of that cache kept here is exact:
+//! a task carries the value of a field only when the mirror says the worker
+//! lacks that version, and per-task traffic follows what changed, not the
+//! size of the state.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use super::Assignment;
+
+/// The field versions one worker holds, per run.
+#[derive(Debug, Default)]
+pub struct FieldMirror {
+    runs: HashMap<Arc<str>, HashMap<Arc<str>, u64>>,
+}
+
+/// A task ready for one worker, and what sending it will teach the worker.
+#[derive(Debug)]
+pub struct Prepared {
+    /// The task, without the values the worker holds.
+    pub wire: Assignment,
+    sent: Vec<(Arc<str>, u64)>,
+}
+
+impl FieldMirror {
+    /// The task as this worker needs it: fields it holds go without their
+    /// value. Call [`FieldMirror::sent`] once the message is on its way.
+    pub fn prepare(&self, task: &Assignment) -> Prepared {
+        let known = self.runs.get(&task.run_id);
+        let mut wire = task.clone();
+        let mut sent = Vec::new();
+        for field in &mut wire.state {
+            if known.and_then(|k| k.get(&field.name)) == Some(&field.version) {
+                field.json = None;
+            } else {
+                sent.push((field.name.clone(), field.version));
+            }
+        }
+        Prepared { wire, sent }
+    }
+
+    /// The prepared task reached the worker's stream: it will cache the
+    /// values it carried.
+    pub fn sent(&mut self, run_id: &Arc<str>, sent: Vec<(Arc<str>, u64)>) {
+        let known = self.runs.entry(run_id.clone()).or_default();
+        for (name, version) in sent {
+            known.insert(name, version);
+        }
+    }
+
+    /// Drops what the worker holds of a run; true if it held anything (and
+    /// so should be told to forget it too).
+    pub fn forget(&mut self, run_id: &str) -> bool {
+        self.runs.remove(run_id).is_some()
+    }
+}
+
+impl Prepared {
+    /// Splits into the message and the fields it teaches.
+    pub fn into_parts(self) -> (Assignment, Vec<(Arc<str>, u64)>) {
+        (self.wire, self.sent)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::dispatch::StateField;
+
+    fn field(name: &str, version: u64) -> StateField {
+        StateField {
+            name: Arc::from(name),
+            version,
+            json: Some(Arc::from(format!("\"{name}{version}\""))),
+        }
+    }
+
+    pub(crate) fn task(fields: Vec<StateField>) -> Assignment {
+        Assignment {
+            run_id: Arc::from("r"),
+            key: 1,
+            node: "n".into(),
+            attempt: 1,
+            kind: "task".into(),
+            config_json: Arc::from("{}"),
+            state: fields,
+            scope_json: "{}".into(),
+            item: None,
+            timeout: Duration::from_secs(1),
+            bundle: Arc::new(Vec::new()),
+        }
+    }
+
+    #[test]
+    fn a_worker_gets_each_field_version_once() {
+        let mut mirror = FieldMirror::default();
+        let first = task(vec![field("blob", 1), field("counter", 2)]);
+        let (wire, sent) = mirror.prepare(&first).into_parts();
+        assert!(wire.state.iter().all(|f| f.json.is_some()));
+        mirror.sent(&first.run_id, sent);
+        // Next wave: the counter changed, the blob did not.
+        let second = task(vec![field("blob", 1), field("counter", 3)]);
+        let (wire, sent) = mirror.prepare(&second).into_parts();
+        assert_eq!(wire.state[0].json, None, "the blob is not sent again");
+        assert_eq!(wire.state[1].json.as_deref(), Some("\"counter3\""));
+        assert_eq!(sent, vec![(Arc::from("counter"), 3)]);
+    }
+
+    #[test]
+    fn a_task_not_sent_teaches_nothing() {
+        let mut mirror = FieldMirror::default();
+        let first = task(vec![field("blob", 1)]);
+        let _unsent = mirror.prepare(&first);
+        let (wire, _) = mirror.prepare(&first).into_parts();
+        assert!(wire.state[0].json.is_some());
+        assert!(!mirror.forget("r"));
+    }
+}

@@ -1,0 +1,240 @@
+//! Running one task attempt or one function call, and turning what came of
+//! it into the message the coordinator receives.
+//!
+//! Handlers run as their own tokio tasks, aborted (never left detached)
+//! when they time out or their attempt is cancelled; a panic fails the
+//! attempt, not the worker. Functions are synchronous, so they run on the
+//! blocking pool under a timeout, with panics caught the same way.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio::task::JoinHandle;
+use weft_proto::v1 as pb;
+
+use crate::handler::{Registry, TaskContext};
+use crate::script::ScriptRunner;
+use crate::task::{Failure, Task};
+
+/// Aborts the task it holds when dropped, so a handler whose attempt timed
+/// out or was cancelled stops instead of running on unseen.
+struct AbortOnDrop<T>(JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Runs one attempt of a handler or script.
+pub async fn execute(
+    registry: &Arc<Registry>,
+    scripts: &ScriptRunner,
+    task: &mut Task,
+) -> Result<Value, Failure> {
+    match task.kind.as_str() {
+        "script" => scripts.run(task).await,
+        "task" => run_handler(registry, task).await,
+        other => Err(Failure::new(
+            "unsupported_kind",
+            format!("this worker cannot run kind '{other}'"),
+        )),
+    }
+}
+
+async fn run_handler(registry: &Arc<Registry>, task: &mut Task) -> Result<Value, Failure> {
+    let config: Value = serde_json::from_str(&task.config_json)
+        .map_err(|e| Failure::new("invalid_task", format!("task configuration: {e}")))?;
+    let name = config
+        .get("handler")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned();
+    let handler = registry.handlers.get(&name).cloned().ok_or_else(|| {
+        Failure::new(
+            "unknown_handler",
+            format!("this worker has no handler '{name}'"),
+        )
+    })?;
+    let state = std::mem::take(&mut task.state);
+    let scope = match serde_json::from_str::<Value>(&task.scope_json) {
+        Ok(Value::Object(map)) => map,
+        _ => Default::default(),
+    };
+    let context = TaskContext {
+        run_id: task.run_id.clone(),
+        node: task.node.clone(),
+        attempt: task.attempt,
+        item: task.item,
+        scope,
+    };
+    let future =
+        handler(&state, context).map_err(|message| Failure::new("handler_error", message))?;
+    drop(state);
+    let mut call = AbortOnDrop(tokio::spawn(future));
+    match tokio::time::timeout(task.timeout, &mut call.0).await {
+        Ok(Ok(result)) => result.map_err(|message| Failure::new("handler_error", message)),
+        Ok(Err(join)) if join.is_panic() => Err(Failure::new(
+            "handler_panicked",
+            format!("handler '{name}' panicked: {}", panic_text(join)),
+        )),
+        Ok(Err(join)) => Err(Failure::new("handler_error", join.to_string())),
+        Err(_) => Err(Failure::new(
+            "timeout",
+            format!("handler '{name}' timed out after {:?}", task.timeout),
+        )),
+    }
+}
+
+fn panic_text(join: tokio::task::JoinError) -> String {
+    let payload = join.into_panic();
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "(no message)".to_owned())
+}
+
+/// The message for a finished attempt.
+pub fn task_result(run_id: &str, key: u64, result: Result<Value, Failure>) -> pb::TaskResult {
+    let outcome = match result {
+        Ok(value) => pb::task_result::Outcome::Output(pb::TaskOutput {
+            json: value.to_string(),
+            output_json: String::new(),
+        }),
+        Err(failure) => pb::task_result::Outcome::Error(pb::TaskError {
+            kind: failure.kind,
+            message: failure.message,
+        }),
+    };
+    pb::TaskResult {
+        run_id: run_id.to_owned(),
+        task_key: key,
+        outcome: Some(outcome),
+    }
+}
+
+/// Calls a registered function on the blocking pool. A function that
+/// outlives its timeout cannot be stopped (it is synchronous code); its
+/// result is then dropped and the call fails.
+pub async fn call_function(registry: Arc<Registry>, call: pb::FunctionCall) -> pb::CallResult {
+    let timeout = Duration::from_millis(call.timeout_ms.max(1));
+    let name = call.name.clone();
+    let args_json = call.args_json;
+    let work = tokio::task::spawn_blocking(move || -> Result<Value, String> {
+        let function = registry
+            .functions
+            .get(&name)
+            .ok_or_else(|| format!("this worker has no function '{name}'"))?;
+        let args = serde_json::from_str::<Vec<Value>>(&args_json)
+            .map_err(|error| format!("bad arguments: {error}"))?;
+        function(args)
+    });
+    let outcome = match tokio::time::timeout(timeout, work).await {
+        Ok(Ok(Ok(value))) => pb::call_result::Outcome::ValueJson(value.to_string()),
+        Ok(Ok(Err(error))) => pb::call_result::Outcome::Error(error),
+        Ok(Err(join)) if join.is_panic() => pb::call_result::Outcome::Error(format!(
+            "function '{}' panicked: {}",
+            call.name,
+            panic_text(join)
+        )),
+        Ok(Err(join)) => pb::call_result::Outcome::Error(join.to_string()),
+        Err(_) => pb::call_result::Outcome::Error(format!(
+            "function '{}' did not return within {timeout:?}",
+            call.name
+        )),
+    };
+    pb::CallResult {
+        call_id: call.call_id,
+        run_id: call.run_id,
+        outcome: Some(outcome),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn call(name: &str, timeout_ms: u64) -> pb::FunctionCall {
+        pb::FunctionCall {
+            call_id: 7,
+            run_id: "r".into(),
+            name: name.into(),
+            args_json: "[1]".into(),
+            timeout_ms,
+        }
+    }
+
+    fn registry() -> Arc<Registry> {
+        let mut registry = Registry::default();
+        registry.function("echo", |args| Ok(args[0].clone()));
+        registry.function("boom", |_| panic!("no good"));
+        registry.function("slow", |_| {
+            std::thread::sleep(Duration::from_millis(300));
+            Ok(Value::Null)
+        });
+        Arc::new(registry)
+    }
+
+    #[tokio::test]
+    async fn functions_return_fail_and_time_out_without_harm() {
+        let registry = registry();
+        let ok = call_function(registry.clone(), call("echo", 1000)).await;
+        assert_eq!(
+            ok.outcome,
+            Some(pb::call_result::Outcome::ValueJson("1".into()))
+        );
+        let panicked = call_function(registry.clone(), call("boom", 1000)).await;
+        assert!(
+            matches!(&panicked.outcome, Some(pb::call_result::Outcome::Error(e)) if e.contains("panicked: no good")),
+            "{panicked:?}"
+        );
+        let slow = call_function(registry.clone(), call("slow", 20)).await;
+        assert!(
+            matches!(&slow.outcome, Some(pb::call_result::Outcome::Error(e)) if e.contains("did not return")),
+            "{slow:?}"
+        );
+        let missing = call_function(registry, call("nope", 1000)).await;
+        assert!(matches!(
+            missing.outcome,
+            Some(pb::call_result::Outcome::Error(_))
+        ));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_timed_out_handler_is_aborted() {
+        let finished = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let mut registry = Registry::default();
+        let flag = finished.clone();
+        registry.handler("sleepy", move |_: serde::de::IgnoredAny, _ctx| {
+            let flag = flag.clone();
+            async move {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                flag.store(true, std::sync::atomic::Ordering::SeqCst);
+                Ok::<_, String>(serde_json::json!({}))
+            }
+        });
+        let registry = Arc::new(registry);
+        let mut task = Task {
+            run_id: "r".into(),
+            key: 1,
+            node: "n".into(),
+            attempt: 1,
+            kind: "task".into(),
+            config_json: r#"{"handler":"sleepy"}"#.into(),
+            state: Vec::new(),
+            scope_json: "{}".into(),
+            item: None,
+            timeout: Duration::from_millis(20),
+            bundle: Vec::new(),
+        };
+        let error = run_handler(&registry, &mut task).await.unwrap_err();
+        assert_eq!(error.kind, "timeout");
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        assert!(
+            !finished.load(std::sync::atomic::Ordering::SeqCst),
+            "the handler went on after its timeout"
+        );
+    }
+}
