@@ -13,7 +13,8 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
-use weft_client::Client;
+use serde_json::{Value, json};
+use weft_client::{Client, GraphBuilder, NodeBuilder};
 
 /// How long a condition may take before a test fails.
 pub const PATIENCE: Duration = Duration::from_secs(30);
@@ -313,6 +314,7 @@ fn spawn_coordinator(dir: &Path, address: &str) -> Result<(Child, String, String
         .arg(dir.join("data"))
         .env("WEFT_HEARTBEAT_INTERVAL_MS", "200")
         .env("WEFT_WORKER_TIMEOUT_MS", "2000")
+        .env("WEFT_TASK_GRACE_MS", "1000")
         .stdout(Stdio::piped())
         .stderr(log)
         .spawn()
@@ -374,6 +376,32 @@ fn rand_seed() -> u64 {
     let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
     hasher.write_u64(std::process::id().into());
     hasher.finish()
+}
+
+/// A map of `items` integers over the test-worker's `double` handler,
+/// `concurrency` at a time, each taking `delay_ms`. Results land in
+/// `results` as `{"doubled": 2i, "worker": name}`.
+pub fn doubling_map(items: usize, delay_ms: u64, concurrency: u32) -> GraphBuilder {
+    GraphBuilder::new("doubling")
+        .node(
+            "fan",
+            NodeBuilder::map("{{ items }}", "item", "double", "results")
+                .start()
+                .set("output_key", "doubled_item")
+                .set("max_concurrency", concurrency),
+        )
+        .node(
+            "double",
+            NodeBuilder::task("double")
+                .set("state_updates", json!({"doubled_item": "{{ output }}"})),
+        )
+        .setting("max_loop_iterations", 3)
+        .field(
+            "items",
+            "array",
+            Value::Array((0..items as i64).map(Value::from).collect()),
+        )
+        .field("delay_ms", "integer", delay_ms)
 }
 
 /// The repository's root directory.

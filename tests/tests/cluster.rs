@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use serde_json::{Value, json};
 use tokio_stream::StreamExt;
 use weft_client::{GraphBuilder, NodeBuilder, RunStatus};
-use weft_tests::{PATIENCE, TestCluster, repo, wait_for_event};
+use weft_tests::{PATIENCE, TestCluster, doubling_map, repo, wait_for_event};
 
 fn example(name: &str) -> std::path::PathBuf {
     repo().join("examples").join(name)
@@ -63,29 +63,6 @@ async fn seed_examples_run_end_to_end() -> anyhow::Result<()> {
         .collect();
     assert_eq!(results, expected, "results are collected in input order");
     Ok(())
-}
-
-fn doubling_map(items: usize, delay_ms: u64, concurrency: u32) -> GraphBuilder {
-    GraphBuilder::new("doubling")
-        .node(
-            "fan",
-            NodeBuilder::map("{{ items }}", "item", "double", "results")
-                .start()
-                .set("output_key", "doubled_item")
-                .set("max_concurrency", concurrency),
-        )
-        .node(
-            "double",
-            NodeBuilder::task("double")
-                .set("state_updates", json!({"doubled_item": "{{ output }}"})),
-        )
-        .setting("max_loop_iterations", 3)
-        .field(
-            "items",
-            "array",
-            Value::Array((0..items as i64).map(Value::from).collect()),
-        )
-        .field("delay_ms", "integer", delay_ms)
 }
 
 #[tokio::test]

@@ -6,7 +6,7 @@ use serde_json::json;
 use tokio_stream::StreamExt;
 use weft_client::{GraphBuilder, NodeBuilder, RunStatus};
 use weft_proto::v1 as pb;
-use weft_tests::{PATIENCE, TestCluster, wait_for_event};
+use weft_tests::{PATIENCE, TestCluster, doubling_map, wait_for_event};
 
 #[tokio::test]
 async fn a_worker_with_another_protocol_version_is_refused_clearly() -> anyhow::Result<()> {
@@ -173,5 +173,172 @@ async fn worker_hosted_reducers_merge_over_grpc_and_unhosted_ones_are_warned_abo
     let done = tokio::time::timeout(PATIENCE, client.wait(&run.run_id)).await??;
     assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error);
     assert_eq!(done.state["best"], json!("abcd"));
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_draining_worker_starts_nothing_new_during_a_map() -> anyhow::Result<()> {
+    let cluster = TestCluster::with_test_workers(&["leaving", "staying"], 2).await?;
+    let client = cluster.client().await?;
+    let run = client
+        .submit_graph(&doubling_map(12, 300, 4), &json!({}))
+        .await?;
+    cluster.wait_for_log("leaving", "started item").await?;
+    cluster.signal_worker("leaving", "TERM")?;
+    cluster
+        .wait_for_log("coordinator", "worker draining")
+        .await?;
+    let done = tokio::time::timeout(PATIENCE, client.wait(&run.run_id)).await??;
+    assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error);
+    let results = done.state["results"].as_array().unwrap();
+    for (i, result) in results.iter().enumerate() {
+        assert_eq!(result["doubled"], json!(i * 2), "item {i}");
+    }
+    // Every item the leaving worker started, it started before it drained.
+    let log = cluster.log("leaving");
+    let drained_at = log
+        .find("draining: finishing tasks in flight")
+        .expect("the worker logged its drain");
+    assert!(
+        !log[drained_at..].contains("started item"),
+        "an item started on a draining worker:\n{log}"
+    );
+    let on_leaving = results
+        .iter()
+        .filter(|r| r["worker"] == json!("leaving"))
+        .count();
+    assert_eq!(
+        on_leaving,
+        log.matches("started item").count(),
+        "the leaving worker finished what it started"
+    );
+    assert!(on_leaving < 12, "the staying worker took the rest");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_task_that_kills_its_workers_fails_the_run_and_later_workers_survive()
+-> anyhow::Result<()> {
+    let mut cluster = TestCluster::start()?;
+    for name in ["w1", "w2", "w3"] {
+        cluster.add_worker(name, 1)?;
+    }
+    cluster.wait_for_workers(&["w1", "w2", "w3"]).await?;
+    let client = cluster.client().await?;
+    // `sh -c` runs as the worker's child, so $PPID is the worker.
+    let graph = GraphBuilder::new("assassin").node(
+        "assassin",
+        NodeBuilder::script(&["sh", "-c", "kill -9 $PPID; sleep 5"]).start(),
+    );
+    let run = client.submit_graph(&graph, &json!({})).await?;
+    let done = tokio::time::timeout(PATIENCE, client.wait(&run.run_id)).await??;
+    assert_eq!(done.status, RunStatus::Failed);
+    let error = done.error.expect("a failed run has an error");
+    assert_eq!(error.node, "assassin");
+    assert!(
+        error.message.contains("lost its worker 3 times"),
+        "{}",
+        error.message
+    );
+    for name in ["w1", "w2", "w3"] {
+        assert!(error.message.contains(name), "{}", error.message);
+    }
+    // A worker that joins afterwards is not sent the task again.
+    cluster.add_worker("w4", 1)?;
+    cluster.wait_for_workers(&["w4"]).await?;
+    let graph = GraphBuilder::new("harmless").node(
+        "hello",
+        NodeBuilder::script(&["sh", "-c", "echo '{\"greeting\": \"hi\"}'"]).start(),
+    );
+    let run = client.submit_graph(&graph, &json!({})).await?;
+    let done = tokio::time::timeout(PATIENCE, client.wait(&run.run_id)).await??;
+    assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error);
+    assert_eq!(done.state["greeting"], json!("hi"));
+    assert!(cluster.worker_pid("w4").is_some());
+    assert!(
+        !cluster.log("coordinator").contains("name=w4 reason"),
+        "w4 was never lost"
+    );
+    Ok(())
+}
+
+/// Joins as a worker hosting `handler` that heartbeats but never answers a
+/// task; returns what the coordinator sends it.
+async fn join_as_a_silent_worker(
+    cluster: &TestCluster,
+    handler: &str,
+) -> anyhow::Result<(
+    tokio::sync::mpsc::Sender<pb::WorkerMessage>,
+    tonic::Streaming<pb::CoordinatorMessage>,
+)> {
+    let mut client =
+        pb::worker_service_client::WorkerServiceClient::connect(cluster.url().to_owned()).await?;
+    let (tx, rx) = tokio::sync::mpsc::channel(16);
+    tx.send(pb::WorkerMessage {
+        body: Some(pb::worker_message::Body::Hello(pb::Hello {
+            protocol_version: weft_proto::PROTOCOL_VERSION,
+            name: "mute".into(),
+            slots: 1,
+            handlers: vec![handler.into()],
+            ..Default::default()
+        })),
+    })
+    .await?;
+    let inbound = client
+        .join(tokio_stream::wrappers::ReceiverStream::new(rx))
+        .await?
+        .into_inner();
+    let beats = tx.clone();
+    tokio::spawn(async move {
+        let beat = pb::WorkerMessage {
+            body: Some(pb::worker_message::Body::Heartbeat(pb::Heartbeat {
+                at_unix_ms: 0,
+            })),
+        };
+        while beats.send(beat.clone()).await.is_ok() {
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+    });
+    Ok((tx, inbound))
+}
+
+#[tokio::test]
+async fn a_worker_that_heartbeats_but_never_answers_times_the_task_out() -> anyhow::Result<()> {
+    let cluster = TestCluster::start()?;
+    let (_keep, mut inbound) = join_as_a_silent_worker(&cluster, "late").await?;
+    let client = cluster.client().await?;
+    let graph = GraphBuilder::new("mute").node(
+        "never",
+        NodeBuilder::task("late").start().set("timeout", "1s"),
+    );
+    let run = client.submit_graph(&graph, &json!({})).await?;
+    let done = tokio::time::timeout(PATIENCE, client.wait(&run.run_id)).await??;
+    assert_eq!(done.status, RunStatus::Failed);
+    let error = done.error.expect("a failed run has an error");
+    assert_eq!(error.node, "never");
+    assert!(
+        error.message.contains("did not answer within its timeout"),
+        "{}",
+        error.message
+    );
+    // The worker was told to stop the task it never answered.
+    let mut got_task = false;
+    loop {
+        let message = tokio::time::timeout(PATIENCE, inbound.message())
+            .await??
+            .expect("the stream stays open");
+        match message.body {
+            Some(pb::coordinator_message::Body::Task(task)) => {
+                assert_eq!(task.node, "never");
+                got_task = true;
+            }
+            Some(pb::coordinator_message::Body::Cancel(cancel)) => {
+                assert!(got_task, "the cancel follows the task");
+                assert_eq!(cancel.run_id, run.run_id);
+                break;
+            }
+            _ => {}
+        }
+    }
     Ok(())
 }

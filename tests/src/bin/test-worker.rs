@@ -74,8 +74,10 @@ async fn main() -> anyhow::Result<()> {
         worker.handler("double", move |s: Delay, ctx: TaskContext| {
             let me = me.clone();
             async move {
-                tokio::time::sleep(Duration::from_millis(s.delay_ms)).await;
                 let item: i64 = ctx.scope("item")?;
+                // Tests read this line to learn when items start, and where.
+                eprintln!("{me} started item {item}");
+                tokio::time::sleep(Duration::from_millis(s.delay_ms)).await;
                 Ok::<_, String>(json!({"doubled": item * 2, "worker": me}))
             }
         });
