@@ -7,6 +7,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         println!("cargo:rerun-if-changed=protos/{file}");
     }
     let descriptors = protox::compile(files, ["protos"])?;
-    tonic_prost_build::configure().compile_fds(descriptors)?;
+    // Server traits only for crates that serve (the coordinator): a client
+    // never pulls in tonic's server and router.
+    let server = std::env::var_os("CARGO_FEATURE_SERVER").is_some();
+    tonic_prost_build::configure()
+        .build_server(server)
+        .compile_fds(descriptors)?;
     Ok(())
 }

@@ -200,7 +200,7 @@ impl NodeBuilder {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use weft_coordinator::graph::{Format, load_str};
+    use weft_graph::{Format, load_str};
 
     #[test]
     fn built_graph_is_a_valid_document() {

@@ -4,7 +4,7 @@
 
 use std::path::{Component, Path, PathBuf};
 
-use weft_coordinator::graph::{self, GraphError, NodeKind};
+use weft_graph::{self as graph, GraphError, NodeKind};
 
 /// A graph and its files, ready to submit.
 #[derive(Debug, Clone, PartialEq, Eq)]

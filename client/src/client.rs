@@ -16,7 +16,7 @@ use crate::bundle::{BundleError, GraphBundle};
 const MAX_MESSAGE_BYTES: usize = 256 << 20;
 
 /// A run's status (the coordinator's own vocabulary).
-pub use weft_coordinator::run::RunStatus;
+pub use weft_proto::types::RunStatus;
 
 /// How a run failed.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

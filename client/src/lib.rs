@@ -18,6 +18,7 @@
 mod builder;
 mod bundle;
 mod client;
+#[cfg(feature = "embedded")]
 mod embedded;
 
 pub use builder::{GraphBuilder, NodeBuilder};
@@ -25,4 +26,5 @@ pub use bundle::{BundleError, GraphBundle};
 pub use client::{
     Client, ClientError, Event, RunErrorInfo, RunInfo, RunStatus, Submitted, WaitingNode,
 };
+#[cfg(feature = "embedded")]
 pub use embedded::{EmbeddedCluster, EmbeddedError};

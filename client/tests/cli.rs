@@ -33,7 +33,7 @@ fn validate_prints_ok_and_exits_zero() {
 fn validate_prints_one_line_per_finding_and_exits_two() {
     let out = weft(&[
         "validate",
-        repo("coordinator/tests/fixtures/invalid/unknown_nodes.yaml")
+        repo("graph/tests/fixtures/invalid/unknown_nodes.yaml")
             .to_str()
             .unwrap(),
     ]);
@@ -76,7 +76,7 @@ fn diagram_draws_the_seed_picture() {
         repo("examples/critique-loop.yaml").to_str().unwrap(),
     ]);
     assert_eq!(out.status.code(), Some(0));
-    let expected = include_str!("../../coordinator/tests/fixtures/critique-loop.diagram.txt");
+    let expected = include_str!("../../graph/tests/fixtures/critique-loop.diagram.txt");
     assert_eq!(text(&out.stdout), expected);
 }
 
@@ -84,7 +84,7 @@ fn diagram_draws_the_seed_picture() {
 fn diagram_of_an_invalid_graph_exits_two() {
     let out = weft(&[
         "diagram",
-        repo("coordinator/tests/fixtures/invalid/cycle.yaml")
+        repo("graph/tests/fixtures/invalid/cycle.yaml")
             .to_str()
             .unwrap(),
     ]);

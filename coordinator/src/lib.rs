@@ -1,14 +1,14 @@
-//! Weft's coordinator: the graph model (parse, validate, diagram), the pure
-//! run state machine that computes waves, merges state and routes, and the
-//! cluster around it: one actor per run, the dispatcher that hands tasks to
-//! workers, and the gRPC services.
+//! Weft's coordinator: the pure run state machine that computes waves,
+//! merges state and routes, and the cluster around it: one actor per run,
+//! the dispatcher that hands tasks to workers, and the gRPC services. The
+//! graph model it runs is the `weft-graph` crate, re-exported as [`graph`].
 
 #![warn(missing_docs)]
 
 pub mod bundle;
 pub mod config;
 pub mod dispatch;
-pub mod graph;
+pub use weft_graph as graph;
 mod grpc;
 pub mod metrics;
 pub mod run;

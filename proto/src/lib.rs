@@ -5,13 +5,16 @@
 //! worker's connection, and the client library convert them to domain types
 //! and never expose them.
 
-#![allow(missing_docs, clippy::all)]
+#![warn(missing_docs)]
 
 /// The protocol version a worker announces in its hello; a coordinator
 /// refuses workers with another version.
 pub const PROTOCOL_VERSION: u32 = 1;
 
+pub mod types;
+
 /// Version 1 of the protocol.
+#[allow(missing_docs, clippy::all)]
 pub mod v1 {
     tonic::include_proto!("weft.v1");
 }

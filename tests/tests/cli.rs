@@ -160,7 +160,7 @@ fn unreachable_coordinator_exits_four_and_invalid_graph_exits_two() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(String::from_utf8_lossy(&out.stderr).contains("cannot reach the coordinator"));
-    let invalid = repo().join("coordinator/tests/fixtures/invalid/cycle.yaml");
+    let invalid = repo().join("graph/tests/fixtures/invalid/cycle.yaml");
     let out = weft(None, &["run", invalid.to_str().unwrap(), "--json"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("cycle through forward edges"));

@@ -11,7 +11,7 @@ use tonic::transport::Channel;
 use weft_proto::v1::FetchBlobRequest;
 use weft_proto::v1::worker_service_client::WorkerServiceClient;
 
-use crate::task::{BlobFile, Failure};
+use crate::task::{BlobFile, Failure, FailureKind};
 
 /// The worker's file cache.
 #[derive(Clone)]
@@ -42,7 +42,7 @@ impl BlobCache {
             .all(|c| matches!(c, Component::Normal(_) | Component::CurDir));
         if !safe || file.path.is_empty() {
             return Err(Failure::new(
-                "invalid_task",
+                FailureKind::InvalidTask,
                 format!("bundle path '{}' escapes the scratch directory", file.path),
             ));
         }
@@ -67,7 +67,7 @@ impl BlobCache {
     async fn ensure(&self, sha256: &str) -> Result<PathBuf, Failure> {
         if !sha256.chars().all(|c| c.is_ascii_hexdigit()) || sha256.len() != 64 {
             return Err(Failure::new(
-                "invalid_task",
+                FailureKind::InvalidTask,
                 format!("'{sha256}' is not a SHA-256"),
             ));
         }
@@ -87,7 +87,7 @@ impl BlobCache {
             .await
             .map_err(|status| {
                 Failure::new(
-                    "worker_error",
+                    FailureKind::WorkerError,
                     format!("cannot fetch bundle file {sha256}: {}", status.message()),
                 )
             })?
@@ -99,7 +99,7 @@ impl BlobCache {
             .collect();
         if actual != sha256 {
             return Err(Failure::new(
-                "worker_error",
+                FailureKind::WorkerError,
                 format!("bundle file {sha256} arrived with hash {actual}"),
             ));
         }
@@ -125,5 +125,5 @@ async fn set_mode(path: &Path, mode: u32) -> Result<(), Failure> {
 }
 
 fn failure(what: &str, error: std::io::Error) -> Failure {
-    Failure::new("worker_error", format!("{what}: {error}"))
+    Failure::new(FailureKind::WorkerError, format!("{what}: {error}"))
 }

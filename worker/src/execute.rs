@@ -15,7 +15,7 @@ use weft_proto::v1 as pb;
 
 use crate::handler::{Registry, TaskContext};
 use crate::script::ScriptRunner;
-use crate::task::{Failure, Task};
+use crate::task::{Failure, FailureKind, Task};
 
 /// Aborts the task it holds when dropped, so a handler whose attempt timed
 /// out or was cancelled stops instead of running on unseen.
@@ -37,7 +37,7 @@ pub async fn execute(
         "script" => scripts.run(task).await,
         "task" => run_handler(registry, task).await,
         other => Err(Failure::new(
-            "unsupported_kind",
+            FailureKind::UnsupportedKind,
             format!("this worker cannot run kind '{other}'"),
         )),
     }
@@ -45,7 +45,7 @@ pub async fn execute(
 
 async fn run_handler(registry: &Arc<Registry>, task: &mut Task) -> Result<Value, Failure> {
     let config: Value = serde_json::from_str(&task.config_json)
-        .map_err(|e| Failure::new("invalid_task", format!("task configuration: {e}")))?;
+        .map_err(|e| Failure::new(FailureKind::InvalidTask, format!("task configuration: {e}")))?;
     let name = config
         .get("handler")
         .and_then(Value::as_str)
@@ -53,7 +53,7 @@ async fn run_handler(registry: &Arc<Registry>, task: &mut Task) -> Result<Value,
         .to_owned();
     let handler = registry.handlers.get(&name).cloned().ok_or_else(|| {
         Failure::new(
-            "unknown_handler",
+            FailureKind::UnknownHandler,
             format!("this worker has no handler '{name}'"),
         )
     })?;
@@ -69,19 +69,21 @@ async fn run_handler(registry: &Arc<Registry>, task: &mut Task) -> Result<Value,
         item: task.item,
         scope,
     };
-    let future =
-        handler(&state, context).map_err(|message| Failure::new("handler_error", message))?;
+    let future = handler(&state, context)
+        .map_err(|message| Failure::new(FailureKind::HandlerError, message))?;
     drop(state);
     let mut call = AbortOnDrop(tokio::spawn(future));
     match tokio::time::timeout(task.timeout, &mut call.0).await {
-        Ok(Ok(result)) => result.map_err(|message| Failure::new("handler_error", message)),
+        Ok(Ok(result)) => {
+            result.map_err(|message| Failure::new(FailureKind::HandlerError, message))
+        }
         Ok(Err(join)) if join.is_panic() => Err(Failure::new(
-            "handler_panicked",
+            FailureKind::HandlerPanicked,
             format!("handler '{name}' panicked: {}", panic_text(join)),
         )),
-        Ok(Err(join)) => Err(Failure::new("handler_error", join.to_string())),
+        Ok(Err(join)) => Err(Failure::new(FailureKind::HandlerError, join.to_string())),
         Err(_) => Err(Failure::new(
-            "timeout",
+            FailureKind::Timeout,
             format!("handler '{name}' timed out after {:?}", task.timeout),
         )),
     }
@@ -104,7 +106,7 @@ pub fn task_result(run_id: &str, key: u64, result: Result<Value, Failure>) -> pb
             output_json: String::new(),
         }),
         Err(failure) => pb::task_result::Outcome::Error(pb::TaskError {
-            kind: failure.kind,
+            kind: failure.kind.as_str().to_owned(),
             message: failure.message,
         }),
     };
@@ -230,7 +232,7 @@ mod tests {
             bundle: Vec::new(),
         };
         let error = run_handler(&registry, &mut task).await.unwrap_err();
-        assert_eq!(error.kind, "timeout");
+        assert_eq!(error.kind, FailureKind::Timeout);
         tokio::time::sleep(Duration::from_millis(400)).await;
         assert!(
             !finished.load(std::sync::atomic::Ordering::SeqCst),

@@ -23,7 +23,7 @@ use crate::execute::{call_function, execute, task_result};
 use crate::handler::Registry;
 use crate::script::ScriptRunner;
 use crate::state_sync::StateCache;
-use crate::task::Failure;
+use crate::task::{Failure, FailureKind};
 
 /// Largest gRPC message accepted.
 const MAX_MESSAGE_BYTES: usize = 256 << 20;
@@ -333,7 +333,7 @@ impl Session {
             };
             let result = tokio::select! {
                 result = attempt => result,
-                _ = cancel.cancelled() => Err(Failure::new("cancelled", "the coordinator cancelled the task")),
+                _ = cancel.cancelled() => Err(Failure::new(FailureKind::Cancelled, "the coordinator cancelled the task")),
             };
             let _ = done.send((id, task_result(&task.run_id, task.key, result)));
         });

@@ -20,7 +20,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::process::Command;
 
 use crate::blobs::BlobCache;
-use crate::task::{Failure, Task};
+use crate::task::{Failure, FailureKind, Task};
 
 /// How much of stderr an error keeps.
 const STDERR_TAIL: usize = 2048;
@@ -48,12 +48,16 @@ impl ScriptRunner {
 
     /// Runs one attempt; `Ok` holds the stdout object.
     pub async fn run(&self, task: &Task) -> Result<Value, Failure> {
-        let config: ScriptConfig = serde_json::from_str(&task.config_json)
-            .map_err(|e| Failure::new("invalid_task", format!("script configuration: {e}")))?;
+        let config: ScriptConfig = serde_json::from_str(&task.config_json).map_err(|e| {
+            Failure::new(
+                FailureKind::InvalidTask,
+                format!("script configuration: {e}"),
+            )
+        })?;
         let program = config
             .argv
             .first()
-            .ok_or_else(|| Failure::new("invalid_task", "the script's argv is empty"))?;
+            .ok_or_else(|| Failure::new(FailureKind::InvalidTask, "the script's argv is empty"))?;
         let dir = self.scratch_root.join(format!(
             "{}-{}-{}",
             sanitize(&task.run_id),
@@ -116,9 +120,12 @@ impl ScriptRunner {
         for (key, value) in &config.env {
             command.env(key, substitute_secrets(value, &self.env));
         }
-        let mut child = command
-            .spawn()
-            .map_err(|e| Failure::new("script_failed", format!("cannot start '{program}': {e}")))?;
+        let mut child = command.spawn().map_err(|e| {
+            Failure::new(
+                FailureKind::ScriptFailed,
+                format!("cannot start '{program}': {e}"),
+            )
+        })?;
         // Kills the whole group when this attempt ends, however it ends
         // (finished, timed out, or cancelled by dropping this future).
         let _group = GroupGuard(child.id().map(|id| Pid::from_raw(id as i32)));
@@ -155,7 +162,7 @@ impl ScriptRunner {
             Ok(done) => done,
             Err(_) => {
                 return Err(Failure::new(
-                    "timeout",
+                    FailureKind::Timeout,
                     format!(
                         "script timed out after {} and was killed",
                         human(task.timeout)
@@ -170,18 +177,22 @@ impl ScriptRunner {
                 .code()
                 .map_or_else(|| "a signal".to_owned(), |c| format!("status {c}"));
             return Err(Failure::new(
-                "script_failed",
+                FailureKind::ScriptFailed,
                 format!("script exited with {code}; stderr: {tail}"),
             ));
         }
         if out.len() > MAX_STDOUT {
             return Err(Failure::new(
-                "script_failed",
+                FailureKind::ScriptFailed,
                 format!("script wrote more than {MAX_STDOUT} bytes to stdout"),
             ));
         }
-        parse_stdout(&out)
-            .map_err(|message| Failure::new("invalid_output", format!("{message}; stderr: {tail}")))
+        parse_stdout(&out).map_err(|message| {
+            Failure::new(
+                FailureKind::InvalidOutput,
+                format!("{message}; stderr: {tail}"),
+            )
+        })
     }
 }
 
@@ -265,7 +276,7 @@ fn stderr_tail(bytes: &[u8]) -> String {
 }
 
 fn io_failure(what: &str, error: std::io::Error) -> Failure {
-    Failure::new("worker_error", format!("{what}: {error}"))
+    Failure::new(FailureKind::WorkerError, format!("{what}: {error}"))
 }
 
 fn sanitize(text: &str) -> String {

@@ -13,7 +13,7 @@ use std::time::Duration;
 use serde_json::Value;
 use weft_proto::v1 as pb;
 
-use crate::task::{BlobFile, Failure, Task};
+use crate::task::{BlobFile, Failure, FailureKind, Task};
 
 /// Field values per run, each with its version.
 #[derive(Debug, Default)]
@@ -60,7 +60,7 @@ impl StateCache {
             }
         }
         if let Some(message) = problem {
-            return Err(Failure::new("state_cache_miss", message));
+            return Err(Failure::new(FailureKind::StateCacheMiss, message));
         }
         Ok(Task {
             run_id: assignment.run_id,
@@ -123,7 +123,7 @@ mod tests {
         let mut cache = StateCache::default();
         cache.task(assignment(&[("n", 1, "1")])).unwrap();
         let error = cache.task(assignment(&[("n", 2, "")])).unwrap_err();
-        assert_eq!(error.kind, "state_cache_miss");
+        assert_eq!(error.kind, FailureKind::StateCacheMiss);
         cache.forget("r");
         assert!(cache.task(assignment(&[("n", 1, "")])).is_err());
     }

@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::Value;
+pub use weft_proto::types::FailureKind;
 
 /// A bundle file a task needs in its scratch directory.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -64,17 +65,17 @@ impl Task {
 /// Why an attempt failed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Failure {
-    /// A short class: `script_failed`, `handler_error`, `timeout`, ….
-    pub kind: String,
+    /// Its class.
+    pub kind: FailureKind,
     /// What happened.
     pub message: String,
 }
 
 impl Failure {
     /// A failure of class `kind`.
-    pub fn new(kind: &str, message: impl Into<String>) -> Self {
+    pub fn new(kind: FailureKind, message: impl Into<String>) -> Self {
         Self {
-            kind: kind.to_owned(),
+            kind,
             message: message.into(),
         }
     }

@@ -5,7 +5,7 @@ use std::path::Path;
 
 use serde_json::{Map, Value};
 use weft_client::{BundleError, Client, ClientError, GraphBundle, RunStatus};
-use weft_coordinator::graph::GraphError;
+use weft_graph::GraphError;
 
 use super::{exit, output, progress, prompt};
 use weft_client::EmbeddedCluster as Embedded;

@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use weft_coordinator::graph::{self, GraphError};
+use weft_graph::{self as graph, GraphError};
 
 use super::exit;
 

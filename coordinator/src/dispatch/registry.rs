@@ -26,7 +26,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::{Requirement, WorkerId, WorkerInfo};
-use crate::run::{TaskFailure, TaskKey};
+use crate::run::{FailureKind, TaskFailure, TaskKey};
 
 /// The registry's tunables.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -462,7 +462,7 @@ impl<T> Registry<T> {
                 let job = self.jobs.remove(&id).expect("listed above");
                 decisions.push(Decision::Fail {
                     failure: TaskFailure {
-                        kind: "worker_lost".into(),
+                        kind: FailureKind::WorkerLost,
                         message: format!(
                             "'{}' lost its worker {} times ({}); it may be what kills them",
                             job.label,
@@ -528,7 +528,7 @@ impl<T> Registry<T> {
             });
             decisions.push(Decision::Fail {
                 failure: TaskFailure {
-                    kind: "timeout".into(),
+                    kind: FailureKind::Timeout,
                     message: format!(
                         "'{}' did not answer within its timeout of {:?} (plus {:?} grace); the coordinator cancelled it",
                         job.label, job.timeout, self.limits.grace

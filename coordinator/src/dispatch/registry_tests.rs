@@ -157,7 +157,7 @@ fn a_task_that_keeps_killing_workers_fails_after_the_limit() {
     assert_eq!(failed.len(), 1);
     let (key, failure) = &failed[0];
     assert_eq!(*key, 1);
-    assert_eq!(failure.kind, "worker_lost");
+    assert_eq!(failure.kind, FailureKind::WorkerLost);
     assert!(failure.message.contains("w1, w2"), "{}", failure.message);
     // The next worker survives: nothing is sent to it.
     let third = reg.join(worker("w3", 1, &[]), now);
@@ -216,7 +216,7 @@ fn a_task_past_its_deadline_times_out_and_is_cancelled() {
         )
     );
     let failed = failures(&decisions);
-    assert_eq!(failed[0].1.kind, "timeout");
+    assert_eq!(failed[0].1.kind, FailureKind::Timeout);
     assert_eq!(failed[0].1.worker.as_deref(), Some("a"));
     assert_eq!(reg.workers()[0].in_flight, 0, "the slot is free again");
     assert!(
@@ -321,7 +321,7 @@ fn calls_take_no_slot_and_time_out() {
     let failed = failures(&reg.tick(start + 4 * SECOND));
     assert_eq!(failed.len(), 1);
     assert_eq!(failed[0].0, 70);
-    assert_eq!(failed[0].1.kind, "timeout");
+    assert_eq!(failed[0].1.kind, FailureKind::Timeout);
 }
 
 #[test]

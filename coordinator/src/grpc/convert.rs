@@ -6,7 +6,7 @@ use weft_proto::v1 as pb;
 use crate::bundle::{Bundle, BundleError};
 use crate::dispatch::{Assignment, FromWorker, FunctionCall, TaskOutcome, ToWorker, WorkerInfo};
 use crate::graph::{Finding, Severity};
-use crate::run::{RunEvent, RunStatus, RunView, StoredEvent, TaskFailure};
+use crate::run::{FailureKind, RunEvent, RunStatus, RunView, StoredEvent, TaskFailure};
 
 pub fn bundle(message: Option<pb::GraphBundle>, limit: usize) -> Result<Bundle, BundleError> {
     let message = message.unwrap_or_default();
@@ -185,13 +185,13 @@ pub fn from_worker(message: pb::WorkerMessage) -> Option<FromWorker> {
                         Ok((writes, transient))
                     }
                     Err(message) => Err(TaskFailure {
-                        kind: "invalid_output".into(),
+                        kind: FailureKind::InvalidOutput,
                         message,
                         worker: None,
                     }),
                 },
                 pb::task_result::Outcome::Error(error) => Err(TaskFailure {
-                    kind: error.kind,
+                    kind: FailureKind::from_wire(&error.kind),
                     message: error.message,
                     worker: None,
                 }),

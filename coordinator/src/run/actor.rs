@@ -12,8 +12,8 @@ use tokio::sync::{broadcast, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use super::{
-    Effect, HumanAnswer, Input, NodeOutput, Rejected, RunError, RunEvent, RunMachine, RunPlan,
-    RunStatus, State, TaskFailure, TaskSpec, TaskState,
+    Effect, FailureKind, HumanAnswer, Input, NodeOutput, Rejected, RunError, RunEvent, RunMachine,
+    RunPlan, RunStatus, State, TaskFailure, TaskSpec, TaskState,
 };
 use crate::dispatch::{
     Assignment, BlobRef, DispatchEvent, EventSink, FunctionCall, Requirement, StateField,
@@ -303,7 +303,7 @@ impl RunActor {
                         Err(message) => Input::TaskFailed {
                             key,
                             failure: TaskFailure {
-                                kind: "invalid_output".into(),
+                                kind: FailureKind::InvalidOutput,
                                 message,
                                 worker: Some(worker),
                             },

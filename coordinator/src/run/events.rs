@@ -141,8 +141,8 @@ impl NodeOutput {
 /// Why a task attempt failed.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TaskFailure {
-    /// A short class: `script_failed`, `handler_error`, `timeout`, ….
-    pub kind: String,
+    /// Its class.
+    pub kind: FailureKind,
     /// The error, with the stderr tail for scripts.
     pub message: String,
     /// The worker that ran the attempt, where known.
@@ -354,39 +354,7 @@ pub enum RunEvent {
     },
 }
 
-/// A run's status.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum RunStatus {
-    /// Tasks are running or about to.
-    Running,
-    /// Nothing runs until a human answers.
-    Waiting,
-    /// Ended normally.
-    Completed,
-    /// Ended by an error.
-    Failed,
-    /// Stopped by a request.
-    Cancelled,
-}
-
-impl RunStatus {
-    /// Reports whether the run has ended.
-    pub fn is_terminal(self) -> bool {
-        matches!(self, Self::Completed | Self::Failed | Self::Cancelled)
-    }
-
-    /// The status as written in `--json` output and metric labels.
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Running => "running",
-            Self::Waiting => "waiting",
-            Self::Completed => "completed",
-            Self::Failed => "failed",
-            Self::Cancelled => "cancelled",
-        }
-    }
-}
+pub use weft_proto::types::{FailureKind, RunStatus};
 
 /// How a run failed (SPEC section 7). The state as of the last merge stays
 /// available from the machine.
@@ -403,7 +371,7 @@ pub enum RunError {
         /// The worker that ran it, where known.
         worker: Option<String>,
         /// The failure class.
-        kind: String,
+        kind: FailureKind,
         /// The original error.
         message: String,
     },

@@ -126,7 +126,7 @@ impl RunMachine {
                 }
                 Err(message) => {
                     let failure = TaskFailure {
-                        kind: "invalid_output".into(),
+                        kind: FailureKind::InvalidOutput,
                         message,
                         worker: None,
                     };
@@ -222,7 +222,7 @@ impl RunMachine {
             node: self.graph().node(node).id.clone(),
             attempt,
             worker: failure.worker.clone(),
-            kind: failure.kind.clone(),
+            kind: failure.kind,
             message: failure.message.clone(),
         };
         self.member_failed_with(node, error, fx);

@@ -85,7 +85,7 @@ impl RunMachine {
                 };
                 if let Some(Err(message)) = prompt.map(|p| p.render(&context, Strictness::Strict)) {
                     let failure = TaskFailure {
-                        kind: "template_error".into(),
+                        kind: FailureKind::TemplateError,
                         message,
                         worker: None,
                     };
@@ -110,7 +110,7 @@ impl RunMachine {
                 }
                 Err(message) => {
                     let failure = TaskFailure {
-                        kind: "map_error".into(),
+                        kind: FailureKind::MapError,
                         message,
                         worker: None,
                     };
@@ -120,7 +120,7 @@ impl RunMachine {
             other => {
                 let message = format!("kind '{}' cannot run in this version of Weft", other.name());
                 let failure = TaskFailure {
-                    kind: "unsupported".into(),
+                    kind: FailureKind::Unsupported,
                     message,
                     worker: None,
                 };
@@ -321,7 +321,7 @@ impl RunMachine {
             node: self.graph().node(node).id.clone(),
             attempt: 1,
             worker: None,
-            kind: "routing_error".into(),
+            kind: FailureKind::RoutingError,
             message,
         }
     }

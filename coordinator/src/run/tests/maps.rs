@@ -247,7 +247,7 @@ fn fail_fast_cancels_items_still_in_flight() {
         .collect();
     assert_eq!(specs.len(), 4);
     let failure = TaskFailure {
-        kind: "handler_error".into(),
+        kind: FailureKind::HandlerError,
         message: "bad".into(),
         worker: None,
     };

@@ -199,7 +199,7 @@ impl Harness {
                     Err(message) => Input::TaskFailed {
                         key: spec.key,
                         failure: TaskFailure {
-                            kind: "handler_error".into(),
+                            kind: FailureKind::HandlerError,
                             message,
                             worker: Some("w1".into()),
                         },

@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use weft_coordinator::graph::{self, GraphError, Severity};
+use weft_graph::{self as graph, GraphError, Severity};
 
 fn files(dir: &Path, ext: &str) -> Vec<PathBuf> {
     let mut files: Vec<PathBuf> = std::fs::read_dir(dir)

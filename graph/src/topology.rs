@@ -153,10 +153,10 @@ fn find_cycles(graph: &Graph, indegree: &[usize]) -> Vec<Vec<NodeIdx>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::graph::parse_graph;
+    use crate::parse_graph;
 
     fn graph(yaml: &str) -> Graph {
-        parse_graph(yaml, crate::graph::Format::Yaml, "t").0
+        parse_graph(yaml, crate::Format::Yaml, "t").0
     }
 
     #[test]

@@ -390,7 +390,7 @@ fn condition_label(condition: &Condition) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::graph::{Format, load_str};
+    use crate::{Format, load_str};
 
     fn draw(yaml: &str) -> String {
         let (graph, _) = load_str(yaml, Format::Yaml, "t").unwrap_or_else(|e| panic!("{e}"));
@@ -401,8 +401,8 @@ mod tests {
     /// from the example graph that wires the seed's critique loop.
     #[test]
     fn seed_critique_loop_picture() {
-        let yaml = include_str!("../../../../examples/critique-loop.yaml");
-        let expected = include_str!("../../../tests/fixtures/critique-loop.diagram.txt");
+        let yaml = include_str!("../../../examples/critique-loop.yaml");
+        let expected = include_str!("../../tests/fixtures/critique-loop.diagram.txt");
         assert_eq!(draw(yaml), expected);
     }
 
@@ -523,7 +523,7 @@ nodes:
             let edges: Vec<_> = edges.into_iter().filter(|&(a, b, _)| a < n && b < n).collect();
             let loops: Vec<_> = loops.into_iter().filter(|&(a, b)| a < n && b < n).collect();
             let yaml = random_graph(&edges, &loops, n);
-            let (graph, _) = crate::graph::parse_graph(&yaml, Format::Yaml, "p");
+            let (graph, _) = crate::parse_graph(&yaml, Format::Yaml, "p");
             let text = diagram(&graph);
             let rows: Vec<Vec<char>> = text.lines().map(|l| l.chars().collect()).collect();
             for j in 0..n {

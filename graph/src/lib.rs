@@ -1,8 +1,10 @@
-//! The graph model: reading a graph file, validating it, and drawing it.
+//! Weft's graph model: reading a graph file, validating it, and drawing it.
 //!
 //! Everything here is pure: text in, a typed [`Graph`] or a list of
 //! [`Finding`]s out. Reading the file from disk is the one exception, kept to
 //! [`load_file`].
+
+#![warn(missing_docs)]
 
 mod builder;
 mod builder_kinds;
