@@ -32,7 +32,7 @@ mod execute;
 mod handler;
 mod runtime;
 mod script;
-mod state_sync;
+pub mod state_sync;
 mod task;
 
 use std::future::Future;
@@ -45,6 +45,7 @@ use tokio_util::sync::CancellationToken;
 pub use handler::{IntoOutput, Output, Registry, TaskContext};
 pub use runtime::{WorkerConfig, WorkerError};
 pub use script::{parse_stdout, substitute_secrets};
+pub use task::{BlobFile, Failure, FailureKind, Task};
 
 /// A worker being set up.
 #[derive(Debug)]

@@ -67,9 +67,8 @@ impl ScriptRunner {
         tokio::fs::create_dir_all(&dir)
             .await
             .map_err(|e| io_failure("cannot create the scratch directory", e))?;
-        let result = self.run_in(&dir, program, &config, task).await;
-        let _ = tokio::fs::remove_dir_all(&dir).await;
-        result
+        let scratch = Scratch(dir);
+        self.run_in(&scratch.0, program, &config, task).await
     }
 
     async fn run_in(
@@ -193,6 +192,25 @@ impl ScriptRunner {
                 format!("{message}; stderr: {tail}"),
             )
         })
+    }
+}
+
+/// An attempt's scratch directory, removed however the attempt ends:
+/// finished, failed, or cancelled by dropping its future.
+struct Scratch(PathBuf);
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let dir = std::mem::take(&mut self.0);
+        // Off the async thread when there is a runtime to take it.
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                runtime.spawn_blocking(move || std::fs::remove_dir_all(dir));
+            }
+            Err(_) => {
+                let _ = std::fs::remove_dir_all(dir);
+            }
+        }
     }
 }
 
@@ -340,5 +358,49 @@ mod tests {
             substitute_secrets(&json!("no ${closing"), &secrets),
             "no ${closing"
         );
+    }
+
+    /// Polls `condition` every 10 ms for up to 10 s.
+    async fn eventually(mut condition: impl FnMut() -> bool) -> bool {
+        for _ in 0..1000 {
+            if condition() {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        false
+    }
+
+    #[tokio::test]
+    async fn a_cancelled_scripts_scratch_directory_is_removed() {
+        let root = std::env::temp_dir().join(format!("weft-scratch-test-{}", std::process::id()));
+        let channel = tonic::transport::Endpoint::from_static("http://127.0.0.1:9").connect_lazy();
+        let blobs = BlobCache::new(
+            root.join("files"),
+            weft_proto::v1::worker_service_client::WorkerServiceClient::new(channel),
+        );
+        let runner = ScriptRunner::new(root.join("scratch"), blobs, Vec::new());
+        let task = Task {
+            run_id: "run".into(),
+            key: 1,
+            node: "nap".into(),
+            attempt: 1,
+            kind: "script".into(),
+            config_json: r#"{"argv": ["sleep", "30"]}"#.into(),
+            state: Vec::new(),
+            scope_json: "{}".into(),
+            item: None,
+            timeout: Duration::from_secs(60),
+            bundle: Vec::new(),
+        };
+        let attempt = tokio::spawn(async move { runner.run(&task).await });
+        let scratch = root.join("scratch").join("run-1-1");
+        assert!(eventually(|| scratch.join(".weft-state.json").exists()).await);
+        attempt.abort();
+        assert!(
+            eventually(|| !scratch.exists()).await,
+            "the scratch directory outlived its cancelled attempt"
+        );
+        std::fs::remove_dir_all(root).ok();
     }
 }

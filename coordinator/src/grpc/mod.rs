@@ -3,6 +3,8 @@
 
 mod convert;
 mod run_service;
+#[cfg(test)]
+mod state_sync_tests;
 mod worker_service;
 
 pub use run_service::RunApi;
