@@ -9,8 +9,8 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::bundle::{BlobStore, Bundle, BundleError};
-use crate::dispatch::{BlobRef, DispatcherHandle, Requirement, TaskLauncher};
-use crate::graph::{Finding, NodeKind};
+use crate::dispatch::{BlobRef, DispatcherHandle, TaskLauncher};
+use crate::graph::Finding;
 use crate::run::{RunError, RunHandle, RunMachine, RunPlan, RunSetup, spawn_run};
 
 /// Why a submission was refused. Nothing was started.
@@ -139,14 +139,11 @@ impl Runs {
     async fn unhosted(&self, plan: &RunPlan) -> Vec<String> {
         let workers = self.dispatcher.snapshot().await;
         let mut warnings = Vec::new();
-        for node in &plan.graph().nodes {
-            let requirement = match &node.kind {
-                NodeKind::Task { handler } => Requirement::Handler(handler.clone()),
-                NodeKind::Script { .. } => Requirement::Kind("script".into()),
-                NodeKind::Llm(_) => Requirement::Kind("llm".into()),
-                NodeKind::Agent(_) => Requirement::Kind("agent".into()),
-                _ => continue,
+        for (idx, node) in plan.graph().nodes.iter().enumerate() {
+            let Some(binding) = plan.binding(idx) else {
+                continue;
             };
+            let requirement = &binding.requirement;
             if !workers
                 .iter()
                 .any(|w| !w.draining && requirement.hosted_by(&w.info))

@@ -42,6 +42,54 @@ impl RunStatus {
     }
 }
 
+/// The node kinds a worker runs. A task carries its node's kind; a worker
+/// announces the built-in kinds it hosts (`task` nodes need a handler
+/// instead).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WorkerKind {
+    /// A handler registered by name.
+    Task,
+    /// An executable (SPEC 4.1).
+    Script,
+    /// One chat completion.
+    Llm,
+    /// A tool-calling loop.
+    Agent,
+}
+
+impl WorkerKind {
+    /// Every kind.
+    pub const ALL: [Self; 4] = [Self::Task, Self::Script, Self::Llm, Self::Agent];
+
+    /// The kind's name, as in a graph file and on the wire.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Task => "task",
+            Self::Script => "script",
+            Self::Llm => "llm",
+            Self::Agent => "agent",
+        }
+    }
+}
+
+impl fmt::Display for WorkerKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for WorkerKind {
+    type Err = String;
+
+    fn from_str(name: &str) -> Result<Self, Self::Err> {
+        Self::ALL
+            .into_iter()
+            .find(|kind| kind.as_str() == name)
+            .ok_or_else(|| format!("unknown worker kind '{name}'"))
+    }
+}
+
 /// Why a task attempt failed. Each is an attempt like any other: the node's
 /// retry policy and then its fallback apply.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 use tokio::task::JoinHandle;
+use weft_proto::types::WorkerKind;
 use weft_proto::v1 as pb;
 
 use crate::handler::{Registry, TaskContext};
@@ -33,12 +34,12 @@ pub async fn execute(
     scripts: &ScriptRunner,
     task: &mut Task,
 ) -> Result<Value, Failure> {
-    match task.kind.as_str() {
-        "script" => scripts.run(task).await,
-        "task" => run_handler(registry, task).await,
-        other => Err(Failure::new(
+    match task.kind.parse::<WorkerKind>() {
+        Ok(WorkerKind::Script) => scripts.run(task).await,
+        Ok(WorkerKind::Task) => run_handler(registry, task).await,
+        Ok(WorkerKind::Llm | WorkerKind::Agent) | Err(_) => Err(Failure::new(
             FailureKind::UnsupportedKind,
-            format!("this worker cannot run kind '{other}'"),
+            format!("this worker cannot run kind '{}'", task.kind),
         )),
     }
 }

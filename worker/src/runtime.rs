@@ -243,7 +243,7 @@ fn hello(config: &WorkerConfig, registry: &Registry) -> pb::WorkerMessage {
         slots: config.slots,
         labels: config.labels.iter().cloned().collect(),
         kinds: if config.scripts {
-            vec!["script".into()]
+            vec![weft_proto::types::WorkerKind::Script.as_str().to_owned()]
         } else {
             Vec::new()
         },

@@ -11,6 +11,7 @@
 //! Runs reach the dispatcher through the [`TaskLauncher`] trait, so the run
 //! actor can be driven by a virtual launcher in tests.
 
+pub mod binding;
 mod dispatcher;
 pub mod registry;
 pub mod state_sync;
@@ -20,6 +21,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 use tokio::sync::mpsc;
+pub use weft_proto::types::WorkerKind;
 
 pub use dispatcher::{
     DispatcherConfig, DispatcherHandle, ShuttingDown, WorkerLink, spawn_dispatcher,
@@ -40,8 +42,8 @@ pub struct WorkerInfo {
     pub slots: u32,
     /// Free-form labels.
     pub labels: Vec<(String, String)>,
-    /// Built-in kinds: `script`, `llm`, `agent`.
-    pub kinds: Vec<String>,
+    /// Built-in kinds hosted (`script`, `llm`, `agent`).
+    pub kinds: Vec<WorkerKind>,
     /// Registered task handlers.
     pub handlers: Vec<String>,
     /// Registered functions (reducers, predicates, routers).
@@ -52,7 +54,7 @@ pub struct WorkerInfo {
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Requirement {
     /// A built-in kind (`script`, `llm`, `agent`).
-    Kind(String),
+    Kind(WorkerKind),
     /// A registered handler (`kind: task`).
     Handler(String),
     /// A registered function (`fn:NAME`), called without taking a slot.
@@ -63,7 +65,7 @@ impl Requirement {
     /// Reports whether a worker hosts this.
     pub fn hosted_by(&self, info: &WorkerInfo) -> bool {
         match self {
-            Self::Kind(kind) => info.kinds.iter().any(|k| k == kind),
+            Self::Kind(kind) => info.kinds.contains(kind),
             Self::Handler(name) => info.handlers.iter().any(|h| h == name),
             Self::Function(name) => info.functions.iter().any(|f| f == name),
         }
@@ -109,7 +111,7 @@ pub struct Assignment {
     /// 1 for the first attempt.
     pub attempt: u32,
     /// The node's kind.
-    pub kind: String,
+    pub kind: WorkerKind,
     /// The kind's fields, as JSON.
     pub config_json: Arc<str>,
     /// The state, field by field.

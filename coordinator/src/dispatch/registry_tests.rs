@@ -5,6 +5,7 @@ use std::collections::HashMap;
 use proptest::prelude::*;
 
 use super::*;
+use crate::dispatch::WorkerKind;
 
 const SECOND: Duration = Duration::from_secs(1);
 
@@ -12,7 +13,7 @@ fn worker(name: &str, slots: u32, handlers: &[&str]) -> WorkerInfo {
     WorkerInfo {
         name: name.into(),
         slots,
-        kinds: vec!["script".into()],
+        kinds: vec![WorkerKind::Script],
         handlers: handlers.iter().map(|h| (*h).to_owned()).collect(),
         functions: vec!["pick".into()],
         ..WorkerInfo::default()
@@ -23,7 +24,7 @@ fn task(key: TaskKey) -> JobSpec<TaskKey> {
     JobSpec {
         id: id(key),
         label: format!("node{key}"),
-        requirement: Requirement::Kind("script".into()),
+        requirement: Requirement::Kind(WorkerKind::Script),
         timeout: 10 * SECOND,
         payload: key,
     }

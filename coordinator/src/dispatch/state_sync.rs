@@ -72,7 +72,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::dispatch::StateField;
+    use crate::dispatch::{StateField, WorkerKind};
 
     fn field(name: &str, version: u64) -> StateField {
         StateField {
@@ -88,7 +88,7 @@ mod tests {
             key: 1,
             node: "n".into(),
             attempt: 1,
-            kind: "task".into(),
+            kind: WorkerKind::Task,
             config_json: Arc::from("{}"),
             state: fields,
             scope_json: "{}".into(),

@@ -91,7 +91,9 @@ pub fn worker_info(hello: pb::Hello) -> WorkerInfo {
         name: hello.name,
         slots: hello.slots,
         labels: hello.labels.into_iter().collect(),
-        kinds: hello.kinds,
+        // Kinds this version does not know are not hosted as far as it is
+        // concerned.
+        kinds: hello.kinds.iter().filter_map(|k| k.parse().ok()).collect(),
         handlers: hello.handlers,
         functions: hello.functions,
     }
@@ -103,7 +105,7 @@ fn assignment(task: Assignment) -> pb::TaskAssignment {
         task_key: task.key,
         node: task.node,
         attempt: task.attempt,
-        kind: task.kind,
+        kind: task.kind.as_str().to_owned(),
         config_json: task.config_json.to_string(),
         state: task
             .state

@@ -38,7 +38,7 @@ fn task(fields: &BTreeMap<String, (u64, i64)>, key: u64) -> Assignment {
         key,
         node: "n".into(),
         attempt: 1,
-        kind: "task".into(),
+        kind: crate::dispatch::WorkerKind::Task,
         config_json: Arc::from("{}"),
         state: fields
             .iter()

@@ -7,7 +7,7 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use serde_json::{Map, Value};
+use serde_json::Value;
 use tokio::sync::{broadcast, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
@@ -16,10 +16,8 @@ use super::{
     RunPlan, RunStatus, State, TaskFailure, TaskSpec, TaskState,
 };
 use crate::dispatch::{
-    Assignment, BlobRef, DispatchEvent, EventSink, FunctionCall, Requirement, StateField,
-    TaskLauncher,
+    Assignment, BlobRef, DispatchEvent, EventSink, FunctionCall, StateField, TaskLauncher,
 };
-use crate::graph::NodeKind;
 
 /// Commands a run actor takes.
 const COMMAND_BUFFER: usize = 64;
@@ -171,7 +169,6 @@ pub fn spawn_run(setup: RunSetup) -> RunHandle {
     let (sink, dispatch_rx) = mpsc::unbounded_channel();
     let (timers, timer_rx) = mpsc::unbounded_channel();
     let (live, _) = broadcast::channel(LIVE_BUFFER);
-    let configs = worker_configs(&setup.plan);
     let mut fields = FieldTable::default();
     fields.refresh(setup.machine.state(), setup.machine.state().keys());
     let handle = RunHandle {
@@ -188,7 +185,6 @@ pub fn spawn_run(setup: RunSetup) -> RunHandle {
         timers,
         log: Vec::new(),
         live,
-        configs,
         fields,
         created_unix_ms: now_ms(),
     };
@@ -197,9 +193,6 @@ pub fn spawn_run(setup: RunSetup) -> RunHandle {
         .spawn(actor.run(rx, dispatch_rx, timer_rx, setup.shutdown));
     handle
 }
-
-/// The kind, requirement and worker-facing configuration of each node.
-type WorkerConfig = Option<(String, Requirement, Arc<str>)>;
 
 struct RunActor {
     id: Arc<str>,
@@ -211,7 +204,6 @@ struct RunActor {
     timers: mpsc::UnboundedSender<Input>,
     log: Vec<StoredEvent>,
     live: broadcast::Sender<StoredEvent>,
-    configs: Vec<WorkerConfig>,
     fields: FieldTable,
     created_unix_ms: i64,
 }
@@ -404,7 +396,7 @@ impl RunActor {
         let Some(idx) = self.plan.graph().node_index(&spec.node) else {
             return;
         };
-        let Some((kind, requirement, config)) = self.configs[idx].clone() else {
+        let Some(binding) = self.plan.binding(idx) else {
             return;
         };
         let state = self.fields.task_fields(&spec.state);
@@ -414,15 +406,16 @@ impl RunActor {
             key: spec.key,
             node: spec.node,
             attempt: spec.attempt,
-            kind,
-            config_json: config,
+            kind: binding.kind,
+            config_json: binding.config.clone(),
             state,
             scope_json,
             item: spec.item,
             timeout: spec.timeout,
             bundle: self.bundle.clone(),
         };
-        self.launcher.launch(task, requirement, self.sink.clone());
+        self.launcher
+            .launch(task, binding.requirement.clone(), self.sink.clone());
     }
 
     fn record(&mut self, event: RunEvent) {
@@ -499,49 +492,6 @@ impl FieldTable {
 }
 
 /// What workers need to know about each worker-run node.
-fn worker_configs(plan: &RunPlan) -> Vec<WorkerConfig> {
-    plan.graph()
-        .nodes
-        .iter()
-        .map(|node| {
-            let mut config = Map::new();
-            let (kind, requirement) = match &node.kind {
-                NodeKind::Task { handler } => {
-                    config.insert("handler".into(), Value::from(handler.clone()));
-                    ("task", Requirement::Handler(handler.clone()))
-                }
-                NodeKind::Script { argv, env } => {
-                    config.insert("argv".into(), Value::from(argv.clone()));
-                    let env: Map<String, Value> = env
-                        .iter()
-                        .map(|(k, v)| (k.clone(), Value::from(v.clone())))
-                        .collect();
-                    config.insert("env".into(), Value::Object(env));
-                    ("script", Requirement::Kind("script".into()))
-                }
-                NodeKind::Llm(llm) => {
-                    config.insert("prompt".into(), Value::from(llm.prompt.source()));
-                    if let Some(model) = &llm.model {
-                        config.insert("model".into(), Value::from(model.clone()));
-                    }
-                    ("llm", Requirement::Kind("llm".into()))
-                }
-                NodeKind::Agent(agent) => {
-                    config.insert("prompt".into(), Value::from(agent.prompt.source()));
-                    config.insert("tools".into(), Value::from(agent.tools.clone()));
-                    ("agent", Requirement::Kind("agent".into()))
-                }
-                _ => return None,
-            };
-            Some((
-                kind.to_owned(),
-                requirement,
-                Arc::from(Value::Object(config).to_string()),
-            ))
-        })
-        .collect()
-}
-
 fn now_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)

@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::routing::Query;
+use crate::dispatch::binding::{NodeBinding, bind};
 use crate::graph::topology::{container_members, forward_order, main_flow};
 use crate::graph::{Condition, Graph, Guard, NodeIdx, NodeKind};
 
@@ -18,6 +19,7 @@ pub struct RunPlan {
     branches: HashMap<NodeIdx, Vec<bool>>,
     fallback: Vec<Option<NodeIdx>>,
     reads_state: Vec<bool>,
+    bindings: Vec<Option<NodeBinding>>,
 }
 
 impl RunPlan {
@@ -58,7 +60,9 @@ impl RunPlan {
                         .any(|&e| matches!(graph.edges[e].guard, Guard::When(_)))
             })
             .collect();
+        let bindings = graph.nodes.iter().map(|node| bind(&node.kind)).collect();
         Arc::new(Self {
+            bindings,
             graph,
             flow,
             order,
@@ -71,6 +75,11 @@ impl RunPlan {
     /// The graph.
     pub fn graph(&self) -> &Graph {
         &self.graph
+    }
+
+    /// How a node runs on a worker; `None` for nodes the coordinator runs.
+    pub fn binding(&self, node: NodeIdx) -> Option<&NodeBinding> {
+        self.bindings.get(node)?.as_ref()
     }
 
     /// Main-flow nodes in forward (topological) order.
