@@ -21,7 +21,7 @@ pub type CallKey = u64;
 pub type State = Arc<Map<String, Value>>;
 
 /// A task for a worker.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TaskSpec {
     /// This attempt's key.
     pub key: TaskKey,
@@ -42,9 +42,11 @@ pub struct TaskSpec {
 /// The state a task sees: `base` (the wave's S0, shared by every task of
 /// the wave) with `overlay` laid over it and `hidden` fields removed. A map
 /// item's fork costs only what it changed, never a copy of the state.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TaskState {
-    /// The shared base.
+    /// The shared base. Not stored with the task: a restored run points it
+    /// at the wave's S0 again.
+    #[serde(skip)]
     pub base: State,
     /// Fields that differ from `base` (a map item's binding and writes).
     pub overlay: Map<String, Value>,

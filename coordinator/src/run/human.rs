@@ -36,11 +36,16 @@ impl RunMachine {
             .graph()
             .node_index(node_id)
             .ok_or_else(|| Rejected::NotWaiting(node_id.to_owned()))?;
-        if self.nodes[idx] != NodeStatus::Waiting || self.status.is_terminal() {
+        if self.run.nodes[idx] != NodeStatus::Waiting || self.run.status.is_terminal() {
             return Err(Rejected::NotWaiting(node_id.to_owned()));
         }
         let node = self.graph().node(idx).clone();
-        let s0 = self.wave.as_ref().map(|w| w.s0.clone()).unwrap_or_default();
+        let s0 = self
+            .run
+            .wave
+            .as_ref()
+            .map(|w| w.s0.clone())
+            .unwrap_or_default();
         let bad = |reason: String| Rejected::BadAnswer {
             node: node_id.to_owned(),
             reason,
@@ -70,10 +75,10 @@ impl RunMachine {
                 next: None,
             },
         );
-        if let Some(wave) = self.wave.as_mut() {
+        if let Some(wave) = self.run.wave.as_mut() {
             wave.announced_waiting = false;
         }
-        self.status = RunStatus::Running;
+        self.run.status = RunStatus::Running;
         self.maybe_finish_wave(fx);
         Ok(())
     }

@@ -8,9 +8,10 @@
 //! that fails for good (without `fallback`), a conflicting write or a
 //! routing error leaves the state as it was before the wave.
 
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use super::events::*;
@@ -19,10 +20,11 @@ use super::merge::MergeOutcome;
 use super::output::initial_state;
 use super::plan::RunPlan;
 use super::routing::Query;
+pub(super) use super::task_table::{TaskRef, TaskTable};
 use crate::graph::{Graph, NodeIdx};
 
 /// Where a node stands in the current iteration of the run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum NodeStatus {
     /// Not run yet (or reset by a loop).
     Pending,
@@ -39,7 +41,7 @@ pub enum NodeStatus {
 }
 
 /// Resolution of a forward edge.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub(super) enum EdgeStatus {
     Unresolved,
     Taken,
@@ -47,7 +49,7 @@ pub(super) enum EdgeStatus {
 }
 
 /// A member of the current wave.
-#[derive(Debug)]
+#[derive(Debug, Serialize, Deserialize)]
 pub(super) enum Member {
     Running,
     Waiting,
@@ -59,7 +61,7 @@ pub(super) enum Member {
     Mapping(Box<MapRun>),
 }
 
-#[derive(Debug)]
+#[derive(Debug, Serialize, Deserialize)]
 pub(super) enum Phase {
     Running,
     /// Waiting for worker-hosted reducers.
@@ -73,13 +75,17 @@ pub(super) enum Phase {
         view: State,
         changed: Vec<String>,
         pending: HashMap<CallKey, Query>,
+        #[serde(with = "pairs")]
         answers: HashMap<Query, Value>,
     },
 }
 
-#[derive(Debug)]
+#[derive(Debug, Serialize, Deserialize)]
 pub(super) struct Wave {
     pub(super) step: u32,
+    /// The committed state when the wave started (the run's state until
+    /// the wave commits); not stored, relinked on restore.
+    #[serde(skip)]
     pub(super) s0: State,
     pub(super) members: Vec<NodeIdx>,
     pub(super) slots: Vec<Member>,
@@ -87,18 +93,58 @@ pub(super) struct Wave {
     pub(super) announced_waiting: bool,
 }
 
-#[derive(Debug, Clone)]
-pub(super) struct TaskRef {
-    pub(super) node: NodeIdx,
-    pub(super) item: Option<usize>,
-    pub(super) spec: TaskSpec,
-    pub(super) in_flight: bool,
+impl Wave {
+    /// Points the wave's S0, and its maps', at the restored state.
+    fn relink(&mut self, state: &State) {
+        self.s0 = state.clone();
+        for slot in &mut self.slots {
+            if let Member::Mapping(map) = slot {
+                map.relink(state);
+            }
+        }
+    }
 }
 
-/// One run's semantics, driven by inputs.
+/// Maps with keys JSON cannot name, stored as lists of pairs.
+mod pairs {
+    use std::collections::HashMap;
+    use std::hash::Hash;
+
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    pub fn serialize<K: Serialize, V: Serialize, S: Serializer>(
+        map: &HashMap<K, V>,
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        serializer.collect_seq(map.iter())
+    }
+
+    pub fn deserialize<'de, K, V, D>(deserializer: D) -> Result<HashMap<K, V>, D::Error>
+    where
+        K: Deserialize<'de> + Eq + Hash,
+        V: Deserialize<'de>,
+        D: Deserializer<'de>,
+    {
+        Ok(Vec::<(K, V)>::deserialize(deserializer)?
+            .into_iter()
+            .collect())
+    }
+}
+
+/// One run's semantics, driven by inputs: the graph's [`RunPlan`] and the
+/// run's [`Progress`].
 #[derive(Debug)]
 pub struct RunMachine {
     pub(super) plan: Arc<RunPlan>,
+    pub(super) run: Progress,
+}
+
+/// Everything a run has done so far, without its graph: what a checkpoint
+/// stores. Serialize it with serde; [`RunMachine::restore`] continues a run
+/// from it. The committed state is stored once: the wave's S0 and every
+/// task's view of it are relinked to it on restore.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Progress {
     pub(super) state: State,
     pub(super) status: RunStatus,
     pub(super) error: Option<RunError>,
@@ -107,13 +153,15 @@ pub struct RunMachine {
     pub(super) edges: Vec<EdgeStatus>,
     pub(super) forced: BTreeSet<NodeIdx>,
     pub(super) wave: Option<Wave>,
-    pub(super) tasks: HashMap<TaskKey, TaskRef>,
-    pub(super) queue: VecDeque<TaskKey>,
-    pub(super) in_flight: usize,
-    pub(super) next_key: u64,
+    pub(super) tasks: TaskTable,
     pub(super) next_call: u64,
     pub(super) failed_wave: Vec<NodeIdx>,
 }
+
+/// A [`Progress`] that does not fit the graph it was restored with.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("the stored run does not fit its graph: {0}")]
+pub struct ProgressMismatch(String);
 
 impl RunMachine {
     /// Creates a run over `plan` with the caller's input; nothing runs until
@@ -130,7 +178,7 @@ impl RunMachine {
                 crate::graph::Endpoint::Node(_) => EdgeStatus::Unresolved,
             })
             .collect();
-        Ok(Self {
+        let run = Progress {
             state: Arc::new(state),
             status: RunStatus::Running,
             error: None,
@@ -139,14 +187,48 @@ impl RunMachine {
             edges,
             forced: graph.start_nodes().into_iter().collect(),
             wave: None,
-            tasks: HashMap::new(),
-            queue: VecDeque::new(),
-            in_flight: 0,
-            next_key: 1,
+            tasks: TaskTable::default(),
             next_call: 1,
             failed_wave: Vec::new(),
-            plan,
-        })
+        };
+        Ok(Self { plan, run })
+    }
+
+    /// What the run has done so far, to store.
+    pub fn progress(&self) -> &Progress {
+        &self.run
+    }
+
+    /// Continues a stored run over the same graph's plan.
+    pub fn restore(plan: Arc<RunPlan>, mut run: Progress) -> Result<Self, ProgressMismatch> {
+        let graph = plan.graph();
+        let fits = |what: &str, stored: usize, graph: usize| {
+            if stored == graph {
+                Ok(())
+            } else {
+                Err(ProgressMismatch(format!(
+                    "{stored} {what} stored, the graph has {graph}"
+                )))
+            }
+        };
+        fits("nodes", run.nodes.len(), graph.nodes.len())?;
+        fits("edges", run.edges.len(), graph.edges.len())?;
+        let out_of_range = run
+            .forced
+            .iter()
+            .chain(&run.failed_wave)
+            .chain(run.wave.iter().flat_map(|w| &w.members))
+            .any(|&idx| idx >= graph.nodes.len());
+        if out_of_range {
+            return Err(ProgressMismatch(
+                "a stored node index is out of range".into(),
+            ));
+        }
+        if let Some(wave) = &mut run.wave {
+            wave.relink(&run.state);
+            run.tasks.relink(&run.state);
+        }
+        Ok(Self { plan, run })
     }
 
     /// Starts the first wave.
@@ -158,37 +240,37 @@ impl RunMachine {
 
     /// The state as of the last merge.
     pub fn state(&self) -> &State {
-        &self.state
+        &self.run.state
     }
 
     /// The run's status.
     pub fn status(&self) -> RunStatus {
-        self.status
+        self.run.status
     }
 
     /// Why the run failed, was cancelled or timed out.
     pub fn error(&self) -> Option<&RunError> {
-        self.error.as_ref()
+        self.run.error.as_ref()
     }
 
     /// Waves started so far.
     pub fn steps(&self) -> u32 {
-        self.steps
+        self.run.steps
     }
 
     /// A node's status.
     pub fn node_status(&self, id: &str) -> Option<NodeStatus> {
-        self.graph().node_index(id).map(|idx| self.nodes[idx])
+        self.graph().node_index(id).map(|idx| self.run.nodes[idx])
     }
 
     /// Tasks dispatched and not yet returned.
     pub fn in_flight(&self) -> usize {
-        self.in_flight
+        self.run.tasks.in_flight()
     }
 
     /// The nodes waiting for a human, with their kind and rendered prompt.
     pub fn waiting(&self) -> Vec<(String, String, String)> {
-        let Some(wave) = &self.wave else {
+        let Some(wave) = &self.run.wave else {
             return Vec::new();
         };
         wave.members
@@ -217,11 +299,7 @@ impl RunMachine {
             Input::TaskSucceeded { key, output } => self.task_succeeded(key, output, &mut fx),
             Input::TaskFailed { key, failure } => self.task_failed(key, failure, &mut fx),
             Input::RetryDue { key } => {
-                if let Some(task) = self.tasks.get(&key)
-                    && !task.in_flight
-                    && !self.queue.contains(&key)
-                {
-                    self.queue.push_back(key);
+                if self.run.tasks.requeue(key) {
                     self.pump(&mut fx);
                 }
             }
@@ -240,8 +318,8 @@ impl RunMachine {
         error: Option<RunError>,
         fx: &mut Vec<Effect>,
     ) {
-        self.status = status;
-        self.error = error.clone();
+        self.run.status = status;
+        self.run.error = error.clone();
         fx.push(Effect::Emit(RunEvent::RunFinished { status, error }));
         fx.push(Effect::Checkpoint);
     }
@@ -252,26 +330,26 @@ impl RunMachine {
         error: RunError,
         fx: &mut Vec<Effect>,
     ) -> Result<(), Rejected> {
-        if self.status.is_terminal() {
+        if self.run.status.is_terminal() {
             return Err(Rejected::Ended);
         }
-        self.wave = None;
+        self.run.wave = None;
         self.cancel_all(fx);
         self.finish(status, Some(error), fx);
         Ok(())
     }
 
     fn retry_run(&mut self, fx: &mut Vec<Effect>) -> Result<(), Rejected> {
-        if self.status != RunStatus::Failed || self.failed_wave.is_empty() {
-            return Err(Rejected::NotRetryable(self.status));
+        if self.run.status != RunStatus::Failed || self.run.failed_wave.is_empty() {
+            return Err(Rejected::NotRetryable(self.run.status));
         }
-        self.status = RunStatus::Running;
-        self.error = None;
+        self.run.status = RunStatus::Running;
+        self.run.error = None;
         // The failed wave runs again as the same step.
-        self.steps = self.steps.saturating_sub(1);
-        for idx in std::mem::take(&mut self.failed_wave) {
-            self.nodes[idx] = NodeStatus::Pending;
-            self.forced.insert(idx);
+        self.run.steps = self.run.steps.saturating_sub(1);
+        for idx in std::mem::take(&mut self.run.failed_wave) {
+            self.run.nodes[idx] = NodeStatus::Pending;
+            self.run.forced.insert(idx);
         }
         self.advance(fx);
         Ok(())

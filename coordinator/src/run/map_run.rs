@@ -8,6 +8,7 @@
 
 use std::collections::{HashMap, VecDeque};
 
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use super::events::{ItemRef, NodeOutput, RunError, RunEvent, State, TaskFailure, TaskState};
@@ -15,8 +16,7 @@ use super::output::finish_output;
 use super::plan::RunPlan;
 use super::routing::{Decision, decide};
 use crate::graph::{
-    ConcurrencyLimit, ListSource, MapConfig, NodeIdx, NodeKind, Strictness, TemplateContext,
-    json_type_name,
+    ConcurrencyLimit, ListSource, NodeIdx, NodeKind, Strictness, TemplateContext, json_type_name,
 };
 
 /// What the map wants next.
@@ -43,7 +43,7 @@ pub enum ItemStep {
 
 /// An item's fork: the parent's S0 (shared, never copied) plus what the
 /// chain wrote. `output_key` stays hidden until the chain writes it.
-#[derive(Debug)]
+#[derive(Debug, Serialize, Deserialize)]
 struct ItemRun {
     writes: Map<String, Value>,
     scope: Map<String, Value>,
@@ -52,12 +52,23 @@ struct ItemRun {
     visits: HashMap<NodeIdx, u32>,
 }
 
+/// The fields of a map's configuration its items need after the start.
+#[derive(Debug, Serialize, Deserialize)]
+struct MapNames {
+    item_name: String,
+    branch: Option<NodeIdx>,
+    output_key: String,
+    collect_into: String,
+}
+
 /// One map node's items in flight.
-#[derive(Debug)]
+#[derive(Debug, Serialize, Deserialize)]
 pub struct MapRun {
     map: NodeIdx,
     id: String,
-    config: MapConfig,
+    names: MapNames,
+    /// The wave's S0, shared by every fork; not stored, relinked on restore.
+    #[serde(skip)]
     s0: State,
     items: Vec<Value>,
     results: Vec<Option<Value>>,
@@ -112,7 +123,12 @@ impl MapRun {
         Ok(Self {
             map,
             id: node.id.clone(),
-            config: (**config).clone(),
+            names: MapNames {
+                item_name: config.item_name.clone(),
+                branch: config.branch,
+                output_key: config.output_key.clone(),
+                collect_into: config.collect_into.clone(),
+            },
             s0: s0.clone(),
             items,
             results: vec![None; count],
@@ -125,6 +141,11 @@ impl MapRun {
             failed: None,
             reported: false,
         })
+    }
+
+    /// Points the map at the restored wave's S0.
+    pub fn relink(&mut self, s0: &State) {
+        self.s0 = s0.clone();
     }
 
     /// The next thing to do.
@@ -161,7 +182,7 @@ impl MapRun {
                     .map(|r| r.take().unwrap_or(Value::Null))
                     .collect();
                 let mut writes = Map::new();
-                writes.insert(self.config.collect_into.clone(), Value::Array(results));
+                writes.insert(self.names.collect_into.clone(), Value::Array(results));
                 return ItemStep::Finished(writes);
             }
             return ItemStep::Idle;
@@ -171,13 +192,13 @@ impl MapRun {
     fn fork(&self, index: usize) -> ItemRun {
         let item = self.items[index].clone();
         let mut writes = Map::new();
-        writes.insert(self.config.item_name.clone(), item.clone());
+        writes.insert(self.names.item_name.clone(), item.clone());
         let mut scope = Map::new();
-        scope.insert(self.config.item_name.clone(), item);
+        scope.insert(self.names.item_name.clone(), item);
         ItemRun {
             writes,
             scope,
-            at: self.config.branch.unwrap_or(self.map),
+            at: self.names.branch.unwrap_or(self.map),
             step: 1,
             visits: HashMap::new(),
         }
@@ -207,7 +228,7 @@ impl MapRun {
                 index,
                 step: run.step,
             },
-            state: fork_state(&self.s0, run, &self.config.output_key),
+            state: fork_state(&self.s0, run, &self.names.output_key),
             scope: run.scope.clone(),
         })
     }
@@ -263,7 +284,7 @@ impl MapRun {
                 return events;
             }
         };
-        let (s0, output_key) = (&self.s0, &self.config.output_key);
+        let (s0, output_key) = (&self.s0, &self.names.output_key);
         let finished = finish_output(
             graph,
             graph.node(node),
@@ -313,7 +334,7 @@ impl MapRun {
                 .node_index(id)
                 .ok_or_else(|| format!("`_next` names unknown node '{id}'"))?;
             if !members[target] {
-                let entry = self.config.branch.map_or("", |b| graph.node(b).id.as_str());
+                let entry = self.names.branch.map_or("", |b| graph.node(b).id.as_str());
                 let mut names: Vec<&str> = (0..members.len())
                     .filter(|&i| members[i])
                     .map(|i| graph.node(i).id.as_str())
@@ -330,7 +351,7 @@ impl MapRun {
         let run = self.runs[index].as_ref().expect("item is running");
         // The fork's whole state is built only when a condition reads it.
         let view = if plan.routes_on_state(node) {
-            fork_state(&self.s0, run, &self.config.output_key).view()
+            fork_state(&self.s0, run, &self.names.output_key).view()
         } else {
             Map::new()
         };
@@ -361,7 +382,7 @@ impl MapRun {
 
     fn item_finished(&mut self, index: usize, events: &mut Vec<RunEvent>) {
         let run = self.runs[index].take().expect("item is running");
-        match run.writes.get(&self.config.output_key) {
+        match run.writes.get(&self.names.output_key) {
             Some(value) => {
                 self.results[index] = Some(value.clone());
                 self.done += 1;
@@ -378,7 +399,7 @@ impl MapRun {
                     self.failed = Some(RunError::MapOutputMissing {
                         map: self.id.clone(),
                         index,
-                        output_key: self.config.output_key.clone(),
+                        output_key: self.names.output_key.clone(),
                     });
                 }
             }

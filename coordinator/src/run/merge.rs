@@ -28,7 +28,7 @@ pub struct ConcurrentUpdate {
 }
 
 /// A reduction that a worker must compute (`reducer: fn:NAME`).
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct HostedReduction {
     /// The field.
     pub field: String,
@@ -45,7 +45,7 @@ pub struct HostedReduction {
 /// It holds only the changed fields, so merging never copies the whole
 /// state: a wave that touches a counter next to a 10 MB field moves the
 /// counter alone.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct MergeOutcome {
     /// The final value of every directly written and built-in-reduced field.
     pub overlay: Map<String, Value>,

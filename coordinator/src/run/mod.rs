@@ -15,12 +15,13 @@ pub mod merge;
 mod output;
 mod plan;
 mod routing;
+mod task_table;
 mod tasks;
 mod waves;
 
 pub use actor::{RunHandle, RunRequestError, RunSetup, RunView, StoredEvent, spawn_run};
 pub use events::*;
-pub use machine::{NodeStatus, RunMachine};
+pub use machine::{NodeStatus, Progress, ProgressMismatch, RunMachine};
 pub use plan::RunPlan;
 pub use routing::Query;
 

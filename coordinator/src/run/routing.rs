@@ -11,7 +11,7 @@ use super::plan::RunPlan;
 use crate::graph::{Condition, EdgeIdx, Guard, NodeIdx, Target, truthy};
 
 /// A question for a worker-hosted function, asked while routing.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum Query {
     /// The router of this node (`routes.router: fn:NAME`).
     Router(NodeIdx),

@@ -24,8 +24,7 @@ impl RunMachine {
         scope: Map<String, Value>,
         fx: &mut Vec<Effect>,
     ) {
-        let key = self.next_key;
-        self.next_key += 1;
+        let key = self.run.tasks.new_key();
         let graph_node = self.graph().node(node);
         let spec = TaskSpec {
             key,
@@ -39,31 +38,20 @@ impl RunMachine {
                 .unwrap_or(self.graph().settings.node_timeout),
         };
         let item_index = spec.item.as_ref().map(|i| i.index);
-        self.tasks.insert(
-            key,
-            TaskRef {
-                node,
-                item: item_index,
-                spec,
-                in_flight: false,
-            },
-        );
-        self.queue.push_back(key);
+        let task = TaskRef {
+            node,
+            item: item_index,
+            spec,
+            in_flight: false,
+        };
+        self.run.tasks.add(key, task, true);
         self.pump(fx);
     }
 
     /// Dispatches queued tasks while the run's cap allows.
     pub(super) fn pump(&mut self, fx: &mut Vec<Effect>) {
-        let cap = self.graph().settings.max_node_concurrency as usize;
-        while cap == 0 || self.in_flight < cap {
-            let Some(key) = self.queue.pop_front() else {
-                break;
-            };
-            let Some(task) = self.tasks.get_mut(&key) else {
-                continue;
-            };
-            task.in_flight = true;
-            self.in_flight += 1;
+        let cap = self.plan.graph().settings.max_node_concurrency as usize;
+        while let Some(task) = self.run.tasks.start_next(cap) {
             fx.push(Effect::Emit(RunEvent::NodeStarted {
                 node: task.spec.node.clone(),
                 attempt: task.spec.attempt,
@@ -73,16 +61,6 @@ impl RunMachine {
         }
     }
 
-    pub(super) fn take_task(&mut self, key: TaskKey) -> Option<TaskRef> {
-        let task = self.tasks.remove(&key)?;
-        if task.in_flight {
-            self.in_flight -= 1;
-        } else {
-            self.queue.retain(|&k| k != key);
-        }
-        Some(task)
-    }
-
     pub(super) fn task_succeeded(
         &mut self,
         key: TaskKey,
@@ -90,7 +68,7 @@ impl RunMachine {
         fx: &mut Vec<Effect>,
     ) {
         // Unknown keys are late or duplicate results: ignored.
-        let Some(TaskRef { node, spec, .. }) = self.take_task(key) else {
+        let Some(TaskRef { node, spec, .. }) = self.run.tasks.take(key) else {
             return;
         };
         // Dropping the task's state here matters: the merge updates the
@@ -102,7 +80,7 @@ impl RunMachine {
             let plan = self.plan.clone();
             let result = {
                 let empty = Map::new();
-                let s0 = self.wave.as_ref().map_or(&empty, |w| &*w.s0);
+                let s0 = self.run.wave.as_ref().map_or(&empty, |w| &*w.s0);
                 finish_output(
                     plan.graph(),
                     plan.graph().node(node),
@@ -139,7 +117,7 @@ impl RunMachine {
     }
 
     pub(super) fn task_failed(&mut self, key: TaskKey, failure: TaskFailure, fx: &mut Vec<Effect>) {
-        let Some(task) = self.take_task(key) else {
+        let Some(task) = self.run.tasks.take(key) else {
             return;
         };
         let plan = self.plan.clone();
@@ -153,19 +131,17 @@ impl RunMachine {
                 delay_ms: delay.as_millis() as u64,
                 error: failure.message.clone(),
             }));
-            let key = self.next_key;
-            self.next_key += 1;
+            let key = self.run.tasks.new_key();
             let mut spec = task.spec;
             spec.key = key;
             spec.attempt = next_attempt;
-            self.tasks.insert(
-                key,
-                TaskRef {
-                    spec,
-                    in_flight: false,
-                    ..task
-                },
-            );
+            let retry = TaskRef {
+                spec,
+                in_flight: false,
+                ..task
+            };
+            // Parked until its timer fires (`Input::RetryDue`).
+            self.run.tasks.add(key, retry, false);
             fx.push(Effect::ScheduleRetry { key, delay });
         } else {
             let TaskRef { node, spec, .. } = task;
@@ -194,13 +170,13 @@ impl RunMachine {
     // ----- wave members ------------------------------------------------
 
     pub(super) fn slot_mut(&mut self, node: NodeIdx) -> Option<&mut Member> {
-        let wave = self.wave.as_mut()?;
+        let wave = self.run.wave.as_mut()?;
         let position = wave.members.iter().position(|&m| m == node)?;
         Some(&mut wave.slots[position])
     }
 
     pub(super) fn set_member(&mut self, node: NodeIdx, member: Member) {
-        self.nodes[node] = match member {
+        self.run.nodes[node] = match member {
             Member::Waiting => NodeStatus::Waiting,
             Member::Running | Member::Mapping(_) => NodeStatus::Running,
             Member::Succeeded { .. } | Member::FellBack => NodeStatus::Done,
@@ -245,31 +221,22 @@ impl RunMachine {
         if fallback.is_some() {
             self.set_member(node, Member::FellBack);
         } else {
-            self.nodes[node] = NodeStatus::Failed;
+            self.run.nodes[node] = NodeStatus::Failed;
             self.fail_wave(error, fx);
         }
     }
 
     /// Ends the run as failed; the wave's writes are dropped.
     pub(super) fn fail_wave(&mut self, error: RunError, fx: &mut Vec<Effect>) {
-        if let Some(wave) = self.wave.take() {
-            self.failed_wave = wave.members;
+        if let Some(wave) = self.run.wave.take() {
+            self.run.failed_wave = wave.members;
         }
         self.cancel_all(fx);
         self.finish(RunStatus::Failed, Some(error), fx);
     }
 
     pub(super) fn cancel_all(&mut self, fx: &mut Vec<Effect>) {
-        let mut keys: Vec<TaskKey> = self
-            .tasks
-            .iter()
-            .filter(|(_, t)| t.in_flight)
-            .map(|(&k, _)| k)
-            .collect();
-        keys.sort_unstable();
-        self.tasks.clear();
-        self.queue.clear();
-        self.in_flight = 0;
+        let keys = self.run.tasks.clear();
         if !keys.is_empty() {
             fx.push(Effect::CancelTasks(keys));
         }
@@ -303,7 +270,12 @@ impl RunMachine {
                         node: id,
                         item: None,
                     }));
-                    let s0 = self.wave.as_ref().map(|w| w.s0.clone()).unwrap_or_default();
+                    let s0 = self
+                        .run
+                        .wave
+                        .as_ref()
+                        .map(|w| w.s0.clone())
+                        .unwrap_or_default();
                     self.set_member(
                         map,
                         Member::Succeeded {
@@ -324,15 +296,10 @@ impl RunMachine {
 
     pub(super) fn cancel_map_tasks(&mut self, map: NodeIdx, fx: &mut Vec<Effect>) {
         let map_id = self.graph().node(map).id.clone();
-        let keys: Vec<TaskKey> = self
-            .tasks
-            .iter()
-            .filter(|(_, t)| t.spec.item.as_ref().is_some_and(|i| i.map == map_id))
-            .map(|(&k, _)| k)
-            .collect();
+        let keys = self.run.tasks.of_map(&map_id);
         let mut in_flight = Vec::new();
         for key in keys {
-            if let Some(task) = self.take_task(key)
+            if let Some(task) = self.run.tasks.take(key)
                 && task.in_flight
             {
                 in_flight.push(key);

@@ -23,29 +23,29 @@ impl RunMachine {
     pub(super) fn advance(&mut self, fx: &mut Vec<Effect>) {
         let ready = self.ready_nodes(fx);
         if ready.is_empty() {
-            self.wave = None;
+            self.run.wave = None;
             self.finish(RunStatus::Completed, None, fx);
             return;
         }
-        if self.steps >= self.graph().settings.max_steps {
-            self.failed_wave = ready;
+        if self.run.steps >= self.graph().settings.max_steps {
+            self.run.failed_wave = ready;
             let error = RunError::StepLimitExceeded {
                 max_steps: self.graph().settings.max_steps,
             };
             self.finish(RunStatus::Failed, Some(error), fx);
             return;
         }
-        self.steps += 1;
-        let s0 = self.state.clone();
+        self.run.steps += 1;
+        let s0 = self.run.state.clone();
         fx.push(Effect::Emit(RunEvent::WaveStarted {
-            step: self.steps,
+            step: self.run.steps,
             nodes: ready
                 .iter()
                 .map(|&i| self.graph().node(i).id.clone())
                 .collect(),
         }));
-        self.wave = Some(Wave {
-            step: self.steps,
+        self.run.wave = Some(Wave {
+            step: self.run.steps,
             s0: s0.clone(),
             members: ready.clone(),
             slots: ready.iter().map(|_| Member::Running).collect(),
@@ -53,14 +53,14 @@ impl RunMachine {
             announced_waiting: false,
         });
         for idx in ready {
-            self.forced.remove(&idx);
-            self.nodes[idx] = NodeStatus::Running;
-            if self.status.is_terminal() {
+            self.run.forced.remove(&idx);
+            self.run.nodes[idx] = NodeStatus::Running;
+            if self.run.status.is_terminal() {
                 break;
             }
             self.start_member(idx, &s0, fx);
         }
-        if !self.status.is_terminal() {
+        if !self.run.status.is_terminal() {
             self.maybe_finish_wave(fx);
         }
     }
@@ -131,10 +131,10 @@ impl RunMachine {
 
     /// Ready nodes, in declaration order; skips propagate on the way.
     pub(super) fn ready_nodes(&mut self, fx: &mut Vec<Effect>) -> Vec<NodeIdx> {
-        let mut ready: BTreeSet<NodeIdx> = self.forced.iter().copied().collect();
+        let mut ready: BTreeSet<NodeIdx> = self.run.forced.iter().copied().collect();
         let plan = self.plan.clone();
         for &idx in plan.main_order() {
-            if self.nodes[idx] != NodeStatus::Pending || ready.contains(&idx) {
+            if self.run.nodes[idx] != NodeStatus::Pending || ready.contains(&idx) {
                 continue;
             }
             let graph = plan.graph();
@@ -142,7 +142,7 @@ impl RunMachine {
                 .in_edges(idx)
                 .iter()
                 .filter(|&&e| graph.edges[e].is_forward())
-                .map(|&e| self.edges[e])
+                .map(|&e| self.run.edges[e])
                 .collect();
             if incoming.is_empty() || incoming.contains(&EdgeStatus::Unresolved) {
                 continue;
@@ -150,10 +150,10 @@ impl RunMachine {
             if incoming.contains(&EdgeStatus::Taken) {
                 ready.insert(idx);
             } else {
-                self.nodes[idx] = NodeStatus::Skipped;
+                self.run.nodes[idx] = NodeStatus::Skipped;
                 for &e in graph.out_edges(idx) {
                     if graph.edges[e].is_forward() {
-                        self.edges[e] = EdgeStatus::NotTaken;
+                        self.run.edges[e] = EdgeStatus::NotTaken;
                     }
                 }
                 fx.push(Effect::Emit(RunEvent::NodeSkipped {
@@ -167,7 +167,7 @@ impl RunMachine {
     /// Merges once every member has finished; reports a pause when only
     /// human input is missing.
     pub(super) fn maybe_finish_wave(&mut self, fx: &mut Vec<Effect>) {
-        let Some(wave) = self.wave.as_mut() else {
+        let Some(wave) = self.run.wave.as_mut() else {
             return;
         };
         if !matches!(wave.phase, Phase::Running) {
@@ -183,7 +183,7 @@ impl RunMachine {
         if wave.slots.iter().any(|s| matches!(s, Member::Waiting)) {
             if !wave.announced_waiting {
                 wave.announced_waiting = true;
-                self.status = RunStatus::Waiting;
+                self.run.status = RunStatus::Waiting;
                 for (node, kind, prompt) in self.waiting() {
                     fx.push(Effect::Emit(RunEvent::WaitingForInput {
                         node,
@@ -199,7 +199,7 @@ impl RunMachine {
     }
 
     pub(super) fn merge(&mut self, fx: &mut Vec<Effect>) {
-        let Some(wave) = self.wave.as_ref() else {
+        let Some(wave) = self.run.wave.as_ref() else {
             return;
         };
         let graph = self.plan.graph();
@@ -233,8 +233,8 @@ impl RunMachine {
         }
         let mut pending = HashMap::new();
         for reduction in &outcome.hosted {
-            let call = self.next_call;
-            self.next_call += 1;
+            let call = self.run.next_call;
+            self.run.next_call += 1;
             pending.insert(call, reduction.field.clone());
             fx.push(Effect::CallReducer {
                 call,
@@ -244,7 +244,7 @@ impl RunMachine {
                 branch_values: reduction.branch_values.clone(),
             });
         }
-        if let Some(wave) = self.wave.as_mut() {
+        if let Some(wave) = self.run.wave.as_mut() {
             wave.phase = Phase::Merging { outcome, pending };
         }
     }
@@ -255,7 +255,7 @@ impl RunMachine {
         result: Result<Value, String>,
         fx: &mut Vec<Effect>,
     ) {
-        let Some(wave) = self.wave.as_mut() else {
+        let Some(wave) = self.run.wave.as_mut() else {
             return;
         };
         match &mut wave.phase {
@@ -340,7 +340,7 @@ impl RunMachine {
         answers: HashMap<Query, Value>,
         fx: &mut Vec<Effect>,
     ) {
-        let Some(wave) = self.wave.as_ref() else {
+        let Some(wave) = self.run.wave.as_ref() else {
             return;
         };
         let plan = self.plan.clone();
@@ -379,8 +379,8 @@ impl RunMachine {
             let view = view.expect("hosted conditions read the merged state");
             let mut pending = HashMap::new();
             for query in missing {
-                let call = self.next_call;
-                self.next_call += 1;
+                let call = self.run.next_call;
+                self.run.next_call += 1;
                 pending.insert(call, query);
                 fx.push(Effect::CallPredicate {
                     call,
@@ -388,7 +388,7 @@ impl RunMachine {
                     state: view.clone(),
                 });
             }
-            if let Some(wave) = self.wave.as_mut() {
+            if let Some(wave) = self.run.wave.as_mut() {
                 wave.phase = Phase::Routing {
                     overlay,
                     view,
@@ -401,7 +401,7 @@ impl RunMachine {
         }
 
         // Commit: the wave's writes become the state.
-        let wave = self.wave.take().expect("routing runs inside a wave");
+        let wave = self.run.wave.take().expect("routing runs inside a wave");
         if !changed.is_empty() {
             fx.push(Effect::Emit(RunEvent::StateChanged {
                 step: wave.step,
@@ -410,9 +410,9 @@ impl RunMachine {
         }
         drop(wave.s0);
         match view {
-            Some(view) => self.state = view,
+            Some(view) => self.run.state = view,
             // Copies the state only if a task still holds the old one.
-            None => Arc::make_mut(&mut self.state).extend(overlay),
+            None => Arc::make_mut(&mut self.run.state).extend(overlay),
         }
         fx.push(Effect::Checkpoint);
 
@@ -445,7 +445,7 @@ impl RunMachine {
             };
             for &e in graph.out_edges(idx) {
                 if graph.edges[e].is_forward() {
-                    self.edges[e] = if taken.contains(&e) {
+                    self.run.edges[e] = if taken.contains(&e) {
                         EdgeStatus::Taken
                     } else {
                         EdgeStatus::NotTaken
@@ -456,8 +456,8 @@ impl RunMachine {
                 heads.push((idx, head));
             }
             if let Some(target) = jump {
-                if self.nodes[target] == NodeStatus::Pending {
-                    self.forced.insert(target);
+                if self.run.nodes[target] == NodeStatus::Pending {
+                    self.run.forced.insert(target);
                 } else {
                     heads.push((idx, target));
                 }
@@ -479,12 +479,12 @@ impl RunMachine {
             if !inside || !plan.in_main_flow(idx) {
                 continue;
             }
-            self.nodes[idx] = NodeStatus::Pending;
+            self.run.nodes[idx] = NodeStatus::Pending;
             for &e in graph.out_edges(idx) {
-                self.edges[e] = EdgeStatus::Unresolved;
+                self.run.edges[e] = EdgeStatus::Unresolved;
             }
         }
-        self.forced.insert(head);
+        self.run.forced.insert(head);
         fx.push(Effect::Emit(RunEvent::LoopReset {
             from: graph.node(from).id.clone(),
             head: graph.node(head).id.clone(),

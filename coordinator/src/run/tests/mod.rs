@@ -5,6 +5,7 @@
 mod control;
 mod maps;
 mod properties;
+mod restore;
 mod semantics;
 
 use std::collections::{HashMap, VecDeque};

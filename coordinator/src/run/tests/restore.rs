@@ -1,0 +1,255 @@
+//! A run stored mid-way and restored continues exactly as the original:
+//! the same effects, step for step, and the same end. Cut at every point of
+//! runs with waves, a map in flight, a parked retry, worker-hosted calls and
+//! a pause for a human.
+
+use serde_json::{Value, json};
+
+use super::*;
+
+/// Something the run waits for, answered in order.
+#[derive(Debug, Clone)]
+enum Awaited {
+    Task(Box<TaskSpec>),
+    Retry(TaskKey),
+    Call(CallKey, bool),
+}
+
+/// How the world answers a task.
+type Respond = fn(&TaskSpec) -> Input;
+
+#[derive(Debug)]
+struct Driver {
+    machine: RunMachine,
+    awaited: VecDeque<Awaited>,
+}
+
+impl Driver {
+    fn start(plan: &Arc<RunPlan>, input: Value) -> (Self, Vec<Effect>) {
+        let machine = RunMachine::new(plan.clone(), obj(input)).expect("valid input");
+        let mut driver = Self {
+            machine,
+            awaited: VecDeque::new(),
+        };
+        let effects = driver.machine.start();
+        driver.absorb(&effects);
+        (driver, effects)
+    }
+
+    /// A copy made the way a checkpoint is: stored as JSON, then restored.
+    fn stored_and_restored(&self, plan: &Arc<RunPlan>) -> Self {
+        let stored = serde_json::to_string(self.machine.progress()).expect("progress serializes");
+        let progress: Progress = serde_json::from_str(&stored).expect("progress deserializes");
+        Self {
+            machine: RunMachine::restore(plan.clone(), progress).expect("fits its graph"),
+            awaited: self.awaited.clone(),
+        }
+    }
+
+    fn absorb(&mut self, effects: &[Effect]) {
+        for effect in effects {
+            match effect {
+                Effect::Dispatch(spec) => self
+                    .awaited
+                    .push_back(Awaited::Task(Box::new(spec.clone()))),
+                Effect::ScheduleRetry { key, .. } => self.awaited.push_back(Awaited::Retry(*key)),
+                Effect::CallReducer { call, .. } => {
+                    self.awaited.push_back(Awaited::Call(*call, false))
+                }
+                Effect::CallPredicate { call, .. } => {
+                    self.awaited.push_back(Awaited::Call(*call, true))
+                }
+                Effect::CancelTasks(keys) => self
+                    .awaited
+                    .retain(|a| !matches!(a, Awaited::Task(spec) if keys.contains(&spec.key))),
+                Effect::Emit(_) | Effect::Checkpoint => {}
+            }
+        }
+    }
+
+    /// The next input: the oldest awaited answer, or the human's answer
+    /// when only that is missing; `None` once the run has ended.
+    fn next_input(&mut self, respond: Respond, human: &Input) -> Option<Input> {
+        if let Some(awaited) = self.awaited.pop_front() {
+            return Some(match awaited {
+                Awaited::Task(spec) => respond(&spec),
+                Awaited::Retry(key) => Input::RetryDue { key },
+                Awaited::Call(call, predicate) => Input::CallReturned {
+                    call,
+                    result: Ok(if predicate {
+                        json!(true)
+                    } else {
+                        json!("hosted")
+                    }),
+                },
+            });
+        }
+        (self.machine.status() == RunStatus::Waiting).then(|| human.clone())
+    }
+
+    fn step(&mut self, input: Input) -> Vec<Effect> {
+        let effects = self.machine.apply(input).expect("accepted");
+        self.absorb(&effects);
+        effects
+    }
+}
+
+/// Runs the graph once straight through, then once cut after every step:
+/// the restored copy must match the original step for step.
+fn restores_everywhere(yaml: &str, input: Value, respond: Respond, human: Input) {
+    let plan = plan(yaml);
+    let (mut reference, _) = Driver::start(&plan, input.clone());
+    let mut steps = 0;
+    while let Some(next) = reference.next_input(respond, &human) {
+        reference.step(next);
+        steps += 1;
+    }
+    assert_eq!(
+        reference.machine.status(),
+        RunStatus::Completed,
+        "{:?}",
+        reference.machine.error()
+    );
+    assert!(steps > 3, "a run long enough to cut");
+    for cut in 0..=steps {
+        let (mut original, _) = Driver::start(&plan, input.clone());
+        for _ in 0..cut {
+            let next = original
+                .next_input(respond, &human)
+                .expect("as many steps as before");
+            original.step(next);
+        }
+        let mut restored = original.stored_and_restored(&plan);
+        assert_eq!(
+            restored.machine.status(),
+            original.machine.status(),
+            "cut {cut}"
+        );
+        assert_eq!(
+            restored.machine.waiting(),
+            original.machine.waiting(),
+            "cut {cut}"
+        );
+        while let Some(next) = original.next_input(respond, &human) {
+            let also = restored
+                .next_input(respond, &human)
+                .expect("the copy waits too");
+            assert_eq!(next, also, "cut {cut}: the same thing is awaited");
+            let expected = original.step(next);
+            assert_eq!(restored.step(also), expected, "cut {cut}: the same effects");
+        }
+        assert!(restored.next_input(respond, &human).is_none(), "cut {cut}");
+        assert_eq!(
+            restored.machine.state(),
+            reference.machine.state(),
+            "cut {cut}"
+        );
+        assert_eq!(
+            restored.machine.steps(),
+            reference.machine.steps(),
+            "cut {cut}"
+        );
+    }
+}
+
+fn ok(spec: &TaskSpec, writes: Value) -> Input {
+    Input::TaskSucceeded {
+        key: spec.key,
+        output: NodeOutput::from_json(writes).expect("an object"),
+    }
+}
+
+#[test]
+fn a_run_with_a_map_and_a_retry_restores_at_every_step() {
+    let yaml = r#"
+nodes:
+  fan:
+    kind: map
+    start: true
+    over: "{{ items }}"
+    as: item
+    branch: double
+    output_key: doubled
+    collect_into: results
+    max_concurrency: 2
+    next: flaky
+  double: { kind: task, handler: double }
+  flaky: { kind: task, handler: flaky, retry: { max_attempts: 2 }, next: total }
+  total: { kind: task, handler: total }
+"#;
+    restores_everywhere(
+        yaml,
+        json!({"items": [1, 2, 3, 4, 5]}),
+        |spec| match spec.node.as_str() {
+            "double" => {
+                let item = spec.scope["item"].as_i64().expect("an integer item");
+                ok(spec, json!({"doubled": item * 2}))
+            }
+            "flaky" if spec.attempt == 1 => Input::TaskFailed {
+                key: spec.key,
+                failure: TaskFailure {
+                    kind: FailureKind::ScriptFailed,
+                    message: "first time unlucky".into(),
+                    worker: None,
+                },
+            },
+            "flaky" => ok(spec, json!({"flaky": spec.attempt})),
+            _ => {
+                let view = spec.state.view();
+                let sum: i64 = view["results"]
+                    .as_array()
+                    .expect("collected")
+                    .iter()
+                    .filter_map(Value::as_i64)
+                    .sum();
+                ok(spec, json!({"sum": sum}))
+            }
+        },
+        Input::Cancel,
+    );
+}
+
+#[test]
+fn a_paused_run_with_hosted_calls_restores_at_every_step() {
+    let yaml = r#"
+state:
+  notes: { type: string, reducer: "fn:longest" }
+nodes:
+  a: { kind: task, handler: a, start: true }
+  b: { kind: task, handler: b, start: true }
+  check: { kind: approval, prompt: "Keep {{ notes }}?", depends_on: [a, b] }
+  yes: { kind: task, handler: yes }
+  no: { kind: task, handler: no }
+edges:
+  - { from: check, to: yes, when: "fn:is_kept" }
+  - { from: check, to: no, when: "!state.approved" }
+"#;
+    restores_everywhere(
+        yaml,
+        json!({"notes": ""}),
+        |spec| ok(spec, json!({"notes": format!("from {}", spec.node)})),
+        Input::Answered {
+            node: "check".into(),
+            answer: HumanAnswer {
+                value: json!("approve"),
+                comment: None,
+            },
+        },
+    );
+}
+
+#[test]
+fn progress_for_another_graph_is_refused() {
+    let small = plan("nodes:\n  a: { kind: task, handler: a, start: true }\n");
+    let (driver, _) = Driver::start(&small, json!({}));
+    let stored = serde_json::to_string(driver.machine.progress()).unwrap();
+    let bigger = plan(
+        "nodes:\n  a: { kind: task, handler: a, start: true, next: b }\n  b: { kind: task, handler: b }\n",
+    );
+    let progress: Progress = serde_json::from_str(&stored).unwrap();
+    let error = RunMachine::restore(bigger, progress).unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "the stored run does not fit its graph: 1 nodes stored, the graph has 2"
+    );
+}
