@@ -327,7 +327,7 @@ impl RunMachine {
     }
 
     /// Resolves every member's outgoing edges on the merged state, commits
-    /// the merge, and moves on.
+    /// the merge, and moves on: decide, then commit, then apply.
     ///
     /// `overlay` holds the merged values of the changed fields. The merged
     /// state itself (`view`) is built only when a condition or router must
@@ -343,21 +343,40 @@ impl RunMachine {
         let Some(wave) = self.run.wave.as_ref() else {
             return;
         };
-        let plan = self.plan.clone();
-        let reads_state = wave.members.iter().zip(&wave.slots).any(|(&idx, slot)| {
-            matches!(slot, Member::Succeeded { next: None, .. }) && plan.routes_on_state(idx)
-        });
-        let view = match view {
-            Some(view) => Some(view),
-            None if reads_state => {
-                let mut merged = (*wave.s0).clone();
-                merged.extend(overlay.clone());
-                Some(Arc::new(merged))
+        let view = view.or_else(|| self.merged_view_if_read(wave, &overlay));
+        let decisions = match self.decide_routes(wave, view.as_deref(), &answers) {
+            Routes::Decided(decisions) => decisions,
+            Routes::Failed(error) => return self.fail_wave(error, fx),
+            Routes::NeedCalls(queries) => {
+                let view = view.expect("hosted conditions read the merged state");
+                return self.ask_hosted(queries, overlay, view, changed, answers, fx);
             }
-            None => None,
         };
+        let wave = self.commit(overlay, changed, view, fx);
+        self.apply_routes(&wave, decisions, fx);
+    }
+
+    /// The merged state, when some member's routing reads it.
+    fn merged_view_if_read(&self, wave: &Wave, overlay: &Map<String, Value>) -> Option<State> {
+        let reads_state = wave.members.iter().zip(&wave.slots).any(|(&idx, slot)| {
+            matches!(slot, Member::Succeeded { next: None, .. }) && self.plan.routes_on_state(idx)
+        });
+        reads_state.then(|| {
+            let mut merged = (*wave.s0).clone();
+            merged.extend(overlay.clone());
+            Arc::new(merged)
+        })
+    }
+
+    /// Decides every member's routing; nothing changes yet.
+    fn decide_routes(
+        &self,
+        wave: &Wave,
+        view: Option<&Map<String, Value>>,
+        answers: &HashMap<Query, Value>,
+    ) -> Routes {
         let empty = Map::new();
-        let merged: &Map<String, Value> = view.as_deref().unwrap_or(&empty);
+        let merged = view.unwrap_or(&empty);
         let mut decisions = Vec::with_capacity(wave.members.len());
         let mut missing: Vec<Query> = Vec::new();
         for (&idx, slot) in wave.members.iter().zip(&wave.slots) {
@@ -365,57 +384,87 @@ impl RunMachine {
                 Member::Succeeded { next, .. } => (next.as_deref(), false),
                 _ => (None, true),
             };
-            match decide(&plan, idx, next, fell_back, merged, &empty, &answers) {
+            match decide(&self.plan, idx, next, fell_back, merged, &empty, answers) {
                 Ok(Decision::NeedsCalls(queries)) => missing.extend(queries),
                 Ok(decision) => decisions.push((idx, decision)),
-                Err(message) => {
-                    let error = self.routing_error(idx, message);
-                    self.fail_wave(error, fx);
-                    return;
-                }
+                Err(message) => return Routes::Failed(self.routing_error(idx, message)),
             }
         }
-        if !missing.is_empty() {
-            let view = view.expect("hosted conditions read the merged state");
-            let mut pending = HashMap::new();
-            for query in missing {
-                let call = self.run.next_call;
-                self.run.next_call += 1;
-                pending.insert(call, query);
-                fx.push(Effect::CallPredicate {
-                    call,
-                    name: plan.query_function(query),
-                    state: view.clone(),
-                });
-            }
-            if let Some(wave) = self.run.wave.as_mut() {
-                wave.phase = Phase::Routing {
-                    overlay,
-                    view,
-                    changed,
-                    pending,
-                    answers,
-                };
-            }
-            return;
+        if missing.is_empty() {
+            Routes::Decided(decisions)
+        } else {
+            Routes::NeedCalls(missing)
         }
+    }
 
-        // Commit: the wave's writes become the state.
-        let wave = self.run.wave.take().expect("routing runs inside a wave");
+    /// Asks workers for hosted predicates and routers; routing resumes when
+    /// they have all answered ([`RunMachine::call_returned`]).
+    fn ask_hosted(
+        &mut self,
+        queries: Vec<Query>,
+        overlay: Map<String, Value>,
+        view: State,
+        changed: Vec<String>,
+        answers: HashMap<Query, Value>,
+        fx: &mut Vec<Effect>,
+    ) {
+        let mut pending = HashMap::new();
+        for query in queries {
+            let call = self.run.next_call;
+            self.run.next_call += 1;
+            pending.insert(call, query);
+            fx.push(Effect::CallPredicate {
+                call,
+                name: self.plan.query_function(query),
+                state: view.clone(),
+            });
+        }
+        if let Some(wave) = self.run.wave.as_mut() {
+            wave.phase = Phase::Routing {
+                overlay,
+                view,
+                changed,
+                pending,
+                answers,
+            };
+        }
+    }
+
+    /// The wave's writes become the state; returns the finished wave.
+    fn commit(
+        &mut self,
+        overlay: Map<String, Value>,
+        changed: Vec<String>,
+        view: Option<State>,
+        fx: &mut Vec<Effect>,
+    ) -> Wave {
+        let mut wave = self.run.wave.take().expect("routing runs inside a wave");
         if !changed.is_empty() {
             fx.push(Effect::Emit(RunEvent::StateChanged {
                 step: wave.step,
                 fields: changed,
             }));
         }
-        drop(wave.s0);
+        // The wave's hold on S0 goes first, so the state is updated in
+        // place when nothing else holds it.
+        wave.s0 = State::default();
         match view {
             Some(view) => self.run.state = view,
-            // Copies the state only if a task still holds the old one.
             None => Arc::make_mut(&mut self.run.state).extend(overlay),
         }
         fx.push(Effect::Checkpoint);
+        wave
+    }
 
+    /// Takes the decided edges (or ends the run at an `end` node), resets
+    /// loops, and starts the next wave.
+    fn apply_routes(
+        &mut self,
+        wave: &Wave,
+        decisions: Vec<(NodeIdx, Decision)>,
+        fx: &mut Vec<Effect>,
+    ) {
+        let plan = self.plan.clone();
         let graph = plan.graph();
         if let Some(end) = wave
             .members
@@ -423,20 +472,7 @@ impl RunMachine {
             .copied()
             .find(|&i| matches!(graph.node(i).kind, NodeKind::End(_)))
         {
-            let NodeKind::End(config) = &graph.node(end).kind else {
-                unreachable!()
-            };
-            let error = config.failed.then(|| RunError::EndFailed {
-                node: graph.node(end).id.clone(),
-                message: config.message.clone(),
-            });
-            let status = if config.failed {
-                RunStatus::Failed
-            } else {
-                RunStatus::Completed
-            };
-            self.finish(status, error, fx);
-            return;
+            return self.end_at(end, fx);
         }
         let mut heads = Vec::new();
         for (idx, decision) in decisions {
@@ -452,9 +488,7 @@ impl RunMachine {
                     };
                 }
             }
-            for head in loops {
-                heads.push((idx, head));
-            }
+            heads.extend(loops.into_iter().map(|head| (idx, head)));
             if let Some(target) = jump {
                 if self.run.nodes[target] == NodeStatus::Pending {
                     self.run.forced.insert(target);
@@ -467,6 +501,24 @@ impl RunMachine {
             self.reset_region(from, head, fx);
         }
         self.advance(fx);
+    }
+
+    /// An `end` node finished its wave: the run ends as it says.
+    fn end_at(&mut self, end: NodeIdx, fx: &mut Vec<Effect>) {
+        let node = self.graph().node(end);
+        let NodeKind::End(config) = &node.kind else {
+            return;
+        };
+        let error = config.failed.then(|| RunError::EndFailed {
+            node: node.id.clone(),
+            message: config.message.clone(),
+        });
+        let status = if config.failed {
+            RunStatus::Failed
+        } else {
+            RunStatus::Completed
+        };
+        self.finish(status, error, fx);
     }
 
     /// A loop edge `from → head` was taken: `head` and everything downstream
@@ -490,4 +542,14 @@ impl RunMachine {
             head: graph.node(head).id.clone(),
         }));
     }
+}
+
+/// What routing a wave's members came to.
+enum Routes {
+    /// Every member's routing, in wave order.
+    Decided(Vec<(NodeIdx, Decision)>),
+    /// Worker-hosted functions must answer first.
+    NeedCalls(Vec<Query>),
+    /// A member's routing failed; the wave fails.
+    Failed(RunError),
 }
