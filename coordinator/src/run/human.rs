@@ -44,7 +44,7 @@ impl RunMachine {
             .run
             .wave
             .as_ref()
-            .map(|w| w.s0.clone())
+            .map(|w| w.s0().clone())
             .unwrap_or_default();
         let bad = |reason: String| Rejected::BadAnswer {
             node: node_id.to_owned(),
@@ -76,7 +76,7 @@ impl RunMachine {
             },
         );
         if let Some(wave) = self.run.wave.as_mut() {
-            wave.announced_waiting = false;
+            wave.answered();
         }
         self.run.status = RunStatus::Running;
         self.maybe_finish_wave(fx);

@@ -8,19 +8,17 @@
 //! that fails for good (without `fallback`), a conflicting write or a
 //! routing error leaves the state as it was before the wave.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use super::events::*;
-use super::map_run::MapRun;
-use super::merge::MergeOutcome;
 use super::output::initial_state;
 use super::plan::RunPlan;
-use super::routing::Query;
 pub(super) use super::task_table::{TaskRef, TaskTable};
+pub(super) use super::wave::{Member, Phase, Wave};
 use crate::graph::{Graph, NodeIdx};
 
 /// Where a node stands in the current iteration of the run.
@@ -46,89 +44,6 @@ pub(super) enum EdgeStatus {
     Unresolved,
     Taken,
     NotTaken,
-}
-
-/// A member of the current wave.
-#[derive(Debug, Serialize, Deserialize)]
-pub(super) enum Member {
-    Running,
-    Waiting,
-    Succeeded {
-        changes: Map<String, Value>,
-        next: Option<String>,
-    },
-    FellBack,
-    Mapping(Box<MapRun>),
-}
-
-#[derive(Debug, Serialize, Deserialize)]
-pub(super) enum Phase {
-    Running,
-    /// Waiting for worker-hosted reducers.
-    Merging {
-        outcome: MergeOutcome,
-        pending: HashMap<CallKey, String>,
-    },
-    /// Waiting for worker-hosted predicates and routers.
-    Routing {
-        overlay: Map<String, Value>,
-        view: State,
-        changed: Vec<String>,
-        pending: HashMap<CallKey, Query>,
-        #[serde(with = "pairs")]
-        answers: HashMap<Query, Value>,
-    },
-}
-
-#[derive(Debug, Serialize, Deserialize)]
-pub(super) struct Wave {
-    pub(super) step: u32,
-    /// The committed state when the wave started (the run's state until
-    /// the wave commits); not stored, relinked on restore.
-    #[serde(skip)]
-    pub(super) s0: State,
-    pub(super) members: Vec<NodeIdx>,
-    pub(super) slots: Vec<Member>,
-    pub(super) phase: Phase,
-    pub(super) announced_waiting: bool,
-}
-
-impl Wave {
-    /// Points the wave's S0, and its maps', at the restored state.
-    fn relink(&mut self, state: &State) {
-        self.s0 = state.clone();
-        for slot in &mut self.slots {
-            if let Member::Mapping(map) = slot {
-                map.relink(state);
-            }
-        }
-    }
-}
-
-/// Maps with keys JSON cannot name, stored as lists of pairs.
-mod pairs {
-    use std::collections::HashMap;
-    use std::hash::Hash;
-
-    use serde::{Deserialize, Deserializer, Serialize, Serializer};
-
-    pub fn serialize<K: Serialize, V: Serialize, S: Serializer>(
-        map: &HashMap<K, V>,
-        serializer: S,
-    ) -> Result<S::Ok, S::Error> {
-        serializer.collect_seq(map.iter())
-    }
-
-    pub fn deserialize<'de, K, V, D>(deserializer: D) -> Result<HashMap<K, V>, D::Error>
-    where
-        K: Deserialize<'de> + Eq + Hash,
-        V: Deserialize<'de>,
-        D: Deserializer<'de>,
-    {
-        Ok(Vec::<(K, V)>::deserialize(deserializer)?
-            .into_iter()
-            .collect())
-    }
 }
 
 /// One run's semantics, driven by inputs: the graph's [`RunPlan`] and the
@@ -217,7 +132,7 @@ impl RunMachine {
             .forced
             .iter()
             .chain(&run.failed_wave)
-            .chain(run.wave.iter().flat_map(|w| &w.members))
+            .chain(run.wave.iter().flat_map(|w| w.members()))
             .any(|&idx| idx >= graph.nodes.len());
         if out_of_range {
             return Err(ProgressMismatch(
@@ -273,16 +188,14 @@ impl RunMachine {
         let Some(wave) = &self.run.wave else {
             return Vec::new();
         };
-        wave.members
-            .iter()
-            .zip(&wave.slots)
+        wave.iter()
             .filter(|(_, slot)| matches!(slot, Member::Waiting))
-            .map(|(&idx, _)| {
+            .map(|(idx, _)| {
                 let node = self.graph().node(idx);
                 (
                     node.id.clone(),
                     node.kind.name().to_owned(),
-                    self.prompt_of(idx, &wave.s0),
+                    self.prompt_of(idx, wave.s0()),
                 )
             })
             .collect()

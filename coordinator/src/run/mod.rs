@@ -17,6 +17,7 @@ mod plan;
 mod routing;
 mod task_table;
 mod tasks;
+mod wave;
 mod waves;
 
 pub use actor::{RunHandle, RunRequestError, RunSetup, RunView, StoredEvent, spawn_run};

@@ -80,7 +80,7 @@ impl RunMachine {
             let plan = self.plan.clone();
             let result = {
                 let empty = Map::new();
-                let s0 = self.run.wave.as_ref().map_or(&empty, |w| &*w.s0);
+                let s0 = self.run.wave.as_ref().map_or(&empty, |w| &**w.s0());
                 finish_output(
                     plan.graph(),
                     plan.graph().node(node),
@@ -171,8 +171,7 @@ impl RunMachine {
 
     pub(super) fn slot_mut(&mut self, node: NodeIdx) -> Option<&mut Member> {
         let wave = self.run.wave.as_mut()?;
-        let position = wave.members.iter().position(|&m| m == node)?;
-        Some(&mut wave.slots[position])
+        wave.slot_mut(node)
     }
 
     pub(super) fn set_member(&mut self, node: NodeIdx, member: Member) {
@@ -229,7 +228,7 @@ impl RunMachine {
     /// Ends the run as failed; the wave's writes are dropped.
     pub(super) fn fail_wave(&mut self, error: RunError, fx: &mut Vec<Effect>) {
         if let Some(wave) = self.run.wave.take() {
-            self.run.failed_wave = wave.members;
+            self.run.failed_wave = wave.into_members();
         }
         self.cancel_all(fx);
         self.finish(RunStatus::Failed, Some(error), fx);
@@ -274,7 +273,7 @@ impl RunMachine {
                         .run
                         .wave
                         .as_ref()
-                        .map(|w| w.s0.clone())
+                        .map(|w| w.s0().clone())
                         .unwrap_or_default();
                     self.set_member(
                         map,

@@ -44,14 +44,7 @@ impl RunMachine {
                 .map(|&i| self.graph().node(i).id.clone())
                 .collect(),
         }));
-        self.run.wave = Some(Wave {
-            step: self.run.steps,
-            s0: s0.clone(),
-            members: ready.clone(),
-            slots: ready.iter().map(|_| Member::Running).collect(),
-            phase: Phase::Running,
-            announced_waiting: false,
-        });
+        self.run.wave = Some(Wave::new(self.run.steps, s0.clone(), ready.clone()));
         for idx in ready {
             self.run.forced.remove(&idx);
             self.run.nodes[idx] = NodeStatus::Running;
@@ -173,16 +166,11 @@ impl RunMachine {
         if !matches!(wave.phase, Phase::Running) {
             return;
         }
-        if wave
-            .slots
-            .iter()
-            .any(|s| matches!(s, Member::Running | Member::Mapping(_)))
-        {
+        if !wave.settled() {
             return;
         }
-        if wave.slots.iter().any(|s| matches!(s, Member::Waiting)) {
-            if !wave.announced_waiting {
-                wave.announced_waiting = true;
+        if wave.has_waiting() {
+            if wave.announce_pause() {
                 self.run.status = RunStatus::Waiting;
                 for (node, kind, prompt) in self.waiting() {
                     fx.push(Effect::Emit(RunEvent::WaitingForInput {
@@ -204,15 +192,13 @@ impl RunMachine {
         };
         let graph = self.plan.graph();
         let changes: Vec<(&str, &Map<String, Value>)> = wave
-            .members
             .iter()
-            .zip(&wave.slots)
-            .filter_map(|(&idx, slot)| match slot {
+            .filter_map(|(idx, slot)| match slot {
                 Member::Succeeded { changes, .. } => Some((graph.node(idx).id.as_str(), changes)),
                 _ => None,
             })
             .collect();
-        let outcome = match merge_wave(graph, &wave.s0, &changes) {
+        let outcome = match merge_wave(graph, wave.s0(), &changes) {
             Ok(outcome) => outcome,
             Err(MergeError::Conflict(conflict)) => {
                 let error = RunError::ConcurrentUpdateError {
@@ -358,11 +344,11 @@ impl RunMachine {
 
     /// The merged state, when some member's routing reads it.
     fn merged_view_if_read(&self, wave: &Wave, overlay: &Map<String, Value>) -> Option<State> {
-        let reads_state = wave.members.iter().zip(&wave.slots).any(|(&idx, slot)| {
+        let reads_state = wave.iter().any(|(idx, slot)| {
             matches!(slot, Member::Succeeded { next: None, .. }) && self.plan.routes_on_state(idx)
         });
         reads_state.then(|| {
-            let mut merged = (*wave.s0).clone();
+            let mut merged = (**wave.s0()).clone();
             merged.extend(overlay.clone());
             Arc::new(merged)
         })
@@ -377,9 +363,9 @@ impl RunMachine {
     ) -> Routes {
         let empty = Map::new();
         let merged = view.unwrap_or(&empty);
-        let mut decisions = Vec::with_capacity(wave.members.len());
+        let mut decisions = Vec::with_capacity(wave.members().len());
         let mut missing: Vec<Query> = Vec::new();
-        for (&idx, slot) in wave.members.iter().zip(&wave.slots) {
+        for (idx, slot) in wave.iter() {
             let (next, fell_back) = match slot {
                 Member::Succeeded { next, .. } => (next.as_deref(), false),
                 _ => (None, true),
@@ -441,13 +427,13 @@ impl RunMachine {
         let mut wave = self.run.wave.take().expect("routing runs inside a wave");
         if !changed.is_empty() {
             fx.push(Effect::Emit(RunEvent::StateChanged {
-                step: wave.step,
+                step: wave.step(),
                 fields: changed,
             }));
         }
         // The wave's hold on S0 goes first, so the state is updated in
         // place when nothing else holds it.
-        wave.s0 = State::default();
+        wave.release_s0();
         match view {
             Some(view) => self.run.state = view,
             None => Arc::make_mut(&mut self.run.state).extend(overlay),
@@ -467,7 +453,7 @@ impl RunMachine {
         let plan = self.plan.clone();
         let graph = plan.graph();
         if let Some(end) = wave
-            .members
+            .members()
             .iter()
             .copied()
             .find(|&i| matches!(graph.node(i).kind, NodeKind::End(_)))

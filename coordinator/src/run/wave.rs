@@ -1,0 +1,173 @@
+//! The current wave: its members, what each came to, and the phase it is
+//! in (running, merging with worker-hosted reducers, routing with
+//! worker-hosted predicates). A wave holds S0, the committed state when it
+//! started, which every member sees.
+
+use std::collections::HashMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use super::events::{CallKey, State};
+use super::map_run::MapRun;
+use super::merge::MergeOutcome;
+use super::routing::Query;
+use crate::graph::NodeIdx;
+
+/// What a member of the wave came to so far.
+#[derive(Debug, Serialize, Deserialize)]
+pub(super) enum Member {
+    Running,
+    Waiting,
+    Succeeded {
+        changes: Map<String, Value>,
+        next: Option<String>,
+    },
+    FellBack,
+    Mapping(Box<MapRun>),
+}
+
+/// Where the wave stands once its members have finished.
+#[derive(Debug, Serialize, Deserialize)]
+pub(super) enum Phase {
+    Running,
+    /// Waiting for worker-hosted reducers.
+    Merging {
+        outcome: MergeOutcome,
+        pending: HashMap<CallKey, String>,
+    },
+    /// Waiting for worker-hosted predicates and routers.
+    Routing {
+        overlay: Map<String, Value>,
+        view: State,
+        changed: Vec<String>,
+        pending: HashMap<CallKey, Query>,
+        #[serde(with = "pairs")]
+        answers: HashMap<Query, Value>,
+    },
+}
+
+/// The wave in progress; see the module docs.
+#[derive(Debug, Serialize, Deserialize)]
+pub(super) struct Wave {
+    step: u32,
+    /// The committed state when the wave started (the run's state until
+    /// the wave commits); not stored, relinked on restore.
+    #[serde(skip)]
+    s0: State,
+    members: Vec<NodeIdx>,
+    slots: Vec<Member>,
+    /// The wave's phase.
+    pub(super) phase: Phase,
+    announced_waiting: bool,
+}
+
+impl Wave {
+    /// Wave `step` over `members`, all running, on S0.
+    pub(super) fn new(step: u32, s0: State, members: Vec<NodeIdx>) -> Self {
+        Self {
+            step,
+            s0,
+            slots: members.iter().map(|_| Member::Running).collect(),
+            members,
+            phase: Phase::Running,
+            announced_waiting: false,
+        }
+    }
+
+    /// The wave's step number.
+    pub(super) fn step(&self) -> u32 {
+        self.step
+    }
+
+    /// The state every member sees.
+    pub(super) fn s0(&self) -> &State {
+        &self.s0
+    }
+
+    /// Lets go of S0, so the commit can update the state in place.
+    pub(super) fn release_s0(&mut self) {
+        self.s0 = State::default();
+    }
+
+    /// The members, in declaration order.
+    pub(super) fn members(&self) -> &[NodeIdx] {
+        &self.members
+    }
+
+    /// The members (the wave is over).
+    pub(super) fn into_members(self) -> Vec<NodeIdx> {
+        self.members
+    }
+
+    /// Each member with what it came to.
+    pub(super) fn iter(&self) -> impl Iterator<Item = (NodeIdx, &Member)> {
+        self.members.iter().copied().zip(&self.slots)
+    }
+
+    /// What a member came to, to change it.
+    pub(super) fn slot_mut(&mut self, node: NodeIdx) -> Option<&mut Member> {
+        let position = self.members.iter().position(|&m| m == node)?;
+        self.slots.get_mut(position)
+    }
+
+    /// Whether no member still runs (tasks or map items).
+    pub(super) fn settled(&self) -> bool {
+        !self
+            .slots
+            .iter()
+            .any(|s| matches!(s, Member::Running | Member::Mapping(_)))
+    }
+
+    /// Whether some member waits for a human.
+    pub(super) fn has_waiting(&self) -> bool {
+        self.slots.iter().any(|s| matches!(s, Member::Waiting))
+    }
+
+    /// True the first time the wave pauses for humans since it started or
+    /// was last answered: the pause is announced once.
+    pub(super) fn announce_pause(&mut self) -> bool {
+        !std::mem::replace(&mut self.announced_waiting, true)
+    }
+
+    /// A human answered: a pause that follows is announced again.
+    pub(super) fn answered(&mut self) {
+        self.announced_waiting = false;
+    }
+
+    /// Points the wave's S0, and its maps', at the restored state.
+    pub(super) fn relink(&mut self, state: &State) {
+        self.s0 = state.clone();
+        for slot in &mut self.slots {
+            if let Member::Mapping(map) = slot {
+                map.relink(state);
+            }
+        }
+    }
+}
+
+/// Maps with keys JSON cannot name, stored as lists of pairs.
+mod pairs {
+    use std::collections::HashMap;
+    use std::hash::Hash;
+
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    pub fn serialize<K: Serialize, V: Serialize, S: Serializer>(
+        map: &HashMap<K, V>,
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        serializer.collect_seq(map.iter())
+    }
+
+    pub fn deserialize<'de, K, V, D>(deserializer: D) -> Result<HashMap<K, V>, D::Error>
+    where
+        K: Deserialize<'de> + Eq + Hash,
+        V: Deserialize<'de>,
+        D: Deserializer<'de>,
+    {
+        Ok(Vec::<(K, V)>::deserialize(deserializer)?
+            .into_iter()
+            .collect())
+    }
+}
