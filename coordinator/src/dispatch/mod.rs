@@ -13,6 +13,7 @@
 
 pub mod binding;
 mod dispatcher;
+pub mod jobs;
 pub mod registry;
 pub mod state_sync;
 

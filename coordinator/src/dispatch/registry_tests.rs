@@ -4,6 +4,8 @@ use std::collections::HashMap;
 
 use proptest::prelude::*;
 
+use crate::run::TaskKey;
+
 use super::*;
 use crate::dispatch::WorkerKind;
 

@@ -1,0 +1,152 @@
+//! The registry's vocabulary: its limits, jobs (task attempts and function
+//! calls), the decisions it hands the dispatcher to carry out, and what it
+//! reports about workers and load.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::{Requirement, WorkerId, WorkerInfo};
+use crate::run::{TaskFailure, TaskKey};
+
+/// Which of a run's jobs: a task attempt or a function call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum JobKey {
+    /// A task attempt, by its key.
+    Task(TaskKey),
+    /// A call of a worker-hosted function, by its call number.
+    Call(u64),
+}
+
+/// A job, unique across runs.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct JobId {
+    /// The run.
+    pub run: Arc<str>,
+    /// The job within the run.
+    pub key: JobKey,
+}
+
+/// A job to place.
+#[derive(Debug)]
+pub struct JobSpec<T> {
+    /// Its id.
+    pub id: JobId,
+    /// The node (or function) it serves, for messages.
+    pub label: String,
+    /// What a worker must host to take it.
+    pub requirement: Requirement,
+    /// The job's own time budget, enforced by the worker; the coordinator
+    /// gives up after this plus [`Limits::grace`].
+    pub timeout: Duration,
+    /// What the caller keeps with the job (the message, where to report).
+    pub payload: T,
+}
+
+/// What the dispatcher must do.
+#[derive(Debug)]
+pub enum Decision<T> {
+    /// Send this job to this worker; its payload is [`Registry::payload`].
+    /// If the send fails, report it with [`Registry::send_failed`].
+    Send {
+        /// The worker.
+        worker: WorkerId,
+        /// The job.
+        job: JobId,
+    },
+    /// Tell the job's run that no connected worker hosts what it needs.
+    Unhosted {
+        /// The job.
+        job: JobId,
+        /// The node (or function) it serves.
+        label: String,
+        /// What nobody hosts.
+        requirement: Requirement,
+    },
+    /// The job is given up on; report the failure to its run.
+    Fail {
+        /// The job's payload.
+        payload: T,
+        /// Why.
+        failure: TaskFailure,
+    },
+    /// Tell the worker to stop the job (its result will be ignored).
+    Cancel {
+        /// The worker.
+        worker: WorkerId,
+        /// The job.
+        job: JobId,
+    },
+    /// Close the worker's link: it is lost.
+    Disconnect {
+        /// The worker.
+        worker: WorkerId,
+        /// Its name.
+        name: String,
+        /// Why it is lost.
+        reason: String,
+    },
+}
+
+/// A job whose result was accepted.
+#[derive(Debug)]
+pub struct Finished<T> {
+    /// The job's payload.
+    pub payload: T,
+    /// The worker's name.
+    pub worker: String,
+    /// How long it ran.
+    pub elapsed: Duration,
+}
+
+/// The registry's tunables.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Limits {
+    /// Silence after which a worker is lost.
+    pub worker_timeout: Duration,
+    /// Added to a job's own timeout before the coordinator gives up on it.
+    pub grace: Duration,
+    /// How many workers a job may lose before it fails.
+    pub max_losses: u32,
+    /// How long a worker may stay jammed (its stream full) before it is
+    /// dropped.
+    pub jam_timeout: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            worker_timeout: Duration::from_secs(10),
+            grace: Duration::from_secs(5),
+            max_losses: 3,
+            jam_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// A worker as the registry sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkerStatus {
+    /// Its id.
+    pub id: WorkerId,
+    /// What it announced.
+    pub info: WorkerInfo,
+    /// Tasks it holds.
+    pub in_flight: usize,
+    /// Whether it announced it is leaving.
+    pub draining: bool,
+    /// Whether its stream is full.
+    pub jammed: bool,
+}
+
+/// Figures for the gauges.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Load {
+    /// Connected workers.
+    pub workers: usize,
+    /// Free slots on workers that take tasks.
+    pub free_slots: u64,
+    /// Jobs waiting for a worker.
+    pub queued: usize,
+    /// Queued jobs that no worker taking jobs hosts.
+    pub unhosted: usize,
+}
