@@ -13,8 +13,6 @@ use weft_proto::v1::run_service_client::RunServiceClient;
 use crate::builder::GraphBuilder;
 use crate::bundle::{BundleError, GraphBundle};
 
-const MAX_MESSAGE_BYTES: usize = 256 << 20;
-
 /// A run's status (the coordinator's own vocabulary).
 pub use weft_proto::types::RunStatus;
 
@@ -150,8 +148,8 @@ impl Client {
             .await
             .map_err(|e| unreachable(source_chain(&e)))?;
         let runs = RunServiceClient::new(channel)
-            .max_decoding_message_size(MAX_MESSAGE_BYTES)
-            .max_encoding_message_size(MAX_MESSAGE_BYTES);
+            .max_decoding_message_size(weft_proto::MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(weft_proto::MAX_MESSAGE_BYTES);
         Ok(Self { runs })
     }
 

@@ -5,7 +5,6 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Parser;
-use tokio_util::sync::CancellationToken;
 use weft_coordinator::config::{CoordinatorConfig, Overrides};
 
 #[derive(Parser)]
@@ -25,13 +24,13 @@ struct Args {
     metrics_listen: Option<String>,
     /// Log format: text or json.
     #[arg(long, default_value = "text")]
-    log_format: String,
+    log_format: weft_process::LogFormat,
 }
 
 #[tokio::main]
 async fn main() -> ExitCode {
     let args = Args::parse();
-    init_logging(&args.log_format);
+    weft_process::init_logging(args.log_format);
     let flags = Overrides {
         listen: args.listen,
         metrics_listen: args.metrics_listen,
@@ -76,8 +75,7 @@ async fn main() -> ExitCode {
     // Tests and scripts read these two lines to learn the bound ports.
     println!("coordinator listening on {address}");
     println!("metrics on http://{metrics_address}/metrics");
-    let shutdown = CancellationToken::new();
-    tokio::spawn(stop_on_signal(shutdown.clone()));
+    let shutdown = weft_process::shutdown_on_signal();
     match weft_coordinator::metrics::install() {
         Ok(handle) => {
             let stop = shutdown.clone().cancelled_owned();
@@ -97,28 +95,5 @@ async fn main() -> ExitCode {
             eprintln!("coordinator: {error}");
             ExitCode::from(1)
         }
-    }
-}
-
-async fn stop_on_signal(shutdown: CancellationToken) {
-    let mut terminate =
-        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = async { match terminate.as_mut() { Some(s) => { s.recv().await; } None => std::future::pending().await } } => {}
-    }
-    shutdown.cancel();
-}
-
-fn init_logging(format: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    if format == "json" {
-        builder.json().init();
-    } else {
-        builder.init();
     }
 }

@@ -17,8 +17,6 @@ use crate::dispatch::{DispatcherConfig, Limits, spawn_dispatcher};
 use crate::grpc::{RunApi, WorkerApi};
 use crate::runs::Runs;
 
-/// Largest gRPC message accepted (bundles and states travel whole).
-pub const MAX_MESSAGE_BYTES: usize = 256 << 20;
 /// How long `serve` waits for its tasks to stop after the server has.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -74,16 +72,16 @@ pub async fn serve(
         config.max_input_bytes,
     );
     let run_api = RunServiceServer::new(RunApi::new(runs, config.max_bundle_bytes))
-        .max_decoding_message_size(MAX_MESSAGE_BYTES)
-        .max_encoding_message_size(MAX_MESSAGE_BYTES);
+        .max_decoding_message_size(weft_proto::MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(weft_proto::MAX_MESSAGE_BYTES);
     let worker_api = WorkerServiceServer::new(WorkerApi::new(
         dispatcher,
         blobs,
         config.heartbeat_interval,
         tracker.clone(),
     ))
-    .max_decoding_message_size(MAX_MESSAGE_BYTES)
-    .max_encoding_message_size(MAX_MESSAGE_BYTES);
+    .max_decoding_message_size(weft_proto::MAX_MESSAGE_BYTES)
+    .max_encoding_message_size(weft_proto::MAX_MESSAGE_BYTES);
     let served = tonic::transport::Server::builder()
         .http2_keepalive_interval(Some(Duration::from_secs(20)))
         .add_service(run_api)

@@ -11,6 +11,10 @@
 /// refuses workers with another version.
 pub const PROTOCOL_VERSION: u32 = 1;
 
+/// The largest gRPC message either side accepts or sends: bundles and
+/// states travel whole.
+pub const MAX_MESSAGE_BYTES: usize = 256 << 20;
+
 pub mod types;
 
 /// Version 1 of the protocol.

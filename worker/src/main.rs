@@ -5,7 +5,6 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Parser;
-use tokio_util::sync::CancellationToken;
 
 #[derive(Parser)]
 #[command(name = "worker", version, about = "A Weft worker")]
@@ -26,17 +25,15 @@ struct Args {
     /// Scratch and cache directory.
     #[arg(long)]
     work_dir: Option<PathBuf>,
+    /// Log format: text or json.
+    #[arg(long, default_value = "text")]
+    log_format: weft_process::LogFormat,
 }
 
 #[tokio::main]
 async fn main() -> ExitCode {
     let args = Args::parse();
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .init();
+    weft_process::init_logging(args.log_format);
     let mut worker = weft_worker::Worker::new(args.coordinator);
     if let Some(slots) = args.slots {
         worker.slots(slots);
@@ -49,8 +46,7 @@ async fn main() -> ExitCode {
     }
     // The worker's own environment is its secret store for `${NAME}`.
     worker.secrets(std::env::vars().collect());
-    let shutdown = CancellationToken::new();
-    tokio::spawn(stop_on_signal(shutdown.clone()));
+    let shutdown = weft_process::shutdown_on_signal();
     match worker.run(shutdown).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
@@ -58,14 +54,4 @@ async fn main() -> ExitCode {
             ExitCode::from(1)
         }
     }
-}
-
-async fn stop_on_signal(shutdown: CancellationToken) {
-    let mut terminate =
-        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = async { match terminate.as_mut() { Some(s) => { s.recv().await; } None => std::future::pending().await } } => {}
-    }
-    shutdown.cancel();
 }

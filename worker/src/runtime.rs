@@ -25,8 +25,6 @@ use crate::script::ScriptRunner;
 use crate::state_sync::StateCache;
 use crate::task::{Failure, FailureKind};
 
-/// Largest gRPC message accepted.
-const MAX_MESSAGE_BYTES: usize = 256 << 20;
 const FIRST_BACKOFF: Duration = Duration::from_millis(100);
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
 /// The work directory's folder of per-attempt scratch directories.
@@ -366,8 +364,8 @@ fn lost(
 
 fn client(channel: Channel) -> WorkerServiceClient<Channel> {
     WorkerServiceClient::new(channel)
-        .max_decoding_message_size(MAX_MESSAGE_BYTES)
-        .max_encoding_message_size(MAX_MESSAGE_BYTES)
+        .max_decoding_message_size(weft_proto::MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(weft_proto::MAX_MESSAGE_BYTES)
 }
 
 fn message(body: pb::worker_message::Body) -> pb::WorkerMessage {

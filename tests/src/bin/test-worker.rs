@@ -6,7 +6,6 @@ use std::time::Duration;
 use clap::Parser;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
-use tokio_util::sync::CancellationToken;
 use weft_worker::{Output, TaskContext, Worker};
 
 #[derive(Parser)]
@@ -44,10 +43,7 @@ struct Delay {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::new("info"))
-        .with_writer(std::io::stderr)
-        .init();
+    weft_process::init_logging(weft_process::LogFormat::Text);
     let keep = |name: &str| {
         args.only
             .as_deref()
@@ -122,15 +118,7 @@ async fn main() -> anyhow::Result<()> {
             .max_by_key(|v| v.as_str().map_or(0, str::len))
             .unwrap_or(Value::Null))
     });
-    let shutdown = CancellationToken::new();
-    let stop = shutdown.clone();
-    tokio::spawn(async move {
-        let mut terminate =
-            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-                .expect("signal handler");
-        terminate.recv().await;
-        stop.cancel();
-    });
+    let shutdown = weft_process::shutdown_on_signal();
     worker.run(shutdown).await?;
     Ok(())
 }
