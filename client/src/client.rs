@@ -16,16 +16,11 @@ use crate::bundle::{BundleError, GraphBundle};
 /// A run's status (the coordinator's own vocabulary).
 pub use weft_proto::types::RunStatus;
 
-/// How a run failed.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct RunErrorInfo {
-    /// `ExecutionError`, `ConcurrentUpdateError`, `StepLimitExceeded`, ….
-    pub kind: String,
-    /// The node involved (may be empty).
-    pub node: String,
-    /// What happened.
-    pub message: String,
-}
+/// How a run failed: its kind, the node involved and the message.
+pub use weft_proto::events::ErrorInfo as RunErrorInfo;
+/// What happened in a run, typed (one variant per kind of event).
+pub use weft_proto::events::RunEvent;
+use weft_proto::events::{error_from_wire, event_from_wire, status_from_wire};
 
 /// A node waiting for a human.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -70,10 +65,37 @@ impl RunInfo {
 pub struct Event {
     /// Position in the log.
     pub seq: u64,
-    /// `wave_started`, `node_finished`, `map_item_finished`, `run_finished`, ….
+    /// When it happened (Unix milliseconds).
+    pub at_unix_ms: i64,
+    /// The event, typed.
+    pub event: RunEvent,
+    /// Its kind: `wave_started`, `node_finished`, `map_item_finished`,
+    /// `run_finished`, … (the `type` of its JSON form).
     pub kind: String,
-    /// The event as JSON.
+    /// Its JSON form, `type` included (what `weft watch --json` prints).
     pub body: Value,
+}
+
+impl Event {
+    fn from_wire(event: pb::RunEvent) -> Option<Self> {
+        let (seq, at_unix_ms) = (event.seq, event.at_unix_ms);
+        let event = event_from_wire(event)?;
+        Some(Self {
+            seq,
+            at_unix_ms,
+            kind: event.kind().to_owned(),
+            body: serde_json::to_value(&event).unwrap_or(Value::Null),
+            event,
+        })
+    }
+
+    /// Whether the run's stream pauses or ends after this event.
+    pub fn ends_or_pauses(&self) -> bool {
+        matches!(
+            self.event,
+            RunEvent::RunFinished { .. } | RunEvent::WaitingForInput { .. }
+        )
+    }
 }
 
 /// A submitted run.
@@ -237,15 +259,10 @@ impl Client {
             })
             .await?
             .into_inner();
-        Ok(stream.map(|item| {
-            let event = item?;
-            let body = serde_json::from_str(&event.json)
-                .map_err(|e| ClientError::Decode(e.to_string()))?;
-            Ok(Event {
-                seq: event.seq,
-                kind: event.r#type,
-                body,
-            })
+        // Events of kinds this version does not know are skipped.
+        Ok(stream.filter_map(|item| match item {
+            Ok(event) => Event::from_wire(event).map(Ok),
+            Err(status) => Some(Err(ClientError::from(status))),
         }))
     }
 
@@ -258,8 +275,7 @@ impl Client {
             }
             let mut events = self.watch(run_id, info.event_count).await?;
             while let Some(event) = events.next().await {
-                let event = event?;
-                if event.kind == "run_finished" || event.kind == "waiting_for_input" {
+                if event?.ends_or_pauses() {
                     break;
                 }
             }
@@ -326,13 +342,7 @@ fn to_proto(bundle: GraphBundle) -> pb::GraphBundle {
 }
 
 fn run_info(info: pb::RunInfo) -> Result<RunInfo, ClientError> {
-    let status = match pb::RunStatus::try_from(info.status).unwrap_or(pb::RunStatus::Unspecified) {
-        pb::RunStatus::Running | pb::RunStatus::Unspecified => RunStatus::Running,
-        pb::RunStatus::Waiting => RunStatus::Waiting,
-        pb::RunStatus::Completed => RunStatus::Completed,
-        pb::RunStatus::Failed => RunStatus::Failed,
-        pb::RunStatus::Cancelled => RunStatus::Cancelled,
-    };
+    let status = status_from_wire(info.status);
     let state = if info.state_json.is_empty() {
         Value::Null
     } else {
@@ -344,11 +354,7 @@ fn run_info(info: pb::RunInfo) -> Result<RunInfo, ClientError> {
         graph_name: info.graph_name,
         status,
         state,
-        error: info.error.map(|e| RunErrorInfo {
-            kind: e.kind,
-            node: e.node,
-            message: e.message,
-        }),
+        error: info.error.map(error_from_wire),
         waiting: info
             .waiting
             .into_iter()

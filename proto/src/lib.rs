@@ -15,6 +15,7 @@ pub const PROTOCOL_VERSION: u32 = 1;
 /// states travel whole.
 pub const MAX_MESSAGE_BYTES: usize = 256 << 20;
 
+pub mod events;
 pub mod types;
 
 /// Version 1 of the protocol.

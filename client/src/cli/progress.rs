@@ -2,9 +2,8 @@
 //! items, drawn on stderr as the run's events arrive.
 
 use indicatif::{ProgressBar, ProgressStyle};
-use serde_json::Value;
 use tokio_stream::StreamExt;
-use weft_client::{Client, ClientError, Event, RunInfo};
+use weft_client::{Client, ClientError, Event, RunEvent, RunInfo};
 
 /// Follows a run from event `from` until it ends or waits for a human.
 pub async fn follow(client: &Client, run_id: &str, from: u64) -> Result<RunInfo, ClientError> {
@@ -12,7 +11,7 @@ pub async fn follow(client: &Client, run_id: &str, from: u64) -> Result<RunInfo,
     let mut bar: Option<ProgressBar> = None;
     while let Some(event) = events.next().await {
         let event = event?;
-        let stop = matches!(event.kind.as_str(), "run_finished" | "waiting_for_input");
+        let stop = event.ends_or_pauses();
         show(&event, &mut bar);
         if stop {
             break;
@@ -25,56 +24,34 @@ pub async fn follow(client: &Client, run_id: &str, from: u64) -> Result<RunInfo,
 }
 
 fn show(event: &Event, bar: &mut Option<ProgressBar>) {
-    let text = |key: &str| {
-        event
-            .body
-            .get(key)
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_owned()
-    };
-    let line = match event.kind.as_str() {
-        "wave_started" => {
-            let nodes: Vec<String> = event.body["nodes"]
-                .as_array()
-                .map(|n| {
-                    n.iter()
-                        .filter_map(Value::as_str)
-                        .map(str::to_owned)
-                        .collect()
-                })
-                .unwrap_or_default();
-            Some(format!("wave {}: {}", event.body["step"], nodes.join(", ")))
+    let line = match &event.event {
+        RunEvent::WaveStarted { step, nodes } => Some(format!("wave {step}: {}", nodes.join(", "))),
+        RunEvent::NodeFinished { node, item: None } => Some(format!("  ✓ {node}")),
+        RunEvent::NodeFailed { node, error, .. } => Some(format!("  ✗ {node}: {error}")),
+        RunEvent::NodeRetrying {
+            node,
+            next_attempt,
+            error,
+            ..
+        } => Some(format!("  ↻ {node} (attempt {next_attempt}): {error}")),
+        RunEvent::NodeSkipped { node } => Some(format!("  – {node} skipped")),
+        RunEvent::TaskUnhosted { node, needs } => Some(format!(
+            "  … {node} waits: no connected worker hosts {needs}"
+        )),
+        RunEvent::WaitingForInput { node, prompt, .. } => {
+            Some(format!("  ? {node} waits for input: {prompt}"))
         }
-        "node_finished" if event.body["item"].is_null() => Some(format!("  ✓ {}", text("node"))),
-        "node_failed" => Some(format!("  ✗ {}: {}", text("node"), text("error"))),
-        "node_retrying" => Some(format!(
-            "  ↻ {} (attempt {}): {}",
-            text("node"),
-            event.body["next_attempt"],
-            text("error")
-        )),
-        "node_skipped" => Some(format!("  – {} skipped", text("node"))),
-        "task_unhosted" => Some(format!(
-            "  … {} waits: no connected worker hosts {}",
-            text("node"),
-            text("needs")
-        )),
-        "waiting_for_input" => Some(format!(
-            "  ? {} waits for input: {}",
-            text("node"),
-            text("prompt")
-        )),
-        "loop_reset" => Some(format!("  ↺ {} → {}", text("from"), text("head"))),
-        "map_item_finished" => {
-            let total = event.body["total"].as_u64().unwrap_or(0);
-            let done = event.body["done"].as_u64().unwrap_or(0);
+        RunEvent::LoopReset { from, head } => Some(format!("  ↺ {from} → {head}")),
+        RunEvent::MapItemFinished {
+            node, done, total, ..
+        } => {
+            let (done, total) = (*done as u64, *total as u64);
             let progress = bar.get_or_insert_with(|| {
                 let progress = ProgressBar::new(total);
                 let style = ProgressStyle::with_template("  {msg} [{bar:30}] {pos}/{len} items")
                     .unwrap_or_else(|_| ProgressStyle::default_bar());
                 progress.set_style(style.progress_chars("=> "));
-                progress.set_message(text("node"));
+                progress.set_message(node.clone());
                 progress
             });
             progress.set_position(done);

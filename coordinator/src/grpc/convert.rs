@@ -6,7 +6,9 @@ use weft_proto::v1 as pb;
 use crate::bundle::{Bundle, BundleError};
 use crate::dispatch::{Assignment, FromWorker, FunctionCall, TaskOutcome, ToWorker, WorkerInfo};
 use crate::graph::{Finding, Severity};
-use crate::run::{FailureKind, RunEvent, RunStatus, RunView, StoredEvent, TaskFailure};
+use weft_proto::events::{error_to_wire, event_to_wire, status_to_wire};
+
+use crate::run::{FailureKind, RunEvent, RunView, StoredEvent, TaskFailure};
 
 pub fn bundle(message: Option<pb::GraphBundle>, limit: usize) -> Result<Bundle, BundleError> {
     let message = message.unwrap_or_default();
@@ -17,32 +19,18 @@ pub fn bundle(message: Option<pb::GraphBundle>, limit: usize) -> Result<Bundle, 
     Bundle::new(message.graph_path, files, limit)
 }
 
-pub fn status(status: RunStatus) -> pb::RunStatus {
-    match status {
-        RunStatus::Running => pb::RunStatus::Running,
-        RunStatus::Waiting => pb::RunStatus::Waiting,
-        RunStatus::Completed => pb::RunStatus::Completed,
-        RunStatus::Failed => pb::RunStatus::Failed,
-        RunStatus::Cancelled => pb::RunStatus::Cancelled,
-    }
-}
-
 /// A run's info; `with_state: false` leaves the (possibly large) state out.
 pub fn run_info(view: RunView, with_state: bool) -> pb::RunInfo {
     pb::RunInfo {
         run_id: view.id.to_string(),
         graph_name: view.graph_name,
-        status: status(view.status) as i32,
+        status: status_to_wire(view.status) as i32,
         state_json: if with_state {
             serde_json::to_string(&*view.state).unwrap_or_else(|_| "{}".into())
         } else {
             String::new()
         },
-        error: view.error.map(|error| pb::RunError {
-            kind: error.kind().to_owned(),
-            node: error.node().unwrap_or_default().to_owned(),
-            message: error.to_string(),
-        }),
+        error: view.error.map(|error| error_to_wire(error.info())),
         waiting: view
             .waiting
             .into_iter()
@@ -54,18 +42,7 @@ pub fn run_info(view: RunView, with_state: bool) -> pb::RunInfo {
 }
 
 pub fn event(stored: &StoredEvent) -> pb::RunEvent {
-    let json = serde_json::to_value(&*stored.event).unwrap_or(Value::Null);
-    let kind = json
-        .get("type")
-        .and_then(Value::as_str)
-        .unwrap_or("unknown")
-        .to_owned();
-    pb::RunEvent {
-        seq: stored.seq,
-        at_unix_ms: stored.at_unix_ms,
-        r#type: kind,
-        json: json.to_string(),
-    }
+    event_to_wire(stored.seq, stored.at_unix_ms, &stored.event)
 }
 
 /// Reports whether an event ends the run's stream.

@@ -247,115 +247,7 @@ pub enum Effect {
     Checkpoint,
 }
 
-/// What watchers see, in order.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
-pub enum RunEvent {
-    /// A wave started.
-    WaveStarted {
-        /// The step number (1-based).
-        step: u32,
-        /// The nodes that run in it.
-        nodes: Vec<String>,
-    },
-    /// A task attempt was dispatched.
-    NodeStarted {
-        /// Node id.
-        node: String,
-        /// Attempt number.
-        attempt: u32,
-        /// Map item index, for a chain step.
-        item: Option<usize>,
-    },
-    /// A node (or a map item's chain step) finished.
-    NodeFinished {
-        /// Node id.
-        node: String,
-        /// Map item index, for a chain step.
-        item: Option<usize>,
-    },
-    /// An attempt failed and another follows.
-    NodeRetrying {
-        /// Node id.
-        node: String,
-        /// The attempt that will run next.
-        next_attempt: u32,
-        /// The delay before it, in milliseconds.
-        delay_ms: u64,
-        /// The failure.
-        error: String,
-    },
-    /// A node failed after its attempts.
-    NodeFailed {
-        /// Node id.
-        node: String,
-        /// Map item index, for a chain step.
-        item: Option<usize>,
-        /// The failure.
-        error: String,
-        /// The fallback taken, if any.
-        fallback: Option<String>,
-    },
-    /// A node was skipped: none of its incoming edges was taken.
-    NodeSkipped {
-        /// Node id.
-        node: String,
-    },
-    /// A wave merged and changed these fields.
-    StateChanged {
-        /// The step number.
-        step: u32,
-        /// The changed fields, in order of first change.
-        fields: Vec<String>,
-    },
-    /// A loop edge (or `_next` to an earlier node) reset part of the graph.
-    LoopReset {
-        /// The node whose edge was taken.
-        from: String,
-        /// The loop head.
-        head: String,
-    },
-    /// A map item finished its chain.
-    MapItemFinished {
-        /// The map node.
-        node: String,
-        /// The item index.
-        index: usize,
-        /// Items finished so far.
-        done: usize,
-        /// Items in all.
-        total: usize,
-    },
-    /// A task waits because no connected worker hosts what it needs.
-    TaskUnhosted {
-        /// Node id.
-        node: String,
-        /// What nobody hosts, e.g. "handler 'draft'".
-        needs: String,
-    },
-    /// A node waits for a human.
-    WaitingForInput {
-        /// Node id.
-        node: String,
-        /// `approval` or `input`.
-        kind: String,
-        /// The rendered question.
-        prompt: String,
-    },
-    /// A waiting node was answered.
-    InputReceived {
-        /// Node id.
-        node: String,
-    },
-    /// The run ended.
-    RunFinished {
-        /// Final status.
-        status: RunStatus,
-        /// The error, for a failed, cancelled or timed-out run.
-        error: Option<RunError>,
-    },
-}
-
+pub use weft_proto::events::{ErrorInfo, RunEvent};
 pub use weft_proto::types::{FailureKind, RunStatus};
 
 /// How a run failed (SPEC section 7). The state as of the last merge stays
@@ -462,6 +354,15 @@ impl RunError {
             Self::InvalidInput { .. } => "InvalidInput",
             Self::RunTimeout => "RunTimeout",
             Self::Cancelled => "Cancelled",
+        }
+    }
+
+    /// The error as clients see it: kind, node and message.
+    pub fn info(&self) -> ErrorInfo {
+        ErrorInfo {
+            kind: self.kind().to_owned(),
+            node: self.node().unwrap_or_default().to_owned(),
+            message: self.to_string(),
         }
     }
 

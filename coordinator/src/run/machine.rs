@@ -233,7 +233,10 @@ impl RunMachine {
     ) {
         self.run.status = status;
         self.run.error = error.clone();
-        fx.push(Effect::Emit(RunEvent::RunFinished { status, error }));
+        fx.push(Effect::Emit(RunEvent::RunFinished {
+            status,
+            error: error.as_ref().map(RunError::info),
+        }));
         fx.push(Effect::Checkpoint);
     }
 

@@ -1,0 +1,415 @@
+//! A run's events as every crate sees them ([`RunEvent`]), and their wire
+//! form: the typed `oneof` of `weft.v1.RunEvent`. The coordinator's run
+//! machine emits them, the run service sends them, and the client library
+//! receives them typed; their JSON form (for `weft watch --json`) is serde's
+//! rendering of the same type.
+
+use serde::{Deserialize, Serialize};
+
+use crate::types::RunStatus;
+use crate::v1 as pb;
+
+/// How a run failed, as clients see it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorInfo {
+    /// `ExecutionError`, `ConcurrentUpdateError`, `StepLimitExceeded`, ….
+    pub kind: String,
+    /// The node involved (may be empty).
+    pub node: String,
+    /// What happened.
+    pub message: String,
+}
+
+/// What watchers see, in order.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum RunEvent {
+    /// A wave started.
+    WaveStarted {
+        /// The step number (1-based).
+        step: u32,
+        /// The nodes that run in it.
+        nodes: Vec<String>,
+    },
+    /// A task attempt was dispatched.
+    NodeStarted {
+        /// Node id.
+        node: String,
+        /// Attempt number.
+        attempt: u32,
+        /// Map item index, for a chain step.
+        item: Option<usize>,
+    },
+    /// A node (or a map item's chain step) finished.
+    NodeFinished {
+        /// Node id.
+        node: String,
+        /// Map item index, for a chain step.
+        item: Option<usize>,
+    },
+    /// An attempt failed and another follows.
+    NodeRetrying {
+        /// Node id.
+        node: String,
+        /// The attempt that will run next.
+        next_attempt: u32,
+        /// The delay before it, in milliseconds.
+        delay_ms: u64,
+        /// The failure.
+        error: String,
+    },
+    /// A node failed after its attempts.
+    NodeFailed {
+        /// Node id.
+        node: String,
+        /// Map item index, for a chain step.
+        item: Option<usize>,
+        /// The failure.
+        error: String,
+        /// The fallback taken, if any.
+        fallback: Option<String>,
+    },
+    /// A node was skipped: none of its incoming edges was taken.
+    NodeSkipped {
+        /// Node id.
+        node: String,
+    },
+    /// A wave merged and changed these fields.
+    StateChanged {
+        /// The step number.
+        step: u32,
+        /// The changed fields, in order of first change.
+        fields: Vec<String>,
+    },
+    /// A loop edge (or `_next` to an earlier node) reset part of the graph.
+    LoopReset {
+        /// The node whose edge was taken.
+        from: String,
+        /// The loop head.
+        head: String,
+    },
+    /// A map item finished its chain.
+    MapItemFinished {
+        /// The map node.
+        node: String,
+        /// The item index.
+        index: usize,
+        /// Items finished so far.
+        done: usize,
+        /// Items in all.
+        total: usize,
+    },
+    /// A task waits because no connected worker hosts what it needs.
+    TaskUnhosted {
+        /// Node id.
+        node: String,
+        /// What nobody hosts, e.g. "handler 'draft'".
+        needs: String,
+    },
+    /// A node waits for a human.
+    WaitingForInput {
+        /// Node id.
+        node: String,
+        /// `approval` or `input`.
+        kind: String,
+        /// The rendered question.
+        prompt: String,
+    },
+    /// A waiting node was answered.
+    InputReceived {
+        /// Node id.
+        node: String,
+    },
+    /// The run ended.
+    RunFinished {
+        /// Final status.
+        status: RunStatus,
+        /// The error, for a failed, cancelled or timed-out run.
+        error: Option<ErrorInfo>,
+    },
+}
+
+impl RunEvent {
+    /// The event's name, as the `type` of its JSON form.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::WaveStarted { .. } => "wave_started",
+            Self::NodeStarted { .. } => "node_started",
+            Self::NodeFinished { .. } => "node_finished",
+            Self::NodeRetrying { .. } => "node_retrying",
+            Self::NodeFailed { .. } => "node_failed",
+            Self::NodeSkipped { .. } => "node_skipped",
+            Self::StateChanged { .. } => "state_changed",
+            Self::LoopReset { .. } => "loop_reset",
+            Self::MapItemFinished { .. } => "map_item_finished",
+            Self::TaskUnhosted { .. } => "task_unhosted",
+            Self::WaitingForInput { .. } => "waiting_for_input",
+            Self::InputReceived { .. } => "input_received",
+            Self::RunFinished { .. } => "run_finished",
+        }
+    }
+}
+
+/// The wire form of a status.
+pub fn status_to_wire(status: RunStatus) -> pb::RunStatus {
+    match status {
+        RunStatus::Running => pb::RunStatus::Running,
+        RunStatus::Waiting => pb::RunStatus::Waiting,
+        RunStatus::Completed => pb::RunStatus::Completed,
+        RunStatus::Failed => pb::RunStatus::Failed,
+        RunStatus::Cancelled => pb::RunStatus::Cancelled,
+    }
+}
+
+/// A status from the wire; an unknown or unset one reads as running.
+pub fn status_from_wire(status: i32) -> RunStatus {
+    match pb::RunStatus::try_from(status).unwrap_or(pb::RunStatus::Unspecified) {
+        pb::RunStatus::Running | pb::RunStatus::Unspecified => RunStatus::Running,
+        pb::RunStatus::Waiting => RunStatus::Waiting,
+        pb::RunStatus::Completed => RunStatus::Completed,
+        pb::RunStatus::Failed => RunStatus::Failed,
+        pb::RunStatus::Cancelled => RunStatus::Cancelled,
+    }
+}
+
+fn index_to_wire(index: Option<usize>) -> Option<u64> {
+    index.map(|i| i as u64)
+}
+
+fn index_from_wire(index: Option<u64>) -> Option<usize> {
+    index.map(|i| usize::try_from(i).unwrap_or(usize::MAX))
+}
+
+/// The wire form of an event at position `seq` of its log.
+pub fn event_to_wire(seq: u64, at_unix_ms: i64, event: &RunEvent) -> pb::RunEvent {
+    use pb::run_event::Event as E;
+    let event = match event.clone() {
+        RunEvent::WaveStarted { step, nodes } => E::WaveStarted(pb::WaveStarted { step, nodes }),
+        RunEvent::NodeStarted {
+            node,
+            attempt,
+            item,
+        } => E::NodeStarted(pb::NodeStarted {
+            node,
+            attempt,
+            item: index_to_wire(item),
+        }),
+        RunEvent::NodeFinished { node, item } => E::NodeFinished(pb::NodeFinished {
+            node,
+            item: index_to_wire(item),
+        }),
+        RunEvent::NodeRetrying {
+            node,
+            next_attempt,
+            delay_ms,
+            error,
+        } => E::NodeRetrying(pb::NodeRetrying {
+            node,
+            next_attempt,
+            delay_ms,
+            error,
+        }),
+        RunEvent::NodeFailed {
+            node,
+            item,
+            error,
+            fallback,
+        } => E::NodeFailed(pb::NodeFailed {
+            node,
+            item: index_to_wire(item),
+            error,
+            fallback,
+        }),
+        RunEvent::NodeSkipped { node } => E::NodeSkipped(pb::NodeSkipped { node }),
+        RunEvent::StateChanged { step, fields } => {
+            E::StateChanged(pb::StateChanged { step, fields })
+        }
+        RunEvent::LoopReset { from, head } => E::LoopReset(pb::LoopReset { from, head }),
+        RunEvent::MapItemFinished {
+            node,
+            index,
+            done,
+            total,
+        } => E::MapItemFinished(pb::MapItemFinished {
+            node,
+            index: index as u64,
+            done: done as u64,
+            total: total as u64,
+        }),
+        RunEvent::TaskUnhosted { node, needs } => E::TaskUnhosted(pb::TaskUnhosted { node, needs }),
+        RunEvent::WaitingForInput { node, kind, prompt } => {
+            E::WaitingForInput(pb::WaitingForInput { node, kind, prompt })
+        }
+        RunEvent::InputReceived { node } => E::InputReceived(pb::InputReceived { node }),
+        RunEvent::RunFinished { status, error } => E::RunFinished(pb::RunFinished {
+            status: status_to_wire(status) as i32,
+            error: error.map(error_to_wire),
+        }),
+    };
+    pb::RunEvent {
+        seq,
+        at_unix_ms,
+        event: Some(event),
+    }
+}
+
+/// The wire form of an error.
+pub fn error_to_wire(error: ErrorInfo) -> pb::RunError {
+    pb::RunError {
+        kind: error.kind,
+        node: error.node,
+        message: error.message,
+    }
+}
+
+/// An error from the wire.
+pub fn error_from_wire(error: pb::RunError) -> ErrorInfo {
+    ErrorInfo {
+        kind: error.kind,
+        node: error.node,
+        message: error.message,
+    }
+}
+
+/// An event from the wire; `None` for one with no event set (sent by a
+/// newer coordinator with a kind this version does not know).
+pub fn event_from_wire(event: pb::RunEvent) -> Option<RunEvent> {
+    use pb::run_event::Event as E;
+    Some(match event.event? {
+        E::WaveStarted(e) => RunEvent::WaveStarted {
+            step: e.step,
+            nodes: e.nodes,
+        },
+        E::NodeStarted(e) => RunEvent::NodeStarted {
+            node: e.node,
+            attempt: e.attempt,
+            item: index_from_wire(e.item),
+        },
+        E::NodeFinished(e) => RunEvent::NodeFinished {
+            node: e.node,
+            item: index_from_wire(e.item),
+        },
+        E::NodeRetrying(e) => RunEvent::NodeRetrying {
+            node: e.node,
+            next_attempt: e.next_attempt,
+            delay_ms: e.delay_ms,
+            error: e.error,
+        },
+        E::NodeFailed(e) => RunEvent::NodeFailed {
+            node: e.node,
+            item: index_from_wire(e.item),
+            error: e.error,
+            fallback: e.fallback,
+        },
+        E::NodeSkipped(e) => RunEvent::NodeSkipped { node: e.node },
+        E::StateChanged(e) => RunEvent::StateChanged {
+            step: e.step,
+            fields: e.fields,
+        },
+        E::LoopReset(e) => RunEvent::LoopReset {
+            from: e.from,
+            head: e.head,
+        },
+        E::MapItemFinished(e) => RunEvent::MapItemFinished {
+            node: e.node,
+            index: index_from_wire(Some(e.index)).unwrap_or_default(),
+            done: index_from_wire(Some(e.done)).unwrap_or_default(),
+            total: index_from_wire(Some(e.total)).unwrap_or_default(),
+        },
+        E::TaskUnhosted(e) => RunEvent::TaskUnhosted {
+            node: e.node,
+            needs: e.needs,
+        },
+        E::WaitingForInput(e) => RunEvent::WaitingForInput {
+            node: e.node,
+            kind: e.kind,
+            prompt: e.prompt,
+        },
+        E::InputReceived(e) => RunEvent::InputReceived { node: e.node },
+        E::RunFinished(e) => RunEvent::RunFinished {
+            status: status_from_wire(e.status),
+            error: e.error.map(error_from_wire),
+        },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_event_survives_the_wire() {
+        let events = vec![
+            RunEvent::WaveStarted {
+                step: 2,
+                nodes: vec!["a".into(), "b".into()],
+            },
+            RunEvent::NodeStarted {
+                node: "a".into(),
+                attempt: 1,
+                item: Some(3),
+            },
+            RunEvent::NodeFinished {
+                node: "a".into(),
+                item: None,
+            },
+            RunEvent::NodeRetrying {
+                node: "a".into(),
+                next_attempt: 2,
+                delay_ms: 500,
+                error: "boom".into(),
+            },
+            RunEvent::NodeFailed {
+                node: "a".into(),
+                item: Some(0),
+                error: "boom".into(),
+                fallback: Some("rescue".into()),
+            },
+            RunEvent::NodeSkipped { node: "b".into() },
+            RunEvent::StateChanged {
+                step: 1,
+                fields: vec!["x".into()],
+            },
+            RunEvent::LoopReset {
+                from: "c".into(),
+                head: "a".into(),
+            },
+            RunEvent::MapItemFinished {
+                node: "fan".into(),
+                index: 4,
+                done: 5,
+                total: 9,
+            },
+            RunEvent::TaskUnhosted {
+                node: "a".into(),
+                needs: "handler 'a'".into(),
+            },
+            RunEvent::WaitingForInput {
+                node: "ok".into(),
+                kind: "approval".into(),
+                prompt: "Ship?".into(),
+            },
+            RunEvent::InputReceived { node: "ok".into() },
+            RunEvent::RunFinished {
+                status: RunStatus::Failed,
+                error: Some(ErrorInfo {
+                    kind: "ExecutionError".into(),
+                    node: "a".into(),
+                    message: "boom".into(),
+                }),
+            },
+        ];
+        for (seq, event) in events.into_iter().enumerate() {
+            let wire = event_to_wire(seq as u64, 7, &event);
+            assert_eq!(wire.seq, seq as u64);
+            assert_eq!(
+                event_from_wire(wire),
+                Some(event.clone()),
+                "{}",
+                event.kind()
+            );
+            let json = serde_json::to_value(&event).expect("events serialize");
+            assert_eq!(json["type"], event.kind(), "the JSON form names the kind");
+        }
+    }
+}
