@@ -28,11 +28,10 @@ pub const WORKERS: &str = "weft_workers_connected";
 /// Free slots over all connected, non-draining workers (gauge).
 pub const FREE_SLOTS: &str = "weft_free_slots";
 
-/// Installs the Prometheus recorder for this process.
-pub fn install() -> Result<PrometheusHandle, String> {
-    let handle = PrometheusBuilder::new()
-        .install_recorder()
-        .map_err(|e| e.to_string())?;
+/// Installs the Prometheus recorder for this process; fails when one is
+/// installed already.
+pub fn install() -> Result<PrometheusHandle, metrics_exporter_prometheus::BuildError> {
+    let handle = PrometheusBuilder::new().install_recorder()?;
     metrics::describe_gauge!(RUNS, "runs by status");
     metrics::describe_counter!(RUNS_SUBMITTED, "runs submitted");
     metrics::describe_counter!(TASKS_DISPATCHED, "task attempts sent to workers");

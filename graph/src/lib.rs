@@ -29,7 +29,7 @@ pub use expr::{CelExpr, Strictness, Template, TemplateContext, truthy};
 pub use finding::{Finding, GraphError, Severity};
 pub use kinds::*;
 pub use model::*;
-pub use schema::Schema;
+pub use schema::{Schema, SchemaError};
 
 /// Parses and validates graph text. Returns the graph (possibly partial when
 /// there are errors) and every finding, errors and warnings alike.

@@ -127,21 +127,32 @@ pub enum RawDuration {
     Text(String),
 }
 
+/// Why a duration was refused.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum DurationError {
+    /// Not a number with an optional unit.
+    #[error("'{0}' is not a duration (write e.g. 500ms, 0.5s, 10m, 1h)")]
+    Malformed(String),
+    /// Negative, not finite, or longer than 10^9 seconds.
+    #[error("duration {0}s is out of range")]
+    OutOfRange(f64),
+}
+
 impl RawDuration {
     /// Parses into a duration, or says what is wrong.
-    pub fn to_duration(&self) -> Result<std::time::Duration, String> {
+    pub fn to_duration(&self) -> Result<std::time::Duration, DurationError> {
         let seconds = match self {
             Self::Seconds(s) => *s,
             Self::Text(text) => parse_duration_seconds(text)?,
         };
         if !seconds.is_finite() || !(0.0..=1e9).contains(&seconds) {
-            return Err(format!("duration {seconds}s is out of range"));
+            return Err(DurationError::OutOfRange(seconds));
         }
         Ok(std::time::Duration::from_secs_f64(seconds))
     }
 }
 
-fn parse_duration_seconds(text: &str) -> Result<f64, String> {
+fn parse_duration_seconds(text: &str) -> Result<f64, DurationError> {
     let text = text.trim();
     let split = text
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
@@ -149,17 +160,13 @@ fn parse_duration_seconds(text: &str) -> Result<f64, String> {
     let (number, unit) = text.split_at(split);
     let number: f64 = number
         .parse()
-        .map_err(|_| format!("'{text}' is not a duration (write e.g. 500ms, 0.5s, 10m, 1h)"))?;
+        .map_err(|_| DurationError::Malformed(text.to_owned()))?;
     let factor = match unit.trim() {
         "" | "s" => 1.0,
         "ms" => 0.001,
         "m" => 60.0,
         "h" => 3600.0,
-        _ => {
-            return Err(format!(
-                "'{text}' is not a duration (write e.g. 500ms, 0.5s, 10m, 1h)"
-            ));
-        }
+        _ => return Err(DurationError::Malformed(text.to_owned())),
     };
     Ok(number * factor)
 }

@@ -34,14 +34,46 @@ pub struct TaskContext {
     pub scope: Map<String, Value>,
 }
 
+/// Why a handler could not read its input or build its output.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HandlerError {
+    /// The scope has no value of that name.
+    #[error("no '{0}' in the task's scope")]
+    NoScopeValue(String),
+    /// A scope value does not fit the type asked for.
+    #[error("scope '{name}': {detail}")]
+    ScopeType {
+        /// The scope value.
+        name: String,
+        /// What serde said.
+        detail: String,
+    },
+    /// The output does not serialize.
+    #[error("the handler's result does not serialize: {0}")]
+    Unserializable(String),
+    /// The output is not a JSON object.
+    #[error("a handler must return an object, not {0}")]
+    NotAnObject(Value),
+}
+
+/// Handlers whose errors are strings can use `?` on these.
+impl From<HandlerError> for String {
+    fn from(error: HandlerError) -> Self {
+        error.to_string()
+    }
+}
+
 impl TaskContext {
     /// A scope value by name, deserialized.
-    pub fn scope<T: DeserializeOwned>(&self, name: &str) -> Result<T, String> {
+    pub fn scope<T: DeserializeOwned>(&self, name: &str) -> Result<T, HandlerError> {
         let value = self
             .scope
             .get(name)
-            .ok_or_else(|| format!("no '{name}' in the task's scope"))?;
-        T::deserialize(value).map_err(|error| format!("scope '{name}': {error}"))
+            .ok_or_else(|| HandlerError::NoScopeValue(name.to_owned()))?;
+        T::deserialize(value).map_err(|error| HandlerError::ScopeType {
+            name: name.to_owned(),
+            detail: error.to_string(),
+        })
     }
 }
 
@@ -54,8 +86,9 @@ pub struct Output {
 
 impl Output {
     /// Writes `value` (a struct or map that serializes to an object).
-    pub fn update(value: impl Serialize) -> Result<Self, String> {
-        let writes = serde_json::to_value(value).map_err(|e| e.to_string())?;
+    pub fn update(value: impl Serialize) -> Result<Self, HandlerError> {
+        let writes =
+            serde_json::to_value(value).map_err(|e| HandlerError::Unserializable(e.to_string()))?;
         Ok(Self { writes, next: None })
     }
 
@@ -69,22 +102,21 @@ impl Output {
 /// Turns what a handler returns into the task's JSON output.
 pub trait IntoOutput {
     /// The output object, with `_next` when routed.
-    fn into_output(self) -> Result<Value, String>;
+    fn into_output(self) -> Result<Value, HandlerError>;
 }
 
 impl<T: Serialize> IntoOutput for T {
-    fn into_output(self) -> Result<Value, String> {
-        serde_json::to_value(self)
-            .map_err(|e| format!("the handler's result does not serialize: {e}"))
+    fn into_output(self) -> Result<Value, HandlerError> {
+        serde_json::to_value(self).map_err(|e| HandlerError::Unserializable(e.to_string()))
     }
 }
 
 impl IntoOutput for Output {
-    fn into_output(self) -> Result<Value, String> {
+    fn into_output(self) -> Result<Value, HandlerError> {
         let mut object = match self.writes {
             Value::Object(map) => map,
             Value::Null => Map::new(),
-            other => return Err(format!("a handler must return an object, not {other}")),
+            other => return Err(HandlerError::NotAnObject(other)),
         };
         if let Some(next) = self.next {
             object.insert("_next".into(), Value::String(next));
@@ -147,7 +179,7 @@ impl Registry {
             let handler = handler.clone();
             let future: BoxFuture = Box::pin(async move {
                 let output = handler(typed, ctx).await.map_err(|e| e.to_string())?;
-                output.into_output()
+                output.into_output().map_err(|e| e.to_string())
             });
             Ok(future)
         });

@@ -42,9 +42,9 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-pub use handler::{IntoOutput, Output, Registry, TaskContext};
+pub use handler::{HandlerError, IntoOutput, Output, Registry, TaskContext};
 pub use runtime::{WorkerConfig, WorkerError};
-pub use script::{parse_stdout, substitute_secrets};
+pub use script::{StdoutError, parse_stdout, substitute_secrets};
 pub use task::{BlobFile, Failure, FailureKind, Task};
 
 /// A worker being set up.

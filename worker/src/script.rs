@@ -221,23 +221,41 @@ struct ScriptConfig {
     env: Map<String, Value>,
 }
 
+/// Why a script's stdout was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StdoutError {
+    /// Not UTF-8 text.
+    #[error("stdout is not UTF-8")]
+    NotUtf8,
+    /// JSON, but not an object.
+    #[error("stdout must be one JSON object, got {0}")]
+    NotAnObject(&'static str),
+    /// Not one JSON value.
+    #[error("stdout is not one JSON object: {detail} (line {line}, column {column})")]
+    NotJson {
+        /// What the parser said.
+        detail: String,
+        /// Where (1-based).
+        line: usize,
+        /// Where (1-based).
+        column: usize,
+    },
+}
+
 /// Reads a script's stdout: empty means no writes; otherwise one JSON object.
-pub fn parse_stdout(out: &[u8]) -> Result<Value, String> {
-    let text = std::str::from_utf8(out).map_err(|_| "stdout is not UTF-8".to_owned())?;
+pub fn parse_stdout(out: &[u8]) -> Result<Value, StdoutError> {
+    let text = std::str::from_utf8(out).map_err(|_| StdoutError::NotUtf8)?;
     if text.trim().is_empty() {
         return Ok(Value::Object(Map::new()));
     }
     match serde_json::from_str::<Value>(text) {
         Ok(Value::Object(map)) => Ok(Value::Object(map)),
-        Ok(other) => Err(format!(
-            "stdout must be one JSON object, got {}",
-            type_name(&other)
-        )),
-        Err(error) => Err(format!(
-            "stdout is not one JSON object: {error} (line {}, column {})",
-            error.line(),
-            error.column()
-        )),
+        Ok(other) => Err(StdoutError::NotAnObject(type_name(&other))),
+        Err(error) => Err(StdoutError::NotJson {
+            detail: error.to_string(),
+            line: error.line(),
+            column: error.column(),
+        }),
     }
 }
 
@@ -337,10 +355,14 @@ mod tests {
     fn stdout_must_be_one_object() {
         assert_eq!(parse_stdout(b"").unwrap(), json!({}));
         assert_eq!(parse_stdout(b" {\"a\": 1}\n").unwrap(), json!({"a": 1}));
-        assert!(parse_stdout(b"[1]").unwrap_err().contains("got an array"));
+        assert_eq!(
+            parse_stdout(b"[1]").unwrap_err(),
+            StdoutError::NotAnObject("an array")
+        );
         assert!(
             parse_stdout(b"{\"a\": 1} {\"b\": 2}")
                 .unwrap_err()
+                .to_string()
                 .contains("not one JSON object")
         );
         assert!(parse_stdout(b"hello").is_err());

@@ -292,11 +292,11 @@ impl RunActor {
                                 output: parsed,
                             }
                         }
-                        Err(message) => Input::TaskFailed {
+                        Err(error) => Input::TaskFailed {
                             key,
                             failure: TaskFailure {
                                 kind: FailureKind::InvalidOutput,
-                                message,
+                                message: error.to_string(),
                                 worker: Some(worker),
                             },
                         },

@@ -111,24 +111,34 @@ pub struct NodeOutput {
     pub output: Option<Value>,
 }
 
+/// Why what a task returned is not a node's output.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum OutputError {
+    /// Not a JSON object.
+    #[error("expected one JSON object, got {0}")]
+    NotAnObject(&'static str),
+    /// `_next` is not a node id.
+    #[error("`_next` must be a node id, got {0}")]
+    BadNext(Value),
+}
+
 impl NodeOutput {
     /// Reads a JSON object as returned by a script or handler: its fields,
     /// plus the optional `_next` (a node id).
-    pub fn from_json(value: Value) -> Result<Self, String> {
+    pub fn from_json(value: Value) -> Result<Self, OutputError> {
         let mut writes = match value {
             Value::Object(map) => map,
             Value::Null => Map::new(),
             other => {
-                return Err(format!(
-                    "expected one JSON object, got {}",
-                    crate::graph::json_type_name(&other)
-                ));
+                return Err(OutputError::NotAnObject(crate::graph::json_type_name(
+                    &other,
+                )));
             }
         };
         let next = match writes.remove("_next") {
             None | Some(Value::Null) => None,
             Some(Value::String(id)) => Some(id),
-            Some(other) => return Err(format!("`_next` must be a node id, got {other}")),
+            Some(other) => return Err(OutputError::BadNext(other)),
         };
         // Teammate messages travel separately; they are never state.
         writes.remove("_send");

@@ -96,10 +96,10 @@ pub fn merge_wave(
                 branch_values,
             }),
             builtin => {
-                let merged = reduce(builtin, &s0_value, &branch_values).map_err(|message| {
+                let merged = reduce(builtin, &s0_value, &branch_values).map_err(|error| {
                     MergeError::Reducer {
                         field: (*field).to_owned(),
-                        message,
+                        message: error.to_string(),
                     }
                 })?;
                 overlay.insert((*field).to_owned(), merged);
@@ -127,8 +127,32 @@ pub enum MergeError {
     },
 }
 
+/// Why a built-in reducer could not combine a wave's values.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ReduceError {
+    /// A value is not of the kind the reducer combines.
+    #[error("reducer {reducer} needs {needs}, got {got}")]
+    WrongType {
+        /// The reducer.
+        reducer: &'static str,
+        /// What it combines: arrays, objects or numbers.
+        needs: &'static str,
+        /// What it got.
+        got: &'static str,
+    },
+    /// An integer sum left the 64-bit range.
+    #[error("reducer add overflowed")]
+    Overflow,
+    /// A float sum is not finite.
+    #[error("reducer add produced a non-finite number")]
+    NotFinite,
+    /// The reducer runs on a worker (`fn:NAME`), not here.
+    #[error("reducer fn:{0} is hosted by a worker")]
+    Hosted(String),
+}
+
 /// Applies a built-in reducer to S0's value and the branch values.
-pub fn reduce(reducer: &Reducer, s0: &Value, branches: &[Value]) -> Result<Value, String> {
+pub fn reduce(reducer: &Reducer, s0: &Value, branches: &[Value]) -> Result<Value, ReduceError> {
     match reducer {
         Reducer::Concat => concat(s0, branches),
         Reducer::Merge => merge_objects(s0, branches),
@@ -136,22 +160,23 @@ pub fn reduce(reducer: &Reducer, s0: &Value, branches: &[Value]) -> Result<Value
         Reducer::Union => union(s0, branches),
         Reducer::Min => extreme(s0, branches, "min", |a, b| a < b),
         Reducer::Max => extreme(s0, branches, "max", |a, b| a > b),
-        Reducer::Hosted(name) => Err(format!("reducer fn:{name} is hosted by a worker")),
+        Reducer::Hosted(name) => Err(ReduceError::Hosted(name.clone())),
     }
 }
 
-fn as_array<'a>(reducer: &str, value: &'a Value) -> Result<&'a [Value], String> {
+fn as_array<'a>(reducer: &'static str, value: &'a Value) -> Result<&'a [Value], ReduceError> {
     match value {
         Value::Array(items) => Ok(items),
         Value::Null => Ok(&[]),
-        other => Err(format!(
-            "reducer {reducer} needs arrays, got {}",
-            json_type_name(other)
-        )),
+        other => Err(ReduceError::WrongType {
+            reducer,
+            needs: "arrays",
+            got: json_type_name(other),
+        }),
     }
 }
 
-fn concat(s0: &Value, branches: &[Value]) -> Result<Value, String> {
+fn concat(s0: &Value, branches: &[Value]) -> Result<Value, ReduceError> {
     let base = as_array("concat", s0)?;
     let mut merged = base.to_vec();
     for branch in branches {
@@ -166,7 +191,7 @@ fn concat(s0: &Value, branches: &[Value]) -> Result<Value, String> {
     Ok(Value::Array(merged))
 }
 
-fn union(s0: &Value, branches: &[Value]) -> Result<Value, String> {
+fn union(s0: &Value, branches: &[Value]) -> Result<Value, ReduceError> {
     let mut merged: Vec<Value> = Vec::new();
     for source in std::iter::once(s0).chain(branches) {
         for item in as_array("union", source)? {
@@ -178,25 +203,22 @@ fn union(s0: &Value, branches: &[Value]) -> Result<Value, String> {
     Ok(Value::Array(merged))
 }
 
-fn merge_objects(s0: &Value, branches: &[Value]) -> Result<Value, String> {
+fn merge_objects(s0: &Value, branches: &[Value]) -> Result<Value, ReduceError> {
+    let not_object = |other: &Value| ReduceError::WrongType {
+        reducer: "merge",
+        needs: "objects",
+        got: json_type_name(other),
+    };
     let empty = Map::new();
     let base = match s0 {
         Value::Object(map) => map,
         Value::Null => &empty,
-        other => {
-            return Err(format!(
-                "reducer merge needs objects, got {}",
-                json_type_name(other)
-            ));
-        }
+        other => return Err(not_object(other)),
     };
     let mut merged = base.clone();
     for branch in branches {
         let Value::Object(map) = branch else {
-            return Err(format!(
-                "reducer merge needs objects, got {}",
-                json_type_name(branch)
-            ));
+            return Err(not_object(branch));
         };
         for (key, value) in map {
             if base.get(key) != Some(value) {
@@ -207,18 +229,19 @@ fn merge_objects(s0: &Value, branches: &[Value]) -> Result<Value, String> {
     Ok(Value::Object(merged))
 }
 
-fn number(reducer: &str, value: &Value) -> Result<Option<Number>, String> {
+fn number(reducer: &'static str, value: &Value) -> Result<Option<Number>, ReduceError> {
     match value {
         Value::Number(n) => Ok(Some(n.clone())),
         Value::Null => Ok(None),
-        other => Err(format!(
-            "reducer {reducer} needs numbers, got {}",
-            json_type_name(other)
-        )),
+        other => Err(ReduceError::WrongType {
+            reducer,
+            needs: "numbers",
+            got: json_type_name(other),
+        }),
     }
 }
 
-fn add(s0: &Value, branches: &[Value]) -> Result<Value, String> {
+fn add(s0: &Value, branches: &[Value]) -> Result<Value, ReduceError> {
     let base = number("add", s0)?;
     let all: Vec<Number> = branches
         .iter()
@@ -232,7 +255,7 @@ fn add(s0: &Value, branches: &[Value]) -> Result<Value, String> {
             let delta = n.as_i64().unwrap_or(0).checked_sub(base);
             total = delta
                 .and_then(|d| total.checked_add(d))
-                .ok_or("reducer add overflowed")?;
+                .ok_or(ReduceError::Overflow)?;
         }
         return Ok(Value::from(total));
     }
@@ -242,15 +265,15 @@ fn add(s0: &Value, branches: &[Value]) -> Result<Value, String> {
         .fold(base, |acc, n| acc + (n.as_f64().unwrap_or(0.0) - base));
     Number::from_f64(total)
         .map(Value::Number)
-        .ok_or_else(|| "reducer add produced a non-finite number".into())
+        .ok_or(ReduceError::NotFinite)
 }
 
 fn extreme(
     s0: &Value,
     branches: &[Value],
-    name: &str,
+    name: &'static str,
     better: fn(f64, f64) -> bool,
-) -> Result<Value, String> {
+) -> Result<Value, ReduceError> {
     let mut best: Option<(f64, Value)> = None;
     for value in std::iter::once(s0).chain(branches) {
         let Some(n) = number(name, value)? else {
