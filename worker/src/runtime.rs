@@ -151,28 +151,9 @@ async fn session(
     let mut client = client(channel);
     let (outbound, rx) = mpsc::channel::<pb::WorkerMessage>(1024);
     let _ = outbound.send(hello(config, registry)).await;
-    let mut inbound = match client.join(ReceiverStream::new(rx)).await {
-        Ok(response) => response.into_inner(),
-        Err(status)
-            if status.code() == tonic::Code::FailedPrecondition
-                || status.code() == tonic::Code::InvalidArgument =>
-        {
-            return Err(WorkerError::Refused(status.message().to_owned()));
-        }
-        Err(status) => return Ok(SessionEnd::Lost(status.message().to_owned())),
-    };
-    let heartbeat = match inbound.message().await {
-        Ok(Some(pb::CoordinatorMessage {
-            body: Some(pb::coordinator_message::Body::Welcome(welcome)),
-        })) => {
-            info!(worker = %config.name, id = %welcome.worker_id, "joined the coordinator");
-            if let Some(joined) = &config.joined {
-                joined.add_permits(1);
-            }
-            Duration::from_millis(welcome.heartbeat_interval_ms.max(50))
-        }
-        Ok(_) => return Ok(SessionEnd::Lost("the coordinator sent no welcome".into())),
-        Err(status) => return Ok(SessionEnd::Lost(status.message().to_owned())),
+    let (mut inbound, heartbeat) = match handshake(config, &mut client, rx).await? {
+        Ok(joined) => joined,
+        Err(end) => return Ok(end),
     };
     let mut session = Session {
         registry: registry.clone(),
@@ -231,6 +212,41 @@ async fn session(
                 let _ = outbound.send(message(pb::worker_message::Body::Heartbeat(beat))).await;
             }
         }
+    }
+}
+
+/// Opens the stream (the hello is already queued) and waits for the
+/// welcome: the stream and the heartbeat interval, or why the session ends.
+async fn handshake(
+    config: &WorkerConfig,
+    client: &mut WorkerServiceClient<Channel>,
+    rx: mpsc::Receiver<pb::WorkerMessage>,
+) -> Result<Result<(tonic::Streaming<pb::CoordinatorMessage>, Duration), SessionEnd>, WorkerError> {
+    let mut inbound = match client.join(ReceiverStream::new(rx)).await {
+        Ok(response) => response.into_inner(),
+        Err(status)
+            if status.code() == tonic::Code::FailedPrecondition
+                || status.code() == tonic::Code::InvalidArgument =>
+        {
+            return Err(WorkerError::Refused(status.message().to_owned()));
+        }
+        Err(status) => return Ok(Err(SessionEnd::Lost(status.message().to_owned()))),
+    };
+    match inbound.message().await {
+        Ok(Some(pb::CoordinatorMessage {
+            body: Some(pb::coordinator_message::Body::Welcome(welcome)),
+        })) => {
+            info!(worker = %config.name, id = %welcome.worker_id, "joined the coordinator");
+            if let Some(joined) = &config.joined {
+                joined.add_permits(1);
+            }
+            let heartbeat = Duration::from_millis(welcome.heartbeat_interval_ms.max(50));
+            Ok(Ok((inbound, heartbeat)))
+        }
+        Ok(_) => Ok(Err(SessionEnd::Lost(
+            "the coordinator sent no welcome".into(),
+        ))),
+        Err(status) => Ok(Err(SessionEnd::Lost(status.message().to_owned()))),
     }
 }
 

@@ -86,24 +86,45 @@ impl ScriptRunner {
         tokio::fs::write(&state_path, state_json.as_bytes())
             .await
             .map_err(|e| io_failure("cannot write GRAPH_STATE", e))?;
-        let stdin = format!(
-            "{{\"state\":{},\"scope\":{},\"inbox\":[],\"run_id\":{},\"node\":{},\"attempt\":{},\"item\":{}}}",
-            state_json,
-            if task.scope_json.is_empty() {
-                "{}"
-            } else {
-                &task.scope_json
-            },
-            json!(task.run_id),
-            json!(task.node),
-            task.attempt,
-            task.item.map_or(Value::Null, Value::from),
-        );
+        let mut command = self.command(dir, program, config, task, &state_path);
+        let mut child = command.spawn().map_err(|e| {
+            Failure::new(
+                FailureKind::ScriptFailed,
+                format!("cannot start '{program}': {e}"),
+            )
+        })?;
+        // Kills the whole group when this attempt ends, however it ends
+        // (finished, timed out, or cancelled by dropping this future).
+        let _group = GroupGuard(child.id().map(|id| Pid::from_raw(id as i32)));
+        let request = stdin_request(task, &state_json);
+        let Ok(finished) = tokio::time::timeout(task.timeout, collect(&mut child, request)).await
+        else {
+            return Err(Failure::new(
+                FailureKind::Timeout,
+                format!(
+                    "script timed out after {} and was killed",
+                    human(task.timeout)
+                ),
+            ));
+        };
+        judge(finished)
+    }
+
+    /// The script's process: argv without a shell, in the scratch
+    /// directory, in its own process group, with SPEC 4.1's environment.
+    fn command(
+        &self,
+        dir: &Path,
+        program: &str,
+        config: &ScriptConfig,
+        task: &Task,
+        state_path: &Path,
+    ) -> Command {
         let mut command = Command::new(program);
         command
             .args(&config.argv[1..])
             .current_dir(dir)
-            .env("GRAPH_STATE", &state_path)
+            .env("GRAPH_STATE", state_path)
             .env("WEFT_RUN_ID", &task.run_id)
             .env("WEFT_NODE", &task.node)
             .env("WEFT_ATTEMPT", task.attempt.to_string())
@@ -119,80 +140,99 @@ impl ScriptRunner {
         for (key, value) in &config.env {
             command.env(key, substitute_secrets(value, &self.env));
         }
-        let mut child = command.spawn().map_err(|e| {
-            Failure::new(
-                FailureKind::ScriptFailed,
-                format!("cannot start '{program}': {e}"),
-            )
-        })?;
-        // Kills the whole group when this attempt ends, however it ends
-        // (finished, timed out, or cancelled by dropping this future).
-        let _group = GroupGuard(child.id().map(|id| Pid::from_raw(id as i32)));
-        let mut child_stdin = child.stdin.take().expect("stdin is piped");
-        let mut stdout = child.stdout.take().expect("stdout is piped");
-        let mut stderr = child.stderr.take().expect("stderr is piped");
-        let feed = async move {
-            // A script that never reads stdin must not block us.
-            let _ = child_stdin.write_all(stdin.as_bytes()).await;
-            drop(child_stdin);
-        };
-        let read_out = async move {
-            let mut buffer = Vec::new();
-            let mut limited = (&mut stdout).take(MAX_STDOUT as u64 + 1);
-            let _ = limited.read_to_end(&mut buffer).await;
-            buffer
-        };
-        let read_err = async move {
-            let mut tail: Vec<u8> = Vec::new();
-            let mut chunk = [0u8; 8192];
-            while let Ok(n) = stderr.read(&mut chunk).await {
-                if n == 0 {
-                    break;
-                }
-                tail.extend_from_slice(&chunk[..n]);
-                if tail.len() > STDERR_TAIL * 2 {
-                    tail.drain(..tail.len() - STDERR_TAIL);
-                }
-            }
-            tail
-        };
-        let work = async { tokio::join!(feed, read_out, read_err, child.wait()) };
-        let (_, out, err, status) = match tokio::time::timeout(task.timeout, work).await {
-            Ok(done) => done,
-            Err(_) => {
-                return Err(Failure::new(
-                    FailureKind::Timeout,
-                    format!(
-                        "script timed out after {} and was killed",
-                        human(task.timeout)
-                    ),
-                ));
-            }
-        };
-        let status = status.map_err(|e| io_failure("cannot wait for the script", e))?;
-        let tail = stderr_tail(&err);
-        if !status.success() {
-            let code = status
-                .code()
-                .map_or_else(|| "a signal".to_owned(), |c| format!("status {c}"));
-            return Err(Failure::new(
-                FailureKind::ScriptFailed,
-                format!("script exited with {code}; stderr: {tail}"),
-            ));
-        }
-        if out.len() > MAX_STDOUT {
-            return Err(Failure::new(
-                FailureKind::ScriptFailed,
-                format!("script wrote more than {MAX_STDOUT} bytes to stdout"),
-            ));
-        }
-        parse_stdout(&out).map_err(|message| {
-            Failure::new(
-                FailureKind::InvalidOutput,
-                format!("{message}; stderr: {tail}"),
-            )
-        })
+        command
     }
+}
+
+/// The request a script reads on stdin (SPEC 4.1).
+fn stdin_request(task: &Task, state_json: &str) -> String {
+    format!(
+        "{{\"state\":{},\"scope\":{},\"inbox\":[],\"run_id\":{},\"node\":{},\"attempt\":{},\"item\":{}}}",
+        state_json,
+        if task.scope_json.is_empty() {
+            "{}"
+        } else {
+            &task.scope_json
+        },
+        json!(task.run_id),
+        json!(task.node),
+        task.attempt,
+        task.item.map_or(Value::Null, Value::from),
+    )
+}
+
+/// What a script left behind: its exit, stdout, and the tail of stderr.
+struct Finished {
+    status: std::io::Result<std::process::ExitStatus>,
+    stdout: Vec<u8>,
+    stderr_tail: Vec<u8>,
+}
+
+/// Feeds the request and reads both outputs until the script exits.
+async fn collect(child: &mut tokio::process::Child, request: String) -> Finished {
+    let mut child_stdin = child.stdin.take().expect("stdin is piped");
+    let mut stdout = child.stdout.take().expect("stdout is piped");
+    let mut stderr = child.stderr.take().expect("stderr is piped");
+    let feed = async move {
+        // A script that never reads stdin must not block us.
+        let _ = child_stdin.write_all(request.as_bytes()).await;
+        drop(child_stdin);
+    };
+    let read_out = async move {
+        let mut buffer = Vec::new();
+        let mut limited = (&mut stdout).take(MAX_STDOUT as u64 + 1);
+        let _ = limited.read_to_end(&mut buffer).await;
+        buffer
+    };
+    let read_err = async move {
+        let mut tail: Vec<u8> = Vec::new();
+        let mut chunk = [0u8; 8192];
+        while let Ok(n) = stderr.read(&mut chunk).await {
+            if n == 0 {
+                break;
+            }
+            tail.extend_from_slice(&chunk[..n]);
+            if tail.len() > STDERR_TAIL * 2 {
+                tail.drain(..tail.len() - STDERR_TAIL);
+            }
+        }
+        tail
+    };
+    let (_, stdout, stderr_tail, status) = tokio::join!(feed, read_out, read_err, child.wait());
+    Finished {
+        status,
+        stdout,
+        stderr_tail,
+    }
+}
+
+/// The attempt's result: the stdout object, or why it failed.
+fn judge(finished: Finished) -> Result<Value, Failure> {
+    let status = finished
+        .status
+        .map_err(|e| io_failure("cannot wait for the script", e))?;
+    let tail = stderr_tail(&finished.stderr_tail);
+    if !status.success() {
+        let code = status
+            .code()
+            .map_or_else(|| "a signal".to_owned(), |c| format!("status {c}"));
+        return Err(Failure::new(
+            FailureKind::ScriptFailed,
+            format!("script exited with {code}; stderr: {tail}"),
+        ));
+    }
+    if finished.stdout.len() > MAX_STDOUT {
+        return Err(Failure::new(
+            FailureKind::ScriptFailed,
+            format!("script wrote more than {MAX_STDOUT} bytes to stdout"),
+        ));
+    }
+    parse_stdout(&finished.stdout).map_err(|message| {
+        Failure::new(
+            FailureKind::InvalidOutput,
+            format!("{message}; stderr: {tail}"),
+        )
+    })
 }
 
 /// An attempt's scratch directory, removed however the attempt ends:

@@ -35,7 +35,9 @@ pub enum Decision {
     NeedsCalls(Vec<Query>),
 }
 
-/// Decides node `idx`'s routing against `state`.
+/// Decides node `idx`'s routing against `state`: a failed node takes its
+/// fallback, a `_next` goes where it says, otherwise the router and the
+/// edges' guards decide.
 pub fn decide(
     plan: &RunPlan,
     idx: NodeIdx,
@@ -45,68 +47,24 @@ pub fn decide(
     scope: &Map<String, Value>,
     answers: &HashMap<Query, Value>,
 ) -> Result<Decision, String> {
-    let graph = plan.graph();
-    let out = graph.out_edges(idx);
-    let mut taken = Vec::new();
-    let mut loops = Vec::new();
     if fell_back {
-        taken.extend(
-            out.iter()
-                .copied()
-                .filter(|&e| matches!(graph.edges[e].guard, Guard::Fallback)),
-        );
-        return Ok(Decision::Resolved {
-            taken,
-            loops,
-            jump: None,
-        });
+        return Ok(fallback_routes(plan, idx));
     }
     if let Some(id) = next {
-        let target = graph
-            .node_index(id)
-            .ok_or_else(|| format!("`_next` names unknown node '{id}'"))?;
-        for &e in out {
-            let edge = &graph.edges[e];
-            if edge.to == Target::Node(target) && !matches!(edge.guard, Guard::Fallback) {
-                if edge.is_loop {
-                    loops.push(target);
-                } else {
-                    taken.push(e);
-                }
-            }
-        }
-        let jump = (taken.is_empty() && loops.is_empty()).then_some(target);
-        return Ok(Decision::Resolved { taken, loops, jump });
+        return next_routes(plan, idx, id);
     }
-
+    let graph = plan.graph();
     let mut missing = Vec::new();
-    let mut keys: Option<Vec<String>> = None;
-    if let Some(router) = &graph.node(idx).router {
-        let value = match &router.expr {
-            Condition::Hosted(_) => answers.get(&Query::Router(idx)).cloned(),
-            Condition::Named(_, expr) | Condition::Inline(expr) => Some(
-                expr.evaluate(state, scope)
-                    .map_err(|error| format!("router {error}"))?,
-            ),
-        };
-        match value {
-            None => missing.push(Query::Router(idx)),
-            Some(value) => {
-                let returned = router_keys(&value)?;
-                for key in &returned {
-                    if !router.map.iter().any(|(k, _)| k == key) {
-                        let known: Vec<&str> = router.map.iter().map(|(k, _)| k.as_str()).collect();
-                        return Err(format!(
-                            "router returned key '{key}', which `map` does not have (keys: {})",
-                            known.join(", ")
-                        ));
-                    }
-                }
-                keys = Some(returned);
-            }
+    let keys = match router_choice(plan, idx, state, scope, answers)? {
+        RouterChoice::NoRouter => None,
+        RouterChoice::Keys(keys) => Some(keys),
+        RouterChoice::Missing(query) => {
+            missing.push(query);
+            None
         }
-    }
-    for &e in out {
+    };
+    let (mut taken, mut loops) = (Vec::new(), Vec::new());
+    for &e in graph.out_edges(idx) {
         let edge = &graph.edges[e];
         let is_taken = match &edge.guard {
             Guard::Always => true,
@@ -123,15 +81,11 @@ pub fn decide(
                 .is_true(state, scope)
                 .map_err(|error| format!("condition {error}"))?,
         };
-        if !is_taken {
-            continue;
-        }
-        if edge.is_loop {
-            if let Target::Node(head) = edge.to {
-                loops.push(head);
-            }
-        } else {
-            taken.push(e);
+        match (is_taken, edge.is_loop, edge.to) {
+            (false, _, _) => {}
+            (true, true, Target::Node(head)) => loops.push(head),
+            (true, true, _) => {}
+            (true, false, _) => taken.push(e),
         }
     }
     if !missing.is_empty() {
@@ -142,6 +96,86 @@ pub fn decide(
         loops,
         jump: None,
     })
+}
+
+/// A failed node with a fallback takes its fallback edge alone.
+fn fallback_routes(plan: &RunPlan, idx: NodeIdx) -> Decision {
+    let graph = plan.graph();
+    let taken = graph
+        .out_edges(idx)
+        .iter()
+        .copied()
+        .filter(|&e| matches!(graph.edges[e].guard, Guard::Fallback))
+        .collect();
+    Decision::Resolved {
+        taken,
+        loops: Vec::new(),
+        jump: None,
+    }
+}
+
+/// `_next: id` takes the declared edges to `id`, or jumps there.
+fn next_routes(plan: &RunPlan, idx: NodeIdx, id: &str) -> Result<Decision, String> {
+    let graph = plan.graph();
+    let target = graph
+        .node_index(id)
+        .ok_or_else(|| format!("`_next` names unknown node '{id}'"))?;
+    let (mut taken, mut loops) = (Vec::new(), Vec::new());
+    for &e in graph.out_edges(idx) {
+        let edge = &graph.edges[e];
+        if edge.to == Target::Node(target) && !matches!(edge.guard, Guard::Fallback) {
+            if edge.is_loop {
+                loops.push(target);
+            } else {
+                taken.push(e);
+            }
+        }
+    }
+    let jump = (taken.is_empty() && loops.is_empty()).then_some(target);
+    Ok(Decision::Resolved { taken, loops, jump })
+}
+
+/// What a node's router chose.
+enum RouterChoice {
+    /// The node has no router.
+    NoRouter,
+    /// The keys it returned, each checked against `map`.
+    Keys(Vec<String>),
+    /// A worker-hosted router must answer first.
+    Missing(Query),
+}
+
+fn router_choice(
+    plan: &RunPlan,
+    idx: NodeIdx,
+    state: &Map<String, Value>,
+    scope: &Map<String, Value>,
+    answers: &HashMap<Query, Value>,
+) -> Result<RouterChoice, String> {
+    let Some(router) = &plan.graph().node(idx).router else {
+        return Ok(RouterChoice::NoRouter);
+    };
+    let value = match &router.expr {
+        Condition::Hosted(_) => match answers.get(&Query::Router(idx)) {
+            Some(value) => value.clone(),
+            None => return Ok(RouterChoice::Missing(Query::Router(idx))),
+        },
+        Condition::Named(_, expr) | Condition::Inline(expr) => expr
+            .evaluate(state, scope)
+            .map_err(|error| format!("router {error}"))?,
+    };
+    let keys = router_keys(&value)?;
+    if let Some(key) = keys
+        .iter()
+        .find(|key| !router.map.iter().any(|(k, _)| k == *key))
+    {
+        let known: Vec<&str> = router.map.iter().map(|(k, _)| k.as_str()).collect();
+        return Err(format!(
+            "router returned key '{key}', which `map` does not have (keys: {})",
+            known.join(", ")
+        ));
+    }
+    Ok(RouterChoice::Keys(keys))
 }
 
 /// A router's result: one key, or a list of keys (a fan-out).
