@@ -15,11 +15,13 @@
 
 use std::collections::HashMap;
 
-use super::topology::{container_members, forward_order, main_flow};
+use super::topology::{container_members, forward_order};
 use super::{Condition, Graph, Guard, NodeIdx, NodeKind, Target};
 
 mod canvas;
+mod layering;
 use canvas::{Canvas, DOWN, LEFT, RIGHT, UP};
+use layering::{edge_pairs, layers, order_rows, split_long_edges};
 
 const GAP: usize = 3;
 
@@ -48,29 +50,21 @@ struct Layout<'a> {
     graph: &'a Graph,
     rows: Vec<Vec<Item>>,
     segments: Vec<Vec<Segment>>,
-    back_edges: Vec<(NodeIdx, NodeIdx, Option<String>)>,
+    back_edges: Vec<BackEdge>,
     width: usize,
 }
 
+/// A forward edge between drawn nodes, merged per pair: conditional only if
+/// every edge of the pair is.
+type Pair = (NodeIdx, NodeIdx, bool);
+/// A loop edge, drawn in the right margin, with its condition's label.
+type BackEdge = (NodeIdx, NodeIdx, Option<String>);
+/// Where a node's box is: its label row, left and right columns.
+type NodeBox = (usize, usize, usize);
+
 impl<'a> Layout<'a> {
     fn new(graph: &'a Graph) -> Self {
-        let flow = main_flow(graph);
-        let order = forward_order(graph).unwrap_or_else(|_| (0..graph.nodes.len()).collect());
-        let mut layer: HashMap<NodeIdx, usize> = HashMap::new();
-        for &idx in order.iter().filter(|&&i| flow[i]) {
-            let depth = graph
-                .in_edges(idx)
-                .iter()
-                .map(|&e| &graph.edges[e])
-                .filter(|e| e.is_forward())
-                .filter_map(|e| match e.from {
-                    super::Endpoint::Node(from) => layer.get(&from).map(|l| l + 1),
-                    super::Endpoint::Start => Some(0),
-                })
-                .max()
-                .unwrap_or(0);
-            layer.insert(idx, depth);
-        }
+        let layer = layers(graph);
         let depth = layer.values().max().map_or(0, |d| d + 1);
         let mut rows: Vec<Vec<Item>> = vec![Vec::new(); depth];
         for idx in 0..graph.nodes.len() {
@@ -78,85 +72,9 @@ impl<'a> Layout<'a> {
                 rows[l].push(Item::Node(idx));
             }
         }
-
-        // Forward edges between drawn nodes, merged per pair.
-        let mut pairs: Vec<(NodeIdx, NodeIdx, bool)> = Vec::new();
-        let mut back_edges = Vec::new();
-        for edge in &graph.edges {
-            let (super::Endpoint::Node(from), Target::Node(to)) = (edge.from, edge.to) else {
-                continue;
-            };
-            if !layer.contains_key(&from) || !layer.contains_key(&to) {
-                continue;
-            }
-            if edge.is_loop {
-                let label = match &edge.guard {
-                    Guard::When(condition) => Some(condition_label(condition)),
-                    _ => None,
-                };
-                back_edges.push((from, to, label));
-                continue;
-            }
-            if layer[&to] <= layer[&from] {
-                continue;
-            }
-            match pairs.iter_mut().find(|(f, t, _)| *f == from && *t == to) {
-                Some(pair) => pair.2 &= edge.is_conditional(),
-                None => pairs.push((from, to, edge.is_conditional())),
-            }
-        }
-
-        // Split long edges into segments through pass-through items.
-        let mut segments: Vec<Vec<Segment>> = vec![Vec::new(); depth.saturating_sub(1)];
-        let mut passes = 0;
-        for (from, to, conditional) in pairs {
-            let (lf, lt) = (layer[&from], layer[&to]);
-            let mut previous = Item::Node(from);
-            for (k, row) in rows.iter_mut().enumerate().take(lt).skip(lf + 1) {
-                let pass = Item::Pass(passes);
-                passes += 1;
-                row.push(pass);
-                segments[k - 1].push(Segment {
-                    from: previous,
-                    to: pass,
-                    conditional,
-                });
-                previous = pass;
-            }
-            let last = lt - 1;
-            segments[last].push(Segment {
-                from: previous,
-                to: Item::Node(to),
-                conditional,
-            });
-        }
-        // Order rows below the first by the mean position of their sources,
-        // keeping declaration order on ties: fewer crossings, stable output.
-        for l in 1..rows.len() {
-            let position: HashMap<Item, usize> = rows[l - 1]
-                .iter()
-                .enumerate()
-                .map(|(i, &it)| (it, i))
-                .collect();
-            let key = |item: &Item| -> (usize, usize) {
-                let sources: Vec<usize> = segments[l - 1]
-                    .iter()
-                    .filter(|s| s.to == *item)
-                    .filter_map(|s| position.get(&s.from).copied())
-                    .collect();
-                let mean = if sources.is_empty() {
-                    usize::MAX / 2
-                } else {
-                    sources.iter().sum::<usize>() * 2 / sources.len()
-                };
-                let tie = match item {
-                    Item::Node(idx) => *idx,
-                    Item::Pass(p) => graph.nodes.len() + p,
-                };
-                (mean, tie)
-            };
-            rows[l].sort_by_key(key);
-        }
+        let (pairs, back_edges) = edge_pairs(graph, &layer);
+        let segments = split_long_edges(pairs, &layer, &mut rows);
+        order_rows(graph, &mut rows, &segments);
         let mut layout = Self {
             graph,
             rows,
@@ -197,102 +115,151 @@ impl<'a> Layout<'a> {
     }
 
     fn render(&self) -> String {
-        let margin_count = self.back_edges.len();
-        let columns = self.width + 3 + 2 * margin_count;
+        let columns = self.width + 3 + 2 * self.back_edges.len();
         let mut canvas = Canvas::new(columns);
-        let mut centre: HashMap<Item, usize> = HashMap::new();
-        let mut label_row: HashMap<NodeIdx, (usize, usize, usize)> = HashMap::new();
+        let mut boxes: HashMap<NodeIdx, NodeBox> = HashMap::new();
         let mut y = 0;
         let mut conditional_drawn = false;
-        for (l, row) in self.rows.iter().enumerate() {
-            let lefts = self.lefts(row);
-            for (&item, &left) in row.iter().zip(&lefts) {
-                let w = self.item_width(item);
-                centre.insert(item, left + w / 2);
-                match item {
-                    Item::Node(idx) => {
-                        let double = self.graph.is_start(idx) || self.graph.is_end(idx);
-                        canvas.draw_box(y, left, &self.graph.node(idx).id, double);
-                        label_row.insert(idx, (y + 1, left, left + w - 1));
-                    }
-                    Item::Pass(_) => {
-                        for r in y..y + 3 {
-                            canvas.line(r, left, UP | DOWN);
-                        }
-                    }
-                }
-            }
+        for l in 0..self.rows.len() {
+            let centre = self.draw_row(&mut canvas, l, y, &mut boxes);
             y += 3;
-            let Some(segments) = self.segments.get(l) else {
-                continue;
-            };
-            if segments.is_empty() {
-                continue;
+            if let Some(segments) = self.segments.get(l).filter(|s| !s.is_empty()) {
+                let (height, conditional) =
+                    self.draw_segments(&mut canvas, l, y, &centre, segments);
+                y += height;
+                conditional_drawn |= conditional;
             }
-            let mut ordered: Vec<(usize, usize, Segment)> =
-                segments.iter().map(|s| (centre[&s.from], 0, *s)).collect();
-            // Target centres are known once the next row is laid out.
-            let next_lefts = self.lefts(&self.rows[l + 1]);
-            let next_centre: HashMap<Item, usize> = self.rows[l + 1]
-                .iter()
-                .zip(&next_lefts)
-                .map(|(&it, &left)| (it, left + self.item_width(it) / 2))
-                .collect();
-            for entry in &mut ordered {
-                entry.1 = next_centre[&entry.2.to];
-            }
-            ordered.sort_by_key(|(sx, tx, _)| (*sx, *tx));
-            let bent: Vec<&(usize, usize, Segment)> =
-                ordered.iter().filter(|(sx, tx, _)| sx != tx).collect();
-            let lanes = bent.len().max(1);
-            for (sx, tx, _) in ordered.iter().filter(|(sx, tx, _)| sx == tx) {
-                for r in 0..lanes {
-                    canvas.line(y + r, *sx, UP | DOWN);
-                }
-                let _ = tx;
-            }
-            for (lane, (sx, tx, _)) in bent.iter().enumerate() {
-                let (sx, tx) = (*sx, *tx);
-                for r in 0..lanes {
-                    let row = y + r;
-                    match r.cmp(&lane) {
-                        std::cmp::Ordering::Less => canvas.line(row, sx, UP | DOWN),
-                        std::cmp::Ordering::Greater => canvas.line(row, tx, UP | DOWN),
-                        std::cmp::Ordering::Equal => {
-                            let (toward, back) = if tx > sx {
-                                (RIGHT, LEFT)
-                            } else {
-                                (LEFT, RIGHT)
-                            };
-                            canvas.line(row, sx, UP | toward);
-                            for x in sx.min(tx) + 1..sx.max(tx) {
-                                canvas.line(row, x, LEFT | RIGHT);
-                            }
-                            canvas.line(row, tx, DOWN | back);
-                        }
-                    }
-                }
-            }
-            y += lanes;
-            let mut arrows: Vec<(usize, Item, bool)> = Vec::new();
-            for (_, tx, segment) in &ordered {
-                match arrows.iter_mut().find(|(x, _, _)| x == tx) {
-                    Some(arrow) => arrow.2 &= segment.conditional,
-                    None => arrows.push((*tx, segment.to, segment.conditional)),
-                }
-            }
-            for (x, target, conditional) in arrows {
-                match target {
-                    Item::Node(_) => {
-                        conditional_drawn |= conditional;
-                        canvas.put(y, x, if conditional { '▽' } else { '▼' });
-                    }
-                    Item::Pass(_) => canvas.line(y, x, UP | DOWN),
-                }
-            }
-            y += 1;
         }
+        let mut notes = self.draw_back_edges(&mut canvas, &boxes);
+        notes.extend(self.notes());
+        if conditional_drawn {
+            notes.push("  ▽ conditional edge".to_owned());
+        }
+        let mut text = canvas.finish();
+        if !notes.is_empty() {
+            text.push('\n');
+            for note in notes {
+                text.push_str(&note);
+                text.push('\n');
+            }
+        }
+        text
+    }
 
+    /// Draws row `l` at height `y`: node boxes and pass-through lines.
+    /// Returns each item's centre column and records where boxes are.
+    fn draw_row(
+        &self,
+        canvas: &mut Canvas,
+        l: usize,
+        y: usize,
+        boxes: &mut HashMap<NodeIdx, NodeBox>,
+    ) -> HashMap<Item, usize> {
+        let row = &self.rows[l];
+        let mut centre = HashMap::new();
+        for (&item, &left) in row.iter().zip(&self.lefts(row)) {
+            let w = self.item_width(item);
+            centre.insert(item, left + w / 2);
+            match item {
+                Item::Node(idx) => {
+                    let double = self.graph.is_start(idx) || self.graph.is_end(idx);
+                    canvas.draw_box(y, left, &self.graph.node(idx).id, double);
+                    boxes.insert(idx, (y + 1, left, left + w - 1));
+                }
+                Item::Pass(_) => {
+                    for r in y..y + 3 {
+                        canvas.line(r, left, UP | DOWN);
+                    }
+                }
+            }
+        }
+        centre
+    }
+
+    /// Draws the segments from row `l` to row `l + 1`, starting at height
+    /// `y`: straight ones down, bent ones each in a lane of its own, then
+    /// the arrow heads. Returns the height used and whether a conditional
+    /// arrow was drawn.
+    fn draw_segments(
+        &self,
+        canvas: &mut Canvas,
+        l: usize,
+        y: usize,
+        centre: &HashMap<Item, usize>,
+        segments: &[Segment],
+    ) -> (usize, bool) {
+        // Target centres are known once the next row is laid out.
+        let next = &self.rows[l + 1];
+        let next_centre: HashMap<Item, usize> = next
+            .iter()
+            .zip(&self.lefts(next))
+            .map(|(&it, &left)| (it, left + self.item_width(it) / 2))
+            .collect();
+        let mut ordered: Vec<(usize, usize, Segment)> = segments
+            .iter()
+            .map(|s| (centre[&s.from], next_centre[&s.to], *s))
+            .collect();
+        ordered.sort_by_key(|(sx, tx, _)| (*sx, *tx));
+        let bent: Vec<(usize, usize)> = ordered
+            .iter()
+            .filter(|(sx, tx, _)| sx != tx)
+            .map(|(sx, tx, _)| (*sx, *tx))
+            .collect();
+        let lanes = bent.len().max(1);
+        for (sx, _, _) in ordered.iter().filter(|(sx, tx, _)| sx == tx) {
+            for r in 0..lanes {
+                canvas.line(y + r, *sx, UP | DOWN);
+            }
+        }
+        for (lane, &(sx, tx)) in bent.iter().enumerate() {
+            for r in 0..lanes {
+                let row = y + r;
+                match r.cmp(&lane) {
+                    std::cmp::Ordering::Less => canvas.line(row, sx, UP | DOWN),
+                    std::cmp::Ordering::Greater => canvas.line(row, tx, UP | DOWN),
+                    std::cmp::Ordering::Equal => {
+                        let (toward, back) = if tx > sx {
+                            (RIGHT, LEFT)
+                        } else {
+                            (LEFT, RIGHT)
+                        };
+                        canvas.line(row, sx, UP | toward);
+                        for x in sx.min(tx) + 1..sx.max(tx) {
+                            canvas.line(row, x, LEFT | RIGHT);
+                        }
+                        canvas.line(row, tx, DOWN | back);
+                    }
+                }
+            }
+        }
+        let arrows_at = y + lanes;
+        let mut arrows: Vec<(usize, Item, bool)> = Vec::new();
+        for (_, tx, segment) in &ordered {
+            match arrows.iter_mut().find(|(x, _, _)| x == tx) {
+                Some(arrow) => arrow.2 &= segment.conditional,
+                None => arrows.push((*tx, segment.to, segment.conditional)),
+            }
+        }
+        let mut conditional_drawn = false;
+        for (x, target, conditional) in arrows {
+            match target {
+                Item::Node(_) => {
+                    conditional_drawn |= conditional;
+                    canvas.put(arrows_at, x, if conditional { '▽' } else { '▼' });
+                }
+                Item::Pass(_) => canvas.line(arrows_at, x, UP | DOWN),
+            }
+        }
+        (lanes + 1, conditional_drawn)
+    }
+
+    /// Draws loop edges in the right margin where there is room; returns a
+    /// note for each.
+    fn draw_back_edges(
+        &self,
+        canvas: &mut Canvas,
+        boxes: &HashMap<NodeIdx, NodeBox>,
+    ) -> Vec<String> {
         let mut notes = Vec::new();
         for (i, &(from, to, ref label)) in self.back_edges.iter().enumerate() {
             let mut note = format!(
@@ -307,8 +274,8 @@ impl<'a> Layout<'a> {
             if from == to || !self.rightmost(from) || !self.rightmost(to) {
                 note.push_str(" (not drawn: no clear margin)");
             } else {
-                let (ys, _, source_right) = label_row[&from];
-                let (yt, _, target_right) = label_row[&to];
+                let (ys, _, source_right) = boxes[&from];
+                let (yt, _, target_right) = boxes[&to];
                 let (at_source, at_target) = if yt < ys { (UP, DOWN) } else { (DOWN, UP) };
                 for x in source_right + 1..margin {
                     canvas.line(ys, x, LEFT | RIGHT);
@@ -325,6 +292,13 @@ impl<'a> Layout<'a> {
             }
             notes.push(note);
         }
+        notes
+    }
+
+    /// Notes for what the picture does not show: map chains, fallbacks and
+    /// undeclared cycles.
+    fn notes(&self) -> Vec<String> {
+        let mut notes = Vec::new();
         for (idx, node) in self.graph.nodes.iter().enumerate() {
             if let NodeKind::Map(map) = &node.kind {
                 let chain: Vec<&str> = container_members(self.graph, idx)
@@ -361,18 +335,7 @@ impl<'a> Layout<'a> {
                 notes.push(format!("  ⚠ undeclared cycle: {}", names.join(" → ")));
             }
         }
-        if conditional_drawn {
-            notes.push("  ▽ conditional edge".to_owned());
-        }
-        let mut text = canvas.finish();
-        if !notes.is_empty() {
-            text.push('\n');
-            for note in notes {
-                text.push_str(&note);
-                text.push('\n');
-            }
-        }
-        text
+        notes
     }
 
     /// Reports whether nothing stands to the right of a node in its row.
