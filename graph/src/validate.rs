@@ -6,7 +6,7 @@
 
 use super::finding::Finding;
 use super::topology::{container_members, forward_order, forward_region, main_flow};
-use super::{Endpoint, Graph, Guard, NodeIdx, NodeKind, Target};
+use super::{Endpoint, Graph, Guard, MapConfig, NodeIdx, NodeKind, Target};
 
 /// Kinds a map's branch subgraph may hold (seed 003, plus Weft's `task`).
 const BRANCH_KINDS: [&str; 5] = ["task", "script", "llm", "agent", "rag"];
@@ -202,103 +202,11 @@ fn map_branch(graph: &Graph, map_idx: NodeIdx, findings: &mut Vec<Finding>) {
     if members.is_empty() {
         return;
     }
-    let is_member = |idx: NodeIdx| members.contains(&idx);
-
     for &member in &members {
-        let node = graph.node(member);
-        let id = node.id.as_str();
-        if !BRANCH_KINDS.contains(&node.kind.name()) {
-            let via_fallback: Vec<&str> = graph
-                .in_edges(member)
-                .iter()
-                .map(|&e| &graph.edges[e])
-                .filter(|e| matches!(e.guard, Guard::Fallback))
-                .filter_map(|e| match e.from {
-                    Endpoint::Node(from) if is_member(from) => Some(graph.node(from).id.as_str()),
-                    _ => None,
-                })
-                .collect();
-            if matches!(node.kind, NodeKind::End(_)) && !via_fallback.is_empty() {
-                for source in via_fallback {
-                    findings.push(Finding::error(
-                        format!(
-                            "map node '{map_id}': branch node '{source}' has `fallback: {id}`, an end node; \
-                             a branch's `fallback` must stay inside the branch subgraph (a chain ends by omission, \
-                             never with an end node: point it at a branch-local recovery node or remove it)"
-                        ),
-                        &[map_id, source, id],
-                    ));
-                }
-            } else {
-                findings.push(Finding::error(
-                    format!(
-                        "map node '{map_id}': branch subgraph node '{id}' is kind '{}'; every node in a branch \
-                         subgraph must be task, script, llm, agent or rag (approval, input, end and map nodes \
-                         are not allowed in a map branch)",
-                        node.kind.name()
-                    ),
-                    &[map_id, id],
-                ));
-            }
-        }
-        let next_targets: Vec<&str> = graph
-            .out_edges(member)
-            .iter()
-            .map(|&e| &graph.edges[e])
-            .filter(|e| matches!(e.guard, Guard::Always) && e.is_forward())
-            .map(|e| match e.to {
-                Target::Node(to) => graph.node(to).id.as_str(),
-                Target::End => "END",
-            })
-            .collect();
-        if next_targets.len() > 1 {
-            findings.push(Finding::error(
-                format!(
-                    "map node '{map_id}': branch node '{id}' fans out (next: [{}]); fan-out is not allowed \
-                     inside a branch: restructure as one flattened map, or a second map after the join",
-                    next_targets.join(", ")
-                ),
-                &[map_id, id],
-            ));
-        }
-        for &e in graph.out_edges(member) {
-            let edge = &graph.edges[e];
-            if edge.is_loop
-                && let Target::Node(to) = edge.to
-            {
-                findings.push(Finding::error(
-                    format!(
-                        "map node '{map_id}': loop edge {id} → {} inside the branch subgraph; a chain loops \
-                         only through a script's `_next`",
-                        graph.node(to).id
-                    ),
-                    &[map_id, id],
-                ));
-            }
-        }
+        branch_member_kind(graph, map_id, &members, member, findings);
+        branch_member_edges(graph, map_id, member, findings);
     }
-
-    let flow = main_flow(graph);
-    let shared: Vec<&str> = members
-        .iter()
-        .filter(|&&m| flow[m])
-        .map(|&m| graph.node(m).id.as_str())
-        .collect();
-    if !shared.is_empty() {
-        let mut nodes = vec![map_id];
-        nodes.extend(&shared);
-        findings.push(Finding::error(
-            format!(
-                "map node '{map_id}': branch subgraph shares node{} {} with the main flow; a branch node must \
-                 be reached only through the map's `branch` (it would run standalone, with no `{}` binding)",
-                if shared.len() > 1 { "s" } else { "" },
-                shared.join(", "),
-                map.item_name
-            ),
-            &nodes,
-        ));
-    }
-
+    branch_shares_main_flow(graph, map_id, map, &members, findings);
     let declares_writer = members.iter().any(|&m| {
         let node = graph.node(m);
         matches!(node.kind, NodeKind::Script { .. } | NodeKind::Task { .. })
@@ -315,6 +223,125 @@ fn map_branch(graph: &Graph, map_idx: NodeIdx, findings: &mut Vec<Finding>) {
             &[map_id],
         ));
     }
+}
+
+/// A branch member must be of a kind that runs per item; an end node
+/// reached by a branch `fallback` gets seed 003's hint.
+fn branch_member_kind(
+    graph: &Graph,
+    map_id: &str,
+    members: &[NodeIdx],
+    member: NodeIdx,
+    findings: &mut Vec<Finding>,
+) {
+    let node = graph.node(member);
+    let id = node.id.as_str();
+    if BRANCH_KINDS.contains(&node.kind.name()) {
+        return;
+    }
+    let via_fallback: Vec<&str> = graph
+        .in_edges(member)
+        .iter()
+        .map(|&e| &graph.edges[e])
+        .filter(|e| matches!(e.guard, Guard::Fallback))
+        .filter_map(|e| match e.from {
+            Endpoint::Node(from) if members.contains(&from) => Some(graph.node(from).id.as_str()),
+            _ => None,
+        })
+        .collect();
+    if matches!(node.kind, NodeKind::End(_)) && !via_fallback.is_empty() {
+        for source in via_fallback {
+            findings.push(Finding::error(
+                format!(
+                    "map node '{map_id}': branch node '{source}' has `fallback: {id}`, an end node; \
+                     a branch's `fallback` must stay inside the branch subgraph (a chain ends by omission, \
+                     never with an end node: point it at a branch-local recovery node or remove it)"
+                ),
+                &[map_id, source, id],
+            ));
+        }
+    } else {
+        findings.push(Finding::error(
+            format!(
+                "map node '{map_id}': branch subgraph node '{id}' is kind '{}'; every node in a branch \
+                 subgraph must be task, script, llm, agent or rag (approval, input, end and map nodes \
+                 are not allowed in a map branch)",
+                node.kind.name()
+            ),
+            &[map_id, id],
+        ));
+    }
+}
+
+/// A branch is a chain: no fan-out, no loop edges.
+fn branch_member_edges(graph: &Graph, map_id: &str, member: NodeIdx, findings: &mut Vec<Finding>) {
+    let id = graph.node(member).id.as_str();
+    let next_targets: Vec<&str> = graph
+        .out_edges(member)
+        .iter()
+        .map(|&e| &graph.edges[e])
+        .filter(|e| matches!(e.guard, Guard::Always) && e.is_forward())
+        .map(|e| match e.to {
+            Target::Node(to) => graph.node(to).id.as_str(),
+            Target::End => "END",
+        })
+        .collect();
+    if next_targets.len() > 1 {
+        findings.push(Finding::error(
+            format!(
+                "map node '{map_id}': branch node '{id}' fans out (next: [{}]); fan-out is not allowed \
+                 inside a branch: restructure as one flattened map, or a second map after the join",
+                next_targets.join(", ")
+            ),
+            &[map_id, id],
+        ));
+    }
+    for &e in graph.out_edges(member) {
+        let edge = &graph.edges[e];
+        if edge.is_loop
+            && let Target::Node(to) = edge.to
+        {
+            findings.push(Finding::error(
+                format!(
+                    "map node '{map_id}': loop edge {id} → {} inside the branch subgraph; a chain loops \
+                     only through a script's `_next`",
+                    graph.node(to).id
+                ),
+                &[map_id, id],
+            ));
+        }
+    }
+}
+
+/// A branch node must not also be part of the main flow.
+fn branch_shares_main_flow(
+    graph: &Graph,
+    map_id: &str,
+    map: &MapConfig,
+    members: &[NodeIdx],
+    findings: &mut Vec<Finding>,
+) {
+    let flow = main_flow(graph);
+    let shared: Vec<&str> = members
+        .iter()
+        .filter(|&&m| flow[m])
+        .map(|&m| graph.node(m).id.as_str())
+        .collect();
+    if shared.is_empty() {
+        return;
+    }
+    let mut nodes = vec![map_id];
+    nodes.extend(&shared);
+    findings.push(Finding::error(
+        format!(
+            "map node '{map_id}': branch subgraph shares node{} {} with the main flow; a branch node must \
+             be reached only through the map's `branch` (it would run standalone, with no `{}` binding)",
+            if shared.len() > 1 { "s" } else { "" },
+            shared.join(", "),
+            map.item_name
+        ),
+        &nodes,
+    ));
 }
 
 /// With `strict_state: true`, every field a node declares it writes must be
