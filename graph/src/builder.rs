@@ -380,108 +380,67 @@ impl Builder<'_> {
 
     pub(super) fn kind(&mut self, id: &str, raw: &RawNode) -> Option<NodeKind> {
         let kind = raw.kind.as_deref()?;
-        let required = |this: &mut Self, field: &str, value: &Option<String>| -> Option<String> {
-            match value {
-                Some(v) if !v.trim().is_empty() => Some(v.clone()),
-                _ => {
-                    this.error(
-                        format!("node '{id}': kind '{kind}' requires field '{field}'"),
-                        &[id],
-                    );
-                    None
-                }
-            }
-        };
-        let opt_template = |this: &mut Self, field: &str, value: &Option<String>| {
-            value
-                .as_ref()
-                .and_then(|source| this.template(id, field, source))
-        };
         Some(match kind {
             "task" => NodeKind::Task {
-                handler: required(self, "handler", &raw.handler)?,
+                handler: self.required(id, kind, "handler", &raw.handler)?,
             },
             "script" => self.script(id, raw)?,
-            "llm" => {
-                let prompt = required(self, "prompt", &raw.prompt)?;
-                NodeKind::Llm(Box::new(LlmConfig {
-                    model: raw.model.clone(),
-                    system: opt_template(self, "system", &raw.system),
-                    prompt: self.template(id, "prompt", &prompt)?,
-                    temperature: raw.temperature,
-                    max_tokens: raw.max_tokens,
-                    provider: raw.provider.clone(),
-                }))
-            }
-            "agent" => {
-                let prompt = required(self, "prompt", &raw.prompt)?;
-                NodeKind::Agent(Box::new(AgentConfig {
-                    instructions: opt_template(self, "instructions", &raw.instructions),
-                    prompt: self.template(id, "prompt", &prompt)?,
-                    tools: raw.tools.clone().unwrap_or_default(),
-                    max_turns: raw.max_turns,
-                    provider: raw.provider.clone(),
-                    model: raw.model.clone(),
-                }))
-            }
+            "llm" => self.llm(id, raw)?,
+            "agent" => self.agent(id, raw)?,
             "approval" => NodeKind::Approval {
-                prompt: opt_template(self, "prompt", &raw.prompt),
+                prompt: self.optional_template(id, "prompt", &raw.prompt),
                 output_key: raw.output_key.clone().unwrap_or_else(|| "approved".into()),
             },
             "input" => NodeKind::Input {
-                prompt: opt_template(self, "prompt", &raw.prompt),
-                output_key: required(self, "output_key", &raw.output_key)?,
+                prompt: self.optional_template(id, "prompt", &raw.prompt),
+                output_key: self.required(id, kind, "output_key", &raw.output_key)?,
                 schema: raw
                     .schema
                     .as_ref()
                     .and_then(|source| self.schema(id, "schema", source)),
             },
             "map" => self.map(id, raw)?,
-            "loop" => {
-                let body = required(self, "body", &raw.body)?;
-                let until = required(self, "until", &raw.until)?;
-                let body = self.resolve_target(id, "body", &body)?.node();
-                let until = if let Some(name) = until.strip_prefix("fn:") {
-                    Until::Hosted(name.trim().to_owned())
-                } else if let Some((name, expr)) = self.conditions.iter().find(|(n, _)| *n == until)
-                {
-                    Until::Condition(name.clone(), expr.clone())
-                } else {
-                    Until::Sentence(until)
-                };
-                NodeKind::Loop(Box::new(LoopConfig {
-                    body,
-                    until,
-                    max_iterations: raw.max_iterations.unwrap_or(10),
-                    output_key: raw.output_key.clone().unwrap_or_else(|| "output".into()),
-                }))
-            }
+            "loop" => self.loop_kind(id, raw)?,
             "subgraph" => NodeKind::Subgraph(Box::new(SubgraphConfig {
-                graph: required(self, "graph", &raw.graph)?,
+                graph: self.required(id, kind, "graph", &raw.graph)?,
                 input_map: string_pairs(self, id, "input_map", raw.input_map.as_ref()),
                 output_map: string_pairs(self, id, "output_map", raw.output_map.as_ref()),
             })),
-            "end" => {
-                let failed = match raw.status.as_deref() {
-                    None | Some("completed") => false,
-                    Some("failed") => true,
-                    Some(other) => {
-                        self.error(
-                            format!(
-                                "node '{id}': status '{other}' is not one of completed, failed"
-                            ),
-                            &[id],
-                        );
-                        false
-                    }
-                };
-                NodeKind::End(EndConfig {
-                    failed,
-                    message: raw.message.clone(),
-                })
-            }
+            "end" => self.end(id, raw),
             _ => NodeKind::Rag,
         })
+    }
+
+    /// A field the kind requires, non-blank; reported when missing.
+    pub(super) fn required(
+        &mut self,
+        id: &str,
+        kind: &str,
+        field: &str,
+        value: &Option<String>,
+    ) -> Option<String> {
+        match value {
+            Some(v) if !v.trim().is_empty() => Some(v.clone()),
+            _ => {
+                self.error(
+                    format!("node '{id}': kind '{kind}' requires field '{field}'"),
+                    &[id],
+                );
+                None
+            }
+        }
+    }
+
+    /// An optional template field, compiled when given.
+    pub(super) fn optional_template(
+        &mut self,
+        id: &str,
+        field: &str,
+        value: &Option<String>,
+    ) -> Option<Template> {
+        value
+            .as_ref()
+            .and_then(|source| self.template(id, field, source))
     }
 }
 

@@ -1,5 +1,6 @@
-//! The kinds whose fields need the most checking: `script` (argv or script
-//! plus args) and `map` (list source, item name, branch, concurrency).
+//! The kinds whose fields need more than a copy: `script` (argv or script
+//! plus args), `llm` and `agent` (templates), `map` (list source, item name,
+//! branch, concurrency), `loop` (body and predicate) and `end` (status).
 
 use serde_json::Value;
 
@@ -89,7 +90,90 @@ impl Builder<'_> {
                 }
             }
         };
-        let max_concurrency = match &raw.max_concurrency {
+        let max_concurrency = self.max_concurrency(id, raw)?;
+        let branch_id = raw.branch.clone()?;
+        let branch = match self.resolve_target(id, "branch", &branch_id) {
+            Some(Target::Node(idx)) => Some(idx),
+            Some(Target::End) => {
+                self.error(format!("map node '{id}': branch cannot be END"), &[id]);
+                None
+            }
+            None => None,
+        };
+        Some(NodeKind::Map(Box::new(MapConfig {
+            over,
+            item_name: raw.item_name.clone()?,
+            branch,
+            output_key: raw.output_key.clone().unwrap_or_else(|| "output".into()),
+            collect_into: raw.collect_into.clone()?,
+            max_concurrency,
+        })))
+    }
+
+    pub(super) fn llm(&mut self, id: &str, raw: &RawNode) -> Option<NodeKind> {
+        let prompt = self.required(id, "llm", "prompt", &raw.prompt)?;
+        Some(NodeKind::Llm(Box::new(LlmConfig {
+            model: raw.model.clone(),
+            system: self.optional_template(id, "system", &raw.system),
+            prompt: self.template(id, "prompt", &prompt)?,
+            temperature: raw.temperature,
+            max_tokens: raw.max_tokens,
+            provider: raw.provider.clone(),
+        })))
+    }
+
+    pub(super) fn agent(&mut self, id: &str, raw: &RawNode) -> Option<NodeKind> {
+        let prompt = self.required(id, "agent", "prompt", &raw.prompt)?;
+        Some(NodeKind::Agent(Box::new(AgentConfig {
+            instructions: self.optional_template(id, "instructions", &raw.instructions),
+            prompt: self.template(id, "prompt", &prompt)?,
+            tools: raw.tools.clone().unwrap_or_default(),
+            max_turns: raw.max_turns,
+            provider: raw.provider.clone(),
+            model: raw.model.clone(),
+        })))
+    }
+
+    pub(super) fn loop_kind(&mut self, id: &str, raw: &RawNode) -> Option<NodeKind> {
+        let body = self.required(id, "loop", "body", &raw.body)?;
+        let until = self.required(id, "loop", "until", &raw.until)?;
+        let body = self.resolve_target(id, "body", &body)?.node();
+        let until = if let Some(name) = until.strip_prefix("fn:") {
+            Until::Hosted(name.trim().to_owned())
+        } else if let Some((name, expr)) = self.conditions.iter().find(|(n, _)| *n == until) {
+            Until::Condition(name.clone(), expr.clone())
+        } else {
+            Until::Sentence(until)
+        };
+        Some(NodeKind::Loop(Box::new(LoopConfig {
+            body,
+            until,
+            max_iterations: raw.max_iterations.unwrap_or(10),
+            output_key: raw.output_key.clone().unwrap_or_else(|| "output".into()),
+        })))
+    }
+
+    pub(super) fn end(&mut self, id: &str, raw: &RawNode) -> NodeKind {
+        let failed = match raw.status.as_deref() {
+            None | Some("completed") => false,
+            Some("failed") => true,
+            Some(other) => {
+                self.error(
+                    format!("node '{id}': status '{other}' is not one of completed, failed"),
+                    &[id],
+                );
+                false
+            }
+        };
+        NodeKind::End(EndConfig {
+            failed,
+            message: raw.message.clone(),
+        })
+    }
+
+    /// `max_concurrency`: an integer ≥ 1 or a template rendered at run time.
+    fn max_concurrency(&mut self, id: &str, raw: &RawNode) -> Option<Option<ConcurrencyLimit>> {
+        Some(match &raw.max_concurrency {
             None => None,
             Some(Value::Number(n)) => match n.as_u64() {
                 Some(v) if v >= 1 && v <= u64::from(u32::MAX) => {
@@ -125,23 +209,6 @@ impl Builder<'_> {
                 );
                 None
             }
-        };
-        let branch_id = raw.branch.clone()?;
-        let branch = match self.resolve_target(id, "branch", &branch_id) {
-            Some(Target::Node(idx)) => Some(idx),
-            Some(Target::End) => {
-                self.error(format!("map node '{id}': branch cannot be END"), &[id]);
-                None
-            }
-            None => None,
-        };
-        Some(NodeKind::Map(Box::new(MapConfig {
-            over,
-            item_name: raw.item_name.clone()?,
-            branch,
-            output_key: raw.output_key.clone().unwrap_or_else(|| "output".into()),
-            collect_into: raw.collect_into.clone()?,
-            max_concurrency,
-        })))
+        })
     }
 }
