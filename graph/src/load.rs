@@ -63,42 +63,7 @@ pub fn build(
     findings: &mut Vec<Finding>,
 ) -> Graph {
     let empty = Map::new();
-    let top = match document {
-        Value::Object(map) => map,
-        Value::Null => {
-            findings.push(Finding::error("the graph file is empty", &[]));
-            &empty
-        }
-        other => {
-            findings.push(Finding::error(
-                format!(
-                    "the graph file must hold a map at the top level, found {}",
-                    json_type_name(other)
-                ),
-                &[],
-            ));
-            &empty
-        }
-    };
-    for key in top.keys() {
-        if !TOP_LEVEL_KEYS.contains(&key.as_str()) {
-            let hint = did_you_mean(key, &TOP_LEVEL_KEYS)
-                .map(|k| format!(" (did you mean '{k}'?)"))
-                .unwrap_or_default();
-            findings.push(Finding::error(
-                format!("unknown top-level key '{key}'{hint}"),
-                &[],
-            ));
-        }
-    }
-    if let Some(version) = top.get("version")
-        && version != &Value::from(1)
-    {
-        findings.push(Finding::error(
-            format!("unsupported graph version {version} (this Weft reads version 1)"),
-            &[],
-        ));
-    }
+    let top = top_level(document, findings).unwrap_or(&empty);
     let name = match top.get("name") {
         Some(Value::String(name)) => name.clone(),
         _ => fallback_name.to_owned(),
@@ -145,6 +110,51 @@ pub fn build(
         nodes,
         edges,
     )
+}
+
+/// The document's top-level map, its keys and version checked; `None` for
+/// a document that is not a map (reported).
+fn top_level<'d>(
+    document: &'d Value,
+    findings: &mut Vec<Finding>,
+) -> Option<&'d Map<String, Value>> {
+    let top = match document {
+        Value::Object(map) => map,
+        Value::Null => {
+            findings.push(Finding::error("the graph file is empty", &[]));
+            return None;
+        }
+        other => {
+            findings.push(Finding::error(
+                format!(
+                    "the graph file must hold a map at the top level, found {}",
+                    json_type_name(other)
+                ),
+                &[],
+            ));
+            return None;
+        }
+    };
+    for key in top.keys() {
+        if !TOP_LEVEL_KEYS.contains(&key.as_str()) {
+            let hint = did_you_mean(key, &TOP_LEVEL_KEYS)
+                .map(|k| format!(" (did you mean '{k}'?)"))
+                .unwrap_or_default();
+            findings.push(Finding::error(
+                format!("unknown top-level key '{key}'{hint}"),
+                &[],
+            ));
+        }
+    }
+    if let Some(version) = top.get("version")
+        && version != &Value::from(1)
+    {
+        findings.push(Finding::error(
+            format!("unsupported graph version {version} (this Weft reads version 1)"),
+            &[],
+        ));
+    }
+    Some(top)
 }
 
 fn read_settings(value: Option<&Value>, findings: &mut Vec<Finding>) -> Settings {

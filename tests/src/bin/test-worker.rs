@@ -49,7 +49,6 @@ async fn main() -> anyhow::Result<()> {
             .as_deref()
             .is_none_or(|only| only.split(',').any(|h| h == name))
     };
-    let name = args.name.clone();
     let mut worker = Worker::new(args.coordinator.clone());
     worker
         .name(args.name.clone())
@@ -58,6 +57,26 @@ async fn main() -> anyhow::Result<()> {
     if let Some(dir) = args.work_dir.clone() {
         worker.work_dir(dir);
     }
+    register_handlers(&mut worker, &args.name, keep);
+    worker.function("longest", |args| {
+        let branches = args
+            .get(1)
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        Ok(branches
+            .into_iter()
+            .max_by_key(|v| v.as_str().map_or(0, str::len))
+            .unwrap_or(Value::Null))
+    });
+    let shutdown = weft_process::shutdown_on_signal();
+    worker.run(shutdown).await?;
+    Ok(())
+}
+
+/// The test handlers, those `keep` accepts; `name` is this worker's name,
+/// which some handlers report.
+fn register_handlers(worker: &mut Worker, name: &str, keep: impl Fn(&str) -> bool) {
     if keep("increment") {
         worker.handler("increment", |s: Counter, _| async move {
             Ok::<_, String>(CounterUpdate {
@@ -66,7 +85,7 @@ async fn main() -> anyhow::Result<()> {
         });
     }
     if keep("double") {
-        let me = name.clone();
+        let me = name.to_owned();
         worker.handler("double", move |s: Delay, ctx: TaskContext| {
             let me = me.clone();
             async move {
@@ -79,7 +98,7 @@ async fn main() -> anyhow::Result<()> {
         });
     }
     if keep("tag") {
-        let me = name.clone();
+        let me = name.to_owned();
         worker.handler("tag", move |_: serde::de::IgnoredAny, ctx: TaskContext| {
             let me = me.clone();
             async move { Ok::<_, String>(json!({"tagged": {"node": ctx.node, "worker": me}})) }
@@ -107,18 +126,4 @@ async fn main() -> anyhow::Result<()> {
             Output::update(json!({"gate": next})).map(|o| o.next(next))
         });
     }
-    worker.function("longest", |args| {
-        let branches = args
-            .get(1)
-            .and_then(Value::as_array)
-            .cloned()
-            .unwrap_or_default();
-        Ok(branches
-            .into_iter()
-            .max_by_key(|v| v.as_str().map_or(0, str::len))
-            .unwrap_or(Value::Null))
-    });
-    let shutdown = weft_process::shutdown_on_signal();
-    worker.run(shutdown).await?;
-    Ok(())
 }

@@ -166,110 +166,135 @@ async fn run_all(args: &Args) -> Result<Vec<Figure>> {
     let client = Client::connect(cluster.url.clone()).await?;
     let mut figures = Vec::new();
     if wanted("w1") {
-        let samples = timed(
-            &client,
-            &chain("w1", 200),
-            &json!({}),
-            args.iterations,
-            |s| {
-                ensure!(s["counter"] == json!(200), "counter is {}", s["counter"]);
-                Ok(())
-            },
-        )
-        .await?;
-        let per = median(&samples).as_secs_f64() * 1e6 / 200.0;
-        figures.push(Figure {
-            id: "w1",
-            label: "W1 chain, 200 nodes".into(),
-            samples,
-            per: Some((per, "µs/node")),
-        });
+        figures.push(w1(&client, args).await?);
     }
     if wanted("w2") {
         for n in [1_000usize, 10_000] {
-            let graph = map(n, slots * args.workers);
-            let samples = timed(&client, &graph, &json!({}), args.iterations.min(3), |s| {
-                let results = s["results"].as_array().context("results")?;
-                ensure!(results.len() == n, "{} results", results.len());
-                for (i, r) in results.iter().enumerate() {
-                    ensure!(*r == json!(2 * i), "item {i} is {r}");
-                }
-                Ok(())
-            })
-            .await?;
-            let rate = n as f64 / median(&samples).as_secs_f64();
-            figures.push(Figure {
-                id: "w2",
-                label: format!("W2 map, N = {n}"),
-                samples,
-                per: Some((rate, "items/s")),
-            });
+            figures.push(w2(&client, args, n).await?);
         }
     }
     if wanted("w3") {
-        let samples = timed(&client, &waves(), &json!({}), args.iterations.min(3), |s| {
-            ensure!(s["counter"] == json!(10), "rounds {}", s["counter"]);
-            Ok(())
-        })
-        .await?;
-        let over = (median(&samples).as_secs_f64() - 0.5) * 1e3;
-        figures.push(Figure {
-            id: "w3",
-            label: "W3 waves, 10 × (8 × 50 ms)".into(),
-            samples,
-            per: Some((over, "ms over 0.5 s")),
-        });
+        figures.push(w3(&client, args).await?);
     }
     if wanted("w4") {
-        let blob = "x".repeat(10_000_000);
-        let input = json!({"blob": blob, "counter": 0});
-        let samples = timed(&client, &chain("w4", 20), &input, args.iterations, |s| {
-            ensure!(s["counter"] == json!(20), "counter is {}", s["counter"]);
-            ensure!(
-                s["blob"].as_str().map(str::len) == Some(10_000_000),
-                "blob changed"
-            );
-            Ok(())
-        })
-        .await?;
-        let per = median(&samples).as_secs_f64() * 1e6 / 20.0;
-        figures.push(Figure {
-            id: "w4",
-            label: "W4 big state (10 MB), 20 nodes".into(),
-            samples,
-            per: Some((per, "µs/node")),
-        });
+        figures.push(w4(&client, args).await?);
     }
     cluster.stop().await;
     if wanted("w5") {
-        let exe = std::env::current_exe()?;
-        let mut samples = Vec::new();
-        for _ in 0..args.reps {
-            let started = Instant::now();
-            let out = tokio::process::Command::new(&exe)
-                .arg("--w5-child")
-                .output()
-                .await?;
-            samples.push(started.elapsed());
-            ensure!(
-                out.status.success(),
-                "W5 child failed: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-            ensure!(
-                String::from_utf8_lossy(&out.stdout).trim() == "1",
-                "W5 child printed {:?}",
-                out.stdout
-            );
-        }
-        figures.push(Figure {
-            id: "w5",
-            label: "W5 cold start, one-node graph".into(),
-            samples,
-            per: None,
-        });
+        figures.push(w5(args).await?);
     }
     Ok(figures)
+}
+
+/// W1: a chain of 200 increments.
+async fn w1(client: &Client, args: &Args) -> Result<Figure> {
+    let samples = timed(
+        client,
+        &chain("w1", 200),
+        &json!({}),
+        args.iterations,
+        |s| {
+            ensure!(s["counter"] == json!(200), "counter is {}", s["counter"]);
+            Ok(())
+        },
+    )
+    .await?;
+    let per = median(&samples).as_secs_f64() * 1e6 / 200.0;
+    Ok(Figure {
+        id: "w1",
+        label: "W1 chain, 200 nodes".into(),
+        samples,
+        per: Some((per, "µs/node")),
+    })
+}
+
+/// W2: a map of `n` doublings over every slot.
+async fn w2(client: &Client, args: &Args, n: usize) -> Result<Figure> {
+    let graph = map(n, args.slots * args.workers);
+    let samples = timed(client, &graph, &json!({}), args.iterations.min(3), |s| {
+        let results = s["results"].as_array().context("results")?;
+        ensure!(results.len() == n, "{} results", results.len());
+        for (i, r) in results.iter().enumerate() {
+            ensure!(*r == json!(2 * i), "item {i} is {r}");
+        }
+        Ok(())
+    })
+    .await?;
+    let rate = n as f64 / median(&samples).as_secs_f64();
+    Ok(Figure {
+        id: "w2",
+        label: format!("W2 map, N = {n}"),
+        samples,
+        per: Some((rate, "items/s")),
+    })
+}
+
+/// W3: ten waves of eight 50 ms sleeps.
+async fn w3(client: &Client, args: &Args) -> Result<Figure> {
+    let samples = timed(client, &waves(), &json!({}), args.iterations.min(3), |s| {
+        ensure!(s["counter"] == json!(10), "rounds {}", s["counter"]);
+        Ok(())
+    })
+    .await?;
+    let over = (median(&samples).as_secs_f64() - 0.5) * 1e3;
+    Ok(Figure {
+        id: "w3",
+        label: "W3 waves, 10 × (8 × 50 ms)".into(),
+        samples,
+        per: Some((over, "ms over 0.5 s")),
+    })
+}
+
+/// W4: a chain of 20 next to a 10 MB field.
+async fn w4(client: &Client, args: &Args) -> Result<Figure> {
+    let blob = "x".repeat(10_000_000);
+    let input = json!({"blob": blob, "counter": 0});
+    let samples = timed(client, &chain("w4", 20), &input, args.iterations, |s| {
+        ensure!(s["counter"] == json!(20), "counter is {}", s["counter"]);
+        ensure!(
+            s["blob"].as_str().map(str::len) == Some(10_000_000),
+            "blob changed"
+        );
+        Ok(())
+    })
+    .await?;
+    let per = median(&samples).as_secs_f64() * 1e6 / 20.0;
+    Ok(Figure {
+        id: "w4",
+        label: "W4 big state (10 MB), 20 nodes".into(),
+        samples,
+        per: Some((per, "µs/node")),
+    })
+}
+
+/// W5: a fresh process per sample, from start to the first result.
+async fn w5(args: &Args) -> Result<Figure> {
+    let exe = std::env::current_exe()?;
+    let mut samples = Vec::new();
+    for _ in 0..args.reps {
+        let started = Instant::now();
+        let out = tokio::process::Command::new(&exe)
+            .arg("--w5-child")
+            .output()
+            .await?;
+        samples.push(started.elapsed());
+        ensure!(
+            out.status.success(),
+            "W5 child failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        ensure!(
+            String::from_utf8_lossy(&out.stdout).trim() == "1",
+            "W5 child printed {:?}",
+            out.stdout
+        );
+    }
+    Ok(Figure {
+        id: "w5",
+        label: "W5 cold start, one-node graph".into(),
+        samples,
+        per: None,
+    })
 }
 
 /// W5's child: process start → embedded cluster → one-node graph → result.
