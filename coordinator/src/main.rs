@@ -76,20 +76,29 @@ async fn main() -> ExitCode {
     println!("coordinator listening on {address}");
     println!("metrics on http://{metrics_address}/metrics");
     let shutdown = weft_process::shutdown_on_signal();
-    match weft_coordinator::metrics::install() {
+    let metrics = match weft_coordinator::metrics::install() {
         Ok(handle) => {
             let stop = shutdown.clone().cancelled_owned();
-            tokio::spawn(async move {
+            Some(tokio::spawn(async move {
                 if let Err(error) =
                     weft_coordinator::metrics::serve(metrics_listener, handle, stop).await
                 {
                     tracing::warn!(%error, "the metrics endpoint stopped");
                 }
-            });
+            }))
         }
-        Err(error) => tracing::warn!(%error, "metrics are off"),
+        Err(error) => {
+            tracing::warn!(%error, "metrics are off");
+            None
+        }
+    };
+    let served = weft_coordinator::server::serve(listener, config, shutdown.clone()).await;
+    // The endpoint stops with the same token; wait for it too.
+    shutdown.cancel();
+    if let Some(metrics) = metrics {
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(5), metrics).await;
     }
-    match weft_coordinator::server::serve(listener, config, shutdown).await {
+    match served {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("coordinator: {error}");

@@ -71,9 +71,10 @@ pub async fn serve(
         tracker.clone(),
         config.max_input_bytes,
     );
-    let run_api = RunServiceServer::new(RunApi::new(runs, config.max_bundle_bytes))
-        .max_decoding_message_size(weft_proto::MAX_MESSAGE_BYTES)
-        .max_encoding_message_size(weft_proto::MAX_MESSAGE_BYTES);
+    let run_api =
+        RunServiceServer::new(RunApi::new(runs, config.max_bundle_bytes, tracker.clone()))
+            .max_decoding_message_size(weft_proto::MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(weft_proto::MAX_MESSAGE_BYTES);
     let worker_api = WorkerServiceServer::new(WorkerApi::new(
         dispatcher,
         blobs,

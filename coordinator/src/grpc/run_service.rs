@@ -17,14 +17,20 @@ use crate::runs::Runs;
 pub struct RunApi {
     runs: Runs,
     max_bundle_bytes: usize,
+    tracker: tokio_util::task::TaskTracker,
 }
 
 impl RunApi {
-    /// Serves `runs`.
-    pub fn new(runs: Runs, max_bundle_bytes: usize) -> Self {
+    /// Serves `runs`; watch streams run on `tracker`.
+    pub fn new(
+        runs: Runs,
+        max_bundle_bytes: usize,
+        tracker: tokio_util::task::TaskTracker,
+    ) -> Self {
         Self {
             runs,
             max_bundle_bytes,
+            tracker,
         }
     }
 
@@ -94,7 +100,7 @@ impl RunService for RunApi {
         let (past, live) = handle.watch(request.from).await?;
         // The log is whole: a watcher that falls behind the live feed reads
         // what it missed from the log and carries on, so no event is lost.
-        let stream = async_stream(move |tx| async move {
+        let stream = async_stream(&self.tracker, move |tx| async move {
             let mut next = request.from;
             let (mut past, mut live) = (past, live);
             loop {
@@ -169,13 +175,13 @@ impl RunService for RunApi {
     }
 }
 
-/// A stream fed by a task writing into a channel.
-fn async_stream<F, Fut>(produce: F) -> EventStream
+/// A stream fed by a task (tracked) writing into a channel.
+fn async_stream<F, Fut>(tracker: &tokio_util::task::TaskTracker, produce: F) -> EventStream
 where
     F: FnOnce(tokio::sync::mpsc::Sender<Result<pb::RunEvent, Status>>) -> Fut,
     Fut: std::future::Future<Output = ()> + Send + 'static,
 {
     let (tx, rx) = tokio::sync::mpsc::channel(256);
-    tokio::spawn(produce(tx));
+    tracker.spawn(produce(tx));
     Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx))
 }

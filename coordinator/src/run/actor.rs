@@ -9,11 +9,13 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::Value;
 use tokio::sync::{broadcast, mpsc, oneshot};
+use tokio_stream::StreamExt;
 use tokio_util::sync::CancellationToken;
+use tokio_util::time::DelayQueue;
 
 use super::{
     Effect, FailureKind, HumanAnswer, Input, NodeOutput, Rejected, RunError, RunEvent, RunMachine,
-    RunPlan, RunStatus, State, TaskFailure, TaskSpec, TaskState,
+    RunPlan, RunStatus, State, TaskFailure, TaskKey, TaskSpec, TaskState,
 };
 use crate::dispatch::{
     Assignment, BlobRef, DispatchEvent, EventSink, FunctionCall, StateField, TaskLauncher,
@@ -201,7 +203,8 @@ struct RunActor {
     bundle: Arc<Vec<BlobRef>>,
     launcher: Arc<dyn TaskLauncher>,
     sink: EventSink,
-    timers: mpsc::UnboundedSender<Input>,
+    /// Retries to schedule: (key, delay), timed by the actor's own queue.
+    timers: mpsc::UnboundedSender<(TaskKey, Duration)>,
     log: Vec<StoredEvent>,
     live: broadcast::Sender<StoredEvent>,
     fields: FieldTable,
@@ -225,9 +228,11 @@ impl RunActor {
         mut self,
         mut commands: mpsc::Receiver<Command>,
         mut dispatch: mpsc::UnboundedReceiver<DispatchEvent>,
-        mut timers: mpsc::UnboundedReceiver<Input>,
+        mut timers: mpsc::UnboundedReceiver<(TaskKey, Duration)>,
         shutdown: CancellationToken,
     ) {
+        // Retry timers live in the actor, so nothing outlives the run.
+        let mut retries: DelayQueue<TaskKey> = DelayQueue::new();
         let effects = self.machine.start();
         self.perform(effects);
         self.count_status(None);
@@ -243,7 +248,12 @@ impl RunActor {
                     None => break,
                 },
                 Some(event) = dispatch.recv() => self.dispatch_event(event),
-                Some(input) = timers.recv() => self.input(input),
+                Some((key, delay)) = timers.recv() => {
+                    retries.insert(key, delay);
+                }
+                Some(due) = retries.next(), if !retries.is_empty() => {
+                    self.input(Input::RetryDue { key: due.into_inner() });
+                }
                 _ = &mut deadline, if deadline_armed => {
                     deadline_armed = false;
                     if !self.machine.status().is_terminal() {
@@ -336,11 +346,7 @@ impl RunActor {
             match effect {
                 Effect::Dispatch(spec) => self.dispatch(spec),
                 Effect::ScheduleRetry { key, delay } => {
-                    let timers = self.timers.clone();
-                    tokio::spawn(async move {
-                        tokio::time::sleep(delay).await;
-                        let _ = timers.send(Input::RetryDue { key });
-                    });
+                    let _ = self.timers.send((key, delay));
                 }
                 Effect::CancelTasks(keys) => self.launcher.cancel(self.id.clone(), keys),
                 Effect::CallReducer {

@@ -40,12 +40,7 @@ impl RunMachine {
             return Err(Rejected::NotWaiting(node_id.to_owned()));
         }
         let node = self.graph().node(idx).clone();
-        let s0 = self
-            .run
-            .wave
-            .as_ref()
-            .map(|w| w.s0().clone())
-            .unwrap_or_default();
+        let s0 = self.wave_s0();
         let bad = |reason: String| Rejected::BadAnswer {
             node: node_id.to_owned(),
             reason,

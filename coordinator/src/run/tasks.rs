@@ -169,6 +169,15 @@ impl RunMachine {
 
     // ----- wave members ------------------------------------------------
 
+    /// The current wave's S0 (empty between waves).
+    pub(super) fn wave_s0(&self) -> State {
+        self.run
+            .wave
+            .as_ref()
+            .map(|w| w.s0().clone())
+            .unwrap_or_default()
+    }
+
     pub(super) fn slot_mut(&mut self, node: NodeIdx) -> Option<&mut Member> {
         let wave = self.run.wave.as_mut()?;
         wave.slot_mut(node)
@@ -269,12 +278,7 @@ impl RunMachine {
                         node: id,
                         item: None,
                     }));
-                    let s0 = self
-                        .run
-                        .wave
-                        .as_ref()
-                        .map(|w| w.s0().clone())
-                        .unwrap_or_default();
+                    let s0 = self.wave_s0();
                     self.set_member(
                         map,
                         Member::Succeeded {
