@@ -23,6 +23,74 @@ const TEMPLATE_FUEL: u64 = 200_000;
 /// Names a CEL condition may refer to: the state and the step's scope.
 const CEL_VARIABLES: [&str; 2] = ["state", "scope"];
 
+/// Why an expression or a template failed to compile or to evaluate. Each
+/// message quotes the expression as written.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ExprError {
+    /// A CEL expression does not parse.
+    #[error("CEL expression `{expr}` does not parse: {detail} (column {column})")]
+    CelSyntax {
+        /// The expression.
+        expr: String,
+        /// What the parser said.
+        detail: String,
+        /// Where (1-based).
+        column: usize,
+    },
+    /// A CEL expression names a variable other than `state` and `scope`.
+    #[error(
+        "CEL expression `{expr}` refers to unknown variable '{name}' \
+         (expressions see `state` and `scope`: write `state.{name}`)"
+    )]
+    UnknownVariable {
+        /// The expression.
+        expr: String,
+        /// The variable.
+        name: String,
+    },
+    /// A CEL expression failed while evaluating (a missing field, a type
+    /// mismatch, …).
+    #[error("`{expr}` failed: {detail}")]
+    CelFailed {
+        /// The expression.
+        expr: String,
+        /// What CEL said.
+        detail: String,
+    },
+    /// A value cannot be handed to, or taken from, an expression as JSON.
+    #[error("`{expr}` {detail}")]
+    NotJson {
+        /// The expression or template.
+        expr: String,
+        /// What could not be converted.
+        detail: String,
+    },
+    /// A template does not parse.
+    #[error("template `{template}` does not parse: {detail}")]
+    TemplateSyntax {
+        /// The template.
+        template: String,
+        /// What the parser said.
+        detail: String,
+    },
+    /// A template's value has no JSON form.
+    #[error("template `{template}` produced a value with no JSON form: {detail}")]
+    TemplateNotJson {
+        /// The template.
+        template: String,
+        /// What serde said.
+        detail: String,
+    },
+    /// A template failed while rendering (an undefined name, fuel spent, …).
+    #[error("template `{template}`: {detail}")]
+    TemplateFailed {
+        /// The template.
+        template: String,
+        /// What minijinja said.
+        detail: String,
+    },
+}
+
 /// A compiled CEL expression together with its source text.
 #[derive(Clone)]
 pub struct CelExpr {
@@ -44,16 +112,13 @@ impl PartialEq for CelExpr {
 
 impl CelExpr {
     /// Compiles `source`, checking that it refers only to `state` and `scope`.
-    pub fn compile(source: &str) -> Result<Self, String> {
+    pub fn compile(source: &str) -> Result<Self, ExprError> {
         let program = cel::Program::compile(source).map_err(|errors| {
             let first = errors.errors.first();
-            match first {
-                Some(error) => format!(
-                    "CEL expression `{source}` does not parse: {} (column {})",
-                    error.msg,
-                    error.pos.1 + 1
-                ),
-                None => format!("CEL expression `{source}` does not parse"),
+            ExprError::CelSyntax {
+                expr: source.to_owned(),
+                detail: first.map_or_else(|| "no detail".to_owned(), |e| e.msg.clone()),
+                column: first.map_or(1, |e| usize::try_from(e.pos.1 + 1).unwrap_or(1)),
             }
         })?;
         let references = program.references();
@@ -64,10 +129,10 @@ impl CelExpr {
             .collect();
         unknown.sort_unstable();
         if let Some(name) = unknown.first() {
-            return Err(format!(
-                "CEL expression `{source}` refers to unknown variable '{name}' \
-                 (expressions see `state` and `scope`: write `state.{name}`)"
-            ));
+            return Err(ExprError::UnknownVariable {
+                expr: source.to_owned(),
+                name: (*name).to_owned(),
+            });
         }
         Ok(Self {
             source: source.to_owned(),
@@ -85,22 +150,26 @@ impl CelExpr {
         &self,
         state: &Map<String, Value>,
         scope: &Map<String, Value>,
-    ) -> Result<Value, String> {
+    ) -> Result<Value, ExprError> {
+        let not_json = |what: &str, error: &dyn fmt::Display| ExprError::NotJson {
+            expr: self.source.clone(),
+            detail: format!("{what}: {error}"),
+        };
         let mut context = cel::Context::default();
-        let state = cel::to_value(state).map_err(|error| error.to_string())?;
-        let scope = cel::to_value(scope).map_err(|error| error.to_string())?;
+        let state = cel::to_value(state).map_err(|e| not_json("cannot read the state", &e))?;
+        let scope = cel::to_value(scope).map_err(|e| not_json("cannot read the scope", &e))?;
         context.add_variable_from_value("state", state);
         context.add_variable_from_value("scope", scope);
         let value = self
             .program
             .execute(&context)
-            .map_err(|error| format!("`{}` failed: {error}", self.source))?;
-        value.json().map_err(|error| {
-            format!(
-                "`{}` returned a value with no JSON form: {error}",
-                self.source
-            )
-        })
+            .map_err(|error| ExprError::CelFailed {
+                expr: self.source.clone(),
+                detail: error.to_string(),
+            })?;
+        value
+            .json()
+            .map_err(|e| not_json("returned a value with no JSON form", &e))
     }
 
     /// Evaluates the expression and reads the result as a truth value.
@@ -108,7 +177,7 @@ impl CelExpr {
         &self,
         state: &Map<String, Value>,
         scope: &Map<String, Value>,
-    ) -> Result<bool, String> {
+    ) -> Result<bool, ExprError> {
         self.evaluate(state, scope).map(|value| truthy(&value))
     }
 }
@@ -145,19 +214,19 @@ pub struct Template {
 
 impl Template {
     /// Parses `source`; an error says what is wrong and where.
-    pub fn parse(source: &str) -> Result<Self, String> {
+    pub fn parse(source: &str) -> Result<Self, ExprError> {
         let whole_expression = single_expression(source);
         let env = environment(Strictness::Strict);
+        let syntax = |error: minijinja::Error| ExprError::TemplateSyntax {
+            template: source.to_owned(),
+            detail: describe(&error),
+        };
         match &whole_expression {
             Some(expression) => {
-                env.compile_expression(expression).map_err(|error| {
-                    format!("template `{source}` does not parse: {}", describe(&error))
-                })?;
+                env.compile_expression(expression).map_err(syntax)?;
             }
             None => {
-                env.template_from_str(source).map_err(|error| {
-                    format!("template `{source}` does not parse: {}", describe(&error))
-                })?;
+                env.template_from_str(source).map_err(syntax)?;
             }
         }
         Ok(Self {
@@ -182,7 +251,7 @@ impl Template {
         &self,
         context: &TemplateContext,
         strictness: Strictness,
-    ) -> Result<Value, String> {
+    ) -> Result<Value, ExprError> {
         let env = environment(strictness);
         let ctx = context.to_minijinja();
         match &self.whole_expression {
@@ -193,15 +262,16 @@ impl Template {
                 let value = compiled.eval(ctx).map_err(|error| self.failure(&error))?;
                 if value.is_undefined() {
                     if strictness == Strictness::Strict {
-                        return Err(format!("template `{}`: undefined value", self.source));
+                        return Err(ExprError::TemplateFailed {
+                            template: self.source.clone(),
+                            detail: "undefined value".into(),
+                        });
                     }
                     return Ok(Value::String(String::new()));
                 }
-                serde_json::to_value(&value).map_err(|error| {
-                    format!(
-                        "template `{}` produced a value with no JSON form: {error}",
-                        self.source
-                    )
+                serde_json::to_value(&value).map_err(|error| ExprError::TemplateNotJson {
+                    template: self.source.clone(),
+                    detail: error.to_string(),
                 })
             }
             None => env
@@ -216,15 +286,18 @@ impl Template {
         &self,
         context: &TemplateContext,
         strictness: Strictness,
-    ) -> Result<String, String> {
+    ) -> Result<String, ExprError> {
         Ok(match self.evaluate(context, strictness)? {
             Value::String(text) => text,
             other => other.to_string(),
         })
     }
 
-    fn failure(&self, error: &minijinja::Error) -> String {
-        format!("template `{}`: {}", self.source, describe(error))
+    fn failure(&self, error: &minijinja::Error) -> ExprError {
+        ExprError::TemplateFailed {
+            template: self.source.clone(),
+            detail: describe(error),
+        }
     }
 }
 
@@ -322,13 +395,13 @@ mod tests {
 
     #[test]
     fn cel_syntax_error_is_reported() {
-        let error = CelExpr::compile("state.score <").unwrap_err();
+        let error = CelExpr::compile("state.score <").unwrap_err().to_string();
         assert!(error.contains("does not parse"), "{error}");
     }
 
     #[test]
     fn cel_unknown_variable_gets_a_hint() {
-        let error = CelExpr::compile("score < 0.8").unwrap_err();
+        let error = CelExpr::compile("score < 0.8").unwrap_err().to_string();
         assert!(error.contains("unknown variable 'score'"), "{error}");
         assert!(error.contains("state.score"), "{error}");
     }
@@ -377,7 +450,10 @@ mod tests {
             state: Some(&st),
             ..Default::default()
         };
-        let error = template.render(&ctx, Strictness::Strict).unwrap_err();
+        let error = template
+            .render(&ctx, Strictness::Strict)
+            .unwrap_err()
+            .to_string();
         assert!(error.contains("Hello {{ nobody }}"), "{error}");
         assert!(error.contains("undefined"), "{error}");
     }
@@ -402,9 +478,9 @@ mod tests {
 
     #[test]
     fn template_syntax_error_is_reported() {
-        let error = Template::parse("{{ a + }}").unwrap_err();
+        let error = Template::parse("{{ a + }}").unwrap_err().to_string();
         assert!(error.contains("does not parse"), "{error}");
-        let error = Template::parse("{% if x %}open").unwrap_err();
+        let error = Template::parse("{% if x %}open").unwrap_err().to_string();
         assert!(error.contains("does not parse"), "{error}");
     }
 

@@ -25,7 +25,7 @@ use std::path::Path;
 
 pub use declarations::*;
 pub use document::Format;
-pub use expr::{CelExpr, Strictness, Template, TemplateContext, truthy};
+pub use expr::{CelExpr, ExprError, Strictness, Template, TemplateContext, truthy};
 pub use finding::{Finding, GraphError, Severity};
 pub use kinds::*;
 pub use model::*;

@@ -16,7 +16,8 @@ use super::output::finish_output;
 use super::plan::RunPlan;
 use super::routing::{Decision, decide};
 use crate::graph::{
-    ConcurrencyLimit, ListSource, NodeIdx, NodeKind, Strictness, TemplateContext, json_type_name,
+    ConcurrencyLimit, ExprError, ListSource, NodeIdx, NodeKind, Strictness, TemplateContext,
+    json_type_name,
 };
 
 /// What the map wants next.
@@ -82,12 +83,34 @@ pub struct MapRun {
     reported: bool,
 }
 
+/// Why a map could not start its items.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum MapStartError {
+    /// The node is not a map.
+    #[error("node '{0}' is not a map")]
+    NotAMap(String),
+    /// `over` failed to evaluate.
+    #[error(transparent)]
+    Over(#[from] ExprError),
+    /// `over` is not a list.
+    #[error("`over` resolved to {0}, expected a JSON array")]
+    NotAList(&'static str),
+    /// `max_concurrency` is not a positive integer.
+    #[error("max_concurrency '{template}' resolved to {value}; expected a positive integer")]
+    BadConcurrency {
+        /// The template.
+        template: String,
+        /// What it gave.
+        value: Value,
+    },
+}
+
 impl MapRun {
     /// Resolves `over` and `max_concurrency` against S0.
-    pub fn start(plan: &RunPlan, map: NodeIdx, s0: &State) -> Result<Self, String> {
+    pub fn start(plan: &RunPlan, map: NodeIdx, s0: &State) -> Result<Self, MapStartError> {
         let node = plan.graph().node(map);
         let NodeKind::Map(config) = &node.kind else {
-            return Err(format!("node '{}' is not a map", node.id));
+            return Err(MapStartError::NotAMap(node.id.clone()));
         };
         let empty = Map::new();
         let context = TemplateContext {
@@ -99,10 +122,7 @@ impl MapRun {
             ListSource::Cel(expr) => expr.evaluate(s0, &empty)?,
         };
         let Value::Array(items) = list else {
-            return Err(format!(
-                "`over` resolved to {}, expected a JSON array",
-                json_type_name(&list)
-            ));
+            return Err(MapStartError::NotAList(json_type_name(&list)));
         };
         let limit = match &config.max_concurrency {
             None => plan.graph().settings.max_concurrency as usize,
@@ -111,11 +131,9 @@ impl MapRun {
                 let value = template
                     .evaluate(&context, Strictness::Strict)
                     .unwrap_or(Value::Null);
-                positive_integer(&value).ok_or_else(|| {
-                    format!(
-                        "max_concurrency '{}' resolved to {value}; expected a positive integer",
-                        template.source()
-                    )
+                positive_integer(&value).ok_or_else(|| MapStartError::BadConcurrency {
+                    template: template.source().to_owned(),
+                    value: value.clone(),
                 })?
             }
         };

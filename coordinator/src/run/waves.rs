@@ -76,10 +76,10 @@ impl RunMachine {
                     state: Some(s0),
                     ..Default::default()
                 };
-                if let Some(Err(message)) = prompt.map(|p| p.render(&context, Strictness::Strict)) {
+                if let Some(Err(error)) = prompt.map(|p| p.render(&context, Strictness::Strict)) {
                     let failure = TaskFailure {
                         kind: FailureKind::TemplateError,
-                        message,
+                        message: error.to_string(),
                         worker: None,
                     };
                     self.member_failed(idx, 1, failure, fx);
@@ -101,10 +101,10 @@ impl RunMachine {
                     self.set_member(idx, Member::Mapping(Box::new(map)));
                     self.pump_items(idx, fx);
                 }
-                Err(message) => {
+                Err(error) => {
                     let failure = TaskFailure {
                         kind: FailureKind::MapError,
-                        message,
+                        message: error.to_string(),
                         worker: None,
                     };
                     self.member_failed(idx, 1, failure, fx);
