@@ -41,11 +41,11 @@ impl RunMachine {
         }
         let node = self.graph().node(idx).clone();
         let s0 = self.wave_s0();
-        let bad = |reason: String| Rejected::BadAnswer {
+        let bad = |reason: &dyn std::fmt::Display| Rejected::BadAnswer {
             node: node_id.to_owned(),
-            reason,
+            reason: reason.to_string(),
         };
-        let writes = answer_writes(&node, &answer).map_err(bad)?;
+        let writes = answer_writes(&node, &answer).map_err(|e| bad(&e))?;
         let output = NodeOutput {
             writes,
             next: None,
@@ -59,7 +59,7 @@ impl RunMachine {
             output,
             true,
         )
-        .map_err(bad)?;
+        .map_err(|e| bad(&e))?;
         fx.push(Effect::Emit(RunEvent::InputReceived {
             node: node_id.to_owned(),
         }));

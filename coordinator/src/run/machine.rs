@@ -83,8 +83,9 @@ impl RunMachine {
     /// [`RunMachine::start`]. Fails when the input does not fit the declared state.
     pub fn new(plan: Arc<RunPlan>, input: Map<String, Value>) -> Result<Self, RunError> {
         let graph = plan.graph();
-        let state =
-            initial_state(graph, input).map_err(|message| RunError::InvalidInput { message })?;
+        let state = initial_state(graph, input).map_err(|error| RunError::InvalidInput {
+            message: error.to_string(),
+        })?;
         let edges = graph
             .edges
             .iter()

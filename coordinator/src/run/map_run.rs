@@ -313,8 +313,8 @@ impl MapRun {
         );
         let (writes, next) = match finished {
             Ok(done) => done,
-            Err(message) => {
-                self.fail_item(index, node_id, step, message);
+            Err(error) => {
+                self.fail_item(index, node_id, step, error.to_string());
                 return events;
             }
         };
@@ -373,7 +373,8 @@ impl MapRun {
         } else {
             Map::new()
         };
-        let decision = decide(plan, node, None, false, &view, &run.scope, &HashMap::new())?;
+        let decision = decide(plan, node, None, false, &view, &run.scope, &HashMap::new())
+            .map_err(|error| error.to_string())?;
         let Decision::Resolved { taken, .. } = decision else {
             return Err(
                 "`fn:` conditions and routers are not supported inside a map branch yet".into(),

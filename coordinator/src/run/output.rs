@@ -7,8 +7,55 @@ use serde_json::{Map, Value};
 
 use super::events::{HumanAnswer, NodeOutput};
 use crate::graph::{
-    Graph, Node, NodeKind, Strictness, TemplateContext, UpdateValue, json_type_name,
+    ExprError, Graph, Node, NodeKind, SchemaError, Strictness, TemplateContext, UpdateValue,
+    json_type_name,
 };
+
+/// Why what a node wrote (or a run's input) does not fit the graph.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum WriteError {
+    /// The node's writes do not match its `output_schema`.
+    #[error("output {0} (output_schema)")]
+    Schema(SchemaError),
+    /// A `state_updates` template failed.
+    #[error("state_updates.{field}: {error}")]
+    Update {
+        /// The field it writes.
+        field: String,
+        /// Why it failed.
+        error: ExprError,
+    },
+    /// A value of the wrong type for its declared field.
+    #[error("wrote field '{field}' as {got}, but it is declared {declared}")]
+    WrongType {
+        /// The field.
+        field: String,
+        /// What was written.
+        got: &'static str,
+        /// What is declared.
+        declared: &'static str,
+    },
+    /// An undeclared field under `strict_state`.
+    #[error("wrote field '{field}', which `state:` does not declare (settings.strict_state is on)")]
+    Undeclared {
+        /// The field.
+        field: String,
+    },
+}
+
+/// Why an answer to a waiting node was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AnswerError {
+    /// An approval answer that is neither approve nor reject.
+    #[error("an approval takes `approve` or `reject`, got {0}")]
+    NotAnApproval(Value),
+    /// An input answer that does not fit the node's schema.
+    #[error("the answer {0}")]
+    Schema(SchemaError),
+    /// The node is not a human node.
+    #[error("a {0} node takes no answer")]
+    TakesNoAnswer(&'static str),
+}
 
 /// The node's writes with `state_updates` applied, checked against the
 /// declared state. `view` is the state the node saw (S0 or its fork);
@@ -20,7 +67,7 @@ pub fn finish_output(
     scope: &Map<String, Value>,
     output: NodeOutput,
     strict: bool,
-) -> Result<(Map<String, Value>, Option<String>), String> {
+) -> Result<(Map<String, Value>, Option<String>), WriteError> {
     let NodeOutput {
         mut writes,
         next,
@@ -31,7 +78,7 @@ pub fn finish_output(
         // properties are the fields.
         schema
             .check(&Value::Object(writes.clone()))
-            .map_err(|error| format!("output {error} (output_schema)"))?;
+            .map_err(WriteError::Schema)?;
     }
     if !node.state_updates.is_empty() {
         let mut seen = view();
@@ -49,7 +96,10 @@ pub fn finish_output(
                 UpdateValue::Literal(value) => value.clone(),
                 UpdateValue::Template(template) => template
                     .evaluate(&context, Strictness::Lenient)
-                    .map_err(|error| format!("state_updates.{field}: {error}"))?,
+                    .map_err(|error| WriteError::Update {
+                        field: field.clone(),
+                        error,
+                    })?,
             };
             writes.insert(field.clone(), value);
         }
@@ -64,20 +114,20 @@ pub fn check_writes(
     graph: &Graph,
     writes: &Map<String, Value>,
     strict: bool,
-) -> Result<(), String> {
+) -> Result<(), WriteError> {
     for (field, value) in writes {
         match graph.field(field) {
             Some(decl) if !decl.ty.admits(value) => {
-                return Err(format!(
-                    "wrote field '{field}' as {}, but it is declared {}",
-                    json_type_name(value),
-                    decl.ty.name()
-                ));
+                return Err(WriteError::WrongType {
+                    field: field.clone(),
+                    got: json_type_name(value),
+                    declared: decl.ty.name(),
+                });
             }
             None if strict => {
-                return Err(format!(
-                    "wrote field '{field}', which `state:` does not declare (settings.strict_state is on)"
-                ));
+                return Err(WriteError::Undeclared {
+                    field: field.clone(),
+                });
             }
             _ => {}
         }
@@ -89,7 +139,7 @@ pub fn check_writes(
 pub fn initial_state(
     graph: &Graph,
     input: Map<String, Value>,
-) -> Result<Map<String, Value>, String> {
+) -> Result<Map<String, Value>, WriteError> {
     let mut state: Map<String, Value> = graph
         .fields
         .iter()
@@ -101,7 +151,7 @@ pub fn initial_state(
 }
 
 /// The writes an answer to an `approval` or `input` node makes.
-pub fn answer_writes(node: &Node, answer: &HumanAnswer) -> Result<Map<String, Value>, String> {
+pub fn answer_writes(node: &Node, answer: &HumanAnswer) -> Result<Map<String, Value>, AnswerError> {
     let mut writes = Map::new();
     match &node.kind {
         NodeKind::Approval { output_key, .. } => {
@@ -123,11 +173,7 @@ pub fn answer_writes(node: &Node, answer: &HumanAnswer) -> Result<Map<String, Va
                 {
                     false
                 }
-                other => {
-                    return Err(format!(
-                        "an approval takes `approve` or `reject`, got {other}"
-                    ));
-                }
+                other => return Err(AnswerError::NotAnApproval(other.clone())),
             };
             writes.insert(output_key.clone(), Value::Bool(approved));
             if let Some(comment) = &answer.comment {
@@ -141,13 +187,11 @@ pub fn answer_writes(node: &Node, answer: &HumanAnswer) -> Result<Map<String, Va
             output_key, schema, ..
         } => {
             if let Some(schema) = schema {
-                schema
-                    .check(&answer.value)
-                    .map_err(|error| format!("the answer {error}"))?;
+                schema.check(&answer.value).map_err(AnswerError::Schema)?;
             }
             writes.insert(output_key.clone(), answer.value.clone());
         }
-        other => return Err(format!("a {} node takes no answer", other.name())),
+        other => return Err(AnswerError::TakesNoAnswer(other.name())),
     }
     Ok(writes)
 }

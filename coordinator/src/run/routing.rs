@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use serde_json::{Map, Value};
 
 use super::plan::RunPlan;
-use crate::graph::{Condition, EdgeIdx, Guard, NodeIdx, Target, truthy};
+use crate::graph::{Condition, EdgeIdx, ExprError, Guard, NodeIdx, Target, truthy};
 
 /// A question for a worker-hosted function, asked while routing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
@@ -17,6 +17,37 @@ pub enum Query {
     Router(NodeIdx),
     /// The `when: fn:NAME` of this edge.
     Edge(EdgeIdx),
+}
+
+/// Why a node's routing failed.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum RouteError {
+    /// `_next` names no node.
+    #[error("`_next` names unknown node '{0}'")]
+    UnknownNext(String),
+    /// `_next` from the main flow names a node of a map branch.
+    #[error("`_next` names node '{0}', which belongs to a map branch")]
+    NextIntoBranch(String),
+    /// The router expression failed.
+    #[error("router {0}")]
+    Router(ExprError),
+    /// An edge condition failed.
+    #[error("condition {0}")]
+    Condition(ExprError),
+    /// The router returned a key `map` does not have.
+    #[error("router returned key '{key}', which `map` does not have (keys: {})", known.join(", "))]
+    UnknownKey {
+        /// The key.
+        key: String,
+        /// The keys `map` has.
+        known: Vec<String>,
+    },
+    /// The router returned a list holding something other than strings.
+    #[error("router returned a list holding {0}; keys are strings")]
+    NotAKey(Value),
+    /// The router returned something that is neither a key nor a list.
+    #[error("router returned {0}; expected a key or a list of keys")]
+    NotKeys(Value),
 }
 
 /// How a node's outgoing edges resolve.
@@ -46,7 +77,7 @@ pub fn decide(
     state: &Map<String, Value>,
     scope: &Map<String, Value>,
     answers: &HashMap<Query, Value>,
-) -> Result<Decision, String> {
+) -> Result<Decision, RouteError> {
     if fell_back {
         return Ok(fallback_routes(plan, idx));
     }
@@ -77,9 +108,9 @@ pub fn decide(
                     false
                 }
             },
-            Guard::When(Condition::Named(_, expr) | Condition::Inline(expr)) => expr
-                .is_true(state, scope)
-                .map_err(|error| format!("condition {error}"))?,
+            Guard::When(Condition::Named(_, expr) | Condition::Inline(expr)) => {
+                expr.is_true(state, scope).map_err(RouteError::Condition)?
+            }
         };
         match (is_taken, edge.is_loop, edge.to) {
             (false, _, _) => {}
@@ -115,11 +146,11 @@ fn fallback_routes(plan: &RunPlan, idx: NodeIdx) -> Decision {
 }
 
 /// `_next: id` takes the declared edges to `id`, or jumps there.
-fn next_routes(plan: &RunPlan, idx: NodeIdx, id: &str) -> Result<Decision, String> {
+fn next_routes(plan: &RunPlan, idx: NodeIdx, id: &str) -> Result<Decision, RouteError> {
     let graph = plan.graph();
     let target = graph
         .node_index(id)
-        .ok_or_else(|| format!("`_next` names unknown node '{id}'"))?;
+        .ok_or_else(|| RouteError::UnknownNext(id.to_owned()))?;
     let (mut taken, mut loops) = (Vec::new(), Vec::new());
     for &e in graph.out_edges(idx) {
         let edge = &graph.edges[e];
@@ -151,7 +182,7 @@ fn router_choice(
     state: &Map<String, Value>,
     scope: &Map<String, Value>,
     answers: &HashMap<Query, Value>,
-) -> Result<RouterChoice, String> {
+) -> Result<RouterChoice, RouteError> {
     let Some(router) = &plan.graph().node(idx).router else {
         return Ok(RouterChoice::NoRouter);
     };
@@ -160,26 +191,25 @@ fn router_choice(
             Some(value) => value.clone(),
             None => return Ok(RouterChoice::Missing(Query::Router(idx))),
         },
-        Condition::Named(_, expr) | Condition::Inline(expr) => expr
-            .evaluate(state, scope)
-            .map_err(|error| format!("router {error}"))?,
+        Condition::Named(_, expr) | Condition::Inline(expr) => {
+            expr.evaluate(state, scope).map_err(RouteError::Router)?
+        }
     };
     let keys = router_keys(&value)?;
     if let Some(key) = keys
         .iter()
         .find(|key| !router.map.iter().any(|(k, _)| k == *key))
     {
-        let known: Vec<&str> = router.map.iter().map(|(k, _)| k.as_str()).collect();
-        return Err(format!(
-            "router returned key '{key}', which `map` does not have (keys: {})",
-            known.join(", ")
-        ));
+        return Err(RouteError::UnknownKey {
+            key: key.clone(),
+            known: router.map.iter().map(|(k, _)| k.clone()).collect(),
+        });
     }
     Ok(RouterChoice::Keys(keys))
 }
 
 /// A router's result: one key, or a list of keys (a fan-out).
-fn router_keys(value: &Value) -> Result<Vec<String>, String> {
+fn router_keys(value: &Value) -> Result<Vec<String>, RouteError> {
     match value {
         Value::String(key) => Ok(vec![key.clone()]),
         Value::Bool(b) => Ok(vec![b.to_string()]),
@@ -188,13 +218,9 @@ fn router_keys(value: &Value) -> Result<Vec<String>, String> {
             .iter()
             .map(|item| match item {
                 Value::String(key) => Ok(key.clone()),
-                other => Err(format!(
-                    "router returned a list holding {other}; keys are strings"
-                )),
+                other => Err(RouteError::NotAKey(other.clone())),
             })
             .collect(),
-        other => Err(format!(
-            "router returned {other}; expected a key or a list of keys"
-        )),
+        other => Err(RouteError::NotKeys(other.clone())),
     }
 }

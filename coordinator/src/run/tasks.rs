@@ -9,6 +9,7 @@ use super::machine::*;
 use super::map_run::{ItemStep, MapRun};
 use super::merge::changed_fields;
 use super::output::finish_output;
+use super::routing::RouteError;
 use crate::graph::NodeIdx;
 
 impl RunMachine {
@@ -89,8 +90,10 @@ impl RunMachine {
                     output,
                     true,
                 )
+                .map_err(|error| error.to_string())
                 .and_then(|(writes, next)| {
-                    self.check_next(next.as_deref())?;
+                    self.check_next(next.as_deref())
+                        .map_err(|error| error.to_string())?;
                     Ok((changed_fields(s0, writes), next))
                 })
             };
@@ -156,13 +159,13 @@ impl RunMachine {
     }
 
     /// Checks a main-flow `_next` target: it must name a main-flow node.
-    pub(super) fn check_next(&self, next: Option<&str>) -> Result<(), String> {
+    pub(super) fn check_next(&self, next: Option<&str>) -> Result<(), RouteError> {
         let Some(id) = next else { return Ok(()) };
         match self.graph().node_index(id) {
-            None => Err(format!("`_next` names unknown node '{id}'")),
-            Some(idx) if !self.plan.in_main_flow(idx) => Err(format!(
-                "`_next` names node '{id}', which belongs to a map branch"
-            )),
+            None => Err(RouteError::UnknownNext(id.to_owned())),
+            Some(idx) if !self.plan.in_main_flow(idx) => {
+                Err(RouteError::NextIntoBranch(id.to_owned()))
+            }
             Some(_) => Ok(()),
         }
     }

@@ -302,13 +302,13 @@ impl RunMachine {
         }
     }
 
-    pub(super) fn routing_error(&self, node: NodeIdx, message: String) -> RunError {
+    pub(super) fn routing_error(&self, node: NodeIdx, message: impl ToString) -> RunError {
         RunError::ExecutionError {
             node: self.graph().node(node).id.clone(),
             attempt: 1,
             worker: None,
             kind: FailureKind::RoutingError,
-            message,
+            message: message.to_string(),
         }
     }
 
