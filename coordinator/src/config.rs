@@ -295,4 +295,24 @@ mod tests {
         assert!(error.to_string().contains("listne"), "{error}");
         std::fs::remove_dir_all(dir).ok();
     }
+
+    #[test]
+    fn dispatch_limits_are_configurable_and_checked() {
+        let env = |key: &str| match key {
+            "WEFT_TASK_GRACE_MS" => Some("1500".to_owned()),
+            "WEFT_CALL_TIMEOUT_MS" => Some("2500".to_owned()),
+            "WEFT_MAX_TASK_LOSSES" => Some("2".to_owned()),
+            _ => None,
+        };
+        let config = CoordinatorConfig::load(None, env, &Overrides::default()).unwrap();
+        assert_eq!(config.task_grace, Duration::from_millis(1500));
+        assert_eq!(config.call_timeout, Duration::from_millis(2500));
+        assert_eq!(config.max_task_losses, 2);
+        let none = |key: &str| (key == "WEFT_MAX_TASK_LOSSES").then(|| "0".to_owned());
+        let error = CoordinatorConfig::load(None, none, &Overrides::default()).unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "config key 'max_task_losses': must be at least 1"
+        );
+    }
 }
