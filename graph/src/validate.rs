@@ -19,6 +19,7 @@ pub fn validate(graph: &Graph) -> Vec<Finding> {
     loop_edges(graph, &mut findings);
     kinds(graph, &mut findings);
     fan_out_targets(graph, &mut findings);
+    routed_edges(graph, &mut findings);
     for idx in 0..graph.nodes.len() {
         if matches!(graph.node(idx).kind, NodeKind::Map(_)) && !graph.node(idx).broken {
             map_branch(graph, idx, &mut findings);
@@ -187,6 +188,36 @@ fn fan_out_targets(graph: &Graph, findings: &mut Vec<Finding>) {
                     &[&target_node.id, &node.id],
                 ));
             }
+        }
+    }
+}
+
+/// A node with `routes` takes only the targets its router names (SPEC 3,
+/// priority 2 before 3): its plain and `when` edges would never be taken.
+fn routed_edges(graph: &Graph, findings: &mut Vec<Finding>) {
+    for (idx, node) in graph.nodes.iter().enumerate() {
+        if node.router.is_none() {
+            continue;
+        }
+        let ignored: Vec<&str> = graph
+            .out_edges(idx)
+            .iter()
+            .map(|&e| &graph.edges[e])
+            .filter(|e| matches!(e.guard, Guard::Always | Guard::When(_)))
+            .map(|e| match e.to {
+                Target::Node(to) => graph.node(to).id.as_str(),
+                Target::End => "END",
+            })
+            .collect();
+        if !ignored.is_empty() {
+            findings.push(Finding::warning(
+                format!(
+                    "node '{}' has `routes`, so its router alone chooses its targets; its other edges (to {}) are never taken: add their targets to `routes.map` or remove them",
+                    node.id,
+                    ignored.iter().map(|t| format!("'{t}'")).collect::<Vec<_>>().join(", ")
+                ),
+                &[node.id.as_str()],
+            ));
         }
     }
 }

@@ -70,9 +70,6 @@ impl RunMachine {
                 next: None,
             },
         );
-        if let Some(wave) = self.run.wave.as_mut() {
-            wave.answered();
-        }
         self.run.status = RunStatus::Running;
         self.maybe_finish_wave(fx);
         Ok(())

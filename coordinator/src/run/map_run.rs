@@ -20,6 +20,9 @@ use crate::graph::{
     json_type_name,
 };
 
+/// What `_next` says to end a path.
+const END: &str = "END";
+
 /// What the map wants next.
 #[derive(Debug)]
 pub enum ItemStep {
@@ -348,6 +351,10 @@ impl MapRun {
         let graph = plan.graph();
         let members = plan.branch_members(self.map);
         if let Some(id) = next {
+            // `_next: END` ends the item's chain, like an edge to END.
+            if id == END {
+                return Ok(None);
+            }
             let target = graph
                 .node_index(id)
                 .ok_or_else(|| format!("`_next` names unknown node '{id}'"))?;

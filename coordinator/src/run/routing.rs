@@ -19,6 +19,9 @@ pub enum Query {
     Edge(EdgeIdx),
 }
 
+/// What `_next` says to end a path, as an edge's `to: END` does.
+pub const END: &str = "END";
+
 /// Why a node's routing failed.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum RouteError {
@@ -86,18 +89,21 @@ pub fn decide(
     }
     let graph = plan.graph();
     let mut missing = Vec::new();
-    let keys = match router_choice(plan, idx, state, scope, answers)? {
-        RouterChoice::NoRouter => None,
-        RouterChoice::Keys(keys) => Some(keys),
+    // A router outranks plain and `when` edges (SPEC 3, priority 2 before
+    // 3): its keys alone choose the node's targets.
+    let (routed, keys) = match router_choice(plan, idx, state, scope, answers)? {
+        RouterChoice::NoRouter => (false, None),
+        RouterChoice::Keys(keys) => (true, Some(keys)),
         RouterChoice::Missing(query) => {
             missing.push(query);
-            None
+            (true, None)
         }
     };
     let (mut taken, mut loops) = (Vec::new(), Vec::new());
     for &e in graph.out_edges(idx) {
         let edge = &graph.edges[e];
         let is_taken = match &edge.guard {
+            Guard::Always | Guard::When(_) if routed => false,
             Guard::Always => true,
             Guard::Fallback => false,
             Guard::Route(key) => keys.as_ref().is_some_and(|keys| keys.contains(key)),
@@ -145,8 +151,16 @@ fn fallback_routes(plan: &RunPlan, idx: NodeIdx) -> Decision {
     }
 }
 
-/// `_next: id` takes the declared edges to `id`, or jumps there.
+/// `_next: id` takes the declared edges to `id`, or jumps there; `_next:
+/// END` ends the path (no edge is taken).
 fn next_routes(plan: &RunPlan, idx: NodeIdx, id: &str) -> Result<Decision, RouteError> {
+    if id == END {
+        return Ok(Decision::Resolved {
+            taken: Vec::new(),
+            loops: Vec::new(),
+            jump: None,
+        });
+    }
     let graph = plan.graph();
     let target = graph
         .node_index(id)

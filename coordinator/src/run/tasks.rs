@@ -161,6 +161,9 @@ impl RunMachine {
     /// Checks a main-flow `_next` target: it must name a main-flow node.
     pub(super) fn check_next(&self, next: Option<&str>) -> Result<(), RouteError> {
         let Some(id) = next else { return Ok(()) };
+        if id == super::routing::END {
+            return Ok(());
+        }
         match self.graph().node_index(id) {
             None => Err(RouteError::UnknownNext(id.to_owned())),
             Some(idx) if !self.plan.in_main_flow(idx) => {

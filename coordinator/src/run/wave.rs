@@ -59,7 +59,8 @@ pub(super) struct Wave {
     slots: Vec<Member>,
     /// The wave's phase.
     pub(super) phase: Phase,
-    announced_waiting: bool,
+    /// Members whose wait for a human has been announced.
+    announced: Vec<NodeIdx>,
 }
 
 impl Wave {
@@ -71,7 +72,7 @@ impl Wave {
             slots: members.iter().map(|_| Member::Running).collect(),
             members,
             phase: Phase::Running,
-            announced_waiting: false,
+            announced: Vec::new(),
         }
     }
 
@@ -124,15 +125,16 @@ impl Wave {
         self.slots.iter().any(|s| matches!(s, Member::Waiting))
     }
 
-    /// True the first time the wave pauses for humans since it started or
-    /// was last answered: the pause is announced once.
-    pub(super) fn announce_pause(&mut self) -> bool {
-        !std::mem::replace(&mut self.announced_waiting, true)
-    }
-
-    /// A human answered: a pause that follows is announced again.
-    pub(super) fn answered(&mut self) {
-        self.announced_waiting = false;
+    /// The waiting members not announced yet, now marked announced: each
+    /// wait is announced once, whatever is answered around it.
+    pub(super) fn announce_waiting(&mut self) -> Vec<NodeIdx> {
+        let fresh: Vec<NodeIdx> = self
+            .iter()
+            .filter(|(idx, slot)| matches!(slot, Member::Waiting) && !self.announced.contains(idx))
+            .map(|(idx, _)| idx)
+            .collect();
+        self.announced.extend(&fresh);
+        fresh
     }
 
     /// Points the wave's S0, and its maps', at the restored state.

@@ -170,15 +170,19 @@ impl RunMachine {
             return;
         }
         if wave.has_waiting() {
-            if wave.announce_pause() {
-                self.run.status = RunStatus::Waiting;
-                for (node, kind, prompt) in self.waiting() {
-                    fx.push(Effect::Emit(RunEvent::WaitingForInput {
-                        node,
-                        kind,
-                        prompt,
-                    }));
-                }
+            let fresh = wave.announce_waiting();
+            let s0 = wave.s0().clone();
+            let paused = self.run.status != RunStatus::Waiting;
+            self.run.status = RunStatus::Waiting;
+            for idx in &fresh {
+                let node = self.graph().node(*idx);
+                fx.push(Effect::Emit(RunEvent::WaitingForInput {
+                    node: node.id.clone(),
+                    kind: node.kind.name().to_owned(),
+                    prompt: self.prompt_of(*idx, &s0),
+                }));
+            }
+            if paused || !fresh.is_empty() {
                 fx.push(Effect::Checkpoint);
             }
             return;

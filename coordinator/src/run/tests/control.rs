@@ -429,3 +429,42 @@ nodes:
         bad.error_text()
     );
 }
+
+#[test]
+fn answering_one_of_two_waiting_nodes_does_not_announce_the_other_again() {
+    let yaml = r#"
+nodes:
+  legal:   { kind: approval, prompt: "Legal ok?", start: true, output_key: legal_ok }
+  brand:   { kind: approval, prompt: "Brand ok?", start: true, output_key: brand_ok }
+  publish: { kind: task, handler: publish, depends_on: [legal, brand] }
+"#;
+    let mut h = Harness::new(yaml, json!({}))
+        .on("publish", write("published", json!(true)))
+        .run();
+    let announced = |h: &Harness| {
+        h.events
+            .iter()
+            .filter(|e| matches!(e, RunEvent::WaitingForInput { .. }))
+            .count()
+    };
+    assert_eq!(h.status(), RunStatus::Waiting);
+    assert_eq!(announced(&h), 2, "each wait is announced once");
+    let approve = || HumanAnswer {
+        value: json!("approve"),
+        comment: None,
+    };
+    h.send(Input::Answered {
+        node: "legal".into(),
+        answer: approve(),
+    })
+    .unwrap();
+    assert_eq!(h.status(), RunStatus::Waiting, "brand still waits");
+    assert_eq!(announced(&h), 2, "brand's wait is not announced again");
+    h.send(Input::Answered {
+        node: "brand".into(),
+        answer: approve(),
+    })
+    .unwrap();
+    assert_eq!(h.status(), RunStatus::Completed);
+    assert_eq!(h.state()["published"], json!(true));
+}

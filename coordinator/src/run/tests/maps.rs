@@ -363,3 +363,37 @@ fn progress_events_count_items() {
         .collect();
     assert_eq!(progress, [(1, 2), (2, 2)]);
 }
+
+#[test]
+fn next_end_ends_an_items_chain() {
+    let yaml = r#"
+nodes:
+  fan:
+    kind: map
+    start: true
+    over: "{{ items }}"
+    as: item
+    branch: first
+    output_key: out
+    collect_into: results
+  first:  { kind: task, handler: first, next: second }
+  second: { kind: task, handler: second }
+"#;
+    let h = Harness::new(yaml, json!({"items": [1, 2, 3]}))
+        .on("first", |_, scope, _| {
+            let item = scope["item"].as_i64().unwrap();
+            // Odd items are done after the first step.
+            if item % 2 == 1 {
+                Ok(json!({"out": item, "_next": "END"}))
+            } else {
+                Ok(json!({}))
+            }
+        })
+        .on("second", |_, scope, _| {
+            Ok(json!({"out": scope["item"].as_i64().unwrap() * 100}))
+        })
+        .run();
+    assert_eq!(h.status(), RunStatus::Completed, "{}", h.error_text());
+    assert_eq!(h.state()["results"], json!([1, 200, 3]));
+    assert_eq!(h.runs_of("second"), 1);
+}

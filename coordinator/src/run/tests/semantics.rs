@@ -298,7 +298,7 @@ edges:
 "#;
 
 #[test]
-fn router_list_fans_out_and_when_edges_still_apply() {
+fn router_list_fans_out_and_outranks_plain_and_when_edges() {
     let h = Harness::new(ROUTED, json!({}))
         .on("triage", write("kinds", json!(["bug", "docs"])))
         .on("fix", write("fixed", json!(true)))
@@ -306,10 +306,9 @@ fn router_list_fans_out_and_when_edges_still_apply() {
         .on("other", noop())
         .run();
     assert_eq!(h.status(), RunStatus::Completed);
-    assert_eq!(
-        h.waves(),
-        [vec!["triage"], vec!["fix", "write_docs", "other"]]
-    );
+    // `other`'s edge says `when: "true"`, but the router decides alone.
+    assert_eq!(h.waves(), [vec!["triage"], vec!["fix", "write_docs"]]);
+    assert_eq!(h.skipped(), ["other"]);
 }
 
 #[test]
@@ -459,4 +458,23 @@ fn merging_a_wave_updates_the_state_in_place_without_copying_it() {
         assert_eq!(Arc::as_ptr(machine.state()), before, "the state was copied");
     }
     assert_eq!(machine.status(), RunStatus::Completed);
+}
+
+#[test]
+fn next_end_ends_that_path_and_the_run_completes() {
+    let yaml = r#"
+nodes:
+  gate:   { kind: task, handler: gate, start: true, next: work }
+  side:   { kind: task, handler: side, start: true, next: after }
+  work:   { kind: task, handler: work }
+  after:  { kind: task, handler: after }
+"#;
+    let h = Harness::new(yaml, json!({}))
+        .on("gate", |_, _, _| Ok(json!({"gated": true, "_next": "END"})))
+        .on("side", write("side", json!(1)))
+        .on("after", write("after", json!(2)))
+        .run();
+    assert_eq!(h.status(), RunStatus::Completed, "{}", h.error_text());
+    assert_eq!(h.state(), json!({"gated": true, "side": 1, "after": 2}));
+    assert_eq!(h.skipped(), ["work"]);
 }
