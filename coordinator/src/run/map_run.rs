@@ -16,8 +16,8 @@ use super::output::finish_output;
 use super::plan::RunPlan;
 use super::routing::{Decision, decide};
 use crate::graph::{
-    ConcurrencyLimit, ExprError, ListSource, NodeIdx, NodeKind, Strictness, TemplateContext,
-    json_type_name,
+    ConcurrencyLimit, ExprError, ListSource, NodeIdx, NodeKind, Strictness, Target,
+    TemplateContext, json_type_name,
 };
 
 /// What `_next` says to end a path.
@@ -285,21 +285,28 @@ impl MapRun {
         let output = match result {
             Ok(output) => output,
             Err(failure) => {
-                let fallback = plan
-                    .fallback_of(node)
-                    .filter(|&f| plan.branch_members(self.map)[f]);
+                // A fallback inside the branch continues the chain there;
+                // `fallback: END` ends the chain as if it had finished.
+                let fallback = plan.fallback_of(node).filter(|f| match f {
+                    Target::Node(f) => plan.branch_members(self.map)[*f],
+                    Target::End => true,
+                });
                 events.push(RunEvent::NodeFailed {
                     node: node_id.clone(),
                     item: Some(index),
                     error: failure.message.clone(),
-                    fallback: fallback.map(|f| graph.node(f).id.clone()),
+                    fallback: fallback.map(|f| match f {
+                        Target::Node(f) => graph.node(f).id.clone(),
+                        Target::End => END.to_owned(),
+                    }),
                 });
                 match fallback {
-                    Some(target) => {
+                    Some(Target::Node(target)) => {
                         run.at = target;
                         run.step += 1;
                         self.ready.push_back(index);
                     }
+                    Some(Target::End) => self.item_finished(index, &mut events),
                     None => self.fail_item(index, node_id, step, failure.message),
                 }
                 return events;

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use super::routing::Query;
 use crate::dispatch::binding::{NodeBinding, bind};
 use crate::graph::topology::{container_members, forward_order, main_flow};
-use crate::graph::{Condition, Graph, Guard, NodeIdx, NodeKind};
+use crate::graph::{Condition, Graph, Guard, NodeIdx, NodeKind, Target};
 
 /// A validated graph prepared for running.
 #[derive(Debug)]
@@ -17,7 +17,7 @@ pub struct RunPlan {
     flow: Vec<bool>,
     order: Vec<NodeIdx>,
     branches: HashMap<NodeIdx, Vec<bool>>,
-    fallback: Vec<Option<NodeIdx>>,
+    fallback: Vec<Option<Target>>,
     reads_state: Vec<bool>,
     bindings: Vec<Option<NodeBinding>>,
 }
@@ -48,7 +48,7 @@ impl RunPlan {
                     .iter()
                     .map(|&e| &graph.edges[e])
                     .find(|e| matches!(e.guard, Guard::Fallback))
-                    .and_then(|e| e.to.node())
+                    .map(|e| e.to)
             })
             .collect();
         let reads_state = (0..graph.nodes.len())
@@ -97,8 +97,8 @@ impl RunPlan {
         self.branches.get(&map).map_or(&[], Vec::as_slice)
     }
 
-    /// The node's `fallback:` target.
-    pub fn fallback_of(&self, idx: NodeIdx) -> Option<NodeIdx> {
+    /// The node's `fallback:` target (`END` ends that path as a success).
+    pub fn fallback_of(&self, idx: NodeIdx) -> Option<Target> {
         self.fallback[idx]
     }
 

@@ -10,7 +10,7 @@ use super::map_run::{ItemStep, MapRun};
 use super::merge::changed_fields;
 use super::output::finish_output;
 use super::routing::RouteError;
-use crate::graph::NodeIdx;
+use crate::graph::{NodeIdx, Target};
 
 impl RunMachine {
     // ----- tasks -------------------------------------------------------
@@ -230,13 +230,21 @@ impl RunMachine {
             node: id,
             item: None,
             error: error.to_string(),
-            fallback: fallback.map(|f| self.graph().node(f).id.clone()),
+            fallback: fallback.map(|f| self.target_name(f)),
         }));
         if fallback.is_some() {
             self.set_member(node, Member::FellBack);
         } else {
             self.run.nodes[node] = NodeStatus::Failed;
             self.fail_wave(error, fx);
+        }
+    }
+
+    /// A target as written in a graph: a node id or `END`.
+    pub(super) fn target_name(&self, target: Target) -> String {
+        match target {
+            Target::Node(idx) => self.graph().node(idx).id.clone(),
+            Target::End => super::routing::END.to_owned(),
         }
     }
 

@@ -468,3 +468,28 @@ nodes:
     assert_eq!(h.status(), RunStatus::Completed);
     assert_eq!(h.state()["published"], json!(true));
 }
+
+#[test]
+fn fallback_end_ends_that_path_as_a_success() {
+    let yaml = r#"
+nodes:
+  fetch:  { kind: task, handler: fetch, start: true, fallback: END, next: use_it }
+  use_it: { kind: task, handler: use_it }
+  side:   { kind: task, handler: side, start: true }
+"#;
+    let h = Harness::new(yaml, json!({}))
+        .on("fetch", |_, _, _| Err("the source is down".into()))
+        .on("side", write("side", json!(1)))
+        .run();
+    assert_eq!(h.status(), RunStatus::Completed, "{}", h.error_text());
+    assert_eq!(
+        h.state(),
+        json!({"side": 1}),
+        "the failed node wrote nothing"
+    );
+    assert_eq!(h.skipped(), ["use_it"]);
+    assert!(h.events.iter().any(|e| matches!(
+        e,
+        RunEvent::NodeFailed { node, fallback: Some(f), .. } if node == "fetch" && f == "END"
+    )));
+}
