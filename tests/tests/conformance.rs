@@ -1,0 +1,94 @@
+//! SPEC's semantics through `weft run` on the embedded cluster, one graph
+//! per rule, with script nodes run as real processes (issue #7).
+
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+
+use serde_json::{Value, json};
+use weft_tests::binary;
+
+/// Writes `yaml` to a fresh directory and runs it with `weft run --json`.
+fn run_graph(name: &str, yaml: &str) -> Output {
+    let dir: PathBuf =
+        std::env::temp_dir().join(format!("weft-conformance-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let file = dir.join("graph.yaml");
+    std::fs::write(&file, yaml).expect("graph written");
+    let out = Command::new(binary("weft"))
+        .args(["run", file.to_str().expect("utf-8 path"), "--json"])
+        .stdin(Stdio::null())
+        .env_remove("WEFT_COORDINATOR")
+        .output()
+        .expect("weft runs");
+    std::fs::remove_dir_all(&dir).ok();
+    out
+}
+
+/// The run's `--json` object, after checking it completed.
+fn completed(out: &Output) -> Value {
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "stdout: {stdout}\nstderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let result: Value = serde_json::from_str(&stdout).expect("one JSON object");
+    assert_eq!(result["status"], "completed", "{result}");
+    result
+}
+
+#[test]
+fn a_router_outranks_the_nodes_plain_edges() {
+    let out = run_graph(
+        "routes",
+        r#"
+nodes:
+  triage:
+    kind: script
+    run: [sh, -c, 'echo "{\"kind\": \"bug\"}"']
+    start: true
+    next: audit
+    routes:
+      router: state.kind
+      map: { bug: fix, docs: END }
+  fix:   { kind: script, run: [sh, -c, 'echo "{\"fixed\": true}"'] }
+  audit: { kind: script, run: [sh, -c, 'echo "{\"audited\": true}"'] }
+"#,
+    );
+    let result = completed(&out);
+    assert_eq!(result["state"]["fixed"], json!(true));
+    assert!(
+        result["state"].get("audited").is_none(),
+        "the plain edge to audit is not taken: {result}"
+    );
+}
+
+#[test]
+fn fallback_end_ends_the_path_as_a_success() {
+    let out = run_graph(
+        "fallback-end",
+        r#"
+nodes:
+  fetch:  { kind: script, run: [sh, -c, 'echo down >&2; exit 1'], start: true, fallback: END, next: use_it }
+  use_it: { kind: script, run: [sh, -c, 'echo "{\"used\": true}"'] }
+  side:   { kind: script, run: [sh, -c, 'echo "{\"side\": 1}"'], start: true }
+"#,
+    );
+    let result = completed(&out);
+    assert_eq!(result["state"], json!({"side": 1}), "{result}");
+}
+
+#[test]
+fn next_end_from_a_script_ends_its_path() {
+    let out = run_graph(
+        "next-end",
+        r#"
+nodes:
+  gate:  { kind: script, run: [sh, -c, 'echo "{\"gated\": true, \"_next\": \"END\"}"'], start: true, next: after }
+  after: { kind: script, run: [sh, -c, 'echo "{\"after\": true}"'] }
+"#,
+    );
+    let result = completed(&out);
+    assert_eq!(result["state"], json!({"gated": true}), "{result}");
+}
