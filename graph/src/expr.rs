@@ -121,13 +121,15 @@ impl CelExpr {
                 column: first.map_or(1, |e| usize::try_from(e.pos.1 + 1).unwrap_or(1)),
             }
         })?;
-        let references = program.references();
-        let mut unknown: Vec<&str> = references
-            .variables()
-            .into_iter()
+        // Macros (`exists`, `all`, `exists_one`, `map`, `filter`) bind their
+        // own variables: only the free ones must be `state` or `scope`.
+        let mut free = std::collections::BTreeSet::new();
+        free_variables(program.expression(), &mut Vec::new(), &mut free);
+        let unknown: Vec<&str> = free
+            .iter()
+            .map(String::as_str)
             .filter(|name| !CEL_VARIABLES.contains(name))
             .collect();
-        unknown.sort_unstable();
         if let Some(name) = unknown.first() {
             return Err(ExprError::UnknownVariable {
                 expr: source.to_owned(),
@@ -156,8 +158,10 @@ impl CelExpr {
             detail: format!("{what}: {error}"),
         };
         let mut context = cel::Context::default();
-        let state = cel::to_value(state).map_err(|e| not_json("cannot read the state", &e))?;
-        let scope = cel::to_value(scope).map_err(|e| not_json("cannot read the scope", &e))?;
+        let state = cel::to_value(IntsFirst::object(state))
+            .map_err(|e| not_json("cannot read the state", &e))?;
+        let scope = cel::to_value(IntsFirst::object(scope))
+            .map_err(|e| not_json("cannot read the scope", &e))?;
         context.add_variable_from_value("state", state);
         context.add_variable_from_value("scope", scope);
         let value = self
@@ -179,6 +183,98 @@ impl CelExpr {
         scope: &Map<String, Value>,
     ) -> Result<bool, ExprError> {
         self.evaluate(state, scope).map(|value| truthy(&value))
+    }
+}
+
+/// A JSON value as CEL should see it: a whole number that fits is an `int`
+/// (serde would hand a positive one over as a `uint`, and CEL does not mix
+/// the two: `state.count * 2` would fail).
+struct IntsFirst<'a>(&'a Value);
+
+impl<'a> IntsFirst<'a> {
+    fn object(map: &'a Map<String, Value>) -> IntsFirstMap<'a> {
+        IntsFirstMap(map)
+    }
+}
+
+struct IntsFirstMap<'a>(&'a Map<String, Value>);
+
+impl serde::Serialize for IntsFirstMap<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_map(self.0.iter().map(|(k, v)| (k, IntsFirst(v))))
+    }
+}
+
+impl serde::Serialize for IntsFirst<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self.0 {
+            Value::Number(n) => match (n.as_i64(), n.as_u64()) {
+                (Some(i), _) => serializer.serialize_i64(i),
+                (None, Some(u)) => serializer.serialize_u64(u),
+                _ => serializer.serialize_f64(n.as_f64().unwrap_or(f64::NAN)),
+            },
+            Value::Array(items) => serializer.collect_seq(items.iter().map(IntsFirst)),
+            Value::Object(map) => IntsFirstMap(map).serialize(serializer),
+            other => other.serialize(serializer),
+        }
+    }
+}
+
+/// Collects the variables `expr` reads that no enclosing comprehension
+/// (a macro's bound variable or accumulator) binds.
+fn free_variables(
+    expr: &cel::IdedExpr,
+    bound: &mut Vec<String>,
+    free: &mut std::collections::BTreeSet<String>,
+) {
+    use cel::common::ast::{EntryExpr, Expr};
+    let mut walk = |e: &cel::IdedExpr, bound: &mut Vec<String>| free_variables(e, bound, free);
+    match &expr.expr {
+        Expr::Unspecified | Expr::Literal(_) => {}
+        Expr::Ident(name) => {
+            if !name.starts_with('@') && !bound.contains(name) {
+                free.insert(name.clone());
+            }
+        }
+        Expr::Call(call) => {
+            if let Some(target) = &call.target {
+                walk(target, bound);
+            }
+            for arg in &call.args {
+                walk(arg, bound);
+            }
+        }
+        Expr::Select(select) => walk(&select.operand, bound),
+        Expr::List(list) => {
+            for element in &list.elements {
+                walk(element, bound);
+            }
+        }
+        Expr::Map(cel::common::ast::MapExpr { entries })
+        | Expr::Struct(cel::common::ast::StructExpr { entries, .. }) => {
+            for entry in entries {
+                match &entry.expr {
+                    EntryExpr::StructField(field) => walk(&field.value, bound),
+                    EntryExpr::MapEntry(pair) => {
+                        walk(&pair.key, bound);
+                        walk(&pair.value, bound);
+                    }
+                }
+            }
+        }
+        Expr::Comprehension(comprehension) => {
+            // The range and the accumulator's start see the outer scope.
+            walk(&comprehension.iter_range, bound);
+            walk(&comprehension.accu_init, bound);
+            let depth = bound.len();
+            bound.push(comprehension.iter_var.clone());
+            bound.extend(comprehension.iter_var2.clone());
+            bound.push(comprehension.accu_var.clone());
+            walk(&comprehension.loop_cond, bound);
+            walk(&comprehension.loop_step, bound);
+            walk(&comprehension.result, bound);
+            bound.truncate(depth);
+        }
     }
 }
 
@@ -505,5 +601,33 @@ mod tests {
         assert!(truthy(&json!(2)));
         assert!(!truthy(&json!("")));
         assert!(truthy(&json!([1])));
+    }
+
+    #[test]
+    fn cel_macros_bind_their_own_variables() {
+        let state = json!({"scores": [0.9, 0.3], "items": [1, 2, 3]});
+        let state = state.as_object().unwrap();
+        let scope = json!({"limit": 2});
+        let scope = scope.as_object().unwrap();
+        let cases = [
+            ("state.scores.exists(s, s < 0.5)", json!(true)),
+            ("state.scores.all(s, s < 0.5)", json!(false)),
+            ("state.items.exists_one(i, i == 2)", json!(true)),
+            ("state.items.map(i, i * 2)", json!([2, 4, 6])),
+            ("state.items.filter(i, i > scope.limit)", json!([3])),
+            (
+                "state.items.all(i, state.scores.exists(s, s < i))",
+                json!(true),
+            ),
+        ];
+        for (source, expected) in cases {
+            let expr = CelExpr::compile(source).unwrap_or_else(|e| panic!("{source}: {e}"));
+            assert_eq!(expr.evaluate(state, scope).unwrap(), expected, "{source}");
+        }
+        // A macro's variable is bound inside the macro only.
+        let error = CelExpr::compile("state.items.exists(i, i > 1) && i > 0")
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("unknown variable 'i'"), "{error}");
     }
 }
