@@ -73,6 +73,14 @@ pub enum ExprError {
         /// What the parser said.
         detail: String,
     },
+    /// A template reads a name nothing defines.
+    #[error("undefined name `{name}` in template `{template}`")]
+    UndefinedName {
+        /// The template.
+        template: String,
+        /// The name.
+        name: String,
+    },
     /// A template's value has no JSON form.
     #[error("template `{template}` produced a value with no JSON form: {detail}")]
     TemplateNotJson {
@@ -354,14 +362,13 @@ impl Template {
             Some(expression) => {
                 let compiled = env
                     .compile_expression(expression)
-                    .map_err(|error| self.failure(&error))?;
-                let value = compiled.eval(ctx).map_err(|error| self.failure(&error))?;
+                    .map_err(|error| self.failure(&error, context, Some(expression)))?;
+                let value = compiled
+                    .eval(ctx)
+                    .map_err(|error| self.failure(&error, context, Some(expression)))?;
                 if value.is_undefined() {
                     if strictness == Strictness::Strict {
-                        return Err(ExprError::TemplateFailed {
-                            template: self.source.clone(),
-                            detail: "undefined value".into(),
-                        });
+                        return Err(self.undefined(context, expression));
                     }
                     return Ok(Value::String(String::new()));
                 }
@@ -373,7 +380,10 @@ impl Template {
             None => env
                 .render_str(&self.source, ctx)
                 .map(Value::String)
-                .map_err(|error| self.failure(&error)),
+                .map_err(|error| {
+                    let span = error.range().and_then(|r| self.source.get(r));
+                    self.failure(&error, context, span)
+                }),
         }
     }
 
@@ -389,10 +399,46 @@ impl Template {
         })
     }
 
-    fn failure(&self, error: &minijinja::Error) -> ExprError {
+    /// A render error; an undefined value is reported by the name that
+    /// is missing when `expression` (the failing part) starts with one.
+    fn failure(
+        &self,
+        error: &minijinja::Error,
+        context: &TemplateContext,
+        expression: Option<&str>,
+    ) -> ExprError {
+        if error.kind() == minijinja::ErrorKind::UndefinedError
+            && let Some(expression) = expression
+        {
+            return self.undefined(context, expression);
+        }
         ExprError::TemplateFailed {
             template: self.source.clone(),
             detail: describe(error),
+        }
+    }
+
+    /// The error for an undefined value in `expression`: its root name when
+    /// the context lacks it, else the expression itself.
+    fn undefined(&self, context: &TemplateContext, expression: &str) -> ExprError {
+        let expression = expression
+            .trim()
+            .trim_start_matches("{{")
+            .trim_end_matches("}}")
+            .trim();
+        let root: String = expression
+            .chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '_')
+            .collect();
+        if !root.is_empty() && !context.defines(&root) {
+            return ExprError::UndefinedName {
+                template: self.source.clone(),
+                name: root,
+            };
+        }
+        ExprError::TemplateFailed {
+            template: self.source.clone(),
+            detail: format!("`{expression}` is undefined"),
         }
     }
 }
@@ -410,6 +456,15 @@ pub struct TemplateContext<'a> {
 }
 
 impl TemplateContext<'_> {
+    /// Whether a template can see `name`.
+    fn defines(&self, name: &str) -> bool {
+        let in_map = |map: Option<&Map<String, Value>>| map.is_some_and(|m| m.contains_key(name));
+        in_map(self.state)
+            || in_map(self.scope)
+            || (name == "state" && self.state.is_some())
+            || (name == "output" && self.output.is_some())
+    }
+
     fn to_minijinja(&self) -> minijinja::Value {
         let mut names: BTreeMap<&str, minijinja::Value> = BTreeMap::new();
         if let Some(state) = self.state {
@@ -550,8 +605,19 @@ mod tests {
             .render(&ctx, Strictness::Strict)
             .unwrap_err()
             .to_string();
-        assert!(error.contains("Hello {{ nobody }}"), "{error}");
-        assert!(error.contains("undefined"), "{error}");
+        assert_eq!(
+            error,
+            "undefined name `nobody` in template `Hello {{ nobody }}`"
+        );
+        let whole = Template::parse("{{ subjects }}").unwrap();
+        let error = whole
+            .evaluate(&ctx, Strictness::Strict)
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            error,
+            "undefined name `subjects` in template `{{ subjects }}`"
+        );
     }
 
     #[test]

@@ -92,3 +92,48 @@ nodes:
     let result = completed(&out);
     assert_eq!(result["state"], json!({"gated": true}), "{result}");
 }
+
+#[test]
+fn cel_macros_work_in_conditions() {
+    let out = run_graph(
+        "cel-macros",
+        r#"
+nodes:
+  score: { kind: script, run: [sh, -c, 'echo "{\"scores\": [0.9, 0.3]}"'], start: true }
+  redo:  { kind: script, run: [sh, -c, 'echo "{\"redone\": true}"'] }
+  ship:  { kind: script, run: [sh, -c, 'echo "{\"shipped\": true}"'] }
+edges:
+  - { from: score, to: redo, when: "state.scores.exists(s, s < 0.5)" }
+  - { from: score, to: ship, when: "state.scores.all(s, s >= 0.5)" }
+"#,
+    );
+    let result = completed(&out);
+    assert_eq!(result["state"]["redone"], json!(true), "{result}");
+    assert!(result["state"].get("shipped").is_none(), "{result}");
+}
+
+#[test]
+fn an_undefined_template_name_is_named() {
+    let out = run_graph(
+        "undefined-name",
+        r#"
+nodes:
+  fan:
+    kind: map
+    start: true
+    over: "{{ subjects }}"
+    as: subject
+    branch: look
+    output_key: found
+    collect_into: results
+  look: { kind: script, run: [sh, -c, 'echo "{\"found\": 1}"'] }
+"#,
+    );
+    assert_eq!(out.status.code(), Some(1), "the run fails");
+    let result: Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    let message = result["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("undefined name `subjects` in template `{{ subjects }}`"),
+        "{result}"
+    );
+}
