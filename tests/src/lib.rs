@@ -43,20 +43,12 @@ fn bin_dir() -> &'static Path {
             .iter()
             .any(|b| !dir.join(b).exists());
         if missing {
+            // The whole workspace with every target, as the test build has
+            // it: the same features, so this links binaries rather than
+            // rebuilding dependencies with another feature set.
             let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
             let status = Command::new(cargo)
-                .args([
-                    "build",
-                    "--bins",
-                    "-p",
-                    "weft-coordinator",
-                    "-p",
-                    "weft-worker",
-                    "-p",
-                    "weft-client",
-                    "-p",
-                    "weft-tests",
-                ])
+                .args(["build", "--workspace", "--all-targets"])
                 .status()
                 .expect("cargo runs");
             assert!(
