@@ -17,7 +17,7 @@ pub const KINDS: [&str; 11] = [
 ];
 
 /// Fields every kind takes.
-const COMMON_FIELDS: [&str; 15] = [
+const COMMON_FIELDS: [&str; 14] = [
     "id",
     "kind",
     "description",
@@ -32,14 +32,13 @@ const COMMON_FIELDS: [&str; 15] = [
     "timeout",
     "state_updates",
     "output_schema",
-    "teammates",
 ];
 
 /// Fields a kind takes beyond the common ones.
 fn kind_fields(kind: &str) -> &'static [&'static str] {
     match kind {
-        "task" => &["handler"],
-        "script" => &["run", "script", "args", "env"],
+        "task" => &["handler", "teammates"],
+        "script" => &["run", "script", "args", "env", "teammates"],
         "llm" => &[
             "model",
             "system",
@@ -55,6 +54,7 @@ fn kind_fields(kind: &str) -> &'static [&'static str] {
             "max_turns",
             "provider",
             "model",
+            "teammates",
         ],
         "approval" => &["prompt", "output_key"],
         "input" => &["prompt", "output_key", "schema"],
@@ -398,6 +398,21 @@ mod tests {
         assert_eq!(
             RawDuration::Seconds(2.0).to_duration().unwrap().as_secs(),
             2
+        );
+    }
+
+    #[test]
+    fn teammates_belongs_to_agent_task_and_script_nodes() {
+        for kind in ["task", "script", "agent"] {
+            let fields = kind_fields(kind);
+            assert!(fields.contains(&"teammates"), "{kind}");
+        }
+        let (_, errors) = read(json!({"kind": "approval", "teammates": true}));
+        assert!(
+            errors.iter().any(|e| e.contains(
+                "unknown field 'teammates' for kind 'approval' (it belongs to kind task, script, agent)"
+            )),
+            "{errors:?}"
         );
     }
 }

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use serde_json::{Map, Value};
 
 use super::plan::RunPlan;
-use crate::graph::{Condition, EdgeIdx, ExprError, Guard, NodeIdx, Target, truthy};
+use crate::graph::{Condition, EdgeIdx, ExprError, Guard, NodeIdx, NodeKind, Target, truthy};
 
 /// A question for a worker-hosted function, asked while routing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
@@ -44,6 +44,21 @@ pub enum RouteError {
         key: String,
         /// The keys `map` has.
         known: Vec<String>,
+    },
+    /// The router fanned out to an `approval` or `input` node, which must
+    /// come after a join, never beside other branches.
+    #[error(
+        "{kind} node '{target}' is a fan-out target of '{node}' (its router returned {keys}); put approval and input nodes after the join"
+    )]
+    HumanFanOut {
+        /// `approval` or `input`.
+        kind: &'static str,
+        /// The human node.
+        target: String,
+        /// The routed node.
+        node: String,
+        /// The keys the router returned.
+        keys: String,
     },
     /// The router returned a list holding something other than strings.
     #[error("router returned a list holding {0}; keys are strings")]
@@ -219,7 +234,39 @@ fn router_choice(
             known: router.map.iter().map(|(k, _)| k.clone()).collect(),
         });
     }
+    if keys.len() > 1 {
+        check_human_fan_out(plan, idx, &router.map, &keys)?;
+    }
     Ok(RouterChoice::Keys(keys))
+}
+
+/// A router's fan-out may not include `approval` or `input` nodes, as a
+/// static fan-out may not (validation rejects that one).
+fn check_human_fan_out(
+    plan: &RunPlan,
+    idx: NodeIdx,
+    map: &[(String, Target)],
+    keys: &[String],
+) -> Result<(), RouteError> {
+    let graph = plan.graph();
+    for key in keys {
+        let Some((_, Target::Node(target))) = map.iter().find(|(k, _)| k == key) else {
+            continue;
+        };
+        let target = graph.node(*target);
+        if matches!(
+            target.kind,
+            NodeKind::Approval { .. } | NodeKind::Input { .. }
+        ) {
+            return Err(RouteError::HumanFanOut {
+                kind: target.kind.name(),
+                target: target.id.clone(),
+                node: graph.node(idx).id.clone(),
+                keys: format!("[{}]", keys.join(", ")),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// A router's result: one key, or a list of keys (a fan-out).

@@ -478,3 +478,35 @@ nodes:
     assert_eq!(h.state(), json!({"gated": true, "side": 1, "after": 2}));
     assert_eq!(h.skipped(), ["work"]);
 }
+
+#[test]
+fn a_router_fanning_out_to_an_approval_fails_the_node() {
+    let yaml = r#"
+nodes:
+  triage:
+    kind: task
+    handler: triage
+    start: true
+    routes:
+      router: "state.kinds"
+      map: { bug: fix, review: check }
+  fix:   { kind: task, handler: fix }
+  check: { kind: approval, prompt: "Ok?" }
+"#;
+    let h = Harness::new(yaml, json!({}))
+        .on("triage", write("kinds", json!(["bug", "review"])))
+        .run();
+    assert_eq!(h.status(), RunStatus::Failed);
+    assert!(
+        h.error_text().contains(
+            "approval node 'check' is a fan-out target of 'triage' (its router returned [bug, review]); put approval and input nodes after the join"
+        ),
+        "{}",
+        h.error_text()
+    );
+    // One key alone may lead to the approval.
+    let h = Harness::new(yaml, json!({}))
+        .on("triage", write("kinds", json!("review")))
+        .run();
+    assert_eq!(h.status(), RunStatus::Waiting);
+}
