@@ -324,6 +324,13 @@ impl Builder<'_> {
                 }
             };
             let owner = format!("edge {} → {}", raw.from, raw.to);
+            if raw.to == START || raw.from == END {
+                self.error(
+                    format!("{owner}: START can only be a source and END only a target"),
+                    &[],
+                );
+                continue;
+            }
             let from = if raw.from == START {
                 Endpoint::Start
             } else if let Some(&idx) = self.index.get(&raw.from) {
@@ -346,18 +353,14 @@ impl Builder<'_> {
                 );
                 continue;
             };
-            if raw.to == START || raw.from == END {
-                self.error(
-                    format!("{owner}: START can only be a source and END only a target"),
-                    &[],
-                );
-                continue;
-            }
             let guard = match &raw.when {
                 None => Guard::Always,
                 Some(text) => match self.condition(&owner, text) {
                     Some(condition) => Guard::When(condition),
-                    None => continue,
+                    // Reported already, and the graph will not run; the
+                    // edge still counts for reachability, so its target is
+                    // not also reported unreachable.
+                    None => Guard::Always,
                 },
             };
             let is_loop = raw.is_loop.unwrap_or(false);

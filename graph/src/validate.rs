@@ -94,6 +94,25 @@ fn cycles(graph: &Graph, findings: &mut Vec<Finding>) {
         let names: Vec<&str> = cycle.iter().map(|&i| graph.node(i).id.as_str()).collect();
         let back_from = names[names.len() - 2];
         let back_to = names[names.len() - 1];
+        // Inside a map branch, loop edges are not allowed: the advice that
+        // works there is a script's `_next`.
+        let branch_of = (0..graph.nodes.len()).find(|&m| {
+            matches!(graph.node(m).kind, NodeKind::Map(_))
+                && cycle
+                    .iter()
+                    .all(|i| container_members(graph, m).contains(i))
+        });
+        if let Some(map) = branch_of {
+            findings.push(Finding::error(
+                format!(
+                    "cycle through forward edges inside map '{}''s branch: {}; a branch chain repeats only through a script's `_next` (e.g. {back_from} returns `_next: {back_to}`), so remove the edge {back_from} → {back_to}",
+                    graph.node(map).id,
+                    names.join(" → ")
+                ),
+                &names[..names.len() - 1],
+            ));
+            continue;
+        }
         findings.push(Finding::error(
             format!(
                 "cycle through forward edges: {}; mark the back-edge `loop: true` (e.g. {back_from} → {back_to})",

@@ -81,3 +81,79 @@ fn json_graphs_load_like_yaml() {
     assert!(graph.is_start(0));
     assert!(graph.is_end(1));
 }
+
+#[test]
+fn a_broken_edge_condition_does_not_cascade_into_unreachable_nodes() {
+    let yaml = r#"
+nodes:
+  a: { kind: task, handler: a, start: true }
+  b: { kind: task, handler: b }
+edges:
+  - { from: a, to: b, when: "state.x >" }
+"#;
+    let findings = match graph::load_str(yaml, graph::Format::Yaml, "cascade") {
+        Err(GraphError::Invalid(findings)) => findings,
+        other => panic!("should be invalid, got {other:?}"),
+    };
+    let shown: Vec<String> = findings.iter().map(ToString::to_string).collect();
+    assert_eq!(shown.len(), 1, "one finding, no cascade: {shown:?}");
+    assert!(shown[0].contains("does not parse"), "{shown:?}");
+}
+
+#[test]
+fn start_and_end_in_the_wrong_place_get_their_own_message() {
+    let yaml = r#"
+nodes:
+  a: { kind: task, handler: a, start: true }
+edges:
+  - { from: a, to: START }
+  - { from: END, to: a }
+"#;
+    let findings = match graph::load_str(yaml, graph::Format::Yaml, "ends") {
+        Err(GraphError::Invalid(findings)) => findings,
+        other => panic!("should be invalid, got {other:?}"),
+    };
+    let shown: Vec<String> = findings.iter().map(ToString::to_string).collect();
+    assert_eq!(
+        shown,
+        [
+            "error: edge a → START: START can only be a source and END only a target",
+            "error: edge END → a: START can only be a source and END only a target",
+        ]
+    );
+}
+
+#[test]
+fn a_cycle_inside_a_map_branch_gets_advice_that_works() {
+    let yaml = r#"
+nodes:
+  fan:
+    kind: map
+    start: true
+    over: "{{ items }}"
+    as: item
+    branch: draft
+    output_key: out
+    collect_into: results
+  draft: { kind: script, run: [draft], next: check }
+  check: { kind: script, run: [check], next: draft }
+"#;
+    let findings = match graph::load_str(yaml, graph::Format::Yaml, "branch-cycle") {
+        Err(GraphError::Invalid(findings)) => findings,
+        other => panic!("should be invalid, got {other:?}"),
+    };
+    let shown: Vec<String> = findings.iter().map(ToString::to_string).collect();
+    assert!(
+        shown
+            .iter()
+            .any(|f| f.contains("inside map 'fan''s branch")
+                && f.contains("through a script's `_next`")),
+        "{shown:?}"
+    );
+    assert!(
+        !shown
+            .iter()
+            .any(|f| f.contains("mark the back-edge `loop: true`")),
+        "{shown:?}"
+    );
+}
