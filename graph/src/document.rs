@@ -30,6 +30,85 @@ impl Format {
     }
 }
 
+/// Parses the text into a JSON value; a syntax error carries line and
+/// column. A node id given twice in the map form of `nodes:` is not a syntax
+/// error: it is reported as a finding naming both lines (the first
+/// definition is kept), so every other finding is reported too.
+pub fn parse_text_with_duplicates(
+    text: &str,
+    format: Format,
+) -> Result<(Value, Vec<Finding>), Finding> {
+    let strict = parse_text(text, format);
+    let Err(syntax) = strict else {
+        return strict.map(|value| (value, Vec::new()));
+    };
+    if format != Format::Yaml {
+        return Err(syntax);
+    }
+    let duplicates = duplicate_node_ids(text);
+    if duplicates.is_empty() {
+        return Err(syntax);
+    }
+    let mut options = yaml_options();
+    options.duplicate_keys = serde_saphyr::DuplicateKeyPolicy::FirstWins;
+    // Only the node ids were repeated if the text reads with them removed;
+    // any other repeated key stays a syntax error.
+    let lenient =
+        serde_saphyr::from_str_with_options::<Value>(text, options).map_err(|_| syntax.clone())?;
+    if parse_text(&without_duplicate_nodes(text, &duplicates), format).is_err() {
+        return Err(syntax);
+    }
+    let findings = duplicates
+        .into_iter()
+        .map(|(id, first, again)| {
+            Finding::error(
+                format!("duplicate node id '{id}' (lines {first} and {again})"),
+                &[id.as_str()],
+            )
+        })
+        .collect();
+    Ok((lenient, findings))
+}
+
+/// Each node id defined more than once in the map form of `nodes:`, with
+/// the line of its first definition and of the next one.
+fn duplicate_node_ids(text: &str) -> Vec<(String, u32, u32)> {
+    let mut first: HashMap<String, u32> = HashMap::new();
+    let mut duplicates = Vec::new();
+    for (id, line) in node_line_entries(text) {
+        match first.get(&id) {
+            Some(&line_one)
+                if !duplicates
+                    .iter()
+                    .any(|(d, _, _): &(String, u32, u32)| *d == id) =>
+            {
+                duplicates.push((id, line_one, line));
+            }
+            Some(_) => {}
+            None => {
+                first.insert(id, line);
+            }
+        }
+    }
+    duplicates
+}
+
+/// The text with the repeated node definitions' key lines renamed, to check
+/// that nothing else in the file is repeated.
+fn without_duplicate_nodes(text: &str, duplicates: &[(String, u32, u32)]) -> String {
+    text.lines()
+        .enumerate()
+        .map(|(i, line)| {
+            let number = i as u32 + 1;
+            match duplicates.iter().find(|(_, _, again)| *again == number) {
+                Some((id, _, _)) => line.replacen(id.as_str(), &format!("{id}__again{number}"), 1),
+                None => line.to_owned(),
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 /// Parses the text into a JSON value; a syntax error carries line and column.
 pub fn parse_text(text: &str, format: Format) -> Result<Value, Finding> {
     match format {
@@ -49,7 +128,7 @@ pub fn parse_text(text: &str, format: Format) -> Result<Value, Finding> {
                     .location()
                     .map(|loc| format!(" at line {}, column {}", loc.line(), loc.column()))
                     .unwrap_or_default();
-                let message = first_line(&error.to_string());
+                let message = yaml_message(&error.to_string());
                 Finding::error(format!("YAML syntax error{position}: {message}"), &[])
             })
         }
@@ -69,19 +148,32 @@ pub fn node_lines(text: &str, format: Format) -> HashMap<String, u32> {
     if format != Format::Yaml {
         return HashMap::new();
     }
+    let mut lines = HashMap::new();
+    for (id, line) in node_line_entries(text) {
+        lines.entry(id).or_insert(line);
+    }
+    lines
+}
+
+/// Every node definition's id and line, in file order, repeats included.
+fn node_line_entries(text: &str) -> Vec<(String, u32)> {
     #[derive(Deserialize)]
     struct Top {
         #[serde(default)]
         nodes: Option<NodeLines>,
     }
-    match serde_saphyr::from_str_with_options::<Top>(text, yaml_options()) {
+    let mut options = yaml_options();
+    // Repeated keys reach the visitor, which keeps them all.
+    options.duplicate_keys = serde_saphyr::DuplicateKeyPolicy::PassThrough;
+    match serde_saphyr::from_str_with_options::<Top>(text, options) {
         Ok(Top { nodes: Some(lines) }) => lines.0,
-        _ => HashMap::new(),
+        _ => Vec::new(),
     }
 }
 
-/// Node id → line, read from either the map form or the list form of `nodes:`.
-struct NodeLines(HashMap<String, u32>);
+/// Node ids and lines, read from either the map form or the list form of
+/// `nodes:`.
+struct NodeLines(Vec<(String, u32)>);
 
 impl<'de> Deserialize<'de> for NodeLines {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
@@ -105,25 +197,37 @@ impl<'de> Visitor<'de> for NodeLinesVisitor {
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<NodeLines, A::Error> {
-        let mut lines = HashMap::new();
+        let mut lines = Vec::new();
         while let Some(key) = map.next_key::<serde_saphyr::Spanned<String>>()? {
             map.next_value::<IgnoredAny>()?;
-            lines
-                .entry(key.value)
-                .or_insert(key.referenced.line() as u32);
+            lines.push((key.value, key.referenced.line() as u32));
         }
         Ok(NodeLines(lines))
     }
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<NodeLines, A::Error> {
-        let mut lines = HashMap::new();
+        let mut lines = Vec::new();
         while let Some(item) = seq.next_element::<serde_saphyr::Spanned<IdOnly>>()? {
             if let Some(id) = item.value.id {
-                lines.entry(id).or_insert(item.referenced.line() as u32);
+                lines.push((id, item.referenced.line() as u32));
             }
         }
         Ok(NodeLines(lines))
     }
+}
+
+/// The parser's message without its own position prefix, and a repeated
+/// key said plainly (the parser's text names its own option).
+fn yaml_message(text: &str) -> String {
+    let line = first_line(text);
+    if let Some(key) = line
+        .split("duplicate mapping key: ")
+        .nth(1)
+        .map(|rest| rest.split(',').next().unwrap_or(rest).trim())
+    {
+        return format!("the key '{key}' is given twice in the same map");
+    }
+    line
 }
 
 fn first_line(text: &str) -> String {
@@ -191,11 +295,31 @@ mod tests {
     fn yaml_duplicate_key_is_an_error() {
         let finding =
             parse_text("nodes:\n  a: {kind: end}\n  a: {kind: end}\n", Format::Yaml).unwrap_err();
-        assert!(finding.message.contains("line 3"), "{}", finding.message);
+        assert_eq!(
+            finding.message,
+            "YAML syntax error at line 3, column 3: the key 'a' is given twice in the same map"
+        );
+        // Repeated node ids are recovered from, and reported with both lines.
+        let (value, findings) = parse_text_with_duplicates(
+            "nodes:\n  a: {kind: end}\n  a: {kind: task}\n",
+            Format::Yaml,
+        )
+        .unwrap();
+        assert_eq!(
+            value["nodes"]["a"]["kind"], "end",
+            "the first definition is kept"
+        );
+        assert_eq!(findings[0].message, "duplicate node id 'a' (lines 2 and 3)");
+        // Any other repeated key stays a syntax error.
+        let error = parse_text_with_duplicates(
+            "nodes:\n  a: {kind: end, kind: task}\n  a: {kind: end}\n",
+            Format::Yaml,
+        )
+        .unwrap_err();
         assert!(
-            finding.message.to_lowercase().contains("duplicate"),
+            error.message.contains("the key 'kind' is given twice"),
             "{}",
-            finding.message
+            error.message
         );
     }
 

@@ -35,14 +35,19 @@ pub use schema::{Schema, SchemaError};
 /// there are errors) and every finding, errors and warnings alike.
 pub fn parse_graph(text: &str, format: Format, fallback_name: &str) -> (Graph, Vec<Finding>) {
     let mut findings = Vec::new();
-    let document = match document::parse_text(text, format) {
-        Ok(document) => document,
+    let mut duplicates = Vec::new();
+    let document = match document::parse_text_with_duplicates(text, format) {
+        Ok((document, repeated)) => {
+            duplicates = repeated;
+            document
+        }
         Err(finding) => {
             findings.push(finding);
             serde_json::Value::Null
         }
     };
     let syntax_failed = !findings.is_empty();
+    findings.extend(duplicates);
     let graph = load::build(&document, text, format, fallback_name, &mut findings);
     if syntax_failed {
         // The empty-document finding adds nothing to a syntax error.
