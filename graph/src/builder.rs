@@ -363,6 +363,15 @@ impl Builder<'_> {
                     None => Guard::Always,
                 },
             };
+            if from == Endpoint::Start && matches!(guard, Guard::When(Condition::Hosted(_))) {
+                self.error(
+                    format!(
+                        "{owner}: a START edge's `when` is checked on the input before anything runs; write it in CEL, not as fn:NAME"
+                    ),
+                    &[],
+                );
+                continue;
+            }
             let is_loop = raw.is_loop.unwrap_or(false);
             if is_loop && from == Endpoint::Start {
                 self.error(

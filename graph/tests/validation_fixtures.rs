@@ -157,3 +157,24 @@ nodes:
         "{shown:?}"
     );
 }
+
+#[test]
+fn a_hosted_condition_on_a_start_edge_is_refused() {
+    let yaml = r#"
+nodes:
+  a: { kind: task, handler: a }
+edges:
+  - { from: START, to: a, when: "fn:ready" }
+"#;
+    let findings = match graph::load_str(yaml, graph::Format::Yaml, "start-fn") {
+        Err(GraphError::Invalid(findings)) => findings,
+        other => panic!("should be invalid, got {other:?}"),
+    };
+    let shown: Vec<String> = findings.iter().map(ToString::to_string).collect();
+    assert!(
+        shown
+            .iter()
+            .any(|f| f.contains("a START edge's `when` is checked on the input")),
+        "{shown:?}"
+    );
+}

@@ -9,13 +9,24 @@ use weft_tests::binary;
 
 /// Writes `yaml` to a fresh directory and runs it with `weft run --json`.
 fn run_graph(name: &str, yaml: &str) -> Output {
+    run_graph_with(name, yaml, "{}")
+}
+
+/// As [`run_graph`], with `input` as the run's input.
+fn run_graph_with(name: &str, yaml: &str, input: &str) -> Output {
     let dir: PathBuf =
         std::env::temp_dir().join(format!("weft-conformance-{name}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
     let file = dir.join("graph.yaml");
     std::fs::write(&file, yaml).expect("graph written");
     let out = Command::new(binary("weft"))
-        .args(["run", file.to_str().expect("utf-8 path"), "--json"])
+        .args([
+            "run",
+            file.to_str().expect("utf-8 path"),
+            "--json",
+            "--input",
+            input,
+        ])
         .stdin(Stdio::null())
         .env_remove("WEFT_COORDINATOR")
         .output()
@@ -134,6 +145,30 @@ nodes:
     let message = result["error"]["message"].as_str().unwrap_or_default();
     assert!(
         message.contains("undefined name `subjects` in template `{{ subjects }}`"),
+        "{result}"
+    );
+}
+
+#[test]
+fn when_on_a_start_edge_reads_the_input() {
+    let yaml = r#"
+nodes:
+  quick:    { kind: script, run: [sh, -c, 'echo "{\"quick\": true}"'] }
+  thorough: { kind: script, run: [sh, -c, 'echo "{\"thorough\": true}"'] }
+edges:
+  - { from: START, to: quick, when: "state.mode == 'quick'" }
+  - { from: START, to: thorough, when: "state.mode != 'quick'" }
+"#;
+    let result = completed(&run_graph_with("start-when", yaml, r#"{"mode": "quick"}"#));
+    assert_eq!(
+        result["state"],
+        json!({"mode": "quick", "quick": true}),
+        "{result}"
+    );
+    let result = completed(&run_graph_with("start-when-2", yaml, r#"{"mode": "deep"}"#));
+    assert_eq!(
+        result["state"],
+        json!({"mode": "deep", "thorough": true}),
         "{result}"
     );
 }

@@ -19,7 +19,7 @@ use super::output::initial_state;
 use super::plan::RunPlan;
 pub(super) use super::task_table::{TaskRef, TaskTable};
 pub(super) use super::wave::{Member, Phase, Wave};
-use crate::graph::{Graph, NodeIdx};
+use crate::graph::{Condition, Graph, Guard, NodeIdx};
 
 /// Where a node stands in the current iteration of the run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -73,6 +73,38 @@ pub struct Progress {
     pub(super) failed_wave: Vec<NodeIdx>,
 }
 
+/// Every edge's first status: START edges resolve on the input state (a
+/// `when` on one is evaluated there), all others wait for their source.
+fn start_edges(graph: &Graph, state: &Map<String, Value>) -> Result<Vec<EdgeStatus>, RunError> {
+    let empty = Map::new();
+    graph
+        .edges
+        .iter()
+        .map(|edge| {
+            if edge.from != crate::graph::Endpoint::Start {
+                return Ok(EdgeStatus::Unresolved);
+            }
+            let taken = match &edge.guard {
+                Guard::When(Condition::Inline(expr) | Condition::Named(_, expr)) => expr
+                    .is_true(state, &empty)
+                    .map_err(|error| RunError::InvalidInput {
+                        message: format!(
+                            "the condition on START → {} cannot be evaluated on the input: {error}",
+                            edge.to.node().map_or("END", |n| graph.node(n).id.as_str())
+                        ),
+                    })?,
+                // Validation refuses `fn:` conditions on START edges.
+                _ => true,
+            };
+            Ok(if taken {
+                EdgeStatus::Taken
+            } else {
+                EdgeStatus::NotTaken
+            })
+        })
+        .collect()
+}
+
 /// A [`Progress`] that does not fit the graph it was restored with.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("the stored run does not fit its graph: {0}")]
@@ -86,13 +118,17 @@ impl RunMachine {
         let state = initial_state(graph, input).map_err(|error| RunError::InvalidInput {
             message: error.to_string(),
         })?;
-        let edges = graph
+        let edges = start_edges(graph, &state)?;
+        // A start node runs first unless every START edge into it was not
+        // taken (its `when` was false on the input).
+        let forced = graph
             .edges
             .iter()
-            .map(|edge| match edge.from {
-                crate::graph::Endpoint::Start => EdgeStatus::Taken,
-                crate::graph::Endpoint::Node(_) => EdgeStatus::Unresolved,
+            .zip(&edges)
+            .filter(|(edge, status)| {
+                edge.from == crate::graph::Endpoint::Start && **status == EdgeStatus::Taken
             })
+            .filter_map(|(edge, _)| edge.to.node())
             .collect();
         let run = Progress {
             state: Arc::new(state),
@@ -101,7 +137,7 @@ impl RunMachine {
             steps: 0,
             nodes: vec![NodeStatus::Pending; graph.nodes.len()],
             edges,
-            forced: graph.start_nodes().into_iter().collect(),
+            forced,
             wave: None,
             tasks: TaskTable::default(),
             next_call: 1,

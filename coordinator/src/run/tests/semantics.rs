@@ -510,3 +510,31 @@ nodes:
         .run();
     assert_eq!(h.status(), RunStatus::Waiting);
 }
+
+#[test]
+fn when_on_start_edges_is_evaluated_on_the_input() {
+    let yaml = r#"
+nodes:
+  quick:    { kind: task, handler: quick }
+  thorough: { kind: task, handler: thorough }
+  report:   { kind: task, handler: report, depends_on: [quick, thorough] }
+edges:
+  - { from: START, to: quick, when: "state.mode == 'quick'" }
+  - { from: START, to: thorough, when: "state.mode != 'quick'" }
+"#;
+    let h = Harness::new(yaml, json!({"mode": "quick"}))
+        .on("quick", write("quick", json!(true)))
+        .on("report", write("reported", json!(true)))
+        .run();
+    assert_eq!(h.status(), RunStatus::Completed, "{}", h.error_text());
+    assert_eq!(h.skipped(), ["thorough"]);
+    assert_eq!(h.waves(), [vec!["quick"], vec!["report"]]);
+    // A condition that cannot be evaluated on the input refuses the run.
+    let error = RunMachine::new(plan(yaml), obj(json!({}))).unwrap_err();
+    assert!(
+        error
+            .to_string()
+            .contains("the condition on START → quick cannot be evaluated on the input"),
+        "{error}"
+    );
+}
