@@ -9,8 +9,10 @@
 //! kills the whole process group) fails the attempt with the exit status
 //! and the last 2 KiB of stderr.
 
+use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use nix::sys::signal::{Signal, killpg};
@@ -21,6 +23,9 @@ use tokio::process::Command;
 
 use crate::blobs::BlobCache;
 use crate::task::{Failure, FailureKind, Task};
+
+/// The worker's variables a script inherits; nothing else leaks through.
+const INHERITED_ENV: [&str; 4] = ["PATH", "HOME", "LANG", "TMPDIR"];
 
 /// How much of stderr an error keeps.
 const STDERR_TAIL: usize = 2048;
@@ -97,12 +102,16 @@ impl ScriptRunner {
         // (finished, timed out, or cancelled by dropping this future).
         let _group = GroupGuard(child.id().map(|id| Pid::from_raw(id as i32)));
         let request = stdin_request(task, &state_json);
-        let Ok(finished) = tokio::time::timeout(task.timeout, collect(&mut child, request)).await
-        else {
+        // Shared with the reader, so a script that times out still leaves
+        // the end of its stderr as evidence.
+        let stderr = Arc::new(Mutex::new(Vec::new()));
+        let collected = collect(&mut child, request, stderr.clone());
+        let Ok(finished) = tokio::time::timeout(task.timeout, collected).await else {
+            let tail = stderr.lock().map(|t| stderr_tail(&t)).unwrap_or_default();
             return Err(Failure::new(
                 FailureKind::Timeout,
                 format!(
-                    "script timed out after {} and was killed",
+                    "script timed out after {} and was killed; stderr: {tail}",
                     human(task.timeout)
                 ),
             ));
@@ -121,6 +130,14 @@ impl ScriptRunner {
         state_path: &Path,
     ) -> Command {
         let mut command = Command::new(program);
+        // A script sees SPEC 4.1's variables, a few the system needs, and
+        // its node's `env:`, never the rest of the worker's environment.
+        command.env_clear();
+        for name in INHERITED_ENV {
+            if let Some(value) = std::env::var_os(name) {
+                command.env(name, value);
+            }
+        }
         command
             .args(&config.argv[1..])
             .current_dir(dir)
@@ -168,8 +185,13 @@ struct Finished {
     stderr_tail: Vec<u8>,
 }
 
-/// Feeds the request and reads both outputs until the script exits.
-async fn collect(child: &mut tokio::process::Child, request: String) -> Finished {
+/// Feeds the request and reads both outputs until the script exits; the
+/// tail of stderr accumulates in `stderr_tail` as it arrives.
+async fn collect(
+    child: &mut tokio::process::Child,
+    request: String,
+    stderr_tail: Arc<Mutex<Vec<u8>>>,
+) -> Finished {
     let mut child_stdin = child.stdin.take().expect("stdin is piped");
     let mut stdout = child.stdout.take().expect("stdout is piped");
     let mut stderr = child.stderr.take().expect("stderr is piped");
@@ -185,18 +207,21 @@ async fn collect(child: &mut tokio::process::Child, request: String) -> Finished
         buffer
     };
     let read_err = async move {
-        let mut tail: Vec<u8> = Vec::new();
         let mut chunk = [0u8; 8192];
         while let Ok(n) = stderr.read(&mut chunk).await {
             if n == 0 {
                 break;
             }
+            let Ok(mut tail) = stderr_tail.lock() else {
+                break;
+            };
             tail.extend_from_slice(&chunk[..n]);
             if tail.len() > STDERR_TAIL * 2 {
-                tail.drain(..tail.len() - STDERR_TAIL);
+                let excess = tail.len() - STDERR_TAIL;
+                tail.drain(..excess);
             }
         }
-        tail
+        stderr_tail.lock().map(|t| t.clone()).unwrap_or_default()
     };
     let (_, stdout, stderr_tail, status) = tokio::join!(feed, read_out, read_err, child.wait());
     Finished {
@@ -213,12 +238,14 @@ fn judge(finished: Finished) -> Result<Value, Failure> {
         .map_err(|e| io_failure("cannot wait for the script", e))?;
     let tail = stderr_tail(&finished.stderr_tail);
     if !status.success() {
-        let code = status
-            .code()
-            .map_or_else(|| "a signal".to_owned(), |c| format!("status {c}"));
+        let how = match (status.code(), status.signal()) {
+            (Some(code), _) => format!("exited with status {code}"),
+            (None, Some(signal)) => format!("was killed by signal {}", signal_name(signal)),
+            (None, None) => "ended abnormally".to_owned(),
+        };
         return Err(Failure::new(
             FailureKind::ScriptFailed,
-            format!("script exited with {code}; stderr: {tail}"),
+            format!("script {how}; stderr: {tail}"),
         ));
     }
     if finished.stdout.len() > MAX_STDOUT {
@@ -351,6 +378,14 @@ fn stderr_tail(bytes: &[u8]) -> String {
     }
 }
 
+/// `SIGKILL (9)` for 9.
+fn signal_name(number: i32) -> String {
+    match Signal::try_from(number) {
+        Ok(signal) => format!("{} ({number})", signal.as_str()),
+        Err(_) => number.to_string(),
+    }
+}
+
 fn io_failure(what: &str, error: std::io::Error) -> Failure {
     Failure::new(FailureKind::WorkerError, format!("{what}: {error}"))
 }
@@ -433,28 +468,41 @@ mod tests {
         false
     }
 
-    #[tokio::test]
-    async fn a_cancelled_scripts_scratch_directory_is_removed() {
-        let root = std::env::temp_dir().join(format!("weft-scratch-test-{}", std::process::id()));
+    /// A runner whose files live under a fresh directory (no coordinator:
+    /// these tasks bundle no files).
+    fn runner(name: &str) -> (ScriptRunner, PathBuf) {
+        let root = std::env::temp_dir().join(format!("weft-{name}-{}", std::process::id()));
         let channel = tonic::transport::Endpoint::from_static("http://127.0.0.1:9").connect_lazy();
         let blobs = BlobCache::new(
             root.join("files"),
             weft_proto::v1::worker_service_client::WorkerServiceClient::new(channel),
         );
-        let runner = ScriptRunner::new(root.join("scratch"), blobs, Vec::new());
-        let task = Task {
+        (
+            ScriptRunner::new(root.join("scratch"), blobs, Vec::new()),
+            root,
+        )
+    }
+
+    fn script(argv: &[&str], timeout: Duration) -> Task {
+        Task {
             run_id: "run".into(),
             key: 1,
             node: "nap".into(),
             attempt: 1,
             kind: "script".into(),
-            config_json: r#"{"argv": ["sleep", "30"]}"#.into(),
+            config_json: json!({ "argv": argv }).to_string(),
             state: Vec::new(),
             scope_json: "{}".into(),
             item: None,
-            timeout: Duration::from_secs(60),
+            timeout,
             bundle: Vec::new(),
-        };
+        }
+    }
+
+    #[tokio::test]
+    async fn a_cancelled_scripts_scratch_directory_is_removed() {
+        let (runner, root) = runner("scratch-test");
+        let task = script(&["sleep", "30"], Duration::from_secs(60));
         let attempt = tokio::spawn(async move { runner.run(&task).await });
         let scratch = root.join("scratch").join("run-1-1");
         assert!(eventually(|| scratch.join(".weft-state.json").exists()).await);
@@ -462,6 +510,51 @@ mod tests {
         assert!(
             eventually(|| !scratch.exists()).await,
             "the scratch directory outlived its cancelled attempt"
+        );
+        std::fs::remove_dir_all(root).ok();
+    }
+
+    #[tokio::test]
+    async fn a_timed_out_script_keeps_its_stderr_and_a_killed_one_names_the_signal() {
+        let (runner, root) = runner("evidence-test");
+        let slow = script(
+            &["sh", "-c", "echo 'stuck on the network' >&2; sleep 30"],
+            Duration::from_millis(300),
+        );
+        let error = runner.run(&slow).await.unwrap_err();
+        assert_eq!(error.kind, FailureKind::Timeout);
+        assert!(
+            error.message.contains("stuck on the network"),
+            "{}",
+            error.message
+        );
+        let killed = script(&["sh", "-c", "kill -9 $$"], Duration::from_secs(10));
+        let error = runner.run(&killed).await.unwrap_err();
+        assert!(
+            error.message.contains("was killed by signal SIGKILL (9)"),
+            "{}",
+            error.message
+        );
+        std::fs::remove_dir_all(root).ok();
+    }
+
+    #[tokio::test]
+    async fn a_script_does_not_see_the_workers_environment() {
+        // Cargo and nextest set CARGO_MANIFEST_DIR for this test process.
+        assert!(std::env::var_os("CARGO_MANIFEST_DIR").is_some());
+        let (runner, root) = runner("env-test");
+        let probe = script(
+            &[
+                "sh",
+                "-c",
+                r#"echo "{\"leaked\": \"${CARGO_MANIFEST_DIR:-none}\", \"node\": \"$WEFT_NODE\", \"path\": \"${PATH:+set}\"}""#,
+            ],
+            Duration::from_secs(10),
+        );
+        let output = runner.run(&probe).await.unwrap();
+        assert_eq!(
+            output,
+            json!({"leaked": "none", "node": "nap", "path": "set"})
         );
         std::fs::remove_dir_all(root).ok();
     }
