@@ -172,3 +172,25 @@ edges:
         "{result}"
     );
 }
+
+#[test]
+fn a_router_error_takes_the_nodes_fallback() {
+    let out = run_graph(
+        "router-fallback",
+        r#"
+nodes:
+  triage:
+    kind: script
+    run: [sh, -c, 'echo "{\"kind\": \"feature\"}"']
+    start: true
+    fallback: rescue
+    routes:
+      router: state.kind
+      map: { bug: fix }
+  fix:    { kind: script, run: [sh, -c, 'echo "{\"fixed\": true}"'] }
+  rescue: { kind: script, run: [sh, -c, 'echo "{\"rescued\": true}"'] }
+"#,
+    );
+    let result = completed(&out);
+    assert_eq!(result["state"], json!({"rescued": true}), "{result}");
+}

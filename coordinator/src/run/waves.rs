@@ -284,7 +284,7 @@ impl RunMachine {
                     Err(message) => {
                         let node = self.plan.query_owner(query);
                         let error = self.routing_error(node, message);
-                        self.fail_wave(error, fx);
+                        self.routing_failed(node, error, fx);
                         return;
                     }
                 }
@@ -336,7 +336,7 @@ impl RunMachine {
         let view = view.or_else(|| self.merged_view_if_read(wave, &overlay));
         let decisions = match self.decide_routes(wave, view.as_deref(), &answers) {
             Routes::Decided(decisions) => decisions,
-            Routes::Failed(error) => return self.fail_wave(error, fx),
+            Routes::Failed(idx, error) => return self.routing_failed(idx, error, fx),
             Routes::NeedCalls(queries) => {
                 let view = view.expect("hosted conditions read the merged state");
                 return self.ask_hosted(queries, overlay, view, changed, answers, fx);
@@ -377,7 +377,7 @@ impl RunMachine {
             match decide(&self.plan, idx, next, fell_back, merged, &empty, answers) {
                 Ok(Decision::NeedsCalls(queries)) => missing.extend(queries),
                 Ok(decision) => decisions.push((idx, decision)),
-                Err(message) => return Routes::Failed(self.routing_error(idx, message)),
+                Err(message) => return Routes::Failed(idx, self.routing_error(idx, message)),
             }
         }
         if missing.is_empty() {
@@ -418,6 +418,20 @@ impl RunMachine {
                 answers,
             };
         }
+    }
+
+    /// A member's routing failed: the node failed. With a `fallback` it
+    /// counts as done with no writes, so the wave merges again without it
+    /// and routes again; without one the wave fails.
+    fn routing_failed(&mut self, idx: NodeIdx, error: RunError, fx: &mut Vec<Effect>) {
+        if self.plan.fallback_of(idx).is_none() {
+            return self.fail_wave(error, fx);
+        }
+        if let Some(wave) = self.run.wave.as_mut() {
+            wave.phase = Phase::Running;
+        }
+        self.member_failed_with(idx, error, fx);
+        self.merge(fx);
     }
 
     /// The wave's writes become the state; returns the finished wave.
@@ -540,6 +554,6 @@ enum Routes {
     Decided(Vec<(NodeIdx, Decision)>),
     /// Worker-hosted functions must answer first.
     NeedCalls(Vec<Query>),
-    /// A member's routing failed; the wave fails.
-    Failed(RunError),
+    /// A member's routing failed.
+    Failed(NodeIdx, RunError),
 }

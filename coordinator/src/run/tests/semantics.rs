@@ -538,3 +538,38 @@ edges:
         "{error}"
     );
 }
+
+#[test]
+fn a_router_error_with_a_fallback_takes_the_fallback_and_drops_the_nodes_writes() {
+    let yaml = r#"
+nodes:
+  triage:
+    kind: task
+    handler: triage
+    start: true
+    fallback: rescue
+    routes:
+      router: "state.kind"
+      map: { bug: fix }
+  side:   { kind: task, handler: side, start: true }
+  fix:    { kind: task, handler: fix }
+  rescue: { kind: task, handler: rescue }
+"#;
+    let h = Harness::new(yaml, json!({}))
+        .on("triage", write("kind", json!("feature")))
+        .on("side", write("side", json!(1)))
+        .on("rescue", write("rescued", json!(true)))
+        .run();
+    assert_eq!(h.status(), RunStatus::Completed, "{}", h.error_text());
+    assert_eq!(
+        h.state(),
+        json!({"side": 1, "rescued": true}),
+        "the failed router's node wrote nothing; its wave-mate's write stands"
+    );
+    assert_eq!(h.runs_of("fix"), 0);
+    assert!(h.events.iter().any(|e| matches!(
+        e,
+        RunEvent::NodeFailed { node, fallback: Some(f), error, .. }
+            if node == "triage" && f == "rescue" && error.contains("router returned key 'feature'")
+    )));
+}
