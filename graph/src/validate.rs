@@ -6,7 +6,7 @@
 
 use super::finding::Finding;
 use super::topology::{container_members, forward_order, forward_region, main_flow};
-use super::{Endpoint, Graph, Guard, MapConfig, NodeIdx, NodeKind, Target};
+use super::{Condition, Endpoint, Graph, Guard, MapConfig, NodeIdx, NodeKind, Target};
 
 /// Kinds a map's branch subgraph may hold (seed 003, plus Weft's `task`).
 const BRANCH_KINDS: [&str; 5] = ["task", "script", "llm", "agent", "rag"];
@@ -323,9 +323,34 @@ fn branch_member_kind(
     }
 }
 
-/// A branch is a chain: no fan-out, no loop edges.
+/// A branch is a chain: no fan-out, no loop edges, and no worker-hosted
+/// routing (an item's chain is routed on the coordinator as it goes).
 fn branch_member_edges(graph: &Graph, map_id: &str, member: NodeIdx, findings: &mut Vec<Finding>) {
     let id = graph.node(member).id.as_str();
+    let hosted_router = graph
+        .node(member)
+        .router
+        .as_ref()
+        .and_then(|r| match &r.expr {
+            Condition::Hosted(name) => Some(name.as_str()),
+            _ => None,
+        });
+    let hosted_conditions =
+        graph
+            .out_edges(member)
+            .iter()
+            .filter_map(|&e| match &graph.edges[e].guard {
+                Guard::When(Condition::Hosted(name)) => Some(name.as_str()),
+                _ => None,
+            });
+    for name in hosted_router.into_iter().chain(hosted_conditions) {
+        findings.push(Finding::error(
+            format!(
+                "map node '{map_id}': branch node '{id}' routes with fn:{name}; worker-hosted conditions and routers are not supported inside a map branch: use a CEL condition, or return `_next` from a script"
+            ),
+            &[map_id, id],
+        ));
+    }
     let next_targets: Vec<&str> = graph
         .out_edges(member)
         .iter()
