@@ -438,9 +438,20 @@ fn strict_state(graph: &Graph, findings: &mut Vec<Finding>) {
         };
         match &node.kind {
             NodeKind::Map(map) => writes.push(map.collect_into.clone()),
-            NodeKind::Approval { output_key, .. } | NodeKind::Input { output_key, .. } => {
+            NodeKind::Approval { output_key, .. } => {
                 writes.push(output_key.clone());
+                let comment = format!("{output_key}_comment");
+                if graph.field(&comment).is_none() {
+                    findings.push(Finding::warning(
+                        format!(
+                            "approval node '{}': a comment given with the answer is written to '{comment}', which `state:` does not declare (settings.strict_state is on); declare it as a string, or answers with a comment will be refused",
+                            node.id
+                        ),
+                        &[&node.id],
+                    ));
+                }
             }
+            NodeKind::Input { output_key, .. } => writes.push(output_key.clone()),
             _ => {}
         }
         for field in writes {
