@@ -8,7 +8,7 @@ use super::events::*;
 use super::machine::*;
 use super::map_run::{ItemStep, MapRun};
 use super::merge::changed_fields;
-use super::output::finish_output;
+use super::output::{check_writes, finish_output};
 use super::routing::RouteError;
 use crate::graph::{NodeIdx, Target};
 
@@ -287,6 +287,18 @@ impl RunMachine {
                 } => self.launch(node, 1, Some(item), state, scope, fx),
                 ItemStep::Idle => return,
                 ItemStep::Finished(changes) => {
+                    // `collect_into` is a write like any other: declared
+                    // types and strict state apply.
+                    let graph = plan.graph();
+                    if let Err(error) = check_writes(graph, &changes, graph.settings.strict_state) {
+                        let failure = TaskFailure {
+                            kind: FailureKind::InvalidOutput,
+                            message: error.to_string(),
+                            worker: None,
+                        };
+                        self.member_failed(map, 1, failure, fx);
+                        return;
+                    }
                     let id = plan.graph().node(map).id.clone();
                     fx.push(Effect::Emit(RunEvent::NodeFinished {
                         node: id,

@@ -397,3 +397,31 @@ nodes:
     assert_eq!(h.state()["results"], json!([1, 200, 3]));
     assert_eq!(h.runs_of("second"), 1);
 }
+
+#[test]
+fn collect_into_is_checked_against_its_declared_type() {
+    let yaml = r#"
+state:
+  results: { type: string }
+nodes:
+  fan:
+    kind: map
+    start: true
+    over: "{{ items }}"
+    as: item
+    branch: double
+    output_key: doubled
+    collect_into: results
+  double: { kind: task, handler: double }
+"#;
+    let h = Harness::new(yaml, json!({"items": [1, 2]}))
+        .on("double", double())
+        .run();
+    assert_eq!(h.status(), RunStatus::Failed);
+    assert!(
+        h.error_text()
+            .contains("wrote field 'results' as array, but it is declared string"),
+        "{}",
+        h.error_text()
+    );
+}
