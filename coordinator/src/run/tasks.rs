@@ -69,50 +69,58 @@ impl RunMachine {
         fx: &mut Vec<Effect>,
     ) {
         // Unknown keys are late or duplicate results: ignored.
-        let Some(TaskRef { node, spec, .. }) = self.run.tasks.take(key) else {
+        let Some(task) = self.run.tasks.take(key) else {
             return;
         };
-        // Dropping the task's state here matters: the merge updates the
-        // run's state in place only when nothing else holds it.
-        let (attempt, item) = spec.release();
-        if let Some(item) = item {
+        if task.spec.item.is_some() {
+            let TaskRef { node, spec, .. } = task;
+            let (_, item) = spec.release();
+            let item = item.expect("checked above");
             self.item_step_done(node, item, Ok(output), fx);
-        } else {
-            let plan = self.plan.clone();
-            let result = {
-                let empty = Map::new();
-                let s0 = self.run.wave.as_ref().map_or(&empty, |w| &**w.s0());
-                finish_output(
-                    plan.graph(),
-                    plan.graph().node(node),
-                    || s0.clone(),
-                    &empty,
-                    output,
-                    true,
-                )
-                .map_err(|error| error.to_string())
-                .and_then(|(writes, next)| {
-                    self.check_next(next.as_deref())
-                        .map_err(|error| error.to_string())?;
-                    Ok((changed_fields(s0, writes), next))
-                })
-            };
-            match result {
-                Ok((changes, next)) => {
-                    fx.push(Effect::Emit(RunEvent::NodeFinished {
-                        node: plan.graph().node(node).id.clone(),
-                        item: None,
-                    }));
-                    self.set_member(node, Member::Succeeded { changes, next });
-                }
-                Err(message) => {
-                    let failure = TaskFailure {
-                        kind: FailureKind::InvalidOutput,
-                        message,
-                        worker: None,
-                    };
-                    self.member_failed(node, attempt, failure, fx);
-                }
+            self.pump(fx);
+            self.maybe_finish_wave(fx);
+            return;
+        }
+        let node = task.node;
+        let plan = self.plan.clone();
+        let result = {
+            let empty = Map::new();
+            let s0 = self.run.wave.as_ref().map_or(&empty, |w| &**w.s0());
+            finish_output(
+                plan.graph(),
+                plan.graph().node(node),
+                || s0.clone(),
+                &empty,
+                output,
+                true,
+            )
+            .map_err(|error| error.to_string())
+            .and_then(|(writes, next)| {
+                self.check_next(next.as_deref())
+                    .map_err(|error| error.to_string())?;
+                Ok((changed_fields(s0, writes), next))
+            })
+        };
+        match result {
+            Ok((changes, next)) => {
+                // Dropping the task's state here matters: the merge updates
+                // the run's state in place only when nothing else holds it.
+                drop(task);
+                fx.push(Effect::Emit(RunEvent::NodeFinished {
+                    node: plan.graph().node(node).id.clone(),
+                    item: None,
+                }));
+                self.set_member(node, Member::Succeeded { changes, next });
+            }
+            // What the coordinator finds wrong with a result is a failed
+            // attempt like any other: the retry policy, then the fallback.
+            Err(message) => {
+                let failure = TaskFailure {
+                    kind: FailureKind::InvalidOutput,
+                    message,
+                    worker: None,
+                };
+                self.attempt_failed(task, failure, fx);
             }
         }
         self.pump(fx);
@@ -123,6 +131,14 @@ impl RunMachine {
         let Some(task) = self.run.tasks.take(key) else {
             return;
         };
+        self.attempt_failed(task, failure, fx);
+        self.pump(fx);
+        self.maybe_finish_wave(fx);
+    }
+
+    /// An attempt failed: retry it per the node's policy, or give up (the
+    /// node's fallback, or the item's or wave's failure).
+    fn attempt_failed(&mut self, task: TaskRef, failure: TaskFailure, fx: &mut Vec<Effect>) {
         let plan = self.plan.clone();
         let node = plan.graph().node(task.node);
         if task.spec.attempt < node.retry.max_attempts {
@@ -154,8 +170,6 @@ impl RunMachine {
                 None => self.member_failed(node, attempt, failure, fx),
             }
         }
-        self.pump(fx);
-        self.maybe_finish_wave(fx);
     }
 
     /// Checks a main-flow `_next` target: it must name a main-flow node.

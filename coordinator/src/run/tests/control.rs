@@ -493,3 +493,43 @@ nodes:
         RunEvent::NodeFailed { node, fallback: Some(f), .. } if node == "fetch" && f == "END"
     )));
 }
+
+#[test]
+fn a_result_the_coordinator_refuses_is_a_failed_attempt_that_retries() {
+    let yaml = r#"
+state:
+  score: { type: number }
+nodes:
+  grade:
+    kind: task
+    handler: grade
+    start: true
+    retry: { max_attempts: 2 }
+    fallback: rescue
+  rescue: { kind: task, handler: rescue }
+"#;
+    // The first attempt writes the wrong type, the second a number.
+    let h = Harness::new(yaml, json!({}))
+        .on("grade", |_, _, attempt| {
+            Ok(if attempt == 1 {
+                json!({"score": "high"})
+            } else {
+                json!({"score": 0.9})
+            })
+        })
+        .run();
+    assert_eq!(h.status(), RunStatus::Completed, "{}", h.error_text());
+    assert_eq!(h.state()["score"], json!(0.9));
+    assert_eq!(h.runs_of("grade"), 2);
+    assert!(h.events.iter().any(|e| matches!(
+        e,
+        RunEvent::NodeRetrying { node, error, .. } if node == "grade" && error.contains("declared number")
+    )));
+    // Always wrong: the retries run out and the fallback takes over.
+    let h = Harness::new(yaml, json!({}))
+        .on("grade", |_, _, _| Ok(json!({"score": "high"})))
+        .on("rescue", write("rescued", json!(true)))
+        .run();
+    assert_eq!(h.status(), RunStatus::Completed, "{}", h.error_text());
+    assert_eq!(h.state(), json!({"score": null, "rescued": true}));
+}
