@@ -20,6 +20,13 @@ use crate::graph::{
     TemplateContext, json_type_name,
 };
 
+/// A chain step's checked result: its writes and its `_next`.
+#[derive(Debug)]
+pub struct StepWrites {
+    writes: Map<String, Value>,
+    next: Option<String>,
+}
+
 /// What `_next` says to end a path.
 const END: &str = "END";
 
@@ -267,13 +274,43 @@ impl MapRun {
         self.runs[index] = None;
     }
 
+    /// What a chain step of item `index` returned, as the writes it makes
+    /// and its `_next`; an error (a schema or type mismatch, a template
+    /// error, a `_next` out of the branch) fails the attempt. Changes
+    /// nothing, so the attempt can be retried.
+    pub fn check_step(
+        &self,
+        plan: &RunPlan,
+        index: usize,
+        node: NodeIdx,
+        output: NodeOutput,
+    ) -> Result<StepWrites, String> {
+        let run = self.runs[index]
+            .as_ref()
+            .ok_or_else(|| "the item is no longer running".to_owned())?;
+        let (s0, output_key) = (&self.s0, &self.names.output_key);
+        let (writes, next) = finish_output(
+            plan.graph(),
+            plan.graph().node(node),
+            || fork_state(s0, run, output_key).view(),
+            &run.scope,
+            output,
+            false,
+        )
+        .map_err(|error| error.to_string())?;
+        if let Some(id) = next.as_deref() {
+            self.next_target(plan, id)?;
+        }
+        Ok(StepWrites { writes, next })
+    }
+
     /// A chain step of item `index` returned (after its retries).
     pub fn step_done(
         &mut self,
         plan: &RunPlan,
         index: usize,
         node: NodeIdx,
-        result: Result<NodeOutput, TaskFailure>,
+        result: Result<StepWrites, TaskFailure>,
     ) -> Vec<RunEvent> {
         let graph = plan.graph();
         let node_id = graph.node(node).id.clone();
@@ -312,22 +349,7 @@ impl MapRun {
                 return events;
             }
         };
-        let (s0, output_key) = (&self.s0, &self.names.output_key);
-        let finished = finish_output(
-            graph,
-            graph.node(node),
-            || fork_state(s0, run, output_key).view(),
-            &run.scope,
-            output,
-            false,
-        );
-        let (writes, next) = match finished {
-            Ok(done) => done,
-            Err(error) => {
-                self.fail_item(index, node_id, step, error.to_string());
-                return events;
-            }
-        };
+        let StepWrites { writes, next } = output;
         run.writes.extend(writes);
         events.push(RunEvent::NodeFinished {
             node: node_id.clone(),
@@ -346,6 +368,34 @@ impl MapRun {
         events
     }
 
+    /// Where a step's `_next` leads: a node of the branch, or (`END`) the
+    /// end of the chain.
+    fn next_target(&self, plan: &RunPlan, id: &str) -> Result<Option<NodeIdx>, String> {
+        // `_next: END` ends the item's chain, like an edge to END.
+        if id == END {
+            return Ok(None);
+        }
+        let graph = plan.graph();
+        let members = plan.branch_members(self.map);
+        let target = graph
+            .node_index(id)
+            .ok_or_else(|| format!("`_next` names unknown node '{id}'"))?;
+        if !members[target] {
+            let entry = self.names.branch.map_or("", |b| graph.node(b).id.as_str());
+            let mut names: Vec<&str> = (0..members.len())
+                .filter(|&i| members[i])
+                .map(|i| graph.node(i).id.as_str())
+                .collect();
+            names.sort_unstable();
+            return Err(format!(
+                "routed to '{id}' which is outside the branch subgraph rooted at '{entry}' (branch nodes: {}). \
+                 Script `_next` targets inside a map branch must stay within the branch.",
+                names.join(", ")
+            ));
+        }
+        Ok(Some(target))
+    }
+
     /// Where item `index`'s chain goes after `node`: `_next`, then the
     /// router, then edges. `None` ends the chain.
     fn chain_next(
@@ -356,29 +406,8 @@ impl MapRun {
         index: usize,
     ) -> Result<Option<NodeIdx>, String> {
         let graph = plan.graph();
-        let members = plan.branch_members(self.map);
         if let Some(id) = next {
-            // `_next: END` ends the item's chain, like an edge to END.
-            if id == END {
-                return Ok(None);
-            }
-            let target = graph
-                .node_index(id)
-                .ok_or_else(|| format!("`_next` names unknown node '{id}'"))?;
-            if !members[target] {
-                let entry = self.names.branch.map_or("", |b| graph.node(b).id.as_str());
-                let mut names: Vec<&str> = (0..members.len())
-                    .filter(|&i| members[i])
-                    .map(|i| graph.node(i).id.as_str())
-                    .collect();
-                names.sort_unstable();
-                return Err(format!(
-                    "routed to '{id}' which is outside the branch subgraph rooted at '{entry}' (branch nodes: {}). \
-                     Script `_next` targets inside a map branch must stay within the branch.",
-                    names.join(", ")
-                ));
-            }
-            return Ok(Some(target));
+            return self.next_target(plan, id);
         }
         let run = self.runs[index].as_ref().expect("item is running");
         // The fork's whole state is built only when a condition reads it.

@@ -6,7 +6,7 @@ use serde_json::{Map, Value};
 
 use super::events::*;
 use super::machine::*;
-use super::map_run::{ItemStep, MapRun};
+use super::map_run::{ItemStep, MapRun, StepWrites};
 use super::merge::changed_fields;
 use super::output::{check_writes, finish_output};
 use super::routing::RouteError;
@@ -72,11 +72,8 @@ impl RunMachine {
         let Some(task) = self.run.tasks.take(key) else {
             return;
         };
-        if task.spec.item.is_some() {
-            let TaskRef { node, spec, .. } = task;
-            let (_, item) = spec.release();
-            let item = item.expect("checked above");
-            self.item_step_done(node, item, Ok(output), fx);
+        if let Some(item) = task.spec.item.clone() {
+            self.item_output(task, item, output, fx);
             self.pump(fx);
             self.maybe_finish_wave(fx);
             return;
@@ -354,11 +351,42 @@ impl RunMachine {
         }
     }
 
+    /// A map item's step returned: checked first, so a result the
+    /// coordinator refuses is a failed attempt (retried per the policy).
+    fn item_output(
+        &mut self,
+        task: TaskRef,
+        item: ItemRef,
+        output: NodeOutput,
+        fx: &mut Vec<Effect>,
+    ) {
+        let plan = self.plan.clone();
+        let Some(map) = plan.graph().node_index(&item.map) else {
+            return;
+        };
+        let Some(run) = self.map_mut(map) else { return };
+        match run.check_step(&plan, item.index, task.node, output) {
+            Ok(step) => {
+                let node = task.node;
+                drop(task);
+                self.item_step_done(node, item, Ok(step), fx);
+            }
+            Err(message) => {
+                let failure = TaskFailure {
+                    kind: FailureKind::InvalidOutput,
+                    message,
+                    worker: None,
+                };
+                self.attempt_failed(task, failure, fx);
+            }
+        }
+    }
+
     pub(super) fn item_step_done(
         &mut self,
         node: NodeIdx,
         item: ItemRef,
-        result: Result<NodeOutput, TaskFailure>,
+        result: Result<StepWrites, TaskFailure>,
         fx: &mut Vec<Effect>,
     ) {
         let plan = self.plan.clone();

@@ -425,3 +425,40 @@ nodes:
         h.error_text()
     );
 }
+
+#[test]
+fn a_chain_step_the_coordinator_refuses_is_retried() {
+    let yaml = r#"
+nodes:
+  fan:
+    kind: map
+    start: true
+    over: "{{ items }}"
+    as: item
+    branch: double
+    output_key: doubled
+    collect_into: results
+  double:
+    kind: task
+    handler: double
+    retry: { max_attempts: 2 }
+    output_schema:
+      type: object
+      properties: { doubled: { type: integer } }
+      required: [doubled]
+"#;
+    // Item 1's first attempt writes a string; its retry gets it right.
+    let h = Harness::new(yaml, json!({"items": [1, 2]}))
+        .on("double", |_, scope, attempt| {
+            let item = scope["item"].as_i64().unwrap();
+            Ok(if item == 1 && attempt == 1 {
+                json!({"doubled": "two"})
+            } else {
+                json!({"doubled": item * 2})
+            })
+        })
+        .run();
+    assert_eq!(h.status(), RunStatus::Completed, "{}", h.error_text());
+    assert_eq!(h.state()["results"], json!([2, 4]));
+    assert_eq!(h.runs_of("double"), 3);
+}
