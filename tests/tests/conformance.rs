@@ -194,3 +194,51 @@ nodes:
     let result = completed(&out);
     assert_eq!(result["state"], json!({"rescued": true}), "{result}");
 }
+
+#[test]
+fn a_result_of_the_wrong_type_is_retried_like_a_failure() {
+    let out = run_graph(
+        "wrong-type-retry",
+        r#"
+state:
+  score: { type: number }
+nodes:
+  grade:
+    kind: script
+    start: true
+    retry: { max_attempts: 2 }
+    run: [sh, -c, 'if [ "$WEFT_ATTEMPT" = 1 ]; then echo "{\"score\": \"high\"}"; else echo "{\"score\": 0.9}"; fi']
+"#,
+    );
+    let result = completed(&out);
+    assert_eq!(result["state"]["score"], json!(0.9), "{result}");
+}
+
+#[test]
+fn collect_into_is_type_checked() {
+    let out = run_graph_with(
+        "collect-type",
+        r#"
+state:
+  results: { type: string }
+nodes:
+  fan:
+    kind: map
+    start: true
+    over: "{{ items }}"
+    as: item
+    branch: echo
+    output_key: out
+    collect_into: results
+  echo: { kind: script, run: [sh, -c, 'echo "{\"out\": 1}"'] }
+"#,
+        r#"{"items": [1, 2]}"#,
+    );
+    assert_eq!(out.status.code(), Some(1), "the run fails");
+    let result: Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    let message = result["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("wrote field 'results' as array, but it is declared string"),
+        "{result}"
+    );
+}
