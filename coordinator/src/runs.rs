@@ -154,7 +154,7 @@ impl Runs {
                 ));
             }
         }
-        for (name, used_by) in hosted_functions(plan.graph()) {
+        for (name, used_by) in plan.graph().hosted_functions() {
             if !workers.iter().any(|w| w.info.functions.contains(&name)) {
                 warnings.push(format!(
                     "warning: fn:{name} ({used_by}) is not hosted by any connected worker yet; the run will wait for one"
@@ -166,34 +166,6 @@ impl Runs {
 }
 
 /// Every worker-hosted function a graph names, with where it is used.
-fn hosted_functions(graph: &crate::graph::Graph) -> Vec<(String, String)> {
-    use crate::graph::{Condition, Guard, Reducer};
-    let mut found: Vec<(String, String)> = Vec::new();
-    let mut add = |name: &str, used_by: String| {
-        if !found.iter().any(|(n, _)| n == name) {
-            found.push((name.to_owned(), used_by));
-        }
-    };
-    for field in &graph.fields {
-        if let Some(Reducer::Hosted(name)) = &field.reducer {
-            add(name, format!("reducer of field '{}'", field.name));
-        }
-    }
-    for (idx, node) in graph.nodes.iter().enumerate() {
-        if let Some(router) = &node.router
-            && let Condition::Hosted(name) = &router.expr
-        {
-            add(name, format!("router of node '{}'", node.id));
-        }
-        for &e in graph.out_edges(idx) {
-            if let Guard::When(Condition::Hosted(name)) = &graph.edges[e].guard {
-                add(name, format!("condition on an edge from '{}'", node.id));
-            }
-        }
-    }
-    found
-}
-
 fn parse_input(text: &str) -> Result<Map<String, Value>, SubmitError> {
     if text.trim().is_empty() {
         return Ok(Map::new());

@@ -129,6 +129,35 @@ impl Graph {
         starts
     }
 
+    /// Every worker-hosted function (`fn:NAME`) the graph uses, once each,
+    /// with what uses it first (a reducer, a router, an edge condition).
+    pub fn hosted_functions(&self) -> Vec<(String, String)> {
+        let mut found: Vec<(String, String)> = Vec::new();
+        let mut add = |name: &str, used_by: String| {
+            if !found.iter().any(|(n, _)| n == name) {
+                found.push((name.to_owned(), used_by));
+            }
+        };
+        for field in &self.fields {
+            if let Some(crate::Reducer::Hosted(name)) = &field.reducer {
+                add(name, format!("reducer of field '{}'", field.name));
+            }
+        }
+        for (idx, node) in self.nodes.iter().enumerate() {
+            if let Some(router) = &node.router
+                && let Condition::Hosted(name) = &router.expr
+            {
+                add(name, format!("router of node '{}'", node.id));
+            }
+            for &e in self.out_edges(idx) {
+                if let Guard::When(Condition::Hosted(name)) = &self.edges[e].guard {
+                    add(name, format!("condition on an edge from '{}'", node.id));
+                }
+            }
+        }
+        found
+    }
+
     /// Reports whether a node is drawn and treated as terminal.
     pub fn is_end(&self, idx: NodeIdx) -> bool {
         let node = &self.nodes[idx];

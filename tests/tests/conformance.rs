@@ -242,3 +242,27 @@ nodes:
         "{result}"
     );
 }
+
+#[test]
+fn the_embedded_cluster_refuses_work_it_cannot_host() {
+    let out = run_graph(
+        "embedded-unhosted",
+        r#"
+nodes:
+  draft: { kind: task, handler: draft, start: true, next: check }
+  check: { kind: script, run: [sh, -c, 'echo "{}"'] }
+edges:
+  - { from: check, to: END, when: "fn:good_enough" }
+"#,
+    );
+    assert_eq!(out.status.code(), Some(2), "refused as unrunnable");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("node 'draft' needs handler 'draft'"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("fn:good_enough (condition on an edge from 'check')"),
+        "{stderr}"
+    );
+}
