@@ -91,11 +91,7 @@ nodes:
 edges:
   - { from: a, to: b, when: "state.x >" }
 "#;
-    let findings = match graph::load_str(yaml, graph::Format::Yaml, "cascade") {
-        Err(GraphError::Invalid(findings)) => findings,
-        other => panic!("should be invalid, got {other:?}"),
-    };
-    let shown: Vec<String> = findings.iter().map(ToString::to_string).collect();
+    let shown = findings_of(yaml, "cascade");
     assert_eq!(shown.len(), 1, "one finding, no cascade: {shown:?}");
     assert!(shown[0].contains("does not parse"), "{shown:?}");
 }
@@ -109,11 +105,7 @@ edges:
   - { from: a, to: START }
   - { from: END, to: a }
 "#;
-    let findings = match graph::load_str(yaml, graph::Format::Yaml, "ends") {
-        Err(GraphError::Invalid(findings)) => findings,
-        other => panic!("should be invalid, got {other:?}"),
-    };
-    let shown: Vec<String> = findings.iter().map(ToString::to_string).collect();
+    let shown = findings_of(yaml, "ends");
     assert_eq!(
         shown,
         [
@@ -138,11 +130,7 @@ nodes:
   draft: { kind: script, run: [draft], next: check }
   check: { kind: script, run: [check], next: draft }
 "#;
-    let findings = match graph::load_str(yaml, graph::Format::Yaml, "branch-cycle") {
-        Err(GraphError::Invalid(findings)) => findings,
-        other => panic!("should be invalid, got {other:?}"),
-    };
-    let shown: Vec<String> = findings.iter().map(ToString::to_string).collect();
+    let shown = findings_of(yaml, "branch-cycle");
     assert!(
         shown
             .iter()
@@ -166,15 +154,20 @@ nodes:
 edges:
   - { from: START, to: a, when: "fn:ready" }
 "#;
-    let findings = match graph::load_str(yaml, graph::Format::Yaml, "start-fn") {
-        Err(GraphError::Invalid(findings)) => findings,
-        other => panic!("should be invalid, got {other:?}"),
-    };
-    let shown: Vec<String> = findings.iter().map(ToString::to_string).collect();
+    let shown = findings_of(yaml, "start-fn");
     assert!(
         shown
             .iter()
             .any(|f| f.contains("a START edge's `when` is checked on the input")),
         "{shown:?}"
     );
+}
+
+/// The findings of a graph that must be invalid, as `weft validate` prints
+/// them.
+fn findings_of(yaml: &str, name: &str) -> Vec<String> {
+    match graph::load_str(yaml, graph::Format::Yaml, name) {
+        Err(GraphError::Invalid(findings)) => findings.iter().map(ToString::to_string).collect(),
+        other => panic!("{name} should be invalid, got {other:?}"),
+    }
 }

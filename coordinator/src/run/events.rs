@@ -161,6 +161,17 @@ pub struct TaskFailure {
     pub worker: Option<String>,
 }
 
+impl TaskFailure {
+    /// A failure the coordinator found itself (no worker involved).
+    pub fn found_by_coordinator(kind: FailureKind, message: impl Into<String>) -> Self {
+        Self {
+            kind,
+            message: message.into(),
+            worker: None,
+        }
+    }
+}
+
 /// An answer to an `approval` or `input` node.
 #[derive(Debug, Clone, PartialEq)]
 pub struct HumanAnswer {

@@ -112,11 +112,8 @@ impl RunMachine {
             // What the coordinator finds wrong with a result is a failed
             // attempt like any other: the retry policy, then the fallback.
             Err(message) => {
-                let failure = TaskFailure {
-                    kind: FailureKind::InvalidOutput,
-                    message,
-                    worker: None,
-                };
+                let failure =
+                    TaskFailure::found_by_coordinator(FailureKind::InvalidOutput, message);
                 self.attempt_failed(task, failure, fx);
             }
         }
@@ -372,11 +369,8 @@ impl RunMachine {
                 self.item_step_done(node, item, Ok(step), fx);
             }
             Err(message) => {
-                let failure = TaskFailure {
-                    kind: FailureKind::InvalidOutput,
-                    message,
-                    worker: None,
-                };
+                let failure =
+                    TaskFailure::found_by_coordinator(FailureKind::InvalidOutput, message);
                 self.attempt_failed(task, failure, fx);
             }
         }
