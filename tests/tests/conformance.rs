@@ -266,3 +266,72 @@ edges:
         "{stderr}"
     );
 }
+
+/// Runs `yaml` with these script files beside it (name, text, mode).
+fn run_with_files(name: &str, yaml: &str, files: &[(&str, &str, u32)]) -> Output {
+    use std::os::unix::fs::PermissionsExt;
+    let dir: PathBuf =
+        std::env::temp_dir().join(format!("weft-conformance-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    for (file, text, mode) in files {
+        let path = dir.join(file);
+        std::fs::write(&path, text).expect("script written");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(*mode)).expect("mode set");
+    }
+    let graph = dir.join("graph.yaml");
+    std::fs::write(&graph, yaml).expect("graph written");
+    let out = Command::new(binary("weft"))
+        .args(["run", graph.to_str().expect("utf-8 path"), "--json"])
+        .stdin(Stdio::null())
+        .env_remove("WEFT_COORDINATOR")
+        .output()
+        .expect("weft runs");
+    std::fs::remove_dir_all(&dir).ok();
+    out
+}
+
+#[test]
+fn bare_script_names_run_the_bundled_files() {
+    let out = run_with_files(
+        "bare-names",
+        r#"
+nodes:
+  gate:  { kind: script, script: gate.sh, start: true, next: check }
+  check: { kind: script, run: [check.sh, extra] }
+"#,
+        &[
+            ("gate.sh", "#!/bin/sh\necho '{\"gated\": true}'\n", 0o755),
+            // No execute bit: its #! line runs it.
+            (
+                "check.sh",
+                "#!/bin/sh\necho \"{\\\"checked\\\": \\\"$1\\\"}\"\n",
+                0o644,
+            ),
+        ],
+    );
+    let result = completed(&out);
+    assert_eq!(
+        result["state"],
+        json!({"gated": true, "checked": "extra"}),
+        "{result}"
+    );
+}
+
+#[test]
+fn a_bundled_script_that_cannot_run_says_how_to_fix_it() {
+    let out = run_with_files(
+        "not-executable",
+        r#"
+nodes:
+  gate: { kind: script, script: gate.txt, start: true }
+"#,
+        &[("gate.txt", "echo '{}'\n", 0o644)],
+    );
+    assert_eq!(out.status.code(), Some(1), "the run fails");
+    let result: Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    let message = result["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("bundled script 'gate.txt' is not executable and has no #! line"),
+        "{result}"
+    );
+}

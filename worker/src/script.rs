@@ -9,6 +9,7 @@
 //! kills the whole process group) fails the attempt with the exit status
 //! and the last 2 KiB of stderr.
 
+use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -91,7 +92,8 @@ impl ScriptRunner {
         tokio::fs::write(&state_path, state_json.as_bytes())
             .await
             .map_err(|e| io_failure("cannot write GRAPH_STATE", e))?;
-        let mut command = self.command(dir, program, config, task, &state_path);
+        let launch = launcher(dir, program)?;
+        let mut command = self.command(dir, launch, config, task, &state_path);
         let mut child = command.spawn().map_err(|e| {
             Failure::new(
                 FailureKind::ScriptFailed,
@@ -124,12 +126,13 @@ impl ScriptRunner {
     fn command(
         &self,
         dir: &Path,
-        program: &str,
+        launch: Launch,
         config: &ScriptConfig,
         task: &Task,
         state_path: &Path,
     ) -> Command {
-        let mut command = Command::new(program);
+        let mut command = Command::new(launch.program);
+        command.args(launch.leading_args);
         // A script sees SPEC 4.1's variables, a few the system needs, and
         // its node's `env:`, never the rest of the worker's environment.
         command.env_clear();
@@ -159,6 +162,60 @@ impl ScriptRunner {
         }
         command
     }
+}
+
+/// How a script's process starts.
+struct Launch {
+    program: std::ffi::OsString,
+    /// Arguments before the argv's own (an interpreter's, then the file).
+    leading_args: Vec<std::ffi::OsString>,
+}
+
+/// How to start `program` (argv[0]). A file of the bundle, found in the
+/// scratch directory, runs from there and never through `PATH`; one without
+/// its execute bit runs through its `#!` line, and one without either is a
+/// clear error. Anything else is looked up as usual.
+fn launcher(dir: &Path, program: &str) -> Result<Launch, Failure> {
+    let local = dir.join(program);
+    if Path::new(program).is_absolute() || !local.is_file() {
+        return Ok(Launch {
+            program: program.into(),
+            leading_args: Vec::new(),
+        });
+    }
+    let mode = std::fs::metadata(&local).map_or(0, |m| m.permissions().mode());
+    if mode & 0o111 != 0 {
+        return Ok(Launch {
+            program: local.into_os_string(),
+            leading_args: Vec::new(),
+        });
+    }
+    let head = std::fs::read(&local).unwrap_or_default();
+    let first_line = head.split(|&b| b == b'\n').next().unwrap_or_default();
+    let shebang = std::str::from_utf8(first_line)
+        .ok()
+        .and_then(|line| line.strip_prefix("#!"))
+        .map(|line| {
+            line.split_whitespace()
+                .map(str::to_owned)
+                .collect::<Vec<_>>()
+        })
+        .filter(|parts| !parts.is_empty());
+    let Some(mut parts) = shebang else {
+        return Err(Failure::new(
+            FailureKind::InvalidTask,
+            format!(
+                "bundled script '{program}' is not executable and has no #! line: make it executable (chmod +x {program}) before running weft, or name its interpreter in `run` (e.g. run: [python3, {program}])"
+            ),
+        ));
+    };
+    let interpreter = parts.remove(0);
+    let mut leading_args: Vec<std::ffi::OsString> = parts.into_iter().map(Into::into).collect();
+    leading_args.push(local.into_os_string());
+    Ok(Launch {
+        program: interpreter.into(),
+        leading_args,
+    })
 }
 
 /// The request a script reads on stdin (SPEC 4.1).
@@ -557,5 +614,47 @@ mod tests {
             json!({"leaked": "none", "node": "nap", "path": "set"})
         );
         std::fs::remove_dir_all(root).ok();
+    }
+
+    #[test]
+    fn bundled_scripts_run_from_the_scratch_directory() {
+        let dir = std::env::temp_dir().join(format!("weft-launch-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let write = |name: &str, text: &str, mode: u32| {
+            let path = dir.join(name);
+            std::fs::write(&path, text).unwrap();
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+        };
+        write("ready.sh", "#!/bin/sh\necho '{}'\n", 0o755);
+        write(
+            "shebang.py",
+            "#!/usr/bin/env python3 -u\nprint('{}')\n",
+            0o644,
+        );
+        write("plain.txt", "echo hi\n", 0o644);
+        let ready = launcher(&dir, "ready.sh").unwrap();
+        assert_eq!(ready.program, dir.join("ready.sh").into_os_string());
+        assert!(ready.leading_args.is_empty());
+        let shebang = launcher(&dir, "shebang.py").unwrap();
+        assert_eq!(shebang.program, "/usr/bin/env");
+        assert_eq!(
+            shebang.leading_args,
+            [
+                "python3".into(),
+                "-u".into(),
+                dir.join("shebang.py").into_os_string()
+            ]
+        );
+        let error = launcher(&dir, "plain.txt").err().unwrap();
+        assert_eq!(error.kind, FailureKind::InvalidTask);
+        assert!(
+            error.message.contains("chmod +x plain.txt"),
+            "{}",
+            error.message
+        );
+        // A name that is not a bundled file is looked up as usual.
+        let system = launcher(&dir, "sh").unwrap();
+        assert_eq!(system.program, "sh");
+        std::fs::remove_dir_all(dir).ok();
     }
 }
