@@ -137,7 +137,8 @@ impl Runs {
 
     /// A warning for each handler or kind no connected worker hosts now.
     async fn unhosted(&self, plan: &RunPlan) -> Vec<String> {
-        let workers = self.dispatcher.snapshot().await;
+        let fleet = self.dispatcher.snapshot().await;
+        let workers = &fleet.workers;
         let mut warnings = Vec::new();
         for (idx, node) in plan.graph().nodes.iter().enumerate() {
             let Some(binding) = plan.binding(idx) else {
@@ -154,18 +155,25 @@ impl Runs {
                 ));
             }
         }
+        let ever: Vec<&str> = fleet.functions_ever.iter().map(String::as_str).collect();
         for (name, used_by) in plan.graph().hosted_functions() {
-            if !workers.iter().any(|w| w.info.functions.contains(&name)) {
-                warnings.push(format!(
-                    "warning: fn:{name} ({used_by}) is not hosted by any connected worker yet; the run will wait for one"
-                ));
+            if workers.iter().any(|w| w.info.functions.contains(&name)) {
+                continue;
             }
+            // A name no worker has ever announced may be a typo.
+            let hint = (!ever.contains(&name.as_str()))
+                .then(|| crate::graph::did_you_mean(&name, &ever))
+                .flatten()
+                .map(|close| format!(" (did you mean fn:{close}?)"))
+                .unwrap_or_default();
+            warnings.push(format!(
+                "warning: fn:{name} ({used_by}) is not hosted by any connected worker yet{hint}; the run will wait for one"
+            ));
         }
         warnings
     }
 }
 
-/// Every worker-hosted function a graph names, with where it is used.
 fn parse_input(text: &str) -> Result<Map<String, Value>, SubmitError> {
     if text.trim().is_empty() {
         return Ok(Map::new());

@@ -24,7 +24,7 @@ mod validate;
 use std::path::Path;
 
 pub use declarations::*;
-pub use document::Format;
+pub use document::{Format, did_you_mean};
 pub use expr::{CelExpr, ExprError, Strictness, Template, TemplateContext, truthy};
 pub use finding::{Finding, GraphError, Severity};
 pub use kinds::*;

@@ -342,3 +342,28 @@ async fn a_worker_that_heartbeats_but_never_answers_times_the_task_out() -> anyh
     }
     Ok(())
 }
+
+#[tokio::test]
+async fn a_misspelt_function_gets_a_did_you_mean_from_what_workers_announced() -> anyhow::Result<()>
+{
+    let mut cluster = TestCluster::start()?;
+    cluster.add_test_worker("hosts", 1, Some("none"))?;
+    cluster.wait_for_workers(&["hosts"]).await?;
+    let client = cluster.client().await?;
+    let graph = GraphBuilder::new("typo")
+        .field_with_reducer("best", "string", "", "fn:longets")
+        .node(
+            "one",
+            NodeBuilder::script(&["python3", "-c", "print('{\"best\": \"ab\"}')"]).start(),
+        );
+    let run = client.submit_graph(&graph, &json!({})).await?;
+    assert!(
+        run.warnings.iter().any(|w| w
+            .contains("fn:longets (reducer of field 'best') is not hosted")
+            && w.contains("(did you mean fn:longest?)")),
+        "{:?}",
+        run.warnings
+    );
+    client.cancel(&run.run_id).await?;
+    Ok(())
+}

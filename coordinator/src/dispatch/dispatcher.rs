@@ -80,8 +80,17 @@ enum Command {
         run_id: Arc<str>,
     },
     Snapshot {
-        reply: oneshot::Sender<Vec<WorkerStatus>>,
+        reply: oneshot::Sender<Fleet>,
     },
+}
+
+/// The connected workers, and every function any worker has announced.
+#[derive(Debug, Clone, Default)]
+pub struct Fleet {
+    /// The connected workers.
+    pub workers: Vec<WorkerStatus>,
+    /// Function names announced since the coordinator started.
+    pub functions_ever: Vec<String>,
 }
 
 /// The dispatcher is gone (the coordinator is shutting down).
@@ -115,11 +124,11 @@ impl DispatcherHandle {
         let _ = self.tx.send(Command::Leave { worker });
     }
 
-    /// The connected workers.
-    pub async fn snapshot(&self) -> Vec<WorkerStatus> {
+    /// The connected workers, and the functions ever announced.
+    pub async fn snapshot(&self) -> Fleet {
         let (reply, answer) = oneshot::channel();
         if self.tx.send(Command::Snapshot { reply }).is_err() {
-            return Vec::new();
+            return Fleet::default();
         }
         answer.await.unwrap_or_default()
     }
@@ -276,7 +285,10 @@ impl Dispatcher {
                 self.registry.forget_run(&run_id)
             }
             Command::Snapshot { reply } => {
-                let _ = reply.send(self.registry.workers());
+                let _ = reply.send(Fleet {
+                    workers: self.registry.workers(),
+                    functions_ever: self.registry.functions_ever(),
+                });
                 return;
             }
         };

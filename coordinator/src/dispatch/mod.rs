@@ -25,7 +25,7 @@ use tokio::sync::mpsc;
 pub use weft_proto::types::WorkerKind;
 
 pub use dispatcher::{
-    DispatcherConfig, DispatcherHandle, ShuttingDown, WorkerLink, spawn_dispatcher,
+    DispatcherConfig, DispatcherHandle, Fleet, ShuttingDown, WorkerLink, spawn_dispatcher,
 };
 pub use registry::{Limits, WorkerStatus};
 

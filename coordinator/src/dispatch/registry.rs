@@ -21,7 +21,7 @@
 //!   and is cancelled on its worker, whatever the worker says;
 //! - a result from a worker that no longer holds the job is ignored.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -83,6 +83,8 @@ pub struct Registry<T> {
     tasks: VecDeque<JobId>,
     /// Queued function calls, which take no slot.
     calls: VecDeque<JobId>,
+    /// Every function name a worker has announced since the start.
+    functions_ever: BTreeSet<String>,
 }
 
 impl<T> Registry<T> {
@@ -95,6 +97,7 @@ impl<T> Registry<T> {
             jobs: HashMap::new(),
             tasks: VecDeque::new(),
             calls: VecDeque::new(),
+            functions_ever: BTreeSet::new(),
         }
     }
 
@@ -102,6 +105,7 @@ impl<T> Registry<T> {
     pub fn join(&mut self, info: WorkerInfo, now: Instant) -> WorkerId {
         let id = self.next_worker;
         self.next_worker += 1;
+        self.functions_ever.extend(info.functions.iter().cloned());
         self.workers.insert(
             id,
             Worker {
@@ -412,6 +416,12 @@ impl<T> Registry<T> {
                 jammed: w.jammed_since.is_some(),
             })
             .collect()
+    }
+
+    /// Every function name a worker has announced since the start, in
+    /// order (for "did you mean" on a `fn:` nobody hosts).
+    pub fn functions_ever(&self) -> Vec<String> {
+        self.functions_ever.iter().cloned().collect()
     }
 
     /// Figures for the gauges.
