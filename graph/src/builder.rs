@@ -8,8 +8,9 @@ use std::collections::HashMap;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
+use super::cel::CelExpr;
 use super::document::did_you_mean;
-use super::expr::{CelExpr, Template};
+use super::expr::Template;
 use super::finding::Finding;
 use super::raw_node::{RawNode, RawRetry, read_node};
 use super::*;

@@ -5,7 +5,7 @@
 use serde_json::Value;
 
 use super::builder::Builder;
-use super::expr::CelExpr;
+use super::cel::CelExpr;
 use super::raw_node::RawNode;
 use super::*;
 

@@ -1,6 +1,7 @@
 //! Node kinds and the fields each takes (SPEC section 4).
 
-use super::expr::{CelExpr, Template};
+use super::cel::CelExpr;
+use super::expr::Template;
 use super::model::NodeIdx;
 use super::schema::Schema;
 

@@ -8,6 +8,7 @@
 
 mod builder;
 mod builder_kinds;
+mod cel;
 mod declarations;
 pub mod diagram;
 mod document;
@@ -23,9 +24,11 @@ mod validate;
 
 use std::path::Path;
 
+pub use builder::{END, START};
+pub use cel::CelExpr;
 pub use declarations::*;
 pub use document::{Format, did_you_mean};
-pub use expr::{CelExpr, ExprError, Strictness, Template, TemplateContext, truthy};
+pub use expr::{ExprError, Strictness, Template, TemplateContext, truthy};
 pub use finding::{Finding, GraphError, Severity};
 pub use kinds::*;
 pub use model::*;

@@ -12,8 +12,8 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use super::builder::Builder;
+use super::cel::CelExpr;
 use super::document::{did_you_mean, node_lines};
-use super::expr::CelExpr;
 use super::finding::Finding;
 use super::raw_node::RawDuration;
 use super::*;

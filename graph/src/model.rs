@@ -11,8 +11,9 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+use super::cel::CelExpr;
 use super::declarations::{FieldDecl, RetryPolicy, Settings};
-use super::expr::{CelExpr, Template};
+use super::expr::Template;
 use super::kinds::NodeKind;
 use super::schema::Schema;
 
@@ -127,6 +128,14 @@ impl Graph {
         starts.sort_unstable();
         starts.dedup();
         starts
+    }
+
+    /// A target as written in a graph: a node id, or `END`.
+    pub fn target_name(&self, target: Target) -> String {
+        match target {
+            Target::Node(idx) => self.node(idx).id.clone(),
+            Target::End => crate::END.to_owned(),
+        }
     }
 
     /// Every worker-hosted function (`fn:NAME`) the graph uses, once each,

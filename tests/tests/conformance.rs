@@ -14,15 +14,27 @@ fn run_graph(name: &str, yaml: &str) -> Output {
 
 /// As [`run_graph`], with `input` as the run's input.
 fn run_graph_with(name: &str, yaml: &str, input: &str) -> Output {
+    run_with_files(name, yaml, &[], input)
+}
+
+/// Writes `yaml` and these files beside it (name, text, mode) to a fresh
+/// directory, and runs the graph with `weft run --json --input INPUT`.
+fn run_with_files(name: &str, yaml: &str, files: &[(&str, &str, u32)], input: &str) -> Output {
+    use std::os::unix::fs::PermissionsExt;
     let dir: PathBuf =
         std::env::temp_dir().join(format!("weft-conformance-{name}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
-    let file = dir.join("graph.yaml");
-    std::fs::write(&file, yaml).expect("graph written");
+    for (file, text, mode) in files {
+        let path = dir.join(file);
+        std::fs::write(&path, text).expect("script written");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(*mode)).expect("mode set");
+    }
+    let graph = dir.join("graph.yaml");
+    std::fs::write(&graph, yaml).expect("graph written");
     let out = Command::new(binary("weft"))
         .args([
             "run",
-            file.to_str().expect("utf-8 path"),
+            graph.to_str().expect("utf-8 path"),
             "--json",
             "--input",
             input,
@@ -267,29 +279,6 @@ edges:
     );
 }
 
-/// Runs `yaml` with these script files beside it (name, text, mode).
-fn run_with_files(name: &str, yaml: &str, files: &[(&str, &str, u32)]) -> Output {
-    use std::os::unix::fs::PermissionsExt;
-    let dir: PathBuf =
-        std::env::temp_dir().join(format!("weft-conformance-{name}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    for (file, text, mode) in files {
-        let path = dir.join(file);
-        std::fs::write(&path, text).expect("script written");
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(*mode)).expect("mode set");
-    }
-    let graph = dir.join("graph.yaml");
-    std::fs::write(&graph, yaml).expect("graph written");
-    let out = Command::new(binary("weft"))
-        .args(["run", graph.to_str().expect("utf-8 path"), "--json"])
-        .stdin(Stdio::null())
-        .env_remove("WEFT_COORDINATOR")
-        .output()
-        .expect("weft runs");
-    std::fs::remove_dir_all(&dir).ok();
-    out
-}
-
 #[test]
 fn bare_script_names_run_the_bundled_files() {
     let out = run_with_files(
@@ -308,6 +297,7 @@ nodes:
                 0o644,
             ),
         ],
+        "{}",
     );
     let result = completed(&out);
     assert_eq!(
@@ -326,6 +316,7 @@ nodes:
   gate: { kind: script, script: gate.txt, start: true }
 "#,
         &[("gate.txt", "echo '{}'\n", 0o644)],
+        "{}",
     );
     assert_eq!(out.status.code(), Some(1), "the run fails");
     let result: Value = serde_json::from_slice(&out.stdout).expect("one JSON object");

@@ -32,6 +32,7 @@ mod execute;
 mod handler;
 mod runtime;
 mod script;
+mod script_output;
 pub mod state_sync;
 mod task;
 
@@ -44,7 +45,8 @@ use tokio_util::sync::CancellationToken;
 
 pub use handler::{HandlerError, IntoOutput, Output, Registry, TaskContext};
 pub use runtime::{WorkerConfig, WorkerError};
-pub use script::{StdoutError, parse_stdout, substitute_secrets};
+pub use script::substitute_secrets;
+pub use script_output::{StdoutError, parse_stdout};
 pub use task::{BlobFile, Failure, FailureKind, Task};
 
 /// A worker being set up.

@@ -10,7 +10,6 @@
 //! and the last 2 KiB of stderr.
 
 use std::os::unix::fs::PermissionsExt;
-use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
@@ -19,19 +18,15 @@ use std::time::Duration;
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use serde_json::{Map, Value, json};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
 use tokio::process::Command;
 
 use crate::blobs::BlobCache;
+use crate::script_output::{collect, judge, stderr_tail};
 use crate::task::{Failure, FailureKind, Task};
 
 /// The worker's variables a script inherits; nothing else leaks through.
 const INHERITED_ENV: [&str; 4] = ["PATH", "HOME", "LANG", "TMPDIR"];
-
-/// How much of stderr an error keeps.
-const STDERR_TAIL: usize = 2048;
-/// Largest stdout accepted from a script.
-const MAX_STDOUT: usize = 64 << 20;
 
 /// Runs script tasks.
 #[derive(Clone)]
@@ -235,90 +230,6 @@ fn stdin_request(task: &Task, state_json: &str) -> String {
     )
 }
 
-/// What a script left behind: its exit, stdout, and the tail of stderr.
-struct Finished {
-    status: std::io::Result<std::process::ExitStatus>,
-    stdout: Vec<u8>,
-    stderr_tail: Vec<u8>,
-}
-
-/// Feeds the request and reads both outputs until the script exits; the
-/// tail of stderr accumulates in `stderr_tail` as it arrives.
-async fn collect(
-    child: &mut tokio::process::Child,
-    request: String,
-    stderr_tail: Arc<Mutex<Vec<u8>>>,
-) -> Finished {
-    let mut child_stdin = child.stdin.take().expect("stdin is piped");
-    let mut stdout = child.stdout.take().expect("stdout is piped");
-    let mut stderr = child.stderr.take().expect("stderr is piped");
-    let feed = async move {
-        // A script that never reads stdin must not block us.
-        let _ = child_stdin.write_all(request.as_bytes()).await;
-        drop(child_stdin);
-    };
-    let read_out = async move {
-        let mut buffer = Vec::new();
-        let mut limited = (&mut stdout).take(MAX_STDOUT as u64 + 1);
-        let _ = limited.read_to_end(&mut buffer).await;
-        buffer
-    };
-    let read_err = async move {
-        let mut chunk = [0u8; 8192];
-        while let Ok(n) = stderr.read(&mut chunk).await {
-            if n == 0 {
-                break;
-            }
-            let Ok(mut tail) = stderr_tail.lock() else {
-                break;
-            };
-            tail.extend_from_slice(&chunk[..n]);
-            if tail.len() > STDERR_TAIL * 2 {
-                let excess = tail.len() - STDERR_TAIL;
-                tail.drain(..excess);
-            }
-        }
-        stderr_tail.lock().map(|t| t.clone()).unwrap_or_default()
-    };
-    let (_, stdout, stderr_tail, status) = tokio::join!(feed, read_out, read_err, child.wait());
-    Finished {
-        status,
-        stdout,
-        stderr_tail,
-    }
-}
-
-/// The attempt's result: the stdout object, or why it failed.
-fn judge(finished: Finished) -> Result<Value, Failure> {
-    let status = finished
-        .status
-        .map_err(|e| io_failure("cannot wait for the script", e))?;
-    let tail = stderr_tail(&finished.stderr_tail);
-    if !status.success() {
-        let how = match (status.code(), status.signal()) {
-            (Some(code), _) => format!("exited with status {code}"),
-            (None, Some(signal)) => format!("was killed by signal {}", signal_name(signal)),
-            (None, None) => "ended abnormally".to_owned(),
-        };
-        return Err(Failure::new(
-            FailureKind::ScriptFailed,
-            format!("script {how}; stderr: {tail}"),
-        ));
-    }
-    if finished.stdout.len() > MAX_STDOUT {
-        return Err(Failure::new(
-            FailureKind::ScriptFailed,
-            format!("script wrote more than {MAX_STDOUT} bytes to stdout"),
-        ));
-    }
-    parse_stdout(&finished.stdout).map_err(|message| {
-        Failure::new(
-            FailureKind::InvalidOutput,
-            format!("{message}; stderr: {tail}"),
-        )
-    })
-}
-
 /// An attempt's scratch directory, removed however the attempt ends:
 /// finished, failed, or cancelled by dropping its future.
 struct Scratch(PathBuf);
@@ -343,44 +254,6 @@ struct ScriptConfig {
     argv: Vec<String>,
     #[serde(default)]
     env: Map<String, Value>,
-}
-
-/// Why a script's stdout was refused.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum StdoutError {
-    /// Not UTF-8 text.
-    #[error("stdout is not UTF-8")]
-    NotUtf8,
-    /// JSON, but not an object.
-    #[error("stdout must be one JSON object, got {0}")]
-    NotAnObject(&'static str),
-    /// Not one JSON value.
-    #[error("stdout is not one JSON object: {detail} (line {line}, column {column})")]
-    NotJson {
-        /// What the parser said.
-        detail: String,
-        /// Where (1-based).
-        line: usize,
-        /// Where (1-based).
-        column: usize,
-    },
-}
-
-/// Reads a script's stdout: empty means no writes; otherwise one JSON object.
-pub fn parse_stdout(out: &[u8]) -> Result<Value, StdoutError> {
-    let text = std::str::from_utf8(out).map_err(|_| StdoutError::NotUtf8)?;
-    if text.trim().is_empty() {
-        return Ok(Value::Object(Map::new()));
-    }
-    match serde_json::from_str::<Value>(text) {
-        Ok(Value::Object(map)) => Ok(Value::Object(map)),
-        Ok(other) => Err(StdoutError::NotAnObject(type_name(&other))),
-        Err(error) => Err(StdoutError::NotJson {
-            detail: error.to_string(),
-            line: error.line(),
-            column: error.column(),
-        }),
-    }
 }
 
 /// Replaces `${NAME}` with the worker's secret `NAME` (unset names become "").
@@ -425,25 +298,7 @@ impl Drop for GroupGuard {
     }
 }
 
-fn stderr_tail(bytes: &[u8]) -> String {
-    let start = bytes.len().saturating_sub(STDERR_TAIL);
-    let text = String::from_utf8_lossy(&bytes[start..]).trim().to_owned();
-    if text.is_empty() {
-        "(empty)".to_owned()
-    } else {
-        text
-    }
-}
-
-/// `SIGKILL (9)` for 9.
-fn signal_name(number: i32) -> String {
-    match Signal::try_from(number) {
-        Ok(signal) => format!("{} ({number})", signal.as_str()),
-        Err(_) => number.to_string(),
-    }
-}
-
-fn io_failure(what: &str, error: std::io::Error) -> Failure {
+pub(crate) fn io_failure(what: &str, error: std::io::Error) -> Failure {
     Failure::new(FailureKind::WorkerError, format!("{what}: {error}"))
 }
 
@@ -459,17 +314,6 @@ fn sanitize(text: &str) -> String {
         .collect()
 }
 
-fn type_name(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
-}
-
 fn human(duration: Duration) -> String {
     let ms = duration.as_millis();
     if ms.is_multiple_of(1000) {
@@ -482,23 +326,6 @@ fn human(duration: Duration) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn stdout_must_be_one_object() {
-        assert_eq!(parse_stdout(b"").unwrap(), json!({}));
-        assert_eq!(parse_stdout(b" {\"a\": 1}\n").unwrap(), json!({"a": 1}));
-        assert_eq!(
-            parse_stdout(b"[1]").unwrap_err(),
-            StdoutError::NotAnObject("an array")
-        );
-        assert!(
-            parse_stdout(b"{\"a\": 1} {\"b\": 2}")
-                .unwrap_err()
-                .to_string()
-                .contains("not one JSON object")
-        );
-        assert!(parse_stdout(b"hello").is_err());
-    }
 
     #[test]
     fn secrets_are_substituted_from_the_worker() {

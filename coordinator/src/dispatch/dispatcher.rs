@@ -457,7 +457,7 @@ impl Dispatcher {
         let link = self.links.get_mut(&worker)?;
         let (message, sent) = match &order.work {
             Work::Task(task) => {
-                let (wire, sent) = link.mirror.prepare(task).into_parts();
+                let (wire, sent) = link.mirror.prepare(task);
                 (ToWorker::Task(wire), Some(sent))
             }
             Work::Call(call) => (ToWorker::Call(call.clone()), None),

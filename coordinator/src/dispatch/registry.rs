@@ -449,9 +449,7 @@ impl<T> Registry<T> {
 
     /// Whether a worker that takes jobs hosts `requirement`.
     fn hosted(&self, requirement: &Requirement) -> bool {
-        self.workers
-            .values()
-            .any(|w| !w.draining && requirement.hosted_by(&w.info))
+        hosted_among(&self.workers, requirement)
     }
 
     fn queue_of(&mut self, requirement: &Requirement) -> &mut VecDeque<JobId> {
@@ -544,17 +542,11 @@ impl<T> Registry<T> {
 
     /// Tells runs about queued jobs that nobody hosts any more.
     fn report_unhosted(&mut self) -> Vec<Decision<T>> {
-        let workers = &self.workers;
-        let hosted = |requirement: &Requirement| {
-            workers
-                .values()
-                .any(|w| !w.draining && requirement.hosted_by(&w.info))
-        };
         let mut decisions = Vec::new();
         for (id, job) in &mut self.jobs {
             if matches!(job.place, Place::Queued)
                 && !job.unhosted_reported
-                && !hosted(&job.requirement)
+                && !hosted_among(&self.workers, &job.requirement)
             {
                 job.unhosted_reported = true;
                 decisions.push(Decision::Unhosted {
@@ -587,6 +579,14 @@ impl<T> Registry<T> {
             }
         }
     }
+}
+
+/// Whether a worker that is not draining hosts `requirement` (jammed ones
+/// count: a jam passes).
+fn hosted_among(workers: &BTreeMap<WorkerId, Worker>, requirement: &Requirement) -> bool {
+    workers
+        .values()
+        .any(|w| !w.draining && requirement.hosted_by(&w.info))
 }
 
 #[cfg(test)]

@@ -19,18 +19,15 @@ pub struct FieldMirror {
     runs: HashMap<Arc<str>, HashMap<Arc<str>, u64>>,
 }
 
-/// A task ready for one worker, and what sending it will teach the worker.
-#[derive(Debug)]
-pub struct Prepared {
-    /// The task, without the values the worker holds.
-    pub wire: Assignment,
-    sent: Vec<(Arc<str>, u64)>,
-}
+/// Field versions a message carries values for: what sending it teaches
+/// the worker.
+pub type Sent = Vec<(Arc<str>, u64)>;
 
 impl FieldMirror {
-    /// The task as this worker needs it: fields it holds go without their
-    /// value. Call [`FieldMirror::sent`] once the message is on its way.
-    pub fn prepare(&self, task: &Assignment) -> Prepared {
+    /// The task as this worker needs it (fields it holds go without their
+    /// value), and what it carries. Call [`FieldMirror::sent`] once the
+    /// message is on its way.
+    pub fn prepare(&self, task: &Assignment) -> (Assignment, Sent) {
         let known = self.runs.get(&task.run_id);
         let mut wire = task.clone();
         let mut sent = Vec::new();
@@ -41,12 +38,12 @@ impl FieldMirror {
                 sent.push((field.name.clone(), field.version));
             }
         }
-        Prepared { wire, sent }
+        (wire, sent)
     }
 
     /// The prepared task reached the worker's stream: it will cache the
     /// values it carried.
-    pub fn sent(&mut self, run_id: &Arc<str>, sent: Vec<(Arc<str>, u64)>) {
+    pub fn sent(&mut self, run_id: &Arc<str>, sent: Sent) {
         let known = self.runs.entry(run_id.clone()).or_default();
         for (name, version) in sent {
             known.insert(name, version);
@@ -57,13 +54,6 @@ impl FieldMirror {
     /// so should be told to forget it too).
     pub fn forget(&mut self, run_id: &str) -> bool {
         self.runs.remove(run_id).is_some()
-    }
-}
-
-impl Prepared {
-    /// Splits into the message and the fields it teaches.
-    pub fn into_parts(self) -> (Assignment, Vec<(Arc<str>, u64)>) {
-        (self.wire, self.sent)
     }
 }
 
@@ -102,12 +92,12 @@ mod tests {
     fn a_worker_gets_each_field_version_once() {
         let mut mirror = FieldMirror::default();
         let first = task(vec![field("blob", 1), field("counter", 2)]);
-        let (wire, sent) = mirror.prepare(&first).into_parts();
+        let (wire, sent) = mirror.prepare(&first);
         assert!(wire.state.iter().all(|f| f.json.is_some()));
         mirror.sent(&first.run_id, sent);
         // Next wave: the counter changed, the blob did not.
         let second = task(vec![field("blob", 1), field("counter", 3)]);
-        let (wire, sent) = mirror.prepare(&second).into_parts();
+        let (wire, sent) = mirror.prepare(&second);
         assert_eq!(wire.state[0].json, None, "the blob is not sent again");
         assert_eq!(wire.state[1].json.as_deref(), Some("\"counter3\""));
         assert_eq!(sent, vec![(Arc::from("counter"), 3)]);
@@ -118,7 +108,7 @@ mod tests {
         let mut mirror = FieldMirror::default();
         let first = task(vec![field("blob", 1)]);
         let _unsent = mirror.prepare(&first);
-        let (wire, _) = mirror.prepare(&first).into_parts();
+        let (wire, _) = mirror.prepare(&first);
         assert!(wire.state[0].json.is_some());
         assert!(!mirror.forget("r"));
     }

@@ -81,7 +81,7 @@ proptest! {
                 }
                 Step::Send => {
                     key += 1;
-                    let (wire, sent) = mirror.prepare(&task(&fields, key)).into_parts();
+                    let (wire, sent) = mirror.prepare(&task(&fields, key));
                     mirror.sent(&Arc::from("run"), sent);
                     let pb::CoordinatorMessage {
                         body: Some(pb::coordinator_message::Body::Task(assignment)),

@@ -90,7 +90,7 @@ fn start_edges(graph: &Graph, state: &Map<String, Value>) -> Result<Vec<EdgeStat
                     .map_err(|error| RunError::InvalidInput {
                         message: format!(
                             "the condition on START → {} cannot be evaluated on the input: {error}",
-                            edge.to.node().map_or("END", |n| graph.node(n).id.as_str())
+                            graph.target_name(edge.to)
                         ),
                     })?,
                 // Validation refuses `fn:` conditions on START edges.

@@ -16,7 +16,7 @@ use super::output::finish_output;
 use super::plan::RunPlan;
 use super::routing::{Decision, decide};
 use crate::graph::{
-    ConcurrencyLimit, ExprError, ListSource, NodeIdx, NodeKind, Strictness, Target,
+    ConcurrencyLimit, END, ExprError, ListSource, NodeIdx, NodeKind, Strictness, Target,
     TemplateContext, json_type_name,
 };
 
@@ -26,9 +26,6 @@ pub struct StepWrites {
     writes: Map<String, Value>,
     next: Option<String>,
 }
-
-/// What `_next` says to end a path.
-const END: &str = "END";
 
 /// What the map wants next.
 #[derive(Debug)]
@@ -332,10 +329,7 @@ impl MapRun {
                     node: node_id.clone(),
                     item: Some(index),
                     error: failure.message.clone(),
-                    fallback: fallback.map(|f| match f {
-                        Target::Node(f) => graph.node(f).id.clone(),
-                        Target::End => END.to_owned(),
-                    }),
+                    fallback: fallback.map(|f| graph.target_name(f)),
                 });
                 match fallback {
                     Some(Target::Node(target)) => {

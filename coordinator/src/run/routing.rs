@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use serde_json::{Map, Value};
 
 use super::plan::RunPlan;
-use crate::graph::{Condition, EdgeIdx, ExprError, Guard, NodeIdx, NodeKind, Target, truthy};
+use crate::graph::{Condition, END, EdgeIdx, ExprError, Guard, NodeIdx, NodeKind, Target, truthy};
 
 /// A question for a worker-hosted function, asked while routing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
@@ -18,9 +18,6 @@ pub enum Query {
     /// The `when: fn:NAME` of this edge.
     Edge(EdgeIdx),
 }
-
-/// What `_next` says to end a path, as an edge's `to: END` does.
-pub const END: &str = "END";
 
 /// Why a node's routing failed.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]

@@ -10,7 +10,7 @@ use super::map_run::{ItemStep, MapRun, StepWrites};
 use super::merge::changed_fields;
 use super::output::{check_writes, finish_output};
 use super::routing::RouteError;
-use crate::graph::{NodeIdx, Target};
+use crate::graph::NodeIdx;
 
 impl RunMachine {
     // ----- tasks -------------------------------------------------------
@@ -169,7 +169,7 @@ impl RunMachine {
     /// Checks a main-flow `_next` target: it must name a main-flow node.
     pub(super) fn check_next(&self, next: Option<&str>) -> Result<(), RouteError> {
         let Some(id) = next else { return Ok(()) };
-        if id == super::routing::END {
+        if id == crate::graph::END {
             return Ok(());
         }
         match self.graph().node_index(id) {
@@ -238,21 +238,13 @@ impl RunMachine {
             node: id,
             item: None,
             error: error.to_string(),
-            fallback: fallback.map(|f| self.target_name(f)),
+            fallback: fallback.map(|f| self.graph().target_name(f)),
         }));
         if fallback.is_some() {
             self.set_member(node, Member::FellBack);
         } else {
             self.run.nodes[node] = NodeStatus::Failed;
             self.fail_wave(error, fx);
-        }
-    }
-
-    /// A target as written in a graph: a node id or `END`.
-    pub(super) fn target_name(&self, target: Target) -> String {
-        match target {
-            Target::Node(idx) => self.graph().node(idx).id.clone(),
-            Target::End => super::routing::END.to_owned(),
         }
     }
 
