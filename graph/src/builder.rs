@@ -325,33 +325,7 @@ impl Builder<'_> {
                 }
             };
             let owner = format!("edge {} → {}", raw.from, raw.to);
-            if raw.to == START || raw.from == END {
-                self.error(
-                    format!("{owner}: START can only be a source and END only a target"),
-                    &[],
-                );
-                continue;
-            }
-            let from = if raw.from == START {
-                Endpoint::Start
-            } else if let Some(&idx) = self.index.get(&raw.from) {
-                Endpoint::Node(idx)
-            } else {
-                self.error(
-                    format!("{owner}: edge from unknown node '{}'", raw.from),
-                    &[&raw.from],
-                );
-                continue;
-            };
-            let to = if raw.to == END {
-                Target::End
-            } else if let Some(&idx) = self.index.get(&raw.to) {
-                Target::Node(idx)
-            } else {
-                self.error(
-                    format!("{owner}: edge to unknown node '{}'", raw.to),
-                    &[&raw.to],
-                );
+            let Some((from, to)) = self.edge_ends(&owner, &raw) else {
                 continue;
             };
             let guard = match &raw.when {
@@ -389,6 +363,41 @@ impl Builder<'_> {
                 origin: EdgeOrigin::EdgeList(position),
             });
         }
+    }
+
+    /// An edge's source and target; `None` when either is wrong
+    /// (reported).
+    fn edge_ends(&mut self, owner: &str, raw: &RawEdge) -> Option<(Endpoint, Target)> {
+        if raw.to == START || raw.from == END {
+            self.error(
+                format!("{owner}: START can only be a source and END only a target"),
+                &[],
+            );
+            return None;
+        }
+        let from = if raw.from == START {
+            Endpoint::Start
+        } else if let Some(&idx) = self.index.get(&raw.from) {
+            Endpoint::Node(idx)
+        } else {
+            self.error(
+                format!("{owner}: edge from unknown node '{}'", raw.from),
+                &[&raw.from],
+            );
+            return None;
+        };
+        let to = if raw.to == END {
+            Target::End
+        } else if let Some(&idx) = self.index.get(&raw.to) {
+            Target::Node(idx)
+        } else {
+            self.error(
+                format!("{owner}: edge to unknown node '{}'", raw.to),
+                &[&raw.to],
+            );
+            return None;
+        };
+        Some((from, to))
     }
 
     pub(super) fn kind(&mut self, id: &str, raw: &RawNode) -> Option<NodeKind> {
