@@ -41,6 +41,8 @@ impl EmbeddedCluster {
             data_dir: data.0.clone(),
             heartbeat_interval: Duration::from_millis(500),
             worker_timeout: Duration::from_secs(5),
+            // Its workers are all there will be.
+            fixed_workers: true,
             ..CoordinatorConfig::default()
         };
         let shutdown = CancellationToken::new();

@@ -33,6 +33,10 @@ pub struct CoordinatorConfig {
     pub max_bundle_bytes: usize,
     /// Largest run input accepted, in bytes.
     pub max_input_bytes: usize,
+    /// The workers that join at start are all there will be (an embedded
+    /// cluster): work none of them hosts is refused at submission instead
+    /// of waiting forever. Not a file or environment key.
+    pub fixed_workers: bool,
 }
 
 impl Default for CoordinatorConfig {
@@ -48,6 +52,7 @@ impl Default for CoordinatorConfig {
             max_task_losses: 3,
             max_bundle_bytes: 64 << 20,
             max_input_bytes: 16 << 20,
+            fixed_workers: false,
         }
     }
 }

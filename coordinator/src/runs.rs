@@ -22,6 +22,10 @@ pub enum SubmitError {
     /// The input is not a JSON object, or does not fit the declared state.
     #[error("invalid input: {0}")]
     Input(String),
+    /// The workers are all there will be (an embedded cluster), and none
+    /// hosts what the graph needs: the run would wait forever.
+    #[error("{}", .0.join("\n"))]
+    Unhostable(Vec<String>),
     /// The input is larger than the configured limit.
     #[error("the input is {size} bytes, more than the limit of {limit}")]
     InputTooLarge {
@@ -41,6 +45,7 @@ pub struct Runs {
     shutdown: CancellationToken,
     tracker: TaskTracker,
     max_input_bytes: usize,
+    fixed_workers: bool,
 }
 
 #[derive(Default)]
@@ -57,6 +62,7 @@ impl Runs {
         shutdown: CancellationToken,
         tracker: TaskTracker,
         max_input_bytes: usize,
+        fixed_workers: bool,
     ) -> Self {
         Self {
             inner: Arc::default(),
@@ -65,6 +71,7 @@ impl Runs {
             shutdown,
             tracker,
             max_input_bytes,
+            fixed_workers,
         }
     }
 
@@ -88,7 +95,15 @@ impl Runs {
             RunError::InvalidInput { message } => SubmitError::Input(message),
             other => SubmitError::Input(other.to_string()),
         })?;
-        warnings.extend(self.unhosted(&plan).await);
+        let gaps = self.unhosted(&plan).await;
+        if self.fixed_workers && !gaps.is_empty() {
+            return Err(SubmitError::Unhostable(
+                gaps.into_iter()
+                    .map(|gap| format!("{}: no worker of this cluster hosts it and none will join; run it on a cluster with a worker that does", gap.what))
+                    .collect(),
+            ));
+        }
+        warnings.extend(gaps.into_iter().map(|gap| gap.warning));
         self.blobs.add_bundle(&bundle);
         let refs: Vec<BlobRef> = bundle
             .files
@@ -135,8 +150,8 @@ impl Runs {
             .collect()
     }
 
-    /// A warning for each handler or kind no connected worker hosts now.
-    async fn unhosted(&self, plan: &RunPlan) -> Vec<String> {
+    /// What the graph needs that no connected worker hosts now.
+    async fn unhosted(&self, plan: &RunPlan) -> Vec<Gap> {
         let fleet = self.dispatcher.snapshot().await;
         let workers = &fleet.workers;
         let mut warnings = Vec::new();
@@ -149,10 +164,13 @@ impl Runs {
                 .iter()
                 .any(|w| !w.draining && requirement.hosted_by(&w.info))
             {
-                warnings.push(format!(
-                    "warning: node '{}' needs {requirement}, which no connected worker hosts yet; it will wait for one",
-                    node.id
-                ));
+                let what = format!("node '{}' needs {requirement}", node.id);
+                warnings.push(Gap {
+                    warning: format!(
+                        "warning: {what}, which no connected worker hosts yet; it will wait for one"
+                    ),
+                    what,
+                });
             }
         }
         let ever: Vec<&str> = fleet.functions_ever.iter().map(String::as_str).collect();
@@ -166,12 +184,23 @@ impl Runs {
                 .flatten()
                 .map(|close| format!(" (did you mean fn:{close}?)"))
                 .unwrap_or_default();
-            warnings.push(format!(
-                "warning: fn:{name} ({used_by}) is not hosted by any connected worker yet{hint}; the run will wait for one"
-            ));
+            warnings.push(Gap {
+                warning: format!(
+                    "warning: fn:{name} ({used_by}) is not hosted by any connected worker yet{hint}; the run will wait for one"
+                ),
+                what: format!("fn:{name} ({used_by}) needs a worker-hosted function{hint}"),
+            });
         }
         warnings
     }
+}
+
+/// Something a graph needs that no connected worker hosts.
+struct Gap {
+    /// What is needed, e.g. "node 'draft' needs handler 'draft'".
+    what: String,
+    /// The submission warning on a cluster workers may still join.
+    warning: String,
 }
 
 fn parse_input(text: &str) -> Result<Map<String, Value>, SubmitError> {

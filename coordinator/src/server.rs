@@ -70,6 +70,7 @@ pub async fn serve(
         shutdown.child_token(),
         tracker.clone(),
         config.max_input_bytes,
+        config.fixed_workers,
     );
     let run_api =
         RunServiceServer::new(RunApi::new(runs, config.max_bundle_bytes, tracker.clone()))

@@ -5,7 +5,7 @@ use std::path::Path;
 
 use serde_json::{Map, Value};
 use weft_client::{BundleError, Client, ClientError, GraphBundle, RunStatus};
-use weft_graph::{GraphError, NodeKind};
+use weft_graph::GraphError;
 
 use super::{exit, output, progress, prompt};
 use weft_client::EmbeddedCluster as Embedded;
@@ -52,17 +52,6 @@ pub async fn run(coordinator: Option<String>, graph: &Path, options: RunOptions)
         );
         return exit::INVALID;
     }
-    if coordinator.is_none() {
-        // The embedded cluster's workers are all there will ever be: work
-        // none of them hosts would wait forever, so it is refused up front.
-        let gaps = embedded_gaps(graph);
-        if !gaps.is_empty() {
-            for gap in gaps {
-                eprintln!("error: {gap}");
-            }
-            return exit::INVALID;
-        }
-    }
     let (client, embedded) = match connect(coordinator, options.workers).await {
         Ok(pair) => pair,
         Err(code) => return code,
@@ -72,31 +61,6 @@ pub async fn run(coordinator: Option<String>, graph: &Path, options: RunOptions)
         embedded.stop().await;
     }
     code
-}
-
-/// What the graph needs that the embedded cluster's workers (scripts only)
-/// do not host.
-fn embedded_gaps(graph: &Path) -> Vec<String> {
-    let Ok((graph, _)) = weft_graph::load_file(graph) else {
-        return Vec::new();
-    };
-    let advice = "the embedded cluster runs scripts only; run this graph on a cluster with a worker that hosts it (--coordinator URL)";
-    let mut gaps = Vec::new();
-    for node in &graph.nodes {
-        let need = match &node.kind {
-            NodeKind::Task { handler } => format!("handler '{handler}'"),
-            NodeKind::Llm(_) => "kind 'llm'".to_owned(),
-            NodeKind::Agent(_) => "kind 'agent'".to_owned(),
-            _ => continue,
-        };
-        gaps.push(format!("node '{}' needs {need}: {advice}", node.id));
-    }
-    for (name, used_by) in graph.hosted_functions() {
-        gaps.push(format!(
-            "fn:{name} ({used_by}) needs a worker-hosted function: {advice}"
-        ));
-    }
-    gaps
 }
 
 async fn submit_and_wait(
