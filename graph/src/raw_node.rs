@@ -17,7 +17,7 @@ pub const KINDS: [&str; 11] = [
 ];
 
 /// Fields every kind takes.
-const COMMON_FIELDS: [&str; 14] = [
+const COMMON_FIELDS: [&str; 9] = [
     "id",
     "kind",
     "description",
@@ -27,12 +27,38 @@ const COMMON_FIELDS: [&str; 14] = [
     "depends_on",
     "routes",
     "fallback",
+];
+
+/// SPEC's common fields about running and writing, which only some kinds
+/// can honour: each kind either executes one or refuses it here, naming why.
+const RUN_FIELDS: [&str; 5] = [
     "retry",
     "max_attempts",
     "timeout",
     "state_updates",
     "output_schema",
 ];
+
+/// Why `kind` does not take the run field `field`; `None` when it does.
+fn refused_run_field(kind: &str, field: &str) -> Option<&'static str> {
+    let retry = matches!(field, "retry" | "max_attempts");
+    match kind {
+        "task" | "script" | "llm" | "agent" => None,
+        "map" if retry => Some("a map's items are retried by their branch nodes' own `retry`"),
+        "map" if field == "timeout" => Some(
+            "bound its items with their branch nodes' `timeout`, or the run with `settings.timeout`",
+        ),
+        "approval" | "input" if retry => Some("a person answers it; there is nothing to retry"),
+        "approval" | "input" if field == "timeout" => Some(
+            "it waits for a person for as long as the run lasts; bound the run with `settings.timeout`",
+        ),
+        "end" if field == "state_updates" => None,
+        "end" => Some("it runs nothing and produces no output"),
+        "loop" | "subgraph" if field == "state_updates" => None,
+        "loop" | "subgraph" => Some("its inner nodes take their own"),
+        _ => None,
+    }
+}
 
 /// Fields a kind takes beyond the common ones.
 fn kind_fields(kind: &str) -> &'static [&'static str] {
@@ -307,8 +333,26 @@ fn check_fields(
         if COMMON_FIELDS.contains(&key.as_str()) || specific.contains(&key.as_str()) {
             continue;
         }
+        if RUN_FIELDS.contains(&key.as_str()) {
+            if let Some(why) = refused_run_field(kind, key) {
+                all_known = false;
+                findings.push(Finding::error(
+                    format!(
+                        "node '{id}': '{key}' is a field the kind '{kind}' does not take ({why})"
+                    ),
+                    &[id],
+                ));
+            }
+            continue;
+        }
         all_known = false;
-        let allowed: Vec<&str> = COMMON_FIELDS.iter().chain(specific).copied().collect();
+        let allowed: Vec<&str> = COMMON_FIELDS
+            .iter()
+            .chain(&RUN_FIELDS)
+            .filter(|f| refused_run_field(kind, f).is_none())
+            .chain(specific)
+            .copied()
+            .collect();
         let other_kinds: Vec<&str> = KINDS
             .iter()
             .copied()
@@ -398,6 +442,40 @@ mod tests {
         assert_eq!(
             RawDuration::Seconds(2.0).to_duration().unwrap().as_secs(),
             2
+        );
+    }
+
+    #[test]
+    fn run_fields_are_taken_where_they_run_and_refused_with_a_reason_elsewhere() {
+        for kind in ["task", "script", "llm", "agent"] {
+            for field in RUN_FIELDS {
+                assert_eq!(refused_run_field(kind, field), None, "{kind}.{field}");
+            }
+        }
+        let (_, errors) = read(json!({"kind": "map", "retry": 3, "timeout": "5s",
+            "state_updates": {"n": "{{ results | length }}"}, "output_schema": {"type": "object"}}));
+        assert_eq!(errors.len(), 2, "{errors:?}");
+        assert!(
+            errors[0].starts_with("node 'n': 'retry' is a field the kind 'map' does not take ("),
+            "{errors:?}"
+        );
+        assert!(
+            errors[1].starts_with("node 'n': 'timeout' is a field the kind 'map' does not take ("),
+            "{errors:?}"
+        );
+        let (_, errors) = read(json!({"kind": "end", "state_updates": {"done": true}}));
+        assert!(errors.is_empty(), "{errors:?}");
+        let (_, errors) = read(json!({"kind": "end", "output_schema": {}}));
+        assert_eq!(
+            errors,
+            [
+                "node 'n': 'output_schema' is a field the kind 'end' does not take (it runs nothing and produces no output)"
+            ]
+        );
+        let (_, errors) = read(json!({"kind": "approval", "max_attempts": 2}));
+        assert!(
+            errors[0].contains("'max_attempts' is a field the kind 'approval' does not take"),
+            "{errors:?}"
         );
     }
 

@@ -326,3 +326,88 @@ nodes:
         "{result}"
     );
 }
+
+#[test]
+fn a_map_writes_state_updates_and_checks_its_output_schema_after_collecting() {
+    let map = |schema: &str| {
+        format!(
+            r#"
+nodes:
+  fan:
+    kind: map
+    start: true
+    over: "{{{{ items }}}}"
+    as: item
+    branch: echo
+    output_key: out
+    collect_into: results
+    state_updates:
+      count: "{{{{ results | length }}}}"
+      first: "{{{{ output[0] }}}}"
+    output_schema: {schema}
+  echo: {{ kind: script, run: [sh, -c, 'echo "{{\"out\": 7}}"'] }}
+"#
+        )
+    };
+    let fits = r#"{ type: object, required: [results], properties: { results: { type: array } } }"#;
+    let result = completed(&run_graph_with(
+        "map-updates",
+        &map(fits),
+        r#"{"items": [1, 2, 3]}"#,
+    ));
+    assert_eq!(result["state"]["results"], json!([7, 7, 7]), "{result}");
+    assert_eq!(result["state"]["count"], json!(3), "{result}");
+    assert_eq!(result["state"]["first"], json!(7), "{result}");
+
+    let refuses = r#"{ type: object, properties: { results: { maxItems: 2 } } }"#;
+    let out = run_graph_with("map-schema", &map(refuses), r#"{"items": [1, 2, 3]}"#);
+    assert_eq!(out.status.code(), Some(1), "the run fails");
+    let result: Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    let message = result["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("(output_schema)"), "{result}");
+}
+
+#[test]
+fn an_end_node_writes_its_state_updates() {
+    let result = completed(&run_graph(
+        "end-updates",
+        r#"
+nodes:
+  work: { kind: script, run: [sh, -c, 'echo "{\"n\": 2}"'], start: true, next: done }
+  done:
+    kind: end
+    state_updates: { summary: "finished with {{ n }}" }
+"#,
+    ));
+    assert_eq!(
+        result["state"],
+        json!({"n": 2, "summary": "finished with 2"}),
+        "{result}"
+    );
+}
+
+#[test]
+fn run_fields_a_kind_cannot_honour_are_refused_up_front() {
+    let out = run_graph(
+        "map-retry",
+        r#"
+nodes:
+  fan:
+    kind: map
+    start: true
+    over: "{{ items }}"
+    as: item
+    branch: echo
+    output_key: out
+    collect_into: results
+    retry: 3
+  echo: { kind: script, run: [sh, -c, 'echo "{}"'] }
+"#,
+    );
+    assert_eq!(out.status.code(), Some(2), "refused by validation");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("node 'fan': 'retry' is a field the kind 'map' does not take"),
+        "{stderr}"
+    );
+}

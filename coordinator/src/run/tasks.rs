@@ -8,7 +8,7 @@ use super::events::*;
 use super::machine::*;
 use super::map_run::{ItemStep, MapRun, StepWrites};
 use super::merge::changed_fields;
-use super::output::{check_writes, finish_output};
+use super::output::finish_output;
 use super::routing::RouteError;
 use crate::graph::NodeIdx;
 
@@ -287,31 +287,7 @@ impl RunMachine {
                 } => self.launch(node, 1, Some(item), state, scope, fx),
                 ItemStep::Idle => return,
                 ItemStep::Finished(changes) => {
-                    // `collect_into` is a write like any other: declared
-                    // types and strict state apply.
-                    let graph = plan.graph();
-                    if let Err(error) = check_writes(graph, &changes, graph.settings.strict_state) {
-                        let failure = TaskFailure {
-                            kind: FailureKind::InvalidOutput,
-                            message: error.to_string(),
-                            worker: None,
-                        };
-                        self.member_failed(map, 1, failure, fx);
-                        return;
-                    }
-                    let id = plan.graph().node(map).id.clone();
-                    fx.push(Effect::Emit(RunEvent::NodeFinished {
-                        node: id,
-                        item: None,
-                    }));
-                    let s0 = self.wave_s0();
-                    self.set_member(
-                        map,
-                        Member::Succeeded {
-                            changes: changed_fields(&s0, changes),
-                            next: None,
-                        },
-                    );
+                    self.map_finished(map, changes, fx);
                     return;
                 }
                 ItemStep::Failed(error) => {
@@ -321,6 +297,45 @@ impl RunMachine {
                 }
             }
         }
+    }
+
+    /// Every item finished: the collected list is the map's output, and a
+    /// write like any other: `state_updates` (which see it under
+    /// `collect_into` and as `output`), `output_schema`, declared types and
+    /// strict state apply.
+    fn map_finished(&mut self, map: NodeIdx, collected: Map<String, Value>, fx: &mut Vec<Effect>) {
+        let plan = self.plan.clone();
+        let graph = plan.graph();
+        let node = graph.node(map);
+        let s0 = self.wave_s0();
+        let output = NodeOutput {
+            output: collected.values().next().cloned(),
+            writes: collected,
+            next: None,
+        };
+        let writes = match finish_output(graph, node, || (*s0).clone(), &Map::new(), output, true) {
+            Ok((writes, _)) => writes,
+            Err(error) => {
+                let failure = TaskFailure {
+                    kind: FailureKind::InvalidOutput,
+                    message: error.to_string(),
+                    worker: None,
+                };
+                self.member_failed(map, 1, failure, fx);
+                return;
+            }
+        };
+        fx.push(Effect::Emit(RunEvent::NodeFinished {
+            node: node.id.clone(),
+            item: None,
+        }));
+        self.set_member(
+            map,
+            Member::Succeeded {
+                changes: changed_fields(&s0, writes),
+                next: None,
+            },
+        );
     }
 
     pub(super) fn cancel_map_tasks(&mut self, map: NodeIdx, fx: &mut Vec<Effect>) {

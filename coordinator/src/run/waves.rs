@@ -12,7 +12,8 @@ use super::machine::*;
 use std::collections::BTreeSet;
 
 use super::map_run::MapRun;
-use super::merge::{MergeError, merge_wave};
+use super::merge::{MergeError, changed_fields, merge_wave};
+use super::output::finish_output;
 use super::routing::{Decision, Query, decide};
 use crate::graph::{NodeIdx, NodeKind, Strictness, TemplateContext};
 
@@ -87,15 +88,7 @@ impl RunMachine {
                 }
                 self.set_member(idx, Member::Waiting);
             }
-            NodeKind::End(_) => {
-                self.set_member(
-                    idx,
-                    Member::Succeeded {
-                        changes: Map::new(),
-                        next: None,
-                    },
-                );
-            }
+            NodeKind::End(_) => self.end_reached(idx, s0, fx),
             NodeKind::Map(_) => match MapRun::start(&self.plan, idx, s0) {
                 Ok(map) => {
                     self.set_member(idx, Member::Mapping(Box::new(map)));
@@ -115,6 +108,41 @@ impl RunMachine {
                 let failure = TaskFailure {
                     kind: FailureKind::Unsupported,
                     message,
+                    worker: None,
+                };
+                self.member_failed(idx, 1, failure, fx);
+            }
+        }
+    }
+
+    /// An `end` node's wave: its `state_updates` are its only writes.
+    fn end_reached(&mut self, idx: NodeIdx, s0: &State, fx: &mut Vec<Effect>) {
+        let graph = self.graph();
+        let output = NodeOutput {
+            writes: Map::new(),
+            next: None,
+            output: None,
+        };
+        let finished = finish_output(
+            graph,
+            graph.node(idx),
+            || (**s0).clone(),
+            &Map::new(),
+            output,
+            true,
+        );
+        match finished {
+            Ok((writes, _)) => self.set_member(
+                idx,
+                Member::Succeeded {
+                    changes: changed_fields(s0, writes),
+                    next: None,
+                },
+            ),
+            Err(error) => {
+                let failure = TaskFailure {
+                    kind: FailureKind::InvalidOutput,
+                    message: error.to_string(),
                     worker: None,
                 };
                 self.member_failed(idx, 1, failure, fx);
