@@ -61,7 +61,7 @@ impl EmbeddedCluster {
             worker
                 .name(format!("embedded-{n}"))
                 .work_dir(data.0.join(format!("worker-{n}")))
-                .secrets(std::env::vars().collect())
+                .secrets(weft_worker::Secrets::new(std::env::vars()))
                 .joined_signal(joined.clone());
             setup(&mut worker);
             let token = shutdown.clone();

@@ -17,9 +17,25 @@ fn run_graph_with(name: &str, yaml: &str, input: &str) -> Output {
     run_with_files(name, yaml, &[], input)
 }
 
+/// As [`run_graph`], with `env` added to `weft`'s environment (the
+/// embedded worker's secrets).
+fn run_graph_env(name: &str, yaml: &str, env: &[(&str, &str)]) -> Output {
+    run_in(name, yaml, &[], "{}", env)
+}
+
 /// Writes `yaml` and these files beside it (name, text, mode) to a fresh
 /// directory, and runs the graph with `weft run --json --input INPUT`.
 fn run_with_files(name: &str, yaml: &str, files: &[(&str, &str, u32)], input: &str) -> Output {
+    run_in(name, yaml, files, input, &[])
+}
+
+fn run_in(
+    name: &str,
+    yaml: &str,
+    files: &[(&str, &str, u32)],
+    input: &str,
+    env: &[(&str, &str)],
+) -> Output {
     use std::os::unix::fs::PermissionsExt;
     let dir: PathBuf =
         std::env::temp_dir().join(format!("weft-conformance-{name}-{}", std::process::id()));
@@ -41,6 +57,7 @@ fn run_with_files(name: &str, yaml: &str, files: &[(&str, &str, u32)], input: &s
         ])
         .stdin(Stdio::null())
         .env_remove("WEFT_COORDINATOR")
+        .envs(env.iter().copied())
         .output()
         .expect("weft runs");
     std::fs::remove_dir_all(&dir).ok();
@@ -409,5 +426,41 @@ nodes:
     assert!(
         stderr.contains("node 'fan': 'retry' is a field the kind 'map' does not take"),
         "{stderr}"
+    );
+}
+
+#[test]
+fn secrets_are_substituted_on_the_worker_and_masked_in_errors() {
+    let secret = "tok-5f1a9c";
+    let yaml = r#"
+nodes:
+  call:
+    kind: script
+    start: true
+    run: [sh, -c, 'echo "{\"sent\": \"$1\"}"', call, "${WEFT_TEST_TOKEN}"]
+    next: check
+  check:
+    kind: script
+    run: [sh, -c, 'echo "server refused $TOKEN" >&2; exit 1']
+    env: { TOKEN: "Bearer ${WEFT_TEST_TOKEN}" }
+"#;
+    let out = run_graph_env("secrets", yaml, &[("WEFT_TEST_TOKEN", secret)]);
+    assert_eq!(out.status.code(), Some(1), "the second node fails");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let result: Value = serde_json::from_str(&stdout).expect("one JSON object");
+    let message = result["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("server refused Bearer ***"), "{result}");
+    // The script wrote the secret into the state itself; nothing else shows it.
+    assert_eq!(result["state"]["sent"], secret, "{result}");
+    let shown = stdout.replace(&format!("\"sent\":\"{secret}\""), "");
+    assert!(!shown.contains(secret), "{stdout}");
+    assert!(!String::from_utf8_lossy(&out.stderr).contains(secret));
+
+    let out = run_graph_env("secrets-unset", yaml, &[]);
+    let result: Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    let message = result["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("argv[4]: secret ${WEFT_TEST_TOKEN} is not set on this worker"),
+        "{result}"
     );
 }

@@ -33,6 +33,7 @@ mod handler;
 mod runtime;
 mod script;
 mod script_output;
+mod secrets;
 pub mod state_sync;
 mod task;
 
@@ -45,8 +46,8 @@ use tokio_util::sync::CancellationToken;
 
 pub use handler::{HandlerError, IntoOutput, Output, Registry, TaskContext};
 pub use runtime::{WorkerConfig, WorkerError};
-pub use script::substitute_secrets;
 pub use script_output::{StdoutError, parse_stdout};
+pub use secrets::{SecretError, Secrets, SecretsFileError};
 pub use task::{BlobFile, Failure, FailureKind, Task};
 
 /// A worker being set up.
@@ -70,7 +71,7 @@ impl Worker {
                 slots,
                 labels: Vec::new(),
                 scripts: true,
-                secrets: Vec::new(),
+                secrets: std::sync::Arc::default(),
                 joined: None,
             },
             registry: Registry::default(),
@@ -108,8 +109,8 @@ impl Worker {
     }
 
     /// Secrets for `${NAME}` in node configuration (never sent anywhere).
-    pub fn secrets(&mut self, secrets: Vec<(String, String)>) -> &mut Self {
-        self.config.secrets = secrets;
+    pub fn secrets(&mut self, secrets: Secrets) -> &mut Self {
+        self.config.secrets = std::sync::Arc::new(secrets);
         self
     }
 

@@ -25,6 +25,10 @@ struct Args {
     /// Scratch and cache directory.
     #[arg(long)]
     work_dir: Option<PathBuf>,
+    /// A file of `NAME=value` lines: secrets for `${NAME}` in node
+    /// configuration, taking precedence over the worker's environment.
+    #[arg(long, env = "WEFT_SECRETS_FILE")]
+    secrets_file: Option<PathBuf>,
     /// Log format: text or json.
     #[arg(long, default_value = "text")]
     log_format: weft_process::LogFormat,
@@ -44,8 +48,19 @@ async fn main() -> ExitCode {
     if let Some(dir) = args.work_dir {
         worker.work_dir(dir);
     }
-    // The worker's own environment is its secret store for `${NAME}`.
-    worker.secrets(std::env::vars().collect());
+    // The worker's own environment and its secrets file are its secret
+    // store for `${NAME}`.
+    let mut secrets: Vec<(String, String)> = std::env::vars().collect();
+    if let Some(path) = &args.secrets_file {
+        match weft_worker::Secrets::read_file(path) {
+            Ok(pairs) => secrets.extend(pairs),
+            Err(error) => {
+                eprintln!("worker: {error}");
+                return ExitCode::from(2);
+            }
+        }
+    }
+    worker.secrets(weft_worker::Secrets::new(secrets));
     let shutdown = weft_process::shutdown_on_signal();
     match worker.run(shutdown).await {
         Ok(()) => ExitCode::SUCCESS,

@@ -48,7 +48,7 @@ pub struct WorkerConfig {
     /// Where scratch directories and the file cache live.
     pub work_dir: PathBuf,
     /// The worker's secrets, for `${NAME}` in node configuration.
-    pub secrets: Vec<(String, String)>,
+    pub secrets: Arc<crate::Secrets>,
     /// Gains a permit each time the worker joins a coordinator.
     pub joined: Option<std::sync::Arc<tokio::sync::Semaphore>>,
 }

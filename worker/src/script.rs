@@ -23,6 +23,7 @@ use tokio::process::Command;
 
 use crate::blobs::BlobCache;
 use crate::script_output::{collect, judge, stderr_tail};
+use crate::secrets::{Redactor, Secrets};
 use crate::task::{Failure, FailureKind, Task};
 
 /// The worker's variables a script inherits; nothing else leaks through.
@@ -33,28 +34,39 @@ const INHERITED_ENV: [&str; 4] = ["PATH", "HOME", "LANG", "TMPDIR"];
 pub struct ScriptRunner {
     scratch_root: PathBuf,
     blobs: BlobCache,
-    env: Vec<(String, String)>,
+    secrets: Arc<Secrets>,
 }
 
 impl ScriptRunner {
-    /// Scripts run in directories under `scratch_root`; `env` is the worker's
-    /// own secret environment for `${NAME}` substitution.
-    pub fn new(scratch_root: PathBuf, blobs: BlobCache, env: Vec<(String, String)>) -> Self {
+    /// Scripts run in directories under `scratch_root`; `secrets` are the
+    /// worker's own, for `${NAME}` in `run`/`args` and `env:`.
+    pub fn new(scratch_root: PathBuf, blobs: BlobCache, secrets: Arc<Secrets>) -> Self {
         Self {
             scratch_root,
             blobs,
-            env,
+            secrets,
         }
     }
 
-    /// Runs one attempt; `Ok` holds the stdout object.
+    /// Runs one attempt; `Ok` holds the stdout object. Whatever the attempt
+    /// reports has the secrets it used masked.
     pub async fn run(&self, task: &Task) -> Result<Value, Failure> {
+        let mut redactor = Redactor::default();
+        let result = self.run_with(task, &mut redactor).await;
+        result.map_err(|failure| Failure {
+            message: redactor.redact(&failure.message),
+            ..failure
+        })
+    }
+
+    async fn run_with(&self, task: &Task, redactor: &mut Redactor) -> Result<Value, Failure> {
         let config: ScriptConfig = serde_json::from_str(&task.config_json).map_err(|e| {
             Failure::new(
                 FailureKind::InvalidTask,
                 format!("script configuration: {e}"),
             )
         })?;
+        let config = config.with_secrets(&self.secrets, redactor)?;
         let program = config
             .argv
             .first()
@@ -76,7 +88,7 @@ impl ScriptRunner {
         &self,
         dir: &Path,
         program: &str,
-        config: &ScriptConfig,
+        config: &ResolvedConfig,
         task: &Task,
     ) -> Result<Value, Failure> {
         for file in task.bundle.iter() {
@@ -122,7 +134,7 @@ impl ScriptRunner {
         &self,
         dir: &Path,
         launch: Launch,
-        config: &ScriptConfig,
+        config: &ResolvedConfig,
         task: &Task,
         state_path: &Path,
     ) -> Command {
@@ -152,9 +164,7 @@ impl ScriptRunner {
             .stderr(Stdio::piped())
             .process_group(0)
             .kill_on_drop(true);
-        for (key, value) in &config.env {
-            command.env(key, substitute_secrets(value, &self.env));
-        }
+        command.envs(config.env.iter().map(|(k, v)| (k, v)));
         command
     }
 }
@@ -249,6 +259,8 @@ impl Drop for Scratch {
     }
 }
 
+/// A script node's configuration as the coordinator sends it, with
+/// `${NAME}` references still in place.
 #[derive(serde::Deserialize)]
 struct ScriptConfig {
     argv: Vec<String>,
@@ -256,34 +268,42 @@ struct ScriptConfig {
     env: Map<String, Value>,
 }
 
-/// Replaces `${NAME}` with the worker's secret `NAME` (unset names become "").
-pub fn substitute_secrets(value: &Value, secrets: &[(String, String)]) -> String {
-    let text = value
-        .as_str()
-        .map_or_else(|| value.to_string(), str::to_owned);
-    let mut out = String::with_capacity(text.len());
-    let mut rest = text.as_str();
-    while let Some(start) = rest.find("${") {
-        out.push_str(&rest[..start]);
-        let after = &rest[start + 2..];
-        match after.find('}') {
-            Some(end) => {
-                let name = &after[..end];
-                let secret = secrets
-                    .iter()
-                    .find(|(k, _)| k == name)
-                    .map_or("", |(_, v)| v.as_str());
-                out.push_str(secret);
-                rest = &after[end + 1..];
-            }
-            None => {
-                out.push_str(&rest[start..]);
-                rest = "";
-            }
+/// A script's argv and `env:` with secrets substituted.
+struct ResolvedConfig {
+    argv: Vec<String>,
+    env: Vec<(String, String)>,
+}
+
+impl ScriptConfig {
+    /// Substitutes the worker's secrets in every argv element and `env:`
+    /// value; an unset one fails the attempt naming it and where.
+    fn with_secrets(
+        self,
+        secrets: &Secrets,
+        redactor: &mut Redactor,
+    ) -> Result<ResolvedConfig, Failure> {
+        let unset = |place: String, error: crate::secrets::SecretError| {
+            Failure::new(FailureKind::InvalidTask, format!("{place}: {error}"))
+        };
+        let mut argv = Vec::with_capacity(self.argv.len());
+        for (index, arg) in self.argv.iter().enumerate() {
+            let value = secrets
+                .substitute(arg, redactor)
+                .map_err(|e| unset(format!("argv[{index}]"), e))?;
+            argv.push(value);
         }
+        let mut env = Vec::with_capacity(self.env.len());
+        for (key, value) in &self.env {
+            let text = value
+                .as_str()
+                .map_or_else(|| value.to_string(), str::to_owned);
+            let value = secrets
+                .substitute(&text, redactor)
+                .map_err(|e| unset(format!("env.{key}"), e))?;
+            env.push((key.clone(), value));
+        }
+        Ok(ResolvedConfig { argv, env })
     }
-    out.push_str(rest);
-    out
 }
 
 /// Kills a script's process group on drop, so neither a timeout, a
@@ -327,20 +347,6 @@ fn human(duration: Duration) -> String {
 mod tests {
     use super::*;
 
-    #[test]
-    fn secrets_are_substituted_from_the_worker() {
-        let secrets = vec![("API_KEY".to_owned(), "s3cret".to_owned())];
-        assert_eq!(
-            substitute_secrets(&json!("Bearer ${API_KEY}"), &secrets),
-            "Bearer s3cret"
-        );
-        assert_eq!(substitute_secrets(&json!("${MISSING}-x"), &secrets), "-x");
-        assert_eq!(
-            substitute_secrets(&json!("no ${closing"), &secrets),
-            "no ${closing"
-        );
-    }
-
     /// Polls `condition` every 10 ms for up to 10 s.
     async fn eventually(mut condition: impl FnMut() -> bool) -> bool {
         for _ in 0..1000 {
@@ -350,6 +356,10 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         false
+    }
+
+    fn secrets() -> Secrets {
+        Secrets::new([("API_KEY".to_owned(), "s3cret-value".to_owned())])
     }
 
     /// A runner whose files live under a fresh directory (no coordinator:
@@ -362,7 +372,7 @@ mod tests {
             weft_proto::v1::worker_service_client::WorkerServiceClient::new(channel),
         );
         (
-            ScriptRunner::new(root.join("scratch"), blobs, Vec::new()),
+            ScriptRunner::new(root.join("scratch"), blobs, Arc::new(secrets())),
             root,
         )
     }
@@ -439,6 +449,46 @@ mod tests {
         assert_eq!(
             output,
             json!({"leaked": "none", "node": "nap", "path": "set"})
+        );
+        std::fs::remove_dir_all(root).ok();
+    }
+
+    #[tokio::test]
+    async fn secrets_reach_argv_and_env_and_are_masked_in_what_fails() {
+        let (runner, root) = runner("secrets-test");
+        let mut task = script(&[], Duration::from_secs(10));
+        task.config_json = json!({
+            "argv": ["sh", "-c", r#"echo "{\"arg\": \"$1\", \"env\": \"$TOKEN\"}""#, "x", "${API_KEY}"],
+            "env": {"TOKEN": "Bearer ${API_KEY}", "LITERAL": "$${API_KEY}"},
+        })
+        .to_string();
+        let output = runner.run(&task).await.unwrap();
+        assert_eq!(
+            output,
+            json!({"arg": "s3cret-value", "env": "Bearer s3cret-value"})
+        );
+
+        task.key = 2;
+        task.config_json = json!({
+            "argv": ["sh", "-c", "echo \"token $TOKEN rejected\" >&2; exit 3"],
+            "env": {"TOKEN": "${API_KEY}"},
+        })
+        .to_string();
+        let error = runner.run(&task).await.unwrap_err();
+        assert!(
+            error.message.contains("token *** rejected"),
+            "{}",
+            error.message
+        );
+        assert!(!error.message.contains("s3cret"), "{}", error.message);
+
+        task.key = 3;
+        task.config_json = json!({"argv": ["echo", "${NOT_SET}"]}).to_string();
+        let error = runner.run(&task).await.unwrap_err();
+        assert_eq!(error.kind, FailureKind::InvalidTask);
+        assert_eq!(
+            error.message,
+            "argv[1]: secret ${NOT_SET} is not set on this worker (set it in the worker's environment or secrets file)"
         );
         std::fs::remove_dir_all(root).ok();
     }

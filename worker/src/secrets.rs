@@ -1,0 +1,250 @@
+//! `${NAME}` secrets in node configuration (SPEC 2).
+//!
+//! A graph names a secret; only the worker that runs the node knows its
+//! value, from its own environment or its secrets file. Substitution happens
+//! here, just before use, so values never travel in tasks, run records or
+//! events. Each attempt keeps the values it substituted in a [`Redactor`],
+//! which masks them as `***` in anything the attempt reports (errors,
+//! stderr tails), so a script that echoes its credentials on failure does
+//! not leak them into `weft` output.
+//!
+//! `${NAME}` (letters, digits, `_`, not starting with a digit) is a secret
+//! reference; `$${NAME}` is the literal text `${NAME}`, for shells that use
+//! the same syntax. An unset secret is an error naming it, never an empty
+//! string.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+/// Why a configuration value cannot be substituted.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SecretError {
+    /// `${NAME}` names no secret this worker has.
+    #[error(
+        "secret ${{{0}}} is not set on this worker (set it in the worker's environment or secrets file)"
+    )]
+    Unset(String),
+}
+
+/// Why a secrets file cannot be read.
+#[derive(Debug, thiserror::Error)]
+pub enum SecretsFileError {
+    /// The file cannot be read.
+    #[error("cannot read secrets file {path}: {source}")]
+    Read {
+        /// The file.
+        path: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A line that is not `NAME=value`.
+    #[error("secrets file {path}, line {line}: expected NAME=value")]
+    Malformed {
+        /// The file.
+        path: String,
+        /// 1-based line number (the line itself is not shown: it may hold a value).
+        line: usize,
+    },
+}
+
+/// The secrets a worker can substitute.
+#[derive(Clone, Default)]
+pub struct Secrets {
+    values: HashMap<String, String>,
+}
+
+/// Names only: a worker's configuration may be logged.
+impl std::fmt::Debug for Secrets {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut names: Vec<&str> = self.values.keys().map(String::as_str).collect();
+        names.sort_unstable();
+        f.debug_struct("Secrets").field("names", &names).finish()
+    }
+}
+
+impl Secrets {
+    /// Secrets from `(name, value)` pairs; a later pair wins.
+    pub fn new(pairs: impl IntoIterator<Item = (String, String)>) -> Self {
+        Self {
+            values: pairs.into_iter().collect(),
+        }
+    }
+
+    /// Reads a secrets file: `NAME=value` lines; blank lines and lines
+    /// starting with `#` are skipped; the value is the rest of the line.
+    pub fn read_file(path: &Path) -> Result<Vec<(String, String)>, SecretsFileError> {
+        let shown = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|source| SecretsFileError::Read {
+            path: shown.clone(),
+            source,
+        })?;
+        let mut pairs = Vec::new();
+        for (index, line) in text.lines().enumerate() {
+            let trimmed = line.trim_start();
+            if trimmed.is_empty() || trimmed.starts_with('#') {
+                continue;
+            }
+            match trimmed.split_once('=') {
+                Some((name, value)) if is_name(name.trim()) => {
+                    pairs.push((name.trim().to_owned(), value.to_owned()));
+                }
+                _ => {
+                    return Err(SecretsFileError::Malformed {
+                        path: shown,
+                        line: index + 1,
+                    });
+                }
+            }
+        }
+        Ok(pairs)
+    }
+
+    /// `text` with every `${NAME}` replaced; the values used are added to
+    /// `used` so the attempt can redact them.
+    pub fn substitute(&self, text: &str, used: &mut Redactor) -> Result<String, SecretError> {
+        let mut out = String::with_capacity(text.len());
+        let mut rest = text;
+        while let Some(start) = rest.find('$') {
+            out.push_str(&rest[..start]);
+            let after = &rest[start..];
+            if let Some(escaped) = after.strip_prefix("$${") {
+                if let Some(name) = reference(escaped) {
+                    out.push_str("${");
+                    out.push_str(name);
+                    out.push('}');
+                    rest = &escaped[name.len() + 1..];
+                    continue;
+                }
+            }
+            if let Some(name) = after.strip_prefix("${").and_then(reference) {
+                let value = self
+                    .values
+                    .get(name)
+                    .ok_or_else(|| SecretError::Unset(name.to_owned()))?;
+                out.push_str(value);
+                used.add(value);
+                rest = &after[name.len() + 3..];
+                continue;
+            }
+            out.push('$');
+            rest = &after[1..];
+        }
+        out.push_str(rest);
+        Ok(out)
+    }
+}
+
+/// The secret name at the start of `text` (after `${`), when `text` goes on
+/// with a name and `}`.
+fn reference(text: &str) -> Option<&str> {
+    let end = text.find('}')?;
+    let name = &text[..end];
+    is_name(name).then_some(name)
+}
+
+fn is_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+/// The secret values one attempt substituted, to mask in what it reports.
+#[derive(Clone, Default)]
+pub struct Redactor {
+    values: Vec<String>,
+}
+
+impl Redactor {
+    fn add(&mut self, value: &str) {
+        if !value.is_empty() && !self.values.iter().any(|v| v == value) {
+            self.values.push(value.to_owned());
+            // Longest first, so a secret that contains another is masked whole.
+            self.values.sort_by_key(|v| std::cmp::Reverse(v.len()));
+        }
+    }
+
+    /// `text` with every substituted value replaced by `***`.
+    pub fn redact(&self, text: &str) -> String {
+        let mut out = text.to_owned();
+        for value in &self.values {
+            if out.contains(value.as_str()) {
+                out = out.replace(value.as_str(), "***");
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn secrets() -> Secrets {
+        Secrets::new([
+            ("API_KEY".to_owned(), "s3cret".to_owned()),
+            ("EMPTY".to_owned(), String::new()),
+        ])
+    }
+
+    #[test]
+    fn references_are_replaced_and_remembered_for_redaction() {
+        let mut used = Redactor::default();
+        let text = secrets()
+            .substitute("Bearer ${API_KEY} and $API_KEY, ${EMPTY}.", &mut used)
+            .unwrap();
+        assert_eq!(text, "Bearer s3cret and $API_KEY, .");
+        assert_eq!(
+            used.redact("auth failed for s3cret (s3cret)"),
+            "auth failed for *** (***)"
+        );
+    }
+
+    #[test]
+    fn an_unset_secret_is_an_error_naming_it() {
+        let error = secrets()
+            .substitute("${MISSING}-x", &mut Redactor::default())
+            .unwrap_err();
+        assert_eq!(error, SecretError::Unset("MISSING".into()));
+        assert!(
+            error
+                .to_string()
+                .starts_with("secret ${MISSING} is not set")
+        );
+    }
+
+    #[test]
+    fn escapes_and_non_names_stay_literal() {
+        let mut used = Redactor::default();
+        let s = secrets();
+        assert_eq!(
+            s.substitute("$${API_KEY}", &mut used).unwrap(),
+            "${API_KEY}"
+        );
+        assert_eq!(
+            s.substitute("${x:-default} ${1} no ${closing $", &mut used)
+                .unwrap(),
+            "${x:-default} ${1} no ${closing $"
+        );
+        assert_eq!(used.redact("s3cret"), "s3cret", "nothing was substituted");
+    }
+
+    #[test]
+    fn a_secrets_file_is_name_value_lines() {
+        let path = std::env::temp_dir().join(format!("weft-secrets-{}", std::process::id()));
+        std::fs::write(&path, "# tokens\n\nAPI_KEY=a=b c\n  OTHER = x\n").unwrap();
+        let pairs = Secrets::read_file(&path).unwrap();
+        assert_eq!(
+            pairs,
+            [
+                ("API_KEY".to_owned(), "a=b c".to_owned()),
+                ("OTHER".to_owned(), " x".to_owned())
+            ]
+        );
+        std::fs::write(&path, "API_KEY=1\nnot a pair\n").unwrap();
+        let error = Secrets::read_file(&path).unwrap_err().to_string();
+        assert!(error.ends_with("line 2: expected NAME=value"), "{error}");
+        std::fs::remove_file(&path).ok();
+    }
+}
