@@ -107,14 +107,12 @@ impl Secrets {
         while let Some(start) = rest.find('$') {
             out.push_str(&rest[..start]);
             let after = &rest[start..];
-            if let Some(escaped) = after.strip_prefix("$${") {
-                if let Some(name) = reference(escaped) {
-                    out.push_str("${");
-                    out.push_str(name);
-                    out.push('}');
-                    rest = &escaped[name.len() + 1..];
-                    continue;
-                }
+            if let Some(name) = after.strip_prefix("$${").and_then(reference) {
+                out.push_str("${");
+                out.push_str(name);
+                out.push('}');
+                rest = &after[name.len() + 4..];
+                continue;
             }
             if let Some(name) = after.strip_prefix("${").and_then(reference) {
                 let value = self
