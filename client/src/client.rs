@@ -33,6 +33,17 @@ pub struct WaitingNode {
     pub prompt: String,
 }
 
+/// Tasks of one node waiting for a worker that hosts what they need.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct UnhostedWait {
+    /// The node (or the function, for a worker-hosted call).
+    pub node: String,
+    /// What no connected worker hosts, e.g. `handler 'summarize'`.
+    pub needs: String,
+    /// How many of the node's tasks wait.
+    pub tasks: u32,
+}
+
 /// A run's status, state, error and pending questions.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RunInfo {
@@ -48,6 +59,8 @@ pub struct RunInfo {
     pub error: Option<RunErrorInfo>,
     /// Nodes waiting for a human.
     pub waiting: Vec<WaitingNode>,
+    /// Work no connected worker hosts, which the run waits for.
+    pub unhosted: Vec<UnhostedWait>,
     /// Events recorded so far.
     pub event_count: u64,
 }
@@ -362,6 +375,15 @@ fn run_info(info: pb::RunInfo) -> Result<RunInfo, ClientError> {
                 node: w.node,
                 kind: w.kind,
                 prompt: w.prompt,
+            })
+            .collect(),
+        unhosted: info
+            .unhosted
+            .into_iter()
+            .map(|w| UnhostedWait {
+                node: w.node,
+                needs: w.needs,
+                tasks: w.tasks,
             })
             .collect(),
         event_count: info.event_count,

@@ -24,7 +24,8 @@ mod embedded;
 pub use builder::{GraphBuilder, NodeBuilder};
 pub use bundle::{BundleError, GraphBundle};
 pub use client::{
-    Client, ClientError, Event, RunErrorInfo, RunEvent, RunInfo, RunStatus, Submitted, WaitingNode,
+    Client, ClientError, Event, RunErrorInfo, RunEvent, RunInfo, RunStatus, Submitted,
+    UnhostedWait, WaitingNode,
 };
 #[cfg(feature = "embedded")]
 pub use embedded::{EmbeddedCluster, EmbeddedError};

@@ -314,3 +314,91 @@ async fn retry_reruns_the_failed_wave_and_runs_lists_the_run() -> anyhow::Result
     std::fs::remove_file(marker).ok();
     Ok(())
 }
+
+/// Writes `yaml` to a fresh file and returns its path.
+fn graph_file(name: &str, yaml: &str) -> String {
+    let path = std::env::temp_dir().join(format!("weft-cli-{name}-{}.yaml", std::process::id()));
+    std::fs::write(&path, yaml).expect("graph written");
+    path.display().to_string()
+}
+
+#[tokio::test]
+async fn status_shows_what_a_run_waits_for_until_a_worker_hosts_it() -> anyhow::Result<()> {
+    let mut cluster = TestCluster::start()?;
+    let graph = graph_file(
+        "unhosted",
+        "nodes:\n  bump: { kind: task, handler: increment, start: true }\n",
+    );
+    let out = weft(
+        Some(&cluster),
+        &[
+            "run",
+            &graph,
+            "--input",
+            r#"{"counter": 1}"#,
+            "--detach",
+            "--json",
+        ],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let run_id = json_of(&out)["run_id"]
+        .as_str()
+        .expect("a run id")
+        .to_owned();
+
+    let client = cluster.client().await?;
+    weft_tests::wait_for_event(&client, &run_id, "task_unhosted").await?;
+    let status = json_of(&weft(Some(&cluster), &["status", &run_id, "--json"]));
+    assert_eq!(status["status"], "running", "{status}");
+    assert_eq!(
+        status["unhosted"],
+        serde_json::json!([{"node": "bump", "needs": "handler 'increment'", "tasks": 1}]),
+        "{status}"
+    );
+    let text = weft(Some(&cluster), &["status", &run_id]);
+    let stderr = String::from_utf8_lossy(&text.stderr);
+    assert!(
+        stderr.contains("waits for a worker: node 'bump' needs handler 'increment'"),
+        "{stderr}"
+    );
+
+    cluster.add_test_worker("w", 1, None)?;
+    let done = client.wait(&run_id).await?;
+    assert_eq!(done.state["counter"], 2);
+    let status = json_of(&weft(Some(&cluster), &["status", &run_id, "--json"]));
+    assert_eq!(status["status"], "completed", "{status}");
+    assert!(status.get("unhosted").is_none(), "{status}");
+    std::fs::remove_file(graph).ok();
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_run_timeout_bounds_a_wait_for_a_worker() -> anyhow::Result<()> {
+    let cluster = TestCluster::start()?;
+    let graph = graph_file(
+        "unhosted-timeout",
+        "settings: { timeout: 1s }\nnodes:\n  bump: { kind: task, handler: increment, start: true }\n",
+    );
+    let out = weft(Some(&cluster), &["run", &graph, "--json"]);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let result = json_of(&out);
+    assert_eq!(result["status"], "failed", "{result}");
+    assert_eq!(result["error"]["kind"], "RunTimeout", "{result}");
+    assert_eq!(
+        result["error"]["message"],
+        "the run's deadline passed while it waited for a worker: node 'bump' needs handler 'increment'",
+        "{result}"
+    );
+    std::fs::remove_file(graph).ok();
+    Ok(())
+}

@@ -127,6 +127,7 @@ fn info_fallback(run_id: &str) -> weft_client::RunInfo {
         state: Value::Object(Map::new()),
         error: None,
         waiting: Vec::new(),
+        unhosted: Vec::new(),
         event_count: 0,
     }
 }

@@ -6,8 +6,8 @@ use weft_client::{RunInfo, RunStatus};
 
 use super::exit;
 
-/// The `--json` object: `run_id`, `status`, `state`, and `error` and
-/// `waiting` only when they apply.
+/// The `--json` object: `run_id`, `status`, `state`, and `error`,
+/// `waiting` and `unhosted` only when they apply.
 pub fn json_object(info: &RunInfo) -> Value {
     let mut object = Map::new();
     object.insert("run_id".into(), Value::from(info.run_id.clone()));
@@ -23,6 +23,12 @@ pub fn json_object(info: &RunInfo) -> Value {
         object.insert(
             "waiting".into(),
             serde_json::to_value(&info.waiting).unwrap_or(Value::Null),
+        );
+    }
+    if !info.unhosted.is_empty() {
+        object.insert(
+            "unhosted".into(),
+            serde_json::to_value(&info.unhosted).unwrap_or(Value::Null),
         );
     }
     Value::Object(object)
@@ -45,6 +51,17 @@ pub fn show(info: &RunInfo, json: bool) -> u8 {
             eprintln!(
                 "  waiting: {} ({}): {}",
                 waiting.node, waiting.kind, waiting.prompt
+            );
+        }
+        for wait in &info.unhosted {
+            let tasks = if wait.tasks == 1 {
+                String::new()
+            } else {
+                format!(" ({} tasks)", wait.tasks)
+            };
+            eprintln!(
+                "  waits for a worker: node '{}' needs {}{tasks}",
+                wait.node, wait.needs
             );
         }
         println!(

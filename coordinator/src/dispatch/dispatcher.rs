@@ -403,12 +403,15 @@ impl Dispatcher {
                 } => {
                     if let Some(order) = self.registry.payload(&job) {
                         let _ = order.sink.send(DispatchEvent::TaskUnhosted {
-                            key: match job.key {
-                                JobKey::Task(key) | JobKey::Call(key) => key,
-                            },
+                            job: job.key,
                             node: label,
                             requirement,
                         });
+                    }
+                }
+                Decision::Hosted { job } => {
+                    if let Some(order) = self.registry.payload(&job) {
+                        let _ = order.sink.send(DispatchEvent::TaskHosted { job: job.key });
                     }
                 }
                 Decision::Fail { payload, failure } => {

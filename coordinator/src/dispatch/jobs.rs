@@ -62,6 +62,11 @@ pub enum Decision<T> {
         /// What nobody hosts.
         requirement: Requirement,
     },
+    /// A job its run was told nobody hosted is placed after all.
+    Hosted {
+        /// The job.
+        job: JobId,
+    },
     /// The job is given up on; report the failure to its run.
     Fail {
         /// The job's payload.

@@ -174,14 +174,19 @@ pub enum DispatchEvent {
         /// What it returned.
         outcome: TaskOutcome,
     },
-    /// No connected worker hosts what the task needs; it waits.
+    /// No connected worker hosts what the task (or call) needs; it waits.
     TaskUnhosted {
-        /// The task.
-        key: TaskKey,
+        /// The task or call.
+        job: jobs::JobKey,
         /// The node.
         node: String,
         /// What nobody hosts.
         requirement: Requirement,
+    },
+    /// A task or call reported unhosted found a worker.
+    TaskHosted {
+        /// The task or call.
+        job: jobs::JobKey,
     },
     /// A worker-hosted function returned.
     CallReturned {

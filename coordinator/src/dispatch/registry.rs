@@ -203,7 +203,7 @@ impl<T> Registry<T> {
                 continue;
             };
             match self.pick(&job.requirement) {
-                Some(worker) => decisions.push(self.start(id, worker, now)),
+                Some(worker) => self.start(id, worker, now, &mut decisions),
                 None => skipped.push_back(id),
             }
         }
@@ -216,7 +216,7 @@ impl<T> Registry<T> {
                 continue;
             };
             match self.pick(&job.requirement) {
-                Some(worker) => decisions.push(self.start(id, worker, now)),
+                Some(worker) => self.start(id, worker, now, &mut decisions),
                 None => waiting.push_back(id),
             }
         }
@@ -482,20 +482,24 @@ impl<T> Registry<T> {
             .map(|(&id, _)| id)
     }
 
-    fn start(&mut self, id: JobId, worker: WorkerId, now: Instant) -> Decision<T> {
+    /// Starts a job on a worker: a `Send`, preceded by `Hosted` when its run
+    /// was told nobody hosted it.
+    fn start(&mut self, id: JobId, worker: WorkerId, now: Instant, out: &mut Vec<Decision<T>>) {
         let job = self.jobs.get_mut(&id).expect("queued jobs are known");
         job.place = Place::Running {
             worker,
             since: now,
             deadline: now + job.timeout + self.limits.grace,
         };
-        job.unhosted_reported = false;
+        if std::mem::take(&mut job.unhosted_reported) {
+            out.push(Decision::Hosted { job: id.clone() });
+        }
         if job.requirement.takes_slot() {
             let entry = self.workers.get_mut(&worker).expect("picked");
             debug_assert!(entry.has_free_slot(), "a task goes to a free slot");
             entry.in_flight += 1;
         }
-        Decision::Send { worker, job: id }
+        out.push(Decision::Send { worker, job: id });
     }
 
     fn held_by(&self, job: &JobId) -> Option<WorkerId> {

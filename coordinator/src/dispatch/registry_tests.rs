@@ -280,7 +280,12 @@ fn unhosted_tasks_are_reported_once_even_with_no_worker() {
     assert!(reg.place(now).is_empty());
     assert_eq!(reg.load().unhosted, 1);
     let w = reg.join(worker("w", 1, &["summarize"]), now);
-    assert_eq!(sends(&reg.place(now)), vec![(w, 1)]);
+    let placed = reg.place(now);
+    assert!(
+        matches!(&placed[0], Decision::Hosted { job } if job.key == JobKey::Task(1)),
+        "the run hears that its task found a host: {placed:?}"
+    );
+    assert_eq!(sends(&placed), vec![(w, 1)]);
     assert_eq!(reg.load().unhosted, 0);
 }
 

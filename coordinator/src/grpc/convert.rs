@@ -38,6 +38,15 @@ pub fn run_info(view: RunView, with_state: bool) -> pb::RunInfo {
             .collect(),
         event_count: view.event_count,
         created_unix_ms: view.created_unix_ms,
+        unhosted: view
+            .unhosted
+            .into_iter()
+            .map(|w| pb::UnhostedWait {
+                node: w.node,
+                needs: w.needs,
+                tasks: w.tasks,
+            })
+            .collect(),
     }
 }
 

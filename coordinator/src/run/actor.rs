@@ -4,6 +4,7 @@
 //! the machine as inputs. Everything else reaches the run through a
 //! [`RunHandle`].
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -17,6 +18,7 @@ use super::{
     Effect, FailureKind, HumanAnswer, Input, NodeOutput, Rejected, RunError, RunEvent, RunMachine,
     RunPlan, RunStatus, State, TaskFailure, TaskKey, TaskSpec, TaskState,
 };
+use crate::dispatch::jobs::JobKey;
 use crate::dispatch::{
     Assignment, BlobRef, DispatchEvent, EventSink, FunctionCall, StateField, TaskLauncher,
 };
@@ -56,6 +58,19 @@ pub struct RunView {
     pub event_count: u64,
     /// When the run was submitted (Unix milliseconds).
     pub created_unix_ms: i64,
+    /// Work no connected worker hosts, which the run waits for.
+    pub unhosted: Vec<UnhostedWait>,
+}
+
+/// Tasks of one node waiting for a worker that hosts what they need.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnhostedWait {
+    /// The node (or the function, for a call).
+    pub node: String,
+    /// What nobody connected hosts (`handler 'summarize'`, `kind 'llm'`, …).
+    pub needs: String,
+    /// How many of its tasks wait.
+    pub tasks: u32,
 }
 
 /// Why a request to a run failed.
@@ -189,6 +204,7 @@ pub fn spawn_run(setup: RunSetup) -> RunHandle {
         live,
         fields,
         created_unix_ms: now_ms(),
+        unhosted: BTreeMap::new(),
     };
     setup
         .tracker
@@ -209,6 +225,9 @@ struct RunActor {
     live: broadcast::Sender<StoredEvent>,
     fields: FieldTable,
     created_unix_ms: i64,
+    /// What the run waits for: its jobs that no connected worker hosts,
+    /// with their node and what they need, until placed or gone.
+    unhosted: BTreeMap<JobKey, (String, String)>,
 }
 
 impl RunActor {
@@ -257,7 +276,9 @@ impl RunActor {
                 _ = &mut deadline, if deadline_armed => {
                     deadline_armed = false;
                     if !self.machine.status().is_terminal() {
-                        self.input(Input::DeadlinePassed);
+                        let waiting = self.waits_for().iter().map(|w| format!("node '{}' needs {}", w.node, w.needs)).collect::<Vec<_>>();
+                        let waiting = (!waiting.is_empty()).then(|| waiting.join(", "));
+                        self.input(Input::DeadlinePassed { waiting });
                     }
                 }
             }
@@ -293,6 +314,7 @@ impl RunActor {
                 worker,
                 outcome,
             } => {
+                self.unhosted.remove(&JobKey::Task(key));
                 let input = match outcome.result {
                     Ok((writes, output)) => match NodeOutput::from_json(writes) {
                         Ok(mut parsed) => {
@@ -319,14 +341,19 @@ impl RunActor {
                 self.input(input);
             }
             DispatchEvent::TaskUnhosted {
-                node, requirement, ..
+                job,
+                node,
+                requirement,
             } => {
-                self.record(RunEvent::TaskUnhosted {
-                    node,
-                    needs: requirement.to_string(),
-                });
+                let needs = requirement.to_string();
+                self.unhosted.insert(job, (node.clone(), needs.clone()));
+                self.record(RunEvent::TaskUnhosted { node, needs });
+            }
+            DispatchEvent::TaskHosted { job } => {
+                self.unhosted.remove(&job);
             }
             DispatchEvent::CallReturned { call, result } => {
+                self.unhosted.remove(&JobKey::Call(call));
                 self.input(Input::CallReturned { call, result })
             }
         }
@@ -348,7 +375,12 @@ impl RunActor {
                 Effect::ScheduleRetry { key, delay } => {
                     let _ = self.timers.send((key, delay));
                 }
-                Effect::CancelTasks(keys) => self.launcher.cancel(self.id.clone(), keys),
+                Effect::CancelTasks(keys) => {
+                    for key in &keys {
+                        self.unhosted.remove(&JobKey::Task(*key));
+                    }
+                    self.launcher.cancel(self.id.clone(), keys);
+                }
                 Effect::CallReducer {
                     call,
                     name,
@@ -444,7 +476,28 @@ impl RunActor {
             waiting: self.machine.waiting(),
             event_count: self.log.len() as u64,
             created_unix_ms: self.created_unix_ms,
+            unhosted: self.waits_for(),
         }
+    }
+
+    /// What the run's unhosted jobs need, one entry per node and need with
+    /// how many jobs wait for it; nothing once the run is over.
+    fn waits_for(&self) -> Vec<UnhostedWait> {
+        if self.machine.status().is_terminal() {
+            return Vec::new();
+        }
+        let mut waits: BTreeMap<(&str, &str), u32> = BTreeMap::new();
+        for (node, needs) in self.unhosted.values() {
+            *waits.entry((node, needs)).or_default() += 1;
+        }
+        waits
+            .into_iter()
+            .map(|((node, needs), tasks)| UnhostedWait {
+                node: node.to_owned(),
+                needs: needs.to_owned(),
+                tasks,
+            })
+            .collect()
     }
 }
 

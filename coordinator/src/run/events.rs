@@ -220,8 +220,12 @@ pub enum Input {
     },
     /// Stop the run.
     Cancel,
-    /// The run's deadline passed.
-    DeadlinePassed,
+    /// The run's deadline passed; `waiting` says what for, when the run
+    /// was waiting for a worker that hosts some of its work.
+    DeadlinePassed {
+        /// E.g. "node 'bump' needs handler 'increment'".
+        waiting: Option<String>,
+    },
     /// Re-run a failed run from the wave that failed.
     RetryRun,
 }
@@ -355,8 +359,11 @@ pub enum RunError {
         message: String,
     },
     /// The run's deadline passed.
-    #[error("the run's deadline passed")]
-    RunTimeout,
+    #[error("the run's deadline passed{}", waiting.as_ref().map(|w| format!(" while it waited for a worker: {w}")).unwrap_or_default())]
+    RunTimeout {
+        /// What the run was waiting for, when no worker hosted it.
+        waiting: Option<String>,
+    },
     /// Cancelled by a request.
     #[error("the run was cancelled")]
     Cancelled,
@@ -373,7 +380,7 @@ impl RunError {
             Self::MapItemError { .. } | Self::MapOutputMissing { .. } => "MapItemError",
             Self::EndFailed { .. } => "EndFailed",
             Self::InvalidInput { .. } => "InvalidInput",
-            Self::RunTimeout => "RunTimeout",
+            Self::RunTimeout { .. } => "RunTimeout",
             Self::Cancelled => "Cancelled",
         }
     }

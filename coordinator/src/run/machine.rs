@@ -256,7 +256,9 @@ impl RunMachine {
             Input::Answered { node, answer } => self.answered(&node, answer, &mut fx)?,
             Input::CallReturned { call, result } => self.call_returned(call, result, &mut fx),
             Input::Cancel => self.stop(RunStatus::Cancelled, RunError::Cancelled, &mut fx)?,
-            Input::DeadlinePassed => self.stop(RunStatus::Failed, RunError::RunTimeout, &mut fx)?,
+            Input::DeadlinePassed { waiting } => {
+                self.stop(RunStatus::Failed, RunError::RunTimeout { waiting }, &mut fx)?
+            }
             Input::RetryRun => self.retry_run(&mut fx)?,
         }
         Ok(fx)

@@ -319,7 +319,9 @@ fn deadline_fails_the_run_as_a_timeout() {
     )
     .unwrap();
     machine.start();
-    machine.apply(Input::DeadlinePassed).unwrap();
+    machine
+        .apply(Input::DeadlinePassed { waiting: None })
+        .unwrap();
     assert_eq!(machine.status(), RunStatus::Failed);
     assert_eq!(machine.error().map(RunError::kind), Some("RunTimeout"));
 }
