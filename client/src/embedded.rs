@@ -33,6 +33,7 @@ impl EmbeddedCluster {
         workers: u32,
         setup: impl Fn(&mut weft_worker::Worker),
     ) -> Result<Self, EmbeddedError> {
+        let secrets = embedded_secrets()?;
         let data = TempDir::new()?;
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let address = listener.local_addr()?;
@@ -61,7 +62,7 @@ impl EmbeddedCluster {
             worker
                 .name(format!("embedded-{n}"))
                 .work_dir(data.0.join(format!("worker-{n}")))
-                .secrets(weft_worker::Secrets::new(std::env::vars()))
+                .secrets(secrets.clone())
                 .joined_signal(joined.clone());
             setup(&mut worker);
             let token = shutdown.clone();
@@ -109,9 +110,24 @@ pub enum EmbeddedError {
     /// A directory or socket could not be set up.
     #[error("cannot start the embedded cluster: {0}")]
     Io(#[from] std::io::Error),
+    /// `WEFT_SECRETS_FILE` names a file that cannot be read.
+    #[error(transparent)]
+    Secrets(#[from] weft_worker::SecretsFileError),
     /// The workers did not join in time.
     #[error("the embedded workers did not join within 10 s")]
     NotReady,
+}
+
+/// The embedded workers' secrets, as a `worker` process would have them:
+/// this process's environment, then `WEFT_SECRETS_FILE` when it is set.
+fn embedded_secrets() -> Result<weft_worker::Secrets, weft_worker::SecretsFileError> {
+    let mut pairs: Vec<(String, String)> = std::env::vars().collect();
+    if let Some(path) = std::env::var_os("WEFT_SECRETS_FILE") {
+        pairs.extend(weft_worker::Secrets::read_file(std::path::Path::new(
+            &path,
+        ))?);
+    }
+    Ok(weft_worker::Secrets::new(pairs))
 }
 
 /// A temporary directory removed on drop.

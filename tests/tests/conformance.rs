@@ -463,4 +463,13 @@ nodes:
         message.contains("argv[4]: secret ${WEFT_TEST_TOKEN} is not set on this worker"),
         "{result}"
     );
+
+    // A secrets file, as `worker --secrets-file` reads it.
+    let file = std::env::temp_dir().join(format!("weft-secrets-{}", std::process::id()));
+    std::fs::write(&file, "# test\nWEFT_TEST_TOKEN=from-file\n").expect("secrets file");
+    let path = file.to_str().expect("utf-8 path");
+    let out = run_graph_env("secrets-file", yaml, &[("WEFT_SECRETS_FILE", path)]);
+    let result: Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    assert_eq!(result["state"]["sent"], "from-file", "{result}");
+    std::fs::remove_file(&file).ok();
 }
