@@ -237,8 +237,18 @@ fn first_line(text: &str) -> String {
 /// The closest of `candidates` to `word`, when it is close enough to be a
 /// likely misspelling.
 pub fn did_you_mean<'a>(word: &str, candidates: &[&'a str]) -> Option<&'a str> {
+    // A typo is a short name a few edits from a known one; anything longer
+    // gets no suggestion, so the table below stays small whatever the input.
+    const LONGEST: usize = 64;
+    if word.len() > LONGEST {
+        return None;
+    }
     let mut best: Option<(usize, &str)> = None;
     for candidate in candidates {
+        let limit = (word.len().max(candidate.len()) / 3).max(1);
+        if candidate.len() > LONGEST || candidate.len().abs_diff(word.len()) > limit {
+            continue;
+        }
         let distance = edit_distance(word, candidate);
         if best.is_none_or(|(d, _)| distance < d) {
             best = Some((distance, candidate));

@@ -15,6 +15,7 @@ mod document;
 mod expr;
 mod finding;
 mod kinds;
+pub mod limits;
 mod load;
 mod model;
 mod raw_node;
@@ -37,6 +38,9 @@ pub use schema::{Schema, SchemaError};
 /// Parses and validates graph text. Returns the graph (possibly partial when
 /// there are errors) and every finding, errors and warnings alike.
 pub fn parse_graph(text: &str, format: Format, fallback_name: &str) -> (Graph, Vec<Finding>) {
+    if let Some(too_big) = limits::check_text(text) {
+        return refused(format, fallback_name, vec![too_big]);
+    }
     let mut findings = Vec::new();
     let mut duplicates = Vec::new();
     let document = match document::parse_text_with_duplicates(text, format) {
@@ -49,6 +53,10 @@ pub fn parse_graph(text: &str, format: Format, fallback_name: &str) -> (Graph, V
             serde_json::Value::Null
         }
     };
+    let over_limits = limits::check_document(&document);
+    if !over_limits.is_empty() {
+        return refused(format, fallback_name, over_limits);
+    }
     let syntax_failed = !findings.is_empty();
     findings.extend(duplicates);
     let graph = load::build(&document, text, format, fallback_name, &mut findings);
@@ -59,6 +67,18 @@ pub fn parse_graph(text: &str, format: Format, fallback_name: &str) -> (Graph, V
         findings.extend(validate::validate(&graph));
     }
     findings.sort_by_key(|f| std::cmp::Reverse(f.severity));
+    (graph, findings)
+}
+
+/// An empty graph with the findings that refused the text.
+fn refused(format: Format, fallback_name: &str, findings: Vec<Finding>) -> (Graph, Vec<Finding>) {
+    let graph = load::build(
+        &serde_json::Value::Null,
+        "",
+        format,
+        fallback_name,
+        &mut Vec::new(),
+    );
     (graph, findings)
 }
 

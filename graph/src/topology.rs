@@ -105,20 +105,25 @@ pub fn forward_order(graph: &Graph) -> Result<Vec<NodeIdx>, Vec<Vec<NodeIdx>>> {
 /// node has a predecessor that is also left, so walking predecessors always
 /// closes a cycle. Once a cycle is found, it and everything downstream of it
 /// is set aside, so each independent tangle is reported once.
+///
+/// Linear in the graph: each walk ends in a cycle whose downstream holds
+/// every node the walk visited, and each node is set aside once.
 fn find_cycles(graph: &Graph, indegree: &[usize]) -> Vec<Vec<NodeIdx>> {
     let n = graph.nodes.len();
     let mut left: Vec<bool> = indegree.iter().map(|&d| d > 0).collect();
+    let mut position = vec![usize::MAX; n];
     let mut cycles = Vec::new();
-    while let Some(start) = (0..n).find(|&i| left[i]) {
+    let mut next_start = 0;
+    while let Some(start) = (next_start..n).find(|&i| left[i]) {
+        next_start = start;
         let mut path = vec![start];
-        let mut position = vec![usize::MAX; n];
         position[start] = 0;
         let cycle = loop {
             let current = *path.last().expect("path is never empty");
             let previous = graph.in_edges(current).iter().find_map(|&e| {
                 let edge = &graph.edges[e];
                 match edge.from {
-                    Endpoint::Node(from) if edge.is_forward() && indegree[from] > 0 => Some(from),
+                    Endpoint::Node(from) if edge.is_forward() && left[from] => Some(from),
                     _ => None,
                 }
             });
@@ -135,19 +140,36 @@ fn find_cycles(graph: &Graph, indegree: &[usize]) -> Vec<Vec<NodeIdx>> {
             position[previous] = path.len();
             path.push(previous);
         };
+        for &idx in &path {
+            position[idx] = usize::MAX;
+        }
         let Some(cycle) = cycle else {
             left[start] = false;
             continue;
         };
-        let downstream = forward_region(graph, cycle[0]);
-        for (i, below) in downstream.into_iter().enumerate() {
-            if below {
-                left[i] = false;
-            }
-        }
+        set_aside_downstream(graph, cycle[0], &mut left);
         cycles.push(cycle);
     }
     cycles
+}
+
+/// Clears `left` for `head` and every node still left downstream of it.
+fn set_aside_downstream(graph: &Graph, head: NodeIdx, left: &mut [bool]) {
+    let mut stack = vec![head];
+    while let Some(idx) = stack.pop() {
+        if !std::mem::replace(&mut left[idx], false) {
+            continue;
+        }
+        for &e in graph.out_edges(idx) {
+            let edge = &graph.edges[e];
+            if edge.is_forward()
+                && let Target::Node(to) = edge.to
+                && left[to]
+            {
+                stack.push(to);
+            }
+        }
+    }
 }
 
 #[cfg(test)]

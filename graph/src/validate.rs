@@ -50,25 +50,14 @@ fn start_and_reachability(graph: &Graph, findings: &mut Vec<Finding>) {
         return;
     }
     let mut reached = main_flow(graph);
-    for idx in 0..graph.nodes.len() {
-        if reached[idx] {
-            for member in container_members(graph, idx) {
-                reached[member] = true;
+    // A reached container reaches its members, containers inside
+    // containers included; each container is expanded once.
+    let mut pending: Vec<NodeIdx> = (0..graph.nodes.len()).filter(|&i| reached[i]).collect();
+    while let Some(idx) = pending.pop() {
+        for member in container_members(graph, idx) {
+            if !std::mem::replace(&mut reached[member], true) {
+                pending.push(member);
             }
-        }
-    }
-    // Containers inside containers: repeat until nothing new is reached.
-    loop {
-        let mut grew = false;
-        for idx in 0..graph.nodes.len() {
-            if reached[idx] {
-                for member in container_members(graph, idx) {
-                    grew |= !std::mem::replace(&mut reached[member], true);
-                }
-            }
-        }
-        if !grew {
-            break;
         }
     }
     for (idx, node) in graph.nodes.iter().enumerate() {
@@ -90,7 +79,18 @@ fn cycles(graph: &Graph, findings: &mut Vec<Finding>) {
     let Err(cycles) = forward_order(graph) else {
         return;
     };
-    for cycle in cycles {
+    // Each cycle is one finding; past a few, the rest are counted.
+    const SHOWN: usize = 10;
+    if cycles.len() > SHOWN {
+        findings.push(Finding::error(
+            format!(
+                "{} more cycles through forward edges beyond the {SHOWN} listed",
+                cycles.len() - SHOWN
+            ),
+            &[],
+        ));
+    }
+    for cycle in cycles.into_iter().take(SHOWN) {
         let names: Vec<&str> = cycle.iter().map(|&i| graph.node(i).id.as_str()).collect();
         let back_from = names[names.len() - 2];
         let back_to = names[names.len() - 1];

@@ -171,3 +171,44 @@ fn findings_of(yaml: &str, name: &str) -> Vec<String> {
         other => panic!("{name} should be invalid, got {other:?}"),
     }
 }
+
+#[test]
+fn many_cycles_are_found_in_one_pass_and_reported_in_a_bounded_list() {
+    use std::fmt::Write;
+    // The largest graph allowed, made of two-node cycles behind one start.
+    let pairs = graph::limits::MAX_NODES / 2 - 1;
+    let mut yaml = String::from("nodes:\n  s: {kind: end, start: true, next: [");
+    yaml.push_str(
+        &(0..pairs)
+            .map(|i| format!("a{i}"))
+            .collect::<Vec<_>>()
+            .join(", "),
+    );
+    yaml.push_str("]}\n");
+    for i in 0..pairs {
+        writeln!(
+            yaml,
+            "  a{i}: {{kind: end, next: b{i}}}\n  b{i}: {{kind: end, next: a{i}}}"
+        )
+        .unwrap();
+    }
+    let findings = match graph::load_str(&yaml, graph::Format::Yaml, "cycles") {
+        Err(GraphError::Invalid(findings)) => findings,
+        other => panic!("should be invalid, got {other:?}"),
+    };
+    let cycles: Vec<&str> = findings
+        .iter()
+        .map(|f| f.message.as_str())
+        .filter(|m| m.contains("cycle"))
+        .collect();
+    assert_eq!(cycles.len(), 11, "{cycles:?}");
+    assert!(
+        cycles.contains(
+            &format!(
+                "{} more cycles through forward edges beyond the 10 listed",
+                pairs - 10
+            )
+            .as_str()
+        )
+    );
+}

@@ -1,0 +1,83 @@
+//! Hostile and careless input against a real coordinator (issue #8): each
+//! request must be refused (or run) with a clear answer, quickly, and leave
+//! the coordinator serving everyone else.
+
+use std::time::Duration;
+
+use weft_proto::v1 as pb;
+use weft_proto::v1::run_service_client::RunServiceClient;
+use weft_tests::TestCluster;
+
+/// How long one hostile request may take before the test calls it a freeze;
+/// generous on a loaded machine, far below the minutes the bugs took.
+const ANSWER_WITHIN: Duration = Duration::from_secs(20);
+
+async fn runs(
+    cluster: &TestCluster,
+) -> anyhow::Result<RunServiceClient<tonic::transport::Channel>> {
+    Ok(RunServiceClient::connect(cluster.url().to_owned())
+        .await?
+        .max_decoding_message_size(weft_proto::MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(weft_proto::MAX_MESSAGE_BYTES))
+}
+
+fn bundle(name: &str, text: String) -> pb::GraphBundle {
+    pb::GraphBundle {
+        graph_path: name.to_owned(),
+        files: vec![pb::BundleFile {
+            path: name.to_owned(),
+            content: text.into_bytes(),
+            mode: 0o644,
+        }],
+    }
+}
+
+/// Submits `text` as a graph; the refusal's message, or the run id.
+async fn submit(
+    client: &mut RunServiceClient<tonic::transport::Channel>,
+    name: &str,
+    text: String,
+) -> Result<String, tonic::Status> {
+    let request = pb::SubmitRequest {
+        bundle: Some(bundle(name, text)),
+        input_json: String::new(),
+    };
+    let answer = tokio::time::timeout(ANSWER_WITHIN, client.submit(request))
+        .await
+        .expect("the coordinator answers instead of freezing");
+    answer.map(|r| r.into_inner().run_id)
+}
+
+/// The coordinator still runs a small graph end to end.
+async fn still_serves(cluster: &TestCluster) -> anyhow::Result<()> {
+    let client = cluster.client().await?;
+    let path = weft_tests::repo()
+        .join("examples")
+        .join("parallel-findings.yaml");
+    let submitted = client.submit_file(&path, &serde_json::json!({})).await?;
+    let done = client.wait(&submitted.run_id).await?;
+    assert_eq!(done.status, weft_client::RunStatus::Completed);
+    Ok(())
+}
+
+#[tokio::test]
+async fn huge_names_are_refused_without_a_quadratic_suggestion() -> anyhow::Result<()> {
+    let mut cluster = TestCluster::start()?;
+    cluster.add_worker("w", 1)?;
+    let mut client = runs(&cluster).await?;
+    let id = "n".repeat(30_000);
+    let target = "m".repeat(30_000);
+    let graph = serde_json::json!({"nodes": {id: {"kind": "end", "start": true, "next": target}}});
+    let refused = submit(&mut client, "huge.json", graph.to_string())
+        .await
+        .expect_err("refused");
+    assert!(
+        refused
+            .message()
+            .contains("is 30000 characters long; names are at most 128"),
+        "{}",
+        refused.message()
+    );
+    assert!(refused.message().len() < 1_000, "the answer stays short");
+    still_serves(&cluster).await
+}
