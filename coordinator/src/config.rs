@@ -37,6 +37,8 @@ pub struct CoordinatorConfig {
     /// cluster): work none of them hosts is refused at submission instead
     /// of waiting forever. Not a file or environment key.
     pub fixed_workers: bool,
+    /// What one run may use (fields, items, events, attempts, …).
+    pub limits: crate::run::RunLimits,
 }
 
 impl Default for CoordinatorConfig {
@@ -53,6 +55,7 @@ impl Default for CoordinatorConfig {
             max_bundle_bytes: 64 << 20,
             max_input_bytes: 16 << 20,
             fixed_workers: false,
+            limits: crate::run::RunLimits::default(),
         }
     }
 }
@@ -71,6 +74,14 @@ struct Layer {
     max_task_losses: Option<u32>,
     max_bundle_bytes: Option<usize>,
     max_input_bytes: Option<usize>,
+    max_output_fields: Option<u64>,
+    max_state_fields: Option<u64>,
+    max_attempts: Option<u64>,
+    max_steps: Option<u64>,
+    max_loop_iterations: Option<u64>,
+    max_map_items: Option<u64>,
+    max_events: Option<u64>,
+    max_message_bytes: Option<u64>,
 }
 
 /// Why a configuration was refused.
@@ -159,6 +170,14 @@ impl CoordinatorConfig {
             call_timeout_ms: number("WEFT_CALL_TIMEOUT_MS")?,
             max_task_losses: number("WEFT_MAX_TASK_LOSSES")?
                 .map(|n| u32::try_from(n).unwrap_or(u32::MAX)),
+            max_output_fields: number("WEFT_MAX_OUTPUT_FIELDS")?,
+            max_state_fields: number("WEFT_MAX_STATE_FIELDS")?,
+            max_attempts: number("WEFT_MAX_ATTEMPTS")?,
+            max_steps: number("WEFT_MAX_STEPS")?,
+            max_loop_iterations: number("WEFT_MAX_LOOP_ITERATIONS")?,
+            max_map_items: number("WEFT_MAX_MAP_ITEMS")?,
+            max_events: number("WEFT_MAX_EVENTS")?,
+            max_message_bytes: number("WEFT_MAX_MESSAGE_BYTES")?,
             ..Layer::default()
         })?;
         config.apply(Layer {
@@ -172,6 +191,7 @@ impl CoordinatorConfig {
     }
 
     fn apply(&mut self, layer: Layer) -> Result<(), ConfigError> {
+        self.apply_limits(&layer)?;
         let address = |key: &str, text: String| -> Result<SocketAddr, ConfigError> {
             text.parse().map_err(|_| ConfigError::Invalid {
                 key: key.to_owned(),
@@ -207,6 +227,43 @@ impl CoordinatorConfig {
         }
         if let Some(bytes) = layer.max_input_bytes {
             self.max_input_bytes = bytes;
+        }
+        Ok(())
+    }
+
+    /// The run limits of a layer; each must be at least 1.
+    fn apply_limits(&mut self, layer: &Layer) -> Result<(), ConfigError> {
+        let limits = &mut self.limits;
+        let small = |n: u64| u32::try_from(n).unwrap_or(u32::MAX);
+        let size = |n: u64| usize::try_from(n).unwrap_or(usize::MAX);
+        let keys: [(&str, Option<u64>); 8] = [
+            ("max_output_fields", layer.max_output_fields),
+            ("max_state_fields", layer.max_state_fields),
+            ("max_attempts", layer.max_attempts),
+            ("max_steps", layer.max_steps),
+            ("max_loop_iterations", layer.max_loop_iterations),
+            ("max_map_items", layer.max_map_items),
+            ("max_events", layer.max_events),
+            ("max_message_bytes", layer.max_message_bytes),
+        ];
+        for (key, value) in keys {
+            let Some(n) = value else { continue };
+            if n == 0 {
+                return Err(ConfigError::Invalid {
+                    key: key.to_owned(),
+                    reason: "must be at least 1".into(),
+                });
+            }
+            match key {
+                "max_output_fields" => limits.max_output_fields = size(n),
+                "max_state_fields" => limits.max_state_fields = size(n),
+                "max_attempts" => limits.max_attempts = small(n),
+                "max_steps" => limits.max_steps = small(n),
+                "max_loop_iterations" => limits.max_loop_iterations = small(n),
+                "max_map_items" => limits.max_map_items = size(n),
+                "max_events" => limits.max_events = size(n),
+                _ => limits.max_message_bytes = size(n),
+            }
         }
         Ok(())
     }

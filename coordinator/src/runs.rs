@@ -11,7 +11,7 @@ use tokio_util::task::TaskTracker;
 use crate::bundle::{BlobStore, Bundle, BundleError};
 use crate::dispatch::{BlobRef, DispatcherHandle, TaskLauncher};
 use crate::graph::Finding;
-use crate::run::{RunError, RunHandle, RunMachine, RunPlan, RunSetup, spawn_run};
+use crate::run::{RunError, RunHandle, RunLimits, RunMachine, RunPlan, RunSetup, spawn_run};
 
 /// Why a submission was refused. Nothing was started.
 #[derive(Debug, thiserror::Error)]
@@ -26,6 +26,9 @@ pub enum SubmitError {
     /// hosts what the graph needs: the run would wait forever.
     #[error("{}", .0.join("\n"))]
     Unhostable(Vec<String>),
+    /// The graph asks for more than the coordinator's run limits allow.
+    #[error("{}", .0.join("\n"))]
+    OverLimits(Vec<String>),
     /// The input is larger than the configured limit.
     #[error("the input is {size} bytes, more than the limit of {limit}")]
     InputTooLarge {
@@ -46,6 +49,7 @@ pub struct Runs {
     tracker: TaskTracker,
     max_input_bytes: usize,
     fixed_workers: bool,
+    limits: RunLimits,
 }
 
 #[derive(Default)]
@@ -63,6 +67,7 @@ impl Runs {
         tracker: TaskTracker,
         max_input_bytes: usize,
         fixed_workers: bool,
+        limits: RunLimits,
     ) -> Self {
         Self {
             inner: Arc::default(),
@@ -72,6 +77,7 @@ impl Runs {
             tracker,
             max_input_bytes,
             fixed_workers,
+            limits,
         }
     }
 
@@ -90,7 +96,11 @@ impl Runs {
         let input = parse_input(input_json)?;
         let (graph, findings) = bundle.load_graph()?;
         let mut warnings: Vec<String> = findings.iter().map(Finding::to_string).collect();
-        let plan = RunPlan::new(Arc::new(graph));
+        let over = self.limits.check_graph(&graph);
+        if !over.is_empty() {
+            return Err(SubmitError::OverLimits(over));
+        }
+        let plan = RunPlan::new(Arc::new(graph), self.limits.clone());
         let machine = RunMachine::new(plan.clone(), input).map_err(|error| match error {
             RunError::InvalidInput { message } => SubmitError::Input(message),
             other => SubmitError::Input(other.to_string()),

@@ -71,6 +71,7 @@ pub async fn serve(
         tracker.clone(),
         config.max_input_bytes,
         config.fixed_workers,
+        config.limits.clone(),
     );
     let run_api =
         RunServiceServer::new(RunApi::new(runs, config.max_bundle_bytes, tracker.clone()))

@@ -150,6 +150,16 @@ impl Builder<'_> {
             line,
         };
         let Some(raw) = read_node(id, value, self.findings) else {
+            // Its `start: true` still counts, so a typo elsewhere in the
+            // node is not also reported as "no start node".
+            if value.get("start") == Some(&Value::Bool(true)) {
+                self.push_edge(
+                    Endpoint::Start,
+                    Target::Node(idx),
+                    Guard::Always,
+                    EdgeOrigin::StartFlag,
+                );
+            }
             return broken(NodeKind::Rag);
         };
         let kind = self.kind(id, &raw);

@@ -40,6 +40,7 @@ pub struct Graph {
     /// Every edge, normalised.
     pub edges: Vec<Edge>,
     index: HashMap<String, NodeIdx>,
+    field_index: HashMap<String, usize>,
     out_edges: Vec<Vec<EdgeIdx>>,
     in_edges: Vec<Vec<EdgeIdx>>,
 }
@@ -60,6 +61,10 @@ impl Graph {
             .enumerate()
             .map(|(i, node)| (node.id.clone(), i))
             .collect();
+        let mut field_index = HashMap::with_capacity(fields.len());
+        for (i, field) in fields.iter().enumerate() {
+            field_index.entry(field.name.clone()).or_insert(i);
+        }
         let mut out_edges = vec![Vec::new(); nodes.len()];
         let mut in_edges = vec![Vec::new(); nodes.len()];
         for (e, edge) in edges.iter().enumerate() {
@@ -79,6 +84,7 @@ impl Graph {
             nodes,
             edges,
             index,
+            field_index,
             out_edges,
             in_edges,
         }
@@ -106,7 +112,7 @@ impl Graph {
 
     /// Looks up a declared field.
     pub fn field(&self, name: &str) -> Option<&FieldDecl> {
-        self.fields.iter().find(|field| field.name == name)
+        self.field_index.get(name).map(|&i| &self.fields[i])
     }
 
     /// Looks up a named condition.

@@ -212,3 +212,17 @@ fn many_cycles_are_found_in_one_pass_and_reported_in_a_bounded_list() {
         )
     );
 }
+
+#[test]
+fn a_node_that_cannot_be_read_keeps_its_start_flag() {
+    let yaml = "nodes:\n  a: { kind: script, run: [true], start: true }\n";
+    let findings = match graph::load_str(yaml, graph::Format::Yaml, "broken") {
+        Err(GraphError::Invalid(findings)) => findings,
+        other => panic!("should be invalid, got {other:?}"),
+    };
+    let shown: Vec<String> = findings.iter().map(ToString::to_string).collect();
+    assert_eq!(
+        shown,
+        ["error: node 'a': field 'run[0]': invalid type: boolean `true`, expected a string (line 2)"]
+    );
+}

@@ -81,3 +81,54 @@ async fn huge_names_are_refused_without_a_quadratic_suggestion() -> anyhow::Resu
     assert!(refused.message().len() < 1_000, "the answer stays short");
     still_serves(&cluster).await
 }
+
+#[tokio::test]
+async fn a_result_with_too_many_fields_fails_its_node_quickly() -> anyhow::Result<()> {
+    let mut cluster = TestCluster::start()?;
+    cluster.add_worker("w", 1)?;
+    cluster.wait_for_workers(&["w"]).await?;
+    let mut client = runs(&cluster).await?;
+    // 100,000 fields took 16 s to merge, and workers were lost meanwhile.
+    let graph = r#"
+nodes:
+  wide:
+    kind: script
+    start: true
+    run: [python3, -c, 'import json; print(json.dumps({f"f{i}": i for i in range(100000)}))']
+"#;
+    let run_id = submit(&mut client, "wide.yaml", graph.to_owned())
+        .await
+        .expect("accepted");
+    let done = cluster.client().await?.wait(&run_id).await?;
+    assert_eq!(done.status, weft_client::RunStatus::Failed);
+    let message = done.error.map(|e| e.message).unwrap_or_default();
+    assert!(
+        message.contains("the task wrote 100000 fields; a task writes at most 10000 (configuration key max_output_fields)"),
+        "{message}"
+    );
+    still_serves(&cluster).await
+}
+
+#[tokio::test]
+async fn a_graph_asking_for_more_than_the_limits_is_refused_naming_the_key() -> anyhow::Result<()> {
+    let cluster = TestCluster::start()?;
+    let mut client = runs(&cluster).await?;
+    let graph = "settings: { max_steps: 1000000 }\nnodes:\n  a: { kind: script, run: [\"true\"], start: true, retry: 100000 }\n";
+    let refused = submit(&mut client, "greedy.yaml", graph.to_owned())
+        .await
+        .expect_err("refused");
+    assert_eq!(refused.code(), tonic::Code::InvalidArgument);
+    assert!(
+        refused.message().contains("settings.max_steps is 1000000; this coordinator allows at most 10000 (configuration key max_steps)"),
+        "{}",
+        refused.message()
+    );
+    assert!(
+        refused
+            .message()
+            .contains("node 'a': retry.max_attempts is 100000"),
+        "{}",
+        refused.message()
+    );
+    Ok(())
+}

@@ -205,6 +205,7 @@ pub fn spawn_run(setup: RunSetup) -> RunHandle {
         fields,
         created_unix_ms: now_ms(),
         unhosted: BTreeMap::new(),
+        events_full: false,
     };
     setup
         .tracker
@@ -225,6 +226,8 @@ struct RunActor {
     live: broadcast::Sender<StoredEvent>,
     fields: FieldTable,
     created_unix_ms: i64,
+    /// The log reached `max_events`: the run is to be stopped.
+    events_full: bool,
     /// What the run waits for: its jobs that no connected worker hosts,
     /// with their node and what they need, until placed or gone.
     unhosted: BTreeMap<JobKey, (String, String)>,
@@ -315,8 +318,23 @@ impl RunActor {
                 outcome,
             } => {
                 self.unhosted.remove(&JobKey::Task(key));
+                let limits = self.plan.limits();
                 let input = match outcome.result {
                     Ok((writes, output)) => match NodeOutput::from_json(writes) {
+                        Ok(parsed) if parsed.writes.len() > limits.max_output_fields => {
+                            Input::TaskFailed {
+                                key,
+                                failure: TaskFailure {
+                                    kind: FailureKind::InvalidOutput,
+                                    message: format!(
+                                        "the task wrote {} fields; a task writes at most {} (configuration key max_output_fields)",
+                                        parsed.writes.len(),
+                                        limits.max_output_fields
+                                    ),
+                                    worker: Some(worker),
+                                },
+                            }
+                        }
                         Ok(mut parsed) => {
                             parsed.output = output;
                             Input::TaskSucceeded {
@@ -335,6 +353,7 @@ impl RunActor {
                     },
                     Err(mut failure) => {
                         failure.worker.get_or_insert(worker);
+                        failure.message = limits.clip(failure.message);
                         Input::TaskFailed { key, failure }
                     }
                 };
@@ -369,6 +388,18 @@ impl RunActor {
     }
 
     fn perform(&mut self, effects: Vec<Effect>) {
+        self.perform_each(effects);
+        // A run that filled its event log stops here (its last events, up
+        // to `run_finished`, are still recorded).
+        if std::mem::take(&mut self.events_full) && !self.machine.status().is_terminal() {
+            let limit = self.plan.limits().max_events;
+            if let Ok(effects) = self.machine.apply(Input::EventLimit { limit }) {
+                self.perform_each(effects);
+            }
+        }
+    }
+
+    fn perform_each(&mut self, effects: Vec<Effect>) {
         for effect in effects {
             match effect {
                 Effect::Dispatch(spec) => self.dispatch(spec),
@@ -464,6 +495,9 @@ impl RunActor {
         };
         self.log.push(stored.clone());
         let _ = self.live.send(stored);
+        if self.log.len() == self.plan.limits().max_events {
+            self.events_full = true;
+        }
     }
 
     fn view(&self) -> RunView {

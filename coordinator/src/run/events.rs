@@ -228,6 +228,11 @@ pub enum Input {
     },
     /// Re-run a failed run from the wave that failed.
     RetryRun,
+    /// The run recorded as many events as it may (`max_events`).
+    EventLimit {
+        /// The limit.
+        limit: usize,
+    },
 }
 
 /// Something the run actor must do.
@@ -367,6 +372,22 @@ pub enum RunError {
     /// Cancelled by a request.
     #[error("the run was cancelled")]
     Cancelled,
+    /// The run recorded as many events as a run may.
+    #[error("the run recorded {limit} events, as many as a run may (configuration key max_events)")]
+    EventLimit {
+        /// The limit.
+        limit: usize,
+    },
+    /// The state would hold more fields than a run's state may.
+    #[error(
+        "the state would hold {fields} fields; a run's state holds at most {limit} (configuration key max_state_fields)"
+    )]
+    StateTooLarge {
+        /// Fields it would hold.
+        fields: usize,
+        /// The limit.
+        limit: usize,
+    },
 }
 
 impl RunError {
@@ -382,6 +403,8 @@ impl RunError {
             Self::InvalidInput { .. } => "InvalidInput",
             Self::RunTimeout { .. } => "RunTimeout",
             Self::Cancelled => "Cancelled",
+            Self::EventLimit { .. } => "EventLimit",
+            Self::StateTooLarge { .. } => "StateTooLarge",
         }
     }
 

@@ -118,6 +118,15 @@ impl RunMachine {
         let state = initial_state(graph, input).map_err(|error| RunError::InvalidInput {
             message: error.to_string(),
         })?;
+        let limit = plan.limits().max_state_fields;
+        if state.len() > limit {
+            return Err(RunError::InvalidInput {
+                message: format!(
+                    "the input makes a state of {} fields; a run's state holds at most {limit} (configuration key max_state_fields)",
+                    state.len()
+                ),
+            });
+        }
         let edges = start_edges(graph, &state)?;
         // A start node runs first unless every START edge into it was not
         // taken (its `when` was false on the input).
@@ -260,6 +269,9 @@ impl RunMachine {
                 self.stop(RunStatus::Failed, RunError::RunTimeout { waiting }, &mut fx)?
             }
             Input::RetryRun => self.retry_run(&mut fx)?,
+            Input::EventLimit { limit } => {
+                self.stop(RunStatus::Failed, RunError::EventLimit { limit }, &mut fx)?
+            }
         }
         Ok(fx)
     }

@@ -102,6 +102,16 @@ pub enum MapStartError {
     /// `over` is not a list.
     #[error("`over` resolved to {0}, expected a JSON array")]
     NotAList(&'static str),
+    /// More items than a map may fan out over.
+    #[error(
+        "`over` resolved to {items} items; a map fans out over at most {limit} (configuration key max_map_items)"
+    )]
+    TooManyItems {
+        /// The items.
+        items: usize,
+        /// The limit.
+        limit: usize,
+    },
     /// `max_concurrency` is not a positive integer.
     #[error("max_concurrency '{template}' resolved to {value}; expected a positive integer")]
     BadConcurrency {
@@ -131,6 +141,13 @@ impl MapRun {
         let Value::Array(items) = list else {
             return Err(MapStartError::NotAList(json_type_name(&list)));
         };
+        let most = plan.limits().max_map_items;
+        if items.len() > most {
+            return Err(MapStartError::TooManyItems {
+                items: items.len(),
+                limit: most,
+            });
+        }
         let limit = match &config.max_concurrency {
             None => plan.graph().settings.max_concurrency as usize,
             Some(ConcurrencyLimit::Fixed(n)) => *n as usize,

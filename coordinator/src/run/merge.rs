@@ -5,6 +5,9 @@
 //! only when two or more nodes changed the same field, and a conflict with
 //! no reducer is a [`ConcurrentUpdate`] rather than a silently lost write.
 
+use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
+
 use serde_json::{Map, Number, Value};
 
 use crate::graph::{Graph, Reducer, json_type_name};
@@ -62,13 +65,18 @@ pub fn merge_wave(
     s0: &Map<String, Value>,
     changes: &[(&str, &Map<String, Value>)],
 ) -> Result<MergeOutcome, MergeError> {
-    // Field → indices into `changes` of the nodes that changed it.
+    // Field → indices into `changes` of the nodes that changed it, in order
+    // of first change; the hash index keeps this linear in the writes.
     let mut writers: Vec<(&str, Vec<usize>)> = Vec::new();
+    let mut position: HashMap<&str, usize> = HashMap::new();
     for (i, (_, fields)) in changes.iter().enumerate() {
         for field in fields.keys() {
-            match writers.iter_mut().find(|(f, _)| *f == field.as_str()) {
-                Some((_, list)) => list.push(i),
-                None => writers.push((field.as_str(), vec![i])),
+            match position.get(field.as_str()) {
+                Some(&at) => writers[at].1.push(i),
+                None => {
+                    position.insert(field.as_str(), writers.len());
+                    writers.push((field.as_str(), vec![i]));
+                }
             }
         }
     }
@@ -191,16 +199,50 @@ fn concat(s0: &Value, branches: &[Value]) -> Result<Value, ReduceError> {
     Ok(Value::Array(merged))
 }
 
+/// Items of S0 and every branch, first occurrences kept, in order. Items
+/// are bucketed by a structural hash, so this is linear in the items.
 fn union(s0: &Value, branches: &[Value]) -> Result<Value, ReduceError> {
     let mut merged: Vec<Value> = Vec::new();
+    let mut buckets: HashMap<u64, Vec<usize>> = HashMap::new();
     for source in std::iter::once(s0).chain(branches) {
         for item in as_array("union", source)? {
-            if !merged.contains(item) {
+            let bucket = buckets.entry(structural_hash(item)).or_default();
+            if !bucket.iter().any(|&i| merged[i] == *item) {
+                bucket.push(merged.len());
                 merged.push(item.clone());
             }
         }
     }
     Ok(Value::Array(merged))
+}
+
+/// A hash consistent with JSON equality: object keys are hashed in sorted
+/// order and numbers by their value, so equal values hash alike.
+fn structural_hash(value: &Value) -> u64 {
+    fn feed(value: &Value, hasher: &mut impl Hasher) {
+        match value {
+            Value::Null => 0u8.hash(hasher),
+            Value::Bool(b) => (1u8, b).hash(hasher),
+            Value::Number(n) => (2u8, n.to_string()).hash(hasher),
+            Value::String(s) => (3u8, s).hash(hasher),
+            Value::Array(items) => {
+                (4u8, items.len()).hash(hasher);
+                items.iter().for_each(|item| feed(item, hasher));
+            }
+            Value::Object(map) => {
+                (5u8, map.len()).hash(hasher);
+                let mut keys: Vec<&String> = map.keys().collect();
+                keys.sort_unstable();
+                for key in keys {
+                    key.hash(hasher);
+                    feed(&map[key], hasher);
+                }
+            }
+        }
+    }
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    feed(value, &mut hasher);
+    hasher.finish()
 }
 
 fn merge_objects(s0: &Value, branches: &[Value]) -> Result<Value, ReduceError> {
@@ -362,6 +404,39 @@ mod tests {
         )
         .unwrap();
         assert_eq!(merged, json!([1, 2, 3, 4]));
+    }
+
+    #[test]
+    fn union_compares_objects_whatever_their_key_order() {
+        let merged = reduce(
+            &Reducer::Union,
+            &json!([{"a": 1, "b": 2}]),
+            &[serde_json::from_str::<Value>(r#"[{"b": 2, "a": 1}, {"a": 1}, 1, 1.0]"#).unwrap()],
+        )
+        .unwrap();
+        assert_eq!(merged, json!([{"a": 1, "b": 2}, {"a": 1}, 1, 1.0]));
+    }
+
+    #[test]
+    fn a_wide_output_merges_in_one_pass() {
+        // 100,000 fields took 16 s with a linear search per field.
+        let wide: Map<String, Value> = (0..100_000).map(|i| (format!("f{i}"), json!(i))).collect();
+        let (graph, _) = crate::graph::parse_graph(
+            "nodes:\n  a: { kind: end, start: true }\n",
+            crate::graph::Format::Yaml,
+            "g",
+        );
+        let outcome = merge_wave(&graph, &Map::new(), &[("a", &wide)]).unwrap();
+        assert_eq!(outcome.changed.len(), 100_000);
+        assert_eq!(outcome.overlay["f99999"], json!(99_999));
+        let items: Vec<Value> = (0..50_000).map(|i| json!({"id": i})).collect();
+        let merged = reduce(
+            &Reducer::Union,
+            &Value::Array(items.clone()),
+            &[Value::Array(items)],
+        )
+        .unwrap();
+        assert_eq!(merged.as_array().map(Vec::len), Some(50_000));
     }
 
     #[test]

@@ -9,6 +9,7 @@
 mod actor;
 mod events;
 mod human;
+mod limits;
 mod machine;
 mod map_run;
 pub mod merge;
@@ -22,6 +23,7 @@ mod waves;
 
 pub use actor::{RunHandle, RunRequestError, RunSetup, RunView, StoredEvent, spawn_run};
 pub use events::*;
+pub use limits::RunLimits;
 pub use machine::{NodeStatus, Progress, ProgressMismatch, RunMachine};
 pub use plan::RunPlan;
 pub use routing::Query;

@@ -5,6 +5,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use super::RunLimits;
 use super::routing::Query;
 use crate::dispatch::binding::{NodeBinding, bind};
 use crate::graph::topology::{container_members, forward_order, main_flow};
@@ -20,11 +21,13 @@ pub struct RunPlan {
     fallback: Vec<Option<Target>>,
     reads_state: Vec<bool>,
     bindings: Vec<Option<NodeBinding>>,
+    limits: RunLimits,
 }
 
 impl RunPlan {
-    /// Prepares a graph that passed validation (its forward edges form a DAG).
-    pub fn new(graph: Arc<Graph>) -> Arc<Self> {
+    /// Prepares a graph that passed validation (its forward edges form a
+    /// DAG), to run under `limits`.
+    pub fn new(graph: Arc<Graph>, limits: RunLimits) -> Arc<Self> {
         let flow = main_flow(&graph);
         let order = forward_order(&graph)
             .unwrap_or_else(|_| (0..graph.nodes.len()).collect())
@@ -69,7 +72,13 @@ impl RunPlan {
             branches,
             fallback,
             reads_state,
+            limits,
         })
+    }
+
+    /// What a run of this plan may use.
+    pub fn limits(&self) -> &RunLimits {
+        &self.limits
     }
 
     /// The graph.

@@ -245,6 +245,18 @@ impl RunMachine {
                 return;
             }
         };
+        let s0 = wave.s0();
+        let added = outcome
+            .changed
+            .iter()
+            .filter(|f| !s0.contains_key(*f))
+            .count();
+        let limit = self.plan.limits().max_state_fields;
+        if s0.len() + added > limit {
+            let fields = s0.len() + added;
+            self.fail_wave(RunError::StateTooLarge { fields, limit }, fx);
+            return;
+        }
         if outcome.hosted.is_empty() {
             self.route(outcome.overlay, outcome.changed, None, HashMap::new(), fx);
             return;

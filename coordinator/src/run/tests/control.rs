@@ -535,3 +535,44 @@ nodes:
     assert_eq!(h.status(), RunStatus::Completed, "{}", h.error_text());
     assert_eq!(h.state(), json!({"score": null, "rescued": true}));
 }
+
+#[test]
+fn a_state_that_would_outgrow_its_limit_fails_the_run_naming_the_key() {
+    let limits = RunLimits {
+        max_state_fields: 3,
+        ..RunLimits::default()
+    };
+    let yaml = "nodes:\n  grow: { kind: task, handler: grow, start: true }\n";
+    let h = Harness::with_limits(yaml, json!({"a": 1}), limits)
+        .on("grow", |_, _, _| Ok(json!({"b": 1, "c": 2, "d": 3})))
+        .run();
+    assert_eq!(h.status(), RunStatus::Failed);
+    assert_eq!(
+        h.error_text(),
+        "the state would hold 4 fields; a run's state holds at most 3 (configuration key max_state_fields)"
+    );
+    assert_eq!(h.state(), json!({"a": 1}), "the wave's writes are dropped");
+}
+
+#[test]
+fn a_map_over_more_items_than_allowed_fails_before_any_item_runs() {
+    let limits = RunLimits {
+        max_map_items: 2,
+        ..RunLimits::default()
+    };
+    let yaml = r#"
+nodes:
+  fan: { kind: map, start: true, over: "{{ items }}", as: item, branch: each, output_key: out, collect_into: results }
+  each: { kind: task, handler: each }
+"#;
+    let h = Harness::with_limits(yaml, json!({"items": [1, 2, 3]}), limits)
+        .on("each", |_, _, _| Ok(json!({"out": 1})))
+        .run();
+    assert_eq!(h.status(), RunStatus::Failed);
+    assert!(
+        h.error_text().contains("`over` resolved to 3 items; a map fans out over at most 2 (configuration key max_map_items)"),
+        "{}",
+        h.error_text()
+    );
+    assert_eq!(h.runs_of("each"), 0);
+}

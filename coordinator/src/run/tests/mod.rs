@@ -50,7 +50,7 @@ pub struct Harness {
 
 pub fn plan(yaml: &str) -> Arc<RunPlan> {
     let (graph, _) = load_str(yaml, Format::Yaml, "test").unwrap_or_else(|error| panic!("{error}"));
-    RunPlan::new(Arc::new(graph))
+    RunPlan::new(Arc::new(graph), RunLimits::default())
 }
 
 pub fn obj(value: Value) -> Map<String, Value> {
@@ -59,7 +59,15 @@ pub fn obj(value: Value) -> Map<String, Value> {
 
 impl Harness {
     pub fn new(yaml: &str, input: Value) -> Self {
-        let machine = RunMachine::new(plan(yaml), obj(input)).expect("valid input");
+        Self::with_limits(yaml, input, RunLimits::default())
+    }
+
+    /// A harness whose run has these limits.
+    pub fn with_limits(yaml: &str, input: Value, limits: RunLimits) -> Self {
+        let (graph, _) =
+            load_str(yaml, Format::Yaml, "test").unwrap_or_else(|error| panic!("{error}"));
+        let plan = RunPlan::new(Arc::new(graph), limits);
+        let machine = RunMachine::new(plan, obj(input)).expect("valid input");
         Self {
             machine,
             handlers: HashMap::new(),
