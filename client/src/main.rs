@@ -7,6 +7,8 @@
 
 mod cli;
 
+use cli::terminal::err;
+
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -106,7 +108,7 @@ fn main() -> ExitCode {
             let runtime = match tokio::runtime::Runtime::new() {
                 Ok(runtime) => runtime,
                 Err(error) => {
-                    eprintln!("error: cannot start the async runtime: {error}");
+                    err!("error: cannot start the async runtime: {error}");
                     return ExitCode::from(1);
                 }
             };

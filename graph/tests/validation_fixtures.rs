@@ -223,6 +223,8 @@ fn a_node_that_cannot_be_read_keeps_its_start_flag() {
     let shown: Vec<String> = findings.iter().map(ToString::to_string).collect();
     assert_eq!(
         shown,
-        ["error: node 'a': field 'run[0]': invalid type: boolean `true`, expected a string (line 2)"]
+        [
+            "error: node 'a': field 'run[0]': invalid type: boolean `true`, expected a string (line 2)"
+        ]
     );
 }

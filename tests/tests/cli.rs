@@ -402,3 +402,21 @@ async fn the_run_timeout_bounds_a_wait_for_a_worker() -> anyhow::Result<()> {
     std::fs::remove_file(graph).ok();
     Ok(())
 }
+
+#[test]
+fn a_closed_stdout_ends_the_output_quietly_with_the_commands_own_status() {
+    let mut child = Command::new(binary("weft"))
+        .args(["run", &example("parallel-findings.yaml"), "--json"])
+        .env_remove("WEFT_COORDINATOR")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("weft runs");
+    // The reader goes away before weft writes its result (`weft … | head -0`).
+    drop(child.stdout.take());
+    let out = child.wait_with_output().expect("weft ends");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}

@@ -1,5 +1,7 @@
 //! Commands that talk to a coordinator.
 
+use super::terminal::{err, out};
+
 use std::io::IsTerminal;
 use std::path::Path;
 
@@ -30,26 +32,24 @@ pub async fn run(coordinator: Option<String>, graph: &Path, options: RunOptions)
         Ok(bundle) => bundle,
         Err(BundleError::Graph(GraphError::Invalid(findings))) => {
             for finding in findings {
-                eprintln!("{finding}");
+                err!("{finding}");
             }
             return exit::INVALID;
         }
         Err(error) => {
-            eprintln!("error: {error}");
+            err!("error: {error}");
             return exit::INVALID;
         }
     };
     let input = match read_input(options.input.as_deref()) {
         Ok(input) => input,
         Err(message) => {
-            eprintln!("error: {message}");
+            err!("error: {message}");
             return exit::INVALID;
         }
     };
     if options.detach && coordinator.is_none() {
-        eprintln!(
-            "error: --detach needs --coordinator (an embedded cluster stops when weft exits)"
-        );
+        err!("error: --detach needs --coordinator (an embedded cluster stops when weft exits)");
         return exit::INVALID;
     }
     let (client, embedded) = match connect(coordinator, options.workers).await {
@@ -74,14 +74,14 @@ async fn submit_and_wait(
         Err(error) => return report(&error),
     };
     for warning in &submitted.warnings {
-        eprintln!("{warning}");
+        err!("{warning}");
     }
     let run_id = submitted.run_id;
     if options.detach {
         if options.json {
-            println!("{}", serde_json::json!({ "run_id": run_id }));
+            out!("{}", serde_json::json!({ "run_id": run_id }));
         } else {
-            println!("{run_id}");
+            out!("{run_id}");
         }
         return exit::OK;
     }
@@ -113,7 +113,7 @@ async fn submit_and_wait(
                 .resume(&run_id, &node, &answer.value, answer.comment.as_deref())
                 .await
             {
-                eprintln!("error: {error}");
+                err!("error: {error}");
             }
         }
     }
@@ -169,7 +169,7 @@ pub async fn runs(coordinator: Option<String>) -> u8 {
         Ok(runs) => {
             for run in runs {
                 let status = run.status.name();
-                println!("{}  {:<9}  {}", run.run_id, status, run.graph_name);
+                out!("{}  {:<9}  {}", run.run_id, status, run.graph_name);
             }
             exit::OK
         }
@@ -193,7 +193,7 @@ pub async fn resume(
     let value = serde_json::from_str(value).unwrap_or_else(|_| Value::from(value));
     match client.resume(run, node, &value, comment.as_deref()).await {
         Ok(info) => {
-            eprintln!("resumed {node}; run {} is {:?}", info.run_id, info.status);
+            err!("resumed {node}; run {} is {:?}", info.run_id, info.status);
             exit::OK
         }
         Err(error) => report(&error),
@@ -230,7 +230,7 @@ async fn act(coordinator: Option<String>, run: &str, action: Action) -> u8 {
     };
     match action(client, run.to_owned()).await {
         Ok(info) => {
-            eprintln!("run {} is {:?}", info.run_id, info.status);
+            err!("run {} is {:?}", info.run_id, info.status);
             exit::OK
         }
         Err(error) => report(&error),
@@ -247,13 +247,13 @@ async fn connect(
     let embedded = match Embedded::start(workers).await {
         Ok(embedded) => embedded,
         Err(error) => {
-            eprintln!("error: cannot start the embedded cluster: {error}");
+            err!("error: cannot start the embedded cluster: {error}");
             return Err(exit::UNREACHABLE);
         }
     };
     let client = remote(&embedded.url).await?;
     if let Err(error) = embedded.ready().await {
-        eprintln!("error: {error}");
+        err!("error: {error}");
         return Err(exit::UNREACHABLE);
     }
     Ok((client, Some(embedded)))
@@ -263,7 +263,7 @@ async fn remote_client(coordinator: Option<String>) -> Result<Client, u8> {
     match coordinator {
         Some(url) => remote(&url).await,
         None => {
-            eprintln!("error: no coordinator: pass --coordinator URL or set WEFT_COORDINATOR");
+            err!("error: no coordinator: pass --coordinator URL or set WEFT_COORDINATOR");
             Err(exit::UNREACHABLE)
         }
     }
@@ -274,7 +274,7 @@ async fn remote(url: &str) -> Result<Client, u8> {
 }
 
 fn report(error: &ClientError) -> u8 {
-    eprintln!("error: {error}");
+    err!("error: {error}");
     match error {
         ClientError::Unreachable { .. } => exit::UNREACHABLE,
         ClientError::Invalid(_) | ClientError::Bundle(_) => exit::INVALID,

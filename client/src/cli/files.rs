@@ -1,5 +1,7 @@
 //! `weft validate` and `weft diagram`: commands on graph files alone.
 
+use super::terminal::{err, out};
+
 use std::path::Path;
 
 use weft_graph::{self as graph, GraphError};
@@ -11,19 +13,19 @@ pub fn validate(path: &Path) -> u8 {
     match graph::load_file(path) {
         Ok((_, warnings)) => {
             for warning in warnings {
-                println!("{warning}");
+                out!("{warning}");
             }
-            println!("ok");
+            out!("ok");
             exit::OK
         }
         Err(GraphError::Invalid(findings)) => {
             for finding in findings {
-                println!("{finding}");
+                out!("{finding}");
             }
             exit::INVALID
         }
         Err(error) => {
-            println!("error: {error}");
+            out!("error: {error}");
             exit::INVALID
         }
     }
@@ -33,17 +35,17 @@ pub fn validate(path: &Path) -> u8 {
 pub fn diagram(path: &Path) -> u8 {
     match graph::load_file(path) {
         Ok((graph, _)) => {
-            print!("{}", graph::diagram::diagram(&graph));
+            out!("{}", graph::diagram::diagram(&graph).trim_end());
             exit::OK
         }
         Err(GraphError::Invalid(findings)) => {
             for finding in findings {
-                eprintln!("{finding}");
+                err!("{finding}");
             }
             exit::INVALID
         }
         Err(error) => {
-            eprintln!("error: {error}");
+            err!("error: {error}");
             exit::INVALID
         }
     }

@@ -5,6 +5,7 @@ pub mod files;
 pub mod output;
 pub mod progress;
 pub mod prompt;
+pub mod terminal;
 
 /// Exit statuses (SPEC section 12).
 pub mod exit {

@@ -1,6 +1,8 @@
 //! How a run's result is shown: the one JSON object of `--json`, or a
 //! status line and the state for people.
 
+use super::terminal::{err, out};
+
 use serde_json::{Map, Value};
 use weft_client::{RunInfo, RunStatus};
 
@@ -37,20 +39,24 @@ pub fn json_object(info: &RunInfo) -> Value {
 /// Prints the result and returns the exit status.
 pub fn show(info: &RunInfo, json: bool) -> u8 {
     if json {
-        println!("{}", json_object(info));
+        out!("{}", json_object(info));
     } else {
         let status = info.status.name();
         match &info.error {
-            Some(error) => eprintln!(
+            Some(error) => err!(
                 "run {} {status}: {}: {}",
-                info.run_id, error.kind, error.message
+                info.run_id,
+                error.kind,
+                error.message
             ),
-            None => eprintln!("run {} {status}", info.run_id),
+            None => err!("run {} {status}", info.run_id),
         }
         for waiting in &info.waiting {
-            eprintln!(
+            err!(
                 "  waiting: {} ({}): {}",
-                waiting.node, waiting.kind, waiting.prompt
+                waiting.node,
+                waiting.kind,
+                waiting.prompt
             );
         }
         for wait in &info.unhosted {
@@ -59,12 +65,13 @@ pub fn show(info: &RunInfo, json: bool) -> u8 {
             } else {
                 format!(" ({} tasks)", wait.tasks)
             };
-            eprintln!(
+            err!(
                 "  waits for a worker: node '{}' needs {}{tasks}",
-                wait.node, wait.needs
+                wait.node,
+                wait.needs
             );
         }
-        println!(
+        out!(
             "{}",
             serde_json::to_string_pretty(&info.state).unwrap_or_default()
         );

@@ -1,6 +1,8 @@
 //! `--watch` and `weft watch`: waves, nodes and a progress bar for map
 //! items, drawn on stderr as the run's events arrive.
 
+use super::terminal::err;
+
 use indicatif::{ProgressBar, ProgressStyle};
 use tokio_stream::StreamExt;
 use weft_client::{Client, ClientError, Event, RunEvent, RunInfo};
@@ -66,8 +68,10 @@ fn show(event: &Event, bar: &mut Option<ProgressBar>) {
     if let Some(line) = line {
         // A hidden bar (stderr is not a terminal) would swallow the line.
         match bar {
-            Some(progress) if !progress.is_hidden() => progress.println(line),
-            _ => eprintln!("{line}"),
+            Some(progress) if !progress.is_hidden() => {
+                progress.println(super::terminal::for_terminal(&line))
+            }
+            _ => err!("{line}"),
         }
     }
 }

@@ -25,7 +25,12 @@ fn ask_blocking(node: &WaitingNode) -> Option<Answer> {
     let stdin = std::io::stdin();
     let mut lines = stdin.lock().lines();
     let mut stderr = std::io::stderr();
-    let _ = writeln!(stderr, "\n{} asks: {}", node.node, node.prompt);
+    let _ = writeln!(
+        stderr,
+        "\n{} asks: {}",
+        super::terminal::for_terminal(&node.node),
+        super::terminal::for_terminal(&node.prompt)
+    );
     if node.kind == "approval" {
         loop {
             let _ = write!(stderr, "approve or reject? [a/r] ");

@@ -1,0 +1,99 @@
+//! Writing to stdout and stderr safely.
+//!
+//! `weft … | head` closes stdout early: the rest of the output is dropped
+//! quietly and the command still ends with its own exit status, instead of
+//! panicking. Text that comes from elsewhere (script stderr in errors,
+//! prompts rendered from the state, node ids) may carry control
+//! characters; on a terminal they are shown escaped, so an escape sequence
+//! cannot hide or rewrite what a person is asked to approve. Redirected
+//! output is written as it is (JSON output escapes them itself).
+
+use std::borrow::Cow;
+use std::io::{IsTerminal, Write};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+static STDOUT_CLOSED: AtomicBool = AtomicBool::new(false);
+static STDERR_CLOSED: AtomicBool = AtomicBool::new(false);
+
+/// Writes `text` and a newline to stdout.
+pub fn write_out(text: &str) {
+    let stdout = std::io::stdout();
+    let shown = if stdout.is_terminal() {
+        escape_controls(text)
+    } else {
+        Cow::Borrowed(text)
+    };
+    write_to(stdout.lock(), &shown, &STDOUT_CLOSED);
+}
+
+/// Writes `text` and a newline to stderr.
+pub fn write_err(text: &str) {
+    let stderr = std::io::stderr();
+    let shown = if stderr.is_terminal() {
+        escape_controls(text)
+    } else {
+        Cow::Borrowed(text)
+    };
+    write_to(stderr.lock(), &shown, &STDERR_CLOSED);
+}
+
+/// `text` as it may be shown on a terminal (stderr's), e.g. by a progress
+/// bar that writes it itself.
+pub fn for_terminal(text: &str) -> Cow<'_, str> {
+    escape_controls(text)
+}
+
+fn write_to(mut stream: impl Write, text: &str, closed: &AtomicBool) {
+    if closed.load(Ordering::Relaxed) {
+        return;
+    }
+    let written = writeln!(stream, "{text}").and_then(|()| stream.flush());
+    if written.is_err() {
+        // A closed pipe (or a full disk): nothing more can be shown there.
+        closed.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Control characters other than newline and tab, shown as escapes
+/// (`\u{1b}`).
+fn escape_controls(text: &str) -> Cow<'_, str> {
+    let unsafe_char = |c: char| c.is_control() && c != '\n' && c != '\t';
+    if !text.chars().any(unsafe_char) {
+        return Cow::Borrowed(text);
+    }
+    let mut shown = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if unsafe_char(c) {
+            shown.extend(c.escape_unicode());
+        } else {
+            shown.push(c);
+        }
+    }
+    Cow::Owned(shown)
+}
+
+/// `println!` that survives a closed stdout.
+macro_rules! out {
+    ($($arg:tt)*) => { $crate::cli::terminal::write_out(&format!($($arg)*)) };
+}
+
+/// `eprintln!` that survives a closed stderr.
+macro_rules! err {
+    ($($arg:tt)*) => { $crate::cli::terminal::write_err(&format!($($arg)*)) };
+}
+
+pub(crate) use {err, out};
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn controls_are_escaped_but_lines_and_tabs_kept() {
+        assert_eq!(escape_controls("plain\ttext\n"), "plain\ttext\n");
+        assert_eq!(
+            escape_controls("ok\u{1b}[2K\rapprove?"),
+            "ok\\u{1b}[2K\\u{d}approve?"
+        );
+    }
+}
