@@ -29,11 +29,41 @@ pub enum BundleError {
         /// The I/O error.
         source: std::io::Error,
     },
+    /// A file it names resolves (through a symbolic link) outside the
+    /// graph's directory.
+    #[error(
+        "'{path}' resolves to {resolved}, outside the graph's directory; it is not sent to the cluster (pass --allow-outside-links to send it anyway)"
+    )]
+    Outside {
+        /// The path as the graph names it.
+        path: String,
+        /// Where it leads.
+        resolved: String,
+    },
+}
+
+/// The most permission bits a bundled file keeps: no setuid, setgid or
+/// sticky bit, nothing writable by others.
+pub const MODE_MASK: u32 = 0o755;
+
+/// How a graph's files are gathered.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BundleOptions {
+    /// Send files whose symbolic links lead outside the graph's directory.
+    pub allow_outside_links: bool,
 }
 
 impl GraphBundle {
     /// Reads a graph file, validates it, and gathers the files it names.
     pub fn from_file(path: &Path) -> Result<Self, BundleError> {
+        Self::from_file_with(path, BundleOptions::default())
+    }
+
+    /// As [`GraphBundle::from_file`], with options. A named file whose real
+    /// path is outside the graph's directory is refused unless allowed, so
+    /// a link such as `scripts/x.py -> ~/.aws/credentials` never uploads
+    /// what it points at; modes are masked to [`MODE_MASK`].
+    pub fn from_file_with(path: &Path, options: BundleOptions) -> Result<Self, BundleError> {
         let (graph, _) = graph::load_file(path)?;
         let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
         let graph_name = path
@@ -52,8 +82,27 @@ impl GraphBundle {
                 }
             }
         }
+        let real_dir = std::fs::canonicalize(if dir.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            &dir
+        })
+        .map_err(|source| BundleError::Read {
+            path: dir.display().to_string(),
+            source,
+        })?;
         for relative in named {
             let full: PathBuf = dir.join(&relative);
+            let real = std::fs::canonicalize(&full).map_err(|source| BundleError::Read {
+                path: full.display().to_string(),
+                source,
+            })?;
+            if !real.starts_with(&real_dir) && !options.allow_outside_links {
+                return Err(BundleError::Outside {
+                    path: relative,
+                    resolved: real.display().to_string(),
+                });
+            }
             let mode = mode_of(&full);
             files.push((relative, read(&full)?, mode));
         }
@@ -89,7 +138,7 @@ fn read(path: &Path) -> Result<Vec<u8>, BundleError> {
 
 fn mode_of(path: &Path) -> u32 {
     use std::os::unix::fs::PermissionsExt;
-    std::fs::metadata(path).map_or(0o644, |m| m.permissions().mode() & 0o7777)
+    std::fs::metadata(path).map_or(0o644, |m| m.permissions().mode() & MODE_MASK)
 }
 
 #[cfg(test)]
@@ -104,6 +153,42 @@ mod tests {
         let paths: Vec<&str> = bundle.files.iter().map(|(p, _, _)| p.as_str()).collect();
         assert!(paths.contains(&"scripts/critique.py"), "{paths:?}");
         assert!(!paths.contains(&"python3"), "{paths:?}");
+    }
+
+    #[test]
+    fn links_out_of_the_graph_directory_are_refused_and_modes_masked() {
+        use std::os::unix::fs::PermissionsExt;
+        let root = std::env::temp_dir().join(format!("weft-bundle-links-{}", std::process::id()));
+        let dir = root.join("graph");
+        std::fs::create_dir_all(dir.join("scripts")).unwrap();
+        std::fs::write(root.join("credentials"), "secret").unwrap();
+        std::os::unix::fs::symlink(root.join("credentials"), dir.join("scripts/x.py")).unwrap();
+        std::fs::write(dir.join("scripts/ok.sh"), "#!/bin/sh\n").unwrap();
+        std::fs::set_permissions(
+            dir.join("scripts/ok.sh"),
+            std::fs::Permissions::from_mode(0o4777),
+        )
+        .unwrap();
+        let graph = dir.join("g.yaml");
+        std::fs::write(
+            &graph,
+            "nodes:\n  a: { kind: script, run: [python3, scripts/x.py], start: true, next: b }\n  b: { kind: script, run: [scripts/ok.sh] }\n",
+        )
+        .unwrap();
+        let error = GraphBundle::from_file(&graph).unwrap_err().to_string();
+        assert!(error.starts_with("'scripts/x.py' resolves to "), "{error}");
+        assert!(error.contains("--allow-outside-links"), "{error}");
+        let options = BundleOptions {
+            allow_outside_links: true,
+        };
+        let bundle = GraphBundle::from_file_with(&graph, options).unwrap();
+        let ok = bundle
+            .files
+            .iter()
+            .find(|(p, _, _)| p == "scripts/ok.sh")
+            .unwrap();
+        assert_eq!(ok.2, 0o755, "setuid and world-write are dropped");
+        std::fs::remove_dir_all(root).ok();
     }
 
     #[test]

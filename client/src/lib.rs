@@ -22,7 +22,7 @@ mod client;
 mod embedded;
 
 pub use builder::{GraphBuilder, NodeBuilder};
-pub use bundle::{BundleError, GraphBundle};
+pub use bundle::{BundleError, BundleOptions, GraphBundle};
 pub use client::{
     Client, ClientError, Event, RunErrorInfo, RunEvent, RunInfo, RunStatus, Submitted,
     UnhostedWait, WaitingNode,

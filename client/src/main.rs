@@ -59,6 +59,10 @@ enum Command {
         /// Print the run id and return at once (needs --coordinator).
         #[arg(long)]
         detach: bool,
+        /// Send bundled files whose symbolic links lead outside the graph's
+        /// directory (refused otherwise).
+        #[arg(long)]
+        allow_outside_links: bool,
     },
     /// A run's status and state.
     Status {
@@ -128,6 +132,7 @@ async fn remote(coordinator: Option<String>, command: Command) -> u8 {
             watch,
             workers,
             detach,
+            allow_outside_links,
         } => {
             let options = c::RunOptions {
                 input,
@@ -135,6 +140,7 @@ async fn remote(coordinator: Option<String>, command: Command) -> u8 {
                 watch,
                 workers,
                 detach,
+                allow_outside_links,
             };
             c::run(coordinator, &graph, options).await
         }

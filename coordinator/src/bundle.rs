@@ -36,6 +36,14 @@ pub enum BundleError {
     /// A path escapes the bundle or is absolute.
     #[error("bundle path '{0}' must be relative and stay inside the bundle")]
     UnsafePath(String),
+    /// A path no file system can hold as a file (empty, `.`, control
+    /// characters, over-long).
+    #[error("bundle path {0:?} {1}")]
+    BadPath(String, &'static str),
+    /// Two files at one path, or one path used as both a file and a
+    /// directory.
+    #[error("bundle path '{0}' {1}")]
+    Clash(String, &'static str),
     /// The graph file is missing from the bundle.
     #[error("the bundle does not hold its graph file '{0}'")]
     MissingGraph(String),
@@ -61,18 +69,70 @@ pub fn sha256_hex(content: &[u8]) -> String {
     digest.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// Checks that a bundle path is relative and cannot climb out of the bundle.
+/// Longest bundle path, in bytes; each part at most 255 (file systems' own limit).
+const MAX_PATH_BYTES: usize = 1024;
+
+/// Checks that a bundle path is relative, cannot climb out of the bundle,
+/// and names a file a worker can create.
 pub fn check_path(path: &str) -> Result<(), BundleError> {
     let parsed = Path::new(path);
     let safe = !path.is_empty()
         && parsed
             .components()
             .all(|c| matches!(c, Component::Normal(_) | Component::CurDir));
-    if safe {
-        Ok(())
-    } else {
-        Err(BundleError::UnsafePath(path.to_owned()))
+    if !safe {
+        return Err(BundleError::UnsafePath(path.to_owned()));
     }
+    let bad = |why| Err(BundleError::BadPath(path.to_owned(), why));
+    if path.chars().any(char::is_control) {
+        return bad("holds a control character");
+    }
+    if path.len() > MAX_PATH_BYTES || parsed.components().any(|c| c.as_os_str().len() > 255) {
+        return bad("is too long for a file system");
+    }
+    if path.ends_with('/')
+        || !parsed
+            .components()
+            .any(|c| matches!(c, Component::Normal(_)))
+    {
+        return bad("names a directory, not a file");
+    }
+    Ok(())
+}
+
+/// A path with `.` parts dropped: `./a.py` and `a.py` are one file.
+fn normal_form(path: &str) -> String {
+    Path::new(path)
+        .components()
+        .filter_map(|c| match c {
+            Component::Normal(part) => part.to_str(),
+            _ => None,
+        })
+        .collect::<Vec<_>>()
+        .join("/")
+}
+
+/// Refuses two files at one path, and a path that is a file and also the
+/// directory of another.
+fn check_layout<'a>(paths: impl Iterator<Item = &'a String>) -> Result<(), BundleError> {
+    let mut files = std::collections::HashSet::new();
+    let mut dirs = std::collections::HashSet::new();
+    for path in paths {
+        let normal = normal_form(path);
+        for (slash, _) in normal.match_indices('/') {
+            dirs.insert(normal[..slash].to_owned());
+        }
+        if !files.insert(normal) {
+            return Err(BundleError::Clash(path.clone(), "appears twice"));
+        }
+    }
+    if let Some(both) = files.iter().find(|f| dirs.contains(*f)) {
+        return Err(BundleError::Clash(
+            both.clone(),
+            "is both a file and a directory",
+        ));
+    }
+    Ok(())
 }
 
 impl Bundle {
@@ -84,8 +144,10 @@ impl Bundle {
     ) -> Result<Self, BundleError> {
         let mut map = BTreeMap::new();
         let mut size = 0usize;
+        let mut paths = Vec::new();
         for (path, content, mode) in files {
             check_path(&path)?;
+            paths.push(path.clone());
             size += content.len();
             if size > limit {
                 return Err(BundleError::TooLarge { size, limit });
@@ -96,10 +158,12 @@ impl Bundle {
                 BundleFile {
                     content: Arc::new(content),
                     sha256,
-                    mode,
+                    // No setuid, setgid or sticky bit, nothing world-writable.
+                    mode: mode & 0o755,
                 },
             );
         }
+        check_layout(paths.iter())?;
         check_path(&graph_path)?;
         if !map.contains_key(&graph_path) {
             return Err(BundleError::MissingGraph(graph_path));
@@ -165,9 +229,40 @@ mod tests {
     fn paths_must_stay_inside_the_bundle() {
         assert!(check_path("scripts/a.py").is_ok());
         assert!(check_path("./a.py").is_ok());
-        for bad in ["/etc/passwd", "../x", "a/../../x", ""] {
-            assert!(check_path(bad).is_err(), "{bad}");
+        for bad in [
+            "/etc/passwd",
+            "../x",
+            "a/../../x",
+            "",
+            ".",
+            "./",
+            "a/",
+            "a\0b",
+            "a\nb",
+        ] {
+            assert!(check_path(bad).is_err(), "{bad:?}");
         }
+        assert!(check_path(&"x".repeat(300)).is_err());
+    }
+
+    #[test]
+    fn clashing_paths_and_modes_are_handled_at_submission() {
+        let graph = "nodes:\n  a: {kind: end, start: true}\n";
+        let file = |path: &str, mode| (path.to_owned(), b"x".to_vec(), mode);
+        let bundle = |extra: Vec<(String, Vec<u8>, u32)>| {
+            let mut files = vec![("g.yaml".to_owned(), graph.as_bytes().to_vec(), 0o644)];
+            files.extend(extra);
+            Bundle::new("g.yaml".into(), files, 1 << 20)
+        };
+        let error = bundle(vec![file("a", 0o644), file("a/b", 0o644)]).unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "bundle path 'a' is both a file and a directory"
+        );
+        let error = bundle(vec![file("a.py", 0o644), file("./a.py", 0o644)]).unwrap_err();
+        assert_eq!(error.to_string(), "bundle path './a.py' appears twice");
+        let ok = bundle(vec![file("run.sh", 0o6777)]).unwrap();
+        assert_eq!(ok.files["run.sh"].mode, 0o755);
     }
 
     #[test]

@@ -22,6 +22,9 @@ pub struct BlobCache {
     /// same files, and the second waits for the first rather than fetching
     /// again.
     fetching: Arc<Mutex<()>>,
+    /// Cached files whose content this process has checked against their
+    /// hash (written by it, or found on disk and re-hashed once).
+    verified: Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
 }
 
 impl BlobCache {
@@ -31,6 +34,7 @@ impl BlobCache {
             dir,
             client,
             fetching: Arc::default(),
+            verified: Arc::default(),
         }
     }
 
@@ -56,10 +60,11 @@ impl BlobCache {
         tokio::fs::copy(&cached, &target)
             .await
             .map_err(|e| failure("cannot copy a bundle file", e))?;
+        // Never setuid, setgid, sticky or world-writable, whatever arrived.
         let mode = if file.mode == 0 {
             0o644
         } else {
-            file.mode & 0o7777
+            file.mode & 0o755
         };
         set_mode(&target, mode).await
     }
@@ -72,11 +77,11 @@ impl BlobCache {
             ));
         }
         let path = self.dir.join(sha256);
-        if tokio::fs::try_exists(&path).await.unwrap_or(false) {
+        if self.is_verified(sha256) {
             return Ok(path);
         }
         let _one_at_a_time = self.fetching.lock().await;
-        if tokio::fs::try_exists(&path).await.unwrap_or(false) {
+        if self.is_verified(sha256) || self.check_cached(&path, sha256).await {
             return Ok(path);
         }
         let mut client = self.client.clone();
@@ -93,10 +98,7 @@ impl BlobCache {
             })?
             .into_inner()
             .content;
-        let actual: String = Sha256::digest(&content)
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect();
+        let actual = hex_sha256(&content);
         if actual != sha256 {
             return Err(Failure::new(
                 FailureKind::WorkerError,
@@ -107,14 +109,62 @@ impl BlobCache {
             .await
             .map_err(|e| failure("cannot create the file cache", e))?;
         let partial = self.dir.join(format!("{sha256}.partial"));
-        tokio::fs::write(&partial, &content)
+        write_private(&partial, &content)
             .await
             .map_err(|e| failure("cannot write the file cache", e))?;
         tokio::fs::rename(&partial, &path)
             .await
             .map_err(|e| failure("cannot write the file cache", e))?;
+        self.mark_verified(sha256);
         Ok(path)
     }
+
+    fn is_verified(&self, sha256: &str) -> bool {
+        self.verified
+            .lock()
+            .is_ok_and(|verified| verified.contains(sha256))
+    }
+
+    fn mark_verified(&self, sha256: &str) {
+        if let Ok(mut verified) = self.verified.lock() {
+            verified.insert(sha256.to_owned());
+        }
+    }
+
+    /// Whether a file cached before this process started still holds what
+    /// its name says; one that does not is removed, to be fetched again.
+    async fn check_cached(&self, path: &Path, sha256: &str) -> bool {
+        let Ok(content) = tokio::fs::read(path).await else {
+            return false;
+        };
+        if hex_sha256(&content) == sha256 {
+            self.mark_verified(sha256);
+            return true;
+        }
+        let _ = tokio::fs::remove_file(path).await;
+        false
+    }
+}
+
+fn hex_sha256(content: &[u8]) -> String {
+    Sha256::digest(content)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// Writes a file only its owner can read (`0600`).
+pub(crate) async fn write_private(path: &Path, content: &[u8]) -> std::io::Result<()> {
+    use tokio::io::AsyncWriteExt;
+    let mut file = tokio::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)
+        .await?;
+    file.write_all(content).await?;
+    file.flush().await
 }
 
 async fn set_mode(path: &Path, mode: u32) -> Result<(), Failure> {
@@ -126,4 +176,42 @@ async fn set_mode(path: &Path, mode: u32) -> Result<(), Failure> {
 
 fn failure(what: &str, error: std::io::Error) -> Failure {
     Failure::new(FailureKind::WorkerError, format!("{what}: {error}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cache(dir: &Path) -> BlobCache {
+        // Nothing listens there: a fetch fails, so a test sees whether one
+        // was needed.
+        let channel = tonic::transport::Endpoint::from_static("http://127.0.0.1:9").connect_lazy();
+        BlobCache::new(dir.to_path_buf(), WorkerServiceClient::new(channel))
+    }
+
+    #[tokio::test]
+    async fn a_cached_file_is_used_only_if_it_still_matches_its_hash() {
+        let dir = std::env::temp_dir().join(format!("weft-blobs-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let good = b"echo hi\n";
+        let good_hash = hex_sha256(good);
+        std::fs::write(dir.join(&good_hash), good).unwrap();
+        let cache = cache(&dir);
+        assert_eq!(
+            cache.ensure(&good_hash).await.unwrap(),
+            dir.join(&good_hash)
+        );
+
+        // Someone changed a cached file behind the worker's back.
+        let wanted = hex_sha256(b"the real script");
+        std::fs::write(dir.join(&wanted), b"rm -rf ~").unwrap();
+        let error = cache.ensure(&wanted).await.unwrap_err();
+        assert!(
+            error.message.starts_with("cannot fetch bundle file"),
+            "{}",
+            error.message
+        );
+        assert!(!dir.join(&wanted).exists(), "the tampered copy is removed");
+        std::fs::remove_dir_all(dir).ok();
+    }
 }

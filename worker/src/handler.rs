@@ -34,6 +34,12 @@ pub struct TaskContext {
     pub scope: Map<String, Value>,
 }
 
+/// The idempotency key of an attempt (see [`TaskContext::task_key`]).
+pub(crate) fn task_key(run_id: &str, node: &str, item: Option<u64>, attempt: u32) -> String {
+    let item = item.map_or_else(|| "-".to_owned(), |i| i.to_string());
+    format!("{run_id}/{node}/{item}/{attempt}")
+}
+
 /// Why a handler could not read its input or build its output.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum HandlerError {
@@ -64,6 +70,15 @@ impl From<HandlerError> for String {
 }
 
 impl TaskContext {
+    /// This attempt's idempotency key, `RUN/NODE/ITEM/ATTEMPT` (`-` for no
+    /// item), the same as a script's `WEFT_TASK_KEY`. Delivery is at least
+    /// once: after a lost worker the attempt runs again elsewhere while the
+    /// first may still be running, with the same key, so a handler with
+    /// side effects can use it to do them once.
+    pub fn task_key(&self) -> String {
+        task_key(&self.run_id, &self.node, self.item, self.attempt)
+    }
+
     /// A scope value by name, deserialized.
     pub fn scope<T: DeserializeOwned>(&self, name: &str) -> Result<T, HandlerError> {
         let value = self

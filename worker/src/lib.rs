@@ -36,6 +36,7 @@ mod script_output;
 mod secrets;
 pub mod state_sync;
 mod task;
+mod work_dir;
 
 use std::future::Future;
 use std::path::PathBuf;
@@ -66,7 +67,7 @@ impl Worker {
         Self {
             config: WorkerConfig {
                 coordinator: coordinator.into(),
-                work_dir: std::env::temp_dir().join(format!("weft-{name}")),
+                work_dir: None,
                 name,
                 slots,
                 labels: Vec::new(),
@@ -104,7 +105,7 @@ impl Worker {
 
     /// Where scratch directories and the file cache live.
     pub fn work_dir(&mut self, dir: PathBuf) -> &mut Self {
-        self.config.work_dir = dir;
+        self.config.work_dir = Some(dir);
         self
     }
 

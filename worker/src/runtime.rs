@@ -24,11 +24,11 @@ use crate::handler::Registry;
 use crate::script::ScriptRunner;
 use crate::state_sync::StateCache;
 use crate::task::{Failure, FailureKind};
+use crate::work_dir::WorkDir;
 
 const FIRST_BACKOFF: Duration = Duration::from_millis(100);
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
 /// The work directory's folder of per-attempt scratch directories.
-const SCRATCH: &str = "scratch";
 /// How long a stopping worker waits for its tasks to wind down.
 const STOP_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -45,8 +45,9 @@ pub struct WorkerConfig {
     pub labels: Vec<(String, String)>,
     /// Whether this worker runs `script` nodes.
     pub scripts: bool,
-    /// Where scratch directories and the file cache live.
-    pub work_dir: PathBuf,
+    /// Where scratch directories and the file cache live; `None` for a
+    /// fresh private directory removed on exit.
+    pub work_dir: Option<PathBuf>,
     /// The worker's secrets, for `${NAME}` in node configuration.
     pub secrets: Arc<crate::Secrets>,
     /// Gains a permit each time the worker joins a coordinator.
@@ -67,6 +68,9 @@ pub enum WorkerError {
         /// Why.
         reason: String,
     },
+    /// The work directory cannot be prepared.
+    #[error("cannot prepare the work directory: {0}")]
+    WorkDir(#[from] std::io::Error),
 }
 
 enum SessionEnd {
@@ -89,12 +93,19 @@ pub async fn run(
         })?
         .connect_timeout(Duration::from_secs(5))
         .tcp_nodelay(true);
+    let work = WorkDir::prepare(config.work_dir.as_deref())?;
     // Scratch left by an earlier worker that died is nobody's.
-    let scratch = config.work_dir.join(SCRATCH);
-    let _ = tokio::fs::remove_dir_all(&scratch).await;
+    let _ = tokio::fs::remove_dir_all(work.scratch()).await;
     let tracker = TaskTracker::new();
-    let ended =
-        connect_and_serve(&config, &endpoint, Arc::new(registry), &shutdown, &tracker).await;
+    let ended = connect_and_serve(
+        &config,
+        &work,
+        &endpoint,
+        Arc::new(registry),
+        &shutdown,
+        &tracker,
+    )
+    .await;
     tracker.close();
     if tokio::time::timeout(STOP_TIMEOUT, tracker.wait())
         .await
@@ -102,13 +113,14 @@ pub async fn run(
     {
         warn!(worker = %config.name, left = tracker.len(), "some tasks did not stop in time");
     }
-    let _ = tokio::fs::remove_dir_all(&scratch).await;
+    work.clean_up();
     ended
 }
 
 /// Sessions with the coordinator, one after another, until shutdown.
 async fn connect_and_serve(
     config: &WorkerConfig,
+    work: &WorkDir,
     endpoint: &Endpoint,
     registry: Arc<Registry>,
     shutdown: &CancellationToken,
@@ -120,7 +132,7 @@ async fn connect_and_serve(
             return Ok(());
         }
         let started = Instant::now();
-        match session(config, endpoint, &registry, shutdown, tracker).await? {
+        match session(config, work, endpoint, &registry, shutdown, tracker).await? {
             SessionEnd::Drained => return Ok(()),
             SessionEnd::Lost(why) => {
                 warn!(worker = %config.name, reason = %why, "lost the coordinator; reconnecting");
@@ -139,6 +151,7 @@ async fn connect_and_serve(
 
 async fn session(
     config: &WorkerConfig,
+    work: &WorkDir,
     endpoint: &Endpoint,
     registry: &Arc<Registry>,
     shutdown: &CancellationToken,
@@ -158,8 +171,8 @@ async fn session(
     let mut session = Session {
         registry: registry.clone(),
         scripts: ScriptRunner::new(
-            config.work_dir.join(SCRATCH),
-            BlobCache::new(config.work_dir.join("files"), client.clone()),
+            work.scratch(),
+            BlobCache::new(work.files(), client.clone()),
             config.secrets.clone(),
         ),
         // The coordinator never sends more than the slots announced, but a

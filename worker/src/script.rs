@@ -71,8 +71,12 @@ impl ScriptRunner {
             .argv
             .first()
             .ok_or_else(|| Failure::new(FailureKind::InvalidTask, "the script's argv is empty"))?;
+        // Unique per execution: a directory still being removed after an
+        // earlier execution of the same attempt is never reused.
+        static EXECUTIONS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let execution = EXECUTIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let dir = self.scratch_root.join(format!(
-            "{}-{}-{}",
+            "{}-{}-{}-{execution}",
             sanitize(&task.run_id),
             task.key,
             task.attempt
@@ -96,7 +100,7 @@ impl ScriptRunner {
         }
         let state_json = task.state_json();
         let state_path = dir.join(".weft-state.json");
-        tokio::fs::write(&state_path, state_json.as_bytes())
+        crate::blobs::write_private(&state_path, state_json.as_bytes())
             .await
             .map_err(|e| io_failure("cannot write GRAPH_STATE", e))?;
         let launch = launcher(dir, program)?;
@@ -155,6 +159,10 @@ impl ScriptRunner {
             .env("WEFT_RUN_ID", &task.run_id)
             .env("WEFT_NODE", &task.node)
             .env("WEFT_ATTEMPT", task.attempt.to_string())
+            .env(
+                "WEFT_TASK_KEY",
+                crate::handler::task_key(&task.run_id, &task.node, task.item, task.attempt),
+            )
             .env(
                 "WEFT_ITEM",
                 task.item.map(|i| i.to_string()).unwrap_or_default(),
@@ -398,11 +406,21 @@ mod tests {
         let (runner, root) = runner("scratch-test");
         let task = script(&["sleep", "30"], Duration::from_secs(60));
         let attempt = tokio::spawn(async move { runner.run(&task).await });
-        let scratch = root.join("scratch").join("run-1-1");
-        assert!(eventually(|| scratch.join(".weft-state.json").exists()).await);
+        let scratch_root = root.join("scratch");
+        let attempts = || -> Vec<PathBuf> {
+            std::fs::read_dir(&scratch_root)
+                .map(|dir| dir.filter_map(|e| e.ok().map(|e| e.path())).collect())
+                .unwrap_or_default()
+        };
+        assert!(
+            eventually(|| attempts()
+                .iter()
+                .any(|d| d.join(".weft-state.json").exists()))
+            .await
+        );
         attempt.abort();
         assert!(
-            eventually(|| !scratch.exists()).await,
+            eventually(|| attempts().is_empty()).await,
             "the scratch directory outlived its cancelled attempt"
         );
         std::fs::remove_dir_all(root).ok();
@@ -441,14 +459,14 @@ mod tests {
             &[
                 "sh",
                 "-c",
-                r#"echo "{\"leaked\": \"${CARGO_MANIFEST_DIR:-none}\", \"node\": \"$WEFT_NODE\", \"path\": \"${PATH:+set}\"}""#,
+                r#"echo "{\"leaked\": \"${CARGO_MANIFEST_DIR:-none}\", \"node\": \"$WEFT_NODE\", \"key\": \"$WEFT_TASK_KEY\", \"path\": \"${PATH:+set}\"}""#,
             ],
             Duration::from_secs(10),
         );
         let output = runner.run(&probe).await.unwrap();
         assert_eq!(
             output,
-            json!({"leaked": "none", "node": "nap", "path": "set"})
+            json!({"leaked": "none", "node": "nap", "key": "run/nap/-/1", "path": "set"})
         );
         std::fs::remove_dir_all(root).ok();
     }

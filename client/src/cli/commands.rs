@@ -24,11 +24,16 @@ pub struct RunOptions {
     pub workers: u32,
     /// `--detach`.
     pub detach: bool,
+    /// `--allow-outside-links`.
+    pub allow_outside_links: bool,
 }
 
 /// `weft run`.
 pub async fn run(coordinator: Option<String>, graph: &Path, options: RunOptions) -> u8 {
-    let bundle = match GraphBundle::from_file(graph) {
+    let bundle_options = weft_client::BundleOptions {
+        allow_outside_links: options.allow_outside_links,
+    };
+    let bundle = match GraphBundle::from_file_with(graph, bundle_options) {
         Ok(bundle) => bundle,
         Err(BundleError::Graph(GraphError::Invalid(findings))) => {
             for finding in findings {
