@@ -420,3 +420,26 @@ fn a_closed_stdout_ends_the_output_quietly_with_the_commands_own_status() {
     assert_eq!(out.status.code(), Some(0), "{stderr}");
     assert!(!stderr.contains("panicked"), "{stderr}");
 }
+
+#[test]
+fn a_bundled_link_out_of_the_graph_directory_is_refused() {
+    let root = std::env::temp_dir().join(format!("weft-cli-links-{}", std::process::id()));
+    let dir = root.join("graph");
+    std::fs::create_dir_all(dir.join("scripts")).expect("dirs");
+    std::fs::write(root.join("credentials"), "aws_secret_access_key = hunter2").expect("file");
+    std::os::unix::fs::symlink(root.join("credentials"), dir.join("scripts/x.py")).expect("link");
+    let graph = dir.join("g.yaml");
+    std::fs::write(
+        &graph,
+        "nodes:\n  a: { kind: script, run: [python3, scripts/x.py], start: true }\n",
+    )
+    .expect("graph");
+    let out = weft(None, &["run", graph.to_str().expect("utf-8"), "--json"]);
+    std::fs::remove_dir_all(&root).ok();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("'scripts/x.py' resolves to") && stderr.contains("--allow-outside-links"),
+        "{stderr}"
+    );
+}
