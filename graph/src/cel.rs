@@ -12,11 +12,20 @@ use super::expr::{ExprError, truthy};
 /// Names a CEL condition may refer to: the state and the step's scope.
 const CEL_VARIABLES: [&str; 2] = ["state", "scope"];
 
+/// Most steps one evaluation may take, by the estimate below: about a
+/// second of work, so no expression can hold a run (or the coordinator's
+/// thread) for long.
+pub const CEL_BUDGET: u64 = 5_000_000;
+
 /// A compiled CEL expression together with its source text.
 #[derive(Clone)]
 pub struct CelExpr {
     source: String,
     program: Arc<cel::Program>,
+    /// Nodes of its syntax tree.
+    size: u64,
+    /// How deep its macros (comprehensions) nest: 0 for none.
+    depth: u32,
 }
 
 impl fmt::Debug for CelExpr {
@@ -57,10 +66,49 @@ impl CelExpr {
                 name: (*name).to_owned(),
             });
         }
+        let (size, depth) = shape(program.expression());
         Ok(Self {
             source: source.to_owned(),
             program: Arc::new(program),
+            size,
+            depth,
         })
+    }
+
+    /// Whether evaluating it iterates (it uses `exists`, `all`, `map`, …),
+    /// so its cost depends on the state's lists.
+    pub fn iterates(&self) -> bool {
+        self.depth > 0
+    }
+
+    /// Refuses an evaluation whose estimated cost is over [`CEL_BUDGET`]:
+    /// each macro level may iterate over the longest list in reach.
+    fn check_budget(
+        &self,
+        state: &Map<String, Value>,
+        scope: &Map<String, Value>,
+    ) -> Result<(), ExprError> {
+        if self.depth == 0 {
+            return Ok(());
+        }
+        let longest = state
+            .values()
+            .chain(scope.values())
+            .map(longest_list)
+            .max()
+            .unwrap_or(0);
+        let per_level = longest as u64 + 1;
+        let estimate = (0..self.depth).fold(self.size, |cost, _| cost.saturating_mul(per_level));
+        if estimate > CEL_BUDGET {
+            return Err(ExprError::OverBudget {
+                expr: self.source.clone(),
+                estimate,
+                depth: self.depth,
+                longest,
+                budget: CEL_BUDGET,
+            });
+        }
+        Ok(())
     }
 
     /// Returns the expression as written.
@@ -78,6 +126,7 @@ impl CelExpr {
             expr: self.source.clone(),
             detail: format!("{what}: {error}"),
         };
+        self.check_budget(state, scope)?;
         let mut context = cel::Context::default();
         let state = cel::to_value(IntsFirstMap(state))
             .map_err(|e| not_json("cannot read the state", &e))?;
@@ -133,6 +182,61 @@ impl serde::Serialize for IntsFirst<'_> {
             other => other.serialize(serializer),
         }
     }
+}
+
+/// The longest array in a JSON value, nested ones included.
+fn longest_list(value: &Value) -> usize {
+    match value {
+        Value::Array(items) => items
+            .iter()
+            .map(longest_list)
+            .max()
+            .unwrap_or(0)
+            .max(items.len()),
+        Value::Object(map) => map.values().map(longest_list).max().unwrap_or(0),
+        _ => 0,
+    }
+}
+
+/// The number of nodes of an expression and how deep its comprehensions nest.
+fn shape(expr: &cel::IdedExpr) -> (u64, u32) {
+    use cel::common::ast::{EntryExpr, Expr};
+    let mut size = 1u64;
+    let mut depth = 0u32;
+    let mut add = |child: &cel::IdedExpr, extra: u32| {
+        let (s, d) = shape(child);
+        size = size.saturating_add(s);
+        depth = depth.max(d + extra);
+    };
+    match &expr.expr {
+        Expr::Unspecified | Expr::Literal(_) | Expr::Ident(_) => {}
+        Expr::Call(call) => {
+            call.target.iter().for_each(|t| add(t, 0));
+            call.args.iter().for_each(|a| add(a, 0));
+        }
+        Expr::Select(select) => add(&select.operand, 0),
+        Expr::List(list) => list.elements.iter().for_each(|e| add(e, 0)),
+        Expr::Map(cel::common::ast::MapExpr { entries })
+        | Expr::Struct(cel::common::ast::StructExpr { entries, .. }) => {
+            for entry in entries {
+                match &entry.expr {
+                    EntryExpr::StructField(field) => add(&field.value, 0),
+                    EntryExpr::MapEntry(pair) => {
+                        add(&pair.key, 0);
+                        add(&pair.value, 0);
+                    }
+                }
+            }
+        }
+        Expr::Comprehension(c) => {
+            add(&c.iter_range, 0);
+            add(&c.accu_init, 0);
+            add(&c.loop_cond, 1);
+            add(&c.loop_step, 1);
+            add(&c.result, 1);
+        }
+    }
+    (size, depth)
 }
 
 /// Collects the variables `expr` reads that no enclosing comprehension
@@ -209,6 +313,40 @@ mod tests {
         let empty = Map::new();
         assert!(expr.is_true(&state(json!({"score": 0.5})), &empty).unwrap());
         assert!(!expr.is_true(&state(json!({"score": 0.9})), &empty).unwrap());
+    }
+
+    #[test]
+    fn nested_macros_over_long_lists_are_refused_before_they_run() {
+        let expr =
+            CelExpr::compile("state.l.all(x, state.l.all(y, state.l.all(z, true)))").unwrap();
+        let items: Vec<Value> = (0..400).map(Value::from).collect();
+        let long = state(json!({ "l": items }));
+        // This took 17 s on the coordinator's thread.
+        let error = expr.is_true(&long, &Map::new()).unwrap_err();
+        assert!(
+            matches!(
+                error,
+                ExprError::OverBudget {
+                    depth: 3,
+                    longest: 400,
+                    ..
+                }
+            ),
+            "{error}"
+        );
+        assert!(
+            error
+                .to_string()
+                .contains("an expression may take at most 5000000")
+        );
+        // The same expression on short lists runs.
+        assert!(
+            expr.is_true(&state(json!({"l": [1, 2, 3]})), &Map::new())
+                .unwrap()
+        );
+        // One level over the same long list is cheap.
+        let one = CelExpr::compile("state.l.exists(x, x > 398)").unwrap();
+        assert!(one.is_true(&long, &Map::new()).unwrap());
     }
 
     #[test]

@@ -54,6 +54,22 @@ pub enum ExprError {
         /// What CEL said.
         detail: String,
     },
+    /// Evaluating the expression on this state could take too long.
+    #[error(
+        "`{expr}` could take about {estimate} steps on this state (macros nested {depth} deep over lists of up to {longest} items); an expression may take at most {budget}"
+    )]
+    OverBudget {
+        /// The expression.
+        expr: String,
+        /// The estimated steps.
+        estimate: u64,
+        /// How deep its macros nest.
+        depth: u32,
+        /// The longest list in the state and scope.
+        longest: usize,
+        /// The limit.
+        budget: u64,
+    },
     /// A value cannot be handed to, or taken from, an expression as JSON.
     #[error("`{expr}` {detail}")]
     NotJson {

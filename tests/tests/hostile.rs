@@ -132,3 +132,34 @@ async fn a_graph_asking_for_more_than_the_limits_is_refused_naming_the_key() -> 
     );
     Ok(())
 }
+
+#[tokio::test]
+async fn an_expression_too_costly_for_the_state_fails_its_node_at_once() -> anyhow::Result<()> {
+    let mut cluster = TestCluster::start()?;
+    cluster.add_worker("w", 1)?;
+    cluster.wait_for_workers(&["w"]).await?;
+    let client = cluster.client().await?;
+    // This condition over 400 items froze the coordinator for 17 s.
+    let graph = r#"
+nodes:
+  a: { kind: script, run: [sh, -c, 'echo "{}"'], start: true }
+  b: { kind: script, run: [sh, -c, 'echo "{}"'] }
+edges:
+  - { from: a, to: b, when: "state.l.all(x, state.l.all(y, state.l.all(z, true)))" }
+"#;
+    let items: Vec<u32> = (0..400).collect();
+    let bundle = weft_client::GraphBundle::from_text("costly.yaml", graph);
+    let submitted = client
+        .submit_bundle(bundle, &serde_json::json!({ "l": items }))
+        .await?;
+    let done = tokio::time::timeout(ANSWER_WITHIN, client.wait(&submitted.run_id))
+        .await
+        .expect("the run ends instead of freezing")?;
+    assert_eq!(done.status, weft_client::RunStatus::Failed);
+    let message = done.error.map(|e| e.message).unwrap_or_default();
+    assert!(
+        message.contains("macros nested 3 deep over lists of up to 400 items"),
+        "{message}"
+    );
+    still_serves(&cluster).await
+}

@@ -381,7 +381,11 @@ impl RunActor {
     /// Applies an input, performs its effects, and keeps the status gauge.
     fn apply(&mut self, input: Input) -> Result<(), Rejected> {
         let before = self.machine.status();
-        let effects = self.machine.apply(input)?;
+        let effects = if self.plan.iterates() {
+            off_the_runtime(|| self.machine.apply(input))?
+        } else {
+            self.machine.apply(input)?
+        };
         self.perform(effects);
         self.count_status(Some(before));
         Ok(())
@@ -532,6 +536,18 @@ impl RunActor {
                 tasks,
             })
             .collect()
+    }
+}
+
+/// Runs `work`, which may take a while (an expression iterating over long
+/// lists), without holding up the other tasks of a multi-threaded runtime.
+fn off_the_runtime<T>(work: impl FnOnce() -> T) -> T {
+    use tokio::runtime::{Handle, RuntimeFlavor};
+    match Handle::try_current() {
+        Ok(handle) if handle.runtime_flavor() == RuntimeFlavor::MultiThread => {
+            tokio::task::block_in_place(work)
+        }
+        _ => work(),
     }
 }
 

@@ -9,7 +9,7 @@ use super::RunLimits;
 use super::routing::Query;
 use crate::dispatch::binding::{NodeBinding, bind};
 use crate::graph::topology::{container_members, forward_order, main_flow};
-use crate::graph::{Condition, Graph, Guard, NodeIdx, NodeKind, Target};
+use crate::graph::{Condition, Graph, Guard, ListSource, NodeIdx, NodeKind, Target};
 
 /// A validated graph prepared for running.
 #[derive(Debug)]
@@ -22,6 +22,8 @@ pub struct RunPlan {
     reads_state: Vec<bool>,
     bindings: Vec<Option<NodeBinding>>,
     limits: RunLimits,
+    /// Some expression of the graph iterates over lists (CEL macros).
+    iterates: bool,
 }
 
 impl RunPlan {
@@ -64,6 +66,7 @@ impl RunPlan {
             })
             .collect();
         let bindings = graph.nodes.iter().map(|node| bind(&node.kind)).collect();
+        let iterates = iterating_expressions(&graph);
         Arc::new(Self {
             bindings,
             graph,
@@ -73,7 +76,15 @@ impl RunPlan {
             fallback,
             reads_state,
             limits,
+            iterates,
         })
+    }
+
+    /// Whether some condition, router or `over` of the graph iterates over
+    /// lists, so evaluating it may take a while (within the CEL budget):
+    /// the run's actor then evaluates off the async runtime's threads.
+    pub fn iterates(&self) -> bool {
+        self.iterates
     }
 
     /// What a run of this plan may use.
@@ -142,4 +153,20 @@ impl RunPlan {
             _ => String::new(),
         }
     }
+}
+
+/// Whether any CEL expression of the graph uses a macro.
+fn iterating_expressions(graph: &Graph) -> bool {
+    let iterates = |condition: &Condition| match condition {
+        Condition::Named(_, expr) | Condition::Inline(expr) => expr.iterates(),
+        Condition::Hosted(_) => false,
+    };
+    graph
+        .edges
+        .iter()
+        .any(|e| matches!(&e.guard, Guard::When(c) if iterates(c)))
+        || graph.nodes.iter().any(|node| {
+            node.router.as_ref().is_some_and(|r| iterates(&r.expr))
+                || matches!(&node.kind, NodeKind::Map(map) if matches!(&map.over, ListSource::Cel(e) if e.iterates()))
+        })
 }
