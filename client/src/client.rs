@@ -247,14 +247,32 @@ impl Client {
 
     /// Every run, newest first, without their states.
     pub async fn list(&self) -> Result<Vec<RunInfo>, ClientError> {
-        let runs = self
+        Ok(self.list_page(0, None).await?.0)
+    }
+
+    /// Up to `limit` runs (0: the coordinator's default page, 100), newest
+    /// first, after run `after`; and the id to pass as `after` for the next
+    /// page, when there is one.
+    pub async fn list_page(
+        &self,
+        limit: u32,
+        after: Option<&str>,
+    ) -> Result<(Vec<RunInfo>, Option<String>), ClientError> {
+        let page = self
             .runs
             .clone()
-            .list_runs(pb::ListRunsRequest {})
+            .list_runs(pb::ListRunsRequest {
+                limit,
+                after: after.unwrap_or_default().to_owned(),
+            })
             .await?
-            .into_inner()
-            .runs;
-        runs.into_iter().map(run_info).collect()
+            .into_inner();
+        let runs = page
+            .runs
+            .into_iter()
+            .map(run_info)
+            .collect::<Result<_, _>>()?;
+        Ok((runs, (!page.next.is_empty()).then_some(page.next)))
     }
 
     /// A run's events from position `from`, live until the run ends.

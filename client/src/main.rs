@@ -78,7 +78,17 @@ enum Command {
         run: String,
     },
     /// List runs.
-    Runs,
+    Runs {
+        /// Show at most this many (newest first).
+        #[arg(long, default_value_t = 20)]
+        limit: u32,
+        /// Show the runs older than this run id (the next page).
+        #[arg(long)]
+        after: Option<String>,
+        /// Print exactly one JSON object: `{"runs": [...], "next": ID|null}`.
+        #[arg(long)]
+        json: bool,
+    },
     /// Answer a waiting approval or input node.
     Resume {
         /// The run id.
@@ -146,7 +156,9 @@ async fn remote(coordinator: Option<String>, command: Command) -> u8 {
         }
         Command::Status { run, json } => c::status(coordinator, &run, json).await,
         Command::Watch { run } => c::watch(coordinator, &run).await,
-        Command::Runs => c::runs(coordinator).await,
+        Command::Runs { limit, after, json } => {
+            c::runs(coordinator, limit, after.as_deref(), json).await
+        }
         Command::Resume {
             run,
             node,

@@ -39,6 +39,8 @@ pub struct CoordinatorConfig {
     pub fixed_workers: bool,
     /// What one run may use (fields, items, events, attempts, …).
     pub limits: crate::run::RunLimits,
+    /// How many ended runs are kept, and for how long.
+    pub retention: crate::runs::Retention,
 }
 
 impl Default for CoordinatorConfig {
@@ -56,6 +58,7 @@ impl Default for CoordinatorConfig {
             max_input_bytes: 16 << 20,
             fixed_workers: false,
             limits: crate::run::RunLimits::default(),
+            retention: crate::runs::Retention::default(),
         }
     }
 }
@@ -82,6 +85,8 @@ struct Layer {
     max_map_items: Option<u64>,
     max_events: Option<u64>,
     max_message_bytes: Option<u64>,
+    retain_finished_runs: Option<u64>,
+    retain_finished_hours: Option<u64>,
 }
 
 /// Why a configuration was refused.
@@ -178,6 +183,8 @@ impl CoordinatorConfig {
             max_map_items: number("WEFT_MAX_MAP_ITEMS")?,
             max_events: number("WEFT_MAX_EVENTS")?,
             max_message_bytes: number("WEFT_MAX_MESSAGE_BYTES")?,
+            retain_finished_runs: number("WEFT_RETAIN_FINISHED_RUNS")?,
+            retain_finished_hours: number("WEFT_RETAIN_FINISHED_HOURS")?,
             ..Layer::default()
         })?;
         config.apply(Layer {
@@ -231,11 +238,17 @@ impl CoordinatorConfig {
         Ok(())
     }
 
-    /// The run limits of a layer; each must be at least 1.
+    /// The run limits and retention of a layer; each limit must be at least 1.
     fn apply_limits(&mut self, layer: &Layer) -> Result<(), ConfigError> {
-        let limits = &mut self.limits;
         let small = |n: u64| u32::try_from(n).unwrap_or(u32::MAX);
         let size = |n: u64| usize::try_from(n).unwrap_or(usize::MAX);
+        if let Some(count) = layer.retain_finished_runs {
+            self.retention.count = usize::try_from(count).unwrap_or(usize::MAX);
+        }
+        if let Some(hours) = layer.retain_finished_hours {
+            self.retention.age = Duration::from_secs(hours.saturating_mul(3600));
+        }
+        let limits = &mut self.limits;
         let keys: [(&str, Option<u64>); 8] = [
             ("max_output_fields", layer.max_output_fields),
             ("max_state_fields", layer.max_state_fields),

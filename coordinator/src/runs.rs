@@ -50,6 +50,26 @@ pub struct Runs {
     max_input_bytes: usize,
     fixed_workers: bool,
     limits: RunLimits,
+    retention: Retention,
+}
+
+/// How long ended runs are kept: the newest `count` of them, each for at
+/// most `age` after it ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Retention {
+    /// Ended runs kept at most.
+    pub count: usize,
+    /// How long an ended run is kept.
+    pub age: std::time::Duration,
+}
+
+impl Default for Retention {
+    fn default() -> Self {
+        Self {
+            count: 10_000,
+            age: std::time::Duration::from_secs(7 * 24 * 3600),
+        }
+    }
 }
 
 #[derive(Default)]
@@ -59,15 +79,13 @@ struct Inner {
 }
 
 impl Runs {
-    /// An empty registry.
+    /// An empty registry, with the limits and retention of `config`.
     pub fn new(
         dispatcher: DispatcherHandle,
         blobs: BlobStore,
         shutdown: CancellationToken,
         tracker: TaskTracker,
-        max_input_bytes: usize,
-        fixed_workers: bool,
-        limits: RunLimits,
+        config: &crate::config::CoordinatorConfig,
     ) -> Self {
         Self {
             inner: Arc::default(),
@@ -75,9 +93,10 @@ impl Runs {
             blobs,
             shutdown,
             tracker,
-            max_input_bytes,
-            fixed_workers,
-            limits,
+            max_input_bytes: config.max_input_bytes,
+            fixed_workers: config.fixed_workers,
+            limits: config.limits.clone(),
+            retention: config.retention,
         }
     }
 
@@ -135,8 +154,10 @@ impl Runs {
             launcher,
             shutdown: self.shutdown.child_token(),
             tracker: self.tracker.clone(),
+            history: None,
         });
         metrics::counter!(crate::metrics::RUNS_SUBMITTED).increment(1);
+        self.evict();
         let mut inner = self.inner.write().unwrap_or_else(|e| e.into_inner());
         inner.by_id.insert(id.clone(), handle);
         inner.order.push(id.clone());
@@ -149,15 +170,52 @@ impl Runs {
         inner.by_id.get(id).cloned()
     }
 
-    /// Every run, newest first.
-    pub fn list(&self) -> Vec<RunHandle> {
+    /// Up to `limit` runs, newest first, starting after run `after` (or
+    /// with the newest); and whether older runs remain.
+    pub fn page(&self, limit: usize, after: Option<&str>) -> (Vec<RunHandle>, bool) {
+        self.evict();
         let inner = self.inner.read().unwrap_or_else(|e| e.into_inner());
-        inner
+        let newest_first = inner.order.iter().rev();
+        let mut rest: Box<dyn Iterator<Item = &Arc<str>>> = match after {
+            Some(after) => Box::new(newest_first.skip_while(move |id| &***id != after).skip(1)),
+            None => Box::new(newest_first),
+        };
+        let page: Vec<RunHandle> = rest
+            .by_ref()
+            .take(limit)
+            .filter_map(|id| inner.by_id.get(id).cloned())
+            .collect();
+        (page, rest.next().is_some())
+    }
+
+    /// Forgets ended runs beyond the retention: the oldest first, past
+    /// `retain_finished` of them or older than `retain_finished_age`.
+    fn evict(&self) {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+        let max_age = i64::try_from(self.retention.age.as_millis()).unwrap_or(i64::MAX);
+        let mut inner = self.inner.write().unwrap_or_else(|e| e.into_inner());
+        let ended: Vec<(Arc<str>, i64)> = inner
             .order
             .iter()
-            .rev()
-            .filter_map(|id| inner.by_id.get(id).cloned())
-            .collect()
+            .filter_map(|id| {
+                let finished = inner.by_id.get(id)?.finished()?;
+                Some((id.clone(), finished.finished_unix_ms))
+            })
+            .collect();
+        let surplus = ended.len().saturating_sub(self.retention.count);
+        let gone: std::collections::HashSet<Arc<str>> = ended
+            .iter()
+            .enumerate()
+            .filter(|(i, (_, at))| *i < surplus || now.saturating_sub(*at) > max_age)
+            .map(|(_, (id, _))| id.clone())
+            .collect();
+        if gone.is_empty() {
+            return;
+        }
+        inner.order.retain(|id| !gone.contains(id));
+        inner.by_id.retain(|id, _| !gone.contains(id));
     }
 
     /// What the graph needs that no connected worker hosts now.

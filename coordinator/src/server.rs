@@ -69,9 +69,7 @@ pub async fn serve(
         blobs.clone(),
         shutdown.child_token(),
         tracker.clone(),
-        config.max_input_bytes,
-        config.fixed_workers,
-        config.limits.clone(),
+        &config,
     );
     let run_api =
         RunServiceServer::new(RunApi::new(runs, config.max_bundle_bytes, tracker.clone()))

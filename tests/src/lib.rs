@@ -22,6 +22,8 @@ pub const PATIENCE: Duration = Duration::from_secs(30);
 /// A coordinator and workers as separate processes.
 pub struct TestCluster {
     dir: PathBuf,
+    /// Extra environment of the coordinator (its `WEFT_*` configuration).
+    env: Vec<(String, String)>,
     coordinator: Option<Child>,
     url: String,
     metrics_url: String,
@@ -69,15 +71,25 @@ pub fn binary(name: &str) -> PathBuf {
 impl TestCluster {
     /// Starts a coordinator on a free loopback port.
     pub fn start() -> Result<Self> {
+        Self::start_with_env(&[])
+    }
+
+    /// Starts a coordinator with extra environment (e.g. `WEFT_MAX_EVENTS`).
+    pub fn start_with_env(env: &[(&str, &str)]) -> Result<Self> {
+        let env: Vec<(String, String)> = env
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
         let dir = std::env::temp_dir().join(format!(
             "weft-cluster-{}-{}",
             std::process::id(),
             Instant::now().elapsed().as_nanos() ^ (rand_seed() as u128)
         ));
         std::fs::create_dir_all(&dir)?;
-        let (child, url, metrics_url) = spawn_coordinator(&dir, "127.0.0.1:0")?;
+        let (child, url, metrics_url) = spawn_coordinator(&dir, "127.0.0.1:0", &env)?;
         Ok(Self {
             dir,
+            env,
             coordinator: Some(child),
             url,
             metrics_url,
@@ -104,7 +116,7 @@ impl TestCluster {
             child.wait()?;
         }
         let address = self.url.trim_start_matches("http://").to_owned();
-        let (child, url, metrics_url) = spawn_coordinator(&self.dir, &address)?;
+        let (child, url, metrics_url) = spawn_coordinator(&self.dir, &address, &self.env)?;
         self.coordinator = Some(child);
         self.url = url;
         self.metrics_url = metrics_url;
@@ -290,7 +302,11 @@ impl Drop for TestCluster {
 }
 
 /// Starts a coordinator binary listening on `address`; returns it and its URL.
-fn spawn_coordinator(dir: &Path, address: &str) -> Result<(Child, String, String)> {
+fn spawn_coordinator(
+    dir: &Path,
+    address: &str,
+    env: &[(String, String)],
+) -> Result<(Child, String, String)> {
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -307,6 +323,7 @@ fn spawn_coordinator(dir: &Path, address: &str) -> Result<(Child, String, String
         .env("WEFT_HEARTBEAT_INTERVAL_MS", "200")
         .env("WEFT_WORKER_TIMEOUT_MS", "2000")
         .env("WEFT_TASK_GRACE_MS", "1000")
+        .envs(env.iter().map(|(k, v)| (k, v)))
         .stdout(Stdio::piped())
         .stderr(log)
         .spawn()

@@ -163,3 +163,104 @@ edges:
     );
     still_serves(&cluster).await
 }
+
+/// A graph of one script node that writes `{"done": true}`.
+fn trivial() -> weft_client::GraphBundle {
+    weft_client::GraphBundle::from_text(
+        "trivial.yaml",
+        "nodes:\n  a: { kind: script, run: [sh, -c, 'echo \"{\\\"done\\\": true}\"'], start: true }\n",
+    )
+}
+
+#[tokio::test]
+async fn ended_runs_are_kept_as_records_within_the_retention_and_listed_by_page()
+-> anyhow::Result<()> {
+    let mut cluster = TestCluster::start_with_env(&[("WEFT_RETAIN_FINISHED_RUNS", "2")])?;
+    cluster.add_worker("w", 1)?;
+    cluster.wait_for_workers(&["w"]).await?;
+    let client = cluster.client().await?;
+    let mut ids = Vec::new();
+    for _ in 0..3 {
+        let submitted = client
+            .submit_bundle(trivial(), &serde_json::json!({}))
+            .await?;
+        let done = client.wait(&submitted.run_id).await?;
+        assert_eq!(done.state["done"], true);
+        ids.push(submitted.run_id);
+    }
+    // Submitting (or listing) evicts the oldest ended run beyond two.
+    let (page, next) = client.list_page(1, None).await?;
+    assert_eq!(page.len(), 1);
+    assert_eq!(page[0].run_id, ids[2], "newest first");
+    let (rest, last) = client.list_page(10, next.as_deref()).await?;
+    assert_eq!(
+        rest.iter().map(|r| r.run_id.as_str()).collect::<Vec<_>>(),
+        [ids[1].as_str()]
+    );
+    assert_eq!(last, None);
+    assert!(
+        client.get(&ids[0]).await.is_err(),
+        "the oldest is forgotten"
+    );
+    // An ended run still answers: its view and its whole log.
+    let kept = client.get(&ids[2]).await?;
+    assert_eq!(kept.state["done"], true);
+    Ok(())
+}
+
+#[tokio::test]
+async fn watching_an_ended_run_from_its_end_returns_at_once() -> anyhow::Result<()> {
+    use tokio_stream::StreamExt;
+    let mut cluster = TestCluster::start()?;
+    cluster.add_worker("w", 1)?;
+    cluster.wait_for_workers(&["w"]).await?;
+    let client = cluster.client().await?;
+    let submitted = client
+        .submit_bundle(trivial(), &serde_json::json!({}))
+        .await?;
+    let done = client.wait(&submitted.run_id).await?;
+    for from in [done.event_count, done.event_count + 1000] {
+        let events = client.watch(&submitted.run_id, from).await?;
+        let seen: Vec<_> = tokio::time::timeout(ANSWER_WITHIN, events.collect::<Vec<_>>())
+            .await
+            .expect("the stream ends instead of waiting forever");
+        assert!(seen.is_empty(), "nothing after the end: {seen:?}");
+    }
+    // From the start, the whole log, ending with run_finished.
+    let events = client.watch(&submitted.run_id, 0).await?;
+    let seen: Vec<_> = tokio::time::timeout(ANSWER_WITHIN, events.collect::<Vec<_>>()).await?;
+    assert_eq!(seen.len() as u64, done.event_count);
+    assert_eq!(
+        seen.last()
+            .and_then(|e| e.as_ref().ok())
+            .map(|e| e.kind.as_str()),
+        Some("run_finished")
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_run_that_fills_its_event_log_fails_naming_the_key() -> anyhow::Result<()> {
+    let mut cluster = TestCluster::start_with_env(&[("WEFT_MAX_EVENTS", "4")])?;
+    cluster.add_worker("w", 1)?;
+    cluster.wait_for_workers(&["w"]).await?;
+    let client = cluster.client().await?;
+    let graph = r#"
+nodes:
+  a: { kind: script, run: [sh, -c, 'echo "{}"'], start: true, next: b }
+  b: { kind: script, run: [sh, -c, 'echo "{}"'], next: c }
+  c: { kind: script, run: [sh, -c, 'echo "{}"'] }
+"#;
+    let bundle = weft_client::GraphBundle::from_text("chatty.yaml", graph);
+    let submitted = client.submit_bundle(bundle, &serde_json::json!({})).await?;
+    let done = client.wait(&submitted.run_id).await?;
+    assert_eq!(done.status, weft_client::RunStatus::Failed);
+    let error = done.error.expect("an error");
+    assert_eq!(error.kind, "EventLimit");
+    assert!(
+        error.message.contains("configuration key max_events"),
+        "{}",
+        error.message
+    );
+    Ok(())
+}

@@ -165,16 +165,33 @@ pub async fn watch(coordinator: Option<String>, run: &str) -> u8 {
 }
 
 /// `weft runs`.
-pub async fn runs(coordinator: Option<String>) -> u8 {
+pub async fn runs(coordinator: Option<String>, limit: u32, after: Option<&str>, json: bool) -> u8 {
     let client = match remote_client(coordinator).await {
         Ok(client) => client,
         Err(code) => return code,
     };
-    match client.list().await {
-        Ok(runs) => {
+    match client.list_page(limit.max(1), after).await {
+        Ok((runs, next)) if json => {
+            let runs: Vec<Value> = runs
+                .iter()
+                .map(|run| {
+                    serde_json::json!({
+                        "run_id": run.run_id,
+                        "status": run.status.name(),
+                        "graph": run.graph_name,
+                    })
+                })
+                .collect();
+            out!("{}", serde_json::json!({ "runs": runs, "next": next }));
+            exit::OK
+        }
+        Ok((runs, next)) => {
             for run in runs {
                 let status = run.status.name();
                 out!("{}  {:<9}  {}", run.run_id, status, run.graph_name);
+            }
+            if let Some(next) = next {
+                err!("(more: weft runs --after {next})");
             }
             exit::OK
         }

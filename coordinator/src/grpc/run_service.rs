@@ -80,13 +80,24 @@ impl RunService for RunApi {
 
     async fn list_runs(
         &self,
-        _: Request<pb::ListRunsRequest>,
+        request: Request<pb::ListRunsRequest>,
     ) -> Result<Response<pb::ListRunsResponse>, Status> {
-        let mut runs = Vec::new();
-        for handle in self.runs.list() {
+        let request = request.into_inner();
+        let limit = match request.limit {
+            0 => 100,
+            n => n.min(1000) as usize,
+        };
+        let after = (!request.after.is_empty()).then_some(request.after.as_str());
+        let (handles, more) = self.runs.page(limit, after);
+        let mut runs = Vec::with_capacity(handles.len());
+        for handle in &handles {
             runs.push(convert::run_info(handle.get().await?, false));
         }
-        Ok(Response::new(pb::ListRunsResponse { runs }))
+        let next = match (more, runs.last()) {
+            (true, Some(last)) => last.run_id.clone(),
+            _ => String::new(),
+        };
+        Ok(Response::new(pb::ListRunsResponse { runs, next }))
     }
 
     type WatchRunStream = EventStream;
@@ -100,6 +111,8 @@ impl RunService for RunApi {
         let (past, live) = handle.watch(request.from).await?;
         // The log is whole: a watcher that falls behind the live feed reads
         // what it missed from the log and carries on, so no event is lost.
+        // The stream ends with the run's last event (at once for an ended
+        // run), and as soon as the client goes away.
         let stream = async_stream(&self.tracker, move |tx| async move {
             let mut next = request.from;
             let (mut past, mut live) = (past, live);
@@ -115,8 +128,15 @@ impl RunService for RunApi {
                         return;
                     }
                 }
+                let Some(mut feed) = live.take() else {
+                    return;
+                };
                 loop {
-                    match live.recv().await {
+                    let received = tokio::select! {
+                        received = feed.recv() => received,
+                        () = tx.closed() => return,
+                    };
+                    match received {
                         Ok(stored) if stored.seq < next => continue,
                         Ok(stored) => {
                             next = stored.seq + 1;
@@ -127,7 +147,8 @@ impl RunService for RunApi {
                             }
                         }
                         Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => break,
-                        Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+                        // The actor ended: what is left is in its record.
+                        Err(tokio::sync::broadcast::error::RecvError::Closed) => break,
                     }
                 }
                 match handle.watch(next).await {

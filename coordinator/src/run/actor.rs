@@ -5,18 +5,19 @@
 //! [`RunHandle`].
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::Value;
-use tokio::sync::{broadcast, mpsc, oneshot};
+use tokio::sync::{broadcast, mpsc};
 use tokio_stream::StreamExt;
 use tokio_util::sync::CancellationToken;
 use tokio_util::time::DelayQueue;
 
+use super::handle::{Command, FinishedRun, RunHandle, RunView, Slot, StoredEvent, UnhostedWait};
 use super::{
-    Effect, FailureKind, HumanAnswer, Input, NodeOutput, Rejected, RunError, RunEvent, RunMachine,
-    RunPlan, RunStatus, State, TaskFailure, TaskKey, TaskSpec, TaskState,
+    Effect, FailureKind, Input, NodeOutput, Rejected, RunEvent, RunMachine, RunPlan, RunStatus,
+    State, TaskFailure, TaskKey, TaskSpec, TaskState,
 };
 use crate::dispatch::jobs::JobKey;
 use crate::dispatch::{
@@ -26,141 +27,7 @@ use crate::dispatch::{
 /// Commands a run actor takes.
 const COMMAND_BUFFER: usize = 64;
 /// Events kept for late watchers beyond the log (the log itself is whole).
-const LIVE_BUFFER: usize = 4096;
-
-/// One entry of a run's event log.
-#[derive(Debug, Clone, PartialEq)]
-pub struct StoredEvent {
-    /// Position in the log.
-    pub seq: u64,
-    /// When it happened (Unix milliseconds).
-    pub at_unix_ms: i64,
-    /// The event.
-    pub event: Arc<RunEvent>,
-}
-
-/// A run as clients see it.
-#[derive(Debug, Clone)]
-pub struct RunView {
-    /// The run id.
-    pub id: Arc<str>,
-    /// The graph's name.
-    pub graph_name: String,
-    /// Status.
-    pub status: RunStatus,
-    /// The state as of the last merge.
-    pub state: State,
-    /// The error of a failed or cancelled run.
-    pub error: Option<RunError>,
-    /// Nodes waiting for a human: (node, kind, prompt).
-    pub waiting: Vec<(String, String, String)>,
-    /// Events so far.
-    pub event_count: u64,
-    /// When the run was submitted (Unix milliseconds).
-    pub created_unix_ms: i64,
-    /// Work no connected worker hosts, which the run waits for.
-    pub unhosted: Vec<UnhostedWait>,
-}
-
-/// Tasks of one node waiting for a worker that hosts what they need.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct UnhostedWait {
-    /// The node (or the function, for a call).
-    pub node: String,
-    /// What nobody connected hosts (`handler 'summarize'`, `kind 'llm'`, …).
-    pub needs: String,
-    /// How many of its tasks wait.
-    pub tasks: u32,
-}
-
-/// Why a request to a run failed.
-#[derive(Debug, Clone, thiserror::Error)]
-pub enum RunRequestError {
-    /// The run refused the request; it is unchanged.
-    #[error(transparent)]
-    Rejected(#[from] Rejected),
-    /// The run's actor is gone (the coordinator is shutting down).
-    #[error("the coordinator is shutting down")]
-    ShuttingDown,
-}
-
-enum Command {
-    Get(oneshot::Sender<RunView>),
-    Watch {
-        from: u64,
-        reply: oneshot::Sender<(Vec<StoredEvent>, broadcast::Receiver<StoredEvent>)>,
-    },
-    Act {
-        input: Input,
-        reply: oneshot::Sender<Result<RunView, Rejected>>,
-    },
-}
-
-/// A cloneable handle to a run's actor.
-#[derive(Debug, Clone)]
-pub struct RunHandle {
-    id: Arc<str>,
-    tx: mpsc::Sender<Command>,
-}
-
-impl RunHandle {
-    /// The run id.
-    pub fn id(&self) -> &Arc<str> {
-        &self.id
-    }
-
-    /// The run's current view.
-    pub async fn get(&self) -> Result<RunView, RunRequestError> {
-        self.request(Command::Get).await
-    }
-
-    /// Events from position `from`, and a receiver for the ones to come.
-    pub async fn watch(
-        &self,
-        from: u64,
-    ) -> Result<(Vec<StoredEvent>, broadcast::Receiver<StoredEvent>), RunRequestError> {
-        self.request(|reply| Command::Watch { from, reply }).await
-    }
-
-    /// Answers a waiting node.
-    pub async fn resume(
-        &self,
-        node: String,
-        answer: HumanAnswer,
-    ) -> Result<RunView, RunRequestError> {
-        self.act(Input::Answered { node, answer }).await
-    }
-
-    /// Cancels the run.
-    pub async fn cancel(&self) -> Result<RunView, RunRequestError> {
-        self.act(Input::Cancel).await
-    }
-
-    /// Retries a failed run from the wave that failed.
-    pub async fn retry(&self) -> Result<RunView, RunRequestError> {
-        self.act(Input::RetryRun).await
-    }
-
-    async fn act(&self, input: Input) -> Result<RunView, RunRequestError> {
-        Ok(self
-            .request(|reply| Command::Act { input, reply })
-            .await??)
-    }
-
-    /// Sends a command carrying a reply channel and waits for the reply; a
-    /// closed channel means the actor is gone.
-    async fn request<T>(
-        &self,
-        command: impl FnOnce(oneshot::Sender<T>) -> Command,
-    ) -> Result<T, RunRequestError> {
-        let (reply, answer) = oneshot::channel();
-        self.tx
-            .send(command(reply))
-            .await
-            .map_err(|_| RunRequestError::ShuttingDown)?;
-        answer.await.map_err(|_| RunRequestError::ShuttingDown)
-    }
-}
+const LIVE_BUFFER: usize = 256;
 
 /// What a run needs besides its machine.
 pub struct RunSetup {
@@ -178,20 +45,49 @@ pub struct RunSetup {
     pub shutdown: CancellationToken,
     /// Where the actor's task is tracked, so shutdown waits for it.
     pub tracker: tokio_util::task::TaskTracker,
+    /// `None` for a new run, which the actor starts; a run revived from
+    /// its record (for `retry`) continues its log instead.
+    pub history: Option<History>,
+}
+
+/// What a revived run carries over from its record.
+pub struct History {
+    /// Its event log so far.
+    pub log: Vec<StoredEvent>,
+    /// When it was submitted.
+    pub created_unix_ms: i64,
 }
 
 /// Starts a run's actor and its first wave.
 pub fn spawn_run(setup: RunSetup) -> RunHandle {
-    let (tx, rx) = mpsc::channel(COMMAND_BUFFER);
+    let (tx, rx) = command_channel();
+    let id = setup.id.clone();
+    let slot = Arc::new(RwLock::new(Slot::Live(tx)));
+    start_actor(setup, rx, slot.clone());
+    RunHandle::new(id, slot)
+}
+
+/// The channel a run's actor takes commands on.
+pub(super) fn command_channel() -> (mpsc::Sender<Command>, mpsc::Receiver<Command>) {
+    mpsc::channel(COMMAND_BUFFER)
+}
+
+/// Spawns the actor of `setup` on `commands`; when the run ends it leaves
+/// its record in `slot`.
+pub(super) fn start_actor(
+    setup: RunSetup,
+    commands: mpsc::Receiver<Command>,
+    slot: Arc<RwLock<Slot>>,
+) {
     let (sink, dispatch_rx) = mpsc::unbounded_channel();
     let (timers, timer_rx) = mpsc::unbounded_channel();
     let (live, _) = broadcast::channel(LIVE_BUFFER);
     let mut fields = FieldTable::default();
     fields.refresh(setup.machine.state(), setup.machine.state().keys());
-    let handle = RunHandle {
-        id: setup.id.clone(),
-        tx,
-    };
+    let fresh = setup.history.is_none();
+    let (log, created_unix_ms) = setup
+        .history
+        .map_or_else(|| (Vec::new(), now_ms()), |h| (h.log, h.created_unix_ms));
     let actor = RunActor {
         id: setup.id,
         plan: setup.plan,
@@ -200,17 +96,19 @@ pub fn spawn_run(setup: RunSetup) -> RunHandle {
         launcher: setup.launcher,
         sink,
         timers,
-        log: Vec::new(),
+        log,
         live,
         fields,
-        created_unix_ms: now_ms(),
+        created_unix_ms,
         unhosted: BTreeMap::new(),
         events_full: false,
+        slot,
+        shutdown: setup.shutdown.clone(),
+        tracker: setup.tracker.clone(),
     };
     setup
         .tracker
-        .spawn(actor.run(rx, dispatch_rx, timer_rx, setup.shutdown));
-    handle
+        .spawn(actor.run(fresh, commands, dispatch_rx, timer_rx, setup.shutdown));
 }
 
 struct RunActor {
@@ -231,6 +129,11 @@ struct RunActor {
     /// What the run waits for: its jobs that no connected worker hosts,
     /// with their node and what they need, until placed or gone.
     unhosted: BTreeMap<JobKey, (String, String)>,
+    /// Where the run's record goes when it ends.
+    slot: Arc<RwLock<Slot>>,
+    /// Kept for a revival of the run.
+    shutdown: CancellationToken,
+    tracker: tokio_util::task::TaskTracker,
 }
 
 impl RunActor {
@@ -248,6 +151,7 @@ impl RunActor {
 
     async fn run(
         mut self,
+        fresh: bool,
         mut commands: mpsc::Receiver<Command>,
         mut dispatch: mpsc::UnboundedReceiver<DispatchEvent>,
         mut timers: mpsc::UnboundedReceiver<(TaskKey, Duration)>,
@@ -255,9 +159,14 @@ impl RunActor {
     ) {
         // Retry timers live in the actor, so nothing outlives the run.
         let mut retries: DelayQueue<TaskKey> = DelayQueue::new();
-        let effects = self.machine.start();
-        self.perform(effects);
-        self.count_status(None);
+        if fresh {
+            let effects = self.machine.start();
+            self.perform(effects);
+            self.count_status(None);
+        } else {
+            // Revived from its record by `retry`.
+            self.input(Input::RetryRun);
+        }
         let deadline = self.plan.graph().settings.timeout;
         let deadline = tokio::time::sleep(deadline.unwrap_or(Duration::from_secs(u64::MAX / 4)));
         tokio::pin!(deadline);
@@ -285,7 +194,37 @@ impl RunActor {
                     }
                 }
             }
+            if self.machine.status().is_terminal() {
+                self.archive();
+                return;
+            }
         }
+    }
+
+    /// The run has ended: its record replaces the actor, which stops. A
+    /// failed run that can be retried keeps what reviving it takes.
+    fn archive(self) {
+        let view = self.view();
+        let slot = self.slot.clone();
+        let retryable = self.machine.retryable();
+        let log = self.log;
+        let revival = retryable.then(|| RunSetup {
+            id: self.id,
+            plan: self.plan,
+            machine: self.machine,
+            bundle: self.bundle,
+            launcher: self.launcher,
+            shutdown: self.shutdown,
+            tracker: self.tracker,
+            history: None,
+        });
+        let record = FinishedRun {
+            view,
+            log,
+            finished_unix_ms: now_ms(),
+            revival: std::sync::Mutex::new(revival),
+        };
+        *slot.write().unwrap_or_else(|e| e.into_inner()) = Slot::Finished(Arc::new(record));
     }
 
     fn command(&mut self, command: Command) {

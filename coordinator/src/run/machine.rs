@@ -306,6 +306,11 @@ impl RunMachine {
         Ok(())
     }
 
+    /// Whether `retry` can run this run again: it failed in a wave.
+    pub fn retryable(&self) -> bool {
+        self.run.status == RunStatus::Failed && !self.run.failed_wave.is_empty()
+    }
+
     fn retry_run(&mut self, fx: &mut Vec<Effect>) -> Result<(), Rejected> {
         if self.run.status != RunStatus::Failed || self.run.failed_wave.is_empty() {
             return Err(Rejected::NotRetryable(self.run.status));

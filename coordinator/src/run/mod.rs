@@ -8,6 +8,7 @@
 
 mod actor;
 mod events;
+mod handle;
 mod human;
 mod limits;
 mod machine;
@@ -21,8 +22,9 @@ mod tasks;
 mod wave;
 mod waves;
 
-pub use actor::{RunHandle, RunRequestError, RunSetup, RunView, StoredEvent, spawn_run};
+pub use actor::{History, RunSetup, spawn_run};
 pub use events::*;
+pub use handle::{FinishedRun, RunHandle, RunRequestError, RunView, StoredEvent, UnhostedWait};
 pub use limits::RunLimits;
 pub use machine::{NodeStatus, Progress, ProgressMismatch, RunMachine};
 pub use plan::RunPlan;

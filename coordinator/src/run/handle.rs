@@ -1,0 +1,250 @@
+//! How the rest of the coordinator reaches a run: a [`RunHandle`], which
+//! talks to the run's actor while the run is live, and answers from the
+//! run's [`FinishedRun`] record once it has ended.
+//!
+//! An ended run costs its summary (the view with its final state) and its
+//! event log, nothing more: its actor, channels and live feed are gone. A
+//! failed run also keeps what `weft retry` needs to start its actor again.
+
+use std::sync::{Arc, RwLock};
+
+use tokio::sync::{broadcast, mpsc, oneshot};
+
+use super::actor::{History, RunSetup, command_channel, start_actor};
+use super::{HumanAnswer, Input, Rejected, RunError, RunEvent, RunStatus, State};
+
+/// One entry of a run's event log.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredEvent {
+    /// Position in the log.
+    pub seq: u64,
+    /// When it happened (Unix milliseconds).
+    pub at_unix_ms: i64,
+    /// The event.
+    pub event: Arc<RunEvent>,
+}
+
+/// A run as clients see it.
+#[derive(Debug, Clone)]
+pub struct RunView {
+    /// The run id.
+    pub id: Arc<str>,
+    /// The graph's name.
+    pub graph_name: String,
+    /// Status.
+    pub status: RunStatus,
+    /// The state as of the last merge.
+    pub state: State,
+    /// The error of a failed or cancelled run.
+    pub error: Option<RunError>,
+    /// Nodes waiting for a human: (node, kind, prompt).
+    pub waiting: Vec<(String, String, String)>,
+    /// Events so far.
+    pub event_count: u64,
+    /// When the run was submitted (Unix milliseconds).
+    pub created_unix_ms: i64,
+    /// Work no connected worker hosts, which the run waits for.
+    pub unhosted: Vec<UnhostedWait>,
+}
+
+/// Tasks of one node waiting for a worker that hosts what they need.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnhostedWait {
+    /// The node (or the function, for a call).
+    pub node: String,
+    /// What nobody connected hosts (`handler 'summarize'`, `kind 'llm'`, …).
+    pub needs: String,
+    /// How many of its tasks wait.
+    pub tasks: u32,
+}
+
+/// Why a request to a run failed.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum RunRequestError {
+    /// The run refused the request; it is unchanged.
+    #[error(transparent)]
+    Rejected(#[from] Rejected),
+    /// The run's actor is gone (the coordinator is shutting down).
+    #[error("the coordinator is shutting down")]
+    ShuttingDown,
+}
+
+pub(super) enum Command {
+    Get(oneshot::Sender<RunView>),
+    Watch {
+        from: u64,
+        reply: oneshot::Sender<(Vec<StoredEvent>, broadcast::Receiver<StoredEvent>)>,
+    },
+    Act {
+        input: Input,
+        reply: oneshot::Sender<Result<RunView, Rejected>>,
+    },
+}
+
+/// An ended run: what clients can still ask of it.
+pub struct FinishedRun {
+    /// Its last view.
+    pub view: RunView,
+    /// Its whole event log.
+    pub log: Vec<StoredEvent>,
+    /// When it ended (Unix milliseconds).
+    pub finished_unix_ms: i64,
+    /// For a failed run, what starting its actor again takes.
+    pub(super) revival: std::sync::Mutex<Option<RunSetup>>,
+}
+
+/// Where a run is: live behind its actor, or ended.
+pub(super) enum Slot {
+    Live(mpsc::Sender<Command>),
+    Finished(Arc<FinishedRun>),
+}
+
+/// A cloneable handle to a run.
+#[derive(Clone)]
+pub struct RunHandle {
+    id: Arc<str>,
+    slot: Arc<RwLock<Slot>>,
+}
+
+impl std::fmt::Debug for RunHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunHandle").field("id", &self.id).finish()
+    }
+}
+
+impl RunHandle {
+    pub(super) fn new(id: Arc<str>, slot: Arc<RwLock<Slot>>) -> Self {
+        Self { id, slot }
+    }
+
+    /// The run id.
+    pub fn id(&self) -> &Arc<str> {
+        &self.id
+    }
+
+    /// The record of the run if it has ended.
+    pub fn finished(&self) -> Option<Arc<FinishedRun>> {
+        match &*self.slot.read().unwrap_or_else(|e| e.into_inner()) {
+            Slot::Finished(record) => Some(record.clone()),
+            Slot::Live(_) => None,
+        }
+    }
+
+    /// The run's current view.
+    pub async fn get(&self) -> Result<RunView, RunRequestError> {
+        if let Some(record) = self.finished() {
+            return Ok(record.view.clone());
+        }
+        match self.request(Command::Get).await {
+            Err(RunRequestError::ShuttingDown) => self.finished_or_gone(|r| r.view.clone()),
+            other => other,
+        }
+    }
+
+    /// Events from position `from`, and for a live run a receiver for the
+    /// ones to come (`None`: the run has ended and these are all).
+    pub async fn watch(
+        &self,
+        from: u64,
+    ) -> Result<(Vec<StoredEvent>, Option<broadcast::Receiver<StoredEvent>>), RunRequestError> {
+        let past = |record: &FinishedRun| {
+            let from = usize::try_from(from).unwrap_or(usize::MAX);
+            (record.log.get(from..).unwrap_or_default().to_vec(), None)
+        };
+        if let Some(record) = self.finished() {
+            return Ok(past(&record));
+        }
+        match self.request(|reply| Command::Watch { from, reply }).await {
+            Ok((events, live)) => Ok((events, Some(live))),
+            Err(RunRequestError::ShuttingDown) => self.finished_or_gone(|r| past(r)),
+            Err(other) => Err(other),
+        }
+    }
+
+    /// Answers a waiting node.
+    pub async fn resume(
+        &self,
+        node: String,
+        answer: HumanAnswer,
+    ) -> Result<RunView, RunRequestError> {
+        if self.finished().is_some() {
+            return Err(Rejected::NotWaiting(node).into());
+        }
+        self.act(Input::Answered { node, answer }).await
+    }
+
+    /// Cancels the run.
+    pub async fn cancel(&self) -> Result<RunView, RunRequestError> {
+        if self.finished().is_some() {
+            return Err(Rejected::Ended.into());
+        }
+        self.act(Input::Cancel).await
+    }
+
+    /// Retries a failed run from the wave that failed: its actor starts
+    /// again from the record.
+    pub async fn retry(&self) -> Result<RunView, RunRequestError> {
+        let Some(record) = self.finished() else {
+            // A live run is not a failed one; the machine says so.
+            return self.act(Input::RetryRun).await;
+        };
+        let mut setup = record
+            .revival
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+            .ok_or(Rejected::NotRetryable(record.view.status))?;
+        setup.history = Some(History {
+            log: record.log.clone(),
+            created_unix_ms: record.view.created_unix_ms,
+        });
+        {
+            let mut slot = self.slot.write().unwrap_or_else(|e| e.into_inner());
+            let (tx, rx) = command_channel();
+            *slot = Slot::Live(tx);
+            // The actor retries as it starts; it cannot leave its record
+            // before this lock is released.
+            start_actor(setup, rx, self.slot.clone());
+        }
+        self.get().await
+    }
+
+    async fn act(&self, input: Input) -> Result<RunView, RunRequestError> {
+        match self.request(|reply| Command::Act { input, reply }).await {
+            Ok(result) => Ok(result?),
+            // The run ended between the check and the request.
+            Err(RunRequestError::ShuttingDown) if self.finished().is_some() => {
+                Err(Rejected::Ended.into())
+            }
+            Err(other) => Err(other),
+        }
+    }
+
+    /// What `serve` makes of the record of a run whose actor just ended;
+    /// no record means the coordinator is shutting down.
+    fn finished_or_gone<T>(
+        &self,
+        serve: impl FnOnce(&FinishedRun) -> T,
+    ) -> Result<T, RunRequestError> {
+        self.finished()
+            .map(|record| serve(&record))
+            .ok_or(RunRequestError::ShuttingDown)
+    }
+
+    /// Sends a command carrying a reply channel and waits for the reply; a
+    /// closed channel means the actor is gone.
+    async fn request<T>(
+        &self,
+        command: impl FnOnce(oneshot::Sender<T>) -> Command,
+    ) -> Result<T, RunRequestError> {
+        let tx = match &*self.slot.read().unwrap_or_else(|e| e.into_inner()) {
+            Slot::Live(tx) => tx.clone(),
+            Slot::Finished(_) => return Err(RunRequestError::ShuttingDown),
+        };
+        let (reply, answer) = oneshot::channel();
+        tx.send(command(reply))
+            .await
+            .map_err(|_| RunRequestError::ShuttingDown)?;
+        answer.await.map_err(|_| RunRequestError::ShuttingDown)
+    }
+}
