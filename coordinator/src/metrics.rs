@@ -1,6 +1,6 @@
 //! Prometheus metrics (SPEC section 10): runs by status, tasks dispatched,
 //! task latency, queue depth, tasks waiting for a worker that hosts them,
-//! workers connected and free slots.
+//! workers connected, free slots and bundle bytes held.
 //!
 //! The code records through the `metrics` facade, which costs nothing when
 //! no recorder is installed (as in embedded clusters); the `coordinator`
@@ -27,6 +27,8 @@ pub const TASKS_UNHOSTED: &str = "weft_tasks_unhosted";
 pub const WORKERS: &str = "weft_workers_connected";
 /// Free slots over all connected, non-draining workers (gauge).
 pub const FREE_SLOTS: &str = "weft_free_slots";
+/// Bytes of bundle files held for the runs that use them (gauge).
+pub const BUNDLE_BYTES: &str = "weft_bundle_bytes";
 
 /// Installs the Prometheus recorder for this process; fails when one is
 /// installed already.
@@ -38,6 +40,11 @@ pub fn install() -> Result<PrometheusHandle, metrics_exporter_prometheus::BuildE
     metrics::describe_histogram!(TASK_SECONDS, metrics::Unit::Seconds, "dispatch to result");
     metrics::describe_gauge!(QUEUE_DEPTH, "tasks waiting for a slot or a hosting worker");
     metrics::describe_gauge!(TASKS_UNHOSTED, "queued tasks no connected worker hosts");
+    metrics::describe_gauge!(
+        BUNDLE_BYTES,
+        metrics::Unit::Bytes,
+        "bundle files held for runs"
+    );
     metrics::describe_gauge!(WORKERS, "workers connected");
     metrics::describe_gauge!(FREE_SLOTS, "free slots of connected workers");
     Ok(handle)

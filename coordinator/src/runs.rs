@@ -133,7 +133,7 @@ impl Runs {
             ));
         }
         warnings.extend(gaps.into_iter().map(|gap| gap.warning));
-        self.blobs.add_bundle(&bundle);
+        let lease = self.blobs.add_bundle(&bundle);
         let refs: Vec<BlobRef> = bundle
             .files
             .iter()
@@ -155,6 +155,7 @@ impl Runs {
             shutdown: self.shutdown.child_token(),
             tracker: self.tracker.clone(),
             history: None,
+            lease,
         });
         metrics::counter!(crate::metrics::RUNS_SUBMITTED).increment(1);
         self.evict();

@@ -264,3 +264,40 @@ nodes:
     );
     Ok(())
 }
+
+/// The value of a gauge in the coordinator's metrics.
+fn gauge(cluster: &TestCluster, name: &str) -> anyhow::Result<f64> {
+    let text = cluster.metrics()?;
+    let line = text
+        .lines()
+        .find(|l| l.starts_with(name) && !l.starts_with('#'))
+        .ok_or_else(|| anyhow::anyhow!("no {name} in:\n{text}"))?;
+    Ok(line.rsplit(' ').next().unwrap_or_default().parse()?)
+}
+
+#[tokio::test]
+async fn bundle_files_are_released_with_the_runs_that_use_them() -> anyhow::Result<()> {
+    let mut cluster = TestCluster::start()?;
+    cluster.add_worker("w", 1)?;
+    cluster.wait_for_workers(&["w"]).await?;
+    let dir = std::env::temp_dir().join(format!("weft-hostile-blobs-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    std::fs::write(dir.join("data.bin"), vec![7u8; 1 << 20])?;
+    std::fs::write(
+        dir.join("g.yaml"),
+        "nodes:\n  read: { kind: script, run: [sh, -c, 'wc -c < data.bin >&2; echo \"{}\"', x, data.bin], start: true, next: ok }\n  ok: { kind: approval, prompt: fine? }\n",
+    )?;
+    let client = cluster.client().await?;
+    let submitted = client
+        .submit_file(&dir.join("g.yaml"), &serde_json::json!({}))
+        .await?;
+    weft_tests::wait_for_event(&client, &submitted.run_id, "waiting_for_input").await?;
+    assert!(gauge(&cluster, "weft_bundle_bytes")? >= f64::from(1 << 20));
+    client.cancel(&submitted.run_id).await?;
+    weft_tests::wait_until(Duration::from_secs(10), || {
+        gauge(&cluster, "weft_bundle_bytes").is_ok_and(|bytes| bytes == 0.0)
+    })
+    .await?;
+    std::fs::remove_dir_all(dir).ok();
+    Ok(())
+}

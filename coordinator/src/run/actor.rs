@@ -19,6 +19,7 @@ use super::{
     Effect, FailureKind, Input, NodeOutput, Rejected, RunEvent, RunMachine, RunPlan, RunStatus,
     State, TaskFailure, TaskKey, TaskSpec, TaskState,
 };
+use crate::bundle::BlobLease;
 use crate::dispatch::jobs::JobKey;
 use crate::dispatch::{
     Assignment, BlobRef, DispatchEvent, EventSink, FunctionCall, StateField, TaskLauncher,
@@ -48,6 +49,9 @@ pub struct RunSetup {
     /// `None` for a new run, which the actor starts; a run revived from
     /// its record (for `retry`) continues its log instead.
     pub history: Option<History>,
+    /// Keeps the bundle's files for workers while the run may still need
+    /// them (until it ends, or until a failed run's record is forgotten).
+    pub lease: BlobLease,
 }
 
 /// What a revived run carries over from its record.
@@ -105,6 +109,7 @@ pub(super) fn start_actor(
         slot,
         shutdown: setup.shutdown.clone(),
         tracker: setup.tracker.clone(),
+        lease: setup.lease,
     };
     setup
         .tracker
@@ -134,6 +139,7 @@ struct RunActor {
     /// Kept for a revival of the run.
     shutdown: CancellationToken,
     tracker: tokio_util::task::TaskTracker,
+    lease: BlobLease,
 }
 
 impl RunActor {
@@ -217,6 +223,7 @@ impl RunActor {
             shutdown: self.shutdown,
             tracker: self.tracker,
             history: None,
+            lease: self.lease,
         });
         let record = FinishedRun {
             view,
