@@ -33,6 +33,10 @@ pub struct CoordinatorConfig {
     pub max_bundle_bytes: usize,
     /// Largest run input accepted, in bytes.
     pub max_input_bytes: usize,
+    /// Largest task result (its JSON) accepted from a worker, in bytes.
+    pub max_result_bytes: usize,
+    /// Requests served at once on one client or worker connection.
+    pub max_concurrent_requests: usize,
     /// The workers that join at start are all there will be (an embedded
     /// cluster): work none of them hosts is refused at submission instead
     /// of waiting forever. Not a file or environment key.
@@ -56,6 +60,8 @@ impl Default for CoordinatorConfig {
             max_task_losses: 3,
             max_bundle_bytes: 64 << 20,
             max_input_bytes: 16 << 20,
+            max_result_bytes: 16 << 20,
+            max_concurrent_requests: 256,
             fixed_workers: false,
             limits: crate::run::RunLimits::default(),
             retention: crate::runs::Retention::default(),
@@ -77,6 +83,8 @@ struct Layer {
     max_task_losses: Option<u32>,
     max_bundle_bytes: Option<usize>,
     max_input_bytes: Option<usize>,
+    max_result_bytes: Option<usize>,
+    max_concurrent_requests: Option<usize>,
     max_output_fields: Option<u64>,
     max_state_fields: Option<u64>,
     max_attempts: Option<u64>,
@@ -183,6 +191,14 @@ impl CoordinatorConfig {
             max_map_items: number("WEFT_MAX_MAP_ITEMS")?,
             max_events: number("WEFT_MAX_EVENTS")?,
             max_message_bytes: number("WEFT_MAX_MESSAGE_BYTES")?,
+            max_bundle_bytes: number("WEFT_MAX_BUNDLE_BYTES")?
+                .map(|n| usize::try_from(n).unwrap_or(usize::MAX)),
+            max_input_bytes: number("WEFT_MAX_INPUT_BYTES")?
+                .map(|n| usize::try_from(n).unwrap_or(usize::MAX)),
+            max_result_bytes: number("WEFT_MAX_RESULT_BYTES")?
+                .map(|n| usize::try_from(n).unwrap_or(usize::MAX)),
+            max_concurrent_requests: number("WEFT_MAX_CONCURRENT_REQUESTS")?
+                .map(|n| usize::try_from(n).unwrap_or(usize::MAX)),
             retain_finished_runs: number("WEFT_RETAIN_FINISHED_RUNS")?,
             retain_finished_hours: number("WEFT_RETAIN_FINISHED_HOURS")?,
             ..Layer::default()
@@ -234,6 +250,12 @@ impl CoordinatorConfig {
         }
         if let Some(bytes) = layer.max_input_bytes {
             self.max_input_bytes = bytes;
+        }
+        if let Some(bytes) = layer.max_result_bytes {
+            self.max_result_bytes = bytes;
+        }
+        if let Some(count) = layer.max_concurrent_requests {
+            self.max_concurrent_requests = count;
         }
         Ok(())
     }
@@ -301,8 +323,24 @@ impl CoordinatorConfig {
         if self.call_timeout.is_zero() {
             return Err(invalid("call_timeout_ms", "must be at least 1"));
         }
-        if self.max_bundle_bytes == 0 || self.max_input_bytes == 0 {
-            return Err(invalid("max_bundle_bytes", "limits must be above zero"));
+        for (key, value) in [
+            ("max_bundle_bytes", self.max_bundle_bytes),
+            ("max_input_bytes", self.max_input_bytes),
+            ("max_result_bytes", self.max_result_bytes),
+            ("max_concurrent_requests", self.max_concurrent_requests),
+        ] {
+            if value == 0 {
+                return Err(invalid(key, "must be at least 1"));
+            }
+        }
+        // A request carries the bundle, the input and framing in one message.
+        if self.max_bundle_bytes.saturating_add(self.max_input_bytes)
+            > weft_proto::MAX_MESSAGE_BYTES
+        {
+            return Err(invalid(
+                "max_bundle_bytes",
+                "with max_input_bytes, must stay within the 256 MiB a message may hold",
+            ));
         }
         Ok(())
     }

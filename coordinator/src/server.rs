@@ -71,20 +71,25 @@ pub async fn serve(
         tracker.clone(),
         &config,
     );
+    // Each service decodes no more than its largest legitimate message: a
+    // submission (bundle and input), a worker's result; framing aside.
+    const FRAMING: usize = 1 << 20;
     let run_api =
         RunServiceServer::new(RunApi::new(runs, config.max_bundle_bytes, tracker.clone()))
-            .max_decoding_message_size(weft_proto::MAX_MESSAGE_BYTES)
+            .max_decoding_message_size(config.max_bundle_bytes + config.max_input_bytes + FRAMING)
             .max_encoding_message_size(weft_proto::MAX_MESSAGE_BYTES);
     let worker_api = WorkerServiceServer::new(WorkerApi::new(
         dispatcher,
         blobs,
         config.heartbeat_interval,
         tracker.clone(),
+        config.max_result_bytes,
     ))
-    .max_decoding_message_size(weft_proto::MAX_MESSAGE_BYTES)
+    .max_decoding_message_size(config.max_result_bytes.saturating_add(FRAMING))
     .max_encoding_message_size(weft_proto::MAX_MESSAGE_BYTES);
     let served = tonic::transport::Server::builder()
         .http2_keepalive_interval(Some(Duration::from_secs(20)))
+        .concurrency_limit_per_connection(config.max_concurrent_requests)
         .add_service(run_api)
         .add_service(worker_api)
         .serve_with_incoming_shutdown(incoming(listener), shutdown.clone().cancelled_owned())

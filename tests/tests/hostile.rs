@@ -301,3 +301,41 @@ async fn bundle_files_are_released_with_the_runs_that_use_them() -> anyhow::Resu
     std::fs::remove_dir_all(dir).ok();
     Ok(())
 }
+
+#[tokio::test]
+async fn requests_and_results_are_bounded_by_the_configured_sizes() -> anyhow::Result<()> {
+    let mut cluster = TestCluster::start_with_env(&[
+        ("WEFT_MAX_RESULT_BYTES", "1000"),
+        ("WEFT_MAX_BUNDLE_BYTES", "100000"),
+        ("WEFT_MAX_INPUT_BYTES", "100000"),
+    ])?;
+    cluster.add_worker("w", 1)?;
+    cluster.wait_for_workers(&["w"]).await?;
+    // A result over the limit is a failed attempt, reported by the worker;
+    // the worker stays connected.
+    let client = cluster.client().await?;
+    let graph = r#"
+nodes:
+  big: { kind: script, run: [python3, -c, 'print("{\"x\": \"" + "y" * 5000 + "\"}")'], start: true }
+"#;
+    let bundle = weft_client::GraphBundle::from_text("big.yaml", graph);
+    let submitted = client.submit_bundle(bundle, &serde_json::json!({})).await?;
+    let done = client.wait(&submitted.run_id).await?;
+    let message = done.error.map(|e| e.message).unwrap_or_default();
+    assert!(
+        message.contains("the coordinator takes at most 1000 (its max_result_bytes)"),
+        "{message}"
+    );
+    // A request far over the submission size is refused before it is decoded.
+    let mut runs = runs(&cluster).await?;
+    let refused = submit(
+        &mut runs,
+        "huge.yaml",
+        format!("# {}\n", "x".repeat(4 << 20)),
+    )
+    .await
+    .expect_err("refused");
+    assert_eq!(refused.code(), tonic::Code::OutOfRange, "{refused:?}");
+    assert!(refused.message().contains("too large"), "{refused:?}");
+    still_serves(&cluster).await
+}

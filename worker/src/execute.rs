@@ -99,13 +99,32 @@ fn panic_text(join: tokio::task::JoinError) -> String {
         .unwrap_or_else(|| "(no message)".to_owned())
 }
 
-/// The message for a finished attempt.
-pub fn task_result(run_id: &str, key: u64, result: Result<Value, Failure>) -> pb::TaskResult {
+/// The message for a finished attempt; a result larger than the
+/// coordinator takes (`max_bytes`) becomes a failed attempt saying so.
+pub fn task_result(
+    run_id: &str,
+    key: u64,
+    result: Result<Value, Failure>,
+    max_bytes: usize,
+) -> pb::TaskResult {
     let outcome = match result {
-        Ok(value) => pb::task_result::Outcome::Output(pb::TaskOutput {
-            json: value.to_string(),
-            output_json: String::new(),
-        }),
+        Ok(value) => {
+            let json = value.to_string();
+            if json.len() > max_bytes {
+                pb::task_result::Outcome::Error(pb::TaskError {
+                    kind: FailureKind::InvalidOutput.as_str().to_owned(),
+                    message: format!(
+                        "the task's result is {} bytes; the coordinator takes at most {max_bytes} (its max_result_bytes)",
+                        json.len()
+                    ),
+                })
+            } else {
+                pb::task_result::Outcome::Output(pb::TaskOutput {
+                    json,
+                    output_json: String::new(),
+                })
+            }
+        }
         Err(failure) => pb::task_result::Outcome::Error(pb::TaskError {
             kind: failure.kind.as_str().to_owned(),
             message: failure.message,

@@ -164,10 +164,11 @@ async fn session(
     let mut client = client(channel);
     let (outbound, rx) = mpsc::channel::<pb::WorkerMessage>(1024);
     let _ = outbound.send(hello(config, registry)).await;
-    let (mut inbound, heartbeat) = match handshake(config, &mut client, rx).await? {
-        Ok(joined) => joined,
-        Err(end) => return Ok(end),
-    };
+    let (mut inbound, heartbeat, max_result_bytes) =
+        match handshake(config, &mut client, rx).await? {
+            Ok(joined) => joined,
+            Err(end) => return Ok(end),
+        };
     let mut session = Session {
         registry: registry.clone(),
         scripts: ScriptRunner::new(
@@ -182,6 +183,7 @@ async fn session(
         tracker: tracker.clone(),
         running: HashMap::new(),
         cache: StateCache::default(),
+        max_result_bytes,
     };
     let (done_tx, mut done_rx) = mpsc::unbounded_channel::<((String, u64), pb::TaskResult)>();
     let mut draining = false;
@@ -228,13 +230,17 @@ async fn session(
     }
 }
 
+/// A joined session: the stream, the heartbeat interval, and the largest
+/// result the coordinator takes.
+type Joined = (tonic::Streaming<pb::CoordinatorMessage>, Duration, usize);
+
 /// Opens the stream (the hello is already queued) and waits for the
 /// welcome: the stream and the heartbeat interval, or why the session ends.
 async fn handshake(
     config: &WorkerConfig,
     client: &mut WorkerServiceClient<Channel>,
     rx: mpsc::Receiver<pb::WorkerMessage>,
-) -> Result<Result<(tonic::Streaming<pb::CoordinatorMessage>, Duration), SessionEnd>, WorkerError> {
+) -> Result<Result<Joined, SessionEnd>, WorkerError> {
     let mut inbound = match client.join(ReceiverStream::new(rx)).await {
         Ok(response) => response.into_inner(),
         Err(status)
@@ -254,7 +260,11 @@ async fn handshake(
                 joined.add_permits(1);
             }
             let heartbeat = Duration::from_millis(welcome.heartbeat_interval_ms.max(50));
-            Ok(Ok((inbound, heartbeat)))
+            let max_result_bytes = match welcome.max_result_bytes {
+                0 => usize::MAX,
+                n => usize::try_from(n).unwrap_or(usize::MAX),
+            };
+            Ok(Ok((inbound, heartbeat, max_result_bytes)))
         }
         Ok(_) => Ok(Err(SessionEnd::Lost(
             "the coordinator sent no welcome".into(),
@@ -289,6 +299,8 @@ struct Session {
     /// Tasks started and not yet reported, with their cancellation.
     running: HashMap<(String, u64), CancellationToken>,
     cache: StateCache,
+    /// Largest result the coordinator takes (`usize::MAX`: not said).
+    max_result_bytes: usize,
 }
 
 type Done = mpsc::UnboundedSender<((String, u64), pb::TaskResult)>;
@@ -336,7 +348,7 @@ impl Session {
         let mut task = match self.cache.task(assignment) {
             Ok(task) => task,
             Err(failure) => {
-                let result = task_result(&run_id, key, Err(failure));
+                let result = task_result(&run_id, key, Err(failure), self.max_result_bytes);
                 let _ = self
                     .outbound
                     .send(message(pb::worker_message::Body::Result(result)))
@@ -353,6 +365,7 @@ impl Session {
             self.slots.clone(),
             done.clone(),
         );
+        let limit = self.max_result_bytes;
         self.tracker.spawn(async move {
             let attempt = async {
                 let _slot = slots.acquire().await;
@@ -362,7 +375,7 @@ impl Session {
                 result = attempt => result,
                 _ = cancel.cancelled() => Err(Failure::new(FailureKind::Cancelled, "the coordinator cancelled the task")),
             };
-            let _ = done.send((id, task_result(&task.run_id, task.key, result)));
+            let _ = done.send((id, task_result(&task.run_id, task.key, result, limit)));
         });
     }
 }

@@ -153,6 +153,25 @@ fn function_call(call: FunctionCall) -> pb::FunctionCall {
     }
 }
 
+/// Whether a worker's message carries a result large enough that parsing
+/// it should not hold an async thread (64 KiB of JSON and more).
+pub fn is_large(message: &pb::WorkerMessage) -> bool {
+    use pb::worker_message::Body;
+    const LARGE: usize = 64 * 1024;
+    match &message.body {
+        Some(Body::Result(result)) => match &result.outcome {
+            Some(pb::task_result::Outcome::Output(output)) => {
+                output.json.len() + output.output_json.len() > LARGE
+            }
+            _ => false,
+        },
+        Some(Body::CallResult(result)) => {
+            matches!(&result.outcome, Some(pb::call_result::Outcome::ValueJson(json)) if json.len() > LARGE)
+        }
+        _ => false,
+    }
+}
+
 /// A worker's message, or `None` for one that carries nothing usable.
 pub fn from_worker(message: pb::WorkerMessage) -> Option<FromWorker> {
     use pb::worker_message::Body;

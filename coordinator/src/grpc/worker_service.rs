@@ -34,6 +34,8 @@ pub struct WorkerApi {
     dispatcher: DispatcherHandle,
     blobs: BlobStore,
     heartbeat: Duration,
+    /// Largest task result taken, told to each worker in its welcome.
+    max_result_bytes: usize,
     tracker: TaskTracker,
 }
 
@@ -44,12 +46,14 @@ impl WorkerApi {
         blobs: BlobStore,
         heartbeat: Duration,
         tracker: TaskTracker,
+        max_result_bytes: usize,
     ) -> Self {
         Self {
             dispatcher,
             blobs,
             heartbeat,
             tracker,
+            max_result_bytes,
         }
     }
 }
@@ -99,17 +103,29 @@ impl WorkerService for WorkerApi {
         self.tracker.spawn(async move {
             while let Some(message) = inbound.next().await {
                 let Ok(message) = message else { break };
-                if let Some(message) = convert::from_worker(message) {
+                // A large result is parsed off the async threads (in order:
+                // the next message waits for it).
+                let parsed = if convert::is_large(&message) {
+                    tokio::task::spawn_blocking(move || convert::from_worker(message))
+                        .await
+                        .ok()
+                        .flatten()
+                } else {
+                    convert::from_worker(message)
+                };
+                if let Some(message) = parsed {
                     dispatcher.message(worker, message);
                 }
             }
             dispatcher.leave(worker);
         });
         let heartbeat = self.heartbeat;
+        let max_result_bytes = self.max_result_bytes;
         let welcome = pb::CoordinatorMessage {
             body: Some(pb::coordinator_message::Body::Welcome(pb::Welcome {
                 worker_id: worker.to_string(),
                 heartbeat_interval_ms: heartbeat.as_millis() as u64,
+                max_result_bytes: max_result_bytes as u64,
             })),
         };
         let (tx, rx) = mpsc::channel(STREAM_BUFFER);
