@@ -201,7 +201,6 @@ impl CoordinatorConfig {
                 .map(|n| usize::try_from(n).unwrap_or(usize::MAX)),
             retain_finished_runs: number("WEFT_RETAIN_FINISHED_RUNS")?,
             retain_finished_hours: number("WEFT_RETAIN_FINISHED_HOURS")?,
-            ..Layer::default()
         })?;
         config.apply(Layer {
             listen: flags.listen.clone(),
