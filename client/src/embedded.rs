@@ -1,7 +1,9 @@
 //! An embedded cluster: a coordinator and a pool of workers in this
-//! process, talking over the same gRPC paths as a real cluster on loopback.
-//! `weft run` without `--coordinator` uses one and stops it when the run
-//! ends; benchmarks use one with workers that host Rust handlers.
+//! process, talking over the same gRPC paths as a real cluster, through a
+//! Unix socket in a private (0700) directory, so no other local user can
+//! submit work to it. `weft run` without `--coordinator` uses one and stops
+//! it when the run ends; benchmarks use one with workers that host Rust
+//! handlers.
 
 use std::time::Duration;
 
@@ -11,7 +13,7 @@ use weft_coordinator::config::CoordinatorConfig;
 
 /// A running embedded cluster.
 pub struct EmbeddedCluster {
-    /// The coordinator's URL.
+    /// The coordinator's URL: `unix:PATH` of its private socket.
     pub url: String,
     shutdown: CancellationToken,
     tasks: Vec<JoinHandle<()>>,
@@ -21,7 +23,7 @@ pub struct EmbeddedCluster {
 }
 
 impl EmbeddedCluster {
-    /// Starts a coordinator on a free loopback port and `workers` workers
+    /// Starts a coordinator on a private Unix socket and `workers` workers
     /// that host scripts.
     pub async fn start(workers: u32) -> Result<Self, EmbeddedError> {
         Self::start_with(workers, |_| {}).await
@@ -35,10 +37,11 @@ impl EmbeddedCluster {
     ) -> Result<Self, EmbeddedError> {
         let secrets = embedded_secrets()?;
         let data = TempDir::new()?;
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-        let address = listener.local_addr()?;
+        // A Unix socket in a directory only this user can enter: no other
+        // local user can reach the coordinator (and run scripts as us).
+        let socket = data.0.join("coordinator.sock");
+        let listener = tokio::net::UnixListener::bind(&socket)?;
         let config = CoordinatorConfig {
-            listen: address,
             data_dir: data.0.clone(),
             heartbeat_interval: Duration::from_millis(500),
             worker_timeout: Duration::from_secs(5),
@@ -50,11 +53,12 @@ impl EmbeddedCluster {
         let mut tasks = Vec::new();
         let token = shutdown.clone();
         tasks.push(tokio::spawn(async move {
-            if let Err(error) = weft_coordinator::server::serve(listener, config, token).await {
+            if let Err(error) = weft_coordinator::server::serve_unix(listener, config, token).await
+            {
                 eprintln!("weft: embedded coordinator: {error}");
             }
         }));
-        let url = format!("http://{address}");
+        let url = format!("unix:{}", socket.display());
         let joined = std::sync::Arc::new(tokio::sync::Semaphore::new(0));
         let workers = workers.max(1);
         for n in 0..workers {
@@ -143,7 +147,9 @@ impl TempDir {
                 .map_or(0, |d| d.as_nanos())
         );
         let dir = std::env::temp_dir().join(unique);
-        std::fs::create_dir_all(&dir)?;
+        // Created here and now, private: never one that already exists.
+        std::os::unix::fs::DirBuilderExt::mode(&mut std::fs::DirBuilder::new(), 0o700)
+            .create(&dir)?;
         Ok(Self(dir))
     }
 }
@@ -151,5 +157,30 @@ impl TempDir {
 impl Drop for TempDir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn only_this_user_can_reach_the_embedded_coordinator() {
+        use std::os::unix::fs::PermissionsExt;
+        let cluster = EmbeddedCluster::start(1).await.expect("started");
+        let socket = cluster
+            .url
+            .strip_prefix("unix:")
+            .expect("a Unix socket, not TCP");
+        let dir = std::path::Path::new(socket)
+            .parent()
+            .expect("in a directory");
+        let mode = std::fs::metadata(dir).expect("exists").permissions().mode() & 0o777;
+        assert_eq!(mode, 0o700);
+        let client = crate::Client::connect(cluster.url.clone())
+            .await
+            .expect("reachable here");
+        assert!(client.list().await.expect("answers").is_empty());
+        cluster.stop().await;
     }
 }

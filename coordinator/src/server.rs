@@ -48,6 +48,33 @@ pub async fn serve(
     config: CoordinatorConfig,
     shutdown: CancellationToken,
 ) -> Result<(), ServeError> {
+    serve_incoming(incoming(listener), config, shutdown).await
+}
+
+/// Serves on a Unix socket: only processes that may open its path connect
+/// (an embedded cluster puts it in a directory only its user can enter).
+pub async fn serve_unix(
+    listener: tokio::net::UnixListener,
+    config: CoordinatorConfig,
+    shutdown: CancellationToken,
+) -> Result<(), ServeError> {
+    let incoming = tokio_stream::wrappers::UnixListenerStream::new(listener);
+    serve_incoming(incoming, config, shutdown).await
+}
+
+async fn serve_incoming<IO>(
+    incoming: impl tokio_stream::Stream<Item = std::io::Result<IO>> + Send + 'static,
+    config: CoordinatorConfig,
+    shutdown: CancellationToken,
+) -> Result<(), ServeError>
+where
+    IO: tokio::io::AsyncRead
+        + tokio::io::AsyncWrite
+        + tonic::transport::server::Connected
+        + Unpin
+        + Send
+        + 'static,
+{
     let blobs = BlobStore::default();
     let tracker = TaskTracker::new();
     let dispatcher = spawn_dispatcher(
@@ -92,7 +119,7 @@ pub async fn serve(
         .concurrency_limit_per_connection(config.max_concurrent_requests)
         .add_service(run_api)
         .add_service(worker_api)
-        .serve_with_incoming_shutdown(incoming(listener), shutdown.clone().cancelled_owned())
+        .serve_with_incoming_shutdown(incoming, shutdown.clone().cancelled_owned())
         .await;
     // The server may also stop on its own (a transport error): stop the
     // rest, then wait for it.
