@@ -2,6 +2,7 @@
 //! `scope` free (a macro's own variables are bound), evaluated on a state
 //! whose whole numbers are CEL `int`s.
 
+use std::collections::BTreeSet;
 use std::fmt;
 use std::sync::Arc;
 
@@ -26,6 +27,11 @@ pub struct CelExpr {
     size: u64,
     /// How deep its macros (comprehensions) nest: 0 for none.
     depth: u32,
+    /// The state fields it reads (`state.NAME`), or `None` when it uses
+    /// `state` some other way and needs all of it.
+    state_fields: Option<Arc<BTreeSet<String>>>,
+    /// The same for `scope`.
+    scope_fields: Option<Arc<BTreeSet<String>>>,
 }
 
 impl fmt::Debug for CelExpr {
@@ -67,12 +73,23 @@ impl CelExpr {
             });
         }
         let (size, depth) = shape(program.expression());
+        let fields_of = |variable: &str| {
+            let mut fields = BTreeSet::new();
+            fields_read(program.expression(), variable, &mut fields).then(|| Arc::new(fields))
+        };
         Ok(Self {
             source: source.to_owned(),
-            program: Arc::new(program),
             size,
             depth,
+            state_fields: fields_of("state"),
+            scope_fields: fields_of("scope"),
+            program: Arc::new(program),
         })
+    }
+
+    /// The state fields it reads, or `None` when it needs the whole state.
+    pub fn state_reads(&self) -> Option<&BTreeSet<String>> {
+        self.state_fields.as_deref()
     }
 
     /// Whether evaluating it iterates (it uses `exists`, `all`, `map`, …),
@@ -91,9 +108,8 @@ impl CelExpr {
         if self.depth == 0 {
             return Ok(());
         }
-        let longest = state
-            .values()
-            .chain(scope.values())
+        let longest = read_values(state, self.state_fields.as_deref())
+            .chain(read_values(scope, self.scope_fields.as_deref()))
             .map(longest_list)
             .max()
             .unwrap_or(0);
@@ -128,9 +144,11 @@ impl CelExpr {
         };
         self.check_budget(state, scope)?;
         let mut context = cel::Context::default();
-        let state = cel::to_value(IntsFirstMap(state))
+        // Only the fields the expression reads are handed over: a condition
+        // on a counter next to a 10 MB field converts the counter alone.
+        let state = cel::to_value(IntsFirstMap(state, self.state_fields.as_deref()))
             .map_err(|e| not_json("cannot read the state", &e))?;
-        let scope = cel::to_value(IntsFirstMap(scope))
+        let scope = cel::to_value(IntsFirstMap(scope, self.scope_fields.as_deref()))
             .map_err(|e| not_json("cannot read the scope", &e))?;
         context.add_variable_from_value("state", state);
         context.add_variable_from_value("scope", scope);
@@ -161,11 +179,82 @@ impl CelExpr {
 /// the two: `state.count * 2` would fail).
 struct IntsFirst<'a>(&'a Value);
 
-struct IntsFirstMap<'a>(&'a Map<String, Value>);
+/// A map as CEL sees it: all of it, or only the named fields.
+struct IntsFirstMap<'a>(&'a Map<String, Value>, Option<&'a BTreeSet<String>>);
 
 impl serde::Serialize for IntsFirstMap<'_> {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.collect_map(self.0.iter().map(|(k, v)| (k, IntsFirst(v))))
+        match self.1 {
+            None => serializer.collect_map(self.0.iter().map(|(k, v)| (k, IntsFirst(v)))),
+            Some(fields) => serializer.collect_map(
+                fields
+                    .iter()
+                    .filter_map(|f| self.0.get_key_value(f))
+                    .map(|(k, v)| (k, IntsFirst(v))),
+            ),
+        }
+    }
+}
+
+/// The values of `map` an expression reads: the named fields, or all.
+fn read_values<'a>(
+    map: &'a Map<String, Value>,
+    fields: Option<&'a BTreeSet<String>>,
+) -> Box<dyn Iterator<Item = &'a Value> + 'a> {
+    match fields {
+        None => Box::new(map.values()),
+        Some(fields) => Box::new(fields.iter().filter_map(|f| map.get(f))),
+    }
+}
+
+/// Adds to `fields` the names read as `VARIABLE.NAME`; false when
+/// `variable` is used any other way (passed whole, indexed, iterated).
+fn fields_read(expr: &cel::IdedExpr, variable: &str, fields: &mut BTreeSet<String>) -> bool {
+    use cel::common::ast::{EntryExpr, Expr};
+    let all = |children: &mut dyn Iterator<Item = &cel::IdedExpr>,
+               fields: &mut BTreeSet<String>| {
+        let mut alone = true;
+        for child in children {
+            alone &= fields_read(child, variable, fields);
+        }
+        alone
+    };
+    match &expr.expr {
+        Expr::Select(select) => match &select.operand.expr {
+            Expr::Ident(name) if name == variable => {
+                fields.insert(select.field.clone());
+                true
+            }
+            _ => fields_read(&select.operand, variable, fields),
+        },
+        Expr::Ident(name) => name != variable,
+        Expr::Unspecified | Expr::Literal(_) => true,
+        Expr::Call(call) => all(
+            &mut call.target.iter().map(|t| &**t).chain(call.args.iter()),
+            fields,
+        ),
+        Expr::List(list) => all(&mut list.elements.iter(), fields),
+        Expr::Map(cel::common::ast::MapExpr { entries })
+        | Expr::Struct(cel::common::ast::StructExpr { entries, .. }) => {
+            entries.iter().all(|entry| match &entry.expr {
+                EntryExpr::StructField(field) => fields_read(&field.value, variable, fields),
+                EntryExpr::MapEntry(pair) => {
+                    fields_read(&pair.key, variable, fields)
+                        && fields_read(&pair.value, variable, fields)
+                }
+            })
+        }
+        Expr::Comprehension(c) => all(
+            &mut [
+                &c.iter_range,
+                &c.accu_init,
+                &c.loop_cond,
+                &c.loop_step,
+                &c.result,
+            ]
+            .into_iter(),
+            fields,
+        ),
     }
 }
 
@@ -178,7 +267,7 @@ impl serde::Serialize for IntsFirst<'_> {
                 _ => serializer.serialize_f64(n.as_f64().unwrap_or(f64::NAN)),
             },
             Value::Array(items) => serializer.collect_seq(items.iter().map(IntsFirst)),
-            Value::Object(map) => IntsFirstMap(map).serialize(serializer),
+            Value::Object(map) => IntsFirstMap(map, None).serialize(serializer),
             other => other.serialize(serializer),
         }
     }
@@ -347,6 +436,35 @@ mod tests {
         // One level over the same long list is cheap.
         let one = CelExpr::compile("state.l.exists(x, x > 398)").unwrap();
         assert!(one.is_true(&long, &Map::new()).unwrap());
+    }
+
+    #[test]
+    fn only_the_fields_an_expression_reads_are_handed_to_it() {
+        let expr = CelExpr::compile("state.count > 2 && scope.item.size() > 0").unwrap();
+        assert_eq!(
+            expr.state_fields
+                .as_deref()
+                .map(|f| f.iter().cloned().collect::<Vec<_>>()),
+            Some(vec!["count".to_owned()])
+        );
+        // A field it does not read may be anything, even huge.
+        let big = state(json!({"count": 3, "blob": "x".repeat(1 << 20)}));
+        assert!(expr.is_true(&big, &state(json!({"item": "a"}))).unwrap());
+        // `state` used whole: every field is handed over.
+        let whole = CelExpr::compile("size(state) > 1").unwrap();
+        assert!(whole.state_fields.is_none());
+        assert!(whole.is_true(&big, &Map::new()).unwrap());
+        // Indexing by a computed key needs the whole state too.
+        let index = CelExpr::compile("state['count'] == 3").unwrap();
+        assert!(index.state_fields.is_none());
+        assert!(index.is_true(&big, &Map::new()).unwrap());
+        // A macro's own variable named like a field is not the state's.
+        let bound = CelExpr::compile("state.l.exists(x, x == state.target)").unwrap();
+        assert!(
+            bound
+                .is_true(&state(json!({"l": [1, 2], "target": 2})), &Map::new())
+                .unwrap()
+        );
     }
 
     #[test]

@@ -11,7 +11,7 @@
 //! so a template that would run away stops with an error instead of spinning.
 //! CEL conditions live in [`super::cel`]; both share [`ExprError`].
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::OnceLock;
 
 use minijinja::{Environment, UndefinedBehavior};
@@ -140,6 +140,37 @@ pub struct Template {
     /// Set when the whole template is one `{{ expression }}`: the field then
     /// takes the expression's value (a list stays a list).
     whole_expression: Option<String>,
+    /// The names it reads, so a rendering hands over only those.
+    reads: std::sync::Arc<Reads>,
+}
+
+/// What a template reads of its context.
+#[derive(Debug, Default, PartialEq)]
+struct Reads {
+    /// Top-level names (state fields, scope names, `output`, `state`).
+    names: BTreeSet<String>,
+    /// When it reads `state.NAME` only: those names; `None` when it uses
+    /// `state` whole (or not at all).
+    state_fields: Option<BTreeSet<String>>,
+}
+
+impl Reads {
+    /// From minijinja's undeclared variables, top-level and nested.
+    fn of(top: HashSet<String>, nested: HashSet<String>) -> Self {
+        let state_fields = top.contains("state").then(|| {
+            nested
+                .iter()
+                .filter_map(|path| path.strip_prefix("state."))
+                .map(|field| field.split('.').next().unwrap_or(field).to_owned())
+                .collect::<BTreeSet<String>>()
+        });
+        // `state` used bare (`state | length`, `state[key]`): all of it.
+        let whole_state = nested.contains("state");
+        Self {
+            names: top.into_iter().collect(),
+            state_fields: if whole_state { None } else { state_fields },
+        }
+    }
 }
 
 impl Template {
@@ -151,23 +182,48 @@ impl Template {
             template: source.to_owned(),
             detail: describe(&error),
         };
-        match &whole_expression {
+        let reads = match &whole_expression {
             Some(expression) => {
-                env.compile_expression(expression).map_err(syntax)?;
+                let compiled = env.compile_expression(expression).map_err(syntax)?;
+                Reads::of(
+                    compiled.undeclared_variables(false),
+                    compiled.undeclared_variables(true),
+                )
             }
             None => {
-                env.template_from_str(source).map_err(syntax)?;
+                let compiled = env.template_from_str(source).map_err(syntax)?;
+                Reads::of(
+                    compiled.undeclared_variables(false),
+                    compiled.undeclared_variables(true),
+                )
             }
-        }
+        };
         Ok(Self {
             source: source.to_owned(),
             whole_expression,
+            reads: std::sync::Arc::new(reads),
         })
     }
 
     /// Returns the template as written.
     pub fn source(&self) -> &str {
         &self.source
+    }
+
+    /// The state fields it may read (as `NAME` or `state.NAME`), or `None`
+    /// when it reads `state` whole.
+    pub fn state_reads(&self) -> Option<BTreeSet<String>> {
+        let mut fields: BTreeSet<String> = self
+            .reads
+            .names
+            .iter()
+            .filter(|name| !matches!(name.as_str(), "state" | "output"))
+            .cloned()
+            .collect();
+        if self.reads.names.contains("state") {
+            fields.extend(self.reads.state_fields.as_ref()?.iter().cloned());
+        }
+        Some(fields)
     }
 
     /// Reports whether the template holds any `{{ }}` or `{% %}` markup.
@@ -183,7 +239,7 @@ impl Template {
         strictness: Strictness,
     ) -> Result<Value, ExprError> {
         let env = environment(strictness);
-        let ctx = context.to_minijinja();
+        let ctx = context.to_minijinja(&self.reads);
         match &self.whole_expression {
             Some(expression) => {
                 let compiled = env
@@ -291,27 +347,35 @@ impl TemplateContext<'_> {
             || (name == "output" && self.output.is_some())
     }
 
-    fn to_minijinja(&self) -> minijinja::Value {
+    /// The minijinja context with only what the template reads: a prompt
+    /// that names one field of a 10 MB state converts that field alone.
+    fn to_minijinja(&self, reads: &Reads) -> minijinja::Value {
+        let value = |v: &Value| minijinja::Value::from(minijinja::value::Serde(v));
         let mut names: BTreeMap<&str, minijinja::Value> = BTreeMap::new();
-        if let Some(state) = self.state {
-            for (key, value) in state {
-                names.insert(key, minijinja::Value::from(minijinja::value::Serde(value)));
-            }
-            names.insert(
-                "state",
-                minijinja::Value::from(minijinja::value::Serde(state)),
-            );
-        }
-        if let Some(scope) = self.scope {
-            for (key, value) in scope {
-                names.insert(key, minijinja::Value::from(minijinja::value::Serde(value)));
+        for name in &reads.names {
+            let found = self
+                .scope
+                .and_then(|scope| scope.get_key_value(name))
+                .or_else(|| self.state.and_then(|state| state.get_key_value(name)));
+            if let Some((key, v)) = found {
+                names.insert(key, value(v));
             }
         }
-        if let Some(output) = self.output {
-            names.insert(
-                "output",
-                minijinja::Value::from(minijinja::value::Serde(output)),
-            );
+        if let Some(state) = self.state.filter(|_| reads.names.contains("state")) {
+            let whole = match &reads.state_fields {
+                None => minijinja::Value::from(minijinja::value::Serde(state)),
+                Some(fields) => minijinja::Value::from_pairs(
+                    fields
+                        .iter()
+                        .filter_map(|f| state.get_key_value(f))
+                        .map(|(k, v)| (k.as_str(), value(v)))
+                        .collect::<Vec<_>>(),
+                ),
+            };
+            names.insert("state", whole);
+        }
+        if let Some(output) = self.output.filter(|_| reads.names.contains("output")) {
+            names.insert("output", value(output));
         }
         minijinja::Value::from_pairs(names)
     }
@@ -390,6 +454,32 @@ mod tests {
             template.render(&ctx, Strictness::Strict).unwrap(),
             "Research tokio for rust."
         );
+    }
+
+    #[test]
+    fn a_template_is_handed_only_the_names_it_reads() {
+        let template = Template::parse("{{ subject }} for {{ state.topic }}").unwrap();
+        let names: Vec<&str> = template.reads.names.iter().map(String::as_str).collect();
+        assert_eq!(names, ["state", "subject"]);
+        let fields = template
+            .reads
+            .state_fields
+            .as_ref()
+            .expect("fields of state");
+        assert_eq!(fields.iter().collect::<Vec<_>>(), ["topic"]);
+        let whole = Template::parse("{{ state | length }}").unwrap();
+        assert_eq!(whole.reads.state_fields, None, "state used whole");
+        let looped = Template::parse("{% for s in subjects %}{{ s }}{% endfor %}").unwrap();
+        let names: Vec<&str> = looped.reads.names.iter().map(String::as_str).collect();
+        assert_eq!(names, ["subjects"], "a loop's own variable is not read");
+        // Renders see the same values as before.
+        let st = state(json!({"topic": "rust", "blob": "x".repeat(1 << 20), "n": 1}));
+        let ctx = TemplateContext {
+            state: Some(&st),
+            scope: None,
+            output: None,
+        };
+        assert_eq!(whole.evaluate(&ctx, Strictness::Strict).unwrap(), json!(3));
     }
 
     #[test]

@@ -54,6 +54,21 @@ pub struct TaskState {
     pub hidden: Vec<String>,
 }
 
+/// The named fields of `state` (`None`: all of them), copied.
+pub fn fields_of(
+    state: &Map<String, Value>,
+    names: Option<&std::collections::BTreeSet<String>>,
+) -> Map<String, Value> {
+    match names {
+        None => state.clone(),
+        Some(names) => names
+            .iter()
+            .filter_map(|name| state.get_key_value(name))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
+    }
+}
+
 impl TaskState {
     /// The whole of `base`, unchanged.
     pub fn whole(base: State) -> Self {
@@ -76,6 +91,27 @@ impl TaskState {
     /// The state as one object (a copy).
     pub fn view(&self) -> Map<String, Value> {
         self.fields().map(|(k, v)| (k.clone(), v.clone())).collect()
+    }
+
+    /// The named fields only (`None`: all of them), copied: what an
+    /// expression that reads those fields needs, whatever the state's size.
+    pub fn view_of(
+        &self,
+        names: Option<&std::collections::BTreeSet<String>>,
+    ) -> Map<String, Value> {
+        let Some(names) = names else {
+            return self.view();
+        };
+        names
+            .iter()
+            .filter(|name| !self.hidden.contains(name) || self.overlay.contains_key(*name))
+            .filter_map(|name| {
+                self.overlay
+                    .get_key_value(name)
+                    .or_else(|| self.base.get_key_value(name))
+            })
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
     }
 }
 
@@ -448,4 +484,35 @@ pub enum Rejected {
     /// The run has ended.
     #[error("the run has already ended")]
     Ended,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_partial_view_holds_the_named_fields_as_the_task_sees_them() {
+        let base: State = Arc::new(
+            json!({"a": 1, "big": "x", "out": "from s0"})
+                .as_object()
+                .cloned()
+                .unwrap(),
+        );
+        let state = TaskState {
+            base,
+            overlay: json!({"a": 2, "item": "i"}).as_object().cloned().unwrap(),
+            hidden: vec!["out".into()],
+        };
+        let names: std::collections::BTreeSet<String> = ["a", "item", "out", "missing"]
+            .iter()
+            .map(|s| (*s).to_owned())
+            .collect();
+        assert_eq!(
+            Value::Object(state.view_of(Some(&names))),
+            json!({"a": 2, "item": "i"}),
+            "the overlay wins, hidden and missing fields are absent"
+        );
+        assert_eq!(state.view_of(None), state.view());
+    }
 }

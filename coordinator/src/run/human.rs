@@ -1,5 +1,6 @@
-//! Human input: the prompts of waiting `approval` and `input` nodes, and
-//! answers, which are checked before they change anything.
+//! Human input: answers to waiting `approval` and `input` nodes, which are
+//! checked before they change anything (their prompts are rendered when they
+//! start waiting, in the wave).
 
 use serde_json::Map;
 
@@ -7,24 +8,9 @@ use super::events::*;
 use super::machine::*;
 use super::merge::changed_fields;
 use super::output::{answer_writes, finish_output};
-use crate::graph::{NodeIdx, NodeKind, Strictness, TemplateContext};
 
 impl RunMachine {
     // ----- human input -------------------------------------------------
-
-    pub(super) fn prompt_of(&self, idx: NodeIdx, s0: &State) -> String {
-        let prompt = match &self.graph().node(idx).kind {
-            NodeKind::Approval { prompt, .. } | NodeKind::Input { prompt, .. } => prompt.as_ref(),
-            _ => None,
-        };
-        let context = TemplateContext {
-            state: Some(s0),
-            ..Default::default()
-        };
-        prompt
-            .and_then(|p| p.render(&context, Strictness::Lenient).ok())
-            .unwrap_or_else(|| format!("{}?", self.graph().node(idx).id))
-    }
 
     pub(super) fn answered(
         &mut self,
@@ -54,7 +40,7 @@ impl RunMachine {
         let (writes, _) = finish_output(
             self.graph(),
             &node,
-            || (*s0).clone(),
+            || fields_of(&s0, self.plan.update_reads(idx)),
             &Map::new(),
             output,
             true,

@@ -235,14 +235,12 @@ impl RunMachine {
             return Vec::new();
         };
         wave.iter()
-            .filter(|(_, slot)| matches!(slot, Member::Waiting))
-            .map(|(idx, _)| {
-                let node = self.graph().node(idx);
-                (
-                    node.id.clone(),
-                    node.kind.name().to_owned(),
-                    self.prompt_of(idx, wave.s0()),
-                )
+            .filter_map(|(idx, slot)| match slot {
+                Member::Waiting { prompt } => {
+                    let node = self.graph().node(idx);
+                    Some((node.id.clone(), node.kind.name().to_owned(), prompt.clone()))
+                }
+                _ => None,
             })
             .collect()
     }

@@ -306,7 +306,7 @@ impl MapRun {
         let (writes, next) = finish_output(
             plan.graph(),
             plan.graph().node(node),
-            || fork_state(s0, run, output_key).view(),
+            || fork_state(s0, run, output_key).view_of(plan.update_reads(node)),
             &run.scope,
             output,
             false,
@@ -421,9 +421,10 @@ impl MapRun {
             return self.next_target(plan, id);
         }
         let run = self.runs[index].as_ref().expect("item is running");
-        // The fork's whole state is built only when a condition reads it.
+        // The fork's view holds only the fields the conditions read, and
+        // only when there are conditions.
         let view = if plan.routes_on_state(node) {
-            fork_state(&self.s0, run, &self.names.output_key).view()
+            fork_state(&self.s0, run, &self.names.output_key).view_of(plan.routing_reads(node))
         } else {
             Map::new()
         };

@@ -2,14 +2,14 @@
 //! and shared by every run of it: the main flow in forward order, each map's
 //! branch subgraph, and each node's fallback.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
 use super::RunLimits;
 use super::routing::Query;
 use crate::dispatch::binding::{NodeBinding, bind};
 use crate::graph::topology::{container_members, forward_order, main_flow};
-use crate::graph::{Condition, Graph, Guard, ListSource, NodeIdx, NodeKind, Target};
+use crate::graph::{Condition, Graph, Guard, ListSource, NodeIdx, NodeKind, Target, UpdateValue};
 
 /// A validated graph prepared for running.
 #[derive(Debug)]
@@ -24,6 +24,10 @@ pub struct RunPlan {
     limits: RunLimits,
     /// Some expression of the graph iterates over lists (CEL macros).
     iterates: bool,
+    /// Per node, the state fields its routing reads (`None`: all).
+    routing_reads: Vec<Option<BTreeSet<String>>>,
+    /// Per node, the state fields its `state_updates` read (`None`: all).
+    update_reads: Vec<Option<BTreeSet<String>>>,
 }
 
 impl RunPlan {
@@ -67,6 +71,19 @@ impl RunPlan {
             .collect();
         let bindings = graph.nodes.iter().map(|node| bind(&node.kind)).collect();
         let iterates = iterating_expressions(&graph);
+        let routing_reads = (0..graph.nodes.len())
+            .map(|idx| routing_reads(&graph, idx))
+            .collect();
+        let update_reads = graph
+            .nodes
+            .iter()
+            .map(|node| {
+                union_of(node.state_updates.iter().map(|(_, update)| match update {
+                    UpdateValue::Template(template) => template.state_reads(),
+                    UpdateValue::Literal(_) => Some(BTreeSet::new()),
+                }))
+            })
+            .collect();
         Arc::new(Self {
             bindings,
             graph,
@@ -77,7 +94,20 @@ impl RunPlan {
             reads_state,
             limits,
             iterates,
+            routing_reads,
+            update_reads,
         })
+    }
+
+    /// The state fields a node's routing reads (`None`: all of them), so
+    /// a map item's view holds those alone.
+    pub fn routing_reads(&self, idx: NodeIdx) -> Option<&BTreeSet<String>> {
+        self.routing_reads[idx].as_ref()
+    }
+
+    /// The state fields a node's `state_updates` read (`None`: all).
+    pub fn update_reads(&self, idx: NodeIdx) -> Option<&BTreeSet<String>> {
+        self.update_reads[idx].as_ref()
     }
 
     /// Whether some condition, router or `over` of the graph iterates over
@@ -169,4 +199,30 @@ fn iterating_expressions(graph: &Graph) -> bool {
             node.router.as_ref().is_some_and(|r| iterates(&r.expr))
                 || matches!(&node.kind, NodeKind::Map(map) if matches!(&map.over, ListSource::Cel(e) if e.iterates()))
         })
+}
+
+/// The state fields the router and conditions out of `idx` read.
+fn routing_reads(graph: &Graph, idx: NodeIdx) -> Option<BTreeSet<String>> {
+    let reads = |condition: &Condition| match condition {
+        Condition::Named(_, expr) | Condition::Inline(expr) => expr.state_reads().cloned(),
+        Condition::Hosted(_) => None,
+    };
+    let router = graph.node(idx).router.as_ref().map(|r| reads(&r.expr));
+    let edges = graph
+        .out_edges(idx)
+        .iter()
+        .filter_map(|&e| match &graph.edges[e].guard {
+            Guard::When(condition) => Some(reads(condition)),
+            _ => None,
+        });
+    union_of(router.into_iter().chain(edges))
+}
+
+/// The union of field sets, `None` (all fields) if any is.
+fn union_of(sets: impl Iterator<Item = Option<BTreeSet<String>>>) -> Option<BTreeSet<String>> {
+    let mut all = BTreeSet::new();
+    for set in sets {
+        all.extend(set?);
+    }
+    Some(all)
 }

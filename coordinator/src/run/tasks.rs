@@ -86,7 +86,7 @@ impl RunMachine {
             finish_output(
                 plan.graph(),
                 plan.graph().node(node),
-                || s0.clone(),
+                || fields_of(s0, plan.update_reads(node)),
                 &empty,
                 output,
                 true,
@@ -199,7 +199,7 @@ impl RunMachine {
 
     pub(super) fn set_member(&mut self, node: NodeIdx, member: Member) {
         self.run.nodes[node] = match member {
-            Member::Waiting => NodeStatus::Waiting,
+            Member::Waiting { .. } => NodeStatus::Waiting,
             Member::Running | Member::Mapping(_) => NodeStatus::Running,
             Member::Succeeded { .. } | Member::FellBack => NodeStatus::Done,
         };
@@ -313,7 +313,14 @@ impl RunMachine {
             writes: collected,
             next: None,
         };
-        let writes = match finish_output(graph, node, || (*s0).clone(), &Map::new(), output, true) {
+        let writes = match finish_output(
+            graph,
+            node,
+            || fields_of(&s0, plan.update_reads(map)),
+            &Map::new(),
+            output,
+            true,
+        ) {
             Ok((writes, _)) => writes,
             Err(error) => {
                 let failure = TaskFailure {

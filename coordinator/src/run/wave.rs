@@ -18,7 +18,10 @@ use crate::graph::NodeIdx;
 #[derive(Debug, Serialize, Deserialize)]
 pub(super) enum Member {
     Running,
-    Waiting,
+    /// Waits for a person; its prompt is rendered once, when it starts.
+    Waiting {
+        prompt: String,
+    },
     Succeeded {
         changes: Map<String, Value>,
         next: Option<String>,
@@ -122,18 +125,25 @@ impl Wave {
 
     /// Whether some member waits for a human.
     pub(super) fn has_waiting(&self) -> bool {
-        self.slots.iter().any(|s| matches!(s, Member::Waiting))
+        self.slots
+            .iter()
+            .any(|s| matches!(s, Member::Waiting { .. }))
     }
 
-    /// The waiting members not announced yet, now marked announced: each
-    /// wait is announced once, whatever is answered around it.
-    pub(super) fn announce_waiting(&mut self) -> Vec<NodeIdx> {
-        let fresh: Vec<NodeIdx> = self
+    /// The waiting members not announced yet, with their prompts, now
+    /// marked announced: each wait is announced once, whatever is answered
+    /// around it.
+    pub(super) fn announce_waiting(&mut self) -> Vec<(NodeIdx, String)> {
+        let fresh: Vec<(NodeIdx, String)> = self
             .iter()
-            .filter(|(idx, slot)| matches!(slot, Member::Waiting) && !self.announced.contains(idx))
-            .map(|(idx, _)| idx)
+            .filter_map(|(idx, slot)| match slot {
+                Member::Waiting { prompt } if !self.announced.contains(&idx) => {
+                    Some((idx, prompt.clone()))
+                }
+                _ => None,
+            })
             .collect();
-        self.announced.extend(&fresh);
+        self.announced.extend(fresh.iter().map(|(idx, _)| *idx));
         fresh
     }
 

@@ -66,27 +66,30 @@ impl RunMachine {
             return;
         }
         match &node.kind {
-            NodeKind::Approval { .. } | NodeKind::Input { .. } => {
-                let prompt = match &node.kind {
-                    NodeKind::Approval { prompt, .. } | NodeKind::Input { prompt, .. } => {
-                        prompt.clone()
-                    }
-                    _ => None,
-                };
+            NodeKind::Approval { prompt, .. } | NodeKind::Input { prompt, .. } => {
+                // Rendered once, here: a waiting run is asked for its
+                // prompt often, and its state may be large.
                 let context = TemplateContext {
                     state: Some(s0),
                     ..Default::default()
                 };
-                if let Some(Err(error)) = prompt.map(|p| p.render(&context, Strictness::Strict)) {
-                    let failure = TaskFailure {
-                        kind: FailureKind::TemplateError,
-                        message: error.to_string(),
-                        worker: None,
-                    };
-                    self.member_failed(idx, 1, failure, fx);
-                    return;
-                }
-                self.set_member(idx, Member::Waiting);
+                let prompt = match prompt
+                    .as_ref()
+                    .map(|p| p.render(&context, Strictness::Strict))
+                {
+                    None => format!("{}?", node.id),
+                    Some(Ok(text)) => text,
+                    Some(Err(error)) => {
+                        let failure = TaskFailure {
+                            kind: FailureKind::TemplateError,
+                            message: error.to_string(),
+                            worker: None,
+                        };
+                        self.member_failed(idx, 1, failure, fx);
+                        return;
+                    }
+                };
+                self.set_member(idx, Member::Waiting { prompt });
             }
             NodeKind::End(_) => self.end_reached(idx, s0, fx),
             NodeKind::Map(_) => match MapRun::start(&self.plan, idx, s0) {
@@ -126,7 +129,7 @@ impl RunMachine {
         let finished = finish_output(
             graph,
             graph.node(idx),
-            || (**s0).clone(),
+            || fields_of(s0, self.plan.update_reads(idx)),
             &Map::new(),
             output,
             true,
@@ -199,15 +202,14 @@ impl RunMachine {
         }
         if wave.has_waiting() {
             let fresh = wave.announce_waiting();
-            let s0 = wave.s0().clone();
             let paused = self.run.status != RunStatus::Waiting;
             self.run.status = RunStatus::Waiting;
-            for idx in &fresh {
+            for (idx, prompt) in &fresh {
                 let node = self.graph().node(*idx);
                 fx.push(Effect::Emit(RunEvent::WaitingForInput {
                     node: node.id.clone(),
                     kind: node.kind.name().to_owned(),
-                    prompt: self.prompt_of(*idx, &s0),
+                    prompt: prompt.clone(),
                 }));
             }
             if paused || !fresh.is_empty() {
