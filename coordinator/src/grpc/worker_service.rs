@@ -60,6 +60,31 @@ impl WorkerApi {
 
 type OutStream = Pin<Box<dyn Stream<Item = Result<pb::CoordinatorMessage, Status>> + Send>>;
 
+/// Hands a worker's messages to the dispatcher until its stream ends, then
+/// reports the worker gone.
+async fn read_worker(
+    mut inbound: Streaming<pb::WorkerMessage>,
+    dispatcher: DispatcherHandle,
+    worker: crate::dispatch::WorkerId,
+) {
+    while let Some(Ok(message)) = inbound.next().await {
+        // A large result is parsed off the async threads (in order: the
+        // next message waits for it).
+        let parsed = if convert::is_large(&message) {
+            tokio::task::spawn_blocking(move || convert::from_worker(message))
+                .await
+                .ok()
+                .flatten()
+        } else {
+            convert::from_worker(message)
+        };
+        if let Some(message) = parsed {
+            dispatcher.message(worker, message);
+        }
+    }
+    dispatcher.leave(worker);
+}
+
 #[tonic::async_trait]
 impl WorkerService for WorkerApi {
     type JoinStream = OutStream;
@@ -99,26 +124,8 @@ impl WorkerService for WorkerApi {
             .join(convert::worker_info(hello), WorkerLink { work, control })
             .await
             .map_err(|e| Status::unavailable(e.to_string()))?;
-        let dispatcher = self.dispatcher.clone();
-        self.tracker.spawn(async move {
-            while let Some(message) = inbound.next().await {
-                let Ok(message) = message else { break };
-                // A large result is parsed off the async threads (in order:
-                // the next message waits for it).
-                let parsed = if convert::is_large(&message) {
-                    tokio::task::spawn_blocking(move || convert::from_worker(message))
-                        .await
-                        .ok()
-                        .flatten()
-                } else {
-                    convert::from_worker(message)
-                };
-                if let Some(message) = parsed {
-                    dispatcher.message(worker, message);
-                }
-            }
-            dispatcher.leave(worker);
-        });
+        self.tracker
+            .spawn(read_worker(inbound, self.dispatcher.clone(), worker));
         let heartbeat = self.heartbeat;
         let max_result_bytes = self.max_result_bytes;
         let welcome = pb::CoordinatorMessage {

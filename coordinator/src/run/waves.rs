@@ -12,8 +12,7 @@ use super::machine::*;
 use std::collections::BTreeSet;
 
 use super::map_run::MapRun;
-use super::merge::{MergeError, changed_fields, merge_wave};
-use super::output::finish_output;
+use super::merge::{MergeError, merge_wave};
 use super::routing::{Decision, Query, decide};
 use crate::graph::{NodeIdx, NodeKind, Strictness, TemplateContext};
 
@@ -111,41 +110,6 @@ impl RunMachine {
                 let failure = TaskFailure {
                     kind: FailureKind::Unsupported,
                     message,
-                    worker: None,
-                };
-                self.member_failed(idx, 1, failure, fx);
-            }
-        }
-    }
-
-    /// An `end` node's wave: its `state_updates` are its only writes.
-    fn end_reached(&mut self, idx: NodeIdx, s0: &State, fx: &mut Vec<Effect>) {
-        let graph = self.graph();
-        let output = NodeOutput {
-            writes: Map::new(),
-            next: None,
-            output: None,
-        };
-        let finished = finish_output(
-            graph,
-            graph.node(idx),
-            || fields_of(s0, self.plan.update_reads(idx)),
-            &Map::new(),
-            output,
-            true,
-        );
-        match finished {
-            Ok((writes, _)) => self.set_member(
-                idx,
-                Member::Succeeded {
-                    changes: changed_fields(s0, writes),
-                    next: None,
-                },
-            ),
-            Err(error) => {
-                let failure = TaskFailure {
-                    kind: FailureKind::InvalidOutput,
-                    message: error.to_string(),
                     worker: None,
                 };
                 self.member_failed(idx, 1, failure, fx);
@@ -547,24 +511,6 @@ impl RunMachine {
             self.reset_region(from, head, fx);
         }
         self.advance(fx);
-    }
-
-    /// An `end` node finished its wave: the run ends as it says.
-    fn end_at(&mut self, end: NodeIdx, fx: &mut Vec<Effect>) {
-        let node = self.graph().node(end);
-        let NodeKind::End(config) = &node.kind else {
-            return;
-        };
-        let error = config.failed.then(|| RunError::EndFailed {
-            node: node.id.clone(),
-            message: config.message.clone(),
-        });
-        let status = if config.failed {
-            RunStatus::Failed
-        } else {
-            RunStatus::Completed
-        };
-        self.finish(status, error, fx);
     }
 
     /// A loop edge `from → head` was taken: `head` and everything downstream
