@@ -119,7 +119,7 @@ async fn a_graph_asking_for_more_than_the_limits_is_refused_naming_the_key() -> 
         .expect_err("refused");
     assert_eq!(refused.code(), tonic::Code::InvalidArgument);
     assert!(
-        refused.message().contains("settings.max_steps is 1000000; this coordinator allows at most 10000 (configuration key max_steps)"),
+        refused.message().contains("settings.max_steps is 1000000; this coordinator allows at most 100000 (configuration key max_steps)"),
         "{}",
         refused.message()
     );

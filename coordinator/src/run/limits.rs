@@ -36,10 +36,10 @@ impl Default for RunLimits {
             max_output_fields: 10_000,
             max_state_fields: 10_000,
             max_attempts: 100,
-            max_steps: 10_000,
-            max_loop_iterations: 1_000,
-            max_map_items: 10_000,
-            max_events: 100_000,
+            max_steps: 100_000,
+            max_loop_iterations: 10_000,
+            max_map_items: 100_000,
+            max_events: 1_000_000,
             max_message_bytes: 4_096,
         }
     }
@@ -111,7 +111,7 @@ mod tests {
         assert_eq!(
             over,
             [
-                "settings.max_steps is 1000000; this coordinator allows at most 10000 (configuration key max_steps)",
+                "settings.max_steps is 1000000; this coordinator allows at most 100000 (configuration key max_steps)",
                 "node 'a': retry.max_attempts is 5000; this coordinator allows at most 100 (configuration key max_attempts)",
             ]
         );
