@@ -5,6 +5,8 @@
 
 #![warn(missing_docs)]
 
+pub mod etcd;
+
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};

@@ -1,0 +1,109 @@
+//! Values larger than one key holds, split across keys and never truncated.
+//!
+//! A value that fits is stored under its key behind a `0` byte. A larger
+//! one is written as chunks under `KEY\u{1}N` first, then its key gets a
+//! head (`1`, chunk count, total size) — last, and fenced like any write, so
+//! a reader never sees a head whose chunks are not there. Chunk keys sort
+//! under their key's prefix; [`scan`] reassembles and skips them. Above
+//! [`MAX_TOTAL_BYTES`] a value is refused with an error naming its key.
+
+use super::{Fence, Revision, Store, StoreError};
+
+/// The largest value stored at all.
+pub const MAX_TOTAL_BYTES: usize = 256 << 20;
+/// Separates a key from its chunk numbers.
+const CHUNK_MARK: char = '\u{1}';
+const INLINE: u8 = 0;
+const CHUNKED: u8 = 1;
+
+/// Whether `key` is a chunk of another key's value.
+pub fn is_chunk_key(key: &str) -> bool {
+    key.contains(CHUNK_MARK)
+}
+
+fn chunk_key(key: &str, index: usize) -> String {
+    format!("{key}{CHUNK_MARK}{index}")
+}
+
+/// Writes `value` under `key`, split when it is larger than the store
+/// takes in one key.
+pub async fn put<S: Store>(
+    store: &S,
+    key: &str,
+    value: &[u8],
+    fence: Option<&Fence>,
+) -> Result<Revision, StoreError> {
+    if value.len() > MAX_TOTAL_BYTES {
+        return Err(StoreError::TooLarge {
+            key: key.to_owned(),
+            size: value.len(),
+            limit: MAX_TOTAL_BYTES,
+        });
+    }
+    let room = store.max_value_bytes() - 1;
+    if value.len() <= room {
+        let mut inline = Vec::with_capacity(value.len() + 1);
+        inline.push(INLINE);
+        inline.extend_from_slice(value);
+        return store.put(key, inline, fence).await;
+    }
+    let pieces: Vec<&[u8]> = value.chunks(store.max_value_bytes()).collect();
+    for (index, piece) in pieces.iter().enumerate() {
+        store
+            .put(&chunk_key(key, index), piece.to_vec(), fence)
+            .await?;
+    }
+    let mut head = vec![CHUNKED];
+    head.extend_from_slice(&(pieces.len() as u32).to_le_bytes());
+    head.extend_from_slice(&(value.len() as u64).to_le_bytes());
+    store.put(key, head, fence).await
+}
+
+/// The value under `key`, reassembled.
+pub async fn get<S: Store>(store: &S, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
+    match store.get(key).await? {
+        Some(entry) => assemble(store, key, entry.value).await.map(Some),
+        None => Ok(None),
+    }
+}
+
+/// Every value under `prefix` (chunk keys folded into theirs), in key order.
+pub async fn scan<S: Store>(store: &S, prefix: &str) -> Result<Vec<(String, Vec<u8>)>, StoreError> {
+    let mut values = Vec::new();
+    for entry in store.scan(prefix).await? {
+        if is_chunk_key(&entry.key) {
+            continue;
+        }
+        let value = assemble(store, &entry.key, entry.value).await?;
+        values.push((entry.key, value));
+    }
+    Ok(values)
+}
+
+/// A stored value as written: inline, or its chunks joined.
+async fn assemble<S: Store>(store: &S, key: &str, stored: Vec<u8>) -> Result<Vec<u8>, StoreError> {
+    let corrupt = |reason: &str| StoreError::Corrupt {
+        key: key.to_owned(),
+        reason: reason.to_owned(),
+    };
+    match stored.first() {
+        Some(&INLINE) => Ok(stored[1..].to_vec()),
+        Some(&CHUNKED) if stored.len() == 13 => {
+            let count = u32::from_le_bytes(stored[1..5].try_into().expect("4 bytes")) as usize;
+            let size = u64::from_le_bytes(stored[5..13].try_into().expect("8 bytes")) as usize;
+            let mut value = Vec::with_capacity(size);
+            for index in 0..count {
+                let piece = store
+                    .get(&chunk_key(key, index))
+                    .await?
+                    .ok_or_else(|| corrupt(&format!("chunk {index} of {count} is missing")))?;
+                value.extend_from_slice(&piece.value);
+            }
+            if value.len() != size {
+                return Err(corrupt(&format!("{} bytes of {size}", value.len())));
+            }
+            Ok(value)
+        }
+        _ => Err(corrupt("not a value written by this store")),
+    }
+}

@@ -1,0 +1,169 @@
+//! Weft's store: the narrow key-value interface that durable runs and high
+//! availability need, with two backends that pass one test suite.
+//!
+//! - [`EmbeddedStore`]: a redb file in the coordinator's data directory,
+//!   crash-safe, no external service (the default);
+//! - [`EtcdStore`]: an etcd cluster shared by several coordinators.
+//!
+//! The interface is what checkpoints, recovery and leader election use and
+//! nothing more: get, scan a prefix, put (optionally fenced), create-if-
+//! absent (optionally under a lease), compare-and-put, delete a prefix,
+//! leases with keep-alive, and watching a prefix. A [`Fence`] makes a write
+//! conditional on a key still existing with a given create revision — the
+//! leader key of an election — so a deposed leader that wakes up cannot
+//! overwrite what its successor wrote. Values larger than a backend takes in
+//! one request are split across keys by [`chunks`].
+
+#![warn(missing_docs)]
+
+use std::future::Future;
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+
+pub mod chunks;
+mod embedded;
+mod etcd;
+
+pub use embedded::EmbeddedStore;
+pub use etcd::EtcdStore;
+
+/// A store revision: increases with every write.
+pub type Revision = i64;
+/// A lease: keys created under it vanish when it is not kept alive.
+pub type LeaseId = i64;
+
+/// A stored key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    /// The key.
+    pub key: String,
+    /// Its value.
+    pub value: Vec<u8>,
+    /// The revision that created it.
+    pub create_revision: Revision,
+    /// The revision that last changed it.
+    pub mod_revision: Revision,
+}
+
+/// A condition on writes: `key` still exists with this create revision.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fence {
+    /// The key (an election's leader key).
+    pub key: String,
+    /// Its create revision when it was won.
+    pub revision: Revision,
+}
+
+/// A change seen by a watch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WatchEvent {
+    /// A key was written.
+    Put(Entry),
+    /// A key was deleted (or its lease expired).
+    Delete {
+        /// The key.
+        key: String,
+    },
+}
+
+/// Why a store operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The fence no longer holds: this writer is not the leader any more.
+    #[error(
+        "write refused: '{key}' is no longer held at revision {revision} (another coordinator leads)"
+    )]
+    Fenced {
+        /// The fence's key.
+        key: String,
+        /// The revision it was held at.
+        revision: Revision,
+    },
+    /// A value too large for the backend, even split.
+    #[error("'{key}' is {size} bytes; the store takes at most {limit}")]
+    TooLarge {
+        /// The key.
+        key: String,
+        /// Its size.
+        size: usize,
+        /// The limit.
+        limit: usize,
+    },
+    /// A stored value is not what this version reads.
+    #[error("'{key}' holds an unreadable value: {reason}")]
+    Corrupt {
+        /// The key.
+        key: String,
+        /// Why.
+        reason: String,
+    },
+    /// The backend failed (I/O, network, etcd).
+    #[error("store: {0}")]
+    Backend(String),
+}
+
+/// The store's operations. Every write is durable when it returns.
+pub trait Store: Send + Sync + 'static {
+    /// The largest value one key holds (larger ones go through [`chunks`]).
+    fn max_value_bytes(&self) -> usize;
+
+    /// A key, if present.
+    fn get(&self, key: &str) -> impl Future<Output = Result<Option<Entry>, StoreError>> + Send;
+
+    /// Every key starting with `prefix`, in key order.
+    fn scan(&self, prefix: &str) -> impl Future<Output = Result<Vec<Entry>, StoreError>> + Send;
+
+    /// Writes a key; with a fence, only while the fence holds
+    /// ([`StoreError::Fenced`] otherwise). Returns the write's revision.
+    fn put(
+        &self,
+        key: &str,
+        value: Vec<u8>,
+        fence: Option<&Fence>,
+    ) -> impl Future<Output = Result<Revision, StoreError>> + Send;
+
+    /// Creates a key if it is absent, optionally under a lease; its create
+    /// revision, or `None` when the key exists.
+    fn create(
+        &self,
+        key: &str,
+        value: Vec<u8>,
+        lease: Option<LeaseId>,
+    ) -> impl Future<Output = Result<Option<Revision>, StoreError>> + Send;
+
+    /// Writes a key only if its last change was at `expected` (0: only if
+    /// absent), and the fence holds; whether it wrote.
+    fn compare_and_put(
+        &self,
+        key: &str,
+        value: Vec<u8>,
+        expected: Revision,
+        fence: Option<&Fence>,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+
+    /// Deletes every key starting with `prefix` (while the fence holds).
+    fn delete_prefix(
+        &self,
+        prefix: &str,
+        fence: Option<&Fence>,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// A new lease that lives `ttl` after its last keep-alive.
+    fn grant_lease(
+        &self,
+        ttl: Duration,
+    ) -> impl Future<Output = Result<LeaseId, StoreError>> + Send;
+
+    /// Keeps a lease alive for another `ttl`; false when it has expired.
+    fn keep_alive(&self, lease: LeaseId) -> impl Future<Output = Result<bool, StoreError>> + Send;
+
+    /// Ends a lease now; its keys are deleted.
+    fn revoke(&self, lease: LeaseId) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Changes to keys under `prefix` from now on, in order.
+    fn watch(
+        &self,
+        prefix: &str,
+    ) -> impl Future<Output = Result<mpsc::Receiver<WatchEvent>, StoreError>> + Send;
+}

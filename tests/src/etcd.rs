@@ -1,0 +1,78 @@
+//! A real etcd server for tests: Debian's `etcd` binary on free loopback
+//! ports with a temporary data directory, killed and removed on drop.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+
+/// A running etcd.
+pub struct TestEtcd {
+    child: Child,
+    dir: PathBuf,
+    /// Its client URL, `http://127.0.0.1:PORT`.
+    pub url: String,
+}
+
+/// A port nothing listens on now.
+fn free_port() -> Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+impl TestEtcd {
+    /// Starts etcd and waits until it answers.
+    pub async fn start() -> Result<Self> {
+        let (client, peer) = (free_port()?, free_port()?);
+        let dir = std::env::temp_dir().join(format!("weft-etcd-{}-{client}", std::process::id()));
+        let url = format!("http://127.0.0.1:{client}");
+        let peer_url = format!("http://127.0.0.1:{peer}");
+        let child = Command::new("etcd")
+            .arg("--data-dir")
+            .arg(&dir)
+            .args([
+                "--listen-client-urls",
+                &url,
+                "--advertise-client-urls",
+                &url,
+            ])
+            .args(["--listen-peer-urls", &peer_url])
+            .args(["--initial-advertise-peer-urls", &peer_url])
+            .args(["--initial-cluster", &format!("default={peer_url}")])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .context("starting etcd (Debian: apt-get install etcd-server)")?;
+        let etcd = Self { child, dir, url };
+        etcd.wait_ready().await?;
+        Ok(etcd)
+    }
+
+    /// Polls until a read succeeds.
+    async fn wait_ready(&self) -> Result<()> {
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let ready = match etcd_client::Client::connect([&self.url], None).await {
+                Ok(mut client) => client.get("ready", None).await.is_ok(),
+                Err(_) => false,
+            };
+            if ready {
+                return Ok(());
+            }
+            if std::time::Instant::now() > deadline {
+                bail!("etcd at {} did not answer within 30 s", self.url);
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+impl Drop for TestEtcd {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}

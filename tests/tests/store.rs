@@ -1,0 +1,269 @@
+//! One test suite for both store backends (issue #9): the embedded redb
+//! file and a real etcd server started for the test.
+
+use std::time::Duration;
+
+use weft_store::{EmbeddedStore, EtcdStore, Fence, Store, StoreError, WatchEvent, chunks};
+use weft_tests::etcd::TestEtcd;
+
+/// Keys of one run of the suite, so runs never meet.
+fn key(prefix: &str, name: &str) -> String {
+    format!("{prefix}/{name}")
+}
+
+async fn reads_and_writes(store: &impl Store, p: &str) {
+    assert_eq!(store.get(&key(p, "a")).await.unwrap(), None);
+    let first = store.put(&key(p, "a"), b"1".to_vec(), None).await.unwrap();
+    let second = store.put(&key(p, "a"), b"2".to_vec(), None).await.unwrap();
+    assert!(second > first, "revisions increase");
+    let entry = store.get(&key(p, "a")).await.unwrap().expect("present");
+    assert_eq!(entry.value, b"2");
+    assert_eq!(entry.create_revision, first, "created once");
+    assert_eq!(entry.mod_revision, second);
+    store
+        .put(&key(p, "b/1"), b"x".to_vec(), None)
+        .await
+        .unwrap();
+    store
+        .put(&key(p, "b/2"), b"y".to_vec(), None)
+        .await
+        .unwrap();
+    store.put(&key(p, "c"), b"z".to_vec(), None).await.unwrap();
+    let under_b: Vec<String> = store
+        .scan(&key(p, "b/"))
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.key)
+        .collect();
+    assert_eq!(
+        under_b,
+        [key(p, "b/1"), key(p, "b/2")],
+        "a prefix, in key order"
+    );
+    store.delete_prefix(&key(p, "b/"), None).await.unwrap();
+    assert!(store.scan(&key(p, "b/")).await.unwrap().is_empty());
+    assert!(
+        store.get(&key(p, "c")).await.unwrap().is_some(),
+        "other keys stay"
+    );
+}
+
+async fn conditional_writes(store: &impl Store, p: &str) {
+    let k = key(p, "cas");
+    assert!(
+        store
+            .compare_and_put(&k, b"1".to_vec(), 0, None)
+            .await
+            .unwrap(),
+        "absent: written"
+    );
+    assert!(
+        !store
+            .compare_and_put(&k, b"2".to_vec(), 0, None)
+            .await
+            .unwrap(),
+        "present now"
+    );
+    let at = store.get(&k).await.unwrap().unwrap().mod_revision;
+    assert!(
+        store
+            .compare_and_put(&k, b"3".to_vec(), at, None)
+            .await
+            .unwrap()
+    );
+    assert!(
+        !store
+            .compare_and_put(&k, b"4".to_vec(), at, None)
+            .await
+            .unwrap(),
+        "stale"
+    );
+    assert_eq!(store.get(&k).await.unwrap().unwrap().value, b"3");
+
+    let created = store
+        .create(&key(p, "once"), b"a".to_vec(), None)
+        .await
+        .unwrap();
+    assert!(created.is_some());
+    assert_eq!(
+        store
+            .create(&key(p, "once"), b"b".to_vec(), None)
+            .await
+            .unwrap(),
+        None
+    );
+    assert_eq!(
+        store.get(&key(p, "once")).await.unwrap().unwrap().value,
+        b"a"
+    );
+}
+
+async fn fences(store: &impl Store, p: &str) {
+    let leader = key(p, "leader");
+    let won = store
+        .create(&leader, b"me".to_vec(), None)
+        .await
+        .unwrap()
+        .unwrap();
+    let fence = Fence {
+        key: leader.clone(),
+        revision: won,
+    };
+    store
+        .put(&key(p, "state"), b"1".to_vec(), Some(&fence))
+        .await
+        .unwrap();
+    // Another coordinator wins after this one lost the key.
+    store.delete_prefix(&leader, None).await.unwrap();
+    let theirs = store
+        .create(&leader, b"them".to_vec(), None)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_ne!(theirs, won);
+    let late = store
+        .put(&key(p, "state"), b"stale".to_vec(), Some(&fence))
+        .await;
+    assert!(matches!(late, Err(StoreError::Fenced { .. })), "{late:?}");
+    let late = store
+        .compare_and_put(&key(p, "state"), b"stale".to_vec(), 0, Some(&fence))
+        .await;
+    assert!(matches!(late, Err(StoreError::Fenced { .. })), "{late:?}");
+    let late = store.delete_prefix(&key(p, "state"), Some(&fence)).await;
+    assert!(matches!(late, Err(StoreError::Fenced { .. })), "{late:?}");
+    assert_eq!(
+        store.get(&key(p, "state")).await.unwrap().unwrap().value,
+        b"1"
+    );
+    let current = Fence {
+        key: leader,
+        revision: theirs,
+    };
+    store
+        .put(&key(p, "state"), b"2".to_vec(), Some(&current))
+        .await
+        .unwrap();
+}
+
+async fn leases_and_watches(store: &impl Store, p: &str) {
+    let mut changes = store.watch(&key(p, "w/")).await.unwrap();
+    let lease = store.grant_lease(Duration::from_secs(2)).await.unwrap();
+    let leader = key(p, "w/leader");
+    store
+        .create(&leader, b"me".to_vec(), Some(lease))
+        .await
+        .unwrap()
+        .unwrap();
+    store
+        .put(&key(p, "other"), b"not watched".to_vec(), None)
+        .await
+        .unwrap();
+    match next(&mut changes).await {
+        WatchEvent::Put(entry) => assert_eq!(entry.key, leader),
+        other => panic!("{other:?}"),
+    }
+    assert!(store.keep_alive(lease).await.unwrap());
+    // Not kept alive any more: the key goes, and the watch says so.
+    assert_eq!(
+        next(&mut changes).await,
+        WatchEvent::Delete {
+            key: leader.clone()
+        }
+    );
+    assert_eq!(store.get(&leader).await.unwrap(), None);
+    assert!(!store.keep_alive(lease).await.unwrap(), "the lease is gone");
+    let lease = store.grant_lease(Duration::from_secs(30)).await.unwrap();
+    store
+        .create(&leader, b"again".to_vec(), Some(lease))
+        .await
+        .unwrap()
+        .unwrap();
+    let _ = next(&mut changes).await;
+    store.revoke(lease).await.unwrap();
+    assert_eq!(
+        next(&mut changes).await,
+        WatchEvent::Delete {
+            key: leader.clone()
+        }
+    );
+}
+
+/// The next change a watch reports (waiting for it, within reason).
+async fn next(changes: &mut tokio::sync::mpsc::Receiver<WatchEvent>) -> WatchEvent {
+    tokio::time::timeout(Duration::from_secs(20), changes.recv())
+        .await
+        .expect("a change arrives")
+        .expect("the watch is open")
+}
+
+async fn large_values(store: &impl Store, p: &str) {
+    let big: Vec<u8> = (0..(store.max_value_bytes() * 2 + 12_345))
+        .map(|i| (i % 251) as u8)
+        .collect();
+    chunks::put(store, &key(p, "big"), &big, None)
+        .await
+        .unwrap();
+    chunks::put(store, &key(p, "small"), b"s", None)
+        .await
+        .unwrap();
+    assert_eq!(
+        chunks::get(store, &key(p, "big")).await.unwrap().as_deref(),
+        Some(&big[..])
+    );
+    let all = chunks::scan(store, &key(p, "")).await.unwrap();
+    let names: Vec<&str> = all.iter().map(|(k, _)| k.as_str()).collect();
+    assert!(names.contains(&key(p, "big").as_str()) && names.contains(&key(p, "small").as_str()));
+    assert!(names.iter().all(|k| !chunks::is_chunk_key(k)), "{names:?}");
+    let huge = vec![0u8; chunks::MAX_TOTAL_BYTES + 1];
+    let refused = chunks::put(store, &key(p, "huge"), &huge, None).await;
+    assert!(
+        matches!(refused, Err(StoreError::TooLarge { .. })),
+        "never truncated"
+    );
+}
+
+async fn suite(store: &impl Store, p: &str) {
+    reads_and_writes(store, &key(p, "rw")).await;
+    conditional_writes(store, &key(p, "cond")).await;
+    fences(store, &key(p, "fence")).await;
+    large_values(store, &key(p, "large")).await;
+    leases_and_watches(store, &key(p, "lease")).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_embedded_store_passes_the_suite_and_keeps_what_it_wrote() {
+    let dir = std::env::temp_dir().join(format!("weft-store-{}", std::process::id()));
+    let path = dir.join("store.redb");
+    {
+        let store = EmbeddedStore::open(&path).unwrap();
+        suite(&store, "t").await;
+        store
+            .put("kept", b"across opens".to_vec(), None)
+            .await
+            .unwrap();
+        let lease = store.grant_lease(Duration::from_secs(60)).await.unwrap();
+        store
+            .create("leased", b"owner dies".to_vec(), Some(lease))
+            .await
+            .unwrap();
+    }
+    // Reopened, as by a restarted coordinator: writes are there, and keys
+    // of the dead owner's leases are gone.
+    let store = EmbeddedStore::open(&path).unwrap();
+    assert_eq!(
+        store.get("kept").await.unwrap().unwrap().value,
+        b"across opens"
+    );
+    assert_eq!(store.get("leased").await.unwrap(), None);
+    let next = store.put("kept", b"later".to_vec(), None).await.unwrap();
+    assert!(next > 1, "revisions continue");
+    std::fs::remove_dir_all(dir).ok();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_etcd_store_passes_the_suite() {
+    let etcd = TestEtcd::start().await.expect("etcd runs");
+    let store = EtcdStore::connect(std::slice::from_ref(&etcd.url)).await.unwrap();
+    suite(&store, "t").await;
+}
