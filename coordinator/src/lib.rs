@@ -8,6 +8,7 @@
 pub mod bundle;
 pub mod config;
 pub mod dispatch;
+pub mod durable;
 pub use weft_graph as graph;
 mod grpc;
 pub mod metrics;

@@ -17,6 +17,7 @@ mod map_run;
 pub mod merge;
 mod output;
 mod plan;
+mod recovery;
 mod routing;
 mod task_table;
 mod tasks;

@@ -144,6 +144,29 @@ impl TaskTable {
         }
     }
 
+    /// What a new process must do for the attempts it restored: the specs
+    /// in flight (sorted by key), and the keys parked for a retry timer.
+    pub(super) fn outstanding(&self) -> (Vec<TaskSpec>, Vec<TaskKey>) {
+        let mut in_flight: Vec<(TaskKey, TaskSpec)> = self
+            .tasks
+            .iter()
+            .filter(|(_, t)| t.in_flight)
+            .map(|(&k, t)| (k, t.spec.clone()))
+            .collect();
+        in_flight.sort_unstable_by_key(|(k, _)| *k);
+        let mut parked: Vec<TaskKey> = self
+            .tasks
+            .iter()
+            .filter(|(k, t)| !t.in_flight && !self.queue.contains(k))
+            .map(|(&k, _)| k)
+            .collect();
+        parked.sort_unstable();
+        (
+            in_flight.into_iter().map(|(_, spec)| spec).collect(),
+            parked,
+        )
+    }
+
     /// In debug builds: the in-flight count matches the flags, and no key
     /// is both queued and in flight.
     fn check(&self) {

@@ -46,6 +46,17 @@ impl Driver {
         }
     }
 
+    /// A copy made the way a restarted coordinator makes it: restored from
+    /// the checkpoint, with everything that was sent out lost and sent
+    /// again by [`RunMachine::resume`].
+    fn crashed_and_resumed(&self, plan: &Arc<RunPlan>) -> Self {
+        let mut copy = self.stored_and_restored(plan);
+        copy.awaited.clear();
+        let effects = copy.machine.resume();
+        copy.absorb(&effects);
+        copy
+    }
+
     fn absorb(&mut self, effects: &[Effect]) {
         for effect in effects {
             match effect {
@@ -119,6 +130,17 @@ fn restores_everywhere(yaml: &str, input: Value, respond: Respond, human: Input)
                 .expect("as many steps as before");
             original.step(next);
         }
+        // After a crash at this point, the resumed copy reaches the same end.
+        let mut resumed = original.crashed_and_resumed(&plan);
+        while let Some(next) = resumed.next_input(respond, &human) {
+            resumed.step(next);
+        }
+        assert_eq!(resumed.machine.status(), RunStatus::Completed, "cut {cut}");
+        assert_eq!(
+            resumed.machine.state(),
+            reference.machine.state(),
+            "cut {cut}"
+        );
         let mut restored = original.stored_and_restored(&plan);
         assert_eq!(
             restored.machine.status(),

@@ -1,0 +1,4 @@
+//! Durable runs: what the coordinator keeps in its store so a run outlives
+//! the process that started it (SPEC 9). [`records`] is the stored format.
+
+pub mod records;

@@ -1,0 +1,171 @@
+//! The stored form of runs: one byte of format version, then the record
+//! encoded with bincode.
+//!
+//! A coordinator reads every format up to its own ([`FORMAT`]) and refuses a
+//! newer one with an error naming it, so a rollback never misreads what a
+//! newer coordinator wrote. The run machine's progress and the events hold
+//! arbitrary JSON (the state), which bincode cannot describe by itself: they
+//! travel inside the record as JSON text.
+//!
+//! `tests/fixtures/run-record-v1.bin` is a record of format 1 as written
+//! on the day the format was fixed; a test decodes it and checks that
+//! today's encoder still writes exactly those bytes, so a change of format
+//! is a deliberate one (a new version, with the old one still read).
+
+use serde::{Deserialize, Serialize};
+
+/// The format this coordinator writes.
+pub const FORMAT: u8 = 1;
+
+/// A run as stored: enough to restore its machine and serve it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunRecord {
+    /// The run id.
+    pub id: String,
+    /// The graph file's path within the bundle.
+    pub graph_path: String,
+    /// Every file of the bundle, stored once by hash under `blobs/`.
+    pub files: Vec<FileRecord>,
+    /// When the run was submitted (Unix milliseconds).
+    pub created_unix_ms: i64,
+    /// The machine's progress (`Progress`), as JSON.
+    pub progress_json: String,
+    /// Events stored so far (the log position the progress belongs to).
+    pub events: u64,
+}
+
+/// A bundle file of a run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileRecord {
+    /// Its path in the bundle.
+    pub path: String,
+    /// Its content hash.
+    pub sha256: String,
+    /// Its permission bits.
+    pub mode: u32,
+}
+
+/// A stretch of a run's event log.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EventsRecord {
+    /// The position of the first event.
+    pub first: u64,
+    /// Each event: when (Unix milliseconds) and what, as JSON.
+    pub events: Vec<(i64, String)>,
+}
+
+/// Why stored bytes are not a record this coordinator reads.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RecordError {
+    /// Written by a newer coordinator.
+    #[error("format {0} was written by a newer coordinator (this one reads up to {FORMAT})")]
+    Newer(u8),
+    /// Not a record.
+    #[error("not a record: {0}")]
+    Corrupt(String),
+}
+
+/// Encodes a record of the current format.
+pub fn encode<T: Serialize>(record: &T) -> Vec<u8> {
+    let mut bytes = vec![FORMAT];
+    let body = bincode::serde::encode_to_vec(record, bincode::config::standard())
+        .expect("records hold only strings, numbers and lists");
+    bytes.extend_from_slice(&body);
+    bytes
+}
+
+/// Decodes a record of any format up to the current one.
+pub fn decode<T: for<'de> Deserialize<'de>>(bytes: &[u8]) -> Result<T, RecordError> {
+    let (&version, body) = bytes
+        .split_first()
+        .ok_or_else(|| RecordError::Corrupt("empty".into()))?;
+    match version {
+        // Format 1 is today's: nothing to convert.
+        1 => {
+            let (record, used) =
+                bincode::serde::decode_from_slice(body, bincode::config::standard())
+                    .map_err(|e| RecordError::Corrupt(e.to_string()))?;
+            if used != body.len() {
+                return Err(RecordError::Corrupt(format!(
+                    "{} bytes after the record",
+                    body.len() - used
+                )));
+            }
+            Ok(record)
+        }
+        0 => Err(RecordError::Corrupt("format 0 does not exist".into())),
+        newer => Err(RecordError::Newer(newer)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The record kept in `tests/fixtures/run-record-v1.bin`.
+    fn sample() -> RunRecord {
+        RunRecord {
+            id: "run-0190f3a2b7c47d1e9f00000000000001".into(),
+            graph_path: "review.yaml".into(),
+            files: vec![
+                FileRecord {
+                    path: "review.yaml".into(),
+                    sha256: "a".repeat(64),
+                    mode: 0o644,
+                },
+                FileRecord {
+                    path: "scripts/gate.sh".into(),
+                    sha256: "b".repeat(64),
+                    mode: 0o755,
+                },
+            ],
+            created_unix_ms: 1_796_000_000_000,
+            progress_json: r#"{"state":{"topic":"Weft"},"status":"Running","steps":2}"#.into(),
+            events: 7,
+        }
+    }
+
+    #[test]
+    fn a_record_of_format_1_decodes_and_is_still_written_the_same() {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/run-record-v1.bin"
+        );
+        if std::env::var_os("WEFT_WRITE_FIXTURES").is_some() {
+            std::fs::write(path, encode(&sample())).expect("fixture written");
+        }
+        let stored = std::fs::read(path).expect("the fixture is checked in");
+        assert_eq!(stored[0], 1, "format 1");
+        assert_eq!(decode::<RunRecord>(&stored).expect("decodes"), sample());
+        assert_eq!(
+            encode(&sample()),
+            stored,
+            "today's encoder writes format 1 unchanged"
+        );
+    }
+
+    #[test]
+    fn newer_or_broken_records_are_refused_by_name() {
+        let mut bytes = encode(&sample());
+        bytes[0] = 9;
+        assert_eq!(
+            decode::<RunRecord>(&bytes).unwrap_err().to_string(),
+            "format 9 was written by a newer coordinator (this one reads up to 1)"
+        );
+        assert!(matches!(
+            decode::<RunRecord>(&[]),
+            Err(RecordError::Corrupt(_))
+        ));
+        let mut long = encode(&sample());
+        long.push(0);
+        assert!(matches!(
+            decode::<RunRecord>(&long),
+            Err(RecordError::Corrupt(_))
+        ));
+        let events = EventsRecord {
+            first: 3,
+            events: vec![(1, r#"{"kind":"run_started"}"#.into())],
+        };
+        assert_eq!(decode::<EventsRecord>(&encode(&events)).unwrap(), events);
+    }
+}

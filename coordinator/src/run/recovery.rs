@@ -1,0 +1,67 @@
+//! Continuing a restored run in a new process (SPEC 9): whatever the old
+//! process had sent out is gone with its dispatcher and timers, so it is
+//! sent again — tasks in flight under their own keys and attempts (a late
+//! result of the first sending is the same attempt, accepted once), retries
+//! that were waiting for their timer at once, and the worker-hosted calls
+//! a merge or a routing was waiting for.
+
+use std::time::Duration;
+
+use super::events::*;
+use super::machine::*;
+use super::wave::Phase;
+
+impl RunMachine {
+    /// The effects that pick a restored run up where it stopped; nothing
+    /// for a run that has ended or waits only for a person.
+    pub fn resume(&mut self) -> Vec<Effect> {
+        let mut fx = Vec::new();
+        if self.run.status.is_terminal() {
+            return fx;
+        }
+        let (in_flight, parked) = self.run.tasks.outstanding();
+        fx.extend(in_flight.into_iter().map(Effect::Dispatch));
+        fx.extend(parked.into_iter().map(|key| Effect::ScheduleRetry {
+            key,
+            delay: Duration::ZERO,
+        }));
+        self.pump(&mut fx);
+        self.reissue_calls(&mut fx);
+        fx
+    }
+
+    /// The worker-hosted reducers and predicates the wave still waits for.
+    fn reissue_calls(&self, fx: &mut Vec<Effect>) {
+        let Some(wave) = &self.run.wave else { return };
+        match &wave.phase {
+            Phase::Running => {}
+            Phase::Merging { outcome, pending } => {
+                let mut calls: Vec<_> = pending.iter().collect();
+                calls.sort_unstable_by_key(|(call, _)| **call);
+                for (&call, field) in calls {
+                    let Some(reduction) = outcome.hosted.iter().find(|r| &r.field == field) else {
+                        continue;
+                    };
+                    fx.push(Effect::CallReducer {
+                        call,
+                        name: reduction.reducer.clone(),
+                        field: field.clone(),
+                        s0_value: reduction.s0_value.clone(),
+                        branch_values: reduction.branch_values.clone(),
+                    });
+                }
+            }
+            Phase::Routing { view, pending, .. } => {
+                let mut calls: Vec<_> = pending.iter().collect();
+                calls.sort_unstable_by_key(|(call, _)| **call);
+                for (&call, &query) in calls {
+                    fx.push(Effect::CallPredicate {
+                        call,
+                        name: self.plan.query_function(query),
+                        state: view.clone(),
+                    });
+                }
+            }
+        }
+    }
+}
