@@ -160,6 +160,10 @@ impl From<tonic::Status> for ClientError {
     }
 }
 
+/// How long [`Client::wait`] keeps trying a coordinator that does not
+/// answer before it gives up.
+pub const RECONNECT_PATIENCE: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// A connection to a coordinator.
 #[derive(Debug, Clone)]
 pub struct Client {
@@ -297,8 +301,28 @@ impl Client {
         }))
     }
 
-    /// Waits until the run has ended or waits for a human.
+    /// Waits until the run has ended or waits for a human. A coordinator
+    /// that goes away meanwhile (a restart, a failover) is waited for, up to
+    /// [`RECONNECT_PATIENCE`] without an answer; runs survive restarts.
     pub async fn wait(&self, run_id: &str) -> Result<RunInfo, ClientError> {
+        let mut outage: Option<std::time::Instant> = None;
+        let mut pause = std::time::Duration::from_millis(50);
+        loop {
+            match self.wait_once(run_id).await {
+                Err(ClientError::Unreachable { url, reason }) => {
+                    let since = *outage.get_or_insert_with(std::time::Instant::now);
+                    if since.elapsed() > RECONNECT_PATIENCE {
+                        return Err(ClientError::Unreachable { url, reason });
+                    }
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(std::time::Duration::from_secs(1));
+                }
+                other => return other,
+            }
+        }
+    }
+
+    async fn wait_once(&self, run_id: &str) -> Result<RunInfo, ClientError> {
         loop {
             let info = self.status(run_id).await?;
             if info.status.is_terminal() || info.status == RunStatus::Waiting {
@@ -306,8 +330,17 @@ impl Client {
             }
             let mut events = self.watch(run_id, info.event_count).await?;
             while let Some(event) = events.next().await {
-                if event?.ends_or_pauses() {
-                    break;
+                match event {
+                    Ok(event) if event.ends_or_pauses() => break,
+                    Ok(_) => {}
+                    // The stream broke off (the coordinator went away):
+                    // the caller asks again once it is back.
+                    Err(error) => {
+                        return Err(ClientError::Unreachable {
+                            url: String::new(),
+                            reason: error.to_string(),
+                        });
+                    }
                 }
             }
         }

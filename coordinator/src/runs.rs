@@ -11,7 +11,13 @@ use tokio_util::task::TaskTracker;
 use crate::bundle::{BlobStore, Bundle, BundleError};
 use crate::dispatch::{BlobRef, DispatcherHandle, TaskLauncher};
 use crate::graph::Finding;
-use crate::run::{RunError, RunHandle, RunLimits, RunMachine, RunPlan, RunSetup, spawn_run};
+use weft_store::AnyStore;
+
+use crate::durable::journal::Journal;
+use crate::durable::restore;
+use crate::run::{
+    History, RunError, RunHandle, RunLimits, RunMachine, RunPlan, RunSetup, Start, spawn_run,
+};
 
 /// Why a submission was refused. Nothing was started.
 #[derive(Debug, thiserror::Error)]
@@ -29,6 +35,9 @@ pub enum SubmitError {
     /// The graph asks for more than the coordinator's run limits allow.
     #[error("{}", .0.join("\n"))]
     OverLimits(Vec<String>),
+    /// The run could not be stored, so it is not accepted.
+    #[error("the run could not be stored: {0}")]
+    Store(String),
     /// The input is larger than the configured limit.
     #[error("the input is {size} bytes, more than the limit of {limit}")]
     InputTooLarge {
@@ -51,6 +60,8 @@ pub struct Runs {
     fixed_workers: bool,
     limits: RunLimits,
     retention: Retention,
+    /// Where runs are kept across restarts; `None`: in memory only.
+    store: Option<AnyStore>,
 }
 
 /// How long ended runs are kept: the newest `count` of them, each for at
@@ -97,7 +108,68 @@ impl Runs {
             fixed_workers: config.fixed_workers,
             limits: config.limits.clone(),
             retention: config.retention,
+            store: None,
         }
+    }
+
+    /// Keeps runs in `store` from now on.
+    pub fn with_store(mut self, store: AnyStore) -> Self {
+        self.store = Some(store);
+        self
+    }
+
+    /// Restores every run stored by an earlier coordinator: unfinished ones
+    /// continue (what was in flight is sent again), ended ones answer as
+    /// before. Returns how many.
+    pub async fn recover(&self, max_bundle_bytes: usize) -> Result<usize, weft_store::StoreError> {
+        let Some(store) = self.store.clone() else {
+            return Ok(0);
+        };
+        let stored = restore::stored_runs(&store, max_bundle_bytes).await?;
+        let count = stored.len();
+        for run in stored {
+            let id = run.id.clone();
+            if let Err(error) = self.adopt(&store, run) {
+                tracing::error!(run = %id, %error, "a stored run cannot continue");
+            }
+        }
+        Ok(count)
+    }
+
+    /// Continues one stored run under a new actor.
+    fn adopt(&self, store: &AnyStore, run: restore::StoredRun) -> Result<(), String> {
+        let (graph, _) = run.bundle.load_graph().map_err(|e| e.to_string())?;
+        let durability = graph.settings.durability;
+        let plan = RunPlan::new(Arc::new(graph), self.limits.clone());
+        let machine = RunMachine::restore(plan.clone(), run.progress).map_err(|e| e.to_string())?;
+        let journal = Journal::start(
+            store.clone(),
+            run.id.clone(),
+            run.head.clone(),
+            durability,
+            run.log.len() as u64,
+            &self.tracker,
+        );
+        let handle = spawn_run(RunSetup {
+            id: run.id.clone(),
+            plan,
+            machine,
+            bundle: Arc::new(bundle_refs(&run.bundle)),
+            launcher: Arc::new(self.dispatcher.clone()),
+            shutdown: self.shutdown.child_token(),
+            tracker: self.tracker.clone(),
+            history: Some(History {
+                log: run.log,
+                created_unix_ms: run.head.created_unix_ms,
+            }),
+            start: Start::Recover,
+            journal: Some(journal),
+            lease: self.blobs.add_bundle(&run.bundle),
+        });
+        let mut inner = self.inner.write().unwrap_or_else(|e| e.into_inner());
+        inner.by_id.insert(run.id.clone(), handle);
+        inner.order.push(run.id);
+        Ok(())
     }
 
     /// Starts a run; returns its id and the warnings to show the submitter.
@@ -134,17 +206,26 @@ impl Runs {
         }
         warnings.extend(gaps.into_iter().map(|gap| gap.warning));
         let lease = self.blobs.add_bundle(&bundle);
-        let refs: Vec<BlobRef> = bundle
-            .files
-            .iter()
-            .filter(|(path, _)| **path != bundle.graph_path)
-            .map(|(path, file)| BlobRef {
-                path: path.clone(),
-                sha256: file.sha256.clone(),
-                mode: file.mode,
-            })
-            .collect();
+        let refs = bundle_refs(&bundle);
         let id: Arc<str> = Arc::from(format!("run-{}", uuid::Uuid::now_v7().simple()));
+        // Stored before it is acknowledged: a crash from here on loses nothing.
+        let journal = match &self.store {
+            Some(store) => {
+                let durability = plan.graph().settings.durability;
+                let head = restore::admit(store, &id, &bundle, &machine, now_ms())
+                    .await
+                    .map_err(|e| SubmitError::Store(e.to_string()))?;
+                Some(Journal::start(
+                    store.clone(),
+                    id.clone(),
+                    head,
+                    durability,
+                    0,
+                    &self.tracker,
+                ))
+            }
+            None => None,
+        };
         let launcher: Arc<dyn TaskLauncher> = Arc::new(self.dispatcher.clone());
         let handle = spawn_run(RunSetup {
             id: id.clone(),
@@ -155,6 +236,8 @@ impl Runs {
             shutdown: self.shutdown.child_token(),
             tracker: self.tracker.clone(),
             history: None,
+            start: Start::New,
+            journal,
             lease,
         });
         metrics::counter!(crate::metrics::RUNS_SUBMITTED).increment(1);
@@ -288,4 +371,24 @@ fn parse_input(text: &str) -> Result<Map<String, Value>, SubmitError> {
             error.column()
         ))),
     }
+}
+
+/// The bundle's files as workers fetch them (the graph file aside).
+fn bundle_refs(bundle: &Bundle) -> Vec<BlobRef> {
+    bundle
+        .files
+        .iter()
+        .filter(|(path, _)| **path != bundle.graph_path)
+        .map(|(path, file)| BlobRef {
+            path: path.clone(),
+            sha256: file.sha256.clone(),
+            mode: file.mode,
+        })
+        .collect()
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }

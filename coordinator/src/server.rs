@@ -20,9 +20,15 @@ use crate::runs::Runs;
 /// How long `serve` waits for its tasks to stop after the server has.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// The embedded store's file in the data directory.
+const STORE_FILE: &str = "weft.redb";
+
 /// Why the coordinator stopped with an error.
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
+    /// The store could not be opened or read.
+    #[error("the store in the data directory: {0}")]
+    Store(#[from] weft_store::StoreError),
     /// The gRPC server failed.
     #[error("the gRPC server failed: {0}")]
     Transport(#[from] tonic::transport::Error),
@@ -91,13 +97,19 @@ where
         shutdown.child_token(),
         &tracker,
     );
+    let store = weft_store::EmbeddedStore::open(&config.data_dir.join(STORE_FILE))?;
     let runs = Runs::new(
         dispatcher.clone(),
         blobs.clone(),
         shutdown.child_token(),
         tracker.clone(),
         &config,
-    );
+    )
+    .with_store(weft_store::AnyStore::Embedded(store));
+    let recovered = runs.recover(config.max_bundle_bytes).await?;
+    if recovered > 0 {
+        tracing::info!(runs = recovered, "runs restored from the store");
+    }
     // Each service decodes no more than its largest legitimate message: a
     // submission (bundle and input), a worker's result; framing aside.
     const FRAMING: usize = 1 << 20;

@@ -167,3 +167,83 @@ pub trait Store: Send + Sync + 'static {
         prefix: &str,
     ) -> impl Future<Output = Result<mpsc::Receiver<WatchEvent>, StoreError>> + Send;
 }
+
+/// Either backend, chosen by configuration.
+#[derive(Clone)]
+pub enum AnyStore {
+    /// A redb file.
+    Embedded(EmbeddedStore),
+    /// An etcd cluster (its client is large; the enum stays small).
+    Etcd(Box<EtcdStore>),
+}
+
+macro_rules! delegate {
+    ($self:ident, $store:ident => $call:expr) => {
+        match $self {
+            AnyStore::Embedded($store) => $call,
+            AnyStore::Etcd($store) => $call,
+        }
+    };
+}
+
+impl Store for AnyStore {
+    fn max_value_bytes(&self) -> usize {
+        delegate!(self, s => s.max_value_bytes())
+    }
+
+    async fn get(&self, key: &str) -> Result<Option<Entry>, StoreError> {
+        delegate!(self, s => s.get(key).await)
+    }
+
+    async fn scan(&self, prefix: &str) -> Result<Vec<Entry>, StoreError> {
+        delegate!(self, s => s.scan(prefix).await)
+    }
+
+    async fn put(
+        &self,
+        key: &str,
+        value: Vec<u8>,
+        fence: Option<&Fence>,
+    ) -> Result<Revision, StoreError> {
+        delegate!(self, s => s.put(key, value, fence).await)
+    }
+
+    async fn create(
+        &self,
+        key: &str,
+        value: Vec<u8>,
+        lease: Option<LeaseId>,
+    ) -> Result<Option<Revision>, StoreError> {
+        delegate!(self, s => s.create(key, value, lease).await)
+    }
+
+    async fn compare_and_put(
+        &self,
+        key: &str,
+        value: Vec<u8>,
+        expected: Revision,
+        fence: Option<&Fence>,
+    ) -> Result<bool, StoreError> {
+        delegate!(self, s => s.compare_and_put(key, value, expected, fence).await)
+    }
+
+    async fn delete_prefix(&self, prefix: &str, fence: Option<&Fence>) -> Result<(), StoreError> {
+        delegate!(self, s => s.delete_prefix(prefix, fence).await)
+    }
+
+    async fn grant_lease(&self, ttl: Duration) -> Result<LeaseId, StoreError> {
+        delegate!(self, s => s.grant_lease(ttl).await)
+    }
+
+    async fn keep_alive(&self, lease: LeaseId) -> Result<bool, StoreError> {
+        delegate!(self, s => s.keep_alive(lease).await)
+    }
+
+    async fn revoke(&self, lease: LeaseId) -> Result<(), StoreError> {
+        delegate!(self, s => s.revoke(lease).await)
+    }
+
+    async fn watch(&self, prefix: &str) -> Result<mpsc::Receiver<WatchEvent>, StoreError> {
+        delegate!(self, s => s.watch(prefix).await)
+    }
+}

@@ -111,7 +111,8 @@ impl TestCluster {
     }
 
     /// Kills the coordinator with SIGKILL and starts a new one on the same
-    /// address (runs held in memory are gone; workers reconnect).
+    /// address and data directory: it restores the runs from its store, and
+    /// workers reconnect.
     pub fn restart_coordinator(&mut self) -> Result<()> {
         if let Some(mut child) = self.coordinator.take() {
             child.kill()?;

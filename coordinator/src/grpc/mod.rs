@@ -21,6 +21,7 @@ impl From<SubmitError> for Status {
         match &error {
             SubmitError::Bundle(BundleError::TooLarge { .. })
             | SubmitError::InputTooLarge { .. } => Status::resource_exhausted(error.to_string()),
+            SubmitError::Store(_) => Status::unavailable(error.to_string()),
             _ => Status::invalid_argument(error.to_string()),
         }
     }

@@ -24,6 +24,7 @@ use crate::dispatch::jobs::JobKey;
 use crate::dispatch::{
     Assignment, BlobRef, DispatchEvent, EventSink, FunctionCall, StateField, TaskLauncher,
 };
+use crate::durable::journal::Journal;
 
 /// Commands a run actor takes.
 const COMMAND_BUFFER: usize = 64;
@@ -47,11 +48,28 @@ pub struct RunSetup {
     /// Where the actor's task is tracked, so shutdown waits for it.
     pub tracker: tokio_util::task::TaskTracker,
     /// `None` for a new run, which the actor starts; a run revived from
-    /// its record (for `retry`) continues its log instead.
+    /// its record (for `retry`) or recovered from the store continues its
+    /// log instead.
     pub history: Option<History>,
+    /// How the actor begins.
+    pub start: Start,
+    /// Where the run's checkpoints go; `None` keeps the run in memory only.
+    pub journal: Option<Journal>,
     /// Keeps the bundle's files for workers while the run may still need
     /// them (until it ends, or until a failed run's record is forgotten).
     pub lease: BlobLease,
+}
+
+/// How a run's actor begins.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Start {
+    /// A new run: its first wave starts.
+    New,
+    /// A failed run revived by `retry`: the failed wave runs again.
+    Retry,
+    /// A run restored from the store by a new coordinator: what was out is
+    /// sent again ([`RunMachine::resume`]).
+    Recover,
 }
 
 /// What a revived run carries over from its record.
@@ -88,10 +106,11 @@ pub(super) fn start_actor(
     let (live, _) = broadcast::channel(LIVE_BUFFER);
     let mut fields = FieldTable::default();
     fields.refresh(setup.machine.state(), setup.machine.state().keys());
-    let fresh = setup.history.is_none();
+    let start = setup.start;
     let (log, created_unix_ms) = setup
         .history
         .map_or_else(|| (Vec::new(), now_ms()), |h| (h.log, h.created_unix_ms));
+    let log_len = log.len();
     let actor = RunActor {
         id: setup.id,
         plan: setup.plan,
@@ -110,10 +129,13 @@ pub(super) fn start_actor(
         shutdown: setup.shutdown.clone(),
         tracker: setup.tracker.clone(),
         lease: setup.lease,
+        journal: setup.journal,
+        checkpoint_due: false,
+        published: log_len,
     };
     setup
         .tracker
-        .spawn(actor.run(fresh, commands, dispatch_rx, timer_rx, setup.shutdown));
+        .spawn(actor.run(start, commands, dispatch_rx, timer_rx, setup.shutdown));
 }
 
 struct RunActor {
@@ -140,6 +162,11 @@ struct RunActor {
     shutdown: CancellationToken,
     tracker: tokio_util::task::TaskTracker,
     lease: BlobLease,
+    journal: Option<Journal>,
+    /// The machine asked for a checkpoint since the last one was taken.
+    checkpoint_due: bool,
+    /// Events watchers may see: the log up to here.
+    published: usize,
 }
 
 impl RunActor {
@@ -157,7 +184,7 @@ impl RunActor {
 
     async fn run(
         mut self,
-        fresh: bool,
+        start: Start,
         mut commands: mpsc::Receiver<Command>,
         mut dispatch: mpsc::UnboundedReceiver<DispatchEvent>,
         mut timers: mpsc::UnboundedReceiver<(TaskKey, Duration)>,
@@ -165,13 +192,25 @@ impl RunActor {
     ) {
         // Retry timers live in the actor, so nothing outlives the run.
         let mut retries: DelayQueue<TaskKey> = DelayQueue::new();
-        if fresh {
-            let effects = self.machine.start();
-            self.perform(effects);
-            self.count_status(None);
-        } else {
-            // Revived from its record by `retry`.
-            self.input(Input::RetryRun);
+        match start {
+            Start::New => {
+                let effects = self.machine.start();
+                self.perform(effects);
+                self.count_status(None);
+            }
+            Start::Retry => self.input(Input::RetryRun),
+            Start::Recover => {
+                let effects = self.machine.resume();
+                self.perform(effects);
+                self.count_status(None);
+            }
+        }
+        self.flush().await;
+        if self.machine.status().is_terminal() {
+            // Ended already (a recovered run that had finished, a run that
+            // ended in its first wave): only its record is needed.
+            self.archive();
+            return;
         }
         let deadline = self.plan.graph().settings.timeout;
         let deadline = tokio::time::sleep(deadline.unwrap_or(Duration::from_secs(u64::MAX / 4)));
@@ -200,11 +239,29 @@ impl RunActor {
                     }
                 }
             }
+            self.flush().await;
             if self.machine.status().is_terminal() {
                 self.archive();
                 return;
             }
         }
+    }
+
+    /// Takes the checkpoint the machine asked for, if any (waiting for the
+    /// store when the run's durability mode says so), then publishes the
+    /// new events: nobody sees what a crash could still take back.
+    async fn flush(&mut self) {
+        if std::mem::take(&mut self.checkpoint_due)
+            && let Some(journal) = &mut self.journal
+        {
+            journal
+                .checkpoint(self.machine.status(), self.machine.progress(), &self.log)
+                .await;
+        }
+        for stored in &self.log[self.published..] {
+            let _ = self.live.send(stored.clone());
+        }
+        self.published = self.log.len();
     }
 
     /// The run has ended: its record replaces the actor, which stops. A
@@ -223,6 +280,8 @@ impl RunActor {
             shutdown: self.shutdown,
             tracker: self.tracker,
             history: None,
+            start: Start::Retry,
+            journal: self.journal,
             lease: self.lease,
         });
         let record = FinishedRun {
@@ -240,7 +299,8 @@ impl RunActor {
                 let _ = reply.send(self.view());
             }
             Command::Watch { from, reply } => {
-                let past = self.log.iter().skip(from as usize).cloned().collect();
+                let published = &self.log[..self.published];
+                let past = published.iter().skip(from as usize).cloned().collect();
                 let _ = reply.send((past, self.live.subscribe()));
             }
             Command::Act { input, reply } => {
@@ -404,9 +464,8 @@ impl RunActor {
                     }
                     self.record(event);
                 }
-                // Runs live in memory until the durable store lands; the
-                // machine is the one record a checkpoint will persist.
-                Effect::Checkpoint => {}
+                // Taken once the input's effects are done (`flush`).
+                Effect::Checkpoint => self.checkpoint_due = true,
             }
         }
     }
@@ -437,14 +496,14 @@ impl RunActor {
             .launch(task, binding.requirement.clone(), self.sink.clone());
     }
 
+    /// Logs an event; watchers see it once it is published ([`Self::flush`]).
     fn record(&mut self, event: RunEvent) {
         let stored = StoredEvent {
             seq: self.log.len() as u64,
             at_unix_ms: now_ms(),
             event: Arc::new(event),
         };
-        self.log.push(stored.clone());
-        let _ = self.live.send(stored);
+        self.log.push(stored);
         if self.log.len() == self.plan.limits().max_events {
             self.events_full = true;
         }
@@ -458,7 +517,7 @@ impl RunActor {
             state: self.machine.state().clone(),
             error: self.machine.error().cloned(),
             waiting: self.machine.waiting(),
-            event_count: self.log.len() as u64,
+            event_count: self.published as u64,
             created_unix_ms: self.created_unix_ms,
             unhosted: self.waits_for(),
         }

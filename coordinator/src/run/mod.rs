@@ -24,7 +24,7 @@ mod tasks;
 mod wave;
 mod waves;
 
-pub use actor::{History, RunSetup, spawn_run};
+pub use actor::{History, RunSetup, Start, spawn_run};
 pub use events::*;
 pub use handle::{FinishedRun, RunHandle, RunRequestError, RunView, StoredEvent, UnhostedWait};
 pub use limits::RunLimits;

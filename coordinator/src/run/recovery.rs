@@ -12,11 +12,18 @@ use super::machine::*;
 use super::wave::Phase;
 
 impl RunMachine {
-    /// The effects that pick a restored run up where it stopped; nothing
-    /// for a run that has ended or waits only for a person.
+    /// The effects that pick a restored run up where it stopped: its next
+    /// wave if none was running, else what was out; nothing for a run that
+    /// has ended or waits only for a person.
     pub fn resume(&mut self) -> Vec<Effect> {
         let mut fx = Vec::new();
         if self.run.status.is_terminal() {
+            return fx;
+        }
+        if self.run.wave.is_none() {
+            // Stored before its first wave (or between waves): start the
+            // next one.
+            self.advance(&mut fx);
             return fx;
         }
         let (in_flight, parked) = self.run.tasks.outstanding();

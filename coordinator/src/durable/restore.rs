@@ -1,0 +1,150 @@
+//! Storing a new run before it is acknowledged, and reading every stored
+//! run back when a coordinator starts.
+
+use std::sync::Arc;
+
+use weft_store::{AnyStore, Store, StoreError, chunks};
+
+use super::journal::{RecordHead, blob_key, events_key, record_key};
+use super::records::{self, EventsRecord, FileRecord, RunRecord};
+use crate::bundle::Bundle;
+use crate::run::{Progress, RunEvent, RunMachine, StoredEvent};
+
+/// Stores a new run's bundle files (each once, by hash) and its first
+/// record; returns the head its later checkpoints repeat.
+pub async fn admit(
+    store: &AnyStore,
+    id: &str,
+    bundle: &Bundle,
+    machine: &RunMachine,
+    created_unix_ms: i64,
+) -> Result<RecordHead, StoreError> {
+    let mut files = Vec::with_capacity(bundle.files.len());
+    for (path, file) in &bundle.files {
+        let key = blob_key(&file.sha256);
+        if store.get(&key).await?.is_none() {
+            chunks::put(store, &key, &file.content, None).await?;
+        }
+        files.push(FileRecord {
+            path: path.clone(),
+            sha256: file.sha256.clone(),
+            mode: file.mode,
+        });
+    }
+    let head = RecordHead {
+        graph_path: bundle.graph_path.clone(),
+        files,
+        created_unix_ms,
+    };
+    let record = RunRecord {
+        id: id.to_owned(),
+        graph_path: head.graph_path.clone(),
+        files: head.files.clone(),
+        created_unix_ms,
+        progress_json: serde_json::to_string(machine.progress())
+            .map_err(|e| corrupt(id, &e.to_string()))?,
+        events: 0,
+    };
+    chunks::put(store, &record_key(id), &records::encode(&record), None).await?;
+    Ok(head)
+}
+
+/// A run read back from the store.
+pub struct StoredRun {
+    /// The run id.
+    pub id: Arc<str>,
+    /// Its bundle, as submitted.
+    pub bundle: Bundle,
+    /// Where its machine stood at the last checkpoint.
+    pub progress: Progress,
+    /// Its event log up to that checkpoint.
+    pub log: Vec<StoredEvent>,
+    /// What its record says besides.
+    pub head: RecordHead,
+}
+
+fn corrupt(key: &str, reason: &str) -> StoreError {
+    StoreError::Corrupt {
+        key: key.to_owned(),
+        reason: reason.to_owned(),
+    }
+}
+
+/// Every stored run, oldest first; a record that cannot be read is
+/// reported and skipped, never fatal to the others.
+pub async fn stored_runs(
+    store: &AnyStore,
+    max_bundle_bytes: usize,
+) -> Result<Vec<StoredRun>, StoreError> {
+    let mut runs = Vec::new();
+    for (key, bytes) in chunks::scan(store, "runs/").await? {
+        if !key.ends_with("/record") {
+            continue;
+        }
+        match read_run(store, &key, &bytes, max_bundle_bytes).await {
+            Ok(run) => runs.push(run),
+            Err(error) => tracing::error!(%key, %error, "a stored run cannot be restored"),
+        }
+    }
+    runs.sort_by_key(|run| run.head.created_unix_ms);
+    Ok(runs)
+}
+
+async fn read_run(
+    store: &AnyStore,
+    key: &str,
+    bytes: &[u8],
+    max_bundle_bytes: usize,
+) -> Result<StoredRun, StoreError> {
+    let record: RunRecord = records::decode(bytes).map_err(|e| corrupt(key, &e.to_string()))?;
+    let progress: Progress =
+        serde_json::from_str(&record.progress_json).map_err(|e| corrupt(key, &e.to_string()))?;
+    let mut files = Vec::with_capacity(record.files.len());
+    for file in &record.files {
+        let content = chunks::get(store, &blob_key(&file.sha256))
+            .await?
+            .ok_or_else(|| corrupt(key, &format!("bundle file {} is missing", file.path)))?;
+        files.push((file.path.clone(), content, file.mode));
+    }
+    let bundle = Bundle::new(record.graph_path.clone(), files, max_bundle_bytes)
+        .map_err(|e| corrupt(key, &e.to_string()))?;
+    let log = read_log(store, &record).await?;
+    Ok(StoredRun {
+        id: Arc::from(record.id.as_str()),
+        bundle,
+        progress,
+        log,
+        head: RecordHead {
+            graph_path: record.graph_path,
+            files: record.files,
+            created_unix_ms: record.created_unix_ms,
+        },
+    })
+}
+
+/// The run's events up to its record's position, in order.
+async fn read_log(store: &AnyStore, record: &RunRecord) -> Result<Vec<StoredEvent>, StoreError> {
+    let prefix = format!("runs/{}/events/", record.id);
+    let mut log = Vec::new();
+    for (key, bytes) in chunks::scan(store, &prefix).await? {
+        let batch: EventsRecord =
+            records::decode(&bytes).map_err(|e| corrupt(&key, &e.to_string()))?;
+        if batch.first != log.len() as u64 {
+            // A stretch written after the record was (a crash between the
+            // two writes): the record's position is what counts.
+            break;
+        }
+        for (at_unix_ms, json) in batch.events {
+            let event: RunEvent =
+                serde_json::from_str(&json).map_err(|e| corrupt(&key, &e.to_string()))?;
+            log.push(StoredEvent {
+                seq: log.len() as u64,
+                at_unix_ms,
+                event: Arc::new(event),
+            });
+        }
+    }
+    log.truncate(usize::try_from(record.events).unwrap_or(usize::MAX));
+    debug_assert!(events_key(&record.id, 0).starts_with(&prefix));
+    Ok(log)
+}

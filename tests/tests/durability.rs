@@ -1,0 +1,149 @@
+//! Runs outlive their coordinator (issue #9): `kill -9` of the coordinator
+//! and a restart on the same data directory lose no acknowledged run.
+
+use std::time::Duration;
+
+use serde_json::json;
+use weft_client::{GraphBundle, RunStatus};
+use weft_tests::{TestCluster, wait_for_event};
+
+/// A chain of three script nodes, each taking a moment and adding to `n`.
+fn slow_chain() -> GraphBundle {
+    GraphBundle::from_text(
+        "chain.yaml",
+        r#"
+state:
+  n: { type: integer, default: 0 }
+nodes:
+  a: { kind: script, run: [sh, -c, 'sleep 0.3; echo "{\"n\": 1}"'], start: true, next: b }
+  b: { kind: script, run: [sh, -c, 'sleep 0.3; echo "{\"n\": 2}"'], next: c }
+  c: { kind: script, run: [sh, -c, 'sleep 0.3; echo "{\"n\": 3}"'] }
+"#,
+    )
+}
+
+#[tokio::test]
+async fn a_run_survives_kill_9_of_the_coordinator_mid_chain() -> anyhow::Result<()> {
+    let mut cluster = TestCluster::start()?;
+    cluster.add_worker("w", 2)?;
+    cluster.wait_for_workers(&["w"]).await?;
+    let client = cluster.client().await?;
+    let submitted = client.submit_bundle(slow_chain(), &json!({})).await?;
+    // The first node's wave has committed: the crash comes mid-chain.
+    let mut seen = client.watch(&submitted.run_id, 0).await?;
+    use tokio_stream::StreamExt;
+    while let Some(event) = seen.next().await {
+        let event = event?;
+        if event.kind == "node_started" && event.body["node"] == "b" {
+            break;
+        }
+    }
+    cluster.restart_coordinator()?;
+    let client = cluster.client().await?;
+    let done =
+        tokio::time::timeout(Duration::from_secs(60), client.wait(&submitted.run_id)).await??;
+    assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error);
+    assert_eq!(done.state["n"], 3);
+    // The log runs on across the restart.
+    let kinds: Vec<String> = tokio::time::timeout(
+        Duration::from_secs(20),
+        client
+            .watch(&submitted.run_id, 0)
+            .await?
+            .map(|e| e.map(|e| e.kind))
+            .collect::<Result<Vec<_>, _>>(),
+    )
+    .await??;
+    assert_eq!(
+        kinds.first().map(String::as_str),
+        Some("wave_started"),
+        "{kinds:?}"
+    );
+    assert_eq!(
+        kinds.last().map(String::as_str),
+        Some("run_finished"),
+        "{kinds:?}"
+    );
+    let waves = kinds.iter().filter(|k| *k == "wave_started").count();
+    assert_eq!(waves, 3, "each wave once in the log: {kinds:?}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_waiting_run_survives_a_restart_and_is_resumed_after_it() -> anyhow::Result<()> {
+    let mut cluster = TestCluster::start()?;
+    cluster.add_worker("w", 1)?;
+    cluster.wait_for_workers(&["w"]).await?;
+    let client = cluster.client().await?;
+    let graph = GraphBundle::from_text(
+        "approve.yaml",
+        r#"
+nodes:
+  draft: { kind: script, run: [sh, -c, 'echo "{\"draft\": \"v1\"}"'], start: true, next: ok }
+  ok: { kind: approval, prompt: "Publish {{ draft }}?", next: publish }
+  publish: { kind: script, run: [sh, -c, 'echo "{\"published\": true}"'] }
+"#,
+    );
+    let submitted = client.submit_bundle(graph, &json!({})).await?;
+    wait_for_event(&client, &submitted.run_id, "waiting_for_input").await?;
+    cluster.restart_coordinator()?;
+    let client = cluster.client().await?;
+    let waiting = client.status(&submitted.run_id).await?;
+    assert_eq!(waiting.status, RunStatus::Waiting);
+    assert_eq!(waiting.waiting[0].prompt, "Publish v1?");
+    client
+        .resume(&submitted.run_id, "ok", &json!("approve"), Some("ship it"))
+        .await?;
+    let done =
+        tokio::time::timeout(Duration::from_secs(60), client.wait(&submitted.run_id)).await??;
+    assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error);
+    assert_eq!(done.state["published"], true);
+    assert_eq!(done.state["approved_comment"], "ship it");
+    Ok(())
+}
+
+#[tokio::test]
+async fn ended_runs_stay_queryable_after_a_restart() -> anyhow::Result<()> {
+    let mut cluster = TestCluster::start()?;
+    cluster.add_worker("w", 1)?;
+    cluster.wait_for_workers(&["w"]).await?;
+    let client = cluster.client().await?;
+    let submitted = client.submit_bundle(slow_chain(), &json!({})).await?;
+    let before = client.wait(&submitted.run_id).await?;
+    cluster.restart_coordinator()?;
+    let client = cluster.client().await?;
+    let after = client.get(&submitted.run_id).await?;
+    assert_eq!(after.status, RunStatus::Completed);
+    assert_eq!(after.state, before.state);
+    assert_eq!(after.event_count, before.event_count);
+    let listed = client.list().await?;
+    assert!(listed.iter().any(|r| r.run_id == submitted.run_id));
+    Ok(())
+}
+
+#[tokio::test]
+async fn twenty_runs_ride_through_five_restarts_in_a_row() -> anyhow::Result<()> {
+    let mut cluster = TestCluster::start()?;
+    cluster.add_worker("w", 4)?;
+    cluster.wait_for_workers(&["w"]).await?;
+    let client = cluster.client().await?;
+    let mut ids = Vec::new();
+    for _ in 0..20 {
+        ids.push(client.submit_bundle(slow_chain(), &json!({})).await?.run_id);
+    }
+    for round in 0..5 {
+        // Some run has moved since the last restart: the storm hits runs
+        // at every stage.
+        let client = cluster.client().await?;
+        let run = &ids[round * 4];
+        wait_for_event(&client, run, "node_started").await?;
+        cluster.restart_coordinator()?;
+    }
+    let client = cluster.client().await?;
+    for id in &ids {
+        let done = tokio::time::timeout(Duration::from_secs(60), client.wait(id)).await??;
+        assert_eq!(done.status, RunStatus::Completed, "{id}: {:?}", done.error);
+        assert_eq!(done.state["n"], 3, "{id}");
+    }
+    Ok(())
+}
