@@ -59,6 +59,34 @@ pub async fn put<S: Store>(
     store.put(key, head, fence).await
 }
 
+/// Writes several values: in one transaction when they fit in one request
+/// together (the usual case: a checkpoint's record and its events), else
+/// each on its own, chunks first and heads last.
+pub async fn put_together<S: Store>(
+    store: &S,
+    values: &[(&str, &[u8])],
+    fence: Option<&Fence>,
+) -> Result<Revision, StoreError> {
+    let total: usize = values.iter().map(|(k, v)| k.len() + v.len() + 1).sum();
+    if total > store.max_value_bytes() {
+        let mut last = 0;
+        for (key, value) in values {
+            last = put(store, key, value, fence).await?;
+        }
+        return Ok(last);
+    }
+    let writes = values
+        .iter()
+        .map(|(key, value)| {
+            let mut inline = Vec::with_capacity(value.len() + 1);
+            inline.push(INLINE);
+            inline.extend_from_slice(value);
+            ((*key).to_owned(), inline)
+        })
+        .collect();
+    store.put_all(writes, fence).await
+}
+
 /// The value under `key`, reassembled.
 pub async fn get<S: Store>(store: &S, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
     match store.get(key).await? {

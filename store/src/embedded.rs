@@ -285,6 +285,25 @@ impl Store for EmbeddedStore {
         .await
     }
 
+    async fn put_all(
+        &self,
+        writes: Vec<(String, Vec<u8>)>,
+        fence: Option<&Fence>,
+    ) -> Result<Revision, StoreError> {
+        let fence = fence.cloned();
+        self.blocking(move |inner| {
+            inner.write(|txn, events| {
+                check_fence(txn, fence.as_ref())?;
+                let mut last = 0;
+                for (key, value) in &writes {
+                    last = write_key(txn, key, value, 0, events)?;
+                }
+                Ok(last)
+            })
+        })
+        .await
+    }
+
     async fn create(
         &self,
         key: &str,

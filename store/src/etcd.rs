@@ -109,6 +109,23 @@ impl Store for EtcdStore {
         Ok(revision_of(response.header()))
     }
 
+    async fn put_all(
+        &self,
+        writes: Vec<(String, Vec<u8>)>,
+        fence: Option<&Fence>,
+    ) -> Result<Revision, StoreError> {
+        let puts: Vec<TxnOp> = writes
+            .into_iter()
+            .map(|(key, value)| TxnOp::put(key, value, None))
+            .collect();
+        let txn = Txn::new().when(guard(fence)).and_then(puts);
+        let response = self.client().txn(txn).await.map_err(backend)?;
+        match fence {
+            Some(fence) if !response.succeeded() => Err(fenced(fence)),
+            _ => Ok(revision_of(response.header())),
+        }
+    }
+
     async fn create(
         &self,
         key: &str,

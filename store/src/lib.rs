@@ -123,6 +123,15 @@ pub trait Store: Send + Sync + 'static {
         fence: Option<&Fence>,
     ) -> impl Future<Output = Result<Revision, StoreError>> + Send;
 
+    /// Writes several keys in one transaction (all or none), while the
+    /// fence holds; the write's revision. Their total size must stay within
+    /// [`Store::max_value_bytes`].
+    fn put_all(
+        &self,
+        writes: Vec<(String, Vec<u8>)>,
+        fence: Option<&Fence>,
+    ) -> impl Future<Output = Result<Revision, StoreError>> + Send;
+
     /// Creates a key if it is absent, optionally under a lease; its create
     /// revision, or `None` when the key exists.
     fn create(
@@ -206,6 +215,14 @@ impl Store for AnyStore {
         fence: Option<&Fence>,
     ) -> Result<Revision, StoreError> {
         delegate!(self, s => s.put(key, value, fence).await)
+    }
+
+    async fn put_all(
+        &self,
+        writes: Vec<(String, Vec<u8>)>,
+        fence: Option<&Fence>,
+    ) -> Result<Revision, StoreError> {
+        delegate!(self, s => s.put_all(writes, fence).await)
     }
 
     async fn create(

@@ -41,6 +41,17 @@ async fn reads_and_writes(store: &impl Store, p: &str) {
         [key(p, "b/1"), key(p, "b/2")],
         "a prefix, in key order"
     );
+    let together = store
+        .put_all(
+            vec![(key(p, "t1"), b"1".to_vec()), (key(p, "t2"), b"2".to_vec())],
+            None,
+        )
+        .await
+        .unwrap();
+    let t1 = store.get(&key(p, "t1")).await.unwrap().unwrap();
+    let t2 = store.get(&key(p, "t2")).await.unwrap().unwrap();
+    assert_eq!((t1.value, t2.value), (b"1".to_vec(), b"2".to_vec()));
+    assert_eq!(t2.mod_revision, together);
     store.delete_prefix(&key(p, "b/"), None).await.unwrap();
     assert!(store.scan(&key(p, "b/")).await.unwrap().is_empty());
     assert!(
@@ -128,6 +139,10 @@ async fn fences(store: &impl Store, p: &str) {
     assert!(matches!(late, Err(StoreError::Fenced { .. })), "{late:?}");
     let late = store
         .compare_and_put(&key(p, "state"), b"stale".to_vec(), 0, Some(&fence))
+        .await;
+    assert!(matches!(late, Err(StoreError::Fenced { .. })), "{late:?}");
+    let late = store
+        .put_all(vec![(key(p, "state"), b"stale".to_vec())], Some(&fence))
         .await;
     assert!(matches!(late, Err(StoreError::Fenced { .. })), "{late:?}");
     let late = store.delete_prefix(&key(p, "state"), Some(&fence)).await;

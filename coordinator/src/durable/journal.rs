@@ -128,18 +128,28 @@ impl Journal {
     }
 }
 
-/// Writes snapshots in the order they were taken.
+/// Writes snapshots in the order they were taken, newest first when several
+/// are waiting.
 async fn write_snapshots(
     store: AnyStore,
     id: Arc<str>,
     head: RecordHead,
     mut rx: mpsc::UnboundedReceiver<Snapshot>,
 ) {
-    while let Some(snapshot) = rx.recv().await {
+    while let Some(mut snapshot) = rx.recv().await {
+        // Snapshots that queued up while the last write ran are folded
+        // into one: the newest progress, every event since the first.
+        let mut waiting = Vec::new();
+        while let Ok(next) = rx.try_recv() {
+            waiting.extend(snapshot.done.take());
+            snapshot.events.extend(next.events);
+            snapshot.progress_json = next.progress_json;
+            snapshot.done = next.done;
+        }
         if let Err(error) = write(&store, &id, &head, &snapshot).await {
             tracing::error!(run = %id, %error, "checkpoint not stored");
         }
-        if let Some(done) = snapshot.done {
+        for done in waiting.into_iter().chain(snapshot.done) {
             let _ = done.send(());
         }
     }
@@ -151,19 +161,6 @@ async fn write(
     head: &RecordHead,
     snapshot: &Snapshot,
 ) -> Result<(), StoreError> {
-    if !snapshot.events.is_empty() {
-        let batch = EventsRecord {
-            first: snapshot.first,
-            events: snapshot.events.clone(),
-        };
-        chunks::put(
-            store,
-            &events_key(id, snapshot.first),
-            &records::encode(&batch),
-            None,
-        )
-        .await?;
-    }
     let record = RunRecord {
         id: id.to_owned(),
         graph_path: head.graph_path.clone(),
@@ -172,6 +169,21 @@ async fn write(
         progress_json: snapshot.progress_json.clone(),
         events: snapshot.first + snapshot.events.len() as u64,
     };
-    chunks::put(store, &record_key(id), &records::encode(&record), None).await?;
+    let record = records::encode(&record);
+    let (record_key, events_key) = (record_key(id), events_key(id, snapshot.first));
+    // One transaction when they fit; else the events first, so a record
+    // never points past what is stored.
+    let events = (!snapshot.events.is_empty()).then(|| {
+        records::encode(&EventsRecord {
+            first: snapshot.first,
+            events: snapshot.events.clone(),
+        })
+    });
+    let mut values: Vec<(&str, &[u8])> = Vec::with_capacity(2);
+    if let Some(events) = &events {
+        values.push((&events_key, events));
+    }
+    values.push((&record_key, &record));
+    chunks::put_together(store, &values, None).await?;
     Ok(())
 }

@@ -36,6 +36,9 @@ struct Args {
     /// Slots per worker.
     #[arg(long, default_value_t = 32)]
     slots: u32,
+    /// The graphs' `settings.durability`: sync (the default), async or exit.
+    #[arg(long, default_value = "sync")]
+    durability: String,
     /// Internal: run W5's one-node graph and exit.
     #[arg(long, hide = true)]
     w5_child: bool,
@@ -190,7 +193,7 @@ async fn run_all(args: &Args) -> Result<Vec<Figure>> {
 async fn w1(client: &Client, args: &Args) -> Result<Figure> {
     let samples = timed(
         client,
-        &chain("w1", 200),
+        &chain("w1", 200).setting("durability", args.durability.as_str()),
         &json!({}),
         args.iterations,
         |s| {
@@ -210,7 +213,7 @@ async fn w1(client: &Client, args: &Args) -> Result<Figure> {
 
 /// W2: a map of `n` doublings over every slot.
 async fn w2(client: &Client, args: &Args, n: usize) -> Result<Figure> {
-    let graph = map(n, args.slots * args.workers);
+    let graph = map(n, args.slots * args.workers).setting("durability", args.durability.as_str());
     let samples = timed(client, &graph, &json!({}), args.iterations.min(3), |s| {
         let results = s["results"].as_array().context("results")?;
         ensure!(results.len() == n, "{} results", results.len());
@@ -231,7 +234,8 @@ async fn w2(client: &Client, args: &Args, n: usize) -> Result<Figure> {
 
 /// W3: ten waves of eight 50 ms sleeps.
 async fn w3(client: &Client, args: &Args) -> Result<Figure> {
-    let samples = timed(client, &waves(), &json!({}), args.iterations.min(3), |s| {
+    let graph = waves().setting("durability", args.durability.as_str());
+    let samples = timed(client, &graph, &json!({}), args.iterations.min(3), |s| {
         ensure!(s["counter"] == json!(10), "rounds {}", s["counter"]);
         Ok(())
     })
@@ -249,7 +253,8 @@ async fn w3(client: &Client, args: &Args) -> Result<Figure> {
 async fn w4(client: &Client, args: &Args) -> Result<Figure> {
     let blob = "x".repeat(10_000_000);
     let input = json!({"blob": blob, "counter": 0});
-    let samples = timed(client, &chain("w4", 20), &input, args.iterations, |s| {
+    let graph = chain("w4", 20).setting("durability", args.durability.as_str());
+    let samples = timed(client, &graph, &input, args.iterations, |s| {
         ensure!(s["counter"] == json!(20), "counter is {}", s["counter"]);
         ensure!(
             s["blob"].as_str().map(str::len) == Some(10_000_000),
