@@ -11,7 +11,7 @@ use tokio_util::task::TaskTracker;
 use crate::bundle::{BlobStore, Bundle, BundleError};
 use crate::dispatch::{BlobRef, DispatcherHandle, TaskLauncher};
 use crate::graph::Finding;
-use weft_store::AnyStore;
+use weft_store::{AnyStore, Store};
 
 use crate::durable::journal::Journal;
 use crate::durable::restore;
@@ -241,7 +241,7 @@ impl Runs {
             lease,
         });
         metrics::counter!(crate::metrics::RUNS_SUBMITTED).increment(1);
-        self.evict();
+        self.evict().await;
         let mut inner = self.inner.write().unwrap_or_else(|e| e.into_inner());
         inner.by_id.insert(id.clone(), handle);
         inner.order.push(id.clone());
@@ -256,8 +256,8 @@ impl Runs {
 
     /// Up to `limit` runs, newest first, starting after run `after` (or
     /// with the newest); and whether older runs remain.
-    pub fn page(&self, limit: usize, after: Option<&str>) -> (Vec<RunHandle>, bool) {
-        self.evict();
+    pub async fn page(&self, limit: usize, after: Option<&str>) -> (Vec<RunHandle>, bool) {
+        self.evict().await;
         let inner = self.inner.read().unwrap_or_else(|e| e.into_inner());
         let newest_first = inner.order.iter().rev();
         let mut rest: Box<dyn Iterator<Item = &Arc<str>>> = match after {
@@ -274,10 +274,22 @@ impl Runs {
 
     /// Forgets ended runs beyond the retention: the oldest first, past
     /// `retain_finished` of them or older than `retain_finished_age`.
-    fn evict(&self) {
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+    async fn evict(&self) {
+        let gone = self.forget_old();
+        // Forgotten here, forgotten in the store: a restart does not bring
+        // them back.
+        if let Some(store) = &self.store {
+            for id in gone {
+                if let Err(error) = store.delete_prefix(&format!("runs/{id}/"), None).await {
+                    tracing::warn!(run = %id, %error, "a forgotten run stays in the store");
+                }
+            }
+        }
+    }
+
+    /// Drops ended runs beyond the retention from the registry; their ids.
+    fn forget_old(&self) -> Vec<Arc<str>> {
+        let now = now_ms();
         let max_age = i64::try_from(self.retention.age.as_millis()).unwrap_or(i64::MAX);
         let mut inner = self.inner.write().unwrap_or_else(|e| e.into_inner());
         let ended: Vec<(Arc<str>, i64)> = inner
@@ -295,11 +307,11 @@ impl Runs {
             .filter(|(i, (_, at))| *i < surplus || now.saturating_sub(*at) > max_age)
             .map(|(_, (id, _))| id.clone())
             .collect();
-        if gone.is_empty() {
-            return;
+        if !gone.is_empty() {
+            inner.order.retain(|id| !gone.contains(id));
+            inner.by_id.retain(|id, _| !gone.contains(id));
         }
-        inner.order.retain(|id| !gone.contains(id));
-        inner.by_id.retain(|id, _| !gone.contains(id));
+        gone.into_iter().collect()
     }
 
     /// What the graph needs that no connected worker hosts now.

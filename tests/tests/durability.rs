@@ -147,3 +147,39 @@ async fn twenty_runs_ride_through_five_restarts_in_a_row() -> anyhow::Result<()>
     }
     Ok(())
 }
+
+#[tokio::test]
+async fn a_failed_run_is_retried_after_a_restart() -> anyhow::Result<()> {
+    let mut cluster = TestCluster::start()?;
+    cluster.add_worker("w", 1)?;
+    cluster.wait_for_workers(&["w"]).await?;
+    let marker = std::env::temp_dir().join(format!("weft-durable-retry-{}", std::process::id()));
+    std::fs::remove_file(&marker).ok();
+    // Fails until the marker exists; the first attempt creates it.
+    let graph = GraphBundle::from_text(
+        "flaky.yaml",
+        &format!(
+            r#"
+nodes:
+  first: {{ kind: script, run: [sh, -c, 'echo "{{\"first\": 1}}"'], start: true, next: flaky }}
+  flaky:
+    kind: script
+    run: [sh, -c, 'if [ -e "$1" ]; then echo "{{\"flaky\": \"fixed\"}}"; else touch "$1"; exit 5; fi', x, "{}"]
+"#,
+            marker.display()
+        ),
+    );
+    let client = cluster.client().await?;
+    let submitted = client.submit_bundle(graph, &json!({})).await?;
+    let failed = client.wait(&submitted.run_id).await?;
+    assert_eq!(failed.status, RunStatus::Failed);
+    cluster.restart_coordinator()?;
+    let client = cluster.client().await?;
+    client.retry(&submitted.run_id).await?;
+    let done = tokio::time::timeout(Duration::from_secs(60), client.wait(&submitted.run_id)).await??;
+    assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error);
+    assert_eq!(done.state["first"], 1);
+    assert_eq!(done.state["flaky"], "fixed");
+    std::fs::remove_file(&marker).ok();
+    Ok(())
+}

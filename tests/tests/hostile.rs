@@ -205,6 +205,11 @@ async fn ended_runs_are_kept_as_records_within_the_retention_and_listed_by_page(
     // An ended run still answers: its view and its whole log.
     let kept = client.get(&ids[2]).await?;
     assert_eq!(kept.state["done"], true);
+    // Forgotten for good: a restarted coordinator does not bring it back.
+    cluster.restart_coordinator()?;
+    let client = cluster.client().await?;
+    assert!(client.get(&ids[0]).await.is_err());
+    assert_eq!(client.get(&ids[2]).await?.state["done"], true);
     Ok(())
 }
 

@@ -88,7 +88,7 @@ impl RunService for RunApi {
             n => n.min(1000) as usize,
         };
         let after = (!request.after.is_empty()).then_some(request.after.as_str());
-        let (handles, more) = self.runs.page(limit, after);
+        let (handles, more) = self.runs.page(limit, after).await;
         let mut runs = Vec::with_capacity(handles.len());
         for handle in &handles {
             runs.push(convert::run_info(handle.get().await?, false));
