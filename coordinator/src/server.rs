@@ -68,6 +68,17 @@ pub async fn serve_unix(
     serve_incoming(incoming, config, shutdown).await
 }
 
+/// The runs kept in the data directory's store, restored.
+async fn with_stored_runs(runs: Runs, config: &CoordinatorConfig) -> Result<Runs, ServeError> {
+    let store = weft_store::EmbeddedStore::open(&config.data_dir.join(STORE_FILE))?;
+    let runs = runs.with_store(weft_store::AnyStore::Embedded(store));
+    let recovered = runs.recover(config.max_bundle_bytes).await?;
+    if recovered > 0 {
+        tracing::info!(runs = recovered, "runs restored from the store");
+    }
+    Ok(runs)
+}
+
 async fn serve_incoming<IO>(
     incoming: impl tokio_stream::Stream<Item = std::io::Result<IO>> + Send + 'static,
     config: CoordinatorConfig,
@@ -97,19 +108,14 @@ where
         shutdown.child_token(),
         &tracker,
     );
-    let store = weft_store::EmbeddedStore::open(&config.data_dir.join(STORE_FILE))?;
     let runs = Runs::new(
         dispatcher.clone(),
         blobs.clone(),
         shutdown.child_token(),
         tracker.clone(),
         &config,
-    )
-    .with_store(weft_store::AnyStore::Embedded(store));
-    let recovered = runs.recover(config.max_bundle_bytes).await?;
-    if recovered > 0 {
-        tracing::info!(runs = recovered, "runs restored from the store");
-    }
+    );
+    let runs = with_stored_runs(runs, &config).await?;
     // Each service decodes no more than its largest legitimate message: a
     // submission (bundle and input), a worker's result; framing aside.
     const FRAMING: usize = 1 << 20;

@@ -176,10 +176,78 @@ nodes:
     cluster.restart_coordinator()?;
     let client = cluster.client().await?;
     client.retry(&submitted.run_id).await?;
-    let done = tokio::time::timeout(Duration::from_secs(60), client.wait(&submitted.run_id)).await??;
+    let done =
+        tokio::time::timeout(Duration::from_secs(60), client.wait(&submitted.run_id)).await??;
     assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error);
     assert_eq!(done.state["first"], 1);
     assert_eq!(done.state["flaky"], "fixed");
     std::fs::remove_file(&marker).ok();
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_map_cut_by_kill_9_runs_its_finished_items_only_once() -> anyhow::Result<()> {
+    use tokio_stream::StreamExt;
+    let mut cluster = TestCluster::start()?;
+    cluster.add_worker("w", 4)?;
+    cluster.wait_for_workers(&["w"]).await?;
+    let ran = std::env::temp_dir().join(format!("weft-durable-map-{}", std::process::id()));
+    std::fs::remove_file(&ran).ok();
+    // Each execution of an item leaves a line with its index.
+    let graph = GraphBundle::from_text(
+        "slow-map.yaml",
+        &format!(
+            r#"
+nodes:
+  fan:
+    kind: map
+    start: true
+    over: "{{{{ items }}}}"
+    as: item
+    branch: work
+    output_key: out
+    collect_into: results
+    max_concurrency: 4
+  work:
+    kind: script
+    run: [sh, -c, 'echo "$WEFT_ITEM" >> "$1"; sleep 0.5; echo "{{\"out\": $WEFT_ITEM}}"', x, "{}"]
+"#,
+            ran.display()
+        ),
+    );
+    let client = cluster.client().await?;
+    let items: Vec<u32> = (0..16).collect();
+    let submitted = client
+        .submit_bundle(graph, &json!({ "items": items }))
+        .await?;
+    // Items seen finished are stored (with `sync`, an event is published
+    // only once its checkpoint is on disk).
+    let mut finished = Vec::new();
+    let mut events = client.watch(&submitted.run_id, 0).await?;
+    while finished.len() < 5 {
+        let event = tokio::time::timeout(Duration::from_secs(30), events.next())
+            .await?
+            .expect("the run goes on")?;
+        if event.kind == "map_item_finished" {
+            finished.push(event.body["index"].as_u64().expect("an index"));
+        }
+    }
+    drop(events);
+    cluster.restart_coordinator()?;
+    let client = cluster.client().await?;
+    let done =
+        tokio::time::timeout(Duration::from_secs(60), client.wait(&submitted.run_id)).await??;
+    assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error);
+    let results: Vec<u64> = (0..16).collect();
+    assert_eq!(done.state["results"], json!(results));
+    let lines = std::fs::read_to_string(&ran)?;
+    for index in &finished {
+        let runs = lines.lines().filter(|l| *l == index.to_string()).count();
+        assert_eq!(
+            runs, 1,
+            "item {index} finished before the crash and ran {runs} times:\n{lines}"
+        );
+    }
+    std::fs::remove_file(&ran).ok();
     Ok(())
 }

@@ -81,6 +81,11 @@ impl Journal {
         }
     }
 
+    /// Whether watchers may see only events already stored (`sync`).
+    pub fn holds_back_events(&self) -> bool {
+        self.mode == Durability::Sync
+    }
+
     /// Takes a checkpoint of a run in `status`, with its progress and log;
     /// returns once it is stored when the durability mode says to wait.
     pub async fn checkpoint(

@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::Value;
 use tokio::sync::{broadcast, mpsc};
@@ -14,18 +14,19 @@ use tokio_stream::StreamExt;
 use tokio_util::sync::CancellationToken;
 use tokio_util::time::DelayQueue;
 
+use super::field_table::FieldTable;
 use super::handle::{Command, FinishedRun, RunHandle, RunView, Slot, StoredEvent, UnhostedWait};
 use super::{
     Effect, FailureKind, Input, NodeOutput, Rejected, RunEvent, RunMachine, RunPlan, RunStatus,
-    State, TaskFailure, TaskKey, TaskSpec, TaskState,
+    TaskFailure, TaskKey, TaskSpec,
 };
 use crate::bundle::BlobLease;
 use crate::dispatch::jobs::JobKey;
-use crate::dispatch::{
-    Assignment, BlobRef, DispatchEvent, EventSink, FunctionCall, StateField, TaskLauncher,
-};
+use crate::dispatch::{Assignment, BlobRef, DispatchEvent, EventSink, FunctionCall, TaskLauncher};
 use crate::durable::journal::Journal;
 
+/// How often a map's finished items are checkpointed at most.
+const ITEM_CHECKPOINTS: Duration = Duration::from_millis(100);
 /// Commands a run actor takes.
 const COMMAND_BUFFER: usize = 64;
 /// Events kept for late watchers beyond the log (the log itself is whole).
@@ -132,6 +133,9 @@ pub(super) fn start_actor(
         journal: setup.journal,
         checkpoint_due: false,
         published: log_len,
+        durable: log_len,
+        item_checkpoint: false,
+        last_checkpoint: Instant::now(),
     };
     setup
         .tracker
@@ -167,6 +171,11 @@ struct RunActor {
     checkpoint_due: bool,
     /// Events watchers may see: the log up to here.
     published: usize,
+    /// Events in the store (with `sync`, watchers see no further).
+    durable: usize,
+    /// A map item finished since the last checkpoint.
+    item_checkpoint: bool,
+    last_checkpoint: Instant,
 }
 
 impl RunActor {
@@ -230,6 +239,8 @@ impl RunActor {
                 Some(due) = retries.next(), if !retries.is_empty() => {
                     self.input(Input::RetryDue { key: due.into_inner() });
                 }
+                // A deferred map-item checkpoint is due (`flush` takes it).
+                _ = tokio::time::sleep_until((self.last_checkpoint + ITEM_CHECKPOINTS).into()), if self.item_checkpoint => {}
                 _ = &mut deadline, if deadline_armed => {
                     deadline_armed = false;
                     if !self.machine.status().is_terminal() {
@@ -250,18 +261,34 @@ impl RunActor {
     /// Takes the checkpoint the machine asked for, if any (waiting for the
     /// store when the run's durability mode says so), then publishes the
     /// new events: nobody sees what a crash could still take back.
+    ///
+    /// A finished map item asks for one too, taken at most every
+    /// [`ITEM_CHECKPOINTS`] (a timer takes a deferred one), so a crash
+    /// re-runs few finished items and a large map does not store its whole
+    /// progress once per item.
     async fn flush(&mut self) {
-        if std::mem::take(&mut self.checkpoint_due)
-            && let Some(journal) = &mut self.journal
-        {
-            journal
-                .checkpoint(self.machine.status(), self.machine.progress(), &self.log)
-                .await;
+        let urgent = std::mem::take(&mut self.checkpoint_due);
+        let item_due = self.item_checkpoint && self.last_checkpoint.elapsed() >= ITEM_CHECKPOINTS;
+        let mut visible = self.log.len();
+        if let Some(journal) = &mut self.journal {
+            if urgent || item_due {
+                journal
+                    .checkpoint(self.machine.status(), self.machine.progress(), &self.log)
+                    .await;
+                self.item_checkpoint = false;
+                self.last_checkpoint = Instant::now();
+                self.durable = self.log.len();
+            }
+            // Events of a checkpoint still deferred wait for it; others
+            // (a task waiting for a worker, …) change nothing stored.
+            if journal.holds_back_events() && self.item_checkpoint {
+                visible = self.durable;
+            }
         }
-        for stored in &self.log[self.published..] {
+        for stored in &self.log[self.published.min(visible)..visible] {
             let _ = self.live.send(stored.clone());
         }
-        self.published = self.log.len();
+        self.published = self.published.max(visible);
     }
 
     /// The run has ended: its record replaces the actor, which stops. A
@@ -456,6 +483,7 @@ impl RunActor {
                 }
                 Effect::Emit(event) => {
                     match &event {
+                        RunEvent::MapItemFinished { .. } => self.item_checkpoint = true,
                         RunEvent::StateChanged { fields, .. } => {
                             self.fields.refresh(self.machine.state(), fields.iter());
                         }
@@ -556,56 +584,7 @@ fn off_the_runtime<T>(work: impl FnOnce() -> T) -> T {
     }
 }
 
-/// The committed state's fields, each serialized once per version.
-///
-/// Every task of a wave sees the same committed state (S0), so a field is
-/// turned into JSON when it changes, not once per task; a map item's own
-/// fields (its binding and writes) are versioned per task. Versions let the
-/// dispatcher send a worker only the values it does not hold yet.
-#[derive(Default)]
-struct FieldTable {
-    fields: std::collections::HashMap<String, StateField>,
-    next_version: u64,
-}
-
-impl FieldTable {
-    /// Re-serializes the named fields of the committed state.
-    fn refresh<'a>(&mut self, state: &State, names: impl Iterator<Item = &'a String>) {
-        for name in names {
-            if let Some(value) = state.get(name) {
-                let field = self.fresh(name, value);
-                self.fields.insert(name.clone(), field);
-            }
-        }
-    }
-
-    fn fresh(&mut self, name: &str, value: &Value) -> StateField {
-        self.next_version += 1;
-        StateField {
-            name: Arc::from(name),
-            version: self.next_version,
-            json: Some(Arc::from(value.to_string())),
-        }
-    }
-
-    /// A task's fields: committed ones from the table, its own overlay
-    /// fields versioned anew.
-    fn task_fields(&mut self, state: &TaskState) -> Vec<StateField> {
-        let mut out = Vec::with_capacity(state.base.len() + state.overlay.len());
-        for (name, value) in state.fields() {
-            let committed = (!state.overlay.contains_key(name))
-                .then(|| self.fields.get(name))
-                .flatten();
-            match committed {
-                Some(field) => out.push(field.clone()),
-                None => out.push(self.fresh(name, value)),
-            }
-        }
-        out
-    }
-}
-
-/// What workers need to know about each worker-run node.
+/// Now, in Unix milliseconds.
 fn now_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)

@@ -9,6 +9,7 @@
 mod actor;
 mod ending;
 mod events;
+mod field_table;
 mod handle;
 mod human;
 mod limits;

@@ -1,0 +1,59 @@
+//! The committed state's fields as workers receive them: each serialized
+//! once per version, so a task carries references to what its worker may
+//! already hold rather than the state again.
+
+use std::sync::Arc;
+
+use serde_json::Value;
+
+use super::{State, TaskState};
+use crate::dispatch::StateField;
+
+/// The committed state's fields, each serialized once per version.
+///
+/// Every task of a wave sees the same committed state (S0), so a field is
+/// turned into JSON when it changes, not once per task; a map item's own
+/// fields (its binding and writes) are versioned per task. Versions let the
+/// dispatcher send a worker only the values it does not hold yet.
+#[derive(Default)]
+pub(super) struct FieldTable {
+    fields: std::collections::HashMap<String, StateField>,
+    next_version: u64,
+}
+
+impl FieldTable {
+    /// Re-serializes the named fields of the committed state.
+    pub(super) fn refresh<'a>(&mut self, state: &State, names: impl Iterator<Item = &'a String>) {
+        for name in names {
+            if let Some(value) = state.get(name) {
+                let field = self.fresh(name, value);
+                self.fields.insert(name.clone(), field);
+            }
+        }
+    }
+
+    fn fresh(&mut self, name: &str, value: &Value) -> StateField {
+        self.next_version += 1;
+        StateField {
+            name: Arc::from(name),
+            version: self.next_version,
+            json: Some(Arc::from(value.to_string())),
+        }
+    }
+
+    /// A task's fields: committed ones from the table, its own overlay
+    /// fields versioned anew.
+    pub(super) fn task_fields(&mut self, state: &TaskState) -> Vec<StateField> {
+        let mut out = Vec::with_capacity(state.base.len() + state.overlay.len());
+        for (name, value) in state.fields() {
+            let committed = (!state.overlay.contains_key(name))
+                .then(|| self.fields.get(name))
+                .flatten();
+            match committed {
+                Some(field) => out.push(field.clone()),
+                None => out.push(self.fresh(name, value)),
+            }
+        }
+        out
+    }
+}
