@@ -3,7 +3,8 @@
 //!
 //! - [`EmbeddedStore`]: a redb file in the coordinator's data directory,
 //!   crash-safe, no external service (the default);
-//! - [`EtcdStore`]: an etcd cluster shared by several coordinators.
+//! - `EtcdStore`: an etcd cluster shared by several coordinators (feature
+//!   `etcd`).
 //!
 //! The interface is what checkpoints, recovery and leader election use and
 //! nothing more: get, scan a prefix, put (optionally fenced), create-if-
@@ -23,9 +24,11 @@ use tokio::sync::mpsc;
 
 pub mod chunks;
 mod embedded;
+#[cfg(feature = "etcd")]
 mod etcd;
 
 pub use embedded::EmbeddedStore;
+#[cfg(feature = "etcd")]
 pub use etcd::EtcdStore;
 
 /// A store revision: increases with every write.
@@ -183,6 +186,7 @@ pub enum AnyStore {
     /// A redb file.
     Embedded(EmbeddedStore),
     /// An etcd cluster (its client is large; the enum stays small).
+    #[cfg(feature = "etcd")]
     Etcd(Box<EtcdStore>),
 }
 
@@ -190,6 +194,7 @@ macro_rules! delegate {
     ($self:ident, $store:ident => $call:expr) => {
         match $self {
             AnyStore::Embedded($store) => $call,
+            #[cfg(feature = "etcd")]
             AnyStore::Etcd($store) => $call,
         }
     };
