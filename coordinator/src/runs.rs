@@ -164,6 +164,7 @@ impl Runs {
             }),
             start: Start::Recover,
             journal: Some(journal),
+            admitted: None,
             lease: self.blobs.add_bundle(&run.bundle),
         });
         let mut inner = self.inner.write().unwrap_or_else(|e| e.into_inner());
@@ -212,7 +213,7 @@ impl Runs {
         let journal = match &self.store {
             Some(store) => {
                 let durability = plan.graph().settings.durability;
-                let head = restore::admit(store, &id, &bundle, &machine, now_ms())
+                let head = restore::store_bundle(store, &bundle, now_ms())
                     .await
                     .map_err(|e| SubmitError::Store(e.to_string()))?;
                 Some(Journal::start(
@@ -226,6 +227,7 @@ impl Runs {
             }
             None => None,
         };
+        let (admitted, stored) = tokio::sync::oneshot::channel();
         let launcher: Arc<dyn TaskLauncher> = Arc::new(self.dispatcher.clone());
         let handle = spawn_run(RunSetup {
             id: id.clone(),
@@ -238,8 +240,13 @@ impl Runs {
             history: None,
             start: Start::New,
             journal,
+            admitted: Some(admitted),
             lease,
         });
+        // The actor's first checkpoint: acknowledged means stored.
+        stored
+            .await
+            .map_err(|_| SubmitError::Store("the coordinator is shutting down".into()))?;
         metrics::counter!(crate::metrics::RUNS_SUBMITTED).increment(1);
         self.evict().await;
         let mut inner = self.inner.write().unwrap_or_else(|e| e.into_inner());

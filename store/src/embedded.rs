@@ -233,9 +233,8 @@ fn entry(key: &str, record: &[u8]) -> Entry {
 
 impl Store for EmbeddedStore {
     fn max_value_bytes(&self) -> usize {
-        // One record per key stays well inside a redb page run; bigger
-        // values are chunked like on etcd, so both behave alike.
-        16 << 20
+        // redb takes large values: a checkpoint always fits one transaction.
+        crate::chunks::MAX_TOTAL_BYTES
     }
 
     async fn get(&self, key: &str) -> Result<Option<Entry>, StoreError> {

@@ -1,14 +1,21 @@
-//! A run's checkpoints: its record and its event log, written to the store
-//! in order by one writer task per run.
+//! A run's checkpoints: its record, its state field by field, and its event
+//! log, written to the store in order by one writer task per run.
 //!
 //! Keys: `runs/<id>/record` holds the [`RunRecord`] (the machine's progress
-//! and where the log stands), `runs/<id>/events/<first>` each stretch of
-//! events written with a checkpoint, `blobs/<sha256>` every bundle file
-//! once. The run's actor hands over a snapshot when the machine asks for a
+//! without its state, the names of the state's fields, and where the log
+//! stands); `runs/<id>/fields/<name>` each field of the state, written again
+//! only when its version moved (a 10 MB input is stored once, not once per
+//! wave); `runs/<id>/events/<first>` each stretch of events; `blobs/<sha256>`
+//! every bundle file once. A checkpoint's writes go in one transaction.
+//!
+//! The run's actor hands over a snapshot when the machine asks for a
 //! checkpoint; with `durability: sync` it waits until the snapshot is on
 //! disk before taking its next input, with `async` it goes on at once, and
-//! with `exit` snapshots are taken only when the run pauses or ends.
+//! with `exit` snapshots are taken only when the run pauses or ends. The
+//! first checkpoint, taken before the run's submission is acknowledged, is
+//! always waited for.
 
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use tokio::sync::{mpsc, oneshot};
@@ -21,6 +28,11 @@ use crate::run::{RunStatus, StoredEvent};
 /// Where a run's record lives.
 pub fn record_key(id: &str) -> String {
     format!("runs/{id}/record")
+}
+
+/// Where a field of a run's state lives.
+pub fn field_key(id: &str, name: &str) -> String {
+    format!("runs/{id}/fields/{name}")
 }
 
 /// Where a stretch of a run's events lives.
@@ -44,9 +56,22 @@ pub struct RecordHead {
     pub created_unix_ms: i64,
 }
 
+/// What a checkpoint stores: the progress without its state, and the
+/// state's fields with their versions and JSON (as workers get them).
+pub struct Checkpoint {
+    /// The machine's progress, its state left out.
+    pub progress_json: String,
+    /// Every field of the state: name, version, JSON.
+    pub fields: Vec<(String, u64, Arc<str>)>,
+}
+
 /// One checkpoint, taken by the actor.
 struct Snapshot {
     progress_json: String,
+    /// Fields whose version moved since the last checkpoint.
+    changed: BTreeMap<String, Arc<str>>,
+    /// Every field's name.
+    names: Vec<String>,
     /// The events since the last checkpoint, and the position of the first.
     first: u64,
     events: Vec<(i64, String)>,
@@ -59,6 +84,8 @@ pub struct Journal {
     mode: Durability,
     /// Events already handed over.
     handed: u64,
+    /// The version of each field handed over.
+    versions: HashMap<String, u64>,
 }
 
 impl Journal {
@@ -78,6 +105,7 @@ impl Journal {
             tx,
             mode,
             handed: stored,
+            versions: HashMap::new(),
         }
     }
 
@@ -86,22 +114,21 @@ impl Journal {
         self.mode == Durability::Sync
     }
 
-    /// Takes a checkpoint of a run in `status`, with its progress and log;
-    /// returns once it is stored when the durability mode says to wait.
+    /// Whether a run in `status` is checkpointed now (`exit` keeps only
+    /// pauses and ends).
+    pub fn wants(&self, status: RunStatus) -> bool {
+        self.mode != Durability::Exit || settled(status)
+    }
+
+    /// Takes a checkpoint of a run in `status`; returns once it is stored
+    /// when the durability mode (or `wait`) says so.
     pub async fn checkpoint(
         &mut self,
         status: RunStatus,
-        progress: &crate::run::Progress,
+        checkpoint: Checkpoint,
         log: &[StoredEvent],
+        wait: bool,
     ) {
-        let settled = status.is_terminal() || status == RunStatus::Waiting;
-        if self.mode == Durability::Exit && !settled {
-            return;
-        }
-        let Ok(progress_json) = serde_json::to_string(progress) else {
-            tracing::error!("a run's progress does not serialize; checkpoint skipped");
-            return;
-        };
         let first = self.handed;
         let events = log
             .iter()
@@ -112,7 +139,17 @@ impl Journal {
             })
             .collect::<Vec<_>>();
         self.handed = log.len() as u64;
-        let wait = self.mode == Durability::Sync || settled;
+        let mut changed = BTreeMap::new();
+        let mut names = Vec::with_capacity(checkpoint.fields.len());
+        for (name, version, json) in checkpoint.fields {
+            if self.versions.get(&name) != Some(&version) {
+                self.versions.insert(name.clone(), version);
+                changed.insert(name.clone(), json);
+            }
+            names.push(name);
+        }
+        names.sort_unstable();
+        let wait = wait || self.mode == Durability::Sync || settled(status);
         let (done, stored) = if wait {
             let (tx, rx) = oneshot::channel();
             (Some(tx), Some(rx))
@@ -120,7 +157,9 @@ impl Journal {
             (None, None)
         };
         let snapshot = Snapshot {
-            progress_json,
+            progress_json: checkpoint.progress_json,
+            changed,
+            names,
             first,
             events,
             done,
@@ -133,6 +172,10 @@ impl Journal {
     }
 }
 
+fn settled(status: RunStatus) -> bool {
+    status.is_terminal() || status == RunStatus::Waiting
+}
+
 /// Writes snapshots in the order they were taken, newest first when several
 /// are waiting.
 async fn write_snapshots(
@@ -143,11 +186,14 @@ async fn write_snapshots(
 ) {
     while let Some(mut snapshot) = rx.recv().await {
         // Snapshots that queued up while the last write ran are folded
-        // into one: the newest progress, every event since the first.
+        // into one: the newest progress and fields, every event since the
+        // first.
         let mut waiting = Vec::new();
         while let Ok(next) = rx.try_recv() {
             waiting.extend(snapshot.done.take());
             snapshot.events.extend(next.events);
+            snapshot.changed.extend(next.changed);
+            snapshot.names = next.names;
             snapshot.progress_json = next.progress_json;
             snapshot.done = next.done;
         }
@@ -173,22 +219,27 @@ async fn write(
         created_unix_ms: head.created_unix_ms,
         progress_json: snapshot.progress_json.clone(),
         events: snapshot.first + snapshot.events.len() as u64,
+        fields: snapshot.names.clone(),
     };
     let record = records::encode(&record);
-    let (record_key, events_key) = (record_key(id), events_key(id, snapshot.first));
-    // One transaction when they fit; else the events first, so a record
-    // never points past what is stored.
     let events = (!snapshot.events.is_empty()).then(|| {
         records::encode(&EventsRecord {
             first: snapshot.first,
             events: snapshot.events.clone(),
         })
     });
-    let mut values: Vec<(&str, &[u8])> = Vec::with_capacity(2);
+    let mut keyed: Vec<(String, &[u8])> = Vec::with_capacity(snapshot.changed.len() + 2);
     if let Some(events) = &events {
-        values.push((&events_key, events));
+        keyed.push((events_key(id, snapshot.first), events));
     }
-    values.push((&record_key, &record));
+    for (name, json) in &snapshot.changed {
+        keyed.push((field_key(id, name), json.as_bytes()));
+    }
+    // One transaction on the embedded store (its values may be as large as
+    // a record can be). TODO(HA): on etcd, fields too large for one request
+    // need versioned keys, so a record never meets fields newer than itself.
+    keyed.push((record_key(id), &record));
+    let values: Vec<(&str, &[u8])> = keyed.iter().map(|(k, v)| (k.as_str(), *v)).collect();
     chunks::put_together(store, &values, None).await?;
     Ok(())
 }

@@ -7,15 +7,16 @@
 //! arbitrary JSON (the state), which bincode cannot describe by itself: they
 //! travel inside the record as JSON text.
 //!
-//! `tests/fixtures/run-record-v1.bin` is a record of format 1 as written
-//! on the day the format was fixed; a test decodes it and checks that
-//! today's encoder still writes exactly those bytes, so a change of format
-//! is a deliberate one (a new version, with the old one still read).
+//! `tests/fixtures/run-record-v1.bin` and `-v2.bin` are records as written
+//! on the days their formats were fixed: tests decode both, and check that
+//! today's encoder still writes the current one byte for byte, so a change
+//! of format is a deliberate one (a new version, the old ones still read).
 
 use serde::{Deserialize, Serialize};
 
-/// The format this coordinator writes.
-pub const FORMAT: u8 = 1;
+/// The format this coordinator writes: 2 stores the state apart, field by
+/// field (1 kept it inside the progress).
+pub const FORMAT: u8 = 2;
 
 /// A run as stored: enough to restore its machine and serve it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -28,10 +29,47 @@ pub struct RunRecord {
     pub files: Vec<FileRecord>,
     /// When the run was submitted (Unix milliseconds).
     pub created_unix_ms: i64,
-    /// The machine's progress (`Progress`), as JSON.
+    /// The machine's progress (`Progress`), as JSON; without its state
+    /// when `fields` names where the state is.
     pub progress_json: String,
     /// Events stored so far (the log position the progress belongs to).
     pub events: u64,
+    /// The state's fields, each stored under `runs/<id>/fields/<name>`
+    /// (format 2); empty in format 1, whose progress holds the state.
+    pub fields: Vec<String>,
+}
+
+/// A run record of format 1.
+#[derive(Deserialize)]
+struct RunRecordV1 {
+    id: String,
+    graph_path: String,
+    files: Vec<FileRecord>,
+    created_unix_ms: i64,
+    progress_json: String,
+    events: u64,
+}
+
+impl From<RunRecordV1> for RunRecord {
+    fn from(v1: RunRecordV1) -> Self {
+        Self {
+            id: v1.id,
+            graph_path: v1.graph_path,
+            files: v1.files,
+            created_unix_ms: v1.created_unix_ms,
+            progress_json: v1.progress_json,
+            events: v1.events,
+            fields: Vec::new(),
+        }
+    }
+}
+
+/// Reads a run record of any format up to the current one.
+pub fn decode_run(bytes: &[u8]) -> Result<RunRecord, RecordError> {
+    match bytes.first() {
+        Some(1) => decode_body::<RunRecordV1>(&bytes[1..]).map(RunRecord::from),
+        _ => decode(bytes),
+    }
 }
 
 /// A bundle file of a run.
@@ -80,29 +118,31 @@ pub fn decode<T: for<'de> Deserialize<'de>>(bytes: &[u8]) -> Result<T, RecordErr
         .split_first()
         .ok_or_else(|| RecordError::Corrupt("empty".into()))?;
     match version {
-        // Format 1 is today's: nothing to convert.
-        1 => {
-            let (record, used) =
-                bincode::serde::decode_from_slice(body, bincode::config::standard())
-                    .map_err(|e| RecordError::Corrupt(e.to_string()))?;
-            if used != body.len() {
-                return Err(RecordError::Corrupt(format!(
-                    "{} bytes after the record",
-                    body.len() - used
-                )));
-            }
-            Ok(record)
-        }
+        // Events records did not change between formats 1 and 2; run
+        // records did (see [`decode_run`]).
+        1 | FORMAT => decode_body(body),
         0 => Err(RecordError::Corrupt("format 0 does not exist".into())),
         newer => Err(RecordError::Newer(newer)),
     }
+}
+
+fn decode_body<T: for<'de> Deserialize<'de>>(body: &[u8]) -> Result<T, RecordError> {
+    let (record, used) = bincode::serde::decode_from_slice(body, bincode::config::standard())
+        .map_err(|e| RecordError::Corrupt(e.to_string()))?;
+    if used != body.len() {
+        return Err(RecordError::Corrupt(format!(
+            "{} bytes after the record",
+            body.len() - used
+        )));
+    }
+    Ok(record)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// The record kept in `tests/fixtures/run-record-v1.bin`.
+    /// The record kept in `tests/fixtures/run-record-v2.bin`.
     fn sample() -> RunRecord {
         RunRecord {
             id: "run-0190f3a2b7c47d1e9f00000000000001".into(),
@@ -122,25 +162,42 @@ mod tests {
             created_unix_ms: 1_796_000_000_000,
             progress_json: r#"{"state":{"topic":"Weft"},"status":"Running","steps":2}"#.into(),
             events: 7,
+            fields: vec!["draft".into(), "topic".into()],
         }
     }
 
+    fn fixture(name: &str) -> std::path::PathBuf {
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures")
+            .join(name)
+    }
+
     #[test]
-    fn a_record_of_format_1_decodes_and_is_still_written_the_same() {
-        let path = concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/tests/fixtures/run-record-v1.bin"
-        );
+    fn a_record_of_format_1_still_decodes() {
+        // Written by the coordinator of format 1, on the day it was fixed.
+        let stored = std::fs::read(fixture("run-record-v1.bin")).expect("checked in");
+        assert_eq!(stored[0], 1);
+        let record = decode_run(&stored).expect("decodes");
+        let expected = RunRecord {
+            fields: Vec::new(),
+            ..sample()
+        };
+        assert_eq!(record, expected, "format 1 kept the state in the progress");
+    }
+
+    #[test]
+    fn a_record_of_format_2_decodes_and_is_still_written_the_same() {
+        let path = fixture("run-record-v2.bin");
         if std::env::var_os("WEFT_WRITE_FIXTURES").is_some() {
-            std::fs::write(path, encode(&sample())).expect("fixture written");
+            std::fs::write(&path, encode(&sample())).expect("fixture written");
         }
-        let stored = std::fs::read(path).expect("the fixture is checked in");
-        assert_eq!(stored[0], 1, "format 1");
-        assert_eq!(decode::<RunRecord>(&stored).expect("decodes"), sample());
+        let stored = std::fs::read(&path).expect("the fixture is checked in");
+        assert_eq!(stored[0], 2, "format 2");
+        assert_eq!(decode_run(&stored).expect("decodes"), sample());
         assert_eq!(
             encode(&sample()),
             stored,
-            "today's encoder writes format 1 unchanged"
+            "today's encoder writes format 2 unchanged"
         );
     }
 
@@ -149,19 +206,13 @@ mod tests {
         let mut bytes = encode(&sample());
         bytes[0] = 9;
         assert_eq!(
-            decode::<RunRecord>(&bytes).unwrap_err().to_string(),
-            "format 9 was written by a newer coordinator (this one reads up to 1)"
+            decode_run(&bytes).unwrap_err().to_string(),
+            "format 9 was written by a newer coordinator (this one reads up to 2)"
         );
-        assert!(matches!(
-            decode::<RunRecord>(&[]),
-            Err(RecordError::Corrupt(_))
-        ));
+        assert!(matches!(decode_run(&[]), Err(RecordError::Corrupt(_))));
         let mut long = encode(&sample());
         long.push(0);
-        assert!(matches!(
-            decode::<RunRecord>(&long),
-            Err(RecordError::Corrupt(_))
-        ));
+        assert!(matches!(decode_run(&long), Err(RecordError::Corrupt(_))));
         let events = EventsRecord {
             first: 3,
             events: vec![(1, r#"{"kind":"run_started"}"#.into())],

@@ -5,18 +5,16 @@ use std::sync::Arc;
 
 use weft_store::{AnyStore, Store, StoreError, chunks};
 
-use super::journal::{RecordHead, blob_key, events_key, record_key};
+use super::journal::{RecordHead, blob_key, events_key, field_key};
 use super::records::{self, EventsRecord, FileRecord, RunRecord};
 use crate::bundle::Bundle;
-use crate::run::{Progress, RunEvent, RunMachine, StoredEvent};
+use crate::run::{Progress, RunEvent, StoredEvent};
 
-/// Stores a new run's bundle files (each once, by hash) and its first
-/// record; returns the head its later checkpoints repeat.
-pub async fn admit(
+/// Stores a new run's bundle files (each once, by hash); returns the head
+/// its records repeat. Its first record is the actor's first checkpoint.
+pub async fn store_bundle(
     store: &AnyStore,
-    id: &str,
     bundle: &Bundle,
-    machine: &RunMachine,
     created_unix_ms: i64,
 ) -> Result<RecordHead, StoreError> {
     let mut files = Vec::with_capacity(bundle.files.len());
@@ -31,22 +29,11 @@ pub async fn admit(
             mode: file.mode,
         });
     }
-    let head = RecordHead {
+    Ok(RecordHead {
         graph_path: bundle.graph_path.clone(),
         files,
         created_unix_ms,
-    };
-    let record = RunRecord {
-        id: id.to_owned(),
-        graph_path: head.graph_path.clone(),
-        files: head.files.clone(),
-        created_unix_ms,
-        progress_json: serde_json::to_string(machine.progress())
-            .map_err(|e| corrupt(id, &e.to_string()))?,
-        events: 0,
-    };
-    chunks::put(store, &record_key(id), &records::encode(&record), None).await?;
-    Ok(head)
+    })
 }
 
 /// A run read back from the store.
@@ -96,9 +83,12 @@ async fn read_run(
     bytes: &[u8],
     max_bundle_bytes: usize,
 ) -> Result<StoredRun, StoreError> {
-    let record: RunRecord = records::decode(bytes).map_err(|e| corrupt(key, &e.to_string()))?;
-    let progress: Progress =
+    let record = records::decode_run(bytes).map_err(|e| corrupt(key, &e.to_string()))?;
+    let mut progress: Progress =
         serde_json::from_str(&record.progress_json).map_err(|e| corrupt(key, &e.to_string()))?;
+    if !record.fields.is_empty() {
+        progress.set_state(read_state(store, &record).await?);
+    }
     let mut files = Vec::with_capacity(record.files.len());
     for file in &record.files {
         let content = chunks::get(store, &blob_key(&file.sha256))
@@ -120,6 +110,23 @@ async fn read_run(
             created_unix_ms: record.created_unix_ms,
         },
     })
+}
+
+/// The state a record names, field by field.
+async fn read_state(
+    store: &AnyStore,
+    record: &RunRecord,
+) -> Result<serde_json::Map<String, serde_json::Value>, StoreError> {
+    let mut state = serde_json::Map::new();
+    for name in &record.fields {
+        let key = field_key(&record.id, name);
+        let json = chunks::get(store, &key)
+            .await?
+            .ok_or_else(|| corrupt(&key, "the field is missing"))?;
+        let value = serde_json::from_slice(&json).map_err(|e| corrupt(&key, &e.to_string()))?;
+        state.insert(name.clone(), value);
+    }
+    Ok(state)
 }
 
 /// The run's events up to its record's position, in order.

@@ -23,7 +23,7 @@ use super::{
 use crate::bundle::BlobLease;
 use crate::dispatch::jobs::JobKey;
 use crate::dispatch::{Assignment, BlobRef, DispatchEvent, EventSink, FunctionCall, TaskLauncher};
-use crate::durable::journal::Journal;
+use crate::durable::journal::{Checkpoint, Journal};
 
 /// How often a map's finished items are checkpointed at most.
 const ITEM_CHECKPOINTS: Duration = Duration::from_millis(100);
@@ -56,6 +56,8 @@ pub struct RunSetup {
     pub start: Start,
     /// Where the run's checkpoints go; `None` keeps the run in memory only.
     pub journal: Option<Journal>,
+    /// Told once a new run's first checkpoint is stored.
+    pub admitted: Option<tokio::sync::oneshot::Sender<()>>,
     /// Keeps the bundle's files for workers while the run may still need
     /// them (until it ends, or until a failed run's record is forgotten).
     pub lease: BlobLease,
@@ -131,6 +133,7 @@ pub(super) fn start_actor(
         tracker: setup.tracker.clone(),
         lease: setup.lease,
         journal: setup.journal,
+        admitted: setup.admitted,
         checkpoint_due: false,
         published: log_len,
         durable: log_len,
@@ -167,6 +170,7 @@ struct RunActor {
     tracker: tokio_util::task::TaskTracker,
     lease: BlobLease,
     journal: Option<Journal>,
+    admitted: Option<tokio::sync::oneshot::Sender<()>>,
     /// The machine asked for a checkpoint since the last one was taken.
     checkpoint_due: bool,
     /// Events watchers may see: the log up to here.
@@ -203,6 +207,11 @@ impl RunActor {
         let mut retries: DelayQueue<TaskKey> = DelayQueue::new();
         match start {
             Start::New => {
+                // Stored before the submission is acknowledged.
+                self.take_checkpoint(true).await;
+                if let Some(admitted) = self.admitted.take() {
+                    let _ = admitted.send(());
+                }
                 let effects = self.machine.start();
                 self.perform(effects);
                 self.count_status(None);
@@ -270,21 +279,55 @@ impl RunActor {
         let urgent = std::mem::take(&mut self.checkpoint_due);
         let item_due = self.item_checkpoint && self.last_checkpoint.elapsed() >= ITEM_CHECKPOINTS;
         let mut visible = self.log.len();
-        if let Some(journal) = &mut self.journal {
-            if urgent || item_due {
-                journal
-                    .checkpoint(self.machine.status(), self.machine.progress(), &self.log)
-                    .await;
-                self.item_checkpoint = false;
-                self.last_checkpoint = Instant::now();
-                self.durable = self.log.len();
-            }
-            // Events of a checkpoint still deferred wait for it; others
-            // (a task waiting for a worker, …) change nothing stored.
-            if journal.holds_back_events() && self.item_checkpoint {
-                visible = self.durable;
-            }
+        if urgent || item_due {
+            self.take_checkpoint(false).await;
+            self.item_checkpoint = false;
         }
+        // Events of a checkpoint still deferred wait for it; others (a task
+        // waiting for a worker, …) change nothing stored.
+        if self
+            .journal
+            .as_ref()
+            .is_some_and(Journal::holds_back_events)
+            && self.item_checkpoint
+        {
+            visible = self.durable;
+        }
+        self.publish(visible);
+    }
+
+    /// Checkpoints the run now (waiting for the store if `wait`, or as its
+    /// durability mode says): its progress, its state's changed fields as
+    /// workers get them, its new events.
+    async fn take_checkpoint(&mut self, wait: bool) {
+        let status = self.machine.status();
+        if !self.journal.as_ref().is_some_and(|j| j.wants(status)) {
+            return;
+        }
+        let Ok(progress_json) = self.machine.progress_json_without_state() else {
+            tracing::error!(run = %self.id, "the run's progress does not serialize; no checkpoint");
+            return;
+        };
+        let fields = self
+            .fields
+            .committed()
+            .map(|(name, version, json)| (name.to_owned(), version, json.clone()))
+            .collect();
+        if let Some(journal) = &mut self.journal {
+            let checkpoint = Checkpoint {
+                progress_json,
+                fields,
+            };
+            journal
+                .checkpoint(status, checkpoint, &self.log, wait)
+                .await;
+        }
+        self.last_checkpoint = Instant::now();
+        self.durable = self.log.len();
+    }
+
+    /// Lets watchers see the log up to `visible`.
+    fn publish(&mut self, visible: usize) {
         for stored in &self.log[self.published.min(visible)..visible] {
             let _ = self.live.send(stored.clone());
         }
@@ -309,6 +352,7 @@ impl RunActor {
             history: None,
             start: Start::Retry,
             journal: self.journal,
+            admitted: None,
             lease: self.lease,
         });
         let record = FinishedRun {

@@ -41,6 +41,14 @@ impl FieldTable {
         }
     }
 
+    /// Every committed field: its name, version and JSON, for checkpoints
+    /// (which store a field again only when its version moved).
+    pub(super) fn committed(&self) -> impl Iterator<Item = (&str, u64, &Arc<str>)> {
+        self.fields
+            .values()
+            .filter_map(|f| f.json.as_ref().map(|json| (&*f.name, f.version, json)))
+    }
+
     /// A task's fields: committed ones from the table, its own overlay
     /// fields versioned anew.
     pub(super) fn task_fields(&mut self, state: &TaskState) -> Vec<StateField> {

@@ -73,6 +73,13 @@ pub struct Progress {
     pub(super) failed_wave: Vec<NodeIdx>,
 }
 
+impl Progress {
+    /// Puts back a state stored apart from the progress.
+    pub fn set_state(&mut self, state: Map<String, Value>) {
+        self.state = Arc::new(state);
+    }
+}
+
 /// Every edge's first status: START edges resolve on the input state (a
 /// `when` on one is evaluated there), all others wait for their source.
 fn start_edges(graph: &Graph, state: &Map<String, Value>) -> Result<Vec<EdgeStatus>, RunError> {
@@ -153,6 +160,15 @@ impl RunMachine {
             failed_wave: Vec::new(),
         };
         Ok(Self { plan, run })
+    }
+
+    /// The progress as JSON without the state, which checkpoints store
+    /// field by field.
+    pub fn progress_json_without_state(&mut self) -> serde_json::Result<String> {
+        let state = std::mem::take(&mut self.run.state);
+        let json = serde_json::to_string(&self.run);
+        self.run.state = state;
+        json
     }
 
     /// What the run has done so far, to store.
