@@ -23,10 +23,10 @@ use super::{
 use crate::bundle::BlobLease;
 use crate::dispatch::jobs::JobKey;
 use crate::dispatch::{Assignment, BlobRef, DispatchEvent, EventSink, FunctionCall, TaskLauncher};
-use crate::durable::journal::{Checkpoint, Journal};
+use crate::durable::journal::Journal;
 
 /// How often a map's finished items are checkpointed at most.
-const ITEM_CHECKPOINTS: Duration = Duration::from_millis(100);
+pub(super) const ITEM_CHECKPOINTS: Duration = Duration::from_millis(100);
 /// Commands a run actor takes.
 const COMMAND_BUFFER: usize = 64;
 /// Events kept for late watchers beyond the log (the log itself is whole).
@@ -145,18 +145,18 @@ pub(super) fn start_actor(
         .spawn(actor.run(start, commands, dispatch_rx, timer_rx, setup.shutdown));
 }
 
-struct RunActor {
-    id: Arc<str>,
+pub(super) struct RunActor {
+    pub(super) id: Arc<str>,
     plan: Arc<RunPlan>,
-    machine: RunMachine,
+    pub(super) machine: RunMachine,
     bundle: Arc<Vec<BlobRef>>,
     launcher: Arc<dyn TaskLauncher>,
     sink: EventSink,
     /// Retries to schedule: (key, delay), timed by the actor's own queue.
     timers: mpsc::UnboundedSender<(TaskKey, Duration)>,
-    log: Vec<StoredEvent>,
-    live: broadcast::Sender<StoredEvent>,
-    fields: FieldTable,
+    pub(super) log: Vec<StoredEvent>,
+    pub(super) live: broadcast::Sender<StoredEvent>,
+    pub(super) fields: FieldTable,
     created_unix_ms: i64,
     /// The log reached `max_events`: the run is to be stopped.
     events_full: bool,
@@ -169,17 +169,17 @@ struct RunActor {
     shutdown: CancellationToken,
     tracker: tokio_util::task::TaskTracker,
     lease: BlobLease,
-    journal: Option<Journal>,
+    pub(super) journal: Option<Journal>,
     admitted: Option<tokio::sync::oneshot::Sender<()>>,
     /// The machine asked for a checkpoint since the last one was taken.
-    checkpoint_due: bool,
+    pub(super) checkpoint_due: bool,
     /// Events watchers may see: the log up to here.
-    published: usize,
+    pub(super) published: usize,
     /// Events in the store (with `sync`, watchers see no further).
-    durable: usize,
+    pub(super) durable: usize,
     /// A map item finished since the last checkpoint.
-    item_checkpoint: bool,
-    last_checkpoint: Instant,
+    pub(super) item_checkpoint: bool,
+    pub(super) last_checkpoint: Instant,
 }
 
 impl RunActor {
@@ -265,73 +265,6 @@ impl RunActor {
                 return;
             }
         }
-    }
-
-    /// Takes the checkpoint the machine asked for, if any (waiting for the
-    /// store when the run's durability mode says so), then publishes the
-    /// new events: nobody sees what a crash could still take back.
-    ///
-    /// A finished map item asks for one too, taken at most every
-    /// [`ITEM_CHECKPOINTS`] (a timer takes a deferred one), so a crash
-    /// re-runs few finished items and a large map does not store its whole
-    /// progress once per item.
-    async fn flush(&mut self) {
-        let urgent = std::mem::take(&mut self.checkpoint_due);
-        let item_due = self.item_checkpoint && self.last_checkpoint.elapsed() >= ITEM_CHECKPOINTS;
-        let mut visible = self.log.len();
-        if urgent || item_due {
-            self.take_checkpoint(false).await;
-            self.item_checkpoint = false;
-        }
-        // Events of a checkpoint still deferred wait for it; others (a task
-        // waiting for a worker, …) change nothing stored.
-        if self
-            .journal
-            .as_ref()
-            .is_some_and(Journal::holds_back_events)
-            && self.item_checkpoint
-        {
-            visible = self.durable;
-        }
-        self.publish(visible);
-    }
-
-    /// Checkpoints the run now (waiting for the store if `wait`, or as its
-    /// durability mode says): its progress, its state's changed fields as
-    /// workers get them, its new events.
-    async fn take_checkpoint(&mut self, wait: bool) {
-        let status = self.machine.status();
-        if !self.journal.as_ref().is_some_and(|j| j.wants(status)) {
-            return;
-        }
-        let Ok(progress_json) = self.machine.progress_json_without_state() else {
-            tracing::error!(run = %self.id, "the run's progress does not serialize; no checkpoint");
-            return;
-        };
-        let fields = self
-            .fields
-            .committed()
-            .map(|(name, version, json)| (name.to_owned(), version, json.clone()))
-            .collect();
-        if let Some(journal) = &mut self.journal {
-            let checkpoint = Checkpoint {
-                progress_json,
-                fields,
-            };
-            journal
-                .checkpoint(status, checkpoint, &self.log, wait)
-                .await;
-        }
-        self.last_checkpoint = Instant::now();
-        self.durable = self.log.len();
-    }
-
-    /// Lets watchers see the log up to `visible`.
-    fn publish(&mut self, visible: usize) {
-        for stored in &self.log[self.published.min(visible)..visible] {
-            let _ = self.live.send(stored.clone());
-        }
-        self.published = self.published.max(visible);
     }
 
     /// The run has ended: its record replaces the actor, which stops. A

@@ -7,6 +7,7 @@
 //! happens back as inputs. Tests drive it the same way, with no network.
 
 mod actor;
+mod checkpoints;
 mod ending;
 mod events;
 mod field_table;
