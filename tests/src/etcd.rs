@@ -50,15 +50,12 @@ impl TestEtcd {
         Ok(etcd)
     }
 
-    /// Polls until a read succeeds.
+    /// Polls etcd's `/health` on its client port until it says so.
     async fn wait_ready(&self) -> Result<()> {
         let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        let address = self.url.trim_start_matches("http://").to_owned();
         loop {
-            let ready = match etcd_client::Client::connect([&self.url], None).await {
-                Ok(mut client) => client.get("ready", None).await.is_ok(),
-                Err(_) => false,
-            };
-            if ready {
+            if healthy(&address) {
                 return Ok(());
             }
             if std::time::Instant::now() > deadline {
@@ -67,6 +64,22 @@ impl TestEtcd {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
+}
+
+/// Whether etcd at `address` answers `GET /health` with `"health":"true"`.
+fn healthy(address: &str) -> bool {
+    use std::io::{Read, Write};
+    let Ok(mut stream) = std::net::TcpStream::connect(address) else {
+        return false;
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
+    let request = format!("GET /health HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n");
+    if stream.write_all(request.as_bytes()).is_err() {
+        return false;
+    }
+    let mut response = String::new();
+    let _ = stream.read_to_string(&mut response);
+    response.contains("\"health\":\"true\"")
 }
 
 impl Drop for TestEtcd {
