@@ -48,7 +48,13 @@ impl EmbeddedStore {
         if let Some(parent) = path.parent() {
             std::fs::create_dir_all(parent).map_err(backend)?;
         }
-        let db = Database::create(path).map_err(backend)?;
+        let db = Database::create(path).map_err(|error| match error {
+            redb::DatabaseError::DatabaseAlreadyOpen => StoreError::Backend(format!(
+                "{} is in use by another process (one coordinator per data directory)",
+                path.display()
+            )),
+            other => backend(other),
+        })?;
         let (changes, _) = broadcast::channel(1024);
         let inner = Inner {
             db,

@@ -253,6 +253,13 @@ async fn the_embedded_store_passes_the_suite_and_keeps_what_it_wrote() {
     let path = dir.join("store.redb");
     {
         let store = EmbeddedStore::open(&path).unwrap();
+        let second = EmbeddedStore::open(&path)
+            .err()
+            .expect("one owner at a time");
+        assert!(
+            second.to_string().contains("is in use by another process"),
+            "{second}"
+        );
         suite(&store, "t").await;
         store
             .put("kept", b"across opens".to_vec(), None)
