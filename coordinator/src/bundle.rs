@@ -250,7 +250,7 @@ impl BlobStore {
     /// Files held, and their bytes.
     pub fn held(&self) -> (usize, usize) {
         let blobs = self.blobs.read().unwrap_or_else(|e| e.into_inner());
-        (blobs.len(), blobs.values().map(|h| h.content.len()).sum())
+        (blobs.len(), bytes_of(&blobs))
     }
 }
 
@@ -269,9 +269,12 @@ impl Drop for BlobLease {
     }
 }
 
+fn bytes_of(blobs: &HashMap<String, Held>) -> usize {
+    blobs.values().map(|h| h.content.len()).sum()
+}
+
 fn record_bytes(blobs: &HashMap<String, Held>) {
-    let bytes: usize = blobs.values().map(|h| h.content.len()).sum();
-    metrics::gauge!(crate::metrics::BUNDLE_BYTES).set(bytes as f64);
+    metrics::gauge!(crate::metrics::BUNDLE_BYTES).set(bytes_of(blobs) as f64);
 }
 
 #[cfg(test)]

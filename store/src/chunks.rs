@@ -42,10 +42,7 @@ pub async fn put<S: Store>(
     }
     let room = store.max_value_bytes() - 1;
     if value.len() <= room {
-        let mut inline = Vec::with_capacity(value.len() + 1);
-        inline.push(INLINE);
-        inline.extend_from_slice(value);
-        return store.put(key, inline, fence).await;
+        return store.put(key, inline(value), fence).await;
     }
     let pieces: Vec<&[u8]> = value.chunks(store.max_value_bytes()).collect();
     for (index, piece) in pieces.iter().enumerate() {
@@ -59,9 +56,10 @@ pub async fn put<S: Store>(
     store.put(key, head, fence).await
 }
 
-/// Writes several values: in one transaction when they fit in one request
-/// together (the usual case: a checkpoint's record and its events), else
-/// each on its own, chunks first and heads last.
+/// Writes several values in one transaction, all or none (a checkpoint's
+/// record, events and fields). Values that do not fit one request together
+/// are refused, naming the largest: never written apart, where a crash
+/// could leave some of them newer than the others.
 pub async fn put_together<S: Store>(
     store: &S,
     values: &[(&str, &[u8])],
@@ -69,22 +67,30 @@ pub async fn put_together<S: Store>(
 ) -> Result<Revision, StoreError> {
     let total: usize = values.iter().map(|(k, v)| k.len() + v.len() + 1).sum();
     if total > store.max_value_bytes() {
-        let mut last = 0;
-        for (key, value) in values {
-            last = put(store, key, value, fence).await?;
-        }
-        return Ok(last);
+        let (key, _) = values
+            .iter()
+            .max_by_key(|(_, v)| v.len())
+            .copied()
+            .unwrap_or_default();
+        return Err(StoreError::TooLarge {
+            key: key.to_owned(),
+            size: total,
+            limit: store.max_value_bytes(),
+        });
     }
     let writes = values
         .iter()
-        .map(|(key, value)| {
-            let mut inline = Vec::with_capacity(value.len() + 1);
-            inline.push(INLINE);
-            inline.extend_from_slice(value);
-            ((*key).to_owned(), inline)
-        })
+        .map(|(key, value)| ((*key).to_owned(), inline(value)))
         .collect();
     store.put_all(writes, fence).await
+}
+
+/// A value stored whole under its key.
+fn inline(value: &[u8]) -> Vec<u8> {
+    let mut stored = Vec::with_capacity(value.len() + 1);
+    stored.push(INLINE);
+    stored.extend_from_slice(value);
+    stored
 }
 
 /// The value under `key`, reassembled.

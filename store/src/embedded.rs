@@ -156,13 +156,18 @@ impl Inner {
 
 /// The next revision, counted in the transaction.
 fn next_revision(txn: &WriteTransaction) -> Result<Revision, StoreError> {
+    next_count(txn, "revision")
+}
+
+/// Counter `name` plus one, kept in the transaction.
+fn next_count(txn: &WriteTransaction, name: &str) -> Result<i64, StoreError> {
     let mut counters = txn.open_table(COUNTERS).map_err(backend)?;
     let next = counters
-        .get("revision")
+        .get(name)
         .map_err(backend)?
         .map_or(0, |v| v.value())
         + 1;
-    counters.insert("revision", next).map_err(backend)?;
+    counters.insert(name, next).map_err(backend)?;
     Ok(next)
 }
 
@@ -393,16 +398,7 @@ impl Store for EmbeddedStore {
 
     async fn grant_lease(&self, ttl: Duration) -> Result<LeaseId, StoreError> {
         self.blocking(move |inner| {
-            let id = inner.write(|txn, _| {
-                let mut counters = txn.open_table(COUNTERS).map_err(backend)?;
-                let next = counters
-                    .get("lease")
-                    .map_err(backend)?
-                    .map_or(0, |v| v.value())
-                    + 1;
-                counters.insert("lease", next).map_err(backend)?;
-                Ok(next)
-            })?;
+            let id = inner.write(|txn, _| next_count(txn, "lease"))?;
             let mut leases = inner.leases.lock().unwrap_or_else(|e| e.into_inner());
             leases.insert(id, (ttl, Instant::now() + ttl));
             Ok(id)

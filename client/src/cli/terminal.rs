@@ -17,24 +17,12 @@ static STDERR_CLOSED: AtomicBool = AtomicBool::new(false);
 
 /// Writes `text` and a newline to stdout.
 pub fn write_out(text: &str) {
-    let stdout = std::io::stdout();
-    let shown = if stdout.is_terminal() {
-        escape_controls(text)
-    } else {
-        Cow::Borrowed(text)
-    };
-    write_to(stdout.lock(), &shown, &STDOUT_CLOSED);
+    write_line(std::io::stdout().lock(), text, &STDOUT_CLOSED);
 }
 
 /// Writes `text` and a newline to stderr.
 pub fn write_err(text: &str) {
-    let stderr = std::io::stderr();
-    let shown = if stderr.is_terminal() {
-        escape_controls(text)
-    } else {
-        Cow::Borrowed(text)
-    };
-    write_to(stderr.lock(), &shown, &STDERR_CLOSED);
+    write_line(std::io::stderr().lock(), text, &STDERR_CLOSED);
 }
 
 /// `text` as it may be shown on a terminal (stderr's), e.g. by a progress
@@ -43,13 +31,19 @@ pub fn for_terminal(text: &str) -> Cow<'_, str> {
     escape_controls(text)
 }
 
-fn write_to(mut stream: impl Write, text: &str, closed: &AtomicBool) {
+/// Writes a line, escaped when the stream is a terminal; after the first
+/// failed write (a closed pipe, a full disk) the stream is left alone.
+fn write_line(mut stream: impl Write + IsTerminal, text: &str, closed: &AtomicBool) {
     if closed.load(Ordering::Relaxed) {
         return;
     }
-    let written = writeln!(stream, "{text}").and_then(|()| stream.flush());
+    let shown = if stream.is_terminal() {
+        escape_controls(text)
+    } else {
+        Cow::Borrowed(text)
+    };
+    let written = writeln!(stream, "{shown}").and_then(|()| stream.flush());
     if written.is_err() {
-        // A closed pipe (or a full disk): nothing more can be shown there.
         closed.store(true, Ordering::Relaxed);
     }
 }

@@ -235,9 +235,9 @@ async fn write(
     for (name, json) in &snapshot.changed {
         keyed.push((field_key(id, name), json.as_bytes()));
     }
-    // One transaction on the embedded store (its values may be as large as
-    // a record can be). TODO(HA): on etcd, fields too large for one request
-    // need versioned keys, so a record never meets fields newer than itself.
+    // One transaction: a record never meets fields or events newer than
+    // itself. A checkpoint larger than the store takes in one request is
+    // refused (and logged), never written in pieces.
     keyed.push((record_key(id), &record));
     let values: Vec<(&str, &[u8])> = keyed.iter().map(|(k, v)| (k.as_str(), *v)).collect();
     chunks::put_together(store, &values, None).await?;

@@ -36,11 +36,10 @@ impl RunMachine {
                 },
             ),
             Err(error) => {
-                let failure = TaskFailure {
-                    kind: FailureKind::InvalidOutput,
-                    message: error.to_string(),
-                    worker: None,
-                };
+                let failure = TaskFailure::found_by_coordinator(
+                    FailureKind::InvalidOutput,
+                    error.to_string(),
+                );
                 self.member_failed(idx, 1, failure, fx);
             }
         }

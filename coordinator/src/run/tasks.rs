@@ -323,11 +323,10 @@ impl RunMachine {
         ) {
             Ok((writes, _)) => writes,
             Err(error) => {
-                let failure = TaskFailure {
-                    kind: FailureKind::InvalidOutput,
-                    message: error.to_string(),
-                    worker: None,
-                };
+                let failure = TaskFailure::found_by_coordinator(
+                    FailureKind::InvalidOutput,
+                    error.to_string(),
+                );
                 self.member_failed(map, 1, failure, fx);
                 return;
             }

@@ -79,11 +79,10 @@ impl RunMachine {
                     None => format!("{}?", node.id),
                     Some(Ok(text)) => text,
                     Some(Err(error)) => {
-                        let failure = TaskFailure {
-                            kind: FailureKind::TemplateError,
-                            message: error.to_string(),
-                            worker: None,
-                        };
+                        let failure = TaskFailure::found_by_coordinator(
+                            FailureKind::TemplateError,
+                            error.to_string(),
+                        );
                         self.member_failed(idx, 1, failure, fx);
                         return;
                     }
@@ -97,21 +96,14 @@ impl RunMachine {
                     self.pump_items(idx, fx);
                 }
                 Err(error) => {
-                    let failure = TaskFailure {
-                        kind: FailureKind::MapError,
-                        message: error.to_string(),
-                        worker: None,
-                    };
+                    let failure =
+                        TaskFailure::found_by_coordinator(FailureKind::MapError, error.to_string());
                     self.member_failed(idx, 1, failure, fx);
                 }
             },
             other => {
                 let message = format!("kind '{}' cannot run in this version of Weft", other.name());
-                let failure = TaskFailure {
-                    kind: FailureKind::Unsupported,
-                    message,
-                    worker: None,
-                };
+                let failure = TaskFailure::found_by_coordinator(FailureKind::Unsupported, message);
                 self.member_failed(idx, 1, failure, fx);
             }
         }
