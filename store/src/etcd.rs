@@ -1,57 +1,160 @@
-//! The etcd backend: the same operations as etcd requests, each write that
-//! carries a fence or a condition sent as one transaction, so the check and
-//! the write cannot be separated by another coordinator's write.
+//! The etcd backend: the same operations as etcd v3 requests over gRPC,
+//! each write that carries a fence or a condition sent as one transaction,
+//! so the check and the write cannot be separated by another coordinator's
+//! write.
+//!
+//! etcd's API is compiled from `protos/etcd/rpc.proto` (the subset Weft
+//! uses) with protox, like Weft's own protocol, rather than taken from the
+//! etcd-client crate, whose build needs a system `protoc`: with this, every
+//! build of the coordinator and worker speaks etcd.
 
 use std::time::Duration;
 
-use etcd_client::{
-    Client, Compare, CompareOp, DeleteOptions, GetOptions, PutOptions, Txn, TxnOp, WatchOptions,
-};
 use tokio::sync::mpsc;
+use tonic::transport::{Channel, Endpoint};
 
 use super::{Entry, Fence, LeaseId, Revision, Store, StoreError, WatchEvent};
+
+/// etcd's v3 API, generated.
+#[allow(missing_docs, clippy::all, clippy::pedantic)]
+mod api {
+    tonic::include_proto!("etcdserverpb");
+}
+
+use api::compare::{CompareResult, CompareTarget, TargetUnion};
+use api::kv_client::KvClient;
+use api::lease_client::LeaseClient;
+use api::request_op::Request as Op;
+use api::watch_client::WatchClient;
+use api::{
+    Compare, DeleteRangeRequest, KeyValue, LeaseGrantRequest, LeaseKeepAliveRequest,
+    LeaseRevokeRequest, PutRequest, RangeRequest, RequestOp, ResponseHeader, TxnRequest,
+    WatchCreateRequest, WatchRequest,
+};
+
+/// How long connecting to an endpoint may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long one request may take.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+/// etcd's own default request limit is 1.5 MiB; responses may be larger.
+const MAX_RESPONSE_BYTES: usize = 64 << 20;
 
 /// A store on an etcd cluster.
 #[derive(Clone)]
 pub struct EtcdStore {
-    client: Client,
+    channel: Channel,
 }
 
-fn backend(error: etcd_client::Error) -> StoreError {
-    StoreError::Backend(format!("etcd: {error}"))
+fn backend(status: &tonic::Status) -> StoreError {
+    StoreError::Backend(format!("etcd: {}", status.message()))
 }
 
 impl EtcdStore {
-    /// Connects to the cluster at `endpoints` (`http://host:2379`, …).
-    /// Nothing is contacted until the first request.
-    pub async fn connect(endpoints: &[String]) -> Result<Self, StoreError> {
-        let options = etcd_client::ConnectOptions::new()
-            .with_connect_timeout(Duration::from_secs(5))
-            .with_timeout(Duration::from_secs(10));
-        let client = Client::connect(endpoints, Some(options))
+    /// A store on the cluster at `endpoints` (`http://host:2379`, …),
+    /// balancing requests over them. Nothing is contacted until the first
+    /// request, so a cluster that is down yet is no error here.
+    pub fn connect(endpoints: &[String]) -> Result<Self, StoreError> {
+        if endpoints.is_empty() {
+            return Err(StoreError::Backend("etcd: no endpoints given".into()));
+        }
+        let mut parsed = Vec::with_capacity(endpoints.len());
+        for url in endpoints {
+            let endpoint = Endpoint::from_shared(url.clone())
+                .map_err(|e| StoreError::Backend(format!("etcd endpoint '{url}': {e}")))?
+                .connect_timeout(CONNECT_TIMEOUT)
+                .tcp_nodelay(true);
+            parsed.push(endpoint);
+        }
+        let channel = if parsed.len() == 1 {
+            parsed.remove(0).connect_lazy()
+        } else {
+            Channel::balance_list(parsed.into_iter())
+        };
+        Ok(Self { channel })
+    }
+
+    fn kv(&self) -> KvClient<Channel> {
+        KvClient::new(self.channel.clone()).max_decoding_message_size(MAX_RESPONSE_BYTES)
+    }
+
+    fn lease(&self) -> LeaseClient<Channel> {
+        LeaseClient::new(self.channel.clone())
+    }
+
+    /// A transaction: `success` when every comparison holds, else nothing.
+    async fn txn(
+        &self,
+        compare: Vec<Compare>,
+        success: Vec<Op>,
+    ) -> Result<(bool, Revision), StoreError> {
+        let request = TxnRequest {
+            compare,
+            success: success
+                .into_iter()
+                .map(|op| RequestOp { request: Some(op) })
+                .collect(),
+            failure: Vec::new(),
+        };
+        let response = self
+            .kv()
+            .txn(timed(request))
             .await
-            .map_err(backend)?;
-        Ok(Self { client })
-    }
-
-    fn client(&self) -> Client {
-        self.client.clone()
+            .map_err(|s| backend(&s))?
+            .into_inner();
+        Ok((response.succeeded, revision_of(response.header.as_ref())))
     }
 }
 
-fn entry(kv: &etcd_client::KeyValue) -> Entry {
+/// A request bounded by [`REQUEST_TIMEOUT`] (sent to etcd as a deadline).
+fn timed<T>(message: T) -> tonic::Request<T> {
+    let mut request = tonic::Request::new(message);
+    request.set_timeout(REQUEST_TIMEOUT);
+    request
+}
+
+/// The end of the key range that holds every key starting with `prefix`:
+/// the prefix with its last byte that is not 0xff incremented.
+fn prefix_end(prefix: &str) -> Vec<u8> {
+    let mut end = prefix.as_bytes().to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return end;
+        }
+    }
+    // Every key: etcd reads "\0" as "to the end of the keyspace".
+    vec![0]
+}
+
+fn entry(kv: KeyValue) -> Entry {
     Entry {
-        key: String::from_utf8_lossy(kv.key()).into_owned(),
-        value: kv.value().to_vec(),
-        create_revision: kv.create_revision(),
-        mod_revision: kv.mod_revision(),
+        key: String::from_utf8_lossy(&kv.key).into_owned(),
+        value: kv.value,
+        create_revision: kv.create_revision,
+        mod_revision: kv.mod_revision,
     }
 }
 
-/// The fence as a transaction comparison.
+fn compare(key: &str, target: CompareTarget, value: TargetUnion) -> Compare {
+    Compare {
+        result: CompareResult::Equal.into(),
+        target: target.into(),
+        key: key.as_bytes().to_vec(),
+        target_union: Some(value),
+    }
+}
+
+/// The fence as a transaction comparison: its key still has the create
+/// revision it was won at.
 fn guard(fence: Option<&Fence>) -> Vec<Compare> {
     fence
-        .map(|f| Compare::create_revision(f.key.as_str(), CompareOp::Equal, f.revision))
+        .map(|f| {
+            compare(
+                &f.key,
+                CompareTarget::Create,
+                TargetUnion::CreateRevision(f.revision),
+            )
+        })
         .into_iter()
         .collect()
 }
@@ -63,8 +166,16 @@ fn fenced(fence: &Fence) -> StoreError {
     }
 }
 
-fn revision_of(header: Option<&etcd_client::ResponseHeader>) -> Revision {
-    header.map_or(0, etcd_client::ResponseHeader::revision)
+fn revision_of(header: Option<&ResponseHeader>) -> Revision {
+    header.map_or(0, |h| h.revision)
+}
+
+fn put_op(key: impl Into<String>, value: Vec<u8>, lease: LeaseId) -> Op {
+    Op::RequestPut(PutRequest {
+        key: key.into().into_bytes(),
+        value,
+        lease,
+    })
 }
 
 impl Store for EtcdStore {
@@ -75,18 +186,31 @@ impl Store for EtcdStore {
     }
 
     async fn get(&self, key: &str) -> Result<Option<Entry>, StoreError> {
-        let response = self.client().get(key, None).await.map_err(backend)?;
-        Ok(response.kvs().first().map(entry))
+        let request = RangeRequest {
+            key: key.as_bytes().to_vec(),
+            ..RangeRequest::default()
+        };
+        let response = self
+            .kv()
+            .range(timed(request))
+            .await
+            .map_err(|s| backend(&s))?;
+        Ok(response.into_inner().kvs.into_iter().next().map(entry))
     }
 
     async fn scan(&self, prefix: &str) -> Result<Vec<Entry>, StoreError> {
-        let options = GetOptions::new().with_prefix();
+        let request = RangeRequest {
+            key: prefix.as_bytes().to_vec(),
+            range_end: prefix_end(prefix),
+            limit: 0,
+        };
         let response = self
-            .client()
-            .get(prefix, Some(options))
+            .kv()
+            .range(timed(request))
             .await
-            .map_err(backend)?;
-        Ok(response.kvs().iter().map(entry).collect())
+            .map_err(|s| backend(&s))?;
+        // etcd answers a range sorted by key, as the trait promises.
+        Ok(response.into_inner().kvs.into_iter().map(entry).collect())
     }
 
     async fn put(
@@ -95,18 +219,7 @@ impl Store for EtcdStore {
         value: Vec<u8>,
         fence: Option<&Fence>,
     ) -> Result<Revision, StoreError> {
-        let Some(fence) = fence else {
-            let response = self.client().put(key, value, None).await.map_err(backend)?;
-            return Ok(revision_of(response.header()));
-        };
-        let txn = Txn::new()
-            .when(guard(Some(fence)))
-            .and_then(vec![TxnOp::put(key, value, None)]);
-        let response = self.client().txn(txn).await.map_err(backend)?;
-        if !response.succeeded() {
-            return Err(fenced(fence));
-        }
-        Ok(revision_of(response.header()))
+        self.put_all(vec![(key.to_owned(), value)], fence).await
     }
 
     async fn put_all(
@@ -114,15 +227,14 @@ impl Store for EtcdStore {
         writes: Vec<(String, Vec<u8>)>,
         fence: Option<&Fence>,
     ) -> Result<Revision, StoreError> {
-        let puts: Vec<TxnOp> = writes
+        let puts = writes
             .into_iter()
-            .map(|(key, value)| TxnOp::put(key, value, None))
+            .map(|(key, value)| put_op(key, value, 0))
             .collect();
-        let txn = Txn::new().when(guard(fence)).and_then(puts);
-        let response = self.client().txn(txn).await.map_err(backend)?;
+        let (succeeded, revision) = self.txn(guard(fence), puts).await?;
         match fence {
-            Some(fence) if !response.succeeded() => Err(fenced(fence)),
-            _ => Ok(revision_of(response.header())),
+            Some(fence) if !succeeded => Err(fenced(fence)),
+            _ => Ok(revision),
         }
     }
 
@@ -132,12 +244,10 @@ impl Store for EtcdStore {
         value: Vec<u8>,
         lease: Option<LeaseId>,
     ) -> Result<Option<Revision>, StoreError> {
-        let options = lease.map(|id| PutOptions::new().with_lease(id));
-        let txn = Txn::new()
-            .when(vec![Compare::create_revision(key, CompareOp::Equal, 0)])
-            .and_then(vec![TxnOp::put(key, value, options)]);
-        let response = self.client().txn(txn).await.map_err(backend)?;
-        Ok(response.succeeded().then(|| revision_of(response.header())))
+        let absent = compare(key, CompareTarget::Create, TargetUnion::CreateRevision(0));
+        let put = put_op(key, value, lease.unwrap_or(0));
+        let (succeeded, revision) = self.txn(vec![absent], vec![put]).await?;
+        Ok(succeeded.then_some(revision))
     }
 
     async fn compare_and_put(
@@ -148,12 +258,13 @@ impl Store for EtcdStore {
         fence: Option<&Fence>,
     ) -> Result<bool, StoreError> {
         let mut compares = guard(fence);
-        compares.push(Compare::mod_revision(key, CompareOp::Equal, expected));
-        let txn = Txn::new()
-            .when(compares)
-            .and_then(vec![TxnOp::put(key, value, None)]);
-        let response = self.client().txn(txn).await.map_err(backend)?;
-        if response.succeeded() {
+        compares.push(compare(
+            key,
+            CompareTarget::Mod,
+            TargetUnion::ModRevision(expected),
+        ));
+        let (succeeded, _) = self.txn(compares, vec![put_op(key, value, 0)]).await?;
+        if succeeded {
             return Ok(true);
         }
         // Tell a lost fence from a changed key.
@@ -170,66 +281,101 @@ impl Store for EtcdStore {
     }
 
     async fn delete_prefix(&self, prefix: &str, fence: Option<&Fence>) -> Result<(), StoreError> {
-        let delete = TxnOp::delete(prefix, Some(DeleteOptions::new().with_prefix()));
-        let txn = Txn::new().when(guard(fence)).and_then(vec![delete]);
-        let response = self.client().txn(txn).await.map_err(backend)?;
+        let delete = Op::RequestDeleteRange(DeleteRangeRequest {
+            key: prefix.as_bytes().to_vec(),
+            range_end: prefix_end(prefix),
+        });
+        let (succeeded, _) = self.txn(guard(fence), vec![delete]).await?;
         match fence {
-            Some(fence) if !response.succeeded() => Err(fenced(fence)),
+            Some(fence) if !succeeded => Err(fenced(fence)),
             _ => Ok(()),
         }
     }
 
     async fn grant_lease(&self, ttl: Duration) -> Result<LeaseId, StoreError> {
-        let seconds = i64::try_from(ttl.as_secs().max(1)).unwrap_or(i64::MAX);
+        let request = LeaseGrantRequest {
+            ttl: i64::try_from(ttl.as_secs().max(1)).unwrap_or(i64::MAX),
+            id: 0,
+        };
         let response = self
-            .client()
-            .lease_grant(seconds, None)
+            .lease()
+            .lease_grant(timed(request))
             .await
-            .map_err(backend)?;
-        Ok(response.id())
+            .map_err(|s| backend(&s))?
+            .into_inner();
+        if !response.error.is_empty() {
+            return Err(StoreError::Backend(format!(
+                "etcd: lease not granted: {}",
+                response.error
+            )));
+        }
+        Ok(response.id)
     }
 
     async fn keep_alive(&self, lease: LeaseId) -> Result<bool, StoreError> {
-        let expired = |error: etcd_client::Error| match error {
-            // etcd answers a keep-alive of an expired lease with an error.
-            etcd_client::Error::LeaseKeepAliveError(_) => Ok(false),
-            other => Err(backend(other)),
-        };
-        let (mut keeper, mut answers) = match self.client().lease_keep_alive(lease).await {
-            Ok(pair) => pair,
-            Err(error) => return expired(error),
-        };
-        if let Err(error) = keeper.keep_alive().await {
-            return expired(error);
-        }
-        match answers.message().await {
-            Ok(answer) => Ok(answer.is_some_and(|a| a.ttl() > 0)),
-            Err(error) => expired(error),
+        let request = tokio_stream::once(LeaseKeepAliveRequest { id: lease });
+        let mut answers = self
+            .lease()
+            .lease_keep_alive(timed(request))
+            .await
+            .map_err(|s| backend(&s))?
+            .into_inner();
+        // etcd answers an expired or unknown lease with a TTL of 0.
+        match tokio::time::timeout(REQUEST_TIMEOUT, answers.message()).await {
+            Ok(Ok(answer)) => Ok(answer.is_some_and(|a| a.ttl > 0)),
+            Ok(Err(status)) => Err(backend(&status)),
+            Err(_) => Err(StoreError::Backend(
+                "etcd: no answer to a lease keep-alive".into(),
+            )),
         }
     }
 
     async fn revoke(&self, lease: LeaseId) -> Result<(), StoreError> {
-        self.client().lease_revoke(lease).await.map_err(backend)?;
+        self.lease()
+            .lease_revoke(timed(LeaseRevokeRequest { id: lease }))
+            .await
+            .map_err(|s| backend(&s))?;
         Ok(())
     }
 
     async fn watch(&self, prefix: &str) -> Result<mpsc::Receiver<WatchEvent>, StoreError> {
-        let options = WatchOptions::new().with_prefix();
-        let mut stream = self
-            .client()
-            .watch(prefix, Some(options))
+        // The request side stays open for as long as the watch is wanted:
+        // etcd ends a watch whose client stops sending.
+        let (requests, outgoing) = mpsc::channel(1);
+        let create = WatchRequest {
+            request_union: Some(api::watch_request::RequestUnion::CreateRequest(
+                WatchCreateRequest {
+                    key: prefix.as_bytes().to_vec(),
+                    range_end: prefix_end(prefix),
+                    start_revision: 0,
+                },
+            )),
+        };
+        requests
+            .send(create)
             .await
-            .map_err(backend)?;
+            .map_err(|_| StoreError::Backend("etcd: watch request not sent".into()))?;
+        let mut stream = WatchClient::new(self.channel.clone())
+            .max_decoding_message_size(MAX_RESPONSE_BYTES)
+            .watch(tokio_stream::wrappers::ReceiverStream::new(outgoing))
+            .await
+            .map_err(|s| backend(&s))?
+            .into_inner();
         let (tx, rx) = mpsc::channel(256);
         tokio::spawn(async move {
+            let _requests = requests;
             while let Ok(Some(response)) = stream.message().await {
-                for event in response.events() {
-                    let Some(kv) = event.kv() else { continue };
-                    let change = match event.event_type() {
-                        etcd_client::EventType::Put => WatchEvent::Put(entry(kv)),
-                        etcd_client::EventType::Delete => WatchEvent::Delete {
-                            key: String::from_utf8_lossy(kv.key()).into_owned(),
-                        },
+                if response.canceled {
+                    return;
+                }
+                for event in response.events {
+                    let Some(kv) = event.kv else { continue };
+                    let change = if event.r#type == api::event::EventType::Delete as i32 {
+                        WatchEvent::Delete {
+                            key: String::from_utf8_lossy(&kv.key).into_owned(),
+                        }
+                    } else {
+                        WatchEvent::Put(entry(kv))
                     };
                     if tx.send(change).await.is_err() {
                         return;
@@ -238,5 +384,17 @@ impl Store for EtcdStore {
             }
         });
         Ok(rx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::prefix_end;
+
+    #[test]
+    fn a_prefix_range_ends_after_its_last_key() {
+        assert_eq!(prefix_end("runs/"), b"runs0".to_vec());
+        assert_eq!(prefix_end("a\u{7f}"), b"a\x80".to_vec());
+        assert_eq!(prefix_end(""), vec![0]);
     }
 }

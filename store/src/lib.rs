@@ -3,8 +3,8 @@
 //!
 //! - [`EmbeddedStore`]: a redb file in the coordinator's data directory,
 //!   crash-safe, no external service (the default);
-//! - `EtcdStore`: an etcd cluster shared by several coordinators (feature
-//!   `etcd`).
+//! - [`EtcdStore`]: an etcd cluster shared by several coordinators (the
+//!   high-availability setup), spoken to over etcd's v3 gRPC API.
 //!
 //! The interface is what checkpoints, recovery and leader election use and
 //! nothing more: get, scan a prefix, put (optionally fenced), create-if-
@@ -24,11 +24,9 @@ use tokio::sync::mpsc;
 
 pub mod chunks;
 mod embedded;
-#[cfg(feature = "etcd")]
 mod etcd;
 
 pub use embedded::EmbeddedStore;
-#[cfg(feature = "etcd")]
 pub use etcd::EtcdStore;
 
 /// A store revision: increases with every write.
@@ -185,16 +183,14 @@ pub trait Store: Send + Sync + 'static {
 pub enum AnyStore {
     /// A redb file.
     Embedded(EmbeddedStore),
-    /// An etcd cluster (its client is large; the enum stays small).
-    #[cfg(feature = "etcd")]
-    Etcd(Box<EtcdStore>),
+    /// An etcd cluster.
+    Etcd(EtcdStore),
 }
 
 macro_rules! delegate {
     ($self:ident, $store:ident => $call:expr) => {
         match $self {
             AnyStore::Embedded($store) => $call,
-            #[cfg(feature = "etcd")]
             AnyStore::Etcd($store) => $call,
         }
     };

@@ -287,8 +287,6 @@ async fn the_embedded_store_passes_the_suite_and_keeps_what_it_wrote() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_etcd_store_passes_the_suite() {
     let etcd = TestEtcd::start().await.expect("etcd runs");
-    let store = EtcdStore::connect(std::slice::from_ref(&etcd.url))
-        .await
-        .unwrap();
+    let store = EtcdStore::connect(std::slice::from_ref(&etcd.url)).unwrap();
     suite(&store, "t").await;
 }
