@@ -11,10 +11,10 @@ use tokio_util::task::TaskTracker;
 use crate::bundle::{BlobStore, Bundle, BundleError};
 use crate::dispatch::{BlobRef, DispatcherHandle, TaskLauncher};
 use crate::graph::Finding;
-use weft_store::{AnyStore, Store};
+use weft_store::Store;
 
 use crate::durable::journal::Journal;
-use crate::durable::restore;
+use crate::durable::{Keeper, restore};
 use crate::run::{
     History, RunError, RunHandle, RunLimits, RunMachine, RunPlan, RunSetup, Start, spawn_run,
 };
@@ -61,7 +61,7 @@ pub struct Runs {
     limits: RunLimits,
     retention: Retention,
     /// Where runs are kept across restarts; `None`: in memory only.
-    store: Option<AnyStore>,
+    store: Option<Keeper>,
 }
 
 /// How long ended runs are kept: the newest `count` of them, each for at
@@ -112,9 +112,9 @@ impl Runs {
         }
     }
 
-    /// Keeps runs in `store` from now on.
-    pub fn with_store(mut self, store: AnyStore) -> Self {
-        self.store = Some(store);
+    /// Keeps runs through `keeper` from now on.
+    pub fn with_store(mut self, keeper: Keeper) -> Self {
+        self.store = Some(keeper);
         self
     }
 
@@ -122,14 +122,14 @@ impl Runs {
     /// continue (what was in flight is sent again), ended ones answer as
     /// before. Returns how many.
     pub async fn recover(&self, max_bundle_bytes: usize) -> Result<usize, weft_store::StoreError> {
-        let Some(store) = self.store.clone() else {
+        let Some(keeper) = self.store.clone() else {
             return Ok(0);
         };
-        let stored = restore::stored_runs(&store, max_bundle_bytes).await?;
+        let stored = restore::stored_runs(keeper.store(), max_bundle_bytes).await?;
         let count = stored.len();
         for run in stored {
             let id = run.id.clone();
-            if let Err(error) = self.adopt(&store, run) {
+            if let Err(error) = self.adopt(&keeper, run) {
                 tracing::error!(run = %id, %error, "a stored run cannot continue");
             }
         }
@@ -137,13 +137,13 @@ impl Runs {
     }
 
     /// Continues one stored run under a new actor.
-    fn adopt(&self, store: &AnyStore, run: restore::StoredRun) -> Result<(), String> {
+    fn adopt(&self, keeper: &Keeper, run: restore::StoredRun) -> Result<(), String> {
         let (graph, _) = run.bundle.load_graph().map_err(|e| e.to_string())?;
         let durability = graph.settings.durability;
         let plan = RunPlan::new(Arc::new(graph), self.limits.clone());
         let machine = RunMachine::restore(plan.clone(), run.progress).map_err(|e| e.to_string())?;
         let journal = Journal::start(
-            store.clone(),
+            keeper.clone(),
             run.id.clone(),
             run.head.clone(),
             durability,
@@ -211,13 +211,13 @@ impl Runs {
         let id: Arc<str> = Arc::from(format!("run-{}", uuid::Uuid::now_v7().simple()));
         // Stored before it is acknowledged: a crash from here on loses nothing.
         let journal = match &self.store {
-            Some(store) => {
+            Some(keeper) => {
                 let durability = plan.graph().settings.durability;
-                let head = restore::store_bundle(store, &bundle, now_ms())
+                let head = restore::store_bundle(keeper, &bundle, now_ms())
                     .await
                     .map_err(|e| SubmitError::Store(e.to_string()))?;
                 Some(Journal::start(
-                    store.clone(),
+                    keeper.clone(),
                     id.clone(),
                     head,
                     durability,
@@ -285,9 +285,11 @@ impl Runs {
         let gone = self.forget_old();
         // Forgotten here, forgotten in the store: a restart does not bring
         // them back.
-        if let Some(store) = &self.store {
+        if let Some(keeper) = &self.store {
             for id in gone {
-                if let Err(error) = store.delete_prefix(&format!("runs/{id}/"), None).await {
+                let prefix = format!("runs/{id}/");
+                let deleted = keeper.store().delete_prefix(&prefix, keeper.fence()).await;
+                if let Err(error) = keeper.checked(deleted) {
                     tracing::warn!(run = %id, %error, "a forgotten run stays in the store");
                 }
             }

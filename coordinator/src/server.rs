@@ -13,6 +13,7 @@ use weft_proto::v1::worker_service_server::WorkerServiceServer;
 
 use crate::bundle::BlobStore;
 use crate::config::CoordinatorConfig;
+use crate::durable::Keeper;
 use crate::dispatch::{DispatcherConfig, Limits, spawn_dispatcher};
 use crate::grpc::{RunApi, WorkerApi};
 use crate::runs::Runs;
@@ -71,7 +72,12 @@ pub async fn serve_unix(
 /// The runs kept in the data directory's store, restored.
 async fn with_stored_runs(runs: Runs, config: &CoordinatorConfig) -> Result<Runs, ServeError> {
     let store = weft_store::EmbeddedStore::open(&config.data_dir.join(STORE_FILE))?;
-    let runs = runs.with_store(weft_store::AnyStore::Embedded(store));
+    let keeper = Keeper::new(
+        weft_store::AnyStore::Embedded(store),
+        None,
+        CancellationToken::new(),
+    );
+    let runs = runs.with_store(keeper);
     let recovered = runs.recover(config.max_bundle_bytes).await?;
     if recovered > 0 {
         tracing::info!(runs = recovered, "runs restored from the store");

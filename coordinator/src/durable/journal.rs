@@ -19,7 +19,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use tokio::sync::{mpsc, oneshot};
-use weft_store::{AnyStore, StoreError, chunks};
+use weft_store::{StoreError, chunks};
+
+use super::Keeper;
 
 use super::records::{self, EventsRecord, FileRecord, RunRecord};
 use crate::graph::Durability;
@@ -92,7 +94,7 @@ impl Journal {
     /// Starts the writer of run `id`'s checkpoints; `stored` events are in
     /// the store already.
     pub fn start(
-        store: AnyStore,
+        keeper: Keeper,
         id: Arc<str>,
         head: RecordHead,
         mode: Durability,
@@ -100,7 +102,7 @@ impl Journal {
         tracker: &tokio_util::task::TaskTracker,
     ) -> Self {
         let (tx, rx) = mpsc::unbounded_channel();
-        tracker.spawn(write_snapshots(store, id, head, rx));
+        tracker.spawn(write_snapshots(keeper, id, head, rx));
         Self {
             tx,
             mode,
@@ -179,7 +181,7 @@ fn settled(status: RunStatus) -> bool {
 /// Writes snapshots in the order they were taken, newest first when several
 /// are waiting.
 async fn write_snapshots(
-    store: AnyStore,
+    keeper: Keeper,
     id: Arc<str>,
     head: RecordHead,
     mut rx: mpsc::UnboundedReceiver<Snapshot>,
@@ -197,7 +199,7 @@ async fn write_snapshots(
             snapshot.progress_json = next.progress_json;
             snapshot.done = next.done;
         }
-        if let Err(error) = write(&store, &id, &head, &snapshot).await {
+        if let Err(error) = write(&keeper, &id, &head, &snapshot).await {
             tracing::error!(run = %id, %error, "checkpoint not stored");
         }
         for done in waiting.into_iter().chain(snapshot.done) {
@@ -207,7 +209,7 @@ async fn write_snapshots(
 }
 
 async fn write(
-    store: &AnyStore,
+    keeper: &Keeper,
     id: &str,
     head: &RecordHead,
     snapshot: &Snapshot,
@@ -240,6 +242,6 @@ async fn write(
     // refused (and logged), never written in pieces.
     keyed.push((record_key(id), &record));
     let values: Vec<(&str, &[u8])> = keyed.iter().map(|(k, v)| (k.as_str(), *v)).collect();
-    chunks::put_together(store, &values, None).await?;
+    keeper.checked(chunks::put_together(keeper.store(), &values, keeper.fence()).await)?;
     Ok(())
 }

@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use weft_store::{AnyStore, Store, StoreError, chunks};
 
+use super::Keeper;
 use super::journal::{RecordHead, blob_key, events_key, field_key};
 use super::records::{self, EventsRecord, FileRecord, RunRecord};
 use crate::bundle::Bundle;
@@ -13,15 +14,16 @@ use crate::run::{Progress, RunEvent, StoredEvent};
 /// Stores a new run's bundle files (each once, by hash); returns the head
 /// its records repeat. Its first record is the actor's first checkpoint.
 pub async fn store_bundle(
-    store: &AnyStore,
+    keeper: &Keeper,
     bundle: &Bundle,
     created_unix_ms: i64,
 ) -> Result<RecordHead, StoreError> {
     let mut files = Vec::with_capacity(bundle.files.len());
     for (path, file) in &bundle.files {
         let key = blob_key(&file.sha256);
+        let store = keeper.store();
         if store.get(&key).await?.is_none() {
-            chunks::put(store, &key, &file.content, None).await?;
+            keeper.checked(chunks::put(store, &key, &file.content, keeper.fence()).await)?;
         }
         files.push(FileRecord {
             path: path.clone(),

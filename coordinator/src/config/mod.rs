@@ -8,6 +8,10 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+mod store;
+pub use store::StoreConfig;
+use store::StoreLayer;
+
 /// Everything the coordinator needs to start.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CoordinatorConfig {
@@ -45,6 +49,9 @@ pub struct CoordinatorConfig {
     pub limits: crate::run::RunLimits,
     /// How many ended runs are kept, and for how long.
     pub retention: crate::runs::Retention,
+    /// Where runs are kept: the data directory, or an etcd cluster shared
+    /// with other coordinators.
+    pub store: StoreConfig,
 }
 
 impl Default for CoordinatorConfig {
@@ -65,6 +72,7 @@ impl Default for CoordinatorConfig {
             fixed_workers: false,
             limits: crate::run::RunLimits::default(),
             retention: crate::runs::Retention::default(),
+            store: StoreConfig::default(),
         }
     }
 }
@@ -95,6 +103,7 @@ struct Layer {
     max_message_bytes: Option<u64>,
     retain_finished_runs: Option<u64>,
     retain_finished_hours: Option<u64>,
+    store: Option<StoreLayer>,
 }
 
 /// Why a configuration was refused.
@@ -201,6 +210,16 @@ impl CoordinatorConfig {
                 .map(|n| usize::try_from(n).unwrap_or(usize::MAX)),
             retain_finished_runs: number("WEFT_RETAIN_FINISHED_RUNS")?,
             retain_finished_hours: number("WEFT_RETAIN_FINISHED_HOURS")?,
+            store: Some(StoreLayer {
+                etcd: env("WEFT_ETCD").map(|list| {
+                    list.split(',')
+                        .map(|url| url.trim().to_owned())
+                        .filter(|url| !url.is_empty())
+                        .collect()
+                }),
+                advertise: env("WEFT_ADVERTISE"),
+                lease_seconds: number("WEFT_LEASE_SECONDS")?,
+            }),
         })?;
         config.apply(Layer {
             listen: flags.listen.clone(),
@@ -214,6 +233,9 @@ impl CoordinatorConfig {
 
     fn apply(&mut self, layer: Layer) -> Result<(), ConfigError> {
         self.apply_limits(&layer)?;
+        if let Some(store) = layer.store {
+            self.store.apply(store);
+        }
         let address = |key: &str, text: String| -> Result<SocketAddr, ConfigError> {
             text.parse().map_err(|_| ConfigError::Invalid {
                 key: key.to_owned(),
@@ -332,6 +354,7 @@ impl CoordinatorConfig {
                 return Err(invalid(key, "must be at least 1"));
             }
         }
+        self.check_store()?;
         // A request carries the bundle, the input and framing in one message.
         if self.max_bundle_bytes.saturating_add(self.max_input_bytes)
             > weft_proto::MAX_MESSAGE_BYTES

@@ -1,0 +1,173 @@
+//! The `[store]` table: where runs are kept. Without it, a redb file in the
+//! data directory; with `etcd = [...]`, an etcd cluster that several
+//! coordinators share, one of them leading (see `crate::ha`).
+
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::{ConfigError, CoordinatorConfig};
+
+/// The `[store]` table: etcd endpoints for a high-availability group.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoreConfig {
+    /// etcd's client URLs; empty for the embedded store.
+    pub etcd: Vec<String>,
+    /// The URL other coordinators and workers reach this one at (default
+    /// `http://` and the listen address).
+    pub advertise: Option<String>,
+    /// The leader's lease: a leader that stops renewing it for this long is
+    /// replaced.
+    pub lease_ttl: Duration,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        Self {
+            etcd: Vec::new(),
+            advertise: None,
+            lease_ttl: Duration::from_secs(3),
+        }
+    }
+}
+
+impl CoordinatorConfig {
+    /// The URL this coordinator is reached at by the rest of its group.
+    pub fn advertised_url(&self) -> String {
+        self.store
+            .advertise
+            .clone()
+            .unwrap_or_else(|| format!("http://{}", self.listen))
+    }
+}
+
+/// The `[store]` table of a layer.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct StoreLayer {
+    pub(super) etcd: Option<Vec<String>>,
+    pub(super) advertise: Option<String>,
+    pub(super) lease_seconds: Option<u64>,
+}
+
+impl StoreConfig {
+    pub(super) fn apply(&mut self, layer: StoreLayer) {
+        if let Some(endpoints) = layer.etcd {
+            self.etcd = endpoints;
+        }
+        if let Some(url) = layer.advertise {
+            self.advertise = Some(url);
+        }
+        if let Some(seconds) = layer.lease_seconds {
+            self.lease_ttl = Duration::from_secs(seconds);
+        }
+    }
+}
+
+/// Whether `url` is `http://host:port` with nothing after the authority
+/// (TLS is not spoken yet: `https` is refused rather than tried).
+fn plain_http_url(url: &str) -> bool {
+    url.strip_prefix("http://")
+        .map(|rest| rest.trim_end_matches('/'))
+        .is_some_and(|authority| {
+            !authority.is_empty()
+                && !authority.contains(['/', '?', '#', ' '])
+                && authority.rsplit_once(':').is_some_and(|(host, port)| {
+                    !host.is_empty() && port.parse::<u16>().is_ok_and(|p| p > 0)
+                })
+        })
+}
+
+impl CoordinatorConfig {
+    pub(super) fn check_store(&self) -> Result<(), ConfigError> {
+        let invalid = |key: &str, reason: String| ConfigError::Invalid {
+            key: key.to_owned(),
+            reason,
+        };
+        for url in &self.store.etcd {
+            if !plain_http_url(url) {
+                return Err(invalid(
+                    "store.etcd",
+                    format!("'{url}' is not an endpoint like http://127.0.0.1:2379"),
+                ));
+            }
+        }
+        if let Some(url) = &self.store.advertise
+            && !plain_http_url(url)
+        {
+            return Err(invalid(
+                "store.advertise",
+                format!("'{url}' is not a URL like http://10.0.0.5:7700"),
+            ));
+        }
+        if self.store.etcd.is_empty() {
+            return Ok(());
+        }
+        if self.store.advertise.is_none() && self.listen.ip().is_unspecified() {
+            return Err(invalid(
+                "store.advertise",
+                format!(
+                    "must be set when listening on {} (the other coordinators and the \
+                     workers need an address that reaches this one)",
+                    self.listen
+                ),
+            ));
+        }
+        // etcd grants at least about 2 s; a lease over a minute makes a
+        // failover wait that long.
+        if !(2..=60).contains(&self.store.lease_ttl.as_secs()) {
+            return Err(invalid(
+                "store.lease_seconds",
+                "must be between 2 and 60".to_owned(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::Overrides;
+    use super::*;
+
+    fn no_env(_: &str) -> Option<String> {
+        None
+    }
+
+    #[test]
+    fn the_store_table_names_etcd_and_is_checked() {
+        let dir = std::env::temp_dir().join(format!("weft-config-store-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("c.toml");
+        let text = "listen = \"127.0.0.1:7701\"\n[store]\n\
+                    etcd = [\"http://127.0.0.1:2379\"]\nlease_seconds = 4\n";
+        std::fs::write(&file, text).unwrap();
+        let config = CoordinatorConfig::load(Some(&file), no_env, &Overrides::default()).unwrap();
+        assert_eq!(config.store.etcd, vec!["http://127.0.0.1:2379".to_owned()]);
+        assert_eq!(config.store.lease_ttl, Duration::from_secs(4));
+        assert_eq!(config.advertised_url(), "http://127.0.0.1:7701");
+        let env = |key: &str| match key {
+            "WEFT_ETCD" => Some("http://a:2379, http://b:2379".to_owned()),
+            "WEFT_LISTEN" => Some("0.0.0.0:7700".to_owned()),
+            _ => None,
+        };
+        let error = CoordinatorConfig::load(None, env, &Overrides::default()).unwrap_err();
+        assert!(
+            error
+                .to_string()
+                .starts_with("config key 'store.advertise': must be set"),
+            "{error}"
+        );
+        let env = |key: &str| (key == "WEFT_ETCD").then(|| "etcd:2379".to_owned());
+        let error = CoordinatorConfig::load(None, env, &Overrides::default()).unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "config key 'store.etcd': 'etcd:2379' is not an endpoint like http://127.0.0.1:2379"
+        );
+        std::fs::write(&file, "[store]\netdc = []\n").unwrap();
+        let error =
+            CoordinatorConfig::load(Some(&file), no_env, &Overrides::default()).unwrap_err();
+        assert!(error.to_string().contains("etdc"), "{error}");
+        std::fs::remove_dir_all(dir).ok();
+    }
+}
