@@ -11,6 +11,7 @@ pub mod dispatch;
 pub mod durable;
 pub use weft_graph as graph;
 mod grpc;
+pub mod ha;
 pub mod metrics;
 pub mod run;
 pub mod runs;

@@ -27,6 +27,9 @@ pub const TASKS_UNHOSTED: &str = "weft_tasks_unhosted";
 pub const WORKERS: &str = "weft_workers_connected";
 /// Free slots over all connected, non-draining workers (gauge).
 pub const FREE_SLOTS: &str = "weft_free_slots";
+/// 1 while this coordinator leads its group (a lone coordinator always
+/// does), 0 while it stands by (gauge).
+pub const LEADER: &str = "weft_leader";
 /// Bytes of bundle files held for the runs that use them (gauge).
 pub const BUNDLE_BYTES: &str = "weft_bundle_bytes";
 
@@ -46,6 +49,7 @@ pub fn install() -> Result<PrometheusHandle, metrics_exporter_prometheus::BuildE
         "bundle files held for runs"
     );
     metrics::describe_gauge!(WORKERS, "workers connected");
+    metrics::describe_gauge!(LEADER, "1 while this coordinator leads, 0 while it stands by");
     metrics::describe_gauge!(FREE_SLOTS, "free slots of connected workers");
     Ok(handle)
 }

@@ -2,20 +2,23 @@
 //! services on one listener, all stopped by one cancellation token; every
 //! task they spawn is tracked, and `serve` returns once they have stopped.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::TcpListener;
+use tokio::sync::watch;
 use tokio_stream::wrappers::TcpListenerStream;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use weft_proto::v1::run_service_server::RunServiceServer;
 use weft_proto::v1::worker_service_server::WorkerServiceServer;
+use weft_store::AnyStore;
 
 use crate::bundle::BlobStore;
 use crate::config::CoordinatorConfig;
 use crate::durable::Keeper;
 use crate::dispatch::{DispatcherConfig, Limits, spawn_dispatcher};
-use crate::grpc::{RunApi, WorkerApi};
+use crate::grpc::{FrontRuns, FrontWorkers, Role, RunApi, Services, WorkerApi};
 use crate::runs::Runs;
 
 /// How long `serve` waits for its tasks to stop after the server has.
@@ -69,20 +72,81 @@ pub async fn serve_unix(
     serve_incoming(incoming, config, shutdown).await
 }
 
-/// The runs kept in the data directory's store, restored.
-async fn with_stored_runs(runs: Runs, config: &CoordinatorConfig) -> Result<Runs, ServeError> {
-    let store = weft_store::EmbeddedStore::open(&config.data_dir.join(STORE_FILE))?;
-    let keeper = Keeper::new(
-        weft_store::AnyStore::Embedded(store),
-        None,
-        CancellationToken::new(),
+/// Starts what a leader serves with: the dispatcher and the runs restored
+/// from `keeper`'s store, all stopped by `term`.
+pub(crate) async fn start_term(
+    config: &CoordinatorConfig,
+    keeper: Keeper,
+    term: CancellationToken,
+    tracker: &TaskTracker,
+) -> Result<Services, weft_store::StoreError> {
+    let blobs = BlobStore::default();
+    let dispatcher = spawn_dispatcher(
+        DispatcherConfig {
+            heartbeat_interval: config.heartbeat_interval,
+            limits: Limits {
+                worker_timeout: config.worker_timeout,
+                grace: config.task_grace,
+                max_losses: config.max_task_losses,
+                jam_timeout: config.worker_timeout,
+            },
+            call_timeout: config.call_timeout,
+        },
+        term.child_token(),
+        tracker,
     );
-    let runs = runs.with_store(keeper);
+    let runs = Runs::new(
+        dispatcher.clone(),
+        blobs.clone(),
+        term.child_token(),
+        tracker.clone(),
+        config,
+    )
+    .with_store(keeper);
     let recovered = runs.recover(config.max_bundle_bytes).await?;
     if recovered > 0 {
         tracing::info!(runs = recovered, "runs restored from the store");
     }
-    Ok(runs)
+    Ok(Services {
+        runs: RunApi::new(runs, config.max_bundle_bytes, tracker.clone(), term.clone()),
+        workers: WorkerApi::new(
+            dispatcher,
+            blobs,
+            config.heartbeat_interval,
+            tracker.clone(),
+            config.max_result_bytes,
+        ),
+    })
+}
+
+/// Starts serving as the lone coordinator of its data directory, or
+/// campaigns in the group of its etcd (leading when elected).
+async fn take_role(
+    config: &CoordinatorConfig,
+    role: watch::Sender<Role>,
+    shutdown: &CancellationToken,
+    tracker: &TaskTracker,
+) -> Result<(), ServeError> {
+    if config.store.etcd.is_empty() {
+        let store = weft_store::EmbeddedStore::open(&config.data_dir.join(STORE_FILE))?;
+        let keeper = Keeper::new(AnyStore::Embedded(store), None, CancellationToken::new());
+        let services = start_term(config, keeper, shutdown.child_token(), tracker).await?;
+        role.send_replace(Role::Leader(Arc::new(services)));
+        metrics::gauge!(crate::metrics::LEADER).set(1.0);
+        // Lone coordinators lead for as long as they run.
+        tracker.spawn(async move {
+            role.closed().await;
+        });
+        return Ok(());
+    }
+    let store = weft_store::EtcdStore::connect(&config.store.etcd)?;
+    tracker.spawn(crate::ha::lead_when_elected(
+        AnyStore::Etcd(store),
+        config.clone(),
+        role,
+        shutdown.clone(),
+    ));
+    Ok(())
 }
 
 async fn serve_incoming<IO>(
@@ -98,46 +162,18 @@ where
         + Send
         + 'static,
 {
-    let blobs = BlobStore::default();
     let tracker = TaskTracker::new();
-    let dispatcher = spawn_dispatcher(
-        DispatcherConfig {
-            heartbeat_interval: config.heartbeat_interval,
-            limits: Limits {
-                worker_timeout: config.worker_timeout,
-                grace: config.task_grace,
-                max_losses: config.max_task_losses,
-                jam_timeout: config.worker_timeout,
-            },
-            call_timeout: config.call_timeout,
-        },
-        shutdown.child_token(),
-        &tracker,
-    );
-    let runs = Runs::new(
-        dispatcher.clone(),
-        blobs.clone(),
-        shutdown.child_token(),
-        tracker.clone(),
-        &config,
-    );
-    let runs = with_stored_runs(runs, &config).await?;
+    let (role_tx, role) = watch::channel(Role::Standby(None));
+    take_role(&config, role_tx, &shutdown, &tracker).await?;
     // Each service decodes no more than its largest legitimate message: a
     // submission (bundle and input), a worker's result; framing aside.
     const FRAMING: usize = 1 << 20;
-    let run_api =
-        RunServiceServer::new(RunApi::new(runs, config.max_bundle_bytes, tracker.clone()))
-            .max_decoding_message_size(config.max_bundle_bytes + config.max_input_bytes + FRAMING)
-            .max_encoding_message_size(weft_proto::MAX_MESSAGE_BYTES);
-    let worker_api = WorkerServiceServer::new(WorkerApi::new(
-        dispatcher,
-        blobs,
-        config.heartbeat_interval,
-        tracker.clone(),
-        config.max_result_bytes,
-    ))
-    .max_decoding_message_size(config.max_result_bytes.saturating_add(FRAMING))
-    .max_encoding_message_size(weft_proto::MAX_MESSAGE_BYTES);
+    let run_api = RunServiceServer::new(FrontRuns::new(role.clone()))
+        .max_decoding_message_size(config.max_bundle_bytes + config.max_input_bytes + FRAMING)
+        .max_encoding_message_size(weft_proto::MAX_MESSAGE_BYTES);
+    let worker_api = WorkerServiceServer::new(FrontWorkers::new(role))
+        .max_decoding_message_size(config.max_result_bytes.saturating_add(FRAMING))
+        .max_encoding_message_size(weft_proto::MAX_MESSAGE_BYTES);
     let served = tonic::transport::Server::builder()
         .http2_keepalive_interval(Some(Duration::from_secs(20)))
         .concurrency_limit_per_connection(config.max_concurrent_requests)

@@ -15,6 +15,15 @@ pub const PROTOCOL_VERSION: u32 = 1;
 /// states travel whole.
 pub const MAX_MESSAGE_BYTES: usize = 256 << 20;
 
+/// Metadata on a standby coordinator's refusal of a worker: the URL of the
+/// coordinator that leads, for the worker to join instead.
+pub const LEADER_METADATA: &str = "weft-leader";
+
+/// Metadata on a request a standby coordinator forwards to its leader; a
+/// coordinator that does not lead refuses such a request rather than
+/// forwarding it again.
+pub const FORWARDED_METADATA: &str = "weft-forwarded";
+
 pub mod events;
 pub mod types;
 

@@ -29,6 +29,11 @@ mod etcd;
 pub use embedded::EmbeddedStore;
 pub use etcd::EtcdStore;
 
+/// The key the leading coordinator of a group holds under its lease; its
+/// value is the leader's URL, which is how workers (`worker --etcd`) and
+/// standing-by coordinators find it.
+pub const LEADER_KEY: &str = "leader";
+
 /// A store revision: increases with every write.
 pub type Revision = i64;
 /// A lease: keys created under it vanish when it is not kept alive.

@@ -2,11 +2,13 @@
 //! and maps the error. Generated protobuf types stay in this module.
 
 mod convert;
+mod front;
 mod run_service;
 #[cfg(test)]
 mod state_sync_tests;
 mod worker_service;
 
+pub use front::{FrontRuns, FrontWorkers, Role, Services};
 pub use run_service::RunApi;
 pub use worker_service::WorkerApi;
 

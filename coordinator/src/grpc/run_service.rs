@@ -18,19 +18,23 @@ pub struct RunApi {
     runs: Runs,
     max_bundle_bytes: usize,
     tracker: tokio_util::task::TaskTracker,
+    stop: tokio_util::sync::CancellationToken,
 }
 
 impl RunApi {
-    /// Serves `runs`; watch streams run on `tracker`.
+    /// Serves `runs`; watch streams run on `tracker` and end when `stop`
+    /// is cancelled (the client then asks again, of the next leader).
     pub fn new(
         runs: Runs,
         max_bundle_bytes: usize,
         tracker: tokio_util::task::TaskTracker,
+        stop: tokio_util::sync::CancellationToken,
     ) -> Self {
         Self {
             runs,
             max_bundle_bytes,
             tracker,
+            stop,
         }
     }
 
@@ -39,7 +43,7 @@ impl RunApi {
     }
 }
 
-type EventStream = Pin<Box<dyn Stream<Item = Result<pb::RunEvent, Status>> + Send>>;
+pub(crate) type EventStream = Pin<Box<dyn Stream<Item = Result<pb::RunEvent, Status>> + Send>>;
 
 #[tonic::async_trait]
 impl RunService for RunApi {
@@ -113,6 +117,7 @@ impl RunService for RunApi {
         // what it missed from the log and carries on, so no event is lost.
         // The stream ends with the run's last event (at once for an ended
         // run), and as soon as the client goes away.
+        let stop = self.stop.clone();
         let stream = async_stream(&self.tracker, move |tx| async move {
             let mut next = request.from;
             let (mut past, mut live) = (past, live);
@@ -135,6 +140,7 @@ impl RunService for RunApi {
                     let received = tokio::select! {
                         received = feed.recv() => received,
                         () = tx.closed() => return,
+                        () = stop.cancelled() => return,
                     };
                     match received {
                         Ok(stored) if stored.seq < next => continue,

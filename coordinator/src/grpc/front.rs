@@ -1,0 +1,203 @@
+//! The services a coordinator serves whatever its role: while it leads,
+//! every request goes to its runs and dispatcher; while it stands by,
+//! clients' requests are forwarded to the leader (reads and writes alike,
+//! so a client sees exactly the leader's view and never needs to know who
+//! leads), and workers are refused with the leader's URL to join instead.
+
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::watch;
+use tonic::transport::{Channel, Endpoint};
+use tonic::{Request, Response, Status, Streaming};
+use weft_proto::v1 as pb;
+use weft_proto::v1::run_service_client::RunServiceClient;
+use weft_proto::v1::run_service_server::RunService;
+use weft_proto::v1::worker_service_server::WorkerService;
+use weft_proto::{FORWARDED_METADATA, LEADER_METADATA, MAX_MESSAGE_BYTES};
+
+use super::run_service::EventStream;
+use super::worker_service::OutStream;
+use super::{RunApi, WorkerApi};
+
+/// What a leading coordinator serves with, for one term.
+pub struct Services {
+    /// Its runs.
+    pub runs: RunApi,
+    /// Its workers' streams.
+    pub workers: WorkerApi,
+}
+
+/// What this coordinator is now.
+#[derive(Clone)]
+pub enum Role {
+    /// It leads (a lone coordinator always does).
+    Leader(Arc<Services>),
+    /// It stands by; the URL of the coordinator that leads, when known.
+    Standby(Option<String>),
+}
+
+const NO_LEADER: &str = "no coordinator of the group leads at the moment (an election is under way); ask again shortly";
+
+/// The client-facing service in front of the role.
+#[derive(Clone)]
+pub struct FrontRuns {
+    role: watch::Receiver<Role>,
+    /// The leader's URL and a connection to it, reused while it leads.
+    leader: Arc<Mutex<Option<(String, RunServiceClient<Channel>)>>>,
+}
+
+enum Route {
+    Local(RunApi),
+    Forward(RunServiceClient<Channel>),
+}
+
+impl FrontRuns {
+    /// Serves by `role`.
+    pub fn new(role: watch::Receiver<Role>) -> Self {
+        Self {
+            role,
+            leader: Arc::default(),
+        }
+    }
+
+    fn route<T>(&self, request: &Request<T>) -> Result<Route, Status> {
+        let url = match &*self.role.borrow() {
+            Role::Leader(services) => {
+                return Ok(Route::Local(services.runs.clone()));
+            }
+            Role::Standby(_) if request.metadata().contains_key(FORWARDED_METADATA) => {
+                return Err(Status::unavailable(
+                    "this coordinator no longer leads its group; ask again",
+                ));
+            }
+            Role::Standby(None) => return Err(Status::unavailable(NO_LEADER)),
+            Role::Standby(Some(url)) => url.clone(),
+        };
+        let mut leader = self.leader.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((known, client)) = &*leader
+            && *known == url
+        {
+            return Ok(Route::Forward(client.clone()));
+        }
+        let endpoint = Endpoint::from_shared(url.clone()).map_err(|e| {
+            Status::unavailable(format!("the leader's URL '{url}' is not usable: {e}"))
+        })?;
+        let client = RunServiceClient::new(endpoint.tcp_nodelay(true).connect_lazy())
+            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES);
+        *leader = Some((url, client.clone()));
+        Ok(Route::Forward(client))
+    }
+}
+
+/// The request as sent on to the leader, marked so it is not sent further.
+fn forwarded<T>(request: Request<T>) -> Request<T> {
+    let mut onward = Request::new(request.into_inner());
+    onward
+        .metadata_mut()
+        .insert(FORWARDED_METADATA, tonic::metadata::MetadataValue::from_static("1"));
+    onward
+}
+
+/// Unary methods, each served locally or forwarded; written out in the
+/// shape `tonic::async_trait` gives the trait's methods.
+macro_rules! routed {
+    ($($method:ident($request:ty) -> $response:ty;)*) => {$(
+        fn $method<'life0, 'async_trait>(
+            &'life0 self,
+            request: Request<$request>,
+        ) -> std::pin::Pin<Box<
+            dyn std::future::Future<Output = Result<Response<$response>, Status>>
+                + Send
+                + 'async_trait,
+        >>
+        where
+            'life0: 'async_trait,
+            Self: 'async_trait,
+        {
+            Box::pin(async move {
+                match self.route(&request)? {
+                    Route::Local(api) => api.$method(request).await,
+                    Route::Forward(mut client) => client.$method(forwarded(request)).await,
+                }
+            })
+        }
+    )*};
+}
+
+#[tonic::async_trait]
+impl RunService for FrontRuns {
+    routed! {
+        submit(pb::SubmitRequest) -> pb::SubmitResponse;
+        validate(pb::ValidateRequest) -> pb::ValidateResponse;
+        get_run(pb::GetRunRequest) -> pb::RunInfo;
+        list_runs(pb::ListRunsRequest) -> pb::ListRunsResponse;
+        resume(pb::ResumeRequest) -> pb::RunInfo;
+        cancel(pb::CancelRequest) -> pb::RunInfo;
+        retry(pb::RetryRequest) -> pb::RunInfo;
+    }
+
+    type WatchRunStream = EventStream;
+
+    async fn watch_run(
+        &self,
+        request: Request<pb::WatchRunRequest>,
+    ) -> Result<Response<EventStream>, Status> {
+        match self.route(&request)? {
+            Route::Local(api) => api.watch_run(request).await,
+            Route::Forward(mut client) => {
+                let events = client.watch_run(forwarded(request)).await?.into_inner();
+                Ok(Response::new(Box::pin(events)))
+            }
+        }
+    }
+}
+
+/// The worker-facing service in front of the role.
+#[derive(Clone)]
+pub struct FrontWorkers {
+    role: watch::Receiver<Role>,
+}
+
+impl FrontWorkers {
+    /// Serves by `role`.
+    pub fn new(role: watch::Receiver<Role>) -> Self {
+        Self { role }
+    }
+
+    /// The leader's worker service, or a refusal that names the leader.
+    fn local(&self) -> Result<WorkerApi, Status> {
+        match &*self.role.borrow() {
+            Role::Leader(services) => Ok(services.workers.clone()),
+            Role::Standby(None) => Err(Status::unavailable(NO_LEADER)),
+            Role::Standby(Some(url)) => {
+                let mut status = Status::unavailable(format!(
+                    "this coordinator stands by; the leader is at {url}"
+                ));
+                if let Ok(value) = url.parse() {
+                    status.metadata_mut().insert(LEADER_METADATA, value);
+                }
+                Err(status)
+            }
+        }
+    }
+}
+
+#[tonic::async_trait]
+impl WorkerService for FrontWorkers {
+    type JoinStream = OutStream;
+
+    async fn join(
+        &self,
+        request: Request<Streaming<pb::WorkerMessage>>,
+    ) -> Result<Response<OutStream>, Status> {
+        self.local()?.join(request).await
+    }
+
+    async fn fetch_blob(
+        &self,
+        request: Request<pb::FetchBlobRequest>,
+    ) -> Result<Response<pb::FetchBlobResponse>, Status> {
+        self.local()?.fetch_blob(request).await
+    }
+}

@@ -1,0 +1,145 @@
+//! Leader election on the shared store: a lease-guarded key.
+//!
+//! A coordinator leads while it holds [`LEADER_KEY`], created only if absent
+//! and under a lease it keeps alive; the key's value is its advertised URL.
+//! The key's create revision is the term's [`Fence`]: every write of the
+//! leader is conditional on it, so a leader that was paused past its lease
+//! (and replaced) cannot overwrite its successor's writes when it wakes up.
+//! This is etcd's documented election recipe minus the queue of candidates:
+//! candidates watch the key and race to create it when it goes.
+
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use weft_store::{AnyStore, Fence, LEADER_KEY, LeaseId, Store, StoreError, WatchEvent};
+
+/// Who leads, as a standby sees it.
+pub type LeaderUrl = Option<String>;
+
+/// A won election: the fence of the term and the lease that holds it.
+#[derive(Debug, Clone)]
+pub struct Term {
+    /// What every write of this term is conditional on.
+    pub fence: Fence,
+    /// The lease the leader key lives under.
+    pub lease: LeaseId,
+}
+
+/// Campaigns until this coordinator leads (`Some`) or `stop` is cancelled
+/// (`None`). Meanwhile `announce` is told who leads; never this coordinator
+/// itself (`me`), whose old key from before a restart is waited out.
+pub async fn campaign(
+    store: &AnyStore,
+    me: &str,
+    ttl: Duration,
+    announce: &(impl Fn(LeaderUrl) + Sync),
+    stop: &CancellationToken,
+) -> Option<Term> {
+    let mut pause = Duration::from_millis(100);
+    loop {
+        match try_to_lead(store, me, ttl, announce, stop).await {
+            Ok(Some(term)) => return Some(term),
+            Ok(None) => return None,
+            Err(error) => {
+                tracing::warn!(%error, "the election cannot reach the store; trying again");
+                announce(None);
+                tokio::select! {
+                    () = stop.cancelled() => return None,
+                    () = tokio::time::sleep(pause) => {}
+                }
+                pause = (pause * 2).min(ttl);
+            }
+        }
+    }
+}
+
+/// One round of campaigning: waits while somebody holds the key, creates
+/// it when it is gone. `Ok(None)`: stopped.
+async fn try_to_lead(
+    store: &AnyStore,
+    me: &str,
+    ttl: Duration,
+    announce: &(impl Fn(LeaderUrl) + Sync),
+    stop: &CancellationToken,
+) -> Result<Option<Term>, StoreError> {
+    // Watching before reading: a deletion between the two is not missed.
+    let mut changes = store.watch(LEADER_KEY).await?;
+    loop {
+        if stop.is_cancelled() {
+            return Ok(None);
+        }
+        match store.get(LEADER_KEY).await? {
+            Some(held) => {
+                let url = String::from_utf8_lossy(&held.value).into_owned();
+                announce((url != me).then_some(url));
+                // Also look again now and then, in case the watch broke.
+                tokio::select! {
+                    () = stop.cancelled() => return Ok(None),
+                    () = changed(&mut changes) => {}
+                    () = tokio::time::sleep(ttl) => {}
+                }
+            }
+            None => {
+                let lease = store.grant_lease(ttl).await?;
+                match store.create(LEADER_KEY, me.as_bytes().to_vec(), Some(lease)).await {
+                    Ok(Some(revision)) => {
+                        let fence = Fence {
+                            key: LEADER_KEY.to_owned(),
+                            revision,
+                        };
+                        return Ok(Some(Term { fence, lease }));
+                    }
+                    // Another candidate was quicker.
+                    Ok(None) => {
+                        let _ = store.revoke(lease).await;
+                    }
+                    Err(error) => {
+                        let _ = store.revoke(lease).await;
+                        return Err(error);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Returns when the leader key changes; never, once the watch has ended.
+async fn changed(changes: &mut mpsc::Receiver<WatchEvent>) {
+    match changes.recv().await {
+        Some(_) => {}
+        None => std::future::pending().await,
+    }
+}
+
+/// Keeps the term's lease alive until `stop` is cancelled (then gives the
+/// key up at once, so a standby takes over without waiting for the lease)
+/// or the lease is lost: etcd says it expired, or no renewal went through
+/// for a whole TTL. Returns whether the term was lost.
+pub async fn hold(store: AnyStore, term: Term, ttl: Duration, stop: CancellationToken) -> bool {
+    let mut renewed = Instant::now();
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => {
+                if let Err(error) = store.revoke(term.lease).await {
+                    tracing::warn!(%error, "the leader lease was not given up; it expires by itself");
+                }
+                return false;
+            }
+            () = tokio::time::sleep(ttl / 3) => {}
+        }
+        match store.keep_alive(term.lease).await {
+            Ok(true) => renewed = Instant::now(),
+            Ok(false) => {
+                tracing::error!("the leader lease expired: another coordinator may lead now");
+                return true;
+            }
+            Err(error) if renewed.elapsed() >= ttl => {
+                tracing::error!(%error, "the leader lease could not be renewed for a whole TTL");
+                return true;
+            }
+            Err(error) => tracing::warn!(%error, "renewing the leader lease failed; trying again"),
+        }
+    }
+}

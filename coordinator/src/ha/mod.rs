@@ -1,0 +1,123 @@
+//! High availability: several coordinators on one etcd, one of them
+//! leading (SPEC 9).
+//!
+//! Each coordinator of a group campaigns for the leader key
+//! ([`election`]). The winner starts a *term*: it restores every run from
+//! the shared store and serves them, every write fenced on the key's create
+//! revision. The others stand by: they forward clients' requests to the
+//! leader and send workers there (`grpc::front`), and take over when the
+//! key goes — within about one lease TTL of the leader's death, or at once
+//! when it shuts down cleanly and gives the key up. A term ends when the
+//! lease is lost (expired while the process was paused, or etcd unreachable
+//! for a whole TTL) or a write finds the fence gone; the coordinator then
+//! drops what it held in memory and stands by again, so a deposed leader
+//! never acts on stale runs.
+
+pub mod election;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use weft_store::AnyStore;
+
+use crate::config::CoordinatorConfig;
+use crate::durable::Keeper;
+use crate::grpc::Role;
+use election::Term;
+
+/// How long a term's tasks may take to stop when it ends.
+const TERM_DRAIN: Duration = Duration::from_secs(10);
+
+/// Campaigns, leads when elected, stands by again when a term ends; until
+/// `shutdown`. `role` is what the gRPC services serve by.
+pub async fn lead_when_elected(
+    store: AnyStore,
+    config: CoordinatorConfig,
+    role: watch::Sender<Role>,
+    shutdown: CancellationToken,
+) {
+    let me = config.advertised_url();
+    let ttl = config.store.lease_ttl;
+    let announce = |leader: election::LeaderUrl| {
+        role.send_replace(Role::Standby(leader));
+    };
+    loop {
+        metrics::gauge!(crate::metrics::LEADER).set(0.0);
+        let Some(term) = election::campaign(&store, &me, ttl, &announce, &shutdown).await else {
+            return;
+        };
+        let started = lead(&store, term, &config, &role, &shutdown).await;
+        if shutdown.is_cancelled() {
+            return;
+        }
+        if !started {
+            // The store failed while restoring runs: give it a moment.
+            tokio::select! {
+                () = shutdown.cancelled() => return,
+                () = tokio::time::sleep(ttl) => {}
+            }
+        }
+    }
+}
+
+/// One term: restores the runs, serves them until the term ends, then
+/// drops them. Returns whether the term got as far as serving.
+async fn lead(
+    store: &AnyStore,
+    term: Term,
+    config: &CoordinatorConfig,
+    role: &watch::Sender<Role>,
+    shutdown: &CancellationToken,
+) -> bool {
+    let url = config.advertised_url();
+    let ended = shutdown.child_token();
+    let tracker = TaskTracker::new();
+    let release = CancellationToken::new();
+    let holding = tokio::spawn({
+        let (store, term, ended) = (store.clone(), term.clone(), ended.clone());
+        let (ttl, release) = (config.store.lease_ttl, release.clone());
+        async move {
+            if election::hold(store, term, ttl, release).await {
+                ended.cancel();
+            }
+        }
+    });
+    let keeper = Keeper::new(store.clone(), Some(term.fence.clone()), ended.clone());
+    let taken_at = std::time::Instant::now();
+    let started = match crate::server::start_term(config, keeper, ended.clone(), &tracker).await {
+        Ok(services) => {
+            tracing::info!(
+                %url,
+                fence = term.fence.revision,
+                restore_ms = taken_at.elapsed().as_millis() as u64,
+                "leading the group"
+            );
+            role.send_replace(Role::Leader(Arc::new(services)));
+            metrics::gauge!(crate::metrics::LEADER).set(1.0);
+            true
+        }
+        Err(error) => {
+            tracing::error!(%error, "taking over failed; standing down");
+            ended.cancel();
+            false
+        }
+    };
+    ended.cancelled().await;
+    role.send_replace(Role::Standby(None));
+    metrics::gauge!(crate::metrics::LEADER).set(0.0);
+    if !shutdown.is_cancelled() {
+        tracing::warn!(%url, "no longer leading: dropping the runs held, standing by");
+    }
+    tracker.close();
+    if tokio::time::timeout(TERM_DRAIN, tracker.wait()).await.is_err() {
+        tracing::warn!(left = tracker.len(), "some tasks of the ended term did not stop in time");
+    }
+    // Gives the key up now that nothing writes any more (a no-op when the
+    // lease is lost already).
+    release.cancel();
+    let _ = holding.await;
+    started
+}
