@@ -49,7 +49,10 @@ pub fn install() -> Result<PrometheusHandle, metrics_exporter_prometheus::BuildE
         "bundle files held for runs"
     );
     metrics::describe_gauge!(WORKERS, "workers connected");
-    metrics::describe_gauge!(LEADER, "1 while this coordinator leads, 0 while it stands by");
+    metrics::describe_gauge!(
+        LEADER,
+        "1 while this coordinator leads, 0 while it stands by"
+    );
     metrics::describe_gauge!(FREE_SLOTS, "free slots of connected workers");
     Ok(handle)
 }

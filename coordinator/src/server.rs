@@ -16,8 +16,8 @@ use weft_store::AnyStore;
 
 use crate::bundle::BlobStore;
 use crate::config::CoordinatorConfig;
-use crate::durable::Keeper;
 use crate::dispatch::{DispatcherConfig, Limits, spawn_dispatcher};
+use crate::durable::Keeper;
 use crate::grpc::{FrontRuns, FrontWorkers, Role, RunApi, Services, WorkerApi};
 use crate::runs::Runs;
 

@@ -16,7 +16,7 @@ pub struct TestEtcd {
 }
 
 /// A port nothing listens on now.
-fn free_port() -> Result<u16> {
+pub(crate) fn free_port() -> Result<u16> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?
         .port())

@@ -6,6 +6,7 @@
 #![warn(missing_docs)]
 
 pub mod etcd;
+pub mod group;
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
@@ -304,16 +305,28 @@ impl Drop for TestCluster {
     }
 }
 
-/// Starts a coordinator binary listening on `address`; returns it and its URL.
+/// Starts a coordinator binary listening on `address`, logging to
+/// `dir/coordinator.log`; returns it, its URL and its metrics URL.
 fn spawn_coordinator(
     dir: &Path,
+    address: &str,
+    env: &[(String, String)],
+) -> Result<(Child, String, String)> {
+    spawn_named_coordinator(dir, "coordinator", address, env)
+}
+
+/// Starts a coordinator binary named `name` (its log `dir/NAME.log`, its
+/// data directory `dir/NAME-data`) listening on `address`.
+pub(crate) fn spawn_named_coordinator(
+    dir: &Path,
+    name: &str,
     address: &str,
     env: &[(String, String)],
 ) -> Result<(Child, String, String)> {
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
-        .open(dir.join("coordinator.log"))?;
+        .open(dir.join(format!("{name}.log")))?;
     let mut child = Command::new(binary("coordinator"))
         .args([
             "--listen",
@@ -322,7 +335,11 @@ fn spawn_coordinator(
             "127.0.0.1:0",
             "--data-dir",
         ])
-        .arg(dir.join("data"))
+        .arg(dir.join(if name == "coordinator" {
+            "data".to_owned()
+        } else {
+            format!("{name}-data")
+        }))
         .env("WEFT_HEARTBEAT_INTERVAL_MS", "200")
         .env("WEFT_WORKER_TIMEOUT_MS", "2000")
         .env("WEFT_TASK_GRACE_MS", "1000")
@@ -383,7 +400,7 @@ pub async fn wait_until(patience: Duration, mut condition: impl FnMut() -> bool)
     }
 }
 
-fn rand_seed() -> u64 {
+pub(crate) fn rand_seed() -> u64 {
     use std::hash::{BuildHasher, Hasher};
     let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
     hasher.write_u64(std::process::id().into());

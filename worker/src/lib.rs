@@ -29,6 +29,7 @@
 
 mod blobs;
 mod execute;
+mod finding;
 mod handler;
 mod runtime;
 mod script;
@@ -67,6 +68,7 @@ impl Worker {
         Self {
             config: WorkerConfig {
                 coordinator: coordinator.into(),
+                etcd: Vec::new(),
                 work_dir: None,
                 name,
                 slots,
@@ -112,6 +114,14 @@ impl Worker {
     /// Secrets for `${NAME}` in node configuration (never sent anywhere).
     pub fn secrets(&mut self, secrets: Secrets) -> &mut Self {
         self.config.secrets = std::sync::Arc::new(secrets);
+        self
+    }
+
+    /// Joins whichever coordinator leads the group on the etcd cluster at
+    /// `endpoints` (`http://host:2379`, …), looked up before each
+    /// connection, instead of the coordinator URL.
+    pub fn etcd(&mut self, endpoints: Vec<String>) -> &mut Self {
+        self.config.etcd = endpoints;
         self
     }
 

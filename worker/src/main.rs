@@ -16,6 +16,16 @@ struct Args {
         default_value = "http://127.0.0.1:7700"
     )]
     coordinator: String,
+    /// etcd endpoints of a group of coordinators (comma-separated, e.g.
+    /// http://10.0.0.1:2379,http://10.0.0.2:2379): join whichever leads,
+    /// instead of --coordinator.
+    #[arg(
+        long,
+        env = "WEFT_ETCD",
+        value_delimiter = ',',
+        conflicts_with = "coordinator"
+    )]
+    etcd: Vec<String>,
     /// Tasks run at once (default: number of CPUs).
     #[arg(long)]
     slots: Option<u32>,
@@ -39,6 +49,7 @@ async fn main() -> ExitCode {
     let args = Args::parse();
     weft_process::init_logging(args.log_format);
     let mut worker = weft_worker::Worker::new(args.coordinator);
+    worker.etcd(args.etcd);
     if let Some(slots) = args.slots {
         worker.slots(slots);
     }

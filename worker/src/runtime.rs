@@ -20,6 +20,7 @@ use weft_proto::v1::worker_service_client::WorkerServiceClient;
 
 use crate::blobs::BlobCache;
 use crate::execute::{call_function, execute, task_result};
+use crate::finding::{self, Finder};
 use crate::handler::Registry;
 use crate::script::ScriptRunner;
 use crate::state_sync::StateCache;
@@ -28,6 +29,8 @@ use crate::work_dir::WorkDir;
 
 const FIRST_BACKOFF: Duration = Duration::from_millis(100);
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
+/// How long a coordinator may take to welcome a joining worker.
+const JOIN_TIMEOUT: Duration = Duration::from_secs(5);
 /// The work directory's folder of per-attempt scratch directories.
 /// How long a stopping worker waits for its tasks to wind down.
 const STOP_TIMEOUT: Duration = Duration::from_secs(10);
@@ -37,6 +40,9 @@ const STOP_TIMEOUT: Duration = Duration::from_secs(10);
 pub struct WorkerConfig {
     /// The coordinator's URL, e.g. `http://127.0.0.1:7700`.
     pub coordinator: String,
+    /// etcd endpoints of a group of coordinators: when given, the worker
+    /// joins whichever of them leads (and `coordinator` is not used).
+    pub etcd: Vec<String>,
     /// The worker's name.
     pub name: String,
     /// Tasks run at once.
@@ -78,6 +84,8 @@ enum SessionEnd {
     Drained,
     /// The coordinator went away; connect again.
     Lost(String),
+    /// A standby coordinator named the leader: join it.
+    Redirected(String),
 }
 
 /// Runs the worker until `shutdown` is cancelled and its tasks are done.
@@ -86,13 +94,7 @@ pub async fn run(
     registry: Registry,
     shutdown: CancellationToken,
 ) -> Result<(), WorkerError> {
-    let endpoint = Endpoint::from_shared(config.coordinator.clone())
-        .map_err(|e| WorkerError::BadUrl {
-            url: config.coordinator.clone(),
-            reason: e.to_string(),
-        })?
-        .connect_timeout(Duration::from_secs(5))
-        .tcp_nodelay(true);
+    let finder = Finder::new(&config)?;
     let work = WorkDir::prepare(config.work_dir.as_deref())?;
     // Scratch left by an earlier worker that died is nobody's.
     let _ = tokio::fs::remove_dir_all(work.scratch()).await;
@@ -100,7 +102,7 @@ pub async fn run(
     let ended = connect_and_serve(
         &config,
         &work,
-        &endpoint,
+        &finder,
         Arc::new(registry),
         &shutdown,
         &tracker,
@@ -121,21 +123,49 @@ pub async fn run(
 async fn connect_and_serve(
     config: &WorkerConfig,
     work: &WorkDir,
-    endpoint: &Endpoint,
+    finder: &Finder,
     registry: Arc<Registry>,
     shutdown: &CancellationToken,
     tracker: &TaskTracker,
 ) -> Result<(), WorkerError> {
     let mut backoff = FIRST_BACKOFF;
+    let mut redirect: Option<String> = None;
+    let mut followed = false;
     loop {
         if shutdown.is_cancelled() {
             return Ok(());
         }
         let started = Instant::now();
-        match session(config, work, endpoint, &registry, shutdown, tracker).await? {
+        // A redirect is followed once; after that the finder decides again.
+        let target = match redirect.take() {
+            Some(url) => finding::endpoint(&url).map_err(|e| e.to_string()),
+            None => finder.find().await,
+        };
+        let ended = match target {
+            Ok(endpoint) => {
+                let place = Place {
+                    finder,
+                    endpoint: &endpoint,
+                };
+                session(config, work, place, &registry, shutdown, tracker).await?
+            }
+            Err(why) => SessionEnd::Lost(why),
+        };
+        match ended {
             SessionEnd::Drained => return Ok(()),
+            // Followed at once, unless the last session was a redirect
+            // too (coordinators that disagree on who leads, mid-election).
+            SessionEnd::Redirected(url) => {
+                info!(worker = %config.name, leader = %url, "sent to the leading coordinator");
+                let again = std::mem::replace(&mut followed, true);
+                redirect = Some(url);
+                if !again {
+                    continue;
+                }
+            }
             SessionEnd::Lost(why) => {
                 warn!(worker = %config.name, reason = %why, "lost the coordinator; reconnecting");
+                followed = false;
                 if started.elapsed() > MAX_BACKOFF {
                     backoff = FIRST_BACKOFF;
                 }
@@ -145,14 +175,20 @@ async fn connect_and_serve(
             _ = shutdown.cancelled() => return Ok(()),
             _ = tokio::time::sleep(backoff) => {}
         }
-        backoff = (backoff * 2).min(MAX_BACKOFF);
+        backoff = (backoff * 2).min(finder.max_backoff());
     }
+}
+
+/// Where a session connects, and how the worker found it.
+struct Place<'a> {
+    finder: &'a Finder,
+    endpoint: &'a Endpoint,
 }
 
 async fn session(
     config: &WorkerConfig,
     work: &WorkDir,
-    endpoint: &Endpoint,
+    Place { finder, endpoint }: Place<'_>,
     registry: &Arc<Registry>,
     shutdown: &CancellationToken,
     tracker: &TaskTracker,
@@ -164,11 +200,27 @@ async fn session(
     let mut client = client(channel);
     let (outbound, rx) = mpsc::channel::<pb::WorkerMessage>(1024);
     let _ = outbound.send(hello(config, registry)).await;
-    let (mut inbound, heartbeat, max_result_bytes) =
-        match handshake(config, &mut client, rx).await? {
+    // A coordinator that accepts connections but does not answer (a
+    // stopped process) is given up on, like one that refuses.
+    let url = endpoint.uri().to_string();
+    let handshake = tokio::time::timeout(JOIN_TIMEOUT, handshake(config, &mut client, rx));
+    let joined = tokio::select! {
+        joined = handshake => joined,
+        () = finder.moved_from(&url) => {
+            return Ok(SessionEnd::Lost(format!("{url} no longer leads its group")));
+        }
+    };
+    let (mut inbound, heartbeat, max_result_bytes) = match joined {
+        Ok(joined) => match joined? {
             Ok(joined) => joined,
             Err(end) => return Ok(end),
-        };
+        },
+        Err(_) => {
+            return Ok(SessionEnd::Lost(format!(
+                "the coordinator did not welcome this worker within {JOIN_TIMEOUT:?}"
+            )));
+        }
+    };
     let mut session = Session {
         registry: registry.clone(),
         scripts: ScriptRunner::new(
@@ -249,7 +301,12 @@ async fn handshake(
         {
             return Err(WorkerError::Refused(status.message().to_owned()));
         }
-        Err(status) => return Ok(Err(SessionEnd::Lost(status.message().to_owned()))),
+        Err(status) => {
+            return Ok(Err(match finding::redirect(&status) {
+                Some(leader) => SessionEnd::Redirected(leader),
+                None => SessionEnd::Lost(status.message().to_owned()),
+            }));
+        }
     };
     match inbound.message().await {
         Ok(Some(pb::CoordinatorMessage {

@@ -48,3 +48,47 @@ impl Keeper {
         result
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use weft_store::{EmbeddedStore, Store};
+
+    use super::*;
+
+    #[tokio::test]
+    async fn a_write_of_a_deposed_leader_is_refused_and_ends_its_term() {
+        let dir = std::env::temp_dir().join(format!("weft-keeper-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let store = AnyStore::Embedded(EmbeddedStore::open(&dir.join("s.redb")).unwrap());
+        let won = store.create("leader", b"a".to_vec(), None).await.unwrap();
+        let fence = Fence {
+            key: "leader".into(),
+            revision: won.unwrap(),
+        };
+        let deposed = CancellationToken::new();
+        let keeper = Keeper::new(store.clone(), Some(fence), deposed.clone());
+        let put = store
+            .put("runs/r/record", b"1".to_vec(), keeper.fence())
+            .await;
+        keeper.checked(put).unwrap();
+        assert!(!deposed.is_cancelled());
+        // Another coordinator wins the key.
+        store.delete_prefix("leader", None).await.unwrap();
+        store.create("leader", b"b".to_vec(), None).await.unwrap();
+        store
+            .put("runs/r/record", b"2".to_vec(), None)
+            .await
+            .unwrap();
+        let late = store
+            .put("runs/r/record", b"stale".to_vec(), keeper.fence())
+            .await;
+        assert!(matches!(
+            keeper.checked(late),
+            Err(StoreError::Fenced { .. })
+        ));
+        assert!(deposed.is_cancelled(), "the term ends");
+        let kept = store.get("runs/r/record").await.unwrap().unwrap();
+        assert_eq!(kept.value, b"2".to_vec(), "the successor's write stands");
+        std::fs::remove_dir_all(dir).ok();
+    }
+}

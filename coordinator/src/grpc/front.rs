@@ -4,6 +4,7 @@
 //! so a client sees exactly the leader's view and never needs to know who
 //! leads), and workers are refused with the leader's URL to join instead.
 
+use std::future::Future;
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::watch;
@@ -36,15 +37,22 @@ pub enum Role {
     Standby(Option<String>),
 }
 
-const NO_LEADER: &str = "no coordinator of the group leads at the moment (an election is under way); ask again shortly";
+/// How long a forwarded request may wait for the leader's answer.
+const FORWARD_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+
+const NO_LEADER: &str =
+    "no coordinator of the group leads at the moment (an election is under way); ask again shortly";
 
 /// The client-facing service in front of the role.
 #[derive(Clone)]
 pub struct FrontRuns {
     role: watch::Receiver<Role>,
     /// The leader's URL and a connection to it, reused while it leads.
-    leader: Arc<Mutex<Option<(String, RunServiceClient<Channel>)>>>,
+    leader: Arc<Mutex<Option<Forwarding>>>,
 }
+
+/// A leader's URL and a client of it.
+type Forwarding = (String, RunServiceClient<Channel>);
 
 enum Route {
     Local(RunApi),
@@ -57,6 +65,35 @@ impl FrontRuns {
         Self {
             role,
             leader: Arc::default(),
+        }
+    }
+
+    /// Resolves when the role changes from what it is now (or the
+    /// coordinator stops): a request forwarded to a leader that is gone
+    /// (dead, paused, deposed) is given up rather than waited on.
+    fn role_changed(&self) -> impl Future<Output = ()> + Send + 'static {
+        let mut role = self.role.clone();
+        role.mark_unchanged();
+        async move {
+            let _ = role.changed().await;
+        }
+    }
+
+    /// A forwarded call's answer, or `unavailable` (which clients retry)
+    /// if the leader changes or does not answer in time.
+    async fn forward<T>(
+        &self,
+        call: impl Future<Output = Result<Response<T>, Status>>,
+    ) -> Result<Response<T>, Status> {
+        tokio::select! {
+            answer = tokio::time::timeout(FORWARD_TIMEOUT, call) => answer.unwrap_or_else(|_| {
+                Err(Status::unavailable(format!(
+                    "the leader did not answer within {FORWARD_TIMEOUT:?}; ask again"
+                )))
+            }),
+            () = self.role_changed() => Err(Status::unavailable(
+                "the leader changed while the request was forwarded; ask again",
+            )),
         }
     }
 
@@ -93,9 +130,10 @@ impl FrontRuns {
 /// The request as sent on to the leader, marked so it is not sent further.
 fn forwarded<T>(request: Request<T>) -> Request<T> {
     let mut onward = Request::new(request.into_inner());
-    onward
-        .metadata_mut()
-        .insert(FORWARDED_METADATA, tonic::metadata::MetadataValue::from_static("1"));
+    onward.metadata_mut().insert(
+        FORWARDED_METADATA,
+        tonic::metadata::MetadataValue::from_static("1"),
+    );
     onward
 }
 
@@ -118,7 +156,9 @@ macro_rules! routed {
             Box::pin(async move {
                 match self.route(&request)? {
                     Route::Local(api) => api.$method(request).await,
-                    Route::Forward(mut client) => client.$method(forwarded(request)).await,
+                    Route::Forward(mut client) => {
+                        self.forward(client.$method(forwarded(request))).await
+                    }
                 }
             })
         }
@@ -146,11 +186,41 @@ impl RunService for FrontRuns {
         match self.route(&request)? {
             Route::Local(api) => api.watch_run(request).await,
             Route::Forward(mut client) => {
-                let events = client.watch_run(forwarded(request)).await?.into_inner();
-                Ok(Response::new(Box::pin(events)))
+                let changed = self.role_changed();
+                let call = client.watch_run(forwarded(request));
+                let events = self.forward(call).await?.into_inner();
+                Ok(Response::new(relay(events, changed)))
             }
         }
     }
+}
+
+/// The leader's event stream, ended with `unavailable` (the client watches
+/// again) when `changed` resolves: the leader is gone or deposed.
+fn relay(
+    mut events: Streaming<pb::RunEvent>,
+    changed: impl Future<Output = ()> + Send + 'static,
+) -> EventStream {
+    let (tx, rx) = tokio::sync::mpsc::channel(64);
+    tokio::spawn(async move {
+        tokio::pin!(changed);
+        loop {
+            let item = tokio::select! {
+                item = events.message() => item,
+                () = &mut changed => Err(Status::unavailable("the leader changed; watch again")),
+                () = tx.closed() => return,
+            };
+            let (item, last) = match item {
+                Ok(Some(event)) => (Ok(event), false),
+                Ok(None) => return,
+                Err(status) => (Err(status), true),
+            };
+            if tx.send(item).await.is_err() || last {
+                return;
+            }
+        }
+    });
+    Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx))
 }
 
 /// The worker-facing service in front of the role.

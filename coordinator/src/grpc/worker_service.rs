@@ -58,7 +58,8 @@ impl WorkerApi {
     }
 }
 
-pub(crate) type OutStream = Pin<Box<dyn Stream<Item = Result<pb::CoordinatorMessage, Status>> + Send>>;
+pub(crate) type OutStream =
+    Pin<Box<dyn Stream<Item = Result<pb::CoordinatorMessage, Status>> + Send>>;
 
 /// Hands a worker's messages to the dispatcher until its stream ends, then
 /// reports the worker gone.

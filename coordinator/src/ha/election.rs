@@ -83,7 +83,10 @@ async fn try_to_lead(
             }
             None => {
                 let lease = store.grant_lease(ttl).await?;
-                match store.create(LEADER_KEY, me.as_bytes().to_vec(), Some(lease)).await {
+                match store
+                    .create(LEADER_KEY, me.as_bytes().to_vec(), Some(lease))
+                    .await
+                {
                     Ok(Some(revision)) => {
                         let fence = Fence {
                             key: LEADER_KEY.to_owned(),

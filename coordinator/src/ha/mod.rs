@@ -41,8 +41,15 @@ pub async fn lead_when_elected(
 ) {
     let me = config.advertised_url();
     let ttl = config.store.lease_ttl;
+    // Only a change is announced: forwarded requests give up on a change.
     let announce = |leader: election::LeaderUrl| {
-        role.send_replace(Role::Standby(leader));
+        role.send_if_modified(|current| match current {
+            Role::Standby(known) if *known == leader => false,
+            _ => {
+                *current = Role::Standby(leader);
+                true
+            }
+        });
     };
     loop {
         metrics::gauge!(crate::metrics::LEADER).set(0.0);
@@ -112,8 +119,14 @@ async fn lead(
         tracing::warn!(%url, "no longer leading: dropping the runs held, standing by");
     }
     tracker.close();
-    if tokio::time::timeout(TERM_DRAIN, tracker.wait()).await.is_err() {
-        tracing::warn!(left = tracker.len(), "some tasks of the ended term did not stop in time");
+    if tokio::time::timeout(TERM_DRAIN, tracker.wait())
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            left = tracker.len(),
+            "some tasks of the ended term did not stop in time"
+        );
     }
     // Gives the key up now that nothing writes any more (a no-op when the
     // lease is lost already).

@@ -1,0 +1,136 @@
+//! High availability (issue #9): coordinators sharing one real etcd, one
+//! leading; workers find the leader through etcd; clients may talk to any
+//! coordinator. Killing or pausing the leader loses no run.
+
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use tokio_stream::StreamExt;
+use weft_client::{Client, GraphBundle, RunInfo, RunStatus};
+use weft_tests::group::TestGroup;
+
+/// A chain of script nodes, each taking a moment and setting `n`.
+fn slow_chain(nodes: usize) -> GraphBundle {
+    let mut text = String::from("state:\n  n: { type: integer, default: 0 }\nnodes:\n");
+    for i in 1..=nodes {
+        let start = if i == 1 { ", start: true" } else { "" };
+        let next = if i < nodes {
+            format!(", next: n{}", i + 1)
+        } else {
+            String::new()
+        };
+        text.push_str(&format!(
+            "  n{i}: {{ kind: script, run: [sh, -c, 'sleep 0.4; echo \"{{\\\"n\\\": {i}}}\"']{start}{next} }}\n"
+        ));
+    }
+    GraphBundle::from_text("chain.yaml", &text)
+}
+
+/// Follows the run's events (through `client`) until node `node` starts.
+async fn wait_for_node(client: &Client, run_id: &str, node: &str) -> anyhow::Result<()> {
+    let mut events = client.watch(run_id, 0).await?;
+    while let Some(event) = events.next().await {
+        let event = event?;
+        if event.kind == "node_started" && event.body["node"] == node {
+            return Ok(());
+        }
+    }
+    anyhow::bail!("the run ended before node {node} started")
+}
+
+async fn finish(client: &Client, run_id: &str) -> anyhow::Result<RunInfo> {
+    Ok(tokio::time::timeout(Duration::from_secs(90), client.wait(run_id)).await??)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_standby_finishes_the_run_when_the_leader_is_killed() -> anyhow::Result<()> {
+    let mut group = TestGroup::start(2, 2).await?;
+    let leader = group.wait_for_leader(None).await?;
+    let standby = 1 - leader;
+    group.add_worker("w", 2)?;
+    group.wait_for_log("w", "joined the coordinator", 1).await?;
+    // Every request goes through the standby, which forwards it.
+    let client = group.client(standby).await?;
+    let submitted = client.submit_bundle(slow_chain(5), &json!({})).await?;
+    wait_for_node(&client, &submitted.run_id, "n2").await?;
+    let listed = client.list().await?;
+    assert!(
+        listed.iter().any(|run| run.run_id == submitted.run_id),
+        "the standby lists the leader's runs"
+    );
+
+    let killed = Instant::now();
+    group.kill(leader)?;
+    let new_leader = group.wait_for_leader(Some(leader)).await?;
+    let failover = killed.elapsed();
+    assert_eq!(new_leader, standby);
+    let done = finish(&client, &submitted.run_id).await?;
+    let finished = killed.elapsed();
+    assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error);
+    assert_eq!(done.state["n"], 5);
+    // The worker followed the leader through etcd.
+    group.wait_for_log("w", "joined the coordinator", 2).await?;
+    eprintln!(
+        "failover (lease 2 s): the standby led {} ms after kill -9 of the leader; the run finished {} ms after it",
+        failover.as_millis(),
+        finished.as_millis()
+    );
+    assert!(
+        failover < Duration::from_secs(15),
+        "a standby takes over within a few lease TTLs ({failover:?})"
+    );
+    // The log runs on: every node started and finished, the run once.
+    let kinds: Vec<String> = client
+        .watch(&submitted.run_id, 0)
+        .await?
+        .map(|e| e.map(|e| e.kind))
+        .collect::<Result<Vec<_>, _>>()
+        .await?;
+    assert_eq!(
+        kinds.iter().filter(|k| *k == "run_finished").count(),
+        1,
+        "{kinds:?}"
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_leader_is_fenced_and_then_agrees_with_its_successor() -> anyhow::Result<()> {
+    let group = TestGroup::start(2, 2).await?;
+    let leader = group.wait_for_leader(None).await?;
+    let standby = 1 - leader;
+    let mut group = group;
+    group.add_worker("w", 2)?;
+    group.wait_for_log("w", "joined the coordinator", 1).await?;
+    let client = group.client(standby).await?;
+    let submitted = client.submit_bundle(slow_chain(6), &json!({})).await?;
+    wait_for_node(&client, &submitted.run_id, "n2").await?;
+
+    // The leader freezes past its lease; the standby takes over and
+    // finishes the run.
+    group.signal(leader, "STOP")?;
+    let new_leader = group.wait_for_leader(Some(leader)).await?;
+    assert_eq!(new_leader, standby);
+    let done = finish(&client, &submitted.run_id).await?;
+    assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error);
+    assert_eq!(done.state["n"], 6);
+
+    // The old leader wakes up: it finds its lease gone, writes nothing,
+    // and stands by.
+    group.signal(leader, "CONT")?;
+    group
+        .wait_for_log(&format!("coordinator-{leader}"), "no longer leading", 1)
+        .await?;
+    assert_eq!(
+        group.leader().await?,
+        Some(standby),
+        "the successor still leads"
+    );
+    let old = group.client(leader).await?;
+    let through_old = old.get(&submitted.run_id).await?;
+    let through_new = client.get(&submitted.run_id).await?;
+    assert_eq!(through_old.status, RunStatus::Completed);
+    assert_eq!(through_old.state, through_new.state);
+    assert_eq!(through_old.event_count, through_new.event_count);
+    Ok(())
+}

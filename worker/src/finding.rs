@@ -1,0 +1,111 @@
+//! Where a worker finds its coordinator: at a fixed URL (`--coordinator`),
+//! or as the leader of a group of coordinators, read from etcd's leader key
+//! before each connection (`--etcd`). A standby coordinator refuses a
+//! worker with the leader's URL; the worker joins there next.
+
+use std::time::Duration;
+
+use tonic::transport::Endpoint;
+use weft_store::{EtcdStore, LEADER_KEY, Store};
+
+use crate::runtime::{WorkerConfig, WorkerError};
+
+/// How a worker looks for its coordinator.
+pub(crate) enum Finder {
+    /// Always the same URL.
+    Fixed(Box<Endpoint>),
+    /// The leader named in etcd.
+    Leader(EtcdStore),
+}
+
+impl Finder {
+    /// The finder `config` asks for; a malformed URL is refused here.
+    pub(crate) fn new(config: &WorkerConfig) -> Result<Self, WorkerError> {
+        if config.etcd.is_empty() {
+            return endpoint(&config.coordinator).map(|e| Self::Fixed(Box::new(e)));
+        }
+        EtcdStore::connect(&config.etcd)
+            .map(Self::Leader)
+            .map_err(|e| WorkerError::BadUrl {
+                url: config.etcd.join(","),
+                reason: e.to_string(),
+            })
+    }
+
+    /// The longest pause between connection attempts: a group's leader is
+    /// looked up in etcd often (one key read), so a failover is noticed
+    /// within half a second; a lone coordinator is not hammered.
+    pub(crate) fn max_backoff(&self) -> Duration {
+        match self {
+            Self::Fixed(_) => Duration::from_secs(5),
+            Self::Leader(_) => Duration::from_millis(500),
+        }
+    }
+
+    /// Where to connect now, or why there is nowhere yet.
+    pub(crate) async fn find(&self) -> Result<Endpoint, String> {
+        match self {
+            Self::Fixed(endpoint) => Ok((**endpoint).clone()),
+            Self::Leader(store) => match store.get(LEADER_KEY).await {
+                Ok(Some(leader)) => {
+                    let url = String::from_utf8_lossy(&leader.value).into_owned();
+                    endpoint(&url).map_err(|e| e.to_string())
+                }
+                Ok(None) => {
+                    Err("no coordinator leads the group yet (etcd has no leader key)".into())
+                }
+                Err(error) => Err(format!("cannot read the leader from etcd: {error}")),
+            },
+        }
+    }
+}
+
+impl Finder {
+    /// Resolves once the coordinator at `url` no longer leads by etcd's
+    /// word (never, for a fixed URL): a worker stops waiting on a leader
+    /// that was replaced while it tried to join.
+    pub(crate) async fn moved_from(&self, url: &str) {
+        let Self::Leader(store) = self else {
+            return std::future::pending().await;
+        };
+        let url = url.trim_end_matches('/');
+        loop {
+            tokio::time::sleep(LEADER_POLL).await;
+            match store.get(LEADER_KEY).await {
+                Ok(Some(leader)) if leader.value.as_slice() == url.as_bytes() => {}
+                Ok(_) => return,
+                Err(_) => {}
+            }
+        }
+    }
+}
+
+/// How often a joining worker checks that its coordinator still leads.
+const LEADER_POLL: Duration = Duration::from_millis(250);
+
+/// A coordinator's endpoint.
+pub(crate) fn endpoint(url: &str) -> Result<Endpoint, WorkerError> {
+    Endpoint::from_shared(url.to_owned())
+        .map(|endpoint| {
+            endpoint
+                .connect_timeout(Duration::from_secs(5))
+                .tcp_nodelay(true)
+        })
+        .map_err(|e| WorkerError::BadUrl {
+            url: url.to_owned(),
+            reason: e.to_string(),
+        })
+}
+
+/// The leader a standby coordinator's refusal names, if it names one.
+pub(crate) fn redirect(status: &tonic::Status) -> Option<String> {
+    if status.code() != tonic::Code::Unavailable {
+        return None;
+    }
+    let url = status
+        .metadata()
+        .get(weft_proto::LEADER_METADATA)?
+        .to_str()
+        .ok()?;
+    Some(url.to_owned())
+}
