@@ -35,13 +35,24 @@ impl EmbeddedCluster {
         workers: u32,
         setup: impl Fn(&mut weft_worker::Worker),
     ) -> Result<Self, EmbeddedError> {
+        Self::start_configured(workers, |_| {}, setup).await
+    }
+
+    /// Like [`start_with`](Self::start_with), with the coordinator's
+    /// configuration adjusted by `configure` first (benchmarks keep runs in
+    /// etcd this way: `config.store.etcd`).
+    pub async fn start_configured(
+        workers: u32,
+        configure: impl FnOnce(&mut CoordinatorConfig),
+        setup: impl Fn(&mut weft_worker::Worker),
+    ) -> Result<Self, EmbeddedError> {
         let secrets = embedded_secrets()?;
         let data = TempDir::new()?;
         // A Unix socket in a directory only this user can enter: no other
         // local user can reach the coordinator (and run scripts as us).
         let socket = data.0.join("coordinator.sock");
         let listener = tokio::net::UnixListener::bind(&socket)?;
-        let config = CoordinatorConfig {
+        let mut config = CoordinatorConfig {
             data_dir: data.0.clone(),
             heartbeat_interval: Duration::from_millis(500),
             worker_timeout: Duration::from_secs(5),
@@ -49,6 +60,7 @@ impl EmbeddedCluster {
             fixed_workers: true,
             ..CoordinatorConfig::default()
         };
+        configure(&mut config);
         let shutdown = CancellationToken::new();
         let mut tasks = Vec::new();
         let token = shutdown.clone();

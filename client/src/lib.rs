@@ -29,3 +29,6 @@ pub use client::{
 };
 #[cfg(feature = "embedded")]
 pub use embedded::{EmbeddedCluster, EmbeddedError};
+/// The configuration an embedded cluster's coordinator starts with (see
+/// [`EmbeddedCluster::start_configured`]).
+pub use weft_coordinator::config::CoordinatorConfig;

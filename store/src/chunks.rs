@@ -26,7 +26,9 @@ fn chunk_key(key: &str, index: usize) -> String {
 }
 
 /// Writes `value` under `key`, split when it is larger than the store
-/// takes in one key.
+/// takes in one key. For keys written once (or not read until a later
+/// write names them): chunks are written before the head, so a key being
+/// rewritten could be read with some chunks new and the head old.
 pub async fn put<S: Store>(
     store: &S,
     key: &str,
@@ -65,6 +67,12 @@ pub async fn put_together<S: Store>(
     values: &[(&str, &[u8])],
     fence: Option<&Fence>,
 ) -> Result<Revision, StoreError> {
+    if values.len() > store.max_writes() {
+        return Err(StoreError::TooManyWrites {
+            count: values.len(),
+            limit: store.max_writes(),
+        });
+    }
     let total: usize = values.iter().map(|(k, v)| k.len() + v.len() + 1).sum();
     if total > store.max_value_bytes() {
         let (key, _) = values

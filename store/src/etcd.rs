@@ -185,6 +185,11 @@ impl Store for EtcdStore {
         1 << 20
     }
 
+    fn max_writes(&self) -> usize {
+        // etcd's --max-txn-ops default.
+        128
+    }
+
     async fn get(&self, key: &str) -> Result<Option<Entry>, StoreError> {
         let request = RangeRequest {
             key: key.as_bytes().to_vec(),

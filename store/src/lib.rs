@@ -96,6 +96,14 @@ pub enum StoreError {
         /// The limit.
         limit: usize,
     },
+    /// More writes than the backend takes in one transaction.
+    #[error("{count} writes in one transaction; the store takes at most {limit}")]
+    TooManyWrites {
+        /// The writes asked for.
+        count: usize,
+        /// The limit.
+        limit: usize,
+    },
     /// A stored value is not what this version reads.
     #[error("'{key}' holds an unreadable value: {reason}")]
     Corrupt {
@@ -113,6 +121,11 @@ pub enum StoreError {
 pub trait Store: Send + Sync + 'static {
     /// The largest value one key holds (larger ones go through [`chunks`]).
     fn max_value_bytes(&self) -> usize;
+
+    /// The most writes one transaction ([`Store::put_all`]) takes.
+    fn max_writes(&self) -> usize {
+        usize::MAX
+    }
 
     /// A key, if present.
     fn get(&self, key: &str) -> impl Future<Output = Result<Option<Entry>, StoreError>> + Send;
@@ -204,6 +217,10 @@ macro_rules! delegate {
 impl Store for AnyStore {
     fn max_value_bytes(&self) -> usize {
         delegate!(self, s => s.max_value_bytes())
+    }
+
+    fn max_writes(&self) -> usize {
+        delegate!(self, s => s.max_writes())
     }
 
     async fn get(&self, key: &str) -> Result<Option<Entry>, StoreError> {

@@ -134,3 +134,70 @@ async fn a_paused_leader_is_fenced_and_then_agrees_with_its_successor() -> anyho
     assert_eq!(through_old.event_count, through_new.event_count);
     Ok(())
 }
+
+/// A state etcd cannot take in one transaction: a 2 MB input, a node
+/// returning 1.5 MB, and 130 fields written at once (etcd takes 1.5 MiB
+/// and 128 writes per transaction).
+fn large_state() -> (GraphBundle, serde_json::Value) {
+    let mut text = String::from(
+        "state:\n  doc: { type: string }\n  big: { type: string, default: '' }\n  n: { type: integer, default: 0 }\n",
+    );
+    for i in 0..130 {
+        text.push_str(&format!("  f{i}: {{ type: integer, default: {i} }}\n"));
+    }
+    text.push_str(concat!(
+        "nodes:\n",
+        "  grow: { kind: script, start: true, next: slow,\n",
+        "          run: [python3, -c, 'import json; print(json.dumps({\"big\": \"y\" * 1500000}))'] }\n",
+        "  slow: { kind: script, next: last, run: [sh, -c, 'sleep 1; echo \"{\\\"n\\\": 1}\"'] }\n",
+        "  last: { kind: script, run: [sh, -c, 'sleep 0.3; echo \"{\\\"n\\\": 2}\"'] }\n",
+    ));
+    let input = json!({"doc": "x".repeat(2_000_000)});
+    (GraphBundle::from_text("large.yaml", &text), input)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_state_too_large_for_one_etcd_transaction_is_stored_whole() -> anyhow::Result<()> {
+    let mut group = TestGroup::start(2, 2).await?;
+    let leader = group.wait_for_leader(None).await?;
+    let standby = 1 - leader;
+    group.add_worker("w", 2)?;
+    group.wait_for_log("w", "joined the coordinator", 1).await?;
+    let client = group.client(standby).await?;
+    let (graph, input) = large_state();
+    let submitted = client.submit_bundle(graph, &input).await?;
+    wait_for_node(&client, &submitted.run_id, "slow").await?;
+    // The standby restores the run from what the leader stored.
+    group.kill(leader)?;
+    group.wait_for_leader(Some(leader)).await?;
+    let done = finish(&client, &submitted.run_id).await?;
+    assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error);
+    assert_eq!(done.state["n"], 2);
+    assert_eq!(done.state["doc"].as_str().map(str::len), Some(2_000_000));
+    assert_eq!(done.state["big"].as_str().map(str::len), Some(1_500_000));
+    assert!(
+        done.state["big"]
+            .as_str()
+            .is_some_and(|s| s.bytes().all(|b| b == b'y'))
+    );
+    assert_eq!(done.state["f129"], 129);
+    // The large fields live at versioned keys, split across etcd keys.
+    let etcd = weft_store::EtcdStore::connect(std::slice::from_ref(&group.etcd.url))?;
+    let keys: Vec<String> =
+        weft_store::Store::scan(&etcd, &format!("runs/{}/fields/", submitted.run_id))
+            .await?
+            .into_iter()
+            .map(|entry| entry.key)
+            .collect();
+    assert!(
+        keys.iter()
+            .any(|k| k.contains("/fields/doc@") && weft_store::chunks::is_chunk_key(k)),
+        "{keys:?}"
+    );
+    assert!(
+        group.log(standby).contains("runs restored from the store"),
+        "{}",
+        group.log(standby)
+    );
+    Ok(())
+}

@@ -1,7 +1,7 @@
 //! A run's checkpoints: its record, its state field by field, and its event
 //! log, written to the store in order by one writer task per run.
 //!
-//! Keys: `runs/<id>/record` holds the [`RunRecord`] (the machine's progress
+//! Keys: `runs/<id>/record` holds the [`RunRecord`](super::records::RunRecord) (the machine's progress
 //! without its state, the names of the state's fields, and where the log
 //! stands); `runs/<id>/fields/<name>` each field of the state, written again
 //! only when its version moved (a 10 MB input is stored once, not once per
@@ -19,11 +19,11 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use tokio::sync::{mpsc, oneshot};
-use weft_store::{StoreError, chunks};
 
 use super::Keeper;
+use super::writer::Writer;
 
-use super::records::{self, EventsRecord, FileRecord, RunRecord};
+use super::records::FileRecord;
 use crate::graph::Durability;
 use crate::run::{RunStatus, StoredEvent};
 
@@ -35,6 +35,17 @@ pub fn record_key(id: &str) -> String {
 /// Where a field of a run's state lives.
 pub fn field_key(id: &str, name: &str) -> String {
     format!("runs/{id}/fields/{name}")
+}
+
+/// Where a field too large for a checkpoint's transaction lives, at one
+/// version (written once, before the record that names it).
+pub fn spilled_key(id: &str, name: &str, version: u64) -> String {
+    format!("runs/{id}/fields/{name}@{version:020}")
+}
+
+/// Where a progress too large for a checkpoint's transaction lives.
+pub fn progress_key(id: &str, at: u64) -> String {
+    format!("runs/{id}/progress@{at:020}")
 }
 
 /// Where a stretch of a run's events lives.
@@ -56,6 +67,11 @@ pub struct RecordHead {
     pub files: Vec<FileRecord>,
     /// When the run was submitted.
     pub created_unix_ms: i64,
+    /// Fields the stored record keeps under versioned keys, and where it
+    /// keeps its progress if apart (both empty for a new run).
+    pub spilled: Vec<(String, u64)>,
+    /// See [`RunRecord::progress_at`](super::records::RunRecord::progress_at).
+    pub progress_at: Option<u64>,
 }
 
 /// What a checkpoint stores: the progress without its state, and the
@@ -68,15 +84,15 @@ pub struct Checkpoint {
 }
 
 /// One checkpoint, taken by the actor.
-struct Snapshot {
-    progress_json: String,
-    /// Fields whose version moved since the last checkpoint.
-    changed: BTreeMap<String, Arc<str>>,
-    /// Every field's name.
-    names: Vec<String>,
+pub(super) struct Snapshot {
+    pub(super) progress_json: String,
+    /// Fields whose version moved since the last checkpoint: version, JSON.
+    pub(super) changed: BTreeMap<String, (u64, Arc<str>)>,
+    /// Every field's name, sorted.
+    pub(super) names: Vec<String>,
     /// The events since the last checkpoint, and the position of the first.
-    first: u64,
-    events: Vec<(i64, String)>,
+    pub(super) first: u64,
+    pub(super) events: Vec<(i64, String)>,
     done: Option<oneshot::Sender<()>>,
 }
 
@@ -146,7 +162,7 @@ impl Journal {
         for (name, version, json) in checkpoint.fields {
             if self.versions.get(&name) != Some(&version) {
                 self.versions.insert(name.clone(), version);
-                changed.insert(name.clone(), json);
+                changed.insert(name.clone(), (version, json));
             }
             names.push(name);
         }
@@ -186,6 +202,7 @@ async fn write_snapshots(
     head: RecordHead,
     mut rx: mpsc::UnboundedReceiver<Snapshot>,
 ) {
+    let mut writer = Writer::new(keeper, id.clone(), head);
     while let Some(mut snapshot) = rx.recv().await {
         // Snapshots that queued up while the last write ran are folded
         // into one: the newest progress and fields, every event since the
@@ -199,49 +216,11 @@ async fn write_snapshots(
             snapshot.progress_json = next.progress_json;
             snapshot.done = next.done;
         }
-        if let Err(error) = write(&keeper, &id, &head, &snapshot).await {
+        if let Err(error) = writer.write(&snapshot).await {
             tracing::error!(run = %id, %error, "checkpoint not stored");
         }
         for done in waiting.into_iter().chain(snapshot.done) {
             let _ = done.send(());
         }
     }
-}
-
-async fn write(
-    keeper: &Keeper,
-    id: &str,
-    head: &RecordHead,
-    snapshot: &Snapshot,
-) -> Result<(), StoreError> {
-    let record = RunRecord {
-        id: id.to_owned(),
-        graph_path: head.graph_path.clone(),
-        files: head.files.clone(),
-        created_unix_ms: head.created_unix_ms,
-        progress_json: snapshot.progress_json.clone(),
-        events: snapshot.first + snapshot.events.len() as u64,
-        fields: snapshot.names.clone(),
-    };
-    let record = records::encode(&record);
-    let events = (!snapshot.events.is_empty()).then(|| {
-        records::encode(&EventsRecord {
-            first: snapshot.first,
-            events: snapshot.events.clone(),
-        })
-    });
-    let mut keyed: Vec<(String, &[u8])> = Vec::with_capacity(snapshot.changed.len() + 2);
-    if let Some(events) = &events {
-        keyed.push((events_key(id, snapshot.first), events));
-    }
-    for (name, json) in &snapshot.changed {
-        keyed.push((field_key(id, name), json.as_bytes()));
-    }
-    // One transaction: a record never meets fields or events newer than
-    // itself. A checkpoint larger than the store takes in one request is
-    // refused (and logged), never written in pieces.
-    keyed.push((record_key(id), &record));
-    let values: Vec<(&str, &[u8])> = keyed.iter().map(|(k, v)| (k.as_str(), *v)).collect();
-    keeper.checked(chunks::put_together(keeper.store(), &values, keeper.fence()).await)?;
-    Ok(())
 }

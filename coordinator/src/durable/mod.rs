@@ -9,6 +9,7 @@ use weft_store::{AnyStore, Fence, StoreError};
 pub mod journal;
 pub mod records;
 pub mod restore;
+mod writer;
 
 /// The store runs are kept in, and the fence every write carries.
 #[derive(Clone)]

@@ -7,16 +7,18 @@
 //! arbitrary JSON (the state), which bincode cannot describe by itself: they
 //! travel inside the record as JSON text.
 //!
-//! `tests/fixtures/run-record-v1.bin` and `-v2.bin` are records as written
-//! on the days their formats were fixed: tests decode both, and check that
-//! today's encoder still writes the current one byte for byte, so a change
-//! of format is a deliberate one (a new version, the old ones still read).
+//! `tests/fixtures/run-record-v1.bin`, `-v2.bin` and `-v3.bin` are records
+//! as written on the days their formats were fixed: tests decode each, and
+//! check that today's encoder still writes the current one byte for byte,
+//! so a change of format is a deliberate one (a new version, the old ones
+//! still read).
 
 use serde::{Deserialize, Serialize};
 
-/// The format this coordinator writes: 2 stores the state apart, field by
-/// field (1 kept it inside the progress).
-pub const FORMAT: u8 = 2;
+/// The format this coordinator writes: 3 may keep large fields under
+/// versioned keys (`spilled`); 2 stored the state apart, field by field; 1
+/// kept it inside the progress.
+pub const FORMAT: u8 = 3;
 
 /// A run as stored: enough to restore its machine and serve it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -37,6 +39,43 @@ pub struct RunRecord {
     /// The state's fields, each stored under `runs/<id>/fields/<name>`
     /// (format 2); empty in format 1, whose progress holds the state.
     pub fields: Vec<String>,
+    /// Fields stored instead under `runs/<id>/fields/<name>@<version>`,
+    /// with that version: written ahead of the record, each in requests of
+    /// its own, when a checkpoint does not fit one transaction of the
+    /// store (format 3; empty before).
+    pub spilled: Vec<(String, u64)>,
+    /// When set, the progress is stored under `runs/<id>/progress@<n>`
+    /// (and `progress_json` is empty): written ahead of the record like
+    /// spilled fields (format 3; `None` before).
+    pub progress_at: Option<u64>,
+}
+
+/// A run record of format 2.
+#[derive(Deserialize)]
+struct RunRecordV2 {
+    id: String,
+    graph_path: String,
+    files: Vec<FileRecord>,
+    created_unix_ms: i64,
+    progress_json: String,
+    events: u64,
+    fields: Vec<String>,
+}
+
+impl From<RunRecordV2> for RunRecord {
+    fn from(v2: RunRecordV2) -> Self {
+        Self {
+            id: v2.id,
+            graph_path: v2.graph_path,
+            files: v2.files,
+            created_unix_ms: v2.created_unix_ms,
+            progress_json: v2.progress_json,
+            events: v2.events,
+            fields: v2.fields,
+            spilled: Vec::new(),
+            progress_at: None,
+        }
+    }
 }
 
 /// A run record of format 1.
@@ -60,6 +99,8 @@ impl From<RunRecordV1> for RunRecord {
             progress_json: v1.progress_json,
             events: v1.events,
             fields: Vec::new(),
+            spilled: Vec::new(),
+            progress_at: None,
         }
     }
 }
@@ -68,6 +109,7 @@ impl From<RunRecordV1> for RunRecord {
 pub fn decode_run(bytes: &[u8]) -> Result<RunRecord, RecordError> {
     match bytes.first() {
         Some(1) => decode_body::<RunRecordV1>(&bytes[1..]).map(RunRecord::from),
+        Some(2) => decode_body::<RunRecordV2>(&bytes[1..]).map(RunRecord::from),
         _ => decode(bytes),
     }
 }
@@ -118,9 +160,9 @@ pub fn decode<T: for<'de> Deserialize<'de>>(bytes: &[u8]) -> Result<T, RecordErr
         .split_first()
         .ok_or_else(|| RecordError::Corrupt("empty".into()))?;
     match version {
-        // Events records did not change between formats 1 and 2; run
+        // Events records did not change between formats 1 and 3; run
         // records did (see [`decode_run`]).
-        1 | FORMAT => decode_body(body),
+        1 | 2 | FORMAT => decode_body(body),
         0 => Err(RecordError::Corrupt("format 0 does not exist".into())),
         newer => Err(RecordError::Newer(newer)),
     }
@@ -142,7 +184,8 @@ fn decode_body<T: for<'de> Deserialize<'de>>(body: &[u8]) -> Result<T, RecordErr
 mod tests {
     use super::*;
 
-    /// The record kept in `tests/fixtures/run-record-v2.bin`.
+    /// The record kept in `tests/fixtures/run-record-v3.bin` (and, without
+    /// what later formats added, in the older fixtures).
     fn sample() -> RunRecord {
         RunRecord {
             id: "run-0190f3a2b7c47d1e9f00000000000001".into(),
@@ -163,6 +206,8 @@ mod tests {
             progress_json: r#"{"state":{"topic":"Weft"},"status":"Running","steps":2}"#.into(),
             events: 7,
             fields: vec!["draft".into(), "topic".into()],
+            spilled: vec![("draft".into(), 4)],
+            progress_at: None,
         }
     }
 
@@ -180,24 +225,36 @@ mod tests {
         let record = decode_run(&stored).expect("decodes");
         let expected = RunRecord {
             fields: Vec::new(),
+            spilled: Vec::new(),
             ..sample()
         };
         assert_eq!(record, expected, "format 1 kept the state in the progress");
     }
 
     #[test]
-    fn a_record_of_format_2_decodes_and_is_still_written_the_same() {
-        let path = fixture("run-record-v2.bin");
+    fn a_record_of_format_2_still_decodes() {
+        let stored = std::fs::read(fixture("run-record-v2.bin")).expect("checked in");
+        assert_eq!(stored[0], 2);
+        let expected = RunRecord {
+            spilled: Vec::new(),
+            ..sample()
+        };
+        assert_eq!(decode_run(&stored).expect("decodes"), expected);
+    }
+
+    #[test]
+    fn a_record_of_format_3_decodes_and_is_still_written_the_same() {
+        let path = fixture("run-record-v3.bin");
         if std::env::var_os("WEFT_WRITE_FIXTURES").is_some() {
             std::fs::write(&path, encode(&sample())).expect("fixture written");
         }
         let stored = std::fs::read(&path).expect("the fixture is checked in");
-        assert_eq!(stored[0], 2, "format 2");
+        assert_eq!(stored[0], 3, "format 3");
         assert_eq!(decode_run(&stored).expect("decodes"), sample());
         assert_eq!(
             encode(&sample()),
             stored,
-            "today's encoder writes format 2 unchanged"
+            "today's encoder writes format 3 unchanged"
         );
     }
 
@@ -207,7 +264,7 @@ mod tests {
         bytes[0] = 9;
         assert_eq!(
             decode_run(&bytes).unwrap_err().to_string(),
-            "format 9 was written by a newer coordinator (this one reads up to 2)"
+            "format 9 was written by a newer coordinator (this one reads up to 3)"
         );
         assert!(matches!(decode_run(&[]), Err(RecordError::Corrupt(_))));
         let mut long = encode(&sample());

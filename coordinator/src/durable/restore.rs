@@ -6,7 +6,7 @@ use std::sync::Arc;
 use weft_store::{AnyStore, Store, StoreError, chunks};
 
 use super::Keeper;
-use super::journal::{RecordHead, blob_key, events_key, field_key};
+use super::journal::{RecordHead, blob_key, events_key, field_key, progress_key, spilled_key};
 use super::records::{self, EventsRecord, FileRecord, RunRecord};
 use crate::bundle::Bundle;
 use crate::run::{Progress, RunEvent, StoredEvent};
@@ -35,6 +35,8 @@ pub async fn store_bundle(
         graph_path: bundle.graph_path.clone(),
         files,
         created_unix_ms,
+        spilled: Vec::new(),
+        progress_at: None,
     })
 }
 
@@ -86,8 +88,17 @@ async fn read_run(
     max_bundle_bytes: usize,
 ) -> Result<StoredRun, StoreError> {
     let record = records::decode_run(bytes).map_err(|e| corrupt(key, &e.to_string()))?;
-    let mut progress: Progress =
-        serde_json::from_str(&record.progress_json).map_err(|e| corrupt(key, &e.to_string()))?;
+    let mut progress: Progress = match record.progress_at {
+        None => serde_json::from_str(&record.progress_json),
+        Some(at) => {
+            let apart = progress_key(&record.id, at);
+            let json = chunks::get(store, &apart)
+                .await?
+                .ok_or_else(|| corrupt(&apart, "the progress its record names is missing"))?;
+            serde_json::from_slice(&json)
+        }
+    }
+    .map_err(|e| corrupt(key, &e.to_string()))?;
     if !record.fields.is_empty() {
         progress.set_state(read_state(store, &record).await?);
     }
@@ -110,6 +121,8 @@ async fn read_run(
             graph_path: record.graph_path,
             files: record.files,
             created_unix_ms: record.created_unix_ms,
+            spilled: record.spilled,
+            progress_at: record.progress_at,
         },
     })
 }
@@ -120,8 +133,16 @@ async fn read_state(
     record: &RunRecord,
 ) -> Result<serde_json::Map<String, serde_json::Value>, StoreError> {
     let mut state = serde_json::Map::new();
+    let spilled: std::collections::HashMap<&str, u64> = record
+        .spilled
+        .iter()
+        .map(|(n, v)| (n.as_str(), *v))
+        .collect();
     for name in &record.fields {
-        let key = field_key(&record.id, name);
+        let key = match spilled.get(name.as_str()) {
+            Some(version) => spilled_key(&record.id, name, *version),
+            None => field_key(&record.id, name),
+        };
         let json = chunks::get(store, &key)
             .await?
             .ok_or_else(|| corrupt(&key, "the field is missing"))?;

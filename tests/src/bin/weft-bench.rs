@@ -39,6 +39,11 @@ struct Args {
     /// The graphs' `settings.durability`: sync (the default), async or exit.
     #[arg(long, default_value = "sync")]
     durability: String,
+    /// Keep runs in etcd instead of the embedded store: `start` runs a
+    /// local etcd (Debian's `etcd`) in a temporary directory for the
+    /// benchmark; a URL uses that etcd.
+    #[arg(long)]
+    etcd: Option<String>,
     /// Internal: run W5's one-node graph and exit.
     #[arg(long, hide = true)]
     w5_child: bool,
@@ -164,7 +169,19 @@ async fn timed(
 async fn run_all(args: &Args) -> Result<Vec<Figure>> {
     let wanted = |id: &str| args.only.is_empty() || args.only.iter().any(|o| o == id);
     let slots = args.slots;
-    let cluster = EmbeddedCluster::start_with(args.workers, move |w| register(w, slots)).await?;
+    let local_etcd = match args.etcd.as_deref() {
+        Some("start") => Some(weft_tests::etcd::TestEtcd::start().await?),
+        _ => None,
+    };
+    let etcd: Vec<String> = match (&local_etcd, &args.etcd) {
+        (Some(started), _) => vec![started.url.clone()],
+        (None, Some(url)) => vec![url.clone()],
+        (None, None) => Vec::new(),
+    };
+    let configure = move |config: &mut weft_client::CoordinatorConfig| config.store.etcd = etcd;
+    let cluster =
+        EmbeddedCluster::start_configured(args.workers, configure, move |w| register(w, slots))
+            .await?;
     cluster.ready().await?;
     let client = Client::connect(cluster.url.clone()).await?;
     let mut figures = Vec::new();
