@@ -13,6 +13,7 @@ use crate::dispatch::{BlobRef, DispatcherHandle, TaskLauncher};
 use crate::graph::Finding;
 use weft_store::Store;
 
+use crate::durable::blob_refs::BlobRefs;
 use crate::durable::journal::Journal;
 use crate::durable::{Keeper, restore};
 use crate::run::{
@@ -62,6 +63,8 @@ pub struct Runs {
     retention: Retention,
     /// Where runs are kept across restarts; `None`: in memory only.
     store: Option<Keeper>,
+    /// Which stored bundle files the runs use.
+    stored_files: Arc<BlobRefs>,
 }
 
 /// How long ended runs are kept: the newest `count` of them, each for at
@@ -109,6 +112,7 @@ impl Runs {
             limits: config.limits.clone(),
             retention: config.retention,
             store: None,
+            stored_files: Arc::default(),
         }
     }
 
@@ -167,6 +171,8 @@ impl Runs {
             admitted: None,
             lease: self.blobs.add_bundle(&run.bundle),
         });
+        let files = run.head.files.iter().map(|f| f.sha256.clone()).collect();
+        self.stored_files.hold(&run.id, files);
         let mut inner = self.inner.write().unwrap_or_else(|e| e.into_inner());
         inner.by_id.insert(run.id.clone(), handle);
         inner.order.push(run.id);
@@ -213,9 +219,15 @@ impl Runs {
         let journal = match &self.store {
             Some(keeper) => {
                 let durability = plan.graph().settings.durability;
-                let head = restore::store_bundle(keeper, &bundle, now_ms())
-                    .await
-                    .map_err(|e| SubmitError::Store(e.to_string()))?;
+                let files = bundle.files.values().map(|f| f.sha256.clone()).collect();
+                self.stored_files.hold(&id, files);
+                let head = match self.stored_files.store(keeper, &bundle, now_ms()).await {
+                    Ok(head) => head,
+                    Err(error) => {
+                        self.stored_files.release(&id);
+                        return Err(SubmitError::Store(error.to_string()));
+                    }
+                };
                 Some(Journal::start(
                     keeper.clone(),
                     id.clone(),
@@ -286,12 +298,17 @@ impl Runs {
         // Forgotten here, forgotten in the store: a restart does not bring
         // them back.
         if let Some(keeper) = &self.store {
+            let mut unused = Vec::new();
             for id in gone {
                 let prefix = format!("runs/{id}/");
                 let deleted = keeper.store().delete_prefix(&prefix, keeper.fence()).await;
                 if let Err(error) = keeper.checked(deleted) {
                     tracing::warn!(run = %id, %error, "a forgotten run stays in the store");
                 }
+                unused.extend(self.stored_files.release(&id));
+            }
+            if !unused.is_empty() {
+                self.stored_files.delete_unused(keeper, unused).await;
             }
         }
     }

@@ -19,6 +19,7 @@ use crate::config::CoordinatorConfig;
 use crate::dispatch::{DispatcherConfig, Limits, spawn_dispatcher};
 use crate::durable::Keeper;
 use crate::grpc::{FrontRuns, FrontWorkers, Role, RunApi, Services, WorkerApi};
+use crate::ha::election::LeaseClock;
 use crate::runs::Runs;
 
 /// How long `serve` waits for its tasks to stop after the server has.
@@ -73,10 +74,12 @@ pub async fn serve_unix(
 }
 
 /// Starts what a leader serves with: the dispatcher and the runs restored
-/// from `keeper`'s store, all stopped by `term`.
+/// from `keeper`'s store, all stopped by `term`; `lease` is the term's in a
+/// group (a lone coordinator has none).
 pub(crate) async fn start_term(
     config: &CoordinatorConfig,
     keeper: Keeper,
+    lease: Option<LeaseClock>,
     term: CancellationToken,
     tracker: &TaskTracker,
 ) -> Result<Services, weft_store::StoreError> {
@@ -116,6 +119,7 @@ pub(crate) async fn start_term(
             tracker.clone(),
             config.max_result_bytes,
         ),
+        lease,
     })
 }
 
@@ -130,7 +134,7 @@ async fn take_role(
     if config.store.etcd.is_empty() {
         let store = weft_store::EmbeddedStore::open(&config.data_dir.join(STORE_FILE))?;
         let keeper = Keeper::new(AnyStore::Embedded(store), None, CancellationToken::new());
-        let services = start_term(config, keeper, shutdown.child_token(), tracker).await?;
+        let services = start_term(config, keeper, None, shutdown.child_token(), tracker).await?;
         role.send_replace(Role::Leader(Arc::new(services)));
         metrics::gauge!(crate::metrics::LEADER).set(1.0);
         // Lone coordinators lead for as long as they run.

@@ -115,16 +115,28 @@ impl TestCluster {
     /// address and data directory: it restores the runs from its store, and
     /// workers reconnect.
     pub fn restart_coordinator(&mut self) -> Result<()> {
-        if let Some(mut child) = self.coordinator.take() {
-            child.kill()?;
-            child.wait()?;
-        }
+        self.stop_coordinator()?;
         let address = self.url.trim_start_matches("http://").to_owned();
         let (child, url, metrics_url) = spawn_coordinator(&self.dir, &address, &self.env)?;
         self.coordinator = Some(child);
         self.url = url;
         self.metrics_url = metrics_url;
         Ok(())
+    }
+
+    /// Kills the coordinator with SIGKILL (its data directory stays).
+    pub fn stop_coordinator(&mut self) -> Result<()> {
+        if let Some(mut child) = self.coordinator.take() {
+            child.kill()?;
+            child.wait()?;
+        }
+        Ok(())
+    }
+
+    /// The coordinator's data directory (its embedded store is
+    /// `weft.redb` there).
+    pub fn data_dir(&self) -> PathBuf {
+        self.dir.join("data")
     }
 
     /// Sends a signal (`STOP`, `CONT`, `TERM`, …) to a worker.

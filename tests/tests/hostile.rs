@@ -344,3 +344,41 @@ nodes:
     assert!(refused.message().contains("too large"), "{refused:?}");
     still_serves(&cluster).await
 }
+
+#[tokio::test]
+async fn a_bundle_file_leaves_the_store_with_the_last_run_that_uses_it() -> anyhow::Result<()> {
+    use weft_store::Store;
+    let mut cluster = TestCluster::start_with_env(&[("WEFT_RETAIN_FINISHED_RUNS", "1")])?;
+    cluster.add_worker("w", 1)?;
+    cluster.wait_for_workers(&["w"]).await?;
+    let client = cluster.client().await?;
+    let graph = |comment: &str| {
+        weft_client::GraphBundle::from_text(
+            "g.yaml",
+            &format!(
+                "# {comment}\nnodes:\n  a: {{ kind: script, run: [sh, -c, 'echo \"{{}}\"'], start: true }}\n"
+            ),
+        )
+    };
+    // The first graph is used once; the second twice.
+    for comment in ["first", "second", "second"] {
+        let submitted = client
+            .submit_bundle(graph(comment), &serde_json::json!({}))
+            .await?;
+        client.wait(&submitted.run_id).await?;
+    }
+    // Listing evicts the ended runs beyond one.
+    let (page, _) = client.list_page(10, None).await?;
+    assert_eq!(page.len(), 1);
+    cluster.stop_coordinator()?;
+    let store = weft_store::EmbeddedStore::open(&cluster.data_dir().join("weft.redb"))?;
+    let blobs: Vec<String> = store
+        .scan("blobs/")
+        .await?
+        .into_iter()
+        .map(|entry| entry.key)
+        .filter(|key| !weft_store::chunks::is_chunk_key(key))
+        .collect();
+    assert_eq!(blobs.len(), 1, "only the kept run's graph stays: {blobs:?}");
+    Ok(())
+}

@@ -6,6 +6,7 @@
 use tokio_util::sync::CancellationToken;
 use weft_store::{AnyStore, Fence, StoreError};
 
+pub mod blob_refs;
 pub mod journal;
 pub mod records;
 pub mod restore;

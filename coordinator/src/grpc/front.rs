@@ -26,6 +26,20 @@ pub struct Services {
     pub runs: RunApi,
     /// Its workers' streams.
     pub workers: WorkerApi,
+    /// Its lease in a group; `None` for a lone coordinator.
+    pub lease: Option<crate::ha::election::LeaseClock>,
+}
+
+impl Services {
+    /// The services, unless this leader's lease may have lapsed.
+    fn current(&self) -> Result<&Self, Status> {
+        match &self.lease {
+            Some(clock) if !clock.current() => Err(Status::unavailable(
+                "this coordinator's lead may have lapsed (its lease was not renewed in time); ask again",
+            )),
+            _ => Ok(self),
+        }
+    }
 }
 
 /// What this coordinator is now.
@@ -100,7 +114,7 @@ impl FrontRuns {
     fn route<T>(&self, request: &Request<T>) -> Result<Route, Status> {
         let url = match &*self.role.borrow() {
             Role::Leader(services) => {
-                return Ok(Route::Local(services.runs.clone()));
+                return Ok(Route::Local(services.current()?.runs.clone()));
             }
             Role::Standby(_) if request.metadata().contains_key(FORWARDED_METADATA) => {
                 return Err(Status::unavailable(
@@ -238,7 +252,7 @@ impl FrontWorkers {
     /// The leader's worker service, or a refusal that names the leader.
     fn local(&self) -> Result<WorkerApi, Status> {
         match &*self.role.borrow() {
-            Role::Leader(services) => Ok(services.workers.clone()),
+            Role::Leader(services) => Ok(services.current()?.workers.clone()),
             Role::Standby(None) => Err(Status::unavailable(NO_LEADER)),
             Role::Standby(Some(url)) => {
                 let mut status = Status::unavailable(format!(

@@ -8,6 +8,7 @@
 //! This is etcd's documented election recipe minus the queue of candidates:
 //! candidates watch the key and race to create it when it goes.
 
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::mpsc;
@@ -116,11 +117,45 @@ async fn changed(changes: &mut mpsc::Receiver<WatchEvent>) {
     }
 }
 
+/// When the term's lease was last renewed, shared with the services: a
+/// leader that may have outlived its lease (a process paused, then woken)
+/// serves nothing until it knows where it stands.
+#[derive(Debug, Clone)]
+pub struct LeaseClock {
+    renewed: Arc<Mutex<Instant>>,
+    ttl: Duration,
+}
+
+impl LeaseClock {
+    /// A clock of a lease of `ttl`, granted just now.
+    pub fn new(ttl: Duration) -> Self {
+        Self {
+            renewed: Arc::new(Mutex::new(Instant::now())),
+            ttl,
+        }
+    }
+
+    fn renewed_at(&self, at: Instant) {
+        *self.renewed.lock().unwrap_or_else(|e| e.into_inner()) = at;
+    }
+
+    /// Whether the lease is surely still held: renewed less than a TTL
+    /// ago, counted from before the renewal was sent.
+    pub fn current(&self) -> bool {
+        self.renewed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .elapsed()
+            < self.ttl
+    }
+}
+
 /// Keeps the term's lease alive until `stop` is cancelled (then gives the
 /// key up at once, so a standby takes over without waiting for the lease)
 /// or the lease is lost: etcd says it expired, or no renewal went through
 /// for a whole TTL. Returns whether the term was lost.
-pub async fn hold(store: AnyStore, term: Term, ttl: Duration, stop: CancellationToken) -> bool {
+pub async fn hold(store: AnyStore, term: Term, clock: LeaseClock, stop: CancellationToken) -> bool {
+    let ttl = clock.ttl;
     let mut renewed = Instant::now();
     loop {
         tokio::select! {
@@ -132,8 +167,12 @@ pub async fn hold(store: AnyStore, term: Term, ttl: Duration, stop: Cancellation
             }
             () = tokio::time::sleep(ttl / 3) => {}
         }
+        let sent = Instant::now();
         match store.keep_alive(term.lease).await {
-            Ok(true) => renewed = Instant::now(),
+            Ok(true) => {
+                renewed = sent;
+                clock.renewed_at(sent);
+            }
             Ok(false) => {
                 tracing::error!("the leader lease expired: another coordinator may lead now");
                 return true;

@@ -83,18 +83,21 @@ async fn lead(
     let ended = shutdown.child_token();
     let tracker = TaskTracker::new();
     let release = CancellationToken::new();
+    let clock = election::LeaseClock::new(config.store.lease_ttl);
     let holding = tokio::spawn({
         let (store, term, ended) = (store.clone(), term.clone(), ended.clone());
-        let (ttl, release) = (config.store.lease_ttl, release.clone());
+        let (clock, release) = (clock.clone(), release.clone());
         async move {
-            if election::hold(store, term, ttl, release).await {
+            if election::hold(store, term, clock, release).await {
                 ended.cancel();
             }
         }
     });
     let keeper = Keeper::new(store.clone(), Some(term.fence.clone()), ended.clone());
     let taken_at = std::time::Instant::now();
-    let started = match crate::server::start_term(config, keeper, ended.clone(), &tracker).await {
+    let services =
+        crate::server::start_term(config, keeper, Some(clock), ended.clone(), &tracker).await;
+    let started = match services {
         Ok(services) => {
             tracing::info!(
                 %url,
