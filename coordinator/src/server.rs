@@ -132,7 +132,8 @@ async fn take_role(
     tracker: &TaskTracker,
 ) -> Result<(), ServeError> {
     if config.store.etcd.is_empty() {
-        let store = weft_store::EmbeddedStore::open(&config.data_dir.join(STORE_FILE))?;
+        let file = config.data_dir.join(STORE_FILE);
+        let store = weft_store::EmbeddedStore::open_with(&file, config.store.flush)?;
         let keeper = Keeper::new(AnyStore::Embedded(store), None, CancellationToken::new());
         let services = start_term(config, keeper, None, shutdown.child_token(), tracker).await?;
         role.send_replace(Role::Leader(Arc::new(services)));

@@ -1,5 +1,9 @@
-//! The embedded backend: one redb file, written in ACID transactions that
-//! are on disk when they commit, so `kill -9` loses nothing acknowledged.
+//! The embedded backend: one redb file, written in ACID transactions. A
+//! write survives `kill -9` of the process when it returns: by default its
+//! changes are in the write-ahead log ([`crate::wal`]) and one fsync per
+//! flush interval makes everything since the last durable
+//! ([`Flush::Every`]); [`Flush::EachWrite`] commits each write to disk
+//! before it returns instead (an fsync per write).
 //!
 //! Each key's record holds its create and last-change revisions, its lease
 //! and its value; one counter gives revisions as etcd does. Leases live in
@@ -15,7 +19,25 @@ use std::time::{Duration, Instant};
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition, WriteTransaction};
 use tokio::sync::{broadcast, mpsc};
 
+use super::wal::{Change, Frame, Wal};
 use super::{Entry, Fence, LeaseId, Revision, Store, StoreError, WatchEvent};
+
+/// When the embedded store's writes reach the disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flush {
+    /// Each write is committed to disk (an fsync) before it returns.
+    EachWrite,
+    /// Each write is in the write-ahead log (the operating system's hands:
+    /// safe from `kill -9`) before it returns; one fsync this often makes
+    /// every write since the last one durable against a machine crash too.
+    Every(Duration),
+}
+
+impl Default for Flush {
+    fn default() -> Self {
+        Self::Every(Duration::from_millis(20))
+    }
+}
 
 /// key → record: create revision, change revision, lease (8 bytes each,
 /// little-endian), then the value.
@@ -32,6 +54,8 @@ pub struct EmbeddedStore {
 
 struct Inner {
     db: Database,
+    /// The log, with [`Flush::Every`]; writers append under its lock.
+    wal: Mutex<Option<Wal>>,
     /// Live leases: their time to live and when they expire.
     leases: Mutex<HashMap<LeaseId, (Duration, Instant)>>,
     changes: broadcast::Sender<WatchEvent>,
@@ -42,9 +66,16 @@ fn backend(error: impl std::fmt::Display) -> StoreError {
 }
 
 impl EmbeddedStore {
-    /// Opens (or creates) the store at `path`. Keys left under a lease by
-    /// an earlier process are deleted: their owner is gone.
+    /// Opens (or creates) the store at `path`, flushing as [`Flush`]'s
+    /// default says.
     pub fn open(path: &Path) -> Result<Self, StoreError> {
+        Self::open_with(path, Flush::default())
+    }
+
+    /// Opens (or creates) the store at `path`: replays what its log holds
+    /// from before a crash, and deletes keys left under a lease by an
+    /// earlier process (their owner is gone).
+    pub fn open_with(path: &Path, flush: Flush) -> Result<Self, StoreError> {
         if let Some(parent) = path.parent() {
             std::fs::create_dir_all(parent).map_err(backend)?;
         }
@@ -55,16 +86,28 @@ impl EmbeddedStore {
             )),
             other => backend(other),
         })?;
-        let (changes, _) = broadcast::channel(1024);
-        let inner = Inner {
-            db,
-            leases: Mutex::default(),
-            changes,
-        };
-        let txn = inner.db.begin_write().map_err(backend)?;
+        // The log is opened whatever the mode: what an earlier process left
+        // in it is replayed either way.
+        let (mut wal, replay) = Wal::open(path).map_err(backend)?;
+        let txn = db.begin_write().map_err(backend)?;
         {
-            txn.open_table(COUNTERS).map_err(backend)?;
             let mut entries = txn.open_table(ENTRIES).map_err(backend)?;
+            let mut counters = txn.open_table(COUNTERS).map_err(backend)?;
+            for change in replay {
+                match change {
+                    Change::Put { key, record } => {
+                        entries
+                            .insert(key.as_str(), record.as_slice())
+                            .map_err(backend)?;
+                    }
+                    Change::Remove { key } => {
+                        entries.remove(key.as_str()).map_err(backend)?;
+                    }
+                    Change::Counter { name, value } => {
+                        counters.insert(name.as_str(), value).map_err(backend)?;
+                    }
+                }
+            }
             let leased: Vec<String> = entries
                 .iter()
                 .map_err(backend)?
@@ -77,9 +120,19 @@ impl EmbeddedStore {
             }
         }
         txn.commit().map_err(backend)?;
-        Ok(Self {
-            inner: Arc::new(inner),
-        })
+        wal.clear().map_err(backend)?;
+        let (changes, _) = broadcast::channel(1024);
+        let inner = Arc::new(Inner {
+            db,
+            wal: Mutex::new(None),
+            leases: Mutex::default(),
+            changes,
+        });
+        if let Flush::Every(interval) = flush {
+            *inner.wal.lock().unwrap_or_else(|e| e.into_inner()) = Some(wal);
+            spawn_flusher(Arc::downgrade(&inner), interval);
+        }
+        Ok(Self { inner })
     }
 
     /// Runs `work` on a blocking thread, after expiring leases.
@@ -99,19 +152,48 @@ impl EmbeddedStore {
 
 impl Inner {
     /// Writes in one transaction; the events it produced go to watchers
-    /// once it has committed.
+    /// once it has committed. With a log, the changes are appended to it
+    /// first and redb commits in memory.
     fn write<T>(
         &self,
-        work: impl FnOnce(&WriteTransaction, &mut Vec<WatchEvent>) -> Result<T, StoreError>,
+        work: impl FnOnce(&WriteTransaction, &mut Changes) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
-        let txn = self.db.begin_write().map_err(backend)?;
-        let mut events = Vec::new();
-        let result = work(&txn, &mut events)?;
+        let mut wal = self.wal.lock().unwrap_or_else(|e| e.into_inner());
+        let mut txn = self.db.begin_write().map_err(backend)?;
+        if wal.is_some() {
+            txn.set_durability(redb::Durability::None)
+                .map_err(backend)?;
+        }
+        let mut changes = Changes::default();
+        let result = work(&txn, &mut changes)?;
+        if let Some(wal) = wal.as_mut()
+            && !changes.frame.is_empty()
+        {
+            wal.append(&changes.frame).map_err(backend)?;
+        }
         txn.commit().map_err(backend)?;
-        for event in events {
+        drop(wal);
+        for event in changes.events {
             let _ = self.changes.send(event);
         }
         Ok(result)
+    }
+
+    /// Makes every write so far durable in the database (one fsync), then
+    /// empties the log.
+    fn flush(&self) -> Result<(), StoreError> {
+        let mut wal = self.wal.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(wal) = wal.as_mut().filter(|wal| !wal.is_empty()) else {
+            return Ok(());
+        };
+        // An empty durable commit persists the in-memory ones before it.
+        self.db
+            .begin_write()
+            .map_err(backend)?
+            .commit()
+            .map_err(backend)?;
+        wal.clear()
+            .map_err(|e| StoreError::Backend(format!("{}: {e}", wal.path().display())))
     }
 
     /// Deletes the keys of leases that were not kept alive.
@@ -136,7 +218,7 @@ impl Inner {
     }
 
     fn drop_lease_keys(&self, lease: LeaseId) -> Result<(), StoreError> {
-        self.write(|txn, events| {
+        self.write(|txn, changes| {
             let mut entries = txn.open_table(ENTRIES).map_err(backend)?;
             let keys: Vec<String> = entries
                 .iter()
@@ -147,20 +229,65 @@ impl Inner {
                 .collect();
             for key in keys {
                 entries.remove(key.as_str()).map_err(backend)?;
-                events.push(WatchEvent::Delete { key });
+                changes.removed(key);
             }
             Ok(())
         })
     }
 }
 
+impl Drop for Inner {
+    fn drop(&mut self) {
+        // A clean close leaves nothing to replay.
+        if let Err(error) = self.flush() {
+            tracing::warn!(%error, "the store's last writes stay in its log, replayed on open");
+        }
+    }
+}
+
+/// Flushes the store every `interval` until it is gone.
+fn spawn_flusher(inner: std::sync::Weak<Inner>, interval: Duration) {
+    let spawned = std::thread::Builder::new()
+        .name("weft-store-flush".into())
+        .spawn(move || {
+            loop {
+                std::thread::sleep(interval);
+                let Some(inner) = inner.upgrade() else { return };
+                if let Err(error) = inner.flush() {
+                    tracing::error!(%error, "flushing the store failed; its log keeps the writes");
+                }
+            }
+        });
+    if let Err(error) = spawned {
+        tracing::error!(%error, "no flush thread: writes stay in the log until the store closes");
+    }
+}
+
+/// What a transaction changed: for watchers, and for the log.
+#[derive(Default)]
+struct Changes {
+    events: Vec<WatchEvent>,
+    frame: Frame,
+}
+
+impl Changes {
+    fn removed(&mut self, key: String) {
+        self.frame.remove(&key);
+        self.events.push(WatchEvent::Delete { key });
+    }
+}
+
 /// The next revision, counted in the transaction.
-fn next_revision(txn: &WriteTransaction) -> Result<Revision, StoreError> {
-    next_count(txn, "revision")
+fn next_revision(txn: &WriteTransaction, changes: &mut Changes) -> Result<Revision, StoreError> {
+    next_count(txn, changes, "revision")
 }
 
 /// Counter `name` plus one, kept in the transaction.
-fn next_count(txn: &WriteTransaction, name: &str) -> Result<i64, StoreError> {
+fn next_count(
+    txn: &WriteTransaction,
+    changes: &mut Changes,
+    name: &str,
+) -> Result<i64, StoreError> {
     let mut counters = txn.open_table(COUNTERS).map_err(backend)?;
     let next = counters
         .get(name)
@@ -168,6 +295,7 @@ fn next_count(txn: &WriteTransaction, name: &str) -> Result<i64, StoreError> {
         .map_or(0, |v| v.value())
         + 1;
     counters.insert(name, next).map_err(backend)?;
+    changes.frame.counter(name, next);
     Ok(next)
 }
 
@@ -195,9 +323,9 @@ fn write_key(
     key: &str,
     value: &[u8],
     lease: LeaseId,
-    events: &mut Vec<WatchEvent>,
+    changes: &mut Changes,
 ) -> Result<Revision, StoreError> {
-    let revision = next_revision(txn)?;
+    let revision = next_revision(txn, changes)?;
     let mut entries = txn.open_table(ENTRIES).map_err(backend)?;
     let created = entries
         .get(key)
@@ -209,7 +337,8 @@ fn write_key(
     record.extend_from_slice(&lease.to_le_bytes());
     record.extend_from_slice(value);
     entries.insert(key, record.as_slice()).map_err(backend)?;
-    events.push(WatchEvent::Put(Entry {
+    changes.frame.put(key, &record);
+    changes.events.push(WatchEvent::Put(Entry {
         key: key.to_owned(),
         value: value.to_vec(),
         create_revision: created,
@@ -287,9 +416,9 @@ impl Store for EmbeddedStore {
     ) -> Result<Revision, StoreError> {
         let (key, fence) = (key.to_owned(), fence.cloned());
         self.blocking(move |inner| {
-            inner.write(|txn, events| {
+            inner.write(|txn, changes| {
                 check_fence(txn, fence.as_ref())?;
-                write_key(txn, &key, &value, 0, events)
+                write_key(txn, &key, &value, 0, changes)
             })
         })
         .await
@@ -302,11 +431,11 @@ impl Store for EmbeddedStore {
     ) -> Result<Revision, StoreError> {
         let fence = fence.cloned();
         self.blocking(move |inner| {
-            inner.write(|txn, events| {
+            inner.write(|txn, changes| {
                 check_fence(txn, fence.as_ref())?;
                 let mut last = 0;
                 for (key, value) in &writes {
-                    last = write_key(txn, key, value, 0, events)?;
+                    last = write_key(txn, key, value, 0, changes)?;
                 }
                 Ok(last)
             })
@@ -328,7 +457,7 @@ impl Store for EmbeddedStore {
                     return Err(StoreError::Backend(format!("lease {lease} not found")));
                 }
             }
-            inner.write(|txn, events| {
+            inner.write(|txn, changes| {
                 let exists = txn
                     .open_table(ENTRIES)
                     .map_err(backend)?
@@ -338,7 +467,7 @@ impl Store for EmbeddedStore {
                 if exists {
                     return Ok(None);
                 }
-                write_key(txn, &key, &value, lease.unwrap_or(0), events).map(Some)
+                write_key(txn, &key, &value, lease.unwrap_or(0), changes).map(Some)
             })
         })
         .await
@@ -353,7 +482,7 @@ impl Store for EmbeddedStore {
     ) -> Result<bool, StoreError> {
         let (key, fence) = (key.to_owned(), fence.cloned());
         self.blocking(move |inner| {
-            inner.write(|txn, events| {
+            inner.write(|txn, changes| {
                 check_fence(txn, fence.as_ref())?;
                 let current = txn
                     .open_table(ENTRIES)
@@ -364,7 +493,7 @@ impl Store for EmbeddedStore {
                 if current != expected {
                     return Ok(false);
                 }
-                write_key(txn, &key, &value, 0, events).map(|_| true)
+                write_key(txn, &key, &value, 0, changes).map(|_| true)
             })
         })
         .await
@@ -373,7 +502,7 @@ impl Store for EmbeddedStore {
     async fn delete_prefix(&self, prefix: &str, fence: Option<&Fence>) -> Result<(), StoreError> {
         let (prefix, fence) = (prefix.to_owned(), fence.cloned());
         self.blocking(move |inner| {
-            inner.write(|txn, events| {
+            inner.write(|txn, changes| {
                 check_fence(txn, fence.as_ref())?;
                 let mut entries = txn.open_table(ENTRIES).map_err(backend)?;
                 let keys: Vec<String> = entries
@@ -384,11 +513,11 @@ impl Store for EmbeddedStore {
                     .take_while(|key| key.starts_with(&prefix))
                     .collect();
                 if !keys.is_empty() {
-                    next_revision(txn)?;
+                    next_revision(txn, changes)?;
                 }
                 for key in keys {
                     entries.remove(key.as_str()).map_err(backend)?;
-                    events.push(WatchEvent::Delete { key });
+                    changes.removed(key);
                 }
                 Ok(())
             })
@@ -398,7 +527,7 @@ impl Store for EmbeddedStore {
 
     async fn grant_lease(&self, ttl: Duration) -> Result<LeaseId, StoreError> {
         self.blocking(move |inner| {
-            let id = inner.write(|txn, _| next_count(txn, "lease"))?;
+            let id = inner.write(|txn, changes| next_count(txn, changes, "lease"))?;
             let mut leases = inner.leases.lock().unwrap_or_else(|e| e.into_inner());
             leases.insert(id, (ttl, Instant::now() + ttl));
             Ok(id)

@@ -25,8 +25,9 @@ use tokio::sync::mpsc;
 pub mod chunks;
 mod embedded;
 mod etcd;
+mod wal;
 
-pub use embedded::EmbeddedStore;
+pub use embedded::{EmbeddedStore, Flush};
 pub use etcd::EtcdStore;
 
 /// The key the leading coordinator of a group holds under its lease; its

@@ -44,9 +44,15 @@ fn bin_dir() -> &'static Path {
             .and_then(Path::parent)
             .expect("target/debug")
             .to_path_buf();
-        let missing = ["coordinator", "worker", "weft", "test-worker"]
-            .iter()
-            .any(|b| !dir.join(b).exists());
+        let missing = [
+            "coordinator",
+            "worker",
+            "weft",
+            "test-worker",
+            "store-writer",
+        ]
+        .iter()
+        .any(|b| !dir.join(b).exists());
         if missing {
             // The whole workspace with every target, as the test build has
             // it: the same features, so this links binaries rather than

@@ -290,3 +290,71 @@ async fn the_etcd_store_passes_the_suite() {
     let store = EtcdStore::connect(std::slice::from_ref(&etcd.url)).unwrap();
     suite(&store, "t").await;
 }
+
+/// Runs the `store-writer` helper (`mode`: `log` or `each`), kills it with
+/// SIGKILL after some 300 acknowledged writes, and checks them all.
+async fn acknowledged_writes_survive_kill_9(mode: &str) {
+    use std::io::BufRead;
+    let dir = std::env::temp_dir().join(format!("weft-store-kill-{mode}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("s.redb");
+    let mut child = std::process::Command::new(weft_tests::binary("store-writer"))
+        .arg(&file)
+        .arg(mode)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("the helper starts");
+    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut acked = None;
+    for line in lines.by_ref() {
+        let n: u64 = line.unwrap().trim_start_matches("acked ").parse().unwrap();
+        acked = Some(n);
+        if n >= 300 {
+            break;
+        }
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    // Acks printed before the kill landed count too.
+    for line in lines {
+        if let Ok(line) = line
+            && let Ok(n) = line.trim_start_matches("acked ").parse::<u64>()
+        {
+            acked = Some(n);
+        }
+    }
+    let acked = acked.expect("some writes were acknowledged");
+    let store = EmbeddedStore::open(&file).unwrap();
+    let kept = store.scan("k").await.unwrap();
+    assert!(
+        kept.len() as u64 > acked,
+        "{} kept, {acked} acknowledged",
+        kept.len()
+    );
+    for (n, entry) in kept.iter().enumerate().take(acked as usize + 1) {
+        assert_eq!(entry.key, format!("k{n:06}"));
+        assert_eq!(entry.value, format!("value {n}").into_bytes());
+    }
+    assert!(
+        kept.windows(2)
+            .all(|w| w[0].mod_revision < w[1].mod_revision),
+        "revisions replayed in order"
+    );
+    drop(store);
+    std::fs::remove_dir_all(dir).ok();
+}
+
+#[tokio::test]
+async fn every_acknowledged_write_survives_kill_9_through_the_log() {
+    acknowledged_writes_survive_kill_9("log").await;
+}
+
+#[tokio::test]
+async fn every_acknowledged_write_survives_kill_9_with_an_fsync_per_write() {
+    acknowledged_writes_survive_kill_9("each").await;
+}
+
+#[tokio::test]
+async fn every_acknowledged_write_survives_kill_9_while_the_log_is_flushed() {
+    acknowledged_writes_survive_kill_9("flushing").await;
+}

@@ -219,6 +219,7 @@ impl CoordinatorConfig {
                 }),
                 advertise: env("WEFT_ADVERTISE"),
                 lease_seconds: number("WEFT_LEASE_SECONDS")?,
+                flush_interval_ms: number("WEFT_FLUSH_INTERVAL_MS")?,
             }),
         })?;
         config.apply(Layer {

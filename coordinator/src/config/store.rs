@@ -19,6 +19,9 @@ pub struct StoreConfig {
     /// The leader's lease: a leader that stops renewing it for this long is
     /// replaced.
     pub lease_ttl: Duration,
+    /// When the embedded store's writes reach the disk (`flush_interval_ms`:
+    /// 0 for an fsync on every write).
+    pub flush: weft_store::Flush,
 }
 
 impl Default for StoreConfig {
@@ -27,6 +30,7 @@ impl Default for StoreConfig {
             etcd: Vec::new(),
             advertise: None,
             lease_ttl: Duration::from_secs(3),
+            flush: weft_store::Flush::default(),
         }
     }
 }
@@ -48,6 +52,7 @@ pub(super) struct StoreLayer {
     pub(super) etcd: Option<Vec<String>>,
     pub(super) advertise: Option<String>,
     pub(super) lease_seconds: Option<u64>,
+    pub(super) flush_interval_ms: Option<u64>,
 }
 
 impl StoreConfig {
@@ -60,6 +65,12 @@ impl StoreConfig {
         }
         if let Some(seconds) = layer.lease_seconds {
             self.lease_ttl = Duration::from_secs(seconds);
+        }
+        if let Some(ms) = layer.flush_interval_ms {
+            self.flush = match ms {
+                0 => weft_store::Flush::EachWrite,
+                ms => weft_store::Flush::Every(Duration::from_millis(ms)),
+            };
         }
     }
 }
@@ -98,6 +109,14 @@ impl CoordinatorConfig {
             return Err(invalid(
                 "store.advertise",
                 format!("'{url}' is not a URL like http://10.0.0.5:7700"),
+            ));
+        }
+        if let weft_store::Flush::Every(interval) = self.store.flush
+            && interval > Duration::from_secs(10)
+        {
+            return Err(invalid(
+                "store.flush_interval_ms",
+                "must be at most 10000 (0 flushes every write)".to_owned(),
             ));
         }
         if self.store.etcd.is_empty() {
@@ -140,11 +159,12 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let file = dir.join("c.toml");
         let text = "listen = \"127.0.0.1:7701\"\n[store]\n\
-                    etcd = [\"http://127.0.0.1:2379\"]\nlease_seconds = 4\n";
+                    etcd = [\"http://127.0.0.1:2379\"]\nlease_seconds = 4\nflush_interval_ms = 0\n";
         std::fs::write(&file, text).unwrap();
         let config = CoordinatorConfig::load(Some(&file), no_env, &Overrides::default()).unwrap();
         assert_eq!(config.store.etcd, vec!["http://127.0.0.1:2379".to_owned()]);
         assert_eq!(config.store.lease_ttl, Duration::from_secs(4));
+        assert_eq!(config.store.flush, weft_store::Flush::EachWrite);
         assert_eq!(config.advertised_url(), "http://127.0.0.1:7701");
         let env = |key: &str| match key {
             "WEFT_ETCD" => Some("http://a:2379, http://b:2379".to_owned()),

@@ -44,6 +44,9 @@ struct Args {
     /// benchmark; a URL uses that etcd.
     #[arg(long)]
     etcd: Option<String>,
+    /// The embedded store's flush interval (0: an fsync on every write).
+    #[arg(long, default_value_t = 20)]
+    flush_interval_ms: u64,
     /// Internal: run W5's one-node graph and exit.
     #[arg(long, hide = true)]
     w5_child: bool,
@@ -178,7 +181,14 @@ async fn run_all(args: &Args) -> Result<Vec<Figure>> {
         (None, Some(url)) => vec![url.clone()],
         (None, None) => Vec::new(),
     };
-    let configure = move |config: &mut weft_client::CoordinatorConfig| config.store.etcd = etcd;
+    let flush = match args.flush_interval_ms {
+        0 => weft_store::Flush::EachWrite,
+        ms => weft_store::Flush::Every(Duration::from_millis(ms)),
+    };
+    let configure = move |config: &mut weft_client::CoordinatorConfig| {
+        config.store.etcd = etcd;
+        config.store.flush = flush;
+    };
     let cluster =
         EmbeddedCluster::start_configured(args.workers, configure, move |w| register(w, slots))
             .await?;

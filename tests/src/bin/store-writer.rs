@@ -1,0 +1,33 @@
+//! A test helper: writes keys `k0`, `k1`, … to an embedded store whose
+//! flush interval is an hour (so nothing reaches the database file by a
+//! durable commit; with a second argument `each`, an fsync per write),
+//! printing `acked N` once write N has returned, until it
+//! is killed. The store suite kills it with SIGKILL and checks that every
+//! acknowledged write is there when the store is opened again.
+
+use std::io::Write;
+use std::time::Duration;
+
+use weft_store::{EmbeddedStore, Flush, Store};
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> anyhow::Result<()> {
+    let path = std::env::args()
+        .nth(1)
+        .ok_or_else(|| anyhow::anyhow!("usage: store-writer STORE_FILE"))?;
+    // `each`: an fsync per write instead of the log.
+    let flush = match std::env::args().nth(2).as_deref() {
+        Some("each") => Flush::EachWrite,
+        Some("flushing") => Flush::Every(Duration::from_millis(2)),
+        _ => Flush::Every(Duration::from_secs(3600)),
+    };
+    let store = EmbeddedStore::open_with(path.as_ref(), flush)?;
+    let mut out = std::io::stdout().lock();
+    for n in 0u64.. {
+        let value = format!("value {n}").into_bytes();
+        store.put(&format!("k{n:06}"), value, None).await?;
+        writeln!(out, "acked {n}")?;
+        out.flush()?;
+    }
+    Ok(())
+}
