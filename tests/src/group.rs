@@ -68,9 +68,21 @@ impl TestGroup {
 
     /// Starts a `worker` that finds the leader through etcd.
     pub fn add_worker(&mut self, name: &str, slots: u32) -> Result<()> {
+        let etcd = self.etcd.url.clone();
+        self.spawn_worker(name, slots, &["--etcd", &etcd])
+    }
+
+    /// Starts a `worker` pointed at coordinator `index` (`--coordinator`).
+    pub fn add_worker_at(&mut self, name: &str, slots: u32, index: usize) -> Result<()> {
+        let url = self.urls[index].clone();
+        self.spawn_worker(name, slots, &["--coordinator", &url])
+    }
+
+    fn spawn_worker(&mut self, name: &str, slots: u32, at: &[&str]) -> Result<()> {
         let log = std::fs::File::create(self.dir.join(format!("{name}.log")))?;
         let child = Command::new(binary("worker"))
-            .args(["--etcd", &self.etcd.url, "--name", name])
+            .args(at)
+            .args(["--name", name])
             .args(["--slots", &slots.to_string()])
             .arg("--work-dir")
             .arg(self.dir.join(name))

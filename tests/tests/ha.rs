@@ -58,6 +58,12 @@ async fn the_standby_finishes_the_run_when_the_leader_is_killed() -> anyhow::Res
         listed.iter().any(|run| run.run_id == submitted.run_id),
         "the standby lists the leader's runs"
     );
+    // A worker pointed at the standby is sent to the leader.
+    group.add_worker_at("sent", 1, standby)?;
+    group
+        .wait_for_log("sent", "sent to the leading coordinator", 1)
+        .await?;
+    group.wait_for_log("sent", "joined the coordinator", 1).await?;
 
     let killed = Instant::now();
     group.kill(leader)?;
