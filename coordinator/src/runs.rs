@@ -216,29 +216,9 @@ impl Runs {
         let refs = bundle_refs(&bundle);
         let id: Arc<str> = Arc::from(format!("run-{}", uuid::Uuid::now_v7().simple()));
         // Stored before it is acknowledged: a crash from here on loses nothing.
-        let journal = match &self.store {
-            Some(keeper) => {
-                let durability = plan.graph().settings.durability;
-                let files = bundle.files.values().map(|f| f.sha256.clone()).collect();
-                self.stored_files.hold(&id, files);
-                let head = match self.stored_files.store(keeper, &bundle, now_ms()).await {
-                    Ok(head) => head,
-                    Err(error) => {
-                        self.stored_files.release(&id);
-                        return Err(SubmitError::Store(error.to_string()));
-                    }
-                };
-                Some(Journal::start(
-                    keeper.clone(),
-                    id.clone(),
-                    head,
-                    durability,
-                    0,
-                    &self.tracker,
-                ))
-            }
-            None => None,
-        };
+        let journal = self
+            .journal_for(&id, &bundle, plan.graph().settings.durability)
+            .await?;
         let (admitted, stored) = tokio::sync::oneshot::channel();
         let launcher: Arc<dyn TaskLauncher> = Arc::new(self.dispatcher.clone());
         let handle = spawn_run(RunSetup {
@@ -265,6 +245,37 @@ impl Runs {
         inner.by_id.insert(id.clone(), handle);
         inner.order.push(id.clone());
         Ok((id, warnings))
+    }
+
+    /// Stores a new run's bundle files and starts its journal (`None`
+    /// without a store).
+    async fn journal_for(
+        &self,
+        id: &Arc<str>,
+        bundle: &Bundle,
+        durability: crate::graph::Durability,
+    ) -> Result<Option<Journal>, SubmitError> {
+        let Some(keeper) = &self.store else {
+            return Ok(None);
+        };
+        let files = bundle.files.values().map(|f| f.sha256.clone()).collect();
+        self.stored_files.hold(id, files);
+        let head = match self.stored_files.store(keeper, bundle, now_ms()).await {
+            Ok(head) => head,
+            Err(error) => {
+                self.stored_files.release(id);
+                return Err(SubmitError::Store(error.to_string()));
+            }
+        };
+        let journal = Journal::start(
+            keeper.clone(),
+            id.clone(),
+            head,
+            durability,
+            0,
+            &self.tracker,
+        );
+        Ok(Some(journal))
     }
 
     /// A run by id.

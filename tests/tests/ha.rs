@@ -63,7 +63,9 @@ async fn the_standby_finishes_the_run_when_the_leader_is_killed() -> anyhow::Res
     group
         .wait_for_log("sent", "sent to the leading coordinator", 1)
         .await?;
-    group.wait_for_log("sent", "joined the coordinator", 1).await?;
+    group
+        .wait_for_log("sent", "joined the coordinator", 1)
+        .await?;
 
     let killed = Instant::now();
     group.kill(leader)?;

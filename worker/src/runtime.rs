@@ -200,27 +200,12 @@ async fn session(
     let mut client = client(channel);
     let (outbound, rx) = mpsc::channel::<pb::WorkerMessage>(1024);
     let _ = outbound.send(hello(config, registry)).await;
-    // A coordinator that accepts connections but does not answer (a
-    // stopped process) is given up on, like one that refuses.
     let url = endpoint.uri().to_string();
-    let handshake = tokio::time::timeout(JOIN_TIMEOUT, handshake(config, &mut client, rx));
-    let joined = tokio::select! {
-        joined = handshake => joined,
-        () = finder.moved_from(&url) => {
-            return Ok(SessionEnd::Lost(format!("{url} no longer leads its group")));
-        }
-    };
-    let (mut inbound, heartbeat, max_result_bytes) = match joined {
-        Ok(joined) => match joined? {
+    let (mut inbound, heartbeat, max_result_bytes) =
+        match join(config, &mut client, rx, finder, &url).await? {
             Ok(joined) => joined,
             Err(end) => return Ok(end),
-        },
-        Err(_) => {
-            return Ok(SessionEnd::Lost(format!(
-                "the coordinator did not welcome this worker within {JOIN_TIMEOUT:?}"
-            )));
-        }
-    };
+        };
     let mut session = Session {
         registry: registry.clone(),
         scripts: ScriptRunner::new(
@@ -278,6 +263,30 @@ async fn session(
                 let beat = pb::Heartbeat { at_unix_ms: 0 };
                 let _ = outbound.send(message(pb::worker_message::Body::Heartbeat(beat))).await;
             }
+        }
+    }
+}
+
+/// Joins the coordinator at `url`: the handshake, bounded. A coordinator
+/// that accepts connections but does not answer (a stopped process) is
+/// given up on like one that refuses, and so is one that etcd stops naming
+/// as the leader meanwhile.
+async fn join(
+    config: &WorkerConfig,
+    client: &mut WorkerServiceClient<Channel>,
+    rx: mpsc::Receiver<pb::WorkerMessage>,
+    finder: &Finder,
+    url: &str,
+) -> Result<Result<Joined, SessionEnd>, WorkerError> {
+    let handshake = tokio::time::timeout(JOIN_TIMEOUT, handshake(config, client, rx));
+    tokio::select! {
+        joined = handshake => joined.unwrap_or_else(|_| {
+            Ok(Err(SessionEnd::Lost(format!(
+                "the coordinator did not welcome this worker within {JOIN_TIMEOUT:?}"
+            ))))
+        }),
+        () = finder.moved_from(url) => {
+            Ok(Err(SessionEnd::Lost(format!("{url} no longer leads its group"))))
         }
     }
 }
