@@ -408,6 +408,24 @@ impl Store for EmbeddedStore {
         .await
     }
 
+    async fn scan_keys(&self, prefix: &str) -> Result<Vec<String>, StoreError> {
+        let prefix = prefix.to_owned();
+        self.blocking(move |inner| {
+            let txn = inner.db.begin_read().map_err(backend)?;
+            let entries = txn.open_table(ENTRIES).map_err(backend)?;
+            let mut found = Vec::new();
+            for item in entries.range(prefix.as_str()..).map_err(backend)? {
+                let (key, _) = item.map_err(backend)?;
+                if !key.value().starts_with(&prefix) {
+                    break;
+                }
+                found.push(key.value().to_owned());
+            }
+            Ok(found)
+        })
+        .await
+    }
+
     async fn put(
         &self,
         key: &str,

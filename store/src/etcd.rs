@@ -207,7 +207,7 @@ impl Store for EtcdStore {
         let request = RangeRequest {
             key: prefix.as_bytes().to_vec(),
             range_end: prefix_end(prefix),
-            limit: 0,
+            ..RangeRequest::default()
         };
         let response = self
             .kv()
@@ -216,6 +216,26 @@ impl Store for EtcdStore {
             .map_err(|s| backend(&s))?;
         // etcd answers a range sorted by key, as the trait promises.
         Ok(response.into_inner().kvs.into_iter().map(entry).collect())
+    }
+
+    async fn scan_keys(&self, prefix: &str) -> Result<Vec<String>, StoreError> {
+        let request = RangeRequest {
+            key: prefix.as_bytes().to_vec(),
+            range_end: prefix_end(prefix),
+            keys_only: true,
+            ..RangeRequest::default()
+        };
+        let response = self
+            .kv()
+            .range(timed(request))
+            .await
+            .map_err(|s| backend(&s))?;
+        Ok(response
+            .into_inner()
+            .kvs
+            .into_iter()
+            .map(|kv| String::from_utf8_lossy(&kv.key).into_owned())
+            .collect())
     }
 
     async fn put(

@@ -134,6 +134,13 @@ pub trait Store: Send + Sync + 'static {
     /// Every key starting with `prefix`, in key order.
     fn scan(&self, prefix: &str) -> impl Future<Output = Result<Vec<Entry>, StoreError>> + Send;
 
+    /// The names of the keys starting with `prefix`, in key order, without
+    /// reading their values.
+    fn scan_keys(
+        &self,
+        prefix: &str,
+    ) -> impl Future<Output = Result<Vec<String>, StoreError>> + Send;
+
     /// Writes a key; with a fence, only while the fence holds
     /// ([`StoreError::Fenced`] otherwise). Returns the write's revision.
     fn put(
@@ -230,6 +237,10 @@ impl Store for AnyStore {
 
     async fn scan(&self, prefix: &str) -> Result<Vec<Entry>, StoreError> {
         delegate!(self, s => s.scan(prefix).await)
+    }
+
+    async fn scan_keys(&self, prefix: &str) -> Result<Vec<String>, StoreError> {
+        delegate!(self, s => s.scan_keys(prefix).await)
     }
 
     async fn put(

@@ -41,6 +41,11 @@ async fn reads_and_writes(store: &impl Store, p: &str) {
         [key(p, "b/1"), key(p, "b/2")],
         "a prefix, in key order"
     );
+    assert_eq!(
+        store.scan_keys(&key(p, "b/")).await.unwrap(),
+        under_b,
+        "the same keys, without their values"
+    );
     let together = store
         .put_all(
             vec![(key(p, "t1"), b"1".to_vec()), (key(p, "t2"), b"2".to_vec())],

@@ -194,8 +194,25 @@ fn settled(status: RunStatus) -> bool {
     status.is_terminal() || status == RunStatus::Waiting
 }
 
+impl Snapshot {
+    /// Takes a later snapshot into this one: its progress and field names,
+    /// its changed fields over these, its events after these. Returns this
+    /// one's waiter, whom the caller tells once the two are stored.
+    fn absorb(&mut self, later: Snapshot) -> Option<oneshot::Sender<()>> {
+        let waiting = self.done.take();
+        self.events.extend(later.events);
+        self.changed.extend(later.changed);
+        self.names = later.names;
+        self.progress_json = later.progress_json;
+        self.done = later.done;
+        waiting
+    }
+}
+
 /// Writes snapshots in the order they were taken, newest first when several
-/// are waiting.
+/// are waiting. A snapshot that could not be stored (the store was
+/// unreachable) goes with the next one, so no event or field change is
+/// skipped in the store.
 async fn write_snapshots(
     keeper: Keeper,
     id: Arc<str>,
@@ -203,24 +220,73 @@ async fn write_snapshots(
     mut rx: mpsc::UnboundedReceiver<Snapshot>,
 ) {
     let mut writer = Writer::new(keeper, id.clone(), head);
-    while let Some(mut snapshot) = rx.recv().await {
-        // Snapshots that queued up while the last write ran are folded
-        // into one: the newest progress and fields, every event since the
-        // first.
+    let mut unstored: Option<Snapshot> = None;
+    while let Some(next) = rx.recv().await {
         let mut waiting = Vec::new();
-        while let Ok(next) = rx.try_recv() {
-            waiting.extend(snapshot.done.take());
-            snapshot.events.extend(next.events);
-            snapshot.changed.extend(next.changed);
-            snapshot.names = next.names;
-            snapshot.progress_json = next.progress_json;
-            snapshot.done = next.done;
+        let mut snapshot = match unstored.take() {
+            Some(mut earlier) => {
+                waiting.extend(earlier.absorb(next));
+                earlier
+            }
+            None => next,
+        };
+        // Snapshots that queued up while the last write ran are folded
+        // into one.
+        while let Ok(later) = rx.try_recv() {
+            waiting.extend(snapshot.absorb(later));
         }
-        if let Err(error) = writer.write(&snapshot).await {
-            tracing::error!(run = %id, %error, "checkpoint not stored");
-        }
-        for done in waiting.into_iter().chain(snapshot.done) {
+        let stored = writer.write(&snapshot).await;
+        waiting.extend(snapshot.done.take());
+        for done in waiting {
             let _ = done.send(());
         }
+        if let Err(error) = stored {
+            tracing::error!(run = %id, %error, "checkpoint not stored; it goes with the next one");
+            unstored = Some(snapshot);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn snapshot(progress: &str, first: u64, events: &[&str], fields: &[(&str, u64)]) -> Snapshot {
+        Snapshot {
+            progress_json: progress.into(),
+            changed: fields
+                .iter()
+                .map(|(name, version)| ((*name).to_owned(), (*version, Arc::from("1"))))
+                .collect(),
+            names: fields.iter().map(|(name, _)| (*name).to_owned()).collect(),
+            first,
+            events: events.iter().map(|e| (0, (*e).to_owned())).collect(),
+            done: None,
+        }
+    }
+
+    #[test]
+    fn a_later_snapshot_is_absorbed_whole() {
+        let mut earlier = snapshot("p1", 3, &["e3", "e4"], &[("a", 1), ("b", 1)]);
+        let (tx, _rx) = oneshot::channel();
+        earlier.done = Some(tx);
+        let later = snapshot("p2", 5, &["e5"], &[("a", 2)]);
+        assert!(
+            earlier.absorb(later).is_some(),
+            "the earlier waiter is handed back"
+        );
+        assert_eq!(earlier.first, 3, "events still start where the earlier did");
+        let events: Vec<&str> = earlier.events.iter().map(|(_, e)| e.as_str()).collect();
+        assert_eq!(events, ["e3", "e4", "e5"]);
+        assert_eq!(earlier.progress_json, "p2");
+        assert_eq!(
+            earlier.changed["a"].0, 2,
+            "the newer version of a field wins"
+        );
+        assert_eq!(
+            earlier.changed["b"].0, 1,
+            "a field only the earlier changed stays"
+        );
+        assert_eq!(earlier.names, ["a"]);
     }
 }

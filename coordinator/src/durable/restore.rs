@@ -68,10 +68,17 @@ pub async fn stored_runs(
     max_bundle_bytes: usize,
 ) -> Result<Vec<StoredRun>, StoreError> {
     let mut runs = Vec::new();
-    for (key, bytes) in chunks::scan(store, "runs/").await? {
-        if !key.ends_with("/record") {
+    // The records only: a run's fields and events are read once, by
+    // `read_run`, not with every key under `runs/`.
+    let records = store
+        .scan_keys("runs/")
+        .await?
+        .into_iter()
+        .filter(|key| key.ends_with("/record") && !chunks::is_chunk_key(key));
+    for key in records {
+        let Some(bytes) = chunks::get(store, &key).await? else {
             continue;
-        }
+        };
         match read_run(store, &key, &bytes, max_bundle_bytes).await {
             Ok(run) => runs.push(run),
             Err(error) => tracing::error!(%key, %error, "a stored run cannot be restored"),
