@@ -236,9 +236,17 @@ impl Runs {
             lease,
         });
         // The actor's first checkpoint: acknowledged means stored.
-        stored
-            .await
-            .map_err(|_| SubmitError::Store("the coordinator is shutting down".into()))?;
+        let refused = match stored.await {
+            Ok(true) => None,
+            Ok(false) => Some(
+                "the store did not take the run (see the coordinator's log); nothing was started",
+            ),
+            Err(_) => Some("the coordinator is shutting down"),
+        };
+        if let Some(reason) = refused {
+            self.stored_files.release(&id);
+            return Err(SubmitError::Store(reason.into()));
+        }
         metrics::counter!(crate::metrics::RUNS_SUBMITTED).increment(1);
         self.evict().await;
         let mut inner = self.inner.write().unwrap_or_else(|e| e.into_inner());

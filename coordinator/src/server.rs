@@ -83,6 +83,31 @@ pub(crate) async fn start_term(
     term: CancellationToken,
     tracker: &TaskTracker,
 ) -> Result<Services, weft_store::StoreError> {
+    let (runs, dispatcher, blobs) = start_runs(config, keeper, &term, tracker);
+    let recovered = runs.recover(config.max_bundle_bytes).await?;
+    if recovered > 0 {
+        tracing::info!(runs = recovered, "runs restored from the store");
+    }
+    Ok(Services {
+        runs: RunApi::new(runs, config.max_bundle_bytes, tracker.clone(), term.clone()),
+        workers: WorkerApi::new(
+            dispatcher,
+            blobs,
+            config.heartbeat_interval,
+            tracker.clone(),
+            config.max_result_bytes,
+        ),
+        lease,
+    })
+}
+
+/// The dispatcher and an empty registry of runs kept through `keeper`.
+fn start_runs(
+    config: &CoordinatorConfig,
+    keeper: Keeper,
+    term: &CancellationToken,
+    tracker: &TaskTracker,
+) -> (Runs, crate::dispatch::DispatcherHandle, BlobStore) {
     let blobs = BlobStore::default();
     let dispatcher = spawn_dispatcher(
         DispatcherConfig {
@@ -106,21 +131,7 @@ pub(crate) async fn start_term(
         config,
     )
     .with_store(keeper);
-    let recovered = runs.recover(config.max_bundle_bytes).await?;
-    if recovered > 0 {
-        tracing::info!(runs = recovered, "runs restored from the store");
-    }
-    Ok(Services {
-        runs: RunApi::new(runs, config.max_bundle_bytes, tracker.clone(), term.clone()),
-        workers: WorkerApi::new(
-            dispatcher,
-            blobs,
-            config.heartbeat_interval,
-            tracker.clone(),
-            config.max_result_bytes,
-        ),
-        lease,
-    })
+    (runs, dispatcher, blobs)
 }
 
 /// Starts serving as the lone coordinator of its data directory, or
@@ -201,4 +212,51 @@ where
     }
     served?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use weft_store::{EmbeddedStore, Fence, Store, chunks};
+
+    use super::*;
+    use crate::bundle::Bundle;
+    use crate::durable::journal::blob_key;
+
+    #[tokio::test]
+    async fn a_run_the_store_does_not_take_is_refused_and_never_started() {
+        let dir = std::env::temp_dir().join(format!("weft-refused-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let store = AnyStore::Embedded(EmbeddedStore::open(&dir.join("s.redb")).unwrap());
+        let text = b"nodes:\n  a: { kind: script, run: [\"true\"], start: true }\n".to_vec();
+        let bundle =
+            Bundle::new("g.yaml".into(), [("g.yaml".into(), text, 0o644)], 1 << 20).unwrap();
+        // The graph file is stored already (an earlier run's), so the run's
+        // own first record is the submission's only write.
+        let sha = &bundle.files["g.yaml"].sha256;
+        chunks::put(&store, &blob_key(sha), b"x", None)
+            .await
+            .unwrap();
+        // A fence nobody holds: this coordinator was deposed.
+        let fence = Fence {
+            key: "leader".into(),
+            revision: 7,
+        };
+        let deposed = CancellationToken::new();
+        let keeper = Keeper::new(store.clone(), Some(fence), deposed.clone());
+        let (term, tracker) = (CancellationToken::new(), TaskTracker::new());
+        let (runs, _, _) = start_runs(&CoordinatorConfig::default(), keeper, &term, &tracker);
+        let refused = runs.submit(bundle, "{}").await;
+        assert!(
+            matches!(refused, Err(crate::runs::SubmitError::Store(_))),
+            "{refused:?}"
+        );
+        assert!(
+            runs.page(10, None).await.0.is_empty(),
+            "nothing was started"
+        );
+        assert!(deposed.is_cancelled(), "the fenced write ends the term");
+        assert!(store.scan("runs/").await.unwrap().is_empty());
+        term.cancel();
+        std::fs::remove_dir_all(dir).ok();
+    }
 }

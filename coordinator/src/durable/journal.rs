@@ -93,7 +93,7 @@ pub(super) struct Snapshot {
     /// The events since the last checkpoint, and the position of the first.
     pub(super) first: u64,
     pub(super) events: Vec<(i64, String)>,
-    done: Option<oneshot::Sender<()>>,
+    done: Option<oneshot::Sender<bool>>,
 }
 
 /// The actor's end of a run's journal.
@@ -139,14 +139,16 @@ impl Journal {
     }
 
     /// Takes a checkpoint of a run in `status`; returns once it is stored
-    /// when the durability mode (or `wait`) says so.
+    /// when the durability mode (or `wait`) says so. Returns whether it
+    /// was stored (`true` when not waited for: a failure then goes with
+    /// the next checkpoint).
     pub async fn checkpoint(
         &mut self,
         status: RunStatus,
         checkpoint: Checkpoint,
         log: &[StoredEvent],
         wait: bool,
-    ) {
+    ) -> bool {
         let first = self.handed;
         let events = log
             .iter()
@@ -182,10 +184,12 @@ impl Journal {
             events,
             done,
         };
-        if self.tx.send(snapshot).is_ok()
-            && let Some(stored) = stored
-        {
-            let _ = stored.await;
+        if self.tx.send(snapshot).is_err() {
+            return false;
+        }
+        match stored {
+            Some(stored) => stored.await.unwrap_or(false),
+            None => true,
         }
     }
 }
@@ -198,7 +202,7 @@ impl Snapshot {
     /// Takes a later snapshot into this one: its progress and field names,
     /// its changed fields over these, its events after these. Returns this
     /// one's waiter, whom the caller tells once the two are stored.
-    fn absorb(&mut self, later: Snapshot) -> Option<oneshot::Sender<()>> {
+    fn absorb(&mut self, later: Snapshot) -> Option<oneshot::Sender<bool>> {
         let waiting = self.done.take();
         self.events.extend(later.events);
         self.changed.extend(later.changed);
@@ -238,7 +242,7 @@ async fn write_snapshots(
         let stored = writer.write(&snapshot).await;
         waiting.extend(snapshot.done.take());
         for done in waiting {
-            let _ = done.send(());
+            let _ = done.send(stored.is_ok());
         }
         if let Err(error) = stored {
             tracing::error!(run = %id, %error, "checkpoint not stored; it goes with the next one");

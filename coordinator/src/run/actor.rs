@@ -57,7 +57,7 @@ pub struct RunSetup {
     /// Where the run's checkpoints go; `None` keeps the run in memory only.
     pub journal: Option<Journal>,
     /// Told once a new run's first checkpoint is stored.
-    pub admitted: Option<tokio::sync::oneshot::Sender<()>>,
+    pub admitted: Option<tokio::sync::oneshot::Sender<bool>>,
     /// Keeps the bundle's files for workers while the run may still need
     /// them (until it ends, or until a failed run's record is forgotten).
     pub lease: BlobLease,
@@ -170,7 +170,7 @@ pub(super) struct RunActor {
     tracker: tokio_util::task::TaskTracker,
     lease: BlobLease,
     pub(super) journal: Option<Journal>,
-    admitted: Option<tokio::sync::oneshot::Sender<()>>,
+    admitted: Option<tokio::sync::oneshot::Sender<bool>>,
     /// The machine asked for a checkpoint since the last one was taken.
     pub(super) checkpoint_due: bool,
     /// Events watchers may see: the log up to here.
@@ -207,10 +207,14 @@ impl RunActor {
         let mut retries: DelayQueue<TaskKey> = DelayQueue::new();
         match start {
             Start::New => {
-                // Stored before the submission is acknowledged.
-                self.take_checkpoint(true).await;
+                // Stored before the submission is acknowledged; a run the
+                // store did not take is refused, never started.
+                let stored = self.take_checkpoint(true).await;
                 if let Some(admitted) = self.admitted.take() {
-                    let _ = admitted.send(());
+                    let _ = admitted.send(stored);
+                }
+                if !stored {
+                    return;
                 }
                 let effects = self.machine.start();
                 self.perform(effects);

@@ -23,7 +23,7 @@ impl RunActor {
         let item_due = self.item_checkpoint && self.last_checkpoint.elapsed() >= ITEM_CHECKPOINTS;
         let mut visible = self.log.len();
         if urgent || item_due {
-            self.take_checkpoint(false).await;
+            let _ = self.take_checkpoint(false).await;
             self.item_checkpoint = false;
         }
         // Events of a checkpoint still deferred wait for it; others (a task
@@ -42,31 +42,36 @@ impl RunActor {
     /// Checkpoints the run now (waiting for the store if `wait`, or as its
     /// durability mode says): its progress, its state's changed fields as
     /// workers get them, its new events.
-    pub(super) async fn take_checkpoint(&mut self, wait: bool) {
+    ///
+    /// Returns whether the checkpoint was stored (or is on its way, when
+    /// not waited for); `true` without a store.
+    pub(super) async fn take_checkpoint(&mut self, wait: bool) -> bool {
         let status = self.machine.status();
         if !self.journal.as_ref().is_some_and(|j| j.wants(status)) {
-            return;
+            return true;
         }
         let Ok(progress_json) = self.machine.progress_json_without_state() else {
             tracing::error!(run = %self.id, "the run's progress does not serialize; no checkpoint");
-            return;
+            return false;
         };
         let fields = self
             .fields
             .committed()
             .map(|(name, version, json)| (name.to_owned(), version, json.clone()))
             .collect();
+        let mut stored = true;
         if let Some(journal) = &mut self.journal {
             let checkpoint = Checkpoint {
                 progress_json,
                 fields,
             };
-            journal
+            stored = journal
                 .checkpoint(status, checkpoint, &self.log, wait)
                 .await;
         }
         self.last_checkpoint = Instant::now();
         self.durable = self.log.len();
+        stored
     }
 
     /// Lets watchers see the log up to `visible`.
