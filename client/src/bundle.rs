@@ -119,6 +119,14 @@ impl GraphBundle {
             files: vec![(graph_path.to_owned(), text.as_bytes().to_vec(), 0o644)],
         }
     }
+
+    /// Adds a file the graph names (a script), at `path` relative to the
+    /// graph, with permission bits `mode` (masked with [`MODE_MASK`]).
+    pub fn with_file(mut self, path: &str, content: &[u8], mode: u32) -> Self {
+        self.files
+            .push((path.to_owned(), content.to_vec(), mode & MODE_MASK));
+        self
+    }
 }
 
 fn is_relative_inside(arg: &str) -> bool {

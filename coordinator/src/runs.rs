@@ -211,6 +211,12 @@ impl Runs {
                     .collect(),
             ));
         }
+        // A loop's worker-hosted `until` must be there at submission (SPEC
+        // 4.2), on any cluster.
+        let untils = unhosted_untils(&plan, &self.dispatcher.snapshot().await);
+        if !untils.is_empty() {
+            return Err(SubmitError::Unhostable(untils));
+        }
         warnings.extend(gaps.into_iter().map(|gap| gap.warning));
         let lease = self.blobs.add_bundle(&bundle);
         let refs = bundle_refs(&bundle);
@@ -402,6 +408,35 @@ impl Runs {
         }
         warnings
     }
+}
+
+/// The loops whose `until: fn:NAME` no connected worker hosts, as
+/// refusals.
+fn unhosted_untils(plan: &RunPlan, fleet: &crate::dispatch::Fleet) -> Vec<String> {
+    plan.graph()
+        .nodes
+        .iter()
+        .filter_map(|node| match &node.kind {
+            crate::graph::NodeKind::Loop(config) => match &config.until {
+                crate::graph::Until::Hosted(name) => Some((node, name)),
+                _ => None,
+            },
+            _ => None,
+        })
+        .filter(|(_, name)| {
+            !fleet
+                .workers
+                .iter()
+                .any(|w| !w.draining && w.info.functions.contains(*name))
+        })
+        .map(|(node, name)| {
+            format!(
+                "loop node '{}': until fn:{name} is hosted by no connected worker; a loop's worker-hosted \
+                 until must be hosted when the run is submitted (start a worker that registers '{name}')",
+                node.id
+            )
+        })
+        .collect()
 }
 
 /// Something a graph needs that no connected worker hosts.

@@ -6,7 +6,7 @@
 
 use super::finding::Finding;
 use super::topology::{container_members, forward_order, forward_region, main_flow};
-use super::{Condition, Endpoint, Graph, Guard, MapConfig, NodeIdx, NodeKind, Target};
+use super::{Condition, Endpoint, Graph, Guard, NodeIdx, NodeKind, Target};
 
 /// Kinds a map's branch subgraph may hold (seed 003, plus Weft's `task`).
 const BRANCH_KINDS: [&str; 5] = ["task", "script", "llm", "agent", "rag"];
@@ -21,8 +21,13 @@ pub fn validate(graph: &Graph) -> Vec<Finding> {
     fan_out_targets(graph, &mut findings);
     routed_edges(graph, &mut findings);
     for idx in 0..graph.nodes.len() {
-        if matches!(graph.node(idx).kind, NodeKind::Map(_)) && !graph.node(idx).broken {
-            map_branch(graph, idx, &mut findings);
+        if graph.node(idx).broken {
+            continue;
+        }
+        match &graph.node(idx).kind {
+            NodeKind::Map(_) => map_branch(graph, idx, &mut findings),
+            NodeKind::Loop(_) => loop_body(graph, idx, &mut findings),
+            _ => {}
         }
     }
     strict_state(graph, &mut findings);
@@ -153,7 +158,8 @@ fn kinds(graph: &Graph, findings: &mut Vec<Finding>) {
                 format!("node '{id}': kind 'rag' is reserved and not yet supported"),
                 &[id],
             )),
-            NodeKind::Loop(_) | NodeKind::Subgraph(_) => findings.push(Finding::error(
+            NodeKind::Loop(config) => loop_until(id, &config.until, findings),
+            NodeKind::Subgraph(_) => findings.push(Finding::error(
                 format!(
                     "node '{id}': kind '{}' is parsed but this version of Weft cannot run it yet",
                     node.kind.name()
@@ -252,11 +258,15 @@ fn map_branch(graph: &Graph, map_idx: NodeIdx, findings: &mut Vec<Finding>) {
     if members.is_empty() {
         return;
     }
-    for &member in &members {
-        branch_member_kind(graph, map_id, &members, member, findings);
-        branch_member_edges(graph, map_id, member, findings);
-    }
-    branch_shares_main_flow(graph, map_id, map, &members, findings);
+    let container = Container {
+        id: map_id,
+        kind: "map",
+        outside: format!(
+            "it would run standalone, with no `{}` binding",
+            map.item_name
+        ),
+    };
+    chain_rules(graph, &container, &members, findings);
     let declares_writer = members.iter().any(|&m| {
         let node = graph.node(m);
         matches!(node.kind, NodeKind::Script { .. } | NodeKind::Task { .. })
@@ -275,15 +285,89 @@ fn map_branch(graph: &Graph, map_idx: NodeIdx, findings: &mut Vec<Finding>) {
     }
 }
 
+/// A loop's body is a chain like a map's branch (SPEC 4.2).
+fn loop_body(graph: &Graph, loop_idx: NodeIdx, findings: &mut Vec<Finding>) {
+    let node = graph.node(loop_idx);
+    if let NodeKind::Loop(config) = &node.kind
+        && config.body.is_none()
+    {
+        findings.push(Finding::error(
+            format!(
+                "loop node '{}': `body` must name a node (the first step of the chain the loop repeats)",
+                node.id
+            ),
+            &[&node.id],
+        ));
+        return;
+    }
+    let members = container_members(graph, loop_idx);
+    if members.contains(&loop_idx) {
+        findings.push(Finding::error(
+            format!(
+                "loop node '{}': its body reaches the loop node itself",
+                node.id
+            ),
+            &[&node.id],
+        ));
+        return;
+    }
+    let container = Container {
+        id: node.id.as_str(),
+        kind: "loop",
+        outside: "it would also run outside the loop".to_owned(),
+    };
+    chain_rules(graph, &container, &members, findings);
+}
+
+/// What `until` a loop can run with: a `conditions:` entry or `fn:NAME`;
+/// a sentence would need an LLM to judge it.
+fn loop_until(id: &str, until: &crate::Until, findings: &mut Vec<Finding>) {
+    if let crate::Until::Sentence(sentence) = until {
+        findings.push(Finding::error(
+            format!(
+                "loop node '{id}': until '{sentence}' names no `conditions:` entry and is not `fn:NAME`; \
+                 a sentence judged by an LLM needs the llm kind, which this version of Weft cannot run yet \
+                 (declare the test under `conditions:` and name it)"
+            ),
+            &[id],
+        ));
+    }
+}
+
+/// A node whose body is a chain: a map (its branch) or a loop (its body).
+struct Container<'a> {
+    id: &'a str,
+    /// `map` or `loop`.
+    kind: &'static str,
+    /// Why a member must not be in the main flow too.
+    outside: String,
+}
+
+/// The rules every chain body follows: member kinds, a chain's edges, and
+/// no member shared with the main flow.
+fn chain_rules(
+    graph: &Graph,
+    container: &Container<'_>,
+    members: &[NodeIdx],
+    findings: &mut Vec<Finding>,
+) {
+    for &member in members {
+        branch_member_kind(graph, container, members, member, findings);
+        branch_member_edges(graph, container, member, findings);
+    }
+    branch_shares_main_flow(graph, container, members, findings);
+}
+
 /// A branch member must be of a kind that runs per item; an end node
 /// reached by a branch `fallback` gets seed 003's hint.
 fn branch_member_kind(
     graph: &Graph,
-    map_id: &str,
+    container: &Container<'_>,
     members: &[NodeIdx],
     member: NodeIdx,
     findings: &mut Vec<Finding>,
 ) {
+    let (map_id, kind) = (container.id, container.kind);
     let node = graph.node(member);
     let id = node.id.as_str();
     if BRANCH_KINDS.contains(&node.kind.name()) {
@@ -303,7 +387,7 @@ fn branch_member_kind(
         for source in via_fallback {
             findings.push(Finding::error(
                 format!(
-                    "map node '{map_id}': branch node '{source}' has `fallback: {id}`, an end node; \
+                    "{kind} node '{map_id}': branch node '{source}' has `fallback: {id}`, an end node; \
                      a branch's `fallback` must stay inside the branch subgraph (a chain ends by omission, \
                      never with an end node: point it at a branch-local recovery node or remove it)"
                 ),
@@ -313,9 +397,9 @@ fn branch_member_kind(
     } else {
         findings.push(Finding::error(
             format!(
-                "map node '{map_id}': branch subgraph node '{id}' is kind '{}'; every node in a branch \
+                "{kind} node '{map_id}': branch subgraph node '{id}' is kind '{}'; every node in a branch \
                  subgraph must be task, script, llm, agent or rag (approval, input, end and map nodes \
-                 are not allowed in a map branch)",
+                 are not allowed in a {kind} branch)",
                 node.kind.name()
             ),
             &[map_id, id],
@@ -325,7 +409,13 @@ fn branch_member_kind(
 
 /// A branch is a chain: no fan-out, no loop edges, and no worker-hosted
 /// routing (an item's chain is routed on the coordinator as it goes).
-fn branch_member_edges(graph: &Graph, map_id: &str, member: NodeIdx, findings: &mut Vec<Finding>) {
+fn branch_member_edges(
+    graph: &Graph,
+    container: &Container<'_>,
+    member: NodeIdx,
+    findings: &mut Vec<Finding>,
+) {
+    let (map_id, kind) = (container.id, container.kind);
     let id = graph.node(member).id.as_str();
     let hosted_router = graph
         .node(member)
@@ -346,7 +436,7 @@ fn branch_member_edges(graph: &Graph, map_id: &str, member: NodeIdx, findings: &
     for name in hosted_router.into_iter().chain(hosted_conditions) {
         findings.push(Finding::error(
             format!(
-                "map node '{map_id}': branch node '{id}' routes with fn:{name}; worker-hosted conditions and routers are not supported inside a map branch: use a CEL condition, or return `_next` from a script"
+                "{kind} node '{map_id}': branch node '{id}' routes with fn:{name}; worker-hosted conditions and routers are not supported inside a {kind} branch: use a CEL condition, or return `_next` from a script"
             ),
             &[map_id, id],
         ));
@@ -364,7 +454,7 @@ fn branch_member_edges(graph: &Graph, map_id: &str, member: NodeIdx, findings: &
     if next_targets.len() > 1 {
         findings.push(Finding::error(
             format!(
-                "map node '{map_id}': branch node '{id}' fans out (next: [{}]); fan-out is not allowed \
+                "{kind} node '{map_id}': branch node '{id}' fans out (next: [{}]); fan-out is not allowed \
                  inside a branch: restructure as one flattened map, or a second map after the join",
                 next_targets.join(", ")
             ),
@@ -378,7 +468,7 @@ fn branch_member_edges(graph: &Graph, map_id: &str, member: NodeIdx, findings: &
         {
             findings.push(Finding::error(
                 format!(
-                    "map node '{map_id}': loop edge {id} → {} inside the branch subgraph; a chain loops \
+                    "{kind} node '{map_id}': loop edge {id} → {} inside the branch subgraph; a chain loops \
                      only through a script's `_next`",
                     graph.node(to).id
                 ),
@@ -391,8 +481,7 @@ fn branch_member_edges(graph: &Graph, map_id: &str, member: NodeIdx, findings: &
 /// A branch node must not also be part of the main flow.
 fn branch_shares_main_flow(
     graph: &Graph,
-    map_id: &str,
-    map: &MapConfig,
+    container: &Container<'_>,
     members: &[NodeIdx],
     findings: &mut Vec<Finding>,
 ) {
@@ -405,15 +494,21 @@ fn branch_shares_main_flow(
     if shared.is_empty() {
         return;
     }
+    let (map_id, kind) = (container.id, container.kind);
     let mut nodes = vec![map_id];
     nodes.extend(&shared);
+    let what = if kind == "map" {
+        "map's `branch`"
+    } else {
+        "loop's `body`"
+    };
     findings.push(Finding::error(
         format!(
-            "map node '{map_id}': branch subgraph shares node{} {} with the main flow; a branch node must \
-             be reached only through the map's `branch` (it would run standalone, with no `{}` binding)",
+            "{kind} node '{map_id}': branch subgraph shares node{} {} with the main flow; a branch node must \
+             be reached only through the {what} ({})",
             if shared.len() > 1 { "s" } else { "" },
             shared.join(", "),
-            map.item_name
+            container.outside
         ),
         &nodes,
     ));

@@ -88,6 +88,19 @@ pub enum RunEvent {
         /// The loop head.
         head: String,
     },
+    /// An iteration of a loop node's body ended and `until` was judged.
+    LoopIteration {
+        /// The loop node.
+        node: String,
+        /// The iteration that ended (1-based).
+        iteration: u32,
+        /// The loop's cap.
+        max_iterations: u32,
+        /// Whether the loop ends here.
+        done: bool,
+        /// What the predicate said, if anything (the next `loop.feedback`).
+        reason: Option<String>,
+    },
     /// A map item finished its chain.
     MapItemFinished {
         /// The map node.
@@ -142,6 +155,7 @@ impl RunEvent {
             Self::StateChanged { .. } => "state_changed",
             Self::LoopReset { .. } => "loop_reset",
             Self::MapItemFinished { .. } => "map_item_finished",
+            Self::LoopIteration { .. } => "loop_iteration",
             Self::TaskUnhosted { .. } => "task_unhosted",
             Self::WaitingForInput { .. } => "waiting_for_input",
             Self::InputReceived { .. } => "input_received",
@@ -225,6 +239,19 @@ pub fn event_to_wire(seq: u64, at_unix_ms: i64, event: &RunEvent) -> pb::RunEven
             E::StateChanged(pb::StateChanged { step, fields })
         }
         RunEvent::LoopReset { from, head } => E::LoopReset(pb::LoopReset { from, head }),
+        RunEvent::LoopIteration {
+            node,
+            iteration,
+            max_iterations,
+            done,
+            reason,
+        } => E::LoopIteration(pb::LoopIteration {
+            node,
+            iteration,
+            max_iterations,
+            done,
+            reason: reason.unwrap_or_default(),
+        }),
         RunEvent::MapItemFinished {
             node,
             index,
@@ -310,6 +337,13 @@ pub fn event_from_wire(event: pb::RunEvent) -> Option<RunEvent> {
             from: e.from,
             head: e.head,
         },
+        E::LoopIteration(e) => RunEvent::LoopIteration {
+            node: e.node,
+            iteration: e.iteration,
+            max_iterations: e.max_iterations,
+            done: e.done,
+            reason: (!e.reason.is_empty()).then_some(e.reason),
+        },
         E::MapItemFinished(e) => RunEvent::MapItemFinished {
             node: e.node,
             index: index_from_wire(Some(e.index)).unwrap_or_default(),
@@ -379,6 +413,13 @@ mod tests {
                 index: 4,
                 done: 5,
                 total: 9,
+            },
+            RunEvent::LoopIteration {
+                node: "refine".into(),
+                iteration: 2,
+                max_iterations: 5,
+                done: false,
+                reason: Some("too long".into()),
             },
             RunEvent::TaskUnhosted {
                 node: "a".into(),

@@ -404,6 +404,25 @@ pub async fn wait_for_event(
     }
 }
 
+/// The events of `kind` in an ended run's log, in order.
+pub async fn events_of(
+    client: &Client,
+    run_id: &str,
+    kind: &str,
+) -> Result<Vec<weft_client::Event>> {
+    use tokio_stream::StreamExt;
+    let all: Vec<weft_client::Event> = tokio::time::timeout(
+        PATIENCE,
+        client
+            .watch(run_id, 0)
+            .await?
+            .collect::<Result<Vec<_>, _>>(),
+    )
+    .await
+    .context("the run's log did not end")??;
+    Ok(all.into_iter().filter(|e| e.kind == kind).collect())
+}
+
 /// Polls `condition` until it holds or `patience` runs out.
 pub async fn wait_until(patience: Duration, mut condition: impl FnMut() -> bool) -> Result<()> {
     let deadline = Instant::now() + patience;

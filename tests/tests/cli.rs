@@ -263,6 +263,41 @@ fn watch_shows_waves_nodes_and_skips() {
     }
 }
 
+#[test]
+fn the_writer_critic_loop_example_runs_until_the_critic_approves() {
+    let out = weft(
+        None,
+        &[
+            "run",
+            &example("writer-critic.yaml"),
+            "--watch",
+            "--input",
+            r#"{"topic": "Weft"}"#,
+        ],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("\"verdict\": \"approved\""), "{text}");
+    assert!(text.contains("\"rounds\": 3"), "{text}");
+    let progress = String::from_utf8_lossy(&out.stderr);
+    for line in [
+        "wave 1: refine",
+        "  ↻ refine iteration 1/5 again",
+        "  ↻ refine iteration 3/5 done",
+        "wave 2: publish",
+    ] {
+        assert!(
+            progress.contains(line),
+            "{line:?} missing from:\n{progress}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn retry_reruns_the_failed_wave_and_runs_lists_the_run() -> anyhow::Result<()> {
     let mut cluster = TestCluster::start()?;

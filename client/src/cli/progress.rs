@@ -1,5 +1,5 @@
-//! `--watch` and `weft watch`: waves, nodes and a progress bar for map
-//! items, drawn on stderr as the run's events arrive.
+//! `--watch` and `weft watch`: waves, nodes, loop iterations and a
+//! progress bar for map items, drawn on stderr as the run's events arrive.
 
 use super::terminal::err;
 
@@ -44,6 +44,22 @@ fn show(event: &Event, bar: &mut Option<ProgressBar>) {
             Some(format!("  ? {node} waits for input: {prompt}"))
         }
         RunEvent::LoopReset { from, head } => Some(format!("  ↺ {from} → {head}")),
+        RunEvent::LoopIteration {
+            node,
+            iteration,
+            max_iterations,
+            done,
+            reason,
+        } => {
+            let verdict = if *done { "done" } else { "again" };
+            let said = reason
+                .as_deref()
+                .map(|r| format!(": {r}"))
+                .unwrap_or_default();
+            Some(format!(
+                "  ↻ {node} iteration {iteration}/{max_iterations} {verdict}{said}"
+            ))
+        }
         RunEvent::MapItemFinished {
             node, done, total, ..
         } => {

@@ -449,6 +449,22 @@ impl RunActor {
                         self.sink.clone(),
                     );
                 }
+                Effect::CallUntil {
+                    call,
+                    name,
+                    iteration,
+                } => {
+                    self.launcher.call(
+                        FunctionCall {
+                            run_id: self.id.clone(),
+                            call,
+                            name,
+                            args: vec![iteration],
+                            timeout: Duration::ZERO,
+                        },
+                        self.sink.clone(),
+                    );
+                }
                 Effect::CallPredicate { call, name, state } => {
                     let args = vec![Value::Object((*state).clone())];
                     self.launcher.call(

@@ -307,6 +307,15 @@ pub enum Effect {
         /// The state it judges.
         state: State,
     },
+    /// Call a loop's worker-hosted `until` over the iteration that ended.
+    CallUntil {
+        /// The call's key.
+        call: CallKey,
+        /// The registered function name.
+        name: String,
+        /// SPEC 4.2's `LoopIteration` object.
+        iteration: Value,
+    },
     /// Tell watchers.
     Emit(RunEvent),
     /// Persist the run record now (a wave merged, or the run paused or ended).
@@ -385,6 +394,22 @@ pub enum RunError {
         /// The key the chain had to write.
         output_key: String,
     },
+    /// A step of a loop's body failed (without a fallback in the body).
+    #[error(
+        "loop node '{node}': iteration {iteration} failed at node '{at}' (step {step}): {message}"
+    )]
+    LoopBodyError {
+        /// The loop node.
+        node: String,
+        /// The iteration (1-based).
+        iteration: u32,
+        /// The body node that failed.
+        at: String,
+        /// The body's step.
+        step: u32,
+        /// The original error.
+        message: String,
+    },
     /// An `end` node with `status: failed`.
     #[error("end node '{node}' ended the run as failed{}", message.as_ref().map(|m| format!(": {m}")).unwrap_or_default())]
     EndFailed {
@@ -435,6 +460,7 @@ impl RunError {
             Self::ReducerError { .. } => "ReducerError",
             Self::StepLimitExceeded { .. } => "StepLimitExceeded",
             Self::MapItemError { .. } | Self::MapOutputMissing { .. } => "MapItemError",
+            Self::LoopBodyError { .. } => "LoopBodyError",
             Self::EndFailed { .. } => "EndFailed",
             Self::InvalidInput { .. } => "InvalidInput",
             Self::RunTimeout { .. } => "RunTimeout",
@@ -456,7 +482,9 @@ impl RunError {
     /// The node involved, where there is one.
     pub fn node(&self) -> Option<&str> {
         match self {
-            Self::ExecutionError { node, .. } | Self::EndFailed { node, .. } => Some(node),
+            Self::ExecutionError { node, .. }
+            | Self::EndFailed { node, .. }
+            | Self::LoopBodyError { node, .. } => Some(node),
             Self::MapItemError { map, .. } | Self::MapOutputMissing { map, .. } => Some(map),
             Self::ConcurrentUpdateError { nodes, .. } => nodes.first().map(String::as_str),
             _ => None,

@@ -5,6 +5,9 @@
 //! A [`MapRun`] lives inside its map node's wave slot. The machine asks it
 //! for the next step to dispatch ([`MapRun::next_step`]) and tells it when a
 //! step returns ([`MapRun::step_done`]); chain steps are ordinary tasks.
+//! A `loop` node runs as a map of one item whose chain repeats ([`loops`]).
+
+mod loops;
 
 use std::collections::{HashMap, VecDeque};
 
@@ -40,6 +43,15 @@ pub enum ItemStep {
         state: TaskState,
         /// The item's scope.
         scope: Map<String, Value>,
+    },
+    /// A loop's body ended and a worker-hosted `until` must judge it: call
+    /// `name` with this `LoopIteration` object, then answer through
+    /// [`MapRun::until_answered`] with the call's key.
+    Judge {
+        /// The registered function.
+        name: String,
+        /// What it judges (SPEC 4.2's `LoopIteration`).
+        iteration: Value,
     },
     /// Nothing to start until a step returns.
     Idle,
@@ -88,6 +100,9 @@ pub struct MapRun {
     limit: usize,
     failed: Option<RunError>,
     reported: bool,
+    /// Set when this runs a loop node's body: its iterations.
+    #[serde(default)]
+    looping: Option<loops::Looping>,
 }
 
 /// Why a map could not start its items.
@@ -96,6 +111,9 @@ pub enum MapStartError {
     /// The node is not a map.
     #[error("node '{0}' is not a map")]
     NotAMap(String),
+    /// The node is not a loop.
+    #[error("node '{0}' is not a loop")]
+    NotALoop(String),
     /// `over` failed to evaluate.
     #[error(transparent)]
     Over(#[from] ExprError),
@@ -182,7 +200,15 @@ impl MapRun {
             limit,
             failed: None,
             reported: false,
+            looping: None,
         })
+    }
+
+    /// The field an item's steps do not see until its chain writes it.
+    fn hidden_key(&self) -> Option<&str> {
+        self.looping
+            .is_none()
+            .then_some(self.names.output_key.as_str())
     }
 
     /// Points the map at the restored wave's S0.
@@ -198,6 +224,9 @@ impl MapRun {
                     return ItemStep::Idle;
                 }
                 return ItemStep::Failed(error.clone());
+            }
+            if let Some(judge) = self.judge_request() {
+                return judge;
             }
             // Items already holding a slot go first: a slot is held for the
             // item's whole chain.
@@ -218,6 +247,9 @@ impl MapRun {
                 continue;
             }
             if self.done == self.items.len() {
+                if self.looping.is_some() {
+                    return ItemStep::Finished(self.loop_writes());
+                }
                 let results = self
                     .results
                     .iter_mut()
@@ -232,6 +264,9 @@ impl MapRun {
     }
 
     fn fork(&self, index: usize) -> ItemRun {
+        if let Some(looping) = &self.looping {
+            return self.loop_fork(looping);
+        }
         let item = self.items[index].clone();
         let mut writes = Map::new();
         writes.insert(self.names.item_name.clone(), item.clone());
@@ -250,6 +285,10 @@ impl MapRun {
     /// per-item visit bound; `None` when the item failed instead.
     fn dispatch(&mut self, plan: &RunPlan, index: usize) -> Option<ItemStep> {
         let bound = plan.graph().settings.max_loop_iterations;
+        let hidden = self
+            .looping
+            .is_none()
+            .then_some(self.names.output_key.as_str());
         let run = self.runs[index].as_mut()?;
         let visits = run.visits.entry(run.at).or_default();
         *visits += 1;
@@ -270,12 +309,23 @@ impl MapRun {
                 index,
                 step: run.step,
             },
-            state: fork_state(&self.s0, run, &self.names.output_key),
+            state: fork_state(&self.s0, run, hidden),
             scope: run.scope.clone(),
         })
     }
 
     fn fail_item(&mut self, index: usize, node: String, step: u32, message: String) {
+        if let Some(looping) = &self.looping
+            && self.failed.is_none()
+        {
+            self.failed = Some(RunError::LoopBodyError {
+                node: self.id.clone(),
+                iteration: looping.iteration,
+                at: node.clone(),
+                step,
+                message: message.clone(),
+            });
+        }
         if self.failed.is_none() {
             self.failed = Some(RunError::MapItemError {
                 map: self.id.clone(),
@@ -302,7 +352,7 @@ impl MapRun {
         let run = self.runs[index]
             .as_ref()
             .ok_or_else(|| "the item is no longer running".to_owned())?;
-        let (s0, output_key) = (&self.s0, &self.names.output_key);
+        let (s0, output_key) = (&self.s0, self.hidden_key());
         let (writes, next) = finish_output(
             plan.graph(),
             plan.graph().node(node),
@@ -354,7 +404,7 @@ impl MapRun {
                         run.step += 1;
                         self.ready.push_back(index);
                     }
-                    Some(Target::End) => self.item_finished(index, &mut events),
+                    Some(Target::End) => self.item_finished(plan, index, &mut events),
                     None => self.fail_item(index, node_id, step, failure.message),
                 }
                 return events;
@@ -373,7 +423,7 @@ impl MapRun {
                 run.step += 1;
                 self.ready.push_back(index);
             }
-            Ok(None) => self.item_finished(index, &mut events),
+            Ok(None) => self.item_finished(plan, index, &mut events),
             Err(message) => self.fail_item(index, node_id, step, message),
         }
         events
@@ -424,7 +474,7 @@ impl MapRun {
         // The fork's view holds only the fields the conditions read, and
         // only when there are conditions.
         let view = if plan.routes_on_state(node) {
-            fork_state(&self.s0, run, &self.names.output_key).view_of(plan.routing_reads(node))
+            fork_state(&self.s0, run, self.hidden_key()).view_of(plan.routing_reads(node))
         } else {
             Map::new()
         };
@@ -454,7 +504,11 @@ impl MapRun {
         }
     }
 
-    fn item_finished(&mut self, index: usize, events: &mut Vec<RunEvent>) {
+    fn item_finished(&mut self, plan: &RunPlan, index: usize, events: &mut Vec<RunEvent>) {
+        if self.looping.is_some() {
+            self.iteration_ended(plan, events);
+            return;
+        }
         let run = self.runs[index].take().expect("item is running");
         match run.writes.get(&self.names.output_key) {
             Some(value) => {
@@ -482,12 +536,12 @@ impl MapRun {
 }
 
 /// The state an item's step sees: S0, the item's writes over it, and the
-/// output key hidden until the chain writes it.
-fn fork_state(s0: &State, run: &ItemRun, output_key: &str) -> TaskState {
-    let hidden = if run.writes.contains_key(output_key) {
-        Vec::new()
-    } else {
-        vec![output_key.to_owned()]
+/// map's output key hidden until the chain writes it (a loop hides
+/// nothing: its body works on the run's state).
+fn fork_state(s0: &State, run: &ItemRun, output_key: Option<&str>) -> TaskState {
+    let hidden = match output_key {
+        Some(key) if !run.writes.contains_key(key) => vec![key.to_owned()],
+        _ => Vec::new(),
     };
     TaskState {
         base: s0.clone(),

@@ -42,7 +42,7 @@ impl RunPlan {
             .collect();
         let mut branches = HashMap::new();
         for (idx, node) in graph.nodes.iter().enumerate() {
-            if matches!(node.kind, NodeKind::Map(_)) {
+            if matches!(node.kind, NodeKind::Map(_) | NodeKind::Loop(_)) {
                 let mut members = vec![false; graph.nodes.len()];
                 for member in container_members(&graph, idx) {
                     members[member] = true;
@@ -142,7 +142,7 @@ impl RunPlan {
         self.flow[idx]
     }
 
-    /// Membership of a map's branch subgraph.
+    /// Membership of a map's branch subgraph (or a loop's body).
     pub fn branch_members(&self, map: NodeIdx) -> &[bool] {
         self.branches.get(&map).map_or(&[], Vec::as_slice)
     }

@@ -3,13 +3,13 @@
 //! sent again — tasks in flight under their own keys and attempts (a late
 //! result of the first sending is the same attempt, accepted once), retries
 //! that were waiting for their timer at once, and the worker-hosted calls
-//! a merge or a routing was waiting for.
+//! a merge, a routing or a loop's `until` was waiting for.
 
 use std::time::Duration;
 
 use super::events::*;
 use super::machine::*;
-use super::wave::Phase;
+use super::wave::{Member, Phase};
 
 impl RunMachine {
     /// The effects that pick a restored run up where it stopped: its next
@@ -40,6 +40,18 @@ impl RunMachine {
     /// The worker-hosted reducers and predicates the wave still waits for.
     fn reissue_calls(&self, fx: &mut Vec<Effect>) {
         let Some(wave) = &self.run.wave else { return };
+        // Loops whose body ended, waiting for their `until`.
+        for (_, slot) in wave.iter() {
+            if let Member::Mapping(run) = slot
+                && let Some((call, name, iteration)) = run.pending_judgement()
+            {
+                fx.push(Effect::CallUntil {
+                    call,
+                    name,
+                    iteration,
+                });
+            }
+        }
         match &wave.phase {
             Phase::Running => {}
             Phase::Merging { outcome, pending } => {

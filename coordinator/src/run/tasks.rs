@@ -285,6 +285,18 @@ impl RunMachine {
                     state,
                     scope,
                 } => self.launch(node, 1, Some(item), state, scope, fx),
+                ItemStep::Judge { name, iteration } => {
+                    let call = self.run.next_call;
+                    self.run.next_call += 1;
+                    if let Some(run) = self.map_mut(map) {
+                        run.note_call(call);
+                    }
+                    fx.push(Effect::CallUntil {
+                        call,
+                        name,
+                        iteration,
+                    });
+                }
                 ItemStep::Idle => return,
                 ItemStep::Finished(changes) => {
                     self.map_finished(map, changes, fx);
@@ -302,14 +314,20 @@ impl RunMachine {
     /// Every item finished: the collected list is the map's output, and a
     /// write like any other: `state_updates` (which see it under
     /// `collect_into` and as `output`), `output_schema`, declared types and
-    /// strict state apply.
+    /// strict state apply. A loop's body writes are its update, the same
+    /// way.
     fn map_finished(&mut self, map: NodeIdx, collected: Map<String, Value>, fx: &mut Vec<Effect>) {
         let plan = self.plan.clone();
         let graph = plan.graph();
         let node = graph.node(map);
         let s0 = self.wave_s0();
+        // A map's output is its collected list; a loop's, its `output_key`.
+        let output = match &node.kind {
+            crate::graph::NodeKind::Loop(config) => collected.get(&config.output_key).cloned(),
+            _ => collected.values().next().cloned(),
+        };
         let output = NodeOutput {
-            output: collected.values().next().cloned(),
+            output,
             writes: collected,
             next: None,
         };

@@ -147,6 +147,14 @@ impl Wave {
         fresh
     }
 
+    /// The loop member waiting for call `call`'s judgement, if any.
+    pub(super) fn loop_awaiting(&self, call: CallKey) -> Option<NodeIdx> {
+        self.iter().find_map(|(idx, slot)| match slot {
+            Member::Mapping(run) if run.awaits(call) => Some(idx),
+            _ => None,
+        })
+    }
+
     /// Points the wave's S0, and its maps', at the restored state.
     pub(super) fn relink(&mut self, state: &State) {
         self.s0 = state.clone();

@@ -90,17 +90,26 @@ impl RunMachine {
                 self.set_member(idx, Member::Waiting { prompt });
             }
             NodeKind::End(_) => self.end_reached(idx, s0, fx),
-            NodeKind::Map(_) => match MapRun::start(&self.plan, idx, s0) {
-                Ok(map) => {
-                    self.set_member(idx, Member::Mapping(Box::new(map)));
-                    self.pump_items(idx, fx);
+            NodeKind::Map(_) | NodeKind::Loop(_) => {
+                let started = if matches!(node.kind, NodeKind::Map(_)) {
+                    MapRun::start(&self.plan, idx, s0)
+                } else {
+                    MapRun::start_loop(&self.plan, idx, s0)
+                };
+                match started {
+                    Ok(map) => {
+                        self.set_member(idx, Member::Mapping(Box::new(map)));
+                        self.pump_items(idx, fx);
+                    }
+                    Err(error) => {
+                        let failure = TaskFailure::found_by_coordinator(
+                            FailureKind::MapError,
+                            error.to_string(),
+                        );
+                        self.member_failed(idx, 1, failure, fx);
+                    }
                 }
-                Err(error) => {
-                    let failure =
-                        TaskFailure::found_by_coordinator(FailureKind::MapError, error.to_string());
-                    self.member_failed(idx, 1, failure, fx);
-                }
-            },
+            }
             other => {
                 let message = format!("kind '{}' cannot run in this version of Weft", other.name());
                 let failure = TaskFailure::found_by_coordinator(FailureKind::Unsupported, message);
@@ -246,6 +255,18 @@ impl RunMachine {
         let Some(wave) = self.run.wave.as_mut() else {
             return;
         };
+        // A loop's `until`, asked while its wave runs.
+        if let Some(looping) = wave.loop_awaiting(call) {
+            let mut events = Vec::new();
+            if let Some(Member::Mapping(run)) = wave.slot_mut(looping) {
+                run.until_answered(result, &mut events);
+            }
+            fx.extend(events.into_iter().map(Effect::Emit));
+            self.pump_items(looping, fx);
+            self.pump(fx);
+            self.maybe_finish_wave(fx);
+            return;
+        }
         match &mut wave.phase {
             Phase::Merging { outcome, pending } => {
                 let Some(field) = pending.remove(&call) else {

@@ -295,8 +295,8 @@ impl<'a> Layout<'a> {
         notes
     }
 
-    /// Notes for what the picture does not show: map chains, fallbacks and
-    /// undeclared cycles.
+    /// Notes for what the picture does not show: map chains, loop bodies,
+    /// fallbacks and undeclared cycles.
     fn notes(&self) -> Vec<String> {
         let mut notes = Vec::new();
         for (idx, node) in self.graph.nodes.iter().enumerate() {
@@ -313,6 +313,23 @@ impl<'a> Layout<'a> {
                     "  ⊞ {} maps each item of {over} through {}",
                     node.id,
                     chain.join(" → ")
+                ));
+            }
+            if let NodeKind::Loop(config) = &node.kind {
+                let body: Vec<&str> = container_members(self.graph, idx)
+                    .into_iter()
+                    .map(|m| self.graph.node(m).id.as_str())
+                    .collect();
+                let until = match &config.until {
+                    super::Until::Condition(name, _) => name.clone(),
+                    super::Until::Hosted(name) => format!("fn:{name}"),
+                    super::Until::Sentence(sentence) => format!("\"{sentence}\""),
+                };
+                notes.push(format!(
+                    "  ↻ {} repeats {} until {until} (at most {} times)",
+                    node.id,
+                    body.join(" → "),
+                    config.max_iterations
                 ));
             }
             for &e in self.graph.out_edges(idx) {
@@ -438,6 +455,19 @@ nodes:
         assert!(
             !text.contains("│ step │"),
             "branch nodes are not drawn in the main flow:\n{text}"
+        );
+    }
+
+    #[test]
+    fn a_loop_is_drawn_with_a_note_naming_its_body_and_until() {
+        let text = draw(
+            "conditions:\n  ok: \"state.n > 2\"\nnodes:\n  \
+             spin: { kind: loop, start: true, body: a, until: ok, max_iterations: 4 }\n  \
+             a: { kind: task, handler: a, next: b }\n  b: { kind: task, handler: b }\n",
+        );
+        assert!(
+            text.contains("  ↻ spin repeats a → b until ok (at most 4 times)"),
+            "{text}"
         );
     }
 

@@ -69,6 +69,16 @@ async fn main() -> anyhow::Result<()> {
             .max_by_key(|v| v.as_str().map_or(0, str::len))
             .unwrap_or(Value::Null))
     });
+    // A loop's `until`: done once the text is at most 20 characters, with
+    // a reason the next iteration gets as its feedback.
+    worker.function("short_enough", |args| {
+        let iteration = args.first().cloned().unwrap_or(Value::Null);
+        let length = iteration["output"].as_str().map_or(usize::MAX, str::len);
+        if length <= 20 {
+            return Ok(json!(true));
+        }
+        Ok(json!([false, format!("{length} characters, over 20")]))
+    });
     let shutdown = weft_process::shutdown_on_signal();
     worker.run(shutdown).await?;
     Ok(())

@@ -3,6 +3,7 @@
 //! after the node, and records every event and effect.
 
 mod control;
+mod loops;
 mod maps;
 mod properties;
 mod restore;
@@ -166,6 +167,16 @@ impl Harness {
                         .get_mut(name)
                         .expect("hosted reducer registered");
                     let result = f(vec![s0_value.clone(), Value::Array(branch_values.clone())]);
+                    self.inputs.push_back(Input::CallReturned { call, result });
+                    self.calls.push(effect);
+                }
+                Effect::CallUntil {
+                    call,
+                    ref name,
+                    ref iteration,
+                } => {
+                    let f = self.hosted.get_mut(name).expect("hosted until registered");
+                    let result = f(vec![iteration.clone()]);
                     self.inputs.push_back(Input::CallReturned { call, result });
                     self.calls.push(effect);
                 }

@@ -67,7 +67,7 @@ impl Driver {
                 Effect::CallReducer { call, .. } => {
                     self.awaited.push_back(Awaited::Call(*call, false))
                 }
-                Effect::CallPredicate { call, .. } => {
+                Effect::CallPredicate { call, .. } | Effect::CallUntil { call, .. } => {
                     self.awaited.push_back(Awaited::Call(*call, true))
                 }
                 Effect::CancelTasks(keys) => self
@@ -227,6 +227,58 @@ nodes:
                 ok(spec, json!({"sum": sum}))
             }
         },
+        Input::Cancel,
+    );
+}
+
+#[test]
+fn a_run_with_a_loop_restores_at_every_step() {
+    let yaml = r#"
+state:
+  n: { type: integer, default: 0 }
+conditions:
+  done: "state.n >= 3"
+nodes:
+  count:
+    kind: loop
+    start: true
+    body: bump
+    until: done
+    next: after
+  bump: { kind: task, handler: bump, next: check }
+  check: { kind: task, handler: check }
+  after: { kind: task, handler: after }
+"#;
+    restores_everywhere(
+        yaml,
+        json!({}),
+        |spec| {
+            let view = spec.state.view();
+            let n = view["n"].as_i64().expect("n");
+            match spec.node.as_str() {
+                "bump" => ok(spec, json!({"n": n + 1})),
+                "check" => ok(spec, json!({"seen": spec.scope["loop"]["iteration"]})),
+                _ => ok(spec, json!({"after": n})),
+            }
+        },
+        Input::Cancel,
+    );
+}
+
+#[test]
+fn a_loop_waiting_for_its_hosted_until_restores_at_every_step() {
+    let yaml = r#"
+nodes:
+  setup: { kind: task, handler: setup, start: true, next: polish }
+  polish: { kind: loop, body: write, until: "fn:good", next: after }
+  write: { kind: task, handler: write, next: check }
+  check: { kind: task, handler: check }
+  after: { kind: task, handler: after }
+"#;
+    restores_everywhere(
+        yaml,
+        json!({}),
+        |spec| ok(spec, json!({spec.node.clone(): true})),
         Input::Cancel,
     );
 }

@@ -1,0 +1,276 @@
+//! `loop` nodes (SPEC 4.2): a map of one item whose chain — the loop's
+//! `body` — repeats until `until` holds.
+//!
+//! The body works on the run's state itself: every step sees S0 with what
+//! the body wrote so far over it (in every iteration before this one too),
+//! and when the loop ends those writes are the loop node's update, merged
+//! with its wave like any node's. After each iteration `until` is judged
+//! (the body runs at least once); reaching `max_iterations` ends the loop
+//! without failing it. Every body step's scope holds `loop: {iteration,
+//! max_iterations, feedback}`, `feedback` being what the last judgement
+//! said. Each iteration is told to watchers as a `loop_iteration` event.
+
+use std::collections::{HashMap, VecDeque};
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value, json};
+
+use super::super::events::{RunEvent, State};
+use super::super::plan::RunPlan;
+use super::{ItemRun, MapNames, MapRun, MapStartError, fork_state};
+use crate::graph::{NodeIdx, NodeKind, Until};
+
+/// A loop's iterations so far.
+#[derive(Debug, Serialize, Deserialize)]
+pub(super) struct Looping {
+    /// The iteration running (1-based).
+    pub(super) iteration: u32,
+    max_iterations: u32,
+    /// What the last judgement said, for the next iteration.
+    feedback: Option<String>,
+    /// Earlier iterations: their output and what was said of them.
+    history: Vec<Value>,
+    /// The body's writes, once the loop has ended.
+    writes: Option<Map<String, Value>>,
+    /// A worker-hosted `until` judging the iteration that ended.
+    #[serde(default)]
+    judging: Option<Judging>,
+}
+
+/// A judgement asked of a worker-hosted `until`.
+#[derive(Debug, Serialize, Deserialize)]
+struct Judging {
+    name: String,
+    /// The `LoopIteration` object it judges.
+    iteration: Value,
+    /// The call's key, once the machine has made it; `None`: to ask.
+    call: Option<u64>,
+}
+
+impl MapRun {
+    /// Starts loop node `node`'s first iteration on S0.
+    pub fn start_loop(plan: &RunPlan, node: NodeIdx, s0: &State) -> Result<Self, MapStartError> {
+        let graph_node = plan.graph().node(node);
+        let NodeKind::Loop(config) = &graph_node.kind else {
+            return Err(MapStartError::NotALoop(graph_node.id.clone()));
+        };
+        Ok(Self {
+            map: node,
+            id: graph_node.id.clone(),
+            names: MapNames {
+                item_name: String::new(),
+                branch: config.body,
+                output_key: config.output_key.clone(),
+                collect_into: String::new(),
+            },
+            s0: s0.clone(),
+            items: vec![Value::Null],
+            results: vec![None],
+            runs: vec![None],
+            ready: VecDeque::new(),
+            started: 0,
+            active: 0,
+            done: 0,
+            limit: 1,
+            failed: None,
+            reported: false,
+            looping: Some(Looping {
+                iteration: 1,
+                max_iterations: config.max_iterations.max(1),
+                feedback: None,
+                history: Vec::new(),
+                writes: None,
+                judging: None,
+            }),
+        })
+    }
+
+    /// The body's first step, with nothing written yet.
+    pub(super) fn loop_fork(&self, looping: &Looping) -> ItemRun {
+        ItemRun {
+            writes: Map::new(),
+            scope: loop_scope(looping),
+            at: self.names.branch.unwrap_or(self.map),
+            step: 1,
+            visits: HashMap::new(),
+        }
+    }
+
+    /// The body's chain ended: judges `until`.
+    pub(super) fn iteration_ended(&mut self, plan: &RunPlan, events: &mut Vec<RunEvent>) {
+        let node = plan.graph().node(self.map);
+        let NodeKind::Loop(config) = &node.kind else {
+            return;
+        };
+        let Some(run) = self.runs[0].as_ref() else {
+            return;
+        };
+        let step = run.step;
+        let judged = match &config.until {
+            Until::Condition(name, expr) => {
+                let view = fork_state(&self.s0, run, None).view_of(expr.state_reads());
+                expr.is_true(&view, &run.scope)
+                    .map_err(|error| format!("until '{name}': {error}"))
+            }
+            Until::Hosted(name) => {
+                let iteration = self.loop_iteration(run);
+                if let Some(looping) = self.looping.as_mut() {
+                    looping.judging = Some(Judging {
+                        name: name.clone(),
+                        iteration,
+                        call: None,
+                    });
+                }
+                return;
+            }
+            // Validation refuses it until an LLM can judge it.
+            Until::Sentence(_) => Err("an until sentence needs an LLM to judge it".to_owned()),
+        };
+        match judged {
+            Ok(holds) => self.judged(holds, None, events),
+            Err(message) => self.fail_item(0, node.id.clone(), step, message),
+        }
+    }
+
+    /// SPEC 4.2's `LoopIteration`: what a worker-hosted `until` judges.
+    fn loop_iteration(&self, run: &ItemRun) -> Value {
+        let looping = self.looping.as_ref().expect("a loop");
+        let state = fork_state(&self.s0, run, None).view_of(None);
+        json!({
+            "iteration": looping.iteration,
+            "max_iterations": looping.max_iterations,
+            "is_last": looping.iteration >= looping.max_iterations,
+            "output": run.writes.get(&self.names.output_key)
+                .or_else(|| self.s0.get(&self.names.output_key)),
+            "state": state,
+            "history": looping.history,
+        })
+    }
+
+    /// A judgement to ask for, once: the machine makes the call and tells
+    /// [`note_call`](Self::note_call) its key.
+    pub(super) fn judge_request(&mut self) -> Option<super::ItemStep> {
+        let judging = self.looping.as_mut()?.judging.as_mut()?;
+        if judging.call.is_some() {
+            return None;
+        }
+        // Marked asked at once; the key follows.
+        judging.call = Some(0);
+        Some(super::ItemStep::Judge {
+            name: judging.name.clone(),
+            iteration: judging.iteration.clone(),
+        })
+    }
+
+    /// The key of the call that asks the pending judgement.
+    pub fn note_call(&mut self, call: u64) {
+        if let Some(judging) = self.looping.as_mut().and_then(|l| l.judging.as_mut()) {
+            judging.call = Some(call);
+        }
+    }
+
+    /// The judgement waiting for call `call`'s answer, to ask again after
+    /// a restart: its key, function and argument.
+    pub fn pending_judgement(&self) -> Option<(u64, String, Value)> {
+        let judging = self.looping.as_ref()?.judging.as_ref()?;
+        Some((
+            judging.call?,
+            judging.name.clone(),
+            judging.iteration.clone(),
+        ))
+    }
+
+    /// Whether this loop waits for call `call`'s answer.
+    pub fn awaits(&self, call: u64) -> bool {
+        self.pending_judgement()
+            .is_some_and(|(key, ..)| key == call)
+    }
+
+    /// A worker-hosted `until` answered: `true`/`false`, or `[bool,
+    /// "reason"]`; anything else (or a failed call) fails the loop.
+    pub fn until_answered(&mut self, result: Result<Value, String>, events: &mut Vec<RunEvent>) {
+        let Some(judging) = self.looping.as_mut().and_then(|l| l.judging.take()) else {
+            return;
+        };
+        let step = self.runs[0].as_ref().map_or(0, |run| run.step);
+        let answer = result.and_then(|value| match value {
+            Value::Bool(holds) => Ok((holds, None)),
+            Value::Array(pair) => match pair.as_slice() {
+                [Value::Bool(holds), Value::String(reason)] => Ok((*holds, Some(reason.clone()))),
+                [Value::Bool(holds), Value::Null] => Ok((*holds, None)),
+                _ => Err(format!(
+                    "returned {}, expected true, false or [bool, \"reason\"]",
+                    Value::Array(pair)
+                )),
+            },
+            other => Err(format!(
+                "returned {other}, expected true, false or [bool, \"reason\"]"
+            )),
+        });
+        match answer {
+            Ok((holds, reason)) => self.judged(holds, reason, events),
+            Err(message) => {
+                let message = format!("until fn:{}: {message}", judging.name);
+                self.fail_item(0, self.id.clone(), step, message);
+            }
+        }
+    }
+
+    /// `until` said `holds` (and `reason`): the loop ends, or the body runs
+    /// again with the reason as its feedback.
+    fn judged(&mut self, holds: bool, reason: Option<String>, events: &mut Vec<RunEvent>) {
+        let (Some(looping), Some(run)) = (self.looping.as_mut(), self.runs[0].as_mut()) else {
+            return;
+        };
+        let done = holds || looping.iteration >= looping.max_iterations;
+        events.push(RunEvent::LoopIteration {
+            node: self.id.clone(),
+            iteration: looping.iteration,
+            max_iterations: looping.max_iterations,
+            done,
+            reason: reason.clone(),
+        });
+        looping.history.push(json!({
+            "iteration": looping.iteration,
+            "output": run.writes.get(&self.names.output_key),
+            "reason": reason,
+        }));
+        if done {
+            looping.writes = Some(std::mem::take(&mut run.writes));
+            self.runs[0] = None;
+            self.done = 1;
+            self.active = 0;
+            return;
+        }
+        looping.iteration += 1;
+        looping.feedback = reason;
+        run.at = self.names.branch.unwrap_or(self.map);
+        run.step += 1;
+        // The per-node visit bound counts within an iteration.
+        run.visits.clear();
+        run.scope = loop_scope(looping);
+        self.ready.push_back(0);
+    }
+
+    /// What the loop wrote, once it has ended (taken once).
+    pub(super) fn loop_writes(&mut self) -> Map<String, Value> {
+        self.looping
+            .as_mut()
+            .and_then(|looping| looping.writes.take())
+            .unwrap_or_default()
+    }
+}
+
+/// The scope every body step of this iteration sees.
+fn loop_scope(looping: &Looping) -> Map<String, Value> {
+    let mut scope = Map::new();
+    scope.insert(
+        "loop".into(),
+        json!({
+            "iteration": looping.iteration,
+            "max_iterations": looping.max_iterations,
+            "feedback": looping.feedback,
+        }),
+    );
+    scope
+}
