@@ -123,8 +123,9 @@ pub struct Submitted {
 /// Why a client call failed.
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
-    /// The coordinator could not be reached.
-    #[error("cannot reach the coordinator at {url}: {reason}")]
+    /// The coordinator could not be reached, or could not serve the request
+    /// now (a standby with no leader to forward to, a coordinator stopping).
+    #[error("cannot reach the coordinator{}: {reason}", if url.is_empty() { String::new() } else { format!(" at {url}") })]
     Unreachable {
         /// Its URL.
         url: String,
@@ -156,6 +157,31 @@ impl From<tonic::Status> for ClientError {
                 Self::Invalid(status.message().to_owned())
             }
             _ => Self::Refused(status.message().to_owned()),
+        }
+    }
+}
+
+/// How long a read ([`Client::get`], [`Client::status`], listing) waits
+/// out a coordinator that cannot serve it now — a standby while its group
+/// elects a leader, a coordinator restarting — before it gives up.
+pub const READ_PATIENCE: std::time::Duration = std::time::Duration::from_secs(15);
+
+/// Runs an idempotent call again while it fails as unreachable, for up to
+/// [`READ_PATIENCE`].
+async fn patiently<T, F, Fut>(mut call: F) -> Result<T, ClientError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, ClientError>>,
+{
+    let started = std::time::Instant::now();
+    let mut pause = std::time::Duration::from_millis(50);
+    loop {
+        match call().await {
+            Err(ClientError::Unreachable { .. }) if started.elapsed() < READ_PATIENCE => {
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(std::time::Duration::from_secs(1));
+            }
+            other => return other,
         }
     }
 }
@@ -242,11 +268,14 @@ impl Client {
     }
 
     async fn fetch(&self, run_id: &str, omit_state: bool) -> Result<RunInfo, ClientError> {
-        let request = pb::GetRunRequest {
-            run_id: run_id.to_owned(),
-            omit_state,
-        };
-        run_info(self.runs.clone().get_run(request).await?.into_inner())
+        patiently(|| async {
+            let request = pb::GetRunRequest {
+                run_id: run_id.to_owned(),
+                omit_state,
+            };
+            run_info(self.runs.clone().get_run(request).await?.into_inner())
+        })
+        .await
     }
 
     /// Every run, newest first, without their states.
@@ -262,15 +291,14 @@ impl Client {
         limit: u32,
         after: Option<&str>,
     ) -> Result<(Vec<RunInfo>, Option<String>), ClientError> {
-        let page = self
-            .runs
-            .clone()
-            .list_runs(pb::ListRunsRequest {
+        let page = patiently(|| async {
+            let request = pb::ListRunsRequest {
                 limit,
                 after: after.unwrap_or_default().to_owned(),
-            })
-            .await?
-            .into_inner();
+            };
+            Ok(self.runs.clone().list_runs(request).await?.into_inner())
+        })
+        .await?;
         let runs = page
             .runs
             .into_iter()

@@ -24,11 +24,12 @@ mod embedded;
 pub use builder::{GraphBuilder, NodeBuilder};
 pub use bundle::{BundleError, BundleOptions, GraphBundle};
 pub use client::{
-    Client, ClientError, Event, RunErrorInfo, RunEvent, RunInfo, RunStatus, Submitted,
-    UnhostedWait, WaitingNode,
+    Client, ClientError, Event, READ_PATIENCE, RECONNECT_PATIENCE, RunErrorInfo, RunEvent, RunInfo,
+    RunStatus, Submitted, UnhostedWait, WaitingNode,
 };
 #[cfg(feature = "embedded")]
 pub use embedded::{EmbeddedCluster, EmbeddedError};
 /// The configuration an embedded cluster's coordinator starts with (see
 /// [`EmbeddedCluster::start_configured`]).
+#[cfg(feature = "embedded")]
 pub use weft_coordinator::config::CoordinatorConfig;

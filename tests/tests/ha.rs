@@ -69,6 +69,14 @@ async fn the_standby_finishes_the_run_when_the_leader_is_killed() -> anyhow::Res
 
     let killed = Instant::now();
     group.kill(leader)?;
+    // A status asked of the standby at once rides through the election.
+    let url = group.url(standby).to_owned();
+    let run_id = submitted.run_id.clone();
+    let status = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(weft_tests::binary("weft"))
+            .args(["--coordinator", &url, "status", &run_id, "--json"])
+            .output()
+    });
     let new_leader = group.wait_for_leader(Some(leader)).await?;
     let failover = killed.elapsed();
     assert_eq!(new_leader, standby);
@@ -76,6 +84,13 @@ async fn the_standby_finishes_the_run_when_the_leader_is_killed() -> anyhow::Res
     let finished = killed.elapsed();
     assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error);
     assert_eq!(done.state["n"], 5);
+    let status = status.await??;
+    assert_eq!(
+        status.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&status.stderr)
+    );
     // The worker followed the leader through etcd.
     group.wait_for_log("w", "joined the coordinator", 2).await?;
     eprintln!(

@@ -5,24 +5,61 @@ use super::terminal::err;
 
 use indicatif::{ProgressBar, ProgressStyle};
 use tokio_stream::StreamExt;
-use weft_client::{Client, ClientError, Event, RunEvent, RunInfo};
+use weft_client::{Client, ClientError, Event, READ_PATIENCE, RunEvent, RunInfo};
 
-/// Follows a run from event `from` until it ends or waits for a human.
+/// Follows a run from event `from` until it ends or waits for a human. A
+/// feed that breaks off (a coordinator restarting, a leader changing) is
+/// picked up again where it stopped, for up to [`READ_PATIENCE`].
 pub async fn follow(client: &Client, run_id: &str, from: u64) -> Result<RunInfo, ClientError> {
-    let mut events = client.watch(run_id, from).await?;
     let mut bar: Option<ProgressBar> = None;
-    while let Some(event) = events.next().await {
-        let event = event?;
-        let stop = event.ends_or_pauses();
-        show(&event, &mut bar);
-        if stop {
-            break;
+    let mut next = from;
+    let mut broken: Option<std::time::Instant> = None;
+    'feed: loop {
+        let mut events = match client.watch(run_id, next).await {
+            Ok(events) => events,
+            Err(error) => {
+                wait_out(error, &mut broken).await?;
+                continue;
+            }
+        };
+        while let Some(event) = events.next().await {
+            let event = match event {
+                Ok(event) => event,
+                Err(error) => {
+                    wait_out(error, &mut broken).await?;
+                    continue 'feed;
+                }
+            };
+            broken = None;
+            next = event.seq + 1;
+            let stop = event.ends_or_pauses();
+            show(&event, &mut bar);
+            if stop {
+                break 'feed;
+            }
         }
+        break;
     }
     if let Some(bar) = bar.take() {
         bar.finish_and_clear();
     }
     client.get(run_id).await
+}
+
+/// Waits a moment after a broken feed, or gives the error back when it is
+/// not one to wait out (or has lasted past the patience).
+async fn wait_out(
+    error: ClientError,
+    broken: &mut Option<std::time::Instant>,
+) -> Result<(), ClientError> {
+    let since = *broken.get_or_insert_with(std::time::Instant::now);
+    match error {
+        ClientError::Unreachable { .. } if since.elapsed() < READ_PATIENCE => {
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+            Ok(())
+        }
+        other => Err(other),
+    }
 }
 
 fn show(event: &Event, bar: &mut Option<ProgressBar>) {

@@ -70,7 +70,8 @@ type Forwarding = (String, RunServiceClient<Channel>);
 
 enum Route {
     Local(RunApi),
-    Forward(RunServiceClient<Channel>),
+    /// The leader's client and URL.
+    Forward(RunServiceClient<Channel>, String),
 }
 
 impl FrontRuns {
@@ -94,21 +95,30 @@ impl FrontRuns {
     }
 
     /// A forwarded call's answer, or `unavailable` (which clients retry)
-    /// if the leader changes or does not answer in time.
+    /// if the leader changes, cannot be reached or does not answer in time.
     async fn forward<T>(
         &self,
+        leader: &str,
         call: impl Future<Output = Result<Response<T>, Status>>,
     ) -> Result<Response<T>, Status> {
-        tokio::select! {
+        let answer = tokio::select! {
             answer = tokio::time::timeout(FORWARD_TIMEOUT, call) => answer.unwrap_or_else(|_| {
                 Err(Status::unavailable(format!(
-                    "the leader did not answer within {FORWARD_TIMEOUT:?}; ask again"
+                    "the leader did not answer within {FORWARD_TIMEOUT:?}"
                 )))
             }),
             () = self.role_changed() => Err(Status::unavailable(
-                "the leader changed while the request was forwarded; ask again",
+                "the leader changed while the request was forwarded",
             )),
-        }
+        };
+        answer.map_err(|status| match status.code() {
+            tonic::Code::Unavailable => Status::unavailable(format!(
+                "this coordinator stands by and forwarded the request to the leader at {leader}: {}; \
+                 if the leader is gone, another coordinator takes over within its lease: ask again",
+                status.message()
+            )),
+            _ => status,
+        })
     }
 
     fn route<T>(&self, request: &Request<T>) -> Result<Route, Status> {
@@ -128,7 +138,7 @@ impl FrontRuns {
         if let Some((known, client)) = &*leader
             && *known == url
         {
-            return Ok(Route::Forward(client.clone()));
+            return Ok(Route::Forward(client.clone(), url));
         }
         let endpoint = Endpoint::from_shared(url.clone()).map_err(|e| {
             Status::unavailable(format!("the leader's URL '{url}' is not usable: {e}"))
@@ -136,8 +146,8 @@ impl FrontRuns {
         let client = RunServiceClient::new(endpoint.tcp_nodelay(true).connect_lazy())
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_MESSAGE_BYTES);
-        *leader = Some((url, client.clone()));
-        Ok(Route::Forward(client))
+        *leader = Some((url.clone(), client.clone()));
+        Ok(Route::Forward(client, url))
     }
 }
 
@@ -170,8 +180,8 @@ macro_rules! routed {
             Box::pin(async move {
                 match self.route(&request)? {
                     Route::Local(api) => api.$method(request).await,
-                    Route::Forward(mut client) => {
-                        self.forward(client.$method(forwarded(request))).await
+                    Route::Forward(mut client, leader) => {
+                        self.forward(&leader, client.$method(forwarded(request))).await
                     }
                 }
             })
@@ -199,10 +209,10 @@ impl RunService for FrontRuns {
     ) -> Result<Response<EventStream>, Status> {
         match self.route(&request)? {
             Route::Local(api) => api.watch_run(request).await,
-            Route::Forward(mut client) => {
+            Route::Forward(mut client, leader) => {
                 let changed = self.role_changed();
                 let call = client.watch_run(forwarded(request));
-                let events = self.forward(call).await?.into_inner();
+                let events = self.forward(&leader, call).await?.into_inner();
                 Ok(Response::new(relay(events, changed)))
             }
         }
