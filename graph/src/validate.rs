@@ -289,6 +289,14 @@ fn map_branch(graph: &Graph, map_idx: NodeIdx, findings: &mut Vec<Finding>) {
 fn loop_body(graph: &Graph, loop_idx: NodeIdx, findings: &mut Vec<Finding>) {
     let node = graph.node(loop_idx);
     if let NodeKind::Loop(config) = &node.kind
+        && config.max_iterations == 0
+    {
+        findings.push(Finding::error(
+            format!("loop node '{}': max_iterations must be at least 1", node.id),
+            &[&node.id],
+        ));
+    }
+    if let NodeKind::Loop(config) = &node.kind
         && config.body.is_none()
     {
         findings.push(Finding::error(

@@ -251,3 +251,66 @@ nodes:
     std::fs::remove_file(&ran).ok();
     Ok(())
 }
+
+#[tokio::test]
+async fn a_loop_cut_by_kill_9_runs_its_finished_iterations_only_once() -> anyhow::Result<()> {
+    use tokio_stream::StreamExt;
+    let mut cluster = TestCluster::start()?;
+    cluster.add_worker("w", 2)?;
+    cluster.wait_for_workers(&["w"]).await?;
+    let ran = std::env::temp_dir().join(format!("weft-durable-loop-{}", std::process::id()));
+    std::fs::remove_file(&ran).ok();
+    // Each execution of the body leaves a line with its iteration.
+    let step = format!(
+        "import json, sys, time\n\
+         task = json.load(sys.stdin)\n\
+         n = task['scope']['loop']['iteration']\n\
+         open({:?}, 'a').write(f'{{n}}\\n')\n\
+         time.sleep(0.3)\n\
+         print(json.dumps({{'n': n}}))\n",
+        ran.display().to_string()
+    );
+    let graph = GraphBundle::from_text(
+        "slow-loop.yaml",
+        r#"
+state:
+  n: { type: integer, default: 0 }
+conditions:
+  enough: "state.n >= 5"
+nodes:
+  count: { kind: loop, start: true, body: step, until: enough }
+  step: { kind: script, run: [python3, step.py] }
+"#,
+    )
+    .with_file("step.py", step.as_bytes(), 0o644);
+    let client = cluster.client().await?;
+    let submitted = client.submit_bundle(graph, &json!({})).await?;
+    // Iterations seen ended are stored (with `sync`, an event is published
+    // only once its checkpoint is on disk).
+    let mut events = client.watch(&submitted.run_id, 0).await?;
+    loop {
+        let event = tokio::time::timeout(Duration::from_secs(30), events.next())
+            .await?
+            .expect("the run goes on")?;
+        if event.kind == "loop_iteration" && event.body["iteration"] == 2 {
+            break;
+        }
+    }
+    drop(events);
+    cluster.restart_coordinator()?;
+    let client = cluster.client().await?;
+    let done =
+        tokio::time::timeout(Duration::from_secs(60), client.wait(&submitted.run_id)).await??;
+    assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error);
+    assert_eq!(done.state["n"], 5);
+    let lines = std::fs::read_to_string(&ran)?;
+    for iteration in ["1", "2"] {
+        let runs = lines.lines().filter(|l| *l == iteration).count();
+        assert_eq!(
+            runs, 1,
+            "iteration {iteration} ended before the crash and ran {runs} times:\n{lines}"
+        );
+    }
+    std::fs::remove_file(&ran).ok();
+    Ok(())
+}

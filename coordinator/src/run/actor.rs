@@ -480,7 +480,11 @@ impl RunActor {
                 }
                 Effect::Emit(event) => {
                     match &event {
-                        RunEvent::MapItemFinished { .. } => self.item_checkpoint = true,
+                        // A map item or a loop iteration is progress a
+                        // crash should not take back.
+                        RunEvent::MapItemFinished { .. } | RunEvent::LoopIteration { .. } => {
+                            self.item_checkpoint = true;
+                        }
                         RunEvent::StateChanged { fields, .. } => {
                             self.fields.refresh(self.machine.state(), fields.iter());
                         }

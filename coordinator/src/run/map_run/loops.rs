@@ -76,7 +76,7 @@ impl MapRun {
             reported: false,
             looping: Some(Looping {
                 iteration: 1,
-                max_iterations: config.max_iterations.max(1),
+                max_iterations: config.max_iterations.max(1), // validation refuses 0
                 feedback: None,
                 history: Vec::new(),
                 writes: None,
