@@ -77,6 +77,11 @@ async fn the_standby_finishes_the_run_when_the_leader_is_killed() -> anyhow::Res
             .args(["--coordinator", &url, "status", &run_id, "--json"])
             .output()
     });
+    // So does a submission: the standby holds it until it leads itself.
+    let late = {
+        let client = client.clone();
+        tokio::spawn(async move { client.submit_bundle(slow_chain(1), &json!({})).await })
+    };
     let new_leader = group.wait_for_leader(Some(leader)).await?;
     let failover = killed.elapsed();
     assert_eq!(new_leader, standby);
@@ -84,6 +89,9 @@ async fn the_standby_finishes_the_run_when_the_leader_is_killed() -> anyhow::Res
     let finished = killed.elapsed();
     assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error);
     assert_eq!(done.state["n"], 5);
+    let late = late.await??;
+    let late = finish(&client, &late.run_id).await?;
+    assert_eq!(late.status, RunStatus::Completed, "{:?}", late.error);
     let status = status.await??;
     assert_eq!(
         status.status.code(),

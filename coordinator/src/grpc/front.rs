@@ -51,6 +51,25 @@ pub enum Role {
     Standby(Option<String>),
 }
 
+/// How long a request a standby could not get to any leader waits for one
+/// to be elected.
+const ELECTION_PATIENCE: std::time::Duration = std::time::Duration::from_secs(15);
+
+/// Whether a forwarded call failed because the leader refused the
+/// connection: then the request reached nobody.
+fn connection_refused(status: &Status) -> bool {
+    let mut source = std::error::Error::source(status);
+    while let Some(error) = source {
+        if let Some(io) = error.downcast_ref::<std::io::Error>()
+            && io.kind() == std::io::ErrorKind::ConnectionRefused
+        {
+            return true;
+        }
+        source = error.source();
+    }
+    status.message().contains("tcp connect error")
+}
+
 /// How long a forwarded request may wait for the leader's answer.
 const FORWARD_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 
@@ -95,12 +114,14 @@ impl FrontRuns {
     }
 
     /// A forwarded call's answer, or `unavailable` (which clients retry)
-    /// if the leader changes, cannot be reached or does not answer in time.
+    /// if the leader changes, cannot be reached or does not answer in time;
+    /// with whether the request certainly reached no leader (the
+    /// connection was refused), so it may be routed again.
     async fn forward<T>(
         &self,
         leader: &str,
         call: impl Future<Output = Result<Response<T>, Status>>,
-    ) -> Result<Response<T>, Status> {
+    ) -> Result<Response<T>, (Status, bool)> {
         let answer = tokio::select! {
             answer = tokio::time::timeout(FORWARD_TIMEOUT, call) => answer.unwrap_or_else(|_| {
                 Err(Status::unavailable(format!(
@@ -112,21 +133,26 @@ impl FrontRuns {
             )),
         };
         answer.map_err(|status| match status.code() {
-            tonic::Code::Unavailable => Status::unavailable(format!(
-                "this coordinator stands by and forwarded the request to the leader at {leader}: {}; \
-                 if the leader is gone, another coordinator takes over within its lease: ask again",
-                status.message()
-            )),
-            _ => status,
+            tonic::Code::Unavailable => {
+                let refused = connection_refused(&status);
+                let status = Status::unavailable(format!(
+                    "this coordinator stands by and forwarded the request to the leader at {leader}: {}; \
+                     if the leader is gone, another coordinator takes over within its lease: ask again",
+                    status.message()
+                ));
+                (status, refused)
+            }
+            _ => (status, false),
         })
     }
 
-    fn route<T>(&self, request: &Request<T>) -> Result<Route, Status> {
+    /// Where a request goes now; `forwarded_in`: it was forwarded here.
+    fn route(&self, forwarded_in: bool) -> Result<Route, Status> {
         let url = match &*self.role.borrow() {
             Role::Leader(services) => {
                 return Ok(Route::Local(services.current()?.runs.clone()));
             }
-            Role::Standby(_) if request.metadata().contains_key(FORWARDED_METADATA) => {
+            Role::Standby(_) if forwarded_in => {
                 return Err(Status::unavailable(
                     "this coordinator no longer leads its group; ask again",
                 ));
@@ -162,7 +188,11 @@ fn forwarded<T>(request: Request<T>) -> Request<T> {
 }
 
 /// Unary methods, each served locally or forwarded; written out in the
-/// shape `tonic::async_trait` gives the trait's methods.
+/// shape `tonic::async_trait` gives the trait's methods. A request that
+/// certainly reached no leader (none is known, or its connection was
+/// refused) is routed again when the role changes, for up to
+/// [`ELECTION_PATIENCE`]: a client sent to a standby mid-election is
+/// served by whoever leads next.
 macro_rules! routed {
     ($($method:ident($request:ty) -> $response:ty;)*) => {$(
         fn $method<'life0, 'async_trait>(
@@ -178,10 +208,31 @@ macro_rules! routed {
             Self: 'async_trait,
         {
             Box::pin(async move {
-                match self.route(&request)? {
-                    Route::Local(api) => api.$method(request).await,
-                    Route::Forward(mut client, leader) => {
-                        self.forward(&leader, client.$method(forwarded(request))).await
+                let forwarded_in = request.metadata().contains_key(FORWARDED_METADATA);
+                let message = request.into_inner();
+                let deadline = tokio::time::Instant::now() + ELECTION_PATIENCE;
+                loop {
+                    let changed = self.role_changed();
+                    let (status, unreached) = match self.route(forwarded_in) {
+                        Ok(Route::Local(api)) => return api.$method(Request::new(message)).await,
+                        Ok(Route::Forward(mut client, leader)) => {
+                            let call = client.$method(forwarded(Request::new(message.clone())));
+                            match self.forward(&leader, call).await {
+                                Ok(response) => return Ok(response),
+                                Err(failed) => failed,
+                            }
+                        }
+                        Err(status) => {
+                            let unreached = status.message() == NO_LEADER;
+                            (status, unreached)
+                        }
+                    };
+                    if !unreached || tokio::time::Instant::now() >= deadline {
+                        return Err(status);
+                    }
+                    tokio::select! {
+                        () = changed => {}
+                        () = tokio::time::sleep_until(deadline) => {}
                     }
                 }
             })
@@ -207,12 +258,17 @@ impl RunService for FrontRuns {
         &self,
         request: Request<pb::WatchRunRequest>,
     ) -> Result<Response<EventStream>, Status> {
-        match self.route(&request)? {
+        let forwarded_in = request.metadata().contains_key(FORWARDED_METADATA);
+        match self.route(forwarded_in)? {
             Route::Local(api) => api.watch_run(request).await,
             Route::Forward(mut client, leader) => {
                 let changed = self.role_changed();
                 let call = client.watch_run(forwarded(request));
-                let events = self.forward(&leader, call).await?.into_inner();
+                let events = self
+                    .forward(&leader, call)
+                    .await
+                    .map_err(|(status, _)| status)?
+                    .into_inner();
                 Ok(Response::new(relay(events, changed)))
             }
         }
