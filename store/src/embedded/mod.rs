@@ -3,9 +3,11 @@
 //! changes are in the write-ahead log ([`crate::wal`]) and one fsync per
 //! flush interval makes everything since the last durable
 //! ([`Flush::Every`]); [`Flush::EachWrite`] commits each write to disk
-//! before it returns instead (an fsync per write).
+//! before it returns instead (an fsync per write). With the log, a small
+//! write is made on the caller's thread when nobody flushes (it cannot wait
+//! on the disk then); others go to the blocking pool.
 //!
-//! Each key's record holds its create and last-change revisions, its lease
+//! Each key's record ([`records`]) holds its create and last-change revisions, its lease
 //! and its value; one counter gives revisions as etcd does. Leases live in
 //! memory with the process that owns the file: keys under a lease vanish
 //! when it is not kept alive, and on open (their owner is gone). Watchers
@@ -19,7 +21,11 @@ use std::time::{Duration, Instant};
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition, WriteTransaction};
 use tokio::sync::{broadcast, mpsc};
 
-use super::wal::{Change, Frame, Wal};
+mod records;
+
+use records::{Changes, check_fence, entry, field, lease_of, next_count, next_revision, write_key};
+
+use super::wal::{Change, Wal};
 use super::{Entry, Fence, LeaseId, Revision, Store, StoreError, WatchEvent};
 
 /// When the embedded store's writes reach the disk.
@@ -41,10 +47,9 @@ impl Default for Flush {
 
 /// key → record: create revision, change revision, lease (8 bytes each,
 /// little-endian), then the value.
-const ENTRIES: TableDefinition<&str, &[u8]> = TableDefinition::new("entries");
+pub(crate) const ENTRIES: TableDefinition<&str, &[u8]> = TableDefinition::new("entries");
 /// Counters: the last revision and the last lease id.
-const COUNTERS: TableDefinition<&str, i64> = TableDefinition::new("counters");
-const HEADER: usize = 24;
+pub(crate) const COUNTERS: TableDefinition<&str, i64> = TableDefinition::new("counters");
 /// The largest write made on the caller's thread rather than a blocking
 /// one (see `EmbeddedStore::writing`).
 const QUICK_WRITE_BYTES: usize = 64 << 10;
@@ -64,7 +69,7 @@ struct Inner {
     changes: broadcast::Sender<WatchEvent>,
 }
 
-fn backend(error: impl std::fmt::Display) -> StoreError {
+pub(crate) fn backend(error: impl std::fmt::Display) -> StoreError {
     StoreError::Backend(error.to_string())
 }
 
@@ -292,114 +297,6 @@ fn spawn_flusher(inner: std::sync::Weak<Inner>, interval: Duration) {
         });
     if let Err(error) = spawned {
         tracing::error!(%error, "no flush thread: writes stay in the log until the store closes");
-    }
-}
-
-/// What a transaction changed: for watchers, and for the log.
-#[derive(Default)]
-struct Changes {
-    events: Vec<WatchEvent>,
-    frame: Frame,
-}
-
-impl Changes {
-    fn removed(&mut self, key: String) {
-        self.frame.remove(&key);
-        self.events.push(WatchEvent::Delete { key });
-    }
-}
-
-/// The next revision, counted in the transaction.
-fn next_revision(txn: &WriteTransaction, changes: &mut Changes) -> Result<Revision, StoreError> {
-    next_count(txn, changes, "revision")
-}
-
-/// Counter `name` plus one, kept in the transaction.
-fn next_count(
-    txn: &WriteTransaction,
-    changes: &mut Changes,
-    name: &str,
-) -> Result<i64, StoreError> {
-    let mut counters = txn.open_table(COUNTERS).map_err(backend)?;
-    let next = counters
-        .get(name)
-        .map_err(backend)?
-        .map_or(0, |v| v.value())
-        + 1;
-    counters.insert(name, next).map_err(backend)?;
-    changes.frame.counter(name, next);
-    Ok(next)
-}
-
-/// Whether the fence holds in this transaction.
-fn check_fence(txn: &WriteTransaction, fence: Option<&Fence>) -> Result<(), StoreError> {
-    let Some(fence) = fence else { return Ok(()) };
-    let entries = txn.open_table(ENTRIES).map_err(backend)?;
-    let held = entries
-        .get(fence.key.as_str())
-        .map_err(backend)?
-        .is_some_and(|record| create_of(record.value()) == fence.revision);
-    if held {
-        Ok(())
-    } else {
-        Err(StoreError::Fenced {
-            key: fence.key.clone(),
-            revision: fence.revision,
-        })
-    }
-}
-
-/// Writes `key` at a new revision (keeping its create revision).
-fn write_key(
-    txn: &WriteTransaction,
-    key: &str,
-    value: &[u8],
-    lease: LeaseId,
-    changes: &mut Changes,
-) -> Result<Revision, StoreError> {
-    let revision = next_revision(txn, changes)?;
-    let mut entries = txn.open_table(ENTRIES).map_err(backend)?;
-    let created = entries
-        .get(key)
-        .map_err(backend)?
-        .map_or(revision, |record| create_of(record.value()));
-    let mut record = Vec::with_capacity(HEADER + value.len());
-    record.extend_from_slice(&created.to_le_bytes());
-    record.extend_from_slice(&revision.to_le_bytes());
-    record.extend_from_slice(&lease.to_le_bytes());
-    record.extend_from_slice(value);
-    entries.insert(key, record.as_slice()).map_err(backend)?;
-    changes.frame.put(key, &record);
-    changes.events.push(WatchEvent::Put(Entry {
-        key: key.to_owned(),
-        value: value.to_vec(),
-        create_revision: created,
-        mod_revision: revision,
-    }));
-    Ok(revision)
-}
-
-fn field(record: &[u8], at: usize) -> i64 {
-    record
-        .get(at..at + 8)
-        .and_then(|b| b.try_into().ok())
-        .map_or(0, i64::from_le_bytes)
-}
-
-fn create_of(record: &[u8]) -> Revision {
-    field(record, 0)
-}
-
-fn lease_of(record: &[u8]) -> LeaseId {
-    field(record, 16)
-}
-
-fn entry(key: &str, record: &[u8]) -> Entry {
-    Entry {
-        key: key.to_owned(),
-        value: record.get(HEADER..).unwrap_or_default().to_vec(),
-        create_revision: create_of(record),
-        mod_revision: field(record, 8),
     }
 }
 
