@@ -21,6 +21,15 @@ pub enum BundleError {
     /// The graph is invalid or unreadable.
     #[error(transparent)]
     Graph(#[from] GraphError),
+    /// A graph it embeds (a `subgraph` node's `graph:`) is invalid or
+    /// unreadable.
+    #[error("embedded graph '{path}': {source}")]
+    Embedded {
+        /// The embedded graph, relative to the top graph's directory.
+        path: String,
+        /// What is wrong with it.
+        source: GraphError,
+    },
     /// A file it names could not be read.
     #[error("cannot read '{path}': {source}")]
     Read {
@@ -72,16 +81,7 @@ impl GraphBundle {
             .unwrap_or("graph.yaml")
             .to_owned();
         let mut files = vec![(graph_name.clone(), read(path)?, 0o644)];
-        let mut named: Vec<String> = Vec::new();
-        for node in &graph.nodes {
-            if let NodeKind::Script { argv, .. } = &node.kind {
-                for arg in argv {
-                    if is_relative_inside(arg) && dir.join(arg).is_file() && !named.contains(arg) {
-                        named.push(arg.clone());
-                    }
-                }
-            }
-        }
+        let named = named_files(&dir, &graph_name, graph)?;
         let real_dir = std::fs::canonicalize(if dir.as_os_str().is_empty() {
             Path::new(".")
         } else {
@@ -127,6 +127,71 @@ impl GraphBundle {
             .push((path.to_owned(), content.to_vec(), mode & MODE_MASK));
         self
     }
+}
+
+/// The files the graph names, and the graphs its subgraph nodes embed
+/// (named relative to the graph that embeds them) with the files they
+/// name, transitively; paths relative to `dir` (the top graph's
+/// directory, the bundle's root), each once.
+fn named_files(dir: &Path, top: &str, graph: graph::Graph) -> Result<Vec<String>, BundleError> {
+    let mut named: Vec<String> = Vec::new();
+    let mut graphs = vec![(top.to_owned(), graph)];
+    while let Some((at, graph)) = graphs.pop() {
+        let base = Path::new(&at).parent().unwrap_or(Path::new(""));
+        for node in &graph.nodes {
+            match &node.kind {
+                // Scripts run from the bundle's root, whichever graph of
+                // it names them.
+                NodeKind::Script { argv, .. } => {
+                    for arg in argv.iter().filter(|arg| is_relative_inside(arg)) {
+                        let Some(relative) = inside(Path::new(""), arg) else {
+                            continue;
+                        };
+                        if dir.join(&relative).is_file() && !named.contains(&relative) {
+                            named.push(relative);
+                        }
+                    }
+                }
+                NodeKind::Subgraph(config) => {
+                    // A graph outside the directory is left for the
+                    // coordinator to refuse by name.
+                    let Some(relative) = inside(base, &config.graph) else {
+                        continue;
+                    };
+                    if relative == top || named.contains(&relative) {
+                        continue;
+                    }
+                    let (child, _) = graph::load_file(&dir.join(&relative)).map_err(|source| {
+                        BundleError::Embedded {
+                            path: relative.clone(),
+                            source,
+                        }
+                    })?;
+                    named.push(relative.clone());
+                    graphs.push((relative, child));
+                }
+                _ => {}
+            }
+        }
+    }
+    Ok(named)
+}
+
+/// `path` named from directory `base`, as a path inside the bundle.
+fn inside(base: &Path, path: &str) -> Option<String> {
+    let joined = base.join(path);
+    let mut parts: Vec<&str> = Vec::new();
+    for component in joined.components() {
+        match component {
+            Component::Normal(part) => parts.push(part.to_str()?),
+            Component::CurDir => {}
+            Component::ParentDir => {
+                parts.pop()?;
+            }
+            _ => return None,
+        }
+    }
+    (!parts.is_empty()).then(|| parts.join("/"))
 }
 
 fn is_relative_inside(arg: &str) -> bool {

@@ -61,8 +61,19 @@ pub struct RunInfo {
     pub waiting: Vec<WaitingNode>,
     /// Work no connected worker hosts, which the run waits for.
     pub unhosted: Vec<UnhostedWait>,
+    /// The child runs its subgraph nodes started, in order.
+    pub children: Vec<ChildRun>,
     /// Events recorded so far.
     pub event_count: u64,
+}
+
+/// A subgraph node's child run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ChildRun {
+    /// The subgraph node.
+    pub node: String,
+    /// The child's run id.
+    pub run_id: String,
 }
 
 impl RunInfo {
@@ -454,6 +465,14 @@ fn run_info(info: pb::RunInfo) -> Result<RunInfo, ClientError> {
                 node: w.node,
                 kind: w.kind,
                 prompt: w.prompt,
+            })
+            .collect(),
+        children: info
+            .children
+            .into_iter()
+            .map(|c| ChildRun {
+                node: c.node,
+                run_id: c.run_id,
             })
             .collect(),
         unhosted: info

@@ -61,6 +61,9 @@ pub enum BundleError {
     /// The graph is invalid.
     #[error(transparent)]
     Graph(#[from] GraphError),
+    /// A graph it embeds is missing, invalid, or embeds its embedder.
+    #[error("{}", .0.join("\n"))]
+    Family(Vec<String>),
 }
 
 /// Hex SHA-256 of some bytes.

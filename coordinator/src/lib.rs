@@ -6,6 +6,8 @@
 #![warn(missing_docs)]
 
 pub mod bundle;
+pub mod bundle_family;
+pub mod child_registry;
 pub mod config;
 pub mod dispatch;
 pub mod durable;

@@ -146,6 +146,7 @@ impl Runs {
         let durability = graph.settings.durability;
         let plan = RunPlan::new(Arc::new(graph), self.limits.clone());
         let machine = RunMachine::restore(plan.clone(), run.progress).map_err(|e| e.to_string())?;
+        let children = self.children_of(&plan, &run.bundle);
         let journal = Journal::start(
             keeper.clone(),
             run.id.clone(),
@@ -170,6 +171,7 @@ impl Runs {
             journal: Some(journal),
             admitted: None,
             lease: self.blobs.add_bundle(&run.bundle),
+            children,
         });
         let files = run.head.files.iter().map(|f| f.sha256.clone()).collect();
         self.stored_files.hold(&run.id, files);
@@ -193,6 +195,7 @@ impl Runs {
         }
         let input = parse_input(input_json)?;
         let (graph, findings) = bundle.load_graph()?;
+        bundle.check_family(&graph)?;
         let mut warnings: Vec<String> = findings.iter().map(Finding::to_string).collect();
         let over = self.limits.check_graph(&graph);
         if !over.is_empty() {
@@ -219,6 +222,7 @@ impl Runs {
         }
         warnings.extend(gaps.into_iter().map(|gap| gap.warning));
         let lease = self.blobs.add_bundle(&bundle);
+        let children = self.children_of(&plan, &bundle);
         let refs = bundle_refs(&bundle);
         let id: Arc<str> = Arc::from(format!("run-{}", uuid::Uuid::now_v7().simple()));
         // Stored before it is acknowledged: a crash from here on loses nothing.
@@ -240,6 +244,7 @@ impl Runs {
             journal,
             admitted: Some(admitted),
             lease,
+            children,
         });
         // The actor's first checkpoint: acknowledged means stored.
         let refused = match stored.await {
@@ -259,6 +264,24 @@ impl Runs {
         inner.by_id.insert(id.clone(), handle);
         inner.order.push(id.clone());
         Ok((id, warnings))
+    }
+
+    /// What a run of `plan` needs to run its subgraph nodes' child runs;
+    /// `None` without any.
+    fn children_of(
+        &self,
+        plan: &RunPlan,
+        bundle: &Bundle,
+    ) -> Option<Arc<dyn crate::run::ChildRuns>> {
+        let embeds = plan
+            .graph()
+            .nodes
+            .iter()
+            .any(|node| matches!(node.kind, crate::graph::NodeKind::Subgraph(_)));
+        embeds.then(|| {
+            let children = crate::child_registry::RunChildren::new(self.clone(), bundle.clone());
+            Arc::new(children) as Arc<dyn crate::run::ChildRuns>
+        })
     }
 
     /// Stores a new run's bundle files and starts its journal (`None`

@@ -159,13 +159,6 @@ fn kinds(graph: &Graph, findings: &mut Vec<Finding>) {
                 &[id],
             )),
             NodeKind::Loop(config) => loop_until(id, &config.until, findings),
-            NodeKind::Subgraph(_) => findings.push(Finding::error(
-                format!(
-                    "node '{id}': kind '{}' is parsed but this version of Weft cannot run it yet",
-                    node.kind.name()
-                ),
-                &[id],
-            )),
             NodeKind::End(_) => {
                 let onward = graph
                     .out_edges(idx)

@@ -101,6 +101,13 @@ pub enum RunEvent {
         /// What the predicate said, if anything (the next `loop.feedback`).
         reason: Option<String>,
     },
+    /// A subgraph node started its child run.
+    SubgraphStarted {
+        /// The subgraph node.
+        node: String,
+        /// The child's run id.
+        run_id: String,
+    },
     /// A map item finished its chain.
     MapItemFinished {
         /// The map node.
@@ -156,6 +163,7 @@ impl RunEvent {
             Self::LoopReset { .. } => "loop_reset",
             Self::MapItemFinished { .. } => "map_item_finished",
             Self::LoopIteration { .. } => "loop_iteration",
+            Self::SubgraphStarted { .. } => "subgraph_started",
             Self::TaskUnhosted { .. } => "task_unhosted",
             Self::WaitingForInput { .. } => "waiting_for_input",
             Self::InputReceived { .. } => "input_received",
@@ -252,6 +260,9 @@ pub fn event_to_wire(seq: u64, at_unix_ms: i64, event: &RunEvent) -> pb::RunEven
             done,
             reason: reason.unwrap_or_default(),
         }),
+        RunEvent::SubgraphStarted { node, run_id } => {
+            E::SubgraphStarted(pb::SubgraphStarted { node, run_id })
+        }
         RunEvent::MapItemFinished {
             node,
             index,
@@ -344,6 +355,10 @@ pub fn event_from_wire(event: pb::RunEvent) -> Option<RunEvent> {
             done: e.done,
             reason: (!e.reason.is_empty()).then_some(e.reason),
         },
+        E::SubgraphStarted(e) => RunEvent::SubgraphStarted {
+            node: e.node,
+            run_id: e.run_id,
+        },
         E::MapItemFinished(e) => RunEvent::MapItemFinished {
             node: e.node,
             index: index_from_wire(Some(e.index)).unwrap_or_default(),
@@ -413,6 +428,10 @@ mod tests {
                 index: 4,
                 done: 5,
                 total: 9,
+            },
+            RunEvent::SubgraphStarted {
+                node: "summarise".into(),
+                run_id: "run-1".into(),
             },
             RunEvent::LoopIteration {
                 node: "refine".into(),

@@ -130,11 +130,13 @@ pub enum FailureKind {
     RoutingError,
     /// The engine cannot run this yet.
     Unsupported,
+    /// A subgraph node's child run did not complete.
+    SubgraphFailed,
 }
 
 impl FailureKind {
     /// Every kind, in declaration order.
-    pub const ALL: [Self; 16] = [
+    pub const ALL: [Self; 17] = [
         Self::ScriptFailed,
         Self::HandlerError,
         Self::HandlerPanicked,
@@ -151,6 +153,7 @@ impl FailureKind {
         Self::MapError,
         Self::RoutingError,
         Self::Unsupported,
+        Self::SubgraphFailed,
     ];
 
     /// The `snake_case` name, as on the wire and in `--json` output.
@@ -172,6 +175,7 @@ impl FailureKind {
             Self::MapError => "map_error",
             Self::RoutingError => "routing_error",
             Self::Unsupported => "unsupported",
+            Self::SubgraphFailed => "subgraph_failed",
         }
     }
 

@@ -78,6 +78,10 @@ async fn the_standby_finishes_the_run_when_the_leader_is_killed() -> anyhow::Res
             .output()
     });
     // So does a submission: the standby holds it until it leads itself.
+    // (Sent once the leader's connections are seen closed — the worker
+    // noticed — so it meets a refused connection, not one dying under it,
+    // which the standby would not dare repeat.)
+    group.wait_for_log("w", "lost the coordinator", 1).await?;
     let late = {
         let client = client.clone();
         tokio::spawn(async move { client.submit_bundle(slow_chain(1), &json!({})).await })

@@ -133,6 +133,7 @@ fn info_fallback(run_id: &str) -> weft_client::RunInfo {
         error: None,
         waiting: Vec::new(),
         unhosted: Vec::new(),
+        children: Vec::new(),
         event_count: 0,
     }
 }

@@ -2,18 +2,28 @@
 
 use super::terminal::{err, out};
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use weft_graph::{self as graph, GraphError};
 
 use super::exit;
 
-/// Prints `ok` (after any warnings) or one line per finding.
+/// Prints `ok` (after any warnings) or one line per finding, the graphs
+/// its subgraph nodes embed included.
 pub fn validate(path: &Path) -> u8 {
     match graph::load_file(path) {
-        Ok((_, warnings)) => {
+        Ok((graph, warnings)) => {
             for warning in warnings {
                 out!("{warning}");
+            }
+            let mut errors = Vec::new();
+            let top = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+            embedded_errors(path, &graph, &mut vec![top], &mut errors);
+            if !errors.is_empty() {
+                for error in errors {
+                    out!("{error}");
+                }
+                return exit::INVALID;
             }
             out!("ok");
             exit::OK
@@ -27,6 +37,63 @@ pub fn validate(path: &Path) -> u8 {
         Err(error) => {
             out!("error: {error}");
             exit::INVALID
+        }
+    }
+}
+
+/// The errors of the graphs `graph` (at `path`) embeds, transitively, each
+/// naming its file; and a graph that embeds itself.
+fn embedded_errors(
+    path: &Path,
+    graph: &graph::Graph,
+    stack: &mut Vec<PathBuf>,
+    errors: &mut Vec<String>,
+) {
+    let dir = path.parent().unwrap_or(Path::new(""));
+    for node in &graph.nodes {
+        let graph::NodeKind::Subgraph(config) = &node.kind else {
+            continue;
+        };
+        let child = dir.join(&config.graph);
+        let Ok(real) = std::fs::canonicalize(&child) else {
+            errors.push(format!(
+                "error: node '{}': embedded graph '{}' cannot be read",
+                node.id,
+                child.display()
+            ));
+            continue;
+        };
+        if let Some(at) = stack.iter().position(|p| *p == real) {
+            let cycle: Vec<String> = stack[at..]
+                .iter()
+                .chain([&real])
+                .map(|p| {
+                    p.file_name()
+                        .unwrap_or_default()
+                        .to_string_lossy()
+                        .into_owned()
+                })
+                .collect();
+            errors.push(format!(
+                "error: node '{}': subgraph recursion: {} (a graph cannot embed itself)",
+                node.id,
+                cycle.join(" → ")
+            ));
+            continue;
+        }
+        match graph::load_file(&child) {
+            Ok((embedded, _)) => {
+                stack.push(real);
+                embedded_errors(&child, &embedded, stack, errors);
+                stack.pop();
+            }
+            Err(GraphError::Invalid(findings)) => errors.extend(
+                findings
+                    .iter()
+                    .filter(|f| f.is_error())
+                    .map(|f| format!("{} (embedded by node '{}'): {f}", child.display(), node.id)),
+            ),
+            Err(error) => errors.push(format!("error: node '{}': {error}", node.id)),
         }
     }
 }

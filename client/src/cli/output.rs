@@ -9,7 +9,7 @@ use weft_client::{RunInfo, RunStatus};
 use super::exit;
 
 /// The `--json` object: `run_id`, `status`, `state`, and `error`,
-/// `waiting` and `unhosted` only when they apply.
+/// `waiting`, `unhosted` and `children` only when they apply.
 pub fn json_object(info: &RunInfo) -> Value {
     let mut object = Map::new();
     object.insert("run_id".into(), Value::from(info.run_id.clone()));
@@ -31,6 +31,12 @@ pub fn json_object(info: &RunInfo) -> Value {
         object.insert(
             "unhosted".into(),
             serde_json::to_value(&info.unhosted).unwrap_or(Value::Null),
+        );
+    }
+    if !info.children.is_empty() {
+        object.insert(
+            "children".into(),
+            serde_json::to_value(&info.children).unwrap_or(Value::Null),
         );
     }
     Value::Object(object)
@@ -69,6 +75,13 @@ pub fn show(info: &RunInfo, json: bool) -> u8 {
                 "  waits for a worker: node '{}' needs {}{tasks}",
                 wait.node,
                 wait.needs
+            );
+        }
+        for child in &info.children {
+            err!(
+                "  child run {} (subgraph node '{}')",
+                child.run_id,
+                child.node
             );
         }
         out!(

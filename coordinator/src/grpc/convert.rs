@@ -47,6 +47,11 @@ pub fn run_info(view: RunView, with_state: bool) -> pb::RunInfo {
                 tasks: w.tasks,
             })
             .collect(),
+        children: view
+            .children
+            .into_iter()
+            .map(|(node, run_id)| pb::ChildRun { node, run_id })
+            .collect(),
     }
 }
 

@@ -133,7 +133,8 @@ impl FrontRuns {
             )),
         };
         answer.map_err(|status| match status.code() {
-            tonic::Code::Unavailable => {
+            // Cancelled: the connection died under the request.
+            tonic::Code::Unavailable | tonic::Code::Cancelled => {
                 let refused = connection_refused(&status);
                 let status = Status::unavailable(format!(
                     "this coordinator stands by and forwarded the request to the leader at {leader}: {}; \

@@ -14,6 +14,7 @@ use tokio_stream::StreamExt;
 use tokio_util::sync::CancellationToken;
 use tokio_util::time::DelayQueue;
 
+use super::child_runs::{ChildLink, children_in};
 use super::field_table::FieldTable;
 use super::handle::{Command, FinishedRun, RunHandle, RunView, Slot, StoredEvent, UnhostedWait};
 use super::{
@@ -61,6 +62,8 @@ pub struct RunSetup {
     /// Keeps the bundle's files for workers while the run may still need
     /// them (until it ends, or until a failed run's record is forgotten).
     pub lease: BlobLease,
+    /// Starts and follows the run's subgraph nodes' child runs.
+    pub children: Option<Arc<dyn super::ChildRuns>>,
 }
 
 /// How a run's actor begins.
@@ -87,8 +90,9 @@ pub struct History {
 pub fn spawn_run(setup: RunSetup) -> RunHandle {
     let (tx, rx) = command_channel();
     let id = setup.id.clone();
+    let me = tx.downgrade();
     let slot = Arc::new(RwLock::new(Slot::Live(tx)));
-    start_actor(setup, rx, slot.clone());
+    start_actor(setup, (rx, me), slot.clone());
     RunHandle::new(id, slot)
 }
 
@@ -97,11 +101,12 @@ pub(super) fn command_channel() -> (mpsc::Sender<Command>, mpsc::Receiver<Comman
     mpsc::channel(COMMAND_BUFFER)
 }
 
-/// Spawns the actor of `setup` on `commands`; when the run ends it leaves
-/// its record in `slot`.
+/// Spawns the actor of `setup` on `commands` (the receiver, and a weak
+/// sender its child runs report through); when the run ends it leaves its
+/// record in `slot`.
 pub(super) fn start_actor(
     setup: RunSetup,
-    commands: mpsc::Receiver<Command>,
+    (commands, me): (mpsc::Receiver<Command>, mpsc::WeakSender<Command>),
     slot: Arc<RwLock<Slot>>,
 ) {
     let (sink, dispatch_rx) = mpsc::unbounded_channel();
@@ -114,6 +119,10 @@ pub(super) fn start_actor(
         .history
         .map_or_else(|| (Vec::new(), now_ms()), |h| (h.log, h.created_unix_ms));
     let log_len = log.len();
+    let children = ChildLink {
+        runs: setup.children.clone(),
+        actor: me,
+    };
     let actor = RunActor {
         id: setup.id,
         plan: setup.plan,
@@ -139,6 +148,7 @@ pub(super) fn start_actor(
         durable: log_len,
         item_checkpoint: false,
         last_checkpoint: Instant::now(),
+        children,
     };
     setup
         .tracker
@@ -146,6 +156,8 @@ pub(super) fn start_actor(
 }
 
 pub(super) struct RunActor {
+    /// The run's subgraph nodes' child runs.
+    children: ChildLink,
     pub(super) id: Arc<str>,
     plan: Arc<RunPlan>,
     pub(super) machine: RunMachine,
@@ -278,7 +290,9 @@ impl RunActor {
         let slot = self.slot.clone();
         let retryable = self.machine.retryable();
         let log = self.log;
+        let children = self.children.runs.clone();
         let revival = retryable.then(|| RunSetup {
+            children,
             id: self.id,
             plan: self.plan,
             machine: self.machine,
@@ -436,48 +450,22 @@ impl RunActor {
                     s0_value,
                     branch_values,
                     ..
-                } => {
-                    let args = vec![s0_value, Value::Array(branch_values)];
-                    self.launcher.call(
-                        FunctionCall {
-                            run_id: self.id.clone(),
-                            call,
-                            name,
-                            args,
-                            timeout: Duration::ZERO,
-                        },
-                        self.sink.clone(),
-                    );
-                }
+                } => self.call(call, name, vec![s0_value, Value::Array(branch_values)]),
                 Effect::CallUntil {
                     call,
                     name,
                     iteration,
-                } => {
-                    self.launcher.call(
-                        FunctionCall {
-                            run_id: self.id.clone(),
-                            call,
-                            name,
-                            args: vec![iteration],
-                            timeout: Duration::ZERO,
-                        },
-                        self.sink.clone(),
-                    );
-                }
+                } => self.call(call, name, vec![iteration]),
                 Effect::CallPredicate { call, name, state } => {
-                    let args = vec![Value::Object((*state).clone())];
-                    self.launcher.call(
-                        FunctionCall {
-                            run_id: self.id.clone(),
-                            call,
-                            name,
-                            args,
-                            timeout: Duration::ZERO,
-                        },
-                        self.sink.clone(),
-                    );
+                    self.call(call, name, vec![Value::Object((*state).clone())]);
                 }
+                Effect::StartChild { node, graph, input } => {
+                    self.children.start(&self.tracker, node, graph, input);
+                }
+                Effect::AwaitChild { node, run_id } => {
+                    self.children.follow(&self.tracker, node, run_id);
+                }
+                Effect::CancelChildren(run_ids) => self.children.cancel(run_ids),
                 Effect::Emit(event) => {
                     match &event {
                         // A map item or a loop iteration is progress a
@@ -538,6 +526,18 @@ impl RunActor {
         }
     }
 
+    /// Calls a worker-hosted function (a reducer, predicate or `until`).
+    fn call(&self, call: u64, name: String, args: Vec<Value>) {
+        let call = FunctionCall {
+            run_id: self.id.clone(),
+            call,
+            name,
+            args,
+            timeout: Duration::ZERO,
+        };
+        self.launcher.call(call, self.sink.clone());
+    }
+
     fn view(&self) -> RunView {
         RunView {
             id: self.id.clone(),
@@ -549,6 +549,7 @@ impl RunActor {
             event_count: self.published as u64,
             created_unix_ms: self.created_unix_ms,
             unhosted: self.waits_for(),
+            children: children_in(&self.log),
         }
     }
 

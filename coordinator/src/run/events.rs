@@ -254,6 +254,21 @@ pub enum Input {
         /// Its value, or its error.
         result: Result<Value, String>,
     },
+    /// A subgraph node's child run was started.
+    ChildStarted {
+        /// The subgraph node.
+        node: String,
+        /// The child's run id.
+        run_id: String,
+    },
+    /// A subgraph node's child run ended: its final state, or why it did
+    /// not complete.
+    ChildEnded {
+        /// The subgraph node.
+        node: String,
+        /// The child's state, or its error.
+        result: Result<Map<String, Value>, String>,
+    },
     /// Stop the run.
     Cancel,
     /// The run's deadline passed; `waiting` says what for, when the run
@@ -316,6 +331,27 @@ pub enum Effect {
         /// SPEC 4.2's `LoopIteration` object.
         iteration: Value,
     },
+    /// Start a subgraph node's child run: the graph `graph` of the bundle
+    /// (named relative to this run's graph) on `input`; then report
+    /// [`Input::ChildStarted`] and, when it ends, [`Input::ChildEnded`].
+    StartChild {
+        /// The subgraph node.
+        node: String,
+        /// The child graph, as the node names it.
+        graph: String,
+        /// The child's input.
+        input: Map<String, Value>,
+    },
+    /// Report [`Input::ChildEnded`] when child run `run_id` ends (a run
+    /// restored while its child ran).
+    AwaitChild {
+        /// The subgraph node.
+        node: String,
+        /// The child's run id.
+        run_id: String,
+    },
+    /// Cancel these child runs.
+    CancelChildren(Vec<String>),
     /// Tell watchers.
     Emit(RunEvent),
     /// Persist the run record now (a wave merged, or the run paused or ended).

@@ -45,6 +45,8 @@ pub struct RunView {
     pub created_unix_ms: i64,
     /// Work no connected worker hosts, which the run waits for.
     pub unhosted: Vec<UnhostedWait>,
+    /// The child runs its subgraph nodes started: (node, run id).
+    pub children: Vec<(String, String)>,
 }
 
 /// Tasks of one node waiting for a worker that hosts what they need.
@@ -161,6 +163,26 @@ impl RunHandle {
         }
     }
 
+    /// The run's view once it has ended (completed, failed or cancelled).
+    pub async fn ended(&self) -> Result<RunView, RunRequestError> {
+        loop {
+            let view = self.get().await?;
+            if view.status.is_terminal() {
+                return Ok(view);
+            }
+            let (_, live) = self.watch(view.event_count).await?;
+            let Some(mut live) = live else { continue };
+            loop {
+                match live.recv().await {
+                    Ok(stored) if matches!(*stored.event, RunEvent::RunFinished { .. }) => break,
+                    Ok(_) => {}
+                    // Behind or closed: look at the run again.
+                    Err(_) => break,
+                }
+            }
+        }
+    }
+
     /// Answers a waiting node.
     pub async fn resume(
         &self,
@@ -201,10 +223,11 @@ impl RunHandle {
         {
             let mut slot = self.slot.write().unwrap_or_else(|e| e.into_inner());
             let (tx, rx) = command_channel();
+            let me = tx.downgrade();
             *slot = Slot::Live(tx);
             // The actor retries as it starts; it cannot leave its record
             // before this lock is released.
-            start_actor(setup, rx, self.slot.clone());
+            start_actor(setup, (rx, me), self.slot.clone());
         }
         self.get().await
     }

@@ -278,6 +278,8 @@ impl RunMachine {
             }
             Input::Answered { node, answer } => self.answered(&node, answer, &mut fx)?,
             Input::CallReturned { call, result } => self.call_returned(call, result, &mut fx),
+            Input::ChildStarted { node, run_id } => self.child_started(&node, run_id, &mut fx),
+            Input::ChildEnded { node, result } => self.child_ended(&node, result, &mut fx),
             Input::Cancel => self.stop(RunStatus::Cancelled, RunError::Cancelled, &mut fx)?,
             Input::DeadlinePassed { waiting } => {
                 self.stop(RunStatus::Failed, RunError::RunTimeout { waiting }, &mut fx)?
@@ -314,7 +316,12 @@ impl RunMachine {
         if self.run.status.is_terminal() {
             return Err(Rejected::Ended);
         }
-        self.run.wave = None;
+        if let Some(wave) = self.run.wave.take() {
+            let children = wave.children();
+            if !children.is_empty() {
+                fx.push(Effect::CancelChildren(children));
+            }
+        }
         self.cancel_all(fx);
         self.finish(status, Some(error), fx);
         Ok(())

@@ -8,6 +8,7 @@
 
 mod actor;
 mod checkpoints;
+mod child_runs;
 mod ending;
 mod events;
 mod field_table;
@@ -21,12 +22,14 @@ mod output;
 mod plan;
 mod recovery;
 mod routing;
+mod subgraphs;
 mod task_table;
 mod tasks;
 mod wave;
 mod waves;
 
 pub use actor::{History, RunSetup, Start, spawn_run};
+pub use child_runs::{ChildRuns, Pending};
 pub use events::*;
 pub use handle::{FinishedRun, RunHandle, RunRequestError, RunView, StoredEvent, UnhostedWait};
 pub use limits::RunLimits;

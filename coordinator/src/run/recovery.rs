@@ -34,6 +34,7 @@ impl RunMachine {
         }));
         self.pump(&mut fx);
         self.reissue_calls(&mut fx);
+        self.resume_children(&mut fx);
         fx
     }
 

@@ -200,7 +200,7 @@ impl RunMachine {
     pub(super) fn set_member(&mut self, node: NodeIdx, member: Member) {
         self.run.nodes[node] = match member {
             Member::Waiting { .. } => NodeStatus::Waiting,
-            Member::Running | Member::Mapping(_) => NodeStatus::Running,
+            Member::Running | Member::Mapping(_) | Member::Child { .. } => NodeStatus::Running,
             Member::Succeeded { .. } | Member::FellBack => NodeStatus::Done,
         };
         if let Some(slot) = self.slot_mut(node) {
@@ -251,6 +251,10 @@ impl RunMachine {
     /// Ends the run as failed; the wave's writes are dropped.
     pub(super) fn fail_wave(&mut self, error: RunError, fx: &mut Vec<Effect>) {
         if let Some(wave) = self.run.wave.take() {
+            let children = wave.children();
+            if !children.is_empty() {
+                fx.push(Effect::CancelChildren(children));
+            }
             self.run.failed_wave = wave.into_members();
         }
         self.cancel_all(fx);
@@ -316,7 +320,12 @@ impl RunMachine {
     /// `collect_into` and as `output`), `output_schema`, declared types and
     /// strict state apply. A loop's body writes are its update, the same
     /// way.
-    fn map_finished(&mut self, map: NodeIdx, collected: Map<String, Value>, fx: &mut Vec<Effect>) {
+    pub(super) fn map_finished(
+        &mut self,
+        map: NodeIdx,
+        collected: Map<String, Value>,
+        fx: &mut Vec<Effect>,
+    ) {
         let plan = self.plan.clone();
         let graph = plan.graph();
         let node = graph.node(map);
@@ -324,6 +333,7 @@ impl RunMachine {
         // A map's output is its collected list; a loop's, its `output_key`.
         let output = match &node.kind {
             crate::graph::NodeKind::Loop(config) => collected.get(&config.output_key).cloned(),
+            crate::graph::NodeKind::Subgraph(_) => Some(Value::Object(collected.clone())),
             _ => collected.values().next().cloned(),
         };
         let output = NodeOutput {

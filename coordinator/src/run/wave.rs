@@ -28,6 +28,10 @@ pub(super) enum Member {
     },
     FellBack,
     Mapping(Box<MapRun>),
+    /// A subgraph node's child run; its id once started.
+    Child {
+        run_id: Option<String>,
+    },
 }
 
 /// Where the wave stands once its members have finished.
@@ -117,10 +121,12 @@ impl Wave {
 
     /// Whether no member still runs (tasks or map items).
     pub(super) fn settled(&self) -> bool {
-        !self
-            .slots
-            .iter()
-            .any(|s| matches!(s, Member::Running | Member::Mapping(_)))
+        !self.slots.iter().any(|s| {
+            matches!(
+                s,
+                Member::Running | Member::Mapping(_) | Member::Child { .. }
+            )
+        })
     }
 
     /// Whether some member waits for a human.
@@ -145,6 +151,17 @@ impl Wave {
             .collect();
         self.announced.extend(fresh.iter().map(|(idx, _)| *idx));
         fresh
+    }
+
+    /// The child runs started by the wave's subgraph members.
+    pub(super) fn children(&self) -> Vec<String> {
+        self.slots
+            .iter()
+            .filter_map(|slot| match slot {
+                Member::Child { run_id } => run_id.clone(),
+                _ => None,
+            })
+            .collect()
     }
 
     /// The loop member waiting for call `call`'s judgement, if any.

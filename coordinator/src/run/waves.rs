@@ -90,6 +90,7 @@ impl RunMachine {
                 self.set_member(idx, Member::Waiting { prompt });
             }
             NodeKind::End(_) => self.end_reached(idx, s0, fx),
+            NodeKind::Subgraph(_) => self.start_child(idx, s0, fx),
             NodeKind::Map(_) | NodeKind::Loop(_) => {
                 let started = if matches!(node.kind, NodeKind::Map(_)) {
                     MapRun::start(&self.plan, idx, s0)

@@ -8,6 +8,7 @@ mod maps;
 mod properties;
 mod restore;
 mod semantics;
+mod subgraphs;
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -22,6 +23,8 @@ type Handler =
     Box<dyn FnMut(&Map<String, Value>, &Map<String, Value>, u32) -> Result<Value, String>>;
 /// A worker-hosted reducer or predicate in tests.
 type Hosted = Box<dyn FnMut(Vec<Value>) -> Result<Value, String>>;
+/// A child graph in tests: its input to its final state, or its error.
+type ChildGraph = Box<dyn FnMut(Map<String, Value>) -> Result<Map<String, Value>, String>>;
 
 /// Which in-flight task the harness completes next.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -36,6 +39,10 @@ pub struct Harness {
     pub machine: RunMachine,
     handlers: HashMap<String, Handler>,
     hosted: HashMap<String, Hosted>,
+    children: HashMap<String, ChildGraph>,
+    /// Child runs asked for: (node, graph, input); and cancelled.
+    pub started_children: Vec<(String, String, Map<String, Value>)>,
+    pub cancelled_children: Vec<String>,
     pub order: Order,
     pub events: Vec<RunEvent>,
     pub dispatched: Vec<TaskSpec>,
@@ -73,6 +80,9 @@ impl Harness {
             machine,
             handlers: HashMap::new(),
             hosted: HashMap::new(),
+            children: HashMap::new(),
+            started_children: Vec::new(),
+            cancelled_children: Vec::new(),
             order: Order::Fifo,
             events: Vec::new(),
             dispatched: Vec::new(),
@@ -85,6 +95,17 @@ impl Harness {
             in_flight: VecDeque::new(),
             inputs: VecDeque::new(),
         }
+    }
+
+    /// Registers what child graph `graph` (as a subgraph node names it)
+    /// makes of its input.
+    pub fn child(
+        mut self,
+        graph: &str,
+        f: impl FnMut(Map<String, Value>) -> Result<Map<String, Value>, String> + 'static,
+    ) -> Self {
+        self.children.insert(graph.to_owned(), Box::new(f));
+        self
     }
 
     /// Registers the implementation of node `id`.
@@ -154,6 +175,23 @@ impl Harness {
                     self.cancelled.extend(keys);
                 }
                 Effect::Emit(event) => self.events.push(event),
+                Effect::StartChild { node, graph, input } => {
+                    self.started_children
+                        .push((node.clone(), graph.clone(), input.clone()));
+                    let run_id = format!("child-{}", self.started_children.len());
+                    let f = self
+                        .children
+                        .get_mut(&graph)
+                        .expect("child graph registered");
+                    let result = f(input);
+                    self.inputs.push_back(Input::ChildStarted {
+                        node: node.clone(),
+                        run_id,
+                    });
+                    self.inputs.push_back(Input::ChildEnded { node, result });
+                }
+                Effect::AwaitChild { .. } => {}
+                Effect::CancelChildren(ids) => self.cancelled_children.extend(ids),
                 Effect::Checkpoint => self.checkpoints += 1,
                 Effect::CallReducer {
                     call,

@@ -73,7 +73,11 @@ impl Driver {
                 Effect::CancelTasks(keys) => self
                     .awaited
                     .retain(|a| !matches!(a, Awaited::Task(spec) if keys.contains(&spec.key))),
-                Effect::Emit(_) | Effect::Checkpoint => {}
+                Effect::Emit(_)
+                | Effect::Checkpoint
+                | Effect::StartChild { .. }
+                | Effect::AwaitChild { .. }
+                | Effect::CancelChildren(_) => {}
             }
         }
     }

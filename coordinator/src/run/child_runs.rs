@@ -1,0 +1,118 @@
+//! How a run's actor carries out its subgraph nodes' effects: the child
+//! runs are started and followed by the coordinator's run registry (a
+//! [`ChildRuns`]), and what becomes of them is fed back to the parent's
+//! actor as inputs, through its own command channel.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use serde_json::{Map, Value};
+use tokio::sync::{mpsc, oneshot};
+
+use super::events::{Input, RunEvent};
+use super::handle::Command;
+use super::handle::StoredEvent;
+
+/// A future the registry returns.
+pub type Pending<T> = Pin<Box<dyn Future<Output = T> + Send>>;
+
+/// What a run needs of the registry for its subgraph nodes.
+pub trait ChildRuns: Send + Sync {
+    /// Starts the graph `graph` (named relative to the parent's graph) of
+    /// the parent's bundle as a child run on `input`; its run id.
+    fn start(&self, graph: String, input: Map<String, Value>) -> Pending<Result<String, String>>;
+
+    /// Waits for run `run_id` to end: its final state if it completed, else
+    /// why not.
+    fn outcome(&self, run_id: String) -> Pending<Result<Map<String, Value>, String>>;
+
+    /// Cancels these runs.
+    fn cancel(&self, run_ids: Vec<String>);
+}
+
+/// The parent's end: its registry, and a way to tell its actor.
+#[derive(Clone)]
+pub struct ChildLink {
+    /// The registry; `None` where runs have no registry (tests of the
+    /// actor), so a subgraph node fails saying so.
+    pub runs: Option<Arc<dyn ChildRuns>>,
+    /// The parent's actor (weak: it does not keep the actor alive).
+    pub actor: mpsc::WeakSender<Command>,
+}
+
+impl ChildLink {
+    /// Starts the child of subgraph node `node`, then follows it.
+    pub fn start(
+        &self,
+        tracker: &tokio_util::task::TaskTracker,
+        node: String,
+        graph: String,
+        input: Map<String, Value>,
+    ) {
+        let link = self.clone();
+        tracker.spawn(async move {
+            let Some(runs) = link.runs.clone() else {
+                let result = Err("subgraphs need the coordinator's run registry".to_owned());
+                link.tell(Input::ChildEnded { node, result }).await;
+                return;
+            };
+            match runs.start(graph, input).await {
+                Ok(run_id) => {
+                    let started = Input::ChildStarted {
+                        node: node.clone(),
+                        run_id: run_id.clone(),
+                    };
+                    link.tell(started).await;
+                    let result = runs.outcome(run_id).await;
+                    link.tell(Input::ChildEnded { node, result }).await;
+                }
+                Err(message) => {
+                    link.tell(Input::ChildEnded {
+                        node,
+                        result: Err(message),
+                    })
+                    .await
+                }
+            }
+        });
+    }
+
+    /// Follows the already started child `run_id` of subgraph node `node`.
+    pub fn follow(&self, tracker: &tokio_util::task::TaskTracker, node: String, run_id: String) {
+        let link = self.clone();
+        tracker.spawn(async move {
+            let result = match &link.runs {
+                Some(runs) => runs.outcome(run_id).await,
+                None => Err("subgraphs need the coordinator's run registry".to_owned()),
+            };
+            link.tell(Input::ChildEnded { node, result }).await;
+        });
+    }
+
+    /// Cancels child runs.
+    pub fn cancel(&self, run_ids: Vec<String>) {
+        if let Some(runs) = &self.runs {
+            runs.cancel(run_ids);
+        }
+    }
+
+    /// Feeds `input` to the parent's actor, if it still runs.
+    async fn tell(&self, input: Input) {
+        let Some(actor) = self.actor.upgrade() else {
+            return;
+        };
+        let (reply, _) = oneshot::channel();
+        let _ = actor.send(Command::Act { input, reply }).await;
+    }
+}
+
+/// The child runs a log says were started: (node, run id).
+pub(super) fn children_in(log: &[StoredEvent]) -> Vec<(String, String)> {
+    log.iter()
+        .filter_map(|stored| match &*stored.event {
+            RunEvent::SubgraphStarted { node, run_id } => Some((node.clone(), run_id.clone())),
+            _ => None,
+        })
+        .collect()
+}

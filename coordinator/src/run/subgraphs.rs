@@ -1,0 +1,140 @@
+//! `subgraph` nodes (SPEC 3): each runs its graph as a child run with its
+//! own id, events and checkpoints. The child receives the parent's S0
+//! restricted by `input_map` (`{parent_field: child_field}`; without one,
+//! the whole state, of which the child keeps what it declares), and its
+//! final state comes back through `output_map` (`{child_field:
+//! parent_field}`; without one, the child's fields the parent declares or
+//! already has) as the node's update. A child that does not complete fails
+//! the node, so its `fallback` applies; stopping the parent cancels the
+//! child.
+
+use serde_json::{Map, Value};
+
+use super::events::*;
+use super::machine::*;
+use super::wave::Member;
+use crate::graph::{NodeIdx, NodeKind, SubgraphConfig};
+
+impl RunMachine {
+    /// Starts subgraph member `idx` on S0: asks for its child run.
+    pub(super) fn start_child(&mut self, idx: NodeIdx, s0: &State, fx: &mut Vec<Effect>) {
+        let node = self.graph().node(idx);
+        let NodeKind::Subgraph(config) = &node.kind else {
+            return;
+        };
+        let effect = Effect::StartChild {
+            node: node.id.clone(),
+            graph: config.graph.clone(),
+            input: child_input(config, s0),
+        };
+        self.set_member(idx, Member::Child { run_id: None });
+        fx.push(effect);
+    }
+
+    /// The child of subgraph node `node` started as run `run_id`.
+    pub(super) fn child_started(&mut self, node: &str, run_id: String, fx: &mut Vec<Effect>) {
+        let Some(idx) = self.graph().node_index(node) else {
+            return;
+        };
+        let Some(Member::Child { run_id: slot }) = self.slot_mut(idx) else {
+            return;
+        };
+        if slot.is_some() {
+            return;
+        }
+        *slot = Some(run_id.clone());
+        fx.push(Effect::Emit(RunEvent::SubgraphStarted {
+            node: node.to_owned(),
+            run_id,
+        }));
+        // Stored at once: a restart finds the child rather than starting
+        // another.
+        fx.push(Effect::Checkpoint);
+    }
+
+    /// The child of subgraph node `node` ended.
+    pub(super) fn child_ended(
+        &mut self,
+        node: &str,
+        result: Result<Map<String, Value>, String>,
+        fx: &mut Vec<Effect>,
+    ) {
+        let Some(idx) = self.graph().node_index(node) else {
+            return;
+        };
+        if !matches!(self.slot_mut(idx), Some(Member::Child { .. })) {
+            return;
+        }
+        match result {
+            Ok(state) => {
+                let writes = self.child_output(idx, state);
+                self.map_finished(idx, writes, fx);
+            }
+            Err(message) => {
+                let failure =
+                    TaskFailure::found_by_coordinator(FailureKind::SubgraphFailed, message);
+                self.member_failed(idx, 1, failure, fx);
+            }
+        }
+        self.pump(fx);
+        self.maybe_finish_wave(fx);
+    }
+
+    /// The child's final state, as the parent's update.
+    fn child_output(&self, idx: NodeIdx, state: Map<String, Value>) -> Map<String, Value> {
+        let graph = self.graph();
+        let NodeKind::Subgraph(config) = &graph.node(idx).kind else {
+            return Map::new();
+        };
+        if !config.output_map.is_empty() {
+            return config
+                .output_map
+                .iter()
+                .filter_map(|(child, parent)| Some((parent.clone(), state.get(child)?.clone())))
+                .collect();
+        }
+        let s0 = self.wave_s0();
+        state
+            .into_iter()
+            .filter(|(name, _)| {
+                graph.fields.iter().any(|f| &f.name == name) || s0.contains_key(name)
+            })
+            .collect()
+    }
+
+    /// What a restored run asks again for its subgraph members: the child
+    /// it started, or to start one.
+    pub(super) fn resume_children(&self, fx: &mut Vec<Effect>) {
+        let Some(wave) = &self.run.wave else { return };
+        for (idx, slot) in wave.iter() {
+            let Member::Child { run_id } = slot else {
+                continue;
+            };
+            let node = self.graph().node(idx);
+            match (run_id, &node.kind) {
+                (Some(run_id), _) => fx.push(Effect::AwaitChild {
+                    node: node.id.clone(),
+                    run_id: run_id.clone(),
+                }),
+                (None, NodeKind::Subgraph(config)) => fx.push(Effect::StartChild {
+                    node: node.id.clone(),
+                    graph: config.graph.clone(),
+                    input: child_input(config, wave.s0()),
+                }),
+                _ => {}
+            }
+        }
+    }
+}
+
+/// The parent's S0 as the child's input.
+fn child_input(config: &SubgraphConfig, s0: &State) -> Map<String, Value> {
+    if config.input_map.is_empty() {
+        return (**s0).clone();
+    }
+    config
+        .input_map
+        .iter()
+        .filter_map(|(parent, child)| Some((child.clone(), s0.get(parent)?.clone())))
+        .collect()
+}
