@@ -153,6 +153,15 @@ fn loop_edges(graph: &Graph, findings: &mut Vec<Finding>) {
 fn kinds(graph: &Graph, findings: &mut Vec<Finding>) {
     for (idx, node) in graph.nodes.iter().enumerate() {
         let id = node.id.as_str();
+        if node.teammates {
+            findings.push(Finding::error(
+                format!(
+                    "node '{id}': `teammates: true` asks for teammate inboxes, which this version of Weft \
+                     cannot run yet"
+                ),
+                &[id],
+            ));
+        }
         match &node.kind {
             NodeKind::Rag if !node.broken => findings.push(Finding::error(
                 format!("node '{id}': kind 'rag' is reserved and not yet supported"),
