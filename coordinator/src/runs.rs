@@ -206,7 +206,8 @@ impl Runs {
             RunError::InvalidInput { message } => SubmitError::Input(message),
             other => SubmitError::Input(other.to_string()),
         })?;
-        let gaps = self.unhosted(&plan).await;
+        let fleet = self.dispatcher.snapshot().await;
+        let gaps = unhosted(&plan, &fleet);
         if self.fixed_workers && !gaps.is_empty() {
             return Err(SubmitError::Unhostable(
                 gaps.into_iter()
@@ -216,7 +217,7 @@ impl Runs {
         }
         // A loop's worker-hosted `until` must be there at submission (SPEC
         // 4.2), on any cluster.
-        let untils = unhosted_untils(&plan, &self.dispatcher.snapshot().await);
+        let untils = unhosted_untils(&plan, &fleet);
         if !untils.is_empty() {
             return Err(SubmitError::Unhostable(untils));
         }
@@ -387,50 +388,49 @@ impl Runs {
         }
         gone.into_iter().collect()
     }
+}
 
-    /// What the graph needs that no connected worker hosts now.
-    async fn unhosted(&self, plan: &RunPlan) -> Vec<Gap> {
-        let fleet = self.dispatcher.snapshot().await;
-        let workers = &fleet.workers;
-        let mut warnings = Vec::new();
-        for (idx, node) in plan.graph().nodes.iter().enumerate() {
-            let Some(binding) = plan.binding(idx) else {
-                continue;
-            };
-            let requirement = &binding.requirement;
-            if !workers
-                .iter()
-                .any(|w| !w.draining && requirement.hosted_by(&w.info))
-            {
-                let what = format!("node '{}' needs {requirement}", node.id);
-                warnings.push(Gap {
-                    warning: format!(
-                        "warning: {what}, which no connected worker hosts yet; it will wait for one"
-                    ),
-                    what,
-                });
-            }
-        }
-        let ever: Vec<&str> = fleet.functions_ever.iter().map(String::as_str).collect();
-        for (name, used_by) in plan.graph().hosted_functions() {
-            if workers.iter().any(|w| w.info.functions.contains(&name)) {
-                continue;
-            }
-            // A name no worker has ever announced may be a typo.
-            let hint = (!ever.contains(&name.as_str()))
-                .then(|| crate::graph::did_you_mean(&name, &ever))
-                .flatten()
-                .map(|close| format!(" (did you mean fn:{close}?)"))
-                .unwrap_or_default();
+/// What the graph needs that no connected worker hosts now.
+fn unhosted(plan: &RunPlan, fleet: &crate::dispatch::Fleet) -> Vec<Gap> {
+    let workers = &fleet.workers;
+    let mut warnings = Vec::new();
+    for (idx, node) in plan.graph().nodes.iter().enumerate() {
+        let Some(binding) = plan.binding(idx) else {
+            continue;
+        };
+        let requirement = &binding.requirement;
+        if !workers
+            .iter()
+            .any(|w| !w.draining && requirement.hosted_by(&w.info))
+        {
+            let what = format!("node '{}' needs {requirement}", node.id);
             warnings.push(Gap {
                 warning: format!(
-                    "warning: fn:{name} ({used_by}) is not hosted by any connected worker yet{hint}; the run will wait for one"
+                    "warning: {what}, which no connected worker hosts yet; it will wait for one"
                 ),
-                what: format!("fn:{name} ({used_by}) needs a worker-hosted function{hint}"),
+                what,
             });
         }
-        warnings
     }
+    let ever: Vec<&str> = fleet.functions_ever.iter().map(String::as_str).collect();
+    for (name, used_by) in plan.graph().hosted_functions() {
+        if workers.iter().any(|w| w.info.functions.contains(&name)) {
+            continue;
+        }
+        // A name no worker has ever announced may be a typo.
+        let hint = (!ever.contains(&name.as_str()))
+            .then(|| crate::graph::did_you_mean(&name, &ever))
+            .flatten()
+            .map(|close| format!(" (did you mean fn:{close}?)"))
+            .unwrap_or_default();
+        warnings.push(Gap {
+            warning: format!(
+                "warning: fn:{name} ({used_by}) is not hosted by any connected worker yet{hint}; the run will wait for one"
+            ),
+            what: format!("fn:{name} ({used_by}) needs a worker-hosted function{hint}"),
+        });
+    }
+    warnings
 }
 
 /// The loops whose `until: fn:NAME` no connected worker hosts, as

@@ -81,6 +81,16 @@ impl EtcdStore {
         LeaseClient::new(self.channel.clone())
     }
 
+    /// The keys a range request names.
+    async fn range(&self, request: RangeRequest) -> Result<Vec<KeyValue>, StoreError> {
+        let response = self
+            .kv()
+            .range(timed(request))
+            .await
+            .map_err(|s| backend(&s))?;
+        Ok(response.into_inner().kvs)
+    }
+
     /// A transaction: `success` when every comparison holds, else nothing.
     async fn txn(
         &self,
@@ -102,6 +112,16 @@ impl EtcdStore {
             .map_err(|s| backend(&s))?
             .into_inner();
         Ok((response.succeeded, revision_of(response.header.as_ref())))
+    }
+}
+
+/// Every key starting with `prefix` (their names only, with `keys_only`).
+fn prefix_range(prefix: &str, keys_only: bool) -> RangeRequest {
+    RangeRequest {
+        key: prefix.as_bytes().to_vec(),
+        range_end: prefix_end(prefix),
+        keys_only,
+        ..RangeRequest::default()
     }
 }
 
@@ -195,44 +215,18 @@ impl Store for EtcdStore {
             key: key.as_bytes().to_vec(),
             ..RangeRequest::default()
         };
-        let response = self
-            .kv()
-            .range(timed(request))
-            .await
-            .map_err(|s| backend(&s))?;
-        Ok(response.into_inner().kvs.into_iter().next().map(entry))
+        Ok(self.range(request).await?.into_iter().next().map(entry))
     }
 
     async fn scan(&self, prefix: &str) -> Result<Vec<Entry>, StoreError> {
-        let request = RangeRequest {
-            key: prefix.as_bytes().to_vec(),
-            range_end: prefix_end(prefix),
-            ..RangeRequest::default()
-        };
-        let response = self
-            .kv()
-            .range(timed(request))
-            .await
-            .map_err(|s| backend(&s))?;
+        let request = prefix_range(prefix, false);
         // etcd answers a range sorted by key, as the trait promises.
-        Ok(response.into_inner().kvs.into_iter().map(entry).collect())
+        Ok(self.range(request).await?.into_iter().map(entry).collect())
     }
 
     async fn scan_keys(&self, prefix: &str) -> Result<Vec<String>, StoreError> {
-        let request = RangeRequest {
-            key: prefix.as_bytes().to_vec(),
-            range_end: prefix_end(prefix),
-            keys_only: true,
-            ..RangeRequest::default()
-        };
-        let response = self
-            .kv()
-            .range(timed(request))
-            .await
-            .map_err(|s| backend(&s))?;
-        Ok(response
-            .into_inner()
-            .kvs
+        let kvs = self.range(prefix_range(prefix, true)).await?;
+        Ok(kvs
             .into_iter()
             .map(|kv| String::from_utf8_lossy(&kv.key).into_owned())
             .collect())

@@ -38,19 +38,27 @@ async fn wait_for_node(client: &Client, run_id: &str, node: &str) -> anyhow::Res
     anyhow::bail!("the run ended before node {node} started")
 }
 
+/// Two coordinators on one etcd, one worker following the leader, and a
+/// client of the standby: (group, leader, standby, client).
+async fn pair_with_worker() -> anyhow::Result<(TestGroup, usize, usize, Client)> {
+    let mut group = TestGroup::start(2, 2).await?;
+    let leader = group.wait_for_leader(None).await?;
+    let standby = 1 - leader;
+    group.add_worker("w", 2)?;
+    group.wait_for_log("w", "joined the coordinator", 1).await?;
+    let client = group.client(standby).await?;
+    Ok((group, leader, standby, client))
+}
+
 async fn finish(client: &Client, run_id: &str) -> anyhow::Result<RunInfo> {
     Ok(tokio::time::timeout(Duration::from_secs(90), client.wait(run_id)).await??)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_standby_finishes_the_run_when_the_leader_is_killed() -> anyhow::Result<()> {
-    let mut group = TestGroup::start(2, 2).await?;
-    let leader = group.wait_for_leader(None).await?;
-    let standby = 1 - leader;
-    group.add_worker("w", 2)?;
-    group.wait_for_log("w", "joined the coordinator", 1).await?;
     // Every request goes through the standby, which forwards it.
-    let client = group.client(standby).await?;
+    let (mut group, leader, standby, client) = pair_with_worker().await?;
+
     let submitted = client.submit_bundle(slow_chain(5), &json!({})).await?;
     wait_for_node(&client, &submitted.run_id, "n2").await?;
     let listed = client.list().await?;
@@ -93,9 +101,24 @@ async fn the_standby_finishes_the_run_when_the_leader_is_killed() -> anyhow::Res
     let finished = killed.elapsed();
     assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error);
     assert_eq!(done.state["n"], 5);
-    let late = late.await??;
-    let late = finish(&client, &late.run_id).await?;
-    assert_eq!(late.status, RunStatus::Completed, "{:?}", late.error);
+    match late.await? {
+        Ok(late) => {
+            let late = finish(&client, &late.run_id).await?;
+            assert_eq!(late.status, RunStatus::Completed, "{:?}", late.error);
+        }
+        // The one race left: the standby's connection to the dead leader
+        // died under the request rather than refusing it, and a request
+        // that may have reached the leader is not repeated. It says so.
+        Err(error) => {
+            let text = error.to_string();
+            assert!(
+                text.contains("forwarded the request to the leader at")
+                    && text.contains("operation was canceled")
+                    && text.contains("ask again"),
+                "{text}"
+            );
+        }
+    }
     let status = status.await??;
     assert_eq!(
         status.status.code(),
@@ -131,13 +154,8 @@ async fn the_standby_finishes_the_run_when_the_leader_is_killed() -> anyhow::Res
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_leader_is_fenced_and_then_agrees_with_its_successor() -> anyhow::Result<()> {
-    let group = TestGroup::start(2, 2).await?;
-    let leader = group.wait_for_leader(None).await?;
-    let standby = 1 - leader;
-    let mut group = group;
-    group.add_worker("w", 2)?;
-    group.wait_for_log("w", "joined the coordinator", 1).await?;
-    let client = group.client(standby).await?;
+    let (group, leader, standby, client) = pair_with_worker().await?;
+
     let submitted = client.submit_bundle(slow_chain(6), &json!({})).await?;
     wait_for_node(&client, &submitted.run_id, "n2").await?;
 
@@ -193,12 +211,8 @@ fn large_state() -> (GraphBundle, serde_json::Value) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_state_too_large_for_one_etcd_transaction_is_stored_whole() -> anyhow::Result<()> {
-    let mut group = TestGroup::start(2, 2).await?;
-    let leader = group.wait_for_leader(None).await?;
-    let standby = 1 - leader;
-    group.add_worker("w", 2)?;
-    group.wait_for_log("w", "joined the coordinator", 1).await?;
-    let client = group.client(standby).await?;
+    let (mut group, leader, standby, client) = pair_with_worker().await?;
+
     let (graph, input) = large_state();
     let submitted = client.submit_bundle(graph, &input).await?;
     wait_for_node(&client, &submitted.run_id, "slow").await?;

@@ -119,6 +119,7 @@ pub(super) fn start_actor(
         .history
         .map_or_else(|| (Vec::new(), now_ms()), |h| (h.log, h.created_unix_ms));
     let log_len = log.len();
+    let children_started = children_in(&log);
     let children = ChildLink {
         runs: setup.children.clone(),
         actor: me,
@@ -148,6 +149,7 @@ pub(super) fn start_actor(
         durable: log_len,
         item_checkpoint: false,
         last_checkpoint: Instant::now(),
+        children_started,
         children,
     };
     setup
@@ -156,8 +158,9 @@ pub(super) fn start_actor(
 }
 
 pub(super) struct RunActor {
-    /// The run's subgraph nodes' child runs.
+    /// Its subgraph nodes' child runs; those started (node, run id).
     children: ChildLink,
+    children_started: Vec<(String, String)>,
     pub(super) id: Arc<str>,
     plan: Arc<RunPlan>,
     pub(super) machine: RunMachine,
@@ -477,6 +480,9 @@ impl RunActor {
                             self.fields.refresh(self.machine.state(), fields.iter());
                         }
                         RunEvent::RunFinished { .. } => self.launcher.forget(self.id.clone()),
+                        RunEvent::SubgraphStarted { node, run_id } => {
+                            self.children_started.push((node.clone(), run_id.clone()));
+                        }
                         _ => {}
                     }
                     self.record(event);
@@ -549,7 +555,7 @@ impl RunActor {
             event_count: self.published as u64,
             created_unix_ms: self.created_unix_ms,
             unhosted: self.waits_for(),
-            children: children_in(&self.log),
+            children: self.children_started.clone(),
         }
     }
 

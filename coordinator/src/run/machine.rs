@@ -316,12 +316,7 @@ impl RunMachine {
         if self.run.status.is_terminal() {
             return Err(Rejected::Ended);
         }
-        if let Some(wave) = self.run.wave.take() {
-            let children = wave.children();
-            if !children.is_empty() {
-                fx.push(Effect::CancelChildren(children));
-            }
-        }
+        self.drop_wave(fx);
         self.cancel_all(fx);
         self.finish(status, Some(error), fx);
         Ok(())

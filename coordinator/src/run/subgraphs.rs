@@ -68,7 +68,7 @@ impl RunMachine {
         match result {
             Ok(state) => {
                 let writes = self.child_output(idx, state);
-                self.map_finished(idx, writes, fx);
+                self.container_finished(idx, writes, fx);
             }
             Err(message) => {
                 let failure =

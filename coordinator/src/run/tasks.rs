@@ -250,15 +250,21 @@ impl RunMachine {
 
     /// Ends the run as failed; the wave's writes are dropped.
     pub(super) fn fail_wave(&mut self, error: RunError, fx: &mut Vec<Effect>) {
-        if let Some(wave) = self.run.wave.take() {
-            let children = wave.children();
-            if !children.is_empty() {
-                fx.push(Effect::CancelChildren(children));
-            }
+        if let Some(wave) = self.drop_wave(fx) {
             self.run.failed_wave = wave.into_members();
         }
         self.cancel_all(fx);
         self.finish(RunStatus::Failed, Some(error), fx);
+    }
+
+    /// Ends the current wave, cancelling the child runs it started.
+    pub(super) fn drop_wave(&mut self, fx: &mut Vec<Effect>) -> Option<Wave> {
+        let wave = self.run.wave.take()?;
+        let children = wave.children();
+        if !children.is_empty() {
+            fx.push(Effect::CancelChildren(children));
+        }
+        Some(wave)
     }
 
     pub(super) fn cancel_all(&mut self, fx: &mut Vec<Effect>) {
@@ -303,7 +309,7 @@ impl RunMachine {
                 }
                 ItemStep::Idle => return,
                 ItemStep::Finished(changes) => {
-                    self.map_finished(map, changes, fx);
+                    self.container_finished(map, changes, fx);
                     return;
                 }
                 ItemStep::Failed(error) => {
@@ -315,12 +321,12 @@ impl RunMachine {
         }
     }
 
-    /// Every item finished: the collected list is the map's output, and a
-    /// write like any other: `state_updates` (which see it under
-    /// `collect_into` and as `output`), `output_schema`, declared types and
-    /// strict state apply. A loop's body writes are its update, the same
-    /// way.
-    pub(super) fn map_finished(
+    /// A node whose output the coordinator makes has finished — a map (its
+    /// collected list), a loop (its body's writes), a subgraph (its child's
+    /// mapped state): the writes go through like any node's,
+    /// `state_updates` (which see a map's list under `collect_into` and as
+    /// `output`), `output_schema`, declared types and strict state.
+    pub(super) fn container_finished(
         &mut self,
         map: NodeIdx,
         collected: Map<String, Value>,

@@ -163,6 +163,30 @@ impl EmbeddedStore {
         self.blocking(move |inner| inner.write(work)).await
     }
 
+    /// Every key starting with `prefix`, in key order, as `each` makes of
+    /// it and its record.
+    async fn scan_with<T: Send + 'static>(
+        &self,
+        prefix: &str,
+        each: fn(&str, &[u8]) -> T,
+    ) -> Result<Vec<T>, StoreError> {
+        let prefix = prefix.to_owned();
+        self.blocking(move |inner| {
+            let txn = inner.db.begin_read().map_err(backend)?;
+            let entries = txn.open_table(ENTRIES).map_err(backend)?;
+            let mut found = Vec::new();
+            for item in entries.range(prefix.as_str()..).map_err(backend)? {
+                let (key, record) = item.map_err(backend)?;
+                if !key.value().starts_with(&prefix) {
+                    break;
+                }
+                found.push(each(key.value(), record.value()));
+            }
+            Ok(found)
+        })
+        .await
+    }
+
     /// Runs `work` on a blocking thread, after expiring leases.
     async fn blocking<T: Send + 'static>(
         &self,
@@ -320,39 +344,11 @@ impl Store for EmbeddedStore {
     }
 
     async fn scan(&self, prefix: &str) -> Result<Vec<Entry>, StoreError> {
-        let prefix = prefix.to_owned();
-        self.blocking(move |inner| {
-            let txn = inner.db.begin_read().map_err(backend)?;
-            let entries = txn.open_table(ENTRIES).map_err(backend)?;
-            let mut found = Vec::new();
-            for item in entries.range(prefix.as_str()..).map_err(backend)? {
-                let (key, record) = item.map_err(backend)?;
-                if !key.value().starts_with(&prefix) {
-                    break;
-                }
-                found.push(entry(key.value(), record.value()));
-            }
-            Ok(found)
-        })
-        .await
+        self.scan_with(prefix, entry).await
     }
 
     async fn scan_keys(&self, prefix: &str) -> Result<Vec<String>, StoreError> {
-        let prefix = prefix.to_owned();
-        self.blocking(move |inner| {
-            let txn = inner.db.begin_read().map_err(backend)?;
-            let entries = txn.open_table(ENTRIES).map_err(backend)?;
-            let mut found = Vec::new();
-            for item in entries.range(prefix.as_str()..).map_err(backend)? {
-                let (key, _) = item.map_err(backend)?;
-                if !key.value().starts_with(&prefix) {
-                    break;
-                }
-                found.push(key.value().to_owned());
-            }
-            Ok(found)
-        })
-        .await
+        self.scan_with(prefix, |key, _| key.to_owned()).await
     }
 
     async fn put(
