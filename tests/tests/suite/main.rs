@@ -1,0 +1,14 @@
+//! The multi-process suite, one test binary for all of it: each module
+//! starts real coordinators, workers, `weft` commands and etcd servers.
+//! One binary rather than one per file keeps the build's disk use and
+//! link time down (each binary links the whole client and worker).
+mod cli;
+mod cluster;
+mod conformance;
+mod durability;
+mod ha;
+mod hostile;
+mod loops;
+mod store;
+mod subgraphs;
+mod workers;
