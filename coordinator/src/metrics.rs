@@ -30,6 +30,8 @@ pub const FREE_SLOTS: &str = "weft_free_slots";
 /// 1 while this coordinator leads its group (a lone coordinator always
 /// does), 0 while it stands by (gauge).
 pub const LEADER: &str = "weft_leader";
+/// Teammate messages accepted into map items' inboxes (counter).
+pub const INBOX_MESSAGES: &str = "weft_inbox_messages_total";
 /// Bytes of bundle files held for the runs that use them (gauge).
 pub const BUNDLE_BYTES: &str = "weft_bundle_bytes";
 
@@ -54,6 +56,7 @@ pub fn install() -> Result<PrometheusHandle, metrics_exporter_prometheus::BuildE
         "1 while this coordinator leads, 0 while it stands by"
     );
     metrics::describe_gauge!(FREE_SLOTS, "free slots of connected workers");
+    metrics::describe_counter!(INBOX_MESSAGES, "teammate messages sent between map items");
     Ok(handle)
 }
 

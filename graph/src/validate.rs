@@ -18,6 +18,7 @@ pub fn validate(graph: &Graph) -> Vec<Finding> {
     cycles(graph, &mut findings);
     loop_edges(graph, &mut findings);
     kinds(graph, &mut findings);
+    teammates(graph, &mut findings);
     fan_out_targets(graph, &mut findings);
     routed_edges(graph, &mut findings);
     for idx in 0..graph.nodes.len() {
@@ -150,18 +151,35 @@ fn loop_edges(graph: &Graph, findings: &mut Vec<Finding>) {
     }
 }
 
-fn kinds(graph: &Graph, findings: &mut Vec<Finding>) {
+/// `teammates: true` makes a team of a map's items (SPEC 5); anywhere else
+/// (the main flow, a loop's body, which is one item) the step gets no team,
+/// which is worth a warning rather than silence.
+fn teammates(graph: &Graph, findings: &mut Vec<Finding>) {
+    let mut in_map = vec![false; graph.nodes.len()];
     for (idx, node) in graph.nodes.iter().enumerate() {
-        let id = node.id.as_str();
-        if node.teammates {
-            findings.push(Finding::error(
+        if matches!(node.kind, NodeKind::Map(_)) {
+            for member in container_members(graph, idx) {
+                in_map[member] = true;
+            }
+        }
+    }
+    for (idx, node) in graph.nodes.iter().enumerate() {
+        if node.teammates && !in_map[idx] {
+            let id = node.id.as_str();
+            findings.push(Finding::warning(
                 format!(
-                    "node '{id}': `teammates: true` asks for teammate inboxes, which this version of Weft \
-                     cannot run yet"
+                    "node '{id}': `teammates: true` gives a team only to the steps of a map's branch \
+                     (one member per item); here the step runs without one"
                 ),
                 &[id],
             ));
         }
+    }
+}
+
+fn kinds(graph: &Graph, findings: &mut Vec<Finding>) {
+    for (idx, node) in graph.nodes.iter().enumerate() {
+        let id = node.id.as_str();
         match &node.kind {
             NodeKind::Rag if !node.broken => findings.push(Finding::error(
                 format!("node '{id}': kind 'rag' is reserved and not yet supported"),

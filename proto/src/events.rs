@@ -108,6 +108,19 @@ pub enum RunEvent {
         /// The child's run id.
         run_id: String,
     },
+    /// A teammate message was accepted (SPEC 5).
+    MessageSent {
+        /// The map node whose team it belongs to.
+        node: String,
+        /// The sender's identity (`MAP/INDEX`).
+        from: String,
+        /// The recipient's identity.
+        to: String,
+        /// The content's size as JSON.
+        bytes: u64,
+        /// The content, when its JSON is at most 1 KiB.
+        content: Option<serde_json::Value>,
+    },
     /// A map item finished its chain.
     MapItemFinished {
         /// The map node.
@@ -164,6 +177,7 @@ impl RunEvent {
             Self::MapItemFinished { .. } => "map_item_finished",
             Self::LoopIteration { .. } => "loop_iteration",
             Self::SubgraphStarted { .. } => "subgraph_started",
+            Self::MessageSent { .. } => "message_sent",
             Self::TaskUnhosted { .. } => "task_unhosted",
             Self::WaitingForInput { .. } => "waiting_for_input",
             Self::InputReceived { .. } => "input_received",
@@ -263,6 +277,19 @@ pub fn event_to_wire(seq: u64, at_unix_ms: i64, event: &RunEvent) -> pb::RunEven
         RunEvent::SubgraphStarted { node, run_id } => {
             E::SubgraphStarted(pb::SubgraphStarted { node, run_id })
         }
+        RunEvent::MessageSent {
+            node,
+            from,
+            to,
+            bytes,
+            content,
+        } => E::MessageSent(pb::MessageSent {
+            node,
+            from,
+            to,
+            bytes,
+            content_json: content.map(|c| c.to_string()).unwrap_or_default(),
+        }),
         RunEvent::MapItemFinished {
             node,
             index,
@@ -359,6 +386,13 @@ pub fn event_from_wire(event: pb::RunEvent) -> Option<RunEvent> {
             node: e.node,
             run_id: e.run_id,
         },
+        E::MessageSent(e) => RunEvent::MessageSent {
+            node: e.node,
+            from: e.from,
+            to: e.to,
+            bytes: e.bytes,
+            content: serde_json::from_str(&e.content_json).ok(),
+        },
         E::MapItemFinished(e) => RunEvent::MapItemFinished {
             node: e.node,
             index: index_from_wire(Some(e.index)).unwrap_or_default(),
@@ -432,6 +466,13 @@ mod tests {
             RunEvent::SubgraphStarted {
                 node: "summarise".into(),
                 run_id: "run-1".into(),
+            },
+            RunEvent::MessageSent {
+                node: "fan".into(),
+                from: "fan/0".into(),
+                to: "fan/2".into(),
+                bytes: 13,
+                content: Some(serde_json::json!({"hi": true})),
             },
             RunEvent::LoopIteration {
                 node: "refine".into(),

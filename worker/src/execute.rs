@@ -17,6 +17,7 @@ use weft_proto::v1 as pb;
 use crate::handler::{Registry, TaskContext};
 use crate::script::ScriptRunner;
 use crate::task::{Failure, FailureKind, Task};
+use crate::team::Team;
 
 /// Aborts the task it holds when dropped, so a handler whose attempt timed
 /// out or was cancelled stops instead of running on unseen.
@@ -29,14 +30,16 @@ impl<T> Drop for AbortOnDrop<T> {
 }
 
 /// Runs one attempt of a handler or script.
+/// A handler with `teammates: true` gets `team`.
 pub async fn execute(
     registry: &Arc<Registry>,
     scripts: &ScriptRunner,
     task: &mut Task,
+    team: Option<Team>,
 ) -> Result<Value, Failure> {
     match task.kind.parse::<WorkerKind>() {
         Ok(WorkerKind::Script) => scripts.run(task).await,
-        Ok(WorkerKind::Task) => run_handler(registry, task).await,
+        Ok(WorkerKind::Task) => run_handler(registry, task, team).await,
         Ok(WorkerKind::Llm | WorkerKind::Agent) | Err(_) => Err(Failure::new(
             FailureKind::UnsupportedKind,
             format!("this worker cannot run kind '{}'", task.kind),
@@ -44,7 +47,11 @@ pub async fn execute(
     }
 }
 
-async fn run_handler(registry: &Arc<Registry>, task: &mut Task) -> Result<Value, Failure> {
+async fn run_handler(
+    registry: &Arc<Registry>,
+    task: &mut Task,
+    team: Option<Team>,
+) -> Result<Value, Failure> {
     let config: Value = serde_json::from_str(&task.config_json)
         .map_err(|e| Failure::new(FailureKind::InvalidTask, format!("task configuration: {e}")))?;
     let name = config
@@ -69,6 +76,7 @@ async fn run_handler(registry: &Arc<Registry>, task: &mut Task) -> Result<Value,
         attempt: task.attempt,
         item: task.item,
         scope,
+        team,
     };
     let future = handler(&state, context)
         .map_err(|message| Failure::new(FailureKind::HandlerError, message))?;
@@ -101,10 +109,11 @@ fn panic_text(join: tokio::task::JoinError) -> String {
 
 /// The message for a finished attempt; a result larger than the
 /// coordinator takes (`max_bytes`) becomes a failed attempt saying so.
+/// `read` is how many of the teammate messages handed to the task it read.
 pub fn task_result(
     run_id: &str,
     key: u64,
-    result: Result<Value, Failure>,
+    (result, read): (Result<Value, Failure>, usize),
     max_bytes: usize,
 ) -> pb::TaskResult {
     let outcome = match result {
@@ -134,6 +143,7 @@ pub fn task_result(
         run_id: run_id.to_owned(),
         task_key: key,
         outcome: Some(outcome),
+        messages_read: u32::try_from(read).unwrap_or(u32::MAX),
     }
 }
 
@@ -250,8 +260,9 @@ mod tests {
             item: None,
             timeout: Duration::from_millis(20),
             bundle: Vec::new(),
+            team: None,
         };
-        let error = run_handler(&registry, &mut task).await.unwrap_err();
+        let error = run_handler(&registry, &mut task, None).await.unwrap_err();
         assert_eq!(error.kind, FailureKind::Timeout);
         tokio::time::sleep(Duration::from_millis(400)).await;
         assert!(

@@ -19,6 +19,8 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
+use crate::team::{Message, Team, TeamError};
+
 /// What a handler knows about the task it runs.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TaskContext {
@@ -32,6 +34,9 @@ pub struct TaskContext {
     pub item: Option<u64>,
     /// The step's scope: a map item's `as` binding, by name.
     pub scope: Map<String, Value>,
+    /// For a `teammates: true` step of a map item with a team: the team,
+    /// through which the handler sends and reads messages.
+    pub team: Option<Team>,
 }
 
 /// The idempotency key of an attempt (see [`TaskContext::task_key`]).
@@ -77,6 +82,29 @@ impl TaskContext {
     /// side effects can use it to do them once.
     pub fn task_key(&self) -> String {
         task_key(&self.run_id, &self.node, self.item, self.attempt)
+    }
+
+    /// Sends `content` to the teammate `to` (an identity of
+    /// [`Team::members`]); returns once the coordinator accepted it. Fails
+    /// for a step without a team, a stranger, or a full inbox.
+    pub async fn send(&self, to: &str, content: impl Serialize) -> Result<(), TeamError> {
+        self.team
+            .as_ref()
+            .ok_or(TeamError::NoTeam)?
+            .send(to, content)
+            .await
+    }
+
+    /// Takes the messages that have arrived, without waiting (none for a
+    /// step without a team).
+    pub fn inbox(&self) -> Vec<Message> {
+        self.team.as_ref().map(Team::inbox).unwrap_or_default()
+    }
+
+    /// Waits up to `timeout` for the next message; `None` at once for a
+    /// step without a team.
+    pub async fn recv(&self, timeout: std::time::Duration) -> Option<Message> {
+        self.team.as_ref()?.recv(timeout).await
     }
 
     /// A scope value by name, deserialized.
@@ -249,6 +277,7 @@ mod tests {
             attempt: 1,
             item: None,
             scope: Map::new(),
+            team: None,
         }
     }
 

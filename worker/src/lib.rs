@@ -37,6 +37,7 @@ mod script_output;
 mod secrets;
 pub mod state_sync;
 mod task;
+mod team;
 mod work_dir;
 
 use std::future::Future;
@@ -51,6 +52,7 @@ pub use runtime::{WorkerConfig, WorkerError};
 pub use script_output::{StdoutError, parse_stdout};
 pub use secrets::{SecretError, Secrets, SecretsFileError};
 pub use task::{BlobFile, Failure, FailureKind, Task};
+pub use team::{Message, Team, TeamError, TeamSeat};
 
 /// A worker being set up.
 #[derive(Debug)]

@@ -24,8 +24,10 @@ use crate::finding::{self, Finder};
 use crate::handler::Registry;
 use crate::script::ScriptRunner;
 use crate::state_sync::StateCache;
-use crate::task::{Failure, FailureKind};
+use crate::task::{Failure, FailureKind, Task};
+use crate::team::{self, Acks, Message, Team, TeamEnd};
 use crate::work_dir::WorkDir;
+use weft_proto::types::WorkerKind;
 
 const FIRST_BACKOFF: Duration = Duration::from_millis(100);
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
@@ -219,6 +221,7 @@ async fn session(
         outbound: outbound.clone(),
         tracker: tracker.clone(),
         running: HashMap::new(),
+        acks: Arc::new(Acks::default()),
         cache: StateCache::default(),
         max_result_bytes,
     };
@@ -362,14 +365,24 @@ struct Session {
     slots: Arc<Semaphore>,
     outbound: mpsc::Sender<pb::WorkerMessage>,
     tracker: TaskTracker,
-    /// Tasks started and not yet reported, with their cancellation.
-    running: HashMap<(String, u64), CancellationToken>,
+    /// Tasks started and not yet reported.
+    running: HashMap<(String, u64), Running>,
+    /// Answers to the teammate messages its tasks send.
+    acks: Arc<Acks>,
     cache: StateCache,
     /// Largest result the coordinator takes (`usize::MAX`: not said).
     max_result_bytes: usize,
 }
 
 type Done = mpsc::UnboundedSender<((String, u64), pb::TaskResult)>;
+
+/// A task started and not yet reported.
+struct Running {
+    cancel: CancellationToken,
+    /// Where the teammate messages sent to it while it runs go (a handler
+    /// with a team).
+    deliveries: Option<mpsc::UnboundedSender<Message>>,
+}
 
 impl Session {
     async fn handle(&mut self, body: pb::coordinator_message::Body, draining: bool, done: &Done) {
@@ -389,10 +402,19 @@ impl Session {
             }
             Body::Task(assignment) => self.start(assignment, done).await,
             Body::Cancel(cancel) => {
-                if let Some(token) = self.running.get(&(cancel.run_id, cancel.task_key)) {
-                    token.cancel();
+                if let Some(running) = self.running.get(&(cancel.run_id, cancel.task_key)) {
+                    running.cancel.cancel();
                 }
             }
+            Body::Deliver(delivery) => {
+                let id = (delivery.run_id, delivery.task_key);
+                if let (Some(running), Some(message)) = (self.running.get(&id), delivery.message)
+                    && let Some(deliveries) = &running.deliveries
+                {
+                    let _ = deliveries.send(Message::from_wire(message));
+                }
+            }
+            Body::SendAck(ack) => self.acks.answered(ack.send_id, ack.error),
             Body::Call(call) => {
                 // Off the session loop, so a slow function never delays
                 // heartbeats or results.
@@ -414,7 +436,7 @@ impl Session {
         let mut task = match self.cache.task(assignment) {
             Ok(task) => task,
             Err(failure) => {
-                let result = task_result(&run_id, key, Err(failure), self.max_result_bytes);
+                let result = task_result(&run_id, key, (Err(failure), 0), self.max_result_bytes);
                 let _ = self
                     .outbound
                     .send(message(pb::worker_message::Body::Result(result)))
@@ -424,7 +446,12 @@ impl Session {
         };
         let id = (run_id, key);
         let cancel = CancellationToken::new();
-        self.running.insert(id.clone(), cancel.clone());
+        let (team, end) = self.open_team(&task);
+        let running = Running {
+            cancel: cancel.clone(),
+            deliveries: end.as_ref().map(|end| end.deliveries.clone()),
+        };
+        self.running.insert(id.clone(), running);
         let (registry, scripts, slots, done) = (
             self.registry.clone(),
             self.scripts.clone(),
@@ -435,14 +462,41 @@ impl Session {
         self.tracker.spawn(async move {
             let attempt = async {
                 let _slot = slots.acquire().await;
-                execute(&registry, &scripts, &mut task).await
+                execute(&registry, &scripts, &mut task, team).await
             };
             let result = tokio::select! {
                 result = attempt => result,
                 _ = cancel.cancelled() => Err(Failure::new(FailureKind::Cancelled, "the coordinator cancelled the task")),
             };
-            let _ = done.send((id, task_result(&task.run_id, task.key, result, limit)));
+            // A handler says what it read; a script read its whole inbox.
+            let read = match end {
+                Some(end) => end.read(),
+                None => task.team.as_ref().map_or(0, |seat| seat.inbox.len()),
+            };
+            let result = task_result(&task.run_id, task.key, (result, read), limit);
+            let _ = done.send((id, result));
         });
+    }
+}
+
+impl Session {
+    /// A handler's team, opened on the seat its assignment brought; scripts
+    /// read their seat on stdin and need none.
+    fn open_team(&self, task: &Task) -> (Option<Team>, Option<TeamEnd>) {
+        let Some(seat) = task.team.clone() else {
+            return (None, None);
+        };
+        if task.kind != WorkerKind::Task.as_str() {
+            return (None, None);
+        }
+        let sender = team::Sender {
+            run_id: task.run_id.clone(),
+            task_key: task.key,
+            outbound: self.outbound.clone(),
+            acks: self.acks.clone(),
+        };
+        let (team, end) = Team::open(seat, sender);
+        (Some(team), Some(end))
     }
 }
 
@@ -460,12 +514,9 @@ async fn leave(
 }
 
 /// The coordinator is gone: stop what runs (it will be dispatched again).
-fn lost(
-    running: HashMap<(String, u64), CancellationToken>,
-    why: &str,
-) -> Result<SessionEnd, WorkerError> {
-    for token in running.values() {
-        token.cancel();
+fn lost(running: HashMap<(String, u64), Running>, why: &str) -> Result<SessionEnd, WorkerError> {
+    for task in running.values() {
+        task.cancel.cancel();
     }
     Ok(SessionEnd::Lost(why.to_owned()))
 }

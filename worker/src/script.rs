@@ -2,8 +2,9 @@
 //!
 //! The argv runs directly, never through a shell, in a scratch directory
 //! that holds the bundle's files, in its own process group. It reads one
-//! JSON object on stdin (`state`, `scope`, `inbox`, `run_id`, `node`,
-//! `attempt`, `item`) and finds the same state in the file named by
+//! JSON object on stdin (`state`, `scope`, `inbox`, `team`, `run_id`,
+//! `node`, `attempt`, `item`; `team` and a non-empty `inbox` only for a
+//! `teammates: true` step) and finds the same state in the file named by
 //! `GRAPH_STATE`; it writes one JSON object (or nothing) on stdout. A
 //! non-zero exit, stdout that is not one object, or the timeout (which
 //! kills the whole process group) fails the attempt with the exit status
@@ -25,6 +26,7 @@ use crate::blobs::BlobCache;
 use crate::script_output::{collect, judge, stderr_tail};
 use crate::secrets::{Redactor, Secrets};
 use crate::task::{Failure, FailureKind, Task};
+use crate::team::TeamSeat;
 
 /// The worker's variables a script inherits; nothing else leaks through.
 const INHERITED_ENV: [&str; 4] = ["PATH", "HOME", "LANG", "TMPDIR"];
@@ -233,14 +235,20 @@ fn launcher(dir: &Path, program: &str) -> Result<Launch, Failure> {
 
 /// The request a script reads on stdin (SPEC 4.1).
 fn stdin_request(task: &Task, state_json: &str) -> String {
+    let (team, inbox) = task
+        .team
+        .as_ref()
+        .map_or((Value::Null, json!([])), TeamSeat::stdin_parts);
     format!(
-        "{{\"state\":{},\"scope\":{},\"inbox\":[],\"run_id\":{},\"node\":{},\"attempt\":{},\"item\":{}}}",
+        "{{\"state\":{},\"scope\":{},\"inbox\":{},\"team\":{},\"run_id\":{},\"node\":{},\"attempt\":{},\"item\":{}}}",
         state_json,
         if task.scope_json.is_empty() {
             "{}"
         } else {
             &task.scope_json
         },
+        inbox,
+        team,
         json!(task.run_id),
         json!(task.node),
         task.attempt,
@@ -398,6 +406,7 @@ mod tests {
             item: None,
             timeout,
             bundle: Vec::new(),
+            team: None,
         }
     }
 

@@ -73,6 +73,7 @@ impl StateCache {
             scope_json: assignment.scope_json,
             item: assignment.item.map(|item| item.index),
             timeout: Duration::from_millis(assignment.timeout_ms.max(1)),
+            team: assignment.team.map(crate::TeamSeat::from_wire),
             bundle: assignment
                 .bundle
                 .into_iter()

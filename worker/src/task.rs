@@ -43,6 +43,8 @@ pub struct Task {
     pub timeout: Duration,
     /// Bundle files.
     pub bundle: Vec<BlobFile>,
+    /// For a `teammates: true` step of a map item with a team: its seat.
+    pub team: Option<crate::TeamSeat>,
 }
 
 impl Task {

@@ -100,6 +100,7 @@ struct Layer {
     max_loop_iterations: Option<u64>,
     max_map_items: Option<u64>,
     max_events: Option<u64>,
+    max_inbox_messages: Option<u64>,
     max_message_bytes: Option<u64>,
     retain_finished_runs: Option<u64>,
     retain_finished_hours: Option<u64>,
@@ -199,6 +200,7 @@ impl CoordinatorConfig {
             max_loop_iterations: number("WEFT_MAX_LOOP_ITERATIONS")?,
             max_map_items: number("WEFT_MAX_MAP_ITEMS")?,
             max_events: number("WEFT_MAX_EVENTS")?,
+            max_inbox_messages: number("WEFT_MAX_INBOX_MESSAGES")?,
             max_message_bytes: number("WEFT_MAX_MESSAGE_BYTES")?,
             max_bundle_bytes: number("WEFT_MAX_BUNDLE_BYTES")?
                 .map(|n| usize::try_from(n).unwrap_or(usize::MAX)),
@@ -293,7 +295,7 @@ impl CoordinatorConfig {
             self.retention.age = Duration::from_secs(hours.saturating_mul(3600));
         }
         let limits = &mut self.limits;
-        let keys: [(&str, Option<u64>); 8] = [
+        let keys: [(&str, Option<u64>); 9] = [
             ("max_output_fields", layer.max_output_fields),
             ("max_state_fields", layer.max_state_fields),
             ("max_attempts", layer.max_attempts),
@@ -301,6 +303,7 @@ impl CoordinatorConfig {
             ("max_loop_iterations", layer.max_loop_iterations),
             ("max_map_items", layer.max_map_items),
             ("max_events", layer.max_events),
+            ("max_inbox_messages", layer.max_inbox_messages),
             ("max_message_bytes", layer.max_message_bytes),
         ];
         for (key, value) in keys {
@@ -319,6 +322,7 @@ impl CoordinatorConfig {
                 "max_loop_iterations" => limits.max_loop_iterations = small(n),
                 "max_map_items" => limits.max_map_items = size(n),
                 "max_events" => limits.max_events = size(n),
+                "max_inbox_messages" => limits.max_inbox_messages = size(n),
                 _ => limits.max_message_bytes = size(n),
             }
         }

@@ -79,6 +79,11 @@ enum Command {
     Forget {
         run_id: Arc<str>,
     },
+    Tell {
+        run_id: Arc<str>,
+        key: TaskKey,
+        message: ToWorker,
+    },
     Snapshot {
         reply: oneshot::Sender<Fleet>,
     },
@@ -153,6 +158,14 @@ impl TaskLauncher for DispatcherHandle {
 
     fn forget(&self, run_id: Arc<str>) {
         let _ = self.tx.send(Command::Forget { run_id });
+    }
+
+    fn tell(&self, run_id: Arc<str>, key: TaskKey, message: ToWorker) {
+        let _ = self.tx.send(Command::Tell {
+            run_id,
+            key,
+            message,
+        });
     }
 }
 
@@ -284,6 +297,20 @@ impl Dispatcher {
                 }
                 self.registry.forget_run(&run_id)
             }
+            Command::Tell {
+                run_id,
+                key,
+                message,
+            } => {
+                let job = JobId {
+                    run: run_id,
+                    key: JobKey::Task(key),
+                };
+                if let Some(worker) = self.registry.held_by(&job) {
+                    self.control(worker, message);
+                }
+                return;
+            }
             Command::Snapshot { reply } => {
                 let _ = reply.send(Fleet {
                     workers: self.registry.workers(),
@@ -337,6 +364,37 @@ impl Dispatcher {
                 });
                 Vec::new()
             }
+            FromWorker::TeamSend {
+                run_id,
+                key,
+                send_id,
+                to,
+                content,
+            } => {
+                let job = JobId {
+                    run: Arc::from(run_id.as_str()),
+                    key: JobKey::Task(key),
+                };
+                match self.registry.payload(&job) {
+                    Some(order) if self.registry.held_by(&job) == Some(worker) => {
+                        let _ = order.sink.send(DispatchEvent::TeamSend {
+                            key,
+                            send_id,
+                            to,
+                            content,
+                        });
+                    }
+                    _ => self.control(
+                        worker,
+                        ToWorker::SendAck {
+                            run_id: job.run,
+                            send_id,
+                            error: Some("the sending task is no longer running".into()),
+                        },
+                    ),
+                }
+                Vec::new()
+            }
             FromWorker::CallResult {
                 run_id,
                 call,
@@ -354,6 +412,19 @@ impl Dispatcher {
                 }
                 Vec::new()
             }
+        }
+    }
+
+    /// Sends a control message to a worker; one whose control path is full
+    /// is found out by the next heartbeat.
+    fn control(&self, worker: WorkerId, message: ToWorker) {
+        if let Some(link) = self.links.get(&worker)
+            && link.channels.control.try_send(message).is_err()
+        {
+            warn!(
+                worker,
+                "a teammate message could not be passed to its worker"
+            );
         }
     }
 
@@ -422,6 +493,7 @@ impl Dispatcher {
                             worker: failure.worker.clone().unwrap_or_default(),
                             outcome: TaskOutcome {
                                 result: Err(failure),
+                                read: 0,
                             },
                         },
                         Work::Call(call) => DispatchEvent::CallReturned {

@@ -29,7 +29,7 @@ pub use dispatcher::{
 };
 pub use registry::{Limits, WorkerStatus};
 
-use crate::run::{ItemRef, TaskFailure, TaskKey};
+use crate::run::{ItemRef, TaskFailure, TaskKey, TeamMessage, TeamSeat};
 
 /// A worker's id, unique for the coordinator's lifetime.
 pub type WorkerId = u64;
@@ -125,6 +125,8 @@ pub struct Assignment {
     pub timeout: Duration,
     /// The run's bundle files.
     pub bundle: Arc<Vec<BlobRef>>,
+    /// A `teammates: true` step's team and inbox.
+    pub team: Option<TeamSeat>,
 }
 
 /// One field of a task's state. A worker caches the latest version of each
@@ -160,6 +162,8 @@ pub struct FunctionCall {
 pub struct TaskOutcome {
     /// The written fields (with `_next`) as JSON, and the transient output.
     pub result: Result<(Value, Option<Value>), TaskFailure>,
+    /// How many of the teammate messages handed to the task it read.
+    pub read: usize,
 }
 
 /// What the dispatcher tells a run.
@@ -195,6 +199,17 @@ pub enum DispatchEvent {
         /// Its value, or error.
         result: Result<Value, String>,
     },
+    /// A running task sent a teammate message.
+    TeamSend {
+        /// The sending task.
+        key: TaskKey,
+        /// The worker's name for the send.
+        send_id: u64,
+        /// The recipient's identity.
+        to: String,
+        /// The content, or why it could not be read.
+        content: Result<Value, String>,
+    },
 }
 
 /// Where the dispatcher sends a run's events.
@@ -210,6 +225,9 @@ pub trait TaskLauncher: Send + Sync + 'static {
     fn call(&self, call: FunctionCall, sink: EventSink);
     /// The run has ended: workers may drop what they cached for it.
     fn forget(&self, run_id: Arc<str>);
+    /// Sends `message` (a teammate delivery or a send's answer) to the
+    /// worker running task `key`; dropped when no worker runs it.
+    fn tell(&self, run_id: Arc<str>, key: TaskKey, message: ToWorker);
 }
 
 /// Messages the coordinator sends down a worker's stream.
@@ -233,6 +251,24 @@ pub enum ToWorker {
     },
     /// I am alive.
     Heartbeat,
+    /// A teammate message for a running task.
+    Deliver {
+        /// The run.
+        run_id: Arc<str>,
+        /// The recipient's task.
+        key: TaskKey,
+        /// The message.
+        message: TeamMessage,
+    },
+    /// Whether a task's teammate message was accepted.
+    SendAck {
+        /// The run.
+        run_id: Arc<str>,
+        /// The send it answers.
+        send_id: u64,
+        /// Why it was refused; `None` when accepted.
+        error: Option<String>,
+    },
 }
 
 /// Messages a worker sends up its stream (after its hello).
@@ -266,5 +302,18 @@ pub enum FromWorker {
         run_id: String,
         /// The task.
         key: TaskKey,
+    },
+    /// A running task sends a teammate message.
+    TeamSend {
+        /// The run.
+        run_id: String,
+        /// The sending task.
+        key: TaskKey,
+        /// The worker's name for the send.
+        send_id: u64,
+        /// The recipient's identity.
+        to: String,
+        /// The content, or why it could not be read.
+        content: Result<Value, String>,
     },
 }

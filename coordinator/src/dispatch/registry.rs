@@ -502,7 +502,8 @@ impl<T> Registry<T> {
         out.push(Decision::Send { worker, job: id });
     }
 
-    fn held_by(&self, job: &JobId) -> Option<WorkerId> {
+    /// The worker running a job, if it runs.
+    pub fn held_by(&self, job: &JobId) -> Option<WorkerId> {
         match self.jobs.get(job)?.place {
             Place::Running { worker, .. } => Some(worker),
             Place::Queued => None,

@@ -85,6 +85,7 @@ mod tests {
             item: None,
             timeout: Duration::from_secs(1),
             bundle: Arc::new(Vec::new()),
+            team: None,
         }
     }
 

@@ -8,7 +8,7 @@ use crate::dispatch::{Assignment, FromWorker, FunctionCall, TaskOutcome, ToWorke
 use crate::graph::{Finding, Severity};
 use weft_proto::events::{error_to_wire, event_to_wire, status_to_wire};
 
-use crate::run::{FailureKind, RunEvent, RunView, StoredEvent, TaskFailure};
+use crate::run::{FailureKind, RunEvent, RunView, StoredEvent, TaskFailure, TeamMessage};
 
 pub fn bundle(message: Option<pb::GraphBundle>, limit: usize) -> Result<Bundle, BundleError> {
     let message = message.unwrap_or_default();
@@ -124,6 +124,18 @@ fn assignment(task: Assignment) -> pb::TaskAssignment {
             })
             .collect(),
         traceparent: String::new(),
+        team: task.team.map(|seat| pb::Team {
+            me: seat.me,
+            members: seat.members.to_vec(),
+            inbox: seat.inbox.into_iter().map(team_message).collect(),
+        }),
+    }
+}
+
+fn team_message(message: TeamMessage) -> pb::TeamMessage {
+    pb::TeamMessage {
+        from: message.from,
+        content_json: message.content.to_string(),
     }
 }
 
@@ -138,6 +150,24 @@ pub fn to_worker(message: ToWorker) -> pb::CoordinatorMessage {
         ToWorker::Call(call) => Body::Call(function_call(call)),
         ToWorker::Forget { run_id } => Body::Forget(pb::ForgetRun {
             run_id: run_id.to_string(),
+        }),
+        ToWorker::Deliver {
+            run_id,
+            key,
+            message,
+        } => Body::Deliver(pb::TeamDelivery {
+            run_id: run_id.to_string(),
+            task_key: key,
+            message: Some(team_message(message)),
+        }),
+        ToWorker::SendAck {
+            run_id,
+            send_id,
+            error,
+        } => Body::SendAck(pb::SendAck {
+            run_id: run_id.to_string(),
+            send_id,
+            error: error.unwrap_or_default(),
         }),
         ToWorker::Heartbeat => Body::Heartbeat(pb::Heartbeat {
             at_unix_ms: std::time::SystemTime::now()
@@ -211,9 +241,20 @@ pub fn from_worker(message: pb::WorkerMessage) -> Option<FromWorker> {
             Some(FromWorker::Result {
                 run_id: result.run_id,
                 key: result.task_key,
-                outcome: TaskOutcome { result: outcome },
+                outcome: TaskOutcome {
+                    result: outcome,
+                    read: result.messages_read as usize,
+                },
             })
         }
+        Body::Send(send) => Some(FromWorker::TeamSend {
+            run_id: send.run_id,
+            key: send.task_key,
+            send_id: send.send_id,
+            to: send.to,
+            content: serde_json::from_str(&send.content_json)
+                .map_err(|error| format!("the message is not JSON: {error}")),
+        }),
         Body::CallResult(result) => {
             let value = match result.outcome? {
                 pb::call_result::Outcome::ValueJson(json) => parse_json(&json),

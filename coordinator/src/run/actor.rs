@@ -18,12 +18,14 @@ use super::child_runs::{ChildLink, children_in};
 use super::field_table::FieldTable;
 use super::handle::{Command, FinishedRun, RunHandle, RunView, Slot, StoredEvent, UnhostedWait};
 use super::{
-    Effect, FailureKind, Input, NodeOutput, Rejected, RunEvent, RunMachine, RunPlan, RunStatus,
-    TaskFailure, TaskKey, TaskSpec,
+    Effect, FailureKind, Input, NodeOutput, Outgoing, Rejected, RunEvent, RunMachine, RunPlan,
+    RunStatus, TaskFailure, TaskKey, TaskSpec,
 };
 use crate::bundle::BlobLease;
 use crate::dispatch::jobs::JobKey;
-use crate::dispatch::{Assignment, BlobRef, DispatchEvent, EventSink, FunctionCall, TaskLauncher};
+use crate::dispatch::{
+    Assignment, BlobRef, DispatchEvent, EventSink, FunctionCall, TaskLauncher, ToWorker,
+};
 use crate::durable::journal::Journal;
 
 /// How often a map's finished items are checkpointed at most.
@@ -368,6 +370,7 @@ impl RunActor {
                         }
                         Ok(mut parsed) => {
                             parsed.output = output;
+                            parsed.read = outcome.read;
                             Input::TaskSucceeded {
                                 key,
                                 output: parsed,
@@ -406,6 +409,23 @@ impl RunActor {
                 self.unhosted.remove(&JobKey::Call(call));
                 self.input(Input::CallReturned { call, result })
             }
+            DispatchEvent::TeamSend {
+                key,
+                send_id,
+                to,
+                content,
+            } => match content {
+                Ok(content) => self.input(Input::TeamSend {
+                    key,
+                    send_id,
+                    message: Outgoing { to, content },
+                }),
+                Err(error) => self.perform(vec![Effect::SendAck {
+                    key,
+                    send_id,
+                    error: Some(error),
+                }]),
+            },
         }
     }
 
@@ -447,6 +467,28 @@ impl RunActor {
                     }
                     self.launcher.cancel(self.id.clone(), keys);
                 }
+                Effect::Deliver { key, message } => {
+                    let (run_id, key) = (self.id.clone(), key);
+                    let message = ToWorker::Deliver {
+                        run_id: run_id.clone(),
+                        key,
+                        message,
+                    };
+                    self.launcher.tell(run_id, key, message);
+                }
+                Effect::SendAck {
+                    key,
+                    send_id,
+                    error,
+                } => {
+                    let run_id = self.id.clone();
+                    let message = ToWorker::SendAck {
+                        run_id: run_id.clone(),
+                        send_id,
+                        error,
+                    };
+                    self.launcher.tell(run_id, key, message);
+                }
                 Effect::CallReducer {
                     call,
                     name,
@@ -480,6 +522,9 @@ impl RunActor {
                             self.fields.refresh(self.machine.state(), fields.iter());
                         }
                         RunEvent::RunFinished { .. } => self.launcher.forget(self.id.clone()),
+                        RunEvent::MessageSent { .. } => {
+                            metrics::counter!(crate::metrics::INBOX_MESSAGES).increment(1);
+                        }
                         RunEvent::SubgraphStarted { node, run_id } => {
                             self.children_started.push((node.clone(), run_id.clone()));
                         }
@@ -514,6 +559,7 @@ impl RunActor {
             item: spec.item,
             timeout: spec.timeout,
             bundle: self.bundle.clone(),
+            team: spec.team,
         };
         self.launcher
             .launch(task, binding.requirement.clone(), self.sink.clone());

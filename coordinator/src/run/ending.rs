@@ -14,11 +14,7 @@ impl RunMachine {
     /// An `end` node's wave: its `state_updates` are its only writes.
     pub(super) fn end_reached(&mut self, idx: NodeIdx, s0: &State, fx: &mut Vec<Effect>) {
         let graph = self.graph();
-        let output = NodeOutput {
-            writes: Map::new(),
-            next: None,
-            output: None,
-        };
+        let output = NodeOutput::default();
         let finished = finish_output(
             graph,
             graph.node(idx),

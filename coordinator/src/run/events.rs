@@ -37,6 +37,40 @@ pub struct TaskSpec {
     pub scope: Map<String, Value>,
     /// Per-attempt deadline.
     pub timeout: Duration,
+    /// For a `teammates: true` step of a map item with a team: its
+    /// identity, its team and the messages handed to it. Set when the task
+    /// is dispatched.
+    #[serde(default)]
+    pub team: Option<TeamSeat>,
+}
+
+/// A teammate message (SPEC 5): who sent it and what.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TeamMessage {
+    /// The sender's identity (`MAP/INDEX`).
+    pub from: String,
+    /// The content, any JSON.
+    pub content: Value,
+}
+
+/// What a flagged step knows of its team.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TeamSeat {
+    /// Its own identity.
+    pub me: String,
+    /// Every member's identity, its own included.
+    pub members: Arc<[String]>,
+    /// Its inbox, in arrival order.
+    pub inbox: Vec<TeamMessage>,
+}
+
+/// A message a step asks to send.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Outgoing {
+    /// The recipient's identity.
+    pub to: String,
+    /// The content.
+    pub content: Value,
 }
 
 /// The state a task sees: `base` (the wave's S0, shared by every task of
@@ -145,6 +179,11 @@ pub struct NodeOutput {
     pub next: Option<String>,
     /// The transient completion of an llm/agent step, for `state_updates`.
     pub output: Option<Value>,
+    /// `_send`: teammate messages to send once the step is accepted.
+    pub sends: Vec<Outgoing>,
+    /// How many of the messages handed to the step it read (a script reads
+    /// its whole inbox; a handler, what it took from its context).
+    pub read: usize,
 }
 
 /// Why what a task returned is not a node's output.
@@ -156,6 +195,9 @@ pub enum OutputError {
     /// `_next` is not a node id.
     #[error("`_next` must be a node id, got {0}")]
     BadNext(Value),
+    /// `_send` is not a list of `{"to", "content"}` objects.
+    #[error("`_send` must be a list of {{\"to\": ID, \"content\": JSON}} objects; {0}")]
+    BadSend(String),
 }
 
 impl NodeOutput {
@@ -176,14 +218,54 @@ impl NodeOutput {
             Some(Value::String(id)) => Some(id),
             Some(other) => return Err(OutputError::BadNext(other)),
         };
-        // Teammate messages travel separately; they are never state.
-        writes.remove("_send");
+        let sends = match writes.remove("_send") {
+            None | Some(Value::Null) => Vec::new(),
+            Some(value) => read_sends(value)?,
+        };
         Ok(Self {
             writes,
             next,
             output: None,
+            sends,
+            read: 0,
         })
     }
+}
+
+/// Reads `_send`: `[{"to": ID, "content": JSON}, ...]`.
+fn read_sends(value: Value) -> Result<Vec<Outgoing>, OutputError> {
+    let Value::Array(entries) = value else {
+        return Err(OutputError::BadSend(format!(
+            "got {}",
+            crate::graph::json_type_name(&value)
+        )));
+    };
+    entries
+        .into_iter()
+        .enumerate()
+        .map(|(i, entry)| {
+            let Value::Object(mut entry) = entry else {
+                return Err(OutputError::BadSend(format!("entry {i} is not an object")));
+            };
+            let to = match entry.remove("to") {
+                Some(Value::String(to)) => to,
+                _ => {
+                    return Err(OutputError::BadSend(format!(
+                        "entry {i} has no string `to`"
+                    )));
+                }
+            };
+            let content = entry.remove("content").ok_or_else(|| {
+                OutputError::BadSend(format!("entry {i} (to '{to}') has no `content`"))
+            })?;
+            if let Some(extra) = entry.keys().next() {
+                return Err(OutputError::BadSend(format!(
+                    "entry {i} (to '{to}') has an unknown key '{extra}'"
+                )));
+            }
+            Ok(Outgoing { to, content })
+        })
+        .collect()
 }
 
 /// Why a task attempt failed.
@@ -284,6 +366,15 @@ pub enum Input {
         /// The limit.
         limit: usize,
     },
+    /// A running task sent a teammate message (SPEC 5).
+    TeamSend {
+        /// The sending task.
+        key: TaskKey,
+        /// The worker's name for the send, echoed in the answer.
+        send_id: u64,
+        /// What to send to whom.
+        message: Outgoing,
+    },
 }
 
 /// Something the run actor must do.
@@ -300,6 +391,22 @@ pub enum Effect {
     },
     /// Stop these in-flight tasks; their results will be ignored.
     CancelTasks(Vec<TaskKey>),
+    /// Hand a teammate message to a running task that takes them as it runs.
+    Deliver {
+        /// The recipient's task.
+        key: TaskKey,
+        /// The message.
+        message: TeamMessage,
+    },
+    /// Answer a running task's [`Input::TeamSend`].
+    SendAck {
+        /// The sending task.
+        key: TaskKey,
+        /// The send it answers.
+        send_id: u64,
+        /// Why the message was refused; `None` when accepted.
+        error: Option<String>,
+    },
     /// Call a worker-hosted reducer: `(s0_value, [branch_values]) -> value`.
     CallReducer {
         /// The call's key.

@@ -34,8 +34,8 @@ impl RunMachine {
         let writes = answer_writes(&node, &answer).map_err(|e| bad(&e))?;
         let output = NodeOutput {
             writes,
-            next: None,
             output: Some(answer.value.clone()),
+            ..NodeOutput::default()
         };
         let (writes, _) = finish_output(
             self.graph(),

@@ -28,6 +28,14 @@ pub struct RunLimits {
     pub max_events: usize,
     /// Longest error message kept (longer ones are cut, with a marker).
     pub max_message_bytes: usize,
+    /// Most teammate messages one item's inbox holds (unread, or handed to
+    /// the step in flight); a send beyond it fails.
+    #[serde(default = "default_inbox_messages")]
+    pub max_inbox_messages: usize,
+}
+
+fn default_inbox_messages() -> usize {
+    1_000
 }
 
 impl Default for RunLimits {
@@ -41,6 +49,7 @@ impl Default for RunLimits {
             max_map_items: 100_000,
             max_events: 1_000_000,
             max_message_bytes: 4_096,
+            max_inbox_messages: default_inbox_messages(),
         }
     }
 }

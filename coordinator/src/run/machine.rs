@@ -285,6 +285,11 @@ impl RunMachine {
                 self.stop(RunStatus::Failed, RunError::RunTimeout { waiting }, &mut fx)?
             }
             Input::RetryRun => self.retry_run(&mut fx)?,
+            Input::TeamSend {
+                key,
+                send_id,
+                message,
+            } => self.team_send(key, send_id, message, &mut fx),
             Input::EventLimit { limit } => {
                 self.stop(RunStatus::Failed, RunError::EventLimit { limit }, &mut fx)?
             }

@@ -8,13 +8,18 @@
 //! A `loop` node runs as a map of one item whose chain repeats ([`loops`]).
 
 mod loops;
+mod team;
+
+pub(crate) use team::Sent;
 
 use std::collections::{HashMap, VecDeque};
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use super::events::{ItemRef, NodeOutput, RunError, RunEvent, State, TaskFailure, TaskState};
+use super::events::{
+    ItemRef, NodeOutput, Outgoing, RunError, RunEvent, State, TaskFailure, TaskState,
+};
 use super::output::finish_output;
 use super::plan::RunPlan;
 use super::routing::{Decision, decide};
@@ -23,11 +28,19 @@ use crate::graph::{
     TemplateContext, json_type_name,
 };
 
-/// A chain step's checked result: its writes and its `_next`.
+/// A chain step's checked result: its writes, its `_next` and its `_send`.
 #[derive(Debug)]
 pub struct StepWrites {
     writes: Map<String, Value>,
     next: Option<String>,
+    sends: Vec<Outgoing>,
+}
+
+impl StepWrites {
+    /// The teammate messages the step sends, taken out.
+    pub fn take_sends(&mut self) -> Vec<Outgoing> {
+        std::mem::take(&mut self.sends)
+    }
 }
 
 /// What the map wants next.
@@ -103,6 +116,10 @@ pub struct MapRun {
     /// Set when this runs a loop node's body: its iterations.
     #[serde(default)]
     looping: Option<loops::Looping>,
+    /// The items' team, when a branch step has `teammates: true` and there
+    /// are at least two items.
+    #[serde(default)]
+    team: Option<team::Team>,
 }
 
 /// Why a map could not start its items.
@@ -201,6 +218,8 @@ impl MapRun {
             failed: None,
             reported: false,
             looping: None,
+            team: team::Team::wanted(plan, map, count)
+                .then(|| team::Team::provision(&node.id, count)),
         })
     }
 
@@ -336,6 +355,9 @@ impl MapRun {
             });
         }
         self.runs[index] = None;
+        if let Some(team) = &mut self.team {
+            team.item_ended(index);
+        }
     }
 
     /// What a chain step of item `index` returned, as the writes it makes
@@ -347,8 +369,10 @@ impl MapRun {
         plan: &RunPlan,
         index: usize,
         node: NodeIdx,
-        output: NodeOutput,
+        mut output: NodeOutput,
     ) -> Result<StepWrites, String> {
+        let sends = std::mem::take(&mut output.sends);
+        self.check_sends(plan, node, &sends)?;
         let run = self.runs[index]
             .as_ref()
             .ok_or_else(|| "the item is no longer running".to_owned())?;
@@ -365,7 +389,11 @@ impl MapRun {
         if let Some(id) = next.as_deref() {
             self.next_target(plan, id)?;
         }
-        Ok(StepWrites { writes, next })
+        Ok(StepWrites {
+            writes,
+            next,
+            sends,
+        })
     }
 
     /// A chain step of item `index` returned (after its retries).
@@ -410,7 +438,7 @@ impl MapRun {
                 return events;
             }
         };
-        let StepWrites { writes, next } = output;
+        let StepWrites { writes, next, .. } = output;
         run.writes.extend(writes);
         events.push(RunEvent::NodeFinished {
             node: node_id.clone(),
@@ -510,6 +538,9 @@ impl MapRun {
             return;
         }
         let run = self.runs[index].take().expect("item is running");
+        if let Some(team) = &mut self.team {
+            team.item_ended(index);
+        }
         match run.writes.get(&self.names.output_key) {
             Some(value) => {
                 self.results[index] = Some(value.clone());

@@ -25,6 +25,7 @@ mod routing;
 mod subgraphs;
 mod task_table;
 mod tasks;
+mod team_messages;
 mod wave;
 mod waves;
 

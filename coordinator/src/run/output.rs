@@ -72,6 +72,7 @@ pub fn finish_output(
         mut writes,
         next,
         output,
+        ..
     } = output;
     if let Some(schema) = &node.output_schema {
         // The structured output is what the node wrote; its top-level

@@ -27,7 +27,16 @@ impl RunMachine {
             return fx;
         }
         let (in_flight, parked) = self.run.tasks.outstanding();
-        fx.extend(in_flight.into_iter().map(Effect::Dispatch));
+        for mut spec in in_flight {
+            // A flagged step gets every message handed to it so far, those
+            // delivered while it ran included.
+            if spec.team.is_some()
+                && let Some(item) = spec.item.clone()
+            {
+                spec.team = self.reseat(&item, spec.key);
+            }
+            fx.push(Effect::Dispatch(spec));
+        }
         fx.extend(parked.into_iter().map(|key| Effect::ScheduleRetry {
             key,
             delay: Duration::ZERO,

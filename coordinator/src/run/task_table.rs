@@ -78,18 +78,24 @@ impl TaskTable {
     }
 
     /// Takes the next queued attempt in flight, if `cap` (0: none) allows.
-    pub(super) fn start_next(&mut self, cap: usize) -> Option<&TaskRef> {
+    pub(super) fn start_next(&mut self, cap: usize) -> Option<&mut TaskRef> {
         if cap != 0 && self.in_flight >= cap {
             return None;
         }
         while let Some(key) = self.queue.pop_front() {
-            if let Some(task) = self.tasks.get_mut(&key) {
-                task.in_flight = true;
+            if self.tasks.contains_key(&key) {
                 self.in_flight += 1;
-                return self.tasks.get(&key);
+                let task = self.tasks.get_mut(&key)?;
+                task.in_flight = true;
+                return Some(task);
             }
         }
         None
+    }
+
+    /// An attempt, queued, parked or in flight.
+    pub(super) fn get(&self, key: TaskKey) -> Option<&TaskRef> {
+        self.tasks.get(&key)
     }
 
     /// Removes an attempt (it returned, or is given up on).
@@ -204,6 +210,7 @@ mod tests {
                 state: TaskState::whole(State::default()),
                 scope: Map::new(),
                 timeout: Duration::from_secs(1),
+                team: None,
             },
             in_flight: false,
         }

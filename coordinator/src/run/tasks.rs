@@ -10,6 +10,7 @@ use super::map_run::{ItemStep, MapRun, StepWrites};
 use super::merge::changed_fields;
 use super::output::finish_output;
 use super::routing::RouteError;
+use super::team_messages::seat_for;
 use crate::graph::NodeIdx;
 
 impl RunMachine {
@@ -37,6 +38,7 @@ impl RunMachine {
             timeout: graph_node
                 .timeout
                 .unwrap_or(self.graph().settings.node_timeout),
+            team: None,
         };
         let item_index = spec.item.as_ref().map(|i| i.index);
         let task = TaskRef {
@@ -52,7 +54,10 @@ impl RunMachine {
     /// Dispatches queued tasks while the run's cap allows.
     pub(super) fn pump(&mut self, fx: &mut Vec<Effect>) {
         let cap = self.plan.graph().settings.max_node_concurrency as usize;
+        let plan = self.plan.clone();
         while let Some(task) = self.run.tasks.start_next(cap) {
+            let seat = seat_for(&mut self.run.wave, &plan, task);
+            task.spec.team = seat;
             fx.push(Effect::Emit(RunEvent::NodeStarted {
                 node: task.spec.node.clone(),
                 attempt: task.spec.attempt,
@@ -133,6 +138,9 @@ impl RunMachine {
     /// An attempt failed: retry it per the node's policy, or give up (the
     /// node's fallback, or the item's or wave's failure).
     fn attempt_failed(&mut self, task: TaskRef, failure: TaskFailure, fx: &mut Vec<Effect>) {
+        if let Some(item) = &task.spec.item {
+            self.team_step_returned(item, task.spec.key, None);
+        }
         let plan = self.plan.clone();
         let node = plan.graph().node(task.node);
         if task.spec.attempt < node.retry.max_attempts {
@@ -148,6 +156,7 @@ impl RunMachine {
             let mut spec = task.spec;
             spec.key = key;
             spec.attempt = next_attempt;
+            spec.team = None;
             let retry = TaskRef {
                 spec,
                 in_flight: false,
@@ -345,7 +354,7 @@ impl RunMachine {
         let output = NodeOutput {
             output,
             writes: collected,
-            next: None,
+            ..NodeOutput::default()
         };
         let writes = match finish_output(
             graph,
@@ -409,10 +418,12 @@ impl RunMachine {
             return;
         };
         let Some(run) = self.map_mut(map) else { return };
+        let read = output.read;
         match run.check_step(&plan, item.index, task.node, output) {
             Ok(step) => {
-                let node = task.node;
+                let (node, key) = (task.node, task.spec.key);
                 drop(task);
+                self.team_step_returned(&item, key, Some(read));
                 self.item_step_done(node, item, Ok(step), fx);
             }
             Err(message) => {
@@ -434,6 +445,13 @@ impl RunMachine {
         let Some(map) = plan.graph().node_index(&item.map) else {
             return;
         };
+        let mut result = result;
+        if let Ok(step) = &mut result {
+            let sends = step.take_sends();
+            if !sends.is_empty() {
+                self.send_all(node, &item, sends, fx);
+            }
+        }
         let Some(run) = self.map_mut(map) else { return };
         for event in run.step_done(&plan, item.index, node, result) {
             fx.push(Effect::Emit(event));

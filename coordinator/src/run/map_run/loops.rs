@@ -82,6 +82,7 @@ impl MapRun {
                 writes: None,
                 judging: None,
             }),
+            team: None,
         })
     }
 

@@ -9,6 +9,7 @@ mod properties;
 mod restore;
 mod semantics;
 mod subgraphs;
+mod teammates;
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -52,6 +53,9 @@ pub struct Harness {
     pub calls: Vec<Effect>,
     pub max_in_flight: usize,
     pub max_items_in_flight: usize,
+    /// Teammate messages handed to running tasks, and answers to sends.
+    pub deliveries: Vec<(TaskKey, TeamMessage)>,
+    pub acks: Vec<(TaskKey, u64, Option<String>)>,
     in_flight: VecDeque<TaskSpec>,
     inputs: VecDeque<Input>,
 }
@@ -92,6 +96,8 @@ impl Harness {
             calls: Vec::new(),
             max_in_flight: 0,
             max_items_in_flight: 0,
+            deliveries: Vec::new(),
+            acks: Vec::new(),
             in_flight: VecDeque::new(),
             inputs: VecDeque::new(),
         }
@@ -175,6 +181,12 @@ impl Harness {
                     self.cancelled.extend(keys);
                 }
                 Effect::Emit(event) => self.events.push(event),
+                Effect::Deliver { key, message } => self.deliveries.push((key, message)),
+                Effect::SendAck {
+                    key,
+                    send_id,
+                    error,
+                } => self.acks.push((key, send_id, error)),
                 Effect::StartChild { node, graph, input } => {
                     self.started_children
                         .push((node.clone(), graph.clone(), input.clone()));
@@ -249,10 +261,20 @@ impl Harness {
                     .handlers
                     .get_mut(&spec.node)
                     .unwrap_or_else(|| panic!("no handler for node '{}'", spec.node));
-                match handler(&spec.state.view(), &spec.scope, spec.attempt) {
+                // A flagged step's seat is in its scope as `_team`, and it
+                // reads its whole inbox, as a script does.
+                let mut scope = spec.scope.clone();
+                let read = spec.team.as_ref().map_or(0, |seat| seat.inbox.len());
+                if let Some(seat) = &spec.team {
+                    scope.insert("_team".into(), serde_json::to_value(seat).expect("a seat"));
+                }
+                match handler(&spec.state.view(), &scope, spec.attempt) {
                     Ok(value) => Input::TaskSucceeded {
                         key: spec.key,
-                        output: NodeOutput::from_json(value).expect("handler returned an object"),
+                        output: NodeOutput {
+                            read,
+                            ..NodeOutput::from_json(value).expect("handler returned an object")
+                        },
                     },
                     Err(message) => Input::TaskFailed {
                         key: spec.key,

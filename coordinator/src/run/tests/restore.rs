@@ -75,6 +75,8 @@ impl Driver {
                     .retain(|a| !matches!(a, Awaited::Task(spec) if keys.contains(&spec.key))),
                 Effect::Emit(_)
                 | Effect::Checkpoint
+                | Effect::Deliver { .. }
+                | Effect::SendAck { .. }
                 | Effect::StartChild { .. }
                 | Effect::AwaitChild { .. }
                 | Effect::CancelChildren(_) => {}
