@@ -81,6 +81,7 @@ fn show(event: &Event, bar: &mut Option<ProgressBar>) {
             Some(format!("  ? {node} waits for input: {prompt}"))
         }
         RunEvent::LoopReset { from, head } => Some(format!("  ↺ {from} → {head}")),
+        RunEvent::MessageSent { from, to, .. } => Some(format!("  ✉ {from} → {to}")),
         RunEvent::LoopIteration {
             node,
             iteration,

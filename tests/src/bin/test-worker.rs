@@ -130,10 +130,87 @@ fn register_handlers(worker: &mut Worker, name: &str, keep: impl Fn(&str) -> boo
             Ok::<_, String>(json!({"late": "done"}))
         });
     }
+    if keep("converse") {
+        let me = name.to_owned();
+        worker.handler("converse", move |_: serde::de::IgnoredAny, ctx| {
+            converse(me.clone(), ctx)
+        });
+    }
+    if keep("ping") {
+        worker.handler("ping", ping);
+    }
     if keep("gate") {
         worker.routing_handler("gate", |s: Counter, _| async move {
             let next = if s.counter >= 3 { "finish" } else { "again" };
             Output::update(json!({"gate": next})).map(|o| o.next(next))
         });
     }
+}
+
+/// A teammate: greets every other member, then waits for each of theirs.
+/// Returns who it heard from, the worker it ran on, and what sending to a
+/// stranger said.
+async fn converse(worker: String, ctx: TaskContext) -> Result<Value, String> {
+    let team = ctx.team.clone().ok_or("converse needs a team")?;
+    let others: Vec<String> = team
+        .members()
+        .iter()
+        .filter(|m| *m != team.me())
+        .cloned()
+        .collect();
+    for other in &others {
+        ctx.send(other, json!({"hello_from": team.me()}))
+            .await
+            .map_err(|e| e.to_string())?;
+    }
+    let mut heard = Vec::new();
+    while heard.len() < others.len() {
+        let message = ctx
+            .recv(Duration::from_secs(30))
+            .await
+            .ok_or_else(|| format!("{} heard only from {heard:?}", team.me()))?;
+        heard.push(message.from);
+    }
+    heard.sort();
+    let stranger = ctx.send("nobody/0", 1).await.err().map(|e| e.to_string());
+    Ok(json!({"heard": heard, "me": team.me(), "worker": worker, "stranger": stranger}))
+}
+
+#[derive(Deserialize)]
+struct Pings {
+    pings: u64,
+}
+
+/// W7: item 0 sends `pings` messages to item 1 one at a time, each
+/// stamped with the wall clock, and waits for item 1's answer before the
+/// next; item 1 records how long each took to reach it (one way, in
+/// microseconds), so no message waits behind another.
+async fn ping(state: Pings, ctx: TaskContext) -> Result<Value, String> {
+    let team = ctx.team.clone().ok_or("ping needs a team")?;
+    let (first, second) = (&team.members()[0], &team.members()[1]);
+    let patience = Duration::from_secs(30);
+    let now_us = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_micros() as u64)
+    };
+    if team.me() == first {
+        for n in 0..state.pings {
+            ctx.send(second, json!({"n": n, "sent_us": now_us()}))
+                .await
+                .map_err(|e| e.to_string())?;
+            ctx.recv(patience).await.ok_or("no answer")?;
+        }
+        return Ok(json!({"latencies_us": []}));
+    }
+    let mut latencies = Vec::with_capacity(state.pings as usize);
+    for _ in 0..state.pings {
+        let message = ctx.recv(patience).await.ok_or("no ping")?;
+        let sent = message.content["sent_us"].as_u64().unwrap_or(0);
+        latencies.push(now_us().saturating_sub(sent));
+        ctx.send(first, json!("ok"))
+            .await
+            .map_err(|e| e.to_string())?;
+    }
+    Ok(json!({"latencies_us": latencies}))
 }

@@ -11,4 +11,5 @@ mod hostile;
 mod loops;
 mod store;
 mod subgraphs;
+mod teammates;
 mod workers;
