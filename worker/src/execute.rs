@@ -109,11 +109,11 @@ fn panic_text(join: tokio::task::JoinError) -> String {
 
 /// The message for a finished attempt; a result larger than the
 /// coordinator takes (`max_bytes`) becomes a failed attempt saying so.
-/// `read` is how many of the teammate messages handed to the task it read.
+/// `read` numbers the teammate messages handed to the task that it read.
 pub fn task_result(
     run_id: &str,
     key: u64,
-    (result, read): (Result<Value, Failure>, usize),
+    (result, read): (Result<Value, Failure>, Vec<u64>),
     max_bytes: usize,
 ) -> pb::TaskResult {
     let outcome = match result {
@@ -143,7 +143,7 @@ pub fn task_result(
         run_id: run_id.to_owned(),
         task_key: key,
         outcome: Some(outcome),
-        messages_read: u32::try_from(read).unwrap_or(u32::MAX),
+        messages_read: read,
     }
 }
 

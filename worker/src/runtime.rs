@@ -436,7 +436,12 @@ impl Session {
         let mut task = match self.cache.task(assignment) {
             Ok(task) => task,
             Err(failure) => {
-                let result = task_result(&run_id, key, (Err(failure), 0), self.max_result_bytes);
+                let result = task_result(
+                    &run_id,
+                    key,
+                    (Err(failure), Vec::new()),
+                    self.max_result_bytes,
+                );
                 let _ = self
                     .outbound
                     .send(message(pb::worker_message::Body::Result(result)))
@@ -471,7 +476,9 @@ impl Session {
             // A handler says what it read; a script read its whole inbox.
             let read = match end {
                 Some(end) => end.read(),
-                None => task.team.as_ref().map_or(0, |seat| seat.inbox.len()),
+                None => task.team.as_ref().map_or_else(Vec::new, |seat| {
+                    seat.inbox.iter().map(|m| m.seq).collect()
+                }),
             };
             let result = task_result(&task.run_id, task.key, (result, read), limit);
             let _ = done.send((id, result));

@@ -10,7 +10,7 @@
 //! flagged step.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -26,6 +26,8 @@ pub struct Message {
     pub from: String,
     /// The content.
     pub content: Value,
+    /// Its number in this item's inbox.
+    pub seq: u64,
 }
 
 impl Message {
@@ -33,6 +35,7 @@ impl Message {
         Self {
             from: message.from,
             content: serde_json::from_str(&message.content_json).unwrap_or(Value::Null),
+            seq: message.seq,
         }
     }
 }
@@ -134,7 +137,7 @@ struct Link {
     run_id: String,
     task_key: u64,
     inbox: tokio::sync::Mutex<mpsc::UnboundedReceiver<Message>>,
-    read: AtomicUsize,
+    read: Mutex<Vec<u64>>,
     outbound: mpsc::Sender<pb::WorkerMessage>,
     acks: Arc<Acks>,
 }
@@ -162,9 +165,9 @@ pub(crate) struct TeamEnd {
 }
 
 impl TeamEnd {
-    /// Messages the step read so far.
-    pub(crate) fn read(&self) -> usize {
-        self.link.read.load(Ordering::Relaxed)
+    /// The numbers of the messages the step read so far.
+    pub(crate) fn read(&self) -> Vec<u64> {
+        self.link.read.lock().expect("read lock").clone()
     }
 }
 
@@ -188,7 +191,7 @@ impl Team {
             run_id: sender.run_id,
             task_key: sender.task_key,
             inbox: tokio::sync::Mutex::new(inbox),
-            read: AtomicUsize::new(0),
+            read: Mutex::new(Vec::new()),
             outbound: sender.outbound,
             acks: sender.acks,
         });
@@ -255,7 +258,8 @@ impl Team {
         while let Ok(message) = inbox.try_recv() {
             messages.push(message);
         }
-        self.link.read.fetch_add(messages.len(), Ordering::Relaxed);
+        let mut read = self.link.read.lock().expect("read lock");
+        read.extend(messages.iter().map(|m| m.seq));
         messages
     }
 
@@ -263,7 +267,7 @@ impl Team {
     pub async fn recv(&self, timeout: Duration) -> Option<Message> {
         let mut inbox = self.link.inbox.lock().await;
         let message = tokio::time::timeout(timeout, inbox.recv()).await.ok()??;
-        self.link.read.fetch_add(1, Ordering::Relaxed);
+        self.link.read.lock().expect("read lock").push(message.seq);
         Some(message)
     }
 }
@@ -279,9 +283,11 @@ mod tests {
             members: vec!["fan/0".into(), "fan/1".into()],
             inbox: inbox
                 .iter()
-                .map(|c| pb::TeamMessage {
+                .enumerate()
+                .map(|(i, c)| pb::TeamMessage {
                     from: "fan/1".into(),
                     content_json: json!(c).to_string(),
+                    seq: i as u64 + 1,
                 })
                 .collect(),
         })
@@ -308,14 +314,15 @@ mod tests {
             .send(Message {
                 from: "fan/1".into(),
                 content: json!("c"),
+                seq: 5,
             })
             .unwrap();
         let first = team.recv(Duration::from_secs(1)).await.unwrap();
         assert_eq!(first.content, json!("a"));
-        assert_eq!(end.read(), 1);
+        assert_eq!(end.read(), [1]);
         let rest: Vec<Value> = team.inbox().into_iter().map(|m| m.content).collect();
         assert_eq!(rest, [json!("b"), json!("c")]);
-        assert_eq!(end.read(), 3);
+        assert_eq!(end.read(), [1, 2, 5]);
         assert_eq!(team.recv(Duration::from_millis(10)).await, None);
     }
 

@@ -493,7 +493,7 @@ impl Dispatcher {
                             worker: failure.worker.clone().unwrap_or_default(),
                             outcome: TaskOutcome {
                                 result: Err(failure),
-                                read: 0,
+                                read: Vec::new(),
                             },
                         },
                         Work::Call(call) => DispatchEvent::CallReturned {

@@ -162,8 +162,8 @@ pub struct FunctionCall {
 pub struct TaskOutcome {
     /// The written fields (with `_next`) as JSON, and the transient output.
     pub result: Result<(Value, Option<Value>), TaskFailure>,
-    /// How many of the teammate messages handed to the task it read.
-    pub read: usize,
+    /// The numbers of the teammate messages handed to the task it read.
+    pub read: Vec<u64>,
 }
 
 /// What the dispatcher tells a run.

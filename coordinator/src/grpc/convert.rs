@@ -134,6 +134,7 @@ fn assignment(task: Assignment) -> pb::TaskAssignment {
 
 fn team_message(message: TeamMessage) -> pb::TeamMessage {
     pb::TeamMessage {
+        seq: message.seq,
         from: message.from,
         content_json: message.content.to_string(),
     }
@@ -243,7 +244,7 @@ pub fn from_worker(message: pb::WorkerMessage) -> Option<FromWorker> {
                 key: result.task_key,
                 outcome: TaskOutcome {
                     result: outcome,
-                    read: result.messages_read as usize,
+                    read: result.messages_read,
                 },
             })
         }

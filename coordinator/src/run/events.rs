@@ -47,6 +47,9 @@ pub struct TaskSpec {
 /// A teammate message (SPEC 5): who sent it and what.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TeamMessage {
+    /// Its number in its recipient's inbox, by which a step says it read it.
+    #[serde(default)]
+    pub seq: u64,
     /// The sender's identity (`MAP/INDEX`).
     pub from: String,
     /// The content, any JSON.
@@ -181,9 +184,10 @@ pub struct NodeOutput {
     pub output: Option<Value>,
     /// `_send`: teammate messages to send once the step is accepted.
     pub sends: Vec<Outgoing>,
-    /// How many of the messages handed to the step it read (a script reads
-    /// its whole inbox; a handler, what it took from its context).
-    pub read: usize,
+    /// The numbers of the messages handed to the step that it read (a
+    /// script reads its whole inbox; a handler, what it took from its
+    /// context).
+    pub read: Vec<u64>,
 }
 
 /// Why what a task returned is not a node's output.
@@ -227,7 +231,7 @@ impl NodeOutput {
             next,
             output: None,
             sends,
-            read: 0,
+            read: Vec::new(),
         })
     }
 }

@@ -410,7 +410,7 @@ impl RunMachine {
         &mut self,
         task: TaskRef,
         item: ItemRef,
-        output: NodeOutput,
+        mut output: NodeOutput,
         fx: &mut Vec<Effect>,
     ) {
         let plan = self.plan.clone();
@@ -418,12 +418,12 @@ impl RunMachine {
             return;
         };
         let Some(run) = self.map_mut(map) else { return };
-        let read = output.read;
+        let read = std::mem::take(&mut output.read);
         match run.check_step(&plan, item.index, task.node, output) {
             Ok(step) => {
                 let (node, key) = (task.node, task.spec.key);
                 drop(task);
-                self.team_step_returned(&item, key, Some(read));
+                self.team_step_returned(&item, key, Some(&read));
                 self.item_step_done(node, item, Ok(step), fx);
             }
             Err(message) => {

@@ -44,9 +44,14 @@ impl RunMachine {
         self.map_of(item)?.reseat(item.index, key)
     }
 
-    /// Item `item`'s step `key` returned: it read `read` of the messages
-    /// handed to it (`None`: the attempt failed).
-    pub(super) fn team_step_returned(&mut self, item: &ItemRef, key: TaskKey, read: Option<usize>) {
+    /// Item `item`'s step `key` returned, having read the messages
+    /// numbered `read` (`None`: the attempt failed).
+    pub(super) fn team_step_returned(
+        &mut self,
+        item: &ItemRef,
+        key: TaskKey,
+        read: Option<&[u64]>,
+    ) {
         if let Some(run) = self.map_of(item) {
             run.step_returned(item.index, key, read);
         }

@@ -136,9 +136,6 @@ fn register_handlers(worker: &mut Worker, name: &str, keep: impl Fn(&str) -> boo
             converse(me.clone(), ctx)
         });
     }
-    if keep("ping") {
-        worker.handler("ping", ping);
-    }
     if keep("gate") {
         worker.routing_handler("gate", |s: Counter, _| async move {
             let next = if s.counter >= 3 { "finish" } else { "again" };
@@ -174,43 +171,4 @@ async fn converse(worker: String, ctx: TaskContext) -> Result<Value, String> {
     heard.sort();
     let stranger = ctx.send("nobody/0", 1).await.err().map(|e| e.to_string());
     Ok(json!({"heard": heard, "me": team.me(), "worker": worker, "stranger": stranger}))
-}
-
-#[derive(Deserialize)]
-struct Pings {
-    pings: u64,
-}
-
-/// W7: item 0 sends `pings` messages to item 1 one at a time, each
-/// stamped with the wall clock, and waits for item 1's answer before the
-/// next; item 1 records how long each took to reach it (one way, in
-/// microseconds), so no message waits behind another.
-async fn ping(state: Pings, ctx: TaskContext) -> Result<Value, String> {
-    let team = ctx.team.clone().ok_or("ping needs a team")?;
-    let (first, second) = (&team.members()[0], &team.members()[1]);
-    let patience = Duration::from_secs(30);
-    let now_us = || {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_micros() as u64)
-    };
-    if team.me() == first {
-        for n in 0..state.pings {
-            ctx.send(second, json!({"n": n, "sent_us": now_us()}))
-                .await
-                .map_err(|e| e.to_string())?;
-            ctx.recv(patience).await.ok_or("no answer")?;
-        }
-        return Ok(json!({"latencies_us": []}));
-    }
-    let mut latencies = Vec::with_capacity(state.pings as usize);
-    for _ in 0..state.pings {
-        let message = ctx.recv(patience).await.ok_or("no ping")?;
-        let sent = message.content["sent_us"].as_u64().unwrap_or(0);
-        latencies.push(now_us().saturating_sub(sent));
-        ctx.send(first, json!("ok"))
-            .await
-            .map_err(|e| e.to_string())?;
-    }
-    Ok(json!({"latencies_us": latencies}))
 }

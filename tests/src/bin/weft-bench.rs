@@ -1,6 +1,7 @@
 //! Weft's benchmark harness for SPEC section 14's W1–W5 (the peers'
-//! workloads in `../shared/bench/peers/WORKLOADS.md`), run against an
-//! embedded cluster whose workers host Rust handlers, over gRPC on loopback.
+//! workloads in `../shared/bench/peers/WORKLOADS.md`) and W7 (teammate
+//! message latency), run against an embedded cluster whose workers host
+//! Rust handlers, over gRPC on loopback.
 //!
 //! Protocol, as for the peers: setup is not timed; one warmup iteration,
 //! then `--iterations` timed ones; every result is verified; the figure is
@@ -21,7 +22,7 @@ use weft_worker::{TaskContext, Worker};
 
 #[derive(Parser)]
 struct Args {
-    /// Workloads to run (w1, w2, w3, w4, w5); default: all.
+    /// Workloads to run (w1, w2, w3, w4, w5, w7); default: all.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
     /// Timed iterations per workload (after one warmup).
@@ -47,6 +48,17 @@ struct Args {
     /// The embedded store's flush interval (0: an fsync on every write).
     #[arg(long, default_value_t = 20)]
     flush_interval_ms: u64,
+    /// Messages W7 times.
+    #[arg(long, default_value_t = 1_000)]
+    pings: u64,
+    /// Run the workloads against this coordinator instead of an embedded
+    /// cluster; its workers must be `weft-bench --serve` processes.
+    #[arg(long)]
+    coordinator: Option<String>,
+    /// Be a worker of the coordinator at this URL, hosting the benchmark's
+    /// handlers, until stopped (SIGINT or SIGTERM).
+    #[arg(long)]
+    serve: Option<String>,
     /// Internal: run W5's one-node graph and exit.
     #[arg(long, hide = true)]
     w5_child: bool,
@@ -62,8 +74,16 @@ struct CounterUpdate {
     counter: i64,
 }
 
+/// Numbers the embedded workers, so W7 can tell where its items ran.
+static WORKERS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
 fn register(worker: &mut Worker, slots: u32) {
     worker.slots(slots).scripts(false);
+    let number = WORKERS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let me = format!("{}/{number}", std::process::id());
+    worker.handler("ping", move |state: Pings, ctx| {
+        ping(me.clone(), state, ctx)
+    });
     worker.handler("increment", |s: Counter, _| async move {
         Ok::<_, String>(CounterUpdate {
             counter: s.counter + 1,
@@ -83,6 +103,40 @@ fn register(worker: &mut Worker, slots: u32) {
     worker.handler("noop", |_: serde::de::IgnoredAny, _| async move {
         Ok::<_, String>(json!({}))
     });
+}
+
+#[derive(Deserialize)]
+struct Pings {
+    pings: u64,
+}
+
+/// W7's two teammates: item 0 sends `pings` messages to item 1 one at a
+/// time, each stamped with the wall clock, and waits for item 1's answer
+/// before the next, so no message waits behind another; item 1 records how
+/// long each took to reach it, in microseconds. Both report their worker.
+async fn ping(worker: String, state: Pings, ctx: TaskContext) -> Result<Value, String> {
+    let team = ctx.team.clone().ok_or("ping needs a team")?;
+    let (first, second) = (&team.members()[0], &team.members()[1]);
+    let patience = Duration::from_secs(30);
+    let now_us = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_micros() as u64)
+    };
+    let mut latencies = Vec::new();
+    for n in 0..state.pings {
+        if team.me() == first {
+            let ping = json!({"n": n, "sent_us": now_us()});
+            ctx.send(second, ping).await.map_err(|e| e.to_string())?;
+            ctx.recv(patience).await.ok_or("no answer")?;
+        } else {
+            let message = ctx.recv(patience).await.ok_or("no ping")?;
+            let sent = message.content["sent_us"].as_u64().unwrap_or(0);
+            latencies.push(now_us().saturating_sub(sent));
+            ctx.send(first, json!(n)).await.map_err(|e| e.to_string())?;
+        }
+    }
+    Ok(json!({"latency": {"worker": worker, "us": latencies}}))
 }
 
 fn chain(name: &str, length: usize) -> GraphBuilder {
@@ -189,11 +243,23 @@ async fn run_all(args: &Args) -> Result<Vec<Figure>> {
         config.store.etcd = etcd;
         config.store.flush = flush;
     };
-    let cluster =
-        EmbeddedCluster::start_configured(args.workers, configure, move |w| register(w, slots))
+    let cluster = match &args.coordinator {
+        Some(_) => None,
+        None => {
+            let cluster = EmbeddedCluster::start_configured(args.workers, configure, move |w| {
+                register(w, slots)
+            })
             .await?;
-    cluster.ready().await?;
-    let client = Client::connect(cluster.url.clone()).await?;
+            cluster.ready().await?;
+            Some(cluster)
+        }
+    };
+    let url = match (&args.coordinator, &cluster) {
+        (Some(url), _) => url.clone(),
+        (None, Some(cluster)) => cluster.url.clone(),
+        (None, None) => unreachable!("started above"),
+    };
+    let client = Client::connect(url).await?;
     let mut figures = Vec::new();
     if wanted("w1") {
         figures.push(w1(&client, args).await?);
@@ -209,7 +275,12 @@ async fn run_all(args: &Args) -> Result<Vec<Figure>> {
     if wanted("w4") {
         figures.push(w4(&client, args).await?);
     }
-    cluster.stop().await;
+    if wanted("w7") {
+        figures.push(w7(&client, args).await?);
+    }
+    if let Some(cluster) = cluster {
+        cluster.stop().await;
+    }
     if wanted("w5") {
         figures.push(w5(args).await?);
     }
@@ -299,6 +370,60 @@ async fn w4(client: &Client, args: &Args) -> Result<Figure> {
     })
 }
 
+/// W7: one-way delivery of a teammate message between two map items on
+/// two workers, each message alone in flight. The samples are the
+/// messages' latencies; the figure is their 99th percentile.
+async fn w7(client: &Client, args: &Args) -> Result<Figure> {
+    let graph = GraphBuilder::new("w7")
+        .setting("durability", args.durability.as_str())
+        .field("pings", "integer", 0)
+        .field("pair", "array", json!([0, 1]))
+        .node(
+            "pair_up",
+            NodeBuilder::map("state.pair", "item", "ping", "latencies")
+                .start()
+                .set("output_key", "latency"),
+        )
+        .node("ping", NodeBuilder::task("ping").set("teammates", true));
+    let mut latencies = Vec::new();
+    for pings in [args.pings / 10, args.pings] {
+        let run = client
+            .submit_graph(&graph, &json!({"pings": pings}))
+            .await?;
+        let done = client.wait(&run.run_id).await?;
+        ensure!(done.error.is_none(), "run failed: {:?}", done.error);
+        let pair = done.state["latencies"].as_array().context("latencies")?;
+        ensure!(pair.len() == 2, "{} items", pair.len());
+        ensure!(
+            pair[0]["worker"] != pair[1]["worker"],
+            "both items ran on worker {}",
+            pair[0]["worker"]
+        );
+        latencies = pair[1]["us"].as_array().context("samples")?.clone();
+        ensure!(
+            latencies.len() as u64 == pings,
+            "{} samples",
+            latencies.len()
+        );
+    }
+    let mut samples: Vec<Duration> = latencies
+        .iter()
+        .filter_map(Value::as_u64)
+        .map(Duration::from_micros)
+        .collect();
+    samples.sort();
+    let p99 = samples[(samples.len() * 99 / 100).min(samples.len() - 1)];
+    Ok(Figure {
+        id: "w7",
+        label: format!(
+            "W7 teammate message, {} messages (median = p50)",
+            samples.len()
+        ),
+        samples,
+        per: Some((p99.as_secs_f64() * 1e6, "µs p99")),
+    })
+}
+
 /// W5: a fresh process per sample, from start to the first result.
 async fn w5(args: &Args) -> Result<Figure> {
     let exe = std::env::current_exe()?;
@@ -350,6 +475,12 @@ async fn main() -> Result<()> {
     if args.w5_child {
         return w5_child().await;
     }
+    if let Some(url) = &args.serve {
+        let mut worker = Worker::new(url.clone());
+        register(&mut worker, args.slots);
+        worker.run(weft_process::shutdown_on_signal()).await?;
+        return Ok(());
+    }
     let figures = run_all(&args).await?;
     println!("| workload | median | figure | samples |");
     println!("|---|---|---|---|");
@@ -359,15 +490,27 @@ async fn main() -> Result<()> {
             .per
             .map(|(v, unit)| format!("{v:.1} {unit}"))
             .unwrap_or_else(|| "—".into());
+        // Sub-millisecond figures (W7's messages) read better in µs.
+        let (scale, unit) = if m < Duration::from_millis(1) {
+            (1e6, "µs")
+        } else {
+            (1e3, "ms")
+        };
         let samples: Vec<String> = figure
             .samples
             .iter()
-            .map(|d| format!("{:.1}", d.as_secs_f64() * 1e3))
+            .take(10)
+            .map(|d| format!("{:.1}", d.as_secs_f64() * scale))
             .collect();
+        let more = if figure.samples.len() > 10 {
+            ", …"
+        } else {
+            ""
+        };
         println!(
-            "| {} | {:.1} ms | {per} | {} ms |",
+            "| {} | {:.1} {unit} | {per} | {}{more} {unit} |",
             figure.label,
-            m.as_secs_f64() * 1e3,
+            m.as_secs_f64() * scale,
             samples.join(", ")
         );
     }
@@ -377,7 +520,7 @@ async fn main() -> Result<()> {
             "workload": figure.id,
             "label": figure.label,
             "median_s": median(&figure.samples).as_secs_f64(),
-            "times_s": figure.samples.iter().map(Duration::as_secs_f64).collect::<Vec<_>>(),
+            "times_s": figure.samples.iter().take(100).map(Duration::as_secs_f64).collect::<Vec<_>>(),
             "figure": figure.per.map(|(v, _)| v),
             "unit": figure.per.map(|(_, u)| u),
         });

@@ -5,8 +5,10 @@
 //!
 //! An inbox holds what waits unread and what it handed to the item's
 //! flagged step in flight: a script's stdin, or a Rust handler's messages
-//! delivered while it runs. The step says how many it read when it
-//! returns; the rest go back to the front of the inbox, and a failed
+//! delivered while it runs. Messages are numbered per inbox, and a step
+//! says which it read when it returns; the rest go back to the front of
+//! the inbox (a message lost on its way to a worker that died among them),
+//! and a failed
 //! attempt gives back everything, so its retry (or the next flagged step)
 //! sees them again: messages are read at least once, like nodes run.
 //! Everything here is part of the map's state, and so of the checkpoint.
@@ -40,6 +42,9 @@ struct Inbox {
     holder: Option<Holder>,
     /// The item's chain ended: what still arrives is accepted, never read.
     ended: bool,
+    /// The last number given to a message.
+    #[serde(default)]
+    last_seq: u64,
 }
 
 /// The item's flagged step in flight.
@@ -128,26 +133,34 @@ impl Team {
         })
     }
 
-    /// Item `index`'s flagged step `key` returned: it read the first `read`
-    /// messages handed to it (`None`: the attempt failed, and read none
-    /// for good). The others go back to the front of the inbox.
-    pub(crate) fn step_returned(&mut self, index: usize, key: TaskKey, read: Option<usize>) {
+    /// Item `index`'s flagged step `key` returned, having read the
+    /// messages numbered `read` of those handed to it (`None`: the attempt
+    /// failed, and read none for good). The others go back to the front of
+    /// the inbox, in their order.
+    pub(crate) fn step_returned(&mut self, index: usize, key: TaskKey, read: Option<&[u64]>) {
         let inbox = &mut self.inboxes[index];
         if inbox.holder.is_none_or(|h| h.key != key) {
             return;
         }
         inbox.holder = None;
-        let read = read.unwrap_or(0).min(inbox.taken.len());
-        for message in inbox.taken.drain(read..).rev() {
+        let read: std::collections::HashSet<u64> =
+            read.unwrap_or_default().iter().copied().collect();
+        let kept: Vec<TeamMessage> = inbox
+            .taken
+            .drain(..)
+            .filter(|m| !read.contains(&m.seq))
+            .collect();
+        for message in kept.into_iter().rev() {
             inbox.unread.push_front(message);
         }
-        inbox.taken.clear();
     }
 
     /// Item `index`'s chain ended: what its inbox holds is never read.
     pub(crate) fn item_ended(&mut self, index: usize) {
-        self.inboxes[index] = Inbox {
+        let inbox = &mut self.inboxes[index];
+        *inbox = Inbox {
             ended: true,
+            last_seq: inbox.last_seq,
             ..Inbox::default()
         };
     }
@@ -182,11 +195,13 @@ impl Team {
         limit: usize,
     ) -> Result<(Delivery, TeamMessage), SendError> {
         let index = self.check(to, 0, limit)?;
+        let inbox = &mut self.inboxes[index];
+        inbox.last_seq += 1;
         let message = TeamMessage {
+            seq: inbox.last_seq,
             from: self.members[from].clone(),
             content,
         };
-        let inbox = &mut self.inboxes[index];
         let delivery = match inbox.holder {
             _ if inbox.ended => Delivery::Unread,
             Some(Holder { key, live: true }) => {
@@ -247,9 +262,9 @@ impl MapRun {
         self.team.as_ref()?.reseat(index, key)
     }
 
-    /// Item `index`'s step `key` returned, having read `read` of the
-    /// messages handed to it (`None`: the attempt failed).
-    pub fn step_returned(&mut self, index: usize, key: TaskKey, read: Option<usize>) {
+    /// Item `index`'s step `key` returned, having read the messages
+    /// numbered `read` (`None`: the attempt failed).
+    pub fn step_returned(&mut self, index: usize, key: TaskKey, read: Option<&[u64]>) {
         if let Some(team) = &mut self.team {
             team.step_returned(index, key, read);
         }
@@ -327,11 +342,12 @@ mod tests {
         assert_eq!(
             seat.inbox,
             [TeamMessage {
+                seq: 1,
                 from: "fan/0".into(),
                 content: json!("hi")
             }]
         );
-        team.step_returned(2, 7, Some(1));
+        team.step_returned(2, 7, Some(&[1]));
         assert_eq!(team.seat(2, 8, false).inbox, [], "reading drains");
     }
 
@@ -343,10 +359,11 @@ mod tests {
         let (delivery, _) = team.send(1, "fan/0", json!(2), 10).unwrap();
         assert_eq!(delivery, Delivery::Live(3));
         team.send(1, "fan/0", json!(3), 10).unwrap();
-        team.step_returned(0, 3, Some(2));
+        // It read the first and the third; the second never reached it.
+        team.step_returned(0, 3, Some(&[1, 3]));
         let again = team.seat(0, 4, false);
         assert_eq!(again.inbox.len(), 1);
-        assert_eq!(again.inbox[0].content, json!(3));
+        assert_eq!(again.inbox[0].content, json!(2));
     }
 
     #[test]
@@ -363,7 +380,7 @@ mod tests {
             .map(|m| m.content)
             .collect();
         assert_eq!(contents, [json!("a"), json!("b")], "arrival order kept");
-        team.step_returned(0, 99, Some(2));
+        team.step_returned(0, 99, Some(&[1, 2]));
         assert_eq!(team.waiting(), 2, "a stale key changes nothing");
     }
 

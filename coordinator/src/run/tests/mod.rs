@@ -264,7 +264,10 @@ impl Harness {
                 // A flagged step's seat is in its scope as `_team`, and it
                 // reads its whole inbox, as a script does.
                 let mut scope = spec.scope.clone();
-                let read = spec.team.as_ref().map_or(0, |seat| seat.inbox.len());
+                let read = spec
+                    .team
+                    .as_ref()
+                    .map_or_else(Vec::new, |seat| seat.inbox.iter().map(|m| m.seq).collect());
                 if let Some(seat) = &spec.team {
                     scope.insert("_team".into(), serde_json::to_value(seat).expect("a seat"));
                 }

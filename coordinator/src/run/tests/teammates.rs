@@ -136,7 +136,7 @@ nodes:
         })
         .run();
     assert_eq!(h.status(), RunStatus::Completed, "{:?}", h.machine.error());
-    let early = json!([{"from": "fan/0", "content": "early"}]);
+    let early = json!([{"seq": 1, "from": "fan/0", "content": "early"}]);
     assert_eq!(h.state()["got_all"], json!([[], early, early]));
 }
 
@@ -314,6 +314,7 @@ nodes:
     assert!(fx.contains(&Effect::Deliver {
         key: keys[1],
         message: TeamMessage {
+            seq: 1,
             from: "fan/0".into(),
             content: json!(1)
         }
@@ -330,7 +331,7 @@ nodes:
         .apply(Input::TaskSucceeded {
             key: keys[1],
             output: NodeOutput {
-                read: 1,
+                read: vec![1],
                 ..NodeOutput::default()
             },
         })
