@@ -55,6 +55,8 @@ fn refused_run_field(kind: &str, field: &str) -> Option<&'static str> {
         "end" if field == "state_updates" => None,
         "end" => Some("it runs nothing and produces no output"),
         "loop" | "subgraph" if field == "state_updates" => None,
+        // A failed child run is started again, as a task is retried.
+        "subgraph" if retry => None,
         "loop" | "subgraph" => Some("its inner nodes take their own"),
         _ => None,
     }

@@ -274,6 +274,8 @@ impl RunMachine {
             Input::RetryDue { key } => {
                 if self.run.tasks.requeue(key) {
                     self.pump(&mut fx);
+                } else {
+                    self.child_retry_due(key, &mut fx);
                 }
             }
             Input::Answered { node, answer } => self.answered(&node, answer, &mut fx)?,

@@ -4,11 +4,14 @@
 //! the whole state, of which the child keeps what it declares), and its
 //! final state comes back through `output_map` (`{child_field:
 //! parent_field}`; without one, the child's fields the parent declares or
-//! already has) as the node's update. A child that does not complete fails
-//! the node, so its `fallback` applies; stopping the parent cancels the
+//! already has) as the node's update. A child that does not complete is an
+//! attempt that failed: the node's `retry` starts a new child after its
+//! delay, then its `fallback` applies; stopping the parent cancels the
 //! child.
 
 use serde_json::{Map, Value};
+
+use std::time::Duration;
 
 use super::events::*;
 use super::machine::*;
@@ -27,8 +30,42 @@ impl RunMachine {
             graph: config.graph.clone(),
             input: child_input(config, s0),
         };
-        self.set_member(idx, Member::Child { run_id: None });
+        self.set_member(
+            idx,
+            Member::Child {
+                run_id: None,
+                attempt: 1,
+                retry_due: None,
+            },
+        );
         fx.push(effect);
+    }
+
+    /// A retry's delay passed: if it was a subgraph member's, its next
+    /// child starts. Reports whether the key was one.
+    pub(super) fn child_retry_due(&mut self, key: TaskKey, fx: &mut Vec<Effect>) -> bool {
+        let Some(wave) = &mut self.run.wave else {
+            return false;
+        };
+        let Some(idx) = wave.iter().find_map(|(idx, slot)| match slot {
+            Member::Child { retry_due, .. } if *retry_due == Some(key) => Some(idx),
+            _ => None,
+        }) else {
+            return false;
+        };
+        let s0 = wave.s0().clone();
+        if let Some(Member::Child { retry_due, .. }) = wave.slot_mut(idx) {
+            *retry_due = None;
+        }
+        let node = self.plan.graph().node(idx);
+        if let NodeKind::Subgraph(config) = &node.kind {
+            fx.push(Effect::StartChild {
+                node: node.id.clone(),
+                graph: config.graph.clone(),
+                input: child_input(config, &s0),
+            });
+        }
+        true
     }
 
     /// The child of subgraph node `node` started as run `run_id`.
@@ -36,7 +73,7 @@ impl RunMachine {
         let Some(idx) = self.graph().node_index(node) else {
             return;
         };
-        let Some(Member::Child { run_id: slot }) = self.slot_mut(idx) else {
+        let Some(Member::Child { run_id: slot, .. }) = self.slot_mut(idx) else {
             return;
         };
         if slot.is_some() {
@@ -62,22 +99,53 @@ impl RunMachine {
         let Some(idx) = self.graph().node_index(node) else {
             return;
         };
-        if !matches!(self.slot_mut(idx), Some(Member::Child { .. })) {
-            return;
-        }
+        let attempt = match self.slot_mut(idx) {
+            Some(Member::Child {
+                run_id: Some(_),
+                attempt,
+                ..
+            }) => *attempt,
+            _ => return,
+        };
         match result {
             Ok(state) => {
                 let writes = self.child_output(idx, state);
                 self.container_finished(idx, writes, fx);
             }
+            Err(message) if attempt < self.graph().node(idx).retry.max_attempts => {
+                self.retry_child(idx, attempt + 1, message, fx);
+            }
             Err(message) => {
                 let failure =
                     TaskFailure::found_by_coordinator(FailureKind::SubgraphFailed, message);
-                self.member_failed(idx, 1, failure, fx);
+                self.member_failed(idx, attempt, failure, fx);
             }
         }
         self.pump(fx);
         self.maybe_finish_wave(fx);
+    }
+
+    /// Subgraph member `idx`'s child failed: its attempt `next` starts
+    /// after the node's retry delay.
+    fn retry_child(&mut self, idx: NodeIdx, next: u32, error: String, fx: &mut Vec<Effect>) {
+        let node = self.graph().node(idx);
+        let delay = node.retry.delay_before(next);
+        fx.push(Effect::Emit(RunEvent::NodeRetrying {
+            node: node.id.clone(),
+            next_attempt: next,
+            delay_ms: delay.as_millis() as u64,
+            error,
+        }));
+        let key = self.run.tasks.new_key();
+        self.set_member(
+            idx,
+            Member::Child {
+                run_id: None,
+                attempt: next,
+                retry_due: Some(key),
+            },
+        );
+        fx.push(Effect::ScheduleRetry { key, delay });
     }
 
     /// The child's final state, as the parent's update.
@@ -107,16 +175,24 @@ impl RunMachine {
     pub(super) fn resume_children(&self, fx: &mut Vec<Effect>) {
         let Some(wave) = &self.run.wave else { return };
         for (idx, slot) in wave.iter() {
-            let Member::Child { run_id } = slot else {
+            let Member::Child {
+                run_id, retry_due, ..
+            } = slot
+            else {
                 continue;
             };
             let node = self.graph().node(idx);
-            match (run_id, &node.kind) {
-                (Some(run_id), _) => fx.push(Effect::AwaitChild {
+            match (run_id, retry_due, &node.kind) {
+                (Some(run_id), _, _) => fx.push(Effect::AwaitChild {
                     node: node.id.clone(),
                     run_id: run_id.clone(),
                 }),
-                (None, NodeKind::Subgraph(config)) => fx.push(Effect::StartChild {
+                // Its timer went with the old process: the retry is due.
+                (None, Some(key), _) => fx.push(Effect::ScheduleRetry {
+                    key: *key,
+                    delay: Duration::ZERO,
+                }),
+                (None, None, NodeKind::Subgraph(config)) => fx.push(Effect::StartChild {
                     node: node.id.clone(),
                     graph: config.graph.clone(),
                     input: child_input(config, wave.s0()),

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use super::events::{CallKey, State};
+use super::events::{CallKey, State, TaskKey};
 use super::map_run::MapRun;
 use super::merge::MergeOutcome;
 use super::routing::Query;
@@ -31,7 +31,18 @@ pub(super) enum Member {
     /// A subgraph node's child run; its id once started.
     Child {
         run_id: Option<String>,
+        /// 1 for the first child; a failed child is retried per the
+        /// node's `retry` with a new one.
+        #[serde(default = "first_attempt")]
+        attempt: u32,
+        /// Set while the next attempt waits for its delay: the timer's key.
+        #[serde(default)]
+        retry_due: Option<TaskKey>,
     },
+}
+
+fn first_attempt() -> u32 {
+    1
 }
 
 /// Where the wave stands once its members have finished.
@@ -158,7 +169,7 @@ impl Wave {
         self.slots
             .iter()
             .filter_map(|slot| match slot {
-                Member::Child { run_id } => run_id.clone(),
+                Member::Child { run_id, .. } => run_id.clone(),
                 _ => None,
             })
             .collect()

@@ -134,6 +134,43 @@ async fn a_failing_child_is_caught_by_the_parent_nodes_fallback() -> anyhow::Res
 }
 
 #[tokio::test]
+async fn a_failed_child_is_retried_as_a_new_child_run() -> anyhow::Result<()> {
+    let parent = PARENT.replace(
+        "    next: after\n",
+        "    next: after\n    retry: { max_attempts: 2, initial_interval: 0.1s }\n",
+    );
+    // The child fails the first time it runs (it leaves a mark), then
+    // succeeds.
+    let mark = std::env::temp_dir().join(format!("weft-retry-child-{}", std::process::id()));
+    let _ = std::fs::remove_file(&mark);
+    let look = format!(
+        "import json, os, sys\nmark = {mark:?}\nif not os.path.exists(mark):\n    open(mark, 'w').close()\n    sys.exit('first child fails')\n{LOOK}",
+        mark = mark.display().to_string()
+    );
+    let dir = graphs(
+        "retried",
+        &[
+            ("parent.yaml", &parent),
+            ("research.yaml", CHILD),
+            ("look.py", &look),
+        ],
+    );
+    let (_cluster, client, submitted) = submit_parent(&dir).await?;
+    let done = client.wait(&submitted.run_id).await?;
+    assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error);
+    assert_eq!(done.state["notes"], "on weft");
+    assert_eq!(done.children.len(), 2, "{:?}", done.children);
+    let first = client.get(&done.children[0].run_id).await?;
+    assert_eq!(first.status, RunStatus::Failed);
+    let retried = weft_tests::events_of(&client, &submitted.run_id, "node_retrying").await?;
+    assert_eq!(retried.len(), 1);
+    assert_eq!(retried[0].body["next_attempt"], 2);
+    std::fs::remove_file(&mark).ok();
+    std::fs::remove_dir_all(dir).ok();
+    Ok(())
+}
+
+#[tokio::test]
 async fn cancelling_the_parent_cancels_its_child() -> anyhow::Result<()> {
     let child = CHILD.replace("run: [python3, look.py]", "run: [sh, -c, 'sleep 30']");
     let dir = graphs(

@@ -207,3 +207,57 @@ async fn the_team_review_example_runs() -> anyhow::Result<()> {
     );
     Ok(())
 }
+
+#[tokio::test]
+async fn an_inbox_survives_kill_9_of_the_coordinator() -> anyhow::Result<()> {
+    let mut cluster = TestCluster::start()?;
+    cluster.add_worker("w1", 2)?;
+    cluster.wait_for_workers(&["w1"]).await?;
+    let client = cluster.client().await?;
+    // One item at a time: item 0 writes to item 1 and finishes (a
+    // checkpoint), then item 1 starts and dawdles while the coordinator is
+    // killed; after the restart its step runs again with the message.
+    let yaml = r#"
+state:
+  names: { type: array, default: [] }
+nodes:
+  fan:
+    kind: map
+    start: true
+    over: "{{ names }}"
+    as: name
+    branch: step
+    output_key: got
+    collect_into: got_all
+    max_concurrency: 1
+  step: { kind: script, run: [python3, step.py], teammates: true }
+"#;
+    let step = r#"import json, sys, time
+task = json.load(sys.stdin)
+if task["team"]["me"] == "fan/0":
+    print(json.dumps({"got": [], "_send": [{"to": "fan/1", "content": "before the crash"}]}))
+else:
+    time.sleep(1.0)
+    print(json.dumps({"got": [m["content"] for m in task["inbox"]]}))
+"#;
+    let bundle =
+        GraphBundle::from_text("crash.yaml", yaml).with_file("step.py", step.as_bytes(), 0o644);
+    let run = client
+        .submit_bundle(bundle, &json!({"names": [0, 1]}))
+        .await?;
+    let mut seen = client.watch(&run.run_id, 0).await?;
+    use tokio_stream::StreamExt;
+    while let Some(event) = seen.next().await {
+        let event = event?;
+        if event.kind == "node_started" && event.body["item"] == 1 {
+            break;
+        }
+    }
+    cluster.restart_coordinator()?;
+    let client = cluster.client().await?;
+    let done = tokio::time::timeout(std::time::Duration::from_secs(60), client.wait(&run.run_id))
+        .await??;
+    assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error);
+    assert_eq!(done.state["got_all"], json!([[], ["before the crash"]]));
+    Ok(())
+}

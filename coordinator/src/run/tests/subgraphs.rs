@@ -104,6 +104,50 @@ fn a_failing_child_fails_the_node_and_its_fallback_applies() {
 }
 
 #[test]
+fn a_failed_child_is_retried_with_a_new_child_per_the_nodes_retry() {
+    let yaml = PARENT.replace("    next: after\n", "    next: after\n    retry: 3\n");
+    let mut children = 0;
+    let h = Harness::new(&yaml, json!({"topic": "weft"}))
+        .child("research.yaml", move |input| {
+            children += 1;
+            if children < 3 {
+                return Err(format!("child {children} failed"));
+            }
+            research(input)
+        })
+        .on("after", |state, _, _| {
+            Ok(json!({"summary": state["notes"]}))
+        })
+        .run();
+    assert_eq!(h.status(), RunStatus::Completed, "{}", h.error_text());
+    assert_eq!(h.started_children.len(), 3);
+    assert_eq!(h.state()["summary"], json!("on weft"));
+    let retries: Vec<(u32, String)> = h
+        .events
+        .iter()
+        .filter_map(|e| match e {
+            RunEvent::NodeRetrying {
+                next_attempt,
+                error,
+                ..
+            } => Some((*next_attempt, error.clone())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        retries,
+        [(2, "child 1 failed".into()), (3, "child 2 failed".into())]
+    );
+    // Out of attempts, the failure names the last one.
+    let h = Harness::new(&yaml, json!({"topic": "weft"}))
+        .child("research.yaml", |_| Err("always".to_owned()))
+        .run();
+    assert_eq!(h.status(), RunStatus::Failed);
+    assert_eq!(h.started_children.len(), 3);
+    assert!(h.error_text().contains("attempt 3"), "{}", h.error_text());
+}
+
+#[test]
 fn stopping_the_parent_cancels_its_running_child() {
     let yaml = r#"
 nodes:
