@@ -215,8 +215,7 @@ async fn session(
             BlobCache::new(work.files(), client.clone()),
             config.secrets.clone(),
         ),
-        // The coordinator never sends more than the slots announced, but a
-        // task it timed out may still be stopping here: its successor waits.
+        // A task the coordinator timed out may still stop here: wait for it.
         slots: Arc::new(Semaphore::new(config.slots as usize)),
         outbound: outbound.clone(),
         tracker: tracker.clone(),

@@ -284,33 +284,12 @@ impl Dispatcher {
                     },
                 })
             }
-            Command::Forget { run_id } => {
-                for (&worker, link) in &mut self.links {
-                    if link.mirror.forget(&run_id) {
-                        let forget = ToWorker::Forget {
-                            run_id: run_id.clone(),
-                        };
-                        if link.channels.control.try_send(forget).is_err() {
-                            debug!(worker, "could not tell a worker to forget a run");
-                        }
-                    }
-                }
-                self.registry.forget_run(&run_id)
-            }
+            Command::Forget { run_id } => self.forget(&run_id),
             Command::Tell {
                 run_id,
                 key,
                 message,
-            } => {
-                let job = JobId {
-                    run: run_id,
-                    key: JobKey::Task(key),
-                };
-                if let Some(worker) = self.registry.held_by(&job) {
-                    self.control(worker, message);
-                }
-                return;
-            }
+            } => return self.tell(run_id, key, message),
             Command::Snapshot { reply } => {
                 let _ = reply.send(Fleet {
                     workers: self.registry.workers(),
@@ -364,35 +343,8 @@ impl Dispatcher {
                 });
                 Vec::new()
             }
-            FromWorker::TeamSend {
-                run_id,
-                key,
-                send_id,
-                to,
-                content,
-            } => {
-                let job = JobId {
-                    run: Arc::from(run_id.as_str()),
-                    key: JobKey::Task(key),
-                };
-                match self.registry.payload(&job) {
-                    Some(order) if self.registry.held_by(&job) == Some(worker) => {
-                        let _ = order.sink.send(DispatchEvent::TeamSend {
-                            key,
-                            send_id,
-                            to,
-                            content,
-                        });
-                    }
-                    _ => self.control(
-                        worker,
-                        ToWorker::SendAck {
-                            run_id: job.run,
-                            send_id,
-                            error: Some("the sending task is no longer running".into()),
-                        },
-                    ),
-                }
+            FromWorker::TeamSend { run_id, key, send } => {
+                self.team_send(worker, &run_id, key, send);
                 Vec::new()
             }
             FromWorker::CallResult {
@@ -412,6 +364,54 @@ impl Dispatcher {
                 }
                 Vec::new()
             }
+        }
+    }
+
+    /// A run ended: its workers drop its cached fields, its jobs go.
+    fn forget(&mut self, run_id: &Arc<str>) -> Vec<Decision<Order>> {
+        for (&worker, link) in &mut self.links {
+            if link.mirror.forget(run_id) {
+                let forget = ToWorker::Forget {
+                    run_id: run_id.clone(),
+                };
+                if link.channels.control.try_send(forget).is_err() {
+                    debug!(worker, "could not tell a worker to forget a run");
+                }
+            }
+        }
+        self.registry.forget_run(run_id)
+    }
+
+    /// Passes a task's teammate message to its run, if the task still runs
+    /// on that worker; else answers the worker at once.
+    fn team_send(&self, worker: WorkerId, run_id: &str, key: TaskKey, send: TeamSend) {
+        let job = JobId {
+            run: Arc::from(run_id),
+            key: JobKey::Task(key),
+        };
+        match self.registry.payload(&job) {
+            Some(order) if self.registry.held_by(&job) == Some(worker) => {
+                let _ = order.sink.send(DispatchEvent::TeamSend { key, send });
+            }
+            _ => self.control(
+                worker,
+                ToWorker::SendAck {
+                    run_id: job.run,
+                    send_id: send.send_id,
+                    error: Some("the sending task is no longer running".into()),
+                },
+            ),
+        }
+    }
+
+    /// Sends `message` to the worker running task `key` of `run_id`.
+    fn tell(&self, run_id: Arc<str>, key: TaskKey, message: ToWorker) {
+        let job = JobId {
+            run: run_id,
+            key: JobKey::Task(key),
+        };
+        if let Some(worker) = self.registry.held_by(&job) {
+            self.control(worker, message);
         }
     }
 

@@ -203,13 +203,20 @@ pub enum DispatchEvent {
     TeamSend {
         /// The sending task.
         key: TaskKey,
-        /// The worker's name for the send.
-        send_id: u64,
-        /// The recipient's identity.
-        to: String,
-        /// The content, or why it could not be read.
-        content: Result<Value, String>,
+        /// The message.
+        send: TeamSend,
     },
+}
+
+/// A teammate message a running task sends.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TeamSend {
+    /// The worker's name for the send, echoed in the answer.
+    pub send_id: u64,
+    /// The recipient's identity.
+    pub to: String,
+    /// The content, or why it could not be read.
+    pub content: Result<Value, String>,
 }
 
 /// Where the dispatcher sends a run's events.
@@ -309,11 +316,7 @@ pub enum FromWorker {
         run_id: String,
         /// The sending task.
         key: TaskKey,
-        /// The worker's name for the send.
-        send_id: u64,
-        /// The recipient's identity.
-        to: String,
-        /// The content, or why it could not be read.
-        content: Result<Value, String>,
+        /// The message.
+        send: TeamSend,
     },
 }

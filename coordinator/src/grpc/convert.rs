@@ -4,7 +4,9 @@ use serde_json::Value;
 use weft_proto::v1 as pb;
 
 use crate::bundle::{Bundle, BundleError};
-use crate::dispatch::{Assignment, FromWorker, FunctionCall, TaskOutcome, ToWorker, WorkerInfo};
+use crate::dispatch::{
+    Assignment, FromWorker, FunctionCall, TaskOutcome, TeamSend, ToWorker, WorkerInfo,
+};
 use crate::graph::{Finding, Severity};
 use weft_proto::events::{error_to_wire, event_to_wire, status_to_wire};
 
@@ -251,10 +253,12 @@ pub fn from_worker(message: pb::WorkerMessage) -> Option<FromWorker> {
         Body::Send(send) => Some(FromWorker::TeamSend {
             run_id: send.run_id,
             key: send.task_key,
-            send_id: send.send_id,
-            to: send.to,
-            content: serde_json::from_str(&send.content_json)
-                .map_err(|error| format!("the message is not JSON: {error}")),
+            send: TeamSend {
+                send_id: send.send_id,
+                to: send.to,
+                content: serde_json::from_str(&send.content_json)
+                    .map_err(|error| format!("the message is not JSON: {error}")),
+            },
         }),
         Body::CallResult(result) => {
             let value = match result.outcome? {

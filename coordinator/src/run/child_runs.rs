@@ -103,6 +103,7 @@ impl ChildLink {
             return;
         };
         let (reply, _) = oneshot::channel();
+        let input = Box::new(input);
         let _ = actor.send(Command::Act { input, reply }).await;
     }
 }

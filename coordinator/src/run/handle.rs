@@ -78,7 +78,7 @@ pub(super) enum Command {
         reply: oneshot::Sender<(Vec<StoredEvent>, broadcast::Receiver<StoredEvent>)>,
     },
     Act {
-        input: Input,
+        input: Box<Input>,
         reply: oneshot::Sender<Result<RunView, Rejected>>,
     },
 }
@@ -233,6 +233,7 @@ impl RunHandle {
     }
 
     async fn act(&self, input: Input) -> Result<RunView, RunRequestError> {
+        let input = Box::new(input);
         match self.request(|reply| Command::Act { input, reply }).await {
             Ok(result) => Ok(result?),
             // The run ended between the check and the request.

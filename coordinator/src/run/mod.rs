@@ -18,6 +18,7 @@ mod limits;
 mod machine;
 mod map_run;
 pub mod merge;
+mod node_output;
 mod output;
 mod plan;
 mod recovery;

@@ -14,18 +14,15 @@ use tokio_stream::StreamExt;
 use tokio_util::sync::CancellationToken;
 use tokio_util::time::DelayQueue;
 
+mod worker_io;
+
 use super::child_runs::{ChildLink, children_in};
 use super::field_table::FieldTable;
 use super::handle::{Command, FinishedRun, RunHandle, RunView, Slot, StoredEvent, UnhostedWait};
-use super::{
-    Effect, FailureKind, Input, NodeOutput, Outgoing, Rejected, RunEvent, RunMachine, RunPlan,
-    RunStatus, TaskFailure, TaskKey, TaskSpec,
-};
+use super::{Effect, Input, Rejected, RunEvent, RunMachine, RunPlan, RunStatus, TaskKey};
 use crate::bundle::BlobLease;
 use crate::dispatch::jobs::JobKey;
-use crate::dispatch::{
-    Assignment, BlobRef, DispatchEvent, EventSink, FunctionCall, TaskLauncher, ToWorker,
-};
+use crate::dispatch::{BlobRef, DispatchEvent, EventSink, TaskLauncher, ToWorker};
 use crate::durable::journal::Journal;
 
 /// How often a map's finished items are checkpointed at most.
@@ -331,7 +328,7 @@ impl RunActor {
                 let _ = reply.send((past, self.live.subscribe()));
             }
             Command::Act { input, reply } => {
-                let result = self.apply(input).map(|()| self.view());
+                let result = self.apply(*input).map(|()| self.view());
                 let _ = reply.send(result);
             }
         }
@@ -340,92 +337,6 @@ impl RunActor {
     fn input(&mut self, input: Input) {
         if let Err(rejected) = self.apply(input) {
             tracing::debug!(run = %self.id, %rejected, "input ignored");
-        }
-    }
-
-    fn dispatch_event(&mut self, event: DispatchEvent) {
-        match event {
-            DispatchEvent::TaskFinished {
-                key,
-                worker,
-                outcome,
-            } => {
-                self.unhosted.remove(&JobKey::Task(key));
-                let limits = self.plan.limits();
-                let input = match outcome.result {
-                    Ok((writes, output)) => match NodeOutput::from_json(writes) {
-                        Ok(parsed) if parsed.writes.len() > limits.max_output_fields => {
-                            Input::TaskFailed {
-                                key,
-                                failure: TaskFailure {
-                                    kind: FailureKind::InvalidOutput,
-                                    message: format!(
-                                        "the task wrote {} fields; a task writes at most {} (configuration key max_output_fields)",
-                                        parsed.writes.len(),
-                                        limits.max_output_fields
-                                    ),
-                                    worker: Some(worker),
-                                },
-                            }
-                        }
-                        Ok(mut parsed) => {
-                            parsed.output = output;
-                            parsed.read = outcome.read;
-                            Input::TaskSucceeded {
-                                key,
-                                output: parsed,
-                            }
-                        }
-                        Err(error) => Input::TaskFailed {
-                            key,
-                            failure: TaskFailure {
-                                kind: FailureKind::InvalidOutput,
-                                message: error.to_string(),
-                                worker: Some(worker),
-                            },
-                        },
-                    },
-                    Err(mut failure) => {
-                        failure.worker.get_or_insert(worker);
-                        failure.message = limits.clip(failure.message);
-                        Input::TaskFailed { key, failure }
-                    }
-                };
-                self.input(input);
-            }
-            DispatchEvent::TaskUnhosted {
-                job,
-                node,
-                requirement,
-            } => {
-                let needs = requirement.to_string();
-                self.unhosted.insert(job, (node.clone(), needs.clone()));
-                self.record(RunEvent::TaskUnhosted { node, needs });
-            }
-            DispatchEvent::TaskHosted { job } => {
-                self.unhosted.remove(&job);
-            }
-            DispatchEvent::CallReturned { call, result } => {
-                self.unhosted.remove(&JobKey::Call(call));
-                self.input(Input::CallReturned { call, result })
-            }
-            DispatchEvent::TeamSend {
-                key,
-                send_id,
-                to,
-                content,
-            } => match content {
-                Ok(content) => self.input(Input::TeamSend {
-                    key,
-                    send_id,
-                    message: Outgoing { to, content },
-                }),
-                Err(error) => self.perform(vec![Effect::SendAck {
-                    key,
-                    send_id,
-                    error: Some(error),
-                }]),
-            },
         }
     }
 
@@ -468,13 +379,15 @@ impl RunActor {
                     self.launcher.cancel(self.id.clone(), keys);
                 }
                 Effect::Deliver { key, message } => {
-                    let (run_id, key) = (self.id.clone(), key);
-                    let message = ToWorker::Deliver {
-                        run_id: run_id.clone(),
+                    let run_id = self.id.clone();
+                    self.tell(
                         key,
-                        message,
-                    };
-                    self.launcher.tell(run_id, key, message);
+                        ToWorker::Deliver {
+                            run_id,
+                            key,
+                            message,
+                        },
+                    );
                 }
                 Effect::SendAck {
                     key,
@@ -482,12 +395,12 @@ impl RunActor {
                     error,
                 } => {
                     let run_id = self.id.clone();
-                    let message = ToWorker::SendAck {
-                        run_id: run_id.clone(),
+                    let ack = ToWorker::SendAck {
+                        run_id,
                         send_id,
                         error,
                     };
-                    self.launcher.tell(run_id, key, message);
+                    self.tell(key, ack);
                 }
                 Effect::CallReducer {
                     call,
@@ -511,58 +424,34 @@ impl RunActor {
                     self.children.follow(&self.tracker, node, run_id);
                 }
                 Effect::CancelChildren(run_ids) => self.children.cancel(run_ids),
-                Effect::Emit(event) => {
-                    match &event {
-                        // A map item or a loop iteration is progress a
-                        // crash should not take back.
-                        RunEvent::MapItemFinished { .. } | RunEvent::LoopIteration { .. } => {
-                            self.item_checkpoint = true;
-                        }
-                        RunEvent::StateChanged { fields, .. } => {
-                            self.fields.refresh(self.machine.state(), fields.iter());
-                        }
-                        RunEvent::RunFinished { .. } => self.launcher.forget(self.id.clone()),
-                        RunEvent::MessageSent { .. } => {
-                            metrics::counter!(crate::metrics::INBOX_MESSAGES).increment(1);
-                        }
-                        RunEvent::SubgraphStarted { node, run_id } => {
-                            self.children_started.push((node.clone(), run_id.clone()));
-                        }
-                        _ => {}
-                    }
-                    self.record(event);
-                }
+                Effect::Emit(event) => self.emit(event),
                 // Taken once the input's effects are done (`flush`).
                 Effect::Checkpoint => self.checkpoint_due = true,
             }
         }
     }
 
-    fn dispatch(&mut self, spec: TaskSpec) {
-        let Some(idx) = self.plan.graph().node_index(&spec.node) else {
-            return;
-        };
-        let Some(binding) = self.plan.binding(idx) else {
-            return;
-        };
-        let state = self.fields.task_fields(&spec.state);
-        let scope_json = Value::Object(spec.scope).to_string();
-        let task = Assignment {
-            run_id: self.id.clone(),
-            key: spec.key,
-            node: spec.node,
-            attempt: spec.attempt,
-            kind: binding.kind,
-            config_json: binding.config.clone(),
-            state,
-            scope_json,
-            item: spec.item,
-            timeout: spec.timeout,
-            bundle: self.bundle.clone(),
-            team: spec.team,
-        };
-        self.launcher
-            .launch(task, binding.requirement.clone(), self.sink.clone());
+    /// Notes what an event means for the actor, then logs it.
+    fn emit(&mut self, event: RunEvent) {
+        match &event {
+            // A map item or a loop iteration is progress a crash should
+            // not take back.
+            RunEvent::MapItemFinished { .. } | RunEvent::LoopIteration { .. } => {
+                self.item_checkpoint = true;
+            }
+            RunEvent::StateChanged { fields, .. } => {
+                self.fields.refresh(self.machine.state(), fields.iter());
+            }
+            RunEvent::RunFinished { .. } => self.launcher.forget(self.id.clone()),
+            RunEvent::MessageSent { .. } => {
+                metrics::counter!(crate::metrics::INBOX_MESSAGES).increment(1);
+            }
+            RunEvent::SubgraphStarted { node, run_id } => {
+                self.children_started.push((node.clone(), run_id.clone()));
+            }
+            _ => {}
+        }
+        self.record(event);
     }
 
     /// Logs an event; watchers see it once it is published ([`Self::flush`]).
@@ -576,18 +465,6 @@ impl RunActor {
         if self.log.len() == self.plan.limits().max_events {
             self.events_full = true;
         }
-    }
-
-    /// Calls a worker-hosted function (a reducer, predicate or `until`).
-    fn call(&self, call: u64, name: String, args: Vec<Value>) {
-        let call = FunctionCall {
-            run_id: self.id.clone(),
-            call,
-            name,
-            args,
-            timeout: Duration::ZERO,
-        };
-        self.launcher.call(call, self.sink.clone());
     }
 
     fn view(&self) -> RunView {

@@ -1,0 +1,144 @@
+//! The run actor's traffic with workers, through the dispatcher: tasks
+//! and function calls out, their results (and teammate sends) back in as
+//! the machine's inputs.
+
+use std::time::Duration;
+
+use serde_json::Value;
+
+use super::RunActor;
+use crate::dispatch::jobs::JobKey;
+use crate::dispatch::{Assignment, DispatchEvent, FunctionCall};
+use crate::run::{
+    Effect, FailureKind, Input, NodeOutput, Outgoing, RunEvent, TaskFailure, TaskSpec,
+};
+
+impl RunActor {
+    /// Sends `message` to the worker running task `key`.
+    pub(super) fn tell(&self, key: crate::run::TaskKey, message: crate::dispatch::ToWorker) {
+        self.launcher.tell(self.id.clone(), key, message);
+    }
+
+    pub(super) fn dispatch_event(&mut self, event: DispatchEvent) {
+        match event {
+            DispatchEvent::TaskFinished {
+                key,
+                worker,
+                outcome,
+            } => {
+                self.unhosted.remove(&JobKey::Task(key));
+                let limits = self.plan.limits();
+                let input = match outcome.result {
+                    Ok((writes, output)) => match NodeOutput::from_json(writes) {
+                        Ok(parsed) if parsed.writes.len() > limits.max_output_fields => {
+                            Input::TaskFailed {
+                                key,
+                                failure: TaskFailure {
+                                    kind: FailureKind::InvalidOutput,
+                                    message: format!(
+                                        "the task wrote {} fields; a task writes at most {} (configuration key max_output_fields)",
+                                        parsed.writes.len(),
+                                        limits.max_output_fields
+                                    ),
+                                    worker: Some(worker),
+                                },
+                            }
+                        }
+                        Ok(mut parsed) => {
+                            parsed.output = output;
+                            parsed.read = outcome.read;
+                            Input::TaskSucceeded {
+                                key,
+                                output: parsed,
+                            }
+                        }
+                        Err(error) => Input::TaskFailed {
+                            key,
+                            failure: TaskFailure {
+                                kind: FailureKind::InvalidOutput,
+                                message: error.to_string(),
+                                worker: Some(worker),
+                            },
+                        },
+                    },
+                    Err(mut failure) => {
+                        failure.worker.get_or_insert(worker);
+                        failure.message = limits.clip(failure.message);
+                        Input::TaskFailed { key, failure }
+                    }
+                };
+                self.input(input);
+            }
+            DispatchEvent::TaskUnhosted {
+                job,
+                node,
+                requirement,
+            } => {
+                let needs = requirement.to_string();
+                self.unhosted.insert(job, (node.clone(), needs.clone()));
+                self.record(RunEvent::TaskUnhosted { node, needs });
+            }
+            DispatchEvent::TaskHosted { job } => {
+                self.unhosted.remove(&job);
+            }
+            DispatchEvent::CallReturned { call, result } => {
+                self.unhosted.remove(&JobKey::Call(call));
+                self.input(Input::CallReturned { call, result })
+            }
+            DispatchEvent::TeamSend { key, send } => match send.content {
+                Ok(content) => self.input(Input::TeamSend {
+                    key,
+                    send_id: send.send_id,
+                    message: Outgoing {
+                        to: send.to,
+                        content,
+                    },
+                }),
+                Err(error) => self.perform(vec![Effect::SendAck {
+                    key,
+                    send_id: send.send_id,
+                    error: Some(error),
+                }]),
+            },
+        }
+    }
+
+    pub(super) fn dispatch(&mut self, spec: TaskSpec) {
+        let Some(idx) = self.plan.graph().node_index(&spec.node) else {
+            return;
+        };
+        let Some(binding) = self.plan.binding(idx) else {
+            return;
+        };
+        let state = self.fields.task_fields(&spec.state);
+        let scope_json = Value::Object(spec.scope).to_string();
+        let task = Assignment {
+            run_id: self.id.clone(),
+            key: spec.key,
+            node: spec.node,
+            attempt: spec.attempt,
+            kind: binding.kind,
+            config_json: binding.config.clone(),
+            state,
+            scope_json,
+            item: spec.item,
+            timeout: spec.timeout,
+            bundle: self.bundle.clone(),
+            team: spec.team,
+        };
+        self.launcher
+            .launch(task, binding.requirement.clone(), self.sink.clone());
+    }
+
+    /// Calls a worker-hosted function (a reducer, predicate or `until`).
+    pub(super) fn call(&self, call: u64, name: String, args: Vec<Value>) {
+        let call = FunctionCall {
+            run_id: self.id.clone(),
+            call,
+            name,
+            args,
+            timeout: Duration::ZERO,
+        };
+        self.launcher.call(call, self.sink.clone());
+    }
+}
