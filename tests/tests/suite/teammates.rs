@@ -48,6 +48,27 @@ else:
                                 "plain_team": team, "plain_inbox": task["inbox"]}}))
 "#;
 
+/// A map `fan` over `names`, one item at a time, whose branch is one
+/// flagged script step running `step_py`; items write `got`.
+fn one_at_a_time(step_py: &str) -> GraphBundle {
+    let yaml = r#"
+state:
+  names: { type: array, default: [] }
+nodes:
+  fan:
+    kind: map
+    start: true
+    over: "{{ names }}"
+    as: name
+    branch: step
+    output_key: got
+    collect_into: got_all
+    max_concurrency: 1
+  step: { kind: script, run: [python3, step.py], teammates: true }
+"#;
+    GraphBundle::from_text("one.yaml", yaml).with_file("step.py", step_py.as_bytes(), 0o644)
+}
+
 #[tokio::test]
 async fn three_items_on_three_workers_each_hear_the_two_others() -> anyhow::Result<()> {
     let mut cluster = TestCluster::start()?;
@@ -150,28 +171,12 @@ async fn a_message_to_an_item_that_has_not_started_waits_in_its_inbox() -> anyho
     cluster.add_worker("w1", 2)?;
     cluster.wait_for_workers(&["w1"]).await?;
     let client = cluster.client().await?;
-    let yaml = r#"
-state:
-  names: { type: array, default: [] }
-nodes:
-  fan:
-    kind: map
-    start: true
-    over: "{{ names }}"
-    as: name
-    branch: step
-    output_key: got
-    collect_into: got_all
-    max_concurrency: 1
-  step: { kind: script, run: [python3, step.py], teammates: true }
-"#;
     let step = r#"import json, sys
 task = json.load(sys.stdin)
 sends = [{"to": "fan/1", "content": "early"}, {"to": "fan/2", "content": "early"}]
 print(json.dumps({"got": task["inbox"], "_send": sends if task["team"]["me"] == "fan/0" else []}))
 "#;
-    let bundle =
-        GraphBundle::from_text("early.yaml", yaml).with_file("step.py", step.as_bytes(), 0o644);
+    let bundle = one_at_a_time(step);
     let run = client
         .submit_bundle(bundle, &json!({"names": [0, 1, 2]}))
         .await?;
@@ -217,21 +222,6 @@ async fn an_inbox_survives_kill_9_of_the_coordinator() -> anyhow::Result<()> {
     // One item at a time: item 0 writes to item 1 and finishes (a
     // checkpoint), then item 1 starts and dawdles while the coordinator is
     // killed; after the restart its step runs again with the message.
-    let yaml = r#"
-state:
-  names: { type: array, default: [] }
-nodes:
-  fan:
-    kind: map
-    start: true
-    over: "{{ names }}"
-    as: name
-    branch: step
-    output_key: got
-    collect_into: got_all
-    max_concurrency: 1
-  step: { kind: script, run: [python3, step.py], teammates: true }
-"#;
     let step = r#"import json, sys, time
 task = json.load(sys.stdin)
 if task["team"]["me"] == "fan/0":
@@ -240,8 +230,7 @@ else:
     time.sleep(1.0)
     print(json.dumps({"got": [m["content"] for m in task["inbox"]]}))
 "#;
-    let bundle =
-        GraphBundle::from_text("crash.yaml", yaml).with_file("step.py", step.as_bytes(), 0o644);
+    let bundle = one_at_a_time(step);
     let run = client
         .submit_bundle(bundle, &json!({"names": [0, 1]}))
         .await?;

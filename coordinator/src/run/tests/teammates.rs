@@ -29,6 +29,29 @@ nodes:
     )
 }
 
+/// A map `fan` over `names`, one slot per `concurrency`, whose branch
+/// starts at `step`; `nodes` are the branch's nodes (YAML lines). Items
+/// write `got`, collected into `got_all`.
+fn team_map(concurrency: u32, nodes: &str) -> String {
+    format!(
+        r#"
+settings: {{ max_concurrency: {concurrency} }}
+state:
+  names: {{ type: array, default: [] }}
+  to: {{ type: string, default: "" }}
+nodes:
+  fan:
+    kind: map
+    start: true
+    over: "{{{{ names }}}}"
+    as: name
+    branch: step
+    output_key: got
+    collect_into: got_all
+{nodes}"#
+    )
+}
+
 fn seat(scope: &Map<String, Value>) -> Value {
     scope
         .get("_team")
@@ -108,22 +131,11 @@ fn every_item_hears_exactly_the_messages_sent_to_it() {
 fn a_message_to_an_item_that_has_not_started_waits_in_its_inbox() {
     // One slot: items run one after another, so item 0's messages reach
     // items 1 and 2 before they start.
-    let yaml = r#"
-settings: { max_concurrency: 1 }
-state:
-  names: { type: array, default: [] }
-nodes:
-  fan:
-    kind: map
-    start: true
-    over: "{{ names }}"
-    as: name
-    branch: step
-    output_key: got
-    collect_into: got_all
-  step: { kind: task, handler: step, teammates: true }
-"#;
-    let h = Harness::new(yaml, json!({"names": [0, 1, 2]}))
+    let yaml = team_map(
+        1,
+        "  step: { kind: task, handler: step, teammates: true }\n",
+    );
+    let h = Harness::new(&yaml, json!({"names": [0, 1, 2]}))
         .on("step", |_, scope, _| {
             let seat = seat(scope);
             let got = seat["inbox"].clone();
@@ -142,69 +154,50 @@ nodes:
 
 #[test]
 fn unflagged_steps_and_lone_items_get_no_team() {
-    let yaml = r#"
-state:
-  names: { type: array, default: [] }
-nodes:
-  fan:
-    kind: map
-    start: true
-    over: "{{ names }}"
-    as: name
-    branch: talk
-    output_key: out
-    collect_into: outs
-  talk: { kind: task, handler: talk, teammates: true, next: plain }
+    let yaml = team_map(
+        8,
+        "  step: { kind: task, handler: step, teammates: true, next: plain }
   plain: { kind: task, handler: plain }
-"#;
-    let h = Harness::new(yaml, json!({"names": ["a", "b"]}))
-        .on("talk", |_, scope, _| {
+",
+    );
+    let h = Harness::new(&yaml, json!({"names": ["a", "b"]}))
+        .on("step", |_, scope, _| {
             Ok(json!({"seen": scope.contains_key("_team")}))
         })
         .on("plain", |_, scope, _| {
-            Ok(json!({"out": scope.contains_key("_team")}))
+            Ok(json!({"got": scope.contains_key("_team")}))
         })
         .run();
-    assert_eq!(h.state()["outs"], json!([false, false]));
+    assert_eq!(h.state()["got_all"], json!([false, false]));
     assert!(
         h.dispatched
             .iter()
-            .filter(|s| s.node == "talk")
+            .filter(|s| s.node == "step")
             .all(|s| s.team.is_some())
     );
     // One item is no team.
-    let h = Harness::new(yaml, json!({"names": ["a"]}))
-        .on("talk", |_, scope, _| {
-            Ok(json!({"_team": scope.contains_key("_team")}))
+    let h = Harness::new(&yaml, json!({"names": ["a"]}))
+        .on("step", |_, scope, _| {
+            Ok(json!({"seen": scope.contains_key("_team")}))
         })
-        .on("plain", |_, _, _| Ok(json!({"out": 1})))
+        .on("plain", |_, _, _| Ok(json!({"got": 1})))
         .run();
+    assert_eq!(h.status(), RunStatus::Completed);
     assert!(h.dispatched.iter().all(|s| s.team.is_none()));
 }
 
 #[test]
 fn sending_without_a_team_to_a_stranger_or_to_a_full_inbox_fails_the_step() {
-    let yaml = r#"
-state:
-  names: { type: array, default: [] }
-  to: { type: string, default: "" }
-nodes:
-  fan:
-    kind: map
-    start: true
-    over: "{{ names }}"
-    as: name
-    branch: send
-    output_key: out
-    collect_into: outs
-  send: { kind: task, handler: send, teammates: true }
-"#;
+    let yaml = team_map(
+        8,
+        "  step: { kind: task, handler: send, teammates: true }\n",
+    );
     let sender = |state: &Map<String, Value>, _: &Map<String, Value>, _| {
         let to = state["to"].clone();
-        Ok(json!({"out": 1, "_send": [{"to": to, "content": 1}, {"to": to, "content": 2}]}))
+        Ok(json!({"got": 1, "_send": [{"to": to, "content": 1}, {"to": to, "content": 2}]}))
     };
-    let h = Harness::new(yaml, json!({"names": [1, 2], "to": "fan/9"}))
-        .on("send", sender)
+    let h = Harness::new(&yaml, json!({"names": [1, 2], "to": "fan/9"}))
+        .on("step", sender)
         .run();
     assert_eq!(h.status(), RunStatus::Failed);
     let error = h.machine.error().unwrap().to_string();
@@ -216,8 +209,8 @@ nodes:
         max_inbox_messages: 1,
         ..RunLimits::default()
     };
-    let h = Harness::with_limits(yaml, json!({"names": [1, 2], "to": "fan/1"}), limits)
-        .on("send", sender)
+    let h = Harness::with_limits(&yaml, json!({"names": [1, 2], "to": "fan/1"}), limits)
+        .on("step", sender)
         .run();
     let error = h.machine.error().unwrap().to_string();
     assert!(
@@ -226,33 +219,22 @@ nodes:
     );
     let unflagged = yaml.replace(", teammates: true", "");
     let h = Harness::new(&unflagged, json!({"names": [1, 2], "to": "fan/1"}))
-        .on("send", sender)
+        .on("step", sender)
         .run();
     let error = h.machine.error().unwrap().to_string();
     assert!(
-        error.contains("node 'send' has no team to send to"),
+        error.contains("node 'step' has no team to send to"),
         "{error}"
     );
 }
 
 #[test]
 fn a_failed_attempt_gives_its_messages_back_to_the_retry() {
-    let yaml = r#"
-settings: { max_concurrency: 1 }
-state:
-  names: { type: array, default: [] }
-nodes:
-  fan:
-    kind: map
-    start: true
-    over: "{{ names }}"
-    as: name
-    branch: step
-    output_key: got
-    collect_into: got_all
-  step: { kind: task, handler: step, teammates: true, retry: 2 }
-"#;
-    let h = Harness::new(yaml, json!({"names": [0, 1]}))
+    let yaml = team_map(
+        1,
+        "  step: { kind: task, handler: step, teammates: true, retry: 2 }\n",
+    );
+    let h = Harness::new(&yaml, json!({"names": [0, 1]}))
         .on("step", |_, scope, attempt| {
             let seat = seat(scope);
             if seat["me"] == "fan/0" {
@@ -272,22 +254,13 @@ nodes:
 /// come; what it did not read waits for the item's next flagged step.
 #[test]
 fn a_running_handler_sends_and_receives_live() {
-    let yaml = r#"
-state:
-  names: { type: array, default: [] }
-nodes:
-  fan:
-    kind: map
-    start: true
-    over: "{{ names }}"
-    as: name
-    branch: chat
-    output_key: out
-    collect_into: outs
-  chat: { kind: task, handler: chat, teammates: true, next: after }
+    let yaml = team_map(
+        8,
+        "  step: { kind: task, handler: chat, teammates: true, next: after }
   after: { kind: script, run: [x], teammates: true }
-"#;
-    let mut machine = RunMachine::new(plan(yaml), obj(json!({"names": [0, 1]}))).unwrap();
+",
+    );
+    let mut machine = RunMachine::new(plan(&yaml), obj(json!({"names": [0, 1]}))).unwrap();
     let fx = machine.start();
     let keys: Vec<TaskKey> = fx
         .iter()
@@ -353,22 +326,8 @@ nodes:
 
 #[test]
 fn inboxes_survive_a_restart() {
-    let yaml = r#"
-settings: { max_concurrency: 1 }
-state:
-  names: { type: array, default: [] }
-nodes:
-  fan:
-    kind: map
-    start: true
-    over: "{{ names }}"
-    as: name
-    branch: step
-    output_key: got
-    collect_into: got_all
-  step: { kind: script, run: [x], teammates: true }
-"#;
-    let plan = plan(yaml);
+    let yaml = team_map(1, "  step: { kind: script, run: [x], teammates: true }\n");
+    let plan = plan(&yaml);
     let mut machine = RunMachine::new(plan.clone(), obj(json!({"names": [0, 1]}))).unwrap();
     let first = match &machine.start()[..] {
         [.., Effect::Dispatch(spec)] => spec.key,
