@@ -404,14 +404,26 @@ impl Dispatcher {
         }
     }
 
-    /// Sends `message` to the worker running task `key` of `run_id`.
-    fn tell(&self, run_id: Arc<str>, key: TaskKey, message: ToWorker) {
+    /// Sends `message` to the worker running task `key` of `run_id`. A
+    /// teammate message for a task still queued joins the inbox it will
+    /// be sent with.
+    fn tell(&mut self, run_id: Arc<str>, key: TaskKey, message: ToWorker) {
         let job = JobId {
             run: run_id,
             key: JobKey::Task(key),
         };
         if let Some(worker) = self.registry.held_by(&job) {
             self.control(worker, message);
+            return;
+        }
+        if let ToWorker::Deliver { message, .. } = message
+            && let Some(Order {
+                work: Work::Task(task),
+                ..
+            }) = self.registry.queued_payload_mut(&job)
+            && let Some(seat) = &mut task.team
+        {
+            seat.inbox.push(message);
         }
     }
 

@@ -190,6 +190,14 @@ impl<T> Registry<T> {
         self.jobs.get(job).map(|j| &j.payload)
     }
 
+    /// A queued job's payload, to change before it is sent.
+    pub fn queued_payload_mut(&mut self, job: &JobId) -> Option<&mut T> {
+        self.jobs
+            .get_mut(job)
+            .filter(|j| matches!(j.place, Place::Queued))
+            .map(|j| &mut j.payload)
+    }
+
     /// Places queued jobs on workers: least loaded first, never beyond
     /// free slots, never on a draining or jammed worker.
     pub fn place(&mut self, now: Instant) -> Vec<Decision<T>> {

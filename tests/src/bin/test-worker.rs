@@ -136,6 +136,22 @@ fn register_handlers(worker: &mut Worker, name: &str, keep: impl Fn(&str) -> boo
             converse(me.clone(), ctx)
         });
     }
+    if keep("relay") {
+        worker.handler(
+            "relay",
+            |_: serde::de::IgnoredAny, ctx: TaskContext| async move {
+                let team = ctx.team.clone().ok_or("relay needs a team")?;
+                if team.me() == team.members()[0] {
+                    ctx.send(&team.members()[1], "passed on")
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    return Ok::<_, String>(json!({"got": null}));
+                }
+                let message = ctx.recv(Duration::from_secs(10)).await;
+                Ok(json!({"got": message.map(|m| m.content)}))
+            },
+        );
+    }
     if keep("gate") {
         worker.routing_handler("gate", |s: Counter, _| async move {
             let next = if s.counter >= 3 { "finish" } else { "again" };

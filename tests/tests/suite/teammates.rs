@@ -165,6 +165,38 @@ nodes:
 }
 
 #[tokio::test]
+async fn a_message_to_a_handler_waiting_for_a_worker_slot_reaches_it() -> anyhow::Result<()> {
+    // One slot in the cluster: item 1's step waits in the dispatcher's
+    // queue while item 0 sends to it, and finds the message on starting.
+    let cluster = TestCluster::with_test_workers(&["a"], 1).await?;
+    let client = cluster.client().await?;
+    let yaml = r#"
+state:
+  items: { type: array, default: [] }
+nodes:
+  pair:
+    kind: map
+    start: true
+    over: "{{ items }}"
+    as: item
+    branch: relay
+    output_key: got
+    collect_into: all_got
+  relay: { kind: task, handler: relay, teammates: true }
+"#;
+    let run = client
+        .submit_bundle(
+            GraphBundle::from_text("relay.yaml", yaml),
+            &json!({"items": [0, 1]}),
+        )
+        .await?;
+    let done = client.wait(&run.run_id).await?;
+    assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error);
+    assert_eq!(done.state["all_got"], json!([null, "passed on"]));
+    Ok(())
+}
+
+#[tokio::test]
 async fn a_message_to_an_item_that_has_not_started_waits_in_its_inbox() -> anyhow::Result<()> {
     let cluster = TestCluster::start()?;
     let mut cluster = cluster;
