@@ -47,6 +47,10 @@ impl EmbeddedCluster {
         setup: impl Fn(&mut weft_worker::Worker),
     ) -> Result<Self, EmbeddedError> {
         let secrets = embedded_secrets()?;
+        let tables = match std::env::var_os("WEFT_WORKER_CONFIG") {
+            Some(path) => weft_worker::WorkerFile::read(std::path::Path::new(&path))?.providers,
+            None => Default::default(),
+        };
         let data = TempDir::new()?;
         // A Unix socket in a directory only this user can enter: no other
         // local user can reach the coordinator (and run scripts as us).
@@ -75,7 +79,14 @@ impl EmbeddedCluster {
         let workers = workers.max(1);
         for n in 0..workers {
             let mut worker = weft_worker::Worker::new(url.clone());
+            // Providers from WEFT_WORKER_CONFIG, else OPENAI_BASE_URL.
+            let providers = weft_worker::llm::Providers::new(
+                tables.clone(),
+                |name| std::env::var(name).ok(),
+                &secrets,
+            )?;
             worker
+                .providers(providers)
                 .name(format!("embedded-{n}"))
                 .work_dir(data.0.join(format!("worker-{n}")))
                 .secrets(secrets.clone())
@@ -132,6 +143,12 @@ pub enum EmbeddedError {
     /// The workers did not join in time.
     #[error("the embedded workers did not join within 10 s")]
     NotReady,
+    /// `WEFT_WORKER_CONFIG` names a file that cannot be used.
+    #[error(transparent)]
+    WorkerFile(#[from] weft_worker::WorkerFileError),
+    /// A model provider cannot be set up.
+    #[error(transparent)]
+    Provider(#[from] weft_worker::llm::ProviderError),
 }
 
 /// The embedded workers' secrets, as a `worker` process would have them:

@@ -9,7 +9,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::bundle::{BlobStore, Bundle, BundleError};
-use crate::dispatch::{BlobRef, DispatcherHandle, TaskLauncher};
+use crate::dispatch::{BlobRef, DispatcherHandle, Requirement, TaskLauncher, WorkerKind};
 use crate::graph::Finding;
 use weft_store::Store;
 
@@ -403,7 +403,14 @@ fn unhosted(plan: &RunPlan, fleet: &crate::dispatch::Fleet) -> Vec<Gap> {
             .iter()
             .any(|w| !w.draining && requirement.hosted_by(&w.info))
         {
-            let what = format!("node '{}' needs {requirement}", node.id);
+            let hint = match requirement {
+                Requirement::Kind(WorkerKind::Llm | WorkerKind::Agent) => {
+                    " (a worker hosts it with a model provider: OPENAI_BASE_URL, or \
+                     [providers.NAME] in its --config)"
+                }
+                _ => "",
+            };
+            let what = format!("node '{}' needs {requirement}{hint}", node.id);
             warnings.push(Gap {
                 warning: format!(
                     "warning: {what}, which no connected worker hosts yet; it will wait for one"

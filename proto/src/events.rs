@@ -121,6 +121,34 @@ pub enum RunEvent {
         /// The content, when its JSON is at most 1 KiB.
         content: Option<serde_json::Value>,
     },
+    /// An `llm` or `agent` step asked its model (one event per request).
+    ModelCalled {
+        /// Node id.
+        node: String,
+        /// Map item index, for a chain step.
+        item: Option<usize>,
+        /// The model that answered.
+        model: String,
+        /// Tokens of the prompt, as the provider counted them.
+        prompt_tokens: Option<u64>,
+        /// Tokens of the completion.
+        completion_tokens: Option<u64>,
+        /// From the request to the reply, retries included.
+        latency_ms: u64,
+    },
+    /// An `agent` step called a tool.
+    ToolCalled {
+        /// Node id.
+        node: String,
+        /// Map item index, for a chain step.
+        item: Option<usize>,
+        /// The tool.
+        tool: String,
+        /// Why it failed (the model was told), if it did.
+        error: Option<String>,
+        /// How long it took.
+        latency_ms: u64,
+    },
     /// A map item finished its chain.
     MapItemFinished {
         /// The map node.
@@ -178,6 +206,8 @@ impl RunEvent {
             Self::LoopIteration { .. } => "loop_iteration",
             Self::SubgraphStarted { .. } => "subgraph_started",
             Self::MessageSent { .. } => "message_sent",
+            Self::ModelCalled { .. } => "model_called",
+            Self::ToolCalled { .. } => "tool_called",
             Self::TaskUnhosted { .. } => "task_unhosted",
             Self::WaitingForInput { .. } => "waiting_for_input",
             Self::InputReceived { .. } => "input_received",
@@ -290,6 +320,34 @@ pub fn event_to_wire(seq: u64, at_unix_ms: i64, event: &RunEvent) -> pb::RunEven
             bytes,
             content_json: content.map(|c| c.to_string()).unwrap_or_default(),
         }),
+        RunEvent::ModelCalled {
+            node,
+            item,
+            model,
+            prompt_tokens,
+            completion_tokens,
+            latency_ms,
+        } => E::ModelCalled(pb::ModelCalled {
+            node,
+            item: index_to_wire(item),
+            model,
+            prompt_tokens,
+            completion_tokens,
+            latency_ms,
+        }),
+        RunEvent::ToolCalled {
+            node,
+            item,
+            tool,
+            error,
+            latency_ms,
+        } => E::ToolCalled(pb::ToolCalled {
+            node,
+            item: index_to_wire(item),
+            tool,
+            error,
+            latency_ms,
+        }),
         RunEvent::MapItemFinished {
             node,
             index,
@@ -386,6 +444,21 @@ pub fn event_from_wire(event: pb::RunEvent) -> Option<RunEvent> {
             node: e.node,
             run_id: e.run_id,
         },
+        E::ModelCalled(e) => RunEvent::ModelCalled {
+            node: e.node,
+            item: index_from_wire(e.item),
+            model: e.model,
+            prompt_tokens: e.prompt_tokens,
+            completion_tokens: e.completion_tokens,
+            latency_ms: e.latency_ms,
+        },
+        E::ToolCalled(e) => RunEvent::ToolCalled {
+            node: e.node,
+            item: index_from_wire(e.item),
+            tool: e.tool,
+            error: e.error,
+            latency_ms: e.latency_ms,
+        },
         E::MessageSent(e) => RunEvent::MessageSent {
             node: e.node,
             from: e.from,
@@ -473,6 +546,21 @@ mod tests {
                 to: "fan/2".into(),
                 bytes: 13,
                 content: Some(serde_json::json!({"hi": true})),
+            },
+            RunEvent::ModelCalled {
+                node: "ask".into(),
+                item: Some(1),
+                model: "small".into(),
+                prompt_tokens: Some(12),
+                completion_tokens: None,
+                latency_ms: 40,
+            },
+            RunEvent::ToolCalled {
+                node: "agent".into(),
+                item: None,
+                tool: "search".into(),
+                error: Some("bad arguments".into()),
+                latency_ms: 3,
             },
             RunEvent::LoopIteration {
                 node: "refine".into(),

@@ -132,11 +132,15 @@ pub enum FailureKind {
     Unsupported,
     /// A subgraph node's child run did not complete.
     SubgraphFailed,
+    /// The model endpoint failed: an HTTP error after its retries, a
+    /// reply that is not a chat completion, or structured output that is
+    /// not JSON.
+    ModelError,
 }
 
 impl FailureKind {
     /// Every kind, in declaration order.
-    pub const ALL: [Self; 17] = [
+    pub const ALL: [Self; 18] = [
         Self::ScriptFailed,
         Self::HandlerError,
         Self::HandlerPanicked,
@@ -154,6 +158,7 @@ impl FailureKind {
         Self::RoutingError,
         Self::Unsupported,
         Self::SubgraphFailed,
+        Self::ModelError,
     ];
 
     /// The `snake_case` name, as on the wire and in `--json` output.
@@ -176,6 +181,7 @@ impl FailureKind {
             Self::RoutingError => "routing_error",
             Self::Unsupported => "unsupported",
             Self::SubgraphFailed => "subgraph_failed",
+            Self::ModelError => "model_error",
         }
     }
 

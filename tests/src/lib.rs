@@ -7,6 +7,7 @@
 
 pub mod etcd;
 pub mod group;
+pub mod llm_server;
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
@@ -204,6 +205,21 @@ impl TestCluster {
         self.spawn_worker("worker", name, &args)
     }
 
+    /// Starts a `worker` with more arguments (`--config FILE`,
+    /// `--secrets-file FILE`, …).
+    pub fn add_worker_with(&mut self, name: &str, slots: u32, extra: &[String]) -> Result<()> {
+        let mut args = vec![
+            "--coordinator".to_owned(),
+            self.url.clone(),
+            "--name".into(),
+            name.into(),
+            "--slots".into(),
+            slots.to_string(),
+        ];
+        args.extend(extra.iter().cloned());
+        self.spawn_worker("worker", name, &args)
+    }
+
     /// Starts a `test-worker` (Rust handlers and scripts), optionally
     /// hosting only some handlers.
     pub fn add_test_worker(&mut self, name: &str, slots: u32, only: Option<&str>) -> Result<()> {
@@ -297,6 +313,11 @@ impl TestCluster {
             self.wait_for_log(name, "joined the coordinator").await?;
         }
         Ok(())
+    }
+
+    /// The cluster's private directory (logs, data, workers' files).
+    pub fn dir(&self) -> &Path {
+        &self.dir
     }
 
     /// A process's log so far.

@@ -15,9 +15,22 @@ use weft_proto::types::WorkerKind;
 use weft_proto::v1 as pb;
 
 use crate::handler::{Registry, TaskContext};
+use crate::llm::Providers;
 use crate::script::ScriptRunner;
-use crate::task::{Failure, FailureKind, Task};
+use crate::task::{Completed, Failure, FailureKind, Task};
 use crate::team::Team;
+
+/// What a worker runs tasks with: its handlers, its script runner and its
+/// model providers.
+#[derive(Clone)]
+pub struct Kinds {
+    /// Handlers and functions.
+    pub registry: Arc<Registry>,
+    /// The script kind.
+    pub scripts: ScriptRunner,
+    /// The `llm` and `agent` kinds' providers.
+    pub providers: Arc<Providers>,
+}
 
 /// Aborts the task it holds when dropped, so a handler whose attempt timed
 /// out or was cancelled stops instead of running on unseen.
@@ -32,14 +45,18 @@ impl<T> Drop for AbortOnDrop<T> {
 /// Runs one attempt of a handler or script.
 /// A handler with `teammates: true` gets `team`.
 pub async fn execute(
-    registry: &Arc<Registry>,
-    scripts: &ScriptRunner,
+    kinds: &Kinds,
     task: &mut Task,
     team: Option<Team>,
-) -> Result<Value, Failure> {
+) -> Result<Completed, Failure> {
     match task.kind.parse::<WorkerKind>() {
-        Ok(WorkerKind::Script) => scripts.run(task).await,
-        Ok(WorkerKind::Task) => run_handler(registry, task, team).await,
+        Ok(WorkerKind::Script) => kinds.scripts.run(task).await.map(Completed::writes),
+        Ok(WorkerKind::Task) => run_handler(&kinds.registry, task, team)
+            .await
+            .map(Completed::writes),
+        Ok(WorkerKind::Llm) if !kinds.providers.is_empty() => {
+            crate::llm::run_llm(&kinds.providers, task).await
+        }
         Ok(WorkerKind::Llm | WorkerKind::Agent) | Err(_) => Err(Failure::new(
             FailureKind::UnsupportedKind,
             format!("this worker cannot run kind '{}'", task.kind),
@@ -113,12 +130,12 @@ fn panic_text(join: tokio::task::JoinError) -> String {
 pub fn task_result(
     run_id: &str,
     key: u64,
-    (result, read): (Result<Value, Failure>, Vec<u64>),
+    (result, read): (Result<Completed, Failure>, Vec<u64>),
     max_bytes: usize,
 ) -> pb::TaskResult {
     let outcome = match result {
-        Ok(value) => {
-            let json = value.to_string();
+        Ok(done) => {
+            let json = done.writes.to_string();
             if json.len() > max_bytes {
                 pb::task_result::Outcome::Error(pb::TaskError {
                     kind: FailureKind::InvalidOutput.as_str().to_owned(),
@@ -130,7 +147,8 @@ pub fn task_result(
             } else {
                 pb::task_result::Outcome::Output(pb::TaskOutput {
                     json,
-                    output_json: String::new(),
+                    output_json: done.output.map(|o| o.to_string()).unwrap_or_default(),
+                    notes_json: done.notes.iter().map(Value::to_string).collect(),
                 })
             }
         }
@@ -261,6 +279,7 @@ mod tests {
             timeout: Duration::from_millis(20),
             bundle: Vec::new(),
             team: None,
+            prompts_json: String::new(),
         };
         let error = run_handler(&registry, &mut task, None).await.unwrap_err();
         assert_eq!(error.kind, FailureKind::Timeout);

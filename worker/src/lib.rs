@@ -28,9 +28,11 @@
 #![warn(missing_docs)]
 
 mod blobs;
+mod config_file;
 mod execute;
 mod finding;
 mod handler;
+pub mod llm;
 mod runtime;
 mod script;
 mod script_output;
@@ -47,11 +49,12 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
+pub use config_file::{WorkerFile, WorkerFileError};
 pub use handler::{HandlerError, IntoOutput, Output, Registry, TaskContext};
 pub use runtime::{WorkerConfig, WorkerError};
 pub use script_output::{StdoutError, parse_stdout};
 pub use secrets::{SecretError, Secrets, SecretsFileError};
-pub use task::{BlobFile, Failure, FailureKind, Task};
+pub use task::{BlobFile, Completed, Failure, FailureKind, Task};
 pub use team::{Message, Team, TeamError, TeamSeat};
 
 /// A worker being set up.
@@ -78,6 +81,7 @@ impl Worker {
                 scripts: true,
                 secrets: std::sync::Arc::default(),
                 joined: None,
+                providers: std::sync::Arc::default(),
             },
             registry: Registry::default(),
         }
@@ -116,6 +120,13 @@ impl Worker {
     /// Secrets for `${NAME}` in node configuration (never sent anywhere).
     pub fn secrets(&mut self, secrets: Secrets) -> &mut Self {
         self.config.secrets = std::sync::Arc::new(secrets);
+        self
+    }
+
+    /// Model providers for `llm` and `agent` steps; without any, the
+    /// worker does not host those kinds.
+    pub fn providers(&mut self, providers: llm::Providers) -> &mut Self {
+        self.config.providers = std::sync::Arc::new(providers);
         self
     }
 

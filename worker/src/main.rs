@@ -39,6 +39,10 @@ struct Args {
     /// configuration, taking precedence over the worker's environment.
     #[arg(long, env = "WEFT_SECRETS_FILE")]
     secrets_file: Option<PathBuf>,
+    /// Configuration file (TOML): `[providers.NAME]` tables of model
+    /// providers for `llm` and `agent` steps.
+    #[arg(long, env = "WEFT_WORKER_CONFIG")]
+    config: Option<PathBuf>,
     /// Log format: text or json.
     #[arg(long, default_value = "text")]
     log_format: weft_process::LogFormat,
@@ -71,7 +75,28 @@ async fn main() -> ExitCode {
             }
         }
     }
-    worker.secrets(weft_worker::Secrets::new(secrets));
+    let secrets = weft_worker::Secrets::new(secrets);
+    // Providers from the file, else from OPENAI_BASE_URL and OPENAI_API_KEY.
+    let tables = match &args.config {
+        Some(path) => match weft_worker::WorkerFile::read(path) {
+            Ok(file) => file.providers,
+            Err(error) => {
+                eprintln!("worker: {error}");
+                return ExitCode::from(2);
+            }
+        },
+        None => Default::default(),
+    };
+    match weft_worker::llm::Providers::new(tables, |name| std::env::var(name).ok(), &secrets) {
+        Ok(providers) => {
+            worker.providers(providers);
+        }
+        Err(error) => {
+            eprintln!("worker: {error}");
+            return ExitCode::from(2);
+        }
+    }
+    worker.secrets(secrets);
     let shutdown = weft_process::shutdown_on_signal();
     match worker.run(shutdown).await {
         Ok(()) => ExitCode::SUCCESS,

@@ -19,7 +19,7 @@ use weft_proto::v1 as pb;
 use weft_proto::v1::worker_service_client::WorkerServiceClient;
 
 use crate::blobs::BlobCache;
-use crate::execute::{call_function, execute, task_result};
+use crate::execute::{Kinds, call_function, execute, task_result};
 use crate::finding::{self, Finder};
 use crate::handler::Registry;
 use crate::script::ScriptRunner;
@@ -60,6 +60,8 @@ pub struct WorkerConfig {
     pub secrets: Arc<crate::Secrets>,
     /// Gains a permit each time the worker joins a coordinator.
     pub joined: Option<std::sync::Arc<tokio::sync::Semaphore>>,
+    /// Model providers for `llm` and `agent` steps (none: not hosted).
+    pub providers: Arc<crate::llm::Providers>,
 }
 
 /// Why a worker stopped with an error.
@@ -209,12 +211,15 @@ async fn session(
             Err(end) => return Ok(end),
         };
     let mut session = Session {
-        registry: registry.clone(),
-        scripts: ScriptRunner::new(
-            work.scratch(),
-            BlobCache::new(work.files(), client.clone()),
-            config.secrets.clone(),
-        ),
+        kinds: Kinds {
+            registry: registry.clone(),
+            scripts: ScriptRunner::new(
+                work.scratch(),
+                BlobCache::new(work.files(), client.clone()),
+                config.secrets.clone(),
+            ),
+            providers: config.providers.clone(),
+        },
         // A task the coordinator timed out may still stop here: wait for it.
         slots: Arc::new(Semaphore::new(config.slots as usize)),
         outbound: outbound.clone(),
@@ -347,20 +352,31 @@ fn hello(config: &WorkerConfig, registry: &Registry) -> pb::WorkerMessage {
         name: config.name.clone(),
         slots: config.slots,
         labels: config.labels.iter().cloned().collect(),
-        kinds: if config.scripts {
-            vec![weft_proto::types::WorkerKind::Script.as_str().to_owned()]
-        } else {
-            Vec::new()
-        },
+        kinds: hosted_kinds(config)
+            .into_iter()
+            .map(|kind| kind.as_str().to_owned())
+            .collect(),
         handlers: registry.handlers.keys().cloned().collect(),
         functions: registry.functions.keys().cloned().collect(),
     }))
 }
 
+/// The built-in kinds a worker hosts: scripts unless turned off, `llm`
+/// with a model provider.
+fn hosted_kinds(config: &WorkerConfig) -> Vec<WorkerKind> {
+    let mut kinds = Vec::new();
+    if config.scripts {
+        kinds.push(WorkerKind::Script);
+    }
+    if !config.providers.is_empty() {
+        kinds.push(WorkerKind::Llm);
+    }
+    kinds
+}
+
 /// What one connection to the coordinator runs.
 struct Session {
-    registry: Arc<Registry>,
-    scripts: ScriptRunner,
+    kinds: Kinds,
     slots: Arc<Semaphore>,
     outbound: mpsc::Sender<pb::WorkerMessage>,
     tracker: TaskTracker,
@@ -417,7 +433,7 @@ impl Session {
             Body::Call(call) => {
                 // Off the session loop, so a slow function never delays
                 // heartbeats or results.
-                let (registry, outbound) = (self.registry.clone(), self.outbound.clone());
+                let (registry, outbound) = (self.kinds.registry.clone(), self.outbound.clone());
                 self.tracker.spawn(async move {
                     let result = call_function(registry, call).await;
                     let _ = outbound
@@ -456,17 +472,12 @@ impl Session {
             deliveries: end.as_ref().map(|end| end.deliveries.clone()),
         };
         self.running.insert(id.clone(), running);
-        let (registry, scripts, slots, done) = (
-            self.registry.clone(),
-            self.scripts.clone(),
-            self.slots.clone(),
-            done.clone(),
-        );
+        let (kinds, slots, done) = (self.kinds.clone(), self.slots.clone(), done.clone());
         let limit = self.max_result_bytes;
         self.tracker.spawn(async move {
             let attempt = async {
                 let _slot = slots.acquire().await;
-                execute(&registry, &scripts, &mut task, team).await
+                execute(&kinds, &mut task, team).await
             };
             let result = tokio::select! {
                 result = attempt => result,

@@ -407,6 +407,7 @@ mod tests {
             timeout,
             bundle: Vec::new(),
             team: None,
+            prompts_json: String::new(),
         }
     }
 

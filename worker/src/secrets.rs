@@ -155,7 +155,7 @@ pub struct Redactor {
 }
 
 impl Redactor {
-    fn add(&mut self, value: &str) {
+    pub(crate) fn add(&mut self, value: &str) {
         if !value.is_empty() && !self.values.iter().any(|v| v == value) {
             self.values.push(value.to_owned());
             // Longest first, so a secret that contains another is masked whole.

@@ -74,6 +74,7 @@ impl StateCache {
             item: assignment.item.map(|item| item.index),
             timeout: Duration::from_millis(assignment.timeout_ms.max(1)),
             team: assignment.team.map(crate::TeamSeat::from_wire),
+            prompts_json: assignment.prompts_json,
             bundle: assignment
                 .bundle
                 .into_iter()

@@ -45,6 +45,30 @@ pub struct Task {
     pub bundle: Vec<BlobFile>,
     /// For a `teammates: true` step of a map item with a team: its seat.
     pub team: Option<crate::TeamSeat>,
+    /// An `llm` or `agent` step's rendered prompts, as JSON.
+    pub prompts_json: String,
+}
+
+/// What a finished attempt produced.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Completed {
+    /// The fields written (a JSON object, with `_next` or `_send`).
+    pub writes: Value,
+    /// The transient `output` of an `llm` or `agent` step.
+    pub output: Option<Value>,
+    /// What happened along the way, for the run's events
+    /// (`{"type": "model_called", …}`, `{"type": "tool_called", …}`).
+    pub notes: Vec<Value>,
+}
+
+impl Completed {
+    /// An attempt that wrote `writes` and nothing else.
+    pub fn writes(writes: Value) -> Self {
+        Self {
+            writes,
+            ..Self::default()
+        }
+    }
 }
 
 impl Task {

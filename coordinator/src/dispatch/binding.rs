@@ -26,6 +26,12 @@ pub struct NodeBinding {
 /// The binding of a node that runs on a worker; `None` for kinds the
 /// coordinator runs itself (approval, input, map, end, …).
 pub fn bind(kind: &NodeKind) -> Option<NodeBinding> {
+    bind_with(kind, None)
+}
+
+/// As [`bind`], for a node whose structured output must match `schema`
+/// (an `llm` node asks its model for JSON of that shape).
+pub fn bind_with(kind: &NodeKind, schema: Option<&Value>) -> Option<NodeBinding> {
     let mut config = Map::new();
     let (kind, requirement) = match kind {
         NodeKind::Task { handler } => {
@@ -42,15 +48,27 @@ pub fn bind(kind: &NodeKind) -> Option<NodeBinding> {
             (WorkerKind::Script, Requirement::Kind(WorkerKind::Script))
         }
         NodeKind::Llm(llm) => {
-            config.insert("prompt".into(), Value::from(llm.prompt.source()));
-            if let Some(model) = &llm.model {
-                config.insert("model".into(), Value::from(model.clone()));
-            }
+            // The prompts are rendered per task (`Assignment::prompts`).
+            insert_some(&mut config, "model", llm.model.clone().map(Value::from));
+            insert_some(
+                &mut config,
+                "provider",
+                llm.provider.clone().map(Value::from),
+            );
+            insert_some(&mut config, "temperature", llm.temperature.map(Value::from));
+            insert_some(&mut config, "max_tokens", llm.max_tokens.map(Value::from));
+            insert_some(&mut config, "output_schema", schema.cloned());
             (WorkerKind::Llm, Requirement::Kind(WorkerKind::Llm))
         }
         NodeKind::Agent(agent) => {
-            config.insert("prompt".into(), Value::from(agent.prompt.source()));
             config.insert("tools".into(), Value::from(agent.tools.clone()));
+            insert_some(&mut config, "model", agent.model.clone().map(Value::from));
+            insert_some(
+                &mut config,
+                "provider",
+                agent.provider.clone().map(Value::from),
+            );
+            insert_some(&mut config, "max_turns", agent.max_turns.map(Value::from));
             (WorkerKind::Agent, Requirement::Kind(WorkerKind::Agent))
         }
         NodeKind::Approval { .. }
@@ -66,6 +84,12 @@ pub fn bind(kind: &NodeKind) -> Option<NodeBinding> {
         requirement,
         config: Arc::from(Value::Object(config).to_string()),
     })
+}
+
+fn insert_some(config: &mut Map<String, Value>, key: &str, value: Option<Value>) {
+    if let Some(value) = value {
+        config.insert(key.to_owned(), value);
+    }
 }
 
 #[cfg(test)]

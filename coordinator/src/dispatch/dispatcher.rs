@@ -506,6 +506,7 @@ impl Dispatcher {
                             outcome: TaskOutcome {
                                 result: Err(failure),
                                 read: Vec::new(),
+                                notes: Vec::new(),
                             },
                         },
                         Work::Call(call) => DispatchEvent::CallReturned {

@@ -127,6 +127,9 @@ pub struct Assignment {
     pub bundle: Arc<Vec<BlobRef>>,
     /// A `teammates: true` step's team and inbox.
     pub team: Option<TeamSeat>,
+    /// An `llm` or `agent` step's rendered prompts, as JSON (empty for
+    /// other kinds).
+    pub prompts_json: String,
 }
 
 /// One field of a task's state. A worker caches the latest version of each
@@ -164,6 +167,8 @@ pub struct TaskOutcome {
     pub result: Result<(Value, Option<Value>), TaskFailure>,
     /// The numbers of the teammate messages handed to the task it read.
     pub read: Vec<u64>,
+    /// What the attempt noted on the way (model and tool calls).
+    pub notes: Vec<Value>,
 }
 
 /// What the dispatcher tells a run.

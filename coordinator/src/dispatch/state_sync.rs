@@ -86,6 +86,7 @@ mod tests {
             timeout: Duration::from_secs(1),
             bundle: Arc::new(Vec::new()),
             team: None,
+            prompts_json: String::new(),
         }
     }
 

@@ -126,6 +126,7 @@ fn assignment(task: Assignment) -> pb::TaskAssignment {
             })
             .collect(),
         traceparent: String::new(),
+        prompts_json: task.prompts_json,
         team: task.team.map(|seat| pb::Team {
             me: seat.me,
             members: seat.members.to_vec(),
@@ -222,6 +223,14 @@ pub fn from_worker(message: pb::WorkerMessage) -> Option<FromWorker> {
             key: refused.task_key,
         }),
         Body::Result(result) => {
+            let notes = match &result.outcome {
+                Some(pb::task_result::Outcome::Output(output)) => output
+                    .notes_json
+                    .iter()
+                    .filter_map(|note| serde_json::from_str(note).ok())
+                    .collect(),
+                _ => Vec::new(),
+            };
             let outcome = match result.outcome? {
                 pb::task_result::Outcome::Output(output) => match parse_json(&output.json) {
                     Ok(writes) => {
@@ -247,6 +256,7 @@ pub fn from_worker(message: pb::WorkerMessage) -> Option<FromWorker> {
                 outcome: TaskOutcome {
                     result: outcome,
                     read: result.messages_read,
+                    notes,
                 },
             })
         }

@@ -53,6 +53,7 @@ fn task(fields: &BTreeMap<String, (u64, i64)>, key: u64) -> Assignment {
         timeout: Duration::from_secs(1),
         bundle: Arc::new(Vec::new()),
         team: None,
+        prompts_json: String::new(),
     }
 }
 

@@ -45,6 +45,10 @@ pub struct TaskSpec {
     /// is dispatched.
     #[serde(default)]
     pub team: Option<TeamSeat>,
+    /// For an `llm` or `agent` step: its prompts, rendered
+    /// (`{"system", "prompt"}`).
+    #[serde(default)]
+    pub prompts: Option<Map<String, Value>>,
 }
 
 /// The state a task sees: `base` (the wave's S0, shared by every task of
@@ -257,7 +261,7 @@ pub enum Input {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Effect {
     /// Send a task to a worker.
-    Dispatch(TaskSpec),
+    Dispatch(Box<TaskSpec>),
     /// Wait, then feed back [`Input::RetryDue`] with this key.
     ScheduleRetry {
         /// The key to feed back.

@@ -21,6 +21,7 @@ pub mod merge;
 mod node_output;
 mod output;
 mod plan;
+mod prompts;
 mod recovery;
 mod routing;
 mod subgraphs;

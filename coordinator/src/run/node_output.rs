@@ -3,6 +3,8 @@
 
 use serde_json::{Map, Value};
 
+use super::events::RunEvent;
+
 /// A message a step asks to send.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Outgoing {
@@ -27,6 +29,8 @@ pub struct NodeOutput {
     /// script reads its whole inbox; a handler, what it took from its
     /// context).
     pub read: Vec<u64>,
+    /// What the attempt noted on the way (`model_called`, `tool_called`).
+    pub notes: Vec<Value>,
 }
 
 /// Why what a task returned is not a node's output.
@@ -71,6 +75,7 @@ impl NodeOutput {
             output: None,
             sends,
             read: Vec::new(),
+            notes: Vec::new(),
         })
     }
 }
@@ -109,4 +114,31 @@ fn read_sends(value: Value) -> Result<Vec<Outgoing>, OutputError> {
             Ok(Outgoing { to, content })
         })
         .collect()
+}
+
+/// The run event of a note a worker sent with a step's result; `None` for
+/// a note this version does not know.
+pub(crate) fn note_event(node: &str, item: Option<usize>, note: &Value) -> Option<RunEvent> {
+    let number = |key: &str| note.get(key).and_then(Value::as_u64);
+    let text = |key: &str| note.get(key).and_then(Value::as_str).map(str::to_owned);
+    let node = node.to_owned();
+    let latency_ms = number("latency_ms").unwrap_or(0);
+    match note.get("type").and_then(Value::as_str)? {
+        "model_called" => Some(RunEvent::ModelCalled {
+            node,
+            item,
+            model: text("model").unwrap_or_default(),
+            prompt_tokens: number("prompt_tokens"),
+            completion_tokens: number("completion_tokens"),
+            latency_ms,
+        }),
+        "tool_called" => Some(RunEvent::ToolCalled {
+            node,
+            item,
+            tool: text("tool").unwrap_or_default(),
+            error: text("error"),
+            latency_ms,
+        }),
+        _ => None,
+    }
 }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use super::RunLimits;
 use super::routing::Query;
-use crate::dispatch::binding::{NodeBinding, bind};
+use crate::dispatch::binding::{NodeBinding, bind_with};
 use crate::graph::topology::{container_members, forward_order, main_flow};
 use crate::graph::{Condition, Graph, Guard, ListSource, NodeIdx, NodeKind, Target, UpdateValue};
 
@@ -69,7 +69,11 @@ impl RunPlan {
                         .any(|&e| matches!(graph.edges[e].guard, Guard::When(_)))
             })
             .collect();
-        let bindings = graph.nodes.iter().map(|node| bind(&node.kind)).collect();
+        let bindings = graph
+            .nodes
+            .iter()
+            .map(|node| bind_with(&node.kind, node.output_schema.as_ref().map(|s| s.source())))
+            .collect();
         let iterates = iterating_expressions(&graph);
         let routing_reads = (0..graph.nodes.len())
             .map(|idx| routing_reads(&graph, idx))

@@ -35,7 +35,7 @@ impl RunMachine {
             {
                 spec.team = self.reseat(&item, spec.key);
             }
-            fx.push(Effect::Dispatch(spec));
+            fx.push(Effect::Dispatch(Box::new(spec)));
         }
         fx.extend(parked.into_iter().map(|key| Effect::ScheduleRetry {
             key,

@@ -211,6 +211,7 @@ mod tests {
                 scope: Map::new(),
                 timeout: Duration::from_secs(1),
                 team: None,
+                prompts: None,
             },
             in_flight: false,
         }

@@ -8,7 +8,9 @@ use super::events::*;
 use super::machine::*;
 use super::map_run::{ItemStep, MapRun, StepWrites};
 use super::merge::changed_fields;
+use super::node_output::note_event;
 use super::output::finish_output;
+use super::prompts::render_prompts;
 use super::routing::RouteError;
 use super::team_messages::seat_for;
 use crate::graph::NodeIdx;
@@ -28,6 +30,19 @@ impl RunMachine {
     ) {
         let key = self.run.tasks.new_key();
         let graph_node = self.graph().node(node);
+        let prompts = match render_prompts(graph_node, &state, &scope) {
+            Ok(prompts) => prompts,
+            Err(message) => {
+                // Rendering again would fail again: no retry.
+                let failure =
+                    TaskFailure::found_by_coordinator(FailureKind::TemplateError, message);
+                match item {
+                    Some(item) => self.item_step_done(node, item, Err(failure), fx),
+                    None => self.member_failed(node, attempt, failure, fx),
+                }
+                return;
+            }
+        };
         let spec = TaskSpec {
             key,
             node: graph_node.id.clone(),
@@ -39,6 +54,7 @@ impl RunMachine {
                 .timeout
                 .unwrap_or(self.graph().settings.node_timeout),
             team: None,
+            prompts,
         };
         let item_index = spec.item.as_ref().map(|i| i.index);
         let task = TaskRef {
@@ -63,7 +79,7 @@ impl RunMachine {
                 attempt: task.spec.attempt,
                 item: task.item,
             }));
-            fx.push(Effect::Dispatch(task.spec.clone()));
+            fx.push(Effect::Dispatch(Box::new(task.spec.clone())));
         }
     }
 
@@ -77,6 +93,13 @@ impl RunMachine {
         let Some(task) = self.run.tasks.take(key) else {
             return;
         };
+        let mut output = output;
+        for note in std::mem::take(&mut output.notes) {
+            let item = task.spec.item.as_ref().map(|i| i.index);
+            if let Some(event) = note_event(&task.spec.node, item, &note) {
+                fx.push(Effect::Emit(event));
+            }
+        }
         if let Some(item) = task.spec.item.clone() {
             self.item_output(task, item, output, fx);
             self.pump(fx);

@@ -87,13 +87,7 @@ impl EmbeddedStore {
         if let Some(parent) = path.parent() {
             std::fs::create_dir_all(parent).map_err(backend)?;
         }
-        let db = Database::create(path).map_err(|error| match error {
-            redb::DatabaseError::DatabaseAlreadyOpen => StoreError::Backend(format!(
-                "{} is in use by another process (one coordinator per data directory)",
-                path.display()
-            )),
-            other => backend(other),
-        })?;
+        let db = create_database(path)?;
         // The log is opened whatever the mode: what an earlier process left
         // in it is replayed either way.
         let (mut wal, replay) = Wal::open(path).map_err(backend)?;
@@ -302,6 +296,34 @@ impl Drop for Inner {
         // A clean close leaves nothing to replay.
         if let Err(error) = self.flush() {
             tracing::warn!(%error, "the store's last writes stay in its log, replayed on open");
+        }
+    }
+}
+
+/// How long opening waits for a store that is still closing: one just
+/// dropped in this process can be held a moment longer by its flusher or a
+/// watch finishing a pass.
+const CLOSING_PATIENCE: Duration = Duration::from_secs(2);
+
+/// Opens the database file, waiting out a close in progress; a file held
+/// beyond that belongs to another owner.
+fn create_database(path: &Path) -> Result<Database, StoreError> {
+    let deadline = std::time::Instant::now() + CLOSING_PATIENCE;
+    loop {
+        match Database::create(path) {
+            Ok(db) => return Ok(db),
+            Err(redb::DatabaseError::DatabaseAlreadyOpen)
+                if std::time::Instant::now() < deadline =>
+            {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            Err(redb::DatabaseError::DatabaseAlreadyOpen) => {
+                return Err(StoreError::Backend(format!(
+                    "{} is in use by another process (one coordinator per data directory)",
+                    path.display()
+                )));
+            }
+            Err(other) => return Err(backend(other)),
         }
     }
 }

@@ -8,6 +8,7 @@ mod conformance;
 mod durability;
 mod ha;
 mod hostile;
+mod llm;
 mod loops;
 mod store;
 mod subgraphs;

@@ -47,6 +47,7 @@ impl RunActor {
                         Ok(mut parsed) => {
                             parsed.output = output;
                             parsed.read = outcome.read;
+                            parsed.notes = outcome.notes;
                             Input::TaskSucceeded {
                                 key,
                                 output: parsed,
@@ -125,6 +126,10 @@ impl RunActor {
             timeout: spec.timeout,
             bundle: self.bundle.clone(),
             team: spec.team,
+            prompts_json: spec
+                .prompts
+                .map(|p| Value::Object(p).to_string())
+                .unwrap_or_default(),
         };
         self.launcher
             .launch(task, binding.requirement.clone(), self.sink.clone());

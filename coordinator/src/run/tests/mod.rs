@@ -160,8 +160,8 @@ impl Harness {
         for effect in effects {
             match effect {
                 Effect::Dispatch(spec) => {
-                    self.dispatched.push(spec.clone());
-                    self.in_flight.push_back(spec);
+                    self.dispatched.push((*spec).clone());
+                    self.in_flight.push_back(*spec);
                     self.max_in_flight = self.max_in_flight.max(self.in_flight.len());
                     let mut items: Vec<usize> = self
                         .in_flight

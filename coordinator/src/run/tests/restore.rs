@@ -60,9 +60,7 @@ impl Driver {
     fn absorb(&mut self, effects: &[Effect]) {
         for effect in effects {
             match effect {
-                Effect::Dispatch(spec) => self
-                    .awaited
-                    .push_back(Awaited::Task(Box::new(spec.clone()))),
+                Effect::Dispatch(spec) => self.awaited.push_back(Awaited::Task(spec.clone())),
                 Effect::ScheduleRetry { key, .. } => self.awaited.push_back(Awaited::Retry(*key)),
                 Effect::CallReducer { call, .. } => {
                     self.awaited.push_back(Awaited::Call(*call, false))

@@ -1,0 +1,46 @@
+//! The prompts of `llm` and `agent` steps, rendered strictly (SPEC 2) on
+//! the state and scope the step sees, when the step is created: the
+//! worker receives text, never templates, and a template that does not
+//! render fails the step here, naming the template and the name it lacks.
+
+use serde_json::{Map, Value};
+
+use super::events::TaskState;
+use crate::graph::{Node, NodeKind, Strictness, Template, TemplateContext};
+
+/// `{"system": …, "prompt": …}` for an `llm` or `agent` node (`system` is
+/// its `system` or `instructions`, when it has one); `None` for other
+/// kinds.
+pub(super) fn render_prompts(
+    node: &Node,
+    state: &TaskState,
+    scope: &Map<String, Value>,
+) -> Result<Option<Map<String, Value>>, String> {
+    let (system, prompt) = match &node.kind {
+        NodeKind::Llm(llm) => (llm.system.as_ref(), &llm.prompt),
+        NodeKind::Agent(agent) => (agent.instructions.as_ref(), &agent.prompt),
+        _ => return Ok(None),
+    };
+    let view = state.view();
+    let context = TemplateContext {
+        state: Some(&view),
+        scope: Some(scope),
+        output: None,
+    };
+    let render = |name: &str, template: &Template| {
+        template
+            .render(&context, Strictness::Strict)
+            .map_err(|error| format!("{name}: {error}"))
+    };
+    let mut prompts = Map::new();
+    if let Some(system) = system {
+        let name = if matches!(node.kind, NodeKind::Agent(_)) {
+            "instructions"
+        } else {
+            "system"
+        };
+        prompts.insert("system".into(), Value::String(render(name, system)?));
+    }
+    prompts.insert("prompt".into(), Value::String(render("prompt", prompt)?));
+    Ok(Some(prompts))
+}

@@ -1,0 +1,229 @@
+//! `llm` nodes (SPEC 4, issue #11) on `worker` processes against the
+//! local OpenAI-compatible test server, over real HTTP: providers from a
+//! configuration file with the API key a secret, prompts rendered,
+//! structured output checked and retried, 429s waited out, timeouts and
+//! malformed replies failing the attempt — and the key never shown.
+
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use tokio_stream::StreamExt;
+use weft_client::{Client, GraphBundle, RunInfo, RunStatus};
+use weft_tests::TestCluster;
+use weft_tests::llm_server::{Reply, TestLlm, last_message};
+
+/// The API key: in the worker's secrets file only.
+const KEY: &str = "sk-test-5ecret-k3y";
+
+/// A cluster whose worker has the test server as its provider, its key
+/// given as `${LLM_KEY}` from a secrets file.
+async fn cluster(llm: &TestLlm) -> anyhow::Result<TestCluster> {
+    let mut cluster = TestCluster::start()?;
+    let config = cluster.dir().join("worker.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[providers.local]\nbase_url = \"{}\"\napi_key = \"${{LLM_KEY}}\"\nmodel = \"tiny\"\n",
+            llm.url
+        ),
+    )?;
+    let secrets = cluster.dir().join("secrets");
+    std::fs::write(&secrets, format!("LLM_KEY={KEY}\n"))?;
+    let args = [
+        "--config".to_owned(),
+        config.display().to_string(),
+        "--secrets-file".to_owned(),
+        secrets.display().to_string(),
+    ];
+    cluster.add_worker_with("w", 2, &args)?;
+    cluster.wait_for_workers(&["w"]).await?;
+    Ok(cluster)
+}
+
+async fn run(client: &Client, yaml: &str, input: Value) -> anyhow::Result<RunInfo> {
+    let run = client
+        .submit_bundle(GraphBundle::from_text("llm.yaml", yaml), &input)
+        .await?;
+    Ok(client.wait(&run.run_id).await?)
+}
+
+/// Everything a run produced that a person could see: its status and its
+/// events as JSON.
+async fn shown(client: &Client, run_id: &str) -> anyhow::Result<String> {
+    let events: Vec<weft_client::Event> = client
+        .watch(run_id, 0)
+        .await?
+        .collect::<Result<Vec<_>, _>>()
+        .await?;
+    let info = client.get(run_id).await?;
+    Ok(format!("{info:?}\n{events:?}"))
+}
+
+const SUMMARY: &str = r#"
+state:
+  topic: { type: string }
+  summary: { type: string, default: "" }
+nodes:
+  ask:
+    kind: llm
+    start: true
+    system: "You answer in one line."
+    prompt: "Summarise {{ topic }}."
+    temperature: 0.2
+    max_tokens: 50
+    state_updates: { summary: "{{ output }}" }
+"#;
+
+#[tokio::test]
+async fn an_llm_step_writes_its_completion_through_state_updates() -> anyhow::Result<()> {
+    let llm = TestLlm::start(KEY, |request, _| {
+        Reply::Text(format!("[{}]", last_message(request)))
+    })
+    .await?;
+    let cluster = cluster(&llm).await?;
+    let client = cluster.client().await?;
+    let done = run(&client, SUMMARY, json!({"topic": "weft"})).await?;
+    assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error);
+    assert_eq!(done.state["summary"], "[Summarise weft.]");
+    let request = &llm.requests()[0];
+    assert_eq!(request["model"], "tiny", "the provider's model");
+    assert_eq!(request["temperature"], 0.2);
+    assert_eq!(request["max_tokens"], 50);
+    assert_eq!(
+        request["messages"],
+        json!([
+            {"role": "system", "content": "You answer in one line."},
+            {"role": "user", "content": "Summarise weft."}
+        ])
+    );
+    assert!(request.get("response_format").is_none());
+    let calls = weft_tests::events_of(&client, &done.run_id, "model_called").await?;
+    assert_eq!(calls.len(), 1);
+    assert_eq!(calls[0].body["model"], "tiny");
+    assert_eq!(calls[0].body["completion_tokens"], 7);
+    let everything =
+        shown(&client, &done.run_id).await? + &cluster.log("w") + &cluster.log("coordinator");
+    assert!(!everything.contains(KEY), "the API key leaked");
+    Ok(())
+}
+
+#[tokio::test]
+async fn structured_output_that_breaks_the_schema_is_a_failed_attempt_and_retried()
+-> anyhow::Result<()> {
+    let llm = TestLlm::start(KEY, |_, n| match n {
+        0 => Reply::Json(json!({"scor": 1})),
+        1 => Reply::Text("I think it is good".into()),
+        _ => Reply::Json(json!({"score": 0.9, "reason": "clear"})),
+    })
+    .await?;
+    let cluster = cluster(&llm).await?;
+    let client = cluster.client().await?;
+    let yaml = r#"
+state:
+  score: { type: number, default: 0 }
+  reason: { type: string, default: "" }
+nodes:
+  grade:
+    kind: llm
+    start: true
+    model: judge
+    prompt: "Grade it."
+    retry: { max_attempts: 3, initial_interval: 0.05s }
+    output_schema:
+      type: object
+      properties: { score: { type: number }, reason: { type: string } }
+      required: [score]
+"#;
+    let done = run(&client, yaml, json!({})).await?;
+    assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error);
+    assert_eq!(done.state["score"], 0.9);
+    assert_eq!(done.state["reason"], "clear");
+    let requests = llm.requests();
+    assert_eq!(requests.len(), 3);
+    assert_eq!(requests[0]["model"], "judge", "the node's model");
+    assert_eq!(
+        requests[0]["response_format"]["json_schema"]["schema"]["required"],
+        json!(["score"])
+    );
+    let retries = weft_tests::events_of(&client, &done.run_id, "node_retrying").await?;
+    let errors: Vec<&str> = retries
+        .iter()
+        .map(|e| e.body["error"].as_str().unwrap())
+        .collect();
+    assert!(errors[0].contains("output_schema"), "{errors:?}");
+    assert!(
+        errors[1].contains("structured output is not JSON"),
+        "{errors:?}"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_429_is_waited_out_as_retry_after_says() -> anyhow::Result<()> {
+    let llm = TestLlm::start(KEY, |_, n| match n {
+        0 => Reply::Status(429, Some(1)),
+        _ => Reply::Text("fine".into()),
+    })
+    .await?;
+    let cluster = cluster(&llm).await?;
+    let client = cluster.client().await?;
+    let started = Instant::now();
+    let done = run(&client, SUMMARY, json!({"topic": "x"})).await?;
+    assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error);
+    assert_eq!(done.state["summary"], "fine");
+    assert_eq!(llm.requests().len(), 2);
+    assert!(
+        started.elapsed() >= Duration::from_secs(1),
+        "Retry-After was honoured"
+    );
+    // Within one attempt: the node was not retried.
+    let retries = weft_tests::events_of(&client, &done.run_id, "node_retrying").await?;
+    assert!(retries.is_empty());
+    Ok(())
+}
+
+#[tokio::test]
+async fn slow_malformed_and_refused_replies_fail_the_step_clearly() -> anyhow::Result<()> {
+    let llm = TestLlm::start(KEY, |request, _| match last_message(request).as_str() {
+        "slow" => Reply::Slow(Duration::from_secs(5), Box::new(Reply::Text("late".into()))),
+        "garbage" => Reply::Malformed("<html>not an API</html>".into()),
+        _ => Reply::Status(400, None),
+    })
+    .await?;
+    let cluster = cluster(&llm).await?;
+    let client = cluster.client().await?;
+    let yaml = |prompt: &str| {
+        format!("nodes:\n  ask: {{ kind: llm, start: true, prompt: \"{prompt}\", timeout: 1s }}\n")
+    };
+    let slow = run(&client, &yaml("slow"), json!({})).await?;
+    assert_eq!(slow.status, RunStatus::Failed);
+    let error = slow.error.unwrap();
+    assert!(
+        error.message.contains("did not answer within"),
+        "{}",
+        error.message
+    );
+    let garbage = run(&client, &yaml("garbage"), json!({})).await?;
+    let error = garbage.error.unwrap();
+    assert!(
+        error.message.contains("model_error") || error.message.contains("not a chat completion"),
+        "{}",
+        error.message
+    );
+    assert!(
+        error.message.contains("<html>not an API</html>"),
+        "{}",
+        error.message
+    );
+    let refused = run(&client, &yaml("other"), json!({})).await?;
+    let error = refused.error.unwrap();
+    assert!(
+        error.message.contains("HTTP 400 Bad Request"),
+        "{}",
+        error.message
+    );
+    for id in [&slow.run_id, &garbage.run_id, &refused.run_id] {
+        assert!(!shown(&client, id).await?.contains(KEY));
+    }
+    Ok(())
+}

@@ -1,0 +1,83 @@
+//! `worker --config worker.toml`: the worker's configuration file. Today
+//! it holds the model providers (`[providers.NAME]` tables, SPEC 4); an
+//! unknown table or key is an error naming it, never ignored.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde::Deserialize;
+
+use crate::llm::ProviderConfig;
+
+/// A worker configuration file.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorkerFile {
+    /// `[providers.NAME]` tables.
+    #[serde(default)]
+    pub providers: BTreeMap<String, ProviderConfig>,
+}
+
+/// Why the file cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum WorkerFileError {
+    /// It cannot be read.
+    #[error("cannot read {path}: {source}")]
+    Read {
+        /// The file.
+        path: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// It is not a worker configuration.
+    #[error("{path}: {message}")]
+    Invalid {
+        /// The file.
+        path: String,
+        /// What is wrong, and where.
+        message: String,
+    },
+}
+
+impl WorkerFile {
+    /// Reads and checks `path`.
+    pub fn read(path: &Path) -> Result<Self, WorkerFileError> {
+        let shown = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|source| WorkerFileError::Read {
+            path: shown.clone(),
+            source,
+        })?;
+        toml::from_str(&text).map_err(|error| WorkerFileError::Invalid {
+            path: shown,
+            message: error.to_string().trim().to_owned(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn providers_are_read_and_unknown_keys_refused() {
+        let dir = std::env::temp_dir().join(format!("weft-worker-file-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let good = dir.join("good.toml");
+        std::fs::write(
+            &good,
+            "[providers.local]\nbase_url = \"http://127.0.0.1:8080/v1\"\napi_key = \"${KEY}\"\nmodel = \"small\"\n",
+        )
+        .unwrap();
+        let file = WorkerFile::read(&good).unwrap();
+        assert_eq!(file.providers["local"].model.as_deref(), Some("small"));
+        let bad = dir.join("bad.toml");
+        std::fs::write(
+            &bad,
+            "[providers.local]\nbase_url = \"http://x\"\nmodle = \"x\"\n",
+        )
+        .unwrap();
+        let error = WorkerFile::read(&bad).unwrap_err().to_string();
+        assert!(error.contains("unknown field `modle`"), "{error}");
+        std::fs::remove_dir_all(dir).ok();
+    }
+}

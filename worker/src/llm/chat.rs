@@ -1,0 +1,196 @@
+//! One chat completion against an OpenAI-compatible endpoint
+//! (`POST {base_url}/chat/completions`), within the step's deadline. A 429
+//! or a 5xx (or a connection that fails) is tried again after the reply's
+//! `Retry-After`, or a short backoff, while the deadline allows; any other
+//! error status, or a body that is not a chat completion, fails the
+//! attempt naming the status and the start of the body, secrets masked.
+
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use super::provider::Provider;
+use crate::task::{Failure, FailureKind};
+
+/// Tries of one request, the first included.
+const TRIES: u32 = 4;
+/// Backoff before the first retry when the server names no delay.
+const FIRST_BACKOFF: Duration = Duration::from_millis(500);
+/// Longest body text quoted in an error.
+const QUOTED: usize = 500;
+
+/// A chat completion's message, and what it cost.
+#[derive(Debug)]
+pub(crate) struct Completion {
+    /// `choices[0].message`: `content`, and `tool_calls` for an agent.
+    pub message: Value,
+    /// The model that answered (as the reply names it).
+    pub model: String,
+    /// The reply's `usage`, when it has one.
+    pub usage: Value,
+    /// From the first request to the reply.
+    pub latency: Duration,
+    /// Requests made (retries included).
+    pub tries: u32,
+}
+
+impl Completion {
+    /// The `model_called` note for the step's events.
+    pub fn note(&self) -> Value {
+        json!({
+            "type": "model_called",
+            "model": self.model,
+            "prompt_tokens": self.usage.get("prompt_tokens"),
+            "completion_tokens": self.usage.get("completion_tokens"),
+            "latency_ms": self.latency.as_millis() as u64,
+            "tries": self.tries,
+        })
+    }
+}
+
+/// Asks `provider` for one completion of `body` before `deadline`.
+pub(crate) async fn complete(
+    provider: &Provider,
+    body: &Value,
+    deadline: Instant,
+) -> Result<Completion, Failure> {
+    let _permit = provider.permits.acquire().await;
+    let started = Instant::now();
+    let url = format!("{}/chat/completions", provider.base_url);
+    let mut backoff = FIRST_BACKOFF;
+    for tries in 1..=TRIES {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(timed_out(provider, started));
+        }
+        let mut request = provider
+            .http
+            .post(&url)
+            .timeout(left.min(provider.timeout))
+            .json(body);
+        if let Some(key) = &provider.api_key {
+            request = request.bearer_auth(key);
+        }
+        let retry_after = match request.send().await {
+            Ok(response) if response.status().is_success() => {
+                let text = response
+                    .text()
+                    .await
+                    .map_err(|e| model_error(provider, &e))?;
+                return read_reply(provider, &text, started, tries);
+            }
+            Ok(response) if retryable(response.status()) => {
+                let wait = retry_after(&response).unwrap_or(backoff);
+                let status = response.status();
+                let text = response.text().await.unwrap_or_default();
+                if tries == TRIES || Instant::now() + wait >= deadline {
+                    return Err(http_error(provider, status, &text, tries));
+                }
+                wait
+            }
+            Ok(response) => {
+                let status = response.status();
+                let text = response.text().await.unwrap_or_default();
+                return Err(http_error(provider, status, &text, tries));
+            }
+            Err(error) if error.is_timeout() => return Err(timed_out(provider, started)),
+            Err(error) if tries == TRIES => return Err(model_error(provider, &error)),
+            Err(_) => backoff,
+        };
+        tokio::time::sleep(retry_after).await;
+        backoff *= 2;
+    }
+    unreachable!("the last try returns")
+}
+
+fn retryable(status: reqwest::StatusCode) -> bool {
+    status == reqwest::StatusCode::TOO_MANY_REQUESTS || status.is_server_error()
+}
+
+/// `Retry-After` in seconds (a date is read as no delay given).
+fn retry_after(response: &reqwest::Response) -> Option<Duration> {
+    let value = response.headers().get(reqwest::header::RETRY_AFTER)?;
+    let seconds: f64 = value.to_str().ok()?.trim().parse().ok()?;
+    (seconds.is_finite() && seconds >= 0.0).then(|| Duration::from_secs_f64(seconds.min(600.0)))
+}
+
+fn read_reply(
+    provider: &Provider,
+    text: &str,
+    started: Instant,
+    tries: u32,
+) -> Result<Completion, Failure> {
+    let malformed = |why: &str| {
+        Failure::new(
+            FailureKind::ModelError,
+            provider.redactor.redact(&format!(
+                "provider '{}' sent a reply that is not a chat completion ({why}): {}",
+                provider.name,
+                quote(text)
+            )),
+        )
+    };
+    let reply: Value = serde_json::from_str(text).map_err(|_| malformed("not JSON"))?;
+    let message = reply
+        .pointer("/choices/0/message")
+        .filter(|m| m.is_object())
+        .cloned()
+        .ok_or_else(|| malformed("no choices[0].message"))?;
+    Ok(Completion {
+        message,
+        model: reply["model"].as_str().unwrap_or_default().to_owned(),
+        usage: reply.get("usage").cloned().unwrap_or(Value::Null),
+        latency: started.elapsed(),
+        tries,
+    })
+}
+
+fn http_error(provider: &Provider, status: reqwest::StatusCode, body: &str, tries: u32) -> Failure {
+    let after = if tries > 1 {
+        format!(" (after {tries} tries)")
+    } else {
+        String::new()
+    };
+    Failure::new(
+        FailureKind::ModelError,
+        provider.redactor.redact(&format!(
+            "provider '{}' answered HTTP {status}{after}: {}",
+            provider.name,
+            quote(body)
+        )),
+    )
+}
+
+fn model_error(provider: &Provider, error: &reqwest::Error) -> Failure {
+    Failure::new(
+        FailureKind::ModelError,
+        provider.redactor.redact(&format!(
+            "provider '{}' could not be reached: {error}",
+            provider.name
+        )),
+    )
+}
+
+fn timed_out(provider: &Provider, started: Instant) -> Failure {
+    Failure::new(
+        FailureKind::Timeout,
+        format!(
+            "provider '{}' did not answer within the step's time ({:.1} s)",
+            provider.name,
+            started.elapsed().as_secs_f64()
+        ),
+    )
+}
+
+/// The start of `text`, cut on a character boundary.
+fn quote(text: &str) -> String {
+    let text = text.trim();
+    if text.len() <= QUOTED {
+        return text.to_owned();
+    }
+    let mut end = QUOTED;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &text[..end])
+}
