@@ -133,25 +133,34 @@ impl GraphBundle {
 /// (named relative to the graph that embeds them) with the files they
 /// name, transitively; paths relative to `dir` (the top graph's
 /// directory, the bundle's root), each once.
+/// Adds the files of `dir` an argv names (relative paths inside it).
+fn name_argv_files(dir: &Path, argv: &[String], named: &mut Vec<String>) {
+    for arg in argv.iter().filter(|arg| is_relative_inside(arg)) {
+        let Some(relative) = inside(Path::new(""), arg) else {
+            continue;
+        };
+        if dir.join(&relative).is_file() && !named.contains(&relative) {
+            named.push(relative);
+        }
+    }
+}
+
 fn named_files(dir: &Path, top: &str, graph: graph::Graph) -> Result<Vec<String>, BundleError> {
     let mut named: Vec<String> = Vec::new();
     let mut graphs = vec![(top.to_owned(), graph)];
     while let Some((at, graph)) = graphs.pop() {
         let base = Path::new(&at).parent().unwrap_or(Path::new(""));
+        // Agents' script tools run from the bundle's root too.
+        for tool in &graph.tools {
+            if let graph::ToolRun::Script(argv) = &tool.run {
+                name_argv_files(dir, argv, &mut named);
+            }
+        }
         for node in &graph.nodes {
             match &node.kind {
                 // Scripts run from the bundle's root, whichever graph of
                 // it names them.
-                NodeKind::Script { argv, .. } => {
-                    for arg in argv.iter().filter(|arg| is_relative_inside(arg)) {
-                        let Some(relative) = inside(Path::new(""), arg) else {
-                            continue;
-                        };
-                        if dir.join(&relative).is_file() && !named.contains(&relative) {
-                            named.push(relative);
-                        }
-                    }
-                }
+                NodeKind::Script { argv, .. } => name_argv_files(dir, argv, &mut named),
                 NodeKind::Subgraph(config) => {
                     // A graph outside the directory is left for the
                     // coordinator to refuse by name.

@@ -20,6 +20,7 @@ mod load;
 mod model;
 mod raw_node;
 mod schema;
+mod tools;
 pub mod topology;
 mod validate;
 
@@ -34,6 +35,7 @@ pub use finding::{Finding, GraphError, Severity};
 pub use kinds::*;
 pub use model::*;
 pub use schema::{Schema, SchemaError};
+pub use tools::{TEAMMATE_TOOLS, ToolDecl, ToolRun, is_tool_name};
 
 /// Parses and validates graph text. Returns the graph (possibly partial when
 /// there are errors) and every finding, errors and warnings alike.

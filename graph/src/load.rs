@@ -18,13 +18,14 @@ use super::finding::Finding;
 use super::raw_node::RawDuration;
 use super::*;
 
-const TOP_LEVEL_KEYS: [&str; 8] = [
+const TOP_LEVEL_KEYS: [&str; 9] = [
     "version",
     "name",
     "description",
     "settings",
     "state",
     "conditions",
+    "tools",
     "nodes",
     "edges",
 ];
@@ -75,6 +76,7 @@ pub fn build(
     let settings = read_settings(top.get("settings"), findings);
     let fields = read_fields(top.get("state"), findings);
     let conditions = read_conditions(top.get("conditions"), findings);
+    let tools = super::tools::read_tools(top.get("tools"), findings);
 
     let lines = node_lines(text, format);
     let entries = node_entries(top.get("nodes"), findings);
@@ -101,7 +103,7 @@ pub fn build(
         builder.edge_list(edges);
     }
     let edges = builder.edges;
-    Graph::assemble(
+    let mut graph = Graph::assemble(
         name,
         description,
         settings,
@@ -109,7 +111,9 @@ pub fn build(
         conditions,
         nodes,
         edges,
-    )
+    );
+    graph.tools = tools;
+    graph
 }
 
 /// The document's top-level map, its keys and version checked; `None` for

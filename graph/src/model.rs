@@ -16,6 +16,7 @@ use super::declarations::{FieldDecl, RetryPolicy, Settings};
 use super::expr::Template;
 use super::kinds::NodeKind;
 use super::schema::Schema;
+use super::tools::ToolDecl;
 
 /// Position of a node in declaration order.
 pub type NodeIdx = usize;
@@ -39,6 +40,8 @@ pub struct Graph {
     pub nodes: Vec<Node>,
     /// Every edge, normalised.
     pub edges: Vec<Edge>,
+    /// The tools `agent` nodes may call (`tools:`).
+    pub tools: Vec<ToolDecl>,
     index: HashMap<String, NodeIdx>,
     field_index: HashMap<String, usize>,
     out_edges: Vec<Vec<EdgeIdx>>,
@@ -83,6 +86,7 @@ impl Graph {
             conditions,
             nodes,
             edges,
+            tools: Vec::new(),
             index,
             field_index,
             out_edges,

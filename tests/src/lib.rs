@@ -220,6 +220,30 @@ impl TestCluster {
         self.spawn_worker("worker", name, &args)
     }
 
+    /// Starts a `test-worker` whose model provider is the test server at
+    /// `url` (API key `key`).
+    pub fn add_llm_test_worker(
+        &mut self,
+        name: &str,
+        slots: u32,
+        url: &str,
+        key: &str,
+    ) -> Result<()> {
+        let args = vec![
+            "--coordinator".to_owned(),
+            self.url.clone(),
+            "--name".into(),
+            name.into(),
+            "--slots".into(),
+            slots.to_string(),
+            "--llm-url".into(),
+            url.into(),
+            "--llm-key".into(),
+            key.into(),
+        ];
+        self.spawn_worker("test-worker", name, &args)
+    }
+
     /// Starts a `test-worker` (Rust handlers and scripts), optionally
     /// hosting only some handlers.
     pub fn add_test_worker(&mut self, name: &str, slots: u32, only: Option<&str>) -> Result<()> {

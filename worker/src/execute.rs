@@ -57,6 +57,10 @@ pub async fn execute(
         Ok(WorkerKind::Llm) if !kinds.providers.is_empty() => {
             crate::llm::run_llm(&kinds.providers, task).await
         }
+        Ok(WorkerKind::Agent) if !kinds.providers.is_empty() => {
+            let agent = crate::llm::Agent { kinds, task, team };
+            agent.run().await
+        }
         Ok(WorkerKind::Llm | WorkerKind::Agent) | Err(_) => Err(Failure::new(
             FailureKind::UnsupportedKind,
             format!("this worker cannot run kind '{}'", task.kind),

@@ -189,11 +189,20 @@ fn read_state<S: DeserializeOwned>(name: &str, fields: &Fields) -> Result<S, Str
 /// A registered function, type-erased.
 pub(crate) type ErasedFunction = Arc<dyn Fn(Vec<Value>) -> Result<Value, String> + Send + Sync>;
 
+/// A tool agents may call: what the model reads about it, and the call.
+#[derive(Clone)]
+pub(crate) struct RegisteredTool {
+    pub description: String,
+    pub parameters: Value,
+    pub call: Arc<dyn Fn(Value, TaskContext) -> BoxFuture + Send + Sync>,
+}
+
 /// Handlers and functions by name.
 #[derive(Clone, Default)]
 pub struct Registry {
     pub(crate) handlers: BTreeMap<String, ErasedHandler>,
     pub(crate) functions: BTreeMap<String, ErasedFunction>,
+    pub(crate) tools: BTreeMap<String, RegisteredTool>,
 }
 
 impl std::fmt::Debug for Registry {
@@ -201,6 +210,7 @@ impl std::fmt::Debug for Registry {
         f.debug_struct("Registry")
             .field("handlers", &self.handlers.keys().collect::<Vec<_>>())
             .field("functions", &self.functions.keys().collect::<Vec<_>>())
+            .field("tools", &self.tools.keys().collect::<Vec<_>>())
             .finish()
     }
 }
@@ -240,6 +250,35 @@ impl Registry {
         Fut: Future<Output = Result<Output, E>> + Send + 'static,
     {
         self.handler(name, handler)
+    }
+
+    /// Registers a tool `agent` steps may call: `description` and
+    /// `parameters` (a JSON Schema of its arguments, an object) are what the
+    /// model reads, unless the graph's `tools:` declares the tool with its
+    /// own. The arguments are checked against the schema before `call`
+    /// runs; its error goes back to the model as the tool's result.
+    pub fn tool<F, Fut>(
+        &mut self,
+        name: &str,
+        description: &str,
+        parameters: Value,
+        call: F,
+    ) -> &mut Self
+    where
+        F: Fn(Value, TaskContext) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Value, String>> + Send + 'static,
+    {
+        let call = Arc::new(call);
+        let erased = move |arguments: Value, ctx: TaskContext| -> BoxFuture {
+            Box::pin((*call)(arguments, ctx))
+        };
+        let tool = RegisteredTool {
+            description: description.to_owned(),
+            parameters,
+            call: Arc::new(erased),
+        };
+        self.tools.insert(name.to_owned(), tool);
+        self
     }
 
     /// Registers a function for `fn:NAME` reducers, predicates and routers.

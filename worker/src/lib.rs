@@ -171,6 +171,22 @@ impl Worker {
         self
     }
 
+    /// Registers a tool `agent` steps may call. See [`Registry::tool`].
+    pub fn tool<F, Fut>(
+        &mut self,
+        name: &str,
+        description: &str,
+        parameters: Value,
+        call: F,
+    ) -> &mut Self
+    where
+        F: Fn(Value, TaskContext) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Value, String>> + Send + 'static,
+    {
+        self.registry.tool(name, description, parameters, call);
+        self
+    }
+
     /// Registers a function for `fn:NAME` reducers, predicates and routers.
     pub fn function<F>(&mut self, name: &str, function: F) -> &mut Self
     where

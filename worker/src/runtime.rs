@@ -358,6 +358,7 @@ fn hello(config: &WorkerConfig, registry: &Registry) -> pb::WorkerMessage {
             .collect(),
         handlers: registry.handlers.keys().cloned().collect(),
         functions: registry.functions.keys().cloned().collect(),
+        tools: registry.tools.keys().cloned().collect(),
     }))
 }
 
@@ -370,6 +371,7 @@ fn hosted_kinds(config: &WorkerConfig) -> Vec<WorkerKind> {
     }
     if !config.providers.is_empty() {
         kinds.push(WorkerKind::Llm);
+        kinds.push(WorkerKind::Agent);
     }
     kinds
 }
@@ -503,7 +505,8 @@ impl Session {
         let Some(seat) = task.team.clone() else {
             return (None, None);
         };
-        if task.kind != WorkerKind::Task.as_str() {
+        // Handlers and agents take messages as they run.
+        if task.kind != WorkerKind::Task.as_str() && task.kind != WorkerKind::Agent.as_str() {
             return (None, None);
         }
         let sender = team::Sender {

@@ -23,10 +23,13 @@ use serde_json::{Map, Value, json};
 use tokio::process::Command;
 
 use crate::blobs::BlobCache;
-use crate::script_output::{collect, judge, stderr_tail};
+use crate::script_output::{Finished, collect, judge, stderr_tail, tool_result};
 use crate::secrets::{Redactor, Secrets};
 use crate::task::{Failure, FailureKind, Task};
 use crate::team::TeamSeat;
+
+/// The file in a scratch directory that `GRAPH_STATE` names.
+const STATE_FILE: &str = ".weft-state.json";
 
 /// The worker's variables a script inherits; nothing else leaks through.
 const INHERITED_ENV: [&str; 4] = ["PATH", "HOME", "LANG", "TMPDIR"];
@@ -69,10 +72,46 @@ impl ScriptRunner {
             )
         })?;
         let config = config.with_secrets(&self.secrets, redactor)?;
-        let program = config
-            .argv
-            .first()
-            .ok_or_else(|| Failure::new(FailureKind::InvalidTask, "the script's argv is empty"))?;
+        let scratch = self.scratch(task).await?;
+        let state_json = self.prepare(&scratch.0, task).await?;
+        let request = stdin_request(task, &state_json);
+        let finished = self
+            .spawn(&scratch.0, &config, task, request, task.timeout)
+            .await?;
+        judge(finished)
+    }
+
+    /// Runs an agent's script tool (`run: [argv…]`) for `task`: the
+    /// arguments as JSON on stdin, in a scratch directory with the bundle
+    /// and `GRAPH_STATE`, within `timeout`. Its stdout (trimmed) is the
+    /// result; a failure is a message for the model, secrets masked.
+    pub async fn run_tool(
+        &self,
+        task: &Task,
+        argv: &[String],
+        arguments: &Value,
+        timeout: Duration,
+    ) -> Result<String, String> {
+        let mut redactor = Redactor::default();
+        let config = ScriptConfig {
+            argv: argv.to_vec(),
+            env: Map::new(),
+        };
+        let ran = async {
+            let config = config.with_secrets(&self.secrets, &mut redactor)?;
+            let scratch = self.scratch(task).await?;
+            self.prepare(&scratch.0, task).await?;
+            let finished = self
+                .spawn(&scratch.0, &config, task, arguments.to_string(), timeout)
+                .await?;
+            tool_result(finished)
+        };
+        ran.await
+            .map_err(|failure| redactor.redact(&failure.message))
+    }
+
+    /// A fresh scratch directory for one execution of `task`.
+    async fn scratch(&self, task: &Task) -> Result<Scratch, Failure> {
         // Unique per execution: a directory still being removed after an
         // earlier execution of the same attempt is never reused.
         static EXECUTIONS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
@@ -86,27 +125,37 @@ impl ScriptRunner {
         tokio::fs::create_dir_all(&dir)
             .await
             .map_err(|e| io_failure("cannot create the scratch directory", e))?;
-        let scratch = Scratch(dir);
-        self.run_in(&scratch.0, program, &config, task).await
+        Ok(Scratch(dir))
     }
 
-    async fn run_in(
-        &self,
-        dir: &Path,
-        program: &str,
-        config: &ResolvedConfig,
-        task: &Task,
-    ) -> Result<Value, Failure> {
+    /// Puts the bundle's files and `GRAPH_STATE` in `dir`; the state's JSON.
+    async fn prepare(&self, dir: &Path, task: &Task) -> Result<String, Failure> {
         for file in task.bundle.iter() {
             self.blobs.materialize(file, dir).await?;
         }
         let state_json = task.state_json();
-        let state_path = dir.join(".weft-state.json");
-        crate::blobs::write_private(&state_path, state_json.as_bytes())
+        crate::blobs::write_private(&dir.join(STATE_FILE), state_json.as_bytes())
             .await
             .map_err(|e| io_failure("cannot write GRAPH_STATE", e))?;
+        Ok(state_json)
+    }
+
+    /// Runs `config`'s argv in `dir` with `request` on stdin until it ends
+    /// or `timeout` passes (then its whole process group is killed).
+    async fn spawn(
+        &self,
+        dir: &Path,
+        config: &ResolvedConfig,
+        task: &Task,
+        request: String,
+        timeout: Duration,
+    ) -> Result<Finished, Failure> {
+        let program = config
+            .argv
+            .first()
+            .ok_or_else(|| Failure::new(FailureKind::InvalidTask, "the script's argv is empty"))?;
         let launch = launcher(dir, program)?;
-        let mut command = self.command(dir, launch, config, task, &state_path);
+        let mut command = self.command(dir, launch, config, task, &dir.join(STATE_FILE));
         let mut child = command.spawn().map_err(|e| {
             Failure::new(
                 FailureKind::ScriptFailed,
@@ -116,22 +165,21 @@ impl ScriptRunner {
         // Kills the whole group when this attempt ends, however it ends
         // (finished, timed out, or cancelled by dropping this future).
         let _group = GroupGuard(child.id().map(|id| Pid::from_raw(id as i32)));
-        let request = stdin_request(task, &state_json);
         // Shared with the reader, so a script that times out still leaves
         // the end of its stderr as evidence.
         let stderr = Arc::new(Mutex::new(Vec::new()));
         let collected = collect(&mut child, request, stderr.clone());
-        let Ok(finished) = tokio::time::timeout(task.timeout, collected).await else {
+        let Ok(finished) = tokio::time::timeout(timeout, collected).await else {
             let tail = stderr.lock().map(|t| stderr_tail(&t)).unwrap_or_default();
             return Err(Failure::new(
                 FailureKind::Timeout,
                 format!(
                     "script timed out after {} and was killed; stderr: {tail}",
-                    human(task.timeout)
+                    human(timeout)
                 ),
             ));
         };
-        judge(finished)
+        Ok(finished)
     }
 
     /// The script's process: argv without a shell, in the scratch

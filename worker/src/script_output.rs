@@ -101,6 +101,26 @@ pub(crate) fn judge(finished: Finished) -> Result<Value, Failure> {
     })
 }
 
+/// A tool script's result: its stdout, trimmed, when it exited 0.
+pub(crate) fn tool_result(finished: Finished) -> Result<String, Failure> {
+    let status = finished
+        .status
+        .map_err(|e| io_failure("cannot wait for the tool", e))?;
+    if !status.success() {
+        let how = match (status.code(), status.signal()) {
+            (Some(code), _) => format!("exited with status {code}"),
+            (None, Some(signal)) => format!("was killed by signal {}", signal_name(signal)),
+            (None, None) => "ended abnormally".to_owned(),
+        };
+        let tail = stderr_tail(&finished.stderr_tail);
+        return Err(Failure::new(
+            FailureKind::ScriptFailed,
+            format!("the tool {how}; stderr: {tail}"),
+        ));
+    }
+    Ok(String::from_utf8_lossy(&finished.stdout).trim().to_owned())
+}
+
 /// Why a script's stdout was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum StdoutError {

@@ -6,11 +6,11 @@
 
 use std::sync::Arc;
 
-use serde_json::{Map, Value};
+use serde_json::{Map, Value, json};
 use weft_proto::types::WorkerKind;
 
 use super::Requirement;
-use crate::graph::NodeKind;
+use crate::graph::{NodeKind, ToolDecl, ToolRun};
 
 /// How a node is run on a worker.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -26,12 +26,17 @@ pub struct NodeBinding {
 /// The binding of a node that runs on a worker; `None` for kinds the
 /// coordinator runs itself (approval, input, map, end, …).
 pub fn bind(kind: &NodeKind) -> Option<NodeBinding> {
-    bind_with(kind, None)
+    bind_with(kind, None, &[])
 }
 
 /// As [`bind`], for a node whose structured output must match `schema`
-/// (an `llm` node asks its model for JSON of that shape).
-pub fn bind_with(kind: &NodeKind, schema: Option<&Value>) -> Option<NodeBinding> {
+/// (an `llm` node asks its model for JSON of that shape), in a graph that
+/// declares `tools` (an `agent` node's tools are sent with it).
+pub fn bind_with(
+    kind: &NodeKind,
+    schema: Option<&Value>,
+    tools: &[ToolDecl],
+) -> Option<NodeBinding> {
     let mut config = Map::new();
     let (kind, requirement) = match kind {
         NodeKind::Task { handler } => {
@@ -61,7 +66,8 @@ pub fn bind_with(kind: &NodeKind, schema: Option<&Value>) -> Option<NodeBinding>
             (WorkerKind::Llm, Requirement::Kind(WorkerKind::Llm))
         }
         NodeKind::Agent(agent) => {
-            config.insert("tools".into(), Value::from(agent.tools.clone()));
+            let (specs, registered) = agent_tools(&agent.tools, tools);
+            config.insert("tools".into(), Value::Array(specs));
             insert_some(&mut config, "model", agent.model.clone().map(Value::from));
             insert_some(
                 &mut config,
@@ -69,7 +75,8 @@ pub fn bind_with(kind: &NodeKind, schema: Option<&Value>) -> Option<NodeBinding>
                 agent.provider.clone().map(Value::from),
             );
             insert_some(&mut config, "max_turns", agent.max_turns.map(Value::from));
-            (WorkerKind::Agent, Requirement::Kind(WorkerKind::Agent))
+            insert_some(&mut config, "output_schema", schema.cloned());
+            (WorkerKind::Agent, Requirement::Agent(registered))
         }
         NodeKind::Approval { .. }
         | NodeKind::Input { .. }
@@ -84,6 +91,44 @@ pub fn bind_with(kind: &NodeKind, schema: Option<&Value>) -> Option<NodeBinding>
         requirement,
         config: Arc::from(Value::Object(config).to_string()),
     })
+}
+
+/// An agent's tools as its worker needs them: each declared tool's
+/// description, parameters and what runs it; a name the graph does not
+/// declare is a tool some worker registered (`{"name", "handler"}`, its
+/// description and schema the worker's). Also the registered tools the
+/// worker must host.
+fn agent_tools(names: &[String], declared: &[ToolDecl]) -> (Vec<Value>, Vec<String>) {
+    let mut registered = Vec::new();
+    let specs = names
+        .iter()
+        .map(
+            |name| match declared.iter().find(|tool| &tool.name == name) {
+                Some(tool) => {
+                    let mut spec = json!({
+                        "name": tool.name,
+                        "description": tool.description,
+                        "parameters": tool.parameters,
+                    });
+                    match &tool.run {
+                        ToolRun::Script(argv) => spec["run"] = json!(argv),
+                        ToolRun::Handler(handler) => {
+                            spec["handler"] = json!(handler);
+                            registered.push(handler.clone());
+                        }
+                    }
+                    spec
+                }
+                None => {
+                    registered.push(name.clone());
+                    json!({"name": name, "handler": name})
+                }
+            },
+        )
+        .collect();
+    registered.sort();
+    registered.dedup();
+    (specs, registered)
 }
 
 fn insert_some(config: &mut Map<String, Value>, key: &str, value: Option<Value>) {

@@ -49,6 +49,8 @@ pub struct WorkerInfo {
     pub handlers: Vec<String>,
     /// Registered functions (reducers, predicates, routers).
     pub functions: Vec<String>,
+    /// Registered tools agents may call.
+    pub tools: Vec<String>,
 }
 
 /// What a task needs from a worker.
@@ -60,6 +62,8 @@ pub enum Requirement {
     Handler(String),
     /// A registered function (`fn:NAME`), called without taking a slot.
     Function(String),
+    /// The `agent` kind, with these registered tools.
+    Agent(Vec<String>),
 }
 
 impl Requirement {
@@ -69,6 +73,10 @@ impl Requirement {
             Self::Kind(kind) => info.kinds.contains(kind),
             Self::Handler(name) => info.handlers.iter().any(|h| h == name),
             Self::Function(name) => info.functions.iter().any(|f| f == name),
+            Self::Agent(tools) => {
+                info.kinds.contains(&WorkerKind::Agent)
+                    && tools.iter().all(|tool| info.tools.contains(tool))
+            }
         }
     }
 
@@ -85,6 +93,8 @@ impl std::fmt::Display for Requirement {
             Self::Kind(kind) => write!(f, "kind '{kind}'"),
             Self::Handler(name) => write!(f, "handler '{name}'"),
             Self::Function(name) => write!(f, "function '{name}'"),
+            Self::Agent(tools) if tools.is_empty() => write!(f, "kind 'agent'"),
+            Self::Agent(tools) => write!(f, "kind 'agent' with tools {}", tools.join(", ")),
         }
     }
 }

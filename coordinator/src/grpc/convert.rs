@@ -89,6 +89,7 @@ pub fn worker_info(hello: pb::Hello) -> WorkerInfo {
         kinds: hello.kinds.iter().filter_map(|k| k.parse().ok()).collect(),
         handlers: hello.handlers,
         functions: hello.functions,
+        tools: hello.tools,
     }
 }
 

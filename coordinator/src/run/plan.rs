@@ -72,7 +72,10 @@ impl RunPlan {
         let bindings = graph
             .nodes
             .iter()
-            .map(|node| bind_with(&node.kind, node.output_schema.as_ref().map(|s| s.source())))
+            .map(|node| {
+                let schema = node.output_schema.as_ref().map(|s| s.source());
+                bind_with(&node.kind, schema, &graph.tools)
+            })
             .collect();
         let iterates = iterating_expressions(&graph);
         let routing_reads = (0..graph.nodes.len())

@@ -55,9 +55,9 @@ pub(super) fn seat_for(
     let Member::Mapping(run) = wave.as_mut()?.slot_mut(map)? else {
         return None;
     };
-    // A Rust handler takes messages while it runs; a script read its
-    // inbox once, on stdin.
-    let live = matches!(node.kind, NodeKind::Task { .. });
+    // A Rust handler or an agent takes messages while it runs; a script
+    // read its inbox once, on stdin.
+    let live = matches!(node.kind, NodeKind::Task { .. } | NodeKind::Agent(_));
     run.seat(plan, task.node, item.index, task.spec.key, live)
 }
 

@@ -22,6 +22,12 @@ struct Args {
     /// Scratch and cache directory.
     #[arg(long)]
     work_dir: Option<std::path::PathBuf>,
+    /// A model provider's base URL, for `llm` and `agent` steps.
+    #[arg(long)]
+    llm_url: Option<String>,
+    /// Its API key.
+    #[arg(long)]
+    llm_key: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -58,6 +64,31 @@ async fn main() -> anyhow::Result<()> {
         worker.work_dir(dir);
     }
     register_handlers(&mut worker, &args.name, keep);
+    if let Some(url) = &args.llm_url {
+        let table = weft_worker::llm::ProviderConfig {
+            base_url: url.clone(),
+            api_key: args.llm_key.clone(),
+            model: Some("tiny".into()),
+            ..Default::default()
+        };
+        let tables = std::collections::BTreeMap::from([("default".to_owned(), table)]);
+        let providers =
+            weft_worker::llm::Providers::new(tables, |_| None, &weft_worker::Secrets::default())?;
+        worker.providers(providers);
+    }
+    // A tool agents may call: looks a key up in a fixed table.
+    worker.tool(
+        "lookup",
+        "Look a key up in the reference table.",
+        json!({"type": "object", "properties": {"key": {"type": "string"}}, "required": ["key"]}),
+        |arguments, _ctx| async move {
+            match arguments["key"].as_str() {
+                Some("a") => Ok(json!("alpha")),
+                Some("b") => Ok(json!("beta")),
+                other => Err(format!("no entry for {other:?}")),
+            }
+        },
+    );
     worker.function("longest", |args| {
         let branches = args
             .get(1)

@@ -2,6 +2,7 @@
 //! starts real coordinators, workers, `weft` commands and etcd servers.
 //! One binary rather than one per file keeps the build's disk use and
 //! link time down (each binary links the whole client and worker).
+mod agents;
 mod cli;
 mod cluster;
 mod conformance;

@@ -10,6 +10,7 @@
 //! reply that breaks it is a failed attempt that the node's retry policy
 //! and fallback handle.
 
+mod agent;
 mod chat;
 mod provider;
 
@@ -49,6 +50,8 @@ impl Prompts {
         })
     }
 }
+
+pub(crate) use agent::Agent;
 
 fn invalid(what: &str, error: impl std::fmt::Display) -> Failure {
     Failure::new(FailureKind::InvalidTask, format!("{what}: {error}"))
@@ -128,7 +131,7 @@ pub(crate) async fn run_llm(providers: &Providers, task: &Task) -> Result<Comple
 
 /// The JSON object of a structured reply; a fenced block (```json … ```)
 /// is read for its content, as some local models wrap it.
-fn structured(text: &str) -> Result<Value, &'static str> {
+pub(crate) fn structured(text: &str) -> Result<Value, &'static str> {
     let trimmed = text.trim();
     let inner = trimmed
         .strip_prefix("```json")

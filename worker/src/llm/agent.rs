@@ -1,0 +1,373 @@
+//! The `agent` kind (SPEC 4): a tool-calling loop in the OpenAI tool-call
+//! format. The instructions are the system message and the prompt the
+//! first user message; each turn the model either calls tools — their
+//! results go back to it as `tool` messages — or answers, and the answer
+//! is the step's `output`. Up to `max_turns` turns (default 10).
+//!
+//! Tools are the graph's declared ones (a bundled script: the arguments as
+//! JSON on stdin, stdout the result) or tools this worker registered; with
+//! `teammates: true` in a map, also `send_message` and `read_messages`.
+//! Arguments are checked against the tool's schema before it runs, and a
+//! tool's error goes back to the model as its result, never failing the
+//! step. Every call is a `tool_called` note.
+
+use std::time::{Duration, Instant};
+
+use serde::Deserialize;
+use serde_json::{Map, Value, json};
+
+use super::chat;
+use super::{Prompts, invalid, model_for, structured};
+use crate::execute::Kinds;
+use crate::handler::{RegisteredTool, TaskContext};
+use crate::task::{Completed, Failure, FailureKind, Task};
+use crate::team::Team;
+
+/// Turns when the node says none.
+const DEFAULT_TURNS: u32 = 10;
+/// Longest tool result given back to the model.
+const MAX_RESULT: usize = 32 * 1024;
+
+#[derive(Debug, Deserialize)]
+struct AgentTask {
+    #[serde(default)]
+    tools: Vec<ToolSpec>,
+    model: Option<String>,
+    provider: Option<String>,
+    max_turns: Option<u32>,
+    output_schema: Option<Value>,
+}
+
+/// A tool as the coordinator describes it (`binding.rs`).
+#[derive(Debug, Deserialize)]
+struct ToolSpec {
+    name: String,
+    description: Option<String>,
+    parameters: Option<Value>,
+    run: Option<Vec<String>>,
+    handler: Option<String>,
+}
+
+/// How a tool runs.
+enum Runner {
+    Script(Vec<String>),
+    Registered(RegisteredTool),
+    SendMessage,
+    ReadMessages,
+}
+
+struct Tool {
+    name: String,
+    description: String,
+    parameters: Value,
+    validator: jsonschema::Validator,
+    runner: Runner,
+}
+
+impl Tool {
+    fn new(
+        name: &str,
+        description: String,
+        parameters: Value,
+        runner: Runner,
+    ) -> Result<Self, Failure> {
+        let validator = jsonschema::validator_for(&parameters)
+            .map_err(|e| invalid(&format!("tool '{name}': parameters"), e))?;
+        Ok(Self {
+            name: name.to_owned(),
+            description,
+            parameters,
+            validator,
+            runner,
+        })
+    }
+
+    /// The tool as the model is told of it.
+    fn offered(&self) -> Value {
+        json!({"type": "function", "function": {
+            "name": self.name, "description": self.description, "parameters": self.parameters,
+        }})
+    }
+}
+
+/// The agent's tools: the node's, then the teammate tools.
+fn tools(kinds: &Kinds, specs: Vec<ToolSpec>, team: Option<&Team>) -> Result<Vec<Tool>, Failure> {
+    let mut tools = Vec::new();
+    for spec in specs {
+        let tool = match (spec.run, spec.handler) {
+            (Some(argv), _) => Tool::new(
+                &spec.name,
+                spec.description.unwrap_or_default(),
+                spec.parameters.unwrap_or_else(|| json!({"type": "object"})),
+                Runner::Script(argv),
+            )?,
+            (None, Some(handler)) => {
+                let registered = kinds.registry.tools.get(&handler).cloned().ok_or_else(|| {
+                    Failure::new(
+                        FailureKind::UnsupportedKind,
+                        format!("this worker hosts no tool '{handler}'"),
+                    )
+                })?;
+                Tool::new(
+                    &spec.name,
+                    spec.description
+                        .unwrap_or_else(|| registered.description.clone()),
+                    spec.parameters
+                        .unwrap_or_else(|| registered.parameters.clone()),
+                    Runner::Registered(registered),
+                )?
+            }
+            (None, None) => {
+                return Err(invalid(
+                    "agent configuration",
+                    format!("tool '{}' has nothing to run", spec.name),
+                ));
+            }
+        };
+        tools.push(tool);
+    }
+    if let Some(team) = team {
+        tools.push(Tool::new(
+            "send_message",
+            "Send a message to a teammate. `to` is one of your teammates' identities.".into(),
+            json!({"type": "object", "properties": {
+                "to": {"type": "string", "enum": team.members()},
+                "content": {"description": "the message: text or any JSON"},
+            }, "required": ["to", "content"]}),
+            Runner::SendMessage,
+        )?);
+        tools.push(Tool::new(
+            "read_messages",
+            "Read the messages your teammates sent you since you last read (may be none).".into(),
+            json!({"type": "object", "properties": {}}),
+            Runner::ReadMessages,
+        )?);
+    }
+    Ok(tools)
+}
+
+/// What an agent step needs besides its task.
+pub(crate) struct Agent<'a> {
+    pub kinds: &'a Kinds,
+    pub task: &'a Task,
+    pub team: Option<Team>,
+}
+
+impl Agent<'_> {
+    /// Runs the loop; the final answer is the step's output.
+    pub(crate) async fn run(self) -> Result<Completed, Failure> {
+        let task = self.task;
+        let config: AgentTask = serde_json::from_str(&task.config_json)
+            .map_err(|e| invalid("agent configuration", e))?;
+        let prompts = Prompts::of(task)?;
+        let provider = self
+            .kinds
+            .providers
+            .get(config.provider.as_deref())
+            .map_err(|message| Failure::new(FailureKind::UnsupportedKind, message))?;
+        let model = model_for(config.model, provider)?;
+        let tools = tools(self.kinds, config.tools, self.team.as_ref())?;
+        let mut messages = vec![json!({"role": "system", "content": self.system(&prompts)})];
+        messages.push(json!({"role": "user", "content": prompts.prompt}));
+        let deadline = Instant::now() + task.timeout;
+        let turns = config.max_turns.unwrap_or(DEFAULT_TURNS).max(1);
+        let mut notes = Vec::new();
+        for _ in 0..turns {
+            let mut body = json!({"model": model, "messages": messages});
+            if !tools.is_empty() {
+                body["tools"] = tools.iter().map(Tool::offered).collect();
+            }
+            let completion = chat::complete(provider, &body, deadline).await?;
+            notes.push(completion.note());
+            let message = completion.message;
+            let calls = message["tool_calls"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            if calls.is_empty() {
+                let answer = message["content"].as_str().unwrap_or_default().to_owned();
+                return answered(answer, config.output_schema.is_some(), notes);
+            }
+            messages.push(message);
+            for call in calls {
+                let (result, note) = self.call(&tools, &call, deadline).await;
+                notes.push(note);
+                messages.push(json!({
+                    "role": "tool",
+                    "tool_call_id": call["id"],
+                    "content": provider.redactor.redact(&result),
+                }));
+            }
+        }
+        Err(Failure::new(
+            FailureKind::ModelError,
+            format!(
+                "the agent used its {turns} turns without a final answer (raise `max_turns`, or \
+                 ask for an answer sooner)"
+            ),
+        ))
+    }
+
+    /// The system message: the instructions, and who the team is.
+    fn system(&self, prompts: &Prompts) -> String {
+        let mut system = prompts.system.clone().unwrap_or_default();
+        if let Some(team) = &self.team {
+            let others: Vec<&str> = team
+                .members()
+                .iter()
+                .map(String::as_str)
+                .filter(|m| *m != team.me())
+                .collect();
+            if !system.is_empty() {
+                system.push_str("\n\n");
+            }
+            system.push_str(&format!(
+                "You are {}, one of a team. Your teammates are: {}. Talk to them with \
+                 send_message and read what they sent with read_messages.",
+                team.me(),
+                others.join(", ")
+            ));
+        }
+        system
+    }
+
+    /// Runs one tool call: its result for the model, and its note.
+    async fn call(&self, tools: &[Tool], call: &Value, deadline: Instant) -> (String, Value) {
+        let name = call["function"]["name"].as_str().unwrap_or_default();
+        let started = Instant::now();
+        let outcome = match tools.iter().find(|tool| tool.name == name) {
+            None => Err(format!("there is no tool '{name}'")),
+            Some(tool) => self.run_tool(tool, call, deadline).await,
+        };
+        let note = json!({
+            "type": "tool_called",
+            "tool": name,
+            "error": outcome.as_ref().err(),
+            "latency_ms": started.elapsed().as_millis() as u64,
+        });
+        let result = match outcome {
+            Ok(result) => clip(result),
+            Err(error) => format!("error: {error}"),
+        };
+        (result, note)
+    }
+
+    async fn run_tool(
+        &self,
+        tool: &Tool,
+        call: &Value,
+        deadline: Instant,
+    ) -> Result<String, String> {
+        let text = call["function"]["arguments"].as_str().unwrap_or("{}");
+        let arguments: Value = if text.trim().is_empty() {
+            json!({})
+        } else {
+            serde_json::from_str(text).map_err(|e| format!("the arguments are not JSON: {e}"))?
+        };
+        if let Some(error) = tool.validator.iter_errors(&arguments).next() {
+            return Err(format!(
+                "invalid arguments at '{}': {error}",
+                error.instance_path()
+            ));
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        match &tool.runner {
+            Runner::Script(argv) => {
+                self.kinds
+                    .scripts
+                    .run_tool(
+                        self.task,
+                        argv,
+                        &arguments,
+                        left.max(Duration::from_millis(1)),
+                    )
+                    .await
+            }
+            Runner::Registered(registered) => {
+                let run = (registered.call)(arguments, self.context());
+                match tokio::time::timeout(left, run).await {
+                    Ok(result) => result.map(|value| match value {
+                        Value::String(text) => text,
+                        other => other.to_string(),
+                    }),
+                    Err(_) => Err("the tool did not finish within the step's time".into()),
+                }
+            }
+            Runner::SendMessage => {
+                let team = self.team.as_ref().ok_or("no team")?;
+                let to = arguments["to"].as_str().unwrap_or_default();
+                team.send(to, &arguments["content"])
+                    .await
+                    .map(|()| format!("Message delivered to teammate {to}"))
+                    .map_err(|e| e.to_string())
+            }
+            Runner::ReadMessages => {
+                let team = self.team.as_ref().ok_or("no team")?;
+                let messages: Vec<Value> = team
+                    .inbox()
+                    .into_iter()
+                    .map(|m| json!({"from": m.from, "content": m.content}))
+                    .collect();
+                Ok(Value::Array(messages).to_string())
+            }
+        }
+    }
+
+    /// The context a registered tool is called with.
+    fn context(&self) -> TaskContext {
+        let task = self.task;
+        TaskContext {
+            run_id: task.run_id.clone(),
+            node: task.node.clone(),
+            attempt: task.attempt,
+            item: task.item,
+            scope: match serde_json::from_str::<Value>(&task.scope_json) {
+                Ok(Value::Object(map)) => map,
+                _ => Map::new(),
+            },
+            team: self.team.clone(),
+        }
+    }
+}
+
+/// The step's result from the final answer.
+fn answered(
+    answer: String,
+    structured_output: bool,
+    notes: Vec<Value>,
+) -> Result<Completed, Failure> {
+    if !structured_output {
+        return Ok(Completed {
+            writes: json!({}),
+            output: Some(Value::String(answer)),
+            notes,
+        });
+    }
+    let value = structured(&answer).map_err(|why| {
+        Failure::new(
+            FailureKind::InvalidOutput,
+            format!(
+                "the agent's final answer is {why}: {}",
+                answer.chars().take(300).collect::<String>()
+            ),
+        )
+    })?;
+    Ok(Completed {
+        writes: value.clone(),
+        output: Some(value),
+        notes,
+    })
+}
+
+/// A tool result cut to what the model is given.
+fn clip(mut text: String) -> String {
+    if text.len() > MAX_RESULT {
+        let mut end = MAX_RESULT;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+        text.push_str(" … [cut]");
+    }
+    text
+}
