@@ -419,6 +419,27 @@ fn unhosted(plan: &RunPlan, fleet: &crate::dispatch::Fleet) -> Vec<Gap> {
             });
         }
     }
+    // A loop's `until` sentence is judged by a worker's model.
+    let judge = Requirement::Kind(WorkerKind::Llm);
+    if !workers
+        .iter()
+        .any(|w| !w.draining && judge.hosted_by(&w.info))
+    {
+        for node in &plan.graph().nodes {
+            if let crate::graph::NodeKind::Loop(config) = &node.kind
+                && let crate::graph::Until::Sentence(sentence) = &config.until
+            {
+                let what = format!(
+                    "loop node '{}' needs a worker with a model provider to judge until '{sentence}'",
+                    node.id
+                );
+                warnings.push(Gap {
+                    warning: format!("warning: {what}; none is connected yet, so it will wait"),
+                    what,
+                });
+            }
+        }
+    }
     let ever: Vec<&str> = fleet.functions_ever.iter().map(String::as_str).collect();
     for (name, used_by) in plan.graph().hosted_functions() {
         if workers.iter().any(|w| w.info.functions.contains(&name)) {

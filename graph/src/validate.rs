@@ -185,7 +185,7 @@ fn kinds(graph: &Graph, findings: &mut Vec<Finding>) {
                 format!("node '{id}': kind 'rag' is reserved and not yet supported"),
                 &[id],
             )),
-            NodeKind::Loop(config) => loop_until(id, &config.until, findings),
+            NodeKind::Loop(config) => loop_until(graph, id, &config.until, findings),
             NodeKind::End(_) => {
                 let onward = graph
                     .out_edges(idx)
@@ -347,19 +347,27 @@ fn loop_body(graph: &Graph, loop_idx: NodeIdx, findings: &mut Vec<Finding>) {
     chain_rules(graph, &container, &members, findings);
 }
 
-/// What `until` a loop can run with: a `conditions:` entry or `fn:NAME`;
-/// a sentence would need an LLM to judge it.
-fn loop_until(id: &str, until: &crate::Until, findings: &mut Vec<Finding>) {
-    if let crate::Until::Sentence(sentence) = until {
-        findings.push(Finding::error(
-            format!(
-                "loop node '{id}': until '{sentence}' names no `conditions:` entry and is not `fn:NAME`; \
-                 a sentence judged by an LLM needs the llm kind, which this version of Weft cannot run yet \
-                 (declare the test under `conditions:` and name it)"
-            ),
-            &[id],
-        ));
+/// An `until` that is neither a condition nor `fn:` is a sentence for a
+/// worker's model (SPEC 4.2). One that reads like a name (one word) is
+/// more likely a condition name misspelt: a warning says so.
+fn loop_until(graph: &Graph, id: &str, until: &crate::Until, findings: &mut Vec<Finding>) {
+    let crate::Until::Sentence(sentence) = until else {
+        return;
+    };
+    if sentence.split_whitespace().count() > 1 {
+        return;
     }
+    let names: Vec<&str> = graph.conditions.iter().map(|(n, _)| n.as_str()).collect();
+    let hint = crate::did_you_mean(sentence, &names)
+        .map(|close| format!(" (did you mean '{close}'?)"))
+        .unwrap_or_default();
+    findings.push(Finding::warning(
+        format!(
+            "loop node '{id}': until '{sentence}' names no `conditions:` entry and is not `fn:NAME`, \
+             so a worker's model judges it as a sentence{hint}"
+        ),
+        &[id],
+    ));
 }
 
 /// A node whose body is a chain: a map (its branch) or a loop (its body).

@@ -172,8 +172,30 @@ pub fn task_result(
 /// Calls a registered function on the blocking pool. A function that
 /// outlives its timeout cannot be stopped (it is synchronous code); its
 /// result is then dropped and the call fails.
-pub async fn call_function(registry: Arc<Registry>, call: pb::FunctionCall) -> pb::CallResult {
+/// A call with `judge` set is a loop's `until` sentence for the model of
+/// `providers` instead.
+pub async fn call_function(
+    registry: Arc<Registry>,
+    providers: Arc<Providers>,
+    call: pb::FunctionCall,
+) -> pb::CallResult {
     let timeout = Duration::from_millis(call.timeout_ms.max(1));
+    if call.judge {
+        let iteration = serde_json::from_str::<Vec<Value>>(&call.args_json)
+            .ok()
+            .and_then(|args| args.into_iter().next())
+            .unwrap_or(Value::Null);
+        let judged = crate::llm::judge(&providers, &call.name, &iteration, timeout).await;
+        let outcome = match judged {
+            Ok(value) => pb::call_result::Outcome::ValueJson(value.to_string()),
+            Err(error) => pb::call_result::Outcome::Error(error),
+        };
+        return pb::CallResult {
+            call_id: call.call_id,
+            run_id: call.run_id,
+            outcome: Some(outcome),
+        };
+    }
     let name = call.name.clone();
     let args_json = call.args_json;
     let work = tokio::task::spawn_blocking(move || -> Result<Value, String> {
@@ -217,6 +239,7 @@ mod tests {
             name: name.into(),
             args_json: "[1]".into(),
             timeout_ms,
+            judge: false,
         }
     }
 
@@ -234,22 +257,22 @@ mod tests {
     #[tokio::test]
     async fn functions_return_fail_and_time_out_without_harm() {
         let registry = registry();
-        let ok = call_function(registry.clone(), call("echo", 1000)).await;
+        let ok = call_function(registry.clone(), Arc::default(), call("echo", 1000)).await;
         assert_eq!(
             ok.outcome,
             Some(pb::call_result::Outcome::ValueJson("1".into()))
         );
-        let panicked = call_function(registry.clone(), call("boom", 1000)).await;
+        let panicked = call_function(registry.clone(), Arc::default(), call("boom", 1000)).await;
         assert!(
             matches!(&panicked.outcome, Some(pb::call_result::Outcome::Error(e)) if e.contains("panicked: no good")),
             "{panicked:?}"
         );
-        let slow = call_function(registry.clone(), call("slow", 20)).await;
+        let slow = call_function(registry.clone(), Arc::default(), call("slow", 20)).await;
         assert!(
             matches!(&slow.outcome, Some(pb::call_result::Outcome::Error(e)) if e.contains("did not return")),
             "{slow:?}"
         );
-        let missing = call_function(registry, call("nope", 1000)).await;
+        let missing = call_function(registry, Arc::default(), call("nope", 1000)).await;
         assert!(matches!(
             missing.outcome,
             Some(pb::call_result::Outcome::Error(_))

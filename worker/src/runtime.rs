@@ -211,15 +211,7 @@ async fn session(
             Err(end) => return Ok(end),
         };
     let mut session = Session {
-        kinds: Kinds {
-            registry: registry.clone(),
-            scripts: ScriptRunner::new(
-                work.scratch(),
-                BlobCache::new(work.files(), client.clone()),
-                config.secrets.clone(),
-            ),
-            providers: config.providers.clone(),
-        },
+        kinds: kinds(config, work, registry, &client),
         // A task the coordinator timed out may still stop here: wait for it.
         slots: Arc::new(Semaphore::new(config.slots as usize)),
         outbound: outbound.clone(),
@@ -362,6 +354,21 @@ fn hello(config: &WorkerConfig, registry: &Registry) -> pb::WorkerMessage {
     }))
 }
 
+/// What a session runs tasks with.
+fn kinds(
+    config: &WorkerConfig,
+    work: &WorkDir,
+    registry: &Arc<Registry>,
+    client: &WorkerServiceClient<Channel>,
+) -> Kinds {
+    let blobs = BlobCache::new(work.files(), client.clone());
+    Kinds {
+        registry: registry.clone(),
+        scripts: ScriptRunner::new(work.scratch(), blobs, config.secrets.clone()),
+        providers: config.providers.clone(),
+    }
+}
+
 /// The built-in kinds a worker hosts: scripts unless turned off, `llm`
 /// with a model provider.
 fn hosted_kinds(config: &WorkerConfig) -> Vec<WorkerKind> {
@@ -435,9 +442,10 @@ impl Session {
             Body::Call(call) => {
                 // Off the session loop, so a slow function never delays
                 // heartbeats or results.
-                let (registry, outbound) = (self.kinds.registry.clone(), self.outbound.clone());
+                let registry = self.kinds.registry.clone();
+                let (providers, outbound) = (self.kinds.providers.clone(), self.outbound.clone());
                 self.tracker.spawn(async move {
-                    let result = call_function(registry, call).await;
+                    let result = call_function(registry, providers, call).await;
                     let _ = outbound
                         .send(message(pb::worker_message::Body::CallResult(result)))
                         .await;

@@ -275,8 +275,16 @@ impl Dispatcher {
                         run: call.run_id.clone(),
                         key: JobKey::Call(call.call),
                     },
-                    label: format!("fn:{}", call.name),
-                    requirement: Requirement::Function(call.name.clone()),
+                    label: if call.judge {
+                        format!("until '{}'", call.name)
+                    } else {
+                        format!("fn:{}", call.name)
+                    },
+                    requirement: if call.judge {
+                        Requirement::Kind(WorkerKind::Llm)
+                    } else {
+                        Requirement::Function(call.name.clone())
+                    },
                     timeout: call.timeout,
                     payload: Order {
                         work: Work::Call(call),

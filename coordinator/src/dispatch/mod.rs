@@ -168,6 +168,9 @@ pub struct FunctionCall {
     pub args: Vec<Value>,
     /// How long the worker may take (set by the dispatcher).
     pub timeout: Duration,
+    /// `name` is a loop's `until` sentence for the worker's model to judge
+    /// (any worker with a model provider takes it).
+    pub judge: bool,
 }
 
 /// What a task attempt came to, as a worker reports it.

@@ -190,6 +190,7 @@ fn function_call(call: FunctionCall) -> pb::FunctionCall {
         name: call.name,
         args_json: Value::Array(call.args).to_string(),
         timeout_ms: u64::try_from(call.timeout.as_millis()).unwrap_or(u64::MAX),
+        judge: call.judge,
     }
 }
 

@@ -309,14 +309,18 @@ pub enum Effect {
         /// The state it judges.
         state: State,
     },
-    /// Call a loop's worker-hosted `until` over the iteration that ended.
+    /// Call a loop's worker-hosted `until` over the iteration that ended:
+    /// a registered function, or (`by_model`) a sentence a worker's model
+    /// judges.
     CallUntil {
         /// The call's key.
         call: CallKey,
-        /// The registered function name.
+        /// The registered function name, or the sentence.
         name: String,
         /// SPEC 4.2's `LoopIteration` object.
         iteration: Value,
+        /// `name` is a sentence for a model.
+        by_model: bool,
     },
     /// Start a subgraph node's child run: the graph `graph` of the bundle
     /// (named relative to this run's graph) on `input`; then report

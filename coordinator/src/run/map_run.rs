@@ -61,10 +61,12 @@ pub enum ItemStep {
     /// `name` with this `LoopIteration` object, then answer through
     /// [`MapRun::until_answered`] with the call's key.
     Judge {
-        /// The registered function.
+        /// The registered function, or the sentence a model judges.
         name: String,
         /// What it judges (SPEC 4.2's `LoopIteration`).
         iteration: Value,
+        /// `name` is a sentence for a worker's model to judge.
+        by_model: bool,
     },
     /// Nothing to start until a step returns.
     Idle,

@@ -53,12 +53,13 @@ impl RunMachine {
         // Loops whose body ended, waiting for their `until`.
         for (_, slot) in wave.iter() {
             if let Member::Mapping(run) = slot
-                && let Some((call, name, iteration)) = run.pending_judgement()
+                && let Some((call, name, iteration, by_model)) = run.pending_judgement()
             {
                 fx.push(Effect::CallUntil {
                     call,
                     name,
                     iteration,
+                    by_model,
                 });
             }
         }

@@ -327,7 +327,11 @@ impl RunMachine {
                     state,
                     scope,
                 } => self.launch(node, 1, Some(item), state, scope, fx),
-                ItemStep::Judge { name, iteration } => {
+                ItemStep::Judge {
+                    name,
+                    iteration,
+                    by_model,
+                } => {
                     let call = self.run.next_call;
                     self.run.next_call += 1;
                     if let Some(run) = self.map_mut(map) {
@@ -337,6 +341,7 @@ impl RunMachine {
                         call,
                         name,
                         iteration,
+                        by_model,
                     });
                 }
                 ItemStep::Idle => return,

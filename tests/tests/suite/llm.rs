@@ -227,3 +227,53 @@ async fn slow_malformed_and_refused_replies_fail_the_step_clearly() -> anyhow::R
     }
     Ok(())
 }
+
+#[tokio::test]
+async fn a_loop_until_a_sentence_is_judged_by_the_workers_model() -> anyhow::Result<()> {
+    // The model is satisfied on its second judgement; its first reason is
+    // the next iteration's feedback.
+    let llm = TestLlm::start(KEY, |request, _| {
+        let text = last_message(request);
+        let json = text.find('{').map_or("", |start| &text[start..]);
+        let iteration: Value = serde_json::from_str(json).unwrap_or(Value::Null);
+        let n = iteration["iteration"].as_u64().unwrap_or(0);
+        Reply::Json(json!({"satisfied": n >= 2, "reason": format!("needs work after {n}")}))
+    })
+    .await?;
+    let cluster = cluster(&llm).await?;
+    let client = cluster.client().await?;
+    let yaml = r#"
+state:
+  drafts: { type: integer, default: 0 }
+  heard: { type: string }
+nodes:
+  refine:
+    kind: loop
+    start: true
+    body: write
+    until: "the draft is good enough to publish"
+    max_iterations: 5
+    output_key: drafts
+  write:
+    kind: script
+    run: [python3, -c, "import json,sys; t=json.load(sys.stdin); l=t['scope']['loop']; print(json.dumps({'drafts': l['iteration'], 'heard': l['feedback']}))"]
+"#;
+    let done = run(&client, yaml, json!({})).await?;
+    assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error);
+    assert_eq!(done.state["drafts"], 2);
+    assert_eq!(done.state["heard"], "needs work after 1");
+    let judged = llm.requests();
+    assert_eq!(judged.len(), 2);
+    assert!(last_message(&judged[0]).starts_with("Condition: the draft is good enough to publish"));
+    assert_eq!(
+        judged[0]["response_format"]["json_schema"]["name"],
+        "judgement"
+    );
+    let iterations = weft_tests::events_of(&client, &done.run_id, "loop_iteration").await?;
+    let reasons: Vec<&str> = iterations
+        .iter()
+        .map(|e| e.body["reason"].as_str().unwrap_or(""))
+        .collect();
+    assert_eq!(reasons, ["needs work after 1", "needs work after 2"]);
+    Ok(())
+}

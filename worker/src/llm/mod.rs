@@ -12,6 +12,7 @@
 
 mod agent;
 mod chat;
+mod judge;
 mod provider;
 
 use std::time::Instant;
@@ -52,6 +53,7 @@ impl Prompts {
 }
 
 pub(crate) use agent::Agent;
+pub(crate) use judge::judge;
 
 fn invalid(what: &str, error: impl std::fmt::Display) -> Failure {
     Failure::new(FailureKind::InvalidTask, format!("{what}: {error}"))

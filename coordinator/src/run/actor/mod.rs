@@ -413,7 +413,14 @@ impl RunActor {
                     call,
                     name,
                     iteration,
+                    by_model: false,
                 } => self.call(call, name, vec![iteration]),
+                Effect::CallUntil {
+                    call,
+                    name,
+                    iteration,
+                    by_model: true,
+                } => self.judge(call, name, iteration),
                 Effect::CallPredicate { call, name, state } => {
                     self.call(call, name, vec![Value::Object((*state).clone())]);
                 }

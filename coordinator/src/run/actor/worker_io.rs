@@ -8,12 +8,70 @@ use serde_json::Value;
 
 use super::RunActor;
 use crate::dispatch::jobs::JobKey;
-use crate::dispatch::{Assignment, DispatchEvent, FunctionCall};
+use crate::dispatch::{Assignment, DispatchEvent, FunctionCall, TaskOutcome};
 use crate::run::{
-    Effect, FailureKind, Input, NodeOutput, Outgoing, RunEvent, TaskFailure, TaskSpec,
+    Effect, FailureKind, Input, NodeOutput, Outgoing, RunEvent, TaskFailure, TaskKey, TaskSpec,
 };
 
 impl RunActor {
+    /// What a task's result is to the machine: its output, or a failed
+    /// attempt (a result the worker could not parse, or too many fields).
+    fn finished_input(&self, key: TaskKey, worker: String, outcome: TaskOutcome) -> Input {
+        let limits = self.plan.limits();
+        match outcome.result {
+            Ok((writes, output)) => match NodeOutput::from_json(writes) {
+                Ok(parsed) if parsed.writes.len() > limits.max_output_fields => Input::TaskFailed {
+                    key,
+                    failure: TaskFailure {
+                        kind: FailureKind::InvalidOutput,
+                        message: format!(
+                            "the task wrote {} fields; a task writes at most {} (configuration key max_output_fields)",
+                            parsed.writes.len(),
+                            limits.max_output_fields
+                        ),
+                        worker: Some(worker),
+                    },
+                },
+                Ok(mut parsed) => {
+                    parsed.output = output;
+                    parsed.read = outcome.read;
+                    parsed.notes = outcome.notes;
+                    Input::TaskSucceeded {
+                        key,
+                        output: parsed,
+                    }
+                }
+                Err(error) => Input::TaskFailed {
+                    key,
+                    failure: TaskFailure {
+                        kind: FailureKind::InvalidOutput,
+                        message: error.to_string(),
+                        worker: Some(worker),
+                    },
+                },
+            },
+            Err(mut failure) => {
+                failure.worker.get_or_insert(worker);
+                failure.message = limits.clip(failure.message);
+                Input::TaskFailed { key, failure }
+            }
+        }
+    }
+
+    /// Asks a worker's model whether `sentence` holds of a loop's
+    /// `iteration` (SPEC 4.2); the answer comes back like a function's.
+    pub(super) fn judge(&self, call: u64, sentence: String, iteration: Value) {
+        let call = FunctionCall {
+            run_id: self.id.clone(),
+            call,
+            name: sentence,
+            args: vec![iteration],
+            timeout: Duration::ZERO,
+            judge: true,
+        };
+        self.launcher.call(call, self.sink.clone());
+    }
+
     /// Sends `message` to the worker running task `key`.
     pub(super) fn tell(&self, key: crate::run::TaskKey, message: crate::dispatch::ToWorker) {
         self.launcher.tell(self.id.clone(), key, message);
@@ -27,47 +85,7 @@ impl RunActor {
                 outcome,
             } => {
                 self.unhosted.remove(&JobKey::Task(key));
-                let limits = self.plan.limits();
-                let input = match outcome.result {
-                    Ok((writes, output)) => match NodeOutput::from_json(writes) {
-                        Ok(parsed) if parsed.writes.len() > limits.max_output_fields => {
-                            Input::TaskFailed {
-                                key,
-                                failure: TaskFailure {
-                                    kind: FailureKind::InvalidOutput,
-                                    message: format!(
-                                        "the task wrote {} fields; a task writes at most {} (configuration key max_output_fields)",
-                                        parsed.writes.len(),
-                                        limits.max_output_fields
-                                    ),
-                                    worker: Some(worker),
-                                },
-                            }
-                        }
-                        Ok(mut parsed) => {
-                            parsed.output = output;
-                            parsed.read = outcome.read;
-                            parsed.notes = outcome.notes;
-                            Input::TaskSucceeded {
-                                key,
-                                output: parsed,
-                            }
-                        }
-                        Err(error) => Input::TaskFailed {
-                            key,
-                            failure: TaskFailure {
-                                kind: FailureKind::InvalidOutput,
-                                message: error.to_string(),
-                                worker: Some(worker),
-                            },
-                        },
-                    },
-                    Err(mut failure) => {
-                        failure.worker.get_or_insert(worker);
-                        failure.message = limits.clip(failure.message);
-                        Input::TaskFailed { key, failure }
-                    }
-                };
+                let input = self.finished_input(key, worker, outcome);
                 self.input(input);
             }
             DispatchEvent::TaskUnhosted {
@@ -143,6 +161,7 @@ impl RunActor {
             name,
             args,
             timeout: Duration::ZERO,
+            judge: false,
         };
         self.launcher.call(call, self.sink.clone());
     }

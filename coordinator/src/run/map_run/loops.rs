@@ -40,7 +40,11 @@ pub(super) struct Looping {
 /// A judgement asked of a worker-hosted `until`.
 #[derive(Debug, Serialize, Deserialize)]
 struct Judging {
+    /// The function, or the sentence.
     name: String,
+    /// A worker's model judges the sentence `name`.
+    #[serde(default)]
+    by_model: bool,
     /// The `LoopIteration` object it judges.
     iteration: Value,
     /// The call's key, once the machine has made it; `None`: to ask.
@@ -113,19 +117,20 @@ impl MapRun {
                 expr.is_true(&view, &run.scope)
                     .map_err(|error| format!("until '{name}': {error}"))
             }
-            Until::Hosted(name) => {
+            // A worker judges: its function, or its model the sentence.
+            Until::Hosted(name) | Until::Sentence(name) => {
                 let iteration = self.loop_iteration(run);
+                let by_model = matches!(config.until, Until::Sentence(_));
                 if let Some(looping) = self.looping.as_mut() {
                     looping.judging = Some(Judging {
                         name: name.clone(),
+                        by_model,
                         iteration,
                         call: None,
                     });
                 }
                 return;
             }
-            // Validation refuses it until an LLM can judge it.
-            Until::Sentence(_) => Err("an until sentence needs an LLM to judge it".to_owned()),
         };
         match judged {
             Ok(holds) => self.judged(holds, None, events),
@@ -160,6 +165,7 @@ impl MapRun {
         Some(super::ItemStep::Judge {
             name: judging.name.clone(),
             iteration: judging.iteration.clone(),
+            by_model: judging.by_model,
         })
     }
 
@@ -172,12 +178,13 @@ impl MapRun {
 
     /// The judgement waiting for call `call`'s answer, to ask again after
     /// a restart: its key, function and argument.
-    pub fn pending_judgement(&self) -> Option<(u64, String, Value)> {
+    pub fn pending_judgement(&self) -> Option<(u64, String, Value, bool)> {
         let judging = self.looping.as_ref()?.judging.as_ref()?;
         Some((
             judging.call?,
             judging.name.clone(),
             judging.iteration.clone(),
+            judging.by_model,
         ))
     }
 

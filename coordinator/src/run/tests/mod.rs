@@ -224,6 +224,7 @@ impl Harness {
                     call,
                     ref name,
                     ref iteration,
+                    ..
                 } => {
                     let f = self.hosted.get_mut(name).expect("hosted until registered");
                     let result = f(vec![iteration.clone()]);
