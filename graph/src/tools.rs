@@ -135,3 +135,35 @@ fn read_tool(name: &str, raw: &Value, findings: &mut Vec<Finding>) -> Option<Too
         run,
     })
 }
+
+/// Checks what `agent` nodes name in `tools:`: names a model can call, not
+/// the teammate tools (which `teammates: true` gives), each once. A name
+/// the graph does not declare is a tool a worker registered.
+pub(crate) fn check_agent_tools(graph: &crate::Graph, findings: &mut Vec<Finding>) {
+    for node in &graph.nodes {
+        let crate::NodeKind::Agent(agent) = &node.kind else {
+            continue;
+        };
+        let id = node.id.as_str();
+        let mut seen: Vec<&str> = Vec::new();
+        for name in &agent.tools {
+            let problem = if TEAMMATE_TOOLS.contains(&name.as_str()) {
+                Some(format!(
+                    "agent node '{id}': tool '{name}' is a teammate tool; `teammates: true` gives it, inside a map"
+                ))
+            } else if !is_tool_name(name) {
+                Some(format!(
+                    "agent node '{id}': tool '{name}' is not a name a model can call (1 to 64 letters, digits, '_' or '-')"
+                ))
+            } else if seen.contains(&name.as_str()) {
+                Some(format!("agent node '{id}': tool '{name}' is listed twice"))
+            } else {
+                None
+            };
+            if let Some(message) = problem {
+                findings.push(Finding::error(message, &[id]));
+            }
+            seen.push(name);
+        }
+    }
+}

@@ -19,6 +19,7 @@ pub fn validate(graph: &Graph) -> Vec<Finding> {
     loop_edges(graph, &mut findings);
     kinds(graph, &mut findings);
     teammates(graph, &mut findings);
+    super::tools::check_agent_tools(graph, &mut findings);
     fan_out_targets(graph, &mut findings);
     routed_edges(graph, &mut findings);
     for idx in 0..graph.nodes.len() {

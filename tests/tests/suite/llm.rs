@@ -277,3 +277,90 @@ nodes:
     assert_eq!(reasons, ["needs work after 1", "needs work after 2"]);
     Ok(())
 }
+
+/// A model for the examples: structured findings, a tool-calling agent, a
+/// writer, and a judge satisfied on the second iteration.
+fn example_model(request: &Value) -> Reply {
+    let text = last_message(request);
+    let tool_messages = request["messages"]
+        .as_array()
+        .map_or(0, |m| m.iter().filter(|m| m["role"] == "tool").count());
+    if request.get("tools").is_some() {
+        return match tool_messages {
+            0 => Reply::ToolCalls(vec![(
+                "search_notes".into(),
+                json!({"word": "checkpoints"}),
+            )]),
+            1 => Reply::ToolCalls(vec![(
+                "count_words".into(),
+                json!({"text": "Weft checkpoints every wave."}),
+            )]),
+            _ => Reply::Text(format!("Weft checkpoints every wave ({text} words).")),
+        };
+    }
+    match request["response_format"]["json_schema"]["name"].as_str() {
+        Some("judgement") => {
+            let done = text.contains("\"iteration\": 2");
+            Reply::Json(json!({"satisfied": done, "reason": "add an example"}))
+        }
+        Some(_) => {
+            let subject = text.split_whitespace().nth(5).unwrap_or("?").to_owned();
+            let confidence = if subject.starts_with('t') { 0.9 } else { 0.5 };
+            Reply::Json(json!({"finding": format!("about {subject}"), "confidence": confidence}))
+        }
+        None => Reply::Text(format!("draft of {} characters", text.len())),
+    }
+}
+
+#[tokio::test]
+async fn the_model_examples_run_against_the_test_server() -> anyhow::Result<()> {
+    let llm = TestLlm::start(KEY, |request, _| example_model(request)).await?;
+    let cluster = cluster(&llm).await?;
+    let client = cluster.client().await?;
+    let example = |name: &str| weft_tests::repo().join("examples").join(name);
+
+    let subjects = json!({"subjects": ["serde", "tokio"]});
+    let run = client
+        .submit_file(&example("research-llm.yaml"), &subjects)
+        .await?;
+    let done = client.wait(&run.run_id).await?;
+    assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error);
+    assert_eq!(done.state["findings"][0]["finding"], "about serde");
+    assert_eq!(done.state["findings"][0]["subject"], "serde");
+    assert_eq!(done.state["ranking"], json!(["tokio", "serde"]));
+
+    let question = json!({"question": "What survives a crash?"});
+    let run = client
+        .submit_file(&example("agent-tools.yaml"), &question)
+        .await?;
+    let done = client.wait(&run.run_id).await?;
+    assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error);
+    assert_eq!(
+        done.state["answer"],
+        "Weft checkpoints every wave (4 words)."
+    );
+    let tools = weft_tests::events_of(&client, &run.run_id, "tool_called").await?;
+    assert_eq!(tools.len(), 2);
+    assert!(tools.iter().all(|t| t.body["error"].is_null()), "{tools:?}");
+
+    let topic = json!({"topic": "durable workflows"});
+    let run = client
+        .submit_file(&example("writer-judge.yaml"), &topic)
+        .await?;
+    let done = client.wait(&run.run_id).await?;
+    assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error);
+    let iterations = weft_tests::events_of(&client, &run.run_id, "loop_iteration").await?;
+    assert_eq!(iterations.len(), 2);
+    let second_prompt = llm
+        .requests()
+        .iter()
+        .filter(|r| r.get("response_format").is_none() && r.get("tools").is_none())
+        .nth(1)
+        .map(last_message)
+        .unwrap_or_default();
+    assert!(
+        second_prompt.contains("A reviewer said: add an example"),
+        "{second_prompt}"
+    );
+    Ok(())
+}
