@@ -194,28 +194,14 @@ impl TestCluster {
 
     /// Starts a `worker` binary (scripts only).
     pub fn add_worker(&mut self, name: &str, slots: u32) -> Result<()> {
-        let args = vec![
-            "--coordinator".to_owned(),
-            self.url.clone(),
-            "--name".into(),
-            name.into(),
-            "--slots".into(),
-            slots.to_string(),
-        ];
+        let args = self.worker_args(name, slots);
         self.spawn_worker("worker", name, &args)
     }
 
     /// Starts a `worker` with more arguments (`--config FILE`,
     /// `--secrets-file FILE`, …).
     pub fn add_worker_with(&mut self, name: &str, slots: u32, extra: &[String]) -> Result<()> {
-        let mut args = vec![
-            "--coordinator".to_owned(),
-            self.url.clone(),
-            "--name".into(),
-            name.into(),
-            "--slots".into(),
-            slots.to_string(),
-        ];
+        let mut args = self.worker_args(name, slots);
         args.extend(extra.iter().cloned());
         self.spawn_worker("worker", name, &args)
     }
@@ -229,37 +215,37 @@ impl TestCluster {
         url: &str,
         key: &str,
     ) -> Result<()> {
-        let args = vec![
-            "--coordinator".to_owned(),
-            self.url.clone(),
-            "--name".into(),
-            name.into(),
-            "--slots".into(),
-            slots.to_string(),
+        let mut args = self.worker_args(name, slots);
+        args.extend([
             "--llm-url".into(),
             url.into(),
             "--llm-key".into(),
             key.into(),
-        ];
+        ]);
         self.spawn_worker("test-worker", name, &args)
     }
 
     /// Starts a `test-worker` (Rust handlers and scripts), optionally
     /// hosting only some handlers.
     pub fn add_test_worker(&mut self, name: &str, slots: u32, only: Option<&str>) -> Result<()> {
-        let mut args = vec![
+        let mut args = self.worker_args(name, slots);
+        if let Some(only) = only {
+            args.push("--only".into());
+            args.push(only.into());
+        }
+        self.spawn_worker("test-worker", name, &args)
+    }
+
+    /// What every worker is started with: this cluster, a name, slots.
+    fn worker_args(&self, name: &str, slots: u32) -> Vec<String> {
+        vec![
             "--coordinator".to_owned(),
             self.url.clone(),
             "--name".into(),
             name.into(),
             "--slots".into(),
             slots.to_string(),
-        ];
-        if let Some(only) = only {
-            args.push("--only".into());
-            args.push(only.into());
-        }
-        self.spawn_worker("test-worker", name, &args)
+        ]
     }
 
     fn spawn_worker(&mut self, binary_name: &str, name: &str, args: &[String]) -> Result<()> {

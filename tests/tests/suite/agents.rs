@@ -64,6 +64,19 @@ fn research() -> GraphBundle {
     )
 }
 
+/// The names of the tools a request offers the model.
+fn offered(request: &Value) -> Vec<&str> {
+    request["tools"]
+        .as_array()
+        .map(|tools| {
+            tools
+                .iter()
+                .filter_map(|t| t["function"]["name"].as_str())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// The tool messages of a request, in order.
 fn tool_results(request: &Value) -> Vec<String> {
     request["messages"]
@@ -102,12 +115,7 @@ async fn an_agent_calls_a_script_tool_and_a_registered_tool_then_answers() -> an
         first["messages"][1]["content"],
         "What do the notes say about weft?"
     );
-    let offered: Vec<&str> = first["tools"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t["function"]["name"].as_str().unwrap())
-        .collect();
+    let offered = offered(first);
     assert_eq!(offered, ["search", "lookup"]);
     assert_eq!(
         first["tools"][1]["function"]["description"], "Look a key up in the reference table.",
@@ -249,12 +257,7 @@ nodes:
         ])
     );
     let first = &llm.requests()[0];
-    let offered: Vec<&str> = first["tools"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t["function"]["name"].as_str().unwrap())
-        .collect();
+    let offered = offered(first);
     assert_eq!(offered, ["send_message", "read_messages"]);
     let sent = weft_tests::events_of(&client, &done.run_id, "message_sent").await?;
     assert_eq!(sent.len(), 2);
