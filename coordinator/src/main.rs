@@ -30,7 +30,6 @@ struct Args {
 #[tokio::main]
 async fn main() -> ExitCode {
     let args = Args::parse();
-    weft_process::init_logging(args.log_format);
     let flags = Overrides {
         listen: args.listen,
         metrics_listen: args.metrics_listen,
@@ -42,6 +41,19 @@ async fn main() -> ExitCode {
         &flags,
     ) {
         Ok(config) => config,
+        Err(error) => {
+            eprintln!("coordinator: refusing to start: {error}");
+            return ExitCode::from(2);
+        }
+    };
+    let telemetry = weft_process::TelemetryConfig::resolve(
+        config.telemetry.clone(),
+        |key| std::env::var(key).ok(),
+        "weft-coordinator",
+    );
+    // Held to the end: dropping it sends the last spans.
+    let _telemetry = match weft_process::init(args.log_format, &telemetry) {
+        Ok(guard) => guard,
         Err(error) => {
             eprintln!("coordinator: refusing to start: {error}");
             return ExitCode::from(2);

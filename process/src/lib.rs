@@ -5,7 +5,12 @@
 
 #![warn(missing_docs)]
 
+pub mod telemetry;
+
 use tokio_util::sync::CancellationToken;
+use tracing_subscriber::prelude::*;
+
+pub use telemetry::{Telemetry, TelemetryConfig, TelemetryError};
 
 /// How log lines are written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -29,17 +34,27 @@ impl std::str::FromStr for LogFormat {
     }
 }
 
-/// Logs to stderr at `info` (or as `RUST_LOG` says) in `format`.
+/// Logs to stderr at `info` (or as `RUST_LOG` says) in `format`; exports
+/// no traces.
 pub fn init_logging(format: LogFormat) {
+    let _ = init(format, &TelemetryConfig::default());
+}
+
+/// Logs to stderr at `info` (or as `RUST_LOG` says) in `format`, and
+/// exports traces as `telemetry` says. Keep the returned guard until the
+/// process ends: dropping it sends the last spans.
+pub fn init(format: LogFormat, telemetry: &TelemetryConfig) -> Result<Telemetry, TelemetryError> {
+    let provider = telemetry::provider(telemetry)?;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    match format {
-        LogFormat::Text => builder.init(),
-        LogFormat::Json => builder.json().init(),
-    }
+    let traces = provider.as_ref().map(telemetry::layer);
+    let registry = tracing_subscriber::registry().with(traces).with(filter);
+    let lines = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    let _ = match format {
+        LogFormat::Text => registry.with(lines).try_init(),
+        LogFormat::Json => registry.with(lines.json()).try_init(),
+    };
+    Ok(telemetry::guard(provider))
 }
 
 /// A token cancelled by the first SIGINT or SIGTERM. Must be called inside

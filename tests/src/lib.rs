@@ -8,6 +8,7 @@
 pub mod etcd;
 pub mod group;
 pub mod llm_server;
+pub mod otlp;
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
@@ -250,7 +251,10 @@ impl TestCluster {
 
     fn spawn_worker(&mut self, binary_name: &str, name: &str, args: &[String]) -> Result<()> {
         let log = std::fs::File::create(self.dir.join(format!("{name}.log")))?;
+        // Workers share the coordinator's extra environment (its OTEL_*
+        // variables, say); `WEFT_*` keys mean nothing to them.
         let child = Command::new(binary(binary_name))
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .args(args)
             .arg("--work-dir")
             .arg(self.dir.join(name))

@@ -16,6 +16,19 @@ pub struct WorkerFile {
     /// `[providers.NAME]` tables.
     #[serde(default)]
     pub providers: BTreeMap<String, ProviderConfig>,
+    /// `[telemetry]`: where traces go.
+    #[serde(default)]
+    pub telemetry: TelemetryTable,
+}
+
+/// `[telemetry]` of a worker's file.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TelemetryTable {
+    /// The OTLP/gRPC endpoint.
+    pub endpoint: Option<String>,
+    /// The service name (default `weft-worker`).
+    pub service_name: Option<String>,
 }
 
 /// Why the file cannot be used.

@@ -14,6 +14,8 @@ use tokio::task::JoinHandle;
 use weft_proto::types::WorkerKind;
 use weft_proto::v1 as pb;
 
+use tracing::Instrument;
+
 use crate::handler::{Registry, TaskContext};
 use crate::llm::Providers;
 use crate::script::ScriptRunner;
@@ -102,7 +104,8 @@ async fn run_handler(
     let future = handler(&state, context)
         .map_err(|message| Failure::new(FailureKind::HandlerError, message))?;
     drop(state);
-    let mut call = AbortOnDrop(tokio::spawn(future));
+    // The handler's own spans nest under the attempt's.
+    let mut call = AbortOnDrop(tokio::spawn(future.instrument(tracing::Span::current())));
     match tokio::time::timeout(task.timeout, &mut call.0).await {
         Ok(Ok(result)) => {
             result.map_err(|message| Failure::new(FailureKind::HandlerError, message))
@@ -307,6 +310,7 @@ mod tests {
             bundle: Vec::new(),
             team: None,
             prompts_json: String::new(),
+            traceparent: String::new(),
         };
         let error = run_handler(&registry, &mut task, None).await.unwrap_err();
         assert_eq!(error.kind, FailureKind::Timeout);

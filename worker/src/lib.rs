@@ -49,7 +49,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-pub use config_file::{WorkerFile, WorkerFileError};
+pub use config_file::{TelemetryTable, WorkerFile, WorkerFileError};
 pub use handler::{HandlerError, IntoOutput, Output, Registry, TaskContext};
 pub use runtime::{WorkerConfig, WorkerError};
 pub use script_output::{StdoutError, parse_stdout};

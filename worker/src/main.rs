@@ -51,7 +51,32 @@ struct Args {
 #[tokio::main]
 async fn main() -> ExitCode {
     let args = Args::parse();
-    weft_process::init_logging(args.log_format);
+    let file = match &args.config {
+        Some(path) => match weft_worker::WorkerFile::read(path) {
+            Ok(file) => file,
+            Err(error) => {
+                eprintln!("worker: {error}");
+                return ExitCode::from(2);
+            }
+        },
+        None => weft_worker::WorkerFile::default(),
+    };
+    let telemetry = weft_process::TelemetryConfig::resolve(
+        weft_process::TelemetryConfig {
+            endpoint: file.telemetry.endpoint.clone(),
+            service_name: file.telemetry.service_name.clone().unwrap_or_default(),
+        },
+        |key| std::env::var(key).ok(),
+        "weft-worker",
+    );
+    // Held to the end: dropping it sends the last spans.
+    let _telemetry = match weft_process::init(args.log_format, &telemetry) {
+        Ok(guard) => guard,
+        Err(error) => {
+            eprintln!("worker: {error}");
+            return ExitCode::from(2);
+        }
+    };
     let mut worker = weft_worker::Worker::new(args.coordinator);
     worker.etcd(args.etcd);
     if let Some(slots) = args.slots {
@@ -77,17 +102,11 @@ async fn main() -> ExitCode {
     }
     let secrets = weft_worker::Secrets::new(secrets);
     // Providers from the file, else from OPENAI_BASE_URL and OPENAI_API_KEY.
-    let tables = match &args.config {
-        Some(path) => match weft_worker::WorkerFile::read(path) {
-            Ok(file) => file.providers,
-            Err(error) => {
-                eprintln!("worker: {error}");
-                return ExitCode::from(2);
-            }
-        },
-        None => Default::default(),
-    };
-    match weft_worker::llm::Providers::new(tables, |name| std::env::var(name).ok(), &secrets) {
+    match weft_worker::llm::Providers::new(
+        file.providers,
+        |name| std::env::var(name).ok(),
+        &secrets,
+    ) {
         Ok(providers) => {
             worker.providers(providers);
         }

@@ -13,7 +13,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tonic::transport::{Channel, Endpoint};
-use tracing::{debug, info, warn};
+use tracing::{Instrument, debug, info, warn};
 use weft_proto::PROTOCOL_VERSION;
 use weft_proto::v1 as pb;
 use weft_proto::v1::worker_service_client::WorkerServiceClient;
@@ -212,6 +212,7 @@ async fn session(
         };
     let mut session = Session {
         kinds: kinds(config, work, registry, &client),
+        worker: config.name.clone(),
         // A task the coordinator timed out may still stop here: wait for it.
         slots: Arc::new(Semaphore::new(config.slots as usize)),
         outbound: outbound.clone(),
@@ -386,6 +387,8 @@ fn hosted_kinds(config: &WorkerConfig) -> Vec<WorkerKind> {
 /// What one connection to the coordinator runs.
 struct Session {
     kinds: Kinds,
+    /// The worker's name, for its spans.
+    worker: String,
     slots: Arc<Semaphore>,
     outbound: mpsc::Sender<pb::WorkerMessage>,
     tracker: TaskTracker,
@@ -476,6 +479,8 @@ impl Session {
         };
         let id = (run_id, key);
         let cancel = CancellationToken::new();
+        let span = attempt_span(&task, &self.worker);
+        task.traceparent = weft_process::telemetry::traceparent(&span);
         let (team, end) = self.open_team(&task);
         let running = Running {
             cancel: cancel.clone(),
@@ -493,6 +498,7 @@ impl Session {
                 result = attempt => result,
                 _ = cancel.cancelled() => Err(Failure::new(FailureKind::Cancelled, "the coordinator cancelled the task")),
             };
+            record_outcome(&tracing::Span::current(), &result);
             // A handler says what it read; a script read its whole inbox.
             let read = match end {
                 Some(end) => end.read(),
@@ -502,7 +508,37 @@ impl Session {
             };
             let result = task_result(&task.run_id, task.key, (result, read), limit);
             let _ = done.send((id, result));
-        });
+        }.instrument(span));
+    }
+}
+
+/// The worker's span of one attempt: a child of the coordinator's node
+/// span, whose context the task carries.
+fn attempt_span(task: &Task, worker: &str) -> tracing::Span {
+    let span = tracing::info_span!(
+        "execute",
+        run_id = task.run_id.as_str(),
+        node = task.node.as_str(),
+        kind = task.kind.as_str(),
+        attempt = task.attempt,
+        item = task.item,
+        worker,
+        outcome = tracing::field::Empty,
+        otel.status_description = tracing::field::Empty,
+    );
+    weft_process::telemetry::set_parent(&span, &task.traceparent);
+    span
+}
+
+fn record_outcome(span: &tracing::Span, result: &Result<crate::task::Completed, Failure>) {
+    match result {
+        Ok(_) => {
+            span.record("outcome", "ok");
+        }
+        Err(failure) => {
+            span.record("outcome", failure.kind.as_str());
+            span.record("otel.status_description", failure.message.as_str());
+        }
     }
 }
 

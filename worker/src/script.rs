@@ -222,6 +222,10 @@ impl ScriptRunner {
             .stderr(Stdio::piped())
             .process_group(0)
             .kill_on_drop(true);
+        if !task.traceparent.is_empty() {
+            // An instrumented script joins the run's trace.
+            command.env("TRACEPARENT", &task.traceparent);
+        }
         command.envs(config.env.iter().map(|(k, v)| (k, v)));
         command
     }
@@ -456,6 +460,7 @@ mod tests {
             bundle: Vec::new(),
             team: None,
             prompts_json: String::new(),
+            traceparent: String::new(),
         }
     }
 

@@ -75,6 +75,7 @@ impl StateCache {
             timeout: Duration::from_millis(assignment.timeout_ms.max(1)),
             team: assignment.team.map(crate::TeamSeat::from_wire),
             prompts_json: assignment.prompts_json,
+            traceparent: assignment.traceparent,
             bundle: assignment
                 .bundle
                 .into_iter()

@@ -47,6 +47,9 @@ pub struct Task {
     pub team: Option<crate::TeamSeat>,
     /// An `llm` or `agent` step's rendered prompts, as JSON.
     pub prompts_json: String,
+    /// W3C trace context of the attempt's span (empty: not traced); a
+    /// script gets it as `TRACEPARENT`.
+    pub traceparent: String,
 }
 
 /// What a finished attempt produced.

@@ -52,6 +52,9 @@ pub struct CoordinatorConfig {
     /// Where runs are kept: the data directory, or an etcd cluster shared
     /// with other coordinators.
     pub store: StoreConfig,
+    /// Where traces go (`[telemetry]`); the OpenTelemetry variables
+    /// override it when the binary starts.
+    pub telemetry: weft_process::TelemetryConfig,
 }
 
 impl Default for CoordinatorConfig {
@@ -73,8 +76,17 @@ impl Default for CoordinatorConfig {
             limits: crate::run::RunLimits::default(),
             retention: crate::runs::Retention::default(),
             store: StoreConfig::default(),
+            telemetry: weft_process::TelemetryConfig::default(),
         }
     }
+}
+
+/// `[telemetry]`: where traces are exported (OTLP/gRPC).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TelemetryLayer {
+    endpoint: Option<String>,
+    service_name: Option<String>,
 }
 
 /// A value that can be given in the file, the environment or a flag.
@@ -105,6 +117,7 @@ struct Layer {
     retain_finished_runs: Option<u64>,
     retain_finished_hours: Option<u64>,
     store: Option<StoreLayer>,
+    telemetry: Option<TelemetryLayer>,
 }
 
 /// Why a configuration was refused.
@@ -212,6 +225,8 @@ impl CoordinatorConfig {
                 .map(|n| usize::try_from(n).unwrap_or(usize::MAX)),
             retain_finished_runs: number("WEFT_RETAIN_FINISHED_RUNS")?,
             retain_finished_hours: number("WEFT_RETAIN_FINISHED_HOURS")?,
+            // The OpenTelemetry variables are read when the binary starts.
+            telemetry: None,
             store: Some(StoreLayer {
                 etcd: env("WEFT_ETCD").map(|list| {
                     list.split(',')
@@ -236,6 +251,14 @@ impl CoordinatorConfig {
 
     fn apply(&mut self, layer: Layer) -> Result<(), ConfigError> {
         self.apply_limits(&layer)?;
+        if let Some(telemetry) = &layer.telemetry {
+            if let Some(endpoint) = &telemetry.endpoint {
+                self.telemetry.endpoint = Some(endpoint.clone());
+            }
+            if let Some(name) = &telemetry.service_name {
+                self.telemetry.service_name = name.clone();
+            }
+        }
         if let Some(store) = layer.store {
             self.store.apply(store);
         }

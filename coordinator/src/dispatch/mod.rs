@@ -140,6 +140,8 @@ pub struct Assignment {
     /// An `llm` or `agent` step's rendered prompts, as JSON (empty for
     /// other kinds).
     pub prompts_json: String,
+    /// The W3C trace context of the task's span (empty: not traced).
+    pub traceparent: String,
 }
 
 /// One field of a task's state. A worker caches the latest version of each

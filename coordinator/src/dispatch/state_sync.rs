@@ -87,6 +87,7 @@ mod tests {
             bundle: Arc::new(Vec::new()),
             team: None,
             prompts_json: String::new(),
+            traceparent: String::new(),
         }
     }
 

@@ -126,7 +126,7 @@ fn assignment(task: Assignment) -> pb::TaskAssignment {
                 mode: b.mode,
             })
             .collect(),
-        traceparent: String::new(),
+        traceparent: task.traceparent,
         prompts_json: task.prompts_json,
         team: task.team.map(|seat| pb::Team {
             me: seat.me,

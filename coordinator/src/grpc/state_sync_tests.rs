@@ -54,6 +54,7 @@ fn task(fields: &BTreeMap<String, (u64, i64)>, key: u64) -> Assignment {
         bundle: Arc::new(Vec::new()),
         team: None,
         prompts_json: String::new(),
+        traceparent: String::new(),
     }
 }
 

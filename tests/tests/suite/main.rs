@@ -14,4 +14,5 @@ mod loops;
 mod store;
 mod subgraphs;
 mod teammates;
+mod traces;
 mod workers;

@@ -14,6 +14,7 @@ use tokio_stream::StreamExt;
 use tokio_util::sync::CancellationToken;
 use tokio_util::time::DelayQueue;
 
+mod spans;
 mod worker_io;
 
 use super::child_runs::{ChildLink, children_in};
@@ -123,6 +124,7 @@ pub(super) fn start_actor(
         runs: setup.children.clone(),
         actor: me,
     };
+    let spans = spans::RunSpans::new(&setup.id, &setup.plan.graph().name);
     let actor = RunActor {
         id: setup.id,
         plan: setup.plan,
@@ -150,6 +152,7 @@ pub(super) fn start_actor(
         last_checkpoint: Instant::now(),
         children_started,
         children,
+        spans,
     };
     setup
         .tracker
@@ -194,6 +197,8 @@ pub(super) struct RunActor {
     /// A map item finished since the last checkpoint.
     pub(super) item_checkpoint: bool,
     pub(super) last_checkpoint: Instant,
+    /// The run's trace.
+    spans: spans::RunSpans,
 }
 
 impl RunActor {
@@ -373,6 +378,7 @@ impl RunActor {
                     let _ = self.timers.send((key, delay));
                 }
                 Effect::CancelTasks(keys) => {
+                    self.spans.tasks_cancelled(&keys);
                     for key in &keys {
                         self.unhosted.remove(&JobKey::Task(*key));
                     }
@@ -449,7 +455,11 @@ impl RunActor {
             RunEvent::StateChanged { fields, .. } => {
                 self.fields.refresh(self.machine.state(), fields.iter());
             }
-            RunEvent::RunFinished { .. } => self.launcher.forget(self.id.clone()),
+            RunEvent::RunFinished { status, .. } => {
+                self.spans.run_finished(*status);
+                self.launcher.forget(self.id.clone());
+            }
+            RunEvent::WaveStarted { step, .. } => self.spans.wave_started(*step),
             RunEvent::MessageSent { .. } => {
                 metrics::counter!(crate::metrics::INBOX_MESSAGES).increment(1);
             }

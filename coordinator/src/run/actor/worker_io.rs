@@ -85,6 +85,7 @@ impl RunActor {
                 outcome,
             } => {
                 self.unhosted.remove(&JobKey::Task(key));
+                self.spans.task_finished(key, &worker, &outcome);
                 let input = self.finished_input(key, worker, outcome);
                 self.input(input);
             }
@@ -130,6 +131,7 @@ impl RunActor {
             return;
         };
         let state = self.fields.task_fields(&spec.state);
+        let traceparent = self.spans.task_started(&spec, binding.kind.as_str());
         let scope_json = Value::Object(spec.scope).to_string();
         let task = Assignment {
             run_id: self.id.clone(),
@@ -148,6 +150,7 @@ impl RunActor {
                 .prompts
                 .map(|p| Value::Object(p).to_string())
                 .unwrap_or_default(),
+            traceparent,
         };
         self.launcher
             .launch(task, binding.requirement.clone(), self.sink.clone());

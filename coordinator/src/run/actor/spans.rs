@@ -1,0 +1,131 @@
+//! A run's trace (SPEC 10): `run` → `wave` → `node` spans, kept open by
+//! the run's actor for as long as what they stand for lasts. A task's
+//! span goes to its worker as a W3C `traceparent`, so the worker's
+//! execution span is its child; a map's or loop's items are under a span
+//! of their node. The run's id is its trace id, so a run that goes on in
+//! another process (a restart, a new leader) stays one trace.
+//!
+//! Spans are `tracing` spans: exported when the process exports traces,
+//! and cheap bookkeeping when it does not.
+
+use std::collections::HashMap;
+
+use tracing::Span;
+use tracing::field::Empty;
+
+use crate::dispatch::TaskOutcome;
+use crate::run::{RunStatus, TaskKey, TaskSpec};
+
+pub(super) struct RunSpans {
+    run: Span,
+    wave: Option<Span>,
+    /// Spans of the map and loop nodes whose items run in this wave.
+    containers: HashMap<String, Span>,
+    tasks: HashMap<TaskKey, Span>,
+    run_id: String,
+    graph: String,
+}
+
+impl RunSpans {
+    pub(super) fn new(run_id: &str, graph: &str) -> Self {
+        let run = tracing::info_span!("run", run_id, graph, status = Empty);
+        weft_process::telemetry::join_run_trace(&run, run_id);
+        Self {
+            run,
+            wave: None,
+            containers: HashMap::new(),
+            tasks: HashMap::new(),
+            run_id: run_id.to_owned(),
+            graph: graph.to_owned(),
+        }
+    }
+
+    /// A wave started: the last one's spans end.
+    pub(super) fn wave_started(&mut self, step: u32) {
+        self.containers.clear();
+        self.wave = Some(tracing::info_span!(parent: &self.run, "wave", step));
+    }
+
+    /// A task is sent: its span starts; its `traceparent` for the worker.
+    pub(super) fn task_started(&mut self, spec: &TaskSpec, kind: &str) -> String {
+        let wave = self.wave.clone().unwrap_or_else(|| self.run.clone());
+        let parent = match &spec.item {
+            Some(item) => self
+                .containers
+                .entry(item.map.clone())
+                .or_insert_with(
+                    || tracing::info_span!(parent: &wave, "node", node = item.map.as_str()),
+                )
+                .clone(),
+            None => wave,
+        };
+        let span = tracing::info_span!(
+            parent: &parent,
+            "node",
+            run_id = self.run_id.as_str(),
+            graph = self.graph.as_str(),
+            node = spec.node.as_str(),
+            kind,
+            attempt = spec.attempt,
+            item = spec.item.as_ref().map(|i| i.index as u64),
+            worker = Empty,
+            outcome = Empty,
+            model = Empty,
+            prompt_tokens = Empty,
+            completion_tokens = Empty,
+            otel.status_description = Empty,
+        );
+        let traceparent = weft_process::telemetry::traceparent(&span);
+        self.tasks.insert(spec.key, span);
+        traceparent
+    }
+
+    /// A task's result arrived: its span records it and ends.
+    pub(super) fn task_finished(&mut self, key: TaskKey, worker: &str, outcome: &TaskOutcome) {
+        let Some(span) = self.tasks.remove(&key) else {
+            return;
+        };
+        span.record("worker", worker);
+        match &outcome.result {
+            Ok(_) => {
+                span.record("outcome", "ok");
+            }
+            Err(failure) => {
+                span.record("outcome", failure.kind.as_str());
+                span.record("otel.status_description", failure.message.as_str());
+            }
+        }
+        let calls = outcome
+            .notes
+            .iter()
+            .filter(|note| note["type"] == "model_called");
+        let (mut prompt, mut completion, mut model) = (0, 0, None);
+        for call in calls {
+            prompt += call["prompt_tokens"].as_u64().unwrap_or(0);
+            completion += call["completion_tokens"].as_u64().unwrap_or(0);
+            model = call["model"].as_str().map(str::to_owned).or(model);
+        }
+        if let Some(model) = model {
+            span.record("model", model.as_str());
+            span.record("prompt_tokens", prompt);
+            span.record("completion_tokens", completion);
+        }
+    }
+
+    /// Tasks the run stopped: their spans end as cancelled.
+    pub(super) fn tasks_cancelled(&mut self, keys: &[TaskKey]) {
+        for key in keys {
+            if let Some(span) = self.tasks.remove(key) {
+                span.record("outcome", "cancelled");
+            }
+        }
+    }
+
+    /// The run ended: every span of it ends.
+    pub(super) fn run_finished(&mut self, status: RunStatus) {
+        self.run.record("status", status.name());
+        self.tasks.clear();
+        self.containers.clear();
+        self.wave = None;
+    }
+}

@@ -1,0 +1,140 @@
+//! One run is one OpenTelemetry trace across processes (SPEC 10, issue
+//! #12): a coordinator and two workers export to an in-test OTLP receiver,
+//! and the spans they send make one tree.
+
+use std::collections::{BTreeSet, HashMap};
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use weft_client::{GraphBundle, RunStatus};
+use weft_tests::TestCluster;
+use weft_tests::otlp::{ReceivedSpan, TestOtlp};
+
+const GRAPH: &str = r#"
+state:
+  items: { type: array, default: [1, 2, 3] }
+nodes:
+  prepare: { kind: script, start: true, run: [sh, -c, 'echo "{}"'], next: fan }
+  fan:
+    kind: map
+    over: "{{ items }}"
+    as: item
+    branch: double
+    output_key: doubled
+    collect_into: results
+    next: check
+  double:
+    kind: script
+    run: [sh, -c, 'sleep 0.2; echo "{\"doubled\": 1}"']
+  check: { kind: script, run: [sh, -c, 'echo "no good" >&2; exit 3'] }
+"#;
+
+/// Waits until the receiver holds the run's spans: the run's own span
+/// ends last, when the run's actor stops.
+async fn trace_of(otlp: &TestOtlp, trace_id: &str) -> anyhow::Result<Vec<ReceivedSpan>> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let spans: Vec<ReceivedSpan> = otlp
+            .spans()
+            .into_iter()
+            .filter(|s| s.trace_id == trace_id)
+            .collect();
+        let executes = spans.iter().filter(|s| s.name == "execute").count();
+        if spans.iter().any(|s| s.name == "run") && executes >= 5 {
+            return Ok(spans);
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "the trace did not arrive: {spans:#?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_run_on_three_processes_is_one_trace() -> anyhow::Result<()> {
+    let otlp = TestOtlp::start().await?;
+    let env = [
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", otlp.url.as_str()),
+        ("OTEL_BSP_SCHEDULE_DELAY", "100"),
+    ];
+    let mut cluster = TestCluster::start_with_env(&env)?;
+    cluster.add_worker("w1", 2)?;
+    cluster.add_worker("w2", 2)?;
+    cluster.wait_for_workers(&["w1", "w2"]).await?;
+    let client = cluster.client().await?;
+    let run = client
+        .submit_bundle(GraphBundle::from_text("traced.yaml", GRAPH), &json!({}))
+        .await?;
+    let done = client.wait(&run.run_id).await?;
+    assert_eq!(done.status, RunStatus::Failed, "check fails on purpose");
+    // The run's id is its trace id.
+    let trace_id = run.run_id.trim_start_matches("run-").to_owned();
+    let spans = trace_of(&otlp, &trace_id).await?;
+    let by_id: HashMap<&str, &ReceivedSpan> =
+        spans.iter().map(|s| (s.span_id.as_str(), s)).collect();
+    let parent = |span: &ReceivedSpan| by_id.get(span.parent_span_id.as_str()).copied();
+
+    let services: BTreeSet<&str> = spans.iter().map(|s| s.service.as_str()).collect();
+    assert_eq!(
+        services,
+        BTreeSet::from(["weft-coordinator", "weft-worker"])
+    );
+    let run_span = spans.iter().find(|s| s.name == "run").expect("a run span");
+    assert_eq!(run_span.attributes["run_id"], run.run_id);
+    assert_eq!(run_span.attributes["status"], "failed");
+
+    // Each worker attempt is the child of the coordinator's node span,
+    // which is under a wave of the run.
+    let executes: Vec<&ReceivedSpan> = spans.iter().filter(|s| s.name == "execute").collect();
+    assert_eq!(executes.len(), 5, "prepare, three items, check");
+    let workers: BTreeSet<&str> = executes
+        .iter()
+        .map(|s| s.attributes["worker"].as_str())
+        .collect();
+    assert_eq!(workers, BTreeSet::from(["w1", "w2"]));
+    for execute in &executes {
+        let node = parent(execute).expect("an execute span's parent was exported");
+        assert_eq!(node.name, "node");
+        assert_eq!(node.service, "weft-coordinator");
+        assert_eq!(node.attributes["node"], execute.attributes["node"]);
+        assert_eq!(node.attributes["worker"], execute.attributes["worker"]);
+        assert_eq!(node.attributes["graph"], "traced");
+        assert_eq!(node.attributes["kind"], "script");
+    }
+    // A map's items are children of the map node's span.
+    let items: Vec<&ReceivedSpan> = spans
+        .iter()
+        .filter(|s| {
+            s.name == "node" && s.attributes.get("node").map(String::as_str) == Some("double")
+        })
+        .collect();
+    assert_eq!(items.len(), 3);
+    let indexes: BTreeSet<&str> = items
+        .iter()
+        .map(|s| s.attributes["item"].as_str())
+        .collect();
+    assert_eq!(indexes, BTreeSet::from(["0", "1", "2"]));
+    for item in &items {
+        let map = parent(item).expect("the map's span");
+        assert_eq!(map.attributes["node"], "fan");
+        let wave = parent(map).expect("the wave's span");
+        assert_eq!(wave.name, "wave");
+        assert_eq!(parent(wave).map(|r| r.name.as_str()), Some("run"));
+    }
+    // The failed node's spans carry the error, on both sides.
+    let failed: Vec<&ReceivedSpan> = spans
+        .iter()
+        .filter(|s| s.attributes.get("node").map(String::as_str) == Some("check"))
+        .collect();
+    assert_eq!(failed.len(), 2);
+    for span in failed {
+        assert_eq!(span.status_code, 2, "{span:?}");
+        assert!(
+            span.status_message.contains("exited with status 3"),
+            "{span:?}"
+        );
+        assert_eq!(span.attributes["outcome"], "script_failed");
+    }
+    Ok(())
+}
