@@ -114,7 +114,12 @@ impl TraceService for Receiver {
 impl TestOtlp {
     /// Starts a receiver on a free loopback port.
     pub async fn start() -> Result<Self> {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        Self::start_on("127.0.0.1:0").await
+    }
+
+    /// Starts a receiver on `address`.
+    pub async fn start_on(address: &str) -> Result<Self> {
+        let listener = tokio::net::TcpListener::bind(address).await?;
         let url = format!("http://{}", listener.local_addr()?);
         let spans = Arc::new(Mutex::new(Vec::new()));
         let service = TraceServiceServer::new(Receiver {

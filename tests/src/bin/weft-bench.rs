@@ -59,6 +59,11 @@ struct Args {
     /// handlers, until stopped (SIGINT or SIGTERM).
     #[arg(long)]
     serve: Option<String>,
+    /// Receive OTLP traces on this address (`127.0.0.1:4317`) until
+    /// stopped, printing how many spans arrived: a sink for measuring what
+    /// exporting costs.
+    #[arg(long)]
+    otlp_sink: Option<String>,
     /// Internal: run W5's one-node graph and exit.
     #[arg(long, hide = true)]
     w5_child: bool,
@@ -454,6 +459,22 @@ async fn w5(args: &Args) -> Result<Figure> {
     })
 }
 
+/// An OTLP receiver on `address` that reports the spans it has received
+/// every second, until stopped.
+async fn otlp_sink(address: &str) -> Result<()> {
+    let sink = weft_tests::otlp::TestOtlp::start_on(address).await?;
+    println!("receiving OTLP on {}", sink.url);
+    let stop = weft_process::shutdown_on_signal();
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return Ok(()),
+            _ = tokio::time::sleep(Duration::from_secs(1)) => {
+                println!("{} spans", sink.spans().len());
+            }
+        }
+    }
+}
+
 /// W5's child: process start → embedded cluster → one-node graph → result.
 async fn w5_child() -> Result<()> {
     let cluster = EmbeddedCluster::start_with(1, |w| register(w, 4)).await?;
@@ -475,7 +496,17 @@ async fn main() -> Result<()> {
     if args.w5_child {
         return w5_child().await;
     }
+    if let Some(address) = &args.otlp_sink {
+        return otlp_sink(address).await;
+    }
     if let Some(url) = &args.serve {
+        // A served worker exports traces as OTEL_* says.
+        let telemetry = weft_process::TelemetryConfig::resolve(
+            Default::default(),
+            |key| std::env::var(key).ok(),
+            "weft-worker",
+        );
+        let _telemetry = weft_process::init(weft_process::LogFormat::Text, &telemetry)?;
         let mut worker = Worker::new(url.clone());
         register(&mut worker, args.slots);
         worker.run(weft_process::shutdown_on_signal()).await?;
