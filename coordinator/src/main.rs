@@ -25,6 +25,45 @@ struct Args {
     /// Log format: text or json.
     #[arg(long, default_value = "text")]
     log_format: weft_process::LogFormat,
+    /// Print the effective configuration (file, environment and flags
+    /// applied) and exit 0, or the refusal and exit 2.
+    #[arg(long)]
+    check_config: bool,
+}
+
+/// Serves `/metrics` on `listener` until `shutdown`; `None` when metrics
+/// are off (a recorder was installed already).
+fn serve_metrics(
+    listener: tokio::net::TcpListener,
+    shutdown: &tokio_util::sync::CancellationToken,
+) -> Option<tokio::task::JoinHandle<()>> {
+    match weft_coordinator::metrics::install() {
+        Ok(handle) => {
+            let stop = shutdown.clone().cancelled_owned();
+            Some(tokio::spawn(async move {
+                if let Err(error) = weft_coordinator::metrics::serve(listener, handle, stop).await {
+                    tracing::warn!(%error, "the metrics endpoint stopped");
+                }
+            }))
+        }
+        Err(error) => {
+            tracing::warn!(%error, "metrics are off");
+            None
+        }
+    }
+}
+
+/// Logging, and traces as `[telemetry]` and the OTEL_* variables say.
+fn telemetry(
+    config: &CoordinatorConfig,
+    format: weft_process::LogFormat,
+) -> Result<weft_process::Telemetry, weft_process::TelemetryError> {
+    let telemetry = weft_process::TelemetryConfig::resolve(
+        config.telemetry.clone(),
+        |key| std::env::var(key).ok(),
+        "weft-coordinator",
+    );
+    weft_process::init(format, &telemetry)
 }
 
 #[tokio::main]
@@ -46,13 +85,12 @@ async fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let telemetry = weft_process::TelemetryConfig::resolve(
-        config.telemetry.clone(),
-        |key| std::env::var(key).ok(),
-        "weft-coordinator",
-    );
+    if args.check_config {
+        println!("{config:#?}");
+        return ExitCode::SUCCESS;
+    }
     // Held to the end: dropping it sends the last spans.
-    let _telemetry = match weft_process::init(args.log_format, &telemetry) {
+    let _telemetry = match telemetry(&config, args.log_format) {
         Ok(guard) => guard,
         Err(error) => {
             eprintln!("coordinator: refusing to start: {error}");
@@ -88,22 +126,7 @@ async fn main() -> ExitCode {
     println!("coordinator listening on {address}");
     println!("metrics on http://{metrics_address}/metrics");
     let shutdown = weft_process::shutdown_on_signal();
-    let metrics = match weft_coordinator::metrics::install() {
-        Ok(handle) => {
-            let stop = shutdown.clone().cancelled_owned();
-            Some(tokio::spawn(async move {
-                if let Err(error) =
-                    weft_coordinator::metrics::serve(metrics_listener, handle, stop).await
-                {
-                    tracing::warn!(%error, "the metrics endpoint stopped");
-                }
-            }))
-        }
-        Err(error) => {
-            tracing::warn!(%error, "metrics are off");
-            None
-        }
-    };
+    let metrics = serve_metrics(metrics_listener, &shutdown);
     let served = weft_coordinator::server::serve(listener, config, shutdown.clone()).await;
     // The endpoint stops with the same token; wait for it too.
     shutdown.cancel();

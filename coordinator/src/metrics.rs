@@ -30,6 +30,12 @@ pub const FREE_SLOTS: &str = "weft_free_slots";
 /// 1 while this coordinator leads its group (a lone coordinator always
 /// does), 0 while it stands by (gauge).
 pub const LEADER: &str = "weft_leader";
+/// How long taking a checkpoint took the run (histogram; with `async`
+/// durability, the hand-off to the writer).
+pub const CHECKPOINT_SECONDS: &str = "weft_checkpoint_seconds";
+/// Tokens of `llm` and `agent` steps, by `type` (`prompt`,
+/// `completion`), as providers count them (counter).
+pub const LLM_TOKENS: &str = "weft_llm_tokens_total";
 /// Teammate messages accepted into map items' inboxes (counter).
 pub const INBOX_MESSAGES: &str = "weft_inbox_messages_total";
 /// Bytes of bundle files held for the runs that use them (gauge).
@@ -57,25 +63,36 @@ pub fn install() -> Result<PrometheusHandle, metrics_exporter_prometheus::BuildE
     );
     metrics::describe_gauge!(FREE_SLOTS, "free slots of connected workers");
     metrics::describe_counter!(INBOX_MESSAGES, "teammate messages sent between map items");
+    metrics::describe_histogram!(
+        CHECKPOINT_SECONDS,
+        metrics::Unit::Seconds,
+        "taking a run's checkpoint"
+    );
+    metrics::describe_counter!(LLM_TOKENS, "tokens of llm and agent steps, by type");
     Ok(handle)
 }
 
-/// Serves `GET /metrics` on `listener` until `shutdown` completes.
+/// Serves `GET /metrics` on `listener` until `shutdown` completes, with
+/// `GET /healthz` and `GET /readyz` for probes: both answer `ok` while the
+/// process serves (a standby is ready too: it forwards to the leader).
 pub async fn serve(
     listener: TcpListener,
     handle: PrometheusHandle,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    let app = axum::Router::new().route(
-        "/metrics",
-        axum::routing::get(move || {
-            let handle = handle.clone();
-            async move {
-                handle.run_upkeep();
-                handle.render()
-            }
-        }),
-    );
+    let app = axum::Router::new()
+        .route(
+            "/metrics",
+            axum::routing::get(move || {
+                let handle = handle.clone();
+                async move {
+                    handle.run_upkeep();
+                    handle.render()
+                }
+            }),
+        )
+        .route("/healthz", axum::routing::get(|| async { "ok\n" }))
+        .route("/readyz", axum::routing::get(|| async { "ok\n" }));
     axum::serve(listener, app)
         .with_graceful_shutdown(shutdown)
         .await

@@ -167,9 +167,15 @@ impl TestCluster {
 
     /// The coordinator's Prometheus text, fetched with a plain HTTP/1.0 GET.
     pub fn metrics(&self) -> Result<String> {
+        self.metrics_endpoint("metrics")
+    }
+
+    /// `GET /PATH` on the coordinator's metrics listener (`healthz`,
+    /// `readyz`, `metrics`): the body of a 200.
+    pub fn metrics_endpoint(&self, path: &str) -> Result<String> {
         use std::io::{Read, Write};
         let rest = self.metrics_url.trim_start_matches("http://");
-        let (host, path) = rest.split_once('/').context("a metrics URL")?;
+        let (host, _) = rest.split_once('/').context("a metrics URL")?;
         let mut stream = std::net::TcpStream::connect(host)?;
         stream.set_read_timeout(Some(Duration::from_secs(5)))?;
         write!(

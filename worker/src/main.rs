@@ -43,6 +43,10 @@ struct Args {
     /// providers for `llm` and `agent` steps.
     #[arg(long, env = "WEFT_WORKER_CONFIG")]
     config: Option<PathBuf>,
+    /// Print the effective configuration and exit 0, or the refusal and
+    /// exit 2.
+    #[arg(long)]
+    check_config: bool,
     /// Log format: text or json.
     #[arg(long, default_value = "text")]
     log_format: weft_process::LogFormat,
@@ -107,6 +111,11 @@ async fn main() -> ExitCode {
         |name| std::env::var(name).ok(),
         &secrets,
     ) {
+        Ok(providers) if args.check_config => {
+            worker.providers(providers);
+            println!("{worker:#?}\n{telemetry:#?}");
+            return ExitCode::SUCCESS;
+        }
         Ok(providers) => {
             worker.providers(providers);
         }

@@ -225,8 +225,7 @@ impl CoordinatorConfig {
                 .map(|n| usize::try_from(n).unwrap_or(usize::MAX)),
             retain_finished_runs: number("WEFT_RETAIN_FINISHED_RUNS")?,
             retain_finished_hours: number("WEFT_RETAIN_FINISHED_HOURS")?,
-            // The OpenTelemetry variables are read when the binary starts.
-            telemetry: None,
+            telemetry: None, // OTEL_* are read when the binary starts
             store: Some(StoreLayer {
                 etcd: env("WEFT_ETCD").map(|list| {
                     list.split(',')

@@ -60,6 +60,7 @@ impl RunActor {
             .map(|(name, version, json)| (name.to_owned(), version, json.clone()))
             .collect();
         let mut stored = true;
+        let started = Instant::now();
         if let Some(journal) = &mut self.journal {
             let checkpoint = Checkpoint {
                 progress_json,
@@ -69,6 +70,8 @@ impl RunActor {
                 .checkpoint(status, checkpoint, &self.log, wait)
                 .await;
         }
+        metrics::histogram!(crate::metrics::CHECKPOINT_SECONDS)
+            .record(started.elapsed().as_secs_f64());
         self.last_checkpoint = Instant::now();
         self.durable = self.log.len();
         stored

@@ -101,6 +101,18 @@ async fn an_llm_step_writes_its_completion_through_state_updates() -> anyhow::Re
     assert_eq!(calls.len(), 1);
     assert_eq!(calls[0].body["model"], "tiny");
     assert_eq!(calls[0].body["completion_tokens"], 7);
+    // Tokens and checkpoints are counted; probes answer.
+    let metrics = cluster.metrics()?;
+    assert!(
+        metrics.contains("weft_llm_tokens_total{type=\"completion\"} 7"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("weft_checkpoint_seconds_count"),
+        "{metrics}"
+    );
+    assert_eq!(cluster.metrics_endpoint("healthz")?, "ok\n");
+    assert_eq!(cluster.metrics_endpoint("readyz")?, "ok\n");
     let everything =
         shown(&client, &done.run_id).await? + &cluster.log("w") + &cluster.log("coordinator");
     assert!(!everything.contains(KEY), "the API key leaked");

@@ -6,6 +6,7 @@ mod agents;
 mod cli;
 mod cluster;
 mod conformance;
+mod deploy;
 mod durability;
 mod ha;
 mod hostile;

@@ -463,6 +463,16 @@ impl RunActor {
             RunEvent::MessageSent { .. } => {
                 metrics::counter!(crate::metrics::INBOX_MESSAGES).increment(1);
             }
+            RunEvent::ModelCalled {
+                prompt_tokens,
+                completion_tokens,
+                ..
+            } => {
+                let tokens = crate::metrics::LLM_TOKENS;
+                metrics::counter!(tokens, "type" => "prompt").increment(prompt_tokens.unwrap_or(0));
+                metrics::counter!(tokens, "type" => "completion")
+                    .increment(completion_tokens.unwrap_or(0));
+            }
             RunEvent::SubgraphStarted { node, run_id } => {
                 self.children_started.push((node.clone(), run_id.clone()));
             }

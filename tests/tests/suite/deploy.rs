@@ -1,0 +1,127 @@
+//! `deploy/` works as written (issue #12): every configuration file passes
+//! its binary's `--check-config`, and every flag the compose file, the
+//! Kubernetes manifests, the systemd units and the Dockerfile give the
+//! `coordinator` and `worker` binaries exists.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use weft_tests::{binary, repo};
+
+fn files(dir: &Path) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            found.extend(files(&path));
+        } else {
+            found.push(path);
+        }
+    }
+    found.sort();
+    found
+}
+
+/// Which of our binaries a configuration file or command is for.
+fn binary_for(name: &str) -> &'static str {
+    if name.starts_with("coordinator") {
+        "coordinator"
+    } else {
+        "worker"
+    }
+}
+
+#[test]
+fn every_deploy_configuration_passes_check_config() {
+    let configs: Vec<PathBuf> = files(&repo().join("deploy/config"))
+        .into_iter()
+        .filter(|p| p.extension().is_some_and(|e| e == "toml"))
+        .collect();
+    assert!(configs.len() >= 3, "{configs:?}");
+    for config in configs {
+        let name = config.file_name().unwrap().to_string_lossy().to_string();
+        let out = Command::new(binary(binary_for(&name)))
+            .arg("--check-config")
+            .arg("--config")
+            .arg(&config)
+            .env("OPENAI_API_KEY", "sk-check")
+            .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
+            .output()
+            .unwrap();
+        let shown = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{name}: {}{}",
+            shown,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            shown.contains("otel-collector:4317"),
+            "{name} shows its telemetry: {shown}"
+        );
+        assert!(!shown.contains("sk-check"), "{name}: a secret was printed");
+    }
+}
+
+/// The flags of each command line that runs one of our binaries, as
+/// `(binary, flags)`: arrays `["coordinator", …]` and `["worker", …]`, and
+/// `ExecStart=/usr/local/bin/…` lines.
+fn commands(text: &str) -> Vec<(&'static str, Vec<String>)> {
+    let mut found = Vec::new();
+    for program in ["coordinator", "worker"] {
+        for (at, _) in text.match_indices(&format!("[\"{program}\"")) {
+            let end = text[at..].find(']').map_or(text.len(), |e| at + e);
+            found.push((binary_for(program), flags(&text[at..end])));
+        }
+        let exec = format!("ExecStart=/usr/local/bin/{program} ");
+        for line in text.lines().filter(|l| l.starts_with(&exec)) {
+            found.push((binary_for(program), flags(line)));
+        }
+    }
+    found
+}
+
+fn flags(command: &str) -> Vec<String> {
+    command
+        .split(|c: char| c.is_whitespace() || c == '"' || c == ',' || c == '=')
+        .filter(|word| word.starts_with("--"))
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn every_flag_the_deploy_files_use_exists() {
+    let help = |program: &str| {
+        let out = Command::new(binary(program))
+            .arg("--help")
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).to_string()
+    };
+    let (coordinator, worker) = (help("coordinator"), help("worker"));
+    let mut checked = 0;
+    for file in files(&repo().join("deploy")) {
+        let Ok(text) = std::fs::read_to_string(&file) else {
+            continue;
+        };
+        for (program, flags) in commands(&text) {
+            let known = if program == "coordinator" {
+                &coordinator
+            } else {
+                &worker
+            };
+            for flag in flags {
+                assert!(
+                    known.contains(&format!("{flag} ")) || known.contains(&format!("{flag}\n")),
+                    "{}: `{program} {flag}` is not a flag of {program}",
+                    file.display()
+                );
+                checked += 1;
+            }
+        }
+    }
+    assert!(
+        checked >= 15,
+        "only {checked} flags found: the scan lost its way"
+    );
+}
