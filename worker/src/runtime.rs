@@ -523,6 +523,8 @@ fn attempt_span(task: &Task, worker: &str) -> tracing::Span {
         attempt = task.attempt,
         item = task.item,
         worker,
+        // `00-TRACE-SPAN-FLAGS`: log lines of the attempt carry the trace.
+        trace_id = task.traceparent.split('-').nth(1).unwrap_or_default(),
         outcome = tracing::field::Empty,
         otel.status_description = tracing::field::Empty,
     );

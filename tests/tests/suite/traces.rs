@@ -138,3 +138,41 @@ async fn a_run_on_three_processes_is_one_trace() -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+#[tokio::test]
+async fn an_llm_steps_span_carries_its_model_and_tokens() -> anyhow::Result<()> {
+    use weft_tests::llm_server::{Reply, TestLlm};
+    let otlp = TestOtlp::start().await?;
+    let llm = TestLlm::start("k", |_, _| Reply::Text("hello".into())).await?;
+    let env = [
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", otlp.url.as_str()),
+        ("OTEL_BSP_SCHEDULE_DELAY", "100"),
+    ];
+    let mut cluster = TestCluster::start_with_env(&env)?;
+    cluster.add_llm_test_worker("a", 1, &llm.url, "k")?;
+    cluster.wait_for_workers(&["a"]).await?;
+    let client = cluster.client().await?;
+    let yaml = "nodes:\n  ask: { kind: llm, start: true, prompt: \"Say hello\" }\n";
+    let run = client
+        .submit_bundle(GraphBundle::from_text("ask.yaml", yaml), &json!({}))
+        .await?;
+    let done = client.wait(&run.run_id).await?;
+    assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error);
+    let trace_id = run.run_id.trim_start_matches("run-").to_owned();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let node = loop {
+        let found = otlp.spans().into_iter().find(|s| {
+            s.trace_id == trace_id && s.name == "node" && s.attributes.contains_key("model")
+        });
+        if let Some(node) = found {
+            break node;
+        }
+        anyhow::ensure!(Instant::now() < deadline, "no llm node span arrived");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(node.attributes["model"], "tiny");
+    assert_eq!(node.attributes["completion_tokens"], "7");
+    assert!(node.attributes["prompt_tokens"].parse::<u64>()? > 0);
+    assert_eq!(node.attributes["kind"], "llm");
+    Ok(())
+}

@@ -28,7 +28,9 @@ pub(super) struct RunSpans {
 
 impl RunSpans {
     pub(super) fn new(run_id: &str, graph: &str) -> Self {
-        let run = tracing::info_span!("run", run_id, graph, status = Empty);
+        // The trace id is the run's: log lines in the run's spans carry it.
+        let trace_id = run_id.strip_prefix("run-").unwrap_or(run_id);
+        let run = tracing::info_span!("run", run_id, graph, trace_id, status = Empty);
         weft_process::telemetry::join_run_trace(&run, run_id);
         Self {
             run,
