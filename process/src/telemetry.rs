@@ -98,6 +98,10 @@ pub(crate) fn provider(
         })?;
     let resource = opentelemetry_sdk::Resource::builder()
         .with_service_name(config.service_name.clone())
+        .with_attribute(opentelemetry::KeyValue::new(
+            "process.pid",
+            i64::from(std::process::id()),
+        ))
         .build();
     let provider = SdkTracerProvider::builder()
         .with_batch_exporter(exporter)

@@ -20,6 +20,8 @@ use tokio_util::sync::CancellationToken;
 pub struct ReceivedSpan {
     /// `service.name` of the process that sent it.
     pub service: String,
+    /// `process.pid` of the process that sent it.
+    pub pid: String,
     /// The span's name.
     pub name: String,
     /// Hex.
@@ -77,18 +79,22 @@ impl TraceService for Receiver {
     ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
         let mut received = Vec::new();
         for resource in request.into_inner().resource_spans {
-            let service = resource
-                .resource
-                .iter()
-                .flat_map(|r| &r.attributes)
-                .find(|kv| kv.key == "service.name")
-                .map(|kv| text(&kv.value))
-                .unwrap_or_default();
+            let attribute = |key: &str| {
+                resource
+                    .resource
+                    .iter()
+                    .flat_map(|r| &r.attributes)
+                    .find(|kv| kv.key == key)
+                    .map(|kv| text(&kv.value))
+                    .unwrap_or_default()
+            };
+            let (service, pid) = (attribute("service.name"), attribute("process.pid"));
             for scope in resource.scope_spans {
                 for span in scope.spans {
                     let status = span.status.unwrap_or_default();
                     received.push(ReceivedSpan {
                         service: service.clone(),
+                        pid: pid.clone(),
                         name: span.name,
                         trace_id: hex(&span.trace_id),
                         span_id: hex(&span.span_id),

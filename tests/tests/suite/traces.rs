@@ -176,3 +176,84 @@ async fn an_llm_steps_span_carries_its_model_and_tokens() -> anyhow::Result<()> 
     assert_eq!(node.attributes["kind"], "llm");
     Ok(())
 }
+
+#[tokio::test]
+async fn a_run_continued_after_a_restart_stays_in_its_trace() -> anyhow::Result<()> {
+    let otlp = TestOtlp::start().await?;
+    let env = [
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", otlp.url.as_str()),
+        ("OTEL_BSP_SCHEDULE_DELAY", "50"),
+    ];
+    let mut cluster = TestCluster::start_with_env(&env)?;
+    cluster.add_worker("w", 1)?;
+    cluster.wait_for_workers(&["w"]).await?;
+    let client = cluster.client().await?;
+    let yaml = r#"
+nodes:
+  a: { kind: script, run: [sh, -c, 'sleep 0.3; echo "{}"'], start: true, next: b }
+  b: { kind: script, run: [sh, -c, 'sleep 0.3; echo "{}"'], next: c }
+  c: { kind: script, run: [sh, -c, 'sleep 0.3; echo "{}"'] }
+"#;
+    let run = client
+        .submit_bundle(GraphBundle::from_text("chain.yaml", yaml), &json!({}))
+        .await?;
+    let trace_id = run.run_id.trim_start_matches("run-").to_owned();
+    // Once a's span has reached the receiver, the coordinator dies.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let first_pid = loop {
+        anyhow::ensure!(Instant::now() < deadline, "node a's span never arrived");
+        let node_a = otlp.spans().into_iter().find(|s| {
+            s.trace_id == trace_id
+                && s.name == "node"
+                && s.attributes.get("node").map(String::as_str) == Some("a")
+        });
+        if let Some(span) = node_a {
+            break span.pid;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    cluster.restart_coordinator()?;
+    let client = cluster.client().await?;
+    let done = tokio::time::timeout(Duration::from_secs(60), client.wait(&run.run_id)).await??;
+    assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error);
+    let spans = trace_of_nodes(&otlp, &trace_id, "c").await?;
+    let coordinators: BTreeSet<&str> = spans
+        .iter()
+        .filter(|s| s.service == "weft-coordinator")
+        .map(|s| s.pid.as_str())
+        .collect();
+    assert!(coordinators.contains(first_pid.as_str()));
+    assert_eq!(
+        coordinators.len(),
+        2,
+        "both coordinator processes: {coordinators:?}"
+    );
+    Ok(())
+}
+
+/// The spans of a trace once node `last`'s span has arrived.
+async fn trace_of_nodes(
+    otlp: &TestOtlp,
+    trace_id: &str,
+    last: &str,
+) -> anyhow::Result<Vec<ReceivedSpan>> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let spans: Vec<ReceivedSpan> = otlp
+            .spans()
+            .into_iter()
+            .filter(|s| s.trace_id == trace_id)
+            .collect();
+        if spans
+            .iter()
+            .any(|s| s.attributes.get("node").map(String::as_str) == Some(last))
+        {
+            return Ok(spans);
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "node {last} never arrived: {spans:#?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
