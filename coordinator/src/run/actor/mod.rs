@@ -474,6 +474,7 @@ impl RunActor {
                     .increment(completion_tokens.unwrap_or(0));
             }
             RunEvent::SubgraphStarted { node, run_id } => {
+                self.spans.child_started(node, run_id);
                 self.children_started.push((node.clone(), run_id.clone()));
             }
             _ => {}

@@ -48,6 +48,22 @@ impl RunSpans {
         self.wave = Some(tracing::info_span!(parent: &self.run, "wave", step));
     }
 
+    /// A subgraph node started its child run, which is a trace of its own
+    /// (its run id is its trace id): the node's span names it.
+    pub(super) fn child_started(&mut self, node: &str, child: &str) {
+        let wave = self.wave.clone().unwrap_or_else(|| self.run.clone());
+        let child_trace = child.strip_prefix("run-").unwrap_or(child);
+        let span = tracing::info_span!(
+            parent: &wave,
+            "node",
+            node,
+            kind = "subgraph",
+            child_run_id = child,
+            child_trace_id = child_trace,
+        );
+        self.containers.insert(node.to_owned(), span);
+    }
+
     /// A task is sent: its span starts; its `traceparent` for the worker.
     pub(super) fn task_started(&mut self, spec: &TaskSpec, kind: &str) -> String {
         let wave = self.wave.clone().unwrap_or_else(|| self.run.clone());
