@@ -29,9 +29,12 @@ nodes:
   check: { kind: script, run: [sh, -c, 'echo "no good" >&2; exit 3'] }
 "#;
 
-/// Waits until the receiver holds the run's spans: the run's own span
-/// ends last, when the run's actor stops.
-async fn trace_of(otlp: &TestOtlp, trace_id: &str) -> anyhow::Result<Vec<ReceivedSpan>> {
+/// Waits until the receiver's spans of trace `trace_id` satisfy `done`.
+async fn trace_until(
+    otlp: &TestOtlp,
+    trace_id: &str,
+    done: impl Fn(&[ReceivedSpan]) -> bool,
+) -> anyhow::Result<Vec<ReceivedSpan>> {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let spans: Vec<ReceivedSpan> = otlp
@@ -39,8 +42,7 @@ async fn trace_of(otlp: &TestOtlp, trace_id: &str) -> anyhow::Result<Vec<Receive
             .into_iter()
             .filter(|s| s.trace_id == trace_id)
             .collect();
-        let executes = spans.iter().filter(|s| s.name == "execute").count();
-        if spans.iter().any(|s| s.name == "run") && executes >= 5 {
+        if done(&spans) {
             return Ok(spans);
         }
         anyhow::ensure!(
@@ -49,6 +51,13 @@ async fn trace_of(otlp: &TestOtlp, trace_id: &str) -> anyhow::Result<Vec<Receive
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// Whether node `node`'s span is among `spans`.
+fn has_node(spans: &[ReceivedSpan], node: &str) -> bool {
+    spans
+        .iter()
+        .any(|s| s.attributes.get("node").map(String::as_str) == Some(node))
 }
 
 #[tokio::test]
@@ -70,7 +79,12 @@ async fn a_run_on_three_processes_is_one_trace() -> anyhow::Result<()> {
     assert_eq!(done.status, RunStatus::Failed, "check fails on purpose");
     // The run's id is its trace id.
     let trace_id = run.run_id.trim_start_matches("run-").to_owned();
-    let spans = trace_of(&otlp, &trace_id).await?;
+    // The run's own span ends last, when the run's actor stops.
+    let spans = trace_until(&otlp, &trace_id, |spans| {
+        let executes = spans.iter().filter(|s| s.name == "execute").count();
+        spans.iter().any(|s| s.name == "run") && executes >= 5
+    })
+    .await?;
     let by_id: HashMap<&str, &ReceivedSpan> =
         spans.iter().map(|s| (s.span_id.as_str(), s)).collect();
     let parent = |span: &ReceivedSpan| by_id.get(span.parent_span_id.as_str()).copied();
@@ -159,17 +173,14 @@ async fn an_llm_steps_span_carries_its_model_and_tokens() -> anyhow::Result<()> 
     let done = client.wait(&run.run_id).await?;
     assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error);
     let trace_id = run.run_id.trim_start_matches("run-").to_owned();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let node = loop {
-        let found = otlp.spans().into_iter().find(|s| {
-            s.trace_id == trace_id && s.name == "node" && s.attributes.contains_key("model")
-        });
-        if let Some(node) = found {
-            break node;
-        }
-        anyhow::ensure!(Instant::now() < deadline, "no llm node span arrived");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let spans = trace_until(&otlp, &trace_id, |spans| {
+        spans.iter().any(|s| s.attributes.contains_key("model"))
+    })
+    .await?;
+    let node = spans
+        .iter()
+        .find(|s| s.attributes.contains_key("model"))
+        .expect("waited for above");
     assert_eq!(node.attributes["model"], "tiny");
     assert_eq!(node.attributes["completion_tokens"], "7");
     assert!(node.attributes["prompt_tokens"].parse::<u64>()? > 0);
@@ -199,24 +210,20 @@ nodes:
         .await?;
     let trace_id = run.run_id.trim_start_matches("run-").to_owned();
     // Once a's span has reached the receiver, the coordinator dies.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let first_pid = loop {
-        anyhow::ensure!(Instant::now() < deadline, "node a's span never arrived");
-        let node_a = otlp.spans().into_iter().find(|s| {
-            s.trace_id == trace_id
-                && s.name == "node"
-                && s.attributes.get("node").map(String::as_str) == Some("a")
-        });
-        if let Some(span) = node_a {
-            break span.pid;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
+    let coordinator_a = |s: &ReceivedSpan| {
+        s.service == "weft-coordinator" && s.attributes.get("node").map(String::as_str) == Some("a")
     };
+    let before = trace_until(&otlp, &trace_id, |spans| spans.iter().any(coordinator_a)).await?;
+    let first_pid = before
+        .iter()
+        .find(|s| coordinator_a(s))
+        .map(|s| s.pid.clone())
+        .expect("waited for above");
     cluster.restart_coordinator()?;
     let client = cluster.client().await?;
     let done = tokio::time::timeout(Duration::from_secs(60), client.wait(&run.run_id)).await??;
     assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error);
-    let spans = trace_of_nodes(&otlp, &trace_id, "c").await?;
+    let spans = trace_until(&otlp, &trace_id, |spans| has_node(spans, "c")).await?;
     let coordinators: BTreeSet<&str> = spans
         .iter()
         .filter(|s| s.service == "weft-coordinator")
@@ -229,31 +236,4 @@ nodes:
         "both coordinator processes: {coordinators:?}"
     );
     Ok(())
-}
-
-/// The spans of a trace once node `last`'s span has arrived.
-async fn trace_of_nodes(
-    otlp: &TestOtlp,
-    trace_id: &str,
-    last: &str,
-) -> anyhow::Result<Vec<ReceivedSpan>> {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let spans: Vec<ReceivedSpan> = otlp
-            .spans()
-            .into_iter()
-            .filter(|s| s.trace_id == trace_id)
-            .collect();
-        if spans
-            .iter()
-            .any(|s| s.attributes.get("node").map(String::as_str) == Some(last))
-        {
-            return Ok(spans);
-        }
-        anyhow::ensure!(
-            Instant::now() < deadline,
-            "node {last} never arrived: {spans:#?}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
