@@ -72,9 +72,14 @@ pub fn install() -> Result<PrometheusHandle, metrics_exporter_prometheus::BuildE
     Ok(handle)
 }
 
+/// Whether the coordinator serves its API (runs restored, or standing by
+/// and forwarding): what `/readyz` reports.
+pub static READY: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 /// Serves `GET /metrics` on `listener` until `shutdown` completes, with
-/// `GET /healthz` and `GET /readyz` for probes: both answer `ok` while the
-/// process serves (a standby is ready too: it forwards to the leader).
+/// `GET /healthz` (`ok` while the process runs) and `GET /readyz` (`ok`
+/// once it serves its API: a leader's runs are restored, a standby
+/// forwards; 503 before) for probes.
 pub async fn serve(
     listener: TcpListener,
     handle: PrometheusHandle,
@@ -92,7 +97,16 @@ pub async fn serve(
             }),
         )
         .route("/healthz", axum::routing::get(|| async { "ok\n" }))
-        .route("/readyz", axum::routing::get(|| async { "ok\n" }));
+        .route(
+            "/readyz",
+            axum::routing::get(|| async {
+                if READY.load(std::sync::atomic::Ordering::Relaxed) {
+                    (axum::http::StatusCode::OK, "ok\n")
+                } else {
+                    (axum::http::StatusCode::SERVICE_UNAVAILABLE, "starting\n")
+                }
+            }),
+        );
     axum::serve(listener, app)
         .with_graceful_shutdown(shutdown)
         .await

@@ -190,6 +190,7 @@ where
     let worker_api = WorkerServiceServer::new(FrontWorkers::new(role))
         .max_decoding_message_size(config.max_result_bytes.saturating_add(FRAMING))
         .max_encoding_message_size(weft_proto::MAX_MESSAGE_BYTES);
+    crate::metrics::READY.store(true, std::sync::atomic::Ordering::Relaxed);
     let served = tonic::transport::Server::builder()
         .http2_keepalive_interval(Some(Duration::from_secs(20)))
         .concurrency_limit_per_connection(config.max_concurrent_requests)
@@ -197,6 +198,7 @@ where
         .add_service(worker_api)
         .serve_with_incoming_shutdown(incoming, shutdown.clone().cancelled_owned())
         .await;
+    crate::metrics::READY.store(false, std::sync::atomic::Ordering::Relaxed);
     // The server may also stop on its own (a transport error): stop the
     // rest, then wait for it.
     shutdown.cancel();
