@@ -31,7 +31,12 @@ impl RunChildren {
 }
 
 impl ChildRuns for RunChildren {
-    fn start(&self, graph: String, input: Map<String, Value>) -> Pending<Result<String, String>> {
+    fn start(
+        &self,
+        graph: String,
+        input: Map<String, Value>,
+        traceparent: String,
+    ) -> Pending<Result<String, String>> {
         let (runs, bundle) = (self.runs.clone(), self.bundle.clone());
         Box::pin(async move {
             let path = resolve(&bundle.graph_path, &graph)
@@ -50,7 +55,7 @@ impl ChildRuns for RunChildren {
             };
             let input_json = serde_json::to_string(&input).map_err(|e| e.to_string())?;
             let (run_id, _) = runs
-                .submit(child, &input_json)
+                .submit_traced(child, &input_json, Some(traceparent))
                 .await
                 .map_err(|e| format!("the child run of {path} was not started: {e}"))?;
             Ok(run_id.to_string())

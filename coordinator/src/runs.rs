@@ -187,6 +187,17 @@ impl Runs {
         bundle: Bundle,
         input_json: &str,
     ) -> Result<(Arc<str>, Vec<String>), SubmitError> {
+        self.submit_traced(bundle, input_json, None).await
+    }
+
+    /// As [`Runs::submit`], for a run whose trace hangs under the span
+    /// `trace_parent` names (a subgraph node's child run).
+    pub async fn submit_traced(
+        &self,
+        bundle: Bundle,
+        input_json: &str,
+        trace_parent: Option<String>,
+    ) -> Result<(Arc<str>, Vec<String>), SubmitError> {
         if input_json.len() > self.max_input_bytes {
             return Err(SubmitError::InputTooLarge {
                 size: input_json.len(),
@@ -202,10 +213,11 @@ impl Runs {
             return Err(SubmitError::OverLimits(over));
         }
         let plan = RunPlan::new(Arc::new(graph), self.limits.clone());
-        let machine = RunMachine::new(plan.clone(), input).map_err(|error| match error {
+        let mut machine = RunMachine::new(plan.clone(), input).map_err(|error| match error {
             RunError::InvalidInput { message } => SubmitError::Input(message),
             other => SubmitError::Input(other.to_string()),
         })?;
+        machine.set_trace_parent(trace_parent);
         let fleet = self.dispatcher.snapshot().await;
         let gaps = unhosted(&plan, &fleet);
         if self.fixed_workers && !gaps.is_empty() {

@@ -20,8 +20,14 @@ pub type Pending<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 /// What a run needs of the registry for its subgraph nodes.
 pub trait ChildRuns: Send + Sync {
     /// Starts the graph `graph` (named relative to the parent's graph) of
-    /// the parent's bundle as a child run on `input`; its run id.
-    fn start(&self, graph: String, input: Map<String, Value>) -> Pending<Result<String, String>>;
+    /// the parent's bundle as a child run on `input`, its trace under the
+    /// span `traceparent` names; its run id.
+    fn start(
+        &self,
+        graph: String,
+        input: Map<String, Value>,
+        traceparent: String,
+    ) -> Pending<Result<String, String>>;
 
     /// Waits for run `run_id` to end: its final state if it completed, else
     /// why not.
@@ -49,6 +55,7 @@ impl ChildLink {
         node: String,
         graph: String,
         input: Map<String, Value>,
+        traceparent: String,
     ) {
         let link = self.clone();
         tracker.spawn(async move {
@@ -57,7 +64,7 @@ impl ChildLink {
                 link.tell(Input::ChildEnded { node, result }).await;
                 return;
             };
-            match runs.start(graph, input).await {
+            match runs.start(graph, input, traceparent).await {
                 Ok(run_id) => {
                     let started = Input::ChildStarted {
                         node: node.clone(),

@@ -71,6 +71,10 @@ pub struct Progress {
     pub(super) tasks: TaskTable,
     pub(super) next_call: u64,
     pub(super) failed_wave: Vec<NodeIdx>,
+    /// The span a child run's trace hangs under (its parent's subgraph
+    /// node, W3C `traceparent`); `None` for a run of its own.
+    #[serde(default)]
+    pub(super) trace_parent: Option<String>,
 }
 
 impl Progress {
@@ -158,6 +162,7 @@ impl RunMachine {
             tasks: TaskTable::default(),
             next_call: 1,
             failed_wave: Vec::new(),
+            trace_parent: None,
         };
         Ok(Self { plan, run })
     }
@@ -213,6 +218,17 @@ impl RunMachine {
         let mut fx = Vec::new();
         self.advance(&mut fx);
         fx
+    }
+
+    /// Puts the run's trace under `traceparent` (a child run's, under its
+    /// parent's subgraph node); kept with the run.
+    pub fn set_trace_parent(&mut self, traceparent: Option<String>) {
+        self.run.trace_parent = traceparent.filter(|t| !t.is_empty());
+    }
+
+    /// The span the run's trace hangs under, if any.
+    pub fn trace_parent(&self) -> Option<&str> {
+        self.run.trace_parent.as_deref()
     }
 
     /// The state as of the last merge.

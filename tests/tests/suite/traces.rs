@@ -237,3 +237,44 @@ nodes:
     );
     Ok(())
 }
+
+#[tokio::test]
+async fn a_subgraphs_child_run_is_in_its_parents_trace_under_the_node() -> anyhow::Result<()> {
+    let otlp = TestOtlp::start().await?;
+    let env = [
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", otlp.url.as_str()),
+        ("OTEL_BSP_SCHEDULE_DELAY", "100"),
+    ];
+    let mut cluster = TestCluster::start_with_env(&env)?;
+    cluster.add_worker("w", 2)?;
+    cluster.wait_for_workers(&["w"]).await?;
+    let client = cluster.client().await?;
+    let parent = "nodes:\n  inner: { kind: subgraph, start: true, graph: child.yaml }\n";
+    let child = "nodes:\n  step: { kind: script, start: true, run: [sh, -c, 'echo \"{}\"'] }\n";
+    let bundle = GraphBundle::from_text("parent.yaml", parent).with_file(
+        "child.yaml",
+        child.as_bytes(),
+        0o644,
+    );
+    let run = client.submit_bundle(bundle, &json!({})).await?;
+    let done = client.wait(&run.run_id).await?;
+    assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error);
+    let child_id = done.children[0].run_id.clone();
+    let trace_id = run.run_id.trim_start_matches("run-").to_owned();
+    let spans = trace_until(&otlp, &trace_id, |spans| {
+        spans.iter().filter(|s| s.name == "run").count() == 2 && has_node(spans, "step")
+    })
+    .await?;
+    let child_run = spans
+        .iter()
+        .find(|s| s.name == "run" && s.attributes["run_id"] == child_id)
+        .expect("the child's run span is in the parent's trace");
+    let node = spans
+        .iter()
+        .find(|s| s.span_id == child_run.parent_span_id)
+        .expect("the child hangs under a span of the parent");
+    assert_eq!(node.attributes["node"], "inner");
+    assert_eq!(node.attributes["kind"], "subgraph");
+    assert_eq!(node.attributes["child_run_id"], child_id);
+    Ok(())
+}

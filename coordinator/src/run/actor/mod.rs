@@ -124,7 +124,11 @@ pub(super) fn start_actor(
         runs: setup.children.clone(),
         actor: me,
     };
-    let spans = spans::RunSpans::new(&setup.id, &setup.plan.graph().name);
+    let spans = spans::RunSpans::new(
+        &setup.id,
+        &setup.plan.graph().name,
+        setup.machine.trace_parent(),
+    );
     let actor = RunActor {
         id: setup.id,
         plan: setup.plan,
@@ -431,7 +435,9 @@ impl RunActor {
                     self.call(call, name, vec![Value::Object((*state).clone())]);
                 }
                 Effect::StartChild { node, graph, input } => {
-                    self.children.start(&self.tracker, node, graph, input);
+                    let traceparent = self.spans.child_starting(&node);
+                    self.children
+                        .start(&self.tracker, node, graph, input, traceparent);
                 }
                 Effect::AwaitChild { node, run_id } => {
                     self.children.follow(&self.tracker, node, run_id);

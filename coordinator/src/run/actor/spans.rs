@@ -27,11 +27,19 @@ pub(super) struct RunSpans {
 }
 
 impl RunSpans {
-    pub(super) fn new(run_id: &str, graph: &str) -> Self {
-        // The trace id is the run's: log lines in the run's spans carry it.
-        let trace_id = run_id.strip_prefix("run-").unwrap_or(run_id);
+    /// The spans of run `run_id`: its own trace (its id is the trace id),
+    /// or, for a child run, under the span `parent` names.
+    pub(super) fn new(run_id: &str, graph: &str, parent: Option<&str>) -> Self {
+        // Log lines in the run's spans carry the trace id.
+        let trace_id = match parent {
+            Some(parent) => parent.split('-').nth(1).unwrap_or_default(),
+            None => run_id.strip_prefix("run-").unwrap_or(run_id),
+        };
         let run = tracing::info_span!("run", run_id, graph, trace_id, status = Empty);
-        weft_process::telemetry::join_run_trace(&run, run_id);
+        match parent {
+            Some(parent) => weft_process::telemetry::set_parent(&run, parent),
+            None => weft_process::telemetry::join_run_trace(&run, run_id),
+        }
         Self {
             run,
             wave: None,
@@ -48,20 +56,27 @@ impl RunSpans {
         self.wave = Some(tracing::info_span!(parent: &self.run, "wave", step));
     }
 
-    /// A subgraph node started its child run, which is a trace of its own
-    /// (its run id is its trace id): the node's span names it.
-    pub(super) fn child_started(&mut self, node: &str, child: &str) {
+    /// A subgraph node starts its child run: the node's span, under which
+    /// the child's trace hangs; its `traceparent` for the child.
+    pub(super) fn child_starting(&mut self, node: &str) -> String {
         let wave = self.wave.clone().unwrap_or_else(|| self.run.clone());
-        let child_trace = child.strip_prefix("run-").unwrap_or(child);
         let span = tracing::info_span!(
             parent: &wave,
             "node",
             node,
             kind = "subgraph",
-            child_run_id = child,
-            child_trace_id = child_trace,
+            child_run_id = Empty,
         );
+        let traceparent = weft_process::telemetry::traceparent(&span);
         self.containers.insert(node.to_owned(), span);
+        traceparent
+    }
+
+    /// The child of subgraph node `node` started as run `child`.
+    pub(super) fn child_started(&mut self, node: &str, child: &str) {
+        if let Some(span) = self.containers.get(node) {
+            span.record("child_run_id", child);
+        }
     }
 
     /// A task is sent: its span starts; its `traceparent` for the worker.
