@@ -158,9 +158,13 @@ pub(super) fn start_actor(
         children,
         spans,
     };
+    // The actor's own log lines are in the run's span: they carry its id
+    // and trace id.
+    let span = actor.spans.run_span();
+    let running = actor.run(start, commands, dispatch_rx, timer_rx, setup.shutdown);
     setup
         .tracker
-        .spawn(actor.run(start, commands, dispatch_rx, timer_rx, setup.shutdown));
+        .spawn(tracing::Instrument::instrument(running, span));
 }
 
 pub(super) struct RunActor {

@@ -50,6 +50,11 @@ impl RunSpans {
         }
     }
 
+    /// The run's own span.
+    pub(super) fn run_span(&self) -> Span {
+        self.run.clone()
+    }
+
     /// A wave started: the last one's spans end.
     pub(super) fn wave_started(&mut self, step: u32) {
         self.containers.clear();
