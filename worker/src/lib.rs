@@ -33,6 +33,7 @@ mod execute;
 mod finding;
 mod handler;
 pub mod llm;
+pub mod python;
 mod runtime;
 mod script;
 mod script_output;

@@ -1,0 +1,215 @@
+//! Python functions on a worker (SPEC 4.3, seed 002's "Python in a
+//! Graph"): a small pool of long-lived Python processes per bundle that
+//! serve calls as JSON lines, so a call costs a round trip over a pipe, not
+//! a process start.
+//!
+//! Each process runs `harness.py` (shipped inside the worker binary, no
+//! installation): it imports a sidecar by path under a private module name
+//! (two bundles' `helpers.py` never collide) or a dotted module from the
+//! bundle, then installed packages; it answers `{"ok": value}` or
+//! `{"error": the traceback's last lines}`. What user code prints goes to
+//! stderr, never into the protocol. A call that outlives its timeout kills
+//! its process (a fresh one serves the next call), and so does a process
+//! that dies.
+//!
+//! The graph format does not name Python yet (issue 13); this is the host
+//! it will run on.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use serde_json::{Map, Value, json};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
+use tokio::process::{Child, ChildStdin, ChildStdout, Command};
+use tokio::sync::{Mutex, Semaphore};
+
+/// The harness each Python process runs.
+const HARNESS: &str = include_str!("harness.py");
+
+/// Why a Python call failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PythonError {
+    /// The interpreter could not be started.
+    #[error("cannot start the Python interpreter '{interpreter}': {reason}")]
+    Start {
+        /// The interpreter.
+        interpreter: String,
+        /// Why.
+        reason: String,
+    },
+    /// The function raised; the traceback's last lines.
+    #[error("{0}")]
+    Raised(String),
+    /// The call outlived its timeout; its process was killed.
+    #[error("the Python call did not return within {0:?}; its process was killed")]
+    Timeout(Duration),
+    /// The process died or broke the protocol.
+    #[error("the Python host failed: {0}")]
+    Host(String),
+}
+
+/// One Python process.
+struct Host {
+    child: Child,
+    stdin: ChildStdin,
+    answers: Lines<BufReader<ChildStdout>>,
+    next_id: u64,
+}
+
+impl Host {
+    fn spawn(interpreter: &str, dir: &Path) -> Result<Self, PythonError> {
+        let mut child = Command::new(interpreter)
+            .args(["-u", "-c", HARNESS])
+            .current_dir(dir)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .process_group(0)
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|error| PythonError::Start {
+                interpreter: interpreter.to_owned(),
+                reason: error.to_string(),
+            })?;
+        let stdin = child.stdin.take().expect("stdin is piped");
+        let stdout = child.stdout.take().expect("stdout is piped");
+        Ok(Self {
+            child,
+            stdin,
+            answers: BufReader::new(stdout).lines(),
+            next_id: 0,
+        })
+    }
+
+    /// Sends one request and reads its answer.
+    async fn ask(&mut self, mut request: Map<String, Value>) -> Result<Value, PythonError> {
+        self.next_id += 1;
+        let id = self.next_id;
+        request.insert("id".into(), id.into());
+        let mut line = Value::Object(request).to_string();
+        line.push('\n');
+        let broken = |e: std::io::Error| PythonError::Host(e.to_string());
+        self.stdin
+            .write_all(line.as_bytes())
+            .await
+            .map_err(broken)?;
+        self.stdin.flush().await.map_err(broken)?;
+        let Some(answer) = self.answers.next_line().await.map_err(broken)? else {
+            let status = self.child.try_wait().ok().flatten();
+            return Err(PythonError::Host(format!(
+                "the process ended ({})",
+                status.map_or_else(|| "still closing".to_owned(), |s| s.to_string())
+            )));
+        };
+        let answer: Value = serde_json::from_str(&answer)
+            .map_err(|e| PythonError::Host(format!("an answer that is not JSON: {e}")))?;
+        if answer["id"] != json!(id) {
+            return Err(PythonError::Host("an answer to another request".into()));
+        }
+        match (answer.get("ok"), answer.get("error")) {
+            (_, Some(Value::String(error))) => Err(PythonError::Raised(error.clone())),
+            (Some(value), _) => Ok(value.clone()),
+            _ => Err(PythonError::Host(
+                "an answer with neither ok nor error".into(),
+            )),
+        }
+    }
+}
+
+/// The Python processes of one bundle directory.
+pub struct PythonPool {
+    interpreter: String,
+    dir: PathBuf,
+    idle: Mutex<Vec<Host>>,
+    permits: Semaphore,
+}
+
+impl std::fmt::Debug for PythonPool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PythonPool")
+            .field("interpreter", &self.interpreter)
+            .field("dir", &self.dir)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PythonPool {
+    /// At most `size` processes of `interpreter`, working in `dir` (the
+    /// bundle's files); started on first use.
+    pub fn new(interpreter: impl Into<String>, dir: impl Into<PathBuf>, size: usize) -> Self {
+        Self {
+            interpreter: interpreter.into(),
+            dir: dir.into(),
+            idle: Mutex::new(Vec::new()),
+            permits: Semaphore::new(size.max(1)),
+        }
+    }
+
+    /// Whether `interpreter` runs (a worker announces Python only then).
+    pub async fn available(interpreter: &str) -> bool {
+        Command::new(interpreter)
+            .args(["-c", "import json, inspect"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .await
+            .is_ok_and(|status| status.success())
+    }
+
+    /// Calls `module`'s `function` with `args` and `kwargs` within
+    /// `timeout`. `module` is a `.py` path relative to the bundle, or a
+    /// dotted module name.
+    pub async fn call(
+        &self,
+        module: &str,
+        function: &str,
+        args: Vec<Value>,
+        kwargs: Map<String, Value>,
+        timeout: Duration,
+    ) -> Result<Value, PythonError> {
+        let mut request = Map::new();
+        request.insert("op".into(), "call".into());
+        request.insert("module".into(), module.into());
+        request.insert("function".into(), function.into());
+        request.insert("args".into(), Value::Array(args));
+        request.insert("kwargs".into(), Value::Object(kwargs));
+        self.ask(request, timeout).await
+    }
+
+    /// Each public function of `module` with its parameters:
+    /// `{name: {"params": [...], "var_keyword": bool}}`.
+    pub async fn signatures(&self, module: &str, timeout: Duration) -> Result<Value, PythonError> {
+        let mut request = Map::new();
+        request.insert("op".into(), "signatures".into());
+        request.insert("module".into(), module.into());
+        self.ask(request, timeout).await
+    }
+
+    async fn ask(
+        &self,
+        request: Map<String, Value>,
+        timeout: Duration,
+    ) -> Result<Value, PythonError> {
+        let _permit = self.permits.acquire().await;
+        let idle = self.idle.lock().await.pop();
+        let mut host = match idle {
+            Some(host) => host,
+            None => Host::spawn(&self.interpreter, &self.dir)?,
+        };
+        match tokio::time::timeout(timeout, host.ask(request)).await {
+            // A raised exception leaves the process sound: keep it.
+            Ok(result @ (Ok(_) | Err(PythonError::Raised(_)))) => {
+                self.idle.lock().await.push(host);
+                result
+            }
+            // A broken host is dropped, which kills it.
+            Ok(Err(error)) => Err(error),
+            Err(_) => Err(PythonError::Timeout(timeout)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
