@@ -122,13 +122,37 @@ impl OneOrMany {
 }
 
 /// `retry:` takes a number of attempts or a full policy.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(untagged)]
+#[derive(Debug, Clone)]
 pub enum RawRetry {
     /// `retry: 3`
     Attempts(u32),
     /// `retry: { max_attempts: 3, … }`
     Policy(RawRetryPolicy),
+}
+
+/// Read by hand rather than `untagged`, so a wrong value or key is named
+/// (serde's untagged error says only that no variant matched).
+impl<'de> Deserialize<'de> for RawRetry {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        use serde::de::Error;
+        let value = serde_json::Value::deserialize(deserializer)?;
+        match &value {
+            serde_json::Value::Number(n) => n
+                .as_u64()
+                .and_then(|n| u32::try_from(n).ok())
+                .map(RawRetry::Attempts)
+                .ok_or_else(|| {
+                    D::Error::custom(format!("attempts must be a whole number, got {n}"))
+                }),
+            serde_json::Value::Object(_) => serde_json::from_value(value)
+                .map(RawRetry::Policy)
+                .map_err(D::Error::custom),
+            other => Err(D::Error::custom(format!(
+                "expected a number of attempts (retry: 3) or a policy (retry: {{ max_attempts: 3, initial_interval: 0.5s }}), got {}",
+                crate::json_type_name(other)
+            ))),
+        }
+    }
 }
 
 /// A full retry policy.
@@ -479,6 +503,17 @@ mod tests {
             errors[0].contains("'max_attempts' is a field the kind 'approval' does not take"),
             "{errors:?}"
         );
+    }
+
+    #[test]
+    fn a_retry_that_is_neither_a_count_nor_a_policy_is_named() {
+        let (_, errors) = read(json!({"kind": "script", "run": ["x"], "retry": "twice"}));
+        assert!(
+            errors[0].contains("expected a number of attempts (retry: 3) or a policy"),
+            "{errors:?}"
+        );
+        let (_, errors) = read(json!({"kind": "script", "run": ["x"], "retry": {"delay": 1}}));
+        assert!(errors[0].contains("unknown field `delay`"), "{errors:?}");
     }
 
     #[test]
