@@ -212,7 +212,7 @@ fn teammate(request: &Value) -> Reply {
         )),
         // Delivered, or nothing yet: look again shortly.
         _ => Reply::Slow(
-            Duration::from_millis(20),
+            Duration::from_millis(100),
             Box::new(Reply::ToolCalls(vec![("read_messages".into(), json!({}))])),
         ),
     }
@@ -239,7 +239,7 @@ nodes:
     kind: agent
     teammates: true
     prompt: "Greet your teammate, then report what it said."
-    max_turns: 40
+    max_turns: 200
     state_updates: { said: "{{ output }}" }
 "#;
     let done = run(
