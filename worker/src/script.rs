@@ -10,13 +10,11 @@
 //! kills the whole process group) fails the attempt with the exit status
 //! and the last 2 KiB of stderr.
 
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use serde_json::{Map, Value, json};
 
@@ -27,6 +25,11 @@ use crate::script_output::{Finished, collect, judge, stderr_tail, tool_result};
 use crate::secrets::{Redactor, Secrets};
 use crate::task::{Failure, FailureKind, Task};
 use crate::team::TeamSeat;
+
+#[path = "script_process.rs"]
+mod process;
+
+use process::{GroupGuard, Launch, Scratch, launcher};
 
 /// The file in a scratch directory that `GRAPH_STATE` names.
 const STATE_FILE: &str = ".weft-state.json";
@@ -231,60 +234,6 @@ impl ScriptRunner {
     }
 }
 
-/// How a script's process starts.
-struct Launch {
-    program: std::ffi::OsString,
-    /// Arguments before the argv's own (an interpreter's, then the file).
-    leading_args: Vec<std::ffi::OsString>,
-}
-
-/// How to start `program` (argv[0]). A file of the bundle, found in the
-/// scratch directory, runs from there and never through `PATH`; one without
-/// its execute bit runs through its `#!` line, and one without either is a
-/// clear error. Anything else is looked up as usual.
-fn launcher(dir: &Path, program: &str) -> Result<Launch, Failure> {
-    let local = dir.join(program);
-    if Path::new(program).is_absolute() || !local.is_file() {
-        return Ok(Launch {
-            program: program.into(),
-            leading_args: Vec::new(),
-        });
-    }
-    let mode = std::fs::metadata(&local).map_or(0, |m| m.permissions().mode());
-    if mode & 0o111 != 0 {
-        return Ok(Launch {
-            program: local.into_os_string(),
-            leading_args: Vec::new(),
-        });
-    }
-    let head = std::fs::read(&local).unwrap_or_default();
-    let first_line = head.split(|&b| b == b'\n').next().unwrap_or_default();
-    let shebang = std::str::from_utf8(first_line)
-        .ok()
-        .and_then(|line| line.strip_prefix("#!"))
-        .map(|line| {
-            line.split_whitespace()
-                .map(str::to_owned)
-                .collect::<Vec<_>>()
-        })
-        .filter(|parts| !parts.is_empty());
-    let Some(mut parts) = shebang else {
-        return Err(Failure::new(
-            FailureKind::InvalidTask,
-            format!(
-                "bundled script '{program}' is not executable and has no #! line: make it executable (chmod +x {program}) before running weft, or name its interpreter in `run` (e.g. run: [python3, {program}])"
-            ),
-        ));
-    };
-    let interpreter = parts.remove(0);
-    let mut leading_args: Vec<std::ffi::OsString> = parts.into_iter().map(Into::into).collect();
-    leading_args.push(local.into_os_string());
-    Ok(Launch {
-        program: interpreter.into(),
-        leading_args,
-    })
-}
-
 /// The request a script reads on stdin (SPEC 4.1).
 fn stdin_request(task: &Task, state_json: &str) -> String {
     let (team, inbox) = task
@@ -306,25 +255,6 @@ fn stdin_request(task: &Task, state_json: &str) -> String {
         task.attempt,
         task.item.map_or(Value::Null, Value::from),
     )
-}
-
-/// An attempt's scratch directory, removed however the attempt ends:
-/// finished, failed, or cancelled by dropping its future.
-struct Scratch(PathBuf);
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let dir = std::mem::take(&mut self.0);
-        // Off the async thread when there is a runtime to take it.
-        match tokio::runtime::Handle::try_current() {
-            Ok(runtime) => {
-                runtime.spawn_blocking(move || std::fs::remove_dir_all(dir));
-            }
-            Err(_) => {
-                let _ = std::fs::remove_dir_all(dir);
-            }
-        }
-    }
 }
 
 /// A script node's configuration as the coordinator sends it, with
@@ -374,18 +304,6 @@ impl ScriptConfig {
     }
 }
 
-/// Kills a script's process group on drop, so neither a timeout, a
-/// cancellation nor children the script left behind outlive the attempt.
-struct GroupGuard(Option<Pid>);
-
-impl Drop for GroupGuard {
-    fn drop(&mut self) {
-        if let Some(pid) = self.0 {
-            let _ = killpg(pid, Signal::SIGKILL);
-        }
-    }
-}
-
 pub(crate) fn io_failure(what: &str, error: std::io::Error) -> Failure {
     Failure::new(FailureKind::WorkerError, format!("{what}: {error}"))
 }
@@ -413,6 +331,8 @@ fn human(duration: Duration) -> String {
 
 #[cfg(test)]
 mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
     use super::*;
 
     /// Polls `condition` every 10 ms for up to 10 s.

@@ -172,11 +172,6 @@ pub struct Providers {
 }
 
 impl Providers {
-    /// No provider: the worker does not host `llm` or `agent`.
-    pub fn none() -> Self {
-        Self::default()
-    }
-
     /// The providers of a configuration file's `[providers.*]` tables,
     /// with the environment's (`env`) as the default when none is named
     /// `default` and there is not exactly one.

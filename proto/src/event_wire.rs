@@ -1,0 +1,393 @@
+//! The wire form of runs' events, statuses and errors: conversions between
+//! [`RunEvent`] and the typed `oneof` of `weft.v1.RunEvent`.
+
+use crate::events::{ErrorInfo, RunEvent};
+use crate::types::RunStatus;
+use crate::v1 as pb;
+
+/// The wire form of a status.
+pub fn status_to_wire(status: RunStatus) -> pb::RunStatus {
+    match status {
+        RunStatus::Running => pb::RunStatus::Running,
+        RunStatus::Waiting => pb::RunStatus::Waiting,
+        RunStatus::Completed => pb::RunStatus::Completed,
+        RunStatus::Failed => pb::RunStatus::Failed,
+        RunStatus::Cancelled => pb::RunStatus::Cancelled,
+    }
+}
+
+/// A status from the wire; an unknown or unset one reads as running.
+pub fn status_from_wire(status: i32) -> RunStatus {
+    match pb::RunStatus::try_from(status).unwrap_or(pb::RunStatus::Unspecified) {
+        pb::RunStatus::Running | pb::RunStatus::Unspecified => RunStatus::Running,
+        pb::RunStatus::Waiting => RunStatus::Waiting,
+        pb::RunStatus::Completed => RunStatus::Completed,
+        pb::RunStatus::Failed => RunStatus::Failed,
+        pb::RunStatus::Cancelled => RunStatus::Cancelled,
+    }
+}
+
+fn index_to_wire(index: Option<usize>) -> Option<u64> {
+    index.map(|i| i as u64)
+}
+
+fn index_from_wire(index: Option<u64>) -> Option<usize> {
+    index.map(|i| usize::try_from(i).unwrap_or(usize::MAX))
+}
+
+/// The wire form of an event at position `seq` of its log.
+pub fn event_to_wire(seq: u64, at_unix_ms: i64, event: &RunEvent) -> pb::RunEvent {
+    use pb::run_event::Event as E;
+    let event = match event.clone() {
+        RunEvent::WaveStarted { step, nodes } => E::WaveStarted(pb::WaveStarted { step, nodes }),
+        RunEvent::NodeStarted {
+            node,
+            attempt,
+            item,
+        } => E::NodeStarted(pb::NodeStarted {
+            node,
+            attempt,
+            item: index_to_wire(item),
+        }),
+        RunEvent::NodeFinished { node, item } => E::NodeFinished(pb::NodeFinished {
+            node,
+            item: index_to_wire(item),
+        }),
+        RunEvent::NodeRetrying {
+            node,
+            next_attempt,
+            delay_ms,
+            error,
+        } => E::NodeRetrying(pb::NodeRetrying {
+            node,
+            next_attempt,
+            delay_ms,
+            error,
+        }),
+        RunEvent::NodeFailed {
+            node,
+            item,
+            error,
+            fallback,
+        } => E::NodeFailed(pb::NodeFailed {
+            node,
+            item: index_to_wire(item),
+            error,
+            fallback,
+        }),
+        RunEvent::NodeSkipped { node } => E::NodeSkipped(pb::NodeSkipped { node }),
+        RunEvent::StateChanged { step, fields } => {
+            E::StateChanged(pb::StateChanged { step, fields })
+        }
+        RunEvent::LoopReset { from, head } => E::LoopReset(pb::LoopReset { from, head }),
+        RunEvent::LoopIteration {
+            node,
+            iteration,
+            max_iterations,
+            done,
+            reason,
+        } => E::LoopIteration(pb::LoopIteration {
+            node,
+            iteration,
+            max_iterations,
+            done,
+            reason: reason.unwrap_or_default(),
+        }),
+        RunEvent::SubgraphStarted { node, run_id } => {
+            E::SubgraphStarted(pb::SubgraphStarted { node, run_id })
+        }
+        RunEvent::MessageSent {
+            node,
+            from,
+            to,
+            bytes,
+            content,
+        } => E::MessageSent(pb::MessageSent {
+            node,
+            from,
+            to,
+            bytes,
+            content_json: content.map(|c| c.to_string()).unwrap_or_default(),
+        }),
+        RunEvent::ModelCalled {
+            node,
+            item,
+            model,
+            prompt_tokens,
+            completion_tokens,
+            latency_ms,
+        } => E::ModelCalled(pb::ModelCalled {
+            node,
+            item: index_to_wire(item),
+            model,
+            prompt_tokens,
+            completion_tokens,
+            latency_ms,
+        }),
+        RunEvent::ToolCalled {
+            node,
+            item,
+            tool,
+            error,
+            latency_ms,
+        } => E::ToolCalled(pb::ToolCalled {
+            node,
+            item: index_to_wire(item),
+            tool,
+            error,
+            latency_ms,
+        }),
+        RunEvent::MapItemFinished {
+            node,
+            index,
+            done,
+            total,
+        } => E::MapItemFinished(pb::MapItemFinished {
+            node,
+            index: index as u64,
+            done: done as u64,
+            total: total as u64,
+        }),
+        RunEvent::TaskUnhosted { node, needs } => E::TaskUnhosted(pb::TaskUnhosted { node, needs }),
+        RunEvent::WaitingForInput { node, kind, prompt } => {
+            E::WaitingForInput(pb::WaitingForInput { node, kind, prompt })
+        }
+        RunEvent::InputReceived { node } => E::InputReceived(pb::InputReceived { node }),
+        RunEvent::RunFinished { status, error } => E::RunFinished(pb::RunFinished {
+            status: status_to_wire(status) as i32,
+            error: error.map(error_to_wire),
+        }),
+    };
+    pb::RunEvent {
+        seq,
+        at_unix_ms,
+        event: Some(event),
+    }
+}
+
+/// The wire form of an error.
+pub fn error_to_wire(error: ErrorInfo) -> pb::RunError {
+    pb::RunError {
+        kind: error.kind,
+        node: error.node,
+        message: error.message,
+    }
+}
+
+/// An error from the wire.
+pub fn error_from_wire(error: pb::RunError) -> ErrorInfo {
+    ErrorInfo {
+        kind: error.kind,
+        node: error.node,
+        message: error.message,
+    }
+}
+
+/// An event from the wire; `None` for one with no event set (sent by a
+/// newer coordinator with a kind this version does not know).
+pub fn event_from_wire(event: pb::RunEvent) -> Option<RunEvent> {
+    use pb::run_event::Event as E;
+    Some(match event.event? {
+        E::WaveStarted(e) => RunEvent::WaveStarted {
+            step: e.step,
+            nodes: e.nodes,
+        },
+        E::NodeStarted(e) => RunEvent::NodeStarted {
+            node: e.node,
+            attempt: e.attempt,
+            item: index_from_wire(e.item),
+        },
+        E::NodeFinished(e) => RunEvent::NodeFinished {
+            node: e.node,
+            item: index_from_wire(e.item),
+        },
+        E::NodeRetrying(e) => RunEvent::NodeRetrying {
+            node: e.node,
+            next_attempt: e.next_attempt,
+            delay_ms: e.delay_ms,
+            error: e.error,
+        },
+        E::NodeFailed(e) => RunEvent::NodeFailed {
+            node: e.node,
+            item: index_from_wire(e.item),
+            error: e.error,
+            fallback: e.fallback,
+        },
+        E::NodeSkipped(e) => RunEvent::NodeSkipped { node: e.node },
+        E::StateChanged(e) => RunEvent::StateChanged {
+            step: e.step,
+            fields: e.fields,
+        },
+        E::LoopReset(e) => RunEvent::LoopReset {
+            from: e.from,
+            head: e.head,
+        },
+        E::LoopIteration(e) => RunEvent::LoopIteration {
+            node: e.node,
+            iteration: e.iteration,
+            max_iterations: e.max_iterations,
+            done: e.done,
+            reason: (!e.reason.is_empty()).then_some(e.reason),
+        },
+        E::SubgraphStarted(e) => RunEvent::SubgraphStarted {
+            node: e.node,
+            run_id: e.run_id,
+        },
+        E::ModelCalled(e) => RunEvent::ModelCalled {
+            node: e.node,
+            item: index_from_wire(e.item),
+            model: e.model,
+            prompt_tokens: e.prompt_tokens,
+            completion_tokens: e.completion_tokens,
+            latency_ms: e.latency_ms,
+        },
+        E::ToolCalled(e) => RunEvent::ToolCalled {
+            node: e.node,
+            item: index_from_wire(e.item),
+            tool: e.tool,
+            error: e.error,
+            latency_ms: e.latency_ms,
+        },
+        E::MessageSent(e) => RunEvent::MessageSent {
+            node: e.node,
+            from: e.from,
+            to: e.to,
+            bytes: e.bytes,
+            content: serde_json::from_str(&e.content_json).ok(),
+        },
+        E::MapItemFinished(e) => RunEvent::MapItemFinished {
+            node: e.node,
+            index: index_from_wire(Some(e.index)).unwrap_or_default(),
+            done: index_from_wire(Some(e.done)).unwrap_or_default(),
+            total: index_from_wire(Some(e.total)).unwrap_or_default(),
+        },
+        E::TaskUnhosted(e) => RunEvent::TaskUnhosted {
+            node: e.node,
+            needs: e.needs,
+        },
+        E::WaitingForInput(e) => RunEvent::WaitingForInput {
+            node: e.node,
+            kind: e.kind,
+            prompt: e.prompt,
+        },
+        E::InputReceived(e) => RunEvent::InputReceived { node: e.node },
+        E::RunFinished(e) => RunEvent::RunFinished {
+            status: status_from_wire(e.status),
+            error: e.error.map(error_from_wire),
+        },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_event_survives_the_wire() {
+        let events = vec![
+            RunEvent::WaveStarted {
+                step: 2,
+                nodes: vec!["a".into(), "b".into()],
+            },
+            RunEvent::NodeStarted {
+                node: "a".into(),
+                attempt: 1,
+                item: Some(3),
+            },
+            RunEvent::NodeFinished {
+                node: "a".into(),
+                item: None,
+            },
+            RunEvent::NodeRetrying {
+                node: "a".into(),
+                next_attempt: 2,
+                delay_ms: 500,
+                error: "boom".into(),
+            },
+            RunEvent::NodeFailed {
+                node: "a".into(),
+                item: Some(0),
+                error: "boom".into(),
+                fallback: Some("rescue".into()),
+            },
+            RunEvent::NodeSkipped { node: "b".into() },
+            RunEvent::StateChanged {
+                step: 1,
+                fields: vec!["x".into()],
+            },
+            RunEvent::LoopReset {
+                from: "c".into(),
+                head: "a".into(),
+            },
+            RunEvent::MapItemFinished {
+                node: "fan".into(),
+                index: 4,
+                done: 5,
+                total: 9,
+            },
+            RunEvent::SubgraphStarted {
+                node: "summarise".into(),
+                run_id: "run-1".into(),
+            },
+            RunEvent::MessageSent {
+                node: "fan".into(),
+                from: "fan/0".into(),
+                to: "fan/2".into(),
+                bytes: 13,
+                content: Some(serde_json::json!({"hi": true})),
+            },
+            RunEvent::ModelCalled {
+                node: "ask".into(),
+                item: Some(1),
+                model: "small".into(),
+                prompt_tokens: Some(12),
+                completion_tokens: None,
+                latency_ms: 40,
+            },
+            RunEvent::ToolCalled {
+                node: "agent".into(),
+                item: None,
+                tool: "search".into(),
+                error: Some("bad arguments".into()),
+                latency_ms: 3,
+            },
+            RunEvent::LoopIteration {
+                node: "refine".into(),
+                iteration: 2,
+                max_iterations: 5,
+                done: false,
+                reason: Some("too long".into()),
+            },
+            RunEvent::TaskUnhosted {
+                node: "a".into(),
+                needs: "handler 'a'".into(),
+            },
+            RunEvent::WaitingForInput {
+                node: "ok".into(),
+                kind: "approval".into(),
+                prompt: "Ship?".into(),
+            },
+            RunEvent::InputReceived { node: "ok".into() },
+            RunEvent::RunFinished {
+                status: RunStatus::Failed,
+                error: Some(ErrorInfo {
+                    kind: "ExecutionError".into(),
+                    node: "a".into(),
+                    message: "boom".into(),
+                }),
+            },
+        ];
+        for (seq, event) in events.into_iter().enumerate() {
+            let wire = event_to_wire(seq as u64, 7, &event);
+            assert_eq!(wire.seq, seq as u64);
+            assert_eq!(
+                event_from_wire(wire),
+                Some(event.clone()),
+                "{}",
+                event.kind()
+            );
+            let json = serde_json::to_value(&event).expect("events serialize");
+            assert_eq!(json["type"], event.kind(), "the JSON form names the kind");
+        }
+    }
+}
