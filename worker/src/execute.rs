@@ -89,18 +89,7 @@ async fn run_handler(
         )
     })?;
     let state = std::mem::take(&mut task.state);
-    let scope = match serde_json::from_str::<Value>(&task.scope_json) {
-        Ok(Value::Object(map)) => map,
-        _ => Default::default(),
-    };
-    let context = TaskContext {
-        run_id: task.run_id.clone(),
-        node: task.node.clone(),
-        attempt: task.attempt,
-        item: task.item,
-        scope,
-        team,
-    };
+    let context = TaskContext::of(task, team);
     let future = handler(&state, context)
         .map_err(|message| Failure::new(FailureKind::HandlerError, message))?;
     drop(state);

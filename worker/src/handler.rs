@@ -75,6 +75,21 @@ impl From<HandlerError> for String {
 }
 
 impl TaskContext {
+    /// The context of `task`'s attempt, with its team when it has one.
+    pub(crate) fn of(task: &crate::Task, team: Option<Team>) -> Self {
+        Self {
+            run_id: task.run_id.clone(),
+            node: task.node.clone(),
+            attempt: task.attempt,
+            item: task.item,
+            scope: match serde_json::from_str::<Value>(&task.scope_json) {
+                Ok(Value::Object(map)) => map,
+                _ => Map::new(),
+            },
+            team,
+        }
+    }
+
     /// This attempt's idempotency key, `RUN/NODE/ITEM/ATTEMPT` (`-` for no
     /// item), the same as a script's `WEFT_TASK_KEY`. Delivery is at least
     /// once: after a lost worker the attempt runs again elsewhere while the

@@ -70,23 +70,36 @@ pub(crate) async fn collect(
     }
 }
 
+/// A process that did not exit 0 as a failure naming `what` ("script",
+/// "the tool"), how it ended, and the tail of its stderr; `waited` names
+/// it when it could not be waited for.
+fn exit_failure(what: &str, waited: &str, finished: &Finished) -> Result<(), Failure> {
+    let status = match &finished.status {
+        Ok(status) => *status,
+        Err(error) => {
+            let error = std::io::Error::new(error.kind(), error.to_string());
+            return Err(io_failure(&format!("cannot wait for {waited}"), error));
+        }
+    };
+    if status.success() {
+        return Ok(());
+    }
+    let how = match (status.code(), status.signal()) {
+        (Some(code), _) => format!("exited with status {code}"),
+        (None, Some(signal)) => format!("was killed by signal {}", signal_name(signal)),
+        (None, None) => "ended abnormally".to_owned(),
+    };
+    let tail = stderr_tail(&finished.stderr_tail);
+    Err(Failure::new(
+        FailureKind::ScriptFailed,
+        format!("{what} {how}; stderr: {tail}"),
+    ))
+}
+
 /// The attempt's result: the stdout object, or why it failed.
 pub(crate) fn judge(finished: Finished) -> Result<Value, Failure> {
-    let status = finished
-        .status
-        .map_err(|e| io_failure("cannot wait for the script", e))?;
+    exit_failure("script", "the script", &finished)?;
     let tail = stderr_tail(&finished.stderr_tail);
-    if !status.success() {
-        let how = match (status.code(), status.signal()) {
-            (Some(code), _) => format!("exited with status {code}"),
-            (None, Some(signal)) => format!("was killed by signal {}", signal_name(signal)),
-            (None, None) => "ended abnormally".to_owned(),
-        };
-        return Err(Failure::new(
-            FailureKind::ScriptFailed,
-            format!("script {how}; stderr: {tail}"),
-        ));
-    }
     if finished.stdout.len() > MAX_STDOUT {
         return Err(Failure::new(
             FailureKind::ScriptFailed,
@@ -103,21 +116,7 @@ pub(crate) fn judge(finished: Finished) -> Result<Value, Failure> {
 
 /// A tool script's result: its stdout, trimmed, when it exited 0.
 pub(crate) fn tool_result(finished: Finished) -> Result<String, Failure> {
-    let status = finished
-        .status
-        .map_err(|e| io_failure("cannot wait for the tool", e))?;
-    if !status.success() {
-        let how = match (status.code(), status.signal()) {
-            (Some(code), _) => format!("exited with status {code}"),
-            (None, Some(signal)) => format!("was killed by signal {}", signal_name(signal)),
-            (None, None) => "ended abnormally".to_owned(),
-        };
-        let tail = stderr_tail(&finished.stderr_tail);
-        return Err(Failure::new(
-            FailureKind::ScriptFailed,
-            format!("the tool {how}; stderr: {tail}"),
-        ));
-    }
+    exit_failure("the tool", "the tool", &finished)?;
     Ok(String::from_utf8_lossy(&finished.stdout).trim().to_owned())
 }
 

@@ -14,7 +14,7 @@
 use std::time::{Duration, Instant};
 
 use serde::Deserialize;
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 
 use super::chat;
 use super::{Prompts, invalid, model_for, structured};
@@ -315,18 +315,7 @@ impl Agent<'_> {
 
     /// The context a registered tool is called with.
     fn context(&self) -> TaskContext {
-        let task = self.task;
-        TaskContext {
-            run_id: task.run_id.clone(),
-            node: task.node.clone(),
-            attempt: task.attempt,
-            item: task.item,
-            scope: match serde_json::from_str::<Value>(&task.scope_json) {
-                Ok(Value::Object(map)) => map,
-                _ => Map::new(),
-            },
-            team: self.team.clone(),
-        }
+        TaskContext::of(self.task, self.team.clone())
     }
 }
 

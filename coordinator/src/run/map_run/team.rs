@@ -168,14 +168,10 @@ impl Team {
     /// Checks that `to` can take one more message, beyond `pending` already
     /// counted for it; its index when it can.
     pub(crate) fn check(&self, to: &str, pending: usize, limit: usize) -> Result<usize, SendError> {
-        let index =
-            self.members
-                .iter()
-                .position(|m| m == to)
-                .ok_or_else(|| SendError::NotAMember {
-                    to: to.to_owned(),
-                    members: self.members.join(", "),
-                })?;
+        let index = self.index_of(to).ok_or_else(|| SendError::NotAMember {
+            to: to.to_owned(),
+            members: self.listed(),
+        })?;
         let inbox = &self.inboxes[index];
         if !inbox.ended && inbox.unread.len() + inbox.taken.len() + pending >= limit {
             return Err(SendError::InboxFull {
@@ -184,6 +180,30 @@ impl Team {
             });
         }
         Ok(index)
+    }
+
+    /// The item whose identity is `to` (`MAP/INDEX`), found by its index
+    /// rather than by searching every member: a map may have many items.
+    fn index_of(&self, to: &str) -> Option<usize> {
+        let (_, index) = to.rsplit_once('/')?;
+        let index: usize = index.parse().ok()?;
+        (self.members.get(index)? == to).then_some(index)
+    }
+
+    /// The members as an error shows them: all of a small team, the ends
+    /// of a large one.
+    fn listed(&self) -> String {
+        const SHOWN: usize = 10;
+        let count = self.members.len();
+        if count <= SHOWN {
+            return self.members.join(", ");
+        }
+        format!(
+            "{}, {}, …, {} ({count} members)",
+            self.members[0],
+            self.members[1],
+            self.members[count - 1]
+        )
     }
 
     /// Sends `content` from item `from` to `to`.
@@ -382,6 +402,19 @@ mod tests {
         assert_eq!(contents, [json!("a"), json!("b")], "arrival order kept");
         team.step_returned(0, 99, Some(&[1, 2]));
         assert_eq!(team.waiting(), 2, "a stale key changes nothing");
+    }
+
+    #[test]
+    fn a_large_teams_members_are_listed_by_their_ends() {
+        let team = Team::provision("fan", 500);
+        assert_eq!(team.index_of("fan/499"), Some(499));
+        assert_eq!(team.index_of("fan/500"), None);
+        assert_eq!(team.index_of("other/3"), None);
+        let error = team.check("fan/x", 0, 10).unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "'fan/x' is not a member of this team (members: fan/0, fan/1, …, fan/499 (500 members))"
+        );
     }
 
     #[test]
