@@ -1,6 +1,8 @@
 //! Bundling a graph file with the files it names, so workers need no
 //! shared file system: script paths (`script:` and argv elements that name
-//! files beside the graph) travel with the run.
+//! files beside the graph) and Python files (the `functions:` sidecar,
+//! import-path modules found beside the graph, `nodes/<id>.py`) travel with
+//! the run.
 
 use std::path::{Component, Path, PathBuf};
 
@@ -150,6 +152,14 @@ fn named_files(dir: &Path, top: &str, graph: graph::Graph) -> Result<Vec<String>
     let mut graphs = vec![(top.to_owned(), graph)];
     while let Some((at, graph)) = graphs.pop() {
         let base = Path::new(&at).parent().unwrap_or(Path::new(""));
+        // The Python files its names live in, beside it.
+        for file in &graph.python_files {
+            if let Some(relative) = inside(base, file)
+                && !named.contains(&relative)
+            {
+                named.push(relative);
+            }
+        }
         // Agents' script tools run from the bundle's root too.
         for tool in &graph.tools {
             if let graph::ToolRun::Script(argv) = &tool.run {

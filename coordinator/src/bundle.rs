@@ -177,19 +177,43 @@ impl Bundle {
         })
     }
 
-    /// Loads and validates the bundle's graph.
+    /// Loads and validates the bundle's graph; the Python files it names
+    /// are read from the bundle, beside it.
     pub fn load_graph(&self) -> Result<(Graph, Vec<Finding>), BundleError> {
         let text = self.graph_text()?;
         let path = Path::new(&self.graph_path);
         let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or("graph");
-        Ok(graph::load_str(text, Format::from_path(path), stem)?)
+        let beside = |relative: &str| self.text_beside_graph(relative);
+        let (mut graph, findings) =
+            graph::load_str_with(text, Format::from_path(path), stem, &beside)?;
+        graph.dir = self.graph_dir();
+        Ok((graph, findings))
     }
 
     /// Parses the bundle's graph and returns every finding, valid or not.
     pub fn findings(&self) -> Result<Vec<Finding>, BundleError> {
         let text = self.graph_text()?;
         let path = Path::new(&self.graph_path);
-        Ok(graph::parse_graph(text, Format::from_path(path), "graph").1)
+        let beside = |relative: &str| self.text_beside_graph(relative);
+        Ok(graph::parse_graph_with(text, Format::from_path(path), "graph", &beside).1)
+    }
+
+    /// The directory of the graph file within the bundle (`""` at its
+    /// root).
+    fn graph_dir(&self) -> String {
+        Path::new(&self.graph_path)
+            .parent()
+            .and_then(Path::to_str)
+            .unwrap_or_default()
+            .to_owned()
+    }
+
+    /// A text file of the bundle, by path relative to the graph's
+    /// directory.
+    fn text_beside_graph(&self, relative: &str) -> Option<String> {
+        let path = crate::bundle_family::resolve(&self.graph_path, relative)?;
+        let file = self.files.get(&path)?;
+        String::from_utf8(file.content.to_vec()).ok()
     }
 
     fn graph_text(&self) -> Result<&str, BundleError> {

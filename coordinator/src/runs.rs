@@ -402,6 +402,10 @@ impl Runs {
     }
 }
 
+/// Where a worker gets Python from.
+const PYTHON_HINT: &str = " (a worker hosts it when python3 runs there, or the interpreter \
+     named by [python] interpreter in its --config)";
+
 /// What the graph needs that no connected worker hosts now.
 fn unhosted(plan: &RunPlan, fleet: &crate::dispatch::Fleet) -> Vec<Gap> {
     let workers = &fleet.workers;
@@ -420,12 +424,32 @@ fn unhosted(plan: &RunPlan, fleet: &crate::dispatch::Fleet) -> Vec<Gap> {
                     " (a worker hosts it with a model provider: OPENAI_BASE_URL, or \
                      [providers.NAME] in its --config)"
                 }
+                Requirement::Kind(WorkerKind::Function) => PYTHON_HINT,
                 _ => "",
             };
             let what = format!("node '{}' needs {requirement}{hint}", node.id);
             warnings.push(Gap {
                 warning: format!(
                     "warning: {what}, which no connected worker hosts yet; it will wait for one"
+                ),
+                what,
+            });
+        }
+    }
+    // Python reducers, conditions, routers and `until`s (function nodes
+    // are above) need a worker with Python.
+    if !workers
+        .iter()
+        .any(|w| !w.draining && Requirement::Python.hosted_by(&w.info))
+    {
+        for (function, used_by) in plan.graph().python_functions() {
+            if used_by.starts_with("function node") {
+                continue;
+            }
+            let what = format!("{} ({used_by}) needs Python{PYTHON_HINT}", function.label());
+            warnings.push(Gap {
+                warning: format!(
+                    "warning: {what}; no connected worker has it yet, so it will wait"
                 ),
                 what,
             });
@@ -481,7 +505,7 @@ fn unhosted_untils(plan: &RunPlan, fleet: &crate::dispatch::Fleet) -> Vec<String
         .iter()
         .filter_map(|node| match &node.kind {
             crate::graph::NodeKind::Loop(config) => match &config.until {
-                crate::graph::Until::Hosted(name) => Some((node, name)),
+                crate::graph::Until::Hosted(crate::graph::Code::Rust(name)) => Some((node, name)),
                 _ => None,
             },
             _ => None,

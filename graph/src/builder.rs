@@ -12,6 +12,7 @@ use super::cel::CelExpr;
 use super::document::did_you_mean;
 use super::expr::Template;
 use super::finding::Finding;
+use super::python_names;
 use super::raw_node::{RawNode, RawRetry, read_node};
 use super::*;
 
@@ -30,14 +31,15 @@ struct RawEdge {
     is_loop: Option<bool>,
 }
 
-pub(super) struct Builder<'a> {
+pub(super) struct Builder<'a, 'f> {
     pub(super) index: HashMap<String, NodeIdx>,
     pub(super) conditions: &'a [(String, CelExpr)],
     pub(super) findings: &'a mut Vec<Finding>,
     pub(super) edges: Vec<Edge>,
+    pub(super) python: super::python_names::PythonNames<'f>,
 }
 
-impl Builder<'_> {
+impl Builder<'_, '_> {
     pub(super) fn error(&mut self, message: String, nodes: &[&str]) {
         self.findings.push(Finding::error(message, nodes));
     }
@@ -62,25 +64,33 @@ impl Builder<'_> {
         }
     }
 
+    /// A condition or router: a `conditions:` entry, code (`fn:NAME`, a
+    /// sidecar function, `module:function`), or inline CEL.
     pub(super) fn condition(&mut self, owner: &str, text: &str) -> Option<Condition> {
         let text = text.trim();
-        if let Some(name) = text.strip_prefix("fn:") {
-            return Some(Condition::Hosted(name.trim().to_owned()));
-        }
         if let Some((_, expr)) = self.conditions.iter().find(|(name, _)| name == text) {
             return Some(Condition::Named(text.to_owned(), expr.clone()));
+        }
+        match self.python.resolve(text) {
+            Ok(python_names::Resolved::Code(code)) => return Some(Condition::Hosted(code)),
+            Ok(python_names::Resolved::NotCode) => {}
+            Err(error) => {
+                self.error(format!("{owner}: {error}"), &[]);
+                return None;
+            }
         }
         let is_bare_name = text.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
             && !matches!(text, "true" | "false" | "null");
         if is_bare_name {
             let known: Vec<&str> = self.conditions.iter().map(|(n, _)| n.as_str()).collect();
-            let hint = did_you_mean(text, &known)
-                .map(|k| format!(" (did you mean '{k}'?)"))
-                .unwrap_or_default();
-            self.error(
-                format!("{owner}: `when` names unknown condition '{text}'{hint}"),
-                &[],
-            );
+            let hint = self.python.hint(text, &known);
+            let what = match self.python.sidecar() {
+                Some(path) => {
+                    format!("no `conditions:` entry or function of {path} is named '{text}'")
+                }
+                None => format!("unknown condition '{text}'"),
+            };
+            self.error(format!("{owner}: `when` names {what}{hint}"), &[]);
             return None;
         }
         match CelExpr::compile(text) {
@@ -439,6 +449,7 @@ impl Builder<'_> {
                 output_map: string_pairs(self, id, "output_map", raw.output_map.as_ref()),
             })),
             "end" => self.end(id, raw),
+            "function" | "python" => self.function(id, raw)?,
             _ => NodeKind::Rag,
         })
     }
@@ -477,7 +488,7 @@ impl Builder<'_> {
 }
 
 fn string_pairs(
-    builder: &mut Builder<'_>,
+    builder: &mut Builder<'_, '_>,
     id: &str,
     field: &str,
     map: Option<&Map<String, Value>>,

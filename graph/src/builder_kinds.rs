@@ -6,10 +6,11 @@ use serde_json::Value;
 
 use super::builder::Builder;
 use super::cel::CelExpr;
+use super::python_names::Resolved;
 use super::raw_node::RawNode;
 use super::*;
 
-impl Builder<'_> {
+impl Builder<'_, '_> {
     pub(super) fn script(&mut self, id: &str, raw: &RawNode) -> Option<NodeKind> {
         let argv = match (&raw.run, &raw.script) {
             (Some(_), Some(_)) => {
@@ -138,18 +139,85 @@ impl Builder<'_> {
         let body = self.required(id, "loop", "body", &raw.body)?;
         let until = self.required(id, "loop", "until", &raw.until)?;
         let body = self.resolve_target(id, "body", &body)?.node();
-        let until = if let Some(name) = until.strip_prefix("fn:") {
-            Until::Hosted(name.trim().to_owned())
-        } else if let Some((name, expr)) = self.conditions.iter().find(|(n, _)| *n == until) {
-            Until::Condition(name.clone(), expr.clone())
-        } else {
-            Until::Sentence(until)
-        };
+        let until = self.until(id, until)?;
         Some(NodeKind::Loop(Box::new(LoopConfig {
             body,
             until,
             max_iterations: raw.max_iterations.unwrap_or(10),
             output_key: raw.output_key.clone().unwrap_or_else(|| "output".into()),
+        })))
+    }
+
+    /// `until` is looked up, not guessed (SPEC 4.2, 4.3): a `conditions:`
+    /// entry, code, or else a sentence; with a sidecar declared, a bare
+    /// name it lacks is an error, so a typo never becomes a prompt.
+    fn until(&mut self, id: &str, until: String) -> Option<Until> {
+        // Never `None`: a wrong `until` is reported and the loop kept.
+        if let Some((name, expr)) = self.conditions.iter().find(|(n, _)| *n == until) {
+            return Some(Until::Condition(name.clone(), expr.clone()));
+        }
+        match self.python.resolve(&until) {
+            Ok(Resolved::Code(code)) => Some(Until::Hosted(code)),
+            Ok(Resolved::NotCode) => match self.python.sidecar().map(str::to_owned) {
+                Some(path) if crate::python::is_identifier(&until) => {
+                    let known: Vec<&str> =
+                        self.conditions.iter().map(|(n, _)| n.as_str()).collect();
+                    let hint = self.python.hint(&until, &known);
+                    self.error(
+                        format!(
+                            "loop node '{id}': until '{until}' is not a function of {path} nor a `conditions:` entry{hint}; with a sidecar declared, a bare name must be defined (write a sentence of several words for a model to judge)"
+                        ),
+                        &[id],
+                    );
+                    // Reported; the loop stays, so its body is not also
+                    // called unreachable.
+                    Some(Until::Sentence(until))
+                }
+                _ => Some(Until::Sentence(until)),
+            },
+            Err(error) => {
+                self.error(format!("loop node '{id}': until {error}"), &[id]);
+                Some(Until::Sentence(until))
+            }
+        }
+    }
+
+    /// `function` (or `python`): a Python callable with keyword arguments.
+    pub(super) fn function(&mut self, id: &str, raw: &RawNode) -> Option<NodeKind> {
+        let callable = match raw.callable.as_deref().map(str::trim) {
+            None => self.python.node_file(id),
+            Some(text) if text.starts_with("fn:") => Err(format!(
+                "function node '{id}': callable '{text}' names a Rust worker's function; a function node calls Python (use kind: task with a handler for Rust)"
+            )),
+            Some(text) => match self.python.resolve(text) {
+                Ok(Resolved::Code(crate::Code::Python(function))) => Ok(function),
+                Ok(_) => {
+                    let hint = self.python.hint(text, &[]);
+                    Err(match self.python.sidecar() {
+                        Some(path) => format!(
+                            "function node '{id}': callable '{text}' is not a function of {path}{hint} (or write module:function)"
+                        ),
+                        None => format!(
+                            "function node '{id}': callable '{text}' names no function: declare `functions: helpers.py` for bare names, or write module:function"
+                        ),
+                    })
+                }
+                Err(error) => Err(format!("function node '{id}': callable {error}")),
+            },
+        };
+        let callable = match callable {
+            Ok(callable) => callable,
+            Err(message) => {
+                self.error(message, &[id]);
+                return None;
+            }
+        };
+        let definition = self.python.definition(&callable);
+        Some(NodeKind::Function(Box::new(FunctionConfig {
+            callable,
+            definition,
+            tool_args: raw.tool_args.clone().unwrap_or_default(),
+            output_key: raw.output_key.clone().unwrap_or_else(|| id.to_owned()),
         })))
     }
 

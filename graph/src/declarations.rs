@@ -157,13 +157,13 @@ pub enum Reducer {
     Min,
     /// The largest number.
     Max,
-    /// A reducer hosted by a worker (`fn:NAME`).
-    Hosted(String),
+    /// A reducer run by a worker: a Rust worker's `fn:NAME`, or Python.
+    Hosted(crate::Code),
 }
 
 impl Reducer {
-    /// Parses a `reducer:` value.
-    pub fn parse(text: &str) -> Option<Self> {
+    /// Parses a built-in `reducer:` name.
+    pub fn builtin(text: &str) -> Option<Self> {
         Some(match text {
             "concat" => Self::Concat,
             "merge" => Self::Merge,
@@ -171,13 +171,7 @@ impl Reducer {
             "union" => Self::Union,
             "min" => Self::Min,
             "max" => Self::Max,
-            other => {
-                let name = other.strip_prefix("fn:")?.trim();
-                if name.is_empty() {
-                    return None;
-                }
-                Self::Hosted(name.to_owned())
-            }
+            _ => return None,
         })
     }
 
@@ -202,7 +196,7 @@ impl Reducer {
             Self::Union => "union".into(),
             Self::Min => "min".into(),
             Self::Max => "max".into(),
-            Self::Hosted(name) => format!("fn:{name}"),
+            Self::Hosted(code) => code.label(),
         }
     }
 }

@@ -3,6 +3,7 @@
 use super::cel::CelExpr;
 use super::expr::Template;
 use super::model::NodeIdx;
+use super::python::{Code, PyDef, PyFunction};
 use super::schema::Schema;
 
 /// What a node runs, with the fields its kind takes.
@@ -48,6 +49,8 @@ pub enum NodeKind {
     Subgraph(Box<SubgraphConfig>),
     /// Ends the run.
     End(EndConfig),
+    /// A Python function called on a worker's Python host (SPEC 4.3).
+    Function(Box<FunctionConfig>),
     /// Reserved; rejected by validation.
     Rag,
 }
@@ -66,6 +69,7 @@ impl NodeKind {
             Self::Loop(_) => "loop",
             Self::Subgraph(_) => "subgraph",
             Self::End(_) => "end",
+            Self::Function(_) => "function",
             Self::Rag => "rag",
         }
     }
@@ -145,7 +149,7 @@ pub enum ConcurrencyLimit {
 pub struct LoopConfig {
     /// Entry node of the body chain.
     pub body: Option<NodeIdx>,
-    /// The stop predicate: a condition name, `fn:NAME`, or a sentence for an LLM.
+    /// The stop predicate: a condition name, code, or a sentence for an LLM.
     pub until: Until,
     /// Iteration cap.
     pub max_iterations: u32,
@@ -158,8 +162,8 @@ pub struct LoopConfig {
 pub enum Until {
     /// A named condition.
     Condition(String, CelExpr),
-    /// A worker-hosted predicate.
-    Hosted(String),
+    /// A predicate run by a worker: `fn:NAME`, or a Python function.
+    Hosted(Code),
     /// A sentence judged by an LLM.
     Sentence(String),
 }
@@ -182,4 +186,20 @@ pub struct EndConfig {
     pub failed: bool,
     /// Message, for a failed end.
     pub message: Option<String>,
+}
+
+/// `function` node fields (SPEC 4.3).
+#[derive(Debug, Clone)]
+pub struct FunctionConfig {
+    /// The function called.
+    pub callable: PyFunction,
+    /// What its file shows of it (parameters), when the file is beside
+    /// the graph.
+    pub definition: Option<PyDef>,
+    /// Keyword arguments given by the graph; `${NAME}` secrets are
+    /// substituted on the worker.
+    pub tool_args: serde_json::Map<String, serde_json::Value>,
+    /// Field a value that is not an object is written to (default: the
+    /// node id).
+    pub output_key: String,
 }

@@ -18,6 +18,8 @@ mod kinds;
 pub mod limits;
 mod load;
 mod model;
+mod python;
+mod python_names;
 mod raw_node;
 mod schema;
 mod tools;
@@ -34,12 +36,27 @@ pub use expr::{ExprError, Strictness, Template, TemplateContext, truthy};
 pub use finding::{Finding, GraphError, Severity};
 pub use kinds::*;
 pub use model::*;
+pub use python::{
+    Code, PyDef, PyFunction, PyModule, PyParam, SourceFiles, import_path, is_identifier, no_files,
+};
 pub use schema::{Schema, SchemaError};
 pub use tools::{TEAMMATE_TOOLS, ToolDecl, ToolRun, is_tool_name};
 
 /// Parses and validates graph text. Returns the graph (possibly partial when
 /// there are errors) and every finding, errors and warnings alike.
 pub fn parse_graph(text: &str, format: Format, fallback_name: &str) -> (Graph, Vec<Finding>) {
+    parse_graph_with(text, format, fallback_name, &no_files)
+}
+
+/// As [`parse_graph`], reading the Python files the graph names (its
+/// `functions:` sidecar, import-path modules, `nodes/<id>.py`) through
+/// `files`, by path relative to the graph's directory.
+pub fn parse_graph_with(
+    text: &str,
+    format: Format,
+    fallback_name: &str,
+    files: SourceFiles<'_>,
+) -> (Graph, Vec<Finding>) {
     if let Some(too_big) = limits::check_text(text) {
         return refused(format, fallback_name, vec![too_big]);
     }
@@ -61,7 +78,7 @@ pub fn parse_graph(text: &str, format: Format, fallback_name: &str) -> (Graph, V
     }
     let syntax_failed = !findings.is_empty();
     findings.extend(duplicates);
-    let graph = load::build(&document, text, format, fallback_name, &mut findings);
+    let graph = load::build(&document, text, format, fallback_name, files, &mut findings);
     if syntax_failed {
         // The empty-document finding adds nothing to a syntax error.
         findings.truncate(1);
@@ -79,6 +96,7 @@ fn refused(format: Format, fallback_name: &str, findings: Vec<Finding>) -> (Grap
         "",
         format,
         fallback_name,
+        &no_files,
         &mut Vec::new(),
     );
     (graph, findings)
@@ -90,7 +108,17 @@ pub fn load_str(
     format: Format,
     fallback_name: &str,
 ) -> Result<(Graph, Vec<Finding>), GraphError> {
-    let (graph, findings) = parse_graph(text, format, fallback_name);
+    load_str_with(text, format, fallback_name, &no_files)
+}
+
+/// As [`load_str`], reading the Python files it names through `files`.
+pub fn load_str_with(
+    text: &str,
+    format: Format,
+    fallback_name: &str,
+    files: SourceFiles<'_>,
+) -> Result<(Graph, Vec<Finding>), GraphError> {
+    let (graph, findings) = parse_graph_with(text, format, fallback_name, files);
     if findings.iter().any(Finding::is_error) {
         return Err(GraphError::Invalid(findings));
     }
@@ -104,5 +132,7 @@ pub fn load_file(path: &Path) -> Result<(Graph, Vec<Finding>), GraphError> {
         source,
     })?;
     let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or("graph");
-    load_str(&text, Format::from_path(path), stem)
+    let dir = path.parent().unwrap_or(Path::new(""));
+    let beside = |relative: &str| std::fs::read_to_string(dir.join(relative)).ok();
+    load_str_with(&text, Format::from_path(path), stem, &beside)
 }

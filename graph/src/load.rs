@@ -15,16 +15,19 @@ use super::builder::Builder;
 use super::cel::CelExpr;
 use super::document::{did_you_mean, node_lines};
 use super::finding::Finding;
+use super::python::SourceFiles;
+use super::python_names::{PythonNames, Resolved};
 use super::raw_node::RawDuration;
 use super::*;
 
-const TOP_LEVEL_KEYS: [&str; 9] = [
+const TOP_LEVEL_KEYS: [&str; 10] = [
     "version",
     "name",
     "description",
     "settings",
     "state",
     "conditions",
+    "functions",
     "tools",
     "nodes",
     "edges",
@@ -56,11 +59,13 @@ struct RawField {
 }
 
 /// Builds a graph from a parsed document; problems go to `findings`.
+/// `files` reads the Python files the graph names beside it.
 pub fn build(
     document: &Value,
     text: &str,
     format: super::Format,
     fallback_name: &str,
+    files: SourceFiles<'_>,
     findings: &mut Vec<Finding>,
 ) -> Graph {
     let empty = Map::new();
@@ -74,7 +79,8 @@ pub fn build(
         .and_then(Value::as_str)
         .map(str::to_owned);
     let settings = read_settings(top.get("settings"), findings);
-    let fields = read_fields(top.get("state"), findings);
+    let mut python = python_names(top.get("functions"), files, findings);
+    let fields = read_fields(top.get("state"), &mut python, findings);
     let conditions = read_conditions(top.get("conditions"), findings);
     let tools = super::tools::read_tools(top.get("tools"), findings);
 
@@ -85,6 +91,7 @@ pub fn build(
         conditions: &conditions,
         findings,
         edges: Vec::new(),
+        python,
     };
     for (i, (id, _)) in entries.iter().enumerate() {
         builder.index.entry(id.clone()).or_insert(i);
@@ -103,6 +110,7 @@ pub fn build(
         builder.edge_list(edges);
     }
     let edges = builder.edges;
+    let python = builder.python;
     let mut graph = Graph::assemble(
         name,
         description,
@@ -113,7 +121,36 @@ pub fn build(
         edges,
     );
     graph.tools = tools;
+    graph.functions = python.sidecar().map(str::to_owned);
+    graph.python_files = python.bundled;
     graph
+}
+
+/// `functions:`: the sidecar, read through `files`.
+fn python_names<'a>(
+    value: Option<&Value>,
+    files: SourceFiles<'a>,
+    findings: &mut Vec<Finding>,
+) -> PythonNames<'a> {
+    let sidecar = match value {
+        None | Some(Value::Null) => None,
+        Some(Value::String(path)) => Some(path.as_str()),
+        Some(other) => {
+            findings.push(Finding::error(
+                format!(
+                    "functions: expected the path of a .py file beside the graph, found {}",
+                    json_type_name(other)
+                ),
+                &[],
+            ));
+            None
+        }
+    };
+    let (names, problem) = PythonNames::new(files, sidecar);
+    if let Some(problem) = problem {
+        findings.push(Finding::error(problem, &[]));
+    }
+    names
 }
 
 /// The document's top-level map, its keys and version checked; `None` for
@@ -227,7 +264,11 @@ fn read_settings(value: Option<&Value>, findings: &mut Vec<Finding>) -> Settings
     settings
 }
 
-fn read_fields(value: Option<&Value>, findings: &mut Vec<Finding>) -> Vec<FieldDecl> {
+fn read_fields(
+    value: Option<&Value>,
+    python: &mut PythonNames<'_>,
+    findings: &mut Vec<Finding>,
+) -> Vec<FieldDecl> {
     let Some(value) = value else {
         return Vec::new();
     };
@@ -261,16 +302,10 @@ fn read_fields(value: Option<&Value>, findings: &mut Vec<Finding>) -> Vec<FieldD
                 FieldType::Any
             }),
         };
-        let reducer = raw.reducer.as_deref().and_then(|text| {
-            let reducer = Reducer::parse(text);
-            if reducer.is_none() {
-                findings.push(Finding::error(
-                    format!("state field '{name}': unknown reducer '{text}' (reducers: concat, merge, add, union, min, max, fn:NAME)"),
-                    &[],
-                ));
-            }
-            reducer
-        });
+        let reducer = raw
+            .reducer
+            .as_deref()
+            .and_then(|text| reducer(name, text, python, findings));
         if let Some(reducer) = &reducer
             && !reducer.fits(ty)
         {
@@ -302,6 +337,41 @@ fn read_fields(value: Option<&Value>, findings: &mut Vec<Finding>) -> Vec<FieldD
         });
     }
     fields
+}
+
+/// A field's `reducer:`: a built-in, `fn:NAME`, or a Python name.
+fn reducer(
+    field: &str,
+    text: &str,
+    python: &mut PythonNames<'_>,
+    findings: &mut Vec<Finding>,
+) -> Option<Reducer> {
+    if let Some(reducer) = Reducer::builtin(text) {
+        return Some(reducer);
+    }
+    match python.resolve(text) {
+        Ok(Resolved::Code(code)) => Some(Reducer::Hosted(code)),
+        Ok(Resolved::NotCode) => {
+            const BUILTIN: [&str; 6] = ["concat", "merge", "add", "union", "min", "max"];
+            let hint = python.hint(text, &BUILTIN);
+            let sidecar = python
+                .sidecar()
+                .map(|path| format!(", a function of {path}"))
+                .unwrap_or_default();
+            findings.push(Finding::error(
+                format!("state field '{field}': unknown reducer '{text}'{hint} (reducers: concat, merge, add, union, min, max, fn:NAME, module:function{sidecar})"),
+                &[],
+            ));
+            None
+        }
+        Err(error) => {
+            findings.push(Finding::error(
+                format!("state field '{field}': reducer {error}"),
+                &[],
+            ));
+            None
+        }
+    }
 }
 
 fn read_conditions(value: Option<&Value>, findings: &mut Vec<Finding>) -> Vec<(String, CelExpr)> {

@@ -15,6 +15,7 @@ use super::cel::CelExpr;
 use super::declarations::{FieldDecl, RetryPolicy, Settings};
 use super::expr::Template;
 use super::kinds::NodeKind;
+use super::python::Code;
 use super::schema::Schema;
 use super::tools::ToolDecl;
 
@@ -42,6 +43,14 @@ pub struct Graph {
     pub edges: Vec<Edge>,
     /// The tools `agent` nodes may call (`tools:`).
     pub tools: Vec<ToolDecl>,
+    /// `functions:`: the Python sidecar, relative to the graph's directory.
+    pub functions: Option<String>,
+    /// The Python files the graph's names live in (the sidecar, bundled
+    /// import-path modules, `nodes/<id>.py`), relative to its directory.
+    pub python_files: Vec<String>,
+    /// The directory of the graph file within its bundle (`""` at the
+    /// root): Python names are relative to it.
+    pub dir: String,
     index: HashMap<String, NodeIdx>,
     field_index: HashMap<String, usize>,
     out_edges: Vec<Vec<EdgeIdx>>,
@@ -87,6 +96,9 @@ impl Graph {
             nodes,
             edges,
             tools: Vec::new(),
+            functions: None,
+            python_files: Vec::new(),
+            dir: String::new(),
             index,
             field_index,
             out_edges,
@@ -148,29 +160,68 @@ impl Graph {
         }
     }
 
-    /// Every worker-hosted function (`fn:NAME`) the graph uses, once each,
-    /// with what uses it first (a reducer, a router, an edge condition).
+    /// Every Rust worker's function (`fn:NAME`) the graph uses, once each,
+    /// with what uses it first (a reducer, a router, an edge condition);
+    /// loops' `until` apart.
     pub fn hosted_functions(&self) -> Vec<(String, String)> {
-        let mut found: Vec<(String, String)> = Vec::new();
-        let mut add = |name: &str, used_by: String| {
-            if !found.iter().any(|(n, _)| n == name) {
-                found.push((name.to_owned(), used_by));
+        self.code_uses_with(false)
+            .into_iter()
+            .filter_map(|(code, used_by)| match code {
+                Code::Rust(name) => Some((name, used_by)),
+                Code::Python(_) => None,
+            })
+            .collect()
+    }
+
+    /// Every Python function the graph names, once each, with what uses
+    /// it first; `function` nodes' callables included.
+    pub fn python_functions(&self) -> Vec<(crate::PyFunction, String)> {
+        self.code_uses_with(true)
+            .into_iter()
+            .filter_map(|(code, used_by)| match code {
+                Code::Python(function) => Some((function, used_by)),
+                Code::Rust(_) => None,
+            })
+            .collect()
+    }
+
+    /// Every piece of code the graph names, once each, with what uses it
+    /// first; loops' `until` too when `untils`.
+    fn code_uses_with(&self, untils: bool) -> Vec<(Code, String)> {
+        let mut found: Vec<(Code, String)> = Vec::new();
+        let mut add = |code: &Code, used_by: String| {
+            if !found.iter().any(|(c, _)| c == code) {
+                found.push((code.clone(), used_by));
             }
         };
         for field in &self.fields {
-            if let Some(crate::Reducer::Hosted(name)) = &field.reducer {
-                add(name, format!("reducer of field '{}'", field.name));
+            if let Some(crate::Reducer::Hosted(code)) = &field.reducer {
+                add(code, format!("reducer of field '{}'", field.name));
             }
         }
         for (idx, node) in self.nodes.iter().enumerate() {
+            match &node.kind {
+                NodeKind::Function(config) => {
+                    add(
+                        &Code::Python(config.callable.clone()),
+                        format!("function node '{}'", node.id),
+                    );
+                }
+                NodeKind::Loop(config) if untils => {
+                    if let crate::Until::Hosted(code) = &config.until {
+                        add(code, format!("until of loop node '{}'", node.id));
+                    }
+                }
+                _ => {}
+            }
             if let Some(router) = &node.router
-                && let Condition::Hosted(name) = &router.expr
+                && let Condition::Hosted(code) = &router.expr
             {
-                add(name, format!("router of node '{}'", node.id));
+                add(code, format!("router of node '{}'", node.id));
             }
             for &e in self.out_edges(idx) {
-                if let Guard::When(Condition::Hosted(name)) = &self.edges[e].guard {
-                    add(name, format!("condition on an edge from '{}'", node.id));
+                if let Guard::When(Condition::Hosted(code)) = &self.edges[e].guard {
+                    add(code, format!("condition on an edge from '{}'", node.id));
                 }
             }
         }
@@ -234,6 +285,7 @@ impl Node {
                 | NodeKind::Script { .. }
                 | NodeKind::Llm { .. }
                 | NodeKind::Agent { .. }
+                | NodeKind::Function(_)
         )
     }
 
@@ -269,8 +321,8 @@ pub enum Condition {
     Named(String, CelExpr),
     /// An inline CEL expression.
     Inline(CelExpr),
-    /// A predicate hosted by a worker (`fn:NAME`).
-    Hosted(String),
+    /// A predicate run by a worker: a Rust worker's `fn:NAME`, or Python.
+    Hosted(Code),
 }
 
 impl Condition {
@@ -279,7 +331,7 @@ impl Condition {
         match self {
             Self::Named(name, _) => name.clone(),
             Self::Inline(expr) => expr.source().to_owned(),
-            Self::Hosted(name) => format!("fn:{name}"),
+            Self::Hosted(code) => code.label(),
         }
     }
 }

@@ -12,8 +12,9 @@ use super::document::did_you_mean;
 use super::finding::Finding;
 
 /// Every kind the parser accepts.
-pub const KINDS: [&str; 11] = [
-    "task", "script", "llm", "agent", "approval", "input", "map", "loop", "subgraph", "end", "rag",
+pub const KINDS: [&str; 13] = [
+    "task", "script", "llm", "agent", "approval", "input", "map", "loop", "subgraph", "end",
+    "function", "python", "rag",
 ];
 
 /// Fields every kind takes.
@@ -43,7 +44,7 @@ const RUN_FIELDS: [&str; 5] = [
 fn refused_run_field(kind: &str, field: &str) -> Option<&'static str> {
     let retry = matches!(field, "retry" | "max_attempts");
     match kind {
-        "task" | "script" | "llm" | "agent" => None,
+        "task" | "script" | "llm" | "agent" | "function" | "python" => None,
         "map" if retry => Some("a map's items are retried by their branch nodes' own `retry`"),
         "map" if field == "timeout" => Some(
             "bound its items with their branch nodes' `timeout`, or the run with `settings.timeout`",
@@ -97,6 +98,8 @@ fn kind_fields(kind: &str) -> &'static [&'static str] {
         "loop" => &["body", "until", "max_iterations", "output_key"],
         "subgraph" => &["graph", "input_map", "output_map"],
         "end" => &["status", "message"],
+        // Seed 002: `python` is the same thing as `function`.
+        "function" | "python" => &["callable", "tool_args", "output_key"],
         _ => &[],
     }
 }
@@ -282,6 +285,8 @@ pub struct RawNode {
     pub output_map: Option<Map<String, Value>>,
     pub status: Option<String>,
     pub message: Option<String>,
+    pub callable: Option<String>,
+    pub tool_args: Option<Map<String, Value>>,
 }
 
 /// Checks the node's kind and keys, then reads it; every problem is pushed

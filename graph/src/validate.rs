@@ -35,6 +35,7 @@ pub fn validate(graph: &Graph) -> Vec<Finding> {
         }
     }
     strict_state(graph, &mut findings);
+    function_parameters(graph, &mut findings);
     for finding in &mut findings {
         if finding.line.is_none()
             && let Some(first) = finding.nodes.first()
@@ -175,6 +176,73 @@ fn teammates(graph: &Graph, findings: &mut Vec<Finding>) {
                      (one member per item); here the step runs without one"
                 ),
                 &[id],
+            ));
+        }
+    }
+}
+
+/// A `function` node's parameter that names nothing the call supplies
+/// receives nothing (seed 002's gotcha): warned about, with what it is
+/// closest to. Signatures come from the Python file beside the graph; a
+/// function from an installed package is not checked.
+fn function_parameters(graph: &Graph, findings: &mut Vec<Finding>) {
+    let mut supplied: Vec<&str> = graph.fields.iter().map(|f| f.name.as_str()).collect();
+    for node in &graph.nodes {
+        supplied.push(&node.id);
+        match &node.kind {
+            NodeKind::Approval { output_key, .. } | NodeKind::Input { output_key, .. } => {
+                supplied.push(output_key)
+            }
+            NodeKind::Loop(config) => supplied.push(&config.output_key),
+            NodeKind::Map(map) => supplied.push(&map.collect_into),
+            NodeKind::Function(function) => supplied.push(&function.output_key),
+            _ => {}
+        }
+    }
+    let writes: Vec<String> = graph
+        .nodes
+        .iter()
+        .flat_map(|n| n.declared_writes())
+        .collect();
+    supplied.extend(writes.iter().map(String::as_str));
+    let mut scope: Vec<Vec<&str>> = vec![Vec::new(); graph.nodes.len()];
+    for (idx, node) in graph.nodes.iter().enumerate() {
+        let name = match &node.kind {
+            NodeKind::Map(map) => map.item_name.as_str(),
+            NodeKind::Loop(_) => "loop",
+            _ => continue,
+        };
+        for member in container_members(graph, idx) {
+            scope[member].push(name);
+        }
+    }
+    for (idx, node) in graph.nodes.iter().enumerate() {
+        let NodeKind::Function(function) = &node.kind else {
+            continue;
+        };
+        let Some(params) = function.definition.as_ref().and_then(|d| d.params.as_ref()) else {
+            continue;
+        };
+        let mut known = supplied.clone();
+        known.extend(function.tool_args.keys().map(String::as_str));
+        known.extend(scope[idx].iter().copied());
+        for param in params.iter().filter(|p| !known.contains(&p.name.as_str())) {
+            let hint = super::did_you_mean(&param.name, &known)
+                .map(|k| format!(" (did you mean '{k}'?)"))
+                .unwrap_or_default();
+            let effect = if param.required {
+                "the call fails without it"
+            } else {
+                "it always takes its default"
+            };
+            findings.push(Finding::warning(
+                format!(
+                    "function node '{}': parameter '{}' of {} names no state field, node, tool_args key or scope variable, so it receives nothing ({effect}){hint}",
+                    node.id,
+                    param.name,
+                    function.callable.label()
+                ),
+                &[&node.id],
             ));
         }
     }

@@ -7,7 +7,7 @@ use super::super::topology::{container_members, main_flow};
 use super::super::{Condition, Endpoint, Graph, Guard, NodeIdx, NodeKind, Target};
 
 /// Kinds a map's branch subgraph may hold (seed 003, plus Weft's `task`).
-const BRANCH_KINDS: [&str; 5] = ["task", "script", "llm", "agent", "rag"];
+const BRANCH_KINDS: [&str; 6] = ["task", "script", "llm", "agent", "function", "rag"];
 
 /// Seed 003's branch subgraph rules, reported on the map node.
 pub(super) fn map_branch(graph: &Graph, map_idx: NodeIdx, findings: &mut Vec<Finding>) {
@@ -31,8 +31,10 @@ pub(super) fn map_branch(graph: &Graph, map_idx: NodeIdx, findings: &mut Vec<Fin
     chain_rules(graph, &container, &members, findings);
     let declares_writer = members.iter().any(|&m| {
         let node = graph.node(m);
-        matches!(node.kind, NodeKind::Script { .. } | NodeKind::Task { .. })
-            || node.declared_writes().contains(&map.output_key)
+        matches!(
+            node.kind,
+            NodeKind::Script { .. } | NodeKind::Task { .. } | NodeKind::Function(_)
+        ) || node.declared_writes().contains(&map.output_key)
     });
     if !declares_writer {
         findings.push(Finding::warning(
@@ -101,7 +103,8 @@ pub(super) fn loop_until(
     let crate::Until::Sentence(sentence) = until else {
         return;
     };
-    if sentence.split_whitespace().count() > 1 {
+    // With a sidecar, a bare name it lacks is already an error.
+    if sentence.split_whitespace().count() > 1 || graph.functions.is_some() {
         return;
     }
     let names: Vec<&str> = graph.conditions.iter().map(|(n, _)| n.as_str()).collect();
@@ -110,8 +113,8 @@ pub(super) fn loop_until(
         .unwrap_or_default();
     findings.push(Finding::warning(
         format!(
-            "loop node '{id}': until '{sentence}' names no `conditions:` entry and is not `fn:NAME`, \
-             so a worker's model judges it as a sentence{hint}"
+            "loop node '{id}': until '{sentence}' names no `conditions:` entry and is not `fn:NAME` \
+             or module:function, so a worker's model judges it as a sentence{hint}"
         ),
         &[id],
     ));
@@ -181,7 +184,7 @@ fn branch_member_kind(
         findings.push(Finding::error(
             format!(
                 "{kind} node '{map_id}': branch subgraph node '{id}' is kind '{}'; every node in a branch \
-                 subgraph must be task, script, llm, agent or rag (approval, input, end and map nodes \
+                 subgraph must be task, script, llm, agent, function or rag (approval, input, end and map nodes \
                  are not allowed in a {kind} branch)",
                 node.kind.name()
             ),
@@ -205,7 +208,7 @@ fn branch_member_edges(
         .router
         .as_ref()
         .and_then(|r| match &r.expr {
-            Condition::Hosted(name) => Some(name.as_str()),
+            Condition::Hosted(code) => Some(code.label()),
             _ => None,
         });
     let hosted_conditions =
@@ -213,13 +216,13 @@ fn branch_member_edges(
             .out_edges(member)
             .iter()
             .filter_map(|&e| match &graph.edges[e].guard {
-                Guard::When(Condition::Hosted(name)) => Some(name.as_str()),
+                Guard::When(Condition::Hosted(code)) => Some(code.label()),
                 _ => None,
             });
     for name in hosted_router.into_iter().chain(hosted_conditions) {
         findings.push(Finding::error(
             format!(
-                "{kind} node '{map_id}': branch node '{id}' routes with fn:{name}; worker-hosted conditions and routers are not supported inside a {kind} branch: use a CEL condition, or return `_next` from a script"
+                "{kind} node '{map_id}': branch node '{id}' routes with {name}; worker-hosted conditions and routers are not supported inside a {kind} branch: use a CEL condition, or return `_next` from a script"
             ),
             &[map_id, id],
         ));

@@ -56,11 +56,19 @@ pub enum WorkerKind {
     Llm,
     /// A tool-calling loop.
     Agent,
+    /// A Python function on the worker's Python host (SPEC 4.3).
+    Function,
 }
 
 impl WorkerKind {
     /// Every kind.
-    pub const ALL: [Self; 4] = [Self::Task, Self::Script, Self::Llm, Self::Agent];
+    pub const ALL: [Self; 5] = [
+        Self::Task,
+        Self::Script,
+        Self::Llm,
+        Self::Agent,
+        Self::Function,
+    ];
 
     /// The kind's name, as in a graph file and on the wire.
     pub fn as_str(self) -> &'static str {
@@ -69,6 +77,7 @@ impl WorkerKind {
             Self::Script => "script",
             Self::Llm => "llm",
             Self::Agent => "agent",
+            Self::Function => "function",
         }
     }
 }

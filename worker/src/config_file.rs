@@ -1,6 +1,7 @@
-//! `worker --config worker.toml`: the worker's configuration file. Today
-//! it holds the model providers (`[providers.NAME]` tables, SPEC 4); an
-//! unknown table or key is an error naming it, never ignored.
+//! `worker --config worker.toml`: the worker's configuration file: the
+//! model providers (`[providers.NAME]` tables, SPEC 4), `[telemetry]` and
+//! `[python]` (SPEC 4.3); an unknown table or key is an error naming it,
+//! never ignored.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -19,6 +20,35 @@ pub struct WorkerFile {
     /// `[telemetry]`: where traces go.
     #[serde(default)]
     pub telemetry: TelemetryTable,
+    /// `[python]`: how Python functions run.
+    #[serde(default)]
+    pub python: PythonTable,
+}
+
+/// `[python]` of a worker's file (SPEC 4.3).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PythonTable {
+    /// The interpreter, e.g. a virtualenv's `bin/python` (default
+    /// `python3`).
+    pub interpreter: Option<String>,
+    /// Long-lived processes per bundle (default: one per two slots).
+    pub pool_size: Option<usize>,
+    /// `false` to host no Python even where it runs.
+    pub enabled: Option<bool>,
+}
+
+impl PythonTable {
+    /// The settings this table asks for.
+    pub fn settings(&self) -> crate::python::PythonSettings {
+        let mut settings = crate::python::PythonSettings::default();
+        if let Some(interpreter) = &self.interpreter {
+            settings.interpreter = interpreter.clone();
+        }
+        settings.pool_size = self.pool_size.filter(|&n| n > 0);
+        settings.enabled = self.enabled.unwrap_or(true);
+        settings
+    }
 }
 
 /// `[telemetry]` of a worker's file.

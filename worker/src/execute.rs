@@ -16,14 +16,17 @@ use weft_proto::v1 as pb;
 
 use tracing::Instrument;
 
+use crate::blobs::BlobCache;
 use crate::handler::{Registry, TaskContext};
 use crate::llm::Providers;
+use crate::python::PythonHosts;
 use crate::script::ScriptRunner;
+use crate::secrets::Secrets;
 use crate::task::{Completed, Failure, FailureKind, Task};
 use crate::team::Team;
 
-/// What a worker runs tasks with: its handlers, its script runner and its
-/// model providers.
+/// What a worker runs tasks with: its handlers, its script runner, its
+/// model providers and its Python pools.
 #[derive(Clone)]
 pub struct Kinds {
     /// Handlers and functions.
@@ -32,6 +35,12 @@ pub struct Kinds {
     pub scripts: ScriptRunner,
     /// The `llm` and `agent` kinds' providers.
     pub providers: Arc<Providers>,
+    /// Python, when the worker hosts it.
+    pub python: Option<Arc<PythonHosts>>,
+    /// The bundle file cache.
+    pub blobs: BlobCache,
+    /// Secrets for `${NAME}`.
+    pub secrets: Arc<Secrets>,
 }
 
 /// Aborts the task it holds when dropped, so a handler whose attempt timed
@@ -63,10 +72,16 @@ pub async fn execute(
             let agent = crate::llm::Agent { kinds, task, team };
             agent.run().await
         }
-        Ok(WorkerKind::Llm | WorkerKind::Agent) | Err(_) => Err(Failure::new(
-            FailureKind::UnsupportedKind,
-            format!("this worker cannot run kind '{}'", task.kind),
-        )),
+        Ok(WorkerKind::Function) if kinds.python.is_some() => {
+            let hosts = kinds.python.as_deref().expect("checked");
+            crate::python::run_function(hosts, &kinds.blobs, &kinds.secrets, task).await
+        }
+        Ok(WorkerKind::Llm | WorkerKind::Agent | WorkerKind::Function) | Err(_) => {
+            Err(Failure::new(
+                FailureKind::UnsupportedKind,
+                format!("this worker cannot run kind '{}'", task.kind),
+            ))
+        }
     }
 }
 
@@ -165,8 +180,31 @@ pub fn task_result(
 /// outlives its timeout cannot be stopped (it is synchronous code); its
 /// result is then dropped and the call fails.
 /// A call with `judge` set is a loop's `until` sentence for the model of
-/// `providers` instead.
-pub async fn call_function(
+/// the worker's providers instead; one with `python` a Python function.
+pub async fn call_function(kinds: &Kinds, call: pb::FunctionCall) -> pb::CallResult {
+    let timeout = Duration::from_millis(call.timeout_ms.max(1));
+    if let Some(python) = &call.python {
+        let result = match &kinds.python {
+            Some(hosts) => {
+                crate::python::call_python(hosts, &kinds.blobs, &call, python, timeout).await
+            }
+            None => Err("this worker does not host Python".to_owned()),
+        };
+        let outcome = match result {
+            Ok(value) => pb::call_result::Outcome::ValueJson(value.to_string()),
+            Err(error) => pb::call_result::Outcome::Error(error),
+        };
+        return pb::CallResult {
+            call_id: call.call_id,
+            run_id: call.run_id,
+            outcome: Some(outcome),
+        };
+    }
+    call_registered(kinds.registry.clone(), kinds.providers.clone(), call).await
+}
+
+/// A registered function's call, or a model's judgement of a sentence.
+async fn call_registered(
     registry: Arc<Registry>,
     providers: Arc<Providers>,
     call: pb::FunctionCall,
@@ -232,6 +270,8 @@ mod tests {
             args_json: "[1]".into(),
             timeout_ms,
             judge: false,
+            python: None,
+            bundle: Vec::new(),
         }
     }
 
@@ -249,22 +289,22 @@ mod tests {
     #[tokio::test]
     async fn functions_return_fail_and_time_out_without_harm() {
         let registry = registry();
-        let ok = call_function(registry.clone(), Arc::default(), call("echo", 1000)).await;
+        let ok = call_registered(registry.clone(), Arc::default(), call("echo", 1000)).await;
         assert_eq!(
             ok.outcome,
             Some(pb::call_result::Outcome::ValueJson("1".into()))
         );
-        let panicked = call_function(registry.clone(), Arc::default(), call("boom", 1000)).await;
+        let panicked = call_registered(registry.clone(), Arc::default(), call("boom", 1000)).await;
         assert!(
             matches!(&panicked.outcome, Some(pb::call_result::Outcome::Error(e)) if e.contains("panicked: no good")),
             "{panicked:?}"
         );
-        let slow = call_function(registry.clone(), Arc::default(), call("slow", 20)).await;
+        let slow = call_registered(registry.clone(), Arc::default(), call("slow", 20)).await;
         assert!(
             matches!(&slow.outcome, Some(pb::call_result::Outcome::Error(e)) if e.contains("did not return")),
             "{slow:?}"
         );
-        let missing = call_function(registry, Arc::default(), call("nope", 1000)).await;
+        let missing = call_registered(registry, Arc::default(), call("nope", 1000)).await;
         assert!(matches!(
             missing.outcome,
             Some(pb::call_result::Outcome::Error(_))

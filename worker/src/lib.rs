@@ -50,7 +50,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-pub use config_file::{TelemetryTable, WorkerFile, WorkerFileError};
+pub use config_file::{PythonTable, TelemetryTable, WorkerFile, WorkerFileError};
 pub use handler::{HandlerError, IntoOutput, Output, Registry, TaskContext};
 pub use runtime::{WorkerConfig, WorkerError};
 pub use script_output::{StdoutError, parse_stdout};
@@ -83,6 +83,7 @@ impl Worker {
                 secrets: std::sync::Arc::default(),
                 joined: None,
                 providers: std::sync::Arc::default(),
+                python: python::PythonSettings::default(),
             },
             registry: Registry::default(),
         }
@@ -128,6 +129,15 @@ impl Worker {
     /// worker does not host those kinds.
     pub fn providers(&mut self, providers: llm::Providers) -> &mut Self {
         self.config.providers = std::sync::Arc::new(providers);
+        self
+    }
+
+    /// How Python runs: the interpreter (default `python3`; a virtualenv's
+    /// for its packages) and processes per bundle (default one per two
+    /// slots). The worker hosts `function` nodes and Python names when
+    /// the interpreter runs.
+    pub fn python(&mut self, settings: python::PythonSettings) -> &mut Self {
+        self.config.python = settings;
         self
     }
 

@@ -40,7 +40,8 @@ struct Args {
     #[arg(long, env = "WEFT_SECRETS_FILE")]
     secrets_file: Option<PathBuf>,
     /// Configuration file (TOML): `[providers.NAME]` tables of model
-    /// providers for `llm` and `agent` steps.
+    /// providers for `llm` and `agent` steps, `[telemetry]`, and
+    /// `[python]` (interpreter, pool_size, enabled).
     #[arg(long, env = "WEFT_WORKER_CONFIG")]
     config: Option<PathBuf>,
     /// Print the effective configuration and exit 0, or the refusal and
@@ -83,6 +84,7 @@ async fn main() -> ExitCode {
     };
     let mut worker = weft_worker::Worker::new(args.coordinator);
     worker.etcd(args.etcd);
+    worker.python(file.python.settings());
     if let Some(slots) = args.slots {
         worker.slots(slots);
     }

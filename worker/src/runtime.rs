@@ -22,6 +22,7 @@ use crate::blobs::BlobCache;
 use crate::execute::{Kinds, call_function, execute, task_result};
 use crate::finding::{self, Finder};
 use crate::handler::Registry;
+use crate::python::{PythonHosts, PythonPool};
 use crate::script::ScriptRunner;
 use crate::state_sync::StateCache;
 use crate::task::{Failure, FailureKind, Task};
@@ -62,6 +63,8 @@ pub struct WorkerConfig {
     pub joined: Option<std::sync::Arc<tokio::sync::Semaphore>>,
     /// Model providers for `llm` and `agent` steps (none: not hosted).
     pub providers: Arc<crate::llm::Providers>,
+    /// How Python is run (`function` nodes, Python names).
+    pub python: crate::python::PythonSettings,
 }
 
 /// Why a worker stopped with an error.
@@ -102,10 +105,13 @@ pub async fn run(
     let work = WorkDir::prepare(config.work_dir.as_deref())?;
     // Scratch left by an earlier worker that died is nobody's.
     let _ = tokio::fs::remove_dir_all(work.scratch()).await;
+    let _ = tokio::fs::remove_dir_all(work.python()).await;
+    let python = python_hosts(&config, &work).await;
+    let local = Local { work, python };
     let tracker = TaskTracker::new();
     let ended = connect_and_serve(
         &config,
-        &work,
+        &local,
         &finder,
         Arc::new(registry),
         &shutdown,
@@ -119,14 +125,41 @@ pub async fn run(
     {
         warn!(worker = %config.name, left = tracker.len(), "some tasks did not stop in time");
     }
-    work.clean_up();
+    // Dropping the pools kills their Python processes.
+    drop(local.python);
+    local.work.clean_up();
     ended
+}
+
+/// What a worker keeps across its sessions.
+struct Local {
+    work: WorkDir,
+    /// Python pools, when the worker hosts Python.
+    python: Option<Arc<PythonHosts>>,
+}
+
+/// The worker's Python pools, when Python is enabled and its interpreter
+/// runs; otherwise the worker does not announce `function`.
+async fn python_hosts(config: &WorkerConfig, work: &WorkDir) -> Option<Arc<PythonHosts>> {
+    let settings = &config.python;
+    if !settings.enabled {
+        return None;
+    }
+    if !PythonPool::available(&settings.interpreter).await {
+        info!(worker = %config.name, interpreter = %settings.interpreter, "no Python: function nodes and Python names are not hosted");
+        return None;
+    }
+    Some(Arc::new(PythonHosts::new(
+        settings.clone(),
+        config.slots,
+        work.python(),
+    )))
 }
 
 /// Sessions with the coordinator, one after another, until shutdown.
 async fn connect_and_serve(
     config: &WorkerConfig,
-    work: &WorkDir,
+    local: &Local,
     finder: &Finder,
     registry: Arc<Registry>,
     shutdown: &CancellationToken,
@@ -151,7 +184,7 @@ async fn connect_and_serve(
                     finder,
                     endpoint: &endpoint,
                 };
-                session(config, work, place, &registry, shutdown, tracker).await?
+                session(config, local, place, &registry, shutdown, tracker).await?
             }
             Err(why) => SessionEnd::Lost(why),
         };
@@ -191,7 +224,7 @@ struct Place<'a> {
 
 async fn session(
     config: &WorkerConfig,
-    work: &WorkDir,
+    local: &Local,
     Place { finder, endpoint }: Place<'_>,
     registry: &Arc<Registry>,
     shutdown: &CancellationToken,
@@ -203,7 +236,9 @@ async fn session(
     };
     let mut client = client(channel);
     let (outbound, rx) = mpsc::channel::<pb::WorkerMessage>(1024);
-    let _ = outbound.send(hello(config, registry)).await;
+    let _ = outbound
+        .send(hello(config, registry, local.python.is_some()))
+        .await;
     let url = endpoint.uri().to_string();
     let (mut inbound, heartbeat, max_result_bytes) =
         match join(config, &mut client, rx, finder, &url).await? {
@@ -211,7 +246,7 @@ async fn session(
             Err(end) => return Ok(end),
         };
     let mut session = Session {
-        kinds: kinds(config, work, registry, &client),
+        kinds: kinds(config, local, registry, &client),
         worker: config.name.clone(),
         // A task the coordinator timed out may still stop here: wait for it.
         slots: Arc::new(Semaphore::new(config.slots as usize)),
@@ -339,13 +374,13 @@ async fn handshake(
     }
 }
 
-fn hello(config: &WorkerConfig, registry: &Registry) -> pb::WorkerMessage {
+fn hello(config: &WorkerConfig, registry: &Registry, python: bool) -> pb::WorkerMessage {
     message(pb::worker_message::Body::Hello(pb::Hello {
         protocol_version: PROTOCOL_VERSION,
         name: config.name.clone(),
         slots: config.slots,
         labels: config.labels.iter().cloned().collect(),
-        kinds: hosted_kinds(config)
+        kinds: hosted_kinds(config, python)
             .into_iter()
             .map(|kind| kind.as_str().to_owned())
             .collect(),
@@ -358,21 +393,24 @@ fn hello(config: &WorkerConfig, registry: &Registry) -> pb::WorkerMessage {
 /// What a session runs tasks with.
 fn kinds(
     config: &WorkerConfig,
-    work: &WorkDir,
+    local: &Local,
     registry: &Arc<Registry>,
     client: &WorkerServiceClient<Channel>,
 ) -> Kinds {
-    let blobs = BlobCache::new(work.files(), client.clone());
+    let blobs = BlobCache::new(local.work.files(), client.clone());
     Kinds {
         registry: registry.clone(),
-        scripts: ScriptRunner::new(work.scratch(), blobs, config.secrets.clone()),
+        scripts: ScriptRunner::new(local.work.scratch(), blobs.clone(), config.secrets.clone()),
         providers: config.providers.clone(),
+        python: local.python.clone(),
+        blobs,
+        secrets: config.secrets.clone(),
     }
 }
 
 /// The built-in kinds a worker hosts: scripts unless turned off, `llm`
-/// with a model provider.
-fn hosted_kinds(config: &WorkerConfig) -> Vec<WorkerKind> {
+/// with a model provider, `function` with Python.
+fn hosted_kinds(config: &WorkerConfig, python: bool) -> Vec<WorkerKind> {
     let mut kinds = Vec::new();
     if config.scripts {
         kinds.push(WorkerKind::Script);
@@ -380,6 +418,9 @@ fn hosted_kinds(config: &WorkerConfig) -> Vec<WorkerKind> {
     if !config.providers.is_empty() {
         kinds.push(WorkerKind::Llm);
         kinds.push(WorkerKind::Agent);
+    }
+    if python {
+        kinds.push(WorkerKind::Function);
     }
     kinds
 }
@@ -445,10 +486,9 @@ impl Session {
             Body::Call(call) => {
                 // Off the session loop, so a slow function never delays
                 // heartbeats or results.
-                let registry = self.kinds.registry.clone();
-                let (providers, outbound) = (self.kinds.providers.clone(), self.outbound.clone());
+                let (kinds, outbound) = (self.kinds.clone(), self.outbound.clone());
                 self.tracker.spawn(async move {
-                    let result = call_function(registry, providers, call).await;
+                    let result = call_function(&kinds, call).await;
                     let _ = outbound
                         .send(message(pb::worker_message::Body::CallResult(result)))
                         .await;

@@ -163,6 +163,11 @@ impl Redactor {
         }
     }
 
+    /// The values substituted, longest first.
+    pub(crate) fn values(&self) -> &[String] {
+        &self.values
+    }
+
     /// `text` with every substituted value replaced by `***`.
     pub fn redact(&self, text: &str) -> String {
         let mut out = text.to_owned();

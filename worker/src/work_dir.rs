@@ -42,6 +42,11 @@ impl WorkDir {
         self.path.join("files")
     }
 
+    /// Where bundles' Python modules live, one directory per bundle.
+    pub fn python(&self) -> PathBuf {
+        self.path.join("python")
+    }
+
     /// Where attempts get their scratch directories.
     pub fn scratch(&self) -> PathBuf {
         self.path.join("scratch")
@@ -51,6 +56,7 @@ impl WorkDir {
     /// whole directory when this worker made it.
     pub fn clean_up(&self) {
         let _ = std::fs::remove_dir_all(self.scratch());
+        let _ = std::fs::remove_dir_all(self.python());
         if self.owned {
             let _ = std::fs::remove_dir_all(&self.path);
         }

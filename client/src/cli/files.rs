@@ -8,8 +8,9 @@ use weft_graph::{self as graph, GraphError};
 
 use super::exit;
 
-/// Prints `ok` (after any warnings) or one line per finding, the graphs
-/// its subgraph nodes embed included.
+/// Prints `ok` (after any warnings, and a line for each Python function
+/// the graph names) or one line per finding, the graphs its subgraph nodes
+/// embed included.
 pub fn validate(path: &Path) -> u8 {
     match graph::load_file(path) {
         Ok((graph, warnings)) => {
@@ -24,6 +25,11 @@ pub fn validate(path: &Path) -> u8 {
                     out!("{error}");
                 }
                 return exit::INVALID;
+            }
+            // Which names are Python (SPEC 4.3), so a name is never
+            // silently taken for something else.
+            for (function, used_by) in graph.python_functions() {
+                out!("python: {} — {used_by}", function.label());
             }
             out!("ok");
             exit::OK

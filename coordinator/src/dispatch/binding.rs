@@ -26,16 +26,19 @@ pub struct NodeBinding {
 /// The binding of a node that runs on a worker; `None` for kinds the
 /// coordinator runs itself (approval, input, map, end, …).
 pub fn bind(kind: &NodeKind) -> Option<NodeBinding> {
-    bind_with(kind, None, &[])
+    bind_with(kind, None, &[], "")
 }
 
 /// As [`bind`], for a node whose structured output must match `schema`
 /// (an `llm` node asks its model for JSON of that shape), in a graph that
-/// declares `tools` (an `agent` node's tools are sent with it).
+/// declares `tools` (an `agent` node's tools are sent with it), whose file
+/// lies in directory `dir` of its bundle (a `function` node's Python
+/// modules are relative to it).
 pub fn bind_with(
     kind: &NodeKind,
     schema: Option<&Value>,
     tools: &[ToolDecl],
+    dir: &str,
 ) -> Option<NodeBinding> {
     let mut config = Map::new();
     let (kind, requirement) = match kind {
@@ -77,6 +80,21 @@ pub fn bind_with(
             insert_some(&mut config, "max_turns", agent.max_turns.map(Value::from));
             insert_some(&mut config, "output_schema", schema.cloned());
             (WorkerKind::Agent, Requirement::Agent(registered))
+        }
+        NodeKind::Function(function) => {
+            // `tool_args` keep their `${NAME}`s: the worker substitutes them.
+            config.insert("module".into(), function.callable.module.clone().into());
+            config.insert("function".into(), function.callable.function.clone().into());
+            config.insert("dir".into(), dir.into());
+            config.insert(
+                "tool_args".into(),
+                Value::Object(function.tool_args.clone()),
+            );
+            config.insert("output_key".into(), function.output_key.clone().into());
+            (
+                WorkerKind::Function,
+                Requirement::Kind(WorkerKind::Function),
+            )
         }
         NodeKind::Approval { .. }
         | NodeKind::Input { .. }

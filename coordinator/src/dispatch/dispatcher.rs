@@ -275,15 +275,15 @@ impl Dispatcher {
                         run: call.run_id.clone(),
                         key: JobKey::Call(call.call),
                     },
-                    label: if call.judge {
-                        format!("until '{}'", call.name)
-                    } else {
-                        format!("fn:{}", call.name)
+                    label: match &call.python {
+                        _ if call.judge => format!("until '{}'", call.name),
+                        Some(python) => python.function.label(),
+                        None => format!("fn:{}", call.name),
                     },
-                    requirement: if call.judge {
-                        Requirement::Kind(WorkerKind::Llm)
-                    } else {
-                        Requirement::Function(call.name.clone())
+                    requirement: match &call.python {
+                        _ if call.judge => Requirement::Kind(WorkerKind::Llm),
+                        Some(_) => Requirement::Python,
+                        None => Requirement::Function(call.name.clone()),
                     },
                     timeout: call.timeout,
                     payload: Order {

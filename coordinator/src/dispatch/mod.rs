@@ -62,6 +62,8 @@ pub enum Requirement {
     Handler(String),
     /// A registered function (`fn:NAME`), called without taking a slot.
     Function(String),
+    /// Python, for a call of a Python function (without taking a slot).
+    Python,
     /// The `agent` kind, with these registered tools.
     Agent(Vec<String>),
 }
@@ -73,6 +75,7 @@ impl Requirement {
             Self::Kind(kind) => info.kinds.contains(kind),
             Self::Handler(name) => info.handlers.iter().any(|h| h == name),
             Self::Function(name) => info.functions.iter().any(|f| f == name),
+            Self::Python => info.kinds.contains(&WorkerKind::Function),
             Self::Agent(tools) => {
                 info.kinds.contains(&WorkerKind::Agent)
                     && tools.iter().all(|tool| info.tools.contains(tool))
@@ -83,7 +86,7 @@ impl Requirement {
     /// Whether a job with this requirement takes one of the worker's slots
     /// (tasks do; function calls are short and do not).
     pub fn takes_slot(&self) -> bool {
-        !matches!(self, Self::Function(_))
+        !matches!(self, Self::Function(_) | Self::Python)
     }
 }
 
@@ -93,6 +96,7 @@ impl std::fmt::Display for Requirement {
             Self::Kind(kind) => write!(f, "kind '{kind}'"),
             Self::Handler(name) => write!(f, "handler '{name}'"),
             Self::Function(name) => write!(f, "function '{name}'"),
+            Self::Python => f.write_str("Python (a worker with kind 'function')"),
             Self::Agent(tools) if tools.is_empty() => write!(f, "kind 'agent'"),
             Self::Agent(tools) => write!(f, "kind 'agent' with tools {}", tools.join(", ")),
         }
@@ -173,6 +177,44 @@ pub struct FunctionCall {
     /// `name` is a loop's `until` sentence for the worker's model to judge
     /// (any worker with a model provider takes it).
     pub judge: bool,
+    /// Set for a Python function (any worker with Python takes it).
+    pub python: Option<PythonCall>,
+    /// The run's bundle files, for a Python function's modules.
+    pub bundle: Arc<Vec<BlobRef>>,
+}
+
+/// How a Python function is called (SPEC 4.3).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PythonCall {
+    /// The function.
+    pub function: crate::graph::PyFunction,
+    /// The graph's directory within the bundle.
+    pub dir: String,
+    /// How the arguments are passed.
+    pub form: CallForm,
+}
+
+/// How a call's arguments reach a Python function.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CallForm {
+    /// As they are: a reducer's `(s0_value, branch_values)`.
+    Positional,
+    /// The one argument, an object, as keyword arguments: a condition's or
+    /// router's state.
+    Keywords,
+    /// The one argument as a `LoopIteration` with attributes: an `until`.
+    LoopIteration,
+}
+
+impl CallForm {
+    /// The form's name on the wire.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Positional => "positional",
+            Self::Keywords => "keywords",
+            Self::LoopIteration => "loop_iteration",
+        }
+    }
 }
 
 /// What a task attempt came to, as a worker reports it.

@@ -117,15 +117,7 @@ fn assignment(task: Assignment) -> pb::TaskAssignment {
             step: item.step,
         }),
         timeout_ms: u64::try_from(task.timeout.as_millis()).unwrap_or(u64::MAX),
-        bundle: task
-            .bundle
-            .iter()
-            .map(|b| pb::BlobRef {
-                path: b.path.clone(),
-                sha256: b.sha256.clone(),
-                mode: b.mode,
-            })
-            .collect(),
+        bundle: blob_refs(&task.bundle),
         traceparent: task.traceparent,
         prompts_json: task.prompts_json,
         team: task.team.map(|seat| pb::Team {
@@ -184,6 +176,12 @@ pub fn to_worker(message: ToWorker) -> pb::CoordinatorMessage {
 }
 
 fn function_call(call: FunctionCall) -> pb::FunctionCall {
+    // Only Python needs the bundle's files.
+    let bundle = if call.python.is_some() {
+        blob_refs(&call.bundle)
+    } else {
+        Vec::new()
+    };
     pb::FunctionCall {
         call_id: call.call,
         run_id: call.run_id.to_string(),
@@ -191,7 +189,25 @@ fn function_call(call: FunctionCall) -> pb::FunctionCall {
         args_json: Value::Array(call.args).to_string(),
         timeout_ms: u64::try_from(call.timeout.as_millis()).unwrap_or(u64::MAX),
         judge: call.judge,
+        python: call.python.map(|python| pb::PythonCall {
+            module: python.function.module,
+            function: python.function.function,
+            dir: python.dir,
+            form: python.form.as_str().to_owned(),
+        }),
+        bundle,
     }
+}
+
+fn blob_refs(bundle: &[crate::dispatch::BlobRef]) -> Vec<pb::BlobRef> {
+    bundle
+        .iter()
+        .map(|b| pb::BlobRef {
+            path: b.path.clone(),
+            sha256: b.sha256.clone(),
+            mode: b.mode,
+        })
+        .collect()
 }
 
 /// Whether a worker's message carries a result large enough that parsing

@@ -99,7 +99,7 @@ pub fn merge_wave(
         match reducer {
             Reducer::Hosted(name) => hosted.push(HostedReduction {
                 field: (*field).to_owned(),
-                reducer: name.clone(),
+                reducer: name.key(),
                 s0_value,
                 branch_values,
             }),
@@ -168,7 +168,7 @@ pub fn reduce(reducer: &Reducer, s0: &Value, branches: &[Value]) -> Result<Value
         Reducer::Union => union(s0, branches),
         Reducer::Min => extreme(s0, branches, "min", |a, b| a < b),
         Reducer::Max => extreme(s0, branches, "max", |a, b| a > b),
-        Reducer::Hosted(name) => Err(ReduceError::Hosted(name.clone())),
+        Reducer::Hosted(code) => Err(ReduceError::Hosted(code.key())),
     }
 }
 

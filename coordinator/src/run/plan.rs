@@ -74,7 +74,7 @@ impl RunPlan {
             .iter()
             .map(|node| {
                 let schema = node.output_schema.as_ref().map(|s| s.source());
-                bind_with(&node.kind, schema, &graph.tools)
+                bind_with(&node.kind, schema, &graph.tools, &graph.dir)
             })
             .collect();
         let iterates = iterating_expressions(&graph);
@@ -186,7 +186,7 @@ impl RunPlan {
             },
         };
         match condition {
-            Some(Condition::Hosted(name)) => name.clone(),
+            Some(Condition::Hosted(code)) => code.key(),
             _ => String::new(),
         }
     }

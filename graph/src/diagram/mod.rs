@@ -322,7 +322,7 @@ impl<'a> Layout<'a> {
                     .collect();
                 let until = match &config.until {
                     super::Until::Condition(name, _) => name.clone(),
-                    super::Until::Hosted(name) => format!("fn:{name}"),
+                    super::Until::Hosted(code) => code.label(),
                     super::Until::Sentence(sentence) => format!("\"{sentence}\""),
                 };
                 notes.push(format!(
@@ -351,6 +351,9 @@ impl<'a> Layout<'a> {
                     .collect();
                 notes.push(format!("  ⚠ undeclared cycle: {}", names.join(" → ")));
             }
+        }
+        for (function, used_by) in self.graph.python_functions() {
+            notes.push(format!("  ƒ Python {}: {used_by}", function.label()));
         }
         notes
     }

@@ -1,4 +1,4 @@
-"""Weft's Python host: serves function calls as JSON lines (issue 13).
+"""Weft's Python host: serves function calls as JSON lines (SPEC 4.3).
 
 Requests arrive one per line on stdin, answers leave one per line on the
 protocol pipe (the original stdout). Whatever user code prints -- print()
@@ -6,11 +6,14 @@ or a C library writing to fd 1 -- goes to stderr instead, so it can never
 corrupt the protocol.
 
 Requests:
-  {"id": N, "op": "call", "module": M, "function": F, "args": [...], "kwargs": {...}}
+  {"id": N, "op": "call", "module": M, "function": F, "args": [...],
+   "kwargs": {...}, "form": "positional" | "keywords" | "loop_iteration",
+   "mask": [secret values to keep out of what is printed]}
   {"id": N, "op": "signatures", "module": M}
 M is a path to a .py file (imported by path under a private name, so two
 bundles' helpers.py never collide) or a dotted module name (imported from
-the working directory, then installed packages).
+the working directory, the graph's, then installed packages). Keyword
+arguments a function does not take are left out unless it takes **kwargs.
 Answers: {"id": N, "ok": VALUE} or {"id": N, "error": TEXT}.
 """
 
@@ -24,9 +27,32 @@ import traceback
 
 protocol = os.fdopen(os.dup(1), "w", buffering=1)
 os.dup2(2, 1)
+
+
+class Masked:
+    """stderr with the current call's secret values replaced by ***."""
+
+    def __init__(self, stream):
+        self.stream = stream
+        self.secrets = []
+
+    def write(self, text):
+        for secret in self.secrets:
+            text = text.replace(secret, "***")
+        return self.stream.write(text)
+
+    def flush(self):
+        self.stream.flush()
+
+    def __getattr__(self, name):
+        return getattr(self.stream, name)
+
+
+sys.stderr = Masked(sys.stderr)
 sys.stdout = sys.stderr
 
 modules = {}
+accepts = {}
 
 
 def load(module):
@@ -61,19 +87,83 @@ def parameters(function):
     return {"params": params, "var_keyword": var_keyword}
 
 
-def handle(request):
+def taken(function, kwargs):
+    """The keyword arguments `function` takes (all, with **kwargs)."""
+    key = id(function)
+    if key not in accepts:
+        accepts[key] = parameters(function)
+    wanted = accepts[key]
+    if wanted["var_keyword"]:
+        return kwargs
+    return {k: v for k, v in kwargs.items() if k in wanted["params"]}
+
+
+class LoopIteration:
+    """What an `until` predicate receives (SPEC 4.2), with attributes."""
+
+    def __init__(self, fields):
+        for name, value in fields.items():
+            if name == "history" and isinstance(value, list):
+                value = [Record(v) if isinstance(v, dict) else v for v in value]
+            setattr(self, name, value)
+        # Seed 002 calls the body's value `result` too.
+        if not hasattr(self, "result"):
+            self.result = fields.get("output")
+
+    def __repr__(self):
+        return "LoopIteration(%r)" % vars(self)
+
+
+class Record:
+    def __init__(self, fields):
+        self.__dict__.update(fields)
+
+    def get(self, name, default=None):
+        return self.__dict__.get(name, default)
+
+    def __getitem__(self, name):
+        return self.__dict__[name]
+
+    def __repr__(self):
+        return repr(self.__dict__)
+
+
+def verdict(value):
+    """An until's answer: a bool, or [bool, reason] from a pair."""
+    if isinstance(value, (tuple, list)) and len(value) == 2:
+        return [bool(value[0]), None if value[1] is None else str(value[1])]
+    return bool(value)
+
+
+def call(request):
     module = load(request["module"])
+    function = getattr(module, request["function"], None)
+    if function is None or not callable(function):
+        raise LookupError("%s has no function %r" % (request["module"], request["function"]))
+    args = request.get("args", [])
+    form = request.get("form", "positional")
+    if form == "loop_iteration":
+        return verdict(function(LoopIteration(args[0] if args else {})))
+    if form == "keywords":
+        kwargs = args[0] if args and isinstance(args[0], dict) else {}
+        return function(**taken(function, kwargs))
+    return function(*args, **taken(function, request.get("kwargs", {})))
+
+
+def handle(request):
     if request["op"] == "signatures":
+        module = load(request["module"])
         return {
             name: parameters(value)
             for name, value in vars(module).items()
             if inspect.isfunction(value) and not name.startswith("_")
             and getattr(value, "__module__", None) == module.__name__
         }
-    function = getattr(module, request["function"], None)
-    if function is None or not callable(function):
-        raise LookupError("%s has no function %r" % (request["module"], request["function"]))
-    return function(*request.get("args", []), **request.get("kwargs", {}))
+    sys.stderr.secrets = request.get("mask") or []
+    try:
+        return call(request)
+    finally:
+        sys.stdout.flush()
 
 
 def main():
@@ -81,10 +171,16 @@ def main():
         request = json.loads(line)
         try:
             answer = {"id": request["id"], "ok": handle(request)}
-            text = json.dumps(answer)
+            try:
+                text = json.dumps(answer)
+            except (TypeError, ValueError) as error:
+                raise TypeError("the function returned a value that is not JSON: %s" % error)
         except BaseException:
             lines = traceback.format_exc().strip().splitlines()
-            answer = {"id": request.get("id"), "error": "\n".join(lines[-6:])}
+            error = "\n".join(lines[-6:])
+            for secret in request.get("mask") or []:
+                error = error.replace(secret, "***")
+            answer = {"id": request.get("id"), "error": error}
             text = json.dumps(answer)
         protocol.write(text + "\n")
 

@@ -12,8 +12,9 @@
 //! its process (a fresh one serves the next call), and so does a process
 //! that dies.
 //!
-//! The graph format does not name Python yet (issue 13); this is the host
-//! it will run on.
+//! [`PythonHosts`] keeps one pool per bundle (its files materialized once
+//! in the work directory); [`function`] runs `function` nodes and Python
+//! reducers, conditions, routers and `until`s on it.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -117,6 +118,25 @@ impl Host {
     }
 }
 
+/// One call of a Python function.
+#[derive(Debug, Clone)]
+pub struct Call<'a> {
+    /// A `.py` path relative to the pool's directory, or a dotted module.
+    pub module: &'a str,
+    /// The function's name.
+    pub function: &'a str,
+    /// Positional arguments.
+    pub args: Vec<Value>,
+    /// Keyword arguments (those the function does not take are left out,
+    /// unless it takes `**kwargs`).
+    pub kwargs: Map<String, Value>,
+    /// `positional`, `keywords` (the one argument's fields as keywords) or
+    /// `loop_iteration` (the one argument as a `LoopIteration` object).
+    pub form: &'static str,
+    /// Secret values to mask in what the call prints and raises.
+    pub mask: Vec<String>,
+}
+
 /// The Python processes of one bundle directory.
 pub struct PythonPool {
     interpreter: String,
@@ -169,12 +189,29 @@ impl PythonPool {
         kwargs: Map<String, Value>,
         timeout: Duration,
     ) -> Result<Value, PythonError> {
+        let call = Call {
+            module,
+            function,
+            args,
+            kwargs,
+            form: "positional",
+            mask: Vec::new(),
+        };
+        self.call_with(call, timeout).await
+    }
+
+    /// Makes `call` within `timeout`.
+    pub async fn call_with(&self, call: Call<'_>, timeout: Duration) -> Result<Value, PythonError> {
         let mut request = Map::new();
         request.insert("op".into(), "call".into());
-        request.insert("module".into(), module.into());
-        request.insert("function".into(), function.into());
-        request.insert("args".into(), Value::Array(args));
-        request.insert("kwargs".into(), Value::Object(kwargs));
+        request.insert("module".into(), call.module.into());
+        request.insert("function".into(), call.function.into());
+        request.insert("args".into(), Value::Array(call.args));
+        request.insert("kwargs".into(), Value::Object(call.kwargs));
+        request.insert("form".into(), call.form.into());
+        if !call.mask.is_empty() {
+            request.insert("mask".into(), call.mask.into());
+        }
         self.ask(request, timeout).await
     }
 
@@ -210,6 +247,12 @@ impl PythonPool {
         }
     }
 }
+
+mod function;
+mod hosts;
+
+pub use function::{call_python, run_function};
+pub use hosts::{PythonHosts, PythonSettings};
 
 #[cfg(test)]
 mod tests;

@@ -23,7 +23,7 @@ use super::handle::{Command, FinishedRun, RunHandle, RunView, Slot, StoredEvent,
 use super::{Effect, Input, Rejected, RunEvent, RunMachine, RunPlan, RunStatus, TaskKey};
 use crate::bundle::BlobLease;
 use crate::dispatch::jobs::JobKey;
-use crate::dispatch::{BlobRef, DispatchEvent, EventSink, TaskLauncher, ToWorker};
+use crate::dispatch::{BlobRef, CallForm, DispatchEvent, EventSink, TaskLauncher, ToWorker};
 use crate::durable::journal::Journal;
 
 /// How often a map's finished items are checkpointed at most.
@@ -422,13 +422,18 @@ impl RunActor {
                     s0_value,
                     branch_values,
                     ..
-                } => self.call(call, name, vec![s0_value, Value::Array(branch_values)]),
+                } => self.call(
+                    call,
+                    name,
+                    vec![s0_value, Value::Array(branch_values)],
+                    CallForm::Positional,
+                ),
                 Effect::CallUntil {
                     call,
                     name,
                     iteration,
                     by_model: false,
-                } => self.call(call, name, vec![iteration]),
+                } => self.call(call, name, vec![iteration], CallForm::LoopIteration),
                 Effect::CallUntil {
                     call,
                     name,
@@ -436,7 +441,8 @@ impl RunActor {
                     by_model: true,
                 } => self.judge(call, name, iteration),
                 Effect::CallPredicate { call, name, state } => {
-                    self.call(call, name, vec![Value::Object((*state).clone())]);
+                    let state = Value::Object((*state).clone());
+                    self.call(call, name, vec![state], CallForm::Keywords);
                 }
                 Effect::StartChild { node, graph, input } => {
                     let traceparent = self.spans.child_starting(&node);

@@ -2,13 +2,14 @@
 //! and function calls out, their results (and teammate sends) back in as
 //! the machine's inputs.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::Value;
 
 use super::RunActor;
 use crate::dispatch::jobs::JobKey;
-use crate::dispatch::{Assignment, DispatchEvent, FunctionCall, TaskOutcome};
+use crate::dispatch::{Assignment, CallForm, DispatchEvent, FunctionCall, PythonCall, TaskOutcome};
 use crate::run::{
     Effect, FailureKind, Input, NodeOutput, Outgoing, RunEvent, TaskFailure, TaskKey, TaskSpec,
 };
@@ -68,6 +69,8 @@ impl RunActor {
             args: vec![iteration],
             timeout: Duration::ZERO,
             judge: true,
+            python: None,
+            bundle: Arc::default(),
         };
         self.launcher.call(call, self.sink.clone());
     }
@@ -156,8 +159,18 @@ impl RunActor {
             .launch(task, binding.requirement.clone(), self.sink.clone());
     }
 
-    /// Calls a worker-hosted function (a reducer, predicate or `until`).
-    pub(super) fn call(&self, call: u64, name: String, args: Vec<Value>) {
+    /// Calls a worker-hosted function (a reducer, predicate or `until`):
+    /// `name` is a [`crate::graph::Code`] key; a Python function gets its
+    /// arguments in `form`.
+    pub(super) fn call(&self, call: u64, name: String, args: Vec<Value>, form: CallForm) {
+        let python = match crate::graph::Code::from_key(&name) {
+            crate::graph::Code::Python(function) => Some(PythonCall {
+                function,
+                dir: self.plan.graph().dir.clone(),
+                form,
+            }),
+            crate::graph::Code::Rust(_) => None,
+        };
         let call = FunctionCall {
             run_id: self.id.clone(),
             call,
@@ -165,6 +178,12 @@ impl RunActor {
             args,
             timeout: Duration::ZERO,
             judge: false,
+            bundle: if python.is_some() {
+                self.bundle.clone()
+            } else {
+                Arc::default()
+            },
+            python,
         };
         self.launcher.call(call, self.sink.clone());
     }

@@ -101,6 +101,24 @@ impl MapRun {
         }
     }
 
+    /// Asks a worker to judge the iteration that just ended: function
+    /// `name` (a [`crate::graph::Code`] key), or the sentence `name` by a
+    /// model.
+    fn ask_judgement(&mut self, name: String, by_model: bool) {
+        let Some(run) = self.runs[0].as_ref() else {
+            return;
+        };
+        let iteration = self.loop_iteration(run);
+        if let Some(looping) = self.looping.as_mut() {
+            looping.judging = Some(Judging {
+                name,
+                by_model,
+                iteration,
+                call: None,
+            });
+        }
+    }
+
     /// The body's chain ended: judges `until`.
     pub(super) fn iteration_ended(&mut self, plan: &RunPlan, events: &mut Vec<RunEvent>) {
         let node = plan.graph().node(self.map);
@@ -118,19 +136,8 @@ impl MapRun {
                     .map_err(|error| format!("until '{name}': {error}"))
             }
             // A worker judges: its function, or its model the sentence.
-            Until::Hosted(name) | Until::Sentence(name) => {
-                let iteration = self.loop_iteration(run);
-                let by_model = matches!(config.until, Until::Sentence(_));
-                if let Some(looping) = self.looping.as_mut() {
-                    looping.judging = Some(Judging {
-                        name: name.clone(),
-                        by_model,
-                        iteration,
-                        call: None,
-                    });
-                }
-                return;
-            }
+            Until::Hosted(code) => return self.ask_judgement(code.key(), false),
+            Until::Sentence(sentence) => return self.ask_judgement(sentence.clone(), true),
         };
         match judged {
             Ok(holds) => self.judged(holds, None, events),

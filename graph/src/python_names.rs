@@ -1,0 +1,196 @@
+//! Resolving the names a graph gives where code is allowed (SPEC 4.3):
+//! `fn:NAME` is a Rust worker's function; `module.sub:function` is an
+//! import path (checked against `module/sub.py` when the graph has that
+//! file beside it, else left to the worker's installed packages); a bare
+//! name is looked up in the `functions:` sidecar. A name is never both a
+//! Rust worker's and the sidecar's.
+
+use super::document::did_you_mean;
+use super::python::{
+    Code, PyDef, PyFunction, PythonFiles, SourceFiles, import_path, is_identifier, module_files,
+};
+
+/// The Python files of one graph and the names they define.
+pub(crate) struct PythonNames<'a> {
+    files: SourceFiles<'a>,
+    /// `functions:` as written, once read.
+    sidecar: Option<String>,
+    read: PythonFiles,
+    /// Files beside the graph that its Python names live in.
+    pub(crate) bundled: Vec<String>,
+}
+
+/// What a name where code is allowed turned out to be.
+pub(crate) enum Resolved {
+    /// Code to call.
+    Code(Code),
+    /// Not a name of code (a sentence, an expression, or a bare name no
+    /// file defines).
+    NotCode,
+}
+
+impl<'a> PythonNames<'a> {
+    /// Reads `functions:` (a `.py` file beside the graph), if declared.
+    pub(crate) fn new(files: SourceFiles<'a>, sidecar: Option<&str>) -> (Self, Option<String>) {
+        let mut names = Self {
+            files,
+            sidecar: None,
+            read: PythonFiles::default(),
+            bundled: Vec::new(),
+        };
+        let Some(path) = sidecar else {
+            return (names, None);
+        };
+        let problem = if !path.ends_with(".py") || path.starts_with('/') || path.contains("..") {
+            Some(format!(
+                "functions: '{path}' must be a .py file beside the graph (a relative path inside its directory)"
+            ))
+        } else if names.read.module(files, path).is_none() {
+            Some(format!(
+                "functions: '{path}' is not a file beside the graph (it is resolved relative to the graph file)"
+            ))
+        } else {
+            names.bundled.push(path.to_owned());
+            None
+        };
+        names.sidecar = Some(path.to_owned());
+        (names, problem)
+    }
+
+    /// The sidecar's path, when the graph declares one.
+    pub(crate) fn sidecar(&self) -> Option<&str> {
+        self.sidecar.as_deref()
+    }
+
+    /// The sidecar's top-level names.
+    pub(crate) fn sidecar_names(&mut self) -> Vec<String> {
+        let Some(path) = self.sidecar.clone() else {
+            return Vec::new();
+        };
+        self.read
+            .module(self.files, &path)
+            .map(|m| m.names().into_iter().map(str::to_owned).collect())
+            .unwrap_or_default()
+    }
+
+    fn sidecar_defines(&mut self, name: &str) -> bool {
+        self.sidecar_names().iter().any(|n| n == name)
+    }
+
+    /// Resolves `text` where code is allowed; an error names what is
+    /// wrong (a name both Rust's and the sidecar's, a function its
+    /// bundled module lacks).
+    pub(crate) fn resolve(&mut self, text: &str) -> Result<Resolved, String> {
+        let text = text.trim();
+        if let Some(name) = text.strip_prefix("fn:") {
+            let name = name.trim();
+            if self.sidecar_defines(name) {
+                return Err(format!(
+                    "'{name}' is both fn:{name} (a Rust worker's function) and a function of {}; a name may not mean both: rename one",
+                    self.sidecar.as_deref().unwrap_or_default()
+                ));
+            }
+            return Ok(Resolved::Code(Code::Rust(name.to_owned())));
+        }
+        if let Some((module, function)) = import_path(text) {
+            return self.import(module, function).map(Resolved::Code);
+        }
+        if is_identifier(text)
+            && self.sidecar_defines(text)
+            && let Some(path) = self.sidecar.clone()
+        {
+            return Ok(Resolved::Code(Code::Python(PyFunction {
+                module: path,
+                function: text.to_owned(),
+            })));
+        }
+        Ok(Resolved::NotCode)
+    }
+
+    /// `module:function`: checked in `module/sub.py` when the graph has
+    /// it, else an installed package's (checked by the worker).
+    fn import(&mut self, module: &str, function: &str) -> Result<Code, String> {
+        let found = module_files(module)
+            .into_iter()
+            .find(|path| self.read.module(self.files, path).is_some());
+        if let Some(path) = found {
+            let names = self
+                .read
+                .module(self.files, &path)
+                .map(|m| m.names().into_iter().map(str::to_owned).collect::<Vec<_>>())
+                .unwrap_or_default();
+            if !names.iter().any(|n| n == function) {
+                let known: Vec<&str> = names.iter().map(String::as_str).collect();
+                let hint = did_you_mean(function, &known)
+                    .map(|k| format!(" (did you mean '{k}'?)"))
+                    .unwrap_or_default();
+                return Err(format!(
+                    "'{module}:{function}': {path} defines no '{function}'{hint}"
+                ));
+            }
+            self.bundle(&path);
+            // Its package's __init__.py files go along, for the import.
+            let parts: Vec<&str> = module.split('.').collect();
+            for depth in 1..parts.len() {
+                let init = format!("{}/__init__.py", parts[..depth].join("/"));
+                if self.read.module(self.files, &init).is_some() {
+                    self.bundle(&init);
+                }
+            }
+        }
+        Ok(Code::Python(PyFunction {
+            module: module.to_owned(),
+            function: function.to_owned(),
+        }))
+    }
+
+    /// A `function` node's own file, `nodes/<id>.py`, defining `run`.
+    pub(crate) fn node_file(&mut self, id: &str) -> Result<PyFunction, String> {
+        let path = format!("nodes/{id}.py");
+        let Some(module) = self.read.module(self.files, &path) else {
+            return Err(format!(
+                "function node '{id}': give `callable: NAME` (a function of the `functions:` sidecar, or module:function), or put a file {path} defining run beside the graph"
+            ));
+        };
+        if module.get("run").is_none() {
+            return Err(format!("function node '{id}': {path} defines no `run`"));
+        }
+        self.bundle(&path);
+        Ok(PyFunction {
+            module: path,
+            function: "run".into(),
+        })
+    }
+
+    /// What the text shows of a function's definition, when its file is
+    /// beside the graph.
+    pub(crate) fn definition(&mut self, function: &PyFunction) -> Option<PyDef> {
+        let path = if function.module.ends_with(".py") {
+            function.module.clone()
+        } else {
+            module_files(&function.module)
+                .into_iter()
+                .find(|path| self.read.module(self.files, path).is_some())?
+        };
+        self.read
+            .module(self.files, &path)?
+            .get(&function.function)
+            .cloned()
+    }
+
+    /// "Did you mean" among `extra` names and the sidecar's.
+    pub(crate) fn hint(&mut self, name: &str, extra: &[&str]) -> String {
+        let sidecar = self.sidecar_names();
+        let mut known: Vec<&str> = extra.to_vec();
+        known.extend(sidecar.iter().map(String::as_str));
+        did_you_mean(name, &known)
+            .map(|k| format!(" (did you mean '{k}'?)"))
+            .unwrap_or_default()
+    }
+
+    fn bundle(&mut self, path: &str) {
+        if !self.bundled.iter().any(|p| p == path) {
+            self.bundled.push(path.to_owned());
+        }
+    }
+}

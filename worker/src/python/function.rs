@@ -1,0 +1,160 @@
+//! Python where a graph names it (SPEC 4.3): `function` nodes, called with
+//! the state's fields, `tool_args` and the step's scope merged into keyword
+//! arguments (later winning); and reducers, conditions, routers and
+//! `until`s, called as the coordinator asks.
+//!
+//! A function gets only the state fields its signature takes (all of them
+//! with `**kwargs`), so a call carries what the function reads, not the
+//! whole state. `tool_args` have their `${NAME}` secrets substituted here;
+//! the values are masked in everything the attempt reports.
+
+use std::time::Duration;
+
+use serde_json::{Map, Value};
+use weft_proto::v1 as pb;
+
+use super::{Call, PythonError, PythonHosts};
+use crate::blobs::BlobCache;
+use crate::secrets::{Redactor, Secrets};
+use crate::task::{BlobFile, Completed, Failure, FailureKind, Task};
+
+/// Runs one attempt of a `function` node.
+pub async fn run_function(
+    hosts: &PythonHosts,
+    blobs: &BlobCache,
+    secrets: &Secrets,
+    task: &Task,
+) -> Result<Completed, Failure> {
+    let config: Value = serde_json::from_str(&task.config_json)
+        .map_err(|e| Failure::new(FailureKind::InvalidTask, format!("task configuration: {e}")))?;
+    let text = |key: &str| config[key].as_str().unwrap_or_default().to_owned();
+    let (module, function, dir) = (text("module"), text("function"), text("dir"));
+    let output_key = match text("output_key") {
+        key if key.is_empty() => task.node.clone(),
+        key => key,
+    };
+    let hosted = hosts.pool(blobs, &task.bundle, &dir).await?;
+    let signature = hosted.signature(&module, &function).await;
+    let mut kwargs: Map<String, Value> = task
+        .state
+        .iter()
+        .filter(|(name, _)| signature.as_ref().is_none_or(|s| s.takes(name)))
+        .map(|(name, value)| (name.clone(), Value::clone(value)))
+        .collect();
+    let mut redactor = Redactor::default();
+    if let Some(args) = config["tool_args"].as_object() {
+        for (name, value) in args {
+            let value = substitute(secrets, value, &mut redactor).map_err(|e| {
+                Failure::new(FailureKind::InvalidTask, format!("tool_args.{name}: {e}"))
+            })?;
+            kwargs.insert(name.clone(), value);
+        }
+    }
+    let scope: Map<String, Value> = serde_json::from_str(&task.scope_json).unwrap_or_default();
+    kwargs.extend(scope);
+    let call = Call {
+        module: &module,
+        function: &function,
+        args: Vec::new(),
+        kwargs,
+        form: "positional",
+        mask: redactor.values().to_vec(),
+    };
+    let returned = hosted
+        .pool
+        .call_with(call, task.timeout)
+        .await
+        .map_err(|error| failure(error, &redactor))?;
+    // A secret a function returns is masked too: no record holds one.
+    let returned: Value = if redactor.values().is_empty() {
+        returned
+    } else {
+        serde_json::from_str(&redactor.redact(&returned.to_string())).unwrap_or(returned)
+    };
+    let writes = match &returned {
+        Value::Object(update) => Value::Object(update.clone()),
+        other => Value::Object(Map::from_iter([(output_key, other.clone())])),
+    };
+    Ok(Completed {
+        writes,
+        output: Some(returned),
+        notes: Vec::new(),
+    })
+}
+
+/// `${NAME}`s substituted in every string of `value`.
+fn substitute(
+    secrets: &Secrets,
+    value: &Value,
+    used: &mut Redactor,
+) -> Result<Value, crate::secrets::SecretError> {
+    Ok(match value {
+        Value::String(text) => Value::String(secrets.substitute(text, used)?),
+        Value::Array(items) => Value::Array(
+            items
+                .iter()
+                .map(|item| substitute(secrets, item, used))
+                .collect::<Result<_, _>>()?,
+        ),
+        Value::Object(fields) => Value::Object(
+            fields
+                .iter()
+                .map(|(k, v)| Ok((k.clone(), substitute(secrets, v, used)?)))
+                .collect::<Result<_, _>>()?,
+        ),
+        other => other.clone(),
+    })
+}
+
+fn failure(error: PythonError, redactor: &Redactor) -> Failure {
+    let kind = match &error {
+        PythonError::Raised(_) => FailureKind::HandlerError,
+        PythonError::Timeout(_) => FailureKind::Timeout,
+        PythonError::Start { .. } | PythonError::Host(_) => FailureKind::WorkerError,
+    };
+    Failure::new(kind, redactor.redact(&error.to_string()))
+}
+
+/// Calls a Python reducer, condition, router or `until` for the
+/// coordinator; the answer or the error's text.
+pub async fn call_python(
+    hosts: &PythonHosts,
+    blobs: &BlobCache,
+    call: &pb::FunctionCall,
+    python: &pb::PythonCall,
+    timeout: Duration,
+) -> Result<Value, String> {
+    let bundle: Vec<BlobFile> = call
+        .bundle
+        .iter()
+        .map(|b| BlobFile {
+            path: b.path.clone(),
+            sha256: b.sha256.clone(),
+            mode: b.mode,
+        })
+        .collect();
+    let hosted = hosts
+        .pool(blobs, &bundle, &python.dir)
+        .await
+        .map_err(|failure| failure.message)?;
+    let args: Vec<Value> =
+        serde_json::from_str(&call.args_json).map_err(|error| format!("bad arguments: {error}"))?;
+    let form = match python.form.as_str() {
+        "keywords" => "keywords",
+        "loop_iteration" => "loop_iteration",
+        _ => "positional",
+    };
+    let call = Call {
+        module: &python.module,
+        function: &python.function,
+        args,
+        kwargs: Map::new(),
+        form,
+        mask: Vec::new(),
+    };
+    hosted
+        .pool
+        .call_with(call, timeout)
+        .await
+        .map_err(|error| format!("{}:{}: {error}", python.module, python.function))
+}
