@@ -12,6 +12,7 @@ mod ha;
 mod hostile;
 mod llm;
 mod loops;
+mod python;
 mod store;
 mod subgraphs;
 mod teammates;
