@@ -60,6 +60,9 @@ impl Signature {
     }
 }
 
+/// A module's functions' signatures, by name.
+type Signatures = HashMap<String, Signature>;
+
 /// One bundle's files and pool.
 struct BundleHost {
     /// The bundle's root.
@@ -68,7 +71,7 @@ struct BundleHost {
     /// Per graph directory, its pool.
     pools: Mutex<HashMap<String, Arc<PythonPool>>>,
     /// Per `module` (`dir` first), its functions' signatures.
-    signatures: Mutex<HashMap<(String, String), Arc<HashMap<String, Signature>>>>,
+    signatures: Mutex<HashMap<(String, String), Arc<Signatures>>>,
 }
 
 /// The worker's Python pools.
@@ -209,7 +212,7 @@ impl Hosted {
     }
 }
 
-fn signature_table(read: &Value) -> HashMap<String, Signature> {
+fn signature_table(read: &Value) -> Signatures {
     read.as_object()
         .into_iter()
         .flatten()
