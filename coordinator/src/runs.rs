@@ -442,10 +442,7 @@ fn unhosted(plan: &RunPlan, fleet: &crate::dispatch::Fleet) -> Vec<Gap> {
         .iter()
         .any(|w| !w.draining && Requirement::Python.hosted_by(&w.info))
     {
-        for (function, used_by) in plan.graph().python_functions() {
-            if used_by.starts_with("function node") {
-                continue;
-            }
+        for (function, used_by) in plan.graph().python_calls() {
             let what = format!("{} ({used_by}) needs Python{PYTHON_HINT}", function.label());
             warnings.push(Gap {
                 warning: format!(

@@ -139,7 +139,7 @@ impl Builder<'_, '_> {
         let body = self.required(id, "loop", "body", &raw.body)?;
         let until = self.required(id, "loop", "until", &raw.until)?;
         let body = self.resolve_target(id, "body", &body)?.node();
-        let until = self.until(id, until)?;
+        let until = self.until(id, until);
         Some(NodeKind::Loop(Box::new(LoopConfig {
             body,
             until,
@@ -151,13 +151,14 @@ impl Builder<'_, '_> {
     /// `until` is looked up, not guessed (SPEC 4.2, 4.3): a `conditions:`
     /// entry, code, or else a sentence; with a sidecar declared, a bare
     /// name it lacks is an error, so a typo never becomes a prompt.
-    fn until(&mut self, id: &str, until: String) -> Option<Until> {
-        // Never `None`: a wrong `until` is reported and the loop kept.
+    /// A wrong `until` is reported and the loop kept (as judged by a
+    /// sentence), so its body is not also called unreachable.
+    fn until(&mut self, id: &str, until: String) -> Until {
         if let Some((name, expr)) = self.conditions.iter().find(|(n, _)| *n == until) {
-            return Some(Until::Condition(name.clone(), expr.clone()));
+            return Until::Condition(name.clone(), expr.clone());
         }
         match self.python.resolve(&until) {
-            Ok(Resolved::Code(code)) => Some(Until::Hosted(code)),
+            Ok(Resolved::Code(code)) => Until::Hosted(code),
             Ok(Resolved::NotCode) => match self.python.sidecar().map(str::to_owned) {
                 Some(path) if crate::python::is_identifier(&until) => {
                     let known: Vec<&str> =
@@ -169,15 +170,13 @@ impl Builder<'_, '_> {
                         ),
                         &[id],
                     );
-                    // Reported; the loop stays, so its body is not also
-                    // called unreachable.
-                    Some(Until::Sentence(until))
+                    Until::Sentence(until)
                 }
-                _ => Some(Until::Sentence(until)),
+                _ => Until::Sentence(until),
             },
             Err(error) => {
                 self.error(format!("loop node '{id}': until {error}"), &[id]);
-                Some(Until::Sentence(until))
+                Until::Sentence(until)
             }
         }
     }

@@ -164,7 +164,7 @@ impl Graph {
     /// with what uses it first (a reducer, a router, an edge condition);
     /// loops' `until` apart.
     pub fn hosted_functions(&self) -> Vec<(String, String)> {
-        self.code_uses_with(false)
+        self.code_uses_with(false, false)
             .into_iter()
             .filter_map(|(code, used_by)| match code {
                 Code::Rust(name) => Some((name, used_by)),
@@ -176,18 +176,20 @@ impl Graph {
     /// Every Python function the graph names, once each, with what uses
     /// it first; `function` nodes' callables included.
     pub fn python_functions(&self) -> Vec<(crate::PyFunction, String)> {
-        self.code_uses_with(true)
-            .into_iter()
-            .filter_map(|(code, used_by)| match code {
-                Code::Python(function) => Some((function, used_by)),
-                Code::Rust(_) => None,
-            })
-            .collect()
+        python_only(self.code_uses_with(true, true))
+    }
+
+    /// The Python functions the coordinator calls on a worker (reducers,
+    /// conditions, routers, `until`s): `function` nodes' callables apart,
+    /// which run as tasks.
+    pub fn python_calls(&self) -> Vec<(crate::PyFunction, String)> {
+        python_only(self.code_uses_with(true, false))
     }
 
     /// Every piece of code the graph names, once each, with what uses it
-    /// first; loops' `until` too when `untils`.
-    fn code_uses_with(&self, untils: bool) -> Vec<(Code, String)> {
+    /// first; loops' `until` too when `untils`, `function` nodes'
+    /// callables when `callables`.
+    fn code_uses_with(&self, untils: bool, callables: bool) -> Vec<(Code, String)> {
         let mut found: Vec<(Code, String)> = Vec::new();
         let mut add = |code: &Code, used_by: String| {
             if !found.iter().any(|(c, _)| c == code) {
@@ -201,7 +203,7 @@ impl Graph {
         }
         for (idx, node) in self.nodes.iter().enumerate() {
             match &node.kind {
-                NodeKind::Function(config) => {
+                NodeKind::Function(config) if callables => {
                     add(
                         &Code::Python(config.callable.clone()),
                         format!("function node '{}'", node.id),
@@ -244,6 +246,16 @@ impl Graph {
             .iter()
             .any(|&e| self.edges[e].from == Endpoint::Start)
     }
+}
+
+/// The Python functions among `uses`.
+fn python_only(uses: Vec<(Code, String)>) -> Vec<(crate::PyFunction, String)> {
+    uses.into_iter()
+        .filter_map(|(code, used_by)| match code {
+            Code::Python(function) => Some((function, used_by)),
+            Code::Rust(_) => None,
+        })
+        .collect()
 }
 
 /// A node of the graph.

@@ -32,6 +32,7 @@ mod config_file;
 mod execute;
 mod finding;
 mod handler;
+mod hosting;
 pub mod llm;
 pub mod python;
 mod runtime;

@@ -14,16 +14,13 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tonic::transport::{Channel, Endpoint};
 use tracing::{Instrument, debug, info, warn};
-use weft_proto::PROTOCOL_VERSION;
 use weft_proto::v1 as pb;
 use weft_proto::v1::worker_service_client::WorkerServiceClient;
 
-use crate::blobs::BlobCache;
 use crate::execute::{Kinds, call_function, execute, task_result};
 use crate::finding::{self, Finder};
 use crate::handler::Registry;
-use crate::python::{PythonHosts, PythonPool};
-use crate::script::ScriptRunner;
+use crate::hosting::{Local, hello, kinds};
 use crate::state_sync::StateCache;
 use crate::task::{Failure, FailureKind, Task};
 use crate::team::{self, Acks, Message, Team, TeamEnd};
@@ -106,8 +103,7 @@ pub async fn run(
     // Scratch left by an earlier worker that died is nobody's.
     let _ = tokio::fs::remove_dir_all(work.scratch()).await;
     let _ = tokio::fs::remove_dir_all(work.python()).await;
-    let python = python_hosts(&config, &work).await;
-    let local = Local { work, python };
+    let local = Local::new(&config, work).await;
     let tracker = TaskTracker::new();
     let ended = connect_and_serve(
         &config,
@@ -129,31 +125,6 @@ pub async fn run(
     drop(local.python);
     local.work.clean_up();
     ended
-}
-
-/// What a worker keeps across its sessions.
-struct Local {
-    work: WorkDir,
-    /// Python pools, when the worker hosts Python.
-    python: Option<Arc<PythonHosts>>,
-}
-
-/// The worker's Python pools, when Python is enabled and its interpreter
-/// runs; otherwise the worker does not announce `function`.
-async fn python_hosts(config: &WorkerConfig, work: &WorkDir) -> Option<Arc<PythonHosts>> {
-    let settings = &config.python;
-    if !settings.enabled {
-        return None;
-    }
-    if !PythonPool::available(&settings.interpreter).await {
-        info!(worker = %config.name, interpreter = %settings.interpreter, "no Python: function nodes and Python names are not hosted");
-        return None;
-    }
-    Some(Arc::new(PythonHosts::new(
-        settings.clone(),
-        config.slots,
-        work.python(),
-    )))
 }
 
 /// Sessions with the coordinator, one after another, until shutdown.
@@ -236,8 +207,9 @@ async fn session(
     };
     let mut client = client(channel);
     let (outbound, rx) = mpsc::channel::<pb::WorkerMessage>(1024);
+    let hello = hello(config, registry, local.python.is_some());
     let _ = outbound
-        .send(hello(config, registry, local.python.is_some()))
+        .send(message(pb::worker_message::Body::Hello(hello)))
         .await;
     let url = endpoint.uri().to_string();
     let (mut inbound, heartbeat, max_result_bytes) =
@@ -372,57 +344,6 @@ async fn handshake(
         ))),
         Err(status) => Ok(Err(SessionEnd::Lost(status.message().to_owned()))),
     }
-}
-
-fn hello(config: &WorkerConfig, registry: &Registry, python: bool) -> pb::WorkerMessage {
-    message(pb::worker_message::Body::Hello(pb::Hello {
-        protocol_version: PROTOCOL_VERSION,
-        name: config.name.clone(),
-        slots: config.slots,
-        labels: config.labels.iter().cloned().collect(),
-        kinds: hosted_kinds(config, python)
-            .into_iter()
-            .map(|kind| kind.as_str().to_owned())
-            .collect(),
-        handlers: registry.handlers.keys().cloned().collect(),
-        functions: registry.functions.keys().cloned().collect(),
-        tools: registry.tools.keys().cloned().collect(),
-    }))
-}
-
-/// What a session runs tasks with.
-fn kinds(
-    config: &WorkerConfig,
-    local: &Local,
-    registry: &Arc<Registry>,
-    client: &WorkerServiceClient<Channel>,
-) -> Kinds {
-    let blobs = BlobCache::new(local.work.files(), client.clone());
-    Kinds {
-        registry: registry.clone(),
-        scripts: ScriptRunner::new(local.work.scratch(), blobs.clone(), config.secrets.clone()),
-        providers: config.providers.clone(),
-        python: local.python.clone(),
-        blobs,
-        secrets: config.secrets.clone(),
-    }
-}
-
-/// The built-in kinds a worker hosts: scripts unless turned off, `llm`
-/// with a model provider, `function` with Python.
-fn hosted_kinds(config: &WorkerConfig, python: bool) -> Vec<WorkerKind> {
-    let mut kinds = Vec::new();
-    if config.scripts {
-        kinds.push(WorkerKind::Script);
-    }
-    if !config.providers.is_empty() {
-        kinds.push(WorkerKind::Llm);
-        kinds.push(WorkerKind::Agent);
-    }
-    if python {
-        kinds.push(WorkerKind::Function);
-    }
-    kinds
 }
 
 /// What one connection to the coordinator runs.

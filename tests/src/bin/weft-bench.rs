@@ -20,6 +20,9 @@ use serde_json::{Value, json};
 use weft_client::{Client, EmbeddedCluster, GraphBuilder, GraphBundle, NodeBuilder};
 use weft_worker::{TaskContext, Worker};
 
+#[path = "weft_bench/python.rs"]
+mod python;
+
 #[derive(Parser)]
 struct Args {
     /// Workloads to run (w1, w2, w1py, w2py, w3, w4, w5, w7); default: all.
@@ -285,11 +288,11 @@ async fn run_all(args: &Args) -> Result<Vec<Figure>> {
         }
     }
     if wanted("w1py") {
-        figures.push(w1_py(&client, args).await?);
+        figures.push(python::w1_py(&client, args).await?);
     }
     if wanted("w2py") {
         for n in [1_000usize, 10_000] {
-            figures.push(w2_py(&client, args, n).await?);
+            figures.push(python::w2_py(&client, args, n).await?);
         }
     }
     if wanted("w3") {
@@ -348,91 +351,6 @@ async fn w2(client: &Client, args: &Args, n: usize) -> Result<Figure> {
     Ok(Figure {
         id: "w2",
         label: format!("W2 map, N = {n}"),
-        samples,
-        per: Some((rate, "items/s")),
-    })
-}
-
-/// The functions of W1-py and W2-py: LangGraph's nodes are the same
-/// Python functions, run in its own process. `double` names the one
-/// argument it takes, as LangGraph's `Send` hands its node only the item; a
-/// `**kw` function would be handed the whole state on every call.
-const PY_HELPERS: &str = "\
-def inc(counter, **kw):
-    return {\"counter\": counter + 1}
-
-def double(item):
-    return item * 2
-";
-
-/// W1-py: W1's chain with each node a sidecar function.
-async fn w1_py(client: &Client, args: &Args) -> Result<Figure> {
-    let mut yaml = format!(
-        "name: w1py\nfunctions: helpers.py\nsettings: {{ max_steps: 10000, durability: {} }}\n\
-         state:\n  counter: {{ type: integer, default: 0 }}\nnodes:\n",
-        args.durability
-    );
-    for i in 0..200 {
-        let next = if i + 1 < 200 {
-            format!(", next: n{}", i + 1)
-        } else {
-            String::new()
-        };
-        let start = if i == 0 { ", start: true" } else { "" };
-        yaml.push_str(&format!(
-            "  n{i}: {{ kind: function, callable: inc{start}{next} }}\n"
-        ));
-    }
-    let bundle = GraphBundle::from_text("w1py.yaml", &yaml).with_file(
-        "helpers.py",
-        PY_HELPERS.as_bytes(),
-        0o644,
-    );
-    let samples = timed_bundle(client, &bundle, &json!({}), args.iterations, |s| {
-        ensure!(s["counter"] == json!(200), "counter is {}", s["counter"]);
-        Ok(())
-    })
-    .await?;
-    let per = median(&samples).as_secs_f64() * 1e6 / 200.0;
-    Ok(Figure {
-        id: "w1py",
-        label: "W1-py chain, 200 Python nodes".into(),
-        samples,
-        per: Some((per, "µs/node")),
-    })
-}
-
-/// W2-py: W2's map with a Python function as its branch.
-async fn w2_py(client: &Client, args: &Args, n: usize) -> Result<Figure> {
-    let items: Vec<usize> = (0..n).collect();
-    let yaml = format!(
-        "name: w2py\nfunctions: helpers.py\nsettings: {{ durability: {}, max_concurrency: {} }}\n\
-         state:\n  items: {{ type: array, default: {} }}\n\
-         nodes:\n  fan: {{ kind: map, start: true, over: state.items, as: item, branch: double, \
-         output_key: doubled, collect_into: results }}\n  \
-         double: {{ kind: function, callable: double, output_key: doubled }}\n",
-        args.durability,
-        args.slots * args.workers,
-        serde_json::to_string(&items)?
-    );
-    let bundle = GraphBundle::from_text("w2py.yaml", &yaml).with_file(
-        "helpers.py",
-        PY_HELPERS.as_bytes(),
-        0o644,
-    );
-    let samples = timed_bundle(client, &bundle, &json!({}), args.iterations.min(3), |s| {
-        let results = s["results"].as_array().context("results")?;
-        ensure!(results.len() == n, "{} results", results.len());
-        for (i, r) in results.iter().enumerate() {
-            ensure!(*r == json!(2 * i), "item {i} is {r}");
-        }
-        Ok(())
-    })
-    .await?;
-    let rate = n as f64 / median(&samples).as_secs_f64();
-    Ok(Figure {
-        id: "w2py",
-        label: format!("W2-py map, N = {n}"),
         samples,
         per: Some((rate, "items/s")),
     })

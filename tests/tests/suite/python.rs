@@ -408,3 +408,35 @@ async fn seed_002s_examples_run_on_a_cluster_of_processes() -> anyhow::Result<()
     assert_eq!(dedupe.state["dedupe"], "a\nb\nc");
     Ok(())
 }
+
+#[tokio::test]
+async fn a_worker_without_python_does_not_offer_it_and_the_graph_waits_saying_why()
+-> anyhow::Result<()> {
+    let mut cluster = TestCluster::start()?;
+    let config = cluster.dir().join("no-python.toml");
+    std::fs::write(&config, "[python]\nenabled = false\n")?;
+    cluster.add_worker_with("a", 1, &["--config".into(), config.display().to_string()])?;
+    cluster.wait_for_workers(&["a"]).await?;
+    let client = cluster.client().await?;
+    let yaml = "
+functions: helpers.py
+state:
+  best: { type: number, default: 0, reducer: highest }
+nodes:
+  who: { kind: function, callable: who, start: true }
+";
+    let helpers = "def who(**kw):\n    return 1\n\ndef highest(s0, values):\n    return max(values)\n";
+    let submitted = client
+        .submit_bundle(bundle(yaml, helpers), &json!({}))
+        .await?;
+    let warned = |text: &str| submitted.warnings.iter().any(|w| w.contains(text));
+    assert!(
+        warned("node 'who' needs kind 'function'")
+            && warned("highest (helpers.py) (reducer of field 'best') needs Python"),
+        "{:?}",
+        submitted.warnings
+    );
+    let unhosted = weft_tests::wait_for_event(&client, &submitted.run_id, "task_unhosted").await?;
+    assert_eq!(unhosted.body["node"], "who");
+    Ok(())
+}

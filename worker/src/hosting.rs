@@ -1,0 +1,103 @@
+//! What a worker hosts and runs it with: the hello it announces (its
+//! kinds, handlers, functions and tools), what it keeps across sessions
+//! (its work directory, its Python pools) and what each session runs
+//! tasks with.
+
+use std::sync::Arc;
+
+use tonic::transport::Channel;
+use tracing::info;
+use weft_proto::PROTOCOL_VERSION;
+use weft_proto::types::WorkerKind;
+use weft_proto::v1 as pb;
+use weft_proto::v1::worker_service_client::WorkerServiceClient;
+
+use crate::blobs::BlobCache;
+use crate::execute::Kinds;
+use crate::handler::Registry;
+use crate::python::{PythonHosts, PythonPool};
+use crate::runtime::WorkerConfig;
+use crate::script::ScriptRunner;
+use crate::work_dir::WorkDir;
+
+/// What a worker keeps across its sessions.
+pub(crate) struct Local {
+    pub(crate) work: WorkDir,
+    /// Python pools, when the worker hosts Python.
+    pub(crate) python: Option<Arc<PythonHosts>>,
+}
+
+impl Local {
+    /// The work directory and, when Python is enabled and its
+    /// interpreter runs, the Python pools; otherwise the worker does not
+    /// announce `function`.
+    pub(crate) async fn new(config: &WorkerConfig, work: WorkDir) -> Self {
+        let settings = &config.python;
+        let python = if !settings.enabled {
+            None
+        } else if PythonPool::available(&settings.interpreter).await {
+            let root = work.python();
+            Some(Arc::new(PythonHosts::new(
+                settings.clone(),
+                config.slots,
+                root,
+            )))
+        } else {
+            info!(worker = %config.name, interpreter = %settings.interpreter, "no Python: function nodes and Python names are not hosted");
+            None
+        };
+        Self { work, python }
+    }
+}
+
+/// The worker's hello: what it hosts.
+pub(crate) fn hello(config: &WorkerConfig, registry: &Registry, python: bool) -> pb::Hello {
+    pb::Hello {
+        protocol_version: PROTOCOL_VERSION,
+        name: config.name.clone(),
+        slots: config.slots,
+        labels: config.labels.iter().cloned().collect(),
+        kinds: hosted_kinds(config, python)
+            .into_iter()
+            .map(|kind| kind.as_str().to_owned())
+            .collect(),
+        handlers: registry.handlers.keys().cloned().collect(),
+        functions: registry.functions.keys().cloned().collect(),
+        tools: registry.tools.keys().cloned().collect(),
+    }
+}
+
+/// What a session runs tasks with.
+pub(crate) fn kinds(
+    config: &WorkerConfig,
+    local: &Local,
+    registry: &Arc<Registry>,
+    client: &WorkerServiceClient<Channel>,
+) -> Kinds {
+    let blobs = BlobCache::new(local.work.files(), client.clone());
+    Kinds {
+        registry: registry.clone(),
+        scripts: ScriptRunner::new(local.work.scratch(), blobs.clone(), config.secrets.clone()),
+        providers: config.providers.clone(),
+        python: local.python.clone(),
+        blobs,
+        secrets: config.secrets.clone(),
+    }
+}
+
+/// The built-in kinds a worker hosts: scripts unless turned off, `llm`
+/// with a model provider, `function` with Python.
+fn hosted_kinds(config: &WorkerConfig, python: bool) -> Vec<WorkerKind> {
+    let mut kinds = Vec::new();
+    if config.scripts {
+        kinds.push(WorkerKind::Script);
+    }
+    if !config.providers.is_empty() {
+        kinds.push(WorkerKind::Llm);
+        kinds.push(WorkerKind::Agent);
+    }
+    if python {
+        kinds.push(WorkerKind::Function);
+    }
+    kinds
+}
