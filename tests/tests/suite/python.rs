@@ -425,7 +425,8 @@ state:
 nodes:
   who: { kind: function, callable: who, start: true }
 ";
-    let helpers = "def who(**kw):\n    return 1\n\ndef highest(s0, values):\n    return max(values)\n";
+    let helpers =
+        "def who(**kw):\n    return 1\n\ndef highest(s0, values):\n    return max(values)\n";
     let submitted = client
         .submit_bundle(bundle(yaml, helpers), &json!({}))
         .await?;
