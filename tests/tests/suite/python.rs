@@ -441,3 +441,53 @@ nodes:
     assert_eq!(unhosted.body["node"], "who");
     Ok(())
 }
+
+/// `weft ARGS` with no coordinator: `run` starts an embedded cluster.
+fn weft(args: &[&str]) -> std::process::Output {
+    std::process::Command::new(weft_tests::binary("weft"))
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .env_remove("WEFT_COORDINATOR")
+        .output()
+        .expect("weft runs")
+}
+
+#[test]
+fn seed_002s_examples_run_on_the_embedded_cluster_and_validate_names_their_python() {
+    let example = |name: &str| {
+        weft_tests::repo()
+            .join(format!("examples/python/{name}.yaml"))
+            .display()
+            .to_string()
+    };
+    for (name, input, field, expected) in [
+        (
+            "tagline",
+            r#"{"topic": "Weft"}"#,
+            "tagline",
+            json!("Weft runs your workflow graphs"),
+        ),
+        ("dedupe", r#"{"notes": "x; y; x"}"#, "dedupe", json!("x\ny")),
+        (
+            "map",
+            r#"{"subjects": ["ab", "abc"]}"#,
+            "summaries",
+            json!(["ab: 2 letters", "abc: 3 letters"]),
+        ),
+    ] {
+        let out = weft(&["run", &example(name), "--json", "--input", input]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{name}: {stderr}");
+        let done: Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{name}: not JSON ({e}): {stderr}"));
+        assert_eq!(done["status"], "completed", "{name}");
+        assert_eq!(done["state"][field], expected, "{name}");
+    }
+    let out = weft(&["validate", &example("tagline")]);
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "python: tagline_is_short (helpers.py) — until of loop node 'polish'\n\
+         python: write_tagline (helpers.py) — function node 'write'\nok\n"
+    );
+}
