@@ -183,51 +183,38 @@ pub fn task_result(
 /// the worker's providers instead; one with `python` a Python function.
 pub async fn call_function(kinds: &Kinds, call: pb::FunctionCall) -> pb::CallResult {
     let timeout = Duration::from_millis(call.timeout_ms.max(1));
-    if let Some(python) = &call.python {
-        let result = match &kinds.python {
-            Some(hosts) => {
-                crate::python::call_python(hosts, &kinds.blobs, &call, python, timeout).await
-            }
-            None => Err("this worker does not host Python".to_owned()),
-        };
-        let outcome = match result {
+    let result = match (&call.python, &kinds.python) {
+        (Some(python), Some(hosts)) => {
+            crate::python::call_python(hosts, &kinds.blobs, &call, python, timeout).await
+        }
+        (Some(_), None) => Err("this worker does not host Python".to_owned()),
+        (None, _) if call.judge => {
+            let iteration = serde_json::from_str::<Vec<Value>>(&call.args_json)
+                .ok()
+                .and_then(|args| args.into_iter().next())
+                .unwrap_or(Value::Null);
+            crate::llm::judge(&kinds.providers, &call.name, &iteration, timeout).await
+        }
+        (None, _) => call_registered(kinds.registry.clone(), &call, timeout).await,
+    };
+    pb::CallResult {
+        call_id: call.call_id,
+        run_id: call.run_id,
+        outcome: Some(match result {
             Ok(value) => pb::call_result::Outcome::ValueJson(value.to_string()),
             Err(error) => pb::call_result::Outcome::Error(error),
-        };
-        return pb::CallResult {
-            call_id: call.call_id,
-            run_id: call.run_id,
-            outcome: Some(outcome),
-        };
+        }),
     }
-    call_registered(kinds.registry.clone(), kinds.providers.clone(), call).await
 }
 
-/// A registered function's call, or a model's judgement of a sentence.
+/// A registered function's call, on the blocking pool.
 async fn call_registered(
     registry: Arc<Registry>,
-    providers: Arc<Providers>,
-    call: pb::FunctionCall,
-) -> pb::CallResult {
-    let timeout = Duration::from_millis(call.timeout_ms.max(1));
-    if call.judge {
-        let iteration = serde_json::from_str::<Vec<Value>>(&call.args_json)
-            .ok()
-            .and_then(|args| args.into_iter().next())
-            .unwrap_or(Value::Null);
-        let judged = crate::llm::judge(&providers, &call.name, &iteration, timeout).await;
-        let outcome = match judged {
-            Ok(value) => pb::call_result::Outcome::ValueJson(value.to_string()),
-            Err(error) => pb::call_result::Outcome::Error(error),
-        };
-        return pb::CallResult {
-            call_id: call.call_id,
-            run_id: call.run_id,
-            outcome: Some(outcome),
-        };
-    }
+    call: &pb::FunctionCall,
+    timeout: Duration,
+) -> Result<Value, String> {
     let name = call.name.clone();
-    let args_json = call.args_json;
+    let args_json = call.args_json.clone();
     let work = tokio::task::spawn_blocking(move || -> Result<Value, String> {
         let function = registry
             .functions
@@ -237,24 +224,18 @@ async fn call_registered(
             .map_err(|error| format!("bad arguments: {error}"))?;
         function(args)
     });
-    let outcome = match tokio::time::timeout(timeout, work).await {
-        Ok(Ok(Ok(value))) => pb::call_result::Outcome::ValueJson(value.to_string()),
-        Ok(Ok(Err(error))) => pb::call_result::Outcome::Error(error),
-        Ok(Err(join)) if join.is_panic() => pb::call_result::Outcome::Error(format!(
+    match tokio::time::timeout(timeout, work).await {
+        Ok(Ok(result)) => result,
+        Ok(Err(join)) if join.is_panic() => Err(format!(
             "function '{}' panicked: {}",
             call.name,
             panic_text(join)
         )),
-        Ok(Err(join)) => pb::call_result::Outcome::Error(join.to_string()),
-        Err(_) => pb::call_result::Outcome::Error(format!(
-            "function '{}' did not return within {timeout:?}",
-            call.name
+        Ok(Err(join)) => Err(join.to_string()),
+        Err(_) => Err(format!(
+            "function '{}' did not return within {:?}",
+            call.name, timeout
         )),
-    };
-    pb::CallResult {
-        call_id: call.call_id,
-        run_id: call.run_id,
-        outcome: Some(outcome),
     }
 }
 
@@ -262,13 +243,13 @@ async fn call_registered(
 mod tests {
     use super::*;
 
-    fn call(name: &str, timeout_ms: u64) -> pb::FunctionCall {
+    fn call(name: &str) -> pb::FunctionCall {
         pb::FunctionCall {
             call_id: 7,
             run_id: "r".into(),
             name: name.into(),
             args_json: "[1]".into(),
-            timeout_ms,
+            timeout_ms: 0,
             judge: false,
             python: None,
             bundle: Vec::new(),
@@ -289,26 +270,29 @@ mod tests {
     #[tokio::test]
     async fn functions_return_fail_and_time_out_without_harm() {
         let registry = registry();
-        let ok = call_registered(registry.clone(), Arc::default(), call("echo", 1000)).await;
-        assert_eq!(
-            ok.outcome,
-            Some(pb::call_result::Outcome::ValueJson("1".into()))
-        );
-        let panicked = call_registered(registry.clone(), Arc::default(), call("boom", 1000)).await;
+        let second = Duration::from_secs(1);
+        let ok = call_registered(registry.clone(), &call("echo"), second).await;
+        assert_eq!(ok, Ok(serde_json::json!(1)));
+        let panicked = call_registered(registry.clone(), &call("boom"), second).await;
         assert!(
-            matches!(&panicked.outcome, Some(pb::call_result::Outcome::Error(e)) if e.contains("panicked: no good")),
+            panicked
+                .as_ref()
+                .is_err_and(|e| e.contains("panicked: no good")),
             "{panicked:?}"
         );
-        let slow = call_registered(registry.clone(), Arc::default(), call("slow", 20)).await;
+        let slow =
+            call_registered(registry.clone(), &call("slow"), Duration::from_millis(20)).await;
         assert!(
-            matches!(&slow.outcome, Some(pb::call_result::Outcome::Error(e)) if e.contains("did not return")),
+            slow.as_ref().is_err_and(|e| e.contains("did not return")),
             "{slow:?}"
         );
-        let missing = call_registered(registry, Arc::default(), call("nope", 1000)).await;
-        assert!(matches!(
-            missing.outcome,
-            Some(pb::call_result::Outcome::Error(_))
-        ));
+        let missing = call_registered(registry, &call("nope"), second).await;
+        assert!(
+            missing
+                .as_ref()
+                .is_err_and(|e| e.contains("this worker has no function 'nope'")),
+            "{missing:?}"
+        );
     }
 
     #[tokio::test(start_paused = true)]

@@ -135,6 +135,14 @@ def verdict(value):
     return bool(value)
 
 
+def awaited(value):
+    """An `async def` function's result, run to its end."""
+    if inspect.iscoroutine(value):
+        import asyncio
+        return asyncio.run(value)
+    return value
+
+
 def call(request):
     module = load(request["module"])
     function = getattr(module, request["function"], None)
@@ -143,11 +151,11 @@ def call(request):
     args = request.get("args", [])
     form = request.get("form", "positional")
     if form == "loop_iteration":
-        return verdict(function(LoopIteration(args[0] if args else {})))
+        return verdict(awaited(function(LoopIteration(args[0] if args else {}))))
     if form == "keywords":
         kwargs = args[0] if args and isinstance(args[0], dict) else {}
-        return function(**taken(function, kwargs))
-    return function(*args, **taken(function, request.get("kwargs", {})))
+        return awaited(function(**taken(function, kwargs)))
+    return awaited(function(*args, **taken(function, request.get("kwargs", {}))))
 
 
 def handle(request):

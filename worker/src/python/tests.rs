@@ -183,3 +183,51 @@ async fn two_bundles_helpers_do_not_collide_and_import_paths_resolve() {
     std::fs::remove_dir_all(a).ok();
     std::fs::remove_dir_all(b).ok();
 }
+
+#[tokio::test]
+async fn forms_filter_keywords_build_loop_iterations_and_await_coroutines() {
+    let helpers = r#"
+async def later(x):
+    return x * 2
+
+def only_topic(topic):
+    return topic
+
+def judge(it):
+    assert it.result == it.output and it.history[0].reason == "first"
+    return (it.iteration > 1, "at %d of %d" % (it.iteration, it.max_iterations))
+"#;
+    let dir = bundle("forms", &[("helpers.py", helpers)]);
+    let pool = PythonPool::new("python3", &dir, 1);
+    let call = |function: &'static str, args: Vec<Value>, form: &'static str| Call {
+        module: "helpers.py",
+        function,
+        args,
+        kwargs: Map::new(),
+        form,
+        mask: Vec::new(),
+    };
+    let later = pool
+        .call_with(call("later", vec![json!(21)], "positional"), SECOND)
+        .await;
+    assert_eq!(later, Ok(json!(42)));
+    // Keyword arguments the function does not name are left out.
+    let topic = pool
+        .call_with(
+            call(
+                "only_topic",
+                vec![json!({"topic": "t", "other": 1})],
+                "keywords",
+            ),
+            SECOND,
+        )
+        .await;
+    assert_eq!(topic, Ok(json!("t")));
+    let iteration = json!({"iteration": 2, "max_iterations": 5, "is_last": false,
+        "output": "o", "state": {}, "history": [{"output": "p", "reason": "first"}]});
+    let verdict = pool
+        .call_with(call("judge", vec![iteration], "loop_iteration"), SECOND)
+        .await;
+    assert_eq!(verdict, Ok(json!([true, "at 2 of 5"])));
+    std::fs::remove_dir_all(dir).ok();
+}
