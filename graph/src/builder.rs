@@ -358,10 +358,13 @@ impl Builder<'_, '_> {
                     None => Guard::Always,
                 },
             };
-            if from == Endpoint::Start && matches!(guard, Guard::When(Condition::Hosted(_))) {
+            if from == Endpoint::Start
+                && let Guard::When(Condition::Hosted(code)) = &guard
+            {
                 self.error(
                     format!(
-                        "{owner}: a START edge's `when` is checked on the input before anything runs; write it in CEL, not as fn:NAME"
+                        "{owner}: a START edge's `when` is checked on the input before anything runs; write it in CEL, not as code ({})",
+                        code.label()
                     ),
                     &[],
                 );

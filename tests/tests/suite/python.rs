@@ -491,3 +491,44 @@ fn seed_002s_examples_run_on_the_embedded_cluster_and_validate_names_their_pytho
          python: write_tagline (helpers.py) — function node 'write'\nok\n"
     );
 }
+
+#[tokio::test]
+async fn a_python_until_in_flight_when_the_coordinator_dies_is_asked_again() -> anyhow::Result<()> {
+    let mut cluster = TestCluster::start()?;
+    cluster.add_worker("a", 2)?;
+    cluster.wait_for_workers(&["a"]).await?;
+    let client = cluster.client().await?;
+    // The predicate takes a while, so the crash comes while it is asked.
+    let helpers = TAGLINE_HELPERS.replace(
+        "def short_enough(it):\n",
+        "import time\n\ndef short_enough(it):\n    time.sleep(0.5)\n",
+    );
+    let submitted = client
+        .submit_bundle(bundle(TAGLINE, &helpers), &json!({}))
+        .await?;
+    let mut events = client.watch(&submitted.run_id, 0).await?;
+    while let Some(event) = events.next().await {
+        let event = event?;
+        if event.kind == "node_finished" && event.body["node"] == "write" {
+            break;
+        }
+    }
+    cluster.restart_coordinator()?;
+    let client = cluster.client().await?;
+    let done = tokio::time::timeout(
+        std::time::Duration::from_secs(60),
+        client.wait(&submitted.run_id),
+    )
+    .await??;
+    assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error);
+    assert_eq!(done.state["tagline"], "one two three four five");
+    assert_eq!(
+        done.state["heard"],
+        json!([
+            null,
+            "9 words at iteration 1 of 5",
+            "7 words at iteration 2 of 5"
+        ])
+    );
+    Ok(())
+}
