@@ -317,6 +317,7 @@ mod tests {
             kind: "task".into(),
             config_json: r#"{"handler":"sleepy"}"#.into(),
             state: Vec::new(),
+            state_versions: Vec::new(),
             scope_json: "{}".into(),
             item: None,
             timeout: Duration::from_millis(20),

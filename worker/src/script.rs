@@ -374,6 +374,7 @@ mod tests {
             kind: "script".into(),
             config_json: json!({ "argv": argv }).to_string(),
             state: Vec::new(),
+            state_versions: Vec::new(),
             scope_json: "{}".into(),
             item: None,
             timeout,

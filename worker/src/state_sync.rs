@@ -32,6 +32,7 @@ impl StateCache {
     pub fn task(&mut self, assignment: pb::TaskAssignment) -> Result<Task, Failure> {
         let fields = self.runs.entry(assignment.run_id.clone()).or_default();
         let mut state = Vec::with_capacity(assignment.state.len());
+        let mut versions = Vec::with_capacity(assignment.state.len());
         let mut problem = None;
         for field in assignment.state {
             if !field.json.is_empty() {
@@ -39,6 +40,7 @@ impl StateCache {
                     Ok(value) => {
                         let value = Arc::new(value);
                         state.push((field.name.clone(), value.clone()));
+                        versions.push(field.version);
                         fields.insert(field.name, (field.version, value));
                     }
                     Err(error) => {
@@ -50,6 +52,7 @@ impl StateCache {
             match fields.get(&field.name) {
                 Some((version, value)) if *version == field.version => {
                     state.push((field.name, value.clone()));
+                    versions.push(*version);
                 }
                 _ => {
                     problem = Some(format!(
@@ -70,6 +73,7 @@ impl StateCache {
             kind: assignment.kind,
             config_json: assignment.config_json,
             state,
+            state_versions: versions,
             scope_json: assignment.scope_json,
             item: assignment.item.map(|item| item.index),
             timeout: Duration::from_millis(assignment.timeout_ms.max(1)),

@@ -35,6 +35,9 @@ pub struct Task {
     /// The state the task sees, field by field. Values are shared with the
     /// worker's cache, so a task never copies a field it does not read.
     pub state: Vec<(String, Arc<Value>)>,
+    /// The version of each field of `state`, in its order (empty when not
+    /// known): a Python process is sent a value once per version.
+    pub state_versions: Vec<u64>,
     /// The scope, as JSON.
     pub scope_json: String,
     /// The map item's index, for a chain step.

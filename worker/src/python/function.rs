@@ -4,7 +4,8 @@
 //! `until`s, called as the coordinator asks.
 //!
 //! A function gets only the state fields its signature takes (all of them
-//! with `**kwargs`), so a call carries what the function reads, not the
+//! with `**kwargs`), and a Python process is sent each field's value once
+//! per version (see `held.rs`), so a call carries what changed, not the
 //! whole state. `tool_args` have their `${NAME}` secrets substituted here;
 //! the values are masked in everything the attempt reports.
 
@@ -35,12 +36,25 @@ pub async fn run_function(
     };
     let hosted = hosts.pool(blobs, &task.bundle, &dir).await?;
     let signature = hosted.signature(&module, &function).await;
-    let mut kwargs: Map<String, Value> = task
-        .state
-        .iter()
-        .filter(|(name, _)| signature.as_ref().is_none_or(|s| s.takes(name)))
-        .map(|(name, value)| (name.clone(), Value::clone(value)))
-        .collect();
+    let taken = |name: &String| signature.as_ref().is_none_or(|s| s.takes(name));
+    let mut kwargs = Map::new();
+    // Each field's value goes to a process once per version when the
+    // versions are known; else with the call.
+    let state = if task.state_versions.len() == task.state.len() {
+        let fields = task
+            .state
+            .iter()
+            .zip(&task.state_versions)
+            .filter(|((name, _), _)| taken(name))
+            .map(|((name, value), version)| (name.clone(), *version, value.clone()))
+            .collect();
+        Some((task.run_id.as_str(), fields))
+    } else {
+        for (name, value) in task.state.iter().filter(|(name, _)| taken(name)) {
+            kwargs.insert(name.clone(), Value::clone(value));
+        }
+        None
+    };
     let mut redactor = Redactor::default();
     if let Some(args) = config["tool_args"].as_object() {
         for (name, value) in args {
@@ -59,6 +73,7 @@ pub async fn run_function(
         kwargs,
         form: "positional",
         mask: redactor.values().to_vec(),
+        state,
     };
     let returned = hosted
         .pool
@@ -151,6 +166,7 @@ pub async fn call_python(
         kwargs: Map::new(),
         form,
         mask: Vec::new(),
+        state: None,
     };
     hosted
         .pool

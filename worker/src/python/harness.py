@@ -8,7 +8,11 @@ corrupt the protocol.
 Requests:
   {"id": N, "op": "call", "module": M, "function": F, "args": [...],
    "kwargs": {...}, "form": "positional" | "keywords" | "loop_iteration",
-   "mask": [secret values to keep out of what is printed]}
+   "mask": [secret values to keep out of what is printed],
+   "run": R, "fresh": {field: value}, "held": [field], "forget": [run]}
+The last four pass state fields as keyword arguments (before `kwargs`,
+which win): `fresh` values are kept per run, `held` names ones sent
+before, and the state of a `forget` run is dropped.
   {"id": N, "op": "signatures", "module": M}
 M is a path to a .py file (imported by path under a private name, so two
 bundles' helpers.py never collide) or a dotted module name (imported from
@@ -53,6 +57,7 @@ sys.stdout = sys.stderr
 
 modules = {}
 accepts = {}
+states = {}
 
 
 def load(module):
@@ -167,6 +172,20 @@ def handle(request):
             if inspect.isfunction(value) and not name.startswith("_")
             and getattr(value, "__module__", None) == module.__name__
         }
+    if "run" in request:
+        for old in request.get("forget", []):
+            states.pop(old, None)
+        kept = states.setdefault(request["run"], {})
+        fresh = request.get("fresh", {})
+        kept.update(fresh)
+        fields = {}
+        for name in request.get("held", []):
+            if name not in kept:
+                raise LookupError("state field %r was never sent to this process" % name)
+            fields[name] = kept[name]
+        fields.update(fresh)
+        fields.update(request.get("kwargs", {}))
+        request["kwargs"] = fields
     sys.stderr.secrets = request.get("mask") or []
     try:
         return call(request)

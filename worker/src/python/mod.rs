@@ -56,6 +56,8 @@ struct Host {
     stdin: ChildStdin,
     answers: Lines<BufReader<ChildStdout>>,
     next_id: u64,
+    /// The state field versions it holds.
+    held: Held,
 }
 
 impl Host {
@@ -80,11 +82,20 @@ impl Host {
             stdin,
             answers: BufReader::new(stdout).lines(),
             next_id: 0,
+            held: Held::default(),
         })
     }
 
-    /// Sends one request and reads its answer.
-    async fn ask(&mut self, mut request: Map<String, Value>) -> Result<Value, PythonError> {
+    /// Sends one request, with `state` (a run and its fields) when the
+    /// call takes state fields, and reads its answer.
+    async fn ask(
+        &mut self,
+        mut request: Map<String, Value>,
+        state: Option<(&str, &[FieldValue])>,
+    ) -> Result<Value, PythonError> {
+        if let Some((run, fields)) = state {
+            self.held.add_to(&mut request, run, fields);
+        }
         self.next_id += 1;
         let id = self.next_id;
         request.insert("id".into(), id.into());
@@ -135,6 +146,10 @@ pub struct Call<'a> {
     pub form: &'static str,
     /// Secret values to mask in what the call prints and raises.
     pub mask: Vec<String>,
+    /// State fields passed as keyword arguments (before `kwargs`, which
+    /// win), with the run they belong to; each value is sent to a process
+    /// once per version.
+    pub state: Option<(&'a str, Vec<FieldValue>)>,
 }
 
 /// The Python processes of one bundle directory.
@@ -196,6 +211,7 @@ impl PythonPool {
             kwargs,
             form: "positional",
             mask: Vec::new(),
+            state: None,
         };
         self.call_with(call, timeout).await
     }
@@ -212,7 +228,11 @@ impl PythonPool {
         if !call.mask.is_empty() {
             request.insert("mask".into(), call.mask.into());
         }
-        self.ask(request, timeout).await
+        let state = call
+            .state
+            .as_ref()
+            .map(|(run, fields)| (*run, fields.as_slice()));
+        self.ask(request, state, timeout).await
     }
 
     /// Each public function of `module` with its parameters:
@@ -221,12 +241,13 @@ impl PythonPool {
         let mut request = Map::new();
         request.insert("op".into(), "signatures".into());
         request.insert("module".into(), module.into());
-        self.ask(request, timeout).await
+        self.ask(request, None, timeout).await
     }
 
     async fn ask(
         &self,
         request: Map<String, Value>,
+        state: Option<(&str, &[FieldValue])>,
         timeout: Duration,
     ) -> Result<Value, PythonError> {
         let _permit = self.permits.acquire().await;
@@ -235,7 +256,7 @@ impl PythonPool {
             Some(host) => host,
             None => Host::spawn(&self.interpreter, &self.dir)?,
         };
-        match tokio::time::timeout(timeout, host.ask(request)).await {
+        match tokio::time::timeout(timeout, host.ask(request, state)).await {
             // A raised exception leaves the process sound: keep it.
             Ok(result @ (Ok(_) | Err(PythonError::Raised(_)))) => {
                 self.idle.lock().await.push(host);
@@ -249,7 +270,11 @@ impl PythonPool {
 }
 
 mod function;
+mod held;
 mod hosts;
+
+pub use held::FieldValue;
+use held::Held;
 
 pub use function::{call_python, run_function};
 pub use hosts::{PythonHosts, PythonSettings};

@@ -206,6 +206,7 @@ def judge(it):
         kwargs: Map::new(),
         form,
         mask: Vec::new(),
+        state: None,
     };
     let later = pool
         .call_with(call("later", vec![json!(21)], "positional"), SECOND)
