@@ -74,7 +74,7 @@ pub async fn execute(
         }
         Ok(WorkerKind::Function) if kinds.python.is_some() => {
             let hosts = kinds.python.as_deref().expect("checked");
-            crate::python::run_function(hosts, &kinds.blobs, &kinds.secrets, task).await
+            crate::python::run_function(hosts, kinds, task).await
         }
         Ok(WorkerKind::Llm | WorkerKind::Agent | WorkerKind::Function) | Err(_) => {
             Err(Failure::new(

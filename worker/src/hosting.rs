@@ -75,6 +75,10 @@ pub(crate) fn kinds(
     client: &WorkerServiceClient<Channel>,
 ) -> Kinds {
     let blobs = BlobCache::new(local.work.files(), client.clone());
+    // Field versions are the coordinator's numbering on this connection.
+    if let Some(python) = &local.python {
+        python.new_session();
+    }
     Kinds {
         registry: registry.clone(),
         scripts: ScriptRunner::new(local.work.scratch(), blobs.clone(), config.secrets.clone()),

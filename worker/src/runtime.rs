@@ -415,7 +415,12 @@ impl Session {
                         .await;
                 });
             }
-            Body::Forget(forget) => self.cache.forget(&forget.run_id),
+            Body::Forget(forget) => {
+                if let Some(python) = &self.kinds.python {
+                    python.forget(&forget.run_id);
+                }
+                self.cache.forget(&forget.run_id);
+            }
             Body::Heartbeat(_) | Body::Welcome(_) => {}
         }
     }

@@ -532,3 +532,50 @@ async fn a_python_until_in_flight_when_the_coordinator_dies_is_asked_again() -> 
     );
     Ok(())
 }
+
+#[tokio::test]
+async fn fields_a_python_process_holds_are_sent_again_after_the_coordinator_restarts()
+-> anyhow::Result<()> {
+    let mut cluster = TestCluster::start()?;
+    let config = cluster.dir().join("one.toml");
+    std::fs::write(&config, "[python]\npool_size = 1\n")?;
+    cluster.add_worker_with("a", 1, &["--config".into(), config.display().to_string()])?;
+    cluster.wait_for_workers(&["a"]).await?;
+    let client = cluster.client().await?;
+    // The one Python process reads `f` at its first version; a script
+    // changes it; the coordinator dies while another script runs. The
+    // restarted coordinator numbers versions afresh, so `f`'s new first
+    // version must not be taken for the one the process holds.
+    let yaml = r#"
+functions: helpers.py
+state:
+  f: { type: string, default: "A" }
+nodes:
+  first: { kind: function, callable: read, output_key: seen_first, start: true, next: change }
+  change: { kind: script, run: [sh, -c, 'echo "{\"f\": \"B\"}"'], next: pause }
+  pause: { kind: script, run: [sh, -c, 'sleep 0.5; echo "{}"'], next: last }
+  last: { kind: function, callable: read, output_key: seen_last }
+"#;
+    let helpers = "def read(f, **kw):\n    return f\n";
+    let submitted = client
+        .submit_bundle(bundle(yaml, helpers), &json!({}))
+        .await?;
+    let mut events = client.watch(&submitted.run_id, 0).await?;
+    while let Some(event) = events.next().await {
+        let event = event?;
+        if event.kind == "node_started" && event.body["node"] == "pause" {
+            break;
+        }
+    }
+    cluster.restart_coordinator()?;
+    let client = cluster.client().await?;
+    let done = tokio::time::timeout(
+        std::time::Duration::from_secs(60),
+        client.wait(&submitted.run_id),
+    )
+    .await??;
+    assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error);
+    assert_eq!(done.state["seen_first"], "A");
+    assert_eq!(done.state["seen_last"], "B");
+    Ok(())
+}

@@ -16,16 +16,17 @@ use weft_proto::v1 as pb;
 
 use super::{Call, PythonError, PythonHosts};
 use crate::blobs::BlobCache;
+use crate::execute::Kinds;
 use crate::secrets::{Redactor, Secrets};
 use crate::task::{BlobFile, Completed, Failure, FailureKind, Task};
 
 /// Runs one attempt of a `function` node.
 pub async fn run_function(
     hosts: &PythonHosts,
-    blobs: &BlobCache,
-    secrets: &Secrets,
+    kinds: &Kinds,
     task: &Task,
 ) -> Result<Completed, Failure> {
+    let (blobs, secrets) = (&kinds.blobs, &*kinds.secrets);
     let config: Value = serde_json::from_str(&task.config_json)
         .map_err(|e| Failure::new(FailureKind::InvalidTask, format!("task configuration: {e}")))?;
     let text = |key: &str| config[key].as_str().unwrap_or_default().to_owned();
@@ -40,6 +41,7 @@ pub async fn run_function(
     let mut kwargs = Map::new();
     // Each field's value goes to a process once per version when the
     // versions are known; else with the call.
+    let held_as = hosts.state_key(&task.run_id);
     let state = if task.state_versions.len() == task.state.len() {
         let fields = task
             .state
@@ -48,7 +50,7 @@ pub async fn run_function(
             .filter(|((name, _), _)| taken(name))
             .map(|((name, value), version)| (name.clone(), *version, value.clone()))
             .collect();
-        Some((task.run_id.as_str(), fields))
+        Some((held_as.as_str(), fields))
     } else {
         for (name, value) in task.state.iter().filter(|(name, _)| taken(name)) {
             kwargs.insert(name.clone(), Value::clone(value));

@@ -80,6 +80,12 @@ pub struct PythonHosts {
     pool_size: usize,
     root: PathBuf,
     bundles: std::sync::Mutex<Vec<(String, Arc<BundleHost>)>>,
+    /// Each run's name in the Python processes' state caches, never used
+    /// twice: a field version names a value only within one life of a run
+    /// on one connection (a restarted coordinator, or a run revived by
+    /// `retry`, numbers versions afresh).
+    lives: std::sync::Mutex<HashMap<String, u64>>,
+    next_life: std::sync::atomic::AtomicU64,
 }
 
 impl std::fmt::Debug for PythonHosts {
@@ -111,7 +117,31 @@ impl PythonHosts {
             pool_size,
             root,
             bundles: std::sync::Mutex::new(Vec::new()),
+            lives: std::sync::Mutex::default(),
+            next_life: std::sync::atomic::AtomicU64::new(0),
         }
+    }
+
+    /// The name run `run_id`'s state goes by in the Python processes.
+    pub fn state_key(&self, run_id: &str) -> String {
+        let mut lives = self.lives.lock().unwrap_or_else(|e| e.into_inner());
+        let life = *lives.entry(run_id.to_owned()).or_insert_with(|| {
+            self.next_life
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        });
+        format!("{life}")
+    }
+
+    /// Run `run_id` ended: its state is named afresh if it comes back.
+    pub fn forget(&self, run_id: &str) {
+        let mut lives = self.lives.lock().unwrap_or_else(|e| e.into_inner());
+        lives.remove(run_id);
+    }
+
+    /// A new connection to a coordinator: every run is named afresh.
+    pub fn new_session(&self) {
+        let mut lives = self.lives.lock().unwrap_or_else(|e| e.into_inner());
+        lives.clear();
     }
 
     /// The pool for `bundle`'s graph directory `dir`, its files put in
@@ -249,6 +279,24 @@ fn bundle_key(bundle: &[BlobFile]) -> String {
     }
     let digest = hasher.finalize();
     digest[..12].iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_run_is_named_afresh_after_it_ends_and_on_a_new_connection() {
+        let hosts = PythonHosts::new(PythonSettings::default(), 2, PathBuf::from("/nonexistent"));
+        let first = hosts.state_key("r");
+        assert_eq!(hosts.state_key("r"), first, "one name while it lives");
+        assert_ne!(hosts.state_key("s"), first);
+        hosts.forget("r");
+        let revived = hosts.state_key("r");
+        assert_ne!(revived, first, "a revived run numbers its versions afresh");
+        hosts.new_session();
+        assert_ne!(hosts.state_key("r"), revived);
+    }
 }
 
 /// Whether a graph directory stays inside its bundle.
