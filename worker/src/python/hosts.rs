@@ -281,6 +281,13 @@ fn bundle_key(bundle: &[BlobFile]) -> String {
     digest[..12].iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// Whether a graph directory stays inside its bundle.
+fn is_inside(dir: &str) -> bool {
+    Path::new(dir)
+        .components()
+        .all(|c| matches!(c, Component::Normal(_) | Component::CurDir))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -297,11 +304,4 @@ mod tests {
         hosts.new_session();
         assert_ne!(hosts.state_key("r"), revived);
     }
-}
-
-/// Whether a graph directory stays inside its bundle.
-fn is_inside(dir: &str) -> bool {
-    Path::new(dir)
-        .components()
-        .all(|c| matches!(c, Component::Normal(_) | Component::CurDir))
 }
