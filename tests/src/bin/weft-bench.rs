@@ -339,21 +339,31 @@ async fn w1(client: &Client, args: &Args) -> Result<Figure> {
 async fn w2(client: &Client, args: &Args, n: usize) -> Result<Figure> {
     let graph = map(n, args.slots * args.workers).setting("durability", args.durability.as_str());
     let samples = timed(client, &graph, &json!({}), args.iterations.min(3), |s| {
-        let results = s["results"].as_array().context("results")?;
-        ensure!(results.len() == n, "{} results", results.len());
-        for (i, r) in results.iter().enumerate() {
-            ensure!(*r == json!(2 * i), "item {i} is {r}");
-        }
-        Ok(())
+        doubled(s, n)
     })
     .await?;
+    Ok(map_figure("w2", format!("W2 map, N = {n}"), samples, n))
+}
+
+/// W2's check: `results` holds each item doubled, in input order.
+fn doubled(state: &Value, n: usize) -> Result<()> {
+    let results = state["results"].as_array().context("results")?;
+    ensure!(results.len() == n, "{} results", results.len());
+    for (i, r) in results.iter().enumerate() {
+        ensure!(*r == json!(2 * i), "item {i} is {r}");
+    }
+    Ok(())
+}
+
+/// A map's figure: items per second at the median.
+fn map_figure(id: &'static str, label: String, samples: Vec<Duration>, n: usize) -> Figure {
     let rate = n as f64 / median(&samples).as_secs_f64();
-    Ok(Figure {
-        id: "w2",
-        label: format!("W2 map, N = {n}"),
+    Figure {
+        id,
+        label,
         samples,
         per: Some((rate, "items/s")),
-    })
+    }
 }
 
 /// W3: ten waves of eight 50 ms sleeps.

@@ -26,6 +26,43 @@ async fn run(client: &Client, bundle: GraphBundle, input: Value) -> anyhow::Resu
     Ok(client.wait(&submitted.run_id).await?)
 }
 
+/// A coordinator and one `worker` named `a` whose `[python]` table is
+/// `python`.
+async fn configured(python: &str, slots: u32) -> anyhow::Result<TestCluster> {
+    let mut cluster = TestCluster::start()?;
+    let config = cluster.dir().join("worker.toml");
+    std::fs::write(&config, format!("[python]\n{python}\n"))?;
+    cluster.add_worker_with(
+        "a",
+        slots,
+        &["--config".into(), config.display().to_string()],
+    )?;
+    cluster.wait_for_workers(&["a"]).await?;
+    Ok(cluster)
+}
+
+/// Submits `bundle`, kills the coordinator with SIGKILL once event `kind`
+/// of node `node` is seen, starts it again, and waits for the run's end.
+async fn crash_on(
+    cluster: &mut TestCluster,
+    bundle: GraphBundle,
+    (kind, node): (&str, &str),
+) -> anyhow::Result<RunInfo> {
+    let client = cluster.client().await?;
+    let submitted = client.submit_bundle(bundle, &json!({})).await?;
+    let mut events = client.watch(&submitted.run_id, 0).await?;
+    while let Some(event) = events.next().await {
+        let event = event?;
+        if event.kind == kind && event.body["node"] == node {
+            break;
+        }
+    }
+    cluster.restart_coordinator()?;
+    let client = cluster.client().await?;
+    let wait = client.wait(&submitted.run_id);
+    Ok(tokio::time::timeout(std::time::Duration::from_secs(60), wait).await??)
+}
+
 /// Every event of a run, as one JSON text.
 async fn log_text(client: &Client, run_id: &str) -> anyhow::Result<String> {
     let events: Vec<_> = client
@@ -251,11 +288,7 @@ nodes:
 #[tokio::test]
 async fn an_endless_function_is_killed_at_its_timeout_and_its_host_replaced() -> anyhow::Result<()>
 {
-    let mut cluster = TestCluster::start()?;
-    let config = cluster.dir().join("python.toml");
-    std::fs::write(&config, "[python]\npool_size = 1\n")?;
-    cluster.add_worker_with("a", 1, &["--config".into(), config.display().to_string()])?;
-    cluster.wait_for_workers(&["a"]).await?;
+    let cluster = configured("pool_size = 1", 1).await?;
     let client = cluster.client().await?;
     let yaml = "
 functions: helpers.py
@@ -279,6 +312,32 @@ nodes:
         "{:?}",
         done.state
     );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_function_that_ends_its_process_fails_its_attempt_and_a_fresh_one_serves_next()
+-> anyhow::Result<()> {
+    let cluster = configured("pool_size = 1", 1).await?;
+    let client = cluster.client().await?;
+    let yaml = "
+functions: helpers.py
+nodes:
+  crash: { kind: function, callable: crash, start: true }
+";
+    let helpers =
+        "import os\n\ndef crash(**kw):\n    os._exit(3)\n\ndef fine(**kw):\n    return 'fine'\n";
+    let done = run(&client, bundle(yaml, helpers), json!({})).await?;
+    assert_eq!(done.status, RunStatus::Failed);
+    let error = done.error.map(|e| e.message).unwrap_or_default();
+    assert!(
+        error.contains("the Python host failed: the process ended"),
+        "{error}"
+    );
+    let fine = yaml.replace("callable: crash", "callable: fine");
+    let done = run(&client, bundle(&fine, helpers), json!({})).await?;
+    assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error);
+    assert_eq!(done.state["crash"], "fine");
     Ok(())
 }
 
@@ -412,11 +471,7 @@ async fn seed_002s_examples_run_on_a_cluster_of_processes() -> anyhow::Result<()
 #[tokio::test]
 async fn a_worker_without_python_does_not_offer_it_and_the_graph_waits_saying_why()
 -> anyhow::Result<()> {
-    let mut cluster = TestCluster::start()?;
-    let config = cluster.dir().join("no-python.toml");
-    std::fs::write(&config, "[python]\nenabled = false\n")?;
-    cluster.add_worker_with("a", 1, &["--config".into(), config.display().to_string()])?;
-    cluster.wait_for_workers(&["a"]).await?;
+    let cluster = configured("enabled = false", 1).await?;
     let client = cluster.client().await?;
     let yaml = "
 functions: helpers.py
@@ -494,32 +549,14 @@ fn seed_002s_examples_run_on_the_embedded_cluster_and_validate_names_their_pytho
 
 #[tokio::test]
 async fn a_python_until_in_flight_when_the_coordinator_dies_is_asked_again() -> anyhow::Result<()> {
-    let mut cluster = TestCluster::start()?;
-    cluster.add_worker("a", 2)?;
-    cluster.wait_for_workers(&["a"]).await?;
-    let client = cluster.client().await?;
+    let mut cluster = cluster(&["a"], &[]).await?;
     // The predicate takes a while, so the crash comes while it is asked.
     let helpers = TAGLINE_HELPERS.replace(
         "def short_enough(it):\n",
         "import time\n\ndef short_enough(it):\n    time.sleep(0.5)\n",
     );
-    let submitted = client
-        .submit_bundle(bundle(TAGLINE, &helpers), &json!({}))
-        .await?;
-    let mut events = client.watch(&submitted.run_id, 0).await?;
-    while let Some(event) = events.next().await {
-        let event = event?;
-        if event.kind == "node_finished" && event.body["node"] == "write" {
-            break;
-        }
-    }
-    cluster.restart_coordinator()?;
-    let client = cluster.client().await?;
-    let done = tokio::time::timeout(
-        std::time::Duration::from_secs(60),
-        client.wait(&submitted.run_id),
-    )
-    .await??;
+    let graph = bundle(TAGLINE, &helpers);
+    let done = crash_on(&mut cluster, graph, ("node_finished", "write")).await?;
     assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error);
     assert_eq!(done.state["tagline"], "one two three four five");
     assert_eq!(
@@ -536,12 +573,7 @@ async fn a_python_until_in_flight_when_the_coordinator_dies_is_asked_again() -> 
 #[tokio::test]
 async fn fields_a_python_process_holds_are_sent_again_after_the_coordinator_restarts()
 -> anyhow::Result<()> {
-    let mut cluster = TestCluster::start()?;
-    let config = cluster.dir().join("one.toml");
-    std::fs::write(&config, "[python]\npool_size = 1\n")?;
-    cluster.add_worker_with("a", 1, &["--config".into(), config.display().to_string()])?;
-    cluster.wait_for_workers(&["a"]).await?;
-    let client = cluster.client().await?;
+    let mut cluster = configured("pool_size = 1", 1).await?;
     // The one Python process reads `f` at its first version; a script
     // changes it; the coordinator dies while another script runs. The
     // restarted coordinator numbers versions afresh, so `f`'s new first
@@ -557,23 +589,12 @@ nodes:
   last: { kind: function, callable: read, output_key: seen_last }
 "#;
     let helpers = "def read(f, **kw):\n    return f\n";
-    let submitted = client
-        .submit_bundle(bundle(yaml, helpers), &json!({}))
-        .await?;
-    let mut events = client.watch(&submitted.run_id, 0).await?;
-    while let Some(event) = events.next().await {
-        let event = event?;
-        if event.kind == "node_started" && event.body["node"] == "pause" {
-            break;
-        }
-    }
-    cluster.restart_coordinator()?;
-    let client = cluster.client().await?;
-    let done = tokio::time::timeout(
-        std::time::Duration::from_secs(60),
-        client.wait(&submitted.run_id),
+    let done = crash_on(
+        &mut cluster,
+        bundle(yaml, helpers),
+        ("node_started", "pause"),
     )
-    .await??;
+    .await?;
     assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error);
     assert_eq!(done.state["seen_first"], "A");
     assert_eq!(done.state["seen_last"], "B");

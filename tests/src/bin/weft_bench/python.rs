@@ -1,11 +1,11 @@
 //! W1-py and W2-py (issue 13): W1 and W2 with Python functions from a
 //! `functions:` sidecar, run by the workers' Python hosts.
 
-use anyhow::{Context, Result, ensure};
+use anyhow::{Result, ensure};
 use serde_json::json;
 use weft_client::{Client, GraphBundle};
 
-use super::{Args, Figure, median, timed_bundle};
+use super::{Args, Figure, doubled, map_figure, median, timed_bundle};
 
 /// The functions of W1-py and W2-py: LangGraph's nodes are the same
 /// Python functions, run in its own process. `double` names the one
@@ -74,20 +74,12 @@ pub(crate) async fn w2_py(client: &Client, args: &Args, n: usize) -> Result<Figu
         PY_HELPERS.as_bytes(),
         0o644,
     );
-    let samples = timed_bundle(client, &bundle, &json!({}), args.iterations.min(3), |s| {
-        let results = s["results"].as_array().context("results")?;
-        ensure!(results.len() == n, "{} results", results.len());
-        for (i, r) in results.iter().enumerate() {
-            ensure!(*r == json!(2 * i), "item {i} is {r}");
-        }
-        Ok(())
-    })
-    .await?;
-    let rate = n as f64 / median(&samples).as_secs_f64();
-    Ok(Figure {
-        id: "w2py",
-        label: format!("W2-py map, N = {n}"),
+    let iterations = args.iterations.min(3);
+    let samples = timed_bundle(client, &bundle, &json!({}), iterations, |s| doubled(s, n)).await?;
+    Ok(map_figure(
+        "w2py",
+        format!("W2-py map, N = {n}"),
         samples,
-        per: Some((rate, "items/s")),
-    })
+        n,
+    ))
 }
