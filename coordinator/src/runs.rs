@@ -436,22 +436,7 @@ fn unhosted(plan: &RunPlan, fleet: &crate::dispatch::Fleet) -> Vec<Gap> {
             });
         }
     }
-    // Python reducers, conditions, routers and `until`s (function nodes
-    // are above) need a worker with Python.
-    if !workers
-        .iter()
-        .any(|w| !w.draining && Requirement::Python.hosted_by(&w.info))
-    {
-        for (function, used_by) in plan.graph().python_calls() {
-            let what = format!("{} ({used_by}) needs Python{PYTHON_HINT}", function.label());
-            warnings.push(Gap {
-                warning: format!(
-                    "warning: {what}; no connected worker has it yet, so it will wait"
-                ),
-                what,
-            });
-        }
-    }
+    python_gaps(plan, workers, &mut warnings);
     // A loop's `until` sentence is judged by a worker's model.
     let judge = Requirement::Kind(WorkerKind::Llm);
     if !workers
@@ -492,6 +477,24 @@ fn unhosted(plan: &RunPlan, fleet: &crate::dispatch::Fleet) -> Vec<Gap> {
         });
     }
     warnings
+}
+
+/// Python reducers, conditions, routers and `until`s (function nodes are
+/// tasks, checked with the other nodes) need a worker with Python.
+fn python_gaps(plan: &RunPlan, workers: &[crate::dispatch::WorkerStatus], gaps: &mut Vec<Gap>) {
+    if workers
+        .iter()
+        .any(|w| !w.draining && Requirement::Python.hosted_by(&w.info))
+    {
+        return;
+    }
+    for (function, used_by) in plan.graph().python_calls() {
+        let what = format!("{} ({used_by}) needs Python{PYTHON_HINT}", function.label());
+        gaps.push(Gap {
+            warning: format!("warning: {what}; no connected worker has it yet, so it will wait"),
+            what,
+        });
+    }
 }
 
 /// The loops whose `until: fn:NAME` no connected worker hosts, as

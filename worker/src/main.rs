@@ -94,19 +94,13 @@ async fn main() -> ExitCode {
     if let Some(dir) = args.work_dir {
         worker.work_dir(dir);
     }
-    // The worker's own environment and its secrets file are its secret
-    // store for `${NAME}`.
-    let mut secrets: Vec<(String, String)> = std::env::vars().collect();
-    if let Some(path) = &args.secrets_file {
-        match weft_worker::Secrets::read_file(path) {
-            Ok(pairs) => secrets.extend(pairs),
-            Err(error) => {
-                eprintln!("worker: {error}");
-                return ExitCode::from(2);
-            }
+    let secrets = match secrets(args.secrets_file.as_deref()) {
+        Ok(secrets) => secrets,
+        Err(error) => {
+            eprintln!("worker: {error}");
+            return ExitCode::from(2);
         }
-    }
-    let secrets = weft_worker::Secrets::new(secrets);
+    };
     // Providers from the file, else from OPENAI_BASE_URL and OPENAI_API_KEY.
     match weft_worker::llm::Providers::new(
         file.providers,
@@ -135,4 +129,16 @@ async fn main() -> ExitCode {
             ExitCode::from(1)
         }
     }
+}
+
+/// The worker's secret store for `${NAME}`: its own environment and its
+/// secrets file.
+fn secrets(
+    file: Option<&std::path::Path>,
+) -> Result<weft_worker::Secrets, weft_worker::SecretsFileError> {
+    let mut secrets: Vec<(String, String)> = std::env::vars().collect();
+    if let Some(path) = file {
+        secrets.extend(weft_worker::Secrets::read_file(path)?);
+    }
+    Ok(weft_worker::Secrets::new(secrets))
 }

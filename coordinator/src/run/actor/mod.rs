@@ -394,28 +394,18 @@ impl RunActor {
                 }
                 Effect::Deliver { key, message } => {
                     let run_id = self.id.clone();
-                    self.tell(
+                    let delivery = ToWorker::Deliver {
+                        run_id,
                         key,
-                        ToWorker::Deliver {
-                            run_id,
-                            key,
-                            message,
-                        },
-                    );
+                        message,
+                    };
+                    self.tell(key, delivery);
                 }
                 Effect::SendAck {
                     key,
                     send_id,
                     error,
-                } => {
-                    let run_id = self.id.clone();
-                    let ack = ToWorker::SendAck {
-                        run_id,
-                        send_id,
-                        error,
-                    };
-                    self.tell(key, ack);
-                }
+                } => self.acknowledge(key, send_id, error),
                 Effect::CallReducer {
                     call,
                     name,

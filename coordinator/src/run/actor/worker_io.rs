@@ -75,6 +75,22 @@ impl RunActor {
         self.launcher.call(call, self.sink.clone());
     }
 
+    /// Tells the task `key` whether its teammate message `send_id` was
+    /// accepted.
+    pub(super) fn acknowledge(
+        &self,
+        key: crate::run::TaskKey,
+        send_id: u64,
+        error: Option<String>,
+    ) {
+        let ack = crate::dispatch::ToWorker::SendAck {
+            run_id: self.id.clone(),
+            send_id,
+            error,
+        };
+        self.tell(key, ack);
+    }
+
     /// Sends `message` to the worker running task `key`.
     pub(super) fn tell(&self, key: crate::run::TaskKey, message: crate::dispatch::ToWorker) {
         self.launcher.tell(self.id.clone(), key, message);
