@@ -83,10 +83,10 @@ pub async fn run_function(
         .await
         .map_err(|error| failure(error, &redactor))?;
     // A secret a function returns is masked too: no record holds one.
-    let returned: Value = if redactor.values().is_empty() {
+    let returned = if redactor.values().is_empty() {
         returned
     } else {
-        serde_json::from_str(&redactor.redact(&returned.to_string())).unwrap_or(returned)
+        redacted(returned, &redactor)
     };
     let writes = match &returned {
         Value::Object(update) => Value::Object(update.clone()),
@@ -121,6 +121,26 @@ fn substitute(
         ),
         other => other.clone(),
     })
+}
+
+/// `value` with every substituted secret masked in its strings and keys.
+fn redacted(value: Value, redactor: &Redactor) -> Value {
+    match value {
+        Value::String(text) => Value::String(redactor.redact(&text)),
+        Value::Array(items) => Value::Array(
+            items
+                .into_iter()
+                .map(|item| redacted(item, redactor))
+                .collect(),
+        ),
+        Value::Object(fields) => Value::Object(
+            fields
+                .into_iter()
+                .map(|(k, v)| (redactor.redact(&k), redacted(v, redactor)))
+                .collect(),
+        ),
+        other => other,
+    }
 }
 
 fn failure(error: PythonError, redactor: &Redactor) -> Failure {
