@@ -41,7 +41,13 @@ impl<'a> PythonNames<'a> {
         let Some(path) = sidecar else {
             return (names, None);
         };
-        let problem = if !path.ends_with(".py") || path.starts_with('/') || path.contains("..") {
+        let inside = std::path::Path::new(path).components().all(|c| {
+            matches!(
+                c,
+                std::path::Component::Normal(_) | std::path::Component::CurDir
+            )
+        });
+        let problem = if !path.ends_with(".py") || !inside {
             Some(format!(
                 "functions: '{path}' must be a .py file beside the graph (a relative path inside its directory)"
             ))
@@ -146,6 +152,11 @@ impl<'a> PythonNames<'a> {
 
     /// A `function` node's own file, `nodes/<id>.py`, defining `run`.
     pub(crate) fn node_file(&mut self, id: &str) -> Result<PyFunction, String> {
+        if id.contains(['/', '\\']) || id.starts_with('.') {
+            return Err(format!(
+                "function node '{id}': give `callable: NAME`; without it the node runs nodes/<id>.py, and '{id}' is not a file name"
+            ));
+        }
         let path = format!("nodes/{id}.py");
         let Some(module) = self.read.module(self.files, &path) else {
             return Err(format!(

@@ -110,6 +110,18 @@ fn a_missing_sidecar_and_a_name_both_rust_and_python_are_errors() {
         "{findings:?}"
     );
     let (_, findings) = parse(
+        &LOOP
+            .replace("UNTIL", "tagline_is_short")
+            .replace("functions: helpers.py", "functions: ../helpers.py"),
+        &[("../helpers.py", HELPERS)],
+    );
+    assert!(
+        errors(&findings).iter().any(|e| e.contains(
+            "functions: '../helpers.py' must be a .py file beside the graph (a relative path inside its directory)"
+        )),
+        "{findings:?}"
+    );
+    let (_, findings) = parse(
         &LOOP.replace("UNTIL", "fn:tagline_is_short"),
         &[("helpers.py", HELPERS)],
     );
@@ -166,6 +178,17 @@ fn a_function_node_without_callable_uses_its_own_file() {
     let (_, findings) = parse(yaml, &[]);
     assert!(
         errors(&findings)[0].contains("or put a file nodes/dedupe.py defining run"),
+        "{findings:?}"
+    );
+    let escaping = "nodes:\n  ../up: { kind: function, start: true }\n";
+    let (_, findings) = parse(
+        escaping,
+        &[("nodes/../up.py", "def run(**kw):\n    return 1\n")],
+    );
+    assert!(
+        errors(&findings)
+            .iter()
+            .any(|e| e.contains("'../up' is not a file name")),
         "{findings:?}"
     );
 }
