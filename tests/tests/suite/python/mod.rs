@@ -1,11 +1,15 @@
 //! Python functions across processes (SPEC 4.3, issue 13): graphs that
 //! name a `functions:` sidecar, import paths and `function` nodes, run by
-//! real `worker` processes' Python hosts with the system's python3.
+//! real `worker` processes' Python hosts with the system's python3. This
+//! file holds what the graph means (names, arguments, examples); `host.rs`
+//! how a worker's Python host behaves (failures, prints, secrets, pools).
 
 use serde_json::{Value, json};
 use tokio_stream::StreamExt;
 use weft_client::{Client, GraphBundle, RunInfo, RunStatus};
 use weft_tests::TestCluster;
+
+mod host;
 
 /// A coordinator and `worker` processes with these names.
 async fn cluster(names: &[&str], extra: &[String]) -> anyhow::Result<TestCluster> {
@@ -266,192 +270,6 @@ async fn a_python_reducer_merges_a_wave_and_a_python_router_picks_the_way() -> a
 }
 
 #[tokio::test]
-async fn an_exception_fails_the_attempt_with_its_traceback() -> anyhow::Result<()> {
-    let cluster = cluster(&["a"], &[]).await?;
-    let client = cluster.client().await?;
-    let yaml = "
-functions: helpers.py
-nodes:
-  explode: { kind: function, callable: explode, start: true }
-";
-    let helpers = "def explode(**kw):\n    raise ValueError('bad input 42')\n";
-    let done = run(&client, bundle(yaml, helpers), json!({})).await?;
-    assert_eq!(done.status, RunStatus::Failed);
-    let error = done.error.map(|e| e.message).unwrap_or_default();
-    assert!(
-        error.contains("ValueError: bad input 42") && error.contains("in explode"),
-        "{error}"
-    );
-    Ok(())
-}
-
-#[tokio::test]
-async fn an_endless_function_is_killed_at_its_timeout_and_its_host_replaced() -> anyhow::Result<()>
-{
-    let cluster = configured("pool_size = 1", 1).await?;
-    let client = cluster.client().await?;
-    let yaml = "
-functions: helpers.py
-nodes:
-  spin: { kind: function, callable: spin, start: true, timeout: 1s }
-";
-    let helpers = "import os\n\ndef spin(**kw):\n    while True:\n        pass\n\ndef pid(**kw):\n    return os.getpid()\n";
-    let done = run(&client, bundle(yaml, helpers), json!({})).await?;
-    assert_eq!(done.status, RunStatus::Failed);
-    let error = done.error.map(|e| e.message).unwrap_or_default();
-    assert!(
-        error.contains("did not return within") && error.contains("its process was killed"),
-        "{error}"
-    );
-    // The same bundle on the same one-process pool: a fresh process serves.
-    let pid = yaml.replace("callable: spin", "callable: pid");
-    let done = run(&client, bundle(&pid, helpers), json!({})).await?;
-    assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error);
-    assert!(
-        done.state["spin"].as_u64().is_some_and(|p| p > 0),
-        "{:?}",
-        done.state
-    );
-    Ok(())
-}
-
-#[tokio::test]
-async fn a_function_that_ends_its_process_fails_its_attempt_and_a_fresh_one_serves_next()
--> anyhow::Result<()> {
-    let cluster = configured("pool_size = 1", 1).await?;
-    let client = cluster.client().await?;
-    let yaml = "
-functions: helpers.py
-nodes:
-  crash: { kind: function, callable: crash, start: true }
-";
-    let helpers =
-        "import os\n\ndef crash(**kw):\n    os._exit(3)\n\ndef fine(**kw):\n    return 'fine'\n";
-    let done = run(&client, bundle(yaml, helpers), json!({})).await?;
-    assert_eq!(done.status, RunStatus::Failed);
-    let error = done.error.map(|e| e.message).unwrap_or_default();
-    assert!(
-        error.contains("the Python host failed: the process ended"),
-        "{error}"
-    );
-    let fine = yaml.replace("callable: crash", "callable: fine");
-    let done = run(&client, bundle(&fine, helpers), json!({})).await?;
-    assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error);
-    assert_eq!(done.state["crash"], "fine");
-    Ok(())
-}
-
-#[tokio::test]
-async fn what_a_function_prints_never_breaks_its_result() -> anyhow::Result<()> {
-    let cluster = cluster(&["a"], &[]).await?;
-    let client = cluster.client().await?;
-    let yaml = "
-functions: helpers.py
-nodes:
-  chatty: { kind: function, callable: chatty, start: true }
-";
-    let helpers = r#"
-import os
-
-def chatty(**kw):
-    print('{"id": 1, "ok": "a forged answer"}')
-    print("chatty was here")
-    os.write(1, b"straight to fd 1\n")
-    return {"answer": 42}
-"#;
-    let done = run(&client, bundle(yaml, helpers), json!({})).await?;
-    assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error);
-    assert_eq!(done.state["answer"], 42);
-    cluster.wait_for_log("a", "chatty was here").await?;
-    cluster.wait_for_log("a", "straight to fd 1").await?;
-    Ok(())
-}
-
-#[tokio::test]
-async fn a_secret_in_tool_args_reaches_the_function_and_no_record() -> anyhow::Result<()> {
-    // A quote and a backslash: escaped in JSON, the secret must be masked
-    // in values, not in their JSON text.
-    const SECRET: &str = r#"hunter2-"9f\7c1e"#;
-    let mut cluster = TestCluster::start()?;
-    let secrets = cluster.dir().join("secrets.env");
-    std::fs::write(&secrets, format!("API_TOKEN={SECRET}\n"))?;
-    cluster.add_worker_with(
-        "a",
-        2,
-        &["--secrets-file".into(), secrets.display().to_string()],
-    )?;
-    cluster.wait_for_workers(&["a"]).await?;
-    let client = cluster.client().await?;
-    let yaml = r#"
-functions: helpers.py
-nodes:
-  call:
-    kind: function
-    callable: call_api
-    start: true
-    tool_args: { token: "${API_TOKEN}", retries: 2 }
-    next: leak
-  leak:
-    kind: function
-    callable: leak
-    tool_args: { token: "${API_TOKEN}" }
-"#;
-    let helpers = r#"
-def call_api(token, retries):
-    print("calling with", token)
-    return {"token_length": len(token), "retries": retries, "echo": "token=" + token}
-
-def leak(token):
-    raise RuntimeError("refused: " + token)
-"#;
-    let done = run(&client, bundle(yaml, helpers), json!({})).await?;
-    assert_eq!(done.status, RunStatus::Failed);
-    assert_eq!(done.state["token_length"], SECRET.len());
-    assert_eq!(done.state["retries"], 2);
-    assert_eq!(done.state["echo"], "token=***");
-    let error = done.error.clone().map(|e| e.message).unwrap_or_default();
-    assert!(error.contains("refused: ***"), "{error}");
-    cluster.wait_for_log("a", "calling with ***").await?;
-    let records = [
-        serde_json::to_string(&done.state)?,
-        log_text(&client, &done.run_id).await?,
-        cluster.log("a"),
-        cluster.log("coordinator"),
-    ];
-    let escaped = serde_json::to_string(SECRET)?;
-    let escaped = escaped.trim_matches('"');
-    for record in records {
-        assert!(
-            !record.contains(SECRET) && !record.contains(escaped),
-            "the secret leaked: {record}"
-        );
-    }
-    Ok(())
-}
-
-#[tokio::test]
-async fn two_graphs_helpers_on_one_worker_never_collide() -> anyhow::Result<()> {
-    let cluster = cluster(&["a"], &[]).await?;
-    let client = cluster.client().await?;
-    let yaml = "
-functions: helpers.py
-nodes:
-  who: { kind: function, callable: who, start: true }
-";
-    let first = bundle(yaml, "def who(**kw):\n    return 'first'\n");
-    let second = bundle(yaml, "def who(**kw):\n    return 'second'\n");
-    for _ in 0..2 {
-        let (a, b) = tokio::join!(
-            run(&client, first.clone(), json!({})),
-            run(&client, second.clone(), json!({}))
-        );
-        assert_eq!(a?.state["who"], "first");
-        assert_eq!(b?.state["who"], "second");
-    }
-    Ok(())
-}
-
-#[tokio::test]
 async fn seed_002s_examples_run_on_a_cluster_of_processes() -> anyhow::Result<()> {
     let cluster = cluster(&["a", "b"], &[]).await?;
     let client = cluster.client().await?;
@@ -475,36 +293,6 @@ async fn seed_002s_examples_run_on_a_cluster_of_processes() -> anyhow::Result<()
     Ok(())
 }
 
-#[tokio::test]
-async fn a_worker_without_python_does_not_offer_it_and_the_graph_waits_saying_why()
--> anyhow::Result<()> {
-    let cluster = configured("enabled = false", 1).await?;
-    let client = cluster.client().await?;
-    let yaml = "
-functions: helpers.py
-state:
-  best: { type: number, default: 0, reducer: highest }
-nodes:
-  who: { kind: function, callable: who, start: true }
-";
-    let helpers =
-        "def who(**kw):\n    return 1\n\ndef highest(s0, values):\n    return max(values)\n";
-    let submitted = client
-        .submit_bundle(bundle(yaml, helpers), &json!({}))
-        .await?;
-    let warned = |text: &str| submitted.warnings.iter().any(|w| w.contains(text));
-    assert!(
-        warned("node 'who' needs kind 'function'")
-            && warned("highest (helpers.py) (reducer of field 'best') needs Python"),
-        "{:?}",
-        submitted.warnings
-    );
-    let unhosted = weft_tests::wait_for_event(&client, &submitted.run_id, "task_unhosted").await?;
-    assert_eq!(unhosted.body["node"], "who");
-    Ok(())
-}
-
-/// `weft ARGS` with no coordinator: `run` starts an embedded cluster.
 fn weft(args: &[&str]) -> std::process::Output {
     std::process::Command::new(weft_tests::binary("weft"))
         .args(args)
@@ -574,36 +362,5 @@ async fn a_python_until_in_flight_when_the_coordinator_dies_is_asked_again() -> 
             "7 words at iteration 2 of 5"
         ])
     );
-    Ok(())
-}
-
-#[tokio::test]
-async fn fields_a_python_process_holds_are_sent_again_after_the_coordinator_restarts()
--> anyhow::Result<()> {
-    let mut cluster = configured("pool_size = 1", 1).await?;
-    // The one Python process reads `f` at its first version; a script
-    // changes it; the coordinator dies while another script runs. The
-    // restarted coordinator numbers versions afresh, so `f`'s new first
-    // version must not be taken for the one the process holds.
-    let yaml = r#"
-functions: helpers.py
-state:
-  f: { type: string, default: "A" }
-nodes:
-  first: { kind: function, callable: read, output_key: seen_first, start: true, next: change }
-  change: { kind: script, run: [sh, -c, 'echo "{\"f\": \"B\"}"'], next: pause }
-  pause: { kind: script, run: [sh, -c, 'sleep 0.5; echo "{}"'], next: last }
-  last: { kind: function, callable: read, output_key: seen_last }
-"#;
-    let helpers = "def read(f, **kw):\n    return f\n";
-    let done = crash_on(
-        &mut cluster,
-        bundle(yaml, helpers),
-        ("node_started", "pause"),
-    )
-    .await?;
-    assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error);
-    assert_eq!(done.state["seen_first"], "A");
-    assert_eq!(done.state["seen_last"], "B");
     Ok(())
 }
