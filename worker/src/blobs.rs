@@ -13,6 +13,13 @@ use weft_proto::v1::worker_service_client::WorkerServiceClient;
 
 use crate::task::{BlobFile, Failure, FailureKind};
 
+/// Whether a relative path stays inside the directory it is joined to.
+pub(crate) fn is_inside(path: &str) -> bool {
+    Path::new(path)
+        .components()
+        .all(|c| matches!(c, Component::Normal(_) | Component::CurDir))
+}
+
 /// The worker's file cache.
 #[derive(Clone)]
 pub struct BlobCache {
@@ -41,10 +48,7 @@ impl BlobCache {
     /// Puts `file` at its path under `dest`.
     pub async fn materialize(&self, file: &BlobFile, dest: &Path) -> Result<(), Failure> {
         let relative = Path::new(&file.path);
-        let safe = relative
-            .components()
-            .all(|c| matches!(c, Component::Normal(_) | Component::CurDir));
-        if !safe || file.path.is_empty() {
+        if !is_inside(&file.path) || file.path.is_empty() {
             return Err(Failure::new(
                 FailureKind::InvalidTask,
                 format!("bundle path '{}' escapes the scratch directory", file.path),

@@ -176,17 +176,12 @@ pub async fn call_python(
         .map_err(|failure| failure.message)?;
     let args: Vec<Value> =
         serde_json::from_str(&call.args_json).map_err(|error| format!("bad arguments: {error}"))?;
-    let form = match python.form.as_str() {
-        "keywords" => "keywords",
-        "loop_iteration" => "loop_iteration",
-        _ => "positional",
-    };
     let call = Call {
         module: &python.module,
         function: &python.function,
         args,
         kwargs: Map::new(),
-        form,
+        form: &python.form,
         mask: Vec::new(),
         state: None,
     };

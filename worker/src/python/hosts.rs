@@ -6,7 +6,7 @@
 //! are dropped past [`MAX_BUNDLES`], which kills their processes.
 
 use std::collections::HashMap;
-use std::path::{Component, Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -15,7 +15,7 @@ use sha2::{Digest, Sha256};
 use tokio::sync::{Mutex, OnceCell};
 
 use super::PythonPool;
-use crate::blobs::BlobCache;
+use crate::blobs::{BlobCache, is_inside};
 use crate::task::{BlobFile, Failure, FailureKind};
 
 /// Bundles whose pools are kept at once.
@@ -279,13 +279,6 @@ fn bundle_key(bundle: &[BlobFile]) -> String {
     }
     let digest = hasher.finalize();
     digest[..12].iter().map(|b| format!("{b:02x}")).collect()
-}
-
-/// Whether a graph directory stays inside its bundle.
-fn is_inside(dir: &str) -> bool {
-    Path::new(dir)
-        .components()
-        .all(|c| matches!(c, Component::Normal(_) | Component::CurDir))
 }
 
 #[cfg(test)]

@@ -141,9 +141,10 @@ pub struct Call<'a> {
     /// Keyword arguments (those the function does not take are left out,
     /// unless it takes `**kwargs`).
     pub kwargs: Map<String, Value>,
-    /// `positional`, `keywords` (the one argument's fields as keywords) or
-    /// `loop_iteration` (the one argument as a `LoopIteration` object).
-    pub form: &'static str,
+    /// `positional` (also what any other value means), `keywords` (the one
+    /// argument's fields as keywords) or `loop_iteration` (the one argument
+    /// as a `LoopIteration` object).
+    pub form: &'a str,
     /// Secret values to mask in what the call prints and raises.
     pub mask: Vec<String>,
     /// State fields passed as keyword arguments (before `kwargs`, which
