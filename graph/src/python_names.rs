@@ -7,7 +7,8 @@
 
 use super::document::did_you_mean;
 use super::python::{
-    Code, PyDef, PyFunction, PythonFiles, SourceFiles, import_path, is_identifier, module_files,
+    Code, PyDef, PyFunction, PyModule, PythonFiles, SourceFiles, import_path, is_identifier,
+    module_files,
 };
 
 /// The Python files of one graph and the names they define.
@@ -80,7 +81,12 @@ impl<'a> PythonNames<'a> {
     }
 
     fn sidecar_defines(&mut self, name: &str) -> bool {
-        self.sidecar_names().iter().any(|n| n == name)
+        let Some(path) = self.sidecar.clone() else {
+            return false;
+        };
+        self.read
+            .module(self.files, &path)
+            .is_some_and(|m| m.get(name).is_some())
     }
 
     /// Resolves `text` where code is allowed; an error names what is
@@ -120,13 +126,9 @@ impl<'a> PythonNames<'a> {
             .into_iter()
             .find(|path| self.read.module(self.files, path).is_some());
         if let Some(path) = found {
-            let names = self
-                .read
-                .module(self.files, &path)
-                .map(|m| m.names().into_iter().map(str::to_owned).collect::<Vec<_>>())
-                .unwrap_or_default();
-            if !names.iter().any(|n| n == function) {
-                let known: Vec<&str> = names.iter().map(String::as_str).collect();
+            let module_text = self.read.module(self.files, &path);
+            if module_text.is_none_or(|m| m.get(function).is_none()) {
+                let known = module_text.map(PyModule::names).unwrap_or_default();
                 let hint = did_you_mean(function, &known)
                     .map(|k| format!(" (did you mean '{k}'?)"))
                     .unwrap_or_default();
