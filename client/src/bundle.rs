@@ -4,7 +4,7 @@
 //! import-path modules found beside the graph, `nodes/<id>.py`) travel with
 //! the run.
 
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 
 use weft_graph::{self as graph, GraphError, NodeKind};
 
@@ -137,8 +137,8 @@ impl GraphBundle {
 /// directory, the bundle's root), each once.
 /// Adds the files of `dir` an argv names (relative paths inside it).
 fn name_argv_files(dir: &Path, argv: &[String], named: &mut Vec<String>) {
-    for arg in argv.iter().filter(|arg| is_relative_inside(arg)) {
-        let Some(relative) = inside(Path::new(""), arg) else {
+    for arg in argv.iter().filter(|arg| weft_bundle::stays_inside(arg)) {
+        let Some(relative) = weft_bundle::join("", arg) else {
             continue;
         };
         if dir.join(&relative).is_file() && !named.contains(&relative) {
@@ -151,10 +151,10 @@ fn named_files(dir: &Path, top: &str, graph: graph::Graph) -> Result<Vec<String>
     let mut named: Vec<String> = Vec::new();
     let mut graphs = vec![(top.to_owned(), graph)];
     while let Some((at, graph)) = graphs.pop() {
-        let base = Path::new(&at).parent().unwrap_or(Path::new(""));
+        let base = weft_bundle::dir_of(&at);
         // The Python files its names live in, beside it.
         for file in &graph.python_files {
-            if let Some(relative) = inside(base, file)
+            if let Some(relative) = weft_bundle::join(base, file)
                 && !named.contains(&relative)
             {
                 named.push(relative);
@@ -174,7 +174,7 @@ fn named_files(dir: &Path, top: &str, graph: graph::Graph) -> Result<Vec<String>
                 NodeKind::Subgraph(config) => {
                     // A graph outside the directory is left for the
                     // coordinator to refuse by name.
-                    let Some(relative) = inside(base, &config.graph) else {
+                    let Some(relative) = weft_bundle::join(base, &config.graph) else {
                         continue;
                     };
                     if relative == top || named.contains(&relative) {
@@ -194,31 +194,6 @@ fn named_files(dir: &Path, top: &str, graph: graph::Graph) -> Result<Vec<String>
         }
     }
     Ok(named)
-}
-
-/// `path` named from directory `base`, as a path inside the bundle.
-fn inside(base: &Path, path: &str) -> Option<String> {
-    let joined = base.join(path);
-    let mut parts: Vec<&str> = Vec::new();
-    for component in joined.components() {
-        match component {
-            Component::Normal(part) => parts.push(part.to_str()?),
-            Component::CurDir => {}
-            Component::ParentDir => {
-                parts.pop()?;
-            }
-            _ => return None,
-        }
-    }
-    (!parts.is_empty()).then(|| parts.join("/"))
-}
-
-fn is_relative_inside(arg: &str) -> bool {
-    let path = Path::new(arg);
-    !arg.is_empty()
-        && path
-            .components()
-            .all(|c| matches!(c, Component::Normal(_) | Component::CurDir))
 }
 
 fn read(path: &Path) -> Result<Vec<u8>, BundleError> {
@@ -285,8 +260,20 @@ mod tests {
 
     #[test]
     fn paths_outside_the_graph_directory_are_not_bundled() {
-        assert!(is_relative_inside("scripts/a.py"));
-        assert!(!is_relative_inside("../a.py"));
-        assert!(!is_relative_inside("/usr/bin/env"));
+        let root = std::env::temp_dir().join(format!("weft-argv-{}", std::process::id()));
+        std::fs::create_dir_all(root.join("scripts")).unwrap();
+        std::fs::write(root.join("scripts/a.py"), "").unwrap();
+        let argv = [
+            "python3",
+            "scripts/a.py",
+            "../a.py",
+            "/usr/bin/env",
+            "./scripts/a.py",
+        ]
+        .map(str::to_owned);
+        let mut named = Vec::new();
+        name_argv_files(&root.join("scripts/.."), &argv, &mut named);
+        assert_eq!(named, ["scripts/a.py"], "once, and nothing outside");
+        std::fs::remove_dir_all(root).ok();
     }
 }

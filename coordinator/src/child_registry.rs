@@ -7,7 +7,6 @@ use std::sync::Arc;
 use serde_json::{Map, Value};
 
 use crate::bundle::Bundle;
-use crate::bundle_family::resolve;
 use crate::run::{ChildRuns, Pending, RunStatus};
 use crate::runs::Runs;
 
@@ -39,7 +38,8 @@ impl ChildRuns for RunChildren {
     ) -> Pending<Result<String, String>> {
         let (runs, bundle) = (self.runs.clone(), self.bundle.clone());
         Box::pin(async move {
-            let path = resolve(&bundle.graph_path, &graph)
+            let path = bundle
+                .resolve(&graph)
                 .ok_or_else(|| format!("graph '{graph}' is not a path inside the bundle"))?;
             let child = bundle.with_graph(&path).map_err(|e| e.to_string())?;
             // Without `input_map` the child gets the whole state and keeps

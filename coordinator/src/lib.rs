@@ -6,7 +6,6 @@
 #![warn(missing_docs)]
 
 pub mod bundle;
-pub mod bundle_family;
 pub mod child_registry;
 pub mod config;
 pub mod dispatch;
@@ -18,3 +17,4 @@ pub mod metrics;
 pub mod run;
 pub mod runs;
 pub mod server;
+pub mod term;

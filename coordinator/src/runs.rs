@@ -361,7 +361,7 @@ impl Runs {
         if let Some(keeper) = &self.store {
             let mut unused = Vec::new();
             for id in gone {
-                let prefix = format!("runs/{id}/");
+                let prefix = crate::durable::keys::run_prefix(&id);
                 let deleted = keeper.store().delete_prefix(&prefix, keeper.fence()).await;
                 if let Err(error) = keeper.checked(deleted) {
                     tracing::warn!(run = %id, %error, "a forgotten run stays in the store");

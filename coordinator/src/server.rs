@@ -14,13 +14,10 @@ use weft_proto::v1::run_service_server::RunServiceServer;
 use weft_proto::v1::worker_service_server::WorkerServiceServer;
 use weft_store::AnyStore;
 
-use crate::bundle::BlobStore;
 use crate::config::CoordinatorConfig;
-use crate::dispatch::{DispatcherConfig, Limits, spawn_dispatcher};
 use crate::durable::Keeper;
-use crate::grpc::{FrontRuns, FrontWorkers, Role, RunApi, Services, WorkerApi};
-use crate::ha::election::LeaseClock;
-use crate::runs::Runs;
+use crate::grpc::{FrontRuns, FrontWorkers};
+use crate::term::{Role, start_term};
 
 /// How long `serve` waits for its tasks to stop after the server has.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
@@ -71,67 +68,6 @@ pub async fn serve_unix(
 ) -> Result<(), ServeError> {
     let incoming = tokio_stream::wrappers::UnixListenerStream::new(listener);
     serve_incoming(incoming, config, shutdown).await
-}
-
-/// Starts what a leader serves with: the dispatcher and the runs restored
-/// from `keeper`'s store, all stopped by `term`; `lease` is the term's in a
-/// group (a lone coordinator has none).
-pub(crate) async fn start_term(
-    config: &CoordinatorConfig,
-    keeper: Keeper,
-    lease: Option<LeaseClock>,
-    term: CancellationToken,
-    tracker: &TaskTracker,
-) -> Result<Services, weft_store::StoreError> {
-    let (runs, dispatcher, blobs) = start_runs(config, keeper, &term, tracker);
-    let recovered = runs.recover(config.max_bundle_bytes).await?;
-    if recovered > 0 {
-        tracing::info!(runs = recovered, "runs restored from the store");
-    }
-    Ok(Services {
-        runs: RunApi::new(runs, config.max_bundle_bytes, tracker.clone(), term.clone()),
-        workers: WorkerApi::new(
-            dispatcher,
-            blobs,
-            config.heartbeat_interval,
-            tracker.clone(),
-            config.max_result_bytes,
-        ),
-        lease,
-    })
-}
-
-/// The dispatcher and an empty registry of runs kept through `keeper`.
-fn start_runs(
-    config: &CoordinatorConfig,
-    keeper: Keeper,
-    term: &CancellationToken,
-    tracker: &TaskTracker,
-) -> (Runs, crate::dispatch::DispatcherHandle, BlobStore) {
-    let blobs = BlobStore::default();
-    let dispatcher = spawn_dispatcher(
-        DispatcherConfig {
-            heartbeat_interval: config.heartbeat_interval,
-            limits: Limits {
-                worker_timeout: config.worker_timeout,
-                grace: config.task_grace,
-                max_losses: config.max_task_losses,
-                jam_timeout: config.worker_timeout,
-            },
-            call_timeout: config.call_timeout,
-        },
-        term.child_token(),
-        tracker,
-    );
-    let runs = Runs::new(
-        dispatcher.clone(),
-        blobs.clone(),
-        term.child_token(),
-        tracker.clone(),
-        config,
-    )
-    .with_store(keeper);
-    (runs, dispatcher, blobs)
 }
 
 /// Starts serving as the lone coordinator of its data directory, or
@@ -214,51 +150,4 @@ where
     }
     served?;
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use weft_store::{EmbeddedStore, Fence, Store, chunks};
-
-    use super::*;
-    use crate::bundle::Bundle;
-    use crate::durable::journal::blob_key;
-
-    #[tokio::test]
-    async fn a_run_the_store_does_not_take_is_refused_and_never_started() {
-        let dir = std::env::temp_dir().join(format!("weft-refused-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let store = AnyStore::Embedded(EmbeddedStore::open(&dir.join("s.redb")).unwrap());
-        let text = b"nodes:\n  a: { kind: script, run: [\"true\"], start: true }\n".to_vec();
-        let bundle =
-            Bundle::new("g.yaml".into(), [("g.yaml".into(), text, 0o644)], 1 << 20).unwrap();
-        // The graph file is stored already (an earlier run's), so the run's
-        // own first record is the submission's only write.
-        let sha = &bundle.files["g.yaml"].sha256;
-        chunks::put(&store, &blob_key(sha), b"x", None)
-            .await
-            .unwrap();
-        // A fence nobody holds: this coordinator was deposed.
-        let fence = Fence {
-            key: "leader".into(),
-            revision: 7,
-        };
-        let deposed = CancellationToken::new();
-        let keeper = Keeper::new(store.clone(), Some(fence), deposed.clone());
-        let (term, tracker) = (CancellationToken::new(), TaskTracker::new());
-        let (runs, _, _) = start_runs(&CoordinatorConfig::default(), keeper, &term, &tracker);
-        let refused = runs.submit(bundle, "{}").await;
-        assert!(
-            matches!(refused, Err(crate::runs::SubmitError::Store(_))),
-            "{refused:?}"
-        );
-        assert!(
-            runs.page(10, None).await.0.is_empty(),
-            "nothing was started"
-        );
-        assert!(deposed.is_cancelled(), "the fenced write ends the term");
-        assert!(store.scan("runs/").await.unwrap().is_empty());
-        term.cancel();
-        std::fs::remove_dir_all(dir).ok();
-    }
 }

@@ -42,12 +42,7 @@ impl<'a> PythonNames<'a> {
         let Some(path) = sidecar else {
             return (names, None);
         };
-        let inside = std::path::Path::new(path).components().all(|c| {
-            matches!(
-                c,
-                std::path::Component::Normal(_) | std::path::Component::CurDir
-            )
-        });
+        let inside = weft_bundle::stays_inside(path);
         let problem = if !path.ends_with(".py") || !inside {
             Some(format!(
                 "functions: '{path}' must be a .py file beside the graph (a relative path inside its directory)"

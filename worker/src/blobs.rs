@@ -2,7 +2,7 @@
 //! coordinator, checked, cached on disk, and copied into each task's scratch
 //! directory.
 
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use sha2::{Digest, Sha256};
@@ -12,13 +12,6 @@ use weft_proto::v1::FetchBlobRequest;
 use weft_proto::v1::worker_service_client::WorkerServiceClient;
 
 use crate::task::{BlobFile, Failure, FailureKind};
-
-/// Whether a relative path stays inside the directory it is joined to.
-pub(crate) fn is_inside(path: &str) -> bool {
-    Path::new(path)
-        .components()
-        .all(|c| matches!(c, Component::Normal(_) | Component::CurDir))
-}
 
 /// The worker's file cache.
 #[derive(Clone)]
@@ -48,7 +41,7 @@ impl BlobCache {
     /// Puts `file` at its path under `dest`.
     pub async fn materialize(&self, file: &BlobFile, dest: &Path) -> Result<(), Failure> {
         let relative = Path::new(&file.path);
-        if !is_inside(&file.path) || file.path.is_empty() {
+        if !weft_bundle::stays_inside(&file.path) {
             return Err(Failure::new(
                 FailureKind::InvalidTask,
                 format!("bundle path '{}' escapes the scratch directory", file.path),

@@ -14,7 +14,8 @@ use std::sync::{Arc, Mutex};
 use weft_store::{Store, StoreError};
 
 use super::Keeper;
-use super::journal::{RecordHead, blob_key};
+use super::keys::blob_key;
+use super::records::RecordHead;
 use super::restore;
 use crate::bundle::Bundle;
 

@@ -1,12 +1,10 @@
 //! A run's checkpoints: its record, its state field by field, and its event
 //! log, written to the store in order by one writer task per run.
 //!
-//! Keys: `runs/<id>/record` holds the [`RunRecord`](super::records::RunRecord) (the machine's progress
-//! without its state, the names of the state's fields, and where the log
-//! stands); `runs/<id>/fields/<name>` each field of the state, written again
-//! only when its version moved (a 10 MB input is stored once, not once per
-//! wave); `runs/<id>/events/<first>` each stretch of events; `blobs/<sha256>`
-//! every bundle file once. A checkpoint's writes go in one transaction.
+//! A checkpoint writes the run's record, each field of the state whose
+//! version moved (a 10 MB input is stored once, not once per wave) and the
+//! events since the last one, in one transaction (`super::keys` says
+//! where each lives).
 //!
 //! The run's actor hands over a snapshot when the machine asks for a
 //! checkpoint; with `durability: sync` it waits until the snapshot is on
@@ -21,58 +19,10 @@ use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot};
 
 use super::Keeper;
-use super::writer::Writer;
-
-use super::records::FileRecord;
+use super::records::RecordHead;
+use super::writer::{Snapshot, Writer};
 use crate::graph::Durability;
 use crate::run::{RunStatus, StoredEvent};
-
-/// Where a run's record lives.
-pub fn record_key(id: &str) -> String {
-    format!("runs/{id}/record")
-}
-
-/// Where a field of a run's state lives.
-pub fn field_key(id: &str, name: &str) -> String {
-    format!("runs/{id}/fields/{name}")
-}
-
-/// Where a field too large for a checkpoint's transaction lives, at one
-/// version (written once, before the record that names it).
-pub fn spilled_key(id: &str, name: &str, version: u64) -> String {
-    format!("runs/{id}/fields/{name}@{version:020}")
-}
-
-/// Where a progress too large for a checkpoint's transaction lives.
-pub fn progress_key(id: &str, at: u64) -> String {
-    format!("runs/{id}/progress@{at:020}")
-}
-
-/// Where a stretch of a run's events lives.
-pub fn events_key(id: &str, first: u64) -> String {
-    format!("runs/{id}/events/{first:020}")
-}
-
-/// Where a bundle file lives.
-pub fn blob_key(sha256: &str) -> String {
-    format!("blobs/{sha256}")
-}
-
-/// What a run's record says besides its progress.
-#[derive(Debug, Clone)]
-pub struct RecordHead {
-    /// The graph file's path within the bundle.
-    pub graph_path: String,
-    /// The bundle's files.
-    pub files: Vec<FileRecord>,
-    /// When the run was submitted.
-    pub created_unix_ms: i64,
-    /// Fields the stored record keeps under versioned keys, and where it
-    /// keeps its progress if apart (both empty for a new run).
-    pub spilled: Vec<(String, u64)>,
-    /// See [`RunRecord::progress_at`](super::records::RunRecord::progress_at).
-    pub progress_at: Option<u64>,
-}
 
 /// What a checkpoint stores: the progress without its state, and the
 /// state's fields with their versions and JSON (as workers get them).
@@ -81,19 +31,6 @@ pub struct Checkpoint {
     pub progress_json: String,
     /// Every field of the state: name, version, JSON.
     pub fields: Vec<(String, u64, Arc<str>)>,
-}
-
-/// One checkpoint, taken by the actor.
-pub(super) struct Snapshot {
-    pub(super) progress_json: String,
-    /// Fields whose version moved since the last checkpoint: version, JSON.
-    pub(super) changed: BTreeMap<String, (u64, Arc<str>)>,
-    /// Every field's name, sorted.
-    pub(super) names: Vec<String>,
-    /// The events since the last checkpoint, and the position of the first.
-    pub(super) first: u64,
-    pub(super) events: Vec<(i64, String)>,
-    done: Option<oneshot::Sender<bool>>,
 }
 
 /// The actor's end of a run's journal.

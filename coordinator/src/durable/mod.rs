@@ -8,6 +8,7 @@ use weft_store::{AnyStore, Fence, StoreError};
 
 pub mod blob_refs;
 pub mod journal;
+pub mod keys;
 pub mod records;
 pub mod restore;
 mod writer;

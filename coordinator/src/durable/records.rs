@@ -180,6 +180,22 @@ fn decode_body<T: for<'de> Deserialize<'de>>(body: &[u8]) -> Result<T, RecordErr
     Ok(record)
 }
 
+/// What a run's record says besides its progress.
+#[derive(Debug, Clone)]
+pub struct RecordHead {
+    /// The graph file's path within the bundle.
+    pub graph_path: String,
+    /// The bundle's files.
+    pub files: Vec<FileRecord>,
+    /// When the run was submitted.
+    pub created_unix_ms: i64,
+    /// Fields the stored record keeps under versioned keys, and where it
+    /// keeps its progress if apart (both empty for a new run).
+    pub spilled: Vec<(String, u64)>,
+    /// See [`RunRecord::progress_at`](RunRecord::progress_at).
+    pub progress_at: Option<u64>,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -6,8 +6,8 @@ use std::sync::Arc;
 use weft_store::{AnyStore, Store, StoreError, chunks};
 
 use super::Keeper;
-use super::journal::{RecordHead, blob_key, events_key, field_key, progress_key, spilled_key};
-use super::records::{self, EventsRecord, FileRecord, RunRecord};
+use super::keys::{self, blob_key, events_key, field_key, progress_key, spilled_key};
+use super::records::{self, EventsRecord, FileRecord, RecordHead, RunRecord};
 use crate::bundle::Bundle;
 use crate::run::{Progress, RunEvent, StoredEvent};
 
@@ -71,10 +71,10 @@ pub async fn stored_runs(
     // The records only: a run's fields and events are read once, by
     // `read_run`, not with every key under `runs/`.
     let records = store
-        .scan_keys("runs/")
+        .scan_keys(keys::RUNS)
         .await?
         .into_iter()
-        .filter(|key| key.ends_with("/record") && !chunks::is_chunk_key(key));
+        .filter(|key| keys::is_record_key(key));
     for key in records {
         let Some(bytes) = chunks::get(store, &key).await? else {
             continue;
@@ -161,7 +161,7 @@ async fn read_state(
 
 /// The run's events up to its record's position, in order.
 async fn read_log(store: &AnyStore, record: &RunRecord) -> Result<Vec<StoredEvent>, StoreError> {
-    let prefix = format!("runs/{}/events/", record.id);
+    let prefix = keys::events_prefix(&record.id);
     let mut log = Vec::new();
     for (key, bytes) in chunks::scan(store, &prefix).await? {
         let batch: EventsRecord =

@@ -17,13 +17,26 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use tokio::sync::oneshot;
 use weft_store::{Store, StoreError, chunks};
 
 use super::Keeper;
-use super::journal::{
-    RecordHead, Snapshot, events_key, field_key, progress_key, record_key, spilled_key,
-};
-use super::records::{self, EventsRecord, RunRecord};
+use super::keys::{events_key, field_key, progress_key, record_key, spilled_key};
+use super::records::{self, EventsRecord, RecordHead, RunRecord};
+
+/// One checkpoint, taken by the actor.
+pub(super) struct Snapshot {
+    pub(super) progress_json: String,
+    /// Fields whose version moved since the last checkpoint: version, JSON.
+    pub(super) changed: BTreeMap<String, (u64, Arc<str>)>,
+    /// Every field's name, sorted.
+    pub(super) names: Vec<String>,
+    /// The events since the last checkpoint, and the position of the first.
+    pub(super) first: u64,
+    pub(super) events: Vec<(i64, String)>,
+    /// Told whether the snapshot was stored, for a caller that waits.
+    pub(super) done: Option<oneshot::Sender<bool>>,
+}
 
 /// Writes one run's checkpoints, knowing where its last record put things.
 pub(super) struct Writer {

@@ -19,36 +19,17 @@ use weft_proto::{FORWARDED_METADATA, LEADER_METADATA, MAX_MESSAGE_BYTES};
 use super::run_service::EventStream;
 use super::worker_service::OutStream;
 use super::{RunApi, WorkerApi};
+use crate::term::{Role, Services};
 
-/// What a leading coordinator serves with, for one term.
-pub struct Services {
-    /// Its runs.
-    pub runs: RunApi,
-    /// Its workers' streams.
-    pub workers: WorkerApi,
-    /// Its lease in a group; `None` for a lone coordinator.
-    pub lease: Option<crate::ha::election::LeaseClock>,
-}
-
-impl Services {
-    /// The services, unless this leader's lease may have lapsed.
-    fn current(&self) -> Result<&Self, Status> {
-        match &self.lease {
-            Some(clock) if !clock.current() => Err(Status::unavailable(
-                "this coordinator's lead may have lapsed (its lease was not renewed in time); ask again",
-            )),
-            _ => Ok(self),
-        }
+/// A term's services, unless this leader's lease may have lapsed.
+fn current(services: &Services) -> Result<&Services, Status> {
+    if services.current() {
+        Ok(services)
+    } else {
+        Err(Status::unavailable(
+            "this coordinator's lead may have lapsed (its lease was not renewed in time); ask again",
+        ))
     }
-}
-
-/// What this coordinator is now.
-#[derive(Clone)]
-pub enum Role {
-    /// It leads (a lone coordinator always does).
-    Leader(Arc<Services>),
-    /// It stands by; the URL of the coordinator that leads, when known.
-    Standby(Option<String>),
 }
 
 /// How long a request a standby could not get to any leader waits for one
@@ -151,7 +132,7 @@ impl FrontRuns {
     fn route(&self, forwarded_in: bool) -> Result<Route, Status> {
         let url = match &*self.role.borrow() {
             Role::Leader(services) => {
-                return Ok(Route::Local(services.current()?.runs.clone()));
+                return Ok(Route::Local(RunApi::new(current(services)?)));
             }
             Role::Standby(_) if forwarded_in => {
                 return Err(Status::unavailable(
@@ -319,7 +300,7 @@ impl FrontWorkers {
     /// The leader's worker service, or a refusal that names the leader.
     fn local(&self) -> Result<WorkerApi, Status> {
         match &*self.role.borrow() {
-            Role::Leader(services) => Ok(services.current()?.workers.clone()),
+            Role::Leader(services) => Ok(WorkerApi::new(current(services)?)),
             Role::Standby(None) => Err(Status::unavailable(NO_LEADER)),
             Role::Standby(Some(url)) => {
                 let mut status = Status::unavailable(format!(

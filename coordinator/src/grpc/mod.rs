@@ -8,7 +8,7 @@ mod run_service;
 mod state_sync_tests;
 mod worker_service;
 
-pub use front::{FrontRuns, FrontWorkers, Role, Services};
+pub use front::{FrontRuns, FrontWorkers};
 pub use run_service::RunApi;
 pub use worker_service::WorkerApi;
 

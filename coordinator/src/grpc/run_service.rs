@@ -11,6 +11,7 @@ use weft_proto::v1::run_service_server::RunService;
 use super::{convert, unknown_run};
 use crate::run::HumanAnswer;
 use crate::runs::Runs;
+use crate::term::Services;
 
 /// The run service over a coordinator's runs.
 #[derive(Clone)]
@@ -22,19 +23,14 @@ pub struct RunApi {
 }
 
 impl RunApi {
-    /// Serves `runs`; watch streams run on `tracker` and end when `stop`
-    /// is cancelled (the client then asks again, of the next leader).
-    pub fn new(
-        runs: Runs,
-        max_bundle_bytes: usize,
-        tracker: tokio_util::task::TaskTracker,
-        stop: tokio_util::sync::CancellationToken,
-    ) -> Self {
+    /// Serves a term's runs; watch streams run on its tracker and end
+    /// with the term (the client then asks again, of the next leader).
+    pub fn new(term: &Services) -> Self {
         Self {
-            runs,
-            max_bundle_bytes,
-            tracker,
-            stop,
+            runs: term.runs.clone(),
+            max_bundle_bytes: term.max_bundle_bytes,
+            tracker: term.tracker.clone(),
+            stop: term.ended.clone(),
         }
     }
 

@@ -18,6 +18,7 @@ use weft_proto::v1::worker_service_server::WorkerService;
 use super::convert;
 use crate::bundle::BlobStore;
 use crate::dispatch::{DispatcherHandle, WorkerLink};
+use crate::term::Services;
 
 /// Tasks and calls queued for one worker's stream; a full queue marks the
 /// worker jammed.
@@ -40,20 +41,14 @@ pub struct WorkerApi {
 }
 
 impl WorkerApi {
-    /// Serves workers for `dispatcher`; the streams' tasks run on `tracker`.
-    pub fn new(
-        dispatcher: DispatcherHandle,
-        blobs: BlobStore,
-        heartbeat: Duration,
-        tracker: TaskTracker,
-        max_result_bytes: usize,
-    ) -> Self {
+    /// Serves a term's workers; the streams' tasks run on its tracker.
+    pub fn new(term: &Services) -> Self {
         Self {
-            dispatcher,
-            blobs,
-            heartbeat,
-            tracker,
-            max_result_bytes,
+            dispatcher: term.dispatcher.clone(),
+            blobs: term.blobs.clone(),
+            heartbeat: term.heartbeat,
+            tracker: term.tracker.clone(),
+            max_result_bytes: term.max_result_bytes,
         }
     }
 }

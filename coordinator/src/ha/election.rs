@@ -8,13 +8,14 @@
 //! This is etcd's documented election recipe minus the queue of candidates:
 //! candidates watch the key and race to create it when it goes.
 
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use weft_store::{AnyStore, Fence, LEADER_KEY, LeaseId, Store, StoreError, WatchEvent};
+
+use crate::term::LeaseClock;
 
 /// Who leads, as a standby sees it.
 pub type LeaderUrl = Option<String>;
@@ -114,39 +115,6 @@ async fn changed(changes: &mut mpsc::Receiver<WatchEvent>) {
     match changes.recv().await {
         Some(_) => {}
         None => std::future::pending().await,
-    }
-}
-
-/// When the term's lease was last renewed, shared with the services: a
-/// leader that may have outlived its lease (a process paused, then woken)
-/// serves nothing until it knows where it stands.
-#[derive(Debug, Clone)]
-pub struct LeaseClock {
-    renewed: Arc<Mutex<Instant>>,
-    ttl: Duration,
-}
-
-impl LeaseClock {
-    /// A clock of a lease of `ttl`, granted just now.
-    pub fn new(ttl: Duration) -> Self {
-        Self {
-            renewed: Arc::new(Mutex::new(Instant::now())),
-            ttl,
-        }
-    }
-
-    fn renewed_at(&self, at: Instant) {
-        *self.renewed.lock().unwrap_or_else(|e| e.into_inner()) = at;
-    }
-
-    /// Whether the lease is surely still held: renewed less than a TTL
-    /// ago, counted from before the renewal was sent.
-    pub fn current(&self) -> bool {
-        self.renewed
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .elapsed()
-            < self.ttl
     }
 }
 

@@ -5,7 +5,7 @@
 //! ([`election`]). The winner starts a *term*: it restores every run from
 //! the shared store and serves them, every write fenced on the key's create
 //! revision. The others stand by: they forward clients' requests to the
-//! leader and send workers there (`grpc::front`), and take over when the
+//! leader and send workers there (the gRPC front), and take over when the
 //! key goes — within about one lease TTL of the leader's death, or at once
 //! when it shuts down cleanly and gives the key up. A term ends when the
 //! lease is lost (expired while the process was paused, or etcd unreachable
@@ -25,7 +25,7 @@ use weft_store::AnyStore;
 
 use crate::config::CoordinatorConfig;
 use crate::durable::Keeper;
-use crate::grpc::Role;
+use crate::term::{LeaseClock, Role, start_term};
 use election::Term;
 
 /// How long a term's tasks may take to stop when it ends.
@@ -83,7 +83,7 @@ async fn lead(
     let ended = shutdown.child_token();
     let tracker = TaskTracker::new();
     let release = CancellationToken::new();
-    let clock = election::LeaseClock::new(config.store.lease_ttl);
+    let clock = LeaseClock::new(config.store.lease_ttl);
     let holding = tokio::spawn({
         let (store, term, ended) = (store.clone(), term.clone(), ended.clone());
         let (clock, release) = (clock.clone(), release.clone());
@@ -95,8 +95,7 @@ async fn lead(
     });
     let keeper = Keeper::new(store.clone(), Some(term.fence.clone()), ended.clone());
     let taken_at = std::time::Instant::now();
-    let services =
-        crate::server::start_term(config, keeper, Some(clock), ended.clone(), &tracker).await;
+    let services = start_term(config, keeper, Some(clock), ended.clone(), &tracker).await;
     let started = match services {
         Ok(services) => {
             tracing::info!(

@@ -15,7 +15,7 @@ use sha2::{Digest, Sha256};
 use tokio::sync::{Mutex, OnceCell};
 
 use super::PythonPool;
-use crate::blobs::{BlobCache, is_inside};
+use crate::blobs::BlobCache;
 use crate::task::{BlobFile, Failure, FailureKind};
 
 /// Bundles whose pools are kept at once.
@@ -152,7 +152,8 @@ impl PythonHosts {
         bundle: &[BlobFile],
         dir: &str,
     ) -> Result<Hosted, Failure> {
-        if !is_inside(dir) {
+        // `""`: the graph lies at the bundle's root.
+        if !dir.is_empty() && !weft_bundle::stays_inside(dir) {
             return Err(Failure::new(
                 FailureKind::InvalidTask,
                 format!("graph directory '{dir}' escapes the bundle"),

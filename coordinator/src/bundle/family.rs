@@ -4,33 +4,8 @@
 //! findings of an embedded graph name its file, and a graph that embeds
 //! itself, directly or through others, is refused.
 
-use std::path::{Component, Path, PathBuf};
-
-use crate::bundle::{Bundle, BundleError};
+use super::{Bundle, BundleError};
 use crate::graph::{Graph, NodeKind};
-
-/// Where a `graph:` named in the graph at `from` lies in the bundle.
-pub fn resolve(from: &str, named: &str) -> Option<String> {
-    let base = Path::new(from).parent().unwrap_or(Path::new(""));
-    let mut parts: Vec<String> = Vec::new();
-    for component in base.join(named).components() {
-        match component {
-            Component::Normal(part) => parts.push(part.to_str()?.to_owned()),
-            Component::CurDir => {}
-            Component::ParentDir => {
-                parts.pop()?;
-            }
-            Component::RootDir | Component::Prefix(_) => return None,
-        }
-    }
-    (!parts.is_empty()).then(|| {
-        parts
-            .iter()
-            .collect::<PathBuf>()
-            .to_str()
-            .map(str::to_owned)
-    })?
-}
 
 /// The `graph:` files a graph's subgraph nodes name, with the nodes.
 pub fn embedded(graph: &Graph) -> Vec<(&str, &str)> {
@@ -77,7 +52,7 @@ impl Bundle {
         problems: &mut Vec<String>,
     ) {
         for (node, named) in embedded(graph) {
-            let Some(child) = resolve(path, named) else {
+            let Some(child) = weft_bundle::join(weft_bundle::dir_of(path), named) else {
                 problems.push(format!(
                     "{path}: node '{node}': graph '{named}' is not a path inside the bundle"
                 ));
@@ -132,16 +107,15 @@ mod tests {
 
     #[test]
     fn paths_are_named_relative_to_the_embedding_graph() {
+        let top = bundle(&[("main.yaml", "nodes: {}")]);
+        assert_eq!(top.resolve("child.yaml").as_deref(), Some("child.yaml"));
+        assert_eq!(top.resolve("../outside.yaml"), None);
+        assert_eq!(top.resolve("/etc/passwd"), None);
+        let nested = bundle(&[("flows/main.yaml", "nodes: {}")]);
         assert_eq!(
-            resolve("main.yaml", "child.yaml").as_deref(),
-            Some("child.yaml")
-        );
-        assert_eq!(
-            resolve("flows/main.yaml", "../lib/c.yaml").as_deref(),
+            nested.resolve("../lib/c.yaml").as_deref(),
             Some("lib/c.yaml")
         );
-        assert_eq!(resolve("main.yaml", "../outside.yaml"), None);
-        assert_eq!(resolve("main.yaml", "/etc/passwd"), None);
     }
 
     #[test]

@@ -1,0 +1,171 @@
+//! A term: what a leading coordinator serves with, from the moment it
+//! leads until it stops leading. A lone coordinator has one term for as
+//! long as it runs; in a group, each election won starts one (`crate::ha`)
+//! and a lost lease or a failed fence ends it.
+//!
+//! [`start_term`] restores the runs from the store and starts the
+//! dispatcher, all stopped by the term's token; [`Role`] is what the gRPC
+//! front serves by: a term's [`Services`] while leading, the leader's URL
+//! while standing by.
+
+mod lease_clock;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::bundle::BlobStore;
+use crate::config::CoordinatorConfig;
+use crate::dispatch::{DispatcherConfig, DispatcherHandle, Limits, spawn_dispatcher};
+use crate::durable::Keeper;
+use crate::runs::Runs;
+pub use lease_clock::LeaseClock;
+
+/// What a leading coordinator serves with, for one term.
+pub struct Services {
+    /// Its runs.
+    pub runs: Runs,
+    /// Its dispatcher, which workers' streams feed.
+    pub dispatcher: DispatcherHandle,
+    /// The bundle files workers fetch.
+    pub blobs: BlobStore,
+    /// Largest bundle a submission may carry.
+    pub max_bundle_bytes: usize,
+    /// Largest task result taken from a worker.
+    pub max_result_bytes: usize,
+    /// How often workers beat.
+    pub heartbeat: Duration,
+    /// Where streams opened during the term run.
+    pub tracker: TaskTracker,
+    /// Cancelled when the term ends.
+    pub ended: CancellationToken,
+    /// Its lease in a group; `None` for a lone coordinator.
+    pub lease: Option<LeaseClock>,
+}
+
+impl Services {
+    /// Whether this leader may still serve: false once its lease may have
+    /// lapsed (a process paused past its TTL, then woken).
+    pub fn current(&self) -> bool {
+        self.lease.as_ref().is_none_or(LeaseClock::current)
+    }
+}
+
+/// What this coordinator is now.
+#[derive(Clone)]
+pub enum Role {
+    /// It leads (a lone coordinator always does).
+    Leader(Arc<Services>),
+    /// It stands by; the URL of the coordinator that leads, when known.
+    Standby(Option<String>),
+}
+
+/// Starts what a leader serves with: the dispatcher and the runs restored
+/// from `keeper`'s store, all stopped by `ended`; `lease` is the term's in
+/// a group (a lone coordinator has none).
+pub async fn start_term(
+    config: &CoordinatorConfig,
+    keeper: Keeper,
+    lease: Option<LeaseClock>,
+    ended: CancellationToken,
+    tracker: &TaskTracker,
+) -> Result<Services, weft_store::StoreError> {
+    let (runs, dispatcher, blobs) = start_runs(config, keeper, &ended, tracker);
+    let recovered = runs.recover(config.max_bundle_bytes).await?;
+    if recovered > 0 {
+        tracing::info!(runs = recovered, "runs restored from the store");
+    }
+    Ok(Services {
+        runs,
+        dispatcher,
+        blobs,
+        max_bundle_bytes: config.max_bundle_bytes,
+        max_result_bytes: config.max_result_bytes,
+        heartbeat: config.heartbeat_interval,
+        tracker: tracker.clone(),
+        ended,
+        lease,
+    })
+}
+
+/// The dispatcher and an empty registry of runs kept through `keeper`.
+fn start_runs(
+    config: &CoordinatorConfig,
+    keeper: Keeper,
+    ended: &CancellationToken,
+    tracker: &TaskTracker,
+) -> (Runs, DispatcherHandle, BlobStore) {
+    let blobs = BlobStore::default();
+    let dispatcher = spawn_dispatcher(
+        DispatcherConfig {
+            heartbeat_interval: config.heartbeat_interval,
+            limits: Limits {
+                worker_timeout: config.worker_timeout,
+                grace: config.task_grace,
+                max_losses: config.max_task_losses,
+                jam_timeout: config.worker_timeout,
+            },
+            call_timeout: config.call_timeout,
+        },
+        ended.child_token(),
+        tracker,
+    );
+    let runs = Runs::new(
+        dispatcher.clone(),
+        blobs.clone(),
+        ended.child_token(),
+        tracker.clone(),
+        config,
+    )
+    .with_store(keeper);
+    (runs, dispatcher, blobs)
+}
+
+#[cfg(test)]
+mod tests {
+    use weft_store::{AnyStore, EmbeddedStore, Fence, Store, chunks};
+
+    use super::*;
+    use crate::bundle::Bundle;
+    use crate::durable::keys::blob_key;
+
+    #[tokio::test]
+    async fn a_run_the_store_does_not_take_is_refused_and_never_started() {
+        let dir = std::env::temp_dir().join(format!("weft-refused-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let store = AnyStore::Embedded(EmbeddedStore::open(&dir.join("s.redb")).unwrap());
+        let text = b"nodes:\n  a: { kind: script, run: [\"true\"], start: true }\n".to_vec();
+        let bundle =
+            Bundle::new("g.yaml".into(), [("g.yaml".into(), text, 0o644)], 1 << 20).unwrap();
+        // The graph file is stored already (an earlier run's), so the run's
+        // own first record is the submission's only write.
+        let sha = &bundle.files["g.yaml"].sha256;
+        chunks::put(&store, &blob_key(sha), b"x", None)
+            .await
+            .unwrap();
+        // A fence nobody holds: this coordinator was deposed.
+        let fence = Fence {
+            key: "leader".into(),
+            revision: 7,
+        };
+        let deposed = CancellationToken::new();
+        let keeper = Keeper::new(store.clone(), Some(fence), deposed.clone());
+        let (term, tracker) = (CancellationToken::new(), TaskTracker::new());
+        let (runs, _, _) = start_runs(&CoordinatorConfig::default(), keeper, &term, &tracker);
+        let refused = runs.submit(bundle, "{}").await;
+        assert!(
+            matches!(refused, Err(crate::runs::SubmitError::Store(_))),
+            "{refused:?}"
+        );
+        assert!(
+            runs.page(10, None).await.0.is_empty(),
+            "nothing was started"
+        );
+        assert!(deposed.is_cancelled(), "the fenced write ends the term");
+        assert!(store.scan("runs/").await.unwrap().is_empty());
+        term.cancel();
+        std::fs::remove_dir_all(dir).ok();
+    }
+}
