@@ -6,7 +6,6 @@
 #![warn(missing_docs)]
 
 pub mod bundle;
-pub mod child_registry;
 pub mod config;
 pub mod dispatch;
 pub mod durable;

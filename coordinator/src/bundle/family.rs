@@ -4,8 +4,25 @@
 //! findings of an embedded graph name its file, and a graph that embeds
 //! itself, directly or through others, is refused.
 
+use std::collections::HashMap;
+use std::sync::Arc;
+
 use super::{Bundle, BundleError};
 use crate::graph::{Graph, NodeKind};
+
+/// The graphs a bundle's graph embeds, transitively, by bundle path: loaded
+/// and validated once at submission, shared by every run of the tree.
+#[derive(Debug, Default)]
+pub struct Family {
+    graphs: HashMap<String, Arc<Graph>>,
+}
+
+impl Family {
+    /// The embedded graph at `path`.
+    pub fn graph(&self, path: &str) -> Option<Arc<Graph>> {
+        self.graphs.get(path).cloned()
+    }
+}
 
 /// The `graph:` files a graph's subgraph nodes name, with the nodes.
 pub fn embedded(graph: &Graph) -> Vec<(&str, &str)> {
@@ -33,12 +50,20 @@ impl Bundle {
 
     /// Loads and validates every graph the bundle's graph embeds,
     /// transitively; each problem names the file and the node.
-    pub fn check_family(&self, graph: &Graph) -> Result<(), BundleError> {
+    /// Returns them by path, each parsed once for the whole tree of runs.
+    pub fn check_family(&self, graph: &Graph) -> Result<Family, BundleError> {
         let mut problems = Vec::new();
+        let mut family = Family::default();
         let mut stack = vec![self.graph_path.clone()];
-        self.check_embedded(&self.graph_path, graph, &mut stack, &mut problems);
+        self.check_embedded(
+            &self.graph_path,
+            graph,
+            &mut stack,
+            &mut family,
+            &mut problems,
+        );
         if problems.is_empty() {
-            Ok(())
+            Ok(family)
         } else {
             Err(BundleError::Family(problems))
         }
@@ -49,6 +74,7 @@ impl Bundle {
         path: &str,
         graph: &Graph,
         stack: &mut Vec<String>,
+        family: &mut Family,
         problems: &mut Vec<String>,
     ) {
         for (node, named) in embedded(graph) {
@@ -73,8 +99,9 @@ impl Bundle {
             match loaded {
                 Ok((child_graph, _)) => {
                     stack.push(child.clone());
-                    self.check_embedded(&child, &child_graph, stack, problems);
+                    self.check_embedded(&child, &child_graph, stack, family, problems);
                     stack.pop();
+                    family.graphs.insert(child, Arc::new(child_graph));
                 }
                 Err(BundleError::Graph(crate::graph::GraphError::Invalid(findings))) => {
                     problems.extend(

@@ -16,7 +16,7 @@ mod blobs;
 mod family;
 
 pub use blobs::{BlobLease, BlobStore};
-pub use family::embedded;
+pub use family::{Family, embedded};
 
 /// One file of a bundle.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -48,13 +48,32 @@ pub struct CoordinatorConfig {
     /// What one run may use (fields, items, events, attempts, …).
     pub limits: crate::run::RunLimits,
     /// How many ended runs are kept, and for how long.
-    pub retention: crate::runs::Retention,
+    pub retention: Retention,
     /// Where runs are kept: the data directory, or an etcd cluster shared
     /// with other coordinators.
     pub store: StoreConfig,
     /// Where traces go (`[telemetry]`); the OpenTelemetry variables
     /// override it when the binary starts.
     pub telemetry: weft_process::TelemetryConfig,
+}
+
+/// How long ended runs are kept: the newest `count` of them, each for at
+/// most `age` after it ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Retention {
+    /// Ended runs kept at most.
+    pub count: usize,
+    /// How long an ended run is kept.
+    pub age: std::time::Duration,
+}
+
+impl Default for Retention {
+    fn default() -> Self {
+        Self {
+            count: 10_000,
+            age: std::time::Duration::from_secs(7 * 24 * 3600),
+        }
+    }
 }
 
 impl Default for CoordinatorConfig {
@@ -74,7 +93,7 @@ impl Default for CoordinatorConfig {
             max_concurrent_requests: 256,
             fixed_workers: false,
             limits: crate::run::RunLimits::default(),
-            retention: crate::runs::Retention::default(),
+            retention: Retention::default(),
             store: StoreConfig::default(),
             telemetry: weft_process::TelemetryConfig::default(),
         }

@@ -13,6 +13,7 @@
 
 pub mod binding;
 mod dispatcher;
+mod hosting;
 pub mod jobs;
 pub mod registry;
 pub mod state_sync;
@@ -27,6 +28,7 @@ pub use weft_proto::types::WorkerKind;
 pub use dispatcher::{
     DispatcherConfig, DispatcherHandle, Fleet, ShuttingDown, WorkerLink, spawn_dispatcher,
 };
+pub use hosting::Hosting;
 pub use registry::{Limits, WorkerStatus};
 
 use crate::run::{ItemRef, TaskFailure, TaskKey, TeamMessage, TeamSeat};

@@ -134,6 +134,12 @@ impl RunPlan {
         &self.graph
     }
 
+    /// How each node runs on a worker, by index; `None` for nodes the
+    /// coordinator runs.
+    pub fn bindings(&self) -> &[Option<NodeBinding>] {
+        &self.bindings
+    }
+
     /// How a node runs on a worker; `None` for nodes the coordinator runs.
     pub fn binding(&self, node: NodeIdx) -> Option<&NodeBinding> {
         self.bindings.get(node)?.as_ref()

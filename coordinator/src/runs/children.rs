@@ -6,27 +6,19 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value};
 
-use crate::bundle::Bundle;
-use crate::run::{ChildRuns, Pending, RunStatus};
-use crate::runs::Runs;
+use super::Runs;
+use crate::bundle::{Bundle, Family};
+use crate::run::{ChildRuns, Pending, RunHandle, RunPlan, RunStatus};
 
 /// How long a restored parent waits for its child to be restored too.
 const FIND_CHILD_PATIENCE: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// One parent run's access to the registry.
-pub struct RunChildren {
+struct RunChildren {
     runs: Runs,
     bundle: Arc<Bundle>,
-}
-
-impl RunChildren {
-    /// Children of a run of `bundle`, kept in `runs`.
-    pub fn new(runs: Runs, bundle: Bundle) -> Self {
-        Self {
-            runs,
-            bundle: Arc::new(bundle),
-        }
-    }
+    /// The graphs of the whole tree, parsed at the top run's submission.
+    family: Arc<Family>,
 }
 
 impl ChildRuns for RunChildren {
@@ -36,15 +28,17 @@ impl ChildRuns for RunChildren {
         input: Map<String, Value>,
         traceparent: String,
     ) -> Pending<Result<String, String>> {
-        let (runs, bundle) = (self.runs.clone(), self.bundle.clone());
+        let (runs, bundle, family) = (self.runs.clone(), self.bundle.clone(), self.family.clone());
         Box::pin(async move {
             let path = bundle
                 .resolve(&graph)
                 .ok_or_else(|| format!("graph '{graph}' is not a path inside the bundle"))?;
             let child = bundle.with_graph(&path).map_err(|e| e.to_string())?;
+            let child_graph = family
+                .graph(&path)
+                .ok_or_else(|| format!("graph '{graph}' was not checked at submission"))?;
             // Without `input_map` the child gets the whole state and keeps
             // the fields it declares (all, if it declares none).
-            let (child_graph, _) = child.load_graph().map_err(|e| e.to_string())?;
             let input: Map<String, Value> = if child_graph.fields.is_empty() {
                 input
             } else {
@@ -55,7 +49,14 @@ impl ChildRuns for RunChildren {
             };
             let input_json = serde_json::to_string(&input).map_err(|e| e.to_string())?;
             let (run_id, _) = runs
-                .submit_traced(child, &input_json, Some(traceparent))
+                .admit(
+                    child,
+                    child_graph,
+                    family,
+                    &input_json,
+                    Vec::new(),
+                    Some(traceparent),
+                )
                 .await
                 .map_err(|e| format!("the child run of {path} was not started: {e}"))?;
             Ok(run_id.to_string())
@@ -66,18 +67,9 @@ impl ChildRuns for RunChildren {
         let runs = self.runs.clone();
         Box::pin(async move {
             // A restored parent may start before its child is restored.
-            let since = std::time::Instant::now();
-            let handle = loop {
-                if let Some(handle) = runs.get(&run_id) {
-                    break handle;
-                }
-                if since.elapsed() > FIND_CHILD_PATIENCE {
-                    return Err(format!(
-                        "child run {run_id} is not known to this coordinator"
-                    ));
-                }
-                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-            };
+            let handle = tokio::time::timeout(FIND_CHILD_PATIENCE, runs.registered(&run_id))
+                .await
+                .map_err(|_| format!("child run {run_id} is not known to this coordinator"))?;
             let view = handle.ended().await.map_err(|e| e.to_string())?;
             match view.status {
                 RunStatus::Completed => Ok((*view.state).clone()),
@@ -93,9 +85,49 @@ impl ChildRuns for RunChildren {
     fn cancel(&self, run_ids: Vec<String>) {
         for run_id in run_ids {
             if let Some(handle) = self.runs.get(&run_id) {
-                tokio::spawn(async move {
+                self.runs.tracker.spawn(async move {
                     let _ = handle.cancel().await;
                 });
+            }
+        }
+    }
+}
+
+impl Runs {
+    /// What a run of `plan` needs to run its subgraph nodes' child runs;
+    /// `None` without any.
+    pub(super) fn children_of(
+        &self,
+        plan: &RunPlan,
+        bundle: &Bundle,
+        family: Arc<Family>,
+    ) -> Option<Arc<dyn ChildRuns>> {
+        let embeds = plan
+            .graph()
+            .nodes
+            .iter()
+            .any(|node| matches!(node.kind, crate::graph::NodeKind::Subgraph(_)));
+        embeds.then(|| {
+            let children = RunChildren {
+                runs: self.clone(),
+                bundle: Arc::new(bundle.clone()),
+                family,
+            };
+            Arc::new(children) as Arc<dyn ChildRuns>
+        })
+    }
+
+    /// Run `id`, once it is registered (woken by each registration, never
+    /// polled).
+    async fn registered(&self, id: &str) -> RunHandle {
+        let mut registered = self.registered.subscribe();
+        loop {
+            if let Some(handle) = self.get(id) {
+                return handle;
+            }
+            if registered.changed().await.is_err() {
+                // The registry is gone with its coordinator.
+                return std::future::pending().await;
             }
         }
     }

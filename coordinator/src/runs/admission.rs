@@ -1,0 +1,183 @@
+//! A submission: the input and the bundle checked, the graph validated
+//! and held to the run limits, what it needs looked for among the workers,
+//! the run stored, then started; each refusal says what is wrong and
+//! nothing is started.
+
+use std::sync::Arc;
+
+use serde_json::{Map, Value};
+
+use super::{Runs, SubmitError, now_ms};
+use crate::bundle::{Bundle, Family};
+use crate::dispatch::{BlobRef, TaskLauncher};
+use crate::durable::journal::Journal;
+use crate::graph::{Finding, Graph};
+use crate::run::{RunError, RunMachine, RunPlan, RunSetup, Start, spawn_run};
+
+impl Runs {
+    /// Starts a run; returns its id and the warnings to show the submitter.
+    pub async fn submit(
+        &self,
+        bundle: Bundle,
+        input_json: &str,
+    ) -> Result<(Arc<str>, Vec<String>), SubmitError> {
+        // Before the graph is parsed: an input too large is refused as that.
+        self.check_input_size(input_json)?;
+        let (graph, findings) = bundle.load_graph()?;
+        let family = Arc::new(bundle.check_family(&graph)?);
+        let warnings = findings.iter().map(Finding::to_string).collect();
+        self.admit(bundle, Arc::new(graph), family, input_json, warnings, None)
+            .await
+    }
+
+    fn check_input_size(&self, input_json: &str) -> Result<(), SubmitError> {
+        if input_json.len() > self.max_input_bytes {
+            return Err(SubmitError::InputTooLarge {
+                size: input_json.len(),
+                limit: self.max_input_bytes,
+            });
+        }
+        Ok(())
+    }
+
+    /// Starts a run of `graph` (parsed and validated, the graphs it embeds
+    /// in `family`); `warnings` so far; its trace hangs under the span
+    /// `trace_parent` names, if any (a subgraph node's child run).
+    pub(super) async fn admit(
+        &self,
+        bundle: Bundle,
+        graph: Arc<Graph>,
+        family: Arc<Family>,
+        input_json: &str,
+        mut warnings: Vec<String>,
+        trace_parent: Option<String>,
+    ) -> Result<(Arc<str>, Vec<String>), SubmitError> {
+        // A child's input (its parent's state) is held to the same limit.
+        self.check_input_size(input_json)?;
+        let input = parse_input(input_json)?;
+        let over = self.limits.check_graph(&graph);
+        if !over.is_empty() {
+            return Err(SubmitError::OverLimits(over));
+        }
+        let plan = RunPlan::new(graph, self.limits.clone());
+        let mut machine = RunMachine::new(plan.clone(), input).map_err(|error| match error {
+            RunError::InvalidInput { message } => SubmitError::Input(message),
+            other => SubmitError::Input(other.to_string()),
+        })?;
+        machine.set_trace_parent(trace_parent);
+        let hosting = self
+            .dispatcher
+            .snapshot()
+            .await
+            .hosting(plan.graph(), plan.bindings());
+        warnings.extend(
+            hosting
+                .admit(self.fixed_workers)
+                .map_err(SubmitError::Unhostable)?,
+        );
+        let lease = self.blobs.add_bundle(&bundle);
+        let children = self.children_of(&plan, &bundle, family);
+        let refs = bundle_refs(&bundle);
+        let id: Arc<str> = Arc::from(format!("run-{}", uuid::Uuid::now_v7().simple()));
+        // Stored before it is acknowledged: a crash from here on loses nothing.
+        let journal = self
+            .journal_for(&id, &bundle, plan.graph().settings.durability)
+            .await?;
+        let (admitted, stored) = tokio::sync::oneshot::channel();
+        let launcher: Arc<dyn TaskLauncher> = Arc::new(self.dispatcher.clone());
+        let handle = spawn_run(RunSetup {
+            id: id.clone(),
+            plan,
+            machine,
+            bundle: Arc::new(refs),
+            launcher,
+            shutdown: self.shutdown.child_token(),
+            tracker: self.tracker.clone(),
+            history: None,
+            start: Start::New,
+            journal,
+            admitted: Some(admitted),
+            lease,
+            children,
+        });
+        // The actor's first checkpoint: acknowledged means stored.
+        let refused = match stored.await {
+            Ok(true) => None,
+            Ok(false) => Some(
+                "the store did not take the run (see the coordinator's log); nothing was started",
+            ),
+            Err(_) => Some("the coordinator is shutting down"),
+        };
+        if let Some(reason) = refused {
+            self.stored_files.release(&id);
+            return Err(SubmitError::Store(reason.into()));
+        }
+        metrics::counter!(crate::metrics::RUNS_SUBMITTED).increment(1);
+        self.evict().await;
+        self.register(id.clone(), handle);
+        Ok((id, warnings))
+    }
+
+    /// Stores a new run's bundle files and starts its journal (`None`
+    /// without a store).
+    async fn journal_for(
+        &self,
+        id: &Arc<str>,
+        bundle: &Bundle,
+        durability: crate::graph::Durability,
+    ) -> Result<Option<Journal>, SubmitError> {
+        let Some(keeper) = &self.store else {
+            return Ok(None);
+        };
+        let files = bundle.files.values().map(|f| f.sha256.clone()).collect();
+        self.stored_files.hold(id, files);
+        let head = match self.stored_files.store(keeper, bundle, now_ms()).await {
+            Ok(head) => head,
+            Err(error) => {
+                self.stored_files.release(id);
+                return Err(SubmitError::Store(error.to_string()));
+            }
+        };
+        let journal = Journal::start(
+            keeper.clone(),
+            id.clone(),
+            head,
+            durability,
+            0,
+            &self.tracker,
+        );
+        Ok(Some(journal))
+    }
+}
+
+fn parse_input(text: &str) -> Result<Map<String, Value>, SubmitError> {
+    if text.trim().is_empty() {
+        return Ok(Map::new());
+    }
+    match serde_json::from_str::<Value>(text) {
+        Ok(Value::Object(map)) => Ok(map),
+        Ok(other) => Err(SubmitError::Input(format!(
+            "the input must be a JSON object, got {}",
+            crate::graph::json_type_name(&other)
+        ))),
+        Err(error) => Err(SubmitError::Input(format!(
+            "the input is not JSON: {error} (line {}, column {})",
+            error.line(),
+            error.column()
+        ))),
+    }
+}
+
+/// The bundle's files as workers fetch them (the graph file aside).
+pub(super) fn bundle_refs(bundle: &Bundle) -> Vec<BlobRef> {
+    bundle
+        .files
+        .iter()
+        .filter(|(path, _)| **path != bundle.graph_path)
+        .map(|(path, file)| BlobRef {
+            path: path.clone(),
+            sha256: file.sha256.clone(),
+            mode: file.mode,
+        })
+        .collect()
+}

@@ -1,0 +1,152 @@
+//! The coordinator's runs, by id: the registry every service and every
+//! parent run looks runs up in, and the jobs around it, each in its own
+//! module: [`admission`] (a submission checked and started), [`recovery`]
+//! (stored runs continued after a restart or a failover), [`retention`]
+//! (ended runs forgotten, here and in the store) and [`children`]
+//! (subgraph nodes' child runs, kept here like any run).
+
+mod admission;
+mod children;
+mod recovery;
+mod retention;
+
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::bundle::{BlobStore, BundleError};
+use crate::config::Retention;
+use crate::dispatch::DispatcherHandle;
+use crate::durable::Keeper;
+use crate::durable::blob_refs::BlobRefs;
+use crate::run::{RunHandle, RunLimits};
+
+/// Why a submission was refused. Nothing was started.
+#[derive(Debug, thiserror::Error)]
+pub enum SubmitError {
+    /// The bundle or its graph is malformed.
+    #[error(transparent)]
+    Bundle(#[from] BundleError),
+    /// The input is not a JSON object, or does not fit the declared state.
+    #[error("invalid input: {0}")]
+    Input(String),
+    /// The workers are all there will be (an embedded cluster), and none
+    /// hosts what the graph needs: the run would wait forever.
+    #[error("{}", .0.join("\n"))]
+    Unhostable(Vec<String>),
+    /// The graph asks for more than the coordinator's run limits allow.
+    #[error("{}", .0.join("\n"))]
+    OverLimits(Vec<String>),
+    /// The run could not be stored, so it is not accepted.
+    #[error("the run could not be stored: {0}")]
+    Store(String),
+    /// The input is larger than the configured limit.
+    #[error("the input is {size} bytes, more than the limit of {limit}")]
+    InputTooLarge {
+        /// Its size.
+        size: usize,
+        /// The limit.
+        limit: usize,
+    },
+}
+
+/// Every run the coordinator holds.
+#[derive(Clone)]
+pub struct Runs {
+    inner: Arc<RwLock<Inner>>,
+    dispatcher: DispatcherHandle,
+    blobs: BlobStore,
+    shutdown: CancellationToken,
+    tracker: TaskTracker,
+    max_input_bytes: usize,
+    fixed_workers: bool,
+    limits: RunLimits,
+    retention: Retention,
+    /// Where runs are kept across restarts; `None`: in memory only.
+    store: Option<Keeper>,
+    /// Which stored bundle files the runs use.
+    stored_files: Arc<BlobRefs>,
+    /// Counts the runs registered, for whoever waits for one to be.
+    registered: Arc<watch::Sender<u64>>,
+}
+
+#[derive(Default)]
+struct Inner {
+    by_id: HashMap<Arc<str>, RunHandle>,
+    order: Vec<Arc<str>>,
+}
+
+impl Runs {
+    /// An empty registry, with the limits and retention of `config`.
+    pub fn new(
+        dispatcher: DispatcherHandle,
+        blobs: BlobStore,
+        shutdown: CancellationToken,
+        tracker: TaskTracker,
+        config: &crate::config::CoordinatorConfig,
+    ) -> Self {
+        Self {
+            inner: Arc::default(),
+            dispatcher,
+            blobs,
+            shutdown,
+            tracker,
+            max_input_bytes: config.max_input_bytes,
+            fixed_workers: config.fixed_workers,
+            limits: config.limits.clone(),
+            retention: config.retention,
+            store: None,
+            stored_files: Arc::default(),
+            registered: Arc::new(watch::Sender::new(0)),
+        }
+    }
+
+    /// Keeps runs through `keeper` from now on.
+    pub fn with_store(mut self, keeper: Keeper) -> Self {
+        self.store = Some(keeper);
+        self
+    }
+
+    /// Registers a started run under its id.
+    fn register(&self, id: Arc<str>, handle: RunHandle) {
+        let mut inner = self.inner.write().unwrap_or_else(|e| e.into_inner());
+        inner.by_id.insert(id.clone(), handle);
+        inner.order.push(id);
+        drop(inner);
+        self.registered.send_modify(|count| *count += 1);
+    }
+
+    /// A run by id.
+    pub fn get(&self, id: &str) -> Option<RunHandle> {
+        let inner = self.inner.read().unwrap_or_else(|e| e.into_inner());
+        inner.by_id.get(id).cloned()
+    }
+
+    /// Up to `limit` runs, newest first, starting after run `after` (or
+    /// with the newest); and whether older runs remain.
+    pub async fn page(&self, limit: usize, after: Option<&str>) -> (Vec<RunHandle>, bool) {
+        self.evict().await;
+        let inner = self.inner.read().unwrap_or_else(|e| e.into_inner());
+        let newest_first = inner.order.iter().rev();
+        let mut rest: Box<dyn Iterator<Item = &Arc<str>>> = match after {
+            Some(after) => Box::new(newest_first.skip_while(move |id| &***id != after).skip(1)),
+            None => Box::new(newest_first),
+        };
+        let page: Vec<RunHandle> = rest
+            .by_ref()
+            .take(limit)
+            .filter_map(|id| inner.by_id.get(id).cloned())
+            .collect();
+        (page, rest.next().is_some())
+    }
+}
+
+/// Now, in Unix milliseconds.
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}

@@ -1,0 +1,73 @@
+//! Runs stored by an earlier coordinator, continued under new actors: a
+//! restart of a lone coordinator, or a failover to a new leader.
+
+use std::sync::Arc;
+
+use super::Runs;
+use super::admission::bundle_refs;
+use crate::durable::journal::Journal;
+use crate::durable::{Keeper, restore};
+use crate::run::{History, RunMachine, RunPlan, RunSetup, Start, spawn_run};
+
+impl Runs {
+    /// Restores every run stored by an earlier coordinator: unfinished ones
+    /// continue (what was in flight is sent again), ended ones answer as
+    /// before. Returns how many.
+    pub async fn recover(&self, max_bundle_bytes: usize) -> Result<usize, weft_store::StoreError> {
+        let Some(keeper) = self.store.clone() else {
+            return Ok(0);
+        };
+        let stored = restore::stored_runs(keeper.store(), max_bundle_bytes).await?;
+        let count = stored.len();
+        for run in stored {
+            let id = run.id.clone();
+            if let Err(error) = self.adopt(&keeper, run) {
+                tracing::error!(run = %id, %error, "a stored run cannot continue");
+            }
+        }
+        Ok(count)
+    }
+
+    /// Continues one stored run under a new actor.
+    fn adopt(&self, keeper: &Keeper, run: restore::StoredRun) -> Result<(), String> {
+        let (graph, _) = run.bundle.load_graph().map_err(|e| e.to_string())?;
+        let durability = graph.settings.durability;
+        let plan = RunPlan::new(Arc::new(graph), self.limits.clone());
+        let machine = RunMachine::restore(plan.clone(), run.progress).map_err(|e| e.to_string())?;
+        let family = run
+            .bundle
+            .check_family(plan.graph())
+            .map_err(|e| e.to_string())?;
+        let children = self.children_of(&plan, &run.bundle, Arc::new(family));
+        let journal = Journal::start(
+            keeper.clone(),
+            run.id.clone(),
+            run.head.clone(),
+            durability,
+            run.log.len() as u64,
+            &self.tracker,
+        );
+        let handle = spawn_run(RunSetup {
+            id: run.id.clone(),
+            plan,
+            machine,
+            bundle: Arc::new(bundle_refs(&run.bundle)),
+            launcher: Arc::new(self.dispatcher.clone()),
+            shutdown: self.shutdown.child_token(),
+            tracker: self.tracker.clone(),
+            history: Some(History {
+                log: run.log,
+                created_unix_ms: run.head.created_unix_ms,
+            }),
+            start: Start::Recover,
+            journal: Some(journal),
+            admitted: None,
+            lease: self.blobs.add_bundle(&run.bundle),
+            children,
+        });
+        let files = run.head.files.iter().map(|f| f.sha256.clone()).collect();
+        self.stored_files.hold(&run.id, files);
+        self.register(run.id, handle);
+        Ok(())
+    }
+}

@@ -1,0 +1,60 @@
+//! Ended runs forgotten past the retention (`[retention]`: how many, for
+//! how long), in the registry and in the store alike, so a restart does
+//! not bring them back.
+
+use std::sync::Arc;
+
+use weft_store::Store;
+
+use super::{Runs, now_ms};
+
+impl Runs {
+    /// Forgets ended runs beyond the retention: the oldest first, past
+    /// `retain_finished` of them or older than `retain_finished_age`.
+    pub(super) async fn evict(&self) {
+        let gone = self.forget_old();
+        // Forgotten here, forgotten in the store: a restart does not bring
+        // them back.
+        if let Some(keeper) = &self.store {
+            let mut unused = Vec::new();
+            for id in gone {
+                let prefix = crate::durable::keys::run_prefix(&id);
+                let deleted = keeper.store().delete_prefix(&prefix, keeper.fence()).await;
+                if let Err(error) = keeper.checked(deleted) {
+                    tracing::warn!(run = %id, %error, "a forgotten run stays in the store");
+                }
+                unused.extend(self.stored_files.release(&id));
+            }
+            if !unused.is_empty() {
+                self.stored_files.delete_unused(keeper, unused).await;
+            }
+        }
+    }
+
+    /// Drops ended runs beyond the retention from the registry; their ids.
+    fn forget_old(&self) -> Vec<Arc<str>> {
+        let now = now_ms();
+        let max_age = i64::try_from(self.retention.age.as_millis()).unwrap_or(i64::MAX);
+        let mut inner = self.inner.write().unwrap_or_else(|e| e.into_inner());
+        let ended: Vec<(Arc<str>, i64)> = inner
+            .order
+            .iter()
+            .filter_map(|id| {
+                let finished = inner.by_id.get(id)?.finished()?;
+                Some((id.clone(), finished.finished_unix_ms))
+            })
+            .collect();
+        let surplus = ended.len().saturating_sub(self.retention.count);
+        let gone: std::collections::HashSet<Arc<str>> = ended
+            .iter()
+            .enumerate()
+            .filter(|(i, (_, at))| *i < surplus || now.saturating_sub(*at) > max_age)
+            .map(|(_, (id, _))| id.clone())
+            .collect();
+        if !gone.is_empty() {
+            inner.order.retain(|id| !gone.contains(id));
+            inner.by_id.retain(|id, _| !gone.contains(id));
+        }
+        gone.into_iter().collect()
+    }
+}
