@@ -16,4 +16,5 @@ pub mod metrics;
 pub mod run;
 pub mod runs;
 pub mod server;
+pub mod task;
 pub mod term;

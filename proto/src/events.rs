@@ -24,6 +24,17 @@ pub struct ErrorInfo {
     pub message: String,
 }
 
+/// One entry of a run's event log: an event with its position and time.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredEvent {
+    /// Position in the log.
+    pub seq: u64,
+    /// When it happened (Unix milliseconds).
+    pub at_unix_ms: i64,
+    /// The event.
+    pub event: std::sync::Arc<RunEvent>,
+}
+
 /// What watchers see, in order.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::{Requirement, WorkerId, WorkerInfo};
-use crate::run::{TaskFailure, TaskKey};
+use crate::task::{TaskFailure, TaskKey};
 
 /// Which of a run's jobs: a task attempt or a function call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]

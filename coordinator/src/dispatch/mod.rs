@@ -31,7 +31,7 @@ pub use dispatcher::{
 pub use hosting::Hosting;
 pub use registry::{Limits, WorkerStatus};
 
-use crate::run::{ItemRef, TaskFailure, TaskKey, TeamMessage, TeamSeat};
+use crate::task::{ItemRef, TaskFailure, TaskKey, TeamMessage, TeamSeat};
 
 /// A worker's id, unique for the coordinator's lifetime.
 pub type WorkerId = u64;

@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 
 pub use super::jobs::{Decision, Finished, JobId, JobKey, JobSpec, Limits, Load, WorkerStatus};
 use super::{Requirement, WorkerId, WorkerInfo};
-use crate::run::{FailureKind, TaskFailure};
+use crate::task::{FailureKind, TaskFailure};
 
 #[derive(Debug)]
 struct Worker {

@@ -22,7 +22,8 @@ use super::Keeper;
 use super::records::RecordHead;
 use super::writer::{Snapshot, Writer};
 use crate::graph::Durability;
-use crate::run::{RunStatus, StoredEvent};
+use weft_proto::events::StoredEvent;
+use weft_proto::types::RunStatus;
 
 /// What a checkpoint stores: the progress without its state, and the
 /// state's fields with their versions and JSON (as workers get them).

@@ -9,7 +9,7 @@ use super::Keeper;
 use super::keys::{self, blob_key, events_key, field_key, progress_key, spilled_key};
 use super::records::{self, EventsRecord, FileRecord, RecordHead, RunRecord};
 use crate::bundle::Bundle;
-use crate::run::{Progress, RunEvent, StoredEvent};
+use weft_proto::events::{RunEvent, StoredEvent};
 
 /// Stores a new run's bundle files (each once, by hash); returns the head
 /// its records repeat. Its first record is the actor's first checkpoint.
@@ -40,14 +40,21 @@ pub async fn store_bundle(
     })
 }
 
+/// What a run's record stores of its machine: the progress, its state
+/// written apart field by field and put back when it is read.
+pub trait Progress: serde::de::DeserializeOwned {
+    /// Puts back the state stored apart from the progress.
+    fn set_state(&mut self, state: serde_json::Map<String, serde_json::Value>);
+}
+
 /// A run read back from the store.
-pub struct StoredRun {
+pub struct StoredRun<P> {
     /// The run id.
     pub id: Arc<str>,
     /// Its bundle, as submitted.
     pub bundle: Bundle,
     /// Where its machine stood at the last checkpoint.
-    pub progress: Progress,
+    pub progress: P,
     /// Its event log up to that checkpoint.
     pub log: Vec<StoredEvent>,
     /// What its record says besides.
@@ -63,10 +70,10 @@ fn corrupt(key: &str, reason: &str) -> StoreError {
 
 /// Every stored run, oldest first; a record that cannot be read is
 /// reported and skipped, never fatal to the others.
-pub async fn stored_runs(
+pub async fn stored_runs<P: Progress>(
     store: &AnyStore,
     max_bundle_bytes: usize,
-) -> Result<Vec<StoredRun>, StoreError> {
+) -> Result<Vec<StoredRun<P>>, StoreError> {
     let mut runs = Vec::new();
     // The records only: a run's fields and events are read once, by
     // `read_run`, not with every key under `runs/`.
@@ -88,14 +95,14 @@ pub async fn stored_runs(
     Ok(runs)
 }
 
-async fn read_run(
+async fn read_run<P: Progress>(
     store: &AnyStore,
     key: &str,
     bytes: &[u8],
     max_bundle_bytes: usize,
-) -> Result<StoredRun, StoreError> {
+) -> Result<StoredRun<P>, StoreError> {
     let record = records::decode_run(bytes).map_err(|e| corrupt(key, &e.to_string()))?;
-    let mut progress: Progress = match record.progress_at {
+    let mut progress: P = match record.progress_at {
         None => serde_json::from_str(&record.progress_json),
         Some(at) => {
             let apart = progress_key(&record.id, at);

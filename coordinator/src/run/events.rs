@@ -11,11 +11,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 pub use super::node_output::{NodeOutput, Outgoing, OutputError};
-pub use super::team_messages::{TeamMessage, TeamSeat};
-
-/// Identifies one dispatched task attempt within a run. A retry gets a new
-/// key, so a late result from an earlier attempt is recognised and ignored.
-pub type TaskKey = u64;
+pub use crate::task::{ItemRef, TaskFailure, TaskKey, TeamMessage, TeamSeat};
 
 /// Identifies one call to a worker-hosted reducer or predicate.
 pub type CallKey = u64;
@@ -134,39 +130,6 @@ impl TaskSpec {
     /// when nothing else holds it.
     pub(crate) fn release(self) -> (u32, Option<ItemRef>) {
         (self.attempt, self.item)
-    }
-}
-
-/// Which map item a task belongs to.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ItemRef {
-    /// The map node's id.
-    pub map: String,
-    /// The item's position in the list (0-based).
-    pub index: usize,
-    /// The item's chain step (1-based).
-    pub step: u32,
-}
-
-/// Why a task attempt failed.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct TaskFailure {
-    /// Its class.
-    pub kind: FailureKind,
-    /// The error, with the stderr tail for scripts.
-    pub message: String,
-    /// The worker that ran the attempt, where known.
-    pub worker: Option<String>,
-}
-
-impl TaskFailure {
-    /// A failure the coordinator found itself (no worker involved).
-    pub fn found_by_coordinator(kind: FailureKind, message: impl Into<String>) -> Self {
-        Self {
-            kind,
-            message: message.into(),
-            worker: None,
-        }
     }
 }
 

@@ -11,18 +11,9 @@ use std::sync::{Arc, RwLock};
 use tokio::sync::{broadcast, mpsc, oneshot};
 
 use super::actor::{History, RunSetup, command_channel, start_actor};
-use super::{HumanAnswer, Input, Rejected, RunError, RunEvent, RunStatus, State};
+pub use weft_proto::events::StoredEvent;
 
-/// One entry of a run's event log.
-#[derive(Debug, Clone, PartialEq)]
-pub struct StoredEvent {
-    /// Position in the log.
-    pub seq: u64,
-    /// When it happened (Unix milliseconds).
-    pub at_unix_ms: i64,
-    /// The event.
-    pub event: Arc<RunEvent>,
-}
+use super::{HumanAnswer, Input, Rejected, RunError, RunEvent, RunStatus, State};
 
 /// A run as clients see it.
 #[derive(Debug, Clone)]

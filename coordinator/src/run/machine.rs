@@ -77,9 +77,8 @@ pub struct Progress {
     pub(super) trace_parent: Option<String>,
 }
 
-impl Progress {
-    /// Puts back a state stored apart from the progress.
-    pub fn set_state(&mut self, state: Map<String, Value>) {
+impl crate::durable::restore::Progress for Progress {
+    fn set_state(&mut self, state: Map<String, Value>) {
         self.state = Arc::new(state);
     }
 }

@@ -3,41 +3,13 @@
 //! much of it it read, and sends either as it runs (a Rust handler, through
 //! [`Input::TeamSend`]) or when it is accepted (a script's `_send`). The
 //! inboxes themselves live with their map ([`MapRun`]); the messages and
-//! seats the machine hands out are defined here.
-
-use std::sync::Arc;
-
-use serde::{Deserialize, Serialize};
-use serde_json::Value;
+//! seats the machine hands out are `crate::task`'s.
 
 use super::events::*;
 use super::machine::*;
 use super::map_run::MapRun;
 use super::plan::RunPlan;
 use crate::graph::{NodeIdx, NodeKind};
-
-/// A teammate message (SPEC 5): who sent it and what.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct TeamMessage {
-    /// Its number in its recipient's inbox, by which a step says it read it.
-    #[serde(default)]
-    pub seq: u64,
-    /// The sender's identity (`MAP/INDEX`).
-    pub from: String,
-    /// The content, any JSON.
-    pub content: Value,
-}
-
-/// What a flagged step knows of its team.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct TeamSeat {
-    /// Its own identity.
-    pub me: String,
-    /// Every member's identity, its own included.
-    pub members: Arc<[String]>,
-    /// Its inbox, in arrival order.
-    pub inbox: Vec<TeamMessage>,
-}
 
 /// The team seat of `task`, if it is a flagged step of an item whose map
 /// has a team; the item's unread messages are handed to it.

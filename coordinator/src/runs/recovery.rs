@@ -5,9 +5,23 @@ use std::sync::Arc;
 
 use super::Runs;
 use super::admission::bundle_refs;
+use crate::bundle::BundleError;
 use crate::durable::journal::Journal;
 use crate::durable::{Keeper, restore};
-use crate::run::{History, RunMachine, RunPlan, RunSetup, Start, spawn_run};
+use crate::run::{
+    History, Progress, ProgressMismatch, RunMachine, RunPlan, RunSetup, Start, spawn_run,
+};
+
+/// Why a stored run cannot continue (it is reported and left alone).
+#[derive(Debug, thiserror::Error)]
+enum NotContinued {
+    /// Its bundle or graph no longer loads.
+    #[error(transparent)]
+    Bundle(#[from] BundleError),
+    /// Its progress does not fit its graph.
+    #[error(transparent)]
+    Progress(#[from] ProgressMismatch),
+}
 
 impl Runs {
     /// Restores every run stored by an earlier coordinator: unfinished ones
@@ -29,15 +43,16 @@ impl Runs {
     }
 
     /// Continues one stored run under a new actor.
-    fn adopt(&self, keeper: &Keeper, run: restore::StoredRun) -> Result<(), String> {
-        let (graph, _) = run.bundle.load_graph().map_err(|e| e.to_string())?;
+    fn adopt(
+        &self,
+        keeper: &Keeper,
+        run: restore::StoredRun<Progress>,
+    ) -> Result<(), NotContinued> {
+        let (graph, _) = run.bundle.load_graph()?;
         let durability = graph.settings.durability;
         let plan = RunPlan::new(Arc::new(graph), self.limits.clone());
-        let machine = RunMachine::restore(plan.clone(), run.progress).map_err(|e| e.to_string())?;
-        let family = run
-            .bundle
-            .check_family(plan.graph())
-            .map_err(|e| e.to_string())?;
+        let machine = RunMachine::restore(plan.clone(), run.progress)?;
+        let family = run.bundle.check_family(plan.graph())?;
         let children = self.children_of(&plan, &run.bundle, Arc::new(family));
         let journal = Journal::start(
             keeper.clone(),
