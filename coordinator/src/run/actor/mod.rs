@@ -9,22 +9,30 @@ use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::Value;
-use tokio::sync::{broadcast, mpsc};
+use tokio::sync::{broadcast, mpsc, oneshot};
 use tokio_stream::StreamExt;
 use tokio_util::sync::CancellationToken;
 use tokio_util::time::DelayQueue;
 
+mod checkpoints;
+mod child_runs;
+mod field_table;
+mod handle;
 mod spans;
 mod worker_io;
 
-use super::child_runs::{ChildLink, children_in};
-use super::field_table::FieldTable;
-use super::handle::{Command, FinishedRun, RunHandle, RunView, Slot, StoredEvent, UnhostedWait};
-use super::{Effect, Input, Rejected, RunEvent, RunMachine, RunPlan, RunStatus, TaskKey};
+pub use self::child_runs::{ChildRuns, Pending};
+pub use self::handle::{
+    FinishedRun, RunHandle, RunRequestError, RunView, StoredEvent, UnhostedWait,
+};
+
+use self::child_runs::{ChildLink, children_in};
+use self::field_table::FieldTable;
 use crate::bundle::BlobLease;
 use crate::dispatch::jobs::JobKey;
 use crate::dispatch::{BlobRef, CallForm, DispatchEvent, EventSink, TaskLauncher, ToWorker};
 use crate::durable::journal::Journal;
+use crate::run::{Effect, Input, Rejected, RunEvent, RunMachine, RunPlan, RunStatus, TaskKey};
 
 /// How often a map's finished items are checkpointed at most.
 pub(super) const ITEM_CHECKPOINTS: Duration = Duration::from_millis(100);
@@ -63,7 +71,7 @@ pub struct RunSetup {
     /// them (until it ends, or until a failed run's record is forgotten).
     pub lease: BlobLease,
     /// Starts and follows the run's subgraph nodes' child runs.
-    pub children: Option<Arc<dyn super::ChildRuns>>,
+    pub children: Option<Arc<dyn ChildRuns>>,
 }
 
 /// How a run's actor begins.
@@ -86,28 +94,70 @@ pub struct History {
     pub created_unix_ms: i64,
 }
 
+/// What a run's handle asks of its actor.
+pub(super) enum Command {
+    Get(oneshot::Sender<RunView>),
+    Watch {
+        from: u64,
+        reply: oneshot::Sender<(Vec<StoredEvent>, broadcast::Receiver<StoredEvent>)>,
+    },
+    Act {
+        input: Box<Input>,
+        reply: oneshot::Sender<Result<RunView, Rejected>>,
+    },
+}
+
+/// Where a run is: live behind its actor, or ended (its record kept).
+pub(super) enum Liveness {
+    Live(mpsc::Sender<Command>),
+    Finished(Arc<FinishedRun>),
+}
+
 /// Starts a run's actor and its first wave.
 pub fn spawn_run(setup: RunSetup) -> RunHandle {
     let (tx, rx) = command_channel();
     let id = setup.id.clone();
     let me = tx.downgrade();
-    let slot = Arc::new(RwLock::new(Slot::Live(tx)));
-    start_actor(setup, (rx, me), slot.clone());
-    RunHandle::new(id, slot)
+    let liveness = Arc::new(RwLock::new(Liveness::Live(tx)));
+    start_actor(setup, (rx, me), liveness.clone());
+    RunHandle::new(id, liveness)
+}
+
+/// Starts the actor of the failed run `record` again, from the wave that
+/// failed (`weft retry`); the run is live again once this returns.
+fn revive(record: &FinishedRun, liveness: &Arc<RwLock<Liveness>>) -> Result<(), Rejected> {
+    let mut setup = record
+        .revival
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .take()
+        .ok_or(Rejected::NotRetryable(record.view.status))?;
+    setup.history = Some(History {
+        log: record.log.clone(),
+        created_unix_ms: record.view.created_unix_ms,
+    });
+    let mut live = liveness.write().unwrap_or_else(|e| e.into_inner());
+    let (tx, rx) = command_channel();
+    let me = tx.downgrade();
+    *live = Liveness::Live(tx);
+    // The actor retries as it starts; it cannot leave its record before
+    // this lock is released.
+    start_actor(setup, (rx, me), liveness.clone());
+    Ok(())
 }
 
 /// The channel a run's actor takes commands on.
-pub(super) fn command_channel() -> (mpsc::Sender<Command>, mpsc::Receiver<Command>) {
+fn command_channel() -> (mpsc::Sender<Command>, mpsc::Receiver<Command>) {
     mpsc::channel(COMMAND_BUFFER)
 }
 
 /// Spawns the actor of `setup` on `commands` (the receiver, and a weak
 /// sender its child runs report through); when the run ends it leaves its
-/// record in `slot`.
-pub(super) fn start_actor(
+/// record in `liveness`.
+fn start_actor(
     setup: RunSetup,
     (commands, me): (mpsc::Receiver<Command>, mpsc::WeakSender<Command>),
-    slot: Arc<RwLock<Slot>>,
+    liveness: Arc<RwLock<Liveness>>,
 ) {
     let (sink, dispatch_rx) = mpsc::unbounded_channel();
     let (timers, timer_rx) = mpsc::unbounded_channel();
@@ -143,7 +193,7 @@ pub(super) fn start_actor(
         created_unix_ms,
         unhosted: BTreeMap::new(),
         events_full: false,
-        slot,
+        liveness,
         shutdown: setup.shutdown.clone(),
         tracker: setup.tracker.clone(),
         lease: setup.lease,
@@ -171,17 +221,17 @@ pub(super) struct RunActor {
     /// Its subgraph nodes' child runs; those started (node, run id).
     children: ChildLink,
     children_started: Vec<(String, String)>,
-    pub(super) id: Arc<str>,
+    id: Arc<str>,
     plan: Arc<RunPlan>,
-    pub(super) machine: RunMachine,
+    machine: RunMachine,
     bundle: Arc<Vec<BlobRef>>,
     launcher: Arc<dyn TaskLauncher>,
     sink: EventSink,
     /// Retries to schedule: (key, delay), timed by the actor's own queue.
     timers: mpsc::UnboundedSender<(TaskKey, Duration)>,
-    pub(super) log: Vec<StoredEvent>,
-    pub(super) live: broadcast::Sender<StoredEvent>,
-    pub(super) fields: FieldTable,
+    log: Vec<StoredEvent>,
+    live: broadcast::Sender<StoredEvent>,
+    fields: FieldTable,
     created_unix_ms: i64,
     /// The log reached `max_events`: the run is to be stopped.
     events_full: bool,
@@ -189,22 +239,22 @@ pub(super) struct RunActor {
     /// with their node and what they need, until placed or gone.
     unhosted: BTreeMap<JobKey, (String, String)>,
     /// Where the run's record goes when it ends.
-    slot: Arc<RwLock<Slot>>,
+    liveness: Arc<RwLock<Liveness>>,
     /// Kept for a revival of the run.
     shutdown: CancellationToken,
     tracker: tokio_util::task::TaskTracker,
     lease: BlobLease,
-    pub(super) journal: Option<Journal>,
+    journal: Option<Journal>,
     admitted: Option<tokio::sync::oneshot::Sender<bool>>,
     /// The machine asked for a checkpoint since the last one was taken.
-    pub(super) checkpoint_due: bool,
+    checkpoint_due: bool,
     /// Events watchers may see: the log up to here.
-    pub(super) published: usize,
+    published: usize,
     /// Events in the store (with `sync`, watchers see no further).
-    pub(super) durable: usize,
+    durable: usize,
     /// A map item finished since the last checkpoint.
-    pub(super) item_checkpoint: bool,
-    pub(super) last_checkpoint: Instant,
+    item_checkpoint: bool,
+    last_checkpoint: Instant,
     /// The run's trace.
     spans: spans::RunSpans,
 }
@@ -302,7 +352,7 @@ impl RunActor {
     /// failed run that can be retried keeps what reviving it takes.
     fn archive(self) {
         let view = self.view();
-        let slot = self.slot.clone();
+        let liveness = self.liveness.clone();
         let retryable = self.machine.retryable();
         let log = self.log;
         let children = self.children.runs.clone();
@@ -327,7 +377,7 @@ impl RunActor {
             finished_unix_ms: now_ms(),
             revival: std::sync::Mutex::new(revival),
         };
-        *slot.write().unwrap_or_else(|e| e.into_inner()) = Slot::Finished(Arc::new(record));
+        *liveness.write().unwrap_or_else(|e| e.into_inner()) = Liveness::Finished(Arc::new(record));
     }
 
     fn command(&mut self, command: Command) {

@@ -8,8 +8,8 @@
 use std::time::Duration;
 
 use super::events::*;
-use super::machine::*;
 use super::wave::{Member, Phase};
+use super::*;
 
 impl RunMachine {
     /// The effects that pick a restored run up where it stopped: its next

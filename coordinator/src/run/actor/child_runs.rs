@@ -10,9 +10,10 @@ use std::sync::Arc;
 use serde_json::{Map, Value};
 use tokio::sync::{mpsc, oneshot};
 
-use super::events::{Input, RunEvent};
-use super::handle::Command;
-use super::handle::StoredEvent;
+use weft_proto::events::StoredEvent;
+
+use super::Command;
+use crate::run::{Input, RunEvent};
 
 /// A future the registry returns.
 pub type Pending<T> = Pin<Box<dyn Future<Output = T> + Send>>;

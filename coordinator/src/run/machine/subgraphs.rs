@@ -14,8 +14,8 @@ use serde_json::{Map, Value};
 use std::time::Duration;
 
 use super::events::*;
-use super::machine::*;
 use super::wave::Member;
+use super::*;
 use crate::graph::{NodeIdx, NodeKind, SubgraphConfig};
 
 impl RunMachine {

@@ -6,7 +6,7 @@
 
 use std::time::Instant;
 
-use super::actor::{ITEM_CHECKPOINTS, RunActor};
+use super::{ITEM_CHECKPOINTS, RunActor};
 use crate::durable::journal::{Checkpoint, Journal};
 
 impl RunActor {

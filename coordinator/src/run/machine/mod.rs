@@ -14,11 +14,35 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use super::events::*;
-use super::output::initial_state;
-use super::plan::RunPlan;
-pub(super) use super::task_table::{TaskRef, TaskTable};
-pub(super) use super::wave::{Member, Phase, Wave};
+mod ending;
+pub mod events;
+mod human;
+pub mod limits;
+mod map_run;
+pub mod merge;
+mod node_output;
+mod output;
+pub mod plan;
+mod prompts;
+mod recovery;
+pub mod routing;
+mod subgraphs;
+mod task_table;
+mod tasks;
+mod team_messages;
+mod wave;
+mod waves;
+
+#[cfg(test)]
+mod tests;
+
+use self::events::*;
+pub use self::limits::RunLimits;
+use self::output::initial_state;
+pub use self::plan::RunPlan;
+pub use self::routing::Query;
+use self::task_table::{TaskRef, TaskTable};
+use self::wave::{Member, Phase, Wave};
 use crate::graph::{Condition, Graph, Guard, NodeIdx};
 
 /// Where a node stands in the current iteration of the run.
@@ -50,8 +74,8 @@ pub(super) enum EdgeStatus {
 /// run's [`Progress`].
 #[derive(Debug)]
 pub struct RunMachine {
-    pub(super) plan: Arc<RunPlan>,
-    pub(super) run: Progress,
+    plan: Arc<RunPlan>,
+    run: Progress,
 }
 
 /// Everything a run has done so far, without its graph: what a checkpoint
@@ -60,21 +84,21 @@ pub struct RunMachine {
 /// task's view of it are relinked to it on restore.
 #[derive(Debug, Serialize, Deserialize)]
 pub struct Progress {
-    pub(super) state: State,
-    pub(super) status: RunStatus,
-    pub(super) error: Option<RunError>,
-    pub(super) steps: u32,
-    pub(super) nodes: Vec<NodeStatus>,
-    pub(super) edges: Vec<EdgeStatus>,
-    pub(super) forced: BTreeSet<NodeIdx>,
-    pub(super) wave: Option<Wave>,
-    pub(super) tasks: TaskTable,
-    pub(super) next_call: u64,
-    pub(super) failed_wave: Vec<NodeIdx>,
+    state: State,
+    status: RunStatus,
+    error: Option<RunError>,
+    steps: u32,
+    nodes: Vec<NodeStatus>,
+    edges: Vec<EdgeStatus>,
+    forced: BTreeSet<NodeIdx>,
+    wave: Option<Wave>,
+    tasks: TaskTable,
+    next_call: u64,
+    failed_wave: Vec<NodeIdx>,
     /// The span a child run's trace hangs under (its parent's subgraph
     /// node, W3C `traceparent`); `None` for a run of its own.
     #[serde(default)]
-    pub(super) trace_parent: Option<String>,
+    trace_parent: Option<String>,
 }
 
 impl crate::durable::restore::Progress for Progress {

@@ -6,10 +6,20 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
 use super::RunLimits;
-use super::routing::Query;
 use crate::dispatch::binding::{NodeBinding, bind_with};
 use crate::graph::topology::{container_members, forward_order, main_flow};
-use crate::graph::{Condition, Graph, Guard, ListSource, NodeIdx, NodeKind, Target, UpdateValue};
+use crate::graph::{
+    Condition, EdgeIdx, Graph, Guard, ListSource, NodeIdx, NodeKind, Target, UpdateValue,
+};
+
+/// A question for a worker-hosted function, asked while routing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub enum Query {
+    /// The router of this node (`routes.router: fn:NAME`).
+    Router(NodeIdx),
+    /// The `when: fn:NAME` of this edge.
+    Edge(EdgeIdx),
+}
 
 /// A validated graph prepared for running.
 #[derive(Debug)]

@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use super::{State, TaskState};
 use crate::dispatch::StateField;
+use crate::run::{State, TaskState};
 
 /// The committed state's fields, each serialized once per version.
 ///

@@ -7,17 +7,9 @@ use std::collections::HashMap;
 
 use serde_json::{Map, Value};
 
+pub use super::plan::Query;
 use super::plan::RunPlan;
 use crate::graph::{Condition, END, EdgeIdx, ExprError, Guard, NodeIdx, NodeKind, Target, truthy};
-
-/// A question for a worker-hosted function, asked while routing.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
-pub enum Query {
-    /// The router of this node (`routes.router: fn:NAME`).
-    Router(NodeIdx),
-    /// The `when: fn:NAME` of this edge.
-    Edge(EdgeIdx),
-}
 
 /// Why a node's routing failed.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]

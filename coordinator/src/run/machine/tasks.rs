@@ -5,7 +5,6 @@
 use serde_json::{Map, Value};
 
 use super::events::*;
-use super::machine::*;
 use super::map_run::{ItemStep, MapRun, StepWrites};
 use super::merge::changed_fields;
 use super::node_output::note_event;
@@ -13,6 +12,7 @@ use super::output::finish_output;
 use super::prompts::render_prompts;
 use super::routing::RouteError;
 use super::team_messages::seat_for;
+use super::*;
 use crate::graph::NodeIdx;
 
 impl RunMachine {

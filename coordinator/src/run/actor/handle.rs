@@ -8,12 +8,12 @@
 
 use std::sync::{Arc, RwLock};
 
-use tokio::sync::{broadcast, mpsc, oneshot};
+use tokio::sync::{broadcast, oneshot};
 
-use super::actor::{History, RunSetup, command_channel, start_actor};
+use super::{Command, Liveness, RunSetup, revive};
 pub use weft_proto::events::StoredEvent;
 
-use super::{HumanAnswer, Input, Rejected, RunError, RunEvent, RunStatus, State};
+use crate::run::{HumanAnswer, Input, Rejected, RunError, RunEvent, RunStatus, State};
 
 /// A run as clients see it.
 #[derive(Debug, Clone)]
@@ -62,18 +62,6 @@ pub enum RunRequestError {
     ShuttingDown,
 }
 
-pub(super) enum Command {
-    Get(oneshot::Sender<RunView>),
-    Watch {
-        from: u64,
-        reply: oneshot::Sender<(Vec<StoredEvent>, broadcast::Receiver<StoredEvent>)>,
-    },
-    Act {
-        input: Box<Input>,
-        reply: oneshot::Sender<Result<RunView, Rejected>>,
-    },
-}
-
 /// An ended run: what clients can still ask of it.
 pub struct FinishedRun {
     /// Its last view.
@@ -86,17 +74,11 @@ pub struct FinishedRun {
     pub(super) revival: std::sync::Mutex<Option<RunSetup>>,
 }
 
-/// Where a run is: live behind its actor, or ended.
-pub(super) enum Slot {
-    Live(mpsc::Sender<Command>),
-    Finished(Arc<FinishedRun>),
-}
-
 /// A cloneable handle to a run.
 #[derive(Clone)]
 pub struct RunHandle {
     id: Arc<str>,
-    slot: Arc<RwLock<Slot>>,
+    liveness: Arc<RwLock<Liveness>>,
 }
 
 impl std::fmt::Debug for RunHandle {
@@ -106,8 +88,8 @@ impl std::fmt::Debug for RunHandle {
 }
 
 impl RunHandle {
-    pub(super) fn new(id: Arc<str>, slot: Arc<RwLock<Slot>>) -> Self {
-        Self { id, slot }
+    pub(super) fn new(id: Arc<str>, liveness: Arc<RwLock<Liveness>>) -> Self {
+        Self { id, liveness }
     }
 
     /// The run id.
@@ -117,9 +99,9 @@ impl RunHandle {
 
     /// The record of the run if it has ended.
     pub fn finished(&self) -> Option<Arc<FinishedRun>> {
-        match &*self.slot.read().unwrap_or_else(|e| e.into_inner()) {
-            Slot::Finished(record) => Some(record.clone()),
-            Slot::Live(_) => None,
+        match &*self.liveness.read().unwrap_or_else(|e| e.into_inner()) {
+            Liveness::Finished(record) => Some(record.clone()),
+            Liveness::Live(_) => None,
         }
     }
 
@@ -201,25 +183,7 @@ impl RunHandle {
             // A live run is not a failed one; the machine says so.
             return self.act(Input::RetryRun).await;
         };
-        let mut setup = record
-            .revival
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take()
-            .ok_or(Rejected::NotRetryable(record.view.status))?;
-        setup.history = Some(History {
-            log: record.log.clone(),
-            created_unix_ms: record.view.created_unix_ms,
-        });
-        {
-            let mut slot = self.slot.write().unwrap_or_else(|e| e.into_inner());
-            let (tx, rx) = command_channel();
-            let me = tx.downgrade();
-            *slot = Slot::Live(tx);
-            // The actor retries as it starts; it cannot leave its record
-            // before this lock is released.
-            start_actor(setup, (rx, me), self.slot.clone());
-        }
+        revive(&record, &self.liveness)?;
         self.get().await
     }
 
@@ -252,9 +216,9 @@ impl RunHandle {
         &self,
         command: impl FnOnce(oneshot::Sender<T>) -> Command,
     ) -> Result<T, RunRequestError> {
-        let tx = match &*self.slot.read().unwrap_or_else(|e| e.into_inner()) {
-            Slot::Live(tx) => tx.clone(),
-            Slot::Finished(_) => return Err(RunRequestError::ShuttingDown),
+        let tx = match &*self.liveness.read().unwrap_or_else(|e| e.into_inner()) {
+            Liveness::Live(tx) => tx.clone(),
+            Liveness::Finished(_) => return Err(RunRequestError::ShuttingDown),
         };
         let (reply, answer) = oneshot::channel();
         tx.send(command(reply))

@@ -6,9 +6,9 @@
 //! seats the machine hands out are `crate::task`'s.
 
 use super::events::*;
-use super::machine::*;
 use super::map_run::MapRun;
 use super::plan::RunPlan;
+use super::*;
 use crate::graph::{NodeIdx, NodeKind};
 
 /// The team seat of `task`, if it is a flagged step of an item whose map

@@ -5,9 +5,9 @@
 use serde_json::Map;
 
 use super::events::*;
-use super::machine::*;
 use super::merge::changed_fields;
 use super::output::finish_output;
+use super::*;
 use crate::graph::{NodeIdx, NodeKind};
 
 impl RunMachine {

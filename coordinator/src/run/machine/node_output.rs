@@ -3,7 +3,7 @@
 
 use serde_json::{Map, Value};
 
-use super::events::RunEvent;
+use weft_proto::events::RunEvent;
 
 /// A message a step asks to send.
 #[derive(Debug, Clone, PartialEq)]

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use serde_json::{Map, Value};
 
 use super::events::*;
-use super::machine::*;
+use super::*;
 use std::collections::BTreeSet;
 
 use super::map_run::MapRun;

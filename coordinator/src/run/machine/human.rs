@@ -5,9 +5,9 @@
 use serde_json::Map;
 
 use super::events::*;
-use super::machine::*;
 use super::merge::changed_fields;
 use super::output::{answer_writes, finish_output};
+use super::*;
 
 impl RunMachine {
     // ----- human input -------------------------------------------------
