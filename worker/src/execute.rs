@@ -28,7 +28,7 @@ use crate::team::Team;
 /// What a worker runs tasks with: its handlers, its script runner, its
 /// model providers and its Python pools.
 #[derive(Clone)]
-pub struct Kinds {
+pub struct Toolbox {
     /// Handlers and functions.
     pub registry: Arc<Registry>,
     /// The script kind.
@@ -56,7 +56,7 @@ impl<T> Drop for AbortOnDrop<T> {
 /// Runs one attempt of a handler or script.
 /// A handler with `teammates: true` gets `team`.
 pub async fn execute(
-    kinds: &Kinds,
+    kinds: &Toolbox,
     task: &mut Task,
     team: Option<Team>,
 ) -> Result<Completed, Failure> {
@@ -181,7 +181,7 @@ pub fn task_result(
 /// result is then dropped and the call fails.
 /// A call with `judge` set is a loop's `until` sentence for the model of
 /// the worker's providers instead; one with `python` a Python function.
-pub async fn call_function(kinds: &Kinds, call: pb::FunctionCall) -> pb::CallResult {
+pub async fn call_function(kinds: &Toolbox, call: pb::FunctionCall) -> pb::CallResult {
     let timeout = Duration::from_millis(call.timeout_ms.max(1));
     let result = match (&call.python, &kinds.python) {
         (Some(python), Some(hosts)) => {

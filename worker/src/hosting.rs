@@ -13,21 +13,22 @@ use weft_proto::v1 as pb;
 use weft_proto::v1::worker_service_client::WorkerServiceClient;
 
 use crate::blobs::BlobCache;
-use crate::execute::Kinds;
+use crate::execute::Toolbox;
 use crate::handler::Registry;
 use crate::python::{PythonHosts, PythonPool};
 use crate::runtime::WorkerConfig;
 use crate::script::ScriptRunner;
 use crate::work_dir::WorkDir;
 
-/// What a worker keeps across its sessions.
-pub(crate) struct Local {
+/// What a worker keeps across its sessions with coordinators: its work
+/// directory and its Python pools.
+pub(crate) struct HostResources {
     pub(crate) work: WorkDir,
     /// Python pools, when the worker hosts Python.
     pub(crate) python: Option<Arc<PythonHosts>>,
 }
 
-impl Local {
+impl HostResources {
     /// The work directory and, when Python is enabled and its
     /// interpreter runs, the Python pools; otherwise the worker does not
     /// announce `function`.
@@ -70,16 +71,16 @@ pub(crate) fn hello(config: &WorkerConfig, registry: &Registry, python: bool) ->
 /// What a session runs tasks with.
 pub(crate) fn kinds(
     config: &WorkerConfig,
-    local: &Local,
+    local: &HostResources,
     registry: &Arc<Registry>,
     client: &WorkerServiceClient<Channel>,
-) -> Kinds {
+) -> Toolbox {
     let blobs = BlobCache::new(local.work.files(), client.clone());
     // Field versions are the coordinator's numbering on this connection.
     if let Some(python) = &local.python {
         python.new_session();
     }
-    Kinds {
+    Toolbox {
         registry: registry.clone(),
         scripts: ScriptRunner::new(local.work.scratch(), blobs.clone(), config.secrets.clone()),
         providers: config.providers.clone(),

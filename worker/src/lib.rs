@@ -29,8 +29,8 @@
 
 mod blobs;
 mod config_file;
+mod discovery;
 mod execute;
-mod finding;
 mod handler;
 mod hosting;
 pub mod llm;

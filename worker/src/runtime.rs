@@ -17,10 +17,10 @@ use tracing::{Instrument, debug, info, warn};
 use weft_proto::v1 as pb;
 use weft_proto::v1::worker_service_client::WorkerServiceClient;
 
-use crate::execute::{Kinds, call_function, execute, task_result};
-use crate::finding::{self, Finder};
+use crate::discovery::{self, Finder};
+use crate::execute::{Toolbox, call_function, execute, task_result};
 use crate::handler::Registry;
-use crate::hosting::{Local, hello, kinds};
+use crate::hosting::{HostResources, hello, kinds};
 use crate::state_sync::StateCache;
 use crate::task::{Failure, FailureKind, Task};
 use crate::team::{self, Acks, Message, Team, TeamEnd};
@@ -103,7 +103,7 @@ pub async fn run(
     // Scratch left by an earlier worker that died is nobody's.
     let _ = tokio::fs::remove_dir_all(work.scratch()).await;
     let _ = tokio::fs::remove_dir_all(work.python()).await;
-    let local = Local::new(&config, work).await;
+    let local = HostResources::new(&config, work).await;
     let tracker = TaskTracker::new();
     let ended = connect_and_serve(
         &config,
@@ -130,7 +130,7 @@ pub async fn run(
 /// Sessions with the coordinator, one after another, until shutdown.
 async fn connect_and_serve(
     config: &WorkerConfig,
-    local: &Local,
+    local: &HostResources,
     finder: &Finder,
     registry: Arc<Registry>,
     shutdown: &CancellationToken,
@@ -146,7 +146,7 @@ async fn connect_and_serve(
         let started = Instant::now();
         // A redirect is followed once; after that the finder decides again.
         let target = match redirect.take() {
-            Some(url) => finding::endpoint(&url).map_err(|e| e.to_string()),
+            Some(url) => discovery::endpoint(&url).map_err(|e| e.to_string()),
             None => finder.find().await,
         };
         let ended = match target {
@@ -195,7 +195,7 @@ struct Place<'a> {
 
 async fn session(
     config: &WorkerConfig,
-    local: &Local,
+    local: &HostResources,
     Place { finder, endpoint }: Place<'_>,
     registry: &Arc<Registry>,
     shutdown: &CancellationToken,
@@ -318,7 +318,7 @@ async fn handshake(
             return Err(WorkerError::Refused(status.message().to_owned()));
         }
         Err(status) => {
-            return Ok(Err(match finding::redirect(&status) {
+            return Ok(Err(match discovery::redirect(&status) {
                 Some(leader) => SessionEnd::Redirected(leader),
                 None => SessionEnd::Lost(status.message().to_owned()),
             }));
@@ -348,7 +348,7 @@ async fn handshake(
 
 /// What one connection to the coordinator runs.
 struct Session {
-    kinds: Kinds,
+    kinds: Toolbox,
     /// The worker's name, for its spans.
     worker: String,
     slots: Arc<Semaphore>,

@@ -13,10 +13,10 @@ use weft_bundle::{check_layout, check_path};
 use crate::graph::{self, Finding, Format, Graph, GraphError};
 
 mod blobs;
-mod family;
+mod embedded_graphs;
 
 pub use blobs::{BlobLease, BlobStore};
-pub use family::{Family, embedded};
+pub use embedded_graphs::{Family, embedded};
 
 /// One file of a bundle.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -2,14 +2,14 @@
 //! and maps the error. Generated protobuf types stay in this module.
 
 mod convert;
-mod front;
 mod run_service;
+mod serve_or_forward;
 #[cfg(test)]
 mod state_sync_tests;
 mod worker_service;
 
-pub use front::{FrontRuns, FrontWorkers};
 pub use run_service::RunApi;
+pub use serve_or_forward::{FrontRuns, FrontWorkers};
 pub use worker_service::WorkerApi;
 
 use tonic::Status;

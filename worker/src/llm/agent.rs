@@ -18,7 +18,7 @@ use serde_json::{Value, json};
 
 use super::chat;
 use super::{Prompts, invalid, model_for, structured};
-use crate::execute::Kinds;
+use crate::execute::Toolbox;
 use crate::handler::{RegisteredTool, TaskContext};
 use crate::task::{Completed, Failure, FailureKind, Task};
 use crate::team::Team;
@@ -91,7 +91,7 @@ impl Tool {
 }
 
 /// The agent's tools: the node's, then the teammate tools.
-fn tools(kinds: &Kinds, specs: Vec<ToolSpec>, team: Option<&Team>) -> Result<Vec<Tool>, Failure> {
+fn tools(kinds: &Toolbox, specs: Vec<ToolSpec>, team: Option<&Team>) -> Result<Vec<Tool>, Failure> {
     let mut tools = Vec::new();
     for spec in specs {
         let tool = match (spec.run, spec.handler) {
@@ -148,7 +148,7 @@ fn tools(kinds: &Kinds, specs: Vec<ToolSpec>, team: Option<&Team>) -> Result<Vec
 
 /// What an agent step needs besides its task.
 pub(crate) struct Agent<'a> {
-    pub kinds: &'a Kinds,
+    pub kinds: &'a Toolbox,
     pub task: &'a Task,
     pub team: Option<Team>,
 }

@@ -16,14 +16,14 @@ use weft_proto::v1 as pb;
 
 use super::{Call, PythonError, PythonHosts};
 use crate::blobs::BlobCache;
-use crate::execute::Kinds;
+use crate::execute::Toolbox;
 use crate::secrets::{Redactor, Secrets};
 use crate::task::{BlobFile, Completed, Failure, FailureKind, Task};
 
 /// Runs one attempt of a `function` node.
 pub async fn run_function(
     hosts: &PythonHosts,
-    kinds: &Kinds,
+    kinds: &Toolbox,
     task: &Task,
 ) -> Result<Completed, Failure> {
     let (blobs, secrets) = (&kinds.blobs, &*kinds.secrets);

@@ -271,11 +271,11 @@ impl PythonPool {
 }
 
 mod function;
-mod held;
 mod hosts;
+mod state_cache;
 
-pub use held::FieldValue;
-use held::Held;
+pub use state_cache::FieldValue;
+use state_cache::Held;
 
 pub use function::{call_python, run_function};
 pub use hosts::{PythonHosts, PythonSettings};

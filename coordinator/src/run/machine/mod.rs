@@ -14,7 +14,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-mod ending;
+mod end_nodes;
 pub mod events;
 mod human;
 pub mod limits;

@@ -54,7 +54,7 @@ impl RunMachine {
             return false;
         };
         let s0 = wave.s0().clone();
-        if let Some(Member::Child { retry_due, .. }) = wave.slot_mut(idx) {
+        if let Some(Member::Child { retry_due, .. }) = wave.member_mut(idx) {
             *retry_due = None;
         }
         let node = self.plan.graph().node(idx);
@@ -73,7 +73,7 @@ impl RunMachine {
         let Some(idx) = self.graph().node_index(node) else {
             return;
         };
-        let Some(Member::Child { run_id: slot, .. }) = self.slot_mut(idx) else {
+        let Some(Member::Child { run_id: slot, .. }) = self.member_mut(idx) else {
             return;
         };
         if slot.is_some() {
@@ -99,7 +99,7 @@ impl RunMachine {
         let Some(idx) = self.graph().node_index(node) else {
             return;
         };
-        let attempt = match self.slot_mut(idx) {
+        let attempt = match self.member_mut(idx) {
             Some(Member::Child {
                 run_id: Some(_),
                 attempt,

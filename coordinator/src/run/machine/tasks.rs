@@ -224,9 +224,9 @@ impl RunMachine {
             .unwrap_or_default()
     }
 
-    pub(super) fn slot_mut(&mut self, node: NodeIdx) -> Option<&mut Member> {
+    pub(super) fn member_mut(&mut self, node: NodeIdx) -> Option<&mut Member> {
         let wave = self.run.wave.as_mut()?;
-        wave.slot_mut(node)
+        wave.member_mut(node)
     }
 
     pub(super) fn set_member(&mut self, node: NodeIdx, member: Member) {
@@ -235,7 +235,7 @@ impl RunMachine {
             Member::Running | Member::Mapping(_) | Member::Child { .. } => NodeStatus::Running,
             Member::Succeeded { .. } | Member::FellBack => NodeStatus::Done,
         };
-        if let Some(slot) = self.slot_mut(node) {
+        if let Some(slot) = self.member_mut(node) {
             *slot = member;
         }
     }
@@ -309,7 +309,7 @@ impl RunMachine {
     // ----- map items ---------------------------------------------------
 
     pub(super) fn map_mut(&mut self, map: NodeIdx) -> Option<&mut MapRun> {
-        match self.slot_mut(map)? {
+        match self.member_mut(map)? {
             Member::Mapping(run) => Some(run),
             _ => None,
         }

@@ -24,7 +24,7 @@ pub(super) fn seat_for(
         return None;
     }
     let map = plan.graph().node_index(&item.map)?;
-    let Member::Mapping(run) = wave.as_mut()?.slot_mut(map)? else {
+    let Member::Mapping(run) = wave.as_mut()?.member_mut(map)? else {
         return None;
     };
     // A Rust handler or an agent takes messages while it runs; a script

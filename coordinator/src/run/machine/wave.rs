@@ -74,7 +74,7 @@ pub(super) struct Wave {
     #[serde(skip)]
     s0: State,
     members: Vec<NodeIdx>,
-    slots: Vec<Member>,
+    outcomes: Vec<Member>,
     /// The wave's phase.
     pub(super) phase: Phase,
     /// Members whose wait for a human has been announced.
@@ -87,7 +87,7 @@ impl Wave {
         Self {
             step,
             s0,
-            slots: members.iter().map(|_| Member::Running).collect(),
+            outcomes: members.iter().map(|_| Member::Running).collect(),
             members,
             phase: Phase::Running,
             announced: Vec::new(),
@@ -121,18 +121,18 @@ impl Wave {
 
     /// Each member with what it came to.
     pub(super) fn iter(&self) -> impl Iterator<Item = (NodeIdx, &Member)> {
-        self.members.iter().copied().zip(&self.slots)
+        self.members.iter().copied().zip(&self.outcomes)
     }
 
     /// What a member came to, to change it.
-    pub(super) fn slot_mut(&mut self, node: NodeIdx) -> Option<&mut Member> {
+    pub(super) fn member_mut(&mut self, node: NodeIdx) -> Option<&mut Member> {
         let position = self.members.iter().position(|&m| m == node)?;
-        self.slots.get_mut(position)
+        self.outcomes.get_mut(position)
     }
 
     /// Whether no member still runs (tasks or map items).
     pub(super) fn settled(&self) -> bool {
-        !self.slots.iter().any(|s| {
+        !self.outcomes.iter().any(|s| {
             matches!(
                 s,
                 Member::Running | Member::Mapping(_) | Member::Child { .. }
@@ -142,7 +142,7 @@ impl Wave {
 
     /// Whether some member waits for a human.
     pub(super) fn has_waiting(&self) -> bool {
-        self.slots
+        self.outcomes
             .iter()
             .any(|s| matches!(s, Member::Waiting { .. }))
     }
@@ -166,7 +166,7 @@ impl Wave {
 
     /// The child runs started by the wave's subgraph members.
     pub(super) fn children(&self) -> Vec<String> {
-        self.slots
+        self.outcomes
             .iter()
             .filter_map(|slot| match slot {
                 Member::Child { run_id, .. } => run_id.clone(),
@@ -186,7 +186,7 @@ impl Wave {
     /// Points the wave's S0, and its maps', at the restored state.
     pub(super) fn relink(&mut self, state: &State) {
         self.s0 = state.clone();
-        for slot in &mut self.slots {
+        for slot in &mut self.outcomes {
             if let Member::Mapping(map) = slot {
                 map.relink(state);
             }

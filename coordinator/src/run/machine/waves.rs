@@ -259,7 +259,7 @@ impl RunMachine {
         // A loop's `until`, asked while its wave runs.
         if let Some(looping) = wave.loop_awaiting(call) {
             let mut events = Vec::new();
-            if let Some(Member::Mapping(run)) = wave.slot_mut(looping) {
+            if let Some(Member::Mapping(run)) = wave.member_mut(looping) {
                 run.until_answered(result, &mut events);
             }
             fx.extend(events.into_iter().map(Effect::Emit));
