@@ -120,7 +120,7 @@ where
     // Each service decodes no more than its largest legitimate message: a
     // submission (bundle and input), a worker's result; framing aside.
     const FRAMING: usize = 1 << 20;
-    let run_api = RunServiceServer::new(FrontRuns::new(role.clone()))
+    let run_api = RunServiceServer::new(FrontRuns::new(role.clone(), tracker.clone()))
         .max_decoding_message_size(config.max_bundle_bytes + config.max_input_bytes + FRAMING)
         .max_encoding_message_size(weft_proto::MAX_MESSAGE_BYTES);
     let worker_api = WorkerServiceServer::new(FrontWorkers::new(role))

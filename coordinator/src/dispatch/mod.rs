@@ -14,6 +14,7 @@
 pub mod binding;
 mod dispatcher;
 mod hosting;
+pub mod in_process;
 pub mod jobs;
 pub mod registry;
 pub mod state_sync;

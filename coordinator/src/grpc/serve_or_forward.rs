@@ -8,6 +8,7 @@ use std::future::Future;
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::watch;
+use tokio_util::task::TaskTracker;
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Request, Response, Status, Streaming};
 use weft_proto::v1 as pb;
@@ -63,6 +64,8 @@ pub struct FrontRuns {
     role: watch::Receiver<Role>,
     /// The leader's URL and a connection to it, reused while it leads.
     leader: Arc<Mutex<Option<Forwarding>>>,
+    /// Where relays of the leader's event streams run.
+    tracker: TaskTracker,
 }
 
 /// A leader's URL and a client of it.
@@ -75,11 +78,13 @@ enum Route {
 }
 
 impl FrontRuns {
-    /// Serves by `role`.
-    pub fn new(role: watch::Receiver<Role>) -> Self {
+    /// Serves by `role`; relays of the leader's event streams run on
+    /// `tracker`.
+    pub fn new(role: watch::Receiver<Role>, tracker: TaskTracker) -> Self {
         Self {
             role,
             leader: Arc::default(),
+            tracker,
         }
     }
 
@@ -251,7 +256,7 @@ impl RunService for FrontRuns {
                     .await
                     .map_err(|(status, _)| status)?
                     .into_inner();
-                Ok(Response::new(relay(events, changed)))
+                Ok(Response::new(relay(events, changed, &self.tracker)))
             }
         }
     }
@@ -262,9 +267,10 @@ impl RunService for FrontRuns {
 fn relay(
     mut events: Streaming<pb::RunEvent>,
     changed: impl Future<Output = ()> + Send + 'static,
+    tracker: &TaskTracker,
 ) -> EventStream {
     let (tx, rx) = tokio::sync::mpsc::channel(64);
-    tokio::spawn(async move {
+    tracker.spawn(async move {
         tokio::pin!(changed);
         loop {
             let item = tokio::select! {

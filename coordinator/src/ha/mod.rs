@@ -84,7 +84,10 @@ async fn lead(
     let tracker = TaskTracker::new();
     let release = CancellationToken::new();
     let clock = LeaseClock::new(config.store.lease_ttl);
-    let holding = tokio::spawn({
+    // The lease is held apart from the term's tasks: it is given up only
+    // after they have stopped.
+    let holding = TaskTracker::new();
+    holding.spawn({
         let (store, term, ended) = (store.clone(), term.clone(), ended.clone());
         let (clock, release) = (clock.clone(), release.clone());
         async move {
@@ -133,6 +136,7 @@ async fn lead(
     // Gives the key up now that nothing writes any more (a no-op when the
     // lease is lost already).
     release.cancel();
-    let _ = holding.await;
+    holding.close();
+    holding.wait().await;
     started
 }

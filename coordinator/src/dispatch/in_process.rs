@@ -1,0 +1,268 @@
+//! A [`TaskLauncher`] that runs handlers in this process, with no worker
+//! and no network: each task runs as a tokio task on the launcher's
+//! tracker, its outcome sent to the run as a worker's would be. It serves
+//! tests of the run actor (as Ballista's virtual launchers serve its
+//! scheduler's), and any embedding that hosts its node implementations
+//! beside the coordinator.
+//!
+//! A task's handler is found by what the task requires (a handler's name,
+//! or a built-in kind's name); no handler for it leaves the task waiting,
+//! reported unhosted, as a cluster without such a worker would.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::{Map, Value};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use super::jobs::JobKey;
+use super::{
+    Assignment, DispatchEvent, EventSink, FunctionCall, Requirement, TaskLauncher, TaskOutcome,
+    ToWorker,
+};
+use crate::task::{FailureKind, TaskFailure, TaskKey};
+
+/// What an in-process handler is given: the attempt, with its state and
+/// scope decoded.
+pub struct InProcessTask {
+    /// The attempt as the run sent it.
+    pub assignment: Assignment,
+    /// Its state, field by field decoded.
+    pub state: Map<String, Value>,
+    /// Its scope (a map item's `as` binding), decoded.
+    pub scope: Map<String, Value>,
+}
+
+/// A handler's future, boxed so handlers of any closure type share one map.
+pub type BoxedOutcome<T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send>>;
+
+/// A node implementation: the fields it writes, or why it failed.
+pub type InProcessHandler =
+    Arc<dyn Fn(InProcessTask) -> BoxedOutcome<Result<Value, String>> + Send + Sync>;
+
+/// A worker-hosted function (a reducer, a router, an `until`) run here.
+pub type InProcessFunction = Arc<dyn Fn(Vec<Value>) -> Result<Value, String> + Send + Sync>;
+
+/// A running task: its run and key.
+type RunningTask = (Arc<str>, TaskKey);
+
+/// The name the worker would say it failed under.
+const WORKER: &str = "in-process";
+
+/// Runs tasks and calls with handlers registered by name.
+#[derive(Clone, Default)]
+pub struct InProcessLauncher {
+    handlers: HashMap<String, InProcessHandler>,
+    functions: HashMap<String, InProcessFunction>,
+    tracker: TaskTracker,
+    /// The tasks running, by run and key, each with its own stop.
+    running: Arc<Mutex<HashMap<RunningTask, CancellationToken>>>,
+    /// What the runs asked for, in order: for tests to look at.
+    log: Arc<Mutex<Vec<Launched>>>,
+}
+
+/// One request a run made of the launcher.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Launched {
+    /// A task attempt was launched.
+    Task {
+        /// The node.
+        node: String,
+        /// The attempt.
+        attempt: u32,
+        /// Its key.
+        key: TaskKey,
+    },
+    /// Tasks were cancelled.
+    Cancel(Vec<TaskKey>),
+    /// A function was called.
+    Call(String),
+    /// The run ended.
+    Forget,
+    /// A message for a running task.
+    Tell(TaskKey, Box<ToWorker>),
+}
+
+impl InProcessLauncher {
+    /// A launcher hosting nothing yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Hosts `handler` for tasks that require `name` (a `task` node's
+    /// handler, or a built-in kind: `script`, `llm`, `agent`, `function`).
+    pub fn with_handler<F, Fut>(mut self, name: &str, handler: F) -> Self
+    where
+        F: Fn(InProcessTask) -> Fut + Send + Sync + 'static,
+        Fut: std::future::Future<Output = Result<Value, String>> + Send + 'static,
+    {
+        self.handlers.insert(
+            name.to_owned(),
+            Arc::new(move |task| Box::pin(handler(task)) as BoxedOutcome<_>),
+        );
+        self
+    }
+
+    /// Hosts function `name` (`fn:NAME`).
+    pub fn with_function(
+        mut self,
+        name: &str,
+        function: impl Fn(Vec<Value>) -> Result<Value, String> + Send + Sync + 'static,
+    ) -> Self {
+        self.functions.insert(name.to_owned(), Arc::new(function));
+        self
+    }
+
+    /// Everything the runs asked for so far, in order.
+    pub fn launched(&self) -> Vec<Launched> {
+        self.log.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Waits for the tasks still running to stop (after their runs
+    /// cancelled them or they finished).
+    pub async fn idle(&self) {
+        self.tracker.close();
+        self.tracker.wait().await;
+        self.tracker.reopen();
+    }
+
+    fn note(&self, launched: Launched) {
+        self.log
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(launched);
+    }
+
+    fn handler_for(&self, requirement: &Requirement) -> Option<InProcessHandler> {
+        let name = match requirement {
+            Requirement::Handler(name) => name.as_str(),
+            Requirement::Kind(kind) => kind.as_str(),
+            Requirement::Agent(_) => "agent",
+            Requirement::Function(_) | Requirement::Python => return None,
+        };
+        self.handlers.get(name).cloned()
+    }
+}
+
+/// Decodes a task's state: every field travels whole here (no worker
+/// caches a version).
+fn decode(task: &Assignment) -> Result<InProcessTask, String> {
+    let mut state = Map::new();
+    for field in &task.state {
+        let json = field
+            .json
+            .as_deref()
+            .ok_or_else(|| format!("field '{}' came without its value", field.name))?;
+        let value = serde_json::from_str(json).map_err(|e| e.to_string())?;
+        state.insert(field.name.to_string(), value);
+    }
+    let scope = match task.scope_json.trim() {
+        "" => Map::new(),
+        json => serde_json::from_str(json).map_err(|e| e.to_string())?,
+    };
+    Ok(InProcessTask {
+        assignment: task.clone(),
+        state,
+        scope,
+    })
+}
+
+impl TaskLauncher for InProcessLauncher {
+    fn launch(&self, task: Assignment, requirement: Requirement, sink: EventSink) {
+        self.note(Launched::Task {
+            node: task.node.clone(),
+            attempt: task.attempt,
+            key: task.key,
+        });
+        let Some(handler) = self.handler_for(&requirement) else {
+            let _ = sink.send(DispatchEvent::TaskUnhosted {
+                job: JobKey::Task(task.key),
+                node: task.node.clone(),
+                requirement,
+            });
+            return;
+        };
+        let stop = CancellationToken::new();
+        let slot = (task.run_id.clone(), task.key);
+        self.running
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(slot.clone(), stop.clone());
+        let running = self.running.clone();
+        self.tracker.spawn(async move {
+            let key = task.key;
+            let timeout = task.timeout;
+            let result = match decode(&task) {
+                Ok(decoded) => {
+                    let work = handler(decoded);
+                    tokio::select! {
+                        () = stop.cancelled() => None,
+                        done = tokio::time::timeout(timeout.max(Duration::from_millis(1)), work) => Some(match done {
+                            Ok(Ok(writes)) => Ok((writes, None)),
+                            Ok(Err(message)) => Err(failure(FailureKind::HandlerError, message)),
+                            Err(_) => Err(failure(FailureKind::Timeout, format!("the task took longer than {timeout:?}"))),
+                        }),
+                    }
+                }
+                Err(message) => Some(Err(failure(FailureKind::InvalidOutput, message))),
+            };
+            running
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(&slot);
+            // A cancelled task reports nothing, as a worker's would not.
+            if let Some(result) = result {
+                let _ = sink.send(DispatchEvent::TaskFinished {
+                    key,
+                    worker: WORKER.to_owned(),
+                    outcome: TaskOutcome {
+                        result,
+                        read: Vec::new(),
+                        notes: Vec::new(),
+                    },
+                });
+            }
+        });
+    }
+
+    fn cancel(&self, run_id: Arc<str>, keys: Vec<TaskKey>) {
+        let running = self.running.lock().unwrap_or_else(|e| e.into_inner());
+        for key in &keys {
+            if let Some(stop) = running.get(&(run_id.clone(), *key)) {
+                stop.cancel();
+            }
+        }
+        drop(running);
+        self.note(Launched::Cancel(keys));
+    }
+
+    fn call(&self, call: FunctionCall, sink: EventSink) {
+        self.note(Launched::Call(call.name.clone()));
+        let result = match self.functions.get(&call.name) {
+            Some(function) => function(call.args),
+            None => Err(format!("no in-process function '{}'", call.name)),
+        };
+        let _ = sink.send(DispatchEvent::CallReturned {
+            call: call.call,
+            result,
+        });
+    }
+
+    fn forget(&self, _run_id: Arc<str>) {
+        self.note(Launched::Forget);
+    }
+
+    fn tell(&self, _run_id: Arc<str>, key: TaskKey, message: ToWorker) {
+        self.note(Launched::Tell(key, Box::new(message)));
+    }
+}
+
+fn failure(kind: FailureKind, message: impl Into<String>) -> TaskFailure {
+    TaskFailure {
+        kind,
+        message: message.into(),
+        worker: Some(WORKER.to_owned()),
+    }
+}

@@ -1,0 +1,191 @@
+//! Tests of the run actor on an in-process launcher: the actor's effects
+//! (dispatch, retry timers, cancellation, the event log, the record it
+//! leaves) carried out for real, with handlers run in this process and no
+//! network. Retry delays run on tokio's paused clock.
+
+use std::sync::Arc;
+
+use serde_json::{Map, Value, json};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use super::*;
+use crate::bundle::{BlobStore, Bundle};
+use crate::dispatch::in_process::{InProcessLauncher, Launched};
+use crate::graph::{Format, load_str};
+use crate::run::RunLimits;
+
+/// Starts a run of `yaml` on `input` whose tasks `launcher` runs.
+fn start(yaml: &str, input: Value, launcher: &InProcessLauncher) -> RunHandle {
+    let (graph, _) = load_str(yaml, Format::Yaml, "g").expect("the graph is valid");
+    let plan = RunPlan::new(Arc::new(graph), RunLimits::default());
+    let Value::Object(input) = input else {
+        panic!("the input is an object")
+    };
+    let machine = RunMachine::new(plan.clone(), input).expect("the input fits");
+    let bundle = Bundle::new(
+        "g.yaml".into(),
+        [("g.yaml".into(), yaml.as_bytes().to_vec(), 0o644)],
+        1 << 20,
+    )
+    .unwrap();
+    spawn_run(RunSetup {
+        id: Arc::from("run-test"),
+        plan,
+        machine,
+        bundle: Arc::default(),
+        launcher: Arc::new(launcher.clone()),
+        shutdown: CancellationToken::new(),
+        tracker: TaskTracker::new(),
+        history: None,
+        start: Start::New,
+        journal: None,
+        admitted: None,
+        lease: BlobStore::default().add_bundle(&bundle),
+        children: None,
+    })
+}
+
+fn number(state: &Map<String, Value>, field: &str) -> i64 {
+    state[field].as_i64().unwrap_or_default()
+}
+
+fn tasks_of(launcher: &InProcessLauncher, node: &str) -> Vec<u32> {
+    launcher
+        .launched()
+        .into_iter()
+        .filter_map(|launched| match launched {
+            Launched::Task {
+                node: n, attempt, ..
+            } if n == node => Some(attempt),
+            _ => None,
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_chain_runs_through_the_launcher_and_leaves_its_record() {
+    let yaml = "
+name: chain
+nodes:
+  a: { kind: task, handler: first, start: true, next: b }
+  b: { kind: task, handler: second, end: true }
+";
+    let launcher = InProcessLauncher::new()
+        .with_handler("first", |task| async move {
+            Ok(json!({ "x": number(&task.state, "seed") + 1 }))
+        })
+        .with_handler("second", |task| async move {
+            Ok(json!({ "y": number(&task.state, "x") * 10 }))
+        });
+    let run = start(yaml, json!({ "seed": 4 }), &launcher);
+    let view = run.ended().await.unwrap();
+    assert_eq!(view.status, RunStatus::Completed, "{:?}", view.error);
+    assert_eq!(view.state["x"], 5);
+    assert_eq!(view.state["y"], 50, "b saw what a wrote");
+    assert_eq!(tasks_of(&launcher, "a"), [1]);
+    assert_eq!(tasks_of(&launcher, "b"), [1]);
+    assert_eq!(
+        launcher.launched().last(),
+        Some(&Launched::Forget),
+        "the workers are told the run is over"
+    );
+    let record = run.finished().expect("an ended run keeps its record");
+    assert_eq!(record.log.len() as u64, view.event_count);
+    let kinds: Vec<&str> = record.log.iter().map(|e| e.event.kind()).collect();
+    let wave = [
+        "wave_started",
+        "node_started",
+        "node_finished",
+        "state_changed",
+    ];
+    assert_eq!(kinds, [&wave[..], &wave[..], &["run_finished"]].concat());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_attempt_is_retried_after_its_delay() {
+    let yaml = "
+nodes:
+  a: { kind: task, handler: flaky, start: true, end: true, retry: { max_attempts: 3, initial_interval: 30s } }
+";
+    let launcher = InProcessLauncher::new().with_handler("flaky", |task| async move {
+        match task.assignment.attempt {
+            1 => Err("not yet".to_owned()),
+            _ => Ok(json!({ "done": true })),
+        }
+    });
+    let before = tokio::time::Instant::now();
+    let run = start(yaml, json!({}), &launcher);
+    let view = run.ended().await.unwrap();
+    assert_eq!(view.status, RunStatus::Completed, "{:?}", view.error);
+    assert_eq!(tasks_of(&launcher, "a"), [1, 2], "one retry, then success");
+    assert!(
+        before.elapsed() >= std::time::Duration::from_secs(30),
+        "the retry waited its interval on the actor's timer"
+    );
+    let (log, _) = run.watch(0).await.unwrap();
+    assert!(
+        log.iter().any(|e| matches!(
+            &*e.event,
+            RunEvent::NodeRetrying {
+                next_attempt: 2,
+                ..
+            }
+        )),
+        "watchers were told of the retry"
+    );
+}
+
+#[tokio::test]
+async fn cancelling_a_run_stops_its_running_task() {
+    let yaml = "
+nodes:
+  a: { kind: task, handler: forever, start: true, end: true }
+";
+    let (started_tx, mut started) = mpsc::unbounded_channel();
+    let launcher = InProcessLauncher::new().with_handler("forever", move |task| {
+        let _ = started_tx.send(task.assignment.key);
+        std::future::pending()
+    });
+    let run = start(yaml, json!({}), &launcher);
+    let key = started.recv().await.expect("the task started");
+    let view = run.cancel().await.unwrap();
+    assert_eq!(view.status, RunStatus::Cancelled);
+    assert!(
+        launcher.launched().contains(&Launched::Cancel(vec![key])),
+        "{:?}",
+        launcher.launched()
+    );
+    // The handler never returns by itself: only the cancel stops it.
+    launcher.idle().await;
+    assert_eq!(run.ended().await.unwrap().status, RunStatus::Cancelled);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_task_no_one_hosts_waits_and_says_what_it_needs() {
+    let yaml = "
+nodes:
+  a: { kind: task, handler: missing, start: true, end: true }
+";
+    let launcher = InProcessLauncher::new();
+    let run = start(yaml, json!({}), &launcher);
+    let mut view = run.get().await.unwrap();
+    for _ in 0..100 {
+        if !view.unhosted.is_empty() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        view = run.get().await.unwrap();
+    }
+    assert_eq!(view.status, RunStatus::Running);
+    assert_eq!(
+        view.unhosted,
+        [UnhostedWait {
+            node: "a".into(),
+            needs: "handler 'missing'".into(),
+            tasks: 1,
+        }]
+    );
+    run.cancel().await.unwrap();
+}
