@@ -148,7 +148,7 @@ impl InProcessLauncher {
 
 /// Decodes a task's state: every field travels whole here (no worker
 /// caches a version).
-fn decode(task: &Assignment) -> Result<InProcessTask, String> {
+fn decode(task: Assignment) -> Result<InProcessTask, String> {
     let mut state = Map::new();
     for field in &task.state {
         let json = field
@@ -163,7 +163,7 @@ fn decode(task: &Assignment) -> Result<InProcessTask, String> {
         json => serde_json::from_str(json).map_err(|e| e.to_string())?,
     };
     Ok(InProcessTask {
-        assignment: task.clone(),
+        assignment: task,
         state,
         scope,
     })
@@ -194,7 +194,7 @@ impl TaskLauncher for InProcessLauncher {
         self.tracker.spawn(async move {
             let key = task.key;
             let timeout = task.timeout;
-            let result = match decode(&task) {
+            let result = match decode(task) {
                 Ok(decoded) => {
                     let work = handler(decoded);
                     tokio::select! {

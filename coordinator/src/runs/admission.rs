@@ -30,7 +30,9 @@ impl Runs {
             .await
     }
 
-    fn check_input_size(&self, input_json: &str) -> Result<(), SubmitError> {
+    /// Refuses an input over `max_input_bytes`: a submission's, or a child
+    /// run's (its parent's state).
+    pub(super) fn check_input_size(&self, input_json: &str) -> Result<(), SubmitError> {
         if input_json.len() > self.max_input_bytes {
             return Err(SubmitError::InputTooLarge {
                 size: input_json.len(),
@@ -52,8 +54,6 @@ impl Runs {
         mut warnings: Vec<String>,
         trace_parent: Option<String>,
     ) -> Result<(Arc<str>, Vec<String>), SubmitError> {
-        // A child's input (its parent's state) is held to the same limit.
-        self.check_input_size(input_json)?;
         let input = parse_input(input_json)?;
         let over = self.limits.check_graph(&graph);
         if !over.is_empty() {

@@ -48,6 +48,8 @@ impl ChildRuns for RunChildren {
                     .collect()
             };
             let input_json = serde_json::to_string(&input).map_err(|e| e.to_string())?;
+            runs.check_input_size(&input_json)
+                .map_err(|e| e.to_string())?;
             let (run_id, _) = runs
                 .admit(
                     child,

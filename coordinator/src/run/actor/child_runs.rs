@@ -12,7 +12,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use weft_proto::events::StoredEvent;
 
-use super::Command;
+use super::liveness::Command;
 use crate::run::{Input, RunEvent};
 
 /// A future the registry returns.

@@ -10,7 +10,8 @@ use std::sync::{Arc, RwLock};
 
 use tokio::sync::{broadcast, oneshot};
 
-use super::{Command, Liveness, RunSetup, revive};
+use super::RunSetup;
+use super::liveness::{Command, Liveness, revive};
 pub use weft_proto::events::StoredEvent;
 
 use crate::run::{HumanAnswer, Input, Rejected, RunError, RunEvent, RunStatus, State};

@@ -9,7 +9,7 @@ use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::Value;
-use tokio::sync::{broadcast, mpsc, oneshot};
+use tokio::sync::{broadcast, mpsc};
 use tokio_stream::StreamExt;
 use tokio_util::sync::CancellationToken;
 use tokio_util::time::DelayQueue;
@@ -18,6 +18,7 @@ mod checkpoints;
 mod child_runs;
 mod field_table;
 mod handle;
+mod liveness;
 mod spans;
 mod worker_io;
 
@@ -25,6 +26,8 @@ pub use self::child_runs::{ChildRuns, Pending};
 pub use self::handle::{
     FinishedRun, RunHandle, RunRequestError, RunView, StoredEvent, UnhostedWait,
 };
+pub use self::liveness::spawn_run;
+use self::liveness::{Command, Liveness};
 
 use self::child_runs::{ChildLink, children_in};
 use self::field_table::FieldTable;
@@ -92,63 +95,6 @@ pub struct History {
     pub log: Vec<StoredEvent>,
     /// When it was submitted.
     pub created_unix_ms: i64,
-}
-
-/// What a run's handle asks of its actor.
-pub(super) enum Command {
-    Get(oneshot::Sender<RunView>),
-    Watch {
-        from: u64,
-        reply: oneshot::Sender<(Vec<StoredEvent>, broadcast::Receiver<StoredEvent>)>,
-    },
-    Act {
-        input: Box<Input>,
-        reply: oneshot::Sender<Result<RunView, Rejected>>,
-    },
-}
-
-/// Where a run is: live behind its actor, or ended (its record kept).
-pub(super) enum Liveness {
-    Live(mpsc::Sender<Command>),
-    Finished(Arc<FinishedRun>),
-}
-
-/// Starts a run's actor and its first wave.
-pub fn spawn_run(setup: RunSetup) -> RunHandle {
-    let (tx, rx) = command_channel();
-    let id = setup.id.clone();
-    let me = tx.downgrade();
-    let liveness = Arc::new(RwLock::new(Liveness::Live(tx)));
-    start_actor(setup, (rx, me), liveness.clone());
-    RunHandle::new(id, liveness)
-}
-
-/// Starts the actor of the failed run `record` again, from the wave that
-/// failed (`weft retry`); the run is live again once this returns.
-fn revive(record: &FinishedRun, liveness: &Arc<RwLock<Liveness>>) -> Result<(), Rejected> {
-    let mut setup = record
-        .revival
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .take()
-        .ok_or(Rejected::NotRetryable(record.view.status))?;
-    setup.history = Some(History {
-        log: record.log.clone(),
-        created_unix_ms: record.view.created_unix_ms,
-    });
-    let mut live = liveness.write().unwrap_or_else(|e| e.into_inner());
-    let (tx, rx) = command_channel();
-    let me = tx.downgrade();
-    *live = Liveness::Live(tx);
-    // The actor retries as it starts; it cannot leave its record before
-    // this lock is released.
-    start_actor(setup, (rx, me), liveness.clone());
-    Ok(())
-}
-
-/// The channel a run's actor takes commands on.
-fn command_channel() -> (mpsc::Sender<Command>, mpsc::Receiver<Command>) {
-    mpsc::channel(COMMAND_BUFFER)
 }
 
 /// Spawns the actor of `setup` on `commands` (the receiver, and a weak
