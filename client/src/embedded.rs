@@ -46,11 +46,10 @@ impl EmbeddedCluster {
         configure: impl FnOnce(&mut CoordinatorConfig),
         setup: impl Fn(&mut weft_worker::Worker),
     ) -> Result<Self, EmbeddedError> {
-        let secrets = embedded_secrets()?;
-        let tables = match std::env::var_os("WEFT_WORKER_CONFIG") {
-            Some(path) => weft_worker::WorkerFile::read(std::path::Path::new(&path))?.providers,
-            None => Default::default(),
-        };
+        // Set up as a `worker` process would be: from this process's
+        // environment, WEFT_WORKER_CONFIG and WEFT_SECRETS_FILE.
+        let env = weft_worker::Environment::of_process();
+        let base = weft_worker::WorkerConfig::load(weft_worker::WorkerOptions::default(), &env)?;
         let data = TempDir::new()?;
         // A Unix socket in a directory only this user can enter: no other
         // local user can reach the coordinator (and run scripts as us).
@@ -78,18 +77,13 @@ impl EmbeddedCluster {
         let joined = std::sync::Arc::new(tokio::sync::Semaphore::new(0));
         let workers = workers.max(1);
         for n in 0..workers {
-            let mut worker = weft_worker::Worker::new(url.clone());
-            // Providers from WEFT_WORKER_CONFIG, else OPENAI_BASE_URL.
-            let providers = weft_worker::llm::Providers::new(
-                tables.clone(),
-                |name| std::env::var(name).ok(),
-                &secrets,
-            )?;
+            let mut worker = weft_worker::Worker::from_config(weft_worker::WorkerConfig {
+                coordinator: url.clone(),
+                ..base.clone()
+            });
             worker
-                .providers(providers)
                 .name(format!("embedded-{n}"))
                 .work_dir(data.0.join(format!("worker-{n}")))
-                .secrets(secrets.clone())
                 .joined_signal(joined.clone());
             setup(&mut worker);
             let token = shutdown.clone();
@@ -137,30 +131,13 @@ pub enum EmbeddedError {
     /// A directory or socket could not be set up.
     #[error("cannot start the embedded cluster: {0}")]
     Io(#[from] std::io::Error),
-    /// `WEFT_SECRETS_FILE` names a file that cannot be read.
+    /// The workers' setup cannot be loaded (`WEFT_WORKER_CONFIG`,
+    /// `WEFT_SECRETS_FILE`, a model provider).
     #[error(transparent)]
-    Secrets(#[from] weft_worker::SecretsFileError),
+    Worker(#[from] weft_worker::ConfigError),
     /// The workers did not join in time.
     #[error("the embedded workers did not join within 10 s")]
     NotReady,
-    /// `WEFT_WORKER_CONFIG` names a file that cannot be used.
-    #[error(transparent)]
-    WorkerFile(#[from] weft_worker::WorkerFileError),
-    /// A model provider cannot be set up.
-    #[error(transparent)]
-    Provider(#[from] weft_worker::llm::ProviderError),
-}
-
-/// The embedded workers' secrets, as a `worker` process would have them:
-/// this process's environment, then `WEFT_SECRETS_FILE` when it is set.
-fn embedded_secrets() -> Result<weft_worker::Secrets, weft_worker::SecretsFileError> {
-    let mut pairs: Vec<(String, String)> = std::env::vars().collect();
-    if let Some(path) = std::env::var_os("WEFT_SECRETS_FILE") {
-        pairs.extend(weft_worker::Secrets::read_file(std::path::Path::new(
-            &path,
-        ))?);
-    }
-    Ok(weft_worker::Secrets::new(pairs))
 }
 
 /// A temporary directory removed on drop.

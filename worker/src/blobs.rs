@@ -7,17 +7,15 @@ use std::sync::Arc;
 
 use sha2::{Digest, Sha256};
 use tokio::sync::Mutex;
-use tonic::transport::Channel;
-use weft_proto::v1::FetchBlobRequest;
-use weft_proto::v1::worker_service_client::WorkerServiceClient;
 
+use crate::connection::BlobSource;
 use crate::task::{BlobFile, Failure, FailureKind};
 
 /// The worker's file cache.
 #[derive(Clone)]
 pub struct BlobCache {
     dir: PathBuf,
-    client: WorkerServiceClient<Channel>,
+    source: BlobSource,
     /// One fetch at a time per cache: concurrent tasks of one run need the
     /// same files, and the second waits for the first rather than fetching
     /// again.
@@ -28,11 +26,11 @@ pub struct BlobCache {
 }
 
 impl BlobCache {
-    /// A cache in `dir`, fetching through `client`.
-    pub fn new(dir: PathBuf, client: WorkerServiceClient<Channel>) -> Self {
+    /// A cache in `dir`, fetching from `source`.
+    pub(crate) fn new(dir: PathBuf, source: BlobSource) -> Self {
         Self {
             dir,
-            client,
+            source,
             fetching: Arc::default(),
             verified: Arc::default(),
         }
@@ -81,20 +79,12 @@ impl BlobCache {
         if self.is_verified(sha256) || self.check_cached(&path, sha256).await {
             return Ok(path);
         }
-        let mut client = self.client.clone();
-        let content = client
-            .fetch_blob(FetchBlobRequest {
-                sha256: sha256.to_owned(),
-            })
-            .await
-            .map_err(|status| {
-                Failure::new(
-                    FailureKind::WorkerError,
-                    format!("cannot fetch bundle file {sha256}: {}", status.message()),
-                )
-            })?
-            .into_inner()
-            .content;
+        let content = self.source.fetch(sha256).await.map_err(|error| {
+            Failure::new(
+                FailureKind::WorkerError,
+                format!("cannot fetch bundle file {sha256}: {error}"),
+            )
+        })?;
         let actual = hex_sha256(&content);
         if actual != sha256 {
             return Err(Failure::new(
@@ -180,10 +170,7 @@ mod tests {
     use super::*;
 
     fn cache(dir: &Path) -> BlobCache {
-        // Nothing listens there: a fetch fails, so a test sees whether one
-        // was needed.
-        let channel = tonic::transport::Endpoint::from_static("http://127.0.0.1:9").connect_lazy();
-        BlobCache::new(dir.to_path_buf(), WorkerServiceClient::new(channel))
+        BlobCache::new(dir.to_path_buf(), BlobSource::unreachable())
     }
 
     #[tokio::test]

@@ -6,15 +6,11 @@
 //! attempt, not the worker. Functions are synchronous, so they run on the
 //! blocking pool under a timeout, with panics caught the same way.
 
-use std::sync::Arc;
-use std::time::Duration;
-
 use serde_json::Value;
+use std::sync::Arc;
 use tokio::task::JoinHandle;
-use weft_proto::types::WorkerKind;
-use weft_proto::v1 as pb;
-
 use tracing::Instrument;
+use weft_proto::types::WorkerKind;
 
 use crate::blobs::BlobCache;
 use crate::handler::{Registry, TaskContext};
@@ -22,7 +18,7 @@ use crate::llm::Providers;
 use crate::python::PythonHosts;
 use crate::script::ScriptRunner;
 use crate::secrets::Secrets;
-use crate::task::{Completed, Failure, FailureKind, Task};
+use crate::task::{CallAnswer, CallTarget, Completed, Failure, FailureKind, FunctionCall, Task};
 use crate::team::Team;
 
 /// What a worker runs tasks with: its handlers, its script runner, its
@@ -60,28 +56,25 @@ pub async fn execute(
     task: &mut Task,
     team: Option<Team>,
 ) -> Result<Completed, Failure> {
-    match task.kind.parse::<WorkerKind>() {
-        Ok(WorkerKind::Script) => kinds.scripts.run(task).await.map(Completed::writes),
-        Ok(WorkerKind::Task) => run_handler(&kinds.registry, task, team)
+    match (task.kind, &kinds.python) {
+        (WorkerKind::Script, _) => kinds.scripts.run(task).await.map(Completed::writes),
+        (WorkerKind::Task, _) => run_handler(&kinds.registry, task, team)
             .await
             .map(Completed::writes),
-        Ok(WorkerKind::Llm) if !kinds.providers.is_empty() => {
+        (WorkerKind::Llm, _) if !kinds.providers.is_empty() => {
             crate::llm::run_llm(&kinds.providers, task).await
         }
-        Ok(WorkerKind::Agent) if !kinds.providers.is_empty() => {
+        (WorkerKind::Agent, _) if !kinds.providers.is_empty() => {
             let agent = crate::llm::Agent { kinds, task, team };
             agent.run().await
         }
-        Ok(WorkerKind::Function) if kinds.python.is_some() => {
-            let hosts = kinds.python.as_deref().expect("checked");
+        (WorkerKind::Function, Some(hosts)) => {
             crate::python::run_function(hosts, kinds, task).await
         }
-        Ok(WorkerKind::Llm | WorkerKind::Agent | WorkerKind::Function) | Err(_) => {
-            Err(Failure::new(
-                FailureKind::UnsupportedKind,
-                format!("this worker cannot run kind '{}'", task.kind),
-            ))
-        }
+        (WorkerKind::Llm | WorkerKind::Agent | WorkerKind::Function, _) => Err(Failure::new(
+            FailureKind::UnsupportedKind,
+            format!("this worker cannot run kind '{}'", task.kind),
+        )),
     }
 }
 
@@ -90,9 +83,8 @@ async fn run_handler(
     task: &mut Task,
     team: Option<Team>,
 ) -> Result<Value, Failure> {
-    let config: Value = serde_json::from_str(&task.config_json)
-        .map_err(|e| Failure::new(FailureKind::InvalidTask, format!("task configuration: {e}")))?;
-    let name = config
+    let name = task
+        .config
         .get("handler")
         .and_then(Value::as_str)
         .unwrap_or_default()
@@ -135,93 +127,38 @@ fn panic_text(join: tokio::task::JoinError) -> String {
         .unwrap_or_else(|| "(no message)".to_owned())
 }
 
-/// The message for a finished attempt; a result larger than the
-/// coordinator takes (`max_bytes`) becomes a failed attempt saying so.
-/// `read` numbers the teammate messages handed to the task that it read.
-pub fn task_result(
-    run_id: &str,
-    key: u64,
-    (result, read): (Result<Completed, Failure>, Vec<u64>),
-    max_bytes: usize,
-) -> pb::TaskResult {
-    let outcome = match result {
-        Ok(done) => {
-            let json = done.writes.to_string();
-            if json.len() > max_bytes {
-                pb::task_result::Outcome::Error(pb::TaskError {
-                    kind: FailureKind::InvalidOutput.as_str().to_owned(),
-                    message: format!(
-                        "the task's result is {} bytes; the coordinator takes at most {max_bytes} (its max_result_bytes)",
-                        json.len()
-                    ),
-                })
-            } else {
-                pb::task_result::Outcome::Output(pb::TaskOutput {
-                    json,
-                    output_json: done.output.map(|o| o.to_string()).unwrap_or_default(),
-                    notes_json: done.notes.iter().map(Value::to_string).collect(),
-                })
-            }
-        }
-        Err(failure) => pb::task_result::Outcome::Error(pb::TaskError {
-            kind: failure.kind.as_str().to_owned(),
-            message: failure.message,
-        }),
-    };
-    pb::TaskResult {
-        run_id: run_id.to_owned(),
-        task_key: key,
-        outcome: Some(outcome),
-        messages_read: read,
-    }
-}
-
 /// Calls a registered function on the blocking pool. A function that
 /// outlives its timeout cannot be stopped (it is synchronous code); its
 /// result is then dropped and the call fails.
 /// A call with `judge` set is a loop's `until` sentence for the model of
 /// the worker's providers instead; one with `python` a Python function.
-pub async fn call_function(kinds: &Toolbox, call: pb::FunctionCall) -> pb::CallResult {
-    let timeout = Duration::from_millis(call.timeout_ms.max(1));
-    let result = match (&call.python, &kinds.python) {
-        (Some(python), Some(hosts)) => {
-            crate::python::call_python(hosts, &kinds.blobs, &call, python, timeout).await
+pub(crate) async fn call_function(kinds: &Toolbox, call: FunctionCall) -> CallAnswer {
+    let result = match (&call.target, &kinds.python) {
+        (CallTarget::Python(python), Some(hosts)) => {
+            crate::python::call_python(hosts, &kinds.blobs, &call, python).await
         }
-        (Some(_), None) => Err("this worker does not host Python".to_owned()),
-        (None, _) if call.judge => {
-            let iteration = serde_json::from_str::<Vec<Value>>(&call.args_json)
-                .ok()
-                .and_then(|args| args.into_iter().next())
-                .unwrap_or(Value::Null);
-            crate::llm::judge(&kinds.providers, &call.name, &iteration, timeout).await
+        (CallTarget::Python(_), None) => Err("this worker does not host Python".to_owned()),
+        (CallTarget::Judge, _) => {
+            let iteration = call.args.first().unwrap_or(&Value::Null);
+            crate::llm::judge(&kinds.providers, &call.name, iteration, call.timeout).await
         }
-        (None, _) => call_registered(kinds.registry.clone(), &call, timeout).await,
+        (CallTarget::Registered, _) => call_registered(kinds.registry.clone(), &call).await,
     };
-    pb::CallResult {
-        call_id: call.call_id,
+    CallAnswer {
+        id: call.id,
         run_id: call.run_id,
-        outcome: Some(match result {
-            Ok(value) => pb::call_result::Outcome::ValueJson(value.to_string()),
-            Err(error) => pb::call_result::Outcome::Error(error),
-        }),
+        result,
     }
 }
 
 /// A registered function's call, on the blocking pool.
-async fn call_registered(
-    registry: Arc<Registry>,
-    call: &pb::FunctionCall,
-    timeout: Duration,
-) -> Result<Value, String> {
-    let name = call.name.clone();
-    let args_json = call.args_json.clone();
+async fn call_registered(registry: Arc<Registry>, call: &FunctionCall) -> Result<Value, String> {
+    let (name, args, timeout) = (call.name.clone(), call.args.clone(), call.timeout);
     let work = tokio::task::spawn_blocking(move || -> Result<Value, String> {
         let function = registry
             .functions
             .get(&name)
             .ok_or_else(|| format!("this worker has no function '{name}'"))?;
-        let args = serde_json::from_str::<Vec<Value>>(&args_json)
-            .map_err(|error| format!("bad arguments: {error}"))?;
         function(args)
     });
     match tokio::time::timeout(timeout, work).await {
@@ -241,17 +178,18 @@ async fn call_registered(
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
-    fn call(name: &str) -> pb::FunctionCall {
-        pb::FunctionCall {
-            call_id: 7,
+    fn call(name: &str, timeout: Duration) -> FunctionCall {
+        FunctionCall {
+            id: 7,
             run_id: "r".into(),
             name: name.into(),
-            args_json: "[1]".into(),
-            timeout_ms: 0,
-            judge: false,
-            python: None,
+            args: vec![serde_json::json!(1)],
+            timeout,
+            target: CallTarget::Registered,
             bundle: Vec::new(),
         }
     }
@@ -271,9 +209,9 @@ mod tests {
     async fn functions_return_fail_and_time_out_without_harm() {
         let registry = registry();
         let second = Duration::from_secs(1);
-        let ok = call_registered(registry.clone(), &call("echo"), second).await;
+        let ok = call_registered(registry.clone(), &call("echo", second)).await;
         assert_eq!(ok, Ok(serde_json::json!(1)));
-        let panicked = call_registered(registry.clone(), &call("boom"), second).await;
+        let panicked = call_registered(registry.clone(), &call("boom", second)).await;
         assert!(
             panicked
                 .as_ref()
@@ -281,12 +219,12 @@ mod tests {
             "{panicked:?}"
         );
         let slow =
-            call_registered(registry.clone(), &call("slow"), Duration::from_millis(20)).await;
+            call_registered(registry.clone(), &call("slow", Duration::from_millis(20))).await;
         assert!(
             slow.as_ref().is_err_and(|e| e.contains("did not return")),
             "{slow:?}"
         );
-        let missing = call_registered(registry, &call("nope"), second).await;
+        let missing = call_registered(registry, &call("nope", second)).await;
         assert!(
             missing
                 .as_ref()
@@ -310,21 +248,8 @@ mod tests {
         });
         let registry = Arc::new(registry);
         let mut task = Task {
-            run_id: "r".into(),
-            key: 1,
-            node: "n".into(),
-            attempt: 1,
-            kind: "task".into(),
-            config_json: r#"{"handler":"sleepy"}"#.into(),
-            state: Vec::new(),
-            state_versions: Vec::new(),
-            scope_json: "{}".into(),
-            item: None,
             timeout: Duration::from_millis(20),
-            bundle: Vec::new(),
-            team: None,
-            prompts_json: String::new(),
-            traceparent: String::new(),
+            ..Task::example(WorkerKind::Task, serde_json::json!({"handler": "sleepy"}))
         };
         let error = run_handler(&registry, &mut task, None).await.unwrap_err();
         assert_eq!(error.kind, FailureKind::Timeout);

@@ -82,10 +82,7 @@ impl TaskContext {
             node: task.node.clone(),
             attempt: task.attempt,
             item: task.item,
-            scope: match serde_json::from_str::<Value>(&task.scope_json) {
-                Ok(Value::Object(map)) => map,
-                _ => Map::new(),
-            },
+            scope: task.scope.clone(),
             team,
         }
     }

@@ -5,18 +5,15 @@
 
 use std::sync::Arc;
 
-use tonic::transport::Channel;
 use tracing::info;
-use weft_proto::PROTOCOL_VERSION;
 use weft_proto::types::WorkerKind;
-use weft_proto::v1 as pb;
-use weft_proto::v1::worker_service_client::WorkerServiceClient;
 
 use crate::blobs::BlobCache;
+use crate::config::WorkerConfig;
+use crate::connection::BlobSource;
 use crate::execute::Toolbox;
 use crate::handler::Registry;
 use crate::python::{PythonHosts, PythonPool};
-use crate::runtime::WorkerConfig;
 use crate::script::ScriptRunner;
 use crate::work_dir::WorkDir;
 
@@ -51,38 +48,54 @@ impl HostResources {
     }
 }
 
+/// What a worker announces on joining: who it is and what it hosts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Hello {
+    pub name: String,
+    /// Tasks it runs at once.
+    pub slots: u32,
+    pub labels: Vec<(String, String)>,
+    /// The built-in kinds it hosts.
+    pub kinds: Vec<WorkerKind>,
+    /// Its registered handlers, functions and tools, by name.
+    pub handlers: Vec<String>,
+    pub functions: Vec<String>,
+    pub tools: Vec<String>,
+}
+
 /// The worker's hello: what it hosts.
-pub(crate) fn hello(config: &WorkerConfig, registry: &Registry, python: bool) -> pb::Hello {
-    pb::Hello {
-        protocol_version: PROTOCOL_VERSION,
+pub(crate) fn hello(config: &WorkerConfig, registry: &Registry, python: bool) -> Hello {
+    Hello {
         name: config.name.clone(),
         slots: config.slots,
-        labels: config.labels.iter().cloned().collect(),
-        kinds: hosted_kinds(config, python)
-            .into_iter()
-            .map(|kind| kind.as_str().to_owned())
-            .collect(),
+        labels: config.labels.clone(),
+        kinds: hosted_kinds(config, python),
         handlers: registry.handlers.keys().cloned().collect(),
         functions: registry.functions.keys().cloned().collect(),
         tools: registry.tools.keys().cloned().collect(),
     }
 }
 
-/// What a session runs tasks with.
-pub(crate) fn kinds(
+/// What a session runs tasks with, fetching bundle files from `source`.
+pub(crate) fn toolbox(
     config: &WorkerConfig,
     local: &HostResources,
     registry: &Arc<Registry>,
-    client: &WorkerServiceClient<Channel>,
+    source: BlobSource,
 ) -> Toolbox {
-    let blobs = BlobCache::new(local.work.files(), client.clone());
+    let blobs = BlobCache::new(local.work.files(), source);
     // Field versions are the coordinator's numbering on this connection.
     if let Some(python) = &local.python {
         python.new_session();
     }
     Toolbox {
         registry: registry.clone(),
-        scripts: ScriptRunner::new(local.work.scratch(), blobs.clone(), config.secrets.clone()),
+        scripts: ScriptRunner::new(
+            local.work.scratch(),
+            blobs.clone(),
+            config.secrets.clone(),
+            config.inherited_env.clone().into(),
+        ),
         providers: config.providers.clone(),
         python: local.python.clone(),
         blobs,

@@ -28,8 +28,9 @@
 #![warn(missing_docs)]
 
 mod blobs;
+mod config;
 mod config_file;
-mod discovery;
+mod connection;
 mod execute;
 mod handler;
 mod hosting;
@@ -39,7 +40,14 @@ mod runtime;
 mod script;
 mod script_output;
 mod secrets;
+mod session;
 pub mod state_sync;
+/// The worker's reading of wire messages, for tests that drive both ends
+/// of the protocol together; not part of the SDK.
+#[doc(hidden)]
+pub mod wire {
+    pub use crate::connection::assignment_of as read_assignment;
+}
 mod task;
 mod team;
 mod work_dir;
@@ -51,9 +59,10 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
+pub use config::{ConfigError, Environment, WorkerConfig, WorkerOptions};
 pub use config_file::{PythonTable, TelemetryTable, WorkerFile, WorkerFileError};
 pub use handler::{HandlerError, IntoOutput, Output, Registry, TaskContext};
-pub use runtime::{WorkerConfig, WorkerError};
+pub use runtime::WorkerError;
 pub use script_output::{StdoutError, parse_stdout};
 pub use secrets::{SecretError, Secrets, SecretsFileError};
 pub use task::{BlobFile, Completed, Failure, FailureKind, Task};
@@ -68,24 +77,18 @@ pub struct Worker {
 
 impl Worker {
     /// A worker for the coordinator at `coordinator` (an `http://` URL),
-    /// with one slot per CPU, hosting scripts and no handlers yet.
+    /// with one slot per CPU, hosting scripts and no handlers yet; its
+    /// scripts inherit `PATH`, `HOME`, `LANG` and `TMPDIR` from this
+    /// process.
     pub fn new(coordinator: impl Into<String>) -> Self {
-        let slots = std::thread::available_parallelism().map_or(1, |n| n.get() as u32);
-        let name = format!("worker-{}", std::process::id());
+        Self::from_config(WorkerConfig::new(coordinator, &Environment::of_process()))
+    }
+
+    /// A worker set up as `config` says (see [`WorkerConfig::load`]), with
+    /// no handlers yet.
+    pub fn from_config(config: WorkerConfig) -> Self {
         Self {
-            config: WorkerConfig {
-                coordinator: coordinator.into(),
-                etcd: Vec::new(),
-                work_dir: None,
-                name,
-                slots,
-                labels: Vec::new(),
-                scripts: true,
-                secrets: std::sync::Arc::default(),
-                joined: None,
-                providers: std::sync::Arc::default(),
-                python: python::PythonSettings::default(),
-            },
+            config,
             registry: Registry::default(),
         }
     }

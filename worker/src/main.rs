@@ -36,13 +36,15 @@ struct Args {
     #[arg(long)]
     work_dir: Option<PathBuf>,
     /// A file of `NAME=value` lines: secrets for `${NAME}` in node
-    /// configuration, taking precedence over the worker's environment.
-    #[arg(long, env = "WEFT_SECRETS_FILE")]
+    /// configuration, taking precedence over the worker's environment
+    /// (default: $WEFT_SECRETS_FILE).
+    #[arg(long)]
     secrets_file: Option<PathBuf>,
     /// Configuration file (TOML): `[providers.NAME]` tables of model
     /// providers for `llm` and `agent` steps, `[telemetry]`, and
-    /// `[python]` (interpreter, pool_size, enabled).
-    #[arg(long, env = "WEFT_WORKER_CONFIG")]
+    /// `[python]` (interpreter, pool_size, enabled) (default:
+    /// $WEFT_WORKER_CONFIG).
+    #[arg(long)]
     config: Option<PathBuf>,
     /// Print the effective configuration and exit 0, or the refusal and
     /// exit 2.
@@ -56,71 +58,36 @@ struct Args {
 #[tokio::main]
 async fn main() -> ExitCode {
     let args = Args::parse();
-    let file = match &args.config {
-        Some(path) => match weft_worker::WorkerFile::read(path) {
-            Ok(file) => file,
-            Err(error) => {
-                eprintln!("worker: {error}");
-                return ExitCode::from(2);
-            }
-        },
-        None => weft_worker::WorkerFile::default(),
+    let options = weft_worker::WorkerOptions {
+        coordinator: Some(args.coordinator),
+        etcd: args.etcd,
+        slots: args.slots,
+        name: args.name,
+        work_dir: args.work_dir,
+        secrets_file: args.secrets_file,
+        config_file: args.config,
     };
-    let telemetry = weft_process::TelemetryConfig::resolve(
-        weft_process::TelemetryConfig {
-            endpoint: file.telemetry.endpoint.clone(),
-            service_name: file.telemetry.service_name.clone().unwrap_or_default(),
-        },
-        |key| std::env::var(key).ok(),
-        "weft-worker",
-    );
+    let env = weft_worker::Environment::of_process();
+    let config = match weft_worker::WorkerConfig::load(options, &env) {
+        Ok(config) => config,
+        Err(error) => {
+            eprintln!("worker: {error}");
+            return ExitCode::from(2);
+        }
+    };
     // Held to the end: dropping it sends the last spans.
-    let _telemetry = match weft_process::init(args.log_format, &telemetry) {
+    let _telemetry = match weft_process::init(args.log_format, &config.telemetry) {
         Ok(guard) => guard,
         Err(error) => {
             eprintln!("worker: {error}");
             return ExitCode::from(2);
         }
     };
-    let mut worker = weft_worker::Worker::new(args.coordinator);
-    worker.etcd(args.etcd);
-    worker.python(file.python.settings());
-    if let Some(slots) = args.slots {
-        worker.slots(slots);
+    if args.check_config {
+        println!("{config:#?}");
+        return ExitCode::SUCCESS;
     }
-    if let Some(name) = args.name {
-        worker.name(name);
-    }
-    if let Some(dir) = args.work_dir {
-        worker.work_dir(dir);
-    }
-    let secrets = match secrets(args.secrets_file.as_deref()) {
-        Ok(secrets) => secrets,
-        Err(error) => {
-            eprintln!("worker: {error}");
-            return ExitCode::from(2);
-        }
-    };
-    // Providers from the file, else from OPENAI_BASE_URL and OPENAI_API_KEY.
-    match weft_worker::llm::Providers::new(
-        file.providers,
-        |name| std::env::var(name).ok(),
-        &secrets,
-    ) {
-        Ok(providers) if args.check_config => {
-            worker.providers(providers);
-            println!("{worker:#?}\n{telemetry:#?}");
-            return ExitCode::SUCCESS;
-        }
-        Ok(providers) => {
-            worker.providers(providers);
-        }
-        Err(error) => {
-            eprintln!("worker: {error}");
-            return ExitCode::from(2);
-        }
-    }
-    worker.secrets(secrets);
+    let worker = weft_worker::Worker::from_config(config);
     let shutdown = weft_process::shutdown_on_signal();
     match worker.run(shutdown).await {
         Ok(()) => ExitCode::SUCCESS,
@@ -129,16 +96,4 @@ async fn main() -> ExitCode {
             ExitCode::from(1)
         }
     }
-}
-
-/// The worker's secret store for `${NAME}`: its own environment and its
-/// secrets file.
-fn secrets(
-    file: Option<&std::path::Path>,
-) -> Result<weft_worker::Secrets, weft_worker::SecretsFileError> {
-    let mut secrets: Vec<(String, String)> = std::env::vars().collect();
-    if let Some(path) = file {
-        secrets.extend(weft_worker::Secrets::read_file(path)?);
-    }
-    Ok(weft_worker::Secrets::new(secrets))
 }

@@ -34,25 +34,31 @@ use process::{GroupGuard, Launch, Scratch, launcher};
 /// The file in a scratch directory that `GRAPH_STATE` names.
 const STATE_FILE: &str = ".weft-state.json";
 
-/// The worker's variables a script inherits; nothing else leaks through.
-const INHERITED_ENV: [&str; 4] = ["PATH", "HOME", "LANG", "TMPDIR"];
-
 /// Runs script tasks.
 #[derive(Clone)]
 pub struct ScriptRunner {
     scratch_root: PathBuf,
     blobs: BlobCache,
     secrets: Arc<Secrets>,
+    /// The worker's variables a script inherits; nothing else leaks
+    /// through.
+    inherited: Arc<[(String, String)]>,
 }
 
 impl ScriptRunner {
     /// Scripts run in directories under `scratch_root`; `secrets` are the
     /// worker's own, for `${NAME}` in `run`/`args` and `env:`.
-    pub fn new(scratch_root: PathBuf, blobs: BlobCache, secrets: Arc<Secrets>) -> Self {
+    pub fn new(
+        scratch_root: PathBuf,
+        blobs: BlobCache,
+        secrets: Arc<Secrets>,
+        inherited: Arc<[(String, String)]>,
+    ) -> Self {
         Self {
             scratch_root,
             blobs,
             secrets,
+            inherited,
         }
     }
 
@@ -68,12 +74,13 @@ impl ScriptRunner {
     }
 
     async fn run_with(&self, task: &Task, redactor: &mut Redactor) -> Result<Value, Failure> {
-        let config: ScriptConfig = serde_json::from_str(&task.config_json).map_err(|e| {
-            Failure::new(
-                FailureKind::InvalidTask,
-                format!("script configuration: {e}"),
-            )
-        })?;
+        let config =
+            <ScriptConfig as serde::Deserialize>::deserialize(&task.config).map_err(|e| {
+                Failure::new(
+                    FailureKind::InvalidTask,
+                    format!("script configuration: {e}"),
+                )
+            })?;
         let config = config.with_secrets(&self.secrets, redactor)?;
         let scratch = self.scratch(task).await?;
         let state_json = self.prepare(&scratch.0, task).await?;
@@ -200,11 +207,7 @@ impl ScriptRunner {
         // A script sees SPEC 4.1's variables, a few the system needs, and
         // its node's `env:`, never the rest of the worker's environment.
         command.env_clear();
-        for name in INHERITED_ENV {
-            if let Some(value) = std::env::var_os(name) {
-                command.env(name, value);
-            }
-        }
+        command.envs(self.inherited.iter().map(|(name, value)| (name, value)));
         command
             .args(&config.argv[1..])
             .current_dir(dir)
@@ -243,11 +246,7 @@ fn stdin_request(task: &Task, state_json: &str) -> String {
     format!(
         "{{\"state\":{},\"scope\":{},\"inbox\":{},\"team\":{},\"run_id\":{},\"node\":{},\"attempt\":{},\"item\":{}}}",
         state_json,
-        if task.scope_json.is_empty() {
-            "{}"
-        } else {
-            &task.scope_json
-        },
+        Value::Object(task.scope.clone()),
         inbox,
         team,
         json!(task.run_id),
@@ -333,6 +332,8 @@ fn human(duration: Duration) -> String {
 mod tests {
     use std::os::unix::fs::PermissionsExt;
 
+    use weft_proto::types::WorkerKind;
+
     use super::*;
 
     /// Polls `condition` every 10 ms for up to 10 s.
@@ -354,13 +355,19 @@ mod tests {
     /// these tasks bundle no files).
     fn runner(name: &str) -> (ScriptRunner, PathBuf) {
         let root = std::env::temp_dir().join(format!("weft-{name}-{}", std::process::id()));
-        let channel = tonic::transport::Endpoint::from_static("http://127.0.0.1:9").connect_lazy();
         let blobs = BlobCache::new(
             root.join("files"),
-            weft_proto::v1::worker_service_client::WorkerServiceClient::new(channel),
+            crate::connection::BlobSource::unreachable(),
         );
         (
-            ScriptRunner::new(root.join("scratch"), blobs, Arc::new(secrets())),
+            ScriptRunner::new(
+                root.join("scratch"),
+                blobs,
+                Arc::new(secrets()),
+                crate::WorkerConfig::new("", &crate::Environment::of_process())
+                    .inherited_env
+                    .into(),
+            ),
             root,
         )
     }
@@ -368,20 +375,9 @@ mod tests {
     fn script(argv: &[&str], timeout: Duration) -> Task {
         Task {
             run_id: "run".into(),
-            key: 1,
             node: "nap".into(),
-            attempt: 1,
-            kind: "script".into(),
-            config_json: json!({ "argv": argv }).to_string(),
-            state: Vec::new(),
-            state_versions: Vec::new(),
-            scope_json: "{}".into(),
-            item: None,
             timeout,
-            bundle: Vec::new(),
-            team: None,
-            prompts_json: String::new(),
-            traceparent: String::new(),
+            ..Task::example(WorkerKind::Script, json!({ "argv": argv }))
         }
     }
 
@@ -459,11 +455,10 @@ mod tests {
     async fn secrets_reach_argv_and_env_and_are_masked_in_what_fails() {
         let (runner, root) = runner("secrets-test");
         let mut task = script(&[], Duration::from_secs(10));
-        task.config_json = json!({
+        task.config = json!({
             "argv": ["sh", "-c", r#"echo "{\"arg\": \"$1\", \"env\": \"$TOKEN\"}""#, "x", "${API_KEY}"],
             "env": {"TOKEN": "Bearer ${API_KEY}", "LITERAL": "$${API_KEY}"},
-        })
-        .to_string();
+        });
         let output = runner.run(&task).await.unwrap();
         assert_eq!(
             output,
@@ -471,11 +466,10 @@ mod tests {
         );
 
         task.key = 2;
-        task.config_json = json!({
+        task.config = json!({
             "argv": ["sh", "-c", "echo \"token $TOKEN rejected\" >&2; exit 3"],
             "env": {"TOKEN": "${API_KEY}"},
-        })
-        .to_string();
+        });
         let error = runner.run(&task).await.unwrap_err();
         assert!(
             error.message.contains("token *** rejected"),
@@ -485,7 +479,7 @@ mod tests {
         assert!(!error.message.contains("s3cret"), "{}", error.message);
 
         task.key = 3;
-        task.config_json = json!({"argv": ["echo", "${NOT_SET}"]}).to_string();
+        task.config = json!({"argv": ["echo", "${NOT_SET}"]});
         let error = runner.run(&task).await.unwrap_err();
         assert_eq!(error.kind, FailureKind::InvalidTask);
         assert_eq!(

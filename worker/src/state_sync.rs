@@ -8,12 +8,47 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Duration;
 
 use serde_json::Value;
-use weft_proto::v1 as pb;
 
-use crate::task::{BlobFile, Failure, FailureKind, Task};
+use crate::task::{Failure, FailureKind, Task};
+
+/// A task as it arrives: the task itself (or why it cannot run), with the
+/// state fields the message carried or left out.
+#[derive(Debug)]
+pub struct Assignment {
+    /// The run.
+    pub run_id: String,
+    /// The attempt's key within the run.
+    pub key: u64,
+    /// The task, its state still empty; or why it cannot run (the cache
+    /// still takes the fields its message carried).
+    pub task: Result<Task, Failure>,
+    /// The state the task sees, field by field, in order.
+    pub fields: Vec<SentField>,
+}
+
+/// One state field of an [`Assignment`].
+#[derive(Debug)]
+pub struct SentField {
+    /// The field.
+    pub name: String,
+    /// Its version within the run.
+    pub version: u64,
+    /// Its value, when the message carried it.
+    pub value: Sent,
+}
+
+/// What a message said of a field's value.
+#[derive(Debug)]
+pub enum Sent {
+    /// The value, which the worker now holds at this version.
+    Value(Value),
+    /// Left out: the worker holds this version already.
+    Held,
+    /// Carried, but not JSON.
+    Malformed(String),
+}
 
 /// Field values per run, each with its version.
 #[derive(Debug, Default)]
@@ -27,89 +62,69 @@ impl StateCache {
         self.runs.remove(run_id);
     }
 
-    /// Builds a task from its message, taking the values it leaves out from
-    /// the cache and caching the values it carries.
-    pub fn task(&mut self, assignment: pb::TaskAssignment) -> Result<Task, Failure> {
-        let fields = self.runs.entry(assignment.run_id.clone()).or_default();
-        let mut state = Vec::with_capacity(assignment.state.len());
-        let mut versions = Vec::with_capacity(assignment.state.len());
+    /// The task of `assignment`, with the values it leaves out taken from
+    /// the cache; the values it carries are cached, whether or not the
+    /// task can run.
+    pub fn task(&mut self, assignment: Assignment) -> Result<Task, Failure> {
+        let fields = self.runs.entry(assignment.run_id).or_default();
+        let mut state = Vec::with_capacity(assignment.fields.len());
+        let mut versions = Vec::with_capacity(assignment.fields.len());
         let mut problem = None;
-        for field in assignment.state {
-            if !field.json.is_empty() {
-                match serde_json::from_str::<Value>(&field.json) {
-                    Ok(value) => {
-                        let value = Arc::new(value);
-                        state.push((field.name.clone(), value.clone()));
-                        versions.push(field.version);
-                        fields.insert(field.name, (field.version, value));
+        for field in assignment.fields {
+            match field.value {
+                Sent::Value(value) => {
+                    let value = Arc::new(value);
+                    state.push((field.name.clone(), value.clone()));
+                    versions.push(field.version);
+                    fields.insert(field.name, (field.version, value));
+                }
+                Sent::Malformed(error) => {
+                    problem = Some(format!("field '{}' is not JSON: {error}", field.name));
+                }
+                Sent::Held => match fields.get(&field.name) {
+                    Some((version, value)) if *version == field.version => {
+                        state.push((field.name, value.clone()));
+                        versions.push(*version);
                     }
-                    Err(error) => {
-                        problem = Some(format!("field '{}' is not JSON: {error}", field.name))
+                    _ => {
+                        problem = Some(format!(
+                            "field '{}' version {} is not in this worker's cache",
+                            field.name, field.version
+                        ));
                     }
-                }
-                continue;
-            }
-            match fields.get(&field.name) {
-                Some((version, value)) if *version == field.version => {
-                    state.push((field.name, value.clone()));
-                    versions.push(*version);
-                }
-                _ => {
-                    problem = Some(format!(
-                        "field '{}' version {} is not in this worker's cache",
-                        field.name, field.version
-                    ))
-                }
+                },
             }
         }
         if let Some(message) = problem {
             return Err(Failure::new(FailureKind::StateCacheMiss, message));
         }
-        Ok(Task {
-            run_id: assignment.run_id,
-            key: assignment.task_key,
-            node: assignment.node,
-            attempt: assignment.attempt,
-            kind: assignment.kind,
-            config_json: assignment.config_json,
-            state,
-            state_versions: versions,
-            scope_json: assignment.scope_json,
-            item: assignment.item.map(|item| item.index),
-            timeout: Duration::from_millis(assignment.timeout_ms.max(1)),
-            team: assignment.team.map(crate::TeamSeat::from_wire),
-            prompts_json: assignment.prompts_json,
-            traceparent: assignment.traceparent,
-            bundle: assignment
-                .bundle
-                .into_iter()
-                .map(|b| BlobFile {
-                    path: b.path,
-                    sha256: b.sha256,
-                    mode: b.mode,
-                })
-                .collect(),
-        })
+        let mut task = assignment.task?;
+        task.state = state;
+        task.state_versions = versions;
+        Ok(task)
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+    use weft_proto::types::WorkerKind;
+
     use super::*;
 
-    fn assignment(fields: &[(&str, u64, &str)]) -> pb::TaskAssignment {
-        pb::TaskAssignment {
+    fn assignment(fields: &[(&str, u64, Option<Value>)]) -> Assignment {
+        Assignment {
             run_id: "r".into(),
-            task_key: 1,
-            state: fields
+            key: 1,
+            task: Ok(Task::example(WorkerKind::Task, json!({}))),
+            fields: fields
                 .iter()
-                .map(|(name, version, json)| pb::StateField {
+                .map(|(name, version, value)| SentField {
                     name: (*name).into(),
                     version: *version,
-                    json: (*json).into(),
+                    value: value.clone().map_or(Sent::Held, Sent::Value),
                 })
                 .collect(),
-            ..pb::TaskAssignment::default()
         }
     }
 
@@ -117,21 +132,37 @@ mod tests {
     fn values_left_out_come_from_the_cache() {
         let mut cache = StateCache::default();
         cache
-            .task(assignment(&[("blob", 1, "\"big\""), ("n", 1, "1")]))
+            .task(assignment(&[
+                ("blob", 1, Some(json!("big"))),
+                ("n", 1, Some(json!(1))),
+            ]))
             .unwrap();
         let task = cache
-            .task(assignment(&[("blob", 1, ""), ("n", 2, "2")]))
+            .task(assignment(&[("blob", 1, None), ("n", 2, Some(json!(2)))]))
             .unwrap();
         assert_eq!(task.state_json(), r#"{"blob":"big","n":2}"#);
+        assert_eq!(task.state_versions, [1, 2]);
     }
 
     #[test]
     fn a_missing_version_fails_the_task() {
         let mut cache = StateCache::default();
-        cache.task(assignment(&[("n", 1, "1")])).unwrap();
-        let error = cache.task(assignment(&[("n", 2, "")])).unwrap_err();
+        cache.task(assignment(&[("n", 1, Some(json!(1)))])).unwrap();
+        let error = cache.task(assignment(&[("n", 2, None)])).unwrap_err();
         assert_eq!(error.kind, FailureKind::StateCacheMiss);
         cache.forget("r");
-        assert!(cache.task(assignment(&[("n", 1, "")])).is_err());
+        assert!(cache.task(assignment(&[("n", 1, None)])).is_err());
+    }
+
+    #[test]
+    fn a_task_that_cannot_run_still_teaches_the_cache() {
+        let mut cache = StateCache::default();
+        let mut unrunnable = assignment(&[("n", 1, Some(json!(1)))]);
+        unrunnable.task = Err(Failure::new(FailureKind::UnsupportedKind, "no such kind"));
+        let error = cache.task(unrunnable).unwrap_err();
+        assert_eq!(error.kind, FailureKind::UnsupportedKind);
+        // The coordinator's mirror counts the value as held: so does the cache.
+        let task = cache.task(assignment(&[("n", 1, None)])).unwrap();
+        assert_eq!(task.state_json(), r#"{"n":1}"#);
     }
 }

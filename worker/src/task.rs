@@ -1,10 +1,14 @@
-//! A task as the worker receives it, and how an attempt fails.
+//! What a coordinator asks of a worker, in the worker's own terms: a task
+//! attempt and how it ends, and a function call and its answer. The
+//! connection (`crate::connection`) turns wire messages into these and
+//! back; nothing else sees the wire.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde_json::Value;
+use serde_json::{Map, Value};
 pub use weft_proto::types::FailureKind;
+use weft_proto::types::WorkerKind;
 
 /// A bundle file a task needs in its scratch directory.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -29,17 +33,17 @@ pub struct Task {
     /// 1 for the first attempt.
     pub attempt: u32,
     /// The node's kind.
-    pub kind: String,
-    /// The kind's fields, as JSON.
-    pub config_json: String,
+    pub kind: WorkerKind,
+    /// The kind's fields (`handler`, `argv`, `provider`, …).
+    pub config: Value,
     /// The state the task sees, field by field. Values are shared with the
     /// worker's cache, so a task never copies a field it does not read.
     pub state: Vec<(String, Arc<Value>)>,
     /// The version of each field of `state`, in its order (empty when not
     /// known): a Python process is sent a value once per version.
     pub state_versions: Vec<u64>,
-    /// The scope, as JSON.
-    pub scope_json: String,
+    /// The step's scope: a map item's bindings (empty outside a map).
+    pub scope: Map<String, Value>,
     /// The map item's index, for a chain step.
     pub item: Option<u64>,
     /// Per-attempt deadline.
@@ -48,8 +52,9 @@ pub struct Task {
     pub bundle: Vec<BlobFile>,
     /// For a `teammates: true` step of a map item with a team: its seat.
     pub team: Option<crate::TeamSeat>,
-    /// An `llm` or `agent` step's rendered prompts, as JSON.
-    pub prompts_json: String,
+    /// An `llm` or `agent` step's rendered prompts,
+    /// `{"system": TEXT, "prompt": TEXT}` (`Null` for other kinds).
+    pub prompts: Value,
     /// W3C trace context of the attempt's span (empty: not traced); a
     /// script gets it as `TRACEPARENT`.
     pub traceparent: String,
@@ -94,6 +99,31 @@ impl Task {
     }
 }
 
+#[cfg(test)]
+impl Task {
+    /// A first attempt of node `n` of run `r`, of `kind` with `config`,
+    /// with an empty state, a second to run and nothing else.
+    pub(crate) fn example(kind: WorkerKind, config: Value) -> Self {
+        Self {
+            run_id: "r".into(),
+            key: 1,
+            node: "n".into(),
+            attempt: 1,
+            kind,
+            config,
+            state: Vec::new(),
+            state_versions: Vec::new(),
+            scope: Map::new(),
+            item: None,
+            timeout: Duration::from_secs(1),
+            bundle: Vec::new(),
+            team: None,
+            prompts: Value::Null,
+            traceparent: String::new(),
+        }
+    }
+}
+
 /// Why an attempt failed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Failure {
@@ -111,4 +141,73 @@ impl Failure {
             message: message.into(),
         }
     }
+}
+
+/// How an attempt ended, as the worker reports it.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct TaskReport {
+    /// The run.
+    pub run_id: String,
+    /// The attempt's key within the run.
+    pub key: u64,
+    /// What it produced, or why it failed.
+    pub outcome: Result<Completed, Failure>,
+    /// The numbers of the teammate messages handed to the task that it
+    /// read.
+    pub read: Vec<u64>,
+}
+
+/// A call the coordinator makes of a worker: a reducer, predicate or router
+/// (`fn:NAME`, or a Python name), or a loop's `until` sentence for a model.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct FunctionCall {
+    /// The call's number, echoed in its answer.
+    pub id: u64,
+    /// The run it is for.
+    pub run_id: String,
+    /// The function's name, or the sentence a judge weighs.
+    pub name: String,
+    /// The arguments.
+    pub args: Vec<Value>,
+    /// How long the call may take.
+    pub timeout: Duration,
+    /// What answers it.
+    pub target: CallTarget,
+    /// The bundle files a Python function's module needs.
+    pub bundle: Vec<BlobFile>,
+}
+
+/// What answers a [`FunctionCall`].
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum CallTarget {
+    /// A function registered with the worker.
+    Registered,
+    /// The model of the worker's providers, weighing a sentence.
+    Judge,
+    /// A function of a bundle's Python module.
+    Python(PythonTarget),
+}
+
+/// A Python function of a bundle.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct PythonTarget {
+    /// The module, e.g. `reducers`.
+    pub module: String,
+    /// The function in it.
+    pub function: String,
+    /// How the arguments are passed (`positional`, …).
+    pub form: String,
+    /// The bundle directory the module lives in.
+    pub dir: String,
+}
+
+/// The answer to a [`FunctionCall`]: its value, or the error's text.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct CallAnswer {
+    /// The call's number.
+    pub id: u64,
+    /// The run it was for.
+    pub run_id: String,
+    /// What it returned.
+    pub result: Result<Value, String>,
 }

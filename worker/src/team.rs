@@ -17,7 +17,8 @@ use std::time::Duration;
 use serde::Serialize;
 use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
-use weft_proto::v1 as pb;
+
+use crate::connection::Outbound;
 
 /// A teammate message.
 #[derive(Debug, Clone, PartialEq)]
@@ -28,16 +29,6 @@ pub struct Message {
     pub content: Value,
     /// Its number in this item's inbox.
     pub seq: u64,
-}
-
-impl Message {
-    pub(crate) fn from_wire(message: pb::TeamMessage) -> Self {
-        Self {
-            from: message.from,
-            content: serde_json::from_str(&message.content_json).unwrap_or(Value::Null),
-            seq: message.seq,
-        }
-    }
 }
 
 /// What a flagged step is dispatched with: its identity, every member's,
@@ -53,14 +44,6 @@ pub struct TeamSeat {
 }
 
 impl TeamSeat {
-    pub(crate) fn from_wire(team: pb::Team) -> Self {
-        Self {
-            me: team.me,
-            members: team.members,
-            inbox: team.inbox.into_iter().map(Message::from_wire).collect(),
-        }
-    }
-
     /// The seat as a script reads it on stdin: `(team, inbox)`.
     pub(crate) fn stdin_parts(&self) -> (Value, Value) {
         let team = serde_json::json!({"me": self.me, "members": self.members});
@@ -71,6 +54,21 @@ impl TeamSeat {
             .collect();
         (team, Value::Array(inbox))
     }
+}
+
+/// A running step's message to a teammate, on its way to the coordinator.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct TeamSend {
+    /// The run.
+    pub run_id: String,
+    /// The sending attempt.
+    pub key: u64,
+    /// The number its answer will name.
+    pub send_id: u64,
+    /// The recipient's identity.
+    pub to: String,
+    /// The content, as JSON.
+    pub content_json: String,
 }
 
 /// Why a message was not sent.
@@ -116,11 +114,11 @@ impl Acks {
         (id, rx)
     }
 
-    /// The coordinator answered send `id`.
-    pub(crate) fn answered(&self, id: u64, error: String) {
+    /// The coordinator answered send `id`: taken, or refused with why.
+    pub(crate) fn answered(&self, id: u64, refusal: Option<String>) {
         let waiter = self.waiting.lock().expect("acks lock").remove(&id);
         if let Some(waiter) = waiter {
-            let _ = waiter.send(if error.is_empty() { Ok(()) } else { Err(error) });
+            let _ = waiter.send(refusal.map_or(Ok(()), Err));
         }
     }
 }
@@ -138,7 +136,7 @@ struct Link {
     task_key: u64,
     inbox: tokio::sync::Mutex<mpsc::UnboundedReceiver<Message>>,
     read: Mutex<Vec<u64>>,
-    outbound: mpsc::Sender<pb::WorkerMessage>,
+    outbound: mpsc::Sender<Outbound>,
     acks: Arc<Acks>,
 }
 
@@ -175,7 +173,7 @@ impl TeamEnd {
 pub(crate) struct Sender {
     pub(crate) run_id: String,
     pub(crate) task_key: u64,
-    pub(crate) outbound: mpsc::Sender<pb::WorkerMessage>,
+    pub(crate) outbound: mpsc::Sender<Outbound>,
     pub(crate) acks: Arc<Acks>,
 }
 
@@ -227,18 +225,15 @@ impl Team {
             serde_json::to_string(&content).map_err(|e| TeamError::Content(e.to_string()))?;
         let link = &self.link;
         let (send_id, answer) = link.acks.expect();
-        let send = pb::TeamSend {
+        let send = TeamSend {
             run_id: link.run_id.clone(),
-            task_key: link.task_key,
+            key: link.task_key,
             send_id,
             to: to.to_owned(),
             content_json: content,
         };
-        let message = pb::WorkerMessage {
-            body: Some(pb::worker_message::Body::Send(send)),
-        };
-        if link.outbound.send(message).await.is_err() {
-            link.acks.answered(send_id, String::new());
+        if link.outbound.send(Outbound::Send(send)).await.is_err() {
+            link.acks.answered(send_id, None);
             return Err(TeamError::Disconnected);
         }
         match answer.await {
@@ -278,22 +273,22 @@ mod tests {
     use serde_json::json;
 
     fn seat(inbox: &[&str]) -> TeamSeat {
-        TeamSeat::from_wire(pb::Team {
+        TeamSeat {
             me: "fan/0".into(),
             members: vec!["fan/0".into(), "fan/1".into()],
             inbox: inbox
                 .iter()
                 .enumerate()
-                .map(|(i, c)| pb::TeamMessage {
+                .map(|(i, c)| Message {
                     from: "fan/1".into(),
-                    content_json: json!(c).to_string(),
+                    content: json!(c),
                     seq: i as u64 + 1,
                 })
                 .collect(),
-        })
+        }
     }
 
-    fn open(inbox: &[&str]) -> (Team, TeamEnd, mpsc::Receiver<pb::WorkerMessage>, Arc<Acks>) {
+    fn open(inbox: &[&str]) -> (Team, TeamEnd, mpsc::Receiver<Outbound>, Arc<Acks>) {
         let (outbound, sent) = mpsc::channel(8);
         let acks = Arc::new(Acks::default());
         let sender = Sender {
@@ -337,15 +332,12 @@ mod tests {
         let answer = tokio::spawn({
             let acks = acks.clone();
             async move {
-                let Some(pb::WorkerMessage {
-                    body: Some(pb::worker_message::Body::Send(send)),
-                }) = sent.recv().await
-                else {
+                let Some(Outbound::Send(send)) = sent.recv().await else {
                     panic!("no send went out");
                 };
-                assert_eq!((send.to.as_str(), send.task_key), ("fan/1", 4));
+                assert_eq!((send.to.as_str(), send.key), ("fan/1", 4));
                 assert_eq!(send.content_json, r#"{"n":1}"#);
-                acks.answered(send.send_id, "the inbox is full".into());
+                acks.answered(send.send_id, Some("the inbox is full".into()));
             }
         });
         let refused = team.send("fan/1", json!({"n": 1})).await.unwrap_err();

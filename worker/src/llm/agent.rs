@@ -157,8 +157,8 @@ impl Agent<'_> {
     /// Runs the loop; the final answer is the step's output.
     pub(crate) async fn run(self) -> Result<Completed, Failure> {
         let task = self.task;
-        let config: AgentTask = serde_json::from_str(&task.config_json)
-            .map_err(|e| invalid("agent configuration", e))?;
+        let config =
+            AgentTask::deserialize(&task.config).map_err(|e| invalid("agent configuration", e))?;
         let prompts = Prompts::of(task)?;
         let provider = self
             .kinds

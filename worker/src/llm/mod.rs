@@ -43,7 +43,7 @@ pub(crate) struct Prompts {
 
 impl Prompts {
     pub(crate) fn of(task: &Task) -> Result<Self, Failure> {
-        serde_json::from_str(&task.prompts_json).map_err(|error| {
+        Self::deserialize(&task.prompts).map_err(|error| {
             Failure::new(
                 FailureKind::InvalidTask,
                 format!("the step's prompts: {error}"),
@@ -75,8 +75,7 @@ pub(crate) fn model_for(named: Option<String>, provider: &Provider) -> Result<St
 
 /// Runs one `llm` step: one chat completion.
 pub(crate) async fn run_llm(providers: &Providers, task: &Task) -> Result<Completed, Failure> {
-    let config: LlmTask =
-        serde_json::from_str(&task.config_json).map_err(|e| invalid("llm configuration", e))?;
+    let config = LlmTask::deserialize(&task.config).map_err(|e| invalid("llm configuration", e))?;
     let prompts = Prompts::of(task)?;
     let provider = providers
         .get(config.provider.as_deref())

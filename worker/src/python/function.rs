@@ -5,20 +5,17 @@
 //!
 //! A function gets only the state fields its signature takes (all of them
 //! with `**kwargs`), and a Python process is sent each field's value once
-//! per version (see `held.rs`), so a call carries what changed, not the
+//! per version (see `state_cache.rs`), so a call carries what changed, not the
 //! whole state. `tool_args` have their `${NAME}` secrets substituted here;
 //! the values are masked in everything the attempt reports.
 
-use std::time::Duration;
-
 use serde_json::{Map, Value};
-use weft_proto::v1 as pb;
 
 use super::{Call, PythonError, PythonHosts};
 use crate::blobs::BlobCache;
 use crate::execute::Toolbox;
 use crate::secrets::{Redactor, Secrets};
-use crate::task::{BlobFile, Completed, Failure, FailureKind, Task};
+use crate::task::{Completed, Failure, FailureKind, FunctionCall, PythonTarget, Task};
 
 /// Runs one attempt of a `function` node.
 pub async fn run_function(
@@ -27,8 +24,7 @@ pub async fn run_function(
     task: &Task,
 ) -> Result<Completed, Failure> {
     let (blobs, secrets) = (&kinds.blobs, &*kinds.secrets);
-    let config: Value = serde_json::from_str(&task.config_json)
-        .map_err(|e| Failure::new(FailureKind::InvalidTask, format!("task configuration: {e}")))?;
+    let config = &task.config;
     let text = |key: &str| config[key].as_str().unwrap_or_default().to_owned();
     let (module, function, dir) = (text("module"), text("function"), text("dir"));
     let output_key = match text("output_key") {
@@ -66,8 +62,7 @@ pub async fn run_function(
             kwargs.insert(name.clone(), value);
         }
     }
-    let scope: Map<String, Value> = serde_json::from_str(&task.scope_json).unwrap_or_default();
-    kwargs.extend(scope);
+    kwargs.extend(task.scope.clone());
     let call = Call {
         module: &module,
         function: &function,
@@ -154,32 +149,21 @@ fn failure(error: PythonError, redactor: &Redactor) -> Failure {
 
 /// Calls a Python reducer, condition, router or `until` for the
 /// coordinator; the answer or the error's text.
-pub async fn call_python(
+pub(crate) async fn call_python(
     hosts: &PythonHosts,
     blobs: &BlobCache,
-    call: &pb::FunctionCall,
-    python: &pb::PythonCall,
-    timeout: Duration,
+    call: &FunctionCall,
+    python: &PythonTarget,
 ) -> Result<Value, String> {
-    let bundle: Vec<BlobFile> = call
-        .bundle
-        .iter()
-        .map(|b| BlobFile {
-            path: b.path.clone(),
-            sha256: b.sha256.clone(),
-            mode: b.mode,
-        })
-        .collect();
     let hosted = hosts
-        .pool(blobs, &bundle, &python.dir)
+        .pool(blobs, &call.bundle, &python.dir)
         .await
         .map_err(|failure| failure.message)?;
-    let args: Vec<Value> =
-        serde_json::from_str(&call.args_json).map_err(|error| format!("bad arguments: {error}"))?;
+    let timeout = call.timeout;
     let call = Call {
         module: &python.module,
         function: &python.function,
-        args,
+        args: call.args.clone(),
         kwargs: Map::new(),
         form: &python.form,
         mask: Vec::new(),

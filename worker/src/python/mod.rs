@@ -277,7 +277,8 @@ mod state_cache;
 pub use state_cache::FieldValue;
 use state_cache::Held;
 
-pub use function::{call_python, run_function};
+pub(crate) use function::call_python;
+pub use function::run_function;
 pub use hosts::{PythonHosts, PythonSettings};
 
 #[cfg(test)]

@@ -8,7 +8,8 @@ use std::time::Duration;
 use tonic::transport::Endpoint;
 use weft_store::{EtcdStore, LEADER_KEY, Store};
 
-use crate::runtime::{WorkerConfig, WorkerError};
+use crate::config::WorkerConfig;
+use crate::runtime::WorkerError;
 
 /// How a worker looks for its coordinator.
 pub(crate) enum Finder {
@@ -43,7 +44,7 @@ impl Finder {
     }
 
     /// Where to connect now, or why there is nowhere yet.
-    pub(crate) async fn find(&self) -> Result<Endpoint, String> {
+    pub(super) async fn find(&self) -> Result<Endpoint, String> {
         match self {
             Self::Fixed(endpoint) => Ok((**endpoint).clone()),
             Self::Leader(store) => match store.get(LEADER_KEY).await {
@@ -64,7 +65,7 @@ impl Finder {
     /// Resolves once the coordinator at `url` no longer leads by etcd's
     /// word (never, for a fixed URL): a worker stops waiting on a leader
     /// that was replaced while it tried to join.
-    pub(crate) async fn moved_from(&self, url: &str) {
+    pub(super) async fn moved_from(&self, url: &str) {
         let Self::Leader(store) = self else {
             return std::future::pending().await;
         };
@@ -84,7 +85,7 @@ impl Finder {
 const LEADER_POLL: Duration = Duration::from_millis(250);
 
 /// A coordinator's endpoint.
-pub(crate) fn endpoint(url: &str) -> Result<Endpoint, WorkerError> {
+pub(super) fn endpoint(url: &str) -> Result<Endpoint, WorkerError> {
     Endpoint::from_shared(url.to_owned())
         .map(|endpoint| {
             endpoint
@@ -98,7 +99,7 @@ pub(crate) fn endpoint(url: &str) -> Result<Endpoint, WorkerError> {
 }
 
 /// The leader a standby coordinator's refusal names, if it names one.
-pub(crate) fn redirect(status: &tonic::Status) -> Option<String> {
+pub(super) fn redirect(status: &tonic::Status) -> Option<String> {
     if status.code() != tonic::Code::Unavailable {
         return None;
     }

@@ -1,0 +1,282 @@
+//! The worker's wire edge: one gRPC stream to a coordinator, spoken in the
+//! worker's own terms.
+//!
+//! Everything the generated `weft_proto::v1` types touch lives here: where
+//! the coordinator is (`discovery`), the handshake, the stream in both
+//! directions, and the fetch of bundle files. The rest of the worker sends
+//! [`Outbound`] and receives [`Inbound`]; `convert` is the one place that
+//! turns them into wire messages and back, so a change to the protocol is
+//! a change here.
+
+mod convert;
+mod discovery;
+
+pub use convert::assignment_of;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio_stream::StreamExt;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::transport::Channel;
+use tracing::info;
+use weft_proto::v1 as pb;
+use weft_proto::v1::worker_service_client::WorkerServiceClient;
+
+pub(crate) use discovery::Finder;
+
+use crate::config::WorkerConfig;
+use crate::hosting::Hello;
+use crate::runtime::WorkerError;
+use crate::state_sync::Assignment;
+use crate::task::{CallAnswer, FunctionCall, TaskReport};
+use crate::team::{Message, TeamSend};
+
+/// How long a coordinator may take to welcome a joining worker.
+const JOIN_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a leaving worker waits for the coordinator to close its side.
+const LEAVE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Messages queued for the coordinator before senders wait.
+const OUTBOUND_QUEUE: usize = 1024;
+
+/// What a coordinator tells a worker.
+#[derive(Debug)]
+pub(crate) enum Inbound {
+    /// Run a task attempt.
+    Task(Box<Assignment>),
+    /// Stop the attempt `key` of `run_id`.
+    Cancel { run_id: String, key: u64 },
+    /// A teammate message for the running attempt `key` of `run_id`.
+    Deliver {
+        run_id: String,
+        key: u64,
+        message: Message,
+    },
+    /// The coordinator took the teammate send `send_id`, or refused it
+    /// with why.
+    SendAnswered {
+        send_id: u64,
+        refusal: Option<String>,
+    },
+    /// Call a function.
+    Call(FunctionCall),
+    /// A call the worker cannot read, answered with why.
+    Unreadable(CallAnswer),
+    /// The run has ended: drop what is kept for it.
+    Forget { run_id: String },
+    /// The coordinator is there (a heartbeat).
+    Alive,
+}
+
+/// What a worker tells its coordinator.
+#[derive(Debug)]
+pub(crate) enum Outbound {
+    /// This worker takes no more tasks; it leaves once its tasks are done.
+    Drain,
+    /// The worker is there.
+    Heartbeat,
+    /// A task sent after the worker began to drain, handed back unstarted.
+    Refused { run_id: String, key: u64 },
+    /// How an attempt ended.
+    Report(TaskReport),
+    /// A function call's answer.
+    Answer(CallAnswer),
+    /// A teammate message from a running attempt.
+    Send(TeamSend),
+}
+
+/// Why a session with a coordinator did not start, or ended.
+#[derive(Debug)]
+pub(crate) enum Ending {
+    /// The coordinator went away or could not be reached: connect again.
+    Lost(String),
+    /// A standby coordinator named the leader: join it.
+    Redirected(String),
+}
+
+/// What the coordinator said on welcoming the worker.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Welcome {
+    /// How often both sides send heartbeats.
+    pub heartbeat: Duration,
+}
+
+/// A joined session's stream.
+pub(crate) struct Connection {
+    inbound: tonic::Streaming<pb::CoordinatorMessage>,
+    outbound: mpsc::Sender<Outbound>,
+    client: WorkerServiceClient<Channel>,
+}
+
+/// Connects to the coordinator — at `redirect` when a standby named it,
+/// else wherever `finder` says — announces `hello` and waits for the
+/// welcome, bounded. A coordinator that accepts connections but does not
+/// answer (a stopped process) is given up on like one that refuses, and
+/// so is one that etcd stops naming as the leader meanwhile.
+pub(crate) async fn open(
+    config: &WorkerConfig,
+    finder: &Finder,
+    redirect: Option<String>,
+    hello: Hello,
+) -> Result<Result<(Connection, Welcome), Ending>, WorkerError> {
+    let target = match redirect {
+        Some(url) => discovery::endpoint(&url).map_err(|e| e.to_string()),
+        None => finder.find().await,
+    };
+    let endpoint = match target {
+        Ok(endpoint) => endpoint,
+        Err(why) => return Ok(Err(Ending::Lost(why))),
+    };
+    let channel = match endpoint.connect().await {
+        Ok(channel) => channel,
+        Err(error) => return Ok(Err(Ending::Lost(format!("cannot connect: {error}")))),
+    };
+    let client = WorkerServiceClient::new(channel)
+        .max_decoding_message_size(weft_proto::MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(weft_proto::MAX_MESSAGE_BYTES);
+    let url = endpoint.uri().to_string();
+    let handshake = tokio::time::timeout(JOIN_TIMEOUT, handshake(config, client, hello));
+    tokio::select! {
+        joined = handshake => joined.unwrap_or_else(|_| {
+            Ok(Err(Ending::Lost(format!(
+                "the coordinator did not welcome this worker within {JOIN_TIMEOUT:?}"
+            ))))
+        }),
+        () = finder.moved_from(&url) => {
+            Ok(Err(Ending::Lost(format!("{url} no longer leads its group"))))
+        }
+    }
+}
+
+/// Opens the stream with the hello first and waits for the welcome.
+async fn handshake(
+    config: &WorkerConfig,
+    mut client: WorkerServiceClient<Channel>,
+    hello: Hello,
+) -> Result<Result<(Connection, Welcome), Ending>, WorkerError> {
+    let (outbound, rx) = mpsc::channel::<Outbound>(OUTBOUND_QUEUE);
+    // Known once welcomed; results are checked against it as they go out.
+    let max_result_bytes = Arc::new(AtomicUsize::new(usize::MAX));
+    let limit = max_result_bytes.clone();
+    let first = tokio_stream::once(convert::hello(hello));
+    let rest = ReceiverStream::new(rx)
+        .map(move |message| convert::to_coordinator(message, limit.load(Ordering::Relaxed)));
+    let mut inbound = match client.join(first.chain(rest)).await {
+        Ok(response) => response.into_inner(),
+        Err(status)
+            if status.code() == tonic::Code::FailedPrecondition
+                || status.code() == tonic::Code::InvalidArgument =>
+        {
+            return Err(WorkerError::Refused(status.message().to_owned()));
+        }
+        Err(status) => {
+            return Ok(Err(match discovery::redirect(&status) {
+                Some(leader) => Ending::Redirected(leader),
+                None => Ending::Lost(status.message().to_owned()),
+            }));
+        }
+    };
+    match inbound.message().await {
+        Ok(Some(pb::CoordinatorMessage {
+            body: Some(pb::coordinator_message::Body::Welcome(welcome)),
+        })) => {
+            info!(worker = %config.name, id = %welcome.worker_id, "joined the coordinator");
+            let limit = match welcome.max_result_bytes {
+                0 => usize::MAX,
+                n => usize::try_from(n).unwrap_or(usize::MAX),
+            };
+            max_result_bytes.store(limit, Ordering::Relaxed);
+            let welcome = Welcome {
+                heartbeat: Duration::from_millis(welcome.heartbeat_interval_ms.max(50)),
+            };
+            let connection = Connection {
+                inbound,
+                outbound,
+                client,
+            };
+            Ok(Ok((connection, welcome)))
+        }
+        Ok(_) => Ok(Err(Ending::Lost("the coordinator sent no welcome".into()))),
+        Err(status) => Ok(Err(Ending::Lost(status.message().to_owned()))),
+    }
+}
+
+impl Connection {
+    /// Where to send messages to the coordinator.
+    pub(crate) fn outbound(&self) -> mpsc::Sender<Outbound> {
+        self.outbound.clone()
+    }
+
+    /// Where bundle files come from.
+    pub(crate) fn blobs(&self) -> BlobSource {
+        BlobSource {
+            client: self.client.clone(),
+        }
+    }
+
+    /// The coordinator's next message, or why the stream ended. Cancel
+    /// safe: a message is either returned or still unread.
+    pub(crate) async fn next(&mut self) -> Result<Inbound, String> {
+        loop {
+            match self.inbound.message().await {
+                Ok(Some(message)) => {
+                    if let Some(inbound) = convert::from_coordinator(message) {
+                        return Ok(inbound);
+                    }
+                }
+                Ok(None) => return Err("the coordinator closed the stream".into()),
+                Err(status) => return Err(status.message().to_owned()),
+            }
+        }
+    }
+
+    /// Leaves after draining: closing this side of the stream and waiting
+    /// for the coordinator to close its side guarantees the last results
+    /// arrived before the worker counts as gone. Every other sender of the
+    /// session must be dropped first.
+    pub(crate) async fn leave(self) {
+        let Self {
+            mut inbound,
+            outbound,
+            ..
+        } = self;
+        drop(outbound);
+        let closed = async { while let Ok(Some(_)) = inbound.message().await {} };
+        let _ = tokio::time::timeout(LEAVE_TIMEOUT, closed).await;
+    }
+}
+
+/// The coordinator's store of bundle files, fetched by content hash.
+#[derive(Clone)]
+pub(crate) struct BlobSource {
+    client: WorkerServiceClient<Channel>,
+}
+
+/// Why a bundle file could not be fetched.
+#[derive(Debug, thiserror::Error)]
+#[error("{}", .0.message())]
+pub(crate) struct FetchError(#[source] tonic::Status);
+
+impl BlobSource {
+    /// The content whose SHA-256 is `sha256`.
+    pub(crate) async fn fetch(&self, sha256: &str) -> Result<Vec<u8>, FetchError> {
+        let request = pb::FetchBlobRequest {
+            sha256: sha256.to_owned(),
+        };
+        let mut client = self.client.clone();
+        let response = client.fetch_blob(request).await.map_err(FetchError)?;
+        Ok(response.into_inner().content)
+    }
+
+    /// A source no coordinator answers for, so a test sees whether a fetch
+    /// was needed.
+    #[cfg(test)]
+    pub(crate) fn unreachable() -> Self {
+        let channel = tonic::transport::Endpoint::from_static("http://127.0.0.1:9").connect_lazy();
+        Self {
+            client: WorkerServiceClient::new(channel),
+        }
+    }
+}

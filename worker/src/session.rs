@@ -1,0 +1,313 @@
+//! One session with a coordinator, once joined: run the tasks it sends,
+//! answer its calls, pass teammate messages, send heartbeats, and on
+//! shutdown take no more tasks, finish the ones in flight, then leave.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use tokio::sync::{Semaphore, mpsc};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::{Instrument, debug, info};
+use weft_proto::types::WorkerKind;
+
+use crate::config::WorkerConfig;
+use crate::connection::{Connection, Inbound, Outbound, Welcome};
+use crate::execute::{Toolbox, call_function, execute};
+use crate::handler::Registry;
+use crate::hosting::{HostResources, toolbox};
+use crate::state_sync::{Assignment, StateCache};
+use crate::task::{Completed, Failure, FailureKind, Task, TaskReport};
+use crate::team::{self, Acks, Message, Team, TeamEnd};
+
+/// How a session ended.
+pub(crate) enum SessionEnd {
+    /// Shut down cleanly after draining.
+    Drained,
+    /// The coordinator went away; connect again.
+    Lost(String),
+    /// A standby coordinator named the leader: join it.
+    Redirected(String),
+}
+
+/// What a session is run with, beyond its connection.
+pub(crate) struct Setup<'a> {
+    pub config: &'a WorkerConfig,
+    pub local: &'a HostResources,
+    pub registry: &'a Arc<Registry>,
+    /// Where its tasks are spawned; the worker waits on it before exiting.
+    pub tracker: &'a TaskTracker,
+}
+
+/// An attempt's key: its run and its key within the run.
+type AttemptId = (String, u64);
+
+/// Serves the coordinator on `connection` until it goes away or
+/// `shutdown` is cancelled and the tasks in flight are done.
+pub(crate) async fn serve(
+    setup: Setup<'_>,
+    mut connection: Connection,
+    welcome: Welcome,
+    shutdown: &CancellationToken,
+) -> SessionEnd {
+    let Setup {
+        config,
+        local,
+        registry,
+        tracker,
+    } = setup;
+    let outbound = connection.outbound();
+    let mut session = Session {
+        kinds: toolbox(config, local, registry, connection.blobs()),
+        worker: config.name.clone(),
+        // A task the coordinator timed out may still stop here: wait for it.
+        slots: Arc::new(Semaphore::new(config.slots as usize)),
+        outbound: outbound.clone(),
+        tracker: tracker.clone(),
+        running: HashMap::new(),
+        acks: Arc::new(Acks::default()),
+        cache: StateCache::default(),
+    };
+    let (done_tx, mut done_rx) = mpsc::unbounded_channel::<TaskReport>();
+    let heartbeat = welcome.heartbeat;
+    let mut draining = false;
+    let mut last_heard = Instant::now();
+    let mut ticker = tokio::time::interval(heartbeat);
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled(), if !draining => {
+                info!(worker = %config.name, in_flight = session.running.len(), "draining: finishing tasks in flight");
+                draining = true;
+                let _ = outbound.send(Outbound::Drain).await;
+                if session.running.is_empty() {
+                    return leave(session, outbound, connection).await;
+                }
+            }
+            incoming = connection.next() => {
+                let message = match incoming {
+                    Ok(message) => message,
+                    Err(why) => return lost(session.running, why),
+                };
+                last_heard = Instant::now();
+                session.handle(message, draining, &done_tx).await;
+            }
+            Some(report) = done_rx.recv() => {
+                session.running.remove(&(report.run_id.clone(), report.key));
+                debug!(run = %report.run_id, key = report.key, "task done");
+                if outbound.send(Outbound::Report(report)).await.is_err() {
+                    return lost(session.running, "the stream to the coordinator closed".into());
+                }
+                if draining && session.running.is_empty() {
+                    return leave(session, outbound, connection).await;
+                }
+            }
+            _ = ticker.tick() => {
+                if last_heard.elapsed() > heartbeat * 5 {
+                    return lost(session.running, "the coordinator stopped sending heartbeats".into());
+                }
+                let _ = outbound.send(Outbound::Heartbeat).await;
+            }
+        }
+    }
+}
+
+/// What one connection to the coordinator runs.
+struct Session {
+    kinds: Toolbox,
+    /// The worker's name, for its spans.
+    worker: String,
+    slots: Arc<Semaphore>,
+    outbound: mpsc::Sender<Outbound>,
+    tracker: TaskTracker,
+    /// Tasks started and not yet reported.
+    running: HashMap<AttemptId, Running>,
+    /// Answers to the teammate messages its tasks send.
+    acks: Arc<Acks>,
+    cache: StateCache,
+}
+
+type Done = mpsc::UnboundedSender<TaskReport>;
+
+/// A task started and not yet reported.
+struct Running {
+    cancel: CancellationToken,
+    /// Where the teammate messages sent to it while it runs go (a handler
+    /// with a team).
+    deliveries: Option<mpsc::UnboundedSender<Message>>,
+}
+
+impl Session {
+    async fn handle(&mut self, message: Inbound, draining: bool, done: &Done) {
+        match message {
+            Inbound::Task(assignment) if draining => {
+                // Sent before the coordinator heard we are leaving: hand it
+                // back rather than start what we would not finish.
+                let refused = Outbound::Refused {
+                    run_id: assignment.run_id,
+                    key: assignment.key,
+                };
+                let _ = self.outbound.send(refused).await;
+            }
+            Inbound::Task(assignment) => self.start(assignment, done).await,
+            Inbound::Cancel { run_id, key } => {
+                if let Some(running) = self.running.get(&(run_id, key)) {
+                    running.cancel.cancel();
+                }
+            }
+            Inbound::Deliver {
+                run_id,
+                key,
+                message,
+            } => {
+                if let Some(running) = self.running.get(&(run_id, key))
+                    && let Some(deliveries) = &running.deliveries
+                {
+                    let _ = deliveries.send(message);
+                }
+            }
+            Inbound::SendAnswered { send_id, refusal } => self.acks.answered(send_id, refusal),
+            Inbound::Call(call) => {
+                // Off the session loop, so a slow function never delays
+                // heartbeats or results.
+                let (kinds, outbound) = (self.kinds.clone(), self.outbound.clone());
+                self.tracker.spawn(async move {
+                    let answer = call_function(&kinds, call).await;
+                    let _ = outbound.send(Outbound::Answer(answer)).await;
+                });
+            }
+            Inbound::Unreadable(answer) => {
+                let _ = self.outbound.send(Outbound::Answer(answer)).await;
+            }
+            Inbound::Forget { run_id } => {
+                if let Some(python) = &self.kinds.python {
+                    python.forget(&run_id);
+                }
+                self.cache.forget(&run_id);
+            }
+            Inbound::Alive => {}
+        }
+    }
+
+    async fn start(&mut self, assignment: Box<Assignment>, done: &Done) {
+        let (run_id, key) = (assignment.run_id.clone(), assignment.key);
+        let mut task = match self.cache.task(*assignment) {
+            Ok(task) => task,
+            Err(failure) => {
+                let report = TaskReport {
+                    run_id,
+                    key,
+                    outcome: Err(failure),
+                    read: Vec::new(),
+                };
+                let _ = self.outbound.send(Outbound::Report(report)).await;
+                return;
+            }
+        };
+        let cancel = CancellationToken::new();
+        let span = attempt_span(&task, &self.worker);
+        task.traceparent = weft_process::telemetry::traceparent(&span);
+        let (team, end) = self.open_team(&task);
+        let running = Running {
+            cancel: cancel.clone(),
+            deliveries: end.as_ref().map(|end| end.deliveries.clone()),
+        };
+        self.running.insert((run_id, key), running);
+        let (kinds, slots, done) = (self.kinds.clone(), self.slots.clone(), done.clone());
+        self.tracker.spawn(async move {
+            let attempt = async {
+                let _slot = slots.acquire().await;
+                execute(&kinds, &mut task, team).await
+            };
+            let outcome = tokio::select! {
+                outcome = attempt => outcome,
+                _ = cancel.cancelled() => Err(Failure::new(FailureKind::Cancelled, "the coordinator cancelled the task")),
+            };
+            record_outcome(&tracing::Span::current(), &outcome);
+            // A handler says what it read; a script read its whole inbox.
+            let read = match end {
+                Some(end) => end.read(),
+                None => task.team.as_ref().map_or_else(Vec::new, |seat| {
+                    seat.inbox.iter().map(|m| m.seq).collect()
+                }),
+            };
+            let _ = done.send(TaskReport {
+                run_id: task.run_id,
+                key: task.key,
+                outcome,
+                read,
+            });
+        }.instrument(span));
+    }
+
+    /// A handler's team, opened on the seat its assignment brought; scripts
+    /// read their seat on stdin and need none.
+    fn open_team(&self, task: &Task) -> (Option<Team>, Option<TeamEnd>) {
+        let Some(seat) = task.team.clone() else {
+            return (None, None);
+        };
+        // Handlers and agents take messages as they run.
+        if !matches!(task.kind, WorkerKind::Task | WorkerKind::Agent) {
+            return (None, None);
+        }
+        let sender = team::Sender {
+            run_id: task.run_id.clone(),
+            task_key: task.key,
+            outbound: self.outbound.clone(),
+            acks: self.acks.clone(),
+        };
+        let (team, end) = Team::open(seat, sender);
+        (Some(team), Some(end))
+    }
+}
+
+/// The worker's span of one attempt: a child of the coordinator's node
+/// span, whose context the task carries.
+fn attempt_span(task: &Task, worker: &str) -> tracing::Span {
+    let span = tracing::info_span!(
+        "execute",
+        run_id = task.run_id.as_str(),
+        node = task.node.as_str(),
+        kind = task.kind.as_str(),
+        attempt = task.attempt,
+        item = task.item,
+        worker,
+        // `00-TRACE-SPAN-FLAGS`: log lines of the attempt carry the trace.
+        trace_id = task.traceparent.split('-').nth(1).unwrap_or_default(),
+        outcome = tracing::field::Empty,
+        otel.status_description = tracing::field::Empty,
+    );
+    weft_process::telemetry::set_parent(&span, &task.traceparent);
+    span
+}
+
+fn record_outcome(span: &tracing::Span, outcome: &Result<Completed, Failure>) {
+    match outcome {
+        Ok(_) => {
+            span.record("outcome", "ok");
+        }
+        Err(failure) => {
+            span.record("outcome", failure.kind.as_str());
+            span.record("otel.status_description", failure.message.as_str());
+        }
+    }
+}
+
+/// Leaves after draining, once the session's own senders are gone.
+async fn leave(
+    session: Session,
+    outbound: mpsc::Sender<Outbound>,
+    connection: Connection,
+) -> SessionEnd {
+    drop((session, outbound));
+    connection.leave().await;
+    SessionEnd::Drained
+}
+
+/// The coordinator is gone: stop what runs (it will be dispatched again).
+fn lost(running: HashMap<AttemptId, Running>, why: String) -> SessionEnd {
+    for task in running.values() {
+        task.cancel.cancel();
+    }
+    SessionEnd::Lost(why)
+}
