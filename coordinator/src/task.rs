@@ -69,3 +69,26 @@ pub struct TeamSeat {
     /// Its inbox, in arrival order.
     pub inbox: Vec<TeamMessage>,
 }
+
+/// Why a call of a worker-hosted function (a reducer, condition, router or
+/// `until`) failed: the worker's answer, or why no worker gave one.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct CallError(pub String);
+
+impl From<String> for CallError {
+    fn from(message: String) -> Self {
+        Self(message)
+    }
+}
+
+impl From<&str> for CallError {
+    fn from(message: &str) -> Self {
+        Self(message.to_owned())
+    }
+}
+
+/// A teammate message whose content is not JSON: what the parser said.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("the message is not JSON: {0}")]
+pub struct NotJson(pub String);

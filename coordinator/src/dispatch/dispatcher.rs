@@ -519,7 +519,7 @@ impl Dispatcher {
                         },
                         Work::Call(call) => DispatchEvent::CallReturned {
                             call: call.call,
-                            result: Err(failure.message),
+                            result: Err(CallError(failure.message)),
                         },
                     };
                     let _ = payload.sink.send(event);

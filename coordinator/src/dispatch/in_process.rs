@@ -22,7 +22,7 @@ use super::{
     Assignment, DispatchEvent, EventSink, FunctionCall, Requirement, TaskLauncher, TaskOutcome,
     ToWorker,
 };
-use crate::task::{FailureKind, TaskFailure, TaskKey};
+use crate::task::{CallError, FailureKind, TaskFailure, TaskKey};
 
 /// What an in-process handler is given: the attempt, with its state and
 /// scope decoded.
@@ -38,12 +38,24 @@ pub struct InProcessTask {
 /// A handler's future, boxed so handlers of any closure type share one map.
 pub type BoxedOutcome<T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send>>;
 
-/// A node implementation: the fields it writes, or why it failed.
+/// A node implementation: the fields it writes, or why it failed (a
+/// `handler_error`).
 pub type InProcessHandler =
-    Arc<dyn Fn(InProcessTask) -> BoxedOutcome<Result<Value, String>> + Send + Sync>;
+    Arc<dyn Fn(InProcessTask) -> BoxedOutcome<Result<Value, CallError>> + Send + Sync>;
 
 /// A worker-hosted function (a reducer, a router, an `until`) run here.
-pub type InProcessFunction = Arc<dyn Fn(Vec<Value>) -> Result<Value, String> + Send + Sync>;
+pub type InProcessFunction = Arc<dyn Fn(Vec<Value>) -> Result<Value, CallError> + Send + Sync>;
+
+/// Why a task's message cannot be read here.
+#[derive(Debug, thiserror::Error)]
+enum Undecodable {
+    /// The run left out a value (only workers cache values).
+    #[error("field '{0}' came without its value")]
+    Missing(String),
+    /// A value or the scope is not JSON.
+    #[error(transparent)]
+    Json(#[from] serde_json::Error),
+}
 
 /// A running task: its run and key.
 type RunningTask = (Arc<str>, TaskKey);
@@ -96,7 +108,7 @@ impl InProcessLauncher {
     pub fn with_handler<F, Fut>(mut self, name: &str, handler: F) -> Self
     where
         F: Fn(InProcessTask) -> Fut + Send + Sync + 'static,
-        Fut: std::future::Future<Output = Result<Value, String>> + Send + 'static,
+        Fut: std::future::Future<Output = Result<Value, CallError>> + Send + 'static,
     {
         self.handlers.insert(
             name.to_owned(),
@@ -109,7 +121,7 @@ impl InProcessLauncher {
     pub fn with_function(
         mut self,
         name: &str,
-        function: impl Fn(Vec<Value>) -> Result<Value, String> + Send + Sync + 'static,
+        function: impl Fn(Vec<Value>) -> Result<Value, CallError> + Send + Sync + 'static,
     ) -> Self {
         self.functions.insert(name.to_owned(), Arc::new(function));
         self
@@ -148,19 +160,18 @@ impl InProcessLauncher {
 
 /// Decodes a task's state: every field travels whole here (no worker
 /// caches a version).
-fn decode(task: Assignment) -> Result<InProcessTask, String> {
+fn decode(task: Assignment) -> Result<InProcessTask, Undecodable> {
     let mut state = Map::new();
     for field in &task.state {
         let json = field
             .json
             .as_deref()
-            .ok_or_else(|| format!("field '{}' came without its value", field.name))?;
-        let value = serde_json::from_str(json).map_err(|e| e.to_string())?;
-        state.insert(field.name.to_string(), value);
+            .ok_or_else(|| Undecodable::Missing(field.name.to_string()))?;
+        state.insert(field.name.to_string(), serde_json::from_str(json)?);
     }
     let scope = match task.scope_json.trim() {
         "" => Map::new(),
-        json => serde_json::from_str(json).map_err(|e| e.to_string())?,
+        json => serde_json::from_str(json)?,
     };
     Ok(InProcessTask {
         assignment: task,
@@ -200,13 +211,13 @@ impl TaskLauncher for InProcessLauncher {
                     tokio::select! {
                         () = stop.cancelled() => None,
                         done = tokio::time::timeout(timeout.max(Duration::from_millis(1)), work) => Some(match done {
-                            Ok(Ok(writes)) => Ok((writes, None)),
-                            Ok(Err(message)) => Err(failure(FailureKind::HandlerError, message)),
+                            Ok(Ok(writes)) => Ok((writes.to_string(), None)),
+                            Ok(Err(CallError(message))) => Err(failure(FailureKind::HandlerError, message)),
                             Err(_) => Err(failure(FailureKind::Timeout, format!("the task took longer than {timeout:?}"))),
                         }),
                     }
                 }
-                Err(message) => Some(Err(failure(FailureKind::InvalidOutput, message))),
+                Err(error) => Some(Err(failure(FailureKind::InvalidTask, error.to_string()))),
             };
             running
                 .lock()
@@ -242,7 +253,7 @@ impl TaskLauncher for InProcessLauncher {
         self.note(Launched::Call(call.name.clone()));
         let result = match self.functions.get(&call.name) {
             Some(function) => function(call.args),
-            None => Err(format!("no in-process function '{}'", call.name)),
+            None => Err(CallError(format!("no in-process function '{}'", call.name))),
         };
         let _ = sink.send(DispatchEvent::CallReturned {
             call: call.call,

@@ -32,6 +32,7 @@ pub use dispatcher::{
 pub use hosting::Hosting;
 pub use registry::{Limits, WorkerStatus};
 
+pub use crate::task::{CallError, NotJson};
 use crate::task::{ItemRef, TaskFailure, TaskKey, TeamMessage, TeamSeat};
 
 /// A worker's id, unique for the coordinator's lifetime.
@@ -223,8 +224,10 @@ impl CallForm {
 /// What a task attempt came to, as a worker reports it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TaskOutcome {
-    /// The written fields (with `_next`) as JSON, and the transient output.
-    pub result: Result<(Value, Option<Value>), TaskFailure>,
+    /// The written fields (with `_next` and `_send`) as the worker sent
+    /// them, unread: the run decides whether they are a valid output. Then
+    /// the transient output.
+    pub result: Result<(String, Option<Value>), TaskFailure>,
     /// The numbers of the teammate messages handed to the task it read.
     pub read: Vec<u64>,
     /// What the attempt noted on the way (model and tool calls).
@@ -262,7 +265,7 @@ pub enum DispatchEvent {
         /// The call.
         call: u64,
         /// Its value, or error.
-        result: Result<Value, String>,
+        result: Result<Value, CallError>,
     },
     /// A running task sent a teammate message.
     TeamSend {
@@ -281,7 +284,7 @@ pub struct TeamSend {
     /// The recipient's identity.
     pub to: String,
     /// The content, or why it could not be read.
-    pub content: Result<Value, String>,
+    pub content: Result<Value, NotJson>,
 }
 
 /// Where the dispatcher sends a run's events.
@@ -362,7 +365,7 @@ pub enum FromWorker {
         /// The call.
         call: u64,
         /// Its value, or error.
-        result: Result<Value, String>,
+        result: Result<Value, CallError>,
     },
     /// I am alive.
     Heartbeat,

@@ -8,6 +8,7 @@ use crate::dispatch::{
     Assignment, FromWorker, FunctionCall, TaskOutcome, TeamSend, ToWorker, WorkerInfo,
 };
 use crate::graph::{Finding, Severity};
+use crate::task::{CallError, NotJson};
 use weft_proto::events::{error_to_wire, event_to_wire, status_to_wire};
 
 use crate::run::{FailureKind, RunEvent, RunView, StoredEvent, TaskFailure, TeamMessage};
@@ -250,18 +251,11 @@ pub fn from_worker(message: pb::WorkerMessage) -> Option<FromWorker> {
                 _ => Vec::new(),
             };
             let outcome = match result.outcome? {
-                pb::task_result::Outcome::Output(output) => match parse_json(&output.json) {
-                    Ok(writes) => {
-                        let transient = (!output.output_json.is_empty())
-                            .then(|| parse_json(&output.output_json).unwrap_or(Value::Null));
-                        Ok((writes, transient))
-                    }
-                    Err(message) => Err(TaskFailure {
-                        kind: FailureKind::InvalidOutput,
-                        message,
-                        worker: None,
-                    }),
-                },
+                pb::task_result::Outcome::Output(output) => {
+                    let transient = (!output.output_json.is_empty())
+                        .then(|| parse_json(&output.output_json).unwrap_or(Value::Null));
+                    Ok((output.json, transient))
+                }
                 pb::task_result::Outcome::Error(error) => Err(TaskFailure {
                     kind: FailureKind::from_wire(&error.kind),
                     message: error.message,
@@ -285,13 +279,15 @@ pub fn from_worker(message: pb::WorkerMessage) -> Option<FromWorker> {
                 send_id: send.send_id,
                 to: send.to,
                 content: serde_json::from_str(&send.content_json)
-                    .map_err(|error| format!("the message is not JSON: {error}")),
+                    .map_err(|error| NotJson(error.to_string())),
             },
         }),
         Body::CallResult(result) => {
             let value = match result.outcome? {
-                pb::call_result::Outcome::ValueJson(json) => parse_json(&json),
-                pb::call_result::Outcome::Error(error) => Err(error),
+                pb::call_result::Outcome::ValueJson(json) => {
+                    parse_json(&json).map_err(|error| CallError(invalid_json(&error)))
+                }
+                pb::call_result::Outcome::Error(error) => Err(CallError(error)),
             };
             Some(FromWorker::CallResult {
                 run_id: result.run_id,
@@ -302,9 +298,14 @@ pub fn from_worker(message: pb::WorkerMessage) -> Option<FromWorker> {
     }
 }
 
-fn parse_json(text: &str) -> Result<Value, String> {
+/// A worker's JSON (nothing: an empty object).
+fn parse_json(text: &str) -> Result<Value, serde_json::Error> {
     if text.trim().is_empty() {
         return Ok(Value::Object(Default::default()));
     }
-    serde_json::from_str(text).map_err(|error| format!("the worker sent invalid JSON: {error}"))
+    serde_json::from_str(text)
+}
+
+fn invalid_json(error: &serde_json::Error) -> String {
+    format!("the worker sent invalid JSON: {error}")
 }

@@ -35,7 +35,9 @@ use crate::bundle::BlobLease;
 use crate::dispatch::jobs::JobKey;
 use crate::dispatch::{BlobRef, CallForm, DispatchEvent, EventSink, TaskLauncher, ToWorker};
 use crate::durable::journal::Journal;
-use crate::run::{Effect, Input, Rejected, RunEvent, RunMachine, RunPlan, RunStatus, TaskKey};
+use crate::run::{
+    Effect, Input, Rejected, RunEvent, RunMachine, RunPlan, RunStatus, TaskKey, UntilJudge,
+};
 
 /// How often a map's finished items are checkpointed at most.
 pub(super) const ITEM_CHECKPOINTS: Duration = Duration::from_millis(100);
@@ -404,31 +406,29 @@ impl RunActor {
                 } => self.acknowledge(key, send_id, error),
                 Effect::CallReducer {
                     call,
-                    name,
+                    code,
                     s0_value,
                     branch_values,
                     ..
                 } => self.call(
                     call,
-                    name,
+                    code,
                     vec![s0_value, Value::Array(branch_values)],
                     CallForm::Positional,
                 ),
                 Effect::CallUntil {
                     call,
-                    name,
+                    judge: UntilJudge::Code(code),
                     iteration,
-                    by_model: false,
-                } => self.call(call, name, vec![iteration], CallForm::LoopIteration),
+                } => self.call(call, code, vec![iteration], CallForm::LoopIteration),
                 Effect::CallUntil {
                     call,
-                    name,
+                    judge: UntilJudge::Sentence(sentence),
                     iteration,
-                    by_model: true,
-                } => self.judge(call, name, iteration),
-                Effect::CallPredicate { call, name, state } => {
+                } => self.judge(call, sentence, iteration),
+                Effect::CallPredicate { call, code, state } => {
                     let state = Value::Object((*state).clone());
-                    self.call(call, name, vec![state], CallForm::Keywords);
+                    self.call(call, code, vec![state], CallForm::Keywords);
                 }
                 Effect::StartChild { node, graph, input } => {
                     let traceparent = self.spans.child_starting(&node);

@@ -111,7 +111,7 @@ nodes:
 ";
     let launcher = InProcessLauncher::new().with_handler("flaky", |task| async move {
         match task.assignment.attempt {
-            1 => Err("not yet".to_owned()),
+            1 => Err("not yet".into()),
             _ => Ok(json!({ "done": true })),
         }
     });

@@ -11,7 +11,7 @@ use super::RunActor;
 use crate::dispatch::jobs::JobKey;
 use crate::dispatch::{Assignment, CallForm, DispatchEvent, FunctionCall, PythonCall, TaskOutcome};
 use crate::run::{
-    Effect, FailureKind, Input, NodeOutput, Outgoing, RunEvent, TaskFailure, TaskKey, TaskSpec,
+    Code, Effect, FailureKind, Input, NodeOutput, Outgoing, TaskFailure, TaskKey, TaskSpec,
 };
 
 impl RunActor {
@@ -20,19 +20,7 @@ impl RunActor {
     fn finished_input(&self, key: TaskKey, worker: String, outcome: TaskOutcome) -> Input {
         let limits = self.plan.limits();
         match outcome.result {
-            Ok((writes, output)) => match NodeOutput::from_json(writes) {
-                Ok(parsed) if parsed.writes.len() > limits.max_output_fields => Input::TaskFailed {
-                    key,
-                    failure: TaskFailure {
-                        kind: FailureKind::InvalidOutput,
-                        message: format!(
-                            "the task wrote {} fields; a task writes at most {} (configuration key max_output_fields)",
-                            parsed.writes.len(),
-                            limits.max_output_fields
-                        ),
-                        worker: Some(worker),
-                    },
-                },
+            Ok((writes, output)) => match NodeOutput::accept(&writes, limits.max_output_fields) {
                 Ok(mut parsed) => {
                     parsed.output = output;
                     parsed.read = outcome.read;
@@ -115,7 +103,7 @@ impl RunActor {
             } => {
                 let needs = requirement.to_string();
                 self.unhosted.insert(job, (node.clone(), needs.clone()));
-                self.record(RunEvent::TaskUnhosted { node, needs });
+                self.input(Input::TaskUnhosted { node, needs });
             }
             DispatchEvent::TaskHosted { job } => {
                 self.unhosted.remove(&job);
@@ -136,7 +124,7 @@ impl RunActor {
                 Err(error) => self.perform(vec![Effect::SendAck {
                     key,
                     send_id: send.send_id,
-                    error: Some(error),
+                    error: Some(error.to_string()),
                 }]),
             },
         }
@@ -175,17 +163,17 @@ impl RunActor {
             .launch(task, binding.requirement.clone(), self.sink.clone());
     }
 
-    /// Calls a worker-hosted function (a reducer, predicate or `until`):
-    /// `name` is a [`crate::graph::Code`] key; a Python function gets its
-    /// arguments in `form`.
-    pub(super) fn call(&self, call: u64, name: String, args: Vec<Value>, form: CallForm) {
-        let python = match crate::graph::Code::from_key(&name) {
-            crate::graph::Code::Python(function) => Some(PythonCall {
+    /// Calls a worker-hosted function (a reducer, predicate or `until`);
+    /// a Python function gets its arguments in `form`.
+    pub(super) fn call(&self, call: u64, code: Code, args: Vec<Value>, form: CallForm) {
+        let name = code.key();
+        let python = match code {
+            Code::Python(function) => Some(PythonCall {
                 function,
                 dir: self.plan.graph().dir.clone(),
                 form,
             }),
-            crate::graph::Code::Rust(_) => None,
+            Code::Rust(_) => None,
         };
         let call = FunctionCall {
             run_id: self.id.clone(),

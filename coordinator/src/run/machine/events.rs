@@ -11,7 +11,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 pub use super::node_output::{NodeOutput, Outgoing, OutputError};
-pub use crate::task::{ItemRef, TaskFailure, TaskKey, TeamMessage, TeamSeat};
+pub use crate::graph::Code;
+pub use crate::task::{CallError, ItemRef, TaskFailure, TaskKey, TeamMessage, TeamSeat};
 
 /// Identifies one call to a worker-hosted reducer or predicate.
 pub type CallKey = u64;
@@ -172,12 +173,19 @@ pub enum Input {
         /// The answer.
         answer: HumanAnswer,
     },
+    /// No worker hosts what a task or call of `node` needs (yet).
+    TaskUnhosted {
+        /// The node.
+        node: String,
+        /// What it needs, as a watcher reads it.
+        needs: String,
+    },
     /// A worker-hosted reducer or predicate returned.
     CallReturned {
         /// The call's key.
         call: CallKey,
         /// Its value, or its error.
-        result: Result<Value, String>,
+        result: Result<Value, CallError>,
     },
     /// A subgraph node's child run was started.
     ChildStarted {
@@ -254,8 +262,8 @@ pub enum Effect {
     CallReducer {
         /// The call's key.
         call: CallKey,
-        /// The registered reducer name.
-        name: String,
+        /// The reducer: a registered function or a Python name.
+        code: Code,
         /// The field.
         field: String,
         /// S0's value.
@@ -267,8 +275,8 @@ pub enum Effect {
     CallPredicate {
         /// The call's key.
         call: CallKey,
-        /// The registered function name.
-        name: String,
+        /// The predicate or router.
+        code: Code,
         /// The state it judges.
         state: State,
     },
@@ -278,12 +286,10 @@ pub enum Effect {
     CallUntil {
         /// The call's key.
         call: CallKey,
-        /// The registered function name, or the sentence.
-        name: String,
+        /// Who judges.
+        judge: UntilJudge,
         /// SPEC 4.2's `LoopIteration` object.
         iteration: Value,
-        /// `name` is a sentence for a model.
-        by_model: bool,
     },
     /// Start a subgraph node's child run: the graph `graph` of the bundle
     /// (named relative to this run's graph) on `input`; then report
@@ -313,6 +319,15 @@ pub enum Effect {
 }
 
 pub use weft_proto::events::{ErrorInfo, RunEvent};
+
+/// Who judges a loop's iteration when its `until` is not a CEL condition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UntilJudge {
+    /// A worker-hosted function: registered, or a Python name.
+    Code(Code),
+    /// A worker's model, weighing this sentence.
+    Sentence(String),
+}
 pub use weft_proto::types::{FailureKind, RunStatus};
 
 /// How a run failed (SPEC section 7). The state as of the last merge stays

@@ -10,7 +10,7 @@
 mod loops;
 mod team;
 
-pub(crate) use team::Sent;
+pub(crate) use team::{SendError, Sent};
 
 use std::collections::{HashMap, VecDeque};
 
@@ -18,11 +18,12 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use super::events::{
-    ItemRef, NodeOutput, Outgoing, RunError, RunEvent, State, TaskFailure, TaskState,
+    ItemRef, NodeOutput, Outgoing, RunError, RunEvent, State, TaskFailure, TaskState, UntilJudge,
 };
+use super::output::WriteError;
 use super::output::finish_output;
 use super::plan::RunPlan;
-use super::routing::{Decision, decide};
+use super::routing::{Decision, RouteError, decide};
 use crate::graph::{
     ConcurrencyLimit, END, ExprError, ListSource, NodeIdx, NodeKind, Strictness, Target,
     TemplateContext, json_type_name,
@@ -61,12 +62,10 @@ pub enum ItemStep {
     /// `name` with this `LoopIteration` object, then answer through
     /// [`MapRun::until_answered`] with the call's key.
     Judge {
-        /// The registered function, or the sentence a model judges.
-        name: String,
+        /// Who judges.
+        judge: UntilJudge,
         /// What it judges (SPEC 4.2's `LoopIteration`).
         iteration: Value,
-        /// `name` is a sentence for a worker's model to judge.
-        by_model: bool,
     },
     /// Nothing to start until a step returns.
     Idle,
@@ -125,6 +124,54 @@ pub struct MapRun {
 }
 
 /// Why a map could not start its items.
+/// Why a chain step's output is refused: the attempt fails, and nothing
+/// changed, so it can be retried.
+#[derive(Debug, thiserror::Error)]
+pub enum StepError {
+    /// A `_send` the step's team cannot take.
+    #[error("`_send`: {0}")]
+    Send(SendError),
+    /// The item ended meanwhile.
+    #[error("the item is no longer running")]
+    NotRunning,
+    /// The writes break the schema, a reducer or a template.
+    #[error(transparent)]
+    Write(#[from] WriteError),
+    /// `_next` leads nowhere the chain can go.
+    #[error(transparent)]
+    Chain(#[from] ChainError),
+}
+
+/// Why an item's chain cannot go on from a step.
+#[derive(Debug, thiserror::Error)]
+pub enum ChainError {
+    /// `_next` names no node.
+    #[error("`_next` names unknown node '{0}'")]
+    UnknownNext(String),
+    /// `_next` leaves the branch.
+    #[error(
+        "routed to '{id}' which is outside the branch subgraph rooted at '{entry}' (branch nodes: {members}). \
+         Script `_next` targets inside a map branch must stay within the branch."
+    )]
+    OutsideBranch {
+        /// The target.
+        id: String,
+        /// The branch's entry node.
+        entry: String,
+        /// The branch's nodes, sorted, comma-separated.
+        members: String,
+    },
+    /// A condition could not be decided.
+    #[error(transparent)]
+    Route(#[from] RouteError),
+    /// A `fn:` condition or router, which a branch cannot call yet.
+    #[error("`fn:` conditions and routers are not supported inside a map branch yet")]
+    FunctionInBranch,
+    /// Several edges were taken at once.
+    #[error("routing took {} edges at once ({}); a map branch chain cannot fan out", .0.len(), .0.join(", "))]
+    FanOut(Vec<String>),
+}
+
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum MapStartError {
     /// The node is not a map.
@@ -246,7 +293,7 @@ impl MapRun {
                 }
                 return ItemStep::Failed(error.clone());
             }
-            if let Some(judge) = self.judge_request() {
+            if let Some(judge) = self.judge_request(plan) {
                 return judge;
             }
             // Items already holding a slot go first: a slot is held for the
@@ -372,12 +419,11 @@ impl MapRun {
         index: usize,
         node: NodeIdx,
         mut output: NodeOutput,
-    ) -> Result<StepWrites, String> {
+    ) -> Result<StepWrites, StepError> {
         let sends = std::mem::take(&mut output.sends);
-        self.check_sends(plan, node, &sends)?;
-        let run = self.runs[index]
-            .as_ref()
-            .ok_or_else(|| "the item is no longer running".to_owned())?;
+        self.check_sends(plan, node, &sends)
+            .map_err(StepError::Send)?;
+        let run = self.runs[index].as_ref().ok_or(StepError::NotRunning)?;
         let (s0, output_key) = (&self.s0, self.hidden_key());
         let (writes, next) = finish_output(
             plan.graph(),
@@ -386,8 +432,7 @@ impl MapRun {
             &run.scope,
             output,
             false,
-        )
-        .map_err(|error| error.to_string())?;
+        )?;
         if let Some(id) = next.as_deref() {
             self.next_target(plan, id)?;
         }
@@ -454,14 +499,14 @@ impl MapRun {
                 self.ready.push_back(index);
             }
             Ok(None) => self.item_finished(plan, index, &mut events),
-            Err(message) => self.fail_item(index, node_id, step, message),
+            Err(error) => self.fail_item(index, node_id, step, error.to_string()),
         }
         events
     }
 
     /// Where a step's `_next` leads: a node of the branch, or (`END`) the
     /// end of the chain.
-    fn next_target(&self, plan: &RunPlan, id: &str) -> Result<Option<NodeIdx>, String> {
+    fn next_target(&self, plan: &RunPlan, id: &str) -> Result<Option<NodeIdx>, ChainError> {
         // `_next: END` ends the item's chain, like an edge to END.
         if id == END {
             return Ok(None);
@@ -470,7 +515,7 @@ impl MapRun {
         let members = plan.branch_members(self.map);
         let target = graph
             .node_index(id)
-            .ok_or_else(|| format!("`_next` names unknown node '{id}'"))?;
+            .ok_or_else(|| ChainError::UnknownNext(id.to_owned()))?;
         if !members[target] {
             let entry = self.names.branch.map_or("", |b| graph.node(b).id.as_str());
             let mut names: Vec<&str> = (0..members.len())
@@ -478,11 +523,11 @@ impl MapRun {
                 .map(|i| graph.node(i).id.as_str())
                 .collect();
             names.sort_unstable();
-            return Err(format!(
-                "routed to '{id}' which is outside the branch subgraph rooted at '{entry}' (branch nodes: {}). \
-                 Script `_next` targets inside a map branch must stay within the branch.",
-                names.join(", ")
-            ));
+            return Err(ChainError::OutsideBranch {
+                id: id.to_owned(),
+                entry: entry.to_owned(),
+                members: names.join(", "),
+            });
         }
         Ok(Some(target))
     }
@@ -495,7 +540,7 @@ impl MapRun {
         node: NodeIdx,
         next: Option<&str>,
         index: usize,
-    ) -> Result<Option<NodeIdx>, String> {
+    ) -> Result<Option<NodeIdx>, ChainError> {
         let graph = plan.graph();
         if let Some(id) = next {
             return self.next_target(plan, id);
@@ -508,12 +553,9 @@ impl MapRun {
         } else {
             Map::new()
         };
-        let decision = decide(plan, node, None, false, &view, &run.scope, &HashMap::new())
-            .map_err(|error| error.to_string())?;
+        let decision = decide(plan, node, None, false, &view, &run.scope, &HashMap::new())?;
         let Decision::Resolved { taken, .. } = decision else {
-            return Err(
-                "`fn:` conditions and routers are not supported inside a map branch yet".into(),
-            );
+            return Err(ChainError::FunctionInBranch);
         };
         let mut targets: Vec<NodeIdx> = taken
             .iter()
@@ -523,13 +565,8 @@ impl MapRun {
         match targets.as_slice() {
             [] => Ok(None),
             [one] => Ok(Some(*one)),
-            many => Err(format!(
-                "routing took {} edges at once ({}); a map branch chain cannot fan out",
-                many.len(),
-                many.iter()
-                    .map(|&t| graph.node(t).id.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", ")
+            many => Err(ChainError::FanOut(
+                many.iter().map(|&t| graph.node(t).id.clone()).collect(),
             )),
         }
     }

@@ -334,6 +334,10 @@ impl RunMachine {
             Input::EventLimit { limit } => {
                 self.stop(RunStatus::Failed, RunError::EventLimit { limit }, &mut fx)?
             }
+            // Watchers see why the run waits; the run goes on waiting.
+            Input::TaskUnhosted { node, needs } => {
+                fx.push(Effect::Emit(RunEvent::TaskUnhosted { node, needs }));
+            }
         }
         Ok(fx)
     }

@@ -45,9 +45,41 @@ pub enum OutputError {
     /// `_send` is not a list of `{"to", "content"}` objects.
     #[error("`_send` must be a list of {{\"to\": ID, \"content\": JSON}} objects; {0}")]
     BadSend(String),
+    /// Not JSON at all.
+    #[error("the worker sent invalid JSON: {0}")]
+    NotJson(String),
+    /// More fields than a task may write.
+    #[error(
+        "the task wrote {count} fields; a task writes at most {max} (configuration key max_output_fields)"
+    )]
+    TooManyFields {
+        /// The fields written.
+        count: usize,
+        /// The limit.
+        max: usize,
+    },
 }
 
 impl NodeOutput {
+    /// A task's output as its worker sent it (nothing: no writes), with at
+    /// most `max_fields` fields: the one place a task's output is found
+    /// invalid for what it is (`invalid_output`).
+    pub fn accept(json: &str, max_fields: usize) -> Result<Self, OutputError> {
+        let value = if json.trim().is_empty() {
+            Value::Object(Map::new())
+        } else {
+            serde_json::from_str(json).map_err(|error| OutputError::NotJson(error.to_string()))?
+        };
+        let output = Self::from_json(value)?;
+        if output.writes.len() > max_fields {
+            return Err(OutputError::TooManyFields {
+                count: output.writes.len(),
+                max: max_fields,
+            });
+        }
+        Ok(output)
+    }
+
     /// Reads a JSON object as returned by a script or handler: its fields,
     /// plus the optional `_next` (a node id).
     pub fn from_json(value: Value) -> Result<Self, OutputError> {

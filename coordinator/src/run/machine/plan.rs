@@ -6,10 +6,12 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
 use super::RunLimits;
+use super::merge::HostedReduction;
 use crate::dispatch::binding::{NodeBinding, bind_with};
 use crate::graph::topology::{container_members, forward_order, main_flow};
 use crate::graph::{
-    Condition, EdgeIdx, Graph, Guard, ListSource, NodeIdx, NodeKind, Target, UpdateValue,
+    Code, Condition, EdgeIdx, Graph, Guard, ListSource, NodeIdx, NodeKind, Reducer, Target,
+    UpdateValue,
 };
 
 /// A question for a worker-hosted function, asked while routing.
@@ -192,8 +194,22 @@ impl RunPlan {
         }
     }
 
+    /// The worker-hosted reducer a reduction calls: the field's, as the
+    /// graph declares it.
+    pub fn hosted_reducer(&self, reduction: &HostedReduction) -> Code {
+        match self
+            .graph
+            .field(&reduction.field)
+            .and_then(|decl| decl.reducer.as_ref())
+        {
+            Some(Reducer::Hosted(code)) => code.clone(),
+            // Not reached: a hosted reduction comes from a hosted reducer.
+            _ => Code::Rust(reduction.reducer.clone()),
+        }
+    }
+
     /// The worker-hosted function a query calls.
-    pub fn query_function(&self, query: Query) -> String {
+    pub fn query_function(&self, query: Query) -> Code {
         let condition = match query {
             Query::Router(idx) => self.graph.node(idx).router.as_ref().map(|r| &r.expr),
             Query::Edge(e) => match &self.graph.edges[e].guard {
@@ -202,8 +218,9 @@ impl RunPlan {
             },
         };
         match condition {
-            Some(Condition::Hosted(code)) => code.key(),
-            _ => String::new(),
+            Some(Condition::Hosted(code)) => code.clone(),
+            // Not reached: a query is made of a hosted condition.
+            _ => Code::Rust(String::new()),
         }
     }
 }

@@ -53,13 +53,12 @@ impl RunMachine {
         // Loops whose body ended, waiting for their `until`.
         for (_, slot) in wave.iter() {
             if let Member::Mapping(run) = slot
-                && let Some((call, name, iteration, by_model)) = run.pending_judgement()
+                && let Some((call, judge, iteration)) = run.pending_judgement(&self.plan)
             {
                 fx.push(Effect::CallUntil {
                     call,
-                    name,
+                    judge,
                     iteration,
-                    by_model,
                 });
             }
         }
@@ -74,7 +73,7 @@ impl RunMachine {
                     };
                     fx.push(Effect::CallReducer {
                         call,
-                        name: reduction.reducer.clone(),
+                        code: self.plan.hosted_reducer(reduction),
                         field: field.clone(),
                         s0_value: reduction.s0_value.clone(),
                         branch_values: reduction.branch_values.clone(),
@@ -87,7 +86,7 @@ impl RunMachine {
                 for (&call, &query) in calls {
                     fx.push(Effect::CallPredicate {
                         call,
-                        name: self.plan.query_function(query),
+                        code: self.plan.query_function(query),
                         state: view.clone(),
                     });
                 }

@@ -327,11 +327,7 @@ impl RunMachine {
                     state,
                     scope,
                 } => self.launch(node, 1, Some(item), state, scope, fx),
-                ItemStep::Judge {
-                    name,
-                    iteration,
-                    by_model,
-                } => {
+                ItemStep::Judge { judge, iteration } => {
                     let call = self.run.next_call;
                     self.run.next_call += 1;
                     if let Some(run) = self.map_mut(map) {
@@ -339,9 +335,8 @@ impl RunMachine {
                     }
                     fx.push(Effect::CallUntil {
                         call,
-                        name,
+                        judge,
                         iteration,
-                        by_model,
                     });
                 }
                 ItemStep::Idle => return,
@@ -454,9 +449,11 @@ impl RunMachine {
                 self.team_step_returned(&item, key, Some(&read));
                 self.item_step_done(node, item, Ok(step), fx);
             }
-            Err(message) => {
-                let failure =
-                    TaskFailure::found_by_coordinator(FailureKind::InvalidOutput, message);
+            Err(error) => {
+                let failure = TaskFailure::found_by_coordinator(
+                    FailureKind::InvalidOutput,
+                    error.to_string(),
+                );
                 self.attempt_failed(task, failure, fx);
             }
         }

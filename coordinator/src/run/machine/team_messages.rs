@@ -6,7 +6,7 @@
 //! seats the machine hands out are `crate::task`'s.
 
 use super::events::*;
-use super::map_run::MapRun;
+use super::map_run::{MapRun, SendError};
 use super::plan::RunPlan;
 use super::*;
 use crate::graph::{NodeIdx, NodeKind};
@@ -90,7 +90,7 @@ impl RunMachine {
         fx.push(Effect::SendAck {
             key,
             send_id,
-            error: result.err(),
+            error: result.err().map(|error| error.to_string()),
         });
     }
 
@@ -99,18 +99,16 @@ impl RunMachine {
         key: TaskKey,
         message: Outgoing,
         fx: &mut Vec<Effect>,
-    ) -> Result<(), String> {
+    ) -> Result<(), SendError> {
         let (node, item) = self
             .run
             .tasks
             .get(key)
             .filter(|task| task.in_flight)
             .and_then(|task| Some((task.node, task.spec.item.clone()?)))
-            .ok_or_else(|| "the sending step is not running in a map item".to_owned())?;
+            .ok_or(SendError::NotInItem)?;
         let plan = self.plan.clone();
-        let run = self
-            .map_of(&item)
-            .ok_or_else(|| "the sending step's map is not running".to_owned())?;
+        let run = self.map_of(&item).ok_or(SendError::MapEnded)?;
         deliver(run.send(&plan, node, item.index, message)?, fx);
         Ok(())
     }

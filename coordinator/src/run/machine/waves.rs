@@ -15,6 +15,7 @@ use super::map_run::MapRun;
 use super::merge::{MergeError, merge_wave};
 use super::routing::{Decision, Query, decide};
 use crate::graph::{NodeIdx, NodeKind, Strictness, TemplateContext};
+use crate::task::CallError;
 
 impl RunMachine {
     // ----- waves -------------------------------------------------------
@@ -236,7 +237,7 @@ impl RunMachine {
             pending.insert(call, reduction.field.clone());
             fx.push(Effect::CallReducer {
                 call,
-                name: reduction.reducer.clone(),
+                code: self.plan.hosted_reducer(reduction),
                 field: reduction.field.clone(),
                 s0_value: reduction.s0_value.clone(),
                 branch_values: reduction.branch_values.clone(),
@@ -250,7 +251,7 @@ impl RunMachine {
     pub(super) fn call_returned(
         &mut self,
         call: CallKey,
-        result: Result<Value, String>,
+        result: Result<Value, CallError>,
         fx: &mut Vec<Effect>,
     ) {
         let Some(wave) = self.run.wave.as_mut() else {
@@ -277,7 +278,7 @@ impl RunMachine {
                     Ok(value) => {
                         outcome.overlay.insert(field, value);
                     }
-                    Err(message) => {
+                    Err(CallError(message)) => {
                         self.fail_wave(RunError::ReducerError { field, message }, fx);
                         return;
                     }
@@ -425,7 +426,7 @@ impl RunMachine {
             pending.insert(call, query);
             fx.push(Effect::CallPredicate {
                 call,
-                name: self.plan.query_function(query),
+                code: self.plan.query_function(query),
                 state: view.clone(),
             });
         }

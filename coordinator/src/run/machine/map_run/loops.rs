@@ -15,10 +15,11 @@ use std::collections::{HashMap, VecDeque};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
-use super::super::events::{RunEvent, State};
+use super::super::events::{RunEvent, State, UntilJudge};
 use super::super::plan::RunPlan;
 use super::{ItemRun, MapNames, MapRun, MapStartError, fork_state};
 use crate::graph::{NodeIdx, NodeKind, Until};
+use crate::task::CallError;
 
 /// A loop's iterations so far.
 #[derive(Debug, Serialize, Deserialize)]
@@ -162,7 +163,8 @@ impl MapRun {
 
     /// A judgement to ask for, once: the machine makes the call and tells
     /// [`note_call`](Self::note_call) its key.
-    pub(super) fn judge_request(&mut self) -> Option<super::ItemStep> {
+    pub(super) fn judge_request(&mut self, plan: &RunPlan) -> Option<super::ItemStep> {
+        let judge = self.until_judge(plan)?;
         let judging = self.looping.as_mut()?.judging.as_mut()?;
         if judging.call.is_some() {
             return None;
@@ -170,10 +172,22 @@ impl MapRun {
         // Marked asked at once; the key follows.
         judging.call = Some(0);
         Some(super::ItemStep::Judge {
-            name: judging.name.clone(),
+            judge,
             iteration: judging.iteration.clone(),
-            by_model: judging.by_model,
         })
+    }
+
+    /// Who judges this loop's iterations, as its graph says (`None`: a CEL
+    /// condition, judged here).
+    fn until_judge(&self, plan: &RunPlan) -> Option<UntilJudge> {
+        let NodeKind::Loop(config) = &plan.graph().node(self.map).kind else {
+            return None;
+        };
+        match &config.until {
+            Until::Hosted(code) => Some(UntilJudge::Code(code.clone())),
+            Until::Sentence(sentence) => Some(UntilJudge::Sentence(sentence.clone())),
+            Until::Condition(..) => None,
+        }
     }
 
     /// The key of the call that asks the pending judgement.
@@ -185,25 +199,26 @@ impl MapRun {
 
     /// The judgement waiting for call `call`'s answer, to ask again after
     /// a restart: its key, function and argument.
-    pub fn pending_judgement(&self) -> Option<(u64, String, Value, bool)> {
+    pub fn pending_judgement(&self, plan: &RunPlan) -> Option<(u64, UntilJudge, Value)> {
         let judging = self.looping.as_ref()?.judging.as_ref()?;
         Some((
             judging.call?,
-            judging.name.clone(),
+            self.until_judge(plan)?,
             judging.iteration.clone(),
-            judging.by_model,
         ))
     }
 
     /// Whether this loop waits for call `call`'s answer.
     pub fn awaits(&self, call: u64) -> bool {
-        self.pending_judgement()
-            .is_some_and(|(key, ..)| key == call)
+        self.looping
+            .as_ref()
+            .and_then(|looping| looping.judging.as_ref())
+            .is_some_and(|judging| judging.call == Some(call))
     }
 
     /// A worker-hosted `until` answered: `true`/`false`, or `[bool,
     /// "reason"]`; anything else (or a failed call) fails the loop.
-    pub fn until_answered(&mut self, result: Result<Value, String>, events: &mut Vec<RunEvent>) {
+    pub fn until_answered(&mut self, result: Result<Value, CallError>, events: &mut Vec<RunEvent>) {
         let Some(judging) = self.looping.as_mut().and_then(|l| l.judging.take()) else {
             return;
         };
@@ -213,14 +228,14 @@ impl MapRun {
             Value::Array(pair) => match pair.as_slice() {
                 [Value::Bool(holds), Value::String(reason)] => Ok((*holds, Some(reason.clone()))),
                 [Value::Bool(holds), Value::Null] => Ok((*holds, None)),
-                _ => Err(format!(
+                _ => Err(CallError(format!(
                     "returned {}, expected true, false or [bool, \"reason\"]",
                     Value::Array(pair)
-                )),
+                ))),
             },
-            other => Err(format!(
+            other => Err(CallError(format!(
                 "returned {other}, expected true, false or [bool, \"reason\"]"
-            )),
+            ))),
         });
         match answer {
             Ok((holds, reason)) => self.judged(holds, reason, events),

@@ -58,6 +58,18 @@ struct Holder {
 /// Why a message was not sent.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub(crate) enum SendError {
+    /// The sending step is not one of a team's.
+    #[error(
+        "node '{0}' has no team to send to: teammates are the items of a map with at least \
+         two items, seen by its branch's `teammates: true` steps"
+    )]
+    NoTeam(String),
+    /// The sender is not a running step of a map item.
+    #[error("the sending step is not running in a map item")]
+    NotInItem,
+    /// The sender's map has ended.
+    #[error("the sending step's map is not running")]
+    MapEnded,
     /// The recipient is not a member of the sender's team.
     #[error("'{to}' is not a member of this team (members: {members})")]
     NotAMember {
@@ -251,14 +263,10 @@ impl Team {
 pub(crate) type Sent = (RunEvent, Option<(TaskKey, TeamMessage)>);
 
 impl MapRun {
-    fn team_of(&self, plan: &RunPlan, node: NodeIdx) -> Result<&Team, String> {
+    fn team_of(&self, plan: &RunPlan, node: NodeIdx) -> Result<&Team, SendError> {
         match &self.team {
             Some(team) if plan.graph().node(node).teammates => Ok(team),
-            _ => Err(format!(
-                "node '{}' has no team to send to: teammates are the items of a map with at least \
-                 two items, seen by its branch's `teammates: true` steps",
-                plan.graph().node(node).id
-            )),
+            _ => Err(SendError::NoTeam(plan.graph().node(node).id.clone())),
         }
     }
 
@@ -297,19 +305,16 @@ impl MapRun {
         plan: &RunPlan,
         node: NodeIdx,
         sends: &[Outgoing],
-    ) -> Result<(), String> {
+    ) -> Result<(), SendError> {
         if sends.is_empty() {
             return Ok(());
         }
-        let team = self
-            .team_of(plan, node)
-            .map_err(|e| format!("`_send`: {e}"))?;
+        let team = self.team_of(plan, node)?;
         let limit = plan.limits().max_inbox_messages;
         let mut pending: HashMap<&str, usize> = HashMap::new();
         for send in sends {
             let counted = pending.entry(&send.to).or_default();
-            team.check(&send.to, *counted, limit)
-                .map_err(|error| format!("`_send`: {error}"))?;
+            team.check(&send.to, *counted, limit)?;
             *counted += 1;
         }
         Ok(())
@@ -322,14 +327,12 @@ impl MapRun {
         node: NodeIdx,
         from: usize,
         outgoing: Outgoing,
-    ) -> Result<Sent, String> {
+    ) -> Result<Sent, SendError> {
         self.team_of(plan, node)?;
         let limit = plan.limits().max_inbox_messages;
         let team = self.team.as_mut().expect("checked above");
         let to = outgoing.to;
-        let (delivery, message) = team
-            .send(from, &to, outgoing.content, limit)
-            .map_err(|error| error.to_string())?;
+        let (delivery, message) = team.send(from, &to, outgoing.content, limit)?;
         let json = message.content.to_string();
         let event = RunEvent::MessageSent {
             node: self.id.clone(),

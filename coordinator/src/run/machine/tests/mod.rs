@@ -207,41 +207,53 @@ impl Harness {
                 Effect::Checkpoint => self.checkpoints += 1,
                 Effect::CallReducer {
                     call,
-                    ref name,
+                    ref code,
                     ref s0_value,
                     ref branch_values,
                     ..
                 } => {
                     let f = self
                         .hosted
-                        .get_mut(name)
+                        .get_mut(&code.key())
                         .expect("hosted reducer registered");
                     let result = f(vec![s0_value.clone(), Value::Array(branch_values.clone())]);
-                    self.inputs.push_back(Input::CallReturned { call, result });
+                    self.inputs.push_back(Input::CallReturned {
+                        call,
+                        result: result.map_err(CallError),
+                    });
                     self.calls.push(effect);
                 }
                 Effect::CallUntil {
                     call,
-                    ref name,
+                    ref judge,
                     ref iteration,
-                    ..
                 } => {
-                    let f = self.hosted.get_mut(name).expect("hosted until registered");
+                    let name = match judge {
+                        UntilJudge::Code(code) => code.key(),
+                        UntilJudge::Sentence(sentence) => sentence.clone(),
+                    };
+                    let f = self.hosted.get_mut(&name).expect("hosted until registered");
                     let result = f(vec![iteration.clone()]);
-                    self.inputs.push_back(Input::CallReturned { call, result });
+                    self.inputs.push_back(Input::CallReturned {
+                        call,
+                        result: result.map_err(CallError),
+                    });
                     self.calls.push(effect);
                 }
                 Effect::CallPredicate {
                     call,
-                    ref name,
+                    ref code,
                     ref state,
                 } => {
                     let f = self
                         .hosted
-                        .get_mut(name)
+                        .get_mut(&code.key())
                         .expect("hosted predicate registered");
                     let result = f(vec![Value::Object((**state).clone())]);
-                    self.inputs.push_back(Input::CallReturned { call, result });
+                    self.inputs.push_back(Input::CallReturned {
+                        call,
+                        result: result.map_err(CallError),
+                    });
                     self.calls.push(effect);
                 }
             }
