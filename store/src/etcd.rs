@@ -46,7 +46,23 @@ pub struct EtcdStore {
 }
 
 fn backend(status: &tonic::Status) -> StoreError {
-    StoreError::Backend(format!("etcd: {}", status.message()))
+    StoreError::Backend {
+        source: Box::new(Refused(status.clone())),
+    }
+}
+
+/// etcd's answer to a failed request.
+#[derive(Debug, thiserror::Error)]
+#[error("etcd: {}", .0.message())]
+struct Refused(#[source] tonic::Status);
+
+/// An etcd endpoint that is not a URL.
+#[derive(Debug, thiserror::Error)]
+#[error("etcd endpoint '{url}': {source}")]
+struct BadEndpoint {
+    url: String,
+    #[source]
+    source: tonic::transport::Error,
 }
 
 impl EtcdStore {
@@ -55,12 +71,17 @@ impl EtcdStore {
     /// request, so a cluster that is down yet is no error here.
     pub fn connect(endpoints: &[String]) -> Result<Self, StoreError> {
         if endpoints.is_empty() {
-            return Err(StoreError::Backend("etcd: no endpoints given".into()));
+            return Err(StoreError::Etcd("no endpoints given".into()));
         }
         let mut parsed = Vec::with_capacity(endpoints.len());
         for url in endpoints {
             let endpoint = Endpoint::from_shared(url.clone())
-                .map_err(|e| StoreError::Backend(format!("etcd endpoint '{url}': {e}")))?
+                .map_err(|source| StoreError::Backend {
+                    source: Box::new(BadEndpoint {
+                        url: url.clone(),
+                        source,
+                    }),
+                })?
                 .connect_timeout(CONNECT_TIMEOUT)
                 .tcp_nodelay(true);
             parsed.push(endpoint);
@@ -323,8 +344,8 @@ impl Store for EtcdStore {
             .map_err(|s| backend(&s))?
             .into_inner();
         if !response.error.is_empty() {
-            return Err(StoreError::Backend(format!(
-                "etcd: lease not granted: {}",
+            return Err(StoreError::Etcd(format!(
+                "lease not granted: {}",
                 response.error
             )));
         }
@@ -343,9 +364,7 @@ impl Store for EtcdStore {
         match tokio::time::timeout(REQUEST_TIMEOUT, answers.message()).await {
             Ok(Ok(answer)) => Ok(answer.is_some_and(|a| a.ttl > 0)),
             Ok(Err(status)) => Err(backend(&status)),
-            Err(_) => Err(StoreError::Backend(
-                "etcd: no answer to a lease keep-alive".into(),
-            )),
+            Err(_) => Err(StoreError::Etcd("no answer to a lease keep-alive".into())),
         }
     }
 
@@ -373,7 +392,7 @@ impl Store for EtcdStore {
         requests
             .send(create)
             .await
-            .map_err(|_| StoreError::Backend("etcd: watch request not sent".into()))?;
+            .map_err(|_| StoreError::Etcd("watch request not sent".into()))?;
         let mut stream = WatchClient::new(self.channel.clone())
             .max_decoding_message_size(MAX_RESPONSE_BYTES)
             .watch(tokio_stream::wrappers::ReceiverStream::new(outgoing))

@@ -113,9 +113,31 @@ pub enum StoreError {
         /// Why.
         reason: String,
     },
-    /// The backend failed (I/O, network, etcd).
-    #[error("store: {0}")]
-    Backend(String),
+    /// The backend failed: I/O, the database, the network, etcd.
+    #[error("store: {source}")]
+    Backend {
+        /// What failed.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// A file of the embedded store failed.
+    #[error("store: {path}: {source}")]
+    Io {
+        /// The file.
+        path: String,
+        /// What failed.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Another process has the embedded store open.
+    #[error("store: {0} is in use by another process (one coordinator per data directory)")]
+    InUse(String),
+    /// A lease that does not exist (expired, or revoked).
+    #[error("store: lease {0} not found")]
+    NoLease(LeaseId),
+    /// etcd refused a request, or did not answer it.
+    #[error("store: etcd: {0}")]
+    Etcd(String),
 }
 
 /// The store's operations. Every write is durable when it returns.

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value};
 
-use super::{Runs, SubmitError, now_ms};
+use super::{Runs, StoreRefusal, SubmitError, now_ms};
 use crate::bundle::{Bundle, Family};
 use crate::dispatch::{BlobRef, TaskLauncher};
 use crate::durable::journal::Journal;
@@ -103,14 +103,12 @@ impl Runs {
         // The actor's first checkpoint: acknowledged means stored.
         let refused = match stored.await {
             Ok(true) => None,
-            Ok(false) => Some(
-                "the store did not take the run (see the coordinator's log); nothing was started",
-            ),
-            Err(_) => Some("the coordinator is shutting down"),
+            Ok(false) => Some(StoreRefusal::Checkpoint),
+            Err(_) => Some(StoreRefusal::ShuttingDown),
         };
-        if let Some(reason) = refused {
+        if let Some(refusal) = refused {
             self.stored_files.release(&id);
-            return Err(SubmitError::Store(reason.into()));
+            return Err(SubmitError::Store(refusal));
         }
         metrics::counter!(crate::metrics::RUNS_SUBMITTED).increment(1);
         self.evict().await;
@@ -135,7 +133,7 @@ impl Runs {
             Ok(head) => head,
             Err(error) => {
                 self.stored_files.release(id);
-                return Err(SubmitError::Store(error.to_string()));
+                return Err(SubmitError::Store(error.into()));
             }
         };
         let journal = Journal::start(

@@ -8,7 +8,7 @@ use serde_json::{Map, Value};
 
 use super::Runs;
 use crate::bundle::{Bundle, Family};
-use crate::run::{ChildRuns, Pending, RunHandle, RunPlan, RunStatus};
+use crate::run::{ChildError, ChildRuns, Pending, RunHandle, RunPlan, RunStatus};
 
 /// How long a restored parent waits for its child to be restored too.
 const FIND_CHILD_PATIENCE: std::time::Duration = std::time::Duration::from_secs(30);
@@ -27,16 +27,17 @@ impl ChildRuns for RunChildren {
         graph: String,
         input: Map<String, Value>,
         traceparent: String,
-    ) -> Pending<Result<String, String>> {
+    ) -> Pending<Result<String, ChildError>> {
         let (runs, bundle, family) = (self.runs.clone(), self.bundle.clone(), self.family.clone());
         Box::pin(async move {
             let path = bundle
                 .resolve(&graph)
-                .ok_or_else(|| format!("graph '{graph}' is not a path inside the bundle"))?;
-            let child = bundle.with_graph(&path).map_err(|e| e.to_string())?;
+                .ok_or_else(|| ChildError::OutsideBundle(graph.clone()))?;
+            let refused = |error: &dyn std::fmt::Display| ChildError::Refused(error.to_string());
+            let child = bundle.with_graph(&path).map_err(|e| refused(&e))?;
             let child_graph = family
                 .graph(&path)
-                .ok_or_else(|| format!("graph '{graph}' was not checked at submission"))?;
+                .ok_or_else(|| ChildError::Unchecked(graph.clone()))?;
             // Without `input_map` the child gets the whole state and keeps
             // the fields it declares (all, if it declares none).
             let input: Map<String, Value> = if child_graph.fields.is_empty() {
@@ -47,9 +48,9 @@ impl ChildRuns for RunChildren {
                     .filter(|(name, _)| child_graph.fields.iter().any(|f| &f.name == name))
                     .collect()
             };
-            let input_json = serde_json::to_string(&input).map_err(|e| e.to_string())?;
+            let input_json = serde_json::to_string(&input).map_err(|e| refused(&e))?;
             runs.check_input_size(&input_json)
-                .map_err(|e| e.to_string())?;
+                .map_err(|e| refused(&e))?;
             let (run_id, _) = runs
                 .admit(
                     child,
@@ -60,26 +61,32 @@ impl ChildRuns for RunChildren {
                     Some(traceparent),
                 )
                 .await
-                .map_err(|e| format!("the child run of {path} was not started: {e}"))?;
+                .map_err(|e| ChildError::NotStarted {
+                    graph: path.clone(),
+                    reason: e.to_string(),
+                })?;
             Ok(run_id.to_string())
         })
     }
 
-    fn outcome(&self, run_id: String) -> Pending<Result<Map<String, Value>, String>> {
+    fn outcome(&self, run_id: String) -> Pending<Result<Map<String, Value>, ChildError>> {
         let runs = self.runs.clone();
         Box::pin(async move {
             // A restored parent may start before its child is restored.
             let handle = tokio::time::timeout(FIND_CHILD_PATIENCE, runs.registered(&run_id))
                 .await
-                .map_err(|_| format!("child run {run_id} is not known to this coordinator"))?;
-            let view = handle.ended().await.map_err(|e| e.to_string())?;
+                .map_err(|_| ChildError::Unknown(run_id.clone()))?;
+            let view = handle.ended().await.map_err(|error| ChildError::Failed {
+                run_id: run_id.clone(),
+                error: error.to_string(),
+            })?;
             match view.status {
                 RunStatus::Completed => Ok((*view.state).clone()),
-                RunStatus::Cancelled => Err(format!("child run {run_id} was cancelled")),
-                _ => Err(format!(
-                    "child run {run_id} failed: {}",
-                    view.error.map(|e| e.to_string()).unwrap_or_default()
-                )),
+                RunStatus::Cancelled => Err(ChildError::Cancelled(run_id)),
+                _ => Err(ChildError::Failed {
+                    run_id,
+                    error: view.error.map(|e| e.to_string()).unwrap_or_default(),
+                }),
             }
         })
     }

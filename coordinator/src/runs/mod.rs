@@ -42,7 +42,7 @@ pub enum SubmitError {
     OverLimits(Vec<String>),
     /// The run could not be stored, so it is not accepted.
     #[error("the run could not be stored: {0}")]
-    Store(String),
+    Store(#[source] StoreRefusal),
     /// The input is larger than the configured limit.
     #[error("the input is {size} bytes, more than the limit of {limit}")]
     InputTooLarge {
@@ -51,6 +51,20 @@ pub enum SubmitError {
         /// The limit.
         limit: usize,
     },
+}
+
+/// Why a new run was not stored.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreRefusal {
+    /// Its bundle's files could not be written.
+    #[error(transparent)]
+    Files(#[from] weft_store::StoreError),
+    /// Its first checkpoint was not taken.
+    #[error("the store did not take the run (see the coordinator's log); nothing was started")]
+    Checkpoint,
+    /// The coordinator stopped meanwhile.
+    #[error("the coordinator is shutting down")]
+    ShuttingDown,
 }
 
 /// Every run the coordinator holds.

@@ -69,8 +69,10 @@ struct Inner {
     changes: broadcast::Sender<WatchEvent>,
 }
 
-pub(crate) fn backend(error: impl std::fmt::Display) -> StoreError {
-    StoreError::Backend(error.to_string())
+pub(crate) fn backend(error: impl std::error::Error + Send + Sync + 'static) -> StoreError {
+    StoreError::Backend {
+        source: Box::new(error),
+    }
 }
 
 impl EmbeddedStore {
@@ -247,8 +249,10 @@ impl Inner {
             .map_err(backend)?
             .commit()
             .map_err(backend)?;
-        wal.clear()
-            .map_err(|e| StoreError::Backend(format!("{}: {e}", wal.path().display())))
+        wal.clear().map_err(|source| StoreError::Io {
+            path: wal.path().display().to_string(),
+            source,
+        })
     }
 
     /// Deletes the keys of leases that were not kept alive.
@@ -318,10 +322,7 @@ fn create_database(path: &Path) -> Result<Database, StoreError> {
                 std::thread::sleep(Duration::from_millis(10));
             }
             Err(redb::DatabaseError::DatabaseAlreadyOpen) => {
-                return Err(StoreError::Backend(format!(
-                    "{} is in use by another process (one coordinator per data directory)",
-                    path.display()
-                )));
+                return Err(StoreError::InUse(path.display().to_string()));
             }
             Err(other) => return Err(backend(other)),
         }
@@ -416,7 +417,7 @@ impl Store for EmbeddedStore {
             if let Some(lease) = lease {
                 let leases = inner.leases.lock().unwrap_or_else(|e| e.into_inner());
                 if !leases.contains_key(&lease) {
-                    return Err(StoreError::Backend(format!("lease {lease} not found")));
+                    return Err(StoreError::NoLease(lease));
                 }
             }
             inner.write(|txn, changes| {

@@ -13,7 +13,7 @@ use tokio::sync::{mpsc, oneshot};
 use weft_proto::events::StoredEvent;
 
 use super::liveness::Command;
-use crate::run::{Input, RunEvent};
+use crate::run::{ChildError, Input, RunEvent};
 
 /// A future the registry returns.
 pub type Pending<T> = Pin<Box<dyn Future<Output = T> + Send>>;
@@ -28,11 +28,11 @@ pub trait ChildRuns: Send + Sync {
         graph: String,
         input: Map<String, Value>,
         traceparent: String,
-    ) -> Pending<Result<String, String>>;
+    ) -> Pending<Result<String, ChildError>>;
 
     /// Waits for run `run_id` to end: its final state if it completed, else
     /// why not.
-    fn outcome(&self, run_id: String) -> Pending<Result<Map<String, Value>, String>>;
+    fn outcome(&self, run_id: String) -> Pending<Result<Map<String, Value>, ChildError>>;
 
     /// Cancels these runs.
     fn cancel(&self, run_ids: Vec<String>);
@@ -61,7 +61,7 @@ impl ChildLink {
         let link = self.clone();
         tracker.spawn(async move {
             let Some(runs) = link.runs.clone() else {
-                let result = Err("subgraphs need the coordinator's run registry".to_owned());
+                let result = Err(ChildError::NoRegistry);
                 link.tell(Input::ChildEnded { node, result }).await;
                 return;
             };
@@ -75,10 +75,10 @@ impl ChildLink {
                     let result = runs.outcome(run_id).await;
                     link.tell(Input::ChildEnded { node, result }).await;
                 }
-                Err(message) => {
+                Err(error) => {
                     link.tell(Input::ChildEnded {
                         node,
-                        result: Err(message),
+                        result: Err(error),
                     })
                     .await
                 }
@@ -92,7 +92,7 @@ impl ChildLink {
         tracker.spawn(async move {
             let result = match &link.runs {
                 Some(runs) => runs.outcome(run_id).await,
-                None => Err("subgraphs need the coordinator's run registry".to_owned()),
+                None => Err(ChildError::NoRegistry),
             };
             link.tell(Input::ChildEnded { node, result }).await;
         });

@@ -200,7 +200,7 @@ pub enum Input {
         /// The subgraph node.
         node: String,
         /// The child's state, or its error.
-        result: Result<Map<String, Value>, String>,
+        result: Result<Map<String, Value>, ChildError>,
     },
     /// Stop the run.
     Cancel,
@@ -319,6 +319,46 @@ pub enum Effect {
 }
 
 pub use weft_proto::events::{ErrorInfo, RunEvent};
+
+/// Why a subgraph node's child run did not complete, or never started.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ChildError {
+    /// The run has no registry to start children in (an actor's tests).
+    #[error("subgraphs need the coordinator's run registry")]
+    NoRegistry,
+    /// The node names a graph outside the bundle.
+    #[error("graph '{0}' is not a path inside the bundle")]
+    OutsideBundle(String),
+    /// The graph was not among those checked when the top run was
+    /// submitted.
+    #[error("graph '{0}' was not checked at submission")]
+    Unchecked(String),
+    /// The child's bundle or input cannot be used: why.
+    #[error("{0}")]
+    Refused(String),
+    /// The registry did not admit the child.
+    #[error("the child run of {graph} was not started: {reason}")]
+    NotStarted {
+        /// The child graph's path in the bundle.
+        graph: String,
+        /// Why.
+        reason: String,
+    },
+    /// A restored parent's child was never restored.
+    #[error("child run {0} is not known to this coordinator")]
+    Unknown(String),
+    /// The child was cancelled.
+    #[error("child run {0} was cancelled")]
+    Cancelled(String),
+    /// The child failed.
+    #[error("child run {run_id} failed: {error}")]
+    Failed {
+        /// The child.
+        run_id: String,
+        /// Its error.
+        error: String,
+    },
+}
 
 /// Who judges a loop's iteration when its `until` is not a CEL condition.
 #[derive(Debug, Clone, PartialEq, Eq)]

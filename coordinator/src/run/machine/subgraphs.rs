@@ -93,7 +93,7 @@ impl RunMachine {
     pub(super) fn child_ended(
         &mut self,
         node: &str,
-        result: Result<Map<String, Value>, String>,
+        result: Result<Map<String, Value>, ChildError>,
         fx: &mut Vec<Effect>,
     ) {
         let Some(idx) = self.graph().node_index(node) else {
@@ -112,12 +112,14 @@ impl RunMachine {
                 let writes = self.child_output(idx, state);
                 self.container_finished(idx, writes, fx);
             }
-            Err(message) if attempt < self.graph().node(idx).retry.max_attempts => {
-                self.retry_child(idx, attempt + 1, message, fx);
+            Err(error) if attempt < self.graph().node(idx).retry.max_attempts => {
+                self.retry_child(idx, attempt + 1, error.to_string(), fx);
             }
-            Err(message) => {
-                let failure =
-                    TaskFailure::found_by_coordinator(FailureKind::SubgraphFailed, message);
+            Err(error) => {
+                let failure = TaskFailure::found_by_coordinator(
+                    FailureKind::SubgraphFailed,
+                    error.to_string(),
+                );
                 self.member_failed(idx, attempt, failure, fx);
             }
         }

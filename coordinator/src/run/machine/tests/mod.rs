@@ -200,7 +200,10 @@ impl Harness {
                         node: node.clone(),
                         run_id,
                     });
-                    self.inputs.push_back(Input::ChildEnded { node, result });
+                    self.inputs.push_back(Input::ChildEnded {
+                        node,
+                        result: result.map_err(ChildError::Refused),
+                    });
                 }
                 Effect::AwaitChild { .. } => {}
                 Effect::CancelChildren(ids) => self.cancelled_children.extend(ids),
