@@ -18,7 +18,9 @@ use crate::llm::Providers;
 use crate::python::PythonHosts;
 use crate::script::ScriptRunner;
 use crate::secrets::Secrets;
-use crate::task::{CallAnswer, CallTarget, Completed, Failure, FailureKind, FunctionCall, Task};
+use crate::task::{
+    CallAnswer, CallError, CallTarget, Completed, Failure, FailureKind, FunctionCall, Task,
+};
 use crate::team::Team;
 
 /// What a worker runs tasks with: its handlers, its script runner, its
@@ -137,10 +139,12 @@ pub(crate) async fn call_function(kinds: &Toolbox, call: FunctionCall) -> CallAn
         (CallTarget::Python(python), Some(hosts)) => {
             crate::python::call_python(hosts, &kinds.blobs, &call, python).await
         }
-        (CallTarget::Python(_), None) => Err("this worker does not host Python".to_owned()),
+        (CallTarget::Python(_), None) => Err(CallError::NoPython),
         (CallTarget::Judge, _) => {
             let iteration = call.args.first().unwrap_or(&Value::Null);
-            crate::llm::judge(&kinds.providers, &call.name, iteration, call.timeout).await
+            crate::llm::judge(&kinds.providers, &call.name, iteration, call.timeout)
+                .await
+                .map_err(CallError::from)
         }
         (CallTarget::Registered, _) => call_registered(kinds.registry.clone(), &call).await,
     };
@@ -152,27 +156,26 @@ pub(crate) async fn call_function(kinds: &Toolbox, call: FunctionCall) -> CallAn
 }
 
 /// A registered function's call, on the blocking pool.
-async fn call_registered(registry: Arc<Registry>, call: &FunctionCall) -> Result<Value, String> {
+async fn call_registered(registry: Arc<Registry>, call: &FunctionCall) -> Result<Value, CallError> {
     let (name, args, timeout) = (call.name.clone(), call.args.clone(), call.timeout);
-    let work = tokio::task::spawn_blocking(move || -> Result<Value, String> {
+    let work = tokio::task::spawn_blocking(move || {
         let function = registry
             .functions
             .get(&name)
-            .ok_or_else(|| format!("this worker has no function '{name}'"))?;
-        function(args)
+            .ok_or(CallError::NoFunction(name))?;
+        function(args).map_err(CallError::Failed)
     });
     match tokio::time::timeout(timeout, work).await {
         Ok(Ok(result)) => result,
-        Ok(Err(join)) if join.is_panic() => Err(format!(
-            "function '{}' panicked: {}",
-            call.name,
-            panic_text(join)
-        )),
-        Ok(Err(join)) => Err(join.to_string()),
-        Err(_) => Err(format!(
-            "function '{}' did not return within {:?}",
-            call.name, timeout
-        )),
+        Ok(Err(join)) if join.is_panic() => Err(CallError::Panicked {
+            name: call.name.clone(),
+            message: panic_text(join),
+        }),
+        Ok(Err(join)) => Err(CallError::Stopped(join)),
+        Err(_) => Err(CallError::TimedOut {
+            name: call.name.clone(),
+            timeout,
+        }),
     }
 }
 
@@ -210,25 +213,26 @@ mod tests {
         let registry = registry();
         let second = Duration::from_secs(1);
         let ok = call_registered(registry.clone(), &call("echo", second)).await;
-        assert_eq!(ok, Ok(serde_json::json!(1)));
+        assert_eq!(ok.unwrap(), serde_json::json!(1));
         let panicked = call_registered(registry.clone(), &call("boom", second)).await;
         assert!(
             panicked
                 .as_ref()
-                .is_err_and(|e| e.contains("panicked: no good")),
+                .is_err_and(|e| e.to_string().contains("panicked: no good")),
             "{panicked:?}"
         );
         let slow =
             call_registered(registry.clone(), &call("slow", Duration::from_millis(20))).await;
         assert!(
-            slow.as_ref().is_err_and(|e| e.contains("did not return")),
+            slow.as_ref()
+                .is_err_and(|e| e.to_string().contains("did not return")),
             "{slow:?}"
         );
         let missing = call_registered(registry, &call("nope", second)).await;
         assert!(
             missing
                 .as_ref()
-                .is_err_and(|e| e.contains("this worker has no function 'nope'")),
+                .is_err_and(|e| e.to_string().contains("this worker has no function 'nope'")),
             "{missing:?}"
         );
     }

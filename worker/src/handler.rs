@@ -45,9 +45,22 @@ pub(crate) fn task_key(run_id: &str, node: &str, item: Option<u64>, attempt: u32
     format!("{run_id}/{node}/{item}/{attempt}")
 }
 
-/// Why a handler could not read its input or build its output.
+/// Why a handler, tool or function failed: what its author said
+/// (`"…".into()`, or `?` on a `Result<_, String>`), or why the SDK could
+/// not read its input or build its output.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum HandlerError {
+    /// The code's own error.
+    #[error("{0}")]
+    Failed(String),
+    /// The task's state does not fit the handler's type.
+    #[error("handler '{handler}' cannot read the state: {detail}")]
+    State {
+        /// The handler.
+        handler: String,
+        /// What serde said.
+        detail: String,
+    },
     /// The scope has no value of that name.
     #[error("no '{0}' in the task's scope")]
     NoScopeValue(String),
@@ -71,6 +84,18 @@ pub enum HandlerError {
 impl From<HandlerError> for String {
     fn from(error: HandlerError) -> Self {
         error.to_string()
+    }
+}
+
+impl From<String> for HandlerError {
+    fn from(message: String) -> Self {
+        Self::Failed(message)
+    }
+}
+
+impl From<&str> for HandlerError {
+    fn from(message: &str) -> Self {
+        Self::Failed(message.to_owned())
     }
 }
 
@@ -180,7 +205,7 @@ impl IntoOutput for Output {
     }
 }
 
-type BoxFuture = Pin<Box<dyn Future<Output = Result<Value, String>> + Send>>;
+type BoxFuture = Pin<Box<dyn Future<Output = Result<Value, HandlerError>> + Send>>;
 
 /// A task's state, field by field, shared with the worker's cache.
 pub(crate) type Fields = [(String, Arc<Value>)];
@@ -189,17 +214,21 @@ pub(crate) type Fields = [(String, Arc<Value>)];
 /// from the shared fields (fields the type does not name are skipped, never
 /// copied), then returns the future that runs it.
 pub(crate) type ErasedHandler =
-    Arc<dyn Fn(&Fields, TaskContext) -> Result<BoxFuture, String> + Send + Sync>;
+    Arc<dyn Fn(&Fields, TaskContext) -> Result<BoxFuture, HandlerError> + Send + Sync>;
 
 /// Deserializes a handler's state type from the task's fields.
-fn read_state<S: DeserializeOwned>(name: &str, fields: &Fields) -> Result<S, String> {
+fn read_state<S: DeserializeOwned>(name: &str, fields: &Fields) -> Result<S, HandlerError> {
     let pairs = fields.iter().map(|(k, v)| (k.as_str(), &**v));
     let map = serde::de::value::MapDeserializer::<_, serde_json::Error>::new(pairs);
-    S::deserialize(map).map_err(|e| format!("handler '{name}' cannot read the state: {e}"))
+    S::deserialize(map).map_err(|e| HandlerError::State {
+        handler: name.to_owned(),
+        detail: e.to_string(),
+    })
 }
 
 /// A registered function, type-erased.
-pub(crate) type ErasedFunction = Arc<dyn Fn(Vec<Value>) -> Result<Value, String> + Send + Sync>;
+pub(crate) type ErasedFunction =
+    Arc<dyn Fn(Vec<Value>) -> Result<Value, HandlerError> + Send + Sync>;
 
 /// A tool agents may call: what the model reads about it, and the call.
 #[derive(Clone)]
@@ -243,8 +272,10 @@ impl Registry {
             let typed: S = read_state(&name_owned, fields)?;
             let handler = handler.clone();
             let future: BoxFuture = Box::pin(async move {
-                let output = handler(typed, ctx).await.map_err(|e| e.to_string())?;
-                output.into_output().map_err(|e| e.to_string())
+                let output = handler(typed, ctx)
+                    .await
+                    .map_err(|e| HandlerError::Failed(e.to_string()))?;
+                output.into_output()
             });
             Ok(future)
         });
@@ -278,7 +309,7 @@ impl Registry {
     ) -> &mut Self
     where
         F: Fn(Value, TaskContext) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = Result<Value, String>> + Send + 'static,
+        Fut: Future<Output = Result<Value, HandlerError>> + Send + 'static,
     {
         let call = Arc::new(call);
         let erased = move |arguments: Value, ctx: TaskContext| -> BoxFuture {
@@ -295,10 +326,11 @@ impl Registry {
 
     /// Registers a function for `fn:NAME` reducers, predicates and routers.
     /// A reducer receives `[s0_value, [branch_values]]`; a predicate or
-    /// router receives `[state]`.
+    /// router receives `[state]`. Its error (`"…".into()`) fails the
+    /// call.
     pub fn function<F>(&mut self, name: &str, function: F) -> &mut Self
     where
-        F: Fn(Vec<Value>) -> Result<Value, String> + Send + Sync + 'static,
+        F: Fn(Vec<Value>) -> Result<Value, HandlerError> + Send + Sync + 'static,
     {
         self.functions.insert(name.to_owned(), Arc::new(function));
         self
@@ -350,7 +382,9 @@ mod tests {
         let bad = vec![("counter".to_owned(), Arc::new(json!("x")))];
         let error = handler(&bad, ctx()).err().expect("a type error");
         assert!(
-            error.starts_with("handler 'inc' cannot read the state"),
+            error
+                .to_string()
+                .starts_with("handler 'inc' cannot read the state"),
             "{error}"
         );
     }

@@ -196,7 +196,7 @@ impl Worker {
     ) -> &mut Self
     where
         F: Fn(Value, TaskContext) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = Result<Value, String>> + Send + 'static,
+        Fut: Future<Output = Result<Value, HandlerError>> + Send + 'static,
     {
         self.registry.tool(name, description, parameters, call);
         self
@@ -205,7 +205,7 @@ impl Worker {
     /// Registers a function for `fn:NAME` reducers, predicates and routers.
     pub fn function<F>(&mut self, name: &str, function: F) -> &mut Self
     where
-        F: Fn(Vec<Value>) -> Result<Value, String> + Send + Sync + 'static,
+        F: Fn(Vec<Value>) -> Result<Value, HandlerError> + Send + Sync + 'static,
     {
         self.registry.function(name, function);
         self

@@ -94,14 +94,14 @@ impl ScriptRunner {
     /// Runs an agent's script tool (`run: [argv…]`) for `task`: the
     /// arguments as JSON on stdin, in a scratch directory with the bundle
     /// and `GRAPH_STATE`, within `timeout`. Its stdout (trimmed) is the
-    /// result; a failure is a message for the model, secrets masked.
+    /// result; a failure's message is for the model, secrets masked.
     pub async fn run_tool(
         &self,
         task: &Task,
         argv: &[String],
         arguments: &Value,
         timeout: Duration,
-    ) -> Result<String, String> {
+    ) -> Result<String, Failure> {
         let mut redactor = Redactor::default();
         let config = ScriptConfig {
             argv: argv.to_vec(),
@@ -116,8 +116,10 @@ impl ScriptRunner {
                 .await?;
             tool_result(finished)
         };
-        ran.await
-            .map_err(|failure| redactor.redact(&failure.message))
+        ran.await.map_err(|failure| Failure {
+            message: redactor.redact(&failure.message),
+            ..failure
+        })
     }
 
     /// A fresh scratch directory for one execution of `task`.

@@ -13,7 +13,7 @@ use tracing::{Instrument, debug, info};
 use weft_proto::types::WorkerKind;
 
 use crate::config::WorkerConfig;
-use crate::connection::{Connection, Inbound, Outbound, Welcome};
+use crate::connection::{Connection, Inbound, Lost, Outbound, Welcome};
 use crate::execute::{Toolbox, call_function, execute};
 use crate::handler::Registry;
 use crate::hosting::{HostResources, toolbox};
@@ -26,7 +26,7 @@ pub(crate) enum SessionEnd {
     /// Shut down cleanly after draining.
     Drained,
     /// The coordinator went away; connect again.
-    Lost(String),
+    Lost(Lost),
     /// A standby coordinator named the leader: join it.
     Redirected(String),
 }
@@ -96,7 +96,7 @@ pub(crate) async fn serve(
                 session.running.remove(&(report.run_id.clone(), report.key));
                 debug!(run = %report.run_id, key = report.key, "task done");
                 if outbound.send(Outbound::Report(report)).await.is_err() {
-                    return lost(session.running, "the stream to the coordinator closed".into());
+                    return lost(session.running, Lost::Unsendable);
                 }
                 if draining && session.running.is_empty() {
                     return leave(session, outbound, connection).await;
@@ -104,7 +104,7 @@ pub(crate) async fn serve(
             }
             _ = ticker.tick() => {
                 if last_heard.elapsed() > heartbeat * 5 {
-                    return lost(session.running, "the coordinator stopped sending heartbeats".into());
+                    return lost(session.running, Lost::Silent);
                 }
                 let _ = outbound.send(Outbound::Heartbeat).await;
             }
@@ -305,7 +305,7 @@ async fn leave(
 }
 
 /// The coordinator is gone: stop what runs (it will be dispatched again).
-fn lost(running: HashMap<AttemptId, Running>, why: String) -> SessionEnd {
+fn lost(running: HashMap<AttemptId, Running>, why: Lost) -> SessionEnd {
     for task in running.values() {
         task.cancel.cancel();
     }

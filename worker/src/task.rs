@@ -201,13 +201,64 @@ pub(crate) struct PythonTarget {
     pub dir: String,
 }
 
-/// The answer to a [`FunctionCall`]: its value, or the error's text.
-#[derive(Debug, Clone, PartialEq)]
+/// The answer to a [`FunctionCall`]: its value, or why there is none.
+#[derive(Debug)]
 pub(crate) struct CallAnswer {
     /// The call's number.
     pub id: u64,
     /// The run it was for.
     pub run_id: String,
     /// What it returned.
-    pub result: Result<Value, String>,
+    pub result: Result<Value, CallError>,
+}
+
+/// Why a [`FunctionCall`] has no value; the coordinator is told the text.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum CallError {
+    /// The arguments are not a JSON array.
+    #[error("bad arguments: {0}")]
+    BadArguments(#[source] serde_json::Error),
+    /// No function of that name is registered.
+    #[error("this worker has no function '{0}'")]
+    NoFunction(String),
+    /// The function returned an error.
+    #[error(transparent)]
+    Failed(#[from] crate::HandlerError),
+    /// The function panicked.
+    #[error("function '{name}' panicked: {message}")]
+    Panicked {
+        /// The function.
+        name: String,
+        /// The panic's message.
+        message: String,
+    },
+    /// The function outlived the call's timeout.
+    #[error("function '{name}' did not return within {timeout:?}")]
+    TimedOut {
+        /// The function.
+        name: String,
+        /// The timeout.
+        timeout: Duration,
+    },
+    /// The blocking task that ran it was stopped.
+    #[error(transparent)]
+    Stopped(#[from] tokio::task::JoinError),
+    /// A Python function, on a worker without Python.
+    #[error("this worker does not host Python")]
+    NoPython,
+    /// The bundle's Python process could not be had.
+    #[error("{0}")]
+    PythonUnavailable(String),
+    /// The Python function failed.
+    #[error("{function}: {error}")]
+    Python {
+        /// `module:function`.
+        function: String,
+        /// Why.
+        #[source]
+        error: crate::python::PythonError,
+    },
+    /// The model could not judge an `until` sentence.
+    #[error(transparent)]
+    Judge(#[from] crate::llm::JudgeError),
 }

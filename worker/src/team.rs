@@ -103,11 +103,13 @@ pub enum TeamError {
 #[derive(Debug, Default)]
 pub(crate) struct Acks {
     next: AtomicU64,
-    waiting: Mutex<HashMap<u64, oneshot::Sender<Result<(), String>>>>,
+    /// Each send's waiting sender, told the coordinator's refusal (`None`:
+    /// taken).
+    waiting: Mutex<HashMap<u64, oneshot::Sender<Option<String>>>>,
 }
 
 impl Acks {
-    fn expect(&self) -> (u64, oneshot::Receiver<Result<(), String>>) {
+    fn expect(&self) -> (u64, oneshot::Receiver<Option<String>>) {
         let id = self.next.fetch_add(1, Ordering::Relaxed) + 1;
         let (tx, rx) = oneshot::channel();
         self.waiting.lock().expect("acks lock").insert(id, tx);
@@ -118,7 +120,7 @@ impl Acks {
     pub(crate) fn answered(&self, id: u64, refusal: Option<String>) {
         let waiter = self.waiting.lock().expect("acks lock").remove(&id);
         if let Some(waiter) = waiter {
-            let _ = waiter.send(refusal.map_or(Ok(()), Err));
+            let _ = waiter.send(refusal);
         }
     }
 }
@@ -237,8 +239,8 @@ impl Team {
             return Err(TeamError::Disconnected);
         }
         match answer.await {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(why)) => Err(TeamError::Refused(why)),
+            Ok(None) => Ok(()),
+            Ok(Some(why)) => Err(TeamError::Refused(why)),
             Err(_) => Err(TeamError::Disconnected),
         }
     }

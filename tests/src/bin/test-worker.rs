@@ -85,7 +85,7 @@ async fn main() -> anyhow::Result<()> {
             match arguments["key"].as_str() {
                 Some("a") => Ok(json!("alpha")),
                 Some("b") => Ok(json!("beta")),
-                other => Err(format!("no entry for {other:?}")),
+                other => Err(format!("no entry for {other:?}").into()),
             }
         },
     );

@@ -17,8 +17,8 @@ use super::{Inbound, Outbound};
 use crate::hosting::Hello;
 use crate::state_sync::{Assignment, Sent, SentField};
 use crate::task::{
-    BlobFile, CallAnswer, CallTarget, Failure, FailureKind, FunctionCall, PythonTarget, Task,
-    TaskReport,
+    BlobFile, CallAnswer, CallError, CallTarget, Failure, FailureKind, FunctionCall, PythonTarget,
+    Task, TaskReport,
 };
 use crate::team::{Message, TeamSeat};
 
@@ -70,7 +70,7 @@ pub(super) fn to_coordinator(message: Outbound, max_result_bytes: usize) -> pb::
             run_id: answer.run_id,
             outcome: Some(match answer.result {
                 Ok(value) => pb::call_result::Outcome::ValueJson(value.to_string()),
-                Err(error) => pb::call_result::Outcome::Error(error),
+                Err(error) => pb::call_result::Outcome::Error(error.to_string()),
             }),
         }),
         Outbound::Send(send) => Body::Send(pb::TeamSend {
@@ -215,7 +215,7 @@ fn call_of(wire: pb::FunctionCall) -> Result<FunctionCall, CallAnswer> {
             return Err(CallAnswer {
                 id: wire.call_id,
                 run_id: wire.run_id,
-                result: Err(format!("bad arguments: {error}")),
+                result: Err(CallError::BadArguments(error)),
             });
         }
     };
@@ -342,7 +342,8 @@ mod tests {
             panic!("the call was not answered");
         };
         assert_eq!(answer.id, 9);
-        assert!(answer.result.unwrap_err().starts_with("bad arguments:"));
+        let error = answer.result.unwrap_err().to_string();
+        assert!(error.starts_with("bad arguments:"), "{error}");
     }
 
     #[test]

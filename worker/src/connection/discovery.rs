@@ -8,6 +8,7 @@ use std::time::Duration;
 use tonic::transport::Endpoint;
 use weft_store::{EtcdStore, LEADER_KEY, Store};
 
+use super::Lost;
 use crate::config::WorkerConfig;
 use crate::runtime::WorkerError;
 
@@ -44,18 +45,16 @@ impl Finder {
     }
 
     /// Where to connect now, or why there is nowhere yet.
-    pub(super) async fn find(&self) -> Result<Endpoint, String> {
+    pub(super) async fn find(&self) -> Result<Endpoint, Lost> {
         match self {
             Self::Fixed(endpoint) => Ok((**endpoint).clone()),
             Self::Leader(store) => match store.get(LEADER_KEY).await {
                 Ok(Some(leader)) => {
                     let url = String::from_utf8_lossy(&leader.value).into_owned();
-                    endpoint(&url).map_err(|e| e.to_string())
+                    endpoint(&url).map_err(Lost::BadUrl)
                 }
-                Ok(None) => {
-                    Err("no coordinator leads the group yet (etcd has no leader key)".into())
-                }
-                Err(error) => Err(format!("cannot read the leader from etcd: {error}")),
+                Ok(None) => Err(Lost::NoLeader),
+                Err(error) => Err(Lost::Etcd(error)),
             },
         }
     }

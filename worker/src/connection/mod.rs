@@ -91,9 +91,47 @@ pub(crate) enum Outbound {
 #[derive(Debug)]
 pub(crate) enum Ending {
     /// The coordinator went away or could not be reached: connect again.
-    Lost(String),
+    Lost(Lost),
     /// A standby coordinator named the leader: join it.
     Redirected(String),
+}
+
+/// Why there is no coordinator to talk to now; the worker tries again.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum Lost {
+    /// etcd names no leader.
+    #[error("no coordinator leads the group yet (etcd has no leader key)")]
+    NoLeader,
+    /// etcd cannot be read.
+    #[error("cannot read the leader from etcd: {0}")]
+    Etcd(#[source] weft_store::StoreError),
+    /// The leader's URL is malformed.
+    #[error(transparent)]
+    BadUrl(WorkerError),
+    /// Nothing answers at the URL.
+    #[error("cannot connect: {0}")]
+    Connect(#[source] tonic::transport::Error),
+    /// The coordinator took the connection and said nothing.
+    #[error("the coordinator did not welcome this worker within {0:?}")]
+    NoWelcome(Duration),
+    /// Another coordinator took the lead while the worker joined.
+    #[error("{0} no longer leads its group")]
+    Deposed(String),
+    /// The coordinator's first message was not a welcome.
+    #[error("the coordinator sent no welcome")]
+    Unwelcomed,
+    /// The coordinator closed its side.
+    #[error("the coordinator closed the stream")]
+    Closed,
+    /// The worker's side of the stream closed.
+    #[error("the stream to the coordinator closed")]
+    Unsendable,
+    /// No heartbeat came in five intervals.
+    #[error("the coordinator stopped sending heartbeats")]
+    Silent,
+    /// The stream failed.
+    #[error("{}", .0.message())]
+    Stream(#[source] tonic::Status),
 }
 
 /// What the coordinator said on welcoming the worker.
@@ -122,7 +160,7 @@ pub(crate) async fn open(
     hello: Hello,
 ) -> Result<Result<(Connection, Welcome), Ending>, WorkerError> {
     let target = match redirect {
-        Some(url) => discovery::endpoint(&url).map_err(|e| e.to_string()),
+        Some(url) => discovery::endpoint(&url).map_err(Lost::BadUrl),
         None => finder.find().await,
     };
     let endpoint = match target {
@@ -131,7 +169,7 @@ pub(crate) async fn open(
     };
     let channel = match endpoint.connect().await {
         Ok(channel) => channel,
-        Err(error) => return Ok(Err(Ending::Lost(format!("cannot connect: {error}")))),
+        Err(error) => return Ok(Err(Ending::Lost(Lost::Connect(error)))),
     };
     let client = WorkerServiceClient::new(channel)
         .max_decoding_message_size(weft_proto::MAX_MESSAGE_BYTES)
@@ -140,13 +178,9 @@ pub(crate) async fn open(
     let handshake = tokio::time::timeout(JOIN_TIMEOUT, handshake(config, client, hello));
     tokio::select! {
         joined = handshake => joined.unwrap_or_else(|_| {
-            Ok(Err(Ending::Lost(format!(
-                "the coordinator did not welcome this worker within {JOIN_TIMEOUT:?}"
-            ))))
+            Ok(Err(Ending::Lost(Lost::NoWelcome(JOIN_TIMEOUT))))
         }),
-        () = finder.moved_from(&url) => {
-            Ok(Err(Ending::Lost(format!("{url} no longer leads its group"))))
-        }
+        () = finder.moved_from(&url) => Ok(Err(Ending::Lost(Lost::Deposed(url)))),
     }
 }
 
@@ -174,7 +208,7 @@ async fn handshake(
         Err(status) => {
             return Ok(Err(match discovery::redirect(&status) {
                 Some(leader) => Ending::Redirected(leader),
-                None => Ending::Lost(status.message().to_owned()),
+                None => Ending::Lost(Lost::Stream(status)),
             }));
         }
     };
@@ -198,8 +232,8 @@ async fn handshake(
             };
             Ok(Ok((connection, welcome)))
         }
-        Ok(_) => Ok(Err(Ending::Lost("the coordinator sent no welcome".into()))),
-        Err(status) => Ok(Err(Ending::Lost(status.message().to_owned()))),
+        Ok(_) => Ok(Err(Ending::Lost(Lost::Unwelcomed))),
+        Err(status) => Ok(Err(Ending::Lost(Lost::Stream(status)))),
     }
 }
 
@@ -218,7 +252,7 @@ impl Connection {
 
     /// The coordinator's next message, or why the stream ended. Cancel
     /// safe: a message is either returned or still unread.
-    pub(crate) async fn next(&mut self) -> Result<Inbound, String> {
+    pub(crate) async fn next(&mut self) -> Result<Inbound, Lost> {
         loop {
             match self.inbound.message().await {
                 Ok(Some(message)) => {
@@ -226,8 +260,8 @@ impl Connection {
                         return Ok(inbound);
                     }
                 }
-                Ok(None) => return Err("the coordinator closed the stream".into()),
-                Err(status) => return Err(status.message().to_owned()),
+                Ok(None) => return Err(Lost::Closed),
+                Err(status) => return Err(Lost::Stream(status)),
             }
         }
     }

@@ -19,9 +19,43 @@ use serde_json::{Value, json};
 use super::chat;
 use super::{Prompts, invalid, model_for, structured};
 use crate::execute::Toolbox;
-use crate::handler::{RegisteredTool, TaskContext};
+use crate::handler::{HandlerError, RegisteredTool, TaskContext};
 use crate::task::{Completed, Failure, FailureKind, Task};
-use crate::team::Team;
+use crate::team::{Team, TeamError};
+
+/// Why a tool call has no result; the model reads it as the call's result.
+#[derive(Debug, thiserror::Error)]
+enum ToolError {
+    /// The model named a tool the step does not have.
+    #[error("there is no tool '{0}'")]
+    Unknown(String),
+    /// The arguments are not JSON.
+    #[error("the arguments are not JSON: {0}")]
+    NotJson(#[source] serde_json::Error),
+    /// The arguments break the tool's schema.
+    #[error("invalid arguments at '{path}': {message}")]
+    Invalid {
+        /// Where, as a JSON pointer.
+        path: String,
+        /// What the schema says.
+        message: String,
+    },
+    /// A script tool failed (its secrets masked).
+    #[error("{0}")]
+    Script(String),
+    /// A registered tool returned an error.
+    #[error(transparent)]
+    Failed(#[from] HandlerError),
+    /// The tool outlived the step.
+    #[error("the tool did not finish within the step's time")]
+    TimedOut,
+    /// A teammate tool, in a step without a team.
+    #[error("no team")]
+    NoTeam,
+    /// A teammate message was not sent.
+    #[error(transparent)]
+    Team(#[from] TeamError),
+}
 
 /// Turns when the node says none.
 const DEFAULT_TURNS: u32 = 10;
@@ -236,13 +270,13 @@ impl Agent<'_> {
         let name = call["function"]["name"].as_str().unwrap_or_default();
         let started = Instant::now();
         let outcome = match tools.iter().find(|tool| tool.name == name) {
-            None => Err(format!("there is no tool '{name}'")),
+            None => Err(ToolError::Unknown(name.to_owned())),
             Some(tool) => self.run_tool(tool, call, deadline).await,
         };
         let note = json!({
             "type": "tool_called",
             "tool": name,
-            "error": outcome.as_ref().err(),
+            "error": outcome.as_ref().err().map(ToString::to_string),
             "latency_ms": started.elapsed().as_millis() as u64,
         });
         let result = match outcome {
@@ -257,52 +291,50 @@ impl Agent<'_> {
         tool: &Tool,
         call: &Value,
         deadline: Instant,
-    ) -> Result<String, String> {
+    ) -> Result<String, ToolError> {
         let text = call["function"]["arguments"].as_str().unwrap_or("{}");
         let arguments: Value = if text.trim().is_empty() {
             json!({})
         } else {
-            serde_json::from_str(text).map_err(|e| format!("the arguments are not JSON: {e}"))?
+            serde_json::from_str(text).map_err(ToolError::NotJson)?
         };
         if let Some(error) = tool.validator.iter_errors(&arguments).next() {
-            return Err(format!(
-                "invalid arguments at '{}': {error}",
-                error.instance_path()
-            ));
+            return Err(ToolError::Invalid {
+                path: error.instance_path().to_string(),
+                message: error.to_string(),
+            });
         }
         let left = deadline.saturating_duration_since(Instant::now());
         match &tool.runner {
-            Runner::Script(argv) => {
-                self.kinds
-                    .scripts
-                    .run_tool(
-                        self.task,
-                        argv,
-                        &arguments,
-                        left.max(Duration::from_millis(1)),
-                    )
-                    .await
-            }
+            Runner::Script(argv) => self
+                .kinds
+                .scripts
+                .run_tool(
+                    self.task,
+                    argv,
+                    &arguments,
+                    left.max(Duration::from_millis(1)),
+                )
+                .await
+                .map_err(|failure| ToolError::Script(failure.message)),
             Runner::Registered(registered) => {
                 let run = (registered.call)(arguments, self.context());
                 match tokio::time::timeout(left, run).await {
-                    Ok(result) => result.map(|value| match value {
+                    Ok(result) => Ok(match result? {
                         Value::String(text) => text,
                         other => other.to_string(),
                     }),
-                    Err(_) => Err("the tool did not finish within the step's time".into()),
+                    Err(_) => Err(ToolError::TimedOut),
                 }
             }
             Runner::SendMessage => {
-                let team = self.team.as_ref().ok_or("no team")?;
+                let team = self.team.as_ref().ok_or(ToolError::NoTeam)?;
                 let to = arguments["to"].as_str().unwrap_or_default();
-                team.send(to, &arguments["content"])
-                    .await
-                    .map(|()| format!("Message delivered to teammate {to}"))
-                    .map_err(|e| e.to_string())
+                team.send(to, &arguments["content"]).await?;
+                Ok(format!("Message delivered to teammate {to}"))
             }
             Runner::ReadMessages => {
-                let team = self.team.as_ref().ok_or("no team")?;
+                let team = self.team.as_ref().ok_or(ToolError::NoTeam)?;
                 let messages: Vec<Value> = team
                     .inbox()
                     .into_iter()

@@ -15,15 +15,44 @@ condition and the loop's latest iteration as JSON (`output` is what the iteratio
 `history` the earlier ones). Answer only with JSON: {\"satisfied\": true or false, \"reason\": \
 \"one sentence: why, or what the next iteration should change\"}.";
 
+/// Why the model could not judge an `until` sentence.
+#[derive(Debug, thiserror::Error)]
+pub enum JudgeError {
+    /// No provider, or no model, to ask.
+    #[error("{0}")]
+    NoModel(String),
+    /// The model could not be asked.
+    #[error("{0}")]
+    Failed(String),
+    /// The model's answer is not the JSON asked for.
+    #[error("the model's judgement of until '{sentence}' is {why}: {text}")]
+    Unreadable {
+        /// The sentence.
+        sentence: String,
+        /// What is wrong with the answer.
+        why: String,
+        /// The answer.
+        text: String,
+    },
+    /// The answer has no verdict.
+    #[error("the model's judgement of until '{sentence}' has no boolean `satisfied`: {answer}")]
+    NoVerdict {
+        /// The sentence.
+        sentence: String,
+        /// The answer.
+        answer: Value,
+    },
+}
+
 /// Judges `sentence` of `iteration` with the default provider.
 pub(crate) async fn judge(
     providers: &Providers,
     sentence: &str,
     iteration: &Value,
     timeout: Duration,
-) -> Result<Value, String> {
-    let provider = providers.get(None)?;
-    let model = model_for(None, provider).map_err(|f| f.message)?;
+) -> Result<Value, JudgeError> {
+    let provider = providers.get(None).map_err(JudgeError::NoModel)?;
+    let model = model_for(None, provider).map_err(|f| JudgeError::NoModel(f.message))?;
     let body = json!({
         "model": model,
         "messages": [
@@ -41,14 +70,18 @@ pub(crate) async fn judge(
     });
     let completion = chat::complete(provider, &body, Instant::now() + timeout)
         .await
-        .map_err(|f| f.message)?;
+        .map_err(|f| JudgeError::Failed(f.message))?;
     let text = completion.message["content"].as_str().unwrap_or_default();
-    let answer = structured(text)
-        .map_err(|why| format!("the model's judgement of until '{sentence}' is {why}: {text}"))?;
+    let answer = structured(text).map_err(|why| JudgeError::Unreadable {
+        sentence: sentence.to_owned(),
+        why: why.to_string(),
+        text: text.to_owned(),
+    })?;
     let Some(satisfied) = answer["satisfied"].as_bool() else {
-        return Err(format!(
-            "the model's judgement of until '{sentence}' has no boolean `satisfied`: {answer}"
-        ));
+        return Err(JudgeError::NoVerdict {
+            sentence: sentence.to_owned(),
+            answer,
+        });
     };
     Ok(json!([
         satisfied,

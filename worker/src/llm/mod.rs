@@ -53,6 +53,7 @@ impl Prompts {
 }
 
 pub(crate) use agent::Agent;
+pub use judge::JudgeError;
 pub(crate) use judge::judge;
 
 fn invalid(what: &str, error: impl std::fmt::Display) -> Failure {

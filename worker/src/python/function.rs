@@ -15,7 +15,7 @@ use super::{Call, PythonError, PythonHosts};
 use crate::blobs::BlobCache;
 use crate::execute::Toolbox;
 use crate::secrets::{Redactor, Secrets};
-use crate::task::{Completed, Failure, FailureKind, FunctionCall, PythonTarget, Task};
+use crate::task::{CallError, Completed, Failure, FailureKind, FunctionCall, PythonTarget, Task};
 
 /// Runs one attempt of a `function` node.
 pub async fn run_function(
@@ -154,11 +154,11 @@ pub(crate) async fn call_python(
     blobs: &BlobCache,
     call: &FunctionCall,
     python: &PythonTarget,
-) -> Result<Value, String> {
+) -> Result<Value, CallError> {
     let hosted = hosts
         .pool(blobs, &call.bundle, &python.dir)
         .await
-        .map_err(|failure| failure.message)?;
+        .map_err(|failure| CallError::PythonUnavailable(failure.message))?;
     let timeout = call.timeout;
     let call = Call {
         module: &python.module,
@@ -173,5 +173,8 @@ pub(crate) async fn call_python(
         .pool
         .call_with(call, timeout)
         .await
-        .map_err(|error| format!("{}:{}: {error}", python.module, python.function))
+        .map_err(|error| CallError::Python {
+            function: format!("{}:{}", python.module, python.function),
+            error,
+        })
 }
