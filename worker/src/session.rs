@@ -177,7 +177,7 @@ impl Session {
                 });
             }
             Inbound::Unreadable(answer) => {
-                let _ = self.outbound.send(Outbound::Answer(answer)).await;
+                let _ = self.outbound.send(Outbound::Answer(*answer)).await;
             }
             Inbound::Forget { run_id } => {
                 if let Some(python) = &self.kinds.python {

@@ -208,15 +208,15 @@ fn message_of(wire: pb::TeamMessage) -> Message {
 }
 
 /// A function call, or its answer when its arguments cannot be read.
-fn call_of(wire: pb::FunctionCall) -> Result<FunctionCall, CallAnswer> {
+fn call_of(wire: pb::FunctionCall) -> Result<FunctionCall, Box<CallAnswer>> {
     let args = match serde_json::from_str::<Vec<Value>>(&wire.args_json) {
         Ok(args) => args,
         Err(error) => {
-            return Err(CallAnswer {
+            return Err(Box::new(CallAnswer {
                 id: wire.call_id,
                 run_id: wire.run_id,
                 result: Err(CallError::BadArguments(error)),
-            });
+            }));
         }
     };
     let target = match wire.python {

@@ -63,7 +63,7 @@ pub(crate) enum Inbound {
     /// Call a function.
     Call(FunctionCall),
     /// A call the worker cannot read, answered with why.
-    Unreadable(CallAnswer),
+    Unreadable(Box<CallAnswer>),
     /// The run has ended: drop what is kept for it.
     Forget { run_id: String },
     /// The coordinator is there (a heartbeat).
