@@ -184,7 +184,7 @@ impl Builder<'_, '_> {
     /// `function` (or `python`): a Python callable with keyword arguments.
     pub(super) fn function(&mut self, id: &str, raw: &RawNode) -> Option<NodeKind> {
         let callable = match raw.callable.as_deref().map(str::trim) {
-            None => self.python.node_file(id),
+            None => self.python.node_file(id).map_err(|error| error.to_string()),
             Some(text) if text.starts_with("fn:") => Err(format!(
                 "function node '{id}': callable '{text}' names a Rust worker's function; a function node calls Python (use kind: task with a handler for Rust)"
             )),

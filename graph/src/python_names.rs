@@ -21,6 +21,37 @@ pub(crate) struct PythonNames<'a> {
     pub(crate) bundled: Vec<String>,
 }
 
+/// Why a name where code is allowed does not resolve.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum NameError {
+    /// `fn:NAME` names a function of the sidecar too.
+    #[error(
+        "'{name}' is both fn:{name} (a Rust worker's function) and a function of {sidecar}; a name may not mean both: rename one"
+    )]
+    Ambiguous { name: String, sidecar: String },
+    /// `module:function` names a function its bundled module lacks.
+    #[error("'{module}:{function}': {path} defines no '{function}'{hint}")]
+    Undefined {
+        module: String,
+        function: String,
+        path: String,
+        hint: String,
+    },
+    /// A `function` node without `callable:` whose id is no file name.
+    #[error(
+        "function node '{0}': give `callable: NAME`; without it the node runs nodes/<id>.py, and '{0}' is not a file name"
+    )]
+    NotAFileName(String),
+    /// A `function` node without `callable:` or its `nodes/<id>.py`.
+    #[error(
+        "function node '{id}': give `callable: NAME` (a function of the `functions:` sidecar, or module:function), or put a file {path} defining run beside the graph"
+    )]
+    NoNodeFile { id: String, path: String },
+    /// `nodes/<id>.py` without `run`.
+    #[error("function node '{id}': {path} defines no `run`")]
+    NoRun { id: String, path: String },
+}
+
 /// What a name where code is allowed turned out to be.
 pub(crate) enum Resolved {
     /// Code to call.
@@ -87,15 +118,15 @@ impl<'a> PythonNames<'a> {
     /// Resolves `text` where code is allowed; an error names what is
     /// wrong (a name both Rust's and the sidecar's, a function its
     /// bundled module lacks).
-    pub(crate) fn resolve(&mut self, text: &str) -> Result<Resolved, String> {
+    pub(crate) fn resolve(&mut self, text: &str) -> Result<Resolved, NameError> {
         let text = text.trim();
         if let Some(name) = text.strip_prefix("fn:") {
             let name = name.trim();
             if self.sidecar_defines(name) {
-                return Err(format!(
-                    "'{name}' is both fn:{name} (a Rust worker's function) and a function of {}; a name may not mean both: rename one",
-                    self.sidecar.as_deref().unwrap_or_default()
-                ));
+                return Err(NameError::Ambiguous {
+                    name: name.to_owned(),
+                    sidecar: self.sidecar.clone().unwrap_or_default(),
+                });
             }
             return Ok(Resolved::Code(Code::Rust(name.to_owned())));
         }
@@ -116,7 +147,7 @@ impl<'a> PythonNames<'a> {
 
     /// `module:function`: checked in `module/sub.py` when the graph has
     /// it, else an installed package's (checked by the worker).
-    fn import(&mut self, module: &str, function: &str) -> Result<Code, String> {
+    fn import(&mut self, module: &str, function: &str) -> Result<Code, NameError> {
         let found = module_files(module)
             .into_iter()
             .find(|path| self.read.module(self.files, path).is_some());
@@ -127,9 +158,12 @@ impl<'a> PythonNames<'a> {
                 let hint = did_you_mean(function, &known)
                     .map(|k| format!(" (did you mean '{k}'?)"))
                     .unwrap_or_default();
-                return Err(format!(
-                    "'{module}:{function}': {path} defines no '{function}'{hint}"
-                ));
+                return Err(NameError::Undefined {
+                    module: module.to_owned(),
+                    function: function.to_owned(),
+                    path,
+                    hint,
+                });
             }
             self.bundle(&path);
             // Its package's __init__.py files go along, for the import.
@@ -148,20 +182,22 @@ impl<'a> PythonNames<'a> {
     }
 
     /// A `function` node's own file, `nodes/<id>.py`, defining `run`.
-    pub(crate) fn node_file(&mut self, id: &str) -> Result<PyFunction, String> {
+    pub(crate) fn node_file(&mut self, id: &str) -> Result<PyFunction, NameError> {
         if id.contains(['/', '\\']) || id.starts_with('.') {
-            return Err(format!(
-                "function node '{id}': give `callable: NAME`; without it the node runs nodes/<id>.py, and '{id}' is not a file name"
-            ));
+            return Err(NameError::NotAFileName(id.to_owned()));
         }
         let path = format!("nodes/{id}.py");
         let Some(module) = self.read.module(self.files, &path) else {
-            return Err(format!(
-                "function node '{id}': give `callable: NAME` (a function of the `functions:` sidecar, or module:function), or put a file {path} defining run beside the graph"
-            ));
+            return Err(NameError::NoNodeFile {
+                id: id.to_owned(),
+                path,
+            });
         };
         if module.get("run").is_none() {
-            return Err(format!("function node '{id}': {path} defines no `run`"));
+            return Err(NameError::NoRun {
+                id: id.to_owned(),
+                path,
+            });
         }
         self.bundle(&path);
         Ok(PyFunction {

@@ -305,18 +305,38 @@ fn report(error: &ClientError) -> u8 {
     }
 }
 
-fn read_input(input: Option<&str>) -> Result<Map<String, Value>, String> {
+/// Why `--input` cannot be used.
+#[derive(Debug, thiserror::Error)]
+enum InputError {
+    /// `--input @FILE` names a file that cannot be read.
+    #[error("cannot read input file '{path}': {source}")]
+    Read {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The input is JSON, but not an object.
+    #[error("--input must be a JSON object")]
+    NotAnObject,
+    /// The input is not JSON.
+    #[error("--input is not JSON: {0}")]
+    NotJson(#[source] serde_json::Error),
+}
+
+fn read_input(input: Option<&str>) -> Result<Map<String, Value>, InputError> {
     let Some(input) = input else {
         return Ok(Map::new());
     };
     let text = match input.strip_prefix('@') {
-        Some(path) => std::fs::read_to_string(path)
-            .map_err(|e| format!("cannot read input file '{path}': {e}"))?,
+        Some(path) => std::fs::read_to_string(path).map_err(|source| InputError::Read {
+            path: path.to_owned(),
+            source,
+        })?,
         None => input.to_owned(),
     };
     match serde_json::from_str::<Value>(&text) {
         Ok(Value::Object(map)) => Ok(map),
-        Ok(_) => Err("--input must be a JSON object".into()),
-        Err(error) => Err(format!("--input is not JSON: {error}")),
+        Ok(_) => Err(InputError::NotAnObject),
+        Err(error) => Err(InputError::NotJson(error)),
     }
 }

@@ -198,7 +198,7 @@ impl Agent<'_> {
             .kinds
             .providers
             .get(config.provider.as_deref())
-            .map_err(|message| Failure::new(FailureKind::UnsupportedKind, message))?;
+            .map_err(|error| Failure::new(FailureKind::UnsupportedKind, error.to_string()))?;
         let model = model_for(config.model, provider)?;
         let tools = tools(self.kinds, config.tools, self.team.as_ref())?;
         let mut messages = vec![json!({"role": "system", "content": self.system(&prompts)})];

@@ -51,7 +51,9 @@ pub(crate) async fn judge(
     iteration: &Value,
     timeout: Duration,
 ) -> Result<Value, JudgeError> {
-    let provider = providers.get(None).map_err(JudgeError::NoModel)?;
+    let provider = providers
+        .get(None)
+        .map_err(|error| JudgeError::NoModel(error.to_string()))?;
     let model = model_for(None, provider).map_err(|f| JudgeError::NoModel(f.message))?;
     let body = json!({
         "model": model,

@@ -20,7 +20,7 @@ use std::time::Instant;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
-pub use provider::{Provider, ProviderConfig, ProviderError, Providers};
+pub use provider::{NoProvider, Provider, ProviderConfig, ProviderError, Providers};
 
 use crate::task::{Completed, Failure, FailureKind, Task};
 
@@ -80,7 +80,7 @@ pub(crate) async fn run_llm(providers: &Providers, task: &Task) -> Result<Comple
     let prompts = Prompts::of(task)?;
     let provider = providers
         .get(config.provider.as_deref())
-        .map_err(|message| Failure::new(FailureKind::UnsupportedKind, message))?;
+        .map_err(|error| Failure::new(FailureKind::UnsupportedKind, error.to_string()))?;
     let mut messages = Vec::new();
     if let Some(system) = &prompts.system {
         messages.push(json!({"role": "system", "content": system}));

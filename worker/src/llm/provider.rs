@@ -43,6 +43,24 @@ pub struct ProviderConfig {
     pub max_concurrent: Option<usize>,
 }
 
+/// Why a step has no provider on this worker.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NoProvider {
+    /// The step names a provider the worker lacks.
+    #[error("this worker has no provider '{name}' (its providers: {known})")]
+    Named {
+        /// The name.
+        name: String,
+        /// The worker's providers.
+        known: String,
+    },
+    /// The step names none, and the worker has no default.
+    #[error(
+        "this worker has no default provider: name one with `provider:`, or configure [providers.default]"
+    )]
+    Default,
+}
+
 /// Why the providers cannot be set up.
 #[derive(Debug, thiserror::Error)]
 pub enum ProviderError {
@@ -218,24 +236,20 @@ impl Providers {
     }
 
     /// The provider a step names, or the default.
-    pub fn get(&self, name: Option<&str>) -> Result<&Arc<Provider>, String> {
+    pub fn get(&self, name: Option<&str>) -> Result<&Arc<Provider>, NoProvider> {
         match name {
             Some(name) => self.named.get(name).ok_or_else(|| {
                 let known: Vec<&str> = self.named.keys().map(String::as_str).collect();
-                format!(
-                    "this worker has no provider '{name}' (its providers: {})",
-                    if known.is_empty() {
+                NoProvider::Named {
+                    name: name.to_owned(),
+                    known: if known.is_empty() {
                         "none named".to_owned()
                     } else {
                         known.join(", ")
-                    }
-                )
+                    },
+                }
             }),
-            None => self.fallback.as_ref().ok_or_else(|| {
-                "this worker has no default provider: name one with `provider:`, or configure \
-                 [providers.default]"
-                    .to_owned()
-            }),
+            None => self.fallback.as_ref().ok_or(NoProvider::Default),
         }
     }
 }
@@ -281,7 +295,7 @@ mod tests {
         );
         assert_eq!(providers.get(Some("b")).unwrap().base_url, "http://b/v1");
         assert_eq!(
-            providers.get(Some("c")).unwrap_err(),
+            providers.get(Some("c")).unwrap_err().to_string(),
             "this worker has no provider 'c' (its providers: a, b)"
         );
         let nothing = Providers::new(BTreeMap::new(), |_| None, &secrets).unwrap();

@@ -6,7 +6,17 @@
 use serde_json::{Map, Value};
 
 use super::events::TaskState;
-use crate::graph::{Node, NodeKind, Strictness, Template, TemplateContext};
+use crate::graph::{ExprError, Node, NodeKind, Strictness, Template, TemplateContext};
+
+/// A prompt template that does not render: which, and why.
+#[derive(Debug, thiserror::Error)]
+#[error("{template}: {error}")]
+pub(super) struct PromptError {
+    /// `system`, `instructions` or `prompt`.
+    template: &'static str,
+    #[source]
+    error: ExprError,
+}
 
 /// `{"system": …, "prompt": …}` for an `llm` or `agent` node (`system` is
 /// its `system` or `instructions`, when it has one); `None` for other
@@ -15,7 +25,7 @@ pub(super) fn render_prompts(
     node: &Node,
     state: &TaskState,
     scope: &Map<String, Value>,
-) -> Result<Option<Map<String, Value>>, String> {
+) -> Result<Option<Map<String, Value>>, PromptError> {
     let (system, prompt) = match &node.kind {
         NodeKind::Llm(llm) => (llm.system.as_ref(), &llm.prompt),
         NodeKind::Agent(agent) => (agent.instructions.as_ref(), &agent.prompt),
@@ -27,10 +37,13 @@ pub(super) fn render_prompts(
         scope: Some(scope),
         output: None,
     };
-    let render = |name: &str, template: &Template| {
+    let render = |name: &'static str, template: &Template| {
         template
             .render(&context, Strictness::Strict)
-            .map_err(|error| format!("{name}: {error}"))
+            .map_err(|error| PromptError {
+                template: name,
+                error,
+            })
     };
     let mut prompts = Map::new();
     if let Some(system) = system {

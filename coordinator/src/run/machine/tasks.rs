@@ -32,10 +32,12 @@ impl RunMachine {
         let graph_node = self.graph().node(node);
         let prompts = match render_prompts(graph_node, &state, &scope) {
             Ok(prompts) => prompts,
-            Err(message) => {
+            Err(error) => {
                 // Rendering again would fail again: no retry.
-                let failure =
-                    TaskFailure::found_by_coordinator(FailureKind::TemplateError, message);
+                let failure = TaskFailure::found_by_coordinator(
+                    FailureKind::TemplateError,
+                    error.to_string(),
+                );
                 match item {
                     Some(item) => self.item_step_done(node, item, Err(failure), fx),
                     None => self.member_failed(node, attempt, failure, fx),
