@@ -14,7 +14,6 @@ pub mod diagram;
 mod document;
 mod expr;
 mod finding;
-mod kinds;
 pub mod limits;
 mod load;
 mod model;
@@ -34,7 +33,7 @@ pub use declarations::*;
 pub use document::{Format, did_you_mean};
 pub use expr::{ExprError, Strictness, Template, TemplateContext, truthy};
 pub use finding::{Finding, GraphError, Severity};
-pub use kinds::*;
+pub use model::kinds::*;
 pub use model::*;
 pub use python::{
     Code, PyDef, PyFunction, PyModule, PyParam, SourceFiles, import_path, is_identifier, no_files,

@@ -24,7 +24,6 @@ pub const LEADER_METADATA: &str = "weft-leader";
 /// forwarding it again.
 pub const FORWARDED_METADATA: &str = "weft-forwarded";
 
-mod event_wire;
 pub mod events;
 pub mod types;
 

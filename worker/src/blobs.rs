@@ -2,20 +2,36 @@
 //! coordinator, checked, cached on disk, and copied into each task's scratch
 //! directory.
 
+use std::future::Future;
 use std::path::{Path, PathBuf};
+use std::pin::Pin;
 use std::sync::Arc;
 
 use sha2::{Digest, Sha256};
 use tokio::sync::Mutex;
 
-use crate::connection::BlobSource;
 use crate::task::{BlobFile, Failure, FailureKind};
+
+/// Where the cache fetches the files it lacks: the coordinator, through
+/// the worker's connection.
+pub(crate) trait BlobSource: Send + Sync {
+    /// The content whose SHA-256 is `sha256`.
+    fn fetch<'a>(
+        &'a self,
+        sha256: &'a str,
+    ) -> Pin<Box<dyn Future<Output = Result<Vec<u8>, FetchError>> + Send + 'a>>;
+}
+
+/// Why a file could not be fetched.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub(crate) struct FetchError(#[source] pub Box<dyn std::error::Error + Send + Sync>);
 
 /// The worker's file cache.
 #[derive(Clone)]
 pub struct BlobCache {
     dir: PathBuf,
-    source: BlobSource,
+    source: Arc<dyn BlobSource>,
     /// One fetch at a time per cache: concurrent tasks of one run need the
     /// same files, and the second waits for the first rather than fetching
     /// again.
@@ -27,7 +43,7 @@ pub struct BlobCache {
 
 impl BlobCache {
     /// A cache in `dir`, fetching from `source`.
-    pub(crate) fn new(dir: PathBuf, source: BlobSource) -> Self {
+    pub(crate) fn new(dir: PathBuf, source: Arc<dyn BlobSource>) -> Self {
         Self {
             dir,
             source,
@@ -50,11 +66,11 @@ impl BlobCache {
         if let Some(parent) = target.parent() {
             tokio::fs::create_dir_all(parent)
                 .await
-                .map_err(|e| failure("cannot create a bundle directory", e))?;
+                .map_err(|e| Failure::io("cannot create a bundle directory", e))?;
         }
         tokio::fs::copy(&cached, &target)
             .await
-            .map_err(|e| failure("cannot copy a bundle file", e))?;
+            .map_err(|e| Failure::io("cannot copy a bundle file", e))?;
         // Never setuid, setgid, sticky or world-writable, whatever arrived.
         let mode = if file.mode == 0 {
             0o644
@@ -94,14 +110,14 @@ impl BlobCache {
         }
         tokio::fs::create_dir_all(&self.dir)
             .await
-            .map_err(|e| failure("cannot create the file cache", e))?;
+            .map_err(|e| Failure::io("cannot create the file cache", e))?;
         let partial = self.dir.join(format!("{sha256}.partial"));
         write_private(&partial, &content)
             .await
-            .map_err(|e| failure("cannot write the file cache", e))?;
+            .map_err(|e| Failure::io("cannot write the file cache", e))?;
         tokio::fs::rename(&partial, &path)
             .await
-            .map_err(|e| failure("cannot write the file cache", e))?;
+            .map_err(|e| Failure::io("cannot write the file cache", e))?;
         self.mark_verified(sha256);
         Ok(path)
     }
@@ -158,19 +174,27 @@ async fn set_mode(path: &Path, mode: u32) -> Result<(), Failure> {
     use std::os::unix::fs::PermissionsExt;
     tokio::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
         .await
-        .map_err(|e| failure("cannot set a bundle file's mode", e))
-}
-
-fn failure(what: &str, error: std::io::Error) -> Failure {
-    Failure::new(FailureKind::WorkerError, format!("{what}: {error}"))
+        .map_err(|e| Failure::io("cannot set a bundle file's mode", e))
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
+    /// A source that has nothing: a test sees whether a fetch was needed.
+    pub(crate) struct Nowhere;
+
+    impl BlobSource for Nowhere {
+        fn fetch<'a>(
+            &'a self,
+            _sha256: &'a str,
+        ) -> Pin<Box<dyn Future<Output = Result<Vec<u8>, FetchError>> + Send + 'a>> {
+            Box::pin(async { Err(FetchError("no coordinator in this test".into())) })
+        }
+    }
+
     fn cache(dir: &Path) -> BlobCache {
-        BlobCache::new(dir.to_path_buf(), BlobSource::unreachable())
+        BlobCache::new(dir.to_path_buf(), Arc::new(Nowhere))
     }
 
     #[tokio::test]

@@ -8,6 +8,7 @@
 
 use serde_json::Value;
 use std::sync::Arc;
+use std::time::Duration;
 use tokio::task::JoinHandle;
 use tracing::Instrument;
 use weft_proto::types::WorkerKind;
@@ -18,9 +19,7 @@ use crate::llm::Providers;
 use crate::python::PythonHosts;
 use crate::script::ScriptRunner;
 use crate::secrets::Secrets;
-use crate::task::{
-    CallAnswer, CallError, CallTarget, Completed, Failure, FailureKind, FunctionCall, Task,
-};
+use crate::task::{CallTarget, Completed, Failure, FailureKind, FunctionCall, Task};
 use crate::team::Team;
 
 /// What a worker runs tasks with: its handlers, its script runner, its
@@ -39,6 +38,59 @@ pub struct Toolbox {
     pub blobs: BlobCache,
     /// Secrets for `${NAME}`.
     pub secrets: Arc<Secrets>,
+}
+
+/// The answer to a [`FunctionCall`]: its value, or why there is none.
+#[derive(Debug)]
+pub(crate) struct CallAnswer {
+    /// The call's number.
+    pub id: u64,
+    /// The run it was for.
+    pub run_id: String,
+    /// What it returned.
+    pub result: Result<Value, CallError>,
+}
+
+/// Why a [`FunctionCall`] has no value; the coordinator is told the text.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum CallError {
+    /// The arguments are not a JSON array.
+    #[error("bad arguments: {0}")]
+    BadArguments(#[source] serde_json::Error),
+    /// No function of that name is registered.
+    #[error("this worker has no function '{0}'")]
+    NoFunction(String),
+    /// The function returned an error.
+    #[error(transparent)]
+    Failed(#[from] crate::HandlerError),
+    /// The function panicked.
+    #[error("function '{name}' panicked: {message}")]
+    Panicked {
+        /// The function.
+        name: String,
+        /// The panic's message.
+        message: String,
+    },
+    /// The function outlived the call's timeout.
+    #[error("function '{name}' did not return within {timeout:?}")]
+    TimedOut {
+        /// The function.
+        name: String,
+        /// The timeout.
+        timeout: Duration,
+    },
+    /// The blocking task that ran it was stopped.
+    #[error(transparent)]
+    Stopped(#[from] tokio::task::JoinError),
+    /// A Python function, on a worker without Python.
+    #[error("this worker does not host Python")]
+    NoPython,
+    /// A Python function has no answer.
+    #[error(transparent)]
+    Python(#[from] crate::python::PythonCallError),
+    /// The model could not judge an `until` sentence.
+    #[error(transparent)]
+    Judge(#[from] crate::llm::JudgeError),
 }
 
 /// Aborts the task it holds when dropped, so a handler whose attempt timed
@@ -67,11 +119,17 @@ pub async fn execute(
             crate::llm::run_llm(&kinds.providers, task).await
         }
         (WorkerKind::Agent, _) if !kinds.providers.is_empty() => {
-            let agent = crate::llm::Agent { kinds, task, team };
+            let agent = crate::llm::Agent {
+                providers: &kinds.providers,
+                registry: &kinds.registry,
+                scripts: &kinds.scripts,
+                task,
+                team,
+            };
             agent.run().await
         }
         (WorkerKind::Function, Some(hosts)) => {
-            crate::python::run_function(hosts, kinds, task).await
+            crate::python::run_function(hosts, &kinds.blobs, &kinds.secrets, task).await
         }
         (WorkerKind::Llm | WorkerKind::Agent | WorkerKind::Function, _) => Err(Failure::new(
             FailureKind::UnsupportedKind,
@@ -137,7 +195,9 @@ fn panic_text(join: tokio::task::JoinError) -> String {
 pub(crate) async fn call_function(kinds: &Toolbox, call: FunctionCall) -> CallAnswer {
     let result = match (&call.target, &kinds.python) {
         (CallTarget::Python(python), Some(hosts)) => {
-            crate::python::call_python(hosts, &kinds.blobs, &call, python).await
+            crate::python::call_python(hosts, &kinds.blobs, &call, python)
+                .await
+                .map_err(CallError::from)
         }
         (CallTarget::Python(_), None) => Err(CallError::NoPython),
         (CallTarget::Judge, _) => {
@@ -181,8 +241,6 @@ async fn call_registered(registry: Arc<Registry>, call: &FunctionCall) -> Result
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
-
     use super::*;
 
     fn call(name: &str, timeout: Duration) -> FunctionCall {

@@ -9,8 +9,9 @@ use tracing::info;
 use weft_proto::types::WorkerKind;
 
 use crate::blobs::BlobCache;
+use crate::blobs::BlobSource;
 use crate::config::WorkerConfig;
-use crate::connection::BlobSource;
+use crate::connection::Hello;
 use crate::execute::Toolbox;
 use crate::handler::Registry;
 use crate::python::{PythonHosts, PythonPool};
@@ -48,21 +49,6 @@ impl HostResources {
     }
 }
 
-/// What a worker announces on joining: who it is and what it hosts.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Hello {
-    pub name: String,
-    /// Tasks it runs at once.
-    pub slots: u32,
-    pub labels: Vec<(String, String)>,
-    /// The built-in kinds it hosts.
-    pub kinds: Vec<WorkerKind>,
-    /// Its registered handlers, functions and tools, by name.
-    pub handlers: Vec<String>,
-    pub functions: Vec<String>,
-    pub tools: Vec<String>,
-}
-
 /// The worker's hello: what it hosts.
 pub(crate) fn hello(config: &WorkerConfig, registry: &Registry, python: bool) -> Hello {
     Hello {
@@ -81,7 +67,7 @@ pub(crate) fn toolbox(
     config: &WorkerConfig,
     local: &HostResources,
     registry: &Arc<Registry>,
-    source: BlobSource,
+    source: Arc<dyn BlobSource>,
 ) -> Toolbox {
     let blobs = BlobCache::new(local.work.files(), source);
     // Field versions are the coordinator's numbering on this connection.

@@ -31,6 +31,7 @@ mod blobs;
 mod config;
 mod config_file;
 mod connection;
+mod error;
 mod execute;
 mod handler;
 mod hosting;
@@ -61,8 +62,8 @@ use tokio_util::sync::CancellationToken;
 
 pub use config::{ConfigError, Environment, WorkerConfig, WorkerOptions};
 pub use config_file::{PythonTable, TelemetryTable, WorkerFile, WorkerFileError};
+pub use error::WorkerError;
 pub use handler::{HandlerError, IntoOutput, Output, Registry, TaskContext};
-pub use runtime::WorkerError;
 pub use script_output::{StdoutError, parse_stdout};
 pub use secrets::{SecretError, Secrets, SecretsFileError};
 pub use task::{BlobFile, Completed, Failure, FailureKind, Task};

@@ -12,6 +12,7 @@ use tracing::{info, warn};
 
 use crate::config::WorkerConfig;
 use crate::connection::{self, Ending, Finder};
+use crate::error::WorkerError;
 use crate::handler::Registry;
 use crate::hosting::{HostResources, hello};
 use crate::session::{self, SessionEnd};
@@ -21,25 +22,6 @@ const FIRST_BACKOFF: Duration = Duration::from_millis(100);
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
 /// How long a stopping worker waits for its tasks to wind down.
 const STOP_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// Why a worker stopped with an error.
-#[derive(Debug, thiserror::Error)]
-pub enum WorkerError {
-    /// The coordinator refused this worker (e.g. protocol version).
-    #[error("the coordinator refused this worker: {0}")]
-    Refused(String),
-    /// The coordinator URL is malformed.
-    #[error("invalid coordinator URL '{url}': {reason}")]
-    BadUrl {
-        /// The URL.
-        url: String,
-        /// Why.
-        reason: String,
-    },
-    /// The work directory cannot be prepared.
-    #[error("cannot prepare the work directory: {0}")]
-    WorkDir(#[from] std::io::Error),
-}
 
 /// Runs the worker until `shutdown` is cancelled and its tasks are done.
 pub async fn run(

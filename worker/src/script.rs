@@ -136,7 +136,7 @@ impl ScriptRunner {
         ));
         tokio::fs::create_dir_all(&dir)
             .await
-            .map_err(|e| io_failure("cannot create the scratch directory", e))?;
+            .map_err(|e| Failure::io("cannot create the scratch directory", e))?;
         Ok(Scratch(dir))
     }
 
@@ -148,7 +148,7 @@ impl ScriptRunner {
         let state_json = task.state_json();
         crate::blobs::write_private(&dir.join(STATE_FILE), state_json.as_bytes())
             .await
-            .map_err(|e| io_failure("cannot write GRAPH_STATE", e))?;
+            .map_err(|e| Failure::io("cannot write GRAPH_STATE", e))?;
         Ok(state_json)
     }
 
@@ -305,10 +305,6 @@ impl ScriptConfig {
     }
 }
 
-pub(crate) fn io_failure(what: &str, error: std::io::Error) -> Failure {
-    Failure::new(FailureKind::WorkerError, format!("{what}: {error}"))
-}
-
 fn sanitize(text: &str) -> String {
     text.chars()
         .map(|c| {
@@ -357,10 +353,7 @@ mod tests {
     /// these tasks bundle no files).
     fn runner(name: &str) -> (ScriptRunner, PathBuf) {
         let root = std::env::temp_dir().join(format!("weft-{name}-{}", std::process::id()));
-        let blobs = BlobCache::new(
-            root.join("files"),
-            crate::connection::BlobSource::unreachable(),
-        );
+        let blobs = BlobCache::new(root.join("files"), Arc::new(crate::blobs::tests::Nowhere));
         (
             ScriptRunner::new(
                 root.join("scratch"),

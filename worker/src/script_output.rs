@@ -9,7 +9,6 @@ use nix::sys::signal::Signal;
 use serde_json::{Map, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::script::io_failure;
 use crate::task::{Failure, FailureKind};
 
 /// How much of stderr an error keeps.
@@ -78,7 +77,7 @@ fn exit_failure(what: &str, waited: &str, finished: &Finished) -> Result<(), Fai
         Ok(status) => *status,
         Err(error) => {
             let error = std::io::Error::new(error.kind(), error.to_string());
-            return Err(io_failure(&format!("cannot wait for {waited}"), error));
+            return Err(Failure::io(&format!("cannot wait for {waited}"), error));
         }
     };
     if status.success() {

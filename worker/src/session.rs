@@ -59,6 +59,7 @@ pub(crate) async fn serve(
     } = setup;
     let outbound = connection.outbound();
     let mut session = Session {
+        team_sends: connection.team_sends(),
         kinds: toolbox(config, local, registry, connection.blobs()),
         worker: config.name.clone(),
         // A task the coordinator timed out may still stop here: wait for it.
@@ -119,6 +120,8 @@ struct Session {
     worker: String,
     slots: Arc<Semaphore>,
     outbound: mpsc::Sender<Outbound>,
+    /// Where its tasks' teammate messages go.
+    team_sends: mpsc::Sender<crate::task::TeamSend>,
     tracker: TaskTracker,
     /// Tasks started and not yet reported.
     running: HashMap<AttemptId, Running>,
@@ -253,7 +256,7 @@ impl Session {
         let sender = team::Sender {
             run_id: task.run_id.clone(),
             task_key: task.key,
-            outbound: self.outbound.clone(),
+            outbound: self.team_sends.clone(),
             acks: self.acks.clone(),
         };
         let (team, end) = Team::open(seat, sender);

@@ -51,13 +51,64 @@ pub struct Task {
     /// Bundle files.
     pub bundle: Vec<BlobFile>,
     /// For a `teammates: true` step of a map item with a team: its seat.
-    pub team: Option<crate::TeamSeat>,
+    pub team: Option<TeamSeat>,
     /// An `llm` or `agent` step's rendered prompts,
     /// `{"system": TEXT, "prompt": TEXT}` (`Null` for other kinds).
     pub prompts: Value,
     /// W3C trace context of the attempt's span (empty: not traced); a
     /// script gets it as `TRACEPARENT`.
     pub traceparent: String,
+}
+
+/// A teammate message.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Message {
+    /// The sender's identity (`MAP/INDEX`).
+    pub from: String,
+    /// The content.
+    pub content: Value,
+    /// Its number in this item's inbox.
+    pub seq: u64,
+}
+
+/// What a flagged step is dispatched with: its identity, every member's,
+/// and its unread messages in arrival order.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TeamSeat {
+    /// This item's identity.
+    pub me: String,
+    /// Every member's identity, this item's included.
+    pub members: Vec<String>,
+    /// The messages handed to the step.
+    pub inbox: Vec<Message>,
+}
+
+impl TeamSeat {
+    /// The seat as a script reads it on stdin: `(team, inbox)`.
+    pub(crate) fn stdin_parts(&self) -> (Value, Value) {
+        let team = serde_json::json!({"me": self.me, "members": self.members});
+        let inbox = self
+            .inbox
+            .iter()
+            .map(|m| serde_json::json!({"from": m.from, "content": m.content}))
+            .collect();
+        (team, Value::Array(inbox))
+    }
+}
+
+/// A running step's message to a teammate, on its way to the coordinator.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct TeamSend {
+    /// The run.
+    pub run_id: String,
+    /// The sending attempt.
+    pub key: u64,
+    /// The number its answer will name.
+    pub send_id: u64,
+    /// The recipient's identity.
+    pub to: String,
+    /// The content, as JSON.
+    pub content_json: String,
 }
 
 /// What a finished attempt produced.
@@ -141,6 +192,11 @@ impl Failure {
             message: message.into(),
         }
     }
+
+    /// The worker could not do `what` with its files or processes.
+    pub fn io(what: &str, error: std::io::Error) -> Self {
+        Self::new(FailureKind::WorkerError, format!("{what}: {error}"))
+    }
 }
 
 /// How an attempt ended, as the worker reports it.
@@ -199,66 +255,4 @@ pub(crate) struct PythonTarget {
     pub form: String,
     /// The bundle directory the module lives in.
     pub dir: String,
-}
-
-/// The answer to a [`FunctionCall`]: its value, or why there is none.
-#[derive(Debug)]
-pub(crate) struct CallAnswer {
-    /// The call's number.
-    pub id: u64,
-    /// The run it was for.
-    pub run_id: String,
-    /// What it returned.
-    pub result: Result<Value, CallError>,
-}
-
-/// Why a [`FunctionCall`] has no value; the coordinator is told the text.
-#[derive(Debug, thiserror::Error)]
-pub(crate) enum CallError {
-    /// The arguments are not a JSON array.
-    #[error("bad arguments: {0}")]
-    BadArguments(#[source] serde_json::Error),
-    /// No function of that name is registered.
-    #[error("this worker has no function '{0}'")]
-    NoFunction(String),
-    /// The function returned an error.
-    #[error(transparent)]
-    Failed(#[from] crate::HandlerError),
-    /// The function panicked.
-    #[error("function '{name}' panicked: {message}")]
-    Panicked {
-        /// The function.
-        name: String,
-        /// The panic's message.
-        message: String,
-    },
-    /// The function outlived the call's timeout.
-    #[error("function '{name}' did not return within {timeout:?}")]
-    TimedOut {
-        /// The function.
-        name: String,
-        /// The timeout.
-        timeout: Duration,
-    },
-    /// The blocking task that ran it was stopped.
-    #[error(transparent)]
-    Stopped(#[from] tokio::task::JoinError),
-    /// A Python function, on a worker without Python.
-    #[error("this worker does not host Python")]
-    NoPython,
-    /// The bundle's Python process could not be had.
-    #[error("{0}")]
-    PythonUnavailable(String),
-    /// The Python function failed.
-    #[error("{function}: {error}")]
-    Python {
-        /// `module:function`.
-        function: String,
-        /// Why.
-        #[source]
-        error: crate::python::PythonError,
-    },
-    /// The model could not judge an `until` sentence.
-    #[error(transparent)]
-    Judge(#[from] crate::llm::JudgeError),
 }

@@ -15,61 +15,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde::Serialize;
-use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
 
-use crate::connection::Outbound;
-
-/// A teammate message.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Message {
-    /// The sender's identity (`MAP/INDEX`).
-    pub from: String,
-    /// The content.
-    pub content: Value,
-    /// Its number in this item's inbox.
-    pub seq: u64,
-}
-
-/// What a flagged step is dispatched with: its identity, every member's,
-/// and its unread messages in arrival order.
-#[derive(Debug, Clone, PartialEq)]
-pub struct TeamSeat {
-    /// This item's identity.
-    pub me: String,
-    /// Every member's identity, this item's included.
-    pub members: Vec<String>,
-    /// The messages handed to the step.
-    pub inbox: Vec<Message>,
-}
-
-impl TeamSeat {
-    /// The seat as a script reads it on stdin: `(team, inbox)`.
-    pub(crate) fn stdin_parts(&self) -> (Value, Value) {
-        let team = serde_json::json!({"me": self.me, "members": self.members});
-        let inbox = self
-            .inbox
-            .iter()
-            .map(|m| serde_json::json!({"from": m.from, "content": m.content}))
-            .collect();
-        (team, Value::Array(inbox))
-    }
-}
-
-/// A running step's message to a teammate, on its way to the coordinator.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct TeamSend {
-    /// The run.
-    pub run_id: String,
-    /// The sending attempt.
-    pub key: u64,
-    /// The number its answer will name.
-    pub send_id: u64,
-    /// The recipient's identity.
-    pub to: String,
-    /// The content, as JSON.
-    pub content_json: String,
-}
+use crate::task::TeamSend;
+pub use crate::task::{Message, TeamSeat};
 
 /// Why a message was not sent.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -138,7 +87,7 @@ struct Link {
     task_key: u64,
     inbox: tokio::sync::Mutex<mpsc::UnboundedReceiver<Message>>,
     read: Mutex<Vec<u64>>,
-    outbound: mpsc::Sender<Outbound>,
+    outbound: mpsc::Sender<TeamSend>,
     acks: Arc<Acks>,
 }
 
@@ -175,7 +124,7 @@ impl TeamEnd {
 pub(crate) struct Sender {
     pub(crate) run_id: String,
     pub(crate) task_key: u64,
-    pub(crate) outbound: mpsc::Sender<Outbound>,
+    pub(crate) outbound: mpsc::Sender<TeamSend>,
     pub(crate) acks: Arc<Acks>,
 }
 
@@ -234,7 +183,7 @@ impl Team {
             to: to.to_owned(),
             content_json: content,
         };
-        if link.outbound.send(Outbound::Send(send)).await.is_err() {
+        if link.outbound.send(send).await.is_err() {
             link.acks.answered(send_id, None);
             return Err(TeamError::Disconnected);
         }
@@ -272,7 +221,7 @@ impl Team {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use serde_json::{Value, json};
 
     fn seat(inbox: &[&str]) -> TeamSeat {
         TeamSeat {
@@ -290,7 +239,7 @@ mod tests {
         }
     }
 
-    fn open(inbox: &[&str]) -> (Team, TeamEnd, mpsc::Receiver<Outbound>, Arc<Acks>) {
+    fn open(inbox: &[&str]) -> (Team, TeamEnd, mpsc::Receiver<TeamSend>, Arc<Acks>) {
         let (outbound, sent) = mpsc::channel(8);
         let acks = Arc::new(Acks::default());
         let sender = Sender {
@@ -334,7 +283,7 @@ mod tests {
         let answer = tokio::spawn({
             let acks = acks.clone();
             async move {
-                let Some(Outbound::Send(send)) = sent.recv().await else {
+                let Some(send) = sent.recv().await else {
                     panic!("no send went out");
                 };
                 assert_eq!((send.to.as_str(), send.key), ("fan/1", 4));

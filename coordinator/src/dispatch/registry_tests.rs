@@ -4,7 +4,7 @@ use std::collections::HashMap;
 
 use proptest::prelude::*;
 
-use crate::run::TaskKey;
+use crate::task::TaskKey;
 
 use super::*;
 use crate::dispatch::WorkerKind;

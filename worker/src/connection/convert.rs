@@ -13,14 +13,13 @@ use weft_proto::PROTOCOL_VERSION;
 use weft_proto::types::WorkerKind;
 use weft_proto::v1 as pb;
 
-use super::{Inbound, Outbound};
-use crate::hosting::Hello;
+use super::{Hello, Inbound, Outbound};
+use crate::execute::{CallAnswer, CallError};
 use crate::state_sync::{Assignment, Sent, SentField};
 use crate::task::{
-    BlobFile, CallAnswer, CallError, CallTarget, Failure, FailureKind, FunctionCall, PythonTarget,
-    Task, TaskReport,
+    BlobFile, CallTarget, Failure, FailureKind, FunctionCall, PythonTarget, Task, TaskReport,
 };
-use crate::team::{Message, TeamSeat};
+use crate::task::{Message, TeamSeat, TeamSend};
 
 /// The coordinator's message in the worker's terms; `None` for one that
 /// carries nothing.
@@ -73,15 +72,22 @@ pub(super) fn to_coordinator(message: Outbound, max_result_bytes: usize) -> pb::
                 Err(error) => pb::call_result::Outcome::Error(error.to_string()),
             }),
         }),
-        Outbound::Send(send) => Body::Send(pb::TeamSend {
-            run_id: send.run_id,
-            task_key: send.key,
-            send_id: send.send_id,
-            to: send.to,
-            content_json: send.content_json,
-        }),
     };
     pb::WorkerMessage { body: Some(body) }
+}
+
+/// A running attempt's teammate message on the wire.
+pub(super) fn team_send(send: TeamSend) -> pb::WorkerMessage {
+    let send = pb::TeamSend {
+        run_id: send.run_id,
+        task_key: send.key,
+        send_id: send.send_id,
+        to: send.to,
+        content_json: send.content_json,
+    };
+    pb::WorkerMessage {
+        body: Some(pb::worker_message::Body::Send(send)),
+    }
 }
 
 /// The hello that opens a session.

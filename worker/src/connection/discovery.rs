@@ -10,7 +10,7 @@ use weft_store::{EtcdStore, LEADER_KEY, Store};
 
 use super::Lost;
 use crate::config::WorkerConfig;
-use crate::runtime::WorkerError;
+use crate::error::WorkerError;
 
 /// How a worker looks for its coordinator.
 pub(crate) enum Finder {

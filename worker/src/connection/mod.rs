@@ -13,6 +13,8 @@ mod discovery;
 
 pub use convert::assignment_of;
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -22,17 +24,19 @@ use tokio_stream::StreamExt;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::Channel;
 use tracing::info;
+use weft_proto::types::WorkerKind;
 use weft_proto::v1 as pb;
 use weft_proto::v1::worker_service_client::WorkerServiceClient;
 
 pub(crate) use discovery::Finder;
 
+use crate::blobs::{BlobSource, FetchError};
 use crate::config::WorkerConfig;
-use crate::hosting::Hello;
-use crate::runtime::WorkerError;
+use crate::error::WorkerError;
+use crate::execute::CallAnswer;
 use crate::state_sync::Assignment;
-use crate::task::{CallAnswer, FunctionCall, TaskReport};
-use crate::team::{Message, TeamSend};
+use crate::task::{FunctionCall, TaskReport};
+use crate::task::{Message, TeamSend};
 
 /// How long a coordinator may take to welcome a joining worker.
 const JOIN_TIMEOUT: Duration = Duration::from_secs(5);
@@ -40,6 +44,21 @@ const JOIN_TIMEOUT: Duration = Duration::from_secs(5);
 const LEAVE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Messages queued for the coordinator before senders wait.
 const OUTBOUND_QUEUE: usize = 1024;
+
+/// What a worker announces on joining: who it is and what it hosts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Hello {
+    pub name: String,
+    /// Tasks it runs at once.
+    pub slots: u32,
+    pub labels: Vec<(String, String)>,
+    /// The built-in kinds it hosts.
+    pub kinds: Vec<WorkerKind>,
+    /// Its registered handlers, functions and tools, by name.
+    pub handlers: Vec<String>,
+    pub functions: Vec<String>,
+    pub tools: Vec<String>,
+}
 
 /// What a coordinator tells a worker.
 #[derive(Debug)]
@@ -83,8 +102,6 @@ pub(crate) enum Outbound {
     Report(TaskReport),
     /// A function call's answer.
     Answer(CallAnswer),
-    /// A teammate message from a running attempt.
-    Send(TeamSend),
 }
 
 /// Why a session with a coordinator did not start, or ended.
@@ -145,6 +162,8 @@ pub(crate) struct Welcome {
 pub(crate) struct Connection {
     inbound: tonic::Streaming<pb::CoordinatorMessage>,
     outbound: mpsc::Sender<Outbound>,
+    /// Running attempts' teammate messages, merged into the same stream.
+    team_sends: mpsc::Sender<TeamSend>,
     client: WorkerServiceClient<Channel>,
 }
 
@@ -191,13 +210,17 @@ async fn handshake(
     hello: Hello,
 ) -> Result<Result<(Connection, Welcome), Ending>, WorkerError> {
     let (outbound, rx) = mpsc::channel::<Outbound>(OUTBOUND_QUEUE);
+    let (team_sends, sends) = mpsc::channel::<TeamSend>(OUTBOUND_QUEUE);
     // Known once welcomed; results are checked against it as they go out.
     let max_result_bytes = Arc::new(AtomicUsize::new(usize::MAX));
     let limit = max_result_bytes.clone();
     let first = tokio_stream::once(convert::hello(hello));
     let rest = ReceiverStream::new(rx)
         .map(move |message| convert::to_coordinator(message, limit.load(Ordering::Relaxed)));
-    let mut inbound = match client.join(first.chain(rest)).await {
+    // A send is answered before its step goes on, so it never trails the
+    // step's result.
+    let sends = ReceiverStream::new(sends).map(convert::team_send);
+    let mut inbound = match client.join(first.chain(rest.merge(sends))).await {
         Ok(response) => response.into_inner(),
         Err(status)
             if status.code() == tonic::Code::FailedPrecondition
@@ -228,6 +251,7 @@ async fn handshake(
             let connection = Connection {
                 inbound,
                 outbound,
+                team_sends,
                 client,
             };
             Ok(Ok((connection, welcome)))
@@ -243,11 +267,16 @@ impl Connection {
         self.outbound.clone()
     }
 
+    /// Where running attempts send their teammate messages.
+    pub(crate) fn team_sends(&self) -> mpsc::Sender<TeamSend> {
+        self.team_sends.clone()
+    }
+
     /// Where bundle files come from.
-    pub(crate) fn blobs(&self) -> BlobSource {
-        BlobSource {
+    pub(crate) fn blobs(&self) -> Arc<dyn BlobSource> {
+        Arc::new(CoordinatorBlobs {
             client: self.client.clone(),
-        }
+        })
     }
 
     /// The coordinator's next message, or why the stream ended. Cancel
@@ -274,43 +303,40 @@ impl Connection {
         let Self {
             mut inbound,
             outbound,
+            team_sends,
             ..
         } = self;
-        drop(outbound);
+        drop((outbound, team_sends));
         let closed = async { while let Ok(Some(_)) = inbound.message().await {} };
         let _ = tokio::time::timeout(LEAVE_TIMEOUT, closed).await;
     }
 }
 
 /// The coordinator's store of bundle files, fetched by content hash.
-#[derive(Clone)]
-pub(crate) struct BlobSource {
+struct CoordinatorBlobs {
     client: WorkerServiceClient<Channel>,
 }
 
-/// Why a bundle file could not be fetched.
+/// The coordinator's answer to a failed fetch.
 #[derive(Debug, thiserror::Error)]
 #[error("{}", .0.message())]
-pub(crate) struct FetchError(#[source] tonic::Status);
+struct Refused(#[source] tonic::Status);
 
-impl BlobSource {
-    /// The content whose SHA-256 is `sha256`.
-    pub(crate) async fn fetch(&self, sha256: &str) -> Result<Vec<u8>, FetchError> {
-        let request = pb::FetchBlobRequest {
-            sha256: sha256.to_owned(),
-        };
-        let mut client = self.client.clone();
-        let response = client.fetch_blob(request).await.map_err(FetchError)?;
-        Ok(response.into_inner().content)
-    }
-
-    /// A source no coordinator answers for, so a test sees whether a fetch
-    /// was needed.
-    #[cfg(test)]
-    pub(crate) fn unreachable() -> Self {
-        let channel = tonic::transport::Endpoint::from_static("http://127.0.0.1:9").connect_lazy();
-        Self {
-            client: WorkerServiceClient::new(channel),
-        }
+impl BlobSource for CoordinatorBlobs {
+    fn fetch<'a>(
+        &'a self,
+        sha256: &'a str,
+    ) -> Pin<Box<dyn Future<Output = Result<Vec<u8>, FetchError>> + Send + 'a>> {
+        Box::pin(async move {
+            let request = pb::FetchBlobRequest {
+                sha256: sha256.to_owned(),
+            };
+            let mut client = self.client.clone();
+            let response = client
+                .fetch_blob(request)
+                .await
+                .map_err(|status| FetchError(Box::new(Refused(status))))?;
+            Ok(response.into_inner().content)
+        })
     }
 }

@@ -17,9 +17,9 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::chat;
-use super::{Prompts, invalid, model_for, structured};
-use crate::execute::Toolbox;
-use crate::handler::{HandlerError, RegisteredTool, TaskContext};
+use super::{Prompts, Providers, invalid, model_for, structured};
+use crate::handler::{HandlerError, RegisteredTool, Registry, TaskContext};
+use crate::script::ScriptRunner;
 use crate::task::{Completed, Failure, FailureKind, Task};
 use crate::team::{Team, TeamError};
 
@@ -125,7 +125,11 @@ impl Tool {
 }
 
 /// The agent's tools: the node's, then the teammate tools.
-fn tools(kinds: &Toolbox, specs: Vec<ToolSpec>, team: Option<&Team>) -> Result<Vec<Tool>, Failure> {
+fn tools(
+    registry: &Registry,
+    specs: Vec<ToolSpec>,
+    team: Option<&Team>,
+) -> Result<Vec<Tool>, Failure> {
     let mut tools = Vec::new();
     for spec in specs {
         let tool = match (spec.run, spec.handler) {
@@ -136,7 +140,7 @@ fn tools(kinds: &Toolbox, specs: Vec<ToolSpec>, team: Option<&Team>) -> Result<V
                 Runner::Script(argv),
             )?,
             (None, Some(handler)) => {
-                let registered = kinds.registry.tools.get(&handler).cloned().ok_or_else(|| {
+                let registered = registry.tools.get(&handler).cloned().ok_or_else(|| {
                     Failure::new(
                         FailureKind::UnsupportedKind,
                         format!("this worker hosts no tool '{handler}'"),
@@ -180,9 +184,14 @@ fn tools(kinds: &Toolbox, specs: Vec<ToolSpec>, team: Option<&Team>) -> Result<V
     Ok(tools)
 }
 
-/// What an agent step needs besides its task.
+/// What an agent step runs with: the models it may ask, the tools it may
+/// call, its task and its team.
 pub(crate) struct Agent<'a> {
-    pub kinds: &'a Toolbox,
+    pub providers: &'a Providers,
+    /// Registered tools.
+    pub registry: &'a Registry,
+    /// Script tools.
+    pub scripts: &'a ScriptRunner,
     pub task: &'a Task,
     pub team: Option<Team>,
 }
@@ -195,12 +204,11 @@ impl Agent<'_> {
             AgentTask::deserialize(&task.config).map_err(|e| invalid("agent configuration", e))?;
         let prompts = Prompts::of(task)?;
         let provider = self
-            .kinds
             .providers
             .get(config.provider.as_deref())
             .map_err(|error| Failure::new(FailureKind::UnsupportedKind, error.to_string()))?;
         let model = model_for(config.model, provider)?;
-        let tools = tools(self.kinds, config.tools, self.team.as_ref())?;
+        let tools = tools(self.registry, config.tools, self.team.as_ref())?;
         let mut messages = vec![json!({"role": "system", "content": self.system(&prompts)})];
         messages.push(json!({"role": "user", "content": prompts.prompt}));
         let deadline = Instant::now() + task.timeout;
@@ -307,7 +315,6 @@ impl Agent<'_> {
         let left = deadline.saturating_duration_since(Instant::now());
         match &tool.runner {
             Runner::Script(argv) => self
-                .kinds
                 .scripts
                 .run_tool(
                     self.task,

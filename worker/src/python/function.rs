@@ -13,17 +13,16 @@ use serde_json::{Map, Value};
 
 use super::{Call, PythonError, PythonHosts};
 use crate::blobs::BlobCache;
-use crate::execute::Toolbox;
 use crate::secrets::{Redactor, Secrets};
-use crate::task::{CallError, Completed, Failure, FailureKind, FunctionCall, PythonTarget, Task};
+use crate::task::{Completed, Failure, FailureKind, FunctionCall, PythonTarget, Task};
 
 /// Runs one attempt of a `function` node.
 pub async fn run_function(
     hosts: &PythonHosts,
-    kinds: &Toolbox,
+    blobs: &BlobCache,
+    secrets: &Secrets,
     task: &Task,
 ) -> Result<Completed, Failure> {
-    let (blobs, secrets) = (&kinds.blobs, &*kinds.secrets);
     let config = &task.config;
     let text = |key: &str| config[key].as_str().unwrap_or_default().to_owned();
     let (module, function, dir) = (text("module"), text("function"), text("dir"));
@@ -147,6 +146,23 @@ fn failure(error: PythonError, redactor: &Redactor) -> Failure {
     Failure::new(kind, redactor.redact(&error.to_string()))
 }
 
+/// Why a Python reducer, condition, router or `until` has no answer.
+#[derive(Debug, thiserror::Error)]
+pub enum PythonCallError {
+    /// The bundle's Python process could not be had.
+    #[error("{0}")]
+    Unavailable(String),
+    /// The function failed.
+    #[error("{function}: {error}")]
+    Failed {
+        /// `module:function`.
+        function: String,
+        /// Why.
+        #[source]
+        error: PythonError,
+    },
+}
+
 /// Calls a Python reducer, condition, router or `until` for the
 /// coordinator; the answer or the error's text.
 pub(crate) async fn call_python(
@@ -154,11 +170,11 @@ pub(crate) async fn call_python(
     blobs: &BlobCache,
     call: &FunctionCall,
     python: &PythonTarget,
-) -> Result<Value, CallError> {
+) -> Result<Value, PythonCallError> {
     let hosted = hosts
         .pool(blobs, &call.bundle, &python.dir)
         .await
-        .map_err(|failure| CallError::PythonUnavailable(failure.message))?;
+        .map_err(|failure| PythonCallError::Unavailable(failure.message))?;
     let timeout = call.timeout;
     let call = Call {
         module: &python.module,
@@ -173,7 +189,7 @@ pub(crate) async fn call_python(
         .pool
         .call_with(call, timeout)
         .await
-        .map_err(|error| CallError::Python {
+        .map_err(|error| PythonCallError::Failed {
             function: format!("{}:{}", python.module, python.function),
             error,
         })

@@ -277,6 +277,7 @@ mod state_cache;
 pub use state_cache::FieldValue;
 use state_cache::Held;
 
+pub use function::PythonCallError;
 pub(crate) use function::call_python;
 pub use function::run_function;
 pub use hosts::{PythonHosts, PythonSettings};

@@ -1,7 +1,7 @@
 //! The wire form of runs' events, statuses and errors: conversions between
 //! [`RunEvent`] and the typed `oneof` of `weft.v1.RunEvent`.
 
-use crate::events::{ErrorInfo, RunEvent};
+use super::{ErrorInfo, RunEvent};
 use crate::types::RunStatus;
 use crate::v1 as pb;
 

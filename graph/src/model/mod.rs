@@ -11,10 +11,13 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+pub mod kinds;
+
+use kinds::NodeKind;
+
 use super::cel::CelExpr;
 use super::declarations::{FieldDecl, RetryPolicy, Settings};
 use super::expr::Template;
-use super::kinds::NodeKind;
 use super::python::Code;
 use super::schema::Schema;
 use super::tools::ToolDecl;

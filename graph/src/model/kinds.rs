@@ -1,10 +1,10 @@
 //! Node kinds and the fields each takes (SPEC section 4).
 
-use super::cel::CelExpr;
-use super::expr::Template;
-use super::model::NodeIdx;
-use super::python::{Code, PyDef, PyFunction};
-use super::schema::Schema;
+use super::NodeIdx;
+use crate::cel::CelExpr;
+use crate::expr::Template;
+use crate::python::{Code, PyDef, PyFunction};
+use crate::schema::Schema;
 
 /// What a node runs, with the fields its kind takes.
 #[derive(Debug, Clone)]

@@ -1,5 +1,5 @@
 //! A run's events as every crate sees them ([`RunEvent`]), and their wire
-//! form (in `event_wire`): the typed `oneof` of `weft.v1.RunEvent`. The coordinator's run
+//! form (in `wire`): the typed `oneof` of `weft.v1.RunEvent`. The coordinator's run
 //! machine emits them, the run service sends them, and the client library
 //! receives them typed; their JSON form (for `weft watch --json`) is serde's
 //! rendering of the same type.
@@ -8,7 +8,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::types::RunStatus;
 
-pub use crate::event_wire::{
+mod wire;
+
+pub use wire::{
     error_from_wire, error_to_wire, event_from_wire, event_to_wire, status_from_wire,
     status_to_wire,
 };

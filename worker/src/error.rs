@@ -1,0 +1,20 @@
+//! Why a worker stops with an error.
+
+/// Why a worker stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum WorkerError {
+    /// The coordinator refused this worker (e.g. protocol version).
+    #[error("the coordinator refused this worker: {0}")]
+    Refused(String),
+    /// The coordinator URL is malformed.
+    #[error("invalid coordinator URL '{url}': {reason}")]
+    BadUrl {
+        /// The URL.
+        url: String,
+        /// Why.
+        reason: String,
+    },
+    /// The work directory cannot be prepared.
+    #[error("cannot prepare the work directory: {0}")]
+    WorkDir(#[from] std::io::Error),
+}
