@@ -1,5 +1,6 @@
 //! The typed client over the run service.
 
+pub use weft_proto::RunId;
 use std::path::Path;
 
 use serde::Serialize;
@@ -48,7 +49,7 @@ pub struct UnhostedWait {
 #[derive(Debug, Clone, PartialEq)]
 pub struct RunInfo {
     /// The run id.
-    pub run_id: String,
+    pub run_id: RunId,
     /// The graph's name.
     pub graph_name: String,
     /// Status.
@@ -73,7 +74,7 @@ pub struct ChildRun {
     /// The subgraph node.
     pub node: String,
     /// The child's run id.
-    pub run_id: String,
+    pub run_id: RunId,
 }
 
 impl RunInfo {
@@ -126,7 +127,7 @@ impl Event {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Submitted {
     /// Its id.
-    pub run_id: String,
+    pub run_id: RunId,
     /// Validation warnings, and what no connected worker hosts yet.
     pub warnings: Vec<String>,
 }
@@ -262,7 +263,7 @@ impl Client {
         };
         let response = self.runs.clone().submit(request).await?.into_inner();
         Ok(Submitted {
-            run_id: response.run_id,
+            run_id: response.run_id.into(),
             warnings: response.warnings,
         })
     }
@@ -453,7 +454,7 @@ fn run_info(info: pb::RunInfo) -> Result<RunInfo, ClientError> {
             .map_err(|e| ClientError::Decode(format!("the run's state: {e}")))?
     };
     Ok(RunInfo {
-        run_id: info.run_id,
+        run_id: info.run_id.into(),
         graph_name: info.graph_name,
         status,
         state,
@@ -472,7 +473,7 @@ fn run_info(info: pb::RunInfo) -> Result<RunInfo, ClientError> {
             .into_iter()
             .map(|c| ChildRun {
                 node: c.node,
-                run_id: c.run_id,
+                run_id: c.run_id.into(),
             })
             .collect(),
         unhosted: info

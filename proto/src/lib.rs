@@ -25,7 +25,10 @@ pub const LEADER_METADATA: &str = "weft-leader";
 pub const FORWARDED_METADATA: &str = "weft-forwarded";
 
 pub mod events;
+pub mod ids;
 pub mod types;
+
+pub use ids::{ItemKey, NodeId, RunId, WorkerId};
 
 /// Version 1 of the protocol.
 #[allow(missing_docs, clippy::all)]

@@ -6,6 +6,7 @@
 //! attempt, not the worker. Functions are synchronous, so they run on the
 //! blocking pool under a timeout, with panics caught the same way.
 
+use weft_proto::RunId;
 use serde_json::Value;
 use std::sync::Arc;
 use std::time::Duration;
@@ -46,7 +47,7 @@ pub(crate) struct CallAnswer {
     /// The call's number.
     pub id: u64,
     /// The run it was for.
-    pub run_id: String,
+    pub run_id: RunId,
     /// What it returned.
     pub result: Result<Value, CallError>,
 }

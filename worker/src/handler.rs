@@ -9,6 +9,7 @@
 //! A function backs a `fn:NAME` reducer, predicate or router: it takes the
 //! JSON arguments and returns a JSON value.
 
+use weft_proto::RunId;
 use std::collections::BTreeMap;
 use std::fmt::Display;
 use std::future::Future;
@@ -25,7 +26,7 @@ use crate::team::{Message, Team, TeamError};
 #[derive(Debug, Clone, PartialEq)]
 pub struct TaskContext {
     /// The run.
-    pub run_id: String,
+    pub run_id: RunId,
     /// The node.
     pub node: String,
     /// 1 for the first attempt.

@@ -214,7 +214,7 @@ impl ScriptRunner {
             .args(&config.argv[1..])
             .current_dir(dir)
             .env("GRAPH_STATE", state_path)
-            .env("WEFT_RUN_ID", &task.run_id)
+            .env("WEFT_RUN_ID", task.run_id.as_str())
             .env("WEFT_NODE", &task.node)
             .env("WEFT_ATTEMPT", task.attempt.to_string())
             .env(

@@ -10,6 +10,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{Instrument, debug, info};
+use weft_proto::RunId;
 use weft_proto::types::WorkerKind;
 
 use crate::config::WorkerConfig;
@@ -41,7 +42,7 @@ pub(crate) struct Setup<'a> {
 }
 
 /// An attempt's key: its run and its key within the run.
-type AttemptId = (String, u64);
+type AttemptId = (RunId, u64);
 
 /// Serves the coordinator on `connection` until it goes away or
 /// `shutdown` is cancelled and the tasks in flight are done.

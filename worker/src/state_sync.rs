@@ -6,6 +6,7 @@
 //! is assembled here from the message and the cache. A field the cache
 //! should hold but does not fails the task at once (`state_cache_miss`).
 
+use weft_proto::RunId;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -18,7 +19,7 @@ use crate::task::{Failure, FailureKind, Task};
 #[derive(Debug)]
 pub struct Assignment {
     /// The run.
-    pub run_id: String,
+    pub run_id: RunId,
     /// The attempt's key within the run.
     pub key: u64,
     /// The task, its state still empty; or why it cannot run (the cache
@@ -53,7 +54,7 @@ pub enum Sent {
 /// Field values per run, each with its version.
 #[derive(Debug, Default)]
 pub struct StateCache {
-    runs: HashMap<String, HashMap<String, (u64, Arc<Value>)>>,
+    runs: HashMap<RunId, HashMap<String, (u64, Arc<Value>)>>,
 }
 
 impl StateCache {

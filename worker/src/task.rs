@@ -3,6 +3,7 @@
 //! connection (`crate::connection`) turns wire messages into these and
 //! back; nothing else sees the wire.
 
+use weft_proto::RunId;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -25,7 +26,7 @@ pub struct BlobFile {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Task {
     /// The run.
-    pub run_id: String,
+    pub run_id: RunId,
     /// The attempt's key within the run.
     pub key: u64,
     /// The node.
@@ -100,7 +101,7 @@ impl TeamSeat {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct TeamSend {
     /// The run.
-    pub run_id: String,
+    pub run_id: RunId,
     /// The sending attempt.
     pub key: u64,
     /// The number its answer will name.
@@ -203,7 +204,7 @@ impl Failure {
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct TaskReport {
     /// The run.
-    pub run_id: String,
+    pub run_id: RunId,
     /// The attempt's key within the run.
     pub key: u64,
     /// What it produced, or why it failed.
@@ -220,7 +221,7 @@ pub(crate) struct FunctionCall {
     /// The call's number, echoed in its answer.
     pub id: u64,
     /// The run it is for.
-    pub run_id: String,
+    pub run_id: RunId,
     /// The function's name, or the sentence a judge weighs.
     pub name: String,
     /// The arguments.

@@ -9,6 +9,7 @@
 //! messages it read; the coordinator keeps the rest for the item's next
 //! flagged step.
 
+use weft_proto::RunId;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -83,7 +84,7 @@ pub struct Team {
 }
 
 struct Link {
-    run_id: String,
+    run_id: RunId,
     task_key: u64,
     inbox: tokio::sync::Mutex<mpsc::UnboundedReceiver<Message>>,
     read: Mutex<Vec<u64>>,
@@ -122,7 +123,7 @@ impl TeamEnd {
 
 /// Where a team sends from: the task and the session's stream.
 pub(crate) struct Sender {
-    pub(crate) run_id: String,
+    pub(crate) run_id: RunId,
     pub(crate) task_key: u64,
     pub(crate) outbound: mpsc::Sender<TeamSend>,
     pub(crate) acks: Arc<Acks>,

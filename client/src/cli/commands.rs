@@ -126,7 +126,7 @@ async fn submit_and_wait(
 
 fn info_fallback(run_id: &str) -> weft_client::RunInfo {
     weft_client::RunInfo {
-        run_id: run_id.to_owned(),
+        run_id: run_id.into(),
         graph_name: String::new(),
         status: RunStatus::Waiting,
         state: Value::Object(Map::new()),

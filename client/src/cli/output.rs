@@ -12,7 +12,7 @@ use super::exit;
 /// `waiting`, `unhosted` and `children` only when they apply.
 pub fn json_object(info: &RunInfo) -> Value {
     let mut object = Map::new();
-    object.insert("run_id".into(), Value::from(info.run_id.clone()));
+    object.insert("run_id".into(), Value::from(info.run_id.as_str()));
     object.insert("status".into(), Value::from(info.status.name()));
     object.insert("state".into(), info.state.clone());
     if let Some(error) = &info.error {

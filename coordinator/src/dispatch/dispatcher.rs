@@ -12,8 +12,8 @@
 //! channels deadlock. The load is bounded elsewhere: tasks in flight never
 //! exceed the workers' slots, and a run queues at most its ready tasks.
 
+use weft_proto::RunId;
 use std::collections::HashMap;
-use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::mpsc::error::TrySendError;
@@ -69,7 +69,7 @@ enum Command {
         sink: EventSink,
     },
     Cancel {
-        run_id: Arc<str>,
+        run_id: RunId,
         keys: Vec<TaskKey>,
     },
     Call {
@@ -77,10 +77,10 @@ enum Command {
         sink: EventSink,
     },
     Forget {
-        run_id: Arc<str>,
+        run_id: RunId,
     },
     Tell {
-        run_id: Arc<str>,
+        run_id: RunId,
         key: TaskKey,
         message: ToWorker,
     },
@@ -148,7 +148,7 @@ impl TaskLauncher for DispatcherHandle {
         });
     }
 
-    fn cancel(&self, run_id: Arc<str>, keys: Vec<TaskKey>) {
+    fn cancel(&self, run_id: RunId, keys: Vec<TaskKey>) {
         let _ = self.tx.send(Command::Cancel { run_id, keys });
     }
 
@@ -156,11 +156,11 @@ impl TaskLauncher for DispatcherHandle {
         let _ = self.tx.send(Command::Call { call, sink });
     }
 
-    fn forget(&self, run_id: Arc<str>) {
+    fn forget(&self, run_id: RunId) {
         let _ = self.tx.send(Command::Forget { run_id });
     }
 
-    fn tell(&self, run_id: Arc<str>, key: TaskKey, message: ToWorker) {
+    fn tell(&self, run_id: RunId, key: TaskKey, message: ToWorker) {
         let _ = self.tx.send(Command::Tell {
             run_id,
             key,
@@ -318,15 +318,15 @@ impl Dispatcher {
         match message {
             FromWorker::Heartbeat => Vec::new(),
             FromWorker::Draining => {
-                info!(worker, "worker draining");
+                info!(%worker, "worker draining");
                 self.registry.drain(worker)
             }
             FromWorker::Refused { run_id, key } => {
                 let job = JobId {
-                    run: Arc::from(run_id.as_str()),
+                    run: RunId::from(run_id.as_str()),
                     key: JobKey::Task(key),
                 };
-                debug!(worker, %run_id, key, "a leaving worker refused a task");
+                debug!(%worker, %run_id, key, "a leaving worker refused a task");
                 self.registry.refuse(worker, &job)
             }
             FromWorker::Result {
@@ -335,11 +335,11 @@ impl Dispatcher {
                 outcome,
             } => {
                 let job = JobId {
-                    run: Arc::from(run_id.as_str()),
+                    run: RunId::from(run_id.as_str()),
                     key: JobKey::Task(key),
                 };
                 let Some(done) = self.registry.finish(worker, &job, now()) else {
-                    debug!(worker, %run_id, key, "ignored a result for a task this worker no longer holds");
+                    debug!(%worker, %run_id, key, "ignored a result for a task this worker no longer holds");
                     return Vec::new();
                 };
                 metrics::histogram!(crate::metrics::TASK_SECONDS)
@@ -361,7 +361,7 @@ impl Dispatcher {
                 result,
             } => {
                 let job = JobId {
-                    run: Arc::from(run_id.as_str()),
+                    run: RunId::from(run_id.as_str()),
                     key: JobKey::Call(call),
                 };
                 if let Some(done) = self.registry.finish(worker, &job, now()) {
@@ -376,14 +376,14 @@ impl Dispatcher {
     }
 
     /// A run ended: its workers drop its cached fields, its jobs go.
-    fn forget(&mut self, run_id: &Arc<str>) -> Vec<Decision<Order>> {
+    fn forget(&mut self, run_id: &RunId) -> Vec<Decision<Order>> {
         for (&worker, link) in &mut self.links {
             if link.mirror.forget(run_id) {
                 let forget = ToWorker::Forget {
                     run_id: run_id.clone(),
                 };
                 if link.channels.control.try_send(forget).is_err() {
-                    debug!(worker, "could not tell a worker to forget a run");
+                    debug!(%worker, "could not tell a worker to forget a run");
                 }
             }
         }
@@ -394,7 +394,7 @@ impl Dispatcher {
     /// on that worker; else answers the worker at once.
     fn team_send(&self, worker: WorkerId, run_id: &str, key: TaskKey, send: TeamSend) {
         let job = JobId {
-            run: Arc::from(run_id),
+            run: RunId::from(run_id),
             key: JobKey::Task(key),
         };
         match self.registry.payload(&job) {
@@ -415,7 +415,7 @@ impl Dispatcher {
     /// Sends `message` to the worker running task `key` of `run_id`. A
     /// teammate message for a task still queued joins the inbox it will
     /// be sent with.
-    fn tell(&mut self, run_id: Arc<str>, key: TaskKey, message: ToWorker) {
+    fn tell(&mut self, run_id: RunId, key: TaskKey, message: ToWorker) {
         let job = JobId {
             run: run_id,
             key: JobKey::Task(key),
@@ -442,7 +442,7 @@ impl Dispatcher {
             && link.channels.control.try_send(message).is_err()
         {
             warn!(
-                worker,
+                %worker,
                 "a teammate message could not be passed to its worker"
             );
         }
@@ -531,7 +531,7 @@ impl Dispatcher {
                             key,
                         };
                         if link.channels.control.try_send(cancel).is_err() {
-                            debug!(worker, "could not cancel a task on a worker");
+                            debug!(%worker, "could not cancel a task on a worker");
                         }
                     }
                 }
@@ -541,7 +541,7 @@ impl Dispatcher {
                     reason,
                 } => {
                     self.links.remove(&worker);
-                    warn!(worker, %name, %reason, "worker lost");
+                    warn!(%worker, %name, %reason, "worker lost");
                 }
             }
         }
@@ -568,7 +568,7 @@ impl Dispatcher {
             }
             Err(TrySendError::Full(_)) => {
                 warn!(
-                    worker,
+                    %worker,
                     "worker's stream is full; skipping it until it drains"
                 );
                 Some(false)

@@ -9,6 +9,7 @@
 //! or a built-in kind's name); no handler for it leaves the task waiting,
 //! reported unhosted, as a cluster without such a worker would.
 
+use weft_proto::RunId;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -58,7 +59,7 @@ enum Undecodable {
 }
 
 /// A running task: its run and key.
-type RunningTask = (Arc<str>, TaskKey);
+type RunningTask = (RunId, TaskKey);
 
 /// The name the worker would say it failed under.
 const WORKER: &str = "in-process";
@@ -238,7 +239,7 @@ impl TaskLauncher for InProcessLauncher {
         });
     }
 
-    fn cancel(&self, run_id: Arc<str>, keys: Vec<TaskKey>) {
+    fn cancel(&self, run_id: RunId, keys: Vec<TaskKey>) {
         let running = self.running.lock().unwrap_or_else(|e| e.into_inner());
         for key in &keys {
             if let Some(stop) = running.get(&(run_id.clone(), *key)) {
@@ -261,11 +262,11 @@ impl TaskLauncher for InProcessLauncher {
         });
     }
 
-    fn forget(&self, _run_id: Arc<str>) {
+    fn forget(&self, _run_id: RunId) {
         self.note(Launched::Forget);
     }
 
-    fn tell(&self, _run_id: Arc<str>, key: TaskKey, message: ToWorker) {
+    fn tell(&self, _run_id: RunId, key: TaskKey, message: ToWorker) {
         self.note(Launched::Tell(key, Box::new(message)));
     }
 }

@@ -2,7 +2,7 @@
 //! calls), the decisions it hands the dispatcher to carry out, and what it
 //! reports about workers and load.
 
-use std::sync::Arc;
+use weft_proto::RunId;
 use std::time::Duration;
 
 use super::{Requirement, WorkerId, WorkerInfo};
@@ -21,7 +21,7 @@ pub enum JobKey {
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct JobId {
     /// The run.
-    pub run: Arc<str>,
+    pub run: RunId,
     /// The job within the run.
     pub key: JobKey,
 }

@@ -19,6 +19,7 @@ pub mod jobs;
 pub mod registry;
 pub mod state_sync;
 
+use weft_proto::RunId;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -36,7 +37,7 @@ pub use crate::task::{CallError, NotJson};
 use crate::task::{ItemRef, TaskFailure, TaskKey, TeamMessage, TeamSeat};
 
 /// A worker's id, unique for the coordinator's lifetime.
-pub type WorkerId = u64;
+pub use weft_proto::WorkerId;
 
 /// What a worker announced in its hello.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -122,7 +123,7 @@ pub struct BlobRef {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Assignment {
     /// The run.
-    pub run_id: Arc<str>,
+    pub run_id: RunId,
     /// The attempt's key within the run.
     pub key: TaskKey,
     /// The node id.
@@ -169,7 +170,7 @@ pub struct StateField {
 #[derive(Debug, Clone, PartialEq)]
 pub struct FunctionCall {
     /// The run.
-    pub run_id: Arc<str>,
+    pub run_id: RunId,
     /// The call's key within the run.
     pub call: u64,
     /// The function's registered name.
@@ -295,14 +296,14 @@ pub trait TaskLauncher: Send + Sync + 'static {
     /// Queues a task; its outcome arrives on `sink`.
     fn launch(&self, task: Assignment, requirement: Requirement, sink: EventSink);
     /// Stops tasks of a run; results that still arrive are ignored.
-    fn cancel(&self, run_id: Arc<str>, keys: Vec<TaskKey>);
+    fn cancel(&self, run_id: RunId, keys: Vec<TaskKey>);
     /// Calls a worker-hosted function; the result arrives on `sink`.
     fn call(&self, call: FunctionCall, sink: EventSink);
     /// The run has ended: workers may drop what they cached for it.
-    fn forget(&self, run_id: Arc<str>);
+    fn forget(&self, run_id: RunId);
     /// Sends `message` (a teammate delivery or a send's answer) to the
     /// worker running task `key`; dropped when no worker runs it.
-    fn tell(&self, run_id: Arc<str>, key: TaskKey, message: ToWorker);
+    fn tell(&self, run_id: RunId, key: TaskKey, message: ToWorker);
 }
 
 /// Messages the coordinator sends down a worker's stream.
@@ -313,7 +314,7 @@ pub enum ToWorker {
     /// Stop this.
     Cancel {
         /// The run.
-        run_id: Arc<str>,
+        run_id: RunId,
         /// The task.
         key: TaskKey,
     },
@@ -322,14 +323,14 @@ pub enum ToWorker {
     /// Drop what you cached for this run.
     Forget {
         /// The run.
-        run_id: Arc<str>,
+        run_id: RunId,
     },
     /// I am alive.
     Heartbeat,
     /// A teammate message for a running task.
     Deliver {
         /// The run.
-        run_id: Arc<str>,
+        run_id: RunId,
         /// The recipient's task.
         key: TaskKey,
         /// The message.
@@ -338,7 +339,7 @@ pub enum ToWorker {
     /// Whether a task's teammate message was accepted.
     SendAck {
         /// The run.
-        run_id: Arc<str>,
+        run_id: RunId,
         /// The send it answers.
         send_id: u64,
         /// Why it was refused; `None` when accepted.
@@ -352,7 +353,7 @@ pub enum FromWorker {
     /// A task finished.
     Result {
         /// The run.
-        run_id: String,
+        run_id: RunId,
         /// The task.
         key: TaskKey,
         /// What it came to.
@@ -361,7 +362,7 @@ pub enum FromWorker {
     /// A function call returned.
     CallResult {
         /// The run.
-        run_id: String,
+        run_id: RunId,
         /// The call.
         call: u64,
         /// Its value, or error.
@@ -374,14 +375,14 @@ pub enum FromWorker {
     /// I am leaving and did not start this task: give it to another worker.
     Refused {
         /// The run.
-        run_id: String,
+        run_id: RunId,
         /// The task.
         key: TaskKey,
     },
     /// A running task sends a teammate message.
     TeamSend {
         /// The run.
-        run_id: String,
+        run_id: RunId,
         /// The sending task.
         key: TaskKey,
         /// The message.

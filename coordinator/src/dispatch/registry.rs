@@ -21,8 +21,8 @@
 //!   and is cancelled on its worker, whatever the worker says;
 //! - a result from a worker that no longer holds the job is ignored.
 
+use weft_proto::RunId;
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 pub use super::jobs::{Decision, Finished, JobId, JobKey, JobSpec, Limits, Load, WorkerStatus};
@@ -93,7 +93,7 @@ impl<T> Registry<T> {
         Self {
             limits,
             workers: BTreeMap::new(),
-            next_worker: 1,
+            next_worker: WorkerId(1),
             jobs: HashMap::new(),
             tasks: VecDeque::new(),
             calls: VecDeque::new(),
@@ -104,7 +104,7 @@ impl<T> Registry<T> {
     /// Registers a worker.
     pub fn join(&mut self, info: WorkerInfo, now: Instant) -> WorkerId {
         let id = self.next_worker;
-        self.next_worker += 1;
+        self.next_worker.0 += 1;
         self.functions_ever.extend(info.functions.iter().cloned());
         self.workers.insert(
             id,
@@ -281,7 +281,7 @@ impl<T> Registry<T> {
 
     /// Drops jobs of a run: queued ones are forgotten, running ones are
     /// cancelled on their workers.
-    pub fn cancel(&mut self, run: &Arc<str>, keys: &[JobKey]) -> Vec<Decision<T>> {
+    pub fn cancel(&mut self, run: &RunId, keys: &[JobKey]) -> Vec<Decision<T>> {
         let mut decisions = Vec::new();
         for &key in keys {
             let id = JobId {
@@ -294,7 +294,7 @@ impl<T> Registry<T> {
     }
 
     /// Drops every job of a run (it has ended).
-    pub fn forget_run(&mut self, run: &Arc<str>) -> Vec<Decision<T>> {
+    pub fn forget_run(&mut self, run: &RunId) -> Vec<Decision<T>> {
         let mut ids: Vec<JobId> = self
             .jobs
             .keys()

@@ -34,7 +34,7 @@ fn task(key: TaskKey) -> JobSpec<TaskKey> {
 
 fn id(key: TaskKey) -> JobId {
     JobId {
-        run: Arc::from("run"),
+        run: RunId::from("run"),
         key: JobKey::Task(key),
     }
 }
@@ -314,7 +314,7 @@ fn calls_take_no_slot_and_time_out() {
     reg.submit(task(1));
     reg.submit(JobSpec {
         id: JobId {
-            run: Arc::from("run"),
+            run: RunId::from("run"),
             key: JobKey::Call(7),
         },
         label: "pick".into(),
@@ -340,7 +340,7 @@ fn cancel_and_forget_free_slots_and_cancel_on_workers() {
     reg.submit(task(1));
     reg.submit(task(2));
     reg.place(now);
-    let run: Arc<str> = Arc::from("run");
+    let run = weft_proto::RunId::from("run");
     let decisions = reg.cancel(&run, &[JobKey::Task(1)]);
     assert!(matches!(&decisions[..], [Decision::Cancel { worker, .. }] if *worker == a));
     assert_eq!(sends(&reg.place(now)), vec![(a, 2)]);

@@ -8,6 +8,7 @@
 //! lacks that version, and per-task traffic follows what changed, not the
 //! size of the state.
 
+use weft_proto::RunId;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -16,7 +17,7 @@ use super::Assignment;
 /// The field versions one worker holds, per run.
 #[derive(Debug, Default)]
 pub struct FieldMirror {
-    runs: HashMap<Arc<str>, HashMap<Arc<str>, u64>>,
+    runs: HashMap<RunId, HashMap<Arc<str>, u64>>,
 }
 
 /// Field versions a message carries values for: what sending it teaches
@@ -43,7 +44,7 @@ impl FieldMirror {
 
     /// The prepared task reached the worker's stream: it will cache the
     /// values it carried.
-    pub fn sent(&mut self, run_id: &Arc<str>, sent: Sent) {
+    pub fn sent(&mut self, run_id: &RunId, sent: Sent) {
         let known = self.runs.entry(run_id.clone()).or_default();
         for (name, version) in sent {
             known.insert(name, version);
@@ -74,7 +75,7 @@ mod tests {
 
     pub(crate) fn task(fields: Vec<StateField>) -> Assignment {
         Assignment {
-            run_id: Arc::from("r"),
+            run_id: RunId::from("r"),
             key: 1,
             node: "n".into(),
             attempt: 1,

@@ -8,8 +8,9 @@
 //! file leaves it behind, uncounted: the rare leak is preferred over a
 //! run whose bundle could vanish.)
 
+use weft_proto::RunId;
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 
 use weft_store::{Store, StoreError};
 
@@ -29,7 +30,7 @@ pub struct BlobRefs {
 #[derive(Default)]
 struct Counts {
     users: HashMap<String, usize>,
-    by_run: HashMap<Arc<str>, Vec<String>>,
+    by_run: HashMap<RunId, Vec<String>>,
 }
 
 impl BlobRefs {
@@ -38,7 +39,7 @@ impl BlobRefs {
     }
 
     /// Counts run `id`'s use of files `sha256s`.
-    pub fn hold(&self, id: &Arc<str>, sha256s: Vec<String>) {
+    pub fn hold(&self, id: &RunId, sha256s: Vec<String>) {
         let mut counts = self.counts();
         for sha in &sha256s {
             *counts.users.entry(sha.clone()).or_default() += 1;
@@ -103,7 +104,7 @@ mod tests {
     #[test]
     fn a_file_is_unused_when_its_last_run_lets_go() {
         let refs = BlobRefs::default();
-        let (a, b): (Arc<str>, Arc<str>) = (Arc::from("a"), Arc::from("b"));
+        let (a, b) = (RunId::from("a"), RunId::from("b"));
         refs.hold(&a, vec!["x".into(), "y".into()]);
         refs.hold(&b, vec!["y".into()]);
         assert_eq!(refs.release("a"), vec!["x".to_owned()]);

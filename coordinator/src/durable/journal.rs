@@ -13,6 +13,7 @@
 //! first checkpoint, taken before the run's submission is acknowledged, is
 //! always waited for.
 
+use weft_proto::RunId;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
@@ -49,7 +50,7 @@ impl Journal {
     /// the store already.
     pub fn start(
         keeper: Keeper,
-        id: Arc<str>,
+        id: RunId,
         head: RecordHead,
         mode: Durability,
         stored: u64,
@@ -157,7 +158,7 @@ impl Snapshot {
 /// skipped in the store.
 async fn write_snapshots(
     keeper: Keeper,
-    id: Arc<str>,
+    id: RunId,
     head: RecordHead,
     mut rx: mpsc::UnboundedReceiver<Snapshot>,
 ) {

@@ -1,6 +1,7 @@
 //! Storing a new run before it is acknowledged, and reading every stored
 //! run back when a coordinator starts.
 
+use weft_proto::RunId;
 use std::sync::Arc;
 
 use weft_store::{AnyStore, Store, StoreError, chunks};
@@ -50,7 +51,7 @@ pub trait Progress: serde::de::DeserializeOwned {
 /// A run read back from the store.
 pub struct StoredRun<P> {
     /// The run id.
-    pub id: Arc<str>,
+    pub id: RunId,
     /// Its bundle, as submitted.
     pub bundle: Bundle,
     /// Where its machine stood at the last checkpoint.
@@ -127,7 +128,7 @@ async fn read_run<P: Progress>(
         .map_err(|e| corrupt(key, &e.to_string()))?;
     let log = read_log(store, &record).await?;
     Ok(StoredRun {
-        id: Arc::from(record.id.as_str()),
+        id: RunId::from(record.id.as_str()),
         bundle,
         progress,
         log,

@@ -14,6 +14,7 @@
 //! stands. So a state of any size (up to the store's 256 MiB per value) is
 //! stored whole, never truncated, on either backend.
 
+use weft_proto::RunId;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -41,7 +42,7 @@ pub(super) struct Snapshot {
 /// Writes one run's checkpoints, knowing where its last record put things.
 pub(super) struct Writer {
     keeper: Keeper,
-    id: Arc<str>,
+    id: RunId,
     head: RecordHead,
     /// Fields the last stored record names at versioned keys.
     spilled: BTreeMap<String, u64>,
@@ -52,7 +53,7 @@ pub(super) struct Writer {
 }
 
 impl Writer {
-    pub(super) fn new(keeper: Keeper, id: Arc<str>, head: RecordHead) -> Self {
+    pub(super) fn new(keeper: Keeper, id: RunId, head: RecordHead) -> Self {
         let spilled = head.spilled.iter().cloned().collect();
         let progress_at = head.progress_at;
         Self {

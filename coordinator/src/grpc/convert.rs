@@ -53,7 +53,10 @@ pub fn run_info(view: RunView, with_state: bool) -> pb::RunInfo {
         children: view
             .children
             .into_iter()
-            .map(|(node, run_id)| pb::ChildRun { node, run_id })
+            .map(|(node, run_id)| pb::ChildRun {
+                node,
+                run_id: run_id.into(),
+            })
             .collect(),
     }
 }
@@ -238,7 +241,7 @@ pub fn from_worker(message: pb::WorkerMessage) -> Option<FromWorker> {
         Body::Heartbeat(_) => Some(FromWorker::Heartbeat),
         Body::Drain(_) => Some(FromWorker::Draining),
         Body::Refused(refused) => Some(FromWorker::Refused {
-            run_id: refused.run_id,
+            run_id: refused.run_id.into(),
             key: refused.task_key,
         }),
         Body::Result(result) => {
@@ -263,7 +266,7 @@ pub fn from_worker(message: pb::WorkerMessage) -> Option<FromWorker> {
                 }),
             };
             Some(FromWorker::Result {
-                run_id: result.run_id,
+                run_id: result.run_id.into(),
                 key: result.task_key,
                 outcome: TaskOutcome {
                     result: outcome,
@@ -273,7 +276,7 @@ pub fn from_worker(message: pb::WorkerMessage) -> Option<FromWorker> {
             })
         }
         Body::Send(send) => Some(FromWorker::TeamSend {
-            run_id: send.run_id,
+            run_id: send.run_id.into(),
             key: send.task_key,
             send: TeamSend {
                 send_id: send.send_id,
@@ -290,7 +293,7 @@ pub fn from_worker(message: pb::WorkerMessage) -> Option<FromWorker> {
                 pb::call_result::Outcome::Error(error) => Err(CallError(error)),
             };
             Some(FromWorker::CallResult {
-                run_id: result.run_id,
+                run_id: result.run_id.into(),
                 call: result.call_id,
                 result: value,
             })

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use proptest::prelude::*;
+use weft_proto::RunId;
 use weft_proto::v1 as pb;
 use weft_worker::state_sync::StateCache;
 
@@ -34,7 +35,7 @@ fn step() -> impl Strategy<Value = Step> {
 
 fn task(fields: &BTreeMap<String, (u64, i64)>, key: u64) -> Assignment {
     Assignment {
-        run_id: Arc::from("run"),
+        run_id: RunId::from("run"),
         key,
         node: "n".into(),
         attempt: 1,
@@ -85,7 +86,7 @@ proptest! {
                 Step::Send => {
                     key += 1;
                     let (wire, sent) = mirror.prepare(&task(&fields, key));
-                    mirror.sent(&Arc::from("run"), sent);
+                    mirror.sent(&RunId::from("run"), sent);
                     let pb::CoordinatorMessage {
                         body: Some(pb::coordinator_message::Body::Task(assignment)),
                     } = to_worker(ToWorker::Task(wire))

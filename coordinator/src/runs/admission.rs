@@ -3,6 +3,7 @@
 //! the run stored, then started; each refusal says what is wrong and
 //! nothing is started.
 
+use weft_proto::RunId;
 use std::sync::Arc;
 
 use serde_json::{Map, Value};
@@ -20,7 +21,7 @@ impl Runs {
         &self,
         bundle: Bundle,
         input_json: &str,
-    ) -> Result<(Arc<str>, Vec<String>), SubmitError> {
+    ) -> Result<(RunId, Vec<String>), SubmitError> {
         // Before the graph is parsed: an input too large is refused as that.
         self.check_input_size(input_json)?;
         let (graph, findings) = bundle.load_graph()?;
@@ -53,7 +54,7 @@ impl Runs {
         input_json: &str,
         mut warnings: Vec<String>,
         trace_parent: Option<String>,
-    ) -> Result<(Arc<str>, Vec<String>), SubmitError> {
+    ) -> Result<(RunId, Vec<String>), SubmitError> {
         let input = parse_input(input_json)?;
         let over = self.limits.check_graph(&graph);
         if !over.is_empty() {
@@ -78,7 +79,7 @@ impl Runs {
         let lease = self.blobs.add_bundle(&bundle);
         let children = self.children_of(&plan, &bundle, family);
         let refs = bundle_refs(&bundle);
-        let id: Arc<str> = Arc::from(format!("run-{}", uuid::Uuid::now_v7().simple()));
+        let id = RunId::from(format!("run-{}", uuid::Uuid::now_v7().simple()));
         // Stored before it is acknowledged: a crash from here on loses nothing.
         let journal = self
             .journal_for(&id, &bundle, plan.graph().settings.durability)
@@ -120,7 +121,7 @@ impl Runs {
     /// without a store).
     async fn journal_for(
         &self,
-        id: &Arc<str>,
+        id: &RunId,
         bundle: &Bundle,
         durability: crate::graph::Durability,
     ) -> Result<Option<Journal>, SubmitError> {

@@ -8,7 +8,7 @@ use serde_json::{Map, Value};
 
 use super::Runs;
 use crate::bundle::{Bundle, Family};
-use crate::run::{ChildError, ChildRuns, Pending, RunHandle, RunPlan, RunStatus};
+use crate::run::{ChildError, ChildRuns, Pending, RunHandle, RunId, RunPlan, RunStatus};
 
 /// How long a restored parent waits for its child to be restored too.
 const FIND_CHILD_PATIENCE: std::time::Duration = std::time::Duration::from_secs(30);
@@ -27,7 +27,7 @@ impl ChildRuns for RunChildren {
         graph: String,
         input: Map<String, Value>,
         traceparent: String,
-    ) -> Pending<Result<String, ChildError>> {
+    ) -> Pending<Result<RunId, ChildError>> {
         let (runs, bundle, family) = (self.runs.clone(), self.bundle.clone(), self.family.clone());
         Box::pin(async move {
             let path = bundle
@@ -65,11 +65,11 @@ impl ChildRuns for RunChildren {
                     graph: path.clone(),
                     reason: e.to_string(),
                 })?;
-            Ok(run_id.to_string())
+            Ok(run_id)
         })
     }
 
-    fn outcome(&self, run_id: String) -> Pending<Result<Map<String, Value>, ChildError>> {
+    fn outcome(&self, run_id: RunId) -> Pending<Result<Map<String, Value>, ChildError>> {
         let runs = self.runs.clone();
         Box::pin(async move {
             // A restored parent may start before its child is restored.
@@ -91,7 +91,7 @@ impl ChildRuns for RunChildren {
         })
     }
 
-    fn cancel(&self, run_ids: Vec<String>) {
+    fn cancel(&self, run_ids: Vec<RunId>) {
         for run_id in run_ids {
             if let Some(handle) = self.runs.get(&run_id) {
                 self.runs.tracker.spawn(async move {

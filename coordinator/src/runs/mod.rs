@@ -10,6 +10,7 @@ mod children;
 mod recovery;
 mod retention;
 
+use weft_proto::RunId;
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
@@ -89,8 +90,8 @@ pub struct Runs {
 
 #[derive(Default)]
 struct Inner {
-    by_id: HashMap<Arc<str>, RunHandle>,
-    order: Vec<Arc<str>>,
+    by_id: HashMap<RunId, RunHandle>,
+    order: Vec<RunId>,
 }
 
 impl Runs {
@@ -125,7 +126,7 @@ impl Runs {
     }
 
     /// Registers a started run under its id.
-    fn register(&self, id: Arc<str>, handle: RunHandle) {
+    fn register(&self, id: RunId, handle: RunHandle) {
         let mut inner = self.inner.write().unwrap_or_else(|e| e.into_inner());
         inner.by_id.insert(id.clone(), handle);
         inner.order.push(id);
@@ -145,7 +146,7 @@ impl Runs {
         self.evict().await;
         let inner = self.inner.read().unwrap_or_else(|e| e.into_inner());
         let newest_first = inner.order.iter().rev();
-        let mut rest: Box<dyn Iterator<Item = &Arc<str>>> = match after {
+        let mut rest: Box<dyn Iterator<Item = &RunId>> = match after {
             Some(after) => Box::new(newest_first.skip_while(move |id| &***id != after).skip(1)),
             None => Box::new(newest_first),
         };

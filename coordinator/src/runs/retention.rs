@@ -2,7 +2,7 @@
 //! how long), in the registry and in the store alike, so a restart does
 //! not bring them back.
 
-use std::sync::Arc;
+use weft_proto::RunId;
 
 use weft_store::Store;
 
@@ -32,11 +32,11 @@ impl Runs {
     }
 
     /// Drops ended runs beyond the retention from the registry; their ids.
-    fn forget_old(&self) -> Vec<Arc<str>> {
+    fn forget_old(&self) -> Vec<RunId> {
         let now = now_ms();
         let max_age = i64::try_from(self.retention.age.as_millis()).unwrap_or(i64::MAX);
         let mut inner = self.inner.write().unwrap_or_else(|e| e.into_inner());
-        let ended: Vec<(Arc<str>, i64)> = inner
+        let ended: Vec<(RunId, i64)> = inner
             .order
             .iter()
             .filter_map(|id| {
@@ -45,7 +45,7 @@ impl Runs {
             })
             .collect();
         let surplus = ended.len().saturating_sub(self.retention.count);
-        let gone: std::collections::HashSet<Arc<str>> = ended
+        let gone: std::collections::HashSet<RunId> = ended
             .iter()
             .enumerate()
             .filter(|(i, (_, at))| *i < surplus || now.saturating_sub(*at) > max_age)

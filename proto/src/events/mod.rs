@@ -6,6 +6,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::RunId;
 use crate::types::RunStatus;
 
 mod wire;
@@ -123,7 +124,7 @@ pub enum RunEvent {
         /// The subgraph node.
         node: String,
         /// The child's run id.
-        run_id: String,
+        run_id: RunId,
     },
     /// A teammate message was accepted (SPEC 5).
     MessageSent {

@@ -94,7 +94,10 @@ pub fn event_to_wire(seq: u64, at_unix_ms: i64, event: &RunEvent) -> pb::RunEven
             reason: reason.unwrap_or_default(),
         }),
         RunEvent::SubgraphStarted { node, run_id } => {
-            E::SubgraphStarted(pb::SubgraphStarted { node, run_id })
+            E::SubgraphStarted(pb::SubgraphStarted {
+                node,
+                run_id: run_id.into(),
+            })
         }
         RunEvent::MessageSent {
             node,
@@ -231,7 +234,7 @@ pub fn event_from_wire(event: pb::RunEvent) -> Option<RunEvent> {
         },
         E::SubgraphStarted(e) => RunEvent::SubgraphStarted {
             node: e.node,
-            run_id: e.run_id,
+            run_id: e.run_id.into(),
         },
         E::ModelCalled(e) => RunEvent::ModelCalled {
             node: e.node,

@@ -28,11 +28,11 @@ pub(super) fn from_coordinator(message: pb::CoordinatorMessage) -> Option<Inboun
     Some(match message.body? {
         Body::Task(assignment) => Inbound::Task(Box::new(assignment_of(assignment))),
         Body::Cancel(cancel) => Inbound::Cancel {
-            run_id: cancel.run_id,
+            run_id: cancel.run_id.into(),
             key: cancel.task_key,
         },
         Body::Deliver(delivery) => Inbound::Deliver {
-            run_id: delivery.run_id,
+            run_id: delivery.run_id.into(),
             key: delivery.task_key,
             message: message_of(delivery.message?),
         },
@@ -45,7 +45,7 @@ pub(super) fn from_coordinator(message: pb::CoordinatorMessage) -> Option<Inboun
             Err(answer) => Inbound::Unreadable(answer),
         },
         Body::Forget(forget) => Inbound::Forget {
-            run_id: forget.run_id,
+            run_id: forget.run_id.into(),
         },
         Body::Heartbeat(_) | Body::Welcome(_) => Inbound::Alive,
     })
@@ -60,13 +60,13 @@ pub(super) fn to_coordinator(message: Outbound, max_result_bytes: usize) -> pb::
         Outbound::Drain => Body::Drain(pb::Drain {}),
         Outbound::Heartbeat => Body::Heartbeat(pb::Heartbeat { at_unix_ms: 0 }),
         Outbound::Refused { run_id, key } => Body::Refused(pb::TaskRefused {
-            run_id,
+            run_id: run_id.into(),
             task_key: key,
         }),
         Outbound::Report(report) => Body::Result(task_result(report, max_result_bytes)),
         Outbound::Answer(answer) => Body::CallResult(pb::CallResult {
             call_id: answer.id,
-            run_id: answer.run_id,
+            run_id: answer.run_id.into(),
             outcome: Some(match answer.result {
                 Ok(value) => pb::call_result::Outcome::ValueJson(value.to_string()),
                 Err(error) => pb::call_result::Outcome::Error(error.to_string()),
@@ -79,7 +79,7 @@ pub(super) fn to_coordinator(message: Outbound, max_result_bytes: usize) -> pb::
 /// A running attempt's teammate message on the wire.
 pub(super) fn team_send(send: TeamSend) -> pb::WorkerMessage {
     let send = pb::TeamSend {
-        run_id: send.run_id,
+        run_id: send.run_id.into(),
         task_key: send.key,
         send_id: send.send_id,
         to: send.to,
@@ -127,7 +127,7 @@ pub fn assignment_of(mut wire: pb::TaskAssignment) -> Assignment {
         .collect();
     let (run_id, key) = (wire.run_id.clone(), wire.task_key);
     Assignment {
-        run_id,
+        run_id: run_id.into(),
         key,
         task: task_of(wire),
         fields,
@@ -163,7 +163,7 @@ fn task_of(wire: pb::TaskAssignment) -> Result<Task, Failure> {
     let prompts = json_or_null(&wire.prompts_json)
         .map_err(|e| Failure::new(FailureKind::InvalidTask, format!("the step's prompts: {e}")))?;
     Ok(Task {
-        run_id: wire.run_id,
+        run_id: wire.run_id.into(),
         key: wire.task_key,
         node: wire.node,
         attempt: wire.attempt,
@@ -220,7 +220,7 @@ fn call_of(wire: pb::FunctionCall) -> Result<FunctionCall, Box<CallAnswer>> {
         Err(error) => {
             return Err(Box::new(CallAnswer {
                 id: wire.call_id,
-                run_id: wire.run_id,
+                run_id: wire.run_id.into(),
                 result: Err(CallError::BadArguments(error)),
             }));
         }
@@ -237,7 +237,7 @@ fn call_of(wire: pb::FunctionCall) -> Result<FunctionCall, Box<CallAnswer>> {
     };
     Ok(FunctionCall {
         id: wire.call_id,
-        run_id: wire.run_id,
+        run_id: wire.run_id.into(),
         name: wire.name,
         args,
         timeout: Duration::from_millis(wire.timeout_ms.max(1)),
@@ -272,7 +272,7 @@ fn task_result(report: TaskReport, max_bytes: usize) -> pb::TaskResult {
         }),
     };
     pb::TaskResult {
-        run_id: report.run_id,
+        run_id: report.run_id.into(),
         task_key: report.key,
         outcome: Some(outcome),
         messages_read: report.read,

@@ -13,6 +13,7 @@ mod discovery;
 
 pub use convert::assignment_of;
 
+use weft_proto::RunId;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -66,10 +67,10 @@ pub(crate) enum Inbound {
     /// Run a task attempt.
     Task(Box<Assignment>),
     /// Stop the attempt `key` of `run_id`.
-    Cancel { run_id: String, key: u64 },
+    Cancel { run_id: RunId, key: u64 },
     /// A teammate message for the running attempt `key` of `run_id`.
     Deliver {
-        run_id: String,
+        run_id: RunId,
         key: u64,
         message: Message,
     },
@@ -84,7 +85,7 @@ pub(crate) enum Inbound {
     /// A call the worker cannot read, answered with why.
     Unreadable(Box<CallAnswer>),
     /// The run has ended: drop what is kept for it.
-    Forget { run_id: String },
+    Forget { run_id: RunId },
     /// The coordinator is there (a heartbeat).
     Alive,
 }
@@ -97,7 +98,7 @@ pub(crate) enum Outbound {
     /// The worker is there.
     Heartbeat,
     /// A task sent after the worker began to drain, handed back unstarted.
-    Refused { run_id: String, key: u64 },
+    Refused { run_id: RunId, key: u64 },
     /// How an attempt ended.
     Report(TaskReport),
     /// A function call's answer.

@@ -13,7 +13,7 @@ use tokio::sync::{mpsc, oneshot};
 use weft_proto::events::StoredEvent;
 
 use super::liveness::Command;
-use crate::run::{ChildError, Input, RunEvent};
+use crate::run::{ChildError, Input, RunEvent, RunId};
 
 /// A future the registry returns.
 pub type Pending<T> = Pin<Box<dyn Future<Output = T> + Send>>;
@@ -28,14 +28,14 @@ pub trait ChildRuns: Send + Sync {
         graph: String,
         input: Map<String, Value>,
         traceparent: String,
-    ) -> Pending<Result<String, ChildError>>;
+    ) -> Pending<Result<RunId, ChildError>>;
 
     /// Waits for run `run_id` to end: its final state if it completed, else
     /// why not.
-    fn outcome(&self, run_id: String) -> Pending<Result<Map<String, Value>, ChildError>>;
+    fn outcome(&self, run_id: RunId) -> Pending<Result<Map<String, Value>, ChildError>>;
 
     /// Cancels these runs.
-    fn cancel(&self, run_ids: Vec<String>);
+    fn cancel(&self, run_ids: Vec<RunId>);
 }
 
 /// The parent's end: its registry, and a way to tell its actor.
@@ -87,7 +87,7 @@ impl ChildLink {
     }
 
     /// Follows the already started child `run_id` of subgraph node `node`.
-    pub fn follow(&self, tracker: &tokio_util::task::TaskTracker, node: String, run_id: String) {
+    pub fn follow(&self, tracker: &tokio_util::task::TaskTracker, node: String, run_id: RunId) {
         let link = self.clone();
         tracker.spawn(async move {
             let result = match &link.runs {
@@ -99,7 +99,7 @@ impl ChildLink {
     }
 
     /// Cancels child runs.
-    pub fn cancel(&self, run_ids: Vec<String>) {
+    pub fn cancel(&self, run_ids: Vec<RunId>) {
         if let Some(runs) = &self.runs {
             runs.cancel(run_ids);
         }
@@ -117,7 +117,7 @@ impl ChildLink {
 }
 
 /// The child runs a log says were started: (node, run id).
-pub(super) fn children_in(log: &[StoredEvent]) -> Vec<(String, String)> {
+pub(super) fn children_in(log: &[StoredEvent]) -> Vec<(String, RunId)> {
     log.iter()
         .filter_map(|stored| match &*stored.event {
             RunEvent::SubgraphStarted { node, run_id } => Some((node.clone(), run_id.clone())),

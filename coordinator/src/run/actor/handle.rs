@@ -6,6 +6,7 @@
 //! event log, nothing more: its actor, channels and live feed are gone. A
 //! failed run also keeps what `weft retry` needs to start its actor again.
 
+use weft_proto::RunId;
 use std::sync::{Arc, RwLock};
 
 use tokio::sync::{broadcast, oneshot};
@@ -20,7 +21,7 @@ use crate::run::{HumanAnswer, Input, Rejected, RunError, RunEvent, RunStatus, St
 #[derive(Debug, Clone)]
 pub struct RunView {
     /// The run id.
-    pub id: Arc<str>,
+    pub id: RunId,
     /// The graph's name.
     pub graph_name: String,
     /// Status.
@@ -38,7 +39,7 @@ pub struct RunView {
     /// Work no connected worker hosts, which the run waits for.
     pub unhosted: Vec<UnhostedWait>,
     /// The child runs its subgraph nodes started: (node, run id).
-    pub children: Vec<(String, String)>,
+    pub children: Vec<(String, RunId)>,
 }
 
 /// Tasks of one node waiting for a worker that hosts what they need.
@@ -78,7 +79,7 @@ pub struct FinishedRun {
 /// A cloneable handle to a run.
 #[derive(Clone)]
 pub struct RunHandle {
-    id: Arc<str>,
+    id: RunId,
     liveness: Arc<RwLock<Liveness>>,
 }
 
@@ -89,12 +90,12 @@ impl std::fmt::Debug for RunHandle {
 }
 
 impl RunHandle {
-    pub(super) fn new(id: Arc<str>, liveness: Arc<RwLock<Liveness>>) -> Self {
+    pub(super) fn new(id: RunId, liveness: Arc<RwLock<Liveness>>) -> Self {
         Self { id, liveness }
     }
 
     /// The run id.
-    pub fn id(&self) -> &Arc<str> {
+    pub fn id(&self) -> &RunId {
         &self.id
     }
 

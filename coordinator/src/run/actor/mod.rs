@@ -4,6 +4,7 @@
 //! the machine as inputs. Everything else reaches the run through a
 //! [`RunHandle`].
 
+use weft_proto::RunId;
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -49,7 +50,7 @@ const LIVE_BUFFER: usize = 256;
 /// What a run needs besides its machine.
 pub struct RunSetup {
     /// The run id.
-    pub id: Arc<str>,
+    pub id: RunId,
     /// The prepared graph.
     pub plan: Arc<RunPlan>,
     /// The machine, created with the run's input.
@@ -168,8 +169,8 @@ fn start_actor(
 pub(super) struct RunActor {
     /// Its subgraph nodes' child runs; those started (node, run id).
     children: ChildLink,
-    children_started: Vec<(String, String)>,
-    id: Arc<str>,
+    children_started: Vec<(String, RunId)>,
+    id: RunId,
     plan: Arc<RunPlan>,
     machine: RunMachine,
     bundle: Arc<Vec<BlobRef>>,

@@ -31,7 +31,7 @@ fn start(yaml: &str, input: Value, launcher: &InProcessLauncher) -> RunHandle {
     )
     .unwrap();
     spawn_run(RunSetup {
-        id: Arc::from("run-test"),
+        id: RunId::from("run-test"),
         plan,
         machine,
         bundle: Arc::default(),

@@ -12,6 +12,7 @@ use serde_json::{Map, Value};
 
 pub use super::node_output::{NodeOutput, Outgoing, OutputError};
 pub use crate::graph::Code;
+pub use weft_proto::RunId;
 pub use crate::task::{CallError, ItemRef, TaskFailure, TaskKey, TeamMessage, TeamSeat};
 
 /// Identifies one call to a worker-hosted reducer or predicate.
@@ -192,7 +193,7 @@ pub enum Input {
         /// The subgraph node.
         node: String,
         /// The child's run id.
-        run_id: String,
+        run_id: RunId,
     },
     /// A subgraph node's child run ended: its final state, or why it did
     /// not complete.
@@ -308,10 +309,10 @@ pub enum Effect {
         /// The subgraph node.
         node: String,
         /// The child's run id.
-        run_id: String,
+        run_id: RunId,
     },
     /// Cancel these child runs.
-    CancelChildren(Vec<String>),
+    CancelChildren(Vec<RunId>),
     /// Tell watchers.
     Emit(RunEvent),
     /// Persist the run record now (a wave merged, or the run paused or ended).
@@ -346,15 +347,15 @@ pub enum ChildError {
     },
     /// A restored parent's child was never restored.
     #[error("child run {0} is not known to this coordinator")]
-    Unknown(String),
+    Unknown(RunId),
     /// The child was cancelled.
     #[error("child run {0} was cancelled")]
-    Cancelled(String),
+    Cancelled(RunId),
     /// The child failed.
     #[error("child run {run_id} failed: {error}")]
     Failed {
         /// The child.
-        run_id: String,
+        run_id: RunId,
         /// Its error.
         error: String,
     },

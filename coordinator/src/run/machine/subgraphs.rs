@@ -69,7 +69,7 @@ impl RunMachine {
     }
 
     /// The child of subgraph node `node` started as run `run_id`.
-    pub(super) fn child_started(&mut self, node: &str, run_id: String, fx: &mut Vec<Effect>) {
+    pub(super) fn child_started(&mut self, node: &str, run_id: RunId, fx: &mut Vec<Effect>) {
         let Some(idx) = self.graph().node_index(node) else {
             return;
         };

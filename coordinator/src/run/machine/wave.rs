@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use super::events::{CallKey, State, TaskKey};
+use super::events::{CallKey, RunId, State, TaskKey};
 use super::map_run::MapRun;
 use super::merge::MergeOutcome;
 use super::routing::Query;
@@ -30,7 +30,7 @@ pub(super) enum Member {
     Mapping(Box<MapRun>),
     /// A subgraph node's child run; its id once started.
     Child {
-        run_id: Option<String>,
+        run_id: Option<RunId>,
         /// 1 for the first child; a failed child is retried per the
         /// node's `retry` with a new one.
         #[serde(default = "first_attempt")]
@@ -165,7 +165,7 @@ impl Wave {
     }
 
     /// The child runs started by the wave's subgraph members.
-    pub(super) fn children(&self) -> Vec<String> {
+    pub(super) fn children(&self) -> Vec<RunId> {
         self.outcomes
             .iter()
             .filter_map(|slot| match slot {

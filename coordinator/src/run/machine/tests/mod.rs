@@ -198,7 +198,7 @@ impl Harness {
                     let result = f(input);
                     self.inputs.push_back(Input::ChildStarted {
                         node: node.clone(),
-                        run_id,
+                        run_id: run_id.into(),
                     });
                     self.inputs.push_back(Input::ChildEnded {
                         node,
@@ -206,7 +206,9 @@ impl Harness {
                     });
                 }
                 Effect::AwaitChild { .. } => {}
-                Effect::CancelChildren(ids) => self.cancelled_children.extend(ids),
+                Effect::CancelChildren(ids) => self
+                    .cancelled_children
+                    .extend(ids.into_iter().map(String::from)),
                 Effect::Checkpoint => self.checkpoints += 1,
                 Effect::CallReducer {
                     call,
