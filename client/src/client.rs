@@ -1,7 +1,7 @@
 //! The typed client over the run service.
 
-pub use weft_proto::RunId;
 use std::path::Path;
+pub use weft_proto::RunId;
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;

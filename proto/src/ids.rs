@@ -150,8 +150,8 @@ id! {
 }
 
 /// A map item: the map node and the item's index. It reads `MAP/INDEX`, a
-/// teammate's identity.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+/// teammate's identity, and serializes as that text.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ItemKey {
     /// The map (or loop) node.
     pub map: NodeId,
@@ -178,6 +178,21 @@ impl ItemKey {
 impl fmt::Display for ItemKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}/{}", self.map, self.index)
+    }
+}
+
+impl Serialize for ItemKey {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for ItemKey {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        Self::parse(&text).ok_or_else(|| {
+            serde::de::Error::custom(format!("'{text}' is not a map item (MAP/INDEX)"))
+        })
     }
 }
 
@@ -208,5 +223,12 @@ mod tests {
         assert_eq!(ItemKey::parse("a/b/3"), Some(ItemKey::new("a/b", 3)));
         assert_eq!(ItemKey::parse("fan"), None);
         assert_eq!(ItemKey::parse("fan/x"), None);
+        let json = serde_json::to_string(&ItemKey::new("fan", 2)).unwrap();
+        assert_eq!(json, r#""fan/2""#);
+        assert_eq!(
+            serde_json::from_str::<ItemKey>(&json).unwrap(),
+            ItemKey::new("fan", 2)
+        );
+        assert!(serde_json::from_str::<ItemKey>(r#""fan""#).is_err());
     }
 }

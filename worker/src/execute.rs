@@ -6,12 +6,12 @@
 //! attempt, not the worker. Functions are synchronous, so they run on the
 //! blocking pool under a timeout, with panics caught the same way.
 
-use weft_proto::RunId;
 use serde_json::Value;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::task::JoinHandle;
 use tracing::Instrument;
+use weft_proto::RunId;
 use weft_proto::types::WorkerKind;
 
 use crate::blobs::BlobCache;

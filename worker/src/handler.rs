@@ -9,12 +9,12 @@
 //! A function backs a `fn:NAME` reducer, predicate or router: it takes the
 //! JSON arguments and returns a JSON value.
 
-use weft_proto::RunId;
 use std::collections::BTreeMap;
 use std::fmt::Display;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use weft_proto::{NodeId, RunId};
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -28,7 +28,7 @@ pub struct TaskContext {
     /// The run.
     pub run_id: RunId,
     /// The node.
-    pub node: String,
+    pub node: NodeId,
     /// 1 for the first attempt.
     pub attempt: u32,
     /// The map item's index, for a step of a map item's chain.

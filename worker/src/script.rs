@@ -215,7 +215,7 @@ impl ScriptRunner {
             .current_dir(dir)
             .env("GRAPH_STATE", state_path)
             .env("WEFT_RUN_ID", task.run_id.as_str())
-            .env("WEFT_NODE", &task.node)
+            .env("WEFT_NODE", task.node.as_str())
             .env("WEFT_ATTEMPT", task.attempt.to_string())
             .env(
                 "WEFT_TASK_KEY",

@@ -6,9 +6,9 @@
 //! is assembled here from the message and the cache. A field the cache
 //! should hold but does not fails the task at once (`state_cache_miss`).
 
-use weft_proto::RunId;
 use std::collections::HashMap;
 use std::sync::Arc;
+use weft_proto::RunId;
 
 use serde_json::Value;
 

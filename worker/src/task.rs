@@ -3,9 +3,9 @@
 //! connection (`crate::connection`) turns wire messages into these and
 //! back; nothing else sees the wire.
 
-use weft_proto::RunId;
 use std::sync::Arc;
 use std::time::Duration;
+use weft_proto::{NodeId, RunId};
 
 use serde_json::{Map, Value};
 pub use weft_proto::types::FailureKind;
@@ -30,7 +30,7 @@ pub struct Task {
     /// The attempt's key within the run.
     pub key: u64,
     /// The node.
-    pub node: String,
+    pub node: NodeId,
     /// 1 for the first attempt.
     pub attempt: u32,
     /// The node's kind.

@@ -9,11 +9,11 @@
 //! messages it read; the coordinator keeps the rest for the item's next
 //! flagged step.
 
-use weft_proto::RunId;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use weft_proto::RunId;
 
 use serde::Serialize;
 use tokio::sync::{mpsc, oneshot};

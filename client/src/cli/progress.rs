@@ -107,7 +107,7 @@ fn show(event: &Event, bar: &mut Option<ProgressBar>) {
                 let style = ProgressStyle::with_template("  {msg} [{bar:30}] {pos}/{len} items")
                     .unwrap_or_else(|_| ProgressStyle::default_bar());
                 progress.set_style(style.progress_chars("=> "));
-                progress.set_message(node.clone());
+                progress.set_message(node.to_string());
                 progress
             });
             progress.set_position(done);

@@ -12,9 +12,9 @@
 //! channels deadlock. The load is bounded elsewhere: tasks in flight never
 //! exceed the workers' slots, and a run queues at most its ready tasks.
 
-use weft_proto::RunId;
 use std::collections::HashMap;
 use std::time::Duration;
+use weft_proto::RunId;
 
 use tokio::sync::mpsc::error::TrySendError;
 use tokio::sync::{mpsc, oneshot};
@@ -256,7 +256,7 @@ impl Dispatcher {
                     run: task.run_id.clone(),
                     key: JobKey::Task(task.key),
                 },
-                label: task.node.clone(),
+                label: task.node.clone().into(),
                 requirement,
                 timeout: task.timeout,
                 payload: Order {
@@ -495,7 +495,7 @@ impl Dispatcher {
                     if let Some(order) = self.registry.payload(&job) {
                         let _ = order.sink.send(DispatchEvent::TaskUnhosted {
                             job: job.key,
-                            node: label,
+                            node: label.into(),
                             requirement,
                         });
                     }

@@ -9,10 +9,10 @@
 //! or a built-in kind's name); no handler for it leaves the task waiting,
 //! reported unhosted, as a cluster without such a worker would.
 
-use weft_proto::RunId;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use weft_proto::RunId;
 
 use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
@@ -184,7 +184,7 @@ fn decode(task: Assignment) -> Result<InProcessTask, Undecodable> {
 impl TaskLauncher for InProcessLauncher {
     fn launch(&self, task: Assignment, requirement: Requirement, sink: EventSink) {
         self.note(Launched::Task {
-            node: task.node.clone(),
+            node: task.node.clone().into(),
             attempt: task.attempt,
             key: task.key,
         });

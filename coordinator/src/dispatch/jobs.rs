@@ -2,8 +2,8 @@
 //! calls), the decisions it hands the dispatcher to carry out, and what it
 //! reports about workers and load.
 
-use weft_proto::RunId;
 use std::time::Duration;
+use weft_proto::RunId;
 
 use super::{Requirement, WorkerId, WorkerInfo};
 use crate::task::{TaskFailure, TaskKey};

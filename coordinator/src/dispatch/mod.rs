@@ -19,9 +19,9 @@ pub mod jobs;
 pub mod registry;
 pub mod state_sync;
 
-use weft_proto::RunId;
 use std::sync::Arc;
 use std::time::Duration;
+use weft_proto::RunId;
 
 use serde_json::Value;
 use tokio::sync::mpsc;
@@ -37,7 +37,7 @@ pub use crate::task::{CallError, NotJson};
 use crate::task::{ItemRef, TaskFailure, TaskKey, TeamMessage, TeamSeat};
 
 /// A worker's id, unique for the coordinator's lifetime.
-pub use weft_proto::WorkerId;
+pub use weft_proto::{NodeId, WorkerId};
 
 /// What a worker announced in its hello.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -127,7 +127,7 @@ pub struct Assignment {
     /// The attempt's key within the run.
     pub key: TaskKey,
     /// The node id.
-    pub node: String,
+    pub node: NodeId,
     /// 1 for the first attempt.
     pub attempt: u32,
     /// The node's kind.
@@ -252,7 +252,7 @@ pub enum DispatchEvent {
         /// The task or call.
         job: jobs::JobKey,
         /// The node.
-        node: String,
+        node: NodeId,
         /// What nobody hosts.
         requirement: Requirement,
     },

@@ -21,9 +21,9 @@
 //!   and is cancelled on its worker, whatever the worker says;
 //! - a result from a worker that no longer holds the job is ignored.
 
-use weft_proto::RunId;
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::time::{Duration, Instant};
+use weft_proto::RunId;
 
 pub use super::jobs::{Decision, Finished, JobId, JobKey, JobSpec, Limits, Load, WorkerStatus};
 use super::{Requirement, WorkerId, WorkerInfo};

@@ -8,9 +8,9 @@
 //! lacks that version, and per-task traffic follows what changed, not the
 //! size of the state.
 
-use weft_proto::RunId;
 use std::collections::HashMap;
 use std::sync::Arc;
+use weft_proto::RunId;
 
 use super::Assignment;
 

@@ -8,9 +8,9 @@
 //! file leaves it behind, uncounted: the rare leak is preferred over a
 //! run whose bundle could vanish.)
 
-use weft_proto::RunId;
 use std::collections::HashMap;
 use std::sync::Mutex;
+use weft_proto::RunId;
 
 use weft_store::{Store, StoreError};
 

@@ -13,9 +13,9 @@
 //! first checkpoint, taken before the run's submission is acknowledged, is
 //! always waited for.
 
-use weft_proto::RunId;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
+use weft_proto::RunId;
 
 use tokio::sync::{mpsc, oneshot};
 

@@ -1,8 +1,8 @@
 //! Storing a new run before it is acknowledged, and reading every stored
 //! run back when a coordinator starts.
 
-use weft_proto::RunId;
 use std::sync::Arc;
+use weft_proto::RunId;
 
 use weft_store::{AnyStore, Store, StoreError, chunks};
 

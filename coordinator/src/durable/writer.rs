@@ -14,9 +14,9 @@
 //! stands. So a state of any size (up to the store's 256 MiB per value) is
 //! stored whole, never truncated, on either backend.
 
-use weft_proto::RunId;
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use weft_proto::RunId;
 
 use tokio::sync::oneshot;
 use weft_store::{Store, StoreError, chunks};

@@ -54,7 +54,7 @@ pub fn run_info(view: RunView, with_state: bool) -> pb::RunInfo {
             .children
             .into_iter()
             .map(|(node, run_id)| pb::ChildRun {
-                node,
+                node: node.into(),
                 run_id: run_id.into(),
             })
             .collect(),
@@ -101,7 +101,7 @@ fn assignment(task: Assignment) -> pb::TaskAssignment {
     pb::TaskAssignment {
         run_id: task.run_id.to_string(),
         task_key: task.key,
-        node: task.node,
+        node: task.node.into(),
         attempt: task.attempt,
         kind: task.kind.as_str().to_owned(),
         config_json: task.config_json.to_string(),

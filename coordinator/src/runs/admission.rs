@@ -3,8 +3,8 @@
 //! the run stored, then started; each refusal says what is wrong and
 //! nothing is started.
 
-use weft_proto::RunId;
 use std::sync::Arc;
+use weft_proto::RunId;
 
 use serde_json::{Map, Value};
 

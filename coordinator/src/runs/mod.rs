@@ -10,9 +10,9 @@ mod children;
 mod recovery;
 mod retention;
 
-use weft_proto::RunId;
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
+use weft_proto::RunId;
 
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;

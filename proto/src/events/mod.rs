@@ -6,8 +6,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::RunId;
 use crate::types::RunStatus;
+use crate::{NodeId, RunId};
 
 mod wire;
 
@@ -52,7 +52,7 @@ pub enum RunEvent {
     /// A task attempt was dispatched.
     NodeStarted {
         /// Node id.
-        node: String,
+        node: NodeId,
         /// Attempt number.
         attempt: u32,
         /// Map item index, for a chain step.
@@ -61,14 +61,14 @@ pub enum RunEvent {
     /// A node (or a map item's chain step) finished.
     NodeFinished {
         /// Node id.
-        node: String,
+        node: NodeId,
         /// Map item index, for a chain step.
         item: Option<usize>,
     },
     /// An attempt failed and another follows.
     NodeRetrying {
         /// Node id.
-        node: String,
+        node: NodeId,
         /// The attempt that will run next.
         next_attempt: u32,
         /// The delay before it, in milliseconds.
@@ -79,7 +79,7 @@ pub enum RunEvent {
     /// A node failed after its attempts.
     NodeFailed {
         /// Node id.
-        node: String,
+        node: NodeId,
         /// Map item index, for a chain step.
         item: Option<usize>,
         /// The failure.
@@ -90,7 +90,7 @@ pub enum RunEvent {
     /// A node was skipped: none of its incoming edges was taken.
     NodeSkipped {
         /// Node id.
-        node: String,
+        node: NodeId,
     },
     /// A wave merged and changed these fields.
     StateChanged {
@@ -109,7 +109,7 @@ pub enum RunEvent {
     /// An iteration of a loop node's body ended and `until` was judged.
     LoopIteration {
         /// The loop node.
-        node: String,
+        node: NodeId,
         /// The iteration that ended (1-based).
         iteration: u32,
         /// The loop's cap.
@@ -122,14 +122,14 @@ pub enum RunEvent {
     /// A subgraph node started its child run.
     SubgraphStarted {
         /// The subgraph node.
-        node: String,
+        node: NodeId,
         /// The child's run id.
         run_id: RunId,
     },
     /// A teammate message was accepted (SPEC 5).
     MessageSent {
         /// The map node whose team it belongs to.
-        node: String,
+        node: NodeId,
         /// The sender's identity (`MAP/INDEX`).
         from: String,
         /// The recipient's identity.
@@ -142,7 +142,7 @@ pub enum RunEvent {
     /// An `llm` or `agent` step asked its model (one event per request).
     ModelCalled {
         /// Node id.
-        node: String,
+        node: NodeId,
         /// Map item index, for a chain step.
         item: Option<usize>,
         /// The model that answered.
@@ -157,7 +157,7 @@ pub enum RunEvent {
     /// An `agent` step called a tool.
     ToolCalled {
         /// Node id.
-        node: String,
+        node: NodeId,
         /// Map item index, for a chain step.
         item: Option<usize>,
         /// The tool.
@@ -170,7 +170,7 @@ pub enum RunEvent {
     /// A map item finished its chain.
     MapItemFinished {
         /// The map node.
-        node: String,
+        node: NodeId,
         /// The item index.
         index: usize,
         /// Items finished so far.
@@ -181,14 +181,14 @@ pub enum RunEvent {
     /// A task waits because no connected worker hosts what it needs.
     TaskUnhosted {
         /// Node id.
-        node: String,
+        node: NodeId,
         /// What nobody hosts, e.g. "handler 'draft'".
         needs: String,
     },
     /// A node waits for a human.
     WaitingForInput {
         /// Node id.
-        node: String,
+        node: NodeId,
         /// `approval` or `input`.
         kind: String,
         /// The rendered question.
@@ -197,7 +197,7 @@ pub enum RunEvent {
     /// A waiting node was answered.
     InputReceived {
         /// Node id.
-        node: String,
+        node: NodeId,
     },
     /// The run ended.
     RunFinished {

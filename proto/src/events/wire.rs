@@ -45,12 +45,12 @@ pub fn event_to_wire(seq: u64, at_unix_ms: i64, event: &RunEvent) -> pb::RunEven
             attempt,
             item,
         } => E::NodeStarted(pb::NodeStarted {
-            node,
+            node: node.into(),
             attempt,
             item: index_to_wire(item),
         }),
         RunEvent::NodeFinished { node, item } => E::NodeFinished(pb::NodeFinished {
-            node,
+            node: node.into(),
             item: index_to_wire(item),
         }),
         RunEvent::NodeRetrying {
@@ -59,7 +59,7 @@ pub fn event_to_wire(seq: u64, at_unix_ms: i64, event: &RunEvent) -> pb::RunEven
             delay_ms,
             error,
         } => E::NodeRetrying(pb::NodeRetrying {
-            node,
+            node: node.into(),
             next_attempt,
             delay_ms,
             error,
@@ -70,12 +70,12 @@ pub fn event_to_wire(seq: u64, at_unix_ms: i64, event: &RunEvent) -> pb::RunEven
             error,
             fallback,
         } => E::NodeFailed(pb::NodeFailed {
-            node,
+            node: node.into(),
             item: index_to_wire(item),
             error,
             fallback,
         }),
-        RunEvent::NodeSkipped { node } => E::NodeSkipped(pb::NodeSkipped { node }),
+        RunEvent::NodeSkipped { node } => E::NodeSkipped(pb::NodeSkipped { node: node.into() }),
         RunEvent::StateChanged { step, fields } => {
             E::StateChanged(pb::StateChanged { step, fields })
         }
@@ -87,18 +87,16 @@ pub fn event_to_wire(seq: u64, at_unix_ms: i64, event: &RunEvent) -> pb::RunEven
             done,
             reason,
         } => E::LoopIteration(pb::LoopIteration {
-            node,
+            node: node.into(),
             iteration,
             max_iterations,
             done,
             reason: reason.unwrap_or_default(),
         }),
-        RunEvent::SubgraphStarted { node, run_id } => {
-            E::SubgraphStarted(pb::SubgraphStarted {
-                node,
-                run_id: run_id.into(),
-            })
-        }
+        RunEvent::SubgraphStarted { node, run_id } => E::SubgraphStarted(pb::SubgraphStarted {
+            node: node.into(),
+            run_id: run_id.into(),
+        }),
         RunEvent::MessageSent {
             node,
             from,
@@ -106,7 +104,7 @@ pub fn event_to_wire(seq: u64, at_unix_ms: i64, event: &RunEvent) -> pb::RunEven
             bytes,
             content,
         } => E::MessageSent(pb::MessageSent {
-            node,
+            node: node.into(),
             from,
             to,
             bytes,
@@ -120,7 +118,7 @@ pub fn event_to_wire(seq: u64, at_unix_ms: i64, event: &RunEvent) -> pb::RunEven
             completion_tokens,
             latency_ms,
         } => E::ModelCalled(pb::ModelCalled {
-            node,
+            node: node.into(),
             item: index_to_wire(item),
             model,
             prompt_tokens,
@@ -134,7 +132,7 @@ pub fn event_to_wire(seq: u64, at_unix_ms: i64, event: &RunEvent) -> pb::RunEven
             error,
             latency_ms,
         } => E::ToolCalled(pb::ToolCalled {
-            node,
+            node: node.into(),
             item: index_to_wire(item),
             tool,
             error,
@@ -146,16 +144,25 @@ pub fn event_to_wire(seq: u64, at_unix_ms: i64, event: &RunEvent) -> pb::RunEven
             done,
             total,
         } => E::MapItemFinished(pb::MapItemFinished {
-            node,
+            node: node.into(),
             index: index as u64,
             done: done as u64,
             total: total as u64,
         }),
-        RunEvent::TaskUnhosted { node, needs } => E::TaskUnhosted(pb::TaskUnhosted { node, needs }),
+        RunEvent::TaskUnhosted { node, needs } => E::TaskUnhosted(pb::TaskUnhosted {
+            node: node.into(),
+            needs,
+        }),
         RunEvent::WaitingForInput { node, kind, prompt } => {
-            E::WaitingForInput(pb::WaitingForInput { node, kind, prompt })
+            E::WaitingForInput(pb::WaitingForInput {
+                node: node.into(),
+                kind,
+                prompt,
+            })
         }
-        RunEvent::InputReceived { node } => E::InputReceived(pb::InputReceived { node }),
+        RunEvent::InputReceived { node } => {
+            E::InputReceived(pb::InputReceived { node: node.into() })
+        }
         RunEvent::RunFinished { status, error } => E::RunFinished(pb::RunFinished {
             status: status_to_wire(status) as i32,
             error: error.map(error_to_wire),
@@ -196,27 +203,29 @@ pub fn event_from_wire(event: pb::RunEvent) -> Option<RunEvent> {
             nodes: e.nodes,
         },
         E::NodeStarted(e) => RunEvent::NodeStarted {
-            node: e.node,
+            node: e.node.into(),
             attempt: e.attempt,
             item: index_from_wire(e.item),
         },
         E::NodeFinished(e) => RunEvent::NodeFinished {
-            node: e.node,
+            node: e.node.into(),
             item: index_from_wire(e.item),
         },
         E::NodeRetrying(e) => RunEvent::NodeRetrying {
-            node: e.node,
+            node: e.node.into(),
             next_attempt: e.next_attempt,
             delay_ms: e.delay_ms,
             error: e.error,
         },
         E::NodeFailed(e) => RunEvent::NodeFailed {
-            node: e.node,
+            node: e.node.into(),
             item: index_from_wire(e.item),
             error: e.error,
             fallback: e.fallback,
         },
-        E::NodeSkipped(e) => RunEvent::NodeSkipped { node: e.node },
+        E::NodeSkipped(e) => RunEvent::NodeSkipped {
+            node: e.node.into(),
+        },
         E::StateChanged(e) => RunEvent::StateChanged {
             step: e.step,
             fields: e.fields,
@@ -226,18 +235,18 @@ pub fn event_from_wire(event: pb::RunEvent) -> Option<RunEvent> {
             head: e.head,
         },
         E::LoopIteration(e) => RunEvent::LoopIteration {
-            node: e.node,
+            node: e.node.into(),
             iteration: e.iteration,
             max_iterations: e.max_iterations,
             done: e.done,
             reason: (!e.reason.is_empty()).then_some(e.reason),
         },
         E::SubgraphStarted(e) => RunEvent::SubgraphStarted {
-            node: e.node,
+            node: e.node.into(),
             run_id: e.run_id.into(),
         },
         E::ModelCalled(e) => RunEvent::ModelCalled {
-            node: e.node,
+            node: e.node.into(),
             item: index_from_wire(e.item),
             model: e.model,
             prompt_tokens: e.prompt_tokens,
@@ -245,35 +254,37 @@ pub fn event_from_wire(event: pb::RunEvent) -> Option<RunEvent> {
             latency_ms: e.latency_ms,
         },
         E::ToolCalled(e) => RunEvent::ToolCalled {
-            node: e.node,
+            node: e.node.into(),
             item: index_from_wire(e.item),
             tool: e.tool,
             error: e.error,
             latency_ms: e.latency_ms,
         },
         E::MessageSent(e) => RunEvent::MessageSent {
-            node: e.node,
+            node: e.node.into(),
             from: e.from,
             to: e.to,
             bytes: e.bytes,
             content: serde_json::from_str(&e.content_json).ok(),
         },
         E::MapItemFinished(e) => RunEvent::MapItemFinished {
-            node: e.node,
+            node: e.node.into(),
             index: index_from_wire(Some(e.index)).unwrap_or_default(),
             done: index_from_wire(Some(e.done)).unwrap_or_default(),
             total: index_from_wire(Some(e.total)).unwrap_or_default(),
         },
         E::TaskUnhosted(e) => RunEvent::TaskUnhosted {
-            node: e.node,
+            node: e.node.into(),
             needs: e.needs,
         },
         E::WaitingForInput(e) => RunEvent::WaitingForInput {
-            node: e.node,
+            node: e.node.into(),
             kind: e.kind,
             prompt: e.prompt,
         },
-        E::InputReceived(e) => RunEvent::InputReceived { node: e.node },
+        E::InputReceived(e) => RunEvent::InputReceived {
+            node: e.node.into(),
+        },
         E::RunFinished(e) => RunEvent::RunFinished {
             status: status_from_wire(e.status),
             error: e.error.map(error_from_wire),

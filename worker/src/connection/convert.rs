@@ -165,7 +165,7 @@ fn task_of(wire: pb::TaskAssignment) -> Result<Task, Failure> {
     Ok(Task {
         run_id: wire.run_id.into(),
         key: wire.task_key,
-        node: wire.node,
+        node: wire.node.into(),
         attempt: wire.attempt,
         kind,
         config,

@@ -13,12 +13,12 @@ mod discovery;
 
 pub use convert::assignment_of;
 
-use weft_proto::RunId;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
+use weft_proto::RunId;
 
 use tokio::sync::mpsc;
 use tokio_stream::StreamExt;

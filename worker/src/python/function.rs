@@ -27,7 +27,7 @@ pub async fn run_function(
     let text = |key: &str| config[key].as_str().unwrap_or_default().to_owned();
     let (module, function, dir) = (text("module"), text("function"), text("dir"));
     let output_key = match text("output_key") {
-        key if key.is_empty() => task.node.clone(),
+        key if key.is_empty() => task.node.to_string(),
         key => key,
     };
     let hosted = hosts.pool(blobs, &task.bundle, &dir).await?;

@@ -13,7 +13,7 @@ use tokio::sync::{mpsc, oneshot};
 use weft_proto::events::StoredEvent;
 
 use super::liveness::Command;
-use crate::run::{ChildError, Input, RunEvent, RunId};
+use crate::run::{ChildError, Input, NodeId, RunEvent, RunId};
 
 /// A future the registry returns.
 pub type Pending<T> = Pin<Box<dyn Future<Output = T> + Send>>;
@@ -117,7 +117,7 @@ impl ChildLink {
 }
 
 /// The child runs a log says were started: (node, run id).
-pub(super) fn children_in(log: &[StoredEvent]) -> Vec<(String, RunId)> {
+pub(super) fn children_in(log: &[StoredEvent]) -> Vec<(NodeId, RunId)> {
     log.iter()
         .filter_map(|stored| match &*stored.event {
             RunEvent::SubgraphStarted { node, run_id } => Some((node.clone(), run_id.clone())),

@@ -6,8 +6,8 @@
 //! event log, nothing more: its actor, channels and live feed are gone. A
 //! failed run also keeps what `weft retry` needs to start its actor again.
 
-use weft_proto::RunId;
 use std::sync::{Arc, RwLock};
+use weft_proto::{NodeId, RunId};
 
 use tokio::sync::{broadcast, oneshot};
 
@@ -39,7 +39,7 @@ pub struct RunView {
     /// Work no connected worker hosts, which the run waits for.
     pub unhosted: Vec<UnhostedWait>,
     /// The child runs its subgraph nodes started: (node, run id).
-    pub children: Vec<(String, RunId)>,
+    pub children: Vec<(NodeId, RunId)>,
 }
 
 /// Tasks of one node waiting for a worker that hosts what they need.

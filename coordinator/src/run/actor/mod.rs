@@ -4,10 +4,10 @@
 //! the machine as inputs. Everything else reaches the run through a
 //! [`RunHandle`].
 
-use weft_proto::RunId;
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use weft_proto::RunId;
 
 use serde_json::Value;
 use tokio::sync::{broadcast, mpsc};
@@ -37,7 +37,7 @@ use crate::dispatch::jobs::JobKey;
 use crate::dispatch::{BlobRef, CallForm, DispatchEvent, EventSink, TaskLauncher, ToWorker};
 use crate::durable::journal::Journal;
 use crate::run::{
-    Effect, Input, Rejected, RunEvent, RunMachine, RunPlan, RunStatus, TaskKey, UntilJudge,
+    Effect, Input, NodeId, Rejected, RunEvent, RunMachine, RunPlan, RunStatus, TaskKey, UntilJudge,
 };
 
 /// How often a map's finished items are checkpointed at most.
@@ -169,7 +169,7 @@ fn start_actor(
 pub(super) struct RunActor {
     /// Its subgraph nodes' child runs; those started (node, run id).
     children: ChildLink,
-    children_started: Vec<(String, RunId)>,
+    children_started: Vec<(NodeId, RunId)>,
     id: RunId,
     plan: Arc<RunPlan>,
     machine: RunMachine,
@@ -186,7 +186,7 @@ pub(super) struct RunActor {
     events_full: bool,
     /// What the run waits for: its jobs that no connected worker hosts,
     /// with their node and what they need, until placed or gone.
-    unhosted: BTreeMap<JobKey, (String, String)>,
+    unhosted: BTreeMap<JobKey, (NodeId, String)>,
     /// Where the run's record goes when it ends.
     liveness: Arc<RwLock<Liveness>>,
     /// Kept for a revival of the run.

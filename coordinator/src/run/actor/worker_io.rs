@@ -143,7 +143,7 @@ impl RunActor {
         let task = Assignment {
             run_id: self.id.clone(),
             key: spec.key,
-            node: spec.node,
+            node: spec.node.into(),
             attempt: spec.attempt,
             kind: binding.kind,
             config_json: binding.config.clone(),

@@ -12,8 +12,8 @@ use serde_json::{Map, Value};
 
 pub use super::node_output::{NodeOutput, Outgoing, OutputError};
 pub use crate::graph::Code;
-pub use weft_proto::RunId;
 pub use crate::task::{CallError, ItemRef, TaskFailure, TaskKey, TeamMessage, TeamSeat};
+pub use weft_proto::{NodeId, RunId};
 
 /// Identifies one call to a worker-hosted reducer or predicate.
 pub type CallKey = u64;
@@ -177,7 +177,7 @@ pub enum Input {
     /// No worker hosts what a task or call of `node` needs (yet).
     TaskUnhosted {
         /// The node.
-        node: String,
+        node: NodeId,
         /// What it needs, as a watcher reads it.
         needs: String,
     },

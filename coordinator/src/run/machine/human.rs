@@ -47,7 +47,7 @@ impl RunMachine {
         )
         .map_err(|e| bad(&e))?;
         fx.push(Effect::Emit(RunEvent::InputReceived {
-            node: node_id.to_owned(),
+            node: node_id.to_owned().into(),
         }));
         self.set_member(
             idx,

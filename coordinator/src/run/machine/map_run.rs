@@ -468,7 +468,7 @@ impl MapRun {
                     Target::End => true,
                 });
                 events.push(RunEvent::NodeFailed {
-                    node: node_id.clone(),
+                    node: node_id.clone().into(),
                     item: Some(index),
                     error: failure.message.clone(),
                     fallback: fallback.map(|f| graph.target_name(f)),
@@ -488,7 +488,7 @@ impl MapRun {
         let StepWrites { writes, next, .. } = output;
         run.writes.extend(writes);
         events.push(RunEvent::NodeFinished {
-            node: node_id.clone(),
+            node: node_id.clone().into(),
             item: Some(index),
         });
         match self.chain_next(plan, node, next.as_deref(), index) {
@@ -586,7 +586,7 @@ impl MapRun {
                 self.done += 1;
                 self.active -= 1;
                 events.push(RunEvent::MapItemFinished {
-                    node: self.id.clone(),
+                    node: self.id.clone().into(),
                     index,
                     done: self.done,
                     total: self.items.len(),

@@ -157,7 +157,7 @@ pub(crate) fn note_event(node: &str, item: Option<usize>, note: &Value) -> Optio
     let latency_ms = number("latency_ms").unwrap_or(0);
     match note.get("type").and_then(Value::as_str)? {
         "model_called" => Some(RunEvent::ModelCalled {
-            node,
+            node: node.into(),
             item,
             model: text("model").unwrap_or_default(),
             prompt_tokens: number("prompt_tokens"),
@@ -165,7 +165,7 @@ pub(crate) fn note_event(node: &str, item: Option<usize>, note: &Value) -> Optio
             latency_ms,
         }),
         "tool_called" => Some(RunEvent::ToolCalled {
-            node,
+            node: node.into(),
             item,
             tool: text("tool").unwrap_or_default(),
             error: text("error"),

@@ -81,7 +81,7 @@ impl RunMachine {
         }
         *slot = Some(run_id.clone());
         fx.push(Effect::Emit(RunEvent::SubgraphStarted {
-            node: node.to_owned(),
+            node: node.to_owned().into(),
             run_id,
         }));
         // Stored at once: a restart finds the child rather than starting
@@ -133,7 +133,7 @@ impl RunMachine {
         let node = self.graph().node(idx);
         let delay = node.retry.delay_before(next);
         fx.push(Effect::Emit(RunEvent::NodeRetrying {
-            node: node.id.clone(),
+            node: node.id.clone().into(),
             next_attempt: next,
             delay_ms: delay.as_millis() as u64,
             error,

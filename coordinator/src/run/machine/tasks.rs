@@ -77,7 +77,7 @@ impl RunMachine {
             let seat = seat_for(&mut self.run.wave, &plan, task);
             task.spec.team = seat;
             fx.push(Effect::Emit(RunEvent::NodeStarted {
-                node: task.spec.node.clone(),
+                node: task.spec.node.clone().into(),
                 attempt: task.spec.attempt,
                 item: task.item,
             }));
@@ -134,7 +134,7 @@ impl RunMachine {
                 // the run's state in place only when nothing else holds it.
                 drop(task);
                 fx.push(Effect::Emit(RunEvent::NodeFinished {
-                    node: plan.graph().node(node).id.clone(),
+                    node: plan.graph().node(node).id.clone().into(),
                     item: None,
                 }));
                 self.set_member(node, Member::Succeeded { changes, next });
@@ -172,7 +172,7 @@ impl RunMachine {
             let next_attempt = task.spec.attempt + 1;
             let delay = node.retry.delay_before(next_attempt);
             fx.push(Effect::Emit(RunEvent::NodeRetrying {
-                node: node.id.clone(),
+                node: node.id.clone().into(),
                 next_attempt,
                 delay_ms: delay.as_millis() as u64,
                 error: failure.message.clone(),
@@ -269,7 +269,7 @@ impl RunMachine {
         let fallback = self.plan.fallback_of(node);
         let id = self.graph().node(node).id.clone();
         fx.push(Effect::Emit(RunEvent::NodeFailed {
-            node: id,
+            node: id.into(),
             item: None,
             error: error.to_string(),
             fallback: fallback.map(|f| self.graph().target_name(f)),
@@ -400,7 +400,7 @@ impl RunMachine {
             }
         };
         fx.push(Effect::Emit(RunEvent::NodeFinished {
-            node: node.id.clone(),
+            node: node.id.clone().into(),
             item: None,
         }));
         self.set_member(

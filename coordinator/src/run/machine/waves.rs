@@ -148,7 +148,7 @@ impl RunMachine {
                     }
                 }
                 fx.push(Effect::Emit(RunEvent::NodeSkipped {
-                    node: graph.node(idx).id.clone(),
+                    node: graph.node(idx).id.clone().into(),
                 }));
             }
         }
@@ -174,7 +174,7 @@ impl RunMachine {
             for (idx, prompt) in &fresh {
                 let node = self.graph().node(*idx);
                 fx.push(Effect::Emit(RunEvent::WaitingForInput {
-                    node: node.id.clone(),
+                    node: node.id.clone().into(),
                     kind: node.kind.name().to_owned(),
                     prompt: prompt.clone(),
                 }));

@@ -254,7 +254,7 @@ impl MapRun {
         };
         let done = holds || looping.iteration >= looping.max_iterations;
         events.push(RunEvent::LoopIteration {
-            node: self.id.clone(),
+            node: self.id.clone().into(),
             iteration: looping.iteration,
             max_iterations: looping.max_iterations,
             done,

@@ -23,6 +23,7 @@ use super::super::events::{Outgoing, RunEvent, TaskKey, TeamMessage, TeamSeat};
 use super::super::plan::RunPlan;
 use super::MapRun;
 use crate::graph::NodeIdx;
+use weft_proto::ItemKey;
 
 /// Largest content shown in a `message_sent` event, as JSON.
 const SHOWN_CONTENT_BYTES: usize = 1024;
@@ -116,7 +117,9 @@ impl Team {
     /// One identity (`MAP/INDEX`) and one empty inbox per item.
     pub(crate) fn provision(map: &str, items: usize) -> Self {
         Self {
-            members: (0..items).map(|i| format!("{map}/{i}")).collect(),
+            members: (0..items)
+                .map(|i| ItemKey::new(map, i as u64).to_string())
+                .collect(),
             inboxes: (0..items).map(|_| Inbox::default()).collect(),
         }
     }
@@ -197,8 +200,7 @@ impl Team {
     /// The item whose identity is `to` (`MAP/INDEX`), found by its index
     /// rather than by searching every member: a map may have many items.
     fn index_of(&self, to: &str) -> Option<usize> {
-        let (_, index) = to.rsplit_once('/')?;
-        let index: usize = index.parse().ok()?;
+        let index = usize::try_from(ItemKey::parse(to)?.index).ok()?;
         (self.members.get(index)? == to).then_some(index)
     }
 
@@ -335,7 +337,7 @@ impl MapRun {
         let (delivery, message) = team.send(from, &to, outgoing.content, limit)?;
         let json = message.content.to_string();
         let event = RunEvent::MessageSent {
-            node: self.id.clone(),
+            node: self.id.clone().into(),
             from: message.from.clone(),
             to,
             bytes: json.len() as u64,

@@ -330,7 +330,7 @@ impl Harness {
         self.events
             .iter()
             .filter_map(|e| match e {
-                RunEvent::NodeSkipped { node } => Some(node.clone()),
+                RunEvent::NodeSkipped { node } => Some(node.to_string()),
                 _ => None,
             })
             .collect()
