@@ -147,6 +147,7 @@ impl Session {
             Inbound::Task(assignment) if draining => {
                 // Sent before the coordinator heard we are leaving: hand it
                 // back rather than start what we would not finish.
+                info!(worker = %self.worker, run = %assignment.run_id, key = assignment.key, "draining: handed back a task sent meanwhile");
                 let refused = Outbound::Refused {
                     run_id: assignment.run_id,
                     key: assignment.key,
@@ -297,12 +298,15 @@ fn record_outcome(span: &tracing::Span, outcome: &Result<Completed, Failure>) {
     }
 }
 
-/// Leaves after draining, once the session's own senders are gone.
+/// Leaves after draining. The session's own senders go first: the stream
+/// to the coordinator ends only when every sender is gone, and the
+/// coordinator closes its side when it sees that end.
 async fn leave(
     session: Session,
     outbound: mpsc::Sender<Outbound>,
     connection: Connection,
 ) -> SessionEnd {
+    info!(worker = %session.worker, "drained: leaving the coordinator");
     drop((session, outbound));
     connection.leave().await;
     SessionEnd::Drained

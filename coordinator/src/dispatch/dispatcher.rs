@@ -259,6 +259,10 @@ impl Dispatcher {
                 label: task.node.clone().into(),
                 requirement,
                 timeout: task.timeout,
+                lineage: Some(JobId {
+                    run: task.run_id.clone(),
+                    key: JobKey::Task(task.first_key),
+                }),
                 payload: Order {
                     work: Work::Task(task),
                     sink,
@@ -286,6 +290,7 @@ impl Dispatcher {
                         None => Requirement::Function(call.name.clone()),
                     },
                     timeout: call.timeout,
+                    lineage: None,
                     payload: Order {
                         work: Work::Call(call),
                         sink,

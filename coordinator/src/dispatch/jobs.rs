@@ -40,6 +40,9 @@ pub struct JobSpec<T> {
     pub timeout: Duration,
     /// What the caller keeps with the job (the message, where to report).
     pub payload: T,
+    /// The job this one tries again (a task's first attempt): the workers
+    /// lost by the earlier attempts count against this one too.
+    pub lineage: Option<JobId>,
 }
 
 /// What the dispatcher must do.

@@ -126,6 +126,9 @@ pub struct Assignment {
     pub run_id: RunId,
     /// The attempt's key within the run.
     pub key: TaskKey,
+    /// The key of the task's first attempt (this one's, for a first
+    /// attempt): the workers its attempts lose are counted together.
+    pub first_key: TaskKey,
     /// The node id.
     pub node: NodeId,
     /// 1 for the first attempt.

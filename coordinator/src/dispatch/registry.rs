@@ -67,8 +67,10 @@ struct Job<T> {
     timeout: Duration,
     payload: T,
     place: Place,
-    /// Names of the workers lost while they held this job.
+    /// Names of the workers lost while they held this job, or an earlier
+    /// attempt of its lineage.
     losses: Vec<String>,
+    lineage: Option<JobId>,
     unhosted_reported: bool,
 }
 
@@ -85,6 +87,9 @@ pub struct Registry<T> {
     calls: VecDeque<JobId>,
     /// Every function name a worker has announced since the start.
     functions_ever: BTreeSet<String>,
+    /// The workers each task lineage lost, over all its attempts (only
+    /// lineages that lost one); dropped with the run.
+    lineage_losses: HashMap<JobId, Vec<String>>,
 }
 
 impl<T> Registry<T> {
@@ -98,6 +103,7 @@ impl<T> Registry<T> {
             tasks: VecDeque::new(),
             calls: VecDeque::new(),
             functions_ever: BTreeSet::new(),
+            lineage_losses: HashMap::new(),
         }
     }
 
@@ -161,14 +167,20 @@ impl<T> Registry<T> {
             requirement,
             timeout,
             payload,
+            lineage,
         } = spec;
+        let losses = lineage
+            .as_ref()
+            .and_then(|lineage| self.lineage_losses.get(lineage).cloned())
+            .unwrap_or_default();
         let mut job = Job {
             label,
             requirement,
             timeout,
             payload,
             place: Place::Queued,
-            losses: Vec::new(),
+            losses,
+            lineage,
             unhosted_reported: false,
         };
         let mut decisions = Vec::new();
@@ -302,6 +314,7 @@ impl<T> Registry<T> {
             .cloned()
             .collect();
         ids.sort();
+        self.lineage_losses.retain(|lineage, _| lineage.run != *run);
         ids.iter().flat_map(|id| self.remove(id)).collect()
     }
 

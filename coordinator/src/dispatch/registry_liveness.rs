@@ -30,6 +30,10 @@ impl<T> Registry<T> {
         for id in orphans.into_iter().rev() {
             let job = self.jobs.get_mut(&id).expect("listed above");
             job.losses.push(entry.info.name.clone());
+            if let Some(lineage) = &job.lineage {
+                self.lineage_losses
+                    .insert(lineage.clone(), job.losses.clone());
+            }
             if job.losses.len() as u32 >= self.limits.max_losses {
                 let job = self.jobs.remove(&id).expect("listed above");
                 decisions.push(Decision::Fail {

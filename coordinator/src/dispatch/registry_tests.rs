@@ -29,6 +29,7 @@ fn task(key: TaskKey) -> JobSpec<TaskKey> {
         requirement: Requirement::Kind(WorkerKind::Script),
         timeout: 10 * SECOND,
         payload: key,
+        lineage: None,
     }
 }
 
@@ -166,6 +167,51 @@ fn a_task_that_keeps_killing_workers_fails_after_the_limit() {
     let third = reg.join(worker("w3", 1, &[]), now);
     assert!(reg.place(now).is_empty());
     assert_eq!(reg.workers()[0].id, third);
+}
+
+#[test]
+fn the_workers_lost_count_across_a_tasks_attempts() {
+    let now = Instant::now();
+    let mut reg = registry();
+    // A first attempt is its own lineage.
+    reg.submit(JobSpec {
+        lineage: Some(id(1)),
+        ..task(1)
+    });
+    let first = reg.join(worker("w1", 1, &[]), now);
+    reg.place(now);
+    assert!(failures(&reg.lose(first, "stream closed")).is_empty());
+    // The attempt then ends some other way (a timeout, say), and the run
+    // tries again under a new key.
+    let second = reg.join(worker("w2", 1, &[]), now);
+    reg.place(now);
+    assert!(reg.finish(second, &id(1), now).is_some());
+    reg.submit(JobSpec {
+        lineage: Some(id(1)),
+        ..task(2)
+    });
+    assert_eq!(sends(&reg.place(now)), vec![(second, 2)]);
+    let failed = failures(&reg.lose(second, "stream closed"));
+    assert_eq!(
+        failed.len(),
+        1,
+        "the second attempt's loss is the lineage's second"
+    );
+    assert!(
+        failed[0].1.message.contains("w1, w2"),
+        "{}",
+        failed[0].1.message
+    );
+    // Another run's task of the same key starts afresh, and so does this
+    // lineage once its run is forgotten.
+    reg.forget_run(&RunId::from("run"));
+    reg.submit(JobSpec {
+        lineage: Some(id(1)),
+        ..task(3)
+    });
+    let third = reg.join(worker("w3", 1, &[]), now);
+    reg.place(now);
+    assert!(failures(&reg.lose(third, "stream closed")).is_empty());
 }
 
 #[test]
@@ -320,6 +366,7 @@ fn calls_take_no_slot_and_time_out() {
         label: "pick".into(),
         requirement: Requirement::Function("pick".into()),
         timeout: SECOND,
+        lineage: None,
         payload: 70,
     });
     let decisions = reg.place(start);

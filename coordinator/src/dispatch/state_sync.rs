@@ -77,6 +77,7 @@ mod tests {
         Assignment {
             run_id: RunId::from("r"),
             key: 1,
+            first_key: 1,
             node: "n".into(),
             attempt: 1,
             kind: WorkerKind::Task,

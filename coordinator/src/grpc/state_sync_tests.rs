@@ -37,6 +37,7 @@ fn task(fields: &BTreeMap<String, (u64, i64)>, key: u64) -> Assignment {
     Assignment {
         run_id: RunId::from("run"),
         key,
+        first_key: key,
         node: "n".into(),
         attempt: 1,
         kind: crate::dispatch::WorkerKind::Task,

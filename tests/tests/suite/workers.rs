@@ -72,7 +72,15 @@ async fn sigterm_drains_a_worker_its_task_finishes_and_it_exits_cleanly() -> any
         done.error
     );
     assert_eq!(done.state["slept"], json!(1500));
+    // Holding nothing, it leaves promptly: well within the 10 s a worker
+    // gives a coordinator to close the stream.
+    let finished = std::time::Instant::now();
     assert_eq!(cluster.wait_for_exit("drainer").await?, Some(0));
+    assert!(
+        finished.elapsed() < std::time::Duration::from_secs(5),
+        "the drained worker lingered {:?} after its last task",
+        finished.elapsed()
+    );
     Ok(())
 }
 

@@ -143,6 +143,7 @@ impl RunActor {
         let task = Assignment {
             run_id: self.id.clone(),
             key: spec.key,
+            first_key: spec.first_key.unwrap_or(spec.key),
             node: spec.node.into(),
             attempt: spec.attempt,
             kind: binding.kind,

@@ -47,6 +47,10 @@ pub struct TaskSpec {
     /// (`{"system", "prompt"}`).
     #[serde(default)]
     pub prompts: Option<Map<String, Value>>,
+    /// The key of the task's first attempt, for a retry (`None`: this is
+    /// the first).
+    #[serde(default)]
+    pub first_key: Option<TaskKey>,
 }
 
 /// The state a task sees: `base` (the wave's S0, shared by every task of

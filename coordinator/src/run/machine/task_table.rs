@@ -212,6 +212,7 @@ mod tests {
                 timeout: Duration::from_secs(1),
                 team: None,
                 prompts: None,
+                first_key: None,
             },
             in_flight: false,
         }

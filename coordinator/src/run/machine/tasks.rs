@@ -57,6 +57,7 @@ impl RunMachine {
                 .unwrap_or(self.graph().settings.node_timeout),
             team: None,
             prompts,
+            first_key: None,
         };
         let item_index = spec.item.as_ref().map(|i| i.index);
         let task = TaskRef {
@@ -168,7 +169,10 @@ impl RunMachine {
         }
         let plan = self.plan.clone();
         let node = plan.graph().node(task.node);
-        if task.spec.attempt < node.retry.max_attempts {
+        // A task that kept losing its workers is a poison pill: its retry
+        // would only send it to kill another (SPEC 11).
+        let retried = failure.kind != FailureKind::WorkerLost;
+        if retried && task.spec.attempt < node.retry.max_attempts {
             let next_attempt = task.spec.attempt + 1;
             let delay = node.retry.delay_before(next_attempt);
             fx.push(Effect::Emit(RunEvent::NodeRetrying {
@@ -179,6 +183,7 @@ impl RunMachine {
             }));
             let key = self.run.tasks.new_key();
             let mut spec = task.spec;
+            spec.first_key = Some(spec.first_key.unwrap_or(spec.key));
             spec.key = key;
             spec.attempt = next_attempt;
             spec.team = None;

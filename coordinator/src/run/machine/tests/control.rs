@@ -68,6 +68,25 @@ fn retry_succeeds_and_a_late_result_of_the_old_attempt_is_ignored() {
 }
 
 #[test]
+fn a_task_that_keeps_losing_its_workers_is_not_retried() {
+    let yaml = "nodes:\n  pill: {kind: task, handler: pill, start: true, end: true, retry: {max_attempts: 3}}\n";
+    let h = Harness::new(yaml, json!({}))
+        .on("pill", |_, _, _| {
+            Err("'pill' lost its worker 3 times (w1, w2, w3); it may be what kills them".into())
+        })
+        .fails_as("pill", FailureKind::WorkerLost)
+        .run();
+    assert_eq!(h.status(), RunStatus::Failed);
+    assert_eq!(h.runs_of("pill"), 1, "the pill went to no further worker");
+    assert!(h.retries.is_empty(), "no retry was scheduled");
+    assert!(
+        h.error_text().contains("lost its worker 3 times"),
+        "{}",
+        h.error_text()
+    );
+}
+
+#[test]
 fn failure_without_fallback_fails_the_run_with_an_execution_error() {
     let yaml = "nodes:\n  a: {kind: task, handler: a, start: true}\n  b: {kind: task, handler: b, start: true}\n";
     let h = Harness::new(yaml, json!({"kept": 1}))

@@ -39,6 +39,8 @@ pub enum Order {
 pub struct Harness {
     pub machine: RunMachine,
     handlers: HashMap<String, Handler>,
+    /// The failure class of a node's errors (default `handler_error`).
+    fails_as: HashMap<String, FailureKind>,
     hosted: HashMap<String, Hosted>,
     children: HashMap<String, ChildGraph>,
     /// Child runs asked for: (node, graph, input); and cancelled.
@@ -83,6 +85,7 @@ impl Harness {
         Self {
             machine,
             handlers: HashMap::new(),
+            fails_as: HashMap::new(),
             hosted: HashMap::new(),
             children: HashMap::new(),
             started_children: Vec::new(),
@@ -122,6 +125,12 @@ impl Harness {
         + 'static,
     ) -> Self {
         self.handlers.insert(id.to_owned(), Box::new(handler));
+        self
+    }
+
+    /// Node `id`'s errors are failures of class `kind`.
+    pub fn fails_as(mut self, id: &str, kind: FailureKind) -> Self {
+        self.fails_as.insert(id.to_owned(), kind);
         self
     }
 
@@ -300,7 +309,11 @@ impl Harness {
                     Err(message) => Input::TaskFailed {
                         key: spec.key,
                         failure: TaskFailure {
-                            kind: FailureKind::HandlerError,
+                            kind: self
+                                .fails_as
+                                .get(&spec.node)
+                                .copied()
+                                .unwrap_or(FailureKind::HandlerError),
                             message,
                             worker: Some("w1".into()),
                         },
