@@ -10,15 +10,19 @@
 //! puts its node span's in each task, the worker makes its execution span
 //! a child of it ([`traceparent`], [`set_parent`]).
 
+use std::cell::Cell;
 use std::collections::HashMap;
+use std::sync::OnceLock;
 
 use opentelemetry::propagation::TextMapPropagator;
 use opentelemetry::trace::{
-    SpanContext, SpanId, TraceContextExt, TraceFlags, TraceId, TraceState, TracerProvider as _,
+    Span as _, SpanContext, SpanId, TraceContextExt, TraceFlags, TraceId, TraceState, Tracer as _,
+    TracerProvider as _,
 };
+use opentelemetry::{Context, KeyValue};
 use opentelemetry_otlp::WithExportConfig;
 use opentelemetry_sdk::propagation::TraceContextPropagator;
-use opentelemetry_sdk::trace::SdkTracerProvider;
+use opentelemetry_sdk::trace::{IdGenerator, RandomIdGenerator, SdkTracerProvider};
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 /// Where traces go, and as which service.
@@ -106,9 +110,69 @@ pub(crate) fn provider(
     let provider = SdkTracerProvider::builder()
         .with_batch_exporter(exporter)
         .with_resource(resource)
+        .with_id_generator(RunRootIds::default())
         .build();
     opentelemetry::global::set_text_map_propagator(TraceContextPropagator::new());
+    let _ = PROVIDER.set(provider.clone());
     Ok(Some(provider))
+}
+
+/// The process's exporter, for the spans made outside `tracing` (a run's
+/// root).
+static PROVIDER: OnceLock<SdkTracerProvider> = OnceLock::new();
+
+thread_local! {
+    /// The ids the next span started on this thread takes: a run's root,
+    /// whose ids are made from the run's id.
+    static NEXT_IDS: Cell<Option<(TraceId, SpanId)>> = const { Cell::new(None) };
+}
+
+/// Random ids, except for a run's root span, whose ids are set beforehand
+/// on the thread that starts it.
+#[derive(Debug, Default)]
+struct RunRootIds(RandomIdGenerator);
+
+impl IdGenerator for RunRootIds {
+    fn new_trace_id(&self) -> TraceId {
+        NEXT_IDS
+            .with(Cell::take)
+            .map_or_else(|| self.0.new_trace_id(), |(trace, _)| trace)
+    }
+
+    fn new_span_id(&self) -> SpanId {
+        NEXT_IDS
+            .with(Cell::get)
+            .map_or_else(|| self.0.new_span_id(), |(_, span)| span)
+    }
+}
+
+/// The trace and root span ids of run `run_id` (`run-<32 hex digits>`).
+fn run_root(run_id: &str) -> Option<(TraceId, SpanId)> {
+    let hex = run_id.strip_prefix("run-").unwrap_or(run_id);
+    let trace = u128::from_str_radix(hex, 16).ok()?;
+    // The same in every process that continues the run.
+    Some((TraceId::from(trace), SpanId::from((trace as u64) | 1)))
+}
+
+/// Exports the root span of a new run's trace, `run submitted`: every
+/// process's `run` span of that run hangs under it ([`join_run_trace`]),
+/// so the trace has its root even when a process that ran the run died
+/// before exporting its spans. Call it once, when the run is created.
+pub fn export_run_root(run_id: &str, graph: &str) {
+    let (Some(provider), Some(ids)) = (PROVIDER.get(), run_root(run_id)) else {
+        return;
+    };
+    let tracer = provider.tracer("weft");
+    NEXT_IDS.with(|next| next.set(Some(ids)));
+    let mut span = tracer
+        .span_builder("run submitted")
+        .with_attributes([
+            KeyValue::new("run_id", run_id.to_owned()),
+            KeyValue::new("graph", graph.to_owned()),
+        ])
+        .start_with_context(&tracer, &Context::new());
+    NEXT_IDS.with(|next| next.set(None));
+    span.end();
 }
 
 /// The `tracing` layer that turns spans into OpenTelemetry spans.
@@ -147,21 +211,19 @@ pub fn set_parent(span: &tracing::Span, traceparent: &str) {
     }
 }
 
-/// Makes `span` part of the trace a run's id names: the run's 128-bit id
-/// is the trace id, so a run that goes on in another process (after a
-/// restart, or on a new leader) stays one trace. `run_id` is
-/// `run-<32 hex digits>`; another shape leaves `span` as it is.
+/// Makes `span` part of the trace a run's id names, under its root: the
+/// run's 128-bit id is the trace id, so a run that goes on in another
+/// process (after a restart, or on a new leader) stays one trace. `run_id`
+/// is `run-<32 hex digits>`; another shape leaves `span` as it is.
 pub fn join_run_trace(span: &tracing::Span, run_id: &str) {
-    let hex = run_id.strip_prefix("run-").unwrap_or(run_id);
-    let Ok(trace) = u128::from_str_radix(hex, 16) else {
+    let Some((trace, root)) = run_root(run_id) else {
         return;
     };
-    // The trace's root: a span id made from the run id, the same in every
-    // process that continues the run.
-    let root = (trace as u64) | 1;
+    // The trace's root, exported when the run was created
+    // ([`export_run_root`]).
     let parent = SpanContext::new(
-        TraceId::from(trace),
-        SpanId::from(root),
+        trace,
+        root,
         TraceFlags::SAMPLED,
         true,
         TraceState::default(),

@@ -65,6 +65,7 @@ impl Runs {
             RunError::InvalidInput { message } => SubmitError::Input(message),
             other => SubmitError::Input(other.to_string()),
         })?;
+        let top_level = trace_parent.is_none();
         machine.set_trace_parent(trace_parent);
         let hosting = self
             .dispatcher
@@ -80,6 +81,9 @@ impl Runs {
         let children = self.children_of(&plan, &bundle, family);
         let refs = bundle_refs(&bundle);
         let id = RunId::from(format!("run-{}", uuid::Uuid::now_v7().simple()));
+        // A top-level run's trace gets its root once the run is accepted; a
+        // child's trace is its parent's.
+        let root = top_level.then(|| plan.graph().name.clone());
         // Stored before it is acknowledged: a crash from here on loses nothing.
         let journal = self
             .journal_for(&id, &bundle, plan.graph().settings.durability)
@@ -110,6 +114,9 @@ impl Runs {
         if let Some(refusal) = refused {
             self.stored_files.release(&id);
             return Err(SubmitError::Store(refusal));
+        }
+        if let Some(graph) = root {
+            weft_process::telemetry::export_run_root(&id, &graph);
         }
         metrics::counter!(crate::metrics::RUNS_SUBMITTED).increment(1);
         self.evict().await;

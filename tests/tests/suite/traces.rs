@@ -53,6 +53,16 @@ async fn trace_until(
     }
 }
 
+/// The one span of `spans` without a parent.
+fn only_root(spans: &[ReceivedSpan]) -> &ReceivedSpan {
+    let roots: Vec<&ReceivedSpan> = spans
+        .iter()
+        .filter(|s| s.parent_span_id.is_empty())
+        .collect();
+    assert_eq!(roots.len(), 1, "one root span: {roots:#?}");
+    roots[0]
+}
+
 /// Whether node `node`'s span is among `spans`.
 fn has_node(spans: &[ReceivedSpan], node: &str) -> bool {
     spans
@@ -82,9 +92,22 @@ async fn a_run_on_three_processes_is_one_trace() -> anyhow::Result<()> {
     // The run's own span ends last, when the run's actor stops.
     let spans = trace_until(&otlp, &trace_id, |spans| {
         let executes = spans.iter().filter(|s| s.name == "execute").count();
-        spans.iter().any(|s| s.name == "run") && executes >= 5
+        spans.iter().any(|s| s.name == "run")
+            && spans.iter().any(|s| s.name == "run submitted")
+            && executes >= 5
     })
     .await?;
+    // One root, and no span whose parent was never exported.
+    let root = only_root(&spans);
+    assert_eq!(root.name, "run submitted");
+    assert_eq!(root.attributes["run_id"], run.run_id);
+    let exported: BTreeSet<&str> = spans.iter().map(|s| s.span_id.as_str()).collect();
+    for span in &spans {
+        assert!(
+            span.parent_span_id.is_empty() || exported.contains(span.parent_span_id.as_str()),
+            "an orphan span: {span:?}"
+        );
+    }
     let by_id: HashMap<&str, &ReceivedSpan> =
         spans.iter().map(|s| (s.span_id.as_str(), s)).collect();
     let parent = |span: &ReceivedSpan| by_id.get(span.parent_span_id.as_str()).copied();
@@ -96,6 +119,10 @@ async fn a_run_on_three_processes_is_one_trace() -> anyhow::Result<()> {
     );
     let run_span = spans.iter().find(|s| s.name == "run").expect("a run span");
     assert_eq!(run_span.attributes["run_id"], run.run_id);
+    assert_eq!(
+        run_span.parent_span_id, root.span_id,
+        "the run hangs under its root"
+    );
     assert_eq!(run_span.attributes["status"], "failed");
 
     // Each worker attempt is the child of the coordinator's node span,
@@ -223,7 +250,20 @@ nodes:
     let client = cluster.client().await?;
     let done = tokio::time::timeout(Duration::from_secs(60), client.wait(&run.run_id)).await??;
     assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error);
-    let spans = trace_until(&otlp, &trace_id, |spans| has_node(spans, "c")).await?;
+    let spans = trace_until(&otlp, &trace_id, |spans| {
+        has_node(spans, "c") && spans.iter().any(|s| s.name == "run")
+    })
+    .await?;
+    // The second coordinator's run span hangs under the root the first
+    // exported when the run was submitted (the first died with its own
+    // run span unexported).
+    let root = only_root(&spans);
+    assert_eq!(root.name, "run submitted");
+    let continued = spans
+        .iter()
+        .find(|s| s.name == "run" && s.pid != first_pid)
+        .expect("the second coordinator's run span");
+    assert_eq!(continued.parent_span_id, root.span_id);
     let coordinators: BTreeSet<&str> = spans
         .iter()
         .filter(|s| s.service == "weft-coordinator")
