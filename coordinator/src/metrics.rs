@@ -8,7 +8,7 @@
 
 use std::future::Future;
 
-use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use tokio::net::TcpListener;
 
 /// Runs by status (gauge, label `status`).
@@ -41,10 +41,27 @@ pub const INBOX_MESSAGES: &str = "weft_inbox_messages_total";
 /// Bytes of bundle files held for the runs that use them (gauge).
 pub const BUNDLE_BYTES: &str = "weft_bundle_bytes";
 
+/// Bucket bounds of the task latency histogram, in seconds: from a fast
+/// handler to a long model call.
+const TASK_BUCKETS: [f64; 14] = [
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0,
+];
+/// Bucket bounds of the checkpoint histogram, in seconds.
+const CHECKPOINT_BUCKETS: [f64; 11] = [
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
+];
+
 /// Installs the Prometheus recorder for this process; fails when one is
-/// installed already.
+/// installed already. Histograms are exported with buckets (`_bucket`
+/// series), so dashboards take any quantile with `histogram_quantile`.
 pub fn install() -> Result<PrometheusHandle, metrics_exporter_prometheus::BuildError> {
-    let handle = PrometheusBuilder::new().install_recorder()?;
+    let handle = PrometheusBuilder::new()
+        .set_buckets_for_metric(Matcher::Full(TASK_SECONDS.to_owned()), &TASK_BUCKETS)?
+        .set_buckets_for_metric(
+            Matcher::Full(CHECKPOINT_SECONDS.to_owned()),
+            &CHECKPOINT_BUCKETS,
+        )?
+        .install_recorder()?;
     metrics::describe_gauge!(RUNS, "runs by status");
     metrics::describe_counter!(RUNS_SUBMITTED, "runs submitted");
     metrics::describe_counter!(TASKS_DISPATCHED, "task attempts sent to workers");

@@ -73,7 +73,8 @@ pub struct WorkerOptions {
     pub etcd: Vec<String>,
     /// Tasks run at once (default: one per CPU).
     pub slots: Option<u32>,
-    /// The worker's name (default `worker-PID`).
+    /// The worker's name (default `HOST-PID`: the host's name and the
+    /// process's id, distinct across containers whose worker is PID 1).
     pub name: Option<String>,
     /// Scratch and cache directory (default: a fresh private one).
     pub work_dir: Option<PathBuf>,
@@ -139,7 +140,7 @@ impl WorkerConfig {
         Self {
             coordinator: coordinator.into(),
             etcd: Vec::new(),
-            name: format!("worker-{}", std::process::id()),
+            name: default_name(),
             slots,
             labels: Vec::new(),
             scripts: true,
@@ -203,6 +204,16 @@ impl WorkerConfig {
         config.telemetry = telemetry;
         Ok(config)
     }
+}
+
+/// `HOST-PID`, or `worker-PID` where the host has no readable name.
+fn default_name() -> String {
+    let host = nix::unistd::gethostname()
+        .ok()
+        .and_then(|name| name.into_string().ok())
+        .filter(|name| !name.is_empty())
+        .unwrap_or_else(|| "worker".to_owned());
+    format!("{host}-{}", std::process::id())
 }
 
 /// The service name of a worker's traces unless configured.

@@ -29,7 +29,7 @@ struct Args {
     /// Tasks run at once (default: number of CPUs).
     #[arg(long)]
     slots: Option<u32>,
-    /// The worker's name.
+    /// The worker's name (default: HOST-PID, the host's name and this process's id).
     #[arg(long)]
     name: Option<String>,
     /// Scratch and cache directory.

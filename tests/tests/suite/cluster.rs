@@ -205,7 +205,11 @@ async fn unhosted_handler_waits_until_a_worker_hosts_it() -> anyhow::Result<()> 
     ] {
         assert!(metrics.contains(line), "{line} missing from:\n{metrics}");
     }
-    assert!(metrics.contains("weft_task_seconds"), "{metrics}");
+    // A histogram with buckets: what the dashboard's p50/p99 panels read.
+    assert!(
+        metrics.contains("weft_task_seconds_bucket{le=\"+Inf\"} 1"),
+        "{metrics}"
+    );
     Ok(())
 }
 

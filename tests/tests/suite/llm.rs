@@ -108,7 +108,7 @@ async fn an_llm_step_writes_its_completion_through_state_updates() -> anyhow::Re
         "{metrics}"
     );
     assert!(
-        metrics.contains("weft_checkpoint_seconds_count"),
+        metrics.contains("weft_checkpoint_seconds_bucket{le=\"+Inf\"}"),
         "{metrics}"
     );
     assert_eq!(cluster.metrics_endpoint("healthz")?, "ok\n");
