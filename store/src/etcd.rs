@@ -1,36 +1,24 @@
-//! The etcd backend: the same operations as etcd v3 requests over gRPC,
-//! each write that carries a fence or a condition sent as one transaction,
-//! so the check and the write cannot be separated by another coordinator's
-//! write.
+//! The etcd backend, through the `etcd-client` crate: each write that
+//! carries a fence or a condition is one transaction, so the check and the
+//! write cannot be separated by another coordinator's write.
 //!
-//! etcd's API is compiled from `protos/etcd/rpc.proto` (the subset Weft
-//! uses) with protox, like Weft's own protocol, rather than taken from the
-//! etcd-client crate, whose build needs a system `protoc`: with this, every
-//! build of the coordinator and worker speaks etcd.
+//! The client runs on a tonic channel of ours, balanced over the endpoints
+//! and connected lazily: a cluster that is down yet is no error until the
+//! first request, and every request is bounded by [`REQUEST_TIMEOUT`].
 
+use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::mpsc;
+use etcd_client::{
+    Client, Compare, CompareOp, DeleteOptions, EventType, GetOptions, KeyValue, PutOptions, Txn,
+    TxnOp, WatchOptions,
+};
+use tokio::sync::{OnceCell, mpsc};
+use tokio_util::task::TaskTracker;
 use tonic::transport::{Channel, Endpoint};
 
 use super::{Entry, Fence, LeaseId, Revision, Store, StoreError, WatchEvent};
-
-/// etcd's v3 API, generated.
-#[allow(missing_docs, clippy::all, clippy::pedantic)]
-mod api {
-    tonic::include_proto!("etcdserverpb");
-}
-
-use api::compare::{CompareResult, CompareTarget, TargetUnion};
-use api::kv_client::KvClient;
-use api::lease_client::LeaseClient;
-use api::request_op::Request as Op;
-use api::watch_client::WatchClient;
-use api::{
-    Compare, DeleteRangeRequest, KeyValue, LeaseGrantRequest, LeaseKeepAliveRequest,
-    LeaseRevokeRequest, PutRequest, RangeRequest, RequestOp, ResponseHeader, TxnRequest,
-    WatchCreateRequest, WatchRequest,
-};
 
 /// How long connecting to an endpoint may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -42,19 +30,21 @@ const MAX_RESPONSE_BYTES: usize = 64 << 20;
 /// A store on an etcd cluster.
 #[derive(Clone)]
 pub struct EtcdStore {
-    channel: Channel,
+    inner: Arc<Inner>,
 }
 
-fn backend(status: &tonic::Status) -> StoreError {
-    StoreError::Backend {
-        source: Box::new(Refused(status.clone())),
-    }
+struct Inner {
+    channel: Channel,
+    /// Made on first use (making it is async, connecting is not).
+    client: OnceCell<Client>,
+    /// The watches' forwarding tasks.
+    tracker: TaskTracker,
 }
 
 /// etcd's answer to a failed request.
 #[derive(Debug, thiserror::Error)]
-#[error("etcd: {}", .0.message())]
-struct Refused(#[source] tonic::Status);
+#[error("etcd: {0}")]
+struct Refused(#[source] etcd_client::Error);
 
 /// An etcd endpoint that is not a URL.
 #[derive(Debug, thiserror::Error)]
@@ -63,6 +53,25 @@ struct BadEndpoint {
     url: String,
     #[source]
     source: tonic::transport::Error,
+}
+
+fn backend(error: etcd_client::Error) -> StoreError {
+    StoreError::Backend {
+        source: Box::new(Refused(error)),
+    }
+}
+
+/// `request`, bounded by [`REQUEST_TIMEOUT`].
+async fn timed<T>(
+    what: &str,
+    request: impl Future<Output = Result<T, etcd_client::Error>>,
+) -> Result<T, StoreError> {
+    match tokio::time::timeout(REQUEST_TIMEOUT, request).await {
+        Ok(result) => result.map_err(backend),
+        Err(_) => Err(StoreError::Etcd(format!(
+            "no answer to {what} within {REQUEST_TIMEOUT:?}"
+        ))),
+    }
 }
 
 impl EtcdStore {
@@ -91,97 +100,59 @@ impl EtcdStore {
         } else {
             Channel::balance_list(parsed.into_iter())
         };
-        Ok(Self { channel })
+        Ok(Self {
+            inner: Arc::new(Inner {
+                channel,
+                client: OnceCell::new(),
+                tracker: TaskTracker::new(),
+            }),
+        })
     }
 
-    fn kv(&self) -> KvClient<Channel> {
-        KvClient::new(self.channel.clone()).max_decoding_message_size(MAX_RESPONSE_BYTES)
-    }
-
-    fn lease(&self) -> LeaseClient<Channel> {
-        LeaseClient::new(self.channel.clone())
-    }
-
-    /// The keys a range request names.
-    async fn range(&self, request: RangeRequest) -> Result<Vec<KeyValue>, StoreError> {
-        let response = self
-            .kv()
-            .range(timed(request))
+    async fn client(&self) -> Result<Client, StoreError> {
+        let client = self
+            .inner
+            .client
+            .get_or_try_init(|| {
+                let channel = etcd_client::Channel::Tonic(self.inner.channel.clone());
+                Client::from_channel(channel, None)
+            })
             .await
-            .map_err(|s| backend(&s))?;
-        Ok(response.into_inner().kvs)
+            .map_err(backend)?;
+        Ok(client.clone())
+    }
+
+    /// The entries `options` select at `key`.
+    async fn range(&self, key: &str, options: GetOptions) -> Result<Vec<KeyValue>, StoreError> {
+        let mut kv = self
+            .client()
+            .await?
+            .kv_client()
+            .max_decoding_message_size(MAX_RESPONSE_BYTES);
+        let mut response = timed("a read", kv.get(key, Some(options))).await?;
+        Ok(response.take_kvs())
     }
 
     /// A transaction: `success` when every comparison holds, else nothing.
     async fn txn(
         &self,
         compare: Vec<Compare>,
-        success: Vec<Op>,
+        success: Vec<TxnOp>,
     ) -> Result<(bool, Revision), StoreError> {
-        let request = TxnRequest {
-            compare,
-            success: success
-                .into_iter()
-                .map(|op| RequestOp { request: Some(op) })
-                .collect(),
-            failure: Vec::new(),
-        };
-        let response = self
-            .kv()
-            .txn(timed(request))
-            .await
-            .map_err(|s| backend(&s))?
-            .into_inner();
-        Ok((response.succeeded, revision_of(response.header.as_ref())))
+        let mut kv = self.client().await?.kv_client();
+        let txn = Txn::new().when(compare).and_then(success);
+        let response = timed("a transaction", kv.txn(txn)).await?;
+        let revision = response.header().map_or(0, |h| h.revision());
+        Ok((response.succeeded(), revision))
     }
 }
 
-/// Every key starting with `prefix` (their names only, with `keys_only`).
-fn prefix_range(prefix: &str, keys_only: bool) -> RangeRequest {
-    RangeRequest {
-        key: prefix.as_bytes().to_vec(),
-        range_end: prefix_end(prefix),
-        keys_only,
-        ..RangeRequest::default()
-    }
-}
-
-/// A request bounded by [`REQUEST_TIMEOUT`] (sent to etcd as a deadline).
-fn timed<T>(message: T) -> tonic::Request<T> {
-    let mut request = tonic::Request::new(message);
-    request.set_timeout(REQUEST_TIMEOUT);
-    request
-}
-
-/// The end of the key range that holds every key starting with `prefix`:
-/// the prefix with its last byte that is not 0xff incremented.
-fn prefix_end(prefix: &str) -> Vec<u8> {
-    let mut end = prefix.as_bytes().to_vec();
-    while let Some(last) = end.pop() {
-        if last < 0xff {
-            end.push(last + 1);
-            return end;
-        }
-    }
-    // Every key: etcd reads "\0" as "to the end of the keyspace".
-    vec![0]
-}
-
-fn entry(kv: KeyValue) -> Entry {
+fn entry(kv: &KeyValue) -> Entry {
     Entry {
-        key: String::from_utf8_lossy(&kv.key).into_owned(),
-        value: kv.value,
-        create_revision: kv.create_revision,
-        mod_revision: kv.mod_revision,
-    }
-}
-
-fn compare(key: &str, target: CompareTarget, value: TargetUnion) -> Compare {
-    Compare {
-        result: CompareResult::Equal.into(),
-        target: target.into(),
-        key: key.as_bytes().to_vec(),
-        target_union: Some(value),
+        key: String::from_utf8_lossy(kv.key()).into_owned(),
+        value: kv.value().to_vec(),
+        create_revision: kv.create_revision(),
+        mod_revision: kv.mod_revision(),
     }
 }
 
@@ -189,13 +160,7 @@ fn compare(key: &str, target: CompareTarget, value: TargetUnion) -> Compare {
 /// revision it was won at.
 fn guard(fence: Option<&Fence>) -> Vec<Compare> {
     fence
-        .map(|f| {
-            compare(
-                &f.key,
-                CompareTarget::Create,
-                TargetUnion::CreateRevision(f.revision),
-            )
-        })
+        .map(|f| Compare::create_revision(f.key.as_str(), CompareOp::Equal, f.revision))
         .into_iter()
         .collect()
 }
@@ -207,16 +172,9 @@ fn fenced(fence: &Fence) -> StoreError {
     }
 }
 
-fn revision_of(header: Option<&ResponseHeader>) -> Revision {
-    header.map_or(0, |h| h.revision)
-}
-
-fn put_op(key: impl Into<String>, value: Vec<u8>, lease: LeaseId) -> Op {
-    Op::RequestPut(PutRequest {
-        key: key.into().into_bytes(),
-        value,
-        lease,
-    })
+fn put_op(key: String, value: Vec<u8>, lease: Option<LeaseId>) -> TxnOp {
+    let options = lease.map(|lease| PutOptions::new().with_lease(lease));
+    TxnOp::put(key, value, options)
 }
 
 impl Store for EtcdStore {
@@ -232,24 +190,22 @@ impl Store for EtcdStore {
     }
 
     async fn get(&self, key: &str) -> Result<Option<Entry>, StoreError> {
-        let request = RangeRequest {
-            key: key.as_bytes().to_vec(),
-            ..RangeRequest::default()
-        };
-        Ok(self.range(request).await?.into_iter().next().map(entry))
+        let kvs = self.range(key, GetOptions::new()).await?;
+        Ok(kvs.first().map(entry))
     }
 
     async fn scan(&self, prefix: &str) -> Result<Vec<Entry>, StoreError> {
-        let request = prefix_range(prefix, false);
         // etcd answers a range sorted by key, as the trait promises.
-        Ok(self.range(request).await?.into_iter().map(entry).collect())
+        let kvs = self.range(prefix, GetOptions::new().with_prefix()).await?;
+        Ok(kvs.iter().map(entry).collect())
     }
 
     async fn scan_keys(&self, prefix: &str) -> Result<Vec<String>, StoreError> {
-        let kvs = self.range(prefix_range(prefix, true)).await?;
+        let options = GetOptions::new().with_prefix().with_keys_only();
+        let kvs = self.range(prefix, options).await?;
         Ok(kvs
-            .into_iter()
-            .map(|kv| String::from_utf8_lossy(&kv.key).into_owned())
+            .iter()
+            .map(|kv| String::from_utf8_lossy(kv.key()).into_owned())
             .collect())
     }
 
@@ -269,7 +225,7 @@ impl Store for EtcdStore {
     ) -> Result<Revision, StoreError> {
         let puts = writes
             .into_iter()
-            .map(|(key, value)| put_op(key, value, 0))
+            .map(|(key, value)| put_op(key, value, None))
             .collect();
         let (succeeded, revision) = self.txn(guard(fence), puts).await?;
         match fence {
@@ -284,8 +240,8 @@ impl Store for EtcdStore {
         value: Vec<u8>,
         lease: Option<LeaseId>,
     ) -> Result<Option<Revision>, StoreError> {
-        let absent = compare(key, CompareTarget::Create, TargetUnion::CreateRevision(0));
-        let put = put_op(key, value, lease.unwrap_or(0));
+        let absent = Compare::create_revision(key, CompareOp::Equal, 0);
+        let put = put_op(key.to_owned(), value, lease);
         let (succeeded, revision) = self.txn(vec![absent], vec![put]).await?;
         Ok(succeeded.then_some(revision))
     }
@@ -298,12 +254,9 @@ impl Store for EtcdStore {
         fence: Option<&Fence>,
     ) -> Result<bool, StoreError> {
         let mut compares = guard(fence);
-        compares.push(compare(
-            key,
-            CompareTarget::Mod,
-            TargetUnion::ModRevision(expected),
-        ));
-        let (succeeded, _) = self.txn(compares, vec![put_op(key, value, 0)]).await?;
+        compares.push(Compare::mod_revision(key, CompareOp::Equal, expected));
+        let put = put_op(key.to_owned(), value, None);
+        let (succeeded, _) = self.txn(compares, vec![put]).await?;
         if succeeded {
             return Ok(true);
         }
@@ -321,10 +274,7 @@ impl Store for EtcdStore {
     }
 
     async fn delete_prefix(&self, prefix: &str, fence: Option<&Fence>) -> Result<(), StoreError> {
-        let delete = Op::RequestDeleteRange(DeleteRangeRequest {
-            key: prefix.as_bytes().to_vec(),
-            range_end: prefix_end(prefix),
-        });
+        let delete = TxnOp::delete(prefix, Some(DeleteOptions::new().with_prefix()));
         let (succeeded, _) = self.txn(guard(fence), vec![delete]).await?;
         match fence {
             Some(fence) if !succeeded => Err(fenced(fence)),
@@ -333,87 +283,62 @@ impl Store for EtcdStore {
     }
 
     async fn grant_lease(&self, ttl: Duration) -> Result<LeaseId, StoreError> {
-        let request = LeaseGrantRequest {
-            ttl: i64::try_from(ttl.as_secs().max(1)).unwrap_or(i64::MAX),
-            id: 0,
-        };
-        let response = self
-            .lease()
-            .lease_grant(timed(request))
-            .await
-            .map_err(|s| backend(&s))?
-            .into_inner();
-        if !response.error.is_empty() {
+        let ttl = i64::try_from(ttl.as_secs().max(1)).unwrap_or(i64::MAX);
+        let mut lease = self.client().await?.lease_client();
+        let response = timed("a lease grant", lease.grant(ttl, None)).await?;
+        if !response.error().is_empty() {
             return Err(StoreError::Etcd(format!(
                 "lease not granted: {}",
-                response.error
+                response.error()
             )));
         }
-        Ok(response.id)
+        Ok(response.id())
     }
 
     async fn keep_alive(&self, lease: LeaseId) -> Result<bool, StoreError> {
-        let request = tokio_stream::once(LeaseKeepAliveRequest { id: lease });
-        let mut answers = self
-            .lease()
-            .lease_keep_alive(timed(request))
-            .await
-            .map_err(|s| backend(&s))?
-            .into_inner();
-        // etcd answers an expired or unknown lease with a TTL of 0.
-        match tokio::time::timeout(REQUEST_TIMEOUT, answers.message()).await {
-            Ok(Ok(answer)) => Ok(answer.is_some_and(|a| a.ttl > 0)),
-            Ok(Err(status)) => Err(backend(&status)),
-            Err(_) => Err(StoreError::Etcd("no answer to a lease keep-alive".into())),
+        let mut client = self.client().await?.lease_client();
+        // One keep-alive, whose answer the client reads: a lease etcd no
+        // longer has (TTL 0) is "lease not found".
+        let answer = tokio::time::timeout(REQUEST_TIMEOUT, client.keep_alive(lease)).await;
+        match answer {
+            Ok(Ok(_)) => Ok(true),
+            Ok(Err(etcd_client::Error::LeaseKeepAliveError(_))) => Ok(false),
+            Ok(Err(error)) => Err(backend(error)),
+            Err(_) => Err(StoreError::Etcd(format!(
+                "no answer to a lease keep-alive within {REQUEST_TIMEOUT:?}"
+            ))),
         }
     }
 
     async fn revoke(&self, lease: LeaseId) -> Result<(), StoreError> {
-        self.lease()
-            .lease_revoke(timed(LeaseRevokeRequest { id: lease }))
-            .await
-            .map_err(|s| backend(&s))?;
+        let mut client = self.client().await?.lease_client();
+        timed("a lease revoke", client.revoke(lease)).await?;
         Ok(())
     }
 
     async fn watch(&self, prefix: &str) -> Result<mpsc::Receiver<WatchEvent>, StoreError> {
-        // The request side stays open for as long as the watch is wanted:
-        // etcd ends a watch whose client stops sending.
-        let (requests, outgoing) = mpsc::channel(1);
-        let create = WatchRequest {
-            request_union: Some(api::watch_request::RequestUnion::CreateRequest(
-                WatchCreateRequest {
-                    key: prefix.as_bytes().to_vec(),
-                    range_end: prefix_end(prefix),
-                    start_revision: 0,
-                },
-            )),
-        };
-        requests
-            .send(create)
-            .await
-            .map_err(|_| StoreError::Etcd("watch request not sent".into()))?;
-        let mut stream = WatchClient::new(self.channel.clone())
-            .max_decoding_message_size(MAX_RESPONSE_BYTES)
-            .watch(tokio_stream::wrappers::ReceiverStream::new(outgoing))
-            .await
-            .map_err(|s| backend(&s))?
-            .into_inner();
+        let mut client = self
+            .client()
+            .await?
+            .watch_client()
+            .max_decoding_message_size(MAX_RESPONSE_BYTES);
+        let options = WatchOptions::new().with_prefix();
+        // The stream holds the request side too: the watch stays open for
+        // as long as it is read.
+        let mut stream = timed("a watch", client.watch(prefix, Some(options))).await?;
         let (tx, rx) = mpsc::channel(256);
-        tokio::spawn(async move {
-            let _requests = requests;
+        self.inner.tracker.spawn(async move {
             while let Ok(Some(response)) = stream.message().await {
-                if response.canceled {
+                if response.canceled() {
                     return;
                 }
-                for event in response.events {
-                    let Some(kv) = event.kv else { continue };
-                    let change = if event.r#type == api::event::EventType::Delete as i32 {
-                        WatchEvent::Delete {
-                            key: String::from_utf8_lossy(&kv.key).into_owned(),
-                        }
-                    } else {
-                        WatchEvent::Put(entry(kv))
+                for event in response.events() {
+                    let Some(kv) = event.kv() else { continue };
+                    let change = match event.event_type() {
+                        EventType::Delete => WatchEvent::Delete {
+                            key: String::from_utf8_lossy(kv.key()).into_owned(),
+                        },
+                        EventType::Put => WatchEvent::Put(entry(kv)),
                     };
                     if tx.send(change).await.is_err() {
                         return;
@@ -422,17 +347,5 @@ impl Store for EtcdStore {
             }
         });
         Ok(rx)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::prefix_end;
-
-    #[test]
-    fn a_prefix_range_ends_after_its_last_key() {
-        assert_eq!(prefix_end("runs/"), b"runs0".to_vec());
-        assert_eq!(prefix_end("a\u{7f}"), b"a\x80".to_vec());
-        assert_eq!(prefix_end(""), vec![0]);
     }
 }
