@@ -445,6 +445,29 @@ pub async fn wait_for_event(
     }
 }
 
+/// Follows a run's events until one satisfies `matches`: a crash trigger.
+/// Fails when none comes within [`PATIENCE`] or the run's events end
+/// first, so a test never goes on as if its trigger had fired.
+pub async fn until_event(
+    client: &Client,
+    run_id: &str,
+    what: &str,
+    matches: impl Fn(&weft_client::Event) -> bool,
+) -> Result<weft_client::Event> {
+    use tokio_stream::StreamExt;
+    let mut events = client.watch(run_id, 0).await?;
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    loop {
+        let event = tokio::time::timeout_at(deadline, events.next())
+            .await
+            .with_context(|| format!("{what}: not within {PATIENCE:?}"))?
+            .with_context(|| format!("the run's events ended before {what}"))??;
+        if matches(&event) {
+            return Ok(event);
+        }
+    }
+}
+
 /// The events of `kind` in an ended run's log, in order.
 pub async fn events_of(
     client: &Client,

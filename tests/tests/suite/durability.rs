@@ -30,14 +30,11 @@ async fn a_run_survives_kill_9_of_the_coordinator_mid_chain() -> anyhow::Result<
     let client = cluster.client().await?;
     let submitted = client.submit_bundle(slow_chain(), &json!({})).await?;
     // The first node's wave has committed: the crash comes mid-chain.
-    let mut seen = client.watch(&submitted.run_id, 0).await?;
     use tokio_stream::StreamExt;
-    while let Some(event) = seen.next().await {
-        let event = event?;
-        if event.kind == "node_started" && event.body["node"] == "b" {
-            break;
-        }
-    }
+    weft_tests::until_event(&client, &submitted.run_id, "b started", |event| {
+        event.kind == "node_started" && event.body["node"] == "b"
+    })
+    .await?;
     cluster.restart_coordinator()?;
     let client = cluster.client().await?;
     let done =

@@ -266,14 +266,10 @@ else:
     let run = client
         .submit_bundle(bundle, &json!({"names": [0, 1]}))
         .await?;
-    let mut seen = client.watch(&run.run_id, 0).await?;
-    use tokio_stream::StreamExt;
-    while let Some(event) = seen.next().await {
-        let event = event?;
-        if event.kind == "node_started" && event.body["item"] == 1 {
-            break;
-        }
-    }
+    weft_tests::until_event(&client, &run.run_id, "item 1 started", |event| {
+        event.kind == "node_started" && event.body["item"] == 1
+    })
+    .await?;
     cluster.restart_coordinator()?;
     let client = cluster.client().await?;
     let done = tokio::time::timeout(std::time::Duration::from_secs(60), client.wait(&run.run_id))

@@ -54,13 +54,10 @@ async fn crash_on(
 ) -> anyhow::Result<RunInfo> {
     let client = cluster.client().await?;
     let submitted = client.submit_bundle(bundle, &json!({})).await?;
-    let mut events = client.watch(&submitted.run_id, 0).await?;
-    while let Some(event) = events.next().await {
-        let event = event?;
-        if event.kind == kind && event.body["node"] == node {
-            break;
-        }
-    }
+    weft_tests::until_event(&client, &submitted.run_id, kind, |event| {
+        event.kind == kind && event.body["node"] == node
+    })
+    .await?;
     cluster.restart_coordinator()?;
     let client = cluster.client().await?;
     let wait = client.wait(&submitted.run_id);
