@@ -214,6 +214,39 @@ async fn ended_runs_are_kept_as_records_within_the_retention_and_listed_by_page(
 }
 
 #[tokio::test]
+async fn ended_runs_older_than_the_retention_age_are_forgotten() -> anyhow::Result<()> {
+    // An age of zero hours: any ended run is past it by the next
+    // submission, however many runs are kept.
+    let env = [
+        ("WEFT_RETAIN_FINISHED_HOURS", "0"),
+        ("WEFT_RETAIN_FINISHED_RUNS", "100"),
+    ];
+    let mut cluster = TestCluster::start_with_env(&env)?;
+    cluster.add_worker("w", 1)?;
+    cluster.wait_for_workers(&["w"]).await?;
+    let client = cluster.client().await?;
+    let old = client
+        .submit_bundle(trivial(), &serde_json::json!({}))
+        .await?;
+    assert_eq!(client.wait(&old.run_id).await?.state["done"], true);
+    // The next submission takes more than the millisecond that puts the
+    // ended run past an age of zero.
+    let new = client
+        .submit_bundle(trivial(), &serde_json::json!({}))
+        .await?;
+    assert!(
+        client.get(&old.run_id).await.is_err(),
+        "the run past the retention age is forgotten"
+    );
+    assert_eq!(client.get(&new.run_id).await?.run_id, new.run_id);
+    // Forgotten in the store too: a restart does not bring it back.
+    cluster.restart_coordinator()?;
+    let client = cluster.client().await?;
+    assert!(client.get(&old.run_id).await.is_err());
+    Ok(())
+}
+
+#[tokio::test]
 async fn watching_an_ended_run_from_its_end_returns_at_once() -> anyhow::Result<()> {
     use tokio_stream::StreamExt;
     let mut cluster = TestCluster::start()?;
