@@ -270,6 +270,50 @@ async fn a_task_that_kills_its_workers_fails_the_run_and_later_workers_survive()
     Ok(())
 }
 
+#[tokio::test]
+async fn a_poison_pill_with_retry_kills_no_more_workers_than_its_budget() -> anyhow::Result<()> {
+    let mut cluster = TestCluster::start()?;
+    let names = ["w1", "w2", "w3", "w4"];
+    for name in names {
+        cluster.add_worker(name, 1)?;
+    }
+    cluster.wait_for_workers(&names).await?;
+    let client = cluster.client().await?;
+    // Its retry must not send it on to the fourth worker: `worker_lost`
+    // after max_task_losses (3) is final.
+    let yaml = "nodes:\n  pill: { kind: script, run: [sh, -c, 'kill -9 $PPID; sleep 5'], start: true, retry: { max_attempts: 2 } }\n";
+    let run = client
+        .submit_bundle(
+            weft_client::GraphBundle::from_text("pill.yaml", yaml),
+            &json!({}),
+        )
+        .await?;
+    let done = tokio::time::timeout(PATIENCE, client.wait(&run.run_id)).await??;
+    assert_eq!(done.status, RunStatus::Failed);
+    let error = done.error.expect("a failed run has an error");
+    assert!(
+        error.message.contains("lost its worker 3 times"),
+        "{}",
+        error.message
+    );
+    // A killed worker is a zombie until reaped: alive means running.
+    let running = |pid: u32| {
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+            stat.rsplit(')')
+                .next()
+                .is_some_and(|rest| !rest.trim_start().starts_with('Z'))
+        })
+    };
+    let alive: Vec<&str> = names
+        .into_iter()
+        .filter(|name| cluster.worker_pid(name).is_some_and(running))
+        .collect();
+    assert_eq!(alive.len(), 1, "one worker survives: {alive:?}");
+    let retried = weft_tests::events_of(&client, &run.run_id, "node_retrying").await?;
+    assert!(retried.is_empty(), "the pill was retried: {retried:?}");
+    Ok(())
+}
+
 /// Joins as a worker hosting `handler` that heartbeats but never answers a
 /// task; returns what the coordinator sends it.
 async fn join_as_a_silent_worker(
