@@ -40,6 +40,12 @@ pub const LLM_TOKENS: &str = "weft_llm_tokens_total";
 pub const INBOX_MESSAGES: &str = "weft_inbox_messages_total";
 /// Bytes of bundle files held for the runs that use them (gauge).
 pub const BUNDLE_BYTES: &str = "weft_bundle_bytes";
+/// Writes the store refused because another coordinator leads now: the
+/// deposed leader's, fenced on the leader key (counter).
+pub const WRITES_FENCED: &str = "weft_store_writes_fenced_total";
+/// Task results not merged: late (the attempt was given to another worker
+/// after its worker was lost) or duplicate (counter).
+pub const RESULTS_DISCARDED: &str = "weft_results_discarded_total";
 
 /// Bucket bounds of the task latency histogram, in seconds: from a fast
 /// handler to a long model call.
@@ -86,6 +92,14 @@ pub fn install() -> Result<PrometheusHandle, metrics_exporter_prometheus::BuildE
         "taking a run's checkpoint"
     );
     metrics::describe_counter!(LLM_TOKENS, "tokens of llm and agent steps, by type");
+    metrics::describe_counter!(
+        WRITES_FENCED,
+        "writes refused because another coordinator leads"
+    );
+    metrics::describe_counter!(
+        RESULTS_DISCARDED,
+        "task results not merged: late or duplicate"
+    );
     Ok(handle)
 }
 

@@ -2,12 +2,18 @@
 //! carries a fence or a condition is one transaction, so the check and the
 //! write cannot be separated by another coordinator's write.
 //!
-//! The client runs on a tonic channel of ours, balanced over the endpoints
-//! and connected lazily: a cluster that is down yet is no error until the
-//! first request, and every request is bounded by [`REQUEST_TIMEOUT`].
+//! Each member of the cluster has its own lazily connected tonic channel;
+//! a request goes to the member that last answered, and moves on to the
+//! next when that one cannot answer (its address is gone, it refuses
+//! connections, it is cut off or has lost quorum and stays silent). A
+//! balanced channel over all members would not: it keeps picking a dead
+//! member and fails the request. Every request is bounded by
+//! [`REQUEST_TIMEOUT`] in all, and by [`MEMBER_TIMEOUT`] on a member while
+//! others are left to try.
 
 use std::future::Future;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use etcd_client::{
@@ -15,6 +21,7 @@ use etcd_client::{
     TxnOp, WatchOptions,
 };
 use tokio::sync::{OnceCell, mpsc};
+use tokio::time::Instant;
 use tokio_util::task::TaskTracker;
 use tonic::transport::{Channel, Endpoint};
 
@@ -22,8 +29,12 @@ use super::{Entry, Fence, LeaseId, Revision, Store, StoreError, WatchEvent};
 
 /// How long connecting to an endpoint may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-/// How long one request may take.
+/// How long one request may take, over every member it is tried on.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long one member may take to answer while others are left to try:
+/// a healthy member answers in milliseconds, and a leader's lease renewal
+/// must have time to reach a second member within its TTL.
+const MEMBER_TIMEOUT: Duration = Duration::from_millis(1500);
 /// etcd's own default request limit is 1.5 MiB; responses may be larger.
 const MAX_RESPONSE_BYTES: usize = 64 << 20;
 
@@ -34,11 +45,19 @@ pub struct EtcdStore {
 }
 
 struct Inner {
+    members: Vec<Member>,
+    /// The member that answered last: requests start there.
+    preferred: AtomicUsize,
+    /// The watches' forwarding tasks.
+    tracker: TaskTracker,
+}
+
+/// One member's endpoint and its client.
+struct Member {
+    url: String,
     channel: Channel,
     /// Made on first use (making it is async, connecting is not).
     client: OnceCell<Client>,
-    /// The watches' forwarding tasks.
-    tracker: TaskTracker,
 }
 
 /// etcd's answer to a failed request.
@@ -61,28 +80,46 @@ fn backend(error: etcd_client::Error) -> StoreError {
     }
 }
 
-/// `request`, bounded by [`REQUEST_TIMEOUT`].
-async fn timed<T>(
-    what: &str,
-    request: impl Future<Output = Result<T, etcd_client::Error>>,
-) -> Result<T, StoreError> {
-    match tokio::time::timeout(REQUEST_TIMEOUT, request).await {
-        Ok(result) => result.map_err(backend),
-        Err(_) => Err(StoreError::Etcd(format!(
-            "no answer to {what} within {REQUEST_TIMEOUT:?}"
-        ))),
+/// Whether `error` says that the member could not answer (so another may),
+/// rather than that etcd refused the request.
+fn unanswered(error: &etcd_client::Error) -> bool {
+    use tonic::Code;
+    match error {
+        etcd_client::Error::TransportError(_) | etcd_client::Error::IoError(_) => true,
+        etcd_client::Error::GRpcStatus(status) => matches!(
+            status.code(),
+            Code::Unavailable | Code::DeadlineExceeded | Code::Unknown | Code::Cancelled
+        ),
+        _ => false,
     }
 }
 
+/// What a member's failure comes down to: the gRPC status's message, or
+/// the innermost error (a name that does not resolve, a refused
+/// connection), without the layers around it.
+fn cause(error: &etcd_client::Error) -> String {
+    let mut innermost: &dyn std::error::Error = error;
+    while let Some(source) = innermost.source() {
+        innermost = source;
+    }
+    if let Some(status) = innermost.downcast_ref::<tonic::Status>() {
+        return status.message().to_owned();
+    }
+    if let Some(etcd_client::Error::GRpcStatus(status)) = innermost.downcast_ref() {
+        return status.message().to_owned();
+    }
+    innermost.to_string()
+}
+
 impl EtcdStore {
-    /// A store on the cluster at `endpoints` (`http://host:2379`, …),
-    /// balancing requests over them. Nothing is contacted until the first
-    /// request, so a cluster that is down yet is no error here.
+    /// A store on the cluster at `endpoints` (`http://host:2379`, …), one
+    /// per member. Nothing is contacted until the first request, so a
+    /// cluster that is down yet is no error here.
     pub fn connect(endpoints: &[String]) -> Result<Self, StoreError> {
         if endpoints.is_empty() {
             return Err(StoreError::Etcd("no endpoints given".into()));
         }
-        let mut parsed = Vec::with_capacity(endpoints.len());
+        let mut members = Vec::with_capacity(endpoints.len());
         for url in endpoints {
             let endpoint = Endpoint::from_shared(url.clone())
                 .map_err(|source| StoreError::Backend {
@@ -93,28 +130,26 @@ impl EtcdStore {
                 })?
                 .connect_timeout(CONNECT_TIMEOUT)
                 .tcp_nodelay(true);
-            parsed.push(endpoint);
+            members.push(Member {
+                url: url.clone(),
+                channel: endpoint.connect_lazy(),
+                client: OnceCell::new(),
+            });
         }
-        let channel = if parsed.len() == 1 {
-            parsed.remove(0).connect_lazy()
-        } else {
-            Channel::balance_list(parsed.into_iter())
-        };
         Ok(Self {
             inner: Arc::new(Inner {
-                channel,
-                client: OnceCell::new(),
+                members,
+                preferred: AtomicUsize::new(0),
                 tracker: TaskTracker::new(),
             }),
         })
     }
 
-    async fn client(&self) -> Result<Client, StoreError> {
-        let client = self
-            .inner
+    async fn client(&self, member: &Member) -> Result<Client, StoreError> {
+        let client = member
             .client
             .get_or_try_init(|| {
-                let channel = etcd_client::Channel::Tonic(self.inner.channel.clone());
+                let channel = etcd_client::Channel::Tonic(member.channel.clone());
                 Client::from_channel(channel, None)
             })
             .await
@@ -122,26 +157,78 @@ impl EtcdStore {
         Ok(client.clone())
     }
 
+    /// `request` on the member that answered last, then on each other in
+    /// turn while they cannot answer, within [`REQUEST_TIMEOUT`] in all.
+    async fn on_any<T, F, Fut>(&self, what: &str, request: F) -> Result<T, StoreError>
+    where
+        F: Fn(Client) -> Fut,
+        Fut: Future<Output = Result<T, etcd_client::Error>>,
+    {
+        let members = &self.inner.members;
+        let first = self.inner.preferred.load(Ordering::Relaxed);
+        let deadline = Instant::now() + REQUEST_TIMEOUT;
+        let mut failures = Vec::new();
+        for step in 0..members.len() {
+            let index = (first + step) % members.len();
+            let member = &members[index];
+            let left = deadline.saturating_duration_since(Instant::now());
+            let bound = if step + 1 == members.len() {
+                left
+            } else {
+                left.min(MEMBER_TIMEOUT)
+            };
+            let answer = tokio::time::timeout(bound, request(self.client(member).await?)).await;
+            match answer {
+                Ok(Ok(value)) => {
+                    self.inner.preferred.store(index, Ordering::Relaxed);
+                    return Ok(value);
+                }
+                Ok(Err(error)) if unanswered(&error) => {
+                    failures.push(format!("{}: {}", member.url, cause(&error)));
+                }
+                Ok(Err(error)) => return Err(backend(error)),
+                Err(_) => failures.push(format!("{}: no answer within {bound:?}", member.url)),
+            }
+        }
+        Err(StoreError::Etcd(format!(
+            "no member answered {what}: {}",
+            failures.join("; ")
+        )))
+    }
+
     /// The entries `options` select at `key`.
     async fn range(&self, key: &str, options: GetOptions) -> Result<Vec<KeyValue>, StoreError> {
-        let mut kv = self
-            .client()
-            .await?
-            .kv_client()
-            .max_decoding_message_size(MAX_RESPONSE_BYTES);
-        let mut response = timed("a read", kv.get(key, Some(options))).await?;
+        let mut response = self
+            .on_any("a read", |client| {
+                let options = options.clone();
+                async move {
+                    let mut kv = client
+                        .kv_client()
+                        .max_decoding_message_size(MAX_RESPONSE_BYTES);
+                    kv.get(key, Some(options)).await
+                }
+            })
+            .await?;
         Ok(response.take_kvs())
     }
 
     /// A transaction: `success` when every comparison holds, else nothing.
+    /// Tried again on another member only when the first could not answer:
+    /// the conditions make a repeat harmless (a repeated fenced write
+    /// writes the same values; a repeated create finds the key and says
+    /// so).
     async fn txn(
         &self,
         compare: Vec<Compare>,
         success: Vec<TxnOp>,
     ) -> Result<(bool, Revision), StoreError> {
-        let mut kv = self.client().await?.kv_client();
         let txn = Txn::new().when(compare).and_then(success);
-        let response = timed("a transaction", kv.txn(txn)).await?;
+        let response = self
+            .on_any("a transaction", |client| {
+                let txn = txn.clone();
+                async move { client.kv_client().txn(txn).await }
+            })
+            .await?;
         let revision = response.header().map_or(0, |h| h.revision());
         Ok((response.succeeded(), revision))
     }
@@ -284,8 +371,11 @@ impl Store for EtcdStore {
 
     async fn grant_lease(&self, ttl: Duration) -> Result<LeaseId, StoreError> {
         let ttl = i64::try_from(ttl.as_secs().max(1)).unwrap_or(i64::MAX);
-        let mut lease = self.client().await?.lease_client();
-        let response = timed("a lease grant", lease.grant(ttl, None)).await?;
+        let response = self
+            .on_any("a lease grant", |client| async move {
+                client.lease_client().grant(ttl, None).await
+            })
+            .await?;
         if !response.error().is_empty() {
             return Err(StoreError::Etcd(format!(
                 "lease not granted: {}",
@@ -296,36 +386,38 @@ impl Store for EtcdStore {
     }
 
     async fn keep_alive(&self, lease: LeaseId) -> Result<bool, StoreError> {
-        let mut client = self.client().await?.lease_client();
         // One keep-alive, whose answer the client reads: a lease etcd no
         // longer has (TTL 0) is "lease not found".
-        let answer = tokio::time::timeout(REQUEST_TIMEOUT, client.keep_alive(lease)).await;
-        match answer {
-            Ok(Ok(_)) => Ok(true),
-            Ok(Err(etcd_client::Error::LeaseKeepAliveError(_))) => Ok(false),
-            Ok(Err(error)) => Err(backend(error)),
-            Err(_) => Err(StoreError::Etcd(format!(
-                "no answer to a lease keep-alive within {REQUEST_TIMEOUT:?}"
-            ))),
-        }
+        self.on_any("a lease keep-alive", |client| async move {
+            match client.lease_client().keep_alive(lease).await {
+                Ok(_) => Ok(true),
+                Err(etcd_client::Error::LeaseKeepAliveError(_)) => Ok(false),
+                Err(error) => Err(error),
+            }
+        })
+        .await
     }
 
     async fn revoke(&self, lease: LeaseId) -> Result<(), StoreError> {
-        let mut client = self.client().await?.lease_client();
-        timed("a lease revoke", client.revoke(lease)).await?;
+        self.on_any("a lease revoke", |client| async move {
+            client.lease_client().revoke(lease).await
+        })
+        .await?;
         Ok(())
     }
 
     async fn watch(&self, prefix: &str) -> Result<mpsc::Receiver<WatchEvent>, StoreError> {
-        let mut client = self
-            .client()
-            .await?
-            .watch_client()
-            .max_decoding_message_size(MAX_RESPONSE_BYTES);
-        let options = WatchOptions::new().with_prefix();
         // The stream holds the request side too: the watch stays open for
-        // as long as it is read.
-        let mut stream = timed("a watch", client.watch(prefix, Some(options))).await?;
+        // as long as it is read, and ends when its member goes.
+        let mut stream = self
+            .on_any("a watch", |client| async move {
+                let options = WatchOptions::new().with_prefix();
+                let mut watch = client
+                    .watch_client()
+                    .max_decoding_message_size(MAX_RESPONSE_BYTES);
+                watch.watch(prefix, Some(options)).await
+            })
+            .await?;
         let (tx, rx) = mpsc::channel(256);
         self.inner.tracker.spawn(async move {
             while let Ok(Some(response)) = stream.message().await {

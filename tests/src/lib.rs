@@ -5,6 +5,7 @@
 
 #![warn(missing_docs)]
 
+pub mod compose;
 pub mod etcd;
 pub mod group;
 pub mod llm_server;
@@ -173,25 +174,9 @@ impl TestCluster {
     /// `GET /PATH` on the coordinator's metrics listener (`healthz`,
     /// `readyz`, `metrics`): the body of a 200.
     pub fn metrics_endpoint(&self, path: &str) -> Result<String> {
-        use std::io::{Read, Write};
         let rest = self.metrics_url.trim_start_matches("http://");
         let (host, _) = rest.split_once('/').context("a metrics URL")?;
-        let mut stream = std::net::TcpStream::connect(host)?;
-        stream.set_read_timeout(Some(Duration::from_secs(5)))?;
-        write!(
-            stream,
-            "GET /{path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
-        )?;
-        let mut response = String::new();
-        stream.read_to_string(&mut response)?;
-        ensure!(
-            response.starts_with("HTTP/1.0 200") || response.starts_with("HTTP/1.1 200"),
-            "metrics: {response}"
-        );
-        Ok(response
-            .split_once("\r\n\r\n")
-            .map(|(_, body)| body.to_owned())
-            .unwrap_or_default())
+        http_get(host, &format!("/{path}"))
     }
 
     /// A client connected to the coordinator.
@@ -485,6 +470,36 @@ pub async fn events_of(
     .await
     .context("the run's log did not end")??;
     Ok(all.into_iter().filter(|e| e.kind == kind).collect())
+}
+
+/// `GET PATH` from `address` (`HOST:PORT`) over plain HTTP/1.1: the body
+/// of a 200.
+pub fn http_get(address: &str, path: &str) -> Result<String> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(address)?;
+    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response)?;
+    ensure!(
+        response.starts_with("HTTP/1.0 200") || response.starts_with("HTTP/1.1 200"),
+        "GET {path} from {address}: {response}"
+    );
+    Ok(response
+        .split_once("\r\n\r\n")
+        .map(|(_, body)| body.to_owned())
+        .unwrap_or_default())
+}
+
+/// The value of the unlabelled sample `name` in Prometheus text.
+pub fn gauge(metrics: &str, name: &str) -> Option<f64> {
+    metrics.lines().find_map(|line| {
+        let (metric, value) = line.split_once(' ')?;
+        (metric == name).then(|| value.trim().parse().ok())?
+    })
 }
 
 /// Polls `condition` until it holds or `patience` runs out.

@@ -318,6 +318,9 @@ impl Dispatcher {
     fn message(&mut self, worker: WorkerId, message: FromWorker) -> Vec<Decision<Order>> {
         if !self.registry.heard(worker, now()) {
             // A lost worker's late messages are ignored.
+            if let FromWorker::Result { run_id, key, .. } = &message {
+                discarded(worker, run_id, *key, "from a worker given up as lost");
+            }
             return Vec::new();
         }
         match message {
@@ -344,7 +347,12 @@ impl Dispatcher {
                     key: JobKey::Task(key),
                 };
                 let Some(done) = self.registry.finish(worker, &job, now()) else {
-                    debug!(%worker, %run_id, key, "ignored a result for a task this worker no longer holds");
+                    discarded(
+                        worker,
+                        &run_id,
+                        key,
+                        "for a task this worker no longer holds",
+                    );
                     return Vec::new();
                 };
                 metrics::histogram!(crate::metrics::TASK_SECONDS)
@@ -591,4 +599,11 @@ impl Dispatcher {
         metrics::gauge!(m::QUEUE_DEPTH).set(load.queued as f64);
         metrics::gauge!(m::TASKS_UNHOSTED).set(load.unhosted as f64);
     }
+}
+
+/// Notes a result that is not merged: late (its attempt was given to
+/// another worker) or from a worker already given up.
+fn discarded(worker: WorkerId, run_id: &impl std::fmt::Display, key: TaskKey, why: &str) {
+    metrics::counter!(crate::metrics::RESULTS_DISCARDED).increment(1);
+    info!(%worker, %run_id, key, "discarded a result {why}");
 }

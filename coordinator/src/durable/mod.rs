@@ -46,6 +46,10 @@ impl Keeper {
     /// Passes a write's result on, noting a lost fence.
     pub fn checked<T>(&self, result: Result<T, StoreError>) -> Result<T, StoreError> {
         if let Err(StoreError::Fenced { .. }) = &result {
+            metrics::counter!(crate::metrics::WRITES_FENCED).increment(1);
+            if !self.deposed.is_cancelled() {
+                tracing::warn!("a write was refused: another coordinator leads now (fenced)");
+            }
             self.deposed.cancel();
         }
         result

@@ -124,7 +124,6 @@ async fn changed(changes: &mut mpsc::Receiver<WatchEvent>) {
 /// for a whole TTL. Returns whether the term was lost.
 pub async fn hold(store: AnyStore, term: Term, clock: LeaseClock, stop: CancellationToken) -> bool {
     let ttl = clock.ttl;
-    let mut renewed = Instant::now();
     loop {
         tokio::select! {
             () = stop.cancelled() => {
@@ -135,21 +134,31 @@ pub async fn hold(store: AnyStore, term: Term, clock: LeaseClock, stop: Cancella
             }
             () = tokio::time::sleep(ttl / 3) => {}
         }
+        // A renewal that hangs (etcd cut off) is given up when the lease
+        // may have lapsed: the term ends within its TTL, not when the
+        // request's own bound is reached.
         let sent = Instant::now();
-        match store.keep_alive(term.lease).await {
-            Ok(true) => {
-                renewed = sent;
-                clock.renewed_at(sent);
-            }
-            Ok(false) => {
+        let renewal =
+            tokio::time::timeout_at(clock.lapses_at(), store.keep_alive(term.lease)).await;
+        match renewal {
+            Ok(Ok(true)) => clock.renewed_at(sent),
+            Ok(Ok(false)) => {
                 tracing::error!("the leader lease expired: another coordinator may lead now");
                 return true;
             }
-            Err(error) if renewed.elapsed() >= ttl => {
+            Err(_elapsed) => {
+                tracing::error!(
+                    "the leader lease could not be renewed for a whole TTL: no answer from the store"
+                );
+                return true;
+            }
+            Ok(Err(error)) if !clock.current() => {
                 tracing::error!(%error, "the leader lease could not be renewed for a whole TTL");
                 return true;
             }
-            Err(error) => tracing::warn!(%error, "renewing the leader lease failed; trying again"),
+            Ok(Err(error)) => {
+                tracing::warn!(%error, "renewing the leader lease failed; trying again");
+            }
         }
     }
 }

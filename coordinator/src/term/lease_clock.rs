@@ -28,13 +28,17 @@ impl LeaseClock {
         *self.renewed.lock().unwrap_or_else(|e| e.into_inner()) = at;
     }
 
-    /// Whether the lease is surely still held: renewed less than a TTL
-    /// ago, counted from before the renewal was sent.
+    /// When the lease may lapse, as this leader must assume: a TTL after
+    /// its last renewal was sent, less a sixth of the TTL, so that a late
+    /// timer on a busy machine still stands the leader down before etcd
+    /// (which counts from when the renewal arrived) lets the lease go.
+    pub fn lapses_at(&self) -> Instant {
+        let renewed = *self.renewed.lock().unwrap_or_else(|e| e.into_inner());
+        renewed + self.ttl - self.ttl / 6
+    }
+
+    /// Whether the lease is surely still held (see [`Self::lapses_at`]).
     pub fn current(&self) -> bool {
-        self.renewed
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .elapsed()
-            < self.ttl
+        Instant::now() < self.lapses_at()
     }
 }

@@ -306,11 +306,7 @@ nodes:
 /// The value of a gauge in the coordinator's metrics.
 fn gauge(cluster: &TestCluster, name: &str) -> anyhow::Result<f64> {
     let text = cluster.metrics()?;
-    let line = text
-        .lines()
-        .find(|l| l.starts_with(name) && !l.starts_with('#'))
-        .ok_or_else(|| anyhow::anyhow!("no {name} in:\n{text}"))?;
-    Ok(line.rsplit(' ').next().unwrap_or_default().parse()?)
+    weft_tests::gauge(&text, name).ok_or_else(|| anyhow::anyhow!("no {name} in:\n{text}"))
 }
 
 #[tokio::test]

@@ -1,0 +1,343 @@
+//! A Weft cluster on containers, for the multi-host suite:
+//! `deploy/docker-compose.yml` itself, brought up under a project name of
+//! its own from the images `deploy/images/build.sh` makes (`weft:dev`,
+//! `weft-etcd:dev`), with a test-only override that gives every worker a
+//! folder shared with the test (`/shared`), where scripts record what they
+//! ran. Each container has its own address on the compose networks; the
+//! faults a test applies are real: `docker kill`, `docker pause`, `docker
+//! network disconnect`. The project is taken down, volumes and all, on drop.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail, ensure};
+use weft_client::Client;
+use weft_store::{EtcdStore, LEADER_KEY, Store};
+
+use crate::{PATIENCE, repo};
+
+/// The images the suite runs; `deploy/images/build.sh` makes them.
+pub const IMAGES: [&str; 2] = ["weft:dev", "weft-etcd:dev"];
+
+/// The coordinators' compose services.
+pub const COORDINATORS: [&str; 2] = ["coordinator-a", "coordinator-b"];
+
+/// The etcd members' compose services.
+pub const ETCD: [&str; 3] = ["etcd-1", "etcd-2", "etcd-3"];
+
+/// A compose project: the whole cluster of `deploy/docker-compose.yml`.
+pub struct Compose {
+    project: String,
+    shared: PathBuf,
+    /// Each service's containers, named once it is up (names outlive
+    /// restarts; asking compose costs half a second).
+    containers: std::collections::BTreeMap<String, Vec<String>>,
+    /// The etcd members' client URLs, as the host reaches them.
+    etcd: Vec<String>,
+}
+
+/// Runs `command`, failing with its output when it fails.
+fn run(command: &mut Command) -> Result<Output> {
+    let shown = format!("{command:?}");
+    let out = command
+        .output()
+        .with_context(|| format!("cannot run {shown}"))?;
+    ensure!(
+        out.status.success(),
+        "{shown} failed ({}): {}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(out)
+}
+
+fn text(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+/// `docker ARGS…`, its standard output.
+pub fn docker(args: &[&str]) -> Result<String> {
+    Ok(text(&run(Command::new("docker").args(args))?))
+}
+
+impl Compose {
+    /// Brings the cluster up with `workers` workers and waits until a
+    /// coordinator leads and every worker has joined it. `env` adds to the
+    /// containers' compose variables (`WEFT_*` of the compose file).
+    pub async fn up(name: &str, workers: usize) -> Result<Self> {
+        for image in IMAGES {
+            ensure!(
+                Command::new("docker")
+                    .args(["image", "inspect", image])
+                    .output()?
+                    .status
+                    .success(),
+                "the image {image} is missing: build the images with deploy/images/build.sh \
+                 (after building the binaries) before running the multi-host suite"
+            );
+        }
+        let project = format!("weft{}{}", name.replace(['-', '_'], ""), std::process::id());
+        let shared = std::env::temp_dir().join(format!("{project}-shared"));
+        std::fs::create_dir_all(&shared)?;
+        // The workers run as the image's user; the test reads what they write.
+        run(Command::new("chmod").arg("0777").arg(&shared))?;
+        let mut compose = Self {
+            project,
+            shared,
+            containers: Default::default(),
+            etcd: Vec::new(),
+        };
+        compose.compose(&[
+            "up",
+            "-d",
+            "--no-build",
+            "--scale",
+            &format!("worker={workers}"),
+        ])?;
+        for service in ETCD.into_iter().chain(COORDINATORS).chain(["worker"]) {
+            let named = compose.ask_containers(service)?;
+            compose.containers.insert(service.to_owned(), named);
+        }
+        for member in ETCD {
+            let address = compose.address(&compose.container(member)?, "store")?;
+            compose.etcd.push(format!("http://{address}:2379"));
+        }
+        compose.wait_for_leader(None).await?;
+        compose.wait_for_workers(workers).await?;
+        Ok(compose)
+    }
+
+    /// A `docker-compose` command on this project.
+    fn command(&self) -> Command {
+        let mut command = Command::new("docker-compose");
+        command
+            .arg("-f")
+            .arg(repo().join("deploy/docker-compose.yml"))
+            .arg("-f")
+            .arg(repo().join("tests/compose/shared.yml"))
+            .args(["-p", &self.project])
+            .env("WEFT_IMAGE", "weft:dev")
+            .env("WEFT_ETCD_IMAGE", "weft-etcd:dev")
+            .env("WEFT_TEST_SHARED", &self.shared)
+            // Published on free ports of the host's loopback, so projects
+            // never collide.
+            .env("WEFT_PORT_A", "127.0.0.1:")
+            .env("WEFT_PORT_B", "127.0.0.1:")
+            .env("WEFT_METRICS_PORT_A", "127.0.0.1:")
+            .env("WEFT_METRICS_PORT_B", "127.0.0.1:")
+            .env_remove("WEFT_OTLP_ENDPOINT");
+        command
+    }
+
+    /// `docker-compose ARGS…` on this project, its standard output.
+    pub fn compose(&self, args: &[&str]) -> Result<String> {
+        Ok(text(&run(self.command().args(args))?))
+    }
+
+    /// The folder every worker sees as `/shared`.
+    pub fn shared(&self) -> &Path {
+        &self.shared
+    }
+
+    /// The containers of `service`, in the order compose numbers them.
+    pub fn containers(&self, service: &str) -> Result<Vec<String>> {
+        self.containers
+            .get(service)
+            .cloned()
+            .with_context(|| format!("no service {service}"))
+    }
+
+    fn ask_containers(&self, service: &str) -> Result<Vec<String>> {
+        let ids = self.compose(&["ps", "-q", service])?;
+        let mut named = Vec::new();
+        for id in ids.lines().filter(|l| !l.is_empty()) {
+            let name = docker(&["inspect", "-f", "{{.Name}}", id])?;
+            named.push(name.trim_start_matches('/').to_owned());
+        }
+        named.sort_by_key(|name| {
+            name.rsplit(['_', '-'])
+                .next()
+                .and_then(|n| n.parse::<u32>().ok())
+        });
+        Ok(named)
+    }
+
+    /// The one container of `service`.
+    pub fn container(&self, service: &str) -> Result<String> {
+        self.containers(service)?
+            .into_iter()
+            .next()
+            .with_context(|| format!("no container of {service}"))
+    }
+
+    /// The network `store` or `cluster` of this project.
+    pub fn network(&self, which: &str) -> String {
+        format!("{}_{which}", self.project)
+    }
+
+    /// The address of `container` on the network `which`.
+    pub fn address(&self, container: &str, which: &str) -> Result<String> {
+        let format = format!(
+            "{{{{(index .NetworkSettings.Networks \"{}\").IPAddress}}}}",
+            self.network(which)
+        );
+        let ip = docker(&["inspect", "-f", &format, container])?;
+        ensure!(!ip.is_empty(), "{container} is not on {which}");
+        Ok(ip)
+    }
+
+    /// The URL the host reaches coordinator `service` at (its address on
+    /// the `cluster` network).
+    pub fn url(&self, service: &str) -> Result<String> {
+        let container = self.container(service)?;
+        Ok(format!(
+            "http://{}:7700",
+            self.address(&container, "cluster")?
+        ))
+    }
+
+    /// The host URL that compose published `service`'s `port` on.
+    pub fn published(&self, service: &str, port: u16) -> Result<String> {
+        let bound = self.compose(&["port", service, &port.to_string()])?;
+        ensure!(!bound.is_empty(), "{service}:{port} is not published");
+        Ok(format!("http://{bound}"))
+    }
+
+    /// A client of coordinator `service`.
+    pub async fn client(&self, service: &str) -> Result<Client> {
+        Ok(Client::connect(self.url(service)?).await?)
+    }
+
+    /// The body of `path` on coordinator `service`'s HTTP listener.
+    pub fn http(&self, service: &str, path: &str) -> Result<String> {
+        let container = self.container(service)?;
+        let address = format!("{}:9464", self.address(&container, "cluster")?);
+        crate::http_get(&address, path)
+    }
+
+    /// The etcd store, as the host reaches its members.
+    pub fn store(&self) -> Result<EtcdStore> {
+        Ok(EtcdStore::connect(&self.etcd)?)
+    }
+
+    /// The coordinator service that holds the leader key, if any.
+    pub async fn leader(&self) -> Result<Option<&'static str>> {
+        let held = self.store()?.get(LEADER_KEY).await?;
+        Ok(held.and_then(|entry| {
+            let url = String::from_utf8_lossy(&entry.value).into_owned();
+            COORDINATORS
+                .into_iter()
+                .find(|service| url == format!("http://{service}:7700"))
+        }))
+    }
+
+    /// Waits until a coordinator other than `not` leads and every running
+    /// coordinator answers through it; returns its service.
+    pub async fn wait_for_leader(&self, not: Option<&str>) -> Result<&'static str> {
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            if let Ok(Some(leader)) = self.leader().await
+                && Some(leader) != not
+                && self.answers(leader).await
+            {
+                return Ok(leader);
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "no coordinator took the lead within {PATIENCE:?}\n{}",
+                    self.logs_of_coordinators()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    async fn answers(&self, service: &str) -> bool {
+        let Ok(client) = self.client(service).await else {
+            return false;
+        };
+        client.list().await.is_ok()
+    }
+
+    /// Waits until the leader counts `count` workers.
+    pub async fn wait_for_workers(&self, count: usize) -> Result<()> {
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            if let Ok(Some(leader)) = self.leader().await
+                && let Ok(metrics) = self.http(leader, "/metrics")
+                && crate::gauge(&metrics, "weft_workers_connected") == Some(count as f64)
+            {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "{count} workers did not join within {PATIENCE:?}\n{}",
+                    self.logs("worker")
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// The logs of `service`'s containers.
+    pub fn logs(&self, service: &str) -> String {
+        self.command()
+            .args(["logs", "--no-color", service])
+            .output()
+            .map(|out| {
+                String::from_utf8_lossy(&out.stdout).into_owned()
+                    + &String::from_utf8_lossy(&out.stderr)
+            })
+            .unwrap_or_default()
+    }
+
+    fn logs_of_coordinators(&self) -> String {
+        COORDINATORS.map(|s| self.logs(s)).join("\n")
+    }
+
+    /// `docker kill` (SIGKILL) a container.
+    pub fn kill(&self, container: &str) -> Result<()> {
+        docker(&["kill", container]).map(drop)
+    }
+
+    /// Freezes a container's processes (`docker pause`, the cgroup freezer).
+    pub fn pause(&self, container: &str) -> Result<()> {
+        docker(&["pause", container]).map(drop)
+    }
+
+    /// Thaws a paused container.
+    pub fn unpause(&self, container: &str) -> Result<()> {
+        docker(&["unpause", container]).map(drop)
+    }
+
+    /// Cuts `container` off the network `which`.
+    pub fn disconnect(&self, container: &str, which: &str) -> Result<()> {
+        docker(&["network", "disconnect", &self.network(which), container]).map(drop)
+    }
+
+    /// Puts `container` back on the network `which`, under its service's
+    /// name (so the others find it by name again).
+    pub fn connect(&self, container: &str, which: &str, service: &str) -> Result<()> {
+        docker(&[
+            "network",
+            "connect",
+            "--alias",
+            service,
+            &self.network(which),
+            container,
+        ])
+        .map(drop)
+    }
+}
+
+impl Drop for Compose {
+    fn drop(&mut self) {
+        let _ = self
+            .command()
+            .args(["down", "-v", "--remove-orphans", "-t", "2"])
+            .output();
+        let _ = std::fs::remove_dir_all(&self.shared);
+    }
+}

@@ -1,0 +1,66 @@
+//! The compose file as a user brings it up: a run submitted with `weft
+//! --coordinator` through a published port completes, and either
+//! coordinator lists it.
+
+use std::process::Command;
+
+use weft_tests::compose::Compose;
+use weft_tests::{binary, repo};
+
+fn weft(url: &str, args: &[&str]) -> anyhow::Result<String> {
+    let out = Command::new(binary("weft"))
+        .arg("--coordinator")
+        .arg(url)
+        .args(args)
+        .current_dir(repo())
+        .output()?;
+    anyhow::ensure!(
+        out.status.success(),
+        "weft {args:?} exited {}: {}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The run's status line is on stderr, its state on stdout.
+    Ok(String::from_utf8_lossy(&out.stderr).into_owned() + &String::from_utf8_lossy(&out.stdout))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_through_the_published_port_completes_and_both_coordinators_list_it()
+-> anyhow::Result<()> {
+    let cluster = Compose::up("published", 3).await?;
+    let (a, b) = (
+        cluster.published("coordinator-a", 7700)?,
+        cluster.published("coordinator-b", 7700)?,
+    );
+
+    let out = weft(
+        &a,
+        &[
+            "run",
+            "examples/critique-loop.yaml",
+            "--input",
+            r#"{"topic": "Weft"}"#,
+        ],
+    )?;
+    let run_id = out
+        .lines()
+        .find_map(|line| line.strip_prefix("run ")?.split_whitespace().next())
+        .ok_or_else(|| anyhow::anyhow!("no run id in: {out}"))?
+        .to_owned();
+    assert!(out.contains("completed"), "{out}");
+    assert!(out.contains("\"drafts\": 3"), "the example's state: {out}");
+
+    for url in [&a, &b] {
+        let listed = weft(url, &["runs"])?;
+        let line = listed
+            .lines()
+            .find(|line| line.starts_with(&run_id))
+            .unwrap_or_else(|| panic!("{url} does not list {run_id}: {listed}"));
+        assert!(line.contains("completed"), "{line}");
+    }
+    // The scripts ran in the workers' containers, which hold python3.
+    let logs = cluster.logs("worker");
+    assert!(logs.contains("joined the coordinator"), "{logs}");
+    Ok(())
+}
