@@ -9,7 +9,8 @@
 //! balanced channel over all members would not: it keeps picking a dead
 //! member and fails the request. Every request is bounded by
 //! [`REQUEST_TIMEOUT`] in all, and by [`MEMBER_TIMEOUT`] on a member while
-//! others are left to try.
+//! others are left to try. A lease keep-alive, whose time is the lease's,
+//! goes to every member at once.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -386,16 +387,44 @@ impl Store for EtcdStore {
     }
 
     async fn keep_alive(&self, lease: LeaseId) -> Result<bool, StoreError> {
-        // One keep-alive, whose answer the client reads: a lease etcd no
-        // longer has (TTL 0) is "lease not found".
-        self.on_any("a lease keep-alive", |client| async move {
-            match client.lease_client().keep_alive(lease).await {
-                Ok(_) => Ok(true),
-                Err(etcd_client::Error::LeaseKeepAliveError(_)) => Ok(false),
-                Err(error) => Err(error),
+        // Sent to every member at once, the first answer taken: a leader's
+        // renewal has only what is left of its lease, and cannot spend it
+        // waiting on a member that died with the connection open. A
+        // keep-alive etcd answers is its leader's: a lease it no longer
+        // has (TTL 0) is "lease not found".
+        let mut asked = tokio::task::JoinSet::new();
+        for (index, member) in self.inner.members.iter().enumerate() {
+            let (client, url) = (self.client(member).await?, member.url.clone());
+            asked.spawn(async move {
+                let answer =
+                    tokio::time::timeout(REQUEST_TIMEOUT, client.lease_client().keep_alive(lease))
+                        .await;
+                let answer = match answer {
+                    Ok(Ok(_)) => Ok(true),
+                    Ok(Err(etcd_client::Error::LeaseKeepAliveError(_))) => Ok(false),
+                    Ok(Err(error)) => Err(format!("{url}: {}", cause(&error))),
+                    Err(_) => Err(format!("{url}: no answer within {REQUEST_TIMEOUT:?}")),
+                };
+                (index, answer)
+            });
+        }
+        let mut failures = Vec::new();
+        while let Some(joined) = asked.join_next().await {
+            let Ok((index, answer)) = joined else {
+                continue;
+            };
+            match answer {
+                Ok(alive) => {
+                    self.inner.preferred.store(index, Ordering::Relaxed);
+                    return Ok(alive);
+                }
+                Err(failure) => failures.push(failure),
             }
-        })
-        .await
+        }
+        Err(StoreError::Etcd(format!(
+            "no member answered a lease keep-alive: {}",
+            failures.join("; ")
+        )))
     }
 
     async fn revoke(&self, lease: LeaseId) -> Result<(), StoreError> {

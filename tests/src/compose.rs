@@ -222,6 +222,47 @@ impl Compose {
         Ok(EtcdStore::connect(&self.etcd)?)
     }
 
+    /// The etcd member (its service) that leads etcd's own raft group, as
+    /// `etcdctl endpoint status` tells from inside a running member.
+    pub fn etcd_leader(&self) -> Result<&'static str> {
+        let endpoints = ETCD.map(|m| format!("http://{m}:2379")).join(",");
+        let mut last = None;
+        for member in ETCD {
+            let container = self.container(member)?;
+            let status = docker(&[
+                "exec",
+                &container,
+                "etcdctl",
+                &format!("--endpoints={endpoints}"),
+                "endpoint",
+                "status",
+                "-w",
+                "json",
+            ]);
+            let text = match status {
+                Ok(text) => text,
+                Err(error) => {
+                    last = Some(error);
+                    continue;
+                }
+            };
+            let members: serde_json::Value = serde_json::from_str(&text)?;
+            for entry in members.as_array().into_iter().flatten() {
+                let status = &entry["Status"];
+                if status["header"]["member_id"] == status["leader"]
+                    && let Some(url) = entry["Endpoint"].as_str()
+                {
+                    return ETCD
+                        .into_iter()
+                        .find(|m| url.contains(&format!("//{m}:")))
+                        .with_context(|| format!("an endpoint of no member: {url}"));
+                }
+            }
+            bail!("no etcd member says it leads: {text}");
+        }
+        Err(last.unwrap_or_else(|| anyhow::anyhow!("no etcd member answered")))
+    }
+
     /// The coordinator service that holds the leader key, if any.
     pub async fn leader(&self) -> Result<Option<&'static str>> {
         let held = self.store()?.get(LEADER_KEY).await?;

@@ -23,8 +23,21 @@ pub(crate) fn free_port() -> Result<u16> {
 }
 
 impl TestEtcd {
-    /// Starts etcd and waits until it answers.
+    /// Starts etcd and waits until it answers. Its ports are picked free
+    /// and then bound by etcd, so another process may take one in between:
+    /// etcd then exits at once, and is started again on other ports.
     pub async fn start() -> Result<Self> {
+        let mut last = None;
+        for _ in 0..5 {
+            match Self::start_once().await {
+                Ok(etcd) => return Ok(etcd),
+                Err(error) => last = Some(error),
+            }
+        }
+        Err(last.expect("at least one attempt"))
+    }
+
+    async fn start_once() -> Result<Self> {
         let (client, peer) = (free_port()?, free_port()?);
         let dir = std::env::temp_dir().join(format!("weft-etcd-{}-{client}", std::process::id()));
         let url = format!("http://127.0.0.1:{client}");
@@ -45,24 +58,38 @@ impl TestEtcd {
             .stderr(Stdio::null())
             .spawn()
             .context("starting etcd (Debian: apt-get install etcd-server)")?;
-        let etcd = Self { child, dir, url };
+        let mut etcd = Self { child, dir, url };
         etcd.wait_ready().await?;
         Ok(etcd)
     }
 
-    /// Polls etcd's `/health` on its client port until it says so.
-    async fn wait_ready(&self) -> Result<()> {
+    /// Polls etcd's `/health` on its client port until it says so; fails
+    /// at once if etcd exits (a port was taken).
+    async fn wait_ready(&mut self) -> Result<()> {
         let deadline = std::time::Instant::now() + Duration::from_secs(30);
         let address = self.url.trim_start_matches("http://").to_owned();
         loop {
             if healthy(&address) {
                 return Ok(());
             }
+            if let Some(status) = self.child.try_wait()? {
+                bail!("etcd at {} exited at start ({status})", self.url);
+            }
             if std::time::Instant::now() > deadline {
                 bail!("etcd at {} did not answer within 30 s", self.url);
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
+    }
+
+    /// Sends a signal (`STOP`, `CONT`, …) to the etcd process.
+    pub fn signal(&self, signal: &str) -> Result<()> {
+        let status = Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(self.child.id().to_string())
+            .status()?;
+        anyhow::ensure!(status.success(), "kill -{signal} etcd failed");
+        Ok(())
     }
 }
 

@@ -43,13 +43,24 @@ impl TestGroup {
             workers: Vec::new(),
         };
         for index in 0..count {
-            let address = format!("127.0.0.1:{}", free_port()?);
             let env = vec![
                 ("WEFT_ETCD".to_owned(), group.etcd.url.clone()),
                 ("WEFT_LEASE_SECONDS".to_owned(), lease_seconds.to_string()),
             ];
             let name = format!("coordinator-{index}");
-            let (child, url, _) = spawn_named_coordinator(&group.dir, &name, &address, &env)?;
+            // A fixed port, since the coordinator advertises its address;
+            // picked free, it may be taken before the coordinator binds
+            // it: the coordinator then exits without reporting an
+            // address, and is started again on another.
+            let mut attempts = 0;
+            let (child, url, _) = loop {
+                let address = format!("127.0.0.1:{}", free_port()?);
+                match spawn_named_coordinator(&group.dir, &name, &address, &env) {
+                    Ok(started) => break started,
+                    Err(error) if attempts >= 4 => return Err(error),
+                    Err(_) => attempts += 1,
+                }
+            };
             group.coordinators.push(Some(child));
             group.urls.push(url);
         }

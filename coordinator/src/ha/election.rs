@@ -121,7 +121,11 @@ async fn changed(changes: &mut mpsc::Receiver<WatchEvent>) {
 /// Keeps the term's lease alive until `stop` is cancelled (then gives the
 /// key up at once, so a standby takes over without waiting for the lease)
 /// or the lease is lost: etcd says it expired, or no renewal went through
-/// for a whole TTL. Returns whether the term was lost.
+/// before the lease may have lapsed ([`LeaseClock::lapses_at`]). Renewals
+/// go every sixth of the TTL, so one sent just after etcd lost its own
+/// leader still gets through once etcd has elected another (1.6 s for a
+/// three-member cluster with a 500 ms election timeout) before a 3 s lease
+/// may lapse. Returns whether the term was lost.
 pub async fn hold(store: AnyStore, term: Term, clock: LeaseClock, stop: CancellationToken) -> bool {
     let ttl = clock.ttl;
     loop {
@@ -132,7 +136,7 @@ pub async fn hold(store: AnyStore, term: Term, clock: LeaseClock, stop: Cancella
                 }
                 return false;
             }
-            () = tokio::time::sleep(ttl / 3) => {}
+            () = tokio::time::sleep(ttl / 6) => {}
         }
         // A renewal that hangs (etcd cut off) is given up when the lease
         // may have lapsed: the term ends within its TTL, not when the

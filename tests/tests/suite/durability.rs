@@ -118,17 +118,44 @@ async fn ended_runs_stay_queryable_after_a_restart() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `slow_chain`, each step also appending `RUN NODE` to `ledger` when it
+/// starts: the executions, counted.
+fn counted_chain(ledger: &std::path::Path) -> GraphBundle {
+    let step = |node: &str, n: u32, next: &str| {
+        format!(
+            "  {node}: {{ kind: script, run: [sh, -c, 'echo \"$WEFT_RUN_ID $WEFT_NODE\" >> \"$LEDGER\"; sleep 0.3; echo \"{{\\\"n\\\": {n}}}\"'], env: {{ LEDGER: \"{}\" }}{next} }}\n",
+            ledger.display()
+        )
+    };
+    let text = format!(
+        "state:\n  n: {{ type: integer, default: 0 }}\nnodes:\n{}{}{}",
+        step("a", 1, ", start: true, next: b"),
+        step("b", 2, ", next: c"),
+        step("c", 3, "")
+    );
+    GraphBundle::from_text("chain.yaml", &text)
+}
+
 #[tokio::test]
 async fn twenty_runs_ride_through_five_restarts_in_a_row() -> anyhow::Result<()> {
+    use tokio_stream::StreamExt;
     let mut cluster = TestCluster::start()?;
-    cluster.add_worker("w", 4)?;
+    let slots = 4;
+    cluster.add_worker("w", slots)?;
     cluster.wait_for_workers(&["w"]).await?;
+    let ledger = cluster.dir().join("executions");
     let client = cluster.client().await?;
     let mut ids = Vec::new();
     for _ in 0..20 {
-        ids.push(client.submit_bundle(slow_chain(), &json!({})).await?.run_id);
+        ids.push(
+            client
+                .submit_bundle(counted_chain(&ledger), &json!({}))
+                .await?
+                .run_id,
+        );
     }
-    for round in 0..5 {
+    let restarts = 5;
+    for round in 0..restarts {
         // Some run has moved since the last restart: the storm hits runs
         // at every stage.
         let client = cluster.client().await?;
@@ -141,7 +168,48 @@ async fn twenty_runs_ride_through_five_restarts_in_a_row() -> anyhow::Result<()>
         let done = tokio::time::timeout(Duration::from_secs(60), client.wait(id)).await??;
         assert_eq!(done.status, RunStatus::Completed, "{id}: {:?}", done.error);
         assert_eq!(done.state["n"], 3, "{id}");
+        // Its log: one entry per position, each step merged once, one end.
+        let events: Vec<weft_client::Event> = client
+            .watch(id, 0)
+            .await?
+            .collect::<Result<Vec<_>, _>>()
+            .await?;
+        let seqs: Vec<u64> = events.iter().map(|e| e.seq).collect();
+        assert!(
+            seqs.windows(2).all(|w| w[1] == w[0] + 1),
+            "{id}: the log has gaps or repeats: {seqs:?}"
+        );
+        for node in ["a", "b", "c"] {
+            let merged = events
+                .iter()
+                .filter(|e| e.kind == "node_finished" && e.body["node"] == node)
+                .count();
+            assert_eq!(merged, 1, "{id}: {node} merged {merged} times");
+        }
+        let ended = events.iter().filter(|e| e.kind == "run_finished").count();
+        assert_eq!(ended, 1, "{id}: {ended} run_finished events");
     }
+    // Executions: every step at least once; again only for what was in
+    // flight at a restart (at most a worker's slots each time).
+    let text = std::fs::read_to_string(&ledger)?;
+    let mut executions = std::collections::BTreeMap::<&str, usize>::new();
+    for line in text.lines() {
+        *executions.entry(line).or_default() += 1;
+    }
+    for id in &ids {
+        for node in ["a", "b", "c"] {
+            let key = format!("{id} {node}");
+            assert!(
+                executions.get(key.as_str()).is_some_and(|&n| n >= 1),
+                "{key} never ran"
+            );
+        }
+    }
+    let again = text.lines().count() - ids.len() * 3;
+    assert!(
+        again <= restarts * slots as usize,
+        "{again} steps ran again over {restarts} restarts of {slots} slots"
+    );
     Ok(())
 }
 

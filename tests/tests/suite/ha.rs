@@ -188,6 +188,28 @@ async fn a_paused_leader_is_fenced_and_then_agrees_with_its_successor() -> anyho
     Ok(())
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_whose_etcd_stops_answering_stands_down_within_its_lease() -> anyhow::Result<()> {
+    // One coordinator with a 2 s lease; its etcd is frozen (SIGSTOP), so
+    // the lease renewal hangs rather than fails. The leader must not wait
+    // for the request's own bound (10 s): its lease may lapse first.
+    let group = TestGroup::start(1, 2).await?;
+    let leader = group.wait_for_leader(None).await?;
+    group.etcd.signal("STOP")?;
+    let frozen = Instant::now();
+    let stood_down = group
+        .wait_for_log(&format!("coordinator-{leader}"), "no longer leading", 1)
+        .await
+        .map(|()| frozen.elapsed());
+    group.etcd.signal("CONT")?;
+    let stood_down = stood_down?;
+    assert!(
+        stood_down <= Duration::from_millis(2_300),
+        "the leader went on leading {stood_down:?} with its etcd silent (lease 2 s)"
+    );
+    Ok(())
+}
+
 /// A state etcd cannot take in one transaction: a 2 MB input, a node
 /// returning 1.5 MB, and 130 fields written at once (etcd takes 1.5 MiB
 /// and 128 writes per transaction).

@@ -318,3 +318,74 @@ async fn a_subgraphs_child_run_is_in_its_parents_trace_under_the_node() -> anyho
     assert_eq!(node.attributes["child_run_id"], child_id);
     Ok(())
 }
+
+#[tokio::test]
+async fn a_scripts_secret_is_in_no_event_log_line_or_span() -> anyhow::Result<()> {
+    let secret = "tok-9c41e7d2b8";
+    let otlp = TestOtlp::start().await?;
+    let env = [
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", otlp.url.as_str()),
+        ("OTEL_BSP_SCHEDULE_DELAY", "100"),
+        ("WEFT_TEST_TOKEN", secret),
+    ];
+    let mut cluster = TestCluster::start_with_env(&env)?;
+    cluster.add_worker("w", 2)?;
+    cluster.wait_for_workers(&["w"]).await?;
+    // The script gets the secret, shouts it on stderr, fails its first
+    // attempt with it in its message, and writes a field that is not it.
+    let graph = r#"
+nodes:
+  call:
+    kind: script
+    start: true
+    retry: { max_attempts: 2, initial_interval: 0.1s }
+    env: { TOKEN: "${WEFT_TEST_TOKEN}" }
+    run: [sh, -c, 'echo "using $TOKEN" >&2; if [ "$WEFT_ATTEMPT" = 1 ]; then echo "refused: $TOKEN"; exit 4; fi; echo "{\"called\": true}"']
+"#;
+    let client = cluster.client().await?;
+    let run = client
+        .submit_bundle(GraphBundle::from_text("secret.yaml", graph), &json!({}))
+        .await?;
+    let done = client.wait(&run.run_id).await?;
+    assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error);
+    assert_eq!(done.state["called"], true);
+    // The first attempt's failure is in the log, masked.
+    let events = weft_tests::events_of(&client, &run.run_id, "node_retrying").await?;
+    assert_eq!(events.len(), 1, "one retry: {events:?}");
+    let trace_id = run.run_id.trim_start_matches("run-").to_owned();
+    let spans = trace_until(&otlp, &trace_id, |spans| {
+        spans.iter().any(|s| s.name == "run")
+            && spans.iter().filter(|s| s.name == "execute").count() >= 2
+    })
+    .await?;
+
+    let mut searched = Vec::new();
+    use tokio_stream::StreamExt;
+    let all: Vec<weft_client::Event> = client
+        .watch(&run.run_id, 0)
+        .await?
+        .collect::<Result<Vec<_>, _>>()
+        .await?;
+    searched.push((
+        "the event log",
+        serde_json::to_string(&all.iter().map(|e| &e.body).collect::<Vec<_>>())?,
+    ));
+    searched.push(("the run", format!("{:?}", client.get(&run.run_id).await?)));
+    searched.push(("the coordinator's log", cluster.log("coordinator")));
+    searched.push(("the worker's log", cluster.log("w")));
+    searched.push(("the spans", format!("{spans:?}")));
+    for (what, text) in &searched {
+        assert!(
+            !text.is_empty(),
+            "{what} is empty: the search would prove nothing"
+        );
+        assert!(!text.contains(secret), "the secret is in {what}: {text}");
+    }
+    // What the script said did arrive, masked.
+    assert!(
+        searched[0].1.contains("refused: ***") || searched[0].1.contains("using ***"),
+        "the failure's text is not in the log: {}",
+        searched[0].1
+    );
+    Ok(())
+}

@@ -85,7 +85,7 @@ async fn sigterm_drains_a_worker_its_task_finishes_and_it_exits_cleanly() -> any
 }
 
 #[tokio::test]
-async fn a_silent_worker_is_lost_its_task_runs_elsewhere_and_its_late_result_is_ignored()
+async fn a_frozen_worker_is_lost_its_task_runs_elsewhere_once_and_it_joins_again_when_thawed()
 -> anyhow::Result<()> {
     let mut cluster = TestCluster::start()?;
     cluster.add_test_worker("frozen", 1, None)?;
@@ -106,7 +106,11 @@ async fn a_silent_worker_is_lost_its_task_runs_elsewhere_and_its_late_result_is_
     let done = tokio::time::timeout(PATIENCE, client.wait(&run.run_id)).await??;
     assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error);
     cluster.signal_worker("frozen", "CONT")?;
-    // The thawed worker finds its stream gone and joins again.
+    // The thawed worker finds its stream gone and joins again; its copy of
+    // the task is of the old session and never reported. (A late result
+    // that does reach the coordinator while the wave is live, from a
+    // worker cut off by the network, is discarded and counted: the
+    // multi-host suite's `workers.rs`.)
     cluster
         .wait_for_log_count("frozen", "joined the coordinator", 2)
         .await?;
@@ -121,7 +125,7 @@ async fn a_silent_worker_is_lost_its_task_runs_elsewhere_and_its_late_result_is_
             _ => {}
         }
     }
-    assert_eq!(finished, 1, "one result counted, the late one ignored");
+    assert_eq!(finished, 1, "one result merged");
     assert_eq!(
         attempts,
         [1],
