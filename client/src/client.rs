@@ -7,7 +7,8 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 use tokio_stream::{Stream, StreamExt};
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
+pub use weft_proto::transport::ClientTls;
 use weft_proto::v1 as pb;
 use weft_proto::v1::run_service_client::RunServiceClient;
 
@@ -209,21 +210,30 @@ pub struct Client {
 }
 
 impl Client {
-    /// Connects to the coordinator at `url` (e.g. `http://127.0.0.1:7700`).
+    /// Connects to the coordinator at `url` (e.g. `http://127.0.0.1:7700`;
+    /// an `https://` URL trusts the system's roots).
     pub async fn connect(url: impl Into<String>) -> Result<Self, ClientError> {
+        Self::connect_with(url, &ClientTls::default()).await
+    }
+
+    /// Connects to the coordinator at `url`, with `tls` for an `https://`
+    /// URL: the CA that signed the coordinator's certificate, and a client
+    /// certificate for mutual TLS.
+    pub async fn connect_with(
+        url: impl Into<String>,
+        tls: &ClientTls,
+    ) -> Result<Self, ClientError> {
         let url = url.into();
         let unreachable = |reason: String| ClientError::Unreachable {
             url: url.clone(),
             reason,
         };
-        let endpoint =
-            Endpoint::from_shared(url.clone()).map_err(|e| unreachable(e.to_string()))?;
-        let channel = endpoint
-            .connect_timeout(std::time::Duration::from_secs(5))
-            .tcp_nodelay(true)
-            .connect()
-            .await
-            .map_err(|e| unreachable(source_chain(&e)))?;
+        let endpoint = weft_proto::transport::endpoint(&url, tls)
+            .map_err(|e| ClientError::Invalid(e.to_string()))?;
+        let channel = endpoint.connect().await.map_err(|e| {
+            let chain = source_chain(&e);
+            unreachable(weft_proto::transport::explain_tls_failure(&url, &chain).unwrap_or(chain))
+        })?;
         let runs = RunServiceClient::new(channel)
             .max_decoding_message_size(weft_proto::MAX_MESSAGE_BYTES)
             .max_encoding_message_size(weft_proto::MAX_MESSAGE_BYTES);

@@ -24,8 +24,8 @@ mod embedded;
 pub use builder::{GraphBuilder, NodeBuilder};
 pub use bundle::{BundleError, BundleOptions, GraphBundle};
 pub use client::{
-    ChildRun, Client, ClientError, Event, READ_PATIENCE, RECONNECT_PATIENCE, RunErrorInfo,
-    RunEvent, RunInfo, RunStatus, Submitted, UnhostedWait, WaitingNode,
+    ChildRun, Client, ClientError, ClientTls, Event, READ_PATIENCE, RECONNECT_PATIENCE,
+    RunErrorInfo, RunEvent, RunInfo, RunStatus, Submitted, UnhostedWait, WaitingNode,
 };
 #[cfg(feature = "embedded")]
 pub use embedded::{EmbeddedCluster, EmbeddedError};

@@ -24,6 +24,15 @@ struct Cli {
     /// The coordinator, e.g. http://127.0.0.1:7700 (run: none starts an embedded cluster).
     #[arg(long, global = true, env = "WEFT_COORDINATOR")]
     coordinator: Option<String>,
+    /// The CA (PEM) that signed an https:// coordinator's certificate (default: the system's roots).
+    #[arg(long, global = true, env = "WEFT_CA")]
+    ca: Option<std::path::PathBuf>,
+    /// A client certificate (PEM) for mutual TLS, with --key.
+    #[arg(long, global = true, env = "WEFT_CERT", requires = "key")]
+    cert: Option<std::path::PathBuf>,
+    /// The client certificate's private key (PEM).
+    #[arg(long, global = true, env = "WEFT_KEY", requires = "cert")]
+    key: Option<std::path::PathBuf>,
     #[command(subcommand)]
     command: Command,
 }
@@ -115,6 +124,10 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    cli::commands::set_tls(weft_client::ClientTls {
+        ca: cli.ca.clone(),
+        identity: cli.cert.clone().zip(cli.key.clone()),
+    });
     let code = match cli.command {
         Command::Validate { graph } => cli::files::validate(&graph),
         Command::Diagram { graph } => cli::files::diagram(&graph),

@@ -18,3 +18,4 @@ pub mod runs;
 pub mod server;
 pub mod task;
 pub mod term;
+pub mod tls;

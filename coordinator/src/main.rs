@@ -6,6 +6,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use weft_coordinator::config::{CoordinatorConfig, Overrides};
+use weft_coordinator::tls::{self, ServerTls};
 
 #[derive(Parser)]
 #[command(name = "coordinator", version, about = "The Weft coordinator")]
@@ -31,17 +32,25 @@ struct Args {
     check_config: bool,
 }
 
-/// Serves `/metrics` on `listener` until `shutdown`; `None` when metrics
-/// are off (a recorder was installed already).
+/// Serves `/metrics` on `listener` (over TLS with `tls`) until
+/// `shutdown`; `None` when metrics are off (a recorder was installed
+/// already).
 fn serve_metrics(
     listener: tokio::net::TcpListener,
+    tls: Option<ServerTls>,
     shutdown: &tokio_util::sync::CancellationToken,
 ) -> Option<tokio::task::JoinHandle<()>> {
+    use weft_coordinator::metrics::serve;
     match weft_coordinator::metrics::install() {
         Ok(handle) => {
             let stop = shutdown.clone().cancelled_owned();
+            let shutdown = shutdown.clone();
             Some(tokio::spawn(async move {
-                if let Err(error) = weft_coordinator::metrics::serve(listener, handle, stop).await {
+                let served = match tls {
+                    Some(tls) => serve(tls::accept(listener, tls, shutdown), handle, stop).await,
+                    None => serve(listener, handle, stop).await,
+                };
+                if let Err(error) = served {
                     tracing::warn!(%error, "the metrics endpoint stopped");
                 }
             }))
@@ -51,6 +60,30 @@ fn serve_metrics(
             None
         }
     }
+}
+
+/// Reads the TLS files again on each SIGHUP: new connections use them; a
+/// reload that fails keeps the files in use, and says why.
+fn reload_on_sighup(listeners: Vec<ServerTls>, shutdown: tokio_util::sync::CancellationToken) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let Ok(mut hangups) = signal(SignalKind::hangup()) else {
+        tracing::warn!("SIGHUP cannot be caught: TLS files are not reloaded");
+        return;
+    };
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                () = shutdown.cancelled() => return,
+                got = hangups.recv() => if got.is_none() { return },
+            }
+            match listeners.iter().try_for_each(ServerTls::reload) {
+                Ok(()) => tracing::info!("TLS certificate and key reloaded"),
+                Err(error) => {
+                    tracing::error!(%error, "TLS reload failed; the previous certificate stays in use");
+                }
+            }
+        }
+    });
 }
 
 /// Logging, and traces as `[telemetry]` and the OTEL_* variables say.
@@ -122,12 +155,34 @@ async fn main() -> ExitCode {
         .local_addr()
         .map(|a| a.to_string())
         .unwrap_or_default();
+    // The certificate is read now, so a bad one refuses the start.
+    let tls = match config.tls.as_ref().map(|files| {
+        Ok::<_, tls::TlsError>((ServerTls::for_grpc(files)?, ServerTls::for_http(files)?))
+    }) {
+        None => None,
+        Some(Ok(both)) => Some(both),
+        Some(Err(error)) => {
+            eprintln!("coordinator: refusing to start: {error}");
+            return ExitCode::from(2);
+        }
+    };
+    let scheme = if tls.is_some() { "https" } else { "http" };
     // Tests and scripts read these two lines to learn the bound ports.
     println!("coordinator listening on {address}");
-    println!("metrics on http://{metrics_address}/metrics");
+    println!("metrics on {scheme}://{metrics_address}/metrics");
     let shutdown = weft_process::shutdown_on_signal();
-    let metrics = serve_metrics(metrics_listener, &shutdown);
-    let served = weft_coordinator::server::serve(listener, config, shutdown.clone()).await;
+    let metrics = serve_metrics(
+        metrics_listener,
+        tls.as_ref().map(|(_, http)| http.clone()),
+        &shutdown,
+    );
+    let served = match tls {
+        Some((grpc, http)) => {
+            reload_on_sighup(vec![grpc.clone(), http], shutdown.clone());
+            weft_coordinator::server::serve_tls(listener, grpc, config, shutdown.clone()).await
+        }
+        None => weft_coordinator::server::serve(listener, config, shutdown.clone()).await,
+    };
     // The endpoint stops with the same token; wait for it too.
     shutdown.cancel();
     if let Some(metrics) = metrics {

@@ -9,7 +9,6 @@
 use std::future::Future;
 
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
-use tokio::net::TcpListener;
 
 /// Runs by status (gauge, label `status`).
 pub const RUNS: &str = "weft_runs";
@@ -111,11 +110,15 @@ pub static READY: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool:
 /// `GET /healthz` (`ok` while the process runs) and `GET /readyz` (`ok`
 /// once it serves its API: a leader's runs are restored, a standby
 /// forwards; 503 before) for probes.
-pub async fn serve(
-    listener: TcpListener,
+pub async fn serve<L>(
+    listener: L,
     handle: PrometheusHandle,
     shutdown: impl Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()> {
+) -> std::io::Result<()>
+where
+    L: axum::serve::Listener,
+    L::Addr: std::fmt::Debug,
+{
     let app = axum::Router::new()
         .route(
             "/metrics",

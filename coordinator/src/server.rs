@@ -59,6 +59,18 @@ pub async fn serve(
     serve_incoming(incoming(listener), config, shutdown).await
 }
 
+/// Serves clients and workers over TLS on `listener` until `shutdown` is
+/// cancelled (`tls` may be reloaded meanwhile).
+pub async fn serve_tls(
+    listener: TcpListener,
+    tls: crate::tls::ServerTls,
+    config: CoordinatorConfig,
+    shutdown: CancellationToken,
+) -> Result<(), ServeError> {
+    let incoming = crate::tls::accept(listener, tls, shutdown.clone()).into_stream();
+    serve_incoming(incoming, config, shutdown).await
+}
+
 /// Serves on a Unix socket: only processes that may open its path connect
 /// (an embedded cluster puts it in a directory only its user can enter).
 pub async fn serve_unix(

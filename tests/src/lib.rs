@@ -161,6 +161,26 @@ impl TestCluster {
         Ok(())
     }
 
+    /// Sends a signal (`HUP`, …) to the coordinator.
+    pub fn signal_coordinator(&self, signal: &str) -> Result<()> {
+        let pid = self
+            .coordinator
+            .as_ref()
+            .map(Child::id)
+            .context("the coordinator is not running")?;
+        let status = Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(pid.to_string())
+            .status()?;
+        ensure!(status.success(), "kill -{signal} {pid} failed");
+        Ok(())
+    }
+
+    /// The coordinator's metrics URL, as it printed it.
+    pub fn metrics_url(&self) -> &str {
+        &self.metrics_url
+    }
+
     /// The coordinator's URL.
     pub fn url(&self) -> &str {
         &self.url
@@ -400,7 +420,13 @@ pub(crate) fn spawn_named_coordinator(
         let _ = child.kill();
         bail!("the coordinator did not report its address (got {line:?})");
     };
-    let url = format!("http://{bound}");
+    // With `[tls]` (here, its variables) the coordinator speaks TLS.
+    let scheme = if env.iter().any(|(key, _)| key == "WEFT_TLS_CERT") {
+        "https"
+    } else {
+        "http"
+    };
+    let url = format!("{scheme}://{bound}");
     let mut metrics = String::new();
     reader.read_line(&mut metrics)?;
     let metrics = metrics

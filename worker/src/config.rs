@@ -82,6 +82,8 @@ pub struct WorkerOptions {
     pub secrets_file: Option<PathBuf>,
     /// The configuration file (default: `WEFT_WORKER_CONFIG`, else none).
     pub config_file: Option<PathBuf>,
+    /// What to trust and present at an `https://` coordinator.
+    pub tls: weft_proto::transport::ClientTls,
 }
 
 /// How a worker is set up.
@@ -115,6 +117,9 @@ pub struct WorkerConfig {
     pub inherited_env: Vec<(String, String)>,
     /// Where the worker process's traces go (the binary sets them up).
     pub telemetry: TelemetryConfig,
+    /// What to trust and present at an `https://` coordinator (`--ca`,
+    /// `--cert`, `--key`).
+    pub tls: weft_proto::transport::ClientTls,
 }
 
 /// Why a worker's setup cannot be loaded.
@@ -154,6 +159,7 @@ impl WorkerConfig {
                 .filter_map(|&name| Some((name.to_owned(), env.get(name)?.to_owned())))
                 .collect(),
             telemetry: TelemetryConfig::resolve(TelemetryConfig::default(), |_| None, SERVICE),
+            tls: weft_proto::transport::ClientTls::default(),
         }
     }
 
@@ -191,6 +197,7 @@ impl WorkerConfig {
             env,
         );
         config.etcd = options.etcd;
+        config.tls = options.tls;
         if let Some(slots) = options.slots {
             config.slots = slots.max(1);
         }

@@ -53,6 +53,16 @@ struct Args {
     /// Log format: text or json.
     #[arg(long, default_value = "text")]
     log_format: weft_process::LogFormat,
+    /// The CA (PEM) that signed an https:// coordinator's certificate
+    /// (default: the system's roots).
+    #[arg(long, env = "WEFT_CA")]
+    ca: Option<PathBuf>,
+    /// A client certificate (PEM) for mutual TLS, with --key.
+    #[arg(long, env = "WEFT_CERT", requires = "key")]
+    cert: Option<PathBuf>,
+    /// The client certificate's private key (PEM).
+    #[arg(long, env = "WEFT_KEY", requires = "cert")]
+    key: Option<PathBuf>,
 }
 
 #[tokio::main]
@@ -66,6 +76,10 @@ async fn main() -> ExitCode {
         work_dir: args.work_dir,
         secrets_file: args.secrets_file,
         config_file: args.config,
+        tls: weft_proto::transport::ClientTls {
+            ca: args.ca,
+            identity: args.cert.zip(args.key),
+        },
     };
     let env = weft_worker::Environment::of_process();
     let config = match weft_worker::WorkerConfig::load(options, &env) {

@@ -292,12 +292,36 @@ async fn remote_client(coordinator: Option<String>) -> Result<Client, u8> {
     }
 }
 
+/// What this invocation presents and trusts at an https:// coordinator
+/// (`--ca`, `--cert`, `--key`), set once from the command line.
+static TLS: std::sync::OnceLock<weft_client::ClientTls> = std::sync::OnceLock::new();
+
+/// Sets the TLS settings of every connection this invocation makes.
+pub fn set_tls(tls: weft_client::ClientTls) {
+    let _ = TLS.set(tls);
+}
+
+/// The coordinator this invocation talks to, for explaining failures.
+static CONNECTED: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
 async fn remote(url: &str) -> Result<Client, u8> {
-    Client::connect(url).await.map_err(|error| report(&error))
+    let _ = CONNECTED.set(url.to_owned());
+    let tls = TLS.get().cloned().unwrap_or_default();
+    Client::connect_with(url, &tls)
+        .await
+        .map_err(|error| report(&error))
 }
 
 fn report(error: &ClientError) -> u8 {
-    err!("error: {error}");
+    // A plaintext request at a TLS port fails only once it is sent: say so.
+    let text = error.to_string();
+    match CONNECTED
+        .get()
+        .and_then(|url| weft_proto::transport::explain_tls_failure(url, &text))
+    {
+        Some(explained) => err!("error: {explained}"),
+        None => err!("error: {error}"),
+    }
     match error {
         ClientError::Unreachable { .. } => exit::UNREACHABLE,
         ClientError::Invalid(_) | ClientError::Bundle(_) => exit::INVALID,

@@ -9,8 +9,10 @@ use std::time::Duration;
 use serde::Deserialize;
 
 mod store;
+mod tls;
 pub use store::StoreConfig;
 use store::StoreLayer;
+use tls::{TlsLayer, TlsParts};
 
 /// Everything the coordinator needs to start.
 #[derive(Debug, Clone, PartialEq)]
@@ -55,6 +57,8 @@ pub struct CoordinatorConfig {
     /// Where traces go (`[telemetry]`); the OpenTelemetry variables
     /// override it when the binary starts.
     pub telemetry: weft_process::TelemetryConfig,
+    /// TLS on both listeners (`[tls]`); `None`: plaintext.
+    pub tls: Option<crate::tls::TlsFiles>,
 }
 
 /// How long ended runs are kept: the newest `count` of them, each for at
@@ -96,6 +100,7 @@ impl Default for CoordinatorConfig {
             retention: Retention::default(),
             store: StoreConfig::default(),
             telemetry: weft_process::TelemetryConfig::default(),
+            tls: None,
         }
     }
 }
@@ -137,6 +142,7 @@ struct Layer {
     retain_finished_hours: Option<u64>,
     store: Option<StoreLayer>,
     telemetry: Option<TelemetryLayer>,
+    tls: Option<TlsLayer>,
 }
 
 /// Why a configuration was refused.
@@ -191,16 +197,21 @@ impl CoordinatorConfig {
         flags: &Overrides,
     ) -> Result<Self, ConfigError> {
         let mut config = Self::default();
+        let mut tls = TlsParts::default();
         if let Some(path) = file {
             let shown = path.display().to_string();
             let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
                 path: shown.clone(),
                 source,
             })?;
-            let layer: Layer = toml::from_str(&text).map_err(|error| ConfigError::Parse {
+            let mut layer: Layer = toml::from_str(&text).map_err(|error| ConfigError::Parse {
                 path: shown,
                 message: error.message().to_owned(),
             })?;
+            if let Some(files) = layer.tls.take() {
+                let dir = path.parent().unwrap_or(std::path::Path::new("."));
+                tls.apply(files.relative_to(dir));
+            }
             config.apply(layer)?;
         }
         let number = |key: &str| -> Result<Option<u64>, ConfigError> {
@@ -245,6 +256,7 @@ impl CoordinatorConfig {
             retain_finished_runs: number("WEFT_RETAIN_FINISHED_RUNS")?,
             retain_finished_hours: number("WEFT_RETAIN_FINISHED_HOURS")?,
             telemetry: None, // OTEL_* are read when the binary starts
+            tls: None,       // WEFT_TLS_* are read below
             store: Some(StoreLayer {
                 etcd: env("WEFT_ETCD").map(|list| {
                     list.split(',')
@@ -263,6 +275,10 @@ impl CoordinatorConfig {
             data_dir: flags.data_dir.clone(),
             ..Layer::default()
         })?;
+        if let Some(layer) = TlsLayer::from_env(&env) {
+            tls.apply(layer);
+        }
+        config.check_tls(tls)?;
         config.check()?;
         Ok(config)
     }

@@ -16,5 +16,6 @@ mod python;
 mod store;
 mod subgraphs;
 mod teammates;
+mod tls;
 mod traces;
 mod workers;

@@ -6,6 +6,7 @@
 use std::time::Duration;
 
 use tonic::transport::Endpoint;
+use weft_proto::transport::ClientTls;
 use weft_store::{EtcdStore, LEADER_KEY, Store};
 
 use super::Lost;
@@ -16,18 +17,18 @@ use crate::error::WorkerError;
 pub(crate) enum Finder {
     /// Always the same URL.
     Fixed(Box<Endpoint>),
-    /// The leader named in etcd.
-    Leader(EtcdStore),
+    /// The leader named in etcd, reached with these TLS settings.
+    Leader(EtcdStore, ClientTls),
 }
 
 impl Finder {
     /// The finder `config` asks for; a malformed URL is refused here.
     pub(crate) fn new(config: &WorkerConfig) -> Result<Self, WorkerError> {
         if config.etcd.is_empty() {
-            return endpoint(&config.coordinator).map(|e| Self::Fixed(Box::new(e)));
+            return endpoint(&config.coordinator, &config.tls).map(|e| Self::Fixed(Box::new(e)));
         }
         EtcdStore::connect(&config.etcd)
-            .map(Self::Leader)
+            .map(|store| Self::Leader(store, config.tls.clone()))
             .map_err(|e| WorkerError::BadUrl {
                 url: config.etcd.join(","),
                 reason: e.to_string(),
@@ -40,7 +41,7 @@ impl Finder {
     pub(crate) fn max_backoff(&self) -> Duration {
         match self {
             Self::Fixed(_) => Duration::from_secs(5),
-            Self::Leader(_) => Duration::from_millis(500),
+            Self::Leader(..) => Duration::from_millis(500),
         }
     }
 
@@ -48,10 +49,10 @@ impl Finder {
     pub(super) async fn find(&self) -> Result<Endpoint, Lost> {
         match self {
             Self::Fixed(endpoint) => Ok((**endpoint).clone()),
-            Self::Leader(store) => match store.get(LEADER_KEY).await {
+            Self::Leader(store, tls) => match store.get(LEADER_KEY).await {
                 Ok(Some(leader)) => {
                     let url = String::from_utf8_lossy(&leader.value).into_owned();
-                    endpoint(&url).map_err(Lost::BadUrl)
+                    endpoint(&url, tls).map_err(Lost::BadUrl)
                 }
                 Ok(None) => Err(Lost::NoLeader),
                 Err(error) => Err(Lost::Etcd(error)),
@@ -65,7 +66,7 @@ impl Finder {
     /// word (never, for a fixed URL): a worker stops waiting on a leader
     /// that was replaced while it tried to join.
     pub(super) async fn moved_from(&self, url: &str) {
-        let Self::Leader(store) = self else {
+        let Self::Leader(store, _) = self else {
             return std::future::pending().await;
         };
         let url = url.trim_end_matches('/');
@@ -83,18 +84,12 @@ impl Finder {
 /// How often a joining worker checks that its coordinator still leads.
 const LEADER_POLL: Duration = Duration::from_millis(250);
 
-/// A coordinator's endpoint.
-pub(super) fn endpoint(url: &str) -> Result<Endpoint, WorkerError> {
-    Endpoint::from_shared(url.to_owned())
-        .map(|endpoint| {
-            endpoint
-                .connect_timeout(Duration::from_secs(5))
-                .tcp_nodelay(true)
-        })
-        .map_err(|e| WorkerError::BadUrl {
-            url: url.to_owned(),
-            reason: e.to_string(),
-        })
+/// A coordinator's endpoint, with TLS for an `https://` URL.
+pub(super) fn endpoint(url: &str, tls: &ClientTls) -> Result<Endpoint, WorkerError> {
+    weft_proto::transport::endpoint(url, tls).map_err(|e| WorkerError::BadUrl {
+        url: url.to_owned(),
+        reason: e.to_string(),
+    })
 }
 
 /// The leader a standby coordinator's refusal names, if it names one.

@@ -180,7 +180,7 @@ pub(crate) async fn open(
     hello: Hello,
 ) -> Result<Result<(Connection, Welcome), Ending>, WorkerError> {
     let target = match redirect {
-        Some(url) => discovery::endpoint(&url).map_err(Lost::BadUrl),
+        Some(url) => discovery::endpoint(&url, &config.tls).map_err(Lost::BadUrl),
         None => finder.find().await,
     };
     let endpoint = match target {
