@@ -83,12 +83,20 @@ impl Wal {
         let mut name = db_path.as_os_str().to_owned();
         name.push(".wal");
         let path = PathBuf::from(name);
-        let mut file = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .read(true)
-            .append(true)
-            .open(&path)?;
+        let mut file = {
+            use std::os::unix::fs::OpenOptionsExt;
+            OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .read(true)
+                .append(true)
+                .mode(0o600)
+                .open(&path)?
+        };
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
+        }
         let mut bytes = Vec::new();
         file.read_to_end(&mut bytes)?;
         let (changes, whole) = decode_log(&bytes);

@@ -197,7 +197,11 @@ impl WorkerConfig {
             env,
         );
         config.etcd = options.etcd;
-        config.tls = options.tls;
+        // The flags' (or variables') TLS settings win over the file's.
+        config.tls = weft_proto::transport::ClientTls {
+            ca: options.tls.ca.or(file.tls.ca),
+            identity: options.tls.identity.or(file.tls.cert.zip(file.tls.key)),
+        };
         if let Some(slots) = options.slots {
             config.slots = slots.max(1);
         }

@@ -1,7 +1,7 @@
 //! `worker --config worker.toml`: the worker's configuration file: the
-//! model providers (`[providers.NAME]` tables, SPEC 4), `[telemetry]` and
-//! `[python]` (SPEC 4.3); an unknown table or key is an error naming it,
-//! never ignored.
+//! model providers (`[providers.NAME]` tables, SPEC 4), `[telemetry]`,
+//! `[python]` (SPEC 4.3) and `[tls]` (SPEC 11); an unknown table or key is
+//! an error naming it, never ignored.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -23,6 +23,21 @@ pub struct WorkerFile {
     /// `[python]`: how Python functions run.
     #[serde(default)]
     pub python: PythonTable,
+    /// `[tls]`: what to trust and present at an `https://` coordinator.
+    #[serde(default)]
+    pub tls: TlsTable,
+}
+
+/// `[tls]` of a worker's file; relative paths are the file's directory's.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsTable {
+    /// The CA (PEM) that signed the coordinator's certificate.
+    pub ca: Option<std::path::PathBuf>,
+    /// A client certificate (PEM) for mutual TLS, with `key`.
+    pub cert: Option<std::path::PathBuf>,
+    /// Its private key (PEM).
+    pub key: Option<std::path::PathBuf>,
 }
 
 /// `[python]` of a worker's file (SPEC 4.3).
@@ -90,10 +105,24 @@ impl WorkerFile {
             path: shown.clone(),
             source,
         })?;
-        toml::from_str(&text).map_err(|error| WorkerFileError::Invalid {
-            path: shown,
+        let mut file: Self = toml::from_str(&text).map_err(|error| WorkerFileError::Invalid {
+            path: shown.clone(),
             message: error.to_string().trim().to_owned(),
-        })
+        })?;
+        if file.tls.cert.is_some() != file.tls.key.is_some() {
+            return Err(WorkerFileError::Invalid {
+                path: shown,
+                message: "[tls]: cert and key come together".to_owned(),
+            });
+        }
+        let dir = path.parent().unwrap_or(Path::new("."));
+        for path in [&mut file.tls.ca, &mut file.tls.cert, &mut file.tls.key]
+            .into_iter()
+            .flatten()
+        {
+            *path = dir.join(&*path);
+        }
+        Ok(file)
     }
 }
 
@@ -121,6 +150,27 @@ mod tests {
         .unwrap();
         let error = WorkerFile::read(&bad).unwrap_err().to_string();
         assert!(error.contains("unknown field `modle`"), "{error}");
+        std::fs::remove_dir_all(dir).ok();
+    }
+
+    #[test]
+    fn tls_paths_are_the_files_directorys_and_come_in_pairs() {
+        let dir = std::env::temp_dir().join(format!("weft-worker-tls-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let good = dir.join("good.toml");
+        std::fs::write(
+            &good,
+            "[tls]\nca = \"ca.pem\"\ncert = \"/etc/weft/w.pem\"\nkey = \"w.key\"\n",
+        )
+        .unwrap();
+        let file = WorkerFile::read(&good).unwrap();
+        assert_eq!(file.tls.ca, Some(dir.join("ca.pem")));
+        assert_eq!(file.tls.cert, Some("/etc/weft/w.pem".into()));
+        assert_eq!(file.tls.key, Some(dir.join("w.key")));
+        let half = dir.join("half.toml");
+        std::fs::write(&half, "[tls]\ncert = \"w.pem\"\n").unwrap();
+        let error = WorkerFile::read(&half).unwrap_err().to_string();
+        assert!(error.contains("cert and key come together"), "{error}");
         std::fs::remove_dir_all(dir).ok();
     }
 }

@@ -86,10 +86,30 @@ impl EmbeddedStore {
     /// from before a crash, and deletes keys left under a lease by an
     /// earlier process (their owner is gone).
     pub fn open_with(path: &Path, flush: Flush) -> Result<Self, StoreError> {
-        if let Some(parent) = path.parent() {
-            std::fs::create_dir_all(parent).map_err(backend)?;
+        // The data directory is the owner's alone (0700), and so are its
+        // files (0600): runs hold states, inputs and bundles.
+        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+            use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(parent)
+                .map_err(backend)?;
+            // A directory this user does not own (a mounted volume whose
+            // group it writes through, as Kubernetes' fsGroup makes) is
+            // left as it is: its files are still private.
+            if let Err(error) =
+                std::fs::set_permissions(parent, std::fs::Permissions::from_mode(0o700))
+            {
+                tracing::warn!(
+                    dir = %parent.display(),
+                    %error,
+                    "the data directory could not be made private (0700)"
+                );
+            }
         }
         let db = create_database(path)?;
+        private(path).map_err(backend)?;
         // The log is opened whatever the mode: what an earlier process left
         // in it is replayed either way.
         let (mut wal, replay) = Wal::open(path).map_err(backend)?;
@@ -558,5 +578,37 @@ impl Store for EmbeddedStore {
             }
         });
         Ok(rx)
+    }
+}
+
+/// Makes `path` readable and writable by its owner only.
+fn private(path: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt;
+    use std::path::Path;
+
+    #[tokio::test]
+    async fn the_data_directory_and_its_files_are_the_owners_alone() {
+        let dir = std::env::temp_dir().join(format!("weft-private-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let data = dir.join("data");
+        let file = data.join("weft.redb");
+        drop(super::EmbeddedStore::open(&file).unwrap());
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&data), 0o700, "the data directory");
+        assert_eq!(mode(&file), 0o600, "the store file");
+        assert_eq!(mode(&data.join("weft.redb.wal")), 0o600, "its log");
+        // An existing directory and store are made private too.
+        std::fs::set_permissions(&data, std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+        drop(super::EmbeddedStore::open(&file).unwrap());
+        assert_eq!(mode(&data), 0o700);
+        assert_eq!(mode(&file), 0o600);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }
