@@ -1,0 +1,33 @@
+//! Templates and CEL expressions against a state: compiling and evaluating
+//! never panic (their budgets bound what they may cost). The input is an
+//! expression, a NUL byte, and a JSON object for the state.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use serde_json::{Map, Value};
+use weft_graph::{CelExpr, Strictness, Template, TemplateContext};
+
+fuzz_target!(|data: &[u8]| {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    let (source, state) = text.split_once('\0').unwrap_or((text, "{}"));
+    let state: Map<String, Value> = match serde_json::from_str(state) {
+        Ok(Value::Object(map)) => map,
+        _ => Map::new(),
+    };
+    let scope = Map::new();
+    if let Ok(template) = Template::parse(source) {
+        let context = TemplateContext {
+            state: Some(&state),
+            scope: Some(&scope),
+            output: None,
+        };
+        for strictness in [Strictness::Strict, Strictness::Lenient] {
+            let _ = template.evaluate(&context, strictness);
+        }
+    }
+    if let Ok(expr) = CelExpr::compile(source) {
+        let _ = expr.evaluate(&state, &scope);
+    }
+});

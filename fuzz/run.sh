@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Runs every fuzz target for SECONDS (default 60) each, from seed corpora
+# made of the repository's examples and tests, on the machine's stable
+# toolchain (RUSTC_BOOTSTRAP lets cargo-fuzz pass its -Z flags; AddressSanitizer
+# is on). Crashes land in fuzz/artifacts/TARGET/; the exit status is
+# non-zero if any target crashed.
+#
+#   fuzz/run.sh [SECONDS] [TARGET…]
+set -euo pipefail
+cd "$(dirname "$0")"
+seconds="${1:-60}"
+shift || true
+targets=("$@")
+[ ${#targets[@]} -gt 0 ] || targets=(graph_load expressions script_stdout worker_messages)
+export RUSTC_BOOTSTRAP=1
+
+# Seeds: every example graph, a few expressions and script outputs.
+mkdir -p corpus/graph_load corpus/expressions corpus/script_stdout corpus/worker_messages
+cp ../examples/*.yaml corpus/graph_load/ 2>/dev/null || true
+printf '{{ topic }} and {{ drafts + 1 }}\0{"topic": "weft", "drafts": 2}' > corpus/expressions/template
+printf 'state.score >= 0.8 && size(state.items) < 3\0{"score": 0.9, "items": [1]}' > corpus/expressions/cel
+printf '{{ items | map(attribute="x") | join(",") }}\0{"items": [{"x": 1}]}' > corpus/expressions/filters
+printf '{"n": 1, "_next": "b"}\n' > corpus/script_stdout/object
+printf 'debug line\n{"n": 1}\n' > corpus/script_stdout/noise
+printf '' > corpus/script_stdout/empty
+
+crashed=0
+log="$(mktemp)"
+for target in "${targets[@]}"; do
+  echo "==> $target for ${seconds}s"
+  # libFuzzer exits non-zero on a crash, a timeout or an out-of-memory;
+  # cargo fuzz does when the target does not build.
+  if ! cargo fuzz run "$target" "corpus/$target" -- \
+      -max_total_time="$seconds" -max_len=65536 -timeout=10 -rss_limit_mb=4096 >"$log" 2>&1; then
+    tail -60 "$log"
+    echo "==> $target failed: see above and fuzz/artifacts/$target/"
+    crashed=1
+    continue
+  fi
+  grep -E '^(#[0-9]+.*DONE|Done)' "$log" || true
+done
+rm -f "$log"
+exit "$crashed"
