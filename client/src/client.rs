@@ -231,7 +231,7 @@ impl Client {
         let endpoint = weft_proto::transport::endpoint(&url, tls)
             .map_err(|e| ClientError::Invalid(e.to_string()))?;
         let channel = endpoint.connect().await.map_err(|e| {
-            let chain = source_chain(&e);
+            let chain = weft_proto::transport::source_chain(&e);
             unreachable(weft_proto::transport::explain_tls_failure(&url, &chain).unwrap_or(chain))
         })?;
         let runs = RunServiceClient::new(channel)
@@ -497,15 +497,4 @@ fn run_info(info: pb::RunInfo) -> Result<RunInfo, ClientError> {
             .collect(),
         event_count: info.event_count,
     })
-}
-
-fn source_chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }

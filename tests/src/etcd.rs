@@ -84,12 +84,7 @@ impl TestEtcd {
 
     /// Sends a signal (`STOP`, `CONT`, …) to the etcd process.
     pub fn signal(&self, signal: &str) -> Result<()> {
-        let status = Command::new("kill")
-            .arg(format!("-{signal}"))
-            .arg(self.child.id().to_string())
-            .status()?;
-        anyhow::ensure!(status.success(), "kill -{signal} etcd failed");
-        Ok(())
+        crate::send_signal(self.child.id(), signal)
     }
 }
 

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, bail, ensure};
+use anyhow::{Context, Result, bail};
 use weft_client::Client;
 use weft_store::{EtcdStore, LEADER_KEY, Store};
 
@@ -168,12 +168,7 @@ impl TestGroup {
             .as_ref()
             .map(Child::id)
             .with_context(|| format!("coordinator {index} is not running"))?;
-        let status = Command::new("kill")
-            .arg(format!("-{signal}"))
-            .arg(pid.to_string())
-            .status()?;
-        ensure!(status.success(), "kill -{signal} {pid} failed");
-        Ok(())
+        crate::send_signal(pid, signal)
     }
 
     /// Coordinator `index`'s log so far.

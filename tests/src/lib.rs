@@ -153,12 +153,7 @@ impl TestCluster {
         let pid = self
             .worker_pid(name)
             .with_context(|| format!("no worker {name}"))?;
-        let status = Command::new("kill")
-            .arg(format!("-{signal}"))
-            .arg(pid.to_string())
-            .status()?;
-        ensure!(status.success(), "kill -{signal} {pid} failed");
-        Ok(())
+        send_signal(pid, signal)
     }
 
     /// Sends a signal (`HUP`, …) to the coordinator.
@@ -168,12 +163,7 @@ impl TestCluster {
             .as_ref()
             .map(Child::id)
             .context("the coordinator is not running")?;
-        let status = Command::new("kill")
-            .arg(format!("-{signal}"))
-            .arg(pid.to_string())
-            .status()?;
-        ensure!(status.success(), "kill -{signal} {pid} failed");
-        Ok(())
+        send_signal(pid, signal)
     }
 
     /// The coordinator's metrics URL, as it printed it.
@@ -496,6 +486,16 @@ pub async fn events_of(
     .await
     .context("the run's log did not end")??;
     Ok(all.into_iter().filter(|e| e.kind == kind).collect())
+}
+
+/// Sends `signal` (`STOP`, `CONT`, `HUP`, …) to process `pid`.
+pub(crate) fn send_signal(pid: u32, signal: &str) -> Result<()> {
+    let status = Command::new("kill")
+        .arg(format!("-{signal}"))
+        .arg(pid.to_string())
+        .status()?;
+    ensure!(status.success(), "kill -{signal} {pid} failed");
+    Ok(())
 }
 
 /// `GET PATH` from `address` (`HOST:PORT`) over plain HTTP/1.1: the body

@@ -73,6 +73,36 @@ impl Workload {
     }
 }
 
+/// A group under load: the leader, the standby a client talks through,
+/// three chains and a map in flight, and the fence the leader holds.
+struct Scene {
+    cluster: Compose,
+    leader: &'static str,
+    standby: &'static str,
+    client: Client,
+    work: Workload,
+    deposed: Fence,
+}
+
+impl Scene {
+    async fn under_load(name: &str) -> anyhow::Result<Self> {
+        let cluster = Compose::up(name, 3).await?;
+        let leader = cluster.wait_for_leader(None).await?;
+        let standby = other(leader);
+        let client = cluster.client(standby).await?;
+        let work = Workload::submit(&client, 3).await?;
+        let deposed = fence_of(&cluster, leader)?;
+        Ok(Self {
+            cluster,
+            leader,
+            standby,
+            client,
+            work,
+            deposed,
+        })
+    }
+}
+
 /// The fence of the term `service` leads under, from its log.
 fn fence_of(cluster: &Compose, service: &str) -> anyhow::Result<Fence> {
     let entry = last_log(cluster, service, "leading the group")?;
@@ -155,12 +185,14 @@ async fn the_leaders_container_killed_a_standby_leads_within_five_seconds() -> a
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leader_cut_off_from_etcd_stops_within_its_lease_and_its_workers_move()
 -> anyhow::Result<()> {
-    let cluster = Compose::up("cutoff", 3).await?;
-    let leader = cluster.wait_for_leader(None).await?;
-    let standby = other(leader);
-    let client = cluster.client(standby).await?;
-    let work = Workload::submit(&client, 3).await?;
-    let deposed = fence_of(&cluster, leader)?;
+    let Scene {
+        cluster,
+        leader,
+        standby,
+        client,
+        work,
+        deposed,
+    } = Scene::under_load("cutoff").await?;
 
     // Its workers still reach it over `cluster`; etcd is on `store` only.
     let container = cluster.container(leader)?;
@@ -191,14 +223,14 @@ async fn a_leader_cut_off_from_etcd_stops_within_its_lease_and_its_workers_move(
     cluster.connect(&container, "store", leader)?;
     let current = fence_of(&cluster, standby)?;
     deposed_write_is_refused(&cluster, &deposed, &current).await?;
-    let listed = cluster.client(leader).await?.list().await;
     let deadline = Instant::now() + PATIENCE;
-    let mut listed = listed;
-    while listed.is_err() && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        listed = cluster.client(leader).await?.list().await;
-    }
-    let listed = listed?;
+    let listed = loop {
+        match cluster.client(leader).await?.list().await {
+            Ok(listed) => break listed,
+            Err(error) if Instant::now() >= deadline => return Err(error.into()),
+            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
+    };
     for run_id in work.chains.iter().chain([&work.map]) {
         assert!(listed.iter().any(|run| &run.run_id == run_id));
     }
@@ -213,12 +245,14 @@ async fn a_leader_cut_off_from_etcd_stops_within_its_lease_and_its_workers_move(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leader_paused_past_its_lease_agrees_with_its_successor_and_writes_nothing_stale()
 -> anyhow::Result<()> {
-    let cluster = Compose::up("paused", 3).await?;
-    let leader = cluster.wait_for_leader(None).await?;
-    let standby = other(leader);
-    let client = cluster.client(standby).await?;
-    let work = Workload::submit(&client, 3).await?;
-    let deposed = fence_of(&cluster, leader)?;
+    let Scene {
+        cluster,
+        leader,
+        standby,
+        client,
+        work,
+        deposed,
+    } = Scene::under_load("paused").await?;
 
     let container = cluster.container(leader)?;
     cluster.pause(&container)?;

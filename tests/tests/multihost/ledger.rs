@@ -122,6 +122,18 @@ pub struct Tally {
     pub executed_again: usize,
 }
 
+/// Fails unless `run` completed, saying how it ended.
+fn ensure_completed(run: &RunInfo) -> Result<()> {
+    ensure!(
+        run.status == RunStatus::Completed,
+        "{} ended {:?}: {:?}",
+        run.run_id,
+        run.status,
+        run.error
+    );
+    Ok(())
+}
+
 /// Checks a completed chain run of `nodes` steps: `n` is `nodes`, each
 /// step merged exactly once and run to its end at least once.
 pub async fn check_chain(
@@ -130,13 +142,7 @@ pub async fn check_chain(
     run: &RunInfo,
     nodes: usize,
 ) -> Result<Tally> {
-    ensure!(
-        run.status == RunStatus::Completed,
-        "{} ended {:?}: {:?}",
-        run.run_id,
-        run.status,
-        run.error
-    );
+    ensure_completed(run)?;
     ensure!(
         run.state["n"] == json!(nodes),
         "{}: {}",
@@ -155,13 +161,7 @@ pub async fn check_map(
     run: &RunInfo,
     items: usize,
 ) -> Result<Tally> {
-    ensure!(
-        run.status == RunStatus::Completed,
-        "{} ended {:?}: {:?}",
-        run.run_id,
-        run.status,
-        run.error
-    );
+    ensure_completed(run)?;
     let doubled: Vec<Value> = (0..items).map(|i| json!(2 * i)).collect();
     ensure!(
         run.state["results"] == Value::Array(doubled),

@@ -3,6 +3,7 @@
 //! after the node, and records every event and effect.
 
 mod control;
+mod duplicates;
 mod loops;
 mod maps;
 mod properties;
