@@ -9,6 +9,7 @@ use serde_json::Value;
 use tokio_stream::{Stream, StreamExt};
 use tonic::transport::Channel;
 pub use weft_proto::transport::ClientTls;
+use weft_proto::transport::{Authorized, Bearer};
 use weft_proto::v1 as pb;
 use weft_proto::v1::run_service_client::RunServiceClient;
 
@@ -67,6 +68,37 @@ pub struct RunInfo {
     pub children: Vec<ChildRun>,
     /// Events recorded so far.
     pub event_count: u64,
+    /// The namespace the run belongs to.
+    pub namespace: String,
+    /// Who submitted it (empty when not recorded).
+    pub submitted_by: String,
+    /// Who answered its approval and input nodes (the latest answer of
+    /// each), in the order they were answered.
+    pub answers: Vec<Answer>,
+}
+
+/// Who answered a human node, and how.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Answer {
+    /// The node.
+    pub node: String,
+    /// Who answered (a token's name or a certificate's subject).
+    pub by: String,
+    /// For an approval: whether it was approved; `None` for an input.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub approved: Option<bool>,
+}
+
+impl Answer {
+    /// "approved by NAME", "rejected by NAME" or "answered by NAME".
+    pub fn describe(&self) -> String {
+        let verb = match self.approved {
+            Some(true) => "approved",
+            Some(false) => "rejected",
+            None => "answered",
+        };
+        format!("{verb} by {}", self.by)
+    }
 }
 
 /// A subgraph node's child run.
@@ -157,6 +189,14 @@ pub enum ClientError {
     /// A response could not be read.
     #[error("{0}")]
     Decode(String),
+    /// The coordinator requires an identity and the request had none, or
+    /// one it does not know (`UNAUTHENTICATED`).
+    #[error("unauthenticated: {0}")]
+    Unauthenticated(String),
+    /// The identity's role may not do this (`PERMISSION_DENIED`), or it is
+    /// not among a node's approvers.
+    #[error("permission denied: {0}")]
+    PermissionDenied(String),
 }
 
 impl From<tonic::Status> for ClientError {
@@ -169,6 +209,8 @@ impl From<tonic::Status> for ClientError {
             tonic::Code::InvalidArgument | tonic::Code::ResourceExhausted => {
                 Self::Invalid(status.message().to_owned())
             }
+            tonic::Code::Unauthenticated => Self::Unauthenticated(status.message().to_owned()),
+            tonic::Code::PermissionDenied => Self::PermissionDenied(status.message().to_owned()),
             _ => Self::Refused(status.message().to_owned()),
         }
     }
@@ -206,7 +248,8 @@ pub const RECONNECT_PATIENCE: std::time::Duration = std::time::Duration::from_se
 /// A connection to a coordinator.
 #[derive(Debug, Clone)]
 pub struct Client {
-    runs: RunServiceClient<Channel>,
+    runs: RunServiceClient<Authorized>,
+    channel: Channel,
 }
 
 impl Client {
@@ -234,10 +277,22 @@ impl Client {
             let chain = weft_proto::transport::source_chain(&e);
             unreachable(weft_proto::transport::explain_tls_failure(&url, &chain).unwrap_or(chain))
         })?;
-        let runs = RunServiceClient::new(channel)
+        Ok(Self::over(channel, Bearer::default()))
+    }
+
+    fn over(channel: Channel, bearer: Bearer) -> Self {
+        let runs = RunServiceClient::with_interceptor(channel.clone(), bearer)
             .max_decoding_message_size(weft_proto::MAX_MESSAGE_BYTES)
             .max_encoding_message_size(weft_proto::MAX_MESSAGE_BYTES);
-        Ok(Self { runs })
+        Self { runs, channel }
+    }
+
+    /// The same connection, sending `token` as `authorization: Bearer
+    /// TOKEN` with every request (a coordinator with `[[tokens]]` wants
+    /// one; SPEC 11).
+    pub fn with_token(self, token: &str) -> Result<Self, ClientError> {
+        let bearer = Bearer::new(Some(token)).map_err(|e| ClientError::Invalid(e.to_string()))?;
+        Ok(Self::over(self.channel, bearer))
     }
 
     /// Submits the graph in a file, bundled with the files it names.
@@ -496,5 +551,16 @@ fn run_info(info: pb::RunInfo) -> Result<RunInfo, ClientError> {
             })
             .collect(),
         event_count: info.event_count,
+        namespace: info.namespace,
+        submitted_by: info.submitted_by,
+        answers: info
+            .answers
+            .into_iter()
+            .map(|a| Answer {
+                node: a.node,
+                by: a.by,
+                approved: a.approved,
+            })
+            .collect(),
     })
 }

@@ -24,7 +24,7 @@ mod embedded;
 pub use builder::{GraphBuilder, NodeBuilder};
 pub use bundle::{BundleError, BundleOptions, GraphBundle};
 pub use client::{
-    ChildRun, Client, ClientError, ClientTls, Event, READ_PATIENCE, RECONNECT_PATIENCE,
+    Answer, ChildRun, Client, ClientError, ClientTls, Event, READ_PATIENCE, RECONNECT_PATIENCE,
     RunErrorInfo, RunEvent, RunInfo, RunStatus, Submitted, UnhostedWait, WaitingNode,
 };
 #[cfg(feature = "embedded")]

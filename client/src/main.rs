@@ -33,6 +33,10 @@ struct Cli {
     /// The client certificate's private key (PEM).
     #[arg(long, global = true, env = "WEFT_KEY", requires = "cert")]
     key: Option<std::path::PathBuf>,
+    /// The token to present to a coordinator that requires one (prefer
+    /// WEFT_TOKEN: a flag is visible to other users in the process list).
+    #[arg(long, global = true, env = "WEFT_TOKEN", hide_env_values = true)]
+    token: Option<String>,
     #[command(subcommand)]
     command: Command,
 }
@@ -128,6 +132,7 @@ fn main() -> ExitCode {
         ca: cli.ca.clone(),
         identity: cli.cert.clone().zip(cli.key.clone()),
     });
+    cli::commands::set_token(cli.token.clone());
     let code = match cli.command {
         Command::Validate { graph } => cli::files::validate(&graph),
         Command::Diagram { graph } => cli::files::diagram(&graph),

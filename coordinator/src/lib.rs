@@ -5,6 +5,7 @@
 
 #![warn(missing_docs)]
 
+pub mod auth;
 pub mod bundle;
 pub mod config;
 pub mod dispatch;

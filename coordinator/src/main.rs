@@ -12,7 +12,7 @@ use weft_coordinator::tls::{self, ServerTls};
 #[command(name = "coordinator", version, about = "The Weft coordinator")]
 struct Args {
     /// TOML configuration file.
-    #[arg(long)]
+    #[arg(long, env = "WEFT_CONFIG")]
     config: Option<PathBuf>,
     /// Address for clients and workers (default 127.0.0.1:7700).
     #[arg(long)]
@@ -26,6 +26,10 @@ struct Args {
     /// Log format: text or json.
     #[arg(long, default_value = "text")]
     log_format: weft_process::LogFormat,
+    /// Serve on a non-loopback address without TLS or identities (anyone
+    /// who reaches the port can run commands on every worker).
+    #[arg(long)]
+    insecure: bool,
     /// Print the effective configuration (file, environment and flags
     /// applied) and exit 0, or the refusal and exit 2.
     #[arg(long)]
@@ -106,6 +110,7 @@ async fn main() -> ExitCode {
         listen: args.listen,
         metrics_listen: args.metrics_listen,
         data_dir: args.data_dir,
+        insecure: args.insecure,
     };
     let config = match CoordinatorConfig::load(
         args.config.as_deref(),
@@ -130,6 +135,15 @@ async fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if config.exposed_insecurely() {
+        tracing::warn!(
+            listen = %config.listen,
+            metrics_listen = %config.metrics_listen,
+            tls = config.tls.is_some(),
+            identities = config.identities.required(),
+            "serving beyond loopback without TLS or identities (insecure = true): anyone who reaches these ports can run commands on every worker"
+        );
+    }
     let listener = match tokio::net::TcpListener::bind(config.listen).await {
         Ok(listener) => listener,
         Err(error) => {

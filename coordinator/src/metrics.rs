@@ -45,6 +45,10 @@ pub const WRITES_FENCED: &str = "weft_store_writes_fenced_total";
 /// Task results not merged: late (the attempt was given to another worker
 /// after its worker was lost) or duplicate (counter).
 pub const RESULTS_DISCARDED: &str = "weft_results_discarded_total";
+/// Requests refused, by `reason`: `no_identity`, `unknown_identity`,
+/// `role` (too weak), `namespace` (a run of another namespace, answered
+/// as unknown) and `approver` (not among a node's `approvers:`) (counter).
+pub const REQUESTS_REFUSED: &str = "weft_requests_refused_total";
 
 /// Bucket bounds of the task latency histogram, in seconds: from a fast
 /// handler to a long model call.
@@ -69,6 +73,7 @@ pub fn install() -> Result<PrometheusHandle, metrics_exporter_prometheus::BuildE
         .install_recorder()?;
     metrics::describe_gauge!(RUNS, "runs by status");
     metrics::describe_counter!(RUNS_SUBMITTED, "runs submitted");
+    metrics::describe_counter!(REQUESTS_REFUSED, "requests refused, by reason");
     metrics::describe_counter!(TASKS_DISPATCHED, "task attempts sent to workers");
     metrics::describe_histogram!(TASK_SECONDS, metrics::Unit::Seconds, "dispatch to result");
     metrics::describe_gauge!(QUEUE_DEPTH, "tasks waiting for a slot or a hosting worker");

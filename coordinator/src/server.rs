@@ -132,7 +132,8 @@ where
     // Each service decodes no more than its largest legitimate message: a
     // submission (bundle and input), a worker's result; framing aside.
     const FRAMING: usize = 1 << 20;
-    let run_api = RunServiceServer::new(FrontRuns::new(role.clone(), tracker.clone()))
+    let required = config.identities.required();
+    let run_api = RunServiceServer::new(FrontRuns::new(role.clone(), tracker.clone(), required))
         .max_decoding_message_size(config.max_bundle_bytes + config.max_input_bytes + FRAMING)
         .max_encoding_message_size(weft_proto::MAX_MESSAGE_BYTES);
     let worker_api = WorkerServiceServer::new(FrontWorkers::new(role))
@@ -142,6 +143,9 @@ where
     let served = tonic::transport::Server::builder()
         .http2_keepalive_interval(Some(Duration::from_secs(20)))
         .concurrency_limit_per_connection(config.max_concurrent_requests)
+        .layer(crate::auth::layer::AuthLayer::new(
+            config.identities.clone(),
+        ))
         .add_service(run_api)
         .add_service(worker_api)
         .serve_with_incoming_shutdown(incoming, shutdown.clone().cancelled_owned())

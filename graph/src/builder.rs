@@ -435,6 +435,7 @@ impl Builder<'_, '_> {
             "approval" => NodeKind::Approval {
                 prompt: self.optional_template(id, "prompt", &raw.prompt),
                 output_key: raw.output_key.clone().unwrap_or_else(|| "approved".into()),
+                approvers: self.approvers(id, raw.approvers.as_deref()),
             },
             "input" => NodeKind::Input {
                 prompt: self.optional_template(id, "prompt", &raw.prompt),
@@ -443,6 +444,7 @@ impl Builder<'_, '_> {
                     .schema
                     .as_ref()
                     .and_then(|source| self.schema(id, "schema", source)),
+                approvers: self.approvers(id, raw.approvers.as_deref()),
             },
             "map" => self.map(id, raw)?,
             "loop" => self.loop_kind(id, raw)?,

@@ -6,6 +6,7 @@
 
 #![warn(missing_docs)]
 
+mod approvers;
 mod builder;
 mod builder_kinds;
 mod cel;
@@ -27,6 +28,7 @@ mod validate;
 
 use std::path::Path;
 
+pub use approvers::{Approver, ROLES};
 pub use builder::{END, START};
 pub use cel::CelExpr;
 pub use declarations::*;

@@ -85,8 +85,8 @@ fn kind_fields(kind: &str) -> &'static [&'static str] {
             "model",
             "teammates",
         ],
-        "approval" => &["prompt", "output_key"],
-        "input" => &["prompt", "output_key", "schema"],
+        "approval" => &["prompt", "output_key", "approvers"],
+        "input" => &["prompt", "output_key", "schema", "approvers"],
         "map" => &[
             "over",
             "as",
@@ -271,6 +271,7 @@ pub struct RawNode {
     pub max_turns: Option<u32>,
     pub output_key: Option<String>,
     pub schema: Option<Value>,
+    pub approvers: Option<Vec<String>>,
     pub over: Option<String>,
     #[serde(rename = "as")]
     pub item_name: Option<String>,

@@ -5,11 +5,13 @@
 
 #![warn(missing_docs)]
 
+mod secrets_file;
 pub mod telemetry;
 
 use tokio_util::sync::CancellationToken;
 use tracing_subscriber::prelude::*;
 
+pub use secrets_file::{SecretsFileError, is_secret_name, read_secrets_file};
 pub use telemetry::{Telemetry, TelemetryConfig, TelemetryError};
 
 /// How log lines are written.

@@ -172,6 +172,66 @@ pub fn explain_tls_failure(url: &str, failure: &str) -> Option<String> {
     None
 }
 
+/// Adds `authorization: Bearer TOKEN` to every request of a client
+/// (SPEC 11): `weft --token`, the client library, a worker's `--token`.
+/// Without a token it adds nothing. The value is marked sensitive, so
+/// tonic's and hyper's logs do not show it, and `Debug` hides it.
+#[derive(Clone, Default)]
+pub struct Bearer(Option<tonic::metadata::MetadataValue<tonic::metadata::Ascii>>);
+
+/// A token that cannot travel in a header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the token holds characters a header cannot carry (it must be visible ASCII)")]
+pub struct InvalidToken;
+
+impl Bearer {
+    /// Sends `token`, or nothing.
+    pub fn new(token: Option<&str>) -> Result<Self, InvalidToken> {
+        let Some(token) = token.map(str::trim).filter(|t| !t.is_empty()) else {
+            return Ok(Self(None));
+        };
+        let mut value: tonic::metadata::MetadataValue<tonic::metadata::Ascii> =
+            format!("Bearer {token}")
+                .parse()
+                .map_err(|_| InvalidToken)?;
+        value.set_sensitive(true);
+        Ok(Self(Some(value)))
+    }
+
+    /// Whether a token is sent.
+    pub fn is_set(&self) -> bool {
+        self.0.is_some()
+    }
+}
+
+impl std::fmt::Debug for Bearer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "Bearer(***)"
+        } else {
+            "Bearer(none)"
+        })
+    }
+}
+
+impl tonic::service::Interceptor for Bearer {
+    fn call(
+        &mut self,
+        mut request: tonic::Request<()>,
+    ) -> Result<tonic::Request<()>, tonic::Status> {
+        if let Some(value) = &self.0 {
+            request
+                .metadata_mut()
+                .insert("authorization", value.clone());
+        }
+        Ok(request)
+    }
+}
+
+/// A channel whose requests carry a [`Bearer`] token.
+pub type Authorized =
+    tonic::service::interceptor::InterceptedService<tonic::transport::Channel, Bearer>;
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -57,9 +57,14 @@ impl Environment {
         self.vars.get(name).map(String::as_str)
     }
 
-    /// Every variable, as secrets for `${NAME}`.
+    /// Every variable but the worker's own token, as secrets for `${NAME}`:
+    /// a graph cannot have a script handed the credential the worker
+    /// joins with.
     fn pairs(&self) -> impl Iterator<Item = (String, String)> + '_ {
-        self.vars.iter().map(|(k, v)| (k.clone(), v.clone()))
+        self.vars
+            .iter()
+            .filter(|(k, _)| k.as_str() != TOKEN_VARIABLE)
+            .map(|(k, v)| (k.clone(), v.clone()))
     }
 }
 
@@ -84,7 +89,12 @@ pub struct WorkerOptions {
     pub config_file: Option<PathBuf>,
     /// What to trust and present at an `https://` coordinator.
     pub tls: weft_proto::transport::ClientTls,
+    /// The token it joins with (default: `WEFT_WORKER_TOKEN`, else none).
+    pub token: Option<String>,
 }
+
+/// The variable a worker's token is taken from.
+pub const TOKEN_VARIABLE: &str = "WEFT_WORKER_TOKEN";
 
 /// How a worker is set up.
 #[derive(Debug, Clone)]
@@ -120,6 +130,9 @@ pub struct WorkerConfig {
     /// What to trust and present at an `https://` coordinator (`--ca`,
     /// `--cert`, `--key`).
     pub tls: weft_proto::transport::ClientTls,
+    /// The `worker` token it joins with (`--token`, `WEFT_WORKER_TOKEN`);
+    /// its `Debug` hides it.
+    pub bearer: weft_proto::transport::Bearer,
 }
 
 /// Why a worker's setup cannot be loaded.
@@ -134,6 +147,9 @@ pub enum ConfigError {
     /// A model provider cannot be set up.
     #[error(transparent)]
     Provider(#[from] ProviderError),
+    /// The token cannot travel in a header.
+    #[error("--token / {TOKEN_VARIABLE}: {0}")]
+    Token(#[from] weft_proto::transport::InvalidToken),
 }
 
 impl WorkerConfig {
@@ -160,6 +176,7 @@ impl WorkerConfig {
                 .collect(),
             telemetry: TelemetryConfig::resolve(TelemetryConfig::default(), |_| None, SERVICE),
             tls: weft_proto::transport::ClientTls::default(),
+            bearer: weft_proto::transport::Bearer::default(),
         }
     }
 
@@ -202,6 +219,10 @@ impl WorkerConfig {
             ca: options.tls.ca.or(file.tls.ca),
             identity: options.tls.identity.or(file.tls.cert.zip(file.tls.key)),
         };
+        let token = options
+            .token
+            .or_else(|| env.get(TOKEN_VARIABLE).map(str::to_owned));
+        config.bearer = weft_proto::transport::Bearer::new(token.as_deref())?;
         if let Some(slots) = options.slots {
             config.slots = slots.max(1);
         }

@@ -60,6 +60,11 @@ struct Args {
     /// A client certificate (PEM) for mutual TLS, with --key.
     #[arg(long, env = "WEFT_CERT", requires = "key")]
     cert: Option<PathBuf>,
+    /// The `worker` token to join with, for a coordinator that requires
+    /// identities (prefer WEFT_WORKER_TOKEN: a flag is visible to other
+    /// users in the process list).
+    #[arg(long, env = "WEFT_WORKER_TOKEN", hide_env_values = true)]
+    token: Option<String>,
     /// The client certificate's private key (PEM).
     #[arg(long, env = "WEFT_KEY", requires = "cert")]
     key: Option<PathBuf>,
@@ -80,6 +85,7 @@ async fn main() -> ExitCode {
             ca: args.ca,
             identity: args.cert.zip(args.key),
         },
+        token: args.token,
     };
     let env = weft_worker::Environment::of_process();
     let config = match weft_worker::WorkerConfig::load(options, &env) {

@@ -26,26 +26,7 @@ pub enum SecretError {
     Unset(String),
 }
 
-/// Why a secrets file cannot be read.
-#[derive(Debug, thiserror::Error)]
-pub enum SecretsFileError {
-    /// The file cannot be read.
-    #[error("cannot read secrets file {path}: {source}")]
-    Read {
-        /// The file.
-        path: String,
-        /// Why.
-        source: std::io::Error,
-    },
-    /// A line that is not `NAME=value`.
-    #[error("secrets file {path}, line {line}: expected NAME=value")]
-    Malformed {
-        /// The file.
-        path: String,
-        /// 1-based line number (the line itself is not shown: it may hold a value).
-        line: usize,
-    },
-}
+pub use weft_process::SecretsFileError;
 
 /// The secrets a worker can substitute.
 #[derive(Clone, Default)]
@@ -70,33 +51,9 @@ impl Secrets {
         }
     }
 
-    /// Reads a secrets file: `NAME=value` lines; blank lines and lines
-    /// starting with `#` are skipped; the value is the rest of the line.
+    /// Reads a secrets file (see [`weft_process::read_secrets_file`]).
     pub fn read_file(path: &Path) -> Result<Vec<(String, String)>, SecretsFileError> {
-        let shown = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|source| SecretsFileError::Read {
-            path: shown.clone(),
-            source,
-        })?;
-        let mut pairs = Vec::new();
-        for (index, line) in text.lines().enumerate() {
-            let trimmed = line.trim_start();
-            if trimmed.is_empty() || trimmed.starts_with('#') {
-                continue;
-            }
-            match trimmed.split_once('=') {
-                Some((name, value)) if is_name(name.trim()) => {
-                    pairs.push((name.trim().to_owned(), value.to_owned()));
-                }
-                _ => {
-                    return Err(SecretsFileError::Malformed {
-                        path: shown,
-                        line: index + 1,
-                    });
-                }
-            }
-        }
-        Ok(pairs)
+        weft_process::read_secrets_file(path)
     }
 
     /// `text` with every `${NAME}` replaced; the values used are added to
@@ -141,11 +98,7 @@ fn reference(text: &str) -> Option<&str> {
 }
 
 fn is_name(name: &str) -> bool {
-    let mut chars = name.chars();
-    chars
-        .next()
-        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
-        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+    weft_process::is_secret_name(name)
 }
 
 /// The secret values one attempt substituted, to mask in what it reports.
@@ -231,23 +184,5 @@ mod tests {
             "${x:-default} ${1} no ${closing $"
         );
         assert_eq!(used.redact("s3cret"), "s3cret", "nothing was substituted");
-    }
-
-    #[test]
-    fn a_secrets_file_is_name_value_lines() {
-        let path = std::env::temp_dir().join(format!("weft-secrets-{}", std::process::id()));
-        std::fs::write(&path, "# tokens\n\nAPI_KEY=a=b c\n  OTHER = x\n").unwrap();
-        let pairs = Secrets::read_file(&path).unwrap();
-        assert_eq!(
-            pairs,
-            [
-                ("API_KEY".to_owned(), "a=b c".to_owned()),
-                ("OTHER".to_owned(), " x".to_owned())
-            ]
-        );
-        std::fs::write(&path, "API_KEY=1\nnot a pair\n").unwrap();
-        let error = Secrets::read_file(&path).unwrap_err().to_string();
-        assert!(error.ends_with("line 2: expected NAME=value"), "{error}");
-        std::fs::remove_file(&path).ok();
     }
 }

@@ -135,6 +135,9 @@ fn info_fallback(run_id: &str) -> weft_client::RunInfo {
         unhosted: Vec::new(),
         children: Vec::new(),
         event_count: 0,
+        namespace: String::new(),
+        submitted_by: String::new(),
+        answers: Vec::new(),
     }
 }
 
@@ -301,15 +304,28 @@ pub fn set_tls(tls: weft_client::ClientTls) {
     let _ = TLS.set(tls);
 }
 
+/// The token this invocation presents to coordinators (`--token`,
+/// `WEFT_TOKEN`), set once from the command line.
+static TOKEN: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+
+/// Sets the token every connection to a coordinator presents.
+pub fn set_token(token: Option<String>) {
+    let _ = TOKEN.set(token);
+}
+
 /// The coordinator this invocation talks to, for explaining failures.
 static CONNECTED: std::sync::OnceLock<String> = std::sync::OnceLock::new();
 
 async fn remote(url: &str) -> Result<Client, u8> {
     let _ = CONNECTED.set(url.to_owned());
     let tls = TLS.get().cloned().unwrap_or_default();
-    Client::connect_with(url, &tls)
+    let client = Client::connect_with(url, &tls)
         .await
-        .map_err(|error| report(&error))
+        .map_err(|error| report(&error))?;
+    match TOKEN.get().and_then(Option::as_deref) {
+        Some(token) => client.with_token(token).map_err(|error| report(&error)),
+        None => Ok(client),
+    }
 }
 
 fn report(error: &ClientError) -> u8 {
@@ -326,6 +342,7 @@ fn report(error: &ClientError) -> u8 {
         ClientError::Unreachable { .. } => exit::UNREACHABLE,
         ClientError::Invalid(_) | ClientError::Bundle(_) => exit::INVALID,
         ClientError::Refused(_) | ClientError::Decode(_) => exit::FAILED,
+        ClientError::Unauthenticated(_) | ClientError::PermissionDenied(_) => exit::DENIED,
     }
 }
 

@@ -19,4 +19,6 @@ pub mod exit {
     pub const WAITING: u8 = 3;
     /// The coordinator cannot be reached.
     pub const UNREACHABLE: u8 = 4;
+    /// The coordinator refused the identity or its role (SPEC 11).
+    pub const DENIED: u8 = 5;
 }

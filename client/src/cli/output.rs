@@ -84,6 +84,9 @@ pub fn show(info: &RunInfo, json: bool) -> u8 {
                 child.node
             );
         }
+        for answer in &info.answers {
+            err!("  {}: {}", answer.node, answer.describe());
+        }
         out!(
             "{}",
             serde_json::to_string_pretty(&info.state).unwrap_or_default()

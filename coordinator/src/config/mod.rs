@@ -8,8 +8,10 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+mod identities;
 mod store;
 mod tls;
+use identities::{CertificateEntry, IdentityParts, TokenEntry};
 pub use store::StoreConfig;
 use store::StoreLayer;
 use tls::{TlsLayer, TlsParts};
@@ -59,6 +61,11 @@ pub struct CoordinatorConfig {
     pub telemetry: weft_process::TelemetryConfig,
     /// TLS on both listeners (`[tls]`); `None`: plaintext.
     pub tls: Option<crate::tls::TlsFiles>,
+    /// Who may call (`[[tokens]]`, `[[certificates]]`); empty: anyone.
+    pub identities: crate::auth::Identities,
+    /// Serve on a non-loopback address without TLS or identities
+    /// (`insecure`, `WEFT_INSECURE`, `--insecure`), with a warning.
+    pub insecure: bool,
 }
 
 /// How long ended runs are kept: the newest `count` of them, each for at
@@ -101,6 +108,8 @@ impl Default for CoordinatorConfig {
             store: StoreConfig::default(),
             telemetry: weft_process::TelemetryConfig::default(),
             tls: None,
+            identities: crate::auth::Identities::default(),
+            insecure: false,
         }
     }
 }
@@ -143,6 +152,10 @@ struct Layer {
     store: Option<StoreLayer>,
     telemetry: Option<TelemetryLayer>,
     tls: Option<TlsLayer>,
+    insecure: Option<bool>,
+    secrets_file: Option<PathBuf>,
+    tokens: Option<Vec<TokenEntry>>,
+    certificates: Option<Vec<CertificateEntry>>,
 }
 
 /// Why a configuration was refused.
@@ -183,6 +196,8 @@ pub struct Overrides {
     pub metrics_listen: Option<String>,
     /// `--data-dir`.
     pub data_dir: Option<PathBuf>,
+    /// `--insecure`.
+    pub insecure: bool,
 }
 
 impl CoordinatorConfig {
@@ -198,6 +213,7 @@ impl CoordinatorConfig {
     ) -> Result<Self, ConfigError> {
         let mut config = Self::default();
         let mut tls = TlsParts::default();
+        let mut identities = IdentityParts::default();
         if let Some(path) = file {
             let shown = path.display().to_string();
             let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
@@ -208,10 +224,16 @@ impl CoordinatorConfig {
                 path: shown,
                 message: error.message().to_owned(),
             })?;
+            let dir = path.parent().unwrap_or(std::path::Path::new("."));
             if let Some(files) = layer.tls.take() {
-                let dir = path.parent().unwrap_or(std::path::Path::new("."));
                 tls.apply(files.relative_to(dir));
             }
+            identities = IdentityParts::from_file(
+                layer.tokens.take(),
+                layer.certificates.take(),
+                layer.secrets_file.take(),
+                dir,
+            );
             config.apply(layer)?;
         }
         let number = |key: &str| -> Result<Option<u64>, ConfigError> {
@@ -257,6 +279,12 @@ impl CoordinatorConfig {
             retain_finished_hours: number("WEFT_RETAIN_FINISHED_HOURS")?,
             telemetry: None, // OTEL_* are read when the binary starts
             tls: None,       // WEFT_TLS_* are read below
+            insecure: env("WEFT_INSECURE")
+                .map(|text| parse_bool("WEFT_INSECURE", &text))
+                .transpose()?,
+            secrets_file: None, // WEFT_SECRETS_FILE is read with the tokens
+            tokens: None,
+            certificates: None,
             store: Some(StoreLayer {
                 etcd: env("WEFT_ETCD").map(|list| {
                     list.split(',')
@@ -273,12 +301,15 @@ impl CoordinatorConfig {
             listen: flags.listen.clone(),
             metrics_listen: flags.metrics_listen.clone(),
             data_dir: flags.data_dir.clone(),
+            insecure: flags.insecure.then_some(true),
             ..Layer::default()
         })?;
         if let Some(layer) = TlsLayer::from_env(&env) {
             tls.apply(layer);
         }
         config.check_tls(tls)?;
+        let client_ca = config.tls.as_ref().is_some_and(|t| t.client_ca.is_some());
+        config.identities = identities.resolve(&env, client_ca)?;
         config.check()?;
         Ok(config)
     }
@@ -310,6 +341,9 @@ impl CoordinatorConfig {
         }
         if let Some(dir) = layer.data_dir {
             self.data_dir = dir;
+        }
+        if let Some(insecure) = layer.insecure {
+            self.insecure = insecure;
         }
         if let Some(ms) = layer.heartbeat_interval_ms {
             self.heartbeat_interval = Duration::from_millis(ms);
@@ -417,6 +451,7 @@ impl CoordinatorConfig {
             }
         }
         self.check_store()?;
+        self.check_exposure()?;
         // A request carries the bundle, the input and framing in one message.
         if self.max_bundle_bytes.saturating_add(self.max_input_bytes)
             > weft_proto::MAX_MESSAGE_BYTES
@@ -427,6 +462,18 @@ impl CoordinatorConfig {
             ));
         }
         Ok(())
+    }
+}
+
+/// `true`/`false` (or `1`/`0`) from a variable.
+fn parse_bool(key: &str, text: &str) -> Result<bool, ConfigError> {
+    match text.trim() {
+        "true" | "1" => Ok(true),
+        "false" | "0" | "" => Ok(false),
+        other => Err(ConfigError::Invalid {
+            key: key.to_owned(),
+            reason: format!("'{other}' is not true or false"),
+        }),
     }
 }
 

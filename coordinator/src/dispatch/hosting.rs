@@ -18,11 +18,25 @@ pub struct Hosting {
 
 impl Fleet {
     /// What `graph` (its nodes bound as `bindings`) needs that no connected
-    /// worker hosts.
-    pub fn hosting(&self, graph: &Graph, bindings: &[Option<NodeBinding>]) -> Hosting {
+    /// worker that may run `namespace`'s tasks hosts.
+    pub fn hosting(
+        &self,
+        graph: &Graph,
+        bindings: &[Option<NodeBinding>],
+        namespace: &str,
+    ) -> Hosting {
+        let serving = Fleet {
+            workers: self
+                .workers
+                .iter()
+                .filter(|w| w.info.serves(namespace))
+                .cloned()
+                .collect(),
+            functions_ever: self.functions_ever.clone(),
+        };
         Hosting {
-            gaps: unhosted(graph, bindings, self),
-            untils: unhosted_untils(graph, self),
+            gaps: unhosted(graph, bindings, &serving),
+            untils: unhosted_untils(graph, &serving),
         }
     }
 }

@@ -193,6 +193,7 @@ impl TaskLauncher for InProcessLauncher {
                 job: JobKey::Task(task.key),
                 node: task.node.clone(),
                 requirement,
+                namespace: None,
             });
             return;
         };

@@ -35,6 +35,8 @@ pub struct JobSpec<T> {
     pub label: String,
     /// What a worker must host to take it.
     pub requirement: Requirement,
+    /// The namespace of its run: only workers that serve it take it.
+    pub namespace: std::sync::Arc<str>,
     /// The job's own time budget, enforced by the worker; the coordinator
     /// gives up after this plus [`Limits::grace`].
     pub timeout: Duration,
@@ -64,6 +66,8 @@ pub enum Decision<T> {
         label: String,
         /// What nobody hosts.
         requirement: Requirement,
+        /// Set when workers host it but none serves this namespace.
+        namespace: Option<std::sync::Arc<str>>,
     },
     /// A job its run was told nobody hosted is placed after all.
     Hosted {

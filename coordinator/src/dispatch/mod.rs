@@ -56,6 +56,18 @@ pub struct WorkerInfo {
     pub functions: Vec<String>,
     /// Registered tools agents may call.
     pub tools: Vec<String>,
+    /// The namespaces whose tasks it may run (its identity's `namespaces`);
+    /// `None`: every namespace's.
+    pub namespaces: Option<Vec<String>>,
+}
+
+impl WorkerInfo {
+    /// Whether it may run the tasks of runs of `namespace`.
+    pub fn serves(&self, namespace: &str) -> bool {
+        self.namespaces
+            .as_ref()
+            .is_none_or(|list| list.iter().any(|n| n == namespace))
+    }
 }
 
 /// What a task needs from a worker.
@@ -124,6 +136,8 @@ pub struct BlobRef {
 pub struct Assignment {
     /// The run.
     pub run_id: RunId,
+    /// The run's namespace: only workers that serve it take the task.
+    pub namespace: Arc<str>,
     /// The attempt's key within the run.
     pub key: TaskKey,
     /// The key of the task's first attempt (this one's, for a first
@@ -174,6 +188,8 @@ pub struct StateField {
 pub struct FunctionCall {
     /// The run.
     pub run_id: RunId,
+    /// The run's namespace: only workers that serve it take the call.
+    pub namespace: Arc<str>,
     /// The call's key within the run.
     pub call: u64,
     /// The function's registered name.
@@ -258,6 +274,9 @@ pub enum DispatchEvent {
         node: NodeId,
         /// What nobody hosts.
         requirement: Requirement,
+        /// Set when workers host it but none may run this namespace's
+        /// tasks.
+        namespace: Option<Arc<str>>,
     },
     /// A task or call reported unhosted found a worker.
     TaskHosted {

@@ -64,6 +64,7 @@ enum Place {
 struct Job<T> {
     label: String,
     requirement: Requirement,
+    namespace: std::sync::Arc<str>,
     timeout: Duration,
     payload: T,
     place: Place,
@@ -165,6 +166,7 @@ impl<T> Registry<T> {
             id,
             label,
             requirement,
+            namespace,
             timeout,
             payload,
             lineage,
@@ -176,6 +178,7 @@ impl<T> Registry<T> {
         let mut job = Job {
             label,
             requirement,
+            namespace,
             timeout,
             payload,
             place: Place::Queued,
@@ -184,12 +187,13 @@ impl<T> Registry<T> {
             unhosted_reported: false,
         };
         let mut decisions = Vec::new();
-        if !self.hosted(&job.requirement) {
+        if !hosted_among(&self.workers, &job) {
             job.unhosted_reported = true;
             decisions.push(Decision::Unhosted {
                 job: id.clone(),
                 label: job.label.clone(),
                 requirement: job.requirement.clone(),
+                namespace: namespace_only(&self.workers, &job),
             });
         }
         self.queue_of(&job.requirement).push_back(id.clone());
@@ -222,7 +226,7 @@ impl<T> Registry<T> {
             let Some(job) = self.jobs.get(&id) else {
                 continue;
             };
-            match self.pick(&job.requirement) {
+            match self.pick(job) {
                 Some(worker) => self.start(id, worker, now, &mut decisions),
                 None => skipped.push_back(id),
             }
@@ -235,7 +239,7 @@ impl<T> Registry<T> {
             let Some(job) = self.jobs.get(&id) else {
                 continue;
             };
-            match self.pick(&job.requirement) {
+            match self.pick(job) {
                 Some(worker) => self.start(id, worker, now, &mut decisions),
                 None => waiting.push_back(id),
             }
@@ -353,17 +357,12 @@ impl<T> Registry<T> {
         for job in self.jobs.values() {
             if matches!(job.place, Place::Queued) {
                 load.queued += 1;
-                if !self.hosted(&job.requirement) {
+                if !hosted_among(&self.workers, job) {
                     load.unhosted += 1;
                 }
             }
         }
         load
-    }
-
-    /// Whether a worker that takes jobs hosts `requirement`.
-    fn hosted(&self, requirement: &Requirement) -> bool {
-        hosted_among(&self.workers, requirement)
     }
 
     fn queue_of(&mut self, requirement: &Requirement) -> &mut VecDeque<JobId> {
@@ -374,9 +373,10 @@ impl<T> Registry<T> {
         }
     }
 
-    /// The least loaded worker that takes jobs, hosts `requirement` and,
-    /// for a task, has a free slot.
-    fn pick(&self, requirement: &Requirement) -> Option<WorkerId> {
+    /// The least loaded worker that takes jobs, hosts what `job` needs,
+    /// serves its namespace and, for a task, has a free slot.
+    fn pick(&self, job: &Job<T>) -> Option<WorkerId> {
+        let requirement = &job.requirement;
         let slot = requirement.takes_slot();
         self.workers
             .iter()
@@ -386,6 +386,7 @@ impl<T> Registry<T> {
                 } else {
                     w.accepting()
                 }) && requirement.hosted_by(&w.info)
+                    && w.info.serves(&job.namespace)
             })
             .min_by(|(ia, a), (ib, b)| {
                 // in_flight / slots, compared without division.
@@ -465,13 +466,14 @@ impl<T> Registry<T> {
         for (id, job) in &mut self.jobs {
             if matches!(job.place, Place::Queued)
                 && !job.unhosted_reported
-                && !hosted_among(&self.workers, &job.requirement)
+                && !hosted_among(&self.workers, job)
             {
                 job.unhosted_reported = true;
                 decisions.push(Decision::Unhosted {
                     job: id.clone(),
                     label: job.label.clone(),
                     requirement: job.requirement.clone(),
+                    namespace: namespace_only(&self.workers, job),
                 });
             }
         }
@@ -500,12 +502,24 @@ impl<T> Registry<T> {
     }
 }
 
-/// Whether a worker that is not draining hosts `requirement` (jammed ones
-/// count: a jam passes).
-fn hosted_among(workers: &BTreeMap<WorkerId, Worker>, requirement: &Requirement) -> bool {
+/// Whether a worker that is not draining hosts what `job` needs and
+/// serves its namespace (jammed ones count: a jam passes).
+fn hosted_among<T>(workers: &BTreeMap<WorkerId, Worker>, job: &Job<T>) -> bool {
     workers
         .values()
-        .any(|w| !w.draining && requirement.hosted_by(&w.info))
+        .any(|w| !w.draining && job.requirement.hosted_by(&w.info) && w.info.serves(&job.namespace))
+}
+
+/// The job's namespace, when workers host what it needs but none of them
+/// may run that namespace's tasks: then that is why it waits.
+fn namespace_only<T>(
+    workers: &BTreeMap<WorkerId, Worker>,
+    job: &Job<T>,
+) -> Option<std::sync::Arc<str>> {
+    let hosted = workers
+        .values()
+        .any(|w| !w.draining && job.requirement.hosted_by(&w.info));
+    hosted.then(|| job.namespace.clone())
 }
 
 #[path = "registry_liveness.rs"]

@@ -24,6 +24,7 @@ fn worker(name: &str, slots: u32, handlers: &[&str]) -> WorkerInfo {
 
 fn task(key: TaskKey) -> JobSpec<TaskKey> {
     JobSpec {
+        namespace: "default".into(),
         id: id(key),
         label: format!("node{key}"),
         requirement: Requirement::Kind(WorkerKind::Script),
@@ -175,6 +176,7 @@ fn the_workers_lost_count_across_a_tasks_attempts() {
     let mut reg = registry();
     // A first attempt is its own lineage.
     reg.submit(JobSpec {
+        namespace: "default".into(),
         lineage: Some(id(1)),
         ..task(1)
     });
@@ -187,6 +189,7 @@ fn the_workers_lost_count_across_a_tasks_attempts() {
     reg.place(now);
     assert!(reg.finish(second, &id(1), now).is_some());
     reg.submit(JobSpec {
+        namespace: "default".into(),
         lineage: Some(id(1)),
         ..task(2)
     });
@@ -206,6 +209,7 @@ fn the_workers_lost_count_across_a_tasks_attempts() {
     // lineage once its run is forgotten.
     reg.forget_run(&RunId::from("run"));
     reg.submit(JobSpec {
+        namespace: "default".into(),
         lineage: Some(id(1)),
         ..task(3)
     });
@@ -359,6 +363,7 @@ fn calls_take_no_slot_and_time_out() {
     let a = reg.join(worker("a", 1, &[]), start);
     reg.submit(task(1));
     reg.submit(JobSpec {
+        namespace: "default".into(),
         id: JobId {
             run: RunId::from("run"),
             key: JobKey::Call(7),

@@ -75,6 +75,7 @@ mod tests {
 
     pub(crate) fn task(fields: Vec<StateField>) -> Assignment {
         Assignment {
+            namespace: "default".into(),
             run_id: RunId::from("r"),
             key: 1,
             first_key: 1,

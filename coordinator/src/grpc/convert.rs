@@ -58,6 +58,17 @@ pub fn run_info(view: RunView, with_state: bool) -> pb::RunInfo {
                 run_id: run_id.into(),
             })
             .collect(),
+        namespace: view.owner.namespace,
+        submitted_by: view.owner.submitted_by,
+        answers: view
+            .answers
+            .into_iter()
+            .map(|a| pb::Answer {
+                node: a.node,
+                by: a.by,
+                approved: a.approved,
+            })
+            .collect(),
     }
 }
 
@@ -94,6 +105,8 @@ pub fn worker_info(hello: pb::Hello) -> WorkerInfo {
         handlers: hello.handlers,
         functions: hello.functions,
         tools: hello.tools,
+        // Set from the worker's identity, not from what it says.
+        namespaces: None,
     }
 }
 

@@ -14,6 +14,7 @@ pub use worker_service::WorkerApi;
 
 use tonic::Status;
 
+use crate::auth::Principal;
 use crate::bundle::BundleError;
 use crate::run::{Rejected, RunRequestError};
 use crate::runs::SubmitError;
@@ -36,9 +37,22 @@ impl From<RunRequestError> for Status {
             RunRequestError::Rejected(Rejected::BadAnswer { .. }) => {
                 Status::invalid_argument(error.to_string())
             }
+            RunRequestError::Rejected(Rejected::NotApprover { .. }) => {
+                crate::auth::layer::refused("approver");
+                Status::permission_denied(error.to_string())
+            }
             RunRequestError::Rejected(_) => Status::failed_precondition(error.to_string()),
         }
     }
+}
+
+/// The identity the auth layer admitted the request with.
+fn principal<T>(request: &tonic::Request<T>) -> Result<Principal, Status> {
+    request
+        .extensions()
+        .get::<Principal>()
+        .cloned()
+        .ok_or_else(|| Status::unauthenticated("the request carries no identity"))
 }
 
 fn unknown_run(id: &str) -> Status {

@@ -8,8 +8,9 @@ use tonic::{Request, Response, Status};
 use weft_proto::v1 as pb;
 use weft_proto::v1::run_service_server::RunService;
 
-use super::{convert, unknown_run};
-use crate::run::HumanAnswer;
+use super::{convert, principal, unknown_run};
+use crate::auth::Identity;
+use crate::run::{Caller, HumanAnswer, Owner};
 use crate::runs::Runs;
 use crate::term::Services;
 
@@ -34,8 +35,15 @@ impl RunApi {
         }
     }
 
-    fn run(&self, id: &str) -> Result<crate::run::RunHandle, Status> {
-        self.runs.get(id).ok_or_else(|| unknown_run(id))
+    /// Run `id`, if the caller may see it: a run of another namespace is
+    /// as unknown as one that does not exist (its existence is not told).
+    fn run(&self, caller: &Identity, id: &str) -> Result<crate::run::RunHandle, Status> {
+        let handle = self.runs.get(id).ok_or_else(|| unknown_run(id))?;
+        if !caller.sees(handle.namespace()) {
+            crate::auth::layer::refused("namespace");
+            return Err(unknown_run(id));
+        }
+        Ok(handle)
     }
 }
 
@@ -47,10 +55,15 @@ impl RunService for RunApi {
         &self,
         request: Request<pb::SubmitRequest>,
     ) -> Result<Response<pb::SubmitResponse>, Status> {
+        let caller = principal(&request)?;
         let request = request.into_inner();
         let bundle = convert::bundle(request.bundle, self.max_bundle_bytes)
             .map_err(crate::runs::SubmitError::from)?;
-        let (run_id, warnings) = self.runs.submit(bundle, &request.input_json).await?;
+        let owner = Owner {
+            namespace: caller.namespace.clone(),
+            submitted_by: caller.name.clone(),
+        };
+        let (run_id, warnings) = self.runs.submit(bundle, &request.input_json, owner).await?;
         Ok(Response::new(pb::SubmitResponse {
             run_id: run_id.to_string(),
             warnings,
@@ -73,8 +86,9 @@ impl RunService for RunApi {
         &self,
         request: Request<pb::GetRunRequest>,
     ) -> Result<Response<pb::RunInfo>, Status> {
+        let caller = principal(&request)?;
         let request = request.into_inner();
-        let view = self.run(&request.run_id)?.get().await?;
+        let view = self.run(&caller, &request.run_id)?.get().await?;
         Ok(Response::new(convert::run_info(view, !request.omit_state)))
     }
 
@@ -82,13 +96,15 @@ impl RunService for RunApi {
         &self,
         request: Request<pb::ListRunsRequest>,
     ) -> Result<Response<pb::ListRunsResponse>, Status> {
+        let caller = principal(&request)?;
         let request = request.into_inner();
         let limit = match request.limit {
             0 => 100,
             n => n.min(1000) as usize,
         };
         let after = (!request.after.is_empty()).then_some(request.after.as_str());
-        let (handles, more) = self.runs.page(limit, after).await;
+        let visible = |handle: &crate::run::RunHandle| caller.sees(handle.namespace());
+        let (handles, more) = self.runs.page(limit, after, visible).await;
         let mut runs = Vec::with_capacity(handles.len());
         for handle in &handles {
             runs.push(convert::run_info(handle.get().await?, false));
@@ -106,8 +122,9 @@ impl RunService for RunApi {
         &self,
         request: Request<pb::WatchRunRequest>,
     ) -> Result<Response<EventStream>, Status> {
+        let caller = principal(&request)?;
         let request = request.into_inner();
-        let handle = self.run(&request.run_id)?;
+        let handle = self.run(&caller, &request.run_id)?;
         let (past, live) = handle.watch(request.from).await?;
         // The log is whole: a watcher that falls behind the live feed reads
         // what it missed from the log and carries on, so no event is lost.
@@ -169,14 +186,20 @@ impl RunService for RunApi {
         &self,
         request: Request<pb::ResumeRequest>,
     ) -> Result<Response<pb::RunInfo>, Status> {
+        let caller = principal(&request)?;
         let request = request.into_inner();
         // A value that is not JSON is taken as a string (SPEC section 12).
         let value =
             serde_json::from_str(&request.value_json).unwrap_or(Value::String(request.value_json));
         let comment = (!request.comment.is_empty()).then_some(request.comment);
+        let by = Some(Caller {
+            name: caller.name.clone(),
+            role: caller.role.as_str().to_owned(),
+        });
+        let answer = HumanAnswer { value, comment, by };
         let view = self
-            .run(&request.run_id)?
-            .resume(request.node, HumanAnswer { value, comment })
+            .run(&caller, &request.run_id)?
+            .resume(request.node, answer)
             .await?;
         Ok(Response::new(convert::run_info(view, true)))
     }
@@ -185,7 +208,9 @@ impl RunService for RunApi {
         &self,
         request: Request<pb::CancelRequest>,
     ) -> Result<Response<pb::RunInfo>, Status> {
-        let view = self.run(&request.into_inner().run_id)?.cancel().await?;
+        let caller = principal(&request)?;
+        let handle = self.run(&caller, &request.into_inner().run_id)?;
+        let view = handle.cancel(Some(caller.name.clone())).await?;
         Ok(Response::new(convert::run_info(view, true)))
     }
 
@@ -193,7 +218,9 @@ impl RunService for RunApi {
         &self,
         request: Request<pb::RetryRequest>,
     ) -> Result<Response<pb::RunInfo>, Status> {
-        let view = self.run(&request.into_inner().run_id)?.retry().await?;
+        let caller = principal(&request)?;
+        let handle = self.run(&caller, &request.into_inner().run_id)?;
+        let view = handle.retry(Some(caller.name.clone())).await?;
         Ok(Response::new(convert::run_info(view, true)))
     }
 }

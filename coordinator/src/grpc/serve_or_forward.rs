@@ -20,6 +20,7 @@ use weft_proto::{FORWARDED_METADATA, LEADER_METADATA, MAX_MESSAGE_BYTES};
 use super::run_service::EventStream;
 use super::worker_service::OutStream;
 use super::{RunApi, WorkerApi};
+use crate::auth::Principal;
 use crate::term::{Role, Services};
 
 /// A term's services, unless this leader's lease may have lapsed.
@@ -66,6 +67,8 @@ pub struct FrontRuns {
     leader: Arc<Mutex<Option<Forwarding>>>,
     /// Where relays of the leader's event streams run.
     tracker: TaskTracker,
+    /// Requests must carry an identity (so forwarded ones their token).
+    identities_required: bool,
 }
 
 /// A leader's URL and a client of it.
@@ -79,12 +82,17 @@ enum Route {
 
 impl FrontRuns {
     /// Serves by `role`; relays of the leader's event streams run on
-    /// `tracker`.
-    pub fn new(role: watch::Receiver<Role>, tracker: TaskTracker) -> Self {
+    /// `tracker`; `identities_required`: requests carry an identity.
+    pub fn new(
+        role: watch::Receiver<Role>,
+        tracker: TaskTracker,
+        identities_required: bool,
+    ) -> Self {
         Self {
             role,
             leader: Arc::default(),
             tracker,
+            identities_required,
         }
     }
 
@@ -164,14 +172,51 @@ impl FrontRuns {
     }
 }
 
-/// The request as sent on to the leader, marked so it is not sent further.
-fn forwarded<T>(request: Request<T>) -> Request<T> {
-    let mut onward = Request::new(request.into_inner());
-    onward.metadata_mut().insert(
-        FORWARDED_METADATA,
-        tonic::metadata::MetadataValue::from_static("1"),
-    );
-    onward
+/// Who made a request, as the leader is to learn it: the bearer token it
+/// carried (the leader checks it again), or nothing when it carried none.
+#[derive(Clone)]
+struct Credentials {
+    principal: Option<Principal>,
+    authorization: Option<tonic::metadata::MetadataValue<tonic::metadata::Ascii>>,
+}
+
+impl Credentials {
+    fn of<T>(request: &Request<T>) -> Self {
+        Self {
+            principal: request.extensions().get::<Principal>().cloned(),
+            authorization: request.metadata().get("authorization").cloned(),
+        }
+    }
+
+    /// `message` as a request served here, with its caller.
+    fn local<T>(&self, message: T) -> Request<T> {
+        let mut request = Request::new(message);
+        if let Some(principal) = &self.principal {
+            request.extensions_mut().insert(principal.clone());
+        }
+        request
+    }
+
+    /// `message` as sent on to the leader, with the caller's token, and
+    /// marked so it is not sent further. A caller named by its client
+    /// certificate alone cannot be vouched for to the leader: it is told
+    /// to call the leader itself.
+    fn onward<T>(&self, message: T, required: bool, leader: &str) -> Result<Request<T>, Status> {
+        if required && self.authorization.is_none() {
+            return Err(Status::failed_precondition(format!(
+                "this coordinator stands by and forwards requests to the leader at {leader} with their token; a client identified by its certificate alone must call the leader itself"
+            )));
+        }
+        let mut onward = Request::new(message);
+        onward.metadata_mut().insert(
+            FORWARDED_METADATA,
+            tonic::metadata::MetadataValue::from_static("1"),
+        );
+        if let Some(token) = &self.authorization {
+            onward.metadata_mut().insert("authorization", token.clone());
+        }
+        Ok(onward)
+    }
 }
 
 /// Unary methods, each served locally or forwarded; written out in the
@@ -196,14 +241,20 @@ macro_rules! routed {
         {
             Box::pin(async move {
                 let forwarded_in = request.metadata().contains_key(FORWARDED_METADATA);
+                let credentials = Credentials::of(&request);
                 let message = request.into_inner();
                 let deadline = tokio::time::Instant::now() + ELECTION_PATIENCE;
                 loop {
                     let changed = self.role_changed();
                     let (status, unreached) = match self.route(forwarded_in) {
-                        Ok(Route::Local(api)) => return api.$method(Request::new(message)).await,
+                        Ok(Route::Local(api)) => return api.$method(credentials.local(message)).await,
                         Ok(Route::Forward(mut client, leader)) => {
-                            let call = client.$method(forwarded(Request::new(message.clone())));
+                            let onward = credentials.onward(
+                                message.clone(),
+                                self.identities_required,
+                                &leader,
+                            )?;
+                            let call = client.$method(onward);
                             match self.forward(&leader, call).await {
                                 Ok(response) => return Ok(response),
                                 Err(failed) => failed,
@@ -250,7 +301,10 @@ impl RunService for FrontRuns {
             Route::Local(api) => api.watch_run(request).await,
             Route::Forward(mut client, leader) => {
                 let changed = self.role_changed();
-                let call = client.watch_run(forwarded(request));
+                let credentials = Credentials::of(&request);
+                let onward =
+                    credentials.onward(request.into_inner(), self.identities_required, &leader)?;
+                let call = client.watch_run(onward);
                 let events = self
                     .forward(&leader, call)
                     .await

@@ -89,6 +89,7 @@ impl WorkerService for WorkerApi {
         &self,
         request: Request<Streaming<pb::WorkerMessage>>,
     ) -> Result<Response<OutStream>, Status> {
+        let caller = super::principal(&request)?;
         let mut inbound = request.into_inner();
         let hello = match inbound.next().await {
             Some(Ok(pb::WorkerMessage {
@@ -115,9 +116,12 @@ impl WorkerService for WorkerApi {
         }
         let (work, mut work_rx) = mpsc::channel(WORK_QUEUE);
         let (control, mut control_rx) = mpsc::channel(CONTROL_QUEUE);
+        let mut info = convert::worker_info(hello);
+        // A worker's identity may restrict it to some namespaces' tasks.
+        info.namespaces = caller.worker_namespaces.clone();
         let worker = self
             .dispatcher
-            .join(convert::worker_info(hello), WorkerLink { work, control })
+            .join(info, WorkerLink { work, control })
             .await
             .map_err(|e| Status::unavailable(e.to_string()))?;
         self.tracker

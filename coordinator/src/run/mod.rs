@@ -18,4 +18,7 @@ pub use actor::{
 };
 pub use machine::events::*;
 pub use machine::merge;
-pub use machine::{NodeStatus, Progress, ProgressMismatch, Query, RunLimits, RunMachine, RunPlan};
+pub use machine::{
+    Answered, Caller, NodeStatus, Owner, Progress, ProgressMismatch, Query, RunLimits, RunMachine,
+    RunPlan,
+};

@@ -13,21 +13,24 @@ use crate::bundle::{Bundle, Family};
 use crate::dispatch::{BlobRef, TaskLauncher};
 use crate::durable::journal::Journal;
 use crate::graph::{Finding, Graph};
-use crate::run::{RunError, RunMachine, RunPlan, RunSetup, Start, spawn_run};
+use crate::run::{Owner, RunError, RunMachine, RunPlan, RunSetup, Start, spawn_run};
 
 impl Runs {
-    /// Starts a run; returns its id and the warnings to show the submitter.
+    /// Starts a run for `owner` (its namespace and submitter); returns its
+    /// id and the warnings to show the submitter.
     pub async fn submit(
         &self,
         bundle: Bundle,
         input_json: &str,
+        owner: Owner,
     ) -> Result<(RunId, Vec<String>), SubmitError> {
         // Before the graph is parsed: an input too large is refused as that.
         self.check_input_size(input_json)?;
         let (graph, findings) = bundle.load_graph()?;
         let family = Arc::new(bundle.check_family(&graph)?);
         let warnings = findings.iter().map(Finding::to_string).collect();
-        self.admit(bundle, Arc::new(graph), family, input_json, warnings, None)
+        let graph = Arc::new(graph);
+        self.admit(bundle, graph, family, input_json, warnings, owner, None)
             .await
     }
 
@@ -46,6 +49,7 @@ impl Runs {
     /// Starts a run of `graph` (parsed and validated, the graphs it embeds
     /// in `family`); `warnings` so far; its trace hangs under the span
     /// `trace_parent` names, if any (a subgraph node's child run).
+    #[allow(clippy::too_many_arguments)]
     pub(super) async fn admit(
         &self,
         bundle: Bundle,
@@ -53,6 +57,7 @@ impl Runs {
         family: Arc<Family>,
         input_json: &str,
         mut warnings: Vec<String>,
+        owner: Owner,
         trace_parent: Option<String>,
     ) -> Result<(RunId, Vec<String>), SubmitError> {
         let input = parse_input(input_json)?;
@@ -67,18 +72,20 @@ impl Runs {
         })?;
         let top_level = trace_parent.is_none();
         machine.set_trace_parent(trace_parent);
-        let hosting = self
-            .dispatcher
-            .snapshot()
-            .await
-            .hosting(plan.graph(), plan.bindings());
+        let namespace = owner.namespace.clone();
+        machine.set_owner(owner.clone());
+        let hosting =
+            self.dispatcher
+                .snapshot()
+                .await
+                .hosting(plan.graph(), plan.bindings(), &namespace);
         warnings.extend(
             hosting
                 .admit(self.fixed_workers)
                 .map_err(SubmitError::Unhostable)?,
         );
         let lease = self.blobs.add_bundle(&bundle);
-        let children = self.children_of(&plan, &bundle, family);
+        let children = self.children_of(&plan, &bundle, family, owner);
         let refs = bundle_refs(&bundle);
         let id = RunId::from(format!("run-{}", uuid::Uuid::now_v7().simple()));
         // A top-level run's trace gets its root once the run is accepted; a

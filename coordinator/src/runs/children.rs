@@ -8,7 +8,7 @@ use serde_json::{Map, Value};
 
 use super::Runs;
 use crate::bundle::{Bundle, Family};
-use crate::run::{ChildError, ChildRuns, Pending, RunHandle, RunId, RunPlan, RunStatus};
+use crate::run::{ChildError, ChildRuns, Owner, Pending, RunHandle, RunId, RunPlan, RunStatus};
 
 /// How long a restored parent waits for its child to be restored too.
 const FIND_CHILD_PATIENCE: std::time::Duration = std::time::Duration::from_secs(30);
@@ -19,6 +19,8 @@ struct RunChildren {
     bundle: Arc<Bundle>,
     /// The graphs of the whole tree, parsed at the top run's submission.
     family: Arc<Family>,
+    /// The parent's owner, which its children share.
+    owner: Owner,
 }
 
 impl ChildRuns for RunChildren {
@@ -29,6 +31,7 @@ impl ChildRuns for RunChildren {
         traceparent: String,
     ) -> Pending<Result<RunId, ChildError>> {
         let (runs, bundle, family) = (self.runs.clone(), self.bundle.clone(), self.family.clone());
+        let owner = self.owner.clone();
         Box::pin(async move {
             let path = bundle
                 .resolve(&graph)
@@ -58,6 +61,7 @@ impl ChildRuns for RunChildren {
                     family,
                     &input_json,
                     Vec::new(),
+                    owner,
                     Some(traceparent),
                 )
                 .await
@@ -95,7 +99,7 @@ impl ChildRuns for RunChildren {
         for run_id in run_ids {
             if let Some(handle) = self.runs.get(&run_id) {
                 self.runs.tracker.spawn(async move {
-                    let _ = handle.cancel().await;
+                    let _ = handle.cancel(None).await;
                 });
             }
         }
@@ -103,13 +107,14 @@ impl ChildRuns for RunChildren {
 }
 
 impl Runs {
-    /// What a run of `plan` needs to run its subgraph nodes' child runs;
-    /// `None` without any.
+    /// What a run of `plan` (owned by `owner`) needs to run its subgraph
+    /// nodes' child runs; `None` without any.
     pub(super) fn children_of(
         &self,
         plan: &RunPlan,
         bundle: &Bundle,
         family: Arc<Family>,
+        owner: Owner,
     ) -> Option<Arc<dyn ChildRuns>> {
         let embeds = plan
             .graph()
@@ -121,6 +126,7 @@ impl Runs {
                 runs: self.clone(),
                 bundle: Arc::new(bundle.clone()),
                 family,
+                owner,
             };
             Arc::new(children) as Arc<dyn ChildRuns>
         })

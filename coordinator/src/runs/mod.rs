@@ -141,21 +141,26 @@ impl Runs {
     }
 
     /// Up to `limit` runs, newest first, starting after run `after` (or
-    /// with the newest); and whether older runs remain.
-    pub async fn page(&self, limit: usize, after: Option<&str>) -> (Vec<RunHandle>, bool) {
+    /// with the newest), of the runs `visible` lets through; and whether
+    /// older such runs remain.
+    pub async fn page(
+        &self,
+        limit: usize,
+        after: Option<&str>,
+        visible: impl Fn(&RunHandle) -> bool,
+    ) -> (Vec<RunHandle>, bool) {
         self.evict().await;
         let inner = self.inner.read().unwrap_or_else(|e| e.into_inner());
         let newest_first = inner.order.iter().rev();
-        let mut rest: Box<dyn Iterator<Item = &RunId>> = match after {
+        let rest: Box<dyn Iterator<Item = &RunId>> = match after {
             Some(after) => Box::new(newest_first.skip_while(move |id| &***id != after).skip(1)),
             None => Box::new(newest_first),
         };
-        let page: Vec<RunHandle> = rest
-            .by_ref()
-            .take(limit)
-            .filter_map(|id| inner.by_id.get(id).cloned())
-            .collect();
-        (page, rest.next().is_some())
+        let mut shown = rest
+            .filter_map(|id| inner.by_id.get(id))
+            .filter(|handle| visible(handle));
+        let page: Vec<RunHandle> = shown.by_ref().take(limit).cloned().collect();
+        (page, shown.next().is_some())
     }
 }
 

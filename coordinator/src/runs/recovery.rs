@@ -53,7 +53,8 @@ impl Runs {
         let plan = RunPlan::new(Arc::new(graph), self.limits.clone());
         let machine = RunMachine::restore(plan.clone(), run.progress)?;
         let family = run.bundle.check_family(plan.graph())?;
-        let children = self.children_of(&plan, &run.bundle, Arc::new(family));
+        let owner = machine.owner().clone();
+        let children = self.children_of(&plan, &run.bundle, Arc::new(family), owner);
         let journal = Journal::start(
             keeper.clone(),
             run.id.clone(),

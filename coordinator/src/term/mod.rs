@@ -154,13 +154,15 @@ mod tests {
         let keeper = Keeper::new(store.clone(), Some(fence), deposed.clone());
         let (term, tracker) = (CancellationToken::new(), TaskTracker::new());
         let (runs, _, _) = start_runs(&CoordinatorConfig::default(), keeper, &term, &tracker);
-        let refused = runs.submit(bundle, "{}").await;
+        let refused = runs
+            .submit(bundle, "{}", crate::run::Owner::default())
+            .await;
         assert!(
             matches!(refused, Err(crate::runs::SubmitError::Store(_))),
             "{refused:?}"
         );
         assert!(
-            runs.page(10, None).await.0.is_empty(),
+            runs.page(10, None, |_| true).await.0.is_empty(),
             "nothing was started"
         );
         assert!(deposed.is_cancelled(), "the fenced write ends the term");

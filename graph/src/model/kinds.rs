@@ -1,6 +1,7 @@
 //! Node kinds and the fields each takes (SPEC section 4).
 
 use super::NodeIdx;
+use crate::approvers::Approver;
 use crate::cel::CelExpr;
 use crate::expr::Template;
 use crate::python::{Code, PyDef, PyFunction};
@@ -31,6 +32,8 @@ pub enum NodeKind {
         prompt: Option<Template>,
         /// Field that receives `true`/`false`.
         output_key: String,
+        /// Who may answer (empty: anyone whose role may resume runs).
+        approvers: Vec<Approver>,
     },
     /// A pause for a value.
     Input {
@@ -40,6 +43,8 @@ pub enum NodeKind {
         output_key: String,
         /// JSON Schema the answer must satisfy.
         schema: Option<Schema>,
+        /// Who may answer (empty: anyone whose role may resume runs).
+        approvers: Vec<Approver>,
     },
     /// Dynamic fan-out over a list.
     Map(Box<MapConfig>),

@@ -198,6 +198,26 @@ pub enum RunEvent {
     InputReceived {
         /// Node id.
         node: NodeId,
+        /// Who answered (a token's name or a certificate's subject).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        by: Option<String>,
+    },
+    /// The run was accepted: its first event.
+    RunSubmitted {
+        /// Who submitted it (for a child run, its parent's submitter).
+        by: String,
+        /// The namespace it belongs to.
+        namespace: String,
+    },
+    /// `retry` started the failed wave again.
+    RunRetried {
+        /// Who asked.
+        by: String,
+    },
+    /// `cancel` was asked; `RunFinished` follows.
+    CancelRequested {
+        /// Who asked.
+        by: String,
     },
     /// The run ended.
     RunFinished {
@@ -229,6 +249,9 @@ impl RunEvent {
             Self::TaskUnhosted { .. } => "task_unhosted",
             Self::WaitingForInput { .. } => "waiting_for_input",
             Self::InputReceived { .. } => "input_received",
+            Self::RunSubmitted { .. } => "run_submitted",
+            Self::RunRetried { .. } => "run_retried",
+            Self::CancelRequested { .. } => "cancel_requested",
             Self::RunFinished { .. } => "run_finished",
         }
     }

@@ -160,9 +160,15 @@ pub fn event_to_wire(seq: u64, at_unix_ms: i64, event: &RunEvent) -> pb::RunEven
                 prompt,
             })
         }
-        RunEvent::InputReceived { node } => {
-            E::InputReceived(pb::InputReceived { node: node.into() })
+        RunEvent::InputReceived { node, by } => E::InputReceived(pb::InputReceived {
+            node: node.into(),
+            by: by.unwrap_or_default(),
+        }),
+        RunEvent::RunSubmitted { by, namespace } => {
+            E::RunSubmitted(pb::RunSubmitted { by, namespace })
         }
+        RunEvent::RunRetried { by } => E::RunRetried(pb::RunRetried { by }),
+        RunEvent::CancelRequested { by } => E::CancelRequested(pb::CancelRequested { by }),
         RunEvent::RunFinished { status, error } => E::RunFinished(pb::RunFinished {
             status: status_to_wire(status) as i32,
             error: error.map(error_to_wire),
@@ -284,7 +290,14 @@ pub fn event_from_wire(event: pb::RunEvent) -> Option<RunEvent> {
         },
         E::InputReceived(e) => RunEvent::InputReceived {
             node: e.node.into(),
+            by: (!e.by.is_empty()).then_some(e.by),
         },
+        E::RunSubmitted(e) => RunEvent::RunSubmitted {
+            by: e.by,
+            namespace: e.namespace,
+        },
+        E::RunRetried(e) => RunEvent::RunRetried { by: e.by },
+        E::CancelRequested(e) => RunEvent::CancelRequested { by: e.by },
         E::RunFinished(e) => RunEvent::RunFinished {
             status: status_from_wire(e.status),
             error: e.error.map(error_from_wire),
@@ -381,7 +394,20 @@ mod tests {
                 kind: "approval".into(),
                 prompt: "Ship?".into(),
             },
-            RunEvent::InputReceived { node: "ok".into() },
+            RunEvent::InputReceived {
+                node: "ok".into(),
+                by: Some("alice".into()),
+            },
+            RunEvent::InputReceived {
+                node: "ok".into(),
+                by: None,
+            },
+            RunEvent::RunSubmitted {
+                by: "ci".into(),
+                namespace: "team-a".into(),
+            },
+            RunEvent::RunRetried { by: "ops".into() },
+            RunEvent::CancelRequested { by: "ops".into() },
             RunEvent::RunFinished {
                 status: RunStatus::Failed,
                 error: Some(ErrorInfo {

@@ -20,6 +20,9 @@ struct Pki {
     server_key: PathBuf,
     client_cert: PathBuf,
     client_key: PathBuf,
+    /// A person's client certificate (subject `alice`).
+    alice_cert: PathBuf,
+    alice_key: PathBuf,
 }
 
 fn pki(dir: &Path, name: &str) -> Pki {
@@ -44,6 +47,12 @@ fn pki(dir: &Path, name: &str) -> Pki {
         .distinguished_name
         .push(DnType::CommonName, format!("worker-{name}"));
     let client = client_params.signed_by(&client_key, &issuer).unwrap();
+    let alice_key = KeyPair::generate().unwrap();
+    let mut alice_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    alice_params
+        .distinguished_name
+        .push(DnType::CommonName, "alice");
+    let alice = alice_params.signed_by(&alice_key, &issuer).unwrap();
 
     let write = |file: &str, text: String| {
         let path = dir.join(format!("{name}-{file}"));
@@ -56,6 +65,8 @@ fn pki(dir: &Path, name: &str) -> Pki {
         server_key: write("server.key", server_key.serialize_pem()),
         client_cert: write("client.pem", client.pem()),
         client_key: write("client.key", client_key.serialize_pem()),
+        alice_cert: write("alice.pem", alice.pem()),
+        alice_key: write("alice.key", alice_key.serialize_pem()),
     }
 }
 
@@ -70,12 +81,19 @@ fn scratch(test: &str) -> PathBuf {
 /// (and requires nothing of clients unless `client_ca`), its workers
 /// trusting `pki`'s CA.
 fn tls_cluster(pki: &Pki, client_ca: bool) -> anyhow::Result<TestCluster> {
+    // With client certificates, `alice`'s is an operator's.
+    let config = pki.ca.with_file_name("coordinator.toml");
+    std::fs::write(
+        &config,
+        "[[certificates]]\nsubject = \"alice\"\nrole = \"operator\"\n",
+    )?;
     let mut env = vec![
         ("WEFT_TLS_CERT", pki.server_cert.to_str().unwrap()),
         ("WEFT_TLS_KEY", pki.server_key.to_str().unwrap()),
         ("WEFT_CA", pki.ca.to_str().unwrap()),
     ];
     if client_ca {
+        env.push(("WEFT_CONFIG", config.to_str().unwrap()));
         env.push(("WEFT_TLS_CLIENT_CA", pki.ca.to_str().unwrap()));
         env.push(("WEFT_CERT", pki.client_cert.to_str().unwrap()));
         env.push(("WEFT_KEY", pki.client_key.to_str().unwrap()));
@@ -222,16 +240,44 @@ async fn with_a_client_ca_a_certificate_of_another_ca_is_refused() -> anyhow::Re
             "runs",
         ])
     };
-    let accepted = with(&good.client_cert, &good.client_key);
-    assert!(accepted.status.success(), "{}", stderr(&accepted));
+    // The worker joined with its certificate alone. A certificate no
+    // [[certificates]] entry names is a worker's: it cannot list runs.
+    let as_worker = with(&good.client_cert, &good.client_key);
+    assert_eq!(as_worker.status.code(), Some(5), "{}", stderr(&as_worker));
+    assert!(
+        stderr(&as_worker).contains("'worker-good' has the role worker; ListRuns needs"),
+        "{}",
+        stderr(&as_worker)
+    );
+    // alice's certificate is an operator's: she runs a graph.
+    let (alice_cert, alice_key) = (
+        good.alice_cert.to_str().unwrap(),
+        good.alice_key.to_str().unwrap(),
+    );
+    let run = weft(&[
+        "--coordinator",
+        &url,
+        "--ca",
+        ca,
+        "--cert",
+        alice_cert,
+        "--key",
+        alice_key,
+        "run",
+        "examples/critique-loop.yaml",
+        "--input",
+        r#"{"topic": "mTLS"}"#,
+    ]);
+    assert!(run.status.success(), "{}", stderr(&run));
     let refused = with(&other.client_cert, &other.client_key);
     assert!(
         !refused.status.success(),
         "a certificate of another CA was let in"
     );
-    // A client without a certificate is let through (it may carry a token).
+    // Without a certificate or a token, nothing is let through.
     let out = weft(&["--coordinator", &url, "--ca", ca, "runs"]);
-    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(out.status.code(), Some(5), "{}", stderr(&out));
+    assert!(stderr(&out).contains("unauthenticated"), "{}", stderr(&out));
     let _ = std::fs::remove_dir_all(&dir);
     Ok(())
 }

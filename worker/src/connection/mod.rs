@@ -23,8 +23,8 @@ use weft_proto::RunId;
 use tokio::sync::mpsc;
 use tokio_stream::StreamExt;
 use tokio_stream::wrappers::ReceiverStream;
-use tonic::transport::Channel;
 use tracing::info;
+use weft_proto::transport::Authorized;
 use weft_proto::types::WorkerKind;
 use weft_proto::v1 as pb;
 use weft_proto::v1::worker_service_client::WorkerServiceClient;
@@ -165,7 +165,7 @@ pub(crate) struct Connection {
     outbound: mpsc::Sender<Outbound>,
     /// Running attempts' teammate messages, merged into the same stream.
     team_sends: mpsc::Sender<TeamSend>,
-    client: WorkerServiceClient<Channel>,
+    client: WorkerServiceClient<Authorized>,
 }
 
 /// Connects to the coordinator — at `redirect` when a standby named it,
@@ -191,7 +191,7 @@ pub(crate) async fn open(
         Ok(channel) => channel,
         Err(error) => return Ok(Err(Ending::Lost(Lost::Connect(error)))),
     };
-    let client = WorkerServiceClient::new(channel)
+    let client = WorkerServiceClient::with_interceptor(channel, config.bearer.clone())
         .max_decoding_message_size(weft_proto::MAX_MESSAGE_BYTES)
         .max_encoding_message_size(weft_proto::MAX_MESSAGE_BYTES);
     let url = endpoint.uri().to_string();
@@ -207,7 +207,7 @@ pub(crate) async fn open(
 /// Opens the stream with the hello first and waits for the welcome.
 async fn handshake(
     config: &WorkerConfig,
-    mut client: WorkerServiceClient<Channel>,
+    mut client: WorkerServiceClient<Authorized>,
     hello: Hello,
 ) -> Result<Result<(Connection, Welcome), Ending>, WorkerError> {
     let (outbound, rx) = mpsc::channel::<Outbound>(OUTBOUND_QUEUE);
@@ -224,8 +224,13 @@ async fn handshake(
     let mut inbound = match client.join(first.chain(rest.merge(sends))).await {
         Ok(response) => response.into_inner(),
         Err(status)
-            if status.code() == tonic::Code::FailedPrecondition
-                || status.code() == tonic::Code::InvalidArgument =>
+            if matches!(
+                status.code(),
+                tonic::Code::FailedPrecondition
+                    | tonic::Code::InvalidArgument
+                    | tonic::Code::Unauthenticated
+                    | tonic::Code::PermissionDenied
+            ) =>
         {
             return Err(WorkerError::Refused(status.message().to_owned()));
         }
@@ -315,7 +320,7 @@ impl Connection {
 
 /// The coordinator's store of bundle files, fetched by content hash.
 struct CoordinatorBlobs {
-    client: WorkerServiceClient<Channel>,
+    client: WorkerServiceClient<Authorized>,
 }
 
 /// The coordinator's answer to a failed fetch.

@@ -260,6 +260,7 @@ impl Dispatcher {
                 },
                 label: task.node.clone().into(),
                 requirement,
+                namespace: task.namespace.clone(),
                 timeout: task.timeout,
                 lineage: Some(JobId {
                     run: task.run_id.clone(),
@@ -291,6 +292,7 @@ impl Dispatcher {
                         Some(_) => Requirement::Python,
                         None => Requirement::Function(call.name.clone()),
                     },
+                    namespace: call.namespace.clone(),
                     timeout: call.timeout,
                     lineage: None,
                     payload: Order {
@@ -410,12 +412,14 @@ impl Dispatcher {
                     job,
                     label,
                     requirement,
+                    namespace,
                 } => {
                     if let Some(order) = self.registry.payload(&job) {
                         let _ = order.sink.send(DispatchEvent::TaskUnhosted {
                             job: job.key,
                             node: label.into(),
                             requirement,
+                            namespace,
                         });
                     }
                 }

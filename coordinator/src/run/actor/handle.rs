@@ -40,6 +40,10 @@ pub struct RunView {
     pub unhosted: Vec<UnhostedWait>,
     /// The child runs its subgraph nodes started: (node, run id).
     pub children: Vec<(NodeId, RunId)>,
+    /// Its namespace and submitter.
+    pub owner: crate::run::Owner,
+    /// Who answered its human nodes.
+    pub answers: Vec<crate::run::Answered>,
 }
 
 /// Tasks of one node waiting for a worker that hosts what they need.
@@ -80,6 +84,8 @@ pub struct FinishedRun {
 #[derive(Clone)]
 pub struct RunHandle {
     id: RunId,
+    /// The namespace the run belongs to (fixed at submission).
+    namespace: Arc<str>,
     liveness: Arc<RwLock<Liveness>>,
 }
 
@@ -90,13 +96,22 @@ impl std::fmt::Debug for RunHandle {
 }
 
 impl RunHandle {
-    pub(super) fn new(id: RunId, liveness: Arc<RwLock<Liveness>>) -> Self {
-        Self { id, liveness }
+    pub(super) fn new(id: RunId, namespace: &str, liveness: Arc<RwLock<Liveness>>) -> Self {
+        Self {
+            id,
+            namespace: namespace.into(),
+            liveness,
+        }
     }
 
     /// The run id.
     pub fn id(&self) -> &RunId {
         &self.id
+    }
+
+    /// The namespace the run belongs to.
+    pub fn namespace(&self) -> &str {
+        &self.namespace
     }
 
     /// The record of the run if it has ended.
@@ -170,22 +185,22 @@ impl RunHandle {
         self.act(Input::Answered { node, answer }).await
     }
 
-    /// Cancels the run.
-    pub async fn cancel(&self) -> Result<RunView, RunRequestError> {
+    /// Cancels the run; `by`: who asked.
+    pub async fn cancel(&self, by: Option<String>) -> Result<RunView, RunRequestError> {
         if self.finished().is_some() {
             return Err(Rejected::Ended.into());
         }
-        self.act(Input::Cancel).await
+        self.act(Input::Cancel { by }).await
     }
 
     /// Retries a failed run from the wave that failed: its actor starts
-    /// again from the record.
-    pub async fn retry(&self) -> Result<RunView, RunRequestError> {
+    /// again from the record; `by`: who asked.
+    pub async fn retry(&self, by: Option<String>) -> Result<RunView, RunRequestError> {
         let Some(record) = self.finished() else {
             // A live run is not a failed one; the machine says so.
-            return self.act(Input::RetryRun).await;
+            return self.act(Input::RetryRun { by }).await;
         };
-        revive(&record, &self.liveness)?;
+        revive(&record, &self.liveness, by)?;
         self.get().await
     }
 

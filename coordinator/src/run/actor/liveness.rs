@@ -35,17 +35,20 @@ pub(super) enum Liveness {
 pub fn spawn_run(setup: RunSetup) -> RunHandle {
     let (tx, rx) = command_channel();
     let id = setup.id.clone();
+    let namespace = setup.machine.owner().namespace.clone();
     let me = tx.downgrade();
     let liveness = Arc::new(RwLock::new(Liveness::Live(tx)));
     start_actor(setup, (rx, me), liveness.clone());
-    RunHandle::new(id, liveness)
+    RunHandle::new(id, &namespace, liveness)
 }
 
 /// Starts the actor of the failed run `record` again, from the wave that
-/// failed (`weft retry`); the run is live again once this returns.
+/// failed (`weft retry`, asked by `by`); the run is live again once this
+/// returns.
 pub(super) fn revive(
     record: &FinishedRun,
     liveness: &Arc<RwLock<Liveness>>,
+    by: Option<String>,
 ) -> Result<(), Rejected> {
     let mut setup = record
         .revival
@@ -53,6 +56,7 @@ pub(super) fn revive(
         .unwrap_or_else(|e| e.into_inner())
         .take()
         .ok_or(Rejected::NotRetryable(record.view.status))?;
+    setup.start = super::Start::Retry { by };
     setup.history = Some(History {
         log: record.log.clone(),
         created_unix_ms: record.view.created_unix_ms,

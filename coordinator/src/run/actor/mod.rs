@@ -81,12 +81,15 @@ pub struct RunSetup {
 }
 
 /// How a run's actor begins.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Start {
     /// A new run: its first wave starts.
     New,
     /// A failed run revived by `retry`: the failed wave runs again.
-    Retry,
+    Retry {
+        /// Who asked.
+        by: Option<String>,
+    },
     /// A run restored from the store by a new coordinator: what was out is
     /// sent again ([`RunMachine::resume`]).
     Recover,
@@ -104,7 +107,7 @@ pub struct History {
 /// sender its child runs report through); when the run ends it leaves its
 /// record in `liveness`.
 fn start_actor(
-    setup: RunSetup,
+    mut setup: RunSetup,
     (commands, me): (mpsc::Receiver<Command>, mpsc::WeakSender<Command>),
     liveness: Arc<RwLock<Liveness>>,
 ) {
@@ -113,7 +116,7 @@ fn start_actor(
     let (live, _) = broadcast::channel(LIVE_BUFFER);
     let mut fields = FieldTable::default();
     fields.refresh(setup.machine.state(), setup.machine.state().keys());
-    let start = setup.start;
+    let start = std::mem::replace(&mut setup.start, Start::New);
     let (log, created_unix_ms) = setup
         .history
         .map_or_else(|| (Vec::new(), now_ms()), |h| (h.log, h.created_unix_ms));
@@ -130,6 +133,7 @@ fn start_actor(
     );
     let actor = RunActor {
         id: setup.id,
+        namespace: setup.machine.owner().namespace.as_str().into(),
         plan: setup.plan,
         machine: setup.machine,
         bundle: setup.bundle,
@@ -171,6 +175,8 @@ pub(super) struct RunActor {
     children: ChildLink,
     children_started: Vec<(NodeId, RunId)>,
     id: RunId,
+    /// The run's namespace, which its tasks carry to the dispatcher.
+    namespace: Arc<str>,
     plan: Arc<RunPlan>,
     machine: RunMachine,
     bundle: Arc<Vec<BlobRef>>,
@@ -246,7 +252,7 @@ impl RunActor {
                 self.perform(effects);
                 self.count_status(None);
             }
-            Start::Retry => self.input(Input::RetryRun),
+            Start::Retry { by } => self.input(Input::RetryRun { by }),
             Start::Recover => {
                 let effects = self.machine.resume();
                 self.perform(effects);
@@ -315,7 +321,7 @@ impl RunActor {
             shutdown: self.shutdown,
             tracker: self.tracker,
             history: None,
-            start: Start::Retry,
+            start: Start::Retry { by: None },
             journal: self.journal,
             admitted: None,
             lease: self.lease,
@@ -510,6 +516,8 @@ impl RunActor {
             created_unix_ms: self.created_unix_ms,
             unhosted: self.waits_for(),
             children: self.children_started.clone(),
+            owner: self.machine.owner().clone(),
+            answers: self.machine.answers().to_vec(),
         }
     }
 

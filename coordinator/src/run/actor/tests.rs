@@ -100,7 +100,11 @@ nodes:
         "node_finished",
         "state_changed",
     ];
-    assert_eq!(kinds, [&wave[..], &wave[..], &["run_finished"]].concat());
+    let submitted = ["run_submitted"];
+    assert_eq!(
+        kinds,
+        [&submitted[..], &wave[..], &wave[..], &["run_finished"]].concat()
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -150,7 +154,7 @@ nodes:
     });
     let run = start(yaml, json!({}), &launcher);
     let key = started.recv().await.expect("the task started");
-    let view = run.cancel().await.unwrap();
+    let view = run.cancel(None).await.unwrap();
     assert_eq!(view.status, RunStatus::Cancelled);
     assert!(
         launcher.launched().contains(&Launched::Cancel(vec![key])),
@@ -187,5 +191,5 @@ nodes:
             tasks: 1,
         }]
     );
-    run.cancel().await.unwrap();
+    run.cancel(None).await.unwrap();
 }

@@ -52,6 +52,7 @@ impl RunActor {
     pub(super) fn judge(&self, call: u64, sentence: String, iteration: Value) {
         let call = FunctionCall {
             run_id: self.id.clone(),
+            namespace: self.namespace.clone(),
             call,
             name: sentence,
             args: vec![iteration],
@@ -100,8 +101,14 @@ impl RunActor {
                 job,
                 node,
                 requirement,
+                namespace,
             } => {
-                let needs = requirement.to_string();
+                let needs = match namespace {
+                    Some(namespace) => {
+                        format!("{requirement} on a worker allowed to run namespace '{namespace}'")
+                    }
+                    None => requirement.to_string(),
+                };
                 self.unhosted.insert(job, (node.clone(), needs.clone()));
                 self.input(Input::TaskUnhosted { node, needs });
             }
@@ -142,6 +149,7 @@ impl RunActor {
         let scope_json = Value::Object(spec.scope).to_string();
         let task = Assignment {
             run_id: self.id.clone(),
+            namespace: self.namespace.clone(),
             key: spec.key,
             first_key: spec.first_key.unwrap_or(spec.key),
             node: spec.node.into(),
@@ -178,6 +186,7 @@ impl RunActor {
         };
         let call = FunctionCall {
             run_id: self.id.clone(),
+            namespace: self.namespace.clone(),
             call,
             name,
             args,

@@ -147,6 +147,10 @@ pub struct HumanAnswer {
     pub value: Value,
     /// Optional comment.
     pub comment: Option<String>,
+    /// Who answers; checked against the node's `approvers:` (`None`: the
+    /// coordinator itself, in tests and tools, which no `approvers:`
+    /// admits).
+    pub by: Option<super::Caller>,
 }
 
 /// Everything that can happen to a run.
@@ -207,16 +211,22 @@ pub enum Input {
         /// The child's state, or its error.
         result: Result<Map<String, Value>, ChildError>,
     },
-    /// Stop the run.
-    Cancel,
+    /// Stop the run; `by`: who asked (recorded in the events).
+    Cancel {
+        /// Who asked.
+        by: Option<String>,
+    },
     /// The run's deadline passed; `waiting` says what for, when the run
     /// was waiting for a worker that hosts some of its work.
     DeadlinePassed {
         /// E.g. "node 'bump' needs handler 'increment'".
         waiting: Option<String>,
     },
-    /// Re-run a failed run from the wave that failed.
-    RetryRun,
+    /// Re-run a failed run from the wave that failed; `by`: who asked.
+    RetryRun {
+        /// Who asked.
+        by: Option<String>,
+    },
     /// The run recorded as many events as it may (`max_events`).
     EventLimit {
         /// The limit.
@@ -562,6 +572,16 @@ pub enum Rejected {
     /// The run has ended.
     #[error("the run has already ended")]
     Ended,
+    /// The caller is not among the node's `approvers:`.
+    #[error("{who} is not among the approvers of node '{node}' ({approvers})")]
+    NotApprover {
+        /// The node.
+        node: String,
+        /// Who tried, quoted (or "nobody named").
+        who: String,
+        /// The node's `approvers:`, as written.
+        approvers: String,
+    },
 }
 
 #[cfg(test)]

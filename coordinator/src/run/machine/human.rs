@@ -26,6 +26,7 @@ impl RunMachine {
             return Err(Rejected::NotWaiting(node_id.to_owned()));
         }
         let node = self.graph().node(idx).clone();
+        check_approvers(&node, answer.by.as_ref())?;
         let s0 = self.wave_s0();
         let bad = |reason: &dyn std::fmt::Display| Rejected::BadAnswer {
             node: node_id.to_owned(),
@@ -46,9 +47,24 @@ impl RunMachine {
             true,
         )
         .map_err(|e| bad(&e))?;
+        let by = answer.by.as_ref().map(|caller| caller.name.clone());
         fx.push(Effect::Emit(RunEvent::InputReceived {
             node: node_id.to_owned().into(),
+            by: by.clone(),
         }));
+        if let Some(by) = by {
+            let approved = match &node.kind {
+                crate::graph::NodeKind::Approval { output_key, .. } => {
+                    writes.get(output_key).and_then(serde_json::Value::as_bool)
+                }
+                _ => None,
+            };
+            self.record_answer(Answered {
+                node: node_id.to_owned(),
+                by,
+                approved,
+            });
+        }
         self.set_member(
             idx,
             Member::Succeeded {
@@ -60,4 +76,31 @@ impl RunMachine {
         self.maybe_finish_wave(fx);
         Ok(())
     }
+}
+
+/// Refuses an answer from anyone not among the node's `approvers:`.
+fn check_approvers(node: &crate::graph::Node, by: Option<&Caller>) -> Result<(), Rejected> {
+    use crate::graph::NodeKind;
+    let (NodeKind::Approval { approvers, .. } | NodeKind::Input { approvers, .. }) = &node.kind
+    else {
+        return Ok(());
+    };
+    if approvers.is_empty()
+        || by.is_some_and(|caller| {
+            approvers
+                .iter()
+                .any(|a| a.admits(&caller.name, &caller.role))
+        })
+    {
+        return Ok(());
+    }
+    let listed: Vec<String> = approvers.iter().map(ToString::to_string).collect();
+    Err(Rejected::NotApprover {
+        node: node.id.clone(),
+        who: by.map_or_else(
+            || "an unnamed caller".to_owned(),
+            |c| format!("'{}'", c.name),
+        ),
+        approvers: listed.join(", "),
+    })
 }

@@ -32,6 +32,7 @@ mod tasks;
 mod team_messages;
 mod wave;
 mod waves;
+mod who;
 
 #[cfg(test)]
 mod tests;
@@ -43,6 +44,7 @@ pub use self::plan::RunPlan;
 pub use self::routing::Query;
 use self::task_table::{TaskRef, TaskTable};
 use self::wave::{Member, Phase, Wave};
+pub use self::who::{Answered, Caller, Owner};
 use crate::graph::{Condition, Graph, Guard, NodeIdx};
 
 /// Where a node stands in the current iteration of the run.
@@ -99,6 +101,12 @@ pub struct Progress {
     /// node, W3C `traceparent`); `None` for a run of its own.
     #[serde(default)]
     trace_parent: Option<String>,
+    /// The run's namespace and submitter.
+    #[serde(default)]
+    owner: Owner,
+    /// Who answered each human node.
+    #[serde(default)]
+    answers: Vec<Answered>,
 }
 
 impl crate::durable::restore::Progress for Progress {
@@ -186,6 +194,8 @@ impl RunMachine {
             next_call: 1,
             failed_wave: Vec::new(),
             trace_parent: None,
+            owner: Owner::default(),
+            answers: Vec::new(),
         };
         Ok(Self { plan, run })
     }
@@ -236,9 +246,13 @@ impl RunMachine {
         Ok(Self { plan, run })
     }
 
-    /// Starts the first wave.
+    /// Records who submitted the run, then starts the first wave.
     pub fn start(&mut self) -> Vec<Effect> {
-        let mut fx = Vec::new();
+        let owner = &self.run.owner;
+        let mut fx = vec![Effect::Emit(RunEvent::RunSubmitted {
+            by: owner.submitted_by.clone(),
+            namespace: owner.namespace.clone(),
+        })];
         self.advance(&mut fx);
         fx
     }
@@ -321,11 +335,19 @@ impl RunMachine {
             Input::CallReturned { call, result } => self.call_returned(call, result, &mut fx),
             Input::ChildStarted { node, run_id } => self.child_started(&node, run_id, &mut fx),
             Input::ChildEnded { node, result } => self.child_ended(&node, result, &mut fx),
-            Input::Cancel => self.stop(RunStatus::Cancelled, RunError::Cancelled, &mut fx)?,
+            Input::Cancel { by } => {
+                if self.run.status.is_terminal() {
+                    return Err(Rejected::Ended);
+                }
+                if let Some(by) = by {
+                    fx.push(Effect::Emit(RunEvent::CancelRequested { by }));
+                }
+                self.stop(RunStatus::Cancelled, RunError::Cancelled, &mut fx)?;
+            }
             Input::DeadlinePassed { waiting } => {
                 self.stop(RunStatus::Failed, RunError::RunTimeout { waiting }, &mut fx)?
             }
-            Input::RetryRun => self.retry_run(&mut fx)?,
+            Input::RetryRun { by } => self.retry_run(by, &mut fx)?,
             Input::TeamSend {
                 key,
                 send_id,
@@ -377,9 +399,12 @@ impl RunMachine {
         self.run.status == RunStatus::Failed && !self.run.failed_wave.is_empty()
     }
 
-    fn retry_run(&mut self, fx: &mut Vec<Effect>) -> Result<(), Rejected> {
+    fn retry_run(&mut self, by: Option<String>, fx: &mut Vec<Effect>) -> Result<(), Rejected> {
         if self.run.status != RunStatus::Failed || self.run.failed_wave.is_empty() {
             return Err(Rejected::NotRetryable(self.run.status));
+        }
+        if let Some(by) = by {
+            fx.push(Effect::Emit(RunEvent::RunRetried { by }));
         }
         self.run.status = RunStatus::Running;
         self.run.error = None;

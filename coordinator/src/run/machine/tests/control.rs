@@ -93,7 +93,7 @@ fn failed_run_retries_from_the_wave_that_failed() {
         .run();
     assert_eq!(h.status(), RunStatus::Failed);
     assert_eq!(h.state(), json!({"a": 1}));
-    h.send(Input::RetryRun).unwrap();
+    h.send(Input::RetryRun { by: None }).unwrap();
     assert_eq!(h.status(), RunStatus::Completed);
     assert_eq!(h.state(), json!({"a": 1, "b": 2}));
     assert_eq!(h.runs_of("a"), 1);
@@ -196,6 +196,7 @@ fn approval_pauses_then_resumes_on_approve() {
     let answer = HumanAnswer {
         value: json!("approve"),
         comment: Some("ship it".into()),
+        by: None,
     };
     h.send(Input::Answered {
         node: "approve".into(),
@@ -215,6 +216,7 @@ fn approval_reject_takes_the_other_edge_and_bad_answers_change_nothing() {
     let bad = HumanAnswer {
         value: json!("maybe"),
         comment: None,
+        by: None,
     };
     let error = h
         .send(Input::Answered {
@@ -229,6 +231,7 @@ fn approval_reject_takes_the_other_edge_and_bad_answers_change_nothing() {
         answer: HumanAnswer {
             value: json!(1),
             comment: None,
+            by: None,
         },
     });
     assert_eq!(error, Err(Rejected::NotWaiting("publish".into())));
@@ -237,6 +240,7 @@ fn approval_reject_takes_the_other_edge_and_bad_answers_change_nothing() {
         answer: HumanAnswer {
             value: json!("reject"),
             comment: None,
+            by: None,
         },
     })
     .unwrap();
@@ -258,6 +262,7 @@ nodes:
         answer: HumanAnswer {
             value: json!("lots"),
             comment: None,
+            by: None,
         },
     });
     assert!(matches!(error, Err(Rejected::BadAnswer { .. })));
@@ -266,6 +271,7 @@ nodes:
         answer: HumanAnswer {
             value: json!(3),
             comment: None,
+            by: None,
         },
     })
     .unwrap();
@@ -286,7 +292,7 @@ fn cancel_stops_in_flight_tasks_and_keeps_the_state() {
         })
         .collect();
     assert_eq!(keys.len(), 2);
-    let effects = machine.apply(Input::Cancel).unwrap();
+    let effects = machine.apply(Input::Cancel { by: None }).unwrap();
     assert!(effects.contains(&Effect::CancelTasks(keys.clone())));
     assert_eq!(machine.status(), RunStatus::Cancelled);
     assert_eq!(machine.error(), Some(&RunError::Cancelled));
@@ -444,6 +450,7 @@ nodes:
     let approve = || HumanAnswer {
         value: json!("approve"),
         comment: None,
+        by: None,
     };
     h.send(Input::Answered {
         node: "legal".into(),

@@ -29,7 +29,7 @@ fn retry_succeeds_and_a_late_result_of_the_old_attempt_is_ignored() {
         .unwrap();
     assert!(effects.is_empty());
     assert!(
-        h.send(Input::Cancel).is_err(),
+        h.send(Input::Cancel { by: None }).is_err(),
         "a completed run cannot be cancelled"
     );
 }

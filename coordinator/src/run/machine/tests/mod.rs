@@ -11,6 +11,7 @@ mod restore;
 mod semantics;
 mod subgraphs;
 mod teammates;
+mod who;
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;

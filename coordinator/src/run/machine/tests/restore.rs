@@ -231,7 +231,7 @@ nodes:
                 ok(spec, json!({"sum": sum}))
             }
         },
-        Input::Cancel,
+        Input::Cancel { by: None },
     );
 }
 
@@ -265,7 +265,7 @@ nodes:
                 _ => ok(spec, json!({"after": n})),
             }
         },
-        Input::Cancel,
+        Input::Cancel { by: None },
     );
 }
 
@@ -283,7 +283,7 @@ nodes:
         yaml,
         json!({}),
         |spec| ok(spec, json!({spec.node.clone(): true})),
-        Input::Cancel,
+        Input::Cancel { by: None },
     );
 }
 
@@ -311,6 +311,7 @@ edges:
             answer: HumanAnswer {
                 value: json!("approve"),
                 comment: None,
+                by: None,
             },
         },
     );

@@ -414,12 +414,14 @@ fn events_and_checkpoints_follow_each_wave() {
             RunEvent::NodeFinished { .. } => "finished",
             RunEvent::StateChanged { .. } => "changed",
             RunEvent::RunFinished { .. } => "run_finished",
+            RunEvent::RunSubmitted { .. } => "submitted",
             _ => "other",
         })
         .collect();
     assert_eq!(
         kinds,
         [
+            "submitted",
             "wave",
             "started",
             "finished",

@@ -166,7 +166,7 @@ nodes:
         run_id: "run-child".into(),
     })
     .unwrap();
-    h.send(Input::Cancel).unwrap();
+    h.send(Input::Cancel { by: None }).unwrap();
     assert_eq!(h.status(), RunStatus::Cancelled);
     assert_eq!(h.cancelled_children, ["run-child".to_owned()]);
 }

@@ -1,0 +1,311 @@
+//! Identities, roles and namespaces (SPEC 11, issue #21) with real
+//! processes: a coordinator configured with `[[tokens]]` (secrets from its
+//! environment, its secrets file and a SHA-256 digest), `weft` with
+//! `--token`/`WEFT_TOKEN`, the client library with a token, and workers
+//! joining with worker tokens, one of them restricted to a namespace.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use serde_json::{Value, json};
+use weft_client::{Client, GraphBuilder, NodeBuilder, RunStatus};
+use weft_tests::{TestCluster, binary};
+
+// Secrets long and distinctive enough to search for in everything the
+// cluster wrote.
+const OPS: &str = "ops-secret-7f3a9c1e5b2d4f60";
+const VIEWER: &str = "viewer-secret-0c8e2a4b6d1f3e57";
+const TEAM_B: &str = "teamb-secret-9d1b3f5a7c2e4a68";
+const ROOT: &str = "root-secret-5e7c9a1b3d2f4c86";
+const NODE: &str = "node-secret-2a4c6e8b1d3f5a79";
+const NODE_B: &str = "nodeb-secret-8b6d4f2a9c1e3b57";
+
+fn sha256_hex(text: &str) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(text.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+fn scratch(test: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("weft-auth-{test}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// A coordinator with six identities: the operator `ops`, the reader
+/// `viewer` (both of `team-a`), the operator `team-b-ops` of `team-b`,
+/// the admin `root`, the worker `node` and the worker `node-b` that runs
+/// only `team-b`'s tasks. `ops` and `viewer` take their secrets from the
+/// environment, `team-b-ops` from the secrets file, the rest are digests.
+fn secured_cluster(dir: &Path) -> anyhow::Result<TestCluster> {
+    let secrets = dir.join("coordinator.secrets");
+    std::fs::write(&secrets, format!("# team b\nTEAM_B_TOKEN={TEAM_B}\n"))?;
+    let config = dir.join("coordinator.toml");
+    std::fs::write(
+        &config,
+        format!(
+            r#"
+secrets_file = "coordinator.secrets"
+
+[[tokens]]
+name = "ops"
+secret = "${{OPS_TOKEN}}"
+role = "operator"
+namespace = "team-a"
+
+[[tokens]]
+name = "viewer"
+secret = "${{VIEWER_TOKEN}}"
+role = "reader"
+namespace = "team-a"
+
+[[tokens]]
+name = "team-b-ops"
+secret = "${{TEAM_B_TOKEN}}"
+role = "operator"
+namespace = "team-b"
+
+[[tokens]]
+name = "root"
+sha256 = "{root}"
+role = "admin"
+
+[[tokens]]
+name = "node"
+sha256 = "{node}"
+role = "worker"
+
+[[tokens]]
+name = "node-b"
+sha256 = "{node_b}"
+role = "worker"
+namespaces = ["team-b"]
+"#,
+            root = sha256_hex(ROOT),
+            node = sha256_hex(NODE),
+            node_b = sha256_hex(NODE_B),
+        ),
+    )?;
+    TestCluster::start_with_env(&[
+        ("WEFT_CONFIG", config.to_str().unwrap()),
+        ("OPS_TOKEN", OPS),
+        ("VIEWER_TOKEN", VIEWER),
+    ])
+}
+
+/// `weft` against `cluster` with `token` (through WEFT_TOKEN).
+fn weft(cluster: &TestCluster, token: Option<&str>, args: &[&str]) -> Output {
+    let mut command = Command::new(binary("weft"));
+    command
+        .args(["--coordinator", cluster.url()])
+        .args(args)
+        .stdin(Stdio::null())
+        .env_remove("WEFT_COORDINATOR")
+        .env_remove("WEFT_TOKEN");
+    if let Some(token) = token {
+        command.env("WEFT_TOKEN", token);
+    }
+    command.output().expect("weft runs")
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn stdout_json(out: &Output) -> Value {
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)))
+}
+
+fn script_graph(name: &str) -> GraphBuilder {
+    GraphBuilder::new(name).field("n", "integer", 1).node(
+        "inc",
+        NodeBuilder::script(&["sh", "-c", r#"echo "{\"n\": 2}""#]).start(),
+    )
+}
+
+async fn as_identity(cluster: &TestCluster, token: &str) -> anyhow::Result<Client> {
+    Ok(Client::connect(cluster.url().to_owned())
+        .await?
+        .with_token(token)?)
+}
+
+#[tokio::test]
+async fn identities_roles_and_namespaces_are_enforced() -> anyhow::Result<()> {
+    let dir = scratch("roles");
+    let mut cluster = secured_cluster(&dir)?;
+    cluster.add_worker_with("w", 2, &["--token".into(), NODE.into()])?;
+    cluster.wait_for_workers(&["w"]).await?;
+
+    // No token, or one the coordinator does not know: unauthenticated, 5.
+    let none = weft(&cluster, None, &["runs"]);
+    assert_eq!(none.status.code(), Some(5), "{}", stderr(&none));
+    assert!(
+        stderr(&none).starts_with("error: unauthenticated: this coordinator requires an identity"),
+        "{}",
+        stderr(&none)
+    );
+    let unknown = weft(&cluster, Some("not-a-token-of-ours"), &["runs"]);
+    assert_eq!(unknown.status.code(), Some(5), "{}", stderr(&unknown));
+    assert_eq!(
+        stderr(&unknown).trim(),
+        "error: unauthenticated: the token is not one this coordinator knows"
+    );
+
+    // A reader reads but cannot submit; nor can a worker's token.
+    let graph = "examples/critique-loop.yaml";
+    let graph = weft_tests::repo().join(graph);
+    let graph = graph.to_str().unwrap();
+    let read = weft(&cluster, Some(VIEWER), &["runs"]);
+    assert!(read.status.success(), "{}", stderr(&read));
+    let submit = weft(
+        &cluster,
+        Some(VIEWER),
+        &["run", graph, "--input", r#"{"topic": "x"}"#],
+    );
+    assert_eq!(submit.status.code(), Some(5), "{}", stderr(&submit));
+    assert_eq!(
+        stderr(&submit).trim(),
+        "error: permission denied: 'viewer' has the role reader; Submit needs the role operator or admin"
+    );
+    let as_worker = weft(&cluster, Some(NODE), &["runs"]);
+    assert_eq!(as_worker.status.code(), Some(5), "{}", stderr(&as_worker));
+
+    // The operator of team-a runs the example; its run is team-a's.
+    let run = weft(
+        &cluster,
+        Some(OPS),
+        &["run", graph, "--input", r#"{"topic": "x"}"#, "--json"],
+    );
+    assert!(run.status.success(), "{}", stderr(&run));
+    let run_id = stdout_json(&run)["run_id"].as_str().unwrap().to_owned();
+
+    // Another namespace's operator is told the run does not exist, and
+    // does not see it listed; the team's reader and the admin do.
+    let hidden = weft(&cluster, Some(TEAM_B), &["status", &run_id]);
+    assert_eq!(hidden.status.code(), Some(1), "{}", stderr(&hidden));
+    assert_eq!(
+        stderr(&hidden).trim(),
+        format!("error: unknown run '{run_id}'")
+    );
+    for args in [
+        vec!["cancel", run_id.as_str()],
+        vec!["retry", run_id.as_str()],
+        vec!["resume", run_id.as_str(), "review", "approve"],
+        vec!["watch", run_id.as_str()],
+    ] {
+        let out = weft(&cluster, Some(TEAM_B), &args);
+        assert!(
+            stderr(&out).contains(&format!("unknown run '{run_id}'")),
+            "{args:?}: {}",
+            stderr(&out)
+        );
+    }
+    let listed = |token: &str| -> Vec<String> {
+        let out = weft(&cluster, Some(token), &["runs", "--json"]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        let runs = stdout_json(&out);
+        runs.as_array()
+            .or_else(|| runs["runs"].as_array())
+            .map(|a| {
+                a.iter()
+                    .filter_map(|r| r["run_id"].as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    assert!(!listed(TEAM_B).contains(&run_id));
+    assert!(listed(VIEWER).contains(&run_id));
+    assert!(listed(ROOT).contains(&run_id));
+    let status = weft(&cluster, Some(VIEWER), &["status", &run_id]);
+    assert!(status.status.success(), "{}", stderr(&status));
+
+    // The library with a token; a team-b run is team-b's alone.
+    let team_b = as_identity(&cluster, TEAM_B).await?;
+    let submitted = team_b.submit_graph(&script_graph("b"), &json!({})).await?;
+    let done = team_b.wait(&submitted.run_id).await?;
+    assert_eq!(done.status, RunStatus::Completed);
+    assert_eq!(done.namespace, "team-b");
+    assert_eq!(done.submitted_by, "team-b-ops");
+    let ops = as_identity(&cluster, OPS).await?;
+    let error = ops.get(&submitted.run_id).await.unwrap_err();
+    assert!(error.to_string().contains("unknown run"), "{error}");
+
+    // Refusals are counted by reason.
+    let metrics = cluster.metrics()?;
+    for reason in ["no_identity", "unknown_identity", "role", "namespace"] {
+        assert!(
+            metrics.contains(&format!(
+                "weft_requests_refused_total{{reason=\"{reason}\"}}"
+            )),
+            "{reason} missing from:\n{metrics}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}
+
+#[tokio::test]
+async fn workers_need_an_identity_and_keep_to_their_namespaces() -> anyhow::Result<()> {
+    let dir = scratch("workers");
+    let mut cluster = secured_cluster(&dir)?;
+    // A worker without a token is refused, and says why.
+    cluster.add_worker("anonymous", 1)?;
+    let code = cluster.wait_for_exit("anonymous").await?;
+    assert_ne!(code, Some(0));
+    assert!(
+        cluster
+            .log("anonymous")
+            .contains("the coordinator refused this worker: this coordinator requires an identity"),
+        "{}",
+        cluster.log("anonymous")
+    );
+    // An operator's token does not make a worker.
+    cluster.add_worker_with("impostor", 1, &["--token".into(), OPS.into()])?;
+    cluster.wait_for_exit("impostor").await?;
+    assert!(
+        cluster
+            .log("impostor")
+            .contains("Join needs the role worker"),
+        "{}",
+        cluster.log("impostor")
+    );
+
+    // Only a worker restricted to team-b is connected: a team-a run waits,
+    // saying for what, while a team-b run completes on it.
+    cluster.add_worker_with("b-only", 1, &["--token".into(), NODE_B.into()])?;
+    cluster.wait_for_workers(&["b-only"]).await?;
+    let ops = as_identity(&cluster, OPS).await?;
+    let team_b = as_identity(&cluster, TEAM_B).await?;
+    let waiting = ops.submit_graph(&script_graph("a"), &json!({})).await?;
+    let b_run = team_b.submit_graph(&script_graph("b"), &json!({})).await?;
+    assert_eq!(
+        team_b.wait(&b_run.run_id).await?.status,
+        RunStatus::Completed
+    );
+    let unhosted = weft_tests::wait_for_event(&ops, &waiting.run_id, "task_unhosted").await?;
+    assert_eq!(
+        unhosted.body["needs"],
+        "kind 'script' on a worker allowed to run namespace 'team-a'"
+    );
+    assert_eq!(
+        ops.status(&waiting.run_id).await?.status,
+        RunStatus::Running
+    );
+
+    // A worker for every namespace joins; the team-a run goes on with it.
+    cluster.add_worker_with("all", 1, &["--token".into(), NODE.into()])?;
+    assert_eq!(
+        ops.wait(&waiting.run_id).await?.status,
+        RunStatus::Completed
+    );
+    assert!(
+        !cluster.log("b-only").contains(waiting.run_id.as_str()),
+        "the team-b worker saw the team-a run"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}
