@@ -85,10 +85,13 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Follow a run's events until it ends.
+    /// Follow a run's events until it ends (or waits for a person).
     Watch {
         /// The run id.
         run: String,
+        /// Print each event as one JSON object per line (JSON Lines).
+        #[arg(long)]
+        json: bool,
     },
     /// List runs.
     Runs {
@@ -131,6 +134,7 @@ fn main() -> ExitCode {
     cli::commands::set_tls(weft_client::ClientTls {
         ca: cli.ca.clone(),
         identity: cli.cert.clone().zip(cli.key.clone()),
+        server_name: None,
     });
     cli::commands::set_token(cli.token.clone());
     let code = match cli.command {
@@ -173,7 +177,7 @@ async fn remote(coordinator: Option<String>, command: Command) -> u8 {
             c::run(coordinator, &graph, options).await
         }
         Command::Status { run, json } => c::status(coordinator, &run, json).await,
-        Command::Watch { run } => c::watch(coordinator, &run).await,
+        Command::Watch { run, json } => c::watch(coordinator, &run, json).await,
         Command::Runs { limit, after, json } => {
             c::runs(coordinator, limit, after.as_deref(), json).await
         }

@@ -133,7 +133,17 @@ where
     // submission (bundle and input), a worker's result; framing aside.
     const FRAMING: usize = 1 << 20;
     let required = config.identities.required();
-    let run_api = RunServiceServer::new(FrontRuns::new(role.clone(), tracker.clone(), required))
+    let peers = config
+        .tls
+        .as_ref()
+        .map(crate::tls::TlsFiles::for_peers)
+        .unwrap_or_default();
+    let run_api = RunServiceServer::new(FrontRuns::new(
+        role.clone(),
+        tracker.clone(),
+        required,
+        peers,
+    ))
         .max_decoding_message_size(config.max_bundle_bytes + config.max_input_bytes + FRAMING)
         .max_encoding_message_size(weft_proto::MAX_MESSAGE_BYTES);
     let worker_api = WorkerServiceServer::new(FrontWorkers::new(role))

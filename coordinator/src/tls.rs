@@ -40,6 +40,20 @@ pub struct TlsFiles {
     pub key: PathBuf,
     /// The CA (PEM) whose certificates clients and workers may present.
     pub client_ca: Option<PathBuf>,
+    /// The CA (PEM) of the other coordinators' certificates, trusted when
+    /// a standby forwards to the leader; default: `client_ca`, else the
+    /// system's roots.
+    pub peer_ca: Option<PathBuf>,
+}
+
+impl TlsFiles {
+    /// What a standby trusts at the leader's `https://` URL.
+    pub fn for_peers(&self) -> weft_proto::transport::ClientTls {
+        weft_proto::transport::ClientTls {
+            ca: self.peer_ca.clone().or_else(|| self.client_ca.clone()),
+            ..Default::default()
+        }
+    }
 }
 
 /// Why the TLS files cannot be used.

@@ -18,6 +18,10 @@ pub struct ClientTls {
     pub ca: Option<PathBuf>,
     /// A certificate (PEM chain) and its key, for mutual TLS.
     pub identity: Option<(PathBuf, PathBuf)>,
+    /// The name the coordinator's certificate must carry, when it is not
+    /// the URL's host (a coordinator reached by an address its
+    /// certificate does not name).
+    pub server_name: Option<String>,
 }
 
 /// Why an endpoint cannot be made.
@@ -61,7 +65,7 @@ pub enum EndpointError {
 impl ClientTls {
     /// Whether anything is set.
     pub fn is_empty(&self) -> bool {
-        self.ca.is_none() && self.identity.is_none()
+        self.ca.is_none() && self.identity.is_none() && self.server_name.is_none()
     }
 }
 
@@ -99,6 +103,9 @@ pub fn endpoint(url: &str, tls: &ClientTls) -> Result<Endpoint, EndpointError> {
     if let Some((cert, key)) = &tls.identity {
         let identity = Identity::from_pem(read("--cert", cert)?, read("--key", key)?);
         config = config.identity(identity);
+    }
+    if let Some(name) = &tls.server_name {
+        config = config.domain_name(name.clone());
     }
     endpoint.tls_config(config).map_err(|e| EndpointError::Tls {
         url: url.to_owned(),
@@ -241,6 +248,7 @@ mod tests {
         let tls = ClientTls {
             ca: Some("ca.pem".into()),
             identity: None,
+            server_name: None,
         };
         let error = endpoint("http://127.0.0.1:7700", &tls).unwrap_err();
         assert!(
@@ -254,6 +262,7 @@ mod tests {
         let tls = ClientTls {
             ca: Some("/nonexistent/ca.pem".into()),
             identity: None,
+            server_name: None,
         };
         let error = endpoint("https://127.0.0.1:7700", &tls).unwrap_err();
         assert!(

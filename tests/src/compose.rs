@@ -6,6 +6,10 @@
 //! ran. Each container has its own address on the compose networks; the
 //! faults a test applies are real: `docker kill`, `docker pause`, `docker
 //! network disconnect`. The project is taken down, volumes and all, on drop.
+//!
+//! The cluster runs secured, as deploy/ ships it: `deploy/secrets.sh` makes
+//! each project its CA, certificate and tokens; the host's clients trust
+//! the CA and present the operator's token, the workers their own.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -30,6 +34,10 @@ pub const ETCD: [&str; 3] = ["etcd-1", "etcd-2", "etcd-3"];
 pub struct Compose {
     project: String,
     shared: PathBuf,
+    /// What `deploy/secrets.sh` made for this project.
+    secrets: PathBuf,
+    /// Its tokens, by variable (`WEFT_OPERATOR_TOKEN`, …).
+    tokens: std::collections::BTreeMap<String, String>,
     /// Each service's containers, named once it is up (names outlive
     /// restarts; asking compose costs half a second).
     containers: std::collections::BTreeMap<String, Vec<String>>,
@@ -83,9 +91,19 @@ impl Compose {
         std::fs::create_dir_all(&shared)?;
         // The workers run as the image's user; the test reads what they write.
         run(Command::new("chmod").arg("0777").arg(&shared))?;
+        let secrets = std::env::temp_dir().join(format!("{project}-secrets"));
+        let _ = std::fs::remove_dir_all(&secrets);
+        run(Command::new(repo().join("deploy/secrets.sh")).arg(&secrets))?;
+        let tokens = std::fs::read_to_string(secrets.join("tokens.env"))?
+            .lines()
+            .filter_map(|line| line.split_once('='))
+            .map(|(name, value)| (name.to_owned(), value.to_owned()))
+            .collect();
         let mut compose = Self {
             project,
             shared,
+            secrets,
+            tokens,
             containers: Default::default(),
             etcd: Vec::new(),
         };
@@ -121,6 +139,8 @@ impl Compose {
             .env("WEFT_IMAGE", "weft:dev")
             .env("WEFT_ETCD_IMAGE", "weft-etcd:dev")
             .env("WEFT_TEST_SHARED", &self.shared)
+            .env("WEFT_SECRETS", &self.secrets)
+            .env("WEFT_WORKER_TOKEN", self.token("WEFT_WORKER_TOKEN"))
             // Published on free ports of the host's loopback, so projects
             // never collide.
             .env("WEFT_PORT_A", "127.0.0.1:")
@@ -134,6 +154,28 @@ impl Compose {
     /// `docker-compose ARGS…` on this project, its standard output.
     pub fn compose(&self, args: &[&str]) -> Result<String> {
         Ok(text(&run(self.command().args(args))?))
+    }
+
+    /// A token `deploy/secrets.sh` made (`WEFT_OPERATOR_TOKEN`, …).
+    pub fn token(&self, variable: &str) -> &str {
+        self.tokens.get(variable).map_or("", String::as_str)
+    }
+
+    /// The CA that signed the coordinators' certificate.
+    pub fn ca(&self) -> PathBuf {
+        self.secrets.join("ca.pem")
+    }
+
+    /// `weft`, trusting the cluster's CA and presenting the operator's
+    /// token (through `WEFT_CA` and `WEFT_TOKEN`).
+    pub fn weft(&self) -> Command {
+        let mut command = Command::new(crate::binary("weft"));
+        command
+            .current_dir(repo())
+            .env("WEFT_CA", self.ca())
+            .env("WEFT_TOKEN", self.token("WEFT_OPERATOR_TOKEN"))
+            .env_remove("WEFT_COORDINATOR");
+        command
     }
 
     /// The folder every worker sees as `/shared`.
@@ -189,32 +231,47 @@ impl Compose {
     }
 
     /// The URL the host reaches coordinator `service` at (its address on
-    /// the `cluster` network).
+    /// the `cluster` network; its certificate names the service, which
+    /// [`Compose::client`] checks).
     pub fn url(&self, service: &str) -> Result<String> {
         let container = self.container(service)?;
         Ok(format!(
-            "http://{}:7700",
+            "https://{}:7700",
             self.address(&container, "cluster")?
         ))
     }
 
-    /// The host URL that compose published `service`'s `port` on.
+    /// The host URL that compose published `service`'s `port` on (on the
+    /// host's loopback, which the certificate names).
     pub fn published(&self, service: &str, port: u16) -> Result<String> {
         let bound = self.compose(&["port", service, &port.to_string()])?;
         ensure!(!bound.is_empty(), "{service}:{port} is not published");
-        Ok(format!("http://{bound}"))
+        Ok(format!("https://{bound}"))
     }
 
-    /// A client of coordinator `service`.
+    /// A client of coordinator `service`, with the operator's token.
     pub async fn client(&self, service: &str) -> Result<Client> {
-        Ok(Client::connect(self.url(service)?).await?)
+        let tls = weft_client::ClientTls {
+            ca: Some(self.ca()),
+            identity: None,
+            server_name: Some(service.to_owned()),
+        };
+        let client = Client::connect_with(self.url(service)?, &tls).await?;
+        Ok(client.with_token(self.token("WEFT_OPERATOR_TOKEN"))?)
     }
 
-    /// The body of `path` on coordinator `service`'s HTTP listener.
+    /// The body of `path` on coordinator `service`'s HTTP listener (over
+    /// TLS, by curl, trusting the cluster's CA).
     pub fn http(&self, service: &str, path: &str) -> Result<String> {
         let container = self.container(service)?;
-        let address = format!("{}:9464", self.address(&container, "cluster")?);
-        crate::http_get(&address, path)
+        let address = self.address(&container, "cluster")?;
+        let out = run(Command::new("curl")
+            .args(["-sS", "--fail", "--max-time", "5", "--cacert"])
+            .arg(self.ca())
+            .arg("--resolve")
+            .arg(format!("{service}:9464:{address}"))
+            .arg(format!("https://{service}:9464{path}")))?;
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     }
 
     /// The etcd store, as the host reaches its members.
@@ -270,7 +327,7 @@ impl Compose {
             let url = String::from_utf8_lossy(&entry.value).into_owned();
             COORDINATORS
                 .into_iter()
-                .find(|service| url == format!("http://{service}:7700"))
+                .find(|service| url == format!("https://{service}:7700"))
         }))
     }
 
@@ -380,5 +437,6 @@ impl Drop for Compose {
             .args(["down", "-v", "--remove-orphans", "-t", "2"])
             .output();
         let _ = std::fs::remove_dir_all(&self.shared);
+        let _ = std::fs::remove_dir_all(&self.secrets);
     }
 }

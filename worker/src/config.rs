@@ -218,6 +218,7 @@ impl WorkerConfig {
         config.tls = weft_proto::transport::ClientTls {
             ca: options.tls.ca.or(file.tls.ca),
             identity: options.tls.identity.or(file.tls.cert.zip(file.tls.key)),
+            server_name: None,
         };
         let token = options
             .token

@@ -84,6 +84,7 @@ async fn main() -> ExitCode {
         tls: weft_proto::transport::ClientTls {
             ca: args.ca,
             identity: args.cert.zip(args.key),
+            server_name: None,
         },
         token: args.token,
     };

@@ -94,7 +94,7 @@ async fn submit_and_wait(
     let mut from = 0;
     loop {
         let result = if options.watch {
-            progress::follow(client, &run_id, from).await
+            progress::follow(client, &run_id, from, false).await
         } else {
             client.wait(&run_id).await
         };
@@ -157,12 +157,14 @@ pub async fn status(coordinator: Option<String>, run: &str, json: bool) -> u8 {
 }
 
 /// `weft watch`.
-pub async fn watch(coordinator: Option<String>, run: &str) -> u8 {
+pub async fn watch(coordinator: Option<String>, run: &str, json: bool) -> u8 {
     let client = match remote_client(coordinator).await {
         Ok(client) => client,
         Err(code) => return code,
     };
-    match progress::follow(&client, run, 0).await {
+    match progress::follow(&client, run, 0, json).await {
+        // With --json, stdout holds the events alone (JSON Lines).
+        Ok(info) if json => output::exit_status(info.status),
         Ok(info) => output::show(&info, false),
         Err(error) => report(&error),
     }

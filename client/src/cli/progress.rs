@@ -1,16 +1,23 @@
 //! `--watch` and `weft watch`: waves, nodes, loop iterations and a
 //! progress bar for map items, drawn on stderr as the run's events arrive.
 
-use super::terminal::err;
+use super::terminal::{err, out};
 
 use indicatif::{ProgressBar, ProgressStyle};
 use tokio_stream::StreamExt;
 use weft_client::{Client, ClientError, Event, READ_PATIENCE, RunEvent, RunInfo};
 
-/// Follows a run from event `from` until it ends or waits for a human. A
-/// feed that breaks off (a coordinator restarting, a leader changing) is
-/// picked up again where it stopped, for up to [`READ_PATIENCE`].
-pub async fn follow(client: &Client, run_id: &str, from: u64) -> Result<RunInfo, ClientError> {
+/// Follows a run from event `from` until it ends or waits for a human,
+/// drawing its progress (or, with `json`, printing each event's JSON form
+/// on its own line of stdout). A feed that breaks off (a coordinator
+/// restarting, a leader changing) is picked up again where it stopped,
+/// for up to [`READ_PATIENCE`].
+pub async fn follow(
+    client: &Client,
+    run_id: &str,
+    from: u64,
+    json: bool,
+) -> Result<RunInfo, ClientError> {
     let mut bar: Option<ProgressBar> = None;
     let mut next = from;
     let mut broken: Option<std::time::Instant> = None;
@@ -32,8 +39,17 @@ pub async fn follow(client: &Client, run_id: &str, from: u64) -> Result<RunInfo,
             };
             broken = None;
             next = event.seq + 1;
-            let stop = event.ends_or_pauses();
-            show(&event, &mut bar);
+            // A pause long answered (a log read from its start) is passed:
+            // the follow stops at the end, or where the run waits now.
+            let stop = match &event.event {
+                RunEvent::WaitingForInput { .. } => waits_at(client, run_id, event.seq).await,
+                _ => event.ends_or_pauses(),
+            };
+            if json {
+                out!("{}", event.body);
+            } else {
+                show(&event, &mut bar);
+            }
             if stop {
                 break 'feed;
             }
@@ -44,6 +60,16 @@ pub async fn follow(client: &Client, run_id: &str, from: u64) -> Result<RunInfo,
         bar.finish_and_clear();
     }
     client.get(run_id).await
+}
+
+/// Whether the run waits for a person now, with nothing logged after
+/// event `seq` (the pause at `seq` is the current one).
+async fn waits_at(client: &Client, run_id: &str, seq: u64) -> bool {
+    match client.status(run_id).await {
+        Ok(info) => info.status == weft_client::RunStatus::Waiting && info.event_count <= seq + 1,
+        // Unknown: stop, as before a pause.
+        Err(_) => true,
+    }
 }
 
 /// Waits a moment after a broken feed, or gives the error back when it is

@@ -118,7 +118,7 @@ fn grant(
 fn digest_of(
     key: &str,
     entry: &TokenEntry,
-    secret_of: &dyn Fn(&str) -> Option<String>,
+    secret_of: &dyn Fn(&str) -> Result<Option<String>, ConfigError>,
 ) -> Result<[u8; 32], ConfigError> {
     match (&entry.secret, &entry.sha256) {
         (Some(_), Some(_)) => Err(invalid(
@@ -151,7 +151,7 @@ fn digest_of(
                         "must name a variable like \"${WEFT_TOKEN_CI}\", never hold the secret itself (or give sha256)",
                     )
                 })?;
-            let value = secret_of(name).filter(|v| !v.is_empty()).ok_or_else(|| {
+            let value = secret_of(name)?.filter(|v| !v.is_empty()).ok_or_else(|| {
                 invalid(
                     format!("{key}.secret"),
                     format!(
@@ -208,19 +208,26 @@ impl IdentityParts {
                 .filter(|p| !p.trim().is_empty())
                 .map(PathBuf::from)
         });
-        let from_file = match &file {
-            Some(path) if !self.tokens.is_empty() => weft_process::read_secrets_file(path)
-                .map_err(|error| invalid("secrets_file".into(), error.to_string()))?,
-            _ => Vec::new(),
-        };
-        let secret_of = |name: &str| {
-            env(name).or_else(|| {
-                from_file
-                    .iter()
-                    .rev()
-                    .find(|(n, _)| n == name)
-                    .map(|(_, v)| v.clone())
-            })
+        // Read only when a secret is not in the environment: a file that
+        // is not needed (every secret set in the environment) may be absent.
+        let from_file: std::cell::OnceCell<Result<Vec<(String, String)>, String>> =
+            std::cell::OnceCell::new();
+        let secret_of = |name: &str| -> Result<Option<String>, ConfigError> {
+            if let Some(value) = env(name) {
+                return Ok(Some(value));
+            }
+            let Some(path) = &file else {
+                return Ok(None);
+            };
+            let pairs = from_file
+                .get_or_init(|| weft_process::read_secrets_file(path).map_err(|e| e.to_string()))
+                .as_ref()
+                .map_err(|error| invalid("secrets_file".into(), error.clone()))?;
+            Ok(pairs
+                .iter()
+                .rev()
+                .find(|(n, _)| n == name)
+                .map(|(_, v)| v.clone()))
         };
         let mut identities = Identities::new(client_ca);
         let mut names: Vec<String> = Vec::new();
@@ -297,7 +304,7 @@ impl super::CoordinatorConfig {
             missing.push("TLS ([tls] cert and key)");
         }
         if !self.identities.required() && !self.listen.ip().is_loopback() {
-            missing.push("an identity requirement ([[tokens]] or tls.client_ca)");
+            missing.push("identities ([[tokens]] or tls.client_ca)");
         }
         if missing.is_empty() || self.insecure {
             return Ok(());

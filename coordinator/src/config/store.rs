@@ -41,7 +41,10 @@ impl CoordinatorConfig {
         self.store
             .advertise
             .clone()
-            .unwrap_or_else(|| format!("http://{}", self.listen))
+            .unwrap_or_else(|| {
+                let scheme = if self.tls.is_some() { "https" } else { "http" };
+                format!("{scheme}://{}", self.listen)
+            })
     }
 }
 
@@ -76,9 +79,15 @@ impl StoreConfig {
 }
 
 /// Whether `url` is `http://host:port` with nothing after the authority
-/// (TLS is not spoken yet: `https` is refused rather than tried).
+/// (etcd is not spoken to over TLS yet: `https` is refused rather than
+/// tried).
 fn plain_http_url(url: &str) -> bool {
-    url.strip_prefix("http://")
+    url_with_scheme(url, "http://")
+}
+
+/// Whether `url` is `SCHEME host:port` with nothing after the authority.
+fn url_with_scheme(url: &str, scheme: &str) -> bool {
+    url.strip_prefix(scheme)
         .map(|rest| rest.trim_end_matches('/'))
         .is_some_and(|authority| {
             !authority.is_empty()
@@ -103,12 +112,22 @@ impl CoordinatorConfig {
                 ));
             }
         }
+        // The group and the workers reach this coordinator as it serves:
+        // over TLS when it has [tls].
+        let scheme = if self.tls.is_some() { "https://" } else { "http://" };
         if let Some(url) = &self.store.advertise
-            && !plain_http_url(url)
+            && !url_with_scheme(url, scheme)
         {
+            let why = match (self.tls.is_some(), url_with_scheme(url, "http://")) {
+                (true, true) => " (this coordinator serves TLS: advertise https://)",
+                (false, false) if url_with_scheme(url, "https://") => {
+                    " (this coordinator has no [tls]: advertise http://)"
+                }
+                _ => "",
+            };
             return Err(invalid(
                 "store.advertise",
-                format!("'{url}' is not a URL like http://10.0.0.5:7700"),
+                format!("'{url}' is not a URL like {scheme}10.0.0.5:7700{why}"),
             ));
         }
         if let weft_store::Flush::Every(interval) = self.store.flush

@@ -1,7 +1,9 @@
-//! `[tls]` (SPEC 11): the coordinator's certificate, its key and the CA of
-//! the certificates clients may present, from the file (relative paths
-//! are the file's directory's) or `WEFT_TLS_CERT`, `WEFT_TLS_KEY` and
-//! `WEFT_TLS_CLIENT_CA`. The files are read when the coordinator starts
+//! `[tls]` (SPEC 11): the coordinator's certificate, its key, the CA of
+//! the certificates clients may present and the CA of the other
+//! coordinators' certificates (`peer_ca`, trusted when a standby forwards
+//! to the leader), from the file (relative paths are the file's
+//! directory's) or `WEFT_TLS_CERT`, `WEFT_TLS_KEY`, `WEFT_TLS_CLIENT_CA`
+//! and `WEFT_TLS_PEER_CA`. The files are read when the coordinator starts
 //! (and on SIGHUP), not here; here `cert` and `key` must come together.
 
 use std::path::{Path, PathBuf};
@@ -18,6 +20,7 @@ pub(super) struct TlsLayer {
     pub(super) cert: Option<PathBuf>,
     pub(super) key: Option<PathBuf>,
     pub(super) client_ca: Option<PathBuf>,
+    pub(super) peer_ca: Option<PathBuf>,
 }
 
 impl TlsLayer {
@@ -28,6 +31,7 @@ impl TlsLayer {
             cert: join(self.cert),
             key: join(self.key),
             client_ca: join(self.client_ca),
+            peer_ca: join(self.peer_ca),
         }
     }
 
@@ -42,8 +46,13 @@ impl TlsLayer {
             cert: path("WEFT_TLS_CERT"),
             key: path("WEFT_TLS_KEY"),
             client_ca: path("WEFT_TLS_CLIENT_CA"),
+            peer_ca: path("WEFT_TLS_PEER_CA"),
         };
-        (layer.cert.is_some() || layer.key.is_some() || layer.client_ca.is_some()).then_some(layer)
+        let any = layer.cert.is_some()
+            || layer.key.is_some()
+            || layer.client_ca.is_some()
+            || layer.peer_ca.is_some();
+        any.then_some(layer)
     }
 }
 
@@ -53,6 +62,7 @@ pub struct TlsParts {
     cert: Option<PathBuf>,
     key: Option<PathBuf>,
     client_ca: Option<PathBuf>,
+    peer_ca: Option<PathBuf>,
 }
 
 impl TlsParts {
@@ -60,6 +70,7 @@ impl TlsParts {
         self.cert = layer.cert.or(self.cert.take());
         self.key = layer.key.or(self.key.take());
         self.client_ca = layer.client_ca.or(self.client_ca.take());
+        self.peer_ca = layer.peer_ca.or(self.peer_ca.take());
     }
 }
 
@@ -71,6 +82,12 @@ impl CoordinatorConfig {
             reason: reason.to_owned(),
         };
         self.tls = match (parts.cert, parts.key) {
+            (None, None) if parts.peer_ca.is_some() => {
+                return Err(invalid(
+                    "tls.peer_ca",
+                    "needs tls.cert and tls.key: a group of coordinators speaks TLS among itself only when each serves it",
+                ));
+            }
             (None, None) if parts.client_ca.is_some() => {
                 return Err(invalid(
                     "tls.client_ca",
@@ -84,6 +101,7 @@ impl CoordinatorConfig {
                 cert,
                 key,
                 client_ca: parts.client_ca,
+                peer_ca: parts.peer_ca,
             }),
         };
         Ok(())

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::watch;
 use tokio_util::task::TaskTracker;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 use tonic::{Request, Response, Status, Streaming};
 use weft_proto::v1 as pb;
 use weft_proto::v1::run_service_client::RunServiceClient;
@@ -69,6 +69,8 @@ pub struct FrontRuns {
     tracker: TaskTracker,
     /// Requests must carry an identity (so forwarded ones their token).
     identities_required: bool,
+    /// What to trust at an `https://` leader.
+    peers: weft_proto::transport::ClientTls,
 }
 
 /// A leader's URL and a client of it.
@@ -82,17 +84,20 @@ enum Route {
 
 impl FrontRuns {
     /// Serves by `role`; relays of the leader's event streams run on
-    /// `tracker`; `identities_required`: requests carry an identity.
+    /// `tracker`; `identities_required`: requests carry an identity;
+    /// `peers`: what to trust at an `https://` leader.
     pub fn new(
         role: watch::Receiver<Role>,
         tracker: TaskTracker,
         identities_required: bool,
+        peers: weft_proto::transport::ClientTls,
     ) -> Self {
         Self {
             role,
             leader: Arc::default(),
             tracker,
             identities_required,
+            peers,
         }
     }
 
@@ -161,10 +166,15 @@ impl FrontRuns {
         {
             return Ok(Route::Forward(client.clone(), url));
         }
-        let endpoint = Endpoint::from_shared(url.clone()).map_err(|e| {
+        let peers = if url.starts_with("https://") {
+            self.peers.clone()
+        } else {
+            weft_proto::transport::ClientTls::default()
+        };
+        let endpoint = weft_proto::transport::endpoint(&url, &peers).map_err(|e| {
             Status::unavailable(format!("the leader's URL '{url}' is not usable: {e}"))
         })?;
-        let client = RunServiceClient::new(endpoint.tcp_nodelay(true).connect_lazy())
+        let client = RunServiceClient::new(endpoint.connect_lazy())
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_MESSAGE_BYTES);
         *leader = Some((url.clone(), client.clone()));

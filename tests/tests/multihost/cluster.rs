@@ -2,17 +2,14 @@
 //! --coordinator` through a published port completes, and either
 //! coordinator lists it.
 
-use std::process::Command;
-
 use weft_tests::compose::Compose;
-use weft_tests::{binary, repo};
 
-fn weft(url: &str, args: &[&str]) -> anyhow::Result<String> {
-    let out = Command::new(binary("weft"))
+fn weft(cluster: &Compose, url: &str, args: &[&str]) -> anyhow::Result<String> {
+    let out = cluster
+        .weft()
         .arg("--coordinator")
         .arg(url)
         .args(args)
-        .current_dir(repo())
         .output()?;
     anyhow::ensure!(
         out.status.success(),
@@ -35,6 +32,7 @@ async fn a_run_through_the_published_port_completes_and_both_coordinators_list_i
     );
 
     let out = weft(
+        &cluster,
         &a,
         &[
             "run",
@@ -52,7 +50,7 @@ async fn a_run_through_the_published_port_completes_and_both_coordinators_list_i
     assert!(out.contains("\"drafts\": 3"), "the example's state: {out}");
 
     for url in [&a, &b] {
-        let listed = weft(url, &["runs"])?;
+        let listed = weft(&cluster, url, &["runs"])?;
         let line = listed
             .lines()
             .find(|line| line.starts_with(&run_id))

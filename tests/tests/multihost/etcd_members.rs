@@ -72,20 +72,16 @@ async fn with_etcd_quorum_lost_new_runs_are_refused_clearly_and_all_continues_af
     let lost = Instant::now();
 
     // A submission now is refused, and says why.
-    let url = cluster.url(leader)?;
-    let refused = tokio::task::spawn_blocking(move || {
-        std::process::Command::new(weft_tests::binary("weft"))
-            .args([
-                "--coordinator",
-                &url,
-                "run",
-                "--detach",
-                "examples/critique-loop.yaml",
-            ])
-            .current_dir(weft_tests::repo())
-            .output()
-    })
-    .await??;
+    let url = cluster.published(leader, 7700)?;
+    let mut weft = cluster.weft();
+    weft.args([
+        "--coordinator",
+        &url,
+        "run",
+        "--detach",
+        "examples/critique-loop.yaml",
+    ]);
+    let refused = tokio::task::spawn_blocking(move || weft.output()).await??;
     let said = String::from_utf8_lossy(&refused.stderr).into_owned();
     assert!(!refused.status.success(), "a run was taken without quorum");
     assert!(

@@ -309,3 +309,196 @@ async fn workers_need_an_identity_and_keep_to_their_namespaces() -> anyhow::Resu
     let _ = std::fs::remove_dir_all(&dir);
     Ok(())
 }
+
+/// A graph whose approval only `root` (or any admin) may answer, then an
+/// input anyone who may resume answers.
+const GATED: &str = "
+name: gated
+state:
+  note: { type: string }
+nodes:
+  draft:
+    kind: script
+    run: [sh, -c, 'echo {}']
+    start: true
+    next: sign_off
+  sign_off:
+    kind: approval
+    prompt: Ship it?
+    approvers: [root]
+    next: remark
+  remark:
+    kind: input
+    output_key: note
+    prompt: Anything to add?
+    end: true
+";
+
+#[tokio::test]
+async fn approvers_are_enforced_and_who_did_what_is_recorded() -> anyhow::Result<()> {
+    let dir = scratch("approvers");
+    let mut cluster = secured_cluster(&dir)?;
+    cluster.add_worker_with("w", 1, &["--token".into(), NODE.into()])?;
+    cluster.wait_for_workers(&["w"]).await?;
+    let graph = dir.join("gated.yaml");
+    std::fs::write(&graph, GATED)?;
+    let graph = graph.to_str().unwrap();
+
+    let run = weft(&cluster, Some(OPS), &["run", graph, "--json"]);
+    assert_eq!(run.status.code(), Some(3), "{}", stderr(&run));
+    let run_id = stdout_json(&run)["run_id"].as_str().unwrap().to_owned();
+
+    // The operator may resume runs, but is not among this node's approvers.
+    let refused = weft(
+        &cluster,
+        Some(OPS),
+        &["resume", &run_id, "sign_off", "approve"],
+    );
+    assert_eq!(refused.status.code(), Some(5), "{}", stderr(&refused));
+    assert_eq!(
+        stderr(&refused).trim(),
+        "error: permission denied: 'ops' is not among the approvers of node 'sign_off' (root)"
+    );
+    // A reader may not resume at all.
+    let reader = weft(
+        &cluster,
+        Some(VIEWER),
+        &["resume", &run_id, "sign_off", "approve"],
+    );
+    assert_eq!(reader.status.code(), Some(5), "{}", stderr(&reader));
+    assert!(stderr(&reader).contains("Resume needs the role operator or admin"));
+
+    let approved = weft(
+        &cluster,
+        Some(ROOT),
+        &["resume", &run_id, "sign_off", "approve"],
+    );
+    assert!(approved.status.success(), "{}", stderr(&approved));
+    let answered = weft(&cluster, Some(OPS), &["resume", &run_id, "remark", "lgtm"]);
+    assert!(answered.status.success(), "{}", stderr(&answered));
+
+    let status = weft(&cluster, Some(VIEWER), &["status", &run_id]);
+    assert!(status.status.success(), "{}", stderr(&status));
+    let shown = stderr(&status);
+    assert!(shown.contains("sign_off: approved by root"), "{shown}");
+    assert!(shown.contains("remark: answered by ops"), "{shown}");
+
+    // The events name who submitted and who answered.
+    let watch = weft(&cluster, Some(VIEWER), &["watch", &run_id, "--json"]);
+    assert!(watch.status.success(), "{}", stderr(&watch));
+    let events: Vec<Value> = String::from_utf8_lossy(&watch.stdout)
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    assert_eq!(
+        events[0],
+        json!({"type": "run_submitted", "by": "ops", "namespace": "team-a"})
+    );
+    let received: Vec<(&str, &str)> = events
+        .iter()
+        .filter(|e| e["type"] == "input_received")
+        .map(|e| (e["node"].as_str().unwrap(), e["by"].as_str().unwrap()))
+        .collect();
+    assert_eq!(received, [("sign_off", "root"), ("remark", "ops")]);
+
+    // Cancelling records who asked.
+    let again = weft(&cluster, Some(OPS), &["run", graph, "--json"]);
+    let again = stdout_json(&again)["run_id"].as_str().unwrap().to_owned();
+    let cancel = weft(&cluster, Some(OPS), &["cancel", &again]);
+    assert!(cancel.status.success(), "{}", stderr(&cancel));
+    let ops = as_identity(&cluster, OPS).await?;
+    let cancelled = weft_tests::events_of(&ops, &again, "cancel_requested").await?;
+    assert_eq!(cancelled.len(), 1);
+    assert_eq!(cancelled[0].body["by"], "ops");
+
+    // No secret is anywhere the cluster wrote: its store, logs, metrics,
+    // its configuration as printed, or what clients were shown.
+    let check = Command::new(binary("coordinator"))
+        .args(["--check-config", "--config"])
+        .arg(dir.join("coordinator.toml"))
+        .env("OPS_TOKEN", OPS)
+        .env("VIEWER_TOKEN", VIEWER)
+        .output()?;
+    assert!(
+        check.status.success(),
+        "{}",
+        String::from_utf8_lossy(&check.stderr)
+    );
+    let mut written = vec![
+        String::from_utf8_lossy(&check.stdout).into_owned(),
+        cluster.metrics()?,
+        stderr(&run),
+        String::from_utf8_lossy(&watch.stdout).into_owned(),
+    ];
+    cluster.stop_coordinator()?;
+    let files = files_under(cluster.dir());
+    assert!(
+        files.iter().any(|f| f.ends_with("weft.redb")) && files.len() > 3,
+        "the store and logs are not where expected: {files:?}"
+    );
+    written.extend(files.iter().map(|path| {
+        String::from_utf8_lossy(&std::fs::read(path).unwrap_or_default()).into_owned()
+    }));
+    for secret in [OPS, VIEWER, TEAM_B, ROOT, NODE, NODE_B] {
+        for text in &written {
+            assert!(!text.contains(secret), "a secret leaked: {secret}");
+        }
+    }
+    assert!(
+        String::from_utf8_lossy(&check.stdout).contains("viewer (reader, namespace team-a)"),
+        "the printed configuration names the identities"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}
+
+/// Every file under `dir`, recursively.
+fn files_under(dir: &Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    let mut pending = vec![dir.to_owned()];
+    while let Some(dir) = pending.pop() {
+        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                pending.push(path);
+            } else {
+                files.push(path);
+            }
+        }
+    }
+    files
+}
+
+#[test]
+fn a_coordinator_beyond_loopback_needs_tls_and_identities_or_insecure() {
+    let dir = scratch("exposed");
+    let start = |extra: &[&str]| {
+        Command::new(binary("coordinator"))
+            .args([
+                "--listen",
+                "0.0.0.0:0",
+                "--metrics-listen",
+                "127.0.0.1:0",
+                "--data-dir",
+            ])
+            .arg(dir.join("data"))
+            .args(extra)
+            .env_remove("WEFT_INSECURE")
+            .output()
+            .unwrap()
+    };
+    let refused = start(&["--check-config"]);
+    assert_eq!(refused.status.code(), Some(2));
+    assert_eq!(
+        String::from_utf8_lossy(&refused.stderr).trim(),
+        "coordinator: refusing to start: config key 'listen': 0.0.0.0:0 is not a loopback address, and this coordinator has no TLS ([tls] cert and key) and no identities ([[tokens]] or tls.client_ca): anyone who reaches it could run commands on every worker; configure them, or set insecure = true (WEFT_INSECURE=true, --insecure) to serve without"
+    );
+    let allowed = start(&["--check-config", "--insecure"]);
+    assert!(
+        allowed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&allowed.stderr)
+    );
+    assert!(String::from_utf8_lossy(&allowed.stdout).contains("insecure: true"));
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -45,6 +45,11 @@ fn every_deploy_configuration_passes_check_config() {
             .arg("--config")
             .arg(&config)
             .env("OPENAI_API_KEY", "sk-check")
+            // The coordinators' [[tokens]] name these (a secrets file
+            // would hold them in a real deployment).
+            .env("WEFT_ADMIN_TOKEN", "admin-check-5f1e2d3c4b5a6978")
+            .env("WEFT_OPERATOR_TOKEN", "operator-check-8a7b6c5d4e3f2a1b")
+            .env("WEFT_WORKER_TOKEN", "worker-check-1a2b3c4d5e6f7a8b")
             .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
             .output()
             .unwrap();
@@ -61,7 +66,9 @@ fn every_deploy_configuration_passes_check_config() {
             shown.contains("weft-coordinator") || shown.contains("weft-worker"),
             "{name} shows its telemetry: {shown}"
         );
-        assert!(!shown.contains("sk-check"), "{name}: a secret was printed");
+        for secret in ["sk-check", "admin-check", "operator-check", "worker-check"] {
+            assert!(!shown.contains(secret), "{name}: a secret was printed");
+        }
     }
 }
 

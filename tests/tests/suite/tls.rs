@@ -152,6 +152,7 @@ async fn a_run_over_tls_completes_and_wrong_clients_are_told_why() -> anyhow::Re
     let tls = ClientTls {
         ca: Some(good.ca.clone()),
         identity: None,
+        server_name: None,
     };
     let client = Client::connect_with(&url, &tls).await?;
     let run = client.submit_graph(&counter_graph(), &json!({})).await?;
@@ -303,6 +304,7 @@ async fn sighup_reloads_the_certificate_without_dropping_runs() -> anyhow::Resul
     let trusting = |pki: &Pki| ClientTls {
         ca: Some(pki.ca.clone()),
         identity: None,
+        server_name: None,
     };
     let client = Client::connect_with(&url, &trusting(&first)).await?;
     let slow = GraphBuilder::new("slow").node(
