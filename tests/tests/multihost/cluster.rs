@@ -1,6 +1,8 @@
-//! The compose file as a user brings it up: a run submitted with `weft
-//! --coordinator` through a published port completes, and either
-//! coordinator lists it.
+//! The compose file as a user brings it up, secured: a run submitted with
+//! `weft --coordinator` (its CA and token) through a published port
+//! completes, either coordinator lists it (the standby forwarding over TLS
+//! with the token), and a client without the token or without TLS is
+//! refused.
 
 use weft_tests::compose::Compose;
 
@@ -57,6 +59,31 @@ async fn a_run_through_the_published_port_completes_and_both_coordinators_list_i
             .unwrap_or_else(|| panic!("{url} does not list {run_id}: {listed}"));
         assert!(line.contains("completed"), "{line}");
     }
+    // The cluster is secured end to end: without the token, or in
+    // plaintext, nothing is let in, and each is told why.
+    let anonymous = cluster
+        .weft()
+        .env_remove("WEFT_TOKEN")
+        .args(["--coordinator", &a, "runs"])
+        .output()?;
+    assert_eq!(anonymous.status.code(), Some(5));
+    assert!(
+        String::from_utf8_lossy(&anonymous.stderr).contains("unauthenticated"),
+        "{}",
+        String::from_utf8_lossy(&anonymous.stderr)
+    );
+    let plaintext = a.replacen("https://", "http://", 1);
+    let plain = cluster
+        .weft()
+        .env_remove("WEFT_CA")
+        .args(["--coordinator", &plaintext, "runs"])
+        .output()?;
+    assert!(!plain.status.success());
+    assert!(
+        String::from_utf8_lossy(&plain.stderr).contains("TLS"),
+        "{}",
+        String::from_utf8_lossy(&plain.stderr)
+    );
     // The scripts ran in the workers' containers, which hold python3.
     let logs = cluster.logs("worker");
     assert!(logs.contains("joined the coordinator"), "{logs}");
