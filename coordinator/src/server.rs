@@ -103,7 +103,7 @@ async fn take_role(
         });
         return Ok(());
     }
-    let store = weft_store::EtcdStore::connect(&config.store.etcd)?;
+    let store = weft_store::EtcdStore::connect_with(&config.store.etcd, &config.store.tls)?;
     tracker.spawn(crate::ha::lead_when_elected(
         AnyStore::Etcd(store),
         config.clone(),
@@ -144,8 +144,8 @@ where
         required,
         peers,
     ))
-        .max_decoding_message_size(config.max_bundle_bytes + config.max_input_bytes + FRAMING)
-        .max_encoding_message_size(weft_proto::MAX_MESSAGE_BYTES);
+    .max_decoding_message_size(config.max_bundle_bytes + config.max_input_bytes + FRAMING)
+    .max_encoding_message_size(weft_proto::MAX_MESSAGE_BYTES);
     let worker_api = WorkerServiceServer::new(FrontWorkers::new(role))
         .max_decoding_message_size(config.max_result_bytes.saturating_add(FRAMING))
         .max_encoding_message_size(weft_proto::MAX_MESSAGE_BYTES);

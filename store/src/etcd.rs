@@ -39,6 +39,43 @@ const MEMBER_TIMEOUT: Duration = Duration::from_millis(1500);
 /// etcd's own default request limit is 1.5 MiB; responses may be larger.
 const MAX_RESPONSE_BYTES: usize = 64 << 20;
 
+/// TLS to etcd (`https://` endpoints): the CA that signed the members'
+/// certificates (default: the system's roots) and a client certificate
+/// with its key, for members that ask for one (`--client-cert-auth`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EtcdTls {
+    /// The CA (PEM).
+    pub ca: Option<std::path::PathBuf>,
+    /// A client certificate (PEM chain) and its key (PEM).
+    pub identity: Option<(std::path::PathBuf, std::path::PathBuf)>,
+}
+
+impl EtcdTls {
+    /// Whether anything is set.
+    pub fn is_empty(&self) -> bool {
+        self.ca.is_none() && self.identity.is_none()
+    }
+
+    /// The tonic TLS settings: the files read now.
+    fn config(&self) -> Result<tonic::transport::ClientTlsConfig, StoreError> {
+        use tonic::transport::{Certificate, ClientTlsConfig, Identity};
+        let read = |what: &str, path: &std::path::Path| {
+            std::fs::read(path).map_err(|error| {
+                StoreError::Etcd(format!("TLS {what} '{}': {error}", path.display()))
+            })
+        };
+        let mut config = ClientTlsConfig::new();
+        config = match &self.ca {
+            Some(ca) => config.ca_certificate(Certificate::from_pem(read("ca", ca)?)),
+            None => config.with_native_roots(),
+        };
+        if let Some((cert, key)) = &self.identity {
+            config = config.identity(Identity::from_pem(read("cert", cert)?, read("key", key)?));
+        }
+        Ok(config)
+    }
+}
+
 /// A store on an etcd cluster.
 #[derive(Clone)]
 pub struct EtcdStore {
@@ -117,20 +154,39 @@ impl EtcdStore {
     /// per member. Nothing is contacted until the first request, so a
     /// cluster that is down yet is no error here.
     pub fn connect(endpoints: &[String]) -> Result<Self, StoreError> {
+        Self::connect_with(endpoints, &EtcdTls::default())
+    }
+
+    /// Like [`connect`](Self::connect), with `tls` for `https://`
+    /// endpoints (its files are read now).
+    pub fn connect_with(endpoints: &[String], tls: &EtcdTls) -> Result<Self, StoreError> {
         if endpoints.is_empty() {
             return Err(StoreError::Etcd("no endpoints given".into()));
         }
+        let secure = endpoints.iter().any(|url| url.starts_with("https://"));
+        if !tls.is_empty() && !secure {
+            return Err(StoreError::Etcd(
+                "TLS settings are for https:// endpoints; these are plaintext".into(),
+            ));
+        }
+        let config = if secure { Some(tls.config()?) } else { None };
         let mut members = Vec::with_capacity(endpoints.len());
         for url in endpoints {
-            let endpoint = Endpoint::from_shared(url.clone())
-                .map_err(|source| StoreError::Backend {
-                    source: Box::new(BadEndpoint {
-                        url: url.clone(),
-                        source,
-                    }),
-                })?
+            let bad = |source| StoreError::Backend {
+                source: Box::new(BadEndpoint {
+                    url: url.clone(),
+                    source,
+                }),
+            };
+            let mut endpoint = Endpoint::from_shared(url.clone())
+                .map_err(bad)?
                 .connect_timeout(CONNECT_TIMEOUT)
                 .tcp_nodelay(true);
+            if let Some(config) = &config
+                && url.starts_with("https://")
+            {
+                endpoint = endpoint.tls_config(config.clone()).map_err(bad)?;
+            }
             members.push(Member {
                 url: url.clone(),
                 channel: endpoint.connect_lazy(),

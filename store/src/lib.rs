@@ -28,7 +28,7 @@ mod etcd;
 mod wal;
 
 pub use embedded::{EmbeddedStore, Flush};
-pub use etcd::EtcdStore;
+pub use etcd::{EtcdStore, EtcdTls};
 
 /// The key the leading coordinator of a group holds under its lease; its
 /// value is the leader's URL, which is how workers (`worker --etcd`) and

@@ -11,8 +11,26 @@ use anyhow::{Context, Result, bail};
 pub struct TestEtcd {
     child: Child,
     dir: PathBuf,
-    /// Its client URL, `http://127.0.0.1:PORT`.
+    /// Its client URL, `http://127.0.0.1:PORT` (`https://` with TLS).
     pub url: String,
+    /// With TLS: how the health check reaches it (`curl` arguments).
+    tls: Option<EtcdTlsFiles>,
+}
+
+/// The files of an etcd that serves TLS and asks clients for certificates
+/// signed by `ca`.
+#[derive(Debug, Clone)]
+pub struct EtcdTlsFiles {
+    /// The CA of the server's and clients' certificates.
+    pub ca: PathBuf,
+    /// The server's certificate (for 127.0.0.1) and key.
+    pub cert: PathBuf,
+    /// Its key.
+    pub key: PathBuf,
+    /// A client certificate the CA signed, for the health check.
+    pub client_cert: PathBuf,
+    /// Its key.
+    pub client_key: PathBuf,
 }
 
 /// A port nothing listens on now.
@@ -27,9 +45,19 @@ impl TestEtcd {
     /// and then bound by etcd, so another process may take one in between:
     /// etcd then exits at once, and is started again on other ports.
     pub async fn start() -> Result<Self> {
+        Self::start_with(None).await
+    }
+
+    /// Starts etcd serving TLS (`tls`'s certificate), with client
+    /// certificate authentication (`--client-cert-auth`).
+    pub async fn start_tls(tls: EtcdTlsFiles) -> Result<Self> {
+        Self::start_with(Some(tls)).await
+    }
+
+    async fn start_with(tls: Option<EtcdTlsFiles>) -> Result<Self> {
         let mut last = None;
         for _ in 0..5 {
-            match Self::start_once().await {
+            match Self::start_once(tls.clone()).await {
                 Ok(etcd) => return Ok(etcd),
                 Err(error) => last = Some(error),
             }
@@ -37,12 +65,24 @@ impl TestEtcd {
         Err(last.expect("at least one attempt"))
     }
 
-    async fn start_once() -> Result<Self> {
+    async fn start_once(tls: Option<EtcdTlsFiles>) -> Result<Self> {
         let (client, peer) = (free_port()?, free_port()?);
         let dir = std::env::temp_dir().join(format!("weft-etcd-{}-{client}", std::process::id()));
-        let url = format!("http://127.0.0.1:{client}");
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        let url = format!("{scheme}://127.0.0.1:{client}");
         let peer_url = format!("http://127.0.0.1:{peer}");
-        let child = Command::new("etcd")
+        let mut command = Command::new("etcd");
+        if let Some(tls) = &tls {
+            command
+                .arg("--cert-file")
+                .arg(&tls.cert)
+                .arg("--key-file")
+                .arg(&tls.key)
+                .arg("--trusted-ca-file")
+                .arg(&tls.ca)
+                .arg("--client-cert-auth");
+        }
+        let child = command
             .arg("--data-dir")
             .arg(&dir)
             .args([
@@ -58,7 +98,12 @@ impl TestEtcd {
             .stderr(Stdio::null())
             .spawn()
             .context("starting etcd (Debian: apt-get install etcd-server)")?;
-        let mut etcd = Self { child, dir, url };
+        let mut etcd = Self {
+            child,
+            dir,
+            url,
+            tls,
+        };
         etcd.wait_ready().await?;
         Ok(etcd)
     }
@@ -67,9 +112,17 @@ impl TestEtcd {
     /// at once if etcd exits (a port was taken).
     async fn wait_ready(&mut self) -> Result<()> {
         let deadline = std::time::Instant::now() + Duration::from_secs(30);
-        let address = self.url.trim_start_matches("http://").to_owned();
+        let address = self
+            .url
+            .trim_start_matches("http://")
+            .trim_start_matches("https://")
+            .to_owned();
         loop {
-            if healthy(&address) {
+            let up = match &self.tls {
+                None => healthy(&address),
+                Some(tls) => healthy_over_tls(&self.url, tls),
+            };
+            if up {
                 return Ok(());
             }
             if let Some(status) = self.child.try_wait()? {
@@ -102,6 +155,21 @@ fn healthy(address: &str) -> bool {
     let mut response = String::new();
     let _ = stream.read_to_string(&mut response);
     response.contains("\"health\":\"true\"")
+}
+
+/// Whether etcd at `url` answers `/health` over TLS (curl, presenting
+/// the client certificate).
+fn healthy_over_tls(url: &str, tls: &EtcdTlsFiles) -> bool {
+    Command::new("curl")
+        .args(["-sS", "--max-time", "2", "--cacert"])
+        .arg(&tls.ca)
+        .arg("--cert")
+        .arg(&tls.client_cert)
+        .arg("--key")
+        .arg(&tls.client_key)
+        .arg(format!("{url}/health"))
+        .output()
+        .is_ok_and(|out| String::from_utf8_lossy(&out.stdout).contains("\"health\":\"true\""))
 }
 
 impl Drop for TestEtcd {

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use weft_client::Client;
-use weft_store::{EtcdStore, LEADER_KEY, Store};
+use weft_store::{EtcdStore, EtcdTls, LEADER_KEY, Store};
 
 use crate::etcd::{TestEtcd, free_port};
 use crate::{PATIENCE, binary, spawn_named_coordinator};
@@ -22,6 +22,10 @@ pub struct TestGroup {
     coordinators: Vec<Option<Child>>,
     urls: Vec<String>,
     workers: Vec<Child>,
+    /// Environment every process of the group gets (etcd's TLS files).
+    env: Vec<(String, String)>,
+    /// What the test's own store client presents to etcd.
+    etcd_tls: EtcdTls,
 }
 
 impl TestGroup {
@@ -29,6 +33,19 @@ impl TestGroup {
     /// `lease_seconds`.
     pub async fn start(count: usize, lease_seconds: u64) -> Result<Self> {
         let etcd = TestEtcd::start().await?;
+        Self::start_on(etcd, count, lease_seconds, &[], EtcdTls::default()).await
+    }
+
+    /// Starts `count` coordinators on `etcd`; every coordinator and worker
+    /// of the group gets `env` too (`WEFT_ETCD_CA`, …), and the test's
+    /// own reads of etcd present `etcd_tls`.
+    pub async fn start_on(
+        etcd: TestEtcd,
+        count: usize,
+        lease_seconds: u64,
+        env: &[(&str, &str)],
+        etcd_tls: EtcdTls,
+    ) -> Result<Self> {
         let dir = std::env::temp_dir().join(format!(
             "weft-group-{}-{}",
             std::process::id(),
@@ -41,12 +58,18 @@ impl TestGroup {
             coordinators: Vec::new(),
             urls: Vec::new(),
             workers: Vec::new(),
+            env: env
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
+            etcd_tls,
         };
         for index in 0..count {
-            let env = vec![
+            let mut env = vec![
                 ("WEFT_ETCD".to_owned(), group.etcd.url.clone()),
                 ("WEFT_LEASE_SECONDS".to_owned(), lease_seconds.to_string()),
             ];
+            env.extend(group.env.iter().cloned());
             let name = format!("coordinator-{index}");
             // A fixed port, since the coordinator advertises its address;
             // picked free, it may be taken before the coordinator binds
@@ -92,6 +115,7 @@ impl TestGroup {
     fn spawn_worker(&mut self, name: &str, slots: u32, at: &[&str]) -> Result<()> {
         let log = std::fs::File::create(self.dir.join(format!("{name}.log")))?;
         let child = Command::new(binary("worker"))
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .args(at)
             .args(["--name", name])
             .args(["--slots", &slots.to_string()])
@@ -108,7 +132,7 @@ impl TestGroup {
 
     /// The index of the coordinator that holds the leader key, if any.
     pub async fn leader(&self) -> Result<Option<usize>> {
-        let store = EtcdStore::connect(std::slice::from_ref(&self.etcd.url))?;
+        let store = EtcdStore::connect_with(std::slice::from_ref(&self.etcd.url), &self.etcd_tls)?;
         let held = store.get(LEADER_KEY).await?;
         Ok(held.and_then(|entry| {
             let url = String::from_utf8_lossy(&entry.value).into_owned();

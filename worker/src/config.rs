@@ -91,6 +91,8 @@ pub struct WorkerOptions {
     pub tls: weft_proto::transport::ClientTls,
     /// The token it joins with (default: `WEFT_WORKER_TOKEN`, else none).
     pub token: Option<String>,
+    /// TLS to `https://` etcd endpoints.
+    pub etcd_tls: weft_store::EtcdTls,
 }
 
 /// The variable a worker's token is taken from.
@@ -133,6 +135,9 @@ pub struct WorkerConfig {
     /// The `worker` token it joins with (`--token`, `WEFT_WORKER_TOKEN`);
     /// its `Debug` hides it.
     pub bearer: weft_proto::transport::Bearer,
+    /// TLS to `https://` etcd endpoints (`--etcd-ca`, `--etcd-cert`,
+    /// `--etcd-key`).
+    pub etcd_tls: weft_store::EtcdTls,
 }
 
 /// Why a worker's setup cannot be loaded.
@@ -177,6 +182,7 @@ impl WorkerConfig {
             telemetry: TelemetryConfig::resolve(TelemetryConfig::default(), |_| None, SERVICE),
             tls: weft_proto::transport::ClientTls::default(),
             bearer: weft_proto::transport::Bearer::default(),
+            etcd_tls: weft_store::EtcdTls::default(),
         }
     }
 
@@ -214,6 +220,7 @@ impl WorkerConfig {
             env,
         );
         config.etcd = options.etcd;
+        config.etcd_tls = options.etcd_tls;
         // The flags' (or variables') TLS settings win over the file's.
         config.tls = weft_proto::transport::ClientTls {
             ca: options.tls.ca.or(file.tls.ca),

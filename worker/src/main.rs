@@ -26,6 +26,16 @@ struct Args {
         conflicts_with = "coordinator"
     )]
     etcd: Vec<String>,
+    /// The CA (PEM) of https:// etcd endpoints' certificates (default: the
+    /// system's roots).
+    #[arg(long, env = "WEFT_ETCD_CA")]
+    etcd_ca: Option<PathBuf>,
+    /// A client certificate (PEM) for etcd, with --etcd-key.
+    #[arg(long, env = "WEFT_ETCD_CERT", requires = "etcd_key")]
+    etcd_cert: Option<PathBuf>,
+    /// The etcd client certificate's private key (PEM).
+    #[arg(long, env = "WEFT_ETCD_KEY", requires = "etcd_cert")]
+    etcd_key: Option<PathBuf>,
     /// Tasks run at once (default: number of CPUs).
     #[arg(long)]
     slots: Option<u32>,
@@ -87,6 +97,10 @@ async fn main() -> ExitCode {
             server_name: None,
         },
         token: args.token,
+        etcd_tls: weft_store::EtcdTls {
+            ca: args.etcd_ca,
+            identity: args.etcd_cert.zip(args.etcd_key),
+        },
     };
     let env = weft_worker::Environment::of_process();
     let config = match weft_worker::WorkerConfig::load(options, &env) {

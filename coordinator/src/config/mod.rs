@@ -225,6 +225,11 @@ impl CoordinatorConfig {
                 message: error.message().to_owned(),
             })?;
             let dir = path.parent().unwrap_or(std::path::Path::new("."));
+            if let Some(store) = &mut layer.store
+                && let Some(files) = store.tls.take()
+            {
+                store.tls = Some(files.relative_to(dir));
+            }
             if let Some(files) = layer.tls.take() {
                 tls.apply(files.relative_to(dir));
             }
@@ -295,6 +300,7 @@ impl CoordinatorConfig {
                 advertise: env("WEFT_ADVERTISE"),
                 lease_seconds: number("WEFT_LEASE_SECONDS")?,
                 flush_interval_ms: number("WEFT_FLUSH_INTERVAL_MS")?,
+                tls: store::StoreTlsLayer::from_env(&env),
             }),
         })?;
         config.apply(Layer {
@@ -325,7 +331,7 @@ impl CoordinatorConfig {
             }
         }
         if let Some(store) = layer.store {
-            self.store.apply(store);
+            self.store.apply(store)?;
         }
         let address = |key: &str, text: String| -> Result<SocketAddr, ConfigError> {
             text.parse().map_err(|_| ConfigError::Invalid {

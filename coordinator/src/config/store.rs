@@ -22,6 +22,8 @@ pub struct StoreConfig {
     /// When the embedded store's writes reach the disk (`flush_interval_ms`:
     /// 0 for an fsync on every write).
     pub flush: weft_store::Flush,
+    /// TLS to `https://` etcd endpoints (`[store.tls]`).
+    pub tls: weft_store::EtcdTls,
 }
 
 impl Default for StoreConfig {
@@ -31,6 +33,7 @@ impl Default for StoreConfig {
             advertise: None,
             lease_ttl: Duration::from_secs(3),
             flush: weft_store::Flush::default(),
+            tls: weft_store::EtcdTls::default(),
         }
     }
 }
@@ -38,13 +41,10 @@ impl Default for StoreConfig {
 impl CoordinatorConfig {
     /// The URL this coordinator is reached at by the rest of its group.
     pub fn advertised_url(&self) -> String {
-        self.store
-            .advertise
-            .clone()
-            .unwrap_or_else(|| {
-                let scheme = if self.tls.is_some() { "https" } else { "http" };
-                format!("{scheme}://{}", self.listen)
-            })
+        self.store.advertise.clone().unwrap_or_else(|| {
+            let scheme = if self.tls.is_some() { "https" } else { "http" };
+            format!("{scheme}://{}", self.listen)
+        })
     }
 }
 
@@ -56,10 +56,56 @@ pub(super) struct StoreLayer {
     pub(super) advertise: Option<String>,
     pub(super) lease_seconds: Option<u64>,
     pub(super) flush_interval_ms: Option<u64>,
+    pub(super) tls: Option<StoreTlsLayer>,
+}
+
+/// `[store.tls]`: the CA of etcd's certificates, and a client certificate
+/// with its key (`WEFT_ETCD_CA`, `WEFT_ETCD_CERT`, `WEFT_ETCD_KEY`).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct StoreTlsLayer {
+    pub(super) ca: Option<std::path::PathBuf>,
+    pub(super) cert: Option<std::path::PathBuf>,
+    pub(super) key: Option<std::path::PathBuf>,
+}
+
+impl StoreTlsLayer {
+    /// The variables' layer.
+    pub(super) fn from_env(env: &impl Fn(&str) -> Option<String>) -> Option<Self> {
+        let path = |name: &str| {
+            env(name)
+                .filter(|v| !v.trim().is_empty())
+                .map(std::path::PathBuf::from)
+        };
+        let layer = Self {
+            ca: path("WEFT_ETCD_CA"),
+            cert: path("WEFT_ETCD_CERT"),
+            key: path("WEFT_ETCD_KEY"),
+        };
+        (layer.ca.is_some() || layer.cert.is_some() || layer.key.is_some()).then_some(layer)
+    }
+
+    /// The same paths, relative ones taken from `dir`.
+    pub(super) fn relative_to(self, dir: &std::path::Path) -> Self {
+        let join = |path: Option<std::path::PathBuf>| path.map(|p| dir.join(p));
+        Self {
+            ca: join(self.ca),
+            cert: join(self.cert),
+            key: join(self.key),
+        }
+    }
+}
+
+/// A certificate given without its key, or the reverse.
+fn pair_error(missing: &str) -> ConfigError {
+    ConfigError::Invalid {
+        key: missing.to_owned(),
+        reason: "store.tls.cert and store.tls.key come together".to_owned(),
+    }
 }
 
 impl StoreConfig {
-    pub(super) fn apply(&mut self, layer: StoreLayer) {
+    pub(super) fn apply(&mut self, layer: StoreLayer) -> Result<(), ConfigError> {
         if let Some(endpoints) = layer.etcd {
             self.etcd = endpoints;
         }
@@ -69,18 +115,28 @@ impl StoreConfig {
         if let Some(seconds) = layer.lease_seconds {
             self.lease_ttl = Duration::from_secs(seconds);
         }
+        if let Some(tls) = layer.tls {
+            if tls.ca.is_some() {
+                self.tls.ca = tls.ca;
+            }
+            match (tls.cert, tls.key) {
+                (Some(cert), Some(key)) => self.tls.identity = Some((cert, key)),
+                (None, None) => {}
+                (Some(_), None) => return Err(pair_error("store.tls.key")),
+                (None, Some(_)) => return Err(pair_error("store.tls.cert")),
+            }
+        }
         if let Some(ms) = layer.flush_interval_ms {
             self.flush = match ms {
                 0 => weft_store::Flush::EachWrite,
                 ms => weft_store::Flush::Every(Duration::from_millis(ms)),
             };
         }
+        Ok(())
     }
 }
 
-/// Whether `url` is `http://host:port` with nothing after the authority
-/// (etcd is not spoken to over TLS yet: `https` is refused rather than
-/// tried).
+/// Whether `url` is `http://host:port` with nothing after the authority.
 fn plain_http_url(url: &str) -> bool {
     url_with_scheme(url, "http://")
 }
@@ -105,16 +161,29 @@ impl CoordinatorConfig {
             reason,
         };
         for url in &self.store.etcd {
-            if !plain_http_url(url) {
+            if !plain_http_url(url) && !url_with_scheme(url, "https://") {
                 return Err(invalid(
                     "store.etcd",
-                    format!("'{url}' is not an endpoint like http://127.0.0.1:2379"),
+                    format!(
+                        "'{url}' is not an endpoint like http://127.0.0.1:2379 or https://etcd-1:2379"
+                    ),
                 ));
             }
         }
+        if !self.store.tls.is_empty() && !self.store.etcd.iter().any(|u| u.starts_with("https://"))
+        {
+            return Err(invalid(
+                "store.tls",
+                "is for https:// etcd endpoints; store.etcd names none".to_owned(),
+            ));
+        }
         // The group and the workers reach this coordinator as it serves:
         // over TLS when it has [tls].
-        let scheme = if self.tls.is_some() { "https://" } else { "http://" };
+        let scheme = if self.tls.is_some() {
+            "https://"
+        } else {
+            "http://"
+        };
         if let Some(url) = &self.store.advertise
             && !url_with_scheme(url, scheme)
         {

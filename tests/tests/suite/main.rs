@@ -9,6 +9,7 @@ mod cluster;
 mod conformance;
 mod deploy;
 mod durability;
+mod etcd_tls;
 mod ha;
 mod hostile;
 mod llm;

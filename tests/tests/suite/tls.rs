@@ -14,18 +14,18 @@ use weft_tests::{TestCluster, binary, repo};
 
 /// A CA, a server certificate it signed for 127.0.0.1 and localhost, and
 /// a client certificate it signed, as PEM files in `dir`.
-struct Pki {
-    ca: PathBuf,
-    server_cert: PathBuf,
-    server_key: PathBuf,
-    client_cert: PathBuf,
-    client_key: PathBuf,
+pub(crate) struct Pki {
+    pub(crate) ca: PathBuf,
+    pub(crate) server_cert: PathBuf,
+    pub(crate) server_key: PathBuf,
+    pub(crate) client_cert: PathBuf,
+    pub(crate) client_key: PathBuf,
     /// A person's client certificate (subject `alice`).
-    alice_cert: PathBuf,
-    alice_key: PathBuf,
+    pub(crate) alice_cert: PathBuf,
+    pub(crate) alice_key: PathBuf,
 }
 
-fn pki(dir: &Path, name: &str) -> Pki {
+pub(crate) fn pki(dir: &Path, name: &str) -> Pki {
     std::fs::create_dir_all(dir).unwrap();
     let ca_key = KeyPair::generate().unwrap();
     let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();

@@ -27,7 +27,7 @@ impl Finder {
         if config.etcd.is_empty() {
             return endpoint(&config.coordinator, &config.tls).map(|e| Self::Fixed(Box::new(e)));
         }
-        EtcdStore::connect(&config.etcd)
+        EtcdStore::connect_with(&config.etcd, &config.etcd_tls)
             .map(|store| Self::Leader(store, config.tls.clone()))
             .map_err(|e| WorkerError::BadUrl {
                 url: config.etcd.join(","),
