@@ -11,11 +11,11 @@ cd "$(dirname "$0")"
 seconds="${1:-60}"
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(graph_load expressions script_stdout worker_messages)
+[ ${#targets[@]} -gt 0 ] || targets=(graph_load expressions script_stdout worker_messages coordinator_requests)
 export RUSTC_BOOTSTRAP=1
 
 # Seeds: every example graph, a few expressions and script outputs.
-mkdir -p corpus/graph_load corpus/expressions corpus/script_stdout corpus/worker_messages
+mkdir -p corpus/graph_load corpus/expressions corpus/script_stdout corpus/worker_messages corpus/coordinator_requests
 cp ../examples/*.yaml corpus/graph_load/ 2>/dev/null || true
 printf '{{ topic }} and {{ drafts + 1 }}\0{"topic": "weft", "drafts": 2}' > corpus/expressions/template
 printf 'state.score >= 0.8 && size(state.items) < 3\0{"score": 0.9, "items": [1]}' > corpus/expressions/cel
@@ -23,6 +23,29 @@ printf '{{ items | map(attribute="x") | join(",") }}\0{"items": [{"x": 1}]}' > c
 printf '{"n": 1, "_next": "b"}\n' > corpus/script_stdout/object
 printf 'debug line\n{"n": 1}\n' > corpus/script_stdout/noise
 printf '' > corpus/script_stdout/empty
+# A submission of each example, protobuf-encoded (SubmitRequest { bundle:
+# GraphBundle { graph_path, files: [BundleFile { path, content, mode }] } }).
+python3 - ../examples corpus/coordinator_requests <<'PY'
+import os, sys
+def varint(n):
+    out = b""
+    while True:
+        b = n & 0x7F
+        n >>= 7
+        out += bytes([b | (0x80 if n else 0)])
+        if not n:
+            return out
+def field(number, payload):
+    return varint(number << 3 | 2) + varint(len(payload)) + payload
+examples, corpus = sys.argv[1], sys.argv[2]
+for name in sorted(os.listdir(examples)):
+    if not name.endswith(".yaml"):
+        continue
+    content = open(os.path.join(examples, name), "rb").read()
+    file = field(1, name.encode()) + field(2, content) + varint(3 << 3) + varint(0o644)
+    bundle = field(1, name.encode()) + field(2, file)
+    open(os.path.join(corpus, name + ".pb"), "wb").write(field(1, bundle))
+PY
 
 crashed=0
 log="$(mktemp)"

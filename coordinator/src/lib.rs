@@ -10,6 +10,8 @@ pub mod bundle;
 pub mod config;
 pub mod dispatch;
 pub mod durable;
+#[doc(hidden)]
+pub mod fuzzing;
 pub use weft_graph as graph;
 mod grpc;
 pub mod ha;

@@ -1,7 +1,7 @@
 //! Thin gRPC services: each handler converts the request, calls a handle,
 //! and maps the error. Generated protobuf types stay in this module.
 
-mod convert;
+pub(crate) mod convert;
 mod run_service;
 mod serve_or_forward;
 #[cfg(test)]

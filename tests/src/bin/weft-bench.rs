@@ -62,6 +62,14 @@ struct Args {
     /// handlers, until stopped (SIGINT or SIGTERM).
     #[arg(long)]
     serve: Option<String>,
+    /// The CA of an https:// coordinator's certificate (with --coordinator
+    /// or --serve).
+    #[arg(long)]
+    ca: Option<std::path::PathBuf>,
+    /// The token to present (an operator's for the workloads, a worker's
+    /// with --serve); default: WEFT_TOKEN.
+    #[arg(long, env = "WEFT_TOKEN", hide_env_values = true)]
+    token: Option<String>,
     /// Receive OTLP traces on this address (`127.0.0.1:4317`) until
     /// stopped, printing how many spans arrived: a sink for measuring what
     /// exporting costs.
@@ -277,7 +285,14 @@ async fn run_all(args: &Args) -> Result<Vec<Figure>> {
         (None, Some(cluster)) => cluster.url.clone(),
         (None, None) => unreachable!("started above"),
     };
-    let client = Client::connect(url).await?;
+    let tls = weft_client::ClientTls {
+        ca: args.ca.clone(),
+        ..Default::default()
+    };
+    let mut client = Client::connect_with(url, &tls).await?;
+    if let Some(token) = &args.token {
+        client = client.with_token(token)?;
+    }
     let mut figures = Vec::new();
     if wanted("w1") {
         figures.push(w1(&client, args).await?);
@@ -538,7 +553,11 @@ async fn main() -> Result<()> {
             "weft-worker",
         );
         let _telemetry = weft_process::init(weft_process::LogFormat::Text, &telemetry)?;
-        let mut worker = Worker::new(url.clone());
+        let env = weft_worker::Environment::of_process();
+        let mut config = weft_worker::WorkerConfig::new(url.clone(), &env);
+        config.tls.ca = args.ca.clone();
+        config.bearer = weft_proto::transport::Bearer::new(args.token.as_deref())?;
+        let mut worker = Worker::from_config(config);
         register(&mut worker, args.slots);
         worker.run(weft_process::shutdown_on_signal()).await?;
         return Ok(());
