@@ -22,6 +22,10 @@ use weft_worker::{TaskContext, Worker};
 
 #[path = "weft_bench/python.rs"]
 mod python;
+#[path = "weft_bench/report.rs"]
+mod report;
+
+use report::{Figure, median};
 
 #[derive(Parser)]
 struct Args {
@@ -202,19 +206,6 @@ fn waves() -> GraphBuilder {
         graph = graph.node(name, NodeBuilder::task("sleep50"));
     }
     graph
-}
-
-struct Figure {
-    id: &'static str,
-    label: String,
-    samples: Vec<Duration>,
-    per: Option<(f64, &'static str)>,
-}
-
-fn median(samples: &[Duration]) -> Duration {
-    let mut sorted = samples.to_vec();
-    sorted.sort();
-    sorted[sorted.len() / 2]
 }
 
 async fn timed(
@@ -563,49 +554,6 @@ async fn main() -> Result<()> {
         return Ok(());
     }
     let figures = run_all(&args).await?;
-    println!("| workload | median | figure | samples |");
-    println!("|---|---|---|---|");
-    for figure in &figures {
-        let m = median(&figure.samples);
-        let per = figure
-            .per
-            .map(|(v, unit)| format!("{v:.1} {unit}"))
-            .unwrap_or_else(|| "—".into());
-        // Sub-millisecond figures (W7's messages) read better in µs.
-        let (scale, unit) = if m < Duration::from_millis(1) {
-            (1e6, "µs")
-        } else {
-            (1e3, "ms")
-        };
-        let samples: Vec<String> = figure
-            .samples
-            .iter()
-            .take(10)
-            .map(|d| format!("{:.1}", d.as_secs_f64() * scale))
-            .collect();
-        let more = if figure.samples.len() > 10 {
-            ", …"
-        } else {
-            ""
-        };
-        println!(
-            "| {} | {:.1} {unit} | {per} | {}{more} {unit} |",
-            figure.label,
-            m.as_secs_f64() * scale,
-            samples.join(", ")
-        );
-    }
-    for figure in &figures {
-        let line = json!({
-            "engine": "weft",
-            "workload": figure.id,
-            "label": figure.label,
-            "median_s": median(&figure.samples).as_secs_f64(),
-            "times_s": figure.samples.iter().take(100).map(Duration::as_secs_f64).collect::<Vec<_>>(),
-            "figure": figure.per.map(|(v, _)| v),
-            "unit": figure.per.map(|(_, u)| u),
-        });
-        println!("{line}");
-    }
+    report::print(&figures);
     Ok(())
 }

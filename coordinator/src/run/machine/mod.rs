@@ -27,6 +27,7 @@ mod prompts;
 mod recovery;
 pub mod routing;
 mod subgraphs;
+mod task_spec;
 mod task_table;
 mod tasks;
 mod team_messages;

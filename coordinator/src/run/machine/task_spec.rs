@@ -1,0 +1,160 @@
+//! What a task is given: its [`TaskSpec`] (node, attempt, item, timeout,
+//! team seat, prompts) and the [`TaskState`] it sees, a view over the
+//! wave's shared S0 that costs only what a map item changed.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use super::events::{ItemRef, State, TaskKey, TeamSeat};
+
+/// A task for a worker.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TaskSpec {
+    /// This attempt's key.
+    pub key: TaskKey,
+    /// The node id.
+    pub node: String,
+    /// 1 for the first attempt.
+    pub attempt: u32,
+    /// The map item, when the task is a step of a map item's chain.
+    pub item: Option<ItemRef>,
+    /// The state the task sees.
+    pub state: TaskState,
+    /// The step's scope (a map item's `as` binding).
+    pub scope: Map<String, Value>,
+    /// Per-attempt deadline.
+    pub timeout: Duration,
+    /// For a `teammates: true` step of a map item with a team: its
+    /// identity, its team and the messages handed to it. Set when the task
+    /// is dispatched.
+    #[serde(default)]
+    pub team: Option<TeamSeat>,
+    /// For an `llm` or `agent` step: its prompts, rendered
+    /// (`{"system", "prompt"}`).
+    #[serde(default)]
+    pub prompts: Option<Map<String, Value>>,
+    /// The key of the task's first attempt, for a retry (`None`: this is
+    /// the first).
+    #[serde(default)]
+    pub first_key: Option<TaskKey>,
+}
+
+/// The state a task sees: `base` (the wave's S0, shared by every task of
+/// the wave) with `overlay` laid over it and `hidden` fields removed. A map
+/// item's fork costs only what it changed, never a copy of the state.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TaskState {
+    /// The shared base. Not stored with the task: a restored run points it
+    /// at the wave's S0 again.
+    #[serde(skip)]
+    pub base: State,
+    /// Fields that differ from `base` (a map item's binding and writes).
+    pub overlay: Map<String, Value>,
+    /// Fields of `base` the task must not see (a map's `output_key`).
+    pub hidden: Vec<String>,
+}
+
+/// The named fields of `state` (`None`: all of them), copied.
+pub fn fields_of(
+    state: &Map<String, Value>,
+    names: Option<&std::collections::BTreeSet<String>>,
+) -> Map<String, Value> {
+    match names {
+        None => state.clone(),
+        Some(names) => names
+            .iter()
+            .filter_map(|name| state.get_key_value(name))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
+    }
+}
+
+impl TaskState {
+    /// The whole of `base`, unchanged.
+    pub fn whole(base: State) -> Self {
+        Self {
+            base,
+            overlay: Map::new(),
+            hidden: Vec::new(),
+        }
+    }
+
+    /// The fields, in order: the base's (minus hidden and overlaid ones),
+    /// then the overlay's.
+    pub fn fields(&self) -> impl Iterator<Item = (&String, &Value)> {
+        self.base
+            .iter()
+            .filter(|(name, _)| !self.overlay.contains_key(*name) && !self.hidden.contains(name))
+            .chain(self.overlay.iter())
+    }
+
+    /// The state as one object (a copy).
+    pub fn view(&self) -> Map<String, Value> {
+        self.fields().map(|(k, v)| (k.clone(), v.clone())).collect()
+    }
+
+    /// The named fields only (`None`: all of them), copied: what an
+    /// expression that reads those fields needs, whatever the state's size.
+    pub fn view_of(
+        &self,
+        names: Option<&std::collections::BTreeSet<String>>,
+    ) -> Map<String, Value> {
+        let Some(names) = names else {
+            return self.view();
+        };
+        names
+            .iter()
+            .filter(|name| !self.hidden.contains(name) || self.overlay.contains_key(*name))
+            .filter_map(|name| {
+                self.overlay
+                    .get_key_value(name)
+                    .or_else(|| self.base.get_key_value(name))
+            })
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    }
+}
+
+impl TaskSpec {
+    /// Drops the task's state at once and keeps its attempt and item. A
+    /// partially moved spec would keep the state alive to the end of the
+    /// caller's scope, and the merge updates the run's state in place only
+    /// when nothing else holds it.
+    pub(crate) fn release(self) -> (u32, Option<ItemRef>) {
+        (self.attempt, self.item)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+    use std::sync::Arc;
+
+    #[test]
+    fn a_partial_view_holds_the_named_fields_as_the_task_sees_them() {
+        let base: State = Arc::new(
+            json!({"a": 1, "big": "x", "out": "from s0"})
+                .as_object()
+                .cloned()
+                .unwrap(),
+        );
+        let state = TaskState {
+            base,
+            overlay: json!({"a": 2, "item": "i"}).as_object().cloned().unwrap(),
+            hidden: vec!["out".into()],
+        };
+        let names: std::collections::BTreeSet<String> = ["a", "item", "out", "missing"]
+            .iter()
+            .map(|s| (*s).to_owned())
+            .collect();
+        assert_eq!(
+            Value::Object(state.view_of(Some(&names))),
+            json!({"a": 2, "item": "i"}),
+            "the overlay wins, hidden and missing fields are absent"
+        );
+        assert_eq!(state.view_of(None), state.view());
+    }
+}
