@@ -67,7 +67,7 @@ enum Command {
         #[arg(long)]
         watch: bool,
         /// Workers of the embedded cluster.
-        #[arg(long, default_value_t = 2)]
+        #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..))]
         workers: u32,
         /// Print the run id and return at once (needs --coordinator).
         #[arg(long)]
@@ -96,7 +96,7 @@ enum Command {
     /// List runs.
     Runs {
         /// Show at most this many (newest first).
-        #[arg(long, default_value_t = 20)]
+        #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..))]
         limit: u32,
         /// Show the runs older than this run id (the next page).
         #[arg(long)]
@@ -137,6 +137,17 @@ fn main() -> ExitCode {
         server_name: None,
     });
     cli::commands::set_token(cli.token.clone());
+    // `validate` and `diagram` read the file alone: a coordinator given on
+    // their command line (not through WEFT_COORDINATOR, which is set for
+    // everything) is a mistake worth saying.
+    let local = matches!(
+        cli.command,
+        Command::Validate { .. } | Command::Diagram { .. }
+    );
+    if local && std::env::args().any(|a| a == "--coordinator" || a.starts_with("--coordinator=")) {
+        err!("error: validate and diagram read the graph file alone: leave out --coordinator");
+        return ExitCode::from(cli::exit::INVALID);
+    }
     let code = match cli.command {
         Command::Validate { graph } => cli::files::validate(&graph),
         Command::Diagram { graph } => cli::files::diagram(&graph),

@@ -40,7 +40,7 @@ fn validate_prints_one_line_per_finding_and_exits_two() {
     assert_eq!(out.status.code(), Some(2));
     let stdout = text(&out.stdout);
     let lines: Vec<&str> = stdout.lines().collect();
-    assert_eq!(lines.len(), 5, "{stdout}");
+    assert_eq!(lines.len(), 7, "{stdout}");
     assert!(lines.iter().all(|l| l.starts_with("error: ")), "{stdout}");
 }
 

@@ -181,22 +181,29 @@ async fn main() -> ExitCode {
         }
     };
     let scheme = if tls.is_some() { "https" } else { "http" };
-    // Tests and scripts read these two lines to learn the bound ports.
-    println!("coordinator listening on {address}");
-    println!("metrics on {scheme}://{metrics_address}/metrics");
     let shutdown = weft_process::shutdown_on_signal();
     let metrics = serve_metrics(
         metrics_listener,
         tls.as_ref().map(|(_, http)| http.clone()),
         &shutdown,
     );
-    let served = match tls {
+    // Said once the store is open: a coordinator whose data directory
+    // another holds fails first, saying so. Tests and scripts read these
+    // two lines to learn the bound ports.
+    let ready = Box::new(move || {
+        println!("coordinator listening on {address}");
+        println!("metrics on {scheme}://{metrics_address}/metrics");
+    });
+    let grpc = match tls {
         Some((grpc, http)) => {
             reload_on_sighup(vec![grpc.clone(), http], shutdown.clone());
-            weft_coordinator::server::serve_tls(listener, grpc, config, shutdown.clone()).await
+            Some(grpc)
         }
-        None => weft_coordinator::server::serve(listener, config, shutdown.clone()).await,
+        None => None,
     };
+    let served =
+        weft_coordinator::server::serve_announced(listener, grpc, config, shutdown.clone(), ready)
+            .await;
     // The endpoint stops with the same token; wait for it too.
     shutdown.cancel();
     if let Some(metrics) = metrics {

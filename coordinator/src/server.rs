@@ -28,8 +28,8 @@ const STORE_FILE: &str = "weft.redb";
 /// Why the coordinator stopped with an error.
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
-    /// The store could not be opened or read.
-    #[error("the store in the data directory: {0}")]
+    /// The store could not be opened or read (its errors name it).
+    #[error("{0}")]
     Store(#[from] weft_store::StoreError),
     /// The gRPC server failed.
     #[error("the gRPC server failed: {0}")]
@@ -56,7 +56,7 @@ pub async fn serve(
     config: CoordinatorConfig,
     shutdown: CancellationToken,
 ) -> Result<(), ServeError> {
-    serve_incoming(incoming(listener), config, shutdown).await
+    serve_incoming(incoming(listener), config, shutdown, Box::new(|| {})).await
 }
 
 /// Serves clients and workers over TLS on `listener` until `shutdown` is
@@ -67,8 +67,27 @@ pub async fn serve_tls(
     config: CoordinatorConfig,
     shutdown: CancellationToken,
 ) -> Result<(), ServeError> {
-    let incoming = crate::tls::accept(listener, tls, shutdown.clone()).into_stream();
-    serve_incoming(incoming, config, shutdown).await
+    serve_announced(listener, Some(tls), config, shutdown, Box::new(|| {})).await
+}
+
+/// Serves on `listener` (over TLS with `tls`), calling `ready` once the
+/// store is open and the coordinator has its role: a coordinator that
+/// cannot open its store (another holds it) fails before it says it
+/// serves.
+pub async fn serve_announced(
+    listener: TcpListener,
+    tls: Option<crate::tls::ServerTls>,
+    config: CoordinatorConfig,
+    shutdown: CancellationToken,
+    ready: Box<dyn FnOnce() + Send>,
+) -> Result<(), ServeError> {
+    match tls {
+        Some(tls) => {
+            let incoming = crate::tls::accept(listener, tls, shutdown.clone()).into_stream();
+            serve_incoming(incoming, config, shutdown, ready).await
+        }
+        None => serve_incoming(incoming(listener), config, shutdown, ready).await,
+    }
 }
 
 /// Serves on a Unix socket: only processes that may open its path connect
@@ -79,7 +98,7 @@ pub async fn serve_unix(
     shutdown: CancellationToken,
 ) -> Result<(), ServeError> {
     let incoming = tokio_stream::wrappers::UnixListenerStream::new(listener);
-    serve_incoming(incoming, config, shutdown).await
+    serve_incoming(incoming, config, shutdown, Box::new(|| {})).await
 }
 
 /// Starts serving as the lone coordinator of its data directory, or
@@ -117,6 +136,7 @@ async fn serve_incoming<IO>(
     incoming: impl tokio_stream::Stream<Item = std::io::Result<IO>> + Send + 'static,
     config: CoordinatorConfig,
     shutdown: CancellationToken,
+    ready: Box<dyn FnOnce() + Send>,
 ) -> Result<(), ServeError>
 where
     IO: tokio::io::AsyncRead
@@ -129,6 +149,7 @@ where
     let tracker = TaskTracker::new();
     let (role_tx, role) = watch::channel(Role::Standby(None));
     take_role(&config, role_tx, &shutdown, &tracker).await?;
+    ready();
     // Each service decodes no more than its largest legitimate message: a
     // submission (bundle and input), a worker's result; framing aside.
     const FRAMING: usize = 1 << 20;

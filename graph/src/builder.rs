@@ -403,8 +403,9 @@ impl Builder<'_, '_> {
         } else if let Some(&idx) = self.index.get(&raw.from) {
             Endpoint::Node(idx)
         } else {
+            let hint = self.node_hint(&raw.from);
             self.error(
-                format!("{owner}: edge from unknown node '{}'", raw.from),
+                format!("{owner}: edge from unknown node '{}'{hint}", raw.from),
                 &[&raw.from],
             );
             return None;
@@ -414,13 +415,22 @@ impl Builder<'_, '_> {
         } else if let Some(&idx) = self.index.get(&raw.to) {
             Target::Node(idx)
         } else {
+            let hint = self.node_hint(&raw.to);
             self.error(
-                format!("{owner}: edge to unknown node '{}'", raw.to),
+                format!("{owner}: edge to unknown node '{}'{hint}", raw.to),
                 &[&raw.to],
             );
             return None;
         };
         Some((from, to))
+    }
+
+    /// ` (did you mean 'X'?)` for a node id close to `id`, else nothing.
+    fn node_hint(&self, id: &str) -> String {
+        let known: Vec<&str> = self.index.keys().map(String::as_str).collect();
+        did_you_mean(id, &known)
+            .map(|k| format!(" (did you mean '{k}'?)"))
+            .unwrap_or_default()
     }
 
     pub(super) fn kind(&mut self, id: &str, raw: &RawNode) -> Option<NodeKind> {

@@ -113,11 +113,15 @@ fn without_duplicate_nodes(text: &str, duplicates: &[(String, u32, u32)]) -> Str
 pub fn parse_text(text: &str, format: Format) -> Result<Value, Finding> {
     match format {
         Format::Json => serde_json::from_str(text).map_err(|error| {
+            // serde_json ends its message with the position, said first here.
+            let shown = error.to_string();
+            let position = format!(" at line {} column {}", error.line(), error.column());
             Finding::error(
                 format!(
-                    "JSON syntax error at line {}, column {}: {error}",
+                    "JSON syntax error at line {}, column {}: {}",
                     error.line(),
-                    error.column()
+                    error.column(),
+                    shown.strip_suffix(&position).unwrap_or(&shown)
                 ),
                 &[],
             )
@@ -219,7 +223,7 @@ impl<'de> Visitor<'de> for NodeLinesVisitor {
 /// The parser's message without its own position prefix, and a repeated
 /// key said plainly (the parser's text names its own option).
 fn yaml_message(text: &str) -> String {
-    let line = first_line(text);
+    let line = without_position(&first_line(text));
     if let Some(key) = line
         .split("duplicate mapping key: ")
         .nth(1)
@@ -228,6 +232,21 @@ fn yaml_message(text: &str) -> String {
         return format!("the key '{key}' is given twice in the same map");
     }
     line
+}
+
+/// The parser's message without the `error: line N column M: ` it starts
+/// with (the finding says where, once).
+fn without_position(line: &str) -> String {
+    let rest = line.strip_prefix("error: ").unwrap_or(line);
+    if let Some(after) = rest.strip_prefix("line ")
+        && let Some((position, message)) = after.split_once(": ")
+        && position
+            .split(" column ")
+            .all(|n| n.trim().parse::<u32>().is_ok())
+    {
+        return message.to_owned();
+    }
+    rest.to_owned()
 }
 
 fn first_line(text: &str) -> String {
@@ -254,9 +273,19 @@ pub fn did_you_mean<'a>(word: &str, candidates: &[&'a str]) -> Option<&'a str> {
             best = Some((distance, candidate));
         }
     }
-    let (distance, candidate) = best?;
-    let limit = (word.len().max(candidate.len()) / 3).max(1);
-    (distance <= limit).then_some(candidate)
+    let close = best
+        .filter(|(distance, candidate)| *distance <= (word.len().max(candidate.len()) / 3).max(1));
+    if let Some((_, candidate)) = close {
+        return Some(candidate);
+    }
+    // An inflected form of a known word (`retries` for `retry`, `edges`
+    // for `edge`): the word starts with all of the candidate but its last
+    // letter, and that stem is long enough to mean something.
+    candidates
+        .iter()
+        .filter(|c| c.len() >= 5 && c.is_ascii() && word.len() > c.len())
+        .find(|c| word.starts_with(&c[..c.len() - 1]) && word.len() - c.len() <= 3)
+        .copied()
 }
 
 /// Edit distance counting an adjacent transposition as one edit, so that
@@ -299,6 +328,27 @@ mod tests {
             finding.message
         );
         assert!(finding.message.contains("column"), "{}", finding.message);
+        assert_eq!(
+            finding.message.matches("line").count(),
+            1,
+            "the position is said once: {}",
+            finding.message
+        );
+        let json = parse_text("{\"a\": [1,}", Format::Json).unwrap_err();
+        assert_eq!(
+            json.message,
+            "JSON syntax error at line 1, column 10: expected value"
+        );
+    }
+
+    #[test]
+    fn inflected_forms_get_a_suggestion() {
+        assert_eq!(
+            did_you_mean("retries", &["retry", "timeout"]),
+            Some("retry")
+        );
+        assert_eq!(did_you_mean("handlr", &["handler"]), Some("handler"));
+        assert_eq!(did_you_mean("zzzzzzzz", &["retry"]), None);
     }
 
     #[test]

@@ -22,6 +22,7 @@ mod python;
 mod python_names;
 mod raw_node;
 mod schema;
+mod script_files;
 mod tools;
 pub mod topology;
 mod validate;
@@ -41,6 +42,7 @@ pub use python::{
     Code, PyDef, PyFunction, PyModule, PyParam, SourceFiles, import_path, is_identifier, no_files,
 };
 pub use schema::{Schema, SchemaError};
+pub use script_files::missing_script_files;
 pub use tools::{TEAMMATE_TOOLS, ToolDecl, ToolRun, is_tool_name};
 
 /// Parses and validates graph text. Returns the graph (possibly partial when
@@ -135,5 +137,11 @@ pub fn load_file(path: &Path) -> Result<(Graph, Vec<Finding>), GraphError> {
     let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or("graph");
     let dir = path.parent().unwrap_or(Path::new(""));
     let beside = |relative: &str| std::fs::read_to_string(dir.join(relative)).ok();
-    load_str_with(&text, Format::from_path(path), stem, &beside)
+    let (graph, mut findings) = load_str_with(&text, Format::from_path(path), stem, &beside)?;
+    let missing = missing_script_files(&graph, &|relative| dir.join(relative).is_file());
+    if !missing.is_empty() {
+        findings.splice(0..0, missing);
+        return Err(GraphError::Invalid(findings));
+    }
+    Ok((graph, findings))
 }

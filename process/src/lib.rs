@@ -51,7 +51,12 @@ pub fn init(format: LogFormat, telemetry: &TelemetryConfig) -> Result<Telemetry,
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let traces = provider.as_ref().map(telemetry::layer);
     let registry = tracing_subscriber::registry().with(traces).with(filter);
-    let lines = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    // Colour only for a person at a terminal: a log redirected to a file or
+    // a collector gets plain text.
+    let colour = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let lines = tracing_subscriber::fmt::layer()
+        .with_writer(std::io::stderr)
+        .with_ansi(colour);
     let _ = match format {
         LogFormat::Text => registry.with(lines).try_init(),
         LogFormat::Json => registry.with(lines.json()).try_init(),

@@ -129,14 +129,21 @@ pub enum StdoutError {
     #[error("stdout must be one JSON object, got {0}")]
     NotAnObject(&'static str),
     /// Not one JSON value.
-    #[error("stdout is not one JSON object: {detail} (line {line}, column {column})")]
+    #[error(
+        "stdout is not one JSON object: {detail} at line {line}, column {column}; it began {first:?}{}",
+        if *.stray { " (a script's logs belong on stderr: stdout is for its JSON object alone)" } else { "" }
+    )]
     NotJson {
-        /// What the parser said.
+        /// What the parser said, without its position.
         detail: String,
         /// Where (1-based).
         line: usize,
         /// Where (1-based).
         column: usize,
+        /// The first line of stdout, cut at 80 characters.
+        first: String,
+        /// Stdout does not start with `{`: a log line came first.
+        stray: bool,
     },
 }
 
@@ -149,11 +156,25 @@ pub fn parse_stdout(out: &[u8]) -> Result<Value, StdoutError> {
     match serde_json::from_str::<Value>(text) {
         Ok(Value::Object(map)) => Ok(Value::Object(map)),
         Ok(other) => Err(StdoutError::NotAnObject(type_name(&other))),
-        Err(error) => Err(StdoutError::NotJson {
-            detail: error.to_string(),
-            line: error.line(),
-            column: error.column(),
-        }),
+        Err(error) => {
+            let shown = error.to_string();
+            let position = format!(" at line {} column {}", error.line(), error.column());
+            let first: String = text
+                .trim_start()
+                .lines()
+                .next()
+                .unwrap_or("")
+                .chars()
+                .take(80)
+                .collect();
+            Err(StdoutError::NotJson {
+                detail: shown.strip_suffix(&position).unwrap_or(&shown).to_owned(),
+                line: error.line(),
+                column: error.column(),
+                stray: !text.trim_start().starts_with('{'),
+                first,
+            })
+        }
     }
 }
 
@@ -207,5 +228,12 @@ mod tests {
                 .contains("not one JSON object")
         );
         assert!(parse_stdout(b"hello").is_err());
+        assert_eq!(
+            parse_stdout(b"loading the model\n{\"a\": 1}\n")
+                .unwrap_err()
+                .to_string(),
+            "stdout is not one JSON object: expected value at line 1, column 1; it began \"loading the model\" \
+             (a script's logs belong on stderr: stdout is for its JSON object alone)"
+        );
     }
 }

@@ -162,10 +162,15 @@ pub async fn watch(coordinator: Option<String>, run: &str, json: bool) -> u8 {
         Ok(client) => client,
         Err(code) => return code,
     };
+    // Like `status`, 0 for any run that exists (SPEC 12): the run's own
+    // outcome is in what was shown.
     match progress::follow(&client, run, 0, json).await {
         // With --json, stdout holds the events alone (JSON Lines).
-        Ok(info) if json => output::exit_status(info.status),
-        Ok(info) => output::show(&info, false),
+        Ok(_) if json => exit::OK,
+        Ok(info) => {
+            output::show(&info, false);
+            exit::OK
+        }
         Err(error) => report(&error),
     }
 }
@@ -217,11 +222,27 @@ pub async fn resume(
         Ok(client) => client,
         Err(code) => return code,
     };
-    // VALUE is JSON when it parses, else a string (SPEC section 12).
-    let value = serde_json::from_str(value).unwrap_or_else(|_| Value::from(value));
+    // VALUE (or the file @FILE names) is JSON when it parses, else a
+    // string (SPEC section 12); a file's one trailing newline is not part
+    // of the answer.
+    let text = match value.strip_prefix('@') {
+        Some(path) => match std::fs::read_to_string(path) {
+            Ok(text) => text.strip_suffix('\n').map(str::to_owned).unwrap_or(text),
+            Err(source) => {
+                err!("error: cannot read answer file '{path}': {source}");
+                return exit::INVALID;
+            }
+        },
+        None => value.to_owned(),
+    };
+    let value = serde_json::from_str(&text).unwrap_or(Value::String(text));
     match client.resume(run, node, &value, comment.as_deref()).await {
         Ok(info) => {
-            err!("resumed {node}; run {} is {:?}", info.run_id, info.status);
+            err!(
+                "resumed {node}; run {} is {}",
+                info.run_id,
+                info.status.name()
+            );
             exit::OK
         }
         Err(error) => report(&error),
@@ -258,7 +279,7 @@ async fn act(coordinator: Option<String>, run: &str, action: Action) -> u8 {
     };
     match action(client, run.to_owned()).await {
         Ok(info) => {
-            err!("run {} is {:?}", info.run_id, info.status);
+            err!("run {} is {}", info.run_id, info.status.name());
             exit::OK
         }
         Err(error) => report(&error),
@@ -319,6 +340,12 @@ pub fn set_token(token: Option<String>) {
 static CONNECTED: std::sync::OnceLock<String> = std::sync::OnceLock::new();
 
 async fn remote(url: &str) -> Result<Client, u8> {
+    if !url.contains("://") && !url.starts_with("unix:") {
+        err!(
+            "error: '{url}' is not a coordinator URL: it has no scheme (write http://{url}, or https://{url} for TLS)"
+        );
+        return Err(exit::INVALID);
+    }
     let _ = CONNECTED.set(url.to_owned());
     let tls = TLS.get().cloned().unwrap_or_default();
     let client = Client::connect_with(url, &tls)

@@ -49,6 +49,8 @@ pub fn show(info: &RunInfo, json: bool) -> u8 {
     } else {
         let status = info.status.name();
         match &info.error {
+            // "cancelled: Cancelled: the run was cancelled" says it thrice.
+            Some(_) if info.status == RunStatus::Cancelled => err!("run {} {status}", info.run_id),
             Some(error) => err!(
                 "run {} {status}: {}: {}",
                 info.run_id,

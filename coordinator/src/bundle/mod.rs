@@ -123,8 +123,14 @@ impl Bundle {
         let path = Path::new(&self.graph_path);
         let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or("graph");
         let beside = |relative: &str| self.text_beside_graph(relative);
-        let (mut graph, findings) =
+        let (mut graph, mut findings) =
             graph::load_str_with(text, Format::from_path(path), stem, &beside)?;
+        let missing =
+            graph::missing_script_files(&graph, &|relative| self.has_beside_graph(relative));
+        if !missing.is_empty() {
+            findings.splice(0..0, missing);
+            return Err(GraphError::Invalid(findings).into());
+        }
         graph.dir = self.graph_dir();
         Ok((graph, findings))
     }
@@ -134,7 +140,14 @@ impl Bundle {
         let text = self.graph_text()?;
         let path = Path::new(&self.graph_path);
         let beside = |relative: &str| self.text_beside_graph(relative);
-        Ok(graph::parse_graph_with(text, Format::from_path(path), "graph", &beside).1)
+        let (graph, mut findings) =
+            graph::parse_graph_with(text, Format::from_path(path), "graph", &beside);
+        if !findings.iter().any(Finding::is_error) {
+            let missing =
+                graph::missing_script_files(&graph, &|relative| self.has_beside_graph(relative));
+            findings.splice(0..0, missing);
+        }
+        Ok(findings)
     }
 
     /// The directory of the graph file within the bundle (`""` at its
@@ -149,6 +162,12 @@ impl Bundle {
         let path = self.resolve(relative)?;
         let file = self.files.get(&path)?;
         String::from_utf8(file.content.to_vec()).ok()
+    }
+
+    /// Whether the bundle holds a file named `relative` to its graph.
+    fn has_beside_graph(&self, relative: &str) -> bool {
+        self.resolve(relative)
+            .is_some_and(|path| self.files.contains_key(&path))
     }
 
     /// Where a file named `relative` to the bundle's graph lies in the

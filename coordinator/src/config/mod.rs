@@ -334,7 +334,7 @@ impl CoordinatorConfig {
             self.store.apply(store)?;
         }
         let address = |key: &str, text: String| -> Result<SocketAddr, ConfigError> {
-            text.parse().map_err(|_| ConfigError::Invalid {
+            parse_address(&text).ok_or_else(|| ConfigError::Invalid {
                 key: key.to_owned(),
                 reason: format!("'{text}' is not an address like 127.0.0.1:7700"),
             })
@@ -471,6 +471,26 @@ impl CoordinatorConfig {
     }
 }
 
+/// An address to listen on: `IP:PORT`, or `HOST:PORT` with a name this
+/// machine resolves (`localhost:7700`), its first IPv4 address preferred.
+fn parse_address(text: &str) -> Option<SocketAddr> {
+    if let Ok(address) = text.parse() {
+        return Some(address);
+    }
+    let (host, port) = text.rsplit_once(':')?;
+    if host.is_empty() || port.parse::<u16>().is_err() {
+        return None;
+    }
+    let resolved: Vec<SocketAddr> = std::net::ToSocketAddrs::to_socket_addrs(text)
+        .ok()?
+        .collect();
+    resolved
+        .iter()
+        .find(|a| a.is_ipv4())
+        .or_else(|| resolved.first())
+        .copied()
+}
+
 /// `true`/`false` (or `1`/`0`) from a variable.
 fn parse_bool(key: &str, text: &str) -> Result<bool, ConfigError> {
     match text.trim() {
@@ -511,6 +531,16 @@ mod tests {
         assert_eq!(config.worker_timeout, Duration::from_secs(5));
         assert_eq!(config.data_dir, PathBuf::from("/tmp/x"));
         std::fs::remove_dir_all(dir).ok();
+    }
+
+    #[test]
+    fn localhost_is_an_address_to_listen_on() {
+        let flags = Overrides {
+            listen: Some("localhost:7710".into()),
+            ..Overrides::default()
+        };
+        let config = CoordinatorConfig::load(None, no_env, &flags).unwrap();
+        assert_eq!(config.listen, "127.0.0.1:7710".parse().unwrap());
     }
 
     #[test]

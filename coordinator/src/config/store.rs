@@ -270,7 +270,7 @@ mod tests {
         let error = CoordinatorConfig::load(None, env, &Overrides::default()).unwrap_err();
         assert_eq!(
             error.to_string(),
-            "config key 'store.etcd': 'etcd:2379' is not an endpoint like http://127.0.0.1:2379"
+            "config key 'store.etcd': 'etcd:2379' is not an endpoint like http://127.0.0.1:2379 or https://etcd-1:2379"
         );
         std::fs::write(&file, "[store]\netdc = []\n").unwrap();
         let error =

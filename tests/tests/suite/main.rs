@@ -5,6 +5,7 @@
 mod agents;
 mod auth;
 mod cli;
+mod cli_edges;
 mod cluster;
 mod conformance;
 mod deploy;

@@ -127,8 +127,13 @@ pub(crate) enum Lost {
     #[error(transparent)]
     BadUrl(WorkerError),
     /// Nothing answers at the URL.
-    #[error("cannot connect: {0}")]
-    Connect(#[source] tonic::transport::Error),
+    #[error("cannot connect to {url}: {reason}")]
+    Connect {
+        /// Where the worker tried.
+        url: String,
+        /// Why, with the transport's causes in one line.
+        reason: String,
+    },
     /// The coordinator took the connection and said nothing.
     #[error("the coordinator did not welcome this worker within {0:?}")]
     NoWelcome(Duration),
@@ -189,7 +194,12 @@ pub(crate) async fn open(
     };
     let channel = match endpoint.connect().await {
         Ok(channel) => channel,
-        Err(error) => return Ok(Err(Ending::Lost(Lost::Connect(error)))),
+        Err(error) => {
+            let url = endpoint.uri().to_string();
+            let chain = weft_proto::transport::source_chain(&error);
+            let reason = weft_proto::transport::explain_tls_failure(&url, &chain).unwrap_or(chain);
+            return Ok(Err(Ending::Lost(Lost::Connect { url, reason })));
+        }
     };
     let client = WorkerServiceClient::with_interceptor(channel, config.bearer.clone())
         .max_decoding_message_size(weft_proto::MAX_MESSAGE_BYTES)

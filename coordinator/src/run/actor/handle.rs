@@ -180,7 +180,11 @@ impl RunHandle {
         answer: HumanAnswer,
     ) -> Result<RunView, RunRequestError> {
         if self.finished().is_some() {
-            return Err(Rejected::NotWaiting(node).into());
+            return Err(Rejected::NotWaiting {
+                node,
+                waiting: Vec::new(),
+            }
+            .into());
         }
         self.act(Input::Answered { node, answer }).await
     }

@@ -225,6 +225,18 @@ impl RunActor {
             metrics::gauge!(crate::metrics::RUNS, "status" => from.name()).decrement(1.0);
         }
         metrics::gauge!(crate::metrics::RUNS, "status" => to.name()).increment(1.0);
+        // One line per run as it starts, waits and ends, at the default level.
+        let graph = self.plan.graph().name.as_str();
+        match (from, to) {
+            (None, _) => tracing::info!(run = %self.id, graph, status = to.name(), "run started"),
+            (_, RunStatus::Waiting) => {
+                tracing::info!(run = %self.id, graph, "run waiting for input")
+            }
+            (_, to) if to.is_terminal() => {
+                tracing::info!(run = %self.id, graph, status = to.name(), "run {}", to.name())
+            }
+            _ => {}
+        }
     }
 
     async fn run(

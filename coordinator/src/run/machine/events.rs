@@ -436,12 +436,26 @@ impl RunError {
     }
 }
 
+/// What a refused answer is told about the nodes that do wait.
+fn waiting_hint(waiting: &[String]) -> String {
+    match waiting {
+        [] => "no node of the run waits for input now".to_owned(),
+        [one] => format!("the node waiting is '{one}'"),
+        many => format!("the nodes waiting are '{}'", many.join("', '")),
+    }
+}
+
 /// A request the machine refused; the run is unchanged.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Rejected {
-    /// The node is not waiting for input.
-    #[error("node '{0}' is not waiting for input")]
-    NotWaiting(String),
+    /// The node is not waiting for input; `waiting` names those that are.
+    #[error("node '{node}' is not waiting for input ({})", waiting_hint(.waiting))]
+    NotWaiting {
+        /// The node named.
+        node: String,
+        /// The nodes that wait for a person now.
+        waiting: Vec<String>,
+    },
     /// The answer does not fit the node.
     #[error("answer for node '{node}' rejected: {reason}")]
     BadAnswer {
@@ -451,7 +465,7 @@ pub enum Rejected {
         reason: String,
     },
     /// Only a failed run can be retried.
-    #[error("only a failed run can be retried (this one is {0:?})")]
+    #[error("only a failed run can be retried (this one is {})", .0.name())]
     NotRetryable(RunStatus),
     /// The run has ended.
     #[error("the run has already ended")]

@@ -18,12 +18,17 @@ impl RunMachine {
         answer: HumanAnswer,
         fx: &mut Vec<Effect>,
     ) -> Result<(), Rejected> {
-        let idx = self
-            .graph()
-            .node_index(node_id)
-            .ok_or_else(|| Rejected::NotWaiting(node_id.to_owned()))?;
+        let not_waiting = || Rejected::NotWaiting {
+            node: node_id.to_owned(),
+            waiting: self
+                .waiting()
+                .into_iter()
+                .map(|(node, _, _)| node)
+                .collect(),
+        };
+        let idx = self.graph().node_index(node_id).ok_or_else(not_waiting)?;
         if self.run.nodes[idx] != NodeStatus::Waiting || self.run.status.is_terminal() {
-            return Err(Rejected::NotWaiting(node_id.to_owned()));
+            return Err(not_waiting());
         }
         let node = self.graph().node(idx).clone();
         check_approvers(&node, answer.by.as_ref())?;
@@ -32,7 +37,16 @@ impl RunMachine {
             node: node_id.to_owned(),
             reason: reason.to_string(),
         };
-        let writes = answer_writes(&node, &answer).map_err(|e| bad(&e))?;
+        let mut writes = answer_writes(&node, &answer).map_err(|e| bad(&e))?;
+        // An answer without a comment clears an earlier answer's (a loop
+        // asks again): a rejection's reason must not stand beside a later
+        // approval.
+        if let crate::graph::NodeKind::Approval { output_key, .. } = &node.kind {
+            let comment = format!("{output_key}_comment");
+            if answer.comment.is_none() && s0.contains_key(&comment) {
+                writes.insert(comment, Value::String(String::new()));
+            }
+        }
         let output = NodeOutput {
             writes,
             output: Some(answer.value.clone()),

@@ -234,7 +234,17 @@ fn approval_reject_takes_the_other_edge_and_bad_answers_change_nothing() {
             by: None,
         },
     });
-    assert_eq!(error, Err(Rejected::NotWaiting("publish".into())));
+    assert_eq!(
+        error,
+        Err(Rejected::NotWaiting {
+            node: "publish".into(),
+            waiting: vec!["approve".into()],
+        })
+    );
+    assert_eq!(
+        error.unwrap_err().to_string(),
+        "node 'publish' is not waiting for input (the node waiting is 'approve')"
+    );
     h.send(Input::Answered {
         node: "approve".into(),
         answer: HumanAnswer {

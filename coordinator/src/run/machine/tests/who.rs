@@ -139,3 +139,40 @@ fn cancel_and_retry_record_who_asked() {
             .contains(&RunEvent::RunRetried { by: "ops".into() })
     );
 }
+
+#[test]
+fn an_answer_without_a_comment_clears_an_earlier_one() {
+    let yaml = "
+state:
+  rounds: { type: integer, default: 0 }
+nodes:
+  gate: { kind: approval, start: true }
+  bump: { kind: task, handler: bump }
+edges:
+  - { from: gate, to: END, when: \"state.approved\" }
+  - { from: gate, to: bump, when: \"!state.approved\" }
+  - { from: bump, to: gate, loop: true }
+";
+    let mut h = Harness::new(yaml, json!({}))
+        .on("bump", |_, _, _| Ok(json!({"rounds": 1})))
+        .run();
+    h.send(Input::Answered {
+        node: "gate".into(),
+        answer: HumanAnswer {
+            value: json!("reject"),
+            comment: Some("too long".into()),
+            by: None,
+        },
+    })
+    .unwrap();
+    assert_eq!(h.state()["approved_comment"], "too long");
+    assert_eq!(h.status(), RunStatus::Waiting, "asked again after the bump");
+    h.send(answer("gate", json!("approve"), None)).unwrap();
+    assert_eq!(h.status(), RunStatus::Completed);
+    assert_eq!(h.state()["approved"], true);
+    assert_eq!(
+        h.state()["approved_comment"],
+        "",
+        "the rejection's reason is gone"
+    );
+}

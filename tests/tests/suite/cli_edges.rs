@@ -1,0 +1,270 @@
+//! The command line's rough edges (issue 22, item 5): usage mistakes are
+//! exit status 2 with one line saying what is wrong, status words are
+//! lowercase, `resume` names the node that does wait and reads `@FILE`,
+//! and `watch` exits 0 for any run that exists.
+
+use std::process::{Command, Output, Stdio};
+
+use weft_tests::{TestCluster, binary, repo};
+
+fn weft(cluster: Option<&TestCluster>, args: &[&str]) -> Output {
+    let mut command = Command::new(binary("weft"));
+    if let Some(cluster) = cluster {
+        command.args(["--coordinator", cluster.url()]);
+    }
+    command
+        .args(args)
+        .stdin(Stdio::null())
+        .env_remove("WEFT_COORDINATOR")
+        .env_remove("WEFT_TOKEN")
+        .output()
+        .expect("weft runs")
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).trim().to_owned()
+}
+
+#[test]
+fn usage_mistakes_exit_two_saying_what_is_wrong() {
+    let no_scheme = weft(None, &["--coordinator", "127.0.0.1:7700", "runs"]);
+    assert_eq!(no_scheme.status.code(), Some(2), "{}", stderr(&no_scheme));
+    assert_eq!(
+        stderr(&no_scheme),
+        "error: '127.0.0.1:7700' is not a coordinator URL: it has no scheme (write http://127.0.0.1:7700, or https://127.0.0.1:7700 for TLS)"
+    );
+    let graph = repo().join("examples/critique-loop.yaml");
+    let no_workers = weft(None, &["run", graph.to_str().unwrap(), "--workers", "0"]);
+    assert_eq!(no_workers.status.code(), Some(2));
+    assert!(
+        stderr(&no_workers).contains("--workers"),
+        "{}",
+        stderr(&no_workers)
+    );
+    let no_limit = weft(
+        None,
+        &[
+            "--coordinator",
+            "http://127.0.0.1:1",
+            "runs",
+            "--limit",
+            "0",
+        ],
+    );
+    assert_eq!(no_limit.status.code(), Some(2));
+    assert!(
+        stderr(&no_limit).contains("--limit"),
+        "{}",
+        stderr(&no_limit)
+    );
+    let graph = graph.to_str().unwrap();
+    for command in ["validate", "diagram"] {
+        let out = weft(
+            None,
+            &[command, graph, "--coordinator", "http://127.0.0.1:7700"],
+        );
+        assert_eq!(out.status.code(), Some(2), "{command}");
+        assert_eq!(
+            stderr(&out),
+            "error: validate and diagram read the graph file alone: leave out --coordinator"
+        );
+        // WEFT_COORDINATOR, set for every command, is no mistake.
+        let quiet = Command::new(binary("weft"))
+            .args([command, graph])
+            .env("WEFT_COORDINATOR", "http://127.0.0.1:7700")
+            .output()
+            .unwrap();
+        assert_eq!(
+            quiet.status.code(),
+            Some(0),
+            "{command}: {}",
+            stderr(&quiet)
+        );
+    }
+}
+
+#[tokio::test]
+async fn resume_names_the_waiting_node_reads_files_and_speaks_lowercase() -> anyhow::Result<()> {
+    let mut cluster = TestCluster::start()?;
+    cluster.add_worker("w", 1)?;
+    cluster.wait_for_workers(&["w"]).await?;
+    let dir = std::env::temp_dir().join(format!("weft-cli-edges-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let graph = dir.join("ask.yaml");
+    std::fs::write(
+        &graph,
+        "state:\n  note: { type: object }\nnodes:\n  ask: { kind: input, output_key: note, start: true, end: true }\n",
+    )?;
+    let run = weft(Some(&cluster), &["run", graph.to_str().unwrap(), "--json"]);
+    assert_eq!(run.status.code(), Some(3), "{}", stderr(&run));
+    let run_id = serde_json::from_slice::<serde_json::Value>(&run.stdout)?["run_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+
+    // `weft watch` of a waiting run shows it and exits 0.
+    let watched = weft(Some(&cluster), &["watch", &run_id]);
+    assert_eq!(watched.status.code(), Some(0), "{}", stderr(&watched));
+
+    let wrong = weft(Some(&cluster), &["resume", &run_id, "aks", "{}"]);
+    assert_eq!(wrong.status.code(), Some(1), "{}", stderr(&wrong));
+    assert!(
+        stderr(&wrong).ends_with("node 'aks' is not waiting for input (the node waiting is 'ask')"),
+        "{}",
+        stderr(&wrong)
+    );
+
+    let answer = dir.join("answer.json");
+    std::fs::write(&answer, "{\"from\": \"a file\"}\n")?;
+    let at = format!("@{}", answer.display());
+    let resumed = weft(Some(&cluster), &["resume", &run_id, "ask", &at]);
+    assert_eq!(resumed.status.code(), Some(0), "{}", stderr(&resumed));
+    assert!(
+        stderr(&resumed).starts_with(&format!("resumed ask; run {run_id} is ")),
+        "{}",
+        stderr(&resumed)
+    );
+    let status = stderr(&resumed);
+    let word = status.rsplit(' ').next().unwrap_or_default();
+    assert_eq!(word, word.to_lowercase(), "{status}");
+    let info = cluster.client().await?.wait(&run_id).await?;
+    assert_eq!(info.state["note"], serde_json::json!({"from": "a file"}));
+
+    let missing = weft(
+        Some(&cluster),
+        &["resume", &run_id, "ask", "@/nonexistent/answer.json"],
+    );
+    assert_eq!(missing.status.code(), Some(2));
+    assert!(
+        stderr(&missing).starts_with("error: cannot read answer file '/nonexistent/answer.json'")
+    );
+    // Retrying a completed run says so in lowercase.
+    let retry = weft(Some(&cluster), &["retry", &run_id]);
+    assert!(
+        stderr(&retry).contains("(this one is completed)"),
+        "{}",
+        stderr(&retry)
+    );
+    std::fs::remove_dir_all(&dir).ok();
+    Ok(())
+}
+
+#[tokio::test]
+async fn logs_say_each_run_and_carry_no_colour_codes_in_a_file() -> anyhow::Result<()> {
+    let mut cluster = TestCluster::start()?;
+    cluster.add_worker("w", 1)?;
+    cluster.wait_for_workers(&["w"]).await?;
+    let graph = repo().join("examples/critique-loop.yaml");
+    let run = weft(
+        Some(&cluster),
+        &[
+            "run",
+            graph.to_str().unwrap(),
+            "--input",
+            r#"{"topic": "logs"}"#,
+        ],
+    );
+    assert!(run.status.success(), "{}", stderr(&run));
+    cluster.wait_for_log("coordinator", "run completed").await?;
+    let coordinator = cluster.log("coordinator");
+    assert!(coordinator.contains("run started"), "{coordinator}");
+    for (name, log) in [("coordinator", coordinator), ("w", cluster.log("w"))] {
+        assert!(!log.is_empty(), "{name} logged nothing");
+        assert!(
+            !log.contains('\u{1b}'),
+            "{name}'s log has colour codes:\n{log}"
+        );
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_worker_that_cannot_reach_its_coordinator_names_the_url() -> anyhow::Result<()> {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    let log = std::env::temp_dir().join(format!("weft-unreachable-{}.log", std::process::id()));
+    let mut worker = Command::new(binary("worker"))
+        .args([
+            "--coordinator",
+            &format!("http://127.0.0.1:{port}"),
+            "--name",
+            "lost",
+        ])
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log)?)
+        .spawn()?;
+    let wanted = format!("cannot connect to http://127.0.0.1:{port}/");
+    let found = weft_tests::wait_until(weft_tests::PATIENCE, || {
+        std::fs::read_to_string(&log).is_ok_and(|text| text.contains(&wanted))
+    })
+    .await;
+    worker.kill()?;
+    worker.wait()?;
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    std::fs::remove_file(&log).ok();
+    assert!(
+        found.is_ok(),
+        "the worker's log does not name the URL:\n{text}"
+    );
+    Ok(())
+}
+
+#[test]
+fn a_second_coordinator_on_a_held_data_directory_fails_before_it_says_it_listens() {
+    let cluster = TestCluster::start().unwrap();
+    let second = Command::new(binary("coordinator"))
+        .args([
+            "--listen",
+            "127.0.0.1:0",
+            "--metrics-listen",
+            "127.0.0.1:0",
+            "--data-dir",
+        ])
+        .arg(cluster.data_dir())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(second.status.code(), Some(1));
+    let said = String::from_utf8_lossy(&second.stdout);
+    assert!(!said.contains("listening"), "it said it listens: {said}");
+    let error = stderr(&second);
+    assert!(error.contains("in use"), "{error}");
+    assert_eq!(error.lines().count(), 1, "{error}");
+}
+
+#[tokio::test]
+async fn a_script_file_that_is_not_there_is_refused_before_anything_runs() -> anyhow::Result<()> {
+    let mut cluster = TestCluster::start()?;
+    cluster.add_worker("w", 1)?;
+    cluster.wait_for_workers(&["w"]).await?;
+    let dir = std::env::temp_dir().join(format!("weft-missing-script-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let graph = dir.join("hello.yaml");
+    std::fs::write(
+        &graph,
+        "nodes:\n  hello: { kind: script, start: true, run: [python3, scripts/hello.py] }\n",
+    )?;
+    let wanted =
+        "node 'hello': `run` names the file 'scripts/hello.py', which is not beside the graph";
+    let validated = weft(None, &["validate", graph.to_str().unwrap()]);
+    assert_eq!(validated.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&validated.stdout).contains(wanted),
+        "{}",
+        String::from_utf8_lossy(&validated.stdout)
+    );
+    let run = weft(Some(&cluster), &["run", graph.to_str().unwrap()]);
+    assert_eq!(run.status.code(), Some(2), "{}", stderr(&run));
+    assert!(stderr(&run).contains(wanted), "{}", stderr(&run));
+    // Once the file is there, the same graph runs.
+    std::fs::create_dir_all(dir.join("scripts"))?;
+    std::fs::write(
+        dir.join("scripts/hello.py"),
+        "print('{\"greeting\": \"hi\"}')\n",
+    )?;
+    let run = weft(Some(&cluster), &["run", graph.to_str().unwrap(), "--json"]);
+    assert_eq!(run.status.code(), Some(0), "{}", stderr(&run));
+    std::fs::remove_dir_all(&dir).ok();
+    Ok(())
+}
