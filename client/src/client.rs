@@ -68,6 +68,10 @@ pub struct RunInfo {
     pub children: Vec<ChildRun>,
     /// Events recorded so far.
     pub event_count: u64,
+    /// When it was submitted (Unix milliseconds).
+    pub created_unix_ms: i64,
+    /// When it ended (Unix milliseconds), once it has.
+    pub ended_unix_ms: Option<i64>,
     /// The namespace the run belongs to.
     pub namespace: String,
     /// Who submitted it (empty when not recorded).
@@ -551,6 +555,8 @@ fn run_info(info: pb::RunInfo) -> Result<RunInfo, ClientError> {
             })
             .collect(),
         event_count: info.event_count,
+        created_unix_ms: info.created_unix_ms,
+        ended_unix_ms: info.ended_unix_ms,
         namespace: info.namespace,
         submitted_by: info.submitted_by,
         answers: info

@@ -101,6 +101,12 @@ enum Command {
         /// Show the runs older than this run id (the next page).
         #[arg(long)]
         after: Option<String>,
+        /// Only runs of this status (running, waiting, completed, failed, cancelled).
+        #[arg(long, value_parser = cli::listing::parse_status)]
+        status: Option<weft_client::RunStatus>,
+        /// Only runs of the graph of this name.
+        #[arg(long)]
+        graph: Option<String>,
         /// Print exactly one JSON object: `{"runs": [...], "next": ID|null}`.
         #[arg(long)]
         json: bool,
@@ -189,8 +195,21 @@ async fn remote(coordinator: Option<String>, command: Command) -> u8 {
         }
         Command::Status { run, json } => c::status(coordinator, &run, json).await,
         Command::Watch { run, json } => c::watch(coordinator, &run, json).await,
-        Command::Runs { limit, after, json } => {
-            c::runs(coordinator, limit, after.as_deref(), json).await
+        Command::Runs {
+            limit,
+            after,
+            status,
+            graph,
+            json,
+        } => {
+            let listing = cli::listing::Listing {
+                limit,
+                after: after.as_deref(),
+                status,
+                graph: graph.as_deref(),
+                json,
+            };
+            c::runs(coordinator, listing).await
         }
         Command::Resume {
             run,

@@ -57,11 +57,12 @@ pub async fn run(coordinator: Option<String>, graph: &Path, options: RunOptions)
         err!("error: --detach needs --coordinator (an embedded cluster stops when weft exits)");
         return exit::INVALID;
     }
+    let remote = coordinator.is_some();
     let (client, embedded) = match connect(coordinator, options.workers).await {
         Ok(pair) => pair,
         Err(code) => return code,
     };
-    let code = submit_and_wait(&client, bundle, &input, &options).await;
+    let code = submit_and_wait(&client, bundle, &input, &options, remote).await;
     if let Some(embedded) = embedded {
         embedded.stop().await;
     }
@@ -73,6 +74,7 @@ async fn submit_and_wait(
     bundle: GraphBundle,
     input: &Map<String, Value>,
     options: &RunOptions,
+    remote: bool,
 ) -> u8 {
     let submitted = match client.submit_bundle(bundle, input).await {
         Ok(submitted) => submitted,
@@ -90,13 +92,29 @@ async fn submit_and_wait(
         }
         return exit::OK;
     }
+    // Said at once (SPEC 12), so the run can be found whatever happens next.
+    err!("run {run_id} accepted");
     let interactive = !options.json && std::io::stdin().is_terminal();
     let mut from = 0;
     loop {
-        let result = if options.watch {
-            progress::follow(client, &run_id, from, false).await
-        } else {
-            client.wait(&run_id).await
+        let waited = async {
+            if options.watch {
+                progress::follow(client, &run_id, from, false).await
+            } else {
+                client.wait(&run_id).await
+            }
+        };
+        // Ctrl-C stops the waiting, not the run (on a coordinator of its own).
+        let result = tokio::select! {
+            result = waited => result,
+            _ = tokio::signal::ctrl_c() => {
+                if remote {
+                    err!("stopped waiting; run {run_id} goes on: `weft watch {run_id}` follows it, `weft cancel {run_id}` stops it");
+                } else {
+                    err!("stopped: the embedded cluster stops with this command, and run {run_id} with it");
+                }
+                return exit::INTERRUPTED;
+            }
         };
         let info = match result {
             Ok(info) => info,
@@ -135,6 +153,8 @@ fn info_fallback(run_id: &str) -> weft_client::RunInfo {
         unhosted: Vec::new(),
         children: Vec::new(),
         event_count: 0,
+        created_unix_ms: 0,
+        ended_unix_ms: None,
         namespace: String::new(),
         submitted_by: String::new(),
         answers: Vec::new(),
@@ -176,36 +196,13 @@ pub async fn watch(coordinator: Option<String>, run: &str, json: bool) -> u8 {
 }
 
 /// `weft runs`.
-pub async fn runs(coordinator: Option<String>, limit: u32, after: Option<&str>, json: bool) -> u8 {
+pub async fn runs(coordinator: Option<String>, listing: super::listing::Listing<'_>) -> u8 {
     let client = match remote_client(coordinator).await {
         Ok(client) => client,
         Err(code) => return code,
     };
-    match client.list_page(limit.max(1), after).await {
-        Ok((runs, next)) if json => {
-            let runs: Vec<Value> = runs
-                .iter()
-                .map(|run| {
-                    serde_json::json!({
-                        "run_id": run.run_id,
-                        "status": run.status.name(),
-                        "graph": run.graph_name,
-                    })
-                })
-                .collect();
-            out!("{}", serde_json::json!({ "runs": runs, "next": next }));
-            exit::OK
-        }
-        Ok((runs, next)) => {
-            for run in runs {
-                let status = run.status.name();
-                out!("{}  {:<9}  {}", run.run_id, status, run.graph_name);
-            }
-            if let Some(next) = next {
-                err!("(more: weft runs --after {next})");
-            }
-            exit::OK
-        }
+    match super::listing::show(&client, &listing).await {
+        Ok(()) => exit::OK,
         Err(error) => report(&error),
     }
 }

@@ -2,6 +2,7 @@
 
 pub mod commands;
 pub mod files;
+pub mod listing;
 pub mod output;
 pub mod progress;
 pub mod prompt;
@@ -21,4 +22,6 @@ pub mod exit {
     pub const UNREACHABLE: u8 = 4;
     /// The coordinator refused the identity or its role (SPEC 11).
     pub const DENIED: u8 = 5;
+    /// Ctrl-C stopped the command (128 + SIGINT, as shells report it).
+    pub const INTERRUPTED: u8 = 130;
 }

@@ -39,12 +39,10 @@ pub async fn follow(
             };
             broken = None;
             next = event.seq + 1;
-            // A pause long answered (a log read from its start) is passed:
-            // the follow stops at the end, or where the run waits now.
-            let stop = match &event.event {
-                RunEvent::WaitingForInput { .. } => waits_at(client, run_id, event.seq).await,
-                _ => event.ends_or_pauses(),
-            };
+            // A pause long answered, or an end a retry undid (a log read
+            // from its start), is passed: the follow stops where the run
+            // waits or ends now.
+            let stop = event.ends_or_pauses() && rests_at(client, run_id, event.seq).await;
             if json {
                 out!("{}", event.body);
             } else {
@@ -54,7 +52,11 @@ pub async fn follow(
                 break 'feed;
             }
         }
-        break;
+        // The stream ended: at the run's end, or at an end a retry has
+        // undone since (watch again from there).
+        if next == 0 || rests_at(client, run_id, next - 1).await {
+            break;
+        }
     }
     if let Some(bar) = bar.take() {
         bar.finish_and_clear();
@@ -62,12 +64,16 @@ pub async fn follow(
     client.get(run_id).await
 }
 
-/// Whether the run waits for a person now, with nothing logged after
-/// event `seq` (the pause at `seq` is the current one).
-async fn waits_at(client: &Client, run_id: &str, seq: u64) -> bool {
+/// Whether the run waits for a person or has ended now, with nothing
+/// logged after event `seq` (the pause or end at `seq` is the current one).
+async fn rests_at(client: &Client, run_id: &str, seq: u64) -> bool {
+    use weft_client::RunStatus;
     match client.status(run_id).await {
-        Ok(info) => info.status == weft_client::RunStatus::Waiting && info.event_count <= seq + 1,
-        // Unknown: stop, as before a pause.
+        Ok(info) => {
+            let resting = info.status == RunStatus::Waiting || info.status.is_terminal();
+            resting && info.event_count <= seq + 1
+        }
+        // Unknown: stop, as at a pause or an end.
         Err(_) => true,
     }
 }
@@ -100,6 +106,10 @@ fn show(event: &Event, bar: &mut Option<ProgressBar>) {
             ..
         } => Some(format!("  ↻ {node} (attempt {next_attempt}): {error}")),
         RunEvent::NodeSkipped { node } => Some(format!("  – {node} skipped")),
+        RunEvent::RunRetried { by } => {
+            Some(format!("  ↻ retried by {by}: the failed wave runs again"))
+        }
+        RunEvent::CancelRequested { by } => Some(format!("  ⊘ cancelled by {by}")),
         RunEvent::TaskUnhosted { node, needs } => Some(format!(
             "  … {node} waits: no connected worker hosts {needs}"
         )),

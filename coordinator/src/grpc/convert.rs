@@ -58,6 +58,7 @@ pub fn run_info(view: RunView, with_state: bool) -> pb::RunInfo {
                 run_id: run_id.into(),
             })
             .collect(),
+        ended_unix_ms: view.ended_unix_ms,
         namespace: view.owner.namespace,
         submitted_by: view.owner.submitted_by,
         answers: view

@@ -135,16 +135,23 @@ impl RunService for RunApi {
             let mut next = request.from;
             let (mut past, mut live) = (past, live);
             loop {
-                for stored in &past {
+                // In the log, only the last event of an ended run ends the
+                // stream: a failure a retry undid is followed by more.
+                let ended = live.is_none();
+                for (index, stored) in past.iter().enumerate() {
                     if stored.seq < next {
                         continue;
                     }
                     next = stored.seq + 1;
+                    let last = ended && index + 1 == past.len();
                     if tx.send(Ok(convert::event(stored))).await.is_err()
-                        || convert::is_final(stored)
+                        || (last && convert::is_final(stored))
                     {
                         return;
                     }
+                }
+                if ended {
+                    return;
                 }
                 let Some(mut feed) = live.take() else {
                     return;

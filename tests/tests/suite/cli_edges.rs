@@ -268,3 +268,107 @@ async fn a_script_file_that_is_not_there_is_refused_before_anything_runs() -> an
     std::fs::remove_dir_all(&dir).ok();
     Ok(())
 }
+
+/// The `type`s of `weft watch RUN --json`'s lines.
+fn watched_kinds(cluster: &TestCluster, run_id: &str) -> Vec<String> {
+    let out = weft(Some(cluster), &["watch", run_id, "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|line| {
+            let event: serde_json::Value = serde_json::from_str(line).unwrap();
+            event["type"].as_str().unwrap().to_owned()
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn runs_filter_and_time_and_watch_replays_a_retry() -> anyhow::Result<()> {
+    let mut cluster = TestCluster::start()?;
+    cluster.add_worker("w", 1)?;
+    cluster.wait_for_workers(&["w"]).await?;
+    let dir = std::env::temp_dir().join(format!("weft-runs-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let marker = dir.join("failed-once");
+    let flaky = dir.join("flaky.yaml");
+    std::fs::write(
+        &flaky,
+        format!(
+            "name: flaky\nnodes:\n  second:\n    kind: script\n    start: true\n    run: [sh, -c, 'if [ -e {m} ]; then echo {{}}; else touch {m}; exit 1; fi']\n",
+            m = marker.display()
+        ),
+    )?;
+    let steady = dir.join("steady.yaml");
+    std::fs::write(
+        &steady,
+        "name: steady\nnodes:\n  one: { kind: script, start: true, run: [sh, -c, 'echo {}'] }\n",
+    )?;
+    for _ in 0..2 {
+        let out = weft(Some(&cluster), &["run", steady.to_str().unwrap()]);
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    }
+    let failed = weft(Some(&cluster), &["run", flaky.to_str().unwrap(), "--json"]);
+    assert_eq!(failed.status.code(), Some(1), "{}", stderr(&failed));
+    let flaky_id = serde_json::from_slice::<serde_json::Value>(&failed.stdout)?["run_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+
+    let listed = |args: &[&str]| -> serde_json::Value {
+        let mut all = vec!["runs", "--json"];
+        all.extend_from_slice(args);
+        let out = weft(Some(&cluster), &all);
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let only_failed = listed(&["--status", "failed"]);
+    let runs = only_failed["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 1, "{only_failed}");
+    assert_eq!(runs[0]["run_id"], flaky_id.as_str());
+    assert!(runs[0]["started"].as_str().unwrap().ends_with('Z'));
+    assert!(runs[0]["duration_ms"].as_i64().unwrap() >= 0);
+    let steady_runs = listed(&["--graph", "steady"]);
+    assert_eq!(
+        steady_runs["runs"].as_array().unwrap().len(),
+        2,
+        "{steady_runs}"
+    );
+    let first_page = listed(&["--graph", "steady", "--limit", "1"]);
+    assert_eq!(first_page["runs"].as_array().unwrap().len(), 1);
+    assert!(first_page["next"].is_string(), "{first_page}");
+    let table = weft(Some(&cluster), &["runs", "--status", "completed"]);
+    let text = String::from_utf8_lossy(&table.stdout);
+    assert_eq!(text.lines().count(), 2, "{text}");
+    assert!(
+        text.lines()
+            .all(|l| l.contains("completed") && l.contains("steady")),
+        "{text}"
+    );
+    let bad = weft(Some(&cluster), &["runs", "--status", "done"]);
+    assert_eq!(bad.status.code(), Some(2));
+
+    // Retried, the run completes; watching it from the start shows the
+    // failure, the retry and the end, not just the first failure.
+    let retry = weft(Some(&cluster), &["retry", &flaky_id]);
+    assert_eq!(retry.status.code(), Some(0), "{}", stderr(&retry));
+    cluster.client().await?.wait(&flaky_id).await?;
+    let kinds = watched_kinds(&cluster, &flaky_id);
+    let finished: Vec<usize> = kinds
+        .iter()
+        .enumerate()
+        .filter(|(_, k)| *k == "run_finished")
+        .map(|(i, _)| i)
+        .collect();
+    assert_eq!(finished.len(), 2, "{kinds:?}");
+    assert_eq!(kinds.last().map(String::as_str), Some("run_finished"));
+    assert!(kinds.contains(&"run_retried".to_owned()), "{kinds:?}");
+    let human = weft(Some(&cluster), &["watch", &flaky_id]);
+    assert!(
+        stderr(&human).contains("retried by anonymous"),
+        "{}",
+        stderr(&human)
+    );
+    assert!(stderr(&human).contains("completed"), "{}", stderr(&human));
+    std::fs::remove_dir_all(&dir).ok();
+    Ok(())
+}

@@ -44,6 +44,8 @@ pub struct RunView {
     pub owner: crate::run::Owner,
     /// Who answered its human nodes.
     pub answers: Vec<crate::run::Answered>,
+    /// When it ended (Unix milliseconds), once it has.
+    pub ended_unix_ms: Option<i64>,
 }
 
 /// Tasks of one node waiting for a worker that hosts what they need.

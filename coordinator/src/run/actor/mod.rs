@@ -530,6 +530,13 @@ impl RunActor {
             children: self.children_started.clone(),
             owner: self.machine.owner().clone(),
             answers: self.machine.answers().to_vec(),
+            // An ended run ended with its last event.
+            ended_unix_ms: self
+                .machine
+                .status()
+                .is_terminal()
+                .then(|| self.log.last().map(|e| e.at_unix_ms))
+                .flatten(),
         }
     }
 
