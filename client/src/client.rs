@@ -497,6 +497,18 @@ impl Client {
                 .into_inner(),
         )
     }
+
+    /// Removes an ended run and its records (needs the admin role when the
+    /// coordinator has identities).
+    pub async fn delete(&self, run_id: &str) -> Result<(), ClientError> {
+        self.runs
+            .clone()
+            .delete_run(pb::DeleteRunRequest {
+                run_id: run_id.to_owned(),
+            })
+            .await?;
+        Ok(())
+    }
 }
 
 fn to_proto(bundle: GraphBundle) -> pb::GraphBundle {

@@ -128,6 +128,11 @@ enum Command {
         /// The run id.
         run: String,
     },
+    /// Remove an ended run and its records.
+    Delete {
+        /// The run id.
+        run: String,
+    },
     /// Re-run a failed run from the wave that failed.
     Retry {
         /// The run id.
@@ -218,6 +223,7 @@ async fn remote(coordinator: Option<String>, command: Command) -> u8 {
             comment,
         } => c::resume(coordinator, &run, &node, &value, comment).await,
         Command::Cancel { run } => c::cancel(coordinator, &run).await,
+        Command::Delete { run } => c::delete(coordinator, &run).await,
         Command::Retry { run } => c::retry(coordinator, &run).await,
         Command::Validate { .. } | Command::Diagram { .. } => {
             unreachable!("handled without a runtime")

@@ -254,6 +254,21 @@ pub async fn cancel(coordinator: Option<String>, run: &str) -> u8 {
     .await
 }
 
+/// `weft delete`.
+pub async fn delete(coordinator: Option<String>, run: &str) -> u8 {
+    let client = match remote_client(coordinator).await {
+        Ok(client) => client,
+        Err(code) => return code,
+    };
+    match client.delete(run).await {
+        Ok(()) => {
+            err!("deleted run {run}");
+            exit::OK
+        }
+        Err(error) => report(&error),
+    }
+}
+
 /// `weft retry`.
 pub async fn retry(coordinator: Option<String>, run: &str) -> u8 {
     act(coordinator, run, |client, run| {

@@ -21,6 +21,7 @@ fn needed(path: &str) -> Option<(&str, Role)> {
     let role = match (service, method) {
         ("weft.v1.RunService", "GetRun" | "ListRuns" | "WatchRun" | "Validate") => Role::Reader,
         ("weft.v1.RunService", "Submit" | "Resume" | "Cancel" | "Retry") => Role::Operator,
+        ("weft.v1.RunService", "DeleteRun") => Role::Admin,
         ("weft.v1.WorkerService", "Join" | "FetchBlob") => Role::Worker,
         _ => return None,
     };

@@ -221,6 +221,23 @@ impl RunService for RunApi {
         Ok(Response::new(convert::run_info(view, true)))
     }
 
+    async fn delete_run(
+        &self,
+        request: Request<pb::DeleteRunRequest>,
+    ) -> Result<Response<pb::DeleteRunResponse>, Status> {
+        let caller = principal(&request)?;
+        let run_id = request.into_inner().run_id;
+        self.run(&caller, &run_id)?;
+        self.runs
+            .delete(&run_id)
+            .await
+            .map_err(|error| match error {
+                crate::runs::DeleteError::Unknown(id) => unknown_run(&id),
+                not_ended => Status::failed_precondition(not_ended.to_string()),
+            })?;
+        Ok(Response::new(pb::DeleteRunResponse {}))
+    }
+
     async fn retry(
         &self,
         request: Request<pb::RetryRequest>,

@@ -298,6 +298,7 @@ impl RunService for FrontRuns {
         resume(pb::ResumeRequest) -> pb::RunInfo;
         cancel(pb::CancelRequest) -> pb::RunInfo;
         retry(pb::RetryRequest) -> pb::RunInfo;
+        delete_run(pb::DeleteRunRequest) -> pb::DeleteRunResponse;
     }
 
     type WatchRunStream = EventStream;

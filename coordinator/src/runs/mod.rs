@@ -10,6 +10,8 @@ mod children;
 mod recovery;
 mod retention;
 
+pub use retention::DeleteError;
+
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 use weft_proto::RunId;

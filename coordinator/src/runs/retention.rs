@@ -8,13 +8,46 @@ use weft_store::Store;
 
 use super::{Runs, now_ms};
 
+/// Why a run was not deleted.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DeleteError {
+    /// No such run (or not one the caller may see).
+    #[error("unknown run '{0}'")]
+    Unknown(String),
+    /// The run has not ended.
+    #[error("run '{0}' has not ended: cancel it, or let it end, before deleting it")]
+    NotEnded(String),
+}
+
 impl Runs {
     /// Forgets ended runs beyond the retention: the oldest first, past
     /// `retain_finished` of them or older than `retain_finished_age`.
     pub(super) async fn evict(&self) {
         let gone = self.forget_old();
-        // Forgotten here, forgotten in the store: a restart does not bring
-        // them back.
+        self.forget_stored(gone).await;
+    }
+
+    /// Removes an ended run and its records (`weft delete`).
+    pub async fn delete(&self, id: &str) -> Result<(), DeleteError> {
+        {
+            let mut inner = self.inner.write().unwrap_or_else(|e| e.into_inner());
+            let handle = inner
+                .by_id
+                .get(id)
+                .ok_or_else(|| DeleteError::Unknown(id.to_owned()))?;
+            if handle.finished().is_none() {
+                return Err(DeleteError::NotEnded(id.to_owned()));
+            }
+            inner.by_id.remove(id);
+            inner.order.retain(|known| &**known != id);
+        }
+        self.forget_stored(vec![RunId::from(id.to_owned())]).await;
+        Ok(())
+    }
+
+    /// Forgotten here, forgotten in the store: a restart does not bring
+    /// these runs back.
+    async fn forget_stored(&self, gone: Vec<RunId>) {
         if let Some(keeper) = &self.store {
             let mut unused = Vec::new();
             for id in gone {

@@ -372,3 +372,56 @@ async fn runs_filter_and_time_and_watch_replays_a_retry() -> anyhow::Result<()> 
     std::fs::remove_dir_all(&dir).ok();
     Ok(())
 }
+
+#[tokio::test]
+async fn delete_removes_an_ended_run_for_good_and_refuses_a_live_one() -> anyhow::Result<()> {
+    let mut cluster = TestCluster::start()?;
+    cluster.add_worker("w", 1)?;
+    cluster.wait_for_workers(&["w"]).await?;
+    let dir = std::env::temp_dir().join(format!("weft-delete-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let quick = dir.join("quick.yaml");
+    std::fs::write(
+        &quick,
+        "nodes:\n  one: { kind: script, start: true, run: [sh, -c, 'echo {}'] }\n",
+    )?;
+    let ask = dir.join("ask.yaml");
+    std::fs::write(&ask, "nodes:\n  ok: { kind: approval, start: true }\n")?;
+    let id_of = |out: &Output| -> String {
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()["run_id"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    let done = id_of(&weft(
+        Some(&cluster),
+        &["run", quick.to_str().unwrap(), "--json"],
+    ));
+    let waiting = id_of(&weft(
+        Some(&cluster),
+        &["run", ask.to_str().unwrap(), "--json"],
+    ));
+
+    let refused = weft(Some(&cluster), &["delete", &waiting]);
+    assert_eq!(refused.status.code(), Some(1));
+    assert!(
+        stderr(&refused).contains("has not ended"),
+        "{}",
+        stderr(&refused)
+    );
+    let deleted = weft(Some(&cluster), &["delete", &done]);
+    assert_eq!(deleted.status.code(), Some(0), "{}", stderr(&deleted));
+    assert_eq!(stderr(&deleted), format!("deleted run {done}"));
+    let gone = weft(Some(&cluster), &["status", &done]);
+    assert_eq!(gone.status.code(), Some(1));
+    assert!(stderr(&gone).contains(&format!("unknown run '{done}'")));
+
+    // Gone from the store too: a restarted coordinator does not bring it back.
+    cluster.restart_coordinator()?;
+    let after = weft(Some(&cluster), &["status", &done]);
+    assert_eq!(after.status.code(), Some(1), "{}", stderr(&after));
+    let still = weft(Some(&cluster), &["status", &waiting]);
+    assert_eq!(still.status.code(), Some(0), "{}", stderr(&still));
+    std::fs::remove_dir_all(&dir).ok();
+    Ok(())
+}
