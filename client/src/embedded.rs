@@ -5,6 +5,7 @@
 //! it when the run ends; benchmarks use one with workers that host Rust
 //! handlers.
 
+use std::path::Path;
 use std::time::Duration;
 
 use tokio::task::JoinHandle;
@@ -19,7 +20,27 @@ pub struct EmbeddedCluster {
     tasks: Vec<JoinHandle<()>>,
     joined: std::sync::Arc<tokio::sync::Semaphore>,
     workers: u32,
-    _data: TempDir,
+    /// The workers' scratch space (and, for a temporary cluster, its store).
+    _scratch: TempDir,
+    /// A local cluster's socket in the Weft directory, removed on stop.
+    socket: Option<std::path::PathBuf>,
+}
+
+/// The local cluster of a Weft directory: started here, or another
+/// process's, joined.
+pub enum LocalCluster {
+    /// This process started it; it stops with [`EmbeddedCluster::stop`].
+    Started(EmbeddedCluster),
+    /// Another process's, at this URL.
+    Joined(String),
+}
+
+/// Where a cluster keeps its store.
+enum Place {
+    /// A temporary directory, removed on stop.
+    Temporary,
+    /// A Weft directory (`WEFT_HOME`): runs outlive the process.
+    Home(std::path::PathBuf),
 }
 
 impl EmbeddedCluster {
@@ -46,6 +67,43 @@ impl EmbeddedCluster {
         configure: impl FnOnce(&mut CoordinatorConfig),
         setup: impl Fn(&mut weft_worker::Worker),
     ) -> Result<Self, EmbeddedError> {
+        Self::start_at(Place::Temporary, workers, configure, setup).await
+    }
+
+    /// The local cluster of the Weft directory `home` (SPEC 12): the one
+    /// another process runs there, joined over its socket, or one started
+    /// here with its store in `home`, so runs outlive this process.
+    pub async fn start_local(home: &Path, workers: u32) -> Result<LocalCluster, EmbeddedError> {
+        std::os::unix::fs::DirBuilderExt::mode(std::fs::DirBuilder::new().recursive(true), 0o700)
+            .create(home)?;
+        let socket = home.join(LOCAL_SOCKET);
+        let url = format!("unix:{}", socket.display());
+        // Another process may be starting its cluster at this moment: it
+        // holds the store a moment before its socket answers.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            if answers(&url).await {
+                return Ok(LocalCluster::Joined(url));
+            }
+            // Nobody answers: a socket left by a process that died is stale.
+            let _ = std::fs::remove_file(&socket);
+            let place = Place::Home(home.to_owned());
+            match Self::start_at(place, workers, |_| {}, |_| {}).await {
+                Ok(cluster) => return Ok(LocalCluster::Started(cluster)),
+                Err(EmbeddedError::Held) if tokio::time::Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                Err(other) => return Err(other),
+            }
+        }
+    }
+
+    async fn start_at(
+        place: Place,
+        workers: u32,
+        configure: impl FnOnce(&mut CoordinatorConfig),
+        setup: impl Fn(&mut weft_worker::Worker),
+    ) -> Result<Self, EmbeddedError> {
         // Set up as a `worker` process would be: from this process's
         // environment, WEFT_WORKER_CONFIG and WEFT_SECRETS_FILE.
         let env = weft_worker::Environment::of_process();
@@ -53,10 +111,20 @@ impl EmbeddedCluster {
         let data = TempDir::new()?;
         // A Unix socket in a directory only this user can enter: no other
         // local user can reach the coordinator (and run scripts as us).
-        let socket = data.0.join("coordinator.sock");
-        let listener = tokio::net::UnixListener::bind(&socket)?;
+        let (data_dir, socket) = match &place {
+            Place::Temporary => (data.0.clone(), data.0.join("coordinator.sock")),
+            Place::Home(home) => (home.clone(), home.join(LOCAL_SOCKET)),
+        };
+        let listener = match tokio::net::UnixListener::bind(&socket) {
+            Ok(listener) => listener,
+            // Another process bound it first: it is starting its cluster.
+            Err(error) if error.kind() == std::io::ErrorKind::AddrInUse => {
+                return Err(EmbeddedError::Held);
+            }
+            Err(error) => return Err(error.into()),
+        };
         let mut config = CoordinatorConfig {
-            data_dir: data.0.clone(),
+            data_dir,
             heartbeat_interval: Duration::from_millis(500),
             worker_timeout: Duration::from_secs(5),
             // Its workers are all there will be.
@@ -73,12 +141,32 @@ impl EmbeddedCluster {
         let shutdown = CancellationToken::new();
         let mut tasks = Vec::new();
         let token = shutdown.clone();
+        let (opened, store_open) = tokio::sync::oneshot::channel::<()>();
+        let (failed, store_failed) = tokio::sync::oneshot::channel::<String>();
         tasks.push(tokio::spawn(async move {
-            if let Err(error) = weft_coordinator::server::serve_unix(listener, config, token).await
-            {
-                eprintln!("weft: embedded coordinator: {error}");
+            let ready = Box::new(move || {
+                let _ = opened.send(());
+            });
+            let served =
+                weft_coordinator::server::serve_unix_announced(listener, config, token, ready)
+                    .await;
+            if let Err(error) = served {
+                let _ = failed.send(error.to_string());
             }
         }));
+        // The store is open (or not) before any worker starts: another
+        // process holding it is told apart from a failure.
+        tokio::select! {
+            _ = store_open => {}
+            failure = store_failed => {
+                let _ = std::fs::remove_file(&socket);
+                let failure = failure.unwrap_or_default();
+                if failure.contains("in use by another process") {
+                    return Err(EmbeddedError::Held);
+                }
+                return Err(EmbeddedError::Coordinator(failure));
+            }
+        }
         let url = format!("unix:{}", socket.display());
         let joined = std::sync::Arc::new(tokio::sync::Semaphore::new(0));
         let workers = workers.max(1);
@@ -99,13 +187,15 @@ impl EmbeddedCluster {
                 }
             }));
         }
+        let socket = matches!(place, Place::Home(_)).then_some(socket);
         Ok(Self {
             url,
             shutdown,
             tasks,
             joined,
             workers,
-            _data: data,
+            _scratch: data,
+            socket,
         })
     }
 
@@ -128,7 +218,25 @@ impl EmbeddedCluster {
         for task in self.tasks {
             let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
         }
+        if let Some(socket) = &self.socket {
+            let _ = std::fs::remove_file(socket);
+        }
     }
+}
+
+/// The socket of a Weft directory's local cluster.
+const LOCAL_SOCKET: &str = "coordinator.sock";
+
+/// Whether a coordinator answers at `url` within a second.
+async fn answers(url: &str) -> bool {
+    let probe = async {
+        let client = crate::Client::connect(url.to_owned()).await.ok()?;
+        client.list_page(1, None).await.ok()
+    };
+    matches!(
+        tokio::time::timeout(Duration::from_secs(1), probe).await,
+        Ok(Some(_))
+    )
 }
 
 /// Why an embedded cluster could not start.
@@ -144,6 +252,13 @@ pub enum EmbeddedError {
     /// The workers did not join in time.
     #[error("the embedded workers did not join within 10 s")]
     NotReady,
+    /// Another process holds the Weft directory's store (it is starting
+    /// its cluster).
+    #[error("another weft process holds the local store")]
+    Held,
+    /// The coordinator could not start.
+    #[error("the embedded coordinator: {0}")]
+    Coordinator(String),
 }
 
 /// A temporary directory removed on drop.

@@ -28,7 +28,7 @@ pub use client::{
     RunErrorInfo, RunEvent, RunInfo, RunStatus, Submitted, UnhostedWait, WaitingNode,
 };
 #[cfg(feature = "embedded")]
-pub use embedded::{EmbeddedCluster, EmbeddedError};
+pub use embedded::{EmbeddedCluster, EmbeddedError, LocalCluster};
 /// The configuration an embedded cluster's coordinator starts with (see
 /// [`EmbeddedCluster::start_configured`]).
 #[cfg(feature = "embedded")]

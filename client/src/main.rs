@@ -37,6 +37,11 @@ struct Cli {
     /// WEFT_TOKEN: a flag is visible to other users in the process list).
     #[arg(long, global = true, env = "WEFT_TOKEN", hide_env_values = true)]
     token: Option<String>,
+    /// Without --coordinator: run on a cluster in a temporary directory
+    /// that keeps nothing, instead of the local cluster of the Weft
+    /// directory (WEFT_HOME, default ~/.local/share/weft).
+    #[arg(long, global = true, env = "WEFT_EPHEMERAL", value_parser = clap::builder::BoolishValueParser::new())]
+    ephemeral: bool,
     #[command(subcommand)]
     command: Command,
 }
@@ -148,6 +153,7 @@ fn main() -> ExitCode {
         server_name: None,
     });
     cli::commands::set_token(cli.token.clone());
+    cli::commands::set_ephemeral(cli.ephemeral);
     // `validate` and `diagram` read the file alone: a coordinator given on
     // their command line (not through WEFT_COORDINATOR, which is set for
     // everything) is a mistake worth saying.

@@ -6,6 +6,8 @@ use std::process::{Command, Output};
 
 fn weft(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_weft"))
+        // Hermetic: no test shares (or leaves) a local cluster.
+        .env("WEFT_EPHEMERAL", "1")
         .args(args)
         .output()
         .expect("the weft binary runs")

@@ -97,8 +97,18 @@ pub async fn serve_unix(
     config: CoordinatorConfig,
     shutdown: CancellationToken,
 ) -> Result<(), ServeError> {
+    serve_unix_announced(listener, config, shutdown, Box::new(|| {})).await
+}
+
+/// Like [`serve_unix`], calling `ready` once the store is open.
+pub async fn serve_unix_announced(
+    listener: tokio::net::UnixListener,
+    config: CoordinatorConfig,
+    shutdown: CancellationToken,
+    ready: Box<dyn FnOnce() + Send>,
+) -> Result<(), ServeError> {
     let incoming = tokio_stream::wrappers::UnixListenerStream::new(listener);
-    serve_incoming(incoming, config, shutdown, Box::new(|| {})).await
+    serve_incoming(incoming, config, shutdown, ready).await
 }
 
 /// Starts serving as the lone coordinator of its data directory, or

@@ -9,8 +9,8 @@ use serde_json::{Map, Value};
 use weft_client::{BundleError, Client, ClientError, GraphBundle, RunStatus};
 use weft_graph::GraphError;
 
+use super::session::{Place, Session};
 use super::{exit, output, progress, prompt};
-use weft_client::EmbeddedCluster as Embedded;
 
 /// Options of `weft run`.
 pub struct RunOptions {
@@ -54,28 +54,52 @@ pub async fn run(coordinator: Option<String>, graph: &Path, options: RunOptions)
         }
     };
     if options.detach && coordinator.is_none() {
-        err!("error: --detach needs --coordinator (an embedded cluster stops when weft exits)");
+        err!(
+            "error: --detach needs --coordinator (the local cluster serves only while a weft command runs)"
+        );
         return exit::INVALID;
     }
-    let remote = coordinator.is_some();
-    let (client, embedded) = match connect(coordinator, options.workers).await {
-        Ok(pair) => pair,
+    let session = match open(coordinator, options.workers, true).await {
+        Ok(session) => session,
         Err(code) => return code,
     };
-    let code = submit_and_wait(&client, bundle, &input, &options, remote).await;
-    if let Some(embedded) = embedded {
-        embedded.stop().await;
-    }
+    let code = submit_and_wait(&session, bundle, &input, &options).await;
+    session.close(true).await;
     code
 }
 
+/// Whether `--ephemeral` (`WEFT_EPHEMERAL`) was given.
+static EPHEMERAL: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+
+/// Sets `--ephemeral` for this invocation.
+pub fn set_ephemeral(ephemeral: bool) {
+    let _ = EPHEMERAL.set(ephemeral);
+}
+
+/// Where this command's runs are: `coordinator`, else the local cluster
+/// (started with `workers` if nobody runs it), else, with `--ephemeral`,
+/// a temporary cluster for `weft run` (`for_run`) and nothing otherwise.
+async fn open(coordinator: Option<String>, workers: u32, for_run: bool) -> Result<Session, u8> {
+    let ephemeral = EPHEMERAL.get().copied().unwrap_or(false);
+    if coordinator.is_none() && ephemeral && !for_run {
+        err!(
+            "error: no coordinator: pass --coordinator URL or set WEFT_COORDINATOR (with --ephemeral, or WEFT_EPHEMERAL, runs are not kept, so there is no local cluster to ask)"
+        );
+        return Err(exit::UNREACHABLE);
+    }
+    Session::open(Place::of(coordinator, ephemeral, workers)).await
+}
+
+/// The workers a local cluster started by a command other than `run` has.
+const LOCAL_WORKERS: u32 = 2;
+
 async fn submit_and_wait(
-    client: &Client,
+    session: &Session,
     bundle: GraphBundle,
     input: &Map<String, Value>,
     options: &RunOptions,
-    remote: bool,
 ) -> u8 {
+    let client = &session.client;
     let submitted = match client.submit_bundle(bundle, input).await {
         Ok(submitted) => submitted,
         Err(error) => return report(&error),
@@ -108,10 +132,17 @@ async fn submit_and_wait(
         let result = tokio::select! {
             result = waited => result,
             _ = tokio::signal::ctrl_c() => {
-                if remote {
-                    err!("stopped waiting; run {run_id} goes on: `weft watch {run_id}` follows it, `weft cancel {run_id}` stops it");
-                } else {
-                    err!("stopped: the embedded cluster stops with this command, and run {run_id} with it");
+                match session.local_home() {
+                    _ if session.ephemeral() => err!(
+                        "stopped: the ephemeral cluster stops with this command, and run {run_id} with it"
+                    ),
+                    Some(home) => err!(
+                        "stopped waiting; run {run_id} is kept in {}: `weft watch {run_id}` continues it, `weft cancel {run_id}` stops it",
+                        home.display()
+                    ),
+                    None => err!(
+                        "stopped waiting; run {run_id} goes on: `weft watch {run_id}` follows it, `weft cancel {run_id}` stops it"
+                    ),
                 }
                 return exit::INTERRUPTED;
             }
@@ -163,28 +194,31 @@ fn info_fallback(run_id: &str) -> weft_client::RunInfo {
 
 /// `weft status`.
 pub async fn status(coordinator: Option<String>, run: &str, json: bool) -> u8 {
-    let client = match remote_client(coordinator).await {
-        Ok(client) => client,
+    let session = match open(coordinator, LOCAL_WORKERS, false).await {
+        Ok(session) => session,
         Err(code) => return code,
     };
-    match client.get(run).await {
+    let code = match session.client.get(run).await {
         Ok(info) => {
             output::show(&info, json);
             exit::OK
         }
         Err(error) => report(&error),
-    }
+    };
+    session.close(false).await;
+    code
 }
 
 /// `weft watch`.
 pub async fn watch(coordinator: Option<String>, run: &str, json: bool) -> u8 {
-    let client = match remote_client(coordinator).await {
-        Ok(client) => client,
+    let session = match open(coordinator, LOCAL_WORKERS, false).await {
+        Ok(session) => session,
         Err(code) => return code,
     };
     // Like `status`, 0 for any run that exists (SPEC 12): the run's own
-    // outcome is in what was shown.
-    match progress::follow(&client, run, 0, json).await {
+    // outcome is in what was shown. On the local cluster, watching a run
+    // is what continues it.
+    let code = match progress::follow(&session.client, run, 0, json).await {
         // With --json, stdout holds the events alone (JSON Lines).
         Ok(_) if json => exit::OK,
         Ok(info) => {
@@ -192,19 +226,23 @@ pub async fn watch(coordinator: Option<String>, run: &str, json: bool) -> u8 {
             exit::OK
         }
         Err(error) => report(&error),
-    }
+    };
+    session.close(true).await;
+    code
 }
 
 /// `weft runs`.
 pub async fn runs(coordinator: Option<String>, listing: super::listing::Listing<'_>) -> u8 {
-    let client = match remote_client(coordinator).await {
-        Ok(client) => client,
+    let session = match open(coordinator, LOCAL_WORKERS, false).await {
+        Ok(session) => session,
         Err(code) => return code,
     };
-    match super::listing::show(&client, &listing).await {
+    let code = match super::listing::show(&session.client, &listing).await {
         Ok(()) => exit::OK,
         Err(error) => report(&error),
-    }
+    };
+    session.close(false).await;
+    code
 }
 
 /// `weft resume`.
@@ -215,10 +253,6 @@ pub async fn resume(
     value: &str,
     comment: Option<String>,
 ) -> u8 {
-    let client = match remote_client(coordinator).await {
-        Ok(client) => client,
-        Err(code) => return code,
-    };
     // VALUE (or the file @FILE names) is JSON when it parses, else a
     // string (SPEC section 12); a file's one trailing newline is not part
     // of the answer.
@@ -233,16 +267,41 @@ pub async fn resume(
         None => value.to_owned(),
     };
     let value = serde_json::from_str(&text).unwrap_or(Value::String(text));
-    match client.resume(run, node, &value, comment.as_deref()).await {
+    let session = match open(coordinator, LOCAL_WORKERS, false).await {
+        Ok(session) => session,
+        Err(code) => return code,
+    };
+    let code = match session
+        .client
+        .resume(run, node, &value, comment.as_deref())
+        .await
+    {
         Ok(info) => {
             err!(
                 "resumed {node}; run {} is {}",
                 info.run_id,
                 info.status.name()
             );
+            continue_locally(&session, run).await;
             exit::OK
         }
         Err(error) => report(&error),
+    };
+    session.close(true).await;
+    code
+}
+
+/// On a local cluster this command started, the run goes on only while
+/// the command does: it waits for the run to end or to wait again, and
+/// says how it stands.
+async fn continue_locally(session: &Session, run: &str) {
+    if !session.started_here() {
+        return;
+    }
+    if let Ok(info) = session.client.wait(run).await
+        && info.status != RunStatus::Running
+    {
+        output::show(&info, false);
     }
 }
 
@@ -256,17 +315,19 @@ pub async fn cancel(coordinator: Option<String>, run: &str) -> u8 {
 
 /// `weft delete`.
 pub async fn delete(coordinator: Option<String>, run: &str) -> u8 {
-    let client = match remote_client(coordinator).await {
-        Ok(client) => client,
+    let session = match open(coordinator, LOCAL_WORKERS, false).await {
+        Ok(session) => session,
         Err(code) => return code,
     };
-    match client.delete(run).await {
+    let code = match session.client.delete(run).await {
         Ok(()) => {
             err!("deleted run {run}");
             exit::OK
         }
         Err(error) => report(&error),
-    }
+    };
+    session.close(false).await;
+    code
 }
 
 /// `weft retry`.
@@ -285,49 +346,20 @@ type Action = fn(
 >;
 
 async fn act(coordinator: Option<String>, run: &str, action: Action) -> u8 {
-    let client = match remote_client(coordinator).await {
-        Ok(client) => client,
+    let session = match open(coordinator, LOCAL_WORKERS, false).await {
+        Ok(session) => session,
         Err(code) => return code,
     };
-    match action(client, run.to_owned()).await {
+    let code = match action(session.client.clone(), run.to_owned()).await {
         Ok(info) => {
             err!("run {} is {}", info.run_id, info.status.name());
+            continue_locally(&session, run).await;
             exit::OK
         }
         Err(error) => report(&error),
-    }
-}
-
-async fn connect(
-    coordinator: Option<String>,
-    workers: u32,
-) -> Result<(Client, Option<Embedded>), u8> {
-    if let Some(url) = coordinator {
-        return Ok((remote(&url).await?, None));
-    }
-    let embedded = match Embedded::start(workers).await {
-        Ok(embedded) => embedded,
-        Err(error) => {
-            err!("error: cannot start the embedded cluster: {error}");
-            return Err(exit::UNREACHABLE);
-        }
     };
-    let client = remote(&embedded.url).await?;
-    if let Err(error) = embedded.ready().await {
-        err!("error: {error}");
-        return Err(exit::UNREACHABLE);
-    }
-    Ok((client, Some(embedded)))
-}
-
-async fn remote_client(coordinator: Option<String>) -> Result<Client, u8> {
-    match coordinator {
-        Some(url) => remote(&url).await,
-        None => {
-            err!("error: no coordinator: pass --coordinator URL or set WEFT_COORDINATOR");
-            Err(exit::UNREACHABLE)
-        }
-    }
+    session.close(true).await;
+    code
 }
 
 /// What this invocation presents and trusts at an https:// coordinator
@@ -351,7 +383,7 @@ pub fn set_token(token: Option<String>) {
 /// The coordinator this invocation talks to, for explaining failures.
 static CONNECTED: std::sync::OnceLock<String> = std::sync::OnceLock::new();
 
-async fn remote(url: &str) -> Result<Client, u8> {
+pub(super) async fn remote(url: &str) -> Result<Client, u8> {
     if !url.contains("://") && !url.starts_with("unix:") {
         err!(
             "error: '{url}' is not a coordinator URL: it has no scheme (write http://{url}, or https://{url} for TLS)"

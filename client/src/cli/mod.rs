@@ -6,6 +6,7 @@ pub mod listing;
 pub mod output;
 pub mod progress;
 pub mod prompt;
+pub mod session;
 pub mod terminal;
 
 /// Exit statuses (SPEC section 12).

@@ -8,6 +8,8 @@ use weft_tests::{TestCluster, binary, repo};
 
 fn weft(cluster: Option<&TestCluster>, args: &[&str]) -> Output {
     let mut command = Command::new(binary("weft"));
+    // Hermetic: no test shares (or leaves) a local cluster.
+    command.env("WEFT_EPHEMERAL", "1");
     if let Some(cluster) = cluster {
         command.args(["--coordinator", cluster.url()]);
     }
@@ -143,6 +145,8 @@ async fn detach_prints_the_run_id_and_returns() -> anyhow::Result<()> {
 #[test]
 fn unreachable_coordinator_exits_four_and_invalid_graph_exits_two() {
     let out = Command::new(binary("weft"))
+        // Hermetic: no test shares (or leaves) a local cluster.
+        .env("WEFT_EPHEMERAL", "1")
         .args([
             "--coordinator",
             "http://127.0.0.1:1",
@@ -218,6 +222,7 @@ fn interactive_run_asks_at_the_prompt() {
     let mut child = Command::new("script")
         .args(["-qec", &command, "/dev/null"])
         .env_remove("WEFT_COORDINATOR")
+        .env("WEFT_EPHEMERAL", "1")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -441,6 +446,8 @@ async fn the_run_timeout_bounds_a_wait_for_a_worker() -> anyhow::Result<()> {
 #[test]
 fn a_closed_stdout_ends_the_output_quietly_with_the_commands_own_status() {
     let mut child = Command::new(binary("weft"))
+        // Hermetic: no test shares (or leaves) a local cluster.
+        .env("WEFT_EPHEMERAL", "1")
         .args(["run", &example("parallel-findings.yaml"), "--json"])
         .env_remove("WEFT_COORDINATOR")
         .stdin(Stdio::null())

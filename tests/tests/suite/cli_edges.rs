@@ -9,6 +9,8 @@ use weft_tests::{TestCluster, binary, repo};
 
 fn weft(cluster: Option<&TestCluster>, args: &[&str]) -> Output {
     let mut command = Command::new(binary("weft"));
+    // Hermetic: no test shares (or leaves) a local cluster.
+    command.env("WEFT_EPHEMERAL", "1");
     if let Some(cluster) = cluster {
         command.args(["--coordinator", cluster.url()]);
     }
@@ -70,6 +72,8 @@ fn usage_mistakes_exit_two_saying_what_is_wrong() {
         );
         // WEFT_COORDINATOR, set for every command, is no mistake.
         let quiet = Command::new(binary("weft"))
+            // Hermetic: no test shares (or leaves) a local cluster.
+            .env("WEFT_EPHEMERAL", "1")
             .args([command, graph])
             .env("WEFT_COORDINATOR", "http://127.0.0.1:7700")
             .output()

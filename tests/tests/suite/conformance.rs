@@ -48,6 +48,8 @@ fn run_in(
     let graph = dir.join("graph.yaml");
     std::fs::write(&graph, yaml).expect("graph written");
     let out = Command::new(binary("weft"))
+        // Hermetic: no test shares (or leaves) a local cluster.
+        .env("WEFT_EPHEMERAL", "1")
         .args([
             "run",
             graph.to_str().expect("utf-8 path"),

@@ -82,6 +82,8 @@ async fn the_standby_finishes_the_run_when_the_leader_is_killed() -> anyhow::Res
     let run_id = submitted.run_id.clone();
     let status = tokio::task::spawn_blocking(move || {
         std::process::Command::new(weft_tests::binary("weft"))
+            // Hermetic: no test shares (or leaves) a local cluster.
+            .env("WEFT_EPHEMERAL", "1")
             .args(["--coordinator", &url, "status", &run_id, "--json"])
             .output()
     });

@@ -14,6 +14,7 @@ mod etcd_tls;
 mod ha;
 mod hostile;
 mod llm;
+mod local;
 mod loops;
 mod python;
 mod store;

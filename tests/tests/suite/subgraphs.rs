@@ -203,6 +203,8 @@ fn a_graph_that_embeds_itself_is_refused_by_validation() {
         ],
     );
     let out = std::process::Command::new(binary("weft"))
+        // Hermetic: no test shares (or leaves) a local cluster.
+        .env("WEFT_EPHEMERAL", "1")
         .arg("validate")
         .arg(dir.join("a.yaml"))
         .output()
@@ -215,6 +217,8 @@ fn a_graph_that_embeds_itself_is_refused_by_validation() {
     );
     // The embedded cluster refuses to run it too.
     let out = std::process::Command::new(binary("weft"))
+        // Hermetic: no test shares (or leaves) a local cluster.
+        .env("WEFT_EPHEMERAL", "1")
         .arg("run")
         .arg(dir.join("a.yaml"))
         .output()

@@ -103,6 +103,8 @@ fn tls_cluster(pki: &Pki, client_ca: bool) -> anyhow::Result<TestCluster> {
 
 fn weft(args: &[&str]) -> Output {
     Command::new(binary("weft"))
+        // Hermetic: no test shares (or leaves) a local cluster.
+        .env("WEFT_EPHEMERAL", "1")
         .args(args)
         .current_dir(repo())
         .env_remove("WEFT_CA")

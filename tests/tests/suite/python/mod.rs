@@ -292,6 +292,8 @@ async fn seed_002s_examples_run_on_a_cluster_of_processes() -> anyhow::Result<()
 
 fn weft(args: &[&str]) -> std::process::Output {
     std::process::Command::new(weft_tests::binary("weft"))
+        // Hermetic: no test shares (or leaves) a local cluster.
+        .env("WEFT_EPHEMERAL", "1")
         .args(args)
         .stdin(std::process::Stdio::null())
         .env_remove("WEFT_COORDINATOR")

@@ -1,0 +1,157 @@
+//! The local cluster (SPEC 12): without `--coordinator`, runs live in the
+//! Weft directory, so a run `weft run` leaves waiting is answered later by
+//! `weft resume`; a second command while the first runs joins its cluster
+//! instead of failing on the store's lock; `--ephemeral` keeps nothing.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::Instant;
+
+use serde_json::Value;
+use weft_tests::{binary, repo};
+
+fn home(test: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("weft-home-{test}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
+/// `weft` on the local cluster of `home`.
+fn weft(home: &Path) -> Command {
+    let mut command = Command::new(binary("weft"));
+    command
+        .current_dir(repo())
+        .env("WEFT_HOME", home)
+        .env_remove("WEFT_EPHEMERAL")
+        .env_remove("WEFT_COORDINATOR")
+        .env_remove("WEFT_TOKEN")
+        .stdin(Stdio::null());
+    command
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[test]
+fn a_waiting_run_is_answered_by_a_later_command() {
+    let home = home("resume");
+    let run = weft(&home)
+        .args([
+            "run",
+            "examples/review-approval.yaml",
+            "--json",
+            "--input",
+            r#"{"title": "Weft"}"#,
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(run.status.code(), Some(3), "{}", stderr(&run));
+    let run_id = serde_json::from_slice::<Value>(&run.stdout).unwrap()["run_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    // The store is in the Weft directory, which only this user may enter.
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&home).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o700);
+    assert!(home.join("weft.redb").is_file());
+
+    // Later commands find the run where it was left.
+    let listed = weft(&home).args(["runs"]).output().unwrap();
+    assert_eq!(listed.status.code(), Some(0), "{}", stderr(&listed));
+    let text = String::from_utf8_lossy(&listed.stdout);
+    assert!(text.contains(&run_id) && text.contains("waiting"), "{text}");
+    let resumed = weft(&home)
+        .args(["resume", &run_id, "approve", "approve"])
+        .output()
+        .unwrap();
+    assert_eq!(resumed.status.code(), Some(0), "{}", stderr(&resumed));
+    assert!(
+        stderr(&resumed).contains(&format!("run {run_id} completed")),
+        "{}",
+        stderr(&resumed)
+    );
+    let status = weft(&home)
+        .args(["status", &run_id, "--json"])
+        .output()
+        .unwrap();
+    assert_eq!(status.status.code(), Some(0), "{}", stderr(&status));
+    let info: Value = serde_json::from_slice(&status.stdout).unwrap();
+    assert_eq!(info["status"], "completed");
+    assert_eq!(info["state"]["approved"], true);
+    let _ = std::fs::remove_dir_all(&home);
+}
+
+#[test]
+fn a_second_command_joins_the_first_ones_cluster() {
+    let home = home("join");
+    std::fs::create_dir_all(&home).unwrap();
+    let slow = home.join("slow.yaml");
+    std::fs::write(
+        &slow,
+        "name: slow\nnodes:\n  nap: { kind: script, start: true, run: [sh, -c, 'sleep 3; echo {}'] }\n",
+    )
+    .unwrap();
+    let started = Instant::now();
+    let first = weft(&home)
+        .args(["run", slow.to_str().unwrap()])
+        .stderr(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The first command says the run id once its cluster took the run.
+    let mut listed = String::new();
+    let deadline = Instant::now() + weft_tests::PATIENCE;
+    while Instant::now() < deadline {
+        let out = weft(&home)
+            .args(["runs", "--graph", "slow"])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        listed = String::from_utf8_lossy(&out.stdout).into_owned();
+        if listed.contains("running") {
+            break;
+        }
+    }
+    let joined_after = started.elapsed();
+    assert!(
+        listed.contains("running"),
+        "the second command never saw the run: {listed}"
+    );
+    let first = first.wait_with_output().unwrap();
+    let first_done = started.elapsed();
+    assert_eq!(first.status.code(), Some(0), "{}", stderr(&first));
+    assert!(stderr(&first).contains("completed"), "{}", stderr(&first));
+    // The second command was answered by the first one's cluster while
+    // the run was still going, not after it.
+    assert!(
+        joined_after < first_done,
+        "the second command returned at {joined_after:?}, the first at {first_done:?}"
+    );
+    let _ = std::fs::remove_dir_all(&home);
+}
+
+#[test]
+fn ephemeral_runs_leave_nothing() {
+    let home = home("ephemeral");
+    let out = weft(&home)
+        .args([
+            "run",
+            "--ephemeral",
+            "examples/critique-loop.yaml",
+            "--input",
+            r#"{"topic": "x"}"#,
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(!home.exists(), "--ephemeral wrote the Weft directory");
+    let status = weft(&home).args(["runs", "--ephemeral"]).output().unwrap();
+    assert_eq!(status.status.code(), Some(4));
+    assert!(
+        stderr(&status).contains("with --ephemeral"),
+        "{}",
+        stderr(&status)
+    );
+}
