@@ -61,6 +61,7 @@ impl Runs {
         trace_parent: Option<String>,
     ) -> Result<(RunId, Vec<String>), SubmitError> {
         let input = parse_input(input_json)?;
+        warnings.extend(undeclared_input(&graph, &input));
         let over = self.limits.check_graph(&graph);
         if !over.is_empty() {
             return Err(SubmitError::OverLimits(over));
@@ -161,6 +162,28 @@ impl Runs {
         );
         Ok(Some(journal))
     }
+}
+
+/// A warning for each input key a graph that declares its state does not
+/// declare (under `strict_state` the machine refuses them instead): a
+/// misspelt key is otherwise kept silently beside the field it meant.
+fn undeclared_input(graph: &Graph, input: &Map<String, Value>) -> Vec<String> {
+    if graph.fields.is_empty() || graph.settings.strict_state {
+        return Vec::new();
+    }
+    let declared: Vec<&str> = graph.fields.iter().map(|f| f.name.as_str()).collect();
+    input
+        .keys()
+        .filter(|key| !declared.contains(&key.as_str()))
+        .map(|key| {
+            let hint = crate::graph::did_you_mean(key, &declared)
+                .map(|name| format!(" (did you mean '{name}'?)"))
+                .unwrap_or_default();
+            format!(
+                "warning: input key '{key}' is not a field `state:` declares{hint}; it is kept in the state as given"
+            )
+        })
+        .collect()
 }
 
 fn parse_input(text: &str) -> Result<Map<String, Value>, SubmitError> {

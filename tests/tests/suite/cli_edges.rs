@@ -429,3 +429,28 @@ async fn delete_removes_an_ended_run_for_good_and_refuses_a_live_one() -> anyhow
     std::fs::remove_dir_all(&dir).ok();
     Ok(())
 }
+
+#[test]
+fn a_misspelt_input_key_is_warned_about() {
+    let dir = std::env::temp_dir().join(format!("weft-input-key-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let graph = dir.join("count.yaml");
+    std::fs::write(
+        &graph,
+        "state:\n  n: { type: integer, default: 1 }\nnodes:\n  one: { kind: script, start: true, run: [sh, -c, 'echo {}'] }\n",
+    )
+    .unwrap();
+    let out = weft(
+        None,
+        &["run", graph.to_str().unwrap(), "--input", r#"{"nn": 3}"#],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains(
+            "warning: input key 'nn' is not a field `state:` declares (did you mean 'n'?); it is kept in the state as given"
+        ),
+        "{}",
+        stderr(&out)
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}
