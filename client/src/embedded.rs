@@ -24,6 +24,9 @@ pub struct EmbeddedCluster {
     _scratch: TempDir,
     /// A local cluster's socket in the Weft directory, removed on stop.
     socket: Option<std::path::PathBuf>,
+    /// A local cluster's exclusive lock on `cluster.lock`, released on
+    /// stop (after the socket is gone).
+    owner: Option<std::fs::File>,
 }
 
 /// The local cluster of a Weft directory: started here, or another
@@ -78,22 +81,38 @@ impl EmbeddedCluster {
             .create(home)?;
         let socket = home.join(LOCAL_SOCKET);
         let url = format!("unix:{}", socket.display());
-        // Another process may be starting its cluster at this moment: it
-        // holds the store a moment before its socket answers.
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        // Whoever runs the cluster holds `cluster.lock` exclusively for as
+        // long as it does: a lock nobody holds means no cluster, and a
+        // socket left behind is stale; a held one means a cluster that
+        // answers, or soon will (it is starting, or the machine is busy).
+        let owner = std::fs::File::options()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(home.join(OWNER_LOCK))?;
+        let deadline = tokio::time::Instant::now() + LOCAL_PATIENCE;
         loop {
-            if answers(&url).await {
-                return Ok(LocalCluster::Joined(url));
-            }
-            // Nobody answers: a socket left by a process that died is stale.
-            let _ = std::fs::remove_file(&socket);
-            let place = Place::Home(home.to_owned());
-            match Self::start_at(place, workers, |_| {}, |_| {}).await {
-                Ok(cluster) => return Ok(LocalCluster::Started(cluster)),
-                Err(EmbeddedError::Held) if tokio::time::Instant::now() < deadline => {
+            match owner.try_lock() {
+                Ok(()) => {
+                    let _ = std::fs::remove_file(&socket);
+                    let place = Place::Home(home.to_owned());
+                    let mut cluster = Self::start_at(place, workers, |_| {}, |_| {}).await?;
+                    cluster.owner = Some(owner);
+                    return Ok(LocalCluster::Started(cluster));
+                }
+                Err(std::fs::TryLockError::WouldBlock) => {
+                    if answers(&url).await {
+                        return Ok(LocalCluster::Joined(url));
+                    }
+                    if tokio::time::Instant::now() > deadline {
+                        return Err(EmbeddedError::Coordinator(format!(
+                            "the local cluster of {} does not answer at {url} (another weft command runs it)",
+                            home.display()
+                        )));
+                    }
                     tokio::time::sleep(Duration::from_millis(100)).await;
                 }
-                Err(other) => return Err(other),
+                Err(std::fs::TryLockError::Error(error)) => return Err(error.into()),
             }
         }
     }
@@ -196,6 +215,7 @@ impl EmbeddedCluster {
             workers,
             _scratch: data,
             socket,
+            owner: None,
         })
     }
 
@@ -221,20 +241,27 @@ impl EmbeddedCluster {
         if let Some(socket) = &self.socket {
             let _ = std::fs::remove_file(socket);
         }
+        drop(self.owner);
     }
 }
 
 /// The socket of a Weft directory's local cluster.
 const LOCAL_SOCKET: &str = "coordinator.sock";
 
-/// Whether a coordinator answers at `url` within a second.
+/// The lock its owner holds.
+const OWNER_LOCK: &str = "cluster.lock";
+
+/// How long a command waits for a local cluster another runs to answer.
+const LOCAL_PATIENCE: Duration = Duration::from_secs(30);
+
+/// Whether a coordinator answers at `url` within a few seconds.
 async fn answers(url: &str) -> bool {
     let probe = async {
         let client = crate::Client::connect(url.to_owned()).await.ok()?;
         client.list_page(1, None).await.ok()
     };
     matches!(
-        tokio::time::timeout(Duration::from_secs(1), probe).await,
+        tokio::time::timeout(Duration::from_secs(5), probe).await,
         Ok(Some(_))
     )
 }

@@ -90,39 +90,54 @@ fn a_second_command_joins_the_first_ones_cluster() {
     let slow = home.join("slow.yaml");
     std::fs::write(
         &slow,
-        "name: slow\nnodes:\n  nap: { kind: script, start: true, run: [sh, -c, 'sleep 3; echo {}'] }\n",
+        "name: slow\nnodes:\n  nap: { kind: script, start: true, run: [sh, -c, 'sleep 5; echo {}'] }\n",
     )
     .unwrap();
     let started = Instant::now();
-    let first = weft(&home)
+    let mut first = weft(&home)
         .args(["run", slow.to_str().unwrap()])
         .stderr(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
     // The first command says the run id once its cluster took the run.
-    let mut listed = String::new();
-    let deadline = Instant::now() + weft_tests::PATIENCE;
-    while Instant::now() < deadline {
-        let out = weft(&home)
-            .args(["runs", "--graph", "slow"])
-            .output()
-            .unwrap();
-        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-        listed = String::from_utf8_lossy(&out.stdout).into_owned();
-        if listed.contains("running") {
-            break;
+    let (said, heard) = std::sync::mpsc::channel();
+    let stream = first.stderr.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        use std::io::BufRead;
+        let mut all = String::new();
+        for line in std::io::BufReader::new(stream)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if line.ends_with(" accepted") {
+                let _ = said.send(());
+            }
+            all.push_str(&line);
+            all.push('\n');
         }
-    }
+        all
+    });
+    heard
+        .recv_timeout(weft_tests::PATIENCE)
+        .expect("the first command accepted its run");
+    // A second command while the first runs the cluster joins it.
+    let out = weft(&home)
+        .args(["runs", "--graph", "slow"])
+        .output()
+        .unwrap();
     let joined_after = started.elapsed();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let listed = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(
         listed.contains("running"),
-        "the second command never saw the run: {listed}"
+        "the second command did not see the run running: {listed}"
     );
-    let first = first.wait_with_output().unwrap();
+    let status = first.wait().unwrap();
     let first_done = started.elapsed();
-    assert_eq!(first.status.code(), Some(0), "{}", stderr(&first));
-    assert!(stderr(&first).contains("completed"), "{}", stderr(&first));
+    let said = reader.join().unwrap();
+    assert_eq!(status.code(), Some(0), "{said}");
+    assert!(said.contains("completed"), "{said}");
     // The second command was answered by the first one's cluster while
     // the run was still going, not after it.
     assert!(
