@@ -275,20 +275,29 @@ fn kinds(graph: &Graph, findings: &mut Vec<Finding>) {
 }
 
 /// Approval and input nodes may not be the immediate target of a static
-/// fan-out: N concurrent prompts cannot be answered sensibly.
+/// fan-out, START's included (`start: true` on several nodes): N
+/// concurrent prompts cannot be answered sensibly.
 fn fan_out_targets(graph: &Graph, findings: &mut Vec<Finding>) {
-    for (idx, node) in graph.nodes.iter().enumerate() {
-        let unconditional: Vec<NodeIdx> = graph
-            .out_edges(idx)
+    let unconditional = |from: Option<NodeIdx>| -> Vec<NodeIdx> {
+        graph
+            .edges
             .iter()
-            .map(|&e| &graph.edges[e])
+            .filter(|e| match from {
+                Some(idx) => e.from == crate::Endpoint::Node(idx),
+                None => e.from == crate::Endpoint::Start,
+            })
             .filter(|e| e.is_forward() && matches!(e.guard, Guard::Always))
             .filter_map(|e| e.to.node())
-            .collect();
-        if unconditional.len() < 2 {
+            .collect()
+    };
+    let sources = std::iter::once(None).chain((0..graph.nodes.len()).map(Some));
+    for from in sources {
+        let targets = unconditional(from);
+        if targets.len() < 2 {
             continue;
         }
-        for target in unconditional {
+        let source = from.map_or("START", |idx| graph.node(idx).id.as_str());
+        for target in targets {
             let target_node = graph.node(target);
             if matches!(
                 target_node.kind,
@@ -296,12 +305,11 @@ fn fan_out_targets(graph: &Graph, findings: &mut Vec<Finding>) {
             ) {
                 findings.push(Finding::error(
                     format!(
-                        "{} node '{}' is a fan-out target of '{}'; put approval and input nodes after the join",
+                        "{} node '{}' is a fan-out target of '{source}'; put approval and input nodes after the join",
                         target_node.kind.name(),
                         target_node.id,
-                        node.id
                     ),
-                    &[&target_node.id, &node.id],
+                    &[&target_node.id, source],
                 ));
             }
         }

@@ -442,9 +442,14 @@ nodes:
 fn answering_one_of_two_waiting_nodes_does_not_announce_the_other_again() {
     let yaml = r#"
 nodes:
-  legal:   { kind: approval, prompt: "Legal ok?", start: true, output_key: legal_ok }
-  brand:   { kind: approval, prompt: "Brand ok?", start: true, output_key: brand_ok }
+  legal:   { kind: approval, prompt: "Legal ok?", output_key: legal_ok }
+  brand:   { kind: approval, prompt: "Brand ok?", output_key: brand_ok }
   publish: { kind: task, handler: publish, depends_on: [legal, brand] }
+# Two waits at once come from conditional edges (a static fan-out to
+# approvals, START's included, is refused by validation).
+edges:
+  - { from: START, to: legal, when: "true" }
+  - { from: START, to: brand, when: "true" }
 "#;
     let mut h = Harness::new(yaml, json!({}))
         .on("publish", write("published", json!(true)))
