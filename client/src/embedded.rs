@@ -161,7 +161,8 @@ impl EmbeddedCluster {
         let mut tasks = Vec::new();
         let token = shutdown.clone();
         let (opened, store_open) = tokio::sync::oneshot::channel::<()>();
-        let (failed, store_failed) = tokio::sync::oneshot::channel::<String>();
+        let (failed, store_failed) =
+            tokio::sync::oneshot::channel::<weft_coordinator::server::ServeError>();
         tasks.push(tokio::spawn(async move {
             let ready = Box::new(move || {
                 let _ = opened.send(());
@@ -170,7 +171,7 @@ impl EmbeddedCluster {
                 weft_coordinator::server::serve_unix_announced(listener, config, token, ready)
                     .await;
             if let Err(error) = served {
-                let _ = failed.send(error.to_string());
+                let _ = failed.send(error);
             }
         }));
         // The store is open (or not) before any worker starts: another
@@ -179,11 +180,11 @@ impl EmbeddedCluster {
             _ = store_open => {}
             failure = store_failed => {
                 let _ = std::fs::remove_file(&socket);
-                let failure = failure.unwrap_or_default();
-                if failure.contains("in use by another process") {
-                    return Err(EmbeddedError::Held);
-                }
-                return Err(EmbeddedError::Coordinator(failure));
+                return Err(match failure {
+                    Ok(error) if error.store_in_use() => EmbeddedError::Held,
+                    Ok(error) => EmbeddedError::Coordinator(error.to_string()),
+                    Err(_) => EmbeddedError::Coordinator("it stopped as it started".into()),
+                });
             }
         }
         let url = format!("unix:{}", socket.display());
@@ -279,9 +280,9 @@ pub enum EmbeddedError {
     /// The workers did not join in time.
     #[error("the embedded workers did not join within 10 s")]
     NotReady,
-    /// Another process holds the Weft directory's store (it is starting
-    /// its cluster).
-    #[error("another weft process holds the local store")]
+    /// Another process holds the store, or the socket, of the Weft
+    /// directory.
+    #[error("another process holds the store of the Weft directory")]
     Held,
     /// The coordinator could not start.
     #[error("the embedded coordinator: {0}")]

@@ -36,6 +36,13 @@ pub enum ServeError {
     Transport(#[from] tonic::transport::Error),
 }
 
+impl ServeError {
+    /// Whether another process holds the embedded store's file.
+    pub fn store_in_use(&self) -> bool {
+        matches!(self, Self::Store(weft_store::StoreError::InUse(_)))
+    }
+}
+
 /// Accepted connections with Nagle's algorithm off: tasks, results and
 /// heartbeats are small messages that must not wait for a delayed ACK.
 fn incoming(

@@ -94,11 +94,7 @@ impl Secrets {
 fn reference(text: &str) -> Option<&str> {
     let end = text.find('}')?;
     let name = &text[..end];
-    is_name(name).then_some(name)
-}
-
-fn is_name(name: &str) -> bool {
-    weft_process::is_secret_name(name)
+    weft_process::is_secret_name(name).then_some(name)
 }
 
 /// The secret values one attempt substituted, to mask in what it reports.

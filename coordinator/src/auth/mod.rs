@@ -233,11 +233,6 @@ impl Identities {
         !self.tokens.is_empty() || self.client_ca
     }
 
-    /// Whether tokens are configured.
-    pub fn has_tokens(&self) -> bool {
-        !self.tokens.is_empty()
-    }
-
     /// The identity of a request with this `authorization` header and
     /// this verified client certificate subject. A token wins over a
     /// certificate; a certificate no `[[certificates]]` entry names is a

@@ -27,6 +27,22 @@ fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).trim().to_owned()
 }
 
+/// A coordinator with one script worker, joined.
+async fn cluster_with_a_worker() -> anyhow::Result<TestCluster> {
+    let mut cluster = TestCluster::start()?;
+    cluster.add_worker("w", 1)?;
+    cluster.wait_for_workers(&["w"]).await?;
+    Ok(cluster)
+}
+
+/// The `run_id` of a `--json` output.
+fn run_id(out: &Output) -> String {
+    serde_json::from_slice::<serde_json::Value>(&out.stdout).expect("one JSON object")["run_id"]
+        .as_str()
+        .expect("a run id")
+        .to_owned()
+}
+
 #[test]
 fn usage_mistakes_exit_two_saying_what_is_wrong() {
     let no_scheme = weft(None, &["--coordinator", "127.0.0.1:7700", "runs"]);
@@ -89,9 +105,7 @@ fn usage_mistakes_exit_two_saying_what_is_wrong() {
 
 #[tokio::test]
 async fn resume_names_the_waiting_node_reads_files_and_speaks_lowercase() -> anyhow::Result<()> {
-    let mut cluster = TestCluster::start()?;
-    cluster.add_worker("w", 1)?;
-    cluster.wait_for_workers(&["w"]).await?;
+    let cluster = cluster_with_a_worker().await?;
     let dir = std::env::temp_dir().join(format!("weft-cli-edges-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     let graph = dir.join("ask.yaml");
@@ -101,10 +115,7 @@ async fn resume_names_the_waiting_node_reads_files_and_speaks_lowercase() -> any
     )?;
     let run = weft(Some(&cluster), &["run", graph.to_str().unwrap(), "--json"]);
     assert_eq!(run.status.code(), Some(3), "{}", stderr(&run));
-    let run_id = serde_json::from_slice::<serde_json::Value>(&run.stdout)?["run_id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let run_id = run_id(&run);
 
     // `weft watch` of a waiting run shows it and exits 0.
     let watched = weft(Some(&cluster), &["watch", &run_id]);
@@ -155,9 +166,7 @@ async fn resume_names_the_waiting_node_reads_files_and_speaks_lowercase() -> any
 
 #[tokio::test]
 async fn logs_say_each_run_and_carry_no_colour_codes_in_a_file() -> anyhow::Result<()> {
-    let mut cluster = TestCluster::start()?;
-    cluster.add_worker("w", 1)?;
-    cluster.wait_for_workers(&["w"]).await?;
+    let cluster = cluster_with_a_worker().await?;
     let graph = repo().join("examples/critique-loop.yaml");
     let run = weft(
         Some(&cluster),
@@ -239,9 +248,7 @@ fn a_second_coordinator_on_a_held_data_directory_fails_before_it_says_it_listens
 
 #[tokio::test]
 async fn a_script_file_that_is_not_there_is_refused_before_anything_runs() -> anyhow::Result<()> {
-    let mut cluster = TestCluster::start()?;
-    cluster.add_worker("w", 1)?;
-    cluster.wait_for_workers(&["w"]).await?;
+    let cluster = cluster_with_a_worker().await?;
     let dir = std::env::temp_dir().join(format!("weft-missing-script-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     let graph = dir.join("hello.yaml");
@@ -288,9 +295,7 @@ fn watched_kinds(cluster: &TestCluster, run_id: &str) -> Vec<String> {
 
 #[tokio::test]
 async fn runs_filter_and_time_and_watch_replays_a_retry() -> anyhow::Result<()> {
-    let mut cluster = TestCluster::start()?;
-    cluster.add_worker("w", 1)?;
-    cluster.wait_for_workers(&["w"]).await?;
+    let cluster = cluster_with_a_worker().await?;
     let dir = std::env::temp_dir().join(format!("weft-runs-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     let marker = dir.join("failed-once");
@@ -313,10 +318,7 @@ async fn runs_filter_and_time_and_watch_replays_a_retry() -> anyhow::Result<()> 
     }
     let failed = weft(Some(&cluster), &["run", flaky.to_str().unwrap(), "--json"]);
     assert_eq!(failed.status.code(), Some(1), "{}", stderr(&failed));
-    let flaky_id = serde_json::from_slice::<serde_json::Value>(&failed.stdout)?["run_id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let flaky_id = run_id(&failed);
 
     let listed = |args: &[&str]| -> serde_json::Value {
         let mut all = vec!["runs", "--json"];
@@ -379,9 +381,7 @@ async fn runs_filter_and_time_and_watch_replays_a_retry() -> anyhow::Result<()> 
 
 #[tokio::test]
 async fn delete_removes_an_ended_run_for_good_and_refuses_a_live_one() -> anyhow::Result<()> {
-    let mut cluster = TestCluster::start()?;
-    cluster.add_worker("w", 1)?;
-    cluster.wait_for_workers(&["w"]).await?;
+    let mut cluster = cluster_with_a_worker().await?;
     let dir = std::env::temp_dir().join(format!("weft-delete-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     let quick = dir.join("quick.yaml");
