@@ -204,10 +204,8 @@ impl RunService for RunApi {
             role: caller.role.as_str().to_owned(),
         });
         let answer = HumanAnswer { value, comment, by };
-        let view = self
-            .run(&caller, &request.run_id)?
-            .resume(request.node, answer)
-            .await?;
+        let handle = self.run(&caller, &request.run_id)?;
+        let view = self.runs.answer(&handle, request.node, answer).await?;
         Ok(Response::new(convert::run_info(view, true)))
     }
 

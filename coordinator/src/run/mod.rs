@@ -14,7 +14,7 @@ pub mod machine;
 
 pub use actor::{
     ChildRuns, FinishedRun, History, Pending, RunHandle, RunRequestError, RunSetup, RunView, Start,
-    StoredEvent, UnhostedWait, spawn_run,
+    StoredEvent, UnhostedWait, WaitReports, spawn_run,
 };
 pub use machine::events::*;
 pub use machine::merge;

@@ -8,7 +8,10 @@ use serde_json::{Map, Value};
 
 use super::Runs;
 use crate::bundle::{Bundle, Family};
-use crate::run::{ChildError, ChildRuns, Owner, Pending, RunHandle, RunId, RunPlan, RunStatus};
+use crate::run::{
+    ChildError, ChildRuns, Owner, Pending, RunEvent, RunHandle, RunId, RunPlan, RunRequestError,
+    RunStatus, RunView, WaitReports,
+};
 
 /// How long a restored parent waits for its child to be restored too.
 const FIND_CHILD_PATIENCE: std::time::Duration = std::time::Duration::from_secs(30);
@@ -73,14 +76,19 @@ impl ChildRuns for RunChildren {
         })
     }
 
-    fn outcome(&self, run_id: RunId) -> Pending<Result<Map<String, Value>, ChildError>> {
+    fn outcome(
+        &self,
+        run_id: RunId,
+        waits: WaitReports,
+    ) -> Pending<Result<Map<String, Value>, ChildError>> {
         let runs = self.runs.clone();
         Box::pin(async move {
             // A restored parent may start before its child is restored.
             let handle = tokio::time::timeout(FIND_CHILD_PATIENCE, runs.registered(&run_id))
                 .await
                 .map_err(|_| ChildError::Unknown(run_id.clone()))?;
-            let view = handle.ended().await.map_err(|error| ChildError::Failed {
+            let ended = ended_reporting_waits(&handle, &waits).await;
+            let view = ended.map_err(|error| ChildError::Failed {
                 run_id: run_id.clone(),
                 error: error.to_string(),
             })?;
@@ -143,6 +151,49 @@ impl Runs {
             if registered.changed().await.is_err() {
                 // The registry is gone with its coordinator.
                 return std::future::pending().await;
+            }
+        }
+    }
+}
+
+/// Run `handle`'s view once it has ended, reporting to `waits` what it
+/// waits for people to answer each time that changes (woken by its events,
+/// never polled).
+async fn ended_reporting_waits(
+    handle: &RunHandle,
+    waits: &WaitReports,
+) -> Result<RunView, RunRequestError> {
+    let mut told = Vec::new();
+    loop {
+        let view = handle.get().await?;
+        if view.status.is_terminal() {
+            return Ok(view);
+        }
+        let now = match view.status {
+            RunStatus::Waiting => view.waiting,
+            _ => Vec::new(),
+        };
+        if now != told {
+            let _ = waits.send(now.clone());
+            told = now;
+        }
+        let (_, live) = handle.watch(view.event_count).await?;
+        let Some(mut live) = live else { continue };
+        loop {
+            match live.recv().await {
+                Ok(stored)
+                    if matches!(
+                        *stored.event,
+                        RunEvent::RunFinished { .. }
+                            | RunEvent::WaitingForInput { .. }
+                            | RunEvent::InputReceived { .. }
+                    ) =>
+                {
+                    break;
+                }
+                Ok(_) => {}
+                // Behind or closed: look at the run again.
+                Err(_) => break,
             }
         }
     }

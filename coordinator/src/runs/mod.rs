@@ -2,10 +2,12 @@
 //! parent run looks runs up in, and the jobs around it, each in its own
 //! module: [`admission`] (a submission checked and started), [`recovery`]
 //! (stored runs continued after a restart or a failover), [`retention`]
-//! (ended runs forgotten, here and in the store) and [`children`]
-//! (subgraph nodes' child runs, kept here like any run).
+//! (ended runs forgotten, here and in the store), [`children`]
+//! (subgraph nodes' child runs, kept here like any run) and [`answers`]
+//! (people's answers, routed to the child run that asked).
 
 mod admission;
+mod answers;
 mod children;
 mod recovery;
 mod retention;

@@ -267,3 +267,106 @@ async fn a_parent_and_its_running_child_survive_kill_9_of_the_coordinator() -> a
     std::fs::remove_dir_all(dir).ok();
     Ok(())
 }
+
+const ASKING_PARENT: &str = r#"
+state:
+  colour: { type: string, default: "" }
+  ok: { type: boolean, default: false }
+nodes:
+  bar: { kind: subgraph, start: true, graph: asking.yaml, next: after }
+  after: { kind: script, run: [sh, -c, 'echo "{\"after\": true}"'] }
+"#;
+
+const ASKING_CHILD: &str = r#"
+state:
+  colour: { type: string, default: "" }
+  ok: { type: boolean, default: false }
+nodes:
+  ask: { kind: input, start: true, prompt: "Which colour?", output_key: colour, next: check }
+  check: { kind: approval, prompt: "Paint it {{ colour }}?", output_key: ok, end: true }
+"#;
+
+/// `weft` against `cluster`, its stdin closed (no terminal to prompt on).
+fn weft(cluster: &TestCluster, args: &[&str]) -> std::process::Output {
+    std::process::Command::new(binary("weft"))
+        .env("WEFT_EPHEMERAL", "1")
+        .env_remove("WEFT_TOKEN")
+        .args(["--coordinator", cluster.url()])
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("weft runs")
+}
+
+#[tokio::test]
+async fn a_parent_waits_for_the_people_its_child_waits_for_and_passes_their_answers()
+-> anyhow::Result<()> {
+    let dir = graphs(
+        "people",
+        &[
+            ("parent.yaml", ASKING_PARENT),
+            ("asking.yaml", ASKING_CHILD),
+        ],
+    );
+    let mut cluster = TestCluster::start()?;
+    cluster.add_worker("w", 2)?;
+    cluster.wait_for_workers(&["w"]).await?;
+    let client = cluster.client().await?;
+
+    // `weft run` ends with exit 3, the child's request listed by its path.
+    let graph = dir.join("parent.yaml");
+    let run = weft(&cluster, &["run", graph.to_str().unwrap(), "--json"]);
+    let stderr = String::from_utf8_lossy(&run.stderr).into_owned();
+    assert_eq!(run.status.code(), Some(3), "{stderr}");
+    let shown: serde_json::Value = serde_json::from_slice(&run.stdout)?;
+    assert_eq!(shown["status"], "waiting", "{shown}");
+    assert_eq!(shown["waiting"][0]["node"], "bar/ask", "{shown}");
+    assert_eq!(shown["waiting"][0]["prompt"], "Which colour?", "{shown}");
+    let parent = shown["run_id"].as_str().unwrap().to_owned();
+
+    // Answered through the parent by the child's node name alone …
+    let resumed = weft(&cluster, &["resume", &parent, "ask", "blue"]);
+    assert_eq!(
+        resumed.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&resumed.stderr)
+    );
+    // … then the child's next request, by its path.
+    let info = client.wait(&parent).await?;
+    assert_eq!(info.status, RunStatus::Waiting, "{:?}", info.error);
+    let asked: Vec<(&str, &str)> = info
+        .waiting
+        .iter()
+        .map(|w| (w.node.as_str(), w.prompt.as_str()))
+        .collect();
+    assert_eq!(asked, [("bar/check", "Paint it blue?")]);
+    let resumed = weft(&cluster, &["resume", &parent, "bar/check", "approve"]);
+    assert_eq!(
+        resumed.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&resumed.stderr)
+    );
+    let done = client.wait(&parent).await?;
+    assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error);
+    assert_eq!(done.state["colour"], "blue");
+    assert_eq!(done.state["ok"], true);
+    assert_eq!(done.state["after"], true);
+
+    // The parent's log tells of each request and of its answer.
+    let waits = weft_tests::events_of(&client, &parent, "waiting_for_input").await?;
+    let asked: Vec<&serde_json::Value> = waits.iter().map(|e| &e.body["node"]).collect();
+    assert_eq!(asked, ["bar/ask", "bar/check"]);
+    let answered = weft_tests::events_of(&client, &parent, "input_received").await?;
+    assert_eq!(answered.len(), 2, "{answered:?}");
+
+    // The child recorded who answered; a wrong name is refused, naming
+    // what waits (here nothing).
+    let child = client.get(&done.children[0].run_id).await?;
+    assert_eq!(child.status, RunStatus::Completed);
+    let late = weft(&cluster, &["resume", &parent, "bar/check", "approve"]);
+    assert_eq!(late.status.code(), Some(1));
+    std::fs::remove_dir_all(dir).ok();
+    Ok(())
+}

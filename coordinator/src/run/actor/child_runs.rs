@@ -18,6 +18,11 @@ use crate::run::{ChildError, Input, NodeId, RunEvent, RunId};
 /// A future the registry returns.
 pub type Pending<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 
+/// Where the registry reports what a child run waits for people to answer
+/// (node or path, kind, prompt), each time that changes: the list while it
+/// is `waiting`, empty once it goes on.
+pub type WaitReports = mpsc::UnboundedSender<Vec<(String, String, String)>>;
+
 /// What a run needs of the registry for its subgraph nodes.
 pub trait ChildRuns: Send + Sync {
     /// Starts the graph `graph` (named relative to the parent's graph) of
@@ -31,8 +36,13 @@ pub trait ChildRuns: Send + Sync {
     ) -> Pending<Result<RunId, ChildError>>;
 
     /// Waits for run `run_id` to end: its final state if it completed, else
-    /// why not.
-    fn outcome(&self, run_id: RunId) -> Pending<Result<Map<String, Value>, ChildError>>;
+    /// why not. Meanwhile reports to `waits` what it waits for people to
+    /// answer.
+    fn outcome(
+        &self,
+        run_id: RunId,
+        waits: WaitReports,
+    ) -> Pending<Result<Map<String, Value>, ChildError>>;
 
     /// Cancels these runs.
     fn cancel(&self, run_ids: Vec<RunId>);
@@ -72,8 +82,7 @@ impl ChildLink {
                         run_id: run_id.clone(),
                     };
                     link.tell(started).await;
-                    let result = runs.outcome(run_id).await;
-                    link.tell(Input::ChildEnded { node, result }).await;
+                    link.follow_to_end(&*runs, node, run_id).await;
                 }
                 Err(error) => {
                     link.tell(Input::ChildEnded {
@@ -90,12 +99,33 @@ impl ChildLink {
     pub fn follow(&self, tracker: &tokio_util::task::TaskTracker, node: String, run_id: RunId) {
         let link = self.clone();
         tracker.spawn(async move {
-            let result = match &link.runs {
-                Some(runs) => runs.outcome(run_id).await,
-                None => Err(ChildError::NoRegistry),
-            };
-            link.tell(Input::ChildEnded { node, result }).await;
+            match link.runs.clone() {
+                Some(runs) => link.follow_to_end(&*runs, node, run_id).await,
+                None => {
+                    let result = Err(ChildError::NoRegistry);
+                    link.tell(Input::ChildEnded { node, result }).await;
+                }
+            }
         });
+    }
+
+    /// Tells the parent what child `run_id` waits for people to answer, in
+    /// order, then how it ended.
+    async fn follow_to_end(&self, runs: &dyn ChildRuns, node: String, run_id: RunId) {
+        let (waits, mut reports) = mpsc::unbounded_channel();
+        let outcome = runs.outcome(run_id.clone(), waits);
+        tokio::pin!(outcome);
+        let result = loop {
+            tokio::select! {
+                biased;
+                Some(waiting) = reports.recv() => {
+                    let (node, run_id) = (node.clone(), run_id.clone());
+                    self.tell(Input::ChildWaiting { node, run_id, waiting }).await;
+                }
+                result = &mut outcome => break result,
+            }
+        };
+        self.tell(Input::ChildEnded { node, result }).await;
     }
 
     /// Cancels child runs.

@@ -23,7 +23,7 @@ mod liveness;
 mod spans;
 mod worker_io;
 
-pub use self::child_runs::{ChildRuns, Pending};
+pub use self::child_runs::{ChildRuns, Pending, WaitReports};
 pub use self::handle::{
     FinishedRun, RunHandle, RunRequestError, RunView, StoredEvent, UnhostedWait,
 };

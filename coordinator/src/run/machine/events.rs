@@ -87,6 +87,17 @@ pub enum Input {
         /// The child's run id.
         run_id: RunId,
     },
+    /// What a subgraph node's child run waits for people to answer: its
+    /// waiting list (node or path, kind, prompt) while it is `waiting`,
+    /// empty once it goes on.
+    ChildWaiting {
+        /// The subgraph node.
+        node: String,
+        /// The child's run id.
+        run_id: RunId,
+        /// The child's requests.
+        waiting: Vec<(String, String, String)>,
+    },
     /// A subgraph node's child run ended: its final state, or why it did
     /// not complete.
     ChildEnded {

@@ -299,20 +299,27 @@ impl RunMachine {
         self.run.tasks.in_flight()
     }
 
-    /// The nodes waiting for a human, with their kind and rendered prompt.
+    /// The nodes waiting for a human, with their kind and rendered prompt;
+    /// a waiting child run's by their path (`bar/ask`).
     pub fn waiting(&self) -> Vec<(String, String, String)> {
         let Some(wave) = &self.run.wave else {
             return Vec::new();
         };
-        wave.iter()
-            .filter_map(|(idx, slot)| match slot {
+        let mut waiting = Vec::new();
+        for (idx, slot) in wave.iter() {
+            match slot {
                 Member::Waiting { prompt } => {
                     let node = self.graph().node(idx);
-                    Some((node.id.clone(), node.kind.name().to_owned(), prompt.clone()))
+                    waiting.push((node.id.clone(), node.kind.name().to_owned(), prompt.clone()));
                 }
-                _ => None,
-            })
-            .collect()
+                Member::Child { waiting: asks, .. } => waiting.extend(
+                    asks.iter()
+                        .map(|w| (w.path.clone(), w.kind.clone(), w.prompt.clone())),
+                ),
+                _ => {}
+            }
+        }
+        waiting
     }
 
     pub(super) fn graph(&self) -> &Graph {
@@ -335,6 +342,11 @@ impl RunMachine {
             Input::Answered { node, answer } => self.answered(&node, answer, &mut fx)?,
             Input::CallReturned { call, result } => self.call_returned(call, result, &mut fx),
             Input::ChildStarted { node, run_id } => self.child_started(&node, run_id, &mut fx),
+            Input::ChildWaiting {
+                node,
+                run_id,
+                waiting,
+            } => self.child_waiting(&node, &run_id, waiting, &mut fx),
             Input::ChildEnded { node, result } => self.child_ended(&node, result, &mut fx),
             Input::Cancel { by } => {
                 if self.run.status.is_terminal() {

@@ -14,7 +14,7 @@ use serde_json::{Map, Value};
 use std::time::Duration;
 
 use super::events::*;
-use super::wave::Member;
+use super::wave::{Member, PersonWait};
 use super::*;
 use crate::graph::{NodeIdx, NodeKind, SubgraphConfig};
 
@@ -36,6 +36,7 @@ impl RunMachine {
                 run_id: None,
                 attempt: 1,
                 retry_due: None,
+                waiting: Vec::new(),
             },
         );
         fx.push(effect);
@@ -99,14 +100,29 @@ impl RunMachine {
         let Some(idx) = self.graph().node_index(node) else {
             return;
         };
-        let attempt = match self.member_mut(idx) {
+        let (attempt, asked) = match self.member_mut(idx) {
             Some(Member::Child {
                 run_id: Some(_),
                 attempt,
+                waiting,
                 ..
-            }) => *attempt,
+            }) => (*attempt, std::mem::take(waiting)),
             _ => return,
         };
+        // A child that completed had its last requests answered.
+        if result.is_ok() {
+            for wait in asked.into_iter().filter(|w| w.announced) {
+                fx.push(Effect::Emit(RunEvent::InputReceived {
+                    node: wait.path.into(),
+                    by: None,
+                }));
+            }
+        }
+        // A child that waited for people and ended anyway (cancelled, out
+        // of time) holds the parent no longer.
+        if self.run.status == RunStatus::Waiting {
+            self.run.status = RunStatus::Running;
+        }
         match result {
             Ok(state) => {
                 let writes = self.child_output(idx, state);
@@ -124,6 +140,65 @@ impl RunMachine {
             }
         }
         self.pump(fx);
+        self.maybe_finish_wave(fx);
+    }
+
+    /// The child of subgraph node `node` waits for people (`asks`, by node
+    /// or path within the child), or goes on (`asks` empty). The parent
+    /// lists the requests by their path from it, and waits itself when
+    /// nothing else of its wave can move.
+    pub(super) fn child_waiting(
+        &mut self,
+        node: &str,
+        child: &RunId,
+        asks: Vec<(String, String, String)>,
+        fx: &mut Vec<Effect>,
+    ) {
+        let Some(idx) = self.graph().node_index(node) else {
+            return;
+        };
+        let Some(Member::Child {
+            run_id: Some(run_id),
+            waiting,
+            ..
+        }) = self.member_mut(idx)
+        else {
+            return;
+        };
+        // A report from an earlier attempt's child is stale.
+        if run_id != child {
+            return;
+        }
+        let now: Vec<PersonWait> = asks
+            .into_iter()
+            .map(|(inner, kind, prompt)| {
+                let path = format!("{node}/{inner}");
+                let announced = waiting.iter().any(|w| w.path == path && w.announced);
+                PersonWait {
+                    path,
+                    kind,
+                    prompt,
+                    announced,
+                }
+            })
+            .collect();
+        let answered: Vec<String> = waiting
+            .iter()
+            .filter(|w| w.announced && !now.iter().any(|n| n.path == w.path))
+            .map(|w| w.path.clone())
+            .collect();
+        *waiting = now;
+        // The child records who answered; the parent's watchers learn that
+        // the request is gone.
+        for path in answered {
+            fx.push(Effect::Emit(RunEvent::InputReceived {
+                node: path.into(),
+                by: None,
+            }));
+        }
+        if self.run.status == RunStatus::Waiting {
+            self.run.status = RunStatus::Running;
+        }
         self.maybe_finish_wave(fx);
     }
 
@@ -145,6 +220,7 @@ impl RunMachine {
                 run_id: None,
                 attempt: next,
                 retry_due: Some(key),
+                waiting: Vec::new(),
             },
         );
         fx.push(Effect::ScheduleRetry { key, delay });

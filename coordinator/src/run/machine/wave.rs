@@ -38,7 +38,25 @@ pub(super) enum Member {
         /// Set while the next attempt waits for its delay: the timer's key.
         #[serde(default)]
         retry_due: Option<TaskKey>,
+        /// What the child waits for people to answer, while it does.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        waiting: Vec<PersonWait>,
     },
+}
+
+/// A request for a person inside a child run, as its parent lists it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(super) struct PersonWait {
+    /// Its path from the parent: `bar/ask` for node `ask` of subgraph node
+    /// `bar`'s child.
+    pub path: String,
+    /// `approval` or `input`.
+    pub kind: String,
+    /// Its rendered prompt.
+    pub prompt: String,
+    /// Whether the parent told its watchers already.
+    #[serde(default)]
+    pub announced: bool,
 }
 
 fn first_attempt() -> u32 {
@@ -147,6 +165,18 @@ impl Wave {
             .any(|s| matches!(s, Member::Waiting { .. }))
     }
 
+    /// Whether what still runs is only child runs that wait for people:
+    /// nothing moves until someone answers.
+    pub(super) fn held_by_children(&self) -> bool {
+        let mut children = self.outcomes.iter().filter_map(|s| match s {
+            Member::Running | Member::Mapping(_) => Some(false),
+            Member::Child { waiting, .. } => Some(!waiting.is_empty()),
+            _ => None,
+        });
+        let first = children.next();
+        first == Some(true) && children.all(|held| held)
+    }
+
     /// The waiting members not announced yet, with their prompts, now
     /// marked announced: each wait is announced once, whatever is answered
     /// around it.
@@ -161,6 +191,21 @@ impl Wave {
             })
             .collect();
         self.announced.extend(fresh.iter().map(|(idx, _)| *idx));
+        fresh
+    }
+
+    /// The requests of waiting child runs not announced yet, now marked
+    /// announced.
+    pub(super) fn announce_child_waits(&mut self) -> Vec<PersonWait> {
+        let mut fresh = Vec::new();
+        for slot in &mut self.outcomes {
+            if let Member::Child { waiting, .. } = slot {
+                for wait in waiting.iter_mut().filter(|w| !w.announced) {
+                    wait.announced = true;
+                    fresh.push(wait.clone());
+                }
+            }
+        }
         fresh
     }
 

@@ -164,27 +164,41 @@ impl RunMachine {
         if !matches!(wave.phase, Phase::Running) {
             return;
         }
-        if !wave.settled() {
-            return;
-        }
-        if wave.has_waiting() {
-            let fresh = wave.announce_waiting();
-            let paused = self.run.status != RunStatus::Waiting;
-            self.run.status = RunStatus::Waiting;
-            for (idx, prompt) in &fresh {
-                let node = self.graph().node(*idx);
-                fx.push(Effect::Emit(RunEvent::WaitingForInput {
-                    node: node.id.clone().into(),
-                    kind: node.kind.name().to_owned(),
-                    prompt: prompt.clone(),
-                }));
-            }
-            if paused || !fresh.is_empty() {
-                fx.push(Effect::Checkpoint);
+        // Only people can move a wave whose members left wait for them,
+        // here or in child runs.
+        let held = if wave.settled() {
+            wave.has_waiting()
+        } else {
+            wave.held_by_children()
+        };
+        if !held {
+            if wave.settled() {
+                self.merge(fx);
             }
             return;
         }
-        self.merge(fx);
+        let fresh = wave.announce_waiting();
+        let fresh_children = wave.announce_child_waits();
+        let paused = self.run.status != RunStatus::Waiting;
+        self.run.status = RunStatus::Waiting;
+        for (idx, prompt) in &fresh {
+            let node = self.graph().node(*idx);
+            fx.push(Effect::Emit(RunEvent::WaitingForInput {
+                node: node.id.clone().into(),
+                kind: node.kind.name().to_owned(),
+                prompt: prompt.clone(),
+            }));
+        }
+        for wait in &fresh_children {
+            fx.push(Effect::Emit(RunEvent::WaitingForInput {
+                node: wait.path.clone().into(),
+                kind: wait.kind.clone(),
+                prompt: wait.prompt.clone(),
+            }));
+        }
+        if paused || !fresh.is_empty() || !fresh_children.is_empty() {
+            fx.push(Effect::Checkpoint);
+        }
     }
 
     pub(super) fn merge(&mut self, fx: &mut Vec<Effect>) {
