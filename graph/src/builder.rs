@@ -34,6 +34,8 @@ struct RawEdge {
 pub(super) struct Builder<'a, 'f> {
     pub(super) index: HashMap<String, NodeIdx>,
     pub(super) conditions: &'a [(String, CelExpr)],
+    /// `conditions:` entries that did not compile (reported already).
+    pub(super) broken_conditions: &'a [String],
     pub(super) findings: &'a mut Vec<Finding>,
     pub(super) edges: Vec<Edge>,
     pub(super) python: super::python_names::PythonNames<'f>,
@@ -70,6 +72,9 @@ impl Builder<'_, '_> {
         let text = text.trim();
         if let Some((_, expr)) = self.conditions.iter().find(|(name, _)| name == text) {
             return Some(Condition::Named(text.to_owned(), expr.clone()));
+        }
+        if self.broken_conditions.iter().any(|name| name == text) {
+            return None;
         }
         match self.python.resolve(text) {
             Ok(python_names::Resolved::Code(code)) => return Some(Condition::Hosted(code)),
@@ -328,25 +333,37 @@ impl Builder<'_, '_> {
         }
     }
 
-    pub(super) fn edge_list(&mut self, value: &Value) {
+    pub(super) fn edge_list(&mut self, value: &Value, lines: &crate::lines::Lines) {
+        use crate::lines::Step::{Index, Key};
         let Some(list) = value.as_array() else {
-            self.error(
-                "edges: expected a list of {from, to, when?, loop?}".into(),
-                &[],
+            let line = lines.line(&[Key("edges")]);
+            self.findings.push(
+                Finding::error("edges: expected a list of {from, to, when?, loop?}", &[])
+                    .at_line(line),
             );
             return;
         };
         for (position, entry) in list.iter().enumerate() {
+            let before = self.findings.len();
+            self.edge_entry(position, entry);
+            let line = lines.line(&[Key("edges"), Index(position)]);
+            super::load::at_line(self.findings, before, line);
+        }
+    }
+
+    /// Entry `position` of `edges:`.
+    fn edge_entry(&mut self, position: usize, entry: &Value) {
+        {
             let raw: RawEdge = match serde_path_to_error::deserialize(entry) {
                 Ok(raw) => raw,
                 Err(error) => {
                     self.error(format!("edges[{position}]: {}", error.inner()), &[]);
-                    continue;
+                    return;
                 }
             };
             let owner = format!("edge {} → {}", raw.from, raw.to);
             let Some((from, to)) = self.edge_ends(&owner, &raw) else {
-                continue;
+                return;
             };
             let guard = match &raw.when {
                 None => Guard::Always,
@@ -368,7 +385,7 @@ impl Builder<'_, '_> {
                     ),
                     &[],
                 );
-                continue;
+                return;
             }
             let is_loop = raw.is_loop.unwrap_or(false);
             if is_loop && from == Endpoint::Start {
@@ -376,7 +393,7 @@ impl Builder<'_, '_> {
                     format!("{owner}: an edge from START cannot be a loop edge"),
                     &[],
                 );
-                continue;
+                return;
             }
             self.edges.push(Edge {
                 from,

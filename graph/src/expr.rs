@@ -25,7 +25,9 @@ const TEMPLATE_FUEL: u64 = 200_000;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ExprError {
     /// A CEL expression does not parse.
-    #[error("CEL expression `{expr}` does not parse: {detail} (column {column})")]
+    #[error(
+        "CEL expression `{expr}` does not parse: {detail} (at column {column} of the expression)"
+    )]
     CelSyntax {
         /// The expression.
         expr: String,

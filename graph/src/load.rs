@@ -15,6 +15,8 @@ use super::builder::Builder;
 use super::cel::CelExpr;
 use super::document::{did_you_mean, node_lines};
 use super::finding::Finding;
+use super::lines::Lines;
+use super::lines::Step::Key;
 use super::python::SourceFiles;
 use super::python_names::{PythonNames, Resolved};
 use super::raw_node::RawDuration;
@@ -80,15 +82,17 @@ pub fn build(
         .map(str::to_owned);
     let settings = read_settings(top.get("settings"), findings);
     let mut python = python_names(top.get("functions"), files, findings);
-    let fields = read_fields(top.get("state"), &mut python, findings);
-    let conditions = read_conditions(top.get("conditions"), findings);
+    let lines = Lines::read(text, format);
+    let fields = read_fields(top.get("state"), &mut python, &lines, findings);
+    let (conditions, broken_conditions) = read_conditions(top.get("conditions"), &lines, findings);
     let tools = super::tools::read_tools(top.get("tools"), findings);
 
-    let lines = node_lines(text, format);
+    let node_lines = node_lines(text, format);
     let entries = node_entries(top.get("nodes"), findings);
     let mut builder = Builder {
         index: HashMap::new(),
         conditions: &conditions,
+        broken_conditions: &broken_conditions,
         findings,
         edges: Vec::new(),
         python,
@@ -98,16 +102,14 @@ pub fn build(
     }
     let mut nodes = Vec::with_capacity(entries.len());
     for (idx, (id, value)) in entries.iter().enumerate() {
-        let line = lines.get(id).copied();
+        let line = node_lines.get(id).copied();
         let before = builder.findings.len();
         let node = builder.node(idx, id, value, line);
-        for finding in &mut builder.findings[before..] {
-            finding.line = finding.line.or(line);
-        }
+        at_line(builder.findings, before, line);
         nodes.push(node);
     }
     if let Some(edges) = top.get("edges") {
-        builder.edge_list(edges);
+        builder.edge_list(edges, &lines);
     }
     let edges = builder.edges;
     let python = builder.python;
@@ -123,6 +125,7 @@ pub fn build(
     graph.tools = tools;
     graph.functions = python.sidecar().map(str::to_owned);
     graph.python_files = python.bundled;
+    super::state_names::undeclared_names(&graph, &lines, findings);
     graph
 }
 
@@ -267,6 +270,7 @@ fn read_settings(value: Option<&Value>, findings: &mut Vec<Finding>) -> Settings
 fn read_fields(
     value: Option<&Value>,
     python: &mut PythonNames<'_>,
+    lines: &Lines,
     findings: &mut Vec<Finding>,
 ) -> Vec<FieldDecl> {
     let Some(value) = value else {
@@ -281,6 +285,29 @@ fn read_fields(
     };
     let mut fields = Vec::new();
     for (name, decl) in map {
+        let before = findings.len();
+        let field = read_field(name, decl, python, findings);
+        at_line(findings, before, lines.line(&[Key("state"), Key(name)]));
+        fields.extend(field);
+    }
+    fields
+}
+
+/// Findings from `before` on, where they have no line yet, get `line`.
+pub(crate) fn at_line(findings: &mut [Finding], before: usize, line: Option<u32>) {
+    for finding in &mut findings[before..] {
+        finding.line = finding.line.or(line);
+    }
+}
+
+/// One `state:` entry.
+fn read_field(
+    name: &str,
+    decl: &Value,
+    python: &mut PythonNames<'_>,
+    findings: &mut Vec<Finding>,
+) -> Option<FieldDecl> {
+    {
         let raw: RawField = match serde_path_to_error::deserialize(decl) {
             Ok(raw) => raw,
             Err(error) => {
@@ -288,7 +315,7 @@ fn read_fields(
                     format!("state field '{name}': {}", error.inner()),
                     &[],
                 ));
-                continue;
+                return None;
             }
         };
         let _ = raw.description;
@@ -329,14 +356,13 @@ fn read_fields(
                 &[],
             ));
         }
-        fields.push(FieldDecl {
-            name: name.clone(),
+        Some(FieldDecl {
+            name: name.to_owned(),
             ty,
             default,
             reducer,
-        });
+        })
     }
-    fields
 }
 
 /// A field's `reducer:`: a built-in, `fn:NAME`, or a Python name.
@@ -374,34 +400,42 @@ fn reducer(
     }
 }
 
-fn read_conditions(value: Option<&Value>, findings: &mut Vec<Finding>) -> Vec<(String, CelExpr)> {
+/// `conditions:`: the entries that compile, and the names of those that
+/// do not (reported here once, so that what names them is not reported
+/// again as naming an unknown condition).
+fn read_conditions(
+    value: Option<&Value>,
+    lines: &Lines,
+    findings: &mut Vec<Finding>,
+) -> (Vec<(String, CelExpr)>, Vec<String>) {
+    let (mut conditions, mut broken) = (Vec::new(), Vec::new());
     let Some(value) = value else {
-        return Vec::new();
+        return (conditions, broken);
     };
     let Some(map) = value.as_object() else {
-        findings.push(Finding::error(
-            "conditions: expected a map of name: CEL expression",
-            &[],
-        ));
-        return Vec::new();
+        findings.push(
+            Finding::error("conditions: expected a map of name: CEL expression", &[])
+                .at_line(lines.line(&[Key("conditions")])),
+        );
+        return (conditions, broken);
     };
-    let mut conditions = Vec::new();
     for (name, source) in map {
-        let Some(source) = source.as_str() else {
-            findings.push(Finding::error(
-                format!("condition '{name}': expected a CEL expression string"),
-                &[],
-            ));
-            continue;
+        let line = lines.line(&[Key("conditions"), Key(name)]);
+        let compiled = match source.as_str() {
+            Some(source) => CelExpr::compile(source).map_err(|e| e.to_string()),
+            None => Err("expected a CEL expression string".to_owned()),
         };
-        match CelExpr::compile(source) {
+        match compiled {
             Ok(expr) => conditions.push((name.clone(), expr)),
             Err(error) => {
-                findings.push(Finding::error(format!("condition '{name}': {error}"), &[]))
+                findings.push(
+                    Finding::error(format!("condition '{name}': {error}"), &[]).at_line(line),
+                );
+                broken.push(name.clone());
             }
         }
     }
-    conditions
+    (conditions, broken)
 }
 
 /// `(id, value)` for every node, from the map form or the list form.

@@ -109,8 +109,8 @@ edges:
     assert_eq!(
         shown,
         [
-            "error: edge a → START: START can only be a source and END only a target",
-            "error: edge END → a: START can only be a source and END only a target",
+            "error: edge a → START: START can only be a source and END only a target (line 5)",
+            "error: edge END → a: START can only be a source and END only a target (line 6)",
         ]
     );
 }
@@ -227,4 +227,109 @@ fn a_node_that_cannot_be_read_keeps_its_start_flag() {
             "error: node 'a': field 'run[0]': invalid type: boolean `true`, expected a string (line 2)"
         ]
     );
+}
+
+#[test]
+fn a_condition_that_does_not_parse_is_reported_once_with_its_line() {
+    let yaml = r#"
+state:
+  n: { type: integr }
+conditions:
+  big: "state.n <= "
+nodes:
+  a: { kind: script, start: true, run: [sh, -c, 'echo {}'] }
+edges:
+  - { from: a, to: END, when: big }
+  - { from: a, to: END, when: nosuch }
+"#;
+    let shown = findings_of(yaml, "lines");
+    assert_eq!(shown.len(), 3, "{shown:?}");
+    assert!(
+        shown[0].starts_with("error: state field 'n': unknown type 'integr'")
+            && shown[0].ends_with("(line 3)"),
+        "{shown:?}"
+    );
+    assert!(
+        shown[1].starts_with("error: condition 'big': CEL expression")
+            && shown[1].ends_with("(line 5)"),
+        "{shown:?}"
+    );
+    assert_eq!(
+        shown[2],
+        "error: edge a → END: `when` names unknown condition 'nosuch' (line 10)"
+    );
+}
+
+/// The findings of a graph that loads, warnings included.
+fn warnings_of(yaml: &str) -> Vec<String> {
+    match graph::load_str(yaml, graph::Format::Yaml, "names") {
+        Ok((_, warnings)) => warnings.iter().map(ToString::to_string).collect(),
+        Err(error) => panic!("should load: {error:?}"),
+    }
+}
+
+const TYPOS: &str = r#"
+state:
+  n: { type: integer, default: 0 }
+  author: { type: string, default: "" }
+  topics: { type: array, default: [] }
+  notes: { type: array, default: [] }
+conditions:
+  big: "state.m <= 10"
+nodes:
+  each:
+    kind: map
+    start: true
+    over: state.topics
+    as: topic
+    branch: note
+    output_key: note
+    collect_into: notes
+    next: a
+  note: { kind: llm, prompt: "About {{ topic }} for {{ author }}", state_updates: { note: "{{ output }}" } }
+  a:
+    kind: script
+    run: [sh, -c, 'echo "{}"']
+    state_updates: { autor: "{{ nn }}" }
+    next: b
+  b: { kind: llm, prompt: "Hi {{ state.autor }} {{ output }} {{ loop }}", end: true }
+edges:
+  - { from: b, to: a, loop: true, when: "state.auther == ''" }
+"#;
+
+#[test]
+fn undeclared_state_names_are_warned_about_where_they_are() {
+    let shown = warnings_of(TYPOS);
+    assert_eq!(
+        shown,
+        [
+            "warning: condition 'big' reads 'm', which no `state:` entry, node output or scope declares; did you mean 'n'? (line 8)",
+            "warning: edge b → a: `when` reads 'auther', which no `state:` entry, node output or scope declares; did you mean 'author'? (line 27)",
+            "warning: node 'a': state_updates writes 'autor', which `state:` does not declare; did you mean 'author'? (line 20)",
+            "warning: node 'a': state_updates.autor reads 'nn', which no `state:` entry, node output or scope declares; did you mean 'n'? (line 20)",
+        ],
+        "the map's item, its output key, `output` and `loop` are declared names"
+    );
+}
+
+#[test]
+fn undeclared_state_names_are_errors_under_strict_state() {
+    let strict = format!("settings: {{ strict_state: true }}\n{TYPOS}");
+    let shown = findings_of(&strict, "strict");
+    assert!(
+        shown.iter().any(|f| f.starts_with(
+            "error: condition 'big' reads 'm', which no `state:` entry, node output or scope declares; did you mean 'n'? (settings.strict_state is on)"
+        )),
+        "{shown:?}"
+    );
+}
+
+#[test]
+fn a_graph_that_declares_no_state_reads_what_its_steps_return() {
+    let yaml = r#"
+nodes:
+  a: { kind: script, start: true, run: [sh, -c, 'echo "{\"m\": 1}"'], next: b }
+  b: { kind: llm, prompt: "{{ m }}", end: true }
+"#;
+    assert_eq!(warnings_of(yaml), Vec::<String>::new());
 }

@@ -1,0 +1,235 @@
+//! State names that an expression or a template reads, or a `state_updates`
+//! entry writes, and that nothing in the graph declares (SPEC 6): the most
+//! common typo (`state.m` for `state.n`, `{{ autor }}`) would otherwise pass
+//! validation and fail, or quietly read nothing, at run time. Declared are
+//! the `state:` entries, what nodes write by name (output keys, map
+//! `collect_into`, `state_updates`, `output_schema` properties, a subgraph's
+//! `output_map`) and the step's scope (a map's `as`, `loop`, `output`).
+//!
+//! A graph that declares no state is left alone: its fields are whatever its
+//! steps return. Otherwise a finding is a warning, since a script or handler
+//! may still write the name, and an error under `strict_state`, where
+//! nothing undeclared can be written.
+
+use std::collections::BTreeSet;
+
+use super::document::did_you_mean;
+use super::finding::Finding;
+use super::lines::{Lines, Step};
+use crate::{
+    ConcurrencyLimit, Condition, EdgeOrigin, Endpoint, Graph, Guard, ListSource, NodeKind,
+    UpdateValue,
+};
+
+/// Names every template and expression may use besides the state's.
+const SCOPE: [&str; 8] = [
+    "state",
+    "scope",
+    "output",
+    "loop",
+    "range",
+    "namespace",
+    "true",
+    "false",
+];
+
+/// Reports the undeclared names of `graph`; `lines` says where they are.
+pub(crate) fn undeclared_names(graph: &Graph, lines: &Lines, findings: &mut Vec<Finding>) {
+    if graph.fields.is_empty() {
+        return;
+    }
+    let known = declared(graph);
+    let strict = graph.settings.strict_state;
+    let check = |what: String,
+                 names: &mut dyn Iterator<Item = String>,
+                 nodes: &[&str],
+                 line: Option<u32>,
+                 findings: &mut Vec<Finding>| {
+        let mut seen = BTreeSet::new();
+        for name in names {
+            if known.contains(&name) || SCOPE.contains(&name.as_str()) || !seen.insert(name.clone())
+            {
+                continue;
+            }
+            let candidates: Vec<&str> = known.iter().map(String::as_str).collect();
+            let hint = did_you_mean(&name, &candidates)
+                .map(|near| format!("; did you mean '{near}'?"))
+                .unwrap_or_default();
+            let message = format!(
+                "{what} '{name}', which no `state:` entry, node output or scope declares{hint}"
+            );
+            let finding = if strict {
+                Finding::error(format!("{message} (settings.strict_state is on)"), nodes)
+            } else {
+                Finding::warning(message, nodes)
+            };
+            findings.push(finding.at_line(line));
+        }
+    };
+    for (name, expr) in &graph.conditions {
+        let line = lines.line(&[Step::Key("conditions"), Step::Key(name)]);
+        let reads = expr.state_reads().cloned().unwrap_or_default();
+        check(
+            format!("condition '{name}' reads"),
+            &mut reads.into_iter(),
+            &[],
+            line,
+            findings,
+        );
+    }
+    for edge in &graph.edges {
+        let Guard::When(Condition::Inline(expr)) = &edge.guard else {
+            continue;
+        };
+        let line = match edge.origin {
+            EdgeOrigin::EdgeList(position) => {
+                lines.line(&[Step::Key("edges"), Step::Index(position)])
+            }
+            _ => None,
+        };
+        let from = match edge.from {
+            Endpoint::Node(idx) => graph.node(idx).id.clone(),
+            Endpoint::Start => "START".to_owned(),
+        };
+        let owner = format!("edge {from} → {}: `when` reads", graph.target_name(edge.to));
+        let reads = expr.state_reads().cloned().unwrap_or_default();
+        check(owner, &mut reads.into_iter(), &[], line, findings);
+    }
+    for node in &graph.nodes {
+        let id = node.id.as_str();
+        let reads = |field: &str, names: Option<BTreeSet<String>>, findings: &mut Vec<Finding>| {
+            let names = names.unwrap_or_default();
+            check(
+                format!("node '{id}': {field} reads"),
+                &mut names.into_iter(),
+                &[id],
+                node.line,
+                findings,
+            );
+        };
+        if let Some(router) = &node.router
+            && let Condition::Inline(expr) | Condition::Named(_, expr) = &router.expr
+        {
+            reads("routes.router", expr.state_reads().cloned(), findings);
+        }
+        // A write to a new name is how a graph without `strict_state` adds
+        // a field; one a letter away from a declared field is a typo.
+        if !strict {
+            let fields: Vec<&str> = graph.fields.iter().map(|f| f.name.as_str()).collect();
+            for (field, _) in &node.state_updates {
+                if known_elsewhere(graph, field) {
+                    continue;
+                }
+                if let (None, Some(near)) = (graph.field(field), did_you_mean(field, &fields)) {
+                    findings.push(
+                        Finding::warning(format!("node '{id}': state_updates writes '{field}', which `state:` does not declare; did you mean '{near}'?"), &[id])
+                            .at_line(node.line),
+                    );
+                }
+            }
+        }
+        for (field, value) in &node.state_updates {
+            if let UpdateValue::Template(template) = value {
+                reads(
+                    &format!("state_updates.{field}"),
+                    template.state_reads(),
+                    findings,
+                );
+            }
+        }
+        match &node.kind {
+            NodeKind::Approval {
+                prompt: Some(prompt),
+                ..
+            }
+            | NodeKind::Input {
+                prompt: Some(prompt),
+                ..
+            } => {
+                reads("prompt", prompt.state_reads(), findings);
+            }
+            NodeKind::Llm(llm) => {
+                reads("prompt", llm.prompt.state_reads(), findings);
+                if let Some(system) = &llm.system {
+                    reads("system", system.state_reads(), findings);
+                }
+            }
+            NodeKind::Agent(agent) => {
+                reads("prompt", agent.prompt.state_reads(), findings);
+                if let Some(instructions) = &agent.instructions {
+                    reads("instructions", instructions.state_reads(), findings);
+                }
+            }
+            NodeKind::Map(map) => {
+                match &map.over {
+                    ListSource::Template(template) => {
+                        reads("over", template.state_reads(), findings)
+                    }
+                    ListSource::Cel(expr) => reads("over", expr.state_reads().cloned(), findings),
+                }
+                if let Some(ConcurrencyLimit::Template(template)) = &map.max_concurrency {
+                    reads("max_concurrency", template.state_reads(), findings);
+                }
+            }
+            NodeKind::Subgraph(config) => {
+                let names = config
+                    .input_map
+                    .iter()
+                    .map(|(parent, _)| parent.clone())
+                    .collect();
+                reads("input_map", Some(names), findings);
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Whether `name` is declared other than by `state_updates`: a state field,
+/// an output key, a scope name.
+fn known_elsewhere(graph: &Graph, name: &str) -> bool {
+    let mut others = declared_outputs(graph);
+    others.extend(graph.fields.iter().map(|f| f.name.clone()));
+    others.contains(name)
+}
+
+/// Every name the graph declares: state fields, node outputs, scope names.
+fn declared(graph: &Graph) -> BTreeSet<String> {
+    let mut known: BTreeSet<String> = graph.fields.iter().map(|f| f.name.clone()).collect();
+    for node in &graph.nodes {
+        known.extend(node.declared_writes());
+    }
+    known.extend(declared_outputs(graph));
+    known
+}
+
+/// The names nodes write by their kind's fields, and the scope names.
+fn declared_outputs(graph: &Graph) -> BTreeSet<String> {
+    let mut known = BTreeSet::new();
+    for node in &graph.nodes {
+        match &node.kind {
+            NodeKind::Approval { output_key, .. } => {
+                known.insert(format!("{output_key}_comment"));
+                known.insert(output_key.clone());
+            }
+            NodeKind::Input { output_key, .. } => {
+                known.insert(output_key.clone());
+            }
+            NodeKind::Map(map) => {
+                known.insert(map.item_name.clone());
+                known.insert(map.output_key.clone());
+                known.insert(map.collect_into.clone());
+            }
+            NodeKind::Loop(config) => {
+                known.insert(config.output_key.clone());
+            }
+            NodeKind::Function(config) => {
+                known.insert(config.output_key.clone());
+            }
+            NodeKind::Subgraph(config) => {
+                known.extend(config.output_map.iter().map(|(_, parent)| parent.clone()));
+            }
+            _ => {}
+        }
+    }
+    known
+}
