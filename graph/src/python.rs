@@ -204,14 +204,29 @@ fn scan(text: &str) -> Vec<PyDef> {
         let head = line.strip_prefix("async ").unwrap_or(line);
         if let Some(rest) = head.strip_prefix("def ") {
             // The parameters may run over several lines.
+            // A line that starts a statement of its own ends a signature
+            // left open, so a syntax error (reported by the compile check)
+            // does not hide the names after it or this one.
             let mut signature = without_comment(rest).to_owned();
-            while !balanced(&signature) && i < lines.len() {
+            while !balanced(&signature)
+                && i < lines.len()
+                && !lines[i].starts_with(|c: char| c.is_alphabetic() || c == '@')
+            {
                 signature.push(' ');
                 signature.push_str(without_comment(lines[i]));
                 i += 1;
             }
-            if let Some(def) = parse_def(&signature) {
-                add(def);
+            match parse_def(&signature) {
+                Some(def) => add(def),
+                None => {
+                    let name: String = rest
+                        .chars()
+                        .take_while(|c| c.is_alphanumeric() || *c == '_')
+                        .collect();
+                    if is_identifier(&name) {
+                        add(opaque(name));
+                    }
+                }
             }
         } else if let Some(rest) = head.strip_prefix("class ") {
             let name: String = rest
@@ -389,6 +404,14 @@ fn assigned_name(line: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_definition_that_does_not_close_still_names_itself_and_hides_nothing() {
+        let module = PyModule::scan("def go(state:\n  return {}\n\ndef after(x):\n  return x\n");
+        assert_eq!(module.names(), ["go", "after"]);
+        assert_eq!(module.get("go").unwrap().params, None);
+        assert!(module.get("after").unwrap().params.is_some());
+    }
 
     #[test]
     fn top_level_definitions_are_read_with_their_parameters() {

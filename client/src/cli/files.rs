@@ -7,11 +7,28 @@ use std::path::{Path, PathBuf};
 use weft_graph::{self as graph, GraphError};
 
 use super::exit;
+use super::python_check;
 
 /// Prints `ok` (after any warnings, and a line for each Python function
 /// the graph names) or one line per finding, the graphs its subgraph nodes
 /// embed included.
 pub fn validate(path: &Path) -> u8 {
+    let python = python_errors(path);
+    if !python.is_empty() {
+        // The graph's own findings, then what does not compile.
+        let findings = match graph::load_file(path) {
+            Ok((_, warnings)) => warnings,
+            Err(GraphError::Invalid(findings)) => findings,
+            Err(_) => Vec::new(),
+        };
+        for finding in findings {
+            out!("{finding}");
+        }
+        for error in python {
+            out!("{error}");
+        }
+        return exit::INVALID;
+    }
     match graph::load_file(path) {
         Ok((graph, warnings)) => {
             for warning in warnings {
@@ -43,6 +60,29 @@ pub fn validate(path: &Path) -> u8 {
         Err(error) => {
             out!("error: {error}");
             exit::INVALID
+        }
+    }
+}
+
+/// The Python files the graph at `path` names that do not compile; a note
+/// on stderr when there is no `python3` to compile them with.
+fn python_errors(path: &Path) -> Vec<String> {
+    let Ok(text) = std::fs::read_to_string(path) else {
+        return Vec::new();
+    };
+    let dir = path.parent().unwrap_or(Path::new(""));
+    let beside = |relative: &str| std::fs::read_to_string(dir.join(relative)).ok();
+    let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or("graph");
+    let (graph, _) = graph::parse_graph_with(&text, graph::Format::from_path(path), stem, &beside);
+    match python_check::compile(dir, &graph.python_files) {
+        python_check::Compiled::Clean => Vec::new(),
+        python_check::Compiled::Errors(errors) => errors,
+        python_check::Compiled::NoPython => {
+            err!(
+                "note: there is no python3 on this machine's PATH, so the Python files ({}) were not compiled; a worker reports their syntax errors when it loads them",
+                graph.python_files.join(", ")
+            );
+            Vec::new()
         }
     }
 }

@@ -6,6 +6,7 @@ pub mod listing;
 pub mod output;
 pub mod progress;
 pub mod prompt;
+mod python_check;
 pub mod session;
 pub mod terminal;
 

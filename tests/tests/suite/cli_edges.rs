@@ -454,3 +454,47 @@ fn a_misspelt_input_key_is_warned_about() {
     );
     std::fs::remove_dir_all(&dir).ok();
 }
+
+#[test]
+fn validate_compiles_the_python_files_a_graph_names() {
+    let dir = std::env::temp_dir().join(format!("weft-py-compile-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let graph = dir.join("fn.yaml");
+    std::fs::write(
+        &graph,
+        "functions: helpers.py\nnodes:\n  a: { kind: function, start: true, end: true, callable: go }\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("helpers.py"),
+        "import json\n\ndef go(state:\n    return {}\n",
+    )
+    .unwrap();
+    let out = weft(None, &["validate", graph.to_str().unwrap()]);
+    let shown = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    assert_eq!(out.status.code(), Some(2), "{shown}");
+    // The syntax error, with its file and line, and no cascade: `go` is
+    // still a function of the file.
+    assert_eq!(
+        shown,
+        "error: helpers.py, line 3: the Python file does not compile: '(' was never closed: def go(state:"
+    );
+
+    // Without a python3 to compile with, validate says so.
+    let empty = dir.join("no-python");
+    std::fs::create_dir_all(&empty).unwrap();
+    let mut command = Command::new(binary("weft"));
+    let out = command
+        .args(["validate", graph.to_str().unwrap()])
+        .env("PATH", &empty)
+        .env("WEFT_EPHEMERAL", "1")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("there is no python3 on this machine's PATH, so the Python files (helpers.py) were not compiled"),
+        "{}",
+        stderr(&out)
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}
