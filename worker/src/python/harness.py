@@ -193,6 +193,43 @@ def handle(request):
         sys.stdout.flush()
 
 
+HARNESS_DIRS = (os.path.dirname(importlib.__file__),)
+MOST_LINES = 40
+
+
+def user_frames(summary, here):
+    """`summary` with the harness's and the import machinery's frames left
+    out, and the bundle's files named by their path in the bundle."""
+    def shown(path):
+        if path and os.path.isabs(path) and path.startswith(here + os.sep):
+            return os.path.relpath(path, here)
+        return path
+    summary.stack = traceback.StackSummary.from_list([
+        traceback.FrameSummary(shown(frame.filename), frame.lineno, frame.name,
+                               line=frame.line, lookup_line=False)
+        for frame in summary.stack
+        if not frame.filename.startswith("<")
+        and not frame.filename.startswith(HARNESS_DIRS)
+    ])
+    if getattr(summary, "filename", None):
+        summary.filename = shown(summary.filename)
+    for chained in (summary.__cause__, summary.__context__):
+        if chained is not None:
+            user_frames(chained, here)
+
+
+def user_traceback(raised):
+    """The traceback of what user code raised, its frames only: the whole
+    of it when short, else its start and its last lines."""
+    summary = traceback.TracebackException.from_exception(raised)
+    user_frames(summary, os.getcwd())
+    lines = "".join(summary.format()).rstrip().splitlines()
+    if len(lines) > MOST_LINES:
+        cut = len(lines) - MOST_LINES + 1
+        lines = lines[:1] + ["  ... (%d lines left out)" % cut] + lines[-(MOST_LINES - 2):]
+    return "\n".join(lines)
+
+
 def main():
     for line in sys.stdin:
         request = json.loads(line)
@@ -202,9 +239,8 @@ def main():
                 text = json.dumps(answer)
             except (TypeError, ValueError) as error:
                 raise TypeError("the function returned a value that is not JSON: %s" % error)
-        except BaseException:
-            lines = traceback.format_exc().strip().splitlines()
-            error = "\n".join(lines[-6:])
+        except BaseException as raised:
+            error = user_traceback(raised)
             for secret in request.get("mask") or []:
                 error = error.replace(secret, "***")
             answer = {"id": request.get("id"), "error": error}

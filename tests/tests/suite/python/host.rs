@@ -18,12 +18,21 @@ functions: helpers.py
 nodes:
   explode: { kind: function, callable: explode, start: true }
 ";
-    let helpers = "def explode(**kw):\n    raise ValueError('bad input 42')\n";
+    let helpers = "def explode(**kw):\n    return check(42)\n\ndef check(n):\n    raise ValueError('bad input %d' % n)\n";
     let done = run(&client, bundle(yaml, helpers), json!({})).await?;
     assert_eq!(done.status, RunStatus::Failed);
     let error = done.error.map(|e| e.message).unwrap_or_default();
+    // The whole stack of the user's frames, named by the file's path in
+    // the bundle; nothing of the host's harness or of a scratch directory.
     assert!(
-        error.contains("ValueError: bad input 42") && error.contains("in explode"),
+        error.contains("Traceback (most recent call last):")
+            && error.contains("File \"helpers.py\", line 2, in explode")
+            && error.contains("File \"helpers.py\", line 5, in check")
+            && error.contains("ValueError: bad input 42"),
+        "{error}"
+    );
+    assert!(
+        !error.contains("<string>") && !error.contains("/tmp") && !error.contains("importlib"),
         "{error}"
     );
     Ok(())
