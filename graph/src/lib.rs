@@ -38,11 +38,13 @@ pub use declarations::*;
 pub use document::{Format, did_you_mean};
 pub use expr::{ExprError, Strictness, Template, TemplateContext, truthy};
 pub use finding::{Finding, GraphError, Severity};
+pub use load::TOP_LEVEL_KEYS;
 pub use model::kinds::*;
 pub use model::*;
 pub use python::{
     Code, PyDef, PyFunction, PyModule, PyParam, SourceFiles, import_path, is_identifier, no_files,
 };
+pub use raw_node::{KINDS, node_fields};
 pub use schema::{Schema, SchemaError};
 pub use script_files::missing_script_files;
 pub use tools::{TEAMMATE_TOOLS, ToolDecl, ToolRun, is_tool_name};

@@ -22,7 +22,8 @@ use super::python_names::{PythonNames, Resolved};
 use super::raw_node::RawDuration;
 use super::*;
 
-const TOP_LEVEL_KEYS: [&str; 10] = [
+/// The keys a graph file may have at its top level.
+pub const TOP_LEVEL_KEYS: [&str; 10] = [
     "version",
     "name",
     "description",

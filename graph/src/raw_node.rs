@@ -63,6 +63,22 @@ fn refused_run_field(kind: &str, field: &str) -> Option<&'static str> {
     }
 }
 
+/// Every field `kind` takes, in the order the format lists them: the
+/// common ones, the run fields it honours, then its own. (The JSON Schema
+/// in `docs/graph.schema.json` is tested against this.)
+pub fn node_fields(kind: &str) -> Vec<&'static str> {
+    COMMON_FIELDS
+        .iter()
+        .chain(
+            RUN_FIELDS
+                .iter()
+                .filter(|f| refused_run_field(kind, f).is_none()),
+        )
+        .chain(kind_fields(kind))
+        .copied()
+        .collect()
+}
+
 /// Fields a kind takes beyond the common ones.
 fn kind_fields(kind: &str) -> &'static [&'static str] {
     match kind {

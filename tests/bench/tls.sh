@@ -4,7 +4,7 @@
 # first in plaintext without identities, then with TLS (deploy/secrets.sh's
 # certificate) and tokens (an operator's for the workloads, a worker's for
 # the workers), ROUNDS times, alternating. Prints weft-bench's table for
-# each; the README gives the medians.
+# each; docs/benchmarks.md gives the medians.
 #
 #   cargo build --release -p weft-coordinator --bin coordinator -p weft-tests --bin weft-bench
 #   tests/bench/tls.sh [ROUNDS] [ITERATIONS]

@@ -1,5 +1,5 @@
 //! A custom worker with Rust handlers, used by the multi-process tests and
-//! shown in the README as an example of the worker SDK.
+//! shown in docs/workers.md as an example of the worker SDK.
 
 use std::time::Duration;
 

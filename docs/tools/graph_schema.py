@@ -1,0 +1,169 @@
+#!/usr/bin/env python3
+"""Writes docs/graph.schema.json, the JSON Schema of the graph format.
+
+The kinds and the fields each takes mirror graph/src/raw_node.rs; the test
+graph/tests/schema.rs checks that they agree, and validates every example
+and test graph against the schema. Run it after changing the format:
+
+    python3 docs/tools/graph_schema.py
+"""
+
+import json
+import os
+
+COMMON = ["id", "kind", "description", "start", "end", "next", "depends_on", "routes", "fallback"]
+RUN = ["retry", "max_attempts", "timeout", "state_updates", "output_schema"]
+KINDS = {
+    "task": (["handler", "teammates"], RUN, ["handler"]),
+    "script": (["run", "script", "args", "env", "teammates"], RUN, []),
+    "llm": (["model", "system", "prompt", "temperature", "max_tokens", "provider"], RUN, ["prompt"]),
+    "agent": (["instructions", "prompt", "tools", "max_turns", "provider", "model", "teammates"], RUN, ["prompt"]),
+    "approval": (["prompt", "output_key", "approvers"], ["state_updates", "output_schema"], []),
+    "input": (["prompt", "output_key", "schema", "approvers"], ["state_updates", "output_schema"], ["output_key"]),
+    "map": (["over", "as", "branch", "output_key", "collect_into", "max_concurrency"], ["state_updates", "output_schema"], ["over", "as", "branch", "collect_into"]),
+    "loop": (["body", "until", "max_iterations", "output_key"], ["state_updates"], ["body", "until"]),
+    "subgraph": (["graph", "input_map", "output_map"], ["state_updates", "retry", "max_attempts"], ["graph"]),
+    "end": (["status", "message"], ["state_updates"], []),
+    "function": (["callable", "tool_args", "output_key"], RUN, []),
+    "python": (["callable", "tool_args", "output_key"], RUN, []),
+    "rag": ([], RUN, []),
+}
+
+string = {"type": "string"}
+names = {"type": "array", "items": string}
+one_or_many = {"oneOf": [string, names]}
+string_map = {"type": "object", "additionalProperties": string}
+duration = {"$ref": "#/$defs/duration"}
+count = {"type": "integer", "minimum": 1}
+
+FIELDS = {
+    "id": (string, "The node's id (the list form of `nodes:`)."),
+    "kind": (None, "What the node runs."),
+    "description": (string, "Free text, for people."),
+    "start": ({"type": "boolean"}, "Runs in the first wave (the same as an edge from START)."),
+    "end": ({"type": "boolean"}, "Marks a terminal node (documentation and the diagram)."),
+    "next": (one_or_many, "Unconditional edges to these nodes (several: a static fan-out)."),
+    "depends_on": (one_or_many, "Unconditional edges from these nodes."),
+    "routes": ({"type": "object", "required": ["router", "map"], "additionalProperties": False,
+                "properties": {"router": {"type": "string", "description": "CEL, fn:NAME or a Python function returning a key or a list of keys."},
+                               "map": {"type": "object", "additionalProperties": string, "description": "key: target node id (or END)."}}},
+               "A router: the targets of the keys it returns."),
+    "fallback": (string, "Where to go when the node fails after its attempts (END: end that path)."),
+    "retry": ({"oneOf": [count, {"type": "object", "additionalProperties": False, "properties": {
+                "max_attempts": count, "initial_interval": duration,
+                "backoff": {"type": "number", "minimum": 1}, "max_interval": duration}}]},
+              "Attempts in all (default 1), or a policy with the delays between them."),
+    "max_attempts": (count, "Attempts in all (a shorthand for retry)."),
+    "timeout": (duration, "Per attempt; overrides settings.node_timeout."),
+    "state_updates": ({"type": "object"}, "field: template, rendered after the node ran (sees the state and `output`)."),
+    "output_schema": ({"type": "object"}, "JSON Schema the node's output must satisfy; its top-level properties are written."),
+    "teammates": ({"type": "boolean"}, "In a map's branch: the step may message the other items."),
+    "handler": (string, "The handler a worker registered."),
+    "run": ({"type": "array", "items": string, "minItems": 1}, "argv, run without a shell; files beside the graph are bundled."),
+    "script": (string, "An executable beside the graph (with args)."),
+    "args": (names, "Arguments to `script`."),
+    "env": (string_map, "Extra environment; ${NAME} is a secret substituted on the worker."),
+    "model": (string, "The model (default: the provider's)."),
+    "system": (string, "The system prompt (a template)."),
+    "prompt": (string, "The prompt (a template)."),
+    "temperature": ({"type": "number"}, "Sampling temperature."),
+    "max_tokens": (count, "Completion length cap."),
+    "provider": (string, "A provider of the worker's configuration."),
+    "instructions": (string, "The agent's system instructions (a template)."),
+    "tools": (names, "Tools the agent may call: entries of `tools:` or worker handlers."),
+    "max_turns": (count, "Turn cap."),
+    "output_key": (string, "The field the node's value is written to."),
+    "schema": ({"type": "object"}, "JSON Schema the answer must satisfy."),
+    "approvers": ({"type": "array", "items": string, "minItems": 1}, "Who may answer: identity names, role:operator, role:admin."),
+    "over": (string, "The list: a CEL expression (state.items) or a template \"{{ items }}\"."),
+    "as": (string, "The item's name in each item's scope."),
+    "branch": (string, "The first node of the per-item chain."),
+    "collect_into": (string, "The field receiving every item's output_key, in input order."),
+    "max_concurrency": ({"oneOf": [count, {"type": "string", "pattern": "\\{\\{"}]}, "Items in flight at most: a number or a template."),
+    "body": (string, "The first node of the loop's body chain."),
+    "until": (string, "A condition's name, fn:NAME, a Python function, or a sentence a model judges."),
+    "max_iterations": (count, "Iteration cap (default 10)."),
+    "graph": (string, "The child graph, relative to this file."),
+    "input_map": (string_map, "parent field: child field."),
+    "output_map": (string_map, "child field: parent field."),
+    "status": ({"enum": ["completed", "failed"]}, "How the run ends."),
+    "message": (string, "The message of a failed end."),
+    "callable": (string, "A function of the functions: file, or module:function."),
+    "tool_args": ({"type": "object"}, "Keyword arguments given by the graph (${NAME} secrets allowed)."),
+}
+
+
+def node_schema(kind):
+    own, run, required = KINDS[kind]
+    properties = {}
+    for name in COMMON + run + own:
+        schema, description = FIELDS[name]
+        if name == "kind":
+            properties[name] = {"const": kind, "description": description}
+        else:
+            properties[name] = dict(schema, description=description)
+    node = {"type": "object", "title": kind, "required": ["kind"] + required,
+            "properties": properties, "additionalProperties": False}
+    if kind == "script":
+        node["oneOf"] = [{"required": ["run"]}, {"required": ["script"]}]
+    return node
+
+
+def main():
+    kinds = list(KINDS)
+    schema = {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$id": "https://weft.invalid/graph.schema.json",
+        "title": "Weft graph",
+        "description": "A Weft workflow graph (docs/graph-format.md). Generated by docs/tools/graph_schema.py.",
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {
+            "version": {"const": 1},
+            "name": string,
+            "description": string,
+            "settings": {"type": "object", "additionalProperties": False, "properties": {
+                "max_steps": count, "max_concurrency": count, "max_node_concurrency": {"type": "integer", "minimum": 0},
+                "max_loop_iterations": count, "timeout": duration, "node_timeout": duration,
+                "strict_state": {"type": "boolean"}, "durability": {"enum": ["sync", "async", "exit"]}}},
+            "functions": {"type": "string", "pattern": "\\.py$", "description": "A Python file beside the graph."},
+            "state": {"type": "object", "additionalProperties": {"$ref": "#/$defs/field"}},
+            "conditions": {"type": "object", "additionalProperties": string},
+            "tools": {"type": "object", "additionalProperties": {"$ref": "#/$defs/tool"}},
+            "nodes": {"oneOf": [
+                {"type": "object", "additionalProperties": {"$ref": "#/$defs/node"}},
+                {"type": "array", "items": {"allOf": [{"$ref": "#/$defs/node"}, {"required": ["id"]}]}},
+            ]},
+            "edges": {"type": "array", "items": {"$ref": "#/$defs/edge"}},
+        },
+        "$defs": {
+            "duration": {"oneOf": [{"type": "number", "minimum": 0},
+                                   {"type": "string", "pattern": "^\\s*[0-9]+(\\.[0-9]+)?\\s*(ms|s|m|h)?\\s*$"}],
+                         "description": "500ms, 0.5s, 10m, 1h, or a number of seconds."},
+            "field": {"type": "object", "additionalProperties": False, "properties": {
+                "type": {"enum": ["any", "string", "number", "integer", "boolean", "array", "object"]},
+                "default": {},
+                "reducer": {"type": "string", "description": "concat, merge, add, union, min, max, fn:NAME, or a Python function."},
+                "description": string}},
+            "tool": {"type": "object", "additionalProperties": False, "properties": {
+                "description": string, "parameters": {"type": "object"},
+                "run": {"type": "array", "items": string, "minItems": 1}, "handler": string}},
+            "edge": {"type": "object", "required": ["from", "to"], "additionalProperties": False, "properties": {
+                "from": string, "to": string,
+                "when": {"type": "string", "description": "A condition's name, inline CEL, or code."},
+                "loop": {"type": "boolean", "description": "A declared back-edge."}}},
+            "node": {"type": "object", "required": ["kind"],
+                     "properties": {"kind": {"enum": kinds}},
+                     "allOf": [{"if": {"properties": {"kind": {"const": kind}}},
+                                "then": {"$ref": "#/$defs/" + kind}} for kind in kinds]},
+        },
+    }
+    for kind in kinds:
+        schema["$defs"][kind] = node_schema(kind)
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "graph.schema.json")
+    with open(path, "w") as out:
+        json.dump(schema, out, indent=2)
+        out.write("\n")
+
+
+main()
