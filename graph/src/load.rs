@@ -72,7 +72,8 @@ pub fn build(
     findings: &mut Vec<Finding>,
 ) -> Graph {
     let empty = Map::new();
-    let top = top_level(document, findings).unwrap_or(&empty);
+    let lines = Lines::read(text, format);
+    let top = top_level(document, &lines, findings).unwrap_or(&empty);
     let name = match top.get("name") {
         Some(Value::String(name)) => name.clone(),
         _ => fallback_name.to_owned(),
@@ -81,15 +82,32 @@ pub fn build(
         .get("description")
         .and_then(Value::as_str)
         .map(str::to_owned);
+    let before = findings.len();
     let settings = read_settings(top.get("settings"), findings);
+    for finding in &mut findings[before..] {
+        // Each names its key: `settings.NAME …` or `settings: NAME: …`.
+        let key = finding.message["settings".len()..]
+            .trim_start_matches(['.', ':', ' '])
+            .split([' ', ':', '.'])
+            .next()
+            .unwrap_or_default();
+        let line = lines.line(&[Key("settings"), Key(key)]);
+        finding.line = finding.line.or(line).or(lines.line(&[Key("settings")]));
+    }
+    let before = findings.len();
     let mut python = python_names(top.get("functions"), files, findings);
-    let lines = Lines::read(text, format);
+    at_line(findings, before, lines.line(&[Key("functions")]));
     let fields = read_fields(top.get("state"), &mut python, &lines, findings);
     let (conditions, broken_conditions) = read_conditions(top.get("conditions"), &lines, findings);
-    let tools = super::tools::read_tools(top.get("tools"), findings);
+    let tools = super::tools::read_tools(top.get("tools"), &lines, findings);
 
     let node_lines = node_lines(text, format);
+    let before = findings.len();
     let entries = node_entries(top.get("nodes"), findings);
+    for finding in &mut findings[before..] {
+        let first = finding.nodes.first().and_then(|id| node_lines.get(id));
+        finding.line = finding.line.or(first.copied());
+    }
     let mut builder = Builder {
         index: HashMap::new(),
         conditions: &conditions,
@@ -161,6 +179,7 @@ fn python_names<'a>(
 /// a document that is not a map (reported).
 fn top_level<'d>(
     document: &'d Value,
+    lines: &Lines,
     findings: &mut Vec<Finding>,
 ) -> Option<&'d Map<String, Value>> {
     let top = match document {
@@ -185,19 +204,22 @@ fn top_level<'d>(
             let hint = did_you_mean(key, &TOP_LEVEL_KEYS)
                 .map(|k| format!(" (did you mean '{k}'?)"))
                 .unwrap_or_default();
-            findings.push(Finding::error(
-                format!("unknown top-level key '{key}'{hint}"),
-                &[],
-            ));
+            findings.push(
+                Finding::error(format!("unknown top-level key '{key}'{hint}"), &[])
+                    .at_line(lines.line(&[Key(key)])),
+            );
         }
     }
     if let Some(version) = top.get("version")
         && version != &Value::from(1)
     {
-        findings.push(Finding::error(
-            format!("unsupported graph version {version} (this Weft reads version 1)"),
-            &[],
-        ));
+        findings.push(
+            Finding::error(
+                format!("unsupported graph version {version} (this Weft reads version 1)"),
+                &[],
+            )
+            .at_line(lines.line(&[Key("version")])),
+        );
     }
     Some(top)
 }

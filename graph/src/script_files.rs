@@ -61,7 +61,7 @@ pub fn missing_script_files(graph: &Graph, exists: &dyn Fn(&str) -> bool) -> Vec
                         node.id
                     ),
                     &[&node.id],
-                ));
+                ).at_line(node.line));
             }
         }
     }

@@ -16,6 +16,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::finding::Finding;
+use super::lines::{Lines, Step::Key};
 use super::schema::Schema;
 
 /// Tool names the teammate tools take (SPEC 5).
@@ -62,20 +63,32 @@ pub fn is_tool_name(name: &str) -> bool {
 }
 
 /// Reads the `tools:` section; problems go to `findings`.
-pub(crate) fn read_tools(value: Option<&Value>, findings: &mut Vec<Finding>) -> Vec<ToolDecl> {
+pub(crate) fn read_tools(
+    value: Option<&Value>,
+    lines: &Lines,
+    findings: &mut Vec<Finding>,
+) -> Vec<ToolDecl> {
     let Some(value) = value else {
         return Vec::new();
     };
     let Some(map) = value.as_object() else {
-        findings.push(Finding::error(
-            "tools: expected a map of name: {description, parameters, run | handler}",
-            &[],
-        ));
+        findings.push(
+            Finding::error(
+                "tools: expected a map of name: {description, parameters, run | handler}",
+                &[],
+            )
+            .at_line(lines.line(&[Key("tools")])),
+        );
         return Vec::new();
     };
-    map.iter()
-        .filter_map(|(name, raw)| read_tool(name, raw, findings))
-        .collect()
+    let mut tools = Vec::new();
+    for (name, raw) in map {
+        let before = findings.len();
+        tools.extend(read_tool(name, raw, findings));
+        let line = lines.line(&[Key("tools"), Key(name)]);
+        crate::load::at_line(findings, before, line);
+    }
+    tools
 }
 
 fn read_tool(name: &str, raw: &Value, findings: &mut Vec<Finding>) -> Option<ToolDecl> {

@@ -333,3 +333,33 @@ nodes:
 "#;
     assert_eq!(warnings_of(yaml), Vec::<String>::new());
 }
+
+#[test]
+fn findings_about_settings_tools_and_top_level_keys_carry_their_lines() {
+    let yaml = r#"
+settings:
+  max_steps: 0
+  durability: later
+tools:
+  vague: { parameters: { type: object }, run: [true] }
+nodez: {}
+nodes:
+  a: { kind: script, start: true, run: [sh, -c, 'echo {}'] }
+"#;
+    let shown = findings_of(yaml, "more-lines");
+    let line_of = |start: &str| {
+        shown
+            .iter()
+            .find(|f| f.starts_with(start))
+            .unwrap_or_else(|| panic!("no {start}: {shown:?}"))
+            .rsplit("(line ")
+            .next()
+            .unwrap()
+            .trim_end_matches(')')
+            .to_owned()
+    };
+    assert_eq!(line_of("error: settings.max_steps"), "3");
+    assert_eq!(line_of("error: settings.durability"), "4");
+    assert_eq!(line_of("error: tool 'vague'"), "6");
+    assert_eq!(line_of("error: unknown top-level key 'nodez'"), "7");
+}
