@@ -14,7 +14,7 @@ use crate::config::WorkerConfig;
 use crate::connection::Hello;
 use crate::execute::Toolbox;
 use crate::handler::Registry;
-use crate::python::{PythonHosts, PythonPool};
+use crate::python::PythonHosts;
 use crate::script::ScriptRunner;
 use crate::work_dir::WorkDir;
 
@@ -28,13 +28,20 @@ pub(crate) struct HostResources {
 
 impl HostResources {
     /// The work directory and, when Python is enabled and its
-    /// interpreter runs, the Python pools; otherwise the worker does not
-    /// announce `function`.
+    /// interpreter is there, the Python pools; otherwise the worker does
+    /// not announce `function`.
+    ///
+    /// Finding the interpreter is a look along `PATH`, not a run of it: a
+    /// worker's start (and so a graph without Python) neither waits for an
+    /// interpreter to start nor shares the processor with one, which takes
+    /// tens of milliseconds, more behind a version manager's shim. An
+    /// interpreter that is there but does not run is found by the first
+    /// call, which fails saying so.
     pub(crate) async fn new(config: &WorkerConfig, work: WorkDir) -> Self {
         let settings = &config.python;
         let python = if !settings.enabled {
             None
-        } else if PythonPool::available(&settings.interpreter).await {
+        } else if find_program(&settings.interpreter).is_some() {
             let root = work.python();
             Some(Arc::new(PythonHosts::new(
                 settings.clone(),
@@ -47,6 +54,23 @@ impl HostResources {
         };
         Self { work, python }
     }
+}
+
+/// Where `program` is: itself when it names a path, else the first
+/// executable of that name along `PATH`.
+fn find_program(program: &str) -> Option<std::path::PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    let executable = |path: &std::path::Path| {
+        std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
+    if program.contains('/') {
+        let path = std::path::PathBuf::from(program);
+        return executable(&path).then_some(path);
+    }
+    let paths = std::env::var_os("PATH")?;
+    std::env::split_paths(&paths)
+        .map(|dir| dir.join(program))
+        .find(|path| executable(path))
 }
 
 /// The worker's hello: what it hosts.

@@ -50,9 +50,17 @@ pub enum PythonError {
     Host(String),
 }
 
+/// How much of a Python process's stderr an error about its end quotes.
+const STDERR_TAIL: usize = 2048;
+
 /// One Python process.
 struct Host {
     child: Child,
+    /// The end of what it wrote to stderr (which is passed on to the
+    /// worker's stderr as it comes).
+    stderr_tail: std::sync::Arc<std::sync::Mutex<String>>,
+    /// The task copying it, done once the process's stderr closes.
+    stderr_copy: tokio::task::JoinHandle<()>,
     stdin: ChildStdin,
     answers: Lines<BufReader<ChildStdout>>,
     next_id: u64,
@@ -67,7 +75,7 @@ impl Host {
             .current_dir(dir)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
+            .stderr(Stdio::piped())
             .process_group(0)
             .kill_on_drop(true)
             .spawn()
@@ -77,8 +85,13 @@ impl Host {
             })?;
         let stdin = child.stdin.take().expect("stdin is piped");
         let stdout = child.stdout.take().expect("stdout is piped");
+        let stderr = child.stderr.take().expect("stderr is piped");
+        let stderr_tail = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        let stderr_copy = tokio::spawn(pass_on_stderr(stderr, stderr_tail.clone()));
         Ok(Self {
             child,
+            stderr_tail,
+            stderr_copy,
             stdin,
             answers: BufReader::new(stdout).lines(),
             next_id: 0,
@@ -108,10 +121,27 @@ impl Host {
             .map_err(broken)?;
         self.stdin.flush().await.map_err(broken)?;
         let Some(answer) = self.answers.next_line().await.map_err(broken)? else {
-            let status = self.child.try_wait().ok().flatten();
+            // It has closed its stdout: its end, and the last of its
+            // stderr, follow at once (or not at all).
+            let patience = Duration::from_secs(1);
+            let status = match tokio::time::timeout(patience, self.child.wait()).await {
+                Ok(Ok(status)) => status.to_string(),
+                Ok(Err(error)) => error.to_string(),
+                Err(_) => "still closing".to_owned(),
+            };
+            let _ = tokio::time::timeout(patience, &mut self.stderr_copy).await;
+            let tail = self
+                .stderr_tail
+                .lock()
+                .map(|t| t.trim().to_owned())
+                .unwrap_or_default();
+            let said = if tail.is_empty() {
+                String::new()
+            } else {
+                format!("; its stderr ended with: {tail}")
+            };
             return Err(PythonError::Host(format!(
-                "the process ended ({})",
-                status.map_or_else(|| "still closing".to_owned(), |s| s.to_string())
+                "the process ended ({status}){said}"
             )));
         };
         let answer: Value = serde_json::from_str(&answer)
@@ -180,18 +210,6 @@ impl PythonPool {
             idle: Mutex::new(Vec::new()),
             permits: Semaphore::new(size.max(1)),
         }
-    }
-
-    /// Whether `interpreter` runs (a worker announces Python only then).
-    pub async fn available(interpreter: &str) -> bool {
-        Command::new(interpreter)
-            .args(["-c", "import json, inspect"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .await
-            .is_ok_and(|status| status.success())
     }
 
     /// Calls `module`'s `function` with `args` and `kwargs` within
@@ -276,6 +294,34 @@ mod state_cache;
 
 pub use state_cache::FieldValue;
 use state_cache::Held;
+
+/// Copies a Python process's stderr to the worker's, keeping its last
+/// [`STDERR_TAIL`] bytes for an error about the process's end.
+async fn pass_on_stderr(
+    stderr: tokio::process::ChildStderr,
+    tail: std::sync::Arc<std::sync::Mutex<String>>,
+) {
+    use tokio::io::AsyncReadExt;
+    let mut stderr = stderr;
+    let mut out = tokio::io::stderr();
+    let mut buffer = [0u8; 4096];
+    while let Ok(read) = stderr.read(&mut buffer).await {
+        if read == 0 {
+            break;
+        }
+        let _ = out.write_all(&buffer[..read]).await;
+        if let Ok(mut kept) = tail.lock() {
+            kept.push_str(&String::from_utf8_lossy(&buffer[..read]));
+            if kept.len() > STDERR_TAIL {
+                let mut cut = kept.len() - STDERR_TAIL;
+                while !kept.is_char_boundary(cut) {
+                    cut += 1;
+                }
+                kept.drain(..cut);
+            }
+        }
+    }
+}
 
 pub use function::PythonCallError;
 pub(crate) use function::call_python;

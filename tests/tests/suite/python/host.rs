@@ -265,3 +265,76 @@ nodes:
     assert_eq!(done.state["seen_last"], "B");
     Ok(())
 }
+
+#[tokio::test]
+async fn a_worker_joins_and_runs_scripts_without_waiting_for_its_python_to_start()
+-> anyhow::Result<()> {
+    // An interpreter that never answers: a worker that ran it before
+    // joining would never join.
+    let dir = std::env::temp_dir().join(format!("weft-slow-python-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let interpreter = dir.join("python3");
+    std::fs::write(&interpreter, "#!/bin/sh\nexec sleep 3600\n")?;
+    std::fs::set_permissions(
+        &interpreter,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )?;
+    let cluster = configured(
+        &format!("interpreter = {:?}", interpreter.display().to_string()),
+        1,
+    )
+    .await?;
+    let client = cluster.client().await?;
+    let yaml = "nodes:\n  hello: { kind: script, start: true, run: [sh, -c, 'echo \"{\\\"hi\\\": 1}\"'] }\n";
+    let done = run(
+        &client,
+        weft_client::GraphBundle::from_text("g.yaml", yaml),
+        json!({}),
+    )
+    .await?;
+    assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error);
+    assert_eq!(done.state["hi"], 1);
+    std::fs::remove_dir_all(&dir).ok();
+    Ok(())
+}
+
+#[tokio::test]
+async fn an_interpreter_that_does_not_run_fails_the_call_saying_so() -> anyhow::Result<()> {
+    let dir = std::env::temp_dir().join(format!("weft-broken-python-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let interpreter = dir.join("python3");
+    std::fs::write(
+        &interpreter,
+        "#!/bin/sh\necho 'no such runtime' >&2\nexit 3\n",
+    )?;
+    std::fs::set_permissions(
+        &interpreter,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )?;
+    let cluster = configured(
+        &format!("interpreter = {:?}", interpreter.display().to_string()),
+        1,
+    )
+    .await?;
+    let client = cluster.client().await?;
+    let yaml = "
+functions: helpers.py
+nodes:
+  who: { kind: function, callable: who, start: true }
+";
+    let done = run(
+        &client,
+        bundle(yaml, "def who(**kw):\n    return 1\n"),
+        json!({}),
+    )
+    .await?;
+    assert_eq!(done.status, RunStatus::Failed);
+    let error = done.error.map(|e| e.message).unwrap_or_default();
+    assert!(
+        error.contains("exit status: 3")
+            && error.contains("its stderr ended with: no such runtime"),
+        "{error}"
+    );
+    std::fs::remove_dir_all(&dir).ok();
+    Ok(())
+}
