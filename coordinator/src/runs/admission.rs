@@ -127,7 +127,7 @@ impl Runs {
             weft_process::telemetry::export_run_root(&id, &graph);
         }
         metrics::counter!(crate::metrics::RUNS_SUBMITTED).increment(1);
-        self.evict().await;
+        self.evict(false).await;
         self.register(id.clone(), handle);
         Ok((id, warnings))
     }

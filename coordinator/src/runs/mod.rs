@@ -96,6 +96,8 @@ pub struct Runs {
 struct Inner {
     by_id: HashMap<RunId, RunHandle>,
     order: Vec<RunId>,
+    /// When ended runs were last looked at for their age.
+    aged_at: Option<std::time::Instant>,
 }
 
 impl Runs {
@@ -153,7 +155,7 @@ impl Runs {
         after: Option<&str>,
         visible: impl Fn(&RunHandle) -> bool,
     ) -> (Vec<RunHandle>, bool) {
-        self.evict().await;
+        self.evict(true).await;
         let inner = self.inner.read().unwrap_or_else(|e| e.into_inner());
         let newest_first = inner.order.iter().rev();
         let rest: Box<dyn Iterator<Item = &RunId>> = match after {

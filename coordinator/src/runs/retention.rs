@@ -8,6 +8,10 @@ use weft_store::Store;
 
 use super::{Runs, now_ms};
 
+/// How often a submission looks for runs past their age (which is counted
+/// in hours).
+const AGE_SWEEP_INTERVAL: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// Why a run was not deleted.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum DeleteError {
@@ -22,8 +26,12 @@ pub enum DeleteError {
 impl Runs {
     /// Forgets ended runs beyond the retention: the oldest first, past
     /// `retain_finished` of them or older than `retain_finished_age`.
-    pub(super) async fn evict(&self) {
-        let gone = self.forget_old();
+    /// `exact`: now, to the run (a listing); otherwise (a submission) only
+    /// once the runs held pass the count by a sixty-fourth of it, and by
+    /// age once a minute (or a sixty-fourth of the age, if shorter), so a
+    /// submission does not walk every run kept.
+    pub(super) async fn evict(&self, exact: bool) {
+        let gone = self.forget_old(exact);
         self.forget_stored(gone).await;
     }
 
@@ -65,10 +73,22 @@ impl Runs {
     }
 
     /// Drops ended runs beyond the retention from the registry; their ids.
-    fn forget_old(&self) -> Vec<RunId> {
+    fn forget_old(&self, exact: bool) -> Vec<RunId> {
         let now = now_ms();
         let max_age = i64::try_from(self.retention.age.as_millis()).unwrap_or(i64::MAX);
         let mut inner = self.inner.write().unwrap_or_else(|e| e.into_inner());
+        let slack = if exact { 0 } else { self.retention.count / 64 };
+        let over = inner.order.len() > self.retention.count + slack;
+        // An age of hours is looked at once a minute; a short one (the
+        // tests', or none at all) as often as it needs.
+        let interval = AGE_SWEEP_INTERVAL.min(self.retention.age / 64);
+        let age_due = exact || inner.aged_at.is_none_or(|at| at.elapsed() >= interval);
+        if !over && !age_due {
+            return Vec::new();
+        }
+        if age_due {
+            inner.aged_at = Some(std::time::Instant::now());
+        }
         let ended: Vec<(RunId, i64)> = inner
             .order
             .iter()

@@ -29,7 +29,8 @@ use report::{Figure, median};
 
 #[derive(Parser)]
 struct Args {
-    /// Workloads to run (w1, w2, w1py, w2py, w3, w4, w5, w7); default: all.
+    /// Workloads to run (w1, w2, w1py, w2py, w3, w4, w5, w6, w7); default:
+    /// all.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
     /// Timed iterations per workload (after one warmup).
@@ -58,6 +59,13 @@ struct Args {
     /// Messages W7 times.
     #[arg(long, default_value_t = 1_000)]
     pings: u64,
+    /// Concurrent runs W6 submits in a batch.
+    #[arg(long, default_value_t = 1_000)]
+    runs: usize,
+    /// Batches W6 runs, one after another on one coordinator (a soak: each
+    /// batch's rate and the process's resident memory after it).
+    #[arg(long, default_value_t = 3)]
+    batches: usize,
     /// Run the workloads against this coordinator instead of an embedded
     /// cluster; its workers must be `weft-bench --serve` processes.
     #[arg(long)]
@@ -307,6 +315,9 @@ async fn run_all(args: &Args) -> Result<Vec<Figure>> {
     if wanted("w4") {
         figures.extend(w4(&client, args).await?);
     }
+    if wanted("w6") {
+        figures.push(w6(&client, args).await?);
+    }
     if wanted("w7") {
         figures.push(w7(&client, args).await?);
     }
@@ -428,6 +439,71 @@ async fn w4(client: &Client, args: &Args) -> Result<Vec<Figure>> {
             samples: one,
         },
     ])
+}
+
+/// W6: `--runs` runs of a 10-node chain submitted at once, `--batches`
+/// times on one coordinator: each batch's time from its first submission
+/// to its last run's end; the figure is the median batch's rate. Every run
+/// must complete with its ten increments: nothing lost. Each batch's rate
+/// and the process's resident memory after it go to stderr, so a long soak
+/// shows whether either drifts.
+async fn w6(client: &Client, args: &Args) -> Result<Figure> {
+    let bundle = chain("w6", 10)
+        .setting("durability", args.durability.as_str())
+        .bundle();
+    let mut samples = Vec::new();
+    for batch in 1..=args.batches {
+        let started = Instant::now();
+        let mut runs = tokio::task::JoinSet::new();
+        for _ in 0..args.runs {
+            let (client, bundle) = (client.clone(), bundle.clone());
+            runs.spawn(async move {
+                let run = client.submit_bundle(bundle, &json!({})).await?;
+                let done = client.wait(&run.run_id).await?;
+                ensure!(
+                    done.state["counter"] == json!(10),
+                    "run {} lost work: {:?}",
+                    run.run_id,
+                    done.error
+                );
+                anyhow::Ok(())
+            });
+        }
+        while let Some(done) = runs.join_next().await {
+            done??;
+        }
+        let elapsed = started.elapsed();
+        eprintln!(
+            "W6 batch {batch}: {:.0} runs/s, resident {} MB (peak {} MB)",
+            args.runs as f64 / elapsed.as_secs_f64(),
+            memory_mb("VmRSS:"),
+            memory_mb("VmHWM:")
+        );
+        samples.push(elapsed);
+    }
+    let rate = args.runs as f64 / median(&samples).as_secs_f64();
+    Ok(Figure {
+        id: "w6",
+        label: format!(
+            "W6 {} concurrent 10-node runs × {} batches, peak RSS {} MB",
+            args.runs,
+            args.batches,
+            memory_mb("VmHWM:")
+        ),
+        samples,
+        per: Some((rate, "runs/s")),
+    })
+}
+
+/// A `/proc/self/status` memory figure (`VmRSS:`, `VmHWM:`) in MB.
+fn memory_mb(key: &str) -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| {
+            let line = status.lines().find(|l| l.starts_with(key))?.to_owned();
+            line.split_whitespace().nth(1)?.parse::<u64>().ok()
+        })
+        .map_or(0, |kb| kb / 1024)
 }
 
 /// W7: one-way delivery of a teammate message between two map items on

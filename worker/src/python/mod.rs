@@ -99,6 +99,30 @@ impl Host {
         })
     }
 
+    /// Why the process stopped answering: its exit status and the end of
+    /// its stderr. It has closed its pipes, so both follow at once (or are
+    /// not waited for).
+    async fn ended(&mut self) -> PythonError {
+        let patience = Duration::from_secs(1);
+        let status = match tokio::time::timeout(patience, self.child.wait()).await {
+            Ok(Ok(status)) => status.to_string(),
+            Ok(Err(error)) => error.to_string(),
+            Err(_) => "still closing".to_owned(),
+        };
+        let _ = tokio::time::timeout(patience, &mut self.stderr_copy).await;
+        let tail = self
+            .stderr_tail
+            .lock()
+            .map(|t| t.trim().to_owned())
+            .unwrap_or_default();
+        let said = if tail.is_empty() {
+            String::new()
+        } else {
+            format!("; its stderr ended with: {tail}")
+        };
+        PythonError::Host(format!("the process ended ({status}){said}"))
+    }
+
     /// Sends one request, with `state` (a run and its fields) when the
     /// call takes state fields, and reads its answer.
     async fn ask(
@@ -114,35 +138,21 @@ impl Host {
         request.insert("id".into(), id.into());
         let mut line = Value::Object(request).to_string();
         line.push('\n');
-        let broken = |e: std::io::Error| PythonError::Host(e.to_string());
-        self.stdin
-            .write_all(line.as_bytes())
-            .await
-            .map_err(broken)?;
-        self.stdin.flush().await.map_err(broken)?;
-        let Some(answer) = self.answers.next_line().await.map_err(broken)? else {
-            // It has closed its stdout: its end, and the last of its
-            // stderr, follow at once (or not at all).
-            let patience = Duration::from_secs(1);
-            let status = match tokio::time::timeout(patience, self.child.wait()).await {
-                Ok(Ok(status)) => status.to_string(),
-                Ok(Err(error)) => error.to_string(),
-                Err(_) => "still closing".to_owned(),
-            };
-            let _ = tokio::time::timeout(patience, &mut self.stderr_copy).await;
-            let tail = self
-                .stderr_tail
-                .lock()
-                .map(|t| t.trim().to_owned())
-                .unwrap_or_default();
-            let said = if tail.is_empty() {
-                String::new()
-            } else {
-                format!("; its stderr ended with: {tail}")
-            };
-            return Err(PythonError::Host(format!(
-                "the process ended ({status}){said}"
-            )));
+        // A process that ended before answering (or before taking the
+        // request) is reported with its exit status and its last words.
+        let written = async {
+            self.stdin.write_all(line.as_bytes()).await?;
+            self.stdin.flush().await?;
+            self.answers.next_line().await
+        }
+        .await;
+        let answer = match written {
+            Ok(Some(answer)) => answer,
+            Ok(None) => return Err(self.ended().await),
+            Err(error) if error.kind() == std::io::ErrorKind::BrokenPipe => {
+                return Err(self.ended().await);
+            }
+            Err(error) => return Err(PythonError::Host(error.to_string())),
         };
         let answer: Value = serde_json::from_str(&answer)
             .map_err(|e| PythonError::Host(format!("an answer that is not JSON: {e}")))?;
