@@ -116,6 +116,25 @@ impl Bundle {
         })
     }
 
+    /// A digest of the whole bundle: its graph's path and every file's
+    /// path, mode and content digest. Equal digests, equal bundles.
+    pub fn digest(&self) -> String {
+        let mut listing = Sha256::new();
+        listing.update(self.graph_path.as_bytes());
+        for (path, file) in &self.files {
+            listing.update([0]);
+            listing.update(path.as_bytes());
+            listing.update([0]);
+            listing.update(file.mode.to_le_bytes());
+            listing.update(file.sha256.as_bytes());
+        }
+        listing
+            .finalize()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect()
+    }
+
     /// Loads and validates the bundle's graph; the Python files it names
     /// are read from the bundle, beside it.
     pub fn load_graph(&self) -> Result<(Graph, Vec<Finding>), BundleError> {

@@ -12,7 +12,7 @@ use super::{Runs, StoreRefusal, SubmitError, now_ms};
 use crate::bundle::{Bundle, Family};
 use crate::dispatch::{BlobRef, TaskLauncher};
 use crate::durable::journal::Journal;
-use crate::graph::{Finding, Graph};
+use crate::graph::Graph;
 use crate::run::{Owner, RunError, RunMachine, RunPlan, RunSetup, Start, spawn_run};
 
 impl Runs {
@@ -26,10 +26,8 @@ impl Runs {
     ) -> Result<(RunId, Vec<String>), SubmitError> {
         // Before the graph is parsed: an input too large is refused as that.
         self.check_input_size(input_json)?;
-        let (graph, findings) = bundle.load_graph()?;
-        let family = Arc::new(bundle.check_family(&graph)?);
-        let warnings = findings.iter().map(Finding::to_string).collect();
-        let graph = Arc::new(graph);
+        let parsed = self.parsed.parse(&bundle)?;
+        let (graph, family, warnings) = (parsed.graph, parsed.family, parsed.warnings);
         self.admit(bundle, graph, family, input_json, warnings, owner, None)
             .await
     }

@@ -3,12 +3,14 @@
 //! module: [`admission`] (a submission checked and started), [`recovery`]
 //! (stored runs continued after a restart or a failover), [`retention`]
 //! (ended runs forgotten, here and in the store), [`children`]
-//! (subgraph nodes' child runs, kept here like any run) and [`answers`]
-//! (people's answers, routed to the child run that asked).
+//! (subgraph nodes' child runs, kept here like any run), [`answers`]
+//! (people's answers, routed to the child run that asked) and [`parsed`]
+//! (graphs of bundles seen before, not parsed again).
 
 mod admission;
 mod answers;
 mod children;
+mod parsed;
 mod recovery;
 mod retention;
 
@@ -90,6 +92,8 @@ pub struct Runs {
     stored_files: Arc<BlobRefs>,
     /// Counts the runs registered, for whoever waits for one to be.
     registered: Arc<watch::Sender<u64>>,
+    /// Graphs of bundles submitted before, parsed.
+    parsed: Arc<parsed::ParsedGraphs>,
 }
 
 #[derive(Default)]
@@ -122,6 +126,7 @@ impl Runs {
             store: None,
             stored_files: Arc::default(),
             registered: Arc::new(watch::Sender::new(0)),
+            parsed: Arc::default(),
         }
     }
 
