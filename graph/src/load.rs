@@ -82,18 +82,7 @@ pub fn build(
         .get("description")
         .and_then(Value::as_str)
         .map(str::to_owned);
-    let before = findings.len();
-    let settings = read_settings(top.get("settings"), findings);
-    for finding in &mut findings[before..] {
-        // Each names its key: `settings.NAME …` or `settings: NAME: …`.
-        let key = finding.message["settings".len()..]
-            .trim_start_matches(['.', ':', ' '])
-            .split([' ', ':', '.'])
-            .next()
-            .unwrap_or_default();
-        let line = lines.line(&[Key("settings"), Key(key)]);
-        finding.line = finding.line.or(line).or(lines.line(&[Key("settings")]));
-    }
+    let settings = read_settings(top.get("settings"), &lines, findings);
     let before = findings.len();
     let mut python = python_names(top.get("functions"), files, findings);
     at_line(findings, before, lines.line(&[Key("functions")]));
@@ -224,25 +213,32 @@ fn top_level<'d>(
     Some(top)
 }
 
-fn read_settings(value: Option<&Value>, findings: &mut Vec<Finding>) -> Settings {
+fn read_settings(value: Option<&Value>, lines: &Lines, findings: &mut Vec<Finding>) -> Settings {
     let mut settings = Settings::default();
     let Some(value) = value else { return settings };
+    // A finding about a setting points at its key (or at `settings:`).
+    let line = |name: &str| {
+        lines
+            .line(&[Key("settings"), Key(name)])
+            .or(lines.line(&[Key("settings")]))
+    };
     let raw: RawSettings = match serde_path_to_error::deserialize(value) {
         Ok(raw) => raw,
         Err(error) => {
-            findings.push(Finding::error(
-                format!("settings: {}: {}", error.path(), error.inner()),
-                &[],
-            ));
+            let key = error.path().to_string();
+            findings.push(
+                Finding::error(format!("settings: {key}: {}", error.inner()), &[])
+                    .at_line(line(&key)),
+            );
             return settings;
         }
     };
     let positive = |name: &str, v: Option<u32>, findings: &mut Vec<Finding>| match v {
         Some(0) => {
-            findings.push(Finding::error(
-                format!("settings.{name} must be at least 1"),
-                &[],
-            ));
+            findings.push(
+                Finding::error(format!("settings.{name} must be at least 1"), &[])
+                    .at_line(line(name)),
+            );
             None
         }
         other => other,
@@ -269,7 +265,8 @@ fn read_settings(value: Option<&Value>, findings: &mut Vec<Finding>) -> Settings
         match raw_duration.to_duration() {
             Ok(duration) if slot == 0 => settings.timeout = Some(duration),
             Ok(duration) => settings.node_timeout = duration,
-            Err(error) => findings.push(Finding::error(format!("settings.{name}: {error}"), &[])),
+            Err(error) => findings
+                .push(Finding::error(format!("settings.{name}: {error}"), &[]).at_line(line(name))),
         }
     }
     settings.strict_state = raw.strict_state.unwrap_or(false);
@@ -279,10 +276,13 @@ fn read_settings(value: Option<&Value>, findings: &mut Vec<Finding>) -> Settings
             "async" => Durability::Async,
             "exit" => Durability::Exit,
             other => {
-                findings.push(Finding::error(
-                    format!("settings.durability: '{other}' is not one of sync, async, exit"),
-                    &[],
-                ));
+                findings.push(
+                    Finding::error(
+                        format!("settings.durability: '{other}' is not one of sync, async, exit"),
+                        &[],
+                    )
+                    .at_line(line("durability")),
+                );
                 Durability::Sync
             }
         };

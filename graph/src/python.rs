@@ -174,6 +174,18 @@ pub fn module_files(module: &str) -> [String; 2] {
 }
 
 /// The top-level names of a Python text.
+/// The identifier `rest` starts with, if any, as a name without a
+/// signature the text shows.
+fn add_opaque_name(rest: &str, add: &mut impl FnMut(PyDef)) {
+    let name: String = rest
+        .chars()
+        .take_while(|c| c.is_alphanumeric() || *c == '_')
+        .collect();
+    if is_identifier(&name) {
+        add(opaque(name));
+    }
+}
+
 fn scan(text: &str) -> Vec<PyDef> {
     let lines: Vec<&str> = text.lines().collect();
     let mut defs: Vec<PyDef> = Vec::new();
@@ -218,24 +230,10 @@ fn scan(text: &str) -> Vec<PyDef> {
             }
             match parse_def(&signature) {
                 Some(def) => add(def),
-                None => {
-                    let name: String = rest
-                        .chars()
-                        .take_while(|c| c.is_alphanumeric() || *c == '_')
-                        .collect();
-                    if is_identifier(&name) {
-                        add(opaque(name));
-                    }
-                }
+                None => add_opaque_name(rest, &mut add),
             }
         } else if let Some(rest) = head.strip_prefix("class ") {
-            let name: String = rest
-                .chars()
-                .take_while(|c| c.is_alphanumeric() || *c == '_')
-                .collect();
-            if is_identifier(&name) {
-                add(opaque(name));
-            }
+            add_opaque_name(rest, &mut add);
         } else if line.starts_with("from ") || line.starts_with("import ") {
             let mut statement = line.to_owned();
             while statement.contains('(') && !statement.contains(')') && i < lines.len() {

@@ -38,7 +38,14 @@ pub(crate) fn undeclared_names(graph: &Graph, lines: &Lines, findings: &mut Vec<
     if graph.fields.is_empty() {
         return;
     }
-    let known = declared(graph);
+    // Declared other than by `state_updates` (fields, output keys, scope
+    // names), and declared at all.
+    let mut elsewhere = declared_outputs(graph);
+    elsewhere.extend(graph.fields.iter().map(|f| f.name.clone()));
+    let mut known = elsewhere.clone();
+    for node in &graph.nodes {
+        known.extend(node.declared_writes());
+    }
     let strict = graph.settings.strict_state;
     let check = |what: String,
                  names: &mut dyn Iterator<Item = String>,
@@ -117,7 +124,7 @@ pub(crate) fn undeclared_names(graph: &Graph, lines: &Lines, findings: &mut Vec<
         if !strict {
             let fields: Vec<&str> = graph.fields.iter().map(|f| f.name.as_str()).collect();
             for (field, _) in &node.state_updates {
-                if known_elsewhere(graph, field) {
+                if elsewhere.contains(field) {
                     continue;
                 }
                 if let (None, Some(near)) = (graph.field(field), did_you_mean(field, &fields)) {
@@ -182,24 +189,6 @@ pub(crate) fn undeclared_names(graph: &Graph, lines: &Lines, findings: &mut Vec<
             _ => {}
         }
     }
-}
-
-/// Whether `name` is declared other than by `state_updates`: a state field,
-/// an output key, a scope name.
-fn known_elsewhere(graph: &Graph, name: &str) -> bool {
-    let mut others = declared_outputs(graph);
-    others.extend(graph.fields.iter().map(|f| f.name.clone()));
-    others.contains(name)
-}
-
-/// Every name the graph declares: state fields, node outputs, scope names.
-fn declared(graph: &Graph) -> BTreeSet<String> {
-    let mut known: BTreeSet<String> = graph.fields.iter().map(|f| f.name.clone()).collect();
-    for node in &graph.nodes {
-        known.extend(node.declared_writes());
-    }
-    known.extend(declared_outputs(graph));
-    known
 }
 
 /// The names nodes write by their kind's fields, and the scope names.

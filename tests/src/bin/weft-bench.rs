@@ -20,6 +20,8 @@ use serde_json::{Value, json};
 use weft_client::{Client, EmbeddedCluster, GraphBuilder, GraphBundle, NodeBuilder};
 use weft_worker::{TaskContext, Worker};
 
+#[path = "weft_bench/many_runs.rs"]
+mod many_runs;
 #[path = "weft_bench/python.rs"]
 mod python;
 #[path = "weft_bench/report.rs"]
@@ -316,7 +318,7 @@ async fn run_all(args: &Args) -> Result<Vec<Figure>> {
         figures.extend(w4(&client, args).await?);
     }
     if wanted("w6") {
-        figures.push(w6(&client, args).await?);
+        figures.push(many_runs::w6(&client, args).await?);
     }
     if wanted("w7") {
         figures.push(w7(&client, args).await?);
@@ -439,71 +441,6 @@ async fn w4(client: &Client, args: &Args) -> Result<Vec<Figure>> {
             samples: one,
         },
     ])
-}
-
-/// W6: `--runs` runs of a 10-node chain submitted at once, `--batches`
-/// times on one coordinator: each batch's time from its first submission
-/// to its last run's end; the figure is the median batch's rate. Every run
-/// must complete with its ten increments: nothing lost. Each batch's rate
-/// and the process's resident memory after it go to stderr, so a long soak
-/// shows whether either drifts.
-async fn w6(client: &Client, args: &Args) -> Result<Figure> {
-    let bundle = chain("w6", 10)
-        .setting("durability", args.durability.as_str())
-        .bundle();
-    let mut samples = Vec::new();
-    for batch in 1..=args.batches {
-        let started = Instant::now();
-        let mut runs = tokio::task::JoinSet::new();
-        for _ in 0..args.runs {
-            let (client, bundle) = (client.clone(), bundle.clone());
-            runs.spawn(async move {
-                let run = client.submit_bundle(bundle, &json!({})).await?;
-                let done = client.wait(&run.run_id).await?;
-                ensure!(
-                    done.state["counter"] == json!(10),
-                    "run {} lost work: {:?}",
-                    run.run_id,
-                    done.error
-                );
-                anyhow::Ok(())
-            });
-        }
-        while let Some(done) = runs.join_next().await {
-            done??;
-        }
-        let elapsed = started.elapsed();
-        eprintln!(
-            "W6 batch {batch}: {:.0} runs/s, resident {} MB (peak {} MB)",
-            args.runs as f64 / elapsed.as_secs_f64(),
-            memory_mb("VmRSS:"),
-            memory_mb("VmHWM:")
-        );
-        samples.push(elapsed);
-    }
-    let rate = args.runs as f64 / median(&samples).as_secs_f64();
-    Ok(Figure {
-        id: "w6",
-        label: format!(
-            "W6 {} concurrent 10-node runs × {} batches, peak RSS {} MB",
-            args.runs,
-            args.batches,
-            memory_mb("VmHWM:")
-        ),
-        samples,
-        per: Some((rate, "runs/s")),
-    })
-}
-
-/// A `/proc/self/status` memory figure (`VmRSS:`, `VmHWM:`) in MB.
-fn memory_mb(key: &str) -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|status| {
-            let line = status.lines().find(|l| l.starts_with(key))?.to_owned();
-            line.split_whitespace().nth(1)?.parse::<u64>().ok()
-        })
-        .map_or(0, |kb| kb / 1024)
 }
 
 /// W7: one-way delivery of a teammate message between two map items on

@@ -266,24 +266,30 @@ nodes:
     Ok(())
 }
 
+/// A coordinator and worker `a` whose Python interpreter is a shell script
+/// doing `body`; and the directory holding the script.
+async fn with_interpreter(
+    name: &str,
+    body: &str,
+) -> anyhow::Result<(TestCluster, std::path::PathBuf)> {
+    let dir = std::env::temp_dir().join(format!("weft-{name}-python-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let interpreter = dir.join("python3");
+    std::fs::write(&interpreter, format!("#!/bin/sh\n{body}\n"))?;
+    std::fs::set_permissions(
+        &interpreter,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )?;
+    let python = format!("interpreter = {:?}", interpreter.display().to_string());
+    Ok((configured(&python, 1).await?, dir))
+}
+
 #[tokio::test]
 async fn a_worker_joins_and_runs_scripts_without_waiting_for_its_python_to_start()
 -> anyhow::Result<()> {
     // An interpreter that never answers: a worker that ran it before
     // joining would never join.
-    let dir = std::env::temp_dir().join(format!("weft-slow-python-{}", std::process::id()));
-    std::fs::create_dir_all(&dir)?;
-    let interpreter = dir.join("python3");
-    std::fs::write(&interpreter, "#!/bin/sh\nexec sleep 3600\n")?;
-    std::fs::set_permissions(
-        &interpreter,
-        std::os::unix::fs::PermissionsExt::from_mode(0o755),
-    )?;
-    let cluster = configured(
-        &format!("interpreter = {:?}", interpreter.display().to_string()),
-        1,
-    )
-    .await?;
+    let (cluster, dir) = with_interpreter("slow", "exec sleep 3600").await?;
     let client = cluster.client().await?;
     let yaml = "nodes:\n  hello: { kind: script, start: true, run: [sh, -c, 'echo \"{\\\"hi\\\": 1}\"'] }\n";
     let done = run(
@@ -300,22 +306,7 @@ async fn a_worker_joins_and_runs_scripts_without_waiting_for_its_python_to_start
 
 #[tokio::test]
 async fn an_interpreter_that_does_not_run_fails_the_call_saying_so() -> anyhow::Result<()> {
-    let dir = std::env::temp_dir().join(format!("weft-broken-python-{}", std::process::id()));
-    std::fs::create_dir_all(&dir)?;
-    let interpreter = dir.join("python3");
-    std::fs::write(
-        &interpreter,
-        "#!/bin/sh\necho 'no such runtime' >&2\nexit 3\n",
-    )?;
-    std::fs::set_permissions(
-        &interpreter,
-        std::os::unix::fs::PermissionsExt::from_mode(0o755),
-    )?;
-    let cluster = configured(
-        &format!("interpreter = {:?}", interpreter.display().to_string()),
-        1,
-    )
-    .await?;
+    let (cluster, dir) = with_interpreter("broken", "echo 'no such runtime' >&2\nexit 3").await?;
     let client = cluster.client().await?;
     let yaml = "
 functions: helpers.py
