@@ -32,6 +32,10 @@ pub const LEADER: &str = "weft_leader";
 /// How long taking a checkpoint took the run (histogram; with `async`
 /// durability, the hand-off to the writer).
 pub const CHECKPOINT_SECONDS: &str = "weft_checkpoint_seconds";
+/// Bytes that checkpoints wrote, by what (`of`: a state `field` or the
+/// `progress`) and how (`form`: `whole`, or a `delta` of what changed;
+/// counter).
+pub const CHECKPOINT_BYTES: &str = "weft_checkpoint_bytes_total";
 /// Tokens of `llm` and `agent` steps, by `type` (`prompt`,
 /// `completion`), as providers count them (counter).
 pub const LLM_TOKENS: &str = "weft_llm_tokens_total";
@@ -94,6 +98,11 @@ pub fn install() -> Result<PrometheusHandle, metrics_exporter_prometheus::BuildE
         CHECKPOINT_SECONDS,
         metrics::Unit::Seconds,
         "taking a run's checkpoint"
+    );
+    metrics::describe_counter!(
+        CHECKPOINT_BYTES,
+        metrics::Unit::Bytes,
+        "bytes checkpoints wrote: of fields or the progress, whole or as deltas"
     );
     metrics::describe_counter!(LLM_TOKENS, "tokens of llm and agent steps, by type");
     metrics::describe_counter!(

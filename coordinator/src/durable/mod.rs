@@ -7,6 +7,7 @@ use tokio_util::sync::CancellationToken;
 use weft_store::{AnyStore, Fence, StoreError};
 
 pub mod blob_refs;
+pub mod deltas;
 pub mod journal;
 pub mod keys;
 pub mod records;

@@ -7,7 +7,7 @@
 //! arbitrary JSON (the state), which bincode cannot describe by itself: they
 //! travel inside the record as JSON text.
 //!
-//! `tests/fixtures/run-record-v1.bin`, `-v2.bin` and `-v3.bin` are records
+//! `tests/fixtures/run-record-v1.bin` to `-v4.bin` are records
 //! as written on the days their formats were fixed: tests decode each, and
 //! check that today's encoder still writes the current one byte for byte,
 //! so a change of format is a deliberate one (a new version, the old ones
@@ -15,10 +15,11 @@
 
 use serde::{Deserialize, Serialize};
 
-/// The format this coordinator writes: 3 may keep large fields under
-/// versioned keys (`spilled`); 2 stored the state apart, field by field; 1
-/// kept it inside the progress.
-pub const FORMAT: u8 = 3;
+/// The format this coordinator writes: 4 may store fields as a base and
+/// deltas (`deltas`); 3 may keep large fields under versioned keys
+/// (`spilled`); 2 stored the state apart, field by field; 1 kept it inside
+/// the progress.
+pub const FORMAT: u8 = 4;
 
 /// A run as stored: enough to restore its machine and serve it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -48,6 +49,46 @@ pub struct RunRecord {
     /// (and `progress_json` is empty): written ahead of the record like
     /// spilled fields (format 3; `None` before).
     pub progress_at: Option<u64>,
+    /// Fields stored at their plain key as a base and then deltas, with
+    /// their deltas' numbers in order (`super::deltas`; format 4, empty
+    /// before).
+    pub deltas: Vec<(String, Vec<u64>)>,
+    /// When set, the progress is stored at `runs/<id>/progress/base` and
+    /// then these deltas (and `progress_json` is empty; format 4, `None`
+    /// before).
+    pub progress_chain: Option<Vec<u64>>,
+}
+
+/// A run record of format 3.
+#[derive(Deserialize)]
+struct RunRecordV3 {
+    id: String,
+    graph_path: String,
+    files: Vec<FileRecord>,
+    created_unix_ms: i64,
+    progress_json: String,
+    events: u64,
+    fields: Vec<String>,
+    spilled: Vec<(String, u64)>,
+    progress_at: Option<u64>,
+}
+
+impl From<RunRecordV3> for RunRecord {
+    fn from(v3: RunRecordV3) -> Self {
+        Self {
+            id: v3.id,
+            graph_path: v3.graph_path,
+            files: v3.files,
+            created_unix_ms: v3.created_unix_ms,
+            progress_json: v3.progress_json,
+            events: v3.events,
+            fields: v3.fields,
+            spilled: v3.spilled,
+            progress_at: v3.progress_at,
+            deltas: Vec::new(),
+            progress_chain: None,
+        }
+    }
 }
 
 /// A run record of format 2.
@@ -74,6 +115,8 @@ impl From<RunRecordV2> for RunRecord {
             fields: v2.fields,
             spilled: Vec::new(),
             progress_at: None,
+            deltas: Vec::new(),
+            progress_chain: None,
         }
     }
 }
@@ -101,6 +144,8 @@ impl From<RunRecordV1> for RunRecord {
             fields: Vec::new(),
             spilled: Vec::new(),
             progress_at: None,
+            deltas: Vec::new(),
+            progress_chain: None,
         }
     }
 }
@@ -110,6 +155,7 @@ pub fn decode_run(bytes: &[u8]) -> Result<RunRecord, RecordError> {
     match bytes.first() {
         Some(1) => decode_body::<RunRecordV1>(&bytes[1..]).map(RunRecord::from),
         Some(2) => decode_body::<RunRecordV2>(&bytes[1..]).map(RunRecord::from),
+        Some(3) => decode_body::<RunRecordV3>(&bytes[1..]).map(RunRecord::from),
         _ => decode(bytes),
     }
 }
@@ -160,9 +206,9 @@ pub fn decode<T: for<'de> Deserialize<'de>>(bytes: &[u8]) -> Result<T, RecordErr
         .split_first()
         .ok_or_else(|| RecordError::Corrupt("empty".into()))?;
     match version {
-        // Events records did not change between formats 1 and 3; run
+        // Events records did not change between formats 1 and 4; run
         // records did (see [`decode_run`]).
-        1 | 2 | FORMAT => decode_body(body),
+        1..=FORMAT => decode_body(body),
         0 => Err(RecordError::Corrupt("format 0 does not exist".into())),
         newer => Err(RecordError::Newer(newer)),
     }
@@ -194,13 +240,17 @@ pub struct RecordHead {
     pub spilled: Vec<(String, u64)>,
     /// See [`RunRecord::progress_at`](RunRecord::progress_at).
     pub progress_at: Option<u64>,
+    /// See [`RunRecord::deltas`](RunRecord::deltas).
+    pub deltas: Vec<(String, Vec<u64>)>,
+    /// See [`RunRecord::progress_chain`](RunRecord::progress_chain).
+    pub progress_chain: Option<Vec<u64>>,
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// The record kept in `tests/fixtures/run-record-v3.bin` (and, without
+    /// The record kept in `tests/fixtures/run-record-v4.bin` (and, without
     /// what later formats added, in the older fixtures).
     fn sample() -> RunRecord {
         RunRecord {
@@ -224,6 +274,8 @@ mod tests {
             fields: vec!["draft".into(), "topic".into()],
             spilled: vec![("draft".into(), 4)],
             progress_at: None,
+            deltas: vec![("notes".into(), vec![0, 1, 5])],
+            progress_chain: Some(vec![2]),
         }
     }
 
@@ -242,6 +294,8 @@ mod tests {
         let expected = RunRecord {
             fields: Vec::new(),
             spilled: Vec::new(),
+            deltas: Vec::new(),
+            progress_chain: None,
             ..sample()
         };
         assert_eq!(record, expected, "format 1 kept the state in the progress");
@@ -253,24 +307,38 @@ mod tests {
         assert_eq!(stored[0], 2);
         let expected = RunRecord {
             spilled: Vec::new(),
+            deltas: Vec::new(),
+            progress_chain: None,
             ..sample()
         };
         assert_eq!(decode_run(&stored).expect("decodes"), expected);
     }
 
     #[test]
-    fn a_record_of_format_3_decodes_and_is_still_written_the_same() {
-        let path = fixture("run-record-v3.bin");
+    fn a_record_of_format_3_still_decodes() {
+        let stored = std::fs::read(fixture("run-record-v3.bin")).expect("checked in");
+        assert_eq!(stored[0], 3);
+        let expected = RunRecord {
+            deltas: Vec::new(),
+            progress_chain: None,
+            ..sample()
+        };
+        assert_eq!(decode_run(&stored).expect("decodes"), expected);
+    }
+
+    #[test]
+    fn a_record_of_format_4_decodes_and_is_still_written_the_same() {
+        let path = fixture("run-record-v4.bin");
         if std::env::var_os("WEFT_WRITE_FIXTURES").is_some() {
             std::fs::write(&path, encode(&sample())).expect("fixture written");
         }
         let stored = std::fs::read(&path).expect("the fixture is checked in");
-        assert_eq!(stored[0], 3, "format 3");
+        assert_eq!(stored[0], 4, "format 4");
         assert_eq!(decode_run(&stored).expect("decodes"), sample());
         assert_eq!(
             encode(&sample()),
             stored,
-            "today's encoder writes format 3 unchanged"
+            "today's encoder writes format 4 unchanged"
         );
     }
 
@@ -280,7 +348,7 @@ mod tests {
         bytes[0] = 9;
         assert_eq!(
             decode_run(&bytes).unwrap_err().to_string(),
-            "format 9 was written by a newer coordinator (this one reads up to 3)"
+            "format 9 was written by a newer coordinator (this one reads up to 4)"
         );
         assert!(matches!(decode_run(&[]), Err(RecordError::Corrupt(_))));
         let mut long = encode(&sample());

@@ -7,7 +7,11 @@ use weft_proto::RunId;
 use weft_store::{AnyStore, Store, StoreError, chunks};
 
 use super::Keeper;
-use super::keys::{self, blob_key, events_key, field_key, progress_key, spilled_key};
+use super::deltas::DeltaRecord;
+use super::keys::{
+    self, blob_key, delta_key, events_key, field_key, progress_base_key, progress_delta_key,
+    progress_key, spilled_key,
+};
 use super::records::{self, EventsRecord, FileRecord, RecordHead, RunRecord};
 use crate::bundle::Bundle;
 use weft_proto::events::{RunEvent, StoredEvent};
@@ -38,6 +42,8 @@ pub async fn store_bundle(
         created_unix_ms,
         spilled: Vec::new(),
         progress_at: None,
+        deltas: Vec::new(),
+        progress_chain: None,
     })
 }
 
@@ -103,9 +109,13 @@ async fn read_run<P: Progress>(
     max_bundle_bytes: usize,
 ) -> Result<StoredRun<P>, StoreError> {
     let record = records::decode_run(bytes).map_err(|e| corrupt(key, &e.to_string()))?;
-    let mut progress: P = match record.progress_at {
-        None => serde_json::from_str(&record.progress_json),
-        Some(at) => {
+    let mut progress: P = match (&record.progress_chain, record.progress_at) {
+        (Some(seqs), _) => {
+            let text = read_progress_chain(store, &record.id, seqs).await?;
+            serde_json::from_str(&text)
+        }
+        (None, None) => serde_json::from_str(&record.progress_json),
+        (None, Some(at)) => {
             let apart = progress_key(&record.id, at);
             let json = chunks::get(store, &apart)
                 .await?
@@ -138,11 +148,14 @@ async fn read_run<P: Progress>(
             created_unix_ms: record.created_unix_ms,
             spilled: record.spilled,
             progress_at: record.progress_at,
+            deltas: record.deltas,
+            progress_chain: record.progress_chain,
         },
     })
 }
 
-/// The state a record names, field by field.
+/// The state a record names, field by field: each from its key, then its
+/// deltas applied in order.
 async fn read_state(
     store: &AnyStore,
     record: &RunRecord,
@@ -153,18 +166,78 @@ async fn read_state(
         .iter()
         .map(|(n, v)| (n.as_str(), *v))
         .collect();
+    let chains: std::collections::HashMap<&str, &[u64]> = record
+        .deltas
+        .iter()
+        .map(|(n, seqs)| (n.as_str(), seqs.as_slice()))
+        .collect();
+    // Every delta of the run in one read, when there are any.
+    let mut deltas: std::collections::HashMap<String, Vec<u8>> = if chains.is_empty() {
+        Default::default()
+    } else {
+        chunks::scan(store, &keys::deltas_prefix(&record.id))
+            .await?
+            .into_iter()
+            .collect()
+    };
     for name in &record.fields {
         let key = match spilled.get(name.as_str()) {
             Some(version) => spilled_key(&record.id, name, *version),
             None => field_key(&record.id, name),
         };
-        let json = chunks::get(store, &key)
+        let mut json = chunks::get(store, &key)
             .await?
             .ok_or_else(|| corrupt(&key, "the field is missing"))?;
+        let chain = chains.get(name.as_str()).copied().unwrap_or_default();
+        if !chain.is_empty() {
+            let keys = chain.iter().map(|&seq| delta_key(&record.id, name, seq));
+            json = apply_deltas(json, keys, &mut deltas)?;
+        }
         let value = serde_json::from_slice(&json).map_err(|e| corrupt(&key, &e.to_string()))?;
         state.insert(name.clone(), value);
     }
     Ok(state)
+}
+
+/// A chained progress: its base, then its deltas in order.
+async fn read_progress_chain(
+    store: &AnyStore,
+    id: &str,
+    seqs: &[u64],
+) -> Result<String, StoreError> {
+    let key = progress_base_key(id);
+    let base = chunks::get(store, &key)
+        .await?
+        .ok_or_else(|| corrupt(&key, "the progress its record names is missing"))?;
+    let mut deltas = match seqs.is_empty() {
+        true => Default::default(),
+        false => chunks::scan(store, &keys::progress_deltas_prefix(id))
+            .await?
+            .into_iter()
+            .collect(),
+    };
+    let keys = seqs.iter().map(|&seq| progress_delta_key(id, seq));
+    let progress = apply_deltas(base, keys, &mut deltas)?;
+    String::from_utf8(progress).map_err(|e| corrupt(&key, &e.to_string()))
+}
+
+/// `value` with the deltas at `keys` applied in order, taken from `stored`.
+fn apply_deltas(
+    mut value: Vec<u8>,
+    keys: impl Iterator<Item = String>,
+    stored: &mut std::collections::HashMap<String, Vec<u8>>,
+) -> Result<Vec<u8>, StoreError> {
+    for at in keys {
+        let bytes = stored
+            .remove(&at)
+            .ok_or_else(|| corrupt(&at, "a delta its record names is missing"))?;
+        let delta: DeltaRecord =
+            records::decode(&bytes).map_err(|e| corrupt(&at, &e.to_string()))?;
+        value = delta
+            .apply(&value)
+            .ok_or_else(|| corrupt(&at, "the delta does not fit the value before it"))?;
+    }
+    Ok(value)
 }
 
 /// The run's events up to its record's position, in order.

@@ -2,7 +2,8 @@
 //!
 //! **Together** (nearly always): the record, the new events and the fields
 //! whose version moved, in one transaction — a record never meets fields or
-//! events newer than itself.
+//! events newer than itself. A field that grew from its last stored value
+//! goes as a delta (`super::deltas`), the rest whole.
 //!
 //! **Apart**, when that transaction is larger than the store takes (etcd:
 //! 1 MiB and 128 writes per transaction): the events, each changed field
@@ -14,6 +15,7 @@
 //! stands. So a state of any size (up to the store's 256 MiB per value) is
 //! stored whole, never truncated, on either backend.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use weft_proto::RunId;
@@ -22,7 +24,12 @@ use tokio::sync::oneshot;
 use weft_store::{Store, StoreError, chunks};
 
 use super::Keeper;
-use super::keys::{events_key, field_key, progress_key, record_key, spilled_key};
+use super::deltas::{Chains, FieldWrite, Leftover, ProgressWrite};
+use super::keys::{
+    delta_key, events_key, field_deltas_prefix, field_key, progress_base_key,
+    progress_chain_prefix, progress_delta_key, progress_deltas_prefix, progress_key, record_key,
+    spilled_key,
+};
 use super::records::{self, EventsRecord, RecordHead, RunRecord};
 
 /// One checkpoint, taken by the actor.
@@ -50,12 +57,15 @@ pub(super) struct Writer {
     progress_at: Option<u64>,
     /// The next `progress@<n>` to write.
     next_progress: u64,
+    /// The fields the last stored record keeps as a base and deltas.
+    chains: Chains,
 }
 
 impl Writer {
     pub(super) fn new(keeper: Keeper, id: RunId, head: RecordHead) -> Self {
         let spilled = head.spilled.iter().cloned().collect();
         let progress_at = head.progress_at;
+        let chains = Chains::restored(&head.deltas, head.progress_chain.as_deref());
         Self {
             keeper,
             id,
@@ -63,6 +73,7 @@ impl Writer {
             spilled,
             progress_at,
             next_progress: progress_at.map_or(0, |n| n + 1),
+            chains,
         }
     }
 
@@ -78,27 +89,80 @@ impl Writer {
     }
 
     async fn write_together(&mut self, snapshot: &Snapshot) -> Result<(), StoreError> {
-        // Fields written now go to their plain keys.
+        // Fields written now go to their plain keys, whole or as deltas.
         let mut spilled = self.spilled.clone();
         spilled.retain(|name, _| {
             !snapshot.changed.contains_key(name) && snapshot.names.binary_search(name).is_ok()
         });
-        let record = self.record(snapshot, snapshot.progress_json.clone(), &spilled, None);
-        let events = events_record(snapshot);
+        let mut chains = self.chains.clone();
+        let mut stale = Stale {
+            fields: chains.keep_only(&snapshot.names),
+            progress: Leftover::Nothing,
+        };
         let id = &self.id;
-        let mut keyed: Vec<(String, &[u8])> = Vec::with_capacity(snapshot.changed.len() + 2);
-        if let Some(events) = &events {
-            keyed.push((events_key(id, snapshot.first), events));
+        let mut keyed: Vec<(String, Cow<'_, [u8]>)> =
+            Vec::with_capacity(snapshot.changed.len() + 2);
+        if let Some(events) = events_record(snapshot) {
+            keyed.push((events_key(id, snapshot.first), Cow::Owned(events)));
         }
+        // Bytes written whole and as deltas: of fields, of the progress.
+        let mut written = [[0usize; 2]; 2];
         for (name, (_, json)) in &snapshot.changed {
-            keyed.push((field_key(id, name), json.as_bytes()));
+            let (write, ended) = chains.store(name, json);
+            if ended {
+                stale.fields.push(name.clone());
+            }
+            match write {
+                FieldWrite::Whole => {
+                    written[0][0] += json.len();
+                    keyed.push((field_key(id, name), Cow::Borrowed(json.as_bytes())))
+                }
+                FieldWrite::Delta { seq, record } => {
+                    written[0][1] += record.size();
+                    keyed.push((
+                        delta_key(id, name, seq),
+                        Cow::Owned(records::encode(&record)),
+                    ));
+                }
+            }
         }
-        keyed.push((record_key(id), &record));
-        let values: Vec<(&str, &[u8])> = keyed.iter().map(|(k, v)| (k.as_str(), *v)).collect();
+        // The progress: inline, or (large) a base and deltas of its own.
+        let progress: Arc<str> = Arc::from(snapshot.progress_json.as_str());
+        let (write, leftover) = chains.store_progress(&progress);
+        stale.progress = leftover;
+        let inline = match write {
+            ProgressWrite::Inline => {
+                written[1][0] += progress.len();
+                snapshot.progress_json.clone()
+            }
+            ProgressWrite::Chained(FieldWrite::Whole) => {
+                written[1][0] += progress.len();
+                let base = Cow::Owned(progress.as_bytes().to_vec());
+                keyed.push((progress_base_key(id), base));
+                String::new()
+            }
+            ProgressWrite::Chained(FieldWrite::Delta { seq, record }) => {
+                written[1][1] += record.size();
+                let delta = Cow::Owned(records::encode(&record));
+                keyed.push((progress_delta_key(id, seq), delta));
+                String::new()
+            }
+        };
+        let record = self.record(snapshot, inline, &spilled, None, &chains);
+        keyed.push((record_key(id), Cow::Owned(record)));
+        let values: Vec<(&str, &[u8])> = keyed.iter().map(|(k, v)| (k.as_str(), &**v)).collect();
         let (store, fence) = (self.keeper.store(), self.keeper.fence());
         self.keeper
             .checked(chunks::put_together(store, &values, fence).await)?;
-        self.settle(spilled, None).await;
+        for (of, [whole, delta]) in ["field", "progress"].into_iter().zip(written) {
+            for (form, bytes) in [("whole", whole), ("delta", delta)] {
+                let labels = [("of", of), ("form", form)];
+                metrics::counter!(crate::metrics::CHECKPOINT_BYTES, &labels)
+                    .increment(bytes as u64);
+            }
+        }
+        self.chains = chains;
+        self.settle(spilled, None, stale).await;
         Ok(())
     }
 
@@ -112,20 +176,31 @@ impl Writer {
         }
         let mut spilled = self.spilled.clone();
         spilled.retain(|name, _| snapshot.names.binary_search(name).is_ok());
+        // Fields spilled now are whole under their versioned keys: their
+        // chains end.
+        let mut chains = self.chains.clone();
+        let mut stale = Stale {
+            fields: chains.keep_only(&snapshot.names),
+            progress: chains.forget_progress(),
+        };
         for (name, (version, json)) in &snapshot.changed {
             let key = spilled_key(&id, name, *version);
             keeper.checked(chunks::put(store, &key, json.as_bytes(), fence).await)?;
             spilled.insert(name.clone(), *version);
+            if chains.forget(name) {
+                stale.fields.push(name.clone());
+            }
         }
         let at = self.next_progress;
         self.next_progress += 1;
         let progress = snapshot.progress_json.as_bytes();
         keeper.checked(chunks::put(store, &progress_key(&id, at), progress, fence).await)?;
-        let record = self.record(snapshot, String::new(), &spilled, Some(at));
+        let record = self.record(snapshot, String::new(), &spilled, Some(at), &chains);
         let key = record_key(&id);
         keeper.checked(chunks::put_together(store, &[(&key, &record)], fence).await)?;
         tracing::debug!(run = %id, fields = snapshot.changed.len(), "a large checkpoint stored apart");
-        self.settle(spilled, Some(at)).await;
+        self.chains = chains;
+        self.settle(spilled, Some(at), stale).await;
         Ok(())
     }
 
@@ -135,6 +210,7 @@ impl Writer {
         progress_json: String,
         spilled: &BTreeMap<String, u64>,
         progress_at: Option<u64>,
+        chains: &Chains,
     ) -> Vec<u8> {
         records::encode(&RunRecord {
             id: self.id.to_string(),
@@ -146,13 +222,20 @@ impl Writer {
             fields: snapshot.names.clone(),
             spilled: spilled.iter().map(|(n, v)| (n.clone(), *v)).collect(),
             progress_at,
+            deltas: chains.named(),
+            progress_chain: chains.progress(),
         })
     }
 
     /// Notes where the new record put things, and deletes the versioned
-    /// keys it no longer names (a key left behind by a failed delete goes
-    /// with the run).
-    async fn settle(&mut self, spilled: BTreeMap<String, u64>, progress_at: Option<u64>) {
+    /// keys and the deltas (`stale`) it no longer names (a key left behind
+    /// by a failed delete goes with the run).
+    async fn settle(
+        &mut self,
+        spilled: BTreeMap<String, u64>,
+        progress_at: Option<u64>,
+        stale_chains: Stale,
+    ) {
         let mut stale: Vec<String> = self
             .spilled
             .iter()
@@ -164,18 +247,33 @@ impl Writer {
         {
             stale.push(progress_key(&self.id, old));
         }
+        let fields = stale_chains.fields.iter();
+        stale.extend(fields.map(|name| field_deltas_prefix(&self.id, name)));
+        match stale_chains.progress {
+            Leftover::Nothing => {}
+            Leftover::Deltas => stale.push(progress_deltas_prefix(&self.id)),
+            Leftover::Chain => stale.push(progress_chain_prefix(&self.id)),
+        }
         self.spilled = spilled;
         self.progress_at = progress_at;
         let (store, fence) = (self.keeper.store(), self.keeper.fence());
         for key in stale {
-            // The key and its chunks (`KEY\u{1}N`); the zero-padded
-            // version keeps other keys out of the prefix.
+            // The key and its chunks (`KEY\u{1}N`; the zero-padded
+            // version keeps other keys out of the prefix), or a field's
+            // deltas.
             let deleted = store.delete_prefix(&key, fence).await;
             if let Err(error) = self.keeper.checked(deleted) {
                 tracing::warn!(run = %self.id, %key, %error, "a superseded key stays in the store");
             }
         }
     }
+}
+
+/// What a new record no longer names of the chains: the fields whose
+/// deltas it left behind, and what of the progress's chain.
+struct Stale {
+    fields: Vec<String>,
+    progress: Leftover,
 }
 
 /// The snapshot's new events as a record, if there are any.

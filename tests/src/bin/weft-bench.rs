@@ -1,4 +1,4 @@
-//! Weft's benchmark harness for SPEC section 14's W1–W5 (the peers'
+//! Weft's benchmark harness for SPEC section 14's W1–W6 and W8 (the peers'
 //! workloads in `../shared/bench/peers/WORKLOADS.md`) and W7 (teammate
 //! message latency), run against an embedded cluster whose workers host
 //! Rust handlers, over gRPC on loopback.
@@ -20,6 +20,8 @@ use serde_json::{Value, json};
 use weft_client::{Client, EmbeddedCluster, GraphBuilder, GraphBundle, NodeBuilder};
 use weft_worker::{TaskContext, Worker};
 
+#[path = "weft_bench/chat.rs"]
+mod chat;
 #[path = "weft_bench/many_runs.rs"]
 mod many_runs;
 #[path = "weft_bench/python.rs"]
@@ -31,8 +33,8 @@ use report::{Figure, median};
 
 #[derive(Parser)]
 struct Args {
-    /// Workloads to run (w1, w2, w1py, w2py, w3, w4, w5, w6, w7); default:
-    /// all.
+    /// Workloads to run (w1, w2, w1py, w2py, w3, w4, w5, w6, w7, w8);
+    /// default: all.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
     /// Timed iterations per workload (after one warmup).
@@ -328,6 +330,9 @@ async fn run_all(args: &Args) -> Result<Vec<Figure>> {
     }
     if wanted("w5") {
         figures.push(w5(args).await?);
+    }
+    if wanted("w8") {
+        figures.push(chat::w8(args).await?);
     }
     Ok(figures)
 }

@@ -379,3 +379,105 @@ nodes:
     std::fs::remove_file(&ran).ok();
     Ok(())
 }
+
+/// What `turn` in [`conversation`] appends at turn `n` (accents and a
+/// check mark, so a delta's cut must fall between characters).
+fn said(n: u64) -> String {
+    format!("turn {n}: héllo ✓ {}", "x".repeat(300))
+}
+
+/// A loop of `turns` turns, each appending [`said`] to `messages` and
+/// rewriting `summary`, then an approval that holds the run.
+fn conversation(turns: u64) -> GraphBundle {
+    let turn = "import json, sys\n\
+         state = json.load(sys.stdin)['state']\n\
+         n = state['turns'] + 1\n\
+         said = f'turn {n}: héllo ✓ ' + 'x' * 300\n\
+         print(json.dumps({'messages': state['messages'] + [said], 'turns': n,\n\
+                           'summary': {'last': n, 'words': 7 * n}}))\n";
+    GraphBundle::from_text(
+        "chat.yaml",
+        &format!(
+            r#"
+settings: {{ max_steps: 500 }}
+state:
+  messages: {{ type: array, default: [] }}
+  turns: {{ type: integer, default: 0 }}
+  summary: {{ type: object, default: {{}} }}
+conditions:
+  enough: "state.turns >= {turns}"
+nodes:
+  talk: {{ kind: loop, start: true, body: turn, until: enough, max_iterations: 100, next: keep }}
+  turn: {{ kind: script, run: [python3, turn.py] }}
+  keep: {{ kind: approval, prompt: "Keep {{{{ turns }}}} turns?" }}
+"#
+        ),
+    )
+    .with_file("turn.py", turn.as_bytes(), 0o644)
+}
+
+/// A conversation is stored as a base and the messages each turn added
+/// (inside the loop's progress while it runs, in its field once the loop
+/// ends); read back after `kill -9` — mid-loop, then while it waits — its
+/// state is the one it had, exactly, and the new coordinator writes far
+/// less than whole rewrites would.
+#[tokio::test]
+async fn a_growing_field_stored_as_deltas_is_restored_exactly() -> anyhow::Result<()> {
+    let turns = 40;
+    let mut cluster = TestCluster::start()?;
+    cluster.add_worker("w", 1)?;
+    cluster.wait_for_workers(&["w"]).await?;
+    let client = cluster.client().await?;
+    let submitted = client
+        .submit_bundle(conversation(turns), &json!({}))
+        .await?;
+    let id = submitted.run_id.clone();
+    weft_tests::until_event(&client, &id, "turn 12 ended", |event| {
+        event.kind == "loop_iteration" && event.body["iteration"] == 12
+    })
+    .await?;
+    cluster.restart_coordinator()?;
+    let client = cluster.client().await?;
+    wait_for_event(&client, &id, "waiting_for_input").await?;
+    let waiting = client.get(&id).await?;
+    assert_eq!(waiting.status, RunStatus::Waiting);
+    let expected: Vec<String> = (1..=turns).map(said).collect();
+    assert_eq!(waiting.state["messages"], json!(expected));
+    assert_eq!(
+        waiting.state["summary"],
+        json!({"last": turns, "words": 7 * turns})
+    );
+    // This coordinator stored turns 13 to 40 (at least): rewritten whole,
+    // each would be its list again (twice while the loop runs: in the
+    // loop's state and in the task out).
+    let metrics = cluster.metrics()?;
+    // Fields and progress alike, whole or as deltas.
+    let bytes = |form: &str| -> f64 {
+        let form = format!("form=\"{form}\"");
+        metrics
+            .lines()
+            .filter(|l| l.starts_with("weft_checkpoint_bytes_total{") && l.contains(&form))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    };
+    let rewrites: usize = (12..=turns as usize)
+        .map(|n| json!(&expected[..n]).to_string().len())
+        .sum();
+    assert!(bytes("delta") > 0.0, "no deltas were written:\n{metrics}");
+    assert!(
+        bytes("whole") + bytes("delta") < rewrites as f64 * 0.75,
+        "{} bytes whole and {} as deltas, where rewrites are {rewrites}",
+        bytes("whole"),
+        bytes("delta")
+    );
+    // Read back from its base and deltas, the waiting run is the same.
+    cluster.restart_coordinator()?;
+    let client = cluster.client().await?;
+    let restored = client.get(&id).await?;
+    assert!(restored == waiting, "not restored exactly: {restored:?}");
+    client.resume(&id, "keep", &json!("approve"), None).await?;
+    let done = tokio::time::timeout(Duration::from_secs(60), client.wait(&id)).await??;
+    assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error);
+    assert_eq!(done.state["messages"], json!(expected));
+    Ok(())
+}
