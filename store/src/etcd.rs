@@ -216,41 +216,51 @@ impl EtcdStore {
 
     /// `request` on the member that answered last, then on each other in
     /// turn while they cannot answer, within [`REQUEST_TIMEOUT`] in all.
+    /// When every member refused for now (an election after the leader
+    /// was lost answers "leader changed" for a second or two), they are
+    /// tried again after a pause that grows from 50 to 500 ms.
     async fn on_any<T, F, Fut>(&self, what: &str, request: F) -> Result<T, StoreError>
     where
         F: Fn(Client) -> Fut,
         Fut: Future<Output = Result<T, etcd_client::Error>>,
     {
         let members = &self.inner.members;
-        let first = self.inner.preferred.load(Ordering::Relaxed);
         let deadline = Instant::now() + REQUEST_TIMEOUT;
-        let mut failures = Vec::new();
-        for step in 0..members.len() {
-            let index = (first + step) % members.len();
-            let member = &members[index];
-            let left = deadline.saturating_duration_since(Instant::now());
-            let bound = if step + 1 == members.len() {
-                left
-            } else {
-                left.min(MEMBER_TIMEOUT)
-            };
-            let answer = tokio::time::timeout(bound, request(self.client(member).await?)).await;
-            match answer {
-                Ok(Ok(value)) => {
-                    self.inner.preferred.store(index, Ordering::Relaxed);
-                    return Ok(value);
+        let mut pause = Duration::from_millis(50);
+        loop {
+            let first = self.inner.preferred.load(Ordering::Relaxed);
+            let mut failures = Vec::new();
+            for step in 0..members.len() {
+                let index = (first + step) % members.len();
+                let member = &members[index];
+                let left = deadline.saturating_duration_since(Instant::now());
+                let bound = if step + 1 == members.len() {
+                    left
+                } else {
+                    left.min(MEMBER_TIMEOUT)
+                };
+                let answer = tokio::time::timeout(bound, request(self.client(member).await?)).await;
+                match answer {
+                    Ok(Ok(value)) => {
+                        self.inner.preferred.store(index, Ordering::Relaxed);
+                        return Ok(value);
+                    }
+                    Ok(Err(error)) if unanswered(&error) => {
+                        failures.push(format!("{}: {}", member.url, cause(&error)));
+                    }
+                    Ok(Err(error)) => return Err(backend(error)),
+                    Err(_) => failures.push(format!("{}: no answer within {bound:?}", member.url)),
                 }
-                Ok(Err(error)) if unanswered(&error) => {
-                    failures.push(format!("{}: {}", member.url, cause(&error)));
-                }
-                Ok(Err(error)) => return Err(backend(error)),
-                Err(_) => failures.push(format!("{}: no answer within {bound:?}", member.url)),
             }
+            if deadline.saturating_duration_since(Instant::now()) <= pause {
+                return Err(StoreError::Etcd(format!(
+                    "no member answered {what}: {}",
+                    failures.join("; ")
+                )));
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_millis(500));
         }
-        Err(StoreError::Etcd(format!(
-            "no member answered {what}: {}",
-            failures.join("; ")
-        )))
     }
 
     /// The entries `options` select at `key`.

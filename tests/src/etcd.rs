@@ -13,6 +13,7 @@ pub struct TestEtcd {
     dir: PathBuf,
     /// Its client URL, `http://127.0.0.1:PORT` (`https://` with TLS).
     pub url: String,
+    peer_url: String,
     /// With TLS: how the health check reaches it (`curl` arguments).
     tls: Option<EtcdTlsFiles>,
 }
@@ -31,6 +32,37 @@ pub struct EtcdTlsFiles {
     pub client_cert: PathBuf,
     /// Its key.
     pub client_key: PathBuf,
+}
+
+/// Starts an etcd member alone in its cluster, keeping its data in `dir`.
+fn spawn(
+    dir: &std::path::Path,
+    url: &str,
+    peer_url: &str,
+    tls: Option<&EtcdTlsFiles>,
+) -> Result<Child> {
+    let mut command = Command::new("etcd");
+    if let Some(tls) = tls {
+        command
+            .arg("--cert-file")
+            .arg(&tls.cert)
+            .arg("--key-file")
+            .arg(&tls.key)
+            .arg("--trusted-ca-file")
+            .arg(&tls.ca)
+            .arg("--client-cert-auth");
+    }
+    command
+        .arg("--data-dir")
+        .arg(dir)
+        .args(["--listen-client-urls", url, "--advertise-client-urls", url])
+        .args(["--listen-peer-urls", peer_url])
+        .args(["--initial-advertise-peer-urls", peer_url])
+        .args(["--initial-cluster", &format!("default={peer_url}")])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .context("starting etcd (Debian: apt-get install etcd-server)")
 }
 
 /// A port nothing listens on now.
@@ -71,41 +103,30 @@ impl TestEtcd {
         let scheme = if tls.is_some() { "https" } else { "http" };
         let url = format!("{scheme}://127.0.0.1:{client}");
         let peer_url = format!("http://127.0.0.1:{peer}");
-        let mut command = Command::new("etcd");
-        if let Some(tls) = &tls {
-            command
-                .arg("--cert-file")
-                .arg(&tls.cert)
-                .arg("--key-file")
-                .arg(&tls.key)
-                .arg("--trusted-ca-file")
-                .arg(&tls.ca)
-                .arg("--client-cert-auth");
-        }
-        let child = command
-            .arg("--data-dir")
-            .arg(&dir)
-            .args([
-                "--listen-client-urls",
-                &url,
-                "--advertise-client-urls",
-                &url,
-            ])
-            .args(["--listen-peer-urls", &peer_url])
-            .args(["--initial-advertise-peer-urls", &peer_url])
-            .args(["--initial-cluster", &format!("default={peer_url}")])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .context("starting etcd (Debian: apt-get install etcd-server)")?;
+        let child = spawn(&dir, &url, &peer_url, tls.as_ref())?;
         let mut etcd = Self {
             child,
             dir,
             url,
+            peer_url,
             tls,
         };
         etcd.wait_ready().await?;
         Ok(etcd)
+    }
+
+    /// Kills etcd (SIGKILL) and waits until it is gone; its data stays.
+    pub fn kill(&mut self) -> Result<()> {
+        self.child.kill()?;
+        self.child.wait()?;
+        Ok(())
+    }
+
+    /// Starts etcd again on the same ports and data, after [`kill`]
+    /// (Self::kill), and waits until it answers.
+    pub async fn start_again(&mut self) -> Result<()> {
+        self.child = spawn(&self.dir, &self.url, &self.peer_url, self.tls.as_ref())?;
+        self.wait_ready().await
     }
 
     /// Polls etcd's `/health` on its client port until it says so; fails

@@ -296,6 +296,27 @@ async fn the_etcd_store_passes_the_suite() {
     suite(&store, "t").await;
 }
 
+/// A request made while the only etcd member is down (restarting) waits
+/// for it within the request's time, instead of failing at the first
+/// refusal: members that cannot answer yet are asked again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_waits_out_an_etcd_that_is_restarting() {
+    let mut etcd = TestEtcd::start().await.expect("etcd runs");
+    let store = EtcdStore::connect(std::slice::from_ref(&etcd.url)).unwrap();
+    store.put("kept", b"before".to_vec(), None).await.unwrap();
+    etcd.kill().expect("etcd killed");
+    // Asked while nothing listens; etcd comes back meanwhile.
+    let reader = store.clone();
+    let read = tokio::spawn(async move { reader.get("kept").await });
+    etcd.start_again().await.expect("etcd starts again");
+    let entry = read
+        .await
+        .unwrap()
+        .expect("the read waited")
+        .expect("the key");
+    assert_eq!(entry.value, b"before");
+}
+
 /// Runs the `store-writer` helper (`mode`: `log` or `each`), kills it with
 /// SIGKILL after some 300 acknowledged writes, and checks them all.
 async fn acknowledged_writes_survive_kill_9(mode: &str) {
