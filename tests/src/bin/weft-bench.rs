@@ -332,7 +332,7 @@ async fn run_all(args: &Args) -> Result<Vec<Figure>> {
         figures.push(w5(args).await?);
     }
     if wanted("w8") {
-        figures.push(chat::w8(args).await?);
+        figures.extend(chat::w8(args).await?);
     }
     Ok(figures)
 }

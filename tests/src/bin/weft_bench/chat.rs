@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, ensure};
 use serde::Deserialize;
 use serde_json::{Value, json};
-use weft_client::{Client, EmbeddedCluster, GraphBuilder, NodeBuilder};
+use weft_client::{Client, EmbeddedCluster, GraphBuilder, GraphBundle, NodeBuilder};
 use weft_worker::Worker;
 
 use super::{Args, Figure};
@@ -43,7 +43,9 @@ fn register(worker: &mut Worker) {
     });
 }
 
-fn graph(durability: &str) -> GraphBuilder {
+/// The conversation looped by an edge back to its node: each turn is a
+/// wave, and its state is committed to the fields.
+fn by_edge(durability: &str) -> GraphBundle {
     GraphBuilder::new("w8")
         .setting("max_steps", 10 * TURNS)
         .setting("durability", durability)
@@ -51,18 +53,43 @@ fn graph(durability: &str) -> GraphBuilder {
         .field("turns", "integer", 0)
         .node("turn", NodeBuilder::task("chat").start())
         .loop_edge("turn", "turn", Some(&format!("state.turns < {TURNS}")))
+        .bundle()
 }
 
-/// W8 on a cluster of its own (so its store holds nothing else): bytes
-/// written per run, as MiB.
-pub(crate) async fn w8(args: &Args) -> Result<Figure> {
+/// The same by a `loop` node: the turns run inside one wave, their state
+/// in the run's progress until the loop ends.
+fn by_loop_node(durability: &str) -> GraphBundle {
+    let yaml = format!(
+        "settings: {{ durability: {durability} }}\n\
+         state:\n  messages: {{ type: array, default: [] }}\n  turns: {{ type: integer, default: 0 }}\n\
+         conditions:\n  enough: \"state.turns >= {TURNS}\"\n\
+         nodes:\n  talk: {{ kind: loop, start: true, body: turn, until: enough, max_iterations: {} }}\n\
+         \x20 turn: {{ kind: task, handler: chat }}\n",
+        2 * TURNS
+    );
+    GraphBundle::from_text("w8-loop.yaml", &yaml)
+}
+
+/// W8 on a cluster of its own (so its store holds nothing else), looped
+/// by an edge and by a `loop` node: bytes written per run, as MiB.
+pub(crate) async fn w8(args: &Args) -> Result<Vec<Figure>> {
+    let mut figures = Vec::new();
+    for (shape, bundle) in [
+        ("a loop edge", by_edge(&args.durability)),
+        ("a loop node", by_loop_node(&args.durability)),
+    ] {
+        figures.push(one(args, shape, bundle).await?);
+    }
+    Ok(figures)
+}
+
+async fn one(args: &Args, shape: &str, bundle: GraphBundle) -> Result<Figure> {
     let data = Scratch::new()?;
     let dir = data.0.clone();
     let cluster =
         EmbeddedCluster::start_configured(1, move |config| config.data_dir = dir, register).await?;
     cluster.ready().await?;
     let client = Client::connect(cluster.url.clone()).await?;
-    let bundle = graph(&args.durability).bundle();
     let (mut samples, mut written) = (Vec::new(), Vec::new());
     for _ in 0..args.iterations.clamp(1, 3) {
         let before = written_bytes()?;
@@ -84,7 +111,7 @@ pub(crate) async fn w8(args: &Args) -> Result<Figure> {
         written.push(written_bytes()? - before);
         let state_kb = done.state.to_string().len() / 1_000;
         eprintln!(
-            "W8: {:.2} MiB written for a {state_kb} KB state; store {:.2} MiB",
+            "W8 by {shape}: {:.2} MiB written for a {state_kb} KB state; store {:.2} MiB",
             mib(*written.last().expect("pushed")),
             mib(size_of_dir(&data.0)),
         );
@@ -93,7 +120,7 @@ pub(crate) async fn w8(args: &Args) -> Result<Figure> {
     written.sort_unstable();
     Ok(Figure {
         id: "w8",
-        label: format!("W8 {TURNS}-turn chat, bytes written per run"),
+        label: format!("W8 {TURNS}-turn chat by {shape}, bytes written per run"),
         samples,
         per: Some((mib(written[written.len() / 2]), "MiB written")),
     })
