@@ -357,14 +357,15 @@ impl Chains {
     }
 
     /// The progress `json`: inline while it is small, else in its chain.
-    pub fn store_progress(&mut self, json: &Arc<str>) -> (ProgressWrite, Leftover) {
+    pub fn store_progress(&mut self, json: &str) -> (ProgressWrite, Leftover) {
         let chained = json.len() >= CHAINED_PROGRESS
             || (self.progress.is_some() && json.len() >= CHAINED_PROGRESS / 2);
         if !chained {
             return (ProgressWrite::Inline, self.forget_progress());
         }
         let chain = self.progress.get_or_insert_with(Chain::default);
-        let (write, ended) = chain.store(json, &mut self.next);
+        // Kept as the chain's last value only when it is chained.
+        let (write, ended) = chain.store(&Arc::from(json), &mut self.next);
         let leftover = if ended {
             Leftover::Deltas
         } else {

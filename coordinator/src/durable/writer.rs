@@ -127,18 +127,17 @@ impl Writer {
             }
         }
         // The progress: inline, or (large) a base and deltas of its own.
-        let progress: Arc<str> = Arc::from(snapshot.progress_json.as_str());
-        let (write, leftover) = chains.store_progress(&progress);
+        let progress = &snapshot.progress_json;
+        let (write, leftover) = chains.store_progress(progress);
         stale.progress = leftover;
         let inline = match write {
             ProgressWrite::Inline => {
                 written[1][0] += progress.len();
-                snapshot.progress_json.clone()
+                progress.clone()
             }
             ProgressWrite::Chained(FieldWrite::Whole) => {
                 written[1][0] += progress.len();
-                let base = Cow::Owned(progress.as_bytes().to_vec());
-                keyed.push((progress_base_key(id), base));
+                keyed.push((progress_base_key(id), Cow::Borrowed(progress.as_bytes())));
                 String::new()
             }
             ProgressWrite::Chained(FieldWrite::Delta { seq, record }) => {
