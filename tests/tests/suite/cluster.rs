@@ -308,16 +308,15 @@ async fn a_script_past_its_timeout_is_killed_with_its_whole_process_group() -> a
     cluster.wait_for_workers(&["w"]).await?;
     let client = cluster.client().await?;
     let pid_file = std::env::temp_dir().join(format!("weft-grandchild-{}.pid", std::process::id()));
-    // The script starts a grandchild, records its pid, then hangs.
-    let code = "import subprocess, sys, time\n\
-                child = subprocess.Popen(['sleep', '300'])\n\
-                open(sys.argv[1], 'w').write(str(child.pid))\n\
-                time.sleep(300)\n";
+    // The script starts a grandchild, records its pid, then hangs. It is a
+    // shell, which starts in milliseconds even on a loaded machine, and the
+    // timeout leaves it ample time to record the pid before it is killed.
+    let code = "sleep 300 & echo $! > \"$1\"; wait";
     let graph = GraphBuilder::new("hangs").node(
         "hang",
-        NodeBuilder::script(&["python3", "-c", code, pid_file.to_str().unwrap()])
+        NodeBuilder::script(&["sh", "-c", code, "sh", pid_file.to_str().unwrap()])
             .start()
-            .set("timeout", "700ms"),
+            .set("timeout", "3s"),
     );
     let run = client.submit_graph(&graph, &json!({})).await?;
     let done = tokio::time::timeout(PATIENCE, client.wait(&run.run_id)).await??;
@@ -327,7 +326,7 @@ async fn a_script_past_its_timeout_is_killed_with_its_whole_process_group() -> a
     assert!(
         error
             .message
-            .contains("timeout: script timed out after 700ms and was killed"),
+            .contains("timeout: script timed out after 3s and was killed"),
         "{}",
         error.message
     );
