@@ -324,7 +324,9 @@ impl Client {
         bundle: GraphBundle,
         input: &impl Serialize,
     ) -> Result<Submitted, ClientError> {
-        let input_json = serde_json::to_string(input)
+        // Through a value, so long strings are written by the fast writer.
+        let input_json = serde_json::to_value(input)
+            .map(|input| weft_proto::json::to_string(&input))
             .map_err(|e| ClientError::Invalid(format!("the input does not serialize: {e}")))?;
         let request = pb::SubmitRequest {
             bundle: Some(to_proto(bundle)),

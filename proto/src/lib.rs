@@ -26,6 +26,7 @@ pub const FORWARDED_METADATA: &str = "weft-forwarded";
 
 pub mod events;
 pub mod ids;
+pub mod json;
 pub mod transport;
 pub mod types;
 

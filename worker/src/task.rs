@@ -142,9 +142,9 @@ impl Task {
             if i > 0 {
                 text.push(',');
             }
-            text.push_str(&Value::from(name.as_str()).to_string());
+            text.push_str(&weft_proto::json::to_string(&Value::from(name.as_str())));
             text.push(':');
-            text.push_str(&value.to_string());
+            text.push_str(&weft_proto::json::to_string(value));
         }
         text.push('}');
         text

@@ -29,7 +29,7 @@ pub fn run_info(view: RunView, with_state: bool) -> pb::RunInfo {
         graph_name: view.graph_name,
         status: status_to_wire(view.status) as i32,
         state_json: if with_state {
-            serde_json::to_string(&*view.state).unwrap_or_else(|_| "{}".into())
+            weft_proto::json::object_to_string(&view.state)
         } else {
             String::new()
         },

@@ -249,7 +249,7 @@ fn call_of(wire: pb::FunctionCall) -> Result<FunctionCall, Box<CallAnswer>> {
 fn task_result(report: TaskReport, max_bytes: usize) -> pb::TaskResult {
     let outcome = match report.outcome {
         Ok(done) => {
-            let json = done.writes.to_string();
+            let json = weft_proto::json::to_string(&done.writes);
             if json.len() > max_bytes {
                 pb::task_result::Outcome::Error(pb::TaskError {
                     kind: FailureKind::InvalidOutput.as_str().to_owned(),

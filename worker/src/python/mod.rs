@@ -136,7 +136,7 @@ impl Host {
         self.next_id += 1;
         let id = self.next_id;
         request.insert("id".into(), id.into());
-        let mut line = Value::Object(request).to_string();
+        let mut line = weft_proto::json::object_to_string(&request);
         line.push('\n');
         // A process that ended before answering (or before taking the
         // request) is reported with its exit status and its last words.

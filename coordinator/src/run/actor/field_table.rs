@@ -37,7 +37,7 @@ impl FieldTable {
         StateField {
             name: Arc::from(name),
             version: self.next_version,
-            json: Some(Arc::from(value.to_string())),
+            json: Some(Arc::from(weft_proto::json::to_string(value))),
         }
     }
 
