@@ -40,6 +40,9 @@ struct Args {
     /// Timed iterations per workload (after one warmup).
     #[arg(long, default_value_t = 5)]
     iterations: usize,
+    /// The chain lengths W4 runs its 10 MB state through.
+    #[arg(long, value_delimiter = ',', default_values_t = [20usize, 1])]
+    w4_chains: Vec<usize>,
     /// Processes for W5.
     #[arg(long, default_value_t = 5)]
     reps: usize,
@@ -352,7 +355,7 @@ async fn w1(client: &Client, args: &Args) -> Result<Figure> {
     .await?;
     let per = median(&samples).as_secs_f64() * 1e6 / 200.0;
     Ok(Figure {
-        id: "w1",
+        id: "w1".into(),
         label: "W1 chain, 200 nodes".into(),
         samples,
         per: Some((per, "µs/node")),
@@ -366,7 +369,12 @@ async fn w2(client: &Client, args: &Args, n: usize) -> Result<Figure> {
         doubled(s, n)
     })
     .await?;
-    Ok(map_figure("w2", format!("W2 map, N = {n}"), samples, n))
+    Ok(map_figure(
+        format!("w2_{n}"),
+        format!("W2 map, N = {n}"),
+        samples,
+        n,
+    ))
 }
 
 /// W2's check: `results` holds each item doubled, in input order.
@@ -380,7 +388,7 @@ fn doubled(state: &Value, n: usize) -> Result<()> {
 }
 
 /// A map's figure: items per second at the median.
-fn map_figure(id: &'static str, label: String, samples: Vec<Duration>, n: usize) -> Figure {
+fn map_figure(id: String, label: String, samples: Vec<Duration>, n: usize) -> Figure {
     let rate = n as f64 / median(&samples).as_secs_f64();
     Figure {
         id,
@@ -400,14 +408,15 @@ async fn w3(client: &Client, args: &Args) -> Result<Figure> {
     .await?;
     let over = (median(&samples).as_secs_f64() - 0.5) * 1e3;
     Ok(Figure {
-        id: "w3",
+        id: "w3".into(),
         label: "W3 waves, 10 × (8 × 50 ms)".into(),
         samples,
         per: Some((over, "ms over 0.5 s")),
     })
 }
 
-/// W4: a chain of 20 next to a 10 MB field.
+/// W4: a chain of 20 next to a 10 MB field, and the same state through one
+/// node (`--w4-chains`).
 async fn w4(client: &Client, args: &Args) -> Result<Vec<Figure>> {
     let blob = "x".repeat(10_000_000);
     let input = json!({"blob": blob, "counter": 0});
@@ -416,7 +425,7 @@ async fn w4(client: &Client, args: &Args) -> Result<Vec<Figure>> {
     // The same state through one node and through twenty: the difference
     // is what a node costs; the one node's time is mostly taking the input
     // and returning the result.
-    for nodes in [20usize, 1] {
+    for &nodes in &args.w4_chains {
         let graph = chain("w4", nodes).setting("durability", args.durability.as_str());
         let samples = timed(client, &graph, &input, args.iterations, |s| {
             ensure!(s["counter"] == json!(nodes), "counter is {}", s["counter"]);
@@ -427,25 +436,39 @@ async fn w4(client: &Client, args: &Args) -> Result<Vec<Figure>> {
             Ok(())
         })
         .await?;
-        medians.push(median(&samples).as_secs_f64());
-        figures.push((nodes, samples));
+        let median = median(&samples).as_secs_f64();
+        medians.push((nodes, median));
+        let (id, label) = match nodes {
+            20 => ("w4".to_owned(), "W4 big state (10 MB), 20 nodes".to_owned()),
+            1 => (
+                "w4_one".to_owned(),
+                "W4 the same, 1 node (input and result)".to_owned(),
+            ),
+            n => (format!("w4_{n}"), format!("W4 the same, {n} nodes")),
+        };
+        figures.push(Figure {
+            id,
+            label,
+            per: Some((median * 1e6 / nodes as f64, "µs/node")),
+            samples,
+        });
     }
-    let beyond = (medians[0] - medians[1]) * 1e6 / 19.0;
-    let [(_, twenty), (_, one)] = <[_; 2]>::try_from(figures).expect("two figures");
-    Ok(vec![
-        Figure {
-            id: "w4",
-            label: "W4 big state (10 MB), 20 nodes".into(),
-            per: Some((medians[0] * 1e6 / 20.0, "µs/node")),
-            samples: twenty,
-        },
-        Figure {
-            id: "w4",
-            label: "W4 the same, 1 node (input and result; per node: 20 minus 1, over 19)".into(),
+    // What a node costs beyond taking the input and returning the result:
+    // the longest chain minus the shortest, over the nodes between.
+    let longest = medians.iter().max_by_key(|(n, _)| *n);
+    let shortest = medians.iter().min_by_key(|(n, _)| *n);
+    if let (Some(&(long, a)), Some(&(short, b))) = (longest, shortest)
+        && long > short
+    {
+        let beyond = (a - b) * 1e6 / (long - short) as f64;
+        figures.push(Figure {
+            id: "w4_beyond".into(),
+            label: format!("W4 per node beyond the transfer ({long} minus {short} nodes)"),
             per: Some((beyond, "µs/node")),
-            samples: one,
-        },
-    ])
+            samples: vec![Duration::from_secs_f64((a - b).max(0.0))],
+        });
+    }
+    Ok(figures)
 }
 
 /// W7: one-way delivery of a teammate message between two map items on
@@ -492,7 +515,7 @@ async fn w7(client: &Client, args: &Args) -> Result<Figure> {
     samples.sort();
     let p99 = samples[(samples.len() * 99 / 100).min(samples.len() - 1)];
     Ok(Figure {
-        id: "w7",
+        id: "w7".into(),
         label: format!(
             "W7 teammate message, {} messages (median = p50)",
             samples.len()
@@ -525,7 +548,7 @@ async fn w5(args: &Args) -> Result<Figure> {
         );
     }
     Ok(Figure {
-        id: "w5",
+        id: "w5".into(),
         label: "W5 cold start, one-node graph".into(),
         samples,
         per: None,

@@ -74,16 +74,16 @@ fn by_loop_node(durability: &str) -> GraphBundle {
 /// by an edge and by a `loop` node: bytes written per run, as MiB.
 pub(crate) async fn w8(args: &Args) -> Result<Vec<Figure>> {
     let mut figures = Vec::new();
-    for (shape, bundle) in [
-        ("a loop edge", by_edge(&args.durability)),
-        ("a loop node", by_loop_node(&args.durability)),
+    for (key, shape, bundle) in [
+        ("edge", "a loop edge", by_edge(&args.durability)),
+        ("loop", "a loop node", by_loop_node(&args.durability)),
     ] {
-        figures.push(one(args, shape, bundle).await?);
+        figures.push(one(args, key, shape, bundle).await?);
     }
     Ok(figures)
 }
 
-async fn one(args: &Args, shape: &str, bundle: GraphBundle) -> Result<Figure> {
+async fn one(args: &Args, key: &str, shape: &str, bundle: GraphBundle) -> Result<Figure> {
     let data = Scratch::new()?;
     let dir = data.0.clone();
     let cluster =
@@ -119,7 +119,7 @@ async fn one(args: &Args, shape: &str, bundle: GraphBundle) -> Result<Figure> {
     cluster.stop().await;
     written.sort_unstable();
     Ok(Figure {
-        id: "w8",
+        id: format!("w8_{key}"),
         label: format!("W8 {TURNS}-turn chat by {shape}, bytes written per run"),
         samples,
         per: Some((mib(written[written.len() / 2]), "MiB written")),

@@ -51,7 +51,7 @@ pub(crate) async fn w6(client: &Client, args: &Args) -> Result<Figure> {
     }
     let rate = args.runs as f64 / median(&samples).as_secs_f64();
     Ok(Figure {
-        id: "w6",
+        id: "w6".into(),
         label: format!(
             "W6 {} concurrent 10-node runs × {} batches, peak RSS {} MB",
             args.runs,

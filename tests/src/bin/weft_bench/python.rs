@@ -49,7 +49,7 @@ pub(crate) async fn w1_py(client: &Client, args: &Args) -> Result<Figure> {
     .await?;
     let per = median(&samples).as_secs_f64() * 1e6 / 200.0;
     Ok(Figure {
-        id: "w1py",
+        id: "w1py".into(),
         label: "W1-py chain, 200 Python nodes".into(),
         samples,
         per: Some((per, "µs/node")),
@@ -77,7 +77,7 @@ pub(crate) async fn w2_py(client: &Client, args: &Args, n: usize) -> Result<Figu
     let iterations = args.iterations.min(3);
     let samples = timed_bundle(client, &bundle, &json!({}), iterations, |s| doubled(s, n)).await?;
     Ok(map_figure(
-        "w2py",
+        format!("w2py_{n}"),
         format!("W2-py map, N = {n}"),
         samples,
         n,

@@ -9,7 +9,9 @@ use serde_json::json;
 
 /// One workload's samples and its headline figure.
 pub(crate) struct Figure {
-    pub(crate) id: &'static str,
+    /// What the comparison reads it by: the workload and its case
+    /// (`w2_1000`, `w4_one`, `w8_loop`).
+    pub(crate) id: String,
     pub(crate) label: String,
     pub(crate) samples: Vec<Duration>,
     pub(crate) per: Option<(f64, &'static str)>,
