@@ -333,6 +333,9 @@ def update(path, text):
 
 def main():
     a = parse_args()
+    # The peers run in their own folder: absolute paths (not resolved, so a
+    # venv's python stays the venv's).
+    a.bench, a.python, a.peers = map(os.path.abspath, (a.bench, a.python, a.peers))
     wanted = set(a.only.split(","))
     figures, raw = Figures(), []
     for r in range(1, a.rounds + 1):

@@ -111,13 +111,19 @@ pub async fn execute(
     task: &mut Task,
     team: Option<Team>,
 ) -> Result<Completed, Failure> {
+    // Every kind but a handler's runs boxed: the future of an attempt is
+    // as large as its largest kind's, and it is moved whole into the task
+    // spawned for each attempt, so an agent's or a script's future inline
+    // would be copied for every handler call too.
     match (task.kind, &kinds.python) {
-        (WorkerKind::Script, _) => kinds.scripts.run(task).await.map(Completed::writes),
+        (WorkerKind::Script, _) => Box::pin(kinds.scripts.run(task))
+            .await
+            .map(Completed::writes),
         (WorkerKind::Task, _) => run_handler(&kinds.registry, task, team)
             .await
             .map(Completed::writes),
         (WorkerKind::Llm, _) if !kinds.providers.is_empty() => {
-            crate::llm::run_llm(&kinds.providers, task).await
+            Box::pin(crate::llm::run_llm(&kinds.providers, task)).await
         }
         (WorkerKind::Agent, _) if !kinds.providers.is_empty() => {
             let agent = crate::llm::Agent {
@@ -127,10 +133,16 @@ pub async fn execute(
                 task,
                 team,
             };
-            agent.run().await
+            Box::pin(agent.run()).await
         }
         (WorkerKind::Function, Some(hosts)) => {
-            crate::python::run_function(hosts, &kinds.blobs, &kinds.secrets, task).await
+            Box::pin(crate::python::run_function(
+                hosts,
+                &kinds.blobs,
+                &kinds.secrets,
+                task,
+            ))
+            .await
         }
         (WorkerKind::Llm | WorkerKind::Agent | WorkerKind::Function, _) => Err(Failure::new(
             FailureKind::UnsupportedKind,
