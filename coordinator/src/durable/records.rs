@@ -7,7 +7,7 @@
 //! arbitrary JSON (the state), which bincode cannot describe by itself: they
 //! travel inside the record as JSON text.
 //!
-//! `tests/fixtures/run-record-v1.bin` to `-v4.bin` are records
+//! `tests/fixtures/run-record-v1.bin` to `-v5.bin` are records
 //! as written on the days their formats were fixed: tests decode each, and
 //! check that today's encoder still writes the current one byte for byte,
 //! so a change of format is a deliberate one (a new version, the old ones
@@ -15,11 +15,14 @@
 
 use serde::{Deserialize, Serialize};
 
-/// The format this coordinator writes: 4 may store fields as a base and
-/// deltas (`deltas`); 3 may keep large fields under versioned keys
+/// The format this coordinator writes: 5 stores the progress's node and
+/// edge statuses as a string of letters (`run::machine::status_letters`;
+/// the record itself is unchanged, but a coordinator of format 4 could not
+/// read such a progress, so it is told the record is newer); 4 may store
+/// fields as a base and deltas (`deltas`); 3 may keep large fields under versioned keys
 /// (`spilled`); 2 stored the state apart, field by field; 1 kept it inside
 /// the progress.
-pub const FORMAT: u8 = 4;
+pub const FORMAT: u8 = 5;
 
 /// A run as stored: enough to restore its machine and serve it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -206,7 +209,7 @@ pub fn decode<T: for<'de> Deserialize<'de>>(bytes: &[u8]) -> Result<T, RecordErr
         .split_first()
         .ok_or_else(|| RecordError::Corrupt("empty".into()))?;
     match version {
-        // Events records did not change between formats 1 and 4; run
+        // Events records did not change between formats 1 and 5; run
         // records did (see [`decode_run`]).
         1..=FORMAT => decode_body(body),
         0 => Err(RecordError::Corrupt("format 0 does not exist".into())),
@@ -250,7 +253,8 @@ pub struct RecordHead {
 mod tests {
     use super::*;
 
-    /// The record kept in `tests/fixtures/run-record-v4.bin` (and, without
+    /// The record kept in `tests/fixtures/run-record-v4.bin` and `-v5.bin`
+    /// (and, without
     /// what later formats added, in the older fixtures).
     fn sample() -> RunRecord {
         RunRecord {
@@ -327,18 +331,25 @@ mod tests {
     }
 
     #[test]
-    fn a_record_of_format_4_decodes_and_is_still_written_the_same() {
-        let path = fixture("run-record-v4.bin");
+    fn a_record_of_format_4_still_decodes() {
+        let stored = std::fs::read(fixture("run-record-v4.bin")).expect("checked in");
+        assert_eq!(stored[0], 4);
+        assert_eq!(decode_run(&stored).expect("decodes"), sample());
+    }
+
+    #[test]
+    fn a_record_of_format_5_decodes_and_is_still_written_the_same() {
+        let path = fixture("run-record-v5.bin");
         if std::env::var_os("WEFT_WRITE_FIXTURES").is_some() {
             std::fs::write(&path, encode(&sample())).expect("fixture written");
         }
         let stored = std::fs::read(&path).expect("the fixture is checked in");
-        assert_eq!(stored[0], 4, "format 4");
+        assert_eq!(stored[0], 5, "format 5");
         assert_eq!(decode_run(&stored).expect("decodes"), sample());
         assert_eq!(
             encode(&sample()),
             stored,
-            "today's encoder writes format 4 unchanged"
+            "today's encoder writes format 5 unchanged"
         );
     }
 
@@ -348,7 +359,7 @@ mod tests {
         bytes[0] = 9;
         assert_eq!(
             decode_run(&bytes).unwrap_err().to_string(),
-            "format 9 was written by a newer coordinator (this one reads up to 4)"
+            "format 9 was written by a newer coordinator (this one reads up to 5)"
         );
         assert!(matches!(decode_run(&[]), Err(RecordError::Corrupt(_))));
         let mut long = encode(&sample());

@@ -26,6 +26,7 @@ pub mod plan;
 mod prompts;
 mod recovery;
 pub mod routing;
+mod status_letters;
 mod subgraphs;
 mod task_spec;
 mod task_table;
@@ -91,7 +92,9 @@ pub struct Progress {
     status: RunStatus,
     error: Option<RunError>,
     steps: u32,
+    #[serde(with = "status_letters")]
     nodes: Vec<NodeStatus>,
+    #[serde(with = "status_letters")]
     edges: Vec<EdgeStatus>,
     forced: BTreeSet<NodeIdx>,
     wave: Option<Wave>,
