@@ -215,11 +215,9 @@ def instruction_counts(a, wanted):
 def fmt(v, unit):
     if v is None:
         return "—"
-    if unit in ("items/s", "runs/s"):
+    if unit in ("items/s", "runs/s") or abs(v) >= 100:
         return f"{v:,.0f}"
-    if v >= 100:
-        return f"{v:,.0f}"
-    if v >= 10:
+    if abs(v) >= 10:
         return f"{v:.1f}"
     return f"{v:.2f}"
 
