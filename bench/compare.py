@@ -146,21 +146,22 @@ def langgraph_round(a, wanted, figures, raw):
             raw.append(line)
         return lines[-1] if lines else {}
 
-    if "w1" in wanted:
+    def chain(key, script, nodes):
+        """A chain's time per node, without and with the checkpointer."""
         for variant, tag in (("default", "langgraph"), ("ckpt", "langgraph_ckpt")):
-            r = one("langgraph_w1_chain.py", "--iters", it, "--variant", variant, tag=tag)
+            r = one(script, "--iters", it, "--variant", variant, tag=tag)
             m = median_of(r.get("times_s"))
-            figures.add(("w1", tag), m * 1e6 / 200 if m else None)
+            figures.add((key, tag), m * 1e6 / nodes if m else None)
+
+    if "w1" in wanted:
+        chain("w1", "langgraph_w1_chain.py", 200)
     if "w2" in wanted:
         for n, iters in ((1000, "3"), (10000, "1")):
             r = one("langgraph_w2_map.py", "--n", str(n), "--variant", "sync", "--iters", iters)
             m = median_of(r.get("times_s"))
             figures.add((f"w2_{n}", "langgraph"), n / m if m else None)
     if "w4" in wanted:
-        for variant, tag in (("default", "langgraph"), ("ckpt", "langgraph_ckpt")):
-            r = one("langgraph_w4_bigstate.py", "--iters", it, "--variant", variant, tag=tag)
-            m = median_of(r.get("times_s"))
-            figures.add(("w4", tag), m * 1e6 / 20 if m else None)
+        chain("w4", "langgraph_w4_bigstate.py", 20)
     if "w5" in wanted:
         starts = []
         for _ in range(3):
