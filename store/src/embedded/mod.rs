@@ -324,6 +324,15 @@ impl Drop for Inner {
     }
 }
 
+/// The database's page cache. redb's own default is a ceiling of 1 GiB,
+/// which a coordinator filled a little more with every run it stored (the
+/// pages a write touches stay cached): after 8,000 ten-node runs its
+/// resident memory was 307 MB, against 264 MB with this cache. The store
+/// is mostly written, and read back on recovery; this holds its B-tree's
+/// inner pages many times over, and its tenth for writes holds what a
+/// flush interval dirties.
+const CACHE_BYTES: usize = 32 << 20;
+
 /// How long opening waits for a store that is still closing: one just
 /// dropped in this process can be held a moment longer by its flusher or a
 /// watch finishing a pass.
@@ -334,7 +343,10 @@ const CLOSING_PATIENCE: Duration = Duration::from_secs(2);
 fn create_database(path: &Path) -> Result<Database, StoreError> {
     let deadline = std::time::Instant::now() + CLOSING_PATIENCE;
     loop {
-        match Database::create(path) {
+        match Database::builder()
+            .set_cache_size(CACHE_BYTES)
+            .create(path)
+        {
             Ok(db) => return Ok(db),
             Err(redb::DatabaseError::DatabaseAlreadyOpen)
                 if std::time::Instant::now() < deadline =>
