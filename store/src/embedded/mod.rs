@@ -343,10 +343,7 @@ const CLOSING_PATIENCE: Duration = Duration::from_secs(2);
 fn create_database(path: &Path) -> Result<Database, StoreError> {
     let deadline = std::time::Instant::now() + CLOSING_PATIENCE;
     loop {
-        match Database::builder()
-            .set_cache_size(CACHE_BYTES)
-            .create(path)
-        {
+        match Database::builder().set_cache_size(CACHE_BYTES).create(path) {
             Ok(db) => return Ok(db),
             Err(redb::DatabaseError::DatabaseAlreadyOpen)
                 if std::time::Instant::now() < deadline =>
