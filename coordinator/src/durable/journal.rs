@@ -37,6 +37,8 @@ pub struct Checkpoint {
 
 /// The actor's end of a run's journal.
 pub struct Journal {
+    /// The store, for reading back what was written.
+    keeper: Keeper,
     tx: mpsc::UnboundedSender<Snapshot>,
     mode: Durability,
     /// Events already handed over.
@@ -57,13 +59,19 @@ impl Journal {
         tracker: &tokio_util::task::TaskTracker,
     ) -> Self {
         let (tx, rx) = mpsc::unbounded_channel();
-        tracker.spawn(write_snapshots(keeper, id, head, rx));
+        tracker.spawn(write_snapshots(keeper.clone(), id, head, rx));
         Self {
+            keeper,
             tx,
             mode,
             handed: stored,
             versions: HashMap::new(),
         }
+    }
+
+    /// The store the run is kept in.
+    pub fn keeper(&self) -> &Keeper {
+        &self.keeper
     }
 
     /// Whether watchers may see only events already stored (`sync`).

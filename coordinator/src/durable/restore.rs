@@ -242,7 +242,17 @@ fn apply_deltas(
 
 /// The run's events up to its record's position, in order.
 async fn read_log(store: &AnyStore, record: &RunRecord) -> Result<Vec<StoredEvent>, StoreError> {
-    let prefix = keys::events_prefix(&record.id);
+    read_events(store, &record.id, record.events).await
+}
+
+/// The first `count` events of run `id`, in order, as its stretches of
+/// events hold them.
+pub async fn read_events(
+    store: &AnyStore,
+    id: &str,
+    count: u64,
+) -> Result<Vec<StoredEvent>, StoreError> {
+    let prefix = keys::events_prefix(id);
     let mut log = Vec::new();
     for (key, bytes) in chunks::scan(store, &prefix).await? {
         let batch: EventsRecord =
@@ -262,7 +272,7 @@ async fn read_log(store: &AnyStore, record: &RunRecord) -> Result<Vec<StoredEven
             });
         }
     }
-    log.truncate(usize::try_from(record.events).unwrap_or(usize::MAX));
-    debug_assert!(events_key(&record.id, 0).starts_with(&prefix));
+    log.truncate(usize::try_from(count).unwrap_or(usize::MAX));
+    debug_assert!(events_key(id, 0).starts_with(&prefix));
     Ok(log)
 }

@@ -33,7 +33,9 @@ impl From<SubmitError> for Status {
 impl From<RunRequestError> for Status {
     fn from(error: RunRequestError) -> Self {
         match &error {
-            RunRequestError::ShuttingDown => Status::unavailable(error.to_string()),
+            RunRequestError::ShuttingDown | RunRequestError::Store(_) => {
+                Status::unavailable(error.to_string())
+            }
             RunRequestError::Rejected(Rejected::BadAnswer { .. }) => {
                 Status::invalid_argument(error.to_string())
             }

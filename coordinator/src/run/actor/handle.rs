@@ -2,9 +2,11 @@
 //! talks to the run's actor while the run is live, and answers from the
 //! run's [`FinishedRun`] record once it has ended.
 //!
-//! An ended run costs its summary (the view with its final state) and its
-//! event log, nothing more: its actor, channels and live feed are gone. A
-//! failed run also keeps what `weft retry` needs to start its actor again.
+//! An ended run costs its summary (the view with its final state), nothing
+//! more: its actor, channels and live feed are gone, and its event log is
+//! read back from the store when it is watched ([`EndedLog`]). A failed run
+//! also keeps what `weft retry` needs to start its actor again, its log
+//! with it.
 
 use std::sync::{Arc, RwLock};
 use weft_proto::{NodeId, RunId};
@@ -68,6 +70,9 @@ pub enum RunRequestError {
     /// The run's actor is gone (the coordinator is shutting down).
     #[error("the coordinator is shutting down")]
     ShuttingDown,
+    /// The ended run's events could not be read back from the store.
+    #[error("the run's events could not be read from the store: {0}")]
+    Store(String),
 }
 
 /// An ended run: what clients can still ask of it.
@@ -75,11 +80,64 @@ pub struct FinishedRun {
     /// Its last view.
     pub view: RunView,
     /// Its whole event log.
-    pub log: Vec<StoredEvent>,
+    pub log: EndedLog,
     /// When it ended (Unix milliseconds).
     pub finished_unix_ms: i64,
     /// For a failed run, what starting its actor again takes.
     pub(super) revival: std::sync::Mutex<Option<RunSetup>>,
+}
+
+/// Where an ended run's event log is.
+pub enum EndedLog {
+    /// In memory: a run kept without a store, a failed run that may be
+    /// retried, or a log the store did not take whole.
+    Held(Vec<StoredEvent>),
+    /// In the store only, every event of it: a coordinator keeping
+    /// thousands of ended runs holds none of their logs.
+    Stored {
+        /// The store.
+        keeper: crate::durable::Keeper,
+        /// How many events the run has.
+        count: u64,
+    },
+}
+
+impl EndedLog {
+    /// How many events the run has.
+    pub fn len(&self) -> u64 {
+        match self {
+            Self::Held(log) => log.len() as u64,
+            Self::Stored { count, .. } => *count,
+        }
+    }
+
+    /// Whether the run has no events (never: every run has its first).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The log, when it is in memory.
+    pub fn held(&self) -> Option<&[StoredEvent]> {
+        match self {
+            Self::Held(log) => Some(log),
+            Self::Stored { .. } => None,
+        }
+    }
+
+    /// The events of run `id` from position `from` on.
+    pub async fn since(&self, id: &str, from: u64) -> Result<Vec<StoredEvent>, RunRequestError> {
+        let from_index = usize::try_from(from).unwrap_or(usize::MAX);
+        match self {
+            Self::Held(log) => Ok(log.get(from_index..).unwrap_or_default().to_vec()),
+            Self::Stored { .. } if from >= self.len() => Ok(Vec::new()),
+            Self::Stored { keeper, count } => {
+                let log = crate::durable::restore::read_events(keeper.store(), id, *count)
+                    .await
+                    .map_err(|error| RunRequestError::Store(error.to_string()))?;
+                Ok(log.into_iter().skip(from_index).collect())
+            }
+        }
+    }
 }
 
 /// A cloneable handle to a run.
@@ -141,16 +199,15 @@ impl RunHandle {
         &self,
         from: u64,
     ) -> Result<(Vec<StoredEvent>, Option<broadcast::Receiver<StoredEvent>>), RunRequestError> {
-        let past = |record: &FinishedRun| {
-            let from = usize::try_from(from).unwrap_or(usize::MAX);
-            (record.log.get(from..).unwrap_or_default().to_vec(), None)
-        };
         if let Some(record) = self.finished() {
-            return Ok(past(&record));
+            return Ok((record.log.since(&self.id, from).await?, None));
         }
         match self.request(|reply| Command::Watch { from, reply }).await {
             Ok((events, live)) => Ok((events, Some(live))),
-            Err(RunRequestError::ShuttingDown) => self.finished_or_gone(|r| past(r)),
+            Err(RunRequestError::ShuttingDown) => {
+                let record = self.finished().ok_or(RunRequestError::ShuttingDown)?;
+                Ok((record.log.since(&self.id, from).await?, None))
+            }
             Err(other) => Err(other),
         }
     }

@@ -58,7 +58,8 @@ pub(super) fn revive(
         .ok_or(Rejected::NotRetryable(record.view.status))?;
     setup.start = super::Start::Retry { by };
     setup.history = Some(History {
-        log: record.log.clone(),
+        // A run that may be retried keeps its log in memory.
+        log: record.log.held().map(<[_]>::to_vec).unwrap_or_default(),
         created_unix_ms: record.view.created_unix_ms,
     });
     let mut live = liveness.write().unwrap_or_else(|e| e.into_inner());

@@ -25,7 +25,7 @@ mod worker_io;
 
 pub use self::child_runs::{ChildRuns, Pending, WaitReports};
 pub use self::handle::{
-    FinishedRun, RunHandle, RunRequestError, RunView, StoredEvent, UnhostedWait,
+    EndedLog, FinishedRun, RunHandle, RunRequestError, RunView, StoredEvent, UnhostedWait,
 };
 pub use self::liveness::spawn_run;
 use self::liveness::{Command, Liveness};
@@ -155,6 +155,7 @@ fn start_actor(
         checkpoint_due: false,
         published: log_len,
         durable: log_len,
+        settled_in_store: 0,
         item_checkpoint: false,
         last_checkpoint: Instant::now(),
         children_started,
@@ -207,6 +208,10 @@ pub(super) struct RunActor {
     published: usize,
     /// Events in the store (with `sync`, watchers see no further).
     durable: usize,
+    /// The log's length when the store last confirmed a checkpoint of the
+    /// run paused or ended (those are always waited for): when it is the
+    /// whole log at the end, the ended run keeps its log in the store only.
+    settled_in_store: usize,
     /// A map item finished since the last checkpoint.
     item_checkpoint: bool,
     last_checkpoint: Instant,
@@ -266,6 +271,8 @@ impl RunActor {
             }
             Start::Retry { by } => self.input(Input::RetryRun { by }),
             Start::Recover => {
+                // Its log so far was just read from the store.
+                self.settled_in_store = self.log.len();
                 let effects = self.machine.resume();
                 self.perform(effects);
                 self.count_status(None);
@@ -321,7 +328,17 @@ impl RunActor {
         let view = self.view();
         let liveness = self.liveness.clone();
         let retryable = self.machine.retryable();
-        let log = self.log;
+        // The log stays in memory only where the store may not hold all
+        // of it, or a retry will continue it.
+        let log = match &self.journal {
+            Some(journal) if !retryable && self.settled_in_store == self.log.len() => {
+                EndedLog::Stored {
+                    keeper: journal.keeper().clone(),
+                    count: self.log.len() as u64,
+                }
+            }
+            _ => EndedLog::Held(self.log),
+        };
         let children = self.children.runs.clone();
         let revival = retryable.then(|| RunSetup {
             children,

@@ -18,6 +18,16 @@ use crate::run::RunLimits;
 
 /// Starts a run of `yaml` on `input` whose tasks `launcher` runs.
 fn start(yaml: &str, input: Value, launcher: &InProcessLauncher) -> RunHandle {
+    start_kept(yaml, input, launcher, None)
+}
+
+/// [`start`], the run kept by `journal`.
+fn start_kept(
+    yaml: &str,
+    input: Value,
+    launcher: &InProcessLauncher,
+    journal: Option<Journal>,
+) -> RunHandle {
     let (graph, _) = load_str(yaml, Format::Yaml, "g").expect("the graph is valid");
     let plan = RunPlan::new(Arc::new(graph), RunLimits::default());
     let Value::Object(input) = input else {
@@ -40,7 +50,7 @@ fn start(yaml: &str, input: Value, launcher: &InProcessLauncher) -> RunHandle {
         tracker: TaskTracker::new(),
         history: None,
         start: Start::New,
-        journal: None,
+        journal,
         admitted: None,
         lease: BlobStore::default().add_bundle(&bundle),
         children: None,
@@ -92,8 +102,12 @@ nodes:
         "the workers are told the run is over"
     );
     let record = run.finished().expect("an ended run keeps its record");
-    assert_eq!(record.log.len() as u64, view.event_count);
-    let kinds: Vec<&str> = record.log.iter().map(|e| e.event.kind()).collect();
+    assert_eq!(record.log.len(), view.event_count);
+    let log = record
+        .log
+        .held()
+        .expect("without a store the log stays in memory");
+    let kinds: Vec<&str> = log.iter().map(|e| e.event.kind()).collect();
     let wave = [
         "wave_started",
         "node_started",
@@ -192,4 +206,65 @@ nodes:
         }]
     );
     run.cancel(None).await.unwrap();
+}
+
+/// With a store, an ended run holds no event log in memory: watching it
+/// reads the same events back from the store.
+#[tokio::test]
+async fn an_ended_runs_log_is_read_back_from_the_store() {
+    let yaml = "
+name: chain
+nodes:
+  a: { kind: task, handler: first, start: true, next: b }
+  b: { kind: task, handler: first, end: true }
+";
+    let dir = std::env::temp_dir().join(format!("weft-ended-log-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let store = weft_store::EmbeddedStore::open(&dir.join("weft.redb")).expect("opens");
+    let keeper = crate::durable::Keeper::new(
+        weft_store::AnyStore::Embedded(store),
+        None,
+        CancellationToken::new(),
+    );
+    let bundle = Bundle::new(
+        "g.yaml".into(),
+        [("g.yaml".into(), yaml.as_bytes().to_vec(), 0o644)],
+        1 << 20,
+    )
+    .unwrap();
+    let head = crate::durable::restore::store_bundle(&keeper, &bundle, 0)
+        .await
+        .expect("stored");
+    let journal = Journal::start(
+        keeper,
+        RunId::from("run-test"),
+        head,
+        crate::graph::Durability::Sync,
+        0,
+        &TaskTracker::new(),
+    );
+    let launcher = InProcessLauncher::new().with_handler("first", |task| async move {
+        Ok(json!({ "x": number(&task.state, "x") + 1 }))
+    });
+    let run = start_kept(yaml, json!({ "x": 0 }), &launcher, Some(journal));
+    let view = run.ended().await.unwrap();
+    assert_eq!(view.status, RunStatus::Completed, "{:?}", view.error);
+    let record = run.finished().expect("an ended run keeps its record");
+    assert!(
+        record.log.held().is_none(),
+        "the store holds the whole log, so memory does not"
+    );
+    assert_eq!(record.log.len(), view.event_count);
+    let (events, live) = run.watch(0).await.expect("read back");
+    assert!(live.is_none(), "an ended run has no live feed");
+    let kinds: Vec<&str> = events.iter().map(|e| e.event.kind()).collect();
+    assert_eq!(kinds.len() as u64, view.event_count);
+    assert_eq!(kinds.first(), Some(&"run_submitted"), "{kinds:?}");
+    assert_eq!(kinds.last(), Some(&"run_finished"), "{kinds:?}");
+    let seqs: Vec<u64> = events.iter().map(|e| e.seq).collect();
+    assert_eq!(seqs, (0..view.event_count).collect::<Vec<_>>());
+    let (later, _) = run.watch(view.event_count - 2).await.expect("read back");
+    assert_eq!(later.len(), 2, "from a position, the events after it");
+    assert_eq!(later[1].seq, view.event_count - 1);
+    let _ = std::fs::remove_dir_all(&dir);
 }
