@@ -16,6 +16,16 @@ use crate::dispatch::in_process::{InProcessLauncher, Launched};
 use crate::graph::{Format, load_str};
 use crate::run::RunLimits;
 
+/// The bundle of a graph file alone.
+fn bundle_of(yaml: &str) -> Bundle {
+    Bundle::new(
+        "g.yaml".into(),
+        [("g.yaml".into(), yaml.as_bytes().to_vec(), 0o644)],
+        1 << 20,
+    )
+    .unwrap()
+}
+
 /// Starts a run of `yaml` on `input` whose tasks `launcher` runs.
 fn start(yaml: &str, input: Value, launcher: &InProcessLauncher) -> RunHandle {
     start_kept(yaml, input, launcher, None)
@@ -34,12 +44,7 @@ fn start_kept(
         panic!("the input is an object")
     };
     let machine = RunMachine::new(plan.clone(), input).expect("the input fits");
-    let bundle = Bundle::new(
-        "g.yaml".into(),
-        [("g.yaml".into(), yaml.as_bytes().to_vec(), 0o644)],
-        1 << 20,
-    )
-    .unwrap();
+    let bundle = bundle_of(yaml);
     spawn_run(RunSetup {
         id: RunId::from("run-test"),
         plan,
@@ -226,12 +231,7 @@ nodes:
         None,
         CancellationToken::new(),
     );
-    let bundle = Bundle::new(
-        "g.yaml".into(),
-        [("g.yaml".into(), yaml.as_bytes().to_vec(), 0o644)],
-        1 << 20,
-    )
-    .unwrap();
+    let bundle = bundle_of(yaml);
     let head = crate::durable::restore::store_bundle(&keeper, &bundle, 0)
         .await
         .expect("stored");
