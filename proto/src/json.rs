@@ -14,14 +14,14 @@ use serde_json::{Map, Value};
 
 /// The JSON text of `value`, exactly as `serde_json::to_string` gives it.
 pub fn to_string(value: &Value) -> String {
-    let mut out = Vec::with_capacity(estimate(value));
+    let mut out = Vec::new();
     write(&mut out, value);
     text(out)
 }
 
 /// The JSON text of an object (a state), exactly as `serde_json` gives it.
 pub fn object_to_string(map: &Map<String, Value>) -> String {
-    let mut out = Vec::with_capacity(estimate_object(map));
+    let mut out = Vec::new();
     write_object(&mut out, map);
     text(out)
 }
@@ -69,27 +69,10 @@ fn write_object(out: &mut Vec<u8>, map: &Map<String, Value>) {
     out.push(b'}');
 }
 
-/// A lower bound of the text's length, so long strings are written into
-/// one allocation.
-fn estimate(value: &Value) -> usize {
-    match value {
-        Value::String(text) => text.len() + 2,
-        Value::Array(items) => 2 + items.iter().map(estimate).sum::<usize>(),
-        Value::Object(map) => estimate_object(map),
-        _ => 4,
-    }
-}
-
-fn estimate_object(map: &Map<String, Value>) -> usize {
-    2 + map
-        .iter()
-        .map(|(key, item)| key.len() + 4 + estimate(item))
-        .sum::<usize>()
-}
-
-/// Writes `text` as a JSON string: clean stretches copied whole, the bytes
-/// between them escaped as `serde_json` escapes them.
-fn write_str(out: &mut Vec<u8>, text: &str) {
+/// Appends `text` as a JSON string: clean stretches copied whole (room
+/// for the whole string made at once), the bytes between them escaped as
+/// `serde_json` escapes them.
+pub fn write_str(out: &mut Vec<u8>, text: &str) {
     let bytes = text.as_bytes();
     out.reserve(bytes.len() + 2);
     out.push(b'"');

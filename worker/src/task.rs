@@ -137,17 +137,17 @@ impl Completed {
 impl Task {
     /// The state as JSON text (scripts receive the whole state).
     pub fn state_json(&self) -> String {
-        let mut text = String::from("{");
+        let mut text = vec![b'{'];
         for (i, (name, value)) in self.state.iter().enumerate() {
             if i > 0 {
-                text.push(',');
+                text.push(b',');
             }
-            text.push_str(&weft_proto::json::to_string(&Value::from(name.as_str())));
-            text.push(':');
-            text.push_str(&weft_proto::json::to_string(value));
+            weft_proto::json::write_str(&mut text, name);
+            text.push(b':');
+            weft_proto::json::write(&mut text, value);
         }
-        text.push('}');
-        text
+        text.push(b'}');
+        String::from_utf8(text).expect("JSON text is UTF-8")
     }
 }
 

@@ -43,6 +43,9 @@ pub struct Journal {
     mode: Durability,
     /// Events already handed over.
     handed: u64,
+    /// Events the store is known to hold: those of the last checkpoint
+    /// that was waited for and stored (each includes every one before it).
+    confirmed: u64,
     /// The version of each field handed over.
     versions: HashMap<String, u64>,
 }
@@ -65,6 +68,7 @@ impl Journal {
             tx,
             mode,
             handed: stored,
+            confirmed: stored,
             versions: HashMap::new(),
         }
     }
@@ -72,6 +76,11 @@ impl Journal {
     /// The store the run is kept in.
     pub fn keeper(&self) -> &Keeper {
         &self.keeper
+    }
+
+    /// Whether the store is known to hold all `events` of the log.
+    pub fn holds(&self, events: usize) -> bool {
+        self.confirmed == events as u64
     }
 
     /// Whether watchers may see only events already stored (`sync`).
@@ -135,7 +144,13 @@ impl Journal {
             return false;
         }
         match stored {
-            Some(stored) => stored.await.unwrap_or(false),
+            Some(stored) => {
+                let stored = stored.await.unwrap_or(false);
+                if stored {
+                    self.confirmed = self.handed;
+                }
+                stored
+            }
             None => true,
         }
     }

@@ -19,9 +19,9 @@ use serde::{Deserialize, Serialize};
 /// edge statuses as a string of letters (`run::machine::status_letters`;
 /// the record itself is unchanged, but a coordinator of format 4 could not
 /// read such a progress, so it is told the record is newer); 4 may store
-/// fields as a base and deltas (`deltas`); 3 may keep large fields under versioned keys
-/// (`spilled`); 2 stored the state apart, field by field; 1 kept it inside
-/// the progress.
+/// fields as a base and deltas (`deltas`); 3 may keep large fields under
+/// versioned keys (`spilled`); 2 stored the state apart, field by field; 1
+/// kept it inside the progress.
 pub const FORMAT: u8 = 5;
 
 /// A run as stored: enough to restore its machine and serve it.
@@ -254,8 +254,7 @@ mod tests {
     use super::*;
 
     /// The record kept in `tests/fixtures/run-record-v4.bin` and `-v5.bin`
-    /// (and, without
-    /// what later formats added, in the older fixtures).
+    /// (and, without what later formats added, in the older fixtures).
     fn sample() -> RunRecord {
         RunRecord {
             id: "run-0190f3a2b7c47d1e9f00000000000001".into(),

@@ -8,7 +8,6 @@ use std::time::Instant;
 
 use super::{ITEM_CHECKPOINTS, RunActor};
 use crate::durable::journal::{Checkpoint, Journal};
-use crate::run::RunStatus;
 
 impl RunActor {
     /// Takes the checkpoint the machine asked for, if any (waiting for the
@@ -70,11 +69,6 @@ impl RunActor {
             stored = journal
                 .checkpoint(status, checkpoint, &self.log, wait)
                 .await;
-            // A pause's or an end's checkpoint is always waited for, so
-            // `stored` then says the store holds the whole log.
-            if stored && (status.is_terminal() || status == RunStatus::Waiting) {
-                self.settled_in_store = self.log.len();
-            }
         }
         metrics::histogram!(crate::metrics::CHECKPOINT_SECONDS)
             .record(started.elapsed().as_secs_f64());

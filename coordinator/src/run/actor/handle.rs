@@ -104,16 +104,11 @@ pub enum EndedLog {
 
 impl EndedLog {
     /// How many events the run has.
-    pub fn len(&self) -> u64 {
+    pub fn count(&self) -> u64 {
         match self {
             Self::Held(log) => log.len() as u64,
             Self::Stored { count, .. } => *count,
         }
-    }
-
-    /// Whether the run has no events (never: every run has its first).
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 
     /// The log, when it is in memory.
@@ -129,7 +124,7 @@ impl EndedLog {
         let from_index = usize::try_from(from).unwrap_or(usize::MAX);
         match self {
             Self::Held(log) => Ok(log.get(from_index..).unwrap_or_default().to_vec()),
-            Self::Stored { .. } if from >= self.len() => Ok(Vec::new()),
+            Self::Stored { .. } if from >= self.count() => Ok(Vec::new()),
             Self::Stored { keeper, count } => {
                 let log = crate::durable::restore::read_events(keeper.store(), id, *count)
                     .await

@@ -155,7 +155,6 @@ fn start_actor(
         checkpoint_due: false,
         published: log_len,
         durable: log_len,
-        settled_in_store: 0,
         item_checkpoint: false,
         last_checkpoint: Instant::now(),
         children_started,
@@ -208,10 +207,6 @@ pub(super) struct RunActor {
     published: usize,
     /// Events in the store (with `sync`, watchers see no further).
     durable: usize,
-    /// The log's length when the store last confirmed a checkpoint of the
-    /// run paused or ended (those are always waited for): when it is the
-    /// whole log at the end, the ended run keeps its log in the store only.
-    settled_in_store: usize,
     /// A map item finished since the last checkpoint.
     item_checkpoint: bool,
     last_checkpoint: Instant,
@@ -271,8 +266,6 @@ impl RunActor {
             }
             Start::Retry { by } => self.input(Input::RetryRun { by }),
             Start::Recover => {
-                // Its log so far was just read from the store.
-                self.settled_in_store = self.log.len();
                 let effects = self.machine.resume();
                 self.perform(effects);
                 self.count_status(None);
@@ -331,12 +324,10 @@ impl RunActor {
         // The log stays in memory only where the store may not hold all
         // of it, or a retry will continue it.
         let log = match &self.journal {
-            Some(journal) if !retryable && self.settled_in_store == self.log.len() => {
-                EndedLog::Stored {
-                    keeper: journal.keeper().clone(),
-                    count: self.log.len() as u64,
-                }
-            }
+            Some(journal) if !retryable && journal.holds(self.log.len()) => EndedLog::Stored {
+                keeper: journal.keeper().clone(),
+                count: self.log.len() as u64,
+            },
             _ => EndedLog::Held(self.log),
         };
         let children = self.children.runs.clone();

@@ -107,7 +107,7 @@ nodes:
         "the workers are told the run is over"
     );
     let record = run.finished().expect("an ended run keeps its record");
-    assert_eq!(record.log.len(), view.event_count);
+    assert_eq!(record.log.count(), view.event_count);
     let log = record
         .log
         .held()
@@ -254,7 +254,7 @@ nodes:
         record.log.held().is_none(),
         "the store holds the whole log, so memory does not"
     );
-    assert_eq!(record.log.len(), view.event_count);
+    assert_eq!(record.log.count(), view.event_count);
     let (events, live) = run.watch(0).await.expect("read back");
     assert!(live.is_none(), "an ended run has no live feed");
     let kinds: Vec<&str> = events.iter().map(|e| e.event.kind()).collect();
