@@ -396,20 +396,25 @@ impl Client {
         run_id: &str,
         from: u64,
     ) -> Result<impl Stream<Item = Result<Event, ClientError>> + use<>, ClientError> {
-        let stream = self
-            .runs
-            .clone()
-            .watch_run(pb::WatchRunRequest {
-                run_id: run_id.to_owned(),
-                from,
-            })
-            .await?
-            .into_inner();
+        let stream = self.watch_wire(run_id, from).await?;
         // Events of kinds this version does not know are skipped.
         Ok(stream.filter_map(|item| match item {
             Ok(event) => Event::from_wire(event).map(Ok),
             Err(status) => Some(Err(ClientError::from(status))),
         }))
+    }
+
+    /// The run's events from `from` on, as they come off the wire.
+    async fn watch_wire(
+        &self,
+        run_id: &str,
+        from: u64,
+    ) -> Result<tonic::Streaming<pb::RunEvent>, ClientError> {
+        let request = pb::WatchRunRequest {
+            run_id: run_id.to_owned(),
+            from,
+        };
+        Ok(self.runs.clone().watch_run(request).await?.into_inner())
     }
 
     /// Waits until the run has ended or waits for a human. A coordinator
@@ -434,22 +439,32 @@ impl Client {
     }
 
     async fn wait_once(&self, run_id: &str) -> Result<RunInfo, ClientError> {
+        use pb::run_event::Event as Kind;
         loop {
             let info = self.status(run_id).await?;
             if info.status.is_terminal() || info.status == RunStatus::Waiting {
                 return self.get(run_id).await;
             }
-            let mut events = self.watch(run_id, info.event_count).await?;
-            while let Some(event) = events.next().await {
-                match event {
-                    Ok(event) if event.ends_or_pauses() => break,
-                    Ok(_) => {}
+            // Only where the log ends or pauses matters here: the events
+            // are not read, just their kinds.
+            let mut events = self.watch_wire(run_id, info.event_count).await?;
+            loop {
+                match events.message().await {
+                    Ok(Some(event)) => {
+                        if matches!(
+                            event.event,
+                            Some(Kind::RunFinished(_) | Kind::WaitingForInput(_))
+                        ) {
+                            break;
+                        }
+                    }
+                    Ok(None) => break,
                     // The stream broke off (the coordinator went away):
                     // the caller asks again once it is back.
-                    Err(error) => {
+                    Err(status) => {
                         return Err(ClientError::Unreachable {
                             url: String::new(),
-                            reason: error.to_string(),
+                            reason: ClientError::from(status).to_string(),
                         });
                     }
                 }

@@ -18,6 +18,8 @@ pub fn submission(request: pb::SubmitRequest) {
 
 /// A worker's message as the worker service reads it.
 pub fn worker_message(message: pb::WorkerMessage) {
-    let _ = crate::grpc::convert::is_large(&message);
-    let _ = crate::grpc::convert::from_worker(message);
+    for message in crate::grpc::convert::unbatched(message) {
+        let _ = crate::grpc::convert::is_large(&message);
+        let _ = crate::grpc::convert::from_worker(message);
+    }
 }

@@ -61,7 +61,7 @@ pub(crate) async fn serve(
     let outbound = connection.outbound();
     let mut session = Session {
         team_sends: connection.team_sends(),
-        kinds: toolbox(config, local, registry, connection.blobs()),
+        kinds: Arc::new(toolbox(config, local, registry, connection.blobs())),
         worker: config.name.clone(),
         // A task the coordinator timed out may still stop here: wait for it.
         slots: Arc::new(Semaphore::new(config.slots as usize)),
@@ -116,7 +116,8 @@ pub(crate) async fn serve(
 
 /// What one connection to the coordinator runs.
 struct Session {
-    kinds: Toolbox,
+    /// Shared by every attempt (one clone per attempt is one count).
+    kinds: Arc<Toolbox>,
     /// The worker's name, for its spans.
     worker: String,
     slots: Arc<Semaphore>,

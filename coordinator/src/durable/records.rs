@@ -203,6 +203,17 @@ pub fn encode<T: Serialize>(record: &T) -> Vec<u8> {
     bytes
 }
 
+/// An [`EventsRecord`] of `events`, encoded without copying them first.
+pub fn encode_events(first: u64, events: &[(i64, String)]) -> Vec<u8> {
+    /// Serializes as [`EventsRecord`] does: the same fields in order.
+    #[derive(Serialize)]
+    struct Borrowed<'a> {
+        first: u64,
+        events: &'a [(i64, String)],
+    }
+    encode(&Borrowed { first, events })
+}
+
 /// Decodes a record of any format up to the current one.
 pub fn decode<T: for<'de> Deserialize<'de>>(bytes: &[u8]) -> Result<T, RecordError> {
     let (&version, body) = bytes
@@ -252,6 +263,18 @@ pub struct RecordHead {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn events_encoded_borrowed_read_back_as_their_record() {
+        let events = vec![(5, r#"{"type":"a"}"#.to_owned()), (6, "{}".to_owned())];
+        let record = EventsRecord {
+            first: 7,
+            events: events.clone(),
+        };
+        let borrowed = encode_events(7, &events);
+        assert_eq!(borrowed, encode(&record));
+        assert_eq!(decode::<EventsRecord>(&borrowed).unwrap(), record);
+    }
 
     /// The record kept in `tests/fixtures/run-record-v4.bin` and `-v5.bin`
     /// (and, without what later formats added, in the older fixtures).

@@ -242,37 +242,48 @@ fn apply_deltas(
 
 /// The run's events up to its record's position, in order.
 async fn read_log(store: &AnyStore, record: &RunRecord) -> Result<Vec<StoredEvent>, StoreError> {
-    read_events(store, &record.id, record.events).await
+    read_events(store, &record.id, 0..record.events).await
 }
 
-/// The first `count` events of run `id`, in order, as its stretches of
-/// events hold them.
+/// The events of run `id` at positions `range` (of the first `range.end`,
+/// those its record counts), in order, as its stretches of events hold
+/// them. Only those are parsed: a watcher that asks for the tail of a long
+/// log does not pay for the rest.
 pub async fn read_events(
     store: &AnyStore,
     id: &str,
-    count: u64,
+    range: std::ops::Range<u64>,
 ) -> Result<Vec<StoredEvent>, StoreError> {
     let prefix = keys::events_prefix(id);
     let mut log = Vec::new();
+    // The position of the next event of the stored stretches.
+    let mut next = 0u64;
     for (key, bytes) in chunks::scan(store, &prefix).await? {
         let batch: EventsRecord =
             records::decode(&bytes).map_err(|e| corrupt(&key, &e.to_string()))?;
-        if batch.first != log.len() as u64 {
+        if batch.first != next {
             // A stretch written after the record was (a crash between the
             // two writes): the record's position is what counts.
             break;
         }
         for (at_unix_ms, json) in batch.events {
+            let seq = next;
+            next += 1;
+            if !range.contains(&seq) {
+                continue;
+            }
             let event: RunEvent =
                 serde_json::from_str(&json).map_err(|e| corrupt(&key, &e.to_string()))?;
             log.push(StoredEvent {
-                seq: log.len() as u64,
+                seq,
                 at_unix_ms,
                 event: Arc::new(event),
             });
         }
+        if next >= range.end {
+            break;
+        }
     }
-    log.truncate(usize::try_from(count).unwrap_or(usize::MAX));
     debug_assert!(events_key(id, 0).starts_with(&prefix));
     Ok(log)
 }

@@ -30,7 +30,7 @@ use super::keys::{
     progress_chain_prefix, progress_delta_key, progress_deltas_prefix, progress_key, record_key,
     spilled_key,
 };
-use super::records::{self, EventsRecord, RecordHead, RunRecord};
+use super::records::{self, RecordHead, RunRecord};
 
 /// One checkpoint, taken by the actor.
 pub(super) struct Snapshot {
@@ -277,10 +277,5 @@ struct Stale {
 
 /// The snapshot's new events as a record, if there are any.
 fn events_record(snapshot: &Snapshot) -> Option<Vec<u8>> {
-    (!snapshot.events.is_empty()).then(|| {
-        records::encode(&EventsRecord {
-            first: snapshot.first,
-            events: snapshot.events.clone(),
-        })
-    })
+    (!snapshot.events.is_empty()).then(|| records::encode_events(snapshot.first, &snapshot.events))
 }

@@ -154,6 +154,16 @@ fn team_message(message: TeamMessage) -> pb::TeamMessage {
     }
 }
 
+/// Tasks as one message, in order.
+pub fn task_batch(tasks: Vec<Assignment>) -> pb::CoordinatorMessage {
+    let tasks = tasks.into_iter().map(assignment).collect();
+    pb::CoordinatorMessage {
+        body: Some(pb::coordinator_message::Body::Tasks(pb::TaskBatch {
+            tasks,
+        })),
+    }
+}
+
 pub fn to_worker(message: ToWorker) -> pb::CoordinatorMessage {
     use pb::coordinator_message::Body;
     let body = match message {
@@ -228,6 +238,20 @@ fn blob_refs(bundle: &[crate::dispatch::BlobRef]) -> Vec<pb::BlobRef> {
         .collect()
 }
 
+/// A worker's message as messages of one result each: a batch of results
+/// is taken as its results sent one after another.
+pub fn unbatched(message: pb::WorkerMessage) -> impl Iterator<Item = pb::WorkerMessage> {
+    use pb::worker_message::Body;
+    let (single, batch) = match message.body {
+        Some(Body::Results(batch)) => (None, batch.results),
+        body => (Some(pb::WorkerMessage { body }), Vec::new()),
+    };
+    let results = batch.into_iter().map(|result| pb::WorkerMessage {
+        body: Some(Body::Result(result)),
+    });
+    single.into_iter().chain(results)
+}
+
 /// Whether a worker's message carries a result large enough that parsing
 /// it should not hold an async thread (64 KiB of JSON and more).
 pub fn is_large(message: &pb::WorkerMessage) -> bool {
@@ -251,7 +275,8 @@ pub fn is_large(message: &pb::WorkerMessage) -> bool {
 pub fn from_worker(message: pb::WorkerMessage) -> Option<FromWorker> {
     use pb::worker_message::Body;
     match message.body? {
-        Body::Hello(_) => None,
+        // Split by `unbatched` before.
+        Body::Hello(_) | Body::Results(_) => None,
         Body::Heartbeat(_) => Some(FromWorker::Heartbeat),
         Body::Drain(_) => Some(FromWorker::Draining),
         Body::Refused(refused) => Some(FromWorker::Refused {

@@ -33,7 +33,7 @@ fn step() -> impl Strategy<Value = Step> {
     ]
 }
 
-fn task(fields: &BTreeMap<String, (u64, i64)>, key: u64) -> Assignment {
+pub(super) fn task(fields: &BTreeMap<String, (u64, i64)>, key: u64) -> Assignment {
     Assignment {
         namespace: "default".into(),
         run_id: RunId::from("run"),

@@ -3,6 +3,12 @@
 //! What goes down a worker's stream comes from two paths of the dispatcher:
 //! control messages (cancel, forget, heartbeat) are forwarded before queued
 //! work, so a backlog of tasks never holds back a cancellation.
+//!
+//! Both ways, what is queued when a message goes goes with it: tasks
+//! waiting behind the one sent travel as one `TaskBatch` to a worker that
+//! says it takes them, and a worker sends the results it has as one
+//! `ResultBatch` once the welcome says how many a batch may hold. Under
+//! load a message then carries many tasks; idle, each goes at once.
 
 use std::pin::Pin;
 use std::time::Duration;
@@ -17,7 +23,7 @@ use weft_proto::v1::worker_service_server::WorkerService;
 
 use super::convert;
 use crate::bundle::BlobStore;
-use crate::dispatch::{DispatcherHandle, WorkerLink};
+use crate::dispatch::{Assignment, DispatcherHandle, ToWorker, WorkerLink};
 use crate::term::Services;
 
 /// Tasks and calls queued for one worker's stream; a full queue marks the
@@ -57,28 +63,105 @@ pub(crate) type OutStream =
     Pin<Box<dyn Stream<Item = Result<pb::CoordinatorMessage, Status>> + Send>>;
 
 /// Hands a worker's messages to the dispatcher until its stream ends, then
-/// reports the worker gone.
+/// reports the worker gone. A batch of results is handed over result by
+/// result.
 async fn read_worker(
     mut inbound: Streaming<pb::WorkerMessage>,
     dispatcher: DispatcherHandle,
     worker: crate::dispatch::WorkerId,
 ) {
     while let Some(Ok(message)) = inbound.next().await {
-        // A large result is parsed off the async threads (in order: the
-        // next message waits for it).
-        let parsed = if convert::is_large(&message) {
-            tokio::task::spawn_blocking(move || convert::from_worker(message))
-                .await
-                .ok()
-                .flatten()
-        } else {
-            convert::from_worker(message)
-        };
-        if let Some(message) = parsed {
-            dispatcher.message(worker, message);
+        for message in convert::unbatched(message) {
+            // A large result is parsed off the async threads (in order:
+            // the next message waits for it).
+            let parsed = if convert::is_large(&message) {
+                tokio::task::spawn_blocking(move || convert::from_worker(message))
+                    .await
+                    .ok()
+                    .flatten()
+            } else {
+                convert::from_worker(message)
+            };
+            if let Some(message) = parsed {
+                dispatcher.message(worker, message);
+            }
         }
     }
     dispatcher.leave(worker);
+}
+
+/// Tasks queued behind the one being sent go with it, as one message, up
+/// to this many…
+const MAX_BATCH: usize = 64;
+/// …or until their values and configuration come to this many bytes (a
+/// batch never outgrows the largest message either side takes).
+const BATCH_BYTES: usize = 1 << 20;
+
+/// Feeds a worker's stream: control first, then work. For a worker that
+/// takes batches, a task and the tasks queued behind it go as one message.
+async fn forward(
+    mut control: mpsc::Receiver<ToWorker>,
+    mut work: mpsc::Receiver<ToWorker>,
+    batches: bool,
+    tx: mpsc::Sender<Result<pb::CoordinatorMessage, Status>>,
+) {
+    // A message taken from the queue that did not fit the last batch.
+    let mut held = None;
+    loop {
+        // The stream ends when the dispatcher drops the worker (both paths
+        // closed).
+        let message = match held.take() {
+            Some(message) => message,
+            None => tokio::select! {
+                biased;
+                Some(message) = control.recv() => message,
+                Some(message) = work.recv() => message,
+                else => break,
+            },
+        };
+        let message = match message {
+            ToWorker::Task(task) if batches => {
+                let (tasks, next) = gather(task, &mut work);
+                held = next;
+                convert::task_batch(tasks)
+            }
+            other => convert::to_worker(other),
+        };
+        if tx.send(Ok(message)).await.is_err() {
+            break;
+        }
+    }
+}
+
+/// `first` and the tasks queued behind it, as many as make a batch, and
+/// the message after them when one was taken that does not belong in it.
+fn gather(
+    first: Assignment,
+    work: &mut mpsc::Receiver<ToWorker>,
+) -> (Vec<Assignment>, Option<ToWorker>) {
+    let mut bytes = weight(&first);
+    let mut tasks = vec![first];
+    while tasks.len() < MAX_BATCH {
+        match work.try_recv() {
+            Ok(ToWorker::Task(task)) if bytes + weight(&task) <= BATCH_BYTES => {
+                bytes += weight(&task);
+                tasks.push(task);
+            }
+            Ok(other) => return (tasks, Some(other)),
+            Err(_) => break,
+        }
+    }
+    (tasks, None)
+}
+
+/// About how many bytes a task takes on the wire: its texts.
+fn weight(task: &Assignment) -> usize {
+    let values: usize = task
+        .state
+        .iter()
+        .map(|field| field.name.len() + field.json.as_deref().map_or(0, str::len))
+        .sum();
+    values + task.config_json.len() + task.scope_json.len() + task.prompts_json.len()
 }
 
 #[tonic::async_trait]
@@ -114,8 +197,9 @@ impl WorkerService for WorkerApi {
                 hello.name
             )));
         }
-        let (work, mut work_rx) = mpsc::channel(WORK_QUEUE);
-        let (control, mut control_rx) = mpsc::channel(CONTROL_QUEUE);
+        let (work, work_rx) = mpsc::channel(WORK_QUEUE);
+        let (control, control_rx) = mpsc::channel(CONTROL_QUEUE);
+        let batches = hello.takes_batches;
         let mut info = convert::worker_info(hello);
         // A worker's identity may restrict it to some namespaces' tasks.
         info.namespaces = caller.worker_namespaces.clone();
@@ -133,25 +217,13 @@ impl WorkerService for WorkerApi {
                 worker_id: worker.to_string(),
                 heartbeat_interval_ms: heartbeat.as_millis() as u64,
                 max_result_bytes: max_result_bytes as u64,
+                max_batch: MAX_BATCH as u32,
             })),
         };
         let (tx, rx) = mpsc::channel(STREAM_BUFFER);
         self.tracker.spawn(async move {
-            if tx.send(Ok(welcome)).await.is_err() {
-                return;
-            }
-            loop {
-                // Control first; the stream ends when the dispatcher drops
-                // the worker (both paths closed).
-                let message = tokio::select! {
-                    biased;
-                    Some(message) = control_rx.recv() => message,
-                    Some(message) = work_rx.recv() => message,
-                    else => break,
-                };
-                if tx.send(Ok(convert::to_worker(message))).await.is_err() {
-                    break;
-                }
+            if tx.send(Ok(welcome)).await.is_ok() {
+                forward(control_rx, work_rx, batches, tx).await;
             }
         });
         Ok(Response::new(Box::pin(
@@ -171,5 +243,87 @@ impl WorkerService for WorkerApi {
         Ok(Response::new(pb::FetchBlobResponse {
             content: content.to_vec(),
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::grpc::state_sync_tests::task;
+
+    fn queued(messages: Vec<ToWorker>) -> mpsc::Receiver<ToWorker> {
+        let (tx, rx) = mpsc::channel(messages.len().max(1));
+        for message in messages {
+            tx.try_send(message).unwrap();
+        }
+        rx
+    }
+
+    /// What `forward` sends for the work queued, as the task keys of each
+    /// message (`None` for a message that carries no task).
+    async fn sent(work: Vec<ToWorker>, batches: bool) -> Vec<Option<Vec<u64>>> {
+        let (_control, control_rx) = mpsc::channel(1);
+        let (tx, mut rx) = mpsc::channel(64);
+        let work = queued(work);
+        // The dispatcher is gone: `forward` ends once the queue is read.
+        drop(_control);
+        forward(control_rx, work, batches, tx).await;
+        let mut out = Vec::new();
+        while let Ok(Ok(message)) = rx.try_recv() {
+            use pb::coordinator_message::Body;
+            out.push(match message.body {
+                Some(Body::Task(task)) => Some(vec![task.task_key]),
+                Some(Body::Tasks(batch)) => Some(batch.tasks.iter().map(|t| t.task_key).collect()),
+                _ => None,
+            });
+        }
+        out
+    }
+
+    fn tasks(keys: std::ops::Range<u64>) -> Vec<ToWorker> {
+        keys.map(|key| ToWorker::Task(task(&BTreeMap::new(), key)))
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn queued_tasks_go_as_one_batch_in_order_and_what_follows_after_them() {
+        let mut work = tasks(1..4);
+        work.push(ToWorker::Forget {
+            run_id: "run".into(),
+        });
+        work.extend(tasks(4..6));
+        assert_eq!(
+            sent(work, true).await,
+            [Some(vec![1, 2, 3]), None, Some(vec![4, 5])]
+        );
+    }
+
+    #[tokio::test]
+    async fn a_worker_that_takes_no_batches_gets_one_task_per_message() {
+        assert_eq!(
+            sent(tasks(1..4), false).await,
+            [Some(vec![1]), Some(vec![2]), Some(vec![3])]
+        );
+    }
+
+    #[tokio::test]
+    async fn a_batch_holds_at_most_its_count_and_its_bytes() {
+        let many = MAX_BATCH as u64 + 3;
+        let batches = sent(tasks(0..many), true).await;
+        let sizes: Vec<_> = batches.iter().map(|b| b.as_ref().unwrap().len()).collect();
+        assert_eq!(sizes, [MAX_BATCH, 3]);
+
+        let big = |key| {
+            let mut fields = BTreeMap::new();
+            fields.insert("f".to_owned(), (1, 0));
+            let mut task = task(&fields, key);
+            task.state[0].json = Some(Arc::from("1".repeat(BATCH_BYTES / 2)));
+            ToWorker::Task(task)
+        };
+        let batches = sent(vec![big(1), big(2), big(3)], true).await;
+        assert_eq!(batches, [Some(vec![1]), Some(vec![2]), Some(vec![3])]);
     }
 }

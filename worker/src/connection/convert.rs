@@ -6,6 +6,7 @@
 //! teammate messages. A task the worker cannot read fails with why; a
 //! call it cannot read is answered with why.
 
+use std::collections::VecDeque;
 use std::time::Duration;
 
 use serde_json::{Map, Value};
@@ -21,11 +22,28 @@ use crate::task::{
 };
 use crate::task::{Message, TeamSeat, TeamSend};
 
-/// The coordinator's message in the worker's terms; `None` for one that
-/// carries nothing.
-pub(super) fn from_coordinator(message: pb::CoordinatorMessage) -> Option<Inbound> {
+/// The coordinator's message in the worker's terms, added to `into`: a
+/// batch of tasks as its tasks in order, a message that carries nothing as
+/// nothing.
+pub(super) fn from_coordinator(message: pb::CoordinatorMessage, into: &mut VecDeque<Inbound>) {
     use pb::coordinator_message::Body;
-    Some(match message.body? {
+    match message.body {
+        Some(Body::Tasks(batch)) => into.extend(
+            batch
+                .tasks
+                .into_iter()
+                .map(|task| Inbound::Task(Box::new(assignment_of(task)))),
+        ),
+        Some(body) => into.extend(inbound(body)),
+        None => {}
+    }
+}
+
+/// One message (not a batch) in the worker's terms.
+fn inbound(body: pb::coordinator_message::Body) -> Option<Inbound> {
+    use pb::coordinator_message::Body;
+    Some(match body {
+        Body::Tasks(_) => return None,
         Body::Task(assignment) => Inbound::Task(Box::new(assignment_of(assignment))),
         Body::Cancel(cancel) => Inbound::Cancel {
             run_id: cancel.run_id.into(),
@@ -105,6 +123,7 @@ pub(super) fn hello(hello: Hello) -> pb::WorkerMessage {
         handlers: hello.handlers,
         functions: hello.functions,
         tools: hello.tools,
+        takes_batches: true,
     };
     pb::WorkerMessage {
         body: Some(pb::worker_message::Body::Hello(hello)),
@@ -324,6 +343,31 @@ mod tests {
     }
 
     #[test]
+    fn a_batch_of_tasks_arrives_as_its_tasks_in_order() {
+        let tasks = (1..=3)
+            .map(|key| pb::TaskAssignment {
+                task_key: key,
+                ..assignment("task")
+            })
+            .collect();
+        let message = pb::CoordinatorMessage {
+            body: Some(pb::coordinator_message::Body::Tasks(pb::TaskBatch {
+                tasks,
+            })),
+        };
+        let mut read = VecDeque::new();
+        from_coordinator(message, &mut read);
+        let keys: Vec<_> = read
+            .iter()
+            .map(|inbound| match inbound {
+                Inbound::Task(assignment) => assignment.key,
+                other => panic!("not a task: {other:?}"),
+            })
+            .collect();
+        assert_eq!(keys, [1, 2, 3]);
+    }
+
+    #[test]
     fn an_unknown_kind_fails_but_keeps_its_fields() {
         let assignment = assignment_of(assignment("teleport"));
         let failure = assignment.task.unwrap_err();
@@ -342,9 +386,12 @@ mod tests {
             args_json: "[1,".into(),
             ..pb::FunctionCall::default()
         };
-        let Some(Inbound::Unreadable(answer)) = from_coordinator(pb::CoordinatorMessage {
+        let mut read = VecDeque::new();
+        let message = pb::CoordinatorMessage {
             body: Some(pb::coordinator_message::Body::Call(call)),
-        }) else {
+        };
+        from_coordinator(message, &mut read);
+        let Some(Inbound::Unreadable(answer)) = read.pop_front() else {
             panic!("the call was not answered");
         };
         assert_eq!(answer.id, 9);

@@ -10,13 +10,14 @@
 
 mod convert;
 mod discovery;
+mod outgoing;
 
 pub use convert::assignment_of;
 
+use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 use weft_proto::RunId;
 
@@ -167,6 +168,8 @@ pub(crate) struct Welcome {
 /// A joined session's stream.
 pub(crate) struct Connection {
     inbound: tonic::Streaming<pb::CoordinatorMessage>,
+    /// The rest of a batch of tasks whose first was returned.
+    unread: VecDeque<Inbound>,
     outbound: mpsc::Sender<Outbound>,
     /// Running attempts' teammate messages, merged into the same stream.
     team_sends: mpsc::Sender<TeamSend>,
@@ -222,12 +225,11 @@ async fn handshake(
 ) -> Result<Result<(Connection, Welcome), Ending>, WorkerError> {
     let (outbound, rx) = mpsc::channel::<Outbound>(OUTBOUND_QUEUE);
     let (team_sends, sends) = mpsc::channel::<TeamSend>(OUTBOUND_QUEUE);
-    // Known once welcomed; results are checked against it as they go out.
-    let max_result_bytes = Arc::new(AtomicUsize::new(usize::MAX));
-    let limit = max_result_bytes.clone();
+    // Known once welcomed: results are checked against its limit and
+    // batched as it allows as they go out.
+    let told = Arc::new(outgoing::Told::unwelcomed());
     let first = tokio_stream::once(convert::hello(hello));
-    let rest = ReceiverStream::new(rx)
-        .map(move |message| convert::to_coordinator(message, limit.load(Ordering::Relaxed)));
+    let rest = outgoing::Outgoing::new(rx, told.clone());
     // A send is answered before its step goes on, so it never trails the
     // step's result.
     let sends = ReceiverStream::new(sends).map(convert::team_send);
@@ -256,16 +258,13 @@ async fn handshake(
             body: Some(pb::coordinator_message::Body::Welcome(welcome)),
         })) => {
             info!(worker = %config.name, id = %welcome.worker_id, "joined the coordinator");
-            let limit = match welcome.max_result_bytes {
-                0 => usize::MAX,
-                n => usize::try_from(n).unwrap_or(usize::MAX),
-            };
-            max_result_bytes.store(limit, Ordering::Relaxed);
+            told.welcomed(&welcome);
             let welcome = Welcome {
                 heartbeat: Duration::from_millis(welcome.heartbeat_interval_ms.max(50)),
             };
             let connection = Connection {
                 inbound,
+                unread: VecDeque::new(),
                 outbound,
                 team_sends,
                 client,
@@ -299,12 +298,11 @@ impl Connection {
     /// safe: a message is either returned or still unread.
     pub(crate) async fn next(&mut self) -> Result<Inbound, Lost> {
         loop {
+            if let Some(inbound) = self.unread.pop_front() {
+                return Ok(inbound);
+            }
             match self.inbound.message().await {
-                Ok(Some(message)) => {
-                    if let Some(inbound) = convert::from_coordinator(message) {
-                        return Ok(inbound);
-                    }
-                }
+                Ok(Some(message)) => convert::from_coordinator(message, &mut self.unread),
                 Ok(None) => return Err(Lost::Closed),
                 Err(status) => return Err(Lost::Stream(status)),
             }

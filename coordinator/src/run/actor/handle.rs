@@ -126,10 +126,9 @@ impl EndedLog {
             Self::Held(log) => Ok(log.get(from_index..).unwrap_or_default().to_vec()),
             Self::Stored { .. } if from >= self.count() => Ok(Vec::new()),
             Self::Stored { keeper, count } => {
-                let log = crate::durable::restore::read_events(keeper.store(), id, *count)
+                crate::durable::restore::read_events(keeper.store(), id, from..*count)
                     .await
-                    .map_err(|error| RunRequestError::Store(error.to_string()))?;
-                Ok(log.into_iter().skip(from_index).collect())
+                    .map_err(|error| RunRequestError::Store(error.to_string()))
             }
         }
     }
