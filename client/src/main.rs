@@ -57,6 +57,10 @@ enum Command {
     Diagram {
         /// The graph file (YAML, or JSON for `.json`).
         graph: PathBuf,
+        /// Draw it as an SVG document (the run viewer's picture) instead
+        /// of text.
+        #[arg(long)]
+        svg: bool,
     },
     /// Submit a graph and wait for its result.
     Run {
@@ -167,7 +171,7 @@ fn main() -> ExitCode {
     }
     let code = match cli.command {
         Command::Validate { graph } => cli::files::validate(&graph),
-        Command::Diagram { graph } => cli::files::diagram(&graph),
+        Command::Diagram { graph, svg } => cli::files::diagram(&graph, svg),
         command => {
             let runtime = match tokio::runtime::Runtime::new() {
                 Ok(runtime) => runtime,

@@ -144,11 +144,17 @@ fn embedded_errors(
     }
 }
 
-/// Prints the diagram; findings of an invalid graph go to stderr.
-pub fn diagram(path: &Path) -> u8 {
+/// Prints the diagram, as text or SVG; findings of an invalid graph go
+/// to stderr.
+pub fn diagram(path: &Path, svg: bool) -> u8 {
     match graph::load_file(path) {
         Ok((graph, _)) => {
-            out!("{}", graph::diagram::diagram(&graph).trim_end());
+            let picture = if svg {
+                graph::diagram::svg(&graph)
+            } else {
+                graph::diagram::diagram(&graph)
+            };
+            out!("{}", picture.trim_end());
             exit::OK
         }
         Err(GraphError::Invalid(findings)) => {

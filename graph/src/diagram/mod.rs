@@ -20,8 +20,10 @@ use super::{Condition, Graph, Guard, NodeIdx, NodeKind, Target};
 
 mod canvas;
 mod layering;
+mod svg;
 use canvas::{Canvas, DOWN, LEFT, RIGHT, UP};
 use layering::{edge_pairs, layers, order_rows, split_long_edges};
+pub use svg::svg;
 
 const GAP: usize = 3;
 

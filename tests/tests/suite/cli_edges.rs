@@ -498,3 +498,23 @@ fn validate_compiles_the_python_files_a_graph_names() {
     );
     std::fs::remove_dir_all(&dir).ok();
 }
+
+#[test]
+fn diagram_draws_svg_for_the_viewer_with_every_node_once() {
+    let graph = repo().join("examples/critique-loop.yaml");
+    let out = weft(None, &["diagram", "--svg", graph.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let svg = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        svg.starts_with("<svg xmlns=\"http://www.w3.org/2000/svg\""),
+        "{svg}"
+    );
+    for node in ["load_rubric", "draft", "critique", "publish"] {
+        assert_eq!(
+            svg.matches(&format!("data-node=\"{node}\"")).count(),
+            1,
+            "{node}: {svg}"
+        );
+    }
+    assert!(svg.contains("↺ critique → draft when needs_work"), "{svg}");
+}
