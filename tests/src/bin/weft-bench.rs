@@ -476,7 +476,7 @@ async fn w5(args: &Args) -> Result<Figure> {
     let exe = std::env::current_exe()?;
     let mut samples = Vec::new();
     for _ in 0..args.reps {
-        // Process start to the result, as SPEC 14 counts it: the clock
+        // Process start to the result, as the workload counts it: the clock
         // stops when the child prints the result, not when it has shut
         // its cluster down.
         let started = Instant::now();
