@@ -15,6 +15,11 @@ pub const PROTOCOL_VERSION: u32 = 1;
 /// states travel whole.
 pub const MAX_MESSAGE_BYTES: usize = 256 << 20;
 
+/// A batch of tasks or results on a worker's stream closes once their
+/// texts come to this many bytes (one larger item goes alone), so a batch
+/// stays far below [`MAX_MESSAGE_BYTES`].
+pub const BATCH_BYTES: usize = 1 << 20;
+
 /// Metadata on a standby coordinator's refusal of a worker: the URL of the
 /// coordinator that leads, for the worker to join instead.
 pub const LEADER_METADATA: &str = "weft-leader";

@@ -17,9 +17,9 @@ use tokio::sync::mpsc;
 use tokio_stream::{Stream, StreamExt};
 use tokio_util::task::TaskTracker;
 use tonic::{Request, Response, Status, Streaming};
-use weft_proto::PROTOCOL_VERSION;
 use weft_proto::v1 as pb;
 use weft_proto::v1::worker_service_server::WorkerService;
+use weft_proto::{BATCH_BYTES, PROTOCOL_VERSION};
 
 use super::convert;
 use crate::bundle::BlobStore;
@@ -91,11 +91,8 @@ async fn read_worker(
 }
 
 /// Tasks queued behind the one being sent go with it, as one message, up
-/// to this many…
+/// to this many, or until their texts come to `weft_proto::BATCH_BYTES`.
 const MAX_BATCH: usize = 64;
-/// …or until their values and configuration come to this many bytes (a
-/// batch never outgrows the largest message either side takes).
-const BATCH_BYTES: usize = 1 << 20;
 
 /// Feeds a worker's stream: control first, then work. For a worker that
 /// takes batches, a task and the tasks queued behind it go as one message.
@@ -143,8 +140,12 @@ fn gather(
     let mut tasks = vec![first];
     while tasks.len() < MAX_BATCH {
         match work.try_recv() {
-            Ok(ToWorker::Task(task)) if bytes + weight(&task) <= BATCH_BYTES => {
-                bytes += weight(&task);
+            Ok(ToWorker::Task(task)) => {
+                let size = weight(&task);
+                if bytes + size > BATCH_BYTES {
+                    return (tasks, Some(ToWorker::Task(task)));
+                }
+                bytes += size;
                 tasks.push(task);
             }
             Ok(other) => return (tasks, Some(other)),

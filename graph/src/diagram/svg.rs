@@ -201,14 +201,15 @@ impl Layout<'_> {
         places: &HashMap<(usize, Item), Place>,
         picture_width: usize,
     ) {
-        let place_of = |idx| {
-            places
-                .iter()
-                .find(|((_, item), _)| *item == Item::Node(idx))
-                .map(|(_, place)| *place)
-        };
+        let nodes: HashMap<_, Place> = places
+            .iter()
+            .filter_map(|(&(_, item), &place)| match item {
+                Item::Node(idx) => Some((idx, place)),
+                Item::Pass(_) => None,
+            })
+            .collect();
         for (i, (from, to, label)) in self.back_edges.iter().enumerate() {
-            let (Some(from_place), Some(to_place)) = (place_of(*from), place_of(*to)) else {
+            let (Some(&from_place), Some(&to_place)) = (nodes.get(from), nodes.get(to)) else {
                 continue;
             };
             let x = picture_width + ARC_STEP * (i + 1);

@@ -14,15 +14,12 @@ use std::task::{Context, Poll, ready};
 
 use tokio::sync::mpsc;
 use tokio_stream::Stream;
+use weft_proto::BATCH_BYTES;
 use weft_proto::v1 as pb;
 use weft_proto::v1::worker_message::Body;
 
 use super::Outbound;
 use super::convert;
-
-/// A batch closes once its results' texts come to this many bytes (a large
-/// result goes alone, as it would unbatched).
-const BATCH_BYTES: usize = 1 << 20;
 
 /// What the coordinator's welcome told this session about its messages.
 #[derive(Debug)]
@@ -91,8 +88,14 @@ impl Outgoing {
                 break;
             };
             match self.wire(next).body {
-                Some(Body::Result(result)) if bytes + weight(&result) <= BATCH_BYTES => {
-                    bytes += weight(&result);
+                Some(Body::Result(result)) => {
+                    let size = weight(&result);
+                    if bytes + size > BATCH_BYTES {
+                        let body = Some(Body::Result(result));
+                        self.held = Some(pb::WorkerMessage { body });
+                        break;
+                    }
+                    bytes += size;
                     results.push(result);
                 }
                 body => {

@@ -1,0 +1,212 @@
+//! What the client returns about runs: their information and their
+//! events, in the client's terms, and how each is read off the wire.
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+use weft_proto::RunId;
+use weft_proto::events::{error_from_wire, event_from_wire, status_from_wire};
+use weft_proto::v1 as pb;
+
+use crate::client::{ClientError, RunErrorInfo, RunEvent, RunStatus};
+
+/// A node waiting for a human.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct WaitingNode {
+    /// The node.
+    pub node: String,
+    /// `approval` or `input`.
+    pub kind: String,
+    /// The question.
+    pub prompt: String,
+}
+
+/// Tasks of one node waiting for a worker that hosts what they need.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct UnhostedWait {
+    /// The node (or the function, for a worker-hosted call).
+    pub node: String,
+    /// What no connected worker hosts, e.g. `handler 'summarize'`.
+    pub needs: String,
+    /// How many of the node's tasks wait.
+    pub tasks: u32,
+}
+
+/// A run's status, state, error and pending questions.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunInfo {
+    /// The run id.
+    pub run_id: RunId,
+    /// The graph's name.
+    pub graph_name: String,
+    /// Status.
+    pub status: RunStatus,
+    /// The state as of the last merge.
+    pub state: Value,
+    /// For failed and cancelled runs.
+    pub error: Option<RunErrorInfo>,
+    /// Nodes waiting for a human.
+    pub waiting: Vec<WaitingNode>,
+    /// Work no connected worker hosts, which the run waits for.
+    pub unhosted: Vec<UnhostedWait>,
+    /// The child runs its subgraph nodes started, in order.
+    pub children: Vec<ChildRun>,
+    /// Events recorded so far.
+    pub event_count: u64,
+    /// When it was submitted (Unix milliseconds).
+    pub created_unix_ms: i64,
+    /// When it ended (Unix milliseconds), once it has.
+    pub ended_unix_ms: Option<i64>,
+    /// The namespace the run belongs to.
+    pub namespace: String,
+    /// Who submitted it (empty when not recorded).
+    pub submitted_by: String,
+    /// Who answered its approval and input nodes (the latest answer of
+    /// each), in the order they were answered.
+    pub answers: Vec<Answer>,
+}
+
+/// Who answered a human node, and how.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Answer {
+    /// The node.
+    pub node: String,
+    /// Who answered (a token's name or a certificate's subject).
+    pub by: String,
+    /// For an approval: whether it was approved; `None` for an input.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub approved: Option<bool>,
+}
+
+impl Answer {
+    /// "approved by NAME", "rejected by NAME" or "answered by NAME".
+    pub fn describe(&self) -> String {
+        let verb = match self.approved {
+            Some(true) => "approved",
+            Some(false) => "rejected",
+            None => "answered",
+        };
+        format!("{verb} by {}", self.by)
+    }
+}
+
+/// A subgraph node's child run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ChildRun {
+    /// The subgraph node.
+    pub node: String,
+    /// The child's run id.
+    pub run_id: RunId,
+}
+
+impl RunInfo {
+    /// The state, deserialized into your type.
+    pub fn output<T: DeserializeOwned>(&self) -> Result<T, ClientError> {
+        T::deserialize(&self.state)
+            .map_err(|e| ClientError::Decode(format!("the run's state does not fit the type: {e}")))
+    }
+}
+
+/// One entry of a run's event log.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Event {
+    /// Position in the log.
+    pub seq: u64,
+    /// When it happened (Unix milliseconds).
+    pub at_unix_ms: i64,
+    /// The event, typed.
+    pub event: RunEvent,
+    /// Its kind: `wave_started`, `node_finished`, `map_item_finished`,
+    /// `run_finished`, … (the `type` of its JSON form).
+    pub kind: String,
+    /// Its JSON form, `type` included (what `weft watch --json` prints).
+    pub body: Value,
+}
+
+impl Event {
+    pub(crate) fn from_wire(event: pb::RunEvent) -> Option<Self> {
+        let (seq, at_unix_ms) = (event.seq, event.at_unix_ms);
+        let event = event_from_wire(event)?;
+        Some(Self {
+            seq,
+            at_unix_ms,
+            kind: event.kind().to_owned(),
+            body: serde_json::to_value(&event).unwrap_or(Value::Null),
+            event,
+        })
+    }
+
+    /// Whether the run's stream pauses or ends after this event.
+    pub fn ends_or_pauses(&self) -> bool {
+        matches!(
+            self.event,
+            RunEvent::RunFinished { .. } | RunEvent::WaitingForInput { .. }
+        )
+    }
+}
+
+/// [`Event::ends_or_pauses`] read off the wire, without decoding the event.
+pub(crate) fn ends_or_pauses_on_wire(event: &pb::RunEvent) -> bool {
+    use pb::run_event::Event as Kind;
+    matches!(
+        event.event,
+        Some(Kind::RunFinished(_) | Kind::WaitingForInput(_))
+    )
+}
+
+pub(crate) fn run_info(info: pb::RunInfo) -> Result<RunInfo, ClientError> {
+    let status = status_from_wire(info.status);
+    let state = if info.state_json.is_empty() {
+        Value::Null
+    } else {
+        serde_json::from_str(&info.state_json)
+            .map_err(|e| ClientError::Decode(format!("the run's state: {e}")))?
+    };
+    Ok(RunInfo {
+        run_id: info.run_id.into(),
+        graph_name: info.graph_name,
+        status,
+        state,
+        error: info.error.map(error_from_wire),
+        waiting: info
+            .waiting
+            .into_iter()
+            .map(|w| WaitingNode {
+                node: w.node,
+                kind: w.kind,
+                prompt: w.prompt,
+            })
+            .collect(),
+        children: info
+            .children
+            .into_iter()
+            .map(|c| ChildRun {
+                node: c.node,
+                run_id: c.run_id.into(),
+            })
+            .collect(),
+        unhosted: info
+            .unhosted
+            .into_iter()
+            .map(|w| UnhostedWait {
+                node: w.node,
+                needs: w.needs,
+                tasks: w.tasks,
+            })
+            .collect(),
+        event_count: info.event_count,
+        created_unix_ms: info.created_unix_ms,
+        ended_unix_ms: info.ended_unix_ms,
+        namespace: info.namespace,
+        submitted_by: info.submitted_by,
+        answers: info
+            .answers
+            .into_iter()
+            .map(|a| Answer {
+                node: a.node,
+                by: a.by,
+                approved: a.approved,
+            })
+            .collect(),
+    })
+}
