@@ -1,8 +1,10 @@
 //! The worker-facing service: one long-lived stream per worker.
 //!
 //! What goes down a worker's stream comes from two paths of the dispatcher:
-//! control messages (cancel, forget, heartbeat) are forwarded before queued
-//! work, so a backlog of tasks never holds back a cancellation.
+//! control messages (heartbeat, forget, cancel, teammate deliveries) are
+//! forwarded before queued work, so a backlog of calls never holds back a
+//! heartbeat — except that one naming a task waits for the work queued
+//! before it, where that task may be.
 //!
 //! Both ways, what is queued when a message goes goes with it: tasks
 //! waiting behind the one sent travel as one `TaskBatch` to a worker that
@@ -96,6 +98,12 @@ const MAX_BATCH: usize = 64;
 
 /// Feeds a worker's stream: control first, then work. For a worker that
 /// takes batches, a task and the tasks queued behind it go as one message.
+///
+/// A control message that names a task (a teammate delivery, a cancel)
+/// waits for the work queued before it: the dispatcher queues a task
+/// before it tells it anything, so the task it names may be in that queue,
+/// and a worker drops what names a task it has not been given. The queue
+/// holds no more than the worker's free slots and its calls.
 async fn forward(
     mut control: mpsc::Receiver<ToWorker>,
     mut work: mpsc::Receiver<ToWorker>,
@@ -104,17 +112,34 @@ async fn forward(
 ) {
     // A message taken from the queue that did not fit the last batch.
     let mut held = None;
+    // A control message waiting for the work queued before it.
+    let mut waiting = None;
     loop {
-        // The stream ends when the dispatcher drops the worker (both paths
-        // closed).
-        let message = match held.take() {
-            Some(message) => message,
-            None => tokio::select! {
+        let message = if let Some(message) = held.take() {
+            message
+        } else if let Some(told) = waiting.take() {
+            match work.try_recv() {
+                Ok(earlier) => {
+                    waiting = Some(told);
+                    earlier
+                }
+                Err(_) => told,
+            }
+        } else {
+            // The stream ends when the dispatcher drops the worker (both
+            // paths closed).
+            tokio::select! {
                 biased;
-                Some(message) = control.recv() => message,
+                Some(message) = control.recv() => {
+                    if names_task(&message) {
+                        waiting = Some(message);
+                        continue;
+                    }
+                    message
+                }
                 Some(message) = work.recv() => message,
                 else => break,
-            },
+            }
         };
         let message = match message {
             ToWorker::Task(task) if batches => {
@@ -128,6 +153,11 @@ async fn forward(
             break;
         }
     }
+}
+
+/// Whether `message` is about one task, which must reach the worker first.
+fn names_task(message: &ToWorker) -> bool {
+    matches!(message, ToWorker::Deliver { .. } | ToWorker::Cancel { .. })
 }
 
 /// `first` and the tasks queued behind it, as many as make a batch, and
@@ -263,15 +293,17 @@ mod tests {
         rx
     }
 
-    /// What `forward` sends for the work queued, as the task keys of each
-    /// message (`None` for a message that carries no task).
-    async fn sent(work: Vec<ToWorker>, batches: bool) -> Vec<Option<Vec<u64>>> {
-        let (_control, control_rx) = mpsc::channel(1);
+    /// What `forward` sends for the messages queued on each path before
+    /// it starts: the task keys of each message, `None` for one that
+    /// carries no task.
+    async fn forwarded(
+        control: Vec<ToWorker>,
+        work: Vec<ToWorker>,
+        batches: bool,
+    ) -> Vec<Option<Vec<u64>>> {
         let (tx, mut rx) = mpsc::channel(64);
-        let work = queued(work);
-        // The dispatcher is gone: `forward` ends once the queue is read.
-        drop(_control);
-        forward(control_rx, work, batches, tx).await;
+        // The dispatcher is gone: `forward` ends once both queues are read.
+        forward(queued(control), queued(work), batches, tx).await;
         let mut out = Vec::new();
         while let Ok(Ok(message)) = rx.try_recv() {
             use pb::coordinator_message::Body;
@@ -282,6 +314,10 @@ mod tests {
             });
         }
         out
+    }
+
+    async fn sent(work: Vec<ToWorker>, batches: bool) -> Vec<Option<Vec<u64>>> {
+        forwarded(Vec::new(), work, batches).await
     }
 
     fn tasks(keys: std::ops::Range<u64>) -> Vec<ToWorker> {
@@ -326,5 +362,31 @@ mod tests {
         };
         let batches = sent(vec![big(1), big(2), big(3)], true).await;
         assert_eq!(batches, [Some(vec![1]), Some(vec![2]), Some(vec![3])]);
+    }
+
+    fn delivery(key: u64) -> ToWorker {
+        ToWorker::Deliver {
+            run_id: "run".into(),
+            key,
+            message: crate::task::TeamMessage {
+                seq: 1,
+                from: "team/0".into(),
+                content: serde_json::json!("hello"),
+            },
+        }
+    }
+
+    #[tokio::test]
+    async fn a_delivery_follows_the_queued_task_it_is_for_and_a_heartbeat_does_not_wait() {
+        for batches in [true, false] {
+            let control = vec![ToWorker::Heartbeat, delivery(7)];
+            let sent = forwarded(control, tasks(6..8), batches).await;
+            let expected: Vec<_> = if batches {
+                vec![None, Some(vec![6, 7]), None]
+            } else {
+                vec![None, Some(vec![6]), Some(vec![7]), None]
+            };
+            assert_eq!(sent, expected, "batches: {batches}");
+        }
     }
 }

@@ -123,11 +123,7 @@ pub(super) fn hello(hello: Hello) -> pb::WorkerMessage {
         handlers: hello.handlers,
         functions: hello.functions,
         tools: hello.tools,
-        // Not yet: with task batches, a teammate delivery to a task that
-        // had just started was lost in about one run in six of the
-        // teammate test with three one-slot workers (the cause is not
-        // found). Results still go in batches.
-        takes_batches: false,
+        takes_batches: true,
     };
     pb::WorkerMessage {
         body: Some(pb::worker_message::Body::Hello(hello)),
