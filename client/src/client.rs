@@ -220,6 +220,7 @@ impl Client {
             let request = pb::GetRunRequest {
                 run_id: run_id.to_owned(),
                 omit_state,
+                with_diagram: false,
             };
             run_info(self.runs.clone().get_run(request).await?.into_inner())
         })

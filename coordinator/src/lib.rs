@@ -15,6 +15,7 @@ pub mod fuzzing;
 pub use weft_graph as graph;
 mod grpc;
 pub mod ha;
+mod http;
 pub mod metrics;
 pub mod run;
 pub mod runs;

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use weft_coordinator::config::{CoordinatorConfig, Overrides};
-use weft_coordinator::tls::{self, ServerTls};
+use weft_coordinator::tls::ServerTls;
 
 #[derive(Parser)]
 #[command(name = "coordinator", version, about = "The Weft coordinator")]
@@ -20,7 +20,8 @@ struct Args {
     /// Directory of the embedded store.
     #[arg(long)]
     data_dir: Option<PathBuf>,
-    /// Address of the Prometheus endpoint (default 127.0.0.1:9464).
+    /// Address of the HTTP listener: metrics, health, the run viewer and
+    /// its API (default 127.0.0.1:9464).
     #[arg(long)]
     metrics_listen: Option<String>,
     /// Log format: text or json.
@@ -36,29 +37,11 @@ struct Args {
     check_config: bool,
 }
 
-/// Serves `/metrics` on `listener` (over TLS with `tls`) until
-/// `shutdown`; `None` when metrics are off (a recorder was installed
-/// already).
-fn serve_metrics(
-    listener: tokio::net::TcpListener,
-    tls: Option<ServerTls>,
-    shutdown: &tokio_util::sync::CancellationToken,
-) -> Option<tokio::task::JoinHandle<()>> {
-    use weft_coordinator::metrics::serve;
+/// The metrics recorder, installed for this process; `None` when metrics
+/// are off (a recorder was installed already).
+fn metrics_recorder() -> Option<metrics_exporter_prometheus::PrometheusHandle> {
     match weft_coordinator::metrics::install() {
-        Ok(handle) => {
-            let stop = shutdown.clone().cancelled_owned();
-            let shutdown = shutdown.clone();
-            Some(tokio::spawn(async move {
-                let served = match tls {
-                    Some(tls) => serve(tls::accept(listener, tls, shutdown), handle, stop).await,
-                    None => serve(listener, handle, stop).await,
-                };
-                if let Err(error) = served {
-                    tracing::warn!(%error, "the metrics endpoint stopped");
-                }
-            }))
-        }
+        Ok(handle) => Some(handle),
         Err(error) => {
             tracing::warn!(%error, "metrics are off");
             None
@@ -171,7 +154,10 @@ async fn main() -> ExitCode {
         .unwrap_or_default();
     // The certificate is read now, so a bad one refuses the start.
     let tls = match config.tls.as_ref().map(|files| {
-        Ok::<_, tls::TlsError>((ServerTls::for_grpc(files)?, ServerTls::for_http(files)?))
+        Ok::<_, weft_coordinator::tls::TlsError>((
+            ServerTls::for_grpc(files)?,
+            ServerTls::for_http(files)?,
+        ))
     }) {
         None => None,
         Some(Ok(both)) => Some(both),
@@ -182,11 +168,11 @@ async fn main() -> ExitCode {
     };
     let scheme = if tls.is_some() { "https" } else { "http" };
     let shutdown = weft_process::shutdown_on_signal();
-    let metrics = serve_metrics(
-        metrics_listener,
-        tls.as_ref().map(|(_, http)| http.clone()),
-        &shutdown,
-    );
+    let http = weft_coordinator::server::HttpEndpoint {
+        listener: metrics_listener,
+        tls: tls.as_ref().map(|(_, http)| http.clone()),
+        metrics: metrics_recorder(),
+    };
     // Said once the store is open: a coordinator whose data directory
     // another holds fails first, saying so. Tests and scripts read these
     // two lines to learn the bound ports.
@@ -201,14 +187,15 @@ async fn main() -> ExitCode {
         }
         None => None,
     };
-    let served =
-        weft_coordinator::server::serve_announced(listener, grpc, config, shutdown.clone(), ready)
-            .await;
-    // The endpoint stops with the same token; wait for it too.
-    shutdown.cancel();
-    if let Some(metrics) = metrics {
-        let _ = tokio::time::timeout(std::time::Duration::from_secs(5), metrics).await;
-    }
+    let served = weft_coordinator::server::serve_announced(
+        listener,
+        grpc,
+        Some(http),
+        config,
+        shutdown.clone(),
+        ready,
+    )
+    .await;
     match served {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {

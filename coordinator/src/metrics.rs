@@ -4,9 +4,8 @@
 //!
 //! The code records through the `metrics` facade, which costs nothing when
 //! no recorder is installed (as in embedded clusters); the `coordinator`
-//! binary installs the Prometheus recorder and serves its text format.
-
-use std::future::Future;
+//! binary installs the Prometheus recorder, and its HTTP listener
+//! (`crate::http`) serves the text format at `/metrics`.
 
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
@@ -119,43 +118,3 @@ pub fn install() -> Result<PrometheusHandle, metrics_exporter_prometheus::BuildE
 /// Whether the coordinator serves its API (runs restored, or standing by
 /// and forwarding): what `/readyz` reports.
 pub static READY: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
-/// Serves `GET /metrics` on `listener` until `shutdown` completes, with
-/// `GET /healthz` (`ok` while the process runs) and `GET /readyz` (`ok`
-/// once it serves its API: a leader's runs are restored, a standby
-/// forwards; 503 before) for probes.
-pub async fn serve<L>(
-    listener: L,
-    handle: PrometheusHandle,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()>
-where
-    L: axum::serve::Listener,
-    L::Addr: std::fmt::Debug,
-{
-    let app = axum::Router::new()
-        .route(
-            "/metrics",
-            axum::routing::get(move || {
-                let handle = handle.clone();
-                async move {
-                    handle.run_upkeep();
-                    handle.render()
-                }
-            }),
-        )
-        .route("/healthz", axum::routing::get(|| async { "ok\n" }))
-        .route(
-            "/readyz",
-            axum::routing::get(|| async {
-                if READY.load(std::sync::atomic::Ordering::Relaxed) {
-                    (axum::http::StatusCode::OK, "ok\n")
-                } else {
-                    (axum::http::StatusCode::SERVICE_UNAVAILABLE, "starting\n")
-                }
-            }),
-        );
-    axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown)
-        .await
-}

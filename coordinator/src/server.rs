@@ -1,6 +1,8 @@
 //! Assembling a coordinator: dispatcher, runs, blob store and the gRPC
-//! services on one listener, all stopped by one cancellation token; every
-//! task they spawn is tracked, and `serve` returns once they have stopped.
+//! services on one listener, with the HTTP listener (probes, metrics, the
+//! run viewer and its API) beside it, all stopped by one cancellation
+//! token; every task they spawn is tracked, and `serve` returns once they
+//! have stopped.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,6 +19,7 @@ use weft_store::AnyStore;
 use crate::config::CoordinatorConfig;
 use crate::durable::Keeper;
 use crate::grpc::{FrontRuns, FrontWorkers};
+pub use crate::http::HttpEndpoint;
 use crate::term::{Role, start_term};
 
 /// How long `serve` waits for its tasks to stop after the server has.
@@ -63,7 +66,7 @@ pub async fn serve(
     config: CoordinatorConfig,
     shutdown: CancellationToken,
 ) -> Result<(), ServeError> {
-    serve_incoming(incoming(listener), config, shutdown, Box::new(|| {})).await
+    serve_incoming(incoming(listener), None, config, shutdown, Box::new(|| {})).await
 }
 
 /// Serves clients and workers over TLS on `listener` until `shutdown` is
@@ -74,16 +77,17 @@ pub async fn serve_tls(
     config: CoordinatorConfig,
     shutdown: CancellationToken,
 ) -> Result<(), ServeError> {
-    serve_announced(listener, Some(tls), config, shutdown, Box::new(|| {})).await
+    serve_announced(listener, Some(tls), None, config, shutdown, Box::new(|| {})).await
 }
 
-/// Serves on `listener` (over TLS with `tls`), calling `ready` once the
-/// store is open and the coordinator has its role: a coordinator that
-/// cannot open its store (another holds it) fails before it says it
-/// serves.
+/// Serves on `listener` (over TLS with `tls`), and probes, metrics and
+/// the run viewer on `http`, calling `ready` once the store is open and
+/// the coordinator has its role: a coordinator that cannot open its store
+/// (another holds it) fails before it says it serves.
 pub async fn serve_announced(
     listener: TcpListener,
     tls: Option<crate::tls::ServerTls>,
+    http: Option<HttpEndpoint>,
     config: CoordinatorConfig,
     shutdown: CancellationToken,
     ready: Box<dyn FnOnce() + Send>,
@@ -91,9 +95,9 @@ pub async fn serve_announced(
     match tls {
         Some(tls) => {
             let incoming = crate::tls::accept(listener, tls, shutdown.clone()).into_stream();
-            serve_incoming(incoming, config, shutdown, ready).await
+            serve_incoming(incoming, http, config, shutdown, ready).await
         }
-        None => serve_incoming(incoming(listener), config, shutdown, ready).await,
+        None => serve_incoming(incoming(listener), http, config, shutdown, ready).await,
     }
 }
 
@@ -115,7 +119,7 @@ pub async fn serve_unix_announced(
     ready: Box<dyn FnOnce() + Send>,
 ) -> Result<(), ServeError> {
     let incoming = tokio_stream::wrappers::UnixListenerStream::new(listener);
-    serve_incoming(incoming, config, shutdown, ready).await
+    serve_incoming(incoming, None, config, shutdown, ready).await
 }
 
 /// Starts serving as the lone coordinator of its data directory, or
@@ -151,6 +155,7 @@ async fn take_role(
 
 async fn serve_incoming<IO>(
     incoming: impl tokio_stream::Stream<Item = std::io::Result<IO>> + Send + 'static,
+    http: Option<HttpEndpoint>,
     config: CoordinatorConfig,
     shutdown: CancellationToken,
     ready: Box<dyn FnOnce() + Send>,
@@ -165,25 +170,30 @@ where
 {
     let tracker = TaskTracker::new();
     let (role_tx, role) = watch::channel(Role::Standby(None));
-    take_role(&config, role_tx, &shutdown, &tracker).await?;
-    ready();
-    // Each service decodes no more than its largest legitimate message: a
-    // submission (bundle and input), a worker's result; framing aside.
-    const FRAMING: usize = 1 << 20;
     let required = config.identities.required();
     let peers = config
         .tls
         .as_ref()
         .map(crate::tls::TlsFiles::for_peers)
         .unwrap_or_default();
-    let run_api = RunServiceServer::new(FrontRuns::new(
-        role.clone(),
-        tracker.clone(),
-        required,
-        peers,
-    ))
-    .max_decoding_message_size(config.max_bundle_bytes + config.max_input_bytes + FRAMING)
-    .max_encoding_message_size(weft_proto::MAX_MESSAGE_BYTES);
+    let front = FrontRuns::new(role.clone(), tracker.clone(), required, peers);
+    // Probes answer (`/readyz` with 503) while the store opens.
+    if let Some(endpoint) = http {
+        let api = crate::http::Api::new(
+            front.clone(),
+            config.identities.clone(),
+            config.http.clone(),
+        );
+        tracker.spawn(crate::http::serve(endpoint, api, shutdown.clone()));
+    }
+    take_role(&config, role_tx, &shutdown, &tracker).await?;
+    ready();
+    // Each service decodes no more than its largest legitimate message: a
+    // submission (bundle and input), a worker's result; framing aside.
+    const FRAMING: usize = 1 << 20;
+    let run_api = RunServiceServer::new(front)
+        .max_decoding_message_size(config.max_bundle_bytes + config.max_input_bytes + FRAMING)
+        .max_encoding_message_size(weft_proto::MAX_MESSAGE_BYTES);
     let worker_api = WorkerServiceServer::new(FrontWorkers::new(role))
         .max_decoding_message_size(config.max_result_bytes.saturating_add(FRAMING))
         .max_encoding_message_size(weft_proto::MAX_MESSAGE_BYTES);

@@ -118,6 +118,14 @@ impl Worker {
         self
     }
 
+    /// The `worker` token it joins with, for a coordinator that wants
+    /// identities (the `worker` binary takes it from `--token` or
+    /// `WEFT_WORKER_TOKEN`); refused when it cannot travel in a header.
+    pub fn token(&mut self, token: &str) -> Result<&mut Self, weft_proto::transport::InvalidToken> {
+        self.config.bearer = weft_proto::transport::Bearer::new(Some(token))?;
+        Ok(self)
+    }
+
     /// Where scratch directories and the file cache live.
     pub fn work_dir(&mut self, dir: PathBuf) -> &mut Self {
         self.config.work_dir = Some(dir);

@@ -62,8 +62,26 @@ pub fn admit<B>(identities: &Identities, request: &http::Request<B>) -> Result<P
     } else {
         None
     };
+    admit_to(
+        identities,
+        authorization,
+        subject.as_deref(),
+        needed(request.uri().path()),
+    )
+}
+
+/// The caller named by `authorization` (a bearer header) or `subject` (a
+/// verified client certificate's), allowed to do `action` (what it is
+/// called, and the role it needs); or the refusal. The run viewer's HTTP
+/// routes are checked here too.
+pub fn admit_to(
+    identities: &Identities,
+    authorization: Option<&[u8]>,
+    subject: Option<&str>,
+    action: Option<(&str, Role)>,
+) -> Result<Principal, Status> {
     let principal = identities
-        .authenticate(authorization, subject.as_deref())
+        .authenticate(authorization, subject)
         .map_err(|error| {
             refused(error.reason());
             Status::unauthenticated(error.to_string())
@@ -71,12 +89,12 @@ pub fn admit<B>(identities: &Identities, request: &http::Request<B>) -> Result<P
     if !identities.required() {
         return Ok(principal);
     }
-    if let Some((method, role)) = needed(request.uri().path())
+    if let Some((action, role)) = action
         && !principal.role.covers(role)
     {
         refused("role");
         return Err(Status::permission_denied(format!(
-            "'{}' has the role {}; {method} needs {}",
+            "'{}' has the role {}; {action} needs {}",
             principal.name,
             principal.role.as_str(),
             wanted(role)

@@ -8,9 +8,13 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+mod http;
 mod identities;
 mod store;
 mod tls;
+pub use crate::runs::retention::Retention;
+pub use http::HttpConfig;
+use http::HttpLayer;
 use identities::{CertificateEntry, IdentityParts, TokenEntry};
 pub use store::StoreConfig;
 use store::StoreLayer;
@@ -66,25 +70,8 @@ pub struct CoordinatorConfig {
     /// Serve on a non-loopback address without TLS or identities
     /// (`insecure`, `WEFT_INSECURE`, `--insecure`), with a warning.
     pub insecure: bool,
-}
-
-/// How long ended runs are kept: the newest `count` of them, each for at
-/// most `age` after it ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Retention {
-    /// Ended runs kept at most.
-    pub count: usize,
-    /// How long an ended run is kept.
-    pub age: std::time::Duration,
-}
-
-impl Default for Retention {
-    fn default() -> Self {
-        Self {
-            count: 10_000,
-            age: std::time::Duration::from_secs(7 * 24 * 3600),
-        }
-    }
+    /// The run viewer's settings (`[http]`).
+    pub http: HttpConfig,
 }
 
 impl Default for CoordinatorConfig {
@@ -110,6 +97,7 @@ impl Default for CoordinatorConfig {
             tls: None,
             identities: crate::auth::Identities::default(),
             insecure: false,
+            http: HttpConfig::default(),
         }
     }
 }
@@ -152,6 +140,7 @@ struct Layer {
     store: Option<StoreLayer>,
     telemetry: Option<TelemetryLayer>,
     tls: Option<TlsLayer>,
+    http: Option<HttpLayer>,
     insecure: Option<bool>,
     secrets_file: Option<PathBuf>,
     tokens: Option<Vec<TokenEntry>>,
@@ -284,6 +273,9 @@ impl CoordinatorConfig {
             retain_finished_hours: number("WEFT_RETAIN_FINISHED_HOURS")?,
             telemetry: None, // OTEL_* are read when the binary starts
             tls: None,       // WEFT_TLS_* are read below
+            http: env("WEFT_TRACE_URL").map(|trace_url| HttpLayer {
+                trace_url: Some(trace_url),
+            }),
             insecure: env("WEFT_INSECURE")
                 .map(|text| parse_bool("WEFT_INSECURE", &text))
                 .transpose()?,
@@ -332,6 +324,9 @@ impl CoordinatorConfig {
         }
         if let Some(store) = layer.store {
             self.store.apply(store)?;
+        }
+        if let Some(http) = layer.http {
+            self.http.apply(http)?;
         }
         let address = |key: &str, text: String| -> Result<SocketAddr, ConfigError> {
             parse_address(&text).ok_or_else(|| ConfigError::Invalid {

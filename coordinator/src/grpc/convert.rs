@@ -24,7 +24,18 @@ pub fn bundle(message: Option<pb::GraphBundle>, limit: usize) -> Result<Bundle, 
 
 /// A run's info; `with_state: false` leaves the (possibly large) state out.
 pub fn run_info(view: RunView, with_state: bool) -> pb::RunInfo {
+    run_info_drawn(view, with_state, false)
+}
+
+/// [`run_info`], with the graph drawn when `with_diagram`.
+pub fn run_info_drawn(view: RunView, with_state: bool, with_diagram: bool) -> pb::RunInfo {
     pb::RunInfo {
+        diagram_svg: if with_diagram {
+            crate::graph::diagram::svg(&view.graph)
+        } else {
+            String::new()
+        },
+        trace_id: view.trace_id.to_string(),
         run_id: view.id.to_string(),
         graph_name: view.graph_name,
         status: status_to_wire(view.status) as i32,

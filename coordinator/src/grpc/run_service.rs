@@ -89,7 +89,11 @@ impl RunService for RunApi {
         let caller = principal(&request)?;
         let request = request.into_inner();
         let view = self.run(&caller, &request.run_id)?.get().await?;
-        Ok(Response::new(convert::run_info(view, !request.omit_state)))
+        Ok(Response::new(convert::run_info_drawn(
+            view,
+            !request.omit_state,
+            request.with_diagram,
+        )))
     }
 
     async fn list_runs(

@@ -12,7 +12,7 @@ mod answers;
 mod children;
 mod parsed;
 mod recovery;
-mod retention;
+pub mod retention;
 
 pub use retention::DeleteError;
 
@@ -25,11 +25,11 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::bundle::{BlobStore, BundleError};
-use crate::config::Retention;
 use crate::dispatch::DispatcherHandle;
 use crate::durable::Keeper;
 use crate::durable::blob_refs::BlobRefs;
 use crate::run::{RunHandle, RunLimits};
+use retention::Retention;
 
 /// Why a submission was refused. Nothing was started.
 #[derive(Debug, thiserror::Error)]

@@ -12,6 +12,25 @@ use super::{Runs, now_ms};
 /// in hours).
 const AGE_SWEEP_INTERVAL: std::time::Duration = std::time::Duration::from_secs(60);
 
+/// How long ended runs are kept: the newest `count` of them, each for at
+/// most `age` after it ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Retention {
+    /// Ended runs kept at most.
+    pub count: usize,
+    /// How long an ended run is kept.
+    pub age: std::time::Duration,
+}
+
+impl Default for Retention {
+    fn default() -> Self {
+        Self {
+            count: 10_000,
+            age: std::time::Duration::from_secs(7 * 24 * 3600),
+        }
+    }
+}
+
 /// Why a run was not deleted.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum DeleteError {

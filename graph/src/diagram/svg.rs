@@ -3,9 +3,11 @@
 //! passing beside boxes), scaled to pixels, with loop edges drawn as arcs
 //! in the right margin and the text diagram's notes below the picture.
 //!
-//! Each node is a `<g class="node" data-node="ID" data-kind="KIND">`, so a
-//! page colours it by status by setting a class or attribute on the group,
-//! with no layout of its own.
+//! Each node is a `<g class="node" data-node="ID" data-kind="KIND">` (a
+//! map or loop with `data-steps="A B"`, the nodes of its chain or body,
+//! which the diagram lists in its notes rather than draws), so a page
+//! colours it by status by setting a class or attribute on the group, with
+//! no layout of its own.
 
 use std::collections::HashMap;
 use std::fmt::Write;
@@ -20,8 +22,9 @@ const ROW: usize = 84;
 /// The margin around the picture, and between two loop edges' arcs.
 const MARGIN: usize = 16;
 const ARC_STEP: usize = 14;
-/// The height of a line of notes.
+/// The height of a line of notes, and the width of one of its characters.
 const NOTE: usize = 18;
+const NOTE_CHAR: usize = 8;
 
 /// How the picture looks on its own; a page's stylesheet overrides it
 /// (a node's status as a class on its group, say).
@@ -39,6 +42,18 @@ const STYLE: &str = "<style>\
 /// Draws the graph as an SVG document (see the module's docs).
 pub fn svg(graph: &super::Graph) -> String {
     Layout::new(graph).svg()
+}
+
+/// ` data-steps="A B"`: the nodes of a map's chain or a loop's body (not
+/// drawn as boxes of their own), so a page can tell whose item a step's
+/// event is; nothing for other nodes.
+fn steps(graph: &super::Graph, idx: usize) -> String {
+    let members = crate::topology::container_members(graph, idx);
+    if members.is_empty() {
+        return String::new();
+    }
+    let ids: Vec<String> = members.iter().map(|&m| escape(&graph.node(m).id)).collect();
+    format!(r#" data-steps="{}""#, ids.join(" "))
 }
 
 /// Escapes text for XML content and attribute values.
@@ -101,7 +116,9 @@ impl Layout<'_> {
         notes.extend(self.notes().iter().map(|note| note.trim().to_owned()));
         // The last row needs its box, not the space below it.
         let pictured = MARGIN + self.rows.len().saturating_sub(1) * ROW + BOX + MARGIN;
-        let width = picture_width + arcs_width + MARGIN;
+        // A note's line may be wider than the picture.
+        let widest_note = notes.iter().map(|n| n.chars().count()).max().unwrap_or(0);
+        let width = (picture_width + arcs_width + MARGIN).max(2 * MARGIN + widest_note * NOTE_CHAR);
         let height = pictured + notes.len() * NOTE + MARGIN;
 
         let mut out = String::new();
@@ -144,9 +161,10 @@ impl Layout<'_> {
                             ""
                         };
                         let (x, y, w) = (place.left, place.top, place.right - place.left);
+                        let steps = steps(self.graph, idx);
                         let _ = write!(
                             out,
-                            r#"<g class="node{terminal}" data-node="{id}" data-kind="{kind}"><title>{id} ({kind})</title><rect x="{x}" y="{y}" width="{w}" height="{BOX}" rx="6"/><text x="{}" y="{}" text-anchor="middle">{id}</text></g>"#,
+                            r#"<g class="node{terminal}" data-node="{id}" data-kind="{kind}"{steps}><title>{id} ({kind})</title><rect x="{x}" y="{y}" width="{w}" height="{BOX}" rx="6"/><text x="{}" y="{}" text-anchor="middle">{id}</text></g>"#,
                             place.centre(),
                             y + BOX / 2 + 5,
                         );
@@ -273,6 +291,35 @@ mod tests {
             "{svg}"
         );
         assert!(svg.starts_with("<svg ") && svg.ends_with("</svg>\n"));
+    }
+
+    #[test]
+    fn a_map_names_the_steps_of_its_chain() {
+        let svg = draw(
+            r#"
+nodes:
+  fan:
+    kind: map
+    start: true
+    over: "{{ items }}"
+    as: item
+    branch: draft
+    output_key: out
+    collect_into: results
+    next: done
+  draft: { kind: script, run: [draft], next: check }
+  check: { kind: script, run: [check] }
+  done: { kind: script, run: [done], end: true }
+"#,
+        );
+        assert!(
+            svg.contains(r#"data-node="fan" data-kind="map" data-steps="draft check">"#),
+            "{svg}"
+        );
+        assert!(
+            svg.contains(r#"data-node="done" data-kind="script">"#),
+            "{svg}"
+        );
     }
 
     #[test]

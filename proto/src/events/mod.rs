@@ -4,6 +4,8 @@
 //! receives them typed; their JSON form (for `weft watch --json`) is serde's
 //! rendering of the same type.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 use crate::types::RunStatus;
@@ -15,6 +17,11 @@ pub use wire::{
     error_from_wire, error_to_wire, event_from_wire, event_to_wire, status_from_wire,
     status_to_wire,
 };
+
+/// The largest JSON of a field value that a `state_changed` event
+/// carries; a larger one is folded (its size only), so an event log grows
+/// with what changed, not with the state.
+pub const SHOWN_VALUE_BYTES: usize = 1024;
 
 /// How a run failed, as clients see it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -98,6 +105,14 @@ pub enum RunEvent {
         step: u32,
         /// The changed fields, in order of first change.
         fields: Vec<String>,
+        /// The new values of the changed fields whose JSON is small (up
+        /// to [`SHOWN_VALUE_BYTES`]), by name.
+        #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+        values: BTreeMap<String, serde_json::Value>,
+        /// The size in bytes of the JSON of each changed field too large
+        /// to be in `values`. A changed field in neither was removed.
+        #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+        folded: BTreeMap<String, u64>,
     },
     /// A loop edge (or `_next` to an earlier node) reset part of the graph.
     LoopReset {

@@ -76,9 +76,20 @@ pub fn event_to_wire(seq: u64, at_unix_ms: i64, event: &RunEvent) -> pb::RunEven
             fallback,
         }),
         RunEvent::NodeSkipped { node } => E::NodeSkipped(pb::NodeSkipped { node: node.into() }),
-        RunEvent::StateChanged { step, fields } => {
-            E::StateChanged(pb::StateChanged { step, fields })
-        }
+        RunEvent::StateChanged {
+            step,
+            fields,
+            values,
+            folded,
+        } => E::StateChanged(pb::StateChanged {
+            step,
+            fields,
+            values: values
+                .iter()
+                .map(|(name, value)| (name.clone(), crate::json::to_string(value)))
+                .collect(),
+            folded: folded.into_iter().collect(),
+        }),
         RunEvent::LoopReset { from, head } => E::LoopReset(pb::LoopReset { from, head }),
         RunEvent::LoopIteration {
             node,
@@ -235,6 +246,17 @@ pub fn event_from_wire(event: pb::RunEvent) -> Option<RunEvent> {
         E::StateChanged(e) => RunEvent::StateChanged {
             step: e.step,
             fields: e.fields,
+            // A value that does not parse is shown as its text.
+            values: e
+                .values
+                .into_iter()
+                .map(|(name, json)| {
+                    let value =
+                        serde_json::from_str(&json).unwrap_or(serde_json::Value::String(json));
+                    (name, value)
+                })
+                .collect(),
+            folded: e.folded.into_iter().collect(),
         },
         E::LoopReset(e) => RunEvent::LoopReset {
             from: e.from,
@@ -340,7 +362,9 @@ mod tests {
             RunEvent::NodeSkipped { node: "b".into() },
             RunEvent::StateChanged {
                 step: 1,
-                fields: vec!["x".into()],
+                fields: vec!["x".into(), "doc".into()],
+                values: [("x".to_owned(), serde_json::json!({"n": 1}))].into(),
+                folded: [("doc".to_owned(), 5000)].into(),
             },
             RunEvent::LoopReset {
                 from: "c".into(),

@@ -28,6 +28,9 @@ struct Args {
     /// Its API key.
     #[arg(long)]
     llm_key: Option<String>,
+    /// The worker token, for a coordinator that wants identities.
+    #[arg(long, env = "WEFT_WORKER_TOKEN", hide_env_values = true)]
+    token: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -62,6 +65,9 @@ async fn main() -> anyhow::Result<()> {
         .scripts(true);
     if let Some(dir) = args.work_dir.clone() {
         worker.work_dir(dir);
+    }
+    if let Some(token) = &args.token {
+        worker.token(token)?;
     }
     register_handlers(&mut worker, &args.name, keep);
     if let Some(url) = &args.llm_url {

@@ -22,4 +22,5 @@ mod subgraphs;
 mod teammates;
 mod tls;
 mod traces;
+mod viewer;
 mod workers;

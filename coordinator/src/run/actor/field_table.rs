@@ -2,9 +2,11 @@
 //! once per version, so a task carries references to what its worker may
 //! already hold rather than the state again.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use serde_json::Value;
+use weft_proto::events::SHOWN_VALUE_BYTES;
 
 use crate::dispatch::StateField;
 use crate::run::{State, TaskState};
@@ -30,6 +32,28 @@ impl FieldTable {
                 self.fields.insert(name.clone(), field);
             }
         }
+    }
+
+    /// What a `state_changed` event shows of the fields just refreshed:
+    /// the values whose JSON is small, and the size of the others.
+    pub(super) fn shown(
+        &self,
+        state: &State,
+        names: &[String],
+    ) -> (BTreeMap<String, Value>, BTreeMap<String, u64>) {
+        let (mut values, mut folded) = (BTreeMap::new(), BTreeMap::new());
+        for name in names {
+            let json = self.fields.get(name.as_str()).and_then(|f| f.json.as_ref());
+            let (Some(json), Some(value)) = (json, state.get(name)) else {
+                continue;
+            };
+            if json.len() <= SHOWN_VALUE_BYTES {
+                values.insert(name.clone(), value.clone());
+            } else {
+                folded.insert(name.clone(), json.len() as u64);
+            }
+        }
+        (values, folded)
     }
 
     fn fresh(&mut self, name: &str, value: &Value) -> StateField {

@@ -26,6 +26,10 @@ pub struct RunView {
     pub id: RunId,
     /// The graph's name.
     pub graph_name: String,
+    /// The graph (for its diagram).
+    pub graph: Arc<crate::graph::Graph>,
+    /// The id of the run's trace.
+    pub trace_id: Arc<str>,
     /// Status.
     pub status: RunStatus,
     /// The state as of the last merge.

@@ -474,15 +474,21 @@ impl RunActor {
     }
 
     /// Notes what an event means for the actor, then logs it.
-    fn emit(&mut self, event: RunEvent) {
-        match &event {
+    fn emit(&mut self, mut event: RunEvent) {
+        match &mut event {
             // A map item or a loop iteration is progress a crash should
             // not take back.
             RunEvent::MapItemFinished { .. } | RunEvent::LoopIteration { .. } => {
                 self.item_checkpoint = true;
             }
-            RunEvent::StateChanged { fields, .. } => {
+            RunEvent::StateChanged {
+                fields,
+                values,
+                folded,
+                ..
+            } => {
                 self.fields.refresh(self.machine.state(), fields.iter());
+                (*values, *folded) = self.fields.shown(self.machine.state(), fields);
             }
             RunEvent::RunFinished { status, .. } => {
                 self.spans.run_finished(*status);
@@ -528,6 +534,8 @@ impl RunActor {
         RunView {
             id: self.id.clone(),
             graph_name: self.plan.graph().name.clone(),
+            graph: self.plan.shared_graph(),
+            trace_id: self.spans.trace_id().into(),
             status: self.machine.status(),
             state: self.machine.state().clone(),
             error: self.machine.error().cloned(),

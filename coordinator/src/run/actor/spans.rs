@@ -24,6 +24,7 @@ pub(super) struct RunSpans {
     tasks: HashMap<TaskKey, Span>,
     run_id: String,
     graph: String,
+    trace_id: String,
 }
 
 impl RunSpans {
@@ -47,7 +48,13 @@ impl RunSpans {
             tasks: HashMap::new(),
             run_id: run_id.to_owned(),
             graph: graph.to_owned(),
+            trace_id: trace_id.to_owned(),
         }
+    }
+
+    /// The id of the run's trace.
+    pub(super) fn trace_id(&self) -> &str {
+        &self.trace_id
     }
 
     /// The run's own span.

@@ -146,6 +146,11 @@ impl RunPlan {
         &self.graph
     }
 
+    /// The graph, shared (a run's view carries it for its diagram).
+    pub fn shared_graph(&self) -> Arc<Graph> {
+        self.graph.clone()
+    }
+
     /// How each node runs on a worker, by index; `None` for nodes the
     /// coordinator runs.
     pub fn bindings(&self) -> &[Option<NodeBinding>] {

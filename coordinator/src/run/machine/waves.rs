@@ -479,9 +479,12 @@ impl RunMachine {
     ) -> Wave {
         let mut wave = self.run.wave.take().expect("routing runs inside a wave");
         if !changed.is_empty() {
+            // The actor adds the values, as it serializes them anyway.
             fx.push(Effect::Emit(RunEvent::StateChanged {
                 step: wave.step(),
                 fields: changed,
+                values: Default::default(),
+                folded: Default::default(),
             }));
         }
         // The wave's hold on S0 goes first, so the state is updated in

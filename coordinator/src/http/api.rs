@@ -1,0 +1,235 @@
+//! The JSON API under `/api/v1/` (documented in `docs/viewer.md`): who
+//! the caller is, runs listed and filtered, one run, its diagram, its
+//! events (`events`), and the actions that resume, cancel, retry and
+//! delete runs. Each handler admits its caller for its role, calls the
+//! run service and shapes the answer.
+
+use axum::extract::rejection::JsonRejection;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, header};
+use axum::response::IntoResponse;
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use weft_proto::v1 as pb;
+use weft_proto::v1::run_service_server::RunService;
+
+use super::Api;
+use super::caller::{ApiError, Caller};
+use super::run_json::run_json;
+use crate::auth::Role;
+
+/// The API's routes.
+pub(super) fn routes() -> Router<Api> {
+    Router::new()
+        .route("/whoami", get(whoami))
+        .route("/runs", get(list))
+        .route("/runs/{id}", get(one).delete(delete))
+        .route("/runs/{id}/diagram.svg", get(diagram))
+        .route("/runs/{id}/events", get(super::events::stream))
+        .route("/runs/{id}/resume", post(resume))
+        .route("/runs/{id}/cancel", post(cancel))
+        .route("/runs/{id}/retry", post(retry))
+}
+
+/// The caller of `headers`, allowed to do `action`.
+pub(super) fn admit(
+    api: &Api,
+    headers: &HeaderMap,
+    action: (&str, Role),
+) -> Result<Caller, ApiError> {
+    Caller::admit(&api.identities, headers, action)
+}
+
+/// `GET /whoami`: the caller's name, role and namespace, and what the
+/// page needs to know of the coordinator.
+async fn whoami(State(api): State<Api>, headers: HeaderMap) -> Result<Json<Value>, ApiError> {
+    let caller = admit(&api, &headers, ("looking at runs", Role::Reader))?;
+    let who = &caller.principal;
+    Ok(Json(json!({
+        "name": who.name,
+        "role": who.role.as_str(),
+        "namespace": who.namespace,
+        "may_act": who.role.covers(Role::Operator),
+        "sees_all_namespaces": who.role.covers(Role::Admin),
+        "identities_required": api.identities.required(),
+        "trace_url": api.settings.trace_url,
+    })))
+}
+
+/// Most runs a listing scans to fill one filtered page.
+const SCANNED: usize = 10_000;
+
+#[derive(Deserialize)]
+struct ListQuery {
+    status: Option<String>,
+    graph: Option<String>,
+    limit: Option<u32>,
+    after: Option<String>,
+}
+
+/// `GET /runs?status=S&graph=G&limit=N&after=ID`: the runs, newest
+/// first, that have status `S` and graph `G` (both optional), `N` of them
+/// (default 50, at most 1,000), starting after run `ID`. `next` is the
+/// `after` of the following page, absent on the last.
+async fn list(
+    State(api): State<Api>,
+    headers: HeaderMap,
+    Query(query): Query<ListQuery>,
+) -> Result<Json<Value>, ApiError> {
+    let caller = admit(&api, &headers, ("ListRuns", Role::Reader))?;
+    const STATUSES: [&str; 5] = ["running", "waiting", "completed", "failed", "cancelled"];
+    let status = query.status.filter(|s| !s.is_empty());
+    if let Some(status) = &status
+        && !STATUSES.contains(&status.as_str())
+    {
+        return Err(ApiError::bad_request(format!(
+            "unknown status '{status}': one of {}",
+            STATUSES.join(", ")
+        )));
+    }
+    let graph = query.graph.filter(|g| !g.is_empty());
+    let limit = query.limit.unwrap_or(50).clamp(1, 1000) as usize;
+    let mut after = query.after.unwrap_or_default();
+    let (mut runs, mut scanned) = (Vec::new(), 0);
+    let next = loop {
+        let request = caller.request(pb::ListRunsRequest {
+            limit: 200,
+            after: after.clone(),
+        });
+        let page = api.front.list_runs(request).await?.into_inner();
+        for info in page.runs {
+            scanned += 1;
+            after.clone_from(&info.run_id);
+            let status_matches = status.as_deref().is_none_or(|wanted| {
+                weft_proto::events::status_from_wire(info.status).name() == wanted
+            });
+            if status_matches && graph.as_deref().is_none_or(|g| g == info.graph_name) {
+                runs.push(run_json(info, &api.settings));
+                if runs.len() == limit {
+                    break;
+                }
+            }
+        }
+        let more = !page.next.is_empty() || runs.len() == limit;
+        if runs.len() == limit || page.next.is_empty() || scanned >= SCANNED {
+            break more.then_some(after);
+        }
+    };
+    Ok(Json(json!({ "runs": runs, "next": next })))
+}
+
+#[derive(Deserialize)]
+struct RunQuery {
+    /// `false`: leave the state out.
+    state: Option<bool>,
+}
+
+/// `GET /runs/ID?state=false`: one run, with its state unless asked not.
+async fn one(
+    State(api): State<Api>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    Query(query): Query<RunQuery>,
+) -> Result<Json<Value>, ApiError> {
+    let caller = admit(&api, &headers, ("GetRun", Role::Reader))?;
+    let request = caller.request(pb::GetRunRequest {
+        run_id: id,
+        omit_state: query.state == Some(false),
+        with_diagram: false,
+    });
+    let info = api.front.get_run(request).await?.into_inner();
+    Ok(Json(run_json(info, &api.settings)))
+}
+
+/// `GET /runs/ID/diagram.svg`: the run's graph, drawn.
+async fn diagram(
+    State(api): State<Api>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Result<impl IntoResponse, ApiError> {
+    let caller = admit(&api, &headers, ("GetRun", Role::Reader))?;
+    let request = caller.request(pb::GetRunRequest {
+        run_id: id,
+        omit_state: true,
+        with_diagram: true,
+    });
+    let info = api.front.get_run(request).await?.into_inner();
+    Ok(([(header::CONTENT_TYPE, "image/svg+xml")], info.diagram_svg))
+}
+
+/// The body of `POST /runs/ID/resume`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ResumeBody {
+    /// The waiting node.
+    node: String,
+    /// The answer: `"approve"` or `"reject"` for an approval, any JSON
+    /// value for an input.
+    value: Value,
+    #[serde(default)]
+    comment: String,
+}
+
+/// A JSON body, or a 400 that says what is wrong with it.
+fn body<T>(body: Result<Json<T>, JsonRejection>) -> Result<T, ApiError> {
+    body.map(|Json(body)| body)
+        .map_err(|rejection| ApiError::bad_request(rejection.body_text()))
+}
+
+/// `POST /runs/ID/resume` with `{"node", "value", "comment"}`: answers a
+/// waiting approval or input node.
+async fn resume(
+    State(api): State<Api>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    answer: Result<Json<ResumeBody>, JsonRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let caller = admit(&api, &headers, ("Resume", Role::Operator))?;
+    let answer = body(answer)?;
+    let request = caller.request(pb::ResumeRequest {
+        run_id: id,
+        node: answer.node,
+        value_json: weft_proto::json::to_string(&answer.value),
+        comment: answer.comment,
+    });
+    let info = api.front.resume(request).await?.into_inner();
+    Ok(Json(run_json(info, &api.settings)))
+}
+
+/// `POST /runs/ID/cancel`.
+async fn cancel(
+    State(api): State<Api>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let caller = admit(&api, &headers, ("Cancel", Role::Operator))?;
+    let request = caller.request(pb::CancelRequest { run_id: id });
+    let info = api.front.cancel(request).await?.into_inner();
+    Ok(Json(run_json(info, &api.settings)))
+}
+
+/// `POST /runs/ID/retry`.
+async fn retry(
+    State(api): State<Api>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let caller = admit(&api, &headers, ("Retry", Role::Operator))?;
+    let request = caller.request(pb::RetryRequest { run_id: id });
+    let info = api.front.retry(request).await?.into_inner();
+    Ok(Json(run_json(info, &api.settings)))
+}
+
+/// `DELETE /runs/ID`: removes an ended run (admin).
+async fn delete(
+    State(api): State<Api>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let caller = admit(&api, &headers, ("DeleteRun", Role::Admin))?;
+    let request = caller.request(pb::DeleteRunRequest { run_id: id.clone() });
+    api.front.delete_run(request).await?;
+    Ok(Json(json!({ "deleted": id })))
+}

@@ -1,0 +1,68 @@
+//! `GET /api/v1/runs/ID/events?from=N`: a run's events as server-sent
+//! events, from position `N` (or after the `Last-Event-ID` a reconnecting
+//! browser sends), live until the run ends. Each event's `id` is its
+//! position and its `data` its JSON form (`run_json::event_json`); the
+//! stream ends after the run's `run_finished`, or with an `error` event
+//! that says why it cannot go on. A comment every 15 seconds keeps idle
+//! connections open through proxies.
+
+use std::convert::Infallible;
+use std::time::Duration;
+
+use axum::extract::{Path, Query, State};
+use axum::http::HeaderMap;
+use axum::response::sse::{Event, KeepAlive, Sse};
+use serde::Deserialize;
+use tokio_stream::{Stream, StreamExt};
+use weft_proto::v1 as pb;
+use weft_proto::v1::run_service_server::RunService;
+
+use super::Api;
+use super::api::admit;
+use super::caller::ApiError;
+use super::run_json::event_json;
+use crate::auth::Role;
+
+#[derive(Deserialize)]
+pub(super) struct EventsQuery {
+    from: Option<u64>,
+}
+
+/// Where a stream starts: `?from=`, else after the last event a
+/// reconnecting browser saw, else the beginning.
+fn start(query: &EventsQuery, headers: &HeaderMap) -> u64 {
+    let resumed = headers
+        .get("last-event-id")
+        .and_then(|value| value.to_str().ok())
+        .and_then(|text| text.trim().parse::<u64>().ok())
+        .map(|seen| seen + 1);
+    query.from.or(resumed).unwrap_or(0)
+}
+
+pub(super) async fn stream(
+    State(api): State<Api>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    Query(query): Query<EventsQuery>,
+) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
+    let caller = admit(&api, &headers, ("WatchRun", Role::Reader))?;
+    let request = caller.request(pb::WatchRunRequest {
+        run_id: id,
+        from: start(&query, &headers),
+    });
+    let events = api.front.watch_run(request).await?.into_inner();
+    let sent = events.filter_map(|event| match event {
+        Ok(event) => {
+            let seq = event.seq;
+            let json = event_json(event)?;
+            Some(Ok(Event::default()
+                .id(seq.to_string())
+                .data(json.to_string())))
+        }
+        Err(status) => {
+            let error = serde_json::json!({ "message": status.message() });
+            Some(Ok(Event::default().event("error").data(error.to_string())))
+        }
+    });
+    Ok(Sse::new(sent).keep_alive(KeepAlive::new().interval(Duration::from_secs(15))))
+}

@@ -1,0 +1,225 @@
+"""The run viewer in a real browser: Debian's chromium driven by Playwright.
+
+Run by the Rust test `viewer::the_page_works_in_chromium`, which starts a
+secured coordinator with workers, submits the runs named below and checks
+afterwards, through the client, what the page did. Each scenario asserts
+what a user would see; the first failed assertion ends the script with
+status 1 and says which. Screenshots go to --shots.
+
+    viewer.py --base URL --operator TOKEN --reader TOKEN --runs JSON --go FILE --shots DIR
+"""
+
+import argparse
+import json
+import re
+import sys
+import time
+from pathlib import Path
+
+from playwright.sync_api import expect, sync_playwright
+
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+
+
+def step(text):
+    print(f"-- {text}", flush=True)
+
+
+def signed_in(browser, base, token):
+    """A page of a fresh context (its own session storage) signed in with `token`."""
+    page = browser.new_context(viewport={"width": 1400, "height": 1000}).new_page()
+    errors = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    page.goto(base + "/")
+    page.fill("#token", token)
+    page.click("#sign-in")
+    expect(page.locator("#runs-table")).to_be_visible()
+    page.errors = errors
+    return page
+
+
+def sign_in_is_asked_and_a_wrong_token_refused(browser, base, operator):
+    step("sign-in: the page asks for a token, refuses a wrong one, takes the right one")
+    page = browser.new_context().new_page()
+    page.goto(base + "/")
+    expect(page.locator("#token")).to_be_visible()
+    page.fill("#token", "not-a-token")
+    page.click("#sign-in")
+    expect(page.locator("#sign-in-error")).to_contain_text("token")
+    page.fill("#token", operator)
+    page.click("#sign-in")
+    expect(page.locator("#who")).to_contain_text("ops (operator")
+    page.context.close()
+
+
+def the_list_shows_and_filters_runs(page, base, runs):
+    step("list: every submitted run, filtered by status and by graph")
+    for run_id in runs.values():
+        expect(page.locator(f'tr.run[data-run="{run_id}"]')).to_be_visible()
+    page.select_option("#filter-status", "waiting")
+    expect(page.locator('tr.run:not([data-status="waiting"])')).to_have_count(0)
+    expect(page.locator(f'tr.run[data-run="{runs["approval"]}"]')).to_be_visible()
+    expect(page.locator(f'tr.run[data-run="{runs["input"]}"]')).to_be_visible()
+    expect(page).to_have_url(re.compile(r"\?status=waiting$"))
+    page.select_option("#filter-status", "")
+    page.fill("#filter-graph", "doubling")
+    page.press("#filter-graph", "Enter")
+    expect(page.locator("tr.run")).to_have_count(1)
+    expect(page.locator(f'tr.run[data-run="{runs["map"]}"]')).to_be_visible()
+    page.click(f'tr.run[data-run="{runs["map"]}"] a')
+    expect(page).to_have_url(re.compile(f"/runs/{runs['map']}$"))
+
+
+def a_running_map_is_watched_to_its_end(page, base, run_id, go, shots):
+    step("map: items finish live, the diagram colours the map, a mid-map screenshot")
+    page.goto(f"{base}/runs/{run_id}")
+    expect(page.locator('#diagram g.node[data-node="gate"]')).to_have_attribute("data-status", "running")
+    # The map's first node waits for this file: its items start now.
+    Path(go).touch()
+    counts = page.locator('.map[data-node="fan"] .counts')
+    expect(counts).to_be_visible(timeout=20_000)
+    seen = []
+    shot = False
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        text = counts.inner_text()
+        if not seen or seen[-1] != text:
+            seen.append(text)
+        done = int(text.split(" done")[0])
+        if not shot and 10 <= done <= 40:
+            page.screenshot(path=str(shots / "viewer-map.png"), full_page=False)
+            shot = True
+        if text.startswith("60 done"):
+            break
+        page.wait_for_timeout(100)
+    print("   counts seen:", " | ".join(seen))
+    assert seen[-1] == "60 done, 0 running, 0 failed of 60", f"the map did not finish on the page: {seen[-1]}"
+    assert len(seen) >= 4, f"too few live updates seen: {seen}"
+    done_counts = [int(text.split(" done")[0]) for text in seen]
+    assert done_counts == sorted(done_counts), f"the done count went back: {seen}"
+    assert shot, "no screenshot was taken mid-map"
+    expect(page.locator("#run-status")).to_have_text("completed", timeout=20_000)
+    expect(page.locator('#diagram g.node[data-node="fan"]')).to_have_attribute("data-status", "done")
+    expect(page.locator('.map[data-node="fan"] tr[data-item]')).to_have_count(60)
+    page.select_option('.map[data-node="fan"] .item-filter', "done")
+    expect(page.locator('.map[data-node="fan"] tr[data-item]')).to_have_count(60)
+    page.fill("#event-filter", "map_item_finished")
+    expect(page.locator("#events-note")).to_contain_text("60 shown")
+    page.fill("#event-filter", "")
+    page.click('#diagram g.node[data-node="fan"]')
+    expect(page.locator("#node-detail")).to_contain_text("fan")
+
+
+def a_reader_sees_no_actions_and_cannot_act(browser, base, reader, run_id):
+    step("reader: no action buttons or answer forms, and an action is refused")
+    page = signed_in(browser, base, reader)
+    page.goto(f"{base}/runs/{run_id}")
+    expect(page.locator("#run-status")).to_have_text("waiting")
+    expect(page.locator('.waiting-form[data-node="approve"]')).to_be_visible()
+    expect(page.locator(".waiting-form button")).to_have_count(0)
+    expect(page.locator("#cancel")).to_have_count(0)
+    refused = page.evaluate(
+        """async ([id, token]) => {
+            const response = await fetch(`/api/v1/runs/${id}/cancel`, {
+                method: "POST", headers: { Authorization: "Bearer " + token } });
+            return { status: response.status, body: await response.json() };
+        }""",
+        [run_id, reader],
+    )
+    assert refused["status"] == 403, refused
+    assert "needs the role operator or admin" in refused["body"]["error"]["message"], refused
+    page.context.close()
+
+
+def an_approval_is_answered_through_the_form(page, base, run_id, shots):
+    step("approval: the form approves with a comment, the run completes, who answered shows")
+    page.goto(f"{base}/runs/{run_id}")
+    form = page.locator('.waiting-form[data-node="approve"]')
+    expect(form).to_contain_text("Publish hello?")
+    expect(page.locator('#diagram g.node[data-node="approve"]')).to_have_attribute("data-status", "waiting")
+    expect(page.locator("#events tr[data-type=waiting_for_input]")).to_be_visible()
+    page.screenshot(path=str(shots / "viewer-approval.png"), full_page=False)
+    form.locator("textarea.comment").fill("ship it")
+    form.locator("button.approve").click()
+    expect(page.locator("#run-status")).to_have_text("completed", timeout=20_000)
+    expect(page.locator("#answers")).to_contain_text("approve: approved by ops")
+    expect(page.locator('#diagram g.node[data-node="publish"]')).to_have_attribute("data-status", "done")
+    expect(page.locator("#waves [data-step] .field", has_text=re.compile("^approved$"))).to_be_visible()
+
+
+def a_wrong_answer_is_refused_on_the_form(page, base, run_id):
+    step("input: an answer of the wrong type is refused with the coordinator's reason, a right one taken")
+    page.goto(f"{base}/runs/{run_id}")
+    form = page.locator('.waiting-form[data-node="ask"]')
+    form.locator("textarea.value").fill('"many"')
+    form.locator("button.answer").click()
+    expect(form.locator(".form-error")).to_contain_text("integer")
+    expect(page.locator("#run-status")).to_have_text("waiting")
+    form.locator("textarea.value").fill("3")
+    form.locator("button.answer").click()
+    expect(page.locator("#run-status")).to_have_text("completed", timeout=20_000)
+
+
+def a_run_is_cancelled(page, base, run_id):
+    step("cancel: the button stops a running run")
+    page.goto(f"{base}/runs/{run_id}")
+    expect(page.locator("#run-status")).to_have_text("running")
+    page.click("#cancel")
+    expect(page.locator("#run-status")).to_have_text("cancelled", timeout=20_000)
+    expect(page.locator("#cancel")).to_have_count(0)
+
+
+def a_failed_run_is_retried(page, base, run_id):
+    step("retry: a failed run shows its error, and the button runs it again to completion")
+    page.goto(f"{base}/runs/{run_id}")
+    expect(page.locator("#run-status")).to_have_text("failed", timeout=20_000)
+    expect(page.locator("#run-error")).to_contain_text("first attempt fails")
+    page.click("#retry")
+    expect(page.locator("#run-status")).to_have_text("completed", timeout=20_000)
+    expect(page.locator("#run-error")).to_have_count(0)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--base", required=True)
+    parser.add_argument("--operator", required=True)
+    parser.add_argument("--reader", required=True)
+    parser.add_argument("--runs", required=True, help="JSON: scenario -> run id")
+    parser.add_argument("--shots", required=True)
+    parser.add_argument("--go", required=True, help="the file that lets the map start")
+    parser.add_argument("--chromium", default="/usr/bin/chromium")
+    args = parser.parse_args()
+    runs = json.loads(args.runs)
+    shots = Path(args.shots)
+    shots.mkdir(parents=True, exist_ok=True)
+    expect.set_options(timeout=10_000)
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=args.chromium, args=CHROMIUM_ARGS)
+        sign_in_is_asked_and_a_wrong_token_refused(browser, args.base, args.operator)
+        page = signed_in(browser, args.base, args.operator)
+        the_list_shows_and_filters_runs(page, args.base, runs)
+        a_reader_sees_no_actions_and_cannot_act(browser, args.base, args.reader, runs["approval"])
+        a_running_map_is_watched_to_its_end(page, args.base, runs["map"], args.go, shots)
+        an_approval_is_answered_through_the_form(page, args.base, runs["approval"], shots)
+        a_wrong_answer_is_refused_on_the_form(page, args.base, runs["input"])
+        a_run_is_cancelled(page, args.base, runs["cancel"])
+        a_failed_run_is_retried(page, args.base, runs["retry"])
+        assert not page.errors, f"the page threw: {page.errors}"
+        browser.close()
+    print("all viewer scenarios passed")
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except AssertionError as error:
+        print(f"FAILED: {error}", file=sys.stderr)
+        sys.exit(1)

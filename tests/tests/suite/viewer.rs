@@ -1,0 +1,528 @@
+//! The run viewer on a real coordinator with real workers: its JSON API
+//! over HTTP (roles, errors, filters, events as server-sent events) and
+//! the page itself in Debian's chromium, driven by Playwright
+//! (`tests/browser/viewer.py`; `tests/browser/setup.sh` installs it).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use weft_client::{Client, GraphBundle, RunStatus};
+use weft_tests::{TestCluster, repo};
+
+const OPS: &str = "ops-secret-5d1c9e7a3b";
+const VIEWER: &str = "viewer-secret-8e2f6a4c1d";
+const NODE: &str = "node-secret-3a7b9c1e5f";
+
+fn scratch(test: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("weft-viewer-{test}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// A coordinator that wants identities (`ops` operates, `viewer` reads,
+/// both in `default`), links traces, and has two test-workers.
+async fn viewer_cluster(dir: &Path) -> anyhow::Result<TestCluster> {
+    let config = dir.join("coordinator.toml");
+    std::fs::write(
+        &config,
+        r#"
+[http]
+trace_url = "http://traces.example/trace/{trace_id}"
+
+[[tokens]]
+name = "ops"
+secret = "${OPS_TOKEN}"
+role = "operator"
+
+[[tokens]]
+name = "viewer"
+secret = "${VIEWER_TOKEN}"
+role = "reader"
+
+[[tokens]]
+name = "node"
+secret = "${NODE_TOKEN}"
+role = "worker"
+"#,
+    )?;
+    let mut cluster = TestCluster::start_with_env(&[
+        ("WEFT_CONFIG", config.to_str().unwrap()),
+        ("OPS_TOKEN", OPS),
+        ("VIEWER_TOKEN", VIEWER),
+        ("NODE_TOKEN", NODE),
+        // Read by the workers, which share this environment.
+        ("WEFT_WORKER_TOKEN", NODE),
+    ])?;
+    cluster.add_test_worker("a", 4, None)?;
+    cluster.add_test_worker("b", 4, None)?;
+    cluster.wait_for_workers(&["a", "b"]).await?;
+    Ok(cluster)
+}
+
+/// `http://HOST:PORT` of the cluster's HTTP listener.
+fn base(cluster: &TestCluster) -> String {
+    cluster
+        .metrics_url()
+        .trim_end_matches("/metrics")
+        .to_owned()
+}
+
+async fn as_identity(cluster: &TestCluster, token: &str) -> anyhow::Result<Client> {
+    Ok(Client::connect(cluster.url().to_owned())
+        .await?
+        .with_token(token)?)
+}
+
+const APPROVAL: &str = r#"
+name: publish
+nodes:
+  write: { kind: script, start: true, run: [sh, -c, 'echo "{\"draft\": \"hello\"}"'], next: approve }
+  approve: { kind: approval, prompt: "Publish {{ draft }}?", next: publish }
+  publish: { kind: script, run: [sh, -c, 'echo "{\"published\": true}"'], end: true }
+state:
+  draft: { type: string, default: "" }
+  published: { type: boolean, default: false }
+"#;
+
+const INPUT: &str = r#"
+name: ask
+nodes:
+  ask: { kind: input, start: true, prompt: "How many?", output_key: count, end: true }
+state:
+  count: { type: integer, default: 0 }
+"#;
+
+/// A map of 60 items over the test-worker's `double`, three at a time,
+/// that starts once the file `go` exists (so the browser sees it from
+/// its first item).
+fn gated_map(go: &Path) -> String {
+    format!(
+        r#"
+name: doubling
+settings: {{ max_loop_iterations: 3 }}
+state:
+  items: {{ type: array, default: [] }}
+  delay_ms: {{ type: integer, default: 250 }}
+nodes:
+  gate: {{ kind: script, start: true, run: [sh, -c, 'while [ ! -e {go} ]; do sleep 0.05; done; echo "{{}}"'], next: fan }}
+  fan:
+    kind: map
+    over: "{{{{ items }}}}"
+    as: item
+    branch: double
+    output_key: doubled_item
+    collect_into: results
+    max_concurrency: 3
+  double: {{ kind: task, handler: double, state_updates: {{ doubled_item: "{{{{ output }}}}" }} }}
+"#,
+        go = go.display()
+    )
+}
+
+fn submit_text(name: &str, yaml: &str) -> GraphBundle {
+    GraphBundle::from_text(name, yaml)
+}
+
+/// `method path` on the API with `token`: the status and the JSON body.
+async fn call(
+    http: &reqwest::Client,
+    base: &str,
+    method: reqwest::Method,
+    path: &str,
+    token: Option<&str>,
+    body: Option<Value>,
+) -> anyhow::Result<(u16, Value)> {
+    let mut request = http.request(method, format!("{base}/api/v1{path}"));
+    if let Some(token) = token {
+        request = request.bearer_auth(token);
+    }
+    if let Some(body) = body {
+        request = request.json(&body);
+    }
+    let response = request.send().await?;
+    let status = response.status().as_u16();
+    let text = response.text().await?;
+    let body = serde_json::from_str(&text).unwrap_or(Value::String(text));
+    Ok((status, body))
+}
+
+#[tokio::test]
+async fn the_api_names_callers_checks_roles_and_answers_in_json() -> anyhow::Result<()> {
+    let dir = scratch("api");
+    let cluster = viewer_cluster(&dir).await?;
+    let base = base(&cluster);
+    let http = reqwest::Client::new();
+    let ops = as_identity(&cluster, OPS).await?;
+    let waiting = ops
+        .submit_bundle(submit_text("publish.yaml", APPROVAL), &json!({}))
+        .await?;
+    weft_tests::wait_for_event(&ops, &waiting.run_id, "waiting_for_input").await?;
+    let get = reqwest::Method::GET;
+    let post = reqwest::Method::POST;
+
+    // No token, an unknown one: 401, in the API's error form.
+    let (status, body) = call(&http, &base, get.clone(), "/runs", None, None).await?;
+    assert_eq!(status, 401, "{body}");
+    assert_eq!(body["error"]["code"], "unauthenticated", "{body}");
+    let (status, _) = call(&http, &base, get.clone(), "/runs", Some("nope"), None).await?;
+    assert_eq!(status, 401);
+
+    // The reader looks, and may not act.
+    let (status, me) = call(&http, &base, get.clone(), "/whoami", Some(VIEWER), None).await?;
+    assert_eq!((status, me["role"].as_str()), (200, Some("reader")), "{me}");
+    assert_eq!(me["may_act"], false);
+    let path = format!("/runs/{}", waiting.run_id);
+    let (status, run) = call(&http, &base, get.clone(), &path, Some(VIEWER), None).await?;
+    assert_eq!(status, 200, "{run}");
+    assert_eq!(run["status"], "waiting");
+    assert_eq!(run["graph"], "publish");
+    assert_eq!(run["state"]["draft"], "hello");
+    assert_eq!(run["waiting"][0]["prompt"], "Publish hello?");
+    let trace = run["trace_id"].as_str().unwrap();
+    assert_eq!(
+        run["trace_url"],
+        format!("http://traces.example/trace/{trace}")
+    );
+    let cancel = format!("/runs/{}/cancel", waiting.run_id);
+    let (status, body) = call(&http, &base, post.clone(), &cancel, Some(VIEWER), None).await?;
+    assert_eq!(status, 403, "{body}");
+    assert_eq!(
+        body["error"]["message"],
+        "'viewer' has the role reader; Cancel needs the role operator or admin"
+    );
+
+    // Filters, and a status that does not exist.
+    let (_, page) = call(
+        &http,
+        &base,
+        get.clone(),
+        "/runs?status=waiting",
+        Some(VIEWER),
+        None,
+    )
+    .await?;
+    assert_eq!(page["runs"].as_array().unwrap().len(), 1, "{page}");
+    let (_, page) = call(
+        &http,
+        &base,
+        get.clone(),
+        "/runs?status=completed",
+        Some(VIEWER),
+        None,
+    )
+    .await?;
+    assert_eq!(page["runs"], json!([]), "{page}");
+    let (_, page) = call(
+        &http,
+        &base,
+        get.clone(),
+        "/runs?graph=other",
+        Some(VIEWER),
+        None,
+    )
+    .await?;
+    assert_eq!(page["runs"], json!([]), "{page}");
+    let (status, body) = call(
+        &http,
+        &base,
+        get.clone(),
+        "/runs?status=done",
+        Some(VIEWER),
+        None,
+    )
+    .await?;
+    assert_eq!(status, 400, "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("unknown status 'done'")
+    );
+
+    // Unknown runs, malformed and wrong answers: clear errors, nothing changed.
+    let (status, body) = call(&http, &base, get.clone(), "/runs/run-nope", Some(OPS), None).await?;
+    assert_eq!(
+        (status, body["error"]["message"].as_str()),
+        (404, Some("unknown run 'run-nope'"))
+    );
+    let resume = format!("/runs/{}/resume", waiting.run_id);
+    let (status, body) = call(
+        &http,
+        &base,
+        post.clone(),
+        &resume,
+        Some(OPS),
+        Some(json!({"value": "approve"})),
+    )
+    .await?;
+    assert_eq!(status, 400, "{body}");
+    assert!(
+        body["error"]["message"].as_str().unwrap().contains("node"),
+        "{body}"
+    );
+    let (status, body) = call(
+        &http,
+        &base,
+        post.clone(),
+        &resume,
+        Some(OPS),
+        Some(json!({"node": "write", "value": "approve"})),
+    )
+    .await?;
+    assert_eq!(status, 409, "{body}");
+    assert_eq!(ops.get(&waiting.run_id).await?.status, RunStatus::Waiting);
+
+    // The operator approves with a comment: the run completes, and says who.
+    let answer = json!({"node": "approve", "value": "approve", "comment": "fine"});
+    let (status, body) = call(&http, &base, post.clone(), &resume, Some(OPS), Some(answer)).await?;
+    assert_eq!(status, 200, "{body}");
+    let done = ops.wait(&waiting.run_id).await?;
+    assert_eq!(done.status, RunStatus::Completed);
+    assert_eq!(done.answers[0].describe(), "approved by ops");
+    assert_eq!(done.state["approved_comment"], "fine", "{:?}", done.state);
+
+    // The diagram: SVG, one group per node.
+    let response = http
+        .get(format!("{base}/api/v1/runs/{}/diagram.svg", waiting.run_id))
+        .bearer_auth(VIEWER)
+        .send()
+        .await?;
+    assert_eq!(response.headers()["content-type"], "image/svg+xml");
+    let svg = response.text().await?;
+    for node in ["write", "approve", "publish"] {
+        assert!(svg.contains(&format!(r#"data-node="{node}""#)), "{svg}");
+    }
+
+    // The page and its files are served without a token (they hold no
+    // data), under a policy that loads nothing from elsewhere.
+    let page = http
+        .get(format!("{base}/runs/{}", waiting.run_id))
+        .send()
+        .await?;
+    assert_eq!(page.status(), 200);
+    let policy = page.headers()["content-security-policy"]
+        .to_str()?
+        .to_owned();
+    assert!(policy.contains("default-src 'self'"), "{policy}");
+    assert!(page.text().await?.contains("/assets/app.js"));
+    Ok(())
+}
+
+/// The `data:` lines of a server-sent event stream, read until one holds
+/// `until` or the stream ends, with the `id:` each came with.
+async fn read_stream(
+    response: reqwest::Response,
+    until: &str,
+) -> anyhow::Result<Vec<(u64, Value)>> {
+    let mut response = response;
+    let mut text = String::new();
+    let mut events = Vec::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while let Some(chunk) = tokio::time::timeout_at(deadline, response.chunk()).await?? {
+        text.push_str(std::str::from_utf8(&chunk)?);
+        while let Some(end) = text.find("\n\n") {
+            let block: String = text.drain(..end + 2).collect();
+            let id = block
+                .lines()
+                .find_map(|l| l.strip_prefix("id: "))
+                .map(str::parse);
+            let data = block.lines().find_map(|l| l.strip_prefix("data: "));
+            if let (Some(id), Some(data)) = (id, data) {
+                let event: Value = serde_json::from_str(data)?;
+                let last = event["type"] == until;
+                events.push((id?, event));
+                if last {
+                    return Ok(events);
+                }
+            }
+        }
+    }
+    Ok(events)
+}
+
+#[tokio::test]
+async fn events_stream_as_server_sent_events_from_any_position() -> anyhow::Result<()> {
+    let dir = scratch("sse");
+    let cluster = viewer_cluster(&dir).await?;
+    let base = base(&cluster);
+    let http = reqwest::Client::new();
+    let ops = as_identity(&cluster, OPS).await?;
+    let run = ops
+        .submit_bundle(submit_text("publish.yaml", APPROVAL), &json!({}))
+        .await?;
+    let url = format!("{base}/api/v1/runs/{}/events", run.run_id);
+
+    // Live: the stream is open before the run is answered, and carries the
+    // answer and the end as they happen.
+    let live = http.get(&url).bearer_auth(VIEWER).send().await?;
+    assert_eq!(live.headers()["content-type"], "text/event-stream");
+    weft_tests::wait_for_event(&ops, &run.run_id, "waiting_for_input").await?;
+    ops.resume(&run.run_id, "approve", &json!("approve"), None)
+        .await?;
+    let events = read_stream(live, "run_finished").await?;
+    let ids: Vec<u64> = events.iter().map(|(id, _)| *id).collect();
+    assert_eq!(
+        ids,
+        (0..ids.len() as u64).collect::<Vec<_>>(),
+        "in order, none missed"
+    );
+    assert!(
+        events
+            .iter()
+            .all(|(id, e)| e["seq"] == *id && e["at_unix_ms"].is_i64())
+    );
+    let kinds: Vec<&str> = events
+        .iter()
+        .map(|(_, e)| e["type"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds.first(), Some(&"run_submitted"));
+    assert!(kinds.contains(&"input_received"), "{kinds:?}");
+    let changed = events
+        .iter()
+        .find(|(_, e)| e["type"] == "state_changed")
+        .unwrap();
+    assert_eq!(
+        changed.1["values"]["draft"], "hello",
+        "the new value travels with the change"
+    );
+
+    // From a position, and after the last event a reconnecting browser saw.
+    let from = http
+        .get(format!("{url}?from=3"))
+        .bearer_auth(VIEWER)
+        .send()
+        .await?;
+    let tail = read_stream(from, "run_finished").await?;
+    assert_eq!(tail.first().map(|(id, _)| *id), Some(3));
+    assert_eq!(tail.len(), events.len() - 3);
+    let resumed = http
+        .get(&url)
+        .bearer_auth(VIEWER)
+        .header("last-event-id", "4")
+        .send()
+        .await?;
+    let tail = read_stream(resumed, "run_finished").await?;
+    assert_eq!(tail.first().map(|(id, _)| *id), Some(5));
+
+    // Another namespace's run, or none: not found, before any stream.
+    let missing = http
+        .get(format!("{base}/api/v1/runs/run-nope/events"))
+        .bearer_auth(VIEWER)
+        .send()
+        .await?;
+    assert_eq!(missing.status(), 404);
+    Ok(())
+}
+
+/// The python of the browser tests' venv (`tests/browser/setup.sh`).
+fn browser_python() -> PathBuf {
+    let python = std::env::var_os("WEFT_BROWSER_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo().join("target/browser-venv/bin/python"));
+    assert!(
+        python.exists(),
+        "the browser tests need Playwright and chromium: run tests/browser/setup.sh (it installs them; .ci/run does) or set WEFT_BROWSER_PYTHON"
+    );
+    python
+}
+
+#[tokio::test]
+async fn the_page_works_in_chromium() -> anyhow::Result<()> {
+    let python = browser_python();
+    let dir = scratch("browser");
+    let cluster = viewer_cluster(&dir).await?;
+    let ops = as_identity(&cluster, OPS).await?;
+    let go = dir.join("go");
+    let items: Vec<i64> = (0..60).collect();
+    let map = ops
+        .submit_bundle(
+            submit_text("doubling.yaml", &gated_map(&go)),
+            &json!({"items": items}),
+        )
+        .await?;
+    let approval = ops
+        .submit_bundle(submit_text("publish.yaml", APPROVAL), &json!({}))
+        .await?;
+    let input = ops
+        .submit_bundle(submit_text("ask.yaml", INPUT), &json!({}))
+        .await?;
+    let long = r#"
+name: long
+nodes:
+  wait: { kind: script, start: true, run: [sleep, "60"], end: true }
+"#;
+    let cancel = ops
+        .submit_bundle(submit_text("long.yaml", long), &json!({}))
+        .await?;
+    let mark = dir.join("tried");
+    let flaky = format!(
+        r#"
+name: flaky
+nodes:
+  once:
+    kind: script
+    start: true
+    end: true
+    run: [sh, -c, 'if [ -e {mark} ]; then echo "{{\"ok\": true}}"; else touch {mark}; echo "first attempt fails" >&2; exit 1; fi']
+"#,
+        mark = mark.display()
+    );
+    let retry = ops
+        .submit_bundle(submit_text("flaky.yaml", &flaky), &json!({}))
+        .await?;
+    for (run, kind) in [
+        (&approval, "waiting_for_input"),
+        (&input, "waiting_for_input"),
+    ] {
+        weft_tests::wait_for_event(&ops, &run.run_id, kind).await?;
+    }
+    weft_tests::wait_for_event(&ops, &cancel.run_id, "node_started").await?;
+    assert_eq!(ops.wait(&retry.run_id).await?.status, RunStatus::Failed);
+
+    // The map starts once the page is on it: the script creates `go`.
+    let runs = json!({
+        "map": map.run_id, "approval": approval.run_id, "input": input.run_id,
+        "cancel": cancel.run_id, "retry": retry.run_id,
+    });
+    let shots = repo().join("target/viewer-screenshots");
+    let output = Command::new(python)
+        .arg(repo().join("tests/browser/viewer.py"))
+        .args([
+            "--base",
+            &base(&cluster),
+            "--operator",
+            OPS,
+            "--reader",
+            VIEWER,
+        ])
+        .args(["--runs", &runs.to_string(), "--go", go.to_str().unwrap()])
+        .arg("--shots")
+        .arg(&shots)
+        .output()?;
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr),
+    );
+    assert!(output.status.success(), "{stdout}\n{stderr}");
+
+    // What the page did, as the coordinator saw it.
+    let done = ops.get(&approval.run_id).await?;
+    assert_eq!(done.status, RunStatus::Completed);
+    assert_eq!(done.answers[0].describe(), "approved by ops");
+    assert_eq!(done.state["approved_comment"], "ship it");
+    assert_eq!(ops.get(&input.run_id).await?.state["count"], 3);
+    assert_eq!(ops.get(&cancel.run_id).await?.status, RunStatus::Cancelled);
+    assert_eq!(ops.get(&retry.run_id).await?.status, RunStatus::Completed);
+    let map = ops.get(&map.run_id).await?;
+    assert_eq!(map.state["results"].as_array().map(Vec::len), Some(60));
+    for shot in ["viewer-map.png", "viewer-approval.png"] {
+        assert!(
+            shots.join(shot).metadata()?.len() > 10_000,
+            "{shot} was not taken"
+        );
+    }
+    Ok(())
+}
