@@ -21,6 +21,8 @@ pub struct TestGroup {
     dir: PathBuf,
     coordinators: Vec<Option<Child>>,
     urls: Vec<String>,
+    /// Each coordinator's HTTP listener (`http://HOST:PORT/metrics`).
+    metrics_urls: Vec<String>,
     workers: Vec<Child>,
     /// Environment every process of the group gets (etcd's TLS files).
     env: Vec<(String, String)>,
@@ -57,6 +59,7 @@ impl TestGroup {
             dir,
             coordinators: Vec::new(),
             urls: Vec::new(),
+            metrics_urls: Vec::new(),
             workers: Vec::new(),
             env: env
                 .iter()
@@ -76,7 +79,7 @@ impl TestGroup {
             // it: the coordinator then exits without reporting an
             // address, and is started again on another.
             let mut attempts = 0;
-            let (child, url, _) = loop {
+            let (child, url, metrics_url) = loop {
                 let address = format!("127.0.0.1:{}", free_port()?);
                 match spawn_named_coordinator(&group.dir, &name, &address, &env) {
                     Ok(started) => break started,
@@ -86,6 +89,7 @@ impl TestGroup {
             };
             group.coordinators.push(Some(child));
             group.urls.push(url);
+            group.metrics_urls.push(metrics_url);
         }
         Ok(group)
     }
@@ -93,6 +97,12 @@ impl TestGroup {
     /// Coordinator `index`'s URL.
     pub fn url(&self, index: usize) -> &str {
         &self.urls[index]
+    }
+
+    /// Coordinator `index`'s HTTP listener: `http://HOST:PORT` (probes,
+    /// metrics, the run viewer and its API).
+    pub fn http_base(&self, index: usize) -> &str {
+        self.metrics_urls[index].trim_end_matches("/metrics")
     }
 
     /// A client of coordinator `index`.

@@ -126,27 +126,55 @@ fn submit_text(name: &str, yaml: &str) -> GraphBundle {
     GraphBundle::from_text(name, yaml)
 }
 
-/// `method path` on the API with `token`: the status and the JSON body.
-async fn call(
-    http: &reqwest::Client,
-    base: &str,
-    method: reqwest::Method,
-    path: &str,
-    token: Option<&str>,
-    body: Option<Value>,
-) -> anyhow::Result<(u16, Value)> {
-    let mut request = http.request(method, format!("{base}/api/v1{path}"));
-    if let Some(token) = token {
-        request = request.bearer_auth(token);
+/// The API of one coordinator, called as one identity (or none).
+struct Api {
+    http: reqwest::Client,
+    base: String,
+    token: Option<&'static str>,
+}
+
+impl Api {
+    fn new(base: &str, token: Option<&'static str>) -> Self {
+        let (http, base) = (reqwest::Client::new(), base.to_owned());
+        Self { http, base, token }
     }
-    if let Some(body) = body {
-        request = request.json(&body);
+
+    /// `GET /api/v1PATH`: the status and the JSON body.
+    async fn get(&self, path: &str) -> anyhow::Result<(u16, Value)> {
+        self.call(reqwest::Method::GET, path, None).await
     }
-    let response = request.send().await?;
-    let status = response.status().as_u16();
-    let text = response.text().await?;
-    let body = serde_json::from_str(&text).unwrap_or(Value::String(text));
-    Ok((status, body))
+
+    /// `POST /api/v1PATH` with `body`.
+    async fn post(&self, path: &str, body: Value) -> anyhow::Result<(u16, Value)> {
+        self.call(reqwest::Method::POST, path, Some(body)).await
+    }
+
+    async fn call(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> anyhow::Result<(u16, Value)> {
+        let mut request = self.request(method, path);
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        let response = request.send().await?;
+        let status = response.status().as_u16();
+        let text = response.text().await?;
+        let body = serde_json::from_str(&text).unwrap_or(Value::String(text));
+        Ok((status, body))
+    }
+
+    fn request(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
+        let request = self
+            .http
+            .request(method, format!("{}/api/v1{path}", self.base));
+        match self.token {
+            Some(token) => request.bearer_auth(token),
+            None => request,
+        }
+    }
 }
 
 #[tokio::test]
@@ -154,28 +182,25 @@ async fn the_api_names_callers_checks_roles_and_answers_in_json() -> anyhow::Res
     let dir = scratch("api");
     let cluster = viewer_cluster(&dir).await?;
     let base = base(&cluster);
-    let http = reqwest::Client::new();
+    let (viewer, operator) = (Api::new(&base, Some(VIEWER)), Api::new(&base, Some(OPS)));
     let ops = as_identity(&cluster, OPS).await?;
     let waiting = ops
         .submit_bundle(submit_text("publish.yaml", APPROVAL), &json!({}))
         .await?;
     weft_tests::wait_for_event(&ops, &waiting.run_id, "waiting_for_input").await?;
-    let get = reqwest::Method::GET;
-    let post = reqwest::Method::POST;
 
     // No token, an unknown one: 401, in the API's error form.
-    let (status, body) = call(&http, &base, get.clone(), "/runs", None, None).await?;
+    let (status, body) = Api::new(&base, None).get("/runs").await?;
     assert_eq!(status, 401, "{body}");
     assert_eq!(body["error"]["code"], "unauthenticated", "{body}");
-    let (status, _) = call(&http, &base, get.clone(), "/runs", Some("nope"), None).await?;
-    assert_eq!(status, 401);
+    assert_eq!(Api::new(&base, Some("nope")).get("/runs").await?.0, 401);
 
     // The reader looks, and may not act.
-    let (status, me) = call(&http, &base, get.clone(), "/whoami", Some(VIEWER), None).await?;
+    let (status, me) = viewer.get("/whoami").await?;
     assert_eq!((status, me["role"].as_str()), (200, Some("reader")), "{me}");
     assert_eq!(me["may_act"], false);
     let path = format!("/runs/{}", waiting.run_id);
-    let (status, run) = call(&http, &base, get.clone(), &path, Some(VIEWER), None).await?;
+    let (status, run) = viewer.get(&path).await?;
     assert_eq!(status, 200, "{run}");
     assert_eq!(run["status"], "waiting");
     assert_eq!(run["graph"], "publish");
@@ -186,8 +211,7 @@ async fn the_api_names_callers_checks_roles_and_answers_in_json() -> anyhow::Res
         run["trace_url"],
         format!("http://traces.example/trace/{trace}")
     );
-    let cancel = format!("/runs/{}/cancel", waiting.run_id);
-    let (status, body) = call(&http, &base, post.clone(), &cancel, Some(VIEWER), None).await?;
+    let (status, body) = viewer.post(&format!("{path}/cancel"), json!({})).await?;
     assert_eq!(status, 403, "{body}");
     assert_eq!(
         body["error"]["message"],
@@ -195,89 +219,35 @@ async fn the_api_names_callers_checks_roles_and_answers_in_json() -> anyhow::Res
     );
 
     // Filters, and a status that does not exist.
-    let (_, page) = call(
-        &http,
-        &base,
-        get.clone(),
-        "/runs?status=waiting",
-        Some(VIEWER),
-        None,
-    )
-    .await?;
-    assert_eq!(page["runs"].as_array().unwrap().len(), 1, "{page}");
-    let (_, page) = call(
-        &http,
-        &base,
-        get.clone(),
-        "/runs?status=completed",
-        Some(VIEWER),
-        None,
-    )
-    .await?;
-    assert_eq!(page["runs"], json!([]), "{page}");
-    let (_, page) = call(
-        &http,
-        &base,
-        get.clone(),
-        "/runs?graph=other",
-        Some(VIEWER),
-        None,
-    )
-    .await?;
-    assert_eq!(page["runs"], json!([]), "{page}");
-    let (status, body) = call(
-        &http,
-        &base,
-        get.clone(),
-        "/runs?status=done",
-        Some(VIEWER),
-        None,
-    )
-    .await?;
+    let listed = |page: &Value| page["runs"].as_array().map_or(0, Vec::len);
+    assert_eq!(listed(&viewer.get("/runs?status=waiting").await?.1), 1);
+    assert_eq!(listed(&viewer.get("/runs?status=completed").await?.1), 0);
+    assert_eq!(listed(&viewer.get("/runs?graph=other").await?.1), 0);
+    assert_eq!(listed(&viewer.get("/runs?graph=publish").await?.1), 1);
+    let (status, body) = viewer.get("/runs?status=done").await?;
     assert_eq!(status, 400, "{body}");
-    assert!(
-        body["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("unknown status 'done'")
-    );
+    let message = body["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("unknown status 'done'"), "{body}");
 
     // Unknown runs, malformed and wrong answers: clear errors, nothing changed.
-    let (status, body) = call(&http, &base, get.clone(), "/runs/run-nope", Some(OPS), None).await?;
-    assert_eq!(
-        (status, body["error"]["message"].as_str()),
-        (404, Some("unknown run 'run-nope'"))
-    );
-    let resume = format!("/runs/{}/resume", waiting.run_id);
-    let (status, body) = call(
-        &http,
-        &base,
-        post.clone(),
-        &resume,
-        Some(OPS),
-        Some(json!({"value": "approve"})),
-    )
-    .await?;
+    let (status, body) = operator.get("/runs/run-nope").await?;
+    assert_eq!(status, 404, "{body}");
+    assert_eq!(body["error"]["message"], "unknown run 'run-nope'");
+    let resume = format!("{path}/resume");
+    let (status, body) = operator.post(&resume, json!({"value": "approve"})).await?;
     assert_eq!(status, 400, "{body}");
     assert!(
         body["error"]["message"].as_str().unwrap().contains("node"),
         "{body}"
     );
-    let (status, body) = call(
-        &http,
-        &base,
-        post.clone(),
-        &resume,
-        Some(OPS),
-        Some(json!({"node": "write", "value": "approve"})),
-    )
-    .await?;
+    let wrong_node = json!({"node": "write", "value": "approve"});
+    let (status, body) = operator.post(&resume, wrong_node).await?;
     assert_eq!(status, 409, "{body}");
     assert_eq!(ops.get(&waiting.run_id).await?.status, RunStatus::Waiting);
 
     // The operator approves with a comment: the run completes, and says who.
     let answer = json!({"node": "approve", "value": "approve", "comment": "fine"});
-    let (status, body) = call(&http, &base, post.clone(), &resume, Some(OPS), Some(answer)).await?;
+    let (status, body) = operator.post(&resume, answer).await?;
     assert_eq!(status, 200, "{body}");
     let done = ops.wait(&waiting.run_id).await?;
     assert_eq!(done.status, RunStatus::Completed);
@@ -285,9 +255,8 @@ async fn the_api_names_callers_checks_roles_and_answers_in_json() -> anyhow::Res
     assert_eq!(done.state["approved_comment"], "fine", "{:?}", done.state);
 
     // The diagram: SVG, one group per node.
-    let response = http
-        .get(format!("{base}/api/v1/runs/{}/diagram.svg", waiting.run_id))
-        .bearer_auth(VIEWER)
+    let response = viewer
+        .request(reqwest::Method::GET, &format!("{path}/diagram.svg"))
         .send()
         .await?;
     assert_eq!(response.headers()["content-type"], "image/svg+xml");
@@ -298,10 +267,7 @@ async fn the_api_names_callers_checks_roles_and_answers_in_json() -> anyhow::Res
 
     // The page and its files are served without a token (they hold no
     // data), under a policy that loads nothing from elsewhere.
-    let page = http
-        .get(format!("{base}/runs/{}", waiting.run_id))
-        .send()
-        .await?;
+    let page = reqwest::get(format!("{base}/runs/{}", waiting.run_id)).await?;
     assert_eq!(page.status(), 200);
     let policy = page.headers()["content-security-policy"]
         .to_str()?
@@ -524,5 +490,41 @@ nodes:
             "{shot} was not taken"
         );
     }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standby_serves_the_viewer_and_forwards_actions_to_the_leader() -> anyhow::Result<()> {
+    let mut group = weft_tests::group::TestGroup::start(2, 2).await?;
+    let leader = group.wait_for_leader(None).await?;
+    let standby = 1 - leader;
+    group.add_worker("w", 2)?;
+    group.wait_for_log("w", "joined the coordinator", 1).await?;
+    let client = group.client(leader).await?;
+    let run = client
+        .submit_bundle(submit_text("publish.yaml", APPROVAL), &json!({}))
+        .await?;
+    weft_tests::wait_for_event(&client, &run.run_id, "waiting_for_input").await?;
+
+    // Everything through the standby's HTTP listener.
+    let api = Api::new(group.http_base(standby), None);
+    let path = format!("/runs/{}", run.run_id);
+    let (status, info) = api.get(&path).await?;
+    assert_eq!(status, 200, "{info}");
+    assert_eq!(info["status"], "waiting", "{info}");
+    let events = api
+        .request(reqwest::Method::GET, &format!("{path}/events"))
+        .send()
+        .await?;
+    let events = read_stream(events, "waiting_for_input").await?;
+    let last = events.last().map(|(_, event)| event["node"].clone());
+    assert_eq!(last, Some(json!("approve")));
+    let answer = json!({"node": "approve", "value": "approve"});
+    let (status, body) = api.post(&format!("{path}/resume"), answer).await?;
+    assert_eq!(status, 200, "{body}");
+    let done = client.wait(&run.run_id).await?;
+    assert_eq!(done.status, RunStatus::Completed);
+    let page = reqwest::get(format!("{}/", api.base)).await?;
+    assert_eq!(page.status(), 200);
     Ok(())
 }
