@@ -275,8 +275,10 @@ class RunModel {
       }
       case "node_finished": {
         const entry = this.itemOf(event.node, item);
-        if (entry) entry.step = event.node;
-        else this.node(event.node).status = "done";
+        const node = this.node(event.node);
+        if (event.worker) node.worker = event.worker;
+        if (entry) { entry.step = event.node; entry.worker = event.worker; }
+        else node.status = "done";
         break;
       }
       case "node_retrying":
@@ -536,7 +538,7 @@ function runPage(id) {
       group.dataset.status = status;
       const title = group.querySelector("title");
       if (title) title.textContent = `${group.dataset.node} (${group.dataset.kind}): ${status}` +
-        (node && node.attempts ? `, attempt ${node.attempts}` : "");
+        (node && node.attempts ? `, attempt ${node.attempts}` : "") + (node && node.worker ? ` on ${node.worker}` : "");
     }
   }
 
@@ -547,6 +549,7 @@ function runPage(id) {
     const rows = [el("div", { class: "row" }, el("b", { class: "mono", text: selected }), el("span", { class: "muted", text: kind }), badge(node.status))];
     if (model.containers.get(selected)) rows.push(el("div", { class: "muted", text: `a step of ${model.containers.get(selected)}` }));
     rows.push(el("div", { text: `attempts: ${node.attempts || 0}` }));
+    if (node.worker) rows.push(el("div", { class: "worker", text: `worker: ${node.worker}` }));
     if (node.answeredBy) rows.push(el("div", { text: `answered by ${node.answeredBy}` }));
     if (node.child) rows.push(el("div", {}, "child run: ", el("a", { class: "mono", href: "/runs/" + encodeURIComponent(node.child), text: node.child })));
     if (node.error) rows.push(el("div", { class: "error-box" }, el("pre", { text: node.error })));
@@ -589,6 +592,7 @@ function runPage(id) {
           el("tr", { "data-item": index, "data-status": entry.status },
             el("td", { class: "mono", text: `${name}/${index}` }), el("td", {}, badge(entry.status)),
             el("td", { class: "mono", text: entry.step || "" }),
+            el("td", { class: "mono worker", text: entry.worker || "" }),
             el("td", {}, entry.error ? el("pre", { text: entry.error }) : "")))))));
     }
     maps.replaceChildren(...panels);

@@ -116,6 +116,8 @@ def a_running_map_is_watched_to_its_end(page, base, run_id, go, shots):
     page.fill("#event-filter", "")
     page.click('#diagram g.node[data-node="fan"]')
     expect(page.locator("#node-detail")).to_contain_text("fan")
+    workers = set(page.locator('.map[data-node="fan"] tr[data-item] td.worker').all_inner_texts())
+    assert workers and workers <= {"a", "b"}, f"items name the workers that ran them: {workers}"
 
 
 def a_reader_sees_no_actions_and_cannot_act(browser, base, reader, run_id):
@@ -153,6 +155,9 @@ def an_approval_is_answered_through_the_form(page, base, run_id, shots):
     expect(page.locator("#answers")).to_contain_text("approve: approved by ops")
     expect(page.locator('#diagram g.node[data-node="publish"]')).to_have_attribute("data-status", "done")
     expect(page.locator("#waves [data-step] .field", has_text=re.compile("^approved$"))).to_be_visible()
+    page.click('#diagram g.node[data-node="write"]')
+    expect(page.locator("#node-detail")).to_contain_text("attempts: 1")
+    expect(page.locator("#node-detail .worker")).to_have_text(re.compile(r"^worker: [ab]$"))
 
 
 def a_wrong_answer_is_refused_on_the_form(page, base, run_id):
@@ -187,6 +192,31 @@ def a_failed_run_is_retried(page, base, run_id):
     expect(page.locator("#run-error")).to_have_count(0)
 
 
+def loop_iterations_are_listed(page, base, run_id):
+    step("loop: each iteration, and the one whose until ended the loop")
+    page.goto(f"{base}/runs/{run_id}")
+    rows = page.locator('.loop[data-node="repeat"] tr')
+    expect(rows).to_have_count(3)
+    expect(rows.nth(0)).to_contain_text("1 of 5")
+    expect(rows.nth(0)).to_contain_text("goes on")
+    expect(rows.nth(2)).to_contain_text("until met: loop ends")
+    expect(page.locator('#diagram g.node[data-node="repeat"]')).to_have_attribute("data-status", "done")
+
+
+def a_subgraph_links_to_its_child_run(page, base, run_id):
+    step("subgraph: the node and the header link to the child run")
+    page.goto(f"{base}/runs/{run_id}")
+    page.click('#diagram g.node[data-node="research"]')
+    link = page.locator("#node-detail a")
+    expect(link).to_have_text(re.compile("^run-"))
+    child = link.inner_text()
+    expect(page.locator("a.child-run")).to_have_text(child)
+    link.click()
+    expect(page).to_have_url(re.compile(f"/runs/{child}$"))
+    expect(page.locator("#run-status")).to_have_text("completed")
+    expect(page.locator('#state tr[data-field="found"]')).to_contain_text('"it"')
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--base", required=True)
@@ -212,6 +242,8 @@ def main():
         a_wrong_answer_is_refused_on_the_form(page, args.base, runs["input"])
         a_run_is_cancelled(page, args.base, runs["cancel"])
         a_failed_run_is_retried(page, args.base, runs["retry"])
+        loop_iterations_are_listed(page, args.base, runs["loop"])
+        a_subgraph_links_to_its_child_run(page, args.base, runs["parent"])
         assert not page.errors, f"the page threw: {page.errors}"
         browser.close()
     print("all viewer scenarios passed")

@@ -97,7 +97,9 @@ async fn wait_out(
 fn show(event: &Event, bar: &mut Option<ProgressBar>) {
     let line = match &event.event {
         RunEvent::WaveStarted { step, nodes } => Some(format!("wave {step}: {}", nodes.join(", "))),
-        RunEvent::NodeFinished { node, item: None } => Some(format!("  ✓ {node}")),
+        RunEvent::NodeFinished {
+            node, item: None, ..
+        } => Some(format!("  ✓ {node}")),
         RunEvent::NodeFailed { node, error, .. } => Some(format!("  ✗ {node}: {error}")),
         RunEvent::NodeRetrying {
             node,

@@ -69,6 +69,10 @@ pub enum RunEvent {
     NodeFinished {
         /// Node id.
         node: NodeId,
+        /// The worker that ran it (absent for nodes the coordinator runs,
+        /// and in logs written before workers were recorded).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        worker: Option<String>,
         /// Map item index, for a chain step.
         item: Option<usize>,
     },

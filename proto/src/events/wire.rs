@@ -49,9 +49,10 @@ pub fn event_to_wire(seq: u64, at_unix_ms: i64, event: &RunEvent) -> pb::RunEven
             attempt,
             item: index_to_wire(item),
         }),
-        RunEvent::NodeFinished { node, item } => E::NodeFinished(pb::NodeFinished {
+        RunEvent::NodeFinished { node, item, worker } => E::NodeFinished(pb::NodeFinished {
             node: node.into(),
             item: index_to_wire(item),
+            worker,
         }),
         RunEvent::NodeRetrying {
             node,
@@ -227,6 +228,7 @@ pub fn event_from_wire(event: pb::RunEvent) -> Option<RunEvent> {
         E::NodeFinished(e) => RunEvent::NodeFinished {
             node: e.node.into(),
             item: index_from_wire(e.item),
+            worker: e.worker,
         },
         E::NodeRetrying(e) => RunEvent::NodeRetrying {
             node: e.node.into(),
@@ -346,6 +348,7 @@ mod tests {
             RunEvent::NodeFinished {
                 node: "a".into(),
                 item: None,
+                worker: Some("w1".into()),
             },
             RunEvent::NodeRetrying {
                 node: "a".into(),

@@ -95,6 +95,33 @@ state:
   count: { type: integer, default: 0 }
 "#;
 
+const LOOP: &str = r#"
+name: counting
+state:
+  counter: { type: integer, default: 0 }
+conditions:
+  enough: "state.counter >= 3"
+nodes:
+  repeat: { kind: loop, start: true, body: inc, until: enough, max_iterations: 5, end: true }
+  inc: { kind: task, handler: increment }
+"#;
+
+const PARENT: &str = r#"
+name: parent
+nodes:
+  research: { kind: subgraph, start: true, graph: child.yaml, output_map: { found: found }, end: true }
+state:
+  found: { type: string, default: "" }
+"#;
+
+const CHILD: &str = r#"
+name: child
+nodes:
+  look: { kind: script, start: true, run: [sh, -c, 'echo "{\"found\": \"it\"}"'] }
+state:
+  found: { type: string, default: "" }
+"#;
+
 /// A map of 60 items over the test-worker's `double`, three at a time,
 /// that starts once the file `go` exists (so the browser sees it from
 /// its first item).
@@ -439,6 +466,18 @@ nodes:
     let retry = ops
         .submit_bundle(submit_text("flaky.yaml", &flaky), &json!({}))
         .await?;
+    let looped = ops
+        .submit_bundle(submit_text("counting.yaml", LOOP), &json!({}))
+        .await?;
+    assert_eq!(ops.wait(&looped.run_id).await?.state["counter"], 3);
+    let parent = GraphBundle::from_text("parent.yaml", PARENT).with_file(
+        "child.yaml",
+        CHILD.as_bytes(),
+        0o644,
+    );
+    let parent = ops.submit_bundle(parent, &json!({})).await?;
+    let finished = ops.wait(&parent.run_id).await?;
+    assert_eq!(finished.state["found"], "it", "{:?}", finished.error);
     for (run, kind) in [
         (&approval, "waiting_for_input"),
         (&input, "waiting_for_input"),
@@ -451,7 +490,8 @@ nodes:
     // The map starts once the page is on it: the script creates `go`.
     let runs = json!({
         "map": map.run_id, "approval": approval.run_id, "input": input.run_id,
-        "cancel": cancel.run_id, "retry": retry.run_id,
+        "cancel": cancel.run_id, "retry": retry.run_id, "loop": looped.run_id,
+        "parent": parent.run_id,
     });
     let shots = repo().join("target/viewer-screenshots");
     let output = Command::new(python)

@@ -25,6 +25,7 @@ impl RunActor {
                     parsed.output = output;
                     parsed.read = outcome.read;
                     parsed.notes = outcome.notes;
+                    parsed.worker = Some(worker);
                     Input::TaskSucceeded {
                         key,
                         output: parsed,

@@ -406,6 +406,7 @@ impl MapRun {
         events.push(RunEvent::NodeFinished {
             node: node_id.clone().into(),
             item: Some(index),
+            worker: None,
         });
         match self.chain_next(plan, node, next.as_deref(), index) {
             Ok(Some(target)) => {

@@ -31,6 +31,8 @@ pub struct NodeOutput {
     pub read: Vec<u64>,
     /// What the attempt noted on the way (`model_called`, `tool_called`).
     pub notes: Vec<Value>,
+    /// The worker that ran it (for `node_finished`).
+    pub worker: Option<String>,
 }
 
 /// Why what a task returned is not a node's output.
@@ -108,6 +110,7 @@ impl NodeOutput {
             sends,
             read: Vec::new(),
             notes: Vec::new(),
+            worker: None,
         })
     }
 }

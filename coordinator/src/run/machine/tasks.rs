@@ -39,7 +39,7 @@ impl RunMachine {
                     error.to_string(),
                 );
                 match item {
-                    Some(item) => self.item_step_done(node, item, Err(failure), fx),
+                    Some(item) => self.item_step_done(node, item, Err(failure), None, fx),
                     None => self.member_failed(node, attempt, failure, fx),
                 }
                 return;
@@ -97,6 +97,7 @@ impl RunMachine {
             return;
         };
         let mut output = output;
+        let worker = output.worker.take();
         for note in std::mem::take(&mut output.notes) {
             let item = task.spec.item.as_ref().map(|i| i.index);
             if let Some(event) = note_event(&task.spec.node, item, &note) {
@@ -104,7 +105,7 @@ impl RunMachine {
             }
         }
         if let Some(item) = task.spec.item.clone() {
-            self.item_output(task, item, output, fx);
+            self.item_output(task, item, output, worker, fx);
             self.pump(fx);
             self.maybe_finish_wave(fx);
             return;
@@ -137,6 +138,7 @@ impl RunMachine {
                 fx.push(Effect::Emit(RunEvent::NodeFinished {
                     node: plan.graph().node(node).id.clone().into(),
                     item: None,
+                    worker,
                 }));
                 self.set_member(node, Member::Succeeded { changes, next });
             }
@@ -199,7 +201,7 @@ impl RunMachine {
             let TaskRef { node, spec, .. } = task;
             let (attempt, item) = spec.release();
             match item {
-                Some(item) => self.item_step_done(node, item, Err(failure), fx),
+                Some(item) => self.item_step_done(node, item, Err(failure), None, fx),
                 None => self.member_failed(node, attempt, failure, fx),
             }
         }
@@ -407,6 +409,7 @@ impl RunMachine {
         fx.push(Effect::Emit(RunEvent::NodeFinished {
             node: node.id.clone().into(),
             item: None,
+            worker: None,
         }));
         self.set_member(
             map,
@@ -441,6 +444,7 @@ impl RunMachine {
         task: TaskRef,
         item: ItemRef,
         mut output: NodeOutput,
+        worker: Option<String>,
         fx: &mut Vec<Effect>,
     ) {
         let plan = self.plan.clone();
@@ -454,7 +458,7 @@ impl RunMachine {
                 let (node, key) = (task.node, task.spec.key);
                 drop(task);
                 self.team_step_returned(&item, key, Some(&read));
-                self.item_step_done(node, item, Ok(step), fx);
+                self.item_step_done(node, item, Ok(step), worker, fx);
             }
             Err(error) => {
                 let failure = TaskFailure::found_by_coordinator(
@@ -466,11 +470,14 @@ impl RunMachine {
         }
     }
 
+    /// An item's step ended; `worker`: the worker that ran it, named in
+    /// its `node_finished`.
     pub(super) fn item_step_done(
         &mut self,
         node: NodeIdx,
         item: ItemRef,
         result: Result<StepWrites, TaskFailure>,
+        worker: Option<String>,
         fx: &mut Vec<Effect>,
     ) {
         let plan = self.plan.clone();
@@ -485,7 +492,10 @@ impl RunMachine {
             }
         }
         let Some(run) = self.map_mut(map) else { return };
-        for event in run.step_done(&plan, item.index, node, result) {
+        for mut event in run.step_done(&plan, item.index, node, result) {
+            if let RunEvent::NodeFinished { worker: by, .. } = &mut event {
+                by.clone_from(&worker);
+            }
             fx.push(Effect::Emit(event));
         }
         self.pump_items(map, fx);
