@@ -4,7 +4,7 @@
 //! delete runs. Each handler admits its caller for its role, calls the
 //! run service and shapes the answer.
 
-use axum::extract::rejection::JsonRejection;
+use axum::extract::rejection::{JsonRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, header};
 use axum::response::IntoResponse;
@@ -76,9 +76,10 @@ struct ListQuery {
 async fn list(
     State(api): State<Api>,
     headers: HeaderMap,
-    Query(query): Query<ListQuery>,
+    query: Result<Query<ListQuery>, QueryRejection>,
 ) -> Result<Json<Value>, ApiError> {
     let caller = admit(&api, &headers, ("ListRuns", Role::Reader))?;
+    let query = parameters(query)?;
     const STATUSES: [&str; 5] = ["running", "waiting", "completed", "failed", "cancelled"];
     let status = query.status.filter(|s| !s.is_empty());
     if let Some(status) = &status
@@ -131,9 +132,10 @@ async fn one(
     State(api): State<Api>,
     headers: HeaderMap,
     Path(id): Path<String>,
-    Query(query): Query<RunQuery>,
+    query: Result<Query<RunQuery>, QueryRejection>,
 ) -> Result<Json<Value>, ApiError> {
     let caller = admit(&api, &headers, ("GetRun", Role::Reader))?;
+    let query = parameters(query)?;
     let request = caller.request(pb::GetRunRequest {
         run_id: id,
         omit_state: query.state == Some(false),
@@ -170,6 +172,13 @@ struct ResumeBody {
     value: Value,
     #[serde(default)]
     comment: String,
+}
+
+/// A query string's parameters, or a 400 that says what is wrong with them.
+pub(super) fn parameters<T>(query: Result<Query<T>, QueryRejection>) -> Result<T, ApiError> {
+    query
+        .map(|Query(query)| query)
+        .map_err(|rejection| ApiError::bad_request(rejection.body_text()))
 }
 
 /// A JSON body, or a 400 that says what is wrong with it.

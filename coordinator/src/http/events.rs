@@ -9,6 +9,7 @@
 use std::convert::Infallible;
 use std::time::Duration;
 
+use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
 use axum::http::HeaderMap;
 use axum::response::sse::{Event, KeepAlive, Sse};
@@ -43,9 +44,10 @@ pub(super) async fn stream(
     State(api): State<Api>,
     headers: HeaderMap,
     Path(id): Path<String>,
-    Query(query): Query<EventsQuery>,
+    query: Result<Query<EventsQuery>, QueryRejection>,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
     let caller = admit(&api, &headers, ("WatchRun", Role::Reader))?;
+    let query = super::api::parameters(query)?;
     let request = caller.request(pb::WatchRunRequest {
         run_id: id,
         from: start(&query, &headers),

@@ -255,6 +255,10 @@ async fn the_api_names_callers_checks_roles_and_answers_in_json() -> anyhow::Res
     assert_eq!(status, 400, "{body}");
     let message = body["error"]["message"].as_str().unwrap_or_default();
     assert!(message.contains("unknown status 'done'"), "{body}");
+    let (status, body) = viewer.get("/runs?limit=many").await?;
+    assert_eq!(status, 400, "{body}");
+    let message = body["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("limit"), "{body}");
 
     // Unknown runs, malformed and wrong answers: clear errors, nothing changed.
     let (status, body) = operator.get("/runs/run-nope").await?;
