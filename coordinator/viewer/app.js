@@ -630,16 +630,26 @@ function runPage(id) {
     return text.length > 80 ? text.slice(0, 77) + "…" : text;
   }
 
+  // Each event's text, lowercased once, for the filter.
+  const texts = new WeakMap();
+
   function matches(event) {
     if (eventType && event.type !== eventType) return false;
     if (!eventFilter) return true;
-    return JSON.stringify(event).toLowerCase().includes(eventFilter);
+    let text = texts.get(event);
+    if (text === undefined) {
+      text = JSON.stringify(event).toLowerCase();
+      texts.set(event, text);
+    }
+    return text.includes(eventFilter);
   }
 
   const knownTypes = new Set();
+  let typesRead = 0;
 
   function renderEvents() {
-    for (const event of model.events) {
+    for (; typesRead < model.events.length; typesRead++) {
+      const event = model.events[typesRead];
       if (!knownTypes.has(event.type)) {
         knownTypes.add(event.type);
         typeSelect.append(el("option", { value: event.type, text: event.type }));
