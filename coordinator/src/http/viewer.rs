@@ -9,8 +9,12 @@ use axum::response::IntoResponse;
 use axum::routing::get;
 
 const PAGE: &str = include_str!("../../viewer/index.html");
-const SCRIPT: &str = include_str!("../../viewer/app.js");
 const STYLE: &str = include_str!("../../viewer/app.css");
+/// The scripts, in the order the page loads them: the helpers and the
+/// frame, the list of runs, a run's page.
+const COMMON: &str = include_str!("../../viewer/common.js");
+const RUNS: &str = include_str!("../../viewer/runs.js");
+const RUN: &str = include_str!("../../viewer/run.js");
 
 /// What the page may load and run: its own files only (the diagram's
 /// inline `<style>` aside).
@@ -22,7 +26,9 @@ pub(super) fn routes<S: Clone + Send + Sync + 'static>() -> Router<S> {
     Router::new()
         .route("/", get(page))
         .route("/runs/{id}", get(page))
-        .route("/assets/app.js", get(script))
+        .route("/assets/common.js", get(|| script(COMMON)))
+        .route("/assets/runs.js", get(|| script(RUNS)))
+        .route("/assets/run.js", get(|| script(RUN)))
         .route("/assets/app.css", get(style))
 }
 
@@ -42,8 +48,8 @@ async fn page() -> impl IntoResponse {
     file("text/html; charset=utf-8", PAGE)
 }
 
-async fn script() -> impl IntoResponse {
-    file("text/javascript; charset=utf-8", SCRIPT)
+async fn script(body: &'static str) -> impl IntoResponse {
+    file("text/javascript; charset=utf-8", body)
 }
 
 async fn style() -> impl IntoResponse {

@@ -304,7 +304,12 @@ async fn the_api_names_callers_checks_roles_and_answers_in_json() -> anyhow::Res
         .to_str()?
         .to_owned();
     assert!(policy.contains("default-src 'self'"), "{policy}");
-    assert!(page.text().await?.contains("/assets/app.js"));
+    assert!(page.text().await?.contains("/assets/run.js"));
+    let script = reqwest::get(format!("{base}/assets/run.js")).await?;
+    assert_eq!(
+        script.headers()["content-type"],
+        "text/javascript; charset=utf-8"
+    );
     Ok(())
 }
 
