@@ -1,0 +1,131 @@
+"""A real cluster for the tests: the repository's `coordinator` and `worker`
+binaries (from `target/debug`, or `$WEFT_BIN_DIR`), started as processes
+on free loopback ports, each test module its own."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Iterator, Optional
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def binary(name: str) -> Path:
+    directory = Path(os.environ.get("WEFT_BIN_DIR", REPO / "target" / "debug"))
+    path = directory / name
+    if not path.exists():
+        pytest.fail(f"{path} is missing: build the binaries first (cargo build --bins)")
+    return path
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+class Cluster:
+    """A coordinator and its workers; `url` is the coordinator's."""
+
+    def __init__(self, config: Optional[str] = None, env: Optional[dict[str, str]] = None) -> None:
+        self.dir = Path(tempfile.mkdtemp(prefix="weft-py-"))
+        self.env = dict(os.environ, **(env or {}))
+        self.env.pop("WEFT_COORDINATOR", None)
+        self.env.pop("WEFT_TOKEN", None)
+        args = [str(binary("coordinator")), "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
+                "--data-dir", str(self.dir / "data")]
+        if config is not None:
+            (self.dir / "coordinator.toml").write_text(config)
+            args += ["--config", str(self.dir / "coordinator.toml")]
+        self.processes: list[subprocess.Popen[bytes]] = []
+        coordinator = self.spawn("coordinator", args, stdout=subprocess.PIPE)
+        line = coordinator.stdout.readline().decode() if coordinator.stdout else ""
+        if not line.startswith("coordinator listening on "):
+            self.stop()
+            pytest.fail(f"the coordinator did not start: {line!r} {self.log('coordinator')}")
+        self.url = "http://" + line.split()[-1]
+
+    def spawn(self, name: str, args: list[str], **kwargs) -> subprocess.Popen[bytes]:
+        log = open(self.dir / f"{name}.log", "wb")
+        process = subprocess.Popen(args, env=self.env, stderr=log, **kwargs)
+        self.processes.append(process)
+        return process
+
+    def add_worker(self, name: str, slots: int = 2, token: Optional[str] = None) -> None:
+        args = [str(binary("worker")), "--coordinator", self.url, "--name", name, "--slots", str(slots),
+                "--work-dir", str(self.dir / name)]
+        if token:
+            args += ["--token", token]
+        self.spawn(name, args)
+        self.wait_for_log(name, "joined the coordinator")
+
+    def log(self, name: str) -> str:
+        path = self.dir / f"{name}.log"
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    def wait_for_log(self, name: str, text: str, patience: float = 30) -> None:
+        deadline = time.monotonic() + patience
+        while text not in self.log(name):
+            if time.monotonic() > deadline:
+                pytest.fail(f"{name} never logged {text!r}: {self.log(name)}")
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        for process in self.processes:
+            process.terminate()
+        for process in self.processes:
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Cluster]:
+    """A coordinator without identities and one worker (scripts)."""
+    started = Cluster()
+    started.add_worker("w1", slots=4)
+    yield started
+    started.stop()
+
+
+OPERATOR = "operator-secret-3c9e1a"
+READER = "reader-secret-7b2d4f"
+NODE = "node-secret-5e8a2c"
+
+
+def sha256(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+@pytest.fixture(scope="module")
+def secured() -> Iterator[Cluster]:
+    """A coordinator that wants identities: `ops` operates, `viewer` reads."""
+    config = f"""
+[[tokens]]
+name = "ops"
+sha256 = "{sha256(OPERATOR)}"
+role = "operator"
+
+[[tokens]]
+name = "viewer"
+sha256 = "{sha256(READER)}"
+role = "reader"
+
+[[tokens]]
+name = "node"
+sha256 = "{sha256(NODE)}"
+role = "worker"
+"""
+    started = Cluster(config)
+    started.add_worker("w1", slots=2, token=NODE)
+    yield started
+    started.stop()

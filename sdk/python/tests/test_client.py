@@ -1,0 +1,166 @@
+"""`weft.Client` against a real coordinator and worker."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+import weft
+from conftest import OPERATOR, READER
+
+ECHO = {
+    "name": "echo",
+    "state": {"n": {"type": "integer", "default": 1}},
+    "nodes": {
+        "double": {"kind": "script", "start": True, "end": True,
+                   "run": ["sh", "-c", 'echo "{\\"n\\": 42}"']},
+    },
+}
+
+APPROVAL = {
+    "name": "publish",
+    "state": {"draft": {"type": "string", "default": ""}},
+    "nodes": {
+        "write": {"kind": "script", "start": True, "next": "approve",
+                  "run": ["sh", "-c", 'echo "{\\"draft\\": \\"hello\\"}"']},
+        "approve": {"kind": "approval", "prompt": "Publish {{ draft }}?", "next": "publish"},
+        "publish": {"kind": "script", "end": True, "run": ["sh", "-c", "echo {}"]},
+    },
+}
+
+
+def test_a_dict_graph_is_submitted_and_waited_for(cluster):
+    client = weft.Client(cluster.url)
+    run = client.submit(ECHO, input={"n": 1})
+    assert run.run_id.startswith("run-")
+    result = run.wait(timeout=30)
+    assert result.status == "completed"
+    assert result.state == {"n": 42}
+    assert result.error is None and result.done
+    assert any(r.run_id == run.run_id for r in client.runs(status="completed"))
+
+
+def test_events_come_typed_and_in_order(cluster):
+    client = weft.Client(cluster.url)
+    run = client.submit(ECHO)
+    events = list(run.events())
+    assert [e.seq for e in events] == list(range(len(events)))
+    assert events[0].type == "run_submitted"
+    assert events[-1].type == "run_finished" and events[-1]["status"] == "completed"
+    started = next(e for e in events if e.type == "node_started")
+    assert (started["node"], started["attempt"], started["item"]) == ("double", 1, None)
+    changed = next(e for e in events if e.type == "state_changed")
+    assert changed["values"] == {"n": 42}
+
+
+def test_an_approval_is_resumed_from_python(cluster):
+    client = weft.Client(cluster.url)
+    run = client.submit(APPROVAL)
+    waiting = run.wait(timeout=30)
+    assert waiting.status == "waiting"
+    assert waiting.waiting == [weft.WaitingNode("approve", "approval", "Publish hello?")]
+    with pytest.raises(weft.Rejected):
+        client.resume(run.run_id, "write", "approve")
+    client.resume(run.run_id, "approve", "approve", comment="fine")
+    done = run.wait(timeout=30)
+    assert done.status == "completed"
+    assert done.state["approved_comment"] == "fine"
+    assert done.answers == [weft.Answer("approve", "anonymous", True)]
+
+
+def test_cancel_and_retry(cluster, tmp_path):
+    client = weft.Client(cluster.url)
+    long = {"name": "long", "nodes": {"wait": {"kind": "script", "start": True, "end": True, "run": ["sleep", "60"]}}}
+    run = client.submit(long)
+    next(e for e in run.events() if e.type == "node_started")
+    assert client.cancel(run.run_id).status == "cancelled"
+    mark = tmp_path / "tried"
+    flaky = {"name": "flaky", "nodes": {"once": {
+        "kind": "script", "start": True, "end": True,
+        "run": ["sh", "-c", f'if [ -e {mark} ]; then echo "{{}}"; else touch {mark}; exit 3; fi']}}}
+    failed = client.submit(flaky).wait(timeout=30)
+    assert failed.status == "failed" and failed.error is not None
+    client.retry(failed.run_id)
+    assert client.run(failed.run_id).wait(timeout=30).status == "completed"
+
+
+def test_an_invalid_graph_raises_with_its_findings(cluster):
+    client = weft.Client(cluster.url)
+    with pytest.raises(weft.GraphInvalid) as raised:
+        client.submit({"nodes": {"a": {"kind": "script"}}})
+    findings = raised.value.findings
+    assert any("requires `run: [argv…]`" in f for f in findings), findings
+    assert all(f.startswith(("error:", "warning:")) for f in findings)
+    assert client.validate(ECHO) == []
+
+
+def test_an_unknown_run_and_bad_input_are_named(cluster):
+    client = weft.Client(cluster.url)
+    with pytest.raises(weft.RunNotFound, match="unknown run 'run-nope'"):
+        client.get("run-nope")
+    with pytest.raises(weft.InvalidArgument, match="invalid input"):
+        client.submit(ECHO, input={"n": "many"})
+
+
+def test_a_graph_file_travels_with_the_files_it_names(cluster, tmp_path):
+    (tmp_path / "scripts").mkdir()
+    script = tmp_path / "scripts" / "answer.sh"
+    script.write_text('#!/bin/sh\necho "{\\"n\\": 7}"\n')
+    script.chmod(0o755)
+    graph = tmp_path / "answer.yaml"
+    graph.write_text("name: answer\nstate:\n  n: {type: integer, default: 0}\nnodes:\n"
+                     "  a: {kind: script, start: true, end: true, run: [sh, scripts/answer.sh]}\n")
+    bundle = weft.GraphBundle.from_file(graph)
+    assert [path for path, _, _ in bundle.files] == ["answer.yaml", "scripts/answer.sh"]
+    client = weft.Client(cluster.url)
+    assert client.submit(graph).wait(timeout=30).state == {"n": 7}
+
+
+def test_a_link_out_of_the_graphs_directory_is_refused(tmp_path):
+    outside = tmp_path / "secret.txt"
+    outside.write_text("token")
+    (tmp_path / "graph").mkdir()
+    os.symlink(outside, tmp_path / "graph" / "notes.txt")
+    graph = tmp_path / "graph" / "g.yaml"
+    graph.write_text("nodes:\n  a: {kind: script, start: true, run: [cat, notes.txt]}\n")
+    with pytest.raises(weft.BundleError, match="outside the graph's directory"):
+        weft.GraphBundle.from_file(graph)
+    assert len(weft.GraphBundle.from_file(graph, allow_outside_links=True).files) == 2
+
+
+def test_identities_are_required_and_roles_enforced(secured, monkeypatch):
+    with pytest.raises(weft.Unauthenticated):
+        weft.Client(secured.url).runs()
+    with pytest.raises(weft.Unauthenticated):
+        weft.Client(secured.url, token="nope").runs()
+    with pytest.raises(weft.PermissionDenied, match="Submit needs the role operator or admin"):
+        weft.Client(secured.url, token=READER).submit(ECHO)
+    monkeypatch.setenv("WEFT_COORDINATOR", secured.url)
+    monkeypatch.setenv("WEFT_TOKEN", OPERATOR)
+    client = weft.Client()
+    run = client.submit(ECHO)
+    assert run.wait(timeout=30).submitted_by == "ops"
+    assert weft.Client(secured.url, token=READER).get(run.run_id).status == "completed"
+
+
+def test_an_unreachable_coordinator_is_unavailable():
+    with pytest.raises(weft.Unavailable):
+        weft.Client("http://127.0.0.1:9").runs()
+
+
+def test_the_stubs_match_the_proto_files(tmp_path):
+    """The checked-in weft/v1 stubs are what sdk/python/generate.sh makes
+    from proto/protos today."""
+    pytest.importorskip("grpc_tools")
+    from grpc_tools import protoc
+
+    here = Path(__file__).resolve().parents[1]
+    protos = here.parent.parent / "proto" / "protos"
+    code = protoc.main(["protoc", f"-I{protos}", f"--python_out={tmp_path}", f"--pyi_out={tmp_path}",
+                        f"--grpc_python_out={tmp_path}", "weft/v1/runs.proto", "weft/v1/workers.proto"])
+    assert code == 0
+    for generated in sorted((tmp_path / "weft" / "v1").iterdir()):
+        checked_in = here / "weft" / "v1" / generated.name
+        assert checked_in.read_text() == generated.read_text(), f"{checked_in.name} is stale: run sdk/python/generate.sh"

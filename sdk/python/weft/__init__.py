@@ -1,0 +1,49 @@
+"""Weft's Python client: submit workflow graphs to a Weft cluster, follow
+their events, answer their questions.
+
+    import weft
+    client = weft.Client("http://127.0.0.1:7700", token=None)
+    run = client.submit("graph.yaml", input={"topic": "tokio"})
+    print(run.wait().state)
+
+`weft.Client` reads `WEFT_COORDINATOR`, `WEFT_TOKEN` and `WEFT_CA` when
+its arguments are left out. Errors are the exceptions of `weft.errors`,
+all `WeftError`s.
+"""
+
+from .bundle import BundleError, GraphBundle
+from .client import Client, Run
+from .errors import (
+    GraphInvalid,
+    InvalidArgument,
+    PermissionDenied,
+    Rejected,
+    RunNotFound,
+    TooLarge,
+    Unauthenticated,
+    Unavailable,
+    WeftError,
+)
+from .types import Answer, ChildRun, Event, RunError, RunInfo, WaitingNode
+
+__all__ = [
+    "Answer",
+    "BundleError",
+    "ChildRun",
+    "Client",
+    "Event",
+    "GraphBundle",
+    "GraphInvalid",
+    "InvalidArgument",
+    "PermissionDenied",
+    "Rejected",
+    "Run",
+    "RunError",
+    "RunInfo",
+    "RunNotFound",
+    "TooLarge",
+    "Unauthenticated",
+    "Unavailable",
+    "WaitingNode",
+    "WeftError",
+]

@@ -1,0 +1,164 @@
+"""A graph and the files it names, ready to submit, so workers need no
+shared file system.
+
+From a file: the graph, and every regular file inside its directory that
+the graph names: a relative path anywhere in it (a script's `run`
+elements, `script:`, a subgraph's `graph:`, the `functions:` sidecar), a
+`module:function` import path's module (`module.py` or
+`module/__init__.py`), and `nodes/<id>.py`. Embedded graphs are read for
+the files they name in turn. A file whose real path (through symbolic
+links) is outside the directory is refused unless `allow_outside_links`,
+so a link such as `scripts/x.py -> ~/.aws/credentials` never uploads what
+it points at. Modes keep at most 0o755.
+
+From a dict: the graph as a JSON file, alone.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import stat
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Any, Iterator, Union
+
+import yaml
+
+from .errors import WeftError
+
+MODE_MASK = 0o755
+
+_IMPORT_PATH = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*):[A-Za-z_][A-Za-z0-9_]*$")
+
+
+class BundleError(WeftError):
+    """A graph file or a file it names could not be read or may not be sent."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, "bundle")
+
+
+@dataclass
+class GraphBundle:
+    """The graph's path among `files`, and `(path, content, mode)` of each."""
+
+    graph_path: str
+    files: list[tuple[str, bytes, int]] = field(default_factory=list)
+
+    @classmethod
+    def from_dict(cls, graph: dict[str, Any], name: str = "graph.json") -> "GraphBundle":
+        """A graph built in code, as a JSON graph file."""
+        text = json.dumps(graph).encode()
+        return cls(name, [(name, text, 0o644)])
+
+    @classmethod
+    def from_text(cls, name: str, text: str) -> "GraphBundle":
+        """One graph file's text (YAML or JSON, by `name`'s extension)."""
+        return cls(name, [(name, text.encode(), 0o644)])
+
+    @classmethod
+    def from_file(cls, path: Union[str, os.PathLike[str]], allow_outside_links: bool = False) -> "GraphBundle":
+        """A graph file and the files it names (see the module's docs)."""
+        path = Path(path)
+        directory = path.parent
+        root = directory.resolve()
+        name = path.name
+        files = [(name, _read(path), 0o644)]
+        for relative in _named_files(directory, name):
+            full = directory / relative
+            real = full.resolve()
+            if not real.is_relative_to(root) and not allow_outside_links:
+                raise BundleError(
+                    f"'{relative}' resolves to {real}, outside the graph's directory; "
+                    "it is not sent to the cluster (pass allow_outside_links=True to send it anyway)"
+                )
+            mode = stat.S_IMODE(full.stat().st_mode) & MODE_MASK
+            files.append((relative, _read(full), mode))
+        return cls(name, files)
+
+
+def _read(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError as error:
+        raise BundleError(f"cannot read '{path}': {error.strerror or error}") from None
+
+
+def _load(path: Path) -> Any:
+    try:
+        return yaml.safe_load(_read(path).decode())
+    except (yaml.YAMLError, UnicodeDecodeError) as error:
+        raise BundleError(f"'{path}' is not a YAML or JSON graph: {error}") from None
+
+
+def _strings(value: Any) -> Iterator[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _strings(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _strings(item)
+
+
+def _inside(text: str) -> str | None:
+    """`text` as a normalised relative path that stays inside, or None."""
+    if not text or "\n" in text or text.startswith("/") or "\0" in text:
+        return None
+    parts: list[str] = []
+    for part in PurePosixPath(text).parts:
+        if part == "..":
+            if not parts:
+                return None
+            parts.pop()
+        elif part != ".":
+            parts.append(part)
+    return "/".join(parts) if parts else None
+
+
+def _named_files(directory: Path, top: str) -> list[str]:
+    named: list[str] = []
+    graphs = [top]
+    seen = {top}
+    while graphs:
+        at = graphs.pop()
+        base = PurePosixPath(at).parent
+        document = _load(directory / at)
+        if not isinstance(document, dict):
+            continue
+        candidates: list[str] = []
+        for text in _strings(document):
+            match = _IMPORT_PATH.match(text.strip())
+            if match:
+                module = match.group(1).replace(".", "/")
+                candidates += [f"{module}.py", f"{module}/__init__.py"]
+            candidates.append(text)
+        nodes = document.get("nodes")
+        if isinstance(nodes, dict):
+            candidates += [f"nodes/{node_id}.py" for node_id in nodes]
+        for candidate in candidates:
+            # Scripts run from the bundle's root; the rest is relative to
+            # the graph that names it.
+            for relative in {_inside(candidate), _inside(str(base / candidate))}:
+                if relative is None or relative in seen or not (directory / relative).is_file():
+                    continue
+                seen.add(relative)
+                named.append(relative)
+                if _is_embedded_graph(relative, document):
+                    graphs.append(relative)
+    return named
+
+
+def _is_embedded_graph(relative: str, document: dict[str, Any]) -> bool:
+    """Whether `relative` is a subgraph node's `graph:` in `document`."""
+    nodes = document.get("nodes")
+    if not isinstance(nodes, dict):
+        return False
+    for node in nodes.values():
+        if isinstance(node, dict) and node.get("kind") == "subgraph" and isinstance(node.get("graph"), str):
+            if relative.endswith(_inside(node["graph"]) or "\0"):
+                return True
+    return False

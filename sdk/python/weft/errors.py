@@ -1,0 +1,82 @@
+"""What can go wrong, as exceptions named after what happened.
+
+Every exception is a `WeftError` carrying the coordinator's message and
+its gRPC status code name; `GraphInvalid` also carries the findings.
+"""
+
+from __future__ import annotations
+
+import grpc
+
+
+class WeftError(Exception):
+    """A request the coordinator refused or could not answer."""
+
+    def __init__(self, message: str, code: str = "unknown") -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code
+
+
+class GraphInvalid(WeftError):
+    """The graph (or a graph it embeds) is invalid; `findings` lists why,
+    one line each (`error: …` or `warning: …`)."""
+
+    def __init__(self, message: str, findings: list[str]) -> None:
+        super().__init__(message, "invalid_argument")
+        self.findings = findings
+
+
+class InvalidArgument(WeftError):
+    """The request is malformed: an input that does not fit the graph's
+    state, an answer that does not fit its node, a bad value."""
+
+
+class RunNotFound(WeftError):
+    """No such run, or one of a namespace the caller does not see."""
+
+
+class Unauthenticated(WeftError):
+    """The coordinator wants an identity: none was sent, or it is unknown."""
+
+
+class PermissionDenied(WeftError):
+    """The caller's role is too weak, or it is not among a node's approvers."""
+
+
+class Rejected(WeftError):
+    """The run's state does not allow the request (answering a node that
+    does not wait, retrying a run that has not failed)."""
+
+
+class Unavailable(WeftError):
+    """The coordinator cannot be reached, or has no leader right now."""
+
+
+class TooLarge(WeftError):
+    """A graph, input or answer is over one of the coordinator's limits."""
+
+
+_BY_CODE: dict[grpc.StatusCode, type[WeftError]] = {
+    grpc.StatusCode.INVALID_ARGUMENT: InvalidArgument,
+    grpc.StatusCode.NOT_FOUND: RunNotFound,
+    grpc.StatusCode.UNAUTHENTICATED: Unauthenticated,
+    grpc.StatusCode.PERMISSION_DENIED: PermissionDenied,
+    grpc.StatusCode.FAILED_PRECONDITION: Rejected,
+    grpc.StatusCode.UNAVAILABLE: Unavailable,
+    grpc.StatusCode.RESOURCE_EXHAUSTED: TooLarge,
+}
+
+
+def from_rpc(error: grpc.RpcError, *, graph: bool = False) -> WeftError:
+    """The exception for a failed call; `graph`: the call carried a graph,
+    so an invalid argument that is not about the input is `GraphInvalid`."""
+    code = error.code() if isinstance(error, grpc.Call) else grpc.StatusCode.UNKNOWN
+    message = (error.details() if isinstance(error, grpc.Call) else None) or str(error)
+    name = code.name.lower() if code else "unknown"
+    if graph and code == grpc.StatusCode.INVALID_ARGUMENT and not message.startswith("invalid input"):
+        lines = [line.strip() for line in message.splitlines() if line.strip()]
+        findings = [line for line in lines if line.startswith(("error:", "warning:"))] or lines
+        return GraphInvalid(message, findings)
+    kind = _BY_CODE.get(code, WeftError) if code else WeftError
+    return kind(message, name)

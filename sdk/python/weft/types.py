@@ -1,0 +1,168 @@
+"""What the client returns: runs and their events, as plain dataclasses.
+
+No generated protobuf type appears here; `types` is the one place that
+reads them (`run_from_wire`, `event_from_wire`).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from google.protobuf.json_format import MessageToDict
+
+from .v1 import runs_pb2 as pb
+
+STATUSES = {
+    pb.RUN_STATUS_RUNNING: "running",
+    pb.RUN_STATUS_WAITING: "waiting",
+    pb.RUN_STATUS_COMPLETED: "completed",
+    pb.RUN_STATUS_FAILED: "failed",
+    pb.RUN_STATUS_CANCELLED: "cancelled",
+}
+
+
+@dataclass(frozen=True)
+class RunError:
+    """How a failed or cancelled run ended."""
+
+    kind: str
+    node: str
+    message: str
+
+
+@dataclass(frozen=True)
+class WaitingNode:
+    """A node waiting for a person: `kind` is `approval` or `input`."""
+
+    node: str
+    kind: str
+    prompt: str
+
+
+@dataclass(frozen=True)
+class Answer:
+    """Who answered a human node; `approved` is None for an input."""
+
+    node: str
+    by: str
+    approved: Optional[bool] = None
+
+
+@dataclass(frozen=True)
+class ChildRun:
+    """A subgraph node's child run."""
+
+    node: str
+    run_id: str
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """A run: its status, state (None when it was left out), error and
+    pending questions, as `weft status --json` shows them."""
+
+    run_id: str
+    graph: str
+    status: str
+    state: Optional[dict[str, Any]]
+    error: Optional[RunError] = None
+    waiting: list[WaitingNode] = field(default_factory=list)
+    children: list[ChildRun] = field(default_factory=list)
+    answers: list[Answer] = field(default_factory=list)
+    namespace: str = ""
+    submitted_by: str = ""
+    event_count: int = 0
+    created_unix_ms: int = 0
+    ended_unix_ms: Optional[int] = None
+    trace_id: str = ""
+
+    @property
+    def done(self) -> bool:
+        """Whether the run has ended (completed, failed or cancelled)."""
+        return self.status in ("completed", "failed", "cancelled")
+
+
+@dataclass(frozen=True)
+class Event:
+    """One entry of a run's event log: `type` as `weft watch --json` names
+    it (`wave_started`, `node_finished`, `run_finished`, …) and its fields
+    as that JSON form has them (`node`, `item`, `step`, …)."""
+
+    seq: int
+    at_unix_ms: int
+    type: str
+    fields: dict[str, Any]
+
+    def __getitem__(self, key: str) -> Any:
+        return self.fields[key]
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """A field, or `default`."""
+        return self.fields.get(key, default)
+
+    @property
+    def ends_or_pauses(self) -> bool:
+        """Whether the run ends or waits for a person here."""
+        return self.type in ("run_finished", "waiting_for_input")
+
+
+def run_from_wire(info: pb.RunInfo) -> RunInfo:
+    """The client's form of a `RunInfo` message."""
+    error = None
+    if info.HasField("error") and (info.error.kind or info.error.message):
+        error = RunError(info.error.kind, info.error.node, info.error.message)
+    return RunInfo(
+        run_id=info.run_id,
+        graph=info.graph_name,
+        status=STATUSES.get(info.status, "running"),
+        state=json.loads(info.state_json) if info.state_json else None,
+        error=error,
+        waiting=[WaitingNode(w.node, w.kind, w.prompt) for w in info.waiting],
+        children=[ChildRun(c.node, c.run_id) for c in info.children],
+        answers=[
+            Answer(a.node, a.by, a.approved if a.HasField("approved") else None)
+            for a in info.answers
+        ],
+        namespace=info.namespace,
+        submitted_by=info.submitted_by,
+        event_count=info.event_count,
+        created_unix_ms=info.created_unix_ms,
+        ended_unix_ms=info.ended_unix_ms if info.HasField("ended_unix_ms") else None,
+        trace_id=info.trace_id,
+    )
+
+
+# Fields whose wire form is JSON text, read back as values.
+_JSON_TEXT = {"content_json": "content"}
+
+
+def event_from_wire(event: pb.RunEvent) -> Optional[Event]:
+    """The client's form of a `RunEvent`; None for a kind this client does
+    not know (a newer coordinator's)."""
+    kind = event.WhichOneof("event")
+    if kind is None:
+        return None
+    body = getattr(event, kind)
+    fields = MessageToDict(body, preserving_proto_field_name=True, always_print_fields_with_no_presence=True)
+    # An optional field left unset is null, as in `weft watch --json`.
+    for descriptor in body.DESCRIPTOR.fields:
+        if descriptor.has_presence and descriptor.name not in fields:
+            if descriptor.message_type is None:
+                fields[descriptor.name] = None
+    for name, value in list(fields.items()):
+        if name in _JSON_TEXT and isinstance(value, str):
+            fields[_JSON_TEXT[name]] = json.loads(value) if value else None
+            del fields[name]
+    if kind == "state_changed":
+        fields["values"] = {k: json.loads(v) for k, v in body.values.items()}
+        fields["folded"] = dict(body.folded)
+    if kind == "run_finished":
+        fields["status"] = STATUSES.get(body.status, "running")
+    for name in ("item", "index", "done", "total", "bytes", "delay_ms", "latency_ms",
+                 "prompt_tokens", "completion_tokens"):
+        if isinstance(fields.get(name), str):
+            fields[name] = int(fields[name])
+    return Event(seq=event.seq, at_unix_ms=event.at_unix_ms, type=kind, fields=fields)
+
