@@ -51,7 +51,8 @@ class Cluster:
         if not line.startswith("coordinator listening on "):
             self.stop()
             pytest.fail(f"the coordinator did not start: {line!r} {self.log('coordinator')}")
-        self.url = "http://" + line.split()[-1]
+        scheme = "https" if config is not None and "[tls]" in config else "http"
+        self.url = f"{scheme}://" + line.split()[-1]
 
     def spawn(self, name: str, args: list[str], **kwargs) -> subprocess.Popen[bytes]:
         log = open(self.dir / f"{name}.log", "wb")
@@ -59,11 +60,13 @@ class Cluster:
         self.processes.append(process)
         return process
 
-    def add_worker(self, name: str, slots: int = 2, token: Optional[str] = None) -> None:
+    def add_worker(self, name: str, slots: int = 2, token: Optional[str] = None, ca: Optional[Path] = None) -> None:
         args = [str(binary("worker")), "--coordinator", self.url, "--name", name, "--slots", str(slots),
                 "--work-dir", str(self.dir / name)]
         if token:
             args += ["--token", token]
+        if ca:
+            args += ["--ca", str(ca)]
         self.spawn(name, args)
         self.wait_for_log(name, "joined the coordinator")
 
@@ -128,4 +131,47 @@ role = "worker"
     started = Cluster(config)
     started.add_worker("w1", slots=2, token=NODE)
     yield started
+    started.stop()
+
+
+def certificates(directory: Path) -> tuple[Path, Path, Path]:
+    """A CA, and a certificate it signs for 127.0.0.1 and its key, made
+    with openssl: (ca.pem, server.pem, server.key)."""
+    def openssl(*args: str) -> None:
+        subprocess.run(["openssl", *args], cwd=directory, check=True, capture_output=True)
+
+    openssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+            "-keyout", "ca.key", "-out", "ca.pem", "-days", "2", "-subj", "/CN=weft test CA")
+    openssl("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+            "-keyout", "server.key", "-out", "server.csr", "-subj", "/CN=localhost")
+    (directory / "san.ext").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
+    openssl("x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
+            "-out", "server.pem", "-days", "2", "-extfile", "san.ext")
+    return directory / "ca.pem", directory / "server.pem", directory / "server.key"
+
+
+@pytest.fixture(scope="module")
+def tls() -> Iterator[tuple[Cluster, Path]]:
+    """A coordinator over TLS with a certificate of a test CA, a token for
+    an operator, and one worker; with the CA's file."""
+    directory = Path(tempfile.mkdtemp(prefix="weft-py-tls-"))
+    ca, cert, key = certificates(directory)
+    config = f"""
+[tls]
+cert = "{cert}"
+key = "{key}"
+
+[[tokens]]
+name = "ops"
+sha256 = "{sha256(OPERATOR)}"
+role = "operator"
+
+[[tokens]]
+name = "node"
+sha256 = "{sha256(NODE)}"
+role = "worker"
+"""
+    started = Cluster(config)
+    started.add_worker("w1", slots=2, token=NODE, ca=ca)
+    yield started, ca
     started.stop()

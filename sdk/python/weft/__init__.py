@@ -11,6 +11,7 @@ its arguments are left out. Errors are the exceptions of `weft.errors`,
 all `WeftError`s.
 """
 
+from . import aio
 from .bundle import BundleError, GraphBundle
 from .client import Client, Run
 from .errors import (

@@ -71,8 +71,10 @@ _BY_CODE: dict[grpc.StatusCode, type[WeftError]] = {
 def from_rpc(error: grpc.RpcError, *, graph: bool = False) -> WeftError:
     """The exception for a failed call; `graph`: the call carried a graph,
     so an invalid argument that is not about the input is `GraphInvalid`."""
-    code = error.code() if isinstance(error, grpc.Call) else grpc.StatusCode.UNKNOWN
-    message = (error.details() if isinstance(error, grpc.Call) else None) or str(error)
+    # A blocking call's error is a grpc.Call, an asyncio one's an
+    # AioRpcError: both have code() and details().
+    code = error.code() if hasattr(error, "code") else grpc.StatusCode.UNKNOWN
+    message = (error.details() if hasattr(error, "details") else None) or str(error)
     name = code.name.lower() if code else "unknown"
     if graph and code == grpc.StatusCode.INVALID_ARGUMENT and not message.startswith("invalid input"):
         lines = [line.strip() for line in message.splitlines() if line.strip()]

@@ -1,0 +1,64 @@
+"""`weft.aio.Client` against a real cluster, and both clients over TLS."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+import weft
+from conftest import OPERATOR
+from test_client import APPROVAL, ECHO
+
+
+def test_the_async_client_submits_follows_and_answers(cluster):
+    async def scenario() -> tuple[list[str], weft.RunInfo, weft.RunInfo]:
+        async with weft.aio.Client(cluster.url) as client:
+            run = await client.submit(APPROVAL)
+            kinds = []
+            async for event in run.events():
+                kinds.append(event.type)
+                if event.type == "waiting_for_input":
+                    await client.resume(run.run_id, event["node"], "reject", comment="not yet")
+                if event.type == "run_finished":
+                    break
+            done = await run.wait(timeout=30)
+            with pytest.raises(weft.RunNotFound):
+                await client.get("run-nope")
+            echoed = await (await client.submit(ECHO)).wait(timeout=30)
+            return kinds, done, echoed
+
+    kinds, done, echoed = asyncio.run(scenario())
+    assert kinds[0] == "run_submitted" and "input_received" in kinds and kinds[-1] == "run_finished"
+    assert done.status == "completed"
+    assert done.state["approved"] is False and done.state["approved_comment"] == "not yet"
+    assert done.answers == [weft.Answer("approve", "anonymous", False)]
+    assert echoed.state == {"n": 42}
+
+
+def test_an_async_wait_times_out():
+    async def scenario() -> None:
+        client = weft.aio.Client("http://127.0.0.1:9")
+        with pytest.raises((TimeoutError, weft.Unavailable)):
+            await client.wait("run-x", timeout=0.5)
+        await client.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_coordinator_over_tls_is_reached_with_its_ca(tls):
+    cluster, ca = tls
+    assert cluster.url.startswith("https://")
+    client = weft.Client(cluster.url, token=OPERATOR, ca=str(ca))
+    assert client.submit(ECHO).wait(timeout=30).state == {"n": 42}
+
+    async def asynchronously() -> weft.RunInfo:
+        async with weft.aio.Client(cluster.url, token=OPERATOR, ca=str(ca)) as client:
+            return await (await client.submit(ECHO)).wait(timeout=30)
+
+    assert asyncio.run(asynchronously()).status == "completed"
+    # Without the CA, the system's roots do not know the certificate.
+    with pytest.raises(weft.Unavailable):
+        weft.Client(cluster.url, token=OPERATOR).runs()
+    with pytest.raises(weft.Unauthenticated):
+        weft.Client(cluster.url, ca=str(ca)).runs()
