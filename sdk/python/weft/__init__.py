@@ -26,6 +26,7 @@ from .errors import (
     WeftError,
 )
 from .types import Answer, ChildRun, Event, RunError, RunInfo, WaitingNode
+from .worker import HandlerFailed, Item, TaskContext, Worker
 
 __all__ = [
     "Answer",
@@ -35,16 +36,20 @@ __all__ = [
     "Event",
     "GraphBundle",
     "GraphInvalid",
+    "HandlerFailed",
     "InvalidArgument",
+    "Item",
     "PermissionDenied",
     "Rejected",
     "Run",
     "RunError",
     "RunInfo",
     "RunNotFound",
+    "TaskContext",
     "TooLarge",
     "Unauthenticated",
     "Unavailable",
     "WaitingNode",
     "WeftError",
+    "Worker",
 ]

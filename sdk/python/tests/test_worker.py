@@ -1,0 +1,145 @@
+"""`weft.Worker`: Python handlers serving a real coordinator, beside a Rust
+worker, through kills and drains. Each Python worker is a process
+(`handlers.py`)."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import weft
+from conftest import NODE, OPERATOR
+
+HANDLERS = Path(__file__).with_name("handlers.py")
+
+
+def python_worker(cluster, name: str, token: str | None = None) -> subprocess.Popen:
+    args = [sys.executable, str(HANDLERS), cluster.url, name] + ([token] if token else [])
+    process = cluster.spawn(name, args, stdout=subprocess.PIPE)
+    line = process.stdout.readline().decode()
+    assert "joined the coordinator" in line, f"{line!r}: {cluster.log(name)}"
+    return process
+
+
+def wait_for(condition, patience: float = 30) -> None:
+    deadline = time.monotonic() + patience
+    while not condition():
+        assert time.monotonic() < deadline, "the condition never held"
+        time.sleep(0.02)
+
+
+def task_graph(handler: str, **extra) -> dict:
+    node = {"kind": "task", "handler": handler, "start": True, "end": True, **extra}
+    return {"name": handler, "nodes": {"only": node}}
+
+
+def test_a_python_handler_serves_a_task(cluster):
+    python_worker(cluster, "py-a")
+    client = weft.Client(cluster.url)
+    graph = task_graph("shout")
+    graph["state"] = {"text": {"type": "string"}, "seen": {"type": "object", "default": {}}}
+    result = client.submit(graph, input={"text": "hello"}).wait(timeout=30)
+    assert result.status == "completed", result.error
+    assert result.state["text"] == "HELLO"
+    assert result.state["seen"]["node"] == "only" and result.state["seen"]["attempt"] == 1
+    assert isinstance(result.state["seen"]["key"], int)
+    async_graph = task_graph("wait_async") | {"state": {"waited": {"type": "boolean", "default": False}}}
+    async_result = client.submit(async_graph).wait(timeout=30)
+    assert async_result.state["waited"] is True
+
+
+def test_a_map_branch_runs_on_the_python_worker_beside_a_rust_one(cluster):
+    client = weft.Client(cluster.url)
+    graph = {
+        "name": "squares",
+        "state": {"numbers": {"type": "array"}, "squares": {"type": "array", "default": []},
+                  "total": {"type": "integer", "default": 0}},
+        "nodes": {
+            "fan": {"kind": "map", "start": True, "over": "{{ numbers }}", "as": "n", "branch": "square",
+                    "output_key": "squared", "collect_into": "squares", "max_concurrency": 4, "next": "sum"},
+            "square": {"kind": "task", "handler": "square"},
+            # A script: the Rust worker's.
+            "sum": {"kind": "script", "end": True,
+                    "run": ["python3", "-c",
+                            "import json,sys; s=json.load(sys.stdin)['state']; "
+                            "print(json.dumps({'total': sum(x['n'] for x in s['squares'])}))"]},
+        },
+    }
+    numbers = list(range(20))
+    result = client.submit(graph, input={"numbers": numbers}).wait(timeout=60)
+    assert result.status == "completed", result.error
+    assert [s["n"] for s in result.state["squares"]] == [n * n for n in numbers]
+    assert [s["index"] for s in result.state["squares"]] == numbers
+    assert {s["by"] for s in result.state["squares"]} <= {"py-a"}
+    assert result.state["total"] == sum(n * n for n in numbers)
+
+
+def test_a_handler_exception_fails_the_attempt_with_its_traceback(cluster):
+    client = weft.Client(cluster.url)
+    result = client.submit(task_graph("explode")).wait(timeout=30)
+    assert result.status == "failed"
+    message = result.error.message
+    assert "ValueError: boom at 3" in message, message
+    assert "in explode" in message and "in deeper" in message, message
+    assert "concurrent/futures" not in message, message
+
+
+def slow_graph() -> dict:
+    graph = task_graph("slow")
+    graph["state"] = {"marks": {"type": "string"}, "seconds": {"type": "number"},
+                      "finished_by": {"type": "string", "default": ""}}
+    return graph
+
+
+def test_a_python_worker_killed_mid_task_loses_nothing(tmp_path):
+    from conftest import Cluster
+
+    cluster = Cluster()
+    try:
+        doomed = python_worker(cluster, "py-doomed")
+        client = weft.Client(cluster.url)
+        run = client.submit(slow_graph(), input={"marks": str(tmp_path), "seconds": 2})
+        wait_for(lambda: (tmp_path / "started-py-doomed").exists())
+        python_worker(cluster, "py-rescue")
+        doomed.kill()
+        result = run.wait(timeout=60)
+        assert result.status == "completed", result.error
+        assert result.state["finished_by"] == "py-rescue"
+        assert (tmp_path / "started-py-rescue").exists()
+    finally:
+        cluster.stop()
+
+
+def test_sigterm_drains_a_python_worker(tmp_path):
+    from conftest import Cluster
+
+    cluster = Cluster()
+    try:
+        worker = python_worker(cluster, "py-drain")
+        client = weft.Client(cluster.url)
+        run = client.submit(slow_graph(), input={"marks": str(tmp_path), "seconds": 1.5})
+        wait_for(lambda: (tmp_path / "started-py-drain").exists())
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(timeout=30) == 0
+        result = run.wait(timeout=10)
+        assert result.status == "completed" and result.state["finished_by"] == "py-drain"
+        assert b"py-drain stopped" in worker.stdout.read()
+    finally:
+        cluster.stop()
+
+
+def test_a_python_worker_joins_with_its_token(secured):
+    python_worker(secured, "py-secure", token=NODE)
+    client = weft.Client(secured.url, token=OPERATOR)
+    graph = task_graph("shout")
+    graph["state"] = {"text": {"type": "string"}, "seen": {"type": "object", "default": {}}}
+    assert client.submit(graph, input={"text": "x"}).wait(timeout=30).state["text"] == "X"
+    refused = subprocess.run([sys.executable, str(HANDLERS), secured.url, "py-nobody"], capture_output=True,
+                             timeout=30)
+    assert refused.returncode != 0
+    assert b"requires an identity" in refused.stderr, refused.stderr
