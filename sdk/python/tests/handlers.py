@@ -3,7 +3,8 @@
 Handlers: `shout` (upper-cases `text`, says what it knew of its attempt),
 `square` (a map item's number, and which worker squared it), `explode`
 (raises), `slow` (touches `started-NAME` in its `marks` directory, then
-sleeps `seconds`), `wait_async` (an `async` handler).
+sleeps `seconds`), `wait_async` (an `async` handler), `converse` (a
+teammate step: greets every member, waits to hear from each).
 """
 
 import asyncio
@@ -49,6 +50,27 @@ def slow(state, ctx):
 async def wait_async(state, ctx):
     await asyncio.sleep(0.05)
     return {"waited": True}
+
+
+@worker.handler("converse")
+def converse(state, ctx):
+    team = ctx.team
+    for member in team.members:
+        if member != team.me:
+            team.send(member, {"hello": team.me})
+    stranger = ""
+    if team.me.endswith("/1"):
+        try:
+            team.send("nobody/0", "hi")
+        except weft.TeamError as error:
+            stranger = str(error)
+    heard = set()
+    while len(heard) < len(team.members) - 1:
+        message = team.recv(timeout=20)
+        assert message is not None, f"{team.me} heard only {sorted(heard)}"
+        assert message.content == {"hello": message.sender}
+        heard.add(message.sender)
+    return {"said": {"me": team.me, "heard": sorted(heard), "stranger": stranger}}
 
 
 worker.run()

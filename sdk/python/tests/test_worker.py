@@ -26,6 +26,14 @@ def python_worker(cluster, name: str, token: str | None = None) -> subprocess.Po
     return process
 
 
+@pytest.fixture(scope="module")
+def py_a(cluster):
+    """The module's cluster, with the Python worker `py-a` beside its Rust
+    worker."""
+    python_worker(cluster, "py-a")
+    return cluster
+
+
 def wait_for(condition, patience: float = 30) -> None:
     deadline = time.monotonic() + patience
     while not condition():
@@ -38,9 +46,8 @@ def task_graph(handler: str, **extra) -> dict:
     return {"name": handler, "nodes": {"only": node}}
 
 
-def test_a_python_handler_serves_a_task(cluster):
-    python_worker(cluster, "py-a")
-    client = weft.Client(cluster.url)
+def test_a_python_handler_serves_a_task(py_a):
+    client = weft.Client(py_a.url)
     graph = task_graph("shout")
     graph["state"] = {"text": {"type": "string"}, "seen": {"type": "object", "default": {}}}
     result = client.submit(graph, input={"text": "hello"}).wait(timeout=30)
@@ -53,8 +60,8 @@ def test_a_python_handler_serves_a_task(cluster):
     assert async_result.state["waited"] is True
 
 
-def test_a_map_branch_runs_on_the_python_worker_beside_a_rust_one(cluster):
-    client = weft.Client(cluster.url)
+def test_a_map_branch_runs_on_the_python_worker_beside_a_rust_one(py_a):
+    client = weft.Client(py_a.url)
     graph = {
         "name": "squares",
         "state": {"numbers": {"type": "array"}, "squares": {"type": "array", "default": []},
@@ -79,8 +86,29 @@ def test_a_map_branch_runs_on_the_python_worker_beside_a_rust_one(cluster):
     assert result.state["total"] == sum(n * n for n in numbers)
 
 
-def test_a_handler_exception_fails_the_attempt_with_its_traceback(cluster):
-    client = weft.Client(cluster.url)
+def test_teammates_send_and_receive_through_a_python_handler(py_a):
+    client = weft.Client(py_a.url)
+    graph = {
+        "name": "team",
+        "state": {"items": {"type": "array"}, "all_said": {"type": "array", "default": []}},
+        "nodes": {
+            "team": {"kind": "map", "start": True, "over": "{{ items }}", "as": "item", "branch": "converse",
+                     "output_key": "said", "collect_into": "all_said"},
+            "converse": {"kind": "task", "handler": "converse", "teammates": True},
+        },
+    }
+    result = client.submit(graph, input={"items": [1, 2, 3]}).wait(timeout=60)
+    assert result.status == "completed", result.error
+    said = result.state["all_said"]
+    assert said[0] == {"me": "team/0", "heard": ["team/1", "team/2"], "stranger": ""}
+    assert said[2]["heard"] == ["team/0", "team/1"]
+    assert said[1]["stranger"] == "'nobody/0' is not a member of this team (members: team/0, team/1, team/2)"
+    sent = [e for e in client.run(result.run_id).events() if e.type == "message_sent"]
+    assert len(sent) == 6, sent
+
+
+def test_a_handler_exception_fails_the_attempt_with_its_traceback(py_a):
+    client = weft.Client(py_a.url)
     result = client.submit(task_graph("explode")).wait(timeout=30)
     assert result.status == "failed"
     message = result.error.message

@@ -26,6 +26,7 @@ from .errors import (
     WeftError,
 )
 from .types import Answer, ChildRun, Event, RunError, RunInfo, WaitingNode
+from .team import Message, Team, TeamError
 from .worker import HandlerFailed, Item, TaskContext, Worker
 
 __all__ = [
@@ -38,6 +39,7 @@ __all__ = [
     "GraphInvalid",
     "HandlerFailed",
     "InvalidArgument",
+    "Message",
     "Item",
     "PermissionDenied",
     "Rejected",
@@ -46,6 +48,8 @@ __all__ = [
     "RunInfo",
     "RunNotFound",
     "TaskContext",
+    "Team",
+    "TeamError",
     "TooLarge",
     "Unauthenticated",
     "Unavailable",

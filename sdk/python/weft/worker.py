@@ -40,6 +40,7 @@ import grpc
 
 from . import errors
 from .client import channel
+from .team import Acks, Message, Team
 from .v1 import workers_pb2 as pb
 from .v1 import workers_pb2_grpc as rpc
 
@@ -72,6 +73,9 @@ class TaskContext:
     scope: dict[str, Any]
     item: Optional[Item] = None
     config: dict[str, Any] = field(default_factory=dict)
+    #: For a `teammates: true` step of a map item: its team (`me`,
+    #: `members`, `send`, `inbox`, `recv`); None otherwise.
+    team: Optional[Team] = None
 
 
 class HandlerFailed(Exception):
@@ -83,6 +87,7 @@ class HandlerFailed(Exception):
 class _Running:
     future: Optional[Future] = None
     cancelled: bool = False
+    team: Optional[Team] = None
 
 
 class Worker:
@@ -170,6 +175,7 @@ class _Session:
         self.lock = threading.Lock()
         self.fields: dict[str, dict[str, tuple[int, Any]]] = {}
         self.draining = False
+        self.acks = Acks()
 
     def hello(self) -> pb.WorkerMessage:
         worker = self.worker
@@ -245,6 +251,14 @@ class _Session:
                         running.future.cancel()
         elif kind == "forget":
             self.fields.pop(message.forget.run_id, None)
+        elif kind == "deliver":
+            delivery = message.deliver
+            with self.lock:
+                running = self.running.get((delivery.run_id, delivery.task_key))
+            if running is not None and running.team is not None:
+                running.team.deliver(message_of(delivery.message))
+        elif kind == "send_ack":
+            self.acks.answered(message.send_ack.send_id, message.send_ack.error or None)
 
     def state_of(self, task: pb.TaskAssignment) -> dict[str, Any]:
         """The task's state: the values it carries (kept for later tasks)
@@ -291,7 +305,8 @@ class _Session:
             item=item,
             config=config,
         )
-        running = _Running()
+        running = _Running(team=self.team_of(task))
+        context.team = running.team
         with self.lock:
             self.running[key] = running
         if inspect.iscoroutinefunction(handler):
@@ -301,9 +316,24 @@ class _Session:
         running.future = future
         future.add_done_callback(lambda done: self.finished(task, done))
 
+    def team_of(self, task: pb.TaskAssignment) -> Optional[Team]:
+        """The step's team, when it has a seat in one."""
+        if not task.HasField("team"):
+            return None
+        seat = task.team
+
+        def send(send_id: int, to: str, content: str) -> None:
+            outgoing = pb.TeamSend(run_id=task.run_id, task_key=task.task_key, send_id=send_id, to=to,
+                                   content_json=content)
+            self.outgoing.put(pb.WorkerMessage(send=outgoing))
+
+        inbox = [message_of(m) for m in seat.inbox]
+        return Team(seat.me, list(seat.members), inbox, send, self.acks)
+
     def finished(self, task: pb.TaskAssignment, done: Future) -> None:
         with self.lock:
             running = self.running.pop((task.run_id, task.task_key), None)
+        read = running.team.read() if running is not None and running.team is not None else []
         if done.cancelled() or (running is not None and running.cancelled):
             self.report(task, error=("cancelled", "the coordinator cancelled the task"))
             return
@@ -314,7 +344,7 @@ class _Session:
             except (TypeError, ValueError) as error:
                 self.report(task, error=("invalid_output", f"the handler returned what is not JSON: {error}"))
                 return
-            self.report(task, output=text)
+            self.report(task, output=text, read=read)
         elif isinstance(failure, HandlerFailed):
             self.report(task, error=("handler_error", str(failure)))
         else:
@@ -324,10 +354,17 @@ class _Session:
             text = "".join(traceback.format_list(own)) + "".join(traceback.format_exception_only(failure))
             self.report(task, error=("handler_error", "Traceback (most recent call last):\n" + text))
 
-    def report(self, task: pb.TaskAssignment, output: Optional[str] = None, error: Optional[tuple[str, str]] = None) -> None:
-        result = pb.TaskResult(run_id=task.run_id, task_key=task.task_key)
+    def report(self, task: pb.TaskAssignment, output: Optional[str] = None,
+               error: Optional[tuple[str, str]] = None, read: Optional[list[int]] = None) -> None:
+        result = pb.TaskResult(run_id=task.run_id, task_key=task.task_key, messages_read=read or [])
         if error is not None:
             result.error.CopyFrom(pb.TaskError(kind=error[0], message=error[1]))
         else:
             result.output.CopyFrom(pb.TaskOutput(json=output or "{}"))
         self.outgoing.put(pb.WorkerMessage(result=result))
+
+
+def message_of(wire: pb.TeamMessage) -> Message:
+    """A teammate message in the SDK's terms."""
+    content = json.loads(wire.content_json) if wire.content_json else None
+    return Message(getattr(wire, "from"), content, wire.seq)
