@@ -54,9 +54,9 @@ class Cluster:
         scheme = "https" if config is not None and "[tls]" in config else "http"
         self.url = f"{scheme}://" + line.split()[-1]
 
-    def spawn(self, name: str, args: list[str], **kwargs) -> subprocess.Popen[bytes]:
+    def spawn(self, name: str, args: list[str], env: Optional[dict[str, str]] = None, **kwargs) -> subprocess.Popen[bytes]:
         log = open(self.dir / f"{name}.log", "wb")
-        process = subprocess.Popen(args, env=self.env, stderr=log, **kwargs)
+        process = subprocess.Popen(args, env=dict(self.env, **(env or {})), stderr=log, **kwargs)
         self.processes.append(process)
         return process
 

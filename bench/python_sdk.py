@@ -1,0 +1,152 @@
+"""W1 and W2 driven from the Python client and served by the Python worker,
+beside LangGraph's in-process figures (issue 25).
+
+A coordinator process (the release build's, `--coordinator`), and in this
+process a `weft.Worker` on a thread hosting the handlers and a
+`weft.Client` submitting:
+
+- W1: a chain of 200 `task` nodes over `{"counter"}`, each adding one;
+  figure: per node (median wall time of a run / 200);
+- W2: a map over N items (1,000 and 10,000), each `task` returning
+  item×2, collected in order; figure: items per second.
+
+With `--langgraph PYTHON` (a venv with LangGraph, `bench/requirements.txt`),
+LangGraph's W1 and W2 scripts (`bench/peers`) run in the same window,
+alternating round by round. Prints one table with medians.
+
+    python bench/python_sdk.py --coordinator target/release/coordinator \\
+        --langgraph target/bench/venv/bin/python
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import weft
+
+HERE = Path(__file__).resolve().parent
+W1_NODES = 200
+
+
+def start_coordinator(binary: str, directory: Path) -> tuple[subprocess.Popen, str]:
+    process = subprocess.Popen(
+        [binary, "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0", "--data-dir", str(directory)],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    line = process.stdout.readline().decode()
+    if not line.startswith("coordinator listening on "):
+        raise SystemExit(f"the coordinator did not start: {line!r}")
+    return process, "http://" + line.split()[-1]
+
+
+def start_worker(url: str, slots: int) -> weft.Worker:
+    worker = weft.Worker(url, slots=slots, name="py-bench")
+
+    @worker.handler("inc")
+    def inc(state, ctx):
+        return {"counter": state["counter"] + 1}
+
+    @worker.handler("double")
+    def double(state, ctx):
+        return {"doubled": ctx.scope["item"] * 2}
+
+    threading.Thread(target=worker.run, daemon=True).start()
+    return worker
+
+
+def w1_graph() -> dict:
+    nodes = {f"n{i}": {"kind": "task", "handler": "inc"} for i in range(W1_NODES)}
+    nodes["n0"]["start"] = True
+    for i in range(W1_NODES - 1):
+        nodes[f"n{i}"]["next"] = f"n{i + 1}"
+    nodes[f"n{W1_NODES - 1}"]["end"] = True
+    return {"name": "w1", "settings": {"max_steps": W1_NODES + 10},
+            "state": {"counter": {"type": "integer", "default": 0}}, "nodes": nodes}
+
+
+def w2_graph(concurrency: int) -> dict:
+    return {
+        "name": "w2",
+        "settings": {"max_concurrency": concurrency},
+        "state": {"items": {"type": "array"}, "results": {"type": "array", "default": []}},
+        "nodes": {
+            "fan": {"kind": "map", "start": True, "end": True, "over": "{{ items }}", "as": "item",
+                    "branch": "double", "output_key": "doubled", "collect_into": "results"},
+            "double": {"kind": "task", "handler": "double"},
+        },
+    }
+
+
+def timed(client: weft.Client, graph: dict, payload: dict) -> tuple[float, weft.RunInfo]:
+    start = time.perf_counter()
+    result = client.submit(graph, input=payload).wait(timeout=600)
+    return time.perf_counter() - start, result
+
+
+def weft_w1(client: weft.Client) -> float:
+    elapsed, result = timed(client, w1_graph(), {"counter": 0})
+    assert result.state == {"counter": W1_NODES}, result
+    return elapsed / W1_NODES * 1e6
+
+
+def weft_w2(client: weft.Client, n: int, concurrency: int) -> float:
+    items = list(range(n))
+    elapsed, result = timed(client, w2_graph(concurrency), {"items": items})
+    assert result.state["results"] == [i * 2 for i in items], result.error
+    return n / elapsed
+
+
+def langgraph(python: str, script: str, *args: str) -> dict:
+    out = subprocess.run([python, str(HERE / "peers" / script), "--iters", "1", *args],
+                         capture_output=True, text=True, check=True, cwd=HERE / "peers")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--coordinator", default="target/release/coordinator")
+    parser.add_argument("--langgraph", help="a python with LangGraph installed")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--slots", type=int, default=32)
+    args = parser.parse_args()
+    directory = Path(tempfile.mkdtemp(prefix="weft-py-bench-"))
+    coordinator, url = start_coordinator(args.coordinator, directory)
+    try:
+        worker = start_worker(url, args.slots)
+        client = weft.Client(url)
+        weft_w1(client)  # warm-up: the worker joined, the graph parsed once
+        figures: dict[str, list[float]] = {}
+
+        def add(key: str, value: float) -> None:
+            figures.setdefault(key, []).append(value)
+
+        for _ in range(args.rounds):
+            add("weft W1 µs/node", weft_w1(client))
+            for n in (1_000, 10_000):
+                add(f"weft W2 N={n} items/s", weft_w2(client, n, args.slots))
+            if args.langgraph:
+                w1 = langgraph(args.langgraph, "langgraph_w1_chain.py")
+                add("langgraph W1 µs/node", statistics.median(w1["times_s"]) / W1_NODES * 1e6)
+                for n in (1_000, 10_000):
+                    w2 = langgraph(args.langgraph, "langgraph_w2_map.py", "--n", str(n))
+                    add(f"langgraph W2 N={n} items/s", n / statistics.median(w2["times_s"]))
+        worker.stop()
+    finally:
+        coordinator.terminate()
+        coordinator.wait()
+    print(f"| figure | median of {args.rounds} | rounds |")
+    print("|---|---|---|")
+    for key, values in figures.items():
+        shown = ", ".join(f"{v:,.0f}" for v in values)
+        print(f"| {key} | {statistics.median(values):,.0f} | {shown} |")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
