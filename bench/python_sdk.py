@@ -1,9 +1,9 @@
 """W1 and W2 driven from the Python client and served by the Python worker,
 beside LangGraph's in-process figures (issue 25).
 
-A coordinator process (the release build's, `--coordinator`), and in this
-process a `weft.Worker` on a thread hosting the handlers and a
-`weft.Client` submitting:
+A coordinator process (the release build's, `--coordinator`), a
+`weft.Worker` process hosting the handlers (`bench/python_worker.py`),
+and a `weft.Client` in this process submitting:
 
 - W1: a chain of 200 `task` nodes over `{"counter"}`, each adding one;
   figure: per node (median wall time of a run / 200);
@@ -22,11 +22,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -46,19 +46,14 @@ def start_coordinator(binary: str, directory: Path) -> tuple[subprocess.Popen, s
     return process, "http://" + line.split()[-1]
 
 
-def start_worker(url: str, slots: int) -> weft.Worker:
-    worker = weft.Worker(url, slots=slots, name="py-bench")
-
-    @worker.handler("inc")
-    def inc(state, ctx):
-        return {"counter": state["counter"] + 1}
-
-    @worker.handler("double")
-    def double(state, ctx):
-        return {"doubled": ctx.scope["item"] * 2}
-
-    threading.Thread(target=worker.run, daemon=True).start()
-    return worker
+def start_worker(url: str, slots: int) -> subprocess.Popen:
+    """The Python worker, a process of its own as in a deployment."""
+    process = subprocess.Popen([sys.executable, str(HERE / "python_worker.py"), url, str(slots)],
+                               stdout=subprocess.PIPE)
+    line = process.stdout.readline().decode()
+    if "joined the coordinator" not in line:
+        raise SystemExit(f"the Python worker did not join: {line!r}")
+    return process
 
 
 def w1_graph() -> dict:
@@ -104,6 +99,9 @@ def weft_w2(client: weft.Client, n: int, concurrency: int) -> float:
 
 
 def langgraph(python: str, script: str, *args: str) -> dict:
+    # An absolute path that keeps the venv's name (resolving would follow
+    # its link to the base interpreter).
+    python = os.path.abspath(python)
     out = subprocess.run([python, str(HERE / "peers" / script), "--iters", "1", *args],
                          capture_output=True, text=True, check=True, cwd=HERE / "peers")
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -137,7 +135,8 @@ def main() -> None:
                 for n in (1_000, 10_000):
                     w2 = langgraph(args.langgraph, "langgraph_w2_map.py", "--n", str(n))
                     add(f"langgraph W2 N={n} items/s", n / statistics.median(w2["times_s"]))
-        worker.stop()
+        worker.terminate()
+        worker.wait()
     finally:
         coordinator.terminate()
         coordinator.wait()

@@ -171,6 +171,8 @@ class _Session:
         self.worker = worker
         self.outgoing: "queue.Queue[Optional[pb.WorkerMessage]]" = queue.Queue()
         self.heartbeat = 2.0
+        # How many results one message may carry (the welcome says).
+        self.max_batch = 1
         self.running: dict[tuple[str, int], _Running] = {}
         self.lock = threading.Lock()
         self.fields: dict[str, dict[str, tuple[int, Any]]] = {}
@@ -185,21 +187,49 @@ class _Session:
             slots=worker.slots,
             labels=worker.labels,
             handlers=sorted(worker._handlers),
-            takes_batches=False,
+            takes_batches=True,
         ))
 
     def requests(self) -> Iterator[pb.WorkerMessage]:
         """The worker's side of the stream: the hello, then what is queued,
-        with a heartbeat whenever nothing else went for an interval."""
+        with a heartbeat whenever nothing else went for an interval. Results
+        queued together go as one batch, as many as the welcome allows."""
         yield self.hello()
+        held: Optional[pb.WorkerMessage] = None
         while True:
-            try:
-                message = self.outgoing.get(timeout=self.heartbeat)
-            except queue.Empty:
-                message = pb.WorkerMessage(heartbeat=pb.Heartbeat(at_unix_ms=int(time.time() * 1000)))
+            if held is not None:
+                message, held = held, None
+            else:
+                try:
+                    message = self.outgoing.get(timeout=self.heartbeat)
+                except queue.Empty:
+                    message = pb.WorkerMessage(heartbeat=pb.Heartbeat(at_unix_ms=int(time.time() * 1000)))
             if message is None:
                 return
-            yield message
+            if message.WhichOneof("body") != "result" or self.max_batch < 2:
+                yield message
+                continue
+            results = [message.result]
+            closing = False
+            while len(results) < self.max_batch:
+                try:
+                    following = self.outgoing.get_nowait()
+                except queue.Empty:
+                    break
+                if following is None:
+                    closing = True
+                    break
+                if following.WhichOneof("body") == "result":
+                    results.append(following.result)
+                else:
+                    held = following
+                    break
+            if len(results) == 1:
+                yield message
+            else:
+                yield pb.WorkerMessage(results=pb.ResultBatch(results=results))
+            if closing:
+                return
 
     def serve(self) -> None:
         worker = self.worker
@@ -211,6 +241,7 @@ class _Session:
             if first.WhichOneof("body") != "welcome":
                 raise errors.WeftError("the coordinator sent no welcome")
             self.heartbeat = max(first.welcome.heartbeat_interval_ms, 50) / 1000
+            self.max_batch = max(first.welcome.max_batch, 1)
             print(f"weft worker {worker.name}: joined the coordinator as {first.welcome.worker_id}", flush=True)
             watcher.start()
             for message in responses:
