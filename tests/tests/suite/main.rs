@@ -17,6 +17,7 @@ mod llm;
 mod local;
 mod loops;
 mod python;
+mod python_bundles;
 mod store;
 mod subgraphs;
 mod teammates;
