@@ -73,5 +73,15 @@ def converse(state, ctx):
     return {"said": {"me": team.me, "heard": sorted(heard), "stranger": stranger}}
 
 
+@worker.function("longest")
+def longest(before, writes):
+    return max([before or ""] + writes, key=len)
+
+
+@worker.function("broken")
+def broken(before, writes):
+    raise RuntimeError("no")
+
+
 worker.run()
 print(f"{name} stopped", flush=True)

@@ -107,6 +107,32 @@ def test_teammates_send_and_receive_through_a_python_handler(py_a):
     assert len(sent) == 6, sent
 
 
+def reducer_graph(reducer: str) -> dict:
+    def writes(text: str) -> dict:
+        return {"kind": "script", "run": ["sh", "-c", f'echo "{{\\"best\\": \\"{text}\\"}}"'], "next": "end"}
+
+    return {
+        "name": "reduce",
+        "state": {"best": {"type": "string", "default": "", "reducer": reducer}},
+        "nodes": {
+            "start": {"kind": "script", "start": True, "run": ["sh", "-c", "echo {}"], "next": ["a", "b"]},
+            "a": writes("short"),
+            "b": writes("much longer"),
+            "end": {"kind": "script", "end": True, "run": ["sh", "-c", "echo {}"]},
+        },
+    }
+
+
+def test_a_python_function_reduces_a_waves_writes(py_a):
+    client = weft.Client(py_a.url)
+    result = client.submit(reducer_graph("fn:longest")).wait(timeout=30)
+    assert result.status == "completed", result.error
+    assert result.state["best"] == "much longer"
+    failed = client.submit(reducer_graph("fn:broken")).wait(timeout=30)
+    assert failed.status == "failed"
+    assert "fn:broken failed: RuntimeError: no" in failed.error.message, failed.error
+
+
 def test_a_handler_exception_fails_the_attempt_with_its_traceback(py_a):
     client = weft.Client(py_a.url)
     result = client.submit(task_graph("explode")).wait(timeout=30)

@@ -113,6 +113,7 @@ class Worker:
         self.name = name or f"{socket.gethostname()}-py-{os.getpid()}"
         self.labels = dict(labels or {})
         self._handlers: dict[str, Handler] = {}
+        self._functions: dict[str, Callable[..., Any]] = {}
         self._stopping = threading.Event()
         self._loop: Optional[asyncio.AbstractEventLoop] = None
 
@@ -121,6 +122,18 @@ class Worker:
 
         def register(function: Handler) -> Handler:
             self._handlers[name] = function
+            return function
+
+        return register
+
+    def function(self, name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        """Registers the decorated function as `fn:NAME` for graphs: a
+        reducer (called with the value before the wave and the list of its
+        writes), a predicate or a router. It runs on the handler pool and
+        returns a JSON value; an exception is the call's error."""
+
+        def register(function: Callable[..., Any]) -> Callable[..., Any]:
+            self._functions[name] = function
             return function
 
         return register
@@ -187,6 +200,7 @@ class _Session:
             slots=worker.slots,
             labels=worker.labels,
             handlers=sorted(worker._handlers),
+            functions=sorted(worker._functions),
             takes_batches=True,
         ))
 
@@ -288,6 +302,8 @@ class _Session:
                 running = self.running.get((delivery.run_id, delivery.task_key))
             if running is not None and running.team is not None:
                 running.team.deliver(message_of(delivery.message))
+        elif kind == "call":
+            self.worker._pool.submit(self.call, message.call)
         elif kind == "send_ack":
             self.acks.answered(message.send_ack.send_id, message.send_ack.error or None)
 
@@ -346,6 +362,20 @@ class _Session:
             future = self.worker._pool.submit(handler, state, context)
         running.future = future
         future.add_done_callback(lambda done: self.finished(task, done))
+
+    def call(self, call: pb.FunctionCall) -> None:
+        """Answers a call of a registered function (on a pool thread)."""
+        answer = pb.CallResult(call_id=call.call_id, run_id=call.run_id)
+        function = self.worker._functions.get(call.name)
+        if call.judge or call.HasField("python") or function is None:
+            answer.error = f"this worker has no function '{call.name}'"
+        else:
+            try:
+                args = json.loads(call.args_json) if call.args_json else []
+                answer.value_json = json.dumps(function(*args))
+            except Exception as failure:  # the call's error, whatever it is
+                answer.error = f"fn:{call.name} failed: {type(failure).__name__}: {failure}"
+        self.outgoing.put(pb.WorkerMessage(call_result=answer))
 
     def team_of(self, task: pb.TaskAssignment) -> Optional[Team]:
         """The step's team, when it has a seat in one."""
