@@ -30,6 +30,20 @@ impl RunStatus {
         matches!(self, Self::Completed | Self::Failed | Self::Cancelled)
     }
 
+    /// Every status, in the order a run may pass through them.
+    pub const ALL: [Self; 5] = [
+        Self::Running,
+        Self::Waiting,
+        Self::Completed,
+        Self::Failed,
+        Self::Cancelled,
+    ];
+
+    /// The status named `name` (as [`RunStatus::name`] writes it).
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|status| status.name() == name)
+    }
+
     /// The status as written in `--json` output and metric labels.
     pub fn name(self) -> &'static str {
         match self {

@@ -24,19 +24,9 @@ pub struct Listing<'a> {
 
 /// A status word of `--status`.
 pub fn parse_status(text: &str) -> Result<RunStatus, String> {
-    let statuses = [
-        RunStatus::Running,
-        RunStatus::Waiting,
-        RunStatus::Completed,
-        RunStatus::Failed,
-        RunStatus::Cancelled,
-    ];
-    statuses
-        .into_iter()
-        .find(|s| s.name() == text.trim().to_ascii_lowercase())
-        .ok_or_else(|| {
-            format!("'{text}' is not a status (running, waiting, completed, failed, cancelled)")
-        })
+    RunStatus::from_name(&text.trim().to_ascii_lowercase()).ok_or_else(|| {
+        format!("'{text}' is not a status (running, waiting, completed, failed, cancelled)")
+    })
 }
 
 /// Up to `limit` runs that pass the filters, and the last of them when

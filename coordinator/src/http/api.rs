@@ -12,6 +12,8 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::{Value, json};
+use weft_proto::events::status_from_wire;
+use weft_proto::types::RunStatus;
 use weft_proto::v1 as pb;
 use weft_proto::v1::run_service_server::RunService;
 
@@ -80,16 +82,16 @@ async fn list(
 ) -> Result<Json<Value>, ApiError> {
     let caller = admit(&api, &headers, ("ListRuns", Role::Reader))?;
     let query = parameters(query)?;
-    const STATUSES: [&str; 5] = ["running", "waiting", "completed", "failed", "cancelled"];
-    let status = query.status.filter(|s| !s.is_empty());
-    if let Some(status) = &status
-        && !STATUSES.contains(&status.as_str())
-    {
-        return Err(ApiError::bad_request(format!(
-            "unknown status '{status}': one of {}",
-            STATUSES.join(", ")
-        )));
-    }
+    let status = match query.status.filter(|s| !s.is_empty()) {
+        None => None,
+        Some(name) => Some(RunStatus::from_name(&name).ok_or_else(|| {
+            let known: Vec<_> = RunStatus::ALL.iter().map(|s| s.name()).collect();
+            ApiError::bad_request(format!(
+                "unknown status '{name}': one of {}",
+                known.join(", ")
+            ))
+        })?),
+    };
     let graph = query.graph.filter(|g| !g.is_empty());
     let limit = query.limit.unwrap_or(50).clamp(1, 1000) as usize;
     let mut after = query.after.unwrap_or_default();
@@ -103,9 +105,8 @@ async fn list(
         for info in page.runs {
             scanned += 1;
             after.clone_from(&info.run_id);
-            let status_matches = status.as_deref().is_none_or(|wanted| {
-                weft_proto::events::status_from_wire(info.status).name() == wanted
-            });
+            let status_matches =
+                status.is_none_or(|wanted| status_from_wire(info.status) == wanted);
             if status_matches && graph.as_deref().is_none_or(|g| g == info.graph_name) {
                 runs.push(run_json(info, &api.settings));
                 if runs.len() == limit {

@@ -20,7 +20,7 @@ import grpc.aio
 
 from . import errors
 from .client import _MAX_MESSAGE, Graph, bundle_of, bundle_to_wire, settings
-from .types import STATUSES, Event, RunInfo, event_from_wire, run_from_wire
+from .types import Event, RunInfo, checked_status, event_from_wire, run_from_wire
 from .v1 import runs_pb2 as pb
 from .v1 import runs_pb2_grpc as rpc
 
@@ -114,8 +114,7 @@ class Client:
 
     async def runs(self, status: Optional[str] = None, limit: int = 100) -> list[RunInfo]:
         """Runs, newest first (see `weft.Client.runs`)."""
-        if status is not None and status not in STATUSES.values():
-            raise ValueError(f"unknown status '{status}': one of {', '.join(STATUSES.values())}")
+        checked_status(status)
         found: list[RunInfo] = []
         after = ""
         while len(found) < limit:

@@ -129,6 +129,14 @@ def _named_files(directory: Path, top: str) -> list[str]:
         document = _load(directory / at)
         if not isinstance(document, dict):
             continue
+        nodes = document.get("nodes")
+        nodes = nodes if isinstance(nodes, dict) else {}
+        # Its subgraph nodes' graphs, read in turn for the files they name.
+        embedded = {
+            _inside(str(base / node["graph"]))
+            for node in nodes.values()
+            if isinstance(node, dict) and node.get("kind") == "subgraph" and isinstance(node.get("graph"), str)
+        }
         candidates: list[str] = []
         for text in _strings(document):
             match = _IMPORT_PATH.match(text.strip())
@@ -136,29 +144,15 @@ def _named_files(directory: Path, top: str) -> list[str]:
                 module = match.group(1).replace(".", "/")
                 candidates += [f"{module}.py", f"{module}/__init__.py"]
             candidates.append(text)
-        nodes = document.get("nodes")
-        if isinstance(nodes, dict):
-            candidates += [f"nodes/{node_id}.py" for node_id in nodes]
+        candidates += [f"nodes/{node_id}.py" for node_id in nodes]
         for candidate in candidates:
             # Scripts run from the bundle's root; the rest is relative to
             # the graph that names it.
-            for relative in {_inside(candidate), _inside(str(base / candidate))}:
+            for relative in dict.fromkeys((_inside(candidate), _inside(str(base / candidate)))):
                 if relative is None or relative in seen or not (directory / relative).is_file():
                     continue
                 seen.add(relative)
                 named.append(relative)
-                if _is_embedded_graph(relative, document):
+                if relative in embedded:
                     graphs.append(relative)
     return named
-
-
-def _is_embedded_graph(relative: str, document: dict[str, Any]) -> bool:
-    """Whether `relative` is a subgraph node's `graph:` in `document`."""
-    nodes = document.get("nodes")
-    if not isinstance(nodes, dict):
-        return False
-    for node in nodes.values():
-        if isinstance(node, dict) and node.get("kind") == "subgraph" and isinstance(node.get("graph"), str):
-            if relative.endswith(_inside(node["graph"]) or "\0"):
-                return True
-    return False

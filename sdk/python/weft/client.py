@@ -20,7 +20,7 @@ import grpc
 
 from . import errors
 from .bundle import GraphBundle
-from .types import STATUSES, Event, RunInfo, event_from_wire, run_from_wire
+from .types import Event, RunInfo, checked_status, event_from_wire, run_from_wire
 from .v1 import runs_pb2 as pb
 from .v1 import runs_pb2_grpc as rpc
 
@@ -153,8 +153,7 @@ class Client:
         """Runs, newest first, without their states: at most `limit`, with
         `status` (`running`, `waiting`, `completed`, `failed`, `cancelled`)
         when given."""
-        if status is not None and status not in STATUSES.values():
-            raise ValueError(f"unknown status '{status}': one of {', '.join(STATUSES.values())}")
+        checked_status(status)
         found: list[RunInfo] = []
         after = ""
         while len(found) < limit:

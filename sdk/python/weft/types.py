@@ -23,6 +23,13 @@ STATUSES = {
 }
 
 
+def checked_status(status: Optional[str]) -> Optional[str]:
+    """`status` when it names a run status (or is None); else ValueError."""
+    if status is not None and status not in STATUSES.values():
+        raise ValueError(f"unknown status '{status}': one of {', '.join(STATUSES.values())}")
+    return status
+
+
 @dataclass(frozen=True)
 class RunError:
     """How a failed or cancelled run ended."""

@@ -33,6 +33,8 @@ pub struct StepWrites {
     writes: Map<String, Value>,
     next: Option<String>,
     sends: Vec<Outgoing>,
+    /// The worker that ran the step, named in its `node_finished`.
+    worker: Option<String>,
 }
 
 impl StepWrites {
@@ -401,12 +403,17 @@ impl MapRun {
                 return events;
             }
         };
-        let StepWrites { writes, next, .. } = output;
+        let StepWrites {
+            writes,
+            next,
+            worker,
+            ..
+        } = output;
         run.writes.extend(writes);
         events.push(RunEvent::NodeFinished {
             node: node_id.clone().into(),
             item: Some(index),
-            worker: None,
+            worker,
         });
         match self.chain_next(plan, node, next.as_deref(), index) {
             Ok(Some(target)) => {

@@ -39,7 +39,7 @@ impl RunMachine {
                     error.to_string(),
                 );
                 match item {
-                    Some(item) => self.item_step_done(node, item, Err(failure), None, fx),
+                    Some(item) => self.item_step_done(node, item, Err(failure), fx),
                     None => self.member_failed(node, attempt, failure, fx),
                 }
                 return;
@@ -97,7 +97,6 @@ impl RunMachine {
             return;
         };
         let mut output = output;
-        let worker = output.worker.take();
         for note in std::mem::take(&mut output.notes) {
             let item = task.spec.item.as_ref().map(|i| i.index);
             if let Some(event) = note_event(&task.spec.node, item, &note) {
@@ -105,13 +104,14 @@ impl RunMachine {
             }
         }
         if let Some(item) = task.spec.item.clone() {
-            self.item_output(task, item, output, worker, fx);
+            self.item_output(task, item, output, fx);
             self.pump(fx);
             self.maybe_finish_wave(fx);
             return;
         }
         let node = task.node;
         let plan = self.plan.clone();
+        let worker = output.worker.take();
         let result = {
             let empty = Map::new();
             let s0 = self.run.wave.as_ref().map_or(&empty, |w| &**w.s0());
@@ -201,7 +201,7 @@ impl RunMachine {
             let TaskRef { node, spec, .. } = task;
             let (attempt, item) = spec.release();
             match item {
-                Some(item) => self.item_step_done(node, item, Err(failure), None, fx),
+                Some(item) => self.item_step_done(node, item, Err(failure), fx),
                 None => self.member_failed(node, attempt, failure, fx),
             }
         }
@@ -444,7 +444,6 @@ impl RunMachine {
         task: TaskRef,
         item: ItemRef,
         mut output: NodeOutput,
-        worker: Option<String>,
         fx: &mut Vec<Effect>,
     ) {
         let plan = self.plan.clone();
@@ -458,7 +457,7 @@ impl RunMachine {
                 let (node, key) = (task.node, task.spec.key);
                 drop(task);
                 self.team_step_returned(&item, key, Some(&read));
-                self.item_step_done(node, item, Ok(step), worker, fx);
+                self.item_step_done(node, item, Ok(step), fx);
             }
             Err(error) => {
                 let failure = TaskFailure::found_by_coordinator(
@@ -470,14 +469,11 @@ impl RunMachine {
         }
     }
 
-    /// An item's step ended; `worker`: the worker that ran it, named in
-    /// its `node_finished`.
     pub(super) fn item_step_done(
         &mut self,
         node: NodeIdx,
         item: ItemRef,
         result: Result<StepWrites, TaskFailure>,
-        worker: Option<String>,
         fx: &mut Vec<Effect>,
     ) {
         let plan = self.plan.clone();
@@ -492,10 +488,7 @@ impl RunMachine {
             }
         }
         let Some(run) = self.map_mut(map) else { return };
-        for mut event in run.step_done(&plan, item.index, node, result) {
-            if let RunEvent::NodeFinished { worker: by, .. } = &mut event {
-                by.clone_from(&worker);
-            }
+        for event in run.step_done(&plan, item.index, node, result) {
             fx.push(Effect::Emit(event));
         }
         self.pump_items(map, fx);

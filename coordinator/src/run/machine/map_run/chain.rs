@@ -74,6 +74,7 @@ impl MapRun {
         mut output: NodeOutput,
     ) -> Result<StepWrites, StepError> {
         let sends = std::mem::take(&mut output.sends);
+        let worker = output.worker.take();
         self.check_sends(plan, node, &sends)
             .map_err(StepError::Send)?;
         let run = self.runs[index].as_ref().ok_or(StepError::NotRunning)?;
@@ -93,6 +94,7 @@ impl MapRun {
             writes,
             next,
             sends,
+            worker,
         })
     }
 
