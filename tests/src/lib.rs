@@ -217,6 +217,19 @@ impl TestCluster {
         url: &str,
         key: &str,
     ) -> Result<()> {
+        self.add_llm_test_worker_hosting(name, slots, url, key, None)
+    }
+
+    /// [`TestCluster::add_llm_test_worker`], hosting only the handlers and
+    /// tools `only` names (comma-separated) when it is given.
+    pub fn add_llm_test_worker_hosting(
+        &mut self,
+        name: &str,
+        slots: u32,
+        url: &str,
+        key: &str,
+        only: Option<&str>,
+    ) -> Result<()> {
         let mut args = self.worker_args(name, slots);
         args.extend([
             "--llm-url".into(),
@@ -224,6 +237,9 @@ impl TestCluster {
             "--llm-key".into(),
             key.into(),
         ]);
+        if let Some(only) = only {
+            args.extend(["--only".into(), only.into()]);
+        }
         self.spawn_worker("test-worker", name, &args)
     }
 

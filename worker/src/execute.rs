@@ -18,9 +18,10 @@ use crate::blobs::BlobCache;
 use crate::handler::{Registry, TaskContext};
 use crate::llm::Providers;
 use crate::python::PythonHosts;
+use crate::remote_tools::RemoteTools;
 use crate::script::ScriptRunner;
 use crate::secrets::Secrets;
-use crate::task::{CallTarget, Completed, Failure, FailureKind, FunctionCall, Task};
+use crate::task::{CallTarget, Completed, Failure, FailureKind, FunctionCall, Task, ToolCaller};
 use crate::team::Team;
 
 /// What a worker runs tasks with: its handlers, its script runner, its
@@ -39,6 +40,8 @@ pub struct Toolbox {
     pub blobs: BlobCache,
     /// Secrets for `${NAME}`.
     pub secrets: Arc<Secrets>,
+    /// Where an agent calls the registered tools other workers host.
+    pub(crate) remote_tools: Arc<RemoteTools>,
 }
 
 /// The answer to a [`FunctionCall`]: its value, or why there is none.
@@ -50,6 +53,8 @@ pub(crate) struct CallAnswer {
     pub run_id: RunId,
     /// What it returned.
     pub result: Result<Value, CallError>,
+    /// It answers a tool's call (for an agent step elsewhere).
+    pub tool: bool,
 }
 
 /// Why a [`FunctionCall`] has no value; the coordinator is told the text.
@@ -61,6 +66,9 @@ pub(crate) enum CallError {
     /// No function of that name is registered.
     #[error("this worker has no function '{0}'")]
     NoFunction(String),
+    /// No tool of that name is registered.
+    #[error("this worker has no tool '{0}'")]
+    NoTool(String),
     /// The function returned an error.
     #[error(transparent)]
     Failed(#[from] crate::HandlerError),
@@ -130,6 +138,7 @@ pub async fn execute(
                 providers: &kinds.providers,
                 registry: &kinds.registry,
                 scripts: &kinds.scripts,
+                remote: &kinds.remote_tools,
                 task,
                 team,
             };
@@ -220,11 +229,49 @@ pub(crate) async fn call_function(kinds: &Toolbox, call: FunctionCall) -> CallAn
                 .map_err(CallError::from)
         }
         (CallTarget::Registered, _) => call_registered(kinds.registry.clone(), &call).await,
+        (CallTarget::Tool(caller), _) => call_tool(&kinds.registry, &call, caller).await,
     };
     CallAnswer {
+        tool: matches!(call.target, CallTarget::Tool(_)),
         id: call.id,
         run_id: call.run_id,
         result,
+    }
+}
+
+/// A registered tool's call for an agent step on another worker, as its
+/// own tokio task under the call's timeout (aborted when it outlives it).
+async fn call_tool(
+    registry: &Registry,
+    call: &FunctionCall,
+    caller: &ToolCaller,
+) -> Result<Value, CallError> {
+    let tool = registry
+        .tools
+        .get(&call.name)
+        .ok_or_else(|| CallError::NoTool(call.name.clone()))?;
+    let context = TaskContext {
+        run_id: call.run_id.clone(),
+        node: caller.node.clone(),
+        attempt: caller.attempt,
+        item: caller.item,
+        scope: caller.scope.clone(),
+        team: None,
+    };
+    let arguments = call.args.first().cloned().unwrap_or(Value::Null);
+    let future = (tool.call)(arguments, context);
+    let mut run = AbortOnDrop(tokio::spawn(future.instrument(tracing::Span::current())));
+    match tokio::time::timeout(call.timeout, &mut run.0).await {
+        Ok(Ok(result)) => result.map_err(CallError::Failed),
+        Ok(Err(join)) if join.is_panic() => Err(CallError::Panicked {
+            name: call.name.clone(),
+            message: panic_text(join),
+        }),
+        Ok(Err(join)) => Err(CallError::Stopped(join)),
+        Err(_) => Err(CallError::TimedOut {
+            name: call.name.clone(),
+            timeout: call.timeout,
+        }),
     }
 }
 

@@ -15,7 +15,9 @@ use crate::connection::Hello;
 use crate::execute::Toolbox;
 use crate::handler::Registry;
 use crate::python::PythonHosts;
+use crate::remote_tools::RemoteTools;
 use crate::script::ScriptRunner;
+use crate::task::ToolInfo;
 use crate::work_dir::WorkDir;
 
 /// What a worker keeps across its sessions with coordinators: its work
@@ -82,7 +84,15 @@ pub(crate) fn hello(config: &WorkerConfig, registry: &Registry, python: bool) ->
         kinds: hosted_kinds(config, python),
         handlers: registry.handlers.keys().cloned().collect(),
         functions: registry.functions.keys().cloned().collect(),
-        tools: registry.tools.keys().cloned().collect(),
+        tools: registry
+            .tools
+            .iter()
+            .map(|(name, tool)| ToolInfo {
+                name: name.clone(),
+                description: tool.description.clone(),
+                parameters: tool.parameters.clone(),
+            })
+            .collect(),
     }
 }
 
@@ -92,6 +102,7 @@ pub(crate) fn toolbox(
     local: &HostResources,
     registry: &Arc<Registry>,
     source: Arc<dyn BlobSource>,
+    remote_tools: Arc<RemoteTools>,
 ) -> Toolbox {
     let blobs = BlobCache::new(local.work.files(), source);
     // Field versions are the coordinator's numbering on this connection.
@@ -110,6 +121,7 @@ pub(crate) fn toolbox(
         python: local.python.clone(),
         blobs,
         secrets: config.secrets.clone(),
+        remote_tools,
     }
 }
 

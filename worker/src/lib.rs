@@ -37,6 +37,7 @@ mod handler;
 mod hosting;
 pub mod llm;
 pub mod python;
+mod remote_tools;
 mod runtime;
 mod script;
 mod script_output;

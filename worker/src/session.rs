@@ -18,6 +18,7 @@ use crate::connection::{Connection, Inbound, Lost, Outbound, Welcome};
 use crate::execute::{Toolbox, call_function, execute};
 use crate::handler::Registry;
 use crate::hosting::{HostResources, toolbox};
+use crate::remote_tools::RemoteTools;
 use crate::state_sync::{Assignment, StateCache};
 use crate::task::{Completed, Failure, FailureKind, Task, TaskReport};
 use crate::team::{self, Acks, Message, Team, TeamEnd};
@@ -61,7 +62,13 @@ pub(crate) async fn serve(
     let outbound = connection.outbound();
     let mut session = Session {
         team_sends: connection.team_sends(),
-        kinds: Arc::new(toolbox(config, local, registry, connection.blobs())),
+        kinds: Arc::new(toolbox(
+            config,
+            local,
+            registry,
+            connection.blobs(),
+            Arc::new(RemoteTools::new(connection.tool_calls())),
+        )),
         worker: config.name.clone(),
         // A task the coordinator timed out may still stop here: wait for it.
         slots: Arc::new(Semaphore::new(config.slots as usize)),
@@ -173,6 +180,9 @@ impl Session {
                 }
             }
             Inbound::SendAnswered { send_id, refusal } => self.acks.answered(send_id, refusal),
+            Inbound::ToolAnswered { call_id, answer } => {
+                self.kinds.remote_tools.answered(call_id, answer);
+            }
             Inbound::Call(call) => {
                 // Off the session loop, so a slow function never delays
                 // heartbeats or results.

@@ -59,6 +59,20 @@ pub struct Task {
     /// W3C trace context of the attempt's span (empty: not traced); a
     /// script gets it as `TRACEPARENT`.
     pub traceparent: String,
+    /// An agent step's registered tools that other workers host: how to
+    /// offer them to the model (their calls go through the coordinator).
+    pub remote_tools: Vec<ToolInfo>,
+}
+
+/// A registered tool as a model is told of it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolInfo {
+    /// Its registered name.
+    pub name: String,
+    /// What it does.
+    pub description: String,
+    /// A JSON Schema of its arguments.
+    pub parameters: Value,
 }
 
 /// A teammate message.
@@ -172,6 +186,7 @@ impl Task {
             team: None,
             prompts: Value::Null,
             traceparent: String::new(),
+            remote_tools: Vec::new(),
         }
     }
 }
@@ -239,6 +254,9 @@ pub(crate) struct FunctionCall {
 pub(crate) enum CallTarget {
     /// A function registered with the worker.
     Registered,
+    /// A tool registered with the worker, called for an agent step on
+    /// another worker: `args` is `[arguments]`.
+    Tool(ToolCaller),
     /// The model of the worker's providers, weighing a sentence.
     Judge,
     /// A function of a bundle's Python module.
@@ -256,4 +274,37 @@ pub(crate) struct PythonTarget {
     pub form: String,
     /// The bundle directory the module lives in.
     pub dir: String,
+}
+
+/// The agent step a tool is called for, as the tool's context shows it.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct ToolCaller {
+    /// The agent's node.
+    pub node: NodeId,
+    /// Its attempt.
+    pub attempt: u32,
+    /// The calling attempt's key.
+    pub key: u64,
+    /// The map item's index, for a chain step.
+    pub item: Option<u64>,
+    /// The step's scope.
+    pub scope: Map<String, Value>,
+}
+
+/// An agent step's call of a tool another worker hosts, as it goes up the
+/// stream.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct ToolCall {
+    /// The run.
+    pub run_id: RunId,
+    /// The calling attempt.
+    pub key: u64,
+    /// The worker's number for the call, echoed in the answer.
+    pub call_id: u64,
+    /// The tool's registered name.
+    pub tool: String,
+    /// The arguments object.
+    pub arguments: Value,
+    /// What is left of the step's time.
+    pub timeout: Duration,
 }

@@ -6,7 +6,7 @@
 //! cluster (SPEC 4.2).
 
 use super::binding::NodeBinding;
-use super::{Fleet, Requirement, WorkerKind, WorkerStatus};
+use super::{Fleet, Requirement, WorkerInfo, WorkerKind, WorkerStatus};
 use crate::graph::Graph;
 
 /// What a graph needs that the fleet does not host now.
@@ -78,9 +78,15 @@ fn unhosted(graph: &Graph, bindings: &[Option<NodeBinding>], fleet: &Fleet) -> V
             continue;
         };
         let requirement = &binding.requirement;
-        if !workers
-            .iter()
-            .any(|w| !w.draining && requirement.hosted_by(&w.info))
+        let up = |host: &dyn Fn(&WorkerInfo) -> bool| {
+            workers.iter().any(|w| !w.draining && host(&w.info))
+        };
+        // An agent's registered tools may be hosted by other workers.
+        if !up(&|info| requirement.hosted_by(info))
+            || !requirement
+                .tools()
+                .iter()
+                .all(|tool| up(&|info| info.hosts_tool(tool)))
         {
             let hint = match requirement {
                 Requirement::Kind(WorkerKind::Llm | WorkerKind::Agent) => {

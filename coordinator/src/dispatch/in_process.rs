@@ -153,7 +153,7 @@ impl InProcessLauncher {
             Requirement::Handler(name) => name.as_str(),
             Requirement::Kind(kind) => kind.as_str(),
             Requirement::Agent(_) => "agent",
-            Requirement::Function(_) | Requirement::Python => return None,
+            Requirement::Function(_) | Requirement::Python | Requirement::Tool(_) => return None,
         };
         self.handlers.get(name).cloned()
     }

@@ -1,5 +1,5 @@
-//! The registry's vocabulary: its limits, jobs (task attempts and function
-//! calls), the decisions it hands the dispatcher to carry out, and what it
+//! The registry's vocabulary: its limits, jobs (task attempts, function
+//! calls and tool calls), the decisions it hands the dispatcher to carry out, and what it
 //! reports about workers and load.
 
 use std::time::Duration;
@@ -15,6 +15,9 @@ pub enum JobKey {
     Task(TaskKey),
     /// A call of a worker-hosted function, by its call number.
     Call(u64),
+    /// A call of a registered tool for an agent step on another worker, by
+    /// the dispatcher's number for it.
+    Tool(u64),
 }
 
 /// A job, unique across runs.

@@ -54,14 +54,30 @@ pub struct WorkerInfo {
     pub handlers: Vec<String>,
     /// Registered functions (reducers, predicates, routers).
     pub functions: Vec<String>,
-    /// Registered tools agents may call.
-    pub tools: Vec<String>,
+    /// Registered tools agents may call, as the model is told of them.
+    pub tools: Vec<ToolInfo>,
     /// The namespaces whose tasks it may run (its identity's `namespaces`);
     /// `None`: every namespace's.
     pub namespaces: Option<Vec<String>>,
 }
 
+/// A registered tool, as a model is told of it.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ToolInfo {
+    /// Its registered name.
+    pub name: String,
+    /// What it does.
+    pub description: String,
+    /// A JSON Schema of its arguments, as JSON text.
+    pub parameters_json: String,
+}
+
 impl WorkerInfo {
+    /// Whether it registered the tool `name`.
+    pub fn hosts_tool(&self, name: &str) -> bool {
+        self.tools.iter().any(|tool| tool.name == name)
+    }
+
     /// Whether it may run the tasks of runs of `namespace`.
     pub fn serves(&self, namespace: &str) -> bool {
         self.namespaces
@@ -81,8 +97,12 @@ pub enum Requirement {
     Function(String),
     /// Python, for a call of a Python function (without taking a slot).
     Python,
-    /// The `agent` kind, with these registered tools.
+    /// The `agent` kind, with these registered tools: hosted by the worker
+    /// itself or by others (whose tools it calls through the coordinator).
     Agent(Vec<String>),
+    /// A registered agent tool, called for an agent step on another worker
+    /// (without taking a slot).
+    Tool(String),
 }
 
 impl Requirement {
@@ -93,17 +113,25 @@ impl Requirement {
             Self::Handler(name) => info.handlers.iter().any(|h| h == name),
             Self::Function(name) => info.functions.iter().any(|f| f == name),
             Self::Python => info.kinds.contains(&WorkerKind::Function),
-            Self::Agent(tools) => {
-                info.kinds.contains(&WorkerKind::Agent)
-                    && tools.iter().all(|tool| info.tools.contains(tool))
-            }
+            // Whether some worker hosts each tool is the fleet's question
+            // (`Registry::pick`).
+            Self::Agent(_) => info.kinds.contains(&WorkerKind::Agent),
+            Self::Tool(name) => info.hosts_tool(name),
+        }
+    }
+
+    /// The registered tools a worker that runs it calls, wherever they are.
+    pub fn tools(&self) -> &[String] {
+        match self {
+            Self::Agent(tools) => tools,
+            _ => &[],
         }
     }
 
     /// Whether a job with this requirement takes one of the worker's slots
     /// (tasks do; function calls are short and do not).
     pub fn takes_slot(&self) -> bool {
-        !matches!(self, Self::Function(_) | Self::Python)
+        !matches!(self, Self::Function(_) | Self::Python | Self::Tool(_))
     }
 }
 
@@ -116,6 +144,7 @@ impl std::fmt::Display for Requirement {
             Self::Python => f.write_str("Python (a worker with kind 'function')"),
             Self::Agent(tools) if tools.is_empty() => write!(f, "kind 'agent'"),
             Self::Agent(tools) => write!(f, "kind 'agent' with tools {}", tools.join(", ")),
+            Self::Tool(name) => write!(f, "tool '{name}'"),
         }
     }
 }
@@ -168,6 +197,9 @@ pub struct Assignment {
     pub prompts_json: String,
     /// The W3C trace context of the task's span (empty: not traced).
     pub traceparent: String,
+    /// An agent step's registered tools that other workers host, as the
+    /// worker it is sent to must offer them (set when it is sent).
+    pub remote_tools: Vec<ToolInfo>,
 }
 
 /// One field of a task's state. A worker caches the latest version of each
@@ -205,6 +237,37 @@ pub struct FunctionCall {
     pub python: Option<PythonCall>,
     /// The run's bundle files, for a Python function's modules.
     pub bundle: Arc<Vec<BlobRef>>,
+    /// Set for a registered tool's call by an agent step on another
+    /// worker: the step, as the tool's context shows it.
+    pub tool: Option<ToolContext>,
+}
+
+/// The agent step a tool is called for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolContext {
+    /// The agent's node.
+    pub node: NodeId,
+    /// Its attempt (1 for the first).
+    pub attempt: u32,
+    /// The calling attempt's key.
+    pub key: TaskKey,
+    /// The map item's index, for a chain step.
+    pub item: Option<u64>,
+    /// The step's scope, as JSON.
+    pub scope_json: String,
+}
+
+/// An agent step's call of a tool its worker does not host.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolCall {
+    /// The worker's number for the call, echoed in the answer.
+    pub call_id: u64,
+    /// The tool's registered name.
+    pub tool: String,
+    /// The arguments, as the model wrote them (a JSON object).
+    pub arguments: Value,
+    /// What is left of the step's time.
+    pub timeout: Duration,
 }
 
 /// How a Python function is called (SPEC 4.3).
@@ -358,6 +421,17 @@ pub enum ToWorker {
         /// The message.
         message: TeamMessage,
     },
+    /// The answer to a running task's tool call.
+    ToolResult {
+        /// The run.
+        run_id: RunId,
+        /// The calling task.
+        key: TaskKey,
+        /// The worker's number for the call.
+        call_id: u64,
+        /// The tool's value, or why there is none.
+        result: Result<Value, String>,
+    },
     /// Whether a task's teammate message was accepted.
     SendAck {
         /// The run.
@@ -389,6 +463,8 @@ pub enum FromWorker {
         call: u64,
         /// Its value, or error.
         result: Result<Value, CallError>,
+        /// The call was a tool's, for an agent step elsewhere.
+        tool: bool,
     },
     /// I am alive.
     Heartbeat,
@@ -409,5 +485,14 @@ pub enum FromWorker {
         key: TaskKey,
         /// The message.
         send: TeamSend,
+    },
+    /// A running agent step calls a tool another worker hosts.
+    ToolCall {
+        /// The run.
+        run_id: RunId,
+        /// The calling task.
+        key: TaskKey,
+        /// The call.
+        call: ToolCall,
     },
 }

@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 use weft_proto::RunId;
 
 pub use super::jobs::{Decision, Finished, JobId, JobKey, JobSpec, Limits, Load, WorkerStatus};
-use super::{Requirement, WorkerId, WorkerInfo};
+use super::{Requirement, ToolInfo, WorkerId, WorkerInfo};
 use crate::task::{FailureKind, TaskFailure};
 
 #[derive(Debug)]
@@ -206,6 +206,16 @@ impl<T> Registry<T> {
         self.jobs.get(job).map(|j| &j.payload)
     }
 
+    /// What a job needs of its worker.
+    pub fn requirement(&self, job: &JobId) -> Option<&Requirement> {
+        self.jobs.get(job).map(|j| &j.requirement)
+    }
+
+    /// What a connected worker announced.
+    pub fn info(&self, worker: WorkerId) -> Option<&WorkerInfo> {
+        self.workers.get(&worker).map(|w| &w.info)
+    }
+
     /// A queued job's payload, to change before it is sent.
     pub fn queued_payload_mut(&mut self, job: &JobId) -> Option<&mut T> {
         self.jobs
@@ -374,10 +384,16 @@ impl<T> Registry<T> {
     }
 
     /// The least loaded worker that takes jobs, hosts what `job` needs,
-    /// serves its namespace and, for a task, has a free slot.
+    /// serves its namespace and, for a task, has a free slot. An agent
+    /// step whose registered tools some worker hosts goes first to a worker
+    /// that hosts them all itself.
     fn pick(&self, job: &Job<T>) -> Option<WorkerId> {
         let requirement = &job.requirement;
+        if !tools_reachable(&self.workers, job) {
+            return None;
+        }
         let slot = requirement.takes_slot();
+        let remote = |w: &Worker| !requirement.tools().iter().all(|t| w.info.hosts_tool(t));
         self.workers
             .iter()
             .filter(|(_, w)| {
@@ -392,9 +408,21 @@ impl<T> Registry<T> {
                 // in_flight / slots, compared without division.
                 let load_a = a.in_flight as u64 * u64::from(b.info.slots.max(1));
                 let load_b = b.in_flight as u64 * u64::from(a.info.slots.max(1));
-                load_a.cmp(&load_b).then(ia.cmp(ib))
+                remote(a)
+                    .cmp(&remote(b))
+                    .then(load_a.cmp(&load_b))
+                    .then(ia.cmp(ib))
             })
             .map(|(&id, _)| id)
+    }
+
+    /// A registered tool as the worker hosting it describes it, if a worker
+    /// that serves `namespace` and is not draining hosts it.
+    pub fn tool(&self, namespace: &str, name: &str) -> Option<&ToolInfo> {
+        self.workers
+            .values()
+            .filter(|w| !w.draining && w.info.serves(namespace))
+            .find_map(|w| w.info.tools.iter().find(|tool| tool.name == name))
     }
 
     /// Starts a job on a worker: a `Send`, preceded by `Hosted` when its run
@@ -508,6 +536,17 @@ fn hosted_among<T>(workers: &BTreeMap<WorkerId, Worker>, job: &Job<T>) -> bool {
     workers
         .values()
         .any(|w| !w.draining && job.requirement.hosted_by(&w.info) && w.info.serves(&job.namespace))
+        && tools_reachable(workers, job)
+}
+
+/// Whether every registered tool `job` calls is hosted by a worker that is
+/// not draining and serves its namespace.
+fn tools_reachable<T>(workers: &BTreeMap<WorkerId, Worker>, job: &Job<T>) -> bool {
+    job.requirement.tools().iter().all(|tool| {
+        workers
+            .values()
+            .any(|w| !w.draining && w.info.hosts_tool(tool) && w.info.serves(&job.namespace))
+    })
 }
 
 /// The job's namespace, when workers host what it needs but none of them

@@ -91,6 +91,7 @@ mod tests {
             team: None,
             prompts_json: String::new(),
             traceparent: String::new(),
+            remote_tools: Vec::new(),
         }
     }
 

@@ -5,7 +5,8 @@ use weft_proto::v1 as pb;
 
 use crate::bundle::{Bundle, BundleError};
 use crate::dispatch::{
-    Assignment, FromWorker, FunctionCall, TaskOutcome, TeamSend, ToWorker, WorkerInfo,
+    Assignment, FromWorker, FunctionCall, TaskOutcome, TeamSend, ToWorker, ToolCall, ToolInfo,
+    WorkerInfo,
 };
 use crate::graph::{Finding, Severity};
 use crate::task::{CallError, NotJson};
@@ -116,9 +117,37 @@ pub fn worker_info(hello: pb::Hello) -> WorkerInfo {
         kinds: hello.kinds.iter().filter_map(|k| k.parse().ok()).collect(),
         handlers: hello.handlers,
         functions: hello.functions,
-        tools: hello.tools,
+        tools: tool_infos(hello.tools, hello.tool_infos),
         // Set from the worker's identity, not from what it says.
         namespaces: None,
+    }
+}
+
+/// A hello's tools: each name in `tools`, described by its entry in
+/// `infos` (a worker that sends none describes its tools as nothing
+/// more than an object of arguments).
+fn tool_infos(names: Vec<String>, infos: Vec<pb::ToolInfo>) -> Vec<ToolInfo> {
+    names
+        .into_iter()
+        .map(|name| {
+            let info = infos.iter().find(|info| info.name == name);
+            ToolInfo {
+                description: info.map(|i| i.description.clone()).unwrap_or_default(),
+                parameters_json: info
+                    .map(|i| i.parameters_json.clone())
+                    .filter(|p| !p.trim().is_empty())
+                    .unwrap_or_else(|| r#"{"type":"object"}"#.to_owned()),
+                name,
+            }
+        })
+        .collect()
+}
+
+fn tool_info(tool: ToolInfo) -> pb::ToolInfo {
+    pb::ToolInfo {
+        name: tool.name,
+        description: tool.description,
+        parameters_json: tool.parameters_json,
     }
 }
 
@@ -154,6 +183,7 @@ fn assignment(task: Assignment) -> pb::TaskAssignment {
             members: seat.members.to_vec(),
             inbox: seat.inbox.into_iter().map(team_message).collect(),
         }),
+        remote_tools: task.remote_tools.into_iter().map(tool_info).collect(),
     }
 }
 
@@ -184,6 +214,20 @@ pub fn to_worker(message: ToWorker) -> pb::CoordinatorMessage {
             task_key: key,
         }),
         ToWorker::Call(call) => Body::Call(function_call(call)),
+        ToWorker::ToolResult {
+            run_id,
+            key,
+            call_id,
+            result,
+        } => Body::ToolResult(pb::ToolResult {
+            run_id: run_id.to_string(),
+            task_key: key,
+            call_id,
+            outcome: Some(match result {
+                Ok(value) => pb::tool_result::Outcome::ValueJson(value.to_string()),
+                Err(error) => pb::tool_result::Outcome::Error(error),
+            }),
+        }),
         ToWorker::Forget { run_id } => Body::Forget(pb::ForgetRun {
             run_id: run_id.to_string(),
         }),
@@ -235,6 +279,13 @@ fn function_call(call: FunctionCall) -> pb::FunctionCall {
             form: python.form.as_str().to_owned(),
         }),
         bundle,
+        tool: call.tool.map(|tool| pb::ToolContext {
+            node: tool.node.into(),
+            attempt: tool.attempt,
+            task_key: tool.key,
+            scope_json: tool.scope_json,
+            item: tool.item,
+        }),
     }
 }
 
@@ -346,6 +397,27 @@ pub fn from_worker(message: pb::WorkerMessage) -> Option<FromWorker> {
                 run_id: result.run_id.into(),
                 call: result.call_id,
                 result: value,
+                tool: result.tool,
+            })
+        }
+        Body::ToolCall(call) => {
+            let arguments = if call.arguments_json.trim().is_empty() {
+                Value::Object(Default::default())
+            } else {
+                // Checked against the tool's schema where it runs; text that
+                // is not JSON reaches the tool as a string, and fails there.
+                serde_json::from_str(&call.arguments_json)
+                    .unwrap_or(Value::String(call.arguments_json))
+            };
+            Some(FromWorker::ToolCall {
+                run_id: call.run_id.into(),
+                key: call.task_key,
+                call: ToolCall {
+                    call_id: call.call_id,
+                    tool: call.tool,
+                    arguments,
+                    timeout: std::time::Duration::from_millis(call.timeout_ms),
+                },
             })
         }
     }

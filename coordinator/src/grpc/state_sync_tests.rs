@@ -58,6 +58,7 @@ pub(super) fn task(fields: &BTreeMap<String, (u64, i64)>, key: u64) -> Assignmen
         team: None,
         prompts_json: String::new(),
         traceparent: String::new(),
+        remote_tools: Vec::new(),
     }
 }
 

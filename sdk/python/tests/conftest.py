@@ -8,6 +8,7 @@ import hashlib
 import os
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -16,6 +17,7 @@ from typing import Iterator, Optional
 import pytest
 
 REPO = Path(__file__).resolve().parents[3]
+HANDLERS = Path(__file__).with_name("handlers.py")
 
 
 def binary(name: str) -> Path:
@@ -60,15 +62,26 @@ class Cluster:
         self.processes.append(process)
         return process
 
-    def add_worker(self, name: str, slots: int = 2, token: Optional[str] = None, ca: Optional[Path] = None) -> None:
+    def add_worker(self, name: str, slots: int = 2, token: Optional[str] = None, ca: Optional[Path] = None,
+                   env: Optional[dict[str, str]] = None) -> None:
+        """Starts a Rust `worker` (with `env` added to its environment: a
+        model provider's `OPENAI_BASE_URL`, say)."""
         args = [str(binary("worker")), "--coordinator", self.url, "--name", name, "--slots", str(slots),
                 "--work-dir", str(self.dir / name)]
         if token:
             args += ["--token", token]
         if ca:
             args += ["--ca", str(ca)]
-        self.spawn(name, args)
+        self.spawn(name, args, env=env)
         self.wait_for_log(name, "joined the coordinator")
+
+    def add_python_worker(self, name: str, token: Optional[str] = None) -> subprocess.Popen[bytes]:
+        """Starts `handlers.py`, a `weft.Worker`, as its own process."""
+        args = [sys.executable, str(HANDLERS), self.url, name] + ([token] if token else [])
+        process = self.spawn(name, args, stdout=subprocess.PIPE)
+        line = process.stdout.readline().decode() if process.stdout else ""
+        assert "joined the coordinator" in line, f"{line!r}: {self.log(name)}"
+        return process
 
     def log(self, name: str) -> str:
         path = self.dir / f"{name}.log"

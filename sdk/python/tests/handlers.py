@@ -4,7 +4,10 @@ Handlers: `shout` (upper-cases `text`, says what it knew of its attempt),
 `square` (a map item's number, and which worker squared it), `explode`
 (raises), `slow` (touches `started-NAME` in its `marks` directory, then
 sleeps `seconds`), `wait_async` (an `async` handler), `converse` (a
-teammate step: greets every member, waits to hear from each).
+teammate step: greets every member, waits to hear from each). Tools:
+`lookup` (a key in a small table; key `ctx` answers with its context;
+another key raises), `lookup_async` (the same, `async`), `nap` (touches the
+file `marker`, then sleeps `seconds`).
 """
 
 import asyncio
@@ -81,6 +84,35 @@ def longest(before, writes):
 @worker.function("broken")
 def broken(before, writes):
     raise RuntimeError("no")
+
+
+TABLE = {"a": "alpha", "b": "beta"}
+
+
+@worker.tool("lookup", {"type": "object", "properties": {"key": {"type": "string"}}, "required": ["key"]})
+def lookup(args, ctx):
+    """Look a key up in the reference table."""
+    if args["key"] == "ctx":
+        return {"node": ctx.node, "attempt": ctx.attempt, "task_key": ctx.task_key, "item": ctx.item,
+                "scope": ctx.scope, "worker": name}
+    if args["key"] not in TABLE:
+        raise KeyError(f"no entry for {args['key']!r}")
+    return TABLE[args["key"]]
+
+
+@worker.tool("lookup_async", {"type": "object", "properties": {"key": {"type": "string"}}},
+             description="The same table, looked up on the event loop.")
+async def lookup_async(args, ctx):
+    await asyncio.sleep(0.01)
+    return {"value": TABLE.get(args.get("key", ""), None)}
+
+
+@worker.tool("nap", {"type": "object", "properties": {"marker": {"type": "string"}, "seconds": {"type": "number"}}})
+def nap(args, ctx):
+    """Sleep a while."""
+    Path(args["marker"]).touch()
+    time.sleep(args["seconds"])
+    return "rested"
 
 
 worker.run()

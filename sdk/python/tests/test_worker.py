@@ -8,22 +8,14 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
 import weft
-from conftest import NODE, OPERATOR
-
-HANDLERS = Path(__file__).with_name("handlers.py")
-
+from conftest import HANDLERS, NODE, OPERATOR
 
 def python_worker(cluster, name: str, token: str | None = None) -> subprocess.Popen:
-    args = [sys.executable, str(HANDLERS), cluster.url, name] + ([token] if token else [])
-    process = cluster.spawn(name, args, stdout=subprocess.PIPE)
-    line = process.stdout.readline().decode()
-    assert "joined the coordinator" in line, f"{line!r}: {cluster.log(name)}"
-    return process
+    return cluster.add_python_worker(name, token)
 
 
 @pytest.fixture(scope="module")

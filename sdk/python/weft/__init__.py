@@ -27,7 +27,7 @@ from .errors import (
 )
 from .types import Answer, ChildRun, Event, RunError, RunInfo, WaitingNode
 from .team import Message, Team, TeamError
-from .worker import HandlerFailed, Item, TaskContext, Worker
+from .worker import HandlerFailed, Item, TaskContext, ToolContext, Worker
 
 __all__ = [
     "Answer",
@@ -48,6 +48,7 @@ __all__ = [
     "RunInfo",
     "RunNotFound",
     "TaskContext",
+    "ToolContext",
     "Team",
     "TeamError",
     "TooLarge",

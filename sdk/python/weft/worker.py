@@ -10,7 +10,12 @@ coordinator's tasks over the worker protocol (`weft.v1.WorkerService`).
     worker.run()        # until SIGTERM or SIGINT, then drains
 
 A handler takes the state the node sees (a dict) and a `TaskContext`, and
-returns the fields it writes (a dict). A plain function runs on a thread
+returns the fields it writes (a dict). A tool (`@worker.tool`) takes the
+arguments an `agent` step's model chose (a dict, checked against the tool's
+schema first) and a `ToolContext`, and returns what the model reads (a
+string, or any JSON value); the agent runs on a worker with a model
+provider, and its calls of this tool reach this worker through the
+coordinator. A plain function runs on a thread
 of a pool of `slots` threads; an `async def` runs on the worker's event
 loop. An exception fails the attempt with its traceback (the handler's
 frames), and the node's `retry` policy takes it from there.
@@ -47,6 +52,7 @@ from .v1 import workers_pb2_grpc as rpc
 PROTOCOL_VERSION = 1
 
 Handler = Callable[[dict[str, Any], "TaskContext"], Any]
+Tool = Callable[[dict[str, Any], "ToolContext"], Any]
 
 
 @dataclass(frozen=True)
@@ -76,6 +82,29 @@ class TaskContext:
     #: For a `teammates: true` step of a map item: its team (`me`,
     #: `members`, `send`, `inbox`, `recv`); None otherwise.
     team: Optional[Team] = None
+
+
+@dataclass
+class ToolContext:
+    """The agent step a tool is called for."""
+
+    run_id: str
+    #: The agent's node.
+    node: str
+    attempt: int
+    #: The calling attempt's key (the same for every call of one attempt).
+    task_key: int
+    #: The step's scope (a map item's binding), a dict.
+    scope: dict[str, Any]
+    #: The map item's index, for a step of a map item's chain.
+    item: Optional[int] = None
+
+
+@dataclass(frozen=True)
+class _ToolEntry:
+    function: Tool
+    description: str
+    parameters: dict[str, Any]
 
 
 class HandlerFailed(Exception):
@@ -114,6 +143,7 @@ class Worker:
         self.labels = dict(labels or {})
         self._handlers: dict[str, Handler] = {}
         self._functions: dict[str, Callable[..., Any]] = {}
+        self._tools: dict[str, _ToolEntry] = {}
         self._stopping = threading.Event()
         self._loop: Optional[asyncio.AbstractEventLoop] = None
 
@@ -122,6 +152,26 @@ class Worker:
 
         def register(function: Handler) -> Handler:
             self._handlers[name] = function
+            return function
+
+        return register
+
+    def tool(self, name: str, schema: Optional[dict[str, Any]] = None,
+             description: Optional[str] = None) -> Callable[[Tool], Tool]:
+        """Registers the decorated function as the agent tool `name`:
+        `schema` (a JSON Schema of its arguments, an object; default: any
+        object) and `description` (default: the function's docstring) are
+        what the model is told, unless the graph's `tools:` declares the tool
+        with its own. It is called `(arguments, ctx)` on the handler pool
+        (an `async def` on the event loop); an exception goes back to the
+        model as the tool's error, never failing the step."""
+        parameters = dict(schema) if schema is not None else {"type": "object"}
+        if parameters.get("type", "object") != "object":
+            raise ValueError(f"tool '{name}': the schema must describe an object of arguments")
+
+        def register(function: Tool) -> Tool:
+            text = description if description is not None else inspect.getdoc(function) or ""
+            self._tools[name] = _ToolEntry(function, text, parameters)
             return function
 
         return register
@@ -201,6 +251,11 @@ class _Session:
             labels=worker.labels,
             handlers=sorted(worker._handlers),
             functions=sorted(worker._functions),
+            tools=sorted(worker._tools),
+            tool_infos=[
+                pb.ToolInfo(name=name, description=tool.description, parameters_json=json.dumps(tool.parameters))
+                for name, tool in sorted(worker._tools.items())
+            ],
             takes_batches=True,
         ))
 
@@ -302,6 +357,8 @@ class _Session:
                 running = self.running.get((delivery.run_id, delivery.task_key))
             if running is not None and running.team is not None:
                 running.team.deliver(message_of(delivery.message))
+        elif kind == "call" and message.call.HasField("tool"):
+            self.tool_call(message.call)
         elif kind == "call":
             self.worker._pool.submit(self.call, message.call)
         elif kind == "send_ack":
@@ -375,6 +432,57 @@ class _Session:
                 answer.value_json = json.dumps(function(*args))
             except Exception as failure:  # the call's error, whatever it is
                 answer.error = f"fn:{call.name} failed: {type(failure).__name__}: {failure}"
+        self.outgoing.put(pb.WorkerMessage(call_result=answer))
+
+    def tool_call(self, call: pb.FunctionCall) -> None:
+        """Calls a registered tool for an agent step on another worker: on
+        the pool, or on the event loop for an `async def`; the answer goes
+        back when it returns."""
+        tool = self.worker._tools.get(call.name)
+        if tool is None:
+            self.answer_tool(call, error=f"this worker has no tool '{call.name}'")
+            return
+        caller = call.tool
+        context = ToolContext(
+            run_id=call.run_id,
+            node=caller.node,
+            attempt=caller.attempt,
+            task_key=caller.task_key,
+            scope=json.loads(caller.scope_json) if caller.scope_json else {},
+            item=caller.item if caller.HasField("item") else None,
+        )
+        try:
+            args = json.loads(call.args_json) if call.args_json else []
+            arguments = args[0] if args else {}
+        except ValueError as error:
+            self.answer_tool(call, error=f"bad arguments: {error}")
+            return
+        if inspect.iscoroutinefunction(tool.function):
+            future = asyncio.run_coroutine_threadsafe(tool.function(arguments, context), self.worker._event_loop())
+        else:
+            future = self.worker._pool.submit(tool.function, arguments, context)
+        future.add_done_callback(lambda done: self.tool_returned(call, done))
+
+    def tool_returned(self, call: pb.FunctionCall, done: Future) -> None:
+        failure = None if done.cancelled() else done.exception()
+        if done.cancelled():
+            self.answer_tool(call, error="the tool was cancelled")
+        elif isinstance(failure, HandlerFailed):
+            self.answer_tool(call, error=str(failure))
+        elif failure is not None:
+            self.answer_tool(call, error=f"{type(failure).__name__}: {failure}")
+        else:
+            try:
+                self.answer_tool(call, value=json.dumps(done.result()))
+            except (TypeError, ValueError) as error:
+                self.answer_tool(call, error=f"the tool returned what is not JSON: {error}")
+
+    def answer_tool(self, call: pb.FunctionCall, value: Optional[str] = None, error: Optional[str] = None) -> None:
+        answer = pb.CallResult(call_id=call.call_id, run_id=call.run_id, tool=True)
+        if error is not None:
+            answer.error = error
+        else:
+            answer.value_json = value or "null"
         self.outgoing.put(pb.WorkerMessage(call_result=answer))
 
     def team_of(self, task: pb.TaskAssignment) -> Optional[Team]:

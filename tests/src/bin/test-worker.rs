@@ -82,19 +82,10 @@ async fn main() -> anyhow::Result<()> {
             weft_worker::llm::Providers::new(tables, |_| None, &weft_worker::Secrets::default())?;
         worker.providers(providers);
     }
-    // A tool agents may call: looks a key up in a fixed table.
-    worker.tool(
-        "lookup",
-        "Look a key up in the reference table.",
-        json!({"type": "object", "properties": {"key": {"type": "string"}}, "required": ["key"]}),
-        |arguments, _ctx| async move {
-            match arguments["key"].as_str() {
-                Some("a") => Ok(json!("alpha")),
-                Some("b") => Ok(json!("beta")),
-                other => Err(format!("no entry for {other:?}").into()),
-            }
-        },
-    );
+    // A tool agents may call (unless `--only` leaves it out).
+    if keep("lookup") {
+        register_lookup(&mut worker);
+    }
     worker.function("longest", |args| {
         let branches = args
             .get(1)
@@ -119,6 +110,30 @@ async fn main() -> anyhow::Result<()> {
     let shutdown = weft_process::shutdown_on_signal();
     worker.run(shutdown).await?;
     Ok(())
+}
+
+/// `lookup`: looks a key up in a fixed table; the context's scope and
+/// attempt are in its answer when it is asked for key `ctx`.
+fn register_lookup(worker: &mut Worker) {
+    worker.tool(
+        "lookup",
+        "Look a key up in the reference table.",
+        json!({"type": "object", "properties": {"key": {"type": "string"}}, "required": ["key"]}),
+        |arguments, ctx| async move {
+            match arguments["key"].as_str() {
+                Some("a") => Ok(json!("alpha")),
+                Some("b") => Ok(json!("beta")),
+                Some("ctx") => Ok(json!({
+                    "node": ctx.node.as_str(),
+                    "attempt": ctx.attempt,
+                    "item": ctx.item,
+                    "scope": ctx.scope,
+                    "task_key": ctx.task_key(),
+                })),
+                other => Err(format!("no entry for {other:?}").into()),
+            }
+        },
+    );
 }
 
 /// The test handlers, those `keep` accepts; `name` is this worker's name,

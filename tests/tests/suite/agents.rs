@@ -263,3 +263,100 @@ nodes:
     assert_eq!(sent.len(), 2);
     Ok(())
 }
+
+/// An agent whose one tool is registered by some worker, not declared.
+const ASK: &str = r#"
+state:
+  answer: { type: string, default: "" }
+nodes:
+  ask:
+    kind: agent
+    start: true
+    prompt: "Look things up."
+    tools: [lookup]
+    max_turns: 3
+    state_updates: { answer: "{{ output }}" }
+"#;
+
+#[tokio::test]
+async fn an_agent_calls_a_tool_that_another_worker_hosts() -> anyhow::Result<()> {
+    let llm = TestLlm::start(KEY, |request, n| match n {
+        0 => Reply::ToolCalls(vec![
+            ("lookup".into(), json!({"key": "a"})),
+            ("lookup".into(), json!({"key": "ctx"})),
+            ("lookup".into(), json!({"key": "zzz"})),
+            ("lookup".into(), json!({"nokey": 1})),
+        ]),
+        _ => Reply::Text(tool_results(request).join(" | ")),
+    })
+    .await?;
+    let mut cluster = TestCluster::start()?;
+    // The model's worker registers no tool; the tool's worker has no model.
+    cluster.add_llm_test_worker_hosting("brain", 1, &llm.url, KEY, Some("none"))?;
+    cluster.add_test_worker("hands", 1, Some("lookup"))?;
+    cluster.wait_for_workers(&["brain", "hands"]).await?;
+    let client = cluster.client().await?;
+    let done = run(&client, GraphBundle::from_text("ask.yaml", ASK), json!({})).await?;
+    assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error);
+    let answer = done.state["answer"].as_str().unwrap_or_default();
+    let results: Vec<&str> = answer.split(" | ").collect();
+    assert_eq!(results.len(), 4, "{answer}");
+    assert_eq!(results[0], "alpha");
+    let context: Value = serde_json::from_str(results[1])?;
+    assert_eq!(context["node"], "ask");
+    assert_eq!(context["attempt"], 1);
+    assert_eq!(context["task_key"], format!("{}/ask/-/1", done.run_id));
+    assert_eq!(results[2], r#"error: no entry for Some("zzz")"#);
+    // Checked on the agent's side, against the schema the tool's worker
+    // announced, before any call goes out.
+    assert!(
+        results[3].starts_with("error: invalid arguments at ''"),
+        "{}",
+        results[3]
+    );
+    let offered = &llm.requests()[0]["tools"][0]["function"];
+    assert_eq!(offered["name"], "lookup");
+    assert_eq!(
+        offered["description"],
+        "Look a key up in the reference table."
+    );
+    assert_eq!(offered["parameters"]["required"], json!(["key"]));
+    let finished = weft_tests::events_of(&client, &done.run_id, "node_finished").await?;
+    assert_eq!(finished[0].body["worker"], "brain");
+    let calls = weft_tests::events_of(&client, &done.run_id, "tool_called").await?;
+    let errors: Vec<bool> = calls.iter().map(|c| !c.body["error"].is_null()).collect();
+    assert_eq!(errors, [false, false, true, true]);
+    Ok(())
+}
+
+#[tokio::test]
+async fn an_agent_waits_for_a_worker_that_hosts_its_tool() -> anyhow::Result<()> {
+    let llm = TestLlm::start(KEY, |request, n| match n {
+        0 => Reply::ToolCalls(vec![("lookup".into(), json!({"key": "b"}))]),
+        _ => Reply::Text(tool_results(request).join(" | ")),
+    })
+    .await?;
+    let mut cluster = TestCluster::start()?;
+    cluster.add_llm_test_worker_hosting("brain", 1, &llm.url, KEY, Some("none"))?;
+    cluster.wait_for_workers(&["brain"]).await?;
+    let client = cluster.client().await?;
+    let bundle = GraphBundle::from_text("ask.yaml", ASK);
+    let submitted = client.submit_bundle(bundle, &json!({})).await?;
+    let unhosted = weft_tests::wait_for_event(&client, &submitted.run_id, "task_unhosted").await?;
+    assert!(
+        unhosted.body["needs"]
+            .as_str()
+            .is_some_and(|needs| needs.contains("lookup")),
+        "{}",
+        unhosted.body
+    );
+    assert!(
+        llm.requests().is_empty(),
+        "the agent started without its tool"
+    );
+    cluster.add_test_worker("hands", 1, Some("lookup"))?;
+    let done = client.wait(&submitted.run_id).await?;
+    assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error);
+    assert_eq!(done.state["answer"], "beta");
+    Ok(())
+}

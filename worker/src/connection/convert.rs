@@ -20,7 +20,7 @@ use crate::state_sync::{Assignment, Sent, SentField};
 use crate::task::{
     BlobFile, CallTarget, Failure, FailureKind, FunctionCall, PythonTarget, Task, TaskReport,
 };
-use crate::task::{Message, TeamSeat, TeamSend};
+use crate::task::{Message, TeamSeat, TeamSend, ToolCall, ToolCaller, ToolInfo};
 
 /// The coordinator's message in the worker's terms, added to `into`: a
 /// batch of tasks as its tasks in order, a message that carries nothing as
@@ -65,6 +65,15 @@ fn inbound(body: pb::coordinator_message::Body) -> Option<Inbound> {
         Body::Forget(forget) => Inbound::Forget {
             run_id: forget.run_id.into(),
         },
+        Body::ToolResult(result) => Inbound::ToolAnswered {
+            call_id: result.call_id,
+            answer: match result.outcome {
+                Some(pb::tool_result::Outcome::ValueJson(json)) => serde_json::from_str(&json)
+                    .map_err(|error| format!("the tool's answer is not JSON: {error}")),
+                Some(pb::tool_result::Outcome::Error(error)) => Err(error),
+                None => Err("the coordinator sent an empty answer".to_owned()),
+            },
+        },
         Body::Heartbeat(_) | Body::Welcome(_) => Inbound::Alive,
     })
 }
@@ -89,6 +98,7 @@ pub(super) fn to_coordinator(message: Outbound, max_result_bytes: usize) -> pb::
                 Ok(value) => pb::call_result::Outcome::ValueJson(value.to_string()),
                 Err(error) => pb::call_result::Outcome::Error(error.to_string()),
             }),
+            tool: answer.tool,
         }),
     };
     pb::WorkerMessage { body: Some(body) }
@@ -108,6 +118,23 @@ pub(super) fn team_send(send: TeamSend) -> pb::WorkerMessage {
     }
 }
 
+/// A running agent's call of a tool elsewhere, on the wire.
+pub(super) fn tool_call(call: ToolCall) -> pb::WorkerMessage {
+    let call = pb::ToolCall {
+        run_id: call.run_id.into(),
+        task_key: call.key,
+        call_id: call.call_id,
+        tool: call.tool,
+        arguments_json: call.arguments.to_string(),
+        timeout_ms: u64::try_from(call.timeout.as_millis())
+            .unwrap_or(u64::MAX)
+            .max(1),
+    };
+    pb::WorkerMessage {
+        body: Some(pb::worker_message::Body::ToolCall(call)),
+    }
+}
+
 /// The hello that opens a session.
 pub(super) fn hello(hello: Hello) -> pb::WorkerMessage {
     let hello = pb::Hello {
@@ -122,7 +149,16 @@ pub(super) fn hello(hello: Hello) -> pb::WorkerMessage {
             .collect(),
         handlers: hello.handlers,
         functions: hello.functions,
-        tools: hello.tools,
+        tool_infos: hello
+            .tools
+            .iter()
+            .map(|tool| pb::ToolInfo {
+                name: tool.name.clone(),
+                description: tool.description.clone(),
+                parameters_json: tool.parameters.to_string(),
+            })
+            .collect(),
+        tools: hello.tools.into_iter().map(|tool| tool.name).collect(),
         takes_batches: true,
     };
     pb::WorkerMessage {
@@ -197,6 +233,18 @@ fn task_of(wire: pb::TaskAssignment) -> Result<Task, Failure> {
         team: wire.team.map(seat_of),
         prompts,
         traceparent: wire.traceparent,
+        remote_tools: wire
+            .remote_tools
+            .into_iter()
+            .map(|tool| ToolInfo {
+                // A description that is not JSON is an object of any
+                // arguments (a schema the model can still be offered).
+                parameters: serde_json::from_str(&tool.parameters_json)
+                    .unwrap_or_else(|_| serde_json::json!({"type": "object"})),
+                name: tool.name,
+                description: tool.description,
+            })
+            .collect(),
     })
 }
 
@@ -241,18 +289,29 @@ fn call_of(wire: pb::FunctionCall) -> Result<FunctionCall, Box<CallAnswer>> {
                 id: wire.call_id,
                 run_id: wire.run_id.into(),
                 result: Err(CallError::BadArguments(error)),
+                tool: wire.tool.is_some(),
             }));
         }
     };
-    let target = match wire.python {
-        Some(python) => CallTarget::Python(PythonTarget {
+    let target = match (wire.tool, wire.python) {
+        (Some(caller), _) => CallTarget::Tool(ToolCaller {
+            node: caller.node.into(),
+            attempt: caller.attempt,
+            key: caller.task_key,
+            item: caller.item,
+            scope: match json_or_null(&caller.scope_json) {
+                Ok(Value::Object(scope)) => scope,
+                _ => Map::new(),
+            },
+        }),
+        (None, Some(python)) => CallTarget::Python(PythonTarget {
             module: python.module,
             function: python.function,
             form: python.form,
             dir: python.dir,
         }),
-        None if wire.judge => CallTarget::Judge,
-        None => CallTarget::Registered,
+        (None, None) if wire.judge => CallTarget::Judge,
+        (None, None) => CallTarget::Registered,
     };
     Ok(FunctionCall {
         id: wire.call_id,

@@ -38,7 +38,7 @@ use crate::error::WorkerError;
 use crate::execute::CallAnswer;
 use crate::state_sync::Assignment;
 use crate::task::{FunctionCall, TaskReport};
-use crate::task::{Message, TeamSend};
+use crate::task::{Message, TeamSend, ToolCall, ToolInfo};
 
 /// How long a coordinator may take to welcome a joining worker.
 const JOIN_TIMEOUT: Duration = Duration::from_secs(5);
@@ -56,10 +56,11 @@ pub(crate) struct Hello {
     pub labels: Vec<(String, String)>,
     /// The built-in kinds it hosts.
     pub kinds: Vec<WorkerKind>,
-    /// Its registered handlers, functions and tools, by name.
+    /// Its registered handlers and functions, by name.
     pub handlers: Vec<String>,
     pub functions: Vec<String>,
-    pub tools: Vec<String>,
+    /// Its registered tools, as a model is told of them.
+    pub tools: Vec<ToolInfo>,
 }
 
 /// What a coordinator tells a worker.
@@ -83,6 +84,11 @@ pub(crate) enum Inbound {
     },
     /// Call a function.
     Call(FunctionCall),
+    /// The answer to a running agent's tool call `call_id`.
+    ToolAnswered {
+        call_id: u64,
+        answer: crate::remote_tools::ToolAnswer,
+    },
     /// A call the worker cannot read, answered with why.
     Unreadable(Box<CallAnswer>),
     /// The run has ended: drop what is kept for it.
@@ -173,6 +179,7 @@ pub(crate) struct Connection {
     outbound: mpsc::Sender<Outbound>,
     /// Running attempts' teammate messages, merged into the same stream.
     team_sends: mpsc::Sender<TeamSend>,
+    tool_calls: mpsc::Sender<ToolCall>,
     client: WorkerServiceClient<Authorized>,
 }
 
@@ -225,6 +232,7 @@ async fn handshake(
 ) -> Result<Result<(Connection, Welcome), Ending>, WorkerError> {
     let (outbound, rx) = mpsc::channel::<Outbound>(OUTBOUND_QUEUE);
     let (team_sends, sends) = mpsc::channel::<TeamSend>(OUTBOUND_QUEUE);
+    let (tool_calls, calls) = mpsc::channel::<ToolCall>(OUTBOUND_QUEUE);
     // Known once welcomed: results are checked against its limit and
     // batched as it allows as they go out.
     let told = Arc::new(outgoing::Told::unwelcomed());
@@ -233,7 +241,11 @@ async fn handshake(
     // A send is answered before its step goes on, so it never trails the
     // step's result.
     let sends = ReceiverStream::new(sends).map(convert::team_send);
-    let mut inbound = match client.join(first.chain(rest.merge(sends))).await {
+    let calls = ReceiverStream::new(calls).map(convert::tool_call);
+    let mut inbound = match client
+        .join(first.chain(rest.merge(sends).merge(calls)))
+        .await
+    {
         Ok(response) => response.into_inner(),
         Err(status)
             if matches!(
@@ -267,6 +279,7 @@ async fn handshake(
                 unread: VecDeque::new(),
                 outbound,
                 team_sends,
+                tool_calls,
                 client,
             };
             Ok(Ok((connection, welcome)))
@@ -285,6 +298,11 @@ impl Connection {
     /// Where running attempts send their teammate messages.
     pub(crate) fn team_sends(&self) -> mpsc::Sender<TeamSend> {
         self.team_sends.clone()
+    }
+
+    /// Where a running agent's calls of tools other workers host go.
+    pub(crate) fn tool_calls(&self) -> mpsc::Sender<ToolCall> {
+        self.tool_calls.clone()
     }
 
     /// Where bundle files come from.
@@ -318,9 +336,10 @@ impl Connection {
             mut inbound,
             outbound,
             team_sends,
+            tool_calls,
             ..
         } = self;
-        drop((outbound, team_sends));
+        drop((outbound, team_sends, tool_calls));
         let closed = async { while let Ok(Some(_)) = inbound.message().await {} };
         let _ = tokio::time::timeout(LEAVE_TIMEOUT, closed).await;
     }

@@ -5,8 +5,9 @@
 //! is the step's `output`. Up to `max_turns` turns (default 10).
 //!
 //! Tools are the graph's declared ones (a bundled script: the arguments as
-//! JSON on stdin, stdout the result) or tools this worker registered; with
-//! `teammates: true` in a map, also `send_message` and `read_messages`.
+//! JSON on stdin, stdout the result) or registered ones: this worker's, or
+//! another worker's, called through the coordinator; with `teammates: true`
+//! in a map, also `send_message` and `read_messages`.
 //! Arguments are checked against the tool's schema before it runs, and a
 //! tool's error goes back to the model as its result, never failing the
 //! step. Every call is a `tool_called` note.
@@ -19,8 +20,9 @@ use serde_json::{Value, json};
 use super::chat;
 use super::{Prompts, Providers, invalid, model_for, structured};
 use crate::handler::{HandlerError, RegisteredTool, Registry, TaskContext};
+use crate::remote_tools::RemoteTools;
 use crate::script::ScriptRunner;
-use crate::task::{Completed, Failure, FailureKind, Task};
+use crate::task::{Completed, Failure, FailureKind, Task, ToolInfo};
 use crate::team::{Team, TeamError};
 
 /// Why a tool call has no result; the model reads it as the call's result.
@@ -46,6 +48,9 @@ enum ToolError {
     /// A registered tool returned an error.
     #[error(transparent)]
     Failed(#[from] HandlerError),
+    /// A tool on another worker failed, or could not be reached.
+    #[error("{0}")]
+    Elsewhere(String),
     /// The tool outlived the step.
     #[error("the tool did not finish within the step's time")]
     TimedOut,
@@ -86,6 +91,8 @@ struct ToolSpec {
 enum Runner {
     Script(Vec<String>),
     Registered(RegisteredTool),
+    /// A tool another worker registered, by its name there.
+    Remote(String),
     SendMessage,
     ReadMessages,
 }
@@ -124,9 +131,11 @@ impl Tool {
     }
 }
 
-/// The agent's tools: the node's, then the teammate tools.
+/// The agent's tools: the node's, then the teammate tools. A registered
+/// tool this worker lacks is one another worker hosts (`remote`).
 fn tools(
     registry: &Registry,
+    remote: &[ToolInfo],
     specs: Vec<ToolSpec>,
     team: Option<&Team>,
 ) -> Result<Vec<Tool>, Failure> {
@@ -140,19 +149,32 @@ fn tools(
                 Runner::Script(argv),
             )?,
             (None, Some(handler)) => {
-                let registered = registry.tools.get(&handler).cloned().ok_or_else(|| {
-                    Failure::new(
-                        FailureKind::UnsupportedKind,
-                        format!("this worker hosts no tool '{handler}'"),
-                    )
-                })?;
+                let (description, parameters, runner) = match registry.tools.get(&handler) {
+                    Some(registered) => (
+                        registered.description.clone(),
+                        registered.parameters.clone(),
+                        Runner::Registered(registered.clone()),
+                    ),
+                    None => {
+                        let elsewhere =
+                            remote.iter().find(|t| t.name == handler).ok_or_else(|| {
+                                Failure::new(
+                                    FailureKind::UnsupportedKind,
+                                    format!("no connected worker hosts the tool '{handler}'"),
+                                )
+                            })?;
+                        (
+                            elsewhere.description.clone(),
+                            elsewhere.parameters.clone(),
+                            Runner::Remote(handler),
+                        )
+                    }
+                };
                 Tool::new(
                     &spec.name,
-                    spec.description
-                        .unwrap_or_else(|| registered.description.clone()),
-                    spec.parameters
-                        .unwrap_or_else(|| registered.parameters.clone()),
-                    Runner::Registered(registered),
+                    spec.description.unwrap_or(description),
+                    spec.parameters.unwrap_or(parameters),
+                    runner,
                 )?
             }
             (None, None) => {
@@ -192,6 +214,8 @@ pub(crate) struct Agent<'a> {
     pub registry: &'a Registry,
     /// Script tools.
     pub scripts: &'a ScriptRunner,
+    /// Registered tools other workers host.
+    pub remote: &'a RemoteTools,
     pub task: &'a Task,
     pub team: Option<Team>,
 }
@@ -208,7 +232,12 @@ impl Agent<'_> {
             .get(config.provider.as_deref())
             .map_err(|error| Failure::new(FailureKind::UnsupportedKind, error.to_string()))?;
         let model = model_for(config.model, provider)?;
-        let tools = tools(self.registry, config.tools, self.team.as_ref())?;
+        let tools = tools(
+            self.registry,
+            &task.remote_tools,
+            config.tools,
+            self.team.as_ref(),
+        )?;
         let mut messages = vec![json!({"role": "system", "content": self.system(&prompts)})];
         messages.push(json!({"role": "user", "content": prompts.prompt}));
         let deadline = Instant::now() + task.timeout;
@@ -333,6 +362,17 @@ impl Agent<'_> {
                     }),
                     Err(_) => Err(ToolError::TimedOut),
                 }
+            }
+            Runner::Remote(name) => {
+                let answer = self
+                    .remote
+                    .call(&self.task.run_id, self.task.key, name, arguments, left)
+                    .await
+                    .map_err(ToolError::Elsewhere)?;
+                Ok(match answer {
+                    Value::String(text) => text,
+                    other => other.to_string(),
+                })
             }
             Runner::SendMessage => {
                 let team = self.team.as_ref().ok_or(ToolError::NoTeam)?;

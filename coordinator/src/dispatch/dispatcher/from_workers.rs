@@ -5,8 +5,8 @@
 use tracing::{debug, info};
 use weft_proto::RunId;
 
-use super::{Dispatcher, Order, now};
-use crate::dispatch::registry::{Decision, JobId, JobKey};
+use super::{Dispatcher, Order, Work, now, tool_answer};
+use crate::dispatch::registry::{Decision, JobId, JobKey, JobSpec};
 use crate::dispatch::*;
 
 impl Dispatcher {
@@ -68,10 +68,30 @@ impl Dispatcher {
                 self.team_send(worker, &run_id, key, send);
                 Vec::new()
             }
+            FromWorker::ToolCall { run_id, key, call } => self.tool_call(worker, run_id, key, call),
             FromWorker::CallResult {
                 run_id,
                 call,
                 result,
+                tool: true,
+            } => {
+                let job = JobId {
+                    run: run_id,
+                    key: JobKey::Tool(call),
+                };
+                if let Some(done) = self.registry.finish(worker, &job, now())
+                    && let Some((caller, answer)) =
+                        tool_answer(&job.run, &done.payload.work, result.map_err(|e| e.0))
+                {
+                    self.control(caller, answer);
+                }
+                Vec::new()
+            }
+            FromWorker::CallResult {
+                run_id,
+                call,
+                result,
+                tool: false,
             } => {
                 let job = JobId {
                     run: RunId::from(run_id.as_str()),
@@ -88,7 +108,96 @@ impl Dispatcher {
         }
     }
 
-    /// A run ended: its workers drop its cached fields, its jobs go.
+    /// Passes a running agent step's call of a tool it does not host to a
+    /// worker that does; answers at once when the step no longer runs on
+    /// `worker` or no worker hosts the tool.
+    pub(super) fn tool_call(
+        &mut self,
+        worker: WorkerId,
+        run_id: RunId,
+        key: TaskKey,
+        call: ToolCall,
+    ) -> Vec<Decision<Order>> {
+        let job = JobId {
+            run: run_id.clone(),
+            key: JobKey::Task(key),
+        };
+        let refuse = |why: String| ToWorker::ToolResult {
+            run_id: run_id.clone(),
+            key,
+            call_id: call.call_id,
+            result: Err(why),
+        };
+        let caller = match self.registry.payload(&job) {
+            Some(Order {
+                work: Work::Task(task),
+                sink,
+            }) if self.registry.held_by(&job) == Some(worker) => {
+                let context = ToolContext {
+                    node: task.node.clone(),
+                    attempt: task.attempt,
+                    key,
+                    item: task.item.as_ref().map(|item| item.index as u64),
+                    scope_json: task.scope_json.clone(),
+                };
+                (task.namespace.clone(), context, sink.clone())
+            }
+            _ => {
+                self.control(
+                    worker,
+                    refuse("the calling task is no longer running".into()),
+                );
+                return Vec::new();
+            }
+        };
+        let (namespace, context, sink) = caller;
+        if self.registry.tool(&namespace, &call.tool).is_none() {
+            let why = format!("no connected worker hosts the tool '{}'", call.tool);
+            self.control(worker, refuse(why));
+            return Vec::new();
+        }
+        self.tool_calls += 1;
+        // A caller that sets no time gets a function's.
+        let timeout = if call.timeout.is_zero() {
+            self.call_timeout
+        } else {
+            call.timeout
+        };
+        let function = FunctionCall {
+            run_id: run_id.clone(),
+            namespace,
+            call: self.tool_calls,
+            name: call.tool.clone(),
+            args: vec![call.arguments],
+            timeout,
+            judge: false,
+            python: None,
+            bundle: Default::default(),
+            tool: Some(context),
+        };
+        debug!(%worker, %run_id, key, tool = %call.tool, "passing on a tool call");
+        self.registry.submit(JobSpec {
+            id: JobId {
+                run: run_id,
+                key: JobKey::Tool(self.tool_calls),
+            },
+            label: format!("tool '{}'", call.tool),
+            requirement: Requirement::Tool(call.tool),
+            namespace: function.namespace.clone(),
+            timeout,
+            lineage: None,
+            payload: Order {
+                work: Work::Tool {
+                    call: function,
+                    caller: worker,
+                    key,
+                    call_id: call.call_id,
+                },
+                sink,
+            },
+        })
+    }
+
     /// Passes a task's teammate message to its run, if the task still runs
     /// on that worker; else answers the worker at once.
     pub(super) fn team_send(&self, worker: WorkerId, run_id: &str, key: TaskKey, send: TeamSend) {

@@ -183,9 +183,35 @@ pub fn spawn_dispatcher(
         registry: Registry::new(config.limits.clone()),
         links: HashMap::new(),
         call_timeout: config.call_timeout,
+        tool_calls: 0,
     };
     tracker.spawn(dispatcher.run(rx, config.heartbeat_interval, shutdown));
     DispatcherHandle { tx }
+}
+
+/// The answer to a tool call, and the worker it goes to; `None` for work
+/// that is not a tool call.
+fn tool_answer(
+    run_id: &RunId,
+    work: &Work,
+    result: Result<Value, String>,
+) -> Option<(WorkerId, ToWorker)> {
+    let Work::Tool {
+        caller,
+        key,
+        call_id,
+        ..
+    } = work
+    else {
+        return None;
+    };
+    let answer = ToWorker::ToolResult {
+        run_id: run_id.clone(),
+        key: *key,
+        call_id: *call_id,
+        result,
+    };
+    Some((*caller, answer))
 }
 
 /// What the registry keeps with each job: the message and where to report.
@@ -197,12 +223,22 @@ struct Order {
 enum Work {
     Task(Assignment),
     Call(FunctionCall),
+    /// A tool's call for an agent step on `caller`, whose answer goes back
+    /// to it.
+    Tool {
+        call: FunctionCall,
+        caller: WorkerId,
+        key: TaskKey,
+        call_id: u64,
+    },
 }
 
 struct Dispatcher {
     registry: Registry<Order>,
     links: HashMap<WorkerId, Link>,
     call_timeout: Duration,
+    /// The number of the last tool call passed on.
+    tool_calls: u64,
 }
 
 fn now() -> std::time::Instant {
@@ -364,7 +400,7 @@ impl Dispatcher {
         {
             warn!(
                 %worker,
-                "a teammate message could not be passed to its worker"
+                "a teammate message or tool result could not be passed to its worker"
             );
         }
     }
@@ -408,6 +444,22 @@ impl Dispatcher {
                         queue.extend(self.registry.send_failed(&job, closed, now()));
                     }
                 }
+                Decision::Unhosted { job, .. } if matches!(job.key, JobKey::Tool(_)) => {
+                    // Its host left before taking it: the agent is told at
+                    // once rather than left waiting.
+                    let answer = match self.registry.payload(&job) {
+                        Some(order) => tool_answer(
+                            &job.run,
+                            &order.work,
+                            Err("no worker that hosts the tool is connected any more".into()),
+                        ),
+                        None => None,
+                    };
+                    if let Some((caller, answer)) = answer {
+                        self.control(caller, answer);
+                    }
+                    queue.extend(self.registry.cancel(&job.run, &[job.key]));
+                }
                 Decision::Unhosted {
                     job,
                     label,
@@ -431,6 +483,21 @@ impl Dispatcher {
                 Decision::Fail { payload, failure } => {
                     warn!(kind = %failure.kind, "{}", failure.message);
                     let event = match payload.work {
+                        Work::Tool {
+                            call,
+                            caller,
+                            key,
+                            call_id,
+                        } => {
+                            let answer = ToWorker::ToolResult {
+                                run_id: call.run_id,
+                                key,
+                                call_id,
+                                result: Err(failure.message),
+                            };
+                            self.control(caller, answer);
+                            continue;
+                        }
                         Work::Task(task) => DispatchEvent::TaskFinished {
                             key: task.key,
                             worker: failure.worker.clone().unwrap_or_default(),
@@ -473,13 +540,18 @@ impl Dispatcher {
     /// Puts a job on a worker's work path; `Some(closed)` if it could not.
     fn send(&mut self, worker: WorkerId, job: &JobId) -> Option<bool> {
         let order = self.registry.payload(job)?;
+        let remote_tools = match &order.work {
+            Work::Task(task) => self.remote_tools(job, worker, &task.namespace),
+            _ => Vec::new(),
+        };
         let link = self.links.get_mut(&worker)?;
         let (message, sent) = match &order.work {
             Work::Task(task) => {
-                let (wire, sent) = link.mirror.prepare(task);
+                let (mut wire, sent) = link.mirror.prepare(task);
+                wire.remote_tools = remote_tools;
                 (ToWorker::Task(wire), Some(sent))
             }
-            Work::Call(call) => (ToWorker::Call(call.clone()), None),
+            Work::Call(call) | Work::Tool { call, .. } => (ToWorker::Call(call.clone()), None),
         };
         match link.channels.work.try_send(message) {
             Ok(()) => {
@@ -498,6 +570,21 @@ impl Dispatcher {
             }
             Err(TrySendError::Closed(_)) => Some(true),
         }
+    }
+
+    /// The registered tools an agent task calls that `worker` does not host
+    /// itself, as the workers that host them describe them.
+    fn remote_tools(&self, job: &JobId, worker: WorkerId, namespace: &str) -> Vec<ToolInfo> {
+        let Some(requirement) = self.registry.requirement(job) else {
+            return Vec::new();
+        };
+        let hosted = self.registry.info(worker);
+        requirement
+            .tools()
+            .iter()
+            .filter(|name| !hosted.is_some_and(|info| info.hosts_tool(name)))
+            .filter_map(|name| self.registry.tool(namespace, name).cloned())
+            .collect()
     }
 
     /// Publishes the registry's gauges.

@@ -61,6 +61,7 @@ impl RunActor {
             judge: true,
             python: None,
             bundle: Arc::default(),
+            tool: None,
         };
         self.launcher.call(call, self.sink.clone());
     }
@@ -168,6 +169,7 @@ impl RunActor {
                 .map(|p| Value::Object(p).to_string())
                 .unwrap_or_default(),
             traceparent,
+            remote_tools: Vec::new(),
         };
         self.launcher
             .launch(task, binding.requirement.clone(), self.sink.clone());
@@ -199,6 +201,7 @@ impl RunActor {
                 Arc::default()
             },
             python,
+            tool: None,
         };
         self.launcher.call(call, self.sink.clone());
     }

@@ -7,7 +7,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class WorkerMessage(_message.Message):
-    __slots__ = ("hello", "result", "heartbeat", "call_result", "drain", "refused", "send", "results")
+    __slots__ = ("hello", "result", "heartbeat", "call_result", "drain", "refused", "send", "results", "tool_call")
     HELLO_FIELD_NUMBER: _ClassVar[int]
     RESULT_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_FIELD_NUMBER: _ClassVar[int]
@@ -16,6 +16,7 @@ class WorkerMessage(_message.Message):
     REFUSED_FIELD_NUMBER: _ClassVar[int]
     SEND_FIELD_NUMBER: _ClassVar[int]
     RESULTS_FIELD_NUMBER: _ClassVar[int]
+    TOOL_CALL_FIELD_NUMBER: _ClassVar[int]
     hello: Hello
     result: TaskResult
     heartbeat: Heartbeat
@@ -24,7 +25,24 @@ class WorkerMessage(_message.Message):
     refused: TaskRefused
     send: TeamSend
     results: ResultBatch
-    def __init__(self, hello: _Optional[_Union[Hello, _Mapping]] = ..., result: _Optional[_Union[TaskResult, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., call_result: _Optional[_Union[CallResult, _Mapping]] = ..., drain: _Optional[_Union[Drain, _Mapping]] = ..., refused: _Optional[_Union[TaskRefused, _Mapping]] = ..., send: _Optional[_Union[TeamSend, _Mapping]] = ..., results: _Optional[_Union[ResultBatch, _Mapping]] = ...) -> None: ...
+    tool_call: ToolCall
+    def __init__(self, hello: _Optional[_Union[Hello, _Mapping]] = ..., result: _Optional[_Union[TaskResult, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., call_result: _Optional[_Union[CallResult, _Mapping]] = ..., drain: _Optional[_Union[Drain, _Mapping]] = ..., refused: _Optional[_Union[TaskRefused, _Mapping]] = ..., send: _Optional[_Union[TeamSend, _Mapping]] = ..., results: _Optional[_Union[ResultBatch, _Mapping]] = ..., tool_call: _Optional[_Union[ToolCall, _Mapping]] = ...) -> None: ...
+
+class ToolCall(_message.Message):
+    __slots__ = ("run_id", "task_key", "call_id", "tool", "arguments_json", "timeout_ms")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    TASK_KEY_FIELD_NUMBER: _ClassVar[int]
+    CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    TOOL_FIELD_NUMBER: _ClassVar[int]
+    ARGUMENTS_JSON_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    task_key: int
+    call_id: int
+    tool: str
+    arguments_json: str
+    timeout_ms: int
+    def __init__(self, run_id: _Optional[str] = ..., task_key: _Optional[int] = ..., call_id: _Optional[int] = ..., tool: _Optional[str] = ..., arguments_json: _Optional[str] = ..., timeout_ms: _Optional[int] = ...) -> None: ...
 
 class ResultBatch(_message.Message):
     __slots__ = ("results",)
@@ -59,7 +77,7 @@ class Drain(_message.Message):
     def __init__(self) -> None: ...
 
 class CoordinatorMessage(_message.Message):
-    __slots__ = ("welcome", "task", "cancel", "heartbeat", "call", "forget", "deliver", "send_ack", "tasks")
+    __slots__ = ("welcome", "task", "cancel", "heartbeat", "call", "forget", "deliver", "send_ack", "tasks", "tool_result")
     WELCOME_FIELD_NUMBER: _ClassVar[int]
     TASK_FIELD_NUMBER: _ClassVar[int]
     CANCEL_FIELD_NUMBER: _ClassVar[int]
@@ -69,6 +87,7 @@ class CoordinatorMessage(_message.Message):
     DELIVER_FIELD_NUMBER: _ClassVar[int]
     SEND_ACK_FIELD_NUMBER: _ClassVar[int]
     TASKS_FIELD_NUMBER: _ClassVar[int]
+    TOOL_RESULT_FIELD_NUMBER: _ClassVar[int]
     welcome: Welcome
     task: TaskAssignment
     cancel: CancelTask
@@ -78,7 +97,22 @@ class CoordinatorMessage(_message.Message):
     deliver: TeamDelivery
     send_ack: SendAck
     tasks: TaskBatch
-    def __init__(self, welcome: _Optional[_Union[Welcome, _Mapping]] = ..., task: _Optional[_Union[TaskAssignment, _Mapping]] = ..., cancel: _Optional[_Union[CancelTask, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., call: _Optional[_Union[FunctionCall, _Mapping]] = ..., forget: _Optional[_Union[ForgetRun, _Mapping]] = ..., deliver: _Optional[_Union[TeamDelivery, _Mapping]] = ..., send_ack: _Optional[_Union[SendAck, _Mapping]] = ..., tasks: _Optional[_Union[TaskBatch, _Mapping]] = ...) -> None: ...
+    tool_result: ToolResult
+    def __init__(self, welcome: _Optional[_Union[Welcome, _Mapping]] = ..., task: _Optional[_Union[TaskAssignment, _Mapping]] = ..., cancel: _Optional[_Union[CancelTask, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., call: _Optional[_Union[FunctionCall, _Mapping]] = ..., forget: _Optional[_Union[ForgetRun, _Mapping]] = ..., deliver: _Optional[_Union[TeamDelivery, _Mapping]] = ..., send_ack: _Optional[_Union[SendAck, _Mapping]] = ..., tasks: _Optional[_Union[TaskBatch, _Mapping]] = ..., tool_result: _Optional[_Union[ToolResult, _Mapping]] = ...) -> None: ...
+
+class ToolResult(_message.Message):
+    __slots__ = ("run_id", "task_key", "call_id", "value_json", "error")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    TASK_KEY_FIELD_NUMBER: _ClassVar[int]
+    CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    VALUE_JSON_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    task_key: int
+    call_id: int
+    value_json: str
+    error: str
+    def __init__(self, run_id: _Optional[str] = ..., task_key: _Optional[int] = ..., call_id: _Optional[int] = ..., value_json: _Optional[str] = ..., error: _Optional[str] = ...) -> None: ...
 
 class TaskBatch(_message.Message):
     __slots__ = ("tasks",)
@@ -132,7 +166,7 @@ class ForgetRun(_message.Message):
     def __init__(self, run_id: _Optional[str] = ...) -> None: ...
 
 class Hello(_message.Message):
-    __slots__ = ("protocol_version", "name", "slots", "labels", "kinds", "handlers", "functions", "tools", "takes_batches")
+    __slots__ = ("protocol_version", "name", "slots", "labels", "kinds", "handlers", "functions", "tools", "takes_batches", "tool_infos")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -149,6 +183,7 @@ class Hello(_message.Message):
     FUNCTIONS_FIELD_NUMBER: _ClassVar[int]
     TOOLS_FIELD_NUMBER: _ClassVar[int]
     TAKES_BATCHES_FIELD_NUMBER: _ClassVar[int]
+    TOOL_INFOS_FIELD_NUMBER: _ClassVar[int]
     protocol_version: int
     name: str
     slots: int
@@ -158,7 +193,18 @@ class Hello(_message.Message):
     functions: _containers.RepeatedScalarFieldContainer[str]
     tools: _containers.RepeatedScalarFieldContainer[str]
     takes_batches: bool
-    def __init__(self, protocol_version: _Optional[int] = ..., name: _Optional[str] = ..., slots: _Optional[int] = ..., labels: _Optional[_Mapping[str, str]] = ..., kinds: _Optional[_Iterable[str]] = ..., handlers: _Optional[_Iterable[str]] = ..., functions: _Optional[_Iterable[str]] = ..., tools: _Optional[_Iterable[str]] = ..., takes_batches: _Optional[bool] = ...) -> None: ...
+    tool_infos: _containers.RepeatedCompositeFieldContainer[ToolInfo]
+    def __init__(self, protocol_version: _Optional[int] = ..., name: _Optional[str] = ..., slots: _Optional[int] = ..., labels: _Optional[_Mapping[str, str]] = ..., kinds: _Optional[_Iterable[str]] = ..., handlers: _Optional[_Iterable[str]] = ..., functions: _Optional[_Iterable[str]] = ..., tools: _Optional[_Iterable[str]] = ..., takes_batches: _Optional[bool] = ..., tool_infos: _Optional[_Iterable[_Union[ToolInfo, _Mapping]]] = ...) -> None: ...
+
+class ToolInfo(_message.Message):
+    __slots__ = ("name", "description", "parameters_json")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    PARAMETERS_JSON_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    description: str
+    parameters_json: str
+    def __init__(self, name: _Optional[str] = ..., description: _Optional[str] = ..., parameters_json: _Optional[str] = ...) -> None: ...
 
 class Welcome(_message.Message):
     __slots__ = ("worker_id", "heartbeat_interval_ms", "max_result_bytes", "max_batch")
@@ -179,7 +225,7 @@ class Heartbeat(_message.Message):
     def __init__(self, at_unix_ms: _Optional[int] = ...) -> None: ...
 
 class TaskAssignment(_message.Message):
-    __slots__ = ("run_id", "task_key", "node", "attempt", "kind", "config_json", "state", "scope_json", "item", "timeout_ms", "bundle", "traceparent", "team", "prompts_json")
+    __slots__ = ("run_id", "task_key", "node", "attempt", "kind", "config_json", "state", "scope_json", "item", "timeout_ms", "bundle", "traceparent", "team", "prompts_json", "remote_tools")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     TASK_KEY_FIELD_NUMBER: _ClassVar[int]
     NODE_FIELD_NUMBER: _ClassVar[int]
@@ -194,6 +240,7 @@ class TaskAssignment(_message.Message):
     TRACEPARENT_FIELD_NUMBER: _ClassVar[int]
     TEAM_FIELD_NUMBER: _ClassVar[int]
     PROMPTS_JSON_FIELD_NUMBER: _ClassVar[int]
+    REMOTE_TOOLS_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     task_key: int
     node: str
@@ -208,7 +255,8 @@ class TaskAssignment(_message.Message):
     traceparent: str
     team: Team
     prompts_json: str
-    def __init__(self, run_id: _Optional[str] = ..., task_key: _Optional[int] = ..., node: _Optional[str] = ..., attempt: _Optional[int] = ..., kind: _Optional[str] = ..., config_json: _Optional[str] = ..., state: _Optional[_Iterable[_Union[StateField, _Mapping]]] = ..., scope_json: _Optional[str] = ..., item: _Optional[_Union[ItemRef, _Mapping]] = ..., timeout_ms: _Optional[int] = ..., bundle: _Optional[_Iterable[_Union[BlobRef, _Mapping]]] = ..., traceparent: _Optional[str] = ..., team: _Optional[_Union[Team, _Mapping]] = ..., prompts_json: _Optional[str] = ...) -> None: ...
+    remote_tools: _containers.RepeatedCompositeFieldContainer[ToolInfo]
+    def __init__(self, run_id: _Optional[str] = ..., task_key: _Optional[int] = ..., node: _Optional[str] = ..., attempt: _Optional[int] = ..., kind: _Optional[str] = ..., config_json: _Optional[str] = ..., state: _Optional[_Iterable[_Union[StateField, _Mapping]]] = ..., scope_json: _Optional[str] = ..., item: _Optional[_Union[ItemRef, _Mapping]] = ..., timeout_ms: _Optional[int] = ..., bundle: _Optional[_Iterable[_Union[BlobRef, _Mapping]]] = ..., traceparent: _Optional[str] = ..., team: _Optional[_Union[Team, _Mapping]] = ..., prompts_json: _Optional[str] = ..., remote_tools: _Optional[_Iterable[_Union[ToolInfo, _Mapping]]] = ...) -> None: ...
 
 class StateField(_message.Message):
     __slots__ = ("name", "version", "json")
@@ -281,7 +329,7 @@ class TaskError(_message.Message):
     def __init__(self, kind: _Optional[str] = ..., message: _Optional[str] = ...) -> None: ...
 
 class FunctionCall(_message.Message):
-    __slots__ = ("call_id", "run_id", "name", "args_json", "timeout_ms", "judge", "python", "bundle")
+    __slots__ = ("call_id", "run_id", "name", "args_json", "timeout_ms", "judge", "python", "bundle", "tool")
     CALL_ID_FIELD_NUMBER: _ClassVar[int]
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
@@ -290,6 +338,7 @@ class FunctionCall(_message.Message):
     JUDGE_FIELD_NUMBER: _ClassVar[int]
     PYTHON_FIELD_NUMBER: _ClassVar[int]
     BUNDLE_FIELD_NUMBER: _ClassVar[int]
+    TOOL_FIELD_NUMBER: _ClassVar[int]
     call_id: int
     run_id: str
     name: str
@@ -298,7 +347,22 @@ class FunctionCall(_message.Message):
     judge: bool
     python: PythonCall
     bundle: _containers.RepeatedCompositeFieldContainer[BlobRef]
-    def __init__(self, call_id: _Optional[int] = ..., run_id: _Optional[str] = ..., name: _Optional[str] = ..., args_json: _Optional[str] = ..., timeout_ms: _Optional[int] = ..., judge: _Optional[bool] = ..., python: _Optional[_Union[PythonCall, _Mapping]] = ..., bundle: _Optional[_Iterable[_Union[BlobRef, _Mapping]]] = ...) -> None: ...
+    tool: ToolContext
+    def __init__(self, call_id: _Optional[int] = ..., run_id: _Optional[str] = ..., name: _Optional[str] = ..., args_json: _Optional[str] = ..., timeout_ms: _Optional[int] = ..., judge: _Optional[bool] = ..., python: _Optional[_Union[PythonCall, _Mapping]] = ..., bundle: _Optional[_Iterable[_Union[BlobRef, _Mapping]]] = ..., tool: _Optional[_Union[ToolContext, _Mapping]] = ...) -> None: ...
+
+class ToolContext(_message.Message):
+    __slots__ = ("node", "attempt", "task_key", "scope_json", "item")
+    NODE_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    TASK_KEY_FIELD_NUMBER: _ClassVar[int]
+    SCOPE_JSON_FIELD_NUMBER: _ClassVar[int]
+    ITEM_FIELD_NUMBER: _ClassVar[int]
+    node: str
+    attempt: int
+    task_key: int
+    scope_json: str
+    item: int
+    def __init__(self, node: _Optional[str] = ..., attempt: _Optional[int] = ..., task_key: _Optional[int] = ..., scope_json: _Optional[str] = ..., item: _Optional[int] = ...) -> None: ...
 
 class PythonCall(_message.Message):
     __slots__ = ("module", "function", "dir", "form")
@@ -313,16 +377,18 @@ class PythonCall(_message.Message):
     def __init__(self, module: _Optional[str] = ..., function: _Optional[str] = ..., dir: _Optional[str] = ..., form: _Optional[str] = ...) -> None: ...
 
 class CallResult(_message.Message):
-    __slots__ = ("call_id", "run_id", "value_json", "error")
+    __slots__ = ("call_id", "run_id", "value_json", "error", "tool")
     CALL_ID_FIELD_NUMBER: _ClassVar[int]
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     VALUE_JSON_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
+    TOOL_FIELD_NUMBER: _ClassVar[int]
     call_id: int
     run_id: str
     value_json: str
     error: str
-    def __init__(self, call_id: _Optional[int] = ..., run_id: _Optional[str] = ..., value_json: _Optional[str] = ..., error: _Optional[str] = ...) -> None: ...
+    tool: bool
+    def __init__(self, call_id: _Optional[int] = ..., run_id: _Optional[str] = ..., value_json: _Optional[str] = ..., error: _Optional[str] = ..., tool: _Optional[bool] = ...) -> None: ...
 
 class FetchBlobRequest(_message.Message):
     __slots__ = ("sha256",)
