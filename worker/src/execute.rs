@@ -260,32 +260,30 @@ async fn call_tool(
     };
     let arguments = call.args.first().cloned().unwrap_or(Value::Null);
     let future = (tool.call)(arguments, context);
-    let mut run = AbortOnDrop(tokio::spawn(future.instrument(tracing::Span::current())));
-    match tokio::time::timeout(call.timeout, &mut run.0).await {
-        Ok(Ok(result)) => result.map_err(CallError::Failed),
-        Ok(Err(join)) if join.is_panic() => Err(CallError::Panicked {
-            name: call.name.clone(),
-            message: panic_text(join),
-        }),
-        Ok(Err(join)) => Err(CallError::Stopped(join)),
-        Err(_) => Err(CallError::TimedOut {
-            name: call.name.clone(),
-            timeout: call.timeout,
-        }),
-    }
+    let work = async move { future.await.map_err(CallError::Failed) };
+    let mut run = AbortOnDrop(tokio::spawn(work.instrument(tracing::Span::current())));
+    within(call, &mut run.0).await
 }
 
 /// A registered function's call, on the blocking pool.
 async fn call_registered(registry: Arc<Registry>, call: &FunctionCall) -> Result<Value, CallError> {
-    let (name, args, timeout) = (call.name.clone(), call.args.clone(), call.timeout);
-    let work = tokio::task::spawn_blocking(move || {
+    let (name, args) = (call.name.clone(), call.args.clone());
+    let mut work = tokio::task::spawn_blocking(move || {
         let function = registry
             .functions
             .get(&name)
             .ok_or(CallError::NoFunction(name))?;
         function(args).map_err(CallError::Failed)
     });
-    match tokio::time::timeout(timeout, work).await {
+    within(call, &mut work).await
+}
+
+/// What the task running `call` came to within the call's timeout.
+async fn within(
+    call: &FunctionCall,
+    work: &mut JoinHandle<Result<Value, CallError>>,
+) -> Result<Value, CallError> {
+    match tokio::time::timeout(call.timeout, work).await {
         Ok(Ok(result)) => result,
         Ok(Err(join)) if join.is_panic() => Err(CallError::Panicked {
             name: call.name.clone(),
@@ -294,7 +292,7 @@ async fn call_registered(registry: Arc<Registry>, call: &FunctionCall) -> Result
         Ok(Err(join)) => Err(CallError::Stopped(join)),
         Err(_) => Err(CallError::TimedOut {
             name: call.name.clone(),
-            timeout,
+            timeout: call.timeout,
         }),
     }
 }
