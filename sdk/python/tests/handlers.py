@@ -7,11 +7,13 @@ sleeps `seconds`), `wait_async` (an `async` handler), `converse` (a
 teammate step: greets every member, waits to hear from each). Tools:
 `lookup` (a key in a small table; key `ctx` answers with its context;
 another key raises), `lookup_async` (the same, `async`), `nap` (touches the
-file `marker`, then sleeps `seconds`).
+file `marker`, then sleeps `seconds`), `meet` (returns once a second call
+of it has come too).
 """
 
 import asyncio
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -113,6 +115,16 @@ def nap(args, ctx):
     Path(args["marker"]).touch()
     time.sleep(args["seconds"])
     return "rested"
+
+
+MEETING = threading.Barrier(2)
+
+
+@worker.tool("meet")
+def meet(args, ctx):
+    """Wait for one other call of this tool."""
+    MEETING.wait(timeout=10)
+    return "met"
 
 
 worker.run()

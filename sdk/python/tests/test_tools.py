@@ -132,6 +132,27 @@ def test_an_agent_on_a_rust_worker_calls_tools_a_python_worker_hosts(agents: Clu
     assert len(finished) == 2 and {event.get("worker") for event in finished} == {"brain"}
 
 
+def test_the_tool_calls_of_one_turn_run_at_once():
+    # Each call of `meet` waits for the other: one after the other, the
+    # first would give up after 10 s and say so.
+    model = Model([("meet", {}), ("meet", {})])
+    cluster = Cluster()
+    try:
+        cluster.add_worker("brain", slots=1, env={"OPENAI_BASE_URL": model.url, "OPENAI_API_KEY": KEY,
+                                                  "WEFT_MODEL": "tiny"})
+        cluster.add_python_worker("py-meet")
+        client = weft.Client(cluster.url)
+        graph = {"name": "meet", "state": {"answer": {"type": "string", "default": ""}},
+                 "nodes": {"ask": {"kind": "agent", "start": True, "end": True, "prompt": "Meet.",
+                                   "tools": ["meet"], "state_updates": {"answer": "{{ output }}"}}}}
+        result = client.submit(graph).wait(timeout=60)
+        assert result.status == "completed", result.error
+        assert result.state["answer"] == "met | met"
+    finally:
+        cluster.stop()
+        model.server.shutdown()
+
+
 def test_a_tool_whose_worker_dies_mid_call_is_an_error_for_the_model(tmp_path):
     marker = tmp_path / "napping"
     model = Model([("nap", {"marker": str(marker), "seconds": 60})])

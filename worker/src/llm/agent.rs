@@ -1,8 +1,9 @@
 //! The `agent` kind (SPEC 4): a tool-calling loop in the OpenAI tool-call
 //! format. The instructions are the system message and the prompt the
-//! first user message; each turn the model either calls tools — their
-//! results go back to it as `tool` messages — or answers, and the answer
-//! is the step's `output`. Up to `max_turns` turns (default 10).
+//! first user message; each turn the model either calls tools — they run
+//! at once, and their results go back to it as `tool` messages in the
+//! order of the calls — or answers, and the answer is the step's `output`.
+//! Up to `max_turns` turns (default 10).
 //!
 //! Tools are the graph's declared ones (a bundled script: the arguments as
 //! JSON on stdin, stdout the result) or registered ones: this worker's, or
@@ -14,6 +15,7 @@
 
 use std::time::{Duration, Instant};
 
+use futures_util::future::join_all;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -260,8 +262,11 @@ impl Agent<'_> {
                 return answered(answer, config.output_schema.is_some(), notes);
             }
             messages.push(message);
-            for call in calls {
-                let (result, note) = self.call(&tools, &call, deadline).await;
+            // The calls of one turn were made together, so none waits for
+            // another: they run at once, their results go back in order.
+            let outcomes =
+                join_all(calls.iter().map(|call| self.call(&tools, call, deadline))).await;
+            for (call, (result, note)) in calls.iter().zip(outcomes) {
                 notes.push(note);
                 messages.push(json!({
                     "role": "tool",
