@@ -6,6 +6,7 @@ coordinator."""
 from __future__ import annotations
 
 import json
+import subprocess
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -77,14 +78,25 @@ def model() -> Iterator[Model]:
     started.server.shutdown()
 
 
+def with_model(model: Model, tools: str, slots: int = 2) -> tuple[Cluster, subprocess.Popen[bytes]]:
+    """A cluster with a Rust worker `brain` that asks `model` and hosts no
+    tool, and a Python worker `tools` that hosts the tools and no model."""
+    cluster = Cluster()
+    cluster.add_worker("brain", slots=slots, env={"OPENAI_BASE_URL": model.url, "OPENAI_API_KEY": KEY,
+                                                  "WEFT_MODEL": "tiny"})
+    return cluster, cluster.add_python_worker(tools)
+
+
+def agent(tool: str) -> dict[str, Any]:
+    """A graph of one agent step that may call `tool`."""
+    return {"name": tool, "state": {"answer": {"type": "string", "default": ""}},
+            "nodes": {"ask": {"kind": "agent", "start": True, "end": True, "prompt": "Go.",
+                              "tools": [tool], "state_updates": {"answer": "{{ output }}"}}}}
+
+
 @pytest.fixture(scope="module")
 def agents(model: Model) -> Iterator[Cluster]:
-    """A Rust worker with the model and no tools; a Python worker with the
-    tools and no model."""
-    started = Cluster()
-    started.add_worker("brain", slots=2, env={"OPENAI_BASE_URL": model.url, "OPENAI_API_KEY": KEY,
-                                              "WEFT_MODEL": "tiny"})
-    started.add_python_worker("py-tools")
+    started, _ = with_model(model, "py-tools")
     yield started
     started.stop()
 
@@ -136,16 +148,9 @@ def test_the_tool_calls_of_one_turn_run_at_once():
     # Each call of `meet` waits for the other: one after the other, the
     # first would give up after 10 s and say so.
     model = Model([("meet", {}), ("meet", {})])
-    cluster = Cluster()
+    cluster, _ = with_model(model, "py-meet", slots=1)
     try:
-        cluster.add_worker("brain", slots=1, env={"OPENAI_BASE_URL": model.url, "OPENAI_API_KEY": KEY,
-                                                  "WEFT_MODEL": "tiny"})
-        cluster.add_python_worker("py-meet")
-        client = weft.Client(cluster.url)
-        graph = {"name": "meet", "state": {"answer": {"type": "string", "default": ""}},
-                 "nodes": {"ask": {"kind": "agent", "start": True, "end": True, "prompt": "Meet.",
-                                   "tools": ["meet"], "state_updates": {"answer": "{{ output }}"}}}}
-        result = client.submit(graph).wait(timeout=60)
+        result = weft.Client(cluster.url).submit(agent("meet")).wait(timeout=60)
         assert result.status == "completed", result.error
         assert result.state["answer"] == "met | met"
     finally:
@@ -156,16 +161,9 @@ def test_the_tool_calls_of_one_turn_run_at_once():
 def test_a_tool_whose_worker_dies_mid_call_is_an_error_for_the_model(tmp_path):
     marker = tmp_path / "napping"
     model = Model([("nap", {"marker": str(marker), "seconds": 60})])
-    cluster = Cluster()
+    cluster, napper = with_model(model, "py-napper", slots=1)
     try:
-        cluster.add_worker("brain", slots=1, env={"OPENAI_BASE_URL": model.url, "OPENAI_API_KEY": KEY,
-                                                  "WEFT_MODEL": "tiny"})
-        napper = cluster.add_python_worker("py-napper")
-        client = weft.Client(cluster.url)
-        graph = {"name": "nap", "state": {"answer": {"type": "string", "default": ""}},
-                 "nodes": {"ask": {"kind": "agent", "start": True, "end": True, "prompt": "Rest.",
-                                   "tools": ["nap"], "state_updates": {"answer": "{{ output }}"}}}}
-        run = client.submit(graph)
+        run = weft.Client(cluster.url).submit(agent("nap"))
         deadline = time.monotonic() + 30
         while not marker.exists():
             assert time.monotonic() < deadline, cluster.log("py-napper")
