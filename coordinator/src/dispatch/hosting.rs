@@ -6,7 +6,7 @@
 //! cluster (SPEC 4.2).
 
 use super::binding::NodeBinding;
-use super::{Fleet, Requirement, WorkerInfo, WorkerKind, WorkerStatus};
+use super::{Fleet, Requirement, WorkerKind, WorkerStatus};
 use crate::graph::Graph;
 
 /// What a graph needs that the fleet does not host now.
@@ -78,15 +78,10 @@ fn unhosted(graph: &Graph, bindings: &[Option<NodeBinding>], fleet: &Fleet) -> V
             continue;
         };
         let requirement = &binding.requirement;
-        let up = |host: &dyn Fn(&WorkerInfo) -> bool| {
-            workers.iter().any(|w| !w.draining && host(&w.info))
-        };
+        let up = workers.iter().filter(|w| !w.draining).map(|w| &w.info);
         // An agent's registered tools may be hosted by other workers.
-        if !up(&|info| requirement.hosted_by(info))
-            || !requirement
-                .tools()
-                .iter()
-                .all(|tool| up(&|info| info.hosts_tool(tool)))
+        if !up.clone().any(|info| requirement.hosted_by(info))
+            || !requirement.tools_hosted_among(up)
         {
             let hint = match requirement {
                 Requirement::Kind(WorkerKind::Llm | WorkerKind::Agent) => {

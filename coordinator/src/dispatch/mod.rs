@@ -128,6 +128,17 @@ impl Requirement {
         }
     }
 
+    /// Whether each registered tool it calls is hosted by one of `hosts`
+    /// (the fleet's half of an agent's requirement).
+    pub fn tools_hosted_among<'a>(
+        &self,
+        hosts: impl Iterator<Item = &'a WorkerInfo> + Clone,
+    ) -> bool {
+        self.tools()
+            .iter()
+            .all(|tool| hosts.clone().any(|host| host.hosts_tool(tool)))
+    }
+
     /// Whether a job with this requirement takes one of the worker's slots
     /// (tasks do; function calls are short and do not).
     pub fn takes_slot(&self) -> bool {

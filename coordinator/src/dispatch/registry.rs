@@ -542,11 +542,11 @@ fn hosted_among<T>(workers: &BTreeMap<WorkerId, Worker>, job: &Job<T>) -> bool {
 /// Whether every registered tool `job` calls is hosted by a worker that is
 /// not draining and serves its namespace.
 fn tools_reachable<T>(workers: &BTreeMap<WorkerId, Worker>, job: &Job<T>) -> bool {
-    job.requirement.tools().iter().all(|tool| {
-        workers
-            .values()
-            .any(|w| !w.draining && w.info.hosts_tool(tool) && w.info.serves(&job.namespace))
-    })
+    let hosts = workers
+        .values()
+        .filter(|w| !w.draining && w.info.serves(&job.namespace))
+        .map(|w| &w.info);
+    job.requirement.tools_hosted_among(hosts)
 }
 
 /// The job's namespace, when workers host what it needs but none of them

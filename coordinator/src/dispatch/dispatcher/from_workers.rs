@@ -81,7 +81,7 @@ impl Dispatcher {
                 };
                 if let Some(done) = self.registry.finish(worker, &job, now())
                     && let Some((caller, answer)) =
-                        tool_answer(&job.run, &done.payload.work, result.map_err(|e| e.0))
+                        tool_answer(&done.payload.work, result.map_err(|e| e.0))
                 {
                     self.control(caller, answer);
                 }

@@ -191,22 +191,18 @@ pub fn spawn_dispatcher(
 
 /// The answer to a tool call, and the worker it goes to; `None` for work
 /// that is not a tool call.
-fn tool_answer(
-    run_id: &RunId,
-    work: &Work,
-    result: Result<Value, String>,
-) -> Option<(WorkerId, ToWorker)> {
+fn tool_answer(work: &Work, result: Result<Value, String>) -> Option<(WorkerId, ToWorker)> {
     let Work::Tool {
+        call,
         caller,
         key,
         call_id,
-        ..
     } = work
     else {
         return None;
     };
     let answer = ToWorker::ToolResult {
-        run_id: run_id.clone(),
+        run_id: call.run_id.clone(),
         key: *key,
         call_id: *call_id,
         result,
@@ -447,14 +443,9 @@ impl Dispatcher {
                 Decision::Unhosted { job, .. } if matches!(job.key, JobKey::Tool(_)) => {
                     // Its host left before taking it: the agent is told at
                     // once rather than left waiting.
-                    let answer = match self.registry.payload(&job) {
-                        Some(order) => tool_answer(
-                            &job.run,
-                            &order.work,
-                            Err("no worker that hosts the tool is connected any more".into()),
-                        ),
-                        None => None,
-                    };
+                    let gone = || Err("no worker that hosts the tool is connected any more".into());
+                    let answer = (self.registry.payload(&job))
+                        .and_then(|order| tool_answer(&order.work, gone()));
                     if let Some((caller, answer)) = answer {
                         self.control(caller, answer);
                     }
@@ -482,22 +473,15 @@ impl Dispatcher {
                 }
                 Decision::Fail { payload, failure } => {
                     warn!(kind = %failure.kind, "{}", failure.message);
+                    if let Some((caller, answer)) =
+                        tool_answer(&payload.work, Err(failure.message.clone()))
+                    {
+                        self.control(caller, answer);
+                        continue;
+                    }
                     let event = match payload.work {
-                        Work::Tool {
-                            call,
-                            caller,
-                            key,
-                            call_id,
-                        } => {
-                            let answer = ToWorker::ToolResult {
-                                run_id: call.run_id,
-                                key,
-                                call_id,
-                                result: Err(failure.message),
-                            };
-                            self.control(caller, answer);
-                            continue;
-                        }
+                        // Answered to its caller above.
+                        Work::Tool { .. } => continue,
                         Work::Task(task) => DispatchEvent::TaskFinished {
                             key: task.key,
                             worker: failure.worker.clone().unwrap_or_default(),
@@ -540,8 +524,11 @@ impl Dispatcher {
     /// Puts a job on a worker's work path; `Some(closed)` if it could not.
     fn send(&mut self, worker: WorkerId, job: &JobId) -> Option<bool> {
         let order = self.registry.payload(job)?;
+        // Only an agent may call tools elsewhere.
         let remote_tools = match &order.work {
-            Work::Task(task) => self.remote_tools(job, worker, &task.namespace),
+            Work::Task(task) if task.kind == WorkerKind::Agent => {
+                self.remote_tools(job, worker, &task.namespace)
+            }
             _ => Vec::new(),
         };
         let link = self.links.get_mut(&worker)?;
