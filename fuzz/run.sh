@@ -25,6 +25,8 @@ cp ../examples/*.yaml corpus/graph_load/ 2>/dev/null || true
 printf '{{ topic }} and {{ drafts + 1 }}\0{"topic": "weft", "drafts": 2}' > corpus/expressions/template
 printf 'state.score >= 0.8 && size(state.items) < 3\0{"score": 0.9, "items": [1]}' > corpus/expressions/cel
 printf '{{ items | map(attribute="x") | join(",") }}\0{"items": [{"x": 1}]}' > corpus/expressions/filters
+printf 'size((state.big + state.big) + (state.big + state.big)) > 0\0{}' > corpus/expressions/cel_sum
+printf '{{ big ~ big ~ big }}\0{}' > corpus/expressions/template_sum
 printf '{"n": 1, "_next": "b"}\n' > corpus/script_stdout/object
 printf 'debug line\n{"n": 1}\n' > corpus/script_stdout/noise
 printf '' > corpus/script_stdout/empty
@@ -56,10 +58,11 @@ crashed=0
 log="$(mktemp)"
 for target in "${targets[@]}"; do
   echo "==> $target for ${seconds}s"
-  # libFuzzer exits non-zero on a crash, a timeout or an out-of-memory;
+  # libFuzzer exits non-zero on a crash, a timeout or an out-of-memory (a
+  # single allocation over 512 MB counts: the expressions' budgets are 64 MiB);
   # cargo fuzz does when the target does not build.
   if ! cargo fuzz run --sanitizer "${FUZZ_SANITIZER:-address}" "$target" "corpus/$target" -- \
-      -max_total_time="$seconds" -max_len=65536 -timeout=10 -rss_limit_mb=4096 >"$log" 2>&1; then
+      -max_total_time="$seconds" -max_len=65536 -timeout=10 -rss_limit_mb=4096 -malloc_limit_mb=512 >"$log" 2>&1; then
     tail -60 "$log"
     echo "==> $target failed: see above and fuzz/artifacts/$target/"
     crashed=1

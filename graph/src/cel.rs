@@ -13,18 +13,13 @@ use super::expr::{ExprError, truthy};
 /// Names a CEL condition may refer to: the state and the step's scope.
 const CEL_VARIABLES: [&str; 2] = ["state", "scope"];
 
-/// Most steps one evaluation may take, by the estimate below: about a
-/// second of work, so no expression can hold a run (or the coordinator's
-/// thread) for long.
-pub const CEL_BUDGET: u64 = 5_000_000;
+pub use super::cel_cost::{BYTE_BUDGET, Cost, STEP_BUDGET};
 
 /// A compiled CEL expression together with its source text.
 #[derive(Clone)]
 pub struct CelExpr {
     source: String,
     program: Arc<cel::Program>,
-    /// Nodes of its syntax tree.
-    size: u64,
     /// How deep its macros (comprehensions) nest: 0 for none.
     depth: u32,
     /// The state fields it reads (`state.NAME`), or `None` when it uses
@@ -72,14 +67,13 @@ impl CelExpr {
                 name: (*name).to_owned(),
             });
         }
-        let (size, depth) = shape(program.expression());
+        let depth = macro_depth(program.expression());
         let fields_of = |variable: &str| {
             let mut fields = BTreeSet::new();
             fields_read(program.expression(), variable, &mut fields).then(|| Arc::new(fields))
         };
         Ok(Self {
             source: source.to_owned(),
-            size,
             depth,
             state_fields: fields_of("state"),
             scope_fields: fields_of("scope"),
@@ -98,33 +92,42 @@ impl CelExpr {
         self.depth > 0
     }
 
-    /// Refuses an evaluation whose estimated cost is over [`CEL_BUDGET`]:
-    /// each macro level may iterate over the longest list in reach.
-    fn check_budget(
+    /// Refuses an evaluation that could take more steps or bytes than
+    /// one may ([`cel_cost`](super::cel_cost)): estimated on the sizes of
+    /// what it reads, before anything is allocated.
+    pub fn check_cost(
         &self,
         state: &Map<String, Value>,
         scope: &Map<String, Value>,
-    ) -> Result<(), ExprError> {
-        if self.depth == 0 {
-            return Ok(());
-        }
-        let longest = read_values(state, self.state_fields.as_deref())
-            .chain(read_values(scope, self.scope_fields.as_deref()))
-            .map(longest_list)
-            .max()
-            .unwrap_or(0);
-        let per_level = longest as u64 + 1;
-        let estimate = (0..self.depth).fold(self.size, |cost, _| cost.saturating_mul(per_level));
-        if estimate > CEL_BUDGET {
-            return Err(ExprError::OverBudget {
-                expr: self.source.clone(),
-                estimate,
-                depth: self.depth,
-                longest,
-                budget: CEL_BUDGET,
-            });
-        }
-        Ok(())
+    ) -> Result<Cost, ExprError> {
+        let cost = super::cel_cost::estimate(
+            self.program.expression(),
+            (state, self.state_fields.as_deref()),
+            (scope, self.scope_fields.as_deref()),
+        );
+        let detail = if cost.bytes > BYTE_BUDGET {
+            format!(
+                "it could allocate or read about {} on this state; an expression may use at most {}",
+                bytes_text(cost.bytes),
+                bytes_text(BYTE_BUDGET)
+            )
+        } else if cost.steps > STEP_BUDGET {
+            format!(
+                "it could take about {} steps on this state (macros iterate over lists{}); an expression may take at most {STEP_BUDGET}",
+                cost.steps,
+                if self.depth > 1 {
+                    format!(", nested {} deep", self.depth)
+                } else {
+                    String::new()
+                },
+            )
+        } else {
+            return Ok(cost);
+        };
+        Err(ExprError::TooCostly {
+            expr: abbreviated(&self.source),
+            detail,
+        })
     }
 
     /// Returns the expression as written.
@@ -142,7 +145,7 @@ impl CelExpr {
             expr: self.source.clone(),
             detail: format!("{what}: {error}"),
         };
-        self.check_budget(state, scope)?;
+        self.check_cost(state, scope)?;
         let mut context = cel::Context::default();
         // Only the fields the expression reads are handed over: a condition
         // on a counter next to a 10 MB field converts the counter alone.
@@ -193,17 +196,6 @@ impl serde::Serialize for IntsFirstMap<'_> {
                     .map(|(k, v)| (k, IntsFirst(v))),
             ),
         }
-    }
-}
-
-/// The values of `map` an expression reads: the named fields, or all.
-fn read_values<'a>(
-    map: &'a Map<String, Value>,
-    fields: Option<&'a BTreeSet<String>>,
-) -> Box<dyn Iterator<Item = &'a Value> + 'a> {
-    match fields {
-        None => Box::new(map.values()),
-        Some(fields) => Box::new(fields.iter().filter_map(|f| map.get(f))),
     }
 }
 
@@ -273,59 +265,60 @@ impl serde::Serialize for IntsFirst<'_> {
     }
 }
 
-/// The longest array in a JSON value, nested ones included.
-fn longest_list(value: &Value) -> usize {
-    match value {
-        Value::Array(items) => items
-            .iter()
-            .map(longest_list)
-            .max()
-            .unwrap_or(0)
-            .max(items.len()),
-        Value::Object(map) => map.values().map(longest_list).max().unwrap_or(0),
-        _ => 0,
+/// How deep an expression's comprehensions (macros) nest: 0 for none.
+fn macro_depth(expr: &cel::IdedExpr) -> u32 {
+    use cel::common::ast::{EntryExpr, Expr};
+    let deepest = |children: &mut dyn Iterator<Item = &cel::IdedExpr>| {
+        children.map(macro_depth).max().unwrap_or(0)
+    };
+    match &expr.expr {
+        Expr::Unspecified | Expr::Literal(_) | Expr::Ident(_) => 0,
+        Expr::Call(call) => deepest(&mut call.target.iter().map(|t| &**t).chain(call.args.iter())),
+        Expr::Select(select) => macro_depth(&select.operand),
+        Expr::List(list) => deepest(&mut list.elements.iter()),
+        Expr::Map(cel::common::ast::MapExpr { entries })
+        | Expr::Struct(cel::common::ast::StructExpr { entries, .. }) => {
+            deepest(&mut entries.iter().flat_map(|entry| match &entry.expr {
+                EntryExpr::StructField(field) => vec![&field.value],
+                EntryExpr::MapEntry(pair) => vec![&pair.key, &pair.value],
+            }))
+        }
+        Expr::Comprehension(c) => deepest(&mut [&c.iter_range, &c.accu_init].into_iter())
+            .max(1 + deepest(&mut [&c.loop_cond, &c.loop_step, &c.result].into_iter())),
     }
 }
 
-/// The number of nodes of an expression and how deep its comprehensions nest.
-fn shape(expr: &cel::IdedExpr) -> (u64, u32) {
-    use cel::common::ast::{EntryExpr, Expr};
-    let mut size = 1u64;
-    let mut depth = 0u32;
-    let mut add = |child: &cel::IdedExpr, extra: u32| {
-        let (s, d) = shape(child);
-        size = size.saturating_add(s);
-        depth = depth.max(d + extra);
-    };
-    match &expr.expr {
-        Expr::Unspecified | Expr::Literal(_) | Expr::Ident(_) => {}
-        Expr::Call(call) => {
-            call.target.iter().for_each(|t| add(t, 0));
-            call.args.iter().for_each(|a| add(a, 0));
-        }
-        Expr::Select(select) => add(&select.operand, 0),
-        Expr::List(list) => list.elements.iter().for_each(|e| add(e, 0)),
-        Expr::Map(cel::common::ast::MapExpr { entries })
-        | Expr::Struct(cel::common::ast::StructExpr { entries, .. }) => {
-            for entry in entries {
-                match &entry.expr {
-                    EntryExpr::StructField(field) => add(&field.value, 0),
-                    EntryExpr::MapEntry(pair) => {
-                        add(&pair.key, 0);
-                        add(&pair.value, 0);
-                    }
-                }
-            }
-        }
-        Expr::Comprehension(c) => {
-            add(&c.iter_range, 0);
-            add(&c.accu_init, 0);
-            add(&c.loop_cond, 1);
-            add(&c.loop_step, 1);
-            add(&c.result, 1);
-        }
+/// An expression as an error quotes it: whole when short, else its
+/// beginning and how long it is.
+pub(crate) fn abbreviated(source: &str) -> String {
+    const SHOWN: usize = 160;
+    if source.len() <= SHOWN {
+        return source.to_owned();
     }
-    (size, depth)
+    let mut end = SHOWN;
+    while !source.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}… ({} characters)", &source[..end], source.len())
+}
+
+/// A byte count as people read it: `4.0 GiB`, `64 MiB`, `512 bytes`.
+pub(crate) fn bytes_text(bytes: u64) -> String {
+    const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
+    if bytes < 1024 {
+        return format!("{bytes} bytes");
+    }
+    let mut value = bytes as f64 / 1024.0;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if value.fract() == 0.0 {
+        format!("{value:.0} {}", UNITS[unit])
+    } else {
+        format!("{value:.1} {}", UNITS[unit])
+    }
 }
 
 /// Collects the variables `expr` reads that no enclosing comprehension
@@ -412,22 +405,13 @@ mod tests {
         let long = state(json!({ "l": items }));
         // This took 17 s on the coordinator's thread.
         let error = expr.is_true(&long, &Map::new()).unwrap_err();
+        assert!(matches!(error, ExprError::TooCostly { .. }), "{error}");
+        let text = error.to_string();
         assert!(
-            matches!(
-                error,
-                ExprError::OverBudget {
-                    depth: 3,
-                    longest: 400,
-                    ..
-                }
-            ),
-            "{error}"
+            text.contains("an expression may take at most 5000000"),
+            "{text}"
         );
-        assert!(
-            error
-                .to_string()
-                .contains("an expression may take at most 5000000")
-        );
+        assert!(text.contains("nested 3 deep"), "{text}");
         // The same expression on short lists runs.
         assert!(
             expr.is_true(&state(json!({"l": [1, 2, 3]})), &Map::new())
@@ -436,6 +420,89 @@ mod tests {
         // One level over the same long list is cheap.
         let one = CelExpr::compile("state.l.exists(x, x > 398)").unwrap();
         assert!(one.is_true(&long, &Map::new()).unwrap());
+    }
+
+    #[test]
+    fn string_sums_are_refused_by_the_bytes_they_would_allocate() {
+        // A tree of 512 `state.s + state.s` terms over 8 MB asked for 4 GiB
+        // and aborted the coordinator inside `cel`'s string add.
+        let mut tree = "state.s".to_owned();
+        for _ in 0..9 {
+            tree = format!("({tree} + {tree})");
+        }
+        let expr = CelExpr::compile(&format!("size({tree}) > 0")).unwrap();
+        let big = state(json!({"s": "x".repeat(8 << 20)}));
+        let error = expr.is_true(&big, &Map::new()).unwrap_err();
+        let text = error.to_string();
+        assert!(matches!(error, ExprError::TooCostly { .. }), "{text}");
+        assert!(
+            text.contains("could allocate or read about 36.0 GiB"),
+            "{text}"
+        );
+        assert!(text.contains(" characters)` is too costly"), "{text}");
+        assert!(text.contains("at most 64 MiB"), "{text}");
+        assert!(
+            text.starts_with("`size((((((((((state.s + state.s)"),
+            "{text}"
+        );
+        // The same expression on a short string runs.
+        assert!(
+            expr.is_true(&state(json!({"s": "ab"})), &Map::new())
+                .unwrap()
+        );
+
+        // A left-leaning chain copies what it has so far at each `+`:
+        // 250 terms over 1 MB would copy about 31 GB.
+        let chain = vec!["state.s"; 250].join(" + ");
+        let expr = CelExpr::compile(&format!("size({chain}) > 0")).unwrap();
+        let mb = state(json!({"s": "x".repeat(1 << 20)}));
+        let text = expr.is_true(&mb, &Map::new()).unwrap_err().to_string();
+        assert!(text.contains("could allocate or read about 30."), "{text}");
+        // Lists grow the same way.
+        let lists = CelExpr::compile("size(state.l + state.l + state.l + state.l) > 0").unwrap();
+        let items: Vec<Value> = (0..200_000).map(|i| json!(format!("item {i}"))).collect();
+        let long = state(json!({ "l": items }));
+        let error = lists.is_true(&long, &Map::new()).unwrap_err();
+        assert!(matches!(error, ExprError::TooCostly { .. }), "{error}");
+    }
+
+    #[test]
+    fn ordinary_expressions_over_big_states_stay_within_budget() {
+        let items: Vec<Value> = (0..10_000).map(|i| json!(format!("item {i}"))).collect();
+        let big = state(json!({
+            "s": "x".repeat(8 << 20),
+            "l": items,
+            "n": 3,
+        }));
+        let fine = [
+            "size(state.s) > 0",
+            "state.s.contains('y') || state.n > 2",
+            "state.s.startsWith('x') && state.s != ''",
+            "state.l.exists(x, x == 'item 9999')",
+            "size(state.l.map(x, x + '!')) == 10000",
+            "state.l.filter(x, x.endsWith('7')).size() > 0",
+            "'item 5' in state.l",
+        ];
+        for source in fine {
+            let expr = CelExpr::compile(source).unwrap();
+            let cost = expr.check_cost(&big, &Map::new());
+            assert!(cost.is_ok(), "{source}: {cost:?}");
+            assert!(expr.is_true(&big, &Map::new()).unwrap(), "{source}");
+        }
+    }
+
+    #[test]
+    fn the_estimate_bounds_what_an_evaluation_allocates() {
+        // A map's result grows by what each iteration appends.
+        let expr = CelExpr::compile("state.l.map(x, x + x)").unwrap();
+        let items: Vec<Value> = (0..1000).map(|_| json!("abcd")).collect();
+        let st = state(json!({ "l": items }));
+        let cost = expr.check_cost(&st, &Map::new()).unwrap();
+        // Each of the 1000 iterations allocates an 8-byte string and a
+        // one-item list: far less than the whole list each time.
+        assert!(cost.bytes < 500_000, "{cost:?}");
+        assert!(cost.bytes > 8 * 1000, "{cost:?}");
+        assert!(cost.steps >= 1000, "{cost:?}");
     }
 
     #[test]

@@ -17,8 +17,12 @@ use std::sync::OnceLock;
 use minijinja::{Environment, UndefinedBehavior};
 use serde_json::{Map, Value};
 
-/// Instructions a single template render may spend before it is stopped.
-const TEMPLATE_FUEL: u64 = 200_000;
+/// Fuel a single template render may spend before it is stopped: an
+/// instruction costs one, and minijinja charges one per 64 bytes of every
+/// string, list or map it makes or writes, so this bounds a render at
+/// about a million instructions and 64 MiB (as [`super::cel::BYTE_BUDGET`]
+/// bounds a CEL evaluation).
+const TEMPLATE_FUEL: u64 = 1 << 20;
 
 /// Why an expression or a template failed to compile or to evaluate. Each
 /// message quotes the expression as written.
@@ -56,21 +60,14 @@ pub enum ExprError {
         /// What CEL said.
         detail: String,
     },
-    /// Evaluating the expression on this state could take too long.
-    #[error(
-        "`{expr}` could take about {estimate} steps on this state (macros nested {depth} deep over lists of up to {longest} items); an expression may take at most {budget}"
-    )]
-    OverBudget {
-        /// The expression.
+    /// Evaluating the expression or template could take more steps or
+    /// bytes than one evaluation may (`ExpressionTooCostly`).
+    #[error("`{expr}` is too costly: {detail}")]
+    TooCostly {
+        /// The expression or template, as written.
         expr: String,
-        /// The estimated steps.
-        estimate: u64,
-        /// How deep its macros nest.
-        depth: u32,
-        /// The longest list in the state and scope.
-        longest: usize,
-        /// The limit.
-        budget: u64,
+        /// Which limit, and by how much.
+        detail: String,
     },
     /// A value cannot be handed to, or taken from, an expression as JSON.
     #[error("`{expr}` {detail}")]
@@ -112,6 +109,14 @@ pub enum ExprError {
         /// What minijinja said.
         detail: String,
     },
+}
+
+impl ExprError {
+    /// Whether the evaluation was refused for what it would cost (the same
+    /// evaluation would be refused again).
+    pub fn is_too_costly(&self) -> bool {
+        matches!(self, Self::TooCostly { .. })
+    }
 }
 
 /// JSON truthiness: `false`, `null`, `0`, `""`, `[]` and `{}` are false.
@@ -295,6 +300,15 @@ impl Template {
             && let Some(expression) = expression
         {
             return self.undefined(context, expression);
+        }
+        if error.kind() == minijinja::ErrorKind::OutOfFuel {
+            return ExprError::TooCostly {
+                expr: super::cel::abbreviated(&self.source),
+                detail: format!(
+                    "rendering it on this state would take more than {TEMPLATE_FUEL} instructions or allocate more than {}",
+                    super::cel::bytes_text(TEMPLATE_FUEL * 64)
+                ),
+            };
         }
         ExprError::TemplateFailed {
             template: self.source.clone(),
@@ -549,6 +563,36 @@ mod tests {
             ..Default::default()
         };
         assert!(template.render(&ctx, Strictness::Strict).is_err());
+    }
+
+    #[test]
+    fn templates_are_bounded_by_the_bytes_they_make() {
+        let st = state(json!({"s": "x".repeat(8 << 20)}));
+        let ctx = TemplateContext {
+            state: Some(&st),
+            ..Default::default()
+        };
+        let bombs = [
+            // Each `~` copies what it has so far.
+            format!("{{{{ {} }}}}", vec!["s"; 64].join(" ~ ")),
+            // One repetition asks for it all at once.
+            "{{ 'x' * 99000000 }}".to_owned(),
+            "{% for i in range(100) %}{{ s }}{% endfor %}".to_owned(),
+        ];
+        for bomb in &bombs {
+            let template = Template::parse(bomb).unwrap();
+            let error = template.render(&ctx, Strictness::Strict).unwrap_err();
+            assert!(
+                matches!(error, ExprError::TooCostly { .. }),
+                "{bomb}: {error}"
+            );
+            assert!(error.to_string().contains("64 MiB"), "{error}");
+        }
+        // Passing a big field through, or writing it once, is fine.
+        for fine in ["{{ s }}", "head {{ s }} tail", "{{ s | length }}"] {
+            let template = Template::parse(fine).unwrap();
+            assert!(template.render(&ctx, Strictness::Strict).is_ok(), "{fine}");
+        }
     }
 
     #[test]

@@ -10,6 +10,7 @@ mod approvers;
 mod builder;
 mod builder_kinds;
 mod cel;
+mod cel_cost;
 mod declarations;
 pub mod diagram;
 mod document;

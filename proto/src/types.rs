@@ -159,11 +159,15 @@ pub enum FailureKind {
     /// reply that is not a chat completion, or structured output that is
     /// not JSON.
     ModelError,
+    /// A condition, router, `over` or template of the node could take more
+    /// steps or bytes than one evaluation may; evaluating it again would
+    /// not help, so this failure is final.
+    ExpressionTooCostly,
 }
 
 impl FailureKind {
     /// Every kind, in declaration order.
-    pub const ALL: [Self; 18] = [
+    pub const ALL: [Self; 19] = [
         Self::ScriptFailed,
         Self::HandlerError,
         Self::HandlerPanicked,
@@ -182,6 +186,7 @@ impl FailureKind {
         Self::Unsupported,
         Self::SubgraphFailed,
         Self::ModelError,
+        Self::ExpressionTooCostly,
     ];
 
     /// The `snake_case` name, as on the wire and in `--json` output.
@@ -205,6 +210,7 @@ impl FailureKind {
             Self::Unsupported => "unsupported",
             Self::SubgraphFailed => "subgraph_failed",
             Self::ModelError => "model_error",
+            Self::ExpressionTooCostly => "expression_too_costly",
         }
     }
 

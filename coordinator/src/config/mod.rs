@@ -84,7 +84,7 @@ impl Default for CoordinatorConfig {
             worker_timeout: Duration::from_secs(10),
             task_grace: Duration::from_secs(10),
             call_timeout: Duration::from_secs(30),
-            max_task_losses: 3,
+            max_task_losses: 2,
             max_bundle_bytes: 64 << 20,
             max_input_bytes: 16 << 20,
             max_result_bytes: 16 << 20,

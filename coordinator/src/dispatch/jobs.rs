@@ -132,7 +132,7 @@ impl Default for Limits {
         Self {
             worker_timeout: Duration::from_secs(10),
             grace: Duration::from_secs(5),
-            max_losses: 3,
+            max_losses: 2,
             jam_timeout: Duration::from_secs(10),
         }
     }

@@ -110,6 +110,8 @@ impl Runs {
             admitted: Some(admitted),
             lease,
             children,
+            marks: self.marks.clone(),
+            suspect: false,
         });
         // The actor's first checkpoint: acknowledged means stored.
         let refused = match stored.await {

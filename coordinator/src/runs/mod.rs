@@ -11,9 +11,11 @@ mod admission;
 mod answers;
 mod children;
 mod parsed;
+pub(crate) mod quarantine;
 mod recovery;
 pub mod retention;
 
+pub use quarantine::StepMarks;
 pub use retention::DeleteError;
 
 use std::collections::HashMap;
@@ -94,6 +96,8 @@ pub struct Runs {
     registered: Arc<watch::Sender<u64>>,
     /// Graphs of bundles submitted before, parsed.
     parsed: Arc<parsed::ParsedGraphs>,
+    /// Where the runs' steps are marked while they run.
+    marks: Arc<StepMarks>,
 }
 
 #[derive(Default)]
@@ -127,7 +131,14 @@ impl Runs {
             stored_files: Arc::default(),
             registered: Arc::new(watch::Sender::new(0)),
             parsed: Arc::default(),
+            marks: Arc::new(StepMarks::none()),
         }
+    }
+
+    /// Marks the runs' steps in `marks` from now on.
+    pub fn with_marks(mut self, marks: Arc<StepMarks>) -> Self {
+        self.marks = marks;
+        self
     }
 
     /// Keeps runs through `keeper` from now on.

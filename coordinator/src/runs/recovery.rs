@@ -3,8 +3,8 @@
 
 use std::sync::Arc;
 
-use super::Runs;
 use super::admission::bundle_refs;
+use super::{Runs, quarantine};
 use crate::bundle::BundleError;
 use crate::durable::journal::Journal;
 use crate::durable::{Keeper, restore};
@@ -35,7 +35,8 @@ impl Runs {
         let count = stored.len();
         for run in stored {
             let id = run.id.clone();
-            if let Err(error) = self.adopt(&keeper, run) {
+            let crashes = quarantine::crashes(keeper.store(), &id).await?;
+            if let Err(error) = self.adopt(&keeper, run, crashes) {
                 tracing::error!(run = %id, %error, "a stored run cannot continue");
             }
         }
@@ -47,6 +48,7 @@ impl Runs {
         &self,
         keeper: &Keeper,
         run: restore::StoredRun<Progress>,
+        crashes: u32,
     ) -> Result<(), NotContinued> {
         let (graph, _) = run.bundle.load_graph()?;
         let durability = graph.settings.durability;
@@ -75,11 +77,17 @@ impl Runs {
                 log: run.log,
                 created_unix_ms: run.head.created_unix_ms,
             }),
-            start: Start::Recover,
+            start: if crashes >= quarantine::QUARANTINE_AFTER {
+                Start::Quarantine { crashes }
+            } else {
+                Start::Recover
+            },
             journal: Some(journal),
             admitted: None,
             lease: self.blobs.add_bundle(&run.bundle),
             children,
+            marks: self.marks.clone(),
+            suspect: crashes > 0,
         });
         let files = run.head.files.iter().map(|f| f.sha256.clone()).collect();
         self.stored_files.hold(&run.id, files);

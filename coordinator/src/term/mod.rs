@@ -21,6 +21,7 @@ use crate::config::CoordinatorConfig;
 use crate::dispatch::{DispatcherConfig, DispatcherHandle, Limits, spawn_dispatcher};
 use crate::durable::Keeper;
 use crate::runs::Runs;
+use crate::runs::quarantine::{self, StepMarks};
 pub use lease_clock::LeaseClock;
 
 /// What a leading coordinator serves with, for one term.
@@ -72,7 +73,15 @@ pub async fn start_term(
     ended: CancellationToken,
     tracker: &TaskTracker,
 ) -> Result<Services, weft_store::StoreError> {
+    // The runs an earlier coordinator died stepping are charged first, so
+    // recovery quarantines those charged twice.
+    let marks = Arc::new(StepMarks::in_dir(&config.data_dir));
+    let crashed = marks.take_crashed();
+    if !crashed.is_empty() {
+        quarantine::charge(keeper.store(), &crashed).await?;
+    }
     let (runs, dispatcher, blobs) = start_runs(config, keeper, &ended, tracker);
+    let runs = runs.with_marks(marks);
     let recovered = runs.recover(config.max_bundle_bytes).await?;
     if recovered > 0 {
         tracing::info!(runs = recovered, "runs restored from the store");

@@ -481,3 +481,94 @@ async fn a_growing_field_stored_as_deltas_is_restored_exactly() -> anyhow::Resul
     assert_eq!(done.state["messages"], json!(expected));
     Ok(())
 }
+
+/// A graph whose first node waits for `file` to exist, then writes `done`.
+fn waits_for(file: &std::path::Path) -> weft_client::GraphBundle {
+    weft_client::GraphBundle::from_text(
+        "waits.yaml",
+        &format!(
+            "nodes:\n  a: {{ kind: script, start: true, run: [sh, -c, 'while [ ! -e {} ]; do sleep 0.05; done; echo \"{{\\\"done\\\": true}}\"'] }}\n",
+            file.display()
+        ),
+    )
+}
+
+#[tokio::test]
+async fn a_run_the_coordinator_died_stepping_twice_is_quarantined_and_the_rest_go_on()
+-> anyhow::Result<()> {
+    let mut cluster = TestCluster::start()?;
+    cluster.add_worker("w", 2)?;
+    cluster.wait_for_workers(&["w"]).await?;
+    let client = cluster.client().await?;
+    let (poison_gate, other_gate) = (cluster.dir().join("poison"), cluster.dir().join("other"));
+    let poison = client
+        .submit_bundle(waits_for(&poison_gate), &json!({}))
+        .await?;
+    let other = client
+        .submit_bundle(waits_for(&other_gate), &json!({}))
+        .await?;
+    for run in [&poison.run_id, &other.run_id] {
+        weft_tests::wait_for_event(&client, run, "node_started").await?;
+    }
+    // The coordinator dies while stepping the poison run: what a crash
+    // inside a step leaves in the data directory (the marks' own unit
+    // tests show a step leaves it until it returns).
+    let died_stepping = |cluster: &mut TestCluster| -> anyhow::Result<()> {
+        cluster.stop_coordinator()?;
+        std::fs::write(
+            cluster.data_dir().join("steps-in-flight"),
+            format!("{}\n", poison.run_id),
+        )?;
+        cluster.restart_coordinator()
+    };
+    died_stepping(&mut cluster)?;
+    cluster
+        .wait_for_log(
+            "coordinator",
+            "its steps now run alone, and it is quarantined if it happens again",
+        )
+        .await?;
+    // Once is not enough: the run goes on, recovered.
+    let client = cluster.client().await?;
+    let status = client.status(&poison.run_id).await?;
+    assert_eq!(status.status, RunStatus::Running, "{:?}", status.error);
+
+    died_stepping(&mut cluster)?;
+    let client = cluster.client().await?;
+    let done = tokio::time::timeout(Duration::from_secs(60), client.wait(&poison.run_id)).await??;
+    assert_eq!(done.status, RunStatus::Failed);
+    let error = done.error.expect("an error");
+    assert_eq!(error.kind, "Quarantined");
+    assert!(
+        error
+            .message
+            .contains("the coordinator stopped 2 times while stepping this run"),
+        "{}",
+        error.message
+    );
+    // Everything else is served: the other run, and a new one.
+    std::fs::write(&other_gate, "")?;
+    let done = tokio::time::timeout(Duration::from_secs(60), client.wait(&other.run_id)).await??;
+    assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error);
+    std::fs::write(&poison_gate, "")?;
+    let again = client
+        .submit_bundle(waits_for(&poison_gate), &json!({}))
+        .await?;
+    let done = tokio::time::timeout(Duration::from_secs(60), client.wait(&again.run_id)).await??;
+    assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error);
+    // A restart with no step under way charges nobody: the marks are
+    // empty between steps.
+    let charged = |cluster: &TestCluster| {
+        cluster
+            .log("coordinator")
+            .matches("the coordinator stopped while stepping this run")
+            .count()
+    };
+    assert_eq!(charged(&cluster), 2);
+    cluster.restart_coordinator()?;
+    let client = cluster.client().await?;
+    let status = client.status(&other.run_id).await?;
+    assert_eq!(status.status, RunStatus::Completed);
+    assert_eq!(charged(&cluster), 2);
+    Ok(())
+}

@@ -156,10 +156,67 @@ edges:
         .await
         .expect("the run ends instead of freezing")?;
     assert_eq!(done.status, weft_client::RunStatus::Failed);
-    let message = done.error.map(|e| e.message).unwrap_or_default();
+    let error = done.error.expect("an error");
+    assert_eq!(error.kind, "ExpressionTooCostly");
     assert!(
-        message.contains("macros nested 3 deep over lists of up to 400 items"),
-        "{message}"
+        error
+            .message
+            .contains("steps on this state (macros iterate over lists, nested 3 deep)"),
+        "{}",
+        error.message
+    );
+    still_serves(&cluster).await
+}
+
+#[tokio::test]
+async fn a_condition_that_would_allocate_gigabytes_fails_its_node_and_the_coordinator_lives()
+-> anyhow::Result<()> {
+    let mut cluster = TestCluster::start()?;
+    cluster.add_worker("w", 1)?;
+    cluster.wait_for_workers(&["w"]).await?;
+    let client = cluster.client().await?;
+    // A 6 KB condition of 512 `state.s + state.s` terms over an 8 MB input
+    // aborted the coordinator (a failed allocation in `cel`'s string add),
+    // and again at every restart as the run was recovered.
+    let mut tree = "state.s".to_owned();
+    for _ in 0..9 {
+        tree = format!("({tree} + {tree})");
+    }
+    let graph = format!(
+        "nodes:\n  a: {{ kind: script, run: [sh, -c, 'echo \"{{}}\"'], start: true }}\n  b: {{ kind: script, run: [sh, -c, 'echo \"{{}}\"'] }}\nedges:\n  - {{ from: a, to: b, when: \"size({tree}) > 0\" }}\n"
+    );
+    let bundle = weft_client::GraphBundle::from_text("bomb.yaml", &graph);
+    let submitted = client
+        .submit_bundle(bundle, &serde_json::json!({ "s": "x".repeat(8 << 20) }))
+        .await?;
+    let done = tokio::time::timeout(ANSWER_WITHIN, client.wait(&submitted.run_id))
+        .await
+        .expect("the run ends instead of taking the coordinator down")?;
+    assert_eq!(done.status, weft_client::RunStatus::Failed);
+    let error = done.error.expect("an error");
+    assert_eq!(error.kind, "ExpressionTooCostly");
+    assert_eq!(error.node, "a");
+    assert!(
+        error.message.contains("is too costly: it could allocate or read about 36.0 GiB on this state; an expression may use at most 64 MiB"),
+        "{}",
+        error.message
+    );
+    // A left-leaning chain over 1 MB would copy about 31 GB: refused too,
+    // where it stalled the runtime for 20 s.
+    let chain = vec!["state.s"; 250].join(" + ");
+    let graph = format!(
+        "nodes:\n  a: {{ kind: script, run: [sh, -c, 'echo \"{{}}\"'], start: true }}\n  b: {{ kind: script, run: [sh, -c, 'echo \"{{}}\"'] }}\nedges:\n  - {{ from: a, to: b, when: \"size({chain}) > 0\" }}\n"
+    );
+    let bundle = weft_client::GraphBundle::from_text("chain.yaml", &graph);
+    let submitted = client
+        .submit_bundle(bundle, &serde_json::json!({ "s": "x".repeat(1 << 20) }))
+        .await?;
+    let done = tokio::time::timeout(ANSWER_WITHIN, client.wait(&submitted.run_id))
+        .await
+        .expect("the run ends")?;
+    assert_eq!(
+        done.error.map(|e| e.kind).as_deref(),
+        Some("ExpressionTooCostly")
     );
     still_serves(&cluster).await
 }

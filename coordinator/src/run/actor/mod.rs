@@ -39,6 +39,7 @@ use crate::durable::journal::Journal;
 use crate::run::{
     Effect, Input, NodeId, Rejected, RunEvent, RunMachine, RunPlan, RunStatus, TaskKey, UntilJudge,
 };
+use crate::runs::StepMarks;
 
 /// How often a map's finished items are checkpointed at most.
 pub(super) const ITEM_CHECKPOINTS: Duration = Duration::from_millis(100);
@@ -78,6 +79,12 @@ pub struct RunSetup {
     pub lease: BlobLease,
     /// Starts and follows the run's subgraph nodes' child runs.
     pub children: Option<Arc<dyn ChildRuns>>,
+    /// Where the run's steps are marked while they run, so a coordinator
+    /// that dies in one knows which run it was stepping.
+    pub marks: Arc<StepMarks>,
+    /// The run was being stepped when a coordinator died: its steps run
+    /// alone.
+    pub suspect: bool,
 }
 
 /// How a run's actor begins.
@@ -93,6 +100,12 @@ pub enum Start {
     /// A run restored from the store by a new coordinator: what was out is
     /// sent again ([`RunMachine::resume`]).
     Recover,
+    /// A run restored from the store whose steps killed coordinators
+    /// `crashes` times: it fails, unevaluated.
+    Quarantine {
+        /// The crashes it is charged with.
+        crashes: u32,
+    },
 }
 
 /// What a revived run carries over from its record.
@@ -160,6 +173,8 @@ fn start_actor(
         children_started,
         children,
         spans,
+        marks: setup.marks,
+        suspect: setup.suspect,
     };
     // The actor's own log lines are in the run's span: they carry its id
     // and trace id.
@@ -212,6 +227,8 @@ pub(super) struct RunActor {
     last_checkpoint: Instant,
     /// The run's trace.
     spans: spans::RunSpans,
+    marks: Arc<StepMarks>,
+    suspect: bool,
 }
 
 impl RunActor {
@@ -260,15 +277,19 @@ impl RunActor {
                 if !stored {
                     return;
                 }
-                let effects = self.machine.start();
+                let effects = self.step(RunMachine::start);
                 self.perform(effects);
                 self.count_status(None);
             }
             Start::Retry { by } => self.input(Input::RetryRun { by }),
             Start::Recover => {
-                let effects = self.machine.resume();
+                let effects = self.step(RunMachine::resume);
                 self.perform(effects);
                 self.count_status(None);
+            }
+            Start::Quarantine { crashes } => {
+                self.count_status(None);
+                self.input(Input::Quarantine { crashes });
             }
         }
         self.flush().await;
@@ -345,6 +366,8 @@ impl RunActor {
             journal: self.journal,
             admitted: None,
             lease: self.lease,
+            marks: self.marks,
+            suspect: self.suspect,
         });
         let record = FinishedRun {
             view,
@@ -381,14 +404,23 @@ impl RunActor {
     /// Applies an input, performs its effects, and keeps the status gauge.
     fn apply(&mut self, input: Input) -> Result<(), Rejected> {
         let before = self.machine.status();
-        let effects = if self.plan.iterates() {
-            off_the_runtime(|| self.machine.apply(input))?
-        } else {
-            self.machine.apply(input)?
-        };
+        let effects = self.step(|machine| machine.apply(input))?;
         self.perform(effects);
         self.count_status(Some(before));
         Ok(())
+    }
+
+    /// Steps the machine: off the runtime's threads when the step may
+    /// evaluate the graph's expressions or templates (SPEC 11: a costly
+    /// evaluation must not hold up other runs, heartbeats or the API).
+    /// The step is marked while it runs ([`StepMarks`]).
+    fn step<T>(&mut self, step: impl FnOnce(&mut RunMachine) -> T) -> T {
+        let _marked = self.marks.step(&self.id, self.suspect);
+        if self.plan.evaluates() {
+            off_the_runtime(|| step(&mut self.machine))
+        } else {
+            step(&mut self.machine)
+        }
     }
 
     fn perform(&mut self, effects: Vec<Effect>) {
@@ -577,8 +609,9 @@ impl RunActor {
     }
 }
 
-/// Runs `work`, which may take a while (an expression iterating over long
-/// lists), without holding up the other tasks of a multi-threaded runtime.
+/// Runs `work`, which may take a while (an expression over a big state),
+/// without holding up the other tasks of a multi-threaded runtime: the
+/// thread hands its tasks to another before it starts.
 fn off_the_runtime<T>(work: impl FnOnce() -> T) -> T {
     use tokio::runtime::{Handle, RuntimeFlavor};
     match Handle::try_current() {

@@ -59,6 +59,8 @@ fn start_kept(
         admitted: None,
         lease: BlobStore::default().add_bundle(&bundle),
         children: None,
+        marks: Arc::new(crate::runs::StepMarks::none()),
+        suspect: false,
     })
 }
 

@@ -127,6 +127,12 @@ pub enum Input {
         /// The limit.
         limit: usize,
     },
+    /// The run's steps killed coordinators `crashes` times: it fails
+    /// without being stepped again.
+    Quarantine {
+        /// The crashes it is charged with.
+        crashes: u32,
+    },
     /// A running task sent a teammate message (SPEC 5).
     TeamSend {
         /// The sending task.
@@ -280,6 +286,16 @@ pub enum UntilJudge {
 }
 pub use weft_proto::types::{FailureKind, RunStatus};
 
+/// The failure kind of a step whose expression or template failed with
+/// `error`: `otherwise`, unless it was refused as too costly.
+pub fn expr_failure(error: &crate::graph::ExprError, otherwise: FailureKind) -> FailureKind {
+    if error.is_too_costly() {
+        FailureKind::ExpressionTooCostly
+    } else {
+        otherwise
+    }
+}
+
 /// How a run failed (SPEC section 7). The state as of the last merge stays
 /// available from the machine.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
@@ -394,6 +410,14 @@ pub enum RunError {
         /// The limit.
         limit: usize,
     },
+    /// The coordinator died while stepping the run, too often.
+    #[error(
+        "run quarantined: the coordinator stopped {crashes} times while stepping this run, so it is failed instead of being evaluated again (its state is as of its last checkpoint)"
+    )]
+    Quarantined {
+        /// The crashes it is charged with.
+        crashes: u32,
+    },
     /// The state would hold more fields than a run's state may.
     #[error(
         "the state would hold {fields} fields; a run's state holds at most {limit} (configuration key max_state_fields)"
@@ -410,6 +434,10 @@ impl RunError {
     /// The error's kind, as shown in `--json` output.
     pub fn kind(&self) -> &'static str {
         match self {
+            Self::ExecutionError {
+                kind: FailureKind::ExpressionTooCostly,
+                ..
+            } => "ExpressionTooCostly",
             Self::ExecutionError { .. } => "ExecutionError",
             Self::ConcurrentUpdateError { .. } => "ConcurrentUpdateError",
             Self::ReducerError { .. } => "ReducerError",
@@ -422,6 +450,7 @@ impl RunError {
             Self::Cancelled => "Cancelled",
             Self::EventLimit { .. } => "EventLimit",
             Self::StateTooLarge { .. } => "StateTooLarge",
+            Self::Quarantined { .. } => "Quarantined",
         }
     }
 

@@ -372,6 +372,11 @@ impl RunMachine {
             Input::EventLimit { limit } => {
                 self.stop(RunStatus::Failed, RunError::EventLimit { limit }, &mut fx)?
             }
+            Input::Quarantine { crashes } => self.stop(
+                RunStatus::Failed,
+                RunError::Quarantined { crashes },
+                &mut fx,
+            )?,
             // Watchers see why the run waits; the run goes on waiting.
             Input::TaskUnhosted { node, needs } => {
                 fx.push(Effect::Emit(RunEvent::TaskUnhosted { node, needs }));

@@ -5,7 +5,7 @@
 
 use serde_json::{Map, Value};
 
-use super::events::{HumanAnswer, NodeOutput};
+use super::events::{FailureKind, HumanAnswer, NodeOutput, expr_failure};
 use crate::graph::{
     ExprError, Graph, Node, NodeKind, SchemaError, Strictness, TemplateContext, UpdateValue,
     json_type_name,
@@ -55,6 +55,17 @@ pub enum AnswerError {
     /// The node is not a human node.
     #[error("a {0} node takes no answer")]
     TakesNoAnswer(&'static str),
+}
+
+impl WriteError {
+    /// How a step whose writes fail this way failed: a template too
+    /// costly to render is final, anything else is invalid output.
+    pub fn failure_kind(&self) -> FailureKind {
+        match self {
+            Self::Update { error, .. } => expr_failure(error, FailureKind::InvalidOutput),
+            _ => FailureKind::InvalidOutput,
+        }
+    }
 }
 
 /// The node's writes with `state_updates` applied, checked against the

@@ -10,8 +10,7 @@ use super::merge::HostedReduction;
 use crate::dispatch::binding::{NodeBinding, bind_with};
 use crate::graph::topology::{container_members, forward_order, main_flow};
 use crate::graph::{
-    Code, Condition, EdgeIdx, Graph, Guard, ListSource, NodeIdx, NodeKind, Reducer, Target,
-    UpdateValue,
+    Code, Condition, EdgeIdx, Graph, Guard, NodeIdx, NodeKind, Reducer, Target, UpdateValue,
 };
 
 /// A question for a worker-hosted function, asked while routing.
@@ -34,8 +33,9 @@ pub struct RunPlan {
     reads_state: Vec<bool>,
     bindings: Vec<Option<NodeBinding>>,
     limits: RunLimits,
-    /// Some expression of the graph iterates over lists (CEL macros).
-    iterates: bool,
+    /// The machine evaluates some CEL expression or template of the graph
+    /// (a condition, router, `over`, `until`, `state_updates`, prompt).
+    evaluates: bool,
     /// Per node, the state fields its routing reads (`None`: all).
     routing_reads: Vec<Option<BTreeSet<String>>>,
     /// Per node, the state fields its `state_updates` read (`None`: all).
@@ -89,7 +89,7 @@ impl RunPlan {
                 bind_with(&node.kind, schema, &graph.tools, &graph.dir)
             })
             .collect();
-        let iterates = iterating_expressions(&graph);
+        let evaluates = evaluates_expressions(&graph);
         let routing_reads = (0..graph.nodes.len())
             .map(|idx| routing_reads(&graph, idx))
             .collect();
@@ -112,7 +112,7 @@ impl RunPlan {
             fallback,
             reads_state,
             limits,
-            iterates,
+            evaluates,
             routing_reads,
             update_reads,
         })
@@ -129,11 +129,12 @@ impl RunPlan {
         self.update_reads[idx].as_ref()
     }
 
-    /// Whether some condition, router or `over` of the graph iterates over
-    /// lists, so evaluating it may take a while (within the CEL budget):
-    /// the run's actor then evaluates off the async runtime's threads.
-    pub fn iterates(&self) -> bool {
-        self.iterates
+    /// Whether stepping the machine may evaluate an expression or render
+    /// a template of the graph, whose cost grows with the state (bounded,
+    /// but up to 64 MiB of work): such steps are kept off the runtime's
+    /// threads.
+    pub fn evaluates(&self) -> bool {
+        self.evaluates
     }
 
     /// What a run of this plan may use.
@@ -230,19 +231,30 @@ impl RunPlan {
     }
 }
 
-/// Whether any CEL expression of the graph uses a macro.
-fn iterating_expressions(graph: &Graph) -> bool {
-    let iterates = |condition: &Condition| match condition {
-        Condition::Named(_, expr) | Condition::Inline(expr) => expr.iterates(),
-        Condition::Hosted(_) => false,
-    };
+/// Whether the machine evaluates any CEL expression or template of the
+/// graph: hosted conditions and plain edges cost nothing to decide.
+fn evaluates_expressions(graph: &Graph) -> bool {
+    let evaluated = |condition: &Condition| !matches!(condition, Condition::Hosted(_));
     graph
         .edges
         .iter()
-        .any(|e| matches!(&e.guard, Guard::When(c) if iterates(c)))
+        .any(|e| matches!(&e.guard, Guard::When(c) if evaluated(c)))
         || graph.nodes.iter().any(|node| {
-            node.router.as_ref().is_some_and(|r| iterates(&r.expr))
-                || matches!(&node.kind, NodeKind::Map(map) if matches!(&map.over, ListSource::Cel(e) if e.iterates()))
+            node.router.as_ref().is_some_and(|r| evaluated(&r.expr))
+                || node
+                    .state_updates
+                    .iter()
+                    .any(|(_, update)| matches!(update, crate::graph::UpdateValue::Template(_)))
+                || matches!(
+                    &node.kind,
+                    NodeKind::Map(_)
+                        | NodeKind::Loop(_)
+                        | NodeKind::Llm(_)
+                        | NodeKind::Agent(_)
+                        | NodeKind::Approval { .. }
+                        | NodeKind::Input { .. }
+                        | NodeKind::Subgraph(_)
+                )
         })
 }
 

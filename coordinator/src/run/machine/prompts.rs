@@ -5,7 +5,7 @@
 
 use serde_json::{Map, Value};
 
-use super::events::TaskState;
+use super::events::{FailureKind, TaskState, expr_failure};
 use crate::graph::{ExprError, Node, NodeKind, Strictness, Template, TemplateContext};
 
 /// A prompt template that does not render: which, and why.
@@ -16,6 +16,13 @@ pub(super) struct PromptError {
     template: &'static str,
     #[source]
     error: ExprError,
+}
+
+impl PromptError {
+    /// How the step failed: a template error, or one too costly to render.
+    pub(super) fn failure_kind(&self) -> FailureKind {
+        expr_failure(&self.error, FailureKind::TemplateError)
+    }
 }
 
 /// `{"system": …, "prompt": …}` for an `llm` or `agent` node (`system` is

@@ -7,9 +7,23 @@ use std::collections::HashMap;
 
 use serde_json::{Map, Value};
 
+use super::events::{FailureKind, expr_failure};
 pub use super::plan::Query;
 use super::plan::RunPlan;
 use crate::graph::{Condition, END, EdgeIdx, ExprError, Guard, NodeIdx, NodeKind, Target, truthy};
+
+impl RouteError {
+    /// How the node failed: a routing error, or a condition or router too
+    /// costly to evaluate on this state.
+    pub fn failure_kind(&self) -> FailureKind {
+        match self {
+            Self::Router(error) | Self::Condition(error) => {
+                expr_failure(error, FailureKind::RoutingError)
+            }
+            _ => FailureKind::RoutingError,
+        }
+    }
+}
 
 /// Why a node's routing failed.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]

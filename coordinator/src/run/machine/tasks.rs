@@ -34,10 +34,8 @@ impl RunMachine {
             Ok(prompts) => prompts,
             Err(error) => {
                 // Rendering again would fail again: no retry.
-                let failure = TaskFailure::found_by_coordinator(
-                    FailureKind::TemplateError,
-                    error.to_string(),
-                );
+                let failure =
+                    TaskFailure::found_by_coordinator(error.failure_kind(), error.to_string());
                 match item {
                     Some(item) => self.item_step_done(node, item, Err(failure), fx),
                     None => self.member_failed(node, attempt, failure, fx),
@@ -123,10 +121,10 @@ impl RunMachine {
                 output,
                 true,
             )
-            .map_err(|error| error.to_string())
+            .map_err(|error| (error.failure_kind(), error.to_string()))
             .and_then(|(writes, next)| {
                 self.check_next(next.as_deref())
-                    .map_err(|error| error.to_string())?;
+                    .map_err(|error| (FailureKind::InvalidOutput, error.to_string()))?;
                 Ok((changed_fields(s0, writes), next))
             })
         };
@@ -144,9 +142,8 @@ impl RunMachine {
             }
             // What the coordinator finds wrong with a result is a failed
             // attempt like any other: the retry policy, then the fallback.
-            Err(message) => {
-                let failure =
-                    TaskFailure::found_by_coordinator(FailureKind::InvalidOutput, message);
+            Err((kind, message)) => {
+                let failure = TaskFailure::found_by_coordinator(kind, message);
                 self.attempt_failed(task, failure, fx);
             }
         }
@@ -172,8 +169,12 @@ impl RunMachine {
         let plan = self.plan.clone();
         let node = plan.graph().node(task.node);
         // A task that kept losing its workers is a poison pill: its retry
-        // would only send it to kill another (SPEC 11).
-        let retried = failure.kind != FailureKind::WorkerLost;
+        // would only send it to kill another (SPEC 11). An expression too
+        // costly on this state would be as costly again.
+        let retried = !matches!(
+            failure.kind,
+            FailureKind::WorkerLost | FailureKind::ExpressionTooCostly
+        );
         if retried && task.spec.attempt < node.retry.max_attempts {
             let next_attempt = task.spec.attempt + 1;
             let delay = node.retry.delay_before(next_attempt);
@@ -398,10 +399,8 @@ impl RunMachine {
         ) {
             Ok((writes, _)) => writes,
             Err(error) => {
-                let failure = TaskFailure::found_by_coordinator(
-                    FailureKind::InvalidOutput,
-                    error.to_string(),
-                );
+                let failure =
+                    TaskFailure::found_by_coordinator(error.failure_kind(), error.to_string());
                 self.member_failed(map, 1, failure, fx);
                 return;
             }

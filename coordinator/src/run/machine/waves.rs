@@ -11,7 +11,7 @@ use super::events::*;
 use super::*;
 use std::collections::BTreeSet;
 
-use super::map_run::MapRun;
+use super::map_run::{MapRun, MapStartError};
 use super::merge::{MergeError, merge_wave};
 use super::routing::{Decision, Query, decide};
 use crate::graph::{NodeIdx, NodeKind, Strictness, TemplateContext};
@@ -81,7 +81,7 @@ impl RunMachine {
                     Some(Ok(text)) => text,
                     Some(Err(error)) => {
                         let failure = TaskFailure::found_by_coordinator(
-                            FailureKind::TemplateError,
+                            expr_failure(&error, FailureKind::TemplateError),
                             error.to_string(),
                         );
                         self.member_failed(idx, 1, failure, fx);
@@ -104,10 +104,13 @@ impl RunMachine {
                         self.pump_items(idx, fx);
                     }
                     Err(error) => {
-                        let failure = TaskFailure::found_by_coordinator(
-                            FailureKind::MapError,
-                            error.to_string(),
-                        );
+                        let kind = match &error {
+                            MapStartError::Over(error) => {
+                                expr_failure(error, FailureKind::MapError)
+                            }
+                            _ => FailureKind::MapError,
+                        };
+                        let failure = TaskFailure::found_by_coordinator(kind, error.to_string());
                         self.member_failed(idx, 1, failure, fx);
                     }
                 }
@@ -318,7 +321,7 @@ impl RunMachine {
                     }
                     Err(message) => {
                         let node = self.plan.query_owner(query);
-                        let error = self.routing_error(node, message);
+                        let error = self.routing_error(node, FailureKind::RoutingError, message);
                         self.routing_failed(node, error, fx);
                         return;
                     }
@@ -341,12 +344,17 @@ impl RunMachine {
         }
     }
 
-    pub(super) fn routing_error(&self, node: NodeIdx, message: impl ToString) -> RunError {
+    pub(super) fn routing_error(
+        &self,
+        node: NodeIdx,
+        kind: FailureKind,
+        message: impl ToString,
+    ) -> RunError {
         RunError::ExecutionError {
             node: self.graph().node(node).id.clone(),
             attempt: 1,
             worker: None,
-            kind: FailureKind::RoutingError,
+            kind,
             message: message.to_string(),
         }
     }
@@ -412,7 +420,10 @@ impl RunMachine {
             match decide(&self.plan, idx, next, fell_back, merged, &empty, answers) {
                 Ok(Decision::NeedsCalls(queries)) => missing.extend(queries),
                 Ok(decision) => decisions.push((idx, decision)),
-                Err(message) => return Routes::Failed(idx, self.routing_error(idx, message)),
+                Err(error) => {
+                    let kind = error.failure_kind();
+                    return Routes::Failed(idx, self.routing_error(idx, kind, error));
+                }
             }
         }
         if missing.is_empty() {
