@@ -4,7 +4,8 @@
 #   deploy/images/build.sh [--profile release|debug] [--rebuild-base]
 #
 # 1. A base image, weft-base:<suite>, made from Debian packages: debootstrap
-#    into a folder (python3 and ca-certificates included), then
+#    into a folder (python3, ca-certificates and bubblewrap, which confines
+#    the workers' scripts, included), then
 #    `docker import`. The mirror is the one this machine's apt already uses
 #    (read from its apt configuration when the script runs). The base is
 #    kept, and made again only with --rebuild-base.
@@ -64,13 +65,19 @@ mirror() {
     | awk -v suite="$suite" '$2 == suite && $3 == "deb" { print $1; exit }'
 }
 
+# A base made before the workers confined their scripts lacks bubblewrap.
+if [ "$rebuild_base" = 0 ] && docker image inspect "$base" >/dev/null 2>&1 \
+    && ! docker run --rm --entrypoint /bin/sh "$base" -c 'test -x /usr/bin/bwrap' >/dev/null 2>&1; then
+  say "base image $base lacks bubblewrap: making it again"
+  rebuild_base=1
+fi
 if [ "$rebuild_base" = 1 ] || ! docker image inspect "$base" >/dev/null 2>&1; then
   command -v debootstrap >/dev/null || fail "debootstrap is missing (apt-get install debootstrap)"
   [ "$(id -u)" = 0 ] || fail "making the base image needs root (debootstrap)"
   url="$(mirror)"
   [ -n "$url" ] || fail "this machine's apt configuration names no archive for $suite"
   say "base image $base: debootstrap $suite from $url"
-  debootstrap --variant=minbase --include=python3,ca-certificates \
+  debootstrap --variant=minbase --include=python3,ca-certificates,bubblewrap \
     "$suite" "$work/root" "$url" >"$work/debootstrap.log" 2>&1 \
     || { tail -20 "$work/debootstrap.log" >&2; fail "debootstrap failed"; }
   rm -rf "$work/root/var/cache/apt/archives/"*.deb "$work/root/var/lib/apt/lists/"*

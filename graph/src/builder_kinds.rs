@@ -53,7 +53,56 @@ impl Builder<'_, '_> {
                 )
             })
             .collect();
-        Some(NodeKind::Script { argv, env })
+        let sandbox = raw.sandbox.as_ref().and_then(|raw| self.sandbox(id, raw));
+        Some(NodeKind::Script { argv, env, sandbox })
+    }
+
+    /// A script's `sandbox:`, each value checked: a size, a duration of
+    /// at least a second, counts of at least one.
+    fn sandbox(&mut self, id: &str, raw: &crate::raw_node::RawSandbox) -> Option<crate::Sandbox> {
+        let mut sandbox = crate::Sandbox {
+            processes: raw.processes,
+            open_files: raw.open_files,
+            network: raw.network,
+            ..crate::Sandbox::default()
+        };
+        let mut ok = true;
+        if let Some(memory) = &raw.memory {
+            match memory.to_bytes() {
+                Ok(bytes) if bytes >= 1 << 20 => sandbox.memory = Some(bytes),
+                Ok(bytes) => {
+                    self.error(format!("node '{id}': sandbox.memory is {bytes} bytes; give a script at least 1MiB"), &[id]);
+                    ok = false;
+                }
+                Err(error) => {
+                    self.error(format!("node '{id}': sandbox.memory: {error}"), &[id]);
+                    ok = false;
+                }
+            }
+        }
+        if let Some(cpu) = &raw.cpu {
+            match cpu.to_duration() {
+                Ok(duration) if duration.as_secs() >= 1 => sandbox.cpu = Some(duration.as_secs()),
+                Ok(_) => {
+                    self.error(format!("node '{id}': sandbox.cpu is under a second; CPU time is limited in whole seconds"), &[id]);
+                    ok = false;
+                }
+                Err(error) => {
+                    self.error(format!("node '{id}': sandbox.cpu: {error}"), &[id]);
+                    ok = false;
+                }
+            }
+        }
+        for (name, value) in [("processes", raw.processes), ("open_files", raw.open_files)] {
+            if value == Some(0) {
+                self.error(
+                    format!("node '{id}': sandbox.{name} is 0; a script needs at least 1"),
+                    &[id],
+                );
+                ok = false;
+            }
+        }
+        ok.then_some(sandbox)
     }
 
     pub(super) fn map(&mut self, id: &str, raw: &RawNode) -> Option<NodeKind> {

@@ -83,7 +83,7 @@ pub fn node_fields(kind: &str) -> Vec<&'static str> {
 fn kind_fields(kind: &str) -> &'static [&'static str] {
     match kind {
         "task" => &["handler", "teammates"],
-        "script" => &["run", "script", "args", "env", "teammates"],
+        "script" => &["run", "script", "args", "env", "teammates", "sandbox"],
         "llm" => &[
             "model",
             "system",
@@ -304,6 +304,62 @@ pub struct RawNode {
     pub message: Option<String>,
     pub callable: Option<String>,
     pub tool_args: Option<Map<String, Value>>,
+    pub sandbox: Option<RawSandbox>,
+}
+
+/// A script node's `sandbox:` as written: `{memory: 1GiB, cpu: 5m,
+/// processes: 64, open_files: 256, network: false}`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawSandbox {
+    /// Bytes, or `512MiB`, `1GiB`, `100MB`.
+    pub memory: Option<RawBytes>,
+    /// CPU time.
+    pub cpu: Option<RawDuration>,
+    /// Processes and threads at once.
+    pub processes: Option<u32>,
+    /// Open files.
+    pub open_files: Option<u32>,
+    /// Whether the script reaches the network.
+    pub network: Option<bool>,
+}
+
+/// A size: a number of bytes, or a number with a unit.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum RawBytes {
+    /// Bytes.
+    Bytes(u64),
+    /// With a unit: `512MiB`, `1GiB`, `100MB`, `64k`.
+    Text(String),
+}
+
+impl RawBytes {
+    /// The bytes, or what is wrong.
+    pub fn to_bytes(&self) -> Result<u64, String> {
+        let text = match self {
+            Self::Bytes(n) => return Ok(*n),
+            Self::Text(text) => text.trim(),
+        };
+        let split = text
+            .find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(text.len());
+        let (number, unit) = text.split_at(split);
+        let malformed =
+            || format!("'{text}' is not a size (write e.g. 512MiB, 1GiB, or a number of bytes)");
+        let number: u64 = number.parse().map_err(|_| malformed())?;
+        let factor: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+            "" | "b" => 1,
+            "k" | "kb" => 1_000,
+            "ki" | "kib" => 1 << 10,
+            "m" | "mb" => 1_000_000,
+            "mi" | "mib" => 1 << 20,
+            "g" | "gb" => 1_000_000_000,
+            "gi" | "gib" => 1 << 30,
+            _ => return Err(malformed()),
+        };
+        number.checked_mul(factor).ok_or_else(malformed)
+    }
 }
 
 /// Checks the node's kind and keys, then reads it; every problem is pushed

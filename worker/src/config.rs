@@ -93,6 +93,9 @@ pub struct WorkerOptions {
     pub token: Option<String>,
     /// TLS to `https://` etcd endpoints.
     pub etcd_tls: weft_store::EtcdTls,
+    /// How graphs' code is confined (`--sandbox bwrap|auto|off`, default
+    /// `WEFT_SANDBOX`, else the file's `[sandbox] confine`, else `bwrap`).
+    pub sandbox: Option<String>,
 }
 
 /// The variable a worker's token is taken from.
@@ -138,6 +141,15 @@ pub struct WorkerConfig {
     /// TLS to `https://` etcd endpoints (`--etcd-ca`, `--etcd-cert`,
     /// `--etcd-key`).
     pub etcd_tls: weft_store::EtcdTls,
+    /// How graphs' scripts and Python functions are confined, and their
+    /// limits (`[sandbox]`, `--sandbox`).
+    pub sandbox: crate::confinement::Confine,
+    /// The limits of what they run (defaults a node may only lower).
+    pub limits: crate::confinement::Limits,
+    /// Files the worker read its credentials from, hidden from scripts.
+    pub credential_files: Vec<PathBuf>,
+    /// Where confined scripts may write besides their scratch directory.
+    pub places: crate::confinement::Places,
 }
 
 /// Why a worker's setup cannot be loaded.
@@ -152,6 +164,9 @@ pub enum ConfigError {
     /// A model provider cannot be set up.
     #[error(transparent)]
     Provider(#[from] ProviderError),
+    /// `[sandbox]` or `--sandbox` is malformed.
+    #[error("sandbox: {0}")]
+    Sandbox(String),
     /// The token cannot travel in a header.
     #[error("--token / {TOKEN_VARIABLE}: {0}")]
     Token(#[from] weft_proto::transport::InvalidToken),
@@ -183,6 +198,12 @@ impl WorkerConfig {
             tls: weft_proto::transport::ClientTls::default(),
             bearer: weft_proto::transport::Bearer::default(),
             etcd_tls: weft_store::EtcdTls::default(),
+            // An embedded worker runs its user's own graphs: confined
+            // where the machine allows it. The `worker` binary insists.
+            sandbox: crate::confinement::Confine::Auto,
+            limits: crate::confinement::Limits::default(),
+            credential_files: Vec::new(),
+            places: crate::confinement::Places::default(),
         }
     }
 
@@ -191,14 +212,30 @@ impl WorkerConfig {
         let path = |given: Option<PathBuf>, var: &str| {
             given.or_else(|| env.get(var).filter(|v| !v.is_empty()).map(PathBuf::from))
         };
-        let file = match path(options.config_file, "WEFT_WORKER_CONFIG") {
-            Some(path) => WorkerFile::read(&path)?,
+        let mut credential_files = Vec::new();
+        let config_file = path(options.config_file, "WEFT_WORKER_CONFIG");
+        let file = match &config_file {
+            Some(path) => WorkerFile::read(path)?,
             None => WorkerFile::default(),
         };
+        credential_files.extend(config_file);
         let mut secrets: Vec<(String, String)> = env.pairs().collect();
         if let Some(path) = path(options.secrets_file, "WEFT_SECRETS_FILE") {
             secrets.extend(Secrets::read_file(&path)?);
+            credential_files.push(path);
         }
+        let sandbox_mode = match options
+            .sandbox
+            .clone()
+            .or_else(|| env.get("WEFT_SANDBOX").map(str::to_owned))
+        {
+            Some(text) => text.parse().map_err(ConfigError::Sandbox)?,
+            None => file
+                .sandbox
+                .confine
+                .unwrap_or(crate::confinement::Confine::Bwrap),
+        };
+        let limits = file.sandbox.limits().map_err(ConfigError::Sandbox)?;
         let secrets = Secrets::new(secrets);
         let providers = Providers::new(
             file.providers,
@@ -242,6 +279,27 @@ impl WorkerConfig {
         config.providers = Arc::new(providers);
         config.python = file.python.settings();
         config.telemetry = telemetry;
+        config.sandbox = sandbox_mode;
+        config.limits = limits;
+        let mut writable = file.sandbox.writable.clone();
+        // `WEFT_SANDBOX_WRITABLE`: more, colon-separated (a container's
+        // volume, say).
+        writable.extend(
+            env.get("WEFT_SANDBOX_WRITABLE")
+                .into_iter()
+                .flat_map(|dirs| dirs.split(':'))
+                .filter(|dir| !dir.is_empty())
+                .map(PathBuf::from),
+        );
+        config.places = crate::confinement::Places {
+            private_tmp: file.sandbox.private_tmp.unwrap_or(false),
+            writable,
+        };
+        if let Some((cert, key)) = &config.tls.identity {
+            credential_files.extend([cert.clone(), key.clone()]);
+        }
+        credential_files.extend(config.tls.ca.clone());
+        config.credential_files = credential_files;
         Ok(config)
     }
 }

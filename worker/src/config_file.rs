@@ -26,6 +26,68 @@ pub struct WorkerFile {
     /// `[tls]`: what to trust and present at an `https://` coordinator.
     #[serde(default)]
     pub tls: TlsTable,
+    /// `[sandbox]`: how graphs' code is confined, and its limits.
+    #[serde(default)]
+    pub sandbox: SandboxTable,
+}
+
+/// `[sandbox]` of a worker's file (SPEC 11): the mechanism, and the limits
+/// of every script and Python process, which a node's `sandbox:` may only
+/// lower. `0` (or `"none"`) for a limit is no limit.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SandboxTable {
+    /// `bwrap` (the default: refuse to start without it), `auto` or `off`.
+    pub confine: Option<crate::confinement::Confine>,
+    /// Memory: bytes, or `"512MiB"`, `"1GiB"` (default 1 GiB).
+    pub memory: Option<toml::Value>,
+    /// CPU time: seconds, or `"30s"`, `"5m"` (default 5 minutes).
+    pub cpu: Option<toml::Value>,
+    /// Processes and threads at once (default 64).
+    pub processes: Option<u32>,
+    /// Open files (default 256).
+    pub open_files: Option<u32>,
+    /// Whether scripts reach the network (default true).
+    pub network: Option<bool>,
+    /// Each script gets a `/tmp` of its own instead of the host's shared
+    /// one (default false).
+    pub private_tmp: Option<bool>,
+    /// Directories of the host scripts may write (default none: the file
+    /// system is read-only but for their scratch directory and `/tmp`).
+    #[serde(default)]
+    pub writable: Vec<std::path::PathBuf>,
+}
+
+impl SandboxTable {
+    /// The limits this table sets over the defaults.
+    pub fn limits(&self) -> Result<crate::confinement::Limits, String> {
+        let defaults = crate::confinement::Limits::default();
+        let none_if_zero = |n: u64| (n > 0).then_some(n);
+        let memory = match &self.memory {
+            None => defaults.memory,
+            Some(value) => none_if_zero(
+                crate::confinement::bytes_of(value).map_err(|e| format!("memory: {e}"))?,
+            ),
+        };
+        let cpu = match &self.cpu {
+            None => defaults.cpu,
+            Some(value) => none_if_zero(
+                crate::confinement::seconds_of(value).map_err(|e| format!("cpu: {e}"))?,
+            )
+            .map(std::time::Duration::from_secs),
+        };
+        Ok(crate::confinement::Limits {
+            memory,
+            cpu,
+            processes: self
+                .processes
+                .map_or(defaults.processes, |n| (n > 0).then_some(n)),
+            open_files: self
+                .open_files
+                .map_or(defaults.open_files, |n| (n > 0).then_some(n)),
+            network: self.network.unwrap_or(defaults.network),
+        })
+    }
 }
 
 /// `[tls]` of a worker's file; relative paths are the file's directory's.

@@ -14,6 +14,9 @@ pub enum WorkerError {
         /// Why.
         reason: String,
     },
+    /// Graphs' code cannot be confined as the configuration asks.
+    #[error(transparent)]
+    Unconfinable(#[from] crate::confinement::Unconfinable),
     /// The work directory cannot be prepared.
     #[error("cannot prepare the work directory: {0}")]
     WorkDir(#[from] std::io::Error),

@@ -24,6 +24,8 @@ use crate::work_dir::WorkDir;
 /// directory and its Python pools.
 pub(crate) struct HostResources {
     pub(crate) work: WorkDir,
+    /// How scripts and Python processes are confined.
+    pub(crate) confinement: Arc<crate::confinement::Confinement>,
     /// Python pools, when the worker hosts Python.
     pub(crate) python: Option<Arc<PythonHosts>>,
 }
@@ -39,7 +41,11 @@ impl HostResources {
     /// tens of milliseconds, more behind a version manager's shim. An
     /// interpreter that is there but does not run is found by the first
     /// call, which fails saying so.
-    pub(crate) async fn new(config: &WorkerConfig, work: WorkDir) -> Self {
+    pub(crate) async fn new(
+        config: &WorkerConfig,
+        work: WorkDir,
+        confinement: Arc<crate::confinement::Confinement>,
+    ) -> Self {
         let settings = &config.python;
         let python = if !settings.enabled {
             None
@@ -49,12 +55,17 @@ impl HostResources {
                 settings.clone(),
                 config.slots,
                 root,
+                confinement.clone(),
             )))
         } else {
             info!(worker = %config.name, interpreter = %settings.interpreter, "no Python: function nodes and Python names are not hosted");
             None
         };
-        Self { work, python }
+        Self {
+            work,
+            python,
+            confinement,
+        }
     }
 }
 
@@ -116,6 +127,7 @@ pub(crate) fn toolbox(
             blobs.clone(),
             config.secrets.clone(),
             config.inherited_env.clone().into(),
+            local.confinement.clone(),
         ),
         providers: config.providers.clone(),
         python: local.python.clone(),

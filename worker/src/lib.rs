@@ -30,6 +30,7 @@
 mod blobs;
 mod config;
 mod config_file;
+pub mod confinement;
 mod connection;
 mod error;
 mod execute;
@@ -43,6 +44,7 @@ mod script;
 mod script_output;
 mod secrets;
 mod session;
+pub mod signals;
 pub mod state_sync;
 /// The worker's reading of wire messages, for tests that drive both ends
 /// of the protocol together; not part of the SDK.

@@ -78,6 +78,13 @@ struct Args {
     /// The client certificate's private key (PEM).
     #[arg(long, env = "WEFT_KEY", requires = "cert")]
     key: Option<PathBuf>,
+    /// How graphs' scripts and Python functions are confined: `bwrap`
+    /// (the default: refuse to start where it cannot be had), `auto`
+    /// (confined where possible), or `off` (unconfined; say so only
+    /// where every graph is trusted) (default: $WEFT_SANDBOX, else the
+    /// file's `[sandbox] confine`).
+    #[arg(long)]
+    sandbox: Option<String>,
 }
 
 #[tokio::main]
@@ -97,6 +104,7 @@ async fn main() -> ExitCode {
             server_name: None,
         },
         token: args.token,
+        sandbox: args.sandbox,
         etcd_tls: weft_store::EtcdTls {
             ca: args.etcd_ca,
             identity: args.etcd_cert.zip(args.etcd_key),
@@ -123,7 +131,9 @@ async fn main() -> ExitCode {
         return ExitCode::SUCCESS;
     }
     let worker = weft_worker::Worker::from_config(config);
-    let shutdown = weft_process::shutdown_on_signal();
+    // Its own scripts' signals do not stop it (they are confined where
+    // they cannot reach it; this holds with `--sandbox off` too).
+    let shutdown = weft_worker::signals::shutdown_on_signal();
     match worker.run(shutdown).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {

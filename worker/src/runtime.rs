@@ -34,7 +34,15 @@ pub async fn run(
     // Scratch left by an earlier worker that died is nobody's.
     let _ = tokio::fs::remove_dir_all(work.scratch()).await;
     let _ = tokio::fs::remove_dir_all(work.python()).await;
-    let local = HostResources::new(&config, work).await;
+    crate::confinement::make_undumpable();
+    let hidden_dirs = vec![work.root().to_path_buf()];
+    let confinement = crate::confinement::Confinement::set_up(
+        config.sandbox,
+        config.limits,
+        config.places.clone(),
+        (config.credential_files.clone(), hidden_dirs),
+    )?;
+    let local = HostResources::new(&config, work, Arc::new(confinement)).await;
     let tracker = TaskTracker::new();
     let ended = connect_and_serve(
         &config,

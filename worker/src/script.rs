@@ -21,6 +21,7 @@ use serde_json::{Map, Value, json};
 use tokio::process::Command;
 
 use crate::blobs::BlobCache;
+use crate::confinement::{Confinement, Limits, NodeSandbox};
 use crate::script_output::{Finished, collect, judge, stderr_tail, tool_result};
 use crate::secrets::{Redactor, Secrets};
 use crate::task::{Failure, FailureKind, Task};
@@ -43,6 +44,8 @@ pub struct ScriptRunner {
     /// The worker's variables a script inherits; nothing else leaks
     /// through.
     inherited: Arc<[(String, String)]>,
+    /// How scripts are confined, and the worker's limits.
+    confinement: Arc<Confinement>,
 }
 
 impl ScriptRunner {
@@ -53,8 +56,10 @@ impl ScriptRunner {
         blobs: BlobCache,
         secrets: Arc<Secrets>,
         inherited: Arc<[(String, String)]>,
+        confinement: Arc<Confinement>,
     ) -> Self {
         Self {
+            confinement,
             scratch_root,
             blobs,
             secrets,
@@ -81,14 +86,28 @@ impl ScriptRunner {
                     format!("script configuration: {e}"),
                 )
             })?;
-        let config = config.with_secrets(&self.secrets, redactor)?;
+        let config = config.with_secrets(&self.secrets, redactor, self.confinement.limits())?;
         let scratch = self.scratch(task).await?;
         let state_json = self.prepare(&scratch.0, task).await?;
         let request = stdin_request(task, &state_json);
         let finished = self
             .spawn(&scratch.0, &config, task, request, task.timeout)
             .await?;
-        judge(finished)
+        judge(finished).map_err(|failure| self.name_the_limit(&config.limits, failure))
+    }
+
+    /// A failure that a limit of the script's sandbox explains says so.
+    fn name_the_limit(&self, limits: &Limits, failure: Failure) -> Failure {
+        if failure.kind != FailureKind::ScriptFailed {
+            return failure;
+        }
+        match self.confinement.limit_hit(limits, &failure.message) {
+            Some(limit) => Failure {
+                message: format!("{}; the script hit {limit}", failure.message),
+                ..failure
+            },
+            None => failure,
+        }
     }
 
     /// Runs an agent's script tool (`run: [argv…]`) for `task`: the
@@ -106,9 +125,11 @@ impl ScriptRunner {
         let config = ScriptConfig {
             argv: argv.to_vec(),
             env: Map::new(),
+            sandbox: NodeSandbox::default(),
         };
         let ran = async {
-            let config = config.with_secrets(&self.secrets, &mut redactor)?;
+            let config =
+                config.with_secrets(&self.secrets, &mut redactor, self.confinement.limits())?;
             let scratch = self.scratch(task).await?;
             self.prepare(&scratch.0, task).await?;
             let finished = self
@@ -204,14 +225,18 @@ impl ScriptRunner {
         task: &Task,
         state_path: &Path,
     ) -> Command {
-        let mut command = Command::new(launch.program);
-        command.args(launch.leading_args);
+        let mut args = launch.leading_args;
+        args.extend(config.argv[1..].iter().map(Into::into));
+        let (program, args) =
+            self.confinement
+                .wrap(launch.program, args, (dir, dir), &config.limits);
+        let mut command = Command::new(program);
         // A script sees SPEC 4.1's variables, a few the system needs, and
         // its node's `env:`, never the rest of the worker's environment.
         command.env_clear();
         command.envs(self.inherited.iter().map(|(name, value)| (name, value)));
         command
-            .args(&config.argv[1..])
+            .args(args)
             .current_dir(dir)
             .env("GRAPH_STATE", state_path)
             .env("WEFT_RUN_ID", task.run_id.as_str())
@@ -265,12 +290,17 @@ struct ScriptConfig {
     argv: Vec<String>,
     #[serde(default)]
     env: Map<String, Value>,
+    /// The node's `sandbox:`, within the worker's limits.
+    #[serde(default)]
+    sandbox: NodeSandbox,
 }
 
 /// A script's argv and `env:` with secrets substituted.
 struct ResolvedConfig {
     argv: Vec<String>,
     env: Vec<(String, String)>,
+    /// What the script may use.
+    limits: Limits,
 }
 
 impl ScriptConfig {
@@ -280,6 +310,7 @@ impl ScriptConfig {
         self,
         secrets: &Secrets,
         redactor: &mut Redactor,
+        limits: Limits,
     ) -> Result<ResolvedConfig, Failure> {
         let unset = |place: String, error: crate::secrets::SecretError| {
             Failure::new(FailureKind::InvalidTask, format!("{place}: {error}"))
@@ -301,7 +332,11 @@ impl ScriptConfig {
                 .map_err(|e| unset(format!("env.{key}"), e))?;
             env.push((key.clone(), value));
         }
-        Ok(ResolvedConfig { argv, env })
+        Ok(ResolvedConfig {
+            argv,
+            env,
+            limits: limits.within(&self.sandbox),
+        })
     }
 }
 
@@ -362,6 +397,7 @@ mod tests {
                 crate::WorkerConfig::new("", &crate::Environment::of_process())
                     .inherited_env
                     .into(),
+                Arc::new(Confinement::off(Limits::default())),
             ),
             root,
         )

@@ -37,6 +37,11 @@ impl WorkDir {
         Ok(dir)
     }
 
+    /// The directory itself: what the worker's scripts never see whole.
+    pub fn root(&self) -> &Path {
+        &self.path
+    }
+
     /// Where bundle files are cached by hash.
     pub fn files(&self) -> PathBuf {
         self.path.join("files")

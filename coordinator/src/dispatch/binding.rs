@@ -46,8 +46,21 @@ pub fn bind_with(
             config.insert("handler".into(), Value::from(handler.clone()));
             (WorkerKind::Task, Requirement::Handler(handler.clone()))
         }
-        NodeKind::Script { argv, env } => {
+        NodeKind::Script { argv, env, sandbox } => {
             config.insert("argv".into(), Value::from(argv.clone()));
+            if let Some(sandbox) = sandbox {
+                let mut limits = Map::new();
+                insert_some(&mut limits, "memory", sandbox.memory.map(Value::from));
+                insert_some(&mut limits, "cpu", sandbox.cpu.map(Value::from));
+                insert_some(&mut limits, "processes", sandbox.processes.map(Value::from));
+                insert_some(
+                    &mut limits,
+                    "open_files",
+                    sandbox.open_files.map(Value::from),
+                );
+                insert_some(&mut limits, "network", sandbox.network.map(Value::from));
+                config.insert("sandbox".into(), Value::Object(limits));
+            }
             let env: Map<String, Value> = env
                 .iter()
                 .map(|(k, v)| (k.clone(), Value::from(v.clone())))
@@ -171,6 +184,7 @@ mod tests {
         let script = bind(&NodeKind::Script {
             argv: vec!["python3".into(), "gate.py".into()],
             env: vec![("MODE".into(), "${MODE}".into())],
+            sandbox: None,
         })
         .expect("scripts run on workers");
         assert_eq!(script.requirement, Requirement::Kind(WorkerKind::Script));

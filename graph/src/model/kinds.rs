@@ -7,6 +7,22 @@ use crate::expr::Template;
 use crate::python::{Code, PyDef, PyFunction};
 use crate::schema::Schema;
 
+/// A script node's `sandbox:` (SPEC 11): what its process may use, each
+/// limit at most the worker's (a node may tighten them, never loosen).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Sandbox {
+    /// Bytes of memory.
+    pub memory: Option<u64>,
+    /// CPU time, in whole seconds.
+    pub cpu: Option<u64>,
+    /// Processes and threads at once.
+    pub processes: Option<u32>,
+    /// Open files.
+    pub open_files: Option<u32>,
+    /// Whether it reaches the network.
+    pub network: Option<bool>,
+}
+
 /// What a node runs, with the fields its kind takes.
 #[derive(Debug, Clone)]
 pub enum NodeKind {
@@ -21,6 +37,8 @@ pub enum NodeKind {
         argv: Vec<String>,
         /// Extra environment (secrets substituted on the worker).
         env: Vec<(String, String)>,
+        /// Its `sandbox:`: limits below the worker's.
+        sandbox: Option<Sandbox>,
     },
     /// One chat completion.
     Llm(Box<LlmConfig>),

@@ -307,18 +307,30 @@ async fn a_script_past_its_timeout_is_killed_with_its_whole_process_group() -> a
     cluster.add_worker("w", 1)?;
     cluster.wait_for_workers(&["w"]).await?;
     let client = cluster.client().await?;
-    let pid_file = std::env::temp_dir().join(format!("weft-grandchild-{}.pid", std::process::id()));
-    // The script starts a grandchild, records its pid, then hangs. It is a
-    // shell, which starts in milliseconds even on a loaded machine, and the
-    // timeout leaves it ample time to record the pid before it is killed.
-    let code = "sleep 300 & echo $! > \"$1\"; wait";
+    // The script starts a grandchild, then hangs. Scripts run in PID
+    // namespaces of their own, so the grandchild is found from outside by
+    // its unique argument, not by the pid it has inside.
+    let marker = format!("300.{}", std::process::id());
+    let code = format!("sleep {marker} & wait");
     let graph = GraphBuilder::new("hangs").node(
         "hang",
-        NodeBuilder::script(&["sh", "-c", code, "sh", pid_file.to_str().unwrap()])
+        NodeBuilder::script(&["sh", "-c", &code])
             .start()
             .set("timeout", "3s"),
     );
+    let sleeping = || {
+        std::fs::read_dir("/proc").is_ok_and(|entries| {
+            entries.filter_map(Result::ok).any(|entry| {
+                let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
+                std::fs::read(entry.path().join("cmdline"))
+                    .is_ok_and(|c| c.ends_with(format!("sleep\0{marker}\0").as_bytes()))
+                    && !stat.contains(") Z ")
+            })
+        })
+    };
     let run = client.submit_graph(&graph, &json!({})).await?;
+    // The grandchild runs (for the 3 s until the timeout)…
+    weft_tests::wait_until(PATIENCE, sleeping).await?;
     let done = tokio::time::timeout(PATIENCE, client.wait(&run.run_id)).await??;
     assert_eq!(done.status, RunStatus::Failed);
     let error = done.error.expect("an error");
@@ -330,14 +342,8 @@ async fn a_script_past_its_timeout_is_killed_with_its_whole_process_group() -> a
         "{}",
         error.message
     );
-    let grandchild = std::fs::read_to_string(&pid_file)?;
-    std::fs::remove_file(&pid_file).ok();
-    let alive = || {
-        std::path::Path::new(&format!("/proc/{}", grandchild.trim())).exists()
-            && !std::fs::read_to_string(format!("/proc/{}/stat", grandchild.trim()))
-                .is_ok_and(|s| s.contains(") Z "))
-    };
-    weft_tests::wait_until(PATIENCE, || !alive()).await?;
+    // …and is gone with its script.
+    weft_tests::wait_until(PATIENCE, || !sleeping()).await?;
     Ok(())
 }
 

@@ -8,6 +8,7 @@ mod cli;
 mod cli_edges;
 mod cluster;
 mod conformance;
+mod containment;
 mod deploy;
 mod durability;
 mod etcd_tls;

@@ -34,7 +34,7 @@ task = json.load(sys.stdin)
 team, state = task["team"], task["state"]
 if step == "talk":
     others = [m for m in team["members"] if m != team["me"]]
-    print(json.dumps({"heard_so_far": [], "talk_worker": os.getppid(),
+    print(json.dumps({"heard_so_far": [], "talk_worker": os.getcwd().split(os.sep)[-3],
                       "_send": [{"to": m, "content": {"hi": state["name"]}} for m in others]}))
 elif step == "listen":
     heard = state["heard_so_far"] + [m["content"]["hi"] for m in task["inbox"]]
@@ -98,9 +98,10 @@ async fn three_items_on_three_workers_each_hear_the_two_others() -> anyhow::Resu
         ]
     );
     // The three `talk` steps ran at once on three one-slot workers.
-    let workers: BTreeSet<u64> = heard
+    // A script's scratch directory is in its worker's work directory.
+    let workers: BTreeSet<&str> = heard
         .iter()
-        .map(|h| h["worker"].as_u64().unwrap())
+        .map(|h| h["worker"].as_str().unwrap())
         .collect();
     assert_eq!(workers.len(), 3, "{heard:?}");
     // An unflagged step sees no team and an empty inbox.

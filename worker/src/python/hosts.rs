@@ -79,6 +79,7 @@ pub struct PythonHosts {
     settings: PythonSettings,
     pool_size: usize,
     root: PathBuf,
+    confinement: Arc<crate::confinement::Confinement>,
     bundles: std::sync::Mutex<Vec<(String, Arc<BundleHost>)>>,
     /// Each run's name in the Python processes' state caches, never used
     /// twice: a field version names a value only within one life of a run
@@ -107,7 +108,12 @@ pub struct Hosted {
 
 impl PythonHosts {
     /// Pools under `root`; `slots` sizes them by default.
-    pub fn new(settings: PythonSettings, slots: u32, root: PathBuf) -> Self {
+    pub fn new(
+        settings: PythonSettings,
+        slots: u32,
+        root: PathBuf,
+        confinement: Arc<crate::confinement::Confinement>,
+    ) -> Self {
         let pool_size = settings
             .pool_size
             .unwrap_or_else(|| (slots as usize).div_ceil(2))
@@ -116,6 +122,7 @@ impl PythonHosts {
             settings,
             pool_size,
             root,
+            confinement,
             bundles: std::sync::Mutex::new(Vec::new()),
             lives: std::sync::Mutex::default(),
             next_life: std::sync::atomic::AtomicU64::new(0),
@@ -175,11 +182,14 @@ impl PythonHosts {
             .await
             .entry(dir.to_owned())
             .or_insert_with(|| {
-                Arc::new(PythonPool::new(
-                    self.settings.interpreter.clone(),
-                    host.root.join(dir),
-                    self.pool_size,
-                ))
+                Arc::new(
+                    PythonPool::new(
+                        self.settings.interpreter.clone(),
+                        host.root.join(dir),
+                        self.pool_size,
+                    )
+                    .confined(self.confinement.clone(), host.root.clone()),
+                )
             })
             .clone();
         Ok(Hosted {
@@ -288,7 +298,14 @@ mod tests {
 
     #[test]
     fn a_run_is_named_afresh_after_it_ends_and_on_a_new_connection() {
-        let hosts = PythonHosts::new(PythonSettings::default(), 2, PathBuf::from("/nonexistent"));
+        let hosts = PythonHosts::new(
+            PythonSettings::default(),
+            2,
+            PathBuf::from("/nonexistent"),
+            Arc::new(crate::confinement::Confinement::off(
+                crate::confinement::Limits::default(),
+            )),
+        );
         let first = hosts.state_key("r");
         assert_eq!(hosts.state_key("r"), first, "one name while it lives");
         assert_ne!(hosts.state_key("s"), first);

@@ -69,9 +69,27 @@ struct Host {
 }
 
 impl Host {
-    fn spawn(interpreter: &str, dir: &Path) -> Result<Self, PythonError> {
-        let mut child = Command::new(interpreter)
-            .args(["-u", "-c", HARNESS])
+    /// Starts the harness in `dir`, confined: a long-lived process keeps
+    /// the worker's limits but CPU time, which it would spend over many
+    /// calls (each call has its timeout).
+    fn spawn(
+        interpreter: &str,
+        dir: &Path,
+        writable: &Path,
+        confinement: &crate::confinement::Confinement,
+    ) -> Result<Self, PythonError> {
+        let limits = crate::confinement::Limits {
+            cpu: None,
+            ..confinement.limits()
+        };
+        let (program, args) = confinement.wrap(
+            interpreter.into(),
+            ["-u", "-c", HARNESS].map(Into::into).to_vec(),
+            (writable, dir),
+            &limits,
+        );
+        let mut child = Command::new(program)
+            .args(args)
             .current_dir(dir)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -197,6 +215,10 @@ pub struct Call<'a> {
 pub struct PythonPool {
     interpreter: String,
     dir: PathBuf,
+    /// How its processes are confined, and the directory they may write
+    /// (the bundle's).
+    confinement: std::sync::Arc<crate::confinement::Confinement>,
+    writable: PathBuf,
     idle: Mutex<Vec<Host>>,
     permits: Semaphore,
 }
@@ -216,10 +238,25 @@ impl PythonPool {
     pub fn new(interpreter: impl Into<String>, dir: impl Into<PathBuf>, size: usize) -> Self {
         Self {
             interpreter: interpreter.into(),
+            writable: PathBuf::new(),
             dir: dir.into(),
+            confinement: std::sync::Arc::new(crate::confinement::Confinement::off(
+                crate::confinement::Limits::default(),
+            )),
             idle: Mutex::new(Vec::new()),
             permits: Semaphore::new(size.max(1)),
         }
+    }
+
+    /// The same pool, its processes confined by `confinement`.
+    pub fn confined(
+        mut self,
+        confinement: std::sync::Arc<crate::confinement::Confinement>,
+        writable: PathBuf,
+    ) -> Self {
+        self.confinement = confinement;
+        self.writable = writable;
+        self
     }
 
     /// Calls `module`'s `function` with `args` and `kwargs` within
@@ -283,7 +320,14 @@ impl PythonPool {
         let idle = self.idle.lock().await.pop();
         let mut host = match idle {
             Some(host) => host,
-            None => Host::spawn(&self.interpreter, &self.dir)?,
+            None => {
+                let writable = if self.writable.as_os_str().is_empty() {
+                    &self.dir
+                } else {
+                    &self.writable
+                };
+                Host::spawn(&self.interpreter, &self.dir, writable, &self.confinement)?
+            }
         };
         match tokio::time::timeout(timeout, host.ask(request, state)).await {
             // A raised exception leaves the process sound: keep it.

@@ -1,0 +1,281 @@
+//! Containment (issue 36): a graph's scripts run confined. They cannot
+//! stop, signal or read their worker, see other runs' files or the
+//! worker's credentials, and run under limits named when hit; a worker
+//! refuses to start where it cannot confine them, unless told to.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use weft_client::{GraphBundle, RunStatus};
+use weft_tests::TestCluster;
+
+const PATIENCE: Duration = Duration::from_secs(60);
+
+fn graph(yaml: &str) -> GraphBundle {
+    GraphBundle::from_text("contained.yaml", yaml)
+}
+
+/// Whether process `pid` runs (a zombie does not).
+fn running(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        stat.rsplit(')')
+            .next()
+            .is_some_and(|rest| !rest.trim_start().starts_with('Z'))
+    })
+}
+
+#[tokio::test]
+async fn a_script_that_signals_its_parent_stops_no_worker_and_a_run_after_completes()
+-> anyhow::Result<()> {
+    let mut cluster = TestCluster::start()?;
+    let names = ["w1", "w2", "w3"];
+    for name in names {
+        cluster.add_worker(name, 1)?;
+    }
+    cluster.wait_for_workers(&names).await?;
+    let client = cluster.client().await?;
+    // SIGTERM made every worker drain and exit 0, one attempt each; under
+    // `init: true`, SIGKILL killed them.
+    for signal in ["TERM", "KILL"] {
+        let yaml = format!(
+            "nodes:\n  pill: {{ kind: script, start: true, run: [sh, -c, 'kill -{signal} $PPID; sleep 2; exit 3'], retry: {{ max_attempts: 3, initial_interval: 0.1 }} }}\n"
+        );
+        let run = client.submit_bundle(graph(&yaml), &json!({})).await?;
+        let done = tokio::time::timeout(PATIENCE, client.wait(&run.run_id)).await??;
+        assert_eq!(done.status, RunStatus::Failed, "{signal}");
+        let error = done.error.expect("an error");
+        assert!(
+            error.message.contains("script_failed"),
+            "{signal}: {}",
+            error.message
+        );
+        for name in names {
+            let pid = cluster.worker_pid(name).expect("a worker");
+            assert!(running(pid), "{signal}: worker {name} is gone");
+        }
+    }
+    let ok = client
+        .submit_bundle(
+            graph("nodes:\n  a: { kind: script, start: true, run: [sh, -c, 'echo \"{\\\"ok\\\": true}\"'] }\n"),
+            &json!({}),
+        )
+        .await?;
+    let done = tokio::time::timeout(PATIENCE, client.wait(&ok.run_id)).await??;
+    assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_script_sees_neither_its_worker_nor_its_credentials_nor_other_runs_files()
+-> anyhow::Result<()> {
+    // A variable only the worker's (and the coordinator's) environment
+    // holds, as its token would be.
+    let mut cluster = TestCluster::start_with_env(&[("WEFT_PROBE_SECRET", "hush-123")])?;
+    let secrets = cluster.dir().join("worker.secrets");
+    std::fs::write(&secrets, "API_KEY=s3cret-value\n")?;
+    cluster.add_worker_with(
+        "w",
+        1,
+        &["--secrets-file".to_owned(), secrets.display().to_string()],
+    )?;
+    cluster.wait_for_workers(&["w"]).await?;
+    let worker_pid = cluster.worker_pid("w").expect("a worker");
+    let work_dir = cluster.dir().join("w");
+    let client = cluster.client().await?;
+    // What a script can find of its worker: the processes it sees, its
+    // parent's environment and command line, the secrets file, the work
+    // directory with every run's scratch, and whether it can write.
+    let probe = format!(
+        r#"
+import json, os
+def read(path):
+    try:
+        with open(path, 'rb') as f:
+            return f.read().decode(errors='replace')
+    except OSError as e:
+        return 'error: ' + e.__class__.__name__
+pids = sorted(int(p) for p in os.listdir('/proc') if p.isdigit())
+cmdlines = [read('/proc/%d/cmdline' % p) for p in pids]
+try:
+    scratch = os.listdir('{work}/scratch')
+except OSError as e:
+    scratch = 'error: ' + e.__class__.__name__
+try:
+    open('/etc/weft-probe', 'w')
+    wrote = True
+except OSError:
+    wrote = False
+print(json.dumps({{
+    'pids': pids,
+    'cmdlines': cmdlines,
+    'parent_environ': read('/proc/%d/environ' % os.getppid()),
+    'worker_visible': 'hush-123' in read('/proc/{worker_pid}/environ'),
+    'secrets': read('{secrets}'),
+    'scratch': scratch,
+    'own': os.path.basename(os.getcwd()),
+    'wrote_etc': wrote,
+    'writable': [os.access('/tmp', os.W_OK), os.access(os.getcwd(), os.W_OK)],
+}}))
+"#,
+        work = work_dir.display(),
+        secrets = secrets.display(),
+    );
+    std::fs::create_dir_all(cluster.dir().join("bundle"))?;
+    let yaml = "nodes:\n  probe: { kind: script, start: true, run: [python3, probe.py] }\n";
+    let bundle = GraphBundle {
+        graph_path: "probe.yaml".to_owned(),
+        files: vec![
+            ("probe.yaml".to_owned(), yaml.as_bytes().to_vec(), 0o644),
+            ("probe.py".to_owned(), probe.into_bytes(), 0o644),
+        ],
+    };
+    let run = client.submit_bundle(bundle, &json!({})).await?;
+    let done = tokio::time::timeout(PATIENCE, client.wait(&run.run_id)).await??;
+    assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error);
+    let seen = &done.state;
+    let pids: Vec<u64> = seen["pids"]
+        .as_array()
+        .expect("pids")
+        .iter()
+        .filter_map(Value::as_u64)
+        .collect();
+    assert!(
+        pids.len() <= 4,
+        "the script sees only its own sandbox: {pids:?}"
+    );
+    let cmdlines = seen["cmdlines"].to_string();
+    assert!(
+        !cmdlines.contains("--coordinator"),
+        "the worker is visible: {cmdlines}"
+    );
+    assert!(
+        !seen.to_string().contains("hush-123"),
+        "the worker's environment leaked: {seen}"
+    );
+    assert!(
+        std::fs::read(format!("/proc/{worker_pid}/environ"))
+            .is_ok_and(|e| String::from_utf8_lossy(&e).contains("hush-123")),
+        "the probe's variable is in the worker's environment, so its absence above means something"
+    );
+    assert_eq!(seen["worker_visible"], json!(false));
+    // Empty, or not readable at all (a device node bound in a user
+    // namespace): either way not the secret.
+    let secrets_seen = seen["secrets"].as_str().unwrap_or_default();
+    assert!(
+        secrets_seen.is_empty() || secrets_seen.starts_with("error: "),
+        "the secrets file was read: {secrets_seen}"
+    );
+    assert_eq!(
+        seen["scratch"],
+        json!([seen["own"]]),
+        "no other run's scratch directory is there, only its own"
+    );
+    assert_eq!(
+        seen["wrote_etc"],
+        json!(false),
+        "the file system is read-only"
+    );
+    assert_eq!(
+        seen["writable"],
+        json!([true, true]),
+        "/tmp and its scratch directory"
+    );
+    assert!(running(worker_pid));
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_script_past_its_sandbox_limits_fails_naming_the_limit() -> anyhow::Result<()> {
+    let mut cluster = TestCluster::start()?;
+    cluster.add_worker("w", 2)?;
+    cluster.wait_for_workers(&["w"]).await?;
+    let client = cluster.client().await?;
+    let cases = [
+        (
+            "{ cpu: 1s }",
+            "python3, -c, 'while True: pass'",
+            "the script hit its CPU time limit (sandbox cpu: 1s)",
+        ),
+        (
+            "{ memory: 64MiB }",
+            "python3, -c, 'x = bytearray(200 * 1024 * 1024)'",
+            "the script hit its memory limit (sandbox memory: 64MiB)",
+        ),
+        (
+            "{ open_files: 16 }",
+            "python3, -c, 'fs = [open(\"/dev/null\") for _ in range(100)]'",
+            "the script hit its open files limit (sandbox open_files: 16)",
+        ),
+        (
+            "{ network: false }",
+            "python3, -c, 'import socket; socket.create_connection((\"127.0.0.1\", PORT), 5)'",
+            "ConnectionRefusedError",
+        ),
+    ];
+    let port = cluster.url().rsplit(':').next().expect("a port").to_owned();
+    for (sandbox, run, expected) in cases {
+        let run = run.replace("PORT", &port);
+        let yaml = format!(
+            "nodes:\n  limited: {{ kind: script, start: true, sandbox: {sandbox}, run: [{run}] }}\n"
+        );
+        let submitted = client.submit_bundle(graph(&yaml), &json!({})).await?;
+        let done = tokio::time::timeout(PATIENCE, client.wait(&submitted.run_id)).await??;
+        assert_eq!(done.status, RunStatus::Failed, "{sandbox}");
+        let message = done.error.map(|e| e.message).unwrap_or_default();
+        assert!(message.contains(expected), "{sandbox}: {message}");
+    }
+    // The same connection with the network open reaches the coordinator.
+    let yaml = format!(
+        "nodes:\n  open: {{ kind: script, start: true, run: [python3, -c, 'import socket; socket.create_connection((\"127.0.0.1\", {port}), 5); print(\"{{}}\")'] }}\n"
+    );
+    let submitted = client.submit_bundle(graph(&yaml), &json!({})).await?;
+    let done = tokio::time::timeout(PATIENCE, client.wait(&submitted.run_id)).await??;
+    assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_worker_that_cannot_confine_refuses_to_start_unless_told() -> anyhow::Result<()> {
+    let dir = std::env::temp_dir().join(format!("weft-unconfinable-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let refused = std::process::Command::new(weft_tests::binary("worker"))
+        .args(["--coordinator", "http://127.0.0.1:9", "--work-dir"])
+        .arg(&dir)
+        .env("PATH", &dir)
+        .env_remove("WEFT_SANDBOX")
+        .output()?;
+    assert!(!refused.status.success());
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        said.contains("scripts cannot be confined here: bwrap and prlimit are not found on PATH"),
+        "{said}"
+    );
+    assert!(said.contains("--sandbox off"), "{said}");
+    // Told, it starts (and keeps retrying the unreachable coordinator).
+    let mut told = std::process::Command::new(weft_tests::binary("worker"))
+        .args([
+            "--coordinator",
+            "http://127.0.0.1:9",
+            "--sandbox",
+            "off",
+            "--work-dir",
+        ])
+        .arg(&dir)
+        .env("PATH", &dir)
+        .stderr(std::process::Stdio::piped())
+        .spawn()?;
+    let stderr = told.stderr.take().expect("stderr");
+    let warned = tokio::task::spawn_blocking(move || {
+        use std::io::BufRead;
+        std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+            .any(|line| line.contains("run unconfined (--sandbox off)"))
+    });
+    let warned = tokio::time::timeout(PATIENCE, warned).await??;
+    let _ = told.kill();
+    let _ = told.wait();
+    assert!(warned, "the worker warns that its scripts run unconfined");
+    std::fs::remove_dir_all(&dir).ok();
+    Ok(())
+}
