@@ -291,8 +291,22 @@ impl WorkerConfig {
                 .filter(|dir| !dir.is_empty())
                 .map(PathBuf::from),
         );
+        let proc = env
+            .get("WEFT_SANDBOX_PROC")
+            .map(str::to_owned)
+            .or_else(|| file.sandbox.proc.clone());
+        let host_proc = match proc.as_deref() {
+            None | Some("private") => false,
+            Some("host") => true,
+            Some(other) => {
+                return Err(ConfigError::Sandbox(format!(
+                    "proc is private or host, not '{other}'"
+                )));
+            }
+        };
         config.places = crate::confinement::Places {
             private_tmp: file.sandbox.private_tmp.unwrap_or(false),
+            host_proc,
             writable,
         };
         if let Some((cert, key)) = &config.tls.identity {

@@ -52,6 +52,10 @@ pub struct SandboxTable {
     /// Each script gets a `/tmp` of its own instead of the host's shared
     /// one (default false).
     pub private_tmp: Option<bool>,
+    /// `private` (default: a `/proc` of the script's own PID namespace) or
+    /// `host` (the host's, read-only: for a container whose `/proc` is
+    /// masked).
+    pub proc: Option<String>,
     /// Directories of the host scripts may write (default none: the file
     /// system is read-only but for their scratch directory and `/tmp`).
     #[serde(default)]

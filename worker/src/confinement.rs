@@ -23,9 +23,10 @@
 //!   and a **network namespace** of its own with `sandbox: {network:
 //!   false}` (only a loopback inside);
 //! - resource limits (`prlimit`, util-linux): memory (`RLIMIT_DATA`), CPU
-//!   time (`RLIMIT_CPU`), processes (`RLIMIT_NPROC`, counted inside the
-//!   script's user namespace) and open files (`RLIMIT_NOFILE`); the one hit
-//!   is named in the failure.
+//!   time (`RLIMIT_CPU`) and open files (`RLIMIT_NOFILE`) set on bubblewrap,
+//!   processes (`RLIMIT_NPROC`) set inside the sandbox, where its user
+//!   namespace counts them apart from the worker's; the one hit is named
+//!   in the failure.
 //!
 //! The worker itself is made non-dumpable at start (`PR_SET_DUMPABLE`), so
 //! even a process of its user outside any sandbox cannot read its memory
@@ -179,6 +180,13 @@ pub struct Confinement {
 pub struct Places {
     /// Each process gets a `/tmp` of its own instead of the host's.
     pub private_tmp: bool,
+    /// The host's `/proc`, bound read-only, instead of one of the
+    /// process's own PID namespace: for a container whose `/proc` is
+    /// masked (Docker's default), where a new one cannot be mounted. The
+    /// worker and other scripts are then listed there, though still out
+    /// of reach of signals (another PID namespace) and, for the worker,
+    /// of reads (it is non-dumpable).
+    pub host_proc: bool,
     /// Directories of the host they may write (outputs, caches).
     pub writable: Vec<PathBuf>,
 }
@@ -263,10 +271,15 @@ impl Confinement {
             return Ok(());
         }
         let said = String::from_utf8_lossy(&output.stderr).trim().to_owned();
+        let hint = if said.contains("Can't mount proc") {
+            " (a container's masked /proc: run it with systempaths=unconfined, or set [sandbox] proc = \"host\" / WEFT_SANDBOX_PROC=host)"
+        } else {
+            ""
+        };
         Err(if said.is_empty() {
             format!("bwrap failed ({})", output.status)
         } else {
-            format!("bwrap says: {said}")
+            format!("bwrap says: {said}{hint}")
         })
     }
 
@@ -303,9 +316,6 @@ impl Confinement {
             let seconds = cpu.as_secs().max(1);
             argv.push(format!("--cpu={seconds}:{}", seconds + 1).into());
         }
-        if let Some(processes) = limits.processes {
-            argv.push(format!("--nproc={processes}").into());
-        }
         if let Some(files) = limits.open_files {
             argv.push(format!("--nofile={files}").into());
         }
@@ -336,7 +346,11 @@ impl Confinement {
         }
         push_mount(&mut argv, "--ro-bind", Path::new("/"), Some(Path::new("/")));
         push_mount(&mut argv, "--dev", Path::new("/dev"), None);
-        push_mount(&mut argv, "--proc", Path::new("/proc"), None);
+        if self.places.host_proc {
+            push_mount(&mut argv, "--ro-bind", Path::new("/proc"), Some(Path::new("/proc")));
+        } else {
+            push_mount(&mut argv, "--proc", Path::new("/proc"), None);
+        }
         if self.places.private_tmp {
             push_mount(&mut argv, "--tmpfs", Path::new("/tmp"), None);
         } else {
@@ -359,6 +373,15 @@ impl Confinement {
         push_mount(&mut argv, "--bind", writable, Some(writable));
         push_mount(&mut argv, "--chdir", cwd, None);
         argv.push("--".into());
+        if let Some(processes) = limits.processes {
+            // Set inside the sandbox's user namespace, where its processes
+            // are counted apart: set outside, the count would be every
+            // process of the worker's user (its own threads included), and
+            // the namespace would inherit that ceiling too.
+            argv.push(prlimit.clone().into_os_string());
+            argv.push(format!("--nproc={processes}").into());
+            argv.push("--".into());
+        }
         argv.push(program);
         argv.extend(args);
         (prlimit.clone().into_os_string(), argv)

@@ -22,7 +22,7 @@ use tokio::process::Command;
 
 use crate::blobs::BlobCache;
 use crate::confinement::{Confinement, Limits, NodeSandbox};
-use crate::script_output::{Finished, collect, judge, stderr_tail, tool_result};
+use crate::script_output::{Finished, collect, judge, redacted, stderr_tail, tool_result};
 use crate::secrets::{Redactor, Secrets};
 use crate::task::{Failure, FailureKind, Task};
 use crate::team::TeamSeat;
@@ -90,9 +90,10 @@ impl ScriptRunner {
         let scratch = self.scratch(task).await?;
         let state_json = self.prepare(&scratch.0, task).await?;
         let request = stdin_request(task, &state_json);
-        let finished = self
-            .spawn(&scratch.0, &config, task, request, task.timeout)
+        let mut finished = self
+            .spawn(&scratch.0, &config, task, request, task.timeout, redactor)
             .await?;
+        finished.redact_stderr(redactor);
         judge(finished).map_err(|failure| self.name_the_limit(&config.limits, failure))
     }
 
@@ -132,9 +133,10 @@ impl ScriptRunner {
                 config.with_secrets(&self.secrets, &mut redactor, self.confinement.limits())?;
             let scratch = self.scratch(task).await?;
             self.prepare(&scratch.0, task).await?;
-            let finished = self
-                .spawn(&scratch.0, &config, task, arguments.to_string(), timeout)
+            let mut finished = self
+                .spawn(&scratch.0, &config, task, arguments.to_string(), timeout, &redactor)
                 .await?;
+            finished.redact_stderr(&redactor);
             tool_result(finished)
         };
         ran.await.map_err(|failure| Failure {
@@ -182,6 +184,7 @@ impl ScriptRunner {
         task: &Task,
         request: String,
         timeout: Duration,
+        redactor: &Redactor,
     ) -> Result<Finished, Failure> {
         let program = config
             .argv
@@ -203,7 +206,11 @@ impl ScriptRunner {
         let stderr = Arc::new(Mutex::new(Vec::new()));
         let collected = collect(&mut child, request, stderr.clone());
         let Ok(finished) = tokio::time::timeout(timeout, collected).await else {
-            let tail = stderr.lock().map(|t| stderr_tail(&t)).unwrap_or_default();
+            // Masked before it is cut (see `Finished::redact_stderr`).
+            let tail = stderr
+                .lock()
+                .map(|t| stderr_tail(redacted(&t, redactor).as_bytes()))
+                .unwrap_or_default();
             return Err(Failure::new(
                 FailureKind::Timeout,
                 format!(
@@ -508,6 +515,18 @@ mod tests {
             error.message
         );
         assert!(!error.message.contains("s3cret"), "{}", error.message);
+
+        // A secret across the 2 KiB cut of the stderr tail: masked before
+        // the cut, so no part of it is left (its end leaked before).
+        task.key = 4;
+        task.config = json!({
+            "argv": ["sh", "-c", "printf '%s' \"$TOKEN\" >&2; head -c 2041 /dev/zero | tr '\\0' x >&2; exit 3"],
+            "env": {"TOKEN": "${API_KEY}"},
+        });
+        let error = runner.run(&task).await.unwrap_err();
+        assert!(!error.message.contains("value"), "{}", error.message);
+        assert!(!error.message.contains("t-val"), "{}", error.message);
+        assert!(error.message.contains("xxxx"), "{}", error.message);
 
         task.key = 3;
         task.config = json!({"argv": ["echo", "${NOT_SET}"]});

@@ -23,6 +23,19 @@ pub(crate) struct Finished {
     stderr_tail: Vec<u8>,
 }
 
+impl Finished {
+    /// Masks the secrets in what is kept of stderr, before it is cut to
+    /// its tail: a secret across the cut would leave a part of itself.
+    pub(crate) fn redact_stderr(&mut self, redactor: &crate::secrets::Redactor) {
+        self.stderr_tail = redacted(&self.stderr_tail, redactor).into_bytes();
+    }
+}
+
+/// `bytes` (a window of stderr) as text with its secrets masked.
+pub(crate) fn redacted(bytes: &[u8], redactor: &crate::secrets::Redactor) -> String {
+    redactor.redact(&String::from_utf8_lossy(bytes))
+}
+
 /// Feeds the request and reads both outputs until the script exits; the
 /// tail of stderr accumulates in `stderr_tail` as it arrives.
 pub(crate) async fn collect(

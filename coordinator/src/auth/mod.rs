@@ -236,7 +236,8 @@ impl Identities {
     /// The identity of a request with this `authorization` header and
     /// this verified client certificate subject. A token wins over a
     /// certificate; a certificate no `[[certificates]]` entry names is a
-    /// worker's (SPEC 11: workers may join with a certificate alone).
+    /// worker's (SPEC 11: workers may join with a certificate alone), with
+    /// the least a worker may have: the `default` namespace's tasks only.
     pub fn authenticate(
         &self,
         authorization: Option<&[u8]>,
@@ -275,11 +276,12 @@ impl Identities {
             .find(|p| p.name == subject)
             .cloned()
             .unwrap_or_else(|| {
+                // Least privilege: a CA may sign more than Weft's workers.
                 Arc::new(Identity::new(
                     subject.to_owned(),
                     Role::Worker,
                     DEFAULT_NAMESPACE.into(),
-                    None,
+                    Some(vec![DEFAULT_NAMESPACE.to_owned()]),
                 ))
             })
     }
@@ -330,6 +332,12 @@ mod tests {
         );
         let node = identities.authenticate(None, Some("node-7")).unwrap();
         assert_eq!((node.name.as_str(), node.role), ("node-7", Role::Worker));
+        // An unlisted certificate gets the least: the default namespace's
+        // tasks, never every namespace's.
+        assert_eq!(
+            node.worker_namespaces.as_deref(),
+            Some(&["default".to_owned()][..])
+        );
     }
 
     #[test]

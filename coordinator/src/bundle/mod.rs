@@ -63,6 +63,12 @@ pub enum BundleError {
         /// The limit.
         limit: usize,
     },
+    /// The bundle holds more files than a bundle may.
+    #[error("the bundle holds more than {limit} files; a bundle holds at most {limit} (a graph's directory with its scripts, not a whole tree)")]
+    TooManyFiles {
+        /// The limit.
+        limit: usize,
+    },
     /// The graph is invalid.
     #[error(transparent)]
     Graph(#[from] GraphError),
@@ -77,8 +83,13 @@ pub fn sha256_hex(content: &[u8]) -> String {
     digest.iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// Files one bundle may hold: a million empty files (14 MB on the wire)
+/// took a coordinator to 1.45 GB, two million aborted it.
+pub const MAX_BUNDLE_FILES: usize = 10_000;
+
 impl Bundle {
-    /// Assembles a bundle from `(path, content, mode)` triples.
+    /// Assembles a bundle from `(path, content, mode)` triples; more than
+    /// [`MAX_BUNDLE_FILES`] of them are refused before any is kept.
     pub fn new(
         graph_path: String,
         files: impl IntoIterator<Item = (String, Vec<u8>, u32)>,
@@ -87,7 +98,12 @@ impl Bundle {
         let mut map = BTreeMap::new();
         let mut size = 0usize;
         let mut paths = Vec::new();
-        for (path, content, mode) in files {
+        for (count, (path, content, mode)) in files.into_iter().enumerate() {
+            if count >= MAX_BUNDLE_FILES {
+                return Err(BundleError::TooManyFiles {
+                    limit: MAX_BUNDLE_FILES,
+                });
+            }
             check_path(&path)?;
             paths.push(path.clone());
             size += content.len();
@@ -248,4 +264,15 @@ mod tests {
         let big = Bundle::new("g.yaml".into(), [("g.yaml".into(), graph, 0o644)], 4);
         assert!(matches!(big, Err(BundleError::TooLarge { .. })));
     }
+
+    #[test]
+    fn a_bundle_of_too_many_files_is_refused_before_it_is_assembled() {
+        let files = (0..MAX_BUNDLE_FILES + 1).map(|i| (format!("f{i}"), Vec::new(), 0o644));
+        let refused = Bundle::new("f0".into(), files, 1 << 20).unwrap_err();
+        assert_eq!(
+            refused.to_string(),
+            "the bundle holds more than 10000 files; a bundle holds at most 10000 (a graph's directory with its scripts, not a whole tree)"
+        );
+    }
+
 }

@@ -287,7 +287,8 @@ impl IdentityParts {
 
 impl super::CoordinatorConfig {
     /// Secure by default (SPEC 11): a listener on a non-loopback address
-    /// needs TLS, and the gRPC one an identity requirement too, unless
+    /// needs TLS and an identity requirement (the HTTP listener serves the
+    /// run viewer's API, which acts on runs, as the gRPC one does), unless
     /// `insecure` says to serve without (the binary then warns).
     pub(super) fn check_exposure(&self) -> Result<(), ConfigError> {
         let exposed = [
@@ -303,7 +304,7 @@ impl super::CoordinatorConfig {
         if self.tls.is_none() {
             missing.push("TLS ([tls] cert and key)");
         }
-        if !self.identities.required() && !self.listen.ip().is_loopback() {
+        if !self.identities.required() {
             missing.push("identities ([[tokens]] or tls.client_ca)");
         }
         if missing.is_empty() || self.insecure {
@@ -322,8 +323,7 @@ impl super::CoordinatorConfig {
     /// identities (allowed by `insecure`): the binary warns at start.
     pub fn exposed_insecurely(&self) -> bool {
         let open = !self.listen.ip().is_loopback() || !self.metrics_listen.ip().is_loopback();
-        let anyone = !self.listen.ip().is_loopback() && !self.identities.required();
-        open && (self.tls.is_none() || anyone)
+        open && (self.tls.is_none() || !self.identities.required())
     }
 }
 

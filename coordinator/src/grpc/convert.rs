@@ -16,6 +16,12 @@ use crate::run::{FailureKind, RunEvent, RunView, StoredEvent, TaskFailure, TeamM
 
 pub fn bundle(message: Option<pb::GraphBundle>, limit: usize) -> Result<Bundle, BundleError> {
     let message = message.unwrap_or_default();
+    // Counted before anything is made of them.
+    if message.files.len() > crate::bundle::MAX_BUNDLE_FILES {
+        return Err(BundleError::TooManyFiles {
+            limit: crate::bundle::MAX_BUNDLE_FILES,
+        });
+    }
     let files = message
         .files
         .into_iter()

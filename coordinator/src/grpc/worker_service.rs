@@ -266,10 +266,17 @@ impl WorkerService for WorkerApi {
         &self,
         request: Request<pb::FetchBlobRequest>,
     ) -> Result<Response<pb::FetchBlobResponse>, Status> {
+        let caller = super::principal(&request)?;
         let sha256 = request.into_inner().sha256;
+        let serves = |namespace: &str| {
+            caller
+                .worker_namespaces
+                .as_ref()
+                .is_none_or(|served| served.iter().any(|n| n == namespace))
+        };
         let content = self
             .blobs
-            .get(&sha256)
+            .get(&sha256, serves)
             .ok_or_else(|| Status::not_found(format!("no bundle file with sha256 {sha256}")))?;
         Ok(Response::new(pb::FetchBlobResponse {
             content: content.to_vec(),

@@ -83,7 +83,7 @@ impl Runs {
                 .admit(self.fixed_workers)
                 .map_err(SubmitError::Unhostable)?,
         );
-        let lease = self.blobs.add_bundle(&bundle);
+        let lease = self.blobs.add_bundle(&bundle, &namespace);
         let children = self.children_of(&plan, &bundle, family, owner);
         let refs = bundle_refs(&bundle);
         let id = RunId::from(format!("run-{}", uuid::Uuid::now_v7().simple()));

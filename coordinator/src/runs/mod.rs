@@ -106,6 +106,8 @@ struct Inner {
     order: Vec<RunId>,
     /// When ended runs were last looked at for their age.
     aged_at: Option<std::time::Instant>,
+    /// How many runs were held when they were last counted by namespace.
+    counted_at: usize,
 }
 
 impl Runs {

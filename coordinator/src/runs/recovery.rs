@@ -56,6 +56,7 @@ impl Runs {
         let machine = RunMachine::restore(plan.clone(), run.progress)?;
         let family = run.bundle.check_family(plan.graph())?;
         let owner = machine.owner().clone();
+        let namespace = owner.namespace.clone();
         let children = self.children_of(&plan, &run.bundle, Arc::new(family), owner);
         let journal = Journal::start(
             keeper.clone(),
@@ -84,7 +85,7 @@ impl Runs {
             },
             journal: Some(journal),
             admitted: None,
-            lease: self.blobs.add_bundle(&run.bundle),
+            lease: self.blobs.add_bundle(&run.bundle, &namespace),
             children,
             marks: self.marks.clone(),
             suspect: crashes > 0,

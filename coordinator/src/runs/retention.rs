@@ -12,8 +12,9 @@ use super::{Runs, now_ms};
 /// in hours).
 const AGE_SWEEP_INTERVAL: std::time::Duration = std::time::Duration::from_secs(60);
 
-/// How long ended runs are kept: the newest `count` of them, each for at
-/// most `age` after it ended.
+/// How long ended runs are kept: the newest `count` of them **in each
+/// namespace** (one team's many quick runs never push out another's),
+/// each for at most `age` after it ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Retention {
     /// Ended runs kept at most.
@@ -97,7 +98,10 @@ impl Runs {
         let max_age = i64::try_from(self.retention.age.as_millis()).unwrap_or(i64::MAX);
         let mut inner = self.inner.write().unwrap_or_else(|e| e.into_inner());
         let slack = if exact { 0 } else { self.retention.count / 64 };
-        let over = inner.order.len() > self.retention.count + slack;
+        // No namespace can be over while all of them together are not; and
+        // a walk that found none over is not repeated until more arrive.
+        let over = inner.order.len() > self.retention.count + slack
+            && inner.order.len() > inner.counted_at + slack;
         // An age of hours is looked at once a minute; a short one (the
         // tests', or none at all) as often as it needs.
         let interval = AGE_SWEEP_INTERVAL.min(self.retention.age / 64);
@@ -108,25 +112,36 @@ impl Runs {
         if age_due {
             inner.aged_at = Some(std::time::Instant::now());
         }
-        let ended: Vec<(RunId, i64)> = inner
-            .order
-            .iter()
-            .filter_map(|id| {
-                let finished = inner.by_id.get(id)?.finished()?;
-                Some((id.clone(), finished.finished_unix_ms))
-            })
-            .collect();
-        let surplus = ended.len().saturating_sub(self.retention.count);
-        let gone: std::collections::HashSet<RunId> = ended
-            .iter()
-            .enumerate()
-            .filter(|(i, (_, at))| *i < surplus || now.saturating_sub(*at) > max_age)
-            .map(|(_, (id, _))| id.clone())
-            .collect();
+        // Ended runs, oldest first, by namespace.
+        let mut ended: std::collections::HashMap<&str, Vec<(RunId, i64)>> =
+            std::collections::HashMap::new();
+        for id in &inner.order {
+            let Some(handle) = inner.by_id.get(id) else {
+                continue;
+            };
+            if let Some(finished) = handle.finished() {
+                ended
+                    .entry(handle.namespace())
+                    .or_default()
+                    .push((id.clone(), finished.finished_unix_ms));
+            }
+        }
+        let mut gone: std::collections::HashSet<RunId> = std::collections::HashSet::new();
+        for runs in ended.values() {
+            let surplus = runs.len().saturating_sub(self.retention.count);
+            gone.extend(
+                runs.iter()
+                    .enumerate()
+                    .filter(|(i, (_, at))| *i < surplus || now.saturating_sub(*at) > max_age)
+                    .map(|(_, (id, _))| id.clone()),
+            );
+        }
+        drop(ended);
         if !gone.is_empty() {
             inner.order.retain(|id| !gone.contains(id));
             inner.by_id.retain(|id, _| !gone.contains(id));
         }
+        inner.counted_at = inner.order.len();
         gone.into_iter().collect()
     }
 }

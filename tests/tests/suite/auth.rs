@@ -41,6 +41,11 @@ fn scratch(test: &str) -> PathBuf {
 /// only `team-b`'s tasks. `ops` and `viewer` take their secrets from the
 /// environment, `team-b-ops` from the secrets file, the rest are digests.
 fn secured_cluster(dir: &Path) -> anyhow::Result<TestCluster> {
+    secured_cluster_with(dir, &[])
+}
+
+/// [`secured_cluster`] with more of the coordinator's environment.
+fn secured_cluster_with(dir: &Path, extra: &[(&str, &str)]) -> anyhow::Result<TestCluster> {
     let secrets = dir.join("coordinator.secrets");
     std::fs::write(&secrets, format!("# team b\nTEAM_B_TOKEN={TEAM_B}\n"))?;
     let config = dir.join("coordinator.toml");
@@ -89,11 +94,13 @@ namespaces = ["team-b"]
             node_b = sha256_hex(NODE_B),
         ),
     )?;
-    TestCluster::start_with_env(&[
+    let mut env = vec![
         ("WEFT_CONFIG", config.to_str().unwrap()),
         ("OPS_TOKEN", OPS),
         ("VIEWER_TOKEN", VIEWER),
-    ])
+    ];
+    env.extend_from_slice(extra);
+    TestCluster::start_with_env(&env)
 }
 
 /// `weft` against `cluster` with `token` (through WEFT_TOKEN).
@@ -305,6 +312,39 @@ async fn workers_need_an_identity_and_keep_to_their_namespaces() -> anyhow::Resu
         ops.status(&waiting.run_id).await?.status,
         RunStatus::Running
     );
+    // A bundle file of team A's is not there for team B's worker, even by
+    // its hash; a worker of every namespace gets it.
+    let secret_script = b"echo team-a's own script".to_vec();
+    let bundle = weft_client::GraphBundle::from_text(
+        "a-files.yaml",
+        "nodes:\n  a: { kind: script, run: [sh, own.sh], start: true }\n",
+    )
+    .with_file("own.sh", &secret_script, 0o644);
+    let with_file = ops.submit_bundle(bundle, &json!({})).await?;
+    let sha256: String = {
+        use sha2::Digest;
+        sha2::Sha256::digest(&secret_script)
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect()
+    };
+    let fetch = |token: &'static str| {
+        let url = cluster.url().to_owned();
+        let sha256 = sha256.clone();
+        async move {
+            let mut client =
+                weft_proto::v1::worker_service_client::WorkerServiceClient::connect(url).await?;
+            let mut request = tonic::Request::new(weft_proto::v1::FetchBlobRequest { sha256 });
+            request
+                .metadata_mut()
+                .insert("authorization", format!("Bearer {token}").parse()?);
+            anyhow::Ok(client.fetch_blob(request).await)
+        }
+    };
+    let refused = fetch(NODE_B).await?.expect_err("team B's worker is refused");
+    assert_eq!(refused.code(), tonic::Code::NotFound, "{refused:?}");
+    let fetched = fetch(NODE).await?.expect("a worker of every namespace fetches it");
+    assert_eq!(fetched.into_inner().content, secret_script);
 
     // A worker for every namespace joins; the team-a run goes on with it.
     cluster.add_worker_with("all", 1, &["--token".into(), NODE.into()])?;
@@ -312,6 +352,7 @@ async fn workers_need_an_identity_and_keep_to_their_namespaces() -> anyhow::Resu
         ops.wait(&waiting.run_id).await?.status,
         RunStatus::Completed
     );
+    ops.wait(&with_file.run_id).await?;
     assert!(
         !cluster.log("b-only").contains(waiting.run_id.as_str()),
         "the team-b worker saw the team-a run"
@@ -510,5 +551,63 @@ fn a_coordinator_beyond_loopback_needs_tls_and_identities_or_insecure() {
         String::from_utf8_lossy(&allowed.stderr)
     );
     assert!(String::from_utf8_lossy(&allowed.stdout).contains("insecure: true"));
+    // The HTTP listener serves the viewer's API, which acts on runs: beyond
+    // loopback it wants identities too, not TLS alone.
+    let http = Command::new(binary("coordinator"))
+        .args([
+            "--listen",
+            "127.0.0.1:0",
+            "--metrics-listen",
+            "0.0.0.0:0",
+            "--check-config",
+            "--data-dir",
+        ])
+        .arg(dir.join("data"))
+        .env_remove("WEFT_INSECURE")
+        .output()
+        .unwrap();
+    assert_eq!(http.status.code(), Some(2));
+    assert_eq!(
+        String::from_utf8_lossy(&http.stderr).trim(),
+        "coordinator: refusing to start: config key 'metrics_listen': 0.0.0.0:0 is not a loopback address, and this coordinator has no TLS ([tls] cert and key) and no identities ([[tokens]] or tls.client_ca): anyone who reaches it could run commands on every worker; configure them, or set insecure = true (WEFT_INSECURE=true, --insecure) to serve without"
+    );
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test]
+async fn retention_counts_each_namespace_apart() -> anyhow::Result<()> {
+    let dir = scratch("retention");
+    let mut cluster = secured_cluster_with(&dir, &[("WEFT_RETAIN_FINISHED_RUNS", "2")])?;
+    cluster.add_worker_with("w", 2, &["--token".into(), NODE.into()])?;
+    cluster.wait_for_workers(&["w"]).await?;
+    let team_b = as_identity(&cluster, TEAM_B).await?;
+    let ops = as_identity(&cluster, OPS).await?;
+    // Team B's one run, then team A's five quick ones: with a global
+    // count of 2, team A's runs deleted team B's only run.
+    let b_run = team_b.submit_graph(&script_graph("b"), &json!({})).await?;
+    team_b.wait(&b_run.run_id).await?;
+    let mut a_runs = Vec::new();
+    for i in 0..5 {
+        let run = ops.submit_graph(&script_graph(&format!("a{i}")), &json!({})).await?;
+        ops.wait(&run.run_id).await?;
+        a_runs.push(run.run_id.to_string());
+    }
+    // A listing applies the retention exactly.
+    let ids = |runs: Vec<weft_client::RunInfo>| {
+        let mut ids: Vec<String> = runs.into_iter().map(|r| r.run_id.to_string()).collect();
+        ids.sort();
+        ids
+    };
+    let mut newest = a_runs[3..].to_vec();
+    newest.sort();
+    assert_eq!(ids(ops.list().await?), newest, "team A keeps its newest two");
+    assert_eq!(
+        ids(team_b.list().await?),
+        [b_run.run_id.to_string()],
+        "team B keeps its only run"
+    );
+    let status = team_b.status(&b_run.run_id).await?;
+    assert_eq!(status.status, weft_client::RunStatus::Completed);
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
 }

@@ -57,7 +57,7 @@ fn start_kept(
         start: Start::New,
         journal,
         admitted: None,
-        lease: BlobStore::default().add_bundle(&bundle),
+        lease: BlobStore::default().add_bundle(&bundle, "default"),
         children: None,
         marks: Arc::new(crate::runs::StepMarks::none()),
         suspect: false,
