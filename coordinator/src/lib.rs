@@ -13,6 +13,7 @@ pub mod durable;
 #[doc(hidden)]
 pub mod fuzzing;
 pub use weft_graph as graph;
+pub mod connections;
 mod grpc;
 pub mod ha;
 mod http;

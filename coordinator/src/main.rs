@@ -118,6 +118,7 @@ async fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    raise_open_files(&config);
     if config.exposed_insecurely() {
         tracing::warn!(
             listen = %config.listen,
@@ -202,5 +203,28 @@ async fn main() -> ExitCode {
             eprintln!("coordinator: {error}");
             ExitCode::from(1)
         }
+    }
+}
+
+/// Raises this process's soft limit of open files to its hard one: each
+/// connection and each stored run's files take descriptors, and the caps
+/// of `max_connections` are meant to bind before the process runs out.
+fn raise_open_files(config: &weft_coordinator::config::CoordinatorConfig) {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) else {
+        return;
+    };
+    if soft < hard {
+        let _ = setrlimit(Resource::RLIMIT_NOFILE, hard, hard);
+    }
+    let (soft, _) = getrlimit(Resource::RLIMIT_NOFILE).unwrap_or((soft, hard));
+    // Two listeners, each up to max_connections, and room for the rest.
+    let wanted = (config.connections.per_listener as u64).saturating_mul(2) + 256;
+    if soft < wanted {
+        tracing::warn!(
+            open_files = soft,
+            max_connections = config.connections.per_listener,
+            "this process may open fewer files than two listeners' max_connections need: lower max_connections, or raise the limit (ulimit -n, LimitNOFILE=)"
+        );
     }
 }

@@ -52,6 +52,9 @@ pub const RESULTS_DISCARDED: &str = "weft_results_discarded_total";
 /// `role` (too weak), `namespace` (a run of another namespace, answered
 /// as unknown) and `approver` (not among a node's `approvers:`) (counter).
 pub const REQUESTS_REFUSED: &str = "weft_requests_refused_total";
+/// Connections closed at once: a listener or one address held as many as
+/// it may (`listener`, `reason`: `listener` or `peer`).
+pub const CONNECTIONS_REFUSED: &str = "weft_connections_refused_total";
 
 /// Bucket bounds of the task latency histogram, in seconds: from a fast
 /// handler to a long model call.
@@ -77,6 +80,10 @@ pub fn install() -> Result<PrometheusHandle, metrics_exporter_prometheus::BuildE
     metrics::describe_gauge!(RUNS, "runs by status");
     metrics::describe_counter!(RUNS_SUBMITTED, "runs submitted");
     metrics::describe_counter!(REQUESTS_REFUSED, "requests refused, by reason");
+    metrics::describe_counter!(
+        CONNECTIONS_REFUSED,
+        "connections closed at once, a cap being reached, by listener and reason"
+    );
     metrics::describe_counter!(TASKS_DISPATCHED, "task attempts sent to workers");
     metrics::describe_histogram!(TASK_SECONDS, metrics::Unit::Seconds, "dispatch to result");
     metrics::describe_gauge!(QUEUE_DEPTH, "tasks waiting for a slot or a hosting worker");

@@ -9,7 +9,6 @@ use std::time::Duration;
 
 use tokio::net::TcpListener;
 use tokio::sync::watch;
-use tokio_stream::wrappers::TcpListenerStream;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use weft_proto::v1::run_service_server::RunServiceServer;
@@ -46,18 +45,16 @@ impl ServeError {
     }
 }
 
-/// Accepted connections with Nagle's algorithm off: tasks, results and
-/// heartbeats are small messages that must not wait for a delayed ACK.
+/// Accepted connections under the gRPC listener's caps (see
+/// [`crate::connections`]), with Nagle's algorithm off.
 fn incoming(
     listener: TcpListener,
-) -> impl tokio_stream::Stream<Item = std::io::Result<tokio::net::TcpStream>> {
-    use tokio_stream::StreamExt;
-    TcpListenerStream::new(listener).map(|accepted| {
-        if let Ok(stream) = &accepted {
-            let _ = stream.set_nodelay(true);
-        }
-        accepted
-    })
+    limits: crate::connections::ConnectionLimits,
+    shutdown: CancellationToken,
+) -> impl tokio_stream::Stream<Item = std::io::Result<crate::connections::Gated<tokio::net::TcpStream>>>
+{
+    let gate = crate::connections::Gate::new("grpc", limits);
+    crate::connections::incoming(crate::connections::accept(listener, gate, shutdown))
 }
 
 /// Serves clients and workers on `listener` until `shutdown` is cancelled.
@@ -66,7 +63,8 @@ pub async fn serve(
     config: CoordinatorConfig,
     shutdown: CancellationToken,
 ) -> Result<(), ServeError> {
-    serve_incoming(incoming(listener), None, config, shutdown, Box::new(|| {})).await
+    let incoming = incoming(listener, config.connections, shutdown.clone());
+    serve_incoming(incoming, None, config, shutdown, Box::new(|| {})).await
 }
 
 /// Serves clients and workers over TLS on `listener` until `shutdown` is
@@ -94,10 +92,14 @@ pub async fn serve_announced(
 ) -> Result<(), ServeError> {
     match tls {
         Some(tls) => {
-            let incoming = crate::tls::accept(listener, tls, shutdown.clone()).into_stream();
+            let gate = crate::connections::Gate::new("grpc", config.connections);
+            let incoming = crate::tls::accept(listener, tls, gate, shutdown.clone()).into_stream();
             serve_incoming(incoming, http, config, shutdown, ready).await
         }
-        None => serve_incoming(incoming(listener), http, config, shutdown, ready).await,
+        None => {
+            let incoming = incoming(listener, config.connections, shutdown.clone());
+            serve_incoming(incoming, http, config, shutdown, ready).await
+        }
     }
 }
 
@@ -184,7 +186,12 @@ where
             config.identities.clone(),
             config.http.clone(),
         );
-        tracker.spawn(crate::http::serve(endpoint, api, shutdown.clone()));
+        tracker.spawn(crate::http::serve(
+            endpoint,
+            api,
+            config.connections,
+            shutdown.clone(),
+        ));
     }
     take_role(&config, role_tx, &shutdown, &tracker).await?;
     ready();
@@ -199,7 +206,10 @@ where
         .max_encoding_message_size(weft_proto::MAX_MESSAGE_BYTES);
     crate::metrics::READY.store(true, std::sync::atomic::Ordering::Relaxed);
     let served = tonic::transport::Server::builder()
-        .http2_keepalive_interval(Some(Duration::from_secs(20)))
+        // Pings keep a quiet stream (a watch, a wait) from looking idle.
+        .http2_keepalive_interval(Some(
+            Duration::from_secs(20).min(config.connections.idle / 3),
+        ))
         .concurrency_limit_per_connection(config.max_concurrent_requests)
         .layer(crate::auth::layer::AuthLayer::new(
             config.identities.clone(),

@@ -28,6 +28,8 @@ use tokio::sync::mpsc;
 use tokio_rustls::server::TlsStream;
 use tokio_util::sync::CancellationToken;
 
+use crate::connections::{Gate, Gated};
+
 /// How long a peer may take to complete its handshake.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -200,32 +202,26 @@ impl ServerTls {
 
 /// Connections that completed their handshake, with their peers.
 pub struct TlsIncoming {
-    streams: mpsc::Receiver<(TlsStream<TcpStream>, SocketAddr)>,
+    streams: mpsc::Receiver<(TlsStream<Gated<TcpStream>>, SocketAddr)>,
     local: SocketAddr,
 }
 
-/// Accepts on `listener` until `shutdown`, handshaking each connection on
-/// its own task.
-pub fn accept(listener: TcpListener, tls: ServerTls, shutdown: CancellationToken) -> TlsIncoming {
+/// Accepts on `listener` until `shutdown`, under `gate`'s caps (a
+/// connection counts from before its handshake), handshaking each
+/// connection on its own task.
+pub fn accept(
+    listener: TcpListener,
+    tls: ServerTls,
+    gate: Gate,
+    shutdown: CancellationToken,
+) -> TlsIncoming {
     let local = listener
         .local_addr()
         .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)));
     let (tx, streams) = mpsc::channel(64);
+    let mut accepted = crate::connections::accept(listener, gate, shutdown);
     tokio::spawn(async move {
-        loop {
-            let accepted = tokio::select! {
-                () = shutdown.cancelled() => return,
-                accepted = listener.accept() => accepted,
-            };
-            let (stream, peer) = match accepted {
-                Ok(accepted) => accepted,
-                Err(error) => {
-                    tracing::warn!(%error, "accepting a connection failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            };
-            let _ = stream.set_nodelay(true);
+        while let Some((stream, peer)) = accepted.recv().await {
             let (acceptor, tx) = (tls.acceptor(), tx.clone());
             tokio::spawn(async move {
                 match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
@@ -247,14 +243,14 @@ impl TlsIncoming {
     /// The streams, for tonic's `serve_with_incoming`.
     pub fn into_stream(
         self,
-    ) -> impl tokio_stream::Stream<Item = std::io::Result<TlsStream<TcpStream>>> {
+    ) -> impl tokio_stream::Stream<Item = std::io::Result<TlsStream<Gated<TcpStream>>>> {
         use tokio_stream::StreamExt;
         tokio_stream::wrappers::ReceiverStream::new(self.streams).map(|(stream, _)| Ok(stream))
     }
 }
 
 impl axum::serve::Listener for TlsIncoming {
-    type Io = TlsStream<TcpStream>;
+    type Io = TlsStream<Gated<TcpStream>>;
     type Addr = SocketAddr;
 
     async fn accept(&mut self) -> (Self::Io, Self::Addr) {

@@ -347,7 +347,12 @@ impl Confinement {
         push_mount(&mut argv, "--ro-bind", Path::new("/"), Some(Path::new("/")));
         push_mount(&mut argv, "--dev", Path::new("/dev"), None);
         if self.places.host_proc {
-            push_mount(&mut argv, "--ro-bind", Path::new("/proc"), Some(Path::new("/proc")));
+            push_mount(
+                &mut argv,
+                "--ro-bind",
+                Path::new("/proc"),
+                Some(Path::new("/proc")),
+            );
         } else {
             push_mount(&mut argv, "--proc", Path::new("/proc"), None);
         }

@@ -134,7 +134,14 @@ impl ScriptRunner {
             let scratch = self.scratch(task).await?;
             self.prepare(&scratch.0, task).await?;
             let mut finished = self
-                .spawn(&scratch.0, &config, task, arguments.to_string(), timeout, &redactor)
+                .spawn(
+                    &scratch.0,
+                    &config,
+                    task,
+                    arguments.to_string(),
+                    timeout,
+                    &redactor,
+                )
                 .await?;
             finished.redact_stderr(&redactor);
             tool_result(finished)

@@ -135,7 +135,10 @@ mod tests {
         let shared = sha256_hex_of("shared");
         let only = |allowed: &'static str| move |namespace: &str| namespace == allowed;
         assert!(store.get(&shared, only("team-a")).is_some());
-        assert!(store.get(&shared, only("team-b")).is_none(), "team B's worker fetched team A's file");
+        assert!(
+            store.get(&shared, only("team-b")).is_none(),
+            "team B's worker fetched team A's file"
+        );
         assert!(store.get(&sha256_hex_of("other"), only("team-b")).is_some());
         drop(first);
         assert_eq!(store.held().0, 3, "the second run still uses them");

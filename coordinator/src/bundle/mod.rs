@@ -64,7 +64,9 @@ pub enum BundleError {
         limit: usize,
     },
     /// The bundle holds more files than a bundle may.
-    #[error("the bundle holds more than {limit} files; a bundle holds at most {limit} (a graph's directory with its scripts, not a whole tree)")]
+    #[error(
+        "the bundle holds more than {limit} files; a bundle holds at most {limit} (a graph's directory with its scripts, not a whole tree)"
+    )]
     TooManyFiles {
         /// The limit.
         limit: usize,
@@ -274,5 +276,4 @@ mod tests {
             "the bundle holds more than 10000 files; a bundle holds at most 10000 (a graph's directory with its scripts, not a whole tree)"
         );
     }
-
 }

@@ -1,7 +1,8 @@
-//! `[http]`: what the run viewer on the HTTP listener links to. Today one
-//! key, `trace_url`: a URL pattern with `{trace_id}` in it (a Jaeger or
-//! Tempo page, say), so a run's page links its trace. `WEFT_TRACE_URL`
-//! sets it too.
+//! `[http]`: what the run viewer on the HTTP listener links to, and the
+//! names it answers to. `trace_url`: a URL pattern with `{trace_id}` in it
+//! (a Jaeger or Tempo page, say), so a run's page links its trace
+//! (`WEFT_TRACE_URL` sets it too); `hosts`: the names besides addresses and
+//! `localhost` (see `http::origin`).
 
 use serde::Deserialize;
 
@@ -12,6 +13,9 @@ use super::ConfigError;
 pub struct HttpConfig {
     /// Where a run's trace is shown: `{trace_id}` is replaced by its id.
     pub trace_url: Option<String>,
+    /// The names the HTTP listener answers to besides addresses and
+    /// `localhost` (`[http] hosts`); see `http::origin`.
+    pub hosts: Vec<String>,
 }
 
 /// `[http]` as one layer gives it.
@@ -19,12 +23,27 @@ pub struct HttpConfig {
 #[serde(deny_unknown_fields)]
 pub(super) struct HttpLayer {
     pub(super) trace_url: Option<String>,
+    pub(super) hosts: Option<Vec<String>>,
 }
 
 impl HttpConfig {
     /// Takes what `layer` sets; a pattern must be an http(s) URL with
     /// `{trace_id}` in it.
     pub(super) fn apply(&mut self, layer: HttpLayer) -> Result<(), ConfigError> {
+        if let Some(hosts) = layer.hosts {
+            if let Some(bad) = hosts
+                .iter()
+                .find(|h| h.is_empty() || h.contains([':', '/', ' ']))
+            {
+                return Err(ConfigError::Invalid {
+                    key: "http.hosts".into(),
+                    reason: format!(
+                        "'{bad}' is not a host name (write names without scheme or port)"
+                    ),
+                });
+            }
+            self.hosts = hosts;
+        }
         let Some(pattern) = layer.trace_url else {
             return Ok(());
         };
@@ -58,6 +77,7 @@ mod tests {
     fn applied(pattern: &str) -> Result<HttpConfig, String> {
         let mut config = HttpConfig::default();
         let layer = HttpLayer {
+            hosts: None,
             trace_url: Some(pattern.into()),
         };
         config

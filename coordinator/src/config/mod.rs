@@ -49,6 +49,8 @@ pub struct CoordinatorConfig {
     pub max_result_bytes: usize,
     /// Requests served at once on one client or worker connection.
     pub max_concurrent_requests: usize,
+    /// Connections each listener takes at once, and from one address.
+    pub connections: crate::connections::ConnectionLimits,
     /// The workers that join at start are all there will be (an embedded
     /// cluster): work none of them hosts is refused at submission instead
     /// of waiting forever. Not a file or environment key.
@@ -89,6 +91,7 @@ impl Default for CoordinatorConfig {
             max_input_bytes: 16 << 20,
             max_result_bytes: 16 << 20,
             max_concurrent_requests: 256,
+            connections: crate::connections::ConnectionLimits::default(),
             fixed_workers: false,
             limits: crate::run::RunLimits::default(),
             retention: Retention::default(),
@@ -126,6 +129,9 @@ struct Layer {
     max_input_bytes: Option<usize>,
     max_result_bytes: Option<usize>,
     max_concurrent_requests: Option<usize>,
+    max_connections: Option<usize>,
+    max_connections_per_peer: Option<usize>,
+    idle_timeout_ms: Option<u64>,
     max_output_fields: Option<u64>,
     max_state_fields: Option<u64>,
     max_attempts: Option<u64>,
@@ -269,11 +275,17 @@ impl CoordinatorConfig {
                 .map(|n| usize::try_from(n).unwrap_or(usize::MAX)),
             max_concurrent_requests: number("WEFT_MAX_CONCURRENT_REQUESTS")?
                 .map(|n| usize::try_from(n).unwrap_or(usize::MAX)),
+            max_connections: number("WEFT_MAX_CONNECTIONS")?
+                .map(|n| usize::try_from(n).unwrap_or(usize::MAX)),
+            max_connections_per_peer: number("WEFT_MAX_CONNECTIONS_PER_PEER")?
+                .map(|n| usize::try_from(n).unwrap_or(usize::MAX)),
+            idle_timeout_ms: number("WEFT_IDLE_TIMEOUT_MS")?,
             retain_finished_runs: number("WEFT_RETAIN_FINISHED_RUNS")?,
             retain_finished_hours: number("WEFT_RETAIN_FINISHED_HOURS")?,
             telemetry: None, // OTEL_* are read when the binary starts
             tls: None,       // WEFT_TLS_* are read below
             http: env("WEFT_TRACE_URL").map(|trace_url| HttpLayer {
+                hosts: None,
                 trace_url: Some(trace_url),
             }),
             insecure: env("WEFT_INSECURE")
@@ -370,6 +382,15 @@ impl CoordinatorConfig {
         if let Some(bytes) = layer.max_result_bytes {
             self.max_result_bytes = bytes;
         }
+        if let Some(count) = layer.max_connections {
+            self.connections.per_listener = count;
+        }
+        if let Some(count) = layer.max_connections_per_peer {
+            self.connections.per_peer = count;
+        }
+        if let Some(ms) = layer.idle_timeout_ms {
+            self.connections.idle = Duration::from_millis(ms);
+        }
         if let Some(count) = layer.max_concurrent_requests {
             self.max_concurrent_requests = count;
         }
@@ -441,11 +462,16 @@ impl CoordinatorConfig {
         if self.call_timeout.is_zero() {
             return Err(invalid("call_timeout_ms", "must be at least 1"));
         }
+        if self.connections.idle < std::time::Duration::from_secs(1) {
+            return Err(invalid("idle_timeout_ms", "must be at least 1000"));
+        }
         for (key, value) in [
             ("max_bundle_bytes", self.max_bundle_bytes),
             ("max_input_bytes", self.max_input_bytes),
             ("max_result_bytes", self.max_result_bytes),
             ("max_concurrent_requests", self.max_concurrent_requests),
+            ("max_connections", self.connections.per_listener),
+            ("max_connections_per_peer", self.connections.per_peer),
         ] {
             if value == 0 {
                 return Err(invalid(key, "must be at least 1"));

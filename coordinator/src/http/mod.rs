@@ -13,6 +13,7 @@
 mod api;
 mod caller;
 mod events;
+mod origin;
 mod run_json;
 mod viewer;
 
@@ -74,9 +75,11 @@ fn router(api: Api, metrics: Option<PrometheusHandle>) -> Router {
             }),
         );
     }
+    let hosts = origin::Hosts::new(api.identities.required(), &api.settings.hosts);
     probes
         .merge(viewer::routes())
         .nest("/api/v1", api::routes().with_state(api))
+        .layer(axum::middleware::from_fn_with_state(hosts, origin::guard))
 }
 
 /// `/readyz`: `ok` once the coordinator serves its API (a leader's runs
@@ -89,19 +92,27 @@ async fn ready() -> (axum::http::StatusCode, &'static str) {
     }
 }
 
-/// Serves `endpoint` until `shutdown` is cancelled.
-pub(crate) async fn serve(endpoint: HttpEndpoint, api: Api, shutdown: CancellationToken) {
+/// Serves `endpoint` until `shutdown` is cancelled, under `limits`.
+pub(crate) async fn serve(
+    endpoint: HttpEndpoint,
+    api: Api,
+    limits: crate::connections::ConnectionLimits,
+    shutdown: CancellationToken,
+) {
     let app = router(api, endpoint.metrics);
     let stop = shutdown.clone().cancelled_owned();
+    let gate = crate::connections::Gate::new("http", limits);
     let served = match endpoint.tls {
         Some(tls) => {
-            let incoming = crate::tls::accept(endpoint.listener, tls, shutdown);
+            let incoming = crate::tls::accept(endpoint.listener, tls, gate, shutdown);
             axum::serve(incoming, app)
                 .with_graceful_shutdown(stop)
                 .await
         }
         None => {
-            axum::serve(endpoint.listener, app)
+            let incoming =
+                crate::connections::GatedListener::new(endpoint.listener, gate, shutdown);
+            axum::serve(incoming, app)
                 .with_graceful_shutdown(stop)
                 .await
         }

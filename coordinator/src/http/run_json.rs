@@ -115,6 +115,7 @@ mod tests {
             ..Default::default()
         };
         let settings = HttpConfig {
+            hosts: Vec::new(),
             trace_url: Some("http://jaeger/trace/{trace_id}".into()),
         };
         let json = run_json(info, &settings);

@@ -341,9 +341,13 @@ async fn workers_need_an_identity_and_keep_to_their_namespaces() -> anyhow::Resu
             anyhow::Ok(client.fetch_blob(request).await)
         }
     };
-    let refused = fetch(NODE_B).await?.expect_err("team B's worker is refused");
+    let refused = fetch(NODE_B)
+        .await?
+        .expect_err("team B's worker is refused");
     assert_eq!(refused.code(), tonic::Code::NotFound, "{refused:?}");
-    let fetched = fetch(NODE).await?.expect("a worker of every namespace fetches it");
+    let fetched = fetch(NODE)
+        .await?
+        .expect("a worker of every namespace fetches it");
     assert_eq!(fetched.into_inner().content, secret_script);
 
     // A worker for every namespace joins; the team-a run goes on with it.
@@ -588,7 +592,9 @@ async fn retention_counts_each_namespace_apart() -> anyhow::Result<()> {
     team_b.wait(&b_run.run_id).await?;
     let mut a_runs = Vec::new();
     for i in 0..5 {
-        let run = ops.submit_graph(&script_graph(&format!("a{i}")), &json!({})).await?;
+        let run = ops
+            .submit_graph(&script_graph(&format!("a{i}")), &json!({}))
+            .await?;
         ops.wait(&run.run_id).await?;
         a_runs.push(run.run_id.to_string());
     }
@@ -600,7 +606,11 @@ async fn retention_counts_each_namespace_apart() -> anyhow::Result<()> {
     };
     let mut newest = a_runs[3..].to_vec();
     newest.sort();
-    assert_eq!(ids(ops.list().await?), newest, "team A keeps its newest two");
+    assert_eq!(
+        ids(ops.list().await?),
+        newest,
+        "team A keeps its newest two"
+    );
     assert_eq!(
         ids(team_b.list().await?),
         [b_run.run_id.to_string()],

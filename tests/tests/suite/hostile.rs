@@ -468,3 +468,68 @@ async fn a_bundle_file_leaves_the_store_with_the_last_run_that_uses_it() -> anyh
     assert_eq!(blobs.len(), 1, "only the kept run's graph stays: {blobs:?}");
     Ok(())
 }
+
+#[tokio::test]
+async fn half_sent_requests_are_capped_per_peer_and_closed_once_idle() -> anyhow::Result<()> {
+    use std::io::{Read, Write};
+    let cluster = TestCluster::start_with_env(&[
+        ("WEFT_MAX_CONNECTIONS_PER_PEER", "8"),
+        ("WEFT_IDLE_TIMEOUT_MS", "1500"),
+    ])?;
+    let http = cluster
+        .metrics_url()
+        .trim_start_matches("http://")
+        .trim_end_matches("/metrics")
+        .to_owned();
+    // A slowloris: connections that send half a request, then nothing.
+    let mut loris = Vec::new();
+    for _ in 0..8 {
+        let mut stream = std::net::TcpStream::connect(&http)?;
+        stream.write_all(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ")?;
+        loris.push(stream);
+    }
+    // One more from the same address is closed at once.
+    let mut ninth = std::net::TcpStream::connect(&http)?;
+    ninth.set_read_timeout(Some(ANSWER_WITHIN))?;
+    let _ = ninth.write_all(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
+    let mut answer = Vec::new();
+    let read = ninth.read_to_end(&mut answer);
+    assert!(
+        read.is_err() || answer.is_empty(),
+        "the ninth connection was answered: {}",
+        String::from_utf8_lossy(&answer)
+    );
+    // The gRPC listener has caps of its own: clients are served meanwhile.
+    let client = cluster.client().await?;
+    tokio::time::timeout(ANSWER_WITHIN, client.list())
+        .await
+        .expect("gRPC answers while HTTP is held")?;
+    // The half-sent requests are closed once silent (1.5 s here).
+    for stream in &mut loris {
+        stream.set_read_timeout(Some(ANSWER_WITHIN))?;
+        let mut rest = Vec::new();
+        let closed = stream.read_to_end(&mut rest);
+        assert!(
+            closed.is_ok()
+                || closed
+                    .as_ref()
+                    .is_err_and(|e| e.kind() == std::io::ErrorKind::ConnectionReset),
+            "not closed: {closed:?}"
+        );
+    }
+    drop(loris);
+    // Then everyone is served again, and the refusal was counted.
+    let mut metrics = String::new();
+    weft_tests::wait_until(ANSWER_WITHIN, || {
+        cluster.metrics().is_ok_and(|text| {
+            metrics = text;
+            true
+        })
+    })
+    .await?;
+    assert!(
+        metrics.contains(r#"weft_connections_refused_total{listener="http",reason="peer"} "#),
+        "{metrics}"
+    );
+    Ok(())
+}

@@ -577,3 +577,66 @@ async fn a_standby_serves_the_viewer_and_forwards_actions_to_the_leader() -> any
     assert_eq!(page.status(), 200);
     Ok(())
 }
+
+#[tokio::test]
+async fn a_coordinator_without_identities_refuses_other_sites_and_other_names() -> anyhow::Result<()>
+{
+    let mut cluster = TestCluster::start()?;
+    cluster.add_worker("w", 1)?;
+    cluster.wait_for_workers(&["w"]).await?;
+    let client = cluster.client().await?;
+    let go = cluster.dir().join("go");
+    let run = client
+        .submit_bundle(
+            submit_text(
+                "waits.yaml",
+                &format!(
+                    "nodes:\n  a: {{ kind: script, start: true, run: [sh, -c, 'while [ ! -e {} ]; do sleep 0.05; done; echo \"{{}}\"'] }}\n",
+                    go.display()
+                ),
+            ),
+            &json!({}),
+        )
+        .await?;
+    let base = base(&cluster);
+    let cancel = format!("{base}/api/v1/runs/{}/cancel", run.run_id);
+    let http = reqwest::Client::new();
+    // A page of another site posts a "simple" request (no preflight).
+    let foreign = http
+        .post(&cancel)
+        .header("Origin", "https://evil.example")
+        .header("Content-Type", "text/plain")
+        .body("{}")
+        .send()
+        .await?;
+    assert_eq!(foreign.status().as_u16(), 403);
+    let said: Value = foreign.json().await?;
+    assert_eq!(said["error"]["code"], "cross_origin", "{said}");
+    // A name pointed at this machine (DNS rebinding) is refused too.
+    let rebound = http
+        .get(format!("{base}/api/v1/runs"))
+        .header("Host", "evil.example")
+        .send()
+        .await?;
+    assert_eq!(rebound.status().as_u16(), 421);
+    assert_eq!(
+        client.status(&run.run_id).await?.status,
+        weft_client::RunStatus::Running,
+        "the run was not cancelled"
+    );
+    // The viewer's own page (same origin), and a client with no Origin,
+    // act as before.
+    let host = base.trim_start_matches("http://");
+    let own = http
+        .post(&cancel)
+        .header("Origin", format!("http://{host}"))
+        .json(&json!({}))
+        .send()
+        .await?;
+    assert_eq!(own.status().as_u16(), 200, "{}", own.text().await?);
+    assert_eq!(
+        client.wait(&run.run_id).await?.status,
+        weft_client::RunStatus::Cancelled
+    );
+    Ok(())
+}
