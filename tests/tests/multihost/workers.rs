@@ -156,3 +156,63 @@ async fn max_concurrency_holds_across_workers_through_a_loss_and_a_return() -> a
     eprintln!("peak concurrency {peak} of {allowed}, through a worker's loss and return");
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_script_that_signals_its_worker_with_retry_leaves_the_fleet_standing()
+-> anyhow::Result<()> {
+    let cluster = Compose::up("pill", 3).await?;
+    let leader = cluster.wait_for_leader(None).await?;
+    let client = cluster.client(leader).await?;
+    cluster.wait_for_workers(3).await?;
+    let workers = cluster.containers("worker")?;
+    let started = |container: &str| {
+        weft_tests::compose::docker(&["inspect", "-f", "{{.State.StartedAt}}", container])
+    };
+    let before: Vec<String> = workers
+        .iter()
+        .map(|c| started(c))
+        .collect::<Result<_, _>>()?;
+    // SIGTERM made each worker drain and exit 0, one per attempt, and with
+    // no restart policy the cluster was dead; under `init: true`, SIGKILL
+    // killed them.
+    for signal in ["TERM", "KILL"] {
+        let yaml = format!(
+            "nodes:\n  pill: {{ kind: script, start: true, run: [sh, -c, 'kill -{signal} $PPID; sleep 2; exit 3'], retry: {{ max_attempts: 3, initial_interval: 0.1 }} }}\n"
+        );
+        let run = client
+            .submit_bundle(
+                weft_client::GraphBundle::from_text("pill.yaml", &yaml),
+                &json!({}),
+            )
+            .await?;
+        let done = tokio::time::timeout(RUN_PATIENCE, client.wait(&run.run_id)).await??;
+        assert_eq!(done.status, weft_client::RunStatus::Failed, "{signal}");
+        let error = done.error.expect("an error");
+        assert!(
+            error
+                .message
+                .contains("script_failed: script exited with status 3"),
+            "{signal}: {}",
+            error.message
+        );
+    }
+    // Every worker still runs, never restarted, and a normal run completes.
+    for (container, at) in workers.iter().zip(&before) {
+        let state =
+            weft_tests::compose::docker(&["inspect", "-f", "{{.State.Status}}", container])?;
+        assert_eq!(state, "running", "{container}");
+        assert_eq!(&started(container)?, at, "{container} was restarted");
+    }
+    let run_id = client
+        .submit_bundle(crate::ledger::chain(2, 0.1), &json!({}))
+        .await?
+        .run_id;
+    let done = tokio::time::timeout(RUN_PATIENCE, client.wait(&run_id)).await??;
+    assert_eq!(
+        done.status,
+        weft_client::RunStatus::Completed,
+        "{:?}",
+        done.error
+    );
+    Ok(())
+}
