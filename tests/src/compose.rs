@@ -265,8 +265,14 @@ impl Compose {
     pub fn http(&self, service: &str, path: &str) -> Result<String> {
         let container = self.container(service)?;
         let address = self.address(&container, "cluster")?;
+        // /metrics wants a reader's token; the probes take it too.
         let out = run(Command::new("curl")
-            .args(["-sS", "--fail", "--max-time", "5", "--cacert"])
+            .args(["-sS", "--fail", "--max-time", "5", "-H"])
+            .arg(format!(
+                "Authorization: Bearer {}",
+                self.token("WEFT_METRICS_TOKEN")
+            ))
+            .arg("--cacert")
             .arg(self.ca())
             .arg("--resolve")
             .arg(format!("{service}:9464:{address}"))

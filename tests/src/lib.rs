@@ -181,6 +181,14 @@ impl TestCluster {
         self.metrics_endpoint("metrics")
     }
 
+    /// The Prometheus text, for a coordinator that wants an identity:
+    /// with `token` (a reader's or better).
+    pub fn metrics_as(&self, token: &str) -> Result<String> {
+        let rest = self.metrics_url.trim_start_matches("http://");
+        let (host, _) = rest.split_once('/').context("a metrics URL")?;
+        http_get_as(host, "/metrics", Some(token))
+    }
+
     /// `GET /PATH` on the coordinator's metrics listener (`healthz`,
     /// `readyz`, `metrics`): the body of a 200.
     pub fn metrics_endpoint(&self, path: &str) -> Result<String> {
@@ -517,12 +525,20 @@ pub(crate) fn send_signal(pid: u32, signal: &str) -> Result<()> {
 /// `GET PATH` from `address` (`HOST:PORT`) over plain HTTP/1.1: the body
 /// of a 200.
 pub fn http_get(address: &str, path: &str) -> Result<String> {
+    http_get_as(address, path, None)
+}
+
+/// [`http_get`] with a bearer token.
+pub fn http_get_as(address: &str, path: &str, token: Option<&str>) -> Result<String> {
     use std::io::{Read, Write};
     let mut stream = std::net::TcpStream::connect(address)?;
     stream.set_read_timeout(Some(Duration::from_secs(5)))?;
+    let authorization = token
+        .map(|token| format!("Authorization: Bearer {token}\r\n"))
+        .unwrap_or_default();
     write!(
         stream,
-        "GET {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n"
+        "GET {path} HTTP/1.1\r\nHost: {address}\r\n{authorization}Connection: close\r\n\r\n"
     )?;
     let mut response = String::new();
     stream.read_to_string(&mut response)?;

@@ -38,9 +38,14 @@ impl RunApi {
     /// Run `id`, if the caller may see it: a run of another namespace is
     /// as unknown as one that does not exist (its existence is not told).
     fn run(&self, caller: &Identity, id: &str) -> Result<crate::run::RunHandle, Status> {
-        let handle = self.runs.get(id).ok_or_else(|| unknown_run(id))?;
+        // Counted alike whether the run is another namespace's or none at
+        // all: the metric must not tell which.
+        let Some(handle) = self.runs.get(id) else {
+            crate::auth::layer::refused("unknown_run");
+            return Err(unknown_run(id));
+        };
         if !caller.sees(handle.namespace()) {
-            crate::auth::layer::refused("namespace");
+            crate::auth::layer::refused("unknown_run");
             return Err(unknown_run(id));
         }
         Ok(handle)

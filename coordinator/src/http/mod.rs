@@ -64,13 +64,24 @@ fn router(api: Api, metrics: Option<PrometheusHandle>) -> Router {
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(ready));
     if let Some(handle) = metrics {
+        // Metrics describe every namespace's activity: where identities
+        // are required, a reader's (or better) is needed to read them.
+        let identities = api.identities.clone();
         probes = probes.route(
             "/metrics",
-            get(move || {
-                let handle = handle.clone();
+            get(move |headers: axum::http::HeaderMap| {
+                let (handle, identities) = (handle.clone(), identities.clone());
                 async move {
+                    use axum::response::IntoResponse;
+                    if let Err(refused) = caller::Caller::admit(
+                        &identities,
+                        &headers,
+                        ("Metrics", crate::auth::Role::Reader),
+                    ) {
+                        return refused.into_response();
+                    }
                     handle.run_upkeep();
-                    handle.render()
+                    handle.render().into_response()
                 }
             }),
         );

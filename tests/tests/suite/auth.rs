@@ -251,9 +251,20 @@ async fn identities_roles_and_namespaces_are_enforced() -> anyhow::Result<()> {
     let error = ops.get(&submitted.run_id).await.unwrap_err();
     assert!(error.to_string().contains("unknown run"), "{error}");
 
+    // Metrics want an identity here, a reader's or better.
+    let anonymous = cluster.metrics();
+    assert!(
+        anonymous
+            .as_ref()
+            .is_err_and(|e| e.to_string().contains("401")),
+        "{anonymous:?}"
+    );
     // Refusals are counted by reason.
-    let metrics = cluster.metrics()?;
-    for reason in ["no_identity", "unknown_identity", "role", "namespace"] {
+    let metrics = cluster.metrics_as(VIEWER)?;
+    // A run of another namespace is counted as an unknown run: the metric
+    // does not tell that it exists.
+    assert!(!metrics.contains("reason=\"namespace\""), "{metrics}");
+    for reason in ["no_identity", "unknown_identity", "role", "unknown_run"] {
         assert!(
             metrics.contains(&format!(
                 "weft_requests_refused_total{{reason=\"{reason}\"}}"
@@ -481,7 +492,7 @@ async fn approvers_are_enforced_and_who_did_what_is_recorded() -> anyhow::Result
     );
     let mut written = vec![
         String::from_utf8_lossy(&check.stdout).into_owned(),
-        cluster.metrics()?,
+        cluster.metrics_as(ROOT)?,
         stderr(&run),
         String::from_utf8_lossy(&watch.stdout).into_owned(),
     ];

@@ -50,6 +50,7 @@ fn every_deploy_configuration_passes_check_config() {
             .env("WEFT_ADMIN_TOKEN", "admin-check-5f1e2d3c4b5a6978")
             .env("WEFT_OPERATOR_TOKEN", "operator-check-8a7b6c5d4e3f2a1b")
             .env("WEFT_WORKER_TOKEN", "worker-check-1a2b3c4d5e6f7a8b")
+            .env("WEFT_METRICS_TOKEN", "metrics-check-9c8b7a6f5e4d3c2b")
             .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
             .output()
             .unwrap();
