@@ -46,6 +46,16 @@ pub enum ClientError {
         /// Why.
         reason: String,
     },
+    /// The coordinator was reached and said it cannot serve the request
+    /// now (its store is out of reach, it is stopping, it has no leader to
+    /// forward to).
+    #[error("the coordinator cannot serve this now: {0}")]
+    Unavailable(String),
+    /// The connection closed before an answer, as when a coordinator
+    /// refuses a TLS handshake: not waited out, as asking again would end
+    /// the same way.
+    #[error("cannot reach the coordinator: {0}")]
+    Closed(String),
     /// The coordinator refused the request (invalid graph, unknown run, …).
     #[error("{0}")]
     Refused(String),
@@ -71,10 +81,28 @@ pub enum ClientError {
 impl From<tonic::Status> for ClientError {
     fn from(status: tonic::Status) -> Self {
         match status.code() {
+            // Said by the coordinator itself (its store is out of reach, it
+            // is stopping): it was reached, and says why it cannot serve.
+            tonic::Code::Unavailable if said_by_the_server(&status) => {
+                Self::Unavailable(status.message().to_owned())
+            }
             tonic::Code::Unavailable => Self::Unreachable {
                 url: String::new(),
                 reason: status.message().to_owned(),
             },
+            // The connection closed under the call: over TLS, the
+            // coordinator refused the handshake (a client certificate it
+            // does not accept) or went away.
+            tonic::Code::Cancelled | tonic::Code::Unknown
+                if matches!(
+                    status.message(),
+                    "operation was canceled" | "transport error"
+                ) =>
+            {
+                Self::Closed(
+                    "the connection was closed before an answer (over TLS: the coordinator refused the handshake, e.g. a client certificate it does not trust)".to_owned(),
+                )
+            }
             tonic::Code::InvalidArgument | tonic::Code::ResourceExhausted => {
                 Self::Invalid(status.message().to_owned())
             }
@@ -83,6 +111,20 @@ impl From<tonic::Status> for ClientError {
             _ => Self::Refused(status.message().to_owned()),
         }
     }
+}
+
+/// Whether an `UNAVAILABLE` status came from the coordinator (a reply
+/// with its own message) rather than from the connection to it.
+fn said_by_the_server(status: &tonic::Status) -> bool {
+    const TRANSPORT: [&str; 5] = [
+        "error trying to connect",
+        "transport error",
+        "tcp connect error",
+        "connection error",
+        "Service was not ready",
+    ];
+    status.metadata().contains_key("content-type")
+        && !TRANSPORT.iter().any(|t| status.message().starts_with(t))
 }
 
 /// How long a read ([`Client::get`], [`Client::status`], listing) waits
@@ -101,7 +143,9 @@ where
     let mut pause = std::time::Duration::from_millis(50);
     loop {
         match call().await {
-            Err(ClientError::Unreachable { .. }) if started.elapsed() < READ_PATIENCE => {
+            Err(ClientError::Unreachable { .. } | ClientError::Unavailable(_))
+                if started.elapsed() < READ_PATIENCE =>
+            {
                 tokio::time::sleep(pause).await;
                 pause = (pause * 2).min(std::time::Duration::from_secs(1));
             }
@@ -291,10 +335,10 @@ impl Client {
         let mut pause = std::time::Duration::from_millis(50);
         loop {
             match self.wait_once(run_id).await {
-                Err(ClientError::Unreachable { url, reason }) => {
+                Err(error @ (ClientError::Unreachable { .. } | ClientError::Unavailable(_))) => {
                     let since = *outage.get_or_insert_with(std::time::Instant::now);
                     if since.elapsed() > RECONNECT_PATIENCE {
-                        return Err(ClientError::Unreachable { url, reason });
+                        return Err(error);
                     }
                     tokio::time::sleep(pause).await;
                     pause = (pause * 2).min(std::time::Duration::from_secs(1));

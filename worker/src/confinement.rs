@@ -400,9 +400,9 @@ impl Confinement {
             return None;
         }
         let human_bytes = |b: u64| {
-            if b % (1 << 30) == 0 {
+            if b.is_multiple_of(1 << 30) {
                 format!("{}GiB", b >> 30)
-            } else if b % (1 << 20) == 0 {
+            } else if b.is_multiple_of(1 << 20) {
                 format!("{}MiB", b >> 20)
             } else {
                 format!("{b} bytes")

@@ -412,7 +412,9 @@ fn report(error: &ClientError) -> u8 {
         None => err!("error: {error}"),
     }
     match error {
-        ClientError::Unreachable { .. } => exit::UNREACHABLE,
+        ClientError::Unreachable { .. } | ClientError::Unavailable(_) | ClientError::Closed(_) => {
+            exit::UNREACHABLE
+        }
         ClientError::Invalid(_) | ClientError::Bundle(_) => exit::INVALID,
         ClientError::Refused(_) | ClientError::Decode(_) => exit::FAILED,
         ClientError::Unauthenticated(_) | ClientError::PermissionDenied(_) => exit::DENIED,

@@ -86,7 +86,9 @@ async fn wait_out(
 ) -> Result<(), ClientError> {
     let since = *broken.get_or_insert_with(std::time::Instant::now);
     match error {
-        ClientError::Unreachable { .. } if since.elapsed() < READ_PATIENCE => {
+        ClientError::Unreachable { .. } | ClientError::Unavailable(_)
+            if since.elapsed() < READ_PATIENCE =>
+        {
             tokio::time::sleep(std::time::Duration::from_millis(200)).await;
             Ok(())
         }

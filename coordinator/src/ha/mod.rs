@@ -42,10 +42,18 @@ pub async fn lead_when_elected(
     let me = config.advertised_url();
     let ttl = config.store.lease_ttl;
     // Only a change is announced: forwarded requests give up on a change.
+    // The log says it too, so an operator reading a standby's log knows
+    // what it is and whom it follows.
     let announce = |leader: election::LeaderUrl| {
         role.send_if_modified(|current| match current {
             Role::Standby(known) if *known == leader => false,
             _ => {
+                match &leader {
+                    Some(url) => {
+                        tracing::info!(%me, leader = %url, "standing by; the leader is {url}")
+                    }
+                    None => tracing::info!(%me, "standing by; no coordinator leads yet"),
+                }
                 *current = Role::Standby(leader);
                 true
             }

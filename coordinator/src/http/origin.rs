@@ -49,7 +49,7 @@ impl Hosts {
         let name = host_name(host).to_ascii_lowercase();
         let allowed = name.parse::<std::net::IpAddr>().is_ok()
             || name == "localhost"
-            || self.names.iter().any(|n| *n == name);
+            || self.names.contains(&name);
         (!allowed).then(|| {
             format!(
                 "Host '{host}' is not a name of this coordinator (an address, localhost, or one of [http] hosts)"
