@@ -465,21 +465,12 @@ pub fn seconds_of(value: &toml::Value) -> Result<u64, String> {
     match value {
         toml::Value::Integer(n) if *n >= 0 => Ok(*n as u64),
         toml::Value::String(text) => {
-            let text = text.trim();
-            let split = text
-                .find(|c: char| !c.is_ascii_digit())
-                .unwrap_or(text.len());
-            let (number, unit) = text.split_at(split);
-            let number: u64 = number
-                .parse()
-                .map_err(|_| format!("'{text}' is not a duration (e.g. 30s, 5m, 1h)"))?;
-            let factor = match unit.trim() {
-                "" | "s" => 1,
-                "m" => 60,
-                "h" => 3600,
-                _ => return Err(format!("'{text}' is not a duration (e.g. 30s, 5m, 1h)")),
-            };
-            Ok(number.saturating_mul(factor))
+            with_unit(text, "a duration (e.g. 30s, 5m, 1h)", |unit| match unit {
+                "" | "s" => Some(1),
+                "m" => Some(60),
+                "h" => Some(3600),
+                _ => None,
+            })
         }
         other => Err(format!("expected a duration (e.g. 5m), found {other}")),
     }
@@ -487,24 +478,31 @@ pub fn seconds_of(value: &toml::Value) -> Result<u64, String> {
 
 /// `512MiB`, `1GiB`, `100MB`, `64k`, `4096`: bytes.
 pub fn parse_bytes(text: &str) -> Result<u64, String> {
+    with_unit(text, "a size (e.g. 512MiB, 1GiB)", |unit| {
+        match unit.to_ascii_lowercase().as_str() {
+            "" | "b" => Some(1),
+            "k" | "kb" => Some(1_000),
+            "ki" | "kib" => Some(1 << 10),
+            "m" | "mb" => Some(1_000_000),
+            "mi" | "mib" => Some(1 << 20),
+            "g" | "gb" => Some(1_000_000_000),
+            "gi" | "gib" => Some(1 << 30),
+            _ => None,
+        }
+    })
+}
+
+/// A whole number followed by a unit that `factor` knows, times that
+/// unit's factor; `what` names the kind of value in the error.
+fn with_unit(text: &str, what: &str, factor: impl Fn(&str) -> Option<u64>) -> Result<u64, String> {
     let text = text.trim();
     let split = text
         .find(|c: char| !c.is_ascii_digit())
         .unwrap_or(text.len());
     let (number, unit) = text.split_at(split);
-    let number: u64 = number
-        .parse()
-        .map_err(|_| format!("'{text}' is not a size (e.g. 512MiB, 1GiB)"))?;
-    let factor: u64 = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1,
-        "k" | "kb" => 1_000,
-        "ki" | "kib" => 1 << 10,
-        "m" | "mb" => 1_000_000,
-        "mi" | "mib" => 1 << 20,
-        "g" | "gb" => 1_000_000_000,
-        "gi" | "gib" => 1 << 30,
-        _ => return Err(format!("'{text}' is not a size (e.g. 512MiB, 1GiB)")),
-    };
+    let wrong = || format!("'{text}' is not {what}");
+    let number: u64 = number.parse().map_err(|_| wrong())?;
+    let factor = factor(unit.trim()).ok_or_else(wrong)?;
     Ok(number.saturating_mul(factor))
 }
 
@@ -537,6 +535,21 @@ pub fn make_undumpable() {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sizes_and_durations_read_with_their_units() {
+        assert_eq!(parse_bytes("512MiB"), Ok(512 << 20));
+        assert_eq!(parse_bytes(" 1GiB "), Ok(1 << 30));
+        assert_eq!(parse_bytes("100MB"), Ok(100_000_000));
+        assert_eq!(parse_bytes("4096"), Ok(4096));
+        assert_eq!(
+            parse_bytes("1 gig"),
+            Err("'1 gig' is not a size (e.g. 512MiB, 1GiB)".to_owned())
+        );
+        assert_eq!(seconds_of(&toml::Value::String("5m".into())), Ok(300));
+        assert_eq!(seconds_of(&toml::Value::Integer(30)), Ok(30));
+        assert!(seconds_of(&toml::Value::String("5 minutes".into())).is_err());
+    }
 
     #[test]
     fn a_node_may_lower_the_workers_limits_never_raise_them() {

@@ -223,7 +223,25 @@ impl Dispatcher {
 
 /// Notes a result that is not merged: late (its attempt was given to
 /// another worker) or from a worker already given up.
+/// Every one is counted; the log says so at most once a second (with how
+/// many were left unsaid), so a worker sending forged or stale results in
+/// a loop cannot flood it.
 fn discarded(worker: WorkerId, run_id: &impl std::fmt::Display, key: TaskKey, why: &str) {
     metrics::counter!(crate::metrics::RESULTS_DISCARDED).increment(1);
-    info!(%worker, %run_id, key, "discarded a result {why}");
+    static SAID: std::sync::Mutex<(Option<std::time::Instant>, u64)> =
+        std::sync::Mutex::new((None, 0));
+    let mut said = SAID.lock().unwrap_or_else(|e| e.into_inner());
+    let (at, unsaid) = &mut *said;
+    if at.is_some_and(|at| at.elapsed() < std::time::Duration::from_secs(1)) {
+        *unsaid += 1;
+        return;
+    }
+    let also = std::mem::take(unsaid);
+    *at = Some(std::time::Instant::now());
+    drop(said);
+    if also > 0 {
+        info!(%worker, %run_id, key, also_discarded = also, "discarded a result {why} (and {also} more since the last line)");
+    } else {
+        info!(%worker, %run_id, key, "discarded a result {why}");
+    }
 }
