@@ -99,9 +99,10 @@ impl From<tonic::Status> for ClientError {
                     "operation was canceled" | "transport error"
                 ) =>
             {
-                Self::Closed(
-                    "the connection was closed before an answer (over TLS: the coordinator refused the handshake, e.g. a client certificate it does not trust)".to_owned(),
-                )
+                Self::Closed(format!(
+                    "the connection was closed before an answer ({}; over TLS: the coordinator refused the handshake, e.g. a client certificate it does not trust)",
+                    status.message()
+                ))
             }
             tonic::Code::InvalidArgument | tonic::Code::ResourceExhausted => {
                 Self::Invalid(status.message().to_owned())
