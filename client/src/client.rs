@@ -100,7 +100,7 @@ impl From<tonic::Status> for ClientError {
                 ) =>
             {
                 Self::Closed(format!(
-                    "the connection was closed before an answer ({}; over TLS: the coordinator refused the handshake, e.g. a client certificate it does not trust)",
+                    "the connection was closed before an answer ({}; over TLS: the coordinator did not accept the handshake, e.g. a client certificate it does not trust)",
                     status.message()
                 ))
             }
