@@ -262,7 +262,10 @@ pub fn accept(
     listener: TcpListener,
     gate: Gate,
     shutdown: CancellationToken,
-) -> mpsc::Receiver<(Gated<TcpStream>, SocketAddr)> {
+) -> Accepted<Gated<TcpStream>> {
+    let local = listener
+        .local_addr()
+        .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)));
     let (tx, rx) = mpsc::channel(64);
     tokio::spawn(async move {
         let mut backoff = Duration::ZERO;
@@ -307,42 +310,49 @@ pub fn accept(
             }
         }
     });
-    rx
+    Accepted { streams: rx, local }
 }
 
-/// The admitted connections of a plain listener, as a stream for tonic.
-pub fn incoming(
-    accepted: mpsc::Receiver<(Gated<TcpStream>, SocketAddr)>,
-) -> impl tokio_stream::Stream<Item = std::io::Result<Gated<TcpStream>>> {
-    use tokio_stream::StreamExt;
-    tokio_stream::wrappers::ReceiverStream::new(accepted).map(|(stream, _)| Ok(stream))
-}
-
-/// The admitted connections of a plain listener, for axum.
-pub struct GatedListener {
-    accepted: mpsc::Receiver<(Gated<TcpStream>, SocketAddr)>,
+/// Connections a listener admitted (and, over TLS, that completed their
+/// handshake), with their peers: for tonic as a stream, for axum as a
+/// listener.
+pub struct Accepted<IO> {
+    streams: mpsc::Receiver<(IO, SocketAddr)>,
     local: SocketAddr,
 }
 
-impl GatedListener {
-    /// Accepts on `listener` under `gate` until `shutdown`.
-    pub fn new(listener: TcpListener, gate: Gate, shutdown: CancellationToken) -> Self {
-        let local = listener
-            .local_addr()
-            .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)));
-        Self {
-            accepted: accept(listener, gate, shutdown),
-            local,
-        }
+impl<IO> Accepted<IO> {
+    /// Connections sent on `streams`, accepted at `local`.
+    pub fn new(streams: mpsc::Receiver<(IO, SocketAddr)>, local: SocketAddr) -> Self {
+        Self { streams, local }
+    }
+
+    /// The next connection, or `None` once accepting has stopped.
+    pub async fn next(&mut self) -> Option<(IO, SocketAddr)> {
+        self.streams.recv().await
+    }
+
+    /// Where they were accepted.
+    pub fn local(&self) -> SocketAddr {
+        self.local
+    }
+
+    /// The connections, for tonic's `serve_with_incoming`.
+    pub fn into_stream(self) -> impl tokio_stream::Stream<Item = std::io::Result<IO>> {
+        use tokio_stream::StreamExt;
+        tokio_stream::wrappers::ReceiverStream::new(self.streams).map(|(stream, _)| Ok(stream))
     }
 }
 
-impl axum::serve::Listener for GatedListener {
-    type Io = Gated<TcpStream>;
+impl<IO> axum::serve::Listener for Accepted<IO>
+where
+    IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    type Io = IO;
     type Addr = SocketAddr;
 
     async fn accept(&mut self) -> (Self::Io, Self::Addr) {
-        match self.accepted.recv().await {
+        match self.streams.recv().await {
             Some(accepted) => accepted,
             // Accepting has stopped (shutdown): the server's own graceful
             // shutdown ends it.

@@ -54,7 +54,7 @@ fn incoming(
 ) -> impl tokio_stream::Stream<Item = std::io::Result<crate::connections::Gated<tokio::net::TcpStream>>>
 {
     let gate = crate::connections::Gate::new("grpc", limits);
-    crate::connections::incoming(crate::connections::accept(listener, gate, shutdown))
+    crate::connections::accept(listener, gate, shutdown).into_stream()
 }
 
 /// Serves clients and workers on `listener` until `shutdown` is cancelled.

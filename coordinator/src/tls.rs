@@ -15,7 +15,6 @@
 //! A client without one is let through, since it may carry a token
 //! instead.
 
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
@@ -28,7 +27,7 @@ use tokio::sync::mpsc;
 use tokio_rustls::server::TlsStream;
 use tokio_util::sync::CancellationToken;
 
-use crate::connections::{Gate, Gated};
+use crate::connections::{Accepted, Gate, Gated};
 
 /// How long a peer may take to complete its handshake.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -200,12 +199,6 @@ impl ServerTls {
     }
 }
 
-/// Connections that completed their handshake, with their peers.
-pub struct TlsIncoming {
-    streams: mpsc::Receiver<(TlsStream<Gated<TcpStream>>, SocketAddr)>,
-    local: SocketAddr,
-}
-
 /// Accepts on `listener` until `shutdown`, under `gate`'s caps (a
 /// connection counts from before its handshake), handshaking each
 /// connection on its own task.
@@ -214,14 +207,13 @@ pub fn accept(
     tls: ServerTls,
     gate: Gate,
     shutdown: CancellationToken,
-) -> TlsIncoming {
-    let local = listener
-        .local_addr()
-        .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)));
+) -> Accepted<TlsStream<Gated<TcpStream>>> {
+    let accepted = crate::connections::accept(listener, gate, shutdown);
+    let local = accepted.local();
     let (tx, streams) = mpsc::channel(64);
-    let mut accepted = crate::connections::accept(listener, gate, shutdown);
     tokio::spawn(async move {
-        while let Some((stream, peer)) = accepted.recv().await {
+        let mut accepted = accepted;
+        while let Some((stream, peer)) = accepted.next().await {
             let (acceptor, tx) = (tls.acceptor(), tx.clone());
             tokio::spawn(async move {
                 match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
@@ -236,33 +228,5 @@ pub fn accept(
             });
         }
     });
-    TlsIncoming { streams, local }
-}
-
-impl TlsIncoming {
-    /// The streams, for tonic's `serve_with_incoming`.
-    pub fn into_stream(
-        self,
-    ) -> impl tokio_stream::Stream<Item = std::io::Result<TlsStream<Gated<TcpStream>>>> {
-        use tokio_stream::StreamExt;
-        tokio_stream::wrappers::ReceiverStream::new(self.streams).map(|(stream, _)| Ok(stream))
-    }
-}
-
-impl axum::serve::Listener for TlsIncoming {
-    type Io = TlsStream<Gated<TcpStream>>;
-    type Addr = SocketAddr;
-
-    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
-        match self.streams.recv().await {
-            Some(accepted) => accepted,
-            // Accepting has stopped (shutdown): the server's own graceful
-            // shutdown ends it.
-            None => std::future::pending().await,
-        }
-    }
-
-    fn local_addr(&self) -> std::io::Result<Self::Addr> {
-        Ok(self.local)
-    }
+    Accepted::new(streams, local)
 }

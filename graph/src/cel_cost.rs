@@ -17,6 +17,8 @@
 //! for the whole list so far), a string or list `+` copies both operands,
 //! comparisons and `contains`, `matches`, `in` read their operands whole.
 
+use std::collections::HashMap;
+
 use serde_json::{Map, Value};
 
 use cel::common::ast::{EntryExpr, Expr, LiteralValue, operators};
@@ -108,10 +110,7 @@ impl Bound {
         Bound {
             bytes: self.bytes.max(other.bytes),
             len: self.len.max(other.len),
-            elem: match (self.elem, other.elem) {
-                (Some(a), Some(b)) => Some(Box::new(a.join(*b))),
-                (a, b) => a.or(b),
-            },
+            elem: join_elems(self.elem, other.elem),
         }
     }
 
@@ -120,10 +119,7 @@ impl Bound {
         Bound {
             bytes: self.bytes.saturating_add(other.bytes),
             len: self.len.saturating_add(other.len),
-            elem: match (self.elem, other.elem) {
-                (Some(a), Some(b)) => Some(Box::new(a.join(*b))),
-                (a, b) => a.or(b),
-            },
+            elem: join_elems(self.elem, other.elem),
         }
     }
 
@@ -135,6 +131,14 @@ impl Bound {
             // bigger than they are.
             None => self.clone(),
         }
+    }
+}
+
+/// A bound on the elements of either of two values.
+fn join_elems(a: Option<Box<Bound>>, b: Option<Box<Bound>>) -> Option<Box<Bound>> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(Box::new(a.join(*b))),
+        (a, b) => a.or(b),
     }
 }
 
@@ -158,20 +162,18 @@ pub fn estimate(
         bound: Vec::new(),
         iterations: 1,
         cost: Cost::default(),
+        fields: HashMap::new(),
     };
     // The fields read are copied into `cel`'s values first.
-    for (map, fields) in [state, scope] {
-        let copied = match fields {
-            Some(fields) => fields
-                .iter()
-                .filter_map(|f| map.get(f))
-                .map(|v| Bound::of_json(v).bytes)
-                .fold(0u64, u64::saturating_add),
-            None => map
-                .values()
-                .map(|v| Bound::of_json(v).bytes)
-                .fold(0u64, u64::saturating_add),
+    for (variable, (map, fields)) in [("state", state), ("scope", scope)] {
+        let names: Vec<&str> = match fields {
+            Some(fields) => fields.iter().map(String::as_str).collect(),
+            None => map.keys().map(String::as_str).collect(),
         };
+        let copied = names
+            .into_iter()
+            .map(|name| estimator.field(variable, name).bytes)
+            .fold(0u64, u64::saturating_add);
         estimator.charge(copied);
     }
     estimator.eval(expr);
@@ -187,9 +189,26 @@ struct Estimator<'a> {
     /// of the lists the macros around it iterate over.
     iterations: u64,
     cost: Cost,
+    /// The bounds of `state`'s and `scope`'s fields, each walked once
+    /// however often the expression reads it.
+    fields: HashMap<(&'static str, String), Bound>,
 }
 
 impl<'a> Estimator<'a> {
+    /// The bound of field `name` of `variable` (`state` or `scope`): a
+    /// scalar when it is missing.
+    fn field(&mut self, variable: &'static str, name: &str) -> Bound {
+        let map = if variable == "state" {
+            self.state
+        } else {
+            self.scope
+        };
+        self.fields
+            .entry((variable, name.to_owned()))
+            .or_insert_with(|| map.get(name).map_or_else(Bound::scalar, Bound::of_json))
+            .clone()
+    }
+
     fn charge(&mut self, bytes: u64) {
         self.cost.bytes = self
             .cost
@@ -206,22 +225,20 @@ impl<'a> Estimator<'a> {
     }
 
     /// A variable read whole: a bound macro variable, `state`, `scope`.
-    fn variable(&self, name: &str) -> Bound {
+    fn variable(&mut self, name: &str) -> Bound {
         if let Some(bound) = self.lookup(name) {
             return bound.clone();
         }
-        let whole = |map: &Map<String, Value>| {
-            Bound::container(
-                map.iter()
-                    .flat_map(|(k, v)| [Bound::text(k.len()), Bound::of_json(v)]),
-                map.len(),
-            )
+        let (variable, map) = match name {
+            "state" => ("state", self.state),
+            "scope" => ("scope", self.scope),
+            _ => return Bound::scalar(),
         };
-        match name {
-            "state" => whole(self.state),
-            "scope" => whole(self.scope),
-            _ => Bound::scalar(),
-        }
+        let parts: Vec<Bound> = map
+            .keys()
+            .flat_map(|k| [Bound::text(k.len()), self.field(variable, k)])
+            .collect();
+        Bound::container(parts.into_iter(), map.len())
     }
 
     fn eval(&mut self, expr: &'a cel::IdedExpr) -> Bound {
@@ -243,16 +260,14 @@ impl<'a> Estimator<'a> {
                 if let Expr::Ident(name) = &select.operand.expr
                     && self.lookup(name).is_none()
                 {
-                    let map = match name.as_str() {
-                        "state" => Some(self.state),
-                        "scope" => Some(self.scope),
+                    let variable = match name.as_str() {
+                        "state" => Some("state"),
+                        "scope" => Some("scope"),
                         _ => None,
                     };
-                    if let Some(map) = map {
+                    if let Some(variable) = variable {
                         self.cost.steps = self.cost.steps.saturating_add(self.iterations);
-                        return map
-                            .get(&select.field)
-                            .map_or_else(Bound::scalar, Bound::of_json);
+                        return self.field(variable, &select.field);
                     }
                 }
                 self.eval(&select.operand).part()

@@ -121,8 +121,7 @@ pub(crate) async fn serve(
                 .await
         }
         None => {
-            let incoming =
-                crate::connections::GatedListener::new(endpoint.listener, gate, shutdown);
+            let incoming = crate::connections::accept(endpoint.listener, gate, shutdown);
             axum::serve(incoming, app)
                 .with_graceful_shutdown(stop)
                 .await
