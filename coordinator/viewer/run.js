@@ -8,7 +8,7 @@
 // Everything the page shows of a run, as its events build it up.
 class RunModel {
   constructor() {
-    this.nodes = new Map();     // id -> {status, attempts, error, child, answeredBy}
+    this.nodes = new Map();     // id -> {status, attempts, error, child, answeredBy, resent}
     this.maps = new Map();      // map node -> {total, done, items: Map(index -> {status, step, error})}
     this.loops = new Map();     // loop node -> [{iteration, max, done, reason}]
     this.waves = [];            // [{step, nodes, at, changes}]
@@ -69,6 +69,15 @@ class RunModel {
       case "node_retrying":
         this.node(event.node).error = event.error;
         break;
+      case "task_redispatched": {
+        // At-least-once made visible: the same attempt went out again.
+        const node = this.node(event.node);
+        node.resent = node.resent || [];
+        node.resent.push(event.reason === "worker_lost"
+          ? `attempt ${event.attempt} sent again: worker ${event.worker || "?"} was lost`
+          : `attempt ${event.attempt} sent again: the coordinator that sent it stopped`);
+        break;
+      }
       case "node_failed": {
         this.failures.push(event);
         const entry = this.itemOf(event.node, item);
@@ -336,6 +345,7 @@ function runPage(id) {
     rows.push(el("div", { text: `attempts: ${node.attempts || 0}` }));
     if (node.worker) rows.push(el("div", { class: "worker", text: `worker: ${node.worker}` }));
     if (node.answeredBy) rows.push(el("div", { text: `answered by ${node.answeredBy}` }));
+    for (const line of node.resent || []) rows.push(el("div", { class: "resent", text: line }));
     if (node.child) rows.push(el("div", {}, "child run: ", el("a", { class: "mono", href: "/runs/" + encodeURIComponent(node.child), text: node.child })));
     if (node.error) rows.push(el("div", { class: "error-box" }, el("pre", { text: node.error })));
     const iterations = model.loops.get(selected);

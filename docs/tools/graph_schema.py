@@ -15,7 +15,7 @@ COMMON = ["id", "kind", "description", "start", "end", "next", "depends_on", "ro
 RUN = ["retry", "max_attempts", "timeout", "state_updates", "output_schema"]
 KINDS = {
     "task": (["handler", "teammates"], RUN, ["handler"]),
-    "script": (["run", "script", "args", "env", "teammates"], RUN, []),
+    "script": (["run", "script", "args", "env", "teammates", "sandbox"], RUN, []),
     "llm": (["model", "system", "prompt", "temperature", "max_tokens", "provider"], RUN, ["prompt"]),
     "agent": (["instructions", "prompt", "tools", "max_turns", "provider", "model", "teammates"], RUN, ["prompt"]),
     "approval": (["prompt", "output_key", "approvers"], ["state_updates", "output_schema"], []),
@@ -24,8 +24,8 @@ KINDS = {
     "loop": (["body", "until", "max_iterations", "output_key"], ["state_updates"], ["body", "until"]),
     "subgraph": (["graph", "input_map", "output_map"], ["state_updates", "retry", "max_attempts"], ["graph"]),
     "end": (["status", "message"], ["state_updates"], []),
-    "function": (["callable", "tool_args", "output_key"], RUN, []),
-    "python": (["callable", "tool_args", "output_key"], RUN, []),
+    "function": (["callable", "tool_args", "output_key", "function_sandbox"], RUN, []),
+    "python": (["callable", "tool_args", "output_key", "function_sandbox"], RUN, []),
     "rag": ([], RUN, []),
 }
 
@@ -35,6 +35,22 @@ one_or_many = {"oneOf": [string, names]}
 string_map = {"type": "object", "additionalProperties": string}
 duration = {"$ref": "#/$defs/duration"}
 count = {"type": "integer", "minimum": 1}
+
+
+def sandbox(cpu):
+    """A node's `sandbox:` (with `cpu` for a script's own process)."""
+    properties = {
+        "memory": {"oneOf": [{"type": "integer", "minimum": 1048576},
+                             {"type": "string", "pattern": "^\\s*[0-9]+\\s*([kKmMgG]([iI]?[bB])?|[bB])?\\s*$"}],
+                   "description": "Memory: bytes, or 512MiB, 1GiB, 100MB (at least 1MiB)."},
+        "cpu": dict(duration, description="CPU time, in whole seconds (5m, 30s)."),
+        "processes": dict(count, description="Processes and threads at once."),
+        "open_files": dict(count, description="Open files."),
+        "network": {"type": "boolean", "description": "false: no network but a loopback."},
+    }
+    if not cpu:
+        del properties["cpu"]
+    return {"type": "object", "additionalProperties": False, "properties": properties}
 
 FIELDS = {
     "id": (string, "The node's id (the list form of `nodes:`)."),
@@ -90,6 +106,8 @@ FIELDS = {
     "message": (string, "The message of a failed end."),
     "callable": (string, "A function of the functions: file, or module:function."),
     "tool_args": ({"type": "object"}, "Keyword arguments given by the graph (${NAME} secrets allowed)."),
+    "sandbox": (sandbox(cpu=True), "Limits of the script's process, each at most the worker's [sandbox] (a node may tighten them, never loosen)."),
+    "function_sandbox": (sandbox(cpu=False), "Limits of the Python processes that serve the function, each at most the worker's [sandbox]; no cpu (a process serves many calls: bound each with timeout)."),
 }
 
 
@@ -98,6 +116,7 @@ def node_schema(kind):
     properties = {}
     for name in COMMON + run + own:
         schema, description = FIELDS[name]
+        name = "sandbox" if name == "function_sandbox" else name
         if name == "kind":
             properties[name] = {"const": kind, "description": description}
         else:

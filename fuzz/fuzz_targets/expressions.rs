@@ -7,7 +7,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use serde_json::{Map, Value};
-use weft_graph::{CelExpr, Strictness, Template, TemplateContext};
+use weft_graph::{CelExpr, Meter, Strictness, Template, TemplateContext};
 
 /// A field big enough that a few doublings of it pass the malloc limit.
 fn big() -> &'static str {
@@ -27,6 +27,9 @@ fuzz_target!(|data: &[u8]| {
     let mut state = state;
     state.insert("big".to_owned(), Value::String(big().to_owned()));
     let scope = Map::new();
+    // Each evaluation alone is what is bounded here; a run's allowance
+    // only ever refuses more.
+    let meter = Meter::unmetered();
     if let Ok(template) = Template::parse(source) {
         let context = TemplateContext {
             state: Some(&state),
@@ -34,10 +37,10 @@ fuzz_target!(|data: &[u8]| {
             output: None,
         };
         for strictness in [Strictness::Strict, Strictness::Lenient] {
-            let _ = template.evaluate(&context, strictness);
+            let _ = template.evaluate(&context, strictness, &meter);
         }
     }
     if let Ok(expr) = CelExpr::compile(source) {
-        let _ = expr.evaluate(&state, &scope);
+        let _ = expr.evaluate(&state, &scope, &meter);
     }
 });

@@ -57,8 +57,8 @@ impl Builder<'_, '_> {
         Some(NodeKind::Script { argv, env, sandbox })
     }
 
-    /// A script's `sandbox:`, each value checked: a size, a duration of
-    /// at least a second, counts of at least one.
+    /// A script's or function's `sandbox:`, each value checked: a size, a
+    /// duration of at least a second, counts of at least one.
     fn sandbox(&mut self, id: &str, raw: &crate::raw_node::RawSandbox) -> Option<crate::Sandbox> {
         let mut sandbox = crate::Sandbox {
             processes: raw.processes,
@@ -261,11 +261,20 @@ impl Builder<'_, '_> {
             }
         };
         let definition = self.python.definition(&callable);
+        let sandbox = raw.sandbox.as_ref().and_then(|raw| self.sandbox(id, raw));
+        if sandbox.is_some_and(|s| s.cpu.is_some()) {
+            self.error(
+                format!("node '{id}': sandbox.cpu does not apply to a function node: its Python process serves many calls; bound each call with `timeout`"),
+                &[id],
+            );
+            return None;
+        }
         Some(NodeKind::Function(Box::new(FunctionConfig {
             callable,
             definition,
             tool_args: raw.tool_args.clone().unwrap_or_default(),
             output_key: raw.output_key.clone().unwrap_or_else(|| id.to_owned()),
+            sandbox,
         })))
     }
 

@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value};
 
+use super::eval_meter::Meter;
 use super::expr::{ExprError, truthy};
 
 /// Names a CEL condition may refer to: the state and the step's scope.
@@ -95,10 +96,13 @@ impl CelExpr {
     /// Refuses an evaluation that could take more steps or bytes than
     /// one may ([`cel_cost`](super::cel_cost)): estimated on the sizes of
     /// what it reads, before anything is allocated.
+    /// One that fits is charged to the run's `meter`, which refuses it
+    /// when the run's allowance would be spent.
     pub fn check_cost(
         &self,
         state: &Map<String, Value>,
         scope: &Map<String, Value>,
+        meter: &Meter,
     ) -> Result<Cost, ExprError> {
         let cost = super::cel_cost::estimate(
             self.program.expression(),
@@ -122,6 +126,7 @@ impl CelExpr {
                 },
             )
         } else {
+            meter.charge(cost, &self.source)?;
             return Ok(cost);
         };
         Err(ExprError::TooCostly {
@@ -135,17 +140,19 @@ impl CelExpr {
         &self.source
     }
 
-    /// Evaluates the expression against a state and a scope, as JSON.
+    /// Evaluates the expression against a state and a scope, as JSON,
+    /// charging `meter` what it may cost.
     pub fn evaluate(
         &self,
         state: &Map<String, Value>,
         scope: &Map<String, Value>,
+        meter: &Meter,
     ) -> Result<Value, ExprError> {
         let not_json = |what: &str, error: &dyn fmt::Display| ExprError::NotJson {
             expr: self.source.clone(),
             detail: format!("{what}: {error}"),
         };
-        self.check_cost(state, scope)?;
+        self.check_cost(state, scope, meter)?;
         let mut context = cel::Context::default();
         // Only the fields the expression reads are handed over: a condition
         // on a counter next to a 10 MB field converts the counter alone.
@@ -172,8 +179,10 @@ impl CelExpr {
         &self,
         state: &Map<String, Value>,
         scope: &Map<String, Value>,
+        meter: &Meter,
     ) -> Result<bool, ExprError> {
-        self.evaluate(state, scope).map(|value| truthy(&value))
+        self.evaluate(state, scope, meter)
+            .map(|value| truthy(&value))
     }
 }
 
@@ -393,8 +402,15 @@ mod tests {
     fn cel_condition_reads_state() {
         let expr = CelExpr::compile("state.score < 0.8").unwrap();
         let empty = Map::new();
-        assert!(expr.is_true(&state(json!({"score": 0.5})), &empty).unwrap());
-        assert!(!expr.is_true(&state(json!({"score": 0.9})), &empty).unwrap());
+        assert!(
+            expr.is_true(&state(json!({"score": 0.5})), &empty, &Meter::unmetered())
+                .unwrap()
+        );
+        assert!(
+            !expr
+                .is_true(&state(json!({"score": 0.9})), &empty, &Meter::unmetered())
+                .unwrap()
+        );
     }
 
     #[test]
@@ -404,7 +420,9 @@ mod tests {
         let items: Vec<Value> = (0..400).map(Value::from).collect();
         let long = state(json!({ "l": items }));
         // This took 17 s on the coordinator's thread.
-        let error = expr.is_true(&long, &Map::new()).unwrap_err();
+        let error = expr
+            .is_true(&long, &Map::new(), &Meter::unmetered())
+            .unwrap_err();
         assert!(matches!(error, ExprError::TooCostly { .. }), "{error}");
         let text = error.to_string();
         assert!(
@@ -414,12 +432,19 @@ mod tests {
         assert!(text.contains("nested 3 deep"), "{text}");
         // The same expression on short lists runs.
         assert!(
-            expr.is_true(&state(json!({"l": [1, 2, 3]})), &Map::new())
-                .unwrap()
+            expr.is_true(
+                &state(json!({"l": [1, 2, 3]})),
+                &Map::new(),
+                &Meter::unmetered()
+            )
+            .unwrap()
         );
         // One level over the same long list is cheap.
         let one = CelExpr::compile("state.l.exists(x, x > 398)").unwrap();
-        assert!(one.is_true(&long, &Map::new()).unwrap());
+        assert!(
+            one.is_true(&long, &Map::new(), &Meter::unmetered())
+                .unwrap()
+        );
     }
 
     #[test]
@@ -432,7 +457,9 @@ mod tests {
         }
         let expr = CelExpr::compile(&format!("size({tree}) > 0")).unwrap();
         let big = state(json!({"s": "x".repeat(8 << 20)}));
-        let error = expr.is_true(&big, &Map::new()).unwrap_err();
+        let error = expr
+            .is_true(&big, &Map::new(), &Meter::unmetered())
+            .unwrap_err();
         let text = error.to_string();
         assert!(matches!(error, ExprError::TooCostly { .. }), "{text}");
         assert!(
@@ -447,7 +474,7 @@ mod tests {
         );
         // The same expression on a short string runs.
         assert!(
-            expr.is_true(&state(json!({"s": "ab"})), &Map::new())
+            expr.is_true(&state(json!({"s": "ab"})), &Map::new(), &Meter::unmetered())
                 .unwrap()
         );
 
@@ -456,13 +483,18 @@ mod tests {
         let chain = vec!["state.s"; 250].join(" + ");
         let expr = CelExpr::compile(&format!("size({chain}) > 0")).unwrap();
         let mb = state(json!({"s": "x".repeat(1 << 20)}));
-        let text = expr.is_true(&mb, &Map::new()).unwrap_err().to_string();
+        let text = expr
+            .is_true(&mb, &Map::new(), &Meter::unmetered())
+            .unwrap_err()
+            .to_string();
         assert!(text.contains("could allocate or read about 30."), "{text}");
         // Lists grow the same way.
         let lists = CelExpr::compile("size(state.l + state.l + state.l + state.l) > 0").unwrap();
         let items: Vec<Value> = (0..200_000).map(|i| json!(format!("item {i}"))).collect();
         let long = state(json!({ "l": items }));
-        let error = lists.is_true(&long, &Map::new()).unwrap_err();
+        let error = lists
+            .is_true(&long, &Map::new(), &Meter::unmetered())
+            .unwrap_err();
         assert!(matches!(error, ExprError::TooCostly { .. }), "{error}");
     }
 
@@ -485,9 +517,13 @@ mod tests {
         ];
         for source in fine {
             let expr = CelExpr::compile(source).unwrap();
-            let cost = expr.check_cost(&big, &Map::new());
+            let cost = expr.check_cost(&big, &Map::new(), &Meter::unmetered());
             assert!(cost.is_ok(), "{source}: {cost:?}");
-            assert!(expr.is_true(&big, &Map::new()).unwrap(), "{source}");
+            assert!(
+                expr.is_true(&big, &Map::new(), &Meter::unmetered())
+                    .unwrap(),
+                "{source}"
+            );
         }
     }
 
@@ -497,7 +533,9 @@ mod tests {
         let expr = CelExpr::compile("state.l.map(x, x + x)").unwrap();
         let items: Vec<Value> = (0..1000).map(|_| json!("abcd")).collect();
         let st = state(json!({ "l": items }));
-        let cost = expr.check_cost(&st, &Map::new()).unwrap();
+        let cost = expr
+            .check_cost(&st, &Map::new(), &Meter::unmetered())
+            .unwrap();
         // Each of the 1000 iterations allocates an 8-byte string and a
         // one-item list: far less than the whole list each time.
         assert!(cost.bytes < 500_000, "{cost:?}");
@@ -516,20 +554,35 @@ mod tests {
         );
         // A field it does not read may be anything, even huge.
         let big = state(json!({"count": 3, "blob": "x".repeat(1 << 20)}));
-        assert!(expr.is_true(&big, &state(json!({"item": "a"}))).unwrap());
+        assert!(
+            expr.is_true(&big, &state(json!({"item": "a"})), &Meter::unmetered())
+                .unwrap()
+        );
         // `state` used whole: every field is handed over.
         let whole = CelExpr::compile("size(state) > 1").unwrap();
         assert!(whole.state_fields.is_none());
-        assert!(whole.is_true(&big, &Map::new()).unwrap());
+        assert!(
+            whole
+                .is_true(&big, &Map::new(), &Meter::unmetered())
+                .unwrap()
+        );
         // Indexing by a computed key needs the whole state too.
         let index = CelExpr::compile("state['count'] == 3").unwrap();
         assert!(index.state_fields.is_none());
-        assert!(index.is_true(&big, &Map::new()).unwrap());
+        assert!(
+            index
+                .is_true(&big, &Map::new(), &Meter::unmetered())
+                .unwrap()
+        );
         // A macro's own variable named like a field is not the state's.
         let bound = CelExpr::compile("state.l.exists(x, x == state.target)").unwrap();
         assert!(
             bound
-                .is_true(&state(json!({"l": [1, 2], "target": 2})), &Map::new())
+                .is_true(
+                    &state(json!({"l": [1, 2], "target": 2})),
+                    &Map::new(),
+                    &Meter::unmetered()
+                )
                 .unwrap()
         );
     }
@@ -550,7 +603,10 @@ mod tests {
     #[test]
     fn cel_missing_field_is_an_error_at_evaluation() {
         let expr = CelExpr::compile("state.missing > 1").unwrap();
-        assert!(expr.is_true(&Map::new(), &Map::new()).is_err());
+        assert!(
+            expr.is_true(&Map::new(), &Map::new(), &Meter::unmetered())
+                .is_err()
+        );
     }
 
     #[test]
@@ -572,12 +628,41 @@ mod tests {
         ];
         for (source, expected) in cases {
             let expr = CelExpr::compile(source).unwrap_or_else(|e| panic!("{source}: {e}"));
-            assert_eq!(expr.evaluate(state, scope).unwrap(), expected, "{source}");
+            assert_eq!(
+                expr.evaluate(state, scope, &Meter::unmetered()).unwrap(),
+                expected,
+                "{source}"
+            );
         }
         // A macro's variable is bound inside the macro only.
         let error = CelExpr::compile("state.items.exists(i, i > 1) && i > 0")
             .unwrap_err()
             .to_string();
         assert!(error.contains("unknown variable 'i'"), "{error}");
+    }
+
+    #[test]
+    fn evaluations_are_charged_to_the_run_until_its_allowance_is_spent() {
+        let expr = CelExpr::compile("size(state.s) > 0").unwrap();
+        let st = state(json!({"s": "x".repeat(1000)}));
+        let meter = Meter::new(Cost {
+            steps: u64::MAX,
+            bytes: 10_000,
+        });
+        let mut passed = 0;
+        let refused = loop {
+            match expr.is_true(&st, &Map::new(), &meter) {
+                Ok(_) => passed += 1,
+                Err(error) => break error,
+            }
+            assert!(passed < 100, "the allowance is never spent");
+        };
+        assert!(refused.is_too_costly(), "{refused}");
+        assert!(
+            refused.to_string().contains("max_run_eval_bytes"),
+            "{refused}"
+        );
+        // Each evaluation reads the 1 KB string: about ten fit.
+        assert!((5..=10).contains(&passed), "{passed} evaluations passed");
     }
 }

@@ -38,7 +38,7 @@ const HEADER: u64 = 24;
 const SLOT: u64 = 16;
 
 /// What an evaluation was estimated to need.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Cost {
     /// Nodes of the syntax tree evaluated, macro iterations included.
     pub steps: u64,
@@ -50,8 +50,8 @@ pub struct Cost {
 /// list's items, a map's entries) and a bound on each of its elements
 /// (a list's items; a map's keys and values).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-struct Bound {
-    bytes: u64,
+pub(crate) struct Bound {
+    pub(crate) bytes: u64,
     len: u64,
     elem: Option<Box<Bound>>,
 }
@@ -74,7 +74,7 @@ impl Bound {
     }
 
     /// The bound of a JSON value, as `cel` will hold it.
-    fn of_json(value: &Value) -> Self {
+    pub(crate) fn of_json(value: &Value) -> Self {
         match value {
             Value::Null | Value::Bool(_) | Value::Number(_) => Self::scalar(),
             Value::String(s) => Self::text(s.len()),

@@ -15,6 +15,9 @@ use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::OnceLock;
 
 use minijinja::{Environment, UndefinedBehavior};
+
+use super::cel_cost::{Bound, Cost};
+use super::eval_meter::Meter;
 use serde_json::{Map, Value};
 
 /// Fuel a single template render may spend before it is stopped: an
@@ -240,13 +243,36 @@ impl Template {
 
     /// Renders the template to a JSON value: the expression's own value when
     /// the template is a single `{{ expression }}`, else the rendered text.
+    ///
+    /// The run's `meter` is charged what the render read and made; one
+    /// that takes the run past its allowance is refused.
     pub fn evaluate(
         &self,
         context: &TemplateContext,
         strictness: Strictness,
+        meter: &Meter,
+    ) -> Result<Value, ExprError> {
+        let (ctx, read) = context.to_minijinja(&self.reads);
+        let value = self.evaluate_in(ctx, context, strictness)?;
+        let made = match &value {
+            Value::String(text) => text.len() as u64,
+            other => Bound::of_json(other).bytes,
+        };
+        let cost = Cost {
+            steps: 1 + self.source.len() as u64,
+            bytes: read.saturating_add(made),
+        };
+        meter.charge(cost, &self.source)?;
+        Ok(value)
+    }
+
+    fn evaluate_in(
+        &self,
+        ctx: minijinja::Value,
+        context: &TemplateContext,
+        strictness: Strictness,
     ) -> Result<Value, ExprError> {
         let env = environment(strictness);
-        let ctx = context.to_minijinja(&self.reads);
         match &self.whole_expression {
             Some(expression) => {
                 let compiled = env
@@ -281,8 +307,9 @@ impl Template {
         &self,
         context: &TemplateContext,
         strictness: Strictness,
+        meter: &Meter,
     ) -> Result<String, ExprError> {
-        Ok(match self.evaluate(context, strictness)? {
+        Ok(match self.evaluate(context, strictness, meter)? {
             Value::String(text) => text,
             other => other.to_string(),
         })
@@ -363,10 +390,15 @@ impl TemplateContext<'_> {
             || (name == "output" && self.output.is_some())
     }
 
-    /// The minijinja context with only what the template reads: a prompt
-    /// that names one field of a 10 MB state converts that field alone.
-    fn to_minijinja(&self, reads: &Reads) -> minijinja::Value {
-        let value = |v: &Value| minijinja::Value::from(minijinja::value::Serde(v));
+    /// The minijinja context with only what the template reads (a prompt
+    /// that names one field of a 10 MB state converts that field alone),
+    /// and about how many bytes that is.
+    fn to_minijinja(&self, reads: &Reads) -> (minijinja::Value, u64) {
+        let read = std::cell::Cell::new(0u64);
+        let value = |v: &Value| {
+            read.set(read.get().saturating_add(Bound::of_json(v).bytes));
+            minijinja::Value::from(minijinja::value::Serde(v))
+        };
         let mut names: BTreeMap<&str, minijinja::Value> = BTreeMap::new();
         for name in &reads.names {
             let found = self
@@ -379,7 +411,11 @@ impl TemplateContext<'_> {
         }
         if let Some(state) = self.state.filter(|_| reads.names.contains("state")) {
             let whole = match &reads.state_fields {
-                None => minijinja::Value::from(minijinja::value::Serde(state)),
+                None => {
+                    let all = state.values().map(|v| Bound::of_json(v).bytes);
+                    read.set(read.get().saturating_add(all.sum()));
+                    minijinja::Value::from(minijinja::value::Serde(state))
+                }
                 Some(fields) => minijinja::Value::from_pairs(
                     fields
                         .iter()
@@ -393,7 +429,7 @@ impl TemplateContext<'_> {
         if let Some(output) = self.output.filter(|_| reads.names.contains("output")) {
             names.insert("output", value(output));
         }
-        minijinja::Value::from_pairs(names)
+        (minijinja::Value::from_pairs(names), read.get())
     }
 }
 
@@ -451,7 +487,9 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(
-            template.evaluate(&ctx, Strictness::Strict).unwrap(),
+            template
+                .evaluate(&ctx, Strictness::Strict, &Meter::unmetered())
+                .unwrap(),
             json!(["a", "b"])
         );
     }
@@ -467,7 +505,9 @@ mod tests {
             output: None,
         };
         assert_eq!(
-            template.render(&ctx, Strictness::Strict).unwrap(),
+            template
+                .render(&ctx, Strictness::Strict, &Meter::unmetered())
+                .unwrap(),
             "Research tokio for rust."
         );
     }
@@ -495,7 +535,12 @@ mod tests {
             scope: None,
             output: None,
         };
-        assert_eq!(whole.evaluate(&ctx, Strictness::Strict).unwrap(), json!(3));
+        assert_eq!(
+            whole
+                .evaluate(&ctx, Strictness::Strict, &Meter::unmetered())
+                .unwrap(),
+            json!(3)
+        );
     }
 
     #[test]
@@ -507,7 +552,7 @@ mod tests {
             ..Default::default()
         };
         let error = template
-            .render(&ctx, Strictness::Strict)
+            .render(&ctx, Strictness::Strict, &Meter::unmetered())
             .unwrap_err()
             .to_string();
         assert_eq!(
@@ -516,7 +561,7 @@ mod tests {
         );
         let whole = Template::parse("{{ subjects }}").unwrap();
         let error = whole
-            .evaluate(&ctx, Strictness::Strict)
+            .evaluate(&ctx, Strictness::Strict, &Meter::unmetered())
             .unwrap_err()
             .to_string();
         assert_eq!(
@@ -535,10 +580,17 @@ mod tests {
             scope: None,
             output: Some(&out),
         };
-        assert_eq!(template.render(&ctx, Strictness::Lenient).unwrap(), "\nx");
+        assert_eq!(
+            template
+                .render(&ctx, Strictness::Lenient, &Meter::unmetered())
+                .unwrap(),
+            "\nx"
+        );
         let whole = Template::parse("{{ summary }}").unwrap();
         assert_eq!(
-            whole.evaluate(&ctx, Strictness::Lenient).unwrap(),
+            whole
+                .evaluate(&ctx, Strictness::Lenient, &Meter::unmetered())
+                .unwrap(),
             json!("")
         );
     }
@@ -562,7 +614,11 @@ mod tests {
             state: Some(&st),
             ..Default::default()
         };
-        assert!(template.render(&ctx, Strictness::Strict).is_err());
+        assert!(
+            template
+                .render(&ctx, Strictness::Strict, &Meter::unmetered())
+                .is_err()
+        );
     }
 
     #[test]
@@ -581,7 +637,9 @@ mod tests {
         ];
         for bomb in &bombs {
             let template = Template::parse(bomb).unwrap();
-            let error = template.render(&ctx, Strictness::Strict).unwrap_err();
+            let error = template
+                .render(&ctx, Strictness::Strict, &Meter::unmetered())
+                .unwrap_err();
             assert!(
                 matches!(error, ExprError::TooCostly { .. }),
                 "{bomb}: {error}"
@@ -591,7 +649,12 @@ mod tests {
         // Passing a big field through, or writing it once, is fine.
         for fine in ["{{ s }}", "head {{ s }} tail", "{{ s | length }}"] {
             let template = Template::parse(fine).unwrap();
-            assert!(template.render(&ctx, Strictness::Strict).is_ok(), "{fine}");
+            assert!(
+                template
+                    .render(&ctx, Strictness::Strict, &Meter::unmetered())
+                    .is_ok(),
+                "{fine}"
+            );
         }
     }
 

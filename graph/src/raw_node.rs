@@ -115,7 +115,7 @@ fn kind_fields(kind: &str) -> &'static [&'static str] {
         "subgraph" => &["graph", "input_map", "output_map"],
         "end" => &["status", "message"],
         // Seed 002: `python` is the same thing as `function`.
-        "function" | "python" => &["callable", "tool_args", "output_key"],
+        "function" | "python" => &["callable", "tool_args", "output_key", "sandbox"],
         _ => &[],
     }
 }

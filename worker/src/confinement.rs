@@ -112,7 +112,7 @@ impl Default for Limits {
 
 /// A node's `sandbox:` as the coordinator sends it in a task's
 /// configuration: numbers, already parsed and checked by validation.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct NodeSandbox {
     /// Bytes.

@@ -6,6 +6,7 @@ use super::terminal::{err, out};
 use indicatif::{ProgressBar, ProgressStyle};
 use tokio_stream::StreamExt;
 use weft_client::{Client, ClientError, Event, READ_PATIENCE, RunEvent, RunInfo};
+use weft_proto::events::Redispatch;
 
 /// Follows a run from event `from` until it ends or waits for a human,
 /// drawing its progress (or, with `json`, printing each event's JSON form
@@ -117,6 +118,23 @@ fn show(event: &Event, bar: &mut Option<ProgressBar>) {
         RunEvent::TaskUnhosted { node, needs } => Some(format!(
             "  … {node} waits: no connected worker hosts {needs}"
         )),
+        RunEvent::TaskRedispatched {
+            node,
+            attempt,
+            reason,
+            worker,
+            ..
+        } => {
+            let why = match (reason, worker) {
+                (Redispatch::WorkerLost, Some(worker)) => format!("its worker {worker} was lost"),
+                (Redispatch::WorkerLost, None) => "its worker was lost".to_owned(),
+                (Redispatch::CoordinatorRestarted, _) => {
+                    "the coordinator that sent it stopped".to_owned()
+                }
+                (Redispatch::Other, _) => "the coordinator says so".to_owned(),
+            };
+            Some(format!("  ⇄ {node} (attempt {attempt}) sent again: {why}"))
+        }
         RunEvent::WaitingForInput { node, prompt, .. } => {
             Some(format!("  ? {node} waits for input: {prompt}"))
         }

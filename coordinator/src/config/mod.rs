@@ -140,6 +140,8 @@ struct Layer {
     max_map_items: Option<u64>,
     max_events: Option<u64>,
     max_inbox_messages: Option<u64>,
+    max_run_eval_steps: Option<u64>,
+    max_run_eval_bytes: Option<u64>,
     max_message_bytes: Option<u64>,
     retain_finished_runs: Option<u64>,
     retain_finished_hours: Option<u64>,
@@ -266,6 +268,8 @@ impl CoordinatorConfig {
             max_map_items: number("WEFT_MAX_MAP_ITEMS")?,
             max_events: number("WEFT_MAX_EVENTS")?,
             max_inbox_messages: number("WEFT_MAX_INBOX_MESSAGES")?,
+            max_run_eval_steps: number("WEFT_MAX_RUN_EVAL_STEPS")?,
+            max_run_eval_bytes: number("WEFT_MAX_RUN_EVAL_BYTES")?,
             max_message_bytes: number("WEFT_MAX_MESSAGE_BYTES")?,
             max_bundle_bytes: number("WEFT_MAX_BUNDLE_BYTES")?
                 .map(|n| usize::try_from(n).unwrap_or(usize::MAX)),
@@ -408,7 +412,7 @@ impl CoordinatorConfig {
             self.retention.age = Duration::from_secs(hours.saturating_mul(3600));
         }
         let limits = &mut self.limits;
-        let keys: [(&str, Option<u64>); 9] = [
+        let keys: [(&str, Option<u64>); 11] = [
             ("max_output_fields", layer.max_output_fields),
             ("max_state_fields", layer.max_state_fields),
             ("max_attempts", layer.max_attempts),
@@ -418,6 +422,8 @@ impl CoordinatorConfig {
             ("max_events", layer.max_events),
             ("max_inbox_messages", layer.max_inbox_messages),
             ("max_message_bytes", layer.max_message_bytes),
+            ("max_run_eval_steps", layer.max_run_eval_steps),
+            ("max_run_eval_bytes", layer.max_run_eval_bytes),
         ];
         for (key, value) in keys {
             let Some(n) = value else { continue };
@@ -436,6 +442,8 @@ impl CoordinatorConfig {
                 "max_map_items" => limits.max_map_items = size(n),
                 "max_events" => limits.max_events = size(n),
                 "max_inbox_messages" => limits.max_inbox_messages = size(n),
+                "max_run_eval_steps" => limits.max_run_eval.steps = n,
+                "max_run_eval_bytes" => limits.max_run_eval.bytes = n,
                 _ => limits.max_message_bytes = size(n),
             }
         }

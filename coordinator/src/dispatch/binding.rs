@@ -48,19 +48,7 @@ pub fn bind_with(
         }
         NodeKind::Script { argv, env, sandbox } => {
             config.insert("argv".into(), Value::from(argv.clone()));
-            if let Some(sandbox) = sandbox {
-                let mut limits = Map::new();
-                insert_some(&mut limits, "memory", sandbox.memory.map(Value::from));
-                insert_some(&mut limits, "cpu", sandbox.cpu.map(Value::from));
-                insert_some(&mut limits, "processes", sandbox.processes.map(Value::from));
-                insert_some(
-                    &mut limits,
-                    "open_files",
-                    sandbox.open_files.map(Value::from),
-                );
-                insert_some(&mut limits, "network", sandbox.network.map(Value::from));
-                config.insert("sandbox".into(), Value::Object(limits));
-            }
+            insert_some(&mut config, "sandbox", sandbox.as_ref().map(sandbox_json));
             let env: Map<String, Value> = env
                 .iter()
                 .map(|(k, v)| (k.clone(), Value::from(v.clone())))
@@ -104,6 +92,11 @@ pub fn bind_with(
                 Value::Object(function.tool_args.clone()),
             );
             config.insert("output_key".into(), function.output_key.clone().into());
+            insert_some(
+                &mut config,
+                "sandbox",
+                function.sandbox.as_ref().map(sandbox_json),
+            );
             (
                 WorkerKind::Function,
                 Requirement::Kind(WorkerKind::Function),
@@ -160,6 +153,21 @@ fn agent_tools(names: &[String], declared: &[ToolDecl]) -> (Vec<Value>, Vec<Stri
     registered.sort();
     registered.dedup();
     (specs, registered)
+}
+
+/// A node's `sandbox:` as the worker reads it: the limits it sets.
+fn sandbox_json(sandbox: &crate::graph::Sandbox) -> Value {
+    let mut limits = Map::new();
+    insert_some(&mut limits, "memory", sandbox.memory.map(Value::from));
+    insert_some(&mut limits, "cpu", sandbox.cpu.map(Value::from));
+    insert_some(&mut limits, "processes", sandbox.processes.map(Value::from));
+    insert_some(
+        &mut limits,
+        "open_files",
+        sandbox.open_files.map(Value::from),
+    );
+    insert_some(&mut limits, "network", sandbox.network.map(Value::from));
+    Value::Object(limits)
 }
 
 fn insert_some(config: &mut Map<String, Value>, key: &str, value: Option<Value>) {

@@ -77,6 +77,14 @@ pub enum Decision<T> {
         /// The job.
         job: JobId,
     },
+    /// The job's worker was lost and it is queued to be sent again:
+    /// tell its run (delivery is at least once).
+    Requeued {
+        /// The job.
+        job: JobId,
+        /// The lost worker's name.
+        worker: String,
+    },
     /// The job is given up on; report the failure to its run.
     Fail {
         /// The job's payload.

@@ -28,7 +28,8 @@ use tokio::sync::mpsc;
 pub use weft_proto::types::WorkerKind;
 
 pub use dispatcher::{
-    DispatcherConfig, DispatcherHandle, Fleet, ShuttingDown, WorkerLink, spawn_dispatcher,
+    DispatcherConfig, DispatcherHandle, Fleet, JoinRefused, ShuttingDown, WorkerLink,
+    spawn_dispatcher,
 };
 pub use hosting::Hosting;
 pub use registry::{Limits, WorkerStatus};
@@ -351,6 +352,13 @@ pub enum DispatchEvent {
         /// Set when workers host it but none may run this namespace's
         /// tasks.
         namespace: Option<Arc<str>>,
+    },
+    /// A task's worker was lost; the task is queued to be sent again.
+    TaskRequeued {
+        /// The task.
+        key: TaskKey,
+        /// The lost worker's name.
+        worker: String,
     },
     /// A task or call reported unhosted found a worker.
     TaskHosted {

@@ -75,6 +75,18 @@ struct Job<T> {
     unhosted_reported: bool,
 }
 
+/// A worker asked to join under a name a connected worker holds.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "a worker named '{name}' is already connected (as worker {held_by}); each worker needs a name of its own (the worker's --name); a worker that lost its connection is let in again once the coordinator has noticed the loss"
+)]
+pub struct NameTaken {
+    /// The name.
+    pub name: String,
+    /// The connected worker that holds it.
+    pub held_by: WorkerId,
+}
+
 /// Workers and jobs; see the module docs.
 #[derive(Debug)]
 pub struct Registry<T> {
@@ -108,8 +120,16 @@ impl<T> Registry<T> {
         }
     }
 
-    /// Registers a worker.
-    pub fn join(&mut self, info: WorkerInfo, now: Instant) -> WorkerId {
+    /// Registers a worker, unless a connected worker has its name: names
+    /// are what events, losses and logs credit work to, so two workers
+    /// may not share one.
+    pub fn join(&mut self, info: WorkerInfo, now: Instant) -> Result<WorkerId, NameTaken> {
+        if let Some((&held_by, _)) = self.workers.iter().find(|(_, w)| w.info.name == info.name) {
+            return Err(NameTaken {
+                name: info.name,
+                held_by,
+            });
+        }
         let id = self.next_worker;
         self.next_worker.0 += 1;
         self.functions_ever.extend(info.functions.iter().cloned());
@@ -123,7 +143,7 @@ impl<T> Registry<T> {
                 jammed_since: None,
             },
         );
-        id
+        Ok(id)
     }
 
     /// Notes that a worker was heard from; false for a worker not (or no

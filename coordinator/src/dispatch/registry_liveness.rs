@@ -27,6 +27,7 @@ impl<T> Registry<T> {
             .collect();
         // Back to the front of the queue, in their original order.
         orphans.sort();
+        let mut requeued = Vec::new();
         for id in orphans.into_iter().rev() {
             let job = self.jobs.get_mut(&id).expect("listed above");
             job.losses.push(entry.info.name.clone());
@@ -53,8 +54,13 @@ impl<T> Registry<T> {
             }
             job.place = Place::Queued;
             let requirement = job.requirement.clone();
-            self.queue_of(&requirement).push_front(id);
+            self.queue_of(&requirement).push_front(id.clone());
+            requeued.push(Decision::Requeued {
+                job: id,
+                worker: entry.info.name.clone(),
+            });
         }
+        decisions.extend(requeued.into_iter().rev());
         decisions.extend(self.report_unhosted());
         self.check();
         decisions

@@ -82,8 +82,8 @@ fn failures(decisions: &[Decision<TaskKey>]) -> Vec<(TaskKey, TaskFailure)> {
 fn placement_spreads_by_load_within_slots() {
     let now = Instant::now();
     let mut reg = registry();
-    let a = reg.join(worker("a", 2, &[]), now);
-    let b = reg.join(worker("b", 1, &[]), now);
+    let a = reg.join(worker("a", 2, &[]), now).unwrap();
+    let b = reg.join(worker("b", 1, &[]), now).unwrap();
     for key in 1..=5 {
         reg.submit(task(key));
     }
@@ -102,7 +102,7 @@ fn placement_spreads_by_load_within_slots() {
 fn a_draining_worker_gets_nothing_new() {
     let now = Instant::now();
     let mut reg = registry();
-    let a = reg.join(worker("a", 4, &[]), now);
+    let a = reg.join(worker("a", 4, &[]), now).unwrap();
     reg.submit(task(1));
     assert_eq!(sends(&reg.place(now)), vec![(a, 1)]);
     reg.drain(a);
@@ -111,7 +111,7 @@ fn a_draining_worker_gets_nothing_new() {
     // Its task in flight still finishes normally.
     assert!(reg.finish(a, &id(1), now).is_some());
     assert!(reg.place(now).is_empty());
-    let b = reg.join(worker("b", 1, &[]), now);
+    let b = reg.join(worker("b", 1, &[]), now).unwrap();
     assert_eq!(sends(&reg.place(now)), vec![(b, 2)]);
 }
 
@@ -119,11 +119,11 @@ fn a_draining_worker_gets_nothing_new() {
 fn a_refused_task_goes_elsewhere_without_an_attempt() {
     let now = Instant::now();
     let mut reg = registry();
-    let a = reg.join(worker("a", 1, &[]), now);
+    let a = reg.join(worker("a", 1, &[]), now).unwrap();
     reg.submit(task(1));
     reg.place(now);
     reg.refuse(a, &id(1));
-    let b = reg.join(worker("b", 1, &[]), now);
+    let b = reg.join(worker("b", 1, &[]), now).unwrap();
     assert_eq!(sends(&reg.place(now)), vec![(b, 1)]);
     assert!(reg.workers()[0].draining, "a refusing worker is draining");
 }
@@ -132,7 +132,7 @@ fn a_refused_task_goes_elsewhere_without_an_attempt() {
 fn a_lost_workers_tasks_are_placed_again_in_order() {
     let now = Instant::now();
     let mut reg = registry();
-    let a = reg.join(worker("a", 3, &[]), now);
+    let a = reg.join(worker("a", 3, &[]), now).unwrap();
     for key in 1..=4 {
         reg.submit(task(key));
     }
@@ -140,7 +140,26 @@ fn a_lost_workers_tasks_are_placed_again_in_order() {
     let decisions = reg.lose(a, "stream closed");
     assert!(matches!(decisions[0], Decision::Disconnect { worker, .. } if worker == a));
     assert!(failures(&decisions).is_empty(), "one loss is not a failure");
-    let b = reg.join(worker("b", 4, &[]), now);
+    let requeued: Vec<(TaskKey, &str)> = decisions
+        .iter()
+        .filter_map(|d| match d {
+            Decision::Requeued {
+                job:
+                    JobId {
+                        key: JobKey::Task(key),
+                        ..
+                    },
+                worker,
+            } => Some((*key, worker.as_str())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        requeued,
+        [(1, "a"), (2, "a"), (3, "a")],
+        "the runs are told what goes out again, and why"
+    );
+    let b = reg.join(worker("b", 4, &[]), now).unwrap();
     assert_eq!(
         sends(&reg.place(now)),
         vec![(b, 1), (b, 2), (b, 3), (b, 4)],
@@ -153,10 +172,10 @@ fn a_task_that_keeps_killing_workers_fails_after_the_limit() {
     let now = Instant::now();
     let mut reg = registry();
     reg.submit(task(1));
-    let first = reg.join(worker("w1", 1, &[]), now);
+    let first = reg.join(worker("w1", 1, &[]), now).unwrap();
     reg.place(now);
     assert!(failures(&reg.lose(first, "stream closed")).is_empty());
-    let second = reg.join(worker("w2", 1, &[]), now);
+    let second = reg.join(worker("w2", 1, &[]), now).unwrap();
     assert_eq!(sends(&reg.place(now)), vec![(second, 1)]);
     let failed = failures(&reg.lose(second, "stream closed"));
     assert_eq!(failed.len(), 1);
@@ -165,7 +184,7 @@ fn a_task_that_keeps_killing_workers_fails_after_the_limit() {
     assert_eq!(failure.kind, FailureKind::WorkerLost);
     assert!(failure.message.contains("w1, w2"), "{}", failure.message);
     // The next worker survives: nothing is sent to it.
-    let third = reg.join(worker("w3", 1, &[]), now);
+    let third = reg.join(worker("w3", 1, &[]), now).unwrap();
     assert!(reg.place(now).is_empty());
     assert_eq!(reg.workers()[0].id, third);
 }
@@ -180,12 +199,12 @@ fn the_workers_lost_count_across_a_tasks_attempts() {
         lineage: Some(id(1)),
         ..task(1)
     });
-    let first = reg.join(worker("w1", 1, &[]), now);
+    let first = reg.join(worker("w1", 1, &[]), now).unwrap();
     reg.place(now);
     assert!(failures(&reg.lose(first, "stream closed")).is_empty());
     // The attempt then ends some other way (a timeout, say), and the run
     // tries again under a new key.
-    let second = reg.join(worker("w2", 1, &[]), now);
+    let second = reg.join(worker("w2", 1, &[]), now).unwrap();
     reg.place(now);
     assert!(reg.finish(second, &id(1), now).is_some());
     reg.submit(JobSpec {
@@ -213,7 +232,7 @@ fn the_workers_lost_count_across_a_tasks_attempts() {
         lineage: Some(id(1)),
         ..task(3)
     });
-    let third = reg.join(worker("w3", 1, &[]), now);
+    let third = reg.join(worker("w3", 1, &[]), now).unwrap();
     reg.place(now);
     assert!(failures(&reg.lose(third, "stream closed")).is_empty());
 }
@@ -222,11 +241,11 @@ fn the_workers_lost_count_across_a_tasks_attempts() {
 fn a_late_result_from_a_lost_worker_is_ignored() {
     let now = Instant::now();
     let mut reg = registry();
-    let a = reg.join(worker("a", 1, &[]), now);
+    let a = reg.join(worker("a", 1, &[]), now).unwrap();
     reg.submit(task(1));
     reg.place(now);
     reg.lose(a, "heartbeats missed");
-    let b = reg.join(worker("b", 1, &[]), now);
+    let b = reg.join(worker("b", 1, &[]), now).unwrap();
     reg.place(now);
     assert!(reg.finish(a, &id(1), now).is_none(), "a no longer holds it");
     assert!(!reg.heard(a, now), "a lost worker's messages are ignored");
@@ -237,8 +256,8 @@ fn a_late_result_from_a_lost_worker_is_ignored() {
 fn silence_loses_a_worker() {
     let start = Instant::now();
     let mut reg = registry();
-    let a = reg.join(worker("a", 1, &[]), start);
-    let b = reg.join(worker("b", 1, &[]), start);
+    let a = reg.join(worker("a", 1, &[]), start).unwrap();
+    let b = reg.join(worker("b", 1, &[]), start).unwrap();
     reg.heard(b, start + 8 * SECOND);
     let decisions = reg.tick(start + 11 * SECOND);
     let lost: Vec<WorkerId> = decisions
@@ -255,7 +274,7 @@ fn silence_loses_a_worker() {
 fn a_task_past_its_deadline_times_out_and_is_cancelled() {
     let start = Instant::now();
     let mut reg = registry();
-    let a = reg.join(worker("a", 1, &[]), start);
+    let a = reg.join(worker("a", 1, &[]), start).unwrap();
     reg.submit(task(1));
     reg.place(start);
     // Heartbeats keep the worker alive, but the task never answers.
@@ -282,8 +301,8 @@ fn a_task_past_its_deadline_times_out_and_is_cancelled() {
 fn a_jammed_worker_is_skipped_then_dropped() {
     let start = Instant::now();
     let mut reg = registry();
-    let a = reg.join(worker("a", 4, &[]), start);
-    let b = reg.join(worker("b", 4, &[]), start);
+    let a = reg.join(worker("a", 4, &[]), start).unwrap();
+    let b = reg.join(worker("b", 4, &[]), start).unwrap();
     reg.submit(task(1));
     assert_eq!(sends(&reg.place(start)), vec![(a, 1)]);
     assert!(reg.send_failed(&id(1), false, start).is_empty());
@@ -307,7 +326,7 @@ fn a_jammed_worker_is_skipped_then_dropped() {
 fn a_worker_that_unjams_takes_tasks_again() {
     let now = Instant::now();
     let mut reg = registry();
-    let a = reg.join(worker("a", 1, &[]), now);
+    let a = reg.join(worker("a", 1, &[]), now).unwrap();
     reg.submit(task(1));
     reg.place(now);
     reg.send_failed(&id(1), false, now);
@@ -329,7 +348,7 @@ fn unhosted_tasks_are_reported_once_even_with_no_worker() {
     ));
     assert!(reg.place(now).is_empty());
     assert_eq!(reg.load().unhosted, 1);
-    let w = reg.join(worker("w", 1, &["summarize"]), now);
+    let w = reg.join(worker("w", 1, &["summarize"]), now).unwrap();
     let placed = reg.place(now);
     assert!(
         matches!(&placed[0], Decision::Hosted { job } if job.key == JobKey::Task(1)),
@@ -343,7 +362,7 @@ fn unhosted_tasks_are_reported_once_even_with_no_worker() {
 fn a_task_left_without_host_by_a_loss_is_reported() {
     let now = Instant::now();
     let mut reg = registry();
-    let w = reg.join(worker("w", 1, &["summarize"]), now);
+    let w = reg.join(worker("w", 1, &["summarize"]), now).unwrap();
     let mut spec = task(1);
     spec.requirement = Requirement::Handler("summarize".into());
     assert!(reg.submit(spec).is_empty());
@@ -360,7 +379,7 @@ fn a_task_left_without_host_by_a_loss_is_reported() {
 fn calls_take_no_slot_and_time_out() {
     let start = Instant::now();
     let mut reg = registry();
-    let a = reg.join(worker("a", 1, &[]), start);
+    let a = reg.join(worker("a", 1, &[]), start).unwrap();
     reg.submit(task(1));
     reg.submit(JobSpec {
         namespace: "default".into(),
@@ -388,7 +407,7 @@ fn calls_take_no_slot_and_time_out() {
 fn cancel_and_forget_free_slots_and_cancel_on_workers() {
     let now = Instant::now();
     let mut reg = registry();
-    let a = reg.join(worker("a", 1, &[]), now);
+    let a = reg.join(worker("a", 1, &[]), now).unwrap();
     reg.submit(task(1));
     reg.submit(task(2));
     reg.place(now);
@@ -447,7 +466,7 @@ proptest! {
         for op in ops {
             let mut decisions = Vec::new();
             match op {
-                Op::Join(slots) => joined.push(reg.join(worker(&format!("w{}", joined.len()), slots, &[]), now)),
+                Op::Join(slots) => joined.push(reg.join(worker(&format!("w{}", joined.len()), slots, &[]), now).unwrap()),
                 Op::Submit => {
                     decisions = reg.submit(task(next));
                     next += 1;
@@ -515,3 +534,23 @@ proptest! {
 
 #[path = "registry_tool_tests.rs"]
 mod tools;
+
+#[test]
+fn a_name_is_held_by_one_connected_worker_at_a_time() {
+    let now = Instant::now();
+    let mut reg = registry();
+    let first = reg.join(worker("w1", 1, &[]), now).unwrap();
+    let taken = reg.join(worker("w1", 4, &[]), now).unwrap_err();
+    assert_eq!(taken.held_by, first);
+    assert!(
+        taken
+            .to_string()
+            .contains("a worker named 'w1' is already connected"),
+        "{taken}"
+    );
+    assert_eq!(reg.workers().len(), 1, "the second one is not registered");
+    // Once the holder is gone (a worker that reconnects), the name is free.
+    reg.lose(first, "stream closed");
+    let again = reg.join(worker("w1", 1, &[]), now).unwrap();
+    assert_ne!(again, first);
+}

@@ -37,7 +37,7 @@ fn agent_task(key: TaskKey, tools: &[&str]) -> JobSpec<TaskKey> {
 fn an_agent_waits_until_some_worker_hosts_each_of_its_tools() {
     let now = Instant::now();
     let mut reg = registry();
-    let brain = reg.join(agent_worker("brain", &[]), now);
+    let brain = reg.join(agent_worker("brain", &[]), now).unwrap();
     let decisions = reg.submit(agent_task(1, &["lookup", "search"]));
     assert!(
         decisions
@@ -45,13 +45,15 @@ fn an_agent_waits_until_some_worker_hosts_each_of_its_tools() {
             .any(|d| matches!(d, Decision::Unhosted { .. })),
         "nobody hosts its tools: its run is told"
     );
-    reg.join(tool_worker("hands", &["lookup"]), now);
+    reg.join(tool_worker("hands", &["lookup"]), now).unwrap();
     assert!(
         reg.place(now).is_empty(),
         "'search' is still hosted nowhere"
     );
     assert_eq!(reg.load().unhosted, 1);
-    let more = reg.join(tool_worker("more-hands", &["search"]), now);
+    let more = reg
+        .join(tool_worker("more-hands", &["search"]), now)
+        .unwrap();
     // The agent runs where the model is; its tools stay where they are.
     assert_eq!(sends(&reg.place(now)), vec![(brain, 1)]);
     assert_eq!(
@@ -69,8 +71,10 @@ fn an_agent_waits_until_some_worker_hosts_each_of_its_tools() {
 fn an_agent_goes_first_to_a_worker_that_hosts_its_tools_itself() {
     let now = Instant::now();
     let mut reg = registry();
-    let bare = reg.join(agent_worker("bare", &[]), now);
-    let equipped = reg.join(agent_worker("equipped", &["lookup"]), now);
+    let bare = reg.join(agent_worker("bare", &[]), now).unwrap();
+    let equipped = reg
+        .join(agent_worker("equipped", &["lookup"]), now)
+        .unwrap();
     reg.submit(agent_task(1, &["lookup"]));
     reg.submit(agent_task(2, &["lookup"]));
     // `bare` would win a tie by id; the one with the tool goes first, and
@@ -82,7 +86,7 @@ fn an_agent_goes_first_to_a_worker_that_hosts_its_tools_itself() {
 fn a_tool_call_takes_no_slot_on_its_host() {
     let now = Instant::now();
     let mut reg = registry();
-    let hands = reg.join(agent_worker("hands", &["lookup"]), now);
+    let hands = reg.join(agent_worker("hands", &["lookup"]), now).unwrap();
     reg.submit(agent_task(1, &["lookup"]));
     assert_eq!(sends(&reg.place(now)), vec![(hands, 1)]);
     reg.submit(JobSpec {

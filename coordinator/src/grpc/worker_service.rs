@@ -25,7 +25,7 @@ use weft_proto::{BATCH_BYTES, PROTOCOL_VERSION};
 
 use super::convert;
 use crate::bundle::BlobStore;
-use crate::dispatch::{Assignment, DispatcherHandle, ToWorker, WorkerLink};
+use crate::dispatch::{Assignment, DispatcherHandle, JoinRefused, ToWorker, WorkerLink};
 use crate::term::Services;
 
 /// Tasks and calls queued for one worker's stream; a full queue marks the
@@ -238,7 +238,10 @@ impl WorkerService for WorkerApi {
             .dispatcher
             .join(info, WorkerLink { work, control })
             .await
-            .map_err(|e| Status::unavailable(e.to_string()))?;
+            .map_err(|refused| match refused {
+                JoinRefused::ShuttingDown(_) => Status::unavailable(refused.to_string()),
+                JoinRefused::NameTaken(_) => Status::already_exists(refused.to_string()),
+            })?;
         self.tracker
             .spawn(read_worker(inbound, self.dispatcher.clone(), worker));
         let heartbeat = self.heartbeat;

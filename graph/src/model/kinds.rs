@@ -225,4 +225,8 @@ pub struct FunctionConfig {
     /// Field a value that is not an object is written to (default: the
     /// node id).
     pub output_key: String,
+    /// Its `sandbox:`: limits below the worker's for the Python processes
+    /// that serve it (no `cpu`: a process serves many calls, each bounded
+    /// by the node's `timeout`).
+    pub sandbox: Option<Sandbox>,
 }

@@ -45,6 +45,45 @@ pub struct StoredEvent {
     pub event: std::sync::Arc<RunEvent>,
 }
 
+/// Why a task attempt was sent again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Redispatch {
+    /// The worker that held it left, or went silent.
+    WorkerLost,
+    /// The coordinator that sent it stopped; this one recovered the run.
+    CoordinatorRestarted,
+    /// A reason this version does not know (sent by a newer coordinator).
+    #[serde(other)]
+    Other,
+}
+
+impl Redispatch {
+    /// The reason's name, as in the event's JSON and on the wire.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::WorkerLost => "worker_lost",
+            Self::CoordinatorRestarted => "coordinator_restarted",
+            Self::Other => "other",
+        }
+    }
+
+    /// The reason named `name`; [`Redispatch::Other`] for one unknown.
+    pub fn from_name(name: &str) -> Self {
+        match name {
+            "worker_lost" => Self::WorkerLost,
+            "coordinator_restarted" => Self::CoordinatorRestarted,
+            _ => Self::Other,
+        }
+    }
+}
+
+impl std::fmt::Display for Redispatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// What watchers see, in order.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
@@ -204,6 +243,21 @@ pub enum RunEvent {
         /// What nobody hosts, e.g. "handler 'draft'".
         needs: String,
     },
+    /// A task attempt that was out is sent again, under the same attempt
+    /// number (delivery is at least once; this counts the extra sendings).
+    TaskRedispatched {
+        /// Node id.
+        node: NodeId,
+        /// The attempt sent again.
+        attempt: u32,
+        /// Map item index, for a chain step.
+        item: Option<usize>,
+        /// Why: see [`Redispatch`].
+        reason: Redispatch,
+        /// The worker that was lost, for [`Redispatch::WorkerLost`].
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        worker: Option<String>,
+    },
     /// A node waits for a human.
     WaitingForInput {
         /// Node id.
@@ -266,6 +320,7 @@ impl RunEvent {
             Self::ModelCalled { .. } => "model_called",
             Self::ToolCalled { .. } => "tool_called",
             Self::TaskUnhosted { .. } => "task_unhosted",
+            Self::TaskRedispatched { .. } => "task_redispatched",
             Self::WaitingForInput { .. } => "waiting_for_input",
             Self::InputReceived { .. } => "input_received",
             Self::RunSubmitted { .. } => "run_submitted",

@@ -1,7 +1,7 @@
 //! The wire form of runs' events, statuses and errors: conversions between
 //! [`RunEvent`] and the typed `oneof` of `weft.v1.RunEvent`.
 
-use super::{ErrorInfo, RunEvent};
+use super::{ErrorInfo, Redispatch, RunEvent};
 use crate::types::RunStatus;
 use crate::v1 as pb;
 
@@ -165,6 +165,19 @@ pub fn event_to_wire(seq: u64, at_unix_ms: i64, event: &RunEvent) -> pb::RunEven
             node: node.into(),
             needs,
         }),
+        RunEvent::TaskRedispatched {
+            node,
+            attempt,
+            item,
+            reason,
+            worker,
+        } => E::TaskRedispatched(pb::TaskRedispatched {
+            node: node.into(),
+            attempt,
+            item: index_to_wire(item),
+            reason: reason.as_str().to_owned(),
+            worker,
+        }),
         RunEvent::WaitingForInput { node, kind, prompt } => {
             E::WaitingForInput(pb::WaitingForInput {
                 node: node.into(),
@@ -307,6 +320,13 @@ pub fn event_from_wire(event: pb::RunEvent) -> Option<RunEvent> {
             node: e.node.into(),
             needs: e.needs,
         },
+        E::TaskRedispatched(e) => RunEvent::TaskRedispatched {
+            node: e.node.into(),
+            attempt: e.attempt,
+            item: index_from_wire(e.item),
+            reason: Redispatch::from_name(&e.reason),
+            worker: e.worker,
+        },
         E::WaitingForInput(e) => RunEvent::WaitingForInput {
             node: e.node.into(),
             kind: e.kind,
@@ -415,6 +435,20 @@ mod tests {
             RunEvent::TaskUnhosted {
                 node: "a".into(),
                 needs: "handler 'a'".into(),
+            },
+            RunEvent::TaskRedispatched {
+                node: "a".into(),
+                attempt: 2,
+                item: Some(4),
+                reason: Redispatch::WorkerLost,
+                worker: Some("w2".into()),
+            },
+            RunEvent::TaskRedispatched {
+                node: "a".into(),
+                attempt: 1,
+                item: None,
+                reason: Redispatch::CoordinatorRestarted,
+                worker: None,
             },
             RunEvent::WaitingForInput {
                 node: "ok".into(),

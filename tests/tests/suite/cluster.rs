@@ -136,6 +136,19 @@ async fn killing_a_worker_mid_map_loses_and_duplicates_nothing() -> anyhow::Resu
         (1..=40).collect::<Vec<_>>(),
         "each item finished once"
     );
+    // The items b held went out again, each counted by one event naming b
+    // (it had its 2 slots busy, bar a result landing as it died).
+    let resent = weft_tests::events_of(&client, &run.run_id, "task_redispatched").await?;
+    assert!(
+        (1..=2).contains(&resent.len()),
+        "b's items in flight are sent again once each: {resent:?}"
+    );
+    for event in &resent {
+        assert_eq!(event.body["reason"], "worker_lost", "{event:?}");
+        assert_eq!(event.body["worker"], "b", "{event:?}");
+        assert_eq!(event.body["attempt"], 1, "{event:?}");
+        assert!(event.body["item"].is_u64(), "{event:?}");
+    }
     // b is credited only with what it finished before it died: the 6
     // items seen finished, and at most its 2 slots' worth more that were
     // ending as it was killed.

@@ -235,6 +235,73 @@ async fn a_script_past_its_sandbox_limits_fails_naming_the_limit() -> anyhow::Re
 }
 
 #[tokio::test]
+async fn a_function_nodes_sandbox_confines_the_python_that_serves_it() -> anyhow::Result<()> {
+    let mut cluster = TestCluster::start()?;
+    cluster.add_worker("w", 2)?;
+    cluster.wait_for_workers(&["w"]).await?;
+    let client = cluster.client().await?;
+    let port = cluster.url().rsplit(':').next().expect("a port").to_owned();
+    let functions = format!(
+        "import socket\n\ndef reach():\n    socket.create_connection((\"127.0.0.1\", {port}), 5).close()\n    return {{\"reached\": True}}\n\ndef hoard():\n    blob = bytearray(200 * 1024 * 1024)\n    return {{\"held\": len(blob)}}\n"
+    );
+    let run = |node: &str| {
+        let yaml = format!("functions: helpers.py\nnodes:\n{node}\n");
+        GraphBundle::from_text("contained.yaml", &yaml).with_file(
+            "helpers.py",
+            functions.as_bytes(),
+            0o644,
+        )
+    };
+    let cases = [
+        (
+            "  cut: { kind: function, callable: reach, start: true, sandbox: { network: false } }",
+            "ConnectionRefusedError",
+        ),
+        (
+            "  small: { kind: function, callable: hoard, start: true, sandbox: { memory: 64MiB } }",
+            "MemoryError",
+        ),
+    ];
+    for (node, expected) in cases {
+        let submitted = client.submit_bundle(run(node), &json!({})).await?;
+        let done = tokio::time::timeout(PATIENCE, client.wait(&submitted.run_id)).await??;
+        assert_eq!(done.status, RunStatus::Failed, "{node}");
+        let message = done.error.map(|e| e.message).unwrap_or_default();
+        assert!(message.contains(expected), "{node}: {message}");
+    }
+    // The same functions without a sandbox, on the same worker (its other
+    // pool): the network is open and 200 MiB fit the worker's limits.
+    for node in [
+        "  open: { kind: function, callable: reach, start: true }",
+        "  big: { kind: function, callable: hoard, start: true }",
+    ] {
+        let submitted = client.submit_bundle(run(node), &json!({})).await?;
+        let done = tokio::time::timeout(PATIENCE, client.wait(&submitted.run_id)).await??;
+        assert_eq!(
+            done.status,
+            RunStatus::Completed,
+            "{node}: {:?}",
+            done.error
+        );
+    }
+    // A limit a long-lived process cannot keep per call is refused.
+    let refused = client
+        .submit_bundle(
+            run("  slow: { kind: function, callable: reach, start: true, sandbox: { cpu: 5s } }"),
+            &json!({}),
+        )
+        .await
+        .expect_err("refused by validation");
+    assert!(
+        refused
+            .to_string()
+            .contains("sandbox.cpu does not apply to a function node"),
+        "{refused}"
+    );
+    Ok(())
+}
+
+#[tokio::test]
 async fn a_worker_that_cannot_confine_refuses_to_start_unless_told() -> anyhow::Result<()> {
     let dir = std::env::temp_dir().join(format!("weft-unconfinable-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;

@@ -63,6 +63,13 @@ async fn a_run_survives_kill_9_of_the_coordinator_mid_chain() -> anyhow::Result<
     );
     let waves = kinds.iter().filter(|k| *k == "wave_started").count();
     assert_eq!(waves, 3, "each wave once in the log: {kinds:?}");
+    // b was out when the coordinator died: the log says it went out again.
+    let resent = weft_tests::events_of(&client, &submitted.run_id, "task_redispatched").await?;
+    let bodies: Vec<_> = resent.iter().map(|e| &e.body).collect();
+    assert_eq!(bodies.len(), 1, "{bodies:?}");
+    assert_eq!(bodies[0]["node"], "b");
+    assert_eq!(bodies[0]["attempt"], 1);
+    assert_eq!(bodies[0]["reason"], "coordinator_restarted");
     Ok(())
 }
 

@@ -221,6 +221,51 @@ async fn a_condition_that_would_allocate_gigabytes_fails_its_node_and_the_coordi
     still_serves(&cluster).await
 }
 
+#[tokio::test]
+async fn a_run_whose_evaluations_spend_its_allowance_fails_naming_the_key() -> anyhow::Result<()> {
+    // Each evaluation of the loop's condition reads a 1 MiB field: within
+    // the per-evaluation budget, but a run of them adds up.
+    let mut cluster = TestCluster::start_with_env(&[("WEFT_MAX_RUN_EVAL_BYTES", "4000000")])?;
+    cluster.add_worker("w", 1)?;
+    cluster.wait_for_workers(&["w"]).await?;
+    let client = cluster.client().await?;
+    let graph = r#"
+state:
+  n: { type: integer, default: 0, reducer: add }
+nodes:
+  a: { kind: script, run: [sh, -c, 'echo "{\"n\": 1}"'], start: true, next: b }
+  b: { kind: script, run: [sh, -c, 'echo "{}"'] }
+edges:
+  - { from: b, to: a, loop: true, when: "size(state.s) > 0" }
+"#;
+    let bundle = weft_client::GraphBundle::from_text("spender.yaml", graph);
+    let submitted = client
+        .submit_bundle(bundle, &serde_json::json!({ "s": "x".repeat(1 << 20) }))
+        .await?;
+    let done = tokio::time::timeout(Duration::from_secs(60), client.wait(&submitted.run_id))
+        .await
+        .expect("the run ends")?;
+    assert_eq!(done.status, weft_client::RunStatus::Failed);
+    let error = done.error.expect("an error");
+    assert_eq!(error.kind, "ExpressionTooCostly");
+    assert_eq!(error.node, "b");
+    assert!(
+        error
+            .message
+            .contains("a run may use at most 3.8 MiB (configuration key max_run_eval_bytes)"),
+        "{}",
+        error.message
+    );
+    // Without the allowance the loop would go on to the step limit.
+    let laps = weft_tests::events_of(&client, &submitted.run_id, "loop_reset").await?;
+    assert_eq!(
+        laps.len(),
+        3,
+        "three evaluations of about 1 MiB fit in 3.8 MiB"
+    );
+    still_serves(&cluster).await
+}
+
 /// A graph of one script node that writes `{"done": true}`.
 fn trivial() -> weft_client::GraphBundle {
     weft_client::GraphBundle::from_text(

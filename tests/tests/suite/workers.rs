@@ -116,16 +116,30 @@ async fn a_frozen_worker_is_lost_its_task_runs_elsewhere_once_and_it_joins_again
         .await?;
     let mut finished = 0;
     let mut attempts = Vec::new();
+    let mut resent = Vec::new();
     let mut events = client.watch(&run.run_id, 0).await?;
     while let Some(event) = tokio::time::timeout(PATIENCE, events.next()).await? {
         let event = event?;
         match event.kind.as_str() {
             "node_finished" => finished += 1,
             "node_started" => attempts.push(event.body["attempt"].as_u64().unwrap()),
+            "task_redispatched" => resent.push(event.body),
             _ => {}
         }
     }
     assert_eq!(finished, 1, "one result merged");
+    assert_eq!(
+        resent,
+        [json!({
+            "type": "task_redispatched",
+            "node": "nap",
+            "attempt": 1,
+            "item": null,
+            "reason": "worker_lost",
+            "worker": "frozen",
+        })],
+        "the second sending is counted, with its reason"
+    );
     assert_eq!(
         attempts,
         [1],
@@ -327,6 +341,68 @@ async fn a_poison_pill_with_retry_kills_no_more_workers_than_its_budget() -> any
     assert_eq!(alive.len(), 2, "two workers survive: {alive:?}");
     let retried = weft_tests::events_of(&client, &run.run_id, "node_retrying").await?;
     assert!(retried.is_empty(), "the pill was retried: {retried:?}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_name_a_connected_worker_holds_is_refused_until_it_is_free() -> anyhow::Result<()> {
+    let mut cluster = TestCluster::start()?;
+    cluster.add_worker("w1", 1)?;
+    cluster.wait_for_workers(&["w1"]).await?;
+    let hello = || pb::WorkerMessage {
+        body: Some(pb::worker_message::Body::Hello(pb::Hello {
+            protocol_version: weft_proto::PROTOCOL_VERSION,
+            name: "w1".into(),
+            slots: 1,
+            ..Default::default()
+        })),
+    };
+    let mut client =
+        pb::worker_service_client::WorkerServiceClient::connect(cluster.url().to_owned()).await?;
+    let status = client
+        .join(tokio_stream::iter(vec![hello()]))
+        .await
+        .expect_err("a second 'w1' is refused");
+    assert_eq!(status.code(), tonic::Code::AlreadyExists, "{status:?}");
+    assert!(
+        status
+            .message()
+            .contains("a worker named 'w1' is already connected"),
+        "{}",
+        status.message()
+    );
+    cluster
+        .wait_for_log("coordinator", "its name is taken")
+        .await?;
+    // The real w1 kept its place: a run is credited to it.
+    let graph = GraphBuilder::new("hello").node(
+        "say",
+        NodeBuilder::script(&["sh", "-c", "echo '{\"said\": 1}'"]).start(),
+    );
+    let client_api = cluster.client().await?;
+    let run = client_api.submit_graph(&graph, &json!({})).await?;
+    let done = tokio::time::timeout(PATIENCE, client_api.wait(&run.run_id)).await??;
+    assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error);
+    let finished = weft_tests::events_of(&client_api, &run.run_id, "node_finished").await?;
+    assert_eq!(finished[0].body["worker"], "w1");
+    // Once the holder is gone, the name is free again (a worker that
+    // reconnects after the coordinator noticed its loss).
+    cluster.kill_worker("w1")?;
+    cluster.wait_for_log("coordinator", "worker lost").await?;
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    tx.send(hello()).await?;
+    let mut inbound = client
+        .join(tokio_stream::wrappers::ReceiverStream::new(rx))
+        .await?
+        .into_inner();
+    let welcome = tokio::time::timeout(PATIENCE, inbound.message()).await??;
+    assert!(
+        matches!(
+            welcome.and_then(|m| m.body),
+            Some(pb::coordinator_message::Body::Welcome(_))
+        ),
+        "the freed name is welcome"
+    );
     Ok(())
 }
 

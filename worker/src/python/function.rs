@@ -13,6 +13,7 @@ use serde_json::{Map, Value};
 
 use super::{Call, PythonError, PythonHosts};
 use crate::blobs::BlobCache;
+use crate::confinement::NodeSandbox;
 use crate::secrets::{Redactor, Secrets};
 use crate::task::{Completed, Failure, FailureKind, FunctionCall, PythonTarget, Task};
 
@@ -30,7 +31,18 @@ pub async fn run_function(
         key if key.is_empty() => task.node.to_string(),
         key => key,
     };
-    let hosted = hosts.pool(blobs, &task.bundle, &dir).await?;
+    // A node's `sandbox:` was checked by validation; one that does not
+    // read is a coordinator speaking another version, refused.
+    let sandbox = match config.get("sandbox") {
+        None => NodeSandbox::default(),
+        Some(value) => serde_json::from_value(value.clone()).map_err(|error| {
+            Failure::new(
+                FailureKind::InvalidTask,
+                format!("the node's sandbox cannot be read: {error}"),
+            )
+        })?,
+    };
+    let hosted = hosts.pool(blobs, &task.bundle, &dir, sandbox).await?;
     let signature = hosted.signature(&module, &function).await;
     let taken = |name: &String| signature.as_ref().is_none_or(|s| s.takes(name));
     let mut kwargs = Map::new();
@@ -172,7 +184,7 @@ pub(crate) async fn call_python(
     python: &PythonTarget,
 ) -> Result<Value, PythonCallError> {
     let hosted = hosts
-        .pool(blobs, &call.bundle, &python.dir)
+        .pool(blobs, &call.bundle, &python.dir, NodeSandbox::default())
         .await
         .map_err(|failure| PythonCallError::Unavailable(failure.message))?;
     let timeout = call.timeout;

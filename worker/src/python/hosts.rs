@@ -16,6 +16,7 @@ use tokio::sync::{Mutex, OnceCell};
 
 use super::PythonPool;
 use crate::blobs::BlobCache;
+use crate::confinement::NodeSandbox;
 use crate::task::{BlobFile, Failure, FailureKind};
 
 /// Bundles whose pools are kept at once.
@@ -68,8 +69,9 @@ struct BundleHost {
     /// The bundle's root.
     root: PathBuf,
     ready: OnceCell<()>,
-    /// Per graph directory, its pool.
-    pools: Mutex<HashMap<String, Arc<PythonPool>>>,
+    /// Per graph directory and `sandbox:` (a `function` node's own, or
+    /// none), its pool.
+    pools: Mutex<HashMap<(String, NodeSandbox), Arc<PythonPool>>>,
     /// Per `module` (`dir` first), its functions' signatures.
     signatures: Mutex<HashMap<(String, String), Arc<Signatures>>>,
 }
@@ -151,13 +153,15 @@ impl PythonHosts {
         lives.clear();
     }
 
-    /// The pool for `bundle`'s graph directory `dir`, its files put in
-    /// place (fetched through `blobs`) on first use.
+    /// The pool for `bundle`'s graph directory `dir` whose processes are
+    /// confined within `sandbox`, its files put in place (fetched through
+    /// `blobs`) on first use.
     pub async fn pool(
         &self,
         blobs: &BlobCache,
         bundle: &[BlobFile],
         dir: &str,
+        sandbox: NodeSandbox,
     ) -> Result<Hosted, Failure> {
         // `""`: the graph lies at the bundle's root.
         if !dir.is_empty() && !weft_bundle::stays_inside(dir) {
@@ -180,7 +184,7 @@ impl PythonHosts {
             .pools
             .lock()
             .await
-            .entry(dir.to_owned())
+            .entry((dir.to_owned(), sandbox))
             .or_insert_with(|| {
                 Arc::new(
                     PythonPool::new(
@@ -188,7 +192,11 @@ impl PythonHosts {
                         host.root.join(dir),
                         self.pool_size,
                     )
-                    .confined(self.confinement.clone(), host.root.clone()),
+                    .confined(
+                        self.confinement.clone(),
+                        host.root.clone(),
+                        sandbox,
+                    ),
                 )
             })
             .clone();

@@ -70,17 +70,18 @@ struct Host {
 
 impl Host {
     /// Starts the harness in `dir`, confined: a long-lived process keeps
-    /// the worker's limits but CPU time, which it would spend over many
-    /// calls (each call has its timeout).
+    /// the worker's limits (tightened by a node's `sandbox`) but CPU time,
+    /// which it would spend over many calls (each call has its timeout).
     fn spawn(
         interpreter: &str,
         dir: &Path,
         writable: &Path,
         confinement: &crate::confinement::Confinement,
+        sandbox: &crate::confinement::NodeSandbox,
     ) -> Result<Self, PythonError> {
         let limits = crate::confinement::Limits {
             cpu: None,
-            ..confinement.limits()
+            ..confinement.limits().within(sandbox)
         };
         let (program, args) = confinement.wrap(
             interpreter.into(),
@@ -218,6 +219,8 @@ pub struct PythonPool {
     /// How its processes are confined, and the directory they may write
     /// (the bundle's).
     confinement: std::sync::Arc<crate::confinement::Confinement>,
+    /// The `sandbox:` of the `function` node it serves, if any.
+    sandbox: crate::confinement::NodeSandbox,
     writable: PathBuf,
     idle: Mutex<Vec<Host>>,
     permits: Semaphore,
@@ -243,19 +246,23 @@ impl PythonPool {
             confinement: std::sync::Arc::new(crate::confinement::Confinement::off(
                 crate::confinement::Limits::default(),
             )),
+            sandbox: crate::confinement::NodeSandbox::default(),
             idle: Mutex::new(Vec::new()),
             permits: Semaphore::new(size.max(1)),
         }
     }
 
-    /// The same pool, its processes confined by `confinement`.
+    /// The same pool, its processes confined by `confinement` within a
+    /// node's `sandbox`.
     pub fn confined(
         mut self,
         confinement: std::sync::Arc<crate::confinement::Confinement>,
         writable: PathBuf,
+        sandbox: crate::confinement::NodeSandbox,
     ) -> Self {
         self.confinement = confinement;
         self.writable = writable;
+        self.sandbox = sandbox;
         self
     }
 
@@ -326,7 +333,13 @@ impl PythonPool {
                 } else {
                     &self.writable
                 };
-                Host::spawn(&self.interpreter, &self.dir, writable, &self.confinement)?
+                Host::spawn(
+                    &self.interpreter,
+                    &self.dir,
+                    writable,
+                    &self.confinement,
+                    &self.sandbox,
+                )?
             }
         };
         match tokio::time::timeout(timeout, host.ask(request, state)).await {

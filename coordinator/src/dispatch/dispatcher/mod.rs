@@ -21,7 +21,9 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use super::registry::{Decision, JobId, JobKey, JobSpec, Limits, Registry, WorkerStatus};
+use super::registry::{
+    Decision, JobId, JobKey, JobSpec, Limits, NameTaken, Registry, WorkerStatus,
+};
 use super::state_sync::FieldMirror;
 use super::*;
 
@@ -56,7 +58,7 @@ enum Command {
     Join {
         info: WorkerInfo,
         link: WorkerLink,
-        reply: oneshot::Sender<WorkerId>,
+        reply: oneshot::Sender<Result<WorkerId, NameTaken>>,
     },
     Message {
         worker: WorkerId,
@@ -105,6 +107,17 @@ pub struct Fleet {
 #[error("the coordinator is shutting down")]
 pub struct ShuttingDown;
 
+/// Why a worker was not let in.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum JoinRefused {
+    /// The coordinator is stopping.
+    #[error(transparent)]
+    ShuttingDown(#[from] ShuttingDown),
+    /// A connected worker has its name.
+    #[error(transparent)]
+    NameTaken(#[from] NameTaken),
+}
+
 /// A cloneable handle to the dispatcher.
 #[derive(Debug, Clone)]
 pub struct DispatcherHandle {
@@ -113,12 +126,15 @@ pub struct DispatcherHandle {
 
 impl DispatcherHandle {
     /// Registers a worker; tasks start flowing into `link`.
-    pub async fn join(&self, info: WorkerInfo, link: WorkerLink) -> Result<WorkerId, ShuttingDown> {
+    pub async fn join(&self, info: WorkerInfo, link: WorkerLink) -> Result<WorkerId, JoinRefused> {
         let (reply, answer) = oneshot::channel();
         self.tx
             .send(Command::Join { info, link, reply })
-            .map_err(|_| ShuttingDown)?;
-        answer.await.map_err(|_| ShuttingDown)
+            .map_err(|_| JoinRefused::ShuttingDown(ShuttingDown))?;
+        let joined = answer
+            .await
+            .map_err(|_| JoinRefused::ShuttingDown(ShuttingDown))?;
+        Ok(joined?)
     }
 
     /// Passes on a message from a worker.
@@ -266,8 +282,16 @@ impl Dispatcher {
     fn handle(&mut self, command: Command) {
         let decisions = match command {
             Command::Join { info, link, reply } => {
-                info!(name = %info.name, slots = info.slots, "worker joined");
-                let id = self.registry.join(info, now());
+                let (name, slots) = (info.name.clone(), info.slots);
+                let id = match self.registry.join(info, now()) {
+                    Ok(id) => id,
+                    Err(taken) => {
+                        warn!(%name, held_by = %taken.held_by, "a worker was refused: its name is taken");
+                        let _ = reply.send(Err(taken));
+                        return;
+                    }
+                };
+                info!(%name, slots, "worker joined");
                 self.links.insert(
                     id,
                     Link {
@@ -275,7 +299,7 @@ impl Dispatcher {
                         mirror: FieldMirror::default(),
                     },
                 );
-                let _ = reply.send(id);
+                let _ = reply.send(Ok(id));
                 self.report();
                 Vec::new()
             }
@@ -464,6 +488,12 @@ impl Dispatcher {
                             requirement,
                             namespace,
                         });
+                    }
+                }
+                Decision::Requeued { job, worker } => {
+                    if let (JobKey::Task(key), Some(order)) = (job.key, self.registry.payload(&job))
+                    {
+                        let _ = order.sink.send(DispatchEvent::TaskRequeued { key, worker });
                     }
                 }
                 Decision::Hosted { job } => {

@@ -114,6 +114,9 @@ impl RunActor {
                 self.unhosted.insert(job, (node.clone(), needs.clone()));
                 self.input(Input::TaskUnhosted { node, needs });
             }
+            DispatchEvent::TaskRequeued { key, worker } => {
+                self.input(Input::TaskRequeued { key, worker });
+            }
             DispatchEvent::TaskHosted { job } => {
                 self.unhosted.remove(&job);
             }

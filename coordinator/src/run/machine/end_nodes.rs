@@ -22,6 +22,7 @@ impl RunMachine {
             &Map::new(),
             output,
             true,
+            &self.run.meter,
         );
         match finished {
             Ok((writes, _)) => self.set_member(

@@ -66,6 +66,14 @@ pub enum Input {
         /// The answer.
         answer: HumanAnswer,
     },
+    /// The worker of a task in flight was lost; the dispatcher sends it
+    /// again.
+    TaskRequeued {
+        /// The task.
+        key: TaskKey,
+        /// The lost worker's name.
+        worker: String,
+    },
     /// No worker hosts what a task or call of `node` needs (yet).
     TaskUnhosted {
         /// The node.
@@ -234,7 +242,7 @@ pub enum Effect {
     Checkpoint,
 }
 
-pub use weft_proto::events::{ErrorInfo, RunEvent};
+pub use weft_proto::events::{ErrorInfo, Redispatch, RunEvent};
 
 /// Why a subgraph node's child run did not complete, or never started.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -59,6 +59,7 @@ impl RunMachine {
             &Map::new(),
             output,
             true,
+            &self.run.meter,
         )
         .map_err(|e| bad(&e))?;
         let by = answer.by.as_ref().map(|caller| caller.name.clone());

@@ -7,7 +7,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::graph::Graph;
+use crate::graph::{BYTE_BUDGET, Cost, Graph, STEP_BUDGET};
 
 /// The caps on one run.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -32,6 +32,20 @@ pub struct RunLimits {
     /// the step in flight); a send beyond it fails.
     #[serde(default = "default_inbox_messages")]
     pub max_inbox_messages: usize,
+    /// What all the run's expression and template evaluations together
+    /// may take (steps) and allocate or read (bytes); each one alone is
+    /// bounded by the graph crate's per-evaluation budgets.
+    #[serde(default = "default_eval_allowance")]
+    pub max_run_eval: Cost,
+}
+
+/// 100 times one evaluation's steps (about 100 s of work), 1024 times its
+/// bytes.
+fn default_eval_allowance() -> Cost {
+    Cost {
+        steps: 100 * STEP_BUDGET,
+        bytes: 1024 * BYTE_BUDGET,
+    }
 }
 
 fn default_inbox_messages() -> usize {
@@ -50,6 +64,7 @@ impl Default for RunLimits {
             max_events: 1_000_000,
             max_message_bytes: 4_096,
             max_inbox_messages: default_inbox_messages(),
+            max_run_eval: default_eval_allowance(),
         }
     }
 }

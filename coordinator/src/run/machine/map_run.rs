@@ -22,6 +22,7 @@ use super::events::{
     ItemRef, Outgoing, RunError, RunEvent, State, TaskFailure, TaskState, UntilJudge,
 };
 use super::plan::RunPlan;
+use crate::graph::Meter;
 use crate::graph::{
     ConcurrencyLimit, ExprError, ListSource, NodeIdx, NodeKind, Strictness, Target,
     TemplateContext, json_type_name,
@@ -160,7 +161,12 @@ pub enum MapStartError {
 
 impl MapRun {
     /// Resolves `over` and `max_concurrency` against S0.
-    pub fn start(plan: &RunPlan, map: NodeIdx, s0: &State) -> Result<Self, MapStartError> {
+    pub fn start(
+        plan: &RunPlan,
+        map: NodeIdx,
+        s0: &State,
+        meter: &Meter,
+    ) -> Result<Self, MapStartError> {
         let node = plan.graph().node(map);
         let NodeKind::Map(config) = &node.kind else {
             return Err(MapStartError::NotAMap(node.id.clone()));
@@ -171,8 +177,10 @@ impl MapRun {
             ..Default::default()
         };
         let list = match &config.over {
-            ListSource::Template(template) => template.evaluate(&context, Strictness::Strict)?,
-            ListSource::Cel(expr) => expr.evaluate(s0, &empty)?,
+            ListSource::Template(template) => {
+                template.evaluate(&context, Strictness::Strict, meter)?
+            }
+            ListSource::Cel(expr) => expr.evaluate(s0, &empty, meter)?,
         };
         let Value::Array(items) = list else {
             return Err(MapStartError::NotAList(json_type_name(&list)));
@@ -189,7 +197,7 @@ impl MapRun {
             Some(ConcurrencyLimit::Fixed(n)) => *n as usize,
             Some(ConcurrencyLimit::Template(template)) => {
                 let value = template
-                    .evaluate(&context, Strictness::Strict)
+                    .evaluate(&context, Strictness::Strict, meter)
                     .unwrap_or(Value::Null);
                 positive_integer(&value).ok_or_else(|| MapStartError::BadConcurrency {
                     template: template.source().to_owned(),
@@ -365,6 +373,7 @@ impl MapRun {
     pub fn step_done(
         &mut self,
         plan: &RunPlan,
+        meter: &Meter,
         index: usize,
         node: NodeIdx,
         result: Result<StepWrites, TaskFailure>,
@@ -397,7 +406,7 @@ impl MapRun {
                         run.step += 1;
                         self.ready.push_back(index);
                     }
-                    Some(Target::End) => self.item_finished(plan, index, &mut events),
+                    Some(Target::End) => self.item_finished(plan, meter, index, &mut events),
                     None => self.fail_item(index, node_id, step, failure.message),
                 }
                 return events;
@@ -415,22 +424,28 @@ impl MapRun {
             item: Some(index),
             worker,
         });
-        match self.chain_next(plan, node, next.as_deref(), index) {
+        match self.chain_next(plan, meter, node, next.as_deref(), index) {
             Ok(Some(target)) => {
                 let run = self.runs[index].as_mut().expect("item is running");
                 run.at = target;
                 run.step += 1;
                 self.ready.push_back(index);
             }
-            Ok(None) => self.item_finished(plan, index, &mut events),
+            Ok(None) => self.item_finished(plan, meter, index, &mut events),
             Err(error) => self.fail_item(index, node_id, step, error.to_string()),
         }
         events
     }
 
-    fn item_finished(&mut self, plan: &RunPlan, index: usize, events: &mut Vec<RunEvent>) {
+    fn item_finished(
+        &mut self,
+        plan: &RunPlan,
+        meter: &Meter,
+        index: usize,
+        events: &mut Vec<RunEvent>,
+    ) {
         if self.looping.is_some() {
-            self.iteration_ended(plan, events);
+            self.iteration_ended(plan, meter, events);
             return;
         }
         let run = self.runs[index].take().expect("item is running");

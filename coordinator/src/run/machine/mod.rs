@@ -47,7 +47,7 @@ pub use self::routing::Query;
 use self::task_table::{TaskRef, TaskTable};
 use self::wave::{Member, Phase, Wave};
 pub use self::who::{Answered, Caller, Owner};
-use crate::graph::{Condition, Graph, Guard, NodeIdx};
+use crate::graph::{Condition, Graph, Guard, Meter, NodeIdx};
 
 /// Where a node stands in the current iteration of the run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -111,6 +111,9 @@ pub struct Progress {
     /// Who answered each human node.
     #[serde(default)]
     answers: Vec<Answered>,
+    /// What the run's evaluations have spent of its allowance.
+    #[serde(default)]
+    meter: Meter,
 }
 
 impl crate::durable::restore::Progress for Progress {
@@ -121,7 +124,11 @@ impl crate::durable::restore::Progress for Progress {
 
 /// Every edge's first status: START edges resolve on the input state (a
 /// `when` on one is evaluated there), all others wait for their source.
-fn start_edges(graph: &Graph, state: &Map<String, Value>) -> Result<Vec<EdgeStatus>, RunError> {
+fn start_edges(
+    graph: &Graph,
+    state: &Map<String, Value>,
+    meter: &Meter,
+) -> Result<Vec<EdgeStatus>, RunError> {
     let empty = Map::new();
     graph
         .edges
@@ -132,7 +139,7 @@ fn start_edges(graph: &Graph, state: &Map<String, Value>) -> Result<Vec<EdgeStat
             }
             let taken = match &edge.guard {
                 Guard::When(Condition::Inline(expr) | Condition::Named(_, expr)) => expr
-                    .is_true(state, &empty)
+                    .is_true(state, &empty, meter)
                     .map_err(|error| RunError::InvalidInput {
                         message: format!(
                             "the condition on START → {} cannot be evaluated on the input: {error}",
@@ -173,7 +180,8 @@ impl RunMachine {
                 ),
             });
         }
-        let edges = start_edges(graph, &state)?;
+        let meter = Meter::new(plan.limits().max_run_eval);
+        let edges = start_edges(graph, &state, &meter)?;
         // A start node runs first unless every START edge into it was not
         // taken (its `when` was false on the input).
         let forced = graph
@@ -200,6 +208,7 @@ impl RunMachine {
             trace_parent: None,
             owner: Owner::default(),
             answers: Vec::new(),
+            meter,
         };
         Ok(Self { plan, run })
     }
@@ -247,6 +256,7 @@ impl RunMachine {
             wave.relink(&run.state);
             run.tasks.relink(&run.state);
         }
+        run.meter.set_limit(plan.limits().max_run_eval);
         Ok(Self { plan, run })
     }
 
@@ -380,6 +390,18 @@ impl RunMachine {
             // Watchers see why the run waits; the run goes on waiting.
             Input::TaskUnhosted { node, needs } => {
                 fx.push(Effect::Emit(RunEvent::TaskUnhosted { node, needs }));
+            }
+            // Watchers can count the extra sendings of at-least-once.
+            Input::TaskRequeued { key, worker } => {
+                if let Some(task) = self.run.tasks.get(key).filter(|t| t.in_flight) {
+                    fx.push(Effect::Emit(RunEvent::TaskRedispatched {
+                        node: task.spec.node.clone().into(),
+                        attempt: task.spec.attempt,
+                        item: task.item,
+                        reason: Redispatch::WorkerLost,
+                        worker: Some(worker),
+                    }));
+                }
             }
         }
         Ok(fx)

@@ -6,6 +6,7 @@
 use serde_json::{Map, Value};
 
 use super::events::{FailureKind, HumanAnswer, NodeOutput, expr_failure};
+use crate::graph::Meter;
 use crate::graph::{
     ExprError, Graph, Node, NodeKind, SchemaError, Strictness, TemplateContext, UpdateValue,
     json_type_name,
@@ -78,6 +79,7 @@ pub fn finish_output(
     scope: &Map<String, Value>,
     output: NodeOutput,
     strict: bool,
+    meter: &Meter,
 ) -> Result<(Map<String, Value>, Option<String>), WriteError> {
     let NodeOutput {
         mut writes,
@@ -107,7 +109,7 @@ pub fn finish_output(
             let value = match update {
                 UpdateValue::Literal(value) => value.clone(),
                 UpdateValue::Template(template) => template
-                    .evaluate(&context, Strictness::Lenient)
+                    .evaluate(&context, Strictness::Lenient, meter)
                     .map_err(|error| WriteError::Update {
                         field: field.clone(),
                         error,

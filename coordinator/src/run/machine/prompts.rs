@@ -6,6 +6,7 @@
 use serde_json::{Map, Value};
 
 use super::events::{FailureKind, TaskState, expr_failure};
+use crate::graph::Meter;
 use crate::graph::{ExprError, Node, NodeKind, Strictness, Template, TemplateContext};
 
 /// A prompt template that does not render: which, and why.
@@ -32,6 +33,7 @@ pub(super) fn render_prompts(
     node: &Node,
     state: &TaskState,
     scope: &Map<String, Value>,
+    meter: &Meter,
 ) -> Result<Option<Map<String, Value>>, PromptError> {
     let (system, prompt) = match &node.kind {
         NodeKind::Llm(llm) => (llm.system.as_ref(), &llm.prompt),
@@ -46,7 +48,7 @@ pub(super) fn render_prompts(
     };
     let render = |name: &'static str, template: &Template| {
         template
-            .render(&context, Strictness::Strict)
+            .render(&context, Strictness::Strict, meter)
             .map_err(|error| PromptError {
                 template: name,
                 error,

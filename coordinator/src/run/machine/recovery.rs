@@ -35,6 +35,13 @@ impl RunMachine {
             {
                 spec.team = self.reseat(&item, spec.key);
             }
+            fx.push(Effect::Emit(RunEvent::TaskRedispatched {
+                node: spec.node.clone().into(),
+                attempt: spec.attempt,
+                item: self.run.tasks.get(spec.key).and_then(|t| t.item),
+                reason: Redispatch::CoordinatorRestarted,
+                worker: None,
+            }));
             fx.push(Effect::Dispatch(Box::new(spec)));
         }
         fx.extend(parked.into_iter().map(|key| Effect::ScheduleRetry {

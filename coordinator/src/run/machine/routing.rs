@@ -10,6 +10,7 @@ use serde_json::{Map, Value};
 use super::events::{FailureKind, expr_failure};
 pub use super::plan::Query;
 use super::plan::RunPlan;
+use crate::graph::Meter;
 use crate::graph::{Condition, END, EdgeIdx, ExprError, Guard, NodeIdx, NodeKind, Target, truthy};
 
 impl RouteError {
@@ -87,6 +88,21 @@ pub enum Decision {
     NeedsCalls(Vec<Query>),
 }
 
+/// What a node's routing reads: the state and scope its expressions see,
+/// what workers answered for its hosted router and predicates, and the
+/// run's meter its evaluations are charged to.
+#[derive(Clone, Copy)]
+pub struct Reading<'a> {
+    /// The state (S0 with the wave's writes, or a map item's fork).
+    pub state: &'a Map<String, Value>,
+    /// The step's scope.
+    pub scope: &'a Map<String, Value>,
+    /// Hosted routers' and predicates' answers.
+    pub answers: &'a HashMap<Query, Value>,
+    /// The run's allowance for evaluations.
+    pub meter: &'a Meter,
+}
+
 /// Decides node `idx`'s routing against `state`: a failed node takes its
 /// fallback, a `_next` goes where it says, otherwise the router and the
 /// edges' guards decide.
@@ -95,10 +111,14 @@ pub fn decide(
     idx: NodeIdx,
     next: Option<&str>,
     fell_back: bool,
-    state: &Map<String, Value>,
-    scope: &Map<String, Value>,
-    answers: &HashMap<Query, Value>,
+    reading: &Reading,
 ) -> Result<Decision, RouteError> {
+    let Reading {
+        state,
+        scope,
+        answers,
+        meter,
+    } = *reading;
     if fell_back {
         return Ok(fallback_routes(plan, idx));
     }
@@ -109,7 +129,7 @@ pub fn decide(
     let mut missing = Vec::new();
     // A router outranks plain and `when` edges (SPEC 3, priority 2 before
     // 3): its keys alone choose the node's targets.
-    let (routed, keys) = match router_choice(plan, idx, state, scope, answers)? {
+    let (routed, keys) = match router_choice(plan, idx, reading)? {
         RouterChoice::NoRouter => (false, None),
         RouterChoice::Keys(keys) => (true, Some(keys)),
         RouterChoice::Missing(query) => {
@@ -132,9 +152,9 @@ pub fn decide(
                     false
                 }
             },
-            Guard::When(Condition::Named(_, expr) | Condition::Inline(expr)) => {
-                expr.is_true(state, scope).map_err(RouteError::Condition)?
-            }
+            Guard::When(Condition::Named(_, expr) | Condition::Inline(expr)) => expr
+                .is_true(state, scope, meter)
+                .map_err(RouteError::Condition)?,
         };
         match (is_taken, edge.is_loop, edge.to) {
             (false, _, _) => {}
@@ -211,10 +231,14 @@ enum RouterChoice {
 fn router_choice(
     plan: &RunPlan,
     idx: NodeIdx,
-    state: &Map<String, Value>,
-    scope: &Map<String, Value>,
-    answers: &HashMap<Query, Value>,
+    reading: &Reading,
 ) -> Result<RouterChoice, RouteError> {
+    let Reading {
+        state,
+        scope,
+        answers,
+        meter,
+    } = *reading;
     let Some(router) = &plan.graph().node(idx).router else {
         return Ok(RouterChoice::NoRouter);
     };
@@ -223,9 +247,9 @@ fn router_choice(
             Some(value) => value.clone(),
             None => return Ok(RouterChoice::Missing(Query::Router(idx))),
         },
-        Condition::Named(_, expr) | Condition::Inline(expr) => {
-            expr.evaluate(state, scope).map_err(RouteError::Router)?
-        }
+        Condition::Named(_, expr) | Condition::Inline(expr) => expr
+            .evaluate(state, scope, meter)
+            .map_err(RouteError::Router)?,
     };
     let keys = router_keys(&value)?;
     if let Some(key) = keys

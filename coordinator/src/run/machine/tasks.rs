@@ -30,7 +30,7 @@ impl RunMachine {
     ) {
         let key = self.run.tasks.new_key();
         let graph_node = self.graph().node(node);
-        let prompts = match render_prompts(graph_node, &state, &scope) {
+        let prompts = match render_prompts(graph_node, &state, &scope, &self.run.meter) {
             Ok(prompts) => prompts,
             Err(error) => {
                 // Rendering again would fail again: no retry.
@@ -120,6 +120,7 @@ impl RunMachine {
                 &empty,
                 output,
                 true,
+                &self.run.meter,
             )
             .map_err(|error| (error.failure_kind(), error.to_string()))
             .and_then(|(writes, next)| {
@@ -396,6 +397,7 @@ impl RunMachine {
             &Map::new(),
             output,
             true,
+            &self.run.meter,
         ) {
             Ok((writes, _)) => writes,
             Err(error) => {
@@ -449,9 +451,13 @@ impl RunMachine {
         let Some(map) = plan.graph().node_index(&item.map) else {
             return;
         };
-        let Some(run) = self.map_mut(map) else { return };
+        // The wave and the meter are borrowed apart.
+        let Some(Member::Mapping(run)) = self.run.wave.as_mut().and_then(|w| w.member_mut(map))
+        else {
+            return;
+        };
         let read = std::mem::take(&mut output.read);
-        match run.check_step(&plan, item.index, task.node, output) {
+        match run.check_step(&plan, &self.run.meter, item.index, task.node, output) {
             Ok(step) => {
                 let (node, key) = (task.node, task.spec.key);
                 drop(task);
@@ -486,8 +492,11 @@ impl RunMachine {
                 self.send_all(node, &item, sends, fx);
             }
         }
-        let Some(run) = self.map_mut(map) else { return };
-        for event in run.step_done(&plan, item.index, node, result) {
+        let Some(Member::Mapping(run)) = self.run.wave.as_mut().and_then(|w| w.member_mut(map))
+        else {
+            return;
+        };
+        for event in run.step_done(&plan, &self.run.meter, item.index, node, result) {
             fx.push(Effect::Emit(event));
         }
         self.pump_items(map, fx);

@@ -13,7 +13,7 @@ use std::collections::BTreeSet;
 
 use super::map_run::{MapRun, MapStartError};
 use super::merge::{MergeError, merge_wave};
-use super::routing::{Decision, Query, decide};
+use super::routing::{Decision, Query, Reading, decide};
 use crate::graph::{NodeIdx, NodeKind, Strictness, TemplateContext};
 use crate::task::CallError;
 
@@ -75,7 +75,7 @@ impl RunMachine {
                 };
                 let prompt = match prompt
                     .as_ref()
-                    .map(|p| p.render(&context, Strictness::Strict))
+                    .map(|p| p.render(&context, Strictness::Strict, &self.run.meter))
                 {
                     None => format!("{}?", node.id),
                     Some(Ok(text)) => text,
@@ -94,7 +94,7 @@ impl RunMachine {
             NodeKind::Subgraph(_) => self.start_child(idx, s0, fx),
             NodeKind::Map(_) | NodeKind::Loop(_) => {
                 let started = if matches!(node.kind, NodeKind::Map(_)) {
-                    MapRun::start(&self.plan, idx, s0)
+                    MapRun::start(&self.plan, idx, s0, &self.run.meter)
                 } else {
                     MapRun::start_loop(&self.plan, idx, s0)
                 };
@@ -417,7 +417,13 @@ impl RunMachine {
                 Member::Succeeded { next, .. } => (next.as_deref(), false),
                 _ => (None, true),
             };
-            match decide(&self.plan, idx, next, fell_back, merged, &empty, answers) {
+            let reading = Reading {
+                state: merged,
+                scope: &empty,
+                answers,
+                meter: &self.run.meter,
+            };
+            match decide(&self.plan, idx, next, fell_back, &reading) {
                 Ok(Decision::NeedsCalls(queries)) => missing.extend(queries),
                 Ok(decision) => decisions.push((idx, decision)),
                 Err(error) => {

@@ -9,8 +9,9 @@ use serde_json::Map;
 use super::super::events::NodeOutput;
 use super::super::output::{WriteError, finish_output};
 use super::super::plan::RunPlan;
-use super::super::routing::{Decision, RouteError, decide};
+use super::super::routing::{Decision, Reading, RouteError, decide};
 use super::{MapRun, SendError, StepWrites, fork_state};
+use crate::graph::Meter;
 use crate::graph::{END, NodeIdx};
 
 /// Why a chain step's output is refused: the attempt fails, and nothing
@@ -69,6 +70,7 @@ impl MapRun {
     pub fn check_step(
         &self,
         plan: &RunPlan,
+        meter: &Meter,
         index: usize,
         node: NodeIdx,
         mut output: NodeOutput,
@@ -86,6 +88,7 @@ impl MapRun {
             &run.scope,
             output,
             false,
+            meter,
         )?;
         if let Some(id) = next.as_deref() {
             self.next_target(plan, id)?;
@@ -131,6 +134,7 @@ impl MapRun {
     pub(super) fn chain_next(
         &self,
         plan: &RunPlan,
+        meter: &Meter,
         node: NodeIdx,
         next: Option<&str>,
         index: usize,
@@ -147,7 +151,13 @@ impl MapRun {
         } else {
             Map::new()
         };
-        let decision = decide(plan, node, None, false, &view, &run.scope, &HashMap::new())?;
+        let reading = Reading {
+            state: &view,
+            scope: &run.scope,
+            answers: &HashMap::new(),
+            meter,
+        };
+        let decision = decide(plan, node, None, false, &reading)?;
         let Decision::Resolved { taken, .. } = decision else {
             return Err(ChainError::FunctionInBranch);
         };

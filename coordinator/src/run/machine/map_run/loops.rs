@@ -18,6 +18,7 @@ use serde_json::{Map, Value, json};
 use super::super::events::{RunEvent, State, UntilJudge};
 use super::super::plan::RunPlan;
 use super::{ItemRun, MapNames, MapRun, MapStartError, fork_state};
+use crate::graph::Meter;
 use crate::graph::{NodeIdx, NodeKind, Until};
 use crate::task::CallError;
 
@@ -121,7 +122,12 @@ impl MapRun {
     }
 
     /// The body's chain ended: judges `until`.
-    pub(super) fn iteration_ended(&mut self, plan: &RunPlan, events: &mut Vec<RunEvent>) {
+    pub(super) fn iteration_ended(
+        &mut self,
+        plan: &RunPlan,
+        meter: &Meter,
+        events: &mut Vec<RunEvent>,
+    ) {
         let node = plan.graph().node(self.map);
         let NodeKind::Loop(config) = &node.kind else {
             return;
@@ -133,7 +139,7 @@ impl MapRun {
         let judged = match &config.until {
             Until::Condition(name, expr) => {
                 let view = fork_state(&self.s0, run, None).view_of(expr.state_reads());
-                expr.is_true(&view, &run.scope)
+                expr.is_true(&view, &run.scope, meter)
                     .map_err(|error| format!("until '{name}': {error}"))
             }
             // A worker judges: its function, or its model the sentence.

@@ -131,3 +131,47 @@ nodes:
         "each item finished once"
     );
 }
+
+/// The `task_redispatched` events among `effects`.
+fn redispatched(effects: &[Effect]) -> Vec<RunEvent> {
+    effects
+        .iter()
+        .filter_map(|effect| match effect {
+            Effect::Emit(event @ RunEvent::TaskRedispatched { .. }) => Some(event.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_task_sent_again_is_announced_while_it_is_out_and_not_after() {
+    let yaml = r#"
+nodes:
+  a: { kind: task, handler: a, start: true }
+"#;
+    let mut h = Harness::new(yaml, json!({}));
+    let key = dispatched(&h.machine.start())[0].key;
+    let lost = Input::TaskRequeued {
+        key,
+        worker: "w2".into(),
+    };
+    let effects = h.machine.apply(lost.clone()).unwrap();
+    assert_eq!(
+        redispatched(&effects),
+        [RunEvent::TaskRedispatched {
+            node: "a".into(),
+            attempt: 1,
+            item: None,
+            reason: Redispatch::WorkerLost,
+            worker: Some("w2".into()),
+        }]
+    );
+    assert!(
+        dispatched(&effects).is_empty(),
+        "the dispatcher sends it again, not the run"
+    );
+    h.machine.apply(succeeded(key, json!({}))).unwrap();
+    assert_eq!(h.status(), RunStatus::Completed);
+    let late = h.machine.apply(lost).unwrap();
+    assert!(redispatched(&late).is_empty(), "{late:?}");
+}

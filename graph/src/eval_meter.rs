@@ -1,0 +1,182 @@
+//! What one run may spend on evaluating its expressions and templates, all
+//! evaluations together.
+//!
+//! Each evaluation is already bounded on its own ([`super::cel_cost`]'s
+//! budgets, a template's fuel), but a loop of ten thousand iterations, each
+//! evaluating an `until` just under those budgets, would still keep the
+//! coordinator busy for hours on one run. A [`Meter`] is the run's
+//! allowance: every evaluation is charged what it was estimated to cost
+//! (a CEL expression) or what it read and made (a template), and one that
+//! would take the run past its allowance is refused before it runs, with
+//! `ExpressionTooCostly` naming the run's figures. The meter's spending is
+//! part of the run's checkpoint, so a restart does not refill it.
+
+use std::cell::Cell;
+
+use serde::{Deserialize, Serialize};
+
+use super::cel_cost::Cost;
+use super::expr::ExprError;
+
+/// A run's allowance for evaluations and what it has spent of it. It is
+/// charged through a shared reference, so the run's pure functions that
+/// evaluate can be handed it beside the state they borrow.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Meter {
+    /// Steps and bytes spent so far.
+    spent: Cell<Cost>,
+    /// The run's allowance; `None`: unmetered (each evaluation still has
+    /// its own budget).
+    #[serde(skip)]
+    limit: Option<Cost>,
+}
+
+impl Meter {
+    /// A meter that allows `limit` in all and has spent nothing.
+    pub fn new(limit: Cost) -> Self {
+        Self {
+            spent: Cell::new(Cost::default()),
+            limit: Some(limit),
+        }
+    }
+
+    /// A meter that charges nothing against a run's allowance.
+    pub fn unmetered() -> Self {
+        Self::default()
+    }
+
+    /// Sets the allowance (a meter restored from a checkpoint has none).
+    pub fn set_limit(&mut self, limit: Cost) {
+        self.limit = Some(limit);
+    }
+
+    /// What has been spent so far.
+    pub fn spent(&self) -> Cost {
+        self.spent.get()
+    }
+
+    /// Charges `cost` for evaluating `source`, or refuses it when it would
+    /// take the run past its allowance (nothing is charged then).
+    pub(crate) fn charge(&self, cost: Cost, source: &str) -> Result<(), ExprError> {
+        let spent = self.spent.get();
+        let after = Cost {
+            steps: spent.steps.saturating_add(cost.steps),
+            bytes: spent.bytes.saturating_add(cost.bytes),
+        };
+        if let Some(limit) = self.limit {
+            let detail = if after.bytes > limit.bytes {
+                Some(format!(
+                    "this run's expressions and templates have allocated or read about {} in all, and this one could take about {} more; a run may use at most {} (configuration key max_run_eval_bytes)",
+                    super::cel::bytes_text(spent.bytes),
+                    super::cel::bytes_text(cost.bytes),
+                    super::cel::bytes_text(limit.bytes)
+                ))
+            } else if after.steps > limit.steps {
+                Some(format!(
+                    "this run's expressions and templates have taken about {} steps in all, and this one could take about {} more; a run may take at most {} (configuration key max_run_eval_steps)",
+                    spent.steps, cost.steps, limit.steps
+                ))
+            } else {
+                None
+            };
+            if let Some(detail) = detail {
+                return Err(ExprError::TooCostly {
+                    expr: super::cel::abbreviated(source),
+                    detail,
+                });
+            }
+        }
+        self.spent.set(after);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_charge_past_the_allowance_is_refused_and_not_counted() {
+        let meter = Meter::new(Cost {
+            steps: 100,
+            bytes: 1000,
+        });
+        let cost = Cost {
+            steps: 40,
+            bytes: 400,
+        };
+        meter.charge(cost, "a").unwrap();
+        meter.charge(cost, "b").unwrap();
+        let refused = meter.charge(cost, "state.s + state.s").unwrap_err();
+        assert!(refused.is_too_costly());
+        let text = refused.to_string();
+        assert!(text.contains("`state.s + state.s`"), "{text}");
+        assert!(text.contains("max_run_eval_bytes"), "{text}");
+        assert_eq!(
+            meter.spent(),
+            Cost {
+                steps: 80,
+                bytes: 800
+            },
+            "a refused evaluation costs nothing"
+        );
+        // What remains can still be spent.
+        meter
+            .charge(
+                Cost {
+                    steps: 20,
+                    bytes: 200,
+                },
+                "c",
+            )
+            .unwrap();
+    }
+
+    #[test]
+    fn steps_have_their_own_allowance() {
+        let meter = Meter::new(Cost {
+            steps: 10,
+            bytes: u64::MAX,
+        });
+        let refused = meter
+            .charge(
+                Cost {
+                    steps: 11,
+                    bytes: 0,
+                },
+                "x",
+            )
+            .unwrap_err();
+        assert!(
+            refused.to_string().contains("max_run_eval_steps"),
+            "{refused}"
+        );
+    }
+
+    #[test]
+    fn spending_survives_a_checkpoint_and_the_limit_is_set_again() {
+        let meter = Meter::new(Cost {
+            steps: 10,
+            bytes: 10,
+        });
+        meter.charge(Cost { steps: 6, bytes: 6 }, "x").unwrap();
+        let json = serde_json::to_string(&meter).unwrap();
+        let mut restored: Meter = serde_json::from_str(&json).unwrap();
+        restored.set_limit(Cost {
+            steps: 10,
+            bytes: 10,
+        });
+        assert_eq!(restored.spent(), meter.spent());
+        assert!(restored.charge(Cost { steps: 6, bytes: 6 }, "x").is_err());
+        let unmetered = Meter::unmetered();
+        unmetered
+            .charge(
+                Cost {
+                    steps: u64::MAX,
+                    bytes: u64::MAX,
+                },
+                "x",
+            )
+            .unwrap();
+    }
+}
