@@ -148,11 +148,20 @@ impl CelExpr {
         scope: &Map<String, Value>,
         meter: &Meter,
     ) -> Result<Value, ExprError> {
+        let cost = self.check_cost(state, scope, meter)?;
+        meter.run(cost, || self.execute(state, scope))
+    }
+
+    /// Evaluates the expression, its cost already checked.
+    fn execute(
+        &self,
+        state: &Map<String, Value>,
+        scope: &Map<String, Value>,
+    ) -> Result<Value, ExprError> {
         let not_json = |what: &str, error: &dyn fmt::Display| ExprError::NotJson {
             expr: self.source.clone(),
             detail: format!("{what}: {error}"),
         };
-        self.check_cost(state, scope, meter)?;
         let mut context = cel::Context::default();
         // Only the fields the expression reads are handed over: a condition
         // on a counter next to a 10 MB field converts the counter alone.

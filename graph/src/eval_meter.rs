@@ -10,6 +10,13 @@
 //! would take the run past its allowance is refused before it runs, with
 //! `ExpressionTooCostly` naming the run's figures. The meter's spending is
 //! part of the run's checkpoint, so a restart does not refill it.
+//!
+//! The meter also knows how the process that evaluates wants a heavy
+//! evaluation run (one estimated at a mebibyte or a hundred thousand steps
+//! and more, up to the per-evaluation budgets): the coordinator hands it
+//! a [`HeavyRunner`] that moves the work off its async threads, so a
+//! second-long evaluation holds up its own run only, while the many small
+//! ones cost nothing extra.
 
 use std::cell::Cell;
 
@@ -17,6 +24,14 @@ use serde::{Deserialize, Serialize};
 
 use super::cel_cost::Cost;
 use super::expr::ExprError;
+
+/// Runs the work it is handed, where a heavy evaluation should run.
+pub type HeavyRunner = fn(&mut dyn FnMut());
+
+/// An evaluation estimated at this many bytes or more is heavy.
+const HEAVY_BYTES: u64 = 1 << 20;
+/// An evaluation estimated at this many steps or more is heavy.
+const HEAVY_STEPS: u64 = 100_000;
 
 /// A run's allowance for evaluations and what it has spent of it. It is
 /// charged through a shared reference, so the run's pure functions that
@@ -29,6 +44,9 @@ pub struct Meter {
     /// its own budget).
     #[serde(skip)]
     limit: Option<Cost>,
+    /// Where heavy evaluations run; `None`: in place.
+    #[serde(skip)]
+    heavy: Option<HeavyRunner>,
 }
 
 impl Meter {
@@ -37,6 +55,7 @@ impl Meter {
         Self {
             spent: Cell::new(Cost::default()),
             limit: Some(limit),
+            heavy: None,
         }
     }
 
@@ -53,6 +72,26 @@ impl Meter {
     /// What has been spent so far.
     pub fn spent(&self) -> Cost {
         self.spent.get()
+    }
+
+    /// Sets where heavy evaluations run.
+    pub fn set_heavy_runner(&mut self, runner: HeavyRunner) {
+        self.heavy = Some(runner);
+    }
+
+    /// Runs `work`, an evaluation estimated at `cost`: through the heavy
+    /// runner when it is heavy, else in place.
+    pub(crate) fn run<T>(&self, cost: Cost, work: impl FnOnce() -> T) -> T {
+        let heavy = cost.bytes >= HEAVY_BYTES || cost.steps >= HEAVY_STEPS;
+        match self.heavy.filter(|_| heavy) {
+            Some(runner) => {
+                let mut work = Some(work);
+                let mut done = None;
+                runner(&mut || done = work.take().map(|work| work()));
+                done.expect("the heavy runner runs the work it is handed")
+            }
+            None => work(),
+        }
     }
 
     /// Charges `cost` for evaluating `source`, or refuses it when it would
@@ -178,5 +217,34 @@ mod tests {
                 "x",
             )
             .unwrap();
+    }
+
+    #[test]
+    fn heavy_evaluations_go_through_the_runner_and_light_ones_stay() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        static HANDED: AtomicUsize = AtomicUsize::new(0);
+        fn runner(work: &mut dyn FnMut()) {
+            HANDED.fetch_add(1, Ordering::SeqCst);
+            work();
+        }
+        let mut meter = Meter::unmetered();
+        let light = Cost {
+            steps: 10,
+            bytes: 100,
+        };
+        let heavy = Cost {
+            steps: 10,
+            bytes: HEAVY_BYTES,
+        };
+        assert_eq!(meter.run(heavy, || 1), 1, "no runner: in place");
+        meter.set_heavy_runner(runner);
+        assert_eq!(meter.run(light, || 2), 2);
+        assert_eq!(HANDED.load(Ordering::SeqCst), 0, "light work stays");
+        assert_eq!(meter.run(heavy, || 3), 3);
+        assert_eq!(
+            HANDED.load(Ordering::SeqCst),
+            1,
+            "heavy work is handed over"
+        );
     }
 }

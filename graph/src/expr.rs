@@ -253,7 +253,12 @@ impl Template {
         meter: &Meter,
     ) -> Result<Value, ExprError> {
         let (ctx, read) = context.to_minijinja(&self.reads);
-        let value = self.evaluate_in(ctx, context, strictness)?;
+        // What it reads is known before it runs; its fuel bounds the rest.
+        let reading = Cost {
+            steps: 0,
+            bytes: read,
+        };
+        let value = meter.run(reading, || self.evaluate_in(ctx, context, strictness))?;
         let made = match &value {
             Value::String(text) => text.len() as u64,
             other => Bound::of_json(other).bytes,

@@ -39,7 +39,7 @@ pub use cel::CelExpr;
 pub use cel_cost::{BYTE_BUDGET, Cost, STEP_BUDGET};
 pub use declarations::*;
 pub use document::{Format, did_you_mean};
-pub use eval_meter::Meter;
+pub use eval_meter::{HeavyRunner, Meter};
 pub use expr::{ExprError, Strictness, Template, TemplateContext, truthy};
 pub use finding::{Finding, GraphError, Severity};
 pub use load::TOP_LEVEL_KEYS;

@@ -129,6 +129,9 @@ fn start_actor(
     let (live, _) = broadcast::channel(LIVE_BUFFER);
     let mut fields = FieldTable::default();
     fields.refresh(setup.machine.state(), setup.machine.state().keys());
+    // SPEC 11: a costly evaluation must not hold up other runs, heartbeats
+    // or the API; the many light ones stay where they are.
+    setup.machine.set_heavy_runner(off_the_runtime);
     let start = std::mem::replace(&mut setup.start, Start::New);
     let (log, created_unix_ms) = setup
         .history
@@ -410,17 +413,12 @@ impl RunActor {
         Ok(())
     }
 
-    /// Steps the machine: off the runtime's threads when the step may
-    /// evaluate the graph's expressions or templates (SPEC 11: a costly
-    /// evaluation must not hold up other runs, heartbeats or the API).
-    /// The step is marked while it runs ([`StepMarks`]).
+    /// Steps the machine, the step marked while it runs ([`StepMarks`]).
+    /// Its heavy evaluations leave the runtime's threads on their own (the
+    /// machine's meter hands them to [`off_the_runtime`]).
     fn step<T>(&mut self, step: impl FnOnce(&mut RunMachine) -> T) -> T {
         let _marked = self.marks.step(&self.id, self.suspect);
-        if self.plan.evaluates() {
-            off_the_runtime(|| step(&mut self.machine))
-        } else {
-            step(&mut self.machine)
-        }
+        step(&mut self.machine)
     }
 
     fn perform(&mut self, effects: Vec<Effect>) {
@@ -612,7 +610,7 @@ impl RunActor {
 /// Runs `work`, which may take a while (an expression over a big state),
 /// without holding up the other tasks of a multi-threaded runtime: the
 /// thread hands its tasks to another before it starts.
-fn off_the_runtime<T>(work: impl FnOnce() -> T) -> T {
+fn off_the_runtime(work: &mut dyn FnMut()) {
     use tokio::runtime::{Handle, RuntimeFlavor};
     match Handle::try_current() {
         Ok(handle) if handle.runtime_flavor() == RuntimeFlavor::MultiThread => {

@@ -260,6 +260,11 @@ impl RunMachine {
         Ok(Self { plan, run })
     }
 
+    /// Sets where the run's heavy evaluations run (see [`Meter`]).
+    pub fn set_heavy_runner(&mut self, runner: crate::graph::HeavyRunner) {
+        self.run.meter.set_heavy_runner(runner);
+    }
+
     /// Records who submitted the run, then starts the first wave.
     pub fn start(&mut self) -> Vec<Effect> {
         let owner = &self.run.owner;

@@ -33,9 +33,6 @@ pub struct RunPlan {
     reads_state: Vec<bool>,
     bindings: Vec<Option<NodeBinding>>,
     limits: RunLimits,
-    /// The machine evaluates some CEL expression or template of the graph
-    /// (a condition, router, `over`, `until`, `state_updates`, prompt).
-    evaluates: bool,
     /// Per node, the state fields its routing reads (`None`: all).
     routing_reads: Vec<Option<BTreeSet<String>>>,
     /// Per node, the state fields its `state_updates` read (`None`: all).
@@ -89,7 +86,6 @@ impl RunPlan {
                 bind_with(&node.kind, schema, &graph.tools, &graph.dir)
             })
             .collect();
-        let evaluates = evaluates_expressions(&graph);
         let routing_reads = (0..graph.nodes.len())
             .map(|idx| routing_reads(&graph, idx))
             .collect();
@@ -112,7 +108,6 @@ impl RunPlan {
             fallback,
             reads_state,
             limits,
-            evaluates,
             routing_reads,
             update_reads,
         })
@@ -127,14 +122,6 @@ impl RunPlan {
     /// The state fields a node's `state_updates` read (`None`: all).
     pub fn update_reads(&self, idx: NodeIdx) -> Option<&BTreeSet<String>> {
         self.update_reads[idx].as_ref()
-    }
-
-    /// Whether stepping the machine may evaluate an expression or render
-    /// a template of the graph, whose cost grows with the state (bounded,
-    /// but up to 64 MiB of work): such steps are kept off the runtime's
-    /// threads.
-    pub fn evaluates(&self) -> bool {
-        self.evaluates
     }
 
     /// What a run of this plan may use.
@@ -229,33 +216,6 @@ impl RunPlan {
             _ => Code::Rust(String::new()),
         }
     }
-}
-
-/// Whether the machine evaluates any CEL expression or template of the
-/// graph: hosted conditions and plain edges cost nothing to decide.
-fn evaluates_expressions(graph: &Graph) -> bool {
-    let evaluated = |condition: &Condition| !matches!(condition, Condition::Hosted(_));
-    graph
-        .edges
-        .iter()
-        .any(|e| matches!(&e.guard, Guard::When(c) if evaluated(c)))
-        || graph.nodes.iter().any(|node| {
-            node.router.as_ref().is_some_and(|r| evaluated(&r.expr))
-                || node
-                    .state_updates
-                    .iter()
-                    .any(|(_, update)| matches!(update, crate::graph::UpdateValue::Template(_)))
-                || matches!(
-                    &node.kind,
-                    NodeKind::Map(_)
-                        | NodeKind::Loop(_)
-                        | NodeKind::Llm(_)
-                        | NodeKind::Agent(_)
-                        | NodeKind::Approval { .. }
-                        | NodeKind::Input { .. }
-                        | NodeKind::Subgraph(_)
-                )
-        })
 }
 
 /// The state fields the router and conditions out of `idx` read.
