@@ -233,22 +233,16 @@ fn router_choice(
     idx: NodeIdx,
     reading: &Reading,
 ) -> Result<RouterChoice, RouteError> {
-    let Reading {
-        state,
-        scope,
-        answers,
-        meter,
-    } = *reading;
     let Some(router) = &plan.graph().node(idx).router else {
         return Ok(RouterChoice::NoRouter);
     };
     let value = match &router.expr {
-        Condition::Hosted(_) => match answers.get(&Query::Router(idx)) {
+        Condition::Hosted(_) => match reading.answers.get(&Query::Router(idx)) {
             Some(value) => value.clone(),
             None => return Ok(RouterChoice::Missing(Query::Router(idx))),
         },
         Condition::Named(_, expr) | Condition::Inline(expr) => expr
-            .evaluate(state, scope, meter)
+            .evaluate(reading.state, reading.scope, reading.meter)
             .map_err(RouteError::Router)?,
     };
     let keys = router_keys(&value)?;
