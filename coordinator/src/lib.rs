@@ -1,7 +1,9 @@
-//! Weft's coordinator: the pure run state machine that computes waves,
-//! merges state and routes, and the cluster around it: one actor per run,
-//! the dispatcher that hands tasks to workers, and the gRPC services. The
-//! graph model it runs is the `weft-graph` crate, re-exported as [`graph`].
+//! Weft's coordinator: the cluster around the run machine — one actor per
+//! run, the dispatcher that hands tasks to workers, the store, and the gRPC
+//! and HTTP front doors. The machine that computes waves, merges state and
+//! routes is the `weft-machine` crate (re-exported as [`run::machine`]),
+//! pure by construction; the graph model it runs is the `weft-graph`
+//! crate, re-exported as [`graph`].
 
 #![warn(missing_docs)]
 
@@ -21,6 +23,6 @@ pub mod metrics;
 pub mod run;
 pub mod runs;
 pub mod server;
-pub mod task;
+pub use weft_machine::task;
 pub mod term;
 pub mod tls;

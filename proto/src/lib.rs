@@ -32,12 +32,14 @@ pub const FORWARDED_METADATA: &str = "weft-forwarded";
 pub mod events;
 pub mod ids;
 pub mod json;
+#[cfg(feature = "wire")]
 pub mod transport;
 pub mod types;
 
 pub use ids::{ItemKey, NodeId, RunId, WorkerId};
 
 /// Version 1 of the protocol.
+#[cfg(feature = "wire")]
 #[allow(missing_docs, clippy::all)]
 pub mod v1 {
     tonic::include_proto!("weft.v1");

@@ -22,7 +22,7 @@ use subtle::ConstantTimeEq;
 
 /// The namespace of identities that name none, and of runs submitted
 /// without identities.
-pub const DEFAULT_NAMESPACE: &str = "default";
+pub use weft_machine::DEFAULT_NAMESPACE;
 
 /// What an identity may do, lowest first.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -80,8 +80,8 @@ fn unhosted(graph: &Graph, bindings: &[Option<NodeBinding>], fleet: &Fleet) -> V
         let requirement = &binding.requirement;
         let up = workers.iter().filter(|w| !w.draining).map(|w| &w.info);
         // An agent's registered tools may be hosted by other workers.
-        if !up.clone().any(|info| requirement.hosted_by(info))
-            || !requirement.tools_hosted_among(up)
+        if !up.clone().any(|info| info.hosts(requirement))
+            || !super::tools_hosted_among(requirement, up)
         {
             let hint = match requirement {
                 Requirement::Kind(WorkerKind::Llm | WorkerKind::Agent) => {
@@ -103,10 +103,7 @@ fn unhosted(graph: &Graph, bindings: &[Option<NodeBinding>], fleet: &Fleet) -> V
     python_gaps(graph, workers, &mut warnings);
     // A loop's `until` sentence is judged by a worker's model.
     let judge = Requirement::Kind(WorkerKind::Llm);
-    if !workers
-        .iter()
-        .any(|w| !w.draining && judge.hosted_by(&w.info))
-    {
+    if !workers.iter().any(|w| !w.draining && w.info.hosts(&judge)) {
         for node in &graph.nodes {
             if let crate::graph::NodeKind::Loop(config) = &node.kind
                 && let crate::graph::Until::Sentence(sentence) = &config.until
@@ -148,7 +145,7 @@ fn unhosted(graph: &Graph, bindings: &[Option<NodeBinding>], fleet: &Fleet) -> V
 fn python_gaps(graph: &Graph, workers: &[WorkerStatus], gaps: &mut Vec<Gap>) {
     if workers
         .iter()
-        .any(|w| !w.draining && Requirement::Python.hosted_by(&w.info))
+        .any(|w| !w.draining && w.info.hosts(&Requirement::Python))
     {
         return;
     }

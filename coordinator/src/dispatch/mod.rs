@@ -11,7 +11,7 @@
 //! Runs reach the dispatcher through the [`TaskLauncher`] trait, so the run
 //! actor can be driven by a virtual launcher in tests.
 
-pub mod binding;
+pub use weft_machine::binding;
 mod dispatcher;
 mod hosting;
 pub mod in_process;
@@ -39,6 +39,20 @@ use crate::task::{ItemRef, TaskFailure, TaskKey, TeamMessage, TeamSeat};
 
 /// A worker's id, unique for the coordinator's lifetime.
 pub use weft_proto::{NodeId, WorkerId};
+
+pub use weft_machine::binding::Requirement;
+
+/// Whether each registered tool `requirement` calls is hosted by one of
+/// `hosts` (the fleet's half of an agent's requirement).
+pub fn tools_hosted_among<'a>(
+    requirement: &Requirement,
+    hosts: impl Iterator<Item = &'a WorkerInfo> + Clone,
+) -> bool {
+    requirement
+        .tools()
+        .iter()
+        .all(|tool| hosts.clone().any(|host| host.hosts_tool(tool)))
+}
 
 /// What a worker announced in its hello.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -74,6 +88,20 @@ pub struct ToolInfo {
 }
 
 impl WorkerInfo {
+    /// Reports whether it hosts what `requirement` names.
+    pub fn hosts(&self, requirement: &Requirement) -> bool {
+        match requirement {
+            Requirement::Kind(kind) => self.kinds.contains(kind),
+            Requirement::Handler(name) => self.handlers.iter().any(|h| h == name),
+            Requirement::Function(name) => self.functions.iter().any(|f| f == name),
+            Requirement::Python => self.kinds.contains(&WorkerKind::Function),
+            // Whether some worker hosts each tool is the fleet's question
+            // (`Registry::pick`).
+            Requirement::Agent(_) => self.kinds.contains(&WorkerKind::Agent),
+            Requirement::Tool(name) => self.hosts_tool(name),
+        }
+    }
+
     /// Whether it registered the tool `name`.
     pub fn hosts_tool(&self, name: &str) -> bool {
         self.tools.iter().any(|tool| tool.name == name)
@@ -84,80 +112,6 @@ impl WorkerInfo {
         self.namespaces
             .as_ref()
             .is_none_or(|list| list.iter().any(|n| n == namespace))
-    }
-}
-
-/// What a task needs from a worker.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum Requirement {
-    /// A built-in kind (`script`, `llm`, `agent`).
-    Kind(WorkerKind),
-    /// A registered handler (`kind: task`).
-    Handler(String),
-    /// A registered function (`fn:NAME`), called without taking a slot.
-    Function(String),
-    /// Python, for a call of a Python function (without taking a slot).
-    Python,
-    /// The `agent` kind, with these registered tools: hosted by the worker
-    /// itself or by others (whose tools it calls through the coordinator).
-    Agent(Vec<String>),
-    /// A registered agent tool, called for an agent step on another worker
-    /// (without taking a slot).
-    Tool(String),
-}
-
-impl Requirement {
-    /// Reports whether a worker hosts this.
-    pub fn hosted_by(&self, info: &WorkerInfo) -> bool {
-        match self {
-            Self::Kind(kind) => info.kinds.contains(kind),
-            Self::Handler(name) => info.handlers.iter().any(|h| h == name),
-            Self::Function(name) => info.functions.iter().any(|f| f == name),
-            Self::Python => info.kinds.contains(&WorkerKind::Function),
-            // Whether some worker hosts each tool is the fleet's question
-            // (`Registry::pick`).
-            Self::Agent(_) => info.kinds.contains(&WorkerKind::Agent),
-            Self::Tool(name) => info.hosts_tool(name),
-        }
-    }
-
-    /// The registered tools a worker that runs it calls, wherever they are.
-    pub fn tools(&self) -> &[String] {
-        match self {
-            Self::Agent(tools) => tools,
-            _ => &[],
-        }
-    }
-
-    /// Whether each registered tool it calls is hosted by one of `hosts`
-    /// (the fleet's half of an agent's requirement).
-    pub fn tools_hosted_among<'a>(
-        &self,
-        hosts: impl Iterator<Item = &'a WorkerInfo> + Clone,
-    ) -> bool {
-        self.tools()
-            .iter()
-            .all(|tool| hosts.clone().any(|host| host.hosts_tool(tool)))
-    }
-
-    /// Whether a job with this requirement takes one of the worker's slots
-    /// (tasks do; function calls are short and do not).
-    pub fn takes_slot(&self) -> bool {
-        !matches!(self, Self::Function(_) | Self::Python | Self::Tool(_))
-    }
-}
-
-impl std::fmt::Display for Requirement {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Self::Kind(kind) => write!(f, "kind '{kind}'"),
-            Self::Handler(name) => write!(f, "handler '{name}'"),
-            Self::Function(name) => write!(f, "function '{name}'"),
-            Self::Python => f.write_str("Python (a worker with kind 'function')"),
-            Self::Agent(tools) if tools.is_empty() => write!(f, "kind 'agent'"),
-            Self::Agent(tools) => write!(f, "kind 'agent' with tools {}", tools.join(", ")),
-            Self::Tool(name) => write!(f, "tool '{name}'"),
-        }
     }
 }
 

@@ -421,7 +421,7 @@ impl<T> Registry<T> {
                     w.has_free_slot()
                 } else {
                     w.accepting()
-                }) && requirement.hosted_by(&w.info)
+                }) && w.info.hosts(requirement)
                     && w.info.serves(&job.namespace)
             })
             .min_by(|(ia, a), (ib, b)| {
@@ -555,7 +555,7 @@ impl<T> Registry<T> {
 fn hosted_among<T>(workers: &BTreeMap<WorkerId, Worker>, job: &Job<T>) -> bool {
     workers
         .values()
-        .any(|w| !w.draining && job.requirement.hosted_by(&w.info) && w.info.serves(&job.namespace))
+        .any(|w| !w.draining && w.info.hosts(&job.requirement) && w.info.serves(&job.namespace))
         && tools_reachable(workers, job)
 }
 
@@ -566,7 +566,7 @@ fn tools_reachable<T>(workers: &BTreeMap<WorkerId, Worker>, job: &Job<T>) -> boo
         .values()
         .filter(|w| !w.draining && w.info.serves(&job.namespace))
         .map(|w| &w.info);
-    job.requirement.tools_hosted_among(hosts)
+    super::tools_hosted_among(&job.requirement, hosts)
 }
 
 /// The job's namespace, when workers host what it needs but none of them
@@ -577,7 +577,7 @@ fn namespace_only<T>(
 ) -> Option<std::sync::Arc<str>> {
     let hosted = workers
         .values()
-        .any(|w| !w.draining && job.requirement.hosted_by(&w.info));
+        .any(|w| !w.draining && w.info.hosts(&job.requirement));
     hosted.then(|| job.namespace.clone())
 }
 

@@ -10,7 +10,7 @@
 //! with no network.
 
 mod actor;
-pub mod machine;
+pub use weft_machine as machine;
 
 pub use actor::{
     ChildRuns, FinishedRun, History, Pending, RunHandle, RunRequestError, RunSetup, RunView, Start,

@@ -11,8 +11,10 @@ use serde::{Deserialize, Serialize};
 use crate::types::RunStatus;
 use crate::{NodeId, RunId};
 
+#[cfg(feature = "wire")]
 mod wire;
 
+#[cfg(feature = "wire")]
 pub use wire::{
     error_from_wire, error_to_wire, event_from_wire, event_to_wire, status_from_wire,
     status_to_wire,

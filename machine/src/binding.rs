@@ -9,8 +9,56 @@ use std::sync::Arc;
 use serde_json::{Map, Value, json};
 use weft_proto::types::WorkerKind;
 
-use super::Requirement;
 use crate::graph::{NodeKind, ToolDecl, ToolRun};
+
+/// What a task needs from a worker.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Requirement {
+    /// A built-in kind (`script`, `llm`, `agent`).
+    Kind(WorkerKind),
+    /// A registered handler (`kind: task`).
+    Handler(String),
+    /// A registered function (`fn:NAME`), called without taking a slot.
+    Function(String),
+    /// Python, for a call of a Python function (without taking a slot).
+    Python,
+    /// The `agent` kind, with these registered tools: hosted by the worker
+    /// itself or by others (whose tools it calls through the coordinator).
+    Agent(Vec<String>),
+    /// A registered agent tool, called for an agent step on another worker
+    /// (without taking a slot).
+    Tool(String),
+}
+
+impl Requirement {
+    /// The registered tools a worker that runs it calls, wherever they are.
+    pub fn tools(&self) -> &[String] {
+        match self {
+            Self::Agent(tools) => tools,
+            _ => &[],
+        }
+    }
+
+    /// Whether a job with this requirement takes one of the worker's slots
+    /// (tasks do; function calls are short and do not).
+    pub fn takes_slot(&self) -> bool {
+        !matches!(self, Self::Function(_) | Self::Python | Self::Tool(_))
+    }
+}
+
+impl std::fmt::Display for Requirement {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Kind(kind) => write!(f, "kind '{kind}'"),
+            Self::Handler(name) => write!(f, "handler '{name}'"),
+            Self::Function(name) => write!(f, "function '{name}'"),
+            Self::Python => f.write_str("Python (a worker with kind 'function')"),
+            Self::Agent(tools) if tools.is_empty() => write!(f, "kind 'agent'"),
+            Self::Agent(tools) => write!(f, "kind 'agent' with tools {}", tools.join(", ")),
+            Self::Tool(name) => write!(f, "tool '{name}'"),
+        }
+    }
+}
 
 /// How a node is run on a worker.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -196,7 +196,7 @@ mod tests {
     use serde_json::Map;
 
     use super::*;
-    use crate::run::TaskState;
+    use crate::events::TaskState;
 
     fn task(key: TaskKey) -> TaskRef {
         TaskRef {

@@ -7,6 +7,15 @@
 //! loop resets, and computes the next wave. A wave is all-or-nothing: a node
 //! that fails for good (without `fallback`), a conflicting write or a
 //! routing error leaves the state as it was before the wave.
+//!
+//! This crate is the coordinator's pure core, kept apart so that the
+//! compiler, not a convention, keeps it pure: it depends on the graph model
+//! and the protocol's domain types, and on no async runtime, network or
+//! clock. [`RunMachine::apply`] takes an [`events::Input`] and returns
+//! [`events::Effect`]s; the coordinator's run actor performs them and feeds
+//! back what happens. Besides the machine it holds what a run and the
+//! dispatcher share ([`task`]: task keys, failures, items, teammate seats)
+//! and what each node kind needs from a worker ([`binding`]).
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -14,6 +23,9 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+pub use weft_graph as graph;
+
+pub mod binding;
 mod end_nodes;
 pub mod events;
 mod human;
@@ -28,6 +40,7 @@ mod recovery;
 pub mod routing;
 mod status_letters;
 mod subgraphs;
+pub mod task;
 mod task_spec;
 mod task_table;
 mod tasks;
@@ -46,7 +59,7 @@ pub use self::plan::RunPlan;
 pub use self::routing::Query;
 use self::task_table::{TaskRef, TaskTable};
 use self::wave::{Member, Phase, Wave};
-pub use self::who::{Answered, Caller, Owner};
+pub use self::who::{Answered, Caller, DEFAULT_NAMESPACE, Owner};
 use crate::graph::{Condition, Graph, Guard, Meter, NodeIdx};
 
 /// Where a node stands in the current iteration of the run.
@@ -68,7 +81,7 @@ pub enum NodeStatus {
 
 /// Resolution of a forward edge.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub(super) enum EdgeStatus {
+pub(crate) enum EdgeStatus {
     Unresolved,
     Taken,
     NotTaken,
@@ -116,8 +129,9 @@ pub struct Progress {
     meter: Meter,
 }
 
-impl crate::durable::restore::Progress for Progress {
-    fn set_state(&mut self, state: Map<String, Value>) {
+impl Progress {
+    /// Puts back the state a checkpoint stores apart from the progress.
+    pub fn set_state(&mut self, state: Map<String, Value>) {
         self.state = Arc::new(state);
     }
 }
@@ -340,7 +354,7 @@ impl RunMachine {
         waiting
     }
 
-    pub(super) fn graph(&self) -> &Graph {
+    pub(crate) fn graph(&self) -> &Graph {
         self.plan.graph()
     }
 
@@ -412,7 +426,7 @@ impl RunMachine {
         Ok(fx)
     }
 
-    pub(super) fn finish(
+    pub(crate) fn finish(
         &mut self,
         status: RunStatus,
         error: Option<RunError>,

@@ -7,7 +7,7 @@ use proptest::prelude::*;
 use serde_json::{Value, json};
 
 use super::*;
-use crate::run::merge::merge_wave;
+use crate::merge::merge_wave;
 
 /// A random DAG: `edges[j]` lists `(i, conditional)` for edges i → j, i < j.
 #[derive(Debug, Clone)]
@@ -157,7 +157,7 @@ proptest! {
     #[test]
     fn add_and_union_reducers_ignore_branch_order(s0 in -50i64..50, branches in proptest::collection::vec(-50i64..50, 2..5)) {
         use crate::graph::Reducer;
-        use crate::run::merge::reduce;
+        use crate::merge::reduce;
         let values: Vec<Value> = branches.iter().map(|b| json!(b)).collect();
         let mut reversed = values.clone();
         reversed.reverse();

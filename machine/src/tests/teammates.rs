@@ -345,7 +345,7 @@ fn inboxes_survive_a_restart() {
     // Stored while item 1's step is in flight, then continued.
     let json = machine.progress_json_without_state().unwrap();
     let mut progress: Progress = serde_json::from_str(&json).unwrap();
-    crate::durable::restore::Progress::set_state(&mut progress, machine.state().as_ref().clone());
+    progress.set_state(machine.state().as_ref().clone());
     let mut again = RunMachine::restore(plan, progress).unwrap();
     let resent = again.resume();
     let seat = resent

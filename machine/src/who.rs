@@ -7,6 +7,9 @@ use serde::{Deserialize, Serialize};
 
 use super::RunMachine;
 
+/// The namespace of runs, tokens and workers that name none.
+pub const DEFAULT_NAMESPACE: &str = "default";
+
 /// The namespace a run belongs to and who submitted it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Owner {
@@ -20,7 +23,7 @@ pub struct Owner {
 impl Default for Owner {
     fn default() -> Self {
         Self {
-            namespace: crate::auth::DEFAULT_NAMESPACE.to_owned(),
+            namespace: DEFAULT_NAMESPACE.to_owned(),
             submitted_by: String::new(),
         }
     }

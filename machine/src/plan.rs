@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use super::RunLimits;
 use super::merge::HostedReduction;
-use crate::dispatch::binding::{NodeBinding, bind_with};
+use crate::binding::{NodeBinding, bind_with};
 use crate::graph::topology::{container_members, forward_order, main_flow};
 use crate::graph::{
     Code, Condition, EdgeIdx, Graph, Guard, NodeIdx, NodeKind, Reducer, Target, UpdateValue,
