@@ -29,13 +29,22 @@ pub(super) fn map_branch(graph: &Graph, map_idx: NodeIdx, findings: &mut Vec<Fin
         ),
     };
     chain_rules(graph, &container, &members, findings);
-    let declares_writer = members.iter().any(|&m| {
-        let node = graph.node(m);
+    // A loop, map or subgraph in the branch (refused above) hides what its
+    // own nodes write: no guess about the writes is added to the refusal.
+    let hides_writes = members.iter().any(|&m| {
         matches!(
-            node.kind,
-            NodeKind::Script { .. } | NodeKind::Task { .. } | NodeKind::Function(_)
-        ) || node.declared_writes().contains(&map.output_key)
+            graph.node(m).kind,
+            NodeKind::Loop(_) | NodeKind::Map(_) | NodeKind::Subgraph(_)
+        )
     });
+    let declares_writer = hides_writes
+        || members.iter().any(|&m| {
+            let node = graph.node(m);
+            matches!(
+                node.kind,
+                NodeKind::Script { .. } | NodeKind::Task { .. } | NodeKind::Function(_)
+            ) || node.declared_writes().contains(&map.output_key)
+        });
     if !declares_writer {
         findings.push(Finding::warning(
             format!(
@@ -184,8 +193,8 @@ fn branch_member_kind(
         findings.push(Finding::error(
             format!(
                 "{kind} node '{map_id}': branch subgraph node '{id}' is kind '{}'; every node in a branch \
-                 subgraph must be task, script, llm, agent, function or rag (approval, input, end and map nodes \
-                 are not allowed in a {kind} branch)",
+                 subgraph must be task, script, llm, agent, function or rag (approval, input, end, map, loop \
+                 and subgraph nodes are not allowed in a {kind} branch)",
                 node.kind.name()
             ),
             &[map_id, id],

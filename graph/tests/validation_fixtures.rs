@@ -1,5 +1,6 @@
 //! Every file in `tests/fixtures/invalid/` names the findings it must
-//! produce in `# expect: …` lines; every example graph must validate clean.
+//! produce in `# expect: …` lines (and, in `# never: …` lines, what no
+//! finding may say); every example graph must validate clean.
 
 use std::path::{Path, PathBuf};
 
@@ -42,6 +43,15 @@ fn invalid_fixtures_report_every_expected_finding() {
                     .iter()
                     .any(|line| line.starts_with(want) || line.contains(want)),
                 "{}: missing finding\n  want: {want}\n  got:\n    {}",
+                path.display(),
+                shown.join("\n    ")
+            );
+        }
+        // `# never: …` names what a cascade would add.
+        for never in text.lines().filter_map(|l| l.strip_prefix("# never: ")) {
+            assert!(
+                !shown.iter().any(|line| line.contains(never)),
+                "{}: a finding says {never:?}:\n    {}",
                 path.display(),
                 shown.join("\n    ")
             );
