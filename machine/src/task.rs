@@ -10,9 +10,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 pub use weft_proto::types::FailureKind;
 
-/// Identifies one dispatched task attempt within a run. A retry gets a new
-/// key, so a late result from an earlier attempt is recognised and ignored.
-pub type TaskKey = u64;
+pub use weft_proto::TaskKey;
 
 /// Which map item a task belongs to.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

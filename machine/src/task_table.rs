@@ -41,7 +41,7 @@ impl Default for TaskTable {
             tasks: HashMap::new(),
             queue: VecDeque::new(),
             in_flight: 0,
-            next_key: 1,
+            next_key: TaskKey(1),
         }
     }
 }
@@ -50,7 +50,7 @@ impl TaskTable {
     /// A key no attempt of this run has had.
     pub(super) fn new_key(&mut self) -> TaskKey {
         let key = self.next_key;
-        self.next_key += 1;
+        self.next_key = key.next();
         key
     }
 
@@ -222,18 +222,18 @@ mod tests {
     fn the_cap_bounds_what_is_in_flight_and_keys_are_never_reused() {
         let mut table = TaskTable::default();
         let keys: Vec<TaskKey> = (0..3).map(|_| table.new_key()).collect();
-        assert_eq!(keys, vec![1, 2, 3]);
+        assert_eq!(keys, [1, 2, 3].map(TaskKey));
         for &key in &keys {
             table.add(key, task(key), true);
         }
-        assert_eq!(table.start_next(2).map(|t| t.spec.key), Some(1));
-        assert_eq!(table.start_next(2).map(|t| t.spec.key), Some(2));
+        assert_eq!(table.start_next(2).map(|t| t.spec.key), Some(TaskKey(1)));
+        assert_eq!(table.start_next(2).map(|t| t.spec.key), Some(TaskKey(2)));
         assert!(table.start_next(2).is_none(), "the cap is reached");
-        assert!(table.take(1).is_some());
+        assert!(table.take(TaskKey(1)).is_some());
         assert_eq!(table.in_flight(), 1);
-        assert_eq!(table.start_next(2).map(|t| t.spec.key), Some(3));
-        assert_eq!(table.new_key(), 4);
-        assert_eq!(table.clear(), vec![2, 3]);
+        assert_eq!(table.start_next(2).map(|t| t.spec.key), Some(TaskKey(3)));
+        assert_eq!(table.new_key(), TaskKey(4));
+        assert_eq!(table.clear(), [2, 3].map(TaskKey));
         assert_eq!(table.in_flight(), 0);
     }
 
@@ -247,6 +247,6 @@ mod tests {
         assert!(!table.requeue(key), "already queued");
         assert!(table.start_next(0).is_some());
         assert!(!table.requeue(key), "in flight");
-        assert!(!table.requeue(99), "unknown");
+        assert!(!table.requeue(TaskKey(99)), "unknown");
     }
 }

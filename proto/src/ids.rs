@@ -149,6 +149,28 @@ id! {
     NodeId
 }
 
+/// One dispatched task attempt within a run. Keys are never reused, so a
+/// late result from an earlier attempt is recognised for what it is; a
+/// retry gets a new key.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
+)]
+#[serde(transparent)]
+pub struct TaskKey(pub u64);
+
+impl fmt::Display for TaskKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl TaskKey {
+    /// The key after this one.
+    pub fn next(self) -> Self {
+        Self(self.0 + 1)
+    }
+}
+
 /// A map item: the map node and the item's index. It reads `MAP/INDEX`, a
 /// teammate's identity, and serializes as that text.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -36,7 +36,7 @@ pub mod json;
 pub mod transport;
 pub mod types;
 
-pub use ids::{ItemKey, NodeId, RunId, WorkerId};
+pub use ids::{ItemKey, NodeId, RunId, TaskKey, WorkerId};
 
 /// Version 1 of the protocol.
 #[cfg(feature = "wire")]

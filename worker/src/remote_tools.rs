@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
+use weft_proto::TaskKey;
 
 use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
@@ -40,7 +41,7 @@ impl RemoteTools {
     pub(crate) async fn call(
         &self,
         run_id: &RunId,
-        key: u64,
+        key: TaskKey,
         tool: &str,
         arguments: Value,
         timeout: Duration,
@@ -100,7 +101,7 @@ mod tests {
             let remote = remote.clone();
             async move {
                 let call = sent.recv().await.expect("a call went out");
-                assert_eq!((call.tool.as_str(), call.key), ("lookup", 3));
+                assert_eq!((call.tool.as_str(), call.key), ("lookup", TaskKey(3)));
                 assert_eq!(call.arguments, json!({"key": "a"}));
                 // An answer to another call reaches nobody.
                 remote.answered(call.call_id + 1, Ok(json!("wrong")));
@@ -111,7 +112,7 @@ mod tests {
         let answer = remote
             .call(
                 &run,
-                3,
+                TaskKey(3),
                 "lookup",
                 json!({"key": "a"}),
                 Duration::from_secs(5),
@@ -127,7 +128,13 @@ mod tests {
         let remote = RemoteTools::new(outbound);
         let run: RunId = "r".into();
         let answer = remote
-            .call(&run, 1, "slow", json!({}), Duration::from_millis(20))
+            .call(
+                &run,
+                TaskKey(1),
+                "slow",
+                json!({}),
+                Duration::from_millis(20),
+            )
             .await;
         assert_eq!(
             answer,

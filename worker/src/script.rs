@@ -382,6 +382,7 @@ mod tests {
     use weft_proto::types::WorkerKind;
 
     use super::*;
+    use weft_proto::TaskKey;
 
     /// Polls `condition` every 10 ms for up to 10 s.
     async fn eventually(mut condition: impl FnMut() -> bool) -> bool {
@@ -510,7 +511,7 @@ mod tests {
             json!({"arg": "s3cret-value", "env": "Bearer s3cret-value"})
         );
 
-        task.key = 2;
+        task.key = TaskKey(2);
         task.config = json!({
             "argv": ["sh", "-c", "echo \"token $TOKEN rejected\" >&2; exit 3"],
             "env": {"TOKEN": "${API_KEY}"},
@@ -525,7 +526,7 @@ mod tests {
 
         // A secret across the 2 KiB cut of the stderr tail: masked before
         // the cut, so no part of it is left (its end leaked before).
-        task.key = 4;
+        task.key = TaskKey(4);
         task.config = json!({
             "argv": ["sh", "-c", "printf '%s' \"$TOKEN\" >&2; head -c 2041 /dev/zero | tr '\\0' x >&2; exit 3"],
             "env": {"TOKEN": "${API_KEY}"},
@@ -535,7 +536,7 @@ mod tests {
         assert!(!error.message.contains("t-val"), "{}", error.message);
         assert!(error.message.contains("xxxx"), "{}", error.message);
 
-        task.key = 3;
+        task.key = TaskKey(3);
         task.config = json!({"argv": ["echo", "${NOT_SET}"]});
         let error = runner.run(&task).await.unwrap_err();
         assert_eq!(error.kind, FailureKind::InvalidTask);

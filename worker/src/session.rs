@@ -4,6 +4,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use weft_proto::TaskKey;
 
 use tokio::sync::{Semaphore, mpsc};
 use tokio::time::Instant;
@@ -43,7 +44,7 @@ pub(crate) struct Setup<'a> {
 }
 
 /// An attempt's key: its run and its key within the run.
-type AttemptId = (RunId, u64);
+type AttemptId = (RunId, TaskKey);
 
 /// Serves the coordinator on `connection` until it goes away or
 /// `shutdown` is cancelled and the tasks in flight are done.
@@ -103,7 +104,7 @@ pub(crate) async fn serve(
             }
             Some(report) = done_rx.recv() => {
                 session.running.remove(&(report.run_id.clone(), report.key));
-                debug!(run = %report.run_id, key = report.key, "task done");
+                debug!(run = %report.run_id, key = %report.key, "task done");
                 if outbound.send(Outbound::Report(report)).await.is_err() {
                     return lost(session.running, Lost::Unsendable);
                 }
@@ -155,7 +156,7 @@ impl Session {
             Inbound::Task(assignment) if draining => {
                 // Sent before the coordinator heard we are leaving: hand it
                 // back rather than start what we would not finish.
-                info!(worker = %self.worker, run = %assignment.run_id, key = assignment.key, "draining: handed back a task sent meanwhile");
+                info!(worker = %self.worker, run = %assignment.run_id, key = %assignment.key, "draining: handed back a task sent meanwhile");
                 let refused = Outbound::Refused {
                     run_id: assignment.run_id,
                     key: assignment.key,

@@ -9,6 +9,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 use weft_proto::RunId;
+use weft_proto::TaskKey;
 
 use serde_json::Value;
 
@@ -21,7 +22,7 @@ pub struct Assignment {
     /// The run.
     pub run_id: RunId,
     /// The attempt's key within the run.
-    pub key: u64,
+    pub key: TaskKey,
     /// The task, its state still empty; or why it cannot run (the cache
     /// still takes the fields its message carried).
     pub task: Result<Task, Failure>,
@@ -116,7 +117,7 @@ mod tests {
     fn assignment(fields: &[(&str, u64, Option<Value>)]) -> Assignment {
         Assignment {
             run_id: "r".into(),
-            key: 1,
+            key: TaskKey(1),
             task: Ok(Task::example(WorkerKind::Task, json!({}))),
             fields: fields
                 .iter()

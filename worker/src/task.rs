@@ -5,6 +5,7 @@
 
 use std::sync::Arc;
 use std::time::Duration;
+pub use weft_proto::TaskKey;
 use weft_proto::{NodeId, RunId};
 
 use serde_json::{Map, Value};
@@ -28,7 +29,7 @@ pub struct Task {
     /// The run.
     pub run_id: RunId,
     /// The attempt's key within the run.
-    pub key: u64,
+    pub key: TaskKey,
     /// The node.
     pub node: NodeId,
     /// 1 for the first attempt.
@@ -117,7 +118,7 @@ pub(crate) struct TeamSend {
     /// The run.
     pub run_id: RunId,
     /// The sending attempt.
-    pub key: u64,
+    pub key: TaskKey,
     /// The number its answer will name.
     pub send_id: u64,
     /// The recipient's identity.
@@ -172,7 +173,7 @@ impl Task {
     pub(crate) fn example(kind: WorkerKind, config: Value) -> Self {
         Self {
             run_id: "r".into(),
-            key: 1,
+            key: TaskKey(1),
             node: "n".into(),
             attempt: 1,
             kind,
@@ -221,7 +222,7 @@ pub(crate) struct TaskReport {
     /// The run.
     pub run_id: RunId,
     /// The attempt's key within the run.
-    pub key: u64,
+    pub key: TaskKey,
     /// What it produced, or why it failed.
     pub outcome: Result<Completed, Failure>,
     /// The numbers of the teammate messages handed to the task that it
@@ -284,7 +285,7 @@ pub(crate) struct ToolCaller {
     /// Its attempt.
     pub attempt: u32,
     /// The calling attempt's key.
-    pub key: u64,
+    pub key: TaskKey,
     /// The map item's index, for a chain step.
     pub item: Option<u64>,
     /// The step's scope.
@@ -298,7 +299,7 @@ pub(crate) struct ToolCall {
     /// The run.
     pub run_id: RunId,
     /// The calling attempt.
-    pub key: u64,
+    pub key: TaskKey,
     /// The worker's number for the call, echoed in the answer.
     pub call_id: u64,
     /// The tool's registered name.

@@ -14,6 +14,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use weft_proto::RunId;
+use weft_proto::TaskKey;
 
 use serde::Serialize;
 use tokio::sync::{mpsc, oneshot};
@@ -85,7 +86,7 @@ pub struct Team {
 
 struct Link {
     run_id: RunId,
-    task_key: u64,
+    task_key: TaskKey,
     inbox: tokio::sync::Mutex<mpsc::UnboundedReceiver<Message>>,
     read: Mutex<Vec<u64>>,
     outbound: mpsc::Sender<TeamSend>,
@@ -124,7 +125,7 @@ impl TeamEnd {
 /// Where a team sends from: the task and the session's stream.
 pub(crate) struct Sender {
     pub(crate) run_id: RunId,
-    pub(crate) task_key: u64,
+    pub(crate) task_key: TaskKey,
     pub(crate) outbound: mpsc::Sender<TeamSend>,
     pub(crate) acks: Arc<Acks>,
 }
@@ -245,7 +246,7 @@ mod tests {
         let acks = Arc::new(Acks::default());
         let sender = Sender {
             run_id: "r".into(),
-            task_key: 4,
+            task_key: TaskKey(4),
             outbound,
             acks: acks.clone(),
         };
@@ -287,7 +288,7 @@ mod tests {
                 let Some(send) = sent.recv().await else {
                     panic!("no send went out");
                 };
-                assert_eq!((send.to.as_str(), send.key), ("fan/1", 4));
+                assert_eq!((send.to.as_str(), send.key), ("fan/1", TaskKey(4)));
                 assert_eq!(send.content_json, r#"{"n":1}"#);
                 acks.answered(send.send_id, Some("the inbox is full".into()));
             }

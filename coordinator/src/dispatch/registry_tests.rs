@@ -22,7 +22,8 @@ fn worker(name: &str, slots: u32, handlers: &[&str]) -> WorkerInfo {
     }
 }
 
-fn task(key: TaskKey) -> JobSpec<TaskKey> {
+/// Tests number their tasks with plain numbers; each is its own payload.
+fn task(key: u64) -> JobSpec<u64> {
     JobSpec {
         namespace: "default".into(),
         id: id(key),
@@ -34,14 +35,14 @@ fn task(key: TaskKey) -> JobSpec<TaskKey> {
     }
 }
 
-fn id(key: TaskKey) -> JobId {
+fn id(key: u64) -> JobId {
     JobId {
         run: RunId::from("run"),
-        key: JobKey::Task(key),
+        key: JobKey::Task(TaskKey(key)),
     }
 }
 
-fn registry() -> Registry<TaskKey> {
+fn registry() -> Registry<u64> {
     Registry::new(Limits {
         worker_timeout: 10 * SECOND,
         grace: 2 * SECOND,
@@ -51,7 +52,7 @@ fn registry() -> Registry<TaskKey> {
 }
 
 /// The (worker, task) pairs of the `Send` decisions.
-fn sends(decisions: &[Decision<TaskKey>]) -> Vec<(WorkerId, TaskKey)> {
+fn sends(decisions: &[Decision<u64>]) -> Vec<(WorkerId, u64)> {
     decisions
         .iter()
         .filter_map(|d| match d {
@@ -62,13 +63,13 @@ fn sends(decisions: &[Decision<TaskKey>]) -> Vec<(WorkerId, TaskKey)> {
                         key: JobKey::Task(key),
                         ..
                     },
-            } => Some((*worker, *key)),
+            } => Some((*worker, key.0)),
             _ => None,
         })
         .collect()
 }
 
-fn failures(decisions: &[Decision<TaskKey>]) -> Vec<(TaskKey, TaskFailure)> {
+fn failures(decisions: &[Decision<u64>]) -> Vec<(u64, TaskFailure)> {
     decisions
         .iter()
         .filter_map(|d| match d {
@@ -140,7 +141,7 @@ fn a_lost_workers_tasks_are_placed_again_in_order() {
     let decisions = reg.lose(a, "stream closed");
     assert!(matches!(decisions[0], Decision::Disconnect { worker, .. } if worker == a));
     assert!(failures(&decisions).is_empty(), "one loss is not a failure");
-    let requeued: Vec<(TaskKey, &str)> = decisions
+    let requeued: Vec<(u64, &str)> = decisions
         .iter()
         .filter_map(|d| match d {
             Decision::Requeued {
@@ -150,7 +151,7 @@ fn a_lost_workers_tasks_are_placed_again_in_order() {
                         ..
                     },
                 worker,
-            } => Some((*key, worker.as_str())),
+            } => Some((key.0, worker.as_str())),
             _ => None,
         })
         .collect();
@@ -351,7 +352,7 @@ fn unhosted_tasks_are_reported_once_even_with_no_worker() {
     let w = reg.join(worker("w", 1, &["summarize"]), now).unwrap();
     let placed = reg.place(now);
     assert!(
-        matches!(&placed[0], Decision::Hosted { job } if job.key == JobKey::Task(1)),
+        matches!(&placed[0], Decision::Hosted { job } if job.key == JobKey::Task(TaskKey(1))),
         "the run hears that its task found a host: {placed:?}"
     );
     assert_eq!(sends(&placed), vec![(w, 1)]);
@@ -412,7 +413,7 @@ fn cancel_and_forget_free_slots_and_cancel_on_workers() {
     reg.submit(task(2));
     reg.place(now);
     let run = weft_proto::RunId::from("run");
-    let decisions = reg.cancel(&run, &[JobKey::Task(1)]);
+    let decisions = reg.cancel(&run, &[JobKey::Task(TaskKey(1))]);
     assert!(matches!(&decisions[..], [Decision::Cancel { worker, .. }] if *worker == a));
     assert_eq!(sends(&reg.place(now)), vec![(a, 2)]);
     reg.submit(task(3));
@@ -460,8 +461,8 @@ proptest! {
         let mut now = start;
         let mut reg = registry();
         let mut joined: Vec<WorkerId> = Vec::new();
-        let mut running: HashMap<TaskKey, WorkerId> = HashMap::new();
-        let mut ended: Vec<TaskKey> = Vec::new();
+        let mut running: HashMap<u64, WorkerId> = HashMap::new();
+        let mut ended: Vec<u64> = Vec::new();
         let mut next = 1;
         for op in ops {
             let mut decisions = Vec::new();
@@ -495,8 +496,8 @@ proptest! {
                     now += Duration::from_secs(secs);
                     for &w in &joined { reg.heard(w, now); }
                     decisions = reg.tick(now);
-                    let cancelled: Vec<TaskKey> = decisions.iter().filter_map(|d| match d {
-                        Decision::Cancel { job: JobId { key: JobKey::Task(k), .. }, .. } => Some(*k),
+                    let cancelled: Vec<u64> = decisions.iter().filter_map(|d| match d {
+                        Decision::Cancel { job: JobId { key: JobKey::Task(k), .. }, .. } => Some(k.0),
                         _ => None,
                     }).collect();
                     for key in cancelled { running.remove(&key); }

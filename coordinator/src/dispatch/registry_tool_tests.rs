@@ -26,7 +26,7 @@ fn tool_worker(name: &str, tools: &[&str]) -> WorkerInfo {
     }
 }
 
-fn agent_task(key: TaskKey, tools: &[&str]) -> JobSpec<TaskKey> {
+fn agent_task(key: u64, tools: &[&str]) -> JobSpec<u64> {
     JobSpec {
         requirement: Requirement::Agent(tools.iter().map(|t| (*t).to_owned()).collect()),
         ..task(key)

@@ -77,8 +77,8 @@ mod tests {
         Assignment {
             namespace: "default".into(),
             run_id: RunId::from("r"),
-            key: 1,
-            first_key: 1,
+            key: weft_proto::TaskKey(1),
+            first_key: weft_proto::TaskKey(1),
             node: "n".into(),
             attempt: 1,
             kind: WorkerKind::Task,

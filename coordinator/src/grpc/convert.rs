@@ -9,7 +9,7 @@ use crate::dispatch::{
     WorkerInfo,
 };
 use crate::graph::{Finding, Severity};
-use crate::task::{CallError, NotJson};
+use crate::task::{CallError, NotJson, TaskKey};
 use weft_proto::events::{error_to_wire, event_to_wire, status_to_wire};
 
 use crate::run::{FailureKind, RunEvent, RunView, StoredEvent, TaskFailure, TeamMessage};
@@ -160,7 +160,7 @@ fn tool_info(tool: ToolInfo) -> pb::ToolInfo {
 fn assignment(task: Assignment) -> pb::TaskAssignment {
     pb::TaskAssignment {
         run_id: task.run_id.to_string(),
-        task_key: task.key,
+        task_key: task.key.0,
         node: task.node.into(),
         attempt: task.attempt,
         kind: task.kind.as_str().to_owned(),
@@ -217,7 +217,7 @@ pub fn to_worker(message: ToWorker) -> pb::CoordinatorMessage {
         ToWorker::Task(task) => Body::Task(assignment(task)),
         ToWorker::Cancel { run_id, key } => Body::Cancel(pb::CancelTask {
             run_id: run_id.to_string(),
-            task_key: key,
+            task_key: key.0,
         }),
         ToWorker::Call(call) => Body::Call(function_call(call)),
         ToWorker::ToolResult {
@@ -227,7 +227,7 @@ pub fn to_worker(message: ToWorker) -> pb::CoordinatorMessage {
             result,
         } => Body::ToolResult(pb::ToolResult {
             run_id: run_id.to_string(),
-            task_key: key,
+            task_key: key.0,
             call_id,
             outcome: Some(match result {
                 Ok(value) => pb::tool_result::Outcome::ValueJson(value.to_string()),
@@ -243,7 +243,7 @@ pub fn to_worker(message: ToWorker) -> pb::CoordinatorMessage {
             message,
         } => Body::Deliver(pb::TeamDelivery {
             run_id: run_id.to_string(),
-            task_key: key,
+            task_key: key.0,
             message: Some(team_message(message)),
         }),
         ToWorker::SendAck {
@@ -288,7 +288,7 @@ fn function_call(call: FunctionCall) -> pb::FunctionCall {
         tool: call.tool.map(|tool| pb::ToolContext {
             node: tool.node.into(),
             attempt: tool.attempt,
-            task_key: tool.key,
+            task_key: tool.key.0,
             scope_json: tool.scope_json,
             item: tool.item,
         }),
@@ -349,7 +349,7 @@ pub fn from_worker(message: pb::WorkerMessage) -> Option<FromWorker> {
         Body::Drain(_) => Some(FromWorker::Draining),
         Body::Refused(refused) => Some(FromWorker::Refused {
             run_id: refused.run_id.into(),
-            key: refused.task_key,
+            key: TaskKey(refused.task_key),
         }),
         Body::Result(result) => {
             let notes = match &result.outcome {
@@ -374,7 +374,7 @@ pub fn from_worker(message: pb::WorkerMessage) -> Option<FromWorker> {
             };
             Some(FromWorker::Result {
                 run_id: result.run_id.into(),
-                key: result.task_key,
+                key: TaskKey(result.task_key),
                 outcome: TaskOutcome {
                     result: outcome,
                     read: result.messages_read,
@@ -384,7 +384,7 @@ pub fn from_worker(message: pb::WorkerMessage) -> Option<FromWorker> {
         }
         Body::Send(send) => Some(FromWorker::TeamSend {
             run_id: send.run_id.into(),
-            key: send.task_key,
+            key: TaskKey(send.task_key),
             send: TeamSend {
                 send_id: send.send_id,
                 to: send.to,
@@ -417,7 +417,7 @@ pub fn from_worker(message: pb::WorkerMessage) -> Option<FromWorker> {
             };
             Some(FromWorker::ToolCall {
                 run_id: call.run_id.into(),
-                key: call.task_key,
+                key: TaskKey(call.task_key),
                 call: ToolCall {
                     call_id: call.call_id,
                     tool: call.tool,

@@ -37,8 +37,8 @@ pub(super) fn task(fields: &BTreeMap<String, (u64, i64)>, key: u64) -> Assignmen
     Assignment {
         namespace: "default".into(),
         run_id: RunId::from("run"),
-        key,
-        first_key: key,
+        key: weft_proto::TaskKey(key),
+        first_key: weft_proto::TaskKey(key),
         node: "n".into(),
         attempt: 1,
         kind: crate::dispatch::WorkerKind::Task,

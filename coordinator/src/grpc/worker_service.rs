@@ -377,7 +377,7 @@ mod tests {
     fn delivery(key: u64) -> ToWorker {
         ToWorker::Deliver {
             run_id: "run".into(),
-            key,
+            key: weft_proto::TaskKey(key),
             message: crate::task::TeamMessage {
                 seq: 1,
                 from: "team/0".into(),

@@ -361,7 +361,7 @@ mod tests {
         let mut team = Team::provision("fan", 3);
         let (delivery, _) = team.send(0, "fan/2", json!("hi"), 10).unwrap();
         assert_eq!(delivery, Delivery::Queued);
-        let seat = team.seat(2, 7, false);
+        let seat = team.seat(2, TaskKey(7), false);
         assert_eq!(seat.me, "fan/2");
         assert_eq!(&*seat.members, ["fan/0", "fan/1", "fan/2"]);
         assert_eq!(
@@ -372,21 +372,21 @@ mod tests {
                 content: json!("hi")
             }]
         );
-        team.step_returned(2, 7, Some(&[1]));
-        assert_eq!(team.seat(2, 8, false).inbox, [], "reading drains");
+        team.step_returned(2, TaskKey(7), Some(&[1]));
+        assert_eq!(team.seat(2, TaskKey(8), false).inbox, [], "reading drains");
     }
 
     #[test]
     fn a_live_step_gets_messages_as_it_runs_and_gives_back_what_it_did_not_read() {
         let mut team = Team::provision("fan", 2);
         team.send(1, "fan/0", json!(1), 10).unwrap();
-        assert_eq!(team.seat(0, 3, true).inbox.len(), 1);
+        assert_eq!(team.seat(0, TaskKey(3), true).inbox.len(), 1);
         let (delivery, _) = team.send(1, "fan/0", json!(2), 10).unwrap();
-        assert_eq!(delivery, Delivery::Live(3));
+        assert_eq!(delivery, Delivery::Live(TaskKey(3)));
         team.send(1, "fan/0", json!(3), 10).unwrap();
         // It read the first and the third; the second never reached it.
-        team.step_returned(0, 3, Some(&[1, 3]));
-        let again = team.seat(0, 4, false);
+        team.step_returned(0, TaskKey(3), Some(&[1, 3]));
+        let again = team.seat(0, TaskKey(4), false);
         assert_eq!(again.inbox.len(), 1);
         assert_eq!(again.inbox[0].content, json!(2));
     }
@@ -395,17 +395,17 @@ mod tests {
     fn a_failed_attempt_gives_back_everything_it_was_handed() {
         let mut team = Team::provision("fan", 2);
         team.send(1, "fan/0", json!("a"), 10).unwrap();
-        team.seat(0, 3, false);
+        team.seat(0, TaskKey(3), false);
         team.send(1, "fan/0", json!("b"), 10).unwrap();
-        team.step_returned(0, 3, None);
+        team.step_returned(0, TaskKey(3), None);
         let contents: Vec<Value> = team
-            .seat(0, 4, false)
+            .seat(0, TaskKey(4), false)
             .inbox
             .into_iter()
             .map(|m| m.content)
             .collect();
         assert_eq!(contents, [json!("a"), json!("b")], "arrival order kept");
-        team.step_returned(0, 99, Some(&[1, 2]));
+        team.step_returned(0, TaskKey(99), Some(&[1, 2]));
         assert_eq!(team.waiting(), 2, "a stale key changes nothing");
     }
 

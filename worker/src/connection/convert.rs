@@ -8,6 +8,7 @@
 
 use std::collections::VecDeque;
 use std::time::Duration;
+use weft_proto::TaskKey;
 
 use serde_json::{Map, Value};
 use weft_proto::PROTOCOL_VERSION;
@@ -47,11 +48,11 @@ fn inbound(body: pb::coordinator_message::Body) -> Option<Inbound> {
         Body::Task(assignment) => Inbound::Task(Box::new(assignment_of(assignment))),
         Body::Cancel(cancel) => Inbound::Cancel {
             run_id: cancel.run_id.into(),
-            key: cancel.task_key,
+            key: TaskKey(cancel.task_key),
         },
         Body::Deliver(delivery) => Inbound::Deliver {
             run_id: delivery.run_id.into(),
-            key: delivery.task_key,
+            key: TaskKey(delivery.task_key),
             message: message_of(delivery.message?),
         },
         Body::SendAck(ack) => Inbound::SendAnswered {
@@ -88,7 +89,7 @@ pub(super) fn to_coordinator(message: Outbound, max_result_bytes: usize) -> pb::
         Outbound::Heartbeat => Body::Heartbeat(pb::Heartbeat { at_unix_ms: 0 }),
         Outbound::Refused { run_id, key } => Body::Refused(pb::TaskRefused {
             run_id: run_id.into(),
-            task_key: key,
+            task_key: key.0,
         }),
         Outbound::Report(report) => Body::Result(task_result(report, max_result_bytes)),
         Outbound::Answer(answer) => Body::CallResult(pb::CallResult {
@@ -108,7 +109,7 @@ pub(super) fn to_coordinator(message: Outbound, max_result_bytes: usize) -> pb::
 pub(super) fn team_send(send: TeamSend) -> pb::WorkerMessage {
     let send = pb::TeamSend {
         run_id: send.run_id.into(),
-        task_key: send.key,
+        task_key: send.key.0,
         send_id: send.send_id,
         to: send.to,
         content_json: send.content_json,
@@ -122,7 +123,7 @@ pub(super) fn team_send(send: TeamSend) -> pb::WorkerMessage {
 pub(super) fn tool_call(call: ToolCall) -> pb::WorkerMessage {
     let call = pb::ToolCall {
         run_id: call.run_id.into(),
-        task_key: call.key,
+        task_key: call.key.0,
         call_id: call.call_id,
         tool: call.tool,
         arguments_json: call.arguments.to_string(),
@@ -180,7 +181,7 @@ pub fn assignment_of(mut wire: pb::TaskAssignment) -> Assignment {
             version: field.version,
         })
         .collect();
-    let (run_id, key) = (wire.run_id.clone(), wire.task_key);
+    let (run_id, key) = (wire.run_id.clone(), TaskKey(wire.task_key));
     Assignment {
         run_id: run_id.into(),
         key,
@@ -219,7 +220,7 @@ fn task_of(wire: pb::TaskAssignment) -> Result<Task, Failure> {
         .map_err(|e| Failure::new(FailureKind::InvalidTask, format!("the step's prompts: {e}")))?;
     Ok(Task {
         run_id: wire.run_id.into(),
-        key: wire.task_key,
+        key: TaskKey(wire.task_key),
         node: wire.node.into(),
         attempt: wire.attempt,
         kind,
@@ -297,7 +298,7 @@ fn call_of(wire: pb::FunctionCall) -> Result<FunctionCall, Box<CallAnswer>> {
         (Some(caller), _) => CallTarget::Tool(ToolCaller {
             node: caller.node.into(),
             attempt: caller.attempt,
-            key: caller.task_key,
+            key: TaskKey(caller.task_key),
             item: caller.item,
             scope: match json_or_null(&caller.scope_json) {
                 Ok(Value::Object(scope)) => scope,
@@ -351,7 +352,7 @@ fn task_result(report: TaskReport, max_bytes: usize) -> pb::TaskResult {
     };
     pb::TaskResult {
         run_id: report.run_id.into(),
-        task_key: report.key,
+        task_key: report.key.0,
         outcome: Some(outcome),
         messages_read: report.read,
     }
@@ -423,7 +424,7 @@ mod tests {
                 other => panic!("not a task: {other:?}"),
             })
             .collect();
-        assert_eq!(keys, [1, 2, 3]);
+        assert_eq!(keys, [1, 2, 3].map(TaskKey));
     }
 
     #[test]
@@ -432,7 +433,10 @@ mod tests {
         let failure = assignment.task.unwrap_err();
         assert_eq!(failure.kind, FailureKind::UnsupportedKind);
         assert_eq!(failure.message, "this worker cannot run kind 'teleport'");
-        assert_eq!((assignment.run_id.as_str(), assignment.key), ("r", 3));
+        assert_eq!(
+            (assignment.run_id.as_str(), assignment.key),
+            ("r", TaskKey(3))
+        );
         assert_eq!(assignment.fields.len(), 2);
     }
 
@@ -462,7 +466,7 @@ mod tests {
     fn a_result_past_the_coordinators_limit_fails_the_attempt() {
         let report = |writes| TaskReport {
             run_id: "r".into(),
-            key: 1,
+            key: TaskKey(1),
             outcome: Ok(Completed::writes(writes)),
             read: vec![2],
         };

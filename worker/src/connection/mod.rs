@@ -20,6 +20,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 use weft_proto::RunId;
+use weft_proto::TaskKey;
 
 use tokio::sync::mpsc;
 use tokio_stream::StreamExt;
@@ -69,11 +70,11 @@ pub(crate) enum Inbound {
     /// Run a task attempt.
     Task(Box<Assignment>),
     /// Stop the attempt `key` of `run_id`.
-    Cancel { run_id: RunId, key: u64 },
+    Cancel { run_id: RunId, key: TaskKey },
     /// A teammate message for the running attempt `key` of `run_id`.
     Deliver {
         run_id: RunId,
-        key: u64,
+        key: TaskKey,
         message: Message,
     },
     /// The coordinator took the teammate send `send_id`, or refused it
@@ -105,7 +106,7 @@ pub(crate) enum Outbound {
     /// The worker is there.
     Heartbeat,
     /// A task sent after the worker began to drain, handed back unstarted.
-    Refused { run_id: RunId, key: u64 },
+    Refused { run_id: RunId, key: TaskKey },
     /// How an attempt ended.
     Report(TaskReport),
     /// A function call's answer.

@@ -151,11 +151,12 @@ mod tests {
 
     use super::*;
     use crate::task::{Completed, TaskReport};
+    use weft_proto::TaskKey;
 
     fn report(key: u64, writes: serde_json::Value) -> Outbound {
         Outbound::Report(TaskReport {
             run_id: "r".into(),
-            key,
+            key: TaskKey(key),
             outcome: Ok(Completed::writes(writes)),
             read: Vec::new(),
         })

@@ -34,7 +34,7 @@ impl Dispatcher {
                     run: RunId::from(run_id.as_str()),
                     key: JobKey::Task(key),
                 };
-                debug!(%worker, %run_id, key, "a leaving worker refused a task");
+                debug!(%worker, %run_id, %key, "a leaving worker refused a task");
                 self.registry.refuse(worker, &job)
             }
             FromWorker::Result {
@@ -175,7 +175,7 @@ impl Dispatcher {
             bundle: Default::default(),
             tool: Some(context),
         };
-        debug!(%worker, %run_id, key, tool = %call.tool, "passing on a tool call");
+        debug!(%worker, %run_id, %key, tool = %call.tool, "passing on a tool call");
         self.registry.submit(JobSpec {
             id: JobId {
                 run: run_id,
@@ -240,8 +240,8 @@ fn discarded(worker: WorkerId, run_id: &impl std::fmt::Display, key: TaskKey, wh
     *at = Some(std::time::Instant::now());
     drop(said);
     if also > 0 {
-        info!(%worker, %run_id, key, also_discarded = also, "discarded a result {why} (and {also} more since the last line)");
+        info!(%worker, %run_id, %key, also_discarded = also, "discarded a result {why} (and {also} more since the last line)");
     } else {
-        info!(%worker, %run_id, key, "discarded a result {why}");
+        info!(%worker, %run_id, %key, "discarded a result {why}");
     }
 }
