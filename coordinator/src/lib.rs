@@ -1,7 +1,7 @@
 //! Weft's coordinator: the cluster around the run machine — one actor per
 //! run, the dispatcher that hands tasks to workers, the store, and the gRPC
 //! and HTTP front doors. The machine that computes waves, merges state and
-//! routes is the `weft-machine` crate (re-exported as [`run::machine`]),
+//! routes is the `weft-machine` crate (re-exported as [`run_actor::machine`]),
 //! pure by construction; the graph model it runs is the `weft-graph`
 //! crate, re-exported as [`graph`].
 
@@ -20,7 +20,7 @@ mod grpc;
 pub mod ha;
 mod http;
 pub mod metrics;
-pub mod run;
+pub mod run_actor;
 pub mod runs;
 pub mod server;
 pub use weft_machine::task;

@@ -25,6 +25,7 @@ use serde_json::{Map, Value};
 
 pub use weft_graph as graph;
 
+mod attempts;
 pub mod binding;
 mod end_nodes;
 pub mod events;
@@ -43,10 +44,9 @@ mod subgraphs;
 pub mod task;
 mod task_spec;
 mod task_table;
-mod tasks;
 mod team_messages;
 mod wave;
-mod waves;
+mod wave_cycle;
 mod who;
 
 #[cfg(test)]

@@ -56,7 +56,7 @@ pub struct CoordinatorConfig {
     /// of waiting forever. Not a file or environment key.
     pub fixed_workers: bool,
     /// What one run may use (fields, items, events, attempts, …).
-    pub limits: crate::run::RunLimits,
+    pub limits: crate::run_actor::RunLimits,
     /// How many ended runs are kept, and for how long.
     pub retention: Retention,
     /// Where runs are kept: the data directory, or an etcd cluster shared
@@ -93,7 +93,7 @@ impl Default for CoordinatorConfig {
             max_concurrent_requests: 256,
             connections: crate::connections::ConnectionLimits::default(),
             fixed_workers: false,
-            limits: crate::run::RunLimits::default(),
+            limits: crate::run_actor::RunLimits::default(),
             retention: Retention::default(),
             store: StoreConfig::default(),
             telemetry: weft_process::TelemetryConfig::default(),

@@ -16,7 +16,7 @@
 use serde::{Deserialize, Serialize};
 
 /// The format this coordinator writes: 5 stores the progress's node and
-/// edge statuses as a string of letters (`run::machine::status_letters`;
+/// edge statuses as a string of letters (`weft_machine`'s `status_letters`;
 /// the record itself is unchanged, but a coordinator of format 4 could not
 /// read such a progress, so it is told the record is newer); 4 may store
 /// fields as a base and deltas (`deltas`); 3 may keep large fields under

@@ -54,9 +54,9 @@ pub trait Progress: serde::de::DeserializeOwned {
     fn set_state(&mut self, state: serde_json::Map<String, serde_json::Value>);
 }
 
-impl Progress for crate::run::Progress {
+impl Progress for crate::run_actor::Progress {
     fn set_state(&mut self, state: serde_json::Map<String, serde_json::Value>) {
-        crate::run::Progress::set_state(self, state);
+        crate::run_actor::Progress::set_state(self, state);
     }
 }
 

@@ -12,7 +12,7 @@ use crate::graph::{Finding, Severity};
 use crate::task::{CallError, NotJson, TaskKey};
 use weft_proto::events::{error_to_wire, event_to_wire, status_to_wire};
 
-use crate::run::{FailureKind, RunEvent, RunView, StoredEvent, TaskFailure, TeamMessage};
+use crate::run_actor::{FailureKind, RunEvent, RunView, StoredEvent, TaskFailure, TeamMessage};
 
 pub fn bundle(message: Option<pb::GraphBundle>, limit: usize) -> Result<Bundle, BundleError> {
     let message = message.unwrap_or_default();

@@ -16,7 +16,7 @@ use tonic::Status;
 
 use crate::auth::Principal;
 use crate::bundle::BundleError;
-use crate::run::{Rejected, RunRequestError};
+use crate::run_actor::{Rejected, RunRequestError};
 use crate::runs::SubmitError;
 
 impl From<SubmitError> for Status {

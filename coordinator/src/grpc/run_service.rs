@@ -10,7 +10,7 @@ use weft_proto::v1::run_service_server::RunService;
 
 use super::{convert, principal, unknown_run};
 use crate::auth::Identity;
-use crate::run::{Caller, HumanAnswer, Owner};
+use crate::run_actor::{Caller, HumanAnswer, Owner};
 use crate::runs::Runs;
 use crate::term::Services;
 
@@ -37,7 +37,7 @@ impl RunApi {
 
     /// Run `id`, if the caller may see it: a run of another namespace is
     /// as unknown as one that does not exist (its existence is not told).
-    fn run(&self, caller: &Identity, id: &str) -> Result<crate::run::RunHandle, Status> {
+    fn run(&self, caller: &Identity, id: &str) -> Result<crate::run_actor::RunHandle, Status> {
         // Counted alike whether the run is another namespace's or none at
         // all: the metric must not tell which.
         let Some(handle) = self.runs.get(id) else {
@@ -112,7 +112,7 @@ impl RunService for RunApi {
             n => n.min(1000) as usize,
         };
         let after = (!request.after.is_empty()).then_some(request.after.as_str());
-        let visible = |handle: &crate::run::RunHandle| caller.sees(handle.namespace());
+        let visible = |handle: &crate::run_actor::RunHandle| caller.sees(handle.namespace());
         let (handles, more) = self.runs.page(limit, after, visible).await;
         let mut runs = Vec::with_capacity(handles.len());
         for handle in &handles {

@@ -13,7 +13,7 @@ use crate::bundle::{Bundle, Family};
 use crate::dispatch::{BlobRef, TaskLauncher};
 use crate::durable::journal::Journal;
 use crate::graph::Graph;
-use crate::run::{Owner, RunError, RunMachine, RunPlan, RunSetup, Start, spawn_run};
+use crate::run_actor::{Owner, RunError, RunMachine, RunPlan, RunSetup, Start, spawn_run};
 
 impl Runs {
     /// Starts a run for `owner` (its namespace and submitter); returns its

@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use super::Runs;
-use crate::run::{HumanAnswer, Rejected, RunHandle, RunRequestError, RunView};
+use crate::run_actor::{HumanAnswer, Rejected, RunHandle, RunRequestError, RunView};
 
 /// How long an answer to a child's request waits for the parent to take
 /// note, so that the view it returns no longer lists the request.

@@ -8,7 +8,7 @@ use serde_json::{Map, Value};
 
 use super::Runs;
 use crate::bundle::{Bundle, Family};
-use crate::run::{
+use crate::run_actor::{
     ChildError, ChildRuns, Owner, Pending, RunEvent, RunHandle, RunId, RunPlan, RunRequestError,
     RunStatus, RunView, WaitReports,
 };

@@ -30,7 +30,7 @@ use crate::bundle::{BlobStore, BundleError};
 use crate::dispatch::DispatcherHandle;
 use crate::durable::Keeper;
 use crate::durable::blob_refs::BlobRefs;
-use crate::run::{RunHandle, RunLimits};
+use crate::run_actor::{RunHandle, RunLimits};
 use retention::Retention;
 
 /// Why a submission was refused. Nothing was started.

@@ -8,7 +8,7 @@ use super::{Runs, quarantine};
 use crate::bundle::BundleError;
 use crate::durable::journal::Journal;
 use crate::durable::{Keeper, restore};
-use crate::run::{
+use crate::run_actor::{
     History, Progress, ProgressMismatch, RunMachine, RunPlan, RunSetup, Start, spawn_run,
 };
 

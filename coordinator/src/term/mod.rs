@@ -164,7 +164,7 @@ mod tests {
         let (term, tracker) = (CancellationToken::new(), TaskTracker::new());
         let (runs, _, _) = start_runs(&CoordinatorConfig::default(), keeper, &term, &tracker);
         let refused = runs
-            .submit(bundle, "{}", crate::run::Owner::default())
+            .submit(bundle, "{}", crate::run_actor::Owner::default())
             .await;
         assert!(
             matches!(refused, Err(crate::runs::SubmitError::Store(_))),

@@ -17,7 +17,7 @@ use super::RunSetup;
 use super::liveness::{Command, Liveness, revive};
 pub use weft_proto::events::StoredEvent;
 
-use crate::run::{HumanAnswer, Input, Rejected, RunError, RunEvent, RunStatus, State};
+use crate::run_actor::{HumanAnswer, Input, Rejected, RunError, RunEvent, RunStatus, State};
 
 /// A run as clients see it.
 #[derive(Debug, Clone)]
@@ -47,9 +47,9 @@ pub struct RunView {
     /// The child runs its subgraph nodes started: (node, run id).
     pub children: Vec<(NodeId, RunId)>,
     /// Its namespace and submitter.
-    pub owner: crate::run::Owner,
+    pub owner: crate::run_actor::Owner,
     /// Who answered its human nodes.
-    pub answers: Vec<crate::run::Answered>,
+    pub answers: Vec<crate::run_actor::Answered>,
     /// When it ended (Unix milliseconds), once it has.
     pub ended_unix_ms: Option<i64>,
 }

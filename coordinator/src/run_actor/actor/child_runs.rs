@@ -13,7 +13,7 @@ use tokio::sync::{mpsc, oneshot};
 use weft_proto::events::StoredEvent;
 
 use super::liveness::Command;
-use crate::run::{ChildError, Input, NodeId, RunEvent, RunId};
+use crate::run_actor::{ChildError, Input, NodeId, RunEvent, RunId};
 
 /// A future the registry returns.
 pub type Pending<T> = Pin<Box<dyn Future<Output = T> + Send>>;

@@ -14,7 +14,7 @@ use tracing::Span;
 use tracing::field::Empty;
 
 use crate::dispatch::TaskOutcome;
-use crate::run::{RunStatus, TaskKey, TaskSpec};
+use crate::run_actor::{RunStatus, TaskKey, TaskSpec};
 
 pub(super) struct RunSpans {
     run: Span,

@@ -1,7 +1,9 @@
-//! A run: the pure state machine that decides it ([`machine`]: waves,
-//! merge, routing, loops, human input and map bookkeeping; SPEC sections
-//! 3, 5 and 7) and the actor that carries it out (`actor`: dispatch,
-//! timers, checkpoints, child runs, the event log, spans).
+//! One run's actor, which carries out what the run's machine decides
+//! (`actor`: dispatch, timers, checkpoints, child runs, the event log,
+//! spans), with the machine's types re-exported beside it ([`machine`],
+//! the `weft-machine` crate: waves, merge, routing, loops, human input and
+//! map bookkeeping; SPEC sections 3, 5 and 7). The registry of every run is
+//! `runs`.
 //!
 //! [`RunMachine::apply`] takes an [`Input`] and returns [`Effect`]s; it does
 //! no I/O and reads no clock. A run's actor owns one machine, performs its

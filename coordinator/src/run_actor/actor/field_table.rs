@@ -9,7 +9,7 @@ use serde_json::Value;
 use weft_proto::events::SHOWN_VALUE_BYTES;
 
 use crate::dispatch::StateField;
-use crate::run::{State, TaskState};
+use crate::run_actor::{State, TaskState};
 
 /// The committed state's fields, each serialized once per version.
 ///

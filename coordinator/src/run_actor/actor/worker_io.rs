@@ -10,7 +10,7 @@ use serde_json::Value;
 use super::RunActor;
 use crate::dispatch::jobs::JobKey;
 use crate::dispatch::{Assignment, CallForm, DispatchEvent, FunctionCall, PythonCall, TaskOutcome};
-use crate::run::{
+use crate::run_actor::{
     Code, Effect, FailureKind, Input, NodeOutput, Outgoing, TaskFailure, TaskKey, TaskSpec,
 };
 
@@ -70,7 +70,7 @@ impl RunActor {
     /// accepted.
     pub(super) fn acknowledge(
         &self,
-        key: crate::run::TaskKey,
+        key: crate::run_actor::TaskKey,
         send_id: u64,
         error: Option<String>,
     ) {
@@ -83,7 +83,7 @@ impl RunActor {
     }
 
     /// Sends `message` to the worker running task `key`.
-    pub(super) fn tell(&self, key: crate::run::TaskKey, message: crate::dispatch::ToWorker) {
+    pub(super) fn tell(&self, key: crate::run_actor::TaskKey, message: crate::dispatch::ToWorker) {
         self.launcher.tell(self.id.clone(), key, message);
     }
 

@@ -36,7 +36,7 @@ use crate::bundle::BlobLease;
 use crate::dispatch::jobs::JobKey;
 use crate::dispatch::{BlobRef, CallForm, DispatchEvent, EventSink, TaskLauncher, ToWorker};
 use crate::durable::journal::Journal;
-use crate::run::{
+use crate::run_actor::{
     Effect, Input, NodeId, Rejected, RunEvent, RunMachine, RunPlan, RunStatus, TaskKey, UntilJudge,
 };
 use crate::runs::StepMarks;

@@ -14,7 +14,7 @@ use super::*;
 use crate::bundle::{BlobStore, Bundle};
 use crate::dispatch::in_process::{InProcessLauncher, Launched};
 use crate::graph::{Format, load_str};
-use crate::run::RunLimits;
+use crate::run_actor::RunLimits;
 
 /// The bundle of a graph file alone.
 fn bundle_of(yaml: &str) -> Bundle {

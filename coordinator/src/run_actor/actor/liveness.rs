@@ -10,7 +10,7 @@ use tokio::sync::{broadcast, mpsc, oneshot};
 use super::{
     COMMAND_BUFFER, FinishedRun, History, RunHandle, RunSetup, RunView, StoredEvent, start_actor,
 };
-use crate::run::{Input, Rejected};
+use crate::run_actor::{Input, Rejected};
 
 /// What a run's handle asks of its actor.
 pub(super) enum Command {
