@@ -20,6 +20,7 @@ mod bundle;
 mod client;
 #[cfg(feature = "embedded")]
 mod embedded;
+mod error;
 mod runs;
 
 pub use builder::{GraphBuilder, NodeBuilder};

@@ -151,12 +151,12 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    cli::commands::set_tls(weft_client::ClientTls {
+    cli::connect::set_tls(weft_client::ClientTls {
         ca: cli.ca.clone(),
         identity: cli.cert.clone().zip(cli.key.clone()),
         server_name: None,
     });
-    cli::commands::set_token(cli.token.clone());
+    cli::connect::set_token(cli.token.clone());
     cli::commands::set_ephemeral(cli.ephemeral);
     // `validate` and `diagram` read the file alone: a coordinator given on
     // their command line (not through WEFT_COORDINATOR, which is set for

@@ -8,7 +8,10 @@ use weft_proto::RunId;
 use weft_proto::events::{error_from_wire, event_from_wire, status_from_wire};
 use weft_proto::v1 as pb;
 
-use crate::client::{ClientError, RunErrorInfo, RunEvent, RunStatus};
+use weft_proto::events::{ErrorInfo as RunErrorInfo, RunEvent};
+use weft_proto::types::RunStatus;
+
+use crate::error::ClientError;
 
 /// A node waiting for a human.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

@@ -347,7 +347,7 @@ impl Builder<'_, '_> {
             let before = self.findings.len();
             self.edge_entry(position, entry);
             let line = lines.line(&[Key("edges"), Index(position)]);
-            super::load::at_line(self.findings, before, line);
+            super::finding::at_line(self.findings, before, line);
         }
     }
 

@@ -8,8 +8,9 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value};
 
+use super::cel_cost::bytes_text;
 use super::eval_meter::Meter;
-use super::expr::{ExprError, truthy};
+use super::expr::{ExprError, abbreviated, truthy};
 
 /// Names a CEL condition may refer to: the state and the step's scope.
 const CEL_VARIABLES: [&str; 2] = ["state", "scope"];
@@ -126,7 +127,9 @@ impl CelExpr {
                 },
             )
         } else {
-            meter.charge(cost, &self.source)?;
+            meter
+                .charge(cost)
+                .map_err(|overdrawn| overdrawn.refusal(&self.source))?;
             return Ok(cost);
         };
         Err(ExprError::TooCostly {
@@ -303,39 +306,6 @@ fn macro_depth(expr: &cel::IdedExpr) -> u32 {
         }
         Expr::Comprehension(c) => deepest(&mut [&c.iter_range, &c.accu_init].into_iter())
             .max(1 + deepest(&mut [&c.loop_cond, &c.loop_step, &c.result].into_iter())),
-    }
-}
-
-/// An expression as an error quotes it: whole when short, else its
-/// beginning and how long it is.
-pub(crate) fn abbreviated(source: &str) -> String {
-    const SHOWN: usize = 160;
-    if source.len() <= SHOWN {
-        return source.to_owned();
-    }
-    let mut end = SHOWN;
-    while !source.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}… ({} characters)", &source[..end], source.len())
-}
-
-/// A byte count as people read it: `4.0 GiB`, `64 MiB`, `512 bytes`.
-pub(crate) fn bytes_text(bytes: u64) -> String {
-    const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
-    if bytes < 1024 {
-        return format!("{bytes} bytes");
-    }
-    let mut value = bytes as f64 / 1024.0;
-    let mut unit = 0;
-    while value >= 1024.0 && unit + 1 < UNITS.len() {
-        value /= 1024.0;
-        unit += 1;
-    }
-    if value.fract() == 0.0 {
-        format!("{value:.0} {}", UNITS[unit])
-    } else {
-        format!("{value:.1} {}", UNITS[unit])
     }
 }
 

@@ -142,6 +142,25 @@ fn join_elems(a: Option<Box<Bound>>, b: Option<Box<Bound>>) -> Option<Box<Bound>
     }
 }
 
+/// A byte count as people read it: `4.0 GiB`, `64 MiB`, `512 bytes`.
+pub(crate) fn bytes_text(bytes: u64) -> String {
+    const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
+    if bytes < 1024 {
+        return format!("{bytes} bytes");
+    }
+    let mut value = bytes as f64 / 1024.0;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if value.fract() == 0.0 {
+        format!("{value:.0} {}", UNITS[unit])
+    } else {
+        format!("{value:.1} {}", UNITS[unit])
+    }
+}
+
 /// Estimates what evaluating `expr` on `state` and `scope` costs.
 /// `state_fields` and `scope_fields` are the fields it reads, or `None`
 /// when it reads the variable whole (which is then converted whole).

@@ -17,15 +17,26 @@ use std::sync::OnceLock;
 use minijinja::{Environment, UndefinedBehavior};
 
 use super::cel_cost::{Bound, Cost};
-use super::eval_meter::Meter;
+use super::eval_meter::{Meter, Overdrawn};
 use serde_json::{Map, Value};
 
 /// Fuel a single template render may spend before it is stopped: an
 /// instruction costs one, and minijinja charges one per 64 bytes of every
 /// string, list or map it makes or writes, so this bounds a render at
-/// about a million instructions and 64 MiB (as [`super::cel::BYTE_BUDGET`]
+/// about a million instructions and 64 MiB (as [`super::cel_cost::BYTE_BUDGET`]
 /// bounds a CEL evaluation).
 const TEMPLATE_FUEL: u64 = 1 << 20;
+
+impl Overdrawn {
+    /// The refusal of the evaluation of `source` that would have overdrawn
+    /// its run's allowance.
+    pub(crate) fn refusal(self, source: &str) -> ExprError {
+        ExprError::TooCostly {
+            expr: abbreviated(source),
+            detail: self.0,
+        }
+    }
+}
 
 /// Why an expression or a template failed to compile or to evaluate. Each
 /// message quotes the expression as written.
@@ -120,6 +131,20 @@ impl ExprError {
     pub fn is_too_costly(&self) -> bool {
         matches!(self, Self::TooCostly { .. })
     }
+}
+
+/// An expression as an error quotes it: whole when short, else its
+/// beginning and how long it is.
+pub(crate) fn abbreviated(source: &str) -> String {
+    const SHOWN: usize = 160;
+    if source.len() <= SHOWN {
+        return source.to_owned();
+    }
+    let mut end = SHOWN;
+    while !source.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}… ({} characters)", &source[..end], source.len())
 }
 
 /// JSON truthiness: `false`, `null`, `0`, `""`, `[]` and `{}` are false.
@@ -267,7 +292,9 @@ impl Template {
             steps: 1 + self.source.len() as u64,
             bytes: read.saturating_add(made),
         };
-        meter.charge(cost, &self.source)?;
+        meter
+            .charge(cost)
+            .map_err(|overdrawn| overdrawn.refusal(&self.source))?;
         Ok(value)
     }
 
@@ -335,10 +362,10 @@ impl Template {
         }
         if error.kind() == minijinja::ErrorKind::OutOfFuel {
             return ExprError::TooCostly {
-                expr: super::cel::abbreviated(&self.source),
+                expr: abbreviated(&self.source),
                 detail: format!(
                     "rendering it on this state would take more than {TEMPLATE_FUEL} instructions or allocate more than {}",
-                    super::cel::bytes_text(TEMPLATE_FUEL * 64)
+                    super::cel_cost::bytes_text(TEMPLATE_FUEL * 64)
                 ),
             };
         }

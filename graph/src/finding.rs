@@ -108,3 +108,10 @@ fn render_findings(findings: &[Finding]) -> String {
     }
     text
 }
+
+/// Findings from `before` on, where they have no line yet, get `line`.
+pub(crate) fn at_line(findings: &mut [Finding], before: usize, line: Option<u32>) {
+    for finding in &mut findings[before..] {
+        finding.line = finding.line.or(line);
+    }
+}

@@ -14,7 +14,7 @@ use serde_json::{Map, Value};
 use super::builder::Builder;
 use super::cel::CelExpr;
 use super::document::{did_you_mean, node_lines};
-use super::finding::Finding;
+use super::finding::{Finding, at_line};
 use super::lines::Lines;
 use super::lines::Step::Key;
 use super::python::SourceFiles;
@@ -314,13 +314,6 @@ fn read_fields(
         fields.extend(field);
     }
     fields
-}
-
-/// Findings from `before` on, where they have no line yet, get `line`.
-pub(crate) fn at_line(findings: &mut [Finding], before: usize, line: Option<u32>) {
-    for finding in &mut findings[before..] {
-        finding.line = finding.line.or(line);
-    }
 }
 
 /// One `state:` entry.

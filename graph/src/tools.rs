@@ -86,7 +86,7 @@ pub(crate) fn read_tools(
         let before = findings.len();
         tools.extend(read_tool(name, raw, findings));
         let line = lines.line(&[Key("tools"), Key(name)]);
-        crate::load::at_line(findings, before, line);
+        crate::finding::at_line(findings, before, line);
     }
     tools
 }

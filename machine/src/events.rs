@@ -4,7 +4,6 @@
 //! effects are instructions for the run actor, which performs them and feeds
 //! their results back as inputs.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -18,10 +17,7 @@ pub use weft_proto::{NodeId, RunId};
 /// Identifies one call to a worker-hosted reducer or predicate.
 pub type CallKey = u64;
 
-/// A state object, shared between the tasks of a wave without copying.
-pub type State = Arc<Map<String, Value>>;
-
-pub use super::task_spec::{TaskSpec, TaskState, fields_of};
+pub use super::task_spec::{State, TaskSpec, TaskState, fields_of};
 
 /// An answer to an `approval` or `input` node.
 #[derive(Debug, Clone, PartialEq)]

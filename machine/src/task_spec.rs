@@ -2,12 +2,16 @@
 //! team seat, prompts) and the [`TaskState`] it sees, a view over the
 //! wave's shared S0 that costs only what a map item changed.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use super::events::{ItemRef, State, TaskKey, TeamSeat};
+use super::task::{ItemRef, TaskKey, TeamSeat};
+
+/// A state object, shared between the tasks of a wave without copying.
+pub type State = Arc<Map<String, Value>>;
 
 /// A task for a worker.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -1,6 +1,7 @@
 //! The command line's commands.
 
 pub mod commands;
+pub mod connect;
 pub mod files;
 pub mod listing;
 pub mod output;

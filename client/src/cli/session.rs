@@ -90,7 +90,7 @@ impl Session {
     pub async fn open(place: Place) -> Result<Self, u8> {
         match place {
             Place::Remote(url) => Ok(Self {
-                client: super::commands::remote(&url).await?,
+                client: super::connect::remote(&url).await?,
                 started: None,
                 lock: None,
                 home: None,
@@ -133,7 +133,7 @@ impl Session {
                         Self::started(cluster, Some(file), Some(home)).await
                     }
                     LocalCluster::Joined(url) => Ok(Self {
-                        client: super::commands::remote(&url).await?,
+                        client: super::connect::remote(&url).await?,
                         started: None,
                         lock: Some(file),
                         home: Some(home),
@@ -148,7 +148,7 @@ impl Session {
         lock: Option<File>,
         home: Option<PathBuf>,
     ) -> Result<Self, u8> {
-        let client = super::commands::remote(&cluster.url).await?;
+        let client = super::connect::remote(&cluster.url).await?;
         if let Err(error) = cluster.ready().await {
             err!("error: {error}");
             return Err(exit::UNREACHABLE);

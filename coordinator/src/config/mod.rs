@@ -198,6 +198,16 @@ pub struct Overrides {
 }
 
 impl CoordinatorConfig {
+    /// What the registry of runs takes from it.
+    pub fn runs(&self) -> crate::runs::RunsConfig {
+        crate::runs::RunsConfig {
+            max_input_bytes: self.max_input_bytes,
+            fixed_workers: self.fixed_workers,
+            limits: self.limits.clone(),
+            retention: self.retention,
+        }
+    }
+
     /// Builds the configuration from a TOML file (optional), environment
     /// variables (`WEFT_LISTEN`, `WEFT_METRICS_LISTEN`, `WEFT_DATA_DIR`,
     /// `WEFT_HEARTBEAT_INTERVAL_MS`, `WEFT_WORKER_TIMEOUT_MS`,

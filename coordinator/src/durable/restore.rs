@@ -54,12 +54,6 @@ pub trait Progress: serde::de::DeserializeOwned {
     fn set_state(&mut self, state: serde_json::Map<String, serde_json::Value>);
 }
 
-impl Progress for crate::run_actor::Progress {
-    fn set_state(&mut self, state: serde_json::Map<String, serde_json::Value>) {
-        crate::run_actor::Progress::set_state(self, state);
-    }
-}
-
 /// A run read back from the store.
 pub struct StoredRun<P> {
     /// The run id.

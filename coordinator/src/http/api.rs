@@ -18,7 +18,7 @@ use weft_proto::v1 as pb;
 use weft_proto::v1::run_service_server::RunService;
 
 use super::Api;
-use super::caller::{ApiError, Caller};
+use super::caller::{ApiError, Caller, parameters};
 use super::run_json::run_json;
 use crate::auth::Role;
 
@@ -173,13 +173,6 @@ struct ResumeBody {
     value: Value,
     #[serde(default)]
     comment: String,
-}
-
-/// A query string's parameters, or a 400 that says what is wrong with them.
-pub(super) fn parameters<T>(query: Result<Query<T>, QueryRejection>) -> Result<T, ApiError> {
-    query
-        .map(|Query(query)| query)
-        .map_err(|rejection| ApiError::bad_request(rejection.body_text()))
 }
 
 /// A JSON body, or a 400 that says what is wrong with it.

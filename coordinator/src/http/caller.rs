@@ -109,3 +109,12 @@ impl IntoResponse for ApiError {
         response
     }
 }
+
+/// A query string's parameters, or a 400 that says what is wrong with them.
+pub(super) fn parameters<T>(
+    query: Result<axum::extract::Query<T>, axum::extract::rejection::QueryRejection>,
+) -> Result<T, ApiError> {
+    query
+        .map(|axum::extract::Query(query)| query)
+        .map_err(|rejection| ApiError::bad_request(rejection.body_text()))
+}

@@ -19,8 +19,7 @@ use weft_proto::v1 as pb;
 use weft_proto::v1::run_service_server::RunService;
 
 use super::Api;
-use super::api::admit;
-use super::caller::ApiError;
+use super::caller::{ApiError, Caller, parameters};
 use super::run_json::event_json;
 use crate::auth::Role;
 
@@ -46,8 +45,8 @@ pub(super) async fn stream(
     Path(id): Path<String>,
     query: Result<Query<EventsQuery>, QueryRejection>,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
-    let caller = admit(&api, &headers, ("WatchRun", Role::Reader))?;
-    let query = super::api::parameters(query)?;
+    let caller = Caller::admit(&api.identities, &headers, ("WatchRun", Role::Reader))?;
+    let query = parameters(query)?;
     let request = caller.request(pb::WatchRunRequest {
         run_id: id,
         from: start(&query, &headers),

@@ -12,6 +12,7 @@
 //! with no network.
 
 mod actor;
+mod step_marks;
 pub use weft_machine as machine;
 
 pub use actor::{
@@ -24,3 +25,11 @@ pub use machine::{
     Answered, Caller, NodeStatus, Owner, Progress, ProgressMismatch, Query, RunLimits, RunMachine,
     RunPlan,
 };
+pub use step_marks::{Step, StepMarks};
+
+/// A run's progress is what its stored record holds of its machine.
+impl crate::durable::restore::Progress for Progress {
+    fn set_state(&mut self, state: serde_json::Map<String, serde_json::Value>) {
+        Progress::set_state(self, state);
+    }
+}

@@ -15,7 +15,7 @@ pub(crate) mod quarantine;
 mod recovery;
 pub mod retention;
 
-pub use quarantine::StepMarks;
+pub use crate::run_actor::StepMarks;
 pub use retention::DeleteError;
 
 use std::collections::HashMap;
@@ -110,6 +110,20 @@ struct Inner {
     counted_at: usize,
 }
 
+/// What the registry of runs takes from the coordinator's configuration.
+#[derive(Debug, Clone)]
+pub struct RunsConfig {
+    /// The largest run input accepted.
+    pub max_input_bytes: usize,
+    /// The workers that join at start are all there will be: work none of
+    /// them hosts is refused at submission.
+    pub fixed_workers: bool,
+    /// What one run may use.
+    pub limits: RunLimits,
+    /// How many ended runs are kept, and for how long.
+    pub retention: retention::Retention,
+}
+
 impl Runs {
     /// An empty registry, with the limits and retention of `config`.
     pub fn new(
@@ -117,7 +131,7 @@ impl Runs {
         blobs: BlobStore,
         shutdown: CancellationToken,
         tracker: TaskTracker,
-        config: &crate::config::CoordinatorConfig,
+        config: RunsConfig,
     ) -> Self {
         Self {
             inner: Arc::default(),
@@ -127,7 +141,7 @@ impl Runs {
             tracker,
             max_input_bytes: config.max_input_bytes,
             fixed_workers: config.fixed_workers,
-            limits: config.limits.clone(),
+            limits: config.limits,
             retention: config.retention,
             store: None,
             stored_files: Arc::default(),

@@ -20,8 +20,9 @@ use crate::bundle::BlobStore;
 use crate::config::CoordinatorConfig;
 use crate::dispatch::{DispatcherConfig, DispatcherHandle, Limits, spawn_dispatcher};
 use crate::durable::Keeper;
+use crate::run_actor::StepMarks;
 use crate::runs::Runs;
-use crate::runs::quarantine::{self, StepMarks};
+use crate::runs::quarantine;
 pub use lease_clock::LeaseClock;
 
 /// What a leading coordinator serves with, for one term.
@@ -126,7 +127,7 @@ fn start_runs(
         blobs.clone(),
         ended.child_token(),
         tracker.clone(),
-        config,
+        config.runs(),
     )
     .with_store(keeper);
     (runs, dispatcher, blobs)

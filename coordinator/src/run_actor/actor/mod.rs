@@ -36,10 +36,10 @@ use crate::bundle::BlobLease;
 use crate::dispatch::jobs::JobKey;
 use crate::dispatch::{BlobRef, CallForm, DispatchEvent, EventSink, TaskLauncher, ToWorker};
 use crate::durable::journal::Journal;
+use crate::run_actor::StepMarks;
 use crate::run_actor::{
     Effect, Input, NodeId, Rejected, RunEvent, RunMachine, RunPlan, RunStatus, TaskKey, UntilJudge,
 };
-use crate::runs::StepMarks;
 
 /// How often a map's finished items are checkpointed at most.
 pub(super) const ITEM_CHECKPOINTS: Duration = Duration::from_millis(100);

@@ -59,7 +59,7 @@ fn start_kept(
         admitted: None,
         lease: BlobStore::default().add_bundle(&bundle, "default"),
         children: None,
-        marks: Arc::new(crate::runs::StepMarks::none()),
+        marks: Arc::new(crate::run_actor::StepMarks::none()),
         suspect: false,
     })
 }
