@@ -1,7 +1,8 @@
 //! A submission: the input and the bundle checked, the graph validated
-//! and held to the run limits, what it needs looked for among the workers,
-//! the run stored, then started; each refusal says what is wrong and
-//! nothing is started.
+//! and held to the run limits (the admission decision, [`admit`], pure),
+//! what it needs looked for among the workers, the run stored, then
+//! started ([`Runs::start`]); each refusal says what is wrong and nothing
+//! is started.
 
 use std::sync::Arc;
 use weft_proto::RunId;
@@ -13,7 +14,9 @@ use crate::bundle::{Bundle, Family};
 use crate::dispatch::{BlobRef, TaskLauncher};
 use crate::durable::journal::Journal;
 use crate::graph::Graph;
-use crate::run_actor::{Owner, RunError, RunMachine, RunPlan, RunSetup, Start, spawn_run};
+use crate::run_actor::{
+    Owner, RunError, RunLimits, RunMachine, RunPlan, RunSetup, Start, spawn_run,
+};
 
 impl Runs {
     /// Starts a run for `owner` (its namespace and submitter); returns its
@@ -27,9 +30,16 @@ impl Runs {
         // Before the graph is parsed: an input too large is refused as that.
         self.check_input_size(input_json)?;
         let parsed = self.parsed.parse(&bundle)?;
-        let (graph, family, warnings) = (parsed.graph, parsed.family, parsed.warnings);
-        self.admit(bundle, graph, family, input_json, warnings, owner, None)
-            .await
+        self.admit(Submission {
+            bundle,
+            graph: parsed.graph,
+            family: parsed.family,
+            input_json,
+            warnings: parsed.warnings,
+            owner,
+            trace_parent: None,
+        })
+        .await
     }
 
     /// Refuses an input over `max_input_bytes`: a submission's, or a child
@@ -44,46 +54,39 @@ impl Runs {
         Ok(())
     }
 
-    /// Starts a run of `graph` (parsed and validated, the graphs it embeds
-    /// in `family`); `warnings` so far; its trace hangs under the span
-    /// `trace_parent` names, if any (a subgraph node's child run).
-    #[allow(clippy::too_many_arguments)]
+    /// Starts a run of `submission`'s graph: decided ([`admit`]), checked
+    /// against the workers, then started ([`Runs::start`]).
     pub(super) async fn admit(
         &self,
-        bundle: Bundle,
-        graph: Arc<Graph>,
-        family: Arc<Family>,
-        input_json: &str,
-        mut warnings: Vec<String>,
-        owner: Owner,
-        trace_parent: Option<String>,
+        submission: Submission<'_>,
     ) -> Result<(RunId, Vec<String>), SubmitError> {
-        let input = parse_input(input_json)?;
-        warnings.extend(undeclared_input(&graph, &input));
-        let over = self.limits.check_graph(&graph);
-        if !over.is_empty() {
-            return Err(SubmitError::OverLimits(over));
-        }
-        let plan = RunPlan::new(graph, self.limits.clone());
-        let mut machine = RunMachine::new(plan.clone(), input).map_err(|error| match error {
-            RunError::InvalidInput { message } => SubmitError::Input(message),
-            other => SubmitError::Input(other.to_string()),
-        })?;
-        let top_level = trace_parent.is_none();
-        machine.set_trace_parent(trace_parent);
-        let namespace = owner.namespace.clone();
-        machine.set_owner(owner.clone());
-        let hosting =
-            self.dispatcher
-                .snapshot()
-                .await
-                .hosting(plan.graph(), plan.bindings(), &namespace);
-        warnings.extend(
+        let mut admitted = admit(&self.limits, submission)?;
+        let hosting = self.dispatcher.snapshot().await.hosting(
+            admitted.plan.graph(),
+            admitted.plan.bindings(),
+            &admitted.owner.namespace,
+        );
+        admitted.warnings.extend(
             hosting
                 .admit(self.fixed_workers)
                 .map_err(SubmitError::Unhostable)?,
         );
-        let lease = self.blobs.add_bundle(&bundle, &namespace);
+        self.start(admitted).await
+    }
+
+    /// Starts an admitted run: its files leased, its record stored, its
+    /// actor spawned; acknowledged once its first checkpoint is stored.
+    async fn start(&self, admitted: Admitted) -> Result<(RunId, Vec<String>), SubmitError> {
+        let Admitted {
+            bundle,
+            family,
+            plan,
+            machine,
+            owner,
+            warnings,
+            top_level,
+        } = admitted;
+        let lease = self.blobs.add_bundle(&bundle, &owner.namespace);
         let children = self.children_of(&plan, &bundle, family, owner);
         let refs = bundle_refs(&bundle);
         let id = RunId::from(format!("run-{}", uuid::Uuid::now_v7().simple()));
@@ -162,6 +165,68 @@ impl Runs {
         );
         Ok(Some(journal))
     }
+}
+
+/// A run asked for: its bundle and graph (parsed and validated, the graphs
+/// it embeds in `family`), its input, the warnings so far, who asks, and
+/// the span its trace hangs under (a subgraph node's child run).
+pub(super) struct Submission<'a> {
+    pub(super) bundle: Bundle,
+    pub(super) graph: Arc<Graph>,
+    pub(super) family: Arc<Family>,
+    pub(super) input_json: &'a str,
+    pub(super) warnings: Vec<String>,
+    pub(super) owner: Owner,
+    pub(super) trace_parent: Option<String>,
+}
+
+/// A run the admission decision took: its machine made, not started.
+struct Admitted {
+    bundle: Bundle,
+    family: Arc<Family>,
+    plan: Arc<RunPlan>,
+    machine: RunMachine,
+    owner: Owner,
+    warnings: Vec<String>,
+    /// A run of its own, not a subgraph node's child.
+    top_level: bool,
+}
+
+/// The admission decision, pure: the input read and checked against the
+/// graph's state, the graph held to the run `limits`, the machine made.
+fn admit(limits: &RunLimits, submission: Submission<'_>) -> Result<Admitted, SubmitError> {
+    let Submission {
+        bundle,
+        graph,
+        family,
+        input_json,
+        mut warnings,
+        owner,
+        trace_parent,
+    } = submission;
+    let input = parse_input(input_json)?;
+    warnings.extend(undeclared_input(&graph, &input));
+    let over = limits.check_graph(&graph);
+    if !over.is_empty() {
+        return Err(SubmitError::OverLimits(over));
+    }
+    let plan = RunPlan::new(graph, limits.clone());
+    let mut machine = RunMachine::new(plan.clone(), input).map_err(|error| match error {
+        RunError::InvalidInput { message } => SubmitError::Input(message),
+        other => SubmitError::Input(other.to_string()),
+    })?;
+    let top_level = trace_parent.is_none();
+    machine.set_trace_parent(trace_parent);
+    machine.set_owner(owner.clone());
+    Ok(Admitted {
+        bundle,
+        family,
+        plan,
+        machine,
+        owner,
+        warnings,
+        top_level,
+    })
 }
 
 /// A warning for each input key a graph that declares its state does not

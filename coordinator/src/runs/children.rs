@@ -58,15 +58,15 @@ impl ChildRuns for RunChildren {
             runs.check_input_size(&input_json)
                 .map_err(|e| refused(&e))?;
             let (run_id, _) = runs
-                .admit(
-                    child,
-                    child_graph,
+                .admit(super::admission::Submission {
+                    bundle: child,
+                    graph: child_graph,
                     family,
-                    &input_json,
-                    Vec::new(),
+                    input_json: &input_json,
+                    warnings: Vec::new(),
                     owner,
-                    Some(traceparent),
-                )
+                    trace_parent: Some(traceparent),
+                })
                 .await
                 .map_err(|e| ChildError::NotStarted {
                     graph: path.clone(),

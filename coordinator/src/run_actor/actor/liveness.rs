@@ -1,15 +1,13 @@
 //! Where a run is — live behind its actor, or ended with its record kept —
-//! and the ways an actor starts: a new or recovered run ([`spawn_run`]),
-//! or a failed run revived by `weft retry` ([`revive`]). The commands a
-//! handle sends its actor are defined here too.
+//! and how a failed run's actor starts again when `weft retry` revives it
+//! ([`revive`]; a new or recovered run's actor starts with `spawn_run`).
+//! The commands a handle sends its actor are defined here too.
 
 use std::sync::{Arc, RwLock};
 
 use tokio::sync::{broadcast, mpsc, oneshot};
 
-use super::{
-    COMMAND_BUFFER, FinishedRun, History, RunHandle, RunSetup, RunView, StoredEvent, start_actor,
-};
+use super::{COMMAND_BUFFER, FinishedRun, History, RunView, StoredEvent, start_actor};
 use crate::run_actor::{Input, Rejected};
 
 /// What a run's handle asks of its actor.
@@ -29,17 +27,6 @@ pub(super) enum Command {
 pub(super) enum Liveness {
     Live(mpsc::Sender<Command>),
     Finished(Arc<FinishedRun>),
-}
-
-/// Starts a run's actor and its first wave.
-pub fn spawn_run(setup: RunSetup) -> RunHandle {
-    let (tx, rx) = command_channel();
-    let id = setup.id.clone();
-    let namespace = setup.machine.owner().namespace.clone();
-    let me = tx.downgrade();
-    let liveness = Arc::new(RwLock::new(Liveness::Live(tx)));
-    start_actor(setup, (rx, me), liveness.clone());
-    RunHandle::new(id, &namespace, liveness)
 }
 
 /// Starts the actor of the failed run `record` again, from the wave that

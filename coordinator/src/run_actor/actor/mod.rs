@@ -27,8 +27,7 @@ pub use self::child_runs::{ChildRuns, Pending, WaitReports};
 pub use self::handle::{
     EndedLog, FinishedRun, RunHandle, RunRequestError, RunView, StoredEvent, UnhostedWait,
 };
-pub use self::liveness::spawn_run;
-use self::liveness::{Command, Liveness};
+use self::liveness::{Command, Liveness, command_channel};
 
 use self::child_runs::{ChildLink, children_in};
 use self::field_table::FieldTable;
@@ -114,6 +113,17 @@ pub struct History {
     pub log: Vec<StoredEvent>,
     /// When it was submitted.
     pub created_unix_ms: i64,
+}
+
+/// Starts a run's actor and its first wave.
+pub fn spawn_run(setup: RunSetup) -> RunHandle {
+    let (tx, rx) = command_channel();
+    let id = setup.id.clone();
+    let namespace = setup.machine.owner().namespace.clone();
+    let me = tx.downgrade();
+    let liveness = Arc::new(RwLock::new(Liveness::Live(tx)));
+    start_actor(setup, (rx, me), liveness.clone());
+    RunHandle::new(id, &namespace, liveness)
 }
 
 /// Spawns the actor of `setup` on `commands` (the receiver, and a weak
