@@ -23,14 +23,85 @@ use super::{RunApi, WorkerApi};
 use crate::auth::Principal;
 use crate::term::{Role, Services};
 
+/// Why this coordinator cannot serve a request itself, nor pass it on.
+#[derive(Debug, thiserror::Error)]
+enum NotServed {
+    /// It led, but its lease may have lapsed.
+    #[error(
+        "this coordinator's lead may have lapsed (its lease was not renewed in time); ask again"
+    )]
+    Lapsed,
+    /// Nobody leads (an election is under way).
+    #[error(
+        "no coordinator of the group leads at the moment (an election is under way); ask again shortly"
+    )]
+    NoLeader,
+    /// A request forwarded here found this coordinator a standby.
+    #[error("this coordinator no longer leads its group; ask again")]
+    NoLongerLeads,
+    /// The leader's URL does not make an endpoint.
+    #[error("the leader's URL '{url}' is not usable: {reason}")]
+    LeaderUrl {
+        /// The URL.
+        url: String,
+        /// Why.
+        reason: String,
+    },
+    /// The leader did not answer a forwarded request in time.
+    #[error("the leader did not answer within {FORWARD_TIMEOUT:?}")]
+    LeaderSilent,
+    /// The role changed while a request was forwarded.
+    #[error("the leader changed while the request was forwarded")]
+    LeaderChanged,
+    /// A forwarded watch's leader changed.
+    #[error("the leader changed; watch again")]
+    WatchLeaderChanged,
+    /// The leader could not be reached, or the connection died.
+    #[error(
+        "this coordinator stands by and forwarded the request to the leader at {leader}: {said}; if the leader is gone, another coordinator takes over within its lease: ask again"
+    )]
+    Forwarding {
+        /// The leader's URL.
+        leader: String,
+        /// What the transport said.
+        said: String,
+    },
+    /// A caller known by its certificate alone cannot be vouched for.
+    #[error(
+        "this coordinator stands by and forwards requests to the leader at {leader} with their token; a client identified by its certificate alone must call the leader itself"
+    )]
+    CertificateOnly {
+        /// The leader's URL.
+        leader: String,
+    },
+    /// A worker joined a standby: it is told where the leader is.
+    #[error("this coordinator stands by; the leader is at {0}")]
+    StandingBy(String),
+}
+
+impl From<NotServed> for Status {
+    fn from(error: NotServed) -> Self {
+        let message = error.to_string();
+        match error {
+            NotServed::CertificateOnly { .. } => Status::failed_precondition(message),
+            NotServed::StandingBy(url) => {
+                let mut status = Status::unavailable(message);
+                if let Ok(value) = url.parse() {
+                    status.metadata_mut().insert(LEADER_METADATA, value);
+                }
+                status
+            }
+            _ => Status::unavailable(message),
+        }
+    }
+}
+
 /// A term's services, unless this leader's lease may have lapsed.
-fn current(services: &Services) -> Result<&Services, Status> {
+fn current(services: &Services) -> Result<&Services, NotServed> {
     if services.current() {
         Ok(services)
     } else {
-        Err(Status::unavailable(
-            "this coordinator's lead may have lapsed (its lease was not renewed in time); ask again",
-        ))
+        Err(NotServed::Lapsed)
     }
 }
 
@@ -55,9 +126,6 @@ fn connection_refused(status: &Status) -> bool {
 
 /// How long a forwarded request may wait for the leader's answer.
 const FORWARD_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
-
-const NO_LEADER: &str =
-    "no coordinator of the group leads at the moment (an election is under way); ask again shortly";
 
 /// The client-facing service in front of the role.
 #[derive(Clone)]
@@ -123,41 +191,32 @@ impl FrontRuns {
     ) -> Result<Response<T>, (Status, bool)> {
         let answer = tokio::select! {
             answer = tokio::time::timeout(FORWARD_TIMEOUT, call) => answer.unwrap_or_else(|_| {
-                Err(Status::unavailable(format!(
-                    "the leader did not answer within {FORWARD_TIMEOUT:?}"
-                )))
+                Err(NotServed::LeaderSilent.into())
             }),
-            () = self.role_changed() => Err(Status::unavailable(
-                "the leader changed while the request was forwarded",
-            )),
+            () = self.role_changed() => Err(NotServed::LeaderChanged.into()),
         };
         answer.map_err(|status| match status.code() {
             // Cancelled: the connection died under the request.
             tonic::Code::Unavailable | tonic::Code::Cancelled => {
                 let refused = connection_refused(&status);
-                let status = Status::unavailable(format!(
-                    "this coordinator stands by and forwarded the request to the leader at {leader}: {}; \
-                     if the leader is gone, another coordinator takes over within its lease: ask again",
-                    status.message()
-                ));
-                (status, refused)
+                let status = NotServed::Forwarding {
+                    leader: leader.to_owned(),
+                    said: status.message().to_owned(),
+                };
+                (status.into(), refused)
             }
             _ => (status, false),
         })
     }
 
     /// Where a request goes now; `forwarded_in`: it was forwarded here.
-    fn route(&self, forwarded_in: bool) -> Result<Route, Status> {
+    fn route(&self, forwarded_in: bool) -> Result<Route, NotServed> {
         let url = match &*self.role.borrow() {
             Role::Leader(services) => {
                 return Ok(Route::Local(RunApi::new(current(services)?)));
             }
-            Role::Standby(_) if forwarded_in => {
-                return Err(Status::unavailable(
-                    "this coordinator no longer leads its group; ask again",
-                ));
-            }
-            Role::Standby(None) => return Err(Status::unavailable(NO_LEADER)),
+            Role::Standby(_) if forwarded_in => return Err(NotServed::NoLongerLeads),
+            Role::Standby(None) => return Err(NotServed::NoLeader),
             Role::Standby(Some(url)) => url.clone(),
         };
         let mut leader = self.leader.lock().unwrap_or_else(|e| e.into_inner());
@@ -171,9 +230,11 @@ impl FrontRuns {
         } else {
             weft_proto::transport::ClientTls::default()
         };
-        let endpoint = weft_proto::transport::endpoint(&url, &peers).map_err(|e| {
-            Status::unavailable(format!("the leader's URL '{url}' is not usable: {e}"))
-        })?;
+        let endpoint =
+            weft_proto::transport::endpoint(&url, &peers).map_err(|e| NotServed::LeaderUrl {
+                url: url.clone(),
+                reason: e.to_string(),
+            })?;
         let client = RunServiceClient::new(endpoint.connect_lazy())
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_MESSAGE_BYTES);
@@ -213,9 +274,10 @@ impl Credentials {
     /// to call the leader itself.
     fn onward<T>(&self, message: T, required: bool, leader: &str) -> Result<Request<T>, Status> {
         if required && self.authorization.is_none() {
-            return Err(Status::failed_precondition(format!(
-                "this coordinator stands by and forwards requests to the leader at {leader} with their token; a client identified by its certificate alone must call the leader itself"
-            )));
+            return Err(NotServed::CertificateOnly {
+                leader: leader.to_owned(),
+            }
+            .into());
         }
         let mut onward = Request::new(message);
         onward.metadata_mut().insert(
@@ -270,9 +332,9 @@ macro_rules! routed {
                                 Err(failed) => failed,
                             }
                         }
-                        Err(status) => {
-                            let unreached = status.message() == NO_LEADER;
-                            (status, unreached)
+                        Err(refused) => {
+                            let unreached = matches!(refused, NotServed::NoLeader);
+                            (refused.into(), unreached)
                         }
                     };
                     if !unreached || tokio::time::Instant::now() >= deadline {
@@ -340,7 +402,7 @@ fn relay(
         loop {
             let item = tokio::select! {
                 item = events.message() => item,
-                () = &mut changed => Err(Status::unavailable("the leader changed; watch again")),
+                () = &mut changed => Err(NotServed::WatchLeaderChanged.into()),
                 () = tx.closed() => return,
             };
             let (item, last) = match item {
@@ -372,16 +434,8 @@ impl FrontWorkers {
     fn local(&self) -> Result<WorkerApi, Status> {
         match &*self.role.borrow() {
             Role::Leader(services) => Ok(WorkerApi::new(current(services)?)),
-            Role::Standby(None) => Err(Status::unavailable(NO_LEADER)),
-            Role::Standby(Some(url)) => {
-                let mut status = Status::unavailable(format!(
-                    "this coordinator stands by; the leader is at {url}"
-                ));
-                if let Ok(value) = url.parse() {
-                    status.metadata_mut().insert(LEADER_METADATA, value);
-                }
-                Err(status)
-            }
+            Role::Standby(None) => Err(NotServed::NoLeader.into()),
+            Role::Standby(Some(url)) => Err(NotServed::StandingBy(url.clone()).into()),
         }
     }
 }

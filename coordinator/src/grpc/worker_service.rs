@@ -195,6 +195,42 @@ fn weight(task: &Assignment) -> usize {
     values + task.config_json.len() + task.scope_json.len() + task.prompts_json.len()
 }
 
+/// Why a worker was not let in.
+#[derive(Debug, thiserror::Error)]
+enum JoinError {
+    /// The stream did not start with a hello.
+    #[error("a worker's first message must be its hello")]
+    NoHello,
+    /// The worker speaks another protocol version.
+    #[error(
+        "worker '{name}' speaks protocol version {version}, but this coordinator speaks version {PROTOCOL_VERSION}; upgrade the worker or the coordinator so they match"
+    )]
+    Protocol {
+        /// The worker's name.
+        name: String,
+        /// Its version.
+        version: u32,
+    },
+    /// The worker announced no slot.
+    #[error("worker '{0}' announced 0 slots")]
+    NoSlots(String),
+    /// The dispatcher refused it.
+    #[error(transparent)]
+    Refused(JoinRefused),
+}
+
+impl From<JoinError> for Status {
+    fn from(error: JoinError) -> Self {
+        let message = error.to_string();
+        match error {
+            JoinError::NoHello | JoinError::NoSlots(_) => Status::invalid_argument(message),
+            JoinError::Protocol { .. } => Status::failed_precondition(message),
+            JoinError::Refused(JoinRefused::ShuttingDown(_)) => Status::unavailable(message),
+            JoinError::Refused(JoinRefused::NameTaken(_)) => Status::already_exists(message),
+        }
+    }
+}
+
 #[tonic::async_trait]
 impl WorkerService for WorkerApi {
     type JoinStream = OutStream;
@@ -210,23 +246,17 @@ impl WorkerService for WorkerApi {
                 body: Some(pb::worker_message::Body::Hello(hello)),
             })) => hello,
             Some(Err(status)) => return Err(status),
-            _ => {
-                return Err(Status::invalid_argument(
-                    "a worker's first message must be its hello",
-                ));
-            }
+            _ => return Err(JoinError::NoHello.into()),
         };
         if hello.protocol_version != PROTOCOL_VERSION {
-            return Err(Status::failed_precondition(format!(
-                "worker '{}' speaks protocol version {}, but this coordinator speaks version {PROTOCOL_VERSION}; upgrade the worker or the coordinator so they match",
-                hello.name, hello.protocol_version
-            )));
+            return Err(JoinError::Protocol {
+                name: hello.name,
+                version: hello.protocol_version,
+            }
+            .into());
         }
         if hello.slots == 0 {
-            return Err(Status::invalid_argument(format!(
-                "worker '{}' announced 0 slots",
-                hello.name
-            )));
+            return Err(JoinError::NoSlots(hello.name).into());
         }
         let (work, work_rx) = mpsc::channel(WORK_QUEUE);
         let (control, control_rx) = mpsc::channel(CONTROL_QUEUE);
@@ -238,10 +268,7 @@ impl WorkerService for WorkerApi {
             .dispatcher
             .join(info, WorkerLink { work, control })
             .await
-            .map_err(|refused| match refused {
-                JoinRefused::ShuttingDown(_) => Status::unavailable(refused.to_string()),
-                JoinRefused::NameTaken(_) => Status::already_exists(refused.to_string()),
-            })?;
+            .map_err(JoinError::Refused)?;
         self.tracker
             .spawn(read_worker(inbound, self.dispatcher.clone(), worker));
         let heartbeat = self.heartbeat;
