@@ -1,19 +1,17 @@
-// The Weft run viewer: one page for `/` (the runs) and `/runs/ID` (a run),
-// reading everything from the coordinator's JSON API (`/api/v1/`). No
-// framework and no build step: DOM built with `el`, a run's events read as
-// server-sent events over `fetch` (so the bearer token goes as a header),
-// the picture redrawn at most a few times a second however fast events come.
-"use strict";
+// The Weft run viewer's shared helpers (an ES module, as every script of
+// the page): DOM built with `el`, the JSON API with the bearer token, the
+// frame (sign-in, failures), and the timers and streams a page stops when
+// it leaves. The page starts in main.js; no framework and no build step.
 
-const TOKEN_KEY = "weft-token";
-const RENDER_EVERY_MS = 200;
-const LIST_REFRESH_MS = 2000;
-const EVENTS_SHOWN = 500;
-const ITEMS_PER_PAGE = 100;
+export const TOKEN_KEY = "weft-token";
+export const RENDER_EVERY_MS = 200;
+export const LIST_REFRESH_MS = 2000;
+export const EVENTS_SHOWN = 500;
+export const ITEMS_PER_PAGE = 100;
 
 // ---- small helpers ----------------------------------------------------
 
-function el(tag, attrs, ...children) {
+export function el(tag, attrs, ...children) {
   const node = document.createElement(tag);
   for (const [key, value] of Object.entries(attrs || {})) {
     if (value === undefined || value === null || value === false) continue;
@@ -28,19 +26,19 @@ function el(tag, attrs, ...children) {
   return node;
 }
 
-function token() { return sessionStorage.getItem(TOKEN_KEY); }
+export function token() { return sessionStorage.getItem(TOKEN_KEY); }
 
-function headers(extra) {
+export function headers(extra) {
   const all = Object.assign({}, extra || {});
   if (token()) all.Authorization = "Bearer " + token();
   return all;
 }
 
-class ApiError extends Error {
+export class ApiError extends Error {
   constructor(status, code, message) { super(message); this.status = status; this.code = code; }
 }
 
-async function api(path, options) {
+export async function api(path, options) {
   const init = Object.assign({}, options || {});
   init.headers = headers(init.body ? { "Content-Type": "application/json" } : {});
   const response = await fetch("/api/v1" + path, init);
@@ -55,9 +53,9 @@ async function api(path, options) {
   return body;
 }
 
-function when(ms) { return ms ? new Date(ms).toLocaleString() : ""; }
+export function when(ms) { return ms ? new Date(ms).toLocaleString() : ""; }
 
-function duration(from, to) {
+export function duration(from, to) {
   if (!from) return "";
   let seconds = Math.max(0, Math.round(((to || Date.now()) - from) / 1000));
   const hours = Math.floor(seconds / 3600); seconds -= hours * 3600;
@@ -67,12 +65,12 @@ function duration(from, to) {
   return `${seconds}s`;
 }
 
-function badge(status) { return el("span", { class: "status " + status, text: status }); }
+export function badge(status) { return el("span", { class: "status " + status, text: status }); }
 
 const FOLD_CHARS = 400;
 
 // A JSON value shown whole when short, folded behind its size when long.
-function jsonValue(value, opened) {
+export function jsonValue(value, opened) {
   const text = JSON.stringify(value, null, 2);
   if (text === undefined) return el("span", { class: "muted", text: "(removed)" });
   if (text.length <= FOLD_CHARS) return el("pre", { class: "value" }, text);
@@ -81,7 +79,7 @@ function jsonValue(value, opened) {
     el("pre", { class: "value" }, text));
 }
 
-function describe(value) {
+export function describe(value) {
   if (Array.isArray(value)) return `list of ${value.length}`;
   if (value && typeof value === "object") return `object of ${Object.keys(value).length} keys`;
   if (typeof value === "string") return "text";
@@ -90,40 +88,22 @@ function describe(value) {
 
 // ---- the frame: who is looking, and the token form ------------------------
 
-let me = null;
+// Who is looking (`/whoami`), once main.js has asked.
+export const session = { me: null };
 
-async function boot() {
-  document.getElementById("sign-out").addEventListener("click", () => {
-    sessionStorage.removeItem(TOKEN_KEY);
-    location.reload();
-  });
-  try {
-    me = await api("/whoami");
-  } catch (error) {
-    if (error.status !== 401) showFailure(error);
-    return;
-  }
-  const who = document.getElementById("who");
-  who.textContent = me.identities_required ? `${me.name} (${me.role}, ${me.namespace})` : "";
-  document.getElementById("sign-out").hidden = !token();
-  const match = location.pathname.match(/^\/runs\/([^/]+)$/);
-  if (match) runPage(decodeURIComponent(match[1]));
-  else listPage();
-}
-
-function main(...children) {
+export function main(...children) {
   const root = document.getElementById("main");
   root.replaceChildren(...children);
   return root;
 }
 
-function showFailure(error) {
+export function showFailure(error) {
   main(el("div", { class: "panel error-box", id: "failure" }, error.message));
 }
 
 let signInShown = false;
 
-function showSignIn(reason) {
+export function showSignIn(reason) {
   if (signInShown) return;
   signInShown = true;
   stopEverything();
@@ -143,16 +123,12 @@ function showSignIn(reason) {
   input.focus();
 }
 
-const timers = new Set();
-const streams = new Set();
+export const timers = new Set();
+export const streams = new Set();
 
-function stopEverything() {
+export function stopEverything() {
   for (const timer of timers) clearInterval(timer);
   timers.clear();
   for (const controller of streams) controller.abort();
   streams.clear();
 }
-
-// Every script of the page is in by now (they load in order at the end of
-// the body): start.
-document.addEventListener("DOMContentLoaded", boot);

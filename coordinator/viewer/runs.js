@@ -1,13 +1,15 @@
 // The run viewer's list of runs (`/`): newest first, filtered by status and
-// graph, paged, refreshed every two seconds. Uses common.js.
-"use strict";
+// graph, paged, refreshed every two seconds.
+
+import { LIST_REFRESH_MS, api, badge, duration, el, main, session, timers, when } from "./common.js";
 
 // ---- the runs -----------------------------------------------------------
 
 const STATUSES = ["running", "waiting", "completed", "failed", "cancelled"];
 
-function listPage() {
+export function listPage() {
   document.title = "Runs · Weft";
+  const me = session.me;
   const params = new URLSearchParams(location.search);
   const status = el("select", { id: "filter-status" },
     el("option", { value: "", text: "any status" }),

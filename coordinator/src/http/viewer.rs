@@ -4,17 +4,52 @@
 //! `/runs/ID` (a run); it reads everything else from `/api/v1/`.
 
 use axum::Router;
+use axum::extract::Path;
 use axum::http::header;
 use axum::response::IntoResponse;
 use axum::routing::get;
 
 const PAGE: &str = include_str!("../../viewer/index.html");
 const STYLE: &str = include_str!("../../viewer/app.css");
-/// The scripts, in the order the page loads them: the helpers and the
-/// frame, the list of runs, a run's page.
-const COMMON: &str = include_str!("../../viewer/common.js");
-const RUNS: &str = include_str!("../../viewer/runs.js");
-const RUN: &str = include_str!("../../viewer/run.js");
+
+/// The page's scripts, ES modules served under `/assets/`: the entry
+/// point, the shared helpers, the list of runs, a run's page with its
+/// model, and one module per panel of it.
+const SCRIPTS: [(&str, &str); 12] = [
+    ("main.js", include_str!("../../viewer/main.js")),
+    ("common.js", include_str!("../../viewer/common.js")),
+    ("runs.js", include_str!("../../viewer/runs.js")),
+    ("run.js", include_str!("../../viewer/run.js")),
+    ("run_model.js", include_str!("../../viewer/run_model.js")),
+    (
+        "panels/header.js",
+        include_str!("../../viewer/panels/header.js"),
+    ),
+    (
+        "panels/waiting.js",
+        include_str!("../../viewer/panels/waiting.js"),
+    ),
+    (
+        "panels/graph.js",
+        include_str!("../../viewer/panels/graph.js"),
+    ),
+    (
+        "panels/maps.js",
+        include_str!("../../viewer/panels/maps.js"),
+    ),
+    (
+        "panels/loops.js",
+        include_str!("../../viewer/panels/loops.js"),
+    ),
+    (
+        "panels/state.js",
+        include_str!("../../viewer/panels/state.js"),
+    ),
+    (
+        "panels/events.js",
+        include_str!("../../viewer/panels/events.js"),
+    ),
+];
 
 /// What the page may load and run: its own files only (the diagram's
 /// inline `<style>` aside).
@@ -26,10 +61,8 @@ pub(super) fn routes<S: Clone + Send + Sync + 'static>() -> Router<S> {
     Router::new()
         .route("/", get(page))
         .route("/runs/{id}", get(page))
-        .route("/assets/common.js", get(|| script(COMMON)))
-        .route("/assets/runs.js", get(|| script(RUNS)))
-        .route("/assets/run.js", get(|| script(RUN)))
         .route("/assets/app.css", get(style))
+        .route("/assets/{*file}", get(asset))
 }
 
 fn file(content_type: &'static str, body: &'static str) -> impl IntoResponse {
@@ -48,8 +81,12 @@ async fn page() -> impl IntoResponse {
     file("text/html; charset=utf-8", PAGE)
 }
 
-async fn script(body: &'static str) -> impl IntoResponse {
-    file("text/javascript; charset=utf-8", body)
+/// A script by its path under `/assets/`, or 404.
+async fn asset(Path(name): Path<String>) -> axum::response::Response {
+    match SCRIPTS.iter().find(|(file, _)| *file == name) {
+        Some((_, body)) => file("text/javascript; charset=utf-8", body).into_response(),
+        None => axum::http::StatusCode::NOT_FOUND.into_response(),
+    }
 }
 
 async fn style() -> impl IntoResponse {

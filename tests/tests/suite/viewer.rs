@@ -304,12 +304,23 @@ async fn the_api_names_callers_checks_roles_and_answers_in_json() -> anyhow::Res
         .to_str()?
         .to_owned();
     assert!(policy.contains("default-src 'self'"), "{policy}");
-    assert!(page.text().await?.contains("/assets/run.js"));
-    let script = reqwest::get(format!("{base}/assets/run.js")).await?;
-    assert_eq!(
-        script.headers()["content-type"],
-        "text/javascript; charset=utf-8"
+    assert!(
+        page.text()
+            .await?
+            .contains(r#"<script type="module" src="/assets/main.js">"#)
     );
+    // Every module the page imports is served as JavaScript; no other.
+    for module in ["main.js", "run.js", "run_model.js", "panels/events.js"] {
+        let script = reqwest::get(format!("{base}/assets/{module}")).await?;
+        assert_eq!(script.status(), 200, "{module}");
+        assert_eq!(
+            script.headers()["content-type"],
+            "text/javascript; charset=utf-8",
+            "{module}"
+        );
+    }
+    let missing = reqwest::get(format!("{base}/assets/panels/../../secrets.js")).await?;
+    assert_eq!(missing.status(), 404);
     Ok(())
 }
 

@@ -1,0 +1,64 @@
+// The graph's diagram, coloured by each node's status, and the panel of
+// the node clicked in it (attempts, worker, errors, what was sent again).
+
+import { badge, el, headers } from "../common.js";
+
+// Draws run `id`'s diagram once; `loaded` resolves when it is in (it says
+// which steps are a map's or a loop's, which the model needs first).
+export function graphPanel(id, model, changed) {
+  const diagram = el("div", { id: "diagram" }, el("p", { class: "muted", text: "Drawing…" }));
+  const detail = el("div", { id: "node-detail", class: "muted" }, "Click a node to see its attempts, items and errors.");
+  const legend = el("div", { class: "legend" },
+    ["pending", "running", "waiting", "done", "failed", "skipped"].map((s) => el("span", {}, badge(s))));
+  let selected = null;
+
+  const loaded = fetch(`/api/v1/runs/${encodeURIComponent(id)}/diagram.svg`, { headers: headers() })
+    .then((response) => response.ok ? response.text() : Promise.reject(new Error("the diagram could not be drawn")))
+    .then((svg) => {
+      diagram.innerHTML = svg;
+      model.kinds = new Map();
+      for (const group of diagram.querySelectorAll("g.node")) {
+        model.kinds.set(group.dataset.node, group.dataset.kind);
+        for (const step of (group.dataset.steps || "").split(" ").filter(Boolean)) {
+          if (!model.containers.has(step)) model.containers.set(step, group.dataset.node);
+        }
+        group.addEventListener("click", () => { selected = group.dataset.node; renderDetail(); paint(); });
+      }
+      changed();
+    })
+    .catch((error) => diagram.replaceChildren(el("p", { class: "form-error", text: error.message })));
+
+  function paint() {
+    for (const group of diagram.querySelectorAll("g.node")) {
+      const node = model.view(group.dataset.node);
+      group.setAttribute("class", group.getAttribute("class").replace(/ status-\w+| selected/g, "") +
+        " status-" + node.status + (selected === group.dataset.node ? " selected" : ""));
+      group.dataset.status = node.status;
+      const title = group.querySelector("title");
+      if (title) title.textContent = `${group.dataset.node} (${group.dataset.kind}): ${node.status}` +
+        (node.attempts ? `, attempt ${node.attempts}` : "") + (node.worker ? ` on ${node.worker}` : "");
+    }
+  }
+
+  function renderDetail() {
+    if (!selected) return;
+    const node = model.view(selected);
+    const kind = model.kind(selected) || "";
+    const rows = [el("div", { class: "row" }, el("b", { class: "mono", text: selected }), el("span", { class: "muted", text: kind }), badge(node.status))];
+    if (model.containers.get(selected)) rows.push(el("div", { class: "muted", text: `a step of ${model.containers.get(selected)}` }));
+    rows.push(el("div", { text: `attempts: ${node.attempts || 0}` }));
+    if (node.worker) rows.push(el("div", { class: "worker", text: `worker: ${node.worker}` }));
+    if (node.answeredBy) rows.push(el("div", { text: `answered by ${node.answeredBy}` }));
+    for (const line of node.resent || []) rows.push(el("div", { class: "resent", text: line }));
+    if (node.child) rows.push(el("div", {}, "child run: ", el("a", { class: "mono", href: "/runs/" + encodeURIComponent(node.child), text: node.child })));
+    if (node.error) rows.push(el("div", { class: "error-box" }, el("pre", { text: node.error })));
+    const iterations = model.loops.get(selected);
+    if (iterations) rows.push(el("div", { text: `${iterations.length} iterations` }));
+    detail.className = "";
+    detail.replaceChildren(...rows);
+  }
+
+  const graph = el("div", { class: "panel" }, el("h2", { text: "Graph" }), legend, diagram);
+  const node = el("div", { class: "panel" }, el("h2", { text: "Node" }), detail);
+  return { graph, node, loaded, render() { paint(); renderDetail(); } };
+}

@@ -1,0 +1,163 @@
+// What the run viewer shows of one run, as its events build it up:
+// RunModel applies each event once (nodes, map items, loops, waves,
+// failures), and fieldHistory reads the waves' changes. No DOM here.
+
+// Everything the page shows of a run, as its events build it up.
+export class RunModel {
+  constructor() {
+    this.nodes = new Map();     // id -> {status, attempts, error, child, answeredBy, resent}
+    this.maps = new Map();      // map node -> {total, done, items: Map(index -> {status, step, error})}
+    this.loops = new Map();     // loop node -> [{iteration, max, done, reason}]
+    this.waves = [];            // [{step, nodes, at, changes}]
+    this.events = [];
+    this.failures = [];         // [{node, item, error, fallback, at}]
+    this.lastSeq = -1;
+    this.containers = new Map(); // step -> map or loop node (from the diagram)
+  }
+
+  node(id) {
+    if (!this.nodes.has(id)) this.nodes.set(id, { status: "pending", attempts: 0 });
+    return this.nodes.get(id);
+  }
+
+  // What is known of node `id`, without making an entry: the one place
+  // the diagram and the node panel read a node's status from.
+  view(id) {
+    return this.nodes.get(id) || { status: "pending", attempts: 0 };
+  }
+
+  map(id) {
+    if (!this.maps.has(id)) this.maps.set(id, { total: null, done: 0, items: new Map() });
+    return this.maps.get(id);
+  }
+
+  // The map whose item `item` of step `node` is, if the step is in one.
+  itemOf(node, item) {
+    if (item === null || item === undefined) return null;
+    const container = this.containers.get(node);
+    if (!container || !this.maps.has(container) && this.kind(container) !== "map") return null;
+    const map = this.map(container);
+    if (!map.items.has(item)) map.items.set(item, { status: "pending" });
+    return map.items.get(item);
+  }
+
+  kind(id) { return this.kinds ? this.kinds.get(id) : undefined; }
+
+  apply(event) {
+    if (event.seq <= this.lastSeq) return;
+    this.lastSeq = event.seq;
+    this.events.push(event);
+    const item = event.item === undefined ? null : event.item;
+    switch (event.type) {
+      case "wave_started":
+        this.waves.push({ step: event.step, nodes: event.nodes, at: event.at_unix_ms, changes: null });
+        for (const id of event.nodes) this.node(id).status = "running";
+        break;
+      case "node_started": {
+        const entry = this.itemOf(event.node, item);
+        const node = this.node(event.node);
+        if (entry) { entry.status = "running"; entry.step = event.node; }
+        node.status = "running";
+        node.attempts = Math.max(node.attempts, event.attempt);
+        break;
+      }
+      case "node_finished": {
+        const entry = this.itemOf(event.node, item);
+        const node = this.node(event.node);
+        if (event.worker) node.worker = event.worker;
+        if (entry) { entry.step = event.node; entry.worker = event.worker; }
+        else node.status = "done";
+        break;
+      }
+      case "node_retrying":
+        this.node(event.node).error = event.error;
+        break;
+      case "task_redispatched": {
+        // At-least-once made visible: the same attempt went out again.
+        const node = this.node(event.node);
+        node.resent = node.resent || [];
+        node.resent.push(event.reason === "worker_lost"
+          ? `attempt ${event.attempt} sent again: worker ${event.worker || "?"} was lost`
+          : `attempt ${event.attempt} sent again: the coordinator that sent it stopped`);
+        break;
+      }
+      case "node_failed": {
+        this.failures.push(event);
+        const entry = this.itemOf(event.node, item);
+        if (entry && !event.fallback) { entry.status = "failed"; entry.error = event.error; }
+        const node = this.node(event.node);
+        node.error = event.error;
+        if (!entry && !event.fallback) node.status = "failed";
+        break;
+      }
+      case "node_skipped":
+        this.node(event.node).status = "skipped";
+        break;
+      case "state_changed": {
+        const wave = this.waves.find((w) => w.step === event.step) || this.waves[this.waves.length - 1];
+        if (wave) wave.changes = event;
+        break;
+      }
+      case "map_item_finished": {
+        const map = this.map(event.node);
+        map.total = event.total;
+        map.done = event.done;
+        const entry = map.items.get(event.index) || {};
+        entry.status = "done";
+        map.items.set(event.index, entry);
+        if (event.done === event.total) {
+          this.node(event.node).status = "done";
+          for (const [step, container] of this.containers) if (container === event.node) this.node(step).status = "done";
+        }
+        break;
+      }
+      case "loop_iteration": {
+        if (!this.loops.has(event.node)) this.loops.set(event.node, []);
+        this.loops.get(event.node).push(event);
+        break;
+      }
+      case "subgraph_started":
+        this.node(event.node).child = event.run_id;
+        break;
+      case "waiting_for_input":
+        this.node(event.node).status = "waiting";
+        break;
+      case "input_received": {
+        const node = this.node(event.node);
+        node.status = "done";
+        node.answeredBy = event.by;
+        break;
+      }
+      case "run_retried":
+        for (const node of this.nodes.values()) if (node.status === "failed") node.status = "pending";
+        for (const map of this.maps.values()) for (const entry of map.items.values()) if (entry.status === "failed") entry.status = "pending";
+        break;
+      case "run_finished":
+        for (const node of this.nodes.values()) if (node.status === "running") node.status = event.status === "cancelled" ? "pending" : node.status;
+        break;
+      default:
+        break;
+    }
+  }
+}
+
+// The last value each field had before each wave, for showing what changed.
+export function fieldHistory(waves) {
+  const before = new Map();
+  const out = [];
+  for (const wave of waves) {
+    if (!wave.changes) continue;
+    const rows = wave.changes.fields.map((field) => {
+      const values = wave.changes.values || {};
+      const folded = wave.changes.folded || {};
+      const row = { field, previous: before.get(field) };
+      if (field in values) row.value = { value: values[field] };
+      else if (field in folded) row.value = { folded: folded[field] };
+      else row.value = { removed: true };
+      before.set(field, row.value);
+      return row;
+    });
+    out.push({ step: wave.step, nodes: wave.nodes, rows });
+  }
+  return out;
+}
