@@ -16,6 +16,40 @@ use super::*;
 use crate::graph::NodeIdx;
 
 impl RunMachine {
+    /// What a returned attempt is: its output, when it is valid JSON of
+    /// at most `max_output_fields` fields, or a failed attempt (the
+    /// worker's own failure, its message clipped to `max_message_bytes`).
+    pub(super) fn returned(
+        &self,
+        worker: String,
+        result: Result<(String, Option<Value>), TaskFailure>,
+        read: Vec<u64>,
+        notes: Vec<Value>,
+    ) -> Result<NodeOutput, TaskFailure> {
+        let limits = self.plan.limits();
+        match result {
+            Ok((writes, output)) => match NodeOutput::accept(&writes, limits.max_output_fields) {
+                Ok(mut parsed) => {
+                    parsed.output = output;
+                    parsed.read = read;
+                    parsed.notes = notes;
+                    parsed.worker = Some(worker);
+                    Ok(parsed)
+                }
+                Err(error) => Err(TaskFailure {
+                    kind: FailureKind::InvalidOutput,
+                    message: error.to_string(),
+                    worker: Some(worker),
+                }),
+            },
+            Err(mut failure) => {
+                failure.worker.get_or_insert(worker);
+                failure.message = limits.clip(failure.message);
+                Err(failure)
+            }
+        }
+    }
+
     // ----- tasks -------------------------------------------------------
 
     /// Creates attempt `attempt` of a task and queues it for dispatch.

@@ -43,6 +43,22 @@ pub enum Input {
         /// What it returned.
         output: NodeOutput,
     },
+    /// A task attempt came back from a worker, as the worker sent it: the
+    /// machine decides whether its output is acceptable (JSON, no more
+    /// fields than `max_output_fields`), so a bad one fails the attempt.
+    TaskReturned {
+        /// Its key.
+        key: TaskKey,
+        /// The worker that ran it.
+        worker: String,
+        /// The written fields as JSON text, unread, and the transient
+        /// output; or how it failed.
+        result: Result<(String, Option<Value>), TaskFailure>,
+        /// The numbers of the teammate messages it read.
+        read: Vec<u64>,
+        /// What it noted on the way (model and tool calls).
+        notes: Vec<Value>,
+    },
     /// A task attempt failed.
     TaskFailed {
         /// Its key.

@@ -364,6 +364,16 @@ impl RunMachine {
         match input {
             Input::TaskSucceeded { key, output } => self.task_succeeded(key, output, &mut fx),
             Input::TaskFailed { key, failure } => self.task_failed(key, failure, &mut fx),
+            Input::TaskReturned {
+                key,
+                worker,
+                result,
+                read,
+                notes,
+            } => match self.returned(worker, result, read, notes) {
+                Ok(output) => self.task_succeeded(key, output, &mut fx),
+                Err(failure) => self.task_failed(key, failure, &mut fx),
+            },
             Input::RetryDue { key } => {
                 if self.run.tasks.requeue(key) {
                     self.pump(&mut fx);

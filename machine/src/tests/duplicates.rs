@@ -175,3 +175,46 @@ nodes:
     let late = h.machine.apply(lost).unwrap();
     assert!(redispatched(&late).is_empty(), "{late:?}");
 }
+
+#[test]
+fn a_returned_attempt_is_judged_by_the_machine() {
+    let yaml = r#"
+nodes:
+  a: { kind: task, handler: a, start: true, retry: 2 }
+"#;
+    let limits = RunLimits {
+        max_output_fields: 2,
+        ..RunLimits::default()
+    };
+    let mut h = Harness::with_limits(yaml, json!({}), limits);
+    let first = dispatched(&h.machine.start())[0].key;
+    let returned = |key, writes: &str| Input::TaskReturned {
+        key,
+        worker: "w1".into(),
+        result: Ok((writes.to_owned(), None)),
+        read: Vec::new(),
+        notes: Vec::new(),
+    };
+    // Three fields where two are allowed: the attempt fails, and is retried.
+    let effects = h
+        .machine
+        .apply(returned(first, r#"{"x": 1, "y": 2, "z": 3}"#))
+        .unwrap();
+    let retried = effects.iter().any(|effect| {
+        matches!(effect, Effect::Emit(RunEvent::NodeRetrying { error, .. })
+            if error.contains("3 fields") || error.contains("max_output_fields"))
+    });
+    assert!(retried, "{effects:?}");
+    let second = effects
+        .iter()
+        .find_map(|effect| match effect {
+            Effect::ScheduleRetry { key, .. } => Some(*key),
+            _ => None,
+        })
+        .expect("a retry");
+    let again = dispatched(&h.machine.apply(Input::RetryDue { key: second }).unwrap())[0].key;
+    // Text that is no JSON fails it too; the run fails after its attempts.
+    h.machine.apply(returned(again, "not json")).unwrap();
+    assert_eq!(h.status(), RunStatus::Failed);
+    assert!(h.error_text().contains("invalid_output"), "{}", h.error_text());
+}

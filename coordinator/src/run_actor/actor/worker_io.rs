@@ -1,6 +1,7 @@
 //! The run actor's traffic with workers, through the dispatcher: tasks
 //! and function calls out, their results (and teammate sends) back in as
-//! the machine's inputs.
+//! the machine's inputs, as the workers sent them (the machine judges
+//! them).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -9,45 +10,10 @@ use serde_json::Value;
 
 use super::RunActor;
 use crate::dispatch::jobs::JobKey;
-use crate::dispatch::{Assignment, CallForm, DispatchEvent, FunctionCall, PythonCall, TaskOutcome};
-use crate::run_actor::{
-    Code, Effect, FailureKind, Input, NodeOutput, Outgoing, TaskFailure, TaskKey, TaskSpec,
-};
+use crate::dispatch::{Assignment, CallForm, DispatchEvent, FunctionCall, PythonCall};
+use crate::run_actor::{Code, Effect, Input, Outgoing, TaskSpec};
 
 impl RunActor {
-    /// What a task's result is to the machine: its output, or a failed
-    /// attempt (a result the worker could not parse, or too many fields).
-    fn finished_input(&self, key: TaskKey, worker: String, outcome: TaskOutcome) -> Input {
-        let limits = self.plan.limits();
-        match outcome.result {
-            Ok((writes, output)) => match NodeOutput::accept(&writes, limits.max_output_fields) {
-                Ok(mut parsed) => {
-                    parsed.output = output;
-                    parsed.read = outcome.read;
-                    parsed.notes = outcome.notes;
-                    parsed.worker = Some(worker);
-                    Input::TaskSucceeded {
-                        key,
-                        output: parsed,
-                    }
-                }
-                Err(error) => Input::TaskFailed {
-                    key,
-                    failure: TaskFailure {
-                        kind: FailureKind::InvalidOutput,
-                        message: error.to_string(),
-                        worker: Some(worker),
-                    },
-                },
-            },
-            Err(mut failure) => {
-                failure.worker.get_or_insert(worker);
-                failure.message = limits.clip(failure.message);
-                Input::TaskFailed { key, failure }
-            }
-        }
-    }
-
     /// Asks a worker's model whether `sentence` holds of a loop's
     /// `iteration` (SPEC 4.2); the answer comes back like a function's.
     pub(super) fn judge(&self, call: u64, sentence: String, iteration: Value) {
@@ -96,8 +62,14 @@ impl RunActor {
             } => {
                 self.unhosted.remove(&JobKey::Task(key));
                 self.spans.task_finished(key, &worker, &outcome);
-                let input = self.finished_input(key, worker, outcome);
-                self.input(input);
+                // The machine decides whether the output is acceptable.
+                self.input(Input::TaskReturned {
+                    key,
+                    worker,
+                    result: outcome.result,
+                    read: outcome.read,
+                    notes: outcome.notes,
+                });
             }
             DispatchEvent::TaskUnhosted {
                 job,
