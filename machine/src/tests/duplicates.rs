@@ -216,5 +216,9 @@ nodes:
     // Text that is no JSON fails it too; the run fails after its attempts.
     h.machine.apply(returned(again, "not json")).unwrap();
     assert_eq!(h.status(), RunStatus::Failed);
-    assert!(h.error_text().contains("invalid_output"), "{}", h.error_text());
+    assert!(
+        h.error_text().contains("invalid_output"),
+        "{}",
+        h.error_text()
+    );
 }

@@ -5,7 +5,7 @@
 use tracing::{debug, info};
 use weft_proto::RunId;
 
-use super::{Dispatcher, Order, Work, now, tool_answer};
+use super::{Dispatcher, Ended, Order, Work, now};
 use crate::dispatch::registry::{Decision, JobId, JobKey, JobSpec};
 use crate::dispatch::*;
 
@@ -57,11 +57,13 @@ impl Dispatcher {
                 };
                 metrics::histogram!(crate::metrics::TASK_SECONDS)
                     .record(done.elapsed.as_secs_f64());
-                let _ = done.payload.sink.send(DispatchEvent::TaskFinished {
-                    key,
-                    worker: done.worker,
-                    outcome,
-                });
+                self.tell_ended(
+                    done.payload,
+                    Ended::Task {
+                        worker: done.worker,
+                        outcome,
+                    },
+                );
                 Vec::new()
             }
             FromWorker::TeamSend { run_id, key, send } => {
@@ -73,35 +75,18 @@ impl Dispatcher {
                 run_id,
                 call,
                 result,
-                tool: true,
+                tool,
             } => {
                 let job = JobId {
                     run: run_id,
-                    key: JobKey::Tool(call),
-                };
-                if let Some(done) = self.registry.finish(worker, &job, now())
-                    && let Some((caller, answer)) =
-                        tool_answer(&done.payload.work, result.map_err(|e| e.0))
-                {
-                    self.control(caller, answer);
-                }
-                Vec::new()
-            }
-            FromWorker::CallResult {
-                run_id,
-                call,
-                result,
-                tool: false,
-            } => {
-                let job = JobId {
-                    run: RunId::from(run_id.as_str()),
-                    key: JobKey::Call(call),
+                    key: if tool {
+                        JobKey::Tool(call)
+                    } else {
+                        JobKey::Call(call)
+                    },
                 };
                 if let Some(done) = self.registry.finish(worker, &job, now()) {
-                    let _ = done
-                        .payload
-                        .sink
-                        .send(DispatchEvent::CallReturned { call, result });
+                    self.tell_ended(done.payload, Ended::Call(result));
                 }
                 Vec::new()
             }

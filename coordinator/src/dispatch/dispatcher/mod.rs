@@ -226,6 +226,22 @@ fn tool_answer(work: &Work, result: Result<Value, String>) -> Option<(WorkerId, 
     Some((*caller, answer))
 }
 
+/// How a job ended, as its run (or the agent step that called a tool) is
+/// told: the one path every result takes back.
+enum Ended {
+    /// A task attempt's outcome, from the worker that ran it.
+    Task {
+        /// The worker's name.
+        worker: String,
+        /// What it returned.
+        outcome: TaskOutcome,
+    },
+    /// A function's or a tool's result.
+    Call(Result<Value, CallError>),
+    /// The dispatcher gave up on the job (timeout, lost workers).
+    Failed(crate::task::TaskFailure),
+}
+
 /// What the registry keeps with each job: the message and where to report.
 struct Order {
     work: Work,
@@ -455,6 +471,49 @@ impl Dispatcher {
         }
     }
 
+    /// Tells whoever waits for a job how it ended: its run, or (a tool
+    /// call) the worker whose agent step called it.
+    fn tell_ended(&mut self, payload: Order, ended: Ended) {
+        let event = match (payload.work, ended) {
+            (work @ Work::Tool { .. }, ended) => {
+                let result = match ended {
+                    Ended::Call(result) => result.map_err(|e| e.0),
+                    Ended::Failed(failure) => Err(failure.message),
+                    Ended::Task { .. } => return,
+                };
+                if let Some((caller, answer)) = tool_answer(&work, result) {
+                    self.control(caller, answer);
+                }
+                return;
+            }
+            (Work::Task(task), Ended::Task { worker, outcome }) => DispatchEvent::TaskFinished {
+                key: task.key,
+                worker,
+                outcome,
+            },
+            (Work::Task(task), Ended::Failed(failure)) => DispatchEvent::TaskFinished {
+                key: task.key,
+                worker: failure.worker.clone().unwrap_or_default(),
+                outcome: TaskOutcome {
+                    result: Err(failure),
+                    read: Vec::new(),
+                    notes: Vec::new(),
+                },
+            },
+            (Work::Call(call), Ended::Call(result)) => DispatchEvent::CallReturned {
+                call: call.call,
+                result,
+            },
+            (Work::Call(call), Ended::Failed(failure)) => DispatchEvent::CallReturned {
+                call: call.call,
+                result: Err(CallError(failure.message)),
+            },
+            // A job ends the way its kind does.
+            (Work::Task(_), Ended::Call(_)) | (Work::Call(_), Ended::Task { .. }) => return,
+        };
+        let _ = payload.sink.send(event);
+    }
+
     fn carry_out(&mut self, decisions: Vec<Decision<Order>>) {
         let mut queue: std::collections::VecDeque<Decision<Order>> = decisions.into();
         while let Some(decision) = queue.pop_front() {
@@ -503,30 +562,7 @@ impl Dispatcher {
                 }
                 Decision::Fail { payload, failure } => {
                     warn!(kind = %failure.kind, "{}", failure.message);
-                    if let Some((caller, answer)) =
-                        tool_answer(&payload.work, Err(failure.message.clone()))
-                    {
-                        self.control(caller, answer);
-                        continue;
-                    }
-                    let event = match payload.work {
-                        // Answered to its caller above.
-                        Work::Tool { .. } => continue,
-                        Work::Task(task) => DispatchEvent::TaskFinished {
-                            key: task.key,
-                            worker: failure.worker.clone().unwrap_or_default(),
-                            outcome: TaskOutcome {
-                                result: Err(failure),
-                                read: Vec::new(),
-                                notes: Vec::new(),
-                            },
-                        },
-                        Work::Call(call) => DispatchEvent::CallReturned {
-                            call: call.call,
-                            result: Err(CallError(failure.message)),
-                        },
-                    };
-                    let _ = payload.sink.send(event);
+                    self.tell_ended(payload, Ended::Failed(failure));
                 }
                 Decision::Cancel { worker, job } => {
                     if let (Some(link), JobKey::Task(key)) = (self.links.get(&worker), job.key) {
