@@ -11,7 +11,7 @@ use tokio_util::task::TaskTracker;
 use tracing::{info, warn};
 
 use crate::config::WorkerConfig;
-use crate::connection::{self, Ending, Finder};
+use crate::connection::{self, Ending, Finder, Lost};
 use crate::error::WorkerError;
 use crate::handler::Registry;
 use crate::hosting::{HostResources, hello};
@@ -114,7 +114,11 @@ async fn connect_and_serve(
                 }
             }
             SessionEnd::Lost(why) => {
-                warn!(worker = %config.name, reason = %why, "lost the coordinator; reconnecting");
+                if matches!(why, Lost::NameTaken(_)) {
+                    warn!(worker = %config.name, reason = %why, "the coordinator refused this worker's name for now; trying again");
+                } else {
+                    warn!(worker = %config.name, reason = %why, "lost the coordinator; reconnecting");
+                }
                 followed = false;
                 if started.elapsed() > MAX_BACKOFF {
                     backoff = FIRST_BACKOFF;

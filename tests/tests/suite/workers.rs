@@ -385,24 +385,45 @@ async fn a_name_a_connected_worker_holds_is_refused_until_it_is_free() -> anyhow
     assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error);
     let finished = weft_tests::events_of(&client_api, &run.run_id, "node_finished").await?;
     assert_eq!(finished[0].body["worker"], "w1");
-    // Once the holder is gone, the name is free again (a worker that
-    // reconnects after the coordinator noticed its loss).
+    // A real worker misnamed 'w1' says why it waits, and keeps trying...
+    let twin_log = cluster.dir().join("twin.log");
+    let twin_err = cluster.dir().join("twin.err");
+    let mut twin = Command::new(weft_tests::binary("worker"))
+        .args([
+            "--coordinator",
+            cluster.url(),
+            "--name",
+            "w1",
+            "--slots",
+            "1",
+        ])
+        .arg("--work-dir")
+        .arg(cluster.dir().join("twin"))
+        .stdout(std::fs::File::create(&twin_log)?)
+        .stderr(std::fs::File::create(&twin_err)?)
+        .spawn()?;
+    let said = |text: &'static str| {
+        let (out, err) = (twin_log.clone(), twin_err.clone());
+        move || {
+            [&out, &err]
+                .iter()
+                .any(|path| std::fs::read_to_string(path).is_ok_and(|log| log.contains(text)))
+        }
+    };
+    let waited = weft_tests::wait_until(
+        PATIENCE,
+        said("the coordinator refused this worker's name for now; trying again"),
+    )
+    .await;
+    // ...and once the holder is gone, the name is free again: the twin
+    // joins (as a worker that reconnects after its loss was noticed).
     cluster.kill_worker("w1")?;
     cluster.wait_for_log("coordinator", "worker lost").await?;
-    let (tx, rx) = tokio::sync::mpsc::channel(4);
-    tx.send(hello()).await?;
-    let mut inbound = client
-        .join(tokio_stream::wrappers::ReceiverStream::new(rx))
-        .await?
-        .into_inner();
-    let welcome = tokio::time::timeout(PATIENCE, inbound.message()).await??;
-    assert!(
-        matches!(
-            welcome.and_then(|m| m.body),
-            Some(pb::coordinator_message::Body::Welcome(_))
-        ),
-        "the freed name is welcome"
-    );
+    let joined = weft_tests::wait_until(PATIENCE, said("joined the coordinator")).await;
+    let _ = twin.kill();
+    let _ = twin.wait();
+    waited?;
+    joined?;
     Ok(())
 }
 

@@ -163,6 +163,10 @@ pub(crate) enum Lost {
     /// The stream failed.
     #[error("{}", .0.message())]
     Stream(#[source] tonic::Status),
+    /// A connected worker holds this worker's name (another worker
+    /// misnamed, or this one's old connection not yet seen lost).
+    #[error("{0}")]
+    NameTaken(String),
 }
 
 /// What the coordinator said on welcoming the worker.
@@ -258,6 +262,11 @@ async fn handshake(
             ) =>
         {
             return Err(WorkerError::Refused(status.message().to_owned()));
+        }
+        Err(status) if status.code() == tonic::Code::AlreadyExists => {
+            return Ok(Err(Ending::Lost(Lost::NameTaken(
+                status.message().to_owned(),
+            ))));
         }
         Err(status) => {
             return Ok(Err(match discovery::redirect(&status) {
