@@ -121,9 +121,9 @@ fn show(event: &Event, bar: &mut Option<ProgressBar>) {
         RunEvent::TaskRedispatched {
             node,
             attempt,
+            item,
             reason,
             worker,
-            ..
         } => {
             let why = match (reason, worker) {
                 (Redispatch::WorkerLost, Some(worker)) => format!("its worker {worker} was lost"),
@@ -133,7 +133,10 @@ fn show(event: &Event, bar: &mut Option<ProgressBar>) {
                 }
                 (Redispatch::Other, _) => "the coordinator says so".to_owned(),
             };
-            Some(format!("  ⇄ {node} (attempt {attempt}) sent again: {why}"))
+            let item = item.map(|i| format!(" of item {i}")).unwrap_or_default();
+            Some(format!(
+                "  ⇄ {node}{item} (attempt {attempt}) sent again: {why}"
+            ))
         }
         RunEvent::WaitingForInput { node, prompt, .. } => {
             Some(format!("  ? {node} waits for input: {prompt}"))
