@@ -50,8 +50,8 @@ pub struct Cost {
 /// list's items, a map's entries) and a bound on each of its elements
 /// (a list's items; a map's keys and values).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct Bound {
-    pub(crate) bytes: u64,
+struct Bound {
+    bytes: u64,
     len: u64,
     elem: Option<Box<Bound>>,
 }
@@ -74,7 +74,7 @@ impl Bound {
     }
 
     /// The bound of a JSON value, as `cel` will hold it.
-    pub(crate) fn of_json(value: &Value) -> Self {
+    fn of_json(value: &Value) -> Self {
         match value {
             Value::Null | Value::Bool(_) | Value::Number(_) => Self::scalar(),
             Value::String(s) => Self::text(s.len()),
@@ -139,6 +139,27 @@ fn join_elems(a: Option<Box<Bound>>, b: Option<Box<Bound>>) -> Option<Box<Bound>
     match (a, b) {
         (Some(a), Some(b)) => Some(Box::new(a.join(*b))),
         (a, b) => a.or(b),
+    }
+}
+
+/// What a JSON value costs to hold, as [`Bound`]'s bytes count it, without
+/// building the bound (a template's reads and output are charged this).
+pub(crate) fn json_bytes(value: &Value) -> u64 {
+    match value {
+        Value::Null | Value::Bool(_) | Value::Number(_) => SCALAR,
+        Value::String(s) => HEADER + s.len() as u64,
+        Value::Array(items) => items.iter().fold(
+            HEADER.saturating_add(SLOT.saturating_mul(items.len() as u64)),
+            |bytes, item| bytes.saturating_add(json_bytes(item)),
+        ),
+        Value::Object(map) => map.iter().fold(
+            HEADER.saturating_add(SLOT.saturating_mul(map.len() as u64)),
+            |bytes, (key, value)| {
+                bytes
+                    .saturating_add(HEADER + key.len() as u64)
+                    .saturating_add(json_bytes(value))
+            },
+        ),
     }
 }
 
@@ -431,5 +452,17 @@ impl<'a> Estimator<'a> {
                 Bound::scalar()
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_bytes_counts_what_a_bound_counts() {
+        let value =
+            serde_json::json!({"a": [1, "two", {"b": null}], "long": "x".repeat(300), "n": 2.5});
+        assert_eq!(json_bytes(&value), Bound::of_json(&value).bytes);
     }
 }

@@ -16,7 +16,7 @@ use std::sync::OnceLock;
 
 use minijinja::{Environment, UndefinedBehavior};
 
-use super::cel_cost::{Bound, Cost};
+use super::cel_cost::{Cost, json_bytes};
 use super::eval_meter::{Meter, Overdrawn};
 use serde_json::{Map, Value};
 
@@ -286,7 +286,7 @@ impl Template {
         let value = meter.run(reading, || self.evaluate_in(ctx, context, strictness))?;
         let made = match &value {
             Value::String(text) => text.len() as u64,
-            other => Bound::of_json(other).bytes,
+            other => json_bytes(other),
         };
         let cost = Cost {
             steps: 1 + self.source.len() as u64,
@@ -428,7 +428,7 @@ impl TemplateContext<'_> {
     fn to_minijinja(&self, reads: &Reads) -> (minijinja::Value, u64) {
         let read = std::cell::Cell::new(0u64);
         let value = |v: &Value| {
-            read.set(read.get().saturating_add(Bound::of_json(v).bytes));
+            read.set(read.get().saturating_add(json_bytes(v)));
             minijinja::Value::from(minijinja::value::Serde(v))
         };
         let mut names: BTreeMap<&str, minijinja::Value> = BTreeMap::new();
@@ -444,7 +444,7 @@ impl TemplateContext<'_> {
         if let Some(state) = self.state.filter(|_| reads.names.contains("state")) {
             let whole = match &reads.state_fields {
                 None => {
-                    let all = state.values().map(|v| Bound::of_json(v).bytes);
+                    let all = state.values().map(json_bytes);
                     read.set(read.get().saturating_add(all.sum()));
                     minijinja::Value::from(minijinja::value::Serde(state))
                 }

@@ -25,7 +25,7 @@ pub use machine::{
     Answered, Caller, NodeStatus, Owner, Progress, ProgressMismatch, Query, RunLimits, RunMachine,
     RunPlan,
 };
-pub use step_marks::{Step, StepMarks};
+pub use step_marks::StepMarks;
 
 /// A run's progress is what its stored record holds of its machine.
 impl crate::durable::restore::Progress for Progress {
