@@ -18,8 +18,8 @@ pub fn submission(request: pb::SubmitRequest) {
 
 /// A worker's message as the worker service reads it.
 pub fn worker_message(message: pb::WorkerMessage) {
-    for message in crate::grpc::convert::unbatched(message) {
-        let _ = crate::grpc::convert::is_large(&message);
-        let _ = crate::grpc::convert::from_worker(message);
+    for message in weft_proto::worker_protocol::wire::unbatched(message) {
+        let _ = weft_proto::worker_protocol::wire::is_large(&message);
+        let _ = weft_proto::worker_protocol::wire::read_worker_message(message);
     }
 }

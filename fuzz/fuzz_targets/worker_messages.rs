@@ -1,18 +1,36 @@
-//! A task assignment as a coordinator sends it (protobuf), decoded and
-//! read by the worker's conversion edge: never a panic, whatever the
-//! fields hold (JSON text that is not JSON, unknown kinds, …).
+//! A coordinator's message as a worker reads it (protobuf), decoded and
+//! read by the worker protocol and the worker's reading of a task: never a
+//! panic, whatever the fields hold (JSON text that is not JSON, unknown
+//! kinds, unknown argument forms, …).
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use prost::Message;
 use weft_proto::v1 as pb;
+use weft_proto::worker_protocol::ToWorker;
+use weft_proto::worker_protocol::wire::read_coordinator_message;
 
 fuzz_target!(|data: &[u8]| {
+    if let Ok(message) = pb::CoordinatorMessage::decode(data) {
+        let mut read = Vec::new();
+        read_coordinator_message(message, &mut read);
+        for message in read {
+            if let Ok(ToWorker::Task(task)) = message {
+                let _ = weft_worker::state_sync::Assignment::read(task);
+            }
+        }
+    }
     if let Ok(assignment) = pb::TaskAssignment::decode(data) {
-        let _ = weft_worker::wire::read_assignment(assignment);
+        let message = pb::CoordinatorMessage {
+            body: Some(pb::coordinator_message::Body::Task(assignment)),
+        };
+        let mut read = Vec::new();
+        read_coordinator_message(message, &mut read);
+        if let Some(Ok(ToWorker::Task(task))) = read.pop() {
+            let _ = weft_worker::state_sync::Assignment::read(task);
+        }
     }
     // What the coordinator decodes from workers and clients.
-    let _ = pb::CoordinatorMessage::decode(data);
     let _ = pb::WorkerMessage::decode(data);
     let _ = pb::SubmitRequest::decode(data);
 });

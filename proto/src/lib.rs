@@ -35,6 +35,7 @@ pub mod json;
 #[cfg(feature = "wire")]
 pub mod transport;
 pub mod types;
+pub mod worker_protocol;
 
 pub use ids::{ItemKey, NodeId, RunId, TaskKey, WorkerId};
 

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use sha2::{Digest, Sha256};
 use tokio::sync::Mutex;
 
-use crate::task::{BlobFile, Failure, FailureKind};
+use crate::task::{BlobRef, Failure, FailureKind};
 
 /// Where the cache fetches the files it lacks: the coordinator, through
 /// the worker's connection.
@@ -53,7 +53,7 @@ impl BlobCache {
     }
 
     /// Puts `file` at its path under `dest`.
-    pub async fn materialize(&self, file: &BlobFile, dest: &Path) -> Result<(), Failure> {
+    pub async fn materialize(&self, file: &BlobRef, dest: &Path) -> Result<(), Failure> {
         let relative = Path::new(&file.path);
         if !weft_bundle::stays_inside(&file.path) {
             return Err(Failure::new(

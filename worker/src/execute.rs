@@ -21,7 +21,7 @@ use crate::python::PythonHosts;
 use crate::remote_tools::RemoteTools;
 use crate::script::ScriptRunner;
 use crate::secrets::Secrets;
-use crate::task::{CallTarget, Completed, Failure, FailureKind, FunctionCall, Task, ToolCaller};
+use crate::task::{CallTarget, Completed, Failure, FailureKind, FunctionCall, Task, ToolContext};
 use crate::team::Team;
 
 /// What a worker runs tasks with: its handlers, its script runner, its
@@ -60,9 +60,10 @@ pub(crate) struct CallAnswer {
 /// Why a [`FunctionCall`] has no value; the coordinator is told the text.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum CallError {
-    /// The arguments are not a JSON array.
-    #[error("bad arguments: {0}")]
-    BadArguments(#[source] serde_json::Error),
+    /// The call cannot be read (its arguments are not a JSON array, say):
+    /// what the protocol said.
+    #[error("{0}")]
+    Unreadable(String),
     /// No function of that name is registered.
     #[error("this worker has no function '{0}'")]
     NoFunction(String),
@@ -233,7 +234,7 @@ pub(crate) async fn call_function(kinds: &Toolbox, call: FunctionCall) -> CallAn
     };
     CallAnswer {
         tool: matches!(call.target, CallTarget::Tool(_)),
-        id: call.id,
+        id: call.call_id,
         run_id: call.run_id,
         result,
     }
@@ -244,7 +245,7 @@ pub(crate) async fn call_function(kinds: &Toolbox, call: FunctionCall) -> CallAn
 async fn call_tool(
     registry: &Registry,
     call: &FunctionCall,
-    caller: &ToolCaller,
+    caller: &ToolContext,
 ) -> Result<Value, CallError> {
     let tool = registry
         .tools
@@ -255,7 +256,12 @@ async fn call_tool(
         node: caller.node.clone(),
         attempt: caller.attempt,
         item: caller.item,
-        scope: caller.scope.clone(),
+        // A scope that is not an object (a coordinator sends none) is
+        // empty.
+        scope: match crate::task::json_or_null(&caller.scope_json) {
+            Ok(Value::Object(scope)) => scope,
+            _ => serde_json::Map::new(),
+        },
         team: None,
     };
     let arguments = call.args.first().cloned().unwrap_or(Value::Null);
@@ -303,13 +309,13 @@ mod tests {
 
     fn call(name: &str, timeout: Duration) -> FunctionCall {
         FunctionCall {
-            id: 7,
+            call_id: 7,
             run_id: "r".into(),
             name: name.into(),
             args: vec![serde_json::json!(1)],
             timeout,
             target: CallTarget::Registered,
-            bundle: Vec::new(),
+            bundle: Arc::default(),
         }
     }
 

@@ -20,7 +20,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
-use crate::team::{Message, Team, TeamError};
+use crate::team::{Team, TeamError, TeamMessage};
 
 /// What a handler knows about the task it runs.
 #[derive(Debug, Clone, PartialEq)]
@@ -135,13 +135,13 @@ impl TaskContext {
 
     /// Takes the messages that have arrived, without waiting (none for a
     /// step without a team).
-    pub fn inbox(&self) -> Vec<Message> {
+    pub fn inbox(&self) -> Vec<TeamMessage> {
         self.team.as_ref().map(Team::inbox).unwrap_or_default()
     }
 
     /// Waits up to `timeout` for the next message; `None` at once for a
     /// step without a team.
-    pub async fn recv(&self, timeout: std::time::Duration) -> Option<Message> {
+    pub async fn recv(&self, timeout: std::time::Duration) -> Option<TeamMessage> {
         self.team.as_ref()?.recv(timeout).await
     }
 

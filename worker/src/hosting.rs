@@ -11,7 +11,6 @@ use weft_proto::types::WorkerKind;
 use crate::blobs::BlobCache;
 use crate::blobs::BlobSource;
 use crate::config::WorkerConfig;
-use crate::connection::Hello;
 use crate::execute::Toolbox;
 use crate::handler::Registry;
 use crate::python::PythonHosts;
@@ -19,6 +18,7 @@ use crate::remote_tools::RemoteTools;
 use crate::script::ScriptRunner;
 use crate::task::ToolInfo;
 use crate::work_dir::WorkDir;
+use weft_proto::worker_protocol::Hello;
 
 /// What a worker keeps across its sessions with coordinators: its work
 /// directory and its Python pools.

@@ -46,12 +46,6 @@ mod secrets;
 mod session;
 pub mod signals;
 pub mod state_sync;
-/// The worker's reading of wire messages, for tests that drive both ends
-/// of the protocol together; not part of the SDK.
-#[doc(hidden)]
-pub mod wire {
-    pub use crate::connection::assignment_of as read_assignment;
-}
 mod task;
 mod team;
 mod work_dir;
@@ -69,8 +63,8 @@ pub use error::WorkerError;
 pub use handler::{HandlerError, IntoOutput, Output, Registry, TaskContext};
 pub use script_output::{StdoutError, parse_stdout};
 pub use secrets::{SecretError, Secrets, SecretsFileError};
-pub use task::{BlobFile, Completed, Failure, FailureKind, Task};
-pub use team::{Message, Team, TeamError, TeamSeat};
+pub use task::{BlobRef, Completed, Failure, FailureKind, Task};
+pub use team::{Team, TeamError, TeamMessage, TeamSeat};
 
 /// A worker being set up.
 #[derive(Debug)]

@@ -13,7 +13,7 @@ use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
 use weft_proto::RunId;
 
-use crate::task::ToolCall;
+use weft_proto::worker_protocol::{FromWorker, ToolCall};
 
 /// What a tool's answer is: its value, or why there is none.
 pub(crate) type ToolAnswer = Result<Value, String>;
@@ -23,12 +23,13 @@ pub(crate) type ToolAnswer = Result<Value, String>;
 pub(crate) struct RemoteTools {
     next: AtomicU64,
     waiting: Mutex<HashMap<u64, oneshot::Sender<ToolAnswer>>>,
-    outbound: mpsc::Sender<ToolCall>,
+    /// The session's stream ([`FromWorker::ToolCall`]).
+    outbound: mpsc::Sender<FromWorker>,
 }
 
 impl RemoteTools {
     /// Calls go out on `outbound`, the session's stream.
-    pub(crate) fn new(outbound: mpsc::Sender<ToolCall>) -> Self {
+    pub(crate) fn new(outbound: mpsc::Sender<FromWorker>) -> Self {
         Self {
             next: AtomicU64::new(0),
             waiting: Mutex::new(HashMap::new()),
@@ -52,13 +53,15 @@ impl RemoteTools {
             .lock()
             .expect("tool calls lock")
             .insert(call_id, tx);
-        let call = ToolCall {
+        let call = FromWorker::ToolCall {
             run_id: run_id.clone(),
             key,
-            call_id,
-            tool: tool.to_owned(),
-            arguments,
-            timeout,
+            call: ToolCall {
+                call_id,
+                tool: tool.to_owned(),
+                arguments,
+                timeout,
+            },
         };
         let outcome = match self.outbound.send(call).await {
             Err(_) => Err("the connection to the coordinator ended".to_owned()),
@@ -100,8 +103,10 @@ mod tests {
         let answering = tokio::spawn({
             let remote = remote.clone();
             async move {
-                let call = sent.recv().await.expect("a call went out");
-                assert_eq!((call.tool.as_str(), call.key), ("lookup", TaskKey(3)));
+                let Some(FromWorker::ToolCall { key, call, .. }) = sent.recv().await else {
+                    panic!("no call went out");
+                };
+                assert_eq!((call.tool.as_str(), key), ("lookup", TaskKey(3)));
                 assert_eq!(call.arguments, json!({"key": "a"}));
                 // An answer to another call reaches nobody.
                 remote.answered(call.call_id + 1, Ok(json!("wrong")));

@@ -283,7 +283,7 @@ fn stdin_request(task: &Task, state_json: &str) -> String {
     let (team, inbox) = task
         .team
         .as_ref()
-        .map_or((Value::Null, json!([])), TeamSeat::stdin_parts);
+        .map_or((Value::Null, json!([])), TeamSeat::team_and_inbox);
     format!(
         "{{\"state\":{},\"scope\":{},\"inbox\":{},\"team\":{},\"run_id\":{},\"node\":{},\"attempt\":{},\"item\":{}}}",
         state_json,

@@ -22,7 +22,7 @@ use crate::hosting::{HostResources, toolbox};
 use crate::remote_tools::RemoteTools;
 use crate::state_sync::{Assignment, StateCache};
 use crate::task::{Completed, Failure, FailureKind, Task, TaskReport};
-use crate::team::{self, Acks, Message, Team, TeamEnd};
+use crate::team::{self, Acks, Team, TeamEnd, TeamMessage};
 
 /// How a session ended.
 pub(crate) enum SessionEnd {
@@ -131,7 +131,7 @@ struct Session {
     slots: Arc<Semaphore>,
     outbound: mpsc::Sender<Outbound>,
     /// Where its tasks' teammate messages go.
-    team_sends: mpsc::Sender<crate::task::TeamSend>,
+    team_sends: mpsc::Sender<weft_proto::worker_protocol::FromWorker>,
     tracker: TaskTracker,
     /// Tasks started and not yet reported.
     running: HashMap<AttemptId, Running>,
@@ -147,7 +147,7 @@ struct Running {
     cancel: CancellationToken,
     /// Where the teammate messages sent to it while it runs go (a handler
     /// with a team).
-    deliveries: Option<mpsc::UnboundedSender<Message>>,
+    deliveries: Option<mpsc::UnboundedSender<TeamMessage>>,
 }
 
 impl Session {

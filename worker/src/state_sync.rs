@@ -13,6 +13,8 @@ use weft_proto::TaskKey;
 
 use serde_json::Value;
 
+use weft_proto::worker_protocol::{StateField, TaskAssignment};
+
 use crate::task::{Failure, FailureKind, Task};
 
 /// A task as it arrives: the task itself (or why it cannot run), with the
@@ -50,6 +52,46 @@ pub enum Sent {
     Held,
     /// Carried, but not JSON.
     Malformed(String),
+}
+
+impl Assignment {
+    /// The attempt the coordinator sent, its task and its fields read.
+    pub fn read(mut sent: TaskAssignment) -> Self {
+        let fields = sent_fields(std::mem::take(&mut sent.state));
+        Self {
+            run_id: sent.run_id.clone(),
+            key: sent.key,
+            task: Task::read(sent),
+            fields,
+        }
+    }
+
+    /// An attempt this worker cannot run (`why`), whose fields it still
+    /// caches.
+    pub fn unrunnable(run_id: RunId, key: TaskKey, state: Vec<StateField>, why: Failure) -> Self {
+        Self {
+            run_id,
+            key,
+            task: Err(why),
+            fields: sent_fields(state),
+        }
+    }
+}
+
+/// The fields a message carried (or left out), their values read.
+fn sent_fields(state: Vec<StateField>) -> Vec<SentField> {
+    state
+        .into_iter()
+        .map(|field| SentField {
+            value: match field.json.as_deref() {
+                None => Sent::Held,
+                Some(json) => serde_json::from_str(json)
+                    .map_or_else(|error| Sent::Malformed(error.to_string()), Sent::Value),
+            },
+            name: field.name.to_string(),
+            version: field.version,
+        })
+        .collect()
 }
 
 /// Field values per run, each with its version.

@@ -1,7 +1,9 @@
-//! What a coordinator asks of a worker, in the worker's own terms: a task
-//! attempt and how it ends, and a function call and its answer. The
-//! connection (`crate::connection`) turns wire messages into these and
-//! back; nothing else sees the wire.
+//! A task attempt in the worker's own terms, its JSON read: what it runs
+//! with and how it ends. The rest of what crosses a worker's stream (calls,
+//! teammate messages and seats, tool calls, bundle files) is the worker
+//! protocol's own (`weft_proto::worker_protocol`), shared with the
+//! coordinator; the connection (`crate::connection`) is the one place that
+//! reads and writes it.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,17 +13,10 @@ use weft_proto::{NodeId, RunId};
 use serde_json::{Map, Value};
 pub use weft_proto::types::FailureKind;
 use weft_proto::types::WorkerKind;
-
-/// A bundle file a task needs in its scratch directory.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct BlobFile {
-    /// Relative path.
-    pub path: String,
-    /// Content hash.
-    pub sha256: String,
-    /// Unix permission bits.
-    pub mode: u32,
-}
+pub use weft_proto::worker_protocol::{
+    BlobRef, CallTarget, FunctionCall, PythonCall, TeamMessage, TeamSeat, ToolContext, ToolInfo,
+};
+use weft_proto::worker_protocol::{TaskAssignment, TaskError, TaskOutput, TaskResult};
 
 /// One task attempt.
 #[derive(Debug, Clone, PartialEq)]
@@ -51,7 +46,7 @@ pub struct Task {
     /// Per-attempt deadline.
     pub timeout: Duration,
     /// Bundle files.
-    pub bundle: Vec<BlobFile>,
+    pub bundle: Arc<Vec<BlobRef>>,
     /// For a `teammates: true` step of a map item with a team: its seat.
     pub team: Option<TeamSeat>,
     /// An `llm` or `agent` step's rendered prompts,
@@ -63,68 +58,6 @@ pub struct Task {
     /// An agent step's registered tools that other workers host: how to
     /// offer them to the model (their calls go through the coordinator).
     pub remote_tools: Vec<ToolInfo>,
-}
-
-/// A registered tool as a model is told of it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ToolInfo {
-    /// Its registered name.
-    pub name: String,
-    /// What it does.
-    pub description: String,
-    /// A JSON Schema of its arguments.
-    pub parameters: Value,
-}
-
-/// A teammate message.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Message {
-    /// The sender's identity (`MAP/INDEX`).
-    pub from: String,
-    /// The content.
-    pub content: Value,
-    /// Its number in this item's inbox.
-    pub seq: u64,
-}
-
-/// What a flagged step is dispatched with: its identity, every member's,
-/// and its unread messages in arrival order.
-#[derive(Debug, Clone, PartialEq)]
-pub struct TeamSeat {
-    /// This item's identity.
-    pub me: String,
-    /// Every member's identity, this item's included.
-    pub members: Vec<String>,
-    /// The messages handed to the step.
-    pub inbox: Vec<Message>,
-}
-
-impl TeamSeat {
-    /// The seat as a script reads it on stdin: `(team, inbox)`.
-    pub(crate) fn stdin_parts(&self) -> (Value, Value) {
-        let team = serde_json::json!({"me": self.me, "members": self.members});
-        let inbox = self
-            .inbox
-            .iter()
-            .map(|m| serde_json::json!({"from": m.from, "content": m.content}))
-            .collect();
-        (team, Value::Array(inbox))
-    }
-}
-
-/// A running step's message to a teammate, on its way to the coordinator.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct TeamSend {
-    /// The run.
-    pub run_id: RunId,
-    /// The sending attempt.
-    pub key: TaskKey,
-    /// The number its answer will name.
-    pub send_id: u64,
-    /// The recipient's identity.
-    pub to: String,
-    /// The content, as JSON.
-    pub content_json: String,
 }
 
 /// What a finished attempt produced.
@@ -183,7 +116,7 @@ impl Task {
             scope: Map::new(),
             item: None,
             timeout: Duration::from_secs(1),
-            bundle: Vec::new(),
+            bundle: Arc::default(),
             team: None,
             prompts: Value::Null,
             traceparent: String::new(),
@@ -230,82 +163,93 @@ pub(crate) struct TaskReport {
     pub read: Vec<u64>,
 }
 
-/// A call the coordinator makes of a worker: a reducer, predicate or router
-/// (`fn:NAME`, or a Python name), or a loop's `until` sentence for a model.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct FunctionCall {
-    /// The call's number, echoed in its answer.
-    pub id: u64,
-    /// The run it is for.
-    pub run_id: RunId,
-    /// The function's name, or the sentence a judge weighs.
-    pub name: String,
-    /// The arguments.
-    pub args: Vec<Value>,
-    /// How long the call may take.
-    pub timeout: Duration,
-    /// What answers it.
-    pub target: CallTarget,
-    /// The bundle files a Python function's module needs.
-    pub bundle: Vec<BlobFile>,
+impl TaskReport {
+    /// The report as the protocol carries it. A result larger than the
+    /// coordinator takes (`max_bytes`, its `max_result_bytes`) goes as a
+    /// failed attempt saying so: the coordinator would refuse the message
+    /// itself.
+    pub(crate) fn into_result(self, max_bytes: usize) -> TaskResult {
+        let outcome = match self.outcome {
+            Ok(done) => {
+                let json = weft_proto::json::to_string(&done.writes);
+                if json.len() > max_bytes {
+                    Err(TaskError {
+                        kind: FailureKind::InvalidOutput,
+                        message: format!(
+                            "the task's result is {} bytes; the coordinator takes at most {max_bytes} (its max_result_bytes)",
+                            json.len()
+                        ),
+                    })
+                } else {
+                    Ok(TaskOutput {
+                        writes_json: json,
+                        output: done.output,
+                        notes: done.notes,
+                    })
+                }
+            }
+            Err(failure) => Err(TaskError {
+                kind: failure.kind,
+                message: failure.message,
+            }),
+        };
+        TaskResult {
+            run_id: self.run_id,
+            key: self.key,
+            outcome,
+            read: self.read,
+        }
+    }
 }
 
-/// What answers a [`FunctionCall`].
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) enum CallTarget {
-    /// A function registered with the worker.
-    Registered,
-    /// A tool registered with the worker, called for an agent step on
-    /// another worker: `args` is `[arguments]`.
-    Tool(ToolCaller),
-    /// The model of the worker's providers, weighing a sentence.
-    Judge,
-    /// A function of a bundle's Python module.
-    Python(PythonTarget),
+impl Task {
+    /// The attempt `assignment` sends, its JSON read and its state left
+    /// to the cache (`crate::state_sync`); a configuration, scope or
+    /// prompts that cannot be read fail it with why.
+    pub fn read(assignment: TaskAssignment) -> Result<Self, Failure> {
+        let invalid = |what: &str, error: &dyn std::fmt::Display| {
+            Failure::new(FailureKind::InvalidTask, format!("{what}: {error}"))
+        };
+        let config =
+            json_or_null(&assignment.config_json).map_err(|e| invalid("task configuration", &e))?;
+        let scope = match json_or_null(&assignment.scope_json) {
+            Ok(Value::Object(scope)) => scope,
+            Ok(Value::Null) => Map::new(),
+            Ok(other) => {
+                return Err(Failure::new(
+                    FailureKind::InvalidTask,
+                    format!("the step's scope is not an object: {other}"),
+                ));
+            }
+            Err(e) => return Err(invalid("the step's scope", &e)),
+        };
+        let prompts = json_or_null(&assignment.prompts_json)
+            .map_err(|e| invalid("the step's prompts", &e))?;
+        Ok(Self {
+            run_id: assignment.run_id,
+            key: assignment.key,
+            node: assignment.node,
+            attempt: assignment.attempt,
+            kind: assignment.kind,
+            config,
+            state: Vec::new(),
+            state_versions: Vec::new(),
+            scope,
+            item: assignment.item.map(|item| item.index as u64),
+            timeout: assignment.timeout,
+            bundle: assignment.bundle,
+            team: assignment.team,
+            prompts,
+            traceparent: assignment.traceparent,
+            remote_tools: assignment.remote_tools,
+        })
+    }
 }
 
-/// A Python function of a bundle.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct PythonTarget {
-    /// The module, e.g. `reducers`.
-    pub module: String,
-    /// The function in it.
-    pub function: String,
-    /// How the arguments are passed (`positional`, …).
-    pub form: String,
-    /// The bundle directory the module lives in.
-    pub dir: String,
-}
-
-/// The agent step a tool is called for, as the tool's context shows it.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct ToolCaller {
-    /// The agent's node.
-    pub node: NodeId,
-    /// Its attempt.
-    pub attempt: u32,
-    /// The calling attempt's key.
-    pub key: TaskKey,
-    /// The map item's index, for a chain step.
-    pub item: Option<u64>,
-    /// The step's scope.
-    pub scope: Map<String, Value>,
-}
-
-/// An agent step's call of a tool another worker hosts, as it goes up the
-/// stream.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct ToolCall {
-    /// The run.
-    pub run_id: RunId,
-    /// The calling attempt.
-    pub key: TaskKey,
-    /// The worker's number for the call, echoed in the answer.
-    pub call_id: u64,
-    /// The tool's registered name.
-    pub tool: String,
-    /// The arguments object.
-    pub arguments: Value,
-    /// What is left of the step's time.
-    pub timeout: Duration,
+/// JSON text, or `Null` for none.
+pub(crate) fn json_or_null(text: &str) -> Result<Value, serde_json::Error> {
+    if text.trim().is_empty() {
+        return Ok(Value::Null);
+    }
+    serde_json::from_str(text)
 }

@@ -19,8 +19,8 @@ use weft_proto::TaskKey;
 use serde::Serialize;
 use tokio::sync::{mpsc, oneshot};
 
-use crate::task::TeamSend;
-pub use crate::task::{Message, TeamSeat};
+use weft_proto::worker_protocol::{FromWorker, TeamSend};
+pub use weft_proto::worker_protocol::{TeamMessage, TeamSeat};
 
 /// Why a message was not sent.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -87,9 +87,10 @@ pub struct Team {
 struct Link {
     run_id: RunId,
     task_key: TaskKey,
-    inbox: tokio::sync::Mutex<mpsc::UnboundedReceiver<Message>>,
+    inbox: tokio::sync::Mutex<mpsc::UnboundedReceiver<TeamMessage>>,
     read: Mutex<Vec<u64>>,
-    outbound: mpsc::Sender<TeamSend>,
+    /// The session's stream ([`FromWorker::TeamSend`]).
+    outbound: mpsc::Sender<FromWorker>,
     acks: Arc<Acks>,
 }
 
@@ -111,7 +112,7 @@ impl PartialEq for Team {
 /// The worker's end of a handler's team: where deliveries go, and how
 /// many messages the handler read.
 pub(crate) struct TeamEnd {
-    pub(crate) deliveries: mpsc::UnboundedSender<Message>,
+    pub(crate) deliveries: mpsc::UnboundedSender<TeamMessage>,
     link: Arc<Link>,
 }
 
@@ -126,7 +127,7 @@ impl TeamEnd {
 pub(crate) struct Sender {
     pub(crate) run_id: RunId,
     pub(crate) task_key: TaskKey,
-    pub(crate) outbound: mpsc::Sender<TeamSend>,
+    pub(crate) outbound: mpsc::Sender<FromWorker>,
     pub(crate) acks: Arc<Acks>,
 }
 
@@ -148,7 +149,7 @@ impl Team {
         });
         let team = Self {
             me: seat.me,
-            members: seat.members.into(),
+            members: seat.members,
             link: link.clone(),
         };
         (team, TeamEnd { deliveries, link })
@@ -175,15 +176,17 @@ impl Team {
             });
         }
         let content =
-            serde_json::to_string(&content).map_err(|e| TeamError::Content(e.to_string()))?;
+            serde_json::to_value(&content).map_err(|e| TeamError::Content(e.to_string()))?;
         let link = &self.link;
         let (send_id, answer) = link.acks.expect();
-        let send = TeamSend {
+        let send = FromWorker::TeamSend {
             run_id: link.run_id.clone(),
             key: link.task_key,
-            send_id,
-            to: to.to_owned(),
-            content_json: content,
+            send: TeamSend {
+                send_id,
+                to: to.to_owned(),
+                content: Ok(content),
+            },
         };
         if link.outbound.send(send).await.is_err() {
             link.acks.answered(send_id, None);
@@ -198,7 +201,7 @@ impl Team {
 
     /// Takes every message that has arrived, in arrival order, without
     /// waiting. Reading drains them.
-    pub fn inbox(&self) -> Vec<Message> {
+    pub fn inbox(&self) -> Vec<TeamMessage> {
         let Ok(mut inbox) = self.link.inbox.try_lock() else {
             return Vec::new();
         };
@@ -212,7 +215,7 @@ impl Team {
     }
 
     /// Waits up to `timeout` for the next message.
-    pub async fn recv(&self, timeout: Duration) -> Option<Message> {
+    pub async fn recv(&self, timeout: Duration) -> Option<TeamMessage> {
         let mut inbox = self.link.inbox.lock().await;
         let message = tokio::time::timeout(timeout, inbox.recv()).await.ok()??;
         self.link.read.lock().expect("read lock").push(message.seq);
@@ -228,11 +231,11 @@ mod tests {
     fn seat(inbox: &[&str]) -> TeamSeat {
         TeamSeat {
             me: "fan/0".into(),
-            members: vec!["fan/0".into(), "fan/1".into()],
+            members: vec!["fan/0".to_owned(), "fan/1".to_owned()].into(),
             inbox: inbox
                 .iter()
                 .enumerate()
-                .map(|(i, c)| Message {
+                .map(|(i, c)| TeamMessage {
                     from: "fan/1".into(),
                     content: json!(c),
                     seq: i as u64 + 1,
@@ -241,7 +244,7 @@ mod tests {
         }
     }
 
-    fn open(inbox: &[&str]) -> (Team, TeamEnd, mpsc::Receiver<TeamSend>, Arc<Acks>) {
+    fn open(inbox: &[&str]) -> (Team, TeamEnd, mpsc::Receiver<FromWorker>, Arc<Acks>) {
         let (outbound, sent) = mpsc::channel(8);
         let acks = Arc::new(Acks::default());
         let sender = Sender {
@@ -259,7 +262,7 @@ mod tests {
         let (team, end, _sent, _) = open(&["a", "b"]);
         assert_eq!(team.me(), "fan/0");
         end.deliveries
-            .send(Message {
+            .send(TeamMessage {
                 from: "fan/1".into(),
                 content: json!("c"),
                 seq: 5,
@@ -285,11 +288,11 @@ mod tests {
         let answer = tokio::spawn({
             let acks = acks.clone();
             async move {
-                let Some(send) = sent.recv().await else {
+                let Some(FromWorker::TeamSend { key, send, .. }) = sent.recv().await else {
                     panic!("no send went out");
                 };
-                assert_eq!((send.to.as_str(), send.key), ("fan/1", TaskKey(4)));
-                assert_eq!(send.content_json, r#"{"n":1}"#);
+                assert_eq!((send.to.as_str(), key), ("fan/1", TaskKey(4)));
+                assert_eq!(send.content, Ok(json!({"n": 1})));
                 acks.answered(send.send_id, Some("the inbox is full".into()));
             }
         });

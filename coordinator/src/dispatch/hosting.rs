@@ -121,7 +121,10 @@ fn unhosted(graph: &Graph, bindings: &[Option<NodeBinding>], fleet: &Fleet) -> V
     }
     let ever: Vec<&str> = fleet.functions_ever.iter().map(String::as_str).collect();
     for (name, used_by) in graph.hosted_functions() {
-        if workers.iter().any(|w| w.info.functions.contains(&name)) {
+        if workers
+            .iter()
+            .any(|w| w.info.hello.functions.contains(&name))
+        {
             continue;
         }
         // A name no worker has ever announced may be a typo.
@@ -175,7 +178,7 @@ fn unhosted_untils(graph: &Graph, fleet: &Fleet) -> Vec<String> {
             !fleet
                 .workers
                 .iter()
-                .any(|w| !w.draining && w.info.functions.contains(*name))
+                .any(|w| !w.draining && w.info.hello.functions.contains(*name))
         })
         .map(|(node, name)| {
             format!(

@@ -20,8 +20,8 @@ use tokio_util::task::TaskTracker;
 
 use super::jobs::JobKey;
 use super::{
-    Assignment, DispatchEvent, EventSink, FunctionCall, Requirement, TaskLauncher, TaskOutcome,
-    ToWorker,
+    CallJob, DispatchEvent, EventSink, Requirement, TaskAssignment, TaskJob, TaskLauncher,
+    TaskOutcome, TaskOutput, ToWorker,
 };
 use crate::task::{CallError, FailureKind, TaskFailure, TaskKey};
 
@@ -29,7 +29,7 @@ use crate::task::{CallError, FailureKind, TaskFailure, TaskKey};
 /// scope decoded.
 pub struct InProcessTask {
     /// The attempt as the run sent it.
-    pub assignment: Assignment,
+    pub assignment: TaskAssignment,
     /// Its state, field by field decoded.
     pub state: Map<String, Value>,
     /// Its scope (a map item's `as` binding), decoded.
@@ -161,7 +161,7 @@ impl InProcessLauncher {
 
 /// Decodes a task's state: every field travels whole here (no worker
 /// caches a version).
-fn decode(task: Assignment) -> Result<InProcessTask, Undecodable> {
+fn decode(task: TaskAssignment) -> Result<InProcessTask, Undecodable> {
     let mut state = Map::new();
     for field in &task.state {
         let json = field
@@ -182,7 +182,8 @@ fn decode(task: Assignment) -> Result<InProcessTask, Undecodable> {
 }
 
 impl TaskLauncher for InProcessLauncher {
-    fn launch(&self, task: Assignment, requirement: Requirement, sink: EventSink) {
+    fn launch(&self, job: TaskJob, requirement: Requirement, sink: EventSink) {
+        let task = job.task;
         self.note(Launched::Task {
             node: task.node.clone().into(),
             attempt: task.attempt,
@@ -213,7 +214,7 @@ impl TaskLauncher for InProcessLauncher {
                     tokio::select! {
                         () = stop.cancelled() => None,
                         done = tokio::time::timeout(timeout.max(Duration::from_millis(1)), work) => Some(match done {
-                            Ok(Ok(writes)) => Ok((writes.to_string(), None)),
+                            Ok(Ok(writes)) => Ok(TaskOutput { writes_json: writes.to_string(), ..TaskOutput::default() }),
                             Ok(Err(CallError(message))) => Err(failure(FailureKind::HandlerError, message)),
                             Err(_) => Err(failure(FailureKind::Timeout, format!("the task took longer than {timeout:?}"))),
                         }),
@@ -233,7 +234,6 @@ impl TaskLauncher for InProcessLauncher {
                     outcome: TaskOutcome {
                         result,
                         read: Vec::new(),
-                        notes: Vec::new(),
                     },
                 });
             }
@@ -251,14 +251,15 @@ impl TaskLauncher for InProcessLauncher {
         self.note(Launched::Cancel(keys));
     }
 
-    fn call(&self, call: FunctionCall, sink: EventSink) {
+    fn call(&self, job: CallJob, sink: EventSink) {
+        let call = job.call;
         self.note(Launched::Call(call.name.clone()));
         let result = match self.functions.get(&call.name) {
             Some(function) => function(call.args),
             None => Err(CallError(format!("no in-process function '{}'", call.name))),
         };
         let _ = sink.send(DispatchEvent::CallReturned {
-            call: call.call,
+            call: call.call_id,
             result,
         });
     }

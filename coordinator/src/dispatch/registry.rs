@@ -46,7 +46,7 @@ impl Worker {
     }
 
     fn has_free_slot(&self) -> bool {
-        self.accepting() && (self.in_flight as u64) < u64::from(self.info.slots)
+        self.accepting() && (self.in_flight as u64) < u64::from(self.info.hello.slots)
     }
 }
 
@@ -124,15 +124,20 @@ impl<T> Registry<T> {
     /// are what events, losses and logs credit work to, so two workers
     /// may not share one.
     pub fn join(&mut self, info: WorkerInfo, now: Instant) -> Result<WorkerId, NameTaken> {
-        if let Some((&held_by, _)) = self.workers.iter().find(|(_, w)| w.info.name == info.name) {
+        if let Some((&held_by, _)) = self
+            .workers
+            .iter()
+            .find(|(_, w)| w.info.hello.name == info.hello.name)
+        {
             return Err(NameTaken {
-                name: info.name,
+                name: info.hello.name,
                 held_by,
             });
         }
         let id = self.next_worker;
         self.next_worker.0 += 1;
-        self.functions_ever.extend(info.functions.iter().cloned());
+        self.functions_ever
+            .extend(info.hello.functions.iter().cloned());
         self.workers.insert(
             id,
             Worker {
@@ -292,7 +297,7 @@ impl<T> Registry<T> {
         };
         let done = self.jobs.remove(job).expect("looked up above");
         self.release(worker, &done.requirement);
-        let name = self.workers.get(&worker).map(|w| w.info.name.clone());
+        let name = self.workers.get(&worker).map(|w| w.info.hello.name.clone());
         Some(Finished {
             payload: done.payload,
             worker: name.unwrap_or_default(),
@@ -380,7 +385,7 @@ impl<T> Registry<T> {
                 .workers
                 .values()
                 .filter(|w| w.accepting())
-                .map(|w| u64::from(w.info.slots).saturating_sub(w.in_flight as u64))
+                .map(|w| u64::from(w.info.hello.slots).saturating_sub(w.in_flight as u64))
                 .sum(),
             ..Load::default()
         };
@@ -426,8 +431,8 @@ impl<T> Registry<T> {
             })
             .min_by(|(ia, a), (ib, b)| {
                 // in_flight / slots, compared without division.
-                let load_a = a.in_flight as u64 * u64::from(b.info.slots.max(1));
-                let load_b = b.in_flight as u64 * u64::from(a.info.slots.max(1));
+                let load_a = a.in_flight as u64 * u64::from(b.info.hello.slots.max(1));
+                let load_b = b.in_flight as u64 * u64::from(a.info.hello.slots.max(1));
                 remote(a)
                     .cmp(&remote(b))
                     .then(load_a.cmp(&load_b))
@@ -442,7 +447,7 @@ impl<T> Registry<T> {
         self.workers
             .values()
             .filter(|w| !w.draining && w.info.serves(namespace))
-            .find_map(|w| w.info.tools.iter().find(|tool| tool.name == name))
+            .find_map(|w| w.info.hello.tools.iter().find(|tool| tool.name == name))
     }
 
     /// Starts a job on a worker: a `Send`, preceded by `Hosted` when its run
@@ -544,7 +549,7 @@ impl<T> Registry<T> {
             for (id, worker) in &self.workers {
                 let count = held.get(id).copied().unwrap_or(0);
                 debug_assert_eq!(worker.in_flight, count, "worker {id}'s load");
-                debug_assert!(worker.in_flight as u64 <= u64::from(worker.info.slots));
+                debug_assert!(worker.in_flight as u64 <= u64::from(worker.info.hello.slots));
             }
         }
     }

@@ -16,7 +16,7 @@ impl<T> Registry<T> {
         };
         let mut decisions = vec![Decision::Disconnect {
             worker,
-            name: entry.info.name.clone(),
+            name: entry.info.hello.name.clone(),
             reason: why.to_owned(),
         }];
         let mut orphans: Vec<JobId> = self
@@ -30,7 +30,7 @@ impl<T> Registry<T> {
         let mut requeued = Vec::new();
         for id in orphans.into_iter().rev() {
             let job = self.jobs.get_mut(&id).expect("listed above");
-            job.losses.push(entry.info.name.clone());
+            job.losses.push(entry.info.hello.name.clone());
             if let Some(lineage) = &job.lineage {
                 self.lineage_losses
                     .insert(lineage.clone(), job.losses.clone());
@@ -46,7 +46,7 @@ impl<T> Registry<T> {
                             job.losses.len(),
                             job.losses.join(", ")
                         ),
-                        worker: Some(entry.info.name.clone()),
+                        worker: Some(entry.info.hello.name.clone()),
                     },
                     payload: job.payload,
                 });
@@ -57,7 +57,7 @@ impl<T> Registry<T> {
             self.queue_of(&requirement).push_front(id.clone());
             requeued.push(Decision::Requeued {
                 job: id,
-                worker: entry.info.name.clone(),
+                worker: entry.info.hello.name.clone(),
             });
         }
         decisions.extend(requeued.into_iter().rev());
@@ -103,7 +103,7 @@ impl<T> Registry<T> {
                 unreachable!("listed as running");
             };
             self.release(worker, &job.requirement);
-            let name = self.workers.get(&worker).map(|w| w.info.name.clone());
+            let name = self.workers.get(&worker).map(|w| w.info.hello.name.clone());
             decisions.push(Decision::Cancel {
                 worker,
                 job: id.clone(),

@@ -7,18 +7,21 @@ use proptest::prelude::*;
 use crate::task::TaskKey;
 
 use super::*;
-use crate::dispatch::WorkerKind;
+use crate::dispatch::{Hello, WorkerKind};
 
 const SECOND: Duration = Duration::from_secs(1);
 
 fn worker(name: &str, slots: u32, handlers: &[&str]) -> WorkerInfo {
     WorkerInfo {
-        name: name.into(),
-        slots,
-        kinds: vec![WorkerKind::Script],
-        handlers: handlers.iter().map(|h| (*h).to_owned()).collect(),
-        functions: vec!["pick".into()],
-        ..WorkerInfo::default()
+        hello: Hello {
+            name: name.into(),
+            slots,
+            kinds: vec![WorkerKind::Script],
+            handlers: handlers.iter().map(|h| (*h).to_owned()).collect(),
+            functions: vec!["pick".into()],
+            ..Hello::default()
+        },
+        namespaces: None,
     }
 }
 
@@ -521,7 +524,7 @@ proptest! {
             for entry in &status {
                 let held = running.values().filter(|&&w| w == entry.id).count();
                 prop_assert_eq!(held, entry.in_flight);
-                prop_assert!(entry.in_flight <= entry.info.slots as usize);
+                prop_assert!(entry.in_flight <= entry.info.hello.slots as usize);
             }
             for key in 1..next {
                 prop_assert!(

@@ -5,25 +5,24 @@ use super::*;
 
 /// A worker with a model (the `agent` kind) and the tools `tools`.
 fn agent_worker(name: &str, tools: &[&str]) -> WorkerInfo {
-    WorkerInfo {
-        kinds: vec![WorkerKind::Agent],
-        tools: tools
-            .iter()
-            .map(|tool| ToolInfo {
-                name: (*tool).to_owned(),
-                ..ToolInfo::default()
-            })
-            .collect(),
-        ..worker(name, 1, &[])
-    }
+    let mut info = worker(name, 1, &[]);
+    info.hello.kinds = vec![WorkerKind::Agent];
+    info.hello.tools = tools
+        .iter()
+        .map(|tool| ToolInfo {
+            name: (*tool).to_owned(),
+            description: String::new(),
+            parameters: ToolInfo::any_arguments(),
+        })
+        .collect();
+    info
 }
 
 /// A worker with no model that hosts the tools `tools`.
 fn tool_worker(name: &str, tools: &[&str]) -> WorkerInfo {
-    WorkerInfo {
-        kinds: Vec::new(),
-        ..agent_worker(name, tools)
-    }
+    let mut info = agent_worker(name, tools);
+    info.hello.kinds = Vec::new();
+    info
 }
 
 fn agent_task(key: u64, tools: &[&str]) -> JobSpec<u64> {

@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use weft_proto::RunId;
 
-use super::Assignment;
+use super::TaskAssignment;
 
 /// The field versions one worker holds, per run.
 #[derive(Debug, Default)]
@@ -28,7 +28,7 @@ impl FieldMirror {
     /// The task as this worker needs it (fields it holds go without their
     /// value), and what it carries. Call [`FieldMirror::sent`] once the
     /// message is on its way.
-    pub fn prepare(&self, task: &Assignment) -> (Assignment, Sent) {
+    pub fn prepare(&self, task: &TaskAssignment) -> (TaskAssignment, Sent) {
         let known = self.runs.get(&task.run_id);
         let mut wire = task.clone();
         let mut sent = Vec::new();
@@ -73,12 +73,10 @@ mod tests {
         }
     }
 
-    pub(crate) fn task(fields: Vec<StateField>) -> Assignment {
-        Assignment {
-            namespace: "default".into(),
+    pub(crate) fn task(fields: Vec<StateField>) -> TaskAssignment {
+        TaskAssignment {
             run_id: RunId::from("r"),
             key: weft_proto::TaskKey(1),
-            first_key: weft_proto::TaskKey(1),
             node: "n".into(),
             attempt: 1,
             kind: WorkerKind::Task,

@@ -1,7 +1,7 @@
 //! Both ends of state sync driven together: the coordinator's
 //! [`FieldMirror`] decides what a task carries, the message goes through the
-//! real protobuf conversion, and the worker's `StateCache` assembles the
-//! state. Whatever the history, the worker sees exactly the state the
+//! worker protocol's real conversion both ways, and
+//! the worker's `StateCache` assembles the state. Whatever the history, the worker sees exactly the state the
 //! coordinator meant, and a value crosses the wire once per version.
 
 use std::collections::BTreeMap;
@@ -11,11 +11,11 @@ use std::time::Duration;
 use proptest::prelude::*;
 use weft_proto::RunId;
 use weft_proto::v1 as pb;
-use weft_worker::state_sync::StateCache;
+use weft_proto::worker_protocol::wire::read_coordinator_message;
+use weft_worker::state_sync::{Assignment, StateCache};
 
-use super::convert::to_worker;
 use crate::dispatch::state_sync::FieldMirror;
-use crate::dispatch::{Assignment, StateField, ToWorker};
+use crate::dispatch::{StateField, TaskAssignment, ToWorker};
 
 /// One step: the coordinator changes some fields, then sends a task.
 #[derive(Debug, Clone)]
@@ -33,12 +33,10 @@ fn step() -> impl Strategy<Value = Step> {
     ]
 }
 
-pub(super) fn task(fields: &BTreeMap<String, (u64, i64)>, key: u64) -> Assignment {
-    Assignment {
-        namespace: "default".into(),
+pub(super) fn task(fields: &BTreeMap<String, (u64, i64)>, key: u64) -> TaskAssignment {
+    TaskAssignment {
         run_id: RunId::from("run"),
         key: weft_proto::TaskKey(key),
-        first_key: weft_proto::TaskKey(key),
         node: "n".into(),
         attempt: 1,
         kind: crate::dispatch::WorkerKind::Task,
@@ -90,21 +88,20 @@ proptest! {
                     key += 1;
                     let (wire, sent) = mirror.prepare(&task(&fields, key));
                     mirror.sent(&RunId::from("run"), sent);
-                    let pb::CoordinatorMessage {
-                        body: Some(pb::coordinator_message::Body::Task(assignment)),
-                    } = to_worker(ToWorker::Task(wire))
-                    else {
+                    let mut read = Vec::new();
+                    read_coordinator_message(pb::CoordinatorMessage::from(ToWorker::Task(wire)), &mut read);
+                    let [Ok(ToWorker::Task(assignment))] = <[_; 1]>::try_from(read).expect("one message") else {
                         panic!("a task message");
                     };
                     for field in &assignment.state {
-                        if !field.json.is_empty() {
+                        if field.json.is_some() {
                             prop_assert!(
-                                received.insert(field.name.clone(), field.version) != Some(field.version),
+                                received.insert(field.name.to_string(), field.version) != Some(field.version),
                                 "field {} version {} crossed the wire twice", field.name, field.version
                             );
                         }
                     }
-                    let got = cache.task(weft_worker::wire::read_assignment(assignment)).expect("the cache holds what was left out");
+                    let got = cache.task(Assignment::read(assignment)).expect("the cache holds what was left out");
                     let expected: String = format!(
                         "{{{}}}",
                         fields

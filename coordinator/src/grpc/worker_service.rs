@@ -21,11 +21,13 @@ use tokio_util::task::TaskTracker;
 use tonic::{Request, Response, Status, Streaming};
 use weft_proto::v1 as pb;
 use weft_proto::v1::worker_service_server::WorkerService;
+use weft_proto::worker_protocol::wire;
 use weft_proto::{BATCH_BYTES, PROTOCOL_VERSION};
 
-use super::convert;
 use crate::bundle::BlobStore;
-use crate::dispatch::{Assignment, DispatcherHandle, JoinRefused, ToWorker, WorkerLink};
+use crate::dispatch::{
+    DispatcherHandle, JoinRefused, TaskAssignment, ToWorker, WorkerInfo, WorkerLink,
+};
 use crate::term::Services;
 
 /// Tasks and calls queued for one worker's stream; a full queue marks the
@@ -73,16 +75,16 @@ async fn read_worker(
     worker: crate::dispatch::WorkerId,
 ) {
     while let Some(Ok(message)) = inbound.next().await {
-        for message in convert::unbatched(message) {
+        for message in wire::unbatched(message) {
             // A large result is parsed off the async threads (in order:
             // the next message waits for it).
-            let parsed = if convert::is_large(&message) {
-                tokio::task::spawn_blocking(move || convert::from_worker(message))
+            let parsed = if wire::is_large(&message) {
+                tokio::task::spawn_blocking(move || wire::read_worker_message(message))
                     .await
                     .ok()
                     .flatten()
             } else {
-                convert::from_worker(message)
+                wire::read_worker_message(message)
             };
             if let Some(message) = parsed {
                 dispatcher.message(worker, message);
@@ -145,9 +147,9 @@ async fn forward(
             ToWorker::Task(task) if batches => {
                 let (tasks, next) = gather(task, &mut work);
                 held = next;
-                convert::task_batch(tasks)
+                wire::task_batch(tasks)
             }
-            other => convert::to_worker(other),
+            other => other.into(),
         };
         if tx.send(Ok(message)).await.is_err() {
             break;
@@ -163,9 +165,9 @@ fn names_task(message: &ToWorker) -> bool {
 /// `first` and the tasks queued behind it, as many as make a batch, and
 /// the message after them when one was taken that does not belong in it.
 fn gather(
-    first: Assignment,
+    first: TaskAssignment,
     work: &mut mpsc::Receiver<ToWorker>,
-) -> (Vec<Assignment>, Option<ToWorker>) {
+) -> (Vec<TaskAssignment>, Option<ToWorker>) {
     let mut bytes = weight(&first);
     let mut tasks = vec![first];
     while tasks.len() < MAX_BATCH {
@@ -186,7 +188,7 @@ fn gather(
 }
 
 /// About how many bytes a task takes on the wire: its texts.
-fn weight(task: &Assignment) -> usize {
+fn weight(task: &TaskAssignment) -> usize {
     let values: usize = task
         .state
         .iter()
@@ -261,9 +263,12 @@ impl WorkerService for WorkerApi {
         let (work, work_rx) = mpsc::channel(WORK_QUEUE);
         let (control, control_rx) = mpsc::channel(CONTROL_QUEUE);
         let batches = hello.takes_batches;
-        let mut info = convert::worker_info(hello);
-        // A worker's identity may restrict it to some namespaces' tasks.
-        info.namespaces = caller.worker_namespaces.clone();
+        let info = WorkerInfo {
+            hello: hello.into(),
+            // A worker's identity, not what it says, may restrict it to
+            // some namespaces' tasks.
+            namespaces: caller.worker_namespaces.clone(),
+        };
         let worker = self
             .dispatcher
             .join(info, WorkerLink { work, control })

@@ -4,15 +4,13 @@
 //! Everything the generated `weft_proto::v1` types touch lives here: where
 //! the coordinator is (`discovery`), the handshake, the stream in both
 //! directions, and the fetch of bundle files. The rest of the worker sends
-//! [`Outbound`] and receives [`Inbound`]; `convert` is the one place that
-//! turns them into wire messages and back, so a change to the protocol is
-//! a change here.
+//! [`Outbound`] and receives [`Inbound`]; `convert` says what each of the
+//! worker protocol's messages (`weft_proto::worker_protocol`, which alone
+//! reads and writes the wire) means to this worker.
 
 mod convert;
 mod discovery;
 mod outgoing;
-
-pub use convert::assignment_of;
 
 use std::collections::VecDeque;
 use std::future::Future;
@@ -27,7 +25,6 @@ use tokio_stream::StreamExt;
 use tokio_stream::wrappers::ReceiverStream;
 use tracing::info;
 use weft_proto::transport::Authorized;
-use weft_proto::types::WorkerKind;
 use weft_proto::v1 as pb;
 use weft_proto::v1::worker_service_client::WorkerServiceClient;
 
@@ -38,8 +35,8 @@ use crate::config::WorkerConfig;
 use crate::error::WorkerError;
 use crate::execute::CallAnswer;
 use crate::state_sync::Assignment;
-use crate::task::{FunctionCall, TaskReport};
-use crate::task::{Message, TeamSend, ToolCall, ToolInfo};
+use crate::task::{FunctionCall, TaskReport, TeamMessage};
+use weft_proto::worker_protocol::{FromWorker, Hello};
 
 /// How long a coordinator may take to welcome a joining worker.
 const JOIN_TIMEOUT: Duration = Duration::from_secs(5);
@@ -47,22 +44,6 @@ const JOIN_TIMEOUT: Duration = Duration::from_secs(5);
 const LEAVE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Messages queued for the coordinator before senders wait.
 const OUTBOUND_QUEUE: usize = 1024;
-
-/// What a worker announces on joining: who it is and what it hosts.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Hello {
-    pub name: String,
-    /// Tasks it runs at once.
-    pub slots: u32,
-    pub labels: Vec<(String, String)>,
-    /// The built-in kinds it hosts.
-    pub kinds: Vec<WorkerKind>,
-    /// Its registered handlers and functions, by name.
-    pub handlers: Vec<String>,
-    pub functions: Vec<String>,
-    /// Its registered tools, as a model is told of them.
-    pub tools: Vec<ToolInfo>,
-}
 
 /// What a coordinator tells a worker.
 #[derive(Debug)]
@@ -75,7 +56,7 @@ pub(crate) enum Inbound {
     Deliver {
         run_id: RunId,
         key: TaskKey,
-        message: Message,
+        message: TeamMessage,
     },
     /// The coordinator took the teammate send `send_id`, or refused it
     /// with why.
@@ -183,8 +164,9 @@ pub(crate) struct Connection {
     unread: VecDeque<Inbound>,
     outbound: mpsc::Sender<Outbound>,
     /// Running attempts' teammate messages, merged into the same stream.
-    team_sends: mpsc::Sender<TeamSend>,
-    tool_calls: mpsc::Sender<ToolCall>,
+    team_sends: mpsc::Sender<FromWorker>,
+    /// Running agents' calls of tools other workers host, likewise.
+    tool_calls: mpsc::Sender<FromWorker>,
     client: WorkerServiceClient<Authorized>,
 }
 
@@ -236,17 +218,19 @@ async fn handshake(
     hello: Hello,
 ) -> Result<Result<(Connection, Welcome), Ending>, WorkerError> {
     let (outbound, rx) = mpsc::channel::<Outbound>(OUTBOUND_QUEUE);
-    let (team_sends, sends) = mpsc::channel::<TeamSend>(OUTBOUND_QUEUE);
-    let (tool_calls, calls) = mpsc::channel::<ToolCall>(OUTBOUND_QUEUE);
+    let (team_sends, sends) = mpsc::channel::<FromWorker>(OUTBOUND_QUEUE);
+    let (tool_calls, calls) = mpsc::channel::<FromWorker>(OUTBOUND_QUEUE);
     // Known once welcomed: results are checked against its limit and
     // batched as it allows as they go out.
     let told = Arc::new(outgoing::Told::unwelcomed());
-    let first = tokio_stream::once(convert::hello(hello));
+    let first = tokio_stream::once(pb::WorkerMessage {
+        body: Some(pb::worker_message::Body::Hello(hello.into())),
+    });
     let rest = outgoing::Outgoing::new(rx, told.clone());
     // A send is answered before its step goes on, so it never trails the
     // step's result.
-    let sends = ReceiverStream::new(sends).map(convert::team_send);
-    let calls = ReceiverStream::new(calls).map(convert::tool_call);
+    let sends = ReceiverStream::new(sends).map(pb::WorkerMessage::from);
+    let calls = ReceiverStream::new(calls).map(pb::WorkerMessage::from);
     let mut inbound = match client
         .join(first.chain(rest.merge(sends).merge(calls)))
         .await
@@ -305,13 +289,15 @@ impl Connection {
         self.outbound.clone()
     }
 
-    /// Where running attempts send their teammate messages.
-    pub(crate) fn team_sends(&self) -> mpsc::Sender<TeamSend> {
+    /// Where running attempts send their teammate messages
+    /// ([`FromWorker::TeamSend`]).
+    pub(crate) fn team_sends(&self) -> mpsc::Sender<FromWorker> {
         self.team_sends.clone()
     }
 
-    /// Where a running agent's calls of tools other workers host go.
-    pub(crate) fn tool_calls(&self) -> mpsc::Sender<ToolCall> {
+    /// Where a running agent's calls of tools other workers host go
+    /// ([`FromWorker::ToolCall`]).
+    pub(crate) fn tool_calls(&self) -> mpsc::Sender<FromWorker> {
         self.tool_calls.clone()
     }
 

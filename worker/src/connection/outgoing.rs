@@ -69,7 +69,8 @@ impl Outgoing {
     }
 
     fn wire(&self, message: Outbound) -> pb::WorkerMessage {
-        convert::to_coordinator(message, self.told.result_bytes.load(Ordering::Relaxed))
+        let limit = self.told.result_bytes.load(Ordering::Relaxed);
+        convert::to_coordinator(message, limit).into()
     }
 
     /// `first`, or, when it is a result and more are queued behind it, a

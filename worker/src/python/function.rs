@@ -15,7 +15,7 @@ use super::{Call, PythonError, PythonHosts};
 use crate::blobs::BlobCache;
 use crate::confinement::NodeSandbox;
 use crate::secrets::{Redactor, Secrets};
-use crate::task::{Completed, Failure, FailureKind, FunctionCall, PythonTarget, Task};
+use crate::task::{Completed, Failure, FailureKind, FunctionCall, PythonCall, Task};
 
 /// Runs one attempt of a `function` node.
 pub async fn run_function(
@@ -181,7 +181,7 @@ pub(crate) async fn call_python(
     hosts: &PythonHosts,
     blobs: &BlobCache,
     call: &FunctionCall,
-    python: &PythonTarget,
+    python: &PythonCall,
 ) -> Result<Value, PythonCallError> {
     let hosted = hosts
         .pool(blobs, &call.bundle, &python.dir, NodeSandbox::default())
@@ -193,7 +193,7 @@ pub(crate) async fn call_python(
         function: &python.function,
         args: call.args.clone(),
         kwargs: Map::new(),
-        form: &python.form,
+        form: python.form.as_str(),
         mask: Vec::new(),
         state: None,
     };

@@ -17,7 +17,7 @@ use tokio::sync::{Mutex, OnceCell};
 use super::PythonPool;
 use crate::blobs::BlobCache;
 use crate::confinement::NodeSandbox;
-use crate::task::{BlobFile, Failure, FailureKind};
+use crate::task::{BlobRef, Failure, FailureKind};
 
 /// Bundles whose pools are kept at once.
 const MAX_BUNDLES: usize = 16;
@@ -159,7 +159,7 @@ impl PythonHosts {
     pub async fn pool(
         &self,
         blobs: &BlobCache,
-        bundle: &[BlobFile],
+        bundle: &[BlobRef],
         dir: &str,
         sandbox: NodeSandbox,
     ) -> Result<Hosted, Failure> {
@@ -286,8 +286,8 @@ fn signature_table(read: &Value) -> Signatures {
 }
 
 /// A name for a bundle's set of files: its paths and contents' hashes.
-fn bundle_key(bundle: &[BlobFile]) -> String {
-    let mut files: Vec<&BlobFile> = bundle.iter().collect();
+fn bundle_key(bundle: &[BlobRef]) -> String {
+    let mut files: Vec<&BlobRef> = bundle.iter().collect();
     files.sort_by(|a, b| a.path.cmp(&b.path));
     let mut hasher = Sha256::new();
     for file in files {

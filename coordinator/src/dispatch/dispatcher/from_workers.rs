@@ -8,6 +8,8 @@ use weft_proto::RunId;
 use super::{Dispatcher, Ended, Order, Work, now};
 use crate::dispatch::registry::{Decision, JobId, JobKey, JobSpec};
 use crate::dispatch::*;
+use crate::task::TaskFailure;
+use weft_proto::worker_protocol::{CallResult, TaskResult};
 
 impl Dispatcher {
     /// What `worker` sent, turned into the registry's decisions.
@@ -18,8 +20,13 @@ impl Dispatcher {
     ) -> Vec<Decision<Order>> {
         if !self.registry.heard(worker, now()) {
             // A lost worker's late messages are ignored.
-            if let FromWorker::Result { run_id, key, .. } = &message {
-                discarded(worker, run_id, *key, "from a worker given up as lost");
+            if let FromWorker::Result(result) = &message {
+                discarded(
+                    worker,
+                    &result.run_id,
+                    result.key,
+                    "from a worker given up as lost",
+                );
             }
             return Vec::new();
         }
@@ -37,11 +44,12 @@ impl Dispatcher {
                 debug!(%worker, %run_id, %key, "a leaving worker refused a task");
                 self.registry.refuse(worker, &job)
             }
-            FromWorker::Result {
+            FromWorker::Result(TaskResult {
                 run_id,
                 key,
                 outcome,
-            } => {
+                read,
+            }) => {
                 let job = JobId {
                     run: RunId::from(run_id.as_str()),
                     key: JobKey::Task(key),
@@ -61,7 +69,14 @@ impl Dispatcher {
                     done.payload,
                     Ended::Task {
                         worker: done.worker,
-                        outcome,
+                        outcome: TaskOutcome {
+                            result: outcome.map_err(|error| TaskFailure {
+                                kind: error.kind,
+                                message: error.message,
+                                worker: None,
+                            }),
+                            read,
+                        },
                     },
                 );
                 Vec::new()
@@ -71,18 +86,18 @@ impl Dispatcher {
                 Vec::new()
             }
             FromWorker::ToolCall { run_id, key, call } => self.tool_call(worker, run_id, key, call),
-            FromWorker::CallResult {
+            FromWorker::CallResult(CallResult {
                 run_id,
-                call,
+                call_id,
                 result,
                 tool,
-            } => {
+            }) => {
                 let job = JobId {
                     run: run_id,
                     key: if tool {
-                        JobKey::Tool(call)
+                        JobKey::Tool(call_id)
                     } else {
-                        JobKey::Call(call)
+                        JobKey::Call(call_id)
                     },
                 };
                 if let Some(done) = self.registry.finish(worker, &job, now()) {
@@ -115,7 +130,10 @@ impl Dispatcher {
         };
         let caller = match self.registry.payload(&job) {
             Some(Order {
-                work: Work::Task(task),
+                work:
+                    Work::Task(TaskJob {
+                        namespace, task, ..
+                    }),
                 sink,
             }) if self.registry.held_by(&job) == Some(worker) => {
                 let context = ToolContext {
@@ -125,7 +143,7 @@ impl Dispatcher {
                     item: task.item.as_ref().map(|item| item.index as u64),
                     scope_json: task.scope_json.clone(),
                 };
-                (task.namespace.clone(), context, sink.clone())
+                (namespace.clone(), context, sink.clone())
             }
             _ => {
                 self.control(
@@ -149,16 +167,13 @@ impl Dispatcher {
             call.timeout
         };
         let function = FunctionCall {
+            call_id: self.tool_calls,
             run_id: run_id.clone(),
-            namespace,
-            call: self.tool_calls,
             name: call.tool.clone(),
             args: vec![call.arguments],
             timeout,
-            judge: false,
-            python: None,
+            target: CallTarget::Tool(context),
             bundle: Default::default(),
-            tool: Some(context),
         };
         debug!(%worker, %run_id, %key, tool = %call.tool, "passing on a tool call");
         self.registry.submit(JobSpec {
@@ -168,7 +183,7 @@ impl Dispatcher {
             },
             label: format!("tool '{}'", call.tool),
             requirement: Requirement::Tool(call.tool),
-            namespace: function.namespace.clone(),
+            namespace,
             timeout,
             lineage: None,
             payload: Order {

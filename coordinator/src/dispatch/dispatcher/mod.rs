@@ -68,7 +68,7 @@ enum Command {
         worker: WorkerId,
     },
     Launch {
-        task: Assignment,
+        task: TaskJob,
         requirement: Requirement,
         sink: EventSink,
     },
@@ -77,7 +77,7 @@ enum Command {
         keys: Vec<TaskKey>,
     },
     Call {
-        call: FunctionCall,
+        call: CallJob,
         sink: EventSink,
     },
     Forget {
@@ -158,7 +158,7 @@ impl DispatcherHandle {
 }
 
 impl TaskLauncher for DispatcherHandle {
-    fn launch(&self, task: Assignment, requirement: Requirement, sink: EventSink) {
+    fn launch(&self, task: TaskJob, requirement: Requirement, sink: EventSink) {
         let _ = self.tx.send(Command::Launch {
             task,
             requirement,
@@ -170,7 +170,7 @@ impl TaskLauncher for DispatcherHandle {
         let _ = self.tx.send(Command::Cancel { run_id, keys });
     }
 
-    fn call(&self, call: FunctionCall, sink: EventSink) {
+    fn call(&self, call: CallJob, sink: EventSink) {
         let _ = self.tx.send(Command::Call { call, sink });
     }
 
@@ -249,8 +249,8 @@ struct Order {
 }
 
 enum Work {
-    Task(Assignment),
-    Call(FunctionCall),
+    Task(TaskJob),
+    Call(CallJob),
     /// A tool's call for an agent step on `caller`, whose answer goes back
     /// to it.
     Tool {
@@ -298,7 +298,7 @@ impl Dispatcher {
     fn handle(&mut self, command: Command) {
         let decisions = match command {
             Command::Join { info, link, reply } => {
-                let (name, slots) = (info.name.clone(), info.slots);
+                let (name, slots) = (info.hello.name.clone(), info.hello.slots);
                 let id = match self.registry.join(info, now()) {
                     Ok(id) => id,
                     Err(taken) => {
@@ -322,24 +322,24 @@ impl Dispatcher {
             Command::Message { worker, message } => self.message(worker, message),
             Command::Leave { worker } => self.registry.lose(worker, "stream closed"),
             Command::Launch {
-                task,
+                task: job,
                 requirement,
                 sink,
             } => self.registry.submit(JobSpec {
                 id: JobId {
-                    run: task.run_id.clone(),
-                    key: JobKey::Task(task.key),
+                    run: job.task.run_id.clone(),
+                    key: JobKey::Task(job.task.key),
                 },
-                label: task.node.clone().into(),
+                label: job.task.node.clone().into(),
                 requirement,
-                namespace: task.namespace.clone(),
-                timeout: task.timeout,
+                namespace: job.namespace.clone(),
+                timeout: job.task.timeout,
                 lineage: Some(JobId {
-                    run: task.run_id.clone(),
-                    key: JobKey::Task(task.first_key),
+                    run: job.task.run_id.clone(),
+                    key: JobKey::Task(job.first_key),
                 }),
                 payload: Order {
-                    work: Work::Task(task),
+                    work: Work::Task(job),
                     sink,
                 },
             }),
@@ -347,28 +347,42 @@ impl Dispatcher {
                 let keys: Vec<JobKey> = keys.into_iter().map(JobKey::Task).collect();
                 self.registry.cancel(&run_id, &keys)
             }
-            Command::Call { mut call, sink } => {
+            Command::Call {
+                call: mut job,
+                sink,
+            } => {
+                let call = &mut job.call;
                 call.timeout = self.call_timeout;
+                let (label, requirement) = match &call.target {
+                    CallTarget::Judge => (
+                        format!("until '{}'", call.name),
+                        Requirement::Kind(WorkerKind::Llm),
+                    ),
+                    CallTarget::Python(python) => {
+                        let function = crate::graph::PyFunction {
+                            module: python.module.clone(),
+                            function: python.function.clone(),
+                        };
+                        (function.label(), Requirement::Python)
+                    }
+                    // Tools come from workers, not runs (`tool_call`).
+                    CallTarget::Registered | CallTarget::Tool(_) => (
+                        format!("fn:{}", call.name),
+                        Requirement::Function(call.name.clone()),
+                    ),
+                };
                 self.registry.submit(JobSpec {
                     id: JobId {
                         run: call.run_id.clone(),
-                        key: JobKey::Call(call.call),
+                        key: JobKey::Call(call.call_id),
                     },
-                    label: match &call.python {
-                        _ if call.judge => format!("until '{}'", call.name),
-                        Some(python) => python.function.label(),
-                        None => format!("fn:{}", call.name),
-                    },
-                    requirement: match &call.python {
-                        _ if call.judge => Requirement::Kind(WorkerKind::Llm),
-                        Some(_) => Requirement::Python,
-                        None => Requirement::Function(call.name.clone()),
-                    },
-                    namespace: call.namespace.clone(),
+                    label,
+                    requirement,
+                    namespace: job.namespace.clone(),
                     timeout: call.timeout,
                     lineage: None,
                     payload: Order {
-                        work: Work::Call(call),
+                        work: Work::Call(job),
                         sink,
                     },
                 })
@@ -422,7 +436,7 @@ impl Dispatcher {
                 work: Work::Task(task),
                 ..
             }) = self.registry.queued_payload_mut(&job)
-            && let Some(seat) = &mut task.team
+            && let Some(seat) = &mut task.task.team
         {
             seat.inbox.push(message);
         }
@@ -486,26 +500,25 @@ impl Dispatcher {
                 }
                 return;
             }
-            (Work::Task(task), Ended::Task { worker, outcome }) => DispatchEvent::TaskFinished {
-                key: task.key,
+            (Work::Task(job), Ended::Task { worker, outcome }) => DispatchEvent::TaskFinished {
+                key: job.task.key,
                 worker,
                 outcome,
             },
-            (Work::Task(task), Ended::Failed(failure)) => DispatchEvent::TaskFinished {
-                key: task.key,
+            (Work::Task(job), Ended::Failed(failure)) => DispatchEvent::TaskFinished {
+                key: job.task.key,
                 worker: failure.worker.clone().unwrap_or_default(),
                 outcome: TaskOutcome {
                     result: Err(failure),
                     read: Vec::new(),
-                    notes: Vec::new(),
                 },
             },
-            (Work::Call(call), Ended::Call(result)) => DispatchEvent::CallReturned {
-                call: call.call,
+            (Work::Call(job), Ended::Call(result)) => DispatchEvent::CallReturned {
+                call: job.call.call_id,
                 result,
             },
-            (Work::Call(call), Ended::Failed(failure)) => DispatchEvent::CallReturned {
-                call: call.call,
+            (Work::Call(job), Ended::Failed(failure)) => DispatchEvent::CallReturned {
+                call: job.call.call_id,
                 result: Err(CallError(failure.message)),
             },
             // A job ends the way its kind does.
@@ -592,7 +605,7 @@ impl Dispatcher {
         let order = self.registry.payload(job)?;
         // Only an agent may call tools elsewhere.
         let remote_tools = match &order.work {
-            Work::Task(task) if task.kind == WorkerKind::Agent => {
+            Work::Task(task) if task.task.kind == WorkerKind::Agent => {
                 self.remote_tools(job, worker, &task.namespace)
             }
             _ => Vec::new(),
@@ -600,11 +613,13 @@ impl Dispatcher {
         let link = self.links.get_mut(&worker)?;
         let (message, sent) = match &order.work {
             Work::Task(task) => {
-                let (mut wire, sent) = link.mirror.prepare(task);
+                let (mut wire, sent) = link.mirror.prepare(&task.task);
                 wire.remote_tools = remote_tools;
                 (ToWorker::Task(wire), Some(sent))
             }
-            Work::Call(call) | Work::Tool { call, .. } => (ToWorker::Call(call.clone()), None),
+            Work::Call(CallJob { call, .. }) | Work::Tool { call, .. } => {
+                (ToWorker::Call(call.clone()), None)
+            }
         };
         match link.channels.work.try_send(message) {
             Ok(()) => {

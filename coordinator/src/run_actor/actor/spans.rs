@@ -140,10 +140,8 @@ impl RunSpans {
                 span.record("otel.status_description", failure.message.as_str());
             }
         }
-        let calls = outcome
-            .notes
-            .iter()
-            .filter(|note| note["type"] == "model_called");
+        let notes = outcome.result.as_ref().map_or(&[][..], |done| &done.notes);
+        let calls = notes.iter().filter(|note| note["type"] == "model_called");
         let (mut prompt, mut completion, mut model) = (0, 0, None);
         for call in calls {
             prompt += call["prompt_tokens"].as_u64().unwrap_or(0);

@@ -10,7 +10,9 @@ use serde_json::Value;
 
 use super::RunActor;
 use crate::dispatch::jobs::JobKey;
-use crate::dispatch::{Assignment, CallForm, DispatchEvent, FunctionCall, PythonCall};
+use crate::dispatch::{
+    CallForm, CallJob, CallTarget, DispatchEvent, FunctionCall, PythonCall, TaskAssignment, TaskJob,
+};
 use crate::run_actor::{Code, Effect, Input, Outgoing, TaskSpec};
 
 impl RunActor {
@@ -18,18 +20,15 @@ impl RunActor {
     /// `iteration` (SPEC 4.2); the answer comes back like a function's.
     pub(super) fn judge(&self, call: u64, sentence: String, iteration: Value) {
         let call = FunctionCall {
+            call_id: call,
             run_id: self.id.clone(),
-            namespace: self.namespace.clone(),
-            call,
             name: sentence,
             args: vec![iteration],
             timeout: Duration::ZERO,
-            judge: true,
-            python: None,
+            target: CallTarget::Judge,
             bundle: Arc::default(),
-            tool: None,
         };
-        self.launcher.call(call, self.sink.clone());
+        self.call_worker(call);
     }
 
     /// Tells the task `key` whether its teammate message `send_id` was
@@ -63,12 +62,16 @@ impl RunActor {
                 self.unhosted.remove(&JobKey::Task(key));
                 self.spans.task_finished(key, &worker, &outcome);
                 // The machine decides whether the output is acceptable.
+                let (result, notes) = match outcome.result {
+                    Ok(done) => (Ok((done.writes_json, done.output)), done.notes),
+                    Err(failure) => (Err(failure), Vec::new()),
+                };
                 self.input(Input::TaskReturned {
                     key,
                     worker,
-                    result: outcome.result,
+                    result,
                     read: outcome.read,
-                    notes: outcome.notes,
+                    notes,
                 });
             }
             DispatchEvent::TaskUnhosted {
@@ -124,11 +127,9 @@ impl RunActor {
         let state = self.fields.task_fields(&spec.state);
         let traceparent = self.spans.task_started(&spec, binding.kind.as_str());
         let scope_json = Value::Object(spec.scope).to_string();
-        let task = Assignment {
+        let task = TaskAssignment {
             run_id: self.id.clone(),
-            namespace: self.namespace.clone(),
             key: spec.key,
-            first_key: spec.first_key.unwrap_or(spec.key),
             node: spec.node.into(),
             attempt: spec.attempt,
             kind: binding.kind,
@@ -146,38 +147,51 @@ impl RunActor {
             traceparent,
             remote_tools: Vec::new(),
         };
+        let job = TaskJob {
+            namespace: self.namespace.clone(),
+            first_key: spec.first_key.unwrap_or(spec.key),
+            task,
+        };
         self.launcher
-            .launch(task, binding.requirement.clone(), self.sink.clone());
+            .launch(job, binding.requirement.clone(), self.sink.clone());
     }
 
     /// Calls a worker-hosted function (a reducer, predicate or `until`);
     /// a Python function gets its arguments in `form`.
     pub(super) fn call(&self, call: u64, code: Code, args: Vec<Value>, form: CallForm) {
         let name = code.key();
-        let python = match code {
-            Code::Python(function) => Some(PythonCall {
-                function,
-                dir: self.plan.graph().dir.clone(),
-                form,
-            }),
-            Code::Rust(_) => None,
+        let (target, bundle) = match code {
+            Code::Python(function) => (
+                CallTarget::Python(PythonCall {
+                    module: function.module,
+                    function: function.function,
+                    dir: self.plan.graph().dir.clone(),
+                    form,
+                }),
+                // Only a Python function's module needs the bundle.
+                self.bundle.clone(),
+            ),
+            Code::Rust(_) => (CallTarget::Registered, Arc::default()),
         };
         let call = FunctionCall {
+            call_id: call,
             run_id: self.id.clone(),
-            namespace: self.namespace.clone(),
-            call,
             name,
             args,
             timeout: Duration::ZERO,
-            judge: false,
-            bundle: if python.is_some() {
-                self.bundle.clone()
-            } else {
-                Arc::default()
-            },
-            python,
-            tool: None,
+            target,
+            bundle,
         };
-        self.launcher.call(call, self.sink.clone());
+        self.call_worker(call);
+    }
+
+    /// Hands `call` to the dispatcher, for a worker that serves the run's
+    /// namespace; its timeout is the dispatcher's to set.
+    fn call_worker(&self, call: FunctionCall) {
+        let job = CallJob {
+            namespace: self.namespace.clone(),
+            call,
+        };
+        self.launcher.call(job, self.sink.clone());
     }
 }
