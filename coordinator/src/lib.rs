@@ -7,6 +7,7 @@
 
 #![warn(missing_docs)]
 
+pub mod access;
 pub mod auth;
 pub mod bundle;
 pub mod config;

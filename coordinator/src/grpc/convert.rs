@@ -1,14 +1,19 @@
 //! The run service's conversions between generated protobuf types and the
-//! domain: bundles in; runs, events and findings out. (The worker
-//! protocol's are its own, in `weft_proto::worker_protocol::wire`.)
+//! domain: bundles in; runs ([`RunReport`]), events and findings out, and
+//! back in where a standby's HTTP door reads the leader's answers. (The
+//! worker protocol's are its own, in `weft_proto::worker_protocol::wire`.)
 
 use weft_proto::v1 as pb;
 
 use crate::bundle::{Bundle, BundleError};
 use crate::graph::{Finding, Severity};
-use weft_proto::events::{error_to_wire, event_to_wire, status_to_wire};
+use weft_proto::events::{
+    error_from_wire, error_to_wire, event_from_wire, event_to_wire, status_from_wire,
+    status_to_wire,
+};
 
-use crate::run_actor::{RunEvent, RunView, StoredEvent};
+use crate::access::{RunReport, StoredEvent, WaitingNode};
+use crate::run_actor::{Answered, UnhostedWait};
 
 pub fn bundle(message: Option<pb::GraphBundle>, limit: usize) -> Result<Bundle, BundleError> {
     let message = message.unwrap_or_default();
@@ -25,75 +30,127 @@ pub fn bundle(message: Option<pb::GraphBundle>, limit: usize) -> Result<Bundle, 
     Bundle::new(message.graph_path, files, limit)
 }
 
-/// A run's info; `with_state: false` leaves the (possibly large) state out.
-pub fn run_info(view: RunView, with_state: bool) -> pb::RunInfo {
-    run_info_drawn(view, with_state, false)
-}
-
-/// [`run_info`], with the graph drawn when `with_diagram`.
-pub fn run_info_drawn(view: RunView, with_state: bool, with_diagram: bool) -> pb::RunInfo {
-    pb::RunInfo {
-        diagram_svg: if with_diagram {
-            crate::graph::diagram::svg(&view.graph)
-        } else {
-            String::new()
-        },
-        trace_id: view.trace_id.to_string(),
-        run_id: view.id.to_string(),
-        graph_name: view.graph_name,
-        status: status_to_wire(view.status) as i32,
-        state_json: if with_state {
-            weft_proto::json::object_to_string(&view.state)
-        } else {
-            String::new()
-        },
-        error: view.error.map(|error| error_to_wire(error.info())),
-        waiting: view
-            .waiting
-            .into_iter()
-            .map(|(node, kind, prompt)| pb::WaitingNode { node, kind, prompt })
-            .collect(),
-        event_count: view.event_count,
-        created_unix_ms: view.created_unix_ms,
-        unhosted: view
-            .unhosted
-            .into_iter()
-            .map(|w| pb::UnhostedWait {
-                node: w.node,
-                needs: w.needs,
-                tasks: w.tasks,
-            })
-            .collect(),
-        children: view
-            .children
-            .into_iter()
-            .map(|(node, run_id)| pb::ChildRun {
-                node: node.into(),
-                run_id: run_id.into(),
-            })
-            .collect(),
-        ended_unix_ms: view.ended_unix_ms,
-        namespace: view.owner.namespace,
-        submitted_by: view.owner.submitted_by,
-        answers: view
-            .answers
-            .into_iter()
-            .map(|a| pb::Answer {
-                node: a.node,
-                by: a.by,
-                approved: a.approved,
-            })
-            .collect(),
+impl From<RunReport> for pb::RunInfo {
+    fn from(report: RunReport) -> Self {
+        Self {
+            run_id: report.run_id.to_string(),
+            graph_name: report.graph_name,
+            status: status_to_wire(report.status) as i32,
+            state_json: report.state_json.unwrap_or_default(),
+            error: report.error.map(error_to_wire),
+            waiting: report
+                .waiting
+                .into_iter()
+                .map(|w| pb::WaitingNode {
+                    node: w.node,
+                    kind: w.kind,
+                    prompt: w.prompt,
+                })
+                .collect(),
+            event_count: report.event_count,
+            created_unix_ms: report.created_unix_ms,
+            ended_unix_ms: report.ended_unix_ms,
+            unhosted: report
+                .unhosted
+                .into_iter()
+                .map(|w| pb::UnhostedWait {
+                    node: w.node,
+                    needs: w.needs,
+                    tasks: w.tasks,
+                })
+                .collect(),
+            children: report
+                .children
+                .into_iter()
+                .map(|(node, run_id)| pb::ChildRun {
+                    node: node.into(),
+                    run_id: run_id.into(),
+                })
+                .collect(),
+            namespace: report.namespace,
+            submitted_by: report.submitted_by,
+            answers: report
+                .answers
+                .into_iter()
+                .map(|a| pb::Answer {
+                    node: a.node,
+                    by: a.by,
+                    approved: a.approved,
+                })
+                .collect(),
+            trace_id: report.trace_id,
+            diagram_svg: report.diagram_svg.unwrap_or_default(),
+        }
     }
 }
 
+/// A leader's answer in domain terms, as a standby's HTTP door reads it:
+/// what the leader left out (the state, the diagram) is `None`.
+impl From<pb::RunInfo> for RunReport {
+    fn from(info: pb::RunInfo) -> Self {
+        Self {
+            run_id: info.run_id.into(),
+            graph_name: info.graph_name,
+            status: status_from_wire(info.status),
+            state_json: (!info.state_json.is_empty()).then_some(info.state_json),
+            error: info.error.map(error_from_wire),
+            waiting: info
+                .waiting
+                .into_iter()
+                .map(|w| WaitingNode {
+                    node: w.node,
+                    kind: w.kind,
+                    prompt: w.prompt,
+                })
+                .collect(),
+            event_count: info.event_count,
+            created_unix_ms: info.created_unix_ms,
+            ended_unix_ms: info.ended_unix_ms,
+            unhosted: info
+                .unhosted
+                .into_iter()
+                .map(|w| UnhostedWait {
+                    node: w.node,
+                    needs: w.needs,
+                    tasks: w.tasks,
+                })
+                .collect(),
+            children: info
+                .children
+                .into_iter()
+                .map(|c| (c.node.into(), c.run_id.into()))
+                .collect(),
+            namespace: info.namespace,
+            submitted_by: info.submitted_by,
+            answers: info
+                .answers
+                .into_iter()
+                .map(|a| Answered {
+                    node: a.node,
+                    by: a.by,
+                    approved: a.approved,
+                })
+                .collect(),
+            trace_id: info.trace_id,
+            diagram_svg: (!info.diagram_svg.is_empty()).then_some(info.diagram_svg),
+        }
+    }
+}
+
+/// One entry of a run's event log on the wire.
 pub fn event(stored: &StoredEvent) -> pb::RunEvent {
     event_to_wire(stored.seq, stored.at_unix_ms, &stored.event)
 }
 
-/// Reports whether an event ends the run's stream.
-pub fn is_final(stored: &StoredEvent) -> bool {
-    matches!(&*stored.event, RunEvent::RunFinished { .. })
+/// A leader's event in domain terms, as a standby's HTTP door reads it;
+/// `None` for an event of a kind this coordinator does not know.
+pub fn stored_event(event: pb::RunEvent) -> Option<StoredEvent> {
+    let (seq, at_unix_ms) = (event.seq, event.at_unix_ms);
+    Some(StoredEvent {
+        seq,
+        at_unix_ms,
+        event: std::sync::Arc::new(event_from_wire(event)?),
+    })
 }
 
 pub fn finding(finding: &Finding) -> pb::Finding {

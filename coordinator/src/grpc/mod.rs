@@ -1,5 +1,7 @@
-//! Thin gRPC services: each handler converts the request, calls a handle,
-//! and maps the error. Generated protobuf types stay in this module.
+//! Thin gRPC services: each handler converts the request, calls the domain
+//! (the leader's `access::RunAccess`, the dispatcher), and maps the error.
+//! Generated protobuf types stay in this module, but for the worker
+//! protocol's own conversion (`weft_proto::worker_protocol::wire`).
 
 pub(crate) mod convert;
 mod run_service;
@@ -9,11 +11,13 @@ mod state_sync_tests;
 mod worker_service;
 
 pub use run_service::RunApi;
+pub(crate) use serve_or_forward::Credentials;
 pub use serve_or_forward::{FrontRuns, FrontWorkers};
 pub use worker_service::WorkerApi;
 
 use tonic::Status;
 
+use crate::access::AccessError;
 use crate::auth::Principal;
 use crate::bundle::BundleError;
 use crate::run_actor::{Rejected, RunRequestError};
@@ -44,6 +48,16 @@ impl From<RunRequestError> for Status {
                 Status::permission_denied(error.to_string())
             }
             RunRequestError::Rejected(_) => Status::failed_precondition(error.to_string()),
+        }
+    }
+}
+
+impl From<AccessError> for Status {
+    fn from(error: AccessError) -> Self {
+        match error {
+            AccessError::UnknownRun(id) => unknown_run(&id),
+            AccessError::Request(error) => error.into(),
+            AccessError::NotEnded(error) => Status::failed_precondition(error.to_string()),
         }
     }
 }

@@ -20,6 +20,7 @@ use weft_proto::{FORWARDED_METADATA, LEADER_METADATA, MAX_MESSAGE_BYTES};
 use super::run_service::EventStream;
 use super::worker_service::OutStream;
 use super::{RunApi, WorkerApi};
+use crate::access::{RunAccess, RunReport, Shown, StoredEvent};
 use crate::auth::Principal;
 use crate::term::{Role, Services};
 
@@ -246,12 +247,40 @@ impl FrontRuns {
 /// Who made a request, as the leader is to learn it: the bearer token it
 /// carried (the leader checks it again), or nothing when it carried none.
 #[derive(Clone)]
-struct Credentials {
+pub(crate) struct Credentials {
     principal: Option<Principal>,
     authorization: Option<tonic::metadata::MetadataValue<tonic::metadata::Ascii>>,
 }
 
 impl Credentials {
+    /// A caller another door admitted as `principal`, with the token it
+    /// showed (`authorization`, as the header said it).
+    pub(crate) fn new(principal: Principal, authorization: Option<&str>) -> Self {
+        Self {
+            principal: Some(principal),
+            authorization: authorization.and_then(|text| text.parse().ok()),
+        }
+    }
+
+    /// Who asks, as the leader's access checks it.
+    fn principal(&self) -> Result<&Principal, Status> {
+        self.principal
+            .as_ref()
+            .ok_or_else(|| Status::unauthenticated("the request carries no identity"))
+    }
+
+    /// `message` as a call of the run service by this caller: served here
+    /// with its identity, or forwarded with its token.
+    fn request<T>(&self, message: T) -> Request<T> {
+        let mut request = self.local(message);
+        if let Some(token) = &self.authorization {
+            request
+                .metadata_mut()
+                .insert("authorization", token.clone());
+        }
+        request
+    }
+
     fn of<T>(request: &Request<T>) -> Self {
         Self {
             principal: request.extensions().get::<Principal>().cloned(),
@@ -386,6 +415,143 @@ impl RunService for FrontRuns {
                 Ok(Response::new(relay(events, changed, &self.tracker)))
             }
         }
+    }
+}
+
+/// A run's events in domain terms, as the HTTP door relays them.
+pub(crate) type StoredEvents =
+    std::pin::Pin<Box<dyn tokio_stream::Stream<Item = Result<StoredEvent, Status>> + Send>>;
+
+/// The same routes for the HTTP door, answered in domain terms: a leader
+/// asks its [`RunAccess`] directly (no protobuf on the way); a standby
+/// forwards as the run service does and reads the leader's answer once,
+/// into the same domain types.
+impl FrontRuns {
+    /// This coordinator's runs, when it leads now; `None` when it stands
+    /// by (the request is forwarded).
+    fn leading(&self) -> Result<Option<RunAccess>, Status> {
+        match &*self.role.borrow() {
+            Role::Leader(services) => Ok(Some(RunAccess::new(current(services)?))),
+            Role::Standby(_) => Ok(None),
+        }
+    }
+
+    /// Run `id` as `caller` sees it, showing `shown`.
+    pub(crate) async fn report(
+        &self,
+        caller: &Credentials,
+        id: String,
+        shown: Shown,
+    ) -> Result<RunReport, Status> {
+        if let Some(access) = self.leading()? {
+            return Ok(access.report(caller.principal()?, &id, shown).await?);
+        }
+        let request = caller.request(pb::GetRunRequest {
+            run_id: id,
+            omit_state: !shown.state,
+            with_diagram: shown.diagram,
+        });
+        Ok(self.get_run(request).await?.into_inner().into())
+    }
+
+    /// A page of the runs `caller` sees (see [`RunAccess::page`]).
+    pub(crate) async fn page(
+        &self,
+        caller: &Credentials,
+        limit: usize,
+        after: Option<String>,
+    ) -> Result<(Vec<RunReport>, Option<String>), Status> {
+        if let Some(access) = self.leading()? {
+            let after = after.as_deref();
+            return Ok(access.page(caller.principal()?, limit, after).await?);
+        }
+        let request = caller.request(pb::ListRunsRequest {
+            limit: u32::try_from(limit).unwrap_or(u32::MAX),
+            after: after.unwrap_or_default(),
+        });
+        let page = self.list_runs(request).await?.into_inner();
+        let runs = page.runs.into_iter().map(RunReport::from).collect();
+        Ok((runs, (!page.next.is_empty()).then_some(page.next)))
+    }
+
+    /// Run `id`'s events from `from`; a kind of event this coordinator
+    /// does not know (a newer leader's) is left out.
+    pub(crate) async fn watch(
+        &self,
+        caller: &Credentials,
+        id: String,
+        from: u64,
+    ) -> Result<StoredEvents, Status> {
+        use tokio_stream::StreamExt;
+        if let Some(access) = self.leading()? {
+            let feed = access.watch(caller.principal()?, &id, from).await?;
+            return Ok(Box::pin(feed.map(|event| event.map_err(Status::from))));
+        }
+        let request = caller.request(pb::WatchRunRequest { run_id: id, from });
+        let events = self.watch_run(request).await?.into_inner();
+        Ok(Box::pin(events.filter_map(|event| match event {
+            Ok(event) => super::convert::stored_event(event).map(Ok),
+            Err(status) => Some(Err(status)),
+        })))
+    }
+
+    /// Answers the waiting `node` of run `id` with `value` and `comment`.
+    pub(crate) async fn answer(
+        &self,
+        caller: &Credentials,
+        id: String,
+        node: String,
+        value: serde_json::Value,
+        comment: String,
+    ) -> Result<RunReport, Status> {
+        if let Some(access) = self.leading()? {
+            let comment = (!comment.is_empty()).then_some(comment);
+            let asked = access.answer(caller.principal()?, &id, node, value, comment);
+            return Ok(asked.await?);
+        }
+        let request = caller.request(pb::ResumeRequest {
+            run_id: id,
+            node,
+            value_json: weft_proto::json::to_string(&value),
+            comment,
+        });
+        Ok(self.resume(request).await?.into_inner().into())
+    }
+
+    /// Cancels run `id`.
+    pub(crate) async fn cancel_run(
+        &self,
+        caller: &Credentials,
+        id: String,
+    ) -> Result<RunReport, Status> {
+        if let Some(access) = self.leading()? {
+            return Ok(access.cancel(caller.principal()?, &id).await?);
+        }
+        let request = caller.request(pb::CancelRequest { run_id: id });
+        Ok(self.cancel(request).await?.into_inner().into())
+    }
+
+    /// Retries failed run `id`.
+    pub(crate) async fn retry_run(
+        &self,
+        caller: &Credentials,
+        id: String,
+    ) -> Result<RunReport, Status> {
+        if let Some(access) = self.leading()? {
+            return Ok(access.retry(caller.principal()?, &id).await?);
+        }
+        let request = caller.request(pb::RetryRequest { run_id: id });
+        Ok(self.retry(request).await?.into_inner().into())
+    }
+
+    /// Removes ended run `id`.
+    pub(crate) async fn remove(&self, caller: &Credentials, id: String) -> Result<(), Status> {
+        if let Some(access) = self.leading()? {
+            return Ok(access.delete(caller.principal()?, &id).await?);
+        }
+        let request = caller.request(pb::DeleteRunRequest { run_id: id });
+        self.delete_run(request).await?;
+        Ok(())
     }
 }
 

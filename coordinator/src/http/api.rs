@@ -1,8 +1,9 @@
 //! The JSON API under `/api/v1/` (documented in `docs/viewer.md`): who
 //! the caller is, runs listed and filtered, one run, its diagram, its
 //! events (`events`), and the actions that resume, cancel, retry and
-//! delete runs. Each handler admits its caller for its role, calls the
-//! run service and shapes the answer.
+//! delete runs. Each handler admits its caller for its role, asks the
+//! runs' front in domain terms (a leader's own runs, or the leader's
+//! through a standby) and shapes the answer as JSON.
 
 use axum::extract::rejection::{JsonRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
@@ -12,14 +13,12 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::{Value, json};
-use weft_proto::events::status_from_wire;
 use weft_proto::types::RunStatus;
-use weft_proto::v1 as pb;
-use weft_proto::v1::run_service_server::RunService;
 
 use super::Api;
 use super::caller::{ApiError, Caller, parameters};
 use super::run_json::run_json;
+use crate::access::Shown;
 use crate::auth::Role;
 
 /// The API's routes.
@@ -94,29 +93,27 @@ async fn list(
     };
     let graph = query.graph.filter(|g| !g.is_empty());
     let limit = query.limit.unwrap_or(50).clamp(1, 1000) as usize;
-    let mut after = query.after.unwrap_or_default();
+    let mut after = query.after.filter(|a| !a.is_empty());
     let (mut runs, mut scanned) = (Vec::new(), 0);
     let next = loop {
-        let request = caller.request(pb::ListRunsRequest {
-            limit: 200,
-            after: after.clone(),
-        });
-        let page = api.front.list_runs(request).await?.into_inner();
-        for info in page.runs {
+        let (page, next) = api
+            .front
+            .page(&caller.credentials, 200, after.clone())
+            .await?;
+        for report in page {
             scanned += 1;
-            after.clone_from(&info.run_id);
-            let status_matches =
-                status.is_none_or(|wanted| status_from_wire(info.status) == wanted);
-            if status_matches && graph.as_deref().is_none_or(|g| g == info.graph_name) {
-                runs.push(run_json(info, &api.settings));
+            after = Some(report.run_id.to_string());
+            let status_matches = status.is_none_or(|wanted| report.status == wanted);
+            if status_matches && graph.as_deref().is_none_or(|g| g == report.graph_name) {
+                runs.push(run_json(report, &api.settings));
                 if runs.len() == limit {
                     break;
                 }
             }
         }
-        let more = !page.next.is_empty() || runs.len() == limit;
-        if runs.len() == limit || page.next.is_empty() || scanned >= SCANNED {
-            break more.then_some(after);
+        let more = next.is_some() || runs.len() == limit;
+        if runs.len() == limit || next.is_none() || scanned >= SCANNED {
+            break if more { after } else { None };
         }
     };
     Ok(Json(json!({ "runs": runs, "next": next })))
@@ -137,13 +134,12 @@ async fn one(
 ) -> Result<Json<Value>, ApiError> {
     let caller = admit(&api, &headers, ("GetRun", Role::Reader))?;
     let query = parameters(query)?;
-    let request = caller.request(pb::GetRunRequest {
-        run_id: id,
-        omit_state: query.state == Some(false),
-        with_diagram: false,
-    });
-    let info = api.front.get_run(request).await?.into_inner();
-    Ok(Json(run_json(info, &api.settings)))
+    let shown = Shown {
+        state: query.state != Some(false),
+        diagram: false,
+    };
+    let report = api.front.report(&caller.credentials, id, shown).await?;
+    Ok(Json(run_json(report, &api.settings)))
 }
 
 /// `GET /runs/ID/diagram.svg`: the run's graph, drawn.
@@ -153,13 +149,13 @@ async fn diagram(
     Path(id): Path<String>,
 ) -> Result<impl IntoResponse, ApiError> {
     let caller = admit(&api, &headers, ("GetRun", Role::Reader))?;
-    let request = caller.request(pb::GetRunRequest {
-        run_id: id,
-        omit_state: true,
-        with_diagram: true,
-    });
-    let info = api.front.get_run(request).await?.into_inner();
-    Ok(([(header::CONTENT_TYPE, "image/svg+xml")], info.diagram_svg))
+    let shown = Shown {
+        state: false,
+        diagram: true,
+    };
+    let report = api.front.report(&caller.credentials, id, shown).await?;
+    let svg = report.diagram_svg.unwrap_or_default();
+    Ok(([(header::CONTENT_TYPE, "image/svg+xml")], svg))
 }
 
 /// The body of `POST /runs/ID/resume`.
@@ -191,14 +187,14 @@ async fn resume(
 ) -> Result<Json<Value>, ApiError> {
     let caller = admit(&api, &headers, ("Resume", Role::Operator))?;
     let answer = body(answer)?;
-    let request = caller.request(pb::ResumeRequest {
-        run_id: id,
-        node: answer.node,
-        value_json: weft_proto::json::to_string(&answer.value),
-        comment: answer.comment,
-    });
-    let info = api.front.resume(request).await?.into_inner();
-    Ok(Json(run_json(info, &api.settings)))
+    let asked = api.front.answer(
+        &caller.credentials,
+        id,
+        answer.node,
+        answer.value,
+        answer.comment,
+    );
+    Ok(Json(run_json(asked.await?, &api.settings)))
 }
 
 /// `POST /runs/ID/cancel`.
@@ -208,9 +204,8 @@ async fn cancel(
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     let caller = admit(&api, &headers, ("Cancel", Role::Operator))?;
-    let request = caller.request(pb::CancelRequest { run_id: id });
-    let info = api.front.cancel(request).await?.into_inner();
-    Ok(Json(run_json(info, &api.settings)))
+    let report = api.front.cancel_run(&caller.credentials, id).await?;
+    Ok(Json(run_json(report, &api.settings)))
 }
 
 /// `POST /runs/ID/retry`.
@@ -220,9 +215,8 @@ async fn retry(
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     let caller = admit(&api, &headers, ("Retry", Role::Operator))?;
-    let request = caller.request(pb::RetryRequest { run_id: id });
-    let info = api.front.retry(request).await?.into_inner();
-    Ok(Json(run_json(info, &api.settings)))
+    let report = api.front.retry_run(&caller.credentials, id).await?;
+    Ok(Json(run_json(report, &api.settings)))
 }
 
 /// `DELETE /runs/ID`: removes an ended run (admin).
@@ -232,7 +226,6 @@ async fn delete(
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     let caller = admit(&api, &headers, ("DeleteRun", Role::Admin))?;
-    let request = caller.request(pb::DeleteRunRequest { run_id: id.clone() });
-    api.front.delete_run(request).await?;
+    api.front.remove(&caller.credentials, id.clone()).await?;
     Ok(Json(json!({ "deleted": id })))
 }

@@ -6,15 +6,16 @@
 use axum::Json;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use tonic::metadata::{AsciiMetadataValue, MetadataValue};
 
 use crate::auth::{Principal, Role};
+use crate::grpc::Credentials;
 
 /// A caller admitted to an action, and how to pass the call on.
 pub(super) struct Caller {
     pub principal: Principal,
-    /// The token as the leader is to see it, when a standby forwards.
-    authorization: Option<AsciiMetadataValue>,
+    /// Who asks, as the runs' front takes it (with the token a standby
+    /// forwards to the leader).
+    pub credentials: Credentials,
 }
 
 impl Caller {
@@ -32,25 +33,11 @@ impl Caller {
             None,
             Some(action),
         )?;
-        let authorization = authorization
-            .and_then(|value| value.to_str().ok())
-            .and_then(|text| MetadataValue::try_from(text).ok());
+        let token = authorization.and_then(|value| value.to_str().ok());
         Ok(Self {
+            credentials: Credentials::new(principal.clone(), token),
             principal,
-            authorization,
         })
-    }
-
-    /// `message` as a call of the run service by this caller.
-    pub fn request<T>(&self, message: T) -> tonic::Request<T> {
-        let mut request = tonic::Request::new(message);
-        request.extensions_mut().insert(self.principal.clone());
-        if let Some(token) = &self.authorization {
-            request
-                .metadata_mut()
-                .insert("authorization", token.clone());
-        }
-        request
     }
 }
 

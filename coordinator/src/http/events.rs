@@ -15,8 +15,6 @@ use axum::http::HeaderMap;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use serde::Deserialize;
 use tokio_stream::{Stream, StreamExt};
-use weft_proto::v1 as pb;
-use weft_proto::v1::run_service_server::RunService;
 
 use super::Api;
 use super::caller::{ApiError, Caller, parameters};
@@ -47,22 +45,15 @@ pub(super) async fn stream(
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
     let caller = Caller::admit(&api.identities, &headers, ("WatchRun", Role::Reader))?;
     let query = parameters(query)?;
-    let request = caller.request(pb::WatchRunRequest {
-        run_id: id,
-        from: start(&query, &headers),
-    });
-    let events = api.front.watch_run(request).await?.into_inner();
-    let sent = events.filter_map(|event| match event {
-        Ok(event) => {
-            let seq = event.seq;
-            let json = event_json(event)?;
-            Some(Ok(Event::default()
-                .id(seq.to_string())
-                .data(json.to_string())))
-        }
+    let from = start(&query, &headers);
+    let events = api.front.watch(&caller.credentials, id, from).await?;
+    let sent = events.map(|event| match event {
+        Ok(stored) => Ok(Event::default()
+            .id(stored.seq.to_string())
+            .data(event_json(&stored).to_string())),
         Err(status) => {
             let error = serde_json::json!({ "message": status.message() });
-            Some(Ok(Event::default().event("error").data(error.to_string())))
+            Ok(Event::default().event("error").data(error.to_string()))
         }
     });
     Ok(Sse::new(sent).keep_alive(KeepAlive::new().interval(Duration::from_secs(15))))

@@ -2,10 +2,11 @@
 //! and Prometheus metrics, the run viewer's page, and the JSON API under
 //! `/api/v1/` that the page uses.
 //!
-//! The API goes through the same client-facing service as gRPC
-//! ([`FrontRuns`]): a leader answers from its runs, a standby forwards to
-//! the leader with the caller's token, so the viewer works on any
-//! coordinator of a group. Callers are named and checked as gRPC callers
+//! The API goes through the same front as gRPC ([`FrontRuns`]), asked in
+//! domain terms: a leader answers from its runs (`access::RunAccess`, as
+//! its gRPC service does), a standby forwards to the leader with the
+//! caller's token and reads the answer back once, so the viewer works on
+//! any coordinator of a group and says the same on each. Callers are named and checked as gRPC callers
 //! are (`caller`): `reader` to look, `operator` to act. The page itself
 //! (`viewer`) is static files built into the binary; it asks for a token
 //! when the coordinator wants one.

@@ -5,53 +5,49 @@
 //! and ended, how many events it has, and its trace.
 
 use serde_json::{Map, Value, json};
-use weft_proto::events::{error_from_wire, status_from_wire};
-use weft_proto::v1 as pb;
 
+use crate::access::{RunReport, StoredEvent};
 use crate::config::HttpConfig;
 
-/// `info` as the API shows it; `state` only when it was asked for.
-pub(super) fn run_json(info: pb::RunInfo, settings: &HttpConfig) -> Value {
+/// `report` as the API shows it; `state` only when it was asked for.
+pub(super) fn run_json(report: RunReport, settings: &HttpConfig) -> Value {
     let mut object = Map::new();
-    let status = status_from_wire(info.status);
-    object.insert("run_id".into(), info.run_id.into());
-    object.insert("status".into(), status.name().into());
-    object.insert("graph".into(), info.graph_name.into());
-    object.insert("namespace".into(), info.namespace.into());
-    object.insert("submitted_by".into(), info.submitted_by.into());
-    object.insert("created_unix_ms".into(), info.created_unix_ms.into());
-    if let Some(ended) = info.ended_unix_ms {
+    object.insert("run_id".into(), report.run_id.to_string().into());
+    object.insert("status".into(), report.status.name().into());
+    object.insert("graph".into(), report.graph_name.into());
+    object.insert("namespace".into(), report.namespace.into());
+    object.insert("submitted_by".into(), report.submitted_by.into());
+    object.insert("created_unix_ms".into(), report.created_unix_ms.into());
+    if let Some(ended) = report.ended_unix_ms {
         object.insert("ended_unix_ms".into(), ended.into());
     }
-    object.insert("event_count".into(), info.event_count.into());
-    if !info.state_json.is_empty() {
+    object.insert("event_count".into(), report.event_count.into());
+    if let Some(state) = report.state_json {
         // The coordinator wrote it: it parses. Were it not to, the text
         // is shown rather than nothing.
-        let state = serde_json::from_str(&info.state_json)
-            .unwrap_or_else(|_| Value::String(info.state_json));
+        let state = serde_json::from_str(&state).unwrap_or(Value::String(state));
         object.insert("state".into(), state);
     }
-    if let Some(error) = info.error {
-        let error = error_from_wire(error);
+    if let Some(error) = report.error {
         object.insert("error".into(), json!(error));
     }
     let list = |items: Vec<Value>| (!items.is_empty()).then_some(Value::Array(items));
-    let waiting = info
+    let waiting = report
         .waiting
         .into_iter()
         .map(|w| json!({"node": w.node, "kind": w.kind, "prompt": w.prompt}))
         .collect();
-    let unhosted = info
+    let unhosted = report
         .unhosted
         .into_iter()
         .map(|w| json!({"node": w.node, "needs": w.needs, "tasks": w.tasks}))
         .collect();
-    let children = info
+    let children = report
         .children
         .into_iter()
-        .map(|c| json!({"node": c.node, "run_id": c.run_id}))
+        .map(|(node, run_id)| json!({"node": node.as_str(), "run_id": run_id.as_str()}))
         .collect();
-    let answers = info
+    let answers = report
         .answers
         .into_iter()
         .map(|a| {
@@ -72,27 +68,24 @@ pub(super) fn run_json(info: pb::RunInfo, settings: &HttpConfig) -> Value {
             object.insert(key.into(), items);
         }
     }
-    if !info.trace_id.is_empty() {
-        if let Some(link) = settings.trace_link(&info.trace_id) {
+    if !report.trace_id.is_empty() {
+        if let Some(link) = settings.trace_link(&report.trace_id) {
             object.insert("trace_url".into(), link.into());
         }
-        object.insert("trace_id".into(), info.trace_id.into());
+        object.insert("trace_id".into(), report.trace_id.into());
     }
     Value::Object(object)
 }
 
 /// One event as the API streams it: its `weft watch --json` form with its
-/// position (`seq`) and time (`at_unix_ms`) added; `None` for an event
-/// of a kind this coordinator does not know.
-pub(super) fn event_json(event: pb::RunEvent) -> Option<Value> {
-    let (seq, at) = (event.seq, event.at_unix_ms);
-    let typed = weft_proto::events::event_from_wire(event)?;
-    let mut body = serde_json::to_value(&typed).ok()?;
+/// position (`seq`) and time (`at_unix_ms`) added.
+pub(super) fn event_json(stored: &StoredEvent) -> Value {
+    let mut body = serde_json::to_value(&*stored.event).unwrap_or(Value::Null);
     if let Value::Object(fields) = &mut body {
-        fields.insert("seq".into(), seq.into());
-        fields.insert("at_unix_ms".into(), at.into());
+        fields.insert("seq".into(), stored.seq.into());
+        fields.insert("at_unix_ms".into(), stored.at_unix_ms.into());
     }
-    Some(body)
+    body
 }
 
 #[cfg(test)]
@@ -101,18 +94,27 @@ mod tests {
 
     #[test]
     fn a_waiting_run_shows_its_question_and_trace_link() {
-        let info = pb::RunInfo {
+        let info = RunReport {
             run_id: "run-1".into(),
             graph_name: "review".into(),
-            status: pb::RunStatus::Waiting as i32,
-            state_json: r#"{"draft":"hi"}"#.into(),
-            waiting: vec![pb::WaitingNode {
+            status: weft_proto::types::RunStatus::Waiting,
+            state_json: Some(r#"{"draft":"hi"}"#.into()),
+            error: None,
+            waiting: vec![crate::access::WaitingNode {
                 node: "approve".into(),
                 kind: "approval".into(),
                 prompt: "Ship it?".into(),
             }],
+            event_count: 3,
+            created_unix_ms: 1,
+            ended_unix_ms: None,
+            unhosted: Vec::new(),
+            children: Vec::new(),
+            namespace: "default".into(),
+            submitted_by: "alice".into(),
+            answers: Vec::new(),
             trace_id: "abc".into(),
-            ..Default::default()
+            diagram_svg: None,
         };
         let settings = HttpConfig {
             hosts: Vec::new(),
@@ -128,14 +130,14 @@ mod tests {
 
     #[test]
     fn an_event_keeps_its_watch_form_with_its_position() {
-        let event = pb::RunEvent {
+        let event = StoredEvent {
             seq: 7,
             at_unix_ms: 1000,
-            event: Some(pb::run_event::Event::NodeSkipped(pb::NodeSkipped {
+            event: std::sync::Arc::new(weft_proto::events::RunEvent::NodeSkipped {
                 node: "b".into(),
-            })),
+            }),
         };
-        let json = event_json(event).unwrap();
+        let json = event_json(&event);
         assert_eq!(
             json,
             json!({"type": "node_skipped", "node": "b", "seq": 7, "at_unix_ms": 1000})

@@ -579,6 +579,24 @@ async fn a_standby_serves_the_viewer_and_forwards_actions_to_the_leader() -> any
     let events = read_stream(events, "waiting_for_input").await?;
     let last = events.last().map(|(_, event)| event["node"].clone());
     assert_eq!(last, Some(json!("approve")));
+    // The leader answers from its runs, the standby reads the leader's
+    // answer into the same domain form: both doors say the same, byte for
+    // byte once parsed.
+    let at_leader = Api::new(group.http_base(leader), None);
+    for shown in [path.clone(), format!("{path}?state=false"), "/runs".into()] {
+        let (_, here) = api.get(&shown).await?;
+        let (_, there) = at_leader.get(&shown).await?;
+        assert_eq!(
+            here, there,
+            "GET {shown} differs between standby and leader"
+        );
+    }
+    let leaders_events = at_leader
+        .request(reqwest::Method::GET, &format!("{path}/events"))
+        .send()
+        .await?;
+    let leaders_events = read_stream(leaders_events, "waiting_for_input").await?;
+    assert_eq!(events, leaders_events, "the event streams differ");
     let answer = json!({"node": "approve", "value": "approve"});
     let (status, body) = api.post(&format!("{path}/resume"), answer).await?;
     assert_eq!(status, 200, "{body}");

@@ -1,0 +1,201 @@
+//! What a caller may see and do with a leader's runs: the one domain
+//! facade under both front doors.
+//!
+//! The gRPC run service (`grpc::run_service`) and the HTTP API (`http`)
+//! both come here, with the caller their own edge admitted and requests
+//! in domain terms: a run is found only if the caller's namespace sees it
+//! (another namespace's run is as unknown as one that does not exist, and
+//! counted alike), and answers come back as [`RunReport`]s and
+//! [`StoredEvent`]s, which each door converts once, to protobuf or to
+//! JSON. A standby coordinator has no runs: its doors forward to the
+//! leader (`grpc::serve_or_forward`), whose facade this is.
+
+mod report;
+mod watch;
+
+pub use report::{RunReport, Shown, WaitingNode};
+pub use watch::EventFeed;
+pub use weft_proto::events::StoredEvent;
+
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use weft_proto::RunId;
+
+use crate::auth::Identity;
+use crate::bundle::Bundle;
+use crate::graph::Finding;
+use crate::run_actor::{Caller, HumanAnswer, Owner, RunHandle, RunRequestError};
+use crate::runs::{DeleteError, Runs, SubmitError};
+use crate::term::Services;
+
+/// Why a caller's request of a run was not done.
+#[derive(Debug, thiserror::Error)]
+pub enum AccessError {
+    /// No run of that id that the caller may see.
+    #[error("unknown run '{0}'")]
+    UnknownRun(String),
+    /// The run refused the request, or could not answer it.
+    #[error(transparent)]
+    Request(#[from] RunRequestError),
+    /// The run has not ended, so it cannot be deleted.
+    #[error(transparent)]
+    NotEnded(DeleteError),
+}
+
+impl From<DeleteError> for AccessError {
+    fn from(error: DeleteError) -> Self {
+        match error {
+            DeleteError::Unknown(id) => Self::UnknownRun(id),
+            not_ended @ DeleteError::NotEnded(_) => Self::NotEnded(not_ended),
+        }
+    }
+}
+
+/// A leader's runs as its callers reach them.
+#[derive(Clone)]
+pub struct RunAccess {
+    runs: Runs,
+    max_bundle_bytes: usize,
+    /// Where watches' feeds run; they end with the term.
+    tracker: TaskTracker,
+    stop: CancellationToken,
+}
+
+impl RunAccess {
+    /// A term's runs; watches end with the term (the caller then asks
+    /// again, of the next leader).
+    pub fn new(term: &Services) -> Self {
+        Self {
+            runs: term.runs.clone(),
+            max_bundle_bytes: term.max_bundle_bytes,
+            tracker: term.tracker.clone(),
+            stop: term.ended.clone(),
+        }
+    }
+
+    /// The largest bundle a submission may carry.
+    pub fn max_bundle_bytes(&self) -> usize {
+        self.max_bundle_bytes
+    }
+
+    /// Run `id`, if `caller` may see it.
+    fn run(&self, caller: &Identity, id: &str) -> Result<RunHandle, AccessError> {
+        // Counted alike whether the run is another namespace's or none at
+        // all: the metric must not tell which.
+        match self.runs.get(id) {
+            Some(handle) if caller.sees(handle.namespace()) => Ok(handle),
+            _ => {
+                crate::auth::layer::refused("unknown_run");
+                Err(AccessError::UnknownRun(id.to_owned()))
+            }
+        }
+    }
+
+    /// Starts a run of `bundle` with `input_json` in `caller`'s namespace;
+    /// its id and the warnings to show.
+    pub async fn submit(
+        &self,
+        caller: &Identity,
+        bundle: Bundle,
+        input_json: &str,
+    ) -> Result<(RunId, Vec<String>), SubmitError> {
+        let owner = Owner {
+            namespace: caller.namespace.clone(),
+            submitted_by: caller.name.clone(),
+        };
+        self.runs.submit(bundle, input_json, owner).await
+    }
+
+    /// What validation finds in `bundle`'s graph.
+    pub fn validate(&self, bundle: &Bundle) -> Result<Vec<Finding>, SubmitError> {
+        Ok(bundle.findings()?)
+    }
+
+    /// Run `id` as `caller` sees it, showing `shown`.
+    pub async fn report(
+        &self,
+        caller: &Identity,
+        id: &str,
+        shown: Shown,
+    ) -> Result<RunReport, AccessError> {
+        let view = self.run(caller, id)?.get().await?;
+        Ok(RunReport::of(view, shown))
+    }
+
+    /// Up to `limit` of the runs `caller` sees, newest first, after run
+    /// `after` (or from the newest), without their state; and the `after`
+    /// of the next page when there is one.
+    pub async fn page(
+        &self,
+        caller: &Identity,
+        limit: usize,
+        after: Option<&str>,
+    ) -> Result<(Vec<RunReport>, Option<String>), AccessError> {
+        let visible = |handle: &RunHandle| caller.sees(handle.namespace());
+        let (handles, more) = self.runs.page(limit, after, visible).await;
+        let mut runs = Vec::with_capacity(handles.len());
+        for handle in &handles {
+            runs.push(RunReport::of(handle.get().await?, Shown::SUMMARY));
+        }
+        let next = more
+            .then(|| runs.last().map(|last| last.run_id.to_string()))
+            .flatten();
+        Ok((runs, next))
+    }
+
+    /// Run `id`'s events from position `from`, live until the run ends.
+    pub async fn watch(
+        &self,
+        caller: &Identity,
+        id: &str,
+        from: u64,
+    ) -> Result<EventFeed, AccessError> {
+        let handle = self.run(caller, id)?;
+        Ok(watch::feed(handle, from, &self.tracker, self.stop.clone()).await?)
+    }
+
+    /// Answers the waiting approval or input `node` of run `id` with
+    /// `value` (and `comment`), as `caller`; the run after.
+    pub async fn answer(
+        &self,
+        caller: &Identity,
+        id: &str,
+        node: String,
+        value: Value,
+        comment: Option<String>,
+    ) -> Result<RunReport, AccessError> {
+        let by = Some(Caller {
+            name: caller.name.clone(),
+            role: caller.role.as_str().to_owned(),
+        });
+        let answer = HumanAnswer { value, comment, by };
+        let handle = self.run(caller, id)?;
+        let view = self.runs.answer(&handle, node, answer).await?;
+        Ok(RunReport::of(view, Shown::STATE))
+    }
+
+    /// Cancels run `id`, as `caller`; the run after.
+    pub async fn cancel(&self, caller: &Identity, id: &str) -> Result<RunReport, AccessError> {
+        let view = self
+            .run(caller, id)?
+            .cancel(Some(caller.name.clone()))
+            .await?;
+        Ok(RunReport::of(view, Shown::STATE))
+    }
+
+    /// Retries failed run `id`, as `caller`; the run after.
+    pub async fn retry(&self, caller: &Identity, id: &str) -> Result<RunReport, AccessError> {
+        let view = self
+            .run(caller, id)?
+            .retry(Some(caller.name.clone()))
+            .await?;
+        Ok(RunReport::of(view, Shown::STATE))
+    }
+
+    /// Removes ended run `id`, its record and events.
+    pub async fn delete(&self, caller: &Identity, id: &str) -> Result<(), AccessError> {
+        self.run(caller, id)?;
+        Ok(self.runs.delete(id).await?)
+    }
+}

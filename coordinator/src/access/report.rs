@@ -1,0 +1,112 @@
+//! A run as a caller is shown it, in domain terms: what the gRPC
+//! `RunInfo` and the API's run JSON both say, typed, so each door writes
+//! its form from one record (and a standby's HTTP door reads the leader's
+//! answer into it).
+
+use weft_proto::events::ErrorInfo;
+use weft_proto::types::RunStatus;
+use weft_proto::{NodeId, RunId};
+
+use crate::run_actor::{Answered, RunView, UnhostedWait};
+
+/// What of a run is shown beyond its summary.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shown {
+    /// Its state (which may be large).
+    pub state: bool,
+    /// Its graph, drawn.
+    pub diagram: bool,
+}
+
+impl Shown {
+    /// The summary alone (a listing's).
+    pub const SUMMARY: Self = Self {
+        state: false,
+        diagram: false,
+    };
+    /// The summary and the state.
+    pub const STATE: Self = Self {
+        state: true,
+        diagram: false,
+    };
+}
+
+/// A node waiting for a human.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WaitingNode {
+    /// The node (a child run's, by its path).
+    pub node: String,
+    /// `approval` or `input`.
+    pub kind: String,
+    /// The question.
+    pub prompt: String,
+}
+
+/// A run as its caller is shown it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunReport {
+    /// The run.
+    pub run_id: RunId,
+    /// Its graph's name.
+    pub graph_name: String,
+    /// Its status.
+    pub status: RunStatus,
+    /// The state as JSON text, when it was asked for.
+    pub state_json: Option<String>,
+    /// Why a failed or cancelled run ended so.
+    pub error: Option<ErrorInfo>,
+    /// Nodes waiting for a human.
+    pub waiting: Vec<WaitingNode>,
+    /// Events recorded so far.
+    pub event_count: u64,
+    /// When it was submitted (Unix milliseconds).
+    pub created_unix_ms: i64,
+    /// When it ended (Unix milliseconds), once it has.
+    pub ended_unix_ms: Option<i64>,
+    /// Work no connected worker hosts, which the run waits for.
+    pub unhosted: Vec<UnhostedWait>,
+    /// The child runs its subgraph nodes started, in order.
+    pub children: Vec<(NodeId, RunId)>,
+    /// Its namespace.
+    pub namespace: String,
+    /// Who submitted it (empty when not recorded).
+    pub submitted_by: String,
+    /// Who answered its human nodes (the latest answer of each).
+    pub answers: Vec<Answered>,
+    /// Its trace's id (empty: not traced).
+    pub trace_id: String,
+    /// Its graph drawn as SVG, when it was asked for.
+    pub diagram_svg: Option<String>,
+}
+
+impl RunReport {
+    /// `view` as shown, with what `shown` asks for.
+    pub fn of(view: RunView, shown: Shown) -> Self {
+        Self {
+            diagram_svg: shown
+                .diagram
+                .then(|| crate::graph::diagram::svg(&view.graph)),
+            state_json: shown
+                .state
+                .then(|| weft_proto::json::object_to_string(&view.state)),
+            run_id: view.id,
+            graph_name: view.graph_name,
+            status: view.status,
+            error: view.error.map(|error| error.info()),
+            waiting: view
+                .waiting
+                .into_iter()
+                .map(|(node, kind, prompt)| WaitingNode { node, kind, prompt })
+                .collect(),
+            event_count: view.event_count,
+            created_unix_ms: view.created_unix_ms,
+            ended_unix_ms: view.ended_unix_ms,
+            unhosted: view.unhosted,
+            children: view.children,
+            namespace: view.owner.namespace,
+            submitted_by: view.owner.submitted_by,
+            answers: view.answers,
+            trace_id: view.trace_id.to_string(),
+        }
+    }
+}

@@ -1,0 +1,95 @@
+//! A run's events from a position, live until the run ends.
+//!
+//! The log is whole: a watcher that falls behind the live feed reads what
+//! it missed from the log and carries on, so no event is lost. The feed
+//! ends with the run's last event (at once for an ended run), when the
+//! watcher goes away, and with the term.
+
+use std::pin::Pin;
+
+use tokio::sync::broadcast::error::RecvError;
+use tokio::sync::mpsc;
+use tokio_stream::Stream;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use weft_proto::events::{RunEvent, StoredEvent};
+
+use crate::run_actor::{RunHandle, RunRequestError};
+
+/// A run's events in order; an error ends it.
+pub type EventFeed = Pin<Box<dyn Stream<Item = Result<StoredEvent, RunRequestError>> + Send>>;
+
+/// Events a feed holds for a slow watcher before the run's log is read
+/// again.
+const FEED_BUFFER: usize = 256;
+
+/// Whether `stored` ends its run's log.
+fn is_final(stored: &StoredEvent) -> bool {
+    matches!(&*stored.event, RunEvent::RunFinished { .. })
+}
+
+/// The events of `handle` from `from`, fed by a task on `tracker` that
+/// stops with `stop`.
+pub(super) async fn feed(
+    handle: RunHandle,
+    from: u64,
+    tracker: &TaskTracker,
+    stop: CancellationToken,
+) -> Result<EventFeed, RunRequestError> {
+    let (past, live) = handle.watch(from).await?;
+    let (tx, rx) = mpsc::channel(FEED_BUFFER);
+    tracker.spawn(async move {
+        let mut next = from;
+        let (mut past, mut live) = (past, live);
+        loop {
+            // In the log, only the last event of an ended run ends the
+            // feed: a failure a retry undid is followed by more.
+            let ended = live.is_none();
+            for (index, stored) in past.iter().enumerate() {
+                if stored.seq < next {
+                    continue;
+                }
+                next = stored.seq + 1;
+                let last = ended && index + 1 == past.len();
+                let end = last && is_final(stored);
+                if tx.send(Ok(stored.clone())).await.is_err() || end {
+                    return;
+                }
+            }
+            if ended {
+                return;
+            }
+            let Some(mut feed) = live.take() else {
+                return;
+            };
+            loop {
+                let received = tokio::select! {
+                    received = feed.recv() => received,
+                    () = tx.closed() => return,
+                    () = stop.cancelled() => return,
+                };
+                match received {
+                    Ok(stored) if stored.seq < next => continue,
+                    Ok(stored) => {
+                        next = stored.seq + 1;
+                        let end = is_final(&stored);
+                        if tx.send(Ok(stored)).await.is_err() || end {
+                            return;
+                        }
+                    }
+                    // Fallen behind, or the actor ended: what is missed
+                    // is in the log (or the run's record).
+                    Err(RecvError::Lagged(_) | RecvError::Closed) => break,
+                }
+            }
+            match handle.watch(next).await {
+                Ok((missed, fresh)) => (past, live) = (missed, fresh),
+                Err(error) => {
+                    let _ = tx.send(Err(error)).await;
+                    return;
+                }
+            }
+        }
+    });
+    Ok(Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx)))
+}
