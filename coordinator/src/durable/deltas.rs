@@ -1,8 +1,9 @@
 //! Values stored as what changed: a field whose new value shares most of
 //! its last stored one (a list appended to, a transcript that grows) is
-//! stored as what it keeps at the start and at the end and what it puts
-//! between, not rewritten whole; so is a large progress (a loop's or a
-//! map's state growing inside it).
+//! stored as the stretches of the old value it keeps (found by block
+//! hashes, wherever they are and however often its text repeats) and the
+//! bytes it adds, not rewritten whole; so is a large progress (a loop's or
+//! a map's state growing inside it).
 //!
 //! A field at its plain key (`fields/<name>`) is a base followed by a
 //! chain of deltas (`deltas/<name in hex>/<seq>`, numbered per run), each
@@ -51,25 +52,29 @@ pub enum Op {
 /// What an op costs besides the bytes it inserts.
 const OP_BYTES: usize = 8;
 
-/// The length of an anchor: a piece of the new value looked for in the
-/// old one, to split what lies between their common start and end.
-const ANCHOR: usize = 32;
+/// The length of a block: a piece of the old value indexed by its hash,
+/// and of the new one looked up in that index.
+const BLOCK: usize = 32;
 
-/// How deep the search for anchors goes (each level splits a region in
-/// two), and how many places of a region it tries.
-const MAX_DEPTH: u32 = 24;
-const TRIES: usize = 12;
+/// The multiplier of the blocks' rolling hash (odd, so no bit is lost).
+const HASH_BASE: u64 = 0x100_0000_01b3;
 
 impl DeltaRecord {
     /// The delta that turns `old` into `new`: what they share at the start
-    /// and at the end and, between them, each stretch of the new value
-    /// found once in the old one (two regions that grew, a counter between
-    /// them, …), found by splitting at anchors.
+    /// and at the end and, between them, every stretch of the new value
+    /// that the old one holds anywhere (a list grown in two places, a
+    /// counter between them, text that repeats itself), found by looking
+    /// each block of the new value up among the old one's; the rest is
+    /// inserted. Where a stretch is found many times (repetitive text),
+    /// any place will do: the bytes are the same. Linear in both sizes.
     pub fn between(old: &[u8], new: &[u8]) -> Self {
+        let head = common_prefix(old, new);
+        let tail = common_suffix(&old[head..], &new[head..]);
         let mut ops = Ops::default();
-        // The search reads at most about sixteen times the old value.
-        let mut budget = old.len().saturating_mul(16);
-        diff(old, new, 0, &mut ops, &mut budget, 0);
+        ops.copy(0, head);
+        let middle = &new[head..new.len() - tail];
+        Matcher::new(old).encode(middle, head, &mut ops);
+        ops.copy(old.len() - tail, tail);
         Self { ops: ops.0 }
     }
 
@@ -137,69 +142,93 @@ impl Ops {
     }
 }
 
-/// Appends the ops that turn `old` (at `at` in the whole old value) into
-/// `new`.
-fn diff(old: &[u8], new: &[u8], at: usize, ops: &mut Ops, budget: &mut usize, depth: u32) {
-    let head = common_prefix(old, new);
-    let tail = common_suffix(&old[head..], &new[head..]);
-    ops.copy(at, head);
-    let (old_mid, new_mid) = (&old[head..old.len() - tail], &new[head..new.len() - tail]);
-    match anchor(old_mid, new_mid, budget, depth) {
-        Some((o, n)) => {
-            diff(
-                &old_mid[..o],
-                &new_mid[..n],
-                at + head,
-                ops,
-                budget,
-                depth + 1,
-            );
-            ops.copy(at + head + o, ANCHOR);
-            let (o, n) = (o + ANCHOR, n + ANCHOR);
-            diff(
-                &old_mid[o..],
-                &new_mid[n..],
-                at + head + o,
-                ops,
-                budget,
-                depth + 1,
-            );
-        }
-        None => ops.insert(new_mid),
-    }
-    ops.copy(at + old.len() - tail, tail);
+/// The old value's blocks by hash, to find where a stretch of the new
+/// value came from.
+struct Matcher<'a> {
+    old: &'a [u8],
+    /// Each aligned block's hash, and where the first block of that hash
+    /// starts.
+    blocks: HashMap<u64, usize>,
+    /// `HASH_BASE` to the power `BLOCK - 1`: what a byte leaving the
+    /// window weighs.
+    leaving: u64,
 }
 
-/// A piece of `new` found exactly once in `old`: where it is in each.
-fn anchor(old: &[u8], new: &[u8], budget: &mut usize, depth: u32) -> Option<(usize, usize)> {
-    if depth >= MAX_DEPTH || old.len() < 2 * ANCHOR || new.len() < 2 * ANCHOR {
-        return None;
-    }
-    // Places spread over the new region, from its middle outwards.
-    let room = new.len() - ANCHOR;
-    let step = (room / (TRIES + 1)).max(1);
-    for k in 0..TRIES {
-        let shift = k.div_ceil(2) * step;
-        let place = match k % 2 {
-            1 => room / 2 + shift,
-            _ => room / 2 - shift.min(room / 2),
-        };
-        if place > room {
-            continue;
+impl<'a> Matcher<'a> {
+    fn new(old: &'a [u8]) -> Self {
+        let mut blocks = HashMap::with_capacity(old.len() / BLOCK);
+        for (index, block) in old.chunks_exact(BLOCK).enumerate() {
+            blocks.entry(hash(block)).or_insert(index * BLOCK);
         }
-        if *budget < old.len() {
-            return None;
-        }
-        *budget -= old.len();
-        let needle = &new[place..place + ANCHOR];
-        let Some(first) = memchr::memmem::find(old, needle) else {
-            continue;
-        };
-        if memchr::memmem::find(&old[first + 1..], needle).is_none() {
-            return Some((first, place));
+        let leaving = (1..BLOCK).fold(1u64, |power, _| power.wrapping_mul(HASH_BASE));
+        Self {
+            old,
+            blocks,
+            leaving,
         }
     }
-    None
+
+    /// Appends the ops that make `new`, which follows the old value's
+    /// first `after` bytes (copied already).
+    fn encode(&self, new: &[u8], after: usize, ops: &mut Ops) {
+        let old = self.old;
+        // Where the last copy ended in the old value: a stretch that goes
+        // on from there is taken before any lookup (repetitive text then
+        // keeps to one place).
+        let mut expected = after;
+        // The first byte of `new` not yet copied or inserted.
+        let mut pending = 0;
+        let mut at = 0;
+        // The hash of `new[at..at + BLOCK]`, once computed.
+        let mut window: Option<u64> = None;
+        while at + BLOCK <= new.len() {
+            if at == pending {
+                let going_on = common_prefix(&old[expected.min(old.len())..], &new[at..]);
+                if going_on >= BLOCK {
+                    ops.copy(expected, going_on);
+                    (at, pending, expected, window) =
+                        (at + going_on, at + going_on, expected + going_on, None);
+                    continue;
+                }
+            }
+            let hashed = *window.get_or_insert_with(|| hash(&new[at..at + BLOCK]));
+            if let Some(&from) = self.blocks.get(&hashed)
+                && old[from..from + BLOCK] == new[at..at + BLOCK]
+            {
+                // Grown backwards over what would be inserted, and forwards
+                // as far as both go.
+                let back = old[..from]
+                    .iter()
+                    .rev()
+                    .zip(new[pending..at].iter().rev())
+                    .take_while(|(o, n)| o == n)
+                    .count();
+                let (from, start) = (from - back, at - back);
+                let len = back + common_prefix(&old[from + back..], &new[at..]);
+                ops.insert(&new[pending..start]);
+                ops.copy(from, len);
+                (at, pending, expected, window) = (start + len, start + len, from + len, None);
+                continue;
+            }
+            if at + BLOCK < new.len() {
+                window = Some(
+                    hashed
+                        .wrapping_sub(u64::from(new[at]).wrapping_mul(self.leaving))
+                        .wrapping_mul(HASH_BASE)
+                        .wrapping_add(u64::from(new[at + BLOCK])),
+                );
+            }
+            at += 1;
+        }
+        ops.insert(&new[pending..]);
+    }
+}
+
+/// A block's hash, as the rolling hash computes it.
+fn hash(block: &[u8]) -> u64 {
+    block.iter().fold(0u64, |hash, &byte| {
+        hash.wrapping_mul(HASH_BASE).wrapping_add(u64::from(byte))
+    })
 }
 
 /// The length of the longest common prefix of `a` and `b`.
@@ -471,6 +500,75 @@ mod tests {
             "{} bytes for two items of {item}",
             grown.size()
         );
+    }
+
+    /// A list grown at its tail, held twice with a counter between them
+    /// (a loop's writes and its in-flight task's state): what each step
+    /// adds, whatever the text.
+    fn progress(messages: &[String], turn: usize) -> String {
+        let list = serde_json::to_string(messages).unwrap();
+        format!(
+            r#"{{"runs":[{{"writes":{{"messages":{list}}}}}],"turn":{turn},"overlay":{{"messages":{list}}}}}"#
+        )
+    }
+
+    #[test]
+    fn a_list_grown_twice_costs_what_it_adds_even_when_its_text_repeats() {
+        for (text, message) in [
+            (
+                "repetitive",
+                &(|_: usize| "x".repeat(1_000)) as &dyn Fn(usize) -> String,
+            ),
+            ("unique", &|n: usize| {
+                format!(
+                    "{n:04}-{}",
+                    (0..200)
+                        .map(|k| ((n * 7 + k * 13) % 26) as u8 + b'a')
+                        .map(char::from)
+                        .collect::<String>()
+                        .repeat(5)
+                )
+            }),
+        ] {
+            let mut messages: Vec<String> = (0..300).map(message).collect();
+            let old = progress(&messages, 300);
+            messages.extend((300..303).map(message));
+            let new = progress(&messages, 303);
+            let delta = DeltaRecord::between(old.as_bytes(), new.as_bytes());
+            assert_eq!(delta.apply(old.as_bytes()).as_deref(), Some(new.as_bytes()));
+            let added = 2 * (new.len() - old.len());
+            // Repetitive text is found in the old value; unique text is
+            // inserted, once per place it was added.
+            let bound = match text {
+                "repetitive" => 64 * OP_BYTES,
+                _ => added + 64 * OP_BYTES,
+            };
+            assert!(
+                delta.size() < bound,
+                "{text}: a delta of {} bytes for {added} bytes added to a value of {}",
+                delta.size(),
+                old.len()
+            );
+        }
+    }
+
+    proptest::proptest! {
+        /// Whatever the two values, the delta rebuilds the new one exactly;
+        /// values drawn from few letters repeat themselves a lot.
+        #[test]
+        fn any_delta_rebuilds_its_value(
+            old in proptest::collection::vec(proptest::sample::select(b"ab,\"x".to_vec()), 0..400),
+            cuts in proptest::collection::vec((0usize..400, 0usize..400, proptest::collection::vec(proptest::sample::select(b"abx".to_vec()), 0..80)), 0..4),
+        ) {
+            let mut new = old.clone();
+            for (at, removed, inserted) in cuts {
+                let at = at.min(new.len());
+                let end = (at + removed % 60).min(new.len());
+                new.splice(at..end, inserted);
+            }
+            let delta = DeltaRecord::between(&old, &new);
+            proptest::prop_assert_eq!(delta.apply(&old), Some(new));
+        }
     }
 
     #[test]
