@@ -5,6 +5,13 @@
 //! embedded cluster for the run. `status`, `watch`, `runs`, `resume`,
 //! `cancel` and `retry` talk to a coordinator.
 
+/// jemalloc, with the `cli` feature that builds this binary: it
+/// serves the many small, short-lived allocations of runs and tasks
+/// faster than the system's (docs/benchmarks.md).
+#[cfg(feature = "cli")]
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 mod cli;
 
 use cli::terminal::err;

@@ -291,6 +291,11 @@ impl TestCluster {
         Ok(())
     }
 
+    /// The process id of the coordinator, while it runs.
+    pub fn coordinator_pid(&self) -> Option<u32> {
+        self.coordinator.as_ref().map(Child::id)
+    }
+
     /// The process id of a worker.
     pub fn worker_pid(&self, name: &str) -> Option<u32> {
         self.workers.get(name).map(Child::id)

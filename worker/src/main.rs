@@ -1,6 +1,13 @@
 //! The `worker` binary: hosts the built-in `script` kind. Workers with Rust
 //! handlers are ordinary programs built on the `weft-worker` library.
 
+/// jemalloc, where the crate's `jemalloc` feature is on (the default): it
+/// serves the many small, short-lived allocations of runs and tasks
+/// faster than the system's (docs/benchmarks.md).
+#[cfg(feature = "jemalloc")]
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 use std::path::PathBuf;
 use std::process::ExitCode;
 

@@ -11,6 +11,10 @@
 //! `cargo run --release -p weft-tests --bin weft-bench` prints a table and
 //! one JSON line per workload.
 
+/// The allocator the binaries use, so the figures are theirs.
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, ensure};

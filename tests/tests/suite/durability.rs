@@ -629,6 +629,15 @@ fn checkpoint_bytes(cluster: &TestCluster) -> anyhow::Result<f64> {
         .sum())
 }
 
+/// What the coordinator process has had written to storage so far
+/// (`/proc/PID/io`), where the system says.
+fn disk_writes(cluster: &TestCluster) -> Option<u64> {
+    let io = std::fs::read_to_string(format!("/proc/{}/io", cluster.coordinator_pid()?)).ok()?;
+    io.lines()
+        .find_map(|l| l.strip_prefix("write_bytes:"))
+        .and_then(|n| n.trim().parse().ok())
+}
+
 /// A 400-turn chat through real processes writes about what it adds, not
 /// its whole conversation again at every checkpoint: the progress a loop
 /// keeps while it runs is stored as what changed whether its text repeats
@@ -643,6 +652,7 @@ async fn a_long_chat_writes_about_what_it_adds_whatever_its_text() -> anyhow::Re
     let client = cluster.client().await?;
     for repetitive in [true, false] {
         let before = checkpoint_bytes(&cluster)?;
+        let on_disk = disk_writes(&cluster);
         let started = std::time::Instant::now();
         let run = client
             .submit_bundle(long_chat(turns, repetitive), &json!({}))
@@ -654,11 +664,17 @@ async fn a_long_chat_writes_about_what_it_adds_whatever_its_text() -> anyhow::Re
         assert_eq!(messages.len() as u64, turns);
         let state = done.state.to_string().len() as f64;
         let written = checkpoint_bytes(&cluster)? - before;
+        // What reached the disk (the store's log and pages) is shown, not
+        // held: it depends on the file system.
+        let on_disk = disk_writes(&cluster)
+            .zip(on_disk)
+            .map(|(now, then)| now - then);
         eprintln!(
-            "{turns} turns of {} text in {:?}: {:.2} MiB written for a state of {:.2} MiB",
+            "{turns} turns of {} text in {:?}: checkpoints wrote {:.2} MiB ({:.2} MiB to disk) for a state of {:.2} MiB",
             if repetitive { "repetitive" } else { "unique" },
             started.elapsed(),
             written / f64::from(1 << 20),
+            on_disk.unwrap_or(0) as f64 / f64::from(1 << 20),
             state / f64::from(1 << 20),
         );
         assert!(
