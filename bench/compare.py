@@ -127,6 +127,8 @@ def weft_round(a, wanted, figures, raw):
                 figures.add(("w7_p99", tag), fig)
             elif key == "w8_edge":
                 figures.add(("w8", tag), fig)
+            elif key in ("w8_loop", "w8_script_repetitive", "w8_script_unique"):
+                figures.add((key, tag), fig)
 
 
 def median_of(times):
@@ -247,6 +249,9 @@ ROWS = [
     ("w7_p50", "W7 teammate message, p50", "µs", False, "≤ 100 µs"),
     ("w7_p99", "W7 teammate message, p99", "µs", False, "≤ 300 µs"),
     ("w8", "W8 200-turn chat, written", "MiB", False, "≤ 2 MiB"),
+    ("w8_loop", "W8 by a loop node, written", "MiB", False, "≤ 2 MiB"),
+    ("w8_script_repetitive", "W8 by a loop node over a script (a process a turn), repetitive text, written", "MiB", False, "≤ 2 MiB"),
+    ("w8_script_unique", "W8 by a loop node over a script, unique text, written", "MiB", False, "≤ 2 MiB"),
 ]
 
 

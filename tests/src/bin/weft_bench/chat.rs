@@ -35,7 +35,7 @@ struct Whole {
 }
 
 fn register(worker: &mut Worker) {
-    worker.slots(4).scripts(false);
+    worker.slots(4);
     worker.handler("chat", |s: Whole, _| async move {
         let mut messages = s.messages;
         messages.push(Value::String(message()));
@@ -70,13 +70,57 @@ fn by_loop_node(durability: &str) -> GraphBundle {
     GraphBundle::from_text("w8-loop.yaml", &yaml)
 }
 
+/// The same by a `loop` node over a `script` that prints the whole new
+/// list, as a chat through real processes does: each turn is a process,
+/// so every turn's progress is checkpointed (its turns take longer than a
+/// handler's). `repetitive`: every message is the same text ("x" again
+/// and again), where byte anchors are found many times; else each is
+/// unique.
+fn by_script(durability: &str, repetitive: bool) -> GraphBundle {
+    let message = if repetitive {
+        "'x' * 1000"
+    } else {
+        "os.urandom(500).hex()"
+    };
+    let turn = format!(
+        "import json, os, sys\n\
+         state = json.load(sys.stdin)['state']\n\
+         print(json.dumps({{'messages': state['messages'] + [{message}], 'turns': state['turns'] + 1}}))\n"
+    );
+    // Debian's interpreter where there is one: a version manager's shim
+    // takes longer to start than the turn itself.
+    let python = ["/usr/bin/python3"]
+        .into_iter()
+        .find(|path| Path::new(path).exists())
+        .unwrap_or("python3");
+    let yaml = format!(
+        "settings: {{ durability: {durability} }}\n\
+         state:\n  messages: {{ type: array, default: [] }}\n  turns: {{ type: integer, default: 0 }}\n\
+         conditions:\n  enough: \"state.turns >= {TURNS}\"\n\
+         nodes:\n  talk: {{ kind: loop, start: true, body: turn, until: enough, max_iterations: {TURNS} }}\n\
+         \x20 turn: {{ kind: script, run: [{python}, turn.py] }}\n"
+    );
+    GraphBundle::from_text("w8-script.yaml", &yaml).with_file("turn.py", turn.as_bytes(), 0o644)
+}
+
 /// W8 on a cluster of its own (so its store holds nothing else), looped
-/// by an edge and by a `loop` node: bytes written per run, as MiB.
+/// by an edge, by a `loop` node, and by a `loop` node over a script with
+/// repetitive and with unique text: bytes written per run, as MiB.
 pub(crate) async fn w8(args: &Args) -> Result<Vec<Figure>> {
     let mut figures = Vec::new();
     for (key, shape, bundle) in [
         ("edge", "a loop edge", by_edge(&args.durability)),
         ("loop", "a loop node", by_loop_node(&args.durability)),
+        (
+            "script_repetitive",
+            "a loop node over a script, repetitive text",
+            by_script(&args.durability, true),
+        ),
+        (
+            "script_unique",
+            "a loop node over a script, unique text",
+            by_script(&args.durability, false),
+        ),
     ] {
         figures.push(one(args, key, shape, bundle).await?);
     }
