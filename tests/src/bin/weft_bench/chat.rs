@@ -6,8 +6,10 @@
 //! is for several nodes of one wave, so Weft has no second form, unlike
 //! the peer's `operator.add`). The figure is what
 //! this process wrote to disk during the run (`/proc/self/io`
-//! `write_bytes`: the embedded coordinator's store, its log and its
-//! database), beside the final state's size and the store's size after.
+//! `write_bytes` less `cancelled_write_bytes`: the embedded coordinator's
+//! store, its log and its database, and the worker's files that outlived
+//! their step long enough to be written back), beside the final state's
+//! size and the store's size after.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -174,13 +176,19 @@ fn mib(bytes: u64) -> f64 {
     bytes as f64 / (1024.0 * 1024.0)
 }
 
-/// What this process has caused to be written to storage so far.
+/// What this process has caused to be written to storage so far: the
+/// bytes it dirtied (`write_bytes`) less those whose file was truncated or
+/// removed before they were written back (`cancelled_write_bytes`: a
+/// scratch directory's files, removed when the step ends).
 fn written_bytes() -> Result<u64> {
     let io = std::fs::read_to_string("/proc/self/io").context("/proc/self/io")?;
-    io.lines()
-        .find_map(|l| l.strip_prefix("write_bytes:"))
-        .and_then(|n| n.trim().parse().ok())
-        .context("no write_bytes in /proc/self/io")
+    let field = |name: &str| -> Result<u64> {
+        io.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|n| n.trim().parse().ok())
+            .with_context(|| format!("no {name} in /proc/self/io"))
+    };
+    Ok(field("write_bytes:")?.saturating_sub(field("cancelled_write_bytes:")?))
 }
 
 fn size_of_dir(dir: &Path) -> u64 {
