@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
 use serde_json::{Value, json};
-use weft_client::{Client, GraphBuilder, NodeBuilder};
+use weft_client::{Client, GraphBuilder, GraphBundle, NodeBuilder};
 
 /// How long a condition may take before a test fails.
 pub const PATIENCE: Duration = Duration::from_secs(30);
@@ -610,6 +610,63 @@ pub fn doubling_map(items: usize, delay_ms: u64, concurrency: u32) -> GraphBuild
             Value::Array((0..items as i64).map(Value::from).collect()),
         )
         .field("delay_ms", "integer", delay_ms)
+}
+
+/// A chat of `turns` turns by a `loop` node over a `script` that prints
+/// the whole new `messages` list, each turn adding 1,000 characters:
+/// `repetitive` messages ("x" again and again, where byte anchors are
+/// found many times) or unique ones (random hex). Each turn is a process,
+/// as a chat through real processes is; `durability` is the graph's.
+pub fn script_chat(turns: u64, repetitive: bool, durability: &str) -> GraphBundle {
+    let message = if repetitive {
+        "'x' * 1000"
+    } else {
+        "os.urandom(500).hex()"
+    };
+    let turn = format!(
+        "import json, os, sys\n\
+         state = json.load(sys.stdin)['state']\n\
+         print(json.dumps({{'messages': state['messages'] + [{message}], 'turns': state['turns'] + 1}}))\n"
+    );
+    // Debian's interpreter where there is one: it starts in a fraction of
+    // the time a version manager's shim takes, and the turns are many.
+    let python = ["/usr/bin/python3"]
+        .into_iter()
+        .find(|path| Path::new(path).exists())
+        .unwrap_or("python3");
+    GraphBundle::from_text(
+        "chat.yaml",
+        &format!(
+            r#"
+settings: {{ durability: {durability} }}
+state:
+  messages: {{ type: array, default: [] }}
+  turns: {{ type: integer, default: 0 }}
+conditions:
+  enough: "state.turns >= {turns}"
+nodes:
+  talk: {{ kind: loop, start: true, body: turn, until: enough, max_iterations: {turns} }}
+  turn: {{ kind: script, run: [{python}, turn.py] }}
+"#
+        ),
+    )
+    .with_file("turn.py", turn.as_bytes(), 0o644)
+}
+
+/// What process `pid` (`self` for this one) has had written to storage so
+/// far: the bytes it dirtied (`write_bytes` of `/proc/PID/io`) less those
+/// whose file was truncated or removed before they were written back
+/// (`cancelled_write_bytes`: a step's scratch files, say).
+pub fn written_to_storage(pid: &str) -> Result<u64> {
+    let path = format!("/proc/{pid}/io");
+    let io = std::fs::read_to_string(&path).with_context(|| path.clone())?;
+    let field = |name: &str| -> Result<u64> {
+        io.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|n| n.trim().parse().ok())
+            .with_context(|| format!("no {name} in {path}"))
+    };
+    Ok(field("write_bytes:")?.saturating_sub(field("cancelled_write_bytes:")?))
 }
 
 /// The repository's root directory.

@@ -459,14 +459,7 @@ async fn a_growing_field_stored_as_deltas_is_restored_exactly() -> anyhow::Resul
     // loop's state and in the task out).
     let metrics = cluster.metrics()?;
     // Fields and progress alike, whole or as deltas.
-    let bytes = |form: &str| -> f64 {
-        let form = format!("form=\"{form}\"");
-        metrics
-            .lines()
-            .filter(|l| l.starts_with("weft_checkpoint_bytes_total{") && l.contains(&form))
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-            .sum()
-    };
+    let bytes = |form: &str| checkpoint_bytes(&metrics, Some(form));
     let rewrites: usize = (12..=turns as usize)
         .map(|n| json!(&expected[..n]).to_string().len())
         .sum();
@@ -580,62 +573,21 @@ async fn a_run_the_coordinator_died_stepping_twice_is_quarantined_and_the_rest_g
     Ok(())
 }
 
-/// A chat of `turns` turns by a `loop` node over a script that prints the
-/// whole new list, each turn adding a message of 1,000 characters:
-/// `repetitive` ones ("x" again and again) or unique ones (random hex).
-fn long_chat(turns: u64, repetitive: bool) -> GraphBundle {
-    let message = if repetitive {
-        "'x' * 1000"
-    } else {
-        "os.urandom(500).hex()"
-    };
-    let turn = format!(
-        "import json, os, sys\n\
-         state = json.load(sys.stdin)['state']\n\
-         print(json.dumps({{'messages': state['messages'] + [{message}], 'turns': state['turns'] + 1}}))\n"
-    );
-    // Debian's interpreter where there is one: it starts in a fraction of
-    // the time a version manager's shim takes, and the turns are many.
-    let python = ["/usr/bin/python3"]
-        .into_iter()
-        .find(|path| std::path::Path::new(path).exists())
-        .unwrap_or("python3");
-    GraphBundle::from_text(
-        "chat.yaml",
-        &format!(
-            r#"
-state:
-  messages: {{ type: array, default: [] }}
-  turns: {{ type: integer, default: 0 }}
-conditions:
-  enough: "state.turns >= {turns}"
-nodes:
-  talk: {{ kind: loop, start: true, body: turn, until: enough, max_iterations: {turns} }}
-  turn: {{ kind: script, run: [{python}, turn.py] }}
-"#
-        ),
-    )
-    .with_file("turn.py", turn.as_bytes(), 0o644)
-}
-
-/// What a coordinator's checkpoints have written so far (fields and
-/// progress, whole and as deltas), from its `/metrics`.
-fn checkpoint_bytes(cluster: &TestCluster) -> anyhow::Result<f64> {
-    Ok(cluster
-        .metrics()?
+/// What a coordinator's checkpoints have written so far, as its
+/// `/metrics` say: of the form `form` (`whole`, `delta`), or all.
+fn checkpoint_bytes(metrics: &str, form: Option<&str>) -> f64 {
+    let form = form.map(|form| format!("form=\"{form}\""));
+    metrics
         .lines()
         .filter(|l| l.starts_with("weft_checkpoint_bytes_total{"))
+        .filter(|l| form.as_ref().is_none_or(|form| l.contains(form)))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum())
+        .sum()
 }
 
-/// What the coordinator process has had written to storage so far
-/// (`/proc/PID/io`), where the system says.
+/// What the coordinator process has had written to storage so far.
 fn disk_writes(cluster: &TestCluster) -> Option<u64> {
-    let io = std::fs::read_to_string(format!("/proc/{}/io", cluster.coordinator_pid()?)).ok()?;
-    io.lines()
-        .find_map(|l| l.strip_prefix("write_bytes:"))
-        .and_then(|n| n.trim().parse().ok())
+    weft_tests::written_to_storage(&cluster.coordinator_pid()?.to_string()).ok()
 }
 
 /// A 400-turn chat through real processes writes about what it adds, not
@@ -651,11 +603,14 @@ async fn a_long_chat_writes_about_what_it_adds_whatever_its_text() -> anyhow::Re
     cluster.wait_for_workers(&["w"]).await?;
     let client = cluster.client().await?;
     for repetitive in [true, false] {
-        let before = checkpoint_bytes(&cluster)?;
+        let before = checkpoint_bytes(&cluster.metrics()?, None);
         let on_disk = disk_writes(&cluster);
         let started = std::time::Instant::now();
         let run = client
-            .submit_bundle(long_chat(turns, repetitive), &json!({}))
+            .submit_bundle(
+                weft_tests::script_chat(turns, repetitive, "sync"),
+                &json!({}),
+            )
             .await?;
         let done =
             tokio::time::timeout(Duration::from_secs(240), client.wait(&run.run_id)).await??;
@@ -663,7 +618,7 @@ async fn a_long_chat_writes_about_what_it_adds_whatever_its_text() -> anyhow::Re
         let messages = done.state["messages"].as_array().expect("a list");
         assert_eq!(messages.len() as u64, turns);
         let state = done.state.to_string().len() as f64;
-        let written = checkpoint_bytes(&cluster)? - before;
+        let written = checkpoint_bytes(&cluster.metrics()?, None) - before;
         // What reached the disk (the store's log and pages) is shown, not
         // held: it depends on the file system.
         let on_disk = disk_writes(&cluster)

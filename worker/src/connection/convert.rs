@@ -21,9 +21,17 @@ use crate::task::{Failure, FailureKind};
 /// batch of tasks as its tasks in order, a message that carries nothing as
 /// nothing.
 pub(super) fn from_coordinator(message: pb::CoordinatorMessage, into: &mut VecDeque<Inbound>) {
-    let mut read = Vec::new();
-    wire::read_coordinator_message(message, &mut read);
-    into.extend(read.into_iter().map(inbound));
+    wire::read_coordinator_message(message, &mut Unread(into));
+}
+
+/// The connection's unread messages, taking the protocol's as the
+/// worker's as they are read (no list between them).
+struct Unread<'a>(&'a mut VecDeque<Inbound>);
+
+impl Extend<Result<ToWorker, Unreadable>> for Unread<'_> {
+    fn extend<I: IntoIterator<Item = Result<ToWorker, Unreadable>>>(&mut self, read: I) {
+        self.0.extend(read.into_iter().map(inbound));
+    }
 }
 
 /// One message in the worker's terms.

@@ -72,39 +72,6 @@ fn by_loop_node(durability: &str) -> GraphBundle {
     GraphBundle::from_text("w8-loop.yaml", &yaml)
 }
 
-/// The same by a `loop` node over a `script` that prints the whole new
-/// list, as a chat through real processes does: each turn is a process,
-/// so every turn's progress is checkpointed (its turns take longer than a
-/// handler's). `repetitive`: every message is the same text ("x" again
-/// and again), where byte anchors are found many times; else each is
-/// unique.
-fn by_script(durability: &str, repetitive: bool) -> GraphBundle {
-    let message = if repetitive {
-        "'x' * 1000"
-    } else {
-        "os.urandom(500).hex()"
-    };
-    let turn = format!(
-        "import json, os, sys\n\
-         state = json.load(sys.stdin)['state']\n\
-         print(json.dumps({{'messages': state['messages'] + [{message}], 'turns': state['turns'] + 1}}))\n"
-    );
-    // Debian's interpreter where there is one: a version manager's shim
-    // takes longer to start than the turn itself.
-    let python = ["/usr/bin/python3"]
-        .into_iter()
-        .find(|path| Path::new(path).exists())
-        .unwrap_or("python3");
-    let yaml = format!(
-        "settings: {{ durability: {durability} }}\n\
-         state:\n  messages: {{ type: array, default: [] }}\n  turns: {{ type: integer, default: 0 }}\n\
-         conditions:\n  enough: \"state.turns >= {TURNS}\"\n\
-         nodes:\n  talk: {{ kind: loop, start: true, body: turn, until: enough, max_iterations: {TURNS} }}\n\
-         \x20 turn: {{ kind: script, run: [{python}, turn.py] }}\n"
-    );
-    GraphBundle::from_text("w8-script.yaml", &yaml).with_file("turn.py", turn.as_bytes(), 0o644)
-}
-
 /// W8 on a cluster of its own (so its store holds nothing else), looped
 /// by an edge, by a `loop` node, and by a `loop` node over a script with
 /// repetitive and with unique text: bytes written per run, as MiB.
@@ -116,12 +83,12 @@ pub(crate) async fn w8(args: &Args) -> Result<Vec<Figure>> {
         (
             "script_repetitive",
             "a loop node over a script, repetitive text",
-            by_script(&args.durability, true),
+            weft_tests::script_chat(TURNS, true, &args.durability),
         ),
         (
             "script_unique",
             "a loop node over a script, unique text",
-            by_script(&args.durability, false),
+            weft_tests::script_chat(TURNS, false, &args.durability),
         ),
     ] {
         figures.push(one(args, key, shape, bundle).await?);
@@ -176,19 +143,9 @@ fn mib(bytes: u64) -> f64 {
     bytes as f64 / (1024.0 * 1024.0)
 }
 
-/// What this process has caused to be written to storage so far: the
-/// bytes it dirtied (`write_bytes`) less those whose file was truncated or
-/// removed before they were written back (`cancelled_write_bytes`: a
-/// scratch directory's files, removed when the step ends).
+/// What this process has caused to be written to storage so far.
 fn written_bytes() -> Result<u64> {
-    let io = std::fs::read_to_string("/proc/self/io").context("/proc/self/io")?;
-    let field = |name: &str| -> Result<u64> {
-        io.lines()
-            .find_map(|l| l.strip_prefix(name))
-            .and_then(|n| n.trim().parse().ok())
-            .with_context(|| format!("no {name} in /proc/self/io"))
-    };
-    Ok(field("write_bytes:")?.saturating_sub(field("cancelled_write_bytes:")?))
+    weft_tests::written_to_storage("self")
 }
 
 fn size_of_dir(dir: &Path) -> u64 {
