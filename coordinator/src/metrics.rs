@@ -45,6 +45,10 @@ pub const BUNDLE_BYTES: &str = "weft_bundle_bytes";
 /// Writes the store refused because another coordinator leads now: the
 /// deposed leader's, fenced on the leader key (counter).
 pub const WRITES_FENCED: &str = "weft_store_writes_fenced_total";
+// The embedded store's writes, log syncs and database commits are counted
+// by the store itself: weft_store::{WRITES_METRIC, LOG_SYNCS_METRIC,
+// COMMITS_METRIC}.
+
 /// Task results not merged: late (the attempt was given to another worker
 /// after its worker was lost) or duplicate (counter).
 pub const RESULTS_DISCARDED: &str = "weft_results_discarded_total";
@@ -114,6 +118,18 @@ pub fn install() -> Result<PrometheusHandle, metrics_exporter_prometheus::BuildE
     metrics::describe_counter!(
         WRITES_FENCED,
         "writes refused because another coordinator leads"
+    );
+    metrics::describe_counter!(
+        weft_store::WRITES_METRIC,
+        "writes the embedded store made (each appended to its log)"
+    );
+    metrics::describe_counter!(
+        weft_store::LOG_SYNCS_METRIC,
+        "syncs of the embedded store's log to disk, each covering every write before it"
+    );
+    metrics::describe_counter!(
+        weft_store::COMMITS_METRIC,
+        "durable commits of the embedded store's batches of writes to its database"
     );
     metrics::describe_counter!(
         RESULTS_DISCARDED,

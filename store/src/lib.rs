@@ -27,7 +27,10 @@ mod embedded;
 mod etcd;
 mod wal;
 
-pub use embedded::{EmbeddedStore, Flush};
+pub use embedded::{
+    COMMITS_METRIC, CommitPolicy, EmbeddedStats, EmbeddedStore, Flush, LOG_SYNCS_METRIC,
+    WRITES_METRIC,
+};
 pub use etcd::{EtcdStore, EtcdTls};
 
 /// The key the leading coordinator of a group holds under its lease; its

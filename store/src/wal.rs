@@ -1,20 +1,32 @@
 //! The embedded store's write-ahead log: what a write changed, appended to
 //! a file before the write returns, so it survives `kill -9` of the process
-//! without an fsync of its own.
+//! without an fsync of its own; one fsync of the log per flush interval
+//! (or per write, grouped) makes it survive the machine going down too.
 //!
-//! redb commits such writes in memory only (`Durability::None`); every
-//! flush interval one durable commit (one fsync) takes everything since the
-//! last, and the log is emptied. On open, redb is at its last durable
-//! commit and the log holds what came after: replaying it — absolute
-//! values, in order, so replaying twice changes nothing — restores every
-//! write that returned. A frame is `[length u32][crc32 u32][changes]`; a
-//! torn last frame (the process died mid-append) is the end of the log.
-//! What the operating system had not written to disk when the machine
-//! itself went down (not just the process) is lost, up to one interval.
+//! The log is the store's only durable record of a write until the
+//! database takes a batch of them in one commit
+//! ([`crate::EmbeddedStore`]), so the log has two segments,
+//! `weft.redb.wal` and `weft.redb.wal-2`: writes append to one while the
+//! other's frames are committed to the database, after which it is emptied
+//! and becomes the next to fill. Every frame has a sequence number, and
+//! the database records the last one it took in the same commit; on open,
+//! the frames after it are replayed in order, as far as they run without a
+//! gap, so a segment emptied or not, or a frame the machine lost, never
+//! replays an old change over a newer one.
+//!
+//! A segment starts with [`MAGIC`]; a frame is `[length u32][crc32
+//! u32][sequence u64][changes]` (the checksum covers the sequence and the
+//! changes). A torn last frame (the process died mid-append) is the end of
+//! its segment. A log left by a version before segments (no magic: frames
+//! without sequence numbers) is replayed first, in order.
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// What a segment starts with.
+const MAGIC: &[u8; 8] = b"weftlog2";
 
 /// One change, as the log keeps it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -68,102 +80,210 @@ impl Frame {
     }
 }
 
-/// The log file.
-pub(crate) struct Wal {
-    file: File,
+/// What the log holds that the database does not: the changes to replay,
+/// in order, and the sequence number of the last frame among them.
+#[derive(Debug, Default)]
+pub(crate) struct Replay {
+    pub(crate) changes: Vec<Change>,
+    pub(crate) last: u64,
+}
+
+struct Segment {
+    file: Arc<File>,
     path: PathBuf,
-    /// Bytes in the log (appended since it was last emptied).
+    /// Bytes in the segment, its magic included.
     len: u64,
 }
 
-impl Wal {
-    /// The log beside the database at `db_path`, and the changes it holds
-    /// (to replay, in order).
-    pub(crate) fn open(db_path: &Path) -> std::io::Result<(Self, Vec<Change>)> {
-        let mut name = db_path.as_os_str().to_owned();
-        name.push(".wal");
-        let path = PathBuf::from(name);
-        let mut file = {
-            use std::os::unix::fs::OpenOptionsExt;
-            OpenOptions::new()
-                .create(true)
-                .truncate(false)
-                .read(true)
-                .append(true)
-                .mode(0o600)
-                .open(&path)?
-        };
-        {
-            use std::os::unix::fs::PermissionsExt;
-            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
-        }
+impl Segment {
+    fn open(path: PathBuf) -> std::io::Result<(Self, Vec<u8>)> {
+        use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+        let mut file = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .read(true)
+            .append(true)
+            .mode(0o600)
+            .open(&path)?;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
         let mut bytes = Vec::new();
         file.read_to_end(&mut bytes)?;
-        let (changes, whole) = decode_log(&bytes);
-        // A torn tail is cut off: appends go after the last whole frame.
-        if whole < bytes.len() {
-            file.set_len(whole as u64)?;
-        }
-        let len = whole as u64;
-        Ok((Self { file, path, len }, changes))
+        let segment = Self {
+            file: Arc::new(file),
+            path,
+            len: bytes.len() as u64,
+        };
+        Ok((segment, bytes))
     }
 
-    /// Appends one transaction's changes; when this returns they survive
-    /// the process. A failed append is cut off again, so the log never
-    /// holds a torn frame before good ones.
-    pub(crate) fn append(&mut self, frame: &Frame) -> std::io::Result<()> {
-        let mut out = Vec::with_capacity(frame.bytes.len() + 8);
-        out.extend_from_slice(&(frame.bytes.len() as u32).to_le_bytes());
-        out.extend_from_slice(&crc32fast::hash(&frame.bytes).to_le_bytes());
-        out.extend_from_slice(&frame.bytes);
-        if let Err(error) = self.file.write_all(&out) {
-            let _ = self.file.set_len(self.len);
-            return Err(error);
-        }
-        self.len += out.len() as u64;
-        Ok(())
-    }
-
-    /// Whether anything was appended since the log was last emptied.
-    pub(crate) fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// Empties the log, once the database holds everything durably.
-    pub(crate) fn clear(&mut self) -> std::io::Result<()> {
+    /// Empties the segment (its magic stays). No fsync: what it held is
+    /// in the database, and its frames' sequence numbers say so.
+    fn clear(&mut self) -> std::io::Result<()> {
         self.file.set_len(0)?;
-        self.file.sync_data()?;
-        self.len = 0;
+        (&*self.file).write_all(MAGIC)?;
+        self.len = MAGIC.len() as u64;
         Ok(())
-    }
-
-    /// Where the log is.
-    pub(crate) fn path(&self) -> &Path {
-        &self.path
     }
 }
 
-/// Every change of every whole frame, in order, and the length of those
-/// frames; stops at the first frame that is torn or does not check.
-fn decode_log(log: &[u8]) -> (Vec<Change>, usize) {
-    let mut changes = Vec::new();
-    let mut bytes = log;
-    while bytes.len() >= 8 {
-        let len = u32::from_le_bytes(bytes[0..4].try_into().expect("4 bytes")) as usize;
-        let crc = u32::from_le_bytes(bytes[4..8].try_into().expect("4 bytes"));
-        let Some(body) = bytes.get(8..8 + len) else {
+/// The log: two segments, one of them taking appends.
+pub(crate) struct Wal {
+    segments: [Segment; 2],
+    active: usize,
+    /// The sequence number of the last frame appended.
+    last: u64,
+}
+
+impl Wal {
+    /// The log beside the database at `db_path`, and what it holds after
+    /// `applied`, the last frame the database took.
+    pub(crate) fn open(db_path: &Path, applied: u64) -> std::io::Result<(Self, Replay)> {
+        let name = |suffix: &str| {
+            let mut name = db_path.as_os_str().to_owned();
+            name.push(suffix);
+            PathBuf::from(name)
+        };
+        let (first, first_bytes) = Segment::open(name(".wal"))?;
+        let (second, second_bytes) = Segment::open(name(".wal-2"))?;
+        // A new segment's name is made durable before anything relies on it.
+        if let Some(dir) = db_path.parent().filter(|p| !p.as_os_str().is_empty()) {
+            File::open(dir)?.sync_all()?;
+        }
+        let mut legacy = Vec::new();
+        let mut frames = Vec::new();
+        for bytes in [&first_bytes, &second_bytes] {
+            match bytes.strip_prefix(MAGIC.as_slice()) {
+                Some(body) => frames.extend(decode_segment(body)),
+                None => legacy.extend(decode_legacy(bytes)),
+            }
+        }
+        frames.sort_by_key(|(seq, _)| *seq);
+        let mut replay = Replay {
+            changes: legacy,
+            last: applied,
+        };
+        for (seq, changes) in frames {
+            if seq <= replay.last {
+                continue;
+            }
+            if seq != replay.last + 1 {
+                // A gap: what follows was never synced before what it
+                // follows, so it was never promised to outlive the machine.
+                break;
+            }
+            replay.changes.extend(changes);
+            replay.last = seq;
+        }
+        let wal = Self {
+            segments: [first, second],
+            active: 0,
+            last: replay.last,
+        };
+        Ok((wal, replay))
+    }
+
+    /// Empties both segments, once the database holds all they had.
+    pub(crate) fn clear(&mut self) -> std::io::Result<()> {
+        for segment in &mut self.segments {
+            segment.clear()?;
+        }
+        self.active = 0;
+        Ok(())
+    }
+
+    /// Appends one transaction's changes; when this returns they survive
+    /// the process. Returns the frame's sequence number. A failed append
+    /// is cut off again, so a segment never holds a torn frame before good
+    /// ones.
+    pub(crate) fn append(&mut self, frame: &Frame) -> std::io::Result<u64> {
+        let seq = self.last + 1;
+        let mut out = Vec::with_capacity(frame.bytes.len() + 16);
+        out.extend_from_slice(&(frame.bytes.len() as u32 + 8).to_le_bytes());
+        let mut crc = crc32fast::Hasher::new();
+        crc.update(&seq.to_le_bytes());
+        crc.update(&frame.bytes);
+        out.extend_from_slice(&crc.finalize().to_le_bytes());
+        out.extend_from_slice(&seq.to_le_bytes());
+        out.extend_from_slice(&frame.bytes);
+        let segment = &mut self.segments[self.active];
+        if let Err(error) = (&*segment.file).write_all(&out) {
+            let _ = segment.file.set_len(segment.len);
+            return Err(error);
+        }
+        segment.len += out.len() as u64;
+        self.last = seq;
+        Ok(seq)
+    }
+
+    /// The sequence number of the last frame appended.
+    pub(crate) fn last(&self) -> u64 {
+        self.last
+    }
+
+    /// Both segments' files, to sync without holding the log: the sealed
+    /// one first.
+    pub(crate) fn files(&self) -> [Arc<File>; 2] {
+        [
+            self.segments[1 - self.active].file.clone(),
+            self.segments[self.active].file.clone(),
+        ]
+    }
+
+    /// Seals the segment taking appends (its frames are about to be
+    /// committed to the database) and switches to the other, which the
+    /// last commit emptied.
+    pub(crate) fn rotate(&mut self) {
+        self.active = 1 - self.active;
+    }
+
+    /// Empties the sealed segment, once the database holds its frames.
+    pub(crate) fn clear_sealed(&mut self) -> std::io::Result<()> {
+        self.segments[1 - self.active].clear()
+    }
+
+    /// Where the segment taking appends is.
+    pub(crate) fn path(&self) -> &Path {
+        &self.segments[self.active].path
+    }
+}
+
+/// Every whole frame of a segment (after its magic), with its sequence
+/// number; stops at the first frame that is torn or does not check.
+fn decode_segment(mut bytes: &[u8]) -> Vec<(u64, Vec<Change>)> {
+    let mut frames = Vec::new();
+    while let Some((body, rest)) = checked_frame(bytes) {
+        let Some((seq, changes)) = body.split_first_chunk::<8>() else {
             break;
         };
-        if crc32fast::hash(body) != crc {
+        let Some(changes) = decode_frame(changes) else {
             break;
-        }
+        };
+        frames.push((u64::from_le_bytes(*seq), changes));
+        bytes = rest;
+    }
+    frames
+}
+
+/// Every change of a log written before segments, in order.
+fn decode_legacy(mut bytes: &[u8]) -> Vec<Change> {
+    let mut changes = Vec::new();
+    while let Some((body, rest)) = checked_frame(bytes) {
         let Some(frame) = decode_frame(body) else {
             break;
         };
         changes.extend(frame);
-        bytes = &bytes[8 + len..];
+        bytes = rest;
     }
-    (changes, log.len() - bytes.len())
+    changes
+}
+
+/// The body of the frame `bytes` starts with, if it is whole and checks,
+/// and what follows it.
+fn checked_frame(bytes: &[u8]) -> Option<(&[u8], &[u8])> {
+    let len = u32::from_le_bytes(bytes.get(0..4)?.try_into().ok()?) as usize;
+    let crc = u32::from_le_bytes(bytes.get(4..8)?.try_into().ok()?);
+    let body = bytes.get(8..8 + len)?;
+    (crc32fast::hash(body) == crc).then(|| (body, &bytes[8 + len..]))
 }
 
 fn decode_frame(mut body: &[u8]) -> Option<Vec<Change>> {
@@ -204,20 +324,43 @@ fn decode_frame(mut body: &[u8]) -> Option<Vec<Change>> {
 mod tests {
     use super::*;
 
-    #[test]
-    fn frames_read_back_and_a_torn_tail_ends_the_log() {
-        let dir = std::env::temp_dir().join(format!("weft-wal-{}", std::process::id()));
+    fn dir(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("weft-wal-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    fn put(key: &str, record: &[u8]) -> Frame {
+        let mut frame = Frame::default();
+        frame.put(key, record);
+        frame
+    }
+
+    fn keys(replay: &Replay) -> Vec<&str> {
+        replay
+            .changes
+            .iter()
+            .map(|change| match change {
+                Change::Put { key, .. } | Change::Remove { key } => key.as_str(),
+                Change::Counter { name, .. } => name.as_str(),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn frames_read_back_in_order_and_a_torn_tail_ends_the_log() {
+        let dir = dir("torn");
         let db = dir.join("s.redb");
-        let (mut wal, replay) = Wal::open(&db).unwrap();
-        assert!(replay.is_empty() && wal.is_empty());
-        let mut first = Frame::default();
-        first.put("a", b"one");
+        let (mut wal, replay) = Wal::open(&db, 0).unwrap();
+        assert!(replay.changes.is_empty());
+        wal.clear().unwrap();
+        let mut first = put("a", b"one");
         first.counter("revision", 7);
-        wal.append(&first).unwrap();
+        assert_eq!(wal.append(&first).unwrap(), 1);
         let mut second = Frame::default();
         second.remove("a");
-        wal.append(&second).unwrap();
+        assert_eq!(wal.append(&second).unwrap(), 2);
         drop(wal);
         // A third frame, torn by a crash mid-append.
         let mut file = OpenOptions::new()
@@ -226,9 +369,9 @@ mod tests {
             .unwrap();
         file.write_all(&[200, 0, 0, 0, 1, 2]).unwrap();
         drop(file);
-        let (mut wal, replay) = Wal::open(&db).unwrap();
+        let (mut wal, replay) = Wal::open(&db, 0).unwrap();
         assert_eq!(
-            replay,
+            replay.changes,
             vec![
                 Change::Put {
                     key: "a".into(),
@@ -241,8 +384,58 @@ mod tests {
                 Change::Remove { key: "a".into() },
             ]
         );
+        assert_eq!(replay.last, 2);
+        // What the database already took is not replayed again.
+        assert_eq!(keys(&Wal::open(&db, 1).unwrap().1), ["a"]);
         wal.clear().unwrap();
-        assert!(Wal::open(&db).unwrap().1.is_empty());
+        assert!(Wal::open(&db, 2).unwrap().1.changes.is_empty());
+        std::fs::remove_dir_all(dir).ok();
+    }
+
+    #[test]
+    fn segments_replay_by_sequence_and_stop_at_a_gap() {
+        let dir = dir("segments");
+        let db = dir.join("s.redb");
+        let (mut wal, _) = Wal::open(&db, 0).unwrap();
+        wal.clear().unwrap();
+        wal.append(&put("one", b"1")).unwrap();
+        wal.append(&put("two", b"2")).unwrap();
+        wal.rotate();
+        wal.append(&put("three", b"3")).unwrap();
+        drop(wal);
+        // The newer segment is read first and the order still holds.
+        let (mut wal, replay) = Wal::open(&db, 0).unwrap();
+        assert_eq!(keys(&replay), ["one", "two", "three"]);
+        assert_eq!(replay.last, 3);
+        // A sealed segment emptied after its commit: only the newer frames.
+        wal.rotate();
+        wal.clear_sealed().unwrap();
+        drop(wal);
+        let (_, replay) = Wal::open(&db, 2).unwrap();
+        assert_eq!(keys(&replay), ["three"]);
+        // A sealed segment whose emptying was lost replays nothing the
+        // database took.
+        let (_, replay) = Wal::open(&db, 3).unwrap();
+        assert!(replay.changes.is_empty());
+        // A frame missing before others (never synced): they are dropped.
+        let (_, replay) = Wal::open(&db, 1).unwrap();
+        assert!(replay.changes.is_empty(), "{:?}", replay.changes);
+        std::fs::remove_dir_all(dir).ok();
+    }
+
+    #[test]
+    fn a_log_from_before_segments_is_replayed_first() {
+        let dir = dir("legacy");
+        let db = dir.join("s.redb");
+        // The old format: frames of [length][crc][changes], no magic.
+        let mut body = put("old", b"x").bytes;
+        body.extend(put("older", b"y").bytes);
+        let mut old = (body.len() as u32).to_le_bytes().to_vec();
+        old.extend_from_slice(&crc32fast::hash(&body).to_le_bytes());
+        old.extend_from_slice(&body);
+        std::fs::write(dir.join("s.redb.wal"), old).unwrap();
+        let (_, replay) = Wal::open(&db, 0).unwrap();
+        assert_eq!(keys(&replay), ["old", "older"]);
         std::fs::remove_dir_all(dir).ok();
     }
 }

@@ -1,11 +1,15 @@
-//! The embedded backend: one redb file, written in ACID transactions. A
-//! write survives `kill -9` of the process when it returns: by default its
-//! changes are in the write-ahead log ([`crate::wal`]) and one fsync per
-//! flush interval makes everything since the last durable
-//! ([`Flush::Every`]); [`Flush::EachWrite`] commits each write to disk
-//! before it returns instead (an fsync per write). With the log, a small
-//! write is made on the caller's thread when nobody flushes (it cannot wait
-//! on the disk then); others go to the blocking pool.
+//! The embedded backend: one redb file and its write-ahead log. A write
+//! survives `kill -9` of the process when it returns: its changes are
+//! appended to the log ([`crate::wal`]) and kept in memory
+//! ([`pending`]), where every read looks first. One fsync of the log every
+//! flush interval ([`Flush::Every`]) — or before each write returns,
+//! shared by the writes that wait for it together ([`Flush::EachWrite`]) —
+//! makes the writes since the last one survive the machine going down too.
+//! The database takes what is kept in memory in one durable commit every
+//! [`CommitPolicy::after`] or [`CommitPolicy::bytes`], on the flush
+//! thread, while writes go on: a wave of many runs costs one log append
+//! each, one shared fsync, and a share of one database commit, and the
+//! database's pages are written once per commit, not once per write.
 //!
 //! Each key's record ([`records`]) holds its create and last-change revisions, its lease
 //! and its value; one counter gives revisions as etcd does. Leases live in
@@ -13,17 +17,21 @@
 //! when it is not kept alive, and on open (their owner is gone). Watchers
 //! are fed from the writes this process makes — the only writer.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition, WriteTransaction};
+use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 use tokio::sync::{broadcast, mpsc};
 
+mod pending;
 mod records;
 
-use records::{Changes, check_fence, entry, field, lease_of, next_count, next_revision, write_key};
+use pending::Log;
+pub use pending::Policy as CommitPolicy;
+use records::{Tx, entry, lease_of, merged, mod_of, read_table};
 
 use super::wal::{Change, Wal};
 use super::{Entry, Fence, LeaseId, Revision, Store, StoreError, WatchEvent};
@@ -31,11 +39,12 @@ use super::{Entry, Fence, LeaseId, Revision, Store, StoreError, WatchEvent};
 /// When the embedded store's writes reach the disk.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Flush {
-    /// Each write is committed to disk (an fsync) before it returns.
+    /// Each write's log frame is synced to disk (an fsync, shared by the
+    /// writes waiting at the same time) before it returns.
     EachWrite,
-    /// Each write is in the write-ahead log (the operating system's hands:
-    /// safe from `kill -9`) before it returns; one fsync this often makes
-    /// every write since the last one durable against a machine crash too.
+    /// Each write is in the log (the operating system's hands: safe from
+    /// `kill -9`) before it returns; one fsync this often makes every
+    /// write since the last one durable against a machine crash too.
     Every(Duration),
 }
 
@@ -45,14 +54,31 @@ impl Default for Flush {
     }
 }
 
+/// How often the flush thread looks for a batch to commit when no flush
+/// interval sets its pace ([`Flush::EachWrite`]).
+const COMMIT_TICK: Duration = Duration::from_millis(100);
+
 /// key → record: create revision, change revision, lease (8 bytes each,
 /// little-endian), then the value.
 pub(crate) const ENTRIES: TableDefinition<&str, &[u8]> = TableDefinition::new("entries");
-/// Counters: the last revision and the last lease id.
+/// Counters: the last revision, the last lease id, and `log`, the last
+/// log frame the database holds.
 pub(crate) const COUNTERS: TableDefinition<&str, i64> = TableDefinition::new("counters");
+/// The counter naming the last log frame the database holds.
+const APPLIED: &str = "log";
 /// The largest write made on the caller's thread rather than a blocking
-/// one (see `EmbeddedStore::writing`).
+/// one: a log append and a few map inserts, some microseconds (a hop to
+/// another thread and back costs more; checkpoints are on every run's
+/// critical path).
 const QUICK_WRITE_BYTES: usize = 64 << 10;
+
+/// Writes the embedded store made (counter).
+pub const WRITES_METRIC: &str = "weft_store_writes_total";
+/// Syncs of the embedded store's log to disk (counter).
+pub const LOG_SYNCS_METRIC: &str = "weft_store_log_syncs_total";
+/// Durable commits of the embedded store's batches to its database
+/// (counter).
+pub const COMMITS_METRIC: &str = "weft_store_commits_total";
 
 /// A store in one file.
 #[derive(Clone)]
@@ -60,19 +86,47 @@ pub struct EmbeddedStore {
     inner: Arc<Inner>,
 }
 
+/// What the embedded store has done since it was opened.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct EmbeddedStats {
+    /// Writes made (transactions that changed something).
+    pub writes: u64,
+    /// Syncs of the log to disk (each covers every write before it).
+    pub log_syncs: u64,
+    /// Durable commits of a batch of writes to the database.
+    pub commits: u64,
+}
+
 struct Inner {
     db: Database,
-    /// The log, with [`Flush::Every`]; writers append under its lock.
-    wal: Mutex<Option<Wal>>,
+    /// The log and the writes the database has not taken; writers append
+    /// under its lock.
+    log: Mutex<Log>,
+    flush: Flush,
+    policy: CommitPolicy,
+    /// The last log frame synced to disk.
+    synced: AtomicU64,
+    /// Held while the log is synced: writers waiting for an fsync find
+    /// their frames covered by the one before them.
+    syncing: Mutex<()>,
+    /// Held while a batch is committed to the database.
+    committing: Mutex<()>,
     /// Live leases: their time to live and when they expire.
     leases: Mutex<HashMap<LeaseId, (Duration, Instant)>>,
     changes: broadcast::Sender<WatchEvent>,
+    writes: AtomicU64,
+    log_syncs: AtomicU64,
+    commits: AtomicU64,
 }
 
 pub(crate) fn backend(error: impl std::error::Error + Send + Sync + 'static) -> StoreError {
     StoreError::Backend {
         source: Box::new(error),
     }
+}
+
+fn locked<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl EmbeddedStore {
@@ -82,10 +136,20 @@ impl EmbeddedStore {
         Self::open_with(path, Flush::default())
     }
 
+    /// Opens (or creates) the store at `path`, committing as
+    /// [`CommitPolicy`]'s default says.
+    pub fn open_with(path: &Path, flush: Flush) -> Result<Self, StoreError> {
+        Self::open_configured(path, flush, CommitPolicy::default())
+    }
+
     /// Opens (or creates) the store at `path`: replays what its log holds
     /// from before a crash, and deletes keys left under a lease by an
     /// earlier process (their owner is gone).
-    pub fn open_with(path: &Path, flush: Flush) -> Result<Self, StoreError> {
+    pub fn open_configured(
+        path: &Path,
+        flush: Flush,
+        policy: CommitPolicy,
+    ) -> Result<Self, StoreError> {
         // The data directory is the owner's alone (0700), and so are its
         // files (0600): runs hold states, inputs and bundles.
         if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
@@ -110,14 +174,21 @@ impl EmbeddedStore {
         }
         let db = create_database(path)?;
         private(path).map_err(backend)?;
-        // The log is opened whatever the mode: what an earlier process left
-        // in it is replayed either way.
-        let (mut wal, replay) = Wal::open(path).map_err(backend)?;
+        let applied = match db.begin_read().map_err(backend)?.open_table(COUNTERS) {
+            Ok(counters) => counters
+                .get(APPLIED)
+                .map_err(backend)?
+                .map_or(0, |v| v.value()),
+            Err(redb::TableError::TableDoesNotExist(_)) => 0,
+            Err(other) => return Err(backend(other)),
+        };
+        let (mut wal, replay) = Wal::open(path, applied as u64).map_err(backend)?;
         let txn = db.begin_write().map_err(backend)?;
+        let mut counters = BTreeMap::new();
         {
             let mut entries = txn.open_table(ENTRIES).map_err(backend)?;
-            let mut counters = txn.open_table(COUNTERS).map_err(backend)?;
-            for change in replay {
+            let mut stored = txn.open_table(COUNTERS).map_err(backend)?;
+            for change in replay.changes {
                 match change {
                     Change::Put { key, record } => {
                         entries
@@ -128,9 +199,16 @@ impl EmbeddedStore {
                         entries.remove(key.as_str()).map_err(backend)?;
                     }
                     Change::Counter { name, value } => {
-                        counters.insert(name.as_str(), value).map_err(backend)?;
+                        stored.insert(name.as_str(), value).map_err(backend)?;
                     }
                 }
+            }
+            stored
+                .insert(APPLIED, replay.last as i64)
+                .map_err(backend)?;
+            for item in stored.iter().map_err(backend)? {
+                let (name, value) = item.map_err(backend)?;
+                counters.insert(name.value().to_owned(), value.value());
             }
             let leased: Vec<String> = entries
                 .iter()
@@ -148,33 +226,55 @@ impl EmbeddedStore {
         let (changes, _) = broadcast::channel(1024);
         let inner = Arc::new(Inner {
             db,
-            wal: Mutex::new(None),
+            log: Mutex::new(Log::new(wal, counters)),
+            flush,
+            policy,
+            synced: AtomicU64::new(replay.last),
+            syncing: Mutex::default(),
+            committing: Mutex::default(),
             leases: Mutex::default(),
             changes,
+            writes: AtomicU64::new(0),
+            log_syncs: AtomicU64::new(0),
+            commits: AtomicU64::new(0),
         });
-        if let Flush::Every(interval) = flush {
-            *inner.wal.lock().unwrap_or_else(|e| e.into_inner()) = Some(wal);
-            spawn_flusher(Arc::downgrade(&inner), interval);
-        }
+        spawn_flusher(
+            Arc::downgrade(&inner),
+            match flush {
+                Flush::Every(interval) => interval,
+                Flush::EachWrite => COMMIT_TICK,
+            },
+        );
         Ok(Self { inner })
     }
 
-    /// Writes `bytes` in one transaction: here and now when that is short
-    /// and cannot wait on the disk — a small write, the log's lock free (so
-    /// nobody is flushing): a log append plus an in-memory commit, some
-    /// tens of microseconds — else on a blocking thread. (A hop to another thread
-    /// and back costs about as much as such a write; checkpoints are on
-    /// every run's critical path.)
+    /// What the store has done since it was opened.
+    pub fn stats(&self) -> EmbeddedStats {
+        let inner = &self.inner;
+        EmbeddedStats {
+            writes: inner.writes.load(Ordering::Relaxed),
+            log_syncs: inner.log_syncs.load(Ordering::Relaxed),
+            commits: inner.commits.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Makes every write so far durable against a machine crash, and the
+    /// database take everything kept in memory, now rather than at the
+    /// next flush interval or commit.
+    pub async fn flush(&self) -> Result<(), StoreError> {
+        self.blocking(|inner| inner.commit_all()).await
+    }
+
+    /// Writes in one transaction: on the caller's thread when that is short
+    /// and cannot wait on the disk — a small write, the log synced by the
+    /// flush thread — else on a blocking thread.
     async fn writing<T: Send + 'static>(
         &self,
         bytes: usize,
-        work: impl FnOnce(&WriteTransaction, &mut Changes) -> Result<T, StoreError> + Send + 'static,
+        work: impl FnOnce(&mut Tx<'_>) -> Result<T, StoreError> + Send + 'static,
     ) -> Result<T, StoreError> {
-        if bytes <= QUICK_WRITE_BYTES
-            && let Ok(wal) = self.inner.wal.try_lock()
-            && wal.is_some()
-        {
-            return self.inner.write_holding(wal, work);
+        if bytes <= QUICK_WRITE_BYTES && matches!(self.inner.flush, Flush::Every(_)) {
+            return self.inner.write(work);
         }
         self.blocking(move |inner| inner.write(work)).await
     }
@@ -188,17 +288,11 @@ impl EmbeddedStore {
     ) -> Result<Vec<T>, StoreError> {
         let prefix = prefix.to_owned();
         self.blocking(move |inner| {
-            let txn = inner.db.begin_read().map_err(backend)?;
-            let entries = txn.open_table(ENTRIES).map_err(backend)?;
-            let mut found = Vec::new();
-            for item in entries.range(prefix.as_str()..).map_err(backend)? {
-                let (key, record) = item.map_err(backend)?;
-                if !key.value().starts_with(&prefix) {
-                    break;
-                }
-                found.push(each(key.value(), record.value()));
-            }
-            Ok(found)
+            let (overlay, table) = {
+                let log = locked(&inner.log);
+                (log.overlay(&prefix), read_table(&inner.db)?)
+            };
+            merged(&table, overlay, &prefix, each)
         })
         .await
     }
@@ -219,67 +313,125 @@ impl EmbeddedStore {
 }
 
 impl Inner {
-    /// Writes in one transaction; the events it produced go to watchers
-    /// once it has committed. With a log, the changes are appended to it
-    /// first and redb commits in memory.
+    /// Writes in one transaction: its changes are appended to the log and
+    /// kept in memory (with [`Flush::EachWrite`], the log is synced before
+    /// this returns); the events it produced then go to watchers.
     fn write<T>(
         &self,
-        work: impl FnOnce(&WriteTransaction, &mut Changes) -> Result<T, StoreError>,
+        work: impl FnOnce(&mut Tx<'_>) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
-        let wal = self.wal.lock().unwrap_or_else(|e| e.into_inner());
-        self.write_holding(wal, work)
-    }
-
-    /// [`write`](Self::write), the log's lock already held.
-    fn write_holding<T>(
-        &self,
-        mut wal: std::sync::MutexGuard<'_, Option<Wal>>,
-        work: impl FnOnce(&WriteTransaction, &mut Changes) -> Result<T, StoreError>,
-    ) -> Result<T, StoreError> {
-        let mut txn = self.db.begin_write().map_err(backend)?;
-        if wal.is_some() {
-            txn.set_durability(redb::Durability::None)
-                .map_err(backend)?;
+        let (result, events, last) = {
+            let mut log = locked(&self.log);
+            let mut tx = Tx::new(&log, &self.db);
+            let result = work(&mut tx)?;
+            let changes = tx.changes;
+            let events = log.apply(changes).map_err(|source| StoreError::Io {
+                path: log.wal.path().display().to_string(),
+                source,
+            })?;
+            (result, events, log.wal.last())
+        };
+        self.writes.fetch_add(1, Ordering::Relaxed);
+        metrics::counter!(WRITES_METRIC).increment(1);
+        if self.flush == Flush::EachWrite {
+            self.sync_to(last)?;
         }
-        let mut changes = Changes::default();
-        let result = work(&txn, &mut changes)?;
-        if let Some(wal) = wal.as_mut()
-            && !changes.frame.is_empty()
-        {
-            wal.append(&changes.frame).map_err(backend)?;
-        }
-        txn.commit().map_err(backend)?;
-        drop(wal);
-        for event in changes.events {
+        for event in events {
             let _ = self.changes.send(event);
         }
         Ok(result)
     }
 
-    /// Makes every write so far durable in the database (one fsync), then
-    /// empties the log.
-    fn flush(&self) -> Result<(), StoreError> {
-        let mut wal = self.wal.lock().unwrap_or_else(|e| e.into_inner());
-        let Some(wal) = wal.as_mut().filter(|wal| !wal.is_empty()) else {
+    /// Syncs the log to disk up to frame `seq` at least. One writer syncs
+    /// at a time; those waiting meanwhile usually find their frames synced
+    /// by it (group commit).
+    fn sync_to(&self, seq: u64) -> Result<(), StoreError> {
+        if self.synced.load(Ordering::Acquire) >= seq {
+            return Ok(());
+        }
+        let _turn = locked(&self.syncing);
+        if self.synced.load(Ordering::Acquire) >= seq {
+            return Ok(());
+        }
+        let (files, last, path) = {
+            let log = locked(&self.log);
+            (log.wal.files(), log.wal.last(), log.wal.path().to_owned())
+        };
+        for file in files {
+            file.sync_data().map_err(|source| StoreError::Io {
+                path: path.display().to_string(),
+                source,
+            })?;
+        }
+        self.synced.fetch_max(last, Ordering::Release);
+        self.log_syncs.fetch_add(1, Ordering::Relaxed);
+        metrics::counter!(LOG_SYNCS_METRIC).increment(1);
+        Ok(())
+    }
+
+    /// The flush thread's round: the log synced, and the batch in memory
+    /// committed to the database if it is due.
+    fn flush_round(&self) -> Result<(), StoreError> {
+        if matches!(self.flush, Flush::Every(_)) {
+            let last = locked(&self.log).wal.last();
+            self.sync_to(last)?;
+        }
+        self.commit(Some(Instant::now()))
+    }
+
+    /// Commits the batch in memory to the database (one durable commit)
+    /// when it is due (`now`), or whatever it holds (`None`); the log's
+    /// segment that held it is emptied after. Writes go on meanwhile.
+    fn commit(&self, now: Option<Instant>) -> Result<(), StoreError> {
+        let _one = locked(&self.committing);
+        let Some(batch) = locked(&self.log).seal(&self.policy, now) else {
             return Ok(());
         };
-        // An empty durable commit persists the in-memory ones before it.
-        self.db
-            .begin_write()
-            .map_err(backend)?
-            .commit()
-            .map_err(backend)?;
-        wal.clear().map_err(|source| StoreError::Io {
-            path: wal.path().display().to_string(),
+        let txn = self.db.begin_write().map_err(backend)?;
+        {
+            let mut entries = txn.open_table(ENTRIES).map_err(backend)?;
+            for (key, record) in &batch.entries {
+                match record {
+                    Some(record) => {
+                        entries.insert(key.as_str(), &**record).map_err(backend)?;
+                    }
+                    None => {
+                        entries.remove(key.as_str()).map_err(backend)?;
+                    }
+                }
+            }
+            let mut counters = txn.open_table(COUNTERS).map_err(backend)?;
+            for (name, value) in &batch.counters {
+                counters.insert(name.as_str(), *value).map_err(backend)?;
+            }
+            counters
+                .insert(APPLIED, batch.last as i64)
+                .map_err(backend)?;
+        }
+        txn.commit().map_err(backend)?;
+        self.commits.fetch_add(1, Ordering::Relaxed);
+        metrics::counter!(COMMITS_METRIC).increment(1);
+        let mut log = locked(&self.log);
+        log.committed().map_err(|source| StoreError::Io {
+            path: log.wal.path().display().to_string(),
             source,
         })
+    }
+
+    /// Everything so far synced and in the database.
+    fn commit_all(&self) -> Result<(), StoreError> {
+        let last = locked(&self.log).wal.last();
+        self.sync_to(last)?;
+        // A batch whose commit failed before is tried first, then the rest.
+        self.commit(None)?;
+        self.commit(None)
     }
 
     /// Deletes the keys of leases that were not kept alive.
     fn expire(&self) -> Result<(), StoreError> {
         let now = Instant::now();
         let expired: Vec<LeaseId> = {
-            let mut leases = self.leases.lock().unwrap_or_else(|e| e.into_inner());
+            let mut leases = locked(&self.leases);
             let expired: Vec<LeaseId> = leases
                 .iter()
                 .filter(|(_, (_, deadline))| *deadline <= now)
@@ -297,18 +449,9 @@ impl Inner {
     }
 
     fn drop_lease_keys(&self, lease: LeaseId) -> Result<(), StoreError> {
-        self.write(|txn, changes| {
-            let mut entries = txn.open_table(ENTRIES).map_err(backend)?;
-            let keys: Vec<String> = entries
-                .iter()
-                .map_err(backend)?
-                .filter_map(Result::ok)
-                .filter(|(_, record)| lease_of(record.value()) == lease)
-                .map(|(key, _)| key.value().to_owned())
-                .collect();
-            for key in keys {
-                entries.remove(key.as_str()).map_err(backend)?;
-                changes.removed(key);
+        self.write(|tx| {
+            for key in tx.keys("", |record| lease_of(record) == lease)? {
+                tx.remove(key);
             }
             Ok(())
         })
@@ -318,7 +461,7 @@ impl Inner {
 impl Drop for Inner {
     fn drop(&mut self) {
         // A clean close leaves nothing to replay.
-        if let Err(error) = self.flush() {
+        if let Err(error) = self.commit_all() {
             tracing::warn!(%error, "the store's last writes stay in its log, replayed on open");
         }
     }
@@ -358,7 +501,8 @@ fn create_database(path: &Path) -> Result<Database, StoreError> {
     }
 }
 
-/// Flushes the store every `interval` until it is gone.
+/// Syncs the log and commits due batches every `interval` until the store
+/// is gone.
 fn spawn_flusher(inner: std::sync::Weak<Inner>, interval: Duration) {
     let spawned = std::thread::Builder::new()
         .name("weft-store-flush".into())
@@ -366,7 +510,7 @@ fn spawn_flusher(inner: std::sync::Weak<Inner>, interval: Duration) {
             loop {
                 std::thread::sleep(interval);
                 let Some(inner) = inner.upgrade() else { return };
-                if let Err(error) = inner.flush() {
+                if let Err(error) = inner.flush_round() {
                     tracing::error!(%error, "flushing the store failed; its log keeps the writes");
                 }
             }
@@ -385,9 +529,14 @@ impl Store for EmbeddedStore {
     async fn get(&self, key: &str) -> Result<Option<Entry>, StoreError> {
         let key = key.to_owned();
         self.blocking(move |inner| {
-            let txn = inner.db.begin_read().map_err(backend)?;
-            let entries = txn.open_table(ENTRIES).map_err(backend)?;
-            Ok(entries
+            let table = {
+                let log = locked(&inner.log);
+                if let Some(kept) = log.lookup(&key) {
+                    return Ok(kept.map(|record| entry(&key, record)));
+                }
+                read_table(&inner.db)?
+            };
+            Ok(table
                 .get(key.as_str())
                 .map_err(backend)?
                 .map(|record| entry(&key, record.value())))
@@ -410,9 +559,9 @@ impl Store for EmbeddedStore {
         fence: Option<&Fence>,
     ) -> Result<Revision, StoreError> {
         let (key, fence) = (key.to_owned(), fence.cloned());
-        self.writing(key.len() + value.len(), move |txn, changes| {
-            check_fence(txn, fence.as_ref())?;
-            write_key(txn, &key, &value, 0, changes)
+        self.writing(key.len() + value.len(), move |tx| {
+            tx.check_fence(fence.as_ref())?;
+            tx.write_key(&key, &value, 0)
         })
         .await
     }
@@ -424,11 +573,11 @@ impl Store for EmbeddedStore {
     ) -> Result<Revision, StoreError> {
         let fence = fence.cloned();
         let bytes = writes.iter().map(|(k, v)| k.len() + v.len()).sum();
-        self.writing(bytes, move |txn, changes| {
-            check_fence(txn, fence.as_ref())?;
+        self.writing(bytes, move |tx| {
+            tx.check_fence(fence.as_ref())?;
             let mut last = 0;
             for (key, value) in &writes {
-                last = write_key(txn, key, value, 0, changes)?;
+                last = tx.write_key(key, value, 0)?;
             }
             Ok(last)
         })
@@ -441,26 +590,17 @@ impl Store for EmbeddedStore {
         value: Vec<u8>,
         lease: Option<LeaseId>,
     ) -> Result<Option<Revision>, StoreError> {
+        if let Some(lease) = lease
+            && !locked(&self.inner.leases).contains_key(&lease)
+        {
+            return Err(StoreError::NoLease(lease));
+        }
         let key = key.to_owned();
-        self.blocking(move |inner| {
-            if let Some(lease) = lease {
-                let leases = inner.leases.lock().unwrap_or_else(|e| e.into_inner());
-                if !leases.contains_key(&lease) {
-                    return Err(StoreError::NoLease(lease));
-                }
+        self.writing(key.len() + value.len(), move |tx| {
+            if tx.record(&key, |_| ())?.is_some() {
+                return Ok(None);
             }
-            inner.write(|txn, changes| {
-                let exists = txn
-                    .open_table(ENTRIES)
-                    .map_err(backend)?
-                    .get(key.as_str())
-                    .map_err(backend)?
-                    .is_some();
-                if exists {
-                    return Ok(None);
-                }
-                write_key(txn, &key, &value, lease.unwrap_or(0), changes).map(Some)
-            })
+            tx.write_key(&key, &value, lease.unwrap_or(0)).map(Some)
         })
         .await
     }
@@ -473,20 +613,12 @@ impl Store for EmbeddedStore {
         fence: Option<&Fence>,
     ) -> Result<bool, StoreError> {
         let (key, fence) = (key.to_owned(), fence.cloned());
-        self.blocking(move |inner| {
-            inner.write(|txn, changes| {
-                check_fence(txn, fence.as_ref())?;
-                let current = txn
-                    .open_table(ENTRIES)
-                    .map_err(backend)?
-                    .get(key.as_str())
-                    .map_err(backend)?
-                    .map_or(0, |record| field(record.value(), 8));
-                if current != expected {
-                    return Ok(false);
-                }
-                write_key(txn, &key, &value, 0, changes).map(|_| true)
-            })
+        self.writing(key.len() + value.len(), move |tx| {
+            tx.check_fence(fence.as_ref())?;
+            if tx.record(&key, mod_of)?.unwrap_or(0) != expected {
+                return Ok(false);
+            }
+            tx.write_key(&key, &value, 0).map(|_| true)
         })
         .await
     }
@@ -494,22 +626,14 @@ impl Store for EmbeddedStore {
     async fn delete_prefix(&self, prefix: &str, fence: Option<&Fence>) -> Result<(), StoreError> {
         let (prefix, fence) = (prefix.to_owned(), fence.cloned());
         self.blocking(move |inner| {
-            inner.write(|txn, changes| {
-                check_fence(txn, fence.as_ref())?;
-                let mut entries = txn.open_table(ENTRIES).map_err(backend)?;
-                let keys: Vec<String> = entries
-                    .range(prefix.as_str()..)
-                    .map_err(backend)?
-                    .filter_map(Result::ok)
-                    .map(|(key, _)| key.value().to_owned())
-                    .take_while(|key| key.starts_with(&prefix))
-                    .collect();
+            inner.write(|tx| {
+                tx.check_fence(fence.as_ref())?;
+                let keys = tx.keys(&prefix, |_| true)?;
                 if !keys.is_empty() {
-                    next_revision(txn, changes)?;
+                    tx.next_revision();
                 }
                 for key in keys {
-                    entries.remove(key.as_str()).map_err(backend)?;
-                    changes.removed(key);
+                    tx.remove(key);
                 }
                 Ok(())
             })
@@ -519,8 +643,8 @@ impl Store for EmbeddedStore {
 
     async fn grant_lease(&self, ttl: Duration) -> Result<LeaseId, StoreError> {
         self.blocking(move |inner| {
-            let id = inner.write(|txn, changes| next_count(txn, changes, "lease"))?;
-            let mut leases = inner.leases.lock().unwrap_or_else(|e| e.into_inner());
+            let id = inner.write(|tx| Ok(tx.next_count("lease")))?;
+            let mut leases = locked(&inner.leases);
             leases.insert(id, (ttl, Instant::now() + ttl));
             Ok(id)
         })
@@ -529,7 +653,7 @@ impl Store for EmbeddedStore {
 
     async fn keep_alive(&self, lease: LeaseId) -> Result<bool, StoreError> {
         self.blocking(move |inner| {
-            let mut leases = inner.leases.lock().unwrap_or_else(|e| e.into_inner());
+            let mut leases = locked(&inner.leases);
             Ok(match leases.get_mut(&lease) {
                 Some((ttl, deadline)) => {
                     *deadline = Instant::now() + *ttl;
@@ -543,11 +667,7 @@ impl Store for EmbeddedStore {
 
     async fn revoke(&self, lease: LeaseId) -> Result<(), StoreError> {
         self.blocking(move |inner| {
-            inner
-                .leases
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .remove(&lease);
+            locked(&inner.leases).remove(&lease);
             inner.drop_lease_keys(lease)
         })
         .await

@@ -1,103 +1,213 @@
 //! A key's stored record (its revisions, lease and value) and how a
 //! transaction writes one: revisions counted as etcd counts them, fences
-//! checked inside the transaction, every change noted for watchers and for
-//! the write-ahead log.
+//! checked inside the transaction, every change noted for the log, the
+//! batch in memory and watchers. A transaction reads what it wrote itself,
+//! then the writes kept in memory, then the database.
 
-use redb::{ReadableTable, WriteTransaction};
+use std::collections::BTreeMap;
 
-use super::super::wal::Frame;
+use redb::{Database, ReadOnlyTable, ReadableDatabase};
+
 use super::super::{Entry, Fence, LeaseId, Revision, StoreError, WatchEvent};
-use super::{COUNTERS, ENTRIES, backend};
+use super::pending::{Changes, Log, Record};
+use super::{ENTRIES, backend};
 
 /// A record's header: create revision, change revision, lease (8 bytes
 /// each, little-endian); the value follows.
 const HEADER: usize = 24;
 
-/// What a transaction changed: for watchers, and for the log.
-#[derive(Default)]
-pub(super) struct Changes {
-    pub(super) events: Vec<WatchEvent>,
-    pub(super) frame: Frame,
+/// The database's table of records, opened for reading.
+pub(super) type Table = ReadOnlyTable<&'static str, &'static [u8]>;
+
+/// Opens the database's table of records at its last commit.
+pub(super) fn read_table(db: &Database) -> Result<Table, StoreError> {
+    db.begin_read()
+        .map_err(backend)?
+        .open_table(ENTRIES)
+        .map_err(backend)
 }
 
-impl Changes {
-    pub(super) fn removed(&mut self, key: String) {
-        self.frame.remove(&key);
-        self.events.push(WatchEvent::Delete { key });
+/// One write transaction, made while the log is held.
+pub(super) struct Tx<'a> {
+    log: &'a Log,
+    db: &'a Database,
+    /// The database's table, opened at the first read that needs it.
+    table: Option<Table>,
+    pub(super) changes: Changes,
+}
+
+impl<'a> Tx<'a> {
+    pub(super) fn new(log: &'a Log, db: &'a Database) -> Self {
+        Self {
+            log,
+            db,
+            table: None,
+            changes: Changes::default(),
+        }
+    }
+
+    fn table(&mut self) -> Result<&Table, StoreError> {
+        if self.table.is_none() {
+            self.table = Some(read_table(self.db)?);
+        }
+        Ok(self.table.as_ref().expect("opened above"))
+    }
+
+    /// What `read` makes of a key's current record, if it has one.
+    pub(super) fn record<T>(
+        &mut self,
+        key: &str,
+        read: impl FnOnce(&[u8]) -> T,
+    ) -> Result<Option<T>, StoreError> {
+        let kept = match self.changes.entries.get(key) {
+            Some(record) => Some(record.as_ref()),
+            None => self.log.lookup(key),
+        };
+        if let Some(record) = kept {
+            return Ok(record.map(|r| read(r)));
+        }
+        let stored = self.table()?.get(key).map_err(backend)?;
+        Ok(stored.map(|record| read(record.value())))
+    }
+
+    /// The keys under `prefix` whose current record `keep` takes, in key
+    /// order.
+    pub(super) fn keys(
+        &mut self,
+        prefix: &str,
+        keep: impl Fn(&[u8]) -> bool,
+    ) -> Result<Vec<String>, StoreError> {
+        let mut overlay = self.log.overlay(prefix);
+        for (key, record) in self.changes.entries.range::<str, _>((
+            std::ops::Bound::Included(prefix),
+            std::ops::Bound::Unbounded,
+        )) {
+            if !key.starts_with(prefix) {
+                break;
+            }
+            overlay.insert(key.clone(), record.clone());
+        }
+        let mut keys = Vec::new();
+        for item in self.table()?.range(prefix..).map_err(backend)? {
+            let (key, record) = item.map_err(backend)?;
+            let key = key.value();
+            if !key.starts_with(prefix) {
+                break;
+            }
+            if !overlay.contains_key(key) && keep(record.value()) {
+                keys.push(key.to_owned());
+            }
+        }
+        keys.extend(
+            overlay
+                .into_iter()
+                .filter(|(_, record)| record.as_deref().is_some_and(&keep))
+                .map(|(key, _)| key),
+        );
+        keys.sort_unstable();
+        Ok(keys)
+    }
+
+    fn put(&mut self, key: &str, record: Vec<u8>) {
+        self.changes.frame.put(key, &record);
+        self.changes
+            .entries
+            .insert(key.to_owned(), Some(Record::from(record)));
+    }
+
+    /// Removes a key (noted for watchers).
+    pub(super) fn remove(&mut self, key: String) {
+        self.changes.frame.remove(&key);
+        self.changes.entries.insert(key.clone(), None);
+        self.changes.events.push(WatchEvent::Delete { key });
+    }
+
+    /// Counter `name` plus one.
+    pub(super) fn next_count(&mut self, name: &str) -> i64 {
+        let current = match self.changes.counters.get(name) {
+            Some(value) => *value,
+            None => self.log.counter(name),
+        };
+        let next = current + 1;
+        self.changes.counters.insert(name.to_owned(), next);
+        self.changes.frame.counter(name, next);
+        next
+    }
+
+    /// The next revision.
+    pub(super) fn next_revision(&mut self) -> Revision {
+        self.next_count("revision")
+    }
+
+    /// Whether the fence holds now.
+    pub(super) fn check_fence(&mut self, fence: Option<&Fence>) -> Result<(), StoreError> {
+        let Some(fence) = fence else { return Ok(()) };
+        let held = self.record(&fence.key, create_of)? == Some(fence.revision);
+        if held {
+            Ok(())
+        } else {
+            Err(StoreError::Fenced {
+                key: fence.key.clone(),
+                revision: fence.revision,
+            })
+        }
+    }
+
+    /// Writes `key` at a new revision (keeping its create revision).
+    pub(super) fn write_key(
+        &mut self,
+        key: &str,
+        value: &[u8],
+        lease: LeaseId,
+    ) -> Result<Revision, StoreError> {
+        let revision = self.next_revision();
+        let created = self.record(key, create_of)?.unwrap_or(revision);
+        let mut record = Vec::with_capacity(HEADER + value.len());
+        record.extend_from_slice(&created.to_le_bytes());
+        record.extend_from_slice(&revision.to_le_bytes());
+        record.extend_from_slice(&lease.to_le_bytes());
+        record.extend_from_slice(value);
+        self.put(key, record);
+        self.changes.events.push(WatchEvent::Put(Entry {
+            key: key.to_owned(),
+            value: value.to_vec(),
+            create_revision: created,
+            mod_revision: revision,
+        }));
+        Ok(revision)
     }
 }
 
-/// The next revision, counted in the transaction.
-pub(super) fn next_revision(
-    txn: &WriteTransaction,
-    changes: &mut Changes,
-) -> Result<Revision, StoreError> {
-    next_count(txn, changes, "revision")
-}
-
-/// Counter `name` plus one, kept in the transaction.
-pub(super) fn next_count(
-    txn: &WriteTransaction,
-    changes: &mut Changes,
-    name: &str,
-) -> Result<i64, StoreError> {
-    let mut counters = txn.open_table(COUNTERS).map_err(backend)?;
-    let next = counters
-        .get(name)
-        .map_err(backend)?
-        .map_or(0, |v| v.value())
-        + 1;
-    counters.insert(name, next).map_err(backend)?;
-    changes.frame.counter(name, next);
-    Ok(next)
-}
-
-/// Whether the fence holds in this transaction.
-pub(super) fn check_fence(txn: &WriteTransaction, fence: Option<&Fence>) -> Result<(), StoreError> {
-    let Some(fence) = fence else { return Ok(()) };
-    let entries = txn.open_table(ENTRIES).map_err(backend)?;
-    let held = entries
-        .get(fence.key.as_str())
-        .map_err(backend)?
-        .is_some_and(|record| create_of(record.value()) == fence.revision);
-    if held {
-        Ok(())
-    } else {
-        Err(StoreError::Fenced {
-            key: fence.key.clone(),
-            revision: fence.revision,
-        })
+/// The records under `prefix`, as `each` makes of them, in key order: the
+/// database's table read through what is kept in memory (`overlay`).
+pub(super) fn merged<T>(
+    table: &Table,
+    overlay: BTreeMap<String, Option<Record>>,
+    prefix: &str,
+    each: fn(&str, &[u8]) -> T,
+) -> Result<Vec<T>, StoreError> {
+    let mut found = Vec::new();
+    for item in table.range(prefix..).map_err(backend)? {
+        let (key, record) = item.map_err(backend)?;
+        let key = key.value();
+        if !key.starts_with(prefix) {
+            break;
+        }
+        if !overlay.contains_key(key) {
+            found.push((key.to_owned(), each(key, record.value())));
+        }
     }
-}
-
-/// Writes `key` at a new revision (keeping its create revision).
-pub(super) fn write_key(
-    txn: &WriteTransaction,
-    key: &str,
-    value: &[u8],
-    lease: LeaseId,
-    changes: &mut Changes,
-) -> Result<Revision, StoreError> {
-    let revision = next_revision(txn, changes)?;
-    let mut entries = txn.open_table(ENTRIES).map_err(backend)?;
-    let created = entries
-        .get(key)
-        .map_err(backend)?
-        .map_or(revision, |record| create_of(record.value()));
-    let mut record = Vec::with_capacity(HEADER + value.len());
-    record.extend_from_slice(&created.to_le_bytes());
-    record.extend_from_slice(&revision.to_le_bytes());
-    record.extend_from_slice(&lease.to_le_bytes());
-    record.extend_from_slice(value);
-    entries.insert(key, record.as_slice()).map_err(backend)?;
-    changes.frame.put(key, &record);
-    changes.events.push(WatchEvent::Put(Entry {
-        key: key.to_owned(),
-        value: value.to_vec(),
-        create_revision: created,
-        mod_revision: revision,
-    }));
-    Ok(revision)
+    let stored = found.len();
+    for (key, record) in overlay {
+        if let Some(record) = record {
+            let made = each(&key, &record);
+            found.push((key, made));
+        }
+    }
+    if found.len() > stored {
+        found.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+    }
+    Ok(found.into_iter().map(|(_, made)| made).collect())
 }
 
 pub(super) fn field(record: &[u8], at: usize) -> i64 {
@@ -111,6 +221,11 @@ fn create_of(record: &[u8]) -> Revision {
     field(record, 0)
 }
 
+/// A record's last-change revision.
+pub(super) fn mod_of(record: &[u8]) -> Revision {
+    field(record, 8)
+}
+
 pub(super) fn lease_of(record: &[u8]) -> LeaseId {
     field(record, 16)
 }
@@ -120,6 +235,6 @@ pub(super) fn entry(key: &str, record: &[u8]) -> Entry {
         key: key.to_owned(),
         value: record.get(HEADER..).unwrap_or_default().to_vec(),
         create_revision: create_of(record),
-        mod_revision: field(record, 8),
+        mod_revision: mod_of(record),
     }
 }

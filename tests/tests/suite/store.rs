@@ -3,7 +3,9 @@
 
 use std::time::Duration;
 
-use weft_store::{EmbeddedStore, EtcdStore, Fence, Store, StoreError, WatchEvent, chunks};
+use weft_store::{
+    CommitPolicy, EmbeddedStore, EtcdStore, Fence, Flush, Store, StoreError, WatchEvent, chunks,
+};
 use weft_tests::etcd::TestEtcd;
 
 /// Keys of one run of the suite, so runs never meet.
@@ -289,6 +291,109 @@ async fn the_embedded_store_passes_the_suite_and_keeps_what_it_wrote() {
     std::fs::remove_dir_all(dir).ok();
 }
 
+/// The suite again with the database taking a batch at every flush (every
+/// millisecond), so reads and conditional writes meet keys in the batch
+/// being written, in the database and in both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_embedded_store_passes_the_suite_while_it_commits_all_the_time() {
+    let dir = std::env::temp_dir().join(format!("weft-store-busy-{}", std::process::id()));
+    let path = dir.join("store.redb");
+    let policy = CommitPolicy {
+        after: Duration::ZERO,
+        ..CommitPolicy::default()
+    };
+    {
+        let flush = Flush::Every(Duration::from_millis(1));
+        let store = EmbeddedStore::open_configured(&path, flush, policy).unwrap();
+        suite(&store, "t").await;
+        store
+            .put("kept", b"committed".to_vec(), None)
+            .await
+            .unwrap();
+        assert!(store.stats().commits > 0, "{:?}", store.stats());
+    }
+    let store = EmbeddedStore::open(&path).unwrap();
+    assert_eq!(
+        store.get("kept").await.unwrap().unwrap().value,
+        b"committed"
+    );
+    std::fs::remove_dir_all(dir).ok();
+}
+
+/// Many runs checkpointing their waves at once cost a log append each, and
+/// together one sync of the log and one database commit: none of them
+/// waits on the disk, every read sees every write meanwhile (from memory),
+/// and the store opened again has them all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wave_of_many_runs_costs_one_sync_and_one_commit() {
+    let dir = std::env::temp_dir().join(format!("weft-store-group-{}", std::process::id()));
+    let path = dir.join("store.redb");
+    let (runs, waves) = (40, 25);
+    {
+        // No flush round during the test: the flush is asked for below.
+        let flush = Flush::Every(Duration::from_secs(3600));
+        let store = EmbeddedStore::open_configured(&path, flush, CommitPolicy::default()).unwrap();
+        let mut checkpoints = tokio::task::JoinSet::new();
+        for run in 0..runs {
+            let store = store.clone();
+            checkpoints.spawn(async move {
+                for wave in 0..waves {
+                    let writes = vec![
+                        (
+                            format!("runs/{run:02}/record"),
+                            format!("wave {wave}").into_bytes(),
+                        ),
+                        (format!("runs/{run:02}/fields/f"), vec![b'x'; 100 * wave]),
+                    ];
+                    store.put_all(writes, None).await.unwrap();
+                }
+            });
+        }
+        while let Some(done) = checkpoints.join_next().await {
+            done.unwrap();
+        }
+        let stats = store.stats();
+        assert_eq!(stats.writes, (runs * waves) as u64);
+        assert_eq!(
+            (stats.log_syncs, stats.commits),
+            (0, 0),
+            "nothing waited on the disk"
+        );
+        // Reads see the writes kept in memory, removals included.
+        let run = store.scan("runs/07/").await.unwrap();
+        assert_eq!(run.len(), 2);
+        assert_eq!(run[1].value, b"wave 24");
+        store.delete_prefix("runs/07/", None).await.unwrap();
+        assert!(store.scan("runs/07/").await.unwrap().is_empty());
+        assert_eq!(store.get("runs/07/record").await.unwrap(), None);
+        store.flush().await.unwrap();
+        let stats = store.stats();
+        assert_eq!((stats.log_syncs, stats.commits), (1, 1), "{stats:?}");
+        // Read from the database now, the same.
+        assert!(store.scan("runs/07/").await.unwrap().is_empty());
+        assert_eq!(
+            store
+                .get("runs/08/fields/f")
+                .await
+                .unwrap()
+                .unwrap()
+                .value
+                .len(),
+            100 * (waves - 1)
+        );
+    }
+    let store = EmbeddedStore::open(&path).unwrap();
+    let records = store.scan("runs/").await.unwrap();
+    assert_eq!(records.len(), 2 * (runs - 1));
+    assert!(
+        records
+            .iter()
+            .filter(|e| e.key.ends_with("/record"))
+            .all(|e| e.value == b"wave 24")
+    );
+    std::fs::remove_dir_all(dir).ok();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_etcd_store_passes_the_suite() {
     let etcd = TestEtcd::start().await.expect("etcd runs");
@@ -317,7 +422,7 @@ async fn a_read_waits_out_an_etcd_that_is_restarting() {
     assert_eq!(entry.value, b"before");
 }
 
-/// Runs the `store-writer` helper (`mode`: `log` or `each`), kills it with
+/// Runs the `store-writer` helper (`mode`: `log`, `each` or `flushing`), kills it with
 /// SIGKILL after some 300 acknowledged writes, and checks them all.
 async fn acknowledged_writes_survive_kill_9(mode: &str) {
     use std::io::BufRead;

@@ -1,0 +1,192 @@
+//! The writes the database has not taken yet. A write is appended to the
+//! log and kept here, in memory, where every read looks first; the
+//! database takes everything kept here in one durable commit once enough
+//! has gathered or enough time has passed ([`Policy`]), many runs' waves at
+//! once. While that commit is under way, writes go on into a new batch and
+//! the log's other segment, and reads look through both batches.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::super::WatchEvent;
+use super::super::wal::{Frame, Wal};
+
+/// A key's stored record, shared between the batch and its readers.
+pub(super) type Record = Arc<[u8]>;
+
+/// When the database takes the writes kept in memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Policy {
+    /// At the latest this long after the first write kept.
+    pub after: Duration,
+    /// As soon as the records kept reach this many bytes.
+    pub bytes: usize,
+}
+
+impl Default for Policy {
+    fn default() -> Self {
+        Self {
+            after: Duration::from_secs(2),
+            bytes: 16 << 20,
+        }
+    }
+}
+
+/// Writes kept in memory: each key's last record (`None`: removed) and the
+/// counters' last values.
+#[derive(Default)]
+pub(super) struct Batch {
+    pub(super) entries: BTreeMap<String, Option<Record>>,
+    pub(super) counters: BTreeMap<String, i64>,
+    /// The size of the records and keys kept (a rewritten key counts its
+    /// last record once).
+    bytes: usize,
+    /// When the first write was kept.
+    since: Option<Instant>,
+    /// The sequence number of the last frame in it.
+    pub(super) last: u64,
+}
+
+impl Batch {
+    pub(super) fn is_empty(&self) -> bool {
+        self.entries.is_empty() && self.counters.is_empty()
+    }
+
+    /// Whether the database should take it now.
+    fn due(&self, policy: &Policy, now: Instant) -> bool {
+        self.bytes >= policy.bytes
+            || self
+                .since
+                .is_some_and(|since| now.duration_since(since) >= policy.after)
+    }
+
+    fn keep(&mut self, changes: Changes, seq: u64) {
+        self.since.get_or_insert_with(Instant::now);
+        for (key, record) in changes.entries {
+            let (key_len, added) = (key.len(), record_len(record.as_ref()));
+            match self.entries.insert(key, record) {
+                Some(old) => {
+                    self.bytes = self.bytes.saturating_sub(record_len(old.as_ref())) + added;
+                }
+                None => self.bytes += key_len + added,
+            }
+        }
+        self.counters.extend(changes.counters);
+        self.last = seq;
+    }
+}
+
+fn record_len(record: Option<&Record>) -> usize {
+    record.map_or(0, |r| r.len())
+}
+
+/// What one transaction changed: its records and counters, the log's
+/// frame of them, and the events for watchers.
+#[derive(Default)]
+pub(super) struct Changes {
+    pub(super) entries: BTreeMap<String, Option<Record>>,
+    pub(super) counters: BTreeMap<String, i64>,
+    pub(super) frame: Frame,
+    pub(super) events: Vec<WatchEvent>,
+}
+
+/// The log and the writes it holds that the database has not taken.
+pub(super) struct Log {
+    pub(super) wal: Wal,
+    /// Writes since the last batch was sealed.
+    pub(super) pending: Batch,
+    /// A sealed batch the database is taking.
+    pub(super) committing: Option<Arc<Batch>>,
+    /// Every counter's current value.
+    counters: BTreeMap<String, i64>,
+}
+
+impl Log {
+    pub(super) fn new(wal: Wal, counters: BTreeMap<String, i64>) -> Self {
+        Self {
+            wal,
+            pending: Batch::default(),
+            committing: None,
+            counters,
+        }
+    }
+
+    /// A key's last record kept in memory: `Some(None)` if it was removed,
+    /// `None` if the database has its last record (or never had one).
+    pub(super) fn lookup(&self, key: &str) -> Option<Option<&Record>> {
+        self.pending
+            .entries
+            .get(key)
+            .or_else(|| self.committing.as_ref()?.entries.get(key))
+            .map(Option::as_ref)
+    }
+
+    /// Every key under `prefix` kept in memory, with its last record.
+    pub(super) fn overlay(&self, prefix: &str) -> BTreeMap<String, Option<Record>> {
+        let mut overlay = BTreeMap::new();
+        for batch in self
+            .committing
+            .as_deref()
+            .into_iter()
+            .chain([&self.pending])
+        {
+            let keys = batch.entries.range::<str, _>((
+                std::ops::Bound::Included(prefix),
+                std::ops::Bound::Unbounded,
+            ));
+            for (key, record) in keys.take_while(|(key, _)| key.starts_with(prefix)) {
+                overlay.insert(key.clone(), record.clone());
+            }
+        }
+        overlay
+    }
+
+    /// A counter's current value.
+    pub(super) fn counter(&self, name: &str) -> i64 {
+        self.counters.get(name).copied().unwrap_or(0)
+    }
+
+    /// Appends a transaction's changes to the log, then keeps them; its
+    /// events are returned for watchers. Nothing is kept if the append
+    /// fails.
+    pub(super) fn apply(&mut self, mut changes: Changes) -> std::io::Result<Vec<WatchEvent>> {
+        let events = std::mem::take(&mut changes.events);
+        if changes.frame.is_empty() {
+            return Ok(events);
+        }
+        let seq = self.wal.append(&changes.frame)?;
+        for (name, value) in &changes.counters {
+            self.counters.insert(name.clone(), *value);
+        }
+        self.pending.keep(changes, seq);
+        Ok(events)
+    }
+
+    /// Seals the pending batch for the database, when it is due (or
+    /// `now` is `None`: whatever it holds) and no other is being taken;
+    /// appends go on in the log's other segment.
+    pub(super) fn seal(&mut self, policy: &Policy, now: Option<Instant>) -> Option<Arc<Batch>> {
+        if let Some(committing) = &self.committing {
+            // An earlier commit failed: it is tried again first.
+            return Some(committing.clone());
+        }
+        let due = match now {
+            Some(now) => self.pending.due(policy, now),
+            None => true,
+        };
+        if self.pending.is_empty() || !due {
+            return None;
+        }
+        let batch = Arc::new(std::mem::take(&mut self.pending));
+        self.committing = Some(batch.clone());
+        self.wal.rotate();
+        Some(batch)
+    }
+
+    /// The sealed batch is in the database: it and its segment go.
+    pub(super) fn committed(&mut self) -> std::io::Result<()> {
+        self.committing = None;
+        self.wal.clear_sealed()
+    }
+}
