@@ -10,7 +10,8 @@
 //! member and fails the request. Every request is bounded by
 //! [`REQUEST_TIMEOUT`] in all, and by [`MEMBER_TIMEOUT`] on a member while
 //! others are left to try. A lease keep-alive, whose time is the lease's,
-//! goes to every member at once.
+//! goes to every member at once. Fenced writes of many runs share
+//! transactions ([`batch`]).
 
 use std::future::Future;
 use std::sync::Arc;
@@ -27,6 +28,8 @@ use tokio_util::task::TaskTracker;
 use tonic::transport::{Channel, Endpoint};
 
 use super::{Entry, Fence, LeaseId, Revision, Store, StoreError, WatchEvent};
+
+mod batch;
 
 /// How long connecting to an endpoint may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -82,12 +85,27 @@ pub struct EtcdStore {
     inner: Arc<Inner>,
 }
 
+/// What the etcd store has sent since it was made.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct EtcdStats {
+    /// Writes ([`Store::put`] and [`Store::put_all`]) answered.
+    pub writes: u64,
+    /// Transactions they took (several writes share one when they
+    /// gather while others are out).
+    pub transactions: u64,
+}
+
 struct Inner {
     members: Vec<Member>,
     /// The member that answered last: requests start there.
     preferred: AtomicUsize,
     /// The watches' forwarding tasks.
     tracker: TaskTracker,
+    /// The batcher's queue, started with the first write.
+    batcher: std::sync::OnceLock<batch::Queue>,
+    /// Writes answered through the batcher, and their transactions.
+    batched: std::sync::atomic::AtomicU64,
+    transactions: std::sync::atomic::AtomicU64,
 }
 
 /// One member's endpoint and its client.
@@ -198,8 +216,19 @@ impl EtcdStore {
                 members,
                 preferred: AtomicUsize::new(0),
                 tracker: TaskTracker::new(),
+                batcher: std::sync::OnceLock::new(),
+                batched: Default::default(),
+                transactions: Default::default(),
             }),
         })
+    }
+
+    /// What the store has sent since it was made.
+    pub fn stats(&self) -> EtcdStats {
+        EtcdStats {
+            writes: self.inner.batched.load(Ordering::Relaxed),
+            transactions: self.inner.transactions.load(Ordering::Relaxed),
+        }
     }
 
     async fn client(&self, member: &Member) -> Result<Client, StoreError> {
@@ -377,15 +406,11 @@ impl Store for EtcdStore {
         writes: Vec<(String, Vec<u8>)>,
         fence: Option<&Fence>,
     ) -> Result<Revision, StoreError> {
-        let puts = writes
-            .into_iter()
-            .map(|(key, value)| put_op(key, value, None))
-            .collect();
-        let (succeeded, revision) = self.txn(guard(fence), puts).await?;
-        match fence {
-            Some(fence) if !succeeded => Err(fenced(fence)),
-            _ => Ok(revision),
-        }
+        let queue = self
+            .inner
+            .batcher
+            .get_or_init(|| batch::spawn(Arc::downgrade(&self.inner)));
+        batch::put_all(queue, writes, fence).await
     }
 
     async fn create(

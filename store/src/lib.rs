@@ -31,7 +31,7 @@ pub use embedded::{
     COMMITS_METRIC, CommitPolicy, EmbeddedStats, EmbeddedStore, Flush, LOG_SYNCS_METRIC,
     WRITES_METRIC,
 };
-pub use etcd::{EtcdStore, EtcdTls};
+pub use etcd::{EtcdStats, EtcdStore, EtcdTls};
 
 /// The key the leading coordinator of a group holds under its lease; its
 /// value is the leader's URL, which is how workers (`worker --etcd`) and

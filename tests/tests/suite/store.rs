@@ -401,6 +401,87 @@ async fn the_etcd_store_passes_the_suite() {
     suite(&store, "t").await;
 }
 
+/// Many runs checkpointing at once under the leader's fence share etcd
+/// transactions, and each write still gets its own answer: its revision,
+/// or, once the fence is gone, the refusal — for every write of the
+/// batch, none of which lands.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_etcd_store_sends_many_runs_writes_in_shared_transactions() {
+    let etcd = TestEtcd::start().await.expect("etcd runs");
+    let store = EtcdStore::connect(std::slice::from_ref(&etcd.url)).unwrap();
+    let lease = store.grant_lease(Duration::from_secs(60)).await.unwrap();
+    let won = store
+        .create("leader", b"me".to_vec(), Some(lease))
+        .await
+        .unwrap();
+    let fence = Fence {
+        key: "leader".into(),
+        revision: won.expect("the key was free"),
+    };
+    let (runs, waves) = (40, 10);
+    let write_all = |prefix: &'static str, fence: Fence| {
+        let mut writers = tokio::task::JoinSet::new();
+        for run in 0..runs {
+            let (store, fence) = (store.clone(), fence.clone());
+            writers.spawn(async move {
+                let mut answers = Vec::new();
+                for wave in 0..waves {
+                    let writes = vec![
+                        (
+                            format!("{prefix}/{run:02}/record"),
+                            format!("wave {wave}").into_bytes(),
+                        ),
+                        (format!("{prefix}/{run:02}/fields/f"), vec![b'x'; 10 * wave]),
+                    ];
+                    answers.push(store.put_all(writes, Some(&fence)).await);
+                }
+                answers
+            });
+        }
+        writers.join_all()
+    };
+    let answers: Vec<_> = write_all("runs", fence.clone())
+        .await
+        .into_iter()
+        .flatten()
+        .collect();
+    assert!(answers.iter().all(Result::is_ok), "{answers:?}");
+    let stats = store.stats();
+    eprintln!(
+        "{} writes took {} transactions",
+        stats.writes, stats.transactions
+    );
+    assert_eq!(stats.writes, (runs * waves) as u64);
+    assert!(
+        stats.transactions < stats.writes,
+        "{} writes took {} transactions",
+        stats.writes,
+        stats.transactions
+    );
+    let records = store.scan("runs/").await.unwrap();
+    assert_eq!(records.len(), 2 * runs);
+    assert!(
+        records
+            .iter()
+            .filter(|e| e.key.ends_with("/record"))
+            .all(|e| e.value == b"wave 9")
+    );
+    // Deposed: every write is refused as fenced, and none lands.
+    store.revoke(lease).await.unwrap();
+    let answers: Vec<_> = write_all("stale", fence.clone())
+        .await
+        .into_iter()
+        .flatten()
+        .collect();
+    assert!(
+        answers
+            .iter()
+            .all(|a| matches!(a, Err(StoreError::Fenced { .. }))),
+        "{answers:?}"
+    );
+    assert!(store.scan("stale/").await.unwrap().is_empty());
+}
+
 /// A request made while the only etcd member is down (restarting) waits
 /// for it within the request's time, instead of failing at the first
 /// refusal: members that cannot answer yet are asked again.
