@@ -231,7 +231,15 @@ impl RunMachine {
     /// field by field.
     pub fn progress_json_without_state(&mut self) -> serde_json::Result<String> {
         let state = std::mem::take(&mut self.run.state);
+        let run = &mut self.run;
+        let lent = match &run.wave {
+            Some(wave) => run
+                .tasks
+                .lend_item_overlays(|item| wave.item_writes(&item.map, item.index)),
+            None => Vec::new(),
+        };
         let json = serde_json::to_string(&self.run);
+        self.run.tasks.put_back(lent);
         self.run.state = state;
         json
     }
@@ -270,6 +278,15 @@ impl RunMachine {
             wave.relink(&run.state);
             run.tasks.relink(&run.state);
         }
+        let wave = run.wave.as_ref();
+        run.tasks
+            .relay_item_overlays(|item| wave?.item_writes(&item.map, item.index))
+            .map_err(|key| {
+                ProgressMismatch(format!(
+                    "task {} is a step of a map item the run does not hold",
+                    key.0
+                ))
+            })?;
         run.meter.set_limit(plan.limits().max_run_eval);
         Ok(Self { plan, run })
     }

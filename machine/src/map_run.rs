@@ -239,6 +239,15 @@ impl MapRun {
             .then_some(self.names.output_key.as_str())
     }
 
+    /// What item `index` has written so far while it runs, if this is
+    /// map (or loop) `map`.
+    pub(super) fn item_writes(&self, map: &str, index: usize) -> Option<&Map<String, Value>> {
+        if self.id != map {
+            return None;
+        }
+        Some(&self.runs.get(index)?.as_ref()?.writes)
+    }
+
     /// Points the map at the restored wave's S0.
     pub fn relink(&mut self, s0: &State) {
         self.s0 = s0.clone();
@@ -488,6 +497,7 @@ fn fork_state(s0: &State, run: &ItemRun, output_key: Option<&str>) -> TaskState 
     TaskState {
         base: s0.clone(),
         overlay: run.writes.clone(),
+        item_writes: true,
         hidden,
     }
 }

@@ -55,7 +55,15 @@ pub struct TaskState {
     #[serde(skip)]
     pub base: State,
     /// Fields that differ from `base` (a map item's binding and writes).
+    /// Not stored when it is its map item's writes ([`Self::item_writes`]).
+    #[serde(default)]
     pub overlay: Map<String, Value>,
+    /// The overlay is the writes of the task's map item (or loop
+    /// iteration), as they stand while the task is out: a checkpoint stores
+    /// them once, with the item, and a restore lays them back here. A
+    /// run's progress would otherwise hold a long loop's state twice.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub item_writes: bool,
     /// Fields of `base` the task must not see (a map's `output_key`).
     pub hidden: Vec<String>,
 }
@@ -81,6 +89,7 @@ impl TaskState {
         Self {
             base,
             overlay: Map::new(),
+            item_writes: false,
             hidden: Vec::new(),
         }
     }
@@ -148,6 +157,7 @@ mod tests {
         let state = TaskState {
             base,
             overlay: json!({"a": 2, "item": "i"}).as_object().cloned().unwrap(),
+            item_writes: false,
             hidden: vec!["out".into()],
         };
         let names: std::collections::BTreeSet<String> = ["a", "item", "out", "missing"]

@@ -10,7 +10,9 @@ use std::collections::{HashMap, VecDeque};
 
 use serde::{Deserialize, Serialize};
 
-use super::events::{State, TaskKey, TaskSpec};
+use serde_json::{Map, Value};
+
+use super::events::{ItemRef, State, TaskKey, TaskSpec};
 use crate::graph::NodeIdx;
 
 /// One attempt the run waits for.
@@ -148,6 +150,55 @@ impl TaskTable {
         for task in self.tasks.values_mut() {
             task.spec.state.base = s0.clone();
         }
+    }
+
+    /// Takes out the overlays that are their map item's writes (checked
+    /// against `writes_of`), to store the progress without them; an
+    /// overlay that differs stays and loses its mark. [`Self::put_back`]
+    /// returns them.
+    pub(super) fn lend_item_overlays<'a>(
+        &mut self,
+        writes_of: impl Fn(&ItemRef) -> Option<&'a Map<String, Value>>,
+    ) -> Vec<(TaskKey, Map<String, Value>)> {
+        let mut lent = Vec::new();
+        for (&key, task) in &mut self.tasks {
+            let state = &mut task.spec.state;
+            if !state.item_writes {
+                continue;
+            }
+            let item = task.spec.item.as_ref().and_then(&writes_of);
+            if item == Some(&state.overlay) {
+                lent.push((key, std::mem::take(&mut state.overlay)));
+            } else {
+                state.item_writes = false;
+            }
+        }
+        lent
+    }
+
+    /// Returns what [`Self::lend_item_overlays`] took.
+    pub(super) fn put_back(&mut self, lent: Vec<(TaskKey, Map<String, Value>)>) {
+        for (key, overlay) in lent {
+            if let Some(task) = self.tasks.get_mut(&key) {
+                task.spec.state.overlay = overlay;
+            }
+        }
+    }
+
+    /// Lays each restored attempt's item writes back as its overlay; the
+    /// key of one whose item is not in the wave.
+    pub(super) fn relay_item_overlays<'a>(
+        &mut self,
+        writes_of: impl Fn(&ItemRef) -> Option<&'a Map<String, Value>>,
+    ) -> Result<(), TaskKey> {
+        for (&key, task) in &mut self.tasks {
+            if !task.spec.state.item_writes {
+                continue;
+            }
+            let writes = task.spec.item.as_ref().and_then(&writes_of).ok_or(key)?;
+            task.spec.state.overlay = writes.clone();
+        }
+        Ok(())
     }
 
     /// What a new process must do for the attempts it restored: the specs

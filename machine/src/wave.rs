@@ -228,6 +228,15 @@ impl Wave {
         })
     }
 
+    /// What item `index` of map (or loop) `map` has written so far, while
+    /// it runs.
+    pub(super) fn item_writes(&self, map: &str, index: usize) -> Option<&Map<String, Value>> {
+        self.outcomes.iter().find_map(|slot| match slot {
+            Member::Mapping(run) => run.item_writes(map, index),
+            _ => None,
+        })
+    }
+
     /// Points the wave's S0, and its maps', at the restored state.
     pub(super) fn relink(&mut self, state: &State) {
         self.s0 = state.clone();

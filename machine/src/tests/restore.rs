@@ -36,10 +36,16 @@ impl Driver {
         (driver, effects)
     }
 
-    /// A copy made the way a checkpoint is: stored as JSON, then restored.
-    fn stored_and_restored(&self, plan: &Arc<RunPlan>) -> Self {
-        let stored = serde_json::to_string(self.machine.progress()).expect("progress serializes");
-        let progress: Progress = serde_json::from_str(&stored).expect("progress deserializes");
+    /// A copy made the way a checkpoint is: the progress stored as JSON
+    /// without the state (and without the overlays that are map items'
+    /// writes), the state apart, then restored.
+    fn stored_and_restored(&mut self, plan: &Arc<RunPlan>) -> Self {
+        let stored = self
+            .machine
+            .progress_json_without_state()
+            .expect("progress serializes");
+        let mut progress: Progress = serde_json::from_str(&stored).expect("progress deserializes");
+        progress.set_state((**self.machine.state()).clone());
         Self {
             machine: RunMachine::restore(plan.clone(), progress).expect("fits its graph"),
             awaited: self.awaited.clone(),
@@ -49,7 +55,7 @@ impl Driver {
     /// A copy made the way a restarted coordinator makes it: restored from
     /// the checkpoint, with everything that was sent out lost and sent
     /// again by [`RunMachine::resume`].
-    fn crashed_and_resumed(&self, plan: &Arc<RunPlan>) -> Self {
+    fn crashed_and_resumed(&mut self, plan: &Arc<RunPlan>) -> Self {
         let mut copy = self.stored_and_restored(plan);
         copy.awaited.clear();
         let effects = copy.machine.resume();
@@ -331,4 +337,52 @@ fn progress_for_another_graph_is_refused() {
         error.to_string(),
         "the stored run does not fit its graph: 1 nodes stored, the graph has 2"
     );
+}
+
+/// A loop's state grown in its body is stored once in the progress: the
+/// step that is out sees it as its overlay, which the checkpoint leaves to
+/// the iteration's writes and the restore lays back.
+#[test]
+fn a_loop_body_s_writes_are_stored_once_while_its_step_is_out() {
+    let yaml = r#"
+state:
+  n: { type: integer, default: 0 }
+  messages: { type: array, reducer: concat, default: [] }
+conditions:
+  done: "state.n >= 4"
+nodes:
+  chat:
+    kind: loop
+    start: true
+    body: say
+    until: done
+  say: { kind: task, handler: say }
+"#;
+    let plan = plan(yaml);
+    let respond: Respond = |spec| {
+        let n = spec.state.view()["n"].as_i64().expect("n");
+        let said = format!("turn {n}: {}", "said once ".repeat(20));
+        ok(spec, json!({"n": n + 1, "messages": [said]}))
+    };
+    let (mut original, _) = Driver::start(&plan, json!({}));
+    for _ in 0..2 {
+        let next = original.next_input(respond, &Input::Cancel { by: None });
+        original.step(next.expect("a turn"));
+    }
+    let Some(Awaited::Task(out)) = original.awaited.front().cloned() else {
+        panic!("the third turn is out: {:?}", original.awaited);
+    };
+    assert!(
+        out.state.overlay.contains_key("messages"),
+        "{:?}",
+        out.state
+    );
+    let stored = original.machine.progress_json_without_state().unwrap();
+    assert_eq!(stored.matches("turn 1: said once").count(), 1, "{stored}");
+    // Restored, the step that was out is sent again with what it saw.
+    let resumed = original.crashed_and_resumed(&plan);
+    let Some(Awaited::Task(again)) = resumed.awaited.front().cloned() else {
+        panic!("the step is sent again: {:?}", resumed.awaited);
+    };
+    assert_eq!(again.state.view(), out.state.view());
 }
