@@ -36,8 +36,8 @@ def parse_args():
     p.add_argument("--python", required=True, help="the Python that has LangGraph")
     p.add_argument("--peers", default=str(HERE / "peers"), help="LangGraph's workload scripts")
     p.add_argument("--rounds", type=int, default=3, help="rounds, each running both sides")
-    p.add_argument("--only", default="w1,w2,w4,w5,w6,w7,w8",
-                   help="workloads to compare (w1,w2,w4,w5,w6,w7,w8)")
+    p.add_argument("--only", default="w1,w2,w4,w5,w6,w7,w8,soak",
+                   help="workloads to compare (w1,w2,w4,w5,w6,w7,w8; soak: W6 for 20,000 runs)")
     p.add_argument("--iterations", type=int, default=5, help="timed iterations per workload")
     p.add_argument("--no-callgrind", action="store_true", help="skip the instruction counts")
     p.add_argument("--raw", help="where to keep every raw JSON line (JSONL)")
@@ -100,6 +100,9 @@ def weft_round(a, wanted, figures, raw):
                               "--runs", "1000", "--batches", "3"]))
     if "w8" in wanted:
         runs.append(("sync", [bench, "--only", "w8"]))
+    if "soak" in wanted:
+        runs.append(("sync", [bench, "--only", "w6", "--workers", "4", "--slots", "8",
+                              "--runs", "1000", "--batches", "20"]))
     for durability, cmd in runs:
         for line in run(cmd, label=f"weft-bench {' '.join(cmd[1:])}"):
             line["durability"] = durability
@@ -118,10 +121,17 @@ def weft_round(a, wanted, figures, raw):
                 figures.add(("w4_beyond", tag), fig)
             elif key == "w5":
                 figures.add(("w5", tag), med * 1e3)
-            elif key == "w6":
+            elif key == "w6" and "× 20 batches" not in line.get("label", ""):
                 figures.add(("w6", tag), fig)
                 rss = re.search(r"peak RSS (\d+) MB", line.get("label", ""))
                 figures.add(("w6_rss", tag), int(rss.group(1)) if rss else None)
+            elif key == "w6_soak":
+                figures.add(("soak_kb", tag), fig)
+                rates = re.search(r"(\d+) runs/s in the first quarter, (\d+) in the last",
+                                  line.get("label", ""))
+                if rates:
+                    figures.add(("soak_first", tag), float(rates.group(1)))
+                    figures.add(("soak_last", tag), float(rates.group(2)))
             elif key == "w7":
                 figures.add(("w7_p50", tag), med * 1e6)
                 figures.add(("w7_p99", tag), fig)
@@ -202,6 +212,11 @@ def instruction_counts(a, wanted):
         one = callgrind(a.bench, ["--only", "w1", "--iterations", "1", *common])
         three = callgrind(a.bench, ["--only", "w1", "--iterations", "3", *common])
         counts["w1"] = (three - one) / 2 / 200
+    if "w2" in wanted:
+        # One iteration maps 1,000 items, then 10,000.
+        one = callgrind(a.bench, ["--only", "w2", "--iterations", "1", *common])
+        three = callgrind(a.bench, ["--only", "w2", "--iterations", "3", *common])
+        counts["w2"] = (three - one) / 2 / 11_000
     if "w4" in wanted:
         per = {}
         for nodes in (20, 1):
@@ -246,6 +261,9 @@ ROWS = [
     ("w5", "W5 cold start", "ms", False, "≤ 5 ms"),
     ("w6", "W6 1,000 concurrent 10-node runs (4 × 8 slots)", "runs/s", True, "≥ 2,000"),
     ("w6_rss", "W6 peak RSS, the whole harness (client, coordinator, workers)", "MB", False, "coordinator ≤ 150 MB"),
+    ("soak_first", "W6 soak, 20,000 runs: rate of the first quarter", "runs/s", True, "flat"),
+    ("soak_last", "W6 soak: rate of the last quarter", "runs/s", True, "flat"),
+    ("soak_kb", "W6 soak: resident memory each finished run adds after warm-up", "KB", False, "≤ 4 KB"),
     ("w7_p50", "W7 teammate message, p50", "µs", False, "≤ 100 µs"),
     ("w7_p99", "W7 teammate message, p99", "µs", False, "≤ 300 µs"),
     ("w8", "W8 200-turn chat, written", "MiB", False, "≤ 2 MiB"),
@@ -304,6 +322,7 @@ def table(figures, counts, a, wanted):
         ]
         names = {
             "w1": "W1 per node",
+            "w2": "W2 per item (N = 1,000 and 10,000)",
             "w4": "W4 per node (input and result included)",
             "w4_beyond": "W4 per node beyond the transfer (20 nodes minus 1, over 19)",
             "w4_transfer": "W4 the input in and the result out (a 1-node run)",

@@ -101,8 +101,9 @@ struct Inner {
     preferred: AtomicUsize,
     /// The watches' forwarding tasks.
     tracker: TaskTracker,
-    /// The batcher's queue, started with the first write.
-    batcher: std::sync::OnceLock<batch::Queue>,
+    /// The batcher's queue, started with the first write (and again if
+    /// the runtime that ran it is gone).
+    batcher: std::sync::Mutex<Option<batch::Queue>>,
     /// Writes answered through the batcher, and their transactions.
     batched: std::sync::atomic::AtomicU64,
     transactions: std::sync::atomic::AtomicU64,
@@ -216,7 +217,7 @@ impl EtcdStore {
                 members,
                 preferred: AtomicUsize::new(0),
                 tracker: TaskTracker::new(),
-                batcher: std::sync::OnceLock::new(),
+                batcher: std::sync::Mutex::new(None),
                 batched: Default::default(),
                 transactions: Default::default(),
             }),
@@ -406,11 +407,19 @@ impl Store for EtcdStore {
         writes: Vec<(String, Vec<u8>)>,
         fence: Option<&Fence>,
     ) -> Result<Revision, StoreError> {
-        let queue = self
-            .inner
-            .batcher
-            .get_or_init(|| batch::spawn(Arc::downgrade(&self.inner)));
-        batch::put_all(queue, writes, fence).await
+        let queue = {
+            let mut batcher = self.inner.batcher.lock().unwrap_or_else(|e| e.into_inner());
+            batcher
+                .as_ref()
+                .filter(|queue| !queue.is_closed())
+                .cloned()
+                .unwrap_or_else(|| {
+                    let queue = batch::spawn(Arc::downgrade(&self.inner));
+                    *batcher = Some(queue.clone());
+                    queue
+                })
+        };
+        batch::put_all(&queue, writes, fence).await
     }
 
     async fn create(

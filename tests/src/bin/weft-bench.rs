@@ -329,7 +329,7 @@ async fn run_all(args: &Args) -> Result<Vec<Figure>> {
         figures.extend(big_state::w4(&client, args).await?);
     }
     if wanted("w6") {
-        figures.push(many_runs::w6(&client, args).await?);
+        figures.extend(many_runs::w6(&client, args).await?);
     }
     if wanted("w7") {
         figures.push(w7(&client, args).await?);

@@ -14,12 +14,16 @@ use super::{Args, Figure, chain, median};
 /// to its last run's end; the figure is the median batch's rate. Every run
 /// must complete with its ten increments: nothing lost. Each batch's rate
 /// and the process's resident memory after it go to stderr, so a long soak
-/// shows whether either drifts.
-pub(crate) async fn w6(client: &Client, args: &Args) -> Result<Figure> {
+/// shows whether either drifts. With ten batches or more, a second figure,
+/// `w6_soak`: the resident memory each finished run adds, from the end of
+/// the first quarter of the batches (the caches and pools warm) to the
+/// end, with the rates of the first and last quarters in its label.
+pub(crate) async fn w6(client: &Client, args: &Args) -> Result<Vec<Figure>> {
     let bundle = chain("w6", 10)
         .setting("durability", args.durability.as_str())
         .bundle();
     let mut samples = Vec::new();
+    let mut resident = Vec::new();
     for batch in 1..=args.batches {
         let started = Instant::now();
         let mut runs = tokio::task::JoinSet::new();
@@ -48,9 +52,11 @@ pub(crate) async fn w6(client: &Client, args: &Args) -> Result<Figure> {
             memory_mb("VmHWM:")
         );
         samples.push(elapsed);
+        resident.push(memory_kb("VmRSS:"));
     }
     let rate = args.runs as f64 / median(&samples).as_secs_f64();
-    Ok(Figure {
+    let soak = (args.batches >= 10).then(|| soak(args, &samples, &resident));
+    let figure = Figure {
         id: "w6".into(),
         label: format!(
             "W6 {} concurrent 10-node runs × {} batches, peak RSS {} MB",
@@ -60,16 +66,45 @@ pub(crate) async fn w6(client: &Client, args: &Args) -> Result<Figure> {
         ),
         samples,
         per: Some((rate, "runs/s")),
-    })
+    };
+    Ok([figure].into_iter().chain(soak).collect())
+}
+
+/// The soak's figure: resident KB per finished run kept after warm-up.
+fn soak(args: &Args, samples: &[std::time::Duration], resident: &[u64]) -> Figure {
+    let quarter = samples.len() / 4;
+    let rate = |batches: &[std::time::Duration]| args.runs as f64 / median(batches).as_secs_f64();
+    let warm = resident[quarter - 1];
+    let last = resident[resident.len() - 1];
+    let runs = (resident.len() - quarter) * args.runs;
+    let per_run = last.saturating_sub(warm) as f64 / runs as f64;
+    Figure {
+        id: "w6_soak".into(),
+        label: format!(
+            "W6 soak, {} runs: {:.0} runs/s in the first quarter, {:.0} in the last; resident {} MB after the first quarter, {} MB at the end; KB per run kept",
+            args.runs * samples.len(),
+            rate(&samples[..quarter]),
+            rate(&samples[samples.len() - quarter..]),
+            warm / 1024,
+            last / 1024
+        ),
+        samples: samples.to_vec(),
+        per: Some((per_run, "KB/run")),
+    }
 }
 
 /// A `/proc/self/status` memory figure (`VmRSS:`, `VmHWM:`) in MB.
 fn memory_mb(key: &str) -> u64 {
+    memory_kb(key) / 1024
+}
+
+/// A `/proc/self/status` memory figure in KB.
+fn memory_kb(key: &str) -> u64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|status| {
             let line = status.lines().find(|l| l.starts_with(key))?.to_owned();
             line.split_whitespace().nth(1)?.parse::<u64>().ok()
         })
-        .map_or(0, |kb| kb / 1024)
+        .unwrap_or(0)
 }
