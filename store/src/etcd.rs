@@ -244,6 +244,18 @@ impl EtcdStore {
         Ok(client.clone())
     }
 
+    /// [`on_any`](Self::on_any) in a box: a request's future, with the
+    /// member clients', is some 11 KB, which would otherwise be inlined in
+    /// (and copied with) every future that awaits the store — each run's
+    /// checkpoint writer and watch feed among them.
+    async fn on_member<T, F, Fut>(&self, what: &str, request: F) -> Result<T, StoreError>
+    where
+        F: Fn(Client) -> Fut,
+        Fut: Future<Output = Result<T, etcd_client::Error>>,
+    {
+        Box::pin(self.on_any(what, request)).await
+    }
+
     /// `request` on the member that answered last, then on each other in
     /// turn while they cannot answer, within [`REQUEST_TIMEOUT`] in all.
     /// When every member refused for now (an election after the leader
@@ -296,7 +308,7 @@ impl EtcdStore {
     /// The entries `options` select at `key`.
     async fn range(&self, key: &str, options: GetOptions) -> Result<Vec<KeyValue>, StoreError> {
         let mut response = self
-            .on_any("a read", |client| {
+            .on_member("a read", |client| {
                 let options = options.clone();
                 async move {
                     let mut kv = client
@@ -321,7 +333,7 @@ impl EtcdStore {
     ) -> Result<(bool, Revision), StoreError> {
         let txn = Txn::new().when(compare).and_then(success);
         let response = self
-            .on_any("a transaction", |client| {
+            .on_member("a transaction", |client| {
                 let txn = txn.clone();
                 async move { client.kv_client().txn(txn).await }
             })
@@ -473,7 +485,7 @@ impl Store for EtcdStore {
     async fn grant_lease(&self, ttl: Duration) -> Result<LeaseId, StoreError> {
         let ttl = i64::try_from(ttl.as_secs().max(1)).unwrap_or(i64::MAX);
         let response = self
-            .on_any("a lease grant", |client| async move {
+            .on_member("a lease grant", |client| async move {
                 client.lease_client().grant(ttl, None).await
             })
             .await?;
@@ -528,7 +540,7 @@ impl Store for EtcdStore {
     }
 
     async fn revoke(&self, lease: LeaseId) -> Result<(), StoreError> {
-        self.on_any("a lease revoke", |client| async move {
+        self.on_member("a lease revoke", |client| async move {
             client.lease_client().revoke(lease).await
         })
         .await?;
@@ -539,7 +551,7 @@ impl Store for EtcdStore {
         // The stream holds the request side too: the watch stays open for
         // as long as it is read, and ends when its member goes.
         let mut stream = self
-            .on_any("a watch", |client| async move {
+            .on_member("a watch", |client| async move {
                 let options = WatchOptions::new().with_prefix();
                 let mut watch = client
                     .watch_client()

@@ -324,3 +324,41 @@ impl Store for AnyStore {
         delegate!(self, s => s.watch(prefix).await)
     }
 }
+
+#[cfg(test)]
+mod future_sizes {
+    use super::*;
+
+    /// Every run's checkpoint writer and watch feed awaits the store, and a
+    /// spawned task's future is copied as it is spawned and moved: a store
+    /// future of 11 KB (an etcd request's, inlined) made each run copy
+    /// hundreds of kilobytes. Either backend's futures stay small.
+    #[tokio::test]
+    async fn the_stores_futures_are_small() {
+        let dir = std::env::temp_dir().join(format!("weft-sizes-{}", std::process::id()));
+        let embedded = EmbeddedStore::open(&dir.join("s.redb")).unwrap();
+        let etcd = EtcdStore::connect(&["http://127.0.0.1:1".into()]).unwrap();
+        for store in [AnyStore::Embedded(embedded), AnyStore::Etcd(etcd)] {
+            let sizes = [
+                ("get", std::mem::size_of_val(&store.get("x"))),
+                ("scan", std::mem::size_of_val(&store.scan("x"))),
+                (
+                    "put_all",
+                    std::mem::size_of_val(&store.put_all(vec![], None)),
+                ),
+                (
+                    "create",
+                    std::mem::size_of_val(&store.create("x", vec![], None)),
+                ),
+                (
+                    "chunks::get",
+                    std::mem::size_of_val(&chunks::get(&store, "x")),
+                ),
+            ];
+            for (what, size) in sizes {
+                assert!(size <= 2048, "{what}: {size} bytes");
+            }
+        }
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
