@@ -29,8 +29,8 @@ use tokio::sync::{broadcast, mpsc};
 mod pending;
 mod records;
 
+pub use pending::CommitPolicy;
 use pending::Log;
-pub use pending::Policy as CommitPolicy;
 use records::{Tx, entry, lease_of, merged, mod_of, read_table};
 
 use super::wal::{Change, Wal};

@@ -1,7 +1,7 @@
 //! The writes the database has not taken yet. A write is appended to the
 //! log and kept here, in memory, where every read looks first; the
 //! database takes everything kept here in one durable commit once enough
-//! has gathered or enough time has passed ([`Policy`]), many runs' waves at
+//! has gathered or enough time has passed ([`CommitPolicy`]), many runs' waves at
 //! once. While that commit is under way, writes go on into a new batch and
 //! the log's other segment, and reads look through both batches.
 
@@ -17,14 +17,14 @@ pub(super) type Record = Arc<[u8]>;
 
 /// When the database takes the writes kept in memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Policy {
+pub struct CommitPolicy {
     /// At the latest this long after the first write kept.
     pub after: Duration,
     /// As soon as the records kept reach this many bytes.
     pub bytes: usize,
 }
 
-impl Default for Policy {
+impl Default for CommitPolicy {
     fn default() -> Self {
         Self {
             after: Duration::from_secs(2),
@@ -54,7 +54,7 @@ impl Batch {
     }
 
     /// Whether the database should take it now.
-    fn due(&self, policy: &Policy, now: Instant) -> bool {
+    fn due(&self, policy: &CommitPolicy, now: Instant) -> bool {
         self.bytes >= policy.bytes
             || self
                 .since
@@ -166,7 +166,11 @@ impl Log {
     /// Seals the pending batch for the database, when it is due (or
     /// `now` is `None`: whatever it holds) and no other is being taken;
     /// appends go on in the log's other segment.
-    pub(super) fn seal(&mut self, policy: &Policy, now: Option<Instant>) -> Option<Arc<Batch>> {
+    pub(super) fn seal(
+        &mut self,
+        policy: &CommitPolicy,
+        now: Option<Instant>,
+    ) -> Option<Arc<Batch>> {
         if let Some(committing) = &self.committing {
             // An earlier commit failed: it is tried again first.
             return Some(committing.clone());
