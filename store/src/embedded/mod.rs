@@ -250,12 +250,7 @@ impl EmbeddedStore {
 
     /// What the store has done since it was opened.
     pub fn stats(&self) -> EmbeddedStats {
-        let inner = &self.inner;
-        EmbeddedStats {
-            writes: inner.writes.load(Ordering::Relaxed),
-            log_syncs: inner.log_syncs.load(Ordering::Relaxed),
-            commits: inner.commits.load(Ordering::Relaxed),
-        }
+        self.inner.stats()
     }
 
     /// Makes every write so far durable against a machine crash, and the
@@ -292,7 +287,9 @@ impl EmbeddedStore {
                 let log = locked(&inner.log);
                 (log.overlay(&prefix), read_table(&inner.db)?)
             };
-            merged(&table, overlay, &prefix, each)
+            merged(&table, overlay, &prefix, |key, record| {
+                Some(each(key, record))
+            })
         })
         .await
     }
@@ -313,6 +310,14 @@ impl EmbeddedStore {
 }
 
 impl Inner {
+    fn stats(&self) -> EmbeddedStats {
+        EmbeddedStats {
+            writes: self.writes.load(Ordering::Relaxed),
+            log_syncs: self.log_syncs.load(Ordering::Relaxed),
+            commits: self.commits.load(Ordering::Relaxed),
+        }
+    }
+
     /// Writes in one transaction: its changes are appended to the log and
     /// kept in memory (with [`Flush::EachWrite`], the log is synced before
     /// this returns); the events it produced then go to watchers.
@@ -332,7 +337,6 @@ impl Inner {
             (result, events, log.wal.last())
         };
         self.writes.fetch_add(1, Ordering::Relaxed);
-        metrics::counter!(WRITES_METRIC).increment(1);
         if self.flush == Flush::EachWrite {
             self.sync_to(last)?;
         }
@@ -365,13 +369,17 @@ impl Inner {
         }
         self.synced.fetch_max(last, Ordering::Release);
         self.log_syncs.fetch_add(1, Ordering::Relaxed);
-        metrics::counter!(LOG_SYNCS_METRIC).increment(1);
         Ok(())
     }
 
     /// The flush thread's round: the log synced, and the batch in memory
     /// committed to the database if it is due.
     fn flush_round(&self) -> Result<(), StoreError> {
+        // The metrics follow the counters here, off the writers' path.
+        let stats = self.stats();
+        metrics::counter!(WRITES_METRIC).absolute(stats.writes);
+        metrics::counter!(LOG_SYNCS_METRIC).absolute(stats.log_syncs);
+        metrics::counter!(COMMITS_METRIC).absolute(stats.commits);
         if matches!(self.flush, Flush::Every(_)) {
             let last = locked(&self.log).wal.last();
             self.sync_to(last)?;
@@ -393,7 +401,9 @@ impl Inner {
             for (key, record) in &batch.entries {
                 match record {
                     Some(record) => {
-                        entries.insert(key.as_str(), &**record).map_err(backend)?;
+                        entries
+                            .insert(key.as_str(), record.as_slice())
+                            .map_err(backend)?;
                     }
                     None => {
                         entries.remove(key.as_str()).map_err(backend)?;
@@ -410,7 +420,6 @@ impl Inner {
         }
         txn.commit().map_err(backend)?;
         self.commits.fetch_add(1, Ordering::Relaxed);
-        metrics::counter!(COMMITS_METRIC).increment(1);
         let mut log = locked(&self.log);
         log.committed().map_err(|source| StoreError::Io {
             path: log.wal.path().display().to_string(),

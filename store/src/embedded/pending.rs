@@ -12,8 +12,21 @@ use std::time::{Duration, Instant};
 use super::super::WatchEvent;
 use super::super::wal::{Frame, Wal};
 
-/// A key's stored record, shared between the batch and its readers.
-pub(super) type Record = Arc<[u8]>;
+/// A key's stored record, shared between the batch and its readers (the
+/// write's own buffer, not a copy of it).
+pub(super) type Record = Arc<Vec<u8>>;
+
+/// The entries of `map` whose keys start with `prefix`, in key order.
+pub(super) fn under<'a, V>(
+    map: &'a BTreeMap<String, V>,
+    prefix: &'a str,
+) -> impl Iterator<Item = (&'a String, &'a V)> {
+    map.range::<str, _>((
+        std::ops::Bound::Included(prefix),
+        std::ops::Bound::Unbounded,
+    ))
+    .take_while(move |(key, _)| key.starts_with(prefix))
+}
 
 /// When the database takes the writes kept in memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

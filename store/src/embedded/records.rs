@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use redb::{Database, ReadOnlyTable, ReadableDatabase};
 
 use super::super::{Entry, Fence, LeaseId, Revision, StoreError, WatchEvent};
-use super::pending::{Changes, Log, Record};
+use super::pending::{Changes, Log, Record, under};
 use super::{ENTRIES, backend};
 
 /// A record's header: create revision, change revision, lease (8 bytes
@@ -78,41 +78,19 @@ impl<'a> Tx<'a> {
         keep: impl Fn(&[u8]) -> bool,
     ) -> Result<Vec<String>, StoreError> {
         let mut overlay = self.log.overlay(prefix);
-        for (key, record) in self.changes.entries.range::<str, _>((
-            std::ops::Bound::Included(prefix),
-            std::ops::Bound::Unbounded,
-        )) {
-            if !key.starts_with(prefix) {
-                break;
-            }
+        for (key, record) in under(&self.changes.entries, prefix) {
             overlay.insert(key.clone(), record.clone());
         }
-        let mut keys = Vec::new();
-        for item in self.table()?.range(prefix..).map_err(backend)? {
-            let (key, record) = item.map_err(backend)?;
-            let key = key.value();
-            if !key.starts_with(prefix) {
-                break;
-            }
-            if !overlay.contains_key(key) && keep(record.value()) {
-                keys.push(key.to_owned());
-            }
-        }
-        keys.extend(
-            overlay
-                .into_iter()
-                .filter(|(_, record)| record.as_deref().is_some_and(&keep))
-                .map(|(key, _)| key),
-        );
-        keys.sort_unstable();
-        Ok(keys)
+        merged(self.table()?, overlay, prefix, |key, record| {
+            keep(record).then(|| key.to_owned())
+        })
     }
 
     fn put(&mut self, key: &str, record: Vec<u8>) {
         self.changes.frame.put(key, &record);
         self.changes
             .entries
-            .insert(key.to_owned(), Some(Record::from(record)));
+            .insert(key.to_owned(), Some(Record::new(record)));
     }
 
     /// Removes a key (noted for watchers).
@@ -178,13 +156,14 @@ impl<'a> Tx<'a> {
     }
 }
 
-/// The records under `prefix`, as `each` makes of them, in key order: the
-/// database's table read through what is kept in memory (`overlay`).
+/// The records under `prefix` that `each` makes something of, in key
+/// order: the database's table read through what is kept in memory
+/// (`overlay`).
 pub(super) fn merged<T>(
     table: &Table,
     overlay: BTreeMap<String, Option<Record>>,
     prefix: &str,
-    each: fn(&str, &[u8]) -> T,
+    each: impl Fn(&str, &[u8]) -> Option<T>,
 ) -> Result<Vec<T>, StoreError> {
     let mut found = Vec::new();
     for item in table.range(prefix..).map_err(backend)? {
@@ -193,14 +172,15 @@ pub(super) fn merged<T>(
         if !key.starts_with(prefix) {
             break;
         }
-        if !overlay.contains_key(key) {
-            found.push((key.to_owned(), each(key, record.value())));
+        if !overlay.contains_key(key)
+            && let Some(made) = each(key, record.value())
+        {
+            found.push((key.to_owned(), made));
         }
     }
     let stored = found.len();
     for (key, record) in overlay {
-        if let Some(record) = record {
-            let made = each(&key, &record);
+        if let Some(made) = record.and_then(|record| each(&key, &record)) {
             found.push((key, made));
         }
     }
