@@ -261,15 +261,21 @@ impl EmbeddedStore {
     }
 
     /// Writes in one transaction: on the caller's thread when that is short
-    /// and cannot wait on the disk — a small write, the log synced by the
-    /// flush thread — else on a blocking thread.
+    /// and cannot wait — a small write, the log synced by the flush thread,
+    /// and the log free at once — else on a blocking thread. The caller's
+    /// thread is an async runtime's: it never waits for the log's lock,
+    /// which a big write, a lease's expiry or the end of a commit may hold
+    /// while the disk is slow, so the coordinator's requests go on meanwhile.
     async fn writing<T: Send + 'static>(
         &self,
         bytes: usize,
         work: impl FnOnce(&mut Tx<'_>) -> Result<T, StoreError> + Send + 'static,
     ) -> Result<T, StoreError> {
-        if bytes <= QUICK_WRITE_BYTES && matches!(self.inner.flush, Flush::Every(_)) {
-            return self.inner.write(work);
+        if bytes <= QUICK_WRITE_BYTES
+            && matches!(self.inner.flush, Flush::Every(_))
+            && let Ok(log) = self.inner.log.try_lock()
+        {
+            return self.inner.write_holding(log, work);
         }
         self.blocking(move |inner| inner.write(work)).await
     }
@@ -325,8 +331,16 @@ impl Inner {
         &self,
         work: impl FnOnce(&mut Tx<'_>) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
+        self.write_holding(locked(&self.log), work)
+    }
+
+    /// [`Inner::write`], with the log's lock already taken.
+    fn write_holding<T>(
+        &self,
+        mut log: MutexGuard<'_, Log>,
+        work: impl FnOnce(&mut Tx<'_>) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
         let (result, events, last) = {
-            let mut log = locked(&self.log);
             let mut tx = Tx::new(&log, &self.db);
             let result = work(&mut tx)?;
             let changes = tx.changes;
@@ -336,6 +350,8 @@ impl Inner {
             })?;
             (result, events, log.wal.last())
         };
+        // Let go before the fsync, which takes the lock again.
+        drop(log);
         self.writes.fetch_add(1, Ordering::Relaxed);
         if self.flush == Flush::EachWrite {
             self.sync_to(last)?;

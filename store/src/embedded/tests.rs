@@ -1,7 +1,12 @@
-//! The embedded store's files are private.
+//! The embedded store's files are private, and its writers never hold up
+//! the async runtime they are called from.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
+use std::sync::mpsc;
+use std::time::Duration;
+
+use crate::Store;
 
 #[tokio::test]
 async fn the_data_directory_and_its_files_are_the_owners_alone() {
@@ -20,5 +25,44 @@ async fn the_data_directory_and_its_files_are_the_owners_alone() {
     drop(super::EmbeddedStore::open(&file).unwrap());
     assert_eq!(mode(&data), 0o700);
     assert_eq!(mode(&file), 0o600);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A quick write finds the log's lock held (by a big write on a slow disk,
+/// say): it waits for it on a blocking thread, not on the runtime's, so the
+/// runtime's other tasks go on. On a runtime of one thread, the task that
+/// lets the lock go can only run if the write did not take the thread.
+#[tokio::test(flavor = "current_thread")]
+async fn a_write_that_finds_the_log_busy_leaves_the_runtime_free() {
+    let dir = std::env::temp_dir().join(format!("weft-busy-log-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let store = super::EmbeddedStore::open(&dir.join("weft.redb")).unwrap();
+    let (held, is_held) = mpsc::channel();
+    let (release, released) = mpsc::channel::<()>();
+    let inner = store.inner.clone();
+    let holder = std::thread::spawn(move || {
+        let _log = super::locked(&inner.log);
+        held.send(()).unwrap();
+        // Let go when told, or on its own after a while: a write that took
+        // the runtime's thread would otherwise wait here forever.
+        released.recv_timeout(Duration::from_secs(10)).is_ok()
+    });
+    is_held.recv().unwrap();
+    let writer = tokio::spawn({
+        let store = store.clone();
+        async move { store.put("k", b"v".to_vec(), None).await }
+    });
+    // The writer runs first and must give the thread back.
+    tokio::task::yield_now().await;
+    // (Gone already if the holder gave up waiting.)
+    let _ = release.send(());
+    let revision = writer.await.unwrap().unwrap();
+    assert!(
+        holder.join().unwrap(),
+        "the write held the runtime's only thread until the lock was let go"
+    );
+    assert_eq!(store.get("k").await.unwrap().unwrap().value, b"v");
+    assert!(revision > 0);
+    drop(store);
     let _ = std::fs::remove_dir_all(&dir);
 }
