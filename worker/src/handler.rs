@@ -20,6 +20,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
+use crate::field::{FieldDeserializer, FieldValue};
 use crate::team::{Team, TeamError, TeamMessage};
 
 /// What a handler knows about the task it runs.
@@ -209,7 +210,7 @@ impl IntoOutput for Output {
 type BoxFuture = Pin<Box<dyn Future<Output = Result<Value, HandlerError>> + Send>>;
 
 /// A task's state, field by field, shared with the worker's cache.
-pub(crate) type Fields = [(String, Arc<Value>)];
+pub(crate) type Fields = [(String, Arc<FieldValue>)];
 
 /// A registered handler, type-erased. It reads its typed state straight
 /// from the shared fields (fields the type does not name are skipped, never
@@ -217,9 +218,13 @@ pub(crate) type Fields = [(String, Arc<Value>)];
 pub(crate) type ErasedHandler =
     Arc<dyn Fn(&Fields, TaskContext) -> Result<BoxFuture, HandlerError> + Send + Sync>;
 
-/// Deserializes a handler's state type from the task's fields.
+/// Deserializes a handler's state type from the task's fields: the fields
+/// it names are parsed (once: the cache keeps them parsed), the others not.
 fn read_state<S: DeserializeOwned>(name: &str, fields: &Fields) -> Result<S, HandlerError> {
-    let pairs = fields.iter().map(|(k, v)| (k.as_str(), &**v));
+    let pairs = fields.iter().map(|(name, value)| {
+        let name = name.as_str();
+        (name, FieldDeserializer { name, value })
+    });
     let map = serde::de::value::MapDeserializer::<_, serde_json::Error>::new(pairs);
     S::deserialize(map).map_err(|e| HandlerError::State {
         handler: name.to_owned(),
@@ -354,6 +359,10 @@ mod tests {
         counter: i64,
     }
 
+    fn field(value: Value) -> Arc<FieldValue> {
+        Arc::new(FieldValue::from_value(value))
+    }
+
     fn ctx() -> TaskContext {
         TaskContext {
             run_id: "r".into(),
@@ -375,12 +384,18 @@ mod tests {
         });
         let handler = registry.handlers["inc"].clone();
         let fields = vec![
-            ("counter".to_owned(), Arc::new(json!(41))),
-            ("blob".to_owned(), Arc::new(json!("x".repeat(1000)))),
+            ("counter".to_owned(), field(json!(41))),
+            (
+                "blob".to_owned(),
+                Arc::new(FieldValue::from_json(
+                    format!("\"{}\"", "x".repeat(1000)).into(),
+                )),
+            ),
         ];
         let out = handler(&fields, ctx()).unwrap().await.unwrap();
         assert_eq!(out, json!({"counter": 42}));
-        let bad = vec![("counter".to_owned(), Arc::new(json!("x")))];
+        assert!(!fields[1].1.is_parsed(), "a field not named was parsed");
+        let bad = vec![("counter".to_owned(), field(json!("x")))];
         let error = handler(&bad, ctx()).err().expect("a type error");
         assert!(
             error
@@ -396,7 +411,7 @@ mod tests {
         registry.routing_handler("gate", |_: serde::de::IgnoredAny, _| async move {
             Output::update(json!({"ok": true})).map(|o| o.next("publish"))
         });
-        let fields = vec![("big".to_owned(), Arc::new(json!("x".repeat(1000))))];
+        let fields = vec![("big".to_owned(), field(json!("x".repeat(1000))))];
         let out = registry.handlers["gate"].clone()(&fields, ctx())
             .unwrap()
             .await

@@ -34,6 +34,7 @@ pub mod confinement;
 mod connection;
 mod error;
 mod execute;
+pub mod field;
 mod handler;
 mod hosting;
 pub mod llm;

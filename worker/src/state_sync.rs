@@ -5,16 +5,17 @@
 //! and leaves out of a task the values this cache already holds, so a task
 //! is assembled here from the message and the cache. A field the cache
 //! should hold but does not fails the task at once (`state_cache_miss`).
+//! Values are kept as the text they came in ([`FieldValue`]), read only
+//! by a step that needs them.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use weft_proto::RunId;
 use weft_proto::TaskKey;
 
-use serde_json::Value;
-
 use weft_proto::worker_protocol::{StateField, TaskAssignment};
 
+use crate::field::FieldValue;
 use crate::task::{Failure, FailureKind, Task};
 
 /// A task as it arrives: the task itself (or why it cannot run), with the
@@ -47,11 +48,9 @@ pub struct SentField {
 #[derive(Debug)]
 pub enum Sent {
     /// The value, which the worker now holds at this version.
-    Value(Value),
+    Value(FieldValue),
     /// Left out: the worker holds this version already.
     Held,
-    /// Carried, but not JSON.
-    Malformed(String),
 }
 
 impl Assignment {
@@ -83,11 +82,9 @@ fn sent_fields(state: Vec<StateField>) -> Vec<SentField> {
     state
         .into_iter()
         .map(|field| SentField {
-            value: match field.json.as_deref() {
-                None => Sent::Held,
-                Some(json) => serde_json::from_str(json)
-                    .map_or_else(|error| Sent::Malformed(error.to_string()), Sent::Value),
-            },
+            value: field
+                .json
+                .map_or(Sent::Held, |json| Sent::Value(FieldValue::from_json(json))),
             name: field.name.to_string(),
             version: field.version,
         })
@@ -97,7 +94,7 @@ fn sent_fields(state: Vec<StateField>) -> Vec<SentField> {
 /// Field values per run, each with its version.
 #[derive(Debug, Default)]
 pub struct StateCache {
-    runs: HashMap<RunId, HashMap<String, (u64, Arc<Value>)>>,
+    runs: HashMap<RunId, HashMap<String, (u64, Arc<FieldValue>)>>,
 }
 
 impl StateCache {
@@ -121,9 +118,6 @@ impl StateCache {
                     state.push((field.name.clone(), value.clone()));
                     versions.push(field.version);
                     fields.insert(field.name, (field.version, value));
-                }
-                Sent::Malformed(error) => {
-                    problem = Some(format!("field '{}' is not JSON: {error}", field.name));
                 }
                 Sent::Held => match fields.get(&field.name) {
                     Some((version, value)) if *version == field.version => {
@@ -151,7 +145,7 @@ impl StateCache {
 
 #[cfg(test)]
 mod tests {
-    use serde_json::json;
+    use serde_json::{Value, json};
     use weft_proto::types::WorkerKind;
 
     use super::*;
@@ -166,7 +160,9 @@ mod tests {
                 .map(|(name, version, value)| SentField {
                     name: (*name).into(),
                     version: *version,
-                    value: value.clone().map_or(Sent::Held, Sent::Value),
+                    value: value
+                        .clone()
+                        .map_or(Sent::Held, |v| Sent::Value(FieldValue::from_value(v))),
                 })
                 .collect(),
         }

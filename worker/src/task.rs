@@ -18,6 +18,8 @@ pub use weft_proto::worker_protocol::{
 };
 use weft_proto::worker_protocol::{TaskAssignment, TaskError, TaskOutput, TaskResult};
 
+use crate::field::FieldValue;
+
 /// One task attempt.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Task {
@@ -34,8 +36,9 @@ pub struct Task {
     /// The kind's fields (`handler`, `argv`, `provider`, …).
     pub config: Value,
     /// The state the task sees, field by field. Values are shared with the
-    /// worker's cache, so a task never copies a field it does not read.
-    pub state: Vec<(String, Arc<Value>)>,
+    /// worker's cache, so a task never copies a field it does not read, and
+    /// kept as their JSON text until something reads them.
+    pub state: Vec<(String, Arc<FieldValue>)>,
     /// The version of each field of `state`, in its order (empty when not
     /// known): a Python process is sent a value once per version.
     pub state_versions: Vec<u64>,
@@ -83,19 +86,22 @@ impl Completed {
 }
 
 impl Task {
-    /// The state as JSON text (scripts receive the whole state).
+    /// The state as JSON text (scripts receive the whole state): each
+    /// field's text as it was sent, none of them parsed.
     pub fn state_json(&self) -> String {
-        let mut text = vec![b'{'];
+        let size = self.state.iter().map(|(n, v)| n.len() + v.json().len() + 4);
+        let mut text = String::with_capacity(2 + size.sum::<usize>());
+        text.push('{');
         for (i, (name, value)) in self.state.iter().enumerate() {
             if i > 0 {
-                text.push(b',');
+                text.push(',');
             }
             weft_proto::json::write_str(&mut text, name);
-            text.push(b':');
-            weft_proto::json::write(&mut text, value);
+            text.push(':');
+            text.push_str(value.json());
         }
-        text.push(b'}');
-        String::from_utf8(text).expect("JSON text is UTF-8")
+        text.push('}');
+        text
     }
 }
 

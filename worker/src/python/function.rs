@@ -46,6 +46,16 @@ pub async fn run_function(
     let signature = hosted.signature(&module, &function).await;
     let taken = |name: &String| signature.as_ref().is_none_or(|s| s.takes(name));
     let mut kwargs = Map::new();
+    // The fields the function takes are read now: one whose text is not
+    // JSON fails the step, naming it.
+    for (name, value) in task.state.iter().filter(|(name, _)| taken(name)) {
+        if let Err(why) = value.value() {
+            return Err(Failure::new(
+                FailureKind::StateCacheMiss,
+                format!("field '{name}' is not JSON: {why}"),
+            ));
+        }
+    }
     // Each field's value goes to a process once per version when the
     // versions are known; else with the call.
     let held_as = hosts.state_key(&task.run_id);
@@ -60,7 +70,8 @@ pub async fn run_function(
         Some((held_as.as_str(), fields))
     } else {
         for (name, value) in task.state.iter().filter(|(name, _)| taken(name)) {
-            kwargs.insert(name.clone(), Value::clone(value));
+            let value = value.value().map_or(Value::Null, Value::clone);
+            kwargs.insert(name.clone(), value);
         }
         None
     };

@@ -147,7 +147,7 @@ impl Host {
     async fn ask(
         &mut self,
         mut request: Map<String, Value>,
-        state: Option<(&str, &[FieldValue])>,
+        state: Option<(&str, &[VersionedField])>,
     ) -> Result<Value, PythonError> {
         if let Some((run, fields)) = state {
             self.held.add_to(&mut request, run, fields);
@@ -209,7 +209,7 @@ pub struct Call<'a> {
     /// State fields passed as keyword arguments (before `kwargs`, which
     /// win), with the run they belong to; each value is sent to a process
     /// once per version.
-    pub state: Option<(&'a str, Vec<FieldValue>)>,
+    pub state: Option<(&'a str, Vec<VersionedField>)>,
 }
 
 /// The Python processes of one bundle directory.
@@ -320,7 +320,7 @@ impl PythonPool {
     async fn ask(
         &self,
         request: Map<String, Value>,
-        state: Option<(&str, &[FieldValue])>,
+        state: Option<(&str, &[VersionedField])>,
         timeout: Duration,
     ) -> Result<Value, PythonError> {
         let _permit = self.permits.acquire().await;
@@ -359,8 +359,8 @@ mod function;
 mod hosts;
 mod state_cache;
 
-pub use state_cache::FieldValue;
 use state_cache::Held;
+pub use state_cache::VersionedField;
 
 /// Copies a Python process's stderr to the worker's, keeping its last
 /// [`STDERR_TAIL`] bytes for an error about the process's end.

@@ -9,11 +9,14 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value};
 
+use crate::field::FieldValue;
+
 /// Runs whose fields a process keeps.
 const MAX_RUNS: usize = 8;
 
-/// A state field for a call: its name, version and value.
-pub type FieldValue = (String, u64, Arc<Value>);
+/// A state field for a call: its name, version and value (read before
+/// the call is made: a field whose text is not JSON fails the step there).
+pub type VersionedField = (String, u64, Arc<FieldValue>);
 
 /// The field versions a process holds.
 #[derive(Debug, Default)]
@@ -31,7 +34,7 @@ impl Held {
         &mut self,
         request: &mut Map<String, Value>,
         run: &str,
-        fields: &[FieldValue],
+        fields: &[VersionedField],
     ) {
         let mut forget = Vec::new();
         if !self.runs.iter().any(|r| r == run) {
@@ -50,7 +53,9 @@ impl Held {
             if self.versions.get(&key) == Some(version) {
                 held.push(Value::from(name.as_str()));
             } else {
-                fresh.insert(name.clone(), Value::clone(value));
+                // Read before the call (see VersionedField).
+                let value = value.value().map_or(Value::Null, Value::clone);
+                fresh.insert(name.clone(), value);
                 self.versions.insert(key, *version);
             }
         }
@@ -68,8 +73,12 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn field(name: &str, version: u64, value: Value) -> FieldValue {
-        (name.into(), version, Arc::new(value))
+    fn field(name: &str, version: u64, value: Value) -> VersionedField {
+        (
+            name.into(),
+            version,
+            Arc::new(FieldValue::from_value(value)),
+        )
     }
 
     #[test]
