@@ -86,9 +86,7 @@ impl RunReport {
             diagram_svg: shown
                 .diagram
                 .then(|| crate::graph::diagram::svg(&view.graph)),
-            state_json: shown
-                .state
-                .then(|| weft_proto::json::object_to_string(&view.state)),
+            state_json: shown.state.then(|| state_json(&view)),
             run_id: view.id,
             graph_name: view.graph_name,
             status: view.status,
@@ -109,4 +107,28 @@ impl RunReport {
             trace_id: view.trace_id.to_string(),
         }
     }
+}
+
+/// The state's JSON text, exactly as `weft_proto::json` writes it: each
+/// field's text as the run wrote it already where it has, so a large field
+/// is not written once more for every report that shows it.
+fn state_json(view: &RunView) -> String {
+    let texts = view.state_texts.iter().map(Option::as_deref);
+    let texts = texts.chain(std::iter::repeat(None));
+    let size: usize = view.state_texts.iter().flatten().map(|t| t.len()).sum();
+    let mut out = String::with_capacity(size + 2 + 8 * view.state.len());
+    out.push('{');
+    for (i, ((name, value), text)) in view.state.iter().zip(texts).enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        weft_proto::json::write_str(&mut out, name);
+        out.push(':');
+        match text {
+            Some(text) => out.push_str(text),
+            None => weft_proto::json::write(&mut out, value),
+        }
+    }
+    out.push('}');
+    out
 }

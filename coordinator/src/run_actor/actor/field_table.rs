@@ -73,6 +73,26 @@ impl FieldTable {
             .filter_map(|f| f.json.as_ref().map(|json| (&*f.name, f.version, json)))
     }
 
+    /// The JSON text of each field of `state` (the committed state), in
+    /// its order: the table's, which is the text of the field's current
+    /// value (as the tasks sent to workers rely on; checked in debug
+    /// builds).
+    pub(super) fn texts(&self, state: &State) -> Vec<Option<Arc<str>>> {
+        state
+            .iter()
+            .map(|(name, value)| {
+                let text = self.fields.get(name.as_str())?.json.clone()?;
+                // (Small ones only: a view is made for every status poll.)
+                debug_assert!(
+                    text.len() > 1 << 16
+                        || serde_json::from_str::<Value>(&text).ok().as_ref() == Some(value),
+                    "the field table's text of '{name}' is not its value's"
+                );
+                Some(text)
+            })
+            .collect()
+    }
+
     /// A task's fields: committed ones from the table, its own overlay
     /// fields versioned anew.
     pub(super) fn task_fields(&mut self, state: &TaskState) -> Vec<StateField> {

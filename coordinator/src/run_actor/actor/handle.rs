@@ -34,6 +34,10 @@ pub struct RunView {
     pub status: RunStatus,
     /// The state as of the last merge.
     pub state: State,
+    /// The JSON text of each field of `state`, in its order, where the run
+    /// has written it already (for its workers and checkpoints): a report
+    /// shows the state from these rather than writing it again.
+    pub state_texts: Vec<Option<Arc<str>>>,
     /// The error of a failed or cancelled run.
     pub error: Option<RunError>,
     /// Nodes waiting for a human: (node, kind, prompt).

@@ -578,6 +578,7 @@ impl RunActor {
             trace_id: self.spans.trace_id().into(),
             status: self.machine.status(),
             state: self.machine.state().clone(),
+            state_texts: self.fields.texts(self.machine.state()),
             error: self.machine.error().cloned(),
             waiting: self.machine.waiting(),
             event_count: self.published as u64,
