@@ -1,7 +1,7 @@
 //! A coordinator's message as a worker reads it (protobuf), decoded and
 //! read by the worker protocol and the worker's reading of a task: never a
 //! panic, whatever the fields hold (JSON text that is not JSON, unknown
-//! kinds, unknown argument forms, …).
+//! kinds, unknown argument forms, …), each field read as a step would.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -9,6 +9,18 @@ use prost::Message;
 use weft_proto::v1 as pb;
 use weft_proto::worker_protocol::ToWorker;
 use weft_proto::worker_protocol::wire::read_coordinator_message;
+use weft_proto::worker_protocol::TaskAssignment;
+use weft_worker::state_sync::{Assignment, Sent};
+
+/// Reads a task as the worker does, then each field's value it carried.
+fn read_task(task: TaskAssignment) {
+    let assignment = Assignment::read(task);
+    for field in &assignment.fields {
+        if let Sent::Value(value) = &field.value {
+            let _ = value.value();
+        }
+    }
+}
 
 fuzz_target!(|data: &[u8]| {
     if let Ok(message) = pb::CoordinatorMessage::decode(data) {
@@ -16,7 +28,7 @@ fuzz_target!(|data: &[u8]| {
         read_coordinator_message(message, &mut read);
         for message in read {
             if let Ok(ToWorker::Task(task)) = message {
-                let _ = weft_worker::state_sync::Assignment::read(task);
+                read_task(task);
             }
         }
     }
@@ -27,7 +39,7 @@ fuzz_target!(|data: &[u8]| {
         let mut read = Vec::new();
         read_coordinator_message(message, &mut read);
         if let Some(Ok(ToWorker::Task(task))) = read.pop() {
-            let _ = weft_worker::state_sync::Assignment::read(task);
+            read_task(task);
         }
     }
     // What the coordinator decodes from workers and clients.
