@@ -100,8 +100,10 @@ pub struct EmbeddedStats {
 struct Inner {
     db: Database,
     /// The log and the writes the database has not taken; writers append
-    /// under its lock.
-    log: Mutex<Log>,
+    /// under its lock. An async lock: a write on the runtime's thread
+    /// awaits it ([`EmbeddedStore::writing`]), blocking threads take it
+    /// with [`Inner::log`].
+    log: tokio::sync::Mutex<Log>,
     flush: Flush,
     policy: CommitPolicy,
     /// The last log frame synced to disk.
@@ -226,7 +228,7 @@ impl EmbeddedStore {
         let (changes, _) = broadcast::channel(1024);
         let inner = Arc::new(Inner {
             db,
-            log: Mutex::new(Log::new(wal, counters)),
+            log: tokio::sync::Mutex::new(Log::new(wal, counters)),
             flush,
             policy,
             synced: AtomicU64::new(replay.last),
@@ -261,20 +263,19 @@ impl EmbeddedStore {
     }
 
     /// Writes in one transaction: on the caller's thread when that is short
-    /// and cannot wait — a small write, the log synced by the flush thread,
-    /// and the log free at once — else on a blocking thread. The caller's
-    /// thread is an async runtime's: it never waits for the log's lock,
-    /// which a big write, a lease's expiry or the end of a commit may hold
-    /// while the disk is slow, so the coordinator's requests go on meanwhile.
+    /// and cannot wait on the disk — a small write, the log synced by the
+    /// flush thread — else on a blocking thread. The caller's thread is an
+    /// async runtime's: it awaits the log's lock, never blocks on it. A
+    /// big write, a lease's expiry or the end of a commit may hold the lock
+    /// while the disk is slow; the coordinator's other tasks go on
+    /// meanwhile, and the waiting writes take no thread of their own.
     async fn writing<T: Send + 'static>(
         &self,
         bytes: usize,
         work: impl FnOnce(&mut Tx<'_>) -> Result<T, StoreError> + Send + 'static,
     ) -> Result<T, StoreError> {
-        if bytes <= QUICK_WRITE_BYTES
-            && matches!(self.inner.flush, Flush::Every(_))
-            && let Ok(log) = self.inner.log.try_lock()
-        {
+        if bytes <= QUICK_WRITE_BYTES && matches!(self.inner.flush, Flush::Every(_)) {
+            let log = self.inner.log.lock().await;
             return self.inner.write_holding(log, work);
         }
         self.blocking(move |inner| inner.write(work)).await
@@ -290,7 +291,7 @@ impl EmbeddedStore {
         let prefix = prefix.to_owned();
         self.blocking(move |inner| {
             let (overlay, table) = {
-                let log = locked(&inner.log);
+                let log = inner.log();
                 (log.overlay(&prefix), read_table(&inner.db)?)
             };
             merged(&table, overlay, &prefix, |key, record| {
@@ -331,13 +332,22 @@ impl Inner {
         &self,
         work: impl FnOnce(&mut Tx<'_>) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
-        self.write_holding(locked(&self.log), work)
+        self.write_holding(self.log(), work)
+    }
+
+    /// The log, its lock taken on this thread, which must not be an async
+    /// runtime's unless the lock is free (as it is when the store is
+    /// dropped: nothing else holds it then).
+    fn log(&self) -> tokio::sync::MutexGuard<'_, Log> {
+        self.log
+            .try_lock()
+            .unwrap_or_else(|_| self.log.blocking_lock())
     }
 
     /// [`Inner::write`], with the log's lock already taken.
     fn write_holding<T>(
         &self,
-        mut log: MutexGuard<'_, Log>,
+        mut log: tokio::sync::MutexGuard<'_, Log>,
         work: impl FnOnce(&mut Tx<'_>) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
         let (result, events, last) = {
@@ -374,7 +384,7 @@ impl Inner {
             return Ok(());
         }
         let (files, last, path) = {
-            let log = locked(&self.log);
+            let log = self.log();
             (log.wal.files(), log.wal.last(), log.wal.path().to_owned())
         };
         for file in files {
@@ -397,7 +407,7 @@ impl Inner {
         metrics::counter!(LOG_SYNCS_METRIC).absolute(stats.log_syncs);
         metrics::counter!(COMMITS_METRIC).absolute(stats.commits);
         if matches!(self.flush, Flush::Every(_)) {
-            let last = locked(&self.log).wal.last();
+            let last = self.log().wal.last();
             self.sync_to(last)?;
         }
         self.commit(Some(Instant::now()))
@@ -408,7 +418,7 @@ impl Inner {
     /// segment that held it is emptied after. Writes go on meanwhile.
     fn commit(&self, now: Option<Instant>) -> Result<(), StoreError> {
         let _one = locked(&self.committing);
-        let Some(batch) = locked(&self.log).seal(&self.policy, now) else {
+        let Some(batch) = self.log().seal(&self.policy, now) else {
             return Ok(());
         };
         let txn = self.db.begin_write().map_err(backend)?;
@@ -436,7 +446,7 @@ impl Inner {
         }
         txn.commit().map_err(backend)?;
         self.commits.fetch_add(1, Ordering::Relaxed);
-        let mut log = locked(&self.log);
+        let mut log = self.log();
         log.committed().map_err(|source| StoreError::Io {
             path: log.wal.path().display().to_string(),
             source,
@@ -445,7 +455,7 @@ impl Inner {
 
     /// Everything so far synced and in the database.
     fn commit_all(&self) -> Result<(), StoreError> {
-        let last = locked(&self.log).wal.last();
+        let last = self.log().wal.last();
         self.sync_to(last)?;
         // A batch whose commit failed before is tried first, then the rest.
         self.commit(None)?;
@@ -555,7 +565,7 @@ impl Store for EmbeddedStore {
         let key = key.to_owned();
         self.blocking(move |inner| {
             let table = {
-                let log = locked(&inner.log);
+                let log = inner.log();
                 if let Some(kept) = log.lookup(&key) {
                     return Ok(kept.map(|record| entry(&key, record)));
                 }

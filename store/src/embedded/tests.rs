@@ -29,7 +29,7 @@ async fn the_data_directory_and_its_files_are_the_owners_alone() {
 }
 
 /// A quick write finds the log's lock held (by a big write on a slow disk,
-/// say): it waits for it on a blocking thread, not on the runtime's, so the
+/// say): it awaits it without blocking the runtime's thread, so the
 /// runtime's other tasks go on. On a runtime of one thread, the task that
 /// lets the lock go can only run if the write did not take the thread.
 #[tokio::test(flavor = "current_thread")]
@@ -41,7 +41,7 @@ async fn a_write_that_finds_the_log_busy_leaves_the_runtime_free() {
     let (release, released) = mpsc::channel::<()>();
     let inner = store.inner.clone();
     let holder = std::thread::spawn(move || {
-        let _log = super::locked(&inner.log);
+        let _log = inner.log.blocking_lock();
         held.send(()).unwrap();
         // Let go when told, or on its own after a while: a write that took
         // the runtime's thread would otherwise wait here forever.

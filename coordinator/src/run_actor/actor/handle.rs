@@ -36,7 +36,8 @@ pub struct RunView {
     pub state: State,
     /// The JSON text of each field of `state`, in its order, where the run
     /// has written it already (for its workers and checkpoints): a report
-    /// shows the state from these rather than writing it again.
+    /// of a live run shows the state from these rather than writing it
+    /// again. Empty in an ended run's record, which keeps only the values.
     pub state_texts: Vec<Option<Arc<str>>>,
     /// The error of a failed or cancelled run.
     pub error: Option<RunError>,

@@ -352,7 +352,10 @@ impl RunActor {
     /// The run has ended: its record replaces the actor, which stops. A
     /// failed run that can be retried keeps what reviving it takes.
     fn archive(self) {
-        let view = self.view();
+        let mut view = self.view();
+        // An ended run is kept with its values, not their texts as well:
+        // a run kept in memory costs its state once.
+        view.state_texts = Vec::new();
         let liveness = self.liveness.clone();
         let retryable = self.machine.retryable();
         // The log stays in memory only where the store may not hold all
