@@ -89,19 +89,11 @@ impl Task {
     /// The state as JSON text (scripts receive the whole state): each
     /// field's text as it was sent, none of them parsed.
     pub fn state_json(&self) -> String {
-        let size = self.state.iter().map(|(n, v)| n.len() + v.json().len() + 4);
-        let mut text = String::with_capacity(2 + size.sum::<usize>());
-        text.push('{');
-        for (i, (name, value)) in self.state.iter().enumerate() {
-            if i > 0 {
-                text.push(',');
-            }
-            weft_proto::json::write_str(&mut text, name);
-            text.push(':');
-            text.push_str(value.json());
-        }
-        text.push('}');
-        text
+        weft_proto::json::object_of_texts(
+            self.state
+                .iter()
+                .map(|(name, value)| (name.as_str(), value.json())),
+        )
     }
 }
 

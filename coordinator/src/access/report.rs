@@ -109,26 +109,13 @@ impl RunReport {
     }
 }
 
-/// The state's JSON text, exactly as `weft_proto::json` writes it: each
-/// field's text as the run wrote it already where it has, so a large field
-/// is not written once more for every report that shows it.
+/// The state's JSON text, exactly as `weft_proto::json` writes it: from
+/// the texts the run wrote already where the view has them (a live run),
+/// so a large field is not written once more for every report.
 fn state_json(view: &RunView) -> String {
-    let texts = view.state_texts.iter().map(Option::as_deref);
-    let texts = texts.chain(std::iter::repeat(None));
-    let size: usize = view.state_texts.iter().flatten().map(|t| t.len()).sum();
-    let mut out = String::with_capacity(size + 2 + 8 * view.state.len());
-    out.push('{');
-    for (i, ((name, value), text)) in view.state.iter().zip(texts).enumerate() {
-        if i > 0 {
-            out.push(',');
-        }
-        weft_proto::json::write_str(&mut out, name);
-        out.push(':');
-        match text {
-            Some(text) => out.push_str(text),
-            None => weft_proto::json::write(&mut out, value),
-        }
+    if view.state_texts.len() != view.state.len() {
+        return weft_proto::json::object_to_string(&view.state);
     }
-    out.push('}');
-    out
+    let names = view.state.keys().map(String::as_str);
+    weft_proto::json::object_of_texts(names.zip(view.state_texts.iter().map(|t| &**t)))
 }

@@ -76,19 +76,21 @@ impl FieldTable {
     /// The JSON text of each field of `state` (the committed state), in
     /// its order: the table's, which is the text of the field's current
     /// value (as the tasks sent to workers rely on; checked in debug
-    /// builds).
-    pub(super) fn texts(&self, state: &State) -> Vec<Option<Arc<str>>> {
+    /// builds), or written now for a field the table lacks.
+    pub(super) fn texts(&self, state: &State) -> Vec<Arc<str>> {
         state
             .iter()
             .map(|(name, value)| {
-                let text = self.fields.get(name.as_str())?.json.clone()?;
+                let Some(text) = self.fields.get(name.as_str()).and_then(|f| f.json.clone()) else {
+                    return Arc::from(weft_proto::json::to_string(value));
+                };
                 // (Small ones only: a view is made for every status poll.)
                 debug_assert!(
                     text.len() > 1 << 16
                         || serde_json::from_str::<Value>(&text).ok().as_ref() == Some(value),
                     "the field table's text of '{name}' is not its value's"
                 );
-                Some(text)
+                text
             })
             .collect()
     }

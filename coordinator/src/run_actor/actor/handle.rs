@@ -34,11 +34,11 @@ pub struct RunView {
     pub status: RunStatus,
     /// The state as of the last merge.
     pub state: State,
-    /// The JSON text of each field of `state`, in its order, where the run
-    /// has written it already (for its workers and checkpoints): a report
-    /// of a live run shows the state from these rather than writing it
-    /// again. Empty in an ended run's record, which keeps only the values.
-    pub state_texts: Vec<Option<Arc<str>>>,
+    /// The JSON text of each field of `state`, in its order, as the run
+    /// wrote it for its workers and checkpoints: a report of a live run
+    /// shows the state from these rather than writing it again. Empty in
+    /// an ended run's record, which keeps only the values.
+    pub state_texts: Vec<Arc<str>>,
     /// The error of a failed or cancelled run.
     pub error: Option<RunError>,
     /// Nodes waiting for a human: (node, kind, prompt).
