@@ -5,14 +5,23 @@
 //! sync: a process that dies leaves the page cache behind), and removed
 //! when the step returns.
 //!
+//! Every step of every run passes here, so a mark costs one small write
+//! and nothing else: the file is a row of fixed slots, one per run being
+//! stepped, each a run's id padded with spaces to [`SLOT`] bytes with a
+//! newline last, or blank when free. Marking writes the run's id into a
+//! free slot, unmarking blanks it: one `pwrite` of one slot, with no seek,
+//! no truncation and no rewrite of the others' ids. Read back, the file is
+//! lines of ids among blank lines.
+//!
 //! A run charged once is a suspect: its steps run alone, with no other
 //! run's step beside it, so a second crash is charged to it and nothing
 //! else, and an innocent run stepped beside the guilty one at the first
 //! crash is never quarantined.
 
-use std::collections::BTreeMap;
+use std::collections::HashMap;
 use std::fs::File;
-use std::io::{Read, Seek, SeekFrom, Write};
+use std::io::Read;
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
@@ -20,6 +29,11 @@ use weft_proto::RunId;
 
 /// The file that holds the runs being stepped.
 const MARKS_FILE: &str = "steps-in-flight";
+
+/// Bytes one run's mark takes in the file, its newline included. A run id
+/// is 36 bytes (`run-` and a UUID's 32 hex digits); a longer one is not
+/// marked (see [`Marks::mark`]).
+const SLOT: usize = 128;
 
 /// The marks of the runs being stepped, shared by every run of a
 /// coordinator.
@@ -32,9 +46,20 @@ pub struct StepMarks {
 
 struct Marks {
     file: Option<File>,
-    /// Steps under way per run (a run steps one at a time, but a parent
-    /// and its children are separate runs).
-    stepping: BTreeMap<RunId, u32>,
+    /// Runs being stepped: the slot that holds each one's id and its steps
+    /// under way (a run steps one at a time, but a parent and its children
+    /// are separate runs).
+    stepping: HashMap<RunId, Stepping>,
+    /// Blank slots, to be taken before the file grows.
+    free: Vec<usize>,
+    /// Slots the file has (blank or not).
+    slots: usize,
+}
+
+struct Stepping {
+    /// `None`: the id does not fit a slot, so the run is not marked.
+    slot: Option<usize>,
+    steps: u32,
 }
 
 impl std::fmt::Debug for StepMarks {
@@ -55,34 +80,70 @@ pub struct Step<'a> {
 
 impl Drop for Step<'_> {
     fn drop(&mut self) {
-        let mut marks = self.marks.file.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(count) = marks.stepping.get_mut(self.run) {
-            *count -= 1;
-            if *count == 0 {
-                marks.stepping.remove(self.run);
-            }
-        }
-        marks.write();
+        self.marks.lock().unmark(self.run);
     }
 }
 
 impl Marks {
-    /// Rewrites the file with the runs being stepped. A failure to write
-    /// costs the protection, never the step.
-    fn write(&mut self) {
-        let Some(file) = self.file.as_mut() else {
+    fn new() -> Self {
+        Self {
+            file: None,
+            stepping: HashMap::new(),
+            free: Vec::new(),
+            slots: 0,
+        }
+    }
+
+    /// One more step of `run`: its id written to a slot of its own if it
+    /// has none.
+    fn mark(&mut self, run: &RunId) {
+        if let Some(stepping) = self.stepping.get_mut(run) {
+            stepping.steps += 1;
+            return;
+        }
+        let slot = (run.as_str().len() < SLOT).then(|| {
+            let slot = self.free.pop().unwrap_or_else(|| {
+                self.slots += 1;
+                self.slots - 1
+            });
+            self.write_slot(slot, run.as_str());
+            slot
+        });
+        if slot.is_none() {
+            tracing::warn!(run = %run, "a run id longer than {} bytes is not marked while it steps", SLOT - 1);
+        }
+        self.stepping
+            .insert(run.clone(), Stepping { slot, steps: 1 });
+    }
+
+    /// A step of `run` returned: its slot blanked when it was the last.
+    fn unmark(&mut self, run: &RunId) {
+        let Some(stepping) = self.stepping.get_mut(run) else {
             return;
         };
-        let mut text = String::new();
-        for run in self.stepping.keys() {
-            text.push_str(run.as_str());
-            text.push('\n');
+        stepping.steps -= 1;
+        if stepping.steps > 0 {
+            return;
         }
-        let written = file
-            .seek(SeekFrom::Start(0))
-            .and_then(|_| file.write_all(text.as_bytes()))
-            .and_then(|()| file.set_len(text.len() as u64));
-        if let Err(error) = written {
+        if let Some(Stepping {
+            slot: Some(slot), ..
+        }) = self.stepping.remove(run)
+        {
+            self.write_slot(slot, "");
+            self.free.push(slot);
+        }
+    }
+
+    /// Writes `id` (or blanks, for `""`) into `slot`. A failure to write
+    /// costs the protection, never the step.
+    fn write_slot(&mut self, slot: usize, id: &str) {
+        let Some(file) = self.file.as_ref() else {
+            return;
+        };
+        let mut text = [b' '; SLOT];
+        text[..id.len()].copy_from_slice(id.as_bytes());
+        text[SLOT - 1] = b'\n';
+        if let Err(error) = file.write_all_at(&text, (slot * SLOT) as u64) {
             tracing::warn!(%error, "cannot mark the runs being stepped; poison runs will not be found");
             self.file = None;
         }
@@ -93,13 +154,9 @@ impl StepMarks {
     /// Marks kept in `dir`; what an earlier process left there is read by
     /// [`Self::take_crashed`] first.
     pub fn in_dir(dir: &Path) -> Self {
-        let path = dir.join(MARKS_FILE);
         Self {
-            path,
-            file: Mutex::new(Marks {
-                file: None,
-                stepping: BTreeMap::new(),
-            }),
+            path: dir.join(MARKS_FILE),
+            file: Mutex::new(Marks::new()),
             alone: RwLock::new(()),
         }
     }
@@ -108,16 +165,17 @@ impl StepMarks {
     pub fn none() -> Self {
         Self {
             path: PathBuf::new(),
-            file: Mutex::new(Marks {
-                file: None,
-                stepping: BTreeMap::new(),
-            }),
+            file: Mutex::new(Marks::new()),
             alone: RwLock::new(()),
         }
     }
 
+    fn lock(&self) -> std::sync::MutexGuard<'_, Marks> {
+        self.file.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     /// The runs an earlier process was stepping when it died, and opens the
-    /// file for this one's marks.
+    /// file, emptied, for this one's marks.
     pub fn take_crashed(&self) -> Vec<RunId> {
         if self.path.as_os_str().is_empty() {
             return Vec::new();
@@ -125,26 +183,34 @@ impl StepMarks {
         let mut text = String::new();
         let mut options = std::fs::OpenOptions::new();
         options.read(true).write(true).create(true).truncate(false);
-        #[cfg(unix)]
         std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-        let mut marks = self.file.lock().unwrap_or_else(|e| e.into_inner());
+        let mut marks = self.lock();
         match options.open(&self.path) {
             Ok(mut file) => {
                 if let Err(error) = file.read_to_string(&mut text) {
                     tracing::warn!(path = %self.path.display(), %error, "cannot read the marks of an earlier coordinator");
                     text.clear();
                 }
-                marks.file = Some(file);
+                match file.set_len(0) {
+                    Ok(()) => marks.file = Some(file),
+                    Err(error) => {
+                        tracing::warn!(path = %self.path.display(), %error, "cannot clear the marks of an earlier coordinator; poison runs will not be found");
+                    }
+                }
             }
             Err(error) => {
                 tracing::warn!(path = %self.path.display(), %error, "cannot keep the marks of the runs being stepped; poison runs will not be found");
             }
         }
-        marks.write();
-        text.lines()
+        let mut crashed: Vec<RunId> = text
+            .lines()
+            .map(str::trim)
             .filter(|line| !line.is_empty())
             .map(RunId::from)
-            .collect()
+            .collect();
+        crashed.sort();
+        crashed.dedup();
+        crashed
     }
 
     /// Marks a step of `run`; `alone` (a suspect's step) waits until no
@@ -161,10 +227,7 @@ impl StepMarks {
                 None,
             )
         };
-        let mut marks = self.file.lock().unwrap_or_else(|e| e.into_inner());
-        *marks.stepping.entry(run.clone()).or_default() += 1;
-        marks.write();
-        drop(marks);
+        self.lock().mark(run);
         Step {
             marks: self,
             run,
@@ -185,6 +248,17 @@ mod tests {
         dir
     }
 
+    /// The ids the file holds, in file order.
+    fn marked(dir: &Path) -> Vec<String> {
+        std::fs::read_to_string(dir.join(MARKS_FILE))
+            .unwrap()
+            .lines()
+            .map(str::trim)
+            .filter(|line| !line.is_empty())
+            .map(str::to_owned)
+            .collect()
+    }
+
     #[test]
     fn a_step_is_marked_until_it_returns_and_a_death_leaves_the_mark() {
         let dir = dir("steps");
@@ -194,23 +268,72 @@ mod tests {
         assert!(marks.take_crashed().is_empty());
         {
             let _step = marks.step(&a, false);
-            let text = std::fs::read_to_string(dir.join(MARKS_FILE)).unwrap();
-            assert_eq!(text, format!("{a}\n"));
+            assert_eq!(marked(&dir), vec!["run-a"]);
         }
-        assert_eq!(std::fs::read_to_string(dir.join(MARKS_FILE)).unwrap(), "");
+        assert!(marked(&dir).is_empty());
         // A process that dies mid-step leaves its marks: the next finds them.
         let step_a = marks.step(&a, false);
         let step_b = marks.step(&b, false);
         std::mem::forget(step_a);
         std::mem::forget(step_b);
         let next = StepMarks::in_dir(&dir);
-        let mut found = next.take_crashed();
-        found.sort();
-        let mut expected = vec![a, b];
-        expected.sort();
-        assert_eq!(found, expected);
+        assert_eq!(next.take_crashed(), vec![a, b]);
         // And clears them for its own.
         assert!(StepMarks::in_dir(&dir).take_crashed().is_empty());
+    }
+
+    #[test]
+    fn a_mark_takes_a_free_slot_and_leaves_the_others_alone() {
+        let dir = dir("slots");
+        let marks = StepMarks::in_dir(&dir);
+        marks.take_crashed();
+        let (a, b, c) = (RunId::from("run-a"), RunId::from("run-b"), RunId::from("run-c"));
+        let step_a = marks.step(&a, false);
+        let step_b = marks.step(&b, false);
+        assert_eq!(marked(&dir), vec!["run-a", "run-b"]);
+        drop(step_a);
+        assert_eq!(marked(&dir), vec!["run-b"], "b's mark survives a's end");
+        // c takes the slot a left, so the file does not grow.
+        let step_c = marks.step(&c, false);
+        assert_eq!(marked(&dir), vec!["run-c", "run-b"]);
+        let len = std::fs::metadata(dir.join(MARKS_FILE)).unwrap().len();
+        assert_eq!(len, 2 * SLOT as u64);
+        // A run stepped twice at once (never, but counted) keeps its mark
+        // until its last step returns.
+        let again = marks.step(&c, false);
+        drop(step_c);
+        assert_eq!(marked(&dir), vec!["run-c", "run-b"]);
+        drop(again);
+        drop(step_b);
+        assert!(marked(&dir).is_empty());
+    }
+
+    #[test]
+    fn marks_in_the_earlier_format_are_read() {
+        // Before slots, the file was the ids one per line, rewritten whole.
+        let dir = dir("lines");
+        std::fs::write(dir.join(MARKS_FILE), "run-b\nrun-a\n").unwrap();
+        let marks = StepMarks::in_dir(&dir);
+        assert_eq!(
+            marks.take_crashed(),
+            vec![RunId::from("run-a"), RunId::from("run-b")]
+        );
+        assert!(marked(&dir).is_empty());
+    }
+
+    #[test]
+    fn an_id_too_long_for_a_slot_steps_unmarked() {
+        let dir = dir("long");
+        let marks = StepMarks::in_dir(&dir);
+        marks.take_crashed();
+        let long = RunId::from("r".repeat(SLOT));
+        let short = RunId::from("run-a");
+        let step_long = marks.step(&long, false);
+        let step_short = marks.step(&short, false);
+        assert_eq!(marked(&dir), vec!["run-a"]);
+        drop(step_long);
+        drop(step_short);
+        assert!(marked(&dir).is_empty());
     }
 
     #[test]
