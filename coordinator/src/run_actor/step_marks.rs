@@ -287,7 +287,11 @@ mod tests {
         let dir = dir("slots");
         let marks = StepMarks::in_dir(&dir);
         marks.take_crashed();
-        let (a, b, c) = (RunId::from("run-a"), RunId::from("run-b"), RunId::from("run-c"));
+        let (a, b, c) = (
+            RunId::from("run-a"),
+            RunId::from("run-b"),
+            RunId::from("run-c"),
+        );
         let step_a = marks.step(&a, false);
         let step_b = marks.step(&b, false);
         assert_eq!(marked(&dir), vec!["run-a", "run-b"]);

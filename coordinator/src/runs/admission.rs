@@ -32,6 +32,7 @@ impl Runs {
         let parsed = self.parsed.parse(&bundle)?;
         self.admit(Submission {
             bundle,
+            plan: Some(parsed.plan),
             graph: parsed.graph,
             family: parsed.family,
             input_json,
@@ -172,6 +173,9 @@ impl Runs {
 /// the span its trace hangs under (a subgraph node's child run).
 pub(super) struct Submission<'a> {
     pub(super) bundle: Bundle,
+    /// The graph's plan, if one was kept ([`super::parsed`]); made here if
+    /// not.
+    pub(super) plan: Option<Arc<RunPlan>>,
     pub(super) graph: Arc<Graph>,
     pub(super) family: Arc<Family>,
     pub(super) input_json: &'a str,
@@ -197,6 +201,7 @@ struct Admitted {
 fn admit(limits: &RunLimits, submission: Submission<'_>) -> Result<Admitted, SubmitError> {
     let Submission {
         bundle,
+        plan,
         graph,
         family,
         input_json,
@@ -210,7 +215,7 @@ fn admit(limits: &RunLimits, submission: Submission<'_>) -> Result<Admitted, Sub
     if !over.is_empty() {
         return Err(SubmitError::OverLimits(over));
     }
-    let plan = RunPlan::new(graph, limits.clone());
+    let plan = plan.unwrap_or_else(|| RunPlan::new(graph, limits.clone()));
     let mut machine = RunMachine::new(plan.clone(), input).map_err(|error| match error {
         RunError::InvalidInput { message } => SubmitError::Input(message),
         other => SubmitError::Input(other.to_string()),

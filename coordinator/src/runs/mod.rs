@@ -141,12 +141,12 @@ impl Runs {
             tracker,
             max_input_bytes: config.max_input_bytes,
             fixed_workers: config.fixed_workers,
-            limits: config.limits,
+            limits: config.limits.clone(),
             retention: config.retention,
             store: None,
             stored_files: Arc::default(),
             registered: Arc::new(watch::Sender::new(0)),
-            parsed: Arc::default(),
+            parsed: Arc::new(parsed::ParsedGraphs::new(config.limits)),
             marks: Arc::new(StepMarks::none()),
         }
     }

@@ -2,13 +2,18 @@
 //! that has been seen (the same files, byte for byte) skips parsing,
 //! validating and checking the graphs it embeds, which is most of what a
 //! submission costs. Bounded: the oldest entry goes when a new one comes.
-//! Only valid graphs are kept; the limits are still checked per run.
+//! Only valid graphs are kept, each with its run plan made once (the
+//! coordinator's run limits do not change while it lives); the limits are
+//! still checked per run.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 
+use weft_machine::RunPlan;
+
 use crate::bundle::{Bundle, BundleError, Family};
 use crate::graph::{Finding, Graph};
+use crate::run_actor::RunLimits;
 
 /// Bundles kept parsed at most.
 const KEPT: usize = 64;
@@ -17,15 +22,17 @@ const KEPT: usize = 64;
 #[derive(Clone)]
 pub(super) struct Parsed {
     pub graph: Arc<Graph>,
+    /// The top graph's plan, shared by its runs.
+    pub plan: Arc<RunPlan>,
     pub family: Arc<Family>,
     /// Its findings (warnings only: it is valid), as shown to submitters.
     pub warnings: Vec<String>,
 }
 
-/// The parsed graphs of recent bundles.
-#[derive(Default)]
+/// The parsed graphs of recent bundles, planned under `limits`.
 pub(super) struct ParsedGraphs {
     inner: Mutex<Kept>,
+    limits: RunLimits,
 }
 
 #[derive(Default)]
@@ -35,6 +42,14 @@ struct Kept {
 }
 
 impl ParsedGraphs {
+    /// None kept yet; plans made under `limits`.
+    pub(super) fn new(limits: RunLimits) -> Self {
+        Self {
+            inner: Mutex::default(),
+            limits,
+        }
+    }
+
     /// `bundle`'s graph: kept, or parsed now (and kept if valid).
     pub(super) fn parse(&self, bundle: &Bundle) -> Result<Parsed, BundleError> {
         let digest = bundle.digest();
@@ -43,8 +58,10 @@ impl ParsedGraphs {
         }
         let (graph, findings) = bundle.load_graph()?;
         let family = Arc::new(bundle.check_family(&graph)?);
+        let graph = Arc::new(graph);
         let parsed = Parsed {
-            graph: Arc::new(graph),
+            plan: RunPlan::new(graph.clone(), self.limits.clone()),
+            graph,
             family,
             warnings: findings.iter().map(Finding::to_string).collect(),
         };
@@ -83,17 +100,19 @@ mod tests {
 
     #[test]
     fn a_bundle_seen_before_is_not_parsed_again_and_another_is() {
-        let parsed = ParsedGraphs::default();
+        let parsed = ParsedGraphs::new(RunLimits::default());
         let first = parsed.parse(&bundle(GRAPH)).unwrap();
         let again = parsed.parse(&bundle(GRAPH)).unwrap();
         assert!(Arc::ptr_eq(&first.graph, &again.graph));
+        assert!(Arc::ptr_eq(&first.plan, &again.plan));
+        assert!(std::ptr::eq(first.plan.graph(), &*first.graph));
         let other = parsed.parse(&bundle(&GRAPH.replace("h,", "g,"))).unwrap();
         assert!(!Arc::ptr_eq(&first.graph, &other.graph));
     }
 
     #[test]
     fn an_invalid_bundle_is_refused_each_time_and_not_kept() {
-        let parsed = ParsedGraphs::default();
+        let parsed = ParsedGraphs::new(RunLimits::default());
         for _ in 0..2 {
             assert!(
                 parsed
@@ -106,7 +125,7 @@ mod tests {
 
     #[test]
     fn the_oldest_goes_when_more_are_kept_than_the_bound() {
-        let parsed = ParsedGraphs::default();
+        let parsed = ParsedGraphs::new(RunLimits::default());
         for i in 0..=KEPT {
             parsed
                 .parse(&bundle(&GRAPH.replace("h,", &format!("h{i},"))))
