@@ -32,8 +32,7 @@ impl Runs {
         let parsed = self.parsed.parse(&bundle)?;
         self.admit(Submission {
             bundle,
-            plan: Some(parsed.plan),
-            graph: parsed.graph,
+            graph: Planned::Kept(parsed.plan),
             family: parsed.family,
             input_json,
             warnings: parsed.warnings,
@@ -173,15 +172,35 @@ impl Runs {
 /// the span its trace hangs under (a subgraph node's child run).
 pub(super) struct Submission<'a> {
     pub(super) bundle: Bundle,
-    /// The graph's plan, if one was kept ([`super::parsed`]); made here if
-    /// not.
-    pub(super) plan: Option<Arc<RunPlan>>,
-    pub(super) graph: Arc<Graph>,
+    pub(super) graph: Planned,
     pub(super) family: Arc<Family>,
     pub(super) input_json: &'a str,
     pub(super) warnings: Vec<String>,
     pub(super) owner: Owner,
     pub(super) trace_parent: Option<String>,
+}
+
+/// A submission's graph: planned already (a graph kept parsed,
+/// [`super::parsed`]) or to be planned at admission (a child run's).
+pub(super) enum Planned {
+    Kept(Arc<RunPlan>),
+    Fresh(Arc<Graph>),
+}
+
+impl Planned {
+    fn graph(&self) -> &Graph {
+        match self {
+            Planned::Kept(plan) => plan.graph(),
+            Planned::Fresh(graph) => graph,
+        }
+    }
+
+    fn into_plan(self, limits: &RunLimits) -> Arc<RunPlan> {
+        match self {
+            Planned::Kept(plan) => plan,
+            Planned::Fresh(graph) => RunPlan::new(graph, limits.clone()),
+        }
+    }
 }
 
 /// A run the admission decision took: its machine made, not started.
@@ -201,7 +220,6 @@ struct Admitted {
 fn admit(limits: &RunLimits, submission: Submission<'_>) -> Result<Admitted, SubmitError> {
     let Submission {
         bundle,
-        plan,
         graph,
         family,
         input_json,
@@ -210,12 +228,12 @@ fn admit(limits: &RunLimits, submission: Submission<'_>) -> Result<Admitted, Sub
         trace_parent,
     } = submission;
     let input = parse_input(input_json)?;
-    warnings.extend(undeclared_input(&graph, &input));
-    let over = limits.check_graph(&graph);
+    warnings.extend(undeclared_input(graph.graph(), &input));
+    let over = limits.check_graph(graph.graph());
     if !over.is_empty() {
         return Err(SubmitError::OverLimits(over));
     }
-    let plan = plan.unwrap_or_else(|| RunPlan::new(graph, limits.clone()));
+    let plan = graph.into_plan(limits);
     let mut machine = RunMachine::new(plan.clone(), input).map_err(|error| match error {
         RunError::InvalidInput { message } => SubmitError::Input(message),
         other => SubmitError::Input(other.to_string()),

@@ -60,8 +60,7 @@ impl ChildRuns for RunChildren {
             let (run_id, _) = runs
                 .admit(super::admission::Submission {
                     bundle: child,
-                    plan: None,
-                    graph: child_graph,
+                    graph: super::admission::Planned::Fresh(child_graph),
                     family,
                     input_json: &input_json,
                     warnings: Vec::new(),

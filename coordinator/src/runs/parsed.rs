@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use weft_machine::RunPlan;
 
 use crate::bundle::{Bundle, BundleError, Family};
-use crate::graph::{Finding, Graph};
+use crate::graph::Finding;
 use crate::run_actor::RunLimits;
 
 /// Bundles kept parsed at most.
@@ -21,8 +21,7 @@ const KEPT: usize = 64;
 /// A bundle's graph, parsed and validated.
 #[derive(Clone)]
 pub(super) struct Parsed {
-    pub graph: Arc<Graph>,
-    /// The top graph's plan, shared by its runs.
+    /// The top graph, planned: shared by its runs.
     pub plan: Arc<RunPlan>,
     pub family: Arc<Family>,
     /// Its findings (warnings only: it is valid), as shown to submitters.
@@ -58,10 +57,8 @@ impl ParsedGraphs {
         }
         let (graph, findings) = bundle.load_graph()?;
         let family = Arc::new(bundle.check_family(&graph)?);
-        let graph = Arc::new(graph);
         let parsed = Parsed {
-            plan: RunPlan::new(graph.clone(), self.limits.clone()),
-            graph,
+            plan: RunPlan::new(Arc::new(graph), self.limits.clone()),
             family,
             warnings: findings.iter().map(Finding::to_string).collect(),
         };
@@ -103,11 +100,10 @@ mod tests {
         let parsed = ParsedGraphs::new(RunLimits::default());
         let first = parsed.parse(&bundle(GRAPH)).unwrap();
         let again = parsed.parse(&bundle(GRAPH)).unwrap();
-        assert!(Arc::ptr_eq(&first.graph, &again.graph));
         assert!(Arc::ptr_eq(&first.plan, &again.plan));
-        assert!(std::ptr::eq(first.plan.graph(), &*first.graph));
+        assert!(std::ptr::eq(first.plan.graph(), again.plan.graph()));
         let other = parsed.parse(&bundle(&GRAPH.replace("h,", "g,"))).unwrap();
-        assert!(!Arc::ptr_eq(&first.graph, &other.graph));
+        assert!(!std::ptr::eq(first.plan.graph(), other.plan.graph()));
     }
 
     #[test]
