@@ -214,7 +214,7 @@ impl Client {
         run_id: &str,
         from: u64,
     ) -> Result<impl Stream<Item = Result<Event, ClientError>> + use<>, ClientError> {
-        let stream = self.watch_wire(run_id, from).await?;
+        let stream = self.watch_wire(run_id, from, Vec::new()).await?;
         // Events of kinds this version does not know are skipped.
         Ok(stream.filter_map(|item| match item {
             Ok(event) => Event::from_wire(event).map(Ok),
@@ -222,15 +222,18 @@ impl Client {
         }))
     }
 
-    /// The run's events from `from` on, as they come off the wire.
+    /// The run's events from `from` on, as they come off the wire: those
+    /// of `types` (none: all).
     async fn watch_wire(
         &self,
         run_id: &str,
         from: u64,
+        types: Vec<String>,
     ) -> Result<tonic::Streaming<pb::RunEvent>, ClientError> {
         let request = pb::WatchRunRequest {
             run_id: run_id.to_owned(),
             from,
+            types,
         };
         Ok(self.runs.clone().watch_run(request).await?.into_inner())
     }
@@ -262,9 +265,15 @@ impl Client {
             if info.status.is_terminal() || info.status == RunStatus::Waiting {
                 return self.get(run_id).await;
             }
-            // Only where the log ends or pauses matters here: the events
-            // are not read, just their kinds.
-            let mut events = self.watch_wire(run_id, info.event_count).await?;
+            // Only where the log ends or pauses matters here: the
+            // coordinator sends only the events that end or pause a run (a
+            // map's thousands of item events stay where they are), and
+            // their kinds are checked again in case it is older and sends
+            // all.
+            let ends = ["run_finished", "waiting_for_input"].map(String::from);
+            let mut events = self
+                .watch_wire(run_id, info.event_count, ends.into())
+                .await?;
             loop {
                 match events.message().await {
                     Ok(Some(event)) if ends_or_pauses_on_wire(&event) => break,

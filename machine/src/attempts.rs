@@ -59,7 +59,7 @@ impl RunMachine {
         attempt: u32,
         item: Option<ItemRef>,
         state: TaskState,
-        scope: Map<String, Value>,
+        scope: State,
         fx: &mut Vec<Effect>,
     ) {
         let key = self.run.tasks.new_key();
@@ -79,7 +79,7 @@ impl RunMachine {
         };
         let spec = TaskSpec {
             key,
-            node: graph_node.id.clone(),
+            node: self.plan.node_id(node).clone(),
             attempt,
             item,
             state,
@@ -95,7 +95,7 @@ impl RunMachine {
         let task = TaskRef {
             node,
             item: item_index,
-            spec,
+            spec: Arc::new(spec),
             in_flight: false,
         };
         self.run.tasks.add(key, task, true);
@@ -108,13 +108,15 @@ impl RunMachine {
         let plan = self.plan.clone();
         while let Some(task) = self.run.tasks.start_next(cap) {
             let seat = seat_for(&mut self.run.wave, &plan, task);
-            task.spec.team = seat;
+            if seat.is_some() || task.spec.team.is_some() {
+                Arc::make_mut(&mut task.spec).team = seat;
+            }
             fx.push(Effect::Emit(RunEvent::NodeStarted {
-                node: task.spec.node.clone().into(),
+                node: task.spec.node.clone(),
                 attempt: task.spec.attempt,
                 item: task.item,
             }));
-            fx.push(Effect::Dispatch(Box::new(task.spec.clone())));
+            fx.push(Effect::Dispatch(task.spec.clone()));
         }
     }
 
@@ -169,7 +171,7 @@ impl RunMachine {
                 // the run's state in place only when nothing else holds it.
                 drop(task);
                 fx.push(Effect::Emit(RunEvent::NodeFinished {
-                    node: plan.graph().node(node).id.clone().into(),
+                    node: plan.node_id(node).clone(),
                     item: None,
                     worker,
                 }));
@@ -220,13 +222,13 @@ impl RunMachine {
                 error: failure.message.clone(),
             }));
             let key = self.run.tasks.new_key();
-            let mut spec = task.spec;
+            let mut spec = Arc::unwrap_or_clone(task.spec);
             spec.first_key = Some(spec.first_key.unwrap_or(spec.key));
             spec.key = key;
             spec.attempt = next_attempt;
             spec.team = None;
             let retry = TaskRef {
-                spec,
+                spec: Arc::new(spec),
                 in_flight: false,
                 ..task
             };
@@ -235,7 +237,7 @@ impl RunMachine {
             fx.push(Effect::ScheduleRetry { key, delay });
         } else {
             let TaskRef { node, spec, .. } = task;
-            let (attempt, item) = spec.release();
+            let (attempt, item) = Arc::unwrap_or_clone(spec).release();
             match item {
                 Some(item) => self.item_step_done(node, item, Err(failure), fx),
                 None => self.member_failed(node, attempt, failure, fx),

@@ -4,6 +4,7 @@
 //! effects are instructions for the run actor, which performs them and feeds
 //! their results back as inputs.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -17,7 +18,7 @@ pub use weft_proto::{NodeId, RunId};
 /// Identifies one call to a worker-hosted reducer or predicate.
 pub type CallKey = u64;
 
-pub use super::task_spec::{State, TaskSpec, TaskState, fields_of};
+pub use super::task_spec::{State, TaskSpec, TaskState, empty_state, fields_of};
 
 /// An answer to an `approval` or `input` node.
 #[derive(Debug, Clone, PartialEq)]
@@ -167,8 +168,8 @@ pub enum Input {
 /// Something the run actor must do.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Effect {
-    /// Send a task to a worker.
-    Dispatch(Box<TaskSpec>),
+    /// Send a task to a worker: the spec the run keeps, shared.
+    Dispatch(Arc<TaskSpec>),
     /// Wait, then feed back [`Input::RetryDue`] with this key.
     ScheduleRetry {
         /// The key to feed back.

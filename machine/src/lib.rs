@@ -441,7 +441,7 @@ impl RunMachine {
             Input::TaskRequeued { key, worker } => {
                 if let Some(task) = self.run.tasks.get(key).filter(|t| t.in_flight) {
                     fx.push(Effect::Emit(RunEvent::TaskRedispatched {
-                        node: task.spec.node.clone().into(),
+                        node: task.spec.node.clone(),
                         attempt: task.spec.attempt,
                         item: task.item,
                         reason: Redispatch::WorkerLost,

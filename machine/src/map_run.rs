@@ -14,6 +14,7 @@ mod team;
 pub(crate) use team::{SendError, Sent};
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -57,7 +58,7 @@ pub enum ItemStep {
         /// The item's fork.
         state: TaskState,
         /// The item's scope.
-        scope: Map<String, Value>,
+        scope: State,
     },
     /// A loop's body ended and a worker-hosted `until` must judge it: call
     /// `name` with this `LoopIteration` object, then answer through
@@ -80,8 +81,11 @@ pub enum ItemStep {
 /// chain wrote. `output_key` stays hidden until the chain writes it.
 #[derive(Debug, Serialize, Deserialize)]
 struct ItemRun {
-    writes: Map<String, Value>,
-    scope: Map<String, Value>,
+    /// What the item's steps wrote, its binding first; shared with the
+    /// task of its step in flight (and, until a step writes, with
+    /// `scope`), changed by `Arc::make_mut`.
+    writes: State,
+    scope: State,
     at: NodeIdx,
     step: u32,
     visits: HashMap<NodeIdx, u32>,
@@ -241,7 +245,7 @@ impl MapRun {
 
     /// What item `index` has written so far while it runs, if this is
     /// map (or loop) `map`.
-    pub(super) fn item_writes(&self, map: &str, index: usize) -> Option<&Map<String, Value>> {
+    pub(super) fn item_writes(&self, map: &str, index: usize) -> Option<&State> {
         if self.id != map {
             return None;
         }
@@ -305,13 +309,12 @@ impl MapRun {
             return self.loop_fork(looping);
         }
         let item = self.items[index].clone();
-        let mut writes = Map::new();
-        writes.insert(self.names.item_name.clone(), item.clone());
-        let mut scope = Map::new();
-        scope.insert(self.names.item_name.clone(), item);
+        let mut binding = Map::new();
+        binding.insert(self.names.item_name.clone(), item);
+        let binding = Arc::new(binding);
         ItemRun {
-            writes,
-            scope,
+            writes: binding.clone(),
+            scope: binding,
             at: self.names.branch.unwrap_or(self.map),
             step: 1,
             visits: HashMap::new(),
@@ -388,7 +391,7 @@ impl MapRun {
         result: Result<StepWrites, TaskFailure>,
     ) -> Vec<RunEvent> {
         let graph = plan.graph();
-        let node_id = graph.node(node).id.clone();
+        let node_id = plan.node_id(node);
         let mut events = Vec::new();
         let Some(run) = self.runs[index].as_mut() else {
             return events;
@@ -404,7 +407,7 @@ impl MapRun {
                     Target::End => true,
                 });
                 events.push(RunEvent::NodeFailed {
-                    node: node_id.clone().into(),
+                    node: node_id.clone(),
                     item: Some(index),
                     error: failure.message.clone(),
                     fallback: fallback.map(|f| graph.target_name(f)),
@@ -416,7 +419,7 @@ impl MapRun {
                         self.ready.push_back(index);
                     }
                     Some(Target::End) => self.item_finished(plan, meter, index, &mut events),
-                    None => self.fail_item(index, node_id, step, failure.message),
+                    None => self.fail_item(index, node_id.to_string(), step, failure.message),
                 }
                 return events;
             }
@@ -427,9 +430,11 @@ impl MapRun {
             worker,
             ..
         } = output;
-        run.writes.extend(writes);
+        if !writes.is_empty() {
+            Arc::make_mut(&mut run.writes).extend(writes);
+        }
         events.push(RunEvent::NodeFinished {
-            node: node_id.clone().into(),
+            node: node_id.clone(),
             item: Some(index),
             worker,
         });
@@ -441,7 +446,7 @@ impl MapRun {
                 self.ready.push_back(index);
             }
             Ok(None) => self.item_finished(plan, meter, index, &mut events),
-            Err(error) => self.fail_item(index, node_id, step, error.to_string()),
+            Err(error) => self.fail_item(index, node_id.to_string(), step, error.to_string()),
         }
         events
     }
@@ -467,7 +472,7 @@ impl MapRun {
                 self.done += 1;
                 self.active -= 1;
                 events.push(RunEvent::MapItemFinished {
-                    node: self.id.clone().into(),
+                    node: plan.node_id(self.map).clone(),
                     index,
                     done: self.done,
                     total: self.items.len(),

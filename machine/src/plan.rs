@@ -5,6 +5,8 @@
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
+use weft_proto::NodeId;
+
 use super::RunLimits;
 use super::merge::HostedReduction;
 use crate::binding::{NodeBinding, bind_with};
@@ -26,6 +28,9 @@ pub enum Query {
 #[derive(Debug)]
 pub struct RunPlan {
     graph: Arc<Graph>,
+    /// Each node's id as the events and tasks carry it, made once: a
+    /// step's events and its task clone it rather than copy the text.
+    ids: Vec<NodeId>,
     flow: Vec<bool>,
     order: Vec<NodeIdx>,
     branches: HashMap<NodeIdx, Vec<bool>>,
@@ -99,8 +104,14 @@ impl RunPlan {
                 }))
             })
             .collect();
+        let ids = graph
+            .nodes
+            .iter()
+            .map(|node| NodeId::from(node.id.as_str()))
+            .collect();
         Arc::new(Self {
             bindings,
+            ids,
             graph,
             flow,
             order,
@@ -122,6 +133,11 @@ impl RunPlan {
     /// The state fields a node's `state_updates` read (`None`: all).
     pub fn update_reads(&self, idx: NodeIdx) -> Option<&BTreeSet<String>> {
         self.update_reads[idx].as_ref()
+    }
+
+    /// Node `idx`'s id.
+    pub fn node_id(&self, idx: NodeIdx) -> &NodeId {
+        &self.ids[idx]
     }
 
     /// What a run of this plan may use.

@@ -33,16 +33,16 @@ impl RunMachine {
             if spec.team.is_some()
                 && let Some(item) = spec.item.clone()
             {
-                spec.team = self.reseat(&item, spec.key);
+                Arc::make_mut(&mut spec).team = self.reseat(&item, spec.key);
             }
             fx.push(Effect::Emit(RunEvent::TaskRedispatched {
-                node: spec.node.clone().into(),
+                node: spec.node.clone(),
                 attempt: spec.attempt,
                 item: self.run.tasks.get(spec.key).and_then(|t| t.item),
                 reason: Redispatch::CoordinatorRestarted,
                 worker: None,
             }));
-            fx.push(Effect::Dispatch(Box::new(spec)));
+            fx.push(Effect::Dispatch(spec));
         }
         fx.extend(parked.into_iter().map(|key| Effect::ScheduleRetry {
             key,

@@ -8,10 +8,19 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+use weft_proto::NodeId;
+
 use super::task::{ItemRef, TaskKey, TeamSeat};
 
 /// A state object, shared between the tasks of a wave without copying.
 pub type State = Arc<Map<String, Value>>;
+
+/// An empty [`State`], shared: a task with no overlay or scope allocates
+/// none.
+pub fn empty_state() -> State {
+    static EMPTY: std::sync::LazyLock<State> = std::sync::LazyLock::new(State::default);
+    EMPTY.clone()
+}
 
 /// A task for a worker.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -19,15 +28,15 @@ pub struct TaskSpec {
     /// This attempt's key.
     pub key: TaskKey,
     /// The node id.
-    pub node: String,
+    pub node: NodeId,
     /// 1 for the first attempt.
     pub attempt: u32,
     /// The map item, when the task is a step of a map item's chain.
     pub item: Option<ItemRef>,
     /// The state the task sees.
     pub state: TaskState,
-    /// The step's scope (a map item's `as` binding).
-    pub scope: Map<String, Value>,
+    /// The step's scope (a map item's `as` binding), shared with the item.
+    pub scope: State,
     /// Per-attempt deadline.
     pub timeout: Duration,
     /// For a `teammates: true` step of a map item with a team: its
@@ -56,8 +65,9 @@ pub struct TaskState {
     pub base: State,
     /// Fields that differ from `base` (a map item's binding and writes).
     /// Not stored when it is its map item's writes ([`Self::item_writes`]).
-    #[serde(default)]
-    pub overlay: Map<String, Value>,
+    /// Shared with the item, so a step's fork copies nothing.
+    #[serde(default = "empty_state")]
+    pub overlay: State,
     /// The overlay is the writes of the task's map item (or loop
     /// iteration), as they stand while the task is out: a checkpoint stores
     /// them once, with the item, and a restore lays them back here. A
@@ -88,7 +98,7 @@ impl TaskState {
     pub fn whole(base: State) -> Self {
         Self {
             base,
-            overlay: Map::new(),
+            overlay: empty_state(),
             item_writes: false,
             hidden: Vec::new(),
         }
@@ -156,7 +166,7 @@ mod tests {
         );
         let state = TaskState {
             base,
-            overlay: json!({"a": 2, "item": "i"}).as_object().cloned().unwrap(),
+            overlay: Arc::new(json!({"a": 2, "item": "i"}).as_object().cloned().unwrap()),
             item_writes: false,
             hidden: vec!["out".into()],
         };

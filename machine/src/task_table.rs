@@ -7,12 +7,11 @@
 //! for what it is.
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use serde_json::{Map, Value};
-
-use super::events::{ItemRef, State, TaskKey, TaskSpec};
+use super::events::{ItemRef, State, TaskKey, TaskSpec, empty_state};
 use crate::graph::NodeIdx;
 
 /// One attempt the run waits for.
@@ -22,8 +21,10 @@ pub(super) struct TaskRef {
     pub(super) node: NodeIdx,
     /// The map item, for a chain step.
     pub(super) item: Option<usize>,
-    /// What the worker receives.
-    pub(super) spec: TaskSpec,
+    /// What the worker receives. Shared with the dispatch effect, so a
+    /// dispatch copies nothing; changed in place (`Arc::make_mut`) while
+    /// the table alone holds it.
+    pub(super) spec: Arc<TaskSpec>,
     /// Dispatched (rather than queued or waiting for a retry timer).
     pub(super) in_flight: bool,
 }
@@ -148,7 +149,7 @@ impl TaskTable {
     /// shared base is not stored with each attempt).
     pub(super) fn relink(&mut self, s0: &State) {
         for task in self.tasks.values_mut() {
-            task.spec.state.base = s0.clone();
+            Arc::make_mut(&mut task.spec).state.base = s0.clone();
         }
     }
 
@@ -158,17 +159,20 @@ impl TaskTable {
     /// returns them.
     pub(super) fn lend_item_overlays<'a>(
         &mut self,
-        writes_of: impl Fn(&ItemRef) -> Option<&'a Map<String, Value>>,
-    ) -> Vec<(TaskKey, Map<String, Value>)> {
+        writes_of: impl Fn(&ItemRef) -> Option<&'a State>,
+    ) -> Vec<(TaskKey, State)> {
         let mut lent = Vec::new();
         for (&key, task) in &mut self.tasks {
-            let state = &mut task.spec.state;
-            if !state.item_writes {
+            if !task.spec.state.item_writes {
                 continue;
             }
             let item = task.spec.item.as_ref().and_then(&writes_of);
-            if item == Some(&state.overlay) {
-                lent.push((key, std::mem::take(&mut state.overlay)));
+            let same = item.is_some_and(|w| {
+                Arc::ptr_eq(w, &task.spec.state.overlay) || **w == *task.spec.state.overlay
+            });
+            let state = &mut Arc::make_mut(&mut task.spec).state;
+            if same {
+                lent.push((key, std::mem::replace(&mut state.overlay, empty_state())));
             } else {
                 state.item_writes = false;
             }
@@ -177,10 +181,10 @@ impl TaskTable {
     }
 
     /// Returns what [`Self::lend_item_overlays`] took.
-    pub(super) fn put_back(&mut self, lent: Vec<(TaskKey, Map<String, Value>)>) {
+    pub(super) fn put_back(&mut self, lent: Vec<(TaskKey, State)>) {
         for (key, overlay) in lent {
             if let Some(task) = self.tasks.get_mut(&key) {
-                task.spec.state.overlay = overlay;
+                Arc::make_mut(&mut task.spec).state.overlay = overlay;
             }
         }
     }
@@ -189,22 +193,22 @@ impl TaskTable {
     /// key of one whose item is not in the wave.
     pub(super) fn relay_item_overlays<'a>(
         &mut self,
-        writes_of: impl Fn(&ItemRef) -> Option<&'a Map<String, Value>>,
+        writes_of: impl Fn(&ItemRef) -> Option<&'a State>,
     ) -> Result<(), TaskKey> {
         for (&key, task) in &mut self.tasks {
             if !task.spec.state.item_writes {
                 continue;
             }
             let writes = task.spec.item.as_ref().and_then(&writes_of).ok_or(key)?;
-            task.spec.state.overlay = writes.clone();
+            Arc::make_mut(&mut task.spec).state.overlay = Arc::clone(writes);
         }
         Ok(())
     }
 
     /// What a new process must do for the attempts it restored: the specs
     /// in flight (sorted by key), and the keys parked for a retry timer.
-    pub(super) fn outstanding(&self) -> (Vec<TaskSpec>, Vec<TaskKey>) {
-        let mut in_flight: Vec<(TaskKey, TaskSpec)> = self
+    pub(super) fn outstanding(&self) -> (Vec<Arc<TaskSpec>>, Vec<TaskKey>) {
+        let mut in_flight: Vec<(TaskKey, Arc<TaskSpec>)> = self
             .tasks
             .iter()
             .filter(|(_, t)| t.in_flight)
@@ -244,8 +248,6 @@ impl TaskTable {
 mod tests {
     use std::time::Duration;
 
-    use serde_json::Map;
-
     use super::*;
     use crate::events::TaskState;
 
@@ -253,18 +255,18 @@ mod tests {
         TaskRef {
             node: 0,
             item: None,
-            spec: TaskSpec {
+            spec: Arc::new(TaskSpec {
                 key,
                 node: "n".into(),
                 attempt: 1,
                 item: None,
                 state: TaskState::whole(State::default()),
-                scope: Map::new(),
+                scope: crate::events::empty_state(),
                 timeout: Duration::from_secs(1),
                 team: None,
                 prompts: None,
                 first_key: None,
-            },
+            }),
             in_flight: false,
         }
     }

@@ -230,7 +230,7 @@ impl Wave {
 
     /// What item `index` of map (or loop) `map` has written so far, while
     /// it runs.
-    pub(super) fn item_writes(&self, map: &str, index: usize) -> Option<&Map<String, Value>> {
+    pub(super) fn item_writes(&self, map: &str, index: usize) -> Option<&State> {
         self.outcomes.iter().find_map(|slot| match slot {
             Member::Mapping(run) => run.item_writes(map, index),
             _ => None,

@@ -62,7 +62,14 @@ impl RunMachine {
     pub(super) fn start_member(&mut self, idx: NodeIdx, s0: &State, fx: &mut Vec<Effect>) {
         let node = self.graph().node(idx);
         if node.is_worker_task() {
-            self.launch(idx, 1, None, TaskState::whole(s0.clone()), Map::new(), fx);
+            self.launch(
+                idx,
+                1,
+                None,
+                TaskState::whole(s0.clone()),
+                empty_state(),
+                fx,
+            );
             return;
         }
         match &node.kind {

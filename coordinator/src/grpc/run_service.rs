@@ -105,13 +105,15 @@ impl RunService for RunApi {
     ) -> Result<Response<EventStream>, Status> {
         let caller = principal(&request)?;
         let request = request.into_inner();
+        let wanted = wanted_types(request.types)?;
         let feed = self
             .access
             .watch(&caller, &request.run_id, request.from)
             .await?;
-        let events = feed.map(|event| match event {
-            Ok(stored) => Ok(convert::event(&stored)),
-            Err(error) => Err(Status::from(error)),
+        let events = feed.filter_map(move |event| match event {
+            Ok(stored) if wanted.wants(stored.event.kind()) => Some(Ok(convert::event(&stored))),
+            Ok(_) => None,
+            Err(error) => Some(Err(Status::from(error))),
         });
         Ok(Response::new(Box::pin(events)))
     }
@@ -166,5 +168,53 @@ impl RunService for RunApi {
             .retry(&caller, &request.into_inner().run_id)
             .await?;
         Ok(Response::new(report.into()))
+    }
+}
+
+/// The event types a watch asked for (none: all).
+struct Wanted(Vec<String>);
+
+impl Wanted {
+    fn wants(&self, kind: &str) -> bool {
+        self.0.is_empty() || self.0.iter().any(|t| t == kind)
+    }
+}
+
+/// A watch's `types`, each checked to be an event's type.
+fn wanted_types(types: Vec<String>) -> Result<Wanted, Status> {
+    let kinds = weft_proto::events::RunEvent::KINDS;
+    if let Some(unknown) = types.iter().find(|t| !kinds.contains(&t.as_str())) {
+        return Err(Status::invalid_argument(format!(
+            "WatchRunRequest.types: '{unknown}' is not an event type (the types are {})",
+            kinds.join(", ")
+        )));
+    }
+    Ok(Wanted(types))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_watch_may_ask_for_some_types_and_not_for_an_unknown_one() {
+        let all = wanted_types(Vec::new()).unwrap();
+        assert!(all.wants("node_started") && all.wants("run_finished"));
+        let ends = wanted_types(vec!["run_finished".into(), "waiting_for_input".into()]).unwrap();
+        assert!(ends.wants("run_finished") && ends.wants("waiting_for_input"));
+        assert!(!ends.wants("node_started"));
+        let Err(error) = wanted_types(vec!["run_finished".into(), "run_ended".into()]) else {
+            panic!("an unknown type is refused");
+        };
+        assert_eq!(error.code(), tonic::Code::InvalidArgument);
+        assert!(
+            error.message().contains("'run_ended' is not an event type"),
+            "{}",
+            error.message()
+        );
+        assert!(
+            error.message().contains("map_item_finished"),
+            "names the types"
+        );
     }
 }

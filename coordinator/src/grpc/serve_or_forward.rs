@@ -487,7 +487,11 @@ impl FrontRuns {
             let feed = access.watch(caller.principal()?, &id, from).await?;
             return Ok(Box::pin(feed.map(|event| event.map_err(Status::from))));
         }
-        let request = caller.request(pb::WatchRunRequest { run_id: id, from });
+        let request = caller.request(pb::WatchRunRequest {
+            run_id: id,
+            from,
+            types: Vec::new(),
+        });
         let events = self.watch_run(request).await?.into_inner();
         Ok(Box::pin(events.filter_map(|event| match event {
             Ok(event) => super::convert::stored_event(event).map(Ok),

@@ -15,7 +15,9 @@ use std::collections::{HashMap, VecDeque};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
-use super::super::events::{RunEvent, State, UntilJudge};
+use std::sync::Arc;
+
+use super::super::events::{RunEvent, State, UntilJudge, empty_state};
 use super::super::plan::RunPlan;
 use super::{ItemRun, MapNames, MapRun, MapStartError, fork_state};
 use crate::graph::Meter;
@@ -95,7 +97,7 @@ impl MapRun {
     /// The body's first step, with nothing written yet.
     pub(super) fn loop_fork(&self, looping: &Looping) -> ItemRun {
         ItemRun {
-            writes: Map::new(),
+            writes: empty_state(),
             scope: loop_scope(looping),
             at: self.names.branch.unwrap_or(self.map),
             step: 1,
@@ -272,7 +274,8 @@ impl MapRun {
             "reason": reason,
         }));
         if done {
-            looping.writes = Some(std::mem::take(&mut run.writes));
+            let writes = std::mem::replace(&mut run.writes, empty_state());
+            looping.writes = Some(Arc::unwrap_or_clone(writes));
             self.runs[0] = None;
             self.done = 1;
             self.active = 0;
@@ -298,7 +301,7 @@ impl MapRun {
 }
 
 /// The scope every body step of this iteration sees.
-fn loop_scope(looping: &Looping) -> Map<String, Value> {
+fn loop_scope(looping: &Looping) -> State {
     let mut scope = Map::new();
     scope.insert(
         "loop".into(),
@@ -308,5 +311,5 @@ fn loop_scope(looping: &Looping) -> Map<String, Value> {
             "feedback": looping.feedback,
         }),
     );
-    scope
+    Arc::new(scope)
 }

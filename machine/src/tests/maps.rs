@@ -241,7 +241,7 @@ fn fail_fast_cancels_items_still_in_flight() {
     let specs: Vec<TaskSpec> = effects
         .into_iter()
         .filter_map(|e| match e {
-            Effect::Dispatch(spec) => Some(*spec),
+            Effect::Dispatch(spec) => Some((*spec).clone()),
             _ => None,
         })
         .collect();

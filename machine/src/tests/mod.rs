@@ -172,7 +172,7 @@ impl Harness {
             match effect {
                 Effect::Dispatch(spec) => {
                     self.dispatched.push((*spec).clone());
-                    self.in_flight.push_back(*spec);
+                    self.in_flight.push_back((*spec).clone());
                     self.max_in_flight = self.max_in_flight.max(self.in_flight.len());
                     let mut items: Vec<usize> = self
                         .in_flight
@@ -288,11 +288,11 @@ impl Harness {
                 let Some(spec) = spec else { return };
                 let handler = self
                     .handlers
-                    .get_mut(&spec.node)
+                    .get_mut(spec.node.as_str())
                     .unwrap_or_else(|| panic!("no handler for node '{}'", spec.node));
                 // A flagged step's seat is in its scope as `_team`, and it
                 // reads its whole inbox, as a script does.
-                let mut scope = spec.scope.clone();
+                let mut scope = (*spec.scope).clone();
                 let read = spec
                     .team
                     .as_ref()
@@ -313,7 +313,7 @@ impl Harness {
                         failure: TaskFailure {
                             kind: self
                                 .fails_as
-                                .get(&spec.node)
+                                .get(spec.node.as_str())
                                 .copied()
                                 .unwrap_or(FailureKind::HandlerError),
                             message,

@@ -66,7 +66,9 @@ impl Driver {
     fn absorb(&mut self, effects: &[Effect]) {
         for effect in effects {
             match effect {
-                Effect::Dispatch(spec) => self.awaited.push_back(Awaited::Task(spec.clone())),
+                Effect::Dispatch(spec) => self
+                    .awaited
+                    .push_back(Awaited::Task(Box::new((**spec).clone()))),
                 Effect::ScheduleRetry { key, .. } => self.awaited.push_back(Awaited::Retry(*key)),
                 Effect::CallReducer { call, .. } => {
                     self.awaited.push_back(Awaited::Call(*call, false))
@@ -288,7 +290,7 @@ nodes:
     restores_everywhere(
         yaml,
         json!({}),
-        |spec| ok(spec, json!({spec.node.clone(): true})),
+        |spec| ok(spec, json!({spec.node.as_str(): true})),
         Input::Cancel { by: None },
     );
 }

@@ -304,6 +304,33 @@ pub enum RunEvent {
 }
 
 impl RunEvent {
+    /// Every name [`Self::kind`] gives, in the order of the wire's
+    /// `RunEvent.event` fields (a test holds the two lists together).
+    pub const KINDS: &'static [&'static str] = &[
+        "wave_started",
+        "node_started",
+        "node_finished",
+        "node_retrying",
+        "node_failed",
+        "node_skipped",
+        "state_changed",
+        "loop_reset",
+        "map_item_finished",
+        "task_unhosted",
+        "waiting_for_input",
+        "input_received",
+        "run_finished",
+        "loop_iteration",
+        "subgraph_started",
+        "message_sent",
+        "model_called",
+        "tool_called",
+        "run_submitted",
+        "run_retried",
+        "cancel_requested",
+        "task_redispatched",
+    ];
+
     /// The event's name, as the `type` of its JSON form.
     pub fn kind(&self) -> &'static str {
         match self {
@@ -330,5 +357,31 @@ impl RunEvent {
             Self::CancelRequested { .. } => "cancel_requested",
             Self::RunFinished { .. } => "run_finished",
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::RunEvent;
+
+    /// `RunEvent::KINDS` is the wire's list of event fields, in order: a
+    /// new event added to the `.proto` and not to the list fails here.
+    #[test]
+    fn the_kinds_are_the_wire_s_event_fields() {
+        let proto = include_str!("../../protos/weft/v1/runs.proto");
+        let message = proto
+            .split("message RunEvent {")
+            .nth(1)
+            .expect("the RunEvent message");
+        let oneof = message
+            .split("oneof event {")
+            .nth(1)
+            .and_then(|rest| rest.split('}').next())
+            .expect("its event oneof");
+        let fields: Vec<&str> = oneof
+            .lines()
+            .filter_map(|line| line.split_whitespace().nth(1))
+            .collect();
+        assert_eq!(fields, RunEvent::KINDS);
     }
 }

@@ -19,7 +19,7 @@ import grpc
 import grpc.aio
 
 from . import errors
-from .client import _MAX_MESSAGE, Graph, bundle_of, bundle_to_wire, settings
+from .client import _MAX_MESSAGE, ENDS, Graph, bundle_of, bundle_to_wire, settings
 from .types import Event, RunInfo, checked_status, event_from_wire, run_from_wire
 from .v1 import runs_pb2 as pb
 from .v1 import runs_pb2_grpc as rpc
@@ -127,7 +127,13 @@ class Client:
 
     async def events(self, run_id: str, start: int = 0) -> AsyncIterator[Event]:
         """The events of run `run_id` from position `start`."""
-        stream = self._stub.WatchRun(pb.WatchRunRequest(run_id=run_id, **{"from": start}), metadata=self._metadata)
+        async for event in self._events(run_id, start, ()):
+            yield event
+
+    async def _events(self, run_id: str, start: int, types: tuple) -> AsyncIterator[Event]:
+        """The events of run `run_id` from `start`, those of `types` (none: all)."""
+        request = pb.WatchRunRequest(run_id=run_id, types=types, **{"from": start})
+        stream = self._stub.WatchRun(request, metadata=self._metadata)
         try:
             async for message in stream:
                 event = event_from_wire(message)
@@ -146,7 +152,8 @@ class Client:
                 info = await self.get(run_id)
                 if info.done or info.status == "waiting":
                     return info
-                async for event in self.events(run_id, start):
+                # Only the events that end or pause a run are sent.
+                async for event in self._events(run_id, start, ENDS):
                     start = event.seq + 1
                     if event.ends_or_pauses:
                         break

@@ -29,6 +29,10 @@ Graph = Union[str, "os.PathLike[str]", dict, GraphBundle]
 # The largest message either side sends (a bundle, a state).
 _MAX_MESSAGE = 256 << 20
 
+# The event types that end or pause a run: all a wait asks the coordinator
+# to send.
+ENDS = ("run_finished", "waiting_for_input")
+
 
 def channel(url: str, ca: Optional[Union[str, bytes]] = None) -> grpc.Channel:
     """A channel to `url` (`http://HOST:PORT`, or `https://` with `ca`, a
@@ -192,7 +196,8 @@ class Client:
                 raise TimeoutError(f"run {run_id} is still {info.status} after {timeout} s")
             try:
                 stream = self._stub.WatchRun(
-                    pb.WatchRunRequest(run_id=run_id, **{"from": start}),
+                    # Only the events that end or pause a run are sent.
+                    pb.WatchRunRequest(run_id=run_id, types=ENDS, **{"from": start}),
                     metadata=self._metadata,
                     timeout=remaining,
                 )

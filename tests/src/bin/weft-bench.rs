@@ -11,7 +11,9 @@
 //! `cargo run --release -p weft-tests --bin weft-bench` prints a table and
 //! one JSON line per workload.
 
-/// The allocator the binaries use, so the figures are theirs.
+/// The allocator the binaries use, so the figures are theirs (the
+/// system's without the `jemalloc` feature, for heap profilers).
+#[cfg(feature = "jemalloc")]
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 

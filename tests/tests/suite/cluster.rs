@@ -395,3 +395,68 @@ async fn scripts_get_the_protocol_environment_and_their_env_map() -> anyhow::Res
     );
     Ok(())
 }
+
+/// A watch that names event types gets those alone, each with its place in
+/// the log; a type that no event has is refused with the list. `wait`
+/// relies on it to skip a map's item events.
+#[tokio::test]
+async fn a_watch_that_names_types_gets_only_those() -> anyhow::Result<()> {
+    use weft_proto::v1 as pb;
+    use weft_proto::v1::run_event::Event as Kind;
+
+    let cluster = TestCluster::with_test_workers(&["a"], 4).await?;
+    let client = cluster.client().await?;
+    let run = client
+        .submit_graph(&doubling_map(12, 0, 4), &json!({}))
+        .await?;
+    let done = tokio::time::timeout(PATIENCE, client.wait(&run.run_id)).await??;
+    assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error);
+    let every = weft_tests::events_of(&client, &run.run_id, "node_started").await?;
+    assert_eq!(every.len(), 12, "the 12 items started");
+
+    let mut runs =
+        pb::run_service_client::RunServiceClient::connect(cluster.url().to_owned()).await?;
+    let watch = |types: &[&str]| pb::WatchRunRequest {
+        run_id: run.run_id.to_string(),
+        from: 0,
+        types: types.iter().map(|t| t.to_string()).collect(),
+    };
+    let mut stream = runs
+        .watch_run(watch(&["map_item_finished", "run_finished"]))
+        .await?
+        .into_inner();
+    let mut seen = Vec::new();
+    while let Some(event) = tokio::time::timeout(PATIENCE, stream.message()).await?? {
+        seen.push(event);
+    }
+    let items = seen
+        .iter()
+        .filter(|e| matches!(e.event, Some(Kind::MapItemFinished(_))))
+        .count();
+    assert_eq!(items, 12, "every item's event");
+    assert!(
+        matches!(
+            seen.last().and_then(|e| e.event.as_ref()),
+            Some(Kind::RunFinished(_))
+        ),
+        "the run's end comes last"
+    );
+    assert_eq!(seen.len(), 13, "nothing else: {seen:?}");
+    assert!(
+        seen.windows(2).all(|w| w[0].seq < w[1].seq) && seen[0].seq > 0,
+        "each keeps its place in the log"
+    );
+
+    let Err(refused) = runs.watch_run(watch(&["run_finished", "run_ended"])).await else {
+        panic!("an unknown type is refused");
+    };
+    assert_eq!(refused.code(), tonic::Code::InvalidArgument);
+    assert!(
+        refused
+            .message()
+            .contains("'run_ended' is not an event type"),
+        "{}",
+        refused.message()
+    );
+    Ok(())
+}

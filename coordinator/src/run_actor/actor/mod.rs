@@ -449,7 +449,7 @@ impl RunActor {
     fn perform_each(&mut self, effects: Vec<Effect>) {
         for effect in effects {
             match effect {
-                Effect::Dispatch(spec) => self.dispatch(*spec),
+                Effect::Dispatch(spec) => self.dispatch(&spec),
                 Effect::ScheduleRetry { key, delay } => {
                     let _ = self.timers.send((key, delay));
                 }

@@ -117,7 +117,9 @@ impl RunActor {
         }
     }
 
-    pub(super) fn dispatch(&mut self, spec: TaskSpec) {
+    /// Sends the task `spec` describes to a worker. The spec stays the
+    /// machine's: what the assignment needs is copied out of it.
+    pub(super) fn dispatch(&mut self, spec: &TaskSpec) {
         let Some(idx) = self.plan.graph().node_index(&spec.node) else {
             return;
         };
@@ -125,24 +127,25 @@ impl RunActor {
             return;
         };
         let state = self.fields.task_fields(&spec.state);
-        let traceparent = self.spans.task_started(&spec, binding.kind.as_str());
-        let scope_json = Value::Object(spec.scope).to_string();
+        let traceparent = self.spans.task_started(spec, binding.kind.as_str());
+        let scope_json = weft_proto::json::object_to_string(&spec.scope);
         let task = TaskAssignment {
             run_id: self.id.clone(),
             key: spec.key,
-            node: spec.node.into(),
+            node: spec.node.clone(),
             attempt: spec.attempt,
             kind: binding.kind,
             config_json: binding.config.clone(),
             state,
             scope_json,
-            item: spec.item,
+            item: spec.item.clone(),
             timeout: spec.timeout,
             bundle: self.bundle.clone(),
-            team: spec.team,
+            team: spec.team.clone(),
             prompts_json: spec
                 .prompts
-                .map(|p| Value::Object(p).to_string())
+                .as_ref()
+                .map(weft_proto::json::object_to_string)
                 .unwrap_or_default(),
             traceparent,
             remote_tools: Vec::new(),
