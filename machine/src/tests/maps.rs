@@ -462,3 +462,50 @@ nodes:
     assert_eq!(h.state()["results"], json!([2, 4]));
     assert_eq!(h.runs_of("double"), 3);
 }
+
+/// An item's step copies nothing it does not change: the dispatch shares
+/// the spec the run keeps, and the step's view and scope share the item's
+/// binding. The first write of the step's result copies the binding once,
+/// leaving the finished step's view as it was.
+#[test]
+fn an_item_s_step_shares_its_spec_and_binding_instead_of_copying_them() {
+    use std::sync::Arc;
+
+    let mut machine = RunMachine::new(plan(DOUBLE), obj(json!({"items": [1, 2]}))).unwrap();
+    let specs: Vec<Arc<TaskSpec>> = machine
+        .start()
+        .into_iter()
+        .filter_map(|e| match e {
+            Effect::Dispatch(spec) => Some(spec),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(specs.len(), 2);
+    for spec in &specs {
+        let kept = &machine.run.tasks.get(spec.key).expect("in flight").spec;
+        assert!(Arc::ptr_eq(kept, spec), "the dispatch is the kept spec");
+        assert!(
+            Arc::ptr_eq(&spec.state.overlay, &spec.scope),
+            "the view's overlay and the scope are one binding"
+        );
+        assert!(spec.state.item_writes);
+    }
+    assert_eq!(*specs[1].scope, obj(json!({"item": 2})));
+    let first = specs[0].clone();
+    let binding = first.scope.clone();
+    drop(specs);
+    machine
+        .apply(Input::TaskReturned {
+            key: first.key,
+            worker: "w1".into(),
+            result: Ok((r#"{"doubled": 2}"#.to_owned(), None)),
+            read: Vec::new(),
+            notes: Vec::new(),
+        })
+        .unwrap();
+    assert_eq!(
+        *binding,
+        obj(json!({"item": 1})),
+        "the step's view is unchanged"
+    );
+}
