@@ -170,16 +170,17 @@ async fn run_handler(
         .config
         .get("handler")
         .and_then(Value::as_str)
-        .unwrap_or_default()
-        .to_owned();
-    let handler = registry.handlers.get(&name).cloned().ok_or_else(|| {
+        .unwrap_or_default();
+    let handler = registry.handlers.get(name).cloned().ok_or_else(|| {
         Failure::new(
             FailureKind::UnknownHandler,
             format!("this worker has no handler '{name}'"),
         )
     })?;
     let state = std::mem::take(&mut task.state);
-    let context = TaskContext::of(task, team);
+    // The handler is the scope's last reader: its context takes it.
+    let scope = std::mem::take(&mut task.scope);
+    let context = TaskContext::of(task, scope, team);
     let future = handler(&state, context)
         .map_err(|message| Failure::new(FailureKind::HandlerError, message))?;
     drop(state);

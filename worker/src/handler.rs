@@ -102,14 +102,15 @@ impl From<&str> for HandlerError {
 }
 
 impl TaskContext {
-    /// The context of `task`'s attempt, with its team when it has one.
-    pub(crate) fn of(task: &crate::Task, team: Option<Team>) -> Self {
+    /// The context of `task`'s attempt, its scope `scope` (the task's,
+    /// moved or copied by the caller), with its team when it has one.
+    pub(crate) fn of(task: &crate::Task, scope: Map<String, Value>, team: Option<Team>) -> Self {
         Self {
             run_id: task.run_id.clone(),
             node: task.node.clone(),
             attempt: task.attempt,
             item: task.item,
-            scope: task.scope.clone(),
+            scope,
             team,
         }
     }

@@ -399,7 +399,7 @@ impl Agent<'_> {
 
     /// The context a registered tool is called with.
     fn context(&self) -> TaskContext {
-        TaskContext::of(self.task, self.team.clone())
+        TaskContext::of(self.task, self.task.scope.clone(), self.team.clone())
     }
 }
 
