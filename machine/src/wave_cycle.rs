@@ -139,16 +139,27 @@ impl RunMachine {
                 continue;
             }
             let graph = plan.graph();
-            let incoming: Vec<EdgeStatus> = graph
-                .in_edges(idx)
-                .iter()
-                .filter(|&&e| graph.edges[e].is_forward())
-                .map(|&e| self.run.edges[e])
-                .collect();
-            if incoming.is_empty() || incoming.contains(&EdgeStatus::Unresolved) {
+            // Read in place: every pending node is looked at in every
+            // wave, so a list of its edges' statuses would be an
+            // allocation per pending node per wave (a third of a long
+            // chain's allocations).
+            let (mut forward, mut taken) = (false, false);
+            let mut unresolved = false;
+            for &e in graph.in_edges(idx) {
+                if !graph.edges[e].is_forward() {
+                    continue;
+                }
+                forward = true;
+                match self.run.edges[e] {
+                    EdgeStatus::Unresolved => unresolved = true,
+                    EdgeStatus::Taken => taken = true,
+                    EdgeStatus::NotTaken => {}
+                }
+            }
+            if !forward || unresolved {
                 continue;
             }
-            if incoming.contains(&EdgeStatus::Taken) {
+            if taken {
                 ready.insert(idx);
             } else {
                 self.run.nodes[idx] = NodeStatus::Skipped;
