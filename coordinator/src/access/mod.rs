@@ -14,7 +14,7 @@ mod report;
 mod watch;
 
 pub use report::{RunReport, Shown, WaitingNode};
-pub use watch::EventFeed;
+pub use watch::{EventFeed, EventTypes};
 pub use weft_proto::events::StoredEvent;
 
 use serde_json::Value;

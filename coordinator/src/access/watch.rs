@@ -23,6 +23,29 @@ pub type EventFeed = Pin<Box<dyn Stream<Item = Result<StoredEvent, RunRequestErr
 /// again.
 const FEED_BUFFER: usize = 256;
 
+/// The event types a watcher asked for (none: every type).
+#[derive(Debug, Clone, Default)]
+pub struct EventTypes(Vec<String>);
+
+impl EventTypes {
+    /// `types`, each checked to be an event's type (its JSON `type`).
+    pub fn parse(types: Vec<String>) -> Result<Self, String> {
+        let kinds = RunEvent::KINDS;
+        if let Some(unknown) = types.iter().find(|t| !kinds.contains(&t.as_str())) {
+            return Err(format!(
+                "'{unknown}' is not an event type (the types are {})",
+                kinds.join(", ")
+            ));
+        }
+        Ok(Self(types))
+    }
+
+    /// Whether an event of type `kind` is wanted.
+    pub fn wants(&self, kind: &str) -> bool {
+        self.0.is_empty() || self.0.iter().any(|t| t == kind)
+    }
+}
+
 /// Whether `stored` ends its run's log.
 fn is_final(stored: &StoredEvent) -> bool {
     matches!(&*stored.event, RunEvent::RunFinished { .. })
@@ -92,4 +115,29 @@ pub(super) async fn feed(
         }
     });
     Ok(Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx)))
+}
+
+#[cfg(test)]
+mod types_tests {
+    use super::EventTypes;
+
+    #[test]
+    fn a_watch_may_ask_for_some_types_and_not_for_an_unknown_one() {
+        let all = EventTypes::parse(Vec::new()).unwrap();
+        assert!(all.wants("node_started") && all.wants("run_finished"));
+        let ends =
+            EventTypes::parse(vec!["run_finished".into(), "waiting_for_input".into()]).unwrap();
+        assert!(ends.wants("run_finished") && ends.wants("waiting_for_input"));
+        assert!(!ends.wants("node_started"));
+        let error = EventTypes::parse(vec!["run_finished".into(), "run_ended".into()])
+            .expect_err("an unknown type is refused");
+        assert!(
+            error.contains("'run_ended' is not an event type"),
+            "{error}"
+        );
+        assert!(
+            error.contains("map_item_finished"),
+            "names the types: {error}"
+        );
+    }
 }

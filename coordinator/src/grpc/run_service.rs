@@ -11,7 +11,7 @@ use weft_proto::v1 as pb;
 use weft_proto::v1::run_service_server::RunService;
 
 use super::{convert, principal};
-use crate::access::{RunAccess, Shown};
+use crate::access::{EventTypes, RunAccess, Shown};
 use crate::runs::SubmitError;
 use crate::term::Services;
 
@@ -105,7 +105,8 @@ impl RunService for RunApi {
     ) -> Result<Response<EventStream>, Status> {
         let caller = principal(&request)?;
         let request = request.into_inner();
-        let wanted = wanted_types(request.types)?;
+        let wanted = EventTypes::parse(request.types)
+            .map_err(|error| Status::invalid_argument(format!("WatchRunRequest.types: {error}")))?;
         let feed = self
             .access
             .watch(&caller, &request.run_id, request.from)
@@ -168,53 +169,5 @@ impl RunService for RunApi {
             .retry(&caller, &request.into_inner().run_id)
             .await?;
         Ok(Response::new(report.into()))
-    }
-}
-
-/// The event types a watch asked for (none: all).
-struct Wanted(Vec<String>);
-
-impl Wanted {
-    fn wants(&self, kind: &str) -> bool {
-        self.0.is_empty() || self.0.iter().any(|t| t == kind)
-    }
-}
-
-/// A watch's `types`, each checked to be an event's type.
-fn wanted_types(types: Vec<String>) -> Result<Wanted, Status> {
-    let kinds = weft_proto::events::RunEvent::KINDS;
-    if let Some(unknown) = types.iter().find(|t| !kinds.contains(&t.as_str())) {
-        return Err(Status::invalid_argument(format!(
-            "WatchRunRequest.types: '{unknown}' is not an event type (the types are {})",
-            kinds.join(", ")
-        )));
-    }
-    Ok(Wanted(types))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_watch_may_ask_for_some_types_and_not_for_an_unknown_one() {
-        let all = wanted_types(Vec::new()).unwrap();
-        assert!(all.wants("node_started") && all.wants("run_finished"));
-        let ends = wanted_types(vec!["run_finished".into(), "waiting_for_input".into()]).unwrap();
-        assert!(ends.wants("run_finished") && ends.wants("waiting_for_input"));
-        assert!(!ends.wants("node_started"));
-        let Err(error) = wanted_types(vec!["run_finished".into(), "run_ended".into()]) else {
-            panic!("an unknown type is refused");
-        };
-        assert_eq!(error.code(), tonic::Code::InvalidArgument);
-        assert!(
-            error.message().contains("'run_ended' is not an event type"),
-            "{}",
-            error.message()
-        );
-        assert!(
-            error.message().contains("map_item_finished"),
-            "names the types"
-        );
     }
 }

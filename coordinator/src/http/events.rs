@@ -1,6 +1,7 @@
-//! `GET /api/v1/runs/ID/events?from=N`: a run's events as server-sent
-//! events, from position `N` (or after the `Last-Event-ID` a reconnecting
-//! browser sends), live until the run ends. Each event's `id` is its
+//! `GET /api/v1/runs/ID/events?from=N&types=A,B`: a run's events as
+//! server-sent events, from position `N` (or after the `Last-Event-ID` a
+//! reconnecting browser sends), those of the types named (none: all), live
+//! until the run ends. Each event's `id` is its
 //! position and its `data` its JSON form (`run_json::event_json`); the
 //! stream ends after the run's `run_finished`, or with an `error` event
 //! that says why it cannot go on. A comment every 15 seconds keeps idle
@@ -19,11 +20,14 @@ use tokio_stream::{Stream, StreamExt};
 use super::Api;
 use super::caller::{ApiError, Caller, parameters};
 use super::run_json::event_json;
+use crate::access::EventTypes;
 use crate::auth::Role;
 
 #[derive(Deserialize)]
 pub(super) struct EventsQuery {
     from: Option<u64>,
+    /// Only these event types, comma-separated (none: all).
+    types: Option<String>,
 }
 
 /// Where a stream starts: `?from=`, else after the last event a
@@ -46,14 +50,28 @@ pub(super) async fn stream(
     let caller = Caller::admit(&api.identities, &headers, ("WatchRun", Role::Reader))?;
     let query = parameters(query)?;
     let from = start(&query, &headers);
+    let types = query
+        .types
+        .as_deref()
+        .map(|list| {
+            list.split(',')
+                .map(|t| t.trim().to_owned())
+                .filter(|t| !t.is_empty())
+        })
+        .into_iter()
+        .flatten()
+        .collect();
+    let wanted = EventTypes::parse(types)
+        .map_err(|error| ApiError::bad_request(format!("types: {error}")))?;
     let events = api.front.watch(&caller.credentials, id, from).await?;
-    let sent = events.map(|event| match event {
-        Ok(stored) => Ok(Event::default()
+    let sent = events.filter_map(move |event| match event {
+        Ok(stored) if !wanted.wants(stored.event.kind()) => None,
+        Ok(stored) => Some(Ok(Event::default()
             .id(stored.seq.to_string())
-            .data(event_json(&stored).to_string())),
+            .data(event_json(&stored).to_string()))),
         Err(status) => {
             let error = serde_json::json!({ "message": status.message() });
-            Ok(Event::default().event("error").data(error.to_string()))
+            Some(Ok(Event::default().event("error").data(error.to_string())))
         }
     });
     Ok(Sse::new(sent).keep_alive(KeepAlive::new().interval(Duration::from_secs(15))))

@@ -420,6 +420,34 @@ async fn events_stream_as_server_sent_events_from_any_position() -> anyhow::Resu
     let tail = read_stream(resumed, "run_finished").await?;
     assert_eq!(tail.first().map(|(id, _)| *id), Some(5));
 
+    // Some types only, each at its place in the log; an unknown type is
+    // refused before any stream.
+    let some = http
+        .get(format!("{url}?types=input_received,run_finished"))
+        .bearer_auth(VIEWER)
+        .send()
+        .await?;
+    let picked = read_stream(some, "run_finished").await?;
+    let expected: Vec<(u64, &str)> = events
+        .iter()
+        .filter(|(_, e)| e["type"] == "input_received" || e["type"] == "run_finished")
+        .map(|(id, e)| (*id, e["type"].as_str().unwrap()))
+        .collect();
+    let got: Vec<(u64, &str)> = picked
+        .iter()
+        .map(|(id, e)| (*id, e["type"].as_str().unwrap()))
+        .collect();
+    assert_eq!(got, expected);
+    assert_eq!(got.len(), 2, "{got:?}");
+    let unknown = http
+        .get(format!("{url}?types=run_ended"))
+        .bearer_auth(VIEWER)
+        .send()
+        .await?;
+    assert_eq!(unknown.status(), 400);
+    let body = unknown.text().await?;
+    assert!(body.contains("'run_ended' is not an event type"), "{body}");
+
     // Another namespace's run, or none: not found, before any stream.
     let missing = http
         .get(format!("{base}/api/v1/runs/run-nope/events"))
