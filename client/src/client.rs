@@ -16,7 +16,7 @@ use crate::builder::GraphBuilder;
 use crate::bundle::GraphBundle;
 pub use crate::error::ClientError;
 pub use crate::runs::{Answer, ChildRun, Event, RunInfo, UnhostedWait, WaitingNode};
-use crate::runs::{ends_or_pauses_on_wire, run_info};
+use crate::runs::{ENDS_OR_PAUSES, ends_or_pauses_on_wire, run_info};
 
 /// A run's status (the coordinator's own vocabulary).
 pub use weft_proto::types::RunStatus;
@@ -270,10 +270,8 @@ impl Client {
             // map's thousands of item events stay where they are), and
             // their kinds are checked again in case it is older and sends
             // all.
-            let ends = ["run_finished", "waiting_for_input"].map(String::from);
-            let mut events = self
-                .watch_wire(run_id, info.event_count, ends.into())
-                .await?;
+            let ends = ENDS_OR_PAUSES.map(String::from).into();
+            let mut events = self.watch_wire(run_id, info.event_count, ends).await?;
             loop {
                 match events.message().await {
                     Ok(Some(event)) if ends_or_pauses_on_wire(&event) => break,

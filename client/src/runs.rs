@@ -149,6 +149,9 @@ impl Event {
 }
 
 /// [`Event::ends_or_pauses`] read off the wire, without decoding the event.
+/// The event types that end or pause a run: all a wait asks to be sent.
+pub(crate) const ENDS_OR_PAUSES: [&str; 2] = ["run_finished", "waiting_for_input"];
+
 pub(crate) fn ends_or_pauses_on_wire(event: &pb::RunEvent) -> bool {
     use pb::run_event::Event as Kind;
     matches!(

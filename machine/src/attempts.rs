@@ -108,9 +108,8 @@ impl RunMachine {
         let plan = self.plan.clone();
         while let Some(task) = self.run.tasks.start_next(cap) {
             let seat = seat_for(&mut self.run.wave, &plan, task);
-            if seat.is_some() || task.spec.team.is_some() {
-                Arc::make_mut(&mut task.spec).team = seat;
-            }
+            // Not yet shared (a queued spec is the table's alone): no copy.
+            Arc::make_mut(&mut task.spec).team = seat;
             fx.push(Effect::Emit(RunEvent::NodeStarted {
                 node: task.spec.node.clone(),
                 attempt: task.spec.attempt,

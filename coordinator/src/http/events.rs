@@ -50,16 +50,10 @@ pub(super) async fn stream(
     let caller = Caller::admit(&api.identities, &headers, ("WatchRun", Role::Reader))?;
     let query = parameters(query)?;
     let from = start(&query, &headers);
-    let types = query
-        .types
-        .as_deref()
-        .map(|list| {
-            list.split(',')
-                .map(|t| t.trim().to_owned())
-                .filter(|t| !t.is_empty())
-        })
-        .into_iter()
-        .flatten()
+    let types = (query.types.as_deref().unwrap_or_default().split(','))
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+        .map(str::to_owned)
         .collect();
     let wanted = EventTypes::parse(types)
         .map_err(|error| ApiError::bad_request(format!("types: {error}")))?;
