@@ -10,8 +10,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // Server traits only for crates that serve (the coordinator): a client
     // never pulls in tonic's server and router.
     let server = std::env::var_os("CARGO_FEATURE_SERVER").is_some();
+    // Every service encodes with `codec::SizedCodec`: room for a whole
+    // message made at once.
     tonic_prost_build::configure()
         .build_server(server)
+        .codec_path("crate::codec::SizedCodec")
         .compile_fds(descriptors)?;
     Ok(())
 }

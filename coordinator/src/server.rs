@@ -206,6 +206,9 @@ where
         .max_encoding_message_size(weft_proto::MAX_MESSAGE_BYTES);
     crate::metrics::READY.store(true, std::sync::atomic::Ordering::Relaxed);
     let served = tonic::transport::Server::builder()
+        .initial_stream_window_size(weft_proto::transport::STREAM_WINDOW)
+        .initial_connection_window_size(weft_proto::transport::CONNECTION_WINDOW)
+        .max_frame_size(weft_proto::transport::MAX_FRAME)
         // Pings keep a quiet stream (a watch, a wait) from looking idle.
         .http2_keepalive_interval(Some(
             Duration::from_secs(20).min(config.connections.idle / 3),

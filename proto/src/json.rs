@@ -16,16 +16,37 @@ use serde_json::{Map, Value};
 
 /// The JSON text of `value`, exactly as `serde_json::to_string` gives it.
 pub fn to_string(value: &Value) -> String {
-    let mut out = String::new();
-    write(&mut out, value);
+    let mut out = String::with_capacity(size_hint(value));
+    write_value(&mut out, value);
     out
 }
 
 /// The JSON text of an object (a state), exactly as `serde_json` gives it.
 pub fn object_to_string(map: &Map<String, Value>) -> String {
-    let mut out = String::new();
+    let mut out = String::with_capacity(object_size_hint(map));
     write_object(&mut out, map);
     out
+}
+
+/// About how long `value`'s text is: exact but for escapes and numbers
+/// (counted at their longest), so that a text is written into room made
+/// once. A 10 MB field grown as it was written was copied again by every
+/// doubling, and its pages faulted in afresh each time.
+fn size_hint(value: &Value) -> usize {
+    match value {
+        Value::Null | Value::Bool(_) => 5,
+        Value::Number(_) => 24,
+        Value::String(text) => text.len() + 2,
+        Value::Array(items) => 2 + items.iter().map(|item| size_hint(item) + 1).sum::<usize>(),
+        Value::Object(map) => object_size_hint(map),
+    }
+}
+
+fn object_size_hint(map: &Map<String, Value>) -> usize {
+    2 + map
+        .iter()
+        .map(|(key, item)| key.len() + 4 + size_hint(item))
+        .sum::<usize>()
 }
 
 /// The JSON text of an object whose values are JSON texts already
@@ -52,6 +73,11 @@ pub fn object_of_texts<'a>(fields: impl Iterator<Item = (&'a str, &'a str)> + Cl
 /// is never checked for UTF-8 again (a 10 MB field was, at 1.3
 /// instructions a byte).
 pub fn write(out: &mut String, value: &Value) {
+    out.reserve(size_hint(value));
+    write_value(out, value);
+}
+
+fn write_value(out: &mut String, value: &Value) {
     match value {
         Value::Null => out.push_str("null"),
         Value::Bool(true) => out.push_str("true"),
@@ -67,7 +93,7 @@ pub fn write(out: &mut String, value: &Value) {
                 if i > 0 {
                     out.push(',');
                 }
-                write(out, item);
+                write_value(out, item);
             }
             out.push(']');
         }
@@ -83,7 +109,7 @@ fn write_object(out: &mut String, map: &Map<String, Value>) {
         }
         write_str(out, key);
         out.push(':');
-        write(out, item);
+        write_value(out, item);
     }
     out.push('}');
 }
@@ -191,6 +217,29 @@ mod tests {
         let of_texts = object_of_texts(texts.iter().map(|(k, t)| (k.as_str(), t.as_str())));
         assert_eq!(of_texts, object_to_string(map));
         assert_eq!(object_of_texts(std::iter::empty()), "{}");
+    }
+
+    #[test]
+    fn a_text_is_written_into_room_made_once() {
+        let big = "x".repeat(1 << 20);
+        let values = [
+            json!({"counter": 1, "blob": big, "after": [true, null, {"k": "v"}]}),
+            json!([big, big]),
+            Value::String(big),
+        ];
+        for value in values {
+            let hint = size_hint(&value);
+            let text = to_string(&value);
+            assert!(text.len() <= hint, "{} > {hint}", text.len());
+            // Never grown: the room made at first is the room it has.
+            assert_eq!(text.capacity(), hint);
+            let mut appended = String::from("[");
+            write(&mut appended, &value);
+            assert!(appended.capacity() <= 1 + hint + 8, "grown while written");
+        }
+        let map = json!({"a": "x".repeat(100_000), "b": 2});
+        let text = object_to_string(map.as_object().unwrap());
+        assert_eq!(text.capacity(), object_size_hint(map.as_object().unwrap()));
     }
 
     proptest! {

@@ -29,6 +29,8 @@ pub const LEADER_METADATA: &str = "weft-leader";
 /// forwarding it again.
 pub const FORWARDED_METADATA: &str = "weft-forwarded";
 
+#[cfg(feature = "wire")]
+pub mod codec;
 pub mod events;
 pub mod ids;
 pub mod json;

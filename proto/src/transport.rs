@@ -77,6 +77,19 @@ fn read(what: &'static str, path: &Path) -> Result<Vec<u8>, EndpointError> {
     })
 }
 
+/// How much one stream may send before the receiver acknowledges it
+/// (HTTP/2 flow control): room for a big state in a few round trips
+/// rather than one per 64 KiB. A receiver's window is memory it agrees to
+/// buffer for a sender, so it is bounded.
+pub const STREAM_WINDOW: u32 = 4 << 20;
+
+/// The flow-control window of a whole connection, shared by its streams.
+pub const CONNECTION_WINDOW: u32 = 8 << 20;
+
+/// The largest HTTP/2 frame accepted: a big message crosses in fewer
+/// frames, each handled once.
+pub const MAX_FRAME: u32 = 1 << 20;
+
 /// An endpoint for `url`, with TLS when it is `https://` (trusting `tls.ca`,
 /// or the system's roots, and presenting `tls.identity` if set).
 pub fn endpoint(url: &str, tls: &ClientTls) -> Result<Endpoint, EndpointError> {
@@ -86,7 +99,10 @@ pub fn endpoint(url: &str, tls: &ClientTls) -> Result<Endpoint, EndpointError> {
     })?;
     let endpoint = endpoint
         .connect_timeout(Duration::from_secs(5))
-        .tcp_nodelay(true);
+        .tcp_nodelay(true)
+        .initial_stream_window_size(STREAM_WINDOW)
+        .initial_connection_window_size(CONNECTION_WINDOW)
+        .max_frame_size(MAX_FRAME);
     if !url.starts_with("https://") {
         if !tls.is_empty() {
             return Err(EndpointError::TlsForPlaintext {

@@ -43,6 +43,12 @@ const PUT: u8 = 1;
 const REMOVE: u8 = 2;
 const COUNTER: u8 = 3;
 
+/// The largest frame appended with its header in one write.
+const ONE_WRITE: usize = 64 << 10;
+
+/// Bytes kept free after a put for the changes that follow it.
+const FOLLOWING: usize = 256;
+
 /// The changes of one transaction, encoded for the log.
 #[derive(Default)]
 pub(crate) struct Frame {
@@ -61,6 +67,11 @@ impl Frame {
     }
 
     pub(crate) fn put(&mut self, key: &str, record: &[u8]) {
+        // Room for this change and the short ones that usually follow it
+        // (a counter, a removal), so that a frame holding a big record is
+        // not grown, and the record copied, again after it.
+        self.bytes
+            .reserve(1 + 4 + key.len() + 4 + record.len() + FOLLOWING);
         self.bytes.push(PUT);
         self.text(key);
         self.bytes
@@ -197,20 +208,31 @@ impl Wal {
     /// ones.
     pub(crate) fn append(&mut self, frame: &Frame) -> std::io::Result<u64> {
         let seq = self.last + 1;
-        let mut out = Vec::with_capacity(frame.bytes.len() + 16);
-        out.extend_from_slice(&(frame.bytes.len() as u32 + 8).to_le_bytes());
+        let mut header = [0u8; 16];
+        header[..4].copy_from_slice(&(frame.bytes.len() as u32 + 8).to_le_bytes());
         let mut crc = crc32fast::Hasher::new();
         crc.update(&seq.to_le_bytes());
         crc.update(&frame.bytes);
-        out.extend_from_slice(&crc.finalize().to_le_bytes());
-        out.extend_from_slice(&seq.to_le_bytes());
-        out.extend_from_slice(&frame.bytes);
+        header[4..8].copy_from_slice(&crc.finalize().to_le_bytes());
+        header[8..].copy_from_slice(&seq.to_le_bytes());
         let segment = &mut self.segments[self.active];
-        if let Err(error) = (&*segment.file).write_all(&out) {
+        // A small frame goes in one write with its header; a big one is
+        // written from where it is, after its header, not copied first.
+        let written = if frame.bytes.len() <= ONE_WRITE {
+            let mut out = Vec::with_capacity(frame.bytes.len() + header.len());
+            out.extend_from_slice(&header);
+            out.extend_from_slice(&frame.bytes);
+            (&*segment.file).write_all(&out)
+        } else {
+            (&*segment.file)
+                .write_all(&header)
+                .and_then(|()| (&*segment.file).write_all(&frame.bytes))
+        };
+        if let Err(error) = written {
             let _ = segment.file.set_len(segment.len);
             return Err(error);
         }
-        segment.len += out.len() as u64;
+        segment.len += (header.len() + frame.bytes.len()) as u64;
         self.last = seq;
         Ok(seq)
     }
@@ -389,6 +411,45 @@ mod tests {
         assert_eq!(keys(&Wal::open(&db, 1).unwrap().1), ["a"]);
         wal.clear().unwrap();
         assert!(Wal::open(&db, 2).unwrap().1.changes.is_empty());
+        std::fs::remove_dir_all(dir).ok();
+    }
+
+    #[test]
+    fn a_big_frame_written_apart_from_its_header_reads_back_and_its_torn_copy_ends_the_log() {
+        let dir = dir("big");
+        let db = dir.join("s.redb");
+        let (mut wal, _) = Wal::open(&db, 0).unwrap();
+        wal.clear().unwrap();
+        let record: Vec<u8> = (0..3 * ONE_WRITE).map(|i| (i % 251) as u8).collect();
+        let mut big = put("big", &record);
+        big.counter("revision", 9);
+        // Room made once: the counter after the record did not grow it.
+        assert!(big.bytes.capacity() <= big.bytes.len() + FOLLOWING);
+        assert_eq!(wal.append(&big).unwrap(), 1);
+        let mut small = Frame::default();
+        small.remove("big");
+        assert_eq!(wal.append(&small).unwrap(), 2);
+        drop(wal);
+        let log = dir.join("s.redb.wal");
+        let whole = std::fs::read(&log).unwrap();
+        let expected = vec![
+            Change::Put {
+                key: "big".into(),
+                record: record.clone(),
+            },
+            Change::Counter {
+                name: "revision".into(),
+                value: 9,
+            },
+            Change::Remove { key: "big".into() },
+        ];
+        assert_eq!(Wal::open(&db, 0).unwrap().1.changes, expected);
+        // The big frame cut after its header and part of its body (the
+        // process died between the two writes): the log ends before it.
+        let first_frame = MAGIC.len();
+        std::fs::write(&log, &whole[..first_frame + 16 + ONE_WRITE]).unwrap();
+        let replay = Wal::open(&db, 0).unwrap().1;
+        assert!(replay.changes.is_empty(), "{:?}", replay.changes.len());
         std::fs::remove_dir_all(dir).ok();
     }
 

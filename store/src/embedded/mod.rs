@@ -31,7 +31,7 @@ mod records;
 
 pub use pending::CommitPolicy;
 use pending::Log;
-use records::{Tx, entry, lease_of, merged, mod_of, read_table};
+use records::{Tx, Watched, entry, lease_of, merged, mod_of, read_table};
 
 use super::wal::{Change, Wal};
 use super::{Entry, Fence, LeaseId, Revision, Store, StoreError, WatchEvent};
@@ -116,6 +116,8 @@ struct Inner {
     /// Live leases: their time to live and when they expire.
     leases: Mutex<HashMap<LeaseId, (Duration, Instant)>>,
     changes: broadcast::Sender<WatchEvent>,
+    /// The prefixes watches follow: writes make events for these only.
+    watched: Arc<Watched>,
     writes: AtomicU64,
     log_syncs: AtomicU64,
     commits: AtomicU64,
@@ -236,6 +238,7 @@ impl EmbeddedStore {
             committing: Mutex::default(),
             leases: Mutex::default(),
             changes,
+            watched: Arc::default(),
             writes: AtomicU64::new(0),
             log_syncs: AtomicU64::new(0),
             commits: AtomicU64::new(0),
@@ -351,7 +354,7 @@ impl Inner {
         work: impl FnOnce(&mut Tx<'_>) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
         let (result, events, last) = {
-            let mut tx = Tx::new(&log, &self.db);
+            let mut tx = Tx::new(&log, &self.db, &self.watched);
             let result = work(&mut tx)?;
             let changes = tx.changes;
             let events = log.apply(changes).map_err(|source| StoreError::Io {
@@ -709,12 +712,14 @@ impl Store for EmbeddedStore {
     }
 
     async fn watch(&self, prefix: &str) -> Result<mpsc::Receiver<WatchEvent>, StoreError> {
+        let following = self.inner.watched.follow(prefix);
         let mut changes = self.inner.changes.subscribe();
         let (tx, rx) = mpsc::channel(256);
         let prefix = prefix.to_owned();
         // Weak: a watch does not keep the file open after the store is gone.
         let inner = Arc::downgrade(&self.inner);
         tokio::spawn(async move {
+            let _following = following;
             // Leases expire on their own: the watch looks every 100 ms.
             let mut tick = tokio::time::interval(Duration::from_millis(100));
             loop {

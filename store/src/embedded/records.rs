@@ -27,20 +27,66 @@ pub(super) fn read_table(db: &Database) -> Result<Table, StoreError> {
         .map_err(backend)
 }
 
+/// The key prefixes that live watches follow, each as many times as it is
+/// watched.
+#[derive(Default)]
+pub(super) struct Watched(std::sync::Mutex<Vec<String>>);
+
+impl Watched {
+    /// Whether a change to `key` is for some watch.
+    pub(super) fn covers(&self, key: &str) -> bool {
+        self.lock().iter().any(|prefix| key.starts_with(prefix.as_str()))
+    }
+
+    /// Follows `prefix` until the guard is dropped.
+    pub(super) fn follow(self: &std::sync::Arc<Self>, prefix: &str) -> Following {
+        self.lock().push(prefix.to_owned());
+        Following {
+            watched: std::sync::Arc::downgrade(self),
+            prefix: prefix.to_owned(),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<String>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// A watch's prefix, followed while this lives.
+pub(super) struct Following {
+    watched: std::sync::Weak<Watched>,
+    prefix: String,
+}
+
+impl Drop for Following {
+    fn drop(&mut self) {
+        if let Some(watched) = self.watched.upgrade() {
+            let mut prefixes = watched.lock();
+            if let Some(at) = prefixes.iter().position(|p| *p == self.prefix) {
+                prefixes.swap_remove(at);
+            }
+        }
+    }
+}
+
 /// One write transaction, made while the log is held.
 pub(super) struct Tx<'a> {
     log: &'a Log,
     db: &'a Database,
+    /// The prefixes being watched: a change to a key under none of them
+    /// makes no event (and a big value is not copied into one).
+    watched: &'a Watched,
     /// The database's table, opened at the first read that needs it.
     table: Option<Table>,
     pub(super) changes: Changes,
 }
 
 impl<'a> Tx<'a> {
-    pub(super) fn new(log: &'a Log, db: &'a Database) -> Self {
+    pub(super) fn new(log: &'a Log, db: &'a Database, watched: &'a Watched) -> Self {
         Self {
             log,
             db,
+            watched,
             table: None,
             changes: Changes::default(),
         }
@@ -97,7 +143,9 @@ impl<'a> Tx<'a> {
     pub(super) fn remove(&mut self, key: String) {
         self.changes.frame.remove(&key);
         self.changes.entries.insert(key.clone(), None);
-        self.changes.events.push(WatchEvent::Delete { key });
+        if self.watched.covers(&key) {
+            self.changes.events.push(WatchEvent::Delete { key });
+        }
     }
 
     /// Counter `name` plus one.
@@ -146,12 +194,14 @@ impl<'a> Tx<'a> {
         record.extend_from_slice(&lease.to_le_bytes());
         record.extend_from_slice(value);
         self.put(key, record);
-        self.changes.events.push(WatchEvent::Put(Entry {
-            key: key.to_owned(),
-            value: value.to_vec(),
-            create_revision: created,
-            mod_revision: revision,
-        }));
+        if self.watched.covers(key) {
+            self.changes.events.push(WatchEvent::Put(Entry {
+                key: key.to_owned(),
+                value: value.to_vec(),
+                create_revision: created,
+                mod_revision: revision,
+            }));
+        }
         Ok(revision)
     }
 }

@@ -66,3 +66,38 @@ async fn a_write_that_finds_the_log_busy_leaves_the_runtime_free() {
     drop(store);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A write makes watch events only for keys some watch follows: a big
+/// value under no watched prefix is not copied into an event nobody
+/// reads. A watch's prefix stops being followed once the watch is gone.
+#[tokio::test]
+async fn writes_make_events_only_for_watched_prefixes() {
+    let dir = std::env::temp_dir().join(format!("weft-watched-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let store = super::EmbeddedStore::open(&dir.join("weft.redb")).unwrap();
+    let watched = store.inner.watched.clone();
+    assert!(!watched.covers("runs/1"));
+    let mut events = store.watch("leader/").await.unwrap();
+    let mut kept = store.inner.changes.subscribe();
+    assert!(watched.covers("leader/now") && !watched.covers("runs/1"));
+    store.put("runs/1", vec![7; 1 << 20], None).await.unwrap();
+    store.put("leader/now", b"me".to_vec(), None).await.unwrap();
+    // The only event made is the watched key's.
+    match kept.recv().await.unwrap() {
+        crate::WatchEvent::Put(entry) => assert_eq!(entry.key, "leader/now"),
+        other => panic!("{other:?}"),
+    }
+    assert!(kept.try_recv().is_err());
+    match events.recv().await.unwrap() {
+        crate::WatchEvent::Put(entry) => assert_eq!(entry.value, b"me"),
+        other => panic!("{other:?}"),
+    }
+    drop(events);
+    // The watch notices its reader gone at its next look (every 100 ms).
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while watched.covers("leader/now") {
+        assert!(std::time::Instant::now() < deadline, "the prefix is still followed");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
