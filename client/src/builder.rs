@@ -12,6 +12,7 @@ pub struct GraphBuilder {
     name: String,
     settings: Map<String, Value>,
     state: Map<String, Value>,
+    initial_state: Map<String, Value>,
     conditions: Map<String, Value>,
     nodes: Map<String, Value>,
     edges: Vec<Value>,
@@ -53,6 +54,14 @@ impl GraphBuilder {
             name.to_owned(),
             json!({"type": ty, "default": default.into(), "reducer": reducer}),
         );
+        self
+    }
+
+    /// Seeds a field before the first wave (`initial_state:`): over its
+    /// declared default, under the run's input. A field not declared is
+    /// declared by this, of any type.
+    pub fn initial(mut self, name: &str, value: impl Into<Value>) -> Self {
+        self.initial_state.insert(name.to_owned(), value.into());
         self
     }
 
@@ -100,6 +109,7 @@ impl GraphBuilder {
         for (key, map) in [
             ("settings", &self.settings),
             ("state", &self.state),
+            ("initial_state", &self.initial_state),
             ("conditions", &self.conditions),
         ] {
             if !map.is_empty() {

@@ -147,6 +147,7 @@ def main():
                 "strict_state": {"type": "boolean"}, "durability": {"enum": ["sync", "async", "exit"]}}},
             "functions": {"type": "string", "pattern": "\\.py$", "description": "A Python file beside the graph."},
             "state": {"type": "object", "additionalProperties": {"$ref": "#/$defs/field"}},
+            "initial_state": {"type": "object", "description": "Values fields start with: over the declared defaults, under the run's input."},
             "conditions": {"type": "object", "additionalProperties": string},
             "tools": {"type": "object", "additionalProperties": {"$ref": "#/$defs/tool"}},
             "nodes": {"oneOf": [

@@ -88,7 +88,11 @@ pub fn check_document(document: &Value) -> Vec<Finding> {
             }
         }
     }
-    for (section, what) in [("state", "state field"), ("conditions", "condition name")] {
+    for (section, what) in [
+        ("state", "state field"),
+        ("initial_state", "state field"),
+        ("conditions", "condition name"),
+    ] {
         for key in top
             .get(section)
             .and_then(Value::as_object)

@@ -23,12 +23,13 @@ use super::raw_node::RawDuration;
 use super::*;
 
 /// The keys a graph file may have at its top level.
-pub const TOP_LEVEL_KEYS: [&str; 10] = [
+pub const TOP_LEVEL_KEYS: [&str; 11] = [
     "version",
     "name",
     "description",
     "settings",
     "state",
+    "initial_state",
     "conditions",
     "functions",
     "tools",
@@ -86,7 +87,8 @@ pub fn build(
     let before = findings.len();
     let mut python = python_names(top.get("functions"), files, findings);
     at_line(findings, before, lines.line(&[Key("functions")]));
-    let fields = read_fields(top.get("state"), &mut python, &lines, findings);
+    let mut fields = read_fields(top.get("state"), &mut python, &lines, findings);
+    seed_fields(top.get("initial_state"), &mut fields, &lines, findings);
     let (conditions, broken_conditions) = read_conditions(top.get("conditions"), &lines, findings);
     let tools = super::tools::read_tools(top.get("tools"), &lines, findings);
 
@@ -314,6 +316,54 @@ fn read_fields(
         fields.extend(field);
     }
     fields
+}
+
+/// `initial_state:`: values the fields start with, laid over the declared
+/// defaults (the run's input still wins). A field it names that `state:`
+/// does not declare is declared here, of any type, starting with the
+/// value.
+fn seed_fields(
+    value: Option<&Value>,
+    fields: &mut Vec<FieldDecl>,
+    lines: &Lines,
+    findings: &mut Vec<Finding>,
+) {
+    let Some(value) = value else { return };
+    let Some(map) = value.as_object() else {
+        findings.push(
+            Finding::error(
+                format!(
+                    "initial_state: expected a map of field names to values, found {}",
+                    json_type_name(value)
+                ),
+                &[],
+            )
+            .at_line(lines.line(&[Key("initial_state")])),
+        );
+        return;
+    };
+    for (name, value) in map {
+        match fields.iter_mut().find(|field| field.name == *name) {
+            Some(field) if !field.ty.admits(value) => findings.push(
+                Finding::error(
+                    format!(
+                        "initial_state: '{name}' is {}, but state field '{name}' is declared {}",
+                        json_type_name(value),
+                        field.ty.name()
+                    ),
+                    &[],
+                )
+                .at_line(lines.line(&[Key("initial_state"), Key(name)])),
+            ),
+            Some(field) => field.default = value.clone(),
+            None => fields.push(FieldDecl {
+                name: name.clone(),
+                ty: FieldType::Any,
+                default: value.clone(),
+                reducer: None,
+            }),
+        }
+    }
 }
 
 /// One `state:` entry.

@@ -575,3 +575,60 @@ nodes:
             if node == "triage" && f == "rescue" && error.contains("router returned key 'feature'")
     )));
 }
+
+#[test]
+fn initial_state_seeds_fields_over_their_defaults_and_under_the_input() {
+    let yaml = r#"
+state:
+  mode: { type: string, default: thorough }
+  retries: { type: integer, default: 0 }
+initial_state:
+  mode: quick
+  retries: 2
+  feedback: ""
+  limits: { depth: 3 }
+nodes:
+  quick:    { kind: task, handler: quick }
+  thorough: { kind: task, handler: thorough }
+edges:
+  - { from: START, to: quick, when: "state.mode == 'quick'" }
+  - { from: START, to: thorough, when: "state.mode != 'quick'" }
+"#;
+    // The seeds decide the first wave's conditions; a seeded field that
+    // `state:` does not declare is there too.
+    let h = Harness::new(yaml, json!({}))
+        .on("quick", write("ran", json!("quick")))
+        .run();
+    assert_eq!(h.status(), RunStatus::Completed, "{}", h.error_text());
+    assert_eq!(
+        h.state(),
+        json!({"mode": "quick", "retries": 2, "feedback": "", "limits": {"depth": 3}, "ran": "quick"})
+    );
+    // The run's input wins over a seed.
+    let h = Harness::new(yaml, json!({"mode": "full", "feedback": "more"}))
+        .on("thorough", write("ran", json!("thorough")))
+        .run();
+    assert_eq!(h.status(), RunStatus::Completed, "{}", h.error_text());
+    assert_eq!(h.state()["ran"], json!("thorough"));
+    assert_eq!(h.state()["feedback"], json!("more"));
+    assert_eq!(h.state()["retries"], json!(2));
+}
+
+#[test]
+fn a_field_initial_state_declares_is_declared_under_strict_state() {
+    let yaml = r#"
+settings: { strict_state: true }
+initial_state:
+  notes: []
+nodes:
+  a: { kind: task, handler: a, start: true }
+"#;
+    let h = Harness::new(yaml, json!({"notes": ["from the input"]}))
+        .on("a", write("notes", json!(["written"])))
+        .run();
+    assert_eq!(h.status(), RunStatus::Completed, "{}", h.error_text());
+    assert_eq!(h.state()["notes"], json!(["written"]));
+    // A field neither declared nor seeded is still refused.
+    let error = RunMachine::new(plan(yaml), obj(json!({"other": 1}))).unwrap_err();
+    assert!(error.to_string().contains("other"), "{error}");
+}

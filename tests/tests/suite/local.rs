@@ -170,3 +170,57 @@ fn ephemeral_runs_leave_nothing() {
         stderr(&status)
     );
 }
+
+/// `initial_state` seeds a graph's fields: a script sees the seeds, the
+/// run's input wins over them, and a seeded field is declared.
+#[test]
+fn initial_state_reaches_a_script_under_the_input() {
+    let home = home("initial-state");
+    let dir = home.with_extension("graph");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("greet.py"),
+        "import json, sys\nstate = json.load(sys.stdin)['state']\n\
+         print(json.dumps({'said': state['greeting'] + ', ' + state['name'] + ' x' + str(state['times'])}))\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("greet.yaml"),
+        "settings: { strict_state: true }\n\
+         state:\n  name: { type: string, default: nobody }\n  said: { type: string }\n\
+         initial_state:\n  greeting: Hello\n  name: seed\n  times: 2\n\
+         nodes:\n  greet: { kind: script, start: true, run: [python3, greet.py] }\n",
+    )
+    .unwrap();
+    let graph = dir.join("greet.yaml");
+    let out = weft(&home)
+        .args(["run", "--ephemeral", "--json"])
+        .arg(&graph)
+        .args(["--input", r#"{"name": "input"}"#])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let result: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(result["state"]["said"], "Hello, input x2", "{result}");
+    assert_eq!(result["state"]["greeting"], "Hello");
+    // A seed of the wrong type is refused before the run, naming it.
+    std::fs::write(
+        &graph,
+        "state:\n  times: { type: integer }\ninitial_state:\n  times: twice\n\
+         nodes:\n  greet: { kind: script, start: true, run: [python3, greet.py] }\n",
+    )
+    .unwrap();
+    let out = weft(&home)
+        .args(["run", "--ephemeral"])
+        .arg(&graph)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("initial_state: 'times' is string, but state field 'times' is declared integer"),
+        "{}",
+        stderr(&out)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
