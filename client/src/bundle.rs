@@ -160,6 +160,14 @@ fn named_files(dir: &Path, top: &str, graph: graph::Graph) -> Result<Vec<String>
                 named.push(relative);
             }
         }
+        // Named agents' files, beside it.
+        for file in &graph.agent_files {
+            if let Some(relative) = weft_bundle::join(base, file)
+                && !named.contains(&relative)
+            {
+                named.push(relative);
+            }
+        }
         // Agents' script tools run from the bundle's root too.
         for tool in &graph.tools {
             if let graph::ToolRun::Script(argv) = &tool.run {

@@ -17,7 +17,7 @@ KINDS = {
     "task": (["handler", "teammates"], RUN, ["handler"]),
     "script": (["run", "script", "args", "env", "teammates", "sandbox"], RUN, []),
     "llm": (["model", "system", "prompt", "temperature", "max_tokens", "provider"], RUN, ["prompt"]),
-    "agent": (["instructions", "prompt", "tools", "max_turns", "provider", "model", "teammates"], RUN, ["prompt"]),
+    "agent": (["agent", "instructions", "prompt", "tools", "max_turns", "provider", "model", "teammates"], RUN, ["prompt"]),
     "approval": (["prompt", "output_key", "approvers"], ["state_updates", "output_schema"], []),
     "input": (["prompt", "output_key", "schema", "approvers"], ["state_updates", "output_schema"], ["output_key"]),
     "map": (["over", "as", "branch", "output_key", "collect_into", "max_concurrency"], ["state_updates", "output_schema"], ["over", "as", "branch", "collect_into"]),
@@ -85,6 +85,7 @@ FIELDS = {
     "temperature": ({"type": "number"}, "Sampling temperature."),
     "max_tokens": (count, "Completion length cap."),
     "provider": (string, "A provider of the worker's configuration."),
+    "agent": (string, "A named agent (`agents:` or agents/NAME.md) whose fields this node takes; its own override them."),
     "instructions": (string, "The agent's system instructions (a template)."),
     "tools": (names, "Tools the agent may call: entries of `tools:` or worker handlers."),
     "max_turns": (count, "Turn cap."),
@@ -150,6 +151,7 @@ def main():
             "initial_state": {"type": "object", "description": "Values fields start with: over the declared defaults, under the run's input."},
             "conditions": {"type": "object", "additionalProperties": string},
             "tools": {"type": "object", "additionalProperties": {"$ref": "#/$defs/tool"}},
+            "agents": {"type": "object", "additionalProperties": {"$ref": "#/$defs/named_agent"}},
             "nodes": {"oneOf": [
                 {"type": "object", "additionalProperties": {"$ref": "#/$defs/node"}},
                 {"type": "array", "items": {"allOf": [{"$ref": "#/$defs/node"}, {"required": ["id"]}]}},
@@ -165,6 +167,10 @@ def main():
                 "default": {},
                 "reducer": {"type": "string", "description": "concat, merge, add, union, min, max, fn:NAME, or a Python function."},
                 "description": string}},
+            "named_agent": {"type": "object", "additionalProperties": False, "properties": {
+                "instructions": string, "tools": {"type": "array", "items": string},
+                "model": string, "provider": string, "max_turns": {"type": "integer", "minimum": 1},
+                "teammates": {"type": "boolean"}, "description": string, "name": string}},
             "tool": {"type": "object", "additionalProperties": False, "properties": {
                 "description": string, "parameters": {"type": "object"},
                 "run": {"type": "array", "items": string, "minItems": 1}, "handler": string}},

@@ -6,6 +6,7 @@
 
 #![warn(missing_docs)]
 
+mod agents;
 mod approvers;
 mod builder;
 mod builder_kinds;

@@ -23,7 +23,7 @@ use super::raw_node::RawDuration;
 use super::*;
 
 /// The keys a graph file may have at its top level.
-pub const TOP_LEVEL_KEYS: [&str; 11] = [
+pub const TOP_LEVEL_KEYS: [&str; 12] = [
     "version",
     "name",
     "description",
@@ -33,6 +33,7 @@ pub const TOP_LEVEL_KEYS: [&str; 11] = [
     "conditions",
     "functions",
     "tools",
+    "agents",
     "nodes",
     "edges",
 ];
@@ -91,10 +92,12 @@ pub fn build(
     seed_fields(top.get("initial_state"), &mut fields, &lines, findings);
     let (conditions, broken_conditions) = read_conditions(top.get("conditions"), &lines, findings);
     let tools = super::tools::read_tools(top.get("tools"), &lines, findings);
+    let mut agents = super::agents::NamedAgents::read(top.get("agents"), &lines, findings);
 
     let node_lines = node_lines(text, format);
     let before = findings.len();
-    let entries = node_entries(top.get("nodes"), findings);
+    let mut entries = node_entries(top.get("nodes"), findings);
+    agents.apply(&mut entries, files, findings);
     for finding in &mut findings[before..] {
         let first = finding.nodes.first().and_then(|id| node_lines.get(id));
         finding.line = finding.line.or(first.copied());
@@ -135,6 +138,7 @@ pub fn build(
     graph.tools = tools;
     graph.functions = python.sidecar().map(str::to_owned);
     graph.python_files = python.bundled;
+    graph.agent_files = agents.files;
     super::state_names::undeclared_names(&graph, &lines, findings);
     graph
 }

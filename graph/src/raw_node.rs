@@ -93,6 +93,7 @@ fn kind_fields(kind: &str) -> &'static [&'static str] {
             "provider",
         ],
         "agent" => &[
+            "agent",
             "instructions",
             "prompt",
             "tools",

@@ -51,6 +51,9 @@ pub struct Graph {
     /// The Python files the graph's names live in (the sidecar, bundled
     /// import-path modules, `nodes/<id>.py`), relative to its directory.
     pub python_files: Vec<String>,
+    /// The named agents' files it read (`agents/NAME.md`), relative to its
+    /// directory.
+    pub agent_files: Vec<String>,
     /// The directory of the graph file within its bundle (`""` at the
     /// root): Python names are relative to it.
     pub dir: String,
@@ -101,6 +104,7 @@ impl Graph {
             tools: Vec::new(),
             functions: None,
             python_files: Vec::new(),
+            agent_files: Vec::new(),
             dir: String::new(),
             index,
             field_index,

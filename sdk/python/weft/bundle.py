@@ -5,7 +5,8 @@ From a file: the graph, and every regular file inside its directory that
 the graph names: a relative path anywhere in it (a script's `run`
 elements, `script:`, a subgraph's `graph:`, the `functions:` sidecar), a
 `module:function` import path's module (`module.py` or
-`module/__init__.py`), and `nodes/<id>.py`. Embedded graphs are read for
+`module/__init__.py`), `nodes/<id>.py`, and `agents/NAME.md` for an
+`agent: NAME` that `agents:` does not define. Embedded graphs are read for
 the files they name in turn. A file whose real path (through symbolic
 links) is outside the directory is refused unless `allow_outside_links`,
 so a link such as `scripts/x.py -> ~/.aws/credentials` never uploads what
@@ -145,6 +146,14 @@ def _named_files(directory: Path, top: str) -> list[str]:
                 candidates += [f"{module}.py", f"{module}/__init__.py"]
             candidates.append(text)
         candidates += [f"nodes/{node_id}.py" for node_id in nodes]
+        # Named agents that `agents:` does not define live in agents/NAME.md.
+        defined = document.get("agents")
+        defined = defined if isinstance(defined, dict) else {}
+        listed = document.get("nodes")
+        for node in listed.values() if isinstance(listed, dict) else listed if isinstance(listed, list) else []:
+            name = node.get("agent") if isinstance(node, dict) and node.get("kind") == "agent" else None
+            if isinstance(name, str) and name not in defined:
+                candidates.append(f"agents/{name}.md")
         for candidate in candidates:
             # Scripts run from the bundle's root; the rest is relative to
             # the graph that names it.

@@ -360,3 +360,74 @@ async fn an_agent_waits_for_a_worker_that_hosts_its_tool() -> anyhow::Result<()>
     assert_eq!(done.state["answer"], "beta");
     Ok(())
 }
+
+/// Named agents (SPEC 2): one defined under `agents:`, one in
+/// `agents/NAME.md` beside the graph (front matter and instructions),
+/// each used by `agent: NAME` with the node's own fields winning; the
+/// file travels in the bundle the client makes from the graph's directory.
+#[tokio::test]
+async fn named_agents_from_the_graph_and_from_agents_files_run_with_their_definitions()
+-> anyhow::Result<()> {
+    let llm = TestLlm::start(KEY, |request, _| {
+        let system = request["messages"][0]["content"].as_str().unwrap_or_default();
+        Reply::Text(format!("as told: {system}"))
+    })
+    .await?;
+    let dir = std::env::temp_dir().join(format!("weft-named-agents-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("agents"))?;
+    std::fs::write(
+        dir.join("agents/file-reviewer.md"),
+        "---\nname: file-reviewer\ndescription: reviews one file\nmax_turns: 2\n---\n\nReview strictly; cite lines.\n",
+    )?;
+    std::fs::write(
+        dir.join("team.yaml"),
+        r#"
+agents:
+  researcher:
+    instructions: "Research carefully."
+    max_turns: 3
+state:
+  notes: { type: string, default: "" }
+  review: { type: string, default: "" }
+nodes:
+  research:
+    kind: agent
+    start: true
+    agent: researcher
+    prompt: "Find notes on {{ topic }}."
+    state_updates: { notes: "{{ output }}" }
+    next: review
+  review:
+    kind: agent
+    agent: file-reviewer
+    prompt: "Review the notes: {{ notes }}"
+    state_updates: { review: "{{ output }}" }
+  override:
+    kind: agent
+    start: true
+    agent: researcher
+    instructions: "The node's own instructions."
+    prompt: "Go."
+"#,
+    )?;
+    let bundle = GraphBundle::from_file(&dir.join("team.yaml"))?;
+    let cluster = cluster(&llm, &["a"]).await?;
+    let client = cluster.client().await?;
+    let done = run(&client, bundle, json!({"topic": "weft"})).await?;
+    assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error);
+    assert_eq!(done.state["notes"], "as told: Research carefully.");
+    assert_eq!(done.state["review"], "as told: Review strictly; cite lines.");
+    let systems: Vec<String> = llm
+        .requests()
+        .iter()
+        .map(|r| r["messages"][0]["content"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    assert!(
+        systems.iter().any(|s| s == "The node's own instructions."),
+        "{systems:?}"
+    );
+    assert!(!systems.iter().any(|s| s.contains("---")), "{systems:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}
