@@ -24,5 +24,6 @@ mod subgraphs;
 mod teammates;
 mod tls;
 mod traces;
+mod transport;
 mod viewer;
 mod workers;
