@@ -68,7 +68,9 @@ impl NamedAgents {
             for finding in &mut findings[before..] {
                 finding.line = finding.line.or(line);
             }
-            agents.defined.insert(name.clone(), fields.unwrap_or_default());
+            agents
+                .defined
+                .insert(name.clone(), fields.unwrap_or_default());
         }
         agents
     }
@@ -142,13 +144,10 @@ impl NamedAgents {
                 .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
             && !name.starts_with('.');
         let path = format!("agents/{name}.md");
-        let read = plain
-            .then(|| files(&path))
-            .flatten()
-            .map(|text| {
-                self.files.push(path.clone());
-                agent_file(&path, name, &text, findings).unwrap_or_default()
-            });
+        let read = plain.then(|| files(&path)).flatten().map(|text| {
+            self.files.push(path.clone());
+            agent_file(&path, name, &text, findings).unwrap_or_default()
+        });
         self.from_files.insert(name.to_owned(), read.clone());
         read
     }
@@ -290,20 +289,30 @@ mod tests {
 
     #[test]
     fn a_file_defines_an_agent_and_the_node_overrides_it() {
-        let yaml = "nodes:\n  a: { kind: agent, agent: critic, prompt: Go, model: big, start: true }\n";
+        let yaml =
+            "nodes:\n  a: { kind: agent, agent: critic, prompt: Go, model: big, start: true }\n";
         let file = "---\nmodel: small\ntools: [search]\nmax_turns: 2\n---\nBe fair.\n";
         let (graph, findings) = load(yaml, &[("agents/critic.md", file)]);
         assert!(findings.is_empty(), "{findings:?}");
         let config = agent(&graph, "a");
         assert_eq!(config.instructions.as_ref().unwrap().source(), "Be fair.");
-        assert_eq!(config.model.as_deref(), Some("big"), "the node's own field wins");
+        assert_eq!(
+            config.model.as_deref(),
+            Some("big"),
+            "the node's own field wins"
+        );
         assert_eq!(config.tools, ["search"]);
         assert_eq!(config.max_turns, Some(2));
         assert_eq!(graph.agent_files, ["agents/critic.md"]);
         // Without front matter the whole file is the instructions.
         let (graph, findings) = load(yaml, &[("agents/critic.md", "Just be fair.")]);
         assert!(findings.is_empty(), "{findings:?}");
-        let instructions = agent(&graph, "a").instructions.as_ref().unwrap().source().to_owned();
+        let instructions = agent(&graph, "a")
+            .instructions
+            .as_ref()
+            .unwrap()
+            .source()
+            .to_owned();
         assert_eq!(instructions, "Just be fair.");
     }
 
@@ -312,24 +321,47 @@ mod tests {
         let yaml = "agents:\n  critic: { instructions: Inline. }\nnodes:\n  a: { kind: agent, agent: critic, prompt: Go, start: true }\n";
         let (graph, findings) = load(yaml, &[("agents/critic.md", "From the file.")]);
         assert!(findings.is_empty(), "{findings:?}");
-        assert_eq!(agent(&graph, "a").instructions.as_ref().unwrap().source(), "Inline.");
+        assert_eq!(
+            agent(&graph, "a").instructions.as_ref().unwrap().source(),
+            "Inline."
+        );
         assert!(graph.agent_files.is_empty(), "the file was not read");
         let yaml = "nodes:\n  a: { kind: agent, agent: critic, prompt: Go, start: true }\n";
         for (file, want) in [
-            ("---\ninstructions: A\n---\nB\n", "agents/critic.md: instructions are given twice"),
-            ("---\nname: judge\n---\nB\n", "agents/critic.md: name is \"judge\", but the agent is 'critic'"),
-            ("---\nmodle: m\n---\nB\n", "agents/critic.md: unknown field 'modle' (did you mean 'model'?)"),
-            ("---\nmodel: m\nB\n", "agents/critic.md: its front matter has no closing `---` line"),
+            (
+                "---\ninstructions: A\n---\nB\n",
+                "agents/critic.md: instructions are given twice",
+            ),
+            (
+                "---\nname: judge\n---\nB\n",
+                "agents/critic.md: name is \"judge\", but the agent is 'critic'",
+            ),
+            (
+                "---\nmodle: m\n---\nB\n",
+                "agents/critic.md: unknown field 'modle' (did you mean 'model'?)",
+            ),
+            (
+                "---\nmodel: m\nB\n",
+                "agents/critic.md: its front matter has no closing `---` line",
+            ),
             ("---\nmodel: [\n---\nB\n", "agents/critic.md: front matter:"),
             ("---\nmax_turns: many\n---\nB\n", "node 'a'"),
         ] {
             let (_, findings) = load(yaml, &[("agents/critic.md", file)]);
-            assert!(findings.iter().any(|f| f.contains(want)), "{want}: {findings:?}");
+            assert!(
+                findings.iter().any(|f| f.contains(want)),
+                "{want}: {findings:?}"
+            );
         }
         // A name that is not a plain file name reads no file.
         let yaml = "nodes:\n  a: { kind: agent, agent: ../secret, prompt: Go, start: true }\n";
         let (_, findings) = load(yaml, &[("agents/../secret.md", "x")]);
-        assert!(findings.iter().any(|f| f.contains("unknown agent '../secret'")), "{findings:?}");
+        assert!(
+            findings
+                .iter()
+                .any(|f| f.contains("unknown agent '../secret'")),
+            "{findings:?}"
+        );
     }
 
     #[test]

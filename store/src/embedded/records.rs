@@ -35,7 +35,9 @@ pub(super) struct Watched(std::sync::Mutex<Vec<String>>);
 impl Watched {
     /// Whether a change to `key` is for some watch.
     pub(super) fn covers(&self, key: &str) -> bool {
-        self.lock().iter().any(|prefix| key.starts_with(prefix.as_str()))
+        self.lock()
+            .iter()
+            .any(|prefix| key.starts_with(prefix.as_str()))
     }
 
     /// Follows `prefix` until the guard is dropped.

@@ -96,7 +96,10 @@ async fn writes_make_events_only_for_watched_prefixes() {
     // The watch notices its reader gone at its next look (every 100 ms).
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     while watched.covers("leader/now") {
-        assert!(std::time::Instant::now() < deadline, "the prefix is still followed");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the prefix is still followed"
+        );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     let _ = std::fs::remove_dir_all(&dir);

@@ -369,7 +369,9 @@ async fn an_agent_waits_for_a_worker_that_hosts_its_tool() -> anyhow::Result<()>
 async fn named_agents_from_the_graph_and_from_agents_files_run_with_their_definitions()
 -> anyhow::Result<()> {
     let llm = TestLlm::start(KEY, |request, _| {
-        let system = request["messages"][0]["content"].as_str().unwrap_or_default();
+        let system = request["messages"][0]["content"]
+            .as_str()
+            .unwrap_or_default();
         Reply::Text(format!("as told: {system}"))
     })
     .await?;
@@ -417,11 +419,19 @@ nodes:
     let done = run(&client, bundle, json!({"topic": "weft"})).await?;
     assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error);
     assert_eq!(done.state["notes"], "as told: Research carefully.");
-    assert_eq!(done.state["review"], "as told: Review strictly; cite lines.");
+    assert_eq!(
+        done.state["review"],
+        "as told: Review strictly; cite lines."
+    );
     let systems: Vec<String> = llm
         .requests()
         .iter()
-        .map(|r| r["messages"][0]["content"].as_str().unwrap_or_default().to_owned())
+        .map(|r| {
+            r["messages"][0]["content"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned()
+        })
         .collect();
     assert!(
         systems.iter().any(|s| s == "The node's own instructions."),

@@ -218,7 +218,9 @@ fn initial_state_reaches_a_script_under_the_input() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     assert!(
-        stderr(&out).contains("initial_state: 'times' is string, but state field 'times' is declared integer"),
+        stderr(&out).contains(
+            "initial_state: 'times' is string, but state field 'times' is declared integer"
+        ),
         "{}",
         stderr(&out)
     );

@@ -52,10 +52,20 @@ fn the_coordinator_grants_wide_windows_and_large_frames() {
     let mut stream = TcpStream::connect(address).unwrap();
     // A client's preface and empty SETTINGS; the server answers with its own.
     stream.write_all(PREFACE).unwrap();
-    stream.write_all(&[0, 0, 0, SETTINGS, 0, 0, 0, 0, 0]).unwrap();
+    stream
+        .write_all(&[0, 0, 0, SETTINGS, 0, 0, 0, 0, 0])
+        .unwrap();
     let settings = first_settings(&mut stream, 0);
-    assert_eq!(settings.get(&INITIAL_WINDOW_SIZE), Some(&STREAM_WINDOW), "{settings:?}");
-    assert_eq!(settings.get(&MAX_FRAME_SIZE), Some(&MAX_FRAME), "{settings:?}");
+    assert_eq!(
+        settings.get(&INITIAL_WINDOW_SIZE),
+        Some(&STREAM_WINDOW),
+        "{settings:?}"
+    );
+    assert_eq!(
+        settings.get(&MAX_FRAME_SIZE),
+        Some(&MAX_FRAME),
+        "{settings:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -73,6 +83,14 @@ async fn a_client_grants_wide_windows_and_large_frames() {
         .await
         .unwrap();
     connecting.abort();
-    assert_eq!(settings.get(&INITIAL_WINDOW_SIZE), Some(&STREAM_WINDOW), "{settings:?}");
-    assert_eq!(settings.get(&MAX_FRAME_SIZE), Some(&MAX_FRAME), "{settings:?}");
+    assert_eq!(
+        settings.get(&INITIAL_WINDOW_SIZE),
+        Some(&STREAM_WINDOW),
+        "{settings:?}"
+    );
+    assert_eq!(
+        settings.get(&MAX_FRAME_SIZE),
+        Some(&MAX_FRAME),
+        "{settings:?}"
+    );
 }
