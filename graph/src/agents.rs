@@ -64,7 +64,14 @@ impl NamedAgents {
         for (name, definition) in map {
             let line = lines.line(&[Key("agents"), Key(name)]);
             let before = findings.len();
-            let fields = definition_fields(&format!("agents.{name}"), name, definition, findings);
+            let field_line = |key: &str| lines.line(&[Key("agents"), Key(name), Key(key)]);
+            let fields = definition_fields(
+                &format!("agents.{name}"),
+                name,
+                definition,
+                &field_line,
+                findings,
+            );
             for finding in &mut findings[before..] {
                 finding.line = finding.line.or(line);
             }
@@ -154,11 +161,13 @@ impl NamedAgents {
 }
 
 /// A definition's fields, checked: only [`FIELDS`] (and
-/// [`DOCUMENTATION`], dropped after `name` is checked).
+/// [`DOCUMENTATION`], dropped after `name` is checked). `line_of` finds a
+/// field's line, where there is one to find.
 fn definition_fields(
     at: &str,
     name: &str,
     definition: &Value,
+    line_of: &dyn Fn(&str) -> Option<u32>,
     findings: &mut Vec<Finding>,
 ) -> Option<Map<String, Value>> {
     let Some(map) = definition.as_object() else {
@@ -178,22 +187,28 @@ fn definition_fields(
             fields.insert(key.clone(), value.clone());
         } else if key == "name" {
             if value.as_str() != Some(name) {
-                findings.push(Finding::error(
-                    format!("{at}: name is {value}, but the agent is '{name}'"),
-                    &[],
-                ));
+                findings.push(
+                    Finding::error(
+                        format!("{at}: name is {value}, but the agent is '{name}'"),
+                        &[],
+                    )
+                    .at_line(line_of(key)),
+                );
             }
         } else if !DOCUMENTATION.contains(&key.as_str()) {
             let hint = did_you_mean(key, &FIELDS)
                 .map(|k| format!(" (did you mean '{k}'?)"))
                 .unwrap_or_default();
-            findings.push(Finding::error(
-                format!(
-                    "{at}: unknown field '{key}'{hint} (an agent's fields: {}, description)",
-                    FIELDS.join(", ")
-                ),
-                &[],
-            ));
+            findings.push(
+                Finding::error(
+                    format!(
+                        "{at}: unknown field '{key}'{hint} (an agent's fields: {}, description)",
+                        FIELDS.join(", ")
+                    ),
+                    &[],
+                )
+                .at_line(line_of(key)),
+            );
         }
     }
     Some(fields)
@@ -232,7 +247,7 @@ fn agent_file(
                 return None;
             }
         };
-        definition_fields(path, name, &value, findings)?
+        definition_fields(path, name, &value, &|_| None, findings)?
     };
     let body = body.trim();
     if fields.contains_key("instructions") {
