@@ -3,6 +3,11 @@
 //! the `llm` and `agent` kinds are tested over real HTTP. It checks what
 //! it is sent (the bearer key, a model, messages) and keeps every request
 //! for the test to inspect.
+//!
+//! `POST /v1/embeddings` answers with deterministic vectors: a hashed bag
+//! of the input's words, [`EMBEDDING_DIMENSIONS`] long and of unit length,
+//! so texts that share words are near and a query finds the passages that
+//! use its words. Its requests are kept apart from the chat's.
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -32,11 +37,15 @@ pub enum Reply {
 
 type Script = dyn Fn(&Value, usize) -> Reply + Send + Sync;
 
+/// How long the test server's embeddings are.
+pub const EMBEDDING_DIMENSIONS: usize = 64;
+
 /// A running test server.
 pub struct TestLlm {
     /// The base URL to configure (`http://127.0.0.1:PORT/v1`).
     pub url: String,
     requests: Arc<Mutex<Vec<Value>>>,
+    embedding_requests: Arc<Mutex<Vec<Value>>>,
     stop: CancellationToken,
 }
 
@@ -59,13 +68,23 @@ impl TestLlm {
         let script: Arc<Script> = Arc::new(script);
         let wanted = format!("Bearer {key}");
         let seen = requests.clone();
-        let app = axum::Router::new().route(
-            "/v1/chat/completions",
-            axum::routing::post(move |headers: HeaderMap, body: String| {
-                let (script, seen, wanted) = (script.clone(), seen.clone(), wanted.clone());
-                async move { answer(&headers, &body, &wanted, &seen, &*script).await }
-            }),
-        );
+        let embedding_requests = Arc::new(Mutex::new(Vec::new()));
+        let (embedded, embedding_key) = (embedding_requests.clone(), wanted.clone());
+        let app = axum::Router::new()
+            .route(
+                "/v1/chat/completions",
+                axum::routing::post(move |headers: HeaderMap, body: String| {
+                    let (script, seen, wanted) = (script.clone(), seen.clone(), wanted.clone());
+                    async move { answer(&headers, &body, &wanted, &seen, &*script).await }
+                }),
+            )
+            .route(
+                "/v1/embeddings",
+                axum::routing::post(move |headers: HeaderMap, body: String| {
+                    let (seen, wanted) = (embedded.clone(), embedding_key.clone());
+                    async move { embeddings(&headers, &body, &wanted, &seen) }
+                }),
+            );
         let stop = CancellationToken::new();
         let token = stop.clone();
         tokio::spawn(async move {
@@ -76,6 +95,7 @@ impl TestLlm {
         Ok(Self {
             url: format!("http://{address}/v1"),
             requests,
+            embedding_requests,
             stop,
         })
     }
@@ -84,6 +104,81 @@ impl TestLlm {
     pub fn requests(&self) -> Vec<Value> {
         self.requests.lock().expect("requests lock").clone()
     }
+
+    /// Every embeddings request received so far, in order.
+    pub fn embedding_requests(&self) -> Vec<Value> {
+        self.embedding_requests
+            .lock()
+            .expect("requests lock")
+            .clone()
+    }
+}
+
+/// The test server's embedding of `text`: each lower-cased word (a run of
+/// letters and digits) adds one to the bucket its hash picks (FNV-1a, so
+/// it is the same in every process), and the vector is scaled to unit
+/// length. A text with no words is the zero vector.
+pub fn embedding_of(text: &str) -> Vec<f32> {
+    let mut vector = vec![0f32; EMBEDDING_DIMENSIONS];
+    for word in text
+        .split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty())
+    {
+        let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+        for byte in word.to_lowercase().bytes() {
+            hash = (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3);
+        }
+        vector[(hash % EMBEDDING_DIMENSIONS as u64) as usize] += 1.0;
+    }
+    let norm = vector.iter().map(|x| x * x).sum::<f32>().sqrt();
+    if norm > 0.0 {
+        vector.iter_mut().for_each(|x| *x /= norm);
+    }
+    vector
+}
+
+fn embeddings(
+    headers: &HeaderMap,
+    body: &str,
+    wanted: &str,
+    seen: &Mutex<Vec<Value>>,
+) -> (StatusCode, HeaderMap, String) {
+    let auth = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok());
+    if auth != Some(wanted) {
+        return error(401, "wrong or missing bearer key");
+    }
+    let Ok(request) = serde_json::from_str::<Value>(body) else {
+        return error(400, "the body is not JSON");
+    };
+    let texts: Option<Vec<&str>> = match &request["input"] {
+        Value::String(text) => Some(vec![text.as_str()]),
+        Value::Array(items) => items.iter().map(Value::as_str).collect(),
+        _ => None,
+    };
+    let (Some(texts), Some(model)) = (texts, request["model"].as_str()) else {
+        return error(
+            400,
+            "an embeddings request needs `model` and `input` (a string or a list of strings)",
+        );
+    };
+    let data: Vec<Value> = texts
+        .iter()
+        .enumerate()
+        .map(|(index, text)| {
+            json!({"object": "embedding", "index": index, "embedding": embedding_of(text)})
+        })
+        .collect();
+    let tokens: usize = texts.iter().map(|t| t.split_whitespace().count()).sum();
+    let reply = json!({
+        "object": "list",
+        "data": data,
+        "model": model,
+        "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+    });
+    seen.lock().expect("requests lock").push(request);
+    (StatusCode::OK, json_headers(), reply.to_string())
 }
 
 async fn answer(

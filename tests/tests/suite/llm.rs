@@ -376,3 +376,70 @@ async fn the_model_examples_run_against_the_test_server() -> anyhow::Result<()> 
     );
     Ok(())
 }
+
+/// The test endpoint's `/v1/embeddings` (for retrieval's tests): one
+/// vector per input, in order, of unit length and the same for the same
+/// text; a query is nearer to the passage that shares its words than to
+/// one that does not; a bad request or key is refused.
+#[tokio::test]
+async fn the_test_endpoint_embeds_texts_so_that_shared_words_are_near() -> anyhow::Result<()> {
+    use weft_tests::llm_server::{EMBEDDING_DIMENSIONS, embedding_of};
+    let llm = TestLlm::start(KEY, |_, _| Reply::Text(String::new())).await?;
+    let http = reqwest::Client::new();
+    let post = |body: Value, key: &str| {
+        http.post(format!("{}/embeddings", llm.url))
+            .bearer_auth(key)
+            .json(&body)
+            .send()
+    };
+    let texts = [
+        "Raft elects a leader by majority vote",
+        "Bread rises when yeast ferments",
+        "How does raft elect its leader?",
+    ];
+    let reply: Value = post(json!({"model": "embed", "input": texts}), KEY)
+        .await?
+        .error_for_status()?
+        .json()
+        .await?;
+    let vectors: Vec<Vec<f32>> = reply["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .enumerate()
+        .map(|(i, item)| {
+            assert_eq!(item["index"], i);
+            serde_json::from_value(item["embedding"].clone()).unwrap()
+        })
+        .collect();
+    assert_eq!(vectors.len(), 3);
+    for (vector, text) in vectors.iter().zip(texts) {
+        assert_eq!(vector.len(), EMBEDDING_DIMENSIONS);
+        assert_eq!(*vector, embedding_of(text));
+        let norm: f32 = vector.iter().map(|x| x * x).sum::<f32>().sqrt();
+        assert!((norm - 1.0).abs() < 1e-5, "{norm}");
+    }
+    let dot = |a: &[f32], b: &[f32]| a.iter().zip(b).map(|(x, y)| x * y).sum::<f32>();
+    let (query, raft, bread) = (&vectors[2], &vectors[0], &vectors[1]);
+    assert!(
+        dot(query, raft) > dot(query, bread) + 0.2,
+        "{} vs {}",
+        dot(query, raft),
+        dot(query, bread)
+    );
+    assert_eq!(llm.embedding_requests().len(), 1);
+    assert!(llm.requests().is_empty(), "chat requests are kept apart");
+    // One string is one vector; a missing input or a wrong key is refused.
+    let one: Value = post(json!({"model": "embed", "input": "raft"}), KEY)
+        .await?
+        .json()
+        .await?;
+    assert_eq!(one["data"].as_array().map(Vec::len), Some(1));
+    let status = post(json!({"model": "embed"}), KEY).await?.status();
+    assert_eq!(status, 400);
+    let status = post(json!({"model": "embed", "input": "x"}), "sk-wrong")
+        .await?
+        .status();
+    assert_eq!(status, 401);
+    Ok(())
+}
