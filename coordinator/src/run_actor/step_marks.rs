@@ -54,6 +54,8 @@ struct Marks {
     free: Vec<usize>,
     /// Slots the file has (blank or not).
     slots: usize,
+    /// Slot writes made (marks and blanks).
+    writes: u64,
 }
 
 struct Stepping {
@@ -91,6 +93,7 @@ impl Marks {
             stepping: HashMap::new(),
             free: Vec::new(),
             slots: 0,
+            writes: 0,
         }
     }
 
@@ -140,6 +143,7 @@ impl Marks {
         let Some(file) = self.file.as_ref() else {
             return;
         };
+        self.writes += 1;
         let mut text = [b' '; SLOT];
         text[..id.len()].copy_from_slice(id.as_bytes());
         text[SLOT - 1] = b'\n';
@@ -237,6 +241,32 @@ impl StepMarks {
     }
 }
 
+/// A run's mark held across several of its steps: see [`StepMarks::hold`].
+pub struct Held<'a> {
+    marks: &'a StepMarks,
+    run: &'a RunId,
+}
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        self.marks.lock().unmark(self.run);
+    }
+}
+
+impl StepMarks {
+    /// Marks `run` until the guard is dropped, without taking the lock
+    /// that a suspect's step takes alone: the steps taken meanwhile (each
+    /// still through [`StepMarks::step`]) find the run marked and write
+    /// nothing. A burst of results is so marked once, not once a result.
+    /// For runs that are not suspects only: a suspect's mark must cover
+    /// its steps alone, so that a second crash is charged to it and to
+    /// nothing else.
+    pub fn hold<'a>(&'a self, run: &'a RunId) -> Held<'a> {
+        self.lock().mark(run);
+        Held { marks: self, run }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -310,6 +340,36 @@ mod tests {
         drop(again);
         drop(step_b);
         assert!(marked(&dir).is_empty());
+    }
+
+    #[test]
+    fn a_held_run_is_marked_once_for_all_its_steps() {
+        let dir = dir("held");
+        let marks = StepMarks::in_dir(&dir);
+        marks.take_crashed();
+        let a = RunId::from("run-a");
+        for _ in 0..3 {
+            drop(marks.step(&a, false));
+        }
+        assert_eq!(marks.lock().writes, 6, "a mark and a blank a step");
+        {
+            let _held = marks.hold(&a);
+            assert_eq!(marked(&dir), vec!["run-a"]);
+            for _ in 0..3 {
+                drop(marks.step(&a, false));
+                // Still marked between its steps.
+                assert_eq!(marked(&dir), vec!["run-a"]);
+            }
+        }
+        assert!(marked(&dir).is_empty(), "blanked when the hold ends");
+        assert_eq!(
+            marks.lock().writes,
+            8,
+            "one mark and one blank for the three"
+        );
+        // A held run that dies mid-burst leaves its mark.
+        std::mem::forget(marks.hold(&a));
+        assert_eq!(StepMarks::in_dir(&dir).take_crashed(), vec![a]);
     }
 
     #[test]

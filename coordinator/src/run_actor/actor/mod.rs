@@ -46,6 +46,10 @@ pub(super) const ITEM_CHECKPOINTS: Duration = Duration::from_millis(100);
 const COMMAND_BUFFER: usize = 64;
 /// Events kept for late watchers beyond the log (the log itself is whole).
 const LIVE_BUFFER: usize = 256;
+/// Results from workers taken in one turn of a run's actor, under one step
+/// mark: enough to take a worker's batch at once, few enough that a
+/// command (a status, a cancel) waits for no more than this many steps.
+const BURST: usize = 64;
 
 /// What a run needs besides its machine.
 pub struct RunSetup {
@@ -323,7 +327,7 @@ impl RunActor {
                     Some(command) => self.command(command),
                     None => break,
                 },
-                Some(event) = dispatch.recv() => self.dispatch_event(event),
+                Some(event) = dispatch.recv() => self.dispatch_burst(event, &mut dispatch),
                 Some((key, delay)) = timers.recv() => {
                     retries.insert(key, delay);
                 }
@@ -392,6 +396,29 @@ impl RunActor {
             revival: std::sync::Mutex::new(revival),
         };
         *liveness.write().unwrap_or_else(|e| e.into_inner()) = Liveness::Finished(Arc::new(record));
+    }
+
+    /// Takes `first` and the results queued behind it (up to [`BURST`]),
+    /// the run marked once for all of them rather than once a result
+    /// ([`StepMarks::hold`]; a suspect's steps are marked one by one). The
+    /// burst ends early where a step asks for a checkpoint or ends the run,
+    /// so that the checkpoint is written, and the events published, before
+    /// anything after it is taken, as when results come one at a time.
+    fn dispatch_burst(
+        &mut self,
+        first: DispatchEvent,
+        queued: &mut mpsc::UnboundedReceiver<DispatchEvent>,
+    ) {
+        let (marks, id) = (self.marks.clone(), self.id.clone());
+        let _held = (!self.suspect).then(|| marks.hold(&id));
+        self.dispatch_event(first);
+        for _ in 1..BURST {
+            if self.checkpoint_due || self.machine.status().is_terminal() {
+                break;
+            }
+            let Ok(event) = queued.try_recv() else { break };
+            self.dispatch_event(event);
+        }
     }
 
     fn command(&mut self, command: Command) {
