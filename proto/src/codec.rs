@@ -69,6 +69,7 @@ impl Room for EncodeBuf<'_> {
     }
 }
 
+#[cfg(test)]
 impl Room for prost::bytes::BytesMut {
     fn make_room(&mut self, additional: usize) {
         self.reserve(additional);

@@ -143,14 +143,9 @@ fn embeddings(
     wanted: &str,
     seen: &Mutex<Vec<Value>>,
 ) -> (StatusCode, HeaderMap, String) {
-    let auth = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok());
-    if auth != Some(wanted) {
-        return error(401, "wrong or missing bearer key");
-    }
-    let Ok(request) = serde_json::from_str::<Value>(body) else {
-        return error(400, "the body is not JSON");
+    let request = match authorized(headers, body, wanted) {
+        Ok(request) => request,
+        Err((code, message)) => return error(code, message),
     };
     let texts: Option<Vec<&str>> = match &request["input"] {
         Value::String(text) => Some(vec![text.as_str()]),
@@ -188,14 +183,9 @@ async fn answer(
     seen: &Mutex<Vec<Value>>,
     script: &Script,
 ) -> (StatusCode, HeaderMap, String) {
-    let auth = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok());
-    if auth != Some(wanted) {
-        return error(401, "wrong or missing bearer key");
-    }
-    let Ok(request) = serde_json::from_str::<Value>(body) else {
-        return error(400, "the body is not JSON");
+    let request = match authorized(headers, body, wanted) {
+        Ok(request) => request,
+        Err((code, message)) => return error(code, message),
     };
     if !request["model"].is_string() || !request["messages"].is_array() {
         return error(400, "a chat completion needs `model` and `messages`");
@@ -243,6 +233,19 @@ async fn answer(
         "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": 7},
     });
     (StatusCode::OK, json_headers(), completion.to_string())
+}
+
+/// A request's JSON body, if it carries the wanted bearer key; else the
+/// status and message to refuse it with (401, or 400 for a body that is
+/// not JSON).
+fn authorized(headers: &HeaderMap, body: &str, wanted: &str) -> Result<Value, (u16, &'static str)> {
+    let auth = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok());
+    if auth != Some(wanted) {
+        return Err((401, "wrong or missing bearer key"));
+    }
+    serde_json::from_str::<Value>(body).map_err(|_| (400, "the body is not JSON"))
 }
 
 fn json_headers() -> HeaderMap {

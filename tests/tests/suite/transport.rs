@@ -45,6 +45,20 @@ fn first_settings(stream: &mut TcpStream, skip: usize) -> BTreeMap<u16, u32> {
     }
 }
 
+/// Settings that grant Weft's stream window and frame size.
+fn assert_wide(settings: &BTreeMap<u16, u32>) {
+    assert_eq!(
+        settings.get(&INITIAL_WINDOW_SIZE),
+        Some(&STREAM_WINDOW),
+        "{settings:?}"
+    );
+    assert_eq!(
+        settings.get(&MAX_FRAME_SIZE),
+        Some(&MAX_FRAME),
+        "{settings:?}"
+    );
+}
+
 #[test]
 fn the_coordinator_grants_wide_windows_and_large_frames() {
     let cluster = TestCluster::start().unwrap();
@@ -56,16 +70,7 @@ fn the_coordinator_grants_wide_windows_and_large_frames() {
         .write_all(&[0, 0, 0, SETTINGS, 0, 0, 0, 0, 0])
         .unwrap();
     let settings = first_settings(&mut stream, 0);
-    assert_eq!(
-        settings.get(&INITIAL_WINDOW_SIZE),
-        Some(&STREAM_WINDOW),
-        "{settings:?}"
-    );
-    assert_eq!(
-        settings.get(&MAX_FRAME_SIZE),
-        Some(&MAX_FRAME),
-        "{settings:?}"
-    );
+    assert_wide(&settings);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -83,14 +88,5 @@ async fn a_client_grants_wide_windows_and_large_frames() {
         .await
         .unwrap();
     connecting.abort();
-    assert_eq!(
-        settings.get(&INITIAL_WINDOW_SIZE),
-        Some(&STREAM_WINDOW),
-        "{settings:?}"
-    );
-    assert_eq!(
-        settings.get(&MAX_FRAME_SIZE),
-        Some(&MAX_FRAME),
-        "{settings:?}"
-    );
+    assert_wide(&settings);
 }

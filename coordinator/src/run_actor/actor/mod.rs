@@ -409,6 +409,10 @@ impl RunActor {
         first: DispatchEvent,
         queued: &mut mpsc::UnboundedReceiver<DispatchEvent>,
     ) {
+        if queued.is_empty() {
+            // A burst of one: its step marks itself.
+            return self.dispatch_event(first);
+        }
         let (marks, id) = (self.marks.clone(), self.id.clone());
         let _held = (!self.suspect).then(|| marks.hold(&id));
         self.dispatch_event(first);
