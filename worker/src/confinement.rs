@@ -33,6 +33,16 @@
 //! or environment through `/proc`, and it ignores SIGTERM and SIGINT sent
 //! by its own descendants ([`crate::signals`]).
 //!
+//! bubblewrap binds the host's file system with its mounts and then makes
+//! each mount read-only; a mount the host adds or removes meanwhile (a
+//! container engine starting a container, a kubelet mounting a volume)
+//! makes that fail, and the process ends before its program starts. So a
+//! confined process is started with bubblewrap's status descriptor
+//! (`--json-status-fd`), whose `exit-code` line comes only once the
+//! sandbox was set up and the program started ([`SetUp`]): a process that
+//! never got that far ran nothing of the graph's code, and is started
+//! again, a few times, a little later ([`SETUP_TRIES`]).
+//!
 //! A worker whose configuration asks for confinement (the default) and
 //! cannot have it — no `bwrap`, or a kernel or container that refuses it
 //! user namespaces — refuses to start, naming the reason, unless the
@@ -42,6 +52,7 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use command_fds::{CommandFdExt, FdMapping};
 use serde::Deserialize;
 
 /// Memory a script may use by default: 1 GiB.
@@ -52,6 +63,15 @@ pub const DEFAULT_CPU: Duration = Duration::from_secs(300);
 pub const DEFAULT_PROCESSES: u32 = 64;
 /// Files a script may hold open by default.
 pub const DEFAULT_OPEN_FILES: u32 = 256;
+
+/// How many times a confined process is started when bubblewrap could not
+/// set its sandbox up (see the module's docs), the waits between them
+/// doubling from [`SETUP_RETRY_WAIT`].
+pub const SETUP_TRIES: u32 = 5;
+/// The first wait before a confined process is started again.
+pub const SETUP_RETRY_WAIT: Duration = Duration::from_millis(20);
+/// The descriptor a confined process's bubblewrap reports its status on.
+const STATUS_FD: i32 = 3;
 
 /// How a worker confines what it runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -250,23 +270,30 @@ impl Confinement {
         }
     }
 
-    /// Confines `true`, as a script would be.
+    /// Confines `true`, as a script would be: a few times, as a script
+    /// would be, when the host's mounts changed meanwhile.
     fn probe(&self) -> Result<(), String> {
         let dir = std::env::temp_dir();
-        let (program, args) = self.wrap(
-            "true".into(),
-            Vec::new(),
-            (&dir, &dir),
-            &Limits {
-                network: false,
-                ..self.limits
-            },
-        );
-        let output = std::process::Command::new(&program)
-            .args(&args)
-            .stdin(std::process::Stdio::null())
-            .output()
-            .map_err(|e| format!("cannot run {}: {e}", program.to_string_lossy()))?;
+        let limits = Limits {
+            network: false,
+            ..self.limits
+        };
+        let (program, args) = self.argv("true".into(), Vec::new(), (&dir, &dir), &limits, false);
+        let mut wait = SETUP_RETRY_WAIT;
+        let mut tries = 1;
+        let output = loop {
+            let output = std::process::Command::new(&program)
+                .args(&args)
+                .stdin(std::process::Stdio::null())
+                .output()
+                .map_err(|e| format!("cannot run {}: {e}", program.to_string_lossy()))?;
+            if output.status.success() || tries == SETUP_TRIES {
+                break output;
+            }
+            tries += 1;
+            std::thread::sleep(wait);
+            wait *= 2;
+        };
         if output.status.success() {
             return Ok(());
         }
@@ -293,16 +320,47 @@ impl Confinement {
         self.limits
     }
 
-    /// The program and arguments that run `program args` confined, with
-    /// `writable` (its scratch directory) the one directory it may write
-    /// and `cwd` its working directory; `program args` themselves when
-    /// confinement is off.
-    pub fn wrap(
+    /// The command that runs `program args` confined, with `writable` (its
+    /// scratch directory) the one directory it may write and `cwd` its
+    /// working directory — `program args` themselves when confinement is
+    /// off — and what tells, once it has ended, whether its program ran.
+    /// The caller adds its environment, pipes and working directory.
+    pub fn command(
+        &self,
+        program: OsString,
+        args: Vec<OsString>,
+        dirs: (&Path, &Path),
+        limits: &Limits,
+    ) -> std::io::Result<(tokio::process::Command, SetUp)> {
+        let (program, args) = self.argv(program, args, dirs, limits, true);
+        let mut command = tokio::process::Command::new(program);
+        command.args(args);
+        if !self.is_on() {
+            return Ok((command, SetUp(None)));
+        }
+        let (sender, receiver) = tokio::net::unix::pipe::pipe()?;
+        // The write end reaches the child as its descriptor 3 only: here
+        // it is close-on-exec, so no other process the worker starts
+        // meanwhile inherits it.
+        command
+            .fd_mappings(vec![FdMapping {
+                parent_fd: sender.into_blocking_fd()?,
+                child_fd: STATUS_FD,
+            }])
+            .map_err(|e| std::io::Error::other(e.to_string()))?;
+        Ok((command, SetUp(Some(receiver))))
+    }
+
+    /// The program and arguments that run `program args` confined (see
+    /// [`Self::command`]), bubblewrap reporting on [`STATUS_FD`] when
+    /// `report`.
+    fn argv(
         &self,
         program: OsString,
         args: Vec<OsString>,
         (writable, cwd): (&Path, &Path),
         limits: &Limits,
+        report: bool,
     ) -> (OsString, Vec<OsString>) {
         let Some((bwrap, prlimit)) = &self.tools else {
             return (program, args);
@@ -322,6 +380,10 @@ impl Confinement {
         argv.push("--".into());
         argv.push(bwrap.clone().into_os_string());
         argv.extend(["--die-with-parent".into(), "--new-session".into()]);
+        if report {
+            argv.push("--json-status-fd".into());
+            argv.push(STATUS_FD.to_string().into());
+        }
         if nix::unistd::geteuid().is_root() {
             // Root's scripts run as nobody in a user namespace, with no
             // capability left (a root inside without one could remount).
@@ -450,6 +512,31 @@ impl Confinement {
     }
 }
 
+/// Whether bubblewrap set a confined process's sandbox up and started its
+/// program: read once the process has ended.
+#[derive(Debug)]
+pub struct SetUp(Option<tokio::net::unix::pipe::Receiver>);
+
+impl SetUp {
+    /// Whether the process's program started: `false` when bubblewrap
+    /// ended before it (its sandbox could not be set up), so that nothing
+    /// of the program ran and starting it again is safe. Always `true`
+    /// unconfined. Reads bubblewrap's report to its end, which comes when
+    /// bubblewrap exits: call it once the process has ended.
+    pub async fn program_started(self) -> bool {
+        use tokio::io::AsyncReadExt;
+        let Some(mut report) = self.0 else {
+            return true;
+        };
+        let mut said = Vec::new();
+        // Bounded: bubblewrap has exited, and nothing else holds the pipe.
+        let read = report.read_to_end(&mut said);
+        let _ = tokio::time::timeout(Duration::from_secs(1), read).await;
+        // `{ "exit-code": N }`, written only after the program started.
+        said.windows(b"exit-code".len()).any(|w| w == b"exit-code")
+    }
+}
+
 /// A size in a configuration file: a number of bytes, or a number with a
 /// unit (`512MiB`, `1GiB`, `100MB`, `64k`).
 pub fn bytes_of(value: &toml::Value) -> Result<u64, String> {
@@ -533,8 +620,60 @@ pub fn make_undumpable() {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+
+    /// A mount churned under a shared mount point, as a container engine
+    /// does under `/var/lib/docker` while it starts containers, until
+    /// dropped; `None` without root, which changing mounts takes.
+    pub(crate) struct MountChurn {
+        churn: std::process::Child,
+        shared: PathBuf,
+    }
+
+    impl MountChurn {
+        pub(crate) fn start(dir: &Path) -> Option<Self> {
+            use std::os::unix::process::CommandExt;
+            if !nix::unistd::geteuid().is_root() {
+                return None;
+            }
+            let (shared, from) = (dir.join("shared"), dir.join("from"));
+            std::fs::create_dir_all(shared.join("x")).unwrap();
+            std::fs::create_dir_all(&from).unwrap();
+            let shared_text = shared.to_str().unwrap();
+            let script = format!(
+                "mount --bind '{shared_text}' '{shared_text}' && mount --make-shared '{shared_text}' || exit 1
+                 echo ready
+                 while :; do mount --bind '{}' '{shared_text}/x' && umount '{shared_text}/x'; done",
+                from.display()
+            );
+            let mut churn = std::process::Command::new("sh")
+                .args(["-c", &script])
+                .stdout(std::process::Stdio::piped())
+                .process_group(0)
+                .spawn()
+                .unwrap();
+            let mut ready = String::new();
+            std::io::Read::read_to_string(
+                &mut std::io::Read::take(churn.stdout.take().unwrap(), 6),
+                &mut ready,
+            )
+            .unwrap();
+            assert_eq!(ready, "ready\n", "the shared mount could not be made");
+            Some(Self { churn, shared })
+        }
+    }
+
+    impl Drop for MountChurn {
+        fn drop(&mut self) {
+            let _ = self.churn.kill();
+            let _ = self.churn.wait();
+            let _ = std::process::Command::new("umount")
+                .args(["--recursive", "--lazy"])
+                .arg(&self.shared)
+                .status();
+        }
+    }
 
     #[test]
     fn sizes_and_durations_read_with_their_units() {

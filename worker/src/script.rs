@@ -21,7 +21,7 @@ use serde_json::{Map, Value, json};
 use tokio::process::Command;
 
 use crate::blobs::BlobCache;
-use crate::confinement::{Confinement, Limits, NodeSandbox};
+use crate::confinement::{Confinement, Limits, NodeSandbox, SETUP_RETRY_WAIT, SETUP_TRIES, SetUp};
 use crate::script_output::{Finished, collect, judge, redacted, stderr_tail, tool_result};
 use crate::secrets::{Redactor, Secrets};
 use crate::task::{Failure, FailureKind, Task};
@@ -183,7 +183,9 @@ impl ScriptRunner {
     }
 
     /// Runs `config`'s argv in `dir` with `request` on stdin until it ends
-    /// or `timeout` passes (then its whole process group is killed).
+    /// or `timeout` passes (then its whole process group is killed); starts
+    /// it again while its sandbox could not be set up, up to
+    /// [`SETUP_TRIES`] times.
     async fn spawn(
         &self,
         dir: &Path,
@@ -197,9 +199,42 @@ impl ScriptRunner {
             .argv
             .first()
             .ok_or_else(|| Failure::new(FailureKind::InvalidTask, "the script's argv is empty"))?;
-        let launch = launcher(dir, program)?;
-        let mut command = self.command(dir, launch, config, task, &dir.join(STATE_FILE));
-        let mut child = command.spawn().map_err(|e| {
+        let mut wait = SETUP_RETRY_WAIT;
+        for tries in 1.. {
+            let launch = launcher(dir, program)?;
+            let (mut command, set_up) =
+                self.command(dir, launch, config, task, &dir.join(STATE_FILE))?;
+            let mut finished =
+                Self::feed(command.spawn(), program, &request, timeout, redactor).await?;
+            if finished.succeeded() || tries == SETUP_TRIES || set_up.program_started().await {
+                return Ok(finished);
+            }
+            // Nothing of the script ran: the host's mounts changed while
+            // bubblewrap set its sandbox up (see `crate::confinement`).
+            finished.redact_stderr(redactor);
+            tracing::warn!(
+                run = %task.run_id,
+                node = %task.node,
+                said = %finished.stderr_text(),
+                "the script's sandbox could not be set up; starting it again"
+            );
+            tokio::time::sleep(wait).await;
+            wait *= 2;
+        }
+        unreachable!("the last try returns")
+    }
+
+    /// Feeds `request` to a started script and collects what it says until
+    /// it ends or `timeout` passes (then its whole process group is
+    /// killed).
+    async fn feed(
+        spawned: std::io::Result<tokio::process::Child>,
+        program: &str,
+        request: &str,
+        timeout: Duration,
+        redactor: &Redactor,
+    ) -> Result<Finished, Failure> {
+        let mut child = spawned.map_err(|e| {
             Failure::new(
                 FailureKind::ScriptFailed,
                 format!("cannot start '{program}': {e}"),
@@ -238,19 +273,18 @@ impl ScriptRunner {
         config: &ResolvedConfig,
         task: &Task,
         state_path: &Path,
-    ) -> Command {
+    ) -> Result<(Command, SetUp), Failure> {
         let mut args = launch.leading_args;
         args.extend(config.argv[1..].iter().map(Into::into));
-        let (program, args) =
-            self.confinement
-                .wrap(launch.program, args, (dir, dir), &config.limits);
-        let mut command = Command::new(program);
+        let (mut command, set_up) = self
+            .confinement
+            .command(launch.program, args, (dir, dir), &config.limits)
+            .map_err(|e| Failure::io("cannot prepare the script's sandbox", e))?;
         // A script sees SPEC 4.1's variables, a few the system needs, and
         // its node's `env:`, never the rest of the worker's environment.
         command.env_clear();
         command.envs(self.inherited.iter().map(|(name, value)| (name, value)));
         command
-            .args(args)
             .current_dir(dir)
             .env("GRAPH_STATE", state_path)
             .env("WEFT_RUN_ID", task.run_id.as_str())
@@ -274,7 +308,7 @@ impl ScriptRunner {
             command.env("TRACEPARENT", &task.traceparent);
         }
         command.envs(config.env.iter().map(|(k, v)| (k, v)));
-        command
+        Ok((command, set_up))
     }
 }
 

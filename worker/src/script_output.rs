@@ -24,6 +24,16 @@ pub(crate) struct Finished {
 }
 
 impl Finished {
+    /// Whether the process exited 0.
+    pub(crate) fn succeeded(&self) -> bool {
+        self.status.as_ref().is_ok_and(|status| status.success())
+    }
+
+    /// The end of what the process printed on stderr, as text.
+    pub(crate) fn stderr_text(&self) -> std::borrow::Cow<'_, str> {
+        String::from_utf8_lossy(&self.stderr_tail)
+    }
+
     /// Masks the secrets in what is kept of stderr, before it is cut to
     /// its tail: a secret across the cut would leave a part of itself.
     pub(crate) fn redact_stderr(&mut self, redactor: &crate::secrets::Redactor) {
@@ -40,7 +50,7 @@ pub(crate) fn redacted(bytes: &[u8], redactor: &crate::secrets::Redactor) -> Str
 /// tail of stderr accumulates in `stderr_tail` as it arrives.
 pub(crate) async fn collect(
     child: &mut tokio::process::Child,
-    request: String,
+    request: &str,
     stderr_tail: Arc<Mutex<Vec<u8>>>,
 ) -> Finished {
     let mut child_stdin = child.stdin.take().expect("stdin is piped");

@@ -346,3 +346,112 @@ async fn a_worker_that_cannot_confine_refuses_to_start_unless_told() -> anyhow::
     std::fs::remove_dir_all(&dir).ok();
     Ok(())
 }
+
+/// A mount churned under a shared mount point of the host's, as a
+/// container engine does under `/var/lib/docker` while it starts
+/// containers: a `mount --bind` and its `umount` again and again, until
+/// dropped (then the churn stops and the mounts go).
+struct MountChurn {
+    churn: std::process::Child,
+    shared: std::path::PathBuf,
+}
+
+impl MountChurn {
+    fn start(dir: &std::path::Path) -> anyhow::Result<Self> {
+        use std::os::unix::process::CommandExt;
+        let shared = dir.join("shared");
+        let from = dir.join("from");
+        std::fs::create_dir_all(shared.join("x"))?;
+        std::fs::create_dir_all(&from)?;
+        let run = |argv: &[&str]| -> anyhow::Result<()> {
+            let status = std::process::Command::new(argv[0])
+                .args(&argv[1..])
+                .status()?;
+            anyhow::ensure!(status.success(), "{argv:?}: {status}");
+            Ok(())
+        };
+        let shared_text = shared.to_str().expect("a UTF-8 path");
+        run(&["mount", "--bind", shared_text, shared_text])?;
+        run(&["mount", "--make-shared", shared_text])?;
+        let churn = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(format!(
+                "while :; do mount --bind '{}' '{shared_text}/x' && umount '{shared_text}/x'; done",
+                from.display()
+            ))
+            .process_group(0)
+            .spawn()?;
+        Ok(Self { churn, shared })
+    }
+}
+
+impl Drop for MountChurn {
+    fn drop(&mut self) {
+        // The group: a `mount` under way would otherwise end after the
+        // unmount below, and stay.
+        let group = nix::unistd::Pid::from_raw(self.churn.id() as i32);
+        let _ = nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGKILL);
+        let _ = self.churn.wait();
+        for _ in 0..400 {
+            if nix::sys::signal::killpg(group, None).is_err() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        let _ = std::process::Command::new("umount")
+            .args(["--recursive", "--lazy"])
+            .arg(&self.shared)
+            .status();
+    }
+}
+
+/// bubblewrap makes each mount of the host read-only in a script's
+/// sandbox; one the host adds or removes meanwhile failed the script
+/// before it started ("Can't bind mount /oldroot/ on /newroot/: Unable to
+/// apply mount flags"), which a script node took as its own failure. Now
+/// a script that never started is started again, and every item of a map
+/// completes while the host's mounts change under it.
+#[tokio::test]
+async fn scripts_start_while_the_hosts_mounts_change() -> anyhow::Result<()> {
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("skipped: changing the host's mounts takes root");
+        return Ok(());
+    }
+    let mut cluster = TestCluster::start()?;
+    cluster.add_worker("w", 4)?;
+    cluster.wait_for_workers(&["w"]).await?;
+    let client = cluster.client().await?;
+    let churn = MountChurn::start(&cluster.dir().join("mounts"))?;
+    let items = 200;
+    let yaml = r#"
+nodes:
+  fan:
+    kind: map
+    start: true
+    over: "{{ items }}"
+    as: item
+    branch: echo
+    output_key: out
+    collect_into: results
+  echo: { kind: script, run: [sh, -c, 'echo "{\"out\": 1}"'] }
+"#;
+    let items: Vec<u32> = (0..items).collect();
+    let run = client
+        .submit_bundle(graph(yaml), &json!({ "items": items }))
+        .await?;
+    let done = tokio::time::timeout(PATIENCE, client.wait(&run.run_id)).await??;
+    drop(churn);
+    assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error);
+    assert_eq!(
+        done.state["results"].as_array().map(Vec::len),
+        Some(items.len())
+    );
+    // The race was run into (one start in twenty fails here), and won.
+    let log = cluster.log("w");
+    assert!(
+        log.contains("the script's sandbox could not be set up; starting it again"),
+        "the churn never got in a sandbox's way: {}",
+        log.lines().rev().take(20).collect::<Vec<_>>().join("\n")
+    );
+    Ok(())
+}

@@ -164,7 +164,9 @@ fn failure(error: PythonError, redactor: &Redactor) -> Failure {
     let kind = match &error {
         PythonError::Raised(_) => FailureKind::HandlerError,
         PythonError::Timeout(_) => FailureKind::Timeout,
-        PythonError::Start { .. } | PythonError::Host(_) => FailureKind::WorkerError,
+        PythonError::Start { .. } | PythonError::Host(_) | PythonError::NotSetUp(_) => {
+            FailureKind::WorkerError
+        }
     };
     Failure::new(kind, redactor.redact(&error.to_string()))
 }

@@ -22,8 +22,10 @@ use std::time::Duration;
 
 use serde_json::{Map, Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
-use tokio::process::{Child, ChildStdin, ChildStdout, Command};
+use tokio::process::{Child, ChildStdin, ChildStdout};
 use tokio::sync::{Mutex, Semaphore};
+
+use crate::confinement::{SETUP_RETRY_WAIT, SETUP_TRIES, SetUp};
 
 /// The harness each Python process runs.
 const HARNESS: &str = include_str!("harness.py");
@@ -48,6 +50,10 @@ pub enum PythonError {
     /// The process died or broke the protocol.
     #[error("the Python host failed: {0}")]
     Host(String),
+    /// The process's sandbox could not be set up (the host's mounts
+    /// changed meanwhile): nothing of it ran, and it is started again.
+    #[error("the Python process's sandbox could not be set up: {0}")]
+    NotSetUp(String),
 }
 
 /// How much of a Python process's stderr an error about its end quotes.
@@ -66,6 +72,8 @@ struct Host {
     next_id: u64,
     /// The state field versions it holds.
     held: Held,
+    /// Whether its sandbox was set up, until its end is looked into.
+    set_up: Option<SetUp>,
 }
 
 impl Host {
@@ -83,14 +91,19 @@ impl Host {
             cpu: None,
             ..confinement.limits().within(sandbox)
         };
-        let (program, args) = confinement.wrap(
-            interpreter.into(),
-            ["-u", "-c", HARNESS].map(Into::into).to_vec(),
-            (writable, dir),
-            &limits,
-        );
-        let mut child = Command::new(program)
-            .args(args)
+        let start = |reason: String| PythonError::Start {
+            interpreter: interpreter.to_owned(),
+            reason,
+        };
+        let (mut command, set_up) = confinement
+            .command(
+                interpreter.into(),
+                ["-u", "-c", HARNESS].map(Into::into).to_vec(),
+                (writable, dir),
+                &limits,
+            )
+            .map_err(|error| start(error.to_string()))?;
+        let mut child = command
             .current_dir(dir)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -98,10 +111,7 @@ impl Host {
             .process_group(0)
             .kill_on_drop(true)
             .spawn()
-            .map_err(|error| PythonError::Start {
-                interpreter: interpreter.to_owned(),
-                reason: error.to_string(),
-            })?;
+            .map_err(|error| start(error.to_string()))?;
         let stdin = child.stdin.take().expect("stdin is piped");
         let stdout = child.stdout.take().expect("stdout is piped");
         let stderr = child.stderr.take().expect("stderr is piped");
@@ -115,6 +125,7 @@ impl Host {
             answers: BufReader::new(stdout).lines(),
             next_id: 0,
             held: Held::default(),
+            set_up: Some(set_up),
         })
     }
 
@@ -139,6 +150,11 @@ impl Host {
         } else {
             format!("; its stderr ended with: {tail}")
         };
+        if let Some(set_up) = self.set_up.take()
+            && !set_up.program_started().await
+        {
+            return PythonError::NotSetUp(tail);
+        }
         PythonError::Host(format!("the process ended ({status}){said}"))
     }
 
@@ -325,23 +341,56 @@ impl PythonPool {
     ) -> Result<Value, PythonError> {
         let _permit = self.permits.acquire().await;
         let idle = self.idle.lock().await.pop();
-        let mut host = match idle {
-            Some(host) => host,
-            None => {
-                let writable = if self.writable.as_os_str().is_empty() {
-                    &self.dir
-                } else {
-                    &self.writable
-                };
-                Host::spawn(
-                    &self.interpreter,
-                    &self.dir,
-                    writable,
-                    &self.confinement,
-                    &self.sandbox,
-                )?
-            }
+        match idle {
+            Some(host) => self.ask_host(host, request, state, timeout).await,
+            None => self.ask_new(request, state, timeout).await,
+        }
+    }
+
+    /// Asks a process started for this request, started again while its
+    /// sandbox could not be set up (see `crate::confinement`).
+    async fn ask_new(
+        &self,
+        mut request: Map<String, Value>,
+        state: Option<(&str, &[VersionedField])>,
+        timeout: Duration,
+    ) -> Result<Value, PythonError> {
+        let writable = if self.writable.as_os_str().is_empty() {
+            &self.dir
+        } else {
+            &self.writable
         };
+        let mut wait = SETUP_RETRY_WAIT;
+        for tries in 1.. {
+            let host = Host::spawn(
+                &self.interpreter,
+                &self.dir,
+                writable,
+                &self.confinement,
+                &self.sandbox,
+            )?;
+            let again = (tries < SETUP_TRIES).then(|| request.clone());
+            match (self.ask_host(host, request, state, timeout).await, again) {
+                (Err(PythonError::NotSetUp(said)), Some(again)) => {
+                    tracing::warn!(%said, "a Python process's sandbox could not be set up; starting it again");
+                    request = again;
+                    tokio::time::sleep(wait).await;
+                    wait *= 2;
+                }
+                (answer, _) => return answer,
+            }
+        }
+        unreachable!("the last try returns")
+    }
+
+    /// Asks `host`, keeping it for the next call if it is still sound.
+    async fn ask_host(
+        &self,
+        mut host: Host,
+        request: Map<String, Value>,
+        state: Option<(&str, &[VersionedField])>,
+        timeout: Duration,
+    ) -> Result<Value, PythonError> {
         match tokio::time::timeout(timeout, host.ask(request, state)).await {
             // A raised exception leaves the process sound: keep it.
             Ok(result @ (Ok(_) | Err(PythonError::Raised(_)))) => {

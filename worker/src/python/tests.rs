@@ -230,3 +230,48 @@ def judge(it):
     assert_eq!(verdict, Ok(json!([true, "at 2 of 5"])));
     std::fs::remove_dir_all(dir).ok();
 }
+
+/// A Python process whose sandbox bubblewrap could not set up (the host's
+/// mounts changed meanwhile) ran nothing: it is started again, and the
+/// call answers. Each call here starts a fresh process while a mount is
+/// churned under a shared mount point (one start in twenty fails).
+#[tokio::test]
+async fn a_python_process_whose_sandbox_could_not_be_set_up_is_started_again() {
+    use crate::confinement::{Confine, Confinement, Limits, Places};
+    let dir = bundle("setup-race", &[("helpers.py", HELPERS)]);
+    let Some(_churn) = crate::confinement::tests::MountChurn::start(&dir.join("mounts")) else {
+        eprintln!("skipped: changing the host's mounts takes root");
+        return;
+    };
+    let confinement = Confinement::set_up(
+        Confine::Bwrap,
+        Limits::default(),
+        Places::default(),
+        (Vec::new(), Vec::new()),
+    )
+    .expect("bubblewrap confines here");
+    let confinement = std::sync::Arc::new(confinement);
+    let call = |n: u64| {
+        let pool = PythonPool::new("python3", &dir, 1).confined(
+            confinement.clone(),
+            dir.clone(),
+            crate::confinement::NodeSandbox::default(),
+        );
+        async move {
+            let answer = pool
+                .call(
+                    "helpers.py",
+                    "inc",
+                    vec![],
+                    kwargs(json!({"counter": n})),
+                    SECOND,
+                )
+                .await;
+            assert_eq!(answer, Ok(json!({"counter": n + 1})), "call {n}");
+        }
+    };
+    // Four at a time, 100 in all.
+    for round in 0..25 {
+        futures_util::future::join_all((0..4).map(|n| call(round * 4 + n))).await;
+    }
+}
