@@ -4,11 +4,14 @@
 //!
 //! A submission counts its files before it stores them, under the same
 //! gate as deletions; a deletion looks again under the gate, so a file
-//! counted meanwhile stays. (A submission that fails after storing a new
+//! counted meanwhile stays. The files known to be in the store are kept
+//! too, so that a submission does not read a file back only to learn that
+//! it is there: a leader's term is the store's only writer, and a file
+//! leaves the set when it is deleted. (A submission that fails after storing a new
 //! file leaves it behind, uncounted: the rare leak is preferred over a
 //! run whose bundle could vanish.)
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 use weft_proto::RunId;
 
@@ -24,7 +27,9 @@ use crate::bundle::Bundle;
 #[derive(Default)]
 pub struct BlobRefs {
     counts: Mutex<Counts>,
-    gate: tokio::sync::Mutex<()>,
+    /// Held while files are stored or deleted; guards the files known to
+    /// be stored.
+    gate: tokio::sync::Mutex<HashSet<String>>,
 }
 
 #[derive(Default)]
@@ -74,17 +79,19 @@ impl BlobRefs {
         bundle: &Bundle,
         created_unix_ms: i64,
     ) -> Result<RecordHead, StoreError> {
-        let _gate = self.gate.lock().await;
-        restore::store_bundle(keeper, bundle, created_unix_ms).await
+        let mut stored = self.gate.lock().await;
+        restore::store_bundle(keeper, bundle, created_unix_ms, &mut stored).await
     }
 
     /// Deletes the files of `sha256s` that are still unused.
     pub async fn delete_unused(&self, keeper: &Keeper, sha256s: Vec<String>) {
-        let _gate = self.gate.lock().await;
+        let mut stored = self.gate.lock().await;
         for sha in sha256s {
             if self.counts().users.contains_key(&sha) {
                 continue;
             }
+            // Looked for again by its next use, whether or not it goes.
+            stored.remove(&sha);
             // The file and its chunks; a hash is never a prefix of another.
             let deleted = keeper
                 .store()
@@ -100,6 +107,55 @@ impl BlobRefs {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A submission reads a file back from the store only if this term has
+    /// not stored (or found) it yet: the file is deleted here behind the
+    /// counts' back, so a second store that looked for it would put it
+    /// back. Once deleted as unused, its next use stores it again.
+    #[tokio::test]
+    async fn a_stored_file_is_not_looked_for_again_until_it_is_deleted() {
+        let dir = std::env::temp_dir().join(format!("weft-blob-refs-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let store = weft_store::EmbeddedStore::open(&dir.join("weft.redb")).expect("opens");
+        let keeper = Keeper::new(
+            weft_store::AnyStore::Embedded(store),
+            None,
+            tokio_util::sync::CancellationToken::new(),
+        );
+        let bundle = Bundle::new(
+            "g.yaml".into(),
+            [("g.yaml".into(), b"nodes: {}".to_vec(), 0o644)],
+            1 << 20,
+        )
+        .expect("a bundle");
+        let sha = bundle.files["g.yaml"].sha256.clone();
+        let key = blob_key(&sha);
+        let there = || async { keeper.store().get(&key).await.expect("reads").is_some() };
+        let refs = BlobRefs::default();
+        let run = RunId::from("a");
+        refs.hold(&run, vec![sha.clone()]);
+        refs.store(&keeper, &bundle, 0).await.expect("stored");
+        assert!(there().await, "stored by its first use");
+        keeper
+            .store()
+            .delete_prefix(&key, None)
+            .await
+            .expect("deletes");
+        refs.store(&keeper, &bundle, 0).await.expect("stored");
+        assert!(
+            !there().await,
+            "known stored: not looked for, not put again"
+        );
+        let unused = refs.release("a");
+        refs.delete_unused(&keeper, unused).await;
+        refs.hold(&run, vec![sha.clone()]);
+        refs.store(&keeper, &bundle, 0).await.expect("stored");
+        assert!(
+            there().await,
+            "deleted as unused: looked for and stored again"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     #[test]
     fn a_file_is_unused_when_its_last_run_lets_go() {

@@ -18,17 +18,24 @@ use weft_proto::events::{RunEvent, StoredEvent};
 
 /// Stores a new run's bundle files (each once, by hash); returns the head
 /// its records repeat. Its first record is the actor's first checkpoint.
+/// `stored` holds the files known to be in the store (looked for or
+/// written before), which are not looked for again; the files of this
+/// bundle join it.
 pub async fn store_bundle(
     keeper: &Keeper,
     bundle: &Bundle,
     created_unix_ms: i64,
+    stored: &mut std::collections::HashSet<String>,
 ) -> Result<RecordHead, StoreError> {
     let mut files = Vec::with_capacity(bundle.files.len());
     for (path, file) in &bundle.files {
-        let key = blob_key(&file.sha256);
-        let store = keeper.store();
-        if store.get(&key).await?.is_none() {
-            keeper.checked(chunks::put(store, &key, &file.content, keeper.fence()).await)?;
+        if !stored.contains(&file.sha256) {
+            let key = blob_key(&file.sha256);
+            let store = keeper.store();
+            if store.get(&key).await?.is_none() {
+                keeper.checked(chunks::put(store, &key, &file.content, keeper.fence()).await)?;
+            }
+            stored.insert(file.sha256.clone());
         }
         files.push(FileRecord {
             path: path.clone(),

@@ -234,7 +234,7 @@ nodes:
         CancellationToken::new(),
     );
     let bundle = bundle_of(yaml);
-    let head = crate::durable::restore::store_bundle(&keeper, &bundle, 0)
+    let head = crate::durable::restore::store_bundle(&keeper, &bundle, 0, &mut Default::default())
         .await
         .expect("stored");
     let journal = Journal::start(
