@@ -1,0 +1,31 @@
+//! Weft's retrieval core (SPEC 17), pure and synchronous: what a `rag`
+//! node's retrieval does with a knowledge base's files, apart from the
+//! worker that will run it and the index library that will rank words.
+//!
+//! - [`document`]: a knowledge base's files read as documents — a Markdown
+//!   or text file is one, a JSON Lines file one per line (`text`, with
+//!   `source` and `links`); a malformed line names its file and line.
+//! - [`chunk`]: documents cut into passages on headings first, then on
+//!   paragraphs, packed up to a size in characters, consecutive passages of
+//!   one section sharing an overlap.
+//! - [`links`]: the documents a Markdown text links to (`[text](path)`,
+//!   `[[wiki]]`), resolved among a knowledge base's documents, both ways.
+//! - [`fuse`]: rankings fused by reciprocal rank fusion.
+//! - [`vectors`]: exact cosine search over embeddings.
+//! - [`graph`]: graph search — the best hits joined by the passages of the
+//!   documents they link to and that link to them, some hops deep, each
+//!   ranked below the hit that led to it.
+//!
+//! Nothing here reads a file, calls a model or keeps time: the worker
+//! hands it texts and vectors and takes passages back, so every rule is
+//! tested here on its own.
+
+pub mod chunk;
+pub mod document;
+pub mod fuse;
+pub mod graph;
+pub mod links;
+pub mod vectors;
+
+pub use chunk::{Chunk, Chunking, ChunkingError};
+pub use document::{Document, DocumentError};
