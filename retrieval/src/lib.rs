@@ -8,6 +8,8 @@
 //! - [`chunk`]: documents cut into passages on headings first, then on
 //!   paragraphs, packed up to a size in characters, consecutive passages of
 //!   one section sharing an overlap.
+//! - [`keyword`]: chunks ranked by BM25 over their words' stems, through
+//!   tantivy, in memory or in a directory.
 //! - [`links`]: the documents a Markdown text links to (`[text](path)`,
 //!   `[[wiki]]`), resolved among a knowledge base's documents, both ways.
 //! - [`fuse`]: rankings fused by reciprocal rank fusion.
@@ -16,14 +18,16 @@
 //!   documents they link to and that link to them, some hops deep, each
 //!   ranked below the hit that led to it.
 //!
-//! Nothing here reads a file, calls a model or keeps time: the worker
-//! hands it texts and vectors and takes passages back, so every rule is
-//! tested here on its own.
+//! Nothing here calls a model, talks to a network or keeps time (a keyword
+//! index may live in a directory it is given): the worker hands it texts
+//! and vectors and takes passages back, so every rule is tested here on
+//! its own.
 
 pub mod chunk;
 pub mod document;
 pub mod fuse;
 pub mod graph;
+pub mod keyword;
 pub mod links;
 pub mod vectors;
 
