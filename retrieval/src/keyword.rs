@@ -139,7 +139,10 @@ impl KeywordIndex {
         let mut ranked = Vec::with_capacity(found.len());
         for (score, address) in found {
             let document: TantivyDocument = searcher.doc(address)?;
-            if let Some(number) = document.get_first(self.fields.chunk).and_then(|v| v.as_u64()) {
+            if let Some(number) = document
+                .get_first(self.fields.chunk)
+                .and_then(|v| v.as_u64())
+            {
                 ranked.push((number as usize, score));
             }
         }
@@ -163,7 +166,10 @@ mod tests {
     fn corpus() -> Vec<Chunk> {
         vec![
             chunk("Shipping", "Parcels leave the warehouse within two days."),
-            chunk("Refunds", "A refund is paid to the card used, within a week."),
+            chunk(
+                "Refunds",
+                "A refund is paid to the card used, within a week.",
+            ),
             chunk("Accounts", "Reset your password from the sign-in page."),
             chunk("Refunds › Exceptions", "Gift cards are never refunded."),
         ]
@@ -182,8 +188,15 @@ mod tests {
         assert_eq!(found.first().map(|(n, _)| *n), Some(1), "{found:?}");
         assert!(found.windows(2).all(|w| w[0].1 >= w[1].1), "best first");
         let found = index.search("password: \"reset\" (sign-in)", 1).unwrap();
-        assert_eq!(found.iter().map(|(n, _)| *n).collect::<Vec<_>>(), vec![2], "no query syntax");
-        assert!(index.search("?!", 5).unwrap().is_empty(), "no words, no hits");
+        assert_eq!(
+            found.iter().map(|(n, _)| *n).collect::<Vec<_>>(),
+            vec![2],
+            "no query syntax"
+        );
+        assert!(
+            index.search("?!", 5).unwrap().is_empty(),
+            "no words, no hits"
+        );
     }
 
     #[test]

@@ -10,6 +10,9 @@
 //!   one section sharing an overlap.
 //! - [`keyword`]: chunks ranked by BM25 over their words' stems, through
 //!   tantivy, in memory or in a directory.
+//! - [`knowledge`]: a knowledge base built from its documents, and a
+//!   retrieval over it (`keyword`, `vector` or `hybrid`, then graph
+//!   search), with the passages as `context` and `sources`.
 //! - [`links`]: the documents a Markdown text links to (`[text](path)`,
 //!   `[[wiki]]`), resolved among a knowledge base's documents, both ways.
 //! - [`fuse`]: rankings fused by reciprocal rank fusion.
@@ -28,8 +31,10 @@ pub mod document;
 pub mod fuse;
 pub mod graph;
 pub mod keyword;
+pub mod knowledge;
 pub mod links;
 pub mod vectors;
 
 pub use chunk::{Chunk, Chunking, ChunkingError};
 pub use document::{Document, DocumentError};
+pub use knowledge::{Knowledge, KnowledgeError, Mode, Passage, Request};

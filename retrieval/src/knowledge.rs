@@ -1,0 +1,249 @@
+//! A knowledge base ready to answer: its documents' chunks, their BM25
+//! index, their embeddings when it has some, and the links between its
+//! documents — and a retrieval over them, as a `rag` node asks for it.
+//!
+//! A retrieval ranks chunks by BM25 (`keyword`), by the cosine of their
+//! embeddings and the query's (`vector`), or both fused by RRF (`hybrid`),
+//! each ranking `4 × top_k` deep; the best `top_k` are the hits. Graph
+//! search (`hops` > 0) then follows each hit with the chunks of the
+//! documents linked to its own ([`crate::graph`]), adding at most `top_k`
+//! passages in all, so a retrieval gives at most `2 × top_k`. The passages
+//! are numbered from 1 in their final order, for `context` and `sources`.
+
+use std::path::Path;
+
+use serde_json::{Value, json};
+
+use crate::chunk::{Chunk, Chunking, chunk};
+use crate::document::Document;
+use crate::fuse::reciprocal_rank_fusion;
+use crate::graph::{Corpus, expand};
+use crate::keyword::{KeywordError, KeywordIndex};
+use crate::links::LinkGraph;
+use crate::vectors::{VectorError, nearest};
+
+/// How chunks are ranked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// BM25 over their words.
+    Keyword,
+    /// The cosine of their embeddings and the query's.
+    Vector,
+    /// Both, fused by RRF.
+    Hybrid,
+}
+
+/// How much deeper than `top_k` each ranking looks before fusion.
+const CANDIDATES_PER_HIT: usize = 4;
+
+/// Why a knowledge base could not be built or searched.
+#[derive(Debug, thiserror::Error)]
+pub enum KnowledgeError {
+    /// The keyword index failed.
+    #[error(transparent)]
+    Keyword(#[from] KeywordError),
+    /// Vectors of the wrong length.
+    #[error(transparent)]
+    Vector(#[from] VectorError),
+    /// Not one embedding per chunk.
+    #[error("{got} embeddings for {chunks} chunks")]
+    EmbeddingCount {
+        /// The embeddings given.
+        got: usize,
+        /// The chunks.
+        chunks: usize,
+    },
+    /// A ranking by vectors in a knowledge base without them.
+    #[error("mode '{0}' needs embeddings, and this knowledge base has none")]
+    NoEmbeddings(&'static str),
+    /// A ranking by vectors without the query's.
+    #[error("mode '{0}' needs the query's embedding")]
+    NoQueryEmbedding(&'static str),
+}
+
+/// A knowledge base's chunks and what ranks them.
+pub struct Knowledge {
+    chunks: Vec<Chunk>,
+    document_of: Vec<usize>,
+    chunks_of: Vec<Vec<usize>>,
+    links: LinkGraph,
+    keyword: KeywordIndex,
+    vectors: Option<Vec<Vec<f32>>>,
+}
+
+/// One retrieval.
+#[derive(Debug, Clone)]
+pub struct Request<'a> {
+    /// The query's text.
+    pub query: &'a str,
+    /// The query's embedding (for `vector` and `hybrid`).
+    pub query_vector: Option<&'a [f32]>,
+    /// How chunks are ranked.
+    pub mode: Mode,
+    /// How many hits.
+    pub top_k: usize,
+    /// How many links deep graph search goes (0: none).
+    pub hops: usize,
+}
+
+/// A chunk a retrieval gives.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Passage {
+    /// Its number, from 1, in the retrieval's order.
+    pub n: usize,
+    /// The chunk's place in the knowledge base.
+    pub chunk: usize,
+    /// Its score: BM25, cosine or RRF for a hit; for a chunk graph search
+    /// brought in, the leading hit's halved per hop.
+    pub score: f64,
+    /// The hit whose links brought it in, if one did.
+    pub via: Option<usize>,
+}
+
+impl Knowledge {
+    /// `documents` chunked as `chunking` says, their links read, their
+    /// chunks indexed (in `dir`, which must be empty, or in memory).
+    pub fn build(
+        documents: &[Document],
+        chunking: &Chunking,
+        dir: Option<&Path>,
+    ) -> Result<Self, KnowledgeError> {
+        let mut chunks = Vec::new();
+        let mut document_of = Vec::new();
+        let mut chunks_of = Vec::with_capacity(documents.len());
+        for (number, document) in documents.iter().enumerate() {
+            let own = chunk(document, chunking);
+            chunks_of.push((chunks.len()..chunks.len() + own.len()).collect());
+            document_of.extend(std::iter::repeat_n(number, own.len()));
+            chunks.extend(own);
+        }
+        let keyword = KeywordIndex::build(&chunks, dir)?;
+        Ok(Self {
+            links: LinkGraph::of(documents),
+            chunks,
+            document_of,
+            chunks_of,
+            keyword,
+            vectors: None,
+        })
+    }
+
+    /// The same, with one embedding per chunk, in the chunks' order.
+    pub fn with_vectors(mut self, vectors: Vec<Vec<f32>>) -> Result<Self, KnowledgeError> {
+        if vectors.len() != self.chunks.len() {
+            return Err(KnowledgeError::EmbeddingCount {
+                got: vectors.len(),
+                chunks: self.chunks.len(),
+            });
+        }
+        self.vectors = Some(vectors);
+        Ok(self)
+    }
+
+    /// Its chunks, in order.
+    pub fn chunks(&self) -> &[Chunk] {
+        &self.chunks
+    }
+
+    /// The passages `request` retrieves, best first.
+    pub fn retrieve(&self, request: &Request<'_>) -> Result<Vec<Passage>, KnowledgeError> {
+        if request.top_k == 0 {
+            return Ok(Vec::new());
+        }
+        let depth = request.top_k * CANDIDATES_PER_HIT;
+        let by_words = || -> Result<Vec<(usize, f64)>, KnowledgeError> {
+            Ok(self
+                .keyword
+                .search(request.query, depth)?
+                .into_iter()
+                .map(|(chunk, score)| (chunk, f64::from(score)))
+                .collect())
+        };
+        let by_vectors = |mode: &'static str| -> Result<Vec<(usize, f64)>, KnowledgeError> {
+            let Some(vectors) = &self.vectors else {
+                return Err(KnowledgeError::NoEmbeddings(mode));
+            };
+            let Some(query) = request.query_vector else {
+                return Err(KnowledgeError::NoQueryEmbedding(mode));
+            };
+            Ok(nearest(query, vectors, depth)?
+                .into_iter()
+                .map(|(chunk, score)| (chunk, f64::from(score)))
+                .collect())
+        };
+        let mut hits = match request.mode {
+            Mode::Keyword => by_words()?,
+            Mode::Vector => by_vectors("vector")?,
+            Mode::Hybrid => {
+                let rankings = [by_words()?, by_vectors("hybrid")?]
+                    .map(|ranking| ranking.into_iter().map(|(chunk, _)| chunk).collect());
+                reciprocal_rank_fusion(&rankings)
+            }
+        };
+        hits.truncate(request.top_k);
+        let corpus = Corpus {
+            document_of: &self.document_of,
+            chunks_of: &self.chunks_of,
+            links: &self.links,
+        };
+        let mut added = 0;
+        let placed = expand(&hits, &corpus, request.hops)
+            .into_iter()
+            .filter(|placed| {
+                if placed.via.is_none() {
+                    return true;
+                }
+                added += 1;
+                added <= request.top_k
+            });
+        Ok(placed
+            .enumerate()
+            .map(|(index, placed)| Passage {
+                n: index + 1,
+                chunk: placed.chunk,
+                score: placed.score,
+                via: placed.via,
+            })
+            .collect())
+    }
+
+    /// `passages` as numbered text for a prompt: `[n] source § heading`
+    /// (without `§` for a chunk under no heading), then the chunk's text.
+    pub fn context(&self, passages: &[Passage]) -> String {
+        let mut text = String::new();
+        for passage in passages {
+            let chunk = &self.chunks[passage.chunk];
+            if !text.is_empty() {
+                text.push_str("\n\n");
+            }
+            text.push_str(&format!("[{}] {}", passage.n, chunk.source));
+            if !chunk.heading.is_empty() {
+                text.push_str(&format!(" § {}", chunk.heading));
+            }
+            text.push('\n');
+            text.push_str(&chunk.text);
+        }
+        text
+    }
+
+    /// `passages` as a list of `{n, source, heading, chunk, score, text}`,
+    /// `chunk` being the chunk's place in its document.
+    pub fn sources(&self, passages: &[Passage]) -> Value {
+        Value::Array(
+            passages
+                .iter()
+                .map(|passage| {
+                    let chunk = &self.chunks[passage.chunk];
+                    json!({
+                        "n": passage.n,
+                        "source": chunk.source,
+                        "heading": chunk.heading,
+                        "chunk": chunk.index,
+                        "score": passage.score,
+                        "text": chunk.text,
+                    })
+                })
+                .collect(),
+        )
+    }
+}
