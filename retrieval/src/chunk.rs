@@ -77,7 +77,7 @@ impl Chunking {
 }
 
 /// A passage of a document.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Chunk {
     /// The document's source.
     pub source: String,

@@ -71,6 +71,15 @@ pub struct Knowledge {
     vectors: Option<Vec<Vec<f32>>>,
 }
 
+/// What a knowledge base is made of, borrowed.
+pub(crate) struct Parts<'a> {
+    pub chunks: &'a [Chunk],
+    pub document_of: &'a [usize],
+    pub chunks_of: &'a [Vec<usize>],
+    pub links: &'a LinkGraph,
+    pub vectors: Option<&'a [Vec<f32>]>,
+}
+
 /// One retrieval.
 #[derive(Debug, Clone)]
 pub struct Request<'a> {
@@ -143,6 +152,35 @@ impl Knowledge {
     /// Its chunks, in order.
     pub fn chunks(&self) -> &[Chunk] {
         &self.chunks
+    }
+
+    /// What it is made of, for packing.
+    pub(crate) fn parts(&self) -> Parts<'_> {
+        Parts {
+            chunks: &self.chunks,
+            document_of: &self.document_of,
+            chunks_of: &self.chunks_of,
+            links: &self.links,
+            vectors: self.vectors.as_deref(),
+        }
+    }
+
+    /// A knowledge base put back together from what it was made of.
+    pub(crate) fn from_parts(
+        chunks: Vec<Chunk>,
+        document_of: Vec<usize>,
+        chunks_of: Vec<Vec<usize>>,
+        links: LinkGraph,
+        keyword: KeywordIndex,
+    ) -> Self {
+        Self {
+            chunks,
+            document_of,
+            chunks_of,
+            links,
+            keyword,
+            vectors: None,
+        }
     }
 
     /// The passages `request` retrieves, best first.

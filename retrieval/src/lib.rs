@@ -13,6 +13,8 @@
 //! - [`knowledge`]: a knowledge base built from its documents, and a
 //!   retrieval over it (`keyword`, `vector` or `hybrid`, then graph
 //!   search), with the passages as `context` and `sources`.
+//! - [`pack`]: a built knowledge base as one blob and back, and the key
+//!   that names an index by its files, chunking and embedding model.
 //! - [`links`]: the documents a Markdown text links to (`[text](path)`,
 //!   `[[wiki]]`), resolved among a knowledge base's documents, both ways.
 //! - [`fuse`]: rankings fused by reciprocal rank fusion.
@@ -33,6 +35,7 @@ pub mod graph;
 pub mod keyword;
 pub mod knowledge;
 pub mod links;
+pub mod pack;
 pub mod vectors;
 
 pub use chunk::{Chunk, Chunking, ChunkingError};

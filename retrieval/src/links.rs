@@ -82,7 +82,7 @@ fn relative(source: &str, target: &str) -> Option<String> {
 }
 
 /// Which documents link to which, both ways.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct LinkGraph {
     neighbours: Vec<Vec<usize>>,
 }

@@ -1,0 +1,287 @@
+//! A built knowledge base as one blob, and back: what a worker that built
+//! an index hands the coordinator to keep, and what the workers that serve
+//! `rag` steps fetch and unpack into their on-disk cache.
+//!
+//! The blob is `WEFTKB1\n`, a JSON header line (the chunks, the documents'
+//! chunks, the links, the embeddings' count and length, the index files'
+//! names and sizes), the embeddings as little-endian `f32`s, then the
+//! keyword index's files one after another. Unpacking checks every size
+//! against what is there, so a torn or foreign blob is refused, named.
+//!
+//! [`index_key`] names an index by what it is built from: the files'
+//! paths and contents (their SHA-256), the chunking and the embedding
+//! model. Two runs over the same files share one index.
+
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::chunk::{Chunk, Chunking};
+use crate::keyword::KeywordIndex;
+use crate::knowledge::{Knowledge, KnowledgeError};
+use crate::links::LinkGraph;
+
+const MAGIC: &[u8] = b"WEFTKB1\n";
+
+/// Why a blob could not be made or read.
+#[derive(Debug, thiserror::Error)]
+pub enum PackError {
+    /// Reading or writing the index's directory failed.
+    #[error("knowledge index files: {0}")]
+    Io(#[from] std::io::Error),
+    /// The blob is not a packed knowledge base, or is cut short.
+    #[error("not a packed knowledge index: {0}")]
+    Malformed(String),
+    /// The unpacked index could not be opened.
+    #[error(transparent)]
+    Knowledge(#[from] KnowledgeError),
+}
+
+#[derive(Serialize, Deserialize)]
+struct Header {
+    chunks: Vec<Chunk>,
+    document_of: Vec<usize>,
+    chunks_of: Vec<Vec<usize>>,
+    links: LinkGraph,
+    /// (count, length) of the embeddings, if any.
+    vectors: Option<(usize, usize)>,
+    /// The keyword index's files: (name, bytes).
+    files: Vec<(String, u64)>,
+}
+
+/// The name of the index of `files` (their paths in the bundle and the
+/// SHA-256 of their contents) cut by `chunking`, embedded by `model`
+/// (`None`: no embeddings): hex SHA-256.
+pub fn index_key(files: &[(&str, &str)], chunking: &Chunking, model: Option<&str>) -> String {
+    let mut sorted = files.to_vec();
+    sorted.sort();
+    let mut hash = Sha256::new();
+    hash.update(MAGIC);
+    for (path, sha256) in sorted {
+        hash.update(format!("{}\0{path}\0{sha256}\0", path.len()));
+    }
+    hash.update(format!(
+        "chunk {} {}\0",
+        chunking.size(),
+        chunking.overlap()
+    ));
+    hash.update(format!("embeddings {}\0", model.unwrap_or("")));
+    hash.finalize()
+        .iter()
+        .map(|byte| format!("{byte:02x}"))
+        .collect()
+}
+
+impl Knowledge {
+    /// This knowledge base as one blob; `dir` is where its keyword index
+    /// was built.
+    pub fn pack(&self, dir: &Path) -> Result<Vec<u8>, PackError> {
+        let mut names: Vec<String> = std::fs::read_dir(dir)?
+            .filter_map(|entry| entry.ok())
+            .filter(|entry| entry.file_type().is_ok_and(|t| t.is_file()))
+            .filter_map(|entry| entry.file_name().into_string().ok())
+            // tantivy's lock files hold nothing an index needs.
+            .filter(|name| !name.ends_with(".lock"))
+            .collect();
+        names.sort();
+        let mut files = Vec::with_capacity(names.len());
+        for name in &names {
+            files.push((name.clone(), std::fs::metadata(dir.join(name))?.len()));
+        }
+        let parts = self.parts();
+        let header = Header {
+            chunks: parts.chunks.to_vec(),
+            document_of: parts.document_of.to_vec(),
+            chunks_of: parts.chunks_of.to_vec(),
+            links: parts.links.clone(),
+            vectors: parts
+                .vectors
+                .map(|v| (v.len(), v.first().map_or(0, Vec::len))),
+            files,
+        };
+        let mut blob = MAGIC.to_vec();
+        serde_json::to_writer(&mut blob, &header)
+            .map_err(|e| PackError::Malformed(e.to_string()))?;
+        blob.push(b'\n');
+        for vector in parts.vectors.into_iter().flatten() {
+            for x in vector {
+                blob.extend_from_slice(&x.to_le_bytes());
+            }
+        }
+        for name in &names {
+            blob.extend_from_slice(&std::fs::read(dir.join(name))?);
+        }
+        Ok(blob)
+    }
+
+    /// The knowledge base packed in `blob`, its index files written to
+    /// `dir` (which must be empty) and opened from there.
+    pub fn unpack(blob: &[u8], dir: &Path) -> Result<Self, PackError> {
+        let malformed = |why: &str| PackError::Malformed(why.to_owned());
+        let rest = blob
+            .strip_prefix(MAGIC)
+            .ok_or_else(|| malformed("no header"))?;
+        let end = rest
+            .iter()
+            .position(|&b| b == b'\n')
+            .ok_or_else(|| malformed("no header"))?;
+        let header: Header = serde_json::from_slice(&rest[..end])
+            .map_err(|e| PackError::Malformed(format!("header: {e}")))?;
+        let mut rest = &rest[end + 1..];
+        let mut take = |bytes: usize, what: &str| -> Result<&[u8], PackError> {
+            if rest.len() < bytes {
+                return Err(PackError::Malformed(format!("cut short in {what}")));
+            }
+            let (taken, left) = rest.split_at(bytes);
+            rest = left;
+            Ok(taken)
+        };
+        let vectors = match header.vectors {
+            None => None,
+            Some((count, length)) => {
+                let bytes = count
+                    .checked_mul(length)
+                    .and_then(|n| n.checked_mul(4))
+                    .ok_or_else(|| malformed("embeddings too large"))?;
+                let raw = take(bytes, "the embeddings")?;
+                let floats: Vec<f32> = raw
+                    .chunks_exact(4)
+                    .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                    .collect();
+                Some(floats.chunks(length.max(1)).map(<[f32]>::to_vec).collect())
+            }
+        };
+        for (name, size) in &header.files {
+            // A file of the index's own directory (tantivy's `.managed.json`
+            // among them), never a path out of it.
+            if name.is_empty() || name == "." || name == ".." || name.contains(['/', '\0']) {
+                return Err(PackError::Malformed(format!("a file named '{name}'")));
+            }
+            let size = usize::try_from(*size).map_err(|_| malformed("a file too large"))?;
+            std::fs::write(dir.join(name), take(size, name)?)?;
+        }
+        if !rest.is_empty() {
+            return Err(malformed("bytes after the last file"));
+        }
+        let keyword = KeywordIndex::open(dir).map_err(KnowledgeError::from)?;
+        let knowledge = Self::from_parts(
+            header.chunks,
+            header.document_of,
+            header.chunks_of,
+            header.links,
+            keyword,
+        );
+        Ok(match vectors {
+            Some(vectors) => knowledge.with_vectors(vectors)?,
+            None => knowledge,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::document::read;
+    use crate::knowledge::{Mode, Request};
+
+    fn dir(name: &str) -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!("weft-pack-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    #[test]
+    fn a_packed_knowledge_base_answers_the_same_once_unpacked() {
+        let mut documents = read(
+            "a.md",
+            b"# Tea\n\nGreen tea is steeped at 80 degrees. See [coffee](b.md).\n",
+        )
+        .unwrap();
+        documents.extend(read("b.md", b"# Coffee\n\nEspresso needs fine grounds.\n").unwrap());
+        let built_in = dir("built");
+        let knowledge = Knowledge::build(&documents, &Chunking::default(), Some(&built_in))
+            .unwrap()
+            .with_vectors(vec![vec![1.0, 0.0], vec![0.0, 1.0]])
+            .unwrap();
+        let blob = knowledge.pack(&built_in).unwrap();
+        let unpacked_in = dir("unpacked");
+        let unpacked = Knowledge::unpack(&blob, &unpacked_in).unwrap();
+        assert_eq!(unpacked.chunks(), knowledge.chunks());
+        let vector = [0.1, 1.0];
+        for mode in [Mode::Keyword, Mode::Vector, Mode::Hybrid] {
+            let request = Request {
+                query: "green tea temperature",
+                query_vector: Some(&vector),
+                mode,
+                top_k: 2,
+                hops: 1,
+            };
+            assert_eq!(
+                unpacked.retrieve(&request).unwrap(),
+                knowledge.retrieve(&request).unwrap(),
+                "{mode:?}"
+            );
+        }
+        // A blob cut anywhere is refused, named.
+        for cut in [3, blob.len() / 2, blob.len() - 1] {
+            let error = Knowledge::unpack(&blob[..cut], &dir("cut"))
+                .err()
+                .expect("refused");
+            assert!(
+                error
+                    .to_string()
+                    .starts_with("not a packed knowledge index"),
+                "{error}"
+            );
+        }
+        // A file named out of the directory is refused before anything is
+        // written.
+        let header = r#"{"chunks":[],"document_of":[],"chunks_of":[],"links":{"neighbours":[]},"vectors":null,"files":[["../x",0]]}"#;
+        let foreign = [MAGIC, header.as_bytes(), b"\n"].concat();
+        let error = Knowledge::unpack(&foreign, &dir("cut"))
+            .err()
+            .expect("refused");
+        assert_eq!(
+            error.to_string(),
+            "not a packed knowledge index: a file named '../x'"
+        );
+        for d in [built_in, unpacked_in, dir("cut")] {
+            let _ = std::fs::remove_dir_all(d);
+        }
+    }
+
+    #[test]
+    fn an_index_is_named_by_its_files_chunking_and_model() {
+        let chunking = Chunking::default();
+        let key = index_key(&[("a.md", "11"), ("b.md", "22")], &chunking, None);
+        assert_eq!(key.len(), 64);
+        assert_eq!(
+            key,
+            index_key(&[("b.md", "22"), ("a.md", "11")], &chunking, None),
+            "order"
+        );
+        assert_ne!(
+            key,
+            index_key(&[("a.md", "11"), ("b.md", "23")], &chunking, None),
+            "content"
+        );
+        assert_ne!(
+            key,
+            index_key(&[("a.md", "11"), ("c.md", "22")], &chunking, None),
+            "path"
+        );
+        let other = Chunking::new(400, 40).unwrap();
+        assert_ne!(
+            key,
+            index_key(&[("a.md", "11"), ("b.md", "22")], &other, None),
+            "chunking"
+        );
+        assert_ne!(
+            key,
+            index_key(&[("a.md", "11"), ("b.md", "22")], &chunking, Some("m")),
+            "model"
+        );
+    }
+}
