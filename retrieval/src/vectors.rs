@@ -1,7 +1,12 @@
 //! Exact vector search: every chunk's embedding compared with the query's
 //! by cosine similarity, the best `k` kept. It costs one pass over the
-//! vectors per query, which suits a knowledge base carried in a bundle;
-//! where it stops suiting one is for the index built on it to measure.
+//! vectors per query, linear in their number and length. Measured on this
+//! project's 2-core machine (`cargo run --release -p weft-retrieval
+//! --example scale`, median of 9 queries): 3.0 ms for 10,000 embeddings
+//! of 256 dimensions, 27.9 ms for 100,000; 14.5 ms for 10,000 of 1,536
+//! dimensions, 142 ms for 100,000. So exact search suits up to about
+//! 20,000 chunks at 1,536 dimensions (100,000 at 256), some 30 ms a
+//! query; beyond that a knowledge base wants an approximate index.
 
 /// Why vectors could not be compared.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
