@@ -528,12 +528,29 @@ impl SetUp {
         let Some(mut report) = self.0 else {
             return true;
         };
-        let mut said = Vec::new();
-        // Bounded: bubblewrap has exited, and nothing else holds the pipe.
-        let read = report.read_to_end(&mut said);
-        let _ = tokio::time::timeout(Duration::from_secs(1), read).await;
-        // `{ "exit-code": N }`, written only after the program started.
-        said.windows(b"exit-code".len()).any(|w| w == b"exit-code")
+        // `{ "exit-code": N }`, written only after the program started,
+        // before bubblewrap exits: read until it shows, or the pipe ends.
+        let started = |said: &[u8]| said.windows(b"exit-code".len()).any(|w| w == b"exit-code");
+        let read = async {
+            let mut said = Vec::new();
+            let mut chunk = [0u8; 512];
+            while let Ok(n) = report.read(&mut chunk).await {
+                if n == 0 {
+                    break;
+                }
+                said.extend_from_slice(&chunk[..n]);
+                if started(&said) {
+                    return true;
+                }
+            }
+            false
+        };
+        // Bounded all the same (bubblewrap has exited); a report that does
+        // not end is taken as a start, so nothing that may have run is
+        // started again.
+        tokio::time::timeout(Duration::from_secs(1), read)
+            .await
+            .unwrap_or(true)
     }
 }
 

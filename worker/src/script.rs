@@ -204,8 +204,11 @@ impl ScriptRunner {
             let launch = launcher(dir, program)?;
             let (mut command, set_up) =
                 self.command(dir, launch, config, task, &dir.join(STATE_FILE))?;
-            let mut finished =
-                Self::feed(command.spawn(), program, &request, timeout, redactor).await?;
+            let spawned = command.spawn();
+            // The command holds the write end of bubblewrap's report: its
+            // end must come from bubblewrap alone.
+            drop(command);
+            let mut finished = Self::feed(spawned, program, &request, timeout, redactor).await?;
             if finished.succeeded() || tries == SETUP_TRIES || set_up.program_started().await {
                 return Ok(finished);
             }
