@@ -37,6 +37,23 @@ pub enum Reply {
 
 type Script = dyn Fn(&Value, usize) -> Reply + Send + Sync;
 
+/// What the server answers an embeddings request with.
+#[derive(Debug, Clone)]
+pub enum EmbeddingReply {
+    /// The deterministic vectors ([`embedding_of`]), in the input's order.
+    Vectors,
+    /// The same vectors listed last first, each with its `index`.
+    Reversed,
+    /// Vectors of this many dimensions instead.
+    Dimensions(usize),
+    /// An error status, with `Retry-After` seconds when given.
+    Status(u16, Option<u64>),
+    /// A 200 whose body is this text (not embeddings).
+    Malformed(String),
+}
+
+type EmbeddingScript = dyn Fn(&Value, usize) -> EmbeddingReply + Send + Sync;
+
 /// How long the test server's embeddings are.
 pub const EMBEDDING_DIMENSIONS: usize = 64;
 
@@ -62,6 +79,16 @@ impl TestLlm {
         key: &str,
         script: impl Fn(&Value, usize) -> Reply + Send + Sync + 'static,
     ) -> Result<Self> {
+        Self::start_with_embeddings(key, script, |_, _| EmbeddingReply::Vectors).await
+    }
+
+    /// The same, answering embeddings request number `n` (0-based, every
+    /// authorized one counted) of body `request` with `embed`.
+    pub async fn start_with_embeddings(
+        key: &str,
+        script: impl Fn(&Value, usize) -> Reply + Send + Sync + 'static,
+        embed: impl Fn(&Value, usize) -> EmbeddingReply + Send + Sync + 'static,
+    ) -> Result<Self> {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let address: SocketAddr = listener.local_addr()?;
         let requests = Arc::new(Mutex::new(Vec::new()));
@@ -70,6 +97,7 @@ impl TestLlm {
         let seen = requests.clone();
         let embedding_requests = Arc::new(Mutex::new(Vec::new()));
         let (embedded, embedding_key) = (embedding_requests.clone(), wanted.clone());
+        let embed: Arc<EmbeddingScript> = Arc::new(embed);
         let app = axum::Router::new()
             .route(
                 "/v1/chat/completions",
@@ -82,7 +110,8 @@ impl TestLlm {
                 "/v1/embeddings",
                 axum::routing::post(move |headers: HeaderMap, body: String| {
                     let (seen, wanted) = (embedded.clone(), embedding_key.clone());
-                    async move { embeddings(&headers, &body, &wanted, &seen) }
+                    let embed = embed.clone();
+                    async move { embeddings(&headers, &body, &wanted, &seen, &*embed) }
                 }),
             );
         let stop = CancellationToken::new();
@@ -105,7 +134,8 @@ impl TestLlm {
         self.requests.lock().expect("requests lock").clone()
     }
 
-    /// Every embeddings request received so far, in order.
+    /// Every authorized embeddings request received so far, in order (the
+    /// ones answered with an error too).
     pub fn embedding_requests(&self) -> Vec<Value> {
         self.embedding_requests
             .lock()
@@ -142,11 +172,32 @@ fn embeddings(
     body: &str,
     wanted: &str,
     seen: &Mutex<Vec<Value>>,
+    embed: &EmbeddingScript,
 ) -> (StatusCode, HeaderMap, String) {
     let request = match authorized(headers, body, wanted) {
         Ok(request) => request,
         Err((code, message)) => return error(code, message),
     };
+    let n = {
+        let mut seen = seen.lock().expect("requests lock");
+        seen.push(request.clone());
+        seen.len() - 1
+    };
+    let mut dimensions = None;
+    let mut reversed = false;
+    match embed(&request, n) {
+        EmbeddingReply::Vectors => {}
+        EmbeddingReply::Reversed => reversed = true,
+        EmbeddingReply::Dimensions(length) => dimensions = Some(length),
+        EmbeddingReply::Status(code, retry_after) => {
+            let (status, mut headers, body) = error(code, "scripted error");
+            if let Some(seconds) = retry_after {
+                headers.insert(header::RETRY_AFTER, seconds.into());
+            }
+            return (status, headers, body);
+        }
+        EmbeddingReply::Malformed(text) => return (StatusCode::OK, HeaderMap::new(), text),
+    }
     let texts: Option<Vec<&str>> = match &request["input"] {
         Value::String(text) => Some(vec![text.as_str()]),
         Value::Array(items) => items.iter().map(Value::as_str).collect(),
@@ -158,13 +209,20 @@ fn embeddings(
             "an embeddings request needs `model` and `input` (a string or a list of strings)",
         );
     };
-    let data: Vec<Value> = texts
+    let mut data: Vec<Value> = texts
         .iter()
         .enumerate()
         .map(|(index, text)| {
-            json!({"object": "embedding", "index": index, "embedding": embedding_of(text)})
+            let mut vector = embedding_of(text);
+            if let Some(length) = dimensions {
+                vector.resize(length, 0.5);
+            }
+            json!({"object": "embedding", "index": index, "embedding": vector})
         })
         .collect();
+    if reversed {
+        data.reverse();
+    }
     let tokens: usize = texts.iter().map(|t| t.split_whitespace().count()).sum();
     let reply = json!({
         "object": "list",
@@ -172,7 +230,6 @@ fn embeddings(
         "model": model,
         "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
     });
-    seen.lock().expect("requests lock").push(request);
     (StatusCode::OK, json_headers(), reply.to_string())
 }
 

@@ -443,3 +443,86 @@ async fn the_test_endpoint_embeds_texts_so_that_shared_words_are_near() -> anyho
     assert_eq!(status, 401);
     Ok(())
 }
+
+/// The worker's embeddings client (for knowledge bases and `rag` queries)
+/// against the test endpoint over real HTTP: texts go in batches of 64,
+/// each vector is matched to its text by `index`, a 429 is waited out, and
+/// a reply of the wrong shape fails naming what is wrong.
+#[tokio::test]
+async fn the_worker_embeds_texts_in_batches_and_refuses_a_wrong_reply() -> anyhow::Result<()> {
+    use std::collections::BTreeMap;
+    use weft_tests::llm_server::{EMBEDDING_DIMENSIONS, EmbeddingReply, embedding_of};
+    use weft_worker::llm::embeddings::{BATCH, embed};
+    use weft_worker::llm::{ProviderConfig, Providers};
+    // Request 0: a 429 to wait out; 1: the vectors listed last first; 5
+    // (a second call's second batch): vectors of 3 dimensions; 6: not JSON.
+    let llm = TestLlm::start_with_embeddings(
+        KEY,
+        |_, _| Reply::Text(String::new()),
+        |_, n| match n {
+            0 => EmbeddingReply::Status(429, Some(0)),
+            1 => EmbeddingReply::Reversed,
+            5 => EmbeddingReply::Dimensions(3),
+            6 => EmbeddingReply::Malformed(format!("garbage {KEY}")),
+            _ => EmbeddingReply::Vectors,
+        },
+    )
+    .await?;
+    let config = ProviderConfig {
+        base_url: llm.url.clone(),
+        api_key: Some(KEY.into()),
+        ..ProviderConfig::default()
+    };
+    let providers = Providers::new(
+        BTreeMap::from([("default".to_owned(), config)]),
+        |_| None,
+        &weft_worker::Secrets::default(),
+    )?;
+    let provider = providers.get(None)?;
+    let deadline = || Instant::now() + Duration::from_secs(30);
+    let texts: Vec<String> = (0..150)
+        .map(|i| format!("passage {i} about topic {}", i % 7))
+        .collect();
+    let embedded = embed(provider, "embed-small", &texts, deadline())
+        .await
+        .map_err(|failure| anyhow::anyhow!(failure.message))?;
+    assert_eq!(embedded.vectors.len(), 150);
+    for (vector, text) in embedded.vectors.iter().zip(&texts) {
+        assert_eq!(vector.len(), EMBEDDING_DIMENSIONS);
+        assert_eq!(*vector, embedding_of(text), "{text}: matched by index");
+    }
+    // Three batches (64, 64, 22), the first tried twice.
+    let requests = llm.embedding_requests();
+    let sizes: Vec<usize> = requests
+        .iter()
+        .map(|r| r["input"].as_array().map_or(0, Vec::len))
+        .collect();
+    assert_eq!(sizes, vec![BATCH, BATCH, BATCH, 150 - 2 * BATCH]);
+    assert_eq!(embedded.requests, 4);
+    assert_eq!(embedded.tokens, 150 * 5, "the provider's counts, summed");
+    assert_eq!(embedded.model, "embed-small");
+    // Requests 4 and 5: a second batch of another length than the first.
+    let error = embed(provider, "embed-small", &texts[..70], deadline())
+        .await
+        .unwrap_err();
+    assert!(
+        error
+            .message
+            .contains("(data[0].embedding has 3 dimensions, not 64)"),
+        "{}",
+        error.message
+    );
+    // Request 6: not JSON, quoted with the key masked.
+    let error = embed(provider, "embed-small", &texts[..2], deadline())
+        .await
+        .unwrap_err();
+    assert!(
+        error.message.starts_with(
+            "provider 'default' sent a reply that is not embeddings (not JSON): garbage"
+        ),
+        "{}",
+        error.message
+    );
+    assert!(!error.message.contains(KEY), "{}", error.message);
+    Ok(())
+}

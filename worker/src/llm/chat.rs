@@ -56,7 +56,22 @@ pub(crate) async fn complete(
 ) -> Result<Completion, Failure> {
     let _permit = provider.permits.acquire().await;
     let started = Instant::now();
-    let url = format!("{}/chat/completions", provider.base_url);
+    let (text, tries) = post(provider, "chat/completions", body, deadline, started).await?;
+    read_reply(provider, &text, started, tries)
+}
+
+/// POSTs `body` to `provider`'s `path` (under its base URL) before
+/// `deadline`, tried again on a 429, a 5xx or a failed connection as the
+/// module says; the successful reply's body, and how many requests it
+/// took. The caller holds one of the provider's permits.
+pub(super) async fn post(
+    provider: &Provider,
+    path: &str,
+    body: &Value,
+    deadline: Instant,
+    started: Instant,
+) -> Result<(String, u32), Failure> {
+    let url = format!("{}/{path}", provider.base_url);
     let mut backoff = FIRST_BACKOFF;
     for tries in 1..=TRIES {
         let left = deadline.saturating_duration_since(Instant::now());
@@ -77,7 +92,7 @@ pub(crate) async fn complete(
                     .text()
                     .await
                     .map_err(|e| model_error(provider, &e))?;
-                return read_reply(provider, &text, started, tries);
+                return Ok((text, tries));
             }
             Ok(response) if retryable(response.status()) => {
                 let wait = retry_after(&response).unwrap_or(backoff);
@@ -183,7 +198,7 @@ fn timed_out(provider: &Provider, started: Instant) -> Failure {
 }
 
 /// The start of `text`, cut on a character boundary.
-fn quote(text: &str) -> String {
+pub(super) fn quote(text: &str) -> String {
     let text = text.trim();
     if text.len() <= QUOTED {
         return text.to_owned();

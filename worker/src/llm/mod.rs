@@ -12,6 +12,7 @@
 
 mod agent;
 mod chat;
+pub mod embeddings;
 mod judge;
 mod provider;
 
