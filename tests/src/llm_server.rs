@@ -189,13 +189,7 @@ fn embeddings(
         EmbeddingReply::Vectors => {}
         EmbeddingReply::Reversed => reversed = true,
         EmbeddingReply::Dimensions(length) => dimensions = Some(length),
-        EmbeddingReply::Status(code, retry_after) => {
-            let (status, mut headers, body) = error(code, "scripted error");
-            if let Some(seconds) = retry_after {
-                headers.insert(header::RETRY_AFTER, seconds.into());
-            }
-            return (status, headers, body);
-        }
+        EmbeddingReply::Status(code, retry_after) => return scripted_error(code, retry_after),
         EmbeddingReply::Malformed(text) => return (StatusCode::OK, HeaderMap::new(), text),
     }
     let texts: Option<Vec<&str>> = match &request["input"] {
@@ -271,13 +265,7 @@ async fn answer(
                 .collect();
             json!({"role": "assistant", "content": null, "tool_calls": calls})
         }
-        Reply::Status(code, retry_after) => {
-            let (status, mut headers, body) = error(code, "scripted error");
-            if let Some(seconds) = retry_after {
-                headers.insert(header::RETRY_AFTER, seconds.into());
-            }
-            return (status, headers, body);
-        }
+        Reply::Status(code, retry_after) => return scripted_error(code, retry_after),
         Reply::Malformed(text) => return (StatusCode::OK, HeaderMap::new(), text),
         Reply::Slow(..) => unreachable!("unwrapped above"),
     };
@@ -303,6 +291,15 @@ fn authorized(headers: &HeaderMap, body: &str, wanted: &str) -> Result<Value, (u
         return Err((401, "wrong or missing bearer key"));
     }
     serde_json::from_str::<Value>(body).map_err(|_| (400, "the body is not JSON"))
+}
+
+/// A scripted error status, with `Retry-After` seconds when given.
+fn scripted_error(code: u16, retry_after: Option<u64>) -> (StatusCode, HeaderMap, String) {
+    let (status, mut headers, body) = error(code, "scripted error");
+    if let Some(seconds) = retry_after {
+        headers.insert(header::RETRY_AFTER, seconds.into());
+    }
+    (status, headers, body)
 }
 
 fn json_headers() -> HeaderMap {

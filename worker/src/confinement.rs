@@ -637,60 +637,8 @@ pub fn make_undumpable() {
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
+mod tests {
     use super::*;
-
-    /// A mount churned under a shared mount point, as a container engine
-    /// does under `/var/lib/docker` while it starts containers, until
-    /// dropped; `None` without root, which changing mounts takes.
-    pub(crate) struct MountChurn {
-        churn: std::process::Child,
-        shared: PathBuf,
-    }
-
-    impl MountChurn {
-        pub(crate) fn start(dir: &Path) -> Option<Self> {
-            use std::os::unix::process::CommandExt;
-            if !nix::unistd::geteuid().is_root() {
-                return None;
-            }
-            let (shared, from) = (dir.join("shared"), dir.join("from"));
-            std::fs::create_dir_all(shared.join("x")).unwrap();
-            std::fs::create_dir_all(&from).unwrap();
-            let shared_text = shared.to_str().unwrap();
-            let script = format!(
-                "mount --bind '{shared_text}' '{shared_text}' && mount --make-shared '{shared_text}' || exit 1
-                 echo ready
-                 while :; do mount --bind '{}' '{shared_text}/x' && umount '{shared_text}/x'; done",
-                from.display()
-            );
-            let mut churn = std::process::Command::new("sh")
-                .args(["-c", &script])
-                .stdout(std::process::Stdio::piped())
-                .process_group(0)
-                .spawn()
-                .unwrap();
-            let mut ready = String::new();
-            std::io::Read::read_to_string(
-                &mut std::io::Read::take(churn.stdout.take().unwrap(), 6),
-                &mut ready,
-            )
-            .unwrap();
-            assert_eq!(ready, "ready\n", "the shared mount could not be made");
-            Some(Self { churn, shared })
-        }
-    }
-
-    impl Drop for MountChurn {
-        fn drop(&mut self) {
-            let _ = self.churn.kill();
-            let _ = self.churn.wait();
-            let _ = std::process::Command::new("umount")
-                .args(["--recursive", "--lazy"])
-                .arg(&self.shared)
-                .status();
-        }
-    }
 
     #[test]
     fn sizes_and_durations_read_with_their_units() {

@@ -455,3 +455,55 @@ nodes:
     );
     Ok(())
 }
+
+/// A Python function process whose sandbox bubblewrap could not set up
+/// ran nothing: it is started again, and the call answers. Each call here
+/// starts a fresh confined process while a mount is churned (one start in
+/// twenty fails).
+#[tokio::test]
+async fn a_python_process_whose_sandbox_could_not_be_set_up_is_started_again() -> anyhow::Result<()>
+{
+    use weft_worker::confinement::{Confine, Confinement, Limits, NodeSandbox, Places};
+    use weft_worker::python::PythonPool;
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("skipped: changing the host's mounts takes root");
+        return Ok(());
+    }
+    let dir = std::env::temp_dir().join(format!("weft-setup-race-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir)?;
+    std::fs::write(
+        dir.join("helpers.py"),
+        "def inc(counter):\n    return {'counter': counter + 1}\n",
+    )?;
+    let confinement = std::sync::Arc::new(Confinement::set_up(
+        Confine::Bwrap,
+        Limits::default(),
+        Places::default(),
+        (Vec::new(), Vec::new()),
+    )?);
+    let churn = MountChurn::start(&dir.join("mounts"))?;
+    let call = |n: u64| {
+        let pool = PythonPool::new("python3", &dir, 1).confined(
+            confinement.clone(),
+            dir.clone(),
+            NodeSandbox::default(),
+        );
+        async move {
+            let mut kwargs = serde_json::Map::new();
+            kwargs.insert("counter".into(), json!(n));
+            let answer = pool
+                .call("helpers.py", "inc", vec![], kwargs, Duration::from_secs(10))
+                .await;
+            assert_eq!(answer, Ok(json!({"counter": n + 1})), "call {n}");
+        }
+    };
+    // Four at a time, 100 in all.
+    for round in 0..25u64 {
+        let n = round * 4;
+        tokio::join!(call(n), call(n + 1), call(n + 2), call(n + 3));
+    }
+    drop(churn);
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}
