@@ -1,8 +1,8 @@
 //! Bundling a graph file with the files it names, so workers need no
 //! shared file system: script paths (`script:` and argv elements that name
 //! files beside the graph) and Python files (the `functions:` sidecar,
-//! import-path modules found beside the graph, `nodes/<id>.py`) travel with
-//! the run.
+//! import-path modules found beside the graph, `nodes/<id>.py`) and the
+//! files knowledge bases read (their `sources` globs) travel with the run.
 
 use std::path::{Path, PathBuf};
 
@@ -163,6 +163,15 @@ fn named_files(dir: &Path, top: &str, graph: graph::Graph) -> Result<Vec<String>
         // Named agents' files, beside it.
         for file in &graph.agent_files {
             if let Some(relative) = weft_bundle::join(base, file)
+                && !named.contains(&relative)
+            {
+                named.push(relative);
+            }
+        }
+        // Knowledge bases' sources, beside it.
+        let graph_dir = dir.join(base);
+        for file in graph::knowledge::knowledge_source_files(&graph, &graph_dir) {
+            if let Some(relative) = weft_bundle::join(base, &file)
                 && !named.contains(&relative)
             {
                 named.push(relative);

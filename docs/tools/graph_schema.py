@@ -26,7 +26,7 @@ KINDS = {
     "end": (["status", "message"], ["state_updates"], []),
     "function": (["callable", "tool_args", "output_key", "function_sandbox"], RUN, []),
     "python": (["callable", "tool_args", "output_key", "function_sandbox"], RUN, []),
-    "rag": ([], RUN, []),
+    "rag": (["knowledge", "query", "top_k", "mode", "rag_graph", "rerank", "prompt", "system", "model", "provider", "temperature", "max_tokens"], RUN, ["knowledge"]),
 }
 
 string = {"type": "string"}
@@ -108,6 +108,15 @@ FIELDS = {
     "callable": (string, "A function of the functions: file, or module:function."),
     "tool_args": ({"type": "object"}, "Keyword arguments given by the graph (${NAME} secrets allowed)."),
     "sandbox": (sandbox(cpu=True), "Limits of the script's process, each at most the worker's [sandbox] (a node may tighten them, never loosen)."),
+    "knowledge": (one_or_many, "The knowledge bases it retrieves from (`knowledge:` entries)."),
+    "query": (string, "What it retrieves (a template; default: the prompt, rendered)."),
+    "top_k": ({"type": "integer", "minimum": 1, "maximum": 100}, "Passages retrieved (default 5), before graph search adds linked ones."),
+    "mode": ({"enum": ["keyword", "vector", "hybrid"]}, "BM25, embeddings, or both fused by RRF (default: hybrid with embeddings, else keyword)."),
+    "rag_graph": ({"type": "object", "additionalProperties": False, "required": ["hops"],
+                   "properties": {"hops": {"type": "integer", "minimum": 0, "maximum": 3}}},
+                  "Graph search over the pages' links, hops deep (default 1; 0 with vector or rerank)."),
+    "rerank": ({"type": "object", "additionalProperties": False, "properties": {"model": string, "provider": string}},
+               "A model orders the 4 x top_k candidates; graph search is then not applied."),
     "function_sandbox": (sandbox(cpu=False), "Limits of the Python processes that serve the function, each at most the worker's [sandbox]; no cpu (a process serves many calls: bound each with timeout)."),
 }
 
@@ -117,7 +126,7 @@ def node_schema(kind):
     properties = {}
     for name in COMMON + run + own:
         schema, description = FIELDS[name]
-        name = "sandbox" if name == "function_sandbox" else name
+        name = {"function_sandbox": "sandbox", "rag_graph": "graph"}.get(name, name)
         if name == "kind":
             properties[name] = {"const": kind, "description": description}
         else:
@@ -126,6 +135,8 @@ def node_schema(kind):
             "properties": properties, "additionalProperties": False}
     if kind == "script":
         node["oneOf"] = [{"required": ["run"]}, {"required": ["script"]}]
+    if kind == "rag":
+        node["anyOf"] = [{"required": ["query"]}, {"required": ["prompt"]}]
     return node
 
 
@@ -152,6 +163,8 @@ def main():
             "conditions": {"type": "object", "additionalProperties": string},
             "tools": {"type": "object", "additionalProperties": {"$ref": "#/$defs/tool"}},
             "agents": {"type": "object", "additionalProperties": {"$ref": "#/$defs/named_agent"}},
+            "knowledge": {"type": "object", "additionalProperties": {"$ref": "#/$defs/knowledge_base"},
+                          "description": "Knowledge bases rag nodes retrieve from (docs/retrieval.md)."},
             "nodes": {"oneOf": [
                 {"type": "object", "additionalProperties": {"$ref": "#/$defs/node"}},
                 {"type": "array", "items": {"allOf": [{"$ref": "#/$defs/node"}, {"required": ["id"]}]}},
@@ -171,6 +184,14 @@ def main():
                 "instructions": string, "tools": {"type": "array", "items": string},
                 "model": string, "provider": string, "max_turns": {"type": "integer", "minimum": 1},
                 "teammates": {"type": "boolean"}, "description": string, "name": string}},
+            "knowledge_base": {"type": "object", "additionalProperties": False, "required": ["sources"], "properties": {
+                "sources": dict(one_or_many, description="Globs over the files beside the graph: * and ? within a directory, ** across them."),
+                "chunk": {"type": "object", "additionalProperties": False, "properties": {
+                    "size": {"type": "integer", "minimum": 16, "maximum": 100000, "description": "Characters (default 800)."},
+                    "overlap": {"type": "integer", "minimum": 0, "description": "Characters shared with the chunk before (default 120), under half the size."}}},
+                "embeddings": {"type": "object", "additionalProperties": False, "required": ["model"], "properties": {
+                    "model": string, "provider": string}},
+                "description": string}},
             "tool": {"type": "object", "additionalProperties": False, "properties": {
                 "description": string, "parameters": {"type": "object"},
                 "run": {"type": "array", "items": string, "minItems": 1}, "handler": string}},

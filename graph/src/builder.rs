@@ -175,11 +175,11 @@ impl Builder<'_, '_> {
                     EdgeOrigin::StartFlag,
                 );
             }
-            return broken(NodeKind::Rag);
+            return broken(NodeKind::Broken);
         };
         let kind = self.kind(id, &raw);
         let kind_is_broken = kind.is_none();
-        let mut node = broken(kind.unwrap_or(NodeKind::Rag));
+        let mut node = broken(kind.unwrap_or(NodeKind::Broken));
         node.broken = kind_is_broken;
         node.end = raw.end.unwrap_or(false);
         node.description = raw.description.clone();
@@ -458,6 +458,7 @@ impl Builder<'_, '_> {
             },
             "script" => self.script(id, raw)?,
             "llm" => self.llm(id, raw)?,
+            "rag" => self.rag(id, raw)?,
             "agent" => self.agent(id, raw)?,
             "approval" => NodeKind::Approval {
                 prompt: self.optional_template(id, "prompt", &raw.prompt),
@@ -476,13 +477,13 @@ impl Builder<'_, '_> {
             "map" => self.map(id, raw)?,
             "loop" => self.loop_kind(id, raw)?,
             "subgraph" => NodeKind::Subgraph(Box::new(SubgraphConfig {
-                graph: self.required(id, kind, "graph", &raw.graph)?,
+                graph: self.subgraph_file(id, raw.graph.as_ref())?,
                 input_map: string_pairs(self, id, "input_map", raw.input_map.as_ref()),
                 output_map: string_pairs(self, id, "output_map", raw.output_map.as_ref()),
             })),
             "end" => self.end(id, raw),
             "function" | "python" => self.function(id, raw)?,
-            _ => NodeKind::Rag,
+            _ => NodeKind::Broken,
         })
     }
 

@@ -1,5 +1,6 @@
 //! The kinds whose fields need more than a copy: `script` (argv or script
-//! plus args), `llm` and `agent` (templates), `map` (list source, item name,
+//! plus args), `llm`, `agent` and `rag` (templates; a `rag` node's
+//! knowledge, ranking and graph search), `map` (list source, item name,
 //! branch, concurrency), `loop` (body and predicate) and `end` (status).
 
 use serde_json::Value;
@@ -170,6 +171,168 @@ impl Builder<'_, '_> {
             max_tokens: raw.max_tokens,
             provider: raw.provider.clone(),
         })))
+    }
+
+    /// A `rag` node: its fields read one by one, each problem named. Rules
+    /// that need the graph's knowledge bases are validation's.
+    pub(super) fn rag(&mut self, id: &str, raw: &RawNode) -> Option<NodeKind> {
+        let knowledge = match &raw.knowledge {
+            Some(Value::String(name)) => vec![name.clone()],
+            Some(Value::Array(names)) if !names.is_empty() => {
+                let names: Option<Vec<String>> = names
+                    .iter()
+                    .map(|name| name.as_str().map(str::to_owned))
+                    .collect();
+                let Some(names) = names else {
+                    self.error(
+                        format!(
+                            "node '{id}': knowledge: a list of knowledge base names, each a string"
+                        ),
+                        &[id],
+                    );
+                    return None;
+                };
+                names
+            }
+            None | Some(Value::Array(_)) => {
+                self.error(
+                    format!("node '{id}': kind 'rag' requires field 'knowledge' (a knowledge base's name, or a list of them)"),
+                    &[id],
+                );
+                return None;
+            }
+            Some(other) => {
+                self.error(
+                    format!(
+                        "node '{id}': knowledge: expected a knowledge base's name or a list of them, found {}",
+                        json_type_name(other)
+                    ),
+                    &[id],
+                );
+                return None;
+            }
+        };
+        let top_k = match raw.top_k {
+            None => DEFAULT_TOP_K,
+            Some(k) if (1..=i64::from(MAX_TOP_K)).contains(&k) => k as u32,
+            Some(k) => {
+                self.error(
+                    format!("node '{id}': top_k must be between 1 and {MAX_TOP_K}, got {k}"),
+                    &[id],
+                );
+                return None;
+            }
+        };
+        let mode = match raw.mode.as_deref() {
+            None => None,
+            Some(name) => match RagMode::ALL.iter().find(|(n, _)| *n == name) {
+                Some((_, mode)) => Some(*mode),
+                None => {
+                    let names = RagMode::ALL.map(|(n, _)| n);
+                    let hint = did_you_mean(name, &names)
+                        .map(|k| format!("did you mean '{k}'? "))
+                        .unwrap_or_default();
+                    self.error(
+                        format!("node '{id}': unknown mode '{name}' ({hint}modes: keyword, vector, hybrid)"),
+                        &[id],
+                    );
+                    return None;
+                }
+            },
+        };
+        let hops = match &raw.graph {
+            None => None,
+            Some(value) => Some(self.rag_hops(id, value)?),
+        };
+        let rerank = match &raw.rerank {
+            None => None,
+            Some(value) => Some(self.rerank(id, value)?),
+        };
+        Some(NodeKind::Rag(Box::new(RagConfig {
+            knowledge,
+            query: self.optional_template(id, "query", &raw.query),
+            top_k,
+            mode,
+            hops,
+            rerank,
+            prompt: self.optional_template(id, "prompt", &raw.prompt),
+            system: self.optional_template(id, "system", &raw.system),
+            model: raw.model.clone(),
+            provider: raw.provider.clone(),
+            temperature: raw.temperature,
+            max_tokens: raw.max_tokens,
+        })))
+    }
+
+    /// A `rag` node's `graph: {hops: N}`.
+    fn rag_hops(&mut self, id: &str, value: &Value) -> Option<u32> {
+        let hops = value
+            .as_object()
+            .filter(|fields| fields.keys().all(|key| key == "hops"))
+            .and_then(|fields| fields.get("hops"))
+            .and_then(Value::as_u64);
+        match hops {
+            Some(hops) if hops <= u64::from(MAX_HOPS) => Some(hops as u32),
+            Some(hops) => {
+                self.error(
+                    format!("node '{id}': graph.hops must be at most {MAX_HOPS}, got {hops}"),
+                    &[id],
+                );
+                None
+            }
+            None => {
+                self.error(
+                    format!("node '{id}': graph: expected {{hops: N}} (graph search N links deep; {{hops: 0}} turns it off), found {value}"),
+                    &[id],
+                );
+                None
+            }
+        }
+    }
+
+    /// A `rag` node's `rerank: {model, provider}`.
+    fn rerank(&mut self, id: &str, value: &Value) -> Option<Rerank> {
+        let text = |key: &str| value.get(key).and_then(Value::as_str).map(str::to_owned);
+        let known = value.as_object().is_some_and(|fields| {
+            fields
+                .iter()
+                .all(|(key, v)| matches!(key.as_str(), "model" | "provider") && v.is_string())
+        });
+        if !known {
+            self.error(
+                format!("node '{id}': rerank: expected {{model: NAME, provider: NAME}} (both optional), found {value}"),
+                &[id],
+            );
+            return None;
+        }
+        Some(Rerank {
+            model: text("model"),
+            provider: text("provider"),
+        })
+    }
+
+    /// A subgraph's `graph:`, the child graph's path.
+    pub(super) fn subgraph_file(&mut self, id: &str, value: Option<&Value>) -> Option<String> {
+        match value {
+            Some(Value::String(path)) if !path.trim().is_empty() => Some(path.clone()),
+            Some(Value::String(_)) | None => {
+                self.error(
+                    format!("node '{id}': kind 'subgraph' requires field 'graph'"),
+                    &[id],
+                );
+                None
+            }
+            Some(other) => {
+                self.error(
+                    format!(
+                        "node '{id}': graph: expected the path of the child graph's file, found {}",
+                        json_type_name(other)
+                    ),
+                    &[id],
+                );
+                None
+            }
+        }
     }
 
     pub(super) fn agent(&mut self, id: &str, raw: &RawNode) -> Option<NodeKind> {

@@ -261,6 +261,12 @@ impl Template {
         Some(fields)
     }
 
+    /// Whether it reads the top-level name `name` (a field, a scope name,
+    /// a binding such as `output`).
+    pub fn reads_name(&self, name: &str) -> bool {
+        self.reads.names.contains(name)
+    }
+
     /// Reports whether the template holds any `{{ }}` or `{% %}` markup.
     pub fn has_markup(&self) -> bool {
         self.source.contains("{{") || self.source.contains("{%")

@@ -18,6 +18,7 @@ mod document;
 mod eval_meter;
 mod expr;
 mod finding;
+pub mod knowledge;
 pub mod limits;
 mod lines;
 mod load;
@@ -43,6 +44,7 @@ pub use document::{Format, did_you_mean};
 pub use eval_meter::{HeavyRunner, Meter};
 pub use expr::{ExprError, Strictness, Template, TemplateContext, truthy};
 pub use finding::{Finding, GraphError, Severity};
+pub use knowledge::{KnowledgeDecl, missing_knowledge_sources, oversized_knowledge};
 pub use load::TOP_LEVEL_KEYS;
 pub use model::kinds::*;
 pub use model::*;
@@ -147,7 +149,16 @@ pub fn load_file(path: &Path) -> Result<(Graph, Vec<Finding>), GraphError> {
     let dir = path.parent().unwrap_or(Path::new(""));
     let beside = |relative: &str| std::fs::read_to_string(dir.join(relative)).ok();
     let (graph, mut findings) = load_str_with(&text, Format::from_path(path), stem, &beside)?;
-    let missing = missing_script_files(&graph, &|relative| dir.join(relative).is_file());
+    let mut missing = missing_script_files(&graph, &|relative| dir.join(relative).is_file());
+    if !graph.knowledge.is_empty() {
+        let listed = knowledge::files_under(if dir.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            dir
+        });
+        let listed: Vec<&str> = listed.iter().map(String::as_str).collect();
+        missing.extend(missing_knowledge_sources(&graph, &listed));
+    }
     if !missing.is_empty() {
         findings.splice(0..0, missing);
         return Err(GraphError::Invalid(findings));

@@ -23,7 +23,7 @@ use super::raw_node::RawDuration;
 use super::*;
 
 /// The keys a graph file may have at its top level.
-pub const TOP_LEVEL_KEYS: [&str; 12] = [
+pub const TOP_LEVEL_KEYS: [&str; 13] = [
     "version",
     "name",
     "description",
@@ -34,6 +34,7 @@ pub const TOP_LEVEL_KEYS: [&str; 12] = [
     "functions",
     "tools",
     "agents",
+    "knowledge",
     "nodes",
     "edges",
 ];
@@ -93,6 +94,7 @@ pub fn build(
     let (conditions, broken_conditions) = read_conditions(top.get("conditions"), &lines, findings);
     let tools = super::tools::read_tools(top.get("tools"), &lines, findings);
     let mut agents = super::agents::NamedAgents::read(top.get("agents"), &lines, findings);
+    let knowledge = super::knowledge::read_knowledge(top.get("knowledge"), &lines, findings);
 
     let node_lines = node_lines(text, format);
     let before = findings.len();
@@ -139,6 +141,7 @@ pub fn build(
     graph.functions = python.sidecar().map(str::to_owned);
     graph.python_files = python.bundled;
     graph.agent_files = agents.files;
+    graph.knowledge = knowledge;
     super::state_names::undeclared_names(&graph, &lines, findings);
     graph
 }

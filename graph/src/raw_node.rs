@@ -44,7 +44,7 @@ const RUN_FIELDS: [&str; 5] = [
 fn refused_run_field(kind: &str, field: &str) -> Option<&'static str> {
     let retry = matches!(field, "retry" | "max_attempts");
     match kind {
-        "task" | "script" | "llm" | "agent" | "function" | "python" => None,
+        "task" | "script" | "llm" | "agent" | "rag" | "function" | "python" => None,
         "map" if retry => Some("a map's items are retried by their branch nodes' own `retry`"),
         "map" if field == "timeout" => Some(
             "bound its items with their branch nodes' `timeout`, or the run with `settings.timeout`",
@@ -101,6 +101,20 @@ fn kind_fields(kind: &str) -> &'static [&'static str] {
             "provider",
             "model",
             "teammates",
+        ],
+        "rag" => &[
+            "knowledge",
+            "query",
+            "top_k",
+            "mode",
+            "graph",
+            "rerank",
+            "prompt",
+            "system",
+            "model",
+            "provider",
+            "temperature",
+            "max_tokens",
         ],
         "approval" => &["prompt", "output_key", "approvers"],
         "input" => &["prompt", "output_key", "schema", "approvers"],
@@ -298,7 +312,13 @@ pub struct RawNode {
     pub body: Option<String>,
     pub until: Option<String>,
     pub max_iterations: Option<u32>,
-    pub graph: Option<String>,
+    /// A subgraph's file, or a `rag` node's graph search (`{hops}`).
+    pub graph: Option<Value>,
+    pub knowledge: Option<Value>,
+    pub query: Option<String>,
+    pub top_k: Option<i64>,
+    pub mode: Option<String>,
+    pub rerank: Option<Value>,
     pub input_map: Option<Map<String, Value>>,
     pub output_map: Option<Map<String, Value>>,
     pub status: Option<String>,
@@ -428,10 +448,6 @@ fn check_fields(
     object: &Map<String, Value>,
     findings: &mut Vec<Finding>,
 ) -> bool {
-    if kind == "rag" {
-        // Reserved: accepted by the parser with any fields, rejected by validation.
-        return true;
-    }
     let specific = kind_fields(kind);
     let mut all_known = true;
     for key in object.keys() {
@@ -463,7 +479,9 @@ fn check_fields(
             .copied()
             .filter(|k| kind_fields(k).contains(&key.as_str()))
             .collect();
-        let hint = if let Some(suggestion) = did_you_mean(key, &allowed) {
+        let hint = if kind == "rag" && key == "teammates" {
+            " (a rag step never gets a teammate identity: it retrieves and answers, and sends no messages)".to_owned()
+        } else if let Some(suggestion) = did_you_mean(key, &allowed) {
             format!(" (did you mean '{suggestion}'?)")
         } else if !other_kinds.is_empty() {
             format!(" (it belongs to kind {})", other_kinds.join(", "))

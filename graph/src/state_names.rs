@@ -137,11 +137,13 @@ pub(crate) fn undeclared_names(graph: &Graph, lines: &Lines, findings: &mut Vec<
         }
         for (field, value) in &node.state_updates {
             if let UpdateValue::Template(template) = value {
-                reads(
-                    &format!("state_updates.{field}"),
-                    template.state_reads(),
-                    findings,
-                );
+                let names = template.state_reads();
+                let names = if matches!(node.kind, NodeKind::Rag(_)) {
+                    without_rag_bindings(names)
+                } else {
+                    names
+                };
+                reads(&format!("state_updates.{field}"), names, findings);
             }
         }
         match &node.kind {
@@ -159,6 +161,22 @@ pub(crate) fn undeclared_names(graph: &Graph, lines: &Lines, findings: &mut Vec<
                 reads("prompt", llm.prompt.state_reads(), findings);
                 if let Some(system) = &llm.system {
                     reads("system", system.state_reads(), findings);
+                }
+            }
+            NodeKind::Rag(rag) => {
+                let templates = [
+                    ("query", rag.query.as_ref()),
+                    ("prompt", rag.prompt.as_ref()),
+                    ("system", rag.system.as_ref()),
+                ];
+                for (field, template) in templates {
+                    if let Some(template) = template {
+                        reads(
+                            field,
+                            without_rag_bindings(template.state_reads()),
+                            findings,
+                        );
+                    }
                 }
             }
             NodeKind::Agent(agent) => {
@@ -189,6 +207,16 @@ pub(crate) fn undeclared_names(graph: &Graph, lines: &Lines, findings: &mut Vec<
             _ => {}
         }
     }
+}
+
+/// A `rag` node's template's reads less its passages' bindings.
+fn without_rag_bindings(names: Option<BTreeSet<String>>) -> Option<BTreeSet<String>> {
+    names.map(|mut names| {
+        for binding in crate::RAG_BINDINGS {
+            names.remove(binding);
+        }
+        names
+    })
 }
 
 /// The names nodes write by their kind's fields, and the scope names.

@@ -4,6 +4,7 @@
 //! stops at the first problem. Rules about single fields (unknown keys, bad
 //! expressions, missing required fields) are checked while loading.
 
+use super::document::did_you_mean;
 use super::finding::Finding;
 use super::topology::{container_members, forward_order, forward_region, main_flow};
 use super::{Endpoint, Graph, Guard, NodeIdx, NodeKind, Target};
@@ -252,10 +253,7 @@ fn kinds(graph: &Graph, findings: &mut Vec<Finding>) {
     for (idx, node) in graph.nodes.iter().enumerate() {
         let id = node.id.as_str();
         match &node.kind {
-            NodeKind::Rag if !node.broken => findings.push(Finding::error(
-                format!("node '{id}': kind 'rag' is reserved and not yet supported"),
-                &[id],
-            )),
+            NodeKind::Rag(rag) => rag_rules(graph, node, rag, findings),
             NodeKind::Loop(config) => loop_until(graph, id, &config.until, findings),
             NodeKind::End(_) => {
                 let onward = graph
@@ -392,5 +390,99 @@ fn strict_state(graph: &Graph, findings: &mut Vec<Finding>) {
                 ));
             }
         }
+    }
+}
+
+/// A `rag` node's rules that need the graph (SPEC 17): its knowledge bases
+/// exist and have the embeddings its mode needs; it has something to
+/// retrieve with; what runs before retrieval does not read its passages;
+/// a completion's fields come with a prompt; rerank and graph search are
+/// not both asked for.
+fn rag_rules(
+    graph: &Graph,
+    node: &crate::Node,
+    rag: &crate::RagConfig,
+    findings: &mut Vec<Finding>,
+) {
+    let id = node.id.as_str();
+    let mut error =
+        |message: String| findings.push(Finding::error(format!("node '{id}': {message}"), &[id]));
+    let known: Vec<&str> = graph
+        .knowledge
+        .iter()
+        .map(|base| base.name.as_str())
+        .collect();
+    let mut all_known = true;
+    for name in &rag.knowledge {
+        if graph.knowledge_base(name).is_none() {
+            all_known = false;
+            let hint = match did_you_mean(name, &known) {
+                Some(near) => format!(" (did you mean '{near}'?)"),
+                None if known.is_empty() => {
+                    " (the graph declares none under `knowledge:`)".to_owned()
+                }
+                None => format!(" (knowledge bases: {})", known.join(", ")),
+            };
+            error(format!("no knowledge base '{name}'{hint}"));
+        }
+    }
+    let mode = graph.rag_mode(rag);
+    if all_known && mode.uses_vectors() {
+        for name in &rag.knowledge {
+            if graph
+                .knowledge_base(name)
+                .is_some_and(|base| base.embeddings.is_none())
+            {
+                error(format!(
+                    "mode '{}' ranks by embeddings, and knowledge base '{name}' has no `embeddings:` (add {{model: …}} to it, or use mode: keyword)",
+                    mode.as_str()
+                ));
+            }
+        }
+    }
+    let bound = |template: &crate::Template| {
+        crate::RAG_BINDINGS
+            .iter()
+            .find(|name| template.reads_name(name))
+            .copied()
+    };
+    match (&rag.query, &rag.prompt) {
+        (None, None) => error(
+            "kind 'rag' needs a `query` (what to retrieve) or a `prompt` (which is then the query)"
+                .into(),
+        ),
+        (Some(query), _) => {
+            if let Some(name) = bound(query) {
+                error(format!(
+                    "query reads '{name}', which holds the passages the query retrieves"
+                ));
+            }
+        }
+        (None, Some(prompt)) => {
+            if let Some(name) = bound(prompt) {
+                error(format!(
+                    "without a `query` the prompt is what is retrieved, and it reads '{name}', the passages it would retrieve; give the node a `query`"
+                ));
+            }
+        }
+    }
+    if rag.prompt.is_none() {
+        let completion = [
+            ("system", rag.system.is_some()),
+            ("model", rag.model.is_some()),
+            ("temperature", rag.temperature.is_some()),
+            ("max_tokens", rag.max_tokens.is_some()),
+            ("output_schema", node.output_schema.is_some()),
+        ];
+        for (field, given) in completion {
+            if given {
+                error(format!(
+                    "'{field}' shapes the completion, and the node has no `prompt` (without one it only retrieves, and `output` is its sources)"
+                ));
+            }
+        }
+    }
+    if rag.rerank.is_some() && rag.hops.is_some_and(|hops| hops > 0) {
+        error("with `rerank` graph search is not applied; remove `graph:` or `rerank:`".into());
     }
 }

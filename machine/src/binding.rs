@@ -9,7 +9,7 @@ use std::sync::Arc;
 use serde_json::{Map, Value, json};
 use weft_proto::types::WorkerKind;
 
-use crate::graph::{NodeKind, ToolDecl, ToolRun};
+use crate::graph::{KnowledgeDecl, NodeKind, RagConfig, ToolDecl, ToolRun};
 
 /// What a task needs from a worker.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -74,20 +74,45 @@ pub struct NodeBinding {
 /// The binding of a node that runs on a worker; `None` for kinds the
 /// coordinator runs itself (approval, input, map, end, …).
 pub fn bind(kind: &NodeKind) -> Option<NodeBinding> {
-    bind_with(kind, None, &[], "")
+    bind_with(kind, None, &BindContext::default())
+}
+
+/// What of the graph and the run's limits a node's binding may need.
+#[derive(Debug, Clone, Copy)]
+pub struct BindContext<'a> {
+    /// The tools the graph declares (an `agent` node's are sent with it).
+    pub tools: &'a [ToolDecl],
+    /// The directory of the graph's file in its bundle (a `function`
+    /// node's Python modules and a `rag` node's sources are relative to
+    /// it).
+    pub dir: &'a str,
+    /// The graph's knowledge bases (those a `rag` node reads are sent with
+    /// it).
+    pub knowledge: &'a [KnowledgeDecl],
+    /// The most bytes one knowledge base's files may hold.
+    pub max_knowledge_bytes: u64,
+}
+
+impl Default for BindContext<'_> {
+    fn default() -> Self {
+        Self {
+            tools: &[],
+            dir: "",
+            knowledge: &[],
+            max_knowledge_bytes: crate::graph::knowledge::DEFAULT_MAX_KNOWLEDGE_BYTES,
+        }
+    }
 }
 
 /// As [`bind`], for a node whose structured output must match `schema`
-/// (an `llm` node asks its model for JSON of that shape), in a graph that
-/// declares `tools` (an `agent` node's tools are sent with it), whose file
-/// lies in directory `dir` of its bundle (a `function` node's Python
-/// modules are relative to it).
+/// (an `llm` node asks its model for JSON of that shape), in the graph and
+/// under the limits `context` gives.
 pub fn bind_with(
     kind: &NodeKind,
     schema: Option<&Value>,
-    tools: &[ToolDecl],
-    dir: &str,
+    context: &BindContext<'_>,
 ) -> Option<NodeBinding> {
+    let BindContext { tools, dir, .. } = *context;
     let mut config = Map::new();
     let (kind, requirement) = match kind {
         NodeKind::Task { handler } => {
@@ -150,13 +175,24 @@ pub fn bind_with(
                 Requirement::Kind(WorkerKind::Function),
             )
         }
+        NodeKind::Rag(rag) => {
+            let calls_model = rag_config(&mut config, rag, schema, context);
+            // Every worker retrieves; one that calls a model must have a
+            // provider, as an `llm` step's.
+            let requirement = if calls_model {
+                Requirement::Kind(WorkerKind::Llm)
+            } else {
+                Requirement::Kind(WorkerKind::Rag)
+            };
+            (WorkerKind::Rag, requirement)
+        }
         NodeKind::Approval { .. }
         | NodeKind::Input { .. }
         | NodeKind::Map(_)
         | NodeKind::Loop(_)
         | NodeKind::Subgraph(_)
         | NodeKind::End(_)
-        | NodeKind::Rag => return None,
+        | NodeKind::Broken => return None,
     };
     Some(NodeBinding {
         kind,
@@ -201,6 +237,75 @@ fn agent_tools(names: &[String], declared: &[ToolDecl]) -> (Vec<Value>, Vec<Stri
     registered.sort();
     registered.dedup();
     (specs, registered)
+}
+
+/// A `rag` node's fields as its worker reads them (`weft_worker`'s `rag`
+/// module): the knowledge bases it reads (their sources' globs, chunking
+/// and embeddings), the graph's directory in the bundle, the retrieval's
+/// mode, depth and rerank, and the completion's templates (rendered on
+/// the worker once the passages are known) and settings, and the most
+/// bytes a knowledge base's files may hold. Its `query` is
+/// rendered here, with the prompts (`prompts::render_prompts`). Returns
+/// whether the step calls a model.
+fn rag_config(
+    config: &mut Map<String, Value>,
+    rag: &RagConfig,
+    schema: Option<&Value>,
+    context: &BindContext<'_>,
+) -> bool {
+    let bases: Vec<&KnowledgeDecl> = rag
+        .knowledge
+        .iter()
+        .filter_map(|name| context.knowledge.iter().find(|base| &base.name == name))
+        .collect();
+    let all_embedded = bases.iter().all(|base| base.embeddings.is_some());
+    let mode = rag.mode_with(all_embedded);
+    let bases: Vec<Value> = bases
+        .into_iter()
+        .map(|base| {
+            json!({
+                "name": base.name,
+                "sources": base.sources,
+                "chunk": {"size": base.chunk_size, "overlap": base.chunk_overlap},
+                "embeddings": base.embeddings.as_ref().map(|e| json!({
+                    "model": e.model,
+                    "provider": e.provider,
+                })),
+            })
+        })
+        .collect();
+    config.insert("knowledge".into(), Value::Array(bases));
+    config.insert("dir".into(), context.dir.into());
+    config.insert(
+        "max_knowledge_bytes".into(),
+        context.max_knowledge_bytes.into(),
+    );
+    config.insert("top_k".into(), rag.top_k.into());
+    config.insert("mode".into(), mode.as_str().into());
+    config.insert("hops".into(), rag.hops(mode).into());
+    insert_some(
+        config,
+        "rerank",
+        rag.rerank
+            .as_ref()
+            .map(|r| json!({"model": r.model, "provider": r.provider})),
+    );
+    insert_some(
+        config,
+        "prompt",
+        rag.prompt.as_ref().map(|t| t.source().into()),
+    );
+    insert_some(
+        config,
+        "system",
+        rag.system.as_ref().map(|t| t.source().into()),
+    );
+    insert_some(config, "model", rag.model.clone().map(Value::from));
+    insert_some(config, "provider", rag.provider.clone().map(Value::from));
+    insert_some(config, "temperature", rag.temperature.map(Value::from));
+    insert_some(config, "max_tokens", rag.max_tokens.map(Value::from));
+    insert_some(config, "output_schema", schema.cloned());
+    rag.prompt.is_some() || rag.rerank.is_some() || mode.uses_vectors()
 }
 
 /// A node's `sandbox:` as the worker reads it: the limits it sets.
@@ -248,6 +353,6 @@ mod tests {
             &*script.config,
             r#"{"argv":["python3","gate.py"],"env":{"MODE":"${MODE}"}}"#
         );
-        assert_eq!(bind(&NodeKind::Rag), None);
+        assert_eq!(bind(&NodeKind::Broken), None);
     }
 }

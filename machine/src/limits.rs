@@ -37,6 +37,13 @@ pub struct RunLimits {
     /// bounded by the graph crate's per-evaluation budgets.
     #[serde(default = "default_eval_allowance")]
     pub max_run_eval: Cost,
+    /// Most bytes the files of one knowledge base may hold (SPEC 17).
+    #[serde(default = "default_knowledge_bytes")]
+    pub max_knowledge_bytes: u64,
+}
+
+fn default_knowledge_bytes() -> u64 {
+    crate::graph::knowledge::DEFAULT_MAX_KNOWLEDGE_BYTES
 }
 
 /// 100 times one evaluation's steps (about 100 s of work), 1024 times its
@@ -65,6 +72,7 @@ impl Default for RunLimits {
             max_message_bytes: 4_096,
             max_inbox_messages: default_inbox_messages(),
             max_run_eval: default_eval_allowance(),
+            max_knowledge_bytes: default_knowledge_bytes(),
         }
     }
 }

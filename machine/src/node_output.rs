@@ -167,6 +167,48 @@ pub(crate) fn note_event(node: &str, item: Option<usize>, note: &Value) -> Optio
             completion_tokens: number("completion_tokens"),
             latency_ms,
         }),
+        "retrieved" => Some(RunEvent::Retrieved {
+            node: node.into(),
+            item,
+            knowledge: note
+                .get("knowledge")
+                .and_then(Value::as_array)
+                .map(|names| {
+                    names
+                        .iter()
+                        .filter_map(Value::as_str)
+                        .map(str::to_owned)
+                        .collect()
+                })
+                .unwrap_or_default(),
+            mode: text("mode").unwrap_or_default(),
+            hits: note
+                .get("hits")
+                .and_then(Value::as_array)
+                .map(|hits| {
+                    hits.iter()
+                        .map(|hit| weft_proto::events::RetrievedHit {
+                            source: hit["source"].as_str().unwrap_or_default().to_owned(),
+                            heading: hit["heading"].as_str().unwrap_or_default().to_owned(),
+                            score: hit["score"].as_f64().unwrap_or(0.0),
+                        })
+                        .collect()
+                })
+                .unwrap_or_default(),
+            latency_ms,
+        }),
+        "index_built" => Some(RunEvent::IndexBuilt {
+            node: node.into(),
+            item,
+            knowledge: text("knowledge").unwrap_or_default(),
+            key: text("key").unwrap_or_default(),
+            files: number("files").unwrap_or(0),
+            bytes: number("bytes").unwrap_or(0),
+            chunks: number("chunks").unwrap_or(0),
+            index_bytes: number("index_bytes").unwrap_or(0),
+            embedding_calls: number("embedding_calls").unwrap_or(0),
+            latency_ms,
+        }),
         "tool_called" => Some(RunEvent::ToolCalled {
             node: node.into(),
             item,

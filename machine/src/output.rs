@@ -99,7 +99,16 @@ pub fn finish_output(
         for (field, value) in &writes {
             seen.insert(field.clone(), value.clone());
         }
+        let (output, passages) = rag_bindings(node, output);
         let transient = output.unwrap_or_else(|| Value::Object(writes.clone()));
+        let scope_with_passages;
+        let scope = match passages {
+            Some(passages) => {
+                scope_with_passages = scope.clone().into_iter().chain(passages).collect();
+                &scope_with_passages
+            }
+            None => scope,
+        };
         let context = TemplateContext {
             state: Some(&seen),
             scope: Some(scope),
@@ -120,6 +129,27 @@ pub fn finish_output(
     }
     check_writes(graph, &writes, strict && graph.settings.strict_state)?;
     Ok((writes, next))
+}
+
+/// A `rag` step's transient output and its passages' bindings: its worker
+/// returns `{"output", "context", "sources"}` (`weft_worker`'s `rag`
+/// module), and its `state_updates` see `context` and `sources` beside
+/// `output`. Other kinds' output is theirs alone.
+fn rag_bindings(node: &Node, output: Option<Value>) -> (Option<Value>, Option<Map<String, Value>>) {
+    match (&node.kind, output) {
+        (NodeKind::Rag(_), Some(Value::Object(mut parts))) => {
+            let output = parts.remove("output");
+            let passages = crate::graph::RAG_BINDINGS
+                .iter()
+                .map(|&name| {
+                    let value = parts.remove(name).unwrap_or(Value::Null);
+                    (name.to_owned(), value)
+                })
+                .collect();
+            (output, Some(passages))
+        }
+        (_, output) => (output, None),
+    }
 }
 
 /// Checks written values against declared types, and (when `strict`) that

@@ -9,7 +9,7 @@ use weft_proto::NodeId;
 
 use super::RunLimits;
 use super::merge::HostedReduction;
-use crate::binding::{NodeBinding, bind_with};
+use crate::binding::{BindContext, NodeBinding, bind_with};
 use crate::graph::topology::{container_members, forward_order, main_flow};
 use crate::graph::{
     Code, Condition, EdgeIdx, Graph, Guard, NodeIdx, NodeKind, Reducer, Target, UpdateValue,
@@ -83,12 +83,18 @@ impl RunPlan {
                         .any(|&e| matches!(graph.edges[e].guard, Guard::When(_)))
             })
             .collect();
+        let context = BindContext {
+            tools: &graph.tools,
+            dir: &graph.dir,
+            knowledge: &graph.knowledge,
+            max_knowledge_bytes: limits.max_knowledge_bytes,
+        };
         let bindings = graph
             .nodes
             .iter()
             .map(|node| {
                 let schema = node.output_schema.as_ref().map(|s| s.source());
-                bind_with(&node.kind, schema, &graph.tools, &graph.dir)
+                bind_with(&node.kind, schema, &context)
             })
             .collect();
         let routing_reads = (0..graph.nodes.len())

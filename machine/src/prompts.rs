@@ -27,8 +27,8 @@ impl PromptError {
 }
 
 /// `{"system": …, "prompt": …}` for an `llm` or `agent` node (`system` is
-/// its `system` or `instructions`, when it has one); `None` for other
-/// kinds.
+/// its `system` or `instructions`, when it has one); `{"query": …}` for a
+/// `rag` node; `None` for other kinds.
 pub(super) fn render_prompts(
     node: &Node,
     state: &TaskState,
@@ -38,6 +38,12 @@ pub(super) fn render_prompts(
     let (system, prompt) = match &node.kind {
         NodeKind::Llm(llm) => (llm.system.as_ref(), &llm.prompt),
         NodeKind::Agent(agent) => (agent.instructions.as_ref(), &agent.prompt),
+        // A `rag` step's query; its prompts read the passages, so its
+        // worker renders them once it has retrieved them.
+        NodeKind::Rag(rag) => match rag.query.as_ref().or(rag.prompt.as_ref()) {
+            Some(query) => (None, query),
+            None => return Ok(None),
+        },
         _ => return Ok(None),
     };
     let view = state.view();
@@ -62,6 +68,15 @@ pub(super) fn render_prompts(
             "system"
         };
         prompts.insert("system".into(), Value::String(render(name, system)?));
+    }
+    if let NodeKind::Rag(rag) = &node.kind {
+        let name = if rag.query.is_some() {
+            "query"
+        } else {
+            "prompt"
+        };
+        prompts.insert("query".into(), Value::String(render(name, prompt)?));
+        return Ok(Some(prompts));
     }
     prompts.insert("prompt".into(), Value::String(render("prompt", prompt)?));
     Ok(Some(prompts))

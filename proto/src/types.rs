@@ -72,16 +72,20 @@ pub enum WorkerKind {
     Agent,
     /// A Python function on the worker's Python host (SPEC 4.3).
     Function,
+    /// Retrieval over knowledge bases, then an optional completion
+    /// (SPEC 17).
+    Rag,
 }
 
 impl WorkerKind {
     /// Every kind.
-    pub const ALL: [Self; 5] = [
+    pub const ALL: [Self; 6] = [
         Self::Task,
         Self::Script,
         Self::Llm,
         Self::Agent,
         Self::Function,
+        Self::Rag,
     ];
 
     /// The kind's name, as in a graph file and on the wire.
@@ -92,6 +96,7 @@ impl WorkerKind {
             Self::Llm => "llm",
             Self::Agent => "agent",
             Self::Function => "function",
+            Self::Rag => "rag",
         }
     }
 }

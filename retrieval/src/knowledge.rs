@@ -248,40 +248,111 @@ impl Knowledge {
     /// `passages` as numbered text for a prompt: `[n] source § heading`
     /// (without `§` for a chunk under no heading), then the chunk's text.
     pub fn context(&self, passages: &[Passage]) -> String {
-        let mut text = String::new();
-        for passage in passages {
-            let chunk = &self.chunks[passage.chunk];
-            if !text.is_empty() {
-                text.push_str("\n\n");
-            }
-            text.push_str(&format!("[{}] {}", passage.n, chunk.source));
-            if !chunk.heading.is_empty() {
-                text.push_str(&format!(" § {}", chunk.heading));
-            }
-            text.push('\n');
-            text.push_str(&chunk.text);
-        }
-        text
+        context_of(&self.cite(passages))
     }
 
     /// `passages` as a list of `{n, source, heading, chunk, score, text}`,
     /// `chunk` being the chunk's place in its document.
     pub fn sources(&self, passages: &[Passage]) -> Value {
-        Value::Array(
-            passages
-                .iter()
-                .map(|passage| {
-                    let chunk = &self.chunks[passage.chunk];
-                    json!({
-                        "n": passage.n,
-                        "source": chunk.source,
-                        "heading": chunk.heading,
-                        "chunk": chunk.index,
-                        "score": passage.score,
-                        "text": chunk.text,
-                    })
-                })
-                .collect(),
-        )
+        sources_of(&self.cite(passages))
     }
+
+    /// `passages`, each with this knowledge base.
+    pub fn cite<'a>(&'a self, passages: &[Passage]) -> Vec<Cited<'a>> {
+        passages
+            .iter()
+            .map(|passage| Cited {
+                knowledge: self,
+                passage: passage.clone(),
+            })
+            .collect()
+    }
+}
+
+/// A passage with the knowledge base it comes from: a retrieval over
+/// several knowledge bases mixes them.
+#[derive(Clone)]
+pub struct Cited<'a> {
+    /// Where it comes from.
+    pub knowledge: &'a Knowledge,
+    /// The passage.
+    pub passage: Passage,
+}
+
+impl Cited<'_> {
+    fn chunk(&self) -> &Chunk {
+        &self.knowledge.chunks[self.passage.chunk]
+    }
+}
+
+/// The passages of several retrievals (one per knowledge base) fused by
+/// RRF over their ranks, the best `top_k` kept and numbered from 1; one
+/// retrieval is kept as it is.
+pub fn fuse_retrievals<'a>(retrievals: Vec<Vec<Cited<'a>>>, top_k: usize) -> Vec<Cited<'a>> {
+    if retrievals.len() == 1 {
+        // One retrieval is already ranked, graph search's passages in place.
+        return retrievals.into_iter().next().unwrap_or_default();
+    }
+    let rankings: Vec<Vec<(usize, usize)>> = retrievals
+        .iter()
+        .enumerate()
+        .map(|(base, cited)| cited.iter().map(|c| (base, c.passage.chunk)).collect())
+        .collect();
+    reciprocal_rank_fusion(&rankings)
+        .into_iter()
+        .take(top_k)
+        .enumerate()
+        .filter_map(|(index, ((base, chunk), score))| {
+            let cited = retrievals[base].iter().find(|c| c.passage.chunk == chunk)?;
+            Some(Cited {
+                knowledge: cited.knowledge,
+                passage: Passage {
+                    n: index + 1,
+                    chunk,
+                    score,
+                    via: cited.passage.via,
+                },
+            })
+        })
+        .collect()
+}
+
+/// `cited` as numbered text for a prompt: `[n] source § heading` (without
+/// `§` for a chunk under no heading), then the chunk's text.
+pub fn context_of(cited: &[Cited<'_>]) -> String {
+    let mut text = String::new();
+    for one in cited {
+        let chunk = one.chunk();
+        if !text.is_empty() {
+            text.push_str("\n\n");
+        }
+        text.push_str(&format!("[{}] {}", one.passage.n, chunk.source));
+        if !chunk.heading.is_empty() {
+            text.push_str(&format!(" § {}", chunk.heading));
+        }
+        text.push('\n');
+        text.push_str(&chunk.text);
+    }
+    text
+}
+
+/// `cited` as a list of `{n, source, heading, chunk, score, text}`,
+/// `chunk` being the chunk's place in its document.
+pub fn sources_of(cited: &[Cited<'_>]) -> Value {
+    Value::Array(
+        cited
+            .iter()
+            .map(|one| {
+                let chunk = one.chunk();
+                json!({
+                    "n": one.passage.n,
+                    "source": chunk.source,
+                    "heading": chunk.heading,
+                    "chunk": chunk.index,
+                    "score": one.passage.score,
+                    "text": chunk.text,
+                })
+            })
+            .collect(),
+    )
 }

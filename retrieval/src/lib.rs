@@ -40,4 +40,7 @@ pub mod vectors;
 
 pub use chunk::{Chunk, Chunking, ChunkingError};
 pub use document::{Document, DocumentError};
-pub use knowledge::{Knowledge, KnowledgeError, Mode, Passage, Request};
+pub use knowledge::{
+    Cited, Knowledge, KnowledgeError, Mode, Passage, Request, context_of, fuse_retrievals,
+    sources_of,
+};

@@ -80,6 +80,14 @@ impl BlobCache {
         set_mode(&target, mode).await
     }
 
+    /// The content of `file`, fetched if it is not cached.
+    pub(crate) async fn content(&self, file: &BlobRef) -> Result<Vec<u8>, Failure> {
+        let cached = self.ensure(&file.sha256).await?;
+        tokio::fs::read(&cached)
+            .await
+            .map_err(|e| Failure::io("cannot read a cached bundle file", e))
+    }
+
     async fn ensure(&self, sha256: &str) -> Result<PathBuf, Failure> {
         if !sha256.chars().all(|c| c.is_ascii_hexdigit()) || sha256.len() != 64 {
             return Err(Failure::new(

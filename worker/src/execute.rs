@@ -42,6 +42,8 @@ pub struct Toolbox {
     pub secrets: Arc<Secrets>,
     /// Where an agent calls the registered tools other workers host.
     pub(crate) remote_tools: Arc<RemoteTools>,
+    /// The knowledge bases `rag` steps have opened.
+    pub indexes: Arc<crate::rag::Indexes>,
 }
 
 /// The answer to a [`FunctionCall`]: its value, or why there is none.
@@ -153,6 +155,14 @@ pub async fn execute(
                 task,
             ))
             .await
+        }
+        (WorkerKind::Rag, _) => {
+            let kit = crate::rag::RagKit {
+                providers: &kinds.providers,
+                blobs: &kinds.blobs,
+                indexes: &kinds.indexes,
+            };
+            Box::pin(crate::rag::run_rag(kit, task)).await
         }
         (WorkerKind::Llm | WorkerKind::Agent | WorkerKind::Function, _) => Err(Failure::new(
             FailureKind::UnsupportedKind,

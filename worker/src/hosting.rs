@@ -21,13 +21,15 @@ use crate::work_dir::WorkDir;
 use weft_proto::worker_protocol::Hello;
 
 /// What a worker keeps across its sessions with coordinators: its work
-/// directory and its Python pools.
+/// directory, its Python pools and its open knowledge bases.
 pub(crate) struct HostResources {
     pub(crate) work: WorkDir,
     /// How scripts and Python processes are confined.
     pub(crate) confinement: Arc<crate::confinement::Confinement>,
     /// Python pools, when the worker hosts Python.
     pub(crate) python: Option<Arc<PythonHosts>>,
+    /// The knowledge bases `rag` steps opened, kept across sessions.
+    pub(crate) indexes: Arc<crate::rag::Indexes>,
 }
 
 impl HostResources {
@@ -61,10 +63,12 @@ impl HostResources {
             info!(worker = %config.name, interpreter = %settings.interpreter, "no Python: function nodes and Python names are not hosted");
             None
         };
+        let indexes = Arc::new(crate::rag::Indexes::new(work.knowledge()));
         Self {
             work,
             python,
             confinement,
+            indexes,
         }
     }
 }
@@ -134,16 +138,19 @@ pub(crate) fn toolbox(
         blobs,
         secrets: config.secrets.clone(),
         remote_tools,
+        indexes: local.indexes.clone(),
     }
 }
 
-/// The built-in kinds a worker hosts: scripts unless turned off, `llm`
+/// The built-in kinds a worker hosts: scripts unless turned off, `rag`
+/// (a step that calls a model is sent to a worker with `llm`), `llm`
 /// with a model provider, `function` with Python.
 fn hosted_kinds(config: &WorkerConfig, python: bool) -> Vec<WorkerKind> {
     let mut kinds = Vec::new();
     if config.scripts {
         kinds.push(WorkerKind::Script);
     }
+    kinds.push(WorkerKind::Rag);
     if !config.providers.is_empty() {
         kinds.push(WorkerKind::Llm);
         kinds.push(WorkerKind::Agent);

@@ -39,6 +39,7 @@ mod handler;
 mod hosting;
 pub mod llm;
 pub mod python;
+mod rag;
 mod remote_tools;
 mod runtime;
 mod script;

@@ -141,6 +141,12 @@ impl Failure {
         }
     }
 
+    /// The same failure, its message led by `prefix`.
+    pub fn prefixed(mut self, prefix: &str) -> Self {
+        self.message.insert_str(0, prefix);
+        self
+    }
+
     /// The worker could not do `what` with its files or processes.
     pub fn io(what: &str, error: std::io::Error) -> Self {
         Self::new(FailureKind::WorkerError, format!("{what}: {error}"))

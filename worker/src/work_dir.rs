@@ -1,5 +1,6 @@
-//! The worker's work directory: its file cache (`files/`) and the scratch
-//! directories of its attempts (`scratch/`).
+//! The worker's work directory: its file cache (`files/`), its knowledge
+//! bases' indexes (`knowledge/`) and the scratch directories of its
+//! attempts (`scratch/`).
 //!
 //! Both hold what runs carry (bundle files, state files with whatever the
 //! state holds), so both are private to the worker's user: created `0700`
@@ -34,6 +35,7 @@ impl WorkDir {
         let dir = Self { path, owned };
         private(&dir.files())?;
         private(&dir.scratch())?;
+        private(&dir.knowledge())?;
         Ok(dir)
     }
 
@@ -52,6 +54,11 @@ impl WorkDir {
         self.path.join("python")
     }
 
+    /// Where knowledge bases' indexes are kept (`KEY.kb`) and opened.
+    pub fn knowledge(&self) -> PathBuf {
+        self.path.join("knowledge")
+    }
+
     /// Where attempts get their scratch directories.
     pub fn scratch(&self) -> PathBuf {
         self.path.join("scratch")
@@ -62,6 +69,7 @@ impl WorkDir {
     pub fn clean_up(&self) {
         let _ = std::fs::remove_dir_all(self.scratch());
         let _ = std::fs::remove_dir_all(self.python());
+        let _ = std::fs::remove_dir_all(self.knowledge().join("open"));
         if self.owned {
             let _ = std::fs::remove_dir_all(&self.path);
         }

@@ -162,8 +162,9 @@ impl Bundle {
         let beside = |relative: &str| self.text_beside_graph(relative);
         let (mut graph, mut findings) =
             graph::load_str_with(text, Format::from_path(path), stem, &beside)?;
-        let missing =
+        let mut missing =
             graph::missing_script_files(&graph, &|relative| self.has_beside_graph(relative));
+        missing.extend(self.missing_sources(&graph));
         if !missing.is_empty() {
             findings.splice(0..0, missing);
             return Err(GraphError::Invalid(findings).into());
@@ -180,11 +181,42 @@ impl Bundle {
         let (graph, mut findings) =
             graph::parse_graph_with(text, Format::from_path(path), "graph", &beside);
         if !findings.iter().any(Finding::is_error) {
-            let missing =
+            let mut missing =
                 graph::missing_script_files(&graph, &|relative| self.has_beside_graph(relative));
+            missing.extend(self.missing_sources(&graph));
             findings.splice(0..0, missing);
         }
         Ok(findings)
+    }
+
+    /// The bundle's files under its graph's directory, by their paths
+    /// relative to it, with their sizes: what a knowledge base's sources
+    /// are matched against.
+    pub fn files_beside_graph(&self) -> Vec<(&str, u64)> {
+        let dir = self.graph_dir();
+        let prefix = if dir.is_empty() {
+            String::new()
+        } else {
+            format!("{dir}/")
+        };
+        self.files
+            .iter()
+            .filter_map(|(path, file)| {
+                let relative = path.strip_prefix(prefix.as_str())?;
+                Some((relative, file.content.len() as u64))
+            })
+            .collect()
+    }
+
+    /// An error for each knowledge source glob of `graph` that matches
+    /// none of the bundle's files.
+    fn missing_sources(&self, graph: &Graph) -> Vec<Finding> {
+        if graph.knowledge.is_empty() {
+            return Vec::new();
+        }
+        let files = self.files_beside_graph();
+        let paths: Vec<&str> = files.iter().map(|(path, _)| *path).collect();
+        graph::missing_knowledge_sources(graph, &paths)
     }
 
     /// The directory of the graph file within the bundle (`""` at its

@@ -142,6 +142,7 @@ struct Layer {
     max_inbox_messages: Option<u64>,
     max_run_eval_steps: Option<u64>,
     max_run_eval_bytes: Option<u64>,
+    max_knowledge_bytes: Option<u64>,
     max_message_bytes: Option<u64>,
     retain_finished_runs: Option<u64>,
     retain_finished_hours: Option<u64>,
@@ -280,6 +281,7 @@ impl CoordinatorConfig {
             max_inbox_messages: number("WEFT_MAX_INBOX_MESSAGES")?,
             max_run_eval_steps: number("WEFT_MAX_RUN_EVAL_STEPS")?,
             max_run_eval_bytes: number("WEFT_MAX_RUN_EVAL_BYTES")?,
+            max_knowledge_bytes: number("WEFT_MAX_KNOWLEDGE_BYTES")?,
             max_message_bytes: number("WEFT_MAX_MESSAGE_BYTES")?,
             max_bundle_bytes: number("WEFT_MAX_BUNDLE_BYTES")?
                 .map(|n| usize::try_from(n).unwrap_or(usize::MAX)),
@@ -422,7 +424,7 @@ impl CoordinatorConfig {
             self.retention.age = Duration::from_secs(hours.saturating_mul(3600));
         }
         let limits = &mut self.limits;
-        let keys: [(&str, Option<u64>); 11] = [
+        let keys: [(&str, Option<u64>); 12] = [
             ("max_output_fields", layer.max_output_fields),
             ("max_state_fields", layer.max_state_fields),
             ("max_attempts", layer.max_attempts),
@@ -434,6 +436,7 @@ impl CoordinatorConfig {
             ("max_message_bytes", layer.max_message_bytes),
             ("max_run_eval_steps", layer.max_run_eval_steps),
             ("max_run_eval_bytes", layer.max_run_eval_bytes),
+            ("max_knowledge_bytes", layer.max_knowledge_bytes),
         ];
         for (key, value) in keys {
             let Some(n) = value else { continue };
@@ -454,6 +457,7 @@ impl CoordinatorConfig {
                 "max_inbox_messages" => limits.max_inbox_messages = size(n),
                 "max_run_eval_steps" => limits.max_run_eval.steps = n,
                 "max_run_eval_bytes" => limits.max_run_eval.bytes = n,
+                "max_knowledge_bytes" => limits.max_knowledge_bytes = n,
                 _ => limits.max_message_bytes = size(n),
             }
         }

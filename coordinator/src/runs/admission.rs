@@ -229,7 +229,13 @@ fn admit(limits: &RunLimits, submission: Submission<'_>) -> Result<Admitted, Sub
     } = submission;
     let input = parse_input(input_json)?;
     warnings.extend(undeclared_input(graph.graph(), &input));
-    let over = limits.check_graph(graph.graph());
+    let mut over = limits.check_graph(graph.graph());
+    let knowledge = crate::graph::oversized_knowledge(
+        graph.graph(),
+        &bundle.files_beside_graph(),
+        limits.max_knowledge_bytes,
+    );
+    over.extend(knowledge.into_iter().map(|finding| finding.message));
     if !over.is_empty() {
         return Err(SubmitError::OverLimits(over));
     }

@@ -74,8 +74,12 @@ pub enum NodeKind {
     End(EndConfig),
     /// A Python function called on a worker's Python host (SPEC 4.3).
     Function(Box<FunctionConfig>),
-    /// Reserved; rejected by validation.
-    Rag,
+    /// Retrieval over knowledge bases, then an optional completion
+    /// (SPEC 17).
+    Rag(Box<RagConfig>),
+    /// A node that could not be read (its errors are reported): it exists
+    /// so that edges to it are not also reported, and never runs.
+    Broken,
 }
 
 impl NodeKind {
@@ -93,7 +97,8 @@ impl NodeKind {
             Self::Subgraph(_) => "subgraph",
             Self::End(_) => "end",
             Self::Function(_) => "function",
-            Self::Rag => "rag",
+            Self::Rag(_) => "rag",
+            Self::Broken => "broken",
         }
     }
 }
@@ -113,6 +118,112 @@ pub struct LlmConfig {
     pub max_tokens: Option<u32>,
     /// Provider name in the worker's configuration.
     pub provider: Option<String>,
+}
+
+/// How a `rag` node ranks chunks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RagMode {
+    /// BM25 over their words.
+    Keyword,
+    /// The cosine of their embeddings and the query's.
+    Vector,
+    /// Both, fused by reciprocal rank fusion.
+    Hybrid,
+}
+
+impl RagMode {
+    /// Every mode, by name.
+    pub const ALL: [(&'static str, Self); 3] = [
+        ("keyword", Self::Keyword),
+        ("vector", Self::Vector),
+        ("hybrid", Self::Hybrid),
+    ];
+
+    /// The mode's name, as in a graph file.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Keyword => "keyword",
+            Self::Vector => "vector",
+            Self::Hybrid => "hybrid",
+        }
+    }
+
+    /// Whether it ranks by embeddings.
+    pub fn uses_vectors(self) -> bool {
+        !matches!(self, Self::Keyword)
+    }
+}
+
+/// A `rag` node's `rerank:`: the model that scores the fused candidates.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rerank {
+    /// Model name (default: the provider's).
+    pub model: Option<String>,
+    /// Provider name in the worker's configuration.
+    pub provider: Option<String>,
+}
+
+/// `rag` node fields (SPEC 17).
+#[derive(Debug, Clone)]
+pub struct RagConfig {
+    /// The knowledge bases it retrieves from, by name.
+    pub knowledge: Vec<String>,
+    /// What it retrieves (default: the rendered prompt).
+    pub query: Option<Template>,
+    /// How many passages (before graph search adds linked ones).
+    pub top_k: u32,
+    /// How chunks are ranked, as written (default: [`RagConfig::mode_with`]).
+    pub mode: Option<RagMode>,
+    /// Graph search's depth, as written (default: [`RagConfig::hops`]).
+    pub hops: Option<u32>,
+    /// A model that reorders the candidates (graph search is then off).
+    pub rerank: Option<Rerank>,
+    /// The completion's prompt; without one the node only retrieves.
+    pub prompt: Option<Template>,
+    /// The completion's system prompt.
+    pub system: Option<Template>,
+    /// Model name (default: the provider's).
+    pub model: Option<String>,
+    /// Provider name in the worker's configuration.
+    pub provider: Option<String>,
+    /// Sampling temperature.
+    pub temperature: Option<f64>,
+    /// Completion length cap.
+    pub max_tokens: Option<u32>,
+}
+
+/// The names a `rag` node's templates see besides the state and scope:
+/// the retrieved passages, as text and as a list.
+pub const RAG_BINDINGS: [&str; 2] = ["context", "sources"];
+
+/// `top_k`'s default.
+pub const DEFAULT_TOP_K: u32 = 5;
+/// The most passages a `rag` node asks for.
+pub const MAX_TOP_K: u32 = 100;
+/// Graph search's deepest.
+pub const MAX_HOPS: u32 = 3;
+
+impl RagConfig {
+    /// Its mode: as written, else `hybrid` when every knowledge base it
+    /// reads has embeddings, else `keyword`.
+    pub fn mode_with(&self, all_embedded: bool) -> RagMode {
+        self.mode.unwrap_or(if all_embedded {
+            RagMode::Hybrid
+        } else {
+            RagMode::Keyword
+        })
+    }
+
+    /// Graph search's depth: as written, else 1 for `keyword` and
+    /// `hybrid`, 0 for `vector` and with `rerank`.
+    pub fn hops(&self, mode: RagMode) -> u32 {
+        self.hops
+            .unwrap_or(if self.rerank.is_some() || mode == RagMode::Vector {
+                0
+            } else {
+                1
+            })
+    }
 }
 
 /// `agent` node fields.

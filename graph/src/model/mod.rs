@@ -54,6 +54,8 @@ pub struct Graph {
     /// The named agents' files it read (`agents/NAME.md`), relative to its
     /// directory.
     pub agent_files: Vec<String>,
+    /// Its knowledge bases (`knowledge:`), in declaration order.
+    pub knowledge: Vec<super::knowledge::KnowledgeDecl>,
     /// The directory of the graph file within its bundle (`""` at the
     /// root): Python names are relative to it.
     pub dir: String,
@@ -105,6 +107,7 @@ impl Graph {
             functions: None,
             python_files: Vec::new(),
             agent_files: Vec::new(),
+            knowledge: Vec::new(),
             dir: String::new(),
             index,
             field_index,
@@ -237,6 +240,21 @@ impl Graph {
         found
     }
 
+    /// Looks up a knowledge base.
+    pub fn knowledge_base(&self, name: &str) -> Option<&super::knowledge::KnowledgeDecl> {
+        self.knowledge.iter().find(|base| base.name == name)
+    }
+
+    /// A `rag` node's mode: as written, else by whether every knowledge
+    /// base it reads has embeddings.
+    pub fn rag_mode(&self, rag: &kinds::RagConfig) -> kinds::RagMode {
+        let all_embedded = rag.knowledge.iter().all(|name| {
+            self.knowledge_base(name)
+                .is_some_and(|base| base.embeddings.is_some())
+        });
+        rag.mode_with(all_embedded)
+    }
+
     /// Reports whether a node is drawn and treated as terminal.
     pub fn is_end(&self, idx: NodeIdx) -> bool {
         let node = &self.nodes[idx];
@@ -304,6 +322,7 @@ impl Node {
                 | NodeKind::Script { .. }
                 | NodeKind::Llm { .. }
                 | NodeKind::Agent { .. }
+                | NodeKind::Rag(_)
                 | NodeKind::Function(_)
         )
     }

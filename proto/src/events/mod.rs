@@ -25,6 +25,18 @@ pub use wire::{
 /// with what changed, not with the state.
 pub const SHOWN_VALUE_BYTES: usize = 1024;
 
+/// One passage of a `retrieved` event.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RetrievedHit {
+    /// Its document's source.
+    pub source: String,
+    /// The heading it is under (empty: none).
+    pub heading: String,
+    /// Its score (BM25, cosine or RRF; for a linked passage, its leader's
+    /// halved per hop).
+    pub score: f64,
+}
+
 /// How a run failed, as clients see it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ErrorInfo {
@@ -214,6 +226,45 @@ pub enum RunEvent {
         /// From the request to the reply, retries included.
         latency_ms: u64,
     },
+    /// A `rag` step retrieved passages (one event per retrieval).
+    Retrieved {
+        /// Node id.
+        node: NodeId,
+        /// Map item index, for a chain step.
+        item: Option<usize>,
+        /// The knowledge bases it searched.
+        knowledge: Vec<String>,
+        /// How it ranked: `keyword`, `vector` or `hybrid`.
+        mode: String,
+        /// The passages, best first.
+        hits: Vec<RetrievedHit>,
+        /// How long retrieval took (the query's embedding included).
+        latency_ms: u64,
+    },
+    /// A `rag` step built a knowledge base's index (a later step over the
+    /// same files reuses it, and no event says so).
+    IndexBuilt {
+        /// Node id.
+        node: NodeId,
+        /// Map item index, for a chain step.
+        item: Option<usize>,
+        /// The knowledge base.
+        knowledge: String,
+        /// The index's key (a hash of its files, chunking and model).
+        key: String,
+        /// Source files read.
+        files: u64,
+        /// Their bytes.
+        bytes: u64,
+        /// Chunks indexed.
+        chunks: u64,
+        /// The packed index's bytes.
+        index_bytes: u64,
+        /// Embedding requests made.
+        embedding_calls: u64,
+        /// How long the build took.
+        latency_ms: u64,
+    },
     /// An `agent` step called a tool.
     ToolCalled {
         /// Node id.
@@ -329,6 +380,8 @@ impl RunEvent {
         "run_retried",
         "cancel_requested",
         "task_redispatched",
+        "retrieved",
+        "index_built",
     ];
 
     /// The event's name, as the `type` of its JSON form.
@@ -348,6 +401,8 @@ impl RunEvent {
             Self::MessageSent { .. } => "message_sent",
             Self::ModelCalled { .. } => "model_called",
             Self::ToolCalled { .. } => "tool_called",
+            Self::Retrieved { .. } => "retrieved",
+            Self::IndexBuilt { .. } => "index_built",
             Self::TaskUnhosted { .. } => "task_unhosted",
             Self::TaskRedispatched { .. } => "task_redispatched",
             Self::WaitingForInput { .. } => "waiting_for_input",

@@ -137,6 +137,51 @@ pub fn event_to_wire(seq: u64, at_unix_ms: i64, event: &RunEvent) -> pb::RunEven
             completion_tokens,
             latency_ms,
         }),
+        RunEvent::Retrieved {
+            node,
+            item,
+            knowledge,
+            mode,
+            hits,
+            latency_ms,
+        } => E::Retrieved(pb::Retrieved {
+            node: node.into(),
+            item: index_to_wire(item),
+            knowledge,
+            mode,
+            hits: hits
+                .into_iter()
+                .map(|hit| pb::RetrievedHit {
+                    source: hit.source,
+                    heading: hit.heading,
+                    score: hit.score,
+                })
+                .collect(),
+            latency_ms,
+        }),
+        RunEvent::IndexBuilt {
+            node,
+            item,
+            knowledge,
+            key,
+            files,
+            bytes,
+            chunks,
+            index_bytes,
+            embedding_calls,
+            latency_ms,
+        } => E::IndexBuilt(pb::IndexBuilt {
+            node: node.into(),
+            item: index_to_wire(item),
+            knowledge,
+            key,
+            files,
+            bytes,
+            chunks,
+            index_bytes,
+            embedding_calls,
+            latency_ms,
+        }),
         RunEvent::ToolCalled {
             node,
             item,
@@ -296,6 +341,34 @@ pub fn event_from_wire(event: pb::RunEvent) -> Option<RunEvent> {
             completion_tokens: e.completion_tokens,
             latency_ms: e.latency_ms,
         },
+        E::Retrieved(e) => RunEvent::Retrieved {
+            node: e.node.into(),
+            item: index_from_wire(e.item),
+            knowledge: e.knowledge,
+            mode: e.mode,
+            hits: e
+                .hits
+                .into_iter()
+                .map(|hit| super::RetrievedHit {
+                    source: hit.source,
+                    heading: hit.heading,
+                    score: hit.score,
+                })
+                .collect(),
+            latency_ms: e.latency_ms,
+        },
+        E::IndexBuilt(e) => RunEvent::IndexBuilt {
+            node: e.node.into(),
+            item: index_from_wire(e.item),
+            knowledge: e.knowledge,
+            key: e.key,
+            files: e.files,
+            bytes: e.bytes,
+            chunks: e.chunks,
+            index_bytes: e.index_bytes,
+            embedding_calls: e.embedding_calls,
+            latency_ms: e.latency_ms,
+        },
         E::ToolCalled(e) => RunEvent::ToolCalled {
             node: e.node.into(),
             item: index_from_wire(e.item),
@@ -417,6 +490,30 @@ mod tests {
                 prompt_tokens: Some(12),
                 completion_tokens: None,
                 latency_ms: 40,
+            },
+            RunEvent::Retrieved {
+                node: "answer".into(),
+                item: Some(2),
+                knowledge: vec!["handbook".into()],
+                mode: "hybrid".into(),
+                hits: vec![super::super::RetrievedHit {
+                    source: "docs/a.md".into(),
+                    heading: "Setup".into(),
+                    score: 0.5,
+                }],
+                latency_ms: 4,
+            },
+            RunEvent::IndexBuilt {
+                node: "answer".into(),
+                item: None,
+                knowledge: "handbook".into(),
+                key: "ab12".into(),
+                files: 3,
+                bytes: 4096,
+                chunks: 9,
+                index_bytes: 8000,
+                embedding_calls: 1,
+                latency_ms: 20,
             },
             RunEvent::ToolCalled {
                 node: "agent".into(),

@@ -6,7 +6,10 @@ the graph names: a relative path anywhere in it (a script's `run`
 elements, `script:`, a subgraph's `graph:`, the `functions:` sidecar), a
 `module:function` import path's module (`module.py` or
 `module/__init__.py`), `nodes/<id>.py`, and `agents/NAME.md` for an
-`agent: NAME` that `agents:` does not define. Embedded graphs are read for
+`agent: NAME` that `agents:` does not define, and the files a knowledge
+base's `sources` globs match (`*` and `?` within a directory, `**` across
+any number, `{a,b}` and `[...]` as written; hidden files and directories
+never). Embedded graphs are read for
 the files they name in turn. A file whose real path (through symbolic
 links) is outside the directory is refused unless `allow_outside_links`,
 so a link such as `scripts/x.py -> ~/.aws/credentials` never uploads what
@@ -120,6 +123,77 @@ def _inside(text: str) -> str | None:
     return "/".join(parts) if parts else None
 
 
+def _glob(source: str) -> re.Pattern[str]:
+    """A knowledge source glob as a regular expression over paths relative
+    to the graph's directory, matching as the Rust bundler's does."""
+    if source.startswith("./"):
+        source = source[2:]
+    out: list[str] = []
+    i = 0
+    depth = 0
+    while i < len(source):
+        c = source[i]
+        if source.startswith("**/", i) and (i == 0 or source[i - 1] == "/"):
+            out.append("(?:.*/)?")
+            i += 3
+            continue
+        if source.startswith("**", i) and i + 2 == len(source) and (i == 0 or source[i - 1] == "/"):
+            out.append(".*")
+            i += 2
+            continue
+        if c == "*":
+            out.append("[^/]*")
+        elif c == "?":
+            out.append("[^/]")
+        elif c == "\\" and i + 1 < len(source):
+            i += 1
+            out.append(re.escape(source[i]))
+        elif c == "[":
+            end = source.find("]", i + 2)
+            if end < 0:
+                out.append(re.escape(c))
+            else:
+                body = source[i + 1 : end]
+                if body.startswith("!"):
+                    body = "^" + body[1:]
+                out.append("[" + body.replace("\\", "\\\\") + "]")
+                i = end
+        elif c == "{":
+            depth += 1
+            out.append("(?:")
+        elif c == "}" and depth:
+            depth -= 1
+            out.append(")")
+        elif c == "," and depth:
+            out.append("|")
+        else:
+            out.append(re.escape(c))
+        i += 1
+    return re.compile("".join(out))
+
+
+def _files_under(directory: Path) -> list[str]:
+    """Files under `directory` by relative path: hidden ones left out,
+    symbolic links to directories not followed."""
+    found: list[str] = []
+    pending = [(directory, "")]
+    while pending:
+        path, relative = pending.pop()
+        try:
+            entries = list(os.scandir(path))
+        except OSError:
+            continue
+        for entry in entries:
+            if entry.name.startswith("."):
+                continue
+            joined = f"{relative}/{entry.name}" if relative else entry.name
+            if entry.is_dir(follow_symlinks=False):
+                pending.append((Path(entry.path), joined))
+            elif entry.is_file():
+                found.append(joined)
+    return sorted(found)
+
+
 def _named_files(directory: Path, top: str) -> list[str]:
     named: list[str] = []
     graphs = [top]
@@ -154,6 +228,15 @@ def _named_files(directory: Path, top: str) -> list[str]:
             name = node.get("agent") if isinstance(node, dict) and node.get("kind") == "agent" else None
             if isinstance(name, str) and name not in defined:
                 candidates.append(f"agents/{name}.md")
+        knowledge = document.get("knowledge")
+        for base_def in knowledge.values() if isinstance(knowledge, dict) else []:
+            sources = base_def.get("sources") if isinstance(base_def, dict) else None
+            sources = [sources] if isinstance(sources, str) else sources if isinstance(sources, list) else []
+            patterns = [_glob(source) for source in sources if isinstance(source, str)]
+            graph_dir = directory / base
+            for relative in _files_under(graph_dir):
+                if any(pattern.fullmatch(relative) for pattern in patterns):
+                    candidates.append(relative)
         for candidate in candidates:
             # Scripts run from the bundle's root; the rest is relative to
             # the graph that names it.

@@ -19,6 +19,7 @@ mod local;
 mod loops;
 mod python;
 mod python_bundles;
+mod retrieval;
 mod store;
 mod subgraphs;
 mod teammates;

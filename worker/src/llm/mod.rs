@@ -11,7 +11,7 @@
 //! and fallback handle.
 
 mod agent;
-mod chat;
+pub(crate) mod chat;
 pub mod embeddings;
 mod judge;
 mod provider;
@@ -25,9 +25,10 @@ pub use provider::{NoProvider, Provider, ProviderConfig, ProviderError, Provider
 
 use crate::task::{Completed, Failure, FailureKind, Task};
 
-/// What the coordinator sends for an `llm` step (`binding.rs`).
+/// What the coordinator sends for an `llm` step (`binding.rs`), and the
+/// completion's part of a `rag` step's.
 #[derive(Debug, Default, Deserialize)]
-struct LlmTask {
+pub(crate) struct LlmTask {
     model: Option<String>,
     provider: Option<String>,
     temperature: Option<f64>,
@@ -79,6 +80,19 @@ pub(crate) fn model_for(named: Option<String>, provider: &Provider) -> Result<St
 pub(crate) async fn run_llm(providers: &Providers, task: &Task) -> Result<Completed, Failure> {
     let config = LlmTask::deserialize(&task.config).map_err(|e| invalid("llm configuration", e))?;
     let prompts = Prompts::of(task)?;
+    let deadline = Instant::now() + task.timeout;
+    complete(providers, &config, &prompts, deadline).await
+}
+
+/// One chat completion of `prompts` as `config` says: the text as the
+/// step's `output`, or, with an `output_schema`, the structured reply as
+/// its writes and its output.
+pub(crate) async fn complete(
+    providers: &Providers,
+    config: &LlmTask,
+    prompts: &Prompts,
+    deadline: Instant,
+) -> Result<Completed, Failure> {
     let provider = providers
         .get(config.provider.as_deref())
         .map_err(|error| Failure::new(FailureKind::UnsupportedKind, error.to_string()))?;
@@ -88,7 +102,10 @@ pub(crate) async fn run_llm(providers: &Providers, task: &Task) -> Result<Comple
     }
     messages.push(json!({"role": "user", "content": prompts.prompt}));
     let mut body = Map::new();
-    body.insert("model".into(), model_for(config.model, provider)?.into());
+    body.insert(
+        "model".into(),
+        model_for(config.model.clone(), provider)?.into(),
+    );
     body.insert("messages".into(), Value::Array(messages));
     if let Some(temperature) = config.temperature {
         body.insert("temperature".into(), temperature.into());
@@ -102,7 +119,6 @@ pub(crate) async fn run_llm(providers: &Providers, task: &Task) -> Result<Comple
             json!({"type": "json_schema", "json_schema": {"name": "output", "schema": schema}}),
         );
     }
-    let deadline = Instant::now() + task.timeout;
     let completion = chat::complete(provider, &Value::Object(body), deadline).await?;
     let text = completion.message["content"]
         .as_str()

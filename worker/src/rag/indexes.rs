@@ -1,0 +1,306 @@
+//! A worker's knowledge bases, indexed once per content (SPEC 17).
+//!
+//! An index is named by `weft_retrieval::pack::index_key`: the sources'
+//! paths and hashes, the chunking and the embedding model. The first step
+//! that needs one builds it — the files read from the bundle cache,
+//! chunked, ranked by a keyword index, embedded through the provider when
+//! the knowledge base has embeddings — and keeps it packed on disk
+//! (`knowledge/KEY.kb` in the work directory) and open in memory. Steps
+//! that need it meanwhile wait for that build rather than start their
+//! own; later ones find it open, or open it from disk (after a restart,
+//! in a configured work directory). A build that fails leaves nothing
+//! behind, and the next step tries again.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+use serde::Deserialize;
+use serde_json::{Value, json};
+use tokio::sync::OnceCell;
+
+use weft_retrieval::pack::index_key;
+use weft_retrieval::{Chunking, Knowledge};
+
+use crate::blobs::BlobCache;
+use crate::llm::Providers;
+use crate::llm::embeddings::embed;
+use crate::task::{BlobRef, Failure, FailureKind};
+
+/// Indexes kept open at once; the least recently used is closed first
+/// (its packed copy stays on disk).
+const KEPT_OPEN: usize = 16;
+
+/// A knowledge base as a `rag` step's configuration gives it.
+#[derive(Debug, Clone, Deserialize)]
+pub(crate) struct Base {
+    /// Its name in the graph.
+    pub name: String,
+    /// Its sources' globs, relative to the graph's directory.
+    pub sources: Vec<String>,
+    /// `{size, overlap}`.
+    pub chunk: ChunkSize,
+    /// `{model, provider}`, when it has embeddings.
+    pub embeddings: Option<EmbeddingModel>,
+}
+
+/// A knowledge base's chunking.
+#[derive(Debug, Clone, Copy, Deserialize)]
+pub(crate) struct ChunkSize {
+    pub size: usize,
+    pub overlap: usize,
+}
+
+/// A knowledge base's embedding model.
+#[derive(Debug, Clone, Deserialize)]
+pub(crate) struct EmbeddingModel {
+    pub model: String,
+    pub provider: Option<String>,
+}
+
+/// The knowledge bases this worker has opened.
+pub struct Indexes {
+    dir: PathBuf,
+    open: std::sync::Mutex<Open>,
+    /// Names each opened copy's directory apart.
+    opened: AtomicU64,
+}
+
+#[derive(Default)]
+struct Open {
+    cells: HashMap<String, Arc<OnceCell<Arc<Knowledge>>>>,
+    /// Keys, least recently used first.
+    order: Vec<String>,
+}
+
+/// A knowledge base ready to search, and the `index_built` note when this
+/// step built it.
+pub(crate) struct Opened {
+    pub knowledge: Arc<Knowledge>,
+    pub built: Option<Value>,
+}
+
+impl Indexes {
+    /// Indexes kept under `dir` (the work directory's `knowledge/`).
+    pub fn new(dir: PathBuf) -> Self {
+        Self {
+            dir,
+            open: std::sync::Mutex::default(),
+            opened: AtomicU64::new(0),
+        }
+    }
+
+    /// `base` over `files` (its sources in the bundle: the path relative
+    /// to the graph's directory, and the file), open; built first when no
+    /// index of that content exists here.
+    pub(crate) async fn open(
+        &self,
+        base: &Base,
+        files: &[(String, BlobRef)],
+        max_bytes: u64,
+        blobs: &BlobCache,
+        providers: &Providers,
+        deadline: Instant,
+    ) -> Result<Opened, Failure> {
+        let chunking = Chunking::new(base.chunk.size, base.chunk.overlap).map_err(|e| {
+            Failure::new(
+                FailureKind::InvalidTask,
+                format!("knowledge '{}': {e}", base.name),
+            )
+        })?;
+        let hashed: Vec<(&str, &str)> = files
+            .iter()
+            .map(|(path, file)| (path.as_str(), file.sha256.as_str()))
+            .collect();
+        let model = base.embeddings.as_ref().map(|e| e.model.as_str());
+        let key = index_key(&hashed, &chunking, model);
+        let cell = self.cell(&key);
+        let mut built = None;
+        let knowledge = cell
+            .get_or_try_init(|| async {
+                if let Some(knowledge) = self.unpack(&key).await? {
+                    return Ok(Arc::new(knowledge));
+                }
+                let (knowledge, note) = self
+                    .build(
+                        base,
+                        files,
+                        &key,
+                        (chunking, max_bytes),
+                        blobs,
+                        providers,
+                        deadline,
+                    )
+                    .await?;
+                built = Some(note);
+                Ok::<_, Failure>(Arc::new(knowledge))
+            })
+            .await?
+            .clone();
+        Ok(Opened { knowledge, built })
+    }
+
+    /// The cell that holds `key`'s index once it is open.
+    fn cell(&self, key: &str) -> Arc<OnceCell<Arc<Knowledge>>> {
+        let mut open = self
+            .open
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(cell) = open.cells.get(key).cloned() {
+            open.order.retain(|k| k != key);
+            open.order.push(key.to_owned());
+            return cell;
+        }
+        if open.order.len() >= KEPT_OPEN {
+            let oldest = open.order.remove(0);
+            open.cells.remove(&oldest);
+        }
+        open.order.push(key.to_owned());
+        open.cells.entry(key.to_owned()).or_default().clone()
+    }
+
+    /// `key`'s index from its packed copy on disk, when there is one.
+    async fn unpack(&self, key: &str) -> Result<Option<Knowledge>, Failure> {
+        let packed = self.dir.join(format!("{key}.kb"));
+        let blob = match tokio::fs::read(&packed).await {
+            Ok(blob) => blob,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(Failure::io("cannot read a knowledge index", e)),
+        };
+        let dir = self.fresh_dir(key).await?;
+        let unpacked = tokio::task::spawn_blocking(move || Knowledge::unpack(&blob, &dir)).await;
+        match unpacked {
+            Ok(Ok(knowledge)) => Ok(Some(knowledge)),
+            // A copy that does not unpack is built again.
+            Ok(Err(error)) => {
+                tracing::warn!(%key, %error, "a packed knowledge index does not open; building it again");
+                let _ = tokio::fs::remove_file(&packed).await;
+                Ok(None)
+            }
+            Err(join) => Err(Failure::new(FailureKind::WorkerError, join.to_string())),
+        }
+    }
+
+    /// Builds `base`'s index: reads (at most `max_bytes`), chunks,
+    /// indexes, embeds, packs.
+    #[allow(clippy::too_many_arguments)]
+    async fn build(
+        &self,
+        base: &Base,
+        files: &[(String, BlobRef)],
+        key: &str,
+        (chunking, max_bytes): (Chunking, u64),
+        blobs: &BlobCache,
+        providers: &Providers,
+        deadline: Instant,
+    ) -> Result<(Knowledge, Value), Failure> {
+        let started = Instant::now();
+        let mut contents = Vec::with_capacity(files.len());
+        let mut bytes = 0u64;
+        for (path, file) in files {
+            let content = blobs.content(file).await?;
+            bytes += content.len() as u64;
+            if bytes > max_bytes {
+                return Err(Failure::new(
+                    FailureKind::InvalidTask,
+                    format!(
+                        "knowledge '{}': its sources hold more than {max_bytes} bytes (max_knowledge_bytes), '{path}' among them",
+                        base.name
+                    ),
+                ));
+            }
+            contents.push((path.clone(), content));
+        }
+        let dir = self.fresh_dir(key).await?;
+        let name = base.name.clone();
+        let index_dir = dir.clone();
+        let knowledge = tokio::task::spawn_blocking(move || {
+            let mut documents = Vec::new();
+            for (path, content) in &contents {
+                documents.extend(weft_retrieval::document::read(path, content).map_err(|e| {
+                    Failure::new(FailureKind::InvalidTask, format!("knowledge '{name}': {e}"))
+                })?);
+            }
+            Knowledge::build(&documents, &chunking, Some(&index_dir)).map_err(|e| {
+                Failure::new(
+                    FailureKind::WorkerError,
+                    format!("knowledge '{name}': cannot build its index: {e}"),
+                )
+            })
+        })
+        .await
+        .map_err(|join| Failure::new(FailureKind::WorkerError, join.to_string()))??;
+        let chunks = knowledge.chunks().len();
+        let mut embedding_calls = 0;
+        let knowledge = match &base.embeddings {
+            None => knowledge,
+            Some(embeddings) => {
+                let provider = providers
+                    .get(embeddings.provider.as_deref())
+                    .map_err(|e| Failure::new(FailureKind::UnsupportedKind, e.to_string()))?;
+                let texts: Vec<String> =
+                    knowledge.chunks().iter().map(|c| c.text.clone()).collect();
+                let vectors = embed(provider, &embeddings.model, &texts, deadline)
+                    .await
+                    .map_err(|f| f.prefixed(&format!("knowledge '{}': embeddings: ", base.name)))?;
+                embedding_calls = vectors.requests;
+                knowledge.with_vectors(vectors.vectors).map_err(|e| {
+                    Failure::new(
+                        FailureKind::ModelError,
+                        format!("knowledge '{}': embeddings: {e}", base.name),
+                    )
+                })?
+            }
+        };
+        let packed_bytes = self.keep(key, &knowledge, &dir).await?;
+        let note = json!({
+            "type": "index_built",
+            "knowledge": base.name,
+            "key": key,
+            "files": files.len(),
+            "bytes": bytes,
+            "chunks": chunks,
+            "index_bytes": packed_bytes,
+            "embedding_calls": embedding_calls,
+            "latency_ms": started.elapsed().as_millis() as u64,
+        });
+        Ok((knowledge, note))
+    }
+
+    /// Packs `knowledge` (its keyword index in `dir`) to `KEY.kb`, written
+    /// whole or not at all; returns its size.
+    async fn keep(
+        &self,
+        key: &str,
+        knowledge: &Knowledge,
+        dir: &std::path::Path,
+    ) -> Result<u64, Failure> {
+        let blob = knowledge
+            .pack(dir)
+            .map_err(|e| Failure::new(FailureKind::WorkerError, e.to_string()))?;
+        let partial = self.dir.join(format!("{key}.kb.partial"));
+        crate::blobs::write_private(&partial, &blob)
+            .await
+            .map_err(|e| Failure::io("cannot write a knowledge index", e))?;
+        tokio::fs::rename(&partial, self.dir.join(format!("{key}.kb")))
+            .await
+            .map_err(|e| Failure::io("cannot write a knowledge index", e))?;
+        Ok(blob.len() as u64)
+    }
+
+    /// A new, empty directory to open a copy of `key`'s index in.
+    async fn fresh_dir(&self, key: &str) -> Result<PathBuf, Failure> {
+        let number = self.opened.fetch_add(1, Ordering::Relaxed);
+        let dir = self
+            .dir
+            .join("open")
+            .join(format!("{key}-{}-{number}", std::process::id()));
+        let _ = tokio::fs::remove_dir_all(&dir).await;
+        tokio::fs::create_dir_all(&dir)
+            .await
+            .map_err(|e| Failure::io("cannot make a knowledge index directory", e))?;
+        Ok(dir)
+    }
+}
