@@ -36,8 +36,11 @@ def parse_args():
     p.add_argument("--python", required=True, help="the Python that has LangGraph")
     p.add_argument("--peers", default=str(HERE / "peers"), help="LangGraph's workload scripts")
     p.add_argument("--rounds", type=int, default=3, help="rounds, each running both sides")
-    p.add_argument("--only", default="w1,w2,w4,w5,w6,w7,w8,soak",
-                   help="workloads to compare (w1,w2,w4,w5,w6,w7,w8; soak: W6 for 20,000 runs)")
+    p.add_argument("--only", default="w1,w2,w4,w5,w6,w7,w8,w9,soak",
+                   help="workloads to compare (w1,w2,w4,w5,w6,w7,w8,w9; soak: W6 for 20,000 runs; "
+                        "w9 against LangChain's EnsembleRetriever)")
+    p.add_argument("--w9-corpus", default=str(HERE.parent / "target" / "bench" / "w9"),
+                   help="where W9's labelled corpus is written (peers/w9_corpus.py)")
     p.add_argument("--iterations", type=int, default=5, help="timed iterations per workload")
     p.add_argument("--no-callgrind", action="store_true", help="skip the instruction counts")
     p.add_argument("--raw", help="where to keep every raw JSON line (JSONL)")
@@ -103,6 +106,8 @@ def weft_round(a, wanted, figures, raw):
     if "soak" in wanted:
         runs.append(("sync", [bench, "--only", "w6", "--workers", "4", "--slots", "8",
                               "--runs", "1000", "--batches", "20"]))
+    if "w9" in wanted:
+        runs.append(("sync", [bench, "--only", "w9", "--w9-corpus", a.w9_corpus, "--iterations", it]))
     for durability, cmd in runs:
         for line in run(cmd, label=f"weft-bench {' '.join(cmd[1:])}"):
             line["durability"] = durability
@@ -139,6 +144,13 @@ def weft_round(a, wanted, figures, raw):
                 figures.add(("w8", tag), fig)
             elif key in ("w8_loop", "w8_script_repetitive", "w8_script_unique"):
                 figures.add((key, tag), fig)
+            elif key == "w9_build":
+                figures.add(("w9_build", tag), med * 1e3)
+            elif key == "w9_query":
+                figures.add(("w9_p50", tag), med * 1e6)
+                figures.add(("w9_p99", tag), fig)
+            elif key == "w9_recall":
+                figures.add(("w9_recall", tag), fig)
 
 
 def median_of(times):
@@ -181,6 +193,15 @@ def langgraph_round(a, wanted, figures, raw):
             starts.append(r.get("first_result_s"))
         starts = [s for s in starts if s is not None]
         figures.add(("w5", "langgraph"), median_of(starts) * 1e3 if starts else None)
+    if "w9" in wanted:
+        # LangChain's EnsembleRetriever, in the LangGraph column: the peer.
+        r = one("langchain_w9_retrieval.py", a.w9_corpus, "--iters", it)
+        builds, queries = r.get("build_s") or [], sorted(r.get("query_s") or [])
+        figures.add(("w9_build", "langgraph"), median_of(builds) * 1e3 if builds else None)
+        if queries:
+            figures.add(("w9_p50", "langgraph"), queries[len(queries) // 2] * 1e6)
+            figures.add(("w9_p99", "langgraph"), queries[min(len(queries) * 99 // 100, len(queries) - 1)] * 1e6)
+        figures.add(("w9_recall", "langgraph"), r.get("recall_at_5"))
     if "w8" in wanted:
         for mode, tag in (("full", "langgraph_ckpt"), ("add", "langgraph_add")):
             r = one("langgraph_w8_chat.py", "200", mode, tag=tag)
@@ -270,6 +291,10 @@ ROWS = [
     ("w8_loop", "W8 by a loop node, written", "MiB", False, "≤ 2 MiB"),
     ("w8_script_repetitive", "W8 by a loop node over a script (a process a turn), repetitive text, written", "MiB", False, "≤ 2 MiB"),
     ("w8_script_unique", "W8 by a loop node over a script, unique text, written", "MiB", False, "≤ 2 MiB"),
+    ("w9_build", "W9 knowledge index build, 10,000 chunks (LangChain: BM25Retriever + InMemoryVectorStore)", "ms", False, "faster than the peer"),
+    ("w9_p50", "W9 hybrid query, top 5, p50 (LangChain: EnsembleRetriever)", "µs", False, "faster than the peer"),
+    ("w9_p99", "W9 hybrid query, top 5, p99", "µs", False, "faster than the peer"),
+    ("w9_recall", "W9 recall@5, 200 labelled questions", "recall", True, "at least the peer's"),
 ]
 
 
@@ -360,6 +385,10 @@ def main():
     # venv's python stays the venv's).
     a.bench, a.python, a.peers = map(os.path.abspath, (a.bench, a.python, a.peers))
     wanted = set(a.only.split(","))
+    a.w9_corpus = os.path.abspath(a.w9_corpus)
+    if "w9" in wanted:
+        print(f"writing W9's corpus to {a.w9_corpus}", file=sys.stderr, flush=True)
+        subprocess.run([sys.executable, str(Path(a.peers) / "w9_corpus.py"), a.w9_corpus], check=True)
     figures, raw = Figures(), []
     for r in range(1, a.rounds + 1):
         print(f"round {r} of {a.rounds}", file=sys.stderr, flush=True)

@@ -15,8 +15,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 venv=${WEFT_BENCH_VENV:-target/bench/venv}
-if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import langgraph.checkpoint.sqlite' 2>/dev/null; then
-  echo "making $venv with LangGraph (bench/requirements.txt)" >&2
+if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import langgraph.checkpoint.sqlite, langchain_classic, rank_bm25' 2>/dev/null; then
+  echo "making $venv with LangGraph and LangChain's retrievers (bench/requirements.txt)" >&2
   python3 -m venv "$venv"
   "$venv/bin/pip" install -q -r bench/requirements.txt
 fi

@@ -5,7 +5,7 @@
 // Everything the page shows of a run, as its events build it up.
 export class RunModel {
   constructor() {
-    this.nodes = new Map();     // id -> {status, attempts, error, child, answeredBy, resent}
+    this.nodes = new Map();     // id -> {status, attempts, error, child, answeredBy, resent, retrievals, retrieved, indexBuilt}
     this.maps = new Map();      // map node -> {total, done, items: Map(index -> {status, step, error})}
     this.loops = new Map();     // loop node -> [{iteration, max, done, reason}]
     this.waves = [];            // [{step, nodes, at, changes}]
@@ -118,6 +118,16 @@ export class RunModel {
       }
       case "subgraph_started":
         this.node(event.node).child = event.run_id;
+        break;
+      case "retrieved": {
+        // A rag step's retrievals: how many, and the last one's hits.
+        const node = this.node(event.node);
+        node.retrievals = (node.retrievals || 0) + 1;
+        node.retrieved = event;
+        break;
+      }
+      case "index_built":
+        this.node(event.node).indexBuilt = event;
         break;
       case "waiting_for_input":
         this.node(event.node).status = "waiting";

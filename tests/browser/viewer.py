@@ -217,6 +217,19 @@ def a_subgraph_links_to_its_child_run(page, base, run_id):
     expect(page.locator('#state tr[data-field="found"]')).to_contain_text('"it"')
 
 
+def a_rag_nodes_retrieval_is_shown(page, base, run_id, shots):
+    step("rag: the node panel shows what it retrieved and the index it built")
+    page.goto(f"{base}/runs/{run_id}")
+    expect(page.locator("#run-status")).to_have_text("completed")
+    page.click('#diagram g.node[data-node="search"]')
+    detail = page.locator("#node-detail")
+    expect(detail).to_contain_text("retrieved: keyword over notes")
+    hits = page.locator("#node-detail ul.hits li")
+    expect(hits.first).to_contain_text("[1] docs/restart.md § Restarting › After a crash")
+    expect(detail).to_contain_text("index built: notes, ")
+    page.screenshot(path=str(shots / "viewer-rag.png"), full_page=True)
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--base", required=True)
@@ -244,6 +257,7 @@ def main():
         a_failed_run_is_retried(page, args.base, runs["retry"])
         loop_iterations_are_listed(page, args.base, runs["loop"])
         a_subgraph_links_to_its_child_run(page, args.base, runs["parent"])
+        a_rag_nodes_retrieval_is_shown(page, args.base, runs["rag"], shots)
         assert not page.errors, f"the page threw: {page.errors}"
         browser.close()
     print("all viewer scenarios passed")

@@ -1,5 +1,6 @@
 // The graph's diagram, coloured by each node's status, and the panel of
-// the node clicked in it (attempts, worker, errors, what was sent again).
+// the node clicked in it (attempts, worker, errors, what was sent again,
+// a rag node's retrievals).
 
 import { badge, el, headers } from "../common.js";
 
@@ -51,11 +52,28 @@ export function graphPanel(id, model, changed) {
     if (node.answeredBy) rows.push(el("div", { text: `answered by ${node.answeredBy}` }));
     for (const line of node.resent || []) rows.push(el("div", { class: "resent", text: line }));
     if (node.child) rows.push(el("div", {}, "child run: ", el("a", { class: "mono", href: "/runs/" + encodeURIComponent(node.child), text: node.child })));
+    if (node.retrieved) rows.push(retrieval(node));
     if (node.error) rows.push(el("div", { class: "error-box" }, el("pre", { text: node.error })));
     const iterations = model.loops.get(selected);
     if (iterations) rows.push(el("div", { text: `${iterations.length} iterations` }));
     detail.className = "";
     detail.replaceChildren(...rows);
+  }
+
+  // A rag node's last retrieval: its mode, time and passages (source §
+  // heading, score), how many it made, and the index it built.
+  function retrieval(node) {
+    const last = node.retrieved;
+    const where = last.item === undefined || last.item === null ? "" : ` (item ${last.item})`;
+    const head = `retrieved${where}: ${last.mode} over ${(last.knowledge || []).join(", ")}, ${last.latency_ms} ms` +
+      (node.retrievals > 1 ? ` · ${node.retrievals} retrievals` : "");
+    const hits = (last.hits || []).map((hit, i) => el("li", { class: "mono",
+      text: `[${i + 1}] ${hit.source}${hit.heading ? " § " + hit.heading : ""} (${Number(hit.score).toFixed(3)})` }));
+    const rows = [el("div", { text: head }), el("ul", { class: "hits" }, hits)];
+    const built = node.indexBuilt;
+    if (built) rows.push(el("div", { class: "muted", text:
+      `index built: ${built.knowledge}, ${built.chunks} chunks from ${built.files} files, ${built.index_bytes} bytes, ${built.embedding_calls} embedding calls, ${built.latency_ms} ms` }));
+    return el("div", { class: "retrieval" }, rows);
   }
 
   const graph = el("div", { class: "panel" }, el("h2", { text: "Graph" }), legend, diagram);

@@ -168,7 +168,8 @@ def event_from_wire(event: pb.RunEvent) -> Optional[Event]:
     if kind == "run_finished":
         fields["status"] = STATUSES.get(body.status, "running")
     for name in ("item", "index", "done", "total", "bytes", "delay_ms", "latency_ms",
-                 "prompt_tokens", "completion_tokens"):
+                 "prompt_tokens", "completion_tokens", "files", "chunks", "index_bytes",
+                 "embedding_calls"):
         if isinstance(fields.get(name), str):
             fields[name] = int(fields[name])
     return Event(seq=event.seq, at_unix_ms=event.at_unix_ms, type=kind, fields=fields)

@@ -36,13 +36,15 @@ mod many_runs;
 mod python;
 #[path = "weft_bench/report.rs"]
 mod report;
+#[path = "weft_bench/retrieval.rs"]
+mod retrieval;
 
 use report::{Figure, median};
 
 #[derive(Parser)]
 struct Args {
-    /// Workloads to run (w1, w2, w1py, w2py, w3, w4, w5, w6, w7, w8);
-    /// default: all.
+    /// Workloads to run (w1, w2, w1py, w2py, w3, w4, w5, w6, w7, w8, w9);
+    /// default: all (w9 with --w9-corpus).
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
     /// Timed iterations per workload (after one warmup).
@@ -102,6 +104,10 @@ struct Args {
     /// exporting costs.
     #[arg(long)]
     otlp_sink: Option<String>,
+    /// W9's corpus (`bench/peers/w9_corpus.py` writes it); W9 runs only
+    /// with one.
+    #[arg(long)]
+    w9_corpus: Option<std::path::PathBuf>,
     /// Internal: run W5's one-node graph and exit.
     #[arg(long, hide = true)]
     w5_child: bool,
@@ -344,6 +350,9 @@ async fn run_all(args: &Args) -> Result<Vec<Figure>> {
     }
     if wanted("w8") {
         figures.extend(chat::w8(args).await?);
+    }
+    if let Some(corpus) = args.w9_corpus.as_deref().filter(|_| wanted("w9")) {
+        figures.extend(retrieval::w9(corpus, args.iterations)?);
     }
     Ok(figures)
 }

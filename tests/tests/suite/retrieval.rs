@@ -151,6 +151,45 @@ async fn a_rag_node_answers_from_a_folder_of_markdown_and_indexes_it_once() -> a
     Ok(())
 }
 
+#[tokio::test]
+async fn a_restarted_worker_opens_the_index_it_kept_on_disk() -> anyhow::Result<()> {
+    let llm = TestLlm::start(KEY, |_, _| Reply::Text("unused".into())).await?;
+    let mut cluster = cluster(&llm, 1).await?;
+    let client = cluster.client().await?;
+    let dir = scratch("restart")?;
+    let graph = graph_beside_handbook(&dir, HYBRID)?;
+    let done = run_file(&client, &graph, json!({"question": "refund to the card"})).await?;
+    assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error);
+    assert_eq!(
+        weft_tests::events_of(&client, &done.run_id, "index_built")
+            .await?
+            .len(),
+        1
+    );
+    assert_eq!(llm.embedding_requests().len(), 2);
+
+    // The same worker, started again on its work directory.
+    cluster.kill_worker("w")?;
+    let config = cluster.dir().join("worker.toml");
+    cluster.add_worker_with(
+        "w",
+        1,
+        &["--config".to_owned(), config.display().to_string()],
+    )?;
+    cluster.wait_for_workers(&["w"]).await?;
+    let done = run_file(&client, &graph, json!({"question": "invoices by email"})).await?;
+    assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error);
+    assert_eq!(done.state["found"][0]["source"], "handbook/billing.md");
+    let built = weft_tests::events_of(&client, &done.run_id, "index_built").await?;
+    assert!(built.is_empty(), "opened from disk, not built: {built:?}");
+    assert_eq!(
+        llm.embedding_requests().len(),
+        3,
+        "only the query is embedded"
+    );
+    Ok(())
+}
+
 const HYBRID: &str = r#"
 state:
   question: { type: string }

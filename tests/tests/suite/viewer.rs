@@ -470,6 +470,19 @@ fn browser_python() -> PathBuf {
     python
 }
 
+/// A `rag` node over two bundled pages, by keyword, without a model.
+const RAG: &str = r#"
+name: search
+state:
+  question: { type: string }
+knowledge:
+  notes: { sources: "docs/*.md" }
+nodes:
+  search: { kind: rag, start: true, knowledge: notes, query: "{{ question }}", mode: keyword }
+"#;
+
+const RESTART: &str = "# Restarting\n\n## After a crash\n\nA crash loses no finished work: runs resume from their checkpoint.\n";
+
 #[tokio::test]
 async fn the_page_works_in_chromium() -> anyhow::Result<()> {
     let python = browser_python();
@@ -526,6 +539,23 @@ nodes:
     let parent = ops.submit_bundle(parent, &json!({})).await?;
     let finished = ops.wait(&parent.run_id).await?;
     assert_eq!(finished.state["found"], "it", "{:?}", finished.error);
+    let rag = GraphBundle::from_text("search.yaml", RAG)
+        .with_file("docs/restart.md", RESTART.as_bytes(), 0o644)
+        .with_file(
+            "docs/billing.md",
+            b"# Billing\n\nInvoices go out monthly.\n",
+            0o644,
+        );
+    let rag = ops
+        .submit_bundle(rag, &json!({"question": "what happens after a crash?"}))
+        .await?;
+    let searched = ops.wait(&rag.run_id).await?;
+    assert_eq!(
+        searched.status,
+        RunStatus::Completed,
+        "{:?}",
+        searched.error
+    );
     for (run, kind) in [
         (&approval, "waiting_for_input"),
         (&input, "waiting_for_input"),
@@ -539,7 +569,7 @@ nodes:
     let runs = json!({
         "map": map.run_id, "approval": approval.run_id, "input": input.run_id,
         "cancel": cancel.run_id, "retry": retry.run_id, "loop": looped.run_id,
-        "parent": parent.run_id,
+        "parent": parent.run_id, "rag": rag.run_id,
     });
     let shots = repo().join("target/viewer-screenshots");
     let output = Command::new(python)
@@ -572,7 +602,7 @@ nodes:
     assert_eq!(ops.get(&retry.run_id).await?.status, RunStatus::Completed);
     let map = ops.get(&map.run_id).await?;
     assert_eq!(map.state["results"].as_array().map(Vec::len), Some(60));
-    for shot in ["viewer-map.png", "viewer-approval.png"] {
+    for shot in ["viewer-map.png", "viewer-approval.png", "viewer-rag.png"] {
         assert!(
             shots.join(shot).metadata()?.len() > 10_000,
             "{shot} was not taken"

@@ -200,7 +200,7 @@ class WatchRunRequest(_message.Message):
     def __init__(self, run_id: _Optional[str] = ..., types: _Optional[_Iterable[str]] = ..., **kwargs) -> None: ...
 
 class RunEvent(_message.Message):
-    __slots__ = ("seq", "at_unix_ms", "wave_started", "node_started", "node_finished", "node_retrying", "node_failed", "node_skipped", "state_changed", "loop_reset", "map_item_finished", "task_unhosted", "waiting_for_input", "input_received", "run_finished", "loop_iteration", "subgraph_started", "message_sent", "model_called", "tool_called", "run_submitted", "run_retried", "cancel_requested", "task_redispatched")
+    __slots__ = ("seq", "at_unix_ms", "wave_started", "node_started", "node_finished", "node_retrying", "node_failed", "node_skipped", "state_changed", "loop_reset", "map_item_finished", "task_unhosted", "waiting_for_input", "input_received", "run_finished", "loop_iteration", "subgraph_started", "message_sent", "model_called", "tool_called", "run_submitted", "run_retried", "cancel_requested", "task_redispatched", "retrieved", "index_built")
     SEQ_FIELD_NUMBER: _ClassVar[int]
     AT_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
     WAVE_STARTED_FIELD_NUMBER: _ClassVar[int]
@@ -225,6 +225,8 @@ class RunEvent(_message.Message):
     RUN_RETRIED_FIELD_NUMBER: _ClassVar[int]
     CANCEL_REQUESTED_FIELD_NUMBER: _ClassVar[int]
     TASK_REDISPATCHED_FIELD_NUMBER: _ClassVar[int]
+    RETRIEVED_FIELD_NUMBER: _ClassVar[int]
+    INDEX_BUILT_FIELD_NUMBER: _ClassVar[int]
     seq: int
     at_unix_ms: int
     wave_started: WaveStarted
@@ -249,7 +251,9 @@ class RunEvent(_message.Message):
     run_retried: RunRetried
     cancel_requested: CancelRequested
     task_redispatched: TaskRedispatched
-    def __init__(self, seq: _Optional[int] = ..., at_unix_ms: _Optional[int] = ..., wave_started: _Optional[_Union[WaveStarted, _Mapping]] = ..., node_started: _Optional[_Union[NodeStarted, _Mapping]] = ..., node_finished: _Optional[_Union[NodeFinished, _Mapping]] = ..., node_retrying: _Optional[_Union[NodeRetrying, _Mapping]] = ..., node_failed: _Optional[_Union[NodeFailed, _Mapping]] = ..., node_skipped: _Optional[_Union[NodeSkipped, _Mapping]] = ..., state_changed: _Optional[_Union[StateChanged, _Mapping]] = ..., loop_reset: _Optional[_Union[LoopReset, _Mapping]] = ..., map_item_finished: _Optional[_Union[MapItemFinished, _Mapping]] = ..., task_unhosted: _Optional[_Union[TaskUnhosted, _Mapping]] = ..., waiting_for_input: _Optional[_Union[WaitingForInput, _Mapping]] = ..., input_received: _Optional[_Union[InputReceived, _Mapping]] = ..., run_finished: _Optional[_Union[RunFinished, _Mapping]] = ..., loop_iteration: _Optional[_Union[LoopIteration, _Mapping]] = ..., subgraph_started: _Optional[_Union[SubgraphStarted, _Mapping]] = ..., message_sent: _Optional[_Union[MessageSent, _Mapping]] = ..., model_called: _Optional[_Union[ModelCalled, _Mapping]] = ..., tool_called: _Optional[_Union[ToolCalled, _Mapping]] = ..., run_submitted: _Optional[_Union[RunSubmitted, _Mapping]] = ..., run_retried: _Optional[_Union[RunRetried, _Mapping]] = ..., cancel_requested: _Optional[_Union[CancelRequested, _Mapping]] = ..., task_redispatched: _Optional[_Union[TaskRedispatched, _Mapping]] = ...) -> None: ...
+    retrieved: Retrieved
+    index_built: IndexBuilt
+    def __init__(self, seq: _Optional[int] = ..., at_unix_ms: _Optional[int] = ..., wave_started: _Optional[_Union[WaveStarted, _Mapping]] = ..., node_started: _Optional[_Union[NodeStarted, _Mapping]] = ..., node_finished: _Optional[_Union[NodeFinished, _Mapping]] = ..., node_retrying: _Optional[_Union[NodeRetrying, _Mapping]] = ..., node_failed: _Optional[_Union[NodeFailed, _Mapping]] = ..., node_skipped: _Optional[_Union[NodeSkipped, _Mapping]] = ..., state_changed: _Optional[_Union[StateChanged, _Mapping]] = ..., loop_reset: _Optional[_Union[LoopReset, _Mapping]] = ..., map_item_finished: _Optional[_Union[MapItemFinished, _Mapping]] = ..., task_unhosted: _Optional[_Union[TaskUnhosted, _Mapping]] = ..., waiting_for_input: _Optional[_Union[WaitingForInput, _Mapping]] = ..., input_received: _Optional[_Union[InputReceived, _Mapping]] = ..., run_finished: _Optional[_Union[RunFinished, _Mapping]] = ..., loop_iteration: _Optional[_Union[LoopIteration, _Mapping]] = ..., subgraph_started: _Optional[_Union[SubgraphStarted, _Mapping]] = ..., message_sent: _Optional[_Union[MessageSent, _Mapping]] = ..., model_called: _Optional[_Union[ModelCalled, _Mapping]] = ..., tool_called: _Optional[_Union[ToolCalled, _Mapping]] = ..., run_submitted: _Optional[_Union[RunSubmitted, _Mapping]] = ..., run_retried: _Optional[_Union[RunRetried, _Mapping]] = ..., cancel_requested: _Optional[_Union[CancelRequested, _Mapping]] = ..., task_redispatched: _Optional[_Union[TaskRedispatched, _Mapping]] = ..., retrieved: _Optional[_Union[Retrieved, _Mapping]] = ..., index_built: _Optional[_Union[IndexBuilt, _Mapping]] = ...) -> None: ...
 
 class WaveStarted(_message.Message):
     __slots__ = ("step", "nodes")
@@ -396,6 +400,56 @@ class ModelCalled(_message.Message):
     completion_tokens: int
     latency_ms: int
     def __init__(self, node: _Optional[str] = ..., item: _Optional[int] = ..., model: _Optional[str] = ..., prompt_tokens: _Optional[int] = ..., completion_tokens: _Optional[int] = ..., latency_ms: _Optional[int] = ...) -> None: ...
+
+class Retrieved(_message.Message):
+    __slots__ = ("node", "item", "knowledge", "mode", "hits", "latency_ms")
+    NODE_FIELD_NUMBER: _ClassVar[int]
+    ITEM_FIELD_NUMBER: _ClassVar[int]
+    KNOWLEDGE_FIELD_NUMBER: _ClassVar[int]
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    HITS_FIELD_NUMBER: _ClassVar[int]
+    LATENCY_MS_FIELD_NUMBER: _ClassVar[int]
+    node: str
+    item: int
+    knowledge: _containers.RepeatedScalarFieldContainer[str]
+    mode: str
+    hits: _containers.RepeatedCompositeFieldContainer[RetrievedHit]
+    latency_ms: int
+    def __init__(self, node: _Optional[str] = ..., item: _Optional[int] = ..., knowledge: _Optional[_Iterable[str]] = ..., mode: _Optional[str] = ..., hits: _Optional[_Iterable[_Union[RetrievedHit, _Mapping]]] = ..., latency_ms: _Optional[int] = ...) -> None: ...
+
+class RetrievedHit(_message.Message):
+    __slots__ = ("source", "heading", "score")
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    HEADING_FIELD_NUMBER: _ClassVar[int]
+    SCORE_FIELD_NUMBER: _ClassVar[int]
+    source: str
+    heading: str
+    score: float
+    def __init__(self, source: _Optional[str] = ..., heading: _Optional[str] = ..., score: _Optional[float] = ...) -> None: ...
+
+class IndexBuilt(_message.Message):
+    __slots__ = ("node", "item", "knowledge", "key", "files", "bytes", "chunks", "index_bytes", "embedding_calls", "latency_ms")
+    NODE_FIELD_NUMBER: _ClassVar[int]
+    ITEM_FIELD_NUMBER: _ClassVar[int]
+    KNOWLEDGE_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    FILES_FIELD_NUMBER: _ClassVar[int]
+    BYTES_FIELD_NUMBER: _ClassVar[int]
+    CHUNKS_FIELD_NUMBER: _ClassVar[int]
+    INDEX_BYTES_FIELD_NUMBER: _ClassVar[int]
+    EMBEDDING_CALLS_FIELD_NUMBER: _ClassVar[int]
+    LATENCY_MS_FIELD_NUMBER: _ClassVar[int]
+    node: str
+    item: int
+    knowledge: str
+    key: str
+    files: int
+    bytes: int
+    chunks: int
+    index_bytes: int
+    embedding_calls: int
+    latency_ms: int
+    def __init__(self, node: _Optional[str] = ..., item: _Optional[int] = ..., knowledge: _Optional[str] = ..., key: _Optional[str] = ..., files: _Optional[int] = ..., bytes: _Optional[int] = ..., chunks: _Optional[int] = ..., index_bytes: _Optional[int] = ..., embedding_calls: _Optional[int] = ..., latency_ms: _Optional[int] = ...) -> None: ...
 
 class ToolCalled(_message.Message):
     __slots__ = ("node", "item", "tool", "error", "latency_ms")
