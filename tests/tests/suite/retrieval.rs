@@ -51,6 +51,20 @@ fn scratch(name: &str) -> anyhow::Result<std::path::PathBuf> {
     Ok(dir)
 }
 
+/// A cluster as [`cluster`] makes it, its client, and the graph `yaml`
+/// written beside a copy of the handbook in a directory of its own.
+async fn beside_handbook(
+    llm: &TestLlm,
+    slots: u32,
+    test: &str,
+    yaml: &str,
+) -> anyhow::Result<(TestCluster, Client, std::path::PathBuf)> {
+    let cluster = cluster(llm, slots).await?;
+    let client = cluster.client().await?;
+    let graph = graph_beside_handbook(&scratch(test)?, yaml)?;
+    Ok((cluster, client, graph))
+}
+
 async fn run_file(
     client: &Client,
     path: &std::path::Path,
@@ -154,10 +168,7 @@ async fn a_rag_node_answers_from_a_folder_of_markdown_and_indexes_it_once() -> a
 #[tokio::test]
 async fn a_restarted_worker_opens_the_index_it_kept_on_disk() -> anyhow::Result<()> {
     let llm = TestLlm::start(KEY, |_, _| Reply::Text("unused".into())).await?;
-    let mut cluster = cluster(&llm, 1).await?;
-    let client = cluster.client().await?;
-    let dir = scratch("restart")?;
-    let graph = graph_beside_handbook(&dir, HYBRID)?;
+    let (mut cluster, client, graph) = beside_handbook(&llm, 1, "restart", HYBRID).await?;
     let done = run_file(&client, &graph, json!({"question": "refund to the card"})).await?;
     assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error);
     assert_eq!(
@@ -212,10 +223,7 @@ nodes:
 #[tokio::test]
 async fn a_hybrid_retrieval_embeds_the_chunks_once_and_each_query() -> anyhow::Result<()> {
     let llm = TestLlm::start(KEY, |_, _| Reply::Text("unused".into())).await?;
-    let cluster = cluster(&llm, 2).await?;
-    let client = cluster.client().await?;
-    let dir = scratch("hybrid")?;
-    let graph = graph_beside_handbook(&dir, HYBRID)?;
+    let (_cluster, client, graph) = beside_handbook(&llm, 2, "hybrid", HYBRID).await?;
     let done = run_file(&client, &graph, json!({"question": "refund to the card"})).await?;
     assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error);
     assert_eq!(done.state["found"][0]["source"], "handbook/billing.md");
@@ -262,10 +270,7 @@ async fn a_wrong_embedding_fails_the_step_naming_it() -> anyhow::Result<()> {
         },
     )
     .await?;
-    let first = cluster(&llm, 1).await?;
-    let client = first.client().await?;
-    let dir = scratch("wrong")?;
-    let graph = graph_beside_handbook(&dir, HYBRID)?;
+    let (_first, client, graph) = beside_handbook(&llm, 1, "wrong", HYBRID).await?;
     let done = run_file(&client, &graph, json!({"question": "refunds"})).await?;
     assert_eq!(done.status, RunStatus::Failed);
     let error = done.error.unwrap().message;
@@ -322,10 +327,7 @@ async fn a_rerank_model_orders_the_candidates() -> anyhow::Result<()> {
         Reply::Json(json!({"order": (1..=count).rev().collect::<Vec<usize>>()}))
     })
     .await?;
-    let cluster = cluster(&llm, 1).await?;
-    let client = cluster.client().await?;
-    let dir = scratch("rerank")?;
-    let graph = graph_beside_handbook(&dir, RERANKED)?;
+    let (_cluster, client, graph) = beside_handbook(&llm, 1, "rerank", RERANKED).await?;
     let done = run_file(&client, &graph, json!({"question": "coordinator runs"})).await?;
     assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error);
     let request = &llm.requests()[0];
@@ -385,10 +387,7 @@ nodes:
 #[tokio::test]
 async fn a_map_of_20_rag_items_shares_one_index() -> anyhow::Result<()> {
     let llm = TestLlm::start(KEY, |_, _| Reply::Text("unused".into())).await?;
-    let cluster = cluster(&llm, 4).await?;
-    let client = cluster.client().await?;
-    let dir = scratch("map")?;
-    let graph = graph_beside_handbook(&dir, MAP)?;
+    let (_cluster, client, graph) = beside_handbook(&llm, 4, "map", MAP).await?;
     let asked = [
         "refunds card",
         "leader failover",
