@@ -122,6 +122,44 @@ impl GraphBundle {
         }
     }
 
+    /// Why the bundle cannot be sent, if its files hold more than `max`
+    /// bytes (what one request may carry): its size and its largest files,
+    /// so the one to leave out is named.
+    pub fn too_large(&self, max: usize) -> Option<String> {
+        (self.bytes() > max).then(|| {
+            format!(
+                "{}, more than the {} one submission can carry (a coordinator takes at most its max_bundle_bytes, 64 MiB unless configured)",
+                self.size_and_largest(),
+                megabytes(max)
+            )
+        })
+    }
+
+    /// The bytes of its files.
+    pub fn bytes(&self) -> usize {
+        self.files.iter().map(|(_, content, _)| content.len()).sum()
+    }
+
+    /// `the graph's bundle holds N MiB; its largest files: …`.
+    pub fn size_and_largest(&self) -> String {
+        let mut sizes: Vec<(&str, usize)> = self
+            .files
+            .iter()
+            .map(|(path, content, _)| (path.as_str(), content.len()))
+            .collect();
+        sizes.sort_by(|a, b| b.1.cmp(&a.1));
+        let largest: Vec<String> = sizes
+            .iter()
+            .take(3)
+            .map(|(path, size)| format!("{path} ({})", megabytes(*size)))
+            .collect();
+        format!(
+            "the graph's bundle holds {}; its largest files: {}",
+            megabytes(self.bytes()),
+            largest.join(", ")
+        )
+    }
+
     /// Adds a file the graph names (a script), at `path` relative to the
     /// graph, with permission bits `mode` (masked with [`MODE_MASK`]).
     pub fn with_file(mut self, path: &str, content: &[u8], mode: u32) -> Self {
@@ -213,6 +251,11 @@ fn named_files(dir: &Path, top: &str, graph: graph::Graph) -> Result<Vec<String>
     Ok(named)
 }
 
+/// `bytes` in MiB, one decimal.
+fn megabytes(bytes: usize) -> String {
+    format!("{:.1} MiB", bytes as f64 / f64::from(1 << 20))
+}
+
 fn read(path: &Path) -> Result<Vec<u8>, BundleError> {
     std::fs::read(path).map_err(|source| BundleError::Read {
         path: path.display().to_string(),
@@ -273,6 +316,21 @@ mod tests {
             .unwrap();
         assert_eq!(ok.2, 0o755, "setuid and world-write are dropped");
         std::fs::remove_dir_all(root).ok();
+    }
+
+    #[test]
+    fn a_bundle_too_large_to_send_names_its_largest_files() {
+        let bundle = GraphBundle::from_text("g.yaml", "nodes: {}")
+            .with_file("docs/big.md", &vec![b'a'; 3 << 20], 0o644)
+            .with_file("docs/small.md", b"small", 0o644);
+        assert_eq!(bundle.too_large(4 << 20), None);
+        let message = bundle.too_large(2 << 20).unwrap();
+        assert!(
+            message.starts_with(
+                "the graph's bundle holds 3.0 MiB; its largest files: docs/big.md (3.0 MiB), "
+            ) && message.contains("more than the 2.0 MiB one submission can carry"),
+            "{message}"
+        );
     }
 
     #[test]

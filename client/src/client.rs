@@ -145,11 +145,31 @@ impl Client {
         let input_json = serde_json::to_value(input)
             .map(|input| weft_proto::json::to_string(&input))
             .map_err(|e| ClientError::Invalid(format!("the input does not serialize: {e}")))?;
+        if let Some(too_large) = bundle.too_large(weft_proto::MAX_MESSAGE_BYTES) {
+            return Err(ClientError::Invalid(too_large));
+        }
+        // What a refusal for size would not say: which files make it big.
+        let contents = bundle.size_and_largest();
         let request = pb::SubmitRequest {
             bundle: Some(to_proto(bundle)),
             input_json,
         };
-        let response = self.runs.clone().submit(request).await?.into_inner();
+        let response = match self.runs.clone().submit(request).await {
+            Ok(response) => response.into_inner(),
+            Err(status) if status.code() == tonic::Code::OutOfRange => {
+                return Err(ClientError::Refused(format!(
+                    "the coordinator refused the submission as too large ({}): {contents} (it takes at most its max_bundle_bytes)",
+                    status.message()
+                )));
+            }
+            Err(status) if status.message().contains("(max_bundle_bytes)") => {
+                return Err(ClientError::Refused(format!(
+                    "{}: {contents}",
+                    status.message()
+                )));
+            }
+            Err(status) => return Err(status.into()),
+        };
         Ok(Submitted {
             run_id: response.run_id.into(),
             warnings: response.warnings,

@@ -307,6 +307,13 @@ pub const MAX_LISTED_FILES: usize = 100_000;
 /// [`MAX_LISTED_FILES`]: what a knowledge base's sources are matched
 /// against before a bundle exists.
 pub fn files_under(dir: &std::path::Path) -> Vec<String> {
+    // A graph named without a directory (`weft run graph.yaml`) lies in
+    // the current one.
+    let dir = if dir.as_os_str().is_empty() {
+        std::path::Path::new(".")
+    } else {
+        dir
+    };
     let mut files = Vec::new();
     let mut pending = vec![(dir.to_path_buf(), String::new())];
     while let Some((path, relative)) = pending.pop() {

@@ -151,11 +151,7 @@ pub fn load_file(path: &Path) -> Result<(Graph, Vec<Finding>), GraphError> {
     let (graph, mut findings) = load_str_with(&text, Format::from_path(path), stem, &beside)?;
     let mut missing = missing_script_files(&graph, &|relative| dir.join(relative).is_file());
     if !graph.knowledge.is_empty() {
-        let listed = knowledge::files_under(if dir.as_os_str().is_empty() {
-            Path::new(".")
-        } else {
-            dir
-        });
+        let listed = knowledge::files_under(dir);
         let listed: Vec<&str> = listed.iter().map(String::as_str).collect();
         missing.extend(missing_knowledge_sources(&graph, &listed));
     }

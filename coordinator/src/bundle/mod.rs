@@ -56,7 +56,7 @@ pub enum BundleError {
     #[error("graph file '{0}' is not UTF-8 text")]
     NotText(String),
     /// The bundle is larger than the configured limit.
-    #[error("the bundle is {size} bytes, more than the limit of {limit}")]
+    #[error("the bundle is {size} bytes, more than the limit of {limit} (max_bundle_bytes)")]
     TooLarge {
         /// Its size.
         size: usize,

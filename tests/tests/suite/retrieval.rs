@@ -201,6 +201,77 @@ async fn a_restarted_worker_opens_the_index_it_kept_on_disk() -> anyhow::Result<
     Ok(())
 }
 
+/// `weft run graph.yaml` in the graph's own directory, on the local
+/// cluster: the sources are found beside it and bundled, and the search
+/// example answers with no model.
+#[test]
+fn weft_run_bundles_the_sources_beside_a_graph_named_without_a_directory() -> anyhow::Result<()> {
+    let dir = scratch("here")?;
+    std::fs::copy(
+        weft_tests::repo().join("examples/handbook-search.yaml"),
+        dir.join("search.yaml"),
+    )?;
+    graph_beside_handbook(&dir, "unused: {}\n")?;
+    let out = std::process::Command::new(weft_tests::binary("weft"))
+        .current_dir(&dir)
+        .env("WEFT_EPHEMERAL", "1")
+        .env_remove("WEFT_COORDINATOR")
+        .args(["run", "search.yaml", "--json", "--input"])
+        .arg(r#"{"question": "how long are finished runs kept?"}"#)
+        .stdin(std::process::Stdio::null())
+        .output()?;
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let run: Value = serde_json::from_str(stdout.trim())?;
+    assert_eq!(
+        run["state"]["pages"][0], "handbook/durability.md",
+        "{stdout}"
+    );
+    Ok(())
+}
+
+/// A knowledge base over `max_knowledge_bytes`, and a source too big for
+/// the coordinator's `max_bundle_bytes`, are refused at submission naming
+/// the knowledge base, the file and the key.
+#[tokio::test]
+async fn a_knowledge_base_too_big_is_refused_naming_it() -> anyhow::Result<()> {
+    let cluster = TestCluster::start_with_env(&[
+        ("WEFT_MAX_KNOWLEDGE_BYTES", "1000"),
+        ("WEFT_MAX_BUNDLE_BYTES", "1048576"),
+    ])?;
+    let client = cluster.client().await?;
+    let dir = scratch("big")?;
+    let graph = graph_beside_handbook(&dir, HYBRID)?;
+    let error = client
+        .submit_file(&graph, &json!({"question": "q"}))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains("knowledge 'handbook': its sources hold ")
+            && error.contains("over the limit of 1000 (max_knowledge_bytes)"),
+        "{error}"
+    );
+    std::fs::write(dir.join("handbook/huge.md"), "word ".repeat(600_000))?;
+    let error = client
+        .submit_file(&graph, &json!({"question": "q"}))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains("more than the limit of 1048576 (max_bundle_bytes)"),
+        "{error}"
+    );
+    assert!(
+        error.contains("largest files: handbook/huge.md (2.9 MiB)"),
+        "{error}"
+    );
+    Ok(())
+}
+
 const HYBRID: &str = r#"
 state:
   question: { type: string }
