@@ -147,7 +147,7 @@ impl GraphBundle {
             .iter()
             .map(|(path, content, _)| (path.as_str(), content.len()))
             .collect();
-        sizes.sort_by(|a, b| b.1.cmp(&a.1));
+        sizes.sort_by_key(|(_, size)| std::cmp::Reverse(*size));
         let largest: Vec<String> = sizes
             .iter()
             .take(3)

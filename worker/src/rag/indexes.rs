@@ -73,6 +73,10 @@ struct Open {
     cells: HashMap<String, Arc<OnceCell<Arc<Knowledge>>>>,
     /// Keys, least recently used first.
     order: Vec<String>,
+    /// The directories each key's copies were opened in, removed when the
+    /// key is closed (steps still searching it keep their mapped files:
+    /// removing a file does not take it from those that hold it open).
+    dirs: HashMap<String, Vec<PathBuf>>,
 }
 
 /// A knowledge base ready to search, and the `index_built` note when this
@@ -156,6 +160,9 @@ impl Indexes {
         if open.order.len() >= KEPT_OPEN {
             let oldest = open.order.remove(0);
             open.cells.remove(&oldest);
+            for dir in open.dirs.remove(&oldest).unwrap_or_default() {
+                let _ = std::fs::remove_dir_all(dir);
+            }
         }
         open.order.push(key.to_owned());
         open.cells.entry(key.to_owned()).or_default().clone()
@@ -301,6 +308,38 @@ impl Indexes {
         tokio::fs::create_dir_all(&dir)
             .await
             .map_err(|e| Failure::io("cannot make a knowledge index directory", e))?;
+        self.open
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .dirs
+            .entry(key.to_owned())
+            .or_default()
+            .push(dir.clone());
         Ok(dir)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_closed_index_leaves_no_copy_behind() {
+        let root = std::env::temp_dir().join(format!("weft-indexes-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let indexes = Indexes::new(root.clone());
+        let mut dirs = Vec::new();
+        for n in 0..=KEPT_OPEN {
+            let key = format!("k{n}");
+            indexes.cell(&key);
+            dirs.push(indexes.fresh_dir(&key).await.unwrap());
+        }
+        assert!(!dirs[0].exists(), "the least recently used is closed");
+        assert!(dirs[1..].iter().all(|dir| dir.exists()));
+        // Using an index keeps it: k1 is used again, so k2 goes next.
+        indexes.cell("k1");
+        indexes.cell("another");
+        assert!(dirs[1].exists() && !dirs[2].exists());
+        std::fs::remove_dir_all(root).unwrap();
     }
 }

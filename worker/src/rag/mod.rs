@@ -184,15 +184,23 @@ async fn retrieve<'a>(
         config.hops
     };
     let mut retrievals = Vec::with_capacity(opened.len());
-    for ((base, knowledge), vector) in config.knowledge.iter().zip(opened).zip(&query_vectors) {
-        let request = Request {
-            query,
-            query_vector: vector.as_deref(),
-            mode,
-            top_k: depth,
-            hops,
-        };
-        let passages = knowledge.retrieve(&request).map_err(|e| {
+    for ((base, knowledge), vector) in config.knowledge.iter().zip(opened).zip(query_vectors) {
+        // On the blocking pool: an exact scan of a large corpus takes
+        // milliseconds to a tenth of a second (docs/retrieval.md), too long
+        // for one of the runtime's threads.
+        let (searched, owned_query) = (knowledge.clone(), query.to_owned());
+        let passages = tokio::task::spawn_blocking(move || {
+            searched.retrieve(&Request {
+                query: &owned_query,
+                query_vector: vector.as_deref(),
+                mode,
+                top_k: depth,
+                hops,
+            })
+        })
+        .await
+        .map_err(|join| Failure::new(FailureKind::WorkerError, join.to_string()))?
+        .map_err(|e| {
             // Vectors of another length than the index's: the endpoint's
             // embeddings changed under it.
             let kind = match e {
