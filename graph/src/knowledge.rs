@@ -17,7 +17,8 @@
 //!
 //! Chunking's bounds are the retrieval core's (`weft-retrieval`'s
 //! `Chunking::new`), restated here so the graph crate stays free of the
-//! index library; a test in the tests crate keeps the two equal.
+//! index library; a test in the worker (which uses both) keeps the two
+//! equal up to [`MAX_CHUNK_SIZE`].
 
 use serde::Deserialize;
 use serde_json::Value;
@@ -43,7 +44,7 @@ pub struct KnowledgeDecl {
     pub name: String,
     /// Globs over the files beside the graph, as written.
     pub sources: Vec<String>,
-    matchers: Vec<globset::GlobMatcher>,
+    matcher: SourceMatcher,
     /// The largest chunk, in characters.
     pub chunk_size: usize,
     /// The characters a chunk shares with the one before.
@@ -67,7 +68,7 @@ impl KnowledgeDecl {
     /// Whether the file at `path` (relative to the graph's directory) is
     /// one of its sources: a glob matches it, and no part of it is hidden.
     pub fn matches(&self, path: &str) -> bool {
-        !is_hidden(path) && self.matchers.iter().any(|glob| glob.is_match(path))
+        self.matcher.matches(path)
     }
 
     /// The globs of its `sources` that match none of `files` (paths
@@ -75,12 +76,8 @@ impl KnowledgeDecl {
     pub fn unmatched<'a>(&'a self, files: &[&str]) -> Vec<&'a str> {
         self.sources
             .iter()
-            .zip(&self.matchers)
-            .filter(|(_, glob)| {
-                !files
-                    .iter()
-                    .any(|file| !is_hidden(file) && glob.is_match(file))
-            })
+            .zip(&self.matcher.0)
+            .filter(|(_, glob)| !files.iter().any(|file| source_matches(glob, file)))
             .map(|(source, _)| source.as_str())
             .collect()
     }
@@ -108,8 +105,14 @@ impl SourceMatcher {
     /// Whether the file at `path` (relative to the graph's directory) is
     /// a source: a glob matches it, and no part of it is hidden.
     pub fn matches(&self, path: &str) -> bool {
-        !is_hidden(path) && self.0.iter().any(|glob| glob.is_match(path))
+        self.0.iter().any(|glob| source_matches(glob, path))
     }
+}
+
+/// Whether one source glob takes the file at `path`: it matches, and no
+/// part of the path is hidden.
+fn source_matches(glob: &globset::GlobMatcher, path: &str) -> bool {
+    !is_hidden(path) && glob.is_match(path)
 }
 
 /// `knowledge.NAME` as written.
@@ -249,16 +252,17 @@ fn read_one(
             return None;
         }
     };
-    let mut matchers = Vec::with_capacity(sources.len());
+    let mut globs = Vec::with_capacity(sources.len());
     for source in &mut sources {
         match source_glob(source) {
-            Ok(matcher) => matchers.push(matcher),
+            Ok(glob) => globs.push(glob),
             Err(why) => {
                 error(format!("source '{source}': {why}"));
                 return None;
             }
         }
     }
+    let matcher = SourceMatcher(globs);
     let chunk = raw.chunk.unwrap_or(RawChunk {
         size: None,
         overlap: None,
@@ -285,7 +289,7 @@ fn read_one(
     Some(KnowledgeDecl {
         name: name.to_owned(),
         sources,
-        matchers,
+        matcher,
         chunk_size,
         chunk_overlap,
         embeddings,

@@ -323,6 +323,21 @@ impl Indexes {
 mod tests {
     use super::*;
 
+    /// The graph crate restates the retrieval core's chunking rules, so
+    /// that validation refuses what a build would.
+    #[test]
+    fn validation_and_the_core_agree_on_chunking() {
+        for size in [0, 8, 15, 16, 17, 100, 800, 100_000] {
+            for overlap in [0, 7, 8, 49, 50, 120, 399, 400, 50_000] {
+                assert_eq!(
+                    weft_graph::knowledge::check_chunking(size, overlap).is_ok(),
+                    Chunking::new(size, overlap).is_ok(),
+                    "size {size}, overlap {overlap}"
+                );
+            }
+        }
+    }
+
     #[tokio::test]
     async fn a_closed_index_leaves_no_copy_behind() {
         let root = std::env::temp_dir().join(format!("weft-indexes-{}", std::process::id()));
