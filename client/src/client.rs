@@ -228,6 +228,23 @@ impl Client {
         Ok((runs, (!page.next.is_empty()).then_some(page.next)))
     }
 
+    /// The knowledge indexes the coordinator keeps for the namespaces
+    /// this client may read (only `namespace`'s, when given), most
+    /// recently used first.
+    pub async fn indexes(
+        &self,
+        namespace: Option<&str>,
+    ) -> Result<Vec<crate::KnowledgeIndex>, ClientError> {
+        let listed = patiently(|| async {
+            let request = pb::ListIndexesRequest {
+                namespace: namespace.unwrap_or_default().to_owned(),
+            };
+            Ok(self.runs.clone().list_indexes(request).await?.into_inner())
+        })
+        .await?;
+        Ok(listed.indexes.into_iter().map(Into::into).collect())
+    }
+
     /// A run's events from position `from`, live until the run ends.
     pub async fn watch(
         &self,

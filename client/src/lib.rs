@@ -21,6 +21,7 @@ mod client;
 #[cfg(feature = "embedded")]
 mod embedded;
 mod error;
+mod indexes;
 mod runs;
 
 pub use builder::{GraphBuilder, NodeBuilder};
@@ -31,6 +32,7 @@ pub use client::{
 };
 #[cfg(feature = "embedded")]
 pub use embedded::{EmbeddedCluster, EmbeddedError, LocalCluster};
+pub use indexes::KnowledgeIndex;
 /// The configuration an embedded cluster's coordinator starts with (see
 /// [`EmbeddedCluster::start_configured`]).
 #[cfg(feature = "embedded")]

@@ -3,7 +3,7 @@
 //! `validate` and `diagram` work on files alone. `run` submits a graph and
 //! waits; without `--coordinator` (or `WEFT_COORDINATOR`) it starts an
 //! embedded cluster for the run. `status`, `watch`, `runs`, `resume`,
-//! `cancel` and `retry` talk to a coordinator.
+//! `cancel`, `retry` and `index` talk to a coordinator.
 
 /// jemalloc, with the `cli` feature that builds this binary: it
 /// serves the many small, short-lived allocations of runs and tasks
@@ -154,6 +154,33 @@ enum Command {
         /// The run id.
         run: String,
     },
+    /// Knowledge indexes: build a graph's ahead of its runs, list those kept.
+    Index {
+        #[command(subcommand)]
+        command: IndexCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum IndexCommand {
+    /// Build the indexes of a graph's knowledge bases on the cluster (each
+    /// once per content; one already kept is not built again).
+    Build {
+        /// The graph file.
+        graph: PathBuf,
+        /// Print exactly one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
+    /// The indexes the coordinator keeps, most recently used first.
+    List {
+        /// Only this namespace's (default: every namespace you may read).
+        #[arg(long)]
+        namespace: Option<String>,
+        /// Print exactly one JSON object: `{"indexes": [...]}`.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 fn main() -> ExitCode {
@@ -242,6 +269,12 @@ async fn remote(coordinator: Option<String>, command: Command) -> u8 {
         Command::Cancel { run } => c::cancel(coordinator, &run).await,
         Command::Delete { run } => c::delete(coordinator, &run).await,
         Command::Retry { run } => c::retry(coordinator, &run).await,
+        Command::Index {
+            command: IndexCommand::Build { graph, json },
+        } => c::index_build(coordinator, &graph, json).await,
+        Command::Index {
+            command: IndexCommand::List { namespace, json },
+        } => c::index_list(coordinator, namespace.as_deref(), json).await,
         Command::Validate { .. } | Command::Diagram { .. } => {
             unreachable!("handled without a runtime")
         }

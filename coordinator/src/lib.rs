@@ -20,6 +20,7 @@ pub mod connections;
 mod grpc;
 pub mod ha;
 mod http;
+pub mod indexes;
 pub mod metrics;
 pub mod run_actor;
 pub mod runs;

@@ -246,7 +246,7 @@ fn agent_tools(names: &[String], declared: &[ToolDecl]) -> (Vec<Value>, Vec<Stri
 /// the worker once the passages are known) and settings, and the most
 /// bytes a knowledge base's files may hold. Its `query` is
 /// rendered here, with the prompts (`prompts::render_prompts`). Returns
-/// whether the step calls a model.
+/// whether the step calls a model (or may: an index with embeddings).
 fn rag_config(
     config: &mut Map<String, Value>,
     rag: &RagConfig,
@@ -259,6 +259,9 @@ fn rag_config(
         .filter_map(|name| context.knowledge.iter().find(|base| &base.name == name))
         .collect();
     let all_embedded = bases.iter().all(|base| base.embeddings.is_some());
+    // Building a knowledge base's index embeds its chunks, whatever the
+    // mode: only a worker with a provider can.
+    let any_embedded = bases.iter().any(|base| base.embeddings.is_some());
     let mode = rag.mode_with(all_embedded);
     let bases: Vec<Value> = bases
         .into_iter()
@@ -305,7 +308,7 @@ fn rag_config(
     insert_some(config, "temperature", rag.temperature.map(Value::from));
     insert_some(config, "max_tokens", rag.max_tokens.map(Value::from));
     insert_some(config, "output_schema", schema.cloned());
-    rag.prompt.is_some() || rag.rerank.is_some() || mode.uses_vectors()
+    rag.prompt.is_some() || rag.rerank.is_some() || mode.uses_vectors() || any_embedded
 }
 
 /// A node's `sandbox:` as the worker reads it: the limits it sets.

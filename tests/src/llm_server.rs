@@ -50,6 +50,8 @@ pub enum EmbeddingReply {
     Status(u16, Option<u64>),
     /// A 200 whose body is this text (not embeddings).
     Malformed(String),
+    /// The deterministic vectors, after this long (a slow provider).
+    After(std::time::Duration),
 }
 
 type EmbeddingScript = dyn Fn(&Value, usize) -> EmbeddingReply + Send + Sync;
@@ -111,7 +113,7 @@ impl TestLlm {
                 axum::routing::post(move |headers: HeaderMap, body: String| {
                     let (seen, wanted) = (embedded.clone(), embedding_key.clone());
                     let embed = embed.clone();
-                    async move { embeddings(&headers, &body, &wanted, &seen, &*embed) }
+                    async move { embeddings(&headers, &body, &wanted, &seen, &*embed).await }
                 }),
             );
         let stop = CancellationToken::new();
@@ -167,7 +169,7 @@ pub fn embedding_of(text: &str) -> Vec<f32> {
     vector
 }
 
-fn embeddings(
+async fn embeddings(
     headers: &HeaderMap,
     body: &str,
     wanted: &str,
@@ -191,6 +193,7 @@ fn embeddings(
         EmbeddingReply::Dimensions(length) => dimensions = Some(length),
         EmbeddingReply::Status(code, retry_after) => return scripted_error(code, retry_after),
         EmbeddingReply::Malformed(text) => return (StatusCode::OK, HeaderMap::new(), text),
+        EmbeddingReply::After(delay) => tokio::time::sleep(delay).await,
     }
     let texts: Option<Vec<&str>> = match &request["input"] {
         Value::String(text) => Some(vec![text.as_str()]),

@@ -44,6 +44,8 @@ pub struct Toolbox {
     pub(crate) remote_tools: Arc<RemoteTools>,
     /// The knowledge bases `rag` steps have opened.
     pub indexes: Arc<crate::rag::Indexes>,
+    /// Where indexes are shared with the other workers.
+    pub shelf: crate::connection::IndexShelf,
 }
 
 /// The answer to a [`FunctionCall`]: its value, or why there is none.
@@ -161,6 +163,7 @@ pub async fn execute(
                 providers: &kinds.providers,
                 blobs: &kinds.blobs,
                 indexes: &kinds.indexes,
+                shelf: &kinds.shelf,
             };
             Box::pin(crate::rag::run_rag(kit, task)).await
         }

@@ -111,13 +111,15 @@ pub(crate) fn hello(config: &WorkerConfig, registry: &Registry, python: bool) ->
     }
 }
 
-/// What a session runs tasks with, fetching bundle files from `source`.
+/// What a session runs tasks with, fetching bundle files from `source`
+/// and sharing knowledge indexes through `shelf`.
 pub(crate) fn toolbox(
     config: &WorkerConfig,
     local: &HostResources,
     registry: &Arc<Registry>,
     source: Arc<dyn BlobSource>,
     remote_tools: Arc<RemoteTools>,
+    shelf: crate::connection::IndexShelf,
 ) -> Toolbox {
     let blobs = BlobCache::new(local.work.files(), source);
     // Field versions are the coordinator's numbering on this connection.
@@ -139,6 +141,7 @@ pub(crate) fn toolbox(
         secrets: config.secrets.clone(),
         remote_tools,
         indexes: local.indexes.clone(),
+        shelf,
     }
 }
 

@@ -69,6 +69,7 @@ pub(crate) async fn serve(
             registry,
             connection.blobs(),
             Arc::new(RemoteTools::new(connection.tool_calls())),
+            connection.index_shelf(&config.name),
         )),
         worker: config.name.clone(),
         // A task the coordinator timed out may still stop here: wait for it.

@@ -398,3 +398,26 @@ fn read_input(input: Option<&str>) -> Result<Map<String, Value>, InputError> {
         Err(error) => Err(InputError::NotJson(error)),
     }
 }
+
+/// `weft index build`: on the local cluster too, which keeps the indexes
+/// for the runs that follow.
+pub async fn index_build(coordinator: Option<String>, graph: &Path, json: bool) -> u8 {
+    let session = match open(coordinator, LOCAL_WORKERS, false).await {
+        Ok(session) => session,
+        Err(code) => return code,
+    };
+    let code = super::indexes::build(&session, graph, json).await;
+    session.close(false).await;
+    code
+}
+
+/// `weft index list`.
+pub async fn index_list(coordinator: Option<String>, namespace: Option<&str>, json: bool) -> u8 {
+    let session = match open(coordinator, LOCAL_WORKERS, false).await {
+        Ok(session) => session,
+        Err(code) => return code,
+    };
+    let code = super::indexes::list(&session, namespace, json).await;
+    session.close(false).await;
+    code
+}

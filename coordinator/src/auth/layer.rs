@@ -19,10 +19,12 @@ use super::{Identities, Principal, Role};
 fn needed(path: &str) -> Option<(&str, Role)> {
     let (service, method) = path.strip_prefix('/')?.split_once('/')?;
     let role = match (service, method) {
-        ("weft.v1.RunService", "GetRun" | "ListRuns" | "WatchRun" | "Validate") => Role::Reader,
+        ("weft.v1.RunService", "GetRun" | "ListRuns" | "WatchRun" | "Validate" | "ListIndexes") => {
+            Role::Reader
+        }
         ("weft.v1.RunService", "Submit" | "Resume" | "Cancel" | "Retry") => Role::Operator,
         ("weft.v1.RunService", "DeleteRun") => Role::Admin,
-        ("weft.v1.WorkerService", "Join" | "FetchBlob") => Role::Worker,
+        ("weft.v1.WorkerService", "Join" | "FetchBlob" | "ShareIndex") => Role::Worker,
         _ => return None,
     };
     Some((method, role))

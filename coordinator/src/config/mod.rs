@@ -43,6 +43,10 @@ pub struct CoordinatorConfig {
     pub max_task_losses: u32,
     /// Largest graph bundle accepted, in bytes.
     pub max_bundle_bytes: usize,
+    /// Bytes of knowledge indexes kept for the workers, over every
+    /// namespace (the least recently used dropped first); also the largest
+    /// one index may be.
+    pub max_index_bytes: u64,
     /// Largest run input accepted, in bytes.
     pub max_input_bytes: usize,
     /// Largest task result (its JSON) accepted from a worker, in bytes.
@@ -88,6 +92,7 @@ impl Default for CoordinatorConfig {
             call_timeout: Duration::from_secs(30),
             max_task_losses: 2,
             max_bundle_bytes: 64 << 20,
+            max_index_bytes: 1 << 30,
             max_input_bytes: 16 << 20,
             max_result_bytes: 16 << 20,
             max_concurrent_requests: 256,
@@ -126,6 +131,7 @@ struct Layer {
     call_timeout_ms: Option<u64>,
     max_task_losses: Option<u32>,
     max_bundle_bytes: Option<usize>,
+    max_index_bytes: Option<u64>,
     max_input_bytes: Option<usize>,
     max_result_bytes: Option<usize>,
     max_concurrent_requests: Option<usize>,
@@ -283,6 +289,7 @@ impl CoordinatorConfig {
             max_run_eval_bytes: number("WEFT_MAX_RUN_EVAL_BYTES")?,
             max_knowledge_bytes: number("WEFT_MAX_KNOWLEDGE_BYTES")?,
             max_message_bytes: number("WEFT_MAX_MESSAGE_BYTES")?,
+            max_index_bytes: number("WEFT_MAX_INDEX_BYTES")?,
             max_bundle_bytes: number("WEFT_MAX_BUNDLE_BYTES")?
                 .map(|n| usize::try_from(n).unwrap_or(usize::MAX)),
             max_input_bytes: number("WEFT_MAX_INPUT_BYTES")?
@@ -395,6 +402,9 @@ impl CoordinatorConfig {
         if let Some(bytes) = layer.max_input_bytes {
             self.max_input_bytes = bytes;
         }
+        if let Some(bytes) = layer.max_index_bytes {
+            self.max_index_bytes = bytes;
+        }
         if let Some(bytes) = layer.max_result_bytes {
             self.max_result_bytes = bytes;
         }
@@ -490,6 +500,7 @@ impl CoordinatorConfig {
         for (key, value) in [
             ("max_bundle_bytes", self.max_bundle_bytes),
             ("max_input_bytes", self.max_input_bytes),
+            ("max_index_bytes", self.max_index_bytes as usize),
             ("max_result_bytes", self.max_result_bytes),
             ("max_concurrent_requests", self.max_concurrent_requests),
             ("max_connections", self.connections.per_listener),

@@ -165,3 +165,23 @@ pub fn finding(finding: &Finding) -> pb::Finding {
         line: finding.line.unwrap_or(0),
     }
 }
+
+/// A kept knowledge index, as `ListIndexes` shows it.
+pub(crate) fn index_info(info: crate::indexes::IndexInfo) -> pb::IndexInfo {
+    pb::IndexInfo {
+        namespace: info.namespace,
+        key: info.key,
+        knowledge: info.knowledge,
+        files: info.files,
+        bytes: info.bytes,
+        chunks: info.chunks,
+        index_bytes: info.index_bytes,
+        model: info.model,
+        embedding_calls: info.embedding_calls,
+        build_ms: info.build_ms,
+        built_by: info.built_by,
+        built_at_ms: info.built_at_ms,
+        used_at_ms: info.used_at_ms,
+        run_id: info.run_id,
+    }
+}

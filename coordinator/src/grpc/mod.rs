@@ -6,6 +6,7 @@
 pub(crate) mod convert;
 mod run_service;
 mod serve_or_forward;
+mod share_index;
 #[cfg(test)]
 mod state_sync_tests;
 mod worker_service;

@@ -12,6 +12,7 @@ use weft_proto::v1::run_service_server::RunService;
 
 use super::{convert, principal};
 use crate::access::{EventTypes, RunAccess, Shown};
+use crate::indexes::SharedIndexes;
 use crate::runs::SubmitError;
 use crate::term::Services;
 
@@ -19,6 +20,7 @@ use crate::term::Services;
 #[derive(Clone)]
 pub struct RunApi {
     access: RunAccess,
+    indexes: SharedIndexes,
 }
 
 impl RunApi {
@@ -27,6 +29,7 @@ impl RunApi {
     pub fn new(term: &Services) -> Self {
         Self {
             access: RunAccess::new(term),
+            indexes: term.indexes.clone(),
         }
     }
 }
@@ -94,6 +97,22 @@ impl RunService for RunApi {
         Ok(Response::new(pb::ListRunsResponse {
             runs: runs.into_iter().map(pb::RunInfo::from).collect(),
             next: next.unwrap_or_default(),
+        }))
+    }
+
+    async fn list_indexes(
+        &self,
+        request: Request<pb::ListIndexesRequest>,
+    ) -> Result<Response<pb::ListIndexesResponse>, Status> {
+        let caller = principal(&request)?;
+        let wanted = request.into_inner().namespace;
+        let indexes = self
+            .indexes
+            .list(|namespace| caller.sees(namespace) && (wanted.is_empty() || wanted == namespace))
+            .await
+            .map_err(|error| Status::unavailable(error.to_string()))?;
+        Ok(Response::new(pb::ListIndexesResponse {
+            indexes: indexes.into_iter().map(convert::index_info).collect(),
         }))
     }
 

@@ -18,7 +18,7 @@ use weft_proto::v1::worker_service_server::WorkerService;
 use weft_proto::{FORWARDED_METADATA, LEADER_METADATA, MAX_MESSAGE_BYTES};
 
 use super::run_service::EventStream;
-use super::worker_service::OutStream;
+use super::worker_service::{IndexStream, OutStream};
 use super::{RunApi, WorkerApi};
 use crate::access::{RunAccess, RunReport, Shown, StoredEvent};
 use crate::auth::Principal;
@@ -386,6 +386,7 @@ impl RunService for FrontRuns {
         validate(pb::ValidateRequest) -> pb::ValidateResponse;
         get_run(pb::GetRunRequest) -> pb::RunInfo;
         list_runs(pb::ListRunsRequest) -> pb::ListRunsResponse;
+        list_indexes(pb::ListIndexesRequest) -> pb::ListIndexesResponse;
         resume(pb::ResumeRequest) -> pb::RunInfo;
         cancel(pb::CancelRequest) -> pb::RunInfo;
         retry(pb::RetryRequest) -> pb::RunInfo;
@@ -626,5 +627,14 @@ impl WorkerService for FrontWorkers {
         request: Request<pb::FetchBlobRequest>,
     ) -> Result<Response<pb::FetchBlobResponse>, Status> {
         self.local()?.fetch_blob(request).await
+    }
+
+    type ShareIndexStream = IndexStream;
+
+    async fn share_index(
+        &self,
+        request: Request<Streaming<pb::IndexUpload>>,
+    ) -> Result<Response<IndexStream>, Status> {
+        self.local()?.share_index(request).await
     }
 }

@@ -28,7 +28,11 @@ use crate::bundle::BlobStore;
 use crate::dispatch::{
     DispatcherHandle, JoinRefused, TaskAssignment, ToWorker, WorkerInfo, WorkerLink,
 };
+use crate::indexes::SharedIndexes;
+use crate::runs::Runs;
 use crate::term::Services;
+
+use super::share_index;
 
 /// Tasks and calls queued for one worker's stream; a full queue marks the
 /// worker jammed.
@@ -44,6 +48,8 @@ const STREAM_BUFFER: usize = 16;
 pub struct WorkerApi {
     dispatcher: DispatcherHandle,
     blobs: BlobStore,
+    indexes: SharedIndexes,
+    runs: Runs,
     heartbeat: Duration,
     /// Largest task result taken, told to each worker in its welcome.
     max_result_bytes: usize,
@@ -56,12 +62,16 @@ impl WorkerApi {
         Self {
             dispatcher: term.dispatcher.clone(),
             blobs: term.blobs.clone(),
+            indexes: term.indexes.clone(),
+            runs: term.runs.clone(),
             heartbeat: term.heartbeat,
             tracker: term.tracker.clone(),
             max_result_bytes: term.max_result_bytes,
         }
     }
 }
+
+pub(crate) type IndexStream = Pin<Box<dyn Stream<Item = Result<pb::IndexDownload, Status>> + Send>>;
 
 pub(crate) type OutStream =
     Pin<Box<dyn Stream<Item = Result<pb::CoordinatorMessage, Status>> + Send>>;
@@ -316,6 +326,62 @@ impl WorkerService for WorkerApi {
         Ok(Response::new(pb::FetchBlobResponse {
             content: content.to_vec(),
         }))
+    }
+
+    type ShareIndexStream = IndexStream;
+
+    async fn share_index(
+        &self,
+        request: Request<Streaming<pb::IndexUpload>>,
+    ) -> Result<Response<IndexStream>, Status> {
+        let caller = super::principal(&request)?;
+        let mut inbound = request.into_inner();
+        let want = match inbound.next().await {
+            Some(Ok(pb::IndexUpload {
+                body: Some(pb::index_upload::Body::Want(want)),
+            })) => want,
+            Some(Err(status)) => return Err(status),
+            _ => {
+                return Err(Status::invalid_argument(
+                    "ShareIndex: the first message must say which index is wanted",
+                ));
+            }
+        };
+        share_index::check(&want)?;
+        // The run's namespace, not the worker's word, says whose index it is.
+        let run = self
+            .runs
+            .get(&want.run_id)
+            .ok_or_else(|| super::unknown_run(&want.run_id))?;
+        let namespace = run.namespace().to_owned();
+        let serves = caller
+            .worker_namespaces
+            .as_ref()
+            .is_none_or(|served| served.contains(&namespace));
+        if !serves {
+            return Err(Status::permission_denied(format!(
+                "worker identity '{}' does not serve namespace '{namespace}'",
+                caller.name
+            )));
+        }
+        let wanted = share_index::Wanted {
+            namespace,
+            run_id: want.run_id,
+            key: want.key,
+            knowledge: want.knowledge,
+            worker: want.worker,
+            time: Duration::from_millis(want.timeout_ms),
+        };
+        let (tx, rx) = mpsc::channel(4);
+        self.tracker.spawn(share_index::serve(
+            self.indexes.clone(),
+            wanted,
+            inbound,
+            tx,
+        ));
+        Ok(Response::new(Box::pin(
+            tokio_stream::wrappers::ReceiverStream::new(rx),
+        )))
     }
 }
 

@@ -20,6 +20,7 @@ use crate::bundle::BlobStore;
 use crate::config::CoordinatorConfig;
 use crate::dispatch::{DispatcherConfig, DispatcherHandle, Limits, spawn_dispatcher};
 use crate::durable::Keeper;
+use crate::indexes::SharedIndexes;
 use crate::run_actor::StepMarks;
 use crate::runs::Runs;
 use crate::runs::quarantine;
@@ -33,6 +34,8 @@ pub struct Services {
     pub dispatcher: DispatcherHandle,
     /// The bundle files workers fetch.
     pub blobs: BlobStore,
+    /// The knowledge indexes workers share.
+    pub indexes: SharedIndexes,
     /// Largest bundle a submission may carry.
     pub max_bundle_bytes: usize,
     /// Largest task result taken from a worker.
@@ -81,6 +84,7 @@ pub async fn start_term(
     if !crashed.is_empty() {
         quarantine::charge(keeper.store(), &crashed).await?;
     }
+    let indexes = SharedIndexes::new(keeper.clone(), config.max_index_bytes);
     let (runs, dispatcher, blobs) = start_runs(config, keeper, &ended, tracker);
     let runs = runs.with_marks(marks);
     let recovered = runs.recover(config.max_bundle_bytes).await?;
@@ -91,6 +95,7 @@ pub async fn start_term(
         runs,
         dispatcher,
         blobs,
+        indexes,
         max_bundle_bytes: config.max_bundle_bytes,
         max_result_bytes: config.max_result_bytes,
         heartbeat: config.heartbeat_interval,

@@ -215,6 +215,55 @@ async fn an_llm_steps_span_carries_its_model_and_tokens() -> anyhow::Result<()> 
     Ok(())
 }
 
+/// A `rag` step's retrieval is a `retrieve` span under the step's span on
+/// the worker, naming the knowledge base, the mode, `top_k` and the hits.
+#[tokio::test]
+async fn a_rag_steps_retrieval_is_a_span_under_its_step() -> anyhow::Result<()> {
+    let otlp = TestOtlp::start().await?;
+    let env = [
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", otlp.url.as_str()),
+        ("OTEL_BSP_SCHEDULE_DELAY", "100"),
+    ];
+    let mut cluster = TestCluster::start_with_env(&env)?;
+    cluster.add_worker("a", 1)?;
+    cluster.wait_for_workers(&["a"]).await?;
+    let client = cluster.client().await?;
+    let yaml = "knowledge:\n  notes: { sources: 'notes.md' }\nnodes:\n  find: { kind: rag, start: true, knowledge: notes, query: 'refunds', top_k: 2, graph: { hops: 0 } }\n";
+    let notes = "# Billing\n\nRefunds go back to the card.\n\n# Support\n\nWrite to the desk.\n";
+    let bundle =
+        GraphBundle::from_text("find.yaml", yaml).with_file("notes.md", notes.as_bytes(), 0o644);
+    let run = client.submit_bundle(bundle, &json!({})).await?;
+    let done = client.wait(&run.run_id).await?;
+    assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error);
+    let trace_id = run.run_id.trim_start_matches("run-").to_owned();
+    let spans = trace_until(&otlp, &trace_id, |spans| {
+        spans.iter().any(|s| s.name == "retrieve")
+    })
+    .await?;
+    let retrieve = spans
+        .iter()
+        .find(|s| s.name == "retrieve")
+        .expect("waited for above");
+    assert_eq!(retrieve.attributes["knowledge"], "notes");
+    assert_eq!(retrieve.attributes["mode"], "keyword");
+    assert_eq!(retrieve.attributes["top_k"], "2");
+    assert_eq!(
+        retrieve.attributes["hits"], "1",
+        "only one section says refunds"
+    );
+    let parent = spans
+        .iter()
+        .find(|s| s.span_id == retrieve.parent_span_id)
+        .expect("the retrieval's parent is in the trace");
+    assert_eq!(
+        parent.attributes.get("kind").map(String::as_str),
+        Some("rag"),
+        "{parent:?}"
+    );
+    assert_eq!(parent.pid, retrieve.pid, "both on the worker");
+    Ok(())
+}
+
 #[tokio::test]
 async fn a_run_continued_after_a_restart_stays_in_its_trace() -> anyhow::Result<()> {
     let otlp = TestOtlp::start().await?;

@@ -3,7 +3,8 @@
 //!
 //! Everything the generated `weft_proto::v1` types touch lives here: where
 //! the coordinator is (`discovery`), the handshake, the stream in both
-//! directions, and the fetch of bundle files. The rest of the worker sends
+//! directions, the fetch of bundle files and the sharing of knowledge
+//! indexes (`shared_indexes`). The rest of the worker sends
 //! [`Outbound`] and receives [`Inbound`]; `convert` says what each of the
 //! worker protocol's messages (`weft_proto::worker_protocol`, which alone
 //! reads and writes the wire) means to this worker.
@@ -11,6 +12,7 @@
 mod convert;
 mod discovery;
 mod outgoing;
+mod shared_indexes;
 
 use std::collections::VecDeque;
 use std::future::Future;
@@ -29,6 +31,8 @@ use weft_proto::v1 as pb;
 use weft_proto::v1::worker_service_client::WorkerServiceClient;
 
 pub(crate) use discovery::Finder;
+pub use shared_indexes::IndexShelf;
+pub(crate) use shared_indexes::{Builder, ShareError, Shared};
 
 use crate::blobs::{BlobSource, FetchError};
 use crate::config::WorkerConfig;
@@ -306,6 +310,11 @@ impl Connection {
         Arc::new(CoordinatorBlobs {
             client: self.client.clone(),
         })
+    }
+
+    /// Where knowledge indexes are shared, as worker `worker`.
+    pub(crate) fn index_shelf(&self, worker: &str) -> IndexShelf {
+        IndexShelf::new(self.client.clone(), worker.to_owned())
     }
 
     /// The coordinator's next message, or why the stream ended. Cancel

@@ -10,6 +10,13 @@
 //! own; later ones find it open, or open it from disk (after a restart,
 //! in a configured work directory). A build that fails leaves nothing
 //! behind, and the next step tries again.
+//!
+//! Workers share indexes through the coordinator
+//! (`crate::connection::IndexShelf`): a worker that lacks one asks the
+//! coordinator first, and builds it only when told to — then gives it
+//! back, so that across the cluster each content is built once and
+//! fetched by the other workers. A coordinator that cannot share (or an
+//! index too large for it to keep) leaves the worker to build alone.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -25,6 +32,7 @@ use weft_retrieval::pack::index_key;
 use weft_retrieval::{Chunking, Knowledge};
 
 use crate::blobs::BlobCache;
+use crate::connection::{Builder, IndexShelf, ShareError, Shared};
 use crate::llm::Providers;
 use crate::llm::embeddings::embed;
 use crate::task::{BlobRef, Failure, FailureKind};
@@ -79,6 +87,45 @@ struct Open {
     dirs: HashMap<String, Vec<PathBuf>>,
 }
 
+/// What a step needs opened: a knowledge base over its sources in the
+/// bundle (each path relative to the graph's directory, and the file), at
+/// most `max_bytes` of them, for a step of `run_id` due by `deadline`.
+pub(crate) struct Need<'a> {
+    pub base: &'a Base,
+    pub files: &'a [(String, BlobRef)],
+    pub max_bytes: u64,
+    pub run_id: &'a str,
+    pub deadline: Instant,
+}
+
+/// A build's inputs.
+struct Work<'a> {
+    base: &'a Base,
+    files: &'a [(String, BlobRef)],
+    key: &'a str,
+    chunking: Chunking,
+    max_bytes: u64,
+    deadline: Instant,
+}
+
+/// Gives the coordinator the index this worker was asked to build; a
+/// refusal (too large to keep, say) leaves it on this worker alone.
+async fn share(builder: Builder, blob: &[u8], note: &Value, knowledge: &str) {
+    if blob.len() as u64 > builder.max_bytes() {
+        let why = format!(
+            "the index packs to {} bytes, more than the {} the coordinator keeps (max_index_bytes)",
+            blob.len(),
+            builder.max_bytes()
+        );
+        tracing::warn!(%knowledge, "{why}; it stays on this worker");
+        builder.failed(&why).await;
+        return;
+    }
+    if let Err(error) = builder.give(blob, note).await {
+        tracing::warn!(%knowledge, %error, "the coordinator did not keep the index; it stays on this worker");
+    }
+}
+
 /// A knowledge base ready to search, and the `index_built` note when this
 /// step built it.
 pub(crate) struct Opened {
@@ -97,17 +144,24 @@ impl Indexes {
     }
 
     /// `base` over `files` (its sources in the bundle: the path relative
-    /// to the graph's directory, and the file), open; built first when no
-    /// index of that content exists here.
+    /// to the graph's directory, and the file), open: from this worker's
+    /// disk, else from the coordinator (`shelf`), else built here — and
+    /// then given to the coordinator for the other workers, when it asked
+    /// this worker to build it.
     pub(crate) async fn open(
         &self,
-        base: &Base,
-        files: &[(String, BlobRef)],
-        max_bytes: u64,
+        need: Need<'_>,
         blobs: &BlobCache,
         providers: &Providers,
-        deadline: Instant,
+        shelf: &IndexShelf,
     ) -> Result<Opened, Failure> {
+        let Need {
+            base,
+            files,
+            max_bytes,
+            run_id,
+            deadline,
+        } = need;
         let chunking = Chunking::new(base.chunk.size, base.chunk.overlap).map_err(|e| {
             Failure::new(
                 FailureKind::InvalidTask,
@@ -127,17 +181,49 @@ impl Indexes {
                 if let Some(knowledge) = self.unpack(&key).await? {
                     return Ok(Arc::new(knowledge));
                 }
-                let (knowledge, note) = self
-                    .build(
-                        base,
-                        files,
-                        &key,
-                        (chunking, max_bytes),
-                        blobs,
-                        providers,
-                        deadline,
-                    )
-                    .await?;
+                let builder = match shelf.want(run_id, &key, &base.name, deadline).await {
+                    Ok(Shared::Found(blob)) => {
+                        self.store_packed(&key, &blob).await?;
+                        if let Some(knowledge) = self.unpack(&key).await? {
+                            return Ok(Arc::new(knowledge));
+                        }
+                        None
+                    }
+                    Ok(Shared::Build(builder)) => Some(builder),
+                    Err(ShareError::Waited(builder)) => {
+                        return Err(Failure::new(
+                            FailureKind::Timeout,
+                            format!(
+                                "knowledge '{}': worker '{builder}' was still building its index when the step's time ran out",
+                                base.name
+                            ),
+                        ));
+                    }
+                    Err(error) => {
+                        tracing::warn!(knowledge = %base.name, %error, "the coordinator does not share this index; building it here");
+                        None
+                    }
+                };
+                let work = Work {
+                    base,
+                    files,
+                    key: &key,
+                    chunking,
+                    max_bytes,
+                    deadline,
+                };
+                let (knowledge, blob, note) = match self.build(work, blobs, providers).await {
+                    Ok(done) => done,
+                    Err(failure) => {
+                        if let Some(builder) = builder {
+                            builder.failed(&failure.message).await;
+                        }
+                        return Err(failure);
+                    }
+                };
+                if let Some(builder) = builder {
+                    share(builder, &blob, &note, &base.name).await;
+                }
                 built = Some(note);
                 Ok::<_, Failure>(Arc::new(knowledge))
             })
@@ -190,19 +276,22 @@ impl Indexes {
         }
     }
 
-    /// Builds `base`'s index: reads (at most `max_bytes`), chunks,
-    /// indexes, embeds, packs.
-    #[allow(clippy::too_many_arguments)]
+    /// Builds an index: reads (at most `max_bytes`), chunks, indexes,
+    /// embeds, packs; returns it open, packed, and its `index_built` note.
     async fn build(
         &self,
-        base: &Base,
-        files: &[(String, BlobRef)],
-        key: &str,
-        (chunking, max_bytes): (Chunking, u64),
+        work: Work<'_>,
         blobs: &BlobCache,
         providers: &Providers,
-        deadline: Instant,
-    ) -> Result<(Knowledge, Value), Failure> {
+    ) -> Result<(Knowledge, Vec<u8>, Value), Failure> {
+        let Work {
+            base,
+            files,
+            key,
+            chunking,
+            max_bytes,
+            deadline,
+        } = work;
         let started = Instant::now();
         let mut contents = Vec::with_capacity(files.len());
         let mut bytes = 0u64;
@@ -261,7 +350,10 @@ impl Indexes {
                 })?
             }
         };
-        let packed_bytes = self.keep(key, &knowledge, &dir).await?;
+        let blob = knowledge
+            .pack(&dir)
+            .map_err(|e| Failure::new(FailureKind::WorkerError, e.to_string()))?;
+        self.store_packed(key, &blob).await?;
         let note = json!({
             "type": "index_built",
             "knowledge": base.name,
@@ -269,32 +361,23 @@ impl Indexes {
             "files": files.len(),
             "bytes": bytes,
             "chunks": chunks,
-            "index_bytes": packed_bytes,
+            "index_bytes": blob.len(),
+            "model": base.embeddings.as_ref().map(|e| e.model.as_str()),
             "embedding_calls": embedding_calls,
             "latency_ms": started.elapsed().as_millis() as u64,
         });
-        Ok((knowledge, note))
+        Ok((knowledge, blob, note))
     }
 
-    /// Packs `knowledge` (its keyword index in `dir`) to `KEY.kb`, written
-    /// whole or not at all; returns its size.
-    async fn keep(
-        &self,
-        key: &str,
-        knowledge: &Knowledge,
-        dir: &std::path::Path,
-    ) -> Result<u64, Failure> {
-        let blob = knowledge
-            .pack(dir)
-            .map_err(|e| Failure::new(FailureKind::WorkerError, e.to_string()))?;
+    /// Keeps a packed index as `KEY.kb`, written whole or not at all.
+    async fn store_packed(&self, key: &str, blob: &[u8]) -> Result<(), Failure> {
         let partial = self.dir.join(format!("{key}.kb.partial"));
-        crate::blobs::write_private(&partial, &blob)
+        crate::blobs::write_private(&partial, blob)
             .await
             .map_err(|e| Failure::io("cannot write a knowledge index", e))?;
         tokio::fs::rename(&partial, self.dir.join(format!("{key}.kb")))
             .await
-            .map_err(|e| Failure::io("cannot write a knowledge index", e))?;
-        Ok(blob.len() as u64)
+            .map_err(|e| Failure::io("cannot write a knowledge index", e))
     }
 
     /// A new, empty directory to open a copy of `key`'s index in.

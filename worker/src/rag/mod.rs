@@ -41,7 +41,7 @@ use crate::blobs::BlobCache;
 use crate::llm::{LlmTask, Prompts, Providers};
 use crate::task::{BlobRef, Completed, Failure, FailureKind, Task};
 pub use indexes::Indexes;
-use indexes::{Base, Opened};
+use indexes::{Base, Need, Opened};
 
 /// What the coordinator sends for a `rag` step.
 #[derive(Debug, Deserialize)]
@@ -72,6 +72,8 @@ pub(crate) struct RagKit<'a> {
     pub providers: &'a Providers,
     pub blobs: &'a BlobCache,
     pub indexes: &'a Indexes,
+    /// Where indexes are shared with the other workers.
+    pub shelf: &'a crate::connection::IndexShelf,
 }
 
 /// Runs one `rag` step.
@@ -97,16 +99,16 @@ pub(crate) async fn run_rag(kit: RagKit<'_>, task: &Task) -> Result<Completed, F
     let mut opened = Vec::with_capacity(config.knowledge.len());
     for base in &config.knowledge {
         let files = sources_of_base(base, &config.dir, &task.bundle)?;
+        let need = Need {
+            base,
+            files: &files,
+            max_bytes: config.max_knowledge_bytes,
+            run_id: &task.run_id,
+            deadline,
+        };
         let Opened { knowledge, built } = kit
             .indexes
-            .open(
-                base,
-                &files,
-                config.max_knowledge_bytes,
-                kit.blobs,
-                kit.providers,
-                deadline,
-            )
+            .open(need, kit.blobs, kit.providers, kit.shelf)
             .await?;
         notes.extend(built);
         opened.push(knowledge);
