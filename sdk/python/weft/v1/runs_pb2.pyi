@@ -190,6 +190,50 @@ class ListRunsResponse(_message.Message):
     next: str
     def __init__(self, runs: _Optional[_Iterable[_Union[RunInfo, _Mapping]]] = ..., next: _Optional[str] = ...) -> None: ...
 
+class ListIndexesRequest(_message.Message):
+    __slots__ = ("namespace",)
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    namespace: str
+    def __init__(self, namespace: _Optional[str] = ...) -> None: ...
+
+class ListIndexesResponse(_message.Message):
+    __slots__ = ("indexes",)
+    INDEXES_FIELD_NUMBER: _ClassVar[int]
+    indexes: _containers.RepeatedCompositeFieldContainer[IndexInfo]
+    def __init__(self, indexes: _Optional[_Iterable[_Union[IndexInfo, _Mapping]]] = ...) -> None: ...
+
+class IndexInfo(_message.Message):
+    __slots__ = ("namespace", "key", "knowledge", "files", "bytes", "chunks", "index_bytes", "model", "embedding_calls", "build_ms", "built_by", "built_at_ms", "used_at_ms", "run_id")
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    KNOWLEDGE_FIELD_NUMBER: _ClassVar[int]
+    FILES_FIELD_NUMBER: _ClassVar[int]
+    BYTES_FIELD_NUMBER: _ClassVar[int]
+    CHUNKS_FIELD_NUMBER: _ClassVar[int]
+    INDEX_BYTES_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    EMBEDDING_CALLS_FIELD_NUMBER: _ClassVar[int]
+    BUILD_MS_FIELD_NUMBER: _ClassVar[int]
+    BUILT_BY_FIELD_NUMBER: _ClassVar[int]
+    BUILT_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    USED_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    namespace: str
+    key: str
+    knowledge: str
+    files: int
+    bytes: int
+    chunks: int
+    index_bytes: int
+    model: str
+    embedding_calls: int
+    build_ms: int
+    built_by: str
+    built_at_ms: int
+    used_at_ms: int
+    run_id: str
+    def __init__(self, namespace: _Optional[str] = ..., key: _Optional[str] = ..., knowledge: _Optional[str] = ..., files: _Optional[int] = ..., bytes: _Optional[int] = ..., chunks: _Optional[int] = ..., index_bytes: _Optional[int] = ..., model: _Optional[str] = ..., embedding_calls: _Optional[int] = ..., build_ms: _Optional[int] = ..., built_by: _Optional[str] = ..., built_at_ms: _Optional[int] = ..., used_at_ms: _Optional[int] = ..., run_id: _Optional[str] = ...) -> None: ...
+
 class WatchRunRequest(_message.Message):
     __slots__ = ("run_id", "types")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]

@@ -54,6 +54,11 @@ class RunServiceStub:
                 request_serializer=weft_dot_v1_dot_runs__pb2.ListRunsRequest.SerializeToString,
                 response_deserializer=weft_dot_v1_dot_runs__pb2.ListRunsResponse.FromString,
                 _registered_method=True)
+        self.ListIndexes = channel.unary_unary(
+                '/weft.v1.RunService/ListIndexes',
+                request_serializer=weft_dot_v1_dot_runs__pb2.ListIndexesRequest.SerializeToString,
+                response_deserializer=weft_dot_v1_dot_runs__pb2.ListIndexesResponse.FromString,
+                _registered_method=True)
         self.WatchRun = channel.unary_stream(
                 '/weft.v1.RunService/WatchRun',
                 request_serializer=weft_dot_v1_dot_runs__pb2.WatchRunRequest.SerializeToString,
@@ -107,6 +112,14 @@ class RunServiceServicer:
 
     def ListRuns(self, request, context):
         """Every run the coordinator knows, newest first.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListIndexes(self, request, context):
+        """The knowledge indexes the coordinator keeps for the caller's
+        namespaces (SPEC 17).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -169,6 +182,11 @@ def add_RunServiceServicer_to_server(servicer, server):
                     servicer.ListRuns,
                     request_deserializer=weft_dot_v1_dot_runs__pb2.ListRunsRequest.FromString,
                     response_serializer=weft_dot_v1_dot_runs__pb2.ListRunsResponse.SerializeToString,
+            ),
+            'ListIndexes': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListIndexes,
+                    request_deserializer=weft_dot_v1_dot_runs__pb2.ListIndexesRequest.FromString,
+                    response_serializer=weft_dot_v1_dot_runs__pb2.ListIndexesResponse.SerializeToString,
             ),
             'WatchRun': grpc.unary_stream_rpc_method_handler(
                     servicer.WatchRun,
@@ -304,6 +322,33 @@ class RunService:
             '/weft.v1.RunService/ListRuns',
             weft_dot_v1_dot_runs__pb2.ListRunsRequest.SerializeToString,
             weft_dot_v1_dot_runs__pb2.ListRunsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListIndexes(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/weft.v1.RunService/ListIndexes',
+            weft_dot_v1_dot_runs__pb2.ListIndexesRequest.SerializeToString,
+            weft_dot_v1_dot_runs__pb2.ListIndexesResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -401,3 +401,63 @@ class FetchBlobResponse(_message.Message):
     CONTENT_FIELD_NUMBER: _ClassVar[int]
     content: bytes
     def __init__(self, content: _Optional[bytes] = ...) -> None: ...
+
+class IndexUpload(_message.Message):
+    __slots__ = ("want", "piece", "failed")
+    WANT_FIELD_NUMBER: _ClassVar[int]
+    PIECE_FIELD_NUMBER: _ClassVar[int]
+    FAILED_FIELD_NUMBER: _ClassVar[int]
+    want: IndexWanted
+    piece: IndexPiece
+    failed: str
+    def __init__(self, want: _Optional[_Union[IndexWanted, _Mapping]] = ..., piece: _Optional[_Union[IndexPiece, _Mapping]] = ..., failed: _Optional[str] = ...) -> None: ...
+
+class IndexWanted(_message.Message):
+    __slots__ = ("run_id", "key", "knowledge", "timeout_ms", "worker")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    KNOWLEDGE_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    WORKER_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    key: str
+    knowledge: str
+    timeout_ms: int
+    worker: str
+    def __init__(self, run_id: _Optional[str] = ..., key: _Optional[str] = ..., knowledge: _Optional[str] = ..., timeout_ms: _Optional[int] = ..., worker: _Optional[str] = ...) -> None: ...
+
+class IndexPiece(_message.Message):
+    __slots__ = ("data", "sha256", "last", "built_json")
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    SHA256_FIELD_NUMBER: _ClassVar[int]
+    LAST_FIELD_NUMBER: _ClassVar[int]
+    BUILT_JSON_FIELD_NUMBER: _ClassVar[int]
+    data: bytes
+    sha256: str
+    last: bool
+    built_json: str
+    def __init__(self, data: _Optional[bytes] = ..., sha256: _Optional[str] = ..., last: _Optional[bool] = ..., built_json: _Optional[str] = ...) -> None: ...
+
+class IndexDownload(_message.Message):
+    __slots__ = ("build", "waiting", "piece", "kept")
+    BUILD_FIELD_NUMBER: _ClassVar[int]
+    WAITING_FIELD_NUMBER: _ClassVar[int]
+    PIECE_FIELD_NUMBER: _ClassVar[int]
+    KEPT_FIELD_NUMBER: _ClassVar[int]
+    build: IndexBuild
+    waiting: str
+    piece: IndexPiece
+    kept: IndexKept
+    def __init__(self, build: _Optional[_Union[IndexBuild, _Mapping]] = ..., waiting: _Optional[str] = ..., piece: _Optional[_Union[IndexPiece, _Mapping]] = ..., kept: _Optional[_Union[IndexKept, _Mapping]] = ...) -> None: ...
+
+class IndexBuild(_message.Message):
+    __slots__ = ("max_bytes",)
+    MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
+    max_bytes: int
+    def __init__(self, max_bytes: _Optional[int] = ...) -> None: ...
+
+class IndexKept(_message.Message):
+    __slots__ = ("error",)
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    error: str
+    def __init__(self, error: _Optional[str] = ...) -> None: ...

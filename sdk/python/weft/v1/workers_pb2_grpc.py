@@ -44,6 +44,11 @@ class WorkerServiceStub:
                 request_serializer=weft_dot_v1_dot_workers__pb2.FetchBlobRequest.SerializeToString,
                 response_deserializer=weft_dot_v1_dot_workers__pb2.FetchBlobResponse.FromString,
                 _registered_method=True)
+        self.ShareIndex = channel.stream_stream(
+                '/weft.v1.WorkerService/ShareIndex',
+                request_serializer=weft_dot_v1_dot_workers__pb2.IndexUpload.SerializeToString,
+                response_deserializer=weft_dot_v1_dot_workers__pb2.IndexDownload.FromString,
+                _registered_method=True)
 
 
 class WorkerServiceServicer:
@@ -63,6 +68,17 @@ class WorkerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ShareIndex(self, request_iterator, context):
+        """A knowledge base's index, shared by the workers of a namespace: the
+        coordinator sends it when it keeps one; when nobody does, it asks this
+        worker to build it and send it back on the same stream, and makes any
+        other worker that wants it meanwhile wait for that build. The build is
+        this stream's for as long as it stays open (SPEC 17).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_WorkerServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -75,6 +91,11 @@ def add_WorkerServiceServicer_to_server(servicer, server):
                     servicer.FetchBlob,
                     request_deserializer=weft_dot_v1_dot_workers__pb2.FetchBlobRequest.FromString,
                     response_serializer=weft_dot_v1_dot_workers__pb2.FetchBlobResponse.SerializeToString,
+            ),
+            'ShareIndex': grpc.stream_stream_rpc_method_handler(
+                    servicer.ShareIndex,
+                    request_deserializer=weft_dot_v1_dot_workers__pb2.IndexUpload.FromString,
+                    response_serializer=weft_dot_v1_dot_workers__pb2.IndexDownload.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -131,6 +152,33 @@ class WorkerService:
             '/weft.v1.WorkerService/FetchBlob',
             weft_dot_v1_dot_workers__pb2.FetchBlobRequest.SerializeToString,
             weft_dot_v1_dot_workers__pb2.FetchBlobResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ShareIndex(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/weft.v1.WorkerService/ShareIndex',
+            weft_dot_v1_dot_workers__pb2.IndexUpload.SerializeToString,
+            weft_dot_v1_dot_workers__pb2.IndexDownload.FromString,
             options,
             channel_credentials,
             insecure,
