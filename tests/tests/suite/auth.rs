@@ -360,6 +360,53 @@ async fn workers_need_an_identity_and_keep_to_their_namespaces() -> anyhow::Resu
         .await?
         .expect("a worker of every namespace fetches it");
     assert_eq!(fetched.into_inner().content, secret_script);
+    // Nor are team A's knowledge indexes: team B's worker may not ask for
+    // one of a team-a run's, even by its key; a worker of every namespace
+    // is asked to build it (nobody has).
+    let share = |token: &'static str| {
+        let url = cluster.url().to_owned();
+        let run_id = waiting.run_id.to_string();
+        async move {
+            let mut client =
+                weft_proto::v1::worker_service_client::WorkerServiceClient::connect(url).await?;
+            let want = weft_proto::v1::IndexUpload {
+                body: Some(weft_proto::v1::index_upload::Body::Want(
+                    weft_proto::v1::IndexWanted {
+                        run_id,
+                        key: "ab".repeat(32),
+                        knowledge: "handbook".into(),
+                        timeout_ms: 10_000,
+                        worker: token.into(),
+                    },
+                )),
+            };
+            let mut request = tonic::Request::new(tokio_stream::iter([want]));
+            request
+                .metadata_mut()
+                .insert("authorization", format!("Bearer {token}").parse()?);
+            anyhow::Ok(client.share_index(request).await)
+        }
+    };
+    let refused = share(NODE_B)
+        .await?
+        .expect_err("team B's worker is refused");
+    assert_eq!(refused.code(), tonic::Code::PermissionDenied, "{refused:?}");
+    assert!(
+        refused
+            .message()
+            .contains("does not serve namespace 'team-a'"),
+        "{refused:?}"
+    );
+    let mut answers = share(NODE)
+        .await?
+        .expect("a worker of every namespace asks")
+        .into_inner();
+    let first = answers.message().await?.and_then(|answer| answer.body);
+    assert!(
+        matches!(first, Some(weft_proto::v1::index_download::Body::Build(_))),
+        "{first:?}"
+    );
+    drop(answers);
 
     // A worker for every namespace joins; the team-a run goes on with it.
     cluster.add_worker_with("all", 1, &["--token".into(), NODE.into()])?;
