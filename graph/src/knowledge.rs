@@ -15,6 +15,10 @@
 //! what a knowledge base holds. A glob that matches nothing is an error
 //! wherever the files can be listed ([`missing_knowledge_sources`]).
 //!
+//! A knowledge base may instead be kept elsewhere: `store: {kind:
+//! pgvector, url, table}` names a PostgreSQL table (with the pgvector
+//! extension) that the workers query; it has no `sources` or `chunk`.
+//!
 //! Chunking's bounds are the retrieval core's (`weft-retrieval`'s
 //! `Chunking::new`), restated here so the graph crate stays free of the
 //! index library; a test in the worker (which uses both) keeps the two
@@ -51,8 +55,22 @@ pub struct KnowledgeDecl {
     pub chunk_overlap: usize,
     /// Embeddings, when it has them.
     pub embeddings: Option<Embeddings>,
+    /// Where its chunks are kept, when not in files beside the graph
+    /// (then `sources` is empty).
+    pub store: Option<Store>,
     /// Where it is declared.
     pub line: Option<u32>,
+}
+
+/// A knowledge base's `store:`: an index kept elsewhere.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Store {
+    /// The PostgreSQL connection URL, as written: `${NAME}` is read from
+    /// the worker's secrets.
+    pub url: String,
+    /// The table (`name` or `schema.name`): columns `text`, `embedding`,
+    /// `source`, `heading`, `links`.
+    pub table: String,
 }
 
 /// A knowledge base's `embeddings:`.
@@ -122,8 +140,16 @@ struct RawKnowledge {
     sources: Option<Value>,
     chunk: Option<RawChunk>,
     embeddings: Option<RawEmbeddings>,
-    store: Option<Value>,
+    store: Option<RawStore>,
     description: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawStore {
+    kind: Option<String>,
+    url: Option<String>,
+    table: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -213,13 +239,43 @@ fn read_one(
         }
     };
     let _ = raw.description;
-    if raw.store.is_some() {
-        error(
-            "`store` (an index kept elsewhere, such as pgvector) is not supported by this version; \
-             index the files with `sources` instead"
-                .into(),
-        );
-        return None;
+    let embeddings = match raw.embeddings {
+        None => None,
+        Some(RawEmbeddings { model: None, .. }) => {
+            error("embeddings: `model` is required (the embedding model, e.g. text-embedding-3-small)".into());
+            return None;
+        }
+        Some(RawEmbeddings {
+            model: Some(model),
+            provider,
+        }) => Some(Embeddings { model, provider }),
+    };
+    if let Some(store) = raw.store {
+        if raw.sources.is_some() || raw.chunk.is_some() {
+            error(
+                "a knowledge base with `store` keeps its chunks in that table: leave out `sources` and `chunk` \
+                 (`weft index push` loads a knowledge base's files into it)"
+                    .into(),
+            );
+            return None;
+        }
+        let store = match read_store(store) {
+            Ok(store) => store,
+            Err(why) => {
+                error(format!("store: {why}"));
+                return None;
+            }
+        };
+        return Some(KnowledgeDecl {
+            name: name.to_owned(),
+            sources: Vec::new(),
+            matcher: SourceMatcher(Vec::new()),
+            chunk_size: DEFAULT_CHUNK_SIZE,
+            chunk_overlap: DEFAULT_CHUNK_OVERLAP,
+            embeddings,
+            store: Some(store),
+            line,
+        });
     }
     let mut sources = match raw.sources {
         Some(Value::String(one)) => vec![one],
@@ -275,17 +331,6 @@ fn read_one(
         error(why);
         return None;
     }
-    let embeddings = match raw.embeddings {
-        None => None,
-        Some(RawEmbeddings { model: None, .. }) => {
-            error("embeddings: `model` is required (the embedding model, e.g. text-embedding-3-small)".into());
-            return None;
-        }
-        Some(RawEmbeddings {
-            model: Some(model),
-            provider,
-        }) => Some(Embeddings { model, provider }),
-    };
     Some(KnowledgeDecl {
         name: name.to_owned(),
         sources,
@@ -293,8 +338,54 @@ fn read_one(
         chunk_size,
         chunk_overlap,
         embeddings,
+        store: None,
         line,
     })
+}
+
+/// `store: {kind: pgvector, url, table}` checked.
+fn read_store(raw: RawStore) -> Result<Store, String> {
+    match raw.kind.as_deref() {
+        Some("pgvector") => {}
+        Some(other) => {
+            return Err(format!(
+                "kind '{other}' is not a store this version queries; the one kind is pgvector"
+            ));
+        }
+        None => return Err("`kind` is required (pgvector)".into()),
+    }
+    let url = match raw.url {
+        Some(url) if !url.trim().is_empty() => url,
+        _ => {
+            return Err(
+                "`url` is required: the PostgreSQL connection URL, e.g. \"${TICKETS_DSN}\" (read from the worker's secrets)"
+                    .into(),
+            );
+        }
+    };
+    let table = raw
+        .table
+        .ok_or("`table` is required: the table holding the chunks")?;
+    if !is_table_name(&table) {
+        return Err(format!(
+            "table '{table}' is not a table name (letters, digits and '_', not starting with a digit; `schema.table` for another schema)"
+        ));
+    }
+    Ok(Store { url, table })
+}
+
+/// `name` or `schema.name`, each an unquoted SQL identifier.
+fn is_table_name(table: &str) -> bool {
+    let part = |p: &str| {
+        !p.is_empty()
+            && p.len() <= 63
+            && !p.starts_with(|c: char| c.is_ascii_digit())
+            && p.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+    };
+    match table.split_once('.') {
+        Some((schema, name)) => part(schema) && part(name),
+        None => part(table),
+    }
 }
 
 /// Whether a part of `path` is hidden (starts with `.`): such files are
@@ -522,7 +613,22 @@ mod tests {
                 json!({"kb": {"sources": "*.md", "embeddings": {"provider": "p"}}}),
                 "embeddings: `model` is required",
             ),
-            (json!({"kb": {"store": {"kind": "pgvector"}}}), "`store`"),
+            (
+                json!({"kb": {"store": {"kind": "pgvector", "table": "t"}}}),
+                "store: `url` is required",
+            ),
+            (
+                json!({"kb": {"store": {"kind": "milvus", "url": "u", "table": "t"}}}),
+                "store: kind 'milvus' is not a store",
+            ),
+            (
+                json!({"kb": {"store": {"kind": "pgvector", "url": "u", "table": "t; drop"}}}),
+                "table 't; drop' is not a table name",
+            ),
+            (
+                json!({"kb": {"sources": "*.md", "store": {"kind": "pgvector", "url": "u", "table": "t"}}}),
+                "leave out `sources` and `chunk`",
+            ),
             (json!({"a b": {"sources": "*.md"}}), "letters, digits"),
         ];
         for (value, expected) in cases {
@@ -535,5 +641,17 @@ mod tests {
         let (bases, errors) = read(json!({"kb": {"sources": "*.md", "chunk": {"size": 200}}}));
         assert!(errors.is_empty(), "{errors:?}");
         assert_eq!((bases[0].chunk_size, bases[0].chunk_overlap), (200, 99));
+        let (bases, errors) = read(
+            json!({"kb": {"store": {"kind": "pgvector", "url": "${DSN}", "table": "rag.chunks"}}}),
+        );
+        assert!(errors.is_empty(), "{errors:?}");
+        assert_eq!(
+            bases[0].store,
+            Some(Store {
+                url: "${DSN}".into(),
+                table: "rag.chunks".into()
+            })
+        );
+        assert!(bases[0].sources.is_empty());
     }
 }

@@ -274,6 +274,11 @@ fn rag_config(
                     "model": e.model,
                     "provider": e.provider,
                 })),
+                "store": base.store.as_ref().map(|store| json!({
+                    "kind": "pgvector",
+                    "url": store.url,
+                    "table": store.table,
+                })),
             })
         })
         .collect();

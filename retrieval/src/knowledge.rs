@@ -37,7 +37,7 @@ pub enum Mode {
 /// lets passages that are middling in both rankings outrank one that only
 /// a single ranking puts first: on W9's labelled corpus recall@5 was 1.0
 /// at 1 and 2 times `top_k`, 0.975 at 4 (`docs/benchmarks.md`).
-const CANDIDATES_PER_HIT: usize = 2;
+pub const CANDIDATES_PER_HIT: usize = 2;
 
 /// Why a knowledge base could not be built or searched.
 #[derive(Debug, thiserror::Error)]
@@ -260,31 +260,32 @@ impl Knowledge {
         sources_of(&self.cite(passages))
     }
 
-    /// `passages`, each with this knowledge base.
+    /// `passages`, each with its chunk.
     pub fn cite<'a>(&'a self, passages: &[Passage]) -> Vec<Cited<'a>> {
         passages
             .iter()
             .map(|passage| Cited {
-                knowledge: self,
+                chunk: &self.chunks[passage.chunk],
                 passage: passage.clone(),
             })
             .collect()
     }
 }
 
-/// A passage with the knowledge base it comes from: a retrieval over
-/// several knowledge bases mixes them.
+/// A passage with its chunk: a retrieval over several knowledge bases (or
+/// tables) mixes them. Its `passage.chunk` names the chunk among its own
+/// retrieval's.
 #[derive(Clone)]
 pub struct Cited<'a> {
-    /// Where it comes from.
-    pub knowledge: &'a Knowledge,
+    /// The chunk.
+    pub chunk: &'a Chunk,
     /// The passage.
     pub passage: Passage,
 }
 
 impl Cited<'_> {
     fn chunk(&self) -> &Chunk {
-        &self.knowledge.chunks[self.passage.chunk]
+        self.chunk
     }
 }
 
@@ -308,7 +309,7 @@ pub fn fuse_retrievals<'a>(retrievals: Vec<Vec<Cited<'a>>>, top_k: usize) -> Vec
         .filter_map(|(index, ((base, chunk), score))| {
             let cited = retrievals[base].iter().find(|c| c.passage.chunk == chunk)?;
             Some(Cited {
-                knowledge: cited.knowledge,
+                chunk: cited.chunk,
                 passage: Passage {
                     n: index + 1,
                     chunk,

@@ -10,6 +10,7 @@ pub mod etcd;
 pub mod group;
 pub mod llm_server;
 pub mod otlp;
+pub mod postgres;
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};

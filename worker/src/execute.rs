@@ -164,6 +164,7 @@ pub async fn execute(
                 blobs: &kinds.blobs,
                 indexes: &kinds.indexes,
                 shelf: &kinds.shelf,
+                secrets: &kinds.secrets,
             };
             Box::pin(crate::rag::run_rag(kit, task)).await
         }

@@ -803,3 +803,171 @@ async fn weft_index_builds_ahead_and_lists_what_is_kept() -> anyhow::Result<()> 
     assert!(stderr.contains("declares no knowledge base"), "{stderr}");
     Ok(())
 }
+
+/// Rows of a handbook kept in a table: (source, heading, text, links).
+const ROWS: [(&str, &str, &str, &[&str]); 4] = [
+    (
+        "billing.md",
+        "Billing › Refunds",
+        "Refunds go back to the card that paid, within five days.",
+        &[],
+    ),
+    (
+        "cluster.md",
+        "Cluster › Failover",
+        "When the leader stops, a standby coordinator takes its lease and continues the runs.",
+        &["durability.md"],
+    ),
+    (
+        "durability.md",
+        "Durability › Checkpoints",
+        "Each wave is checkpointed to the store before the next one starts.",
+        &[],
+    ),
+    (
+        "install.md",
+        "Install",
+        "Build the binaries with cargo build --release.",
+        &[],
+    ),
+];
+
+const PGVECTOR: &str = r#"
+name: table-search
+state:
+  question: { type: string }
+  found: { type: array, default: [] }
+knowledge:
+  handbook:
+    store: { kind: pgvector, url: "${HANDBOOK_DSN}", table: rag.handbook_chunks }
+    embeddings: { model: embed-small }
+nodes:
+  search:
+    kind: rag
+    start: true
+    knowledge: handbook
+    query: "{{ question }}"
+    top_k: 1
+    graph: { hops: 1 }
+    state_updates: { found: "{{ sources }}" }
+"#;
+
+/// A knowledge base kept in PostgreSQL with pgvector (a real server):
+/// hybrid retrieval over the table's rows, graph search over its `links`,
+/// keyword alone; its URL a worker secret, never shown; a table that is
+/// not there fails the step naming it.
+#[tokio::test]
+async fn a_knowledge_base_in_a_pgvector_table_is_searched() -> anyhow::Result<()> {
+    use weft_tests::postgres::TestPostgres;
+    let postgres = TestPostgres::start("rag")?;
+    let db = postgres.connect().await?;
+    db.batch_execute(
+        "CREATE SCHEMA rag; CREATE TABLE rag.handbook_chunks (id bigserial PRIMARY KEY, \
+         source text NOT NULL, heading text, text text NOT NULL, links text[], embedding vector(64))",
+    )
+    .await?;
+    for (source, heading, text, links) in ROWS {
+        let vector = weft_tests::llm_server::embedding_of(text);
+        let literal = format!(
+            "[{}]",
+            vector
+                .iter()
+                .map(f32::to_string)
+                .collect::<Vec<_>>()
+                .join(",")
+        );
+        let links: Vec<String> = links.iter().map(|l| (*l).to_owned()).collect();
+        db.execute(
+            "INSERT INTO rag.handbook_chunks (source, heading, text, links, embedding) \
+             VALUES ($1, $2, $3, $4, $5::text::vector)",
+            &[&source, &heading, &text, &links, &literal],
+        )
+        .await?;
+    }
+    let llm = TestLlm::start(KEY, |_, _| Reply::Text("unused".into())).await?;
+    let mut cluster = TestCluster::start()?;
+    let secrets = cluster.dir().join("secrets.env");
+    std::fs::write(&secrets, format!("HANDBOOK_DSN={}\n", postgres.url))?;
+    let config = cluster.dir().join("w.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[providers.local]\nbase_url = \"{}\"\napi_key = \"{KEY}\"\nmodel = \"tiny\"\n",
+            llm.url
+        ),
+    )?;
+    let args = [
+        "--config".to_owned(),
+        config.display().to_string(),
+        "--secrets-file".to_owned(),
+        secrets.display().to_string(),
+    ];
+    cluster.add_worker_with("w", 1, &args)?;
+    cluster.wait_for_workers(&["w"]).await?;
+    let client = cluster.client().await?;
+    let run = |yaml: String, question: &'static str| {
+        let client = client.clone();
+        async move {
+            let bundle = GraphBundle::from_text("table.yaml", &yaml);
+            let run = client
+                .submit_bundle(bundle, &json!({ "question": question }))
+                .await?;
+            anyhow::Ok(client.wait(&run.run_id).await?)
+        }
+    };
+
+    let done = run(PGVECTOR.into(), "refund to the card").await?;
+    assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error);
+    assert_eq!(
+        done.state["found"][0]["source"], "billing.md",
+        "{}",
+        done.state
+    );
+    assert_eq!(done.state["found"][0]["heading"], "Billing › Refunds");
+    assert_eq!(
+        done.state["found"].as_array().unwrap().len(),
+        1,
+        "billing links nowhere"
+    );
+    // The leader's failover, and the page it links to by graph search.
+    let done = run(PGVECTOR.into(), "what happens when the leader stops").await?;
+    assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error);
+    let found: Vec<&str> = done.state["found"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["source"].as_str().unwrap())
+        .collect();
+    assert_eq!(found, ["cluster.md", "durability.md"]);
+    let events = weft_tests::events_of(&client, &done.run_id, "retrieved").await?;
+    assert_eq!(events[0].body["mode"], "hybrid");
+    assert!(
+        weft_tests::events_of(&client, &done.run_id, "index_built")
+            .await?
+            .is_empty(),
+        "a table is not indexed by Weft"
+    );
+    // Keyword alone: PostgreSQL's full-text search, any word matching.
+    let keyword = PGVECTOR.replace("top_k: 1", "top_k: 1\n    mode: keyword");
+    let done = run(keyword, "binaries cargo").await?;
+    assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error);
+    assert_eq!(done.state["found"][0]["source"], "install.md");
+    assert_eq!(llm.embedding_requests().len(), 2, "the hybrid queries only");
+
+    // A table that is not there fails the step naming it; the URL (a
+    // secret) is not shown.
+    let missing = PGVECTOR.replace("rag.handbook_chunks", "rag.nowhere");
+    let failed = run(missing, "refunds").await?;
+    assert_eq!(failed.status, RunStatus::Failed);
+    let message = failed
+        .error
+        .as_ref()
+        .map(|e| e.message.clone())
+        .unwrap_or_default();
+    assert!(
+        message.contains("knowledge 'handbook': PostgreSQL table 'rag.nowhere': query: relation \"rag.nowhere\" does not exist"),
+        "{message}"
+    );
+    assert!(!message.contains(&postgres.url), "{message}");
+    Ok(())
+}

@@ -52,6 +52,9 @@ pub(crate) struct Base {
     pub chunk: ChunkSize,
     /// `{model, provider}`, when it has embeddings.
     pub embeddings: Option<EmbeddingModel>,
+    /// The table it is kept in, instead of `sources`.
+    #[serde(default)]
+    pub store: Option<super::pgvector::PgStore>,
 }
 
 /// A knowledge base's chunking.

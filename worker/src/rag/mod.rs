@@ -25,6 +25,7 @@
 //! what was retrieved (`retrieved`) and built (`index_built`).
 
 pub mod indexes;
+mod pgvector;
 
 use std::collections::BTreeMap;
 use std::time::Instant;
@@ -35,7 +36,9 @@ use tracing::Instrument;
 
 use weft_graph::knowledge::SourceMatcher;
 use weft_graph::{Meter, Strictness, Template, TemplateContext};
-use weft_retrieval::{Cited, Mode, Request, context_of, fuse_retrievals, sources_of};
+use weft_retrieval::{
+    Chunk, Cited, Mode, Passage, Request, context_of, fuse_retrievals, sources_of,
+};
 
 use crate::blobs::BlobCache;
 use crate::llm::{LlmTask, Prompts, Providers};
@@ -74,6 +77,8 @@ pub(crate) struct RagKit<'a> {
     pub indexes: &'a Indexes,
     /// Where indexes are shared with the other workers.
     pub shelf: &'a crate::connection::IndexShelf,
+    /// For `${NAME}` in a store's URL.
+    pub secrets: &'a crate::secrets::Secrets,
 }
 
 /// Runs one `rag` step.
@@ -98,6 +103,10 @@ pub(crate) async fn run_rag(kit: RagKit<'_>, task: &Task) -> Result<Completed, F
     let mut notes = Vec::new();
     let mut opened = Vec::with_capacity(config.knowledge.len());
     for base in &config.knowledge {
+        if base.store.is_some() {
+            opened.push(None);
+            continue;
+        }
         let files = sources_of_base(base, &config.dir, &task.bundle)?;
         let need = Need {
             base,
@@ -111,7 +120,7 @@ pub(crate) async fn run_rag(kit: RagKit<'_>, task: &Task) -> Result<Completed, F
             .open(need, kit.blobs, kit.providers, kit.shelf)
             .await?;
         notes.extend(built);
-        opened.push(knowledge);
+        opened.push(Some(knowledge));
     }
     let names: Vec<&str> = config.knowledge.iter().map(|b| b.name.as_str()).collect();
     let span = tracing::info_span!(
@@ -122,8 +131,12 @@ pub(crate) async fn run_rag(kit: RagKit<'_>, task: &Task) -> Result<Completed, F
         hits = tracing::field::Empty,
     );
     let started = Instant::now();
-    let retrieval = retrieve(kit.providers, &config, mode, query, &opened, deadline);
-    let (cited, rerank_note) = retrieval.instrument(span.clone()).await?;
+    let found = search(&kit, &config, mode, query, &opened, deadline)
+        .instrument(span.clone())
+        .await?;
+    let (cited, rerank_note) = rank(kit.providers, &config, query, &found, deadline)
+        .instrument(span.clone())
+        .await?;
     span.record("hits", cited.len());
     notes.extend(rerank_note);
     let context = context_of(&cited);
@@ -159,34 +172,47 @@ pub(crate) async fn run_rag(kit: RagKit<'_>, task: &Task) -> Result<Completed, F
     })
 }
 
-/// The passages of `opened` (one per knowledge base of `config`) for
-/// `query`, numbered from 1, and the rerank model's note when it ordered
-/// them.
-async fn retrieve<'a>(
-    providers: &Providers,
+/// One knowledge base's retrieval: the chunks it found, and its passages
+/// over them (`chunk` naming one of them), best first.
+type Found = (Vec<Chunk>, Vec<Passage>);
+
+/// What each knowledge base of `config` finds for `query`: an opened
+/// index (`opened`) searched on the blocking pool, a store queried.
+async fn search(
+    kit: &RagKit<'_>,
     config: &RagTask,
     mode: Mode,
     query: &str,
-    opened: &'a [std::sync::Arc<weft_retrieval::Knowledge>],
+    opened: &[Option<std::sync::Arc<weft_retrieval::Knowledge>>],
     deadline: Instant,
-) -> Result<(Vec<Cited<'a>>, Option<Value>), Failure> {
+) -> Result<Vec<Found>, Failure> {
     let query_vectors = if matches!(mode, Mode::Keyword) {
         vec![None; config.knowledge.len()]
     } else {
-        embed_query(providers, &config.knowledge, query, deadline).await?
+        embed_query(kit.providers, &config.knowledge, query, deadline).await?
     };
-    let depth = if config.rerank.is_some() {
-        config.top_k * 4
-    } else {
-        config.top_k
-    };
-    let hops = if config.rerank.is_some() {
-        0
-    } else {
-        config.hops
-    };
-    let mut retrievals = Vec::with_capacity(opened.len());
+    let (depth, hops) = depth_and_hops(config);
+    let mut found = Vec::with_capacity(opened.len());
     for ((base, knowledge), vector) in config.knowledge.iter().zip(opened).zip(query_vectors) {
+        let (Some(knowledge), None) = (knowledge, &base.store) else {
+            let store = base.store.as_ref().ok_or_else(|| {
+                Failure::new(
+                    FailureKind::WorkerError,
+                    "a knowledge base neither opened nor stored",
+                )
+            })?;
+            let asked = pgvector::Search {
+                knowledge: &base.name,
+                query,
+                query_vector: vector.as_deref(),
+                mode,
+                top_k: depth,
+                hops,
+                deadline,
+            };
+            found.push(pgvector::search(store, kit.secrets, asked).await?);
+            continue;
+        };
         // On the blocking pool: an exact scan of a large corpus takes
         // milliseconds to a tenth of a second (docs/retrieval.md), too long
         // for one of the runtime's threads.
@@ -211,8 +237,63 @@ async fn retrieve<'a>(
             };
             Failure::new(kind, format!("knowledge '{}': {e}", base.name))
         })?;
-        retrievals.push(knowledge.cite(&passages));
+        found.push(own_chunks(knowledge, passages));
     }
+    Ok(found)
+}
+
+/// How many passages each retrieval gives (more for a rerank to order),
+/// and how deep graph search goes (not at all under a rerank).
+fn depth_and_hops(config: &RagTask) -> (usize, usize) {
+    match config.rerank {
+        Some(_) => (config.top_k * 4, 0),
+        None => (config.top_k, config.hops),
+    }
+}
+
+/// `passages` of `knowledge` over copies of their chunks.
+fn own_chunks(knowledge: &weft_retrieval::Knowledge, passages: Vec<Passage>) -> Found {
+    let mut chunks = Vec::with_capacity(passages.len());
+    let mut place = std::collections::HashMap::new();
+    let mut local = |chunk: usize, chunks: &mut Vec<Chunk>| {
+        *place.entry(chunk).or_insert_with(|| {
+            chunks.push(knowledge.chunks()[chunk].clone());
+            chunks.len() - 1
+        })
+    };
+    let passages = passages
+        .into_iter()
+        .map(|passage| Passage {
+            chunk: local(passage.chunk, &mut chunks),
+            via: passage.via.map(|hit| local(hit, &mut chunks)),
+            ..passage
+        })
+        .collect();
+    (chunks, passages)
+}
+
+/// The passages `found` for `query`, fused across knowledge bases,
+/// numbered from 1, and the rerank model's note when it ordered them.
+async fn rank<'a>(
+    providers: &Providers,
+    config: &RagTask,
+    query: &str,
+    found: &'a [Found],
+    deadline: Instant,
+) -> Result<(Vec<Cited<'a>>, Option<Value>), Failure> {
+    let retrievals: Vec<Vec<Cited<'a>>> = found
+        .iter()
+        .map(|(chunks, passages)| {
+            passages
+                .iter()
+                .map(|passage| Cited {
+                    chunk: &chunks[passage.chunk],
+                    passage: passage.clone(),
+                })
+                .collect()
+        })
+        .collect();
+    let (depth, _) = depth_and_hops(config);
     let mut cited = fuse_retrievals(retrievals, depth);
     let mut rerank_note = None;
     if let Some(rerank) = &config.rerank {
@@ -321,7 +402,7 @@ async fn rerank_order(
     let model = crate::llm::model_for(rerank.model.clone(), provider)?;
     let mut numbered = Vec::with_capacity(candidates.len());
     for (index, one) in candidates.iter().enumerate() {
-        let chunk = &one.knowledge.chunks()[one.passage.chunk];
+        let chunk = one.chunk;
         numbered.push(format!("[{}] {}", index + 1, chunk.text));
     }
     let prompt = format!(
@@ -413,7 +494,7 @@ fn retrieved_note(config: &RagTask, cited: &[Cited<'_>], started: Instant) -> Va
     let hits: Vec<Value> = cited
         .iter()
         .map(|one| {
-            let chunk = &one.knowledge.chunks()[one.passage.chunk];
+            let chunk = one.chunk;
             json!({"source": chunk.source, "heading": chunk.heading, "score": one.passage.score})
         })
         .collect();
