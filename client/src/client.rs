@@ -245,6 +245,24 @@ impl Client {
         Ok(listed.indexes.into_iter().map(Into::into).collect())
     }
 
+    /// The knowledge index `key` the coordinator keeps for `namespace`
+    /// (`None`: the caller's), packed.
+    pub async fn fetch_index(
+        &self,
+        namespace: Option<&str>,
+        key: &str,
+    ) -> Result<Vec<u8>, ClientError> {
+        let fetched = patiently(|| async {
+            let request = pb::FetchIndexRequest {
+                namespace: namespace.unwrap_or_default().to_owned(),
+                key: key.to_owned(),
+            };
+            Ok(self.runs.clone().fetch_index(request).await?.into_inner())
+        })
+        .await?;
+        Ok(fetched.content)
+    }
+
     /// A run's events from position `from`, live until the run ends.
     pub async fn watch(
         &self,

@@ -172,6 +172,21 @@ enum IndexCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Load a knowledge base's chunks and embeddings (built on the cluster)
+    /// into the PostgreSQL table of another knowledge base's `store:`.
+    Push {
+        /// The graph file.
+        graph: PathBuf,
+        /// The knowledge base to load (one with `sources`).
+        knowledge: String,
+        /// The knowledge base whose `store: {kind: pgvector, url, table}`
+        /// names the table (its URL's `${NAME}`s read from the environment).
+        #[arg(long)]
+        to: String,
+        /// Print exactly one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
     /// The indexes the coordinator keeps, most recently used first.
     List {
         /// Only this namespace's (default: every namespace you may read).
@@ -272,6 +287,15 @@ async fn remote(coordinator: Option<String>, command: Command) -> u8 {
         Command::Index {
             command: IndexCommand::Build { graph, json },
         } => c::index_build(coordinator, &graph, json).await,
+        Command::Index {
+            command:
+                IndexCommand::Push {
+                    graph,
+                    knowledge,
+                    to,
+                    json,
+                },
+        } => c::index_push(coordinator, &graph, &knowledge, &to, json).await,
         Command::Index {
             command: IndexCommand::List { namespace, json },
         } => c::index_list(coordinator, namespace.as_deref(), json).await,

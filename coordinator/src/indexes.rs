@@ -288,6 +288,27 @@ impl SharedIndexes {
         }))
     }
 
+    /// `namespace`'s index `key`, packed, when it is kept.
+    pub async fn fetch(
+        &self,
+        namespace: &str,
+        key: &str,
+    ) -> Result<Option<Arc<Vec<u8>>>, StoreError> {
+        self.load().await?;
+        let id: Id = (namespace.to_owned(), key.to_owned());
+        {
+            let shelf = self.shelf();
+            if let Some((blob, _)) = shelf.held.get(&id) {
+                return Ok(Some(blob.clone()));
+            }
+            if !shelf.known.contains_key(&id) {
+                return Ok(None);
+            }
+        }
+        let blob = chunks::get(self.inner.keeper.store(), &blob_key(namespace, key)).await?;
+        Ok(blob.map(Arc::new))
+    }
+
     /// The indexes kept for the namespaces `visible` lets through, most
     /// recently used first.
     pub async fn list(&self, visible: impl Fn(&str) -> bool) -> Result<Vec<IndexInfo>, StoreError> {
@@ -491,6 +512,15 @@ mod tests {
         ));
         // A new term reads what the store keeps.
         let next = shared(&store, 1 << 20);
+        assert_eq!(
+            next.fetch("team", "k")
+                .await
+                .unwrap()
+                .as_deref()
+                .map(Vec::as_slice),
+            Some(&b"packed"[..])
+        );
+        assert!(next.fetch("other", "k").await.unwrap().is_none());
         assert!(matches!(
             next.claim("team", "k", "w2").await.unwrap(),
             Claim::Ready(blob) if blob.as_slice() == b"packed"

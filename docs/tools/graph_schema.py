@@ -184,14 +184,22 @@ def main():
                 "instructions": string, "tools": {"type": "array", "items": string},
                 "model": string, "provider": string, "max_turns": {"type": "integer", "minimum": 1},
                 "teammates": {"type": "boolean"}, "description": string, "name": string}},
-            "knowledge_base": {"type": "object", "additionalProperties": False, "required": ["sources"], "properties": {
+            "knowledge_base": {"type": "object", "additionalProperties": False, "properties": {
                 "sources": dict(one_or_many, description="Globs over the files beside the graph: * and ? within a directory, ** across them."),
                 "chunk": {"type": "object", "additionalProperties": False, "properties": {
                     "size": {"type": "integer", "minimum": 16, "maximum": 100000, "description": "Characters (default 800)."},
                     "overlap": {"type": "integer", "minimum": 0, "description": "Characters shared with the chunk before (default 120), under half the size."}}},
                 "embeddings": {"type": "object", "additionalProperties": False, "required": ["model"], "properties": {
                     "model": string, "provider": string}},
-                "description": string}},
+                "store": {"type": "object", "additionalProperties": False, "required": ["kind", "url", "table"],
+                          "description": "An index kept elsewhere, instead of sources: a PostgreSQL table with pgvector (columns text, embedding, source, heading, links).",
+                          "properties": {
+                    "kind": {"enum": ["pgvector"]},
+                    "url": {"type": "string", "description": "The connection URL; ${NAME} is read from the worker's secrets."},
+                    "table": {"type": "string", "pattern": "^[A-Za-z_][A-Za-z0-9_]*(\\.[A-Za-z_][A-Za-z0-9_]*)?$"}}},
+                "description": string},
+                "oneOf": [{"required": ["sources"], "not": {"required": ["store"]}},
+                          {"required": ["store"], "not": {"anyOf": [{"required": ["sources"]}, {"required": ["chunk"]}]}}]},
             "tool": {"type": "object", "additionalProperties": False, "properties": {
                 "description": string, "parameters": {"type": "object"},
                 "run": {"type": "array", "items": string, "minItems": 1}, "handler": string}},

@@ -119,16 +119,7 @@ impl Knowledge {
     /// `dir` (which must be empty) and opened from there.
     pub fn unpack(blob: &[u8], dir: &Path) -> Result<Self, PackError> {
         let malformed = |why: &str| PackError::Malformed(why.to_owned());
-        let rest = blob
-            .strip_prefix(MAGIC)
-            .ok_or_else(|| malformed("no header"))?;
-        let end = rest
-            .iter()
-            .position(|&b| b == b'\n')
-            .ok_or_else(|| malformed("no header"))?;
-        let header: Header = serde_json::from_slice(&rest[..end])
-            .map_err(|e| PackError::Malformed(format!("header: {e}")))?;
-        let mut rest = &rest[end + 1..];
+        let (header, vectors, mut rest) = read_head(blob)?;
         let mut take = |bytes: usize, what: &str| -> Result<&[u8], PackError> {
             if rest.len() < bytes {
                 return Err(PackError::Malformed(format!("cut short in {what}")));
@@ -136,21 +127,6 @@ impl Knowledge {
             let (taken, left) = rest.split_at(bytes);
             rest = left;
             Ok(taken)
-        };
-        let vectors = match header.vectors {
-            None => None,
-            Some((count, length)) => {
-                let bytes = count
-                    .checked_mul(length)
-                    .and_then(|n| n.checked_mul(4))
-                    .ok_or_else(|| malformed("embeddings too large"))?;
-                let raw = take(bytes, "the embeddings")?;
-                let floats: Vec<f32> = raw
-                    .chunks_exact(4)
-                    .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-                    .collect();
-                Some(floats.chunks(length.max(1)).map(<[f32]>::to_vec).collect())
-            }
         };
         for (name, size) in &header.files {
             // A file of the index's own directory (tantivy's `.managed.json`
@@ -177,6 +153,87 @@ impl Knowledge {
             None => knowledge,
         })
     }
+}
+
+/// A packed index's header, its embeddings, and the bytes after them
+/// (the keyword index's files).
+fn read_head(blob: &[u8]) -> Result<(Header, Option<Vec<Vec<f32>>>, &[u8]), PackError> {
+    let malformed = |why: &str| PackError::Malformed(why.to_owned());
+    let rest = blob
+        .strip_prefix(MAGIC)
+        .ok_or_else(|| malformed("no header"))?;
+    let end = rest
+        .iter()
+        .position(|&b| b == b'\n')
+        .ok_or_else(|| malformed("no header"))?;
+    let header: Header = serde_json::from_slice(&rest[..end])
+        .map_err(|e| PackError::Malformed(format!("header: {e}")))?;
+    let rest = &rest[end + 1..];
+    let Some((count, length)) = header.vectors else {
+        return Ok((header, None, rest));
+    };
+    let bytes = count
+        .checked_mul(length)
+        .and_then(|n| n.checked_mul(4))
+        .ok_or_else(|| malformed("embeddings too large"))?;
+    if rest.len() < bytes {
+        return Err(malformed("cut short in the embeddings"));
+    }
+    let (raw, rest) = rest.split_at(bytes);
+    let floats: Vec<f32> = raw
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect();
+    let vectors = floats.chunks(length.max(1)).map(<[f32]>::to_vec).collect();
+    Ok((header, Some(vectors), rest))
+}
+
+/// A packed index as rows of a table: what `weft index push` loads.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rows {
+    /// Every chunk, in order.
+    pub chunks: Vec<Chunk>,
+    /// For each chunk, the sources of the documents its own is linked
+    /// with (either way).
+    pub links: Vec<Vec<String>>,
+    /// Each chunk's embedding, when the index has them.
+    pub vectors: Option<Vec<Vec<f32>>>,
+}
+
+/// The chunks, links and embeddings packed in `blob`, read without
+/// opening its keyword index.
+pub fn rows(blob: &[u8]) -> Result<Rows, PackError> {
+    let (header, vectors, _) = read_head(blob)?;
+    let source_of = |document: usize| -> Option<String> {
+        let first = *header.chunks_of.get(document)?.first()?;
+        Some(header.chunks.get(first)?.source.clone())
+    };
+    let links = header
+        .document_of
+        .iter()
+        .map(|&document| {
+            header
+                .links
+                .neighbours(document)
+                .iter()
+                .filter_map(|&other| source_of(other))
+                .collect()
+        })
+        .collect();
+    if let Some(vectors) = &vectors
+        && vectors.len() != header.chunks.len()
+    {
+        return Err(PackError::Malformed(format!(
+            "{} embeddings for {} chunks",
+            vectors.len(),
+            header.chunks.len()
+        )));
+    }
+    Ok(Rows {
+        chunks: header.chunks,
+        links,
+        vectors,
+    })
 }
 
 #[cfg(test)]
@@ -224,6 +281,15 @@ mod tests {
                 "{mode:?}"
             );
         }
+        // As rows of a table: each chunk, its document's links both ways,
+        // its embedding.
+        let table = rows(&blob).unwrap();
+        assert_eq!(table.chunks, knowledge.chunks());
+        assert_eq!(
+            table.links,
+            vec![vec!["b.md".to_owned()], vec!["a.md".to_owned()]]
+        );
+        assert_eq!(table.vectors, Some(vec![vec![1.0, 0.0], vec![0.0, 1.0]]));
         // A blob cut anywhere is refused, named.
         for cut in [3, blob.len() / 2, blob.len() - 1] {
             let error = Knowledge::unpack(&blob[..cut], &dir("cut"))

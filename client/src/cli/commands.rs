@@ -421,3 +421,20 @@ pub async fn index_list(coordinator: Option<String>, namespace: Option<&str>, js
     session.close(false).await;
     code
 }
+
+/// `weft index push`.
+pub async fn index_push(
+    coordinator: Option<String>,
+    graph: &Path,
+    knowledge: &str,
+    to: &str,
+    json: bool,
+) -> u8 {
+    let session = match open(coordinator, LOCAL_WORKERS, false).await {
+        Ok(session) => session,
+        Err(code) => return code,
+    };
+    let code = super::push::push(&session, graph, knowledge, to, json).await;
+    session.close(false).await;
+    code
+}

@@ -14,17 +14,19 @@ use std::path::Path;
 use serde_json::{Map, Value, json};
 use weft_client::{BundleOptions, Client, GraphBundle, KnowledgeIndex, RunStatus};
 use weft_graph::GraphError;
+use weft_graph::KnowledgeDecl;
 
 use super::connect::report;
 use super::session::Session;
 use super::terminal::{err, out};
 use super::{exit, output};
 
-/// The graph that builds `graph`'s knowledge bases' indexes: JSON text.
-fn index_graph(graph: &weft_graph::Graph) -> String {
+/// The graph that builds the indexes of `bases`, knowledge bases of
+/// `graph`: JSON text.
+fn index_graph(graph: &weft_graph::Graph, bases: &[&KnowledgeDecl]) -> String {
     let mut knowledge = Map::new();
     let mut nodes = Map::new();
-    for base in &graph.knowledge {
+    for base in bases {
         let mut decl = json!({
             "sources": base.sources,
             "chunk": {"size": base.chunk_size, "overlap": base.chunk_overlap},
@@ -58,35 +60,40 @@ fn index_graph(graph: &weft_graph::Graph) -> String {
     .to_string()
 }
 
-/// `weft index build GRAPH`.
-pub async fn build(session: &Session, graph_path: &Path, json_output: bool) -> u8 {
+/// The graph in `graph_path` and its bundle; findings printed when it
+/// does not load.
+pub(super) fn loaded(graph_path: &Path) -> Option<(weft_graph::Graph, GraphBundle)> {
     let bundle = match GraphBundle::from_file_with(graph_path, BundleOptions::default()) {
         Ok(bundle) => bundle,
         Err(weft_client::BundleError::Graph(GraphError::Invalid(findings))) => {
             for finding in findings {
                 err!("{finding}");
             }
-            return exit::INVALID;
+            return None;
         }
         Err(error) => {
             err!("error: {error}");
-            return exit::INVALID;
+            return None;
         }
     };
-    let graph = match weft_graph::load_file(graph_path) {
-        Ok((graph, _)) => graph,
+    match weft_graph::load_file(graph_path) {
+        Ok((graph, _)) => Some((graph, bundle)),
         Err(error) => {
             err!("error: {error}");
-            return exit::INVALID;
+            None
         }
-    };
-    if graph.knowledge.is_empty() {
-        err!(
-            "error: graph '{}' declares no knowledge base (`knowledge:`): there is no index to build",
-            graph_path.display()
-        );
-        return exit::INVALID;
     }
+}
+
+/// Builds the indexes of `bases` (knowledge bases of `graph`, whose
+/// bundle is `bundle`) on the cluster; the `index_built` events of the
+/// run, or the exit status of a failure (said).
+pub(super) async fn build_indexes(
+    client: &Client,
+    graph: &weft_graph::Graph,
+    bundle: GraphBundle,
+    bases: &[&KnowledgeDecl],
+) -> Result<Vec<Value>, u8> {
     // The graph's own file is left out; its knowledge bases' files stay,
     // at the same paths beside the new graph, so the keys are the same.
     let own = bundle.graph_path.clone();
@@ -98,36 +105,57 @@ pub async fn build(session: &Session, graph_path: &Path, json_output: bool) -> u
         .collect();
     files.push((
         builder_path.clone(),
-        index_graph(&graph).into_bytes(),
+        index_graph(graph, bases).into_bytes(),
         0o644,
     ));
     let bundle = GraphBundle {
         graph_path: builder_path,
         files,
     };
-    let client = &session.client;
     let submitted = match client.submit_bundle(bundle, &json!({})).await {
         Ok(submitted) => submitted,
-        Err(error) => return report(&error),
+        Err(error) => return Err(report(&error)),
     };
     let run_id = submitted.run_id.to_string();
     err!(
         "run {run_id} builds the indexes of {} knowledge base(s)",
-        graph.knowledge.len()
+        bases.len()
     );
     let info = match client.wait(&run_id).await {
         Ok(info) => info,
-        Err(error) => return report(&error),
+        Err(error) => return Err(report(&error)),
     };
     if info.status != RunStatus::Completed {
-        return output::show(&info, json_output);
+        return Err(output::show(&info, false));
     }
-    let built = match built_in(client, &run_id).await {
-        Ok(built) => built,
-        Err(error) => return report(&error),
+    built_in(client, &run_id)
+        .await
+        .map_err(|error| report(&error))
+}
+
+/// `weft index build GRAPH`.
+pub async fn build(session: &Session, graph_path: &Path, json_output: bool) -> u8 {
+    let Some((graph, bundle)) = loaded(graph_path) else {
+        return exit::INVALID;
     };
-    let rows: Vec<Value> = graph
+    // A knowledge base kept in a table (`store:`) has no index of Weft's.
+    let indexed: Vec<&KnowledgeDecl> = graph
         .knowledge
+        .iter()
+        .filter(|b| b.store.is_none())
+        .collect();
+    if indexed.is_empty() {
+        err!(
+            "error: graph '{}' declares no knowledge base with `sources` (`knowledge:`): there is no index to build",
+            graph_path.display()
+        );
+        return exit::INVALID;
+    }
+    let built = match build_indexes(&session.client, &graph, bundle, &indexed).await {
+        Ok(built) => built,
+        Err(code) => return code,
+    };
+    let rows: Vec<Value> = indexed
         .iter()
         .map(|base| {
             built
@@ -151,7 +179,7 @@ pub async fn build(session: &Session, graph_path: &Path, json_output: bool) -> u
         })
         .collect();
     if json_output {
-        out!("{}", json!({"run_id": run_id, "indexes": rows}));
+        out!("{}", json!({"indexes": rows}));
         return exit::OK;
     }
     for row in &rows {
@@ -274,7 +302,8 @@ mod tests {
         std::fs::write(dir.join("faq.md"), "# F\nfaq").unwrap();
         std::fs::write(dir.join("qa.yaml"), yaml).unwrap();
         let (graph, _) = weft_graph::load_file(&dir.join("qa.yaml")).unwrap();
-        let text = index_graph(&graph);
+        let bases: Vec<&KnowledgeDecl> = graph.knowledge.iter().collect();
+        let text = index_graph(&graph, &bases);
         std::fs::write(dir.join("built.json"), &text).unwrap();
         let (built, _) = weft_graph::load_file(&dir.join("built.json")).unwrap();
         assert_eq!(built.knowledge.len(), 2);

@@ -8,6 +8,7 @@ pub mod listing;
 pub mod output;
 pub mod progress;
 pub mod prompt;
+pub mod push;
 mod python_check;
 pub mod session;
 pub mod terminal;

@@ -22,7 +22,9 @@ fn needed(path: &str) -> Option<(&str, Role)> {
         ("weft.v1.RunService", "GetRun" | "ListRuns" | "WatchRun" | "Validate" | "ListIndexes") => {
             Role::Reader
         }
-        ("weft.v1.RunService", "Submit" | "Resume" | "Cancel" | "Retry") => Role::Operator,
+        ("weft.v1.RunService", "Submit" | "Resume" | "Cancel" | "Retry" | "FetchIndex") => {
+            Role::Operator
+        }
         ("weft.v1.RunService", "DeleteRun") => Role::Admin,
         ("weft.v1.WorkerService", "Join" | "FetchBlob" | "ShareIndex") => Role::Worker,
         _ => return None,

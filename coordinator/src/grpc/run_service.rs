@@ -116,6 +116,37 @@ impl RunService for RunApi {
         }))
     }
 
+    async fn fetch_index(
+        &self,
+        request: Request<pb::FetchIndexRequest>,
+    ) -> Result<Response<pb::FetchIndexResponse>, Status> {
+        let caller = principal(&request)?;
+        let request = request.into_inner();
+        let namespace = if request.namespace.is_empty() {
+            caller.namespace.clone()
+        } else {
+            request.namespace
+        };
+        let missing = || {
+            Status::not_found(format!(
+                "no knowledge index '{}' is kept for namespace '{namespace}'",
+                request.key
+            ))
+        };
+        if !caller.sees(&namespace) {
+            return Err(missing());
+        }
+        let content = self
+            .indexes
+            .fetch(&namespace, &request.key)
+            .await
+            .map_err(|error| Status::unavailable(error.to_string()))?
+            .ok_or_else(missing)?;
+        Ok(Response::new(pb::FetchIndexResponse {
+            content: content.to_vec(),
+        }))
+    }
+
     type WatchRunStream = EventStream;
 
     async fn watch_run(

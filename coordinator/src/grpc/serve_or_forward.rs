@@ -387,6 +387,7 @@ impl RunService for FrontRuns {
         get_run(pb::GetRunRequest) -> pb::RunInfo;
         list_runs(pb::ListRunsRequest) -> pb::ListRunsResponse;
         list_indexes(pb::ListIndexesRequest) -> pb::ListIndexesResponse;
+        fetch_index(pb::FetchIndexRequest) -> pb::FetchIndexResponse;
         resume(pb::ResumeRequest) -> pb::RunInfo;
         cancel(pb::CancelRequest) -> pb::RunInfo;
         retry(pb::RetryRequest) -> pb::RunInfo;

@@ -800,7 +800,10 @@ async fn weft_index_builds_ahead_and_lists_what_is_kept() -> anyhow::Result<()> 
     std::fs::write(&plain, "nodes:\n  a: { kind: end, start: true }\n")?;
     let (ok, _, stderr) = weft(&["index", "build", &plain.display().to_string()]).await?;
     assert!(!ok);
-    assert!(stderr.contains("declares no knowledge base"), "{stderr}");
+    assert!(
+        stderr.contains("declares no knowledge base with `sources`"),
+        "{stderr}"
+    );
     Ok(())
 }
 
@@ -969,5 +972,136 @@ async fn a_knowledge_base_in_a_pgvector_table_is_searched() -> anyhow::Result<()
         "{message}"
     );
     assert!(!message.contains(&postgres.url), "{message}");
+    Ok(())
+}
+
+const PUSHED: &str = r#"
+name: pushed
+state:
+  question: { type: string }
+  found: { type: array, default: [] }
+knowledge:
+  handbook:
+    sources: "handbook/*.md"
+    chunk: { size: 300, overlap: 40 }
+    embeddings: { model: embed-small }
+  tables:
+    store: { kind: pgvector, url: "${HANDBOOK_DSN}", table: handbook_chunks }
+    embeddings: { model: embed-small }
+nodes:
+  search:
+    kind: rag
+    start: true
+    knowledge: tables
+    query: "{{ question }}"
+    top_k: 2
+    state_updates: { found: "{{ sources }}" }
+"#;
+
+/// `weft index push` builds a knowledge base's index on the cluster and
+/// loads its chunks, links and embeddings into the table another one
+/// names (made if missing; pushed again, its rows are replaced); a `rag`
+/// node then answers from the table.
+#[tokio::test]
+async fn weft_index_push_loads_a_knowledge_base_into_a_table() -> anyhow::Result<()> {
+    use weft_tests::postgres::TestPostgres;
+    let postgres = TestPostgres::start("push")?;
+    let llm = TestLlm::start(KEY, |_, _| Reply::Text("unused".into())).await?;
+    let mut cluster = TestCluster::start()?;
+    let secrets = cluster.dir().join("secrets.env");
+    std::fs::write(&secrets, format!("HANDBOOK_DSN={}\n", postgres.url))?;
+    let config = cluster.dir().join("w.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[providers.local]\nbase_url = \"{}\"\napi_key = \"{KEY}\"\nmodel = \"tiny\"\n",
+            llm.url
+        ),
+    )?;
+    cluster.add_worker_with(
+        "w",
+        1,
+        &[
+            "--config".to_owned(),
+            config.display().to_string(),
+            "--secrets-file".to_owned(),
+            secrets.display().to_string(),
+        ],
+    )?;
+    cluster.wait_for_workers(&["w"]).await?;
+    let graph = graph_beside_handbook(&scratch("push")?, PUSHED)?;
+    let push = |dsn: Option<&str>| {
+        let mut command = tokio::process::Command::new(weft_tests::binary("weft"));
+        command
+            .env("WEFT_COORDINATOR", cluster.url())
+            .env_remove("HANDBOOK_DSN")
+            .args(["index", "push"])
+            .arg(&graph)
+            .args(["handbook", "--to", "tables"])
+            .stdin(std::process::Stdio::null());
+        if let Some(dsn) = dsn {
+            command.env("HANDBOOK_DSN", dsn);
+        }
+        async move {
+            let out = command.output().await?;
+            anyhow::Ok((
+                out.status.success(),
+                String::from_utf8_lossy(&out.stdout).into_owned(),
+                String::from_utf8_lossy(&out.stderr).into_owned(),
+            ))
+        }
+    };
+    let (ok, stdout, stderr) = push(None).await?;
+    assert!(!ok);
+    assert!(
+        stderr.contains("knowledge 'tables': store url: ${HANDBOOK_DSN} is not set in this command's environment"),
+        "{stderr}"
+    );
+    let (ok, stdout_first, stderr) = push(Some(&postgres.url)).await?;
+    assert!(ok, "{stdout}\n{stdout_first}\n{stderr}");
+    assert!(
+        stdout_first.starts_with("handbook -> handbook_chunks: ")
+            && stdout_first.contains(" rows from 4 sources, embeddings of 64 dimensions"),
+        "{stdout_first}"
+    );
+    let db = postgres.connect().await?;
+    async fn count(db: &tokio_postgres::Client) -> anyhow::Result<i64> {
+        let row = db
+            .query_one("SELECT count(*) FROM handbook_chunks", &[])
+            .await?;
+        Ok(row.get(0))
+    }
+    let rows = count(&db).await?;
+    assert!(rows >= 8, "{rows} rows");
+    let linked: Vec<String> = db
+        .query_one(
+            "SELECT links FROM handbook_chunks WHERE source = 'handbook/cluster.md' LIMIT 1",
+            &[],
+        )
+        .await?
+        .get(0);
+    assert!(
+        linked.contains(&"handbook/durability.md".to_owned()),
+        "{linked:?}"
+    );
+    // Pushed again: the same rows, replaced, and the index not built again.
+    let (ok, stdout, stderr) = push(Some(&postgres.url)).await?;
+    assert!(ok, "{stdout}\n{stderr}");
+    assert_eq!(stdout, stdout_first);
+    assert_eq!(count(&db).await?, rows);
+    assert_eq!(
+        llm.embedding_requests().len(),
+        1,
+        "the chunks were embedded once"
+    );
+
+    let client = cluster.client().await?;
+    let done = run_file(&client, &graph, json!({"question": "refund to the card"})).await?;
+    assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error);
+    assert_eq!(
+        done.state["found"][0]["source"], "handbook/billing.md",
+        "{}",
+        done.state
+    );
     Ok(())
 }

@@ -202,6 +202,20 @@ class ListIndexesResponse(_message.Message):
     indexes: _containers.RepeatedCompositeFieldContainer[IndexInfo]
     def __init__(self, indexes: _Optional[_Iterable[_Union[IndexInfo, _Mapping]]] = ...) -> None: ...
 
+class FetchIndexRequest(_message.Message):
+    __slots__ = ("namespace", "key")
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    namespace: str
+    key: str
+    def __init__(self, namespace: _Optional[str] = ..., key: _Optional[str] = ...) -> None: ...
+
+class FetchIndexResponse(_message.Message):
+    __slots__ = ("content",)
+    CONTENT_FIELD_NUMBER: _ClassVar[int]
+    content: bytes
+    def __init__(self, content: _Optional[bytes] = ...) -> None: ...
+
 class IndexInfo(_message.Message):
     __slots__ = ("namespace", "key", "knowledge", "files", "bytes", "chunks", "index_bytes", "model", "embedding_calls", "build_ms", "built_by", "built_at_ms", "used_at_ms", "run_id")
     NAMESPACE_FIELD_NUMBER: _ClassVar[int]

@@ -59,6 +59,11 @@ class RunServiceStub:
                 request_serializer=weft_dot_v1_dot_runs__pb2.ListIndexesRequest.SerializeToString,
                 response_deserializer=weft_dot_v1_dot_runs__pb2.ListIndexesResponse.FromString,
                 _registered_method=True)
+        self.FetchIndex = channel.unary_unary(
+                '/weft.v1.RunService/FetchIndex',
+                request_serializer=weft_dot_v1_dot_runs__pb2.FetchIndexRequest.SerializeToString,
+                response_deserializer=weft_dot_v1_dot_runs__pb2.FetchIndexResponse.FromString,
+                _registered_method=True)
         self.WatchRun = channel.unary_stream(
                 '/weft.v1.RunService/WatchRun',
                 request_serializer=weft_dot_v1_dot_runs__pb2.WatchRunRequest.SerializeToString,
@@ -120,6 +125,13 @@ class RunServiceServicer:
     def ListIndexes(self, request, context):
         """The knowledge indexes the coordinator keeps for the caller's
         namespaces (SPEC 17).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def FetchIndex(self, request, context):
+        """One of them, packed (what `weft index push` loads into a table).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -187,6 +199,11 @@ def add_RunServiceServicer_to_server(servicer, server):
                     servicer.ListIndexes,
                     request_deserializer=weft_dot_v1_dot_runs__pb2.ListIndexesRequest.FromString,
                     response_serializer=weft_dot_v1_dot_runs__pb2.ListIndexesResponse.SerializeToString,
+            ),
+            'FetchIndex': grpc.unary_unary_rpc_method_handler(
+                    servicer.FetchIndex,
+                    request_deserializer=weft_dot_v1_dot_runs__pb2.FetchIndexRequest.FromString,
+                    response_serializer=weft_dot_v1_dot_runs__pb2.FetchIndexResponse.SerializeToString,
             ),
             'WatchRun': grpc.unary_stream_rpc_method_handler(
                     servicer.WatchRun,
@@ -349,6 +366,33 @@ class RunService:
             '/weft.v1.RunService/ListIndexes',
             weft_dot_v1_dot_runs__pb2.ListIndexesRequest.SerializeToString,
             weft_dot_v1_dot_runs__pb2.ListIndexesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def FetchIndex(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/weft.v1.RunService/FetchIndex',
+            weft_dot_v1_dot_runs__pb2.FetchIndexRequest.SerializeToString,
+            weft_dot_v1_dot_runs__pb2.FetchIndexResponse.FromString,
             options,
             channel_credentials,
             insecure,
