@@ -155,9 +155,12 @@ impl Knowledge {
     }
 }
 
+/// Embeddings, one per chunk, when an index has them.
+type Vectors = Option<Vec<Vec<f32>>>;
+
 /// A packed index's header, its embeddings, and the bytes after them
 /// (the keyword index's files).
-fn read_head(blob: &[u8]) -> Result<(Header, Option<Vec<Vec<f32>>>, &[u8]), PackError> {
+fn read_head(blob: &[u8]) -> Result<(Header, Vectors, &[u8]), PackError> {
     let malformed = |why: &str| PackError::Malformed(why.to_owned());
     let rest = blob
         .strip_prefix(MAGIC)

@@ -31,7 +31,7 @@ pub(crate) enum Shared {
     /// The packed index, checked against its hash.
     Found(Vec<u8>),
     /// This worker builds it and gives it back through the builder.
-    Build(Builder),
+    Build(Box<Builder>),
 }
 
 /// Why sharing did not work (the step then builds the index alone).
@@ -123,11 +123,11 @@ impl IndexShelf {
                     waited_for = Some(builder);
                 }
                 pb::index_download::Body::Build(build) => {
-                    return Ok(Shared::Build(Builder {
+                    return Ok(Shared::Build(Box::new(Builder {
                         upload,
                         download,
                         max_bytes: build.max_bytes,
-                    }));
+                    })));
                 }
                 pb::index_download::Body::Piece(piece) => {
                     blob.extend_from_slice(&piece.data);

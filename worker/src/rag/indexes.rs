@@ -113,7 +113,7 @@ struct Work<'a> {
 
 /// Gives the coordinator the index this worker was asked to build; a
 /// refusal (too large to keep, say) leaves it on this worker alone.
-async fn share(builder: Builder, blob: &[u8], note: &Value, knowledge: &str) {
+async fn share(builder: Box<Builder>, blob: &[u8], note: &Value, knowledge: &str) {
     if blob.len() as u64 > builder.max_bytes() {
         let why = format!(
             "the index packs to {} bytes, more than the {} the coordinator keeps (max_index_bytes)",

@@ -8,8 +8,9 @@
 //!
 //! 1. finds each knowledge base's sources among the bundle's files (the
 //!    globs matched as the graph crate matches them, relative to the
-//!    graph's directory) and opens its index ([`indexes`]), building it
-//!    once per content;
+//!    graph's directory) and opens its index ([`indexes`]), fetched from
+//!    the coordinator or built once per content — or, for one kept in a
+//!    PostgreSQL table, queries the table instead (`pgvector`);
 //! 2. embeds the query when the mode ranks by vectors, retrieves from each
 //!    knowledge base (`weft_retrieval`), fuses several by RRF, and with
 //!    `rerank` has a model order the `4 × top_k` candidates instead (graph
