@@ -33,6 +33,8 @@ pub const FORWARDED_METADATA: &str = "weft-forwarded";
 pub mod codec;
 pub mod events;
 pub mod ids;
+#[cfg(feature = "wire")]
+pub mod index_pieces;
 pub mod json;
 #[cfg(feature = "wire")]
 pub mod transport;

@@ -8,17 +8,15 @@
 
 use std::time::Duration;
 
-use sha2::{Digest, Sha256};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_stream::StreamExt;
 use tonic::{Status, Streaming};
+use weft_proto::index_pieces::{self, Joined, PieceError};
 use weft_proto::v1 as pb;
 
 use crate::indexes::{BuildLease, Claim, IndexInfo, SharedIndexes};
 
-/// Bytes of a packed index per message.
-pub(super) const PIECE_BYTES: usize = 1 << 20;
 /// The shortest time a claim is given, whatever the step says is left.
 const LEAST_TIME: Duration = Duration::from_secs(5);
 
@@ -111,26 +109,15 @@ pub(super) async fn serve(
 
 /// Sends `blob` in pieces, the last one with its hash.
 async fn send_pieces(blob: &[u8], out: &mpsc::Sender<Reply>) {
-    let sha256 = hex(&Sha256::digest(blob));
-    let count = blob.len().div_ceil(PIECE_BYTES).max(1);
-    for n in 0..count {
-        let piece =
-            &blob[(n * PIECE_BYTES).min(blob.len())..((n + 1) * PIECE_BYTES).min(blob.len())];
-        let last = n + 1 == count;
-        let body = pb::index_download::Body::Piece(pb::IndexPiece {
-            data: piece.to_vec(),
-            sha256: if last { sha256.clone() } else { String::new() },
-            last,
-            built_json: String::new(),
-        });
-        if out.send(reply(body)).await.is_err() {
+    for piece in index_pieces::pieces(blob, "") {
+        if out
+            .send(reply(pb::index_download::Body::Piece(piece)))
+            .await
+            .is_err()
+        {
             return;
         }
     }
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// Has the worker build the index, takes it back and keeps it; the lease
@@ -169,7 +156,7 @@ async fn build(
         bytes: figure(&built, "bytes"),
         chunks: figure(&built, "chunks"),
         index_bytes: blob.len() as u64,
-        sha256: hex(&Sha256::digest(&blob)),
+        sha256: index_pieces::sha256_hex(&blob),
         model: built["model"].as_str().unwrap_or_default().to_owned(),
         embedding_calls: figure(&built, "embedding_calls"),
         build_ms: figure(&built, "latency_ms"),
@@ -202,7 +189,7 @@ async fn receive(
     inbound: &mut Streaming<pb::IndexUpload>,
     max_bytes: u64,
 ) -> Result<Option<(Vec<u8>, serde_json::Value)>, Status> {
-    let mut blob = Vec::new();
+    let mut joined = Joined::new(max_bytes);
     loop {
         let body = match inbound.next().await {
             Some(Ok(pb::IndexUpload { body: Some(body) })) => body,
@@ -217,22 +204,16 @@ async fn receive(
                 ));
             }
         };
-        if (blob.len() + piece.data.len()) as u64 > max_bytes {
-            return Err(Status::resource_exhausted(format!(
-                "the index packs to more than the {max_bytes} bytes the coordinator keeps (max_index_bytes)"
-            )));
-        }
-        blob.extend_from_slice(&piece.data);
-        if piece.last {
-            let actual = hex(&Sha256::digest(&blob));
-            if actual != piece.sha256 {
-                return Err(Status::data_loss(format!(
-                    "the uploaded index hashes to {actual}, not the {} its last piece names",
-                    piece.sha256
-                )));
+        match joined.add(piece) {
+            Ok(None) => {}
+            Ok(Some((blob, built))) => {
+                let built = serde_json::from_str(&built).unwrap_or_default();
+                return Ok(Some((blob, built)));
             }
-            let built = serde_json::from_str(&piece.built_json).unwrap_or_default();
-            return Ok(Some((blob, built)));
+            Err(error @ PieceError::TooLarge { .. }) => {
+                return Err(Status::resource_exhausted(error.to_string()));
+            }
+            Err(error) => return Err(Status::data_loss(error.to_string())),
         }
     }
 }

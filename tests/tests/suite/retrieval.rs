@@ -548,18 +548,42 @@ async fn what_the_format_refuses_is_named_before_a_run_starts() -> anyhow::Resul
     Ok(())
 }
 
-/// Starts worker `name` with the test server at `url` as its provider.
-fn add_rag_worker(cluster: &mut TestCluster, name: &str, url: &str) -> anyhow::Result<()> {
+/// Starts worker `name` (1 slot) with the test server at `url` as its
+/// provider, and `extra` arguments.
+fn add_rag_worker_with(
+    cluster: &mut TestCluster,
+    name: &str,
+    url: &str,
+    extra: &[String],
+) -> anyhow::Result<()> {
     let config = cluster.dir().join(format!("{name}.toml"));
     std::fs::write(
         &config,
         format!("[providers.local]\nbase_url = \"{url}\"\napi_key = \"{KEY}\"\nmodel = \"tiny\"\n"),
     )?;
-    cluster.add_worker_with(
-        name,
-        1,
-        &["--config".to_owned(), config.display().to_string()],
-    )
+    let mut args = vec!["--config".to_owned(), config.display().to_string()];
+    args.extend_from_slice(extra);
+    cluster.add_worker_with(name, 1, &args)
+}
+
+/// Starts worker `name` with the test server at `url` as its provider.
+fn add_rag_worker(cluster: &mut TestCluster, name: &str, url: &str) -> anyhow::Result<()> {
+    add_rag_worker_with(cluster, name, url, &[])
+}
+
+/// A cluster whose worker `w` has the test server as its provider and the
+/// PostgreSQL server's URL as its secret `HANDBOOK_DSN`.
+async fn cluster_with_table(
+    llm: &TestLlm,
+    postgres: &weft_tests::postgres::TestPostgres,
+) -> anyhow::Result<TestCluster> {
+    let mut cluster = TestCluster::start()?;
+    let secrets = cluster.dir().join("secrets.env");
+    std::fs::write(&secrets, format!("HANDBOOK_DSN={}\n", postgres.url))?;
+    let secrets = ["--secrets-file".to_owned(), secrets.display().to_string()];
+    add_rag_worker_with(&mut cluster, "w", &llm.url, &secrets)?;
+    cluster.wait_for_workers(&["w"]).await?;
+    Ok(cluster)
 }
 
 /// An index is built once for the cluster: a second worker, with nothing
@@ -888,25 +912,7 @@ async fn a_knowledge_base_in_a_pgvector_table_is_searched() -> anyhow::Result<()
         .await?;
     }
     let llm = TestLlm::start(KEY, |_, _| Reply::Text("unused".into())).await?;
-    let mut cluster = TestCluster::start()?;
-    let secrets = cluster.dir().join("secrets.env");
-    std::fs::write(&secrets, format!("HANDBOOK_DSN={}\n", postgres.url))?;
-    let config = cluster.dir().join("w.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[providers.local]\nbase_url = \"{}\"\napi_key = \"{KEY}\"\nmodel = \"tiny\"\n",
-            llm.url
-        ),
-    )?;
-    let args = [
-        "--config".to_owned(),
-        config.display().to_string(),
-        "--secrets-file".to_owned(),
-        secrets.display().to_string(),
-    ];
-    cluster.add_worker_with("w", 1, &args)?;
-    cluster.wait_for_workers(&["w"]).await?;
+    let cluster = cluster_with_table(&llm, &postgres).await?;
     let client = cluster.client().await?;
     let run = |yaml: String, question: &'static str| {
         let client = client.clone();
@@ -1007,28 +1013,7 @@ async fn weft_index_push_loads_a_knowledge_base_into_a_table() -> anyhow::Result
     use weft_tests::postgres::TestPostgres;
     let postgres = TestPostgres::start("push")?;
     let llm = TestLlm::start(KEY, |_, _| Reply::Text("unused".into())).await?;
-    let mut cluster = TestCluster::start()?;
-    let secrets = cluster.dir().join("secrets.env");
-    std::fs::write(&secrets, format!("HANDBOOK_DSN={}\n", postgres.url))?;
-    let config = cluster.dir().join("w.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[providers.local]\nbase_url = \"{}\"\napi_key = \"{KEY}\"\nmodel = \"tiny\"\n",
-            llm.url
-        ),
-    )?;
-    cluster.add_worker_with(
-        "w",
-        1,
-        &[
-            "--config".to_owned(),
-            config.display().to_string(),
-            "--secrets-file".to_owned(),
-            secrets.display().to_string(),
-        ],
-    )?;
-    cluster.wait_for_workers(&["w"]).await?;
+    let cluster = cluster_with_table(&llm, &postgres).await?;
     let graph = graph_beside_handbook(&scratch("push")?, PUSHED)?;
     let push = |dsn: Option<&str>| {
         let mut command = tokio::process::Command::new(weft_tests::binary("weft"));

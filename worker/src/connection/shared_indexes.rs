@@ -8,16 +8,13 @@
 use std::time::Instant;
 
 use serde_json::Value;
-use sha2::{Digest, Sha256};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::Streaming;
+use weft_proto::index_pieces::{self, Joined};
 use weft_proto::transport::Authorized;
 use weft_proto::v1 as pb;
 use weft_proto::v1::worker_service_client::WorkerServiceClient;
-
-/// Bytes of a packed index per message.
-const PIECE_BYTES: usize = 1 << 20;
 
 /// Where this worker's session shares indexes.
 #[derive(Clone)]
@@ -96,7 +93,7 @@ impl IndexShelf {
             ShareError::Stream("the coordinator did not answer in the step's time".into())
         })?;
         let mut download = opened.map_err(|s| status(&s))?.into_inner();
-        let mut blob = Vec::new();
+        let mut joined = Joined::new(u64::MAX);
         let mut waited_for = None;
         loop {
             let message = tokio::time::timeout_at(deadline.into(), download.message()).await;
@@ -129,19 +126,11 @@ impl IndexShelf {
                         max_bytes: build.max_bytes,
                     })));
                 }
-                pb::index_download::Body::Piece(piece) => {
-                    blob.extend_from_slice(&piece.data);
-                    if piece.last {
-                        let actual = hex(&Sha256::digest(&blob));
-                        if actual != piece.sha256 {
-                            return Err(ShareError::Stream(format!(
-                                "the index arrived with hash {actual}, not {}",
-                                piece.sha256
-                            )));
-                        }
-                        return Ok(Shared::Found(blob));
-                    }
-                }
+                pb::index_download::Body::Piece(piece) => match joined.add(piece) {
+                    Ok(None) => {}
+                    Ok(Some((blob, _))) => return Ok(Shared::Found(blob)),
+                    Err(error) => return Err(ShareError::Stream(error.to_string())),
+                },
                 pb::index_download::Body::Kept(_) => {
                     return Err(ShareError::Stream("an answer out of turn".into()));
                 }
@@ -160,22 +149,7 @@ impl Builder {
     /// coordinator's refusal, if it did not keep it.
     pub(crate) async fn give(mut self, blob: &[u8], built: &Value) -> Result<(), ShareError> {
         let closed = || ShareError::Stream("the index stream closed".into());
-        let sha256 = hex(&Sha256::digest(blob));
-        let count = blob.len().div_ceil(PIECE_BYTES).max(1);
-        for n in 0..count {
-            let start = (n * PIECE_BYTES).min(blob.len());
-            let end = ((n + 1) * PIECE_BYTES).min(blob.len());
-            let last = n + 1 == count;
-            let piece = pb::IndexPiece {
-                data: blob[start..end].to_vec(),
-                sha256: if last { sha256.clone() } else { String::new() },
-                last,
-                built_json: if last {
-                    built.to_string()
-                } else {
-                    String::new()
-                },
-            };
+        for piece in index_pieces::pieces(blob, &built.to_string()) {
             let message = pb::IndexUpload {
                 body: Some(pb::index_upload::Body::Piece(piece)),
             };
@@ -200,8 +174,4 @@ impl Builder {
         };
         let _ = self.upload.send(message).await;
     }
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
