@@ -134,6 +134,13 @@ struct Shelf {
 }
 
 impl Shelf {
+    /// Sets the gauges of what is kept.
+    fn record(&self) {
+        let bytes: u64 = self.known.values().map(|info| info.index_bytes).sum();
+        metrics::gauge!(crate::metrics::INDEXES_KEPT).set(self.known.len() as f64);
+        metrics::gauge!(crate::metrics::INDEX_BYTES).set(bytes as f64);
+    }
+
     fn held_bytes(&self) -> usize {
         self.held.values().map(|(blob, _)| blob.len()).sum()
     }
@@ -231,12 +238,29 @@ impl SharedIndexes {
             }
         }
         shelf.loaded = true;
+        shelf.record();
         Ok(())
     }
 
     /// Claims `namespace`'s index `key` for `worker`: the index when it is
     /// kept, else the right to build it, else the name of who builds it.
     pub async fn claim(
+        &self,
+        namespace: &str,
+        key: &str,
+        worker: &str,
+    ) -> Result<Claim, StoreError> {
+        let claim = self.claim_once(namespace, key, worker).await?;
+        let outcome = match &claim {
+            Claim::Ready(_) => "fetched",
+            Claim::Build(_) => "build",
+            Claim::Wait(_) => "wait",
+        };
+        metrics::counter!(crate::metrics::INDEX_CLAIMS, "outcome" => outcome).increment(1);
+        Ok(claim)
+    }
+
+    async fn claim_once(
         &self,
         namespace: &str,
         key: &str,
@@ -363,6 +387,7 @@ impl SharedIndexes {
             let id = (namespace, key);
             shelf.known.remove(&id);
             shelf.held.remove(&id);
+            shelf.record();
         }
     }
 }
@@ -413,6 +438,7 @@ impl BuildLease {
         let mut shelf = shared.shelf();
         shelf.known.insert(self.id.clone(), info);
         shelf.hold(self.id.clone(), Arc::new(blob));
+        shelf.record();
         Ok(())
     }
 }

@@ -42,6 +42,13 @@ pub const LLM_TOKENS: &str = "weft_llm_tokens_total";
 pub const INBOX_MESSAGES: &str = "weft_inbox_messages_total";
 /// Bytes of bundle files held for the runs that use them (gauge).
 pub const BUNDLE_BYTES: &str = "weft_bundle_bytes";
+/// Knowledge indexes kept for the workers, and their bytes (gauges).
+pub const INDEXES_KEPT: &str = "weft_knowledge_indexes";
+/// Bytes of the knowledge indexes kept (gauge).
+pub const INDEX_BYTES: &str = "weft_knowledge_index_bytes";
+/// Workers' claims of a knowledge index, by what they got: `fetched`,
+/// `build` or `wait` (counter).
+pub const INDEX_CLAIMS: &str = "weft_knowledge_index_claims_total";
 /// Writes the store refused because another coordinator leads now: the
 /// deposed leader's, fenced on the leader key (counter).
 pub const WRITES_FENCED: &str = "weft_store_writes_fenced_total";
@@ -96,6 +103,16 @@ pub fn install() -> Result<PrometheusHandle, metrics_exporter_prometheus::BuildE
         BUNDLE_BYTES,
         metrics::Unit::Bytes,
         "bundle files held for runs"
+    );
+    metrics::describe_gauge!(INDEXES_KEPT, "knowledge indexes kept for the workers");
+    metrics::describe_gauge!(
+        INDEX_BYTES,
+        metrics::Unit::Bytes,
+        "bytes of the knowledge indexes kept"
+    );
+    metrics::describe_counter!(
+        INDEX_CLAIMS,
+        "workers' claims of a knowledge index, by outcome (fetched, build, wait)"
     );
     metrics::describe_gauge!(WORKERS, "workers connected");
     metrics::describe_gauge!(

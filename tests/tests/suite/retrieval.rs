@@ -638,6 +638,18 @@ async fn an_index_built_on_one_worker_is_fetched_by_the_others() -> anyhow::Resu
                 .any(|entry| entry.is_ok_and(|e| e.file_name().to_string_lossy().ends_with(".kb"))),
             "{next} keeps the fetched index on its disk"
         );
+        if next == "w2" {
+            let metrics = cluster.metrics()?;
+            assert_eq!(
+                weft_tests::gauge(&metrics, "weft_knowledge_indexes"),
+                Some(1.0)
+            );
+            assert!(
+                metrics.contains("weft_knowledge_index_claims_total{outcome=\"build\"} 1")
+                    && metrics.contains("weft_knowledge_index_claims_total{outcome=\"fetched\"} 1"),
+                "{metrics}"
+            );
+        }
     }
     let client = cluster.client().await?;
     let kept = client.indexes(None).await?;
