@@ -283,12 +283,6 @@ pub struct Cited<'a> {
     pub passage: Passage,
 }
 
-impl Cited<'_> {
-    fn chunk(&self) -> &Chunk {
-        self.chunk
-    }
-}
-
 /// The passages of several retrievals (one per knowledge base) fused by
 /// RRF over their ranks, the best `top_k` kept and numbered from 1; one
 /// retrieval is kept as it is.
@@ -326,7 +320,7 @@ pub fn fuse_retrievals<'a>(retrievals: Vec<Vec<Cited<'a>>>, top_k: usize) -> Vec
 pub fn context_of(cited: &[Cited<'_>]) -> String {
     let mut text = String::new();
     for one in cited {
-        let chunk = one.chunk();
+        let chunk = one.chunk;
         if !text.is_empty() {
             text.push_str("\n\n");
         }
@@ -347,7 +341,7 @@ pub fn sources_of(cited: &[Cited<'_>]) -> Value {
         cited
             .iter()
             .map(|one| {
-                let chunk = one.chunk();
+                let chunk = one.chunk;
                 json!({
                     "n": one.passage.n,
                     "source": chunk.source,

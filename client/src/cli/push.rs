@@ -14,7 +14,6 @@
 use std::path::Path;
 
 use serde_json::json;
-use sha2::{Digest, Sha256};
 use weft_client::GraphBundle;
 use weft_graph::KnowledgeDecl;
 use weft_graph::knowledge::Store;
@@ -148,13 +147,7 @@ fn key_of(base: &KnowledgeDecl, bundle: &GraphBundle) -> String {
         .files
         .iter()
         .filter(|(path, _, _)| path != &bundle.graph_path && base.matches(path))
-        .map(|(path, content, _)| {
-            let sha: String = Sha256::digest(content)
-                .iter()
-                .map(|b| format!("{b:02x}"))
-                .collect();
-            (path.clone(), sha)
-        })
+        .map(|(path, content, _)| (path.clone(), weft_proto::index_pieces::sha256_hex(content)))
         .collect();
     let hashed: Vec<(&str, &str)> = hashed
         .iter()

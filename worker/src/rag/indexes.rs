@@ -101,16 +101,6 @@ pub(crate) struct Need<'a> {
     pub deadline: Instant,
 }
 
-/// A build's inputs.
-struct Work<'a> {
-    base: &'a Base,
-    files: &'a [(String, BlobRef)],
-    key: &'a str,
-    chunking: Chunking,
-    max_bytes: u64,
-    deadline: Instant,
-}
-
 /// Gives the coordinator the index this worker was asked to build; a
 /// refusal (too large to keep, say) leaves it on this worker alone.
 async fn share(builder: Box<Builder>, blob: &[u8], note: &Value, knowledge: &str) {
@@ -161,9 +151,9 @@ impl Indexes {
         let Need {
             base,
             files,
-            max_bytes,
             run_id,
             deadline,
+            ..
         } = need;
         let chunking = Chunking::new(base.chunk.size, base.chunk.overlap).map_err(|e| {
             Failure::new(
@@ -207,15 +197,8 @@ impl Indexes {
                         None
                     }
                 };
-                let work = Work {
-                    base,
-                    files,
-                    key: &key,
-                    chunking,
-                    max_bytes,
-                    deadline,
-                };
-                let (knowledge, blob, note) = match self.build(work, blobs, providers).await {
+                let built_here = self.build(&need, (&key, chunking), blobs, providers).await;
+                let (knowledge, blob, note) = match built_here {
                     Ok(done) => done,
                     Err(failure) => {
                         if let Some(builder) = builder {
@@ -279,22 +262,23 @@ impl Indexes {
         }
     }
 
-    /// Builds an index: reads (at most `max_bytes`), chunks, indexes,
-    /// embeds, packs; returns it open, packed, and its `index_built` note.
+    /// Builds the index `key` of what `need` names, cut by `chunking`:
+    /// reads (at most `max_bytes`), chunks, indexes, embeds, packs; returns
+    /// it open, packed, and its `index_built` note.
     async fn build(
         &self,
-        work: Work<'_>,
+        need: &Need<'_>,
+        (key, chunking): (&str, Chunking),
         blobs: &BlobCache,
         providers: &Providers,
     ) -> Result<(Knowledge, Vec<u8>, Value), Failure> {
-        let Work {
+        let Need {
             base,
             files,
-            key,
-            chunking,
             max_bytes,
             deadline,
-        } = work;
+            ..
+        } = *need;
         let started = Instant::now();
         let mut contents = Vec::with_capacity(files.len());
         let mut bytes = 0u64;
