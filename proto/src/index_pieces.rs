@@ -38,31 +38,30 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
         .collect()
 }
 
-/// `blob` cut into pieces, in order; the last carries its hash and
+/// `blob` cut into pieces, in order, each made as it is sent (a large
+/// index is not copied whole first); the last carries its hash and
 /// `built_json` (an uploader's `index_built` figures; empty otherwise).
-pub fn pieces(blob: &[u8], built_json: &str) -> Vec<v1::IndexPiece> {
+pub fn pieces<'a>(
+    blob: &'a [u8],
+    built_json: &'a str,
+) -> impl Iterator<Item = v1::IndexPiece> + 'a {
     let count = blob.len().div_ceil(PIECE_BYTES).max(1);
-    (0..count)
-        .map(|n| {
-            let start = (n * PIECE_BYTES).min(blob.len());
-            let end = ((n + 1) * PIECE_BYTES).min(blob.len());
-            let last = n + 1 == count;
-            v1::IndexPiece {
-                data: blob[start..end].to_vec(),
-                sha256: if last {
-                    sha256_hex(blob)
-                } else {
-                    String::new()
-                },
-                last,
-                built_json: if last {
-                    built_json.to_owned()
-                } else {
-                    String::new()
-                },
-            }
-        })
-        .collect()
+    let sha256 = sha256_hex(blob);
+    (0..count).map(move |n| {
+        let start = (n * PIECE_BYTES).min(blob.len());
+        let end = ((n + 1) * PIECE_BYTES).min(blob.len());
+        let last = n + 1 == count;
+        v1::IndexPiece {
+            data: blob[start..end].to_vec(),
+            sha256: if last { sha256.clone() } else { String::new() },
+            last,
+            built_json: if last {
+                built_json.to_owned()
+            } else {
+                String::new()
+            },
+        }
+    })
 }
 
 /// Pieces being put back together.
@@ -109,7 +108,7 @@ mod tests {
     #[test]
     fn pieces_join_into_the_index_checked() {
         let blob: Vec<u8> = (0..PIECE_BYTES * 2 + 5).map(|i| (i % 251) as u8).collect();
-        let cut = pieces(&blob, "{\"chunks\":3}");
+        let cut: Vec<v1::IndexPiece> = pieces(&blob, "{\"chunks\":3}").collect();
         assert_eq!(cut.len(), 3);
         assert!(cut[..2].iter().all(|p| !p.last && p.sha256.is_empty()));
         let mut joined = Joined::new(u64::MAX);
@@ -119,7 +118,7 @@ mod tests {
         }
         assert_eq!(whole, Some((blob.clone(), "{\"chunks\":3}".to_owned())));
         // An empty index is one piece.
-        assert_eq!(pieces(&[], "").len(), 1);
+        assert_eq!(pieces(&[], "").count(), 1);
         // A piece changed on the way, or too many bytes, is refused.
         let mut tampered = cut.clone();
         tampered[1].data[0] ^= 1;
