@@ -26,6 +26,9 @@ pub struct KnowledgeIndex {
     pub model: Option<String>,
     /// Embedding requests its build made.
     pub embedding_calls: u64,
+    /// How its vectors are searched (`exact`, `approximate`); `None`
+    /// without embeddings.
+    pub vector_search: Option<String>,
     /// How long its build took, in milliseconds.
     pub build_ms: u64,
     /// The worker that built it.
@@ -50,6 +53,7 @@ impl From<pb::IndexInfo> for KnowledgeIndex {
             index_bytes: info.index_bytes,
             model: (!info.model.is_empty()).then_some(info.model),
             embedding_calls: info.embedding_calls,
+            vector_search: (!info.vector_search.is_empty()).then_some(info.vector_search),
             build_ms: info.build_ms,
             built_by: info.built_by,
             run_id: info.run_id,

@@ -59,6 +59,10 @@ pub struct IndexInfo {
     pub model: String,
     /// Embedding requests the build made.
     pub embedding_calls: u64,
+    /// How its vectors are searched (`exact`, `approximate`; empty
+    /// without embeddings).
+    #[serde(default)]
+    pub vector_search: String,
     /// How long the build took.
     pub build_ms: u64,
     /// The worker that built it.
@@ -490,6 +494,7 @@ mod tests {
             sha256: String::new(),
             model: String::new(),
             embedding_calls: 0,
+            vector_search: String::new(),
             build_ms: 1,
             built_by: "w1".into(),
             run_id: "r".into(),

@@ -190,7 +190,9 @@ def main():
                     "size": {"type": "integer", "minimum": 16, "maximum": 100000, "description": "Characters (default 800)."},
                     "overlap": {"type": "integer", "minimum": 0, "description": "Characters shared with the chunk before (default 120), under half the size."}}},
                 "embeddings": {"type": "object", "additionalProperties": False, "required": ["model"], "properties": {
-                    "model": string, "provider": string}},
+                    "model": string, "provider": string,
+                    "search": {"enum": ["exact", "approximate"],
+                               "description": "How the chunks' embeddings are searched; left out, exactly up to 80,000 chunks of 1,536 dimensions (480,000 of 256), through an HNSW graph above."}}},
                 "store": {"type": "object", "additionalProperties": False, "required": ["kind", "url", "table"],
                           "description": "An index kept elsewhere, instead of sources: a PostgreSQL table with pgvector (columns text, embedding, source, heading, links).",
                           "properties": {

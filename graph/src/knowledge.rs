@@ -80,6 +80,28 @@ pub struct Embeddings {
     pub model: String,
     /// The worker's provider that serves it (`None`: its default).
     pub provider: Option<String>,
+    /// How the index's vectors are searched (`None`: exactly up to a
+    /// size, approximately above it).
+    pub search: Option<VectorSearch>,
+}
+
+/// How a knowledge base's vectors are searched: `embeddings: {search}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum VectorSearch {
+    /// Every chunk's embedding compared with the query's.
+    Exact,
+    /// Through an approximate (HNSW) index built with the knowledge base's.
+    Approximate,
+}
+
+impl VectorSearch {
+    /// Its name, as a graph writes it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Exact => "exact",
+            Self::Approximate => "approximate",
+        }
+    }
 }
 
 impl KnowledgeDecl {
@@ -164,6 +186,7 @@ struct RawChunk {
 struct RawEmbeddings {
     model: Option<String>,
     provider: Option<String>,
+    search: Option<String>,
 }
 
 /// The fields a knowledge base takes.
@@ -248,9 +271,36 @@ fn read_one(
         Some(RawEmbeddings {
             model: Some(model),
             provider,
-        }) => Some(Embeddings { model, provider }),
+            search,
+        }) => {
+            let search = match search.as_deref() {
+                None => None,
+                Some("exact") => Some(VectorSearch::Exact),
+                Some("approximate") => Some(VectorSearch::Approximate),
+                Some(other) => {
+                    error(format!(
+                        "embeddings: search '{other}' is not one of exact, approximate \
+                         (leave it out to search exactly up to 20,000 chunks of 1,536 dimensions)"
+                    ));
+                    return None;
+                }
+            };
+            Some(Embeddings {
+                model,
+                provider,
+                search,
+            })
+        }
     };
     if let Some(store) = raw.store {
+        if embeddings.as_ref().is_some_and(|e| e.search.is_some()) {
+            error(
+                "embeddings: `search` chooses how Weft's own index is searched; a `store` table is \
+                 searched by its own indexes (add an hnsw index on its embedding column)"
+                    .into(),
+            );
+            return None;
+        }
         if raw.sources.is_some() || raw.chunk.is_some() {
             error(
                 "a knowledge base with `store` keeps its chunks in that table: leave out `sources` and `chunk` \
@@ -630,6 +680,19 @@ mod tests {
                 "leave out `sources` and `chunk`",
             ),
             (json!({"a b": {"sources": "*.md"}}), "letters, digits"),
+            (
+                json!({"kb": {"sources": "*.md", "embeddings": {"model": "m", "search": "hnsw"}}}),
+                "embeddings: search 'hnsw' is not one of exact, approximate",
+            ),
+            (
+                json!({"kb": {"sources": "*.md", "embeddings": {"model": "m", "serach": "exact"}}}),
+                "unknown field `serach`, expected one of `model`, `provider`, `search`",
+            ),
+            (
+                json!({"kb": {"store": {"kind": "pgvector", "url": "u", "table": "t"},
+                       "embeddings": {"model": "m", "search": "exact"}}}),
+                "a `store` table is searched by its own indexes",
+            ),
         ];
         for (value, expected) in cases {
             let (_, errors) = read(value.clone());
@@ -641,6 +704,14 @@ mod tests {
         let (bases, errors) = read(json!({"kb": {"sources": "*.md", "chunk": {"size": 200}}}));
         assert!(errors.is_empty(), "{errors:?}");
         assert_eq!((bases[0].chunk_size, bases[0].chunk_overlap), (200, 99));
+        let (bases, errors) = read(
+            json!({"kb": {"sources": "*.md", "embeddings": {"model": "m", "search": "approximate"}}}),
+        );
+        assert!(errors.is_empty(), "{errors:?}");
+        assert_eq!(
+            bases[0].embeddings.as_ref().and_then(|e| e.search),
+            Some(VectorSearch::Approximate)
+        );
         let (bases, errors) = read(
             json!({"kb": {"store": {"kind": "pgvector", "url": "${DSN}", "table": "rag.chunks"}}}),
         );

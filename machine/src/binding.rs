@@ -273,6 +273,7 @@ fn rag_config(
                 "embeddings": base.embeddings.as_ref().map(|e| json!({
                     "model": e.model,
                     "provider": e.provider,
+                    "search": e.search.map(|search| search.as_str()),
                 })),
                 "store": base.store.as_ref().map(|store| json!({
                     "kind": "pgvector",

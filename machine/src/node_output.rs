@@ -207,6 +207,7 @@ pub(crate) fn note_event(node: &str, item: Option<usize>, note: &Value) -> Optio
             chunks: number("chunks").unwrap_or(0),
             index_bytes: number("index_bytes").unwrap_or(0),
             embedding_calls: number("embedding_calls").unwrap_or(0),
+            vector_search: text("vector_search"),
             latency_ms,
         }),
         "tool_called" => Some(RunEvent::ToolCalled {

@@ -20,7 +20,7 @@ use crate::fuse::reciprocal_rank_fusion;
 use crate::graph::{Corpus, expand};
 use crate::keyword::{KeywordError, KeywordIndex};
 use crate::links::LinkGraph;
-use crate::vectors::{VectorError, nearest};
+use crate::vectors::{VectorError, VectorSearch, Vectors};
 
 /// How chunks are ranked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -71,7 +71,7 @@ pub struct Knowledge {
     chunks_of: Vec<Vec<usize>>,
     links: LinkGraph,
     keyword: KeywordIndex,
-    vectors: Option<Vec<Vec<f32>>>,
+    vectors: Option<Vectors>,
 }
 
 /// What a knowledge base is made of, borrowed.
@@ -80,7 +80,7 @@ pub(crate) struct Parts<'a> {
     pub document_of: &'a [usize],
     pub chunks_of: &'a [Vec<usize>],
     pub links: &'a LinkGraph,
-    pub vectors: Option<&'a [Vec<f32>]>,
+    pub vectors: Option<&'a Vectors>,
 }
 
 /// One retrieval.
@@ -140,8 +140,21 @@ impl Knowledge {
         })
     }
 
-    /// The same, with one embedding per chunk, in the chunks' order.
-    pub fn with_vectors(mut self, vectors: Vec<Vec<f32>>) -> Result<Self, KnowledgeError> {
+    /// The same, with one embedding per chunk, in the chunks' order,
+    /// searched as `search` says or as their size decides
+    /// ([`VectorSearch::for_size`]). An approximate index is built here:
+    /// call it off any async runtime.
+    pub fn with_vectors(
+        self,
+        vectors: Vec<Vec<f32>>,
+        search: Option<VectorSearch>,
+    ) -> Result<Self, KnowledgeError> {
+        let vectors = Vectors::new(vectors, search)?;
+        self.with_indexed_vectors(vectors)
+    }
+
+    /// The same, with embeddings already indexed.
+    pub(crate) fn with_indexed_vectors(mut self, vectors: Vectors) -> Result<Self, KnowledgeError> {
         if vectors.len() != self.chunks.len() {
             return Err(KnowledgeError::EmbeddingCount {
                 got: vectors.len(),
@@ -150,6 +163,11 @@ impl Knowledge {
         }
         self.vectors = Some(vectors);
         Ok(self)
+    }
+
+    /// How its embeddings are searched, when it has some.
+    pub fn vector_search(&self) -> Option<VectorSearch> {
+        self.vectors.as_ref().map(Vectors::search)
     }
 
     /// Its chunks, in order.
@@ -164,7 +182,7 @@ impl Knowledge {
             document_of: &self.document_of,
             chunks_of: &self.chunks_of,
             links: &self.links,
-            vectors: self.vectors.as_deref(),
+            vectors: self.vectors.as_ref(),
         }
     }
 
@@ -207,7 +225,8 @@ impl Knowledge {
             let Some(query) = request.query_vector else {
                 return Err(KnowledgeError::NoQueryEmbedding(mode));
             };
-            Ok(nearest(query, vectors, depth)?
+            Ok(vectors
+                .nearest(query, depth)?
                 .into_iter()
                 .map(|(chunk, score)| (chunk, f64::from(score)))
                 .collect())

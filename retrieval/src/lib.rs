@@ -18,7 +18,8 @@
 //! - [`links`]: the documents a Markdown text links to (`[text](path)`,
 //!   `[[wiki]]`), resolved among a knowledge base's documents, both ways.
 //! - [`fuse`]: rankings fused by reciprocal rank fusion.
-//! - [`vectors`]: exact cosine search over embeddings.
+//! - [`vectors`]: cosine search over embeddings, exact or through an HNSW
+//!   graph for large corpora.
 //! - [`graph`]: graph search — the best hits joined by the passages of the
 //!   documents they link to and that link to them, some hops deep, each
 //!   ranked below the hit that led to it.

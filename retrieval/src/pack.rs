@@ -5,12 +5,17 @@
 //! The blob is `WEFTKB1\n`, a JSON header line (the chunks, the documents'
 //! chunks, the links, the embeddings' count and length, the index files'
 //! names and sizes), the embeddings as little-endian `f32`s, then the
-//! keyword index's files one after another. Unpacking checks every size
+//! keyword index's files one after another. A knowledge base whose
+//! embeddings are searched approximately starts `WEFTKB2\n` instead (so
+//! that a reader that knows only the first kind refuses it), its header
+//! gives the size of its HNSW graph, and the graph (bincode, embeddings
+//! included) takes the embeddings' place. Unpacking checks every size
 //! against what is there, so a torn or foreign blob is refused, named.
 //!
 //! [`index_key`] names an index by what it is built from: the files'
-//! paths and contents (their SHA-256), the chunking and the embedding
-//! model. Two runs over the same files share one index.
+//! paths and contents (their SHA-256), the chunking, the embedding model
+//! and how its vectors are searched when the knowledge base says. Two runs
+//! over the same files share one index.
 
 use std::path::Path;
 
@@ -21,8 +26,11 @@ use crate::chunk::{Chunk, Chunking};
 use crate::keyword::KeywordIndex;
 use crate::knowledge::{Knowledge, KnowledgeError};
 use crate::links::LinkGraph;
+use crate::vectors::{VectorSearch, Vectors};
 
 const MAGIC: &[u8] = b"WEFTKB1\n";
+/// A blob whose embeddings are searched through an HNSW graph.
+const MAGIC_APPROXIMATE: &[u8] = b"WEFTKB2\n";
 
 /// Why a blob could not be made or read.
 #[derive(Debug, thiserror::Error)]
@@ -46,14 +54,23 @@ struct Header {
     links: LinkGraph,
     /// (count, length) of the embeddings, if any.
     vectors: Option<(usize, usize)>,
+    /// The bytes of their HNSW graph, when they are searched through one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    graph: Option<u64>,
     /// The keyword index's files: (name, bytes).
     files: Vec<(String, u64)>,
 }
 
 /// The name of the index of `files` (their paths in the bundle and the
 /// SHA-256 of their contents) cut by `chunking`, embedded by `model`
-/// (`None`: no embeddings): hex SHA-256.
-pub fn index_key(files: &[(&str, &str)], chunking: &Chunking, model: Option<&str>) -> String {
+/// (`None`: no embeddings) and searched as `search` says (`None`: as
+/// their size decides): hex SHA-256.
+pub fn index_key(
+    files: &[(&str, &str)],
+    chunking: &Chunking,
+    model: Option<&str>,
+    search: Option<VectorSearch>,
+) -> String {
     let mut sorted = files.to_vec();
     sorted.sort();
     let mut hash = Sha256::new();
@@ -67,6 +84,11 @@ pub fn index_key(files: &[(&str, &str)], chunking: &Chunking, model: Option<&str
         chunking.overlap()
     ));
     hash.update(format!("embeddings {}\0", model.unwrap_or("")));
+    // Named only when a knowledge base says, so that indexes keyed
+    // before the choice existed keep their names.
+    if let Some(search) = search {
+        hash.update(format!("search {}\0", search.as_str()));
+    }
     hash.finalize()
         .iter()
         .map(|byte| format!("{byte:02x}"))
@@ -90,25 +112,34 @@ impl Knowledge {
             files.push((name.clone(), std::fs::metadata(dir.join(name))?.len()));
         }
         let parts = self.parts();
+        let mut encoded = Vec::new();
+        if let Some(vectors) = parts.vectors {
+            vectors
+                .encode(&mut encoded)
+                .map_err(|e| PackError::Malformed(e.to_string()))?;
+        }
+        let approximate = parts
+            .vectors
+            .is_some_and(|v| v.search() == VectorSearch::Approximate);
         let header = Header {
             chunks: parts.chunks.to_vec(),
             document_of: parts.document_of.to_vec(),
             chunks_of: parts.chunks_of.to_vec(),
             links: parts.links.clone(),
-            vectors: parts
-                .vectors
-                .map(|v| (v.len(), v.first().map_or(0, Vec::len))),
+            vectors: parts.vectors.map(|v| (v.len(), v.dimensions())),
+            graph: approximate.then_some(encoded.len() as u64),
             files,
         };
-        let mut blob = MAGIC.to_vec();
+        let mut blob = if approximate {
+            MAGIC_APPROXIMATE
+        } else {
+            MAGIC
+        }
+        .to_vec();
         serde_json::to_writer(&mut blob, &header)
             .map_err(|e| PackError::Malformed(e.to_string()))?;
         blob.push(b'\n');
-        for vector in parts.vectors.into_iter().flatten() {
-            for x in vector {
-                blob.extend_from_slice(&x.to_le_bytes());
-            }
-        }
+        blob.append(&mut encoded);
         for name in &names {
             blob.extend_from_slice(&std::fs::read(dir.join(name))?);
         }
@@ -149,22 +180,24 @@ impl Knowledge {
             keyword,
         );
         Ok(match vectors {
-            Some(vectors) => knowledge.with_vectors(vectors)?,
+            Some(vectors) => knowledge.with_indexed_vectors(vectors)?,
             None => knowledge,
         })
     }
 }
 
-/// Embeddings, one per chunk, when an index has them.
-type Vectors = Option<Vec<Vec<f32>>>;
-
 /// A packed index's header, its embeddings, and the bytes after them
 /// (the keyword index's files).
-fn read_head(blob: &[u8]) -> Result<(Header, Vectors, &[u8]), PackError> {
+fn read_head(blob: &[u8]) -> Result<(Header, Option<Vectors>, &[u8]), PackError> {
     let malformed = |why: &str| PackError::Malformed(why.to_owned());
-    let rest = blob
-        .strip_prefix(MAGIC)
-        .ok_or_else(|| malformed("no header"))?;
+    let (rest, approximate) = match blob.strip_prefix(MAGIC) {
+        Some(rest) => (rest, false),
+        None => (
+            blob.strip_prefix(MAGIC_APPROXIMATE)
+                .ok_or_else(|| malformed("no header"))?,
+            true,
+        ),
+    };
     let end = rest
         .iter()
         .position(|&b| b == b'\n')
@@ -175,19 +208,22 @@ fn read_head(blob: &[u8]) -> Result<(Header, Vectors, &[u8]), PackError> {
     let Some((count, length)) = header.vectors else {
         return Ok((header, None, rest));
     };
-    let bytes = count
-        .checked_mul(length)
-        .and_then(|n| n.checked_mul(4))
-        .ok_or_else(|| malformed("embeddings too large"))?;
+    let bytes = match (approximate, header.graph) {
+        (false, None) => count.checked_mul(length).and_then(|n| n.checked_mul(4)),
+        (true, Some(bytes)) => usize::try_from(bytes).ok(),
+        _ => return Err(malformed("the header's graph does not match its kind")),
+    }
+    .ok_or_else(|| malformed("embeddings too large"))?;
     if rest.len() < bytes {
         return Err(malformed("cut short in the embeddings"));
     }
     let (raw, rest) = rest.split_at(bytes);
-    let floats: Vec<f32> = raw
-        .chunks_exact(4)
-        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-        .collect();
-    let vectors = floats.chunks(length.max(1)).map(<[f32]>::to_vec).collect();
+    let vectors = if approximate {
+        Vectors::decode_approximate(raw, count, length)
+            .map_err(|e| PackError::Malformed(e.to_string()))?
+    } else {
+        Vectors::decode_exact(raw, count, length)
+    };
     Ok((header, Some(vectors), rest))
 }
 
@@ -235,7 +271,7 @@ pub fn rows(blob: &[u8]) -> Result<Rows, PackError> {
     Ok(Rows {
         chunks: header.chunks,
         links,
-        vectors,
+        vectors: vectors.map(|v| v.in_order()),
     })
 }
 
@@ -254,6 +290,16 @@ mod tests {
 
     #[test]
     fn a_packed_knowledge_base_answers_the_same_once_unpacked() {
+        packed_and_unpacked(VectorSearch::Exact, MAGIC);
+    }
+
+    #[test]
+    fn a_packed_approximate_index_answers_the_same_once_unpacked() {
+        packed_and_unpacked(VectorSearch::Approximate, MAGIC_APPROXIMATE);
+    }
+
+    fn packed_and_unpacked(search: VectorSearch, magic: &[u8]) {
+        let dir = |name: &str| dir(&format!("{name}-{}", search.as_str()));
         let mut documents = read(
             "a.md",
             b"# Tea\n\nGreen tea is steeped at 80 degrees. See [coffee](b.md).\n",
@@ -263,12 +309,14 @@ mod tests {
         let built_in = dir("built");
         let knowledge = Knowledge::build(&documents, &Chunking::default(), Some(&built_in))
             .unwrap()
-            .with_vectors(vec![vec![1.0, 0.0], vec![0.0, 1.0]])
+            .with_vectors(vec![vec![1.0, 0.0], vec![0.0, 1.0]], Some(search))
             .unwrap();
         let blob = knowledge.pack(&built_in).unwrap();
+        assert!(blob.starts_with(magic));
         let unpacked_in = dir("unpacked");
         let unpacked = Knowledge::unpack(&blob, &unpacked_in).unwrap();
         assert_eq!(unpacked.chunks(), knowledge.chunks());
+        assert_eq!(unpacked.vector_search(), Some(search));
         let vector = [0.1, 1.0];
         for mode in [Mode::Keyword, Mode::Vector, Mode::Hybrid] {
             let request = Request {
@@ -324,33 +372,48 @@ mod tests {
     #[test]
     fn an_index_is_named_by_its_files_chunking_and_model() {
         let chunking = Chunking::default();
-        let key = index_key(&[("a.md", "11"), ("b.md", "22")], &chunking, None);
+        let key = index_key(&[("a.md", "11"), ("b.md", "22")], &chunking, None, None);
         assert_eq!(key.len(), 64);
         assert_eq!(
             key,
-            index_key(&[("b.md", "22"), ("a.md", "11")], &chunking, None),
+            index_key(&[("b.md", "22"), ("a.md", "11")], &chunking, None, None),
             "order"
         );
         assert_ne!(
             key,
-            index_key(&[("a.md", "11"), ("b.md", "23")], &chunking, None),
+            index_key(&[("a.md", "11"), ("b.md", "23")], &chunking, None, None),
             "content"
         );
         assert_ne!(
             key,
-            index_key(&[("a.md", "11"), ("c.md", "22")], &chunking, None),
+            index_key(&[("a.md", "11"), ("c.md", "22")], &chunking, None, None),
             "path"
         );
         let other = Chunking::new(400, 40).unwrap();
         assert_ne!(
             key,
-            index_key(&[("a.md", "11"), ("b.md", "22")], &other, None),
+            index_key(&[("a.md", "11"), ("b.md", "22")], &other, None, None),
             "chunking"
         );
         assert_ne!(
             key,
-            index_key(&[("a.md", "11"), ("b.md", "22")], &chunking, Some("m")),
+            index_key(
+                &[("a.md", "11"), ("b.md", "22")],
+                &chunking,
+                Some("m"),
+                None
+            ),
             "model"
+        );
+        assert_ne!(
+            index_key(&[("a.md", "11")], &chunking, Some("m"), None),
+            index_key(
+                &[("a.md", "11")],
+                &chunking,
+                Some("m"),
+                Some(VectorSearch::Exact)
+            ),
+            "how its vectors are searched, when said"
         );
     }
 }

@@ -4,6 +4,7 @@
 //! that the question's words miss; and the bindings a prompt sees.
 
 use weft_retrieval::document::read;
+use weft_retrieval::vectors::VectorSearch;
 use weft_retrieval::{Chunking, Document, Knowledge, Mode, Request};
 
 const HANDBOOK: &[(&str, &str)] = &[
@@ -92,6 +93,10 @@ fn documents() -> Vec<Document> {
 }
 
 fn knowledge() -> Knowledge {
+    searched(None)
+}
+
+fn searched(search: Option<VectorSearch>) -> Knowledge {
     let knowledge = Knowledge::build(&documents(), &Chunking::default(), None).expect("built");
     let vectors = knowledge
         .chunks()
@@ -99,7 +104,7 @@ fn knowledge() -> Knowledge {
         .map(|c| embed(&format!("{} {}", c.heading, c.text)))
         .collect();
     knowledge
-        .with_vectors(vectors)
+        .with_vectors(vectors, search)
         .expect("one vector per chunk")
 }
 
@@ -129,12 +134,19 @@ fn sources_of(
 #[test]
 fn each_labelled_question_finds_its_passage_in_the_top_three() {
     let knowledge = knowledge();
-    for mode in [Mode::Keyword, Mode::Hybrid] {
+    assert_eq!(knowledge.vector_search(), Some(VectorSearch::Exact));
+    let approximate = searched(Some(VectorSearch::Approximate));
+    for (knowledge, mode) in [
+        (&knowledge, Mode::Keyword),
+        (&knowledge, Mode::Hybrid),
+        (&approximate, Mode::Hybrid),
+    ] {
         for (question, answer) in LABELLED {
-            let found = sources_of(&knowledge, question, mode, 3, 0);
+            let found = sources_of(knowledge, question, mode, 3, 0);
             assert!(
                 found.iter().any(|s| s == answer),
-                "{mode:?}: '{question}' found {found:?}, not {answer}"
+                "{mode:?} ({:?}): '{question}' found {found:?}, not {answer}",
+                knowledge.vector_search()
             );
         }
     }

@@ -172,6 +172,7 @@ pub async fn build(session: &Session, graph_path: &Path, json_output: bool) -> u
                             "chunks": b["chunks"],
                             "index_bytes": b["index_bytes"],
                             "embedding_calls": b["embedding_calls"],
+                            "vector_search": b["vector_search"],
                             "latency_ms": b["latency_ms"],
                         })
                     },
@@ -185,8 +186,12 @@ pub async fn build(session: &Session, graph_path: &Path, json_output: bool) -> u
     for row in &rows {
         let name = row["knowledge"].as_str().unwrap_or_default();
         if row["built"] == true {
+            let search = row["vector_search"]
+                .as_str()
+                .map(|search| format!(", {search} vector search"))
+                .unwrap_or_default();
             out!(
-                "{name}: built ({} files, {} chunks, {} packed, {} embedding calls, {} ms)",
+                "{name}: built ({} files, {} chunks, {} packed, {} embedding calls{search}, {} ms)",
                 row["files"],
                 row["chunks"],
                 human_bytes(row["index_bytes"].as_u64().unwrap_or(0)),
@@ -254,7 +259,11 @@ pub async fn list(session: &Session, namespace: Option<&str>, json_output: bool)
             index.files,
             index.chunks,
             human_bytes(index.index_bytes),
-            index.model.as_deref().unwrap_or("-"),
+            match (&index.model, index.vector_search.as_deref()) {
+                (None, _) => "-".to_owned(),
+                (Some(model), Some("approximate")) => format!("{model} (approximate)"),
+                (Some(model), _) => model.clone(),
+            },
             index.built_by,
         );
     }
@@ -272,6 +281,7 @@ fn row(index: &KnowledgeIndex) -> Value {
         "index_bytes": index.index_bytes,
         "model": index.model,
         "embedding_calls": index.embedding_calls,
+        "vector_search": index.vector_search,
         "build_ms": index.build_ms,
         "built_by": index.built_by,
         "run_id": index.run_id,

@@ -19,6 +19,7 @@ use weft_graph::KnowledgeDecl;
 use weft_graph::knowledge::Store;
 use weft_retrieval::Chunking;
 use weft_retrieval::pack::{Rows, index_key};
+use weft_retrieval::vectors::VectorSearch;
 
 use super::connect::report;
 use super::exit;
@@ -155,10 +156,19 @@ fn key_of(base: &KnowledgeDecl, bundle: &GraphBundle) -> String {
         .collect();
     let chunking = Chunking::new(base.chunk_size, base.chunk_overlap)
         .expect("validation checked the chunking");
+    let search = base
+        .embeddings
+        .as_ref()
+        .and_then(|e| e.search)
+        .map(|search| match search {
+            weft_graph::knowledge::VectorSearch::Exact => VectorSearch::Exact,
+            weft_graph::knowledge::VectorSearch::Approximate => VectorSearch::Approximate,
+        });
     index_key(
         &hashed,
         &chunking,
         base.embeddings.as_ref().map(|e| e.model.as_str()),
+        search,
     )
 }
 

@@ -178,6 +178,7 @@ pub(crate) fn index_info(info: crate::indexes::IndexInfo) -> pb::IndexInfo {
         index_bytes: info.index_bytes,
         model: info.model,
         embedding_calls: info.embedding_calls,
+        vector_search: info.vector_search,
         build_ms: info.build_ms,
         built_by: info.built_by,
         built_at_ms: info.built_at_ms,

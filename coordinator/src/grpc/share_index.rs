@@ -159,6 +159,10 @@ async fn build(
         sha256: index_pieces::sha256_hex(&blob),
         model: built["model"].as_str().unwrap_or_default().to_owned(),
         embedding_calls: figure(&built, "embedding_calls"),
+        vector_search: built["vector_search"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned(),
         build_ms: figure(&built, "latency_ms"),
         built_by: wanted.worker.clone(),
         run_id: wanted.run_id.clone(),

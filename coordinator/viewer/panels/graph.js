@@ -72,7 +72,8 @@ export function graphPanel(id, model, changed) {
     const rows = [el("div", { text: head }), el("ul", { class: "hits" }, hits)];
     const built = node.indexBuilt;
     if (built) rows.push(el("div", { class: "muted", text:
-      `index built: ${built.knowledge}, ${built.chunks} chunks from ${built.files} files, ${built.index_bytes} bytes, ${built.embedding_calls} embedding calls, ${built.latency_ms} ms` }));
+      `index built: ${built.knowledge}, ${built.chunks} chunks from ${built.files} files, ${built.index_bytes} bytes, ${built.embedding_calls} embedding calls` +
+      `${built.vector_search ? `, ${built.vector_search} vector search` : ""}, ${built.latency_ms} ms` }));
     return el("div", { class: "retrieval" }, rows);
   }
 

@@ -262,6 +262,9 @@ pub enum RunEvent {
         index_bytes: u64,
         /// Embedding requests made.
         embedding_calls: u64,
+        /// How its vectors are searched (`exact`, `approximate`; `None`
+        /// without embeddings).
+        vector_search: Option<String>,
         /// How long the build took.
         latency_ms: u64,
     },

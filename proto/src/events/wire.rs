@@ -169,6 +169,7 @@ pub fn event_to_wire(seq: u64, at_unix_ms: i64, event: &RunEvent) -> pb::RunEven
             chunks,
             index_bytes,
             embedding_calls,
+            vector_search,
             latency_ms,
         } => E::IndexBuilt(pb::IndexBuilt {
             node: node.into(),
@@ -180,6 +181,7 @@ pub fn event_to_wire(seq: u64, at_unix_ms: i64, event: &RunEvent) -> pb::RunEven
             chunks,
             index_bytes,
             embedding_calls,
+            vector_search,
             latency_ms,
         }),
         RunEvent::ToolCalled {
@@ -367,6 +369,7 @@ pub fn event_from_wire(event: pb::RunEvent) -> Option<RunEvent> {
             chunks: e.chunks,
             index_bytes: e.index_bytes,
             embedding_calls: e.embedding_calls,
+            vector_search: e.vector_search,
             latency_ms: e.latency_ms,
         },
         E::ToolCalled(e) => RunEvent::ToolCalled {
@@ -513,6 +516,7 @@ mod tests {
                 chunks: 9,
                 index_bytes: 8000,
                 embedding_calls: 1,
+                vector_search: Some("exact".into()),
                 latency_ms: 20,
             },
             RunEvent::ToolCalled {

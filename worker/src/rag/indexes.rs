@@ -29,6 +29,7 @@ use serde_json::{Value, json};
 use tokio::sync::OnceCell;
 
 use weft_retrieval::pack::index_key;
+use weft_retrieval::vectors::VectorSearch;
 use weft_retrieval::{Chunking, Knowledge};
 
 use crate::blobs::BlobCache;
@@ -69,6 +70,9 @@ pub(crate) struct ChunkSize {
 pub(crate) struct EmbeddingModel {
     pub model: String,
     pub provider: Option<String>,
+    /// How the index's vectors are searched, when the graph says.
+    #[serde(default)]
+    pub search: Option<VectorSearch>,
 }
 
 /// The knowledge bases this worker has opened.
@@ -166,7 +170,8 @@ impl Indexes {
             .map(|(path, file)| (path.as_str(), file.sha256.as_str()))
             .collect();
         let model = base.embeddings.as_ref().map(|e| e.model.as_str());
-        let key = index_key(&hashed, &chunking, model);
+        let search = base.embeddings.as_ref().and_then(|e| e.search);
+        let key = index_key(&hashed, &chunking, model, search);
         let cell = self.cell(&key);
         let mut built = None;
         let knowledge = cell
@@ -329,12 +334,20 @@ impl Indexes {
                     .await
                     .map_err(|f| f.prefixed(&format!("knowledge '{}': embeddings: ", base.name)))?;
                 embedding_calls = vectors.requests;
-                knowledge.with_vectors(vectors.vectors).map_err(|e| {
-                    Failure::new(
-                        FailureKind::ModelError,
-                        format!("knowledge '{}': embeddings: {e}", base.name),
-                    )
-                })?
+                let (name, search) = (base.name.clone(), embeddings.search);
+                // An approximate index is built here, on every core.
+                tokio::task::spawn_blocking(move || {
+                    knowledge
+                        .with_vectors(vectors.vectors, search)
+                        .map_err(|e| {
+                            Failure::new(
+                                FailureKind::ModelError,
+                                format!("knowledge '{name}': embeddings: {e}"),
+                            )
+                        })
+                })
+                .await
+                .map_err(|join| Failure::new(FailureKind::WorkerError, join.to_string()))??
             }
         };
         let blob = knowledge
@@ -350,6 +363,7 @@ impl Indexes {
             "chunks": chunks,
             "index_bytes": blob.len(),
             "model": base.embeddings.as_ref().map(|e| e.model.as_str()),
+            "vector_search": knowledge.vector_search().map(VectorSearch::as_str),
             "embedding_calls": embedding_calls,
             "latency_ms": started.elapsed().as_millis() as u64,
         });

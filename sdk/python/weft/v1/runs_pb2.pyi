@@ -217,7 +217,7 @@ class FetchIndexResponse(_message.Message):
     def __init__(self, content: _Optional[bytes] = ...) -> None: ...
 
 class IndexInfo(_message.Message):
-    __slots__ = ("namespace", "key", "knowledge", "files", "bytes", "chunks", "index_bytes", "model", "embedding_calls", "build_ms", "built_by", "built_at_ms", "used_at_ms", "run_id")
+    __slots__ = ("namespace", "key", "knowledge", "files", "bytes", "chunks", "index_bytes", "model", "embedding_calls", "build_ms", "built_by", "built_at_ms", "used_at_ms", "run_id", "vector_search")
     NAMESPACE_FIELD_NUMBER: _ClassVar[int]
     KEY_FIELD_NUMBER: _ClassVar[int]
     KNOWLEDGE_FIELD_NUMBER: _ClassVar[int]
@@ -232,6 +232,7 @@ class IndexInfo(_message.Message):
     BUILT_AT_MS_FIELD_NUMBER: _ClassVar[int]
     USED_AT_MS_FIELD_NUMBER: _ClassVar[int]
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    VECTOR_SEARCH_FIELD_NUMBER: _ClassVar[int]
     namespace: str
     key: str
     knowledge: str
@@ -246,7 +247,8 @@ class IndexInfo(_message.Message):
     built_at_ms: int
     used_at_ms: int
     run_id: str
-    def __init__(self, namespace: _Optional[str] = ..., key: _Optional[str] = ..., knowledge: _Optional[str] = ..., files: _Optional[int] = ..., bytes: _Optional[int] = ..., chunks: _Optional[int] = ..., index_bytes: _Optional[int] = ..., model: _Optional[str] = ..., embedding_calls: _Optional[int] = ..., build_ms: _Optional[int] = ..., built_by: _Optional[str] = ..., built_at_ms: _Optional[int] = ..., used_at_ms: _Optional[int] = ..., run_id: _Optional[str] = ...) -> None: ...
+    vector_search: str
+    def __init__(self, namespace: _Optional[str] = ..., key: _Optional[str] = ..., knowledge: _Optional[str] = ..., files: _Optional[int] = ..., bytes: _Optional[int] = ..., chunks: _Optional[int] = ..., index_bytes: _Optional[int] = ..., model: _Optional[str] = ..., embedding_calls: _Optional[int] = ..., build_ms: _Optional[int] = ..., built_by: _Optional[str] = ..., built_at_ms: _Optional[int] = ..., used_at_ms: _Optional[int] = ..., run_id: _Optional[str] = ..., vector_search: _Optional[str] = ...) -> None: ...
 
 class WatchRunRequest(_message.Message):
     __slots__ = ("run_id", "types")
@@ -486,7 +488,7 @@ class RetrievedHit(_message.Message):
     def __init__(self, source: _Optional[str] = ..., heading: _Optional[str] = ..., score: _Optional[float] = ...) -> None: ...
 
 class IndexBuilt(_message.Message):
-    __slots__ = ("node", "item", "knowledge", "key", "files", "bytes", "chunks", "index_bytes", "embedding_calls", "latency_ms")
+    __slots__ = ("node", "item", "knowledge", "key", "files", "bytes", "chunks", "index_bytes", "embedding_calls", "latency_ms", "vector_search")
     NODE_FIELD_NUMBER: _ClassVar[int]
     ITEM_FIELD_NUMBER: _ClassVar[int]
     KNOWLEDGE_FIELD_NUMBER: _ClassVar[int]
@@ -497,6 +499,7 @@ class IndexBuilt(_message.Message):
     INDEX_BYTES_FIELD_NUMBER: _ClassVar[int]
     EMBEDDING_CALLS_FIELD_NUMBER: _ClassVar[int]
     LATENCY_MS_FIELD_NUMBER: _ClassVar[int]
+    VECTOR_SEARCH_FIELD_NUMBER: _ClassVar[int]
     node: str
     item: int
     knowledge: str
@@ -507,7 +510,8 @@ class IndexBuilt(_message.Message):
     index_bytes: int
     embedding_calls: int
     latency_ms: int
-    def __init__(self, node: _Optional[str] = ..., item: _Optional[int] = ..., knowledge: _Optional[str] = ..., key: _Optional[str] = ..., files: _Optional[int] = ..., bytes: _Optional[int] = ..., chunks: _Optional[int] = ..., index_bytes: _Optional[int] = ..., embedding_calls: _Optional[int] = ..., latency_ms: _Optional[int] = ...) -> None: ...
+    vector_search: str
+    def __init__(self, node: _Optional[str] = ..., item: _Optional[int] = ..., knowledge: _Optional[str] = ..., key: _Optional[str] = ..., files: _Optional[int] = ..., bytes: _Optional[int] = ..., chunks: _Optional[int] = ..., index_bytes: _Optional[int] = ..., embedding_calls: _Optional[int] = ..., latency_ms: _Optional[int] = ..., vector_search: _Optional[str] = ...) -> None: ...
 
 class ToolCalled(_message.Message):
     __slots__ = ("node", "item", "tool", "error", "latency_ms")

@@ -68,7 +68,7 @@ pub(crate) fn w9(dir: &Path, iterations: usize) -> Result<Vec<Figure>> {
     for i in 0..=iterations {
         let started = Instant::now();
         let built = Knowledge::build(&documents, &Chunking::default(), None)?
-            .with_vectors(doc_vectors.clone())?;
+            .with_vectors(doc_vectors.clone(), None)?;
         let elapsed = started.elapsed();
         ensure!(
             built.chunks().len() == documents.len(),
@@ -86,7 +86,7 @@ pub(crate) fn w9(dir: &Path, iterations: usize) -> Result<Vec<Figure>> {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir)?;
     let packed = Knowledge::build(&documents, &Chunking::default(), Some(&dir))?
-        .with_vectors(doc_vectors.clone())?
+        .with_vectors(doc_vectors.clone(), None)?
         .pack(&dir)?
         .len();
     let _ = std::fs::remove_dir_all(&dir);

@@ -207,9 +207,11 @@ async fn a_hybrid_retrieval_embeds_the_chunks_once_and_each_query() -> anyhow::R
         events[0].body["mode"], "hybrid",
         "the default with embeddings"
     );
+    let built = weft_tests::events_of(&client, &done.run_id, "index_built").await?;
+    assert_eq!(built[0].body["embedding_calls"], 1);
     assert_eq!(
-        weft_tests::events_of(&client, &done.run_id, "index_built").await?[0].body["embedding_calls"],
-        1
+        built[0].body["vector_search"], "exact",
+        "a small knowledge base is searched exactly"
     );
 
     let done = run_file(&client, &graph, json!({"question": "invoices by email"})).await?;
@@ -218,6 +220,42 @@ async fn a_hybrid_retrieval_embeds_the_chunks_once_and_each_query() -> anyhow::R
         llm.embedding_requests().len(),
         3,
         "only the query is embedded again"
+    );
+    Ok(())
+}
+
+/// `embeddings: {search: approximate}` builds an HNSW graph into the
+/// index: the event and the coordinator's list say so, and vector
+/// retrieval through it finds what exact search finds.
+#[tokio::test]
+async fn an_approximate_vector_index_is_built_when_asked_and_finds_the_same() -> anyhow::Result<()>
+{
+    let llm = TestLlm::start(KEY, |_, _| Reply::Text("unused".into())).await?;
+    let exact = HYBRID.replace("top_k: 2", "top_k: 2\n    mode: vector");
+    let approximate = exact.replace(
+        "embeddings: { model: embed-small }",
+        "embeddings: { model: embed-small, search: approximate }",
+    );
+    let (_cluster, client, graph) = beside_handbook(&llm, 1, "approximate", &approximate).await?;
+    let exact_graph = graph_beside_handbook(&scratch("approximate-exact")?, &exact)?;
+    let mut first = None;
+    for question in ["refund to the card", "invoices by email", "leader stops"] {
+        let input = json!({ "question": question });
+        let done = run_file(&client, &graph, input.clone()).await?;
+        first.get_or_insert(done.run_id.clone());
+        assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error);
+        let truth = run_file(&client, &exact_graph, input).await?;
+        assert_eq!(truth.status, RunStatus::Completed, "{:?}", truth.error);
+        assert_eq!(done.state["found"], truth.state["found"], "{question}");
+    }
+    let first = first.expect("a run");
+    let built = weft_tests::events_of(&client, &first, "index_built").await?;
+    assert_eq!(built[0].body["vector_search"], "approximate", "{built:?}");
+    let kept = client.indexes(None).await?;
+    let searches: Vec<Option<&str>> = kept.iter().map(|i| i.vector_search.as_deref()).collect();
+    assert!(
+        searches.contains(&Some("approximate")) && searches.contains(&Some("exact")),
+        "{searches:?}"
     );
     Ok(())
 }
@@ -417,6 +455,10 @@ async fn what_the_format_refuses_is_named_before_a_run_starts() -> anyhow::Resul
         (
             "knowledge: { handbook: { sources: 'handbook/*.md' } }\nnodes:\n  r: { kind: rag, start: true, knowledge: handbook, query: q, teammates: true }\n",
             "a rag step never gets a teammate identity",
+        ),
+        (
+            "knowledge: { handbook: { sources: 'handbook/*.md', embeddings: { model: m, search: hnsw } } }\nnodes:\n  r: { kind: rag, start: true, knowledge: handbook, query: q }\n",
+            "knowledge 'handbook': embeddings: search 'hnsw' is not one of exact, approximate",
         ),
     ];
     for (yaml, expected) in cases {
