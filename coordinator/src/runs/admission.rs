@@ -116,6 +116,9 @@ impl Runs {
             marks: self.marks.clone(),
             suspect: false,
         });
+        // Known before its first task can reach a worker: a worker's calls
+        // about the run (its knowledge index, its teammates) must find it.
+        self.register(id.clone(), handle);
         // The actor's first checkpoint: acknowledged means stored.
         let refused = match stored.await {
             Ok(true) => None,
@@ -123,6 +126,7 @@ impl Runs {
             Err(_) => Some(StoreRefusal::ShuttingDown),
         };
         if let Some(refusal) = refused {
+            self.unregister(&id);
             self.stored_files.release(&id);
             return Err(SubmitError::Store(refusal));
         }
@@ -131,7 +135,6 @@ impl Runs {
         }
         metrics::counter!(crate::metrics::RUNS_SUBMITTED).increment(1);
         self.evict(false).await;
-        self.register(id.clone(), handle);
         Ok((id, warnings))
     }
 

@@ -172,6 +172,13 @@ impl Runs {
         self.registered.send_modify(|count| *count += 1);
     }
 
+    /// Forgets a run whose start was refused.
+    fn unregister(&self, id: &str) {
+        let mut inner = self.inner.write().unwrap_or_else(|e| e.into_inner());
+        inner.by_id.remove(id);
+        inner.order.retain(|known| &**known != id);
+    }
+
     /// A run by id.
     pub fn get(&self, id: &str) -> Option<RunHandle> {
         let inner = self.inner.read().unwrap_or_else(|e| e.into_inner());
