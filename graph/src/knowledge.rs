@@ -280,7 +280,7 @@ fn read_one(
                 Some(other) => {
                     error(format!(
                         "embeddings: search '{other}' is not one of exact, approximate \
-                         (leave it out to search exactly up to 20,000 chunks of 1,536 dimensions)"
+                         (leave it out to search exactly up to 80,000 chunks of 1,536 dimensions)"
                     ));
                     return None;
                 }

@@ -271,7 +271,7 @@ pub fn rows(blob: &[u8]) -> Result<Rows, PackError> {
     Ok(Rows {
         chunks: header.chunks,
         links,
-        vectors: vectors.map(|v| v.in_order()),
+        vectors: vectors.map(Vectors::into_order),
     })
 }
 

@@ -127,7 +127,11 @@ fn dot(a: &[f32], b: &[f32]) -> f32 {
 /// The cosine similarity of `a` and `b` (of one length): 0 when either
 /// is all zeros.
 pub fn cosine(a: &[f32], b: &[f32]) -> f32 {
-    Point::new(a.to_vec()).similarity(&Point::new(b.to_vec()))
+    let (aa, bb) = (dot(a, a), dot(b, b));
+    if aa == 0.0 || bb == 0.0 {
+        return 0.0;
+    }
+    dot(a, b) / (aa.sqrt() * bb.sqrt())
 }
 
 /// One embedding with its length computed once.
@@ -300,9 +304,9 @@ impl Vectors {
     }
 
     /// Every embedding, in the chunks' order.
-    pub fn in_order(&self) -> Vec<Vec<f32>> {
-        match &self.kind {
-            Kind::Exact(points) => points.iter().map(|p| p.vector.to_vec()).collect(),
+    pub fn into_order(self) -> Vec<Vec<f32>> {
+        match self.kind {
+            Kind::Exact(points) => points.into_iter().map(|p| p.vector.into_vec()).collect(),
             Kind::Approximate(graph) => {
                 let mut ordered = vec![Vec::new(); self.count];
                 for (id, point) in graph.iter() {
@@ -338,16 +342,18 @@ impl Vectors {
     /// `count` embeddings of `dimensions` encoded exactly, as
     /// [`Self::encode`] writes them.
     pub(crate) fn decode_exact(raw: &[u8], count: usize, dimensions: usize) -> Self {
-        let floats: Vec<f32> = raw
-            .chunks_exact(4)
-            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-            .collect();
         let points = if dimensions == 0 {
             vec![Point::new(Vec::new()); count]
         } else {
-            floats
-                .chunks(dimensions)
-                .map(|vector| Point::new(vector.to_vec()))
+            raw.chunks_exact(4 * dimensions)
+                .map(|vector| {
+                    Point::new(
+                        vector
+                            .chunks_exact(4)
+                            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                            .collect(),
+                    )
+                })
                 .collect()
         };
         Self {
@@ -535,7 +541,7 @@ mod tests {
             exact.nearest(&queries[0], SEARCH_DEPTH + 1).unwrap()
         );
         // The chunks' order survives the graph's own.
-        assert_eq!(approximate.in_order(), points);
+        assert_eq!(approximate.into_order(), points);
     }
 
     #[test]

@@ -350,9 +350,15 @@ impl Indexes {
                 .map_err(|join| Failure::new(FailureKind::WorkerError, join.to_string()))??
             }
         };
-        let blob = knowledge
-            .pack(&dir)
-            .map_err(|e| Failure::new(FailureKind::WorkerError, e.to_string()))?;
+        // Packing copies every chunk, embedding and index file.
+        let (knowledge, blob) = tokio::task::spawn_blocking(move || {
+            let blob = knowledge
+                .pack(&dir)
+                .map_err(|e| Failure::new(FailureKind::WorkerError, e.to_string()))?;
+            Ok::<_, Failure>((knowledge, blob))
+        })
+        .await
+        .map_err(|join| Failure::new(FailureKind::WorkerError, join.to_string()))??;
         self.store_packed(key, &blob).await?;
         let note = json!({
             "type": "index_built",
