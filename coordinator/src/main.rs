@@ -115,6 +115,9 @@ async fn main() -> ExitCode {
     };
     if args.check_config {
         println!("{config:#?}");
+        for warning in config.warnings() {
+            eprintln!("warning: {warning}");
+        }
         return ExitCode::SUCCESS;
     }
     // Held to the end: dropping it sends the last spans.
@@ -126,6 +129,9 @@ async fn main() -> ExitCode {
         }
     };
     raise_open_files(&config);
+    for warning in config.warnings() {
+        tracing::warn!("{warning}");
+    }
     if config.exposed_insecurely() {
         tracing::warn!(
             listen = %config.listen,

@@ -15,6 +15,9 @@ pub const RUNS: &str = "weft_runs";
 pub const RUNS_SUBMITTED: &str = "weft_runs_submitted_total";
 /// Task attempts sent to workers, re-dispatches included (counter).
 pub const TASKS_DISPATCHED: &str = "weft_tasks_dispatched_total";
+/// Times a task or a running step's model call started waiting for a
+/// rate limit, by limit.
+pub const TASKS_THROTTLED: &str = "weft_tasks_throttled_total";
 /// Seconds from dispatch to result (histogram).
 pub const TASK_SECONDS: &str = "weft_task_seconds";
 /// Tasks waiting for a free slot or a hosting worker (gauge).
@@ -96,6 +99,10 @@ pub fn install() -> Result<PrometheusHandle, metrics_exporter_prometheus::BuildE
         "connections closed at once, a cap being reached, by listener and reason"
     );
     metrics::describe_counter!(TASKS_DISPATCHED, "task attempts sent to workers");
+    metrics::describe_counter!(
+        TASKS_THROTTLED,
+        "times a task or model call started waiting for a rate limit ([[limits]])"
+    );
     metrics::describe_histogram!(TASK_SECONDS, metrics::Unit::Seconds, "dispatch to result");
     metrics::describe_gauge!(QUEUE_DEPTH, "tasks waiting for a slot or a hosting worker");
     metrics::describe_gauge!(TASKS_UNHOSTED, "queued tasks no connected worker hosts");

@@ -87,6 +87,16 @@ pub enum Input {
         /// The lost worker's name.
         worker: String,
     },
+    /// A task, or a running step's model call, waits for a rate limit.
+    TaskThrottled {
+        /// The task.
+        key: TaskKey,
+        /// The limit that holds it.
+        limit: String,
+        /// How long it is expected to wait; `None`: until a call in flight
+        /// ends.
+        wait_ms: Option<u64>,
+    },
     /// No worker hosts what a task or call of `node` needs (yet).
     TaskUnhosted {
         /// The node.

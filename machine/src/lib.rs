@@ -437,6 +437,20 @@ impl RunMachine {
             Input::TaskUnhosted { node, needs } => {
                 fx.push(Effect::Emit(RunEvent::TaskUnhosted { node, needs }));
             }
+            Input::TaskThrottled {
+                key,
+                limit,
+                wait_ms,
+            } => {
+                if let Some(task) = self.run.tasks.get(key).filter(|t| t.in_flight) {
+                    fx.push(Effect::Emit(RunEvent::TaskThrottled {
+                        node: task.spec.node.clone(),
+                        item: task.item,
+                        limit: limit.clone(),
+                        wait_ms,
+                    }));
+                }
+            }
             // Watchers can count the extra sendings of at-least-once.
             Input::TaskRequeued { key, worker } => {
                 if let Some(task) = self.run.tasks.get(key).filter(|t| t.in_flight) {

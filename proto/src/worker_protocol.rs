@@ -182,6 +182,54 @@ pub struct TaskAssignment {
     /// worker must offer them to its model (their calls go through the
     /// coordinator).
     pub remote_tools: Vec<ToolInfo>,
+    /// How the attempt's model calls are flow-controlled (SPEC 18); `None`:
+    /// they are not (the coordinator has no limit or budget for them).
+    pub flow: Option<CallFlow>,
+}
+
+/// How a step's model calls are flow-controlled: each call's usage goes
+/// back to the coordinator ([`FromWorker::CallUsage`]); the first call
+/// may have been reserved at dispatch, and each further one asks
+/// ([`FromWorker::CallPermit`]) when `ask` is set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CallFlow {
+    /// The grant the first call was reserved under at dispatch.
+    pub grant: Option<u64>,
+    /// Calls without a reserved grant ask for one first.
+    pub ask: bool,
+}
+
+/// A running step's request to call a model.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PermitRequest {
+    /// The worker's number for the request, echoed in the answer.
+    pub request_id: u64,
+    /// The provider's name as the worker resolved it.
+    pub provider: String,
+    /// The model.
+    pub model: String,
+    /// The tokens the call is expected to use.
+    pub tokens: u64,
+}
+
+/// What one model call used, under the grant it was made with.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct CallUsage {
+    /// The grant.
+    pub grant: u64,
+    /// The provider's name as the worker resolved it.
+    pub provider: String,
+    /// The model.
+    pub model: String,
+    /// Prompt tokens, as the provider reported them.
+    pub prompt_tokens: u64,
+    /// Completion tokens.
+    pub completion_tokens: u64,
+    /// Prompt tokens the provider served from its cache.
+    pub cached_tokens: u64,
+    /// The provider answered 429, with its `Retry-After` when it gave one:
+    /// the call was not made, and the matching limits slow down.
+    pub rate_limited: Option<Option<Duration>>,
 }
 
 /// A call of a worker-hosted function: a reducer, predicate or router
@@ -420,6 +468,18 @@ pub enum ToWorker {
         /// The tool's value, or why there is none.
         result: Result<Value, String>,
     },
+    /// The answer to a running attempt's [`FromWorker::CallPermit`].
+    Permit {
+        /// The run.
+        run_id: RunId,
+        /// The asking attempt.
+        key: TaskKey,
+        /// The worker's number for the request.
+        request_id: u64,
+        /// The grant to report the call's usage under, or why the call
+        /// may not be made (the step fails with `budget_exceeded`).
+        outcome: Result<u64, String>,
+    },
     /// Whether an attempt's teammate message was accepted.
     SendAck {
         /// The run.
@@ -467,5 +527,23 @@ pub enum FromWorker {
         key: TaskKey,
         /// The call.
         call: ToolCall,
+    },
+    /// A running attempt asks to call a model.
+    CallPermit {
+        /// The run.
+        run_id: RunId,
+        /// The asking attempt.
+        key: TaskKey,
+        /// The request.
+        permit: PermitRequest,
+    },
+    /// A running attempt's model call ended.
+    CallUsage {
+        /// The run.
+        run_id: RunId,
+        /// The calling attempt.
+        key: TaskKey,
+        /// What it used.
+        usage: CallUsage,
     },
 }

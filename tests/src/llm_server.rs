@@ -4,6 +4,12 @@
 //! it is sent (the bearer key, a model, messages) and keeps every request
 //! for the test to inspect.
 //!
+//! With [`TestLlm::limit_rate`] it enforces a rate as a provider does: a
+//! token bucket of one second's share of its per-minute figure; a request
+//! beyond it is answered 429 with `Retry-After: 1` and counted
+//! ([`TestLlm::throttled`]), and the times the others arrived are kept
+//! ([`TestLlm::arrivals`]) for a test to check the rate it saw.
+//!
 //! `POST /v1/embeddings` answers with deterministic vectors: a hashed bag
 //! of the input's words, [`EMBEDDING_DIMENSIONS`] long and of unit length,
 //! so texts that share words are near and a query finds the passages that
@@ -11,7 +17,7 @@
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use axum::http::{HeaderMap, StatusCode, header};
@@ -59,10 +65,48 @@ type EmbeddingScript = dyn Fn(&Value, usize) -> EmbeddingReply + Send + Sync;
 /// How long the test server's embeddings are.
 pub const EMBEDDING_DIMENSIONS: usize = 64;
 
+/// A provider's rate limit: a bucket of one second's share of a
+/// per-minute figure, refilled continuously.
+#[derive(Debug)]
+struct Limiter {
+    rate: f64,
+    capacity: f64,
+    level: f64,
+    at: Instant,
+}
+
+/// The server's rate limit and what it saw.
+#[derive(Debug, Default)]
+struct Gatekeeper {
+    limiter: Option<Limiter>,
+    throttled: u64,
+    arrivals: Vec<Instant>,
+}
+
+impl Gatekeeper {
+    /// Whether a request arriving now is within the rate (and notes it).
+    fn admit(&mut self) -> bool {
+        let now = Instant::now();
+        if let Some(limiter) = &mut self.limiter {
+            let gained = limiter.rate * now.duration_since(limiter.at).as_secs_f64();
+            limiter.level = (limiter.level + gained).min(limiter.capacity);
+            limiter.at = now;
+            if limiter.level < 1.0 {
+                self.throttled += 1;
+                return false;
+            }
+            limiter.level -= 1.0;
+        }
+        self.arrivals.push(now);
+        true
+    }
+}
+
 /// A running test server.
 pub struct TestLlm {
     /// The base URL to configure (`http://127.0.0.1:PORT/v1`).
     pub url: String,
+    gate: Arc<Mutex<Gatekeeper>>,
     requests: Arc<Mutex<Vec<Value>>>,
     embedding_requests: Arc<Mutex<Vec<Value>>>,
     stop: CancellationToken,
@@ -97,6 +141,8 @@ impl TestLlm {
         let script: Arc<Script> = Arc::new(script);
         let wanted = format!("Bearer {key}");
         let seen = requests.clone();
+        let gate = Arc::new(Mutex::new(Gatekeeper::default()));
+        let keeper = gate.clone();
         let embedding_requests = Arc::new(Mutex::new(Vec::new()));
         let (embedded, embedding_key) = (embedding_requests.clone(), wanted.clone());
         let embed: Arc<EmbeddingScript> = Arc::new(embed);
@@ -105,7 +151,13 @@ impl TestLlm {
                 "/v1/chat/completions",
                 axum::routing::post(move |headers: HeaderMap, body: String| {
                     let (script, seen, wanted) = (script.clone(), seen.clone(), wanted.clone());
-                    async move { answer(&headers, &body, &wanted, &seen, &*script).await }
+                    let keeper = keeper.clone();
+                    async move {
+                        if !keeper.lock().expect("gate lock").admit() {
+                            return scripted_error(429, Some(1));
+                        }
+                        answer(&headers, &body, &wanted, &seen, &*script).await
+                    }
                 }),
             )
             .route(
@@ -125,10 +177,35 @@ impl TestLlm {
         });
         Ok(Self {
             url: format!("http://{address}/v1"),
+            gate,
             requests,
             embedding_requests,
             stop,
         })
+    }
+
+    /// From now on, answers chat requests beyond `per_minute` (spread as
+    /// a provider spreads it: one second's share at most at once) with 429
+    /// and `Retry-After: 1`.
+    pub fn limit_rate(&self, per_minute: u64) {
+        let rate = per_minute as f64 / 60.0;
+        let capacity = rate.max(1.0);
+        self.gate.lock().expect("gate lock").limiter = Some(Limiter {
+            rate,
+            capacity,
+            level: capacity,
+            at: Instant::now(),
+        });
+    }
+
+    /// Chat requests answered 429 for the rate limit.
+    pub fn throttled(&self) -> u64 {
+        self.gate.lock().expect("gate lock").throttled
+    }
+
+    /// When each chat request within the rate arrived, in order.
+    pub fn arrivals(&self) -> Vec<Instant> {
+        self.gate.lock().expect("gate lock").arrivals.clone()
     }
 
     /// Every request received so far, in order.
@@ -278,7 +355,9 @@ async fn answer(
         "object": "chat.completion",
         "model": request["model"],
         "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
-        "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": 7},
+        "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": 7,
+                  "total_tokens": prompt_tokens + 7,
+                  "prompt_tokens_details": {"cached_tokens": prompt_tokens / 2}},
     });
     (StatusCode::OK, json_headers(), completion.to_string())
 }

@@ -42,6 +42,8 @@ pub struct Toolbox {
     pub secrets: Arc<Secrets>,
     /// Where an agent calls the registered tools other workers host.
     pub(crate) remote_tools: Arc<RemoteTools>,
+    /// Where steps ask the coordinator to let their model calls go.
+    pub(crate) permits: Arc<crate::llm::Permits>,
     /// The knowledge bases `rag` steps have opened.
     pub indexes: Arc<crate::rag::Indexes>,
     /// Where indexes are shared with the other workers.
@@ -128,6 +130,7 @@ pub async fn execute(
     // as large as its largest kind's, and it is moved whole into the task
     // spawned for each attempt, so an agent's or a script's future inline
     // would be copied for every handler call too.
+    let gate = crate::llm::CallGate::of(&kinds.permits, &task.run_id, task.key, task.flow);
     match (task.kind, &kinds.python) {
         (WorkerKind::Script, _) => Box::pin(kinds.scripts.run(task))
             .await
@@ -136,7 +139,7 @@ pub async fn execute(
             .await
             .map(Completed::writes),
         (WorkerKind::Llm, _) if !kinds.providers.is_empty() => {
-            Box::pin(crate::llm::run_llm(&kinds.providers, task)).await
+            Box::pin(crate::llm::run_llm(&kinds.providers, task, &gate)).await
         }
         (WorkerKind::Agent, _) if !kinds.providers.is_empty() => {
             let agent = crate::llm::Agent {
@@ -144,6 +147,7 @@ pub async fn execute(
                 registry: &kinds.registry,
                 scripts: &kinds.scripts,
                 remote: &kinds.remote_tools,
+                gate: &gate,
                 task,
                 team,
             };
@@ -165,6 +169,7 @@ pub async fn execute(
                 indexes: &kinds.indexes,
                 shelf: &kinds.shelf,
                 secrets: &kinds.secrets,
+                gate: &gate,
             };
             Box::pin(crate::rag::run_rag(kit, task)).await
         }

@@ -119,6 +119,7 @@ pub(crate) fn toolbox(
     registry: &Arc<Registry>,
     source: Arc<dyn BlobSource>,
     remote_tools: Arc<RemoteTools>,
+    permits: Arc<crate::llm::Permits>,
     shelf: crate::connection::IndexShelf,
 ) -> Toolbox {
     let blobs = BlobCache::new(local.work.files(), source);
@@ -140,6 +141,7 @@ pub(crate) fn toolbox(
         blobs,
         secrets: config.secrets.clone(),
         remote_tools,
+        permits,
         indexes: local.indexes.clone(),
         shelf,
     }

@@ -69,6 +69,7 @@ pub(crate) async fn serve(
             registry,
             connection.blobs(),
             Arc::new(RemoteTools::new(connection.tool_calls())),
+            Arc::new(crate::llm::Permits::new(connection.tool_calls())),
             connection.index_shelf(&config.name),
         )),
         worker: config.name.clone(),
@@ -184,6 +185,9 @@ impl Session {
             Inbound::SendAnswered { send_id, refusal } => self.acks.answered(send_id, refusal),
             Inbound::ToolAnswered { call_id, answer } => {
                 self.kinds.remote_tools.answered(call_id, answer);
+            }
+            Inbound::PermitAnswered { request_id, answer } => {
+                self.kinds.permits.answered(request_id, answer);
             }
             Inbound::Call(call) => {
                 // Off the session loop, so a slow function never delays

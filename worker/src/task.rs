@@ -61,6 +61,8 @@ pub struct Task {
     /// An agent step's registered tools that other workers host: how to
     /// offer them to the model (their calls go through the coordinator).
     pub remote_tools: Vec<ToolInfo>,
+    /// How the coordinator paces its model calls (SPEC 18).
+    pub flow: Option<weft_proto::worker_protocol::CallFlow>,
 }
 
 /// What a finished attempt produced.
@@ -119,6 +121,7 @@ impl Task {
             prompts: Value::Null,
             traceparent: String::new(),
             remote_tools: Vec::new(),
+            flow: None,
         }
     }
 }
@@ -246,6 +249,7 @@ impl Task {
             prompts,
             traceparent: assignment.traceparent,
             remote_tools: assignment.remote_tools,
+            flow: assignment.flow,
         })
     }
 }

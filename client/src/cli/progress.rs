@@ -138,6 +138,16 @@ fn show(event: &Event, bar: &mut Option<ProgressBar>) {
                 "  ⇄ {node}{item} (attempt {attempt}) sent again: {why}"
             ))
         }
+        // A map's items wait in its progress bar, not a line each.
+        RunEvent::TaskThrottled {
+            node,
+            item: None,
+            limit,
+            wait_ms,
+        } => Some(match wait_ms {
+            Some(ms) => format!("  ⧗ {node} waits for limit '{limit}' (about {ms} ms)"),
+            None => format!("  ⧗ {node} waits for limit '{limit}' (a call in flight to end)"),
+        }),
         RunEvent::WaitingForInput { node, prompt, .. } => {
             Some(format!("  ? {node} waits for input: {prompt}"))
         }

@@ -228,6 +228,19 @@ impl Identities {
         });
     }
 
+    /// The namespaces runs can belong to: every identity's own, and the
+    /// anonymous one's where no identity is required.
+    pub fn namespaces(&self) -> std::collections::BTreeSet<String> {
+        let mut names: std::collections::BTreeSet<String> = (self.tokens.iter().map(|(_, p)| p))
+            .chain(&self.certificates)
+            .map(|p| p.namespace.clone())
+            .collect();
+        if !self.required() {
+            names.insert(self.anonymous.namespace.clone());
+        }
+        names
+    }
+
     /// Whether every request must carry an identity.
     pub fn required(&self) -> bool {
         !self.tokens.is_empty() || self.client_ca

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+mod flow;
 mod http;
 mod identities;
 mod store;
@@ -78,6 +79,8 @@ pub struct CoordinatorConfig {
     pub insecure: bool,
     /// The run viewer's settings (`[http]`).
     pub http: HttpConfig,
+    /// Cluster-wide rate limits on model calls (`[[limits]]`, SPEC 18).
+    pub rate_limits: Vec<crate::dispatch::limits::LimitSpec>,
 }
 
 impl Default for CoordinatorConfig {
@@ -106,6 +109,7 @@ impl Default for CoordinatorConfig {
             identities: crate::auth::Identities::default(),
             insecure: false,
             http: HttpConfig::default(),
+            rate_limits: Vec::new(),
         }
     }
 }
@@ -160,6 +164,7 @@ struct Layer {
     secrets_file: Option<PathBuf>,
     tokens: Option<Vec<TokenEntry>>,
     certificates: Option<Vec<CertificateEntry>>,
+    limits: Option<Vec<flow::LimitEntry>>,
 }
 
 /// Why a configuration was refused.
@@ -205,6 +210,20 @@ pub struct Overrides {
 }
 
 impl CoordinatorConfig {
+    /// What is accepted but likely a mistake: `[[limits]]` entries that
+    /// can match nothing. `--check-config` prints these; the coordinator
+    /// logs them at start.
+    pub fn warnings(&self) -> Vec<String> {
+        let namespaces = self.identities.namespaces();
+        self.rate_limits
+            .iter()
+            .filter_map(|spec| {
+                flow::matches_nothing(spec, &namespaces)
+                    .map(|why| format!("limit '{}' {why}", spec.name))
+            })
+            .collect()
+    }
+
     /// What the registry of runs takes from it.
     pub fn runs(&self) -> crate::runs::RunsConfig {
         crate::runs::RunsConfig {
@@ -253,6 +272,9 @@ impl CoordinatorConfig {
                 layer.secrets_file.take(),
                 dir,
             );
+            if let Some(entries) = layer.limits.take() {
+                config.rate_limits = flow::limits(entries)?;
+            }
             config.apply(layer)?;
         }
         let number = |key: &str| -> Result<Option<u64>, ConfigError> {
@@ -317,6 +339,7 @@ impl CoordinatorConfig {
             secrets_file: None, // WEFT_SECRETS_FILE is read with the tokens
             tokens: None,
             certificates: None,
+            limits: None,
             store: Some(StoreLayer {
                 etcd: env("WEFT_ETCD").map(|list| {
                     list.split(',')

@@ -48,6 +48,19 @@ pub struct JobSpec<T> {
     /// The job this one tries again (a task's first attempt): the workers
     /// lost by the earlier attempts count against this one too.
     pub lineage: Option<JobId>,
+    /// What the `[[limits]]` see of it (SPEC 18); `None`: nothing to
+    /// count (no limit is configured, or it is not a task).
+    pub flow: Option<FlowNeeds>,
+}
+
+/// A task as rate limits count it: its first model call (or, for a kind
+/// that calls none, the task itself), reserved before it is sent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FlowNeeds {
+    /// What limits match.
+    pub subject: super::limits::Subject,
+    /// The tokens its first call is expected to use.
+    pub tokens: u64,
 }
 
 /// What the dispatcher must do.
@@ -98,6 +111,28 @@ pub enum Decision<T> {
         worker: WorkerId,
         /// The job.
         job: JobId,
+    },
+    /// A job waits for a rate limit (SPEC 18): tell its run, once each
+    /// time it starts waiting.
+    Throttled {
+        /// The job.
+        job: JobId,
+        /// The limit that holds it.
+        limit: std::sync::Arc<str>,
+        /// How long it is expected to wait; `None`: until a call in
+        /// flight ends.
+        wait: Option<Duration>,
+    },
+    /// Answer a running step's request to call a model.
+    Permit {
+        /// The step's worker.
+        worker: WorkerId,
+        /// The step.
+        job: JobId,
+        /// The worker's number for the request.
+        request_id: u64,
+        /// The grant, or why the call may not be made.
+        outcome: Result<u64, String>,
     },
     /// Close the worker's link: it is lost.
     Disconnect {

@@ -13,9 +13,11 @@
 
 pub use weft_machine::binding;
 mod dispatcher;
+mod flow;
 mod hosting;
 pub mod in_process;
 pub mod jobs;
+pub mod limits;
 pub mod registry;
 pub mod state_sync;
 
@@ -36,8 +38,9 @@ pub use registry::{Limits, WorkerStatus};
 use crate::task::{TaskFailure, TaskKey};
 /// The worker protocol's messages, as the dispatcher sends and reads them.
 pub use weft_proto::worker_protocol::{
-    BlobRef, CallError, CallForm, CallTarget, FromWorker, FunctionCall, Hello, NotJson, PythonCall,
-    StateField, TaskAssignment, TaskOutput, TeamSend, ToWorker, ToolCall, ToolContext, ToolInfo,
+    BlobRef, CallError, CallFlow, CallForm, CallTarget, CallUsage, FromWorker, FunctionCall, Hello,
+    NotJson, PermitRequest, PythonCall, StateField, TaskAssignment, TaskOutput, TeamSend, ToWorker,
+    ToolCall, ToolContext, ToolInfo,
 };
 
 /// A worker's id, unique for the coordinator's lifetime.
@@ -160,6 +163,16 @@ pub enum DispatchEvent {
         key: TaskKey,
         /// The lost worker's name.
         worker: String,
+    },
+    /// A task, or a running step's model call, waits for a rate limit.
+    TaskThrottled {
+        /// The task.
+        key: TaskKey,
+        /// The limit that holds it.
+        limit: Arc<str>,
+        /// How long it is expected to wait; `None`: until a call in
+        /// flight ends.
+        wait: Option<std::time::Duration>,
     },
     /// A task or call reported unhosted found a worker.
     TaskHosted {

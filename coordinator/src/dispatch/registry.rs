@@ -19,14 +19,22 @@
 //!   naming them): it is likely what kills them;
 //! - a running job past its timeout plus a grace period fails (`timeout`)
 //!   and is cancelled on its worker, whatever the worker says;
-//! - a result from a worker that no longer holds the job is ignored.
+//! - a result from a worker that no longer holds the job is ignored;
+//! - a task that a `[[limits]]` entry counts goes only once the limit has
+//!   room (its first model call reserved: [`super::limits`]), and waits
+//!   in the queue meanwhile, its run told; a running step's later calls
+//!   ask ([`Registry::permit`]) and wait the same way, ahead of the queue,
+//!   as they hold slots.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::time::{Duration, Instant};
 use weft_proto::RunId;
 
-pub use super::jobs::{Decision, Finished, JobId, JobKey, JobSpec, Limits, Load, WorkerStatus};
-use super::{Requirement, ToolInfo, WorkerId, WorkerInfo};
+pub use super::jobs::{
+    Decision, Finished, FlowNeeds, JobId, JobKey, JobSpec, Limits, Load, WorkerStatus,
+};
+use super::limits::{GrantId, RateLimits, Settlement, Target, Wait};
+use super::{CallFlow, CallUsage, PermitRequest, Requirement, ToolInfo, WorkerId, WorkerInfo};
 use crate::task::{FailureKind, TaskFailure};
 
 #[derive(Debug)]
@@ -73,6 +81,19 @@ struct Job<T> {
     losses: Vec<String>,
     lineage: Option<JobId>,
     unhosted_reported: bool,
+    flow: Option<FlowNeeds>,
+    /// The grant its first call was reserved under when it was sent.
+    grant: Option<GrantId>,
+    /// Its run was told it waits for a limit (since it last went).
+    throttled: bool,
+}
+
+/// A running step's request to call a model, waiting for a limit.
+#[derive(Debug)]
+struct WaitingPermit {
+    worker: WorkerId,
+    job: JobId,
+    request: PermitRequest,
 }
 
 /// A worker asked to join under a name a connected worker holds.
@@ -103,6 +124,12 @@ pub struct Registry<T> {
     /// The workers each task lineage lost, over all its attempts (only
     /// lineages that lost one); dropped with the run.
     lineage_losses: HashMap<JobId, Vec<String>>,
+    /// The `[[limits]]` and their grants.
+    rates: RateLimits,
+    /// Running steps' calls waiting for a limit, in arrival order.
+    permits: VecDeque<WaitingPermit>,
+    /// When the earliest waiting job or call may go by time alone.
+    wake: Option<Instant>,
 }
 
 impl<T> Registry<T> {
@@ -117,6 +144,135 @@ impl<T> Registry<T> {
             calls: VecDeque::new(),
             functions_ever: BTreeSet::new(),
             lineage_losses: HashMap::new(),
+            rates: RateLimits::default(),
+            permits: VecDeque::new(),
+            wake: None,
+        }
+    }
+
+    /// The registry with rate limits.
+    pub fn with_rates(mut self, rates: RateLimits) -> Self {
+        self.rates = rates;
+        self
+    }
+
+    /// Whether any `[[limits]]` entry is configured: the dispatcher
+    /// describes tasks for them only then.
+    pub fn rate_limited(&self) -> bool {
+        !self.rates.is_empty()
+    }
+
+    /// When a job or call waiting for a limit may go by time alone: the
+    /// dispatcher places again then.
+    pub fn wake(&self) -> Option<Instant> {
+        self.wake
+    }
+
+    /// How a task's model calls are controlled, as its assignment says.
+    pub fn flow_of(&self, job: &JobId) -> Option<CallFlow> {
+        let job = self.jobs.get(job)?;
+        let needs = job.flow.as_ref()?;
+        needs.subject.model_call.as_ref()?;
+        Some(CallFlow {
+            grant: job.grant,
+            ask: true,
+        })
+    }
+
+    /// A running step asks to call a model: granted now, or when the limits
+    /// that count it have room (its run told it waits). A request for a
+    /// job the worker does not hold is ignored.
+    pub fn permit(
+        &mut self,
+        worker: WorkerId,
+        job: &JobId,
+        request: PermitRequest,
+        now: Instant,
+    ) -> Vec<Decision<T>> {
+        if self.held_by(job) != Some(worker) {
+            return Vec::new();
+        }
+        let mut decisions = Vec::new();
+        let waiting = WaitingPermit {
+            worker,
+            job: job.clone(),
+            request,
+        };
+        if let Some(waiting) = self.try_permit(waiting, now, &mut decisions) {
+            self.permits.push_back(waiting);
+        }
+        decisions
+    }
+
+    /// A running step's model call ended: its grant is settled with what
+    /// the provider reported.
+    pub fn usage(&mut self, worker: WorkerId, job: &JobId, usage: &CallUsage, now: Instant) {
+        if self.held_by(job) != Some(worker) {
+            return;
+        }
+        let call = Settlement {
+            target: Target {
+                provider: Some(usage.provider.clone()),
+                model: Some(usage.model.clone()),
+            },
+            tokens: usage.prompt_tokens + usage.completion_tokens,
+            rate_limited: usage.rate_limited,
+        };
+        self.rates.settle(usage.grant, job, &call, now);
+    }
+
+    /// Grants `waiting` its call, or hands it back to wait (its run told
+    /// the first time).
+    fn try_permit(
+        &mut self,
+        waiting: WaitingPermit,
+        now: Instant,
+        out: &mut Vec<Decision<T>>,
+    ) -> Option<WaitingPermit> {
+        let job = self.jobs.get_mut(&waiting.job)?;
+        let answer = |outcome| Decision::Permit {
+            worker: waiting.worker,
+            job: waiting.job.clone(),
+            request_id: waiting.request.request_id,
+            outcome,
+        };
+        let Some(needs) = &job.flow else {
+            out.push(answer(Ok(0)));
+            return None;
+        };
+        let mut subject = needs.subject.clone();
+        subject.model_call = Some(Target {
+            provider: Some(waiting.request.provider.clone()),
+            model: Some(waiting.request.model.clone()),
+        });
+        match self
+            .rates
+            .admit(&subject, waiting.request.tokens, &waiting.job, now)
+        {
+            Ok(grant) => {
+                job.throttled = false;
+                out.push(answer(Ok(grant.unwrap_or(0))));
+                None
+            }
+            Err(wait) => {
+                self.wake = earliest(self.wake, wait.until);
+                if !std::mem::replace(&mut job.throttled, true) {
+                    out.push(throttled(&waiting.job, wait, now));
+                }
+                Some(waiting)
+            }
+        }
+    }
+
+    /// A job ended or went back to the queue: what it held of the limits
+    /// is given back, and its waiting calls are dropped.
+    fn let_go(&mut self, id: &JobId) {
+        self.rates.release(id);
+        if !self.permits.is_empty() {
+            self.permits.retain(|waiting| waiting.job != *id);
+        }
+        if let Some(job) = self.jobs.get_mut(id) {
+            job.grant = None;
         }
     }
 
@@ -195,6 +351,7 @@ impl<T> Registry<T> {
             timeout,
             payload,
             lineage,
+            flow,
         } = spec;
         let losses = lineage
             .as_ref()
@@ -210,6 +367,9 @@ impl<T> Registry<T> {
             losses,
             lineage,
             unhosted_reported: false,
+            flow,
+            grant: None,
+            throttled: false,
         };
         let mut decisions = Vec::new();
         if !hosted_among(&self.workers, &job) {
@@ -253,6 +413,16 @@ impl<T> Registry<T> {
     /// free slots, never on a draining or jammed worker.
     pub fn place(&mut self, now: Instant) -> Vec<Decision<T>> {
         let mut decisions = Vec::new();
+        self.wake = None;
+        // Running steps' calls first: they hold slots.
+        for _ in 0..self.permits.len() {
+            let Some(waiting) = self.permits.pop_front() else {
+                break;
+            };
+            if let Some(waiting) = self.try_permit(waiting, now, &mut decisions) {
+                self.permits.push_back(waiting);
+            }
+        }
         let mut skipped = VecDeque::new();
         while self.workers.values().any(Worker::has_free_slot) {
             let Some(id) = self.tasks.pop_front() else {
@@ -261,9 +431,14 @@ impl<T> Registry<T> {
             let Some(job) = self.jobs.get(&id) else {
                 continue;
             };
-            match self.pick(job) {
-                Some(worker) => self.start(id, worker, now, &mut decisions),
-                None => skipped.push_back(id),
+            let Some(worker) = self.pick(job) else {
+                skipped.push_back(id);
+                continue;
+            };
+            if self.admitted(&id, now, &mut decisions) {
+                self.start(id, worker, now, &mut decisions);
+            } else {
+                skipped.push_back(id);
             }
         }
         while let Some(id) = skipped.pop_back() {
@@ -284,6 +459,31 @@ impl<T> Registry<T> {
         decisions
     }
 
+    /// Whether the limits let job `id` go now; its first call's grant is
+    /// kept with it. A job that must wait has its run told, once.
+    fn admitted(&mut self, id: &JobId, now: Instant, out: &mut Vec<Decision<T>>) -> bool {
+        let Some(job) = self.jobs.get_mut(id) else {
+            return false;
+        };
+        let Some(needs) = &job.flow else {
+            return true;
+        };
+        match self.rates.admit(&needs.subject, needs.tokens, id, now) {
+            Ok(grant) => {
+                job.grant = grant;
+                job.throttled = false;
+                true
+            }
+            Err(wait) => {
+                self.wake = earliest(self.wake, wait.until);
+                if !std::mem::replace(&mut job.throttled, true) {
+                    out.push(throttled(id, wait, now));
+                }
+                false
+            }
+        }
+    }
+
     /// A worker reported a job's result. Returns the job if the worker
     /// still held it; otherwise the result is late and to be ignored.
     pub fn finish(&mut self, worker: WorkerId, job: &JobId, now: Instant) -> Option<Finished<T>> {
@@ -295,6 +495,7 @@ impl<T> Registry<T> {
             } if holder == worker => since,
             _ => return None,
         };
+        self.let_go(job);
         let done = self.jobs.remove(job).expect("looked up above");
         self.release(worker, &done.requirement);
         let name = self.workers.get(&worker).map(|w| w.info.hello.name.clone());
@@ -490,6 +691,7 @@ impl<T> Registry<T> {
         let requirement = job.requirement.clone();
         self.release(worker, &requirement);
         self.queue_of(&requirement).push_front(id.clone());
+        self.let_go(id);
     }
 
     fn release(&mut self, worker: WorkerId, requirement: &Requirement) {
@@ -502,6 +704,7 @@ impl<T> Registry<T> {
     }
 
     fn remove(&mut self, id: &JobId) -> Option<Decision<T>> {
+        self.let_go(id);
         let job = self.jobs.remove(id)?;
         let Place::Running { worker, .. } = job.place else {
             return None;
@@ -552,6 +755,23 @@ impl<T> Registry<T> {
                 debug_assert!(worker.in_flight as u64 <= u64::from(worker.info.hello.slots));
             }
         }
+    }
+}
+
+/// The earlier of two times to wake; a wait with no time changes nothing.
+fn earliest(current: Option<Instant>, until: Option<Instant>) -> Option<Instant> {
+    match (current, until) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+/// The decision that tells a job's run it waits for `wait`.
+fn throttled<T>(id: &JobId, wait: Wait, now: Instant) -> Decision<T> {
+    Decision::Throttled {
+        job: id.clone(),
+        limit: wait.limit,
+        wait: wait.until.map(|until| until.saturating_duration_since(now)),
     }
 }
 

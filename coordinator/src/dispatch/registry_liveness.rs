@@ -36,6 +36,7 @@ impl<T> Registry<T> {
                     .insert(lineage.clone(), job.losses.clone());
             }
             if job.losses.len() as u32 >= self.limits.max_losses {
+                self.let_go(&id);
                 let job = self.jobs.remove(&id).expect("listed above");
                 decisions.push(Decision::Fail {
                     failure: TaskFailure {
@@ -55,6 +56,7 @@ impl<T> Registry<T> {
             job.place = Place::Queued;
             let requirement = job.requirement.clone();
             self.queue_of(&requirement).push_front(id.clone());
+            self.let_go(&id);
             requeued.push(Decision::Requeued {
                 job: id,
                 worker: entry.info.hello.name.clone(),
@@ -98,6 +100,7 @@ impl<T> Registry<T> {
             .collect();
         overdue.sort();
         for id in overdue {
+            self.let_go(&id);
             let job = self.jobs.remove(&id).expect("listed above");
             let Place::Running { worker, .. } = job.place else {
                 unreachable!("listed as running");

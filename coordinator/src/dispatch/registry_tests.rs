@@ -35,6 +35,7 @@ fn task(key: u64) -> JobSpec<u64> {
         timeout: 10 * SECOND,
         payload: key,
         lineage: None,
+        flow: None,
     }
 }
 
@@ -395,6 +396,7 @@ fn calls_take_no_slot_and_time_out() {
         requirement: Requirement::Function("pick".into()),
         timeout: SECOND,
         lineage: None,
+        flow: None,
         payload: 70,
     });
     let decisions = reg.place(start);
@@ -557,4 +559,165 @@ fn a_name_is_held_by_one_connected_worker_at_a_time() {
     reg.lose(first, "stream closed");
     let again = reg.join(worker("w1", 1, &[]), now).unwrap();
     assert_ne!(again, first);
+}
+
+mod flow {
+    //! Tasks and running steps' model calls under `[[limits]]`.
+
+    use super::*;
+    use crate::dispatch::limits::{LimitSpec, Matcher, RateLimits, Subject, Target};
+    use crate::dispatch::{CallUsage, PermitRequest};
+
+    fn limited(now: Instant, per_minute: u64) -> Registry<u64> {
+        let spec = LimitSpec {
+            name: "api".into(),
+            matcher: Matcher::default(),
+            requests_per_minute: Some(per_minute),
+            tokens_per_minute: None,
+            concurrency: None,
+        };
+        registry().with_rates(RateLimits::new(vec![spec], now))
+    }
+
+    fn llm_task(key: u64) -> JobSpec<u64> {
+        JobSpec {
+            flow: Some(FlowNeeds {
+                subject: Subject {
+                    namespace: "default".into(),
+                    kind: "llm".into(),
+                    handler: None,
+                    model_call: Some(Target::default()),
+                },
+                tokens: 100,
+            }),
+            ..task(key)
+        }
+    }
+
+    fn throttles(decisions: &[Decision<u64>]) -> Vec<(u64, Option<Duration>)> {
+        decisions
+            .iter()
+            .filter_map(|d| match d {
+                Decision::Throttled {
+                    job:
+                        JobId {
+                            key: JobKey::Task(key),
+                            ..
+                        },
+                    limit,
+                    wait,
+                } => {
+                    assert_eq!(limit.as_ref(), "api");
+                    Some((key.0, *wait))
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_task_over_a_limit_waits_in_the_queue_without_a_slot_and_is_told_once() {
+        let start = Instant::now();
+        // 60 a minute: one a second, a burst of one.
+        let mut reg = limited(start, 60);
+        let a = reg.join(worker("a", 4, &[]), start).unwrap();
+        for key in 1..=3 {
+            reg.submit(llm_task(key));
+        }
+        reg.submit(task(4));
+        let first = reg.place(start);
+        // One llm task goes; the script task goes past the waiting ones.
+        assert_eq!(sends(&first), [(a, 1), (a, 4)]);
+        assert_eq!(throttles(&first), [(2, Some(SECOND)), (3, Some(SECOND))]);
+        assert_eq!(reg.wake(), Some(start + SECOND));
+        assert_eq!(reg.load().queued, 2);
+        // Placing again before the window frees tells nobody twice.
+        let again = reg.place(start + SECOND / 2);
+        assert!(sends(&again).is_empty() && throttles(&again).is_empty());
+        // Each second lets one more go, in order.
+        assert_eq!(sends(&reg.place(start + SECOND)), [(a, 2)]);
+        assert_eq!(sends(&reg.place(start + 2 * SECOND)), [(a, 3)]);
+        assert_eq!(reg.wake(), None);
+        // The task sent carries its reserved grant; the script none.
+        let flow = reg.flow_of(&id(2)).expect("controlled");
+        assert!(flow.grant.is_some() && flow.ask);
+        assert_eq!(reg.flow_of(&id(4)), None);
+    }
+
+    #[test]
+    fn a_running_steps_later_call_waits_ahead_of_the_queue() {
+        let start = Instant::now();
+        let mut reg = limited(start, 60);
+        let a = reg.join(worker("a", 2, &[]), start).unwrap();
+        reg.submit(llm_task(1));
+        assert_eq!(sends(&reg.place(start)), [(a, 1)]);
+        reg.submit(llm_task(2));
+        assert_eq!(throttles(&reg.place(start)), [(2, Some(SECOND))]);
+        // Task 1's second call asks; it waits, then goes before task 2.
+        let request = PermitRequest {
+            request_id: 5,
+            provider: "default".into(),
+            model: "m".into(),
+            tokens: 10,
+        };
+        let asked = reg.permit(a, &id(1), request.clone(), start);
+        assert_eq!(throttles(&asked), [(1, Some(SECOND))]);
+        let freed = reg.place(start + SECOND);
+        let granted: Vec<_> = freed
+            .iter()
+            .filter_map(|d| match d {
+                Decision::Permit {
+                    request_id,
+                    outcome,
+                    ..
+                } => Some((*request_id, outcome.is_ok())),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(granted, [(5, true)]);
+        assert!(sends(&freed).is_empty(), "the queue waits behind the call");
+        // A request for a job the worker does not hold is ignored.
+        let b = reg.join(worker("b", 1, &[]), start).unwrap();
+        assert!(reg.permit(b, &id(1), request, start).is_empty());
+    }
+
+    #[test]
+    fn what_a_job_held_comes_back_when_it_ends_or_is_lost() {
+        let start = Instant::now();
+        let spec = LimitSpec {
+            name: "api".into(),
+            matcher: Matcher::default(),
+            requests_per_minute: None,
+            tokens_per_minute: None,
+            concurrency: Some(1),
+        };
+        let mut reg = registry().with_rates(RateLimits::new(vec![spec], start));
+        let a = reg.join(worker("a", 2, &[]), start).unwrap();
+        reg.submit(llm_task(1));
+        reg.submit(llm_task(2));
+        let placed = reg.place(start);
+        assert_eq!(sends(&placed), [(a, 1)]);
+        assert_eq!(throttles(&placed), [(2, None)]);
+        // Its worker is lost: task 1 is queued again and gives its place
+        // back; one of the two goes to the new worker.
+        reg.lose(a, "stream closed");
+        let b = reg.join(worker("b", 2, &[]), start).unwrap();
+        assert_eq!(sends(&reg.place(start)), [(b, 1)]);
+        // Its usage settles the grant: task 2 goes.
+        let grant = reg.flow_of(&id(1)).and_then(|f| f.grant).expect("a grant");
+        let usage = CallUsage {
+            grant,
+            provider: "default".into(),
+            model: "m".into(),
+            prompt_tokens: 3,
+            completion_tokens: 4,
+            ..CallUsage::default()
+        };
+        reg.usage(b, &id(1), &usage, start);
+        assert_eq!(sends(&reg.place(start)), [(b, 2)]);
+        // A finished job gives back what it did not settle.
+        assert!(reg.finish(b, &id(2), start).is_some());
+        reg.submit(llm_task(3));
+        assert_eq!(sends(&reg.place(start)), [(b, 3)]);
+    }
 }

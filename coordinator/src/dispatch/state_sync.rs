@@ -90,6 +90,7 @@ mod tests {
             prompts_json: String::new(),
             traceparent: String::new(),
             remote_tools: Vec::new(),
+            flow: None,
         }
     }
 

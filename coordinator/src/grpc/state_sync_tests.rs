@@ -57,6 +57,7 @@ pub(super) fn task(fields: &BTreeMap<String, (u64, i64)>, key: u64) -> TaskAssig
         prompts_json: String::new(),
         traceparent: String::new(),
         remote_tools: Vec::new(),
+        flow: None,
     }
 }
 

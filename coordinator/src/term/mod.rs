@@ -123,6 +123,7 @@ fn start_runs(
                 jam_timeout: config.worker_timeout,
             },
             call_timeout: config.call_timeout,
+            rate_limits: config.rate_limits.clone(),
         },
         ended.child_token(),
         tracker,

@@ -299,6 +299,21 @@ pub enum RunEvent {
         /// What nobody hosts, e.g. "handler 'draft'".
         needs: String,
     },
+    /// A task waits in the coordinator's queue, or a running step's model
+    /// call waits, for a rate limit (`[[limits]]`); it goes as soon as the
+    /// limit has room, and is never failed for it.
+    TaskThrottled {
+        /// Node id.
+        node: NodeId,
+        /// Map item index, for a chain step.
+        item: Option<usize>,
+        /// The limit's name.
+        limit: String,
+        /// How long it is expected to wait, in milliseconds; absent: until
+        /// a call in flight ends.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        wait_ms: Option<u64>,
+    },
     /// A task attempt that was out is sent again, under the same attempt
     /// number (delivery is at least once; this counts the extra sendings).
     TaskRedispatched {
@@ -385,6 +400,7 @@ impl RunEvent {
         "task_redispatched",
         "retrieved",
         "index_built",
+        "task_throttled",
     ];
 
     /// The event's name, as the `type` of its JSON form.
@@ -408,6 +424,7 @@ impl RunEvent {
             Self::IndexBuilt { .. } => "index_built",
             Self::TaskUnhosted { .. } => "task_unhosted",
             Self::TaskRedispatched { .. } => "task_redispatched",
+            Self::TaskThrottled { .. } => "task_throttled",
             Self::WaitingForInput { .. } => "waiting_for_input",
             Self::InputReceived { .. } => "input_received",
             Self::RunSubmitted { .. } => "run_submitted",

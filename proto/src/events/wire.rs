@@ -225,6 +225,17 @@ pub fn event_to_wire(seq: u64, at_unix_ms: i64, event: &RunEvent) -> pb::RunEven
             reason: reason.as_str().to_owned(),
             worker,
         }),
+        RunEvent::TaskThrottled {
+            node,
+            item,
+            limit,
+            wait_ms,
+        } => E::TaskThrottled(pb::TaskThrottled {
+            node: node.into(),
+            item: index_to_wire(item),
+            limit,
+            wait_ms,
+        }),
         RunEvent::WaitingForInput { node, kind, prompt } => {
             E::WaitingForInput(pb::WaitingForInput {
                 node: node.into(),
@@ -403,6 +414,12 @@ pub fn event_from_wire(event: pb::RunEvent) -> Option<RunEvent> {
             reason: Redispatch::from_name(&e.reason),
             worker: e.worker,
         },
+        E::TaskThrottled(e) => RunEvent::TaskThrottled {
+            node: e.node.into(),
+            item: index_from_wire(e.item),
+            limit: e.limit,
+            wait_ms: e.wait_ms,
+        },
         E::WaitingForInput(e) => RunEvent::WaitingForInput {
             node: e.node.into(),
             kind: e.kind,
@@ -550,6 +567,18 @@ mod tests {
                 item: None,
                 reason: Redispatch::CoordinatorRestarted,
                 worker: None,
+            },
+            RunEvent::TaskThrottled {
+                node: "ask".into(),
+                item: Some(3),
+                limit: "openai".into(),
+                wait_ms: Some(250),
+            },
+            RunEvent::TaskThrottled {
+                node: "ask".into(),
+                item: None,
+                limit: "openai".into(),
+                wait_ms: None,
             },
             RunEvent::WaitingForInput {
                 node: "ok".into(),

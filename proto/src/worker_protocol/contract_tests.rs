@@ -89,6 +89,10 @@ fn task(key: u64) -> TaskAssignment {
         prompts_json: r#"{"system":"s","prompt":"p"}"#.into(),
         traceparent: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01".into(),
         remote_tools: vec![tool_info()],
+        flow: Some(CallFlow {
+            grant: Some(12),
+            ask: true,
+        }),
     }
 }
 
@@ -117,8 +121,28 @@ fn every_message_to_a_worker_reads_back_as_itself() {
             team: None,
             remote_tools: Vec::new(),
             bundle: Arc::default(),
+            flow: None,
             ..task(6)
         }),
+        ToWorker::Task(TaskAssignment {
+            flow: Some(CallFlow {
+                grant: None,
+                ask: true,
+            }),
+            ..task(7)
+        }),
+        ToWorker::Permit {
+            run_id: "r1".into(),
+            key: TaskKey(5),
+            request_id: 3,
+            outcome: Ok(41),
+        },
+        ToWorker::Permit {
+            run_id: "r1".into(),
+            key: TaskKey(5),
+            request_id: 4,
+            outcome: Err("the run's budget of 100 tokens is spent".into()),
+        },
         ToWorker::Cancel {
             run_id: "r1".into(),
             key: TaskKey(5),
@@ -238,6 +262,47 @@ fn every_message_from_a_worker_reads_back_as_itself() {
                 tool: "search".into(),
                 arguments: json!({"q": "weft"}),
                 timeout: Duration::from_millis(900),
+            },
+        },
+        FromWorker::CallPermit {
+            run_id: "r1".into(),
+            key: TaskKey(5),
+            permit: PermitRequest {
+                request_id: 3,
+                provider: "default".into(),
+                model: "gpt-4o".into(),
+                tokens: 812,
+            },
+        },
+        FromWorker::CallUsage {
+            run_id: "r1".into(),
+            key: TaskKey(5),
+            usage: CallUsage {
+                grant: 41,
+                provider: "default".into(),
+                model: "gpt-4o".into(),
+                prompt_tokens: 700,
+                completion_tokens: 90,
+                cached_tokens: 512,
+                rate_limited: None,
+            },
+        },
+        FromWorker::CallUsage {
+            run_id: "r1".into(),
+            key: TaskKey(5),
+            usage: CallUsage {
+                grant: 42,
+                rate_limited: Some(Some(Duration::from_millis(2_000))),
+                ..CallUsage::default()
+            },
+        },
+        FromWorker::CallUsage {
+            run_id: "r1".into(),
+            key: TaskKey(5),
+            usage: CallUsage {
+                grant: 43,
+                rate_limited: Some(None),
+                ..CallUsage::default()
             },
         },
     ];

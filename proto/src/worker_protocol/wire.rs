@@ -11,9 +11,10 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use serde_json::Value;
 
 use super::{
-    BlobRef, CallError, CallForm, CallResult, CallTarget, FromWorker, FunctionCall, Hello, ItemRef,
-    NotJson, PythonCall, StateField, TaskAssignment, TaskError, TaskOutput, TaskResult,
-    TeamMessage, TeamSeat, TeamSend, ToWorker, ToolCall, ToolContext, ToolInfo,
+    BlobRef, CallError, CallFlow, CallForm, CallResult, CallTarget, CallUsage, FromWorker,
+    FunctionCall, Hello, ItemRef, NotJson, PermitRequest, PythonCall, StateField, TaskAssignment,
+    TaskError, TaskOutput, TaskResult, TeamMessage, TeamSeat, TeamSend, ToWorker, ToolCall,
+    ToolContext, ToolInfo,
 };
 use crate::types::{FailureKind, WorkerKind};
 use crate::v1 as pb;
@@ -165,6 +166,20 @@ impl From<ToWorker> for pb::CoordinatorMessage {
                 task_key: key.0,
                 message: Some(message.into()),
             }),
+            ToWorker::Permit {
+                run_id,
+                key,
+                request_id,
+                outcome,
+            } => Body::Permit(pb::PermitAnswer {
+                run_id: run_id.into(),
+                task_key: key.0,
+                request_id,
+                outcome: Some(match outcome {
+                    Ok(grant) => pb::permit_answer::Outcome::Grant(grant),
+                    Err(why) => pb::permit_answer::Outcome::Refused(why),
+                }),
+            }),
             ToWorker::SendAck {
                 run_id,
                 send_id,
@@ -238,6 +253,16 @@ pub fn read_coordinator_message(
                 None => Err("the coordinator sent an empty answer".to_owned()),
             },
         })]),
+        Body::Permit(answer) => into.extend([Ok(ToWorker::Permit {
+            run_id: answer.run_id.into(),
+            key: TaskKey(answer.task_key),
+            request_id: answer.request_id,
+            outcome: match answer.outcome {
+                Some(pb::permit_answer::Outcome::Grant(grant)) => Ok(grant),
+                Some(pb::permit_answer::Outcome::Refused(why)) => Err(why),
+                None => Err("the coordinator sent an empty answer to a call permit".to_owned()),
+            },
+        })]),
         Body::Heartbeat(_) | Body::Welcome(_) => into.extend([Ok(ToWorker::Heartbeat)]),
     }
 }
@@ -276,6 +301,8 @@ impl From<TaskAssignment> for pb::TaskAssignment {
                 .into_iter()
                 .map(pb::ToolInfo::from)
                 .collect(),
+            flow_grant: task.flow.and_then(|flow| flow.grant).unwrap_or(0),
+            flow_ask: task.flow.is_some_and(|flow| flow.ask),
         }
     }
 }
@@ -320,6 +347,10 @@ fn task_of(wire: pb::TaskAssignment) -> Result<ToWorker, Unreadable> {
         prompts_json: wire.prompts_json,
         traceparent: wire.traceparent,
         remote_tools: wire.remote_tools.into_iter().map(ToolInfo::from).collect(),
+        flow: (wire.flow_grant != 0 || wire.flow_ask).then_some(CallFlow {
+            grant: (wire.flow_grant != 0).then_some(wire.flow_grant),
+            ask: wire.flow_ask,
+        }),
     }))
 }
 
@@ -513,6 +544,30 @@ impl From<FromWorker> for pb::WorkerMessage {
                 arguments_json: call.arguments.to_string(),
                 timeout_ms: millis(call.timeout).max(1),
             }),
+            FromWorker::CallPermit {
+                run_id,
+                key,
+                permit,
+            } => Body::Permit(pb::CallPermit {
+                run_id: run_id.into(),
+                task_key: key.0,
+                request_id: permit.request_id,
+                provider: permit.provider,
+                model: permit.model,
+                tokens: permit.tokens,
+            }),
+            FromWorker::CallUsage { run_id, key, usage } => Body::Usage(pb::CallUsage {
+                run_id: run_id.into(),
+                task_key: key.0,
+                grant: usage.grant,
+                provider: usage.provider,
+                model: usage.model,
+                prompt_tokens: usage.prompt_tokens,
+                completion_tokens: usage.completion_tokens,
+                cached_tokens: usage.cached_tokens,
+                rate_limited: usage.rate_limited.is_some(),
+                retry_after_ms: usage.rate_limited.flatten().map(millis),
+            }),
         };
         Self { body: Some(body) }
     }
@@ -643,6 +698,31 @@ pub fn read_worker_message(message: pb::WorkerMessage) -> Option<FromWorker> {
                         .unwrap_or(Value::String(call.arguments_json))
                 },
                 timeout: Duration::from_millis(call.timeout_ms),
+            },
+        },
+        Body::Permit(permit) => FromWorker::CallPermit {
+            run_id: permit.run_id.into(),
+            key: TaskKey(permit.task_key),
+            permit: PermitRequest {
+                request_id: permit.request_id,
+                provider: permit.provider,
+                model: permit.model,
+                tokens: permit.tokens,
+            },
+        },
+        Body::Usage(usage) => FromWorker::CallUsage {
+            run_id: usage.run_id.into(),
+            key: TaskKey(usage.task_key),
+            usage: CallUsage {
+                grant: usage.grant,
+                provider: usage.provider,
+                model: usage.model,
+                prompt_tokens: usage.prompt_tokens,
+                completion_tokens: usage.completion_tokens,
+                cached_tokens: usage.cached_tokens,
+                rate_limited: usage
+                    .rate_limited
+                    .then(|| usage.retry_after_ms.map(Duration::from_millis)),
             },
         },
     })

@@ -12,6 +12,7 @@ mod containment;
 mod deploy;
 mod durability;
 mod etcd_tls;
+mod flow_control;
 mod ha;
 mod hostile;
 mod llm;

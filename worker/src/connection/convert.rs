@@ -60,6 +60,14 @@ fn inbound(message: Result<ToWorker, Unreadable>) -> Inbound {
             call_id,
             answer: result,
         },
+        Ok(ToWorker::Permit {
+            request_id,
+            outcome,
+            ..
+        }) => Inbound::PermitAnswered {
+            request_id,
+            answer: outcome,
+        },
         Ok(ToWorker::Heartbeat) => Inbound::Alive,
         Err(Unreadable::Task {
             run_id,

@@ -75,6 +75,12 @@ pub(crate) enum Inbound {
         call_id: u64,
         answer: crate::remote_tools::ToolAnswer,
     },
+    /// The coordinator's answer to a step's permit request `request_id`:
+    /// the grant, or why its model call may not go.
+    PermitAnswered {
+        request_id: u64,
+        answer: Result<u64, String>,
+    },
     /// A call the worker cannot read, answered with why.
     Unreadable(Box<CallAnswer>),
     /// The run has ended: drop what is kept for it.

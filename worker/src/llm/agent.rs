@@ -218,6 +218,8 @@ pub(crate) struct Agent<'a> {
     pub scripts: &'a ScriptRunner,
     /// Registered tools other workers host.
     pub remote: &'a RemoteTools,
+    /// Paces its model calls (SPEC 18).
+    pub gate: &'a super::CallGate,
     pub task: &'a Task,
     pub team: Option<Team>,
 }
@@ -250,7 +252,7 @@ impl Agent<'_> {
             if !tools.is_empty() {
                 body["tools"] = tools.iter().map(Tool::offered).collect();
             }
-            let completion = chat::complete(provider, &body, deadline).await?;
+            let completion = chat::complete(provider, &body, deadline, self.gate).await?;
             notes.push(completion.note());
             let message = completion.message;
             let calls = message["tool_calls"]

@@ -4,11 +4,17 @@
 //! `Retry-After`, or a short backoff, while the deadline allows; any other
 //! error status, or a body that is not a chat completion, fails the
 //! attempt naming the status and the start of the body, secrets masked.
+//!
+//! Each request goes through the step's [`CallGate`]: when the coordinator
+//! paces the step's calls (SPEC 18), a request waits for its grant and its
+//! usage (or its 429) is reported after it, and a 429 is tried again for
+//! as long as the deadline allows rather than a fixed number of times.
 
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+use super::gate::{CallGate, Spent, Ticket};
 use super::provider::Provider;
 use crate::task::{Failure, FailureKind};
 
@@ -48,36 +54,78 @@ impl Completion {
     }
 }
 
-/// Asks `provider` for one completion of `body` before `deadline`.
+/// Asks `provider` for one completion of `body` before `deadline`, each
+/// request let through by `gate`.
 pub(crate) async fn complete(
     provider: &Provider,
     body: &Value,
     deadline: Instant,
+    gate: &CallGate,
 ) -> Result<Completion, Failure> {
     let _permit = provider.permits.acquire().await;
     let started = Instant::now();
-    let (text, tries) = post(provider, "chat/completions", body, deadline, started).await?;
-    read_reply(provider, &text, started, tries)
+    let (text, tries, ticket) =
+        post(provider, "chat/completions", body, deadline, started, gate).await?;
+    let completion = read_reply(provider, &text, started, tries);
+    if gate.paced() {
+        let usage = completion.as_ref().ok().map(|c| c.usage.clone());
+        gate.report(ticket, spent(provider, body, usage, None))
+            .await;
+    }
+    completion
+}
+
+/// What a request to `provider` of `body` spent, for the gate's report.
+fn spent(
+    provider: &Provider,
+    body: &Value,
+    usage: Option<Value>,
+    rate_limited: Option<Option<Duration>>,
+) -> Spent {
+    Spent {
+        provider: provider.name.clone(),
+        model: body["model"].as_str().unwrap_or_default().to_owned(),
+        usage,
+        rate_limited,
+    }
 }
 
 /// POSTs `body` to `provider`'s `path` (under its base URL) before
 /// `deadline`, tried again on a 429, a 5xx or a failed connection as the
-/// module says; the successful reply's body, and how many requests it
-/// took. The caller holds one of the provider's permits.
+/// module says; the successful reply's body, how many requests it took,
+/// and the grant of the request that succeeded (whose usage the caller
+/// reports). The caller holds one of the provider's permits.
 pub(super) async fn post(
     provider: &Provider,
     path: &str,
     body: &Value,
     deadline: Instant,
     started: Instant,
-) -> Result<(String, u32), Failure> {
+    gate: &CallGate,
+) -> Result<(String, u32, Ticket), Failure> {
     let url = format!("{}/{path}", provider.base_url);
     let mut backoff = FIRST_BACKOFF;
-    for tries in 1..=TRIES {
+    let mut tries = 0;
+    loop {
+        tries += 1;
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
             return Err(timed_out(provider, started));
         }
+        let ticket = gate.acquire(&provider.name, body, deadline).await?;
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(timed_out(provider, started));
+        }
+        // A request that fails is reported with nothing used; one that
+        // succeeds is reported by the caller, with the reply's usage.
+        let failed = |rate_limited| async move {
+            if gate.paced() {
+                gate.report(ticket, spent(provider, body, None, rate_limited))
+                    .await;
+            }
+        };
+        let last = tries >= TRIES;
         let mut request = provider
             .http
             .post(&url)
@@ -88,17 +136,26 @@ pub(super) async fn post(
         }
         let retry_after = match request.send().await {
             Ok(response) if response.status().is_success() => {
-                let text = response
-                    .text()
-                    .await
-                    .map_err(|e| model_error(provider, &e))?;
-                return Ok((text, tries));
+                let text = match response.text().await {
+                    Ok(text) => text,
+                    Err(error) => {
+                        failed(None).await;
+                        return Err(model_error(provider, &error));
+                    }
+                };
+                return Ok((text, tries, ticket));
             }
             Ok(response) if retryable(response.status()) => {
-                let wait = retry_after(&response).unwrap_or(backoff);
+                let named = retry_after(&response);
+                let wait = named.unwrap_or(backoff);
                 let status = response.status();
                 let text = response.text().await.unwrap_or_default();
-                if tries == TRIES || Instant::now() + wait >= deadline {
+                let throttled = status == reqwest::StatusCode::TOO_MANY_REQUESTS;
+                failed(throttled.then_some(named)).await;
+                // A paced step's 429 is tried again for as long as the
+                // deadline allows: the coordinator holds it back.
+                let last = last && !(throttled && gate.paced());
+                if last || Instant::now() + wait >= deadline {
                     return Err(http_error(provider, status, &text, tries));
                 }
                 wait
@@ -106,16 +163,25 @@ pub(super) async fn post(
             Ok(response) => {
                 let status = response.status();
                 let text = response.text().await.unwrap_or_default();
+                failed(None).await;
                 return Err(http_error(provider, status, &text, tries));
             }
-            Err(error) if error.is_timeout() => return Err(timed_out(provider, started)),
-            Err(error) if tries == TRIES => return Err(model_error(provider, &error)),
-            Err(_) => backoff,
+            Err(error) if error.is_timeout() => {
+                failed(None).await;
+                return Err(timed_out(provider, started));
+            }
+            Err(error) if last => {
+                failed(None).await;
+                return Err(model_error(provider, &error));
+            }
+            Err(_) => {
+                failed(None).await;
+                backoff
+            }
         };
         tokio::time::sleep(retry_after).await;
-        backoff *= 2;
+        backoff = (backoff * 2).min(Duration::from_secs(30));
     }
-    unreachable!("the last try returns")
 }
 
 fn retryable(status: reqwest::StatusCode) -> bool {

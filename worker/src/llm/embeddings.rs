@@ -50,7 +50,10 @@ pub async fn embed(
         let _permit = provider.permits.acquire().await;
         let started = Instant::now();
         let body = json!({"model": model, "input": batch});
-        let (text, tries) = post(provider, "embeddings", &body, deadline, started).await?;
+        // Embedding requests are not paced by the coordinator's limits.
+        let open = super::gate::CallGate::open();
+        let (text, tries, _) =
+            post(provider, "embeddings", &body, deadline, started, &open).await?;
         embeddings.requests += tries;
         let length = embeddings.vectors.first().map(Vec::len);
         let reply = read_reply(provider, &text, batch.len(), length)?;

@@ -70,7 +70,9 @@ pub(crate) async fn judge(
             "required": ["satisfied"],
         }}},
     });
-    let completion = chat::complete(provider, &body, Instant::now() + timeout)
+    // A loop's `until` judgement is not paced by the coordinator's limits.
+    let gate = super::CallGate::open();
+    let completion = chat::complete(provider, &body, Instant::now() + timeout, &gate)
         .await
         .map_err(|f| JudgeError::Failed(f.message))?;
     let text = completion.message["content"].as_str().unwrap_or_default();

@@ -13,6 +13,7 @@
 mod agent;
 pub(crate) mod chat;
 pub mod embeddings;
+mod gate;
 mod judge;
 mod provider;
 
@@ -21,6 +22,7 @@ use std::time::Instant;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
+pub(crate) use gate::{CallGate, Permits};
 pub use provider::{NoProvider, Provider, ProviderConfig, ProviderError, Providers};
 
 use crate::task::{Completed, Failure, FailureKind, Task};
@@ -77,11 +79,15 @@ pub(crate) fn model_for(named: Option<String>, provider: &Provider) -> Result<St
 }
 
 /// Runs one `llm` step: one chat completion.
-pub(crate) async fn run_llm(providers: &Providers, task: &Task) -> Result<Completed, Failure> {
+pub(crate) async fn run_llm(
+    providers: &Providers,
+    task: &Task,
+    gate: &CallGate,
+) -> Result<Completed, Failure> {
     let config = LlmTask::deserialize(&task.config).map_err(|e| invalid("llm configuration", e))?;
     let prompts = Prompts::of(task)?;
     let deadline = Instant::now() + task.timeout;
-    complete(providers, &config, &prompts, deadline).await
+    complete(providers, &config, &prompts, deadline, gate).await
 }
 
 /// One chat completion of `prompts` as `config` says: the text as the
@@ -92,6 +98,7 @@ pub(crate) async fn complete(
     config: &LlmTask,
     prompts: &Prompts,
     deadline: Instant,
+    gate: &CallGate,
 ) -> Result<Completed, Failure> {
     let provider = providers
         .get(config.provider.as_deref())
@@ -119,7 +126,7 @@ pub(crate) async fn complete(
             json!({"type": "json_schema", "json_schema": {"name": "output", "schema": schema}}),
         );
     }
-    let completion = chat::complete(provider, &Value::Object(body), deadline).await?;
+    let completion = chat::complete(provider, &Value::Object(body), deadline, gate).await?;
     let text = completion.message["content"]
         .as_str()
         .unwrap_or_default()

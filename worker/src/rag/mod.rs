@@ -80,6 +80,8 @@ pub(crate) struct RagKit<'a> {
     pub shelf: &'a crate::connection::IndexShelf,
     /// For `${NAME}` in a store's URL.
     pub secrets: &'a crate::secrets::Secrets,
+    /// Paces the step's model calls (SPEC 18).
+    pub gate: &'a crate::llm::CallGate,
 }
 
 /// Runs one `rag` step.
@@ -135,7 +137,7 @@ pub(crate) async fn run_rag(kit: RagKit<'_>, task: &Task) -> Result<Completed, F
     let found = search(&kit, &config, mode, query, &opened, deadline)
         .instrument(span.clone())
         .await?;
-    let (cited, rerank_note) = rank(kit.providers, &config, query, &found, deadline)
+    let (cited, rerank_note) = rank(kit.providers, kit.gate, &config, query, &found, deadline)
         .instrument(span.clone())
         .await?;
     span.record("hits", cited.len());
@@ -158,7 +160,14 @@ pub(crate) async fn run_rag(kit: RagKit<'_>, task: &Task) -> Result<Completed, F
                     .transpose()?,
                 prompt: render(prompt, "prompt", task, &context, &sources)?,
             };
-            crate::llm::complete(kit.providers, &config.completion, &prompts, deadline).await?
+            crate::llm::complete(
+                kit.providers,
+                &config.completion,
+                &prompts,
+                deadline,
+                kit.gate,
+            )
+            .await?
         }
     };
     notes.extend(completion.notes);
@@ -277,6 +286,7 @@ fn own_chunks(knowledge: &weft_retrieval::Knowledge, passages: Vec<Passage>) -> 
 /// numbered from 1, and the rerank model's note when it ordered them.
 async fn rank<'a>(
     providers: &Providers,
+    gate: &crate::llm::CallGate,
     config: &RagTask,
     query: &str,
     found: &'a [Found],
@@ -298,7 +308,7 @@ async fn rank<'a>(
     let mut cited = fuse_retrievals(retrievals, depth);
     let mut rerank_note = None;
     if let Some(rerank) = &config.rerank {
-        let (order, note) = rerank_order(providers, rerank, query, &cited, deadline).await?;
+        let (order, note) = rerank_order(providers, gate, rerank, query, &cited, deadline).await?;
         rerank_note = Some(note);
         cited = order.into_iter().map(|i| cited[i].clone()).collect();
         cited.truncate(config.top_k);
@@ -392,6 +402,7 @@ async fn embed_query(
 /// its `model_called` note.
 async fn rerank_order(
     providers: &Providers,
+    gate: &crate::llm::CallGate,
     rerank: &RerankModel,
     query: &str,
     candidates: &[Cited<'_>],
@@ -423,7 +434,7 @@ async fn rerank_order(
             "required": ["order"],
         }}},
     });
-    let completion = crate::llm::chat::complete(provider, &body, deadline).await?;
+    let completion = crate::llm::chat::complete(provider, &body, deadline, gate).await?;
     let text = completion.message["content"].as_str().unwrap_or_default();
     let order = crate::llm::structured(text)
         .ok()

@@ -86,6 +86,25 @@ impl Dispatcher {
                 Vec::new()
             }
             FromWorker::ToolCall { run_id, key, call } => self.tool_call(worker, run_id, key, call),
+            FromWorker::CallPermit {
+                run_id,
+                key,
+                permit,
+            } => {
+                let job = JobId {
+                    run: run_id,
+                    key: JobKey::Task(key),
+                };
+                self.registry.permit(worker, &job, permit, now())
+            }
+            FromWorker::CallUsage { run_id, key, usage } => {
+                let job = JobId {
+                    run: run_id,
+                    key: JobKey::Task(key),
+                };
+                self.registry.usage(worker, &job, &usage, now());
+                Vec::new()
+            }
             FromWorker::CallResult(CallResult {
                 run_id,
                 call_id,
@@ -186,6 +205,7 @@ impl Dispatcher {
             namespace,
             timeout,
             lineage: None,
+            flow: None,
             payload: Order {
                 work: Work::Tool {
                     call: function,

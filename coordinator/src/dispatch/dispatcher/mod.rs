@@ -38,6 +38,8 @@ pub struct DispatcherConfig {
     pub limits: Limits,
     /// How long a worker-hosted function may take.
     pub call_timeout: Duration,
+    /// The `[[limits]]` on model calls (SPEC 18).
+    pub rate_limits: Vec<super::limits::LimitSpec>,
 }
 
 /// The two paths down one worker's stream.
@@ -195,8 +197,9 @@ pub fn spawn_dispatcher(
     tracker: &tokio_util::task::TaskTracker,
 ) -> DispatcherHandle {
     let (tx, rx) = mpsc::unbounded_channel();
+    let rates = super::limits::RateLimits::new(config.rate_limits.clone(), now());
     let dispatcher = Dispatcher {
-        registry: Registry::new(config.limits.clone()),
+        registry: Registry::new(config.limits.clone()).with_rates(rates),
         links: HashMap::new(),
         call_timeout: config.call_timeout,
         tool_calls: 0,
@@ -283,6 +286,14 @@ impl Dispatcher {
         let mut ticker = tokio::time::interval(heartbeat);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
+            // A job or call waiting for a rate limit goes when it frees.
+            let wake = self.registry.wake();
+            let woken = async move {
+                match wake {
+                    Some(at) => tokio::time::sleep_until(at.into()).await,
+                    None => std::future::pending().await,
+                }
+            };
             tokio::select! {
                 _ = shutdown.cancelled() => break,
                 command = rx.recv() => match command {
@@ -290,6 +301,7 @@ impl Dispatcher {
                     None => break,
                 },
                 _ = ticker.tick() => self.tick(),
+                () = woken => self.place(),
             }
         }
         debug!("dispatcher stopped");
@@ -326,6 +338,11 @@ impl Dispatcher {
                 requirement,
                 sink,
             } => self.registry.submit(JobSpec {
+                flow: self
+                    .registry
+                    .rate_limited()
+                    .then(|| super::flow::needs(&job))
+                    .flatten(),
                 id: JobId {
                     run: job.task.run_id.clone(),
                     key: JobKey::Task(job.task.key),
@@ -381,6 +398,7 @@ impl Dispatcher {
                     namespace: job.namespace.clone(),
                     timeout: call.timeout,
                     lineage: None,
+                    flow: None,
                     payload: Order {
                         work: Work::Call(job),
                         sink,
@@ -568,6 +586,32 @@ impl Dispatcher {
                         let _ = order.sink.send(DispatchEvent::TaskRequeued { key, worker });
                     }
                 }
+                Decision::Throttled { job, limit, wait } => {
+                    if let (JobKey::Task(key), Some(order)) = (job.key, self.registry.payload(&job))
+                    {
+                        metrics::counter!(crate::metrics::TASKS_THROTTLED, "limit" => limit.to_string())
+                            .increment(1);
+                        let _ = order
+                            .sink
+                            .send(DispatchEvent::TaskThrottled { key, limit, wait });
+                    }
+                }
+                Decision::Permit {
+                    worker,
+                    job,
+                    request_id,
+                    outcome,
+                } => {
+                    if let JobKey::Task(key) = job.key {
+                        let answer = ToWorker::Permit {
+                            run_id: job.run,
+                            key,
+                            request_id,
+                            outcome,
+                        };
+                        self.control(worker, answer);
+                    }
+                }
                 Decision::Hosted { job } => {
                     if let Some(order) = self.registry.payload(&job) {
                         let _ = order.sink.send(DispatchEvent::TaskHosted { job: job.key });
@@ -610,11 +654,13 @@ impl Dispatcher {
             }
             _ => Vec::new(),
         };
+        let flow = self.registry.flow_of(job);
         let link = self.links.get_mut(&worker)?;
         let (message, sent) = match &order.work {
             Work::Task(task) => {
                 let (mut wire, sent) = link.mirror.prepare(&task.task);
                 wire.remote_tools = remote_tools;
+                wire.flow = flow;
                 (ToWorker::Task(wire), Some(sent))
             }
             Work::Call(CallJob { call, .. }) | Work::Tool { call, .. } => {

@@ -92,6 +92,13 @@ impl RunActor {
             DispatchEvent::TaskRequeued { key, worker } => {
                 self.input(Input::TaskRequeued { key, worker });
             }
+            DispatchEvent::TaskThrottled { key, limit, wait } => {
+                self.input(Input::TaskThrottled {
+                    key,
+                    limit: limit.to_string(),
+                    wait_ms: wait.map(|w| u64::try_from(w.as_millis()).unwrap_or(u64::MAX)),
+                });
+            }
             DispatchEvent::TaskHosted { job } => {
                 self.unhosted.remove(&job);
             }
@@ -149,6 +156,7 @@ impl RunActor {
                 .unwrap_or_default(),
             traceparent,
             remote_tools: Vec::new(),
+            flow: None,
         };
         let job = TaskJob {
             namespace: self.namespace.clone(),

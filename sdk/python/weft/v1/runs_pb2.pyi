@@ -260,7 +260,7 @@ class WatchRunRequest(_message.Message):
     def __init__(self, run_id: _Optional[str] = ..., types: _Optional[_Iterable[str]] = ..., **kwargs) -> None: ...
 
 class RunEvent(_message.Message):
-    __slots__ = ("seq", "at_unix_ms", "wave_started", "node_started", "node_finished", "node_retrying", "node_failed", "node_skipped", "state_changed", "loop_reset", "map_item_finished", "task_unhosted", "waiting_for_input", "input_received", "run_finished", "loop_iteration", "subgraph_started", "message_sent", "model_called", "tool_called", "run_submitted", "run_retried", "cancel_requested", "task_redispatched", "retrieved", "index_built")
+    __slots__ = ("seq", "at_unix_ms", "wave_started", "node_started", "node_finished", "node_retrying", "node_failed", "node_skipped", "state_changed", "loop_reset", "map_item_finished", "task_unhosted", "waiting_for_input", "input_received", "run_finished", "loop_iteration", "subgraph_started", "message_sent", "model_called", "tool_called", "run_submitted", "run_retried", "cancel_requested", "task_redispatched", "retrieved", "index_built", "task_throttled")
     SEQ_FIELD_NUMBER: _ClassVar[int]
     AT_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
     WAVE_STARTED_FIELD_NUMBER: _ClassVar[int]
@@ -287,6 +287,7 @@ class RunEvent(_message.Message):
     TASK_REDISPATCHED_FIELD_NUMBER: _ClassVar[int]
     RETRIEVED_FIELD_NUMBER: _ClassVar[int]
     INDEX_BUILT_FIELD_NUMBER: _ClassVar[int]
+    TASK_THROTTLED_FIELD_NUMBER: _ClassVar[int]
     seq: int
     at_unix_ms: int
     wave_started: WaveStarted
@@ -313,7 +314,20 @@ class RunEvent(_message.Message):
     task_redispatched: TaskRedispatched
     retrieved: Retrieved
     index_built: IndexBuilt
-    def __init__(self, seq: _Optional[int] = ..., at_unix_ms: _Optional[int] = ..., wave_started: _Optional[_Union[WaveStarted, _Mapping]] = ..., node_started: _Optional[_Union[NodeStarted, _Mapping]] = ..., node_finished: _Optional[_Union[NodeFinished, _Mapping]] = ..., node_retrying: _Optional[_Union[NodeRetrying, _Mapping]] = ..., node_failed: _Optional[_Union[NodeFailed, _Mapping]] = ..., node_skipped: _Optional[_Union[NodeSkipped, _Mapping]] = ..., state_changed: _Optional[_Union[StateChanged, _Mapping]] = ..., loop_reset: _Optional[_Union[LoopReset, _Mapping]] = ..., map_item_finished: _Optional[_Union[MapItemFinished, _Mapping]] = ..., task_unhosted: _Optional[_Union[TaskUnhosted, _Mapping]] = ..., waiting_for_input: _Optional[_Union[WaitingForInput, _Mapping]] = ..., input_received: _Optional[_Union[InputReceived, _Mapping]] = ..., run_finished: _Optional[_Union[RunFinished, _Mapping]] = ..., loop_iteration: _Optional[_Union[LoopIteration, _Mapping]] = ..., subgraph_started: _Optional[_Union[SubgraphStarted, _Mapping]] = ..., message_sent: _Optional[_Union[MessageSent, _Mapping]] = ..., model_called: _Optional[_Union[ModelCalled, _Mapping]] = ..., tool_called: _Optional[_Union[ToolCalled, _Mapping]] = ..., run_submitted: _Optional[_Union[RunSubmitted, _Mapping]] = ..., run_retried: _Optional[_Union[RunRetried, _Mapping]] = ..., cancel_requested: _Optional[_Union[CancelRequested, _Mapping]] = ..., task_redispatched: _Optional[_Union[TaskRedispatched, _Mapping]] = ..., retrieved: _Optional[_Union[Retrieved, _Mapping]] = ..., index_built: _Optional[_Union[IndexBuilt, _Mapping]] = ...) -> None: ...
+    task_throttled: TaskThrottled
+    def __init__(self, seq: _Optional[int] = ..., at_unix_ms: _Optional[int] = ..., wave_started: _Optional[_Union[WaveStarted, _Mapping]] = ..., node_started: _Optional[_Union[NodeStarted, _Mapping]] = ..., node_finished: _Optional[_Union[NodeFinished, _Mapping]] = ..., node_retrying: _Optional[_Union[NodeRetrying, _Mapping]] = ..., node_failed: _Optional[_Union[NodeFailed, _Mapping]] = ..., node_skipped: _Optional[_Union[NodeSkipped, _Mapping]] = ..., state_changed: _Optional[_Union[StateChanged, _Mapping]] = ..., loop_reset: _Optional[_Union[LoopReset, _Mapping]] = ..., map_item_finished: _Optional[_Union[MapItemFinished, _Mapping]] = ..., task_unhosted: _Optional[_Union[TaskUnhosted, _Mapping]] = ..., waiting_for_input: _Optional[_Union[WaitingForInput, _Mapping]] = ..., input_received: _Optional[_Union[InputReceived, _Mapping]] = ..., run_finished: _Optional[_Union[RunFinished, _Mapping]] = ..., loop_iteration: _Optional[_Union[LoopIteration, _Mapping]] = ..., subgraph_started: _Optional[_Union[SubgraphStarted, _Mapping]] = ..., message_sent: _Optional[_Union[MessageSent, _Mapping]] = ..., model_called: _Optional[_Union[ModelCalled, _Mapping]] = ..., tool_called: _Optional[_Union[ToolCalled, _Mapping]] = ..., run_submitted: _Optional[_Union[RunSubmitted, _Mapping]] = ..., run_retried: _Optional[_Union[RunRetried, _Mapping]] = ..., cancel_requested: _Optional[_Union[CancelRequested, _Mapping]] = ..., task_redispatched: _Optional[_Union[TaskRedispatched, _Mapping]] = ..., retrieved: _Optional[_Union[Retrieved, _Mapping]] = ..., index_built: _Optional[_Union[IndexBuilt, _Mapping]] = ..., task_throttled: _Optional[_Union[TaskThrottled, _Mapping]] = ...) -> None: ...
+
+class TaskThrottled(_message.Message):
+    __slots__ = ("node", "item", "limit", "wait_ms")
+    NODE_FIELD_NUMBER: _ClassVar[int]
+    ITEM_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    WAIT_MS_FIELD_NUMBER: _ClassVar[int]
+    node: str
+    item: int
+    limit: str
+    wait_ms: int
+    def __init__(self, node: _Optional[str] = ..., item: _Optional[int] = ..., limit: _Optional[str] = ..., wait_ms: _Optional[int] = ...) -> None: ...
 
 class WaveStarted(_message.Message):
     __slots__ = ("step", "nodes")

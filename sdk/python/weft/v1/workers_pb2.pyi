@@ -7,7 +7,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class WorkerMessage(_message.Message):
-    __slots__ = ("hello", "result", "heartbeat", "call_result", "drain", "refused", "send", "results", "tool_call")
+    __slots__ = ("hello", "result", "heartbeat", "call_result", "drain", "refused", "send", "results", "tool_call", "permit", "usage")
     HELLO_FIELD_NUMBER: _ClassVar[int]
     RESULT_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_FIELD_NUMBER: _ClassVar[int]
@@ -17,6 +17,8 @@ class WorkerMessage(_message.Message):
     SEND_FIELD_NUMBER: _ClassVar[int]
     RESULTS_FIELD_NUMBER: _ClassVar[int]
     TOOL_CALL_FIELD_NUMBER: _ClassVar[int]
+    PERMIT_FIELD_NUMBER: _ClassVar[int]
+    USAGE_FIELD_NUMBER: _ClassVar[int]
     hello: Hello
     result: TaskResult
     heartbeat: Heartbeat
@@ -26,7 +28,49 @@ class WorkerMessage(_message.Message):
     send: TeamSend
     results: ResultBatch
     tool_call: ToolCall
-    def __init__(self, hello: _Optional[_Union[Hello, _Mapping]] = ..., result: _Optional[_Union[TaskResult, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., call_result: _Optional[_Union[CallResult, _Mapping]] = ..., drain: _Optional[_Union[Drain, _Mapping]] = ..., refused: _Optional[_Union[TaskRefused, _Mapping]] = ..., send: _Optional[_Union[TeamSend, _Mapping]] = ..., results: _Optional[_Union[ResultBatch, _Mapping]] = ..., tool_call: _Optional[_Union[ToolCall, _Mapping]] = ...) -> None: ...
+    permit: CallPermit
+    usage: CallUsage
+    def __init__(self, hello: _Optional[_Union[Hello, _Mapping]] = ..., result: _Optional[_Union[TaskResult, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., call_result: _Optional[_Union[CallResult, _Mapping]] = ..., drain: _Optional[_Union[Drain, _Mapping]] = ..., refused: _Optional[_Union[TaskRefused, _Mapping]] = ..., send: _Optional[_Union[TeamSend, _Mapping]] = ..., results: _Optional[_Union[ResultBatch, _Mapping]] = ..., tool_call: _Optional[_Union[ToolCall, _Mapping]] = ..., permit: _Optional[_Union[CallPermit, _Mapping]] = ..., usage: _Optional[_Union[CallUsage, _Mapping]] = ...) -> None: ...
+
+class CallPermit(_message.Message):
+    __slots__ = ("run_id", "task_key", "request_id", "provider", "model", "tokens")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    TASK_KEY_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    PROVIDER_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    task_key: int
+    request_id: int
+    provider: str
+    model: str
+    tokens: int
+    def __init__(self, run_id: _Optional[str] = ..., task_key: _Optional[int] = ..., request_id: _Optional[int] = ..., provider: _Optional[str] = ..., model: _Optional[str] = ..., tokens: _Optional[int] = ...) -> None: ...
+
+class CallUsage(_message.Message):
+    __slots__ = ("run_id", "task_key", "grant", "provider", "model", "prompt_tokens", "completion_tokens", "cached_tokens", "rate_limited", "retry_after_ms")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    TASK_KEY_FIELD_NUMBER: _ClassVar[int]
+    GRANT_FIELD_NUMBER: _ClassVar[int]
+    PROVIDER_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    COMPLETION_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    CACHED_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    RATE_LIMITED_FIELD_NUMBER: _ClassVar[int]
+    RETRY_AFTER_MS_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    task_key: int
+    grant: int
+    provider: str
+    model: str
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int
+    rate_limited: bool
+    retry_after_ms: int
+    def __init__(self, run_id: _Optional[str] = ..., task_key: _Optional[int] = ..., grant: _Optional[int] = ..., provider: _Optional[str] = ..., model: _Optional[str] = ..., prompt_tokens: _Optional[int] = ..., completion_tokens: _Optional[int] = ..., cached_tokens: _Optional[int] = ..., rate_limited: _Optional[bool] = ..., retry_after_ms: _Optional[int] = ...) -> None: ...
 
 class ToolCall(_message.Message):
     __slots__ = ("run_id", "task_key", "call_id", "tool", "arguments_json", "timeout_ms")
@@ -77,7 +121,7 @@ class Drain(_message.Message):
     def __init__(self) -> None: ...
 
 class CoordinatorMessage(_message.Message):
-    __slots__ = ("welcome", "task", "cancel", "heartbeat", "call", "forget", "deliver", "send_ack", "tasks", "tool_result")
+    __slots__ = ("welcome", "task", "cancel", "heartbeat", "call", "forget", "deliver", "send_ack", "tasks", "tool_result", "permit")
     WELCOME_FIELD_NUMBER: _ClassVar[int]
     TASK_FIELD_NUMBER: _ClassVar[int]
     CANCEL_FIELD_NUMBER: _ClassVar[int]
@@ -88,6 +132,7 @@ class CoordinatorMessage(_message.Message):
     SEND_ACK_FIELD_NUMBER: _ClassVar[int]
     TASKS_FIELD_NUMBER: _ClassVar[int]
     TOOL_RESULT_FIELD_NUMBER: _ClassVar[int]
+    PERMIT_FIELD_NUMBER: _ClassVar[int]
     welcome: Welcome
     task: TaskAssignment
     cancel: CancelTask
@@ -98,7 +143,22 @@ class CoordinatorMessage(_message.Message):
     send_ack: SendAck
     tasks: TaskBatch
     tool_result: ToolResult
-    def __init__(self, welcome: _Optional[_Union[Welcome, _Mapping]] = ..., task: _Optional[_Union[TaskAssignment, _Mapping]] = ..., cancel: _Optional[_Union[CancelTask, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., call: _Optional[_Union[FunctionCall, _Mapping]] = ..., forget: _Optional[_Union[ForgetRun, _Mapping]] = ..., deliver: _Optional[_Union[TeamDelivery, _Mapping]] = ..., send_ack: _Optional[_Union[SendAck, _Mapping]] = ..., tasks: _Optional[_Union[TaskBatch, _Mapping]] = ..., tool_result: _Optional[_Union[ToolResult, _Mapping]] = ...) -> None: ...
+    permit: PermitAnswer
+    def __init__(self, welcome: _Optional[_Union[Welcome, _Mapping]] = ..., task: _Optional[_Union[TaskAssignment, _Mapping]] = ..., cancel: _Optional[_Union[CancelTask, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., call: _Optional[_Union[FunctionCall, _Mapping]] = ..., forget: _Optional[_Union[ForgetRun, _Mapping]] = ..., deliver: _Optional[_Union[TeamDelivery, _Mapping]] = ..., send_ack: _Optional[_Union[SendAck, _Mapping]] = ..., tasks: _Optional[_Union[TaskBatch, _Mapping]] = ..., tool_result: _Optional[_Union[ToolResult, _Mapping]] = ..., permit: _Optional[_Union[PermitAnswer, _Mapping]] = ...) -> None: ...
+
+class PermitAnswer(_message.Message):
+    __slots__ = ("run_id", "task_key", "request_id", "grant", "refused")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    TASK_KEY_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    GRANT_FIELD_NUMBER: _ClassVar[int]
+    REFUSED_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    task_key: int
+    request_id: int
+    grant: int
+    refused: str
+    def __init__(self, run_id: _Optional[str] = ..., task_key: _Optional[int] = ..., request_id: _Optional[int] = ..., grant: _Optional[int] = ..., refused: _Optional[str] = ...) -> None: ...
 
 class ToolResult(_message.Message):
     __slots__ = ("run_id", "task_key", "call_id", "value_json", "error")
@@ -225,7 +285,7 @@ class Heartbeat(_message.Message):
     def __init__(self, at_unix_ms: _Optional[int] = ...) -> None: ...
 
 class TaskAssignment(_message.Message):
-    __slots__ = ("run_id", "task_key", "node", "attempt", "kind", "config_json", "state", "scope_json", "item", "timeout_ms", "bundle", "traceparent", "team", "prompts_json", "remote_tools")
+    __slots__ = ("run_id", "task_key", "node", "attempt", "kind", "config_json", "state", "scope_json", "item", "timeout_ms", "bundle", "traceparent", "team", "prompts_json", "remote_tools", "flow_grant", "flow_ask")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     TASK_KEY_FIELD_NUMBER: _ClassVar[int]
     NODE_FIELD_NUMBER: _ClassVar[int]
@@ -241,6 +301,8 @@ class TaskAssignment(_message.Message):
     TEAM_FIELD_NUMBER: _ClassVar[int]
     PROMPTS_JSON_FIELD_NUMBER: _ClassVar[int]
     REMOTE_TOOLS_FIELD_NUMBER: _ClassVar[int]
+    FLOW_GRANT_FIELD_NUMBER: _ClassVar[int]
+    FLOW_ASK_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     task_key: int
     node: str
@@ -256,7 +318,9 @@ class TaskAssignment(_message.Message):
     team: Team
     prompts_json: str
     remote_tools: _containers.RepeatedCompositeFieldContainer[ToolInfo]
-    def __init__(self, run_id: _Optional[str] = ..., task_key: _Optional[int] = ..., node: _Optional[str] = ..., attempt: _Optional[int] = ..., kind: _Optional[str] = ..., config_json: _Optional[str] = ..., state: _Optional[_Iterable[_Union[StateField, _Mapping]]] = ..., scope_json: _Optional[str] = ..., item: _Optional[_Union[ItemRef, _Mapping]] = ..., timeout_ms: _Optional[int] = ..., bundle: _Optional[_Iterable[_Union[BlobRef, _Mapping]]] = ..., traceparent: _Optional[str] = ..., team: _Optional[_Union[Team, _Mapping]] = ..., prompts_json: _Optional[str] = ..., remote_tools: _Optional[_Iterable[_Union[ToolInfo, _Mapping]]] = ...) -> None: ...
+    flow_grant: int
+    flow_ask: bool
+    def __init__(self, run_id: _Optional[str] = ..., task_key: _Optional[int] = ..., node: _Optional[str] = ..., attempt: _Optional[int] = ..., kind: _Optional[str] = ..., config_json: _Optional[str] = ..., state: _Optional[_Iterable[_Union[StateField, _Mapping]]] = ..., scope_json: _Optional[str] = ..., item: _Optional[_Union[ItemRef, _Mapping]] = ..., timeout_ms: _Optional[int] = ..., bundle: _Optional[_Iterable[_Union[BlobRef, _Mapping]]] = ..., traceparent: _Optional[str] = ..., team: _Optional[_Union[Team, _Mapping]] = ..., prompts_json: _Optional[str] = ..., remote_tools: _Optional[_Iterable[_Union[ToolInfo, _Mapping]]] = ..., flow_grant: _Optional[int] = ..., flow_ask: _Optional[bool] = ...) -> None: ...
 
 class StateField(_message.Message):
     __slots__ = ("name", "version", "json")
