@@ -67,6 +67,9 @@ pub struct RunInfo {
     /// Who answered its approval and input nodes (the latest answer of
     /// each), in the order they were answered.
     pub answers: Vec<Answer>,
+    /// What its steps' model calls used: calls, tokens, and the cost by
+    /// the coordinator's `[prices]`.
+    pub usage: weft_proto::types::Usage,
 }
 
 /// Who answered a human node, and how.
@@ -203,6 +206,7 @@ pub(crate) fn run_info(info: pb::RunInfo) -> Result<RunInfo, ClientError> {
         event_count: info.event_count,
         created_unix_ms: info.created_unix_ms,
         ended_unix_ms: info.ended_unix_ms,
+        usage: info.usage.map(Into::into).unwrap_or_default(),
         namespace: info.namespace,
         submitted_by: info.submitted_by,
         answers: info

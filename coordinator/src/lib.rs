@@ -22,6 +22,7 @@ pub mod ha;
 mod http;
 pub mod indexes;
 pub mod metrics;
+pub mod prices;
 pub mod run_actor;
 pub mod runs;
 pub mod server;

@@ -38,9 +38,12 @@ pub const CHECKPOINT_SECONDS: &str = "weft_checkpoint_seconds";
 /// `progress`) and how (`form`: `whole`, or a `delta` of what changed;
 /// counter).
 pub const CHECKPOINT_BYTES: &str = "weft_checkpoint_bytes_total";
-/// Tokens of `llm` and `agent` steps, by `type` (`prompt`,
-/// `completion`), as providers count them (counter).
+/// Tokens of model calls, by `namespace`, `provider`, `model` and `type`
+/// (`prompt`, `completion`, `cached`), as providers count them (counter).
 pub const LLM_TOKENS: &str = "weft_llm_tokens_total";
+/// What model calls cost by `[prices]`, by `namespace`, `provider` and
+/// `model` (counter; only priced models).
+pub const LLM_COST: &str = "weft_llm_cost_total";
 /// Teammate messages accepted into map items' inboxes (counter).
 pub const INBOX_MESSAGES: &str = "weft_inbox_messages_total";
 /// Bytes of bundle files held for the runs that use them (gauge).
@@ -138,7 +141,14 @@ pub fn install() -> Result<PrometheusHandle, metrics_exporter_prometheus::BuildE
         metrics::Unit::Bytes,
         "bytes checkpoints wrote: of fields or the progress, whole or as deltas"
     );
-    metrics::describe_counter!(LLM_TOKENS, "tokens of llm and agent steps, by type");
+    metrics::describe_counter!(
+        LLM_TOKENS,
+        "tokens of model calls, by namespace, provider, model and type"
+    );
+    metrics::describe_gauge!(
+        LLM_COST,
+        "cost of model calls by [prices], by namespace, provider and model"
+    );
     metrics::describe_counter!(
         WRITES_FENCED,
         "writes refused because another coordinator leads"
@@ -165,3 +175,38 @@ pub fn install() -> Result<PrometheusHandle, metrics_exporter_prometheus::BuildE
 /// Whether the coordinator serves its API (runs restored, or standing by
 /// and forwarding): what `/readyz` reports.
 pub static READY: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Counts one model call's tokens and cost.
+pub fn model_called(
+    namespace: &str,
+    provider: &str,
+    model: &str,
+    usage: &weft_proto::types::Usage,
+    cost: Option<f64>,
+) {
+    let labels = |kind: &'static str| {
+        [
+            ("namespace", namespace.to_owned()),
+            ("provider", provider.to_owned()),
+            ("model", model.to_owned()),
+            ("type", kind.to_owned()),
+        ]
+    };
+    for (kind, tokens) in [
+        ("prompt", usage.prompt_tokens),
+        ("completion", usage.completion_tokens),
+        ("cached", usage.cached_tokens),
+    ] {
+        metrics::counter!(LLM_TOKENS, &labels(kind)).increment(tokens);
+    }
+    if let Some(cost) = cost {
+        let labels = [
+            ("namespace", namespace.to_owned()),
+            ("provider", provider.to_owned()),
+            ("model", model.to_owned()),
+        ];
+        // A float counter: the exporter's counters are whole numbers, so
+        // the cost is kept as a gauge that only grows.
+        metrics::gauge!(LLM_COST, &labels).increment(cost);
+    }
+}

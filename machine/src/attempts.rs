@@ -133,6 +133,20 @@ impl RunMachine {
         for note in std::mem::take(&mut output.notes) {
             let item = task.spec.item.as_ref().map(|i| i.index);
             if let Some(event) = note_event(&task.spec.node, item, &note) {
+                if let RunEvent::ModelCalled {
+                    model,
+                    prompt_tokens,
+                    completion_tokens,
+                    cached_tokens,
+                    ..
+                } = &event
+                {
+                    let spent = self.run.usage.entry(model.clone()).or_default();
+                    spent.calls += 1;
+                    spent.prompt_tokens += prompt_tokens.unwrap_or(0);
+                    spent.completion_tokens += completion_tokens.unwrap_or(0);
+                    spent.cached_tokens += cached_tokens.unwrap_or(0);
+                }
                 fx.push(Effect::Emit(event));
             }
         }
@@ -173,6 +187,7 @@ impl RunMachine {
                     node: plan.node_id(node).clone(),
                     item: None,
                     worker,
+                    usage: None,
                 }));
                 self.set_member(node, Member::Succeeded { changes, next });
             }
@@ -446,6 +461,7 @@ impl RunMachine {
             node: node.id.clone().into(),
             item: None,
             worker: None,
+            usage: None,
         }));
         self.set_member(
             map,

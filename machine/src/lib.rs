@@ -17,7 +17,7 @@
 //! dispatcher share ([`task`]: task keys, failures, items, teammate seats)
 //! and what each node kind needs from a worker ([`binding`]).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
@@ -127,6 +127,10 @@ pub struct Progress {
     /// What the run's evaluations have spent of its allowance.
     #[serde(default)]
     meter: Meter,
+    /// What its steps' model calls used, by model (their costs are the
+    /// coordinator's to price).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    usage: BTreeMap<String, weft_proto::types::Usage>,
 }
 
 impl Progress {
@@ -223,6 +227,7 @@ impl RunMachine {
             owner: Owner::default(),
             answers: Vec::new(),
             meter,
+            usage: BTreeMap::new(),
         };
         Ok(Self { plan, run })
     }
@@ -495,6 +500,11 @@ impl RunMachine {
         self.cancel_all(fx);
         self.finish(status, Some(error), fx);
         Ok(())
+    }
+
+    /// What the run's steps' model calls used so far, by model.
+    pub fn usage(&self) -> &BTreeMap<String, weft_proto::types::Usage> {
+        &self.run.usage
     }
 
     /// Whether `retry` can run this run again: it failed in a wave.

@@ -437,6 +437,7 @@ impl MapRun {
             node: node_id.clone(),
             item: Some(index),
             worker,
+            usage: None,
         });
         match self.chain_next(plan, meter, node, next.as_deref(), index) {
             Ok(Some(target)) => {

@@ -166,6 +166,9 @@ pub(crate) fn note_event(node: &str, item: Option<usize>, note: &Value) -> Optio
             prompt_tokens: number("prompt_tokens"),
             completion_tokens: number("completion_tokens"),
             latency_ms,
+            provider: text("provider"),
+            cached_tokens: number("cached_tokens"),
+            cost: None,
         }),
         "retrieved" => Some(RunEvent::Retrieved {
             node: node.into(),

@@ -232,6 +232,44 @@ impl fmt::Display for FailureKind {
     }
 }
 
+/// What model calls used: how many, their tokens as the providers
+/// reported them, and their cost from the coordinator's `[prices]`
+/// (`None` when no model called has a price).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Usage {
+    /// Model calls made.
+    pub calls: u64,
+    /// Prompt tokens.
+    pub prompt_tokens: u64,
+    /// Completion tokens.
+    pub completion_tokens: u64,
+    /// Prompt tokens served from the provider's cache (counted in
+    /// `prompt_tokens` too).
+    pub cached_tokens: u64,
+    /// In the currency of `[prices]`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost: Option<f64>,
+}
+
+impl Usage {
+    /// Adds `other` to this (a cost known on either side is kept).
+    pub fn add(&mut self, other: &Usage) {
+        self.calls += other.calls;
+        self.prompt_tokens += other.prompt_tokens;
+        self.completion_tokens += other.completion_tokens;
+        self.cached_tokens += other.cached_tokens;
+        self.cost = match (self.cost, other.cost) {
+            (Some(a), Some(b)) => Some(a + b),
+            (a, b) => a.or(b),
+        };
+    }
+
+    /// Whether no call is counted.
+    pub fn is_empty(&self) -> bool {
+        self.calls == 0
+    }
+}
+
 /// The name is not a failure kind.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UnknownFailureKind(pub String);

@@ -190,6 +190,7 @@ fn info_fallback(run_id: &str) -> weft_client::RunInfo {
         namespace: String::new(),
         submitted_by: String::new(),
         answers: Vec::new(),
+        usage: Default::default(),
     }
 }
 

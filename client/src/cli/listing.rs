@@ -66,13 +66,17 @@ pub async fn show(client: &Client, listing: &Listing<'_>) -> Result<(), ClientEr
         let runs: Vec<Value> = runs
             .iter()
             .map(|run| {
-                serde_json::json!({
+                let mut row = serde_json::json!({
                     "run_id": run.run_id,
                     "status": run.status.name(),
                     "graph": run.graph_name,
                     "started": rfc3339(run.created_unix_ms),
                     "duration_ms": duration_ms(run, now),
-                })
+                });
+                if !run.usage.is_empty() {
+                    row["usage"] = serde_json::json!(run.usage);
+                }
+                row
             })
             .collect();
         out!("{}", serde_json::json!({ "runs": runs, "next": next }));
@@ -80,12 +84,13 @@ pub async fn show(client: &Client, listing: &Listing<'_>) -> Result<(), ClientEr
     }
     for run in &runs {
         out!(
-            "{}  {:<9}  {:<24}  {}  {}",
+            "{}  {:<9}  {:<24}  {}  {}{}",
             run.run_id,
             run.status.name(),
             run.graph_name,
             rfc3339(run.created_unix_ms),
             human_duration(duration_ms(run, now)),
+            usage_column(&run.usage),
         );
     }
     if let Some(next) = next {
@@ -99,6 +104,19 @@ pub async fn show(client: &Client, listing: &Listing<'_>) -> Result<(), ClientEr
         err!("(more: {again})");
     }
     Ok(())
+}
+
+/// `  1,290 tokens  0.0041` for a run whose steps called models; nothing
+/// for one that called none.
+fn usage_column(usage: &weft_proto::types::Usage) -> String {
+    if usage.is_empty() {
+        return String::new();
+    }
+    let tokens = usage.prompt_tokens + usage.completion_tokens;
+    match usage.cost {
+        Some(cost) => format!("  {tokens} tokens  {cost:.4}"),
+        None => format!("  {tokens} tokens"),
+    }
 }
 
 fn now_ms() -> i64 {

@@ -39,6 +39,12 @@ pub fn json_object(info: &RunInfo) -> Value {
             serde_json::to_value(&info.children).unwrap_or(Value::Null),
         );
     }
+    if !info.usage.is_empty() {
+        object.insert(
+            "usage".into(),
+            serde_json::to_value(&info.usage).unwrap_or(Value::Null),
+        );
+    }
     Value::Object(object)
 }
 
@@ -89,6 +95,9 @@ pub fn show(info: &RunInfo, json: bool) -> u8 {
         for answer in &info.answers {
             err!("  {}: {}", answer.node, answer.describe());
         }
+        if !info.usage.is_empty() {
+            err!("  models: {}", describe_usage(&info.usage));
+        }
         out!(
             "{}",
             serde_json::to_string_pretty(&info.state).unwrap_or_default()
@@ -104,4 +113,23 @@ pub fn exit_status(status: RunStatus) -> u8 {
         RunStatus::Waiting => exit::WAITING,
         RunStatus::Failed | RunStatus::Cancelled => exit::FAILED,
     }
+}
+
+/// A run's model usage in one line: "3 calls, 1,200 prompt tokens (512
+/// cached) and 90 completion tokens, cost 0.0041".
+pub fn describe_usage(usage: &weft_proto::types::Usage) -> String {
+    let calls = if usage.calls == 1 { "call" } else { "calls" };
+    let cached = if usage.cached_tokens > 0 {
+        format!(" ({} cached)", usage.cached_tokens)
+    } else {
+        String::new()
+    };
+    let cost = usage
+        .cost
+        .map(|cost| format!(", cost {cost:.4}"))
+        .unwrap_or_default();
+    format!(
+        "{} {calls}, {} prompt tokens{cached} and {} completion tokens{cost}",
+        usage.calls, usage.prompt_tokens, usage.completion_tokens
+    )
 }

@@ -45,6 +45,8 @@ pub struct WaitingNode {
 /// A run as its caller is shown it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RunReport {
+    /// What its steps' model calls used, priced.
+    pub usage: weft_proto::types::Usage,
     /// The run.
     pub run_id: RunId,
     /// Its graph's name.
@@ -83,6 +85,7 @@ impl RunReport {
     /// `view` as shown, with what `shown` asks for.
     pub fn of(view: RunView, shown: Shown) -> Self {
         Self {
+            usage: view.usage.clone(),
             diagram_svg: shown
                 .diagram
                 .then(|| crate::graph::diagram::svg(&view.graph)),

@@ -81,6 +81,8 @@ pub struct CoordinatorConfig {
     pub http: HttpConfig,
     /// Cluster-wide rate limits on model calls (`[[limits]]`, SPEC 18).
     pub rate_limits: Vec<crate::dispatch::limits::LimitSpec>,
+    /// What model calls cost (`[prices."MODEL"]`).
+    pub prices: crate::prices::Prices,
 }
 
 impl Default for CoordinatorConfig {
@@ -110,6 +112,7 @@ impl Default for CoordinatorConfig {
             insecure: false,
             http: HttpConfig::default(),
             rate_limits: Vec::new(),
+            prices: crate::prices::Prices::default(),
         }
     }
 }
@@ -165,6 +168,7 @@ struct Layer {
     tokens: Option<Vec<TokenEntry>>,
     certificates: Option<Vec<CertificateEntry>>,
     limits: Option<Vec<flow::LimitEntry>>,
+    prices: Option<std::collections::BTreeMap<String, crate::prices::Price>>,
 }
 
 /// Why a configuration was refused.
@@ -231,6 +235,7 @@ impl CoordinatorConfig {
             fixed_workers: self.fixed_workers,
             limits: self.limits.clone(),
             retention: self.retention,
+            prices: std::sync::Arc::new(self.prices.clone()),
         }
     }
 
@@ -274,6 +279,15 @@ impl CoordinatorConfig {
             );
             if let Some(entries) = layer.limits.take() {
                 config.rate_limits = flow::limits(entries)?;
+            }
+            if let Some(tables) = layer.prices.take() {
+                config.prices = crate::prices::Prices::new(tables).map_err(|reason| {
+                    let (key, reason) = reason.split_once(": ").unwrap_or(("prices", &reason));
+                    ConfigError::Invalid {
+                        key: key.to_owned(),
+                        reason: reason.to_owned(),
+                    }
+                })?;
             }
             config.apply(layer)?;
         }
@@ -340,6 +354,7 @@ impl CoordinatorConfig {
             tokens: None,
             certificates: None,
             limits: None,
+            prices: None,
             store: Some(StoreLayer {
                 etcd: env("WEFT_ETCD").map(|list| {
                     list.split(',')

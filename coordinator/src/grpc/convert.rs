@@ -33,6 +33,7 @@ pub fn bundle(message: Option<pb::GraphBundle>, limit: usize) -> Result<Bundle, 
 impl From<RunReport> for pb::RunInfo {
     fn from(report: RunReport) -> Self {
         Self {
+            usage: (!report.usage.is_empty()).then(|| report.usage.into()),
             run_id: report.run_id.to_string(),
             graph_name: report.graph_name,
             status: status_to_wire(report.status) as i32,
@@ -89,6 +90,7 @@ impl From<RunReport> for pb::RunInfo {
 impl From<pb::RunInfo> for RunReport {
     fn from(info: pb::RunInfo) -> Self {
         Self {
+            usage: info.usage.map(Into::into).unwrap_or_default(),
             run_id: info.run_id.into(),
             graph_name: info.graph_name,
             status: status_from_wire(info.status),

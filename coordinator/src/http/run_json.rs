@@ -22,6 +22,9 @@ pub(super) fn run_json(report: RunReport, settings: &HttpConfig) -> Value {
         object.insert("ended_unix_ms".into(), ended.into());
     }
     object.insert("event_count".into(), report.event_count.into());
+    if !report.usage.is_empty() {
+        object.insert("usage".into(), json!(report.usage));
+    }
     if let Some(state) = report.state_json {
         // The coordinator wrote it: it parses. Were it not to, the text
         // is shown rather than nothing.
@@ -95,6 +98,7 @@ mod tests {
     #[test]
     fn a_waiting_run_shows_its_question_and_trace_link() {
         let info = RunReport {
+            usage: weft_proto::types::Usage::default(),
             run_id: "run-1".into(),
             graph_name: "review".into(),
             status: weft_proto::types::RunStatus::Waiting,

@@ -114,6 +114,7 @@ impl Runs {
             lease,
             children,
             marks: self.marks.clone(),
+            prices: self.prices.clone(),
             suspect: false,
         });
         // Known before its first task can reach a worker: a worker's calls

@@ -98,6 +98,8 @@ pub struct Runs {
     parsed: Arc<parsed::ParsedGraphs>,
     /// Where the runs' steps are marked while they run.
     marks: Arc<StepMarks>,
+    /// What model calls cost.
+    prices: Arc<crate::prices::Prices>,
 }
 
 #[derive(Default)]
@@ -122,6 +124,8 @@ pub struct RunsConfig {
     pub limits: RunLimits,
     /// How many ended runs are kept, and for how long.
     pub retention: retention::Retention,
+    /// What model calls cost (`[prices]`).
+    pub prices: Arc<crate::prices::Prices>,
 }
 
 impl Runs {
@@ -148,6 +152,7 @@ impl Runs {
             registered: Arc::new(watch::Sender::new(0)),
             parsed: Arc::new(parsed::ParsedGraphs::new(config.limits)),
             marks: Arc::new(StepMarks::none()),
+            prices: config.prices,
         }
     }
 

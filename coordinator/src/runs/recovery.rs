@@ -88,6 +88,7 @@ impl Runs {
             lease: self.blobs.add_bundle(&run.bundle, &namespace),
             children,
             marks: self.marks.clone(),
+            prices: self.prices.clone(),
             suspect: crashes > 0,
         });
         let files = run.head.files.iter().map(|f| f.sha256.clone()).collect();

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::types::RunStatus;
+use crate::types::{RunStatus, Usage};
 use crate::{NodeId, RunId};
 
 #[cfg(feature = "wire")]
@@ -128,6 +128,9 @@ pub enum RunEvent {
         worker: Option<String>,
         /// Map item index, for a chain step.
         item: Option<usize>,
+        /// What the step's model calls used (absent when it called none).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        usage: Option<Usage>,
     },
     /// An attempt failed and another follows.
     NodeRetrying {
@@ -225,6 +228,16 @@ pub enum RunEvent {
         completion_tokens: Option<u64>,
         /// From the request to the reply, retries included.
         latency_ms: u64,
+        /// The provider's name in the worker's configuration.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        provider: Option<String>,
+        /// Prompt tokens the provider served from its cache.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        cached_tokens: Option<u64>,
+        /// Its cost from the coordinator's `[prices]`; absent for a model
+        /// without a price.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        cost: Option<f64>,
     },
     /// A `rag` step retrieved passages (one event per retrieval).
     Retrieved {

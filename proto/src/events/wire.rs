@@ -2,7 +2,7 @@
 //! [`RunEvent`] and the typed `oneof` of `weft.v1.RunEvent`.
 
 use super::{ErrorInfo, Redispatch, RunEvent};
-use crate::types::RunStatus;
+use crate::types::{RunStatus, Usage};
 use crate::v1 as pb;
 
 /// The wire form of a status.
@@ -49,10 +49,16 @@ pub fn event_to_wire(seq: u64, at_unix_ms: i64, event: &RunEvent) -> pb::RunEven
             attempt,
             item: index_to_wire(item),
         }),
-        RunEvent::NodeFinished { node, item, worker } => E::NodeFinished(pb::NodeFinished {
+        RunEvent::NodeFinished {
+            node,
+            item,
+            worker,
+            usage,
+        } => E::NodeFinished(pb::NodeFinished {
             node: node.into(),
             item: index_to_wire(item),
             worker,
+            usage: usage.map(pb::Usage::from),
         }),
         RunEvent::NodeRetrying {
             node,
@@ -129,6 +135,9 @@ pub fn event_to_wire(seq: u64, at_unix_ms: i64, event: &RunEvent) -> pb::RunEven
             prompt_tokens,
             completion_tokens,
             latency_ms,
+            provider,
+            cached_tokens,
+            cost,
         } => E::ModelCalled(pb::ModelCalled {
             node: node.into(),
             item: index_to_wire(item),
@@ -136,6 +145,9 @@ pub fn event_to_wire(seq: u64, at_unix_ms: i64, event: &RunEvent) -> pb::RunEven
             prompt_tokens,
             completion_tokens,
             latency_ms,
+            provider,
+            cached_tokens,
+            cost,
         }),
         RunEvent::Retrieved {
             node,
@@ -300,6 +312,7 @@ pub fn event_from_wire(event: pb::RunEvent) -> Option<RunEvent> {
             node: e.node.into(),
             item: index_from_wire(e.item),
             worker: e.worker,
+            usage: e.usage.map(Usage::from),
         },
         E::NodeRetrying(e) => RunEvent::NodeRetrying {
             node: e.node.into(),
@@ -353,6 +366,9 @@ pub fn event_from_wire(event: pb::RunEvent) -> Option<RunEvent> {
             prompt_tokens: e.prompt_tokens,
             completion_tokens: e.completion_tokens,
             latency_ms: e.latency_ms,
+            provider: e.provider,
+            cached_tokens: e.cached_tokens,
+            cost: e.cost,
         },
         E::Retrieved(e) => RunEvent::Retrieved {
             node: e.node.into(),
@@ -442,6 +458,30 @@ pub fn event_from_wire(event: pb::RunEvent) -> Option<RunEvent> {
     })
 }
 
+impl From<Usage> for pb::Usage {
+    fn from(usage: Usage) -> Self {
+        Self {
+            calls: usage.calls,
+            prompt_tokens: usage.prompt_tokens,
+            completion_tokens: usage.completion_tokens,
+            cached_tokens: usage.cached_tokens,
+            cost: usage.cost,
+        }
+    }
+}
+
+impl From<pb::Usage> for Usage {
+    fn from(usage: pb::Usage) -> Self {
+        Self {
+            calls: usage.calls,
+            prompt_tokens: usage.prompt_tokens,
+            completion_tokens: usage.completion_tokens,
+            cached_tokens: usage.cached_tokens,
+            cost: usage.cost.filter(|c| c.is_finite()),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -462,6 +502,19 @@ mod tests {
                 node: "a".into(),
                 item: None,
                 worker: Some("w1".into()),
+                usage: None,
+            },
+            RunEvent::NodeFinished {
+                node: "a".into(),
+                item: Some(2),
+                worker: Some("w1".into()),
+                usage: Some(Usage {
+                    calls: 2,
+                    prompt_tokens: 300,
+                    completion_tokens: 40,
+                    cached_tokens: 128,
+                    cost: Some(0.25),
+                }),
             },
             RunEvent::NodeRetrying {
                 node: "a".into(),
@@ -510,6 +563,20 @@ mod tests {
                 prompt_tokens: Some(12),
                 completion_tokens: None,
                 latency_ms: 40,
+                provider: None,
+                cached_tokens: None,
+                cost: None,
+            },
+            RunEvent::ModelCalled {
+                node: "ask".into(),
+                item: None,
+                model: "gpt-4o".into(),
+                prompt_tokens: Some(1_200),
+                completion_tokens: Some(80),
+                latency_ms: 900,
+                provider: Some("default".into()),
+                cached_tokens: Some(1_024),
+                cost: Some(0.0038),
             },
             RunEvent::Retrieved {
                 node: "answer".into(),

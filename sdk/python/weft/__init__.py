@@ -25,7 +25,7 @@ from .errors import (
     Unavailable,
     WeftError,
 )
-from .types import Answer, ChildRun, Event, RunError, RunInfo, WaitingNode
+from .types import Answer, ChildRun, Event, RunError, RunInfo, Usage, WaitingNode
 from .team import Message, Team, TeamError
 from .worker import HandlerFailed, Item, TaskContext, ToolContext, Worker
 
@@ -54,6 +54,7 @@ __all__ = [
     "TooLarge",
     "Unauthenticated",
     "Unavailable",
+    "Usage",
     "WaitingNode",
     "WeftError",
     "Worker",

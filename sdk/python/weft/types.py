@@ -66,6 +66,19 @@ class ChildRun:
 
 
 @dataclass(frozen=True)
+class Usage:
+    """What model calls used: how many, their tokens as the providers
+    reported them, and their cost by the coordinator's `[prices]` (None
+    when no model called has a price)."""
+
+    calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0
+    cost: Optional[float] = None
+
+
+@dataclass(frozen=True)
 class RunInfo:
     """A run: its status, state (None when it was left out), error and
     pending questions, as `weft status --json` shows them."""
@@ -84,6 +97,7 @@ class RunInfo:
     created_unix_ms: int = 0
     ended_unix_ms: Optional[int] = None
     trace_id: str = ""
+    usage: Usage = field(default_factory=Usage)
 
     @property
     def done(self) -> bool:
@@ -138,6 +152,18 @@ def run_from_wire(info: pb.RunInfo) -> RunInfo:
         created_unix_ms=info.created_unix_ms,
         ended_unix_ms=info.ended_unix_ms if info.HasField("ended_unix_ms") else None,
         trace_id=info.trace_id,
+        usage=usage_from_wire(info.usage) if info.HasField("usage") else Usage(),
+    )
+
+
+def usage_from_wire(usage: pb.Usage) -> Usage:
+    """The client's form of a `Usage` message."""
+    return Usage(
+        calls=usage.calls,
+        prompt_tokens=usage.prompt_tokens,
+        completion_tokens=usage.completion_tokens,
+        cached_tokens=usage.cached_tokens,
+        cost=usage.cost if usage.HasField("cost") else None,
     )
 
 
@@ -168,9 +194,13 @@ def event_from_wire(event: pb.RunEvent) -> Optional[Event]:
     if kind == "run_finished":
         fields["status"] = STATUSES.get(body.status, "running")
     for name in ("item", "index", "done", "total", "bytes", "delay_ms", "latency_ms",
-                 "prompt_tokens", "completion_tokens", "files", "chunks", "index_bytes",
-                 "embedding_calls"):
+                 "prompt_tokens", "completion_tokens", "cached_tokens", "wait_ms", "files",
+                 "chunks", "index_bytes", "embedding_calls"):
         if isinstance(fields.get(name), str):
             fields[name] = int(fields[name])
+    if kind == "node_finished":
+        fields["usage"] = (
+            usage_from_wire(body.usage).__dict__ if body.HasField("usage") else None
+        )
     return Event(seq=event.seq, at_unix_ms=event.at_unix_ms, type=kind, fields=fields)
 

@@ -233,3 +233,121 @@ nodes:
     assert_eq!(calls.len(), 6);
     Ok(())
 }
+
+/// Every model call's tokens (prompt, completion, cached) and its cost by
+/// `[prices]` are on its `model_called` event, summed on each step's
+/// `node_finished` and on the run, and counted in the metrics by
+/// namespace, provider and model.
+#[tokio::test]
+async fn usage_and_cost_are_summed_on_steps_and_on_the_run() -> anyhow::Result<()> {
+    let llm = TestLlm::start(KEY, |_, _| Reply::Text("ok".into())).await?;
+    let config = r#"
+[prices."tiny"]
+input = 2.0
+output = 10.0
+cached_input = 1.0
+"#;
+    let (cluster, config) = cluster(&llm, config, &["w"], 2).await?;
+    let client = cluster.client().await?;
+    let done = run(&client, ASK_EACH, json!({ "items": [1, 2, 3] })).await?;
+    std::fs::remove_file(config)?;
+    assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error);
+    let calls = weft_tests::events_of(&client, &done.run_id, "model_called").await?;
+    assert_eq!(calls.len(), 3);
+    let (mut prompt, mut cached, mut cost) = (0, 0, 0.0);
+    for call in &calls {
+        let (p, c) = (
+            call.body["prompt_tokens"].as_u64().expect("prompt tokens"),
+            call.body["cached_tokens"].as_u64().expect("cached tokens"),
+        );
+        // The test server serves half of each prompt from its cache.
+        assert_eq!(c, p / 2);
+        assert_eq!(call.body["completion_tokens"], 7);
+        assert_eq!(call.body["provider"], "default");
+        let priced = ((p - c) as f64 * 2.0 + c as f64 * 1.0 + 7.0 * 10.0) / 1e6;
+        let shown = call.body["cost"].as_f64().expect("a cost");
+        assert!((shown - priced).abs() < 1e-12, "{shown} against {priced}");
+        (prompt, cached, cost) = (prompt + p, cached + c, cost + priced);
+    }
+    // Each item's step carries its own call's usage.
+    let finished = weft_tests::events_of(&client, &done.run_id, "node_finished").await?;
+    let steps: Vec<&Value> = finished
+        .iter()
+        .filter(|e| e.body["node"] == "ask")
+        .map(|e| &e.body["usage"])
+        .collect();
+    assert_eq!(steps.len(), 3);
+    for usage in &steps {
+        assert_eq!(usage["calls"], 1);
+        assert_eq!(usage["completion_tokens"], 7);
+    }
+    // The run sums them.
+    let usage = &done.usage;
+    assert_eq!(
+        (
+            usage.calls,
+            usage.prompt_tokens,
+            usage.completion_tokens,
+            usage.cached_tokens
+        ),
+        (3, prompt, 21, cached)
+    );
+    assert!((usage.cost.expect("priced") - cost).abs() < 1e-12);
+    let metrics = cluster.metrics()?;
+    let completion = metrics.lines().find(|line| {
+        line.starts_with("weft_llm_tokens_total{")
+            && line.contains("model=\"tiny\"")
+            && line.contains("provider=\"default\"")
+            && line.contains("namespace=\"default\"")
+            && line.contains("type=\"completion\"")
+    });
+    assert!(completion.is_some_and(|l| l.ends_with(" 21")), "{metrics}");
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("weft_llm_cost_total{") && l.contains("model=\"tiny\"")),
+        "{metrics}"
+    );
+    Ok(())
+}
+
+/// A malformed `[[limits]]` entry refuses the start naming it; one that
+/// matches nothing is a warning `--check-config` prints.
+#[test]
+fn limits_are_checked_when_the_coordinator_starts() -> anyhow::Result<()> {
+    let dir = std::env::temp_dir().join(format!("weft-limits-check-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let check = |text: &str| -> anyhow::Result<std::process::Output> {
+        let path = dir.join("coordinator.toml");
+        std::fs::write(&path, text)?;
+        Ok(
+            std::process::Command::new(weft_tests::binary("coordinator"))
+                .arg("--check-config")
+                .arg("--config")
+                .arg(&path)
+                .output()?,
+        )
+    };
+    let refused = check("[[limits]]\nname = \"api\"\nrequests_per_minute = 0\n")?;
+    assert!(!refused.status.success());
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        said.contains("limits[0] ('api').requests_per_minute"),
+        "{said}"
+    );
+    let warned = check(
+        "[[limits]]\nname = \"scripts\"\nmatch = { kind = \"script\", model = \"gpt-*\" }\nconcurrency = 2\n",
+    )?;
+    assert!(warned.status.success());
+    let said = String::from_utf8_lossy(&warned.stderr);
+    assert!(
+        said.contains("warning: limit 'scripts' matches nothing"),
+        "{said}"
+    );
+    let priced = check("[prices.\"gpt-4o\"]\ninput = -2.5\noutput = 10.0\n")?;
+    assert!(!priced.status.success());
+    let said = String::from_utf8_lossy(&priced.stderr);
+    assert!(said.contains("prices.\"gpt-4o\".input"), "{said}");
+    std::fs::remove_dir_all(dir)?;
+    Ok(())
+}

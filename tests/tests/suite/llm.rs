@@ -104,7 +104,14 @@ async fn an_llm_step_writes_its_completion_through_state_updates() -> anyhow::Re
     // Tokens and checkpoints are counted; probes answer.
     let metrics = cluster.metrics()?;
     assert!(
-        metrics.contains("weft_llm_tokens_total{type=\"completion\"} 7"),
+        metrics
+            .lines()
+            .any(|line| line.starts_with("weft_llm_tokens_total{")
+                && line.contains("namespace=\"default\"")
+                && line.contains("provider=\"local\"")
+                && line.contains("model=\"tiny\"")
+                && line.contains("type=\"completion\"")
+                && line.ends_with(" 7")),
         "{metrics}"
     );
     assert!(

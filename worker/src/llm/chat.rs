@@ -30,6 +30,8 @@ const QUOTED: usize = 500;
 pub(crate) struct Completion {
     /// `choices[0].message`: `content`, and `tool_calls` for an agent.
     pub message: Value,
+    /// The provider's name in the worker's configuration.
+    pub provider: String,
     /// The model that answered (as the reply names it).
     pub model: String,
     /// The reply's `usage`, when it has one.
@@ -48,6 +50,8 @@ impl Completion {
             "model": self.model,
             "prompt_tokens": self.usage.get("prompt_tokens"),
             "completion_tokens": self.usage.get("completion_tokens"),
+            "cached_tokens": self.usage.pointer("/prompt_tokens_details/cached_tokens"),
+            "provider": self.provider,
             "latency_ms": self.latency.as_millis() as u64,
             "tries": self.tries,
         })
@@ -219,6 +223,7 @@ fn read_reply(
         .ok_or_else(|| malformed("no choices[0].message"))?;
     Ok(Completion {
         message,
+        provider: provider.name.clone(),
         model: reply["model"].as_str().unwrap_or_default().to_owned(),
         usage: reply.get("usage").cloned().unwrap_or(Value::Null),
         latency: started.elapsed(),

@@ -24,6 +24,8 @@ use crate::run_actor::{HumanAnswer, Input, Rejected, RunError, RunEvent, RunStat
 pub struct RunView {
     /// The run id.
     pub id: RunId,
+    /// What its steps' model calls used, priced.
+    pub usage: weft_proto::types::Usage,
     /// The graph's name.
     pub graph_name: String,
     /// The graph (for its diagram).

@@ -4,10 +4,12 @@
 //! the machine as inputs. Everything else reaches the run through a
 //! [`RunHandle`].
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
+
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use weft_proto::RunId;
+use weft_proto::types::Usage;
 
 use serde_json::Value;
 use tokio::sync::{broadcast, mpsc};
@@ -88,6 +90,8 @@ pub struct RunSetup {
     /// The run was being stepped when a coordinator died: its steps run
     /// alone.
     pub suspect: bool,
+    /// What model calls cost.
+    pub prices: Arc<crate::prices::Prices>,
 }
 
 /// How a run's actor begins.
@@ -192,6 +196,8 @@ fn start_actor(
         spans,
         marks: setup.marks,
         suspect: setup.suspect,
+        prices: setup.prices,
+        step_usage: HashMap::new(),
     };
     // The actor's own log lines are in the run's span: they carry its id
     // and trace id.
@@ -246,6 +252,11 @@ pub(super) struct RunActor {
     spans: spans::RunSpans,
     marks: Arc<StepMarks>,
     suspect: bool,
+    /// What model calls cost.
+    prices: Arc<crate::prices::Prices>,
+    /// What each step's model calls used, until its `node_finished` takes
+    /// it, by node and map item.
+    step_usage: HashMap<(NodeId, Option<usize>), Usage>,
 }
 
 impl RunActor {
@@ -388,6 +399,7 @@ impl RunActor {
             lease: self.lease,
             marks: self.marks,
             suspect: self.suspect,
+            prices: self.prices,
         });
         let record = FinishedRun {
             view,
@@ -573,14 +585,43 @@ impl RunActor {
                 metrics::counter!(crate::metrics::INBOX_MESSAGES).increment(1);
             }
             RunEvent::ModelCalled {
+                node,
+                item,
+                model,
+                provider,
                 prompt_tokens,
                 completion_tokens,
+                cached_tokens,
+                cost,
                 ..
             } => {
-                let tokens = crate::metrics::LLM_TOKENS;
-                metrics::counter!(tokens, "type" => "prompt").increment(prompt_tokens.unwrap_or(0));
-                metrics::counter!(tokens, "type" => "completion")
-                    .increment(completion_tokens.unwrap_or(0));
+                let usage = Usage {
+                    calls: 1,
+                    prompt_tokens: prompt_tokens.unwrap_or(0),
+                    completion_tokens: completion_tokens.unwrap_or(0),
+                    cached_tokens: cached_tokens.unwrap_or(0),
+                    cost: None,
+                };
+                *cost = self.prices.cost(model, &usage);
+                crate::metrics::model_called(
+                    &self.namespace,
+                    provider.as_deref().unwrap_or_default(),
+                    model,
+                    &usage,
+                    *cost,
+                );
+                self.step_usage
+                    .entry((node.clone(), *item))
+                    .or_default()
+                    .add(&Usage {
+                        cost: *cost,
+                        ..usage
+                    });
+            }
+            RunEvent::NodeFinished {
+                node, item, usage, ..
+            } => {
+                *usage = self.step_usage.remove(&(node.clone(), *item));
             }
             RunEvent::SubgraphStarted { node, run_id } => {
                 self.spans.child_started(node, run_id);
@@ -621,6 +662,7 @@ impl RunActor {
             children: self.children_started.clone(),
             owner: self.machine.owner().clone(),
             answers: self.machine.answers().to_vec(),
+            usage: self.prices.total(self.machine.usage()),
             // An ended run ended with its last event.
             ended_unix_ms: self
                 .machine

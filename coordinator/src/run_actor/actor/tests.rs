@@ -46,6 +46,7 @@ fn start_kept(
     let machine = RunMachine::new(plan.clone(), input).expect("the input fits");
     let bundle = bundle_of(yaml);
     spawn_run(RunSetup {
+        prices: Arc::default(),
         id: RunId::from("run-test"),
         plan,
         machine,

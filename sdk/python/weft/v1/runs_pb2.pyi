@@ -91,7 +91,7 @@ class GetRunRequest(_message.Message):
     def __init__(self, run_id: _Optional[str] = ..., omit_state: _Optional[bool] = ..., with_diagram: _Optional[bool] = ...) -> None: ...
 
 class RunInfo(_message.Message):
-    __slots__ = ("run_id", "graph_name", "status", "state_json", "error", "waiting", "event_count", "created_unix_ms", "unhosted", "children", "namespace", "submitted_by", "answers", "ended_unix_ms", "diagram_svg", "trace_id")
+    __slots__ = ("run_id", "graph_name", "status", "state_json", "error", "waiting", "event_count", "created_unix_ms", "unhosted", "children", "namespace", "submitted_by", "answers", "ended_unix_ms", "diagram_svg", "trace_id", "usage")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     GRAPH_NAME_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
@@ -108,6 +108,7 @@ class RunInfo(_message.Message):
     ENDED_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
     DIAGRAM_SVG_FIELD_NUMBER: _ClassVar[int]
     TRACE_ID_FIELD_NUMBER: _ClassVar[int]
+    USAGE_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     graph_name: str
     status: RunStatus
@@ -124,7 +125,22 @@ class RunInfo(_message.Message):
     ended_unix_ms: int
     diagram_svg: str
     trace_id: str
-    def __init__(self, run_id: _Optional[str] = ..., graph_name: _Optional[str] = ..., status: _Optional[_Union[RunStatus, str]] = ..., state_json: _Optional[str] = ..., error: _Optional[_Union[RunError, _Mapping]] = ..., waiting: _Optional[_Iterable[_Union[WaitingNode, _Mapping]]] = ..., event_count: _Optional[int] = ..., created_unix_ms: _Optional[int] = ..., unhosted: _Optional[_Iterable[_Union[UnhostedWait, _Mapping]]] = ..., children: _Optional[_Iterable[_Union[ChildRun, _Mapping]]] = ..., namespace: _Optional[str] = ..., submitted_by: _Optional[str] = ..., answers: _Optional[_Iterable[_Union[Answer, _Mapping]]] = ..., ended_unix_ms: _Optional[int] = ..., diagram_svg: _Optional[str] = ..., trace_id: _Optional[str] = ...) -> None: ...
+    usage: Usage
+    def __init__(self, run_id: _Optional[str] = ..., graph_name: _Optional[str] = ..., status: _Optional[_Union[RunStatus, str]] = ..., state_json: _Optional[str] = ..., error: _Optional[_Union[RunError, _Mapping]] = ..., waiting: _Optional[_Iterable[_Union[WaitingNode, _Mapping]]] = ..., event_count: _Optional[int] = ..., created_unix_ms: _Optional[int] = ..., unhosted: _Optional[_Iterable[_Union[UnhostedWait, _Mapping]]] = ..., children: _Optional[_Iterable[_Union[ChildRun, _Mapping]]] = ..., namespace: _Optional[str] = ..., submitted_by: _Optional[str] = ..., answers: _Optional[_Iterable[_Union[Answer, _Mapping]]] = ..., ended_unix_ms: _Optional[int] = ..., diagram_svg: _Optional[str] = ..., trace_id: _Optional[str] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ...) -> None: ...
+
+class Usage(_message.Message):
+    __slots__ = ("calls", "prompt_tokens", "completion_tokens", "cached_tokens", "cost")
+    CALLS_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    COMPLETION_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    CACHED_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    COST_FIELD_NUMBER: _ClassVar[int]
+    calls: int
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int
+    cost: float
+    def __init__(self, calls: _Optional[int] = ..., prompt_tokens: _Optional[int] = ..., completion_tokens: _Optional[int] = ..., cached_tokens: _Optional[int] = ..., cost: _Optional[float] = ...) -> None: ...
 
 class Answer(_message.Message):
     __slots__ = ("node", "by", "approved")
@@ -348,14 +364,16 @@ class NodeStarted(_message.Message):
     def __init__(self, node: _Optional[str] = ..., attempt: _Optional[int] = ..., item: _Optional[int] = ...) -> None: ...
 
 class NodeFinished(_message.Message):
-    __slots__ = ("node", "item", "worker")
+    __slots__ = ("node", "item", "worker", "usage")
     NODE_FIELD_NUMBER: _ClassVar[int]
     ITEM_FIELD_NUMBER: _ClassVar[int]
     WORKER_FIELD_NUMBER: _ClassVar[int]
+    USAGE_FIELD_NUMBER: _ClassVar[int]
     node: str
     item: int
     worker: str
-    def __init__(self, node: _Optional[str] = ..., item: _Optional[int] = ..., worker: _Optional[str] = ...) -> None: ...
+    usage: Usage
+    def __init__(self, node: _Optional[str] = ..., item: _Optional[int] = ..., worker: _Optional[str] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ...) -> None: ...
 
 class NodeRetrying(_message.Message):
     __slots__ = ("node", "next_attempt", "delay_ms", "error")
@@ -460,20 +478,26 @@ class MessageSent(_message.Message):
     def __init__(self, node: _Optional[str] = ..., to: _Optional[str] = ..., bytes: _Optional[int] = ..., content_json: _Optional[str] = ..., **kwargs) -> None: ...
 
 class ModelCalled(_message.Message):
-    __slots__ = ("node", "item", "model", "prompt_tokens", "completion_tokens", "latency_ms")
+    __slots__ = ("node", "item", "model", "prompt_tokens", "completion_tokens", "latency_ms", "provider", "cached_tokens", "cost")
     NODE_FIELD_NUMBER: _ClassVar[int]
     ITEM_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     COMPLETION_TOKENS_FIELD_NUMBER: _ClassVar[int]
     LATENCY_MS_FIELD_NUMBER: _ClassVar[int]
+    PROVIDER_FIELD_NUMBER: _ClassVar[int]
+    CACHED_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    COST_FIELD_NUMBER: _ClassVar[int]
     node: str
     item: int
     model: str
     prompt_tokens: int
     completion_tokens: int
     latency_ms: int
-    def __init__(self, node: _Optional[str] = ..., item: _Optional[int] = ..., model: _Optional[str] = ..., prompt_tokens: _Optional[int] = ..., completion_tokens: _Optional[int] = ..., latency_ms: _Optional[int] = ...) -> None: ...
+    provider: str
+    cached_tokens: int
+    cost: float
+    def __init__(self, node: _Optional[str] = ..., item: _Optional[int] = ..., model: _Optional[str] = ..., prompt_tokens: _Optional[int] = ..., completion_tokens: _Optional[int] = ..., latency_ms: _Optional[int] = ..., provider: _Optional[str] = ..., cached_tokens: _Optional[int] = ..., cost: _Optional[float] = ...) -> None: ...
 
 class Retrieved(_message.Message):
     __slots__ = ("node", "item", "knowledge", "mode", "hits", "latency_ms")
