@@ -190,7 +190,20 @@ async fn an_llm_steps_span_carries_its_model_and_tokens() -> anyhow::Result<()> 
         ("OTEL_BSP_SCHEDULE_DELAY", "100"),
     ];
     let mut cluster = TestCluster::start_with_env(&env)?;
-    cluster.add_llm_test_worker("a", 1, &llm.url, "k")?;
+    // A `worker` process, which exports its spans as the coordinator does.
+    let config = cluster.dir().join("worker.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[providers.local]\nbase_url = \"{}\"\napi_key = \"k\"\nmodel = \"tiny\"\n",
+            llm.url
+        ),
+    )?;
+    cluster.add_worker_with(
+        "a",
+        1,
+        &["--config".to_owned(), config.display().to_string()],
+    )?;
     cluster.wait_for_workers(&["a"]).await?;
     let client = cluster.client().await?;
     let yaml = "nodes:\n  ask: { kind: llm, start: true, prompt: \"Say hello\" }\n";
@@ -212,6 +225,25 @@ async fn an_llm_steps_span_carries_its_model_and_tokens() -> anyhow::Result<()> 
     assert_eq!(node.attributes["completion_tokens"], "7");
     assert!(node.attributes["prompt_tokens"].parse::<u64>()? > 0);
     assert_eq!(node.attributes["kind"], "llm");
+    // The call itself is a `chat MODEL` span with the GenAI attributes,
+    // under the worker's span of the step.
+    let spans = trace_until(&otlp, &trace_id, |spans| {
+        spans.iter().any(|s| s.name == "chat tiny")
+    })
+    .await?;
+    let chat = spans
+        .iter()
+        .find(|s| s.name == "chat tiny")
+        .expect("waited for above");
+    assert_eq!(chat.attributes["gen_ai.operation.name"], "chat");
+    assert_eq!(chat.attributes["gen_ai.request.model"], "tiny");
+    assert_eq!(chat.attributes["gen_ai.usage.output_tokens"], "7");
+    assert!(chat.attributes["gen_ai.usage.input_tokens"].parse::<u64>()? > 0);
+    let execute = spans
+        .iter()
+        .find(|s| s.name == "execute")
+        .expect("the step's span");
+    assert_eq!(chat.parent_span_id, execute.span_id);
     Ok(())
 }
 

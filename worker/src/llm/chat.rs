@@ -59,22 +59,56 @@ impl Completion {
 }
 
 /// Asks `provider` for one completion of `body` before `deadline`, each
-/// request let through by `gate`.
+/// request let through by `gate`. The call is a `chat MODEL` span (under
+/// the step's) with OpenTelemetry's GenAI attributes.
 pub(crate) async fn complete(
     provider: &Provider,
     body: &Value,
     deadline: Instant,
     gate: &CallGate,
 ) -> Result<Completion, Failure> {
-    let _permit = provider.permits.acquire().await;
-    let started = Instant::now();
-    let (text, tries, ticket) =
-        post(provider, "chat/completions", body, deadline, started, gate).await?;
-    let completion = read_reply(provider, &text, started, tries);
-    if gate.paced() {
-        let usage = completion.as_ref().ok().map(|c| c.usage.clone());
-        gate.report(ticket, spent(provider, body, usage, None))
-            .await;
+    use tracing::Instrument;
+    let model = body["model"].as_str().unwrap_or_default();
+    let span = tracing::info_span!(
+        "chat",
+        otel.name = format!("chat {model}").as_str(),
+        gen_ai.operation.name = "chat",
+        gen_ai.provider.name = provider.name.as_str(),
+        gen_ai.request.model = model,
+        gen_ai.response.model = tracing::field::Empty,
+        gen_ai.usage.input_tokens = tracing::field::Empty,
+        gen_ai.usage.output_tokens = tracing::field::Empty,
+        otel.status_code = tracing::field::Empty,
+    );
+    let call = async {
+        let _permit = provider.permits.acquire().await;
+        let started = Instant::now();
+        let (text, tries, ticket) =
+            post(provider, "chat/completions", body, deadline, started, gate).await?;
+        let completion = read_reply(provider, &text, started, tries);
+        if gate.paced() {
+            let usage = completion.as_ref().ok().map(|c| c.usage.clone());
+            gate.report(ticket, spent(provider, body, usage, None))
+                .await;
+        }
+        completion
+    };
+    let completion = call.instrument(span.clone()).await;
+    match &completion {
+        Ok(done) => {
+            span.record("gen_ai.response.model", done.model.as_str());
+            for (field, key) in [
+                ("gen_ai.usage.input_tokens", "prompt_tokens"),
+                ("gen_ai.usage.output_tokens", "completion_tokens"),
+            ] {
+                if let Some(tokens) = done.usage.get(key).and_then(Value::as_u64) {
+                    span.record(field, tokens);
+                }
+            }
+        }
+        Err(_) => {
+            span.record("otel.status_code", "ERROR");
+        }
     }
     completion
 }
