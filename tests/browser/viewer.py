@@ -199,7 +199,7 @@ def loop_iterations_are_listed(page, base, run_id):
     step("loop: each iteration, and the one whose until ended the loop")
     page.goto(f"{base}/runs/{run_id}")
     rows = page.locator('.loop[data-node="repeat"] tr')
-    expect(rows).to_have_count(3)
+    expect(rows).to_have_count(3, timeout=30_000)
     expect(rows.nth(0)).to_contain_text("1 of 5")
     expect(rows.nth(0)).to_contain_text("goes on")
     expect(rows.nth(2)).to_contain_text("until met: loop ends")

@@ -251,12 +251,21 @@ async fn an_approximate_vector_index_is_built_when_asked_and_finds_the_same() ->
     let first = first.expect("a run");
     let built = weft_tests::events_of(&client, &first, "index_built").await?;
     assert_eq!(built[0].body["vector_search"], "approximate", "{built:?}");
-    let kept = client.indexes(None).await?;
-    let searches: Vec<Option<&str>> = kept.iter().map(|i| i.vector_search.as_deref()).collect();
-    assert!(
-        searches.contains(&Some("approximate")) && searches.contains(&Some("exact")),
-        "{searches:?}"
-    );
+    // A worker hands its built index to the coordinator after the step's
+    // result, so the list may lag the run by a moment.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let kept = client.indexes(None).await?;
+        let searches: Vec<Option<&str>> = kept.iter().map(|i| i.vector_search.as_deref()).collect();
+        if searches.contains(&Some("approximate")) && searches.contains(&Some("exact")) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the coordinator keeps {searches:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
     Ok(())
 }
 
