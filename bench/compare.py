@@ -36,9 +36,10 @@ def parse_args():
     p.add_argument("--python", required=True, help="the Python that has LangGraph")
     p.add_argument("--peers", default=str(HERE / "peers"), help="LangGraph's workload scripts")
     p.add_argument("--rounds", type=int, default=3, help="rounds, each running both sides")
-    p.add_argument("--only", default="w1,w2,w4,w5,w6,w7,w8,w9,soak",
-                   help="workloads to compare (w1,w2,w4,w5,w6,w7,w8,w9; soak: W6 for 20,000 runs; "
-                        "w9 against LangChain's EnsembleRetriever)")
+    p.add_argument("--only", default="w1,w2,w4,w5,w6,w7,w8,w9,w10,soak",
+                   help="workloads to compare (w1,w2,w4,w5,w6,w7,w8,w9,w10; soak: W6 for 20,000 runs; "
+                        "w9 against LangChain's EnsembleRetriever; w10 has no peer: a cluster-wide "
+                        "rate limit none of them has)")
     p.add_argument("--w9-corpus", default=str(HERE.parent / "target" / "bench" / "w9"),
                    help="where W9's labelled corpus is written (peers/w9_corpus.py)")
     p.add_argument("--iterations", type=int, default=5, help="timed iterations per workload")
@@ -108,6 +109,8 @@ def weft_round(a, wanted, figures, raw):
                               "--runs", "1000", "--batches", "20"]))
     if "w9" in wanted:
         runs.append(("sync", [bench, "--only", "w9", "--w9-corpus", a.w9_corpus, "--iterations", it]))
+    if "w10" in wanted:
+        runs.append(("sync", [bench, "--only", "w10", "--iterations", "1"]))
     for durability, cmd in runs:
         for line in run(cmd, label=f"weft-bench {' '.join(cmd[1:])}"):
             line["durability"] = durability
@@ -151,6 +154,8 @@ def weft_round(a, wanted, figures, raw):
                 figures.add(("w9_p99", tag), fig)
             elif key == "w9_recall":
                 figures.add(("w9_recall", tag), fig)
+            elif key in ("w10", "w10_429", "w10_failed", "w10_cost"):
+                figures.add((key, tag), fig)
 
 
 def median_of(times):
@@ -295,6 +300,10 @@ ROWS = [
     ("w9_p50", "W9 hybrid query, top 5, p50 (LangChain: EnsembleRetriever)", "µs", False, "faster than the peer"),
     ("w9_p99", "W9 hybrid query, top 5, p99", "µs", False, "faster than the peer"),
     ("w9_recall", "W9 recall@5, 200 labelled questions", "recall", True, "at least the peer's"),
+    ("w10", "W10 500 llm items under a limit of 5,500/min (provider: 429 above 6,000): rate achieved", "% of the limit", True, "≥ 95%"),
+    ("w10_429", "W10 429s the provider answered", "429s", False, "0"),
+    ("w10_failed", "W10 items failed", "items", False, "0"),
+    ("w10_cost", "W10 CPU per throttled task (the whole harness, with the limit less without)", "µs", False, "—"),
 ]
 
 

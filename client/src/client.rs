@@ -35,6 +35,14 @@ pub struct Submitted {
     pub warnings: Vec<String>,
 }
 
+/// How a run is submitted, beyond its graph and input.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SubmitOptions {
+    /// Its priority in its namespace's queue, over the graph's
+    /// `settings.priority`.
+    pub priority: Option<weft_graph::Priority>,
+}
+
 /// How long a read ([`Client::get`], [`Client::status`], listing) waits
 /// out a coordinator that cannot serve it now — a standby while its group
 /// elects a leader, a coordinator restarting — before it gives up.
@@ -141,6 +149,17 @@ impl Client {
         bundle: GraphBundle,
         input: &impl Serialize,
     ) -> Result<Submitted, ClientError> {
+        self.submit_bundle_with(bundle, input, SubmitOptions::default())
+            .await
+    }
+
+    /// Submits a bundle with `options` (its priority).
+    pub async fn submit_bundle_with(
+        &self,
+        bundle: GraphBundle,
+        input: &impl Serialize,
+        options: SubmitOptions,
+    ) -> Result<Submitted, ClientError> {
         // Through a value, so long strings are written by the fast writer.
         let input_json = serde_json::to_value(input)
             .map(|input| weft_proto::json::to_string(&input))
@@ -153,6 +172,10 @@ impl Client {
         let request = pb::SubmitRequest {
             bundle: Some(to_proto(bundle)),
             input_json,
+            priority: options
+                .priority
+                .map(|p| p.as_str().to_owned())
+                .unwrap_or_default(),
         };
         let response = match self.runs.clone().submit(request).await {
             Ok(response) => response.into_inner(),

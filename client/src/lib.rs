@@ -28,7 +28,8 @@ pub use builder::{GraphBuilder, NodeBuilder};
 pub use bundle::{BundleError, BundleOptions, GraphBundle};
 pub use client::{
     Answer, ChildRun, Client, ClientError, ClientTls, Event, READ_PATIENCE, RECONNECT_PATIENCE,
-    RunErrorInfo, RunEvent, RunInfo, RunStatus, Submitted, UnhostedWait, WaitingNode,
+    RunErrorInfo, RunEvent, RunInfo, RunStatus, SubmitOptions, Submitted, UnhostedWait,
+    WaitingNode,
 };
 #[cfg(feature = "embedded")]
 pub use embedded::{EmbeddedCluster, EmbeddedError, LocalCluster};
@@ -37,3 +38,4 @@ pub use indexes::KnowledgeIndex;
 /// [`EmbeddedCluster::start_configured`]).
 #[cfg(feature = "embedded")]
 pub use weft_coordinator::config::CoordinatorConfig;
+pub use weft_graph::Priority;

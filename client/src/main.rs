@@ -92,6 +92,10 @@ enum Command {
         /// directory (refused otherwise).
         #[arg(long)]
         allow_outside_links: bool,
+        /// The run's priority in its namespace's queue, over the graph's
+        /// settings.priority.
+        #[arg(long, value_parser = ["high", "normal", "low"])]
+        priority: Option<String>,
     },
     /// A run's status and state.
     Status {
@@ -246,6 +250,7 @@ async fn remote(coordinator: Option<String>, command: Command) -> u8 {
             workers,
             detach,
             allow_outside_links,
+            priority,
         } => {
             let options = c::RunOptions {
                 input,
@@ -254,6 +259,7 @@ async fn remote(coordinator: Option<String>, command: Command) -> u8 {
                 workers,
                 detach,
                 allow_outside_links,
+                priority: priority.as_deref().and_then(weft_graph::Priority::parse),
             };
             c::run(coordinator, &graph, options).await
         }

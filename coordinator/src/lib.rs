@@ -17,6 +17,7 @@ pub mod durable;
 pub mod fuzzing;
 pub use weft_graph as graph;
 pub mod connections;
+pub mod day_spend;
 mod grpc;
 pub mod ha;
 mod http;

@@ -5,7 +5,7 @@
 // Everything the page shows of a run, as its events build it up.
 export class RunModel {
   constructor() {
-    this.nodes = new Map();     // id -> {status, attempts, error, child, answeredBy, resent, retrievals, retrieved, indexBuilt}
+    this.nodes = new Map();     // id -> {status, attempts, error, child, answeredBy, resent, retrievals, retrieved, indexBuilt, throttled, usage, spent}
     this.maps = new Map();      // map node -> {total, done, items: Map(index -> {status, step, error})}
     this.loops = new Map();     // loop node -> [{iteration, max, done, reason}]
     this.waves = [];            // [{step, nodes, at, changes}]
@@ -65,6 +65,8 @@ export class RunModel {
         const entry = this.itemOf(event.node, item);
         const node = this.node(event.node);
         if (event.worker) node.worker = event.worker;
+        if (event.usage) node.usage = addUsage(node.usage, event.usage);
+        released(node, entry, item);
         if (entry) { entry.step = event.node; entry.worker = event.worker; }
         else node.status = "done";
         break;
@@ -81,9 +83,28 @@ export class RunModel {
           : `attempt ${event.attempt} sent again: the coordinator that sent it stopped`);
         break;
       }
+      case "task_throttled": {
+        // Waiting in the coordinator's queue for a limit or a key, until
+        // a call of the step goes or the step ends.
+        const entry = this.itemOf(event.node, item);
+        const node = this.node(event.node);
+        const held = { limit: event.limit, wait_ms: event.wait_ms };
+        node.held = node.held || new Map();
+        node.held.set(item, held);
+        node.throttled = held;
+        node.throttles = (node.throttles || 0) + 1;
+        if (entry) entry.throttled = held;
+        break;
+      }
+      case "model_called":
+        released(this.node(event.node), this.itemOf(event.node, item), item);
+        break;
       case "node_failed": {
         this.failures.push(event);
         const entry = this.itemOf(event.node, item);
+        released(this.node(event.node), entry, item);
+        // A run's budget is spent: the step that would have crossed it.
+        if (/budget_exceeded/.test(event.error || "")) this.node(event.node).spent = true;
         if (entry && !event.fallback) { entry.status = "failed"; entry.error = event.error; }
         const node = this.node(event.node);
         node.error = event.error;
@@ -149,6 +170,37 @@ export class RunModel {
         break;
     }
   }
+}
+
+// A step (item `item`'s, or the node's own) that waited for a limit has
+// gone (a call went, or it ended); the node stays throttled while any
+// other of its steps waits.
+function released(node, entry, item) {
+  if (entry) entry.throttled = null;
+  if (!node.held) return;
+  node.held.delete(item);
+  node.throttled = node.held.size ? [...node.held.values()].pop() : null;
+}
+
+// The sum of two usages (`usage` on node_finished), `a` maybe absent.
+export function addUsage(a, b) {
+  if (!a) return { ...b };
+  const cost = a.cost === undefined && b.cost === undefined ? undefined : (a.cost || 0) + (b.cost || 0);
+  return {
+    calls: (a.calls || 0) + (b.calls || 0),
+    prompt_tokens: (a.prompt_tokens || 0) + (b.prompt_tokens || 0),
+    completion_tokens: (a.completion_tokens || 0) + (b.completion_tokens || 0),
+    cached_tokens: (a.cached_tokens || 0) + (b.cached_tokens || 0),
+    cost,
+  };
+}
+
+// A usage in a line: "3 calls · 1200 prompt (512 cached) + 90 completion tokens · cost 0.0041".
+export function usageText(usage) {
+  if (!usage || !usage.calls) return "";
+  const cached = usage.cached_tokens ? ` (${usage.cached_tokens} cached)` : "";
+  const cost = usage.cost === undefined || usage.cost === null ? "" : ` · cost ${Number(usage.cost).toFixed(4)}`;
+  return `${usage.calls} call${usage.calls === 1 ? "" : "s"} · ${usage.prompt_tokens} prompt${cached} + ${usage.completion_tokens} completion tokens${cost}`;
 }
 
 // The last value each field had before each wave, for showing what changed.

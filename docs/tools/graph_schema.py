@@ -12,7 +12,7 @@ import json
 import os
 
 COMMON = ["id", "kind", "description", "start", "end", "next", "depends_on", "routes", "fallback"]
-RUN = ["retry", "max_attempts", "timeout", "state_updates", "output_schema"]
+RUN = ["retry", "max_attempts", "timeout", "state_updates", "output_schema", "concurrency"]
 KINDS = {
     "task": (["handler", "teammates"], RUN, ["handler"]),
     "script": (["run", "script", "args", "env", "teammates", "sandbox"], RUN, []),
@@ -73,6 +73,10 @@ FIELDS = {
     "timeout": (duration, "Per attempt; overrides settings.node_timeout."),
     "state_updates": ({"type": "object"}, "field: template, rendered after the node ran (sees the state and `output`)."),
     "output_schema": ({"type": "object"}, "JSON Schema the node's output must satisfy; its top-level properties are written."),
+    "concurrency": ({"type": "object", "required": ["key", "max"], "additionalProperties": False,
+                     "properties": {"key": {"type": "string", "minLength": 1, "description": "A template rendered on the state (and a map item's scope) when the step is created."},
+                                    "max": count}},
+                    "At most `max` of its steps with the same rendered key run at once, across every run of the namespace."),
     "teammates": ({"type": "boolean"}, "In a map's branch: the step may message the other items."),
     "handler": (string, "The handler a worker registered."),
     "run": ({"type": "array", "items": string, "minItems": 1}, "argv, run without a shell; files beside the graph are bundled."),
@@ -156,7 +160,11 @@ def main():
             "settings": {"type": "object", "additionalProperties": False, "properties": {
                 "max_steps": count, "max_concurrency": count, "max_node_concurrency": {"type": "integer", "minimum": 0},
                 "max_loop_iterations": count, "timeout": duration, "node_timeout": duration,
-                "strict_state": {"type": "boolean"}, "durability": {"enum": ["sync", "async", "exit"]}}},
+                "strict_state": {"type": "boolean"}, "durability": {"enum": ["sync", "async", "exit"]},
+                "budget": {"type": "object", "additionalProperties": False, "minProperties": 1,
+                           "properties": {"tokens": count, "cost": {"type": "number", "exclusiveMinimum": 0}},
+                           "description": "What the run's model calls may spend (prompt and completion tokens; cost by the coordinator's [prices]), its map items and subgraph children included."},
+                "priority": {"enum": ["high", "normal", "low"], "description": "Within a namespace, higher priority runs' steps are dispatched first (weft run --priority overrides it)."}}},
             "functions": {"type": "string", "pattern": "\\.py$", "description": "A Python file beside the graph."},
             "state": {"type": "object", "additionalProperties": {"$ref": "#/$defs/field"}},
             "initial_state": {"type": "object", "description": "Values fields start with: over the declared defaults, under the run's input."},

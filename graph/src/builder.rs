@@ -159,6 +159,7 @@ impl Builder<'_, '_> {
             timeout: None,
             state_updates: Vec::new(),
             output_schema: None,
+            concurrency: None,
             teammates: false,
             router: None,
             broken: true,
@@ -189,6 +190,10 @@ impl Builder<'_, '_> {
             .as_ref()
             .and_then(|source| self.schema(id, "output_schema", source));
         node.retry = self.retry(id, &raw);
+        node.concurrency = raw
+            .concurrency
+            .as_ref()
+            .and_then(|value| self.concurrency(id, value));
         node.timeout = raw.timeout.as_ref().and_then(|t| match t.to_duration() {
             Ok(d) => Some(d),
             Err(error) => {
@@ -210,6 +215,76 @@ impl Builder<'_, '_> {
         }
         self.node_edges(idx, id, &raw, &mut node);
         node
+    }
+
+    /// `concurrency: {key: TEMPLATE, max: N}`: a key that parses as a
+    /// template and a whole `max` of at least 1, nothing else.
+    fn concurrency(&mut self, id: &str, value: &Value) -> Option<ConcurrencyKey> {
+        let usage = "write `concurrency: {key: \"{{ customer }}\", max: 2}`";
+        let Some(fields) = value.as_object() else {
+            self.error(
+                format!("node '{id}': concurrency must be a mapping with `key` and `max`; {usage}"),
+                &[id],
+            );
+            return None;
+        };
+        if let Some(other) = fields.keys().find(|k| !matches!(k.as_str(), "key" | "max")) {
+            self.error(
+                format!("node '{id}': concurrency.{other} is not a field of concurrency (it takes `key` and `max`)"),
+                &[id],
+            );
+            return None;
+        }
+        let key = match fields.get("key") {
+            Some(Value::String(text)) if !text.trim().is_empty() => {
+                self.template(id, "concurrency.key", text)?
+            }
+            Some(other) => {
+                self.error(
+                    format!("node '{id}': concurrency.key must be a non-empty string (a template such as \"{{{{ customer }}}}\"), got {other}"),
+                    &[id],
+                );
+                return None;
+            }
+            None => {
+                self.error(
+                    format!("node '{id}': concurrency has no `key`; {usage}"),
+                    &[id],
+                );
+                return None;
+            }
+        };
+        let max = match fields.get("max") {
+            Some(Value::Number(n)) => match n.as_u64() {
+                Some(max) if max >= 1 && max <= u64::from(u32::MAX) => max as u32,
+                _ => {
+                    self.error(
+                        format!(
+                            "node '{id}': concurrency.max must be a whole number >= 1, got {n}"
+                        ),
+                        &[id],
+                    );
+                    return None;
+                }
+            },
+            Some(other) => {
+                self.error(
+                    format!(
+                        "node '{id}': concurrency.max must be a whole number >= 1, got {other}"
+                    ),
+                    &[id],
+                );
+                return None;
+            }
+            None => {
+                self.error(
+                    format!("node '{id}': concurrency has no `max`; {usage}"),
+                    &[id],
+                );
+                return None;
+            }
+        };
+        Some(ConcurrencyKey { key, max })
     }
 
     pub(super) fn retry(&mut self, id: &str, raw: &RawNode) -> RetryPolicy {

@@ -24,6 +24,20 @@ pub struct Settings {
     pub strict_state: bool,
     /// When checkpoints are written.
     pub durability: Durability,
+    /// Where its steps go in its namespace's queue.
+    pub priority: Priority,
+    /// What its model calls may spend, its children and items included.
+    pub budget: Option<RunBudget>,
+}
+
+/// `settings.budget` (SPEC 18): what a run's model calls may spend, its
+/// map items and subgraph children included. At least one is set.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RunBudget {
+    /// Prompt and completion tokens.
+    pub tokens: Option<u64>,
+    /// Cost, by the coordinator's `[prices]`.
+    pub cost: Option<f64>,
 }
 
 impl Default for Settings {
@@ -37,7 +51,70 @@ impl Default for Settings {
             node_timeout: Duration::from_secs(60),
             strict_state: false,
             durability: Durability::Sync,
+            priority: Priority::Normal,
+            budget: None,
         }
+    }
+}
+
+/// A run's priority within its namespace (SPEC 18): its steps are
+/// dispatched before those of lower priority runs of the namespace.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Default,
+    serde::Serialize,
+    serde::Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum Priority {
+    /// Goes first.
+    High,
+    /// The default.
+    #[default]
+    Normal,
+    /// Goes when nothing else of the namespace waits.
+    Low,
+}
+
+impl Priority {
+    /// Every priority, first served first.
+    pub const ALL: [Priority; 3] = [Priority::High, Priority::Normal, Priority::Low];
+
+    /// Parses `high`, `normal` or `low`.
+    pub fn parse(text: &str) -> Option<Self> {
+        Some(match text {
+            "high" => Self::High,
+            "normal" => Self::Normal,
+            "low" => Self::Low,
+            _ => return None,
+        })
+    }
+
+    /// Its name in the graph format.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::High => "high",
+            Self::Normal => "normal",
+            Self::Low => "low",
+        }
+    }
+
+    /// Its place in [`Priority::ALL`].
+    pub fn rank(self) -> usize {
+        self as usize
+    }
+}
+
+impl std::fmt::Display for Priority {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 

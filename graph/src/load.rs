@@ -52,6 +52,8 @@ struct RawSettings {
     node_timeout: Option<RawDuration>,
     strict_state: Option<bool>,
     durability: Option<String>,
+    priority: Option<String>,
+    budget: Option<Value>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -295,6 +297,26 @@ fn read_settings(value: Option<&Value>, lines: &Lines, findings: &mut Vec<Findin
                 Durability::Sync
             }
         };
+    }
+    if let Some(budget) = &raw.budget {
+        match run_budget(budget) {
+            Ok(budget) => settings.budget = Some(budget),
+            Err(why) => findings.push(
+                Finding::error(format!("settings.budget: {why}"), &[]).at_line(line("budget")),
+            ),
+        }
+    }
+    if let Some(priority) = raw.priority {
+        match Priority::parse(&priority) {
+            Some(priority) => settings.priority = priority,
+            None => findings.push(
+                Finding::error(
+                    format!("settings.priority: '{priority}' is not one of high, normal, low"),
+                    &[],
+                )
+                .at_line(line("priority")),
+            ),
+        }
     }
     settings
 }
@@ -567,4 +589,44 @@ fn node_entries(value: Option<&Value>, findings: &mut Vec<Finding>) -> Vec<(Stri
     }
     entries.retain(|(id, _)| id != START && id != END);
     entries
+}
+
+/// `settings.budget: {tokens: 500000, cost: 5.00}`: a whole number of
+/// tokens of at least 1, a cost above 0, at least one of them.
+fn run_budget(value: &Value) -> Result<RunBudget, String> {
+    let Some(fields) = value.as_object() else {
+        return Err(format!(
+            "must be a mapping such as {{tokens: 500000, cost: 5.00}}, got {value}"
+        ));
+    };
+    if let Some(other) = fields
+        .keys()
+        .find(|k| !matches!(k.as_str(), "tokens" | "cost"))
+    {
+        return Err(format!(
+            "'{other}' is not a budget (it takes tokens and cost)"
+        ));
+    }
+    let tokens = match fields.get("tokens") {
+        None => None,
+        Some(n) => match n.as_u64() {
+            Some(n) if n >= 1 => Some(n),
+            _ => {
+                return Err(format!(
+                    "tokens must be a whole number of at least 1, got {n}"
+                ));
+            }
+        },
+    };
+    let cost = match fields.get("cost") {
+        None => None,
+        Some(n) => match n.as_f64() {
+            Some(c) if c.is_finite() && c > 0.0 => Some(c),
+            _ => return Err(format!("cost must be a number above 0, got {n}")),
+        },
+    };
+    if tokens.is_none() && cost.is_none() {
+        return Err("give tokens, cost or both".into());
+    }
+    Ok(RunBudget { tokens, cost })
 }

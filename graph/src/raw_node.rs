@@ -32,12 +32,13 @@ const COMMON_FIELDS: [&str; 9] = [
 
 /// SPEC's common fields about running and writing, which only some kinds
 /// can honour: each kind either executes one or refuses it here, naming why.
-const RUN_FIELDS: [&str; 5] = [
+const RUN_FIELDS: [&str; 6] = [
     "retry",
     "max_attempts",
     "timeout",
     "state_updates",
     "output_schema",
+    "concurrency",
 ];
 
 /// Why `kind` does not take the run field `field`; `None` when it does.
@@ -45,6 +46,15 @@ fn refused_run_field(kind: &str, field: &str) -> Option<&'static str> {
     let retry = matches!(field, "retry" | "max_attempts");
     match kind {
         "task" | "script" | "llm" | "agent" | "rag" | "function" | "python" => None,
+        "map" if field == "concurrency" => {
+            Some("set it on the branch's nodes: each item's step counts one against the key")
+        }
+        "loop" | "subgraph" if field == "concurrency" => {
+            Some("set it on its inner nodes: a key counts the steps that run on workers")
+        }
+        "approval" | "input" if field == "concurrency" => {
+            Some("a person answers it; it takes no worker")
+        }
         "map" if retry => Some("a map's items are retried by their branch nodes' own `retry`"),
         "map" if field == "timeout" => Some(
             "bound its items with their branch nodes' `timeout`, or the run with `settings.timeout`",
@@ -285,6 +295,8 @@ pub struct RawNode {
     pub timeout: Option<RawDuration>,
     pub state_updates: Option<Map<String, Value>>,
     pub output_schema: Option<Value>,
+    /// `{key: TEMPLATE, max: N}`, checked by the builder.
+    pub concurrency: Option<Value>,
     pub teammates: Option<bool>,
     pub handler: Option<String>,
     pub run: Option<Vec<String>>,

@@ -135,6 +135,9 @@ pub(crate) fn undeclared_names(graph: &Graph, lines: &Lines, findings: &mut Vec<
                 }
             }
         }
+        if let Some(concurrency) = &node.concurrency {
+            reads("concurrency.key", concurrency.key.state_reads(), findings);
+        }
         for (field, value) in &node.state_updates {
             if let UpdateValue::Template(template) = value {
                 let names = template.state_reads();

@@ -9,7 +9,7 @@ use super::map_run::{ItemStep, MapRun, StepWrites};
 use super::merge::changed_fields;
 use super::node_output::note_event;
 use super::output::finish_output;
-use super::prompts::render_prompts;
+use super::prompts::{render_concurrency, render_prompts};
 use super::routing::RouteError;
 use super::team_messages::seat_for;
 use super::*;
@@ -64,8 +64,13 @@ impl RunMachine {
     ) {
         let key = self.run.tasks.new_key();
         let graph_node = self.graph().node(node);
-        let prompts = match render_prompts(graph_node, &state, &scope, &self.run.meter) {
-            Ok(prompts) => prompts,
+        let rendered =
+            render_prompts(graph_node, &state, &scope, &self.run.meter).and_then(|prompts| {
+                let concurrency = render_concurrency(graph_node, &state, &scope, &self.run.meter)?;
+                Ok((prompts, concurrency))
+            });
+        let (prompts, concurrency) = match rendered {
+            Ok(rendered) => rendered,
             Err(error) => {
                 // Rendering again would fail again: no retry.
                 let failure =
@@ -90,6 +95,7 @@ impl RunMachine {
             team: None,
             prompts,
             first_key: None,
+            concurrency,
         };
         let item_index = spec.item.as_ref().map(|i| i.index);
         let task = TaskRef {
@@ -130,26 +136,8 @@ impl RunMachine {
             return;
         };
         let mut output = output;
-        for note in std::mem::take(&mut output.notes) {
-            let item = task.spec.item.as_ref().map(|i| i.index);
-            if let Some(event) = note_event(&task.spec.node, item, &note) {
-                if let RunEvent::ModelCalled {
-                    model,
-                    prompt_tokens,
-                    completion_tokens,
-                    cached_tokens,
-                    ..
-                } = &event
-                {
-                    let spent = self.run.usage.entry(model.clone()).or_default();
-                    spent.calls += 1;
-                    spent.prompt_tokens += prompt_tokens.unwrap_or(0);
-                    spent.completion_tokens += completion_tokens.unwrap_or(0);
-                    spent.cached_tokens += cached_tokens.unwrap_or(0);
-                }
-                fx.push(Effect::Emit(event));
-            }
-        }
+        let notes = std::mem::take(&mut output.notes);
+        self.emit_notes(&task.spec, notes, fx);
         if let Some(item) = task.spec.item.clone() {
             self.item_output(task, item, output, fx);
             self.pump(fx);
@@ -202,6 +190,42 @@ impl RunMachine {
         self.maybe_finish_wave(fx);
     }
 
+    /// What task `key` noted as it ran (its model and tool calls), as
+    /// events; its model calls' usage is added to the run's.
+    pub(super) fn noted(&mut self, key: TaskKey, notes: Vec<Value>, fx: &mut Vec<Effect>) {
+        if notes.is_empty() {
+            return;
+        }
+        let Some(spec) = self.run.tasks.get(key).map(|task| task.spec.clone()) else {
+            return;
+        };
+        self.emit_notes(&spec, notes, fx);
+    }
+
+    fn emit_notes(&mut self, spec: &TaskSpec, notes: Vec<Value>, fx: &mut Vec<Effect>) {
+        let item = spec.item.as_ref().map(|i| i.index);
+        for note in notes {
+            let Some(event) = note_event(&spec.node, item, &note) else {
+                continue;
+            };
+            if let RunEvent::ModelCalled {
+                model,
+                prompt_tokens,
+                completion_tokens,
+                cached_tokens,
+                ..
+            } = &event
+            {
+                let spent = self.run.usage.entry(model.clone()).or_default();
+                spent.calls += 1;
+                spent.prompt_tokens += prompt_tokens.unwrap_or(0);
+                spent.completion_tokens += completion_tokens.unwrap_or(0);
+                spent.cached_tokens += cached_tokens.unwrap_or(0);
+            }
+            fx.push(Effect::Emit(event));
+        }
+    }
+
     pub(super) fn task_failed(&mut self, key: TaskKey, failure: TaskFailure, fx: &mut Vec<Effect>) {
         let Some(task) = self.run.tasks.take(key) else {
             return;
@@ -224,7 +248,9 @@ impl RunMachine {
         // costly on this state would be as costly again.
         let retried = !matches!(
             failure.kind,
-            FailureKind::WorkerLost | FailureKind::ExpressionTooCostly
+            FailureKind::WorkerLost
+                | FailureKind::ExpressionTooCostly
+                | FailureKind::BudgetExceeded
         );
         if retried && task.spec.attempt < node.retry.max_attempts {
             let next_attempt = task.spec.attempt + 1;
@@ -249,6 +275,25 @@ impl RunMachine {
             // Parked until its timer fires (`Input::RetryDue`).
             self.run.tasks.add(key, retry, false);
             fx.push(Effect::ScheduleRetry { key, delay });
+        } else if failure.kind == FailureKind::BudgetExceeded {
+            // The run may spend no more: no fallback, no other item.
+            let TaskRef { node, spec, .. } = task;
+            let (attempt, item) = Arc::unwrap_or_clone(spec).release();
+            let error = RunError::ExecutionError {
+                node: self.graph().node(node).id.clone(),
+                attempt,
+                worker: failure.worker.clone(),
+                kind: failure.kind,
+                message: failure.message.clone(),
+            };
+            fx.push(Effect::Emit(RunEvent::NodeFailed {
+                node: self.graph().node(node).id.clone().into(),
+                item: item.map(|item| item.index),
+                error: error.to_string(),
+                fallback: None,
+            }));
+            self.run.nodes[node] = NodeStatus::Failed;
+            self.fail_wave(error, fx);
         } else {
             let TaskRef { node, spec, .. } = task;
             let (attempt, item) = Arc::unwrap_or_clone(spec).release();

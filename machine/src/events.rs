@@ -4,6 +4,7 @@
 //! effects are instructions for the run actor, which performs them and feeds
 //! their results back as inputs.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -18,7 +19,7 @@ pub use weft_proto::{NodeId, RunId};
 /// Identifies one call to a worker-hosted reducer or predicate.
 pub type CallKey = u64;
 
-pub use super::task_spec::{State, TaskSpec, TaskState, empty_state, fields_of};
+pub use super::task_spec::{KeyedConcurrency, State, TaskSpec, TaskState, empty_state, fields_of};
 
 /// An answer to an `approval` or `input` node.
 #[derive(Debug, Clone, PartialEq)]
@@ -136,6 +137,9 @@ pub enum Input {
         node: String,
         /// The child's state, or its error.
         result: Result<Map<String, Value>, ChildError>,
+        /// What the child's model calls used, by model (its own children's
+        /// included): added to the run's.
+        usage: BTreeMap<String, weft_proto::types::Usage>,
     },
     /// Stop the run; `by`: who asked (recorded in the events).
     Cancel {
@@ -305,6 +309,15 @@ pub enum ChildError {
         /// Its error.
         error: String,
     },
+    /// The child failed with `budget_exceeded`: a budget it counts against
+    /// (maybe its parent's) is spent, so its parent fails the same way.
+    #[error("child run {run_id} failed: {error}")]
+    OverBudget {
+        /// The child.
+        run_id: RunId,
+        /// Its error.
+        error: String,
+    },
 }
 
 /// Who judges a loop's iteration when its `until` is not a CEL condition.
@@ -469,6 +482,10 @@ impl RunError {
                 kind: FailureKind::ExpressionTooCostly,
                 ..
             } => "ExpressionTooCostly",
+            Self::ExecutionError {
+                kind: FailureKind::BudgetExceeded,
+                ..
+            } => "BudgetExceeded",
             Self::ExecutionError { .. } => "ExecutionError",
             Self::ConcurrentUpdateError { .. } => "ConcurrentUpdateError",
             Self::ReducerError { .. } => "ReducerError",

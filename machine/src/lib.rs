@@ -392,10 +392,14 @@ impl RunMachine {
                 result,
                 read,
                 notes,
-            } => match self.returned(worker, result, read, notes) {
-                Ok(output) => self.task_succeeded(key, output, &mut fx),
-                Err(failure) => self.task_failed(key, failure, &mut fx),
-            },
+            } => {
+                // Its calls were spent whether or not its output is taken.
+                self.noted(key, notes, &mut fx);
+                match self.returned(worker, result, read, Vec::new()) {
+                    Ok(output) => self.task_succeeded(key, output, &mut fx),
+                    Err(failure) => self.task_failed(key, failure, &mut fx),
+                }
+            }
             Input::RetryDue { key } => {
                 if self.run.tasks.requeue(key) {
                     self.pump(&mut fx);
@@ -411,7 +415,14 @@ impl RunMachine {
                 run_id,
                 waiting,
             } => self.child_waiting(&node, &run_id, waiting, &mut fx),
-            Input::ChildEnded { node, result } => self.child_ended(&node, result, &mut fx),
+            Input::ChildEnded {
+                node,
+                result,
+                usage,
+            } => {
+                self.add_usage(&usage);
+                self.child_ended(&node, result, &mut fx)
+            }
             Input::Cancel { by } => {
                 if self.run.status.is_terminal() {
                     return Err(Rejected::Ended);
@@ -502,9 +513,17 @@ impl RunMachine {
         Ok(())
     }
 
-    /// What the run's steps' model calls used so far, by model.
+    /// What the run's steps' model calls used so far, by model (its
+    /// ended children's included).
     pub fn usage(&self) -> &BTreeMap<String, weft_proto::types::Usage> {
         &self.run.usage
+    }
+
+    /// Adds a child run's usage to the run's.
+    fn add_usage(&mut self, usage: &BTreeMap<String, weft_proto::types::Usage>) {
+        for (model, used) in usage {
+            self.run.usage.entry(model.clone()).or_default().add(used);
+        }
     }
 
     /// Whether `retry` can run this run again: it failed in a wave.

@@ -6,6 +6,7 @@
 use serde_json::{Map, Value};
 
 use super::events::{FailureKind, TaskState, expr_failure};
+use super::task_spec::KeyedConcurrency;
 use crate::graph::Meter;
 use crate::graph::{ExprError, Node, NodeKind, Strictness, Template, TemplateContext};
 
@@ -13,7 +14,7 @@ use crate::graph::{ExprError, Node, NodeKind, Strictness, Template, TemplateCont
 #[derive(Debug, thiserror::Error)]
 #[error("{template}: {error}")]
 pub(super) struct PromptError {
-    /// `system`, `instructions` or `prompt`.
+    /// `system`, `instructions`, `prompt` or `concurrency.key`.
     template: &'static str,
     #[source]
     error: ExprError,
@@ -80,4 +81,34 @@ pub(super) fn render_prompts(
     }
     prompts.insert("prompt".into(), Value::String(render("prompt", prompt)?));
     Ok(Some(prompts))
+}
+
+/// The step's `concurrency:` with its key rendered, strictly, on the state
+/// and scope the step sees.
+pub(super) fn render_concurrency(
+    node: &Node,
+    state: &TaskState,
+    scope: &Map<String, Value>,
+    meter: &Meter,
+) -> Result<Option<KeyedConcurrency>, PromptError> {
+    let Some(concurrency) = &node.concurrency else {
+        return Ok(None);
+    };
+    let view = state.view();
+    let context = TemplateContext {
+        state: Some(&view),
+        scope: Some(scope),
+        output: None,
+    };
+    let key = concurrency
+        .key
+        .render(&context, Strictness::Strict, meter)
+        .map_err(|error| PromptError {
+            template: "concurrency.key",
+            error,
+        })?;
+    Ok(Some(KeyedConcurrency {
+        key,
+        max: concurrency.max,
+    }))
 }

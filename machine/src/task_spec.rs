@@ -52,6 +52,19 @@ pub struct TaskSpec {
     /// the first).
     #[serde(default)]
     pub first_key: Option<TaskKey>,
+    /// Its node's `concurrency:`, its key rendered.
+    #[serde(default)]
+    pub concurrency: Option<KeyedConcurrency>,
+}
+
+/// A step's concurrency key, rendered (SPEC 18): at most `max` steps with
+/// the same `key` run at once across the runs of a namespace.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeyedConcurrency {
+    /// The rendered key.
+    pub key: String,
+    /// The most that run at once.
+    pub max: u32,
 }
 
 /// The state a task sees: `base` (the wave's S0, shared by every task of

@@ -266,6 +266,7 @@ mod tests {
                 team: None,
                 prompts: None,
                 first_key: None,
+                concurrency: None,
             }),
             in_flight: false,
         }

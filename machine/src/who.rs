@@ -18,6 +18,14 @@ pub struct Owner {
     /// The identity that submitted it (a child run: its parent's
     /// submitter); empty for runs stored before owners were.
     pub submitted_by: String,
+    /// The priority it was submitted with (`weft run --priority`), over
+    /// its graph's `settings.priority`; a child run inherits it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<crate::graph::Priority>,
+    /// The runs whose `settings.budget` its model calls count against: it
+    /// and its ancestors that have one, outermost first (SPEC 18).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub budgets: Vec<weft_proto::RunId>,
 }
 
 impl Default for Owner {
@@ -25,6 +33,8 @@ impl Default for Owner {
         Self {
             namespace: DEFAULT_NAMESPACE.to_owned(),
             submitted_by: String::new(),
+            priority: None,
+            budgets: Vec::new(),
         }
     }
 }

@@ -168,11 +168,14 @@ pub enum FailureKind {
     /// steps or bytes than one evaluation may; evaluating it again would
     /// not help, so this failure is final.
     ExpressionTooCostly,
+    /// The step's next model call would have taken its run past the run's
+    /// `settings.budget` (SPEC 18): final, and it fails the run.
+    BudgetExceeded,
 }
 
 impl FailureKind {
     /// Every kind, in declaration order.
-    pub const ALL: [Self; 19] = [
+    pub const ALL: [Self; 20] = [
         Self::ScriptFailed,
         Self::HandlerError,
         Self::HandlerPanicked,
@@ -192,6 +195,7 @@ impl FailureKind {
         Self::SubgraphFailed,
         Self::ModelError,
         Self::ExpressionTooCostly,
+        Self::BudgetExceeded,
     ];
 
     /// The `snake_case` name, as on the wire and in `--json` output.
@@ -216,6 +220,7 @@ impl FailureKind {
             Self::SubgraphFailed => "subgraph_failed",
             Self::ModelError => "model_error",
             Self::ExpressionTooCostly => "expression_too_costly",
+            Self::BudgetExceeded => "budget_exceeded",
         }
     }
 

@@ -187,6 +187,18 @@ pub struct TaskAssignment {
     pub flow: Option<CallFlow>,
 }
 
+/// The completion tokens a model call is expected to use when its request
+/// sets no `max_tokens`; the provider's count corrects it after the call.
+pub const DEFAULT_COMPLETION_TOKENS: u64 = 512;
+
+/// The tokens a model call is reserved before it is made (SPEC 18): its
+/// prompt's length over 4, plus its `max_tokens` (or
+/// [`DEFAULT_COMPLETION_TOKENS`]). The coordinator reserves a step's first
+/// call with it at dispatch, the worker each later call.
+pub fn expected_tokens(prompt_bytes: usize, max_tokens: Option<u64>) -> u64 {
+    prompt_bytes as u64 / 4 + max_tokens.unwrap_or(DEFAULT_COMPLETION_TOKENS)
+}
+
 /// How a step's model calls are flow-controlled: each call's usage goes
 /// back to the coordinator ([`FromWorker::CallUsage`]); the first call
 /// may have been reserved at dispatch, and each further one asks
@@ -412,6 +424,8 @@ pub struct TaskError {
     pub kind: FailureKind,
     /// What happened.
     pub message: String,
+    /// What the attempt noted before it failed (the model calls it made).
+    pub notes: Vec<Value>,
 }
 
 /// A function call's answer.

@@ -233,6 +233,42 @@ def a_rag_nodes_retrieval_is_shown(page, base, run_id, shots):
     page.screenshot(path=str(shots / "viewer-rag.png"), full_page=True)
 
 
+def a_throttled_step_is_marked_until_its_key_frees(page, base, holder, keyed, shots):
+    step("flow: a map whose items wait for a concurrency key is marked throttled; they go once its holder is cancelled")
+    page.goto(f"{base}/runs/{keyed}")
+    fan = page.locator('#diagram g.node[data-node="fan"]')
+    expect(fan).to_have_attribute("data-throttled", "concurrency key 'shared' (max 1)", timeout=20_000)
+    expect(fan).to_have_class(re.compile(r"\bthrottled\b"))
+    expect(page.locator('.legend .status.throttled')).to_be_visible()
+    held = page.locator('.map[data-node="fan"] tr[data-throttled]')
+    expect(held.first).to_contain_text("throttled")
+    page.click('#diagram g.node[data-node="fan"]')
+    page.screenshot(path=str(shots / "viewer-throttled.png"), full_page=False)
+    # The key's holder, cancelled from its own page: the items go.
+    page.goto(f"{base}/runs/{holder}")
+    page.click("#cancel")
+    expect(page.locator("#run-status")).to_have_text("cancelled", timeout=20_000)
+    page.goto(f"{base}/runs/{keyed}")
+    expect(page.locator("#run-status")).to_have_text("completed", timeout=30_000)
+    expect(page.locator('#diagram g.node[data-node="fan"]')).not_to_have_attribute("data-throttled", re.compile(".*"))
+    expect(page.locator('.map[data-node="fan"] tr[data-throttled]')).to_have_count(0)
+
+
+def a_spent_budget_is_shown(page, base, run_id, shots):
+    step("flow: the run's usage in the header, the step that would have crossed the budget marked spent")
+    page.goto(f"{base}/runs/{run_id}")
+    expect(page.locator("#run-status")).to_have_text("failed")
+    expect(page.locator("#run-error")).to_contain_text("BudgetExceeded")
+    expect(page.locator("#run-error")).to_contain_text("budget is 1500 tokens")
+    expect(page.locator("#usage")).to_contain_text(re.compile(r"\d+ calls · \d+ prompt"))
+    ask = page.locator('#diagram g.node[data-node="ask"]')
+    expect(ask).to_have_class(re.compile(r"\bspent\b"))
+    page.click('#diagram g.node[data-node="ask"]')
+    detail = page.locator("#node-detail")
+    expect(detail).to_contain_text("spent: its next model call would have crossed the run's budget")
+    page.screenshot(path=str(shots / "viewer-spent.png"), full_page=False)
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--base", required=True)
@@ -261,6 +297,8 @@ def main():
         loop_iterations_are_listed(page, args.base, runs["loop"])
         a_subgraph_links_to_its_child_run(page, args.base, runs["parent"])
         a_rag_nodes_retrieval_is_shown(page, args.base, runs["rag"], shots)
+        a_throttled_step_is_marked_until_its_key_frees(page, args.base, runs["holder"], runs["keyed"], shots)
+        a_spent_budget_is_shown(page, args.base, runs["spent"], shots)
         assert not page.errors, f"the page threw: {page.errors}"
         browser.close()
     print("all viewer scenarios passed")

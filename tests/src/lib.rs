@@ -37,6 +37,17 @@ pub struct TestCluster {
     workers: BTreeMap<String, Child>,
 }
 
+/// A fresh directory for one cluster's files.
+fn cluster_dir() -> Result<PathBuf> {
+    let dir = std::env::temp_dir().join(format!(
+        "weft-cluster-{}-{}",
+        std::process::id(),
+        Instant::now().elapsed().as_nanos() ^ (rand_seed() as u128)
+    ));
+    std::fs::create_dir_all(&dir)?;
+    Ok(dir)
+}
+
 /// The directory holding the workspace's built binaries.
 fn bin_dir() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
@@ -89,16 +100,26 @@ impl TestCluster {
 
     /// Starts a coordinator with extra environment (e.g. `WEFT_MAX_EVENTS`).
     pub fn start_with_env(env: &[(&str, &str)]) -> Result<Self> {
+        Self::start_in(cluster_dir()?, env)
+    }
+
+    /// Starts a coordinator whose `coordinator.toml` is `config` (written
+    /// into the cluster's directory), with extra environment.
+    pub fn start_with_config(config: &str, env: &[(&str, &str)]) -> Result<Self> {
+        let dir = cluster_dir()?;
+        let file = dir.join("coordinator.toml");
+        std::fs::write(&file, config)?;
+        let file = file.display().to_string();
+        let mut env = env.to_vec();
+        env.push(("WEFT_CONFIG", &file));
+        Self::start_in(dir, &env)
+    }
+
+    fn start_in(dir: PathBuf, env: &[(&str, &str)]) -> Result<Self> {
         let env: Vec<(String, String)> = env
             .iter()
             .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
             .collect();
-        let dir = std::env::temp_dir().join(format!(
-            "weft-cluster-{}-{}",
-            std::process::id(),
-            Instant::now().elapsed().as_nanos() ^ (rand_seed() as u128)
-        ));
-        std::fs::create_dir_all(&dir)?;
         let (child, url, metrics_url) = spawn_coordinator(&dir, "127.0.0.1:0", &env)?;
         Ok(Self {
             dir,

@@ -92,6 +92,7 @@ async fn connect_and_serve(
                 }
                 let setup = session::Setup {
                     config,
+                    finder,
                     local,
                     registry: &registry,
                     tracker,

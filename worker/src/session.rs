@@ -15,7 +15,7 @@ use weft_proto::RunId;
 use weft_proto::types::WorkerKind;
 
 use crate::config::WorkerConfig;
-use crate::connection::{Connection, Inbound, Lost, Outbound, Welcome};
+use crate::connection::{Connection, Finder, Inbound, Lost, Outbound, Welcome};
 use crate::execute::{Toolbox, call_function, execute};
 use crate::handler::Registry;
 use crate::hosting::{HostResources, toolbox};
@@ -37,6 +37,9 @@ pub(crate) enum SessionEnd {
 /// What a session is run with, beyond its connection.
 pub(crate) struct Setup<'a> {
     pub config: &'a WorkerConfig,
+    /// Where the coordinator was found: the session ends once etcd names
+    /// another leader.
+    pub finder: &'a Finder,
     pub local: &'a HostResources,
     pub registry: &'a Arc<Registry>,
     /// Where its tasks are spawned; the worker waits on it before exiting.
@@ -56,10 +59,13 @@ pub(crate) async fn serve(
 ) -> SessionEnd {
     let Setup {
         config,
+        finder,
         local,
         registry,
         tracker,
     } = setup;
+    let moved = finder.moved_from_every(&welcome.url, std::time::Duration::from_secs(1));
+    tokio::pin!(moved);
     let outbound = connection.outbound();
     let mut session = Session {
         team_sends: connection.team_sends(),
@@ -82,7 +88,7 @@ pub(crate) async fn serve(
         cache: StateCache::default(),
     };
     let (done_tx, mut done_rx) = mpsc::unbounded_channel::<TaskReport>();
-    let heartbeat = welcome.heartbeat;
+    let (heartbeat, patience) = (welcome.heartbeat, welcome.patience);
     let mut draining = false;
     let mut last_heard = Instant::now();
     let mut ticker = tokio::time::interval(heartbeat);
@@ -114,8 +120,11 @@ pub(crate) async fn serve(
                     return leave(session, outbound, connection).await;
                 }
             }
+            () = &mut moved => {
+                return lost(session.running, Lost::Deposed(welcome.url.clone()));
+            }
             _ = ticker.tick() => {
-                if last_heard.elapsed() > heartbeat * 5 {
+                if last_heard.elapsed() > patience {
                     return lost(session.running, Lost::Silent);
                 }
                 let _ = outbound.send(Outbound::Heartbeat).await;

@@ -133,6 +133,9 @@ pub struct Failure {
     pub kind: FailureKind,
     /// What happened.
     pub message: String,
+    /// What happened before it failed: the model calls made, with their
+    /// usage (they were spent all the same).
+    pub notes: Vec<Value>,
 }
 
 impl Failure {
@@ -141,7 +144,14 @@ impl Failure {
         Self {
             kind,
             message: message.into(),
+            notes: Vec::new(),
         }
+    }
+
+    /// The same failure, with what the attempt noted before it.
+    pub fn with_notes(mut self, notes: Vec<Value>) -> Self {
+        self.notes = notes;
+        self
     }
 
     /// The same failure, its message led by `prefix`.
@@ -186,6 +196,7 @@ impl TaskReport {
                             "the task's result is {} bytes; the coordinator takes at most {max_bytes} (its max_result_bytes)",
                             json.len()
                         ),
+                        notes: done.notes,
                     })
                 } else {
                     Ok(TaskOutput {
@@ -198,6 +209,7 @@ impl TaskReport {
             Err(failure) => Err(TaskError {
                 kind: failure.kind,
                 message: failure.message,
+                notes: failure.notes,
             }),
         };
         TaskResult {

@@ -27,6 +27,8 @@ pub struct RunOptions {
     pub detach: bool,
     /// `--allow-outside-links`.
     pub allow_outside_links: bool,
+    /// `--priority`.
+    pub priority: Option<weft_graph::Priority>,
 }
 
 /// `weft run`.
@@ -101,7 +103,10 @@ async fn submit_and_wait(
     options: &RunOptions,
 ) -> u8 {
     let client = &session.client;
-    let submitted = match client.submit_bundle(bundle, input).await {
+    let submit = weft_client::SubmitOptions {
+        priority: options.priority,
+    };
+    let submitted = match client.submit_bundle_with(bundle, input, submit).await {
         Ok(submitted) => submitted,
         Err(error) => return report(&error),
     };

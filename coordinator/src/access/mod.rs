@@ -24,7 +24,7 @@ use weft_proto::RunId;
 
 use crate::auth::Identity;
 use crate::bundle::Bundle;
-use crate::graph::Finding;
+use crate::graph::{Finding, Priority};
 use crate::run_actor::{Caller, HumanAnswer, Owner, RunHandle, RunRequestError};
 use crate::runs::{DeleteError, Runs, SubmitError};
 use crate::term::Services;
@@ -99,10 +99,13 @@ impl RunAccess {
         caller: &Identity,
         bundle: Bundle,
         input_json: &str,
+        priority: Option<Priority>,
     ) -> Result<(RunId, Vec<String>), SubmitError> {
         let owner = Owner {
             namespace: caller.namespace.clone(),
             submitted_by: caller.name.clone(),
+            priority,
+            budgets: Vec::new(),
         };
         self.runs.submit(bundle, input_json, owner).await
     }

@@ -146,6 +146,95 @@ pub(super) fn limits(entries: Vec<LimitEntry>) -> Result<Vec<LimitSpec>, ConfigE
     Ok(specs)
 }
 
+/// One `[[namespaces]]` table as written.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct NamespaceEntry {
+    name: Option<String>,
+    weight: Option<u64>,
+    max_running_runs: Option<u64>,
+    tokens_per_day: Option<u64>,
+    cost_per_day: Option<f64>,
+}
+
+/// A namespace's share and caps (SPEC 18).
+#[derive(Debug, Clone, PartialEq)]
+pub struct NamespaceSpec {
+    /// The namespace.
+    pub name: String,
+    /// Its weight in the fair share of slots and limits (default 1): a
+    /// namespace of weight 2 gets two turns for another's one while both
+    /// have tasks waiting.
+    pub weight: u32,
+    /// How many of its runs may be running (or waiting) at once; a
+    /// submission beyond it is refused.
+    pub max_running_runs: Option<u32>,
+    /// What its model calls may spend in a day (UTC); new runs are refused
+    /// once it is spent.
+    pub day: crate::day_spend::DayBudget,
+}
+
+/// The entries, or the first that is wrong, named `namespaces[i]`.
+pub(super) fn namespaces(entries: Vec<NamespaceEntry>) -> Result<Vec<NamespaceSpec>, ConfigError> {
+    let mut names = BTreeSet::new();
+    let mut specs = Vec::with_capacity(entries.len());
+    for (index, entry) in entries.into_iter().enumerate() {
+        let key = match &entry.name {
+            Some(name) => format!("namespaces[{index}] ('{name}')"),
+            None => format!("namespaces[{index}]"),
+        };
+        let invalid = |what: &str, reason: String| ConfigError::Invalid {
+            key: format!("{key}{what}"),
+            reason,
+        };
+        let name = entry.name.clone().unwrap_or_default();
+        if name.trim().is_empty() {
+            return Err(invalid(".name", "every entry names its namespace".into()));
+        }
+        if !names.insert(name.clone()) {
+            return Err(invalid(
+                ".name",
+                format!("'{name}' has another entry; give each namespace one"),
+            ));
+        }
+        let whole = |field: &str, value: Option<u64>| match value {
+            Some(0) => Err(invalid(
+                &format!(".{field}"),
+                "must be at least 1 (leave it out for the default)".into(),
+            )),
+            Some(n) if n > u64::from(u32::MAX) => Err(invalid(
+                &format!(".{field}"),
+                format!("must be at most {}", u32::MAX),
+            )),
+            other => Ok(other.map(|n| n as u32)),
+        };
+        if entry.tokens_per_day == Some(0) {
+            return Err(invalid(
+                ".tokens_per_day",
+                "must be at least 1 (leave it out for no day budget)".into(),
+            ));
+        }
+        if let Some(cost) = entry.cost_per_day
+            && !(cost.is_finite() && cost > 0.0)
+        {
+            return Err(invalid(
+                ".cost_per_day",
+                format!("must be a number above 0 (leave it out for no day budget), got {cost}"),
+            ));
+        }
+        specs.push(NamespaceSpec {
+            weight: whole("weight", entry.weight)?.unwrap_or(1),
+            max_running_runs: whole("max_running_runs", entry.max_running_runs)?,
+            day: crate::day_spend::DayBudget {
+                tokens: entry.tokens_per_day,
+                cost: entry.cost_per_day,
+            },
+            name,
+        });
+    }
+    Ok(specs)
+}
+
 /// Why an entry can match nothing, if it can't; `namespaces` are the ones
 /// identities name (empty: any may run).
 pub(super) fn matches_nothing(spec: &LimitSpec, namespaces: &BTreeSet<String>) -> Option<String> {

@@ -83,6 +83,8 @@ pub struct CoordinatorConfig {
     pub rate_limits: Vec<crate::dispatch::limits::LimitSpec>,
     /// What model calls cost (`[prices."MODEL"]`).
     pub prices: crate::prices::Prices,
+    /// Namespaces' shares and caps (`[[namespaces]]`, SPEC 18).
+    pub namespaces: Vec<flow::NamespaceSpec>,
 }
 
 impl Default for CoordinatorConfig {
@@ -113,6 +115,7 @@ impl Default for CoordinatorConfig {
             http: HttpConfig::default(),
             rate_limits: Vec::new(),
             prices: crate::prices::Prices::default(),
+            namespaces: Vec::new(),
         }
     }
 }
@@ -169,6 +172,7 @@ struct Layer {
     certificates: Option<Vec<CertificateEntry>>,
     limits: Option<Vec<flow::LimitEntry>>,
     prices: Option<std::collections::BTreeMap<String, crate::prices::Price>>,
+    namespaces: Option<Vec<flow::NamespaceEntry>>,
 }
 
 /// Why a configuration was refused.
@@ -219,12 +223,29 @@ impl CoordinatorConfig {
     /// logs them at start.
     pub fn warnings(&self) -> Vec<String> {
         let namespaces = self.identities.namespaces();
-        self.rate_limits
+        let limits = self.rate_limits.iter().filter_map(|spec| {
+            flow::matches_nothing(spec, &namespaces)
+                .map(|why| format!("limit '{}' {why}", spec.name))
+        });
+        let tenants = self
+            .namespaces
             .iter()
-            .filter_map(|spec| {
-                flow::matches_nothing(spec, &namespaces)
-                    .map(|why| format!("limit '{}' {why}", spec.name))
-            })
+            .filter(|ns| !namespaces.is_empty() && !namespaces.contains(&ns.name))
+            .map(|ns| {
+                format!(
+                    "namespaces entry '{}' names a namespace no identity may submit to (identities' namespaces: {})",
+                    ns.name,
+                    namespaces.iter().cloned().collect::<Vec<_>>().join(", ")
+                )
+            });
+        limits.chain(tenants).collect()
+    }
+
+    /// The namespaces' weights in the fair share of slots and limits.
+    pub fn weights(&self) -> std::collections::HashMap<String, u32> {
+        self.namespaces
+            .iter()
+            .map(|ns| (ns.name.clone(), ns.weight))
             .collect()
     }
 
@@ -236,6 +257,17 @@ impl CoordinatorConfig {
             limits: self.limits.clone(),
             retention: self.retention,
             prices: std::sync::Arc::new(self.prices.clone()),
+            max_running_runs: self
+                .namespaces
+                .iter()
+                .filter_map(|ns| ns.max_running_runs.map(|max| (ns.name.clone(), max)))
+                .collect(),
+            day_budgets: self
+                .namespaces
+                .iter()
+                .filter(|ns| ns.day.tokens.is_some() || ns.day.cost.is_some())
+                .map(|ns| (ns.name.clone(), ns.day))
+                .collect(),
         }
     }
 
@@ -279,6 +311,9 @@ impl CoordinatorConfig {
             );
             if let Some(entries) = layer.limits.take() {
                 config.rate_limits = flow::limits(entries)?;
+            }
+            if let Some(entries) = layer.namespaces.take() {
+                config.namespaces = flow::namespaces(entries)?;
             }
             if let Some(tables) = layer.prices.take() {
                 config.prices = crate::prices::Prices::new(tables).map_err(|reason| {
@@ -355,6 +390,7 @@ impl CoordinatorConfig {
             certificates: None,
             limits: None,
             prices: None,
+            namespaces: None,
             store: Some(StoreLayer {
                 etcd: env("WEFT_ETCD").map(|list| {
                     list.split(',')

@@ -1,19 +1,15 @@
 //! What the rate limits see of a task (SPEC 18): its kind, handler and
 //! namespace, and, for a step that calls a model, the provider and model
-//! it names and the tokens its first call is expected to use — the
-//! prompt's length over 4 plus `max_tokens` (or [`DEFAULT_COMPLETION`]
-//! when the node sets none). Read off the assignment once, when the task
+//! it names and the tokens its first call is expected to use
+//! ([`expected_tokens`]). Read off the assignment once, when the task
 //! is queued, and only when some limit is configured.
 
 use serde_json::Value;
+use weft_proto::worker_protocol::expected_tokens;
 
 use super::jobs::FlowNeeds;
 use super::limits::{Subject, Target};
 use super::{TaskJob, WorkerKind};
-
-/// The completion tokens a call is expected to use when its node sets no
-/// `max_tokens`; the provider's count corrects it after the call.
-pub const DEFAULT_COMPLETION: u64 = 512;
 
 /// The task as limits count it.
 pub fn needs(job: &TaskJob) -> Option<FlowNeeds> {
@@ -37,11 +33,8 @@ pub fn needs(job: &TaskJob) -> Option<FlowNeeds> {
         }),
     };
     let tokens = if calls_model {
-        let completion = config
-            .get("max_tokens")
-            .and_then(Value::as_u64)
-            .unwrap_or(DEFAULT_COMPLETION);
-        task.prompts_json.len() as u64 / 4 + completion
+        let max_tokens = config.get("max_tokens").and_then(Value::as_u64);
+        expected_tokens(task.prompts_json.len(), max_tokens)
     } else {
         0
     };

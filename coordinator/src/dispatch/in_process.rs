@@ -234,6 +234,7 @@ impl TaskLauncher for InProcessLauncher {
                     outcome: TaskOutcome {
                         result,
                         read: Vec::new(),
+                        noted: Vec::new(),
                     },
                 });
             }

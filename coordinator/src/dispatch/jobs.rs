@@ -51,6 +51,12 @@ pub struct JobSpec<T> {
     /// What the `[[limits]]` see of it (SPEC 18); `None`: nothing to
     /// count (no limit is configured, or it is not a task).
     pub flow: Option<FlowNeeds>,
+    /// Its run's priority in its namespace's queue.
+    pub priority: weft_graph::Priority,
+    /// Its step's concurrency key, counted across the namespace's runs.
+    pub concurrency: Option<weft_machine::events::KeyedConcurrency>,
+    /// The runs whose `settings.budget` its model calls count against.
+    pub budgets: std::sync::Arc<[RunId]>,
 }
 
 /// A task as rate limits count it: its first model call (or, for a kind
@@ -122,6 +128,9 @@ pub enum Decision<T> {
         /// How long it is expected to wait; `None`: until a call in
         /// flight ends.
         wait: Option<Duration>,
+        /// It waits for a concurrency key rather than a `[[limits]]`
+        /// entry (metrics count keys together: there is one per customer).
+        keyed: bool,
     },
     /// Answer a running step's request to call a model.
     Permit {

@@ -21,7 +21,7 @@
 //! Time is an argument: nothing here reads a clock, so every rule is tested
 //! with virtual time.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -100,18 +100,22 @@ impl Matcher {
         }
         match &subject.model_call {
             None => self.counts_tasks(),
-            Some(target) => {
-                let provider = self
-                    .provider
-                    .as_deref()
-                    .is_none_or(|want| target.provider.as_deref().is_none_or(|p| p == want));
-                let model = self
-                    .model
-                    .as_ref()
-                    .is_none_or(|glob| target.model.as_deref().is_none_or(|m| glob.is_match(m)));
-                provider && model
-            }
+            Some(target) => self.targets(target),
         }
+    }
+
+    /// Whether its provider and model take in `target` (what `target` does
+    /// not name yet matches).
+    fn targets(&self, target: &Target) -> bool {
+        let provider = self
+            .provider
+            .as_deref()
+            .is_none_or(|want| target.provider.as_deref().is_none_or(|p| p == want));
+        let model = self
+            .model
+            .as_ref()
+            .is_none_or(|glob| target.model.as_deref().is_none_or(|m| glob.is_match(m)));
+        provider && model
     }
 }
 
@@ -378,17 +382,7 @@ impl RateLimits {
         for (index, reserved) in taken {
             let limit = &mut self.limits[index];
             limit.in_flight = limit.in_flight.saturating_sub(1);
-            let subject_matches = limit.spec.matcher.model.as_ref().is_none_or(|glob| {
-                call.target
-                    .model
-                    .as_deref()
-                    .is_none_or(|m| glob.is_match(m))
-            }) && limit
-                .spec
-                .matcher
-                .provider
-                .as_deref()
-                .is_none_or(|want| call.target.provider.as_deref().is_none_or(|p| p == want));
+            let subject_matches = limit.spec.matcher.targets(&call.target);
             for bucket in limit.requests.iter_mut().chain(limit.tokens.iter_mut()) {
                 bucket.refill(now);
             }
@@ -441,6 +435,73 @@ impl RateLimits {
     pub fn open_grants(&self) -> usize {
         self.grants.len()
     }
+
+    /// What each limit's windows hold at `now`, by name, to keep across a
+    /// failover.
+    pub fn windows(&mut self, now: Instant) -> BTreeMap<String, Window> {
+        self.limits
+            .iter_mut()
+            .map(|limit| {
+                let meter = |bucket: &mut Option<Bucket>| {
+                    bucket.as_mut().map(|bucket| {
+                        bucket.refill(now);
+                        Meter {
+                            level: bucket.level,
+                            paused_ms: bucket.at.saturating_duration_since(now).as_millis() as u64,
+                        }
+                    })
+                };
+                let window = Window {
+                    requests: meter(&mut limit.requests),
+                    tokens: meter(&mut limit.tokens),
+                };
+                (limit.spec.name.to_string(), window)
+            })
+            .collect()
+    }
+
+    /// Starts from windows an earlier leader kept, erring on the side of
+    /// waiting: each meter holds the less of what it holds and what was
+    /// kept (no refill is credited for the time between), and a pause
+    /// lasts what was left of it. Limits renamed or added since start
+    /// full; kept ones no longer configured are ignored.
+    pub fn restore(&mut self, kept: &BTreeMap<String, Window>, now: Instant) {
+        for limit in &mut self.limits {
+            let Some(window) = kept.get(&*limit.spec.name) else {
+                continue;
+            };
+            let pairs = [
+                (&mut limit.requests, window.requests),
+                (&mut limit.tokens, window.tokens),
+            ];
+            for (bucket, meter) in pairs {
+                if let (Some(bucket), Some(meter)) = (bucket.as_mut(), meter)
+                    && meter.level.is_finite()
+                {
+                    bucket.level = bucket.level.min(meter.level.max(-bucket.capacity * 60.0));
+                    bucket.at = now.max(bucket.at) + Duration::from_millis(meter.paused_ms);
+                }
+            }
+        }
+    }
+}
+
+/// A limit's windows as kept across a failover.
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Window {
+    /// Its requests' meter.
+    pub requests: Option<Meter>,
+    /// Its tokens' meter.
+    pub tokens: Option<Meter>,
+}
+
+/// A meter as kept: what it held, and how long it stays paused.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Meter {
+    /// Units it held (negative: owed).
+    pub level: f64,
+    /// How long it still refills nothing (a 429's `Retry-After`).
+    pub paused_ms: u64,
 }
 
 #[cfg(test)]

@@ -313,3 +313,41 @@ fn the_limit_that_frees_last_is_named() {
     assert_eq!(wait.limit.as_ref(), "slow");
     assert_eq!(wait.until, Some(now + Duration::from_secs(1)));
 }
+
+#[test]
+fn a_new_leader_starts_from_the_windows_kept_and_never_fuller() {
+    let start = Instant::now();
+    let limit = || LimitSpec {
+        requests_per_minute: Some(60),
+        ..spec("api", Matcher::default())
+    };
+    let mut old = RateLimits::new(vec![limit()], start);
+    // The old leader spent its second's request.
+    old.admit(&call(None, None), 10, &job(1), start).unwrap();
+    let kept = old.windows(start);
+    assert!(kept["api"].requests.unwrap().level.abs() < 1e-9);
+    // Stored as JSON, as the store keeps it.
+    let kept: BTreeMap<String, Window> =
+        serde_json::from_str(&serde_json::to_string(&kept).unwrap()).unwrap();
+    let later = start + Duration::from_secs(5);
+    let mut new = RateLimits::new(vec![limit()], later);
+    new.restore(&kept, later);
+    // Empty as kept: the next request waits a second's refill.
+    let wait = new
+        .admit(&call(None, None), 10, &job(2), later)
+        .expect_err("it waits");
+    assert_eq!(wait.until, Some(later + Duration::from_secs(1)));
+    // A window kept fuller than a fresh one is not taken as more, and a
+    // pause kept goes on for what was left of it.
+    let mut fuller = kept.clone();
+    fuller.get_mut("api").unwrap().requests = Some(Meter {
+        level: 1_000.0,
+        paused_ms: 2_000,
+    });
+    let mut fresh = RateLimits::new(vec![limit()], later);
+    fresh.restore(&fuller, later);
+    let wait = fresh
+        .admit(&call(None, None), 10, &job(3), later)
+        .expect_err("paused");
+    assert_eq!(wait.until, Some(later + Duration::from_secs(2)));
+}

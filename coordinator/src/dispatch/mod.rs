@@ -12,12 +12,14 @@
 //! actor can be driven by a virtual launcher in tests.
 
 pub use weft_machine::binding;
+mod budgets;
 mod dispatcher;
 mod flow;
 mod hosting;
 pub mod in_process;
 pub mod jobs;
 pub mod limits;
+mod queue;
 pub mod registry;
 pub mod state_sync;
 
@@ -29,7 +31,7 @@ use tokio::sync::mpsc;
 pub use weft_proto::types::WorkerKind;
 
 pub use dispatcher::{
-    DispatcherConfig, DispatcherHandle, Fleet, JoinRefused, ShuttingDown, WorkerLink,
+    DispatcherConfig, DispatcherHandle, Fleet, JoinRefused, ShuttingDown, Windows, WorkerLink,
     spawn_dispatcher,
 };
 pub use hosting::Hosting;
@@ -111,6 +113,12 @@ pub struct TaskJob {
     /// The attempt as sent (its state fields' values left out where the
     /// worker holds them, its remote tools set, when it is sent).
     pub task: TaskAssignment,
+    /// Its run's priority in its namespace's queue.
+    pub priority: crate::graph::Priority,
+    /// Its step's concurrency key (SPEC 18).
+    pub concurrency: Option<weft_machine::events::KeyedConcurrency>,
+    /// The runs whose budgets its model calls count against.
+    pub budgets: Arc<[RunId]>,
 }
 
 /// A call of a worker-hosted function as the dispatcher holds it.
@@ -131,6 +139,8 @@ pub struct TaskOutcome {
     pub result: Result<TaskOutput, TaskFailure>,
     /// The numbers of the teammate messages handed to the task it read.
     pub read: Vec<u64>,
+    /// What a failed attempt noted before it failed (its model calls).
+    pub noted: Vec<Value>,
 }
 
 /// What the dispatcher tells a run.
@@ -211,4 +221,25 @@ pub trait TaskLauncher: Send + Sync + 'static {
     /// Sends `message` (a teammate delivery or a send's answer) to the
     /// worker running task `key`; dropped when no worker runs it.
     fn tell(&self, run_id: RunId, key: TaskKey, message: ToWorker);
+    /// A run whose model calls count against budgets started (or was
+    /// restored): its own budget, if it has one, and what it spent before.
+    fn budget(&self, budget: BudgetStart) {
+        let _ = budget;
+    }
+}
+
+/// A run's registration with the budgets it counts against (SPEC 18).
+#[derive(Debug, Clone, PartialEq)]
+pub struct BudgetStart {
+    /// The run.
+    pub run: RunId,
+    /// Its own `settings.budget`, if it has one.
+    pub own: Option<crate::graph::RunBudget>,
+    /// Every budget its calls count against (its ancestors' and its own),
+    /// which what it spent before is added to.
+    pub chain: Arc<[RunId]>,
+    /// Prompt and completion tokens it spent before (a restored run's).
+    pub tokens: u64,
+    /// Their cost.
+    pub cost: f64,
 }

@@ -30,12 +30,17 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::time::{Duration, Instant};
 use weft_proto::RunId;
 
+use super::budgets::Budgets;
 pub use super::jobs::{
     Decision, Finished, FlowNeeds, JobId, JobKey, JobSpec, Limits, Load, WorkerStatus,
 };
 use super::limits::{GrantId, RateLimits, Settlement, Target, Wait};
+use super::queue::FairQueue;
 use super::{CallFlow, CallUsage, PermitRequest, Requirement, ToolInfo, WorkerId, WorkerInfo};
 use crate::task::{FailureKind, TaskFailure};
+use std::sync::Arc;
+use weft_graph::Priority;
+use weft_machine::events::KeyedConcurrency;
 
 #[derive(Debug)]
 struct Worker {
@@ -86,6 +91,14 @@ struct Job<T> {
     grant: Option<GrantId>,
     /// Its run was told it waits for a limit (since it last went).
     throttled: bool,
+    /// Its run's priority in its namespace's queue.
+    priority: Priority,
+    /// Its step's concurrency key.
+    concurrency: Option<KeyedConcurrency>,
+    /// It counts against its key (it runs).
+    holds_key: bool,
+    /// The runs whose budgets its model calls count against.
+    budgets: Arc<[RunId]>,
 }
 
 /// A running step's request to call a model, waiting for a limit.
@@ -115,8 +128,13 @@ pub struct Registry<T> {
     workers: BTreeMap<WorkerId, Worker>,
     next_worker: WorkerId,
     jobs: HashMap<JobId, Job<T>>,
-    /// Queued tasks in dispatch order (ids of cancelled jobs are skipped).
-    tasks: VecDeque<JobId>,
+    /// Queued tasks, fair across namespaces and by priority within one
+    /// (ids of cancelled jobs are skipped).
+    tasks: FairQueue,
+    /// Running steps by namespace and concurrency key.
+    keys: HashMap<(Arc<str>, String), u32>,
+    /// Runs' budgets and the holds of calls in flight.
+    budgets: Budgets,
     /// Queued function calls, which take no slot.
     calls: VecDeque<JobId>,
     /// Every function name a worker has announced since the start.
@@ -140,7 +158,9 @@ impl<T> Registry<T> {
             workers: BTreeMap::new(),
             next_worker: WorkerId(1),
             jobs: HashMap::new(),
-            tasks: VecDeque::new(),
+            tasks: FairQueue::default(),
+            keys: HashMap::new(),
+            budgets: Budgets::default(),
             calls: VecDeque::new(),
             functions_ever: BTreeSet::new(),
             lineage_losses: HashMap::new(),
@@ -153,6 +173,38 @@ impl<T> Registry<T> {
     /// The registry with rate limits.
     pub fn with_rates(mut self, rates: RateLimits) -> Self {
         self.rates = rates;
+        self
+    }
+
+    /// The registry with budgets priced by `prices`.
+    pub fn with_prices(mut self, prices: Arc<crate::prices::Prices>) -> Self {
+        self.budgets = Budgets::new(prices);
+        self
+    }
+
+    /// The limits' windows at `now`, to keep across a failover.
+    pub fn windows(&mut self, now: Instant) -> BTreeMap<String, super::limits::Window> {
+        self.rates.windows(now)
+    }
+
+    /// Starts the limits from windows an earlier leader kept.
+    pub fn restore_windows(
+        &mut self,
+        kept: &BTreeMap<String, super::limits::Window>,
+        now: Instant,
+    ) {
+        self.rates.restore(kept, now);
+    }
+
+    /// A run that counts against budgets started: see [`Budgets::start`].
+    pub fn budget(&mut self, start: &super::BudgetStart) {
+        self.budgets.start(start);
+    }
+
+    /// The registry with namespaces' weights in the fair share of slots and
+    /// limits (1 for a namespace not named).
+    pub fn with_weights(mut self, weights: HashMap<String, u32>) -> Self {
+        self.tasks = FairQueue::with_weights(weights);
         self
     }
 
@@ -177,6 +229,11 @@ impl<T> Registry<T> {
             grant: job.grant,
             ask: true,
         })
+    }
+
+    /// Whether a task needs describing for limits or budgets.
+    pub fn counts(&self, budgets: &[RunId]) -> bool {
+        self.rate_limited() || !budgets.is_empty()
     }
 
     /// A running step asks to call a model: granted now, or when the limits
@@ -219,6 +276,18 @@ impl<T> Registry<T> {
             rate_limited: usage.rate_limited,
         };
         self.rates.settle(usage.grant, job, &call, now);
+        if let Some(chain) = self.jobs.get(job).map(|j| j.budgets.clone())
+            && !chain.is_empty()
+        {
+            let used = weft_proto::types::Usage {
+                calls: 1,
+                prompt_tokens: usage.prompt_tokens,
+                completion_tokens: usage.completion_tokens,
+                cached_tokens: usage.cached_tokens,
+                cost: None,
+            };
+            self.budgets.settle(job, &chain, &usage.model, &used);
+        }
     }
 
     /// Grants `waiting` its call, or hands it back to wait (its run told
@@ -240,6 +309,18 @@ impl<T> Registry<T> {
             out.push(answer(Ok(0)));
             return None;
         };
+        if !job.budgets.is_empty()
+            && let Err(why) = self.budgets.hold(
+                &waiting.job,
+                &job.budgets,
+                &job.label,
+                waiting.request.tokens,
+                Some(&waiting.request.model),
+            )
+        {
+            out.push(answer(Err(why)));
+            return None;
+        }
         let mut subject = needs.subject.clone();
         subject.model_call = Some(Target {
             provider: Some(waiting.request.provider.clone()),
@@ -268,11 +349,23 @@ impl<T> Registry<T> {
     /// is given back, and its waiting calls are dropped.
     fn let_go(&mut self, id: &JobId) {
         self.rates.release(id);
+        self.budgets.release(id);
         if !self.permits.is_empty() {
             self.permits.retain(|waiting| waiting.job != *id);
         }
         if let Some(job) = self.jobs.get_mut(id) {
             job.grant = None;
+            if std::mem::take(&mut job.holds_key)
+                && let Some(keyed) = &job.concurrency
+            {
+                let held = (job.namespace.clone(), keyed.key.clone());
+                if let Some(count) = self.keys.get_mut(&held) {
+                    *count = count.saturating_sub(1);
+                    if *count == 0 {
+                        self.keys.remove(&held);
+                    }
+                }
+            }
         }
     }
 
@@ -352,6 +445,9 @@ impl<T> Registry<T> {
             payload,
             lineage,
             flow,
+            priority,
+            concurrency,
+            budgets,
         } = spec;
         let losses = lineage
             .as_ref()
@@ -370,6 +466,10 @@ impl<T> Registry<T> {
             flow,
             grant: None,
             throttled: false,
+            priority,
+            concurrency,
+            holds_key: false,
+            budgets,
         };
         let mut decisions = Vec::new();
         if !hosted_among(&self.workers, &job) {
@@ -381,7 +481,12 @@ impl<T> Registry<T> {
                 namespace: namespace_only(&self.workers, &job),
             });
         }
-        self.queue_of(&job.requirement).push_back(id.clone());
+        if job.requirement.takes_slot() {
+            self.tasks
+                .push_back(id.clone(), &job.namespace, job.priority);
+        } else {
+            self.calls.push_back(id.clone());
+        }
         self.jobs.insert(id, job);
         decisions
     }
@@ -423,26 +528,36 @@ impl<T> Registry<T> {
                 self.permits.push_back(waiting);
             }
         }
-        let mut skipped = VecDeque::new();
+        let mut skipped = Vec::new();
         while self.workers.values().any(Worker::has_free_slot) {
-            let Some(id) = self.tasks.pop_front() else {
+            let Some((id, namespace, priority)) = self.tasks.pop() else {
                 break;
             };
             let Some(job) = self.jobs.get(&id) else {
                 continue;
             };
             let Some(worker) = self.pick(job) else {
-                skipped.push_back(id);
+                skipped.push((id, namespace, priority));
                 continue;
             };
-            if self.admitted(&id, now, &mut decisions) {
+            if let Some(failure) = self.spent(&id) {
+                self.let_go(&id);
+                if let Some(job) = self.jobs.remove(&id) {
+                    decisions.push(Decision::Fail {
+                        payload: job.payload,
+                        failure,
+                    });
+                }
+                continue;
+            }
+            if self.key_free(&id, &mut decisions) && self.admitted(&id, now, &mut decisions) {
                 self.start(id, worker, now, &mut decisions);
             } else {
-                skipped.push_back(id);
+                skipped.push((id, namespace, priority));
             }
         }
-        while let Some(id) = skipped.pop_back() {
-            self.tasks.push_front(id);
+        while let Some((id, namespace, priority)) = skipped.pop() {
+            self.tasks.push_front(id, &namespace, priority);
         }
         let mut waiting = VecDeque::new();
         while let Some(id) = self.calls.pop_front() {
@@ -459,6 +574,46 @@ impl<T> Registry<T> {
         decisions
     }
 
+    /// Why job `id`, a step that calls a model, may not start: a budget it
+    /// counts against is spent.
+    fn spent(&self, id: &JobId) -> Option<TaskFailure> {
+        let job = self.jobs.get(id)?;
+        if job.budgets.is_empty() {
+            return None;
+        }
+        job.flow.as_ref()?.subject.model_call.as_ref()?;
+        let message = self.budgets.exhausted(&job.budgets, &job.label)?;
+        Some(TaskFailure {
+            kind: FailureKind::BudgetExceeded,
+            message,
+            worker: None,
+        })
+    }
+
+    /// Whether job `id`'s concurrency key has room (SPEC 18). A job that
+    /// must wait has its run told, once.
+    fn key_free(&mut self, id: &JobId, out: &mut Vec<Decision<T>>) -> bool {
+        let Some(job) = self.jobs.get_mut(id) else {
+            return false;
+        };
+        let Some(keyed) = &job.concurrency else {
+            return true;
+        };
+        let held = (job.namespace.clone(), keyed.key.clone());
+        if self.keys.get(&held).copied().unwrap_or(0) < keyed.max {
+            return true;
+        }
+        if !std::mem::replace(&mut job.throttled, true) {
+            out.push(Decision::Throttled {
+                job: id.clone(),
+                limit: format!("concurrency key '{}' (max {})", keyed.key, keyed.max).into(),
+                wait: None,
+                keyed: true,
+            });
+        }
+        false
+    }
+
     /// Whether the limits let job `id` go now; its first call's grant is
     /// kept with it. A job that must wait has its run told, once.
     fn admitted(&mut self, id: &JobId, now: Instant, out: &mut Vec<Decision<T>>) -> bool {
@@ -468,6 +623,11 @@ impl<T> Registry<T> {
         let Some(needs) = &job.flow else {
             return true;
         };
+        // A step under a budget asks before each call, its first too: the
+        // budget is checked there, with the limits.
+        if !job.budgets.is_empty() && needs.subject.model_call.is_some() {
+            return true;
+        }
         match self.rates.admit(&needs.subject, needs.tokens, id, now) {
             Ok(grant) => {
                 job.grant = grant;
@@ -545,8 +705,9 @@ impl<T> Registry<T> {
         decisions
     }
 
-    /// Drops every job of a run (it has ended).
+    /// Drops every job of a run (it has ended), and its budget.
     pub fn forget_run(&mut self, run: &RunId) -> Vec<Decision<T>> {
+        self.budgets.forget(run);
         let mut ids: Vec<JobId> = self
             .jobs
             .keys()
@@ -601,11 +762,16 @@ impl<T> Registry<T> {
         load
     }
 
-    fn queue_of(&mut self, requirement: &Requirement) -> &mut VecDeque<JobId> {
-        if requirement.takes_slot() {
-            &mut self.tasks
+    /// Puts a known job back at the front of its queue.
+    fn queue_front(&mut self, id: &JobId) {
+        let Some(job) = self.jobs.get(id) else {
+            return;
+        };
+        if job.requirement.takes_slot() {
+            self.tasks
+                .push_front(id.clone(), &job.namespace, job.priority);
         } else {
-            &mut self.calls
+            self.calls.push_front(id.clone());
         }
     }
 
@@ -668,6 +834,14 @@ impl<T> Registry<T> {
             debug_assert!(entry.has_free_slot(), "a task goes to a free slot");
             entry.in_flight += 1;
         }
+        job.throttled = false;
+        if let Some(keyed) = &job.concurrency {
+            job.holds_key = true;
+            *self
+                .keys
+                .entry((job.namespace.clone(), keyed.key.clone()))
+                .or_default() += 1;
+        }
         out.push(Decision::Send { worker, job: id });
     }
 
@@ -690,7 +864,7 @@ impl<T> Registry<T> {
         job.place = Place::Queued;
         let requirement = job.requirement.clone();
         self.release(worker, &requirement);
-        self.queue_of(&requirement).push_front(id.clone());
+        self.queue_front(id);
         self.let_go(id);
     }
 
@@ -772,6 +946,7 @@ fn throttled<T>(id: &JobId, wait: Wait, now: Instant) -> Decision<T> {
         job: id.clone(),
         limit: wait.limit,
         wait: wait.until.map(|until| until.saturating_duration_since(now)),
+        keyed: false,
     }
 }
 

@@ -54,8 +54,7 @@ impl<T> Registry<T> {
                 continue;
             }
             job.place = Place::Queued;
-            let requirement = job.requirement.clone();
-            self.queue_of(&requirement).push_front(id.clone());
+            self.queue_front(&id);
             self.let_go(&id);
             requeued.push(Decision::Requeued {
                 job: id,

@@ -8,6 +8,8 @@ use crate::task::TaskKey;
 
 use super::*;
 use crate::dispatch::{Hello, WorkerKind};
+use weft_graph::Priority;
+use weft_machine::events::KeyedConcurrency;
 
 const SECOND: Duration = Duration::from_secs(1);
 
@@ -36,6 +38,9 @@ fn task(key: u64) -> JobSpec<u64> {
         payload: key,
         lineage: None,
         flow: None,
+        priority: Priority::Normal,
+        concurrency: None,
+        budgets: std::sync::Arc::from([]),
     }
 }
 
@@ -397,6 +402,9 @@ fn calls_take_no_slot_and_time_out() {
         timeout: SECOND,
         lineage: None,
         flow: None,
+        priority: Priority::Normal,
+        concurrency: None,
+        budgets: std::sync::Arc::from([]),
         payload: 70,
     });
     let decisions = reg.place(start);
@@ -606,6 +614,7 @@ mod flow {
                         },
                     limit,
                     wait,
+                    ..
                 } => {
                     assert_eq!(limit.as_ref(), "api");
                     Some((key.0, *wait))
@@ -720,4 +729,144 @@ mod flow {
         reg.submit(llm_task(3));
         assert_eq!(sends(&reg.place(start)), [(b, 3)]);
     }
+}
+
+/// A task of run `run` in namespace `namespace`.
+fn tenant_task(namespace: &str, run: &str, key: u64) -> JobSpec<u64> {
+    JobSpec {
+        namespace: namespace.into(),
+        id: JobId {
+            run: RunId::from(run),
+            key: JobKey::Task(TaskKey(key)),
+        },
+        ..task(key)
+    }
+}
+
+fn keyed(key: &str, max: u32) -> Option<KeyedConcurrency> {
+    Some(KeyedConcurrency {
+        key: key.into(),
+        max,
+    })
+}
+
+#[test]
+fn a_concurrency_key_holds_across_runs_and_frees_as_its_steps_end() {
+    let now = Instant::now();
+    let mut reg = registry();
+    let w = reg.join(worker("w", 8, &[]), now).unwrap();
+    // Three runs' steps under key "acme" (max 2), one under "globex".
+    for (run, key, customer) in [
+        ("r1", 1, "acme"),
+        ("r2", 2, "acme"),
+        ("r3", 3, "acme"),
+        ("r3", 4, "globex"),
+    ] {
+        reg.submit(JobSpec {
+            concurrency: keyed(customer, 2),
+            ..tenant_task("default", run, key)
+        });
+    }
+    let placed = reg.place(now);
+    assert_eq!(sends(&placed), vec![(w, 1), (w, 2), (w, 4)]);
+    let held: Vec<String> = placed
+        .iter()
+        .filter_map(|d| match d {
+            Decision::Throttled { limit, wait, .. } => {
+                assert_eq!(*wait, None, "a key frees when a step ends, not with time");
+                Some(limit.to_string())
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(held, ["concurrency key 'acme' (max 2)"], "told once");
+    assert!(sends(&reg.place(now)).is_empty(), "the key is still full");
+    let first = JobId {
+        run: RunId::from("r1"),
+        key: JobKey::Task(TaskKey(1)),
+    };
+    assert!(reg.finish(w, &first, now).is_some());
+    assert_eq!(sends(&reg.place(now)), vec![(w, 3)]);
+    // The same key in another namespace is another key.
+    reg.submit(JobSpec {
+        concurrency: keyed("acme", 2),
+        ..tenant_task("team-b", "r4", 5)
+    });
+    assert_eq!(sends(&reg.place(now)), vec![(w, 5)]);
+}
+
+#[test]
+fn a_lost_workers_keyed_steps_give_their_places_back() {
+    let now = Instant::now();
+    let mut reg = registry();
+    let a = reg.join(worker("a", 1, &[]), now).unwrap();
+    reg.submit(JobSpec {
+        concurrency: keyed("acme", 1),
+        ..tenant_task("default", "r1", 1)
+    });
+    reg.submit(JobSpec {
+        concurrency: keyed("acme", 1),
+        ..tenant_task("default", "r2", 2)
+    });
+    assert_eq!(sends(&reg.place(now)), vec![(a, 1)]);
+    let b = reg.join(worker("b", 1, &[]), now).unwrap();
+    assert!(sends(&reg.place(now)).is_empty(), "a free slot, a full key");
+    reg.lose(a, "stream closed");
+    // Requeued at the front, the lost step goes again, alone under its key.
+    assert_eq!(sends(&reg.place(now)), vec![(b, 1)]);
+}
+
+#[test]
+fn a_namespaces_flood_does_not_starve_another_and_priority_orders_one() {
+    let now = Instant::now();
+    let mut reg = registry();
+    let w = reg.join(worker("w", 1, &[]), now).unwrap();
+    for key in 1..=100 {
+        reg.submit(JobSpec {
+            priority: Priority::Low,
+            ..tenant_task("a", "flood", key)
+        });
+    }
+    reg.submit(tenant_task("b", "b-run", 1000));
+    reg.submit(tenant_task("b", "b-run", 1001));
+    reg.submit(JobSpec {
+        priority: Priority::High,
+        ..tenant_task("a", "urgent", 500)
+    });
+    // One slot: each placement is the next turn.
+    let mut order = Vec::new();
+    for _ in 0..6 {
+        let sent = sends(&reg.place(now));
+        assert_eq!(sent.len(), 1);
+        let (_, key) = sent[0];
+        order.push(key);
+        let run = match key {
+            1000 | 1001 => "b-run",
+            500 => "urgent",
+            _ => "flood",
+        };
+        let done = JobId {
+            run: RunId::from(run),
+            key: JobKey::Task(TaskKey(key)),
+        };
+        assert!(reg.finish(w, &done, now).is_some());
+    }
+    // Namespaces alternate; within a, the high priority run goes first.
+    assert_eq!(order, [500, 1000, 1, 1001, 2, 3]);
+}
+
+#[test]
+fn weights_give_a_namespace_its_share_of_the_slots() {
+    let now = Instant::now();
+    let mut reg = registry().with_weights([("heavy".to_owned(), 3)].into());
+    let w = reg.join(worker("w", 40, &[]), now).unwrap();
+    for key in 0..100 {
+        reg.submit(tenant_task("heavy", "h", key));
+        reg.submit(tenant_task("light", "l", 1000 + key));
+    }
+    let placed = sends(&reg.place(now));
+    assert_eq!(placed.len(), 40);
+    let heavy = placed.iter().filter(|(_, key)| *key < 1000).count();
+    assert_eq!(heavy, 30, "three turns in four: {placed:?}");
+    assert!(placed.iter().all(|(worker, _)| *worker == w));
 }

@@ -28,7 +28,9 @@ impl From<SubmitError> for Status {
     fn from(error: SubmitError) -> Self {
         match &error {
             SubmitError::Bundle(BundleError::TooLarge { .. })
-            | SubmitError::InputTooLarge { .. } => Status::resource_exhausted(error.to_string()),
+            | SubmitError::InputTooLarge { .. }
+            | SubmitError::TooManyRuns { .. }
+            | SubmitError::DaySpent(_) => Status::resource_exhausted(error.to_string()),
             SubmitError::Store(_) => Status::unavailable(error.to_string()),
             _ => Status::invalid_argument(error.to_string()),
         }

@@ -46,9 +46,17 @@ impl RunService for RunApi {
         let request = request.into_inner();
         let bundle = convert::bundle(request.bundle, self.access.max_bundle_bytes())
             .map_err(SubmitError::from)?;
+        let priority = match request.priority.as_str() {
+            "" => None,
+            text => Some(crate::graph::Priority::parse(text).ok_or_else(|| {
+                Status::invalid_argument(format!(
+                    "priority '{text}' is not one of high, normal, low"
+                ))
+            })?),
+        };
         let (run_id, warnings) = self
             .access
-            .submit(&caller, bundle, &request.input_json)
+            .submit(&caller, bundle, &request.input_json, priority)
             .await?;
         Ok(Response::new(pb::SubmitResponse {
             run_id: run_id.to_string(),

@@ -51,6 +51,9 @@ pub struct WorkerApi {
     indexes: SharedIndexes,
     runs: Runs,
     heartbeat: Duration,
+    /// How long a silent worker keeps its tasks, told to each worker so
+    /// that it holds on at least as long.
+    worker_timeout: Duration,
     /// Largest task result taken, told to each worker in its welcome.
     max_result_bytes: usize,
     tracker: TaskTracker,
@@ -65,6 +68,7 @@ impl WorkerApi {
             indexes: term.indexes.clone(),
             runs: term.runs.clone(),
             heartbeat: term.heartbeat,
+            worker_timeout: term.worker_timeout,
             tracker: term.tracker.clone(),
             max_result_bytes: term.max_result_bytes,
         }
@@ -286,7 +290,7 @@ impl WorkerService for WorkerApi {
             .map_err(JoinError::Refused)?;
         self.tracker
             .spawn(read_worker(inbound, self.dispatcher.clone(), worker));
-        let heartbeat = self.heartbeat;
+        let (heartbeat, worker_timeout) = (self.heartbeat, self.worker_timeout);
         let max_result_bytes = self.max_result_bytes;
         let welcome = pb::CoordinatorMessage {
             body: Some(pb::coordinator_message::Body::Welcome(pb::Welcome {
@@ -294,6 +298,7 @@ impl WorkerService for WorkerApi {
                 heartbeat_interval_ms: heartbeat.as_millis() as u64,
                 max_result_bytes: max_result_bytes as u64,
                 max_batch: MAX_BATCH as u32,
+                worker_timeout_ms: worker_timeout.as_millis() as u64,
             })),
         };
         let (tx, rx) = mpsc::channel(STREAM_BUFFER);

@@ -16,8 +16,8 @@ mod step_marks;
 pub use weft_machine as machine;
 
 pub use actor::{
-    ChildRuns, FinishedRun, History, Pending, RunHandle, RunRequestError, RunSetup, RunView, Start,
-    StoredEvent, UnhostedWait, WaitReports, spawn_run,
+    ChildOutcome, ChildRuns, FinishedRun, History, Pending, RunHandle, RunRequestError, RunSetup,
+    RunView, Start, StoredEvent, UnhostedWait, WaitReports, spawn_run,
 };
 pub use machine::events::*;
 pub use machine::merge;

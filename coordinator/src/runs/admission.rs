@@ -29,6 +29,8 @@ impl Runs {
     ) -> Result<(RunId, Vec<String>), SubmitError> {
         // Before the graph is parsed: an input too large is refused as that.
         self.check_input_size(input_json)?;
+        self.check_running(&owner.namespace)?;
+        self.check_day(&owner.namespace)?;
         let parsed = self.parsed.parse(&bundle)?;
         self.admit(Submission {
             bundle,
@@ -81,15 +83,20 @@ impl Runs {
             bundle,
             family,
             plan,
-            machine,
-            owner,
+            mut machine,
+            mut owner,
             warnings,
             top_level,
         } = admitted;
+        let id = RunId::from(format!("run-{}", uuid::Uuid::now_v7().simple()));
+        // Its budget covers its children: they inherit the list.
+        if plan.graph().settings.budget.is_some() {
+            owner.budgets.push(id.clone());
+            machine.set_owner(owner.clone());
+        }
         let lease = self.blobs.add_bundle(&bundle, &owner.namespace);
         let children = self.children_of(&plan, &bundle, family, owner);
         let refs = bundle_refs(&bundle);
-        let id = RunId::from(format!("run-{}", uuid::Uuid::now_v7().simple()));
         // A top-level run's trace gets its root once the run is accepted; a
         // child's trace is its parent's.
         let root = top_level.then(|| plan.graph().name.clone());
@@ -115,6 +122,7 @@ impl Runs {
             children,
             marks: self.marks.clone(),
             prices: self.prices.clone(),
+            spend: self.spend.clone(),
             suspect: false,
         });
         // Known before its first task can reach a worker: a worker's calls

@@ -2,6 +2,7 @@
 //! any run (their own ids, events and checkpoints; listed by `weft runs`),
 //! and started from the parent's bundle.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use serde_json::{Map, Value};
@@ -9,8 +10,8 @@ use serde_json::{Map, Value};
 use super::Runs;
 use crate::bundle::{Bundle, Family};
 use crate::run_actor::{
-    ChildError, ChildRuns, Owner, Pending, RunEvent, RunHandle, RunId, RunPlan, RunRequestError,
-    RunStatus, RunView, WaitReports,
+    ChildError, ChildOutcome, ChildRuns, Owner, Pending, RunEvent, RunHandle, RunId, RunPlan,
+    RunRequestError, RunStatus, RunView, WaitReports,
 };
 
 /// How long a restored parent waits for its child to be restored too.
@@ -76,30 +77,39 @@ impl ChildRuns for RunChildren {
         })
     }
 
-    fn outcome(
-        &self,
-        run_id: RunId,
-        waits: WaitReports,
-    ) -> Pending<Result<Map<String, Value>, ChildError>> {
+    fn outcome(&self, run_id: RunId, waits: WaitReports) -> Pending<ChildOutcome> {
         let runs = self.runs.clone();
         Box::pin(async move {
             // A restored parent may start before its child is restored.
-            let handle = tokio::time::timeout(FIND_CHILD_PATIENCE, runs.registered(&run_id))
-                .await
-                .map_err(|_| ChildError::Unknown(run_id.clone()))?;
-            let ended = ended_reporting_waits(&handle, &waits).await;
-            let view = ended.map_err(|error| ChildError::Failed {
-                run_id: run_id.clone(),
-                error: error.to_string(),
-            })?;
-            match view.status {
+            let Ok(handle) =
+                tokio::time::timeout(FIND_CHILD_PATIENCE, runs.registered(&run_id)).await
+            else {
+                return (Err(ChildError::Unknown(run_id)), BTreeMap::new());
+            };
+            let view = match ended_reporting_waits(&handle, &waits).await {
+                Ok(view) => view,
+                Err(error) => {
+                    let error = error.to_string();
+                    return (Err(ChildError::Failed { run_id, error }), BTreeMap::new());
+                }
+            };
+            let over_budget = view
+                .error
+                .as_ref()
+                .is_some_and(|error| error.kind() == "BudgetExceeded");
+            let result = match view.status {
                 RunStatus::Completed => Ok((*view.state).clone()),
                 RunStatus::Cancelled => Err(ChildError::Cancelled(run_id)),
+                _ if over_budget => Err(ChildError::OverBudget {
+                    run_id,
+                    error: view.error.map(|e| e.to_string()).unwrap_or_default(),
+                }),
                 _ => Err(ChildError::Failed {
                     run_id,
                     error: view.error.map(|e| e.to_string()).unwrap_or_default(),
                 }),
-            }
+            };
+            (result, view.models.as_ref().clone())
         })
     }
 

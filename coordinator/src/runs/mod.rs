@@ -52,6 +52,21 @@ pub enum SubmitError {
     /// The run could not be stored, so it is not accepted.
     #[error("the run could not be stored: {0}")]
     Store(#[source] StoreRefusal),
+    /// The namespace's day budget is spent.
+    #[error("{0}")]
+    DaySpent(String),
+    /// The namespace has as many runs going as its `max_running_runs`.
+    #[error(
+        "namespace '{namespace}' has {running} runs going, its max_running_runs is {max}: submit again once one has ended"
+    )]
+    TooManyRuns {
+        /// The namespace.
+        namespace: String,
+        /// Its runs going (running or waiting, subgraph children included).
+        running: usize,
+        /// Its cap.
+        max: u32,
+    },
     /// The input is larger than the configured limit.
     #[error("the input is {size} bytes, more than the limit of {limit}")]
     InputTooLarge {
@@ -100,6 +115,10 @@ pub struct Runs {
     marks: Arc<StepMarks>,
     /// What model calls cost.
     prices: Arc<crate::prices::Prices>,
+    /// Namespaces' caps on runs going at once.
+    max_running_runs: Arc<HashMap<String, u32>>,
+    /// What namespaces with a day budget spent today.
+    spend: Arc<crate::day_spend::DaySpend>,
 }
 
 #[derive(Default)]
@@ -126,6 +145,10 @@ pub struct RunsConfig {
     pub retention: retention::Retention,
     /// What model calls cost (`[prices]`).
     pub prices: Arc<crate::prices::Prices>,
+    /// Namespaces' caps on runs going at once (`[[namespaces]]`).
+    pub max_running_runs: HashMap<String, u32>,
+    /// Namespaces' day budgets (`[[namespaces]]`).
+    pub day_budgets: HashMap<String, crate::day_spend::DayBudget>,
 }
 
 impl Runs {
@@ -153,7 +176,43 @@ impl Runs {
             parsed: Arc::new(parsed::ParsedGraphs::new(config.limits)),
             marks: Arc::new(StepMarks::none()),
             prices: config.prices,
+            max_running_runs: Arc::new(config.max_running_runs),
+            spend: Arc::new(crate::day_spend::DaySpend::new(config.day_budgets)),
         }
+    }
+
+    /// What namespaces with a day budget spent today.
+    pub fn day_spend(&self) -> &Arc<crate::day_spend::DaySpend> {
+        &self.spend
+    }
+
+    /// Refuses a new run of `namespace` when as many of its runs are going
+    /// as its `max_running_runs` allows.
+    pub(super) fn check_running(&self, namespace: &str) -> Result<(), SubmitError> {
+        let Some(&max) = self.max_running_runs.get(namespace) else {
+            return Ok(());
+        };
+        let inner = self.inner.read().unwrap_or_else(|e| e.into_inner());
+        let running = inner
+            .by_id
+            .values()
+            .filter(|run| run.namespace() == namespace && run.finished().is_none())
+            .count();
+        if running >= max as usize {
+            return Err(SubmitError::TooManyRuns {
+                namespace: namespace.to_owned(),
+                running,
+                max,
+            });
+        }
+        Ok(())
+    }
+
+    /// Refuses a new run of `namespace` once its day budget is spent.
+    pub(super) fn check_day(&self, namespace: &str) -> Result<(), SubmitError> {
+        self.spend
+            .check(namespace, now_ms())
+            .map_err(SubmitError::DaySpent)
     }
 
     /// Marks the runs' steps in `marks` from now on.

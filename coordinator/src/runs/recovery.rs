@@ -89,6 +89,7 @@ impl Runs {
             children,
             marks: self.marks.clone(),
             prices: self.prices.clone(),
+            spend: self.spend.clone(),
             suspect: crashes > 0,
         });
         let files = run.head.files.iter().map(|f| f.sha256.clone()).collect();

@@ -8,6 +8,7 @@
 //! front serves by: a term's [`Services`] while leading, the leader's URL
 //! while standing by.
 
+mod flow_state;
 mod lease_clock;
 
 use std::sync::Arc;
@@ -42,6 +43,8 @@ pub struct Services {
     pub max_result_bytes: usize,
     /// How often workers beat.
     pub heartbeat: Duration,
+    /// How long a silent worker keeps its tasks.
+    pub worker_timeout: Duration,
     /// Where streams opened during the term run.
     pub tracker: TaskTracker,
     /// Cancelled when the term ends.
@@ -85,7 +88,16 @@ pub async fn start_term(
         quarantine::charge(keeper.store(), &crashed).await?;
     }
     let indexes = SharedIndexes::new(keeper.clone(), config.max_index_bytes);
-    let (runs, dispatcher, blobs) = start_runs(config, keeper, &ended, tracker);
+    let (runs, dispatcher, blobs) = start_runs(config, keeper.clone(), &ended, tracker);
+    // Before any run is restored: its steps meet the limits as they were.
+    flow_state::restore(&keeper, &dispatcher, runs.day_spend()).await;
+    flow_state::spawn_keeper(
+        keeper,
+        dispatcher.clone(),
+        runs.day_spend().clone(),
+        ended.clone(),
+        tracker,
+    );
     let runs = runs.with_marks(marks);
     let recovered = runs.recover(config.max_bundle_bytes).await?;
     if recovered > 0 {
@@ -99,6 +111,7 @@ pub async fn start_term(
         max_bundle_bytes: config.max_bundle_bytes,
         max_result_bytes: config.max_result_bytes,
         heartbeat: config.heartbeat_interval,
+        worker_timeout: config.worker_timeout,
         tracker: tracker.clone(),
         ended,
         lease,
@@ -124,6 +137,8 @@ fn start_runs(
             },
             call_timeout: config.call_timeout,
             rate_limits: config.rate_limits.clone(),
+            weights: config.weights(),
+            prices: std::sync::Arc::new(config.prices.clone()),
         },
         ended.child_token(),
         tracker,

@@ -3,6 +3,7 @@
 // a rag node's retrievals).
 
 import { badge, el, headers } from "../common.js";
+import { usageText } from "../run_model.js";
 
 // Draws run `id`'s diagram once; `loaded` resolves when it is in (it says
 // which steps are a map's or a loop's, which the model needs first).
@@ -10,7 +11,7 @@ export function graphPanel(id, model, changed) {
   const diagram = el("div", { id: "diagram" }, el("p", { class: "muted", text: "Drawing…" }));
   const detail = el("div", { id: "node-detail", class: "muted" }, "Click a node to see its attempts, items and errors.");
   const legend = el("div", { class: "legend" },
-    ["pending", "running", "waiting", "done", "failed", "skipped"].map((s) => el("span", {}, badge(s))));
+    ["pending", "running", "throttled", "waiting", "done", "failed", "spent", "skipped"].map((s) => el("span", {}, badge(s))));
   let selected = null;
 
   const loaded = fetch(`/api/v1/runs/${encodeURIComponent(id)}/diagram.svg`, { headers: headers() })
@@ -32,12 +33,22 @@ export function graphPanel(id, model, changed) {
   function paint() {
     for (const group of diagram.querySelectorAll("g.node")) {
       const node = model.view(group.dataset.node);
-      group.setAttribute("class", group.getAttribute("class").replace(/ status-\w+| selected/g, "") +
-        " status-" + node.status + (selected === group.dataset.node ? " selected" : ""));
+      // Marks over the status: held by a limit while it runs (itself, or a
+      // step of its map or loop), or the one that would have spent past
+      // the run's budget.
+      const steps = (group.dataset.steps || "").split(" ").filter(Boolean).map((s) => model.view(s));
+      const holder = [node, ...steps].find((n) => n.throttled);
+      const throttled = holder && node.status === "running" ? holder.throttled : null;
+      const spent = [node, ...steps].some((n) => n.spent);
+      const mark = spent ? " spent" : throttled ? " throttled" : "";
+      group.setAttribute("class", group.getAttribute("class").replace(/ status-\w+| selected| throttled| spent/g, "") +
+        " status-" + node.status + mark + (selected === group.dataset.node ? " selected" : ""));
       group.dataset.status = node.status;
+      if (throttled) group.dataset.throttled = throttled.limit; else delete group.dataset.throttled;
       const title = group.querySelector("title");
       if (title) title.textContent = `${group.dataset.node} (${group.dataset.kind}): ${node.status}` +
-        (node.attempts ? `, attempt ${node.attempts}` : "") + (node.worker ? ` on ${node.worker}` : "");
+        (node.attempts ? `, attempt ${node.attempts}` : "") + (node.worker ? ` on ${node.worker}` : "") +
+        (throttled ? `, waiting for ${throttled.limit}` : "") + (spent ? ", the run's budget is spent" : "");
     }
   }
 
@@ -50,6 +61,22 @@ export function graphPanel(id, model, changed) {
     rows.push(el("div", { text: `attempts: ${node.attempts || 0}` }));
     if (node.worker) rows.push(el("div", { class: "worker", text: `worker: ${node.worker}` }));
     if (node.answeredBy) rows.push(el("div", { text: `answered by ${node.answeredBy}` }));
+    // A map's or loop's steps waiting for a limit, over its items.
+    const steps = [...model.containers].filter(([, container]) => container === selected).map(([step]) => model.view(step));
+    const waiting = steps.reduce((sum, step) => sum + (step.held ? step.held.size : 0), 0);
+    if (waiting && node.status === "running") {
+      const limit = steps.find((step) => step.throttled).throttled.limit;
+      rows.push(el("div", { class: "throttled-note", text: `throttled: ${waiting} step${waiting === 1 ? "" : "s"} waiting for ${limit}` }));
+    }
+    if (node.throttled && node.status === "running") {
+      const wait = node.throttled.wait_ms === undefined || node.throttled.wait_ms === null
+        ? "until a step under it ends" : `about ${node.throttled.wait_ms} ms`;
+      rows.push(el("div", { class: "throttled-note", text: `throttled: waiting for ${node.throttled.limit} (${wait})` }));
+    } else if (node.throttles) {
+      rows.push(el("div", { class: "muted", text: `waited for a limit ${node.throttles} time${node.throttles === 1 ? "" : "s"}` }));
+    }
+    if (node.usage) rows.push(el("div", { class: "usage", text: `model usage: ${usageText(node.usage)}` }));
+    if (node.spent) rows.push(el("div", { class: "spent-note", text: "spent: its next model call would have crossed the run's budget" }));
     for (const line of node.resent || []) rows.push(el("div", { class: "resent", text: line }));
     if (node.child) rows.push(el("div", {}, "child run: ", el("a", { class: "mono", href: "/runs/" + encodeURIComponent(node.child), text: node.child })));
     if (node.retrieved) rows.push(retrieval(node));

@@ -2,6 +2,7 @@
 // known of it) and its error, if it failed.
 
 import { duration, el, session, when } from "../common.js";
+import { usageText } from "../run_model.js";
 
 // `act(name)` posts an action (cancel, retry) and redraws.
 export function headerPanel(model, act) {
@@ -33,6 +34,8 @@ export function headerPanel(model, act) {
         el("dt", { text: "duration" }), el("dd", { id: "duration", text: duration(run.created_unix_ms, run.ended_unix_ms) }),
         el("dt", { text: "events" }), el("dd", { id: "event-count", text: String(Math.max(run.event_count, model.events.length)) }),
         el("dt", { text: "trace" }), el("dd", {}, trace),
+        run.usage && run.usage.calls ? el("dt", { text: "model usage" }) : null,
+        run.usage && run.usage.calls ? el("dd", { id: "usage", text: usageText(run.usage) }) : null,
         children.length ? el("dt", { text: "child runs" }) : null, children.length ? el("dd", {}, children) : null,
         (run.answers || []).length ? el("dt", { text: "answered" }) : null,
         (run.answers || []).length ? el("dd", { id: "answers" }, run.answers.map((a) =>

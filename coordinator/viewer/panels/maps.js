@@ -36,8 +36,9 @@ export function mapsPanel(model) {
         el("div", { class: "row" }, choose, el("button", { class: "quiet", text: "‹", onclick: setPage(-1) }),
           el("span", { class: "muted", text: `page ${page.page + 1} of ${pages}` }), el("button", { class: "quiet", text: "›", onclick: setPage(1) })),
         el("table", { class: "item-list" }, el("tbody", {}, shown.map(([index, entry]) =>
-          el("tr", { "data-item": index, "data-status": entry.status },
-            el("td", { class: "mono", text: `${name}/${index}` }), el("td", {}, badge(entry.status)),
+          el("tr", { "data-item": index, "data-status": entry.status, "data-throttled": entry.throttled && entry.status === "running" ? entry.throttled.limit : null },
+            el("td", { class: "mono", text: `${name}/${index}` }),
+            el("td", {}, badge(entry.throttled && entry.status === "running" ? "throttled" : entry.status)),
             el("td", { class: "mono", text: entry.step || "" }),
             el("td", { class: "mono worker", text: entry.worker || "" }),
             el("td", {}, entry.error ? el("pre", { text: entry.error }) : "")))))));

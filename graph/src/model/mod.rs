@@ -302,6 +302,9 @@ pub struct Node {
     pub state_updates: Vec<(String, UpdateValue)>,
     /// JSON Schema the node's structured output must satisfy.
     pub output_schema: Option<Schema>,
+    /// `concurrency:`: how many of its steps with the same key run at once
+    /// across the namespace's runs.
+    pub concurrency: Option<ConcurrencyKey>,
     /// Whether the step takes part in teammate messaging.
     pub teammates: bool,
     /// The router, when the node has `routes:`.
@@ -341,6 +344,17 @@ impl Node {
         }
         writes
     }
+}
+
+/// A node's `concurrency: {key, max}` (SPEC 18): at most `max` steps whose
+/// `key` renders the same run at once across every run of a namespace.
+#[derive(Debug, Clone)]
+pub struct ConcurrencyKey {
+    /// Rendered on the state (and a map item's scope) when the step is
+    /// created.
+    pub key: Template,
+    /// At least 1.
+    pub max: u32,
 }
 
 /// One `state_updates` entry: a template, or a literal JSON value.

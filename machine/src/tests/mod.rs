@@ -214,6 +214,7 @@ impl Harness {
                     self.inputs.push_back(Input::ChildEnded {
                         node,
                         result: result.map_err(ChildError::Refused),
+                        usage: Default::default(),
                     });
                 }
                 Effect::AwaitChild { .. } => {}

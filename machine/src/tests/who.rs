@@ -39,6 +39,8 @@ fn reviewed() -> Harness {
     h.machine.set_owner(Owner {
         namespace: "team-a".into(),
         submitted_by: "ci".into(),
+        priority: None,
+        budgets: Vec::new(),
     });
     h.run()
 }

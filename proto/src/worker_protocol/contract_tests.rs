@@ -224,6 +224,7 @@ fn every_message_from_a_worker_reads_back_as_itself() {
             outcome: Err(TaskError {
                 kind: FailureKind::Timeout,
                 message: "no result within 1.5s".into(),
+                notes: vec![serde_json::json!({"type": "model_called", "model": "m"})],
             }),
             read: Vec::new(),
         }),

@@ -584,6 +584,7 @@ impl From<TaskResult> for pb::TaskResult {
             Err(error) => pb::task_result::Outcome::Error(pb::TaskError {
                 kind: error.kind.as_str().to_owned(),
                 message: error.message,
+                notes_json: error.notes.iter().map(Value::to_string).collect(),
             }),
         };
         Self {
@@ -658,6 +659,11 @@ pub fn read_worker_message(message: pb::WorkerMessage) -> Option<FromWorker> {
                 pb::task_result::Outcome::Error(error) => Err(TaskError {
                     kind: FailureKind::from_wire(&error.kind),
                     message: error.message,
+                    notes: error
+                        .notes_json
+                        .iter()
+                        .filter_map(|note| serde_json::from_str(note).ok())
+                        .collect(),
                 }),
             },
             read: result.messages_read,

@@ -42,6 +42,21 @@ def test_a_dict_graph_is_submitted_and_waited_for(cluster):
     assert any(r.run_id == run.run_id for r in client.runs(status="completed"))
 
 
+def test_a_run_is_submitted_with_a_priority_and_a_wrong_one_refused(cluster):
+    client = weft.Client(cluster.url)
+    run = client.submit(ECHO, input={"n": 1}, priority="low")
+    assert run.wait(timeout=30).status == "completed"
+    with pytest.raises(ValueError, match="not one of high, normal, low"):
+        client.submit(ECHO, priority="urgent")
+    # The coordinator refuses one too, should a client send it.
+    from weft.v1 import runs_pb2 as pb
+    from weft.client import bundle_of, bundle_to_wire
+
+    request = pb.SubmitRequest(bundle=bundle_to_wire(bundle_of(ECHO)), input_json="{}", priority="urgent")
+    with pytest.raises(weft.WeftError, match="priority 'urgent' is not one of high, normal, low"):
+        client._call("Submit", request, graph=True)
+
+
 def test_events_come_typed_and_in_order(cluster):
     client = weft.Client(cluster.url)
     run = client.submit(ECHO)

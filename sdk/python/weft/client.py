@@ -127,10 +127,16 @@ class Client:
         except grpc.RpcError as error:
             raise errors.from_rpc(error, graph=graph) from None
 
-    def submit(self, graph: Graph, input: Optional[dict[str, Any]] = None) -> Run:
+    def submit(self, graph: Graph, input: Optional[dict[str, Any]] = None, priority: Optional[str] = None) -> Run:
         """Submits `graph` (a graph file's path, its directory bundled; a
-        dict; or a `GraphBundle`) with `input`, and returns the run."""
-        request = pb.SubmitRequest(bundle=bundle_to_wire(bundle_of(graph)), input_json=json.dumps(input or {}))
+        dict; or a `GraphBundle`) with `input`, and returns the run.
+        `priority` (`high`, `normal` or `low`) places its steps in its
+        namespace's queue, over the graph's `settings.priority`."""
+        if priority is not None and priority not in ("high", "normal", "low"):
+            raise ValueError(f"priority {priority!r} is not one of high, normal, low")
+        request = pb.SubmitRequest(
+            bundle=bundle_to_wire(bundle_of(graph)), input_json=json.dumps(input or {}), priority=priority or ""
+        )
         response = self._call("Submit", request, graph=True)
         return Run(self, response.run_id, list(response.warnings))
 

@@ -30,6 +30,8 @@ use weft_worker::{TaskContext, Worker};
 mod big_state;
 #[path = "weft_bench/chat.rs"]
 mod chat;
+#[path = "weft_bench/flow.rs"]
+mod flow;
 #[path = "weft_bench/many_runs.rs"]
 mod many_runs;
 #[path = "weft_bench/python.rs"]
@@ -43,7 +45,7 @@ use report::{Figure, median};
 
 #[derive(Parser)]
 struct Args {
-    /// Workloads to run (w1, w2, w1py, w2py, w3, w4, w5, w6, w7, w8, w9);
+    /// Workloads to run (w1, w2, w1py, w2py, w3, w4, w5, w6, w7, w8, w9, w10);
     /// default: all (w9 with --w9-corpus).
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
@@ -350,6 +352,9 @@ async fn run_all(args: &Args) -> Result<Vec<Figure>> {
     }
     if wanted("w8") {
         figures.extend(chat::w8(args).await?);
+    }
+    if wanted("w10") {
+        figures.extend(flow::w10(args).await?);
     }
     if let Some(corpus) = args.w9_corpus.as_deref().filter(|_| wanted("w9")) {
         figures.extend(retrieval::w9(corpus, args.iterations)?);

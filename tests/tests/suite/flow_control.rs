@@ -5,7 +5,6 @@
 //! Every figure asserted here is counted — requests, 429s, arrivals within
 //! a window — never timed against a deadline.
 
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -22,27 +21,13 @@ async fn cluster(
     limits: &str,
     workers: &[&str],
     slots: u32,
-) -> anyhow::Result<(TestCluster, PathBuf)> {
-    let config = std::env::temp_dir().join(format!(
-        "weft-limits-{}-{}.toml",
-        std::process::id(),
-        Instant::now().elapsed().as_nanos() ^ u128::from(rand_tag())
-    ));
-    std::fs::write(&config, limits)?;
-    let path = config.display().to_string();
-    let mut cluster = TestCluster::start_with_env(&[("WEFT_CONFIG", &path)])?;
+) -> anyhow::Result<TestCluster> {
+    let mut cluster = TestCluster::start_with_config(limits, &[])?;
     for name in workers {
         cluster.add_llm_test_worker(name, slots, &llm.url, KEY)?;
     }
     cluster.wait_for_workers(workers).await?;
-    Ok((cluster, config))
-}
-
-fn rand_tag() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
-    hasher.write_u64(7);
-    hasher.finish()
+    Ok(cluster)
 }
 
 async fn run(client: &Client, yaml: &str, input: Value) -> anyhow::Result<RunInfo> {
@@ -102,11 +87,10 @@ name = "test-endpoint"
 match = { provider = "default" }
 requests_per_minute = 5500
 "#;
-    let (cluster, config) = cluster(&llm, limits, &["w1", "w2"], 16).await?;
+    let cluster = cluster(&llm, limits, &["w1", "w2"], 16).await?;
     let client = cluster.client().await?;
     let items: Vec<u64> = (0..500).collect();
     let done = run(&client, ASK_EACH, json!({ "items": items })).await?;
-    std::fs::remove_file(config)?;
     assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error);
     assert_eq!(done.state["answers"].as_array().map(Vec::len), Some(500));
     assert_eq!(llm.throttled(), 0, "the endpoint answered 429");
@@ -153,11 +137,10 @@ name = "shared-key"
 match = { provider = "default", model = "tin*" }
 requests_per_minute = 600
 "#;
-    let (cluster, config) = cluster(&llm, limits, &["w1", "w2"], 4).await?;
+    let cluster = cluster(&llm, limits, &["w1", "w2"], 4).await?;
     let client = cluster.client().await?;
     let items: Vec<u64> = (0..60).collect();
     let done = run(&client, ASK_EACH, json!({ "items": items })).await?;
-    std::fs::remove_file(config)?;
     assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error);
     assert_eq!(done.state["answers"].as_array().map(Vec::len), Some(60));
     let arrivals = llm.arrivals();
@@ -202,7 +185,7 @@ name = "slow-model"
 match = { kind = "agent" }
 requests_per_minute = 120
 "#;
-    let (cluster, config) = cluster(&llm, limits, &["w"], 1).await?;
+    let cluster = cluster(&llm, limits, &["w"], 1).await?;
     let client = cluster.client().await?;
     let yaml = r#"
 state:
@@ -217,7 +200,6 @@ nodes:
     state_updates: { answer: "{{ output }}" }
 "#;
     let done = run(&client, yaml, json!({})).await?;
-    std::fs::remove_file(config)?;
     assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error);
     assert_eq!(done.state["answer"], "done");
     assert_eq!(llm.throttled(), 0, "the endpoint answered 429");
@@ -247,10 +229,9 @@ input = 2.0
 output = 10.0
 cached_input = 1.0
 "#;
-    let (cluster, config) = cluster(&llm, config, &["w"], 2).await?;
+    let cluster = cluster(&llm, config, &["w"], 2).await?;
     let client = cluster.client().await?;
     let done = run(&client, ASK_EACH, json!({ "items": [1, 2, 3] })).await?;
-    std::fs::remove_file(config)?;
     assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error);
     let calls = weft_tests::events_of(&client, &done.run_id, "model_called").await?;
     assert_eq!(calls.len(), 3);

@@ -274,3 +274,82 @@ async fn a_state_too_large_for_one_etcd_transaction_is_stored_whole() -> anyhow:
     );
     Ok(())
 }
+
+/// The rate limits' windows survive a leader's kill -9 (SPEC 18): a limit
+/// of six requests a minute admits one call every ten seconds; the leader
+/// admits one, keeps its window, and is killed; the new leader starts from
+/// that window, so the next call waits out the ten seconds rather than
+/// going at once on a full window. Counted in the endpoint's arrivals.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rate_limits_window_survives_the_leaders_kill() -> anyhow::Result<()> {
+    use weft_store::Store;
+    use weft_tests::llm_server::{Reply, TestLlm};
+    const KEY: &str = "sk-ha-limits";
+    let llm = TestLlm::start(KEY, |_, _| Reply::Text("ok".into())).await?;
+    let dir = std::env::temp_dir().join(format!("weft-ha-limits-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let coordinator = dir.join("coordinator.toml");
+    std::fs::write(
+        &coordinator,
+        "[[limits]]\nname = \"slow\"\nmatch = { kind = \"llm\" }\nrequests_per_minute = 6\n",
+    )?;
+    let worker = dir.join("worker.toml");
+    std::fs::write(
+        &worker,
+        format!(
+            "[providers.default]\nbase_url = \"{}\"\napi_key = \"${{LLM_KEY}}\"\nmodel = \"tiny\"\n",
+            llm.url
+        ),
+    )?;
+    let env = [
+        ("WEFT_CONFIG", coordinator.to_str().unwrap()),
+        ("WEFT_WORKER_CONFIG", worker.to_str().unwrap()),
+        ("LLM_KEY", KEY),
+    ];
+    let etcd = weft_tests::etcd::TestEtcd::start().await?;
+    let mut group = TestGroup::start_on(etcd, 2, 2, &env, Default::default()).await?;
+    let leader = group.wait_for_leader(None).await?;
+    group.add_worker("w", 2)?;
+    group.wait_for_log("w", "joined the coordinator", 1).await?;
+    let client = group.client(1 - leader).await?;
+    let ask = GraphBundle::from_text(
+        "ask.yaml",
+        "nodes:\n  ask: { kind: llm, start: true, prompt: \"Hello.\" }\n",
+    );
+    let first = client.submit_bundle(ask.clone(), &json!({})).await?.run_id;
+    let done = finish(&client, &first).await?;
+    assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error);
+    // The leader keeps the window it spent within a second.
+    let store = weft_store::EtcdStore::connect_with(
+        std::slice::from_ref(&group.etcd.url),
+        &Default::default(),
+    )?;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let kept = store.get("flow/state").await?;
+        let level = kept
+            .and_then(|entry| serde_json::from_slice::<serde_json::Value>(&entry.value).ok())
+            .and_then(|state| state["limits"]["slow"]["requests"]["level"].as_f64());
+        if level.is_some_and(|level| level < 1.0) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the window was never kept");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    group.kill(leader)?;
+    group.wait_for_leader(Some(leader)).await?;
+    group.wait_for_log("w", "joined the coordinator", 2).await?;
+    let second = client.submit_bundle(ask, &json!({})).await?.run_id;
+    let done = finish(&client, &second).await?;
+    assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error);
+    let arrivals = llm.arrivals();
+    assert_eq!(arrivals.len(), 2);
+    let gap = arrivals[1] - arrivals[0];
+    assert!(
+        gap >= Duration::from_millis(9_500),
+        "the new leader let the next call go {gap:?} after the last: it started on a full window"
+    );
+    eprintln!("the next call went {gap:?} after the last, across the failover");
+    std::fs::remove_dir_all(dir).ok();
+    Ok(())
+}

@@ -41,6 +41,7 @@ async fn submit(
     let request = pb::SubmitRequest {
         bundle: Some(bundle(name, text)),
         input_json: String::new(),
+        ..Default::default()
     };
     let answer = tokio::time::timeout(ANSWER_WITHIN, client.submit(request))
         .await

@@ -481,6 +481,49 @@ nodes:
   search: { kind: rag, start: true, knowledge: notes, query: "{{ question }}", mode: keyword }
 "#;
 
+/// Holds the concurrency key `shared` for a minute.
+const HOLDER: &str = r#"
+name: holder
+nodes:
+  hold:
+    kind: script
+    start: true
+    run: [sleep, "60"]
+    concurrency: { key: "shared", max: 1 }
+"#;
+
+/// A map whose items take the key `shared` one at a time.
+const KEYED: &str = r#"
+name: keyed
+state:
+  items: { type: array, default: [1, 2, 3] }
+  outs: { type: array, default: [] }
+nodes:
+  fan:
+    kind: map
+    start: true
+    over: "{{ items }}"
+    as: item
+    branch: work
+    output_key: out
+    collect_into: outs
+  work:
+    kind: script
+    run: [sh, -c, 'echo "{\"out\": 1}"']
+    concurrency: { key: "shared", max: 1 }
+"#;
+
+const LLM_KEY: &str = "sk-viewer-flow";
+
+/// An agent that would call its tool forever, under a budget.
+const SPENDER: &str = r#"
+name: spender
+settings:
+  budget: { tokens: 1500 }
+nodes:
+  ask: { kind: agent, start: true, prompt: "Look it up, again and again.", tools: [lookup], max_turns: 40 }
+"#;
+
 const RESTART: &str = "# Restarting\n\n## After a crash\n\nA crash loses no finished work: runs resume from their checkpoint.\n";
 
 #[tokio::test]
@@ -556,6 +599,34 @@ nodes:
         "{:?}",
         searched.error
     );
+    // Flow control: a run holds the concurrency key `shared` with a long
+    // step, so the keyed map's items wait, throttled, while the page looks
+    // (it cancels the holder, and they go); an agent loop spends its run's
+    // budget.
+    let holder = ops
+        .submit_bundle(submit_text("holder.yaml", HOLDER), &json!({}))
+        .await?;
+    weft_tests::wait_for_event(&ops, &holder.run_id, "node_started").await?;
+    let keyed = ops
+        .submit_bundle(submit_text("keyed.yaml", KEYED), &json!({}))
+        .await?;
+    weft_tests::wait_for_event(&ops, &keyed.run_id, "task_throttled").await?;
+    let llm = weft_tests::llm_server::TestLlm::start(LLM_KEY, |_, _| {
+        weft_tests::llm_server::Reply::ToolCalls(vec![("lookup".into(), json!({"key": "a"}))])
+    })
+    .await?;
+    let mut cluster = cluster;
+    // Hosting only the agent's tool, so the map's items stay on a and b.
+    cluster.add_llm_test_worker_hosting("m", 2, &llm.url, LLM_KEY, Some("lookup"))?;
+    cluster.wait_for_workers(&["a", "b", "m"]).await?;
+    let spent = ops
+        .submit_bundle(submit_text("spender.yaml", SPENDER), &json!({}))
+        .await?;
+    let over = ops.wait(&spent.run_id).await?;
+    assert_eq!(
+        over.error.as_ref().map(|e| e.kind.as_str()),
+        Some("BudgetExceeded")
+    );
     for (run, kind) in [
         (&approval, "waiting_for_input"),
         (&input, "waiting_for_input"),
@@ -570,6 +641,7 @@ nodes:
         "map": map.run_id, "approval": approval.run_id, "input": input.run_id,
         "cancel": cancel.run_id, "retry": retry.run_id, "loop": looped.run_id,
         "parent": parent.run_id, "rag": rag.run_id,
+        "holder": holder.run_id, "keyed": keyed.run_id, "spent": spent.run_id,
     });
     let shots = repo().join("target/viewer-screenshots");
     let output = Command::new(python)
@@ -602,7 +674,16 @@ nodes:
     assert_eq!(ops.get(&retry.run_id).await?.status, RunStatus::Completed);
     let map = ops.get(&map.run_id).await?;
     assert_eq!(map.state["results"].as_array().map(Vec::len), Some(60));
-    for shot in ["viewer-map.png", "viewer-approval.png", "viewer-rag.png"] {
+    assert_eq!(ops.get(&holder.run_id).await?.status, RunStatus::Cancelled);
+    let keyed = ops.wait(&keyed.run_id).await?;
+    assert_eq!(keyed.status, RunStatus::Completed, "{:?}", keyed.error);
+    for shot in [
+        "viewer-map.png",
+        "viewer-approval.png",
+        "viewer-rag.png",
+        "viewer-throttled.png",
+        "viewer-spent.png",
+    ] {
         assert!(
             shots.join(shot).metadata()?.len() > 10_000,
             "{shot} was not taken"

@@ -66,12 +66,18 @@ impl Finder {
     /// word (never, for a fixed URL): a worker stops waiting on a leader
     /// that was replaced while it tried to join.
     pub(super) async fn moved_from(&self, url: &str) {
+        self.moved_from_every(url, LEADER_POLL).await;
+    }
+
+    /// [`Finder::moved_from`], asking etcd every `period`: a session
+    /// asks less often than a join, one read a second per worker.
+    pub(crate) async fn moved_from_every(&self, url: &str, period: Duration) {
         let Self::Leader(store, _) = self else {
             return std::future::pending().await;
         };
         let url = url.trim_end_matches('/');
         loop {
-            tokio::time::sleep(LEADER_POLL).await;
+            tokio::time::sleep(period).await;
             match store.get(LEADER_KEY).await {
                 Ok(Some(leader)) if leader.value.as_slice() == url.as_bytes() => {}
                 Ok(_) => return,

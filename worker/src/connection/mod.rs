@@ -136,7 +136,8 @@ pub(crate) enum Lost {
     /// The coordinator took the connection and said nothing.
     #[error("the coordinator did not welcome this worker within {0:?}")]
     NoWelcome(Duration),
-    /// Another coordinator took the lead while the worker joined.
+    /// Another coordinator took the lead (while the worker joined, or
+    /// served: a leader killed without closing its connections).
     #[error("{0} no longer leads its group")]
     Deposed(String),
     /// The coordinator's first message was not a welcome.
@@ -148,7 +149,7 @@ pub(crate) enum Lost {
     /// The worker's side of the stream closed.
     #[error("the stream to the coordinator closed")]
     Unsendable,
-    /// No heartbeat came in five intervals.
+    /// Nothing came for the session's patience (see [`Welcome`]).
     #[error("the coordinator stopped sending heartbeats")]
     Silent,
     /// The stream failed.
@@ -161,10 +162,33 @@ pub(crate) enum Lost {
 }
 
 /// What the coordinator said on welcoming the worker.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(crate) struct Welcome {
     /// How often both sides send heartbeats.
     pub heartbeat: Duration,
+    /// How long a silent coordinator is waited for before the session is
+    /// given up: five heartbeats, and never less than twice the
+    /// coordinator's own patience with a silent worker. Giving up first
+    /// would cancel tasks whose results the coordinator still waits for;
+    /// twice, because a connection stalled by a partition resends on TCP's
+    /// doubling backoff, so after a heal just past the coordinator's
+    /// timeout its next try comes within about as long again. (A leader
+    /// that etcd stops naming is left at once: [`Finder::moved_from`].)
+    pub patience: Duration,
+    /// The coordinator's URL.
+    pub url: String,
+}
+
+impl Welcome {
+    fn new(welcome: &pb::Welcome) -> Self {
+        let heartbeat = Duration::from_millis(welcome.heartbeat_interval_ms.max(50));
+        let coordinator = Duration::from_millis(welcome.worker_timeout_ms);
+        Self {
+            heartbeat,
+            patience: (heartbeat * 5).max(coordinator * 2),
+            url: String::new(),
+        }
+    }
 }
 
 /// A joined session's stream.
@@ -214,9 +238,17 @@ pub(crate) async fn open(
     let url = endpoint.uri().to_string();
     let handshake = tokio::time::timeout(JOIN_TIMEOUT, handshake(config, client, hello));
     tokio::select! {
-        joined = handshake => joined.unwrap_or_else(|_| {
-            Ok(Err(Ending::Lost(Lost::NoWelcome(JOIN_TIMEOUT))))
-        }),
+        joined = handshake => {
+            let joined = joined.unwrap_or_else(|_| {
+                Ok(Err(Ending::Lost(Lost::NoWelcome(JOIN_TIMEOUT))))
+            });
+            joined.map(|joined| {
+                joined.map(|(connection, mut welcome)| {
+                    welcome.url = url.clone();
+                    (connection, welcome)
+                })
+            })
+        }
         () = finder.moved_from(&url) => Ok(Err(Ending::Lost(Lost::Deposed(url)))),
     }
 }
@@ -275,9 +307,7 @@ async fn handshake(
         })) => {
             info!(worker = %config.name, id = %welcome.worker_id, "joined the coordinator");
             told.welcomed(&welcome);
-            let welcome = Welcome {
-                heartbeat: Duration::from_millis(welcome.heartbeat_interval_ms.max(50)),
-            };
+            let welcome = Welcome::new(&welcome);
             let connection = Connection {
                 inbound,
                 unread: VecDeque::new(),
@@ -382,5 +412,28 @@ impl BlobSource for CoordinatorBlobs {
                 .map_err(|status| FetchError(Box::new(Refused(status))))?;
             Ok(response.into_inner().content)
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_worker_outwaits_the_coordinator_it_joined() {
+        let told = |heartbeat_interval_ms, worker_timeout_ms| {
+            Welcome::new(&pb::Welcome {
+                heartbeat_interval_ms,
+                worker_timeout_ms,
+                ..pb::Welcome::default()
+            })
+            .patience
+        };
+        // Twice the coordinator's patience with it …
+        assert_eq!(told(2_000, 10_000), Duration::from_secs(20));
+        // … and never less than five heartbeats (an older coordinator
+        // does not say its timeout).
+        assert_eq!(told(2_000, 0), Duration::from_secs(10));
+        assert_eq!(told(2_000, 3_000), Duration::from_secs(10));
     }
 }

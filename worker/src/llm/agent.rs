@@ -252,7 +252,10 @@ impl Agent<'_> {
             if !tools.is_empty() {
                 body["tools"] = tools.iter().map(Tool::offered).collect();
             }
-            let completion = chat::complete(provider, &body, deadline, self.gate).await?;
+            let completion = match chat::complete(provider, &body, deadline, self.gate).await {
+                Ok(completion) => completion,
+                Err(failure) => return Err(failure.with_notes(notes)),
+            };
             notes.push(completion.note());
             let message = completion.message;
             let calls = message["tool_calls"]
@@ -283,7 +286,8 @@ impl Agent<'_> {
                 "the agent used its {turns} turns without a final answer (raise `max_turns`, or \
                  ask for an answer sooner)"
             ),
-        ))
+        )
+        .with_notes(notes))
     }
 
     /// The system message: the instructions, and who the team is.
@@ -418,15 +422,19 @@ fn answered(
             notes,
         });
     }
-    let value = structured(&answer).map_err(|why| {
-        Failure::new(
-            FailureKind::InvalidOutput,
-            format!(
-                "the agent's final answer is {why}: {}",
-                answer.chars().take(300).collect::<String>()
-            ),
-        )
-    })?;
+    let value = match structured(&answer) {
+        Ok(value) => value,
+        Err(why) => {
+            let failure = Failure::new(
+                FailureKind::InvalidOutput,
+                format!(
+                    "the agent's final answer is {why}: {}",
+                    answer.chars().take(300).collect::<String>()
+                ),
+            );
+            return Err(failure.with_notes(notes));
+        }
+    };
     Ok(Completed {
         writes: value.clone(),
         output: Some(value),

@@ -18,14 +18,12 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
-use weft_proto::worker_protocol::{CallFlow, CallUsage, FromWorker, PermitRequest};
+use weft_proto::worker_protocol::{
+    CallFlow, CallUsage, FromWorker, PermitRequest, expected_tokens,
+};
 use weft_proto::{RunId, TaskKey};
 
 use crate::task::{Failure, FailureKind};
-
-/// The completion tokens a call is expected to use when its request sets
-/// no `max_tokens`.
-const DEFAULT_COMPLETION: u64 = 512;
 
 /// The answer to a permit request: a grant, or why the call may not go.
 type PermitAnswer = Result<u64, String>;
@@ -150,7 +148,7 @@ impl CallGate {
                 request_id,
                 provider: provider.to_owned(),
                 model: body["model"].as_str().unwrap_or_default().to_owned(),
-                tokens: expected_tokens(body),
+                tokens: call_tokens(body),
             },
         };
         let lost = || {
@@ -163,7 +161,7 @@ impl CallGate {
             Err(_) => Err(lost()),
             Ok(()) => match tokio::time::timeout_at(deadline.into(), answer).await {
                 Ok(Ok(Ok(grant))) => Ok(Ticket(grant)),
-                Ok(Ok(Err(refusal))) => Err(Failure::new(FailureKind::ModelError, refusal)),
+                Ok(Ok(Err(refusal))) => Err(Failure::new(FailureKind::BudgetExceeded, refusal)),
                 Ok(Err(_)) => Err(lost()),
                 Err(_) => Err(Failure::new(
                     FailureKind::Timeout,
@@ -224,17 +222,11 @@ impl CallGate {
     }
 }
 
-/// The tokens a call of `body` is expected to use: its messages' length
-/// over 4, plus its `max_tokens`.
-fn expected_tokens(body: &Value) -> u64 {
-    let prompt = body
-        .get("messages")
-        .map_or(0, |m| m.to_string().len() as u64);
-    let completion = body
-        .get("max_tokens")
-        .and_then(Value::as_u64)
-        .unwrap_or(DEFAULT_COMPLETION);
-    prompt / 4 + completion
+/// The tokens a call of `body` is expected to use (its messages and its
+/// `max_tokens`).
+fn call_tokens(body: &Value) -> u64 {
+    let prompt = body.get("messages").map_or(0, |m| m.to_string().len());
+    expected_tokens(prompt, body.get("max_tokens").and_then(Value::as_u64))
 }
 
 #[cfg(test)]

@@ -139,15 +139,19 @@ pub(crate) async fn complete(
             notes,
         });
     }
-    let structured = structured(&text).map_err(|why| {
-        Failure::new(
-            FailureKind::InvalidOutput,
-            provider.redactor.redact(&format!(
-                "the model's structured output is {why}: {}",
-                text.chars().take(300).collect::<String>()
-            )),
-        )
-    })?;
+    let structured = match structured(&text) {
+        Ok(structured) => structured,
+        Err(why) => {
+            let failure = Failure::new(
+                FailureKind::InvalidOutput,
+                provider.redactor.redact(&format!(
+                    "the model's structured output is {why}: {}",
+                    text.chars().take(300).collect::<String>()
+                )),
+            );
+            return Err(failure.with_notes(notes));
+        }
+    };
     Ok(Completed {
         writes: structured.clone(),
         output: Some(structured),

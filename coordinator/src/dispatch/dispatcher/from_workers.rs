@@ -69,13 +69,21 @@ impl Dispatcher {
                     done.payload,
                     Ended::Task {
                         worker: done.worker,
-                        outcome: TaskOutcome {
-                            result: outcome.map_err(|error| TaskFailure {
-                                kind: error.kind,
-                                message: error.message,
-                                worker: None,
-                            }),
-                            read,
+                        outcome: {
+                            let mut noted = Vec::new();
+                            let result = outcome.map_err(|error| {
+                                noted = error.notes;
+                                TaskFailure {
+                                    kind: error.kind,
+                                    message: error.message,
+                                    worker: None,
+                                }
+                            });
+                            TaskOutcome {
+                                result,
+                                read,
+                                noted,
+                            }
                         },
                     },
                 );
@@ -149,12 +157,12 @@ impl Dispatcher {
         };
         let caller = match self.registry.payload(&job) {
             Some(Order {
-                work:
-                    Work::Task(TaskJob {
-                        namespace, task, ..
-                    }),
+                work: Work::Task(held),
                 sink,
             }) if self.registry.held_by(&job) == Some(worker) => {
+                let TaskJob {
+                    namespace, task, ..
+                } = &**held;
                 let context = ToolContext {
                     node: task.node.clone(),
                     attempt: task.attempt,
@@ -206,6 +214,9 @@ impl Dispatcher {
             timeout,
             lineage: None,
             flow: None,
+            priority: crate::graph::Priority::Normal,
+            concurrency: None,
+            budgets: std::sync::Arc::from([]),
             payload: Order {
                 work: Work::Tool {
                     call: function,

@@ -40,7 +40,14 @@ pub struct DispatcherConfig {
     pub call_timeout: Duration,
     /// The `[[limits]]` on model calls (SPEC 18).
     pub rate_limits: Vec<super::limits::LimitSpec>,
+    /// Namespaces' weights in the fair share of slots and limits.
+    pub weights: std::collections::HashMap<String, u32>,
+    /// What model calls cost, for runs' cost budgets.
+    pub prices: std::sync::Arc<crate::prices::Prices>,
 }
+
+/// The rate limits' windows by limit name.
+pub type Windows = std::collections::BTreeMap<String, super::limits::Window>;
 
 /// The two paths down one worker's stream.
 #[derive(Debug)]
@@ -57,6 +64,11 @@ struct Link {
 }
 
 enum Command {
+    Budget(super::BudgetStart),
+    Windows {
+        reply: oneshot::Sender<Windows>,
+    },
+    RestoreWindows(Windows),
     Join {
         info: WorkerInfo,
         link: WorkerLink,
@@ -149,6 +161,20 @@ impl DispatcherHandle {
         let _ = self.tx.send(Command::Leave { worker });
     }
 
+    /// The rate limits' windows now, to keep across a failover.
+    pub async fn windows(&self) -> Windows {
+        let (reply, answer) = oneshot::channel();
+        if self.tx.send(Command::Windows { reply }).is_err() {
+            return Windows::new();
+        }
+        answer.await.unwrap_or_default()
+    }
+
+    /// Starts the rate limits from windows an earlier leader kept.
+    pub fn restore_windows(&self, kept: Windows) {
+        let _ = self.tx.send(Command::RestoreWindows(kept));
+    }
+
     /// The connected workers, and the functions ever announced.
     pub async fn snapshot(&self) -> Fleet {
         let (reply, answer) = oneshot::channel();
@@ -187,6 +213,10 @@ impl TaskLauncher for DispatcherHandle {
             message,
         });
     }
+
+    fn budget(&self, budget: super::BudgetStart) {
+        let _ = self.tx.send(Command::Budget(budget));
+    }
 }
 
 /// Starts the dispatcher on `tracker`; it stops when `shutdown` is
@@ -199,7 +229,10 @@ pub fn spawn_dispatcher(
     let (tx, rx) = mpsc::unbounded_channel();
     let rates = super::limits::RateLimits::new(config.rate_limits.clone(), now());
     let dispatcher = Dispatcher {
-        registry: Registry::new(config.limits.clone()).with_rates(rates),
+        registry: Registry::new(config.limits.clone())
+            .with_rates(rates)
+            .with_weights(config.weights.clone())
+            .with_prices(config.prices.clone()),
         links: HashMap::new(),
         call_timeout: config.call_timeout,
         tool_calls: 0,
@@ -252,7 +285,7 @@ struct Order {
 }
 
 enum Work {
-    Task(TaskJob),
+    Task(Box<TaskJob>),
     Call(CallJob),
     /// A tool's call for an agent step on `caller`, whose answer goes back
     /// to it.
@@ -338,9 +371,12 @@ impl Dispatcher {
                 requirement,
                 sink,
             } => self.registry.submit(JobSpec {
+                priority: job.priority,
+                concurrency: job.concurrency.clone(),
+                budgets: job.budgets.clone(),
                 flow: self
                     .registry
-                    .rate_limited()
+                    .counts(&job.budgets)
                     .then(|| super::flow::needs(&job))
                     .flatten(),
                 id: JobId {
@@ -356,7 +392,7 @@ impl Dispatcher {
                     key: JobKey::Task(job.first_key),
                 }),
                 payload: Order {
-                    work: Work::Task(job),
+                    work: Work::Task(Box::new(job)),
                     sink,
                 },
             }),
@@ -399,6 +435,9 @@ impl Dispatcher {
                     timeout: call.timeout,
                     lineage: None,
                     flow: None,
+                    priority: crate::graph::Priority::Normal,
+                    concurrency: None,
+                    budgets: std::sync::Arc::from([]),
                     payload: Order {
                         work: Work::Call(job),
                         sink,
@@ -406,6 +445,18 @@ impl Dispatcher {
                 })
             }
             Command::Forget { run_id } => self.forget(&run_id),
+            Command::Budget(start) => {
+                self.registry.budget(&start);
+                Vec::new()
+            }
+            Command::Windows { reply } => {
+                let _ = reply.send(self.registry.windows(now()));
+                Vec::new()
+            }
+            Command::RestoreWindows(kept) => {
+                self.registry.restore_windows(&kept, now());
+                Vec::new()
+            }
             Command::Tell {
                 run_id,
                 key,
@@ -529,6 +580,7 @@ impl Dispatcher {
                 outcome: TaskOutcome {
                     result: Err(failure),
                     read: Vec::new(),
+                    noted: Vec::new(),
                 },
             },
             (Work::Call(job), Ended::Call(result)) => DispatchEvent::CallReturned {
@@ -586,10 +638,20 @@ impl Dispatcher {
                         let _ = order.sink.send(DispatchEvent::TaskRequeued { key, worker });
                     }
                 }
-                Decision::Throttled { job, limit, wait } => {
+                Decision::Throttled {
+                    job,
+                    limit,
+                    wait,
+                    keyed,
+                } => {
                     if let (JobKey::Task(key), Some(order)) = (job.key, self.registry.payload(&job))
                     {
-                        metrics::counter!(crate::metrics::TASKS_THROTTLED, "limit" => limit.to_string())
+                        let label = if keyed {
+                            "concurrency_key".to_owned()
+                        } else {
+                            limit.to_string()
+                        };
+                        metrics::counter!(crate::metrics::TASKS_THROTTLED, "limit" => label)
                             .increment(1);
                         let _ = order
                             .sink

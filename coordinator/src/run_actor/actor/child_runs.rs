@@ -3,6 +3,7 @@
 //! [`ChildRuns`]), and what becomes of them is fed back to the parent's
 //! actor as inputs, through its own command channel.
 
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -17,6 +18,13 @@ use crate::run_actor::{ChildError, Input, NodeId, RunEvent, RunId};
 
 /// A future the registry returns.
 pub type Pending<T> = Pin<Box<dyn Future<Output = T> + Send>>;
+
+/// How a child run ended: its final state or why it did not complete, and
+/// what its model calls used, by model.
+pub type ChildOutcome = (
+    Result<Map<String, Value>, ChildError>,
+    BTreeMap<String, weft_proto::types::Usage>,
+);
 
 /// Where the registry reports what a child run waits for people to answer
 /// (node or path, kind, prompt), each time that changes: the list while it
@@ -36,13 +44,9 @@ pub trait ChildRuns: Send + Sync {
     ) -> Pending<Result<RunId, ChildError>>;
 
     /// Waits for run `run_id` to end: its final state if it completed, else
-    /// why not. Meanwhile reports to `waits` what it waits for people to
-    /// answer.
-    fn outcome(
-        &self,
-        run_id: RunId,
-        waits: WaitReports,
-    ) -> Pending<Result<Map<String, Value>, ChildError>>;
+    /// why not; and what its model calls used, by model, either way.
+    /// Meanwhile reports to `waits` what it waits for people to answer.
+    fn outcome(&self, run_id: RunId, waits: WaitReports) -> Pending<ChildOutcome>;
 
     /// Cancels these runs.
     fn cancel(&self, run_ids: Vec<RunId>);
@@ -72,7 +76,12 @@ impl ChildLink {
         tracker.spawn(async move {
             let Some(runs) = link.runs.clone() else {
                 let result = Err(ChildError::NoRegistry);
-                link.tell(Input::ChildEnded { node, result }).await;
+                link.tell(Input::ChildEnded {
+                    node,
+                    result,
+                    usage: BTreeMap::new(),
+                })
+                .await;
                 return;
             };
             match runs.start(graph, input, traceparent).await {
@@ -88,6 +97,7 @@ impl ChildLink {
                     link.tell(Input::ChildEnded {
                         node,
                         result: Err(error),
+                        usage: BTreeMap::new(),
                     })
                     .await
                 }
@@ -103,7 +113,12 @@ impl ChildLink {
                 Some(runs) => link.follow_to_end(&*runs, node, run_id).await,
                 None => {
                     let result = Err(ChildError::NoRegistry);
-                    link.tell(Input::ChildEnded { node, result }).await;
+                    link.tell(Input::ChildEnded {
+                        node,
+                        result,
+                        usage: BTreeMap::new(),
+                    })
+                    .await;
                 }
             }
         });
@@ -115,17 +130,22 @@ impl ChildLink {
         let (waits, mut reports) = mpsc::unbounded_channel();
         let outcome = runs.outcome(run_id.clone(), waits);
         tokio::pin!(outcome);
-        let result = loop {
+        let (result, usage) = loop {
             tokio::select! {
                 biased;
                 Some(waiting) = reports.recv() => {
                     let (node, run_id) = (node.clone(), run_id.clone());
                     self.tell(Input::ChildWaiting { node, run_id, waiting }).await;
                 }
-                result = &mut outcome => break result,
+                outcome = &mut outcome => break outcome,
             }
         };
-        self.tell(Input::ChildEnded { node, result }).await;
+        self.tell(Input::ChildEnded {
+            node,
+            result,
+            usage,
+        })
+        .await;
     }
 
     /// Cancels child runs.

@@ -24,8 +24,11 @@ use crate::run_actor::{HumanAnswer, Input, Rejected, RunError, RunEvent, RunStat
 pub struct RunView {
     /// The run id.
     pub id: RunId,
-    /// What its steps' model calls used, priced.
+    /// What its steps' model calls used, priced (its ended children's
+    /// included).
     pub usage: weft_proto::types::Usage,
+    /// The same by model, unpriced: what a parent adds to its own.
+    pub models: Arc<std::collections::BTreeMap<String, weft_proto::types::Usage>>,
     /// The graph's name.
     pub graph_name: String,
     /// The graph (for its diagram).

@@ -25,7 +25,7 @@ mod liveness;
 mod spans;
 mod worker_io;
 
-pub use self::child_runs::{ChildRuns, Pending, WaitReports};
+pub use self::child_runs::{ChildOutcome, ChildRuns, Pending, WaitReports};
 pub use self::handle::{
     EndedLog, FinishedRun, RunHandle, RunRequestError, RunView, StoredEvent, UnhostedWait,
 };
@@ -92,6 +92,8 @@ pub struct RunSetup {
     pub suspect: bool,
     /// What model calls cost.
     pub prices: Arc<crate::prices::Prices>,
+    /// Where the namespace's day spend is tallied.
+    pub spend: Arc<crate::day_spend::DaySpend>,
 }
 
 /// How a run's actor begins.
@@ -165,9 +167,33 @@ fn start_actor(
         &setup.plan.graph().name,
         setup.machine.trace_parent(),
     );
+    let chain = &setup.machine.owner().budgets;
+    if !chain.is_empty() {
+        // What it spent before (a restored run's own usage, its ended
+        // children's included) counts against its budgets again.
+        let spent = setup.prices.total(setup.machine.usage());
+        setup.launcher.budget(crate::dispatch::BudgetStart {
+            run: setup.id.clone(),
+            own: setup
+                .plan
+                .graph()
+                .settings
+                .budget
+                .filter(|_| chain.contains(&setup.id)),
+            chain: chain.clone().into(),
+            tokens: spent.prompt_tokens + spent.completion_tokens,
+            cost: spent.cost.unwrap_or(0.0),
+        });
+    }
     let actor = RunActor {
         id: setup.id,
         namespace: setup.machine.owner().namespace.as_str().into(),
+        priority: setup
+            .machine
+            .owner()
+            .priority
+            .unwrap_or(setup.plan.graph().settings.priority),
+        budgets: setup.machine.owner().budgets.clone().into(),
         plan: setup.plan,
         machine: setup.machine,
         bundle: setup.bundle,
@@ -197,6 +223,7 @@ fn start_actor(
         marks: setup.marks,
         suspect: setup.suspect,
         prices: setup.prices,
+        spend: setup.spend,
         step_usage: HashMap::new(),
     };
     // The actor's own log lines are in the run's span: they carry its id
@@ -215,6 +242,10 @@ pub(super) struct RunActor {
     id: RunId,
     /// The run's namespace, which its tasks carry to the dispatcher.
     namespace: Arc<str>,
+    /// Where its tasks go in its namespace's queue.
+    priority: crate::graph::Priority,
+    /// The runs whose budgets its model calls count against.
+    budgets: Arc<[RunId]>,
     plan: Arc<RunPlan>,
     machine: RunMachine,
     bundle: Arc<Vec<BlobRef>>,
@@ -254,6 +285,7 @@ pub(super) struct RunActor {
     suspect: bool,
     /// What model calls cost.
     prices: Arc<crate::prices::Prices>,
+    spend: Arc<crate::day_spend::DaySpend>,
     /// What each step's model calls used, until its `node_finished` takes
     /// it, by node and map item.
     step_usage: HashMap<(NodeId, Option<usize>), Usage>,
@@ -400,6 +432,7 @@ impl RunActor {
             marks: self.marks,
             suspect: self.suspect,
             prices: self.prices,
+            spend: self.spend,
         });
         let record = FinishedRun {
             view,
@@ -603,6 +636,12 @@ impl RunActor {
                     cost: None,
                 };
                 *cost = self.prices.cost(model, &usage);
+                self.spend.add(
+                    &self.namespace,
+                    usage.prompt_tokens + usage.completion_tokens,
+                    cost.unwrap_or(0.0),
+                    now_ms(),
+                );
                 crate::metrics::model_called(
                     &self.namespace,
                     provider.as_deref().unwrap_or_default(),
@@ -663,6 +702,7 @@ impl RunActor {
             owner: self.machine.owner().clone(),
             answers: self.machine.answers().to_vec(),
             usage: self.prices.total(self.machine.usage()),
+            models: Arc::new(self.machine.usage().clone()),
             // An ended run ended with its last event.
             ended_unix_ms: self
                 .machine

@@ -47,6 +47,7 @@ fn start_kept(
     let bundle = bundle_of(yaml);
     spawn_run(RunSetup {
         prices: Arc::default(),
+        spend: Arc::default(),
         id: RunId::from("run-test"),
         plan,
         machine,

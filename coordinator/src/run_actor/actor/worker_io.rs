@@ -64,7 +64,7 @@ impl RunActor {
                 // The machine decides whether the output is acceptable.
                 let (result, notes) = match outcome.result {
                     Ok(done) => (Ok((done.writes_json, done.output)), done.notes),
-                    Err(failure) => (Err(failure), Vec::new()),
+                    Err(failure) => (Err(failure), outcome.noted),
                 };
                 self.input(Input::TaskReturned {
                     key,
@@ -162,6 +162,9 @@ impl RunActor {
             namespace: self.namespace.clone(),
             first_key: spec.first_key.unwrap_or(spec.key),
             task,
+            priority: self.priority,
+            concurrency: spec.concurrency.clone(),
+            budgets: self.budgets.clone(),
         };
         self.launcher
             .launch(job, binding.requirement.clone(), self.sink.clone());

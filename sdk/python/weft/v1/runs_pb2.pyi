@@ -41,12 +41,14 @@ class BundleFile(_message.Message):
     def __init__(self, path: _Optional[str] = ..., content: _Optional[bytes] = ..., mode: _Optional[int] = ...) -> None: ...
 
 class SubmitRequest(_message.Message):
-    __slots__ = ("bundle", "input_json")
+    __slots__ = ("bundle", "input_json", "priority")
     BUNDLE_FIELD_NUMBER: _ClassVar[int]
     INPUT_JSON_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
     bundle: GraphBundle
     input_json: str
-    def __init__(self, bundle: _Optional[_Union[GraphBundle, _Mapping]] = ..., input_json: _Optional[str] = ...) -> None: ...
+    priority: str
+    def __init__(self, bundle: _Optional[_Union[GraphBundle, _Mapping]] = ..., input_json: _Optional[str] = ..., priority: _Optional[str] = ...) -> None: ...
 
 class SubmitResponse(_message.Message):
     __slots__ = ("run_id", "warnings")

@@ -267,16 +267,18 @@ class ToolInfo(_message.Message):
     def __init__(self, name: _Optional[str] = ..., description: _Optional[str] = ..., parameters_json: _Optional[str] = ...) -> None: ...
 
 class Welcome(_message.Message):
-    __slots__ = ("worker_id", "heartbeat_interval_ms", "max_result_bytes", "max_batch")
+    __slots__ = ("worker_id", "heartbeat_interval_ms", "max_result_bytes", "max_batch", "worker_timeout_ms")
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_INTERVAL_MS_FIELD_NUMBER: _ClassVar[int]
     MAX_RESULT_BYTES_FIELD_NUMBER: _ClassVar[int]
     MAX_BATCH_FIELD_NUMBER: _ClassVar[int]
+    WORKER_TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
     worker_id: str
     heartbeat_interval_ms: int
     max_result_bytes: int
     max_batch: int
-    def __init__(self, worker_id: _Optional[str] = ..., heartbeat_interval_ms: _Optional[int] = ..., max_result_bytes: _Optional[int] = ..., max_batch: _Optional[int] = ...) -> None: ...
+    worker_timeout_ms: int
+    def __init__(self, worker_id: _Optional[str] = ..., heartbeat_interval_ms: _Optional[int] = ..., max_result_bytes: _Optional[int] = ..., max_batch: _Optional[int] = ..., worker_timeout_ms: _Optional[int] = ...) -> None: ...
 
 class Heartbeat(_message.Message):
     __slots__ = ("at_unix_ms",)
@@ -385,12 +387,14 @@ class TaskOutput(_message.Message):
     def __init__(self, json: _Optional[str] = ..., output_json: _Optional[str] = ..., notes_json: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class TaskError(_message.Message):
-    __slots__ = ("kind", "message")
+    __slots__ = ("kind", "message", "notes_json")
     KIND_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    NOTES_JSON_FIELD_NUMBER: _ClassVar[int]
     kind: str
     message: str
-    def __init__(self, kind: _Optional[str] = ..., message: _Optional[str] = ...) -> None: ...
+    notes_json: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, kind: _Optional[str] = ..., message: _Optional[str] = ..., notes_json: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class FunctionCall(_message.Message):
     __slots__ = ("call_id", "run_id", "name", "args_json", "timeout_ms", "judge", "python", "bundle", "tool")
