@@ -276,24 +276,9 @@ impl RunMachine {
             self.run.tasks.add(key, retry, false);
             fx.push(Effect::ScheduleRetry { key, delay });
         } else if failure.kind == FailureKind::BudgetExceeded {
-            // The run may spend no more: no fallback, no other item.
             let TaskRef { node, spec, .. } = task;
             let (attempt, item) = Arc::unwrap_or_clone(spec).release();
-            let error = RunError::ExecutionError {
-                node: self.graph().node(node).id.clone(),
-                attempt,
-                worker: failure.worker.clone(),
-                kind: failure.kind,
-                message: failure.message.clone(),
-            };
-            fx.push(Effect::Emit(RunEvent::NodeFailed {
-                node: self.graph().node(node).id.clone().into(),
-                item: item.map(|item| item.index),
-                error: error.to_string(),
-                fallback: None,
-            }));
-            self.run.nodes[node] = NodeStatus::Failed;
-            self.fail_wave(error, fx);
+            self.spent(node, attempt, item.map(|item| item.index), failure, fx);
         } else {
             let TaskRef { node, spec, .. } = task;
             let (attempt, item) = Arc::unwrap_or_clone(spec).release();
@@ -346,6 +331,38 @@ impl RunMachine {
         }
     }
 
+    /// Step `node` (of item `item`) would have crossed the run's budget:
+    /// the run may spend no more, so it fails whatever the node's
+    /// fallback, and no other item goes on.
+    pub(super) fn spent(
+        &mut self,
+        node: NodeIdx,
+        attempt: u32,
+        item: Option<usize>,
+        failure: TaskFailure,
+        fx: &mut Vec<Effect>,
+    ) {
+        let error = self.execution_error(node, attempt, failure);
+        fx.push(Effect::Emit(RunEvent::NodeFailed {
+            node: self.graph().node(node).id.clone().into(),
+            item,
+            error: error.to_string(),
+            fallback: None,
+        }));
+        self.run.nodes[node] = NodeStatus::Failed;
+        self.fail_wave(error, fx);
+    }
+
+    fn execution_error(&self, node: NodeIdx, attempt: u32, failure: TaskFailure) -> RunError {
+        RunError::ExecutionError {
+            node: self.graph().node(node).id.clone(),
+            attempt,
+            worker: failure.worker,
+            kind: failure.kind,
+            message: failure.message,
+        }
+    }
+
     /// A member failed for good: take its fallback, or fail the wave.
     pub(super) fn member_failed(
         &mut self,
@@ -354,13 +371,7 @@ impl RunMachine {
         failure: TaskFailure,
         fx: &mut Vec<Effect>,
     ) {
-        let error = RunError::ExecutionError {
-            node: self.graph().node(node).id.clone(),
-            attempt,
-            worker: failure.worker.clone(),
-            kind: failure.kind,
-            message: failure.message.clone(),
-        };
+        let error = self.execution_error(node, attempt, failure);
         self.member_failed_with(node, error, fx);
     }
 

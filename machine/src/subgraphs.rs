@@ -130,21 +130,11 @@ impl RunMachine {
             }
             Err(error @ ChildError::OverBudget { .. }) => {
                 // Final, whatever the node's retry and fallback say.
-                let error = RunError::ExecutionError {
-                    node: self.graph().node(idx).id.clone(),
-                    attempt,
-                    worker: None,
-                    kind: FailureKind::BudgetExceeded,
-                    message: error.to_string(),
-                };
-                fx.push(Effect::Emit(RunEvent::NodeFailed {
-                    node: self.graph().node(idx).id.clone().into(),
-                    item: None,
-                    error: error.to_string(),
-                    fallback: None,
-                }));
-                self.run.nodes[idx] = NodeStatus::Failed;
-                self.fail_wave(error, fx);
+                let failure = TaskFailure::found_by_coordinator(
+                    FailureKind::BudgetExceeded,
+                    error.to_string(),
+                );
+                self.spent(idx, attempt, None, failure, fx);
             }
             Err(error) if attempt < self.graph().node(idx).retry.max_attempts => {
                 self.retry_child(idx, attempt + 1, error.to_string(), fx);

@@ -24,6 +24,31 @@ use axum::http::{HeaderMap, StatusCode, header};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
+/// A graph mapping `items` over one `llm` step each, 64 at a time,
+/// collecting the answers: W10's shape (the flow-control tests, the
+/// benchmark).
+pub const ASK_EACH: &str = r#"
+state:
+  items: { type: array }
+  answer: { type: string, default: "" }
+  answers: { type: array, default: [] }
+nodes:
+  fan:
+    kind: map
+    start: true
+    over: "{{ items }}"
+    as: item
+    branch: ask
+    output_key: answer
+    collect_into: answers
+    max_concurrency: 64
+  ask:
+    kind: llm
+    prompt: "Item {{ item }}?"
+    max_tokens: 16
+    state_updates: { answer: "{{ output }}" }
+"#;
+
 /// What the server answers one request with.
 #[derive(Debug, Clone)]
 pub enum Reply {

@@ -529,6 +529,11 @@ impl<T> Registry<T> {
             }
         }
         let mut skipped = Vec::new();
+        // What a limit refused in this pass: the same again would be
+        // refused too, so it waits without being looked at (a queue of
+        // thousands behind one limit costs one refusal a pass, not
+        // thousands).
+        let mut held: Vec<(super::limits::Subject, Wait)> = Vec::new();
         while self.workers.values().any(Worker::has_free_slot) {
             let Some((id, namespace, priority)) = self.tasks.pop() else {
                 break;
@@ -536,6 +541,18 @@ impl<T> Registry<T> {
             let Some(job) = self.jobs.get(&id) else {
                 continue;
             };
+            if let Some(needs) = &job.flow
+                && let Some((_, wait)) = held.iter().find(|(subject, _)| *subject == needs.subject)
+            {
+                let wait = wait.clone();
+                if let Some(job) = self.jobs.get_mut(&id)
+                    && !std::mem::replace(&mut job.throttled, true)
+                {
+                    decisions.push(throttled(&id, wait, now));
+                }
+                skipped.push((id, namespace, priority));
+                continue;
+            }
             let Some(worker) = self.pick(job) else {
                 skipped.push((id, namespace, priority));
                 continue;
@@ -550,10 +567,20 @@ impl<T> Registry<T> {
                 }
                 continue;
             }
-            if self.key_free(&id, &mut decisions) && self.admitted(&id, now, &mut decisions) {
-                self.start(id, worker, now, &mut decisions);
-            } else {
+            if !self.key_free(&id, &mut decisions) {
                 skipped.push((id, namespace, priority));
+            } else {
+                match self.admitted(&id, now, &mut decisions) {
+                    Ok(()) => self.start(id, worker, now, &mut decisions),
+                    Err(wait) => {
+                        if let (Some(wait), Some(needs)) =
+                            (wait, self.jobs.get(&id).and_then(|job| job.flow.as_ref()))
+                        {
+                            held.push((needs.subject.clone(), wait));
+                        }
+                        skipped.push((id, namespace, priority));
+                    }
+                }
             }
         }
         while let Some((id, namespace, priority)) = skipped.pop() {
@@ -616,30 +643,36 @@ impl<T> Registry<T> {
 
     /// Whether the limits let job `id` go now; its first call's grant is
     /// kept with it. A job that must wait has its run told, once.
-    fn admitted(&mut self, id: &JobId, now: Instant, out: &mut Vec<Decision<T>>) -> bool {
+    /// (`Err` with the limit's wait when a limit holds it.)
+    fn admitted(
+        &mut self,
+        id: &JobId,
+        now: Instant,
+        out: &mut Vec<Decision<T>>,
+    ) -> Result<(), Option<Wait>> {
         let Some(job) = self.jobs.get_mut(id) else {
-            return false;
+            return Err(None);
         };
         let Some(needs) = &job.flow else {
-            return true;
+            return Ok(());
         };
         // A step under a budget asks before each call, its first too: the
         // budget is checked there, with the limits.
         if !job.budgets.is_empty() && needs.subject.model_call.is_some() {
-            return true;
+            return Ok(());
         }
         match self.rates.admit(&needs.subject, needs.tokens, id, now) {
             Ok(grant) => {
                 job.grant = grant;
                 job.throttled = false;
-                true
+                Ok(())
             }
             Err(wait) => {
                 self.wake = earliest(self.wake, wait.until);
                 if !std::mem::replace(&mut job.throttled, true) {
-                    out.push(throttled(id, wait, now));
+                    out.push(throttled(id, wait.clone(), now));
                 }
-                false
+                Err(Some(wait))
             }
         }
     }

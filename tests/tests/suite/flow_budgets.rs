@@ -197,3 +197,34 @@ nodes:
     );
     Ok(())
 }
+
+/// A namespace whose day budget is spent refuses its next run with
+/// RESOURCE_EXHAUSTED and the figure; the runs already going were not
+/// stopped for it.
+#[tokio::test]
+async fn a_namespace_over_its_days_budget_refuses_the_next_run() -> anyhow::Result<()> {
+    let llm = TestLlm::start(KEY, |_, _| Reply::Text("ok".into())).await?;
+    let config = "[[namespaces]]\nname = \"default\"\ntokens_per_day = 20\n";
+    let cluster = cluster(&llm, config).await?;
+    let client = cluster.client().await?;
+    let ask = GraphBundle::from_text(
+        "ask.yaml",
+        "nodes:\n  ask: { kind: llm, start: true, prompt: \"Say something long enough.\" }\n",
+    );
+    let first = client.submit_bundle(ask.clone(), &json!({})).await?.run_id;
+    let done = client.wait(&first).await?;
+    assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error);
+    let spent = done.usage.prompt_tokens + done.usage.completion_tokens;
+    assert!(spent >= 20, "the first run spent only {spent} tokens");
+    let refused = client
+        .submit_bundle(ask, &json!({}))
+        .await
+        .expect_err("the day is spent");
+    assert!(
+        refused.to_string().contains(&format!(
+            "namespace 'default' has spent {spent} tokens today, its tokens_per_day is 20"
+        )),
+        "{refused}"
+    );
+    Ok(())
+}

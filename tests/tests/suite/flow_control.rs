@@ -38,27 +38,7 @@ async fn run(client: &Client, yaml: &str, input: Value) -> anyhow::Result<RunInf
 }
 
 /// A map of `llm` items, 64 at a time.
-const ASK_EACH: &str = r#"
-state:
-  items: { type: array }
-  answer: { type: string, default: "" }
-  answers: { type: array, default: [] }
-nodes:
-  fan:
-    kind: map
-    start: true
-    over: "{{ items }}"
-    as: item
-    branch: ask
-    output_key: answer
-    collect_into: answers
-    max_concurrency: 64
-  ask:
-    kind: llm
-    prompt: "Item {{ item }}?"
-    max_tokens: 16
-    state_updates: { answer: "{{ output }}" }
-"#;
+const ASK_EACH: &str = weft_tests::llm_server::ASK_EACH;
 
 /// The most arrivals within any `window` (sliding over the arrivals).
 fn busiest(arrivals: &[Instant], window: Duration) -> usize {
