@@ -105,11 +105,6 @@ impl DaySpend {
         Ok(())
     }
 
-    /// Whether any namespace has a day budget (nothing to keep otherwise).
-    pub fn is_empty(&self) -> bool {
-        self.budgets.is_empty()
-    }
-
     /// The tallies, to store.
     pub fn snapshot(&self) -> HashMap<String, Tally> {
         self.tallies

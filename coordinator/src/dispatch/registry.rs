@@ -24,12 +24,18 @@
 //!   room (its first model call reserved: [`super::limits`]), and waits
 //!   in the queue meanwhile, its run told; a running step's later calls
 //!   ask ([`Registry::permit`]) and wait the same way, ahead of the queue,
-//!   as they hold slots.
+//!   as they hold slots;
+//! - a step whose concurrency key is full waits likewise, and one whose
+//!   run's budget is spent fails (`budget_exceeded`) — these and the
+//!   limits are in `registry_flow.rs`;
+//! - queued tasks are offered fair across namespaces and by priority
+//!   within one ([`super::queue`]).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::time::{Duration, Instant};
 use weft_proto::RunId;
 
+use self::flow::throttled;
 use super::budgets::Budgets;
 pub use super::jobs::{
     Decision, Finished, FlowNeeds, JobId, JobKey, JobSpec, Limits, Load, WorkerStatus,
@@ -170,203 +176,11 @@ impl<T> Registry<T> {
         }
     }
 
-    /// The registry with rate limits.
-    pub fn with_rates(mut self, rates: RateLimits) -> Self {
-        self.rates = rates;
-        self
-    }
-
-    /// The registry with budgets priced by `prices`.
-    pub fn with_prices(mut self, prices: Arc<crate::prices::Prices>) -> Self {
-        self.budgets = Budgets::new(prices);
-        self
-    }
-
-    /// The limits' windows at `now`, to keep across a failover.
-    pub fn windows(&mut self, now: Instant) -> BTreeMap<String, super::limits::Window> {
-        self.rates.windows(now)
-    }
-
-    /// Starts the limits from windows an earlier leader kept.
-    pub fn restore_windows(
-        &mut self,
-        kept: &BTreeMap<String, super::limits::Window>,
-        now: Instant,
-    ) {
-        self.rates.restore(kept, now);
-    }
-
-    /// A run that counts against budgets started: see [`Budgets::start`].
-    pub fn budget(&mut self, start: &super::BudgetStart) {
-        self.budgets.start(start);
-    }
-
     /// The registry with namespaces' weights in the fair share of slots and
     /// limits (1 for a namespace not named).
     pub fn with_weights(mut self, weights: HashMap<String, u32>) -> Self {
         self.tasks = FairQueue::with_weights(weights);
         self
-    }
-
-    /// Whether any `[[limits]]` entry is configured: the dispatcher
-    /// describes tasks for them only then.
-    pub fn rate_limited(&self) -> bool {
-        !self.rates.is_empty()
-    }
-
-    /// When a job or call waiting for a limit may go by time alone: the
-    /// dispatcher places again then.
-    pub fn wake(&self) -> Option<Instant> {
-        self.wake
-    }
-
-    /// How a task's model calls are controlled, as its assignment says.
-    pub fn flow_of(&self, job: &JobId) -> Option<CallFlow> {
-        let job = self.jobs.get(job)?;
-        let needs = job.flow.as_ref()?;
-        needs.subject.model_call.as_ref()?;
-        Some(CallFlow {
-            grant: job.grant,
-            ask: true,
-        })
-    }
-
-    /// Whether a task needs describing for limits or budgets.
-    pub fn counts(&self, budgets: &[RunId]) -> bool {
-        self.rate_limited() || !budgets.is_empty()
-    }
-
-    /// A running step asks to call a model: granted now, or when the limits
-    /// that count it have room (its run told it waits). A request for a
-    /// job the worker does not hold is ignored.
-    pub fn permit(
-        &mut self,
-        worker: WorkerId,
-        job: &JobId,
-        request: PermitRequest,
-        now: Instant,
-    ) -> Vec<Decision<T>> {
-        if self.held_by(job) != Some(worker) {
-            return Vec::new();
-        }
-        let mut decisions = Vec::new();
-        let waiting = WaitingPermit {
-            worker,
-            job: job.clone(),
-            request,
-        };
-        if let Some(waiting) = self.try_permit(waiting, now, &mut decisions) {
-            self.permits.push_back(waiting);
-        }
-        decisions
-    }
-
-    /// A running step's model call ended: its grant is settled with what
-    /// the provider reported.
-    pub fn usage(&mut self, worker: WorkerId, job: &JobId, usage: &CallUsage, now: Instant) {
-        if self.held_by(job) != Some(worker) {
-            return;
-        }
-        let call = Settlement {
-            target: Target {
-                provider: Some(usage.provider.clone()),
-                model: Some(usage.model.clone()),
-            },
-            tokens: usage.prompt_tokens + usage.completion_tokens,
-            rate_limited: usage.rate_limited,
-        };
-        self.rates.settle(usage.grant, job, &call, now);
-        if let Some(chain) = self.jobs.get(job).map(|j| j.budgets.clone())
-            && !chain.is_empty()
-        {
-            let used = weft_proto::types::Usage {
-                calls: 1,
-                prompt_tokens: usage.prompt_tokens,
-                completion_tokens: usage.completion_tokens,
-                cached_tokens: usage.cached_tokens,
-                cost: None,
-            };
-            self.budgets.settle(job, &chain, &usage.model, &used);
-        }
-    }
-
-    /// Grants `waiting` its call, or hands it back to wait (its run told
-    /// the first time).
-    fn try_permit(
-        &mut self,
-        waiting: WaitingPermit,
-        now: Instant,
-        out: &mut Vec<Decision<T>>,
-    ) -> Option<WaitingPermit> {
-        let job = self.jobs.get_mut(&waiting.job)?;
-        let answer = |outcome| Decision::Permit {
-            worker: waiting.worker,
-            job: waiting.job.clone(),
-            request_id: waiting.request.request_id,
-            outcome,
-        };
-        let Some(needs) = &job.flow else {
-            out.push(answer(Ok(0)));
-            return None;
-        };
-        if !job.budgets.is_empty()
-            && let Err(why) = self.budgets.hold(
-                &waiting.job,
-                &job.budgets,
-                &job.label,
-                waiting.request.tokens,
-                Some(&waiting.request.model),
-            )
-        {
-            out.push(answer(Err(why)));
-            return None;
-        }
-        let mut subject = needs.subject.clone();
-        subject.model_call = Some(Target {
-            provider: Some(waiting.request.provider.clone()),
-            model: Some(waiting.request.model.clone()),
-        });
-        match self
-            .rates
-            .admit(&subject, waiting.request.tokens, &waiting.job, now)
-        {
-            Ok(grant) => {
-                job.throttled = false;
-                out.push(answer(Ok(grant.unwrap_or(0))));
-                None
-            }
-            Err(wait) => {
-                self.wake = earliest(self.wake, wait.until);
-                if !std::mem::replace(&mut job.throttled, true) {
-                    out.push(throttled(&waiting.job, wait, now));
-                }
-                Some(waiting)
-            }
-        }
-    }
-
-    /// A job ended or went back to the queue: what it held of the limits
-    /// is given back, and its waiting calls are dropped.
-    fn let_go(&mut self, id: &JobId) {
-        self.rates.release(id);
-        self.budgets.release(id);
-        if !self.permits.is_empty() {
-            self.permits.retain(|waiting| waiting.job != *id);
-        }
-        if let Some(job) = self.jobs.get_mut(id) {
-            job.grant = None;
-            if std::mem::take(&mut job.holds_key)
-                && let Some(keyed) = &job.concurrency
-            {
-                let held = (job.namespace.clone(), keyed.key.clone());
-                if let Some(count) = self.keys.get_mut(&held) {
-                    *count = count.saturating_sub(1);
-                    if *count == 0 {
-                        self.keys.remove(&held);
-                    }
-                }
-            }
-        }
     }
 
     /// Registers a worker, unless a connected worker has its name: names
@@ -599,82 +413,6 @@ impl<T> Registry<T> {
         self.calls = waiting;
         self.check();
         decisions
-    }
-
-    /// Why job `id`, a step that calls a model, may not start: a budget it
-    /// counts against is spent.
-    fn spent(&self, id: &JobId) -> Option<TaskFailure> {
-        let job = self.jobs.get(id)?;
-        if job.budgets.is_empty() {
-            return None;
-        }
-        job.flow.as_ref()?.subject.model_call.as_ref()?;
-        let message = self.budgets.exhausted(&job.budgets, &job.label)?;
-        Some(TaskFailure {
-            kind: FailureKind::BudgetExceeded,
-            message,
-            worker: None,
-        })
-    }
-
-    /// Whether job `id`'s concurrency key has room (SPEC 18). A job that
-    /// must wait has its run told, once.
-    fn key_free(&mut self, id: &JobId, out: &mut Vec<Decision<T>>) -> bool {
-        let Some(job) = self.jobs.get_mut(id) else {
-            return false;
-        };
-        let Some(keyed) = &job.concurrency else {
-            return true;
-        };
-        let held = (job.namespace.clone(), keyed.key.clone());
-        if self.keys.get(&held).copied().unwrap_or(0) < keyed.max {
-            return true;
-        }
-        if !std::mem::replace(&mut job.throttled, true) {
-            out.push(Decision::Throttled {
-                job: id.clone(),
-                limit: format!("concurrency key '{}' (max {})", keyed.key, keyed.max).into(),
-                wait: None,
-                keyed: true,
-            });
-        }
-        false
-    }
-
-    /// Whether the limits let job `id` go now; its first call's grant is
-    /// kept with it. A job that must wait has its run told, once.
-    /// (`Err` with the limit's wait when a limit holds it.)
-    fn admitted(
-        &mut self,
-        id: &JobId,
-        now: Instant,
-        out: &mut Vec<Decision<T>>,
-    ) -> Result<(), Option<Wait>> {
-        let Some(job) = self.jobs.get_mut(id) else {
-            return Err(None);
-        };
-        let Some(needs) = &job.flow else {
-            return Ok(());
-        };
-        // A step under a budget asks before each call, its first too: the
-        // budget is checked there, with the limits.
-        if !job.budgets.is_empty() && needs.subject.model_call.is_some() {
-            return Ok(());
-        }
-        match self.rates.admit(&needs.subject, needs.tokens, id, now) {
-            Ok(grant) => {
-                job.grant = grant;
-                job.throttled = false;
-                Ok(())
-            }
-            Err(wait) => {
-                self.wake = earliest(self.wake, wait.until);
-                if !std::mem::replace(&mut job.throttled, true) {
-                    out.push(throttled(id, wait.clone(), now));
-                }
-                Err(Some(wait))
-            }
-        }
     }
 
     /// A worker reported a job's result. Returns the job if the worker
@@ -965,24 +703,6 @@ impl<T> Registry<T> {
     }
 }
 
-/// The earlier of two times to wake; a wait with no time changes nothing.
-fn earliest(current: Option<Instant>, until: Option<Instant>) -> Option<Instant> {
-    match (current, until) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
-    }
-}
-
-/// The decision that tells a job's run it waits for `wait`.
-fn throttled<T>(id: &JobId, wait: Wait, now: Instant) -> Decision<T> {
-    Decision::Throttled {
-        job: id.clone(),
-        limit: wait.limit,
-        wait: wait.until.map(|until| until.saturating_duration_since(now)),
-        keyed: false,
-    }
-}
-
 /// Whether a worker that is not draining hosts what `job` needs and
 /// serves its namespace (jammed ones count: a jam passes).
 fn hosted_among<T>(workers: &BTreeMap<WorkerId, Worker>, job: &Job<T>) -> bool {
@@ -1016,6 +736,9 @@ fn namespace_only<T>(
 
 #[path = "registry_liveness.rs"]
 mod liveness;
+
+#[path = "registry_flow.rs"]
+mod flow;
 
 #[cfg(test)]
 #[path = "registry_tests.rs"]

@@ -47,6 +47,23 @@ async fn spent(client: &weft_client::Client, run_id: &str) -> anyhow::Result<(us
     Ok((calls.len(), tokens))
 }
 
+/// The error of `done`, which failed at `node` with `BudgetExceeded`
+/// against the 2,000-token budget of run `run_id`.
+fn over_budget(done: &weft_client::RunInfo, node: &str, run_id: &str) -> weft_client::RunErrorInfo {
+    assert_eq!(done.status, RunStatus::Failed);
+    let error = done.error.clone().expect("an error");
+    assert_eq!(error.kind, "BudgetExceeded", "{error:?}");
+    assert_eq!(error.node, node);
+    assert!(
+        error
+            .message
+            .contains(&format!("run {run_id}'s budget is 2000 tokens")),
+        "{}",
+        error.message
+    );
+    error
+}
+
 /// The loop is stopped at the call that would cross the budget: the run
 /// fails with `BudgetExceeded`, naming the budget, what was spent and the
 /// step, having spent no more than its budget.
@@ -63,17 +80,7 @@ async fn a_runs_budget_stops_an_agent_loop_at_the_call_that_would_cross_it() -> 
         .await?
         .run_id;
     let done = client.wait(&run_id).await?;
-    assert_eq!(done.status, RunStatus::Failed);
-    let error = done.error.expect("an error");
-    assert_eq!(error.kind, "BudgetExceeded", "{error:?}");
-    assert_eq!(error.node, "ask");
-    assert!(
-        error
-            .message
-            .contains(&format!("run {run_id}'s budget is 2000 tokens")),
-        "{}",
-        error.message
-    );
+    let error = over_budget(&done, "ask", &run_id);
     assert!(error.message.contains("step 'ask'"), "{}", error.message);
     let (calls, tokens) = spent(&client, &run_id).await?;
     assert!(calls >= 2, "stopped before it began: {calls} calls");
@@ -118,17 +125,7 @@ nodes:
     );
     let run_id = client.submit_bundle(bundle, &json!({})).await?.run_id;
     let done = client.wait(&run_id).await?;
-    assert_eq!(done.status, RunStatus::Failed);
-    let error = done.error.expect("an error");
-    assert_eq!(error.kind, "BudgetExceeded", "{error:?}");
-    assert_eq!(error.node, "inner");
-    assert!(
-        error
-            .message
-            .contains(&format!("run {run_id}'s budget is 2000 tokens")),
-        "{}",
-        error.message
-    );
+    over_budget(&done, "inner", &run_id);
     let calls = llm.requests().len();
     assert!((2..40).contains(&calls), "{calls} calls");
     // The child's calls are in the parent's usage.
