@@ -147,8 +147,14 @@ pub(crate) struct Wal {
 
 impl Wal {
     /// The log beside the database at `db_path`, and what it holds after
-    /// `applied`, the last frame the database took.
-    pub(crate) fn open(db_path: &Path, applied: u64) -> std::io::Result<(Self, Replay)> {
+    /// `applied`, the last frame the database took, as far as `whole`
+    /// takes its frames: a frame it refuses (one whose big value's file
+    /// the machine lost with it) ends the replay, as a gap does.
+    pub(crate) fn open(
+        db_path: &Path,
+        applied: u64,
+        whole: impl Fn(&[Change]) -> bool,
+    ) -> std::io::Result<(Self, Replay)> {
         let name = |suffix: &str| {
             let mut name = db_path.as_os_str().to_owned();
             name.push(suffix);
@@ -177,9 +183,10 @@ impl Wal {
             if seq <= replay.last {
                 continue;
             }
-            if seq != replay.last + 1 {
-                // A gap: what follows was never synced before what it
-                // follows, so it was never promised to outlive the machine.
+            if seq != replay.last + 1 || !whole(&changes) {
+                // A gap, or a value's file lost: what follows was never
+                // synced before what it follows, so it was never promised
+                // to outlive the machine.
                 break;
             }
             replay.changes.extend(changes);
@@ -353,6 +360,10 @@ mod tests {
         dir
     }
 
+    fn all(_: &[Change]) -> bool {
+        true
+    }
+
     fn put(key: &str, record: &[u8]) -> Frame {
         let mut frame = Frame::default();
         frame.put(key, record);
@@ -374,7 +385,7 @@ mod tests {
     fn frames_read_back_in_order_and_a_torn_tail_ends_the_log() {
         let dir = dir("torn");
         let db = dir.join("s.redb");
-        let (mut wal, replay) = Wal::open(&db, 0).unwrap();
+        let (mut wal, replay) = Wal::open(&db, 0, all).unwrap();
         assert!(replay.changes.is_empty());
         wal.clear().unwrap();
         let mut first = put("a", b"one");
@@ -391,7 +402,7 @@ mod tests {
             .unwrap();
         file.write_all(&[200, 0, 0, 0, 1, 2]).unwrap();
         drop(file);
-        let (mut wal, replay) = Wal::open(&db, 0).unwrap();
+        let (mut wal, replay) = Wal::open(&db, 0, all).unwrap();
         assert_eq!(
             replay.changes,
             vec![
@@ -408,9 +419,9 @@ mod tests {
         );
         assert_eq!(replay.last, 2);
         // What the database already took is not replayed again.
-        assert_eq!(keys(&Wal::open(&db, 1).unwrap().1), ["a"]);
+        assert_eq!(keys(&Wal::open(&db, 1, all).unwrap().1), ["a"]);
         wal.clear().unwrap();
-        assert!(Wal::open(&db, 2).unwrap().1.changes.is_empty());
+        assert!(Wal::open(&db, 2, all).unwrap().1.changes.is_empty());
         std::fs::remove_dir_all(dir).ok();
     }
 
@@ -418,7 +429,7 @@ mod tests {
     fn a_big_frame_written_apart_from_its_header_reads_back_and_its_torn_copy_ends_the_log() {
         let dir = dir("big");
         let db = dir.join("s.redb");
-        let (mut wal, _) = Wal::open(&db, 0).unwrap();
+        let (mut wal, _) = Wal::open(&db, 0, all).unwrap();
         wal.clear().unwrap();
         let record: Vec<u8> = (0..3 * ONE_WRITE).map(|i| (i % 251) as u8).collect();
         let mut big = put("big", &record);
@@ -443,12 +454,12 @@ mod tests {
             },
             Change::Remove { key: "big".into() },
         ];
-        assert_eq!(Wal::open(&db, 0).unwrap().1.changes, expected);
+        assert_eq!(Wal::open(&db, 0, all).unwrap().1.changes, expected);
         // The big frame cut after its header and part of its body (the
         // process died between the two writes): the log ends before it.
         let first_frame = MAGIC.len();
         std::fs::write(&log, &whole[..first_frame + 16 + ONE_WRITE]).unwrap();
-        let replay = Wal::open(&db, 0).unwrap().1;
+        let replay = Wal::open(&db, 0, all).unwrap().1;
         assert!(replay.changes.is_empty(), "{:?}", replay.changes.len());
         std::fs::remove_dir_all(dir).ok();
     }
@@ -457,7 +468,7 @@ mod tests {
     fn segments_replay_by_sequence_and_stop_at_a_gap() {
         let dir = dir("segments");
         let db = dir.join("s.redb");
-        let (mut wal, _) = Wal::open(&db, 0).unwrap();
+        let (mut wal, _) = Wal::open(&db, 0, all).unwrap();
         wal.clear().unwrap();
         wal.append(&put("one", b"1")).unwrap();
         wal.append(&put("two", b"2")).unwrap();
@@ -465,21 +476,21 @@ mod tests {
         wal.append(&put("three", b"3")).unwrap();
         drop(wal);
         // The newer segment is read first and the order still holds.
-        let (mut wal, replay) = Wal::open(&db, 0).unwrap();
+        let (mut wal, replay) = Wal::open(&db, 0, all).unwrap();
         assert_eq!(keys(&replay), ["one", "two", "three"]);
         assert_eq!(replay.last, 3);
         // A sealed segment emptied after its commit: only the newer frames.
         wal.rotate();
         wal.clear_sealed().unwrap();
         drop(wal);
-        let (_, replay) = Wal::open(&db, 2).unwrap();
+        let (_, replay) = Wal::open(&db, 2, all).unwrap();
         assert_eq!(keys(&replay), ["three"]);
         // A sealed segment whose emptying was lost replays nothing the
         // database took.
-        let (_, replay) = Wal::open(&db, 3).unwrap();
+        let (_, replay) = Wal::open(&db, 3, all).unwrap();
         assert!(replay.changes.is_empty());
         // A frame missing before others (never synced): they are dropped.
-        let (_, replay) = Wal::open(&db, 1).unwrap();
+        let (_, replay) = Wal::open(&db, 1, all).unwrap();
         assert!(replay.changes.is_empty(), "{:?}", replay.changes);
         std::fs::remove_dir_all(dir).ok();
     }
@@ -495,7 +506,7 @@ mod tests {
         old.extend_from_slice(&crc32fast::hash(&body).to_le_bytes());
         old.extend_from_slice(&body);
         std::fs::write(dir.join("s.redb.wal"), old).unwrap();
-        let (_, replay) = Wal::open(&db, 0).unwrap();
+        let (_, replay) = Wal::open(&db, 0, all).unwrap();
         assert_eq!(keys(&replay), ["old", "older"]);
         std::fs::remove_dir_all(dir).ok();
     }

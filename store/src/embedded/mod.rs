@@ -12,7 +12,10 @@
 //! database's pages are written once per commit, not once per write.
 //!
 //! Each key's record ([`records`]) holds its create and last-change revisions, its lease
-//! and its value; one counter gives revisions as etcd does. Leases live in
+//! and its value; one counter gives revisions as etcd does. A value of
+//! 64 KiB or more is kept in a file of its own beside the database
+//! ([`values`]) and the record refers to it, so that it is written once:
+//! not into the log and again into the database's pages. Leases live in
 //! memory with the process that owns the file: keys under a lease vanish
 //! when it is not kept alive, and on open (their owner is gone). Watchers
 //! are fed from the writes this process makes — the only writer.
@@ -28,10 +31,12 @@ use tokio::sync::{broadcast, mpsc};
 
 mod pending;
 mod records;
+mod values;
 
 pub use pending::CommitPolicy;
 use pending::Log;
-use records::{Tx, Watched, entry, lease_of, merged, mod_of, read_table};
+use records::{Tx, Watched, entry, external_of, lease_of, merged, mod_of, read_table};
+use values::{EXTERNAL_BYTES, Missing, Values};
 
 use super::wal::{Change, Wal};
 use super::{Entry, Fence, LeaseId, Revision, Store, StoreError, WatchEvent};
@@ -66,11 +71,17 @@ pub(crate) const ENTRIES: TableDefinition<&str, &[u8]> = TableDefinition::new("e
 pub(crate) const COUNTERS: TableDefinition<&str, i64> = TableDefinition::new("counters");
 /// The counter naming the last log frame the database holds.
 const APPLIED: &str = "log";
-/// The largest write made on the caller's thread rather than a blocking
-/// one: a log append and a few map inserts, some microseconds (a hop to
-/// another thread and back costs more; checkpoints are on every run's
-/// critical path).
-const QUICK_WRITE_BYTES: usize = 64 << 10;
+/// Writes smaller than this are made on the caller's thread rather than a
+/// blocking one: a log append and a few map inserts, some microseconds (a
+/// hop to another thread and back costs more; checkpoints are on every
+/// run's critical path). A write this big or bigger may write a value's
+/// file, which is not for an async runtime's thread.
+const QUICK_WRITE_BYTES: usize = EXTERNAL_BYTES;
+
+/// How many times a read starts again when a big value's file was deleted
+/// under it (its key rewritten and committed meanwhile): each try reads
+/// the newer record, so a second is almost always enough.
+const READ_TRIES: usize = 8;
 
 /// Writes the embedded store made (counter).
 pub const WRITES_METRIC: &str = "weft_store_writes_total";
@@ -99,6 +110,8 @@ pub struct EmbeddedStats {
 
 struct Inner {
     db: Database,
+    /// Big values, each in a file of its own.
+    values: Values,
     /// The log and the writes the database has not taken; writers append
     /// under its lock. An async lock: a write on the runtime's thread
     /// awaits it ([`EmbeddedStore::writing`]), blocking threads take it
@@ -186,9 +199,19 @@ impl EmbeddedStore {
             Err(redb::TableError::TableDoesNotExist(_)) => 0,
             Err(other) => return Err(backend(other)),
         };
-        let (mut wal, replay) = Wal::open(path, applied as u64).map_err(backend)?;
+        let values = Values::open(path)?;
+        let (mut wal, replay) = Wal::open(path, applied as u64, |changes| {
+            changes.iter().all(|change| match change {
+                Change::Put { record, .. } => {
+                    external_of(record).is_none_or(|reference| values.holds(&reference))
+                }
+                _ => true,
+            })
+        })
+        .map_err(backend)?;
         let txn = db.begin_write().map_err(backend)?;
         let mut counters = BTreeMap::new();
+        let mut referred = std::collections::HashSet::new();
         {
             let mut entries = txn.open_table(ENTRIES).map_err(backend)?;
             let mut stored = txn.open_table(COUNTERS).map_err(backend)?;
@@ -214,22 +237,32 @@ impl EmbeddedStore {
                 let (name, value) = item.map_err(backend)?;
                 counters.insert(name.value().to_owned(), value.value());
             }
-            let leased: Vec<String> = entries
-                .iter()
-                .map_err(backend)?
-                .filter_map(Result::ok)
-                .filter(|(_, record)| lease_of(record.value()) != 0)
-                .map(|(key, _)| key.value().to_owned())
-                .collect();
+            // Keys under a lease go (their owner is gone); the value files
+            // the others refer to stay.
+            let mut leased = Vec::new();
+            for item in entries.iter().map_err(backend)? {
+                let (key, record) = item.map_err(backend)?;
+                if lease_of(record.value()) != 0 {
+                    leased.push(key.value().to_owned());
+                } else if let Some(reference) = external_of(record.value()) {
+                    referred.insert(reference.id);
+                }
+            }
             for key in leased {
                 entries.remove(key.as_str()).map_err(backend)?;
             }
         }
         txn.commit().map_err(backend)?;
         wal.clear().map_err(backend)?;
+        // What failed writes, lost frames and replaced values left.
+        let unused = values.keep_only(&referred)?;
+        if unused > 0 {
+            tracing::info!(files = unused, "deleted value files no key refers to");
+        }
         let (changes, _) = broadcast::channel(1024);
         let inner = Arc::new(Inner {
             db,
+            values,
             log: tokio::sync::Mutex::new(Log::new(wal, counters)),
             flush,
             policy,
@@ -277,31 +310,11 @@ impl EmbeddedStore {
         bytes: usize,
         work: impl FnOnce(&mut Tx<'_>) -> Result<T, StoreError> + Send + 'static,
     ) -> Result<T, StoreError> {
-        if bytes <= QUICK_WRITE_BYTES && matches!(self.inner.flush, Flush::Every(_)) {
+        if bytes < QUICK_WRITE_BYTES && matches!(self.inner.flush, Flush::Every(_)) {
             let log = self.inner.log.lock().await;
             return self.inner.write_holding(log, work);
         }
         self.blocking(move |inner| inner.write(work)).await
-    }
-
-    /// Every key starting with `prefix`, in key order, as `each` makes of
-    /// it and its record.
-    async fn scan_with<T: Send + 'static>(
-        &self,
-        prefix: &str,
-        each: fn(&str, &[u8]) -> T,
-    ) -> Result<Vec<T>, StoreError> {
-        let prefix = prefix.to_owned();
-        self.blocking(move |inner| {
-            let (overlay, table) = {
-                let log = inner.log();
-                (log.overlay(&prefix), read_table(&inner.db)?)
-            };
-            merged(&table, overlay, &prefix, |key, record| {
-                Some(each(key, record))
-            })
-        })
-        .await
     }
 
     /// Runs `work` on a blocking thread, after expiring leases.
@@ -320,6 +333,67 @@ impl EmbeddedStore {
 }
 
 impl Inner {
+    /// Every key starting with `prefix`, in key order, as `each` makes of
+    /// it and its record.
+    fn scan_with<T>(
+        &self,
+        prefix: &str,
+        each: impl Fn(&str, &[u8]) -> T,
+    ) -> Result<Vec<T>, StoreError> {
+        let (overlay, table) = {
+            let log = self.log();
+            (log.overlay(prefix), read_table(&self.db)?)
+        };
+        merged(&table, overlay, prefix, |key, record| {
+            Some(each(key, record))
+        })
+    }
+
+    /// A key's entry, if present.
+    fn get(&self, key: &str) -> Result<Option<Entry>, StoreError> {
+        for _ in 0..READ_TRIES {
+            let read = {
+                let log = self.log();
+                match log.lookup(key) {
+                    Some(kept) => {
+                        let Some(record) = kept.cloned() else {
+                            return Ok(None);
+                        };
+                        drop(log);
+                        entry(&self.values, key, &record)?
+                    }
+                    None => {
+                        let table = read_table(&self.db)?;
+                        drop(log);
+                        let Some(record) = table.get(key).map_err(backend)? else {
+                            return Ok(None);
+                        };
+                        entry(&self.values, key, record.value())?
+                    }
+                }
+            };
+            if let Ok(found) = read {
+                return Ok(Some(found));
+            }
+        }
+        Err(rewritten(key))
+    }
+
+    /// Every entry under `prefix`, in key order.
+    fn scan(&self, prefix: &str) -> Result<Vec<Entry>, StoreError> {
+        'again: for _ in 0..READ_TRIES {
+            let mut found = Vec::new();
+            for read in self.scan_with(prefix, |key, record| entry(&self.values, key, record))? {
+                match read? {
+                    Ok(entry) => found.push(entry),
+                    Err(Missing) => continue 'again,
+                }
+            }
+            return Ok(found);
+        }
+        Err(rewritten(prefix))
+    }
+
     fn stats(&self) -> EmbeddedStats {
         EmbeddedStats {
             writes: self.writes.load(Ordering::Relaxed),
@@ -354,14 +428,25 @@ impl Inner {
         work: impl FnOnce(&mut Tx<'_>) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
         let (result, events, last) = {
-            let mut tx = Tx::new(&log, &self.db, &self.watched);
-            let result = work(&mut tx)?;
+            let mut tx = Tx::new(&log, &self.db, &self.values, &self.watched);
+            let made = work(&mut tx);
             let changes = tx.changes;
-            let events = log.apply(changes).map_err(|source| StoreError::Io {
-                path: log.wal.path().display().to_string(),
-                source,
-            })?;
-            (result, events, log.wal.last())
+            let written: Vec<u64> = changes.written.iter().map(|(id, _)| *id).collect();
+            let applied = made.and_then(|result| {
+                let events = log.apply(changes).map_err(|source| StoreError::Io {
+                    path: log.wal.path().display().to_string(),
+                    source,
+                })?;
+                Ok((result, events))
+            });
+            match applied {
+                Ok((result, events)) => (result, events, log.wal.last()),
+                Err(error) => {
+                    // A write that did not happen leaves no value files.
+                    self.values.delete(written);
+                    return Err(error);
+                }
+            }
         };
         // Let go before the fsync, which takes the lock again.
         drop(log);
@@ -386,10 +471,25 @@ impl Inner {
         if self.synced.load(Ordering::Acquire) >= seq {
             return Ok(());
         }
-        let (files, last, path) = {
-            let log = self.log();
-            (log.wal.files(), log.wal.last(), log.wal.path().to_owned())
+        let (files, last, path, values) = {
+            let mut log = self.log();
+            let values = std::mem::take(&mut log.unsynced);
+            (
+                log.wal.files(),
+                log.wal.last(),
+                log.wal.path().to_owned(),
+                values,
+            )
         };
+        // The value files first: a synced frame never refers to a file the
+        // machine could lose.
+        if let Err(error) = self.values.sync(&values) {
+            let mut log = self.log();
+            let mut again = values;
+            again.append(&mut log.unsynced);
+            log.unsynced = again;
+            return Err(error);
+        }
         for file in files {
             file.sync_data().map_err(|source| StoreError::Io {
                 path: path.display().to_string(),
@@ -424,6 +524,10 @@ impl Inner {
         let Some(batch) = self.log().seal(&self.policy, now) else {
             return Ok(());
         };
+        // Once the database holds a reference, its value's file must be on
+        // disk: the batch's files are synced first (with the log, usually
+        // synced already).
+        self.sync_to(batch.last)?;
         let txn = self.db.begin_write().map_err(backend)?;
         {
             let mut entries = txn.open_table(ENTRIES).map_err(backend)?;
@@ -449,11 +553,15 @@ impl Inner {
         }
         txn.commit().map_err(backend)?;
         self.commits.fetch_add(1, Ordering::Relaxed);
-        let mut log = self.log();
-        log.committed().map_err(|source| StoreError::Io {
-            path: log.wal.path().display().to_string(),
-            source,
-        })
+        let unused = {
+            let mut log = self.log();
+            log.committed().map_err(|source| StoreError::Io {
+                path: log.wal.path().display().to_string(),
+                source,
+            })?
+        };
+        self.values.delete(unused);
+        Ok(())
     }
 
     /// Everything so far synced and in the database.
@@ -489,7 +597,7 @@ impl Inner {
     fn drop_lease_keys(&self, lease: LeaseId) -> Result<(), StoreError> {
         self.write(|tx| {
             for key in tx.keys("", |record| lease_of(record) == lease)? {
-                tx.remove(key);
+                tx.remove(key)?;
             }
             Ok(())
         })
@@ -566,28 +674,18 @@ impl Store for EmbeddedStore {
 
     async fn get(&self, key: &str) -> Result<Option<Entry>, StoreError> {
         let key = key.to_owned();
-        self.blocking(move |inner| {
-            let table = {
-                let log = inner.log();
-                if let Some(kept) = log.lookup(&key) {
-                    return Ok(kept.map(|record| entry(&key, record)));
-                }
-                read_table(&inner.db)?
-            };
-            Ok(table
-                .get(key.as_str())
-                .map_err(backend)?
-                .map(|record| entry(&key, record.value())))
-        })
-        .await
+        self.blocking(move |inner| inner.get(&key)).await
     }
 
     async fn scan(&self, prefix: &str) -> Result<Vec<Entry>, StoreError> {
-        self.scan_with(prefix, entry).await
+        let prefix = prefix.to_owned();
+        self.blocking(move |inner| inner.scan(&prefix)).await
     }
 
     async fn scan_keys(&self, prefix: &str) -> Result<Vec<String>, StoreError> {
-        self.scan_with(prefix, |key, _| key.to_owned()).await
+        let prefix = prefix.to_owned();
+        self.blocking(move |inner| inner.scan_with(&prefix, |key, _| key.to_owned()))
+            .await
     }
 
     async fn put(
@@ -671,7 +769,7 @@ impl Store for EmbeddedStore {
                     tx.next_revision();
                 }
                 for key in keys {
-                    tx.remove(key);
+                    tx.remove(key)?;
                 }
                 Ok(())
             })
@@ -747,6 +845,14 @@ impl Store for EmbeddedStore {
             }
         });
         Ok(rx)
+    }
+}
+
+/// A read that kept finding its value's file deleted under it.
+fn rewritten(key: &str) -> StoreError {
+    StoreError::Corrupt {
+        key: key.to_owned(),
+        reason: format!("its value's file was deleted under {READ_TRIES} reads in a row"),
     }
 }
 

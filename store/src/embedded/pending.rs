@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use super::super::WatchEvent;
 use super::super::wal::{Frame, Wal};
+use super::values::Written;
 
 /// A key's stored record, shared between the batch and its readers (the
 /// write's own buffer, not a copy of it).
@@ -102,6 +103,10 @@ pub(super) struct Changes {
     pub(super) counters: BTreeMap<String, i64>,
     pub(super) frame: Frame,
     pub(super) events: Vec<WatchEvent>,
+    /// The value files it wrote ([`super::values`]), by number.
+    pub(super) written: Vec<(u64, Written)>,
+    /// The value files of the values it replaced or removed.
+    pub(super) superseded: Vec<u64>,
 }
 
 /// The log and the writes it holds that the database has not taken.
@@ -113,6 +118,12 @@ pub(super) struct Log {
     pub(super) committing: Option<Arc<Batch>>,
     /// Every counter's current value.
     counters: BTreeMap<String, i64>,
+    /// Value files written since the log was last synced: the next sync
+    /// syncs them first.
+    pub(super) unsynced: Vec<Written>,
+    /// Value files replaced or removed, with the frame that did it: each
+    /// goes once the database has taken that frame.
+    superseded: Vec<(u64, u64)>,
 }
 
 impl Log {
@@ -122,6 +133,8 @@ impl Log {
             pending: Batch::default(),
             committing: None,
             counters,
+            unsynced: Vec::new(),
+            superseded: Vec::new(),
         }
     }
 
@@ -162,13 +175,17 @@ impl Log {
 
     /// Appends a transaction's changes to the log, then keeps them; its
     /// events are returned for watchers. Nothing is kept if the append
-    /// fails.
+    /// fails (the value files it wrote are the caller's to delete).
     pub(super) fn apply(&mut self, mut changes: Changes) -> std::io::Result<Vec<WatchEvent>> {
         let events = std::mem::take(&mut changes.events);
         if changes.frame.is_empty() {
             return Ok(events);
         }
         let seq = self.wal.append(&changes.frame)?;
+        self.unsynced
+            .extend(changes.written.drain(..).map(|(_, file)| file));
+        self.superseded
+            .extend(changes.superseded.drain(..).map(|id| (seq, id)));
         for (name, value) in &changes.counters {
             self.counters.insert(name.clone(), *value);
         }
@@ -201,9 +218,15 @@ impl Log {
         Some(batch)
     }
 
-    /// The sealed batch is in the database: it and its segment go.
-    pub(super) fn committed(&mut self) -> std::io::Result<()> {
-        self.committing = None;
-        self.wal.clear_sealed()
+    /// The sealed batch is in the database: it and its segment go. Returns
+    /// the value files no stored state refers to any more, to delete.
+    pub(super) fn committed(&mut self) -> std::io::Result<Vec<u64>> {
+        let last = self.committing.take().map_or(0, |batch| batch.last);
+        self.wal.clear_sealed()?;
+        let (gone, kept): (Vec<_>, Vec<_>) = std::mem::take(&mut self.superseded)
+            .into_iter()
+            .partition(|(seq, _)| *seq <= last);
+        self.superseded = kept;
+        Ok(gone.into_iter().map(|(_, id)| id).collect())
     }
 }

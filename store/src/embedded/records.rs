@@ -10,11 +10,18 @@ use redb::{Database, ReadOnlyTable, ReadableDatabase};
 
 use super::super::{Entry, Fence, LeaseId, Revision, StoreError, WatchEvent};
 use super::pending::{Changes, Log, Record, under};
+use super::values::{EXTERNAL_BYTES, Missing, Reference, Values};
 use super::{ENTRIES, backend};
 
 /// A record's header: create revision, change revision, lease (8 bytes
-/// each, little-endian); the value follows.
+/// each, little-endian); the value follows, or a [`Reference`] to it.
 const HEADER: usize = 24;
+
+/// The lease word's top bit: the record holds a [`Reference`] to a value
+/// kept in a file of its own ([`super::values`]), not the value. Leases are
+/// counted up from 1 and never reach it, so records written before values
+/// were kept apart read as they did.
+const EXTERNAL: i64 = i64::MIN;
 
 /// The database's table of records, opened for reading.
 pub(super) type Table = ReadOnlyTable<&'static str, &'static [u8]>;
@@ -75,6 +82,7 @@ impl Drop for Following {
 pub(super) struct Tx<'a> {
     log: &'a Log,
     db: &'a Database,
+    values: &'a Values,
     /// The prefixes being watched: a change to a key under none of them
     /// makes no event (and a big value is not copied into one).
     watched: &'a Watched,
@@ -84,10 +92,16 @@ pub(super) struct Tx<'a> {
 }
 
 impl<'a> Tx<'a> {
-    pub(super) fn new(log: &'a Log, db: &'a Database, watched: &'a Watched) -> Self {
+    pub(super) fn new(
+        log: &'a Log,
+        db: &'a Database,
+        values: &'a Values,
+        watched: &'a Watched,
+    ) -> Self {
         Self {
             log,
             db,
+            values,
             watched,
             table: None,
             changes: Changes::default(),
@@ -142,12 +156,24 @@ impl<'a> Tx<'a> {
     }
 
     /// Removes a key (noted for watchers).
-    pub(super) fn remove(&mut self, key: String) {
+    pub(super) fn remove(&mut self, key: String) -> Result<(), StoreError> {
+        self.supersede(&key)?;
         self.changes.frame.remove(&key);
         self.changes.entries.insert(key.clone(), None);
         if self.watched.covers(&key) {
             self.changes.events.push(WatchEvent::Delete { key });
         }
+        Ok(())
+    }
+
+    /// Notes that `key`'s current value, if it is kept in a file of its
+    /// own, is being replaced: the file goes once the database has taken
+    /// the replacement.
+    fn supersede(&mut self, key: &str) -> Result<(), StoreError> {
+        if let Some(Some(old)) = self.record(key, external_of)? {
+            self.changes.superseded.push(old.id);
+        }
+        Ok(())
     }
 
     /// Counter `name` plus one.
@@ -189,12 +215,19 @@ impl<'a> Tx<'a> {
         lease: LeaseId,
     ) -> Result<Revision, StoreError> {
         let revision = self.next_revision();
-        let created = self.record(key, create_of)?.unwrap_or(revision);
-        let mut record = Vec::with_capacity(HEADER + value.len());
-        record.extend_from_slice(&created.to_le_bytes());
-        record.extend_from_slice(&revision.to_le_bytes());
-        record.extend_from_slice(&lease.to_le_bytes());
-        record.extend_from_slice(value);
+        let (created, replaced) = self
+            .record(key, |record| (create_of(record), external_of(record)))?
+            .unwrap_or((revision, None));
+        if let Some(old) = replaced {
+            self.changes.superseded.push(old.id);
+        }
+        let record = if value.len() >= EXTERNAL_BYTES {
+            let (reference, file) = self.values.write(value)?;
+            self.changes.written.push((reference.id, file));
+            header(created, revision, lease | EXTERNAL, &reference.encode())
+        } else {
+            header(created, revision, lease, value)
+        };
         self.put(key, record);
         if self.watched.covers(key) {
             self.changes.events.push(WatchEvent::Put(Entry {
@@ -242,6 +275,16 @@ pub(super) fn merged<T>(
     Ok(found.into_iter().map(|(_, made)| made).collect())
 }
 
+/// A record: its header, then `body` (the value, or a reference to it).
+fn header(created: Revision, revision: Revision, lease: i64, body: &[u8]) -> Vec<u8> {
+    let mut record = Vec::with_capacity(HEADER + body.len());
+    record.extend_from_slice(&created.to_le_bytes());
+    record.extend_from_slice(&revision.to_le_bytes());
+    record.extend_from_slice(&lease.to_le_bytes());
+    record.extend_from_slice(body);
+    record
+}
+
 pub(super) fn field(record: &[u8], at: usize) -> i64 {
     record
         .get(at..at + 8)
@@ -259,14 +302,34 @@ pub(super) fn mod_of(record: &[u8]) -> Revision {
 }
 
 pub(super) fn lease_of(record: &[u8]) -> LeaseId {
-    field(record, 16)
+    field(record, 16) & !EXTERNAL
 }
 
-pub(super) fn entry(key: &str, record: &[u8]) -> Entry {
-    Entry {
+/// Where a record's value is kept, if it is kept in a file of its own.
+pub(super) fn external_of(record: &[u8]) -> Option<Reference> {
+    (field(record, 16) & EXTERNAL != 0)
+        .then(|| Reference::decode(record.get(HEADER..)?))
+        .flatten()
+}
+
+/// The entry a record stands for, its value read from its file if it is
+/// kept in one ([`Missing`] if that file was deleted meanwhile).
+pub(super) fn entry(
+    values: &Values,
+    key: &str,
+    record: &[u8],
+) -> Result<Result<Entry, Missing>, StoreError> {
+    let value = match external_of(record) {
+        Some(reference) => match values.read(key, &reference)? {
+            Ok(value) => value,
+            Err(missing) => return Ok(Err(missing)),
+        },
+        None => record.get(HEADER..).unwrap_or_default().to_vec(),
+    };
+    Ok(Ok(Entry {
         key: key.to_owned(),
-        value: record.get(HEADER..).unwrap_or_default().to_vec(),
+        value,
         create_revision: create_of(record),
         mod_revision: mod_of(record),
-    }
+    }))
 }

@@ -104,3 +104,197 @@ async fn writes_make_events_only_for_watched_prefixes() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A fresh store in a directory of its own, whose database takes nothing
+/// until it is flushed or closed.
+fn quiet_store(name: &str) -> (std::path::PathBuf, super::EmbeddedStore) {
+    let dir = std::env::temp_dir().join(format!("weft-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let store = super::EmbeddedStore::open_configured(
+        &dir.join("weft.redb"),
+        super::Flush::Every(Duration::from_secs(3600)),
+        super::CommitPolicy {
+            after: Duration::from_secs(3600),
+            bytes: usize::MAX,
+        },
+    )
+    .unwrap();
+    (dir, store)
+}
+
+/// The files in the store's values directory, by name, with their sizes.
+fn value_files(dir: &Path) -> Vec<(String, u64)> {
+    let mut files: Vec<(String, u64)> = std::fs::read_dir(dir.join("weft.redb.values"))
+        .unwrap()
+        .map(|item| {
+            let item = item.unwrap();
+            let name = item.file_name().into_string().unwrap();
+            (name, item.metadata().unwrap().len())
+        })
+        .collect();
+    files.sort();
+    files
+}
+
+/// Bytes this process has dirtied for storage so far (`/proc/self/io`).
+fn written_bytes() -> u64 {
+    let io = std::fs::read_to_string("/proc/self/io").unwrap();
+    io.lines()
+        .find_map(|line| line.strip_prefix("write_bytes: "))
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+/// A value of some size whose bytes do not repeat in a short period.
+fn big_value(size: usize, seed: u8) -> Vec<u8> {
+    (0..size)
+        .map(|i| ((i as u64 * 2_654_435_761) >> 7) as u8 ^ seed)
+        .collect()
+}
+
+/// A big value is written once: into a file of its own, while the log
+/// and the database hold a few bytes that refer to it. Before, a 4 MiB
+/// value was appended to the log and written again into the database's
+/// pages at its commit (more than twice its size dirtied).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_big_value_is_written_once_into_a_file_of_its_own() {
+    let (dir, store) = quiet_store("value-once");
+    let value = big_value(4 << 20, 1);
+    store.put("small", b"s".to_vec(), None).await.unwrap();
+    store.flush().await.unwrap();
+    let log = dir.join("weft.redb.wal");
+    let (log_before, db_before) = (
+        std::fs::metadata(&log).unwrap().len()
+            + std::fs::metadata(dir.join("weft.redb.wal-2"))
+                .unwrap()
+                .len(),
+        std::fs::metadata(dir.join("weft.redb")).unwrap().len(),
+    );
+    let before = written_bytes();
+    store.put("runs/big", value.clone(), None).await.unwrap();
+    let files = value_files(&dir);
+    assert_eq!(files.len(), 1, "{files:?}");
+    assert_eq!(files[0].1, value.len() as u64);
+    let log_after = std::fs::metadata(&log).unwrap().len()
+        + std::fs::metadata(dir.join("weft.redb.wal-2"))
+            .unwrap()
+            .len();
+    assert!(
+        log_after - log_before < 1024,
+        "the log took {} bytes for a reference",
+        log_after - log_before
+    );
+    // Read back from memory, then from the database after its commit.
+    assert_eq!(store.get("runs/big").await.unwrap().unwrap().value, value);
+    store.flush().await.unwrap();
+    let dirtied = written_bytes() - before;
+    let db_grew = std::fs::metadata(dir.join("weft.redb")).unwrap().len() - db_before;
+    assert!(
+        db_grew < 1 << 20,
+        "the database grew by {db_grew} bytes for a 4 MiB value kept apart"
+    );
+    assert!(
+        dirtied < value.len() as u64 + (1 << 20),
+        "{dirtied} bytes written for a value of {}",
+        value.len()
+    );
+    assert_eq!(store.get("runs/big").await.unwrap().unwrap().value, value);
+    let scanned = store.scan("runs/").await.unwrap();
+    assert_eq!(scanned.len(), 1);
+    assert_eq!(scanned[0].value, value);
+    // And after the store is opened again.
+    drop(store);
+    let store = super::EmbeddedStore::open(&dir.join("weft.redb")).unwrap();
+    assert_eq!(store.get("runs/big").await.unwrap().unwrap().value, value);
+    assert_eq!(store.get("small").await.unwrap().unwrap().value, b"s");
+    drop(store);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A big value's file goes once the database has taken what replaced or
+/// removed its key, not before (a crash before that commit replays the
+/// log over the database, which may still refer to it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replaced_or_removed_value_s_file_goes_once_the_database_has_the_change() {
+    let (dir, store) = quiet_store("value-replaced");
+    store.put("k", big_value(100_000, 1), None).await.unwrap();
+    store.flush().await.unwrap();
+    let first = value_files(&dir);
+    assert_eq!(first.len(), 1);
+    let second = big_value(200_000, 2);
+    store.put("k", second.clone(), None).await.unwrap();
+    assert_eq!(
+        value_files(&dir).len(),
+        2,
+        "the old file stays until the commit"
+    );
+    assert_eq!(store.get("k").await.unwrap().unwrap().value, second);
+    store.flush().await.unwrap();
+    let now = value_files(&dir);
+    assert_eq!(now.len(), 1);
+    assert_ne!(now[0].0, first[0].0, "the first value's file went");
+    assert_eq!(now[0].1, 200_000);
+    // A small value over a big one: the big one's file goes too.
+    store.put("k", b"small".to_vec(), None).await.unwrap();
+    store.flush().await.unwrap();
+    assert!(value_files(&dir).is_empty());
+    // Written and removed between two commits: gone at the next.
+    store.put("a/1", big_value(70_000, 3), None).await.unwrap();
+    store.put("a/2", big_value(70_000, 4), None).await.unwrap();
+    store.delete_prefix("a/", None).await.unwrap();
+    assert_eq!(value_files(&dir).len(), 2);
+    store.flush().await.unwrap();
+    assert!(value_files(&dir).is_empty());
+    // A create that finds its key writes no file.
+    store.put("c", b"here".to_vec(), None).await.unwrap();
+    assert_eq!(
+        store.create("c", big_value(80_000, 5), None).await.unwrap(),
+        None
+    );
+    assert!(value_files(&dir).is_empty());
+    drop(store);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The log holds writes the database has not taken (as after `kill -9`);
+/// a frame whose value's file the machine lost ends the replay there, as
+/// a torn frame does, and files no key refers to are deleted on open.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frame_whose_value_file_was_lost_ends_the_replay() {
+    let (dir, store) = quiet_store("value-lost");
+    let kept = big_value(90_000, 1);
+    store.put("1", kept.clone(), None).await.unwrap();
+    store.put("2", b"small".to_vec(), None).await.unwrap();
+    store.put("3", big_value(90_000, 2), None).await.unwrap();
+    store.put("4", b"after".to_vec(), None).await.unwrap();
+    let files = value_files(&dir);
+    assert_eq!(files.len(), 2);
+    // The process ends with its writes in the log alone: what it kept in
+    // memory for the database is dropped, not committed.
+    {
+        let mut log = store.inner.log.lock().await;
+        log.pending = Default::default();
+    }
+    drop(store);
+    // The machine lost the second value's file (it was never synced).
+    std::fs::write(dir.join("weft.redb.values").join(&files[1].0), b"torn").unwrap();
+    // And a file that no frame refers to (a write that failed).
+    std::fs::write(dir.join("weft.redb.values").join("00000000000000ff"), b"x").unwrap();
+    let store = super::EmbeddedStore::open(&dir.join("weft.redb")).unwrap();
+    assert_eq!(store.get("1").await.unwrap().unwrap().value, kept);
+    assert_eq!(store.get("2").await.unwrap().unwrap().value, b"small");
+    assert!(store.get("3").await.unwrap().is_none(), "its file was lost");
+    assert!(
+        store.get("4").await.unwrap().is_none(),
+        "what follows a lost frame was never promised"
+    );
+    assert_eq!(value_files(&dir), vec![files[0].clone()]);
+    // New writes go on after it, and their files do not reuse a number.
+    store.put("5", big_value(90_000, 3), None).await.unwrap();
+    let names: Vec<String> = value_files(&dir).into_iter().map(|(n, _)| n).collect();
+    assert_eq!(names.len(), 2);
+    assert!(names[1].as_str() > "00000000000000ff", "{names:?}");
+    drop(store);
+    let _ = std::fs::remove_dir_all(&dir);
+}
