@@ -13,7 +13,7 @@
 //!
 //! Each key's record ([`records`]) holds its create and last-change revisions, its lease
 //! and its value; one counter gives revisions as etcd does. A value of
-//! 64 KiB or more is kept in a file of its own beside the database
+//! 1 MiB or more is kept in a file of its own beside the database
 //! ([`values`]) and the record refers to it, so that it is written once:
 //! not into the log and again into the database's pages. Leases live in
 //! memory with the process that owns the file: keys under a lease vanish
@@ -74,9 +74,10 @@ const APPLIED: &str = "log";
 /// Writes smaller than this are made on the caller's thread rather than a
 /// blocking one: a log append and a few map inserts, some microseconds (a
 /// hop to another thread and back costs more; checkpoints are on every
-/// run's critical path). A write this big or bigger may write a value's
-/// file, which is not for an async runtime's thread.
-const QUICK_WRITE_BYTES: usize = EXTERNAL_BYTES;
+/// run's critical path). Below [`EXTERNAL_BYTES`], so no such write makes
+/// a value's file.
+const QUICK_WRITE_BYTES: usize = 64 << 10;
+const _: () = assert!(QUICK_WRITE_BYTES < EXTERNAL_BYTES);
 
 /// How many times a read starts again when a big value's file was deleted
 /// under it (its key rewritten and committed meanwhile): each try reads
@@ -310,7 +311,7 @@ impl EmbeddedStore {
         bytes: usize,
         work: impl FnOnce(&mut Tx<'_>) -> Result<T, StoreError> + Send + 'static,
     ) -> Result<T, StoreError> {
-        if bytes < QUICK_WRITE_BYTES && matches!(self.inner.flush, Flush::Every(_)) {
+        if bytes <= QUICK_WRITE_BYTES && matches!(self.inner.flush, Flush::Every(_)) {
             let log = self.inner.log.lock().await;
             return self.inner.write_holding(log, work);
         }

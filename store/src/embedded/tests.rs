@@ -146,6 +146,9 @@ fn written_bytes() -> u64 {
         .unwrap()
 }
 
+/// The smallest value kept in a file of its own.
+const BIG: usize = super::values::EXTERNAL_BYTES;
+
 /// A value of some size whose bytes do not repeat in a short period.
 fn big_value(size: usize, seed: u8) -> Vec<u8> {
     (0..size)
@@ -218,11 +221,11 @@ async fn a_big_value_is_written_once_into_a_file_of_its_own() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replaced_or_removed_value_s_file_goes_once_the_database_has_the_change() {
     let (dir, store) = quiet_store("value-replaced");
-    store.put("k", big_value(100_000, 1), None).await.unwrap();
+    store.put("k", big_value(BIG, 1), None).await.unwrap();
     store.flush().await.unwrap();
     let first = value_files(&dir);
     assert_eq!(first.len(), 1);
-    let second = big_value(200_000, 2);
+    let second = big_value(BIG + 1000, 2);
     store.put("k", second.clone(), None).await.unwrap();
     assert_eq!(
         value_files(&dir).len(),
@@ -234,14 +237,14 @@ async fn a_replaced_or_removed_value_s_file_goes_once_the_database_has_the_chang
     let now = value_files(&dir);
     assert_eq!(now.len(), 1);
     assert_ne!(now[0].0, first[0].0, "the first value's file went");
-    assert_eq!(now[0].1, 200_000);
+    assert_eq!(now[0].1, BIG as u64 + 1000);
     // A small value over a big one: the big one's file goes too.
     store.put("k", b"small".to_vec(), None).await.unwrap();
     store.flush().await.unwrap();
     assert!(value_files(&dir).is_empty());
     // Written and removed between two commits: gone at the next.
-    store.put("a/1", big_value(70_000, 3), None).await.unwrap();
-    store.put("a/2", big_value(70_000, 4), None).await.unwrap();
+    store.put("a/1", big_value(BIG, 3), None).await.unwrap();
+    store.put("a/2", big_value(BIG, 4), None).await.unwrap();
     store.delete_prefix("a/", None).await.unwrap();
     assert_eq!(value_files(&dir).len(), 2);
     store.flush().await.unwrap();
@@ -249,7 +252,7 @@ async fn a_replaced_or_removed_value_s_file_goes_once_the_database_has_the_chang
     // A create that finds its key writes no file.
     store.put("c", b"here".to_vec(), None).await.unwrap();
     assert_eq!(
-        store.create("c", big_value(80_000, 5), None).await.unwrap(),
+        store.create("c", big_value(BIG, 5), None).await.unwrap(),
         None
     );
     assert!(value_files(&dir).is_empty());
@@ -263,10 +266,10 @@ async fn a_replaced_or_removed_value_s_file_goes_once_the_database_has_the_chang
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_frame_whose_value_file_was_lost_ends_the_replay() {
     let (dir, store) = quiet_store("value-lost");
-    let kept = big_value(90_000, 1);
+    let kept = big_value(BIG, 1);
     store.put("1", kept.clone(), None).await.unwrap();
     store.put("2", b"small".to_vec(), None).await.unwrap();
-    store.put("3", big_value(90_000, 2), None).await.unwrap();
+    store.put("3", big_value(BIG, 2), None).await.unwrap();
     store.put("4", b"after".to_vec(), None).await.unwrap();
     let files = value_files(&dir);
     assert_eq!(files.len(), 2);
@@ -291,7 +294,7 @@ async fn a_frame_whose_value_file_was_lost_ends_the_replay() {
     );
     assert_eq!(value_files(&dir), vec![files[0].clone()]);
     // New writes go on after it, and their files do not reuse a number.
-    store.put("5", big_value(90_000, 3), None).await.unwrap();
+    store.put("5", big_value(BIG, 3), None).await.unwrap();
     let names: Vec<String> = value_files(&dir).into_iter().map(|(n, _)| n).collect();
     assert_eq!(names.len(), 2);
     assert!(names[1].as_str() > "00000000000000ff", "{names:?}");

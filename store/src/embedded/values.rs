@@ -1,7 +1,7 @@
 //! Big values kept beside the database, each in a file of its own, so that
 //! a big value is written once.
 //!
-//! A value of [`EXTERNAL_BYTES`] or more would otherwise be written twice
+//! A value of [`EXTERNAL_BYTES`] (1 MiB) or more would otherwise be written twice
 //! and churn the database: once into the log, then again into redb's
 //! pages at the next commit (redb allocates pages by powers of two, so a
 //! 10 MB value was a 16 MiB write, zero-filled and checksummed, after the
@@ -37,8 +37,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::super::StoreError;
 
-/// Values this large or larger are kept in files of their own.
-pub(crate) const EXTERNAL_BYTES: usize = 64 << 10;
+/// Values this large or larger are kept in files of their own. Below it
+/// the log's one shared fsync per flush interval is cheaper than a file's
+/// creation, fsync and deletion per value (many runs writing fields of a
+/// few hundred KB would each cost the flush a sync of its own), and the
+/// database's rounding of a record up to a power of two costs less than the
+/// value's size again.
+pub(crate) const EXTERNAL_BYTES: usize = 1 << 20;
 
 /// A reference's size in a record: the file's number, the value's length
 /// (8 bytes each, little-endian) and its CRC-32 (4 bytes).

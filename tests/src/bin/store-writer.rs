@@ -3,8 +3,8 @@
 //! durable commit; with a second argument `each`, the log synced before
 //! each write returns; with `flushing`, the log synced and a batch
 //! committed to the database every 2 ms, so a kill often lands mid-commit),
-//! printing `acked N` once write N has returned (every fourth value is
-//! some 80 KB, kept in a file of its own beside the database), until it
+//! printing `acked N` once write N has returned (every sixteenth value is
+//! some 1.1 MB, kept in a file of its own beside the database), until it
 //! is killed. The store suite kills it with SIGKILL and checks that every
 //! acknowledged write is there when the store is opened again.
 
@@ -30,11 +30,11 @@ async fn main() -> anyhow::Result<()> {
     let store = EmbeddedStore::open_configured(path.as_ref(), flush, policy)?;
     let mut out = std::io::stdout().lock();
     for n in 0u64.. {
-        // Every fourth value is big enough to be kept in a file of its own
+        // Every sixteenth value is big enough to be kept in a file of its own
         // (the store suite checks the same rule).
         let value = format!("value {n}");
-        let value = if n % 4 == 0 {
-            value.repeat(8_000)
+        let value = if n % 16 == 0 {
+            value.repeat(160_000)
         } else {
             value
         }

@@ -545,10 +545,10 @@ async fn acknowledged_writes_survive_kill_9(mode: &str) {
     );
     for (n, entry) in kept.iter().enumerate().take(acked as usize + 1) {
         assert_eq!(entry.key, format!("k{n:06}"));
-        // Every fourth value is big, as the helper writes it.
+        // Every sixteenth value is big (over 1 MiB), as the helper writes it.
         let value = format!("value {n}");
-        let value = if n % 4 == 0 {
-            value.repeat(8_000)
+        let value = if n % 16 == 0 {
+            value.repeat(160_000)
         } else {
             value
         };
