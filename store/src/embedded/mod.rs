@@ -352,6 +352,7 @@ impl Inner {
 
     /// A key's entry, if present.
     fn get(&self, key: &str) -> Result<Option<Entry>, StoreError> {
+        let mut missing = None;
         for _ in 0..READ_TRIES {
             let read = {
                 let log = self.log();
@@ -373,26 +374,31 @@ impl Inner {
                     }
                 }
             };
-            if let Ok(found) = read {
-                return Ok(Some(found));
+            match read {
+                Ok(found) => return Ok(Some(found)),
+                Err(gone) => missing = Some(gone),
             }
         }
-        Err(rewritten(key))
+        Err(lost(key, missing))
     }
 
     /// Every entry under `prefix`, in key order.
     fn scan(&self, prefix: &str) -> Result<Vec<Entry>, StoreError> {
+        let mut missing = None;
         'again: for _ in 0..READ_TRIES {
             let mut found = Vec::new();
             for read in self.scan_with(prefix, |key, record| entry(&self.values, key, record))? {
                 match read? {
                     Ok(entry) => found.push(entry),
-                    Err(Missing) => continue 'again,
+                    Err(gone) => {
+                        missing = Some(gone);
+                        continue 'again;
+                    }
                 }
             }
             return Ok(found);
         }
-        Err(rewritten(prefix))
+        Err(lost(prefix, missing))
     }
 
     fn stats(&self) -> EmbeddedStats {
@@ -849,11 +855,19 @@ impl Store for EmbeddedStore {
     }
 }
 
-/// A read that kept finding its value's file deleted under it.
-fn rewritten(key: &str) -> StoreError {
+/// A read that found its value's file missing every time it tried: not a
+/// key rewritten meanwhile (the next try would read the new record) but
+/// a file deleted or lost outside the store.
+fn lost(key: &str, missing: Option<Missing>) -> StoreError {
+    let (key, file) = missing.map_or_else(
+        || (key.to_owned(), String::new()),
+        |m| (m.key, format!(" {}", m.path.display())),
+    );
     StoreError::Corrupt {
-        key: key.to_owned(),
-        reason: format!("its value's file was deleted under {READ_TRIES} reads in a row"),
+        key,
+        reason: format!(
+            "its value's file{file} is missing ({READ_TRIES} reads found it gone): deleted or lost outside the store"
+        ),
     }
 }
 

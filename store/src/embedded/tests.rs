@@ -301,3 +301,31 @@ async fn a_frame_whose_value_file_was_lost_ends_the_replay() {
     drop(store);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A value's file deleted outside the store: a read says which key and
+/// which file, and the process goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_value_file_deleted_outside_the_store_is_named_when_read() {
+    let (dir, store) = quiet_store("value-deleted");
+    store
+        .put("runs/big", big_value(BIG, 1), None)
+        .await
+        .unwrap();
+    let files = value_files(&dir);
+    let file = dir.join("weft.redb.values").join(&files[0].0);
+    std::fs::remove_file(&file).unwrap();
+    let error = store.get("runs/big").await.unwrap_err().to_string();
+    assert!(
+        error.contains("'runs/big'") && error.contains(&file.display().to_string()),
+        "{error}"
+    );
+    let error = store.scan("runs/").await.unwrap_err().to_string();
+    assert!(
+        error.contains("'runs/big'") && error.contains("is missing"),
+        "{error}"
+    );
+    store.put("after", b"fine".to_vec(), None).await.unwrap();
+    assert_eq!(store.get("after").await.unwrap().unwrap().value, b"fine");
+    drop(store);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -84,7 +84,12 @@ impl Reference {
 /// rewritten and the database took the new record meanwhile. Reading the
 /// key again finds the new one.
 #[derive(Debug)]
-pub(crate) struct Missing;
+pub(crate) struct Missing {
+    /// The key whose value it is.
+    pub(crate) key: String,
+    /// The file that was not there.
+    pub(crate) path: PathBuf,
+}
 
 /// A value file just written: kept until the log is synced past it.
 pub(crate) type Written = Arc<File>;
@@ -190,7 +195,12 @@ impl Values {
         let path = self.path(reference.id);
         let mut file = match File::open(&path) {
             Ok(file) => file,
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(Err(Missing)),
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+                return Ok(Err(Missing {
+                    key: key.to_owned(),
+                    path,
+                }));
+            }
             Err(source) => return Err(io(&path, source)),
         };
         // Read into room made for it, not zero-filled first.
