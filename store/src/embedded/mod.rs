@@ -260,11 +260,12 @@ impl EmbeddedStore {
         if unused > 0 {
             tracing::info!(files = unused, "deleted value files no key refers to");
         }
+        let snapshot = read_table(&db)?;
         let (changes, _) = broadcast::channel(1024);
         let inner = Arc::new(Inner {
             db,
             values,
-            log: tokio::sync::Mutex::new(Log::new(wal, counters)),
+            log: tokio::sync::Mutex::new(Log::new(wal, counters, snapshot)),
             flush,
             policy,
             synced: AtomicU64::new(replay.last),
@@ -343,7 +344,7 @@ impl Inner {
     ) -> Result<Vec<T>, StoreError> {
         let (overlay, table) = {
             let log = self.log();
-            (log.overlay(prefix), read_table(&self.db)?)
+            (log.overlay(prefix), log.snapshot.clone())
         };
         merged(&table, overlay, prefix, |key, record| {
             Some(each(key, record))
@@ -365,7 +366,7 @@ impl Inner {
                         entry(&self.values, key, &record)?
                     }
                     None => {
-                        let table = read_table(&self.db)?;
+                        let table = log.snapshot.clone();
                         drop(log);
                         let Some(record) = table.get(key).map_err(backend)? else {
                             return Ok(None);
@@ -435,7 +436,7 @@ impl Inner {
         work: impl FnOnce(&mut Tx<'_>) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
         let (result, events, last) = {
-            let mut tx = Tx::new(&log, &self.db, &self.values, &self.watched);
+            let mut tx = Tx::new(&log, &self.values, &self.watched);
             let made = work(&mut tx);
             let changes = tx.changes;
             let written: Vec<u64> = changes.written.iter().map(|(id, _)| *id).collect();
@@ -560,9 +561,10 @@ impl Inner {
         }
         txn.commit().map_err(backend)?;
         self.commits.fetch_add(1, Ordering::Relaxed);
+        let snapshot = read_table(&self.db)?;
         let unused = {
             let mut log = self.log();
-            log.committed().map_err(|source| StoreError::Io {
+            log.committed(snapshot).map_err(|source| StoreError::Io {
                 path: log.wal.path().display().to_string(),
                 source,
             })?

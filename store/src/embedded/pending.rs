@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use super::super::WatchEvent;
 use super::super::wal::{Frame, Wal};
+use super::records::Table;
 use super::values::Written;
 
 /// A key's stored record, shared between the batch and its readers (the
@@ -118,6 +119,11 @@ pub(super) struct Log {
     pub(super) committing: Option<Arc<Batch>>,
     /// Every counter's current value.
     counters: BTreeMap<String, i64>,
+    /// The database's table as of its last commit, opened once per commit
+    /// rather than once per read: only this store's commits change the
+    /// database, and until the log swaps it for the next (in
+    /// [`Log::committed`]) the batch being committed is read from memory.
+    pub(super) snapshot: Arc<Table>,
     /// Value files written since the log was last synced: the next sync
     /// syncs them first.
     pub(super) unsynced: Vec<Written>,
@@ -127,8 +133,9 @@ pub(super) struct Log {
 }
 
 impl Log {
-    pub(super) fn new(wal: Wal, counters: BTreeMap<String, i64>) -> Self {
+    pub(super) fn new(wal: Wal, counters: BTreeMap<String, i64>, snapshot: Table) -> Self {
         Self {
+            snapshot: Arc::new(snapshot),
             wal,
             pending: Batch::default(),
             committing: None,
@@ -218,9 +225,11 @@ impl Log {
         Some(batch)
     }
 
-    /// The sealed batch is in the database: it and its segment go. Returns
-    /// the value files no stored state refers to any more, to delete.
-    pub(super) fn committed(&mut self) -> std::io::Result<Vec<u64>> {
+    /// The sealed batch is in the database, which `snapshot` shows: it and
+    /// its segment go. Returns the value files no stored state refers to
+    /// any more, to delete.
+    pub(super) fn committed(&mut self, snapshot: Table) -> std::io::Result<Vec<u64>> {
+        self.snapshot = Arc::new(snapshot);
         let last = self.committing.take().map_or(0, |batch| batch.last);
         self.wal.clear_sealed()?;
         let (gone, kept): (Vec<_>, Vec<_>) = std::mem::take(&mut self.superseded)

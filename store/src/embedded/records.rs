@@ -81,38 +81,26 @@ impl Drop for Following {
 /// One write transaction, made while the log is held.
 pub(super) struct Tx<'a> {
     log: &'a Log,
-    db: &'a Database,
     values: &'a Values,
     /// The prefixes being watched: a change to a key under none of them
     /// makes no event (and a big value is not copied into one).
     watched: &'a Watched,
-    /// The database's table, opened at the first read that needs it.
-    table: Option<Table>,
     pub(super) changes: Changes,
 }
 
 impl<'a> Tx<'a> {
-    pub(super) fn new(
-        log: &'a Log,
-        db: &'a Database,
-        values: &'a Values,
-        watched: &'a Watched,
-    ) -> Self {
+    pub(super) fn new(log: &'a Log, values: &'a Values, watched: &'a Watched) -> Self {
         Self {
             log,
-            db,
             values,
             watched,
-            table: None,
             changes: Changes::default(),
         }
     }
 
-    fn table(&mut self) -> Result<&Table, StoreError> {
-        if self.table.is_none() {
-            self.table = Some(read_table(self.db)?);
-        }
-        Ok(self.table.as_ref().expect("opened above"))
+    /// The database's table as of its last commit (the log keeps it open).
+    fn table(&self) -> &Table {
+        &self.log.snapshot
     }
 
     /// What `read` makes of a key's current record, if it has one.
@@ -128,7 +116,7 @@ impl<'a> Tx<'a> {
         if let Some(record) = kept {
             return Ok(record.map(|r| read(r)));
         }
-        let stored = self.table()?.get(key).map_err(backend)?;
+        let stored = self.table().get(key).map_err(backend)?;
         Ok(stored.map(|record| read(record.value())))
     }
 
@@ -143,7 +131,7 @@ impl<'a> Tx<'a> {
         for (key, record) in under(&self.changes.entries, prefix) {
             overlay.insert(key.clone(), record.clone());
         }
-        merged(self.table()?, overlay, prefix, |key, record| {
+        merged(self.table(), overlay, prefix, |key, record| {
             keep(record).then(|| key.to_owned())
         })
     }
