@@ -155,8 +155,8 @@ impl<'a> Tx<'a> {
     }
 
     /// Notes that `key`'s current value, if it is kept in a file of its
-    /// own, is being replaced: the file goes once the database has taken
-    /// the replacement.
+    /// own, is being removed: the file goes once the database has taken
+    /// the removal.
     fn supersede(&mut self, key: &str) -> Result<(), StoreError> {
         if let Some(Some(old)) = self.record(key, external_of)? {
             self.changes.superseded.push(old.id);
