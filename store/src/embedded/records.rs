@@ -145,21 +145,15 @@ impl<'a> Tx<'a> {
 
     /// Removes a key (noted for watchers).
     pub(super) fn remove(&mut self, key: String) -> Result<(), StoreError> {
-        self.supersede(&key)?;
+        // A value kept in a file of its own: the file goes once the
+        // database has taken the removal.
+        if let Some(Some(old)) = self.record(&key, external_of)? {
+            self.changes.superseded.push(old.id);
+        }
         self.changes.frame.remove(&key);
         self.changes.entries.insert(key.clone(), None);
         if self.watched.covers(&key) {
             self.changes.events.push(WatchEvent::Delete { key });
-        }
-        Ok(())
-    }
-
-    /// Notes that `key`'s current value, if it is kept in a file of its
-    /// own, is being removed: the file goes once the database has taken
-    /// the removal.
-    fn supersede(&mut self, key: &str) -> Result<(), StoreError> {
-        if let Some(Some(old)) = self.record(key, external_of)? {
-            self.changes.superseded.push(old.id);
         }
         Ok(())
     }
