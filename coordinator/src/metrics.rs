@@ -15,6 +15,11 @@ pub const RUNS: &str = "weft_runs";
 pub const RUNS_SUBMITTED: &str = "weft_runs_submitted_total";
 /// Task attempts sent to workers, re-dispatches included (counter).
 pub const TASKS_DISPATCHED: &str = "weft_tasks_dispatched_total";
+/// Task attempts that carried their node's definition (its kind and
+/// configuration) to a worker (counter). A worker keeps each for its
+/// session, so a node's later tasks name it by number: this grows with
+/// nodes and workers, not with tasks.
+pub const NODE_DEFINITIONS_SENT: &str = "weft_node_definitions_sent_total";
 /// Times a task or a running step's model call started waiting for a
 /// rate limit, by limit.
 pub const TASKS_THROTTLED: &str = "weft_tasks_throttled_total";
@@ -102,6 +107,10 @@ pub fn install() -> Result<PrometheusHandle, metrics_exporter_prometheus::BuildE
         "connections closed at once, a cap being reached, by listener and reason"
     );
     metrics::describe_counter!(TASKS_DISPATCHED, "task attempts sent to workers");
+    metrics::describe_counter!(
+        NODE_DEFINITIONS_SENT,
+        "task attempts that carried their node's definition to a worker"
+    );
     metrics::describe_counter!(
         TASKS_THROTTLED,
         "times a task or model call started waiting for a rate limit ([[limits]])"

@@ -6,6 +6,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
 use weft_proto::NodeId;
+use weft_proto::worker_protocol::NodeDefinition;
 
 use super::RunLimits;
 use super::merge::HostedReduction;
@@ -37,6 +38,9 @@ pub struct RunPlan {
     fallback: Vec<Option<Target>>,
     reads_state: Vec<bool>,
     bindings: Vec<Option<NodeBinding>>,
+    /// Each worker node's definition as its tasks carry it, made once: a
+    /// worker keeps it for its session, so it crosses once per worker.
+    definitions: Vec<Option<Arc<NodeDefinition>>>,
     limits: RunLimits,
     /// Per node, the state fields its routing reads (`None`: all).
     routing_reads: Vec<Option<BTreeSet<String>>>,
@@ -89,7 +93,7 @@ impl RunPlan {
             knowledge: &graph.knowledge,
             max_knowledge_bytes: limits.max_knowledge_bytes,
         };
-        let bindings = graph
+        let bindings: Vec<Option<NodeBinding>> = graph
             .nodes
             .iter()
             .map(|node| {
@@ -110,13 +114,24 @@ impl RunPlan {
                 }))
             })
             .collect();
-        let ids = graph
+        let ids: Vec<NodeId> = graph
             .nodes
             .iter()
             .map(|node| NodeId::from(node.id.as_str()))
             .collect();
+        let definitions = bindings
+            .iter()
+            .zip(&ids)
+            .map(|(binding, id)| {
+                let binding = binding.as_ref()?;
+                let definition =
+                    NodeDefinition::new(id.clone(), binding.kind, binding.config.clone());
+                Some(Arc::new(definition))
+            })
+            .collect();
         Arc::new(Self {
             bindings,
+            definitions,
             ids,
             graph,
             flow,
@@ -170,6 +185,12 @@ impl RunPlan {
     /// How a node runs on a worker; `None` for nodes the coordinator runs.
     pub fn binding(&self, node: NodeIdx) -> Option<&NodeBinding> {
         self.bindings.get(node)?.as_ref()
+    }
+
+    /// What a worker runs for a node, as its tasks carry it; `None` for
+    /// nodes the coordinator runs.
+    pub fn definition(&self, node: NodeIdx) -> Option<&Arc<NodeDefinition>> {
+        self.definitions.get(node)?.as_ref()
     }
 
     /// Main-flow nodes in forward (topological) order.

@@ -52,6 +52,9 @@ pub struct Hello {
     pub functions: Vec<String>,
     /// Its registered tools, as a model is told of them.
     pub tools: Vec<ToolInfo>,
+    /// It keeps node definitions by number ([`NodeRef`]); every Rust worker
+    /// does.
+    pub keeps_nodes: bool,
 }
 
 /// A registered tool, as a model is told of it.
@@ -146,6 +149,71 @@ pub struct StateField {
     pub json: Option<Arc<str>>,
 }
 
+/// What a worker runs for a node: its id, its kind and the kind's fields.
+/// A graph's plan makes one per node, shared by every task of it; a worker
+/// keeps those it was sent for its session ([`NodeRef`]), so a node's
+/// definition crosses once per worker and its configuration is parsed once
+/// there ([`NodeDefinition::config`]).
+#[derive(Debug)]
+pub struct NodeDefinition {
+    /// The node id.
+    pub node: NodeId,
+    /// The node's kind.
+    pub kind: WorkerKind,
+    /// The kind's fields (`handler`, `argv`, `provider`, …), as JSON text.
+    pub config_json: Arc<str>,
+    /// `config_json` read, on first use.
+    config: std::sync::OnceLock<Result<Arc<Value>, String>>,
+}
+
+impl NodeDefinition {
+    /// The definition of `node`, of `kind` with the fields `config_json`.
+    pub fn new(node: NodeId, kind: WorkerKind, config_json: Arc<str>) -> Self {
+        Self {
+            node,
+            kind,
+            config_json,
+            config: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// The configuration as a value (`Null` for none), read once; or why
+    /// it is not JSON.
+    pub fn config(&self) -> Result<&Arc<Value>, &str> {
+        self.config
+            .get_or_init(|| {
+                if self.config_json.trim().is_empty() {
+                    return Ok(Arc::new(Value::Null));
+                }
+                serde_json::from_str(&self.config_json)
+                    .map(Arc::new)
+                    .map_err(|error| error.to_string())
+            })
+            .as_ref()
+            .map_err(String::as_str)
+    }
+}
+
+impl PartialEq for NodeDefinition {
+    fn eq(&self, other: &Self) -> bool {
+        (&self.node, self.kind, &self.config_json) == (&other.node, other.kind, &other.config_json)
+    }
+}
+
+/// How a task's message carries its node's definition to a worker that
+/// keeps definitions by number for its session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum NodeRef {
+    /// Carried, not kept (a worker that keeps none, or a test).
+    #[default]
+    Carried,
+    /// Carried, and kept under this number from now on, replacing what the
+    /// worker kept under it.
+    Keep(u64),
+    /// Left out: the worker keeps it under this number.
+    Held(u64),
+}
+
 /// A task attempt as it is sent to a worker.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TaskAssignment {
@@ -153,14 +221,13 @@ pub struct TaskAssignment {
     pub run_id: RunId,
     /// The attempt's key within the run.
     pub key: TaskKey,
-    /// The node id.
-    pub node: NodeId,
     /// 1 for the first attempt.
     pub attempt: u32,
-    /// The node's kind.
-    pub kind: WorkerKind,
-    /// The kind's fields (`handler`, `argv`, `provider`, …), as JSON text.
-    pub config_json: Arc<str>,
+    /// The node: its id, kind and configuration.
+    pub definition: Arc<NodeDefinition>,
+    /// How the message carries `definition` (as a worker reads one: how its
+    /// message carried it).
+    pub node_ref: NodeRef,
     /// The state, field by field.
     pub state: Vec<StateField>,
     /// The step's scope (a map item's bindings), as JSON text.

@@ -108,6 +108,8 @@ pub(crate) fn hello(config: &WorkerConfig, registry: &Registry, python: bool) ->
                 parameters: tool.parameters.clone(),
             })
             .collect(),
+        // The connection keeps them (`KeptNodes`).
+        keeps_nodes: true,
     }
 }
 

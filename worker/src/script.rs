@@ -80,7 +80,7 @@ impl ScriptRunner {
 
     async fn run_with(&self, task: &Task, redactor: &mut Redactor) -> Result<Value, Failure> {
         let config =
-            <ScriptConfig as serde::Deserialize>::deserialize(&task.config).map_err(|e| {
+            <ScriptConfig as serde::Deserialize>::deserialize(&*task.config).map_err(|e| {
                 Failure::new(
                     FailureKind::InvalidTask,
                     format!("script configuration: {e}"),
@@ -538,10 +538,10 @@ mod tests {
     async fn secrets_reach_argv_and_env_and_are_masked_in_what_fails() {
         let (runner, root) = runner("secrets-test");
         let mut task = script(&[], Duration::from_secs(10));
-        task.config = json!({
+        task.config = Arc::new(json!({
             "argv": ["sh", "-c", r#"echo "{\"arg\": \"$1\", \"env\": \"$TOKEN\"}""#, "x", "${API_KEY}"],
             "env": {"TOKEN": "Bearer ${API_KEY}", "LITERAL": "$${API_KEY}"},
-        });
+        }));
         let output = runner.run(&task).await.unwrap();
         assert_eq!(
             output,
@@ -549,10 +549,10 @@ mod tests {
         );
 
         task.key = TaskKey(2);
-        task.config = json!({
+        task.config = Arc::new(json!({
             "argv": ["sh", "-c", "echo \"token $TOKEN rejected\" >&2; exit 3"],
             "env": {"TOKEN": "${API_KEY}"},
-        });
+        }));
         let error = runner.run(&task).await.unwrap_err();
         assert!(
             error.message.contains("token *** rejected"),
@@ -564,17 +564,17 @@ mod tests {
         // A secret across the 2 KiB cut of the stderr tail: masked before
         // the cut, so no part of it is left (its end leaked before).
         task.key = TaskKey(4);
-        task.config = json!({
+        task.config = Arc::new(json!({
             "argv": ["sh", "-c", "printf '%s' \"$TOKEN\" >&2; head -c 2041 /dev/zero | tr '\\0' x >&2; exit 3"],
             "env": {"TOKEN": "${API_KEY}"},
-        });
+        }));
         let error = runner.run(&task).await.unwrap_err();
         assert!(!error.message.contains("value"), "{}", error.message);
         assert!(!error.message.contains("t-val"), "{}", error.message);
         assert!(error.message.contains("xxxx"), "{}", error.message);
 
         task.key = TaskKey(3);
-        task.config = json!({"argv": ["echo", "${NOT_SET}"]});
+        task.config = Arc::new(json!({"argv": ["echo", "${NOT_SET}"]}));
         let error = runner.run(&task).await.unwrap_err();
         assert_eq!(error.kind, FailureKind::InvalidTask);
         assert_eq!(

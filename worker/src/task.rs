@@ -33,8 +33,9 @@ pub struct Task {
     pub attempt: u32,
     /// The node's kind.
     pub kind: WorkerKind,
-    /// The kind's fields (`handler`, `argv`, `provider`, …).
-    pub config: Value,
+    /// The kind's fields (`handler`, `argv`, `provider`, …), read once per
+    /// node definition the worker keeps and shared by its tasks.
+    pub config: Arc<Value>,
     /// The state the task sees, field by field. Values are shared with the
     /// worker's cache, so a task never copies a field it does not read, and
     /// kept as their JSON text until something reads them.
@@ -110,7 +111,7 @@ impl Task {
             node: "n".into(),
             attempt: 1,
             kind,
-            config,
+            config: Arc::new(config),
             state: Vec::new(),
             state_versions: Vec::new(),
             scope: Map::new(),
@@ -229,8 +230,11 @@ impl Task {
         let invalid = |what: &str, error: &dyn std::fmt::Display| {
             Failure::new(FailureKind::InvalidTask, format!("{what}: {error}"))
         };
-        let config =
-            json_or_null(&assignment.config_json).map_err(|e| invalid("task configuration", &e))?;
+        let definition = &assignment.definition;
+        let config = definition
+            .config()
+            .map_err(|e| invalid("task configuration", &e))?
+            .clone();
         let scope = match json_or_null(&assignment.scope_json) {
             Ok(Value::Object(scope)) => scope,
             Ok(Value::Null) => Map::new(),
@@ -247,9 +251,9 @@ impl Task {
         Ok(Self {
             run_id: assignment.run_id,
             key: assignment.key,
-            node: assignment.node,
+            node: definition.node.clone(),
             attempt: assignment.attempt,
-            kind: assignment.kind,
+            kind: definition.kind,
             config,
             state: Vec::new(),
             state_versions: Vec::new(),

@@ -14,17 +14,22 @@ use super::{TaskJob, WorkerKind};
 /// The task as limits count it.
 pub fn needs(job: &TaskJob) -> Option<FlowNeeds> {
     let task = &job.task;
-    let config: Value = serde_json::from_str(&task.config_json).unwrap_or(Value::Null);
+    let kind = task.definition.kind;
+    // Read once per graph's node: the plan's definition keeps it.
+    let config = task
+        .definition
+        .config()
+        .map_or(&Value::Null, |config| &**config);
     let text = |key: &str| config.get(key).and_then(Value::as_str).map(str::to_owned);
-    let calls_model = match task.kind {
+    let calls_model = match kind {
         WorkerKind::Llm | WorkerKind::Agent => true,
         WorkerKind::Rag => !task.prompts_json.is_empty() || config.get("rerank").is_some(),
         WorkerKind::Task | WorkerKind::Script | WorkerKind::Function => false,
     };
     let subject = Subject {
         namespace: job.namespace.clone(),
-        kind: task.kind.as_str().to_owned(),
-        handler: (task.kind == WorkerKind::Task)
+        kind: kind.as_str().to_owned(),
+        handler: (kind == WorkerKind::Task)
             .then(|| text("handler"))
             .flatten(),
         model_call: calls_model.then(|| Target {

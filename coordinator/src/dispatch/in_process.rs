@@ -185,14 +185,14 @@ impl TaskLauncher for InProcessLauncher {
     fn launch(&self, job: TaskJob, requirement: Requirement, sink: EventSink) {
         let task = job.task;
         self.note(Launched::Task {
-            node: task.node.clone().into(),
+            node: task.definition.node.clone().into(),
             attempt: task.attempt,
             key: task.key,
         });
         let Some(handler) = self.handler_for(&requirement) else {
             let _ = sink.send(DispatchEvent::TaskUnhosted {
                 job: JobKey::Task(task.key),
-                node: task.node.clone(),
+                node: task.definition.node.clone(),
                 requirement,
                 namespace: None,
             });

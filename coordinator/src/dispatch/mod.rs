@@ -6,7 +6,8 @@
 //! workers they lost). The dispatcher actor ([`dispatcher`]) is a thin loop
 //! that feeds it commands and carries out its decisions; [`state_sync`]
 //! mirrors each worker's cache of state fields so a task carries only the
-//! values its worker lacks.
+//! values its worker lacks, and [`node_sync`] the node definitions each
+//! worker keeps, so a node's definition crosses once per worker.
 //!
 //! Runs reach the dispatcher through the [`TaskLauncher`] trait, so the run
 //! actor can be driven by a virtual launcher in tests.
@@ -19,6 +20,7 @@ mod hosting;
 pub mod in_process;
 pub mod jobs;
 pub mod limits;
+pub mod node_sync;
 mod queue;
 pub mod registry;
 pub mod state_sync;
@@ -41,8 +43,8 @@ use crate::task::{TaskFailure, TaskKey};
 /// The worker protocol's messages, as the dispatcher sends and reads them.
 pub use weft_proto::worker_protocol::{
     BlobRef, CallError, CallFlow, CallForm, CallTarget, CallUsage, FromWorker, FunctionCall, Hello,
-    NotJson, PermitRequest, PythonCall, StateField, TaskAssignment, TaskOutput, TeamSend, ToWorker,
-    ToolCall, ToolContext, ToolInfo,
+    NodeDefinition, NodeRef, NotJson, PermitRequest, PythonCall, StateField, TaskAssignment,
+    TaskOutput, TeamSend, ToWorker, ToolCall, ToolContext, ToolInfo,
 };
 
 /// A worker's id, unique for the coordinator's lifetime.

@@ -77,10 +77,13 @@ mod tests {
         TaskAssignment {
             run_id: RunId::from("r"),
             key: weft_proto::TaskKey(1),
-            node: "n".into(),
             attempt: 1,
-            kind: WorkerKind::Task,
-            config_json: Arc::from("{}"),
+            definition: Arc::new(crate::dispatch::NodeDefinition::new(
+                "n".into(),
+                WorkerKind::Task,
+                Arc::from("{}"),
+            )),
+            node_ref: crate::dispatch::NodeRef::Carried,
             state: fields,
             scope_json: "{}".into(),
             item: None,

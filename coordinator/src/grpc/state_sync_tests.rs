@@ -1,8 +1,10 @@
 //! Both ends of state sync driven together: the coordinator's
-//! [`FieldMirror`] decides what a task carries, the message goes through the
-//! worker protocol's real conversion both ways, and
-//! the worker's `StateCache` assembles the state. Whatever the history, the worker sees exactly the state the
-//! coordinator meant, and a value crosses the wire once per version.
+//! [`FieldMirror`] and [`NodeMirror`] decide what a task carries, the
+//! message goes through the worker protocol's real conversion both ways,
+//! and the worker's `StateCache` and `KeptNodes` assemble the task.
+//! Whatever the history, the worker sees exactly the state and the node
+//! the coordinator meant, a value crosses the wire once per version and a
+//! node's definition once while the worker keeps it.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -11,11 +13,12 @@ use std::time::Duration;
 use proptest::prelude::*;
 use weft_proto::RunId;
 use weft_proto::v1 as pb;
-use weft_proto::worker_protocol::wire::read_coordinator_message;
+use weft_proto::worker_protocol::wire::{KeptNodes, MAX_KEPT_NODES, read_coordinator_message};
 use weft_worker::state_sync::{Assignment, StateCache};
 
+use crate::dispatch::node_sync::NodeMirror;
 use crate::dispatch::state_sync::FieldMirror;
-use crate::dispatch::{StateField, TaskAssignment, ToWorker};
+use crate::dispatch::{NodeDefinition, NodeRef, StateField, TaskAssignment, ToWorker, WorkerKind};
 
 /// One step: the coordinator changes some fields, then sends a task.
 #[derive(Debug, Clone)]
@@ -37,10 +40,9 @@ pub(super) fn task(fields: &BTreeMap<String, (u64, i64)>, key: u64) -> TaskAssig
     TaskAssignment {
         run_id: RunId::from("run"),
         key: weft_proto::TaskKey(key),
-        node: "n".into(),
         attempt: 1,
-        kind: crate::dispatch::WorkerKind::Task,
-        config_json: Arc::from("{}"),
+        definition: definition("n"),
+        node_ref: NodeRef::Carried,
         state: fields
             .iter()
             .map(|(name, (version, value))| StateField {
@@ -59,6 +61,15 @@ pub(super) fn task(fields: &BTreeMap<String, (u64, i64)>, key: u64) -> TaskAssig
         remote_tools: Vec::new(),
         flow: None,
     }
+}
+
+fn definition(node: &str) -> Arc<NodeDefinition> {
+    let config = format!(r#"{{"handler":"{node}"}}"#);
+    Arc::new(NodeDefinition::new(
+        node.into(),
+        WorkerKind::Task,
+        config.into(),
+    ))
 }
 
 proptest! {
@@ -90,7 +101,7 @@ proptest! {
                     let (wire, sent) = mirror.prepare(&task(&fields, key));
                     mirror.sent(&RunId::from("run"), sent);
                     let mut read = Vec::new();
-                    read_coordinator_message(pb::CoordinatorMessage::from(ToWorker::Task(wire)), &mut read);
+                    read_coordinator_message(pb::CoordinatorMessage::from(ToWorker::Task(wire)), &mut KeptNodes::default(), &mut read);
                     let [Ok(ToWorker::Task(assignment))] = <[_; 1]>::try_from(read).expect("one message") else {
                         panic!("a task message");
                     };
@@ -116,4 +127,48 @@ proptest! {
             }
         }
     }
+}
+
+/// Tasks of ever more nodes (more than a worker keeps), each sent to one
+/// worker as the dispatcher sends it: the worker reads each task's node as
+/// the coordinator meant it, whether the message carried it or named it.
+#[test]
+fn every_task_reads_the_node_the_coordinator_meant() {
+    let mut mirror = NodeMirror::new(true);
+    let mut kept = KeptNodes::default();
+    let mut nodes: Vec<Arc<NodeDefinition>> = Vec::new();
+    let (mut carried, mut seed) = (0, 7u64);
+    let sends = 3 * MAX_KEPT_NODES;
+    for key in 1..=sends {
+        seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        // One time in three a node not seen before; else one seen lately.
+        let pick = (seed >> 33) as usize;
+        if nodes.is_empty() || pick.is_multiple_of(3) {
+            nodes.push(definition(&format!("n{key}")));
+        }
+        let recent = nodes.len().min(MAX_KEPT_NODES as usize + 200);
+        let meant = nodes[nodes.len() - 1 - pick % recent].clone();
+        let mut task = task(&BTreeMap::new(), key);
+        task.definition = meant.clone();
+        task.node_ref = mirror.prepare(&meant);
+        mirror.sent(&meant, task.node_ref);
+        if !matches!(task.node_ref, NodeRef::Held(_)) {
+            carried += 1;
+        }
+        let mut read = Vec::new();
+        let message = pb::CoordinatorMessage::from(ToWorker::Task(task));
+        read_coordinator_message(message, &mut kept, &mut read);
+        let [Ok(ToWorker::Task(got))] = <[_; 1]>::try_from(read).expect("one message") else {
+            panic!("task {key} was not read");
+        };
+        assert_eq!(got.definition, meant, "task {key}");
+    }
+    assert!(kept.len() <= MAX_KEPT_NODES as usize);
+    // Most tasks named a node already kept.
+    assert!(
+        carried < sends / 2,
+        "{carried} of {sends} carried their node"
+    );
 }

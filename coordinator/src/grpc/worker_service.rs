@@ -208,7 +208,11 @@ fn weight(task: &TaskAssignment) -> usize {
         .iter()
         .map(|field| field.name.len() + field.json.as_deref().map_or(0, str::len))
         .sum();
-    values + task.config_json.len() + task.scope_json.len() + task.prompts_json.len()
+    let definition = match task.node_ref {
+        weft_proto::worker_protocol::NodeRef::Held(_) => 0,
+        _ => task.definition.config_json.len(),
+    };
+    values + definition + task.scope_json.len() + task.prompts_json.len()
 }
 
 /// Why a worker was not let in.

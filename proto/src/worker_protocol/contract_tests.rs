@@ -8,7 +8,8 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use super::wire::{
-    Unreadable, is_large, read_coordinator_message, read_worker_message, task_batch, unbatched,
+    KeptNodes, MAX_KEPT_NODES, Unreadable, is_large, read_coordinator_message, read_worker_message,
+    task_batch, unbatched,
 };
 use super::*;
 use crate::v1 as pb;
@@ -23,6 +24,7 @@ fn worker_reads(message: ToWorker) -> Vec<Result<ToWorker, Unreadable>> {
     let mut read = Vec::new();
     read_coordinator_message(
         through_bytes(pb::CoordinatorMessage::from(message)),
+        &mut KeptNodes::default(),
         &mut read,
     );
     read
@@ -57,10 +59,13 @@ fn task(key: u64) -> TaskAssignment {
     TaskAssignment {
         run_id: "r1".into(),
         key: TaskKey(key),
-        node: "draft".into(),
         attempt: 2,
-        kind: WorkerKind::Agent,
-        config_json: r#"{"provider":"p"}"#.into(),
+        definition: Arc::new(NodeDefinition::new(
+            "draft".into(),
+            WorkerKind::Agent,
+            r#"{"provider":"p"}"#.into(),
+        )),
+        node_ref: NodeRef::Carried,
         state: vec![
             StateField {
                 name: "topic".into(),
@@ -322,10 +327,12 @@ fn a_hello_reads_back_as_itself_and_names_this_protocol_version() {
         handlers: vec!["summarise".into()],
         functions: vec!["merge".into()],
         tools: vec![tool_info()],
+        keeps_nodes: true,
     };
     let wire = through_bytes(pb::Hello::from(hello.clone()));
     assert_eq!(wire.protocol_version, crate::PROTOCOL_VERSION);
     assert!(wire.takes_batches);
+    assert!(wire.keeps_nodes);
     assert_eq!(Hello::from(wire), hello);
 }
 
@@ -373,6 +380,7 @@ fn a_batch_of_tasks_reads_as_its_tasks_in_order() {
     let mut read = Vec::new();
     read_coordinator_message(
         through_bytes(task_batch(vec![task(1), task(2), task(3)])),
+        &mut KeptNodes::default(),
         &mut read,
     );
     assert_eq!(read, [1, 2, 3].map(|key| Ok(ToWorker::Task(task(key)))));
@@ -411,6 +419,7 @@ fn a_task_of_an_unknown_kind_is_named_with_the_fields_it_carried() {
         pb::CoordinatorMessage {
             body: Some(pb::coordinator_message::Body::Task(wire)),
         },
+        &mut KeptNodes::default(),
         &mut read,
     );
     assert_eq!(
@@ -424,6 +433,128 @@ fn a_task_of_an_unknown_kind_is_named_with_the_fields_it_carried() {
     );
 }
 
+/// What a worker that keeps `kept` reads of `tasks`, sent as one batch.
+fn kept_reads(
+    kept: &mut KeptNodes,
+    tasks: Vec<TaskAssignment>,
+) -> Vec<Result<ToWorker, Unreadable>> {
+    let mut read = Vec::new();
+    read_coordinator_message(through_bytes(task_batch(tasks)), kept, &mut read);
+    read
+}
+
+fn numbered(key: u64, node_ref: NodeRef) -> TaskAssignment {
+    TaskAssignment {
+        node_ref,
+        ..task(key)
+    }
+}
+
+#[test]
+fn a_node_definition_kept_by_number_is_sent_once() {
+    let mut kept = KeptNodes::default();
+    let first = numbered(1, NodeRef::Keep(7));
+    let later = numbered(2, NodeRef::Held(7));
+    // The later task's message leaves the definition out.
+    let wire = pb::TaskAssignment::from(later.clone());
+    assert_eq!(
+        (
+            wire.node.as_str(),
+            wire.kind.as_str(),
+            wire.config_json.as_str()
+        ),
+        ("", "", "")
+    );
+    assert_eq!(wire.node_ref, 7);
+    let read = kept_reads(&mut kept, vec![first.clone(), later.clone()]);
+    assert_eq!(read, [Ok(ToWorker::Task(first)), Ok(ToWorker::Task(later))]);
+    // Both tasks share the one definition read, and its configuration.
+    let [Ok(ToWorker::Task(a)), Ok(ToWorker::Task(b))] = &read[..] else {
+        panic!("two tasks");
+    };
+    assert!(Arc::ptr_eq(&a.definition, &b.definition));
+    assert!(std::ptr::eq(
+        a.definition.config().unwrap(),
+        b.definition.config().unwrap()
+    ));
+    assert_eq!(**a.definition.config().unwrap(), json!({"provider": "p"}));
+    assert_eq!(kept.len(), 1);
+}
+
+#[test]
+fn a_definition_sent_under_a_number_replaces_what_it_held() {
+    let mut kept = KeptNodes::default();
+    let mut other = numbered(2, NodeRef::Keep(1));
+    other.definition = Arc::new(NodeDefinition::new(
+        "review".into(),
+        WorkerKind::Script,
+        r#"{"argv":["true"]}"#.into(),
+    ));
+    let read = kept_reads(
+        &mut kept,
+        vec![
+            numbered(1, NodeRef::Keep(1)),
+            other.clone(),
+            numbered(3, NodeRef::Held(1)),
+        ],
+    );
+    let Ok(ToWorker::Task(last)) = &read[2] else {
+        panic!("a task: {read:?}");
+    };
+    assert_eq!(last.definition, other.definition);
+}
+
+#[test]
+fn a_definition_not_kept_fails_its_task_by_name_and_keeps_its_fields() {
+    let mut kept = KeptNodes::default();
+    let read = kept_reads(&mut kept, vec![numbered(4, NodeRef::Held(3))]);
+    assert_eq!(
+        read,
+        [Err(Unreadable::Task {
+            run_id: "r1".into(),
+            key: TaskKey(4),
+            state: task(4).state,
+            error: "node definition 3 is not kept by this worker".into(),
+        })]
+    );
+    let beyond = numbered(5, NodeRef::Keep(MAX_KEPT_NODES + 1));
+    let Err(Unreadable::Task { error, .. }) = &kept_reads(&mut kept, vec![beyond])[0] else {
+        panic!("refused");
+    };
+    assert_eq!(
+        error,
+        "node definition 1025 is above the 1024 a worker keeps"
+    );
+    assert!(kept.is_empty());
+}
+
+#[test]
+fn a_kept_definition_of_an_unknown_kind_fails_each_task_that_names_it() {
+    let mut kept = KeptNodes::default();
+    // Number 2 held a definition this worker can run; the coordinator
+    // replaced it with one of a kind it cannot.
+    kept_reads(&mut kept, vec![numbered(1, NodeRef::Keep(2))]);
+    let mut unknown = pb::TaskAssignment::from(numbered(2, NodeRef::Keep(2)));
+    unknown.kind = "teleport".into();
+    let mut read = Vec::new();
+    read_coordinator_message(
+        pb::CoordinatorMessage {
+            body: Some(pb::coordinator_message::Body::Task(unknown)),
+        },
+        &mut kept,
+        &mut read,
+    );
+    read.extend(kept_reads(&mut kept, vec![numbered(3, NodeRef::Held(2))]));
+    let errors: Vec<_> = read
+        .iter()
+        .map(|read| match read {
+            Err(Unreadable::Task { error, .. }) => error.as_str(),
+            other => panic!("not refused: {other:?}"),
+        })
+        .collect();
+    assert_eq!(errors, ["this worker cannot run kind 'teleport'"; 2]);
+}
+
 #[test]
 fn a_call_that_cannot_be_read_is_named_for_its_answer() {
     let read = |wire: pb::FunctionCall| {
@@ -432,6 +563,7 @@ fn a_call_that_cannot_be_read_is_named_for_its_answer() {
             pb::CoordinatorMessage {
                 body: Some(pb::coordinator_message::Body::Call(wire)),
             },
+            &mut KeptNodes::default(),
             &mut read,
         );
         read

@@ -12,9 +12,9 @@ use serde_json::Value;
 
 use super::{
     BlobRef, CallError, CallFlow, CallForm, CallResult, CallTarget, CallUsage, FromWorker,
-    FunctionCall, Hello, ItemRef, NotJson, PermitRequest, PythonCall, StateField, TaskAssignment,
-    TaskError, TaskOutput, TaskResult, TeamMessage, TeamSeat, TeamSend, ToWorker, ToolCall,
-    ToolContext, ToolInfo,
+    FunctionCall, Hello, ItemRef, NodeDefinition, NodeRef, NotJson, PermitRequest, PythonCall,
+    StateField, TaskAssignment, TaskError, TaskOutput, TaskResult, TeamMessage, TeamSeat, TeamSend,
+    ToWorker, ToolCall, ToolContext, ToolInfo,
 };
 use crate::types::{FailureKind, WorkerKind};
 use crate::v1 as pb;
@@ -70,6 +70,7 @@ impl From<Hello> for pb::Hello {
             tools: hello.tools.iter().map(|tool| tool.name.clone()).collect(),
             tool_infos: hello.tools.into_iter().map(pb::ToolInfo::from).collect(),
             takes_batches: true,
+            keeps_nodes: hello.keeps_nodes,
         }
     }
 }
@@ -103,6 +104,7 @@ impl From<pb::Hello> for Hello {
             handlers: hello.handlers,
             functions: hello.functions,
             tools,
+            keeps_nodes: hello.keeps_nodes,
         }
     }
 }
@@ -213,15 +215,19 @@ pub fn task_batch(tasks: Vec<TaskAssignment>) -> pb::CoordinatorMessage {
 /// tasks as its tasks in order, a welcome as a heartbeat (the handshake
 /// reads the first welcome itself), a message that carries nothing as
 /// nothing.
+/// `kept` is the node definitions this session's messages asked the
+/// worker to keep: a task that carries one with a number is kept in it,
+/// and a task that names one by its number alone reads it from there.
 pub fn read_coordinator_message(
     message: pb::CoordinatorMessage,
+    kept: &mut KeptNodes,
     into: &mut impl Extend<Result<ToWorker, Unreadable>>,
 ) {
     use pb::coordinator_message::Body;
     let Some(body) = message.body else { return };
     match body {
-        Body::Tasks(batch) => into.extend(batch.tasks.into_iter().map(task_of)),
-        Body::Task(task) => into.extend([task_of(task)]),
+        Body::Tasks(batch) => into.extend(batch.tasks.into_iter().map(|task| task_of(task, kept))),
+        Body::Task(task) => into.extend([task_of(task, kept)]),
         Body::Call(call) => into.extend([call_of(call).map(ToWorker::Call)]),
         Body::Cancel(cancel) => into.extend([Ok(ToWorker::Cancel {
             run_id: cancel.run_id.into(),
@@ -267,15 +273,55 @@ pub fn read_coordinator_message(
     }
 }
 
+/// The most node definitions a worker keeps for a session: the numbers a
+/// coordinator gives them run from 1 to this, and a worker refuses a
+/// larger one.
+pub const MAX_KEPT_NODES: u64 = 1024;
+
+/// The node definitions a worker keeps for its session, by the number its
+/// coordinator gave each; one whose kind it cannot run is kept as why, so
+/// that a later task naming it fails the same way instead of running what
+/// the number held before.
+#[derive(Debug, Default)]
+pub struct KeptNodes {
+    by_number: std::collections::HashMap<u64, Result<std::sync::Arc<NodeDefinition>, String>>,
+}
+
+impl KeptNodes {
+    /// How many are kept.
+    pub fn len(&self) -> usize {
+        self.by_number.len()
+    }
+
+    /// None is kept.
+    pub fn is_empty(&self) -> bool {
+        self.by_number.is_empty()
+    }
+}
+
 impl From<TaskAssignment> for pb::TaskAssignment {
     fn from(task: TaskAssignment) -> Self {
+        let (node_ref, carried) = match task.node_ref {
+            NodeRef::Carried => (0, true),
+            NodeRef::Keep(number) => (number, true),
+            NodeRef::Held(number) => (number, false),
+        };
+        let definition = &task.definition;
+        let text = |value: &str| {
+            if carried {
+                value.to_owned()
+            } else {
+                String::new()
+            }
+        };
         Self {
             run_id: task.run_id.into(),
             task_key: task.key.0,
-            node: task.node.into(),
+            node: text(&definition.node),
             attempt: task.attempt,
-            kind: task.kind.as_str().to_owned(),
-            config_json: task.config_json.to_string(),
+            kind: text(definition.kind.as_str()),
+            config_json: text(&definition.config_json),
+            node_ref,
             state: task
                 .state
                 .into_iter()
@@ -307,11 +353,11 @@ impl From<TaskAssignment> for pb::TaskAssignment {
     }
 }
 
-/// A task in domain terms, or, for a kind this version does not know, what
-/// the worker must answer and cache.
-fn task_of(wire: pb::TaskAssignment) -> Result<ToWorker, Unreadable> {
-    let state = wire
-        .state
+/// A task in domain terms, its node's definition carried or read from
+/// `kept`; or, for a kind this version does not know or a definition it
+/// does not keep, what the worker must answer and cache.
+fn task_of(mut wire: pb::TaskAssignment, kept: &mut KeptNodes) -> Result<ToWorker, Unreadable> {
+    let state = std::mem::take(&mut wire.state)
         .into_iter()
         .map(|field| StateField {
             name: field.name.into(),
@@ -319,21 +365,23 @@ fn task_of(wire: pb::TaskAssignment) -> Result<ToWorker, Unreadable> {
             json: (!field.json.is_empty()).then(|| field.json.into()),
         })
         .collect();
-    let Ok(kind) = wire.kind.parse::<WorkerKind>() else {
-        return Err(Unreadable::Task {
-            run_id: wire.run_id.into(),
-            key: TaskKey(wire.task_key),
-            state,
-            error: format!("this worker cannot run kind '{}'", wire.kind),
-        });
+    let (definition, node_ref) = match definition_of(&mut wire, kept) {
+        Ok(read) => read,
+        Err(error) => {
+            return Err(Unreadable::Task {
+                run_id: wire.run_id.into(),
+                key: TaskKey(wire.task_key),
+                state,
+                error,
+            });
+        }
     };
     Ok(ToWorker::Task(TaskAssignment {
         run_id: wire.run_id.into(),
         key: TaskKey(wire.task_key),
-        node: wire.node.into(),
         attempt: wire.attempt,
-        kind,
-        config_json: wire.config_json.into(),
+        definition,
+        node_ref,
         state,
         scope_json: wire.scope_json,
         item: wire.item.map(|item| ItemRef {
@@ -352,6 +400,42 @@ fn task_of(wire: pb::TaskAssignment) -> Result<ToWorker, Unreadable> {
             ask: wire.flow_ask,
         }),
     }))
+}
+
+/// A task's node definition: the one it carries (kept under its number,
+/// if it has one), or the one kept under the number it names.
+fn definition_of(
+    wire: &mut pb::TaskAssignment,
+    kept: &mut KeptNodes,
+) -> Result<(std::sync::Arc<NodeDefinition>, NodeRef), String> {
+    let number = wire.node_ref;
+    if number > MAX_KEPT_NODES {
+        return Err(format!(
+            "node definition {number} is above the {MAX_KEPT_NODES} a worker keeps"
+        ));
+    }
+    if number != 0 && wire.kind.is_empty() {
+        return match kept.by_number.get(&number) {
+            Some(Ok(definition)) => Ok((definition.clone(), NodeRef::Held(number))),
+            Some(Err(error)) => Err(error.clone()),
+            None => Err(format!(
+                "node definition {number} is not kept by this worker"
+            )),
+        };
+    }
+    let read = match wire.kind.parse::<WorkerKind>() {
+        Ok(kind) => Ok(std::sync::Arc::new(NodeDefinition::new(
+            std::mem::take(&mut wire.node).into(),
+            kind,
+            std::mem::take(&mut wire.config_json).into(),
+        ))),
+        Err(_) => Err(format!("this worker cannot run kind '{}'", wire.kind)),
+    };
+    if number == 0 {
+        return read.map(|definition| (definition, NodeRef::Carried));
+    }
+    kept.by_number.insert(number, read.clone());
+    read.map(|definition| (definition, NodeRef::Keep(number)))
 }
 
 impl From<TeamSeat> for pb::Team {

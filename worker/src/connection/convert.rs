@@ -9,7 +9,7 @@
 use std::collections::VecDeque;
 
 use weft_proto::v1 as pb;
-use weft_proto::worker_protocol::wire::{self, Unreadable};
+use weft_proto::worker_protocol::wire::{self, KeptNodes, Unreadable};
 use weft_proto::worker_protocol::{CallError as Unanswered, CallResult, FromWorker, ToWorker};
 
 use super::{Inbound, Outbound};
@@ -20,8 +20,12 @@ use crate::task::{Failure, FailureKind};
 /// The coordinator's message in the worker's terms, added to `into`: a
 /// batch of tasks as its tasks in order, a message that carries nothing as
 /// nothing.
-pub(super) fn from_coordinator(message: pb::CoordinatorMessage, into: &mut VecDeque<Inbound>) {
-    wire::read_coordinator_message(message, &mut Unread(into));
+pub(super) fn from_coordinator(
+    message: pb::CoordinatorMessage,
+    kept: &mut KeptNodes,
+    into: &mut VecDeque<Inbound>,
+) {
+    wire::read_coordinator_message(message, kept, &mut Unread(into));
 }
 
 /// The connection's unread messages, taking the protocol's as the
@@ -114,6 +118,7 @@ pub(super) fn to_coordinator(message: Outbound, max_result_bytes: usize) -> From
 #[cfg(test)]
 mod tests {
     use serde_json::{Value, json};
+    use std::sync::Arc;
     use weft_proto::TaskKey;
     use weft_proto::types::WorkerKind;
     use weft_proto::worker_protocol::TaskOutput;
@@ -148,8 +153,12 @@ mod tests {
     }
 
     fn read(body: pb::coordinator_message::Body) -> Inbound {
+        read_keeping(&mut KeptNodes::default(), body)
+    }
+
+    fn read_keeping(kept: &mut KeptNodes, body: pb::coordinator_message::Body) -> Inbound {
         let mut read = VecDeque::new();
-        from_coordinator(pb::CoordinatorMessage { body: Some(body) }, &mut read);
+        from_coordinator(pb::CoordinatorMessage { body: Some(body) }, kept, &mut read);
         assert_eq!(read.len(), 1, "{read:?}");
         read.pop_front().unwrap()
     }
@@ -163,11 +172,55 @@ mod tests {
         };
         let task = assignment.task.unwrap();
         assert_eq!(task.kind, WorkerKind::Task);
-        assert_eq!(task.config, json!({"handler": "h"}));
+        assert_eq!(*task.config, json!({"handler": "h"}));
         assert_eq!(task.scope["topic"], json!("rust"));
         assert_eq!(task.prompts, Value::Null);
         assert!(matches!(&assignment.fields[0].value, Sent::Value(v) if v.json() == "[1]"));
         assert!(matches!(assignment.fields[1].value, Sent::Held));
+    }
+
+    #[test]
+    fn a_kept_configuration_is_read_once_and_a_bad_one_fails_each_task_that_names_it() {
+        let mut kept = KeptNodes::default();
+        let mut first = assignment("task");
+        first.node_ref = 1;
+        let named = pb::TaskAssignment {
+            node: String::new(),
+            kind: String::new(),
+            config_json: String::new(),
+            ..first.clone()
+        };
+        let tasks: Vec<_> = [first.clone(), named.clone()]
+            .into_iter()
+            .map(|wire| {
+                let Inbound::Task(assignment) =
+                    read_keeping(&mut kept, pb::coordinator_message::Body::Task(wire))
+                else {
+                    panic!("not a task");
+                };
+                assignment.task.unwrap()
+            })
+            .collect();
+        assert_eq!(tasks[1].node, "n");
+        assert!(Arc::ptr_eq(&tasks[0].config, &tasks[1].config), "read once");
+        // The number is given to a configuration that is not JSON.
+        first.config_json = "{not json".into();
+        for wire in [first, named] {
+            let Inbound::Task(assignment) =
+                read_keeping(&mut kept, pb::coordinator_message::Body::Task(wire))
+            else {
+                panic!("not a task");
+            };
+            let failure = assignment.task.unwrap_err();
+            assert_eq!(failure.kind, FailureKind::InvalidTask);
+            assert!(
+                failure
+                    .message
+                    .starts_with("task configuration: key must be a string"),
+                "{}",
+                failure.message
+            );
+        }
     }
 
     #[test]

@@ -29,6 +29,7 @@ use tracing::info;
 use weft_proto::transport::Authorized;
 use weft_proto::v1 as pb;
 use weft_proto::v1::worker_service_client::WorkerServiceClient;
+use weft_proto::worker_protocol::wire::KeptNodes;
 
 pub(crate) use discovery::Finder;
 pub use shared_indexes::IndexShelf;
@@ -196,6 +197,8 @@ pub(crate) struct Connection {
     inbound: tonic::Streaming<pb::CoordinatorMessage>,
     /// The rest of a batch of tasks whose first was returned.
     unread: VecDeque<Inbound>,
+    /// The node definitions this session's coordinator asked it to keep.
+    kept: KeptNodes,
     outbound: mpsc::Sender<Outbound>,
     /// Running attempts' teammate messages, merged into the same stream.
     team_sends: mpsc::Sender<FromWorker>,
@@ -311,6 +314,7 @@ async fn handshake(
             let connection = Connection {
                 inbound,
                 unread: VecDeque::new(),
+                kept: KeptNodes::default(),
                 outbound,
                 team_sends,
                 tool_calls,
@@ -361,7 +365,9 @@ impl Connection {
                 return Ok(inbound);
             }
             match self.inbound.message().await {
-                Ok(Some(message)) => convert::from_coordinator(message, &mut self.unread),
+                Ok(Some(message)) => {
+                    convert::from_coordinator(message, &mut self.kept, &mut self.unread)
+                }
                 Ok(None) => return Err(Lost::Closed),
                 Err(status) => return Err(Lost::Stream(status)),
             }

@@ -229,7 +229,7 @@ impl Agent<'_> {
     pub(crate) async fn run(self) -> Result<Completed, Failure> {
         let task = self.task;
         let config =
-            AgentTask::deserialize(&task.config).map_err(|e| invalid("agent configuration", e))?;
+            AgentTask::deserialize(&*task.config).map_err(|e| invalid("agent configuration", e))?;
         let prompts = Prompts::of(task)?;
         let provider = self
             .providers

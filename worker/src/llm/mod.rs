@@ -84,7 +84,8 @@ pub(crate) async fn run_llm(
     task: &Task,
     gate: &CallGate,
 ) -> Result<Completed, Failure> {
-    let config = LlmTask::deserialize(&task.config).map_err(|e| invalid("llm configuration", e))?;
+    let config =
+        LlmTask::deserialize(&*task.config).map_err(|e| invalid("llm configuration", e))?;
     let prompts = Prompts::of(task)?;
     let deadline = Instant::now() + task.timeout;
     complete(providers, &config, &prompts, deadline, gate).await

@@ -87,7 +87,7 @@ pub(crate) struct RagKit<'a> {
 /// Runs one `rag` step.
 pub(crate) async fn run_rag(kit: RagKit<'_>, task: &Task) -> Result<Completed, Failure> {
     let deadline = Instant::now() + task.timeout;
-    let config = RagTask::deserialize(&task.config)
+    let config = RagTask::deserialize(&*task.config)
         .map_err(|e| Failure::new(FailureKind::InvalidTask, format!("rag configuration: {e}")))?;
     let mode = match config.mode.as_str() {
         "keyword" => Mode::Keyword,

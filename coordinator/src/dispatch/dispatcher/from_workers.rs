@@ -164,7 +164,7 @@ impl Dispatcher {
                     namespace, task, ..
                 } = &**held;
                 let context = ToolContext {
-                    node: task.node.clone(),
+                    node: task.definition.node.clone(),
                     attempt: task.attempt,
                     key,
                     item: task.item.as_ref().map(|item| item.index as u64),

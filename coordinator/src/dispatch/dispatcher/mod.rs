@@ -21,6 +21,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
+use super::node_sync::NodeMirror;
 use super::registry::{
     Decision, JobId, JobKey, JobSpec, Limits, NameTaken, Registry, WorkerStatus,
 };
@@ -61,6 +62,7 @@ pub struct WorkerLink {
 struct Link {
     channels: WorkerLink,
     mirror: FieldMirror,
+    nodes: NodeMirror,
 }
 
 enum Command {
@@ -344,6 +346,7 @@ impl Dispatcher {
         let decisions = match command {
             Command::Join { info, link, reply } => {
                 let (name, slots) = (info.hello.name.clone(), info.hello.slots);
+                let keeps_nodes = info.hello.keeps_nodes;
                 let id = match self.registry.join(info, now()) {
                     Ok(id) => id,
                     Err(taken) => {
@@ -358,6 +361,7 @@ impl Dispatcher {
                     Link {
                         channels: link,
                         mirror: FieldMirror::default(),
+                        nodes: NodeMirror::new(keeps_nodes),
                     },
                 );
                 let _ = reply.send(Ok(id));
@@ -383,7 +387,7 @@ impl Dispatcher {
                     run: job.task.run_id.clone(),
                     key: JobKey::Task(job.task.key),
                 },
-                label: job.task.node.clone().into(),
+                label: job.task.definition.node.clone().into(),
                 requirement,
                 namespace: job.namespace.clone(),
                 timeout: job.task.timeout,
@@ -711,7 +715,7 @@ impl Dispatcher {
         let order = self.registry.payload(job)?;
         // Only an agent may call tools elsewhere.
         let remote_tools = match &order.work {
-            Work::Task(task) if task.task.kind == WorkerKind::Agent => {
+            Work::Task(task) if task.task.definition.kind == WorkerKind::Agent => {
                 self.remote_tools(job, worker, &task.namespace)
             }
             _ => Vec::new(),
@@ -721,9 +725,11 @@ impl Dispatcher {
         let (message, sent) = match &order.work {
             Work::Task(task) => {
                 let (mut wire, sent) = link.mirror.prepare(&task.task);
+                wire.node_ref = link.nodes.prepare(&wire.definition);
                 wire.remote_tools = remote_tools;
                 wire.flow = flow;
-                (ToWorker::Task(wire), Some(sent))
+                let node = (wire.definition.clone(), wire.node_ref);
+                (ToWorker::Task(wire), Some((sent, node)))
             }
             Work::Call(CallJob { call, .. }) | Work::Tool { call, .. } => {
                 (ToWorker::Call(call.clone()), None)
@@ -731,8 +737,12 @@ impl Dispatcher {
         };
         match link.channels.work.try_send(message) {
             Ok(()) => {
-                if let Some(sent) = sent {
+                if let Some((sent, (definition, node_ref))) = sent {
                     link.mirror.sent(&job.run, sent);
+                    if !matches!(node_ref, super::NodeRef::Held(_)) {
+                        metrics::counter!(crate::metrics::NODE_DEFINITIONS_SENT).increment(1);
+                    }
+                    link.nodes.sent(&definition, node_ref);
                     metrics::counter!(crate::metrics::TASKS_DISPATCHED).increment(1);
                 }
                 None

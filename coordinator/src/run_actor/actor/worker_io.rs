@@ -11,7 +11,8 @@ use serde_json::Value;
 use super::RunActor;
 use crate::dispatch::jobs::JobKey;
 use crate::dispatch::{
-    CallForm, CallJob, CallTarget, DispatchEvent, FunctionCall, PythonCall, TaskAssignment, TaskJob,
+    CallForm, CallJob, CallTarget, DispatchEvent, FunctionCall, NodeRef, PythonCall,
+    TaskAssignment, TaskJob,
 };
 use crate::run_actor::{Code, Effect, Input, Outgoing, TaskSpec};
 
@@ -130,7 +131,8 @@ impl RunActor {
         let Some(idx) = self.plan.graph().node_index(&spec.node) else {
             return;
         };
-        let Some(binding) = self.plan.binding(idx) else {
+        let (Some(binding), Some(definition)) = (self.plan.binding(idx), self.plan.definition(idx))
+        else {
             return;
         };
         let state = self.fields.task_fields(&spec.state);
@@ -139,10 +141,9 @@ impl RunActor {
         let task = TaskAssignment {
             run_id: self.id.clone(),
             key: spec.key,
-            node: spec.node.clone(),
             attempt: spec.attempt,
-            kind: binding.kind,
-            config_json: binding.config.clone(),
+            definition: definition.clone(),
+            node_ref: NodeRef::Carried,
             state,
             scope_json,
             item: spec.item.clone(),
