@@ -82,12 +82,13 @@ fn address(definition: &Arc<NodeDefinition>) -> usize {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use weft_proto::types::WorkerKind;
 
     use super::*;
 
-    fn definition(node: &str) -> Arc<NodeDefinition> {
+    /// A handler node's definition, of a plan of its own.
+    pub(crate) fn definition(node: &str) -> Arc<NodeDefinition> {
         let config = format!(r#"{{"handler":"{node}"}}"#);
         Arc::new(NodeDefinition::new(
             node.into(),

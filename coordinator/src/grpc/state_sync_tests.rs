@@ -17,8 +17,9 @@ use weft_proto::worker_protocol::wire::{KeptNodes, MAX_KEPT_NODES, read_coordina
 use weft_worker::state_sync::{Assignment, StateCache};
 
 use crate::dispatch::node_sync::NodeMirror;
+use crate::dispatch::node_sync::tests::definition;
 use crate::dispatch::state_sync::FieldMirror;
-use crate::dispatch::{NodeDefinition, NodeRef, StateField, TaskAssignment, ToWorker, WorkerKind};
+use crate::dispatch::{NodeDefinition, NodeRef, StateField, TaskAssignment, ToWorker};
 
 /// One step: the coordinator changes some fields, then sends a task.
 #[derive(Debug, Clone)]
@@ -61,15 +62,6 @@ pub(super) fn task(fields: &BTreeMap<String, (u64, i64)>, key: u64) -> TaskAssig
         remote_tools: Vec::new(),
         flow: None,
     }
-}
-
-fn definition(node: &str) -> Arc<NodeDefinition> {
-    let config = format!(r#"{{"handler":"{node}"}}"#);
-    Arc::new(NodeDefinition::new(
-        node.into(),
-        WorkerKind::Task,
-        config.into(),
-    ))
 }
 
 proptest! {
