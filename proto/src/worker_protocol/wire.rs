@@ -215,6 +215,7 @@ pub fn task_batch(tasks: Vec<TaskAssignment>) -> pb::CoordinatorMessage {
 /// tasks as its tasks in order, a welcome as a heartbeat (the handshake
 /// reads the first welcome itself), a message that carries nothing as
 /// nothing.
+///
 /// `kept` is the node definitions this session's messages asked the
 /// worker to keep: a task that carries one with a number is kept in it,
 /// and a task that names one by its number alone reads it from there.
