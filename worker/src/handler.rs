@@ -211,7 +211,7 @@ impl IntoOutput for Output {
 type BoxFuture = Pin<Box<dyn Future<Output = Result<Value, HandlerError>> + Send>>;
 
 /// A task's state, field by field, shared with the worker's cache.
-pub(crate) type Fields = [(String, Arc<FieldValue>)];
+pub(crate) type Fields = [(Arc<str>, Arc<FieldValue>)];
 
 /// A registered handler, type-erased. It reads its typed state straight
 /// from the shared fields (fields the type does not name are skipped, never
@@ -223,7 +223,7 @@ pub(crate) type ErasedHandler =
 /// it names are parsed (once: the cache keeps them parsed), the others not.
 fn read_state<S: DeserializeOwned>(name: &str, fields: &Fields) -> Result<S, HandlerError> {
     let pairs = fields.iter().map(|(name, value)| {
-        let name = name.as_str();
+        let name = &**name;
         (name, FieldDeserializer { name, value })
     });
     let map = serde::de::value::MapDeserializer::<_, serde_json::Error>::new(pairs);
@@ -384,10 +384,10 @@ mod tests {
             })
         });
         let handler = registry.handlers["inc"].clone();
-        let fields = vec![
-            ("counter".to_owned(), field(json!(41))),
+        let fields: Vec<(Arc<str>, _)> = vec![
+            ("counter".into(), field(json!(41))),
             (
-                "blob".to_owned(),
+                "blob".into(),
                 Arc::new(FieldValue::from_json(
                     format!("\"{}\"", "x".repeat(1000)).into(),
                 )),
@@ -396,7 +396,7 @@ mod tests {
         let out = handler(&fields, ctx()).unwrap().await.unwrap();
         assert_eq!(out, json!({"counter": 42}));
         assert!(!fields[1].1.is_parsed(), "a field not named was parsed");
-        let bad = vec![("counter".to_owned(), field(json!("x")))];
+        let bad: Vec<(Arc<str>, _)> = vec![("counter".into(), field(json!("x")))];
         let error = handler(&bad, ctx()).err().expect("a type error");
         assert!(
             error
@@ -412,7 +412,7 @@ mod tests {
         registry.routing_handler("gate", |_: serde::de::IgnoredAny, _| async move {
             Output::update(json!({"ok": true})).map(|o| o.next("publish"))
         });
-        let fields = vec![("big".to_owned(), field(json!("x".repeat(1000))))];
+        let fields: Vec<(Arc<str>, _)> = vec![("big".into(), field(json!("x".repeat(1000))))];
         let out = registry.handlers["gate"].clone()(&fields, ctx())
             .unwrap()
             .await

@@ -37,7 +37,7 @@ pub struct Assignment {
 #[derive(Debug)]
 pub struct SentField {
     /// The field.
-    pub name: String,
+    pub name: Arc<str>,
     /// Its version within the run.
     pub version: u64,
     /// Its value, when the message carried it.
@@ -85,7 +85,7 @@ fn sent_fields(state: Vec<StateField>) -> Vec<SentField> {
             value: field
                 .json
                 .map_or(Sent::Held, |json| Sent::Value(FieldValue::from_json(json))),
-            name: field.name.to_string(),
+            name: field.name,
             version: field.version,
         })
         .collect()
@@ -94,7 +94,7 @@ fn sent_fields(state: Vec<StateField>) -> Vec<SentField> {
 /// Field values per run, each with its version.
 #[derive(Debug, Default)]
 pub struct StateCache {
-    runs: HashMap<RunId, HashMap<String, (u64, Arc<FieldValue>)>>,
+    runs: HashMap<RunId, HashMap<Arc<str>, (u64, Arc<FieldValue>)>>,
 }
 
 impl StateCache {

@@ -39,7 +39,7 @@ pub struct Task {
     /// The state the task sees, field by field. Values are shared with the
     /// worker's cache, so a task never copies a field it does not read, and
     /// kept as their JSON text until something reads them.
-    pub state: Vec<(String, Arc<FieldValue>)>,
+    pub state: Vec<(Arc<str>, Arc<FieldValue>)>,
     /// The version of each field of `state`, in its order (empty when not
     /// known): a Python process is sent a value once per version.
     pub state_versions: Vec<u64>,
@@ -95,7 +95,7 @@ impl Task {
         weft_proto::json::object_of_texts(
             self.state
                 .iter()
-                .map(|(name, value)| (name.as_str(), value.json())),
+                .map(|(name, value)| (&**name, value.json())),
         )
     }
 }

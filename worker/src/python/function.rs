@@ -44,7 +44,7 @@ pub async fn run_function(
     };
     let hosted = hosts.pool(blobs, &task.bundle, &dir, sandbox).await?;
     let signature = hosted.signature(&module, &function).await;
-    let taken = |name: &String| signature.as_ref().is_none_or(|s| s.takes(name));
+    let taken = |name: &str| signature.as_ref().is_none_or(|s| s.takes(name));
     let mut kwargs = Map::new();
     // The fields the function takes are read now: one whose text is not
     // JSON fails the step, naming it.
@@ -65,13 +65,13 @@ pub async fn run_function(
             .iter()
             .zip(&task.state_versions)
             .filter(|((name, _), _)| taken(name))
-            .map(|((name, value), version)| (name.clone(), *version, value.clone()))
+            .map(|((name, value), version)| (name.to_string(), *version, value.clone()))
             .collect();
         Some((held_as.as_str(), fields))
     } else {
         for (name, value) in task.state.iter().filter(|(name, _)| taken(name)) {
             let value = value.value().map_or(Value::Null, Value::clone);
-            kwargs.insert(name.clone(), value);
+            kwargs.insert(name.to_string(), value);
         }
         None
     };
@@ -81,7 +81,7 @@ pub async fn run_function(
             let value = substitute(secrets, value, &mut redactor).map_err(|e| {
                 Failure::new(FailureKind::InvalidTask, format!("tool_args.{name}: {e}"))
             })?;
-            kwargs.insert(name.clone(), value);
+            kwargs.insert(name.to_string(), value);
         }
     }
     kwargs.extend(task.scope.clone());

@@ -479,13 +479,13 @@ fn render(
     let reads = template.state_reads();
     let mut state = Map::new();
     for (name, value) in &task.state {
-        if reads.as_ref().is_some_and(|reads| !reads.contains(name)) {
+        if reads.as_ref().is_some_and(|reads| !reads.contains(&**name)) {
             continue;
         }
         let value = value
             .value()
             .map_err(|e| failed(format!("state field '{name}' is not JSON: {e}")))?;
-        state.insert(name.clone(), value.clone());
+        state.insert(name.to_string(), value.clone());
     }
     let mut scope = task.scope.clone();
     scope.insert("context".into(), Value::String(context.to_owned()));
