@@ -94,8 +94,11 @@ fn sent_fields(state: Vec<StateField>) -> Vec<SentField> {
 /// Field values per run, each with its version.
 #[derive(Debug, Default)]
 pub struct StateCache {
-    runs: HashMap<RunId, HashMap<Arc<str>, (u64, Arc<FieldValue>)>>,
+    runs: HashMap<RunId, RunFields>,
 }
+
+/// One run's fields: each one's version and value, by name.
+type RunFields = HashMap<Arc<str>, (u64, Arc<FieldValue>)>;
 
 impl StateCache {
     /// The run has ended: drop its fields.
