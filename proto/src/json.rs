@@ -14,6 +14,15 @@ use std::fmt::Write as _;
 
 use serde_json::{Map, Value};
 
+/// The value of JSON text the protocol carries, `Null` for none (empty or
+/// blank text: a task without a scope, prompts or configuration).
+pub fn parse_or_null(text: &str) -> Result<Value, serde_json::Error> {
+    if text.trim().is_empty() {
+        return Ok(Value::Null);
+    }
+    serde_json::from_str(text)
+}
+
 /// The JSON text of `value`, exactly as `serde_json::to_string` gives it.
 pub fn to_string(value: &Value) -> String {
     let mut out = String::with_capacity(size_hint(value));

@@ -182,10 +182,7 @@ impl NodeDefinition {
     pub fn config(&self) -> Result<&Arc<Value>, &str> {
         self.config
             .get_or_init(|| {
-                if self.config_json.trim().is_empty() {
-                    return Ok(Arc::new(Value::Null));
-                }
-                serde_json::from_str(&self.config_json)
+                crate::json::parse_or_null(&self.config_json)
                     .map(Arc::new)
                     .map_err(|error| error.to_string())
             })

@@ -278,7 +278,7 @@ async fn call_tool(
         item: caller.item,
         // A scope that is not an object (a coordinator sends none) is
         // empty.
-        scope: match crate::task::json_or_null(&caller.scope_json) {
+        scope: match weft_proto::json::parse_or_null(&caller.scope_json) {
             Ok(Value::Object(scope)) => scope,
             _ => serde_json::Map::new(),
         },

@@ -19,6 +19,7 @@ pub use weft_proto::worker_protocol::{
 use weft_proto::worker_protocol::{TaskAssignment, TaskError, TaskOutput, TaskResult};
 
 use crate::field::FieldValue;
+use weft_proto::json::parse_or_null;
 
 /// One task attempt.
 #[derive(Debug, Clone, PartialEq)]
@@ -235,7 +236,7 @@ impl Task {
             .config()
             .map_err(|e| invalid("task configuration", &e))?
             .clone();
-        let scope = match json_or_null(&assignment.scope_json) {
+        let scope = match parse_or_null(&assignment.scope_json) {
             Ok(Value::Object(scope)) => scope,
             Ok(Value::Null) => Map::new(),
             Ok(other) => {
@@ -246,7 +247,7 @@ impl Task {
             }
             Err(e) => return Err(invalid("the step's scope", &e)),
         };
-        let prompts = json_or_null(&assignment.prompts_json)
+        let prompts = parse_or_null(&assignment.prompts_json)
             .map_err(|e| invalid("the step's prompts", &e))?;
         Ok(Self {
             run_id: assignment.run_id,
@@ -268,12 +269,4 @@ impl Task {
             flow: assignment.flow,
         })
     }
-}
-
-/// JSON text, or `Null` for none.
-pub(crate) fn json_or_null(text: &str) -> Result<Value, serde_json::Error> {
-    if text.trim().is_empty() {
-        return Ok(Value::Null);
-    }
-    serde_json::from_str(text)
 }

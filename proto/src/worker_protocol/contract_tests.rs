@@ -410,18 +410,24 @@ fn a_batch_of_results_reads_as_its_results_in_order() {
     assert_eq!(keys, [TaskKey(1), TaskKey(2)]);
 }
 
+/// What a worker that keeps `kept` reads of a message holding `wire`.
+fn wire_task_reads(
+    kept: &mut KeptNodes,
+    wire: pb::TaskAssignment,
+) -> Vec<Result<ToWorker, Unreadable>> {
+    let message = pb::CoordinatorMessage {
+        body: Some(pb::coordinator_message::Body::Task(wire)),
+    };
+    let mut read = Vec::new();
+    read_coordinator_message(message, kept, &mut read);
+    read
+}
+
 #[test]
 fn a_task_of_an_unknown_kind_is_named_with_the_fields_it_carried() {
     let mut wire = pb::TaskAssignment::from(task(3));
     wire.kind = "teleport".into();
-    let mut read = Vec::new();
-    read_coordinator_message(
-        pb::CoordinatorMessage {
-            body: Some(pb::coordinator_message::Body::Task(wire)),
-        },
-        &mut KeptNodes::default(),
-        &mut read,
-    );
+    let read = wire_task_reads(&mut KeptNodes::default(), wire);
     assert_eq!(
         read,
         [Err(Unreadable::Task {
@@ -536,14 +542,7 @@ fn a_kept_definition_of_an_unknown_kind_fails_each_task_that_names_it() {
     kept_reads(&mut kept, vec![numbered(1, NodeRef::Keep(2))]);
     let mut unknown = pb::TaskAssignment::from(numbered(2, NodeRef::Keep(2)));
     unknown.kind = "teleport".into();
-    let mut read = Vec::new();
-    read_coordinator_message(
-        pb::CoordinatorMessage {
-            body: Some(pb::coordinator_message::Body::Task(unknown)),
-        },
-        &mut kept,
-        &mut read,
-    );
+    let mut read = wire_task_reads(&mut kept, unknown);
     read.extend(kept_reads(&mut kept, vec![numbered(3, NodeRef::Held(2))]));
     let errors: Vec<_> = read
         .iter()
