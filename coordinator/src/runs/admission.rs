@@ -106,28 +106,30 @@ impl Runs {
             .await?;
         let (admitted, stored) = tokio::sync::oneshot::channel();
         let launcher: Arc<dyn TaskLauncher> = Arc::new(self.dispatcher.clone());
-        let handle = spawn_run(RunSetup {
-            id: id.clone(),
-            plan,
-            machine,
-            bundle: Arc::new(refs),
-            launcher,
-            shutdown: self.shutdown.child_token(),
-            tracker: self.tracker.clone(),
-            history: None,
-            start: Start::New,
-            journal,
-            admitted: Some(admitted),
-            lease,
-            children,
-            marks: self.marks.clone(),
-            prices: self.prices.clone(),
-            spend: self.spend.clone(),
-            suspect: false,
-        });
         // Known before its first task can reach a worker: a worker's calls
         // about the run (its knowledge index, its teammates) must find it.
-        self.register(id.clone(), handle);
+        spawn_run(
+            RunSetup {
+                id: id.clone(),
+                plan,
+                machine,
+                bundle: Arc::new(refs),
+                launcher,
+                shutdown: self.shutdown.child_token(),
+                tracker: self.tracker.clone(),
+                history: None,
+                start: Start::New,
+                journal,
+                admitted: Some(admitted),
+                lease,
+                children,
+                marks: self.marks.clone(),
+                prices: self.prices.clone(),
+                spend: self.spend.clone(),
+                suspect: false,
+            },
+            |handle| self.register(id.clone(), handle.clone()),
+        );
         // The actor's first checkpoint: acknowledged means stored.
         let refused = match stored.await {
             Ok(true) => None,

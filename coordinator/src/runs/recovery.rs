@@ -66,35 +66,39 @@ impl Runs {
             run.log.len() as u64,
             &self.tracker,
         );
-        let handle = spawn_run(RunSetup {
-            id: run.id.clone(),
-            plan,
-            machine,
-            bundle: Arc::new(bundle_refs(&run.bundle)),
-            launcher: Arc::new(self.dispatcher.clone()),
-            shutdown: self.shutdown.child_token(),
-            tracker: self.tracker.clone(),
-            history: Some(History {
-                log: run.log,
-                created_unix_ms: run.head.created_unix_ms,
-            }),
-            start: if crashes >= quarantine::QUARANTINE_AFTER {
-                Start::Quarantine { crashes }
-            } else {
-                Start::Recover
-            },
-            journal: Some(journal),
-            admitted: None,
-            lease: self.blobs.add_bundle(&run.bundle, &namespace),
-            children,
-            marks: self.marks.clone(),
-            prices: self.prices.clone(),
-            spend: self.spend.clone(),
-            suspect: crashes > 0,
-        });
         let files = run.head.files.iter().map(|f| f.sha256.clone()).collect();
         self.stored_files.hold(&run.id, files);
-        self.register(run.id, handle);
+        // Known before what was out is sent again: a worker's calls about
+        // the run must find it.
+        spawn_run(
+            RunSetup {
+                id: run.id.clone(),
+                plan,
+                machine,
+                bundle: Arc::new(bundle_refs(&run.bundle)),
+                launcher: Arc::new(self.dispatcher.clone()),
+                shutdown: self.shutdown.child_token(),
+                tracker: self.tracker.clone(),
+                history: Some(History {
+                    log: run.log,
+                    created_unix_ms: run.head.created_unix_ms,
+                }),
+                start: if crashes >= quarantine::QUARANTINE_AFTER {
+                    Start::Quarantine { crashes }
+                } else {
+                    Start::Recover
+                },
+                journal: Some(journal),
+                admitted: None,
+                lease: self.blobs.add_bundle(&run.bundle, &namespace),
+                children,
+                marks: self.marks.clone(),
+                prices: self.prices.clone(),
+                spend: self.spend.clone(),
+                suspect: crashes > 0,
+            },
+            |handle| self.register(run.id.clone(), handle.clone()),
+        );
         Ok(())
     }
 }

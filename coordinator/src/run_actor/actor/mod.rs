@@ -125,15 +125,21 @@ pub struct History {
     pub created_unix_ms: i64,
 }
 
-/// Starts a run's actor and its first wave.
-pub fn spawn_run(setup: RunSetup) -> RunHandle {
+/// Starts a run's actor and its first wave. `known` is given the run's
+/// handle before the actor starts: whatever finds runs by id (a worker
+/// asking for the run's knowledge index or writing to its teammates) must
+/// find it once any of its tasks can reach a worker, and a thread of the
+/// runtime may dispatch the first task before this function returns.
+pub fn spawn_run(setup: RunSetup, known: impl FnOnce(&RunHandle)) -> RunHandle {
     let (tx, rx) = command_channel();
     let id = setup.id.clone();
     let namespace = setup.machine.owner().namespace.clone();
     let me = tx.downgrade();
     let liveness = Arc::new(RwLock::new(Liveness::Live(tx)));
-    start_actor(setup, (rx, me), liveness.clone());
-    RunHandle::new(id, &namespace, liveness)
+    let handle = RunHandle::new(id, &namespace, liveness.clone());
+    known(&handle);
+    start_actor(setup, (rx, me), liveness);
+    handle
 }
 
 /// Spawns the actor of `setup` on `commands` (the receiver, and a weak

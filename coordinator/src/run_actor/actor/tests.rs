@@ -28,7 +28,7 @@ fn bundle_of(yaml: &str) -> Bundle {
 
 /// Starts a run of `yaml` on `input` whose tasks `launcher` runs.
 fn start(yaml: &str, input: Value, launcher: &InProcessLauncher) -> RunHandle {
-    start_kept(yaml, input, launcher, None)
+    start_kept(yaml, input, launcher, None, |_| {})
 }
 
 /// [`start`], the run kept by `journal`.
@@ -37,6 +37,7 @@ fn start_kept(
     input: Value,
     launcher: &InProcessLauncher,
     journal: Option<Journal>,
+    known: impl FnOnce(&RunHandle),
 ) -> RunHandle {
     let (graph, _) = load_str(yaml, Format::Yaml, "g").expect("the graph is valid");
     let plan = RunPlan::new(Arc::new(graph), RunLimits::default());
@@ -45,25 +46,28 @@ fn start_kept(
     };
     let machine = RunMachine::new(plan.clone(), input).expect("the input fits");
     let bundle = bundle_of(yaml);
-    spawn_run(RunSetup {
-        prices: Arc::default(),
-        spend: Arc::default(),
-        id: RunId::from("run-test"),
-        plan,
-        machine,
-        bundle: Arc::default(),
-        launcher: Arc::new(launcher.clone()),
-        shutdown: CancellationToken::new(),
-        tracker: TaskTracker::new(),
-        history: None,
-        start: Start::New,
-        journal,
-        admitted: None,
-        lease: BlobStore::default().add_bundle(&bundle, "default"),
-        children: None,
-        marks: Arc::new(crate::run_actor::StepMarks::none()),
-        suspect: false,
-    })
+    spawn_run(
+        RunSetup {
+            prices: Arc::default(),
+            spend: Arc::default(),
+            id: RunId::from("run-test"),
+            plan,
+            machine,
+            bundle: Arc::default(),
+            launcher: Arc::new(launcher.clone()),
+            shutdown: CancellationToken::new(),
+            tracker: TaskTracker::new(),
+            history: None,
+            start: Start::New,
+            journal,
+            admitted: None,
+            lease: BlobStore::default().add_bundle(&bundle, "default"),
+            children: None,
+            marks: Arc::new(crate::run_actor::StepMarks::none()),
+            suspect: false,
+        },
+        known,
+    )
 }
 
 fn number(state: &Map<String, Value>, field: &str) -> i64 {
@@ -81,6 +85,36 @@ fn tasks_of(launcher: &InProcessLauncher, node: &str) -> Vec<u32> {
             _ => None,
         })
         .collect()
+}
+
+/// Whatever finds runs by id is given the handle before the actor can
+/// dispatch: on a runtime with threads to spare, nothing is launched
+/// however long the registration takes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_is_known_before_its_first_task_is_launched() {
+    let yaml = "
+name: one
+nodes:
+  a: { kind: task, handler: first, start: true, end: true }
+";
+    let launcher =
+        InProcessLauncher::new().with_handler("first", |_| async move { Ok(json!({ "x": 1 })) });
+    let watching = launcher.clone();
+    let mut launched_while_known = None;
+    let run = start_kept(yaml, json!({}), &launcher, None, |handle| {
+        assert_eq!(&**handle.id(), "run-test");
+        // Were the actor started first, its first wave would be launched
+        // while this waits.
+        let until = std::time::Instant::now() + Duration::from_millis(300);
+        while watching.launched().is_empty() && std::time::Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        launched_while_known = Some(watching.launched().len());
+    });
+    assert_eq!(launched_while_known, Some(0));
+    let view = run.ended().await.unwrap();
+    assert_eq!(view.status, RunStatus::Completed, "{:?}", view.error);
+    assert_eq!(tasks_of(&launcher, "a"), [1]);
 }
 
 #[tokio::test]
@@ -250,7 +284,7 @@ nodes:
     let launcher = InProcessLauncher::new().with_handler("first", |task| async move {
         Ok(json!({ "x": number(&task.state, "x") + 1 }))
     });
-    let run = start_kept(yaml, json!({ "x": 0 }), &launcher, Some(journal));
+    let run = start_kept(yaml, json!({ "x": 0 }), &launcher, Some(journal), |_| {});
     let view = run.ended().await.unwrap();
     assert_eq!(view.status, RunStatus::Completed, "{:?}", view.error);
     let record = run.finished().expect("an ended run keeps its record");
