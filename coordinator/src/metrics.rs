@@ -20,6 +20,10 @@ pub const TASKS_DISPATCHED: &str = "weft_tasks_dispatched_total";
 /// session, so a node's later tasks name it by number: this grows with
 /// nodes and workers, not with tasks.
 pub const NODE_DEFINITIONS_SENT: &str = "weft_node_definitions_sent_total";
+/// Task attempts that carried their run's bundle list (the files a worker
+/// may fetch) to a worker (counter). A worker keeps each for its session,
+/// so this grows with runs and workers, not with tasks.
+pub const BUNDLE_LISTS_SENT: &str = "weft_bundle_lists_sent_total";
 /// Times a task or a running step's model call started waiting for a
 /// rate limit, by limit.
 pub const TASKS_THROTTLED: &str = "weft_tasks_throttled_total";
@@ -110,6 +114,10 @@ pub fn install() -> Result<PrometheusHandle, metrics_exporter_prometheus::BuildE
     metrics::describe_counter!(
         NODE_DEFINITIONS_SENT,
         "task attempts that carried their node's definition to a worker"
+    );
+    metrics::describe_counter!(
+        BUNDLE_LISTS_SENT,
+        "task attempts that carried their run's bundle list to a worker"
     );
     metrics::describe_counter!(
         TASKS_THROTTLED,

@@ -9,7 +9,7 @@ use libfuzzer_sys::fuzz_target;
 use prost::Message;
 use weft_proto::v1 as pb;
 use weft_proto::worker_protocol::ToWorker;
-use weft_proto::worker_protocol::wire::{read_coordinator_message, KeptNodes};
+use weft_proto::worker_protocol::wire::{read_coordinator_message, Kept};
 use weft_proto::worker_protocol::TaskAssignment;
 use weft_worker::state_sync::{Assignment, Sent};
 
@@ -26,7 +26,7 @@ fn read_task(task: TaskAssignment) {
 
 fuzz_target!(|data: &[u8]| {
     // One session's definitions, kept across both readings below.
-    let mut kept = KeptNodes::default();
+    let mut kept = Kept::default();
     if let Ok(message) = pb::CoordinatorMessage::decode(data) {
         let mut read = Vec::new();
         read_coordinator_message(message, &mut kept, &mut read);

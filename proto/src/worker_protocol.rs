@@ -52,9 +52,12 @@ pub struct Hello {
     pub functions: Vec<String>,
     /// Its registered tools, as a model is told of them.
     pub tools: Vec<ToolInfo>,
-    /// It keeps node definitions by number ([`NodeRef`]); every Rust worker
+    /// It keeps node definitions by number ([`KeptRef`]); every Rust worker
     /// does.
     pub keeps_nodes: bool,
+    /// It keeps runs' bundle lists by number ([`KeptRef`]); every Rust
+    /// worker does.
+    pub keeps_bundles: bool,
 }
 
 /// A registered tool, as a model is told of it.
@@ -151,7 +154,7 @@ pub struct StateField {
 
 /// What a worker runs for a node: its id, its kind and the kind's fields.
 /// A graph's plan makes one per node, shared by every task of it; a worker
-/// keeps those it was sent for its session ([`NodeRef`]), so a node's
+/// keeps those it was sent for its session ([`KeptRef`]), so a node's
 /// definition crosses once per worker and its configuration is parsed once
 /// there ([`NodeDefinition::config`]).
 #[derive(Debug)]
@@ -197,10 +200,11 @@ impl PartialEq for NodeDefinition {
     }
 }
 
-/// How a task's message carries its node's definition to a worker that
-/// keeps definitions by number for its session.
+/// How a task's message carries something a worker may keep by number for
+/// its session: its node's definition, or its run's bundle list. Each is
+/// the same for many tasks, so it crosses once per worker session.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum NodeRef {
+pub enum KeptRef {
     /// Carried, not kept (a worker that keeps none, or a test).
     #[default]
     Carried,
@@ -224,7 +228,7 @@ pub struct TaskAssignment {
     pub definition: Arc<NodeDefinition>,
     /// How the message carries `definition` (as a worker reads one: how its
     /// message carried it).
-    pub node_ref: NodeRef,
+    pub node_ref: KeptRef,
     /// The state, field by field.
     pub state: Vec<StateField>,
     /// The step's scope (a map item's bindings), as JSON text.
@@ -235,6 +239,9 @@ pub struct TaskAssignment {
     pub timeout: Duration,
     /// The run's bundle files.
     pub bundle: Arc<Vec<BlobRef>>,
+    /// How the message carries `bundle` (as a worker reads one: how its
+    /// message carried it).
+    pub bundle_ref: KeptRef,
     /// A `teammates: true` step's team and inbox.
     pub team: Option<TeamSeat>,
     /// An `llm` or `agent` step's rendered prompts as JSON text,

@@ -108,8 +108,9 @@ pub(crate) fn hello(config: &WorkerConfig, registry: &Registry, python: bool) ->
                 parameters: tool.parameters.clone(),
             })
             .collect(),
-        // The connection keeps them (`KeptNodes`).
+        // The connection keeps them (`Kept`).
         keeps_nodes: true,
+        keeps_bundles: true,
     }
 }
 

@@ -6,8 +6,8 @@
 //! workers they lost). The dispatcher actor ([`dispatcher`]) is a thin loop
 //! that feeds it commands and carries out its decisions; [`state_sync`]
 //! mirrors each worker's cache of state fields so a task carries only the
-//! values its worker lacks, and [`node_sync`] the node definitions each
-//! worker keeps, so a node's definition crosses once per worker.
+//! values its worker lacks, and [`kept_sync`] the node definitions and
+//! runs' bundle lists each worker keeps, so each crosses once per worker.
 //!
 //! Runs reach the dispatcher through the [`TaskLauncher`] trait, so the run
 //! actor can be driven by a virtual launcher in tests.
@@ -19,8 +19,8 @@ mod flow;
 mod hosting;
 pub mod in_process;
 pub mod jobs;
+pub mod kept_sync;
 pub mod limits;
-pub mod node_sync;
 mod queue;
 pub mod registry;
 pub mod state_sync;
@@ -43,7 +43,7 @@ use crate::task::{TaskFailure, TaskKey};
 /// The worker protocol's messages, as the dispatcher sends and reads them.
 pub use weft_proto::worker_protocol::{
     BlobRef, CallError, CallFlow, CallForm, CallTarget, CallUsage, FromWorker, FunctionCall, Hello,
-    NodeDefinition, NodeRef, NotJson, PermitRequest, PythonCall, StateField, TaskAssignment,
+    KeptRef, NodeDefinition, NotJson, PermitRequest, PythonCall, StateField, TaskAssignment,
     TaskOutput, TeamSend, ToWorker, ToolCall, ToolContext, ToolInfo,
 };
 

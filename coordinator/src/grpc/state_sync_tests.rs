@@ -1,10 +1,11 @@
 //! Both ends of state sync driven together: the coordinator's
-//! [`FieldMirror`] and [`NodeMirror`] decide what a task carries, the
+//! [`FieldMirror`] and [`KeptMirror`] decide what a task carries, the
 //! message goes through the worker protocol's real conversion both ways,
-//! and the worker's `StateCache` and `KeptNodes` assemble the task.
-//! Whatever the history, the worker sees exactly the state and the node
-//! the coordinator meant, a value crosses the wire once per version and a
-//! node's definition once while the worker keeps it.
+//! and the worker's `StateCache` and `Kept` assemble the task.
+//! Whatever the history, the worker sees exactly the state, the node and
+//! the bundle list the coordinator meant, a value crosses the wire once per
+//! version and a node's definition or a run's list once while the worker
+//! keeps it.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -13,13 +14,15 @@ use std::time::Duration;
 use proptest::prelude::*;
 use weft_proto::RunId;
 use weft_proto::v1 as pb;
-use weft_proto::worker_protocol::wire::{KeptNodes, MAX_KEPT_NODES, read_coordinator_message};
+use weft_proto::worker_protocol::wire::{
+    Kept, MAX_KEPT_BUNDLES, MAX_KEPT_NODES, read_coordinator_message,
+};
 use weft_worker::state_sync::{Assignment, StateCache};
 
-use crate::dispatch::node_sync::NodeMirror;
-use crate::dispatch::node_sync::tests::definition;
+use crate::dispatch::kept_sync::KeptMirror;
+use crate::dispatch::kept_sync::tests::definition;
 use crate::dispatch::state_sync::FieldMirror;
-use crate::dispatch::{NodeDefinition, NodeRef, StateField, TaskAssignment, ToWorker};
+use crate::dispatch::{BlobRef, KeptRef, NodeDefinition, StateField, TaskAssignment, ToWorker};
 
 /// One step: the coordinator changes some fields, then sends a task.
 #[derive(Debug, Clone)]
@@ -43,7 +46,8 @@ pub(super) fn task(fields: &BTreeMap<String, (u64, i64)>, key: u64) -> TaskAssig
         key: weft_proto::TaskKey(key),
         attempt: 1,
         definition: definition("n"),
-        node_ref: NodeRef::Carried,
+        node_ref: KeptRef::Carried,
+        bundle_ref: KeptRef::Carried,
         state: fields
             .iter()
             .map(|(name, (version, value))| StateField {
@@ -93,7 +97,7 @@ proptest! {
                     let (wire, sent) = mirror.prepare(&task(&fields, key));
                     mirror.sent(&RunId::from("run"), sent);
                     let mut read = Vec::new();
-                    read_coordinator_message(pb::CoordinatorMessage::from(ToWorker::Task(wire)), &mut KeptNodes::default(), &mut read);
+                    read_coordinator_message(pb::CoordinatorMessage::from(ToWorker::Task(wire)), &mut Kept::default(), &mut read);
                     let [Ok(ToWorker::Task(assignment))] = <[_; 1]>::try_from(read).expect("one message") else {
                         panic!("a task message");
                     };
@@ -121,33 +125,55 @@ proptest! {
     }
 }
 
-/// Tasks of ever more nodes (more than a worker keeps), each sent to one
-/// worker as the dispatcher sends it: the worker reads each task's node as
-/// the coordinator meant it, whether the message carried it or named it.
+/// Tasks of ever more nodes and runs (more than a worker keeps of each),
+/// each sent to one worker as the dispatcher sends it: the worker reads
+/// each task's node and bundle list as the coordinator meant them, whether
+/// the message carried them or named them.
 #[test]
-fn every_task_reads_the_node_the_coordinator_meant() {
-    let mut mirror = NodeMirror::new(true);
-    let mut kept = KeptNodes::default();
+fn every_task_reads_the_node_and_bundle_the_coordinator_meant() {
+    let mut nodes_kept = KeptMirror::new(true, MAX_KEPT_NODES);
+    let mut bundles_kept = KeptMirror::new(true, MAX_KEPT_BUNDLES);
+    let mut kept = Kept::default();
     let mut nodes: Vec<Arc<NodeDefinition>> = Vec::new();
-    let (mut carried, mut seed) = (0, 7u64);
+    let mut bundles: Vec<Arc<Vec<BlobRef>>> = Vec::new();
+    let (mut carried, mut seed) = ([0, 0], 7u64);
     let sends = 3 * MAX_KEPT_NODES;
-    for key in 1..=sends {
+    let mut pick = |made: usize| {
         seed = seed
             .wrapping_mul(6364136223846793005)
             .wrapping_add(1442695040888963407);
-        // One time in three a node not seen before; else one seen lately.
+        // One time in three one not seen before; else one seen lately.
         let pick = (seed >> 33) as usize;
-        if nodes.is_empty() || pick.is_multiple_of(3) {
+        let new = made == 0 || pick.is_multiple_of(3);
+        (
+            new,
+            pick % (made + usize::from(new)).min(MAX_KEPT_NODES as usize + 200),
+        )
+    };
+    for key in 1..=sends {
+        let (new, back) = pick(nodes.len());
+        if new {
             nodes.push(definition(&format!("n{key}")));
         }
-        let recent = nodes.len().min(MAX_KEPT_NODES as usize + 200);
-        let meant = nodes[nodes.len() - 1 - pick % recent].clone();
+        let node = nodes[nodes.len() - 1 - back].clone();
+        let (new, back) = pick(bundles.len());
+        if new {
+            bundles.push(Arc::new(vec![BlobRef {
+                path: format!("run-{key}.yaml"),
+                sha256: format!("{key:064x}"),
+                mode: 0o644,
+            }]));
+        }
+        let bundle = bundles[bundles.len() - 1 - back].clone();
         let mut task = task(&BTreeMap::new(), key);
-        task.definition = meant.clone();
-        task.node_ref = mirror.prepare(&meant);
-        mirror.sent(&meant, task.node_ref);
-        if !matches!(task.node_ref, NodeRef::Held(_)) {
-            carried += 1;
+        task.definition = node.clone();
+        task.node_ref = nodes_kept.prepare(&node);
+        nodes_kept.sent(&node, task.node_ref);
+        task.bundle = bundle.clone();
+        task.bundle_ref = bundles_kept.prepare(&bundle);
+        bundles_kept.sent(&bundle, task.bundle_ref);
+        for (count, how) in carried.iter_mut().zip([task.node_ref, task.bundle_ref]) {
+            *count += u64::from(!matches!(how, KeptRef::Held(_)));
         }
         let mut read = Vec::new();
         let message = pb::CoordinatorMessage::from(ToWorker::Task(task));
@@ -155,12 +181,13 @@ fn every_task_reads_the_node_the_coordinator_meant() {
         let [Ok(ToWorker::Task(got))] = <[_; 1]>::try_from(read).expect("one message") else {
             panic!("task {key} was not read");
         };
-        assert_eq!(got.definition, meant, "task {key}");
+        assert_eq!(got.definition, node, "task {key}");
+        assert_eq!(got.bundle, bundle, "task {key}");
     }
-    assert!(kept.len() <= MAX_KEPT_NODES as usize);
-    // Most tasks named a node already kept.
-    assert!(
-        carried < sends / 2,
-        "{carried} of {sends} carried their node"
-    );
+    assert!(kept.nodes() <= MAX_KEPT_NODES as usize);
+    assert!(kept.bundles() <= MAX_KEPT_BUNDLES as usize);
+    // Most tasks named a node and a bundle list already kept.
+    for count in carried {
+        assert!(count < sends / 2, "{count} of {sends} carried theirs");
+    }
 }

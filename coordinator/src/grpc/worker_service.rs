@@ -208,11 +208,20 @@ fn weight(task: &TaskAssignment) -> usize {
         .iter()
         .map(|field| field.name.len() + field.json.as_deref().map_or(0, str::len))
         .sum();
+    use weft_proto::worker_protocol::KeptRef::Held;
     let definition = match task.node_ref {
-        weft_proto::worker_protocol::NodeRef::Held(_) => 0,
+        Held(_) => 0,
         _ => task.definition.config_json.len(),
     };
-    values + definition + task.scope_json.len() + task.prompts_json.len()
+    let bundle = match task.bundle_ref {
+        Held(_) => 0,
+        _ => task
+            .bundle
+            .iter()
+            .map(|file| file.path.len() + file.sha256.len())
+            .sum(),
+    };
+    values + definition + bundle + task.scope_json.len() + task.prompts_json.len()
 }
 
 /// Why a worker was not let in.

@@ -8,8 +8,8 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use super::wire::{
-    KeptNodes, MAX_KEPT_NODES, Unreadable, is_large, read_coordinator_message, read_worker_message,
-    task_batch, unbatched,
+    Kept, MAX_KEPT_BUNDLES, MAX_KEPT_NODES, Unreadable, is_large, read_coordinator_message,
+    read_worker_message, task_batch, unbatched,
 };
 use super::*;
 use crate::v1 as pb;
@@ -24,7 +24,7 @@ fn worker_reads(message: ToWorker) -> Vec<Result<ToWorker, Unreadable>> {
     let mut read = Vec::new();
     read_coordinator_message(
         through_bytes(pb::CoordinatorMessage::from(message)),
-        &mut KeptNodes::default(),
+        &mut Kept::default(),
         &mut read,
     );
     read
@@ -65,7 +65,8 @@ fn task(key: u64) -> TaskAssignment {
             WorkerKind::Agent,
             r#"{"provider":"p"}"#.into(),
         )),
-        node_ref: NodeRef::Carried,
+        node_ref: KeptRef::Carried,
+        bundle_ref: KeptRef::Carried,
         state: vec![
             StateField {
                 name: "topic".into(),
@@ -328,11 +329,13 @@ fn a_hello_reads_back_as_itself_and_names_this_protocol_version() {
         functions: vec!["merge".into()],
         tools: vec![tool_info()],
         keeps_nodes: true,
+        keeps_bundles: true,
     };
     let wire = through_bytes(pb::Hello::from(hello.clone()));
     assert_eq!(wire.protocol_version, crate::PROTOCOL_VERSION);
     assert!(wire.takes_batches);
     assert!(wire.keeps_nodes);
+    assert!(wire.keeps_bundles);
     assert_eq!(Hello::from(wire), hello);
 }
 
@@ -380,7 +383,7 @@ fn a_batch_of_tasks_reads_as_its_tasks_in_order() {
     let mut read = Vec::new();
     read_coordinator_message(
         through_bytes(task_batch(vec![task(1), task(2), task(3)])),
-        &mut KeptNodes::default(),
+        &mut Kept::default(),
         &mut read,
     );
     assert_eq!(read, [1, 2, 3].map(|key| Ok(ToWorker::Task(task(key)))));
@@ -411,10 +414,7 @@ fn a_batch_of_results_reads_as_its_results_in_order() {
 }
 
 /// What a worker that keeps `kept` reads of a message holding `wire`.
-fn wire_task_reads(
-    kept: &mut KeptNodes,
-    wire: pb::TaskAssignment,
-) -> Vec<Result<ToWorker, Unreadable>> {
+fn wire_task_reads(kept: &mut Kept, wire: pb::TaskAssignment) -> Vec<Result<ToWorker, Unreadable>> {
     let message = pb::CoordinatorMessage {
         body: Some(pb::coordinator_message::Body::Task(wire)),
     };
@@ -427,7 +427,7 @@ fn wire_task_reads(
 fn a_task_of_an_unknown_kind_is_named_with_the_fields_it_carried() {
     let mut wire = pb::TaskAssignment::from(task(3));
     wire.kind = "teleport".into();
-    let read = wire_task_reads(&mut KeptNodes::default(), wire);
+    let read = wire_task_reads(&mut Kept::default(), wire);
     assert_eq!(
         read,
         [Err(Unreadable::Task {
@@ -440,16 +440,13 @@ fn a_task_of_an_unknown_kind_is_named_with_the_fields_it_carried() {
 }
 
 /// What a worker that keeps `kept` reads of `tasks`, sent as one batch.
-fn kept_reads(
-    kept: &mut KeptNodes,
-    tasks: Vec<TaskAssignment>,
-) -> Vec<Result<ToWorker, Unreadable>> {
+fn kept_reads(kept: &mut Kept, tasks: Vec<TaskAssignment>) -> Vec<Result<ToWorker, Unreadable>> {
     let mut read = Vec::new();
     read_coordinator_message(through_bytes(task_batch(tasks)), kept, &mut read);
     read
 }
 
-fn numbered(key: u64, node_ref: NodeRef) -> TaskAssignment {
+fn numbered(key: u64, node_ref: KeptRef) -> TaskAssignment {
     TaskAssignment {
         node_ref,
         ..task(key)
@@ -458,9 +455,9 @@ fn numbered(key: u64, node_ref: NodeRef) -> TaskAssignment {
 
 #[test]
 fn a_node_definition_kept_by_number_is_sent_once() {
-    let mut kept = KeptNodes::default();
-    let first = numbered(1, NodeRef::Keep(7));
-    let later = numbered(2, NodeRef::Held(7));
+    let mut kept = Kept::default();
+    let first = numbered(1, KeptRef::Keep(7));
+    let later = numbered(2, KeptRef::Held(7));
     // The later task's message leaves the definition out.
     let wire = pb::TaskAssignment::from(later.clone());
     assert_eq!(
@@ -484,13 +481,13 @@ fn a_node_definition_kept_by_number_is_sent_once() {
         b.definition.config().unwrap()
     ));
     assert_eq!(**a.definition.config().unwrap(), json!({"provider": "p"}));
-    assert_eq!(kept.len(), 1);
+    assert_eq!(kept.nodes(), 1);
 }
 
 #[test]
 fn a_definition_sent_under_a_number_replaces_what_it_held() {
-    let mut kept = KeptNodes::default();
-    let mut other = numbered(2, NodeRef::Keep(1));
+    let mut kept = Kept::default();
+    let mut other = numbered(2, KeptRef::Keep(1));
     other.definition = Arc::new(NodeDefinition::new(
         "review".into(),
         WorkerKind::Script,
@@ -499,9 +496,9 @@ fn a_definition_sent_under_a_number_replaces_what_it_held() {
     let read = kept_reads(
         &mut kept,
         vec![
-            numbered(1, NodeRef::Keep(1)),
+            numbered(1, KeptRef::Keep(1)),
             other.clone(),
-            numbered(3, NodeRef::Held(1)),
+            numbered(3, KeptRef::Held(1)),
         ],
     );
     let Ok(ToWorker::Task(last)) = &read[2] else {
@@ -512,8 +509,8 @@ fn a_definition_sent_under_a_number_replaces_what_it_held() {
 
 #[test]
 fn a_definition_not_kept_fails_its_task_by_name_and_keeps_its_fields() {
-    let mut kept = KeptNodes::default();
-    let read = kept_reads(&mut kept, vec![numbered(4, NodeRef::Held(3))]);
+    let mut kept = Kept::default();
+    let read = kept_reads(&mut kept, vec![numbered(4, KeptRef::Held(3))]);
     assert_eq!(
         read,
         [Err(Unreadable::Task {
@@ -523,7 +520,7 @@ fn a_definition_not_kept_fails_its_task_by_name_and_keeps_its_fields() {
             error: "node definition 3 is not kept by this worker".into(),
         })]
     );
-    let beyond = numbered(5, NodeRef::Keep(MAX_KEPT_NODES + 1));
+    let beyond = numbered(5, KeptRef::Keep(MAX_KEPT_NODES + 1));
     let Err(Unreadable::Task { error, .. }) = &kept_reads(&mut kept, vec![beyond])[0] else {
         panic!("refused");
     };
@@ -531,19 +528,19 @@ fn a_definition_not_kept_fails_its_task_by_name_and_keeps_its_fields() {
         error,
         "node definition 1025 is above the 1024 a worker keeps"
     );
-    assert!(kept.is_empty());
+    assert_eq!(kept.nodes(), 0);
 }
 
 #[test]
 fn a_kept_definition_of_an_unknown_kind_fails_each_task_that_names_it() {
-    let mut kept = KeptNodes::default();
+    let mut kept = Kept::default();
     // Number 2 held a definition this worker can run; the coordinator
     // replaced it with one of a kind it cannot.
-    kept_reads(&mut kept, vec![numbered(1, NodeRef::Keep(2))]);
-    let mut unknown = pb::TaskAssignment::from(numbered(2, NodeRef::Keep(2)));
+    kept_reads(&mut kept, vec![numbered(1, KeptRef::Keep(2))]);
+    let mut unknown = pb::TaskAssignment::from(numbered(2, KeptRef::Keep(2)));
     unknown.kind = "teleport".into();
     let mut read = wire_task_reads(&mut kept, unknown);
-    read.extend(kept_reads(&mut kept, vec![numbered(3, NodeRef::Held(2))]));
+    read.extend(kept_reads(&mut kept, vec![numbered(3, KeptRef::Held(2))]));
     let errors: Vec<_> = read
         .iter()
         .map(|read| match read {
@@ -554,6 +551,89 @@ fn a_kept_definition_of_an_unknown_kind_fails_each_task_that_names_it() {
     assert_eq!(errors, ["this worker cannot run kind 'teleport'"; 2]);
 }
 
+fn bundled(key: u64, bundle_ref: KeptRef) -> TaskAssignment {
+    TaskAssignment {
+        bundle_ref,
+        ..task(key)
+    }
+}
+
+#[test]
+fn a_runs_bundle_list_kept_by_number_is_sent_once() {
+    let mut kept = Kept::default();
+    let first = bundled(1, KeptRef::Keep(5));
+    let later = bundled(2, KeptRef::Held(5));
+    let wire = pb::TaskAssignment::from(first.clone());
+    assert_eq!(
+        (wire.bundle.len(), wire.bundle_keep, wire.bundle_held),
+        (1, 5, 0)
+    );
+    // The later task's message leaves the list out.
+    let wire = pb::TaskAssignment::from(later.clone());
+    assert_eq!(
+        (wire.bundle.len(), wire.bundle_keep, wire.bundle_held),
+        (0, 0, 5)
+    );
+    let read = kept_reads(&mut kept, vec![first.clone(), later.clone()]);
+    assert_eq!(read, [Ok(ToWorker::Task(first)), Ok(ToWorker::Task(later))]);
+    let [Ok(ToWorker::Task(a)), Ok(ToWorker::Task(b))] = &read[..] else {
+        panic!("two tasks");
+    };
+    assert!(Arc::ptr_eq(&a.bundle, &b.bundle), "one list, read once");
+    assert_eq!((kept.bundles(), kept.nodes()), (1, 0));
+}
+
+#[test]
+fn a_bundle_list_not_kept_or_named_ambiguously_fails_its_task_by_name() {
+    let mut kept = Kept::default();
+    let error = |read: Vec<Result<ToWorker, Unreadable>>| match &read[..] {
+        [Err(Unreadable::Task { error, state, .. })] => {
+            assert_eq!(*state, task(1).state, "its fields are still cached");
+            error.clone()
+        }
+        other => panic!("not refused: {other:?}"),
+    };
+    let unknown = kept_reads(&mut kept, vec![bundled(1, KeptRef::Held(3))]);
+    assert_eq!(error(unknown), "bundle list 3 is not kept by this worker");
+    let beyond = kept_reads(
+        &mut kept,
+        vec![bundled(1, KeptRef::Keep(MAX_KEPT_BUNDLES + 1))],
+    );
+    assert_eq!(
+        error(beyond),
+        "bundle list 1025 is above the 1024 a worker keeps"
+    );
+    let mut both = pb::TaskAssignment::from(bundled(1, KeptRef::Keep(2)));
+    both.bundle_held = 4;
+    assert_eq!(
+        error(wire_task_reads(&mut kept, both)),
+        "the task both carries bundle list 2 and names bundle list 4"
+    );
+    let mut named_and_carried = pb::TaskAssignment::from(bundled(1, KeptRef::Carried));
+    named_and_carried.bundle_held = 4;
+    assert_eq!(
+        error(wire_task_reads(&mut kept, named_and_carried)),
+        "the task names bundle list 4 and also carries one"
+    );
+    assert_eq!(kept.bundles(), 0);
+}
+
+#[test]
+fn a_task_that_cannot_run_still_keeps_the_bundle_list_it_carries() {
+    let mut kept = Kept::default();
+    let mut unknown = pb::TaskAssignment::from(bundled(1, KeptRef::Keep(2)));
+    unknown.kind = "teleport".into();
+    let read = wire_task_reads(&mut kept, unknown);
+    assert!(
+        matches!(read[..], [Err(Unreadable::Task { .. })]),
+        "{read:?}"
+    );
+    // The coordinator counts it as kept, so a later task names it.
+    let later = bundled(2, KeptRef::Held(2));
+    let read = kept_reads(&mut kept, vec![later.clone()]);
+    assert_eq!(read, [Ok(ToWorker::Task(later))]);
+}
+
 #[test]
 fn a_call_that_cannot_be_read_is_named_for_its_answer() {
     let read = |wire: pb::FunctionCall| {
@@ -562,7 +642,7 @@ fn a_call_that_cannot_be_read_is_named_for_its_answer() {
             pb::CoordinatorMessage {
                 body: Some(pb::coordinator_message::Body::Call(wire)),
             },
-            &mut KeptNodes::default(),
+            &mut Kept::default(),
             &mut read,
         );
         read

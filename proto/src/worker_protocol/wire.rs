@@ -6,13 +6,15 @@
 //! ignores it), and a task or call the worker cannot read reads as
 //! [`Unreadable`], for the worker to answer with why.
 
+use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::Value;
 
 use super::{
     BlobRef, CallError, CallFlow, CallForm, CallResult, CallTarget, CallUsage, FromWorker,
-    FunctionCall, Hello, ItemRef, NodeDefinition, NodeRef, NotJson, PermitRequest, PythonCall,
+    FunctionCall, Hello, ItemRef, KeptRef, NodeDefinition, NotJson, PermitRequest, PythonCall,
     StateField, TaskAssignment, TaskError, TaskOutput, TaskResult, TeamMessage, TeamSeat, TeamSend,
     ToWorker, ToolCall, ToolContext, ToolInfo,
 };
@@ -71,6 +73,7 @@ impl From<Hello> for pb::Hello {
             tool_infos: hello.tools.into_iter().map(pb::ToolInfo::from).collect(),
             takes_batches: true,
             keeps_nodes: hello.keeps_nodes,
+            keeps_bundles: hello.keeps_bundles,
         }
     }
 }
@@ -105,6 +108,7 @@ impl From<pb::Hello> for Hello {
             functions: hello.functions,
             tools,
             keeps_nodes: hello.keeps_nodes,
+            keeps_bundles: hello.keeps_bundles,
         }
     }
 }
@@ -221,7 +225,7 @@ pub fn task_batch(tasks: Vec<TaskAssignment>) -> pb::CoordinatorMessage {
 /// and a task that names one by its number alone reads it from there.
 pub fn read_coordinator_message(
     message: pb::CoordinatorMessage,
-    kept: &mut KeptNodes,
+    kept: &mut Kept,
     into: &mut impl Extend<Result<ToWorker, Unreadable>>,
 ) {
     use pb::coordinator_message::Body;
@@ -279,33 +283,50 @@ pub fn read_coordinator_message(
 /// larger one.
 pub const MAX_KEPT_NODES: u64 = 1024;
 
-/// The node definitions a worker keeps for its session, by the number its
-/// coordinator gave each; one whose kind it cannot run is kept as why, so
-/// that a later task naming it fails the same way instead of running what
-/// the number held before.
+/// The most runs' bundle lists a worker keeps for a session, numbered as
+/// node definitions are (in a series of their own).
+pub const MAX_KEPT_BUNDLES: u64 = 1024;
+
+/// What a worker keeps for its session by the number its coordinator gave
+/// each: node definitions, and runs' bundle lists. A definition whose kind
+/// the worker cannot run is kept as why, so that a later task naming it
+/// fails the same way instead of running what the number held before.
 #[derive(Debug, Default)]
-pub struct KeptNodes {
-    by_number: std::collections::HashMap<u64, Result<std::sync::Arc<NodeDefinition>, String>>,
+pub struct Kept {
+    nodes: HashMap<u64, Result<Arc<NodeDefinition>, String>>,
+    bundles: HashMap<u64, Arc<Vec<BlobRef>>>,
 }
 
-impl KeptNodes {
-    /// How many are kept.
-    pub fn len(&self) -> usize {
-        self.by_number.len()
+impl Kept {
+    /// How many node definitions are kept.
+    pub fn nodes(&self) -> usize {
+        self.nodes.len()
     }
 
-    /// None is kept.
-    pub fn is_empty(&self) -> bool {
-        self.by_number.is_empty()
+    /// How many bundle lists are kept.
+    pub fn bundles(&self) -> usize {
+        self.bundles.len()
+    }
+}
+
+/// How a message carries a kept thing, as the two numbers it writes: the
+/// number, and whether the thing itself is carried.
+fn numbered(how: KeptRef) -> (u64, bool) {
+    match how {
+        KeptRef::Carried => (0, true),
+        KeptRef::Keep(number) => (number, true),
+        KeptRef::Held(number) => (number, false),
     }
 }
 
 impl From<TaskAssignment> for pb::TaskAssignment {
     fn from(task: TaskAssignment) -> Self {
-        let (node_ref, carried) = match task.node_ref {
-            NodeRef::Carried => (0, true),
-            NodeRef::Keep(number) => (number, true),
-            NodeRef::Held(number) => (number, false),
+        let (node_ref, carried) = numbered(task.node_ref);
+        let (bundle_number, bundle_carried) = numbered(task.bundle_ref);
+        let (bundle_keep, bundle_held) = if bundle_carried {
+            (bundle_number, 0)
+        } else {
+            (0, bundle_number)
         };
         let definition = &task.definition;
         let text = |value: &str| {
@@ -339,7 +360,13 @@ impl From<TaskAssignment> for pb::TaskAssignment {
                 step: item.step,
             }),
             timeout_ms: millis(task.timeout),
-            bundle: blob_refs(&task.bundle),
+            bundle: if bundle_carried {
+                blob_refs(&task.bundle)
+            } else {
+                Vec::new()
+            },
+            bundle_keep,
+            bundle_held,
             traceparent: task.traceparent,
             prompts_json: task.prompts_json,
             team: task.team.map(pb::Team::from),
@@ -357,7 +384,7 @@ impl From<TaskAssignment> for pb::TaskAssignment {
 /// A task in domain terms, its node's definition carried or read from
 /// `kept`; or, for a kind this version does not know or a definition it
 /// does not keep, what the worker must answer and cache.
-fn task_of(mut wire: pb::TaskAssignment, kept: &mut KeptNodes) -> Result<ToWorker, Unreadable> {
+fn task_of(mut wire: pb::TaskAssignment, kept: &mut Kept) -> Result<ToWorker, Unreadable> {
     let state = std::mem::take(&mut wire.state)
         .into_iter()
         .map(|field| StateField {
@@ -366,7 +393,12 @@ fn task_of(mut wire: pb::TaskAssignment, kept: &mut KeptNodes) -> Result<ToWorke
             json: (!field.json.is_empty()).then(|| field.json.into()),
         })
         .collect();
-    let (definition, node_ref) = match definition_of(&mut wire, kept) {
+    // Both are read whatever the other holds: what the message asks to
+    // keep is kept even when the task cannot run, as the coordinator counts.
+    let definition = definition_of(&mut wire, kept);
+    let bundle = bundle_of(&mut wire, kept);
+    let read = definition.and_then(|definition| Ok((definition, bundle?)));
+    let ((definition, node_ref), (bundle, bundle_ref)) = match read {
         Ok(read) => read,
         Err(error) => {
             return Err(Unreadable::Task {
@@ -391,7 +423,8 @@ fn task_of(mut wire: pb::TaskAssignment, kept: &mut KeptNodes) -> Result<ToWorke
             step: item.step,
         }),
         timeout: Duration::from_millis(wire.timeout_ms.max(1)),
-        bundle: std::sync::Arc::new(wire.bundle.into_iter().map(BlobRef::from).collect()),
+        bundle,
+        bundle_ref,
         team: wire.team.map(TeamSeat::from),
         prompts_json: wire.prompts_json,
         traceparent: wire.traceparent,
@@ -407,8 +440,8 @@ fn task_of(mut wire: pb::TaskAssignment, kept: &mut KeptNodes) -> Result<ToWorke
 /// if it has one), or the one kept under the number it names.
 fn definition_of(
     wire: &mut pb::TaskAssignment,
-    kept: &mut KeptNodes,
-) -> Result<(std::sync::Arc<NodeDefinition>, NodeRef), String> {
+    kept: &mut Kept,
+) -> Result<(Arc<NodeDefinition>, KeptRef), String> {
     let number = wire.node_ref;
     if number > MAX_KEPT_NODES {
         return Err(format!(
@@ -416,8 +449,8 @@ fn definition_of(
         ));
     }
     if number != 0 && wire.kind.is_empty() {
-        return match kept.by_number.get(&number) {
-            Some(Ok(definition)) => Ok((definition.clone(), NodeRef::Held(number))),
+        return match kept.nodes.get(&number) {
+            Some(Ok(definition)) => Ok((definition.clone(), KeptRef::Held(number))),
             Some(Err(error)) => Err(error.clone()),
             None => Err(format!(
                 "node definition {number} is not kept by this worker"
@@ -425,7 +458,7 @@ fn definition_of(
         };
     }
     let read = match wire.kind.parse::<WorkerKind>() {
-        Ok(kind) => Ok(std::sync::Arc::new(NodeDefinition::new(
+        Ok(kind) => Ok(Arc::new(NodeDefinition::new(
             std::mem::take(&mut wire.node).into(),
             kind,
             std::mem::take(&mut wire.config_json).into(),
@@ -433,10 +466,51 @@ fn definition_of(
         Err(_) => Err(format!("this worker cannot run kind '{}'", wire.kind)),
     };
     if number == 0 {
-        return read.map(|definition| (definition, NodeRef::Carried));
+        return read.map(|definition| (definition, KeptRef::Carried));
     }
-    kept.by_number.insert(number, read.clone());
-    read.map(|definition| (definition, NodeRef::Keep(number)))
+    kept.nodes.insert(number, read.clone());
+    read.map(|definition| (definition, KeptRef::Keep(number)))
+}
+
+/// A task's bundle list: the one it carries (kept under its number, if it
+/// has one), or the one kept under the number it names.
+fn bundle_of(
+    wire: &mut pb::TaskAssignment,
+    kept: &mut Kept,
+) -> Result<(Arc<Vec<BlobRef>>, KeptRef), String> {
+    let (keep, held) = (wire.bundle_keep, wire.bundle_held);
+    if let Some(number) = [keep, held].into_iter().find(|&n| n > MAX_KEPT_BUNDLES) {
+        return Err(format!(
+            "bundle list {number} is above the {MAX_KEPT_BUNDLES} a worker keeps"
+        ));
+    }
+    if keep != 0 && held != 0 {
+        return Err(format!(
+            "the task both carries bundle list {keep} and names bundle list {held}"
+        ));
+    }
+    if held != 0 {
+        if !wire.bundle.is_empty() {
+            return Err(format!(
+                "the task names bundle list {held} and also carries one"
+            ));
+        }
+        return match kept.bundles.get(&held) {
+            Some(bundle) => Ok((bundle.clone(), KeptRef::Held(held))),
+            None => Err(format!("bundle list {held} is not kept by this worker")),
+        };
+    }
+    let bundle: Arc<Vec<BlobRef>> = Arc::new(
+        std::mem::take(&mut wire.bundle)
+            .into_iter()
+            .map(BlobRef::from)
+            .collect(),
+    );
+    if keep == 0 {
+        return Ok((bundle, KeptRef::Carried));
+    }
+    kept.bundles.insert(keep, bundle.clone());
+    Ok((bundle, KeptRef::Keep(keep)))
 }
 
 impl From<TeamSeat> for pb::Team {
@@ -583,7 +657,7 @@ fn call_of(wire: pb::FunctionCall) -> Result<FunctionCall, Unreadable> {
         args,
         timeout: Duration::from_millis(wire.timeout_ms.max(1)),
         target,
-        bundle: std::sync::Arc::new(wire.bundle.into_iter().map(BlobRef::from).collect()),
+        bundle: Arc::new(wire.bundle.into_iter().map(BlobRef::from).collect()),
     })
 }
 

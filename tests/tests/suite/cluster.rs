@@ -85,12 +85,13 @@ async fn map_items_spread_over_three_workers() -> anyhow::Result<()> {
         workers,
         BTreeSet::from(["a".to_owned(), "b".to_owned(), "c".to_owned()])
     );
-    // The item node's definition crossed once to each worker; its other
-    // tasks named it by number.
+    // The item node's definition and the run's bundle list crossed once to
+    // each worker; the other tasks named them by number.
     let metrics = cluster.metrics()?;
     for line in [
         "weft_tasks_dispatched_total 30",
         "weft_node_definitions_sent_total 3",
+        "weft_bundle_lists_sent_total 3",
     ] {
         assert!(metrics.contains(line), "{line} missing from:\n{metrics}");
     }

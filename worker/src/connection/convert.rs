@@ -9,7 +9,7 @@
 use std::collections::VecDeque;
 
 use weft_proto::v1 as pb;
-use weft_proto::worker_protocol::wire::{self, KeptNodes, Unreadable};
+use weft_proto::worker_protocol::wire::{self, Kept, Unreadable};
 use weft_proto::worker_protocol::{CallError as Unanswered, CallResult, FromWorker, ToWorker};
 
 use super::{Inbound, Outbound};
@@ -22,7 +22,7 @@ use crate::task::{Failure, FailureKind};
 /// nothing.
 pub(super) fn from_coordinator(
     message: pb::CoordinatorMessage,
-    kept: &mut KeptNodes,
+    kept: &mut Kept,
     into: &mut VecDeque<Inbound>,
 ) {
     wire::read_coordinator_message(message, kept, &mut Unread(into));
@@ -153,10 +153,10 @@ mod tests {
     }
 
     fn read(body: pb::coordinator_message::Body) -> Inbound {
-        read_keeping(&mut KeptNodes::default(), body)
+        read_keeping(&mut Kept::default(), body)
     }
 
-    fn read_keeping(kept: &mut KeptNodes, body: pb::coordinator_message::Body) -> Inbound {
+    fn read_keeping(kept: &mut Kept, body: pb::coordinator_message::Body) -> Inbound {
         let mut read = VecDeque::new();
         from_coordinator(pb::CoordinatorMessage { body: Some(body) }, kept, &mut read);
         assert_eq!(read.len(), 1, "{read:?}");
@@ -181,7 +181,7 @@ mod tests {
 
     #[test]
     fn a_kept_configuration_is_read_once_and_a_bad_one_fails_each_task_that_names_it() {
-        let mut kept = KeptNodes::default();
+        let mut kept = Kept::default();
         let mut first = assignment("task");
         first.node_ref = 1;
         let named = pb::TaskAssignment {

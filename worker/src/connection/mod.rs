@@ -29,7 +29,7 @@ use tracing::info;
 use weft_proto::transport::Authorized;
 use weft_proto::v1 as pb;
 use weft_proto::v1::worker_service_client::WorkerServiceClient;
-use weft_proto::worker_protocol::wire::KeptNodes;
+use weft_proto::worker_protocol::wire::Kept;
 
 pub(crate) use discovery::Finder;
 pub use shared_indexes::IndexShelf;
@@ -198,7 +198,7 @@ pub(crate) struct Connection {
     /// The rest of a batch of tasks whose first was returned.
     unread: VecDeque<Inbound>,
     /// The node definitions this session's coordinator asked it to keep.
-    kept: KeptNodes,
+    kept: Kept,
     outbound: mpsc::Sender<Outbound>,
     /// Running attempts' teammate messages, merged into the same stream.
     team_sends: mpsc::Sender<FromWorker>,
@@ -314,7 +314,7 @@ async fn handshake(
             let connection = Connection {
                 inbound,
                 unread: VecDeque::new(),
-                kept: KeptNodes::default(),
+                kept: Kept::default(),
                 outbound,
                 team_sends,
                 tool_calls,

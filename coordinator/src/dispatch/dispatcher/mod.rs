@@ -21,12 +21,13 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use super::node_sync::NodeMirror;
+use super::kept_sync::KeptMirror;
 use super::registry::{
     Decision, JobId, JobKey, JobSpec, Limits, NameTaken, Registry, WorkerStatus,
 };
 use super::state_sync::FieldMirror;
 use super::*;
+use weft_proto::worker_protocol::wire::{MAX_KEPT_BUNDLES, MAX_KEPT_NODES};
 
 mod from_workers;
 
@@ -61,8 +62,18 @@ pub struct WorkerLink {
 
 struct Link {
     channels: WorkerLink,
+    /// The state field versions the worker holds.
     mirror: FieldMirror,
-    nodes: NodeMirror,
+    /// The node definitions it keeps.
+    nodes: KeptMirror<NodeDefinition>,
+    /// The runs' bundle lists it keeps.
+    bundles: KeptMirror<Vec<BlobRef>>,
+}
+
+/// What a task message carries that its worker may keep, and how.
+struct Kept {
+    node: (Arc<NodeDefinition>, super::KeptRef),
+    bundle: (Arc<Vec<BlobRef>>, super::KeptRef),
 }
 
 enum Command {
@@ -346,7 +357,7 @@ impl Dispatcher {
         let decisions = match command {
             Command::Join { info, link, reply } => {
                 let (name, slots) = (info.hello.name.clone(), info.hello.slots);
-                let keeps_nodes = info.hello.keeps_nodes;
+                let keeps = (info.hello.keeps_nodes, info.hello.keeps_bundles);
                 let id = match self.registry.join(info, now()) {
                     Ok(id) => id,
                     Err(taken) => {
@@ -361,7 +372,8 @@ impl Dispatcher {
                     Link {
                         channels: link,
                         mirror: FieldMirror::default(),
-                        nodes: NodeMirror::new(keeps_nodes),
+                        nodes: KeptMirror::new(keeps.0, MAX_KEPT_NODES),
+                        bundles: KeptMirror::new(keeps.1, MAX_KEPT_BUNDLES),
                     },
                 );
                 let _ = reply.send(Ok(id));
@@ -726,10 +738,14 @@ impl Dispatcher {
             Work::Task(task) => {
                 let (mut wire, sent) = link.mirror.prepare(&task.task);
                 wire.node_ref = link.nodes.prepare(&wire.definition);
+                wire.bundle_ref = link.bundles.prepare(&wire.bundle);
                 wire.remote_tools = remote_tools;
                 wire.flow = flow;
-                let node = (wire.definition.clone(), wire.node_ref);
-                (ToWorker::Task(wire), Some((sent, node)))
+                let kept = Kept {
+                    node: (wire.definition.clone(), wire.node_ref),
+                    bundle: (wire.bundle.clone(), wire.bundle_ref),
+                };
+                (ToWorker::Task(wire), Some((sent, kept)))
             }
             Work::Call(CallJob { call, .. }) | Work::Tool { call, .. } => {
                 (ToWorker::Call(call.clone()), None)
@@ -737,12 +753,18 @@ impl Dispatcher {
         };
         match link.channels.work.try_send(message) {
             Ok(()) => {
-                if let Some((sent, (definition, node_ref))) = sent {
+                if let Some((sent, kept)) = sent {
                     link.mirror.sent(&job.run, sent);
-                    if !matches!(node_ref, super::NodeRef::Held(_)) {
+                    let (definition, node_ref) = kept.node;
+                    if !matches!(node_ref, super::KeptRef::Held(_)) {
                         metrics::counter!(crate::metrics::NODE_DEFINITIONS_SENT).increment(1);
                     }
                     link.nodes.sent(&definition, node_ref);
+                    let (bundle, bundle_ref) = kept.bundle;
+                    if !matches!(bundle_ref, super::KeptRef::Held(_)) {
+                        metrics::counter!(crate::metrics::BUNDLE_LISTS_SENT).increment(1);
+                    }
+                    link.bundles.sent(&bundle, bundle_ref);
                     metrics::counter!(crate::metrics::TASKS_DISPATCHED).increment(1);
                 }
                 None

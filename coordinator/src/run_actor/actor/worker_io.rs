@@ -11,7 +11,7 @@ use serde_json::Value;
 use super::RunActor;
 use crate::dispatch::jobs::JobKey;
 use crate::dispatch::{
-    CallForm, CallJob, CallTarget, DispatchEvent, FunctionCall, NodeRef, PythonCall,
+    CallForm, CallJob, CallTarget, DispatchEvent, FunctionCall, KeptRef, PythonCall,
     TaskAssignment, TaskJob,
 };
 use crate::run_actor::{Code, Effect, Input, Outgoing, TaskSpec};
@@ -143,7 +143,8 @@ impl RunActor {
             key: spec.key,
             attempt: spec.attempt,
             definition: definition.clone(),
-            node_ref: NodeRef::Carried,
+            node_ref: KeptRef::Carried,
+            bundle_ref: KeptRef::Carried,
             state,
             scope_json,
             item: spec.item.clone(),

@@ -226,7 +226,7 @@ class ForgetRun(_message.Message):
     def __init__(self, run_id: _Optional[str] = ...) -> None: ...
 
 class Hello(_message.Message):
-    __slots__ = ("protocol_version", "name", "slots", "labels", "kinds", "handlers", "functions", "tools", "takes_batches", "tool_infos", "keeps_nodes")
+    __slots__ = ("protocol_version", "name", "slots", "labels", "kinds", "handlers", "functions", "tools", "takes_batches", "tool_infos", "keeps_nodes", "keeps_bundles")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -245,6 +245,7 @@ class Hello(_message.Message):
     TAKES_BATCHES_FIELD_NUMBER: _ClassVar[int]
     TOOL_INFOS_FIELD_NUMBER: _ClassVar[int]
     KEEPS_NODES_FIELD_NUMBER: _ClassVar[int]
+    KEEPS_BUNDLES_FIELD_NUMBER: _ClassVar[int]
     protocol_version: int
     name: str
     slots: int
@@ -256,7 +257,8 @@ class Hello(_message.Message):
     takes_batches: bool
     tool_infos: _containers.RepeatedCompositeFieldContainer[ToolInfo]
     keeps_nodes: bool
-    def __init__(self, protocol_version: _Optional[int] = ..., name: _Optional[str] = ..., slots: _Optional[int] = ..., labels: _Optional[_Mapping[str, str]] = ..., kinds: _Optional[_Iterable[str]] = ..., handlers: _Optional[_Iterable[str]] = ..., functions: _Optional[_Iterable[str]] = ..., tools: _Optional[_Iterable[str]] = ..., takes_batches: _Optional[bool] = ..., tool_infos: _Optional[_Iterable[_Union[ToolInfo, _Mapping]]] = ..., keeps_nodes: _Optional[bool] = ...) -> None: ...
+    keeps_bundles: bool
+    def __init__(self, protocol_version: _Optional[int] = ..., name: _Optional[str] = ..., slots: _Optional[int] = ..., labels: _Optional[_Mapping[str, str]] = ..., kinds: _Optional[_Iterable[str]] = ..., handlers: _Optional[_Iterable[str]] = ..., functions: _Optional[_Iterable[str]] = ..., tools: _Optional[_Iterable[str]] = ..., takes_batches: _Optional[bool] = ..., tool_infos: _Optional[_Iterable[_Union[ToolInfo, _Mapping]]] = ..., keeps_nodes: _Optional[bool] = ..., keeps_bundles: _Optional[bool] = ...) -> None: ...
 
 class ToolInfo(_message.Message):
     __slots__ = ("name", "description", "parameters_json")
@@ -289,7 +291,7 @@ class Heartbeat(_message.Message):
     def __init__(self, at_unix_ms: _Optional[int] = ...) -> None: ...
 
 class TaskAssignment(_message.Message):
-    __slots__ = ("run_id", "task_key", "node", "attempt", "kind", "config_json", "state", "scope_json", "item", "timeout_ms", "bundle", "traceparent", "team", "prompts_json", "remote_tools", "flow_grant", "flow_ask", "node_ref")
+    __slots__ = ("run_id", "task_key", "node", "attempt", "kind", "config_json", "state", "scope_json", "item", "timeout_ms", "bundle", "traceparent", "team", "prompts_json", "remote_tools", "flow_grant", "flow_ask", "node_ref", "bundle_keep", "bundle_held")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     TASK_KEY_FIELD_NUMBER: _ClassVar[int]
     NODE_FIELD_NUMBER: _ClassVar[int]
@@ -308,6 +310,8 @@ class TaskAssignment(_message.Message):
     FLOW_GRANT_FIELD_NUMBER: _ClassVar[int]
     FLOW_ASK_FIELD_NUMBER: _ClassVar[int]
     NODE_REF_FIELD_NUMBER: _ClassVar[int]
+    BUNDLE_KEEP_FIELD_NUMBER: _ClassVar[int]
+    BUNDLE_HELD_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     task_key: int
     node: str
@@ -326,7 +330,9 @@ class TaskAssignment(_message.Message):
     flow_grant: int
     flow_ask: bool
     node_ref: int
-    def __init__(self, run_id: _Optional[str] = ..., task_key: _Optional[int] = ..., node: _Optional[str] = ..., attempt: _Optional[int] = ..., kind: _Optional[str] = ..., config_json: _Optional[str] = ..., state: _Optional[_Iterable[_Union[StateField, _Mapping]]] = ..., scope_json: _Optional[str] = ..., item: _Optional[_Union[ItemRef, _Mapping]] = ..., timeout_ms: _Optional[int] = ..., bundle: _Optional[_Iterable[_Union[BlobRef, _Mapping]]] = ..., traceparent: _Optional[str] = ..., team: _Optional[_Union[Team, _Mapping]] = ..., prompts_json: _Optional[str] = ..., remote_tools: _Optional[_Iterable[_Union[ToolInfo, _Mapping]]] = ..., flow_grant: _Optional[int] = ..., flow_ask: _Optional[bool] = ..., node_ref: _Optional[int] = ...) -> None: ...
+    bundle_keep: int
+    bundle_held: int
+    def __init__(self, run_id: _Optional[str] = ..., task_key: _Optional[int] = ..., node: _Optional[str] = ..., attempt: _Optional[int] = ..., kind: _Optional[str] = ..., config_json: _Optional[str] = ..., state: _Optional[_Iterable[_Union[StateField, _Mapping]]] = ..., scope_json: _Optional[str] = ..., item: _Optional[_Union[ItemRef, _Mapping]] = ..., timeout_ms: _Optional[int] = ..., bundle: _Optional[_Iterable[_Union[BlobRef, _Mapping]]] = ..., traceparent: _Optional[str] = ..., team: _Optional[_Union[Team, _Mapping]] = ..., prompts_json: _Optional[str] = ..., remote_tools: _Optional[_Iterable[_Union[ToolInfo, _Mapping]]] = ..., flow_grant: _Optional[int] = ..., flow_ask: _Optional[bool] = ..., node_ref: _Optional[int] = ..., bundle_keep: _Optional[int] = ..., bundle_held: _Optional[int] = ...) -> None: ...
 
 class StateField(_message.Message):
     __slots__ = ("name", "version", "json")
