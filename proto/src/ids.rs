@@ -89,6 +89,12 @@ macro_rules! id {
             }
         }
 
+        impl From<$name> for Arc<str> {
+            fn from(id: $name) -> Self {
+                id.0
+            }
+        }
+
         impl From<$name> for String {
             fn from(id: $name) -> Self {
                 id.0.to_string()

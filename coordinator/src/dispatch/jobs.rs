@@ -34,8 +34,9 @@ pub struct JobId {
 pub struct JobSpec<T> {
     /// Its id.
     pub id: JobId,
-    /// The node (or function) it serves, for messages.
-    pub label: String,
+    /// The node (or function) it serves, for messages (a task's is its
+    /// node's id, shared).
+    pub label: std::sync::Arc<str>,
     /// What a worker must host to take it.
     pub requirement: Requirement,
     /// The namespace of its run: only workers that serve it take it.
@@ -85,7 +86,7 @@ pub enum Decision<T> {
         /// The job.
         job: JobId,
         /// The node (or function) it serves.
-        label: String,
+        label: std::sync::Arc<str>,
         /// What nobody hosts.
         requirement: Requirement,
         /// Set when workers host it but none serves this namespace.

@@ -81,7 +81,7 @@ enum Place {
 
 #[derive(Debug)]
 struct Job<T> {
-    label: String,
+    label: std::sync::Arc<str>,
     requirement: Requirement,
     namespace: std::sync::Arc<str>,
     timeout: Duration,

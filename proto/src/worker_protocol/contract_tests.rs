@@ -387,6 +387,15 @@ fn a_batch_of_tasks_reads_as_its_tasks_in_order() {
         &mut read,
     );
     assert_eq!(read, [1, 2, 3].map(|key| Ok(ToWorker::Task(task(key)))));
+    // Tasks of one run in a row share its id as read.
+    let ids: Vec<*const u8> = read
+        .iter()
+        .map(|read| match read {
+            Ok(ToWorker::Task(task)) => task.run_id.as_str().as_ptr(),
+            other => panic!("not a task: {other:?}"),
+        })
+        .collect();
+    assert!(ids.iter().all(|id| *id == ids[0]), "one id read once");
 }
 
 #[test]

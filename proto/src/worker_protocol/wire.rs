@@ -295,6 +295,9 @@ pub const MAX_KEPT_BUNDLES: u64 = 1024;
 pub struct Kept {
     nodes: HashMap<u64, Result<Arc<NodeDefinition>, String>>,
     bundles: HashMap<u64, Arc<Vec<BlobRef>>>,
+    /// The run of the last task read: the next task of the same run (a
+    /// map's items come one after another) shares its id.
+    last_run: Option<crate::RunId>,
 }
 
 impl Kept {
@@ -306,6 +309,14 @@ impl Kept {
     /// How many bundle lists are kept.
     pub fn bundles(&self) -> usize {
         self.bundles.len()
+    }
+
+    /// The run id `text`, shared with the last task's when it is the same.
+    fn run_id(&mut self, text: String) -> crate::RunId {
+        match &self.last_run {
+            Some(last) if **last == *text => last.clone(),
+            _ => self.last_run.insert(crate::RunId::from(text)).clone(),
+        }
     }
 }
 
@@ -402,7 +413,7 @@ fn task_of(mut wire: pb::TaskAssignment, kept: &mut Kept) -> Result<ToWorker, Un
         Ok(read) => read,
         Err(error) => {
             return Err(Unreadable::Task {
-                run_id: wire.run_id.into(),
+                run_id: kept.run_id(std::mem::take(&mut wire.run_id)),
                 key: TaskKey(wire.task_key),
                 state,
                 error,
@@ -410,7 +421,7 @@ fn task_of(mut wire: pb::TaskAssignment, kept: &mut Kept) -> Result<ToWorker, Un
         }
     };
     Ok(ToWorker::Task(TaskAssignment {
-        run_id: wire.run_id.into(),
+        run_id: kept.run_id(std::mem::take(&mut wire.run_id)),
         key: TaskKey(wire.task_key),
         attempt: wire.attempt,
         definition,

@@ -208,7 +208,7 @@ impl Dispatcher {
                 run: run_id,
                 key: JobKey::Tool(self.tool_calls),
             },
-            label: format!("tool '{}'", call.tool),
+            label: format!("tool '{}'", call.tool).into(),
             requirement: Requirement::Tool(call.tool),
             namespace,
             timeout,

@@ -445,7 +445,7 @@ impl Dispatcher {
                         run: call.run_id.clone(),
                         key: JobKey::Call(call.call_id),
                     },
-                    label,
+                    label: label.into(),
                     requirement,
                     namespace: job.namespace.clone(),
                     timeout: call.timeout,
