@@ -107,7 +107,7 @@ impl Runs {
         let (admitted, stored) = tokio::sync::oneshot::channel();
         let launcher: Arc<dyn TaskLauncher> = Arc::new(self.dispatcher.clone());
         // Known before its first task can reach a worker: a worker's calls
-        // about the run (its knowledge index, its teammates) must find it.
+        // about the run (its knowledge index) and the API must find it.
         spawn_run(
             RunSetup {
                 id: id.clone(),

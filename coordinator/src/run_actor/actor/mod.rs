@@ -127,7 +127,7 @@ pub struct History {
 
 /// Starts a run's actor and its first wave. `known` is given the run's
 /// handle before the actor starts: whatever finds runs by id (a worker
-/// asking for the run's knowledge index or writing to its teammates) must
+/// asking for the run's knowledge index, the API asked about it) must
 /// find it once any of its tasks can reach a worker, and a thread of the
 /// runtime may dispatch the first task before this function returns.
 pub fn spawn_run(setup: RunSetup, known: impl FnOnce(&RunHandle)) -> RunHandle {
