@@ -70,8 +70,9 @@ struct Link {
     bundles: KeptMirror<Vec<BlobRef>>,
 }
 
-/// What a task message carries that its worker may keep, and how.
-struct Kept {
+/// What a task message carries that its worker may keep, and how: the
+/// mirrors learn it once the message is on its way.
+struct ToKeep {
     node: (Arc<NodeDefinition>, super::KeptRef),
     bundle: (Arc<Vec<BlobRef>>, super::KeptRef),
 }
@@ -741,7 +742,7 @@ impl Dispatcher {
                 wire.bundle_ref = link.bundles.prepare(&wire.bundle);
                 wire.remote_tools = remote_tools;
                 wire.flow = flow;
-                let kept = Kept {
+                let kept = ToKeep {
                     node: (wire.definition.clone(), wire.node_ref),
                     bundle: (wire.bundle.clone(), wire.bundle_ref),
                 };
