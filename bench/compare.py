@@ -140,6 +140,11 @@ def weft_round(a, wanted, figures, raw):
                 if rates:
                     figures.add(("soak_first", tag), float(rates.group(1)))
                     figures.add(("soak_last", tag), float(rates.group(2)))
+                cpu = re.search(r"CPU a run (\d+) µs in the first quarter, (\d+) µs in the last",
+                                line.get("label", ""))
+                if cpu:
+                    figures.add(("soak_cpu_first", tag), float(cpu.group(1)))
+                    figures.add(("soak_cpu_last", tag), float(cpu.group(2)))
             elif key == "w7":
                 figures.add(("w7_p50", tag), med * 1e6)
                 figures.add(("w7_p99", tag), fig)
@@ -289,6 +294,8 @@ ROWS = [
     ("w6_rss", "W6 peak RSS, the whole harness (client, coordinator, workers)", "MB", False, "coordinator ≤ 150 MB"),
     ("soak_first", "W6 soak, 20,000 runs: rate of the first quarter", "runs/s", True, "flat"),
     ("soak_last", "W6 soak: rate of the last quarter", "runs/s", True, "flat"),
+    ("soak_cpu_first", "W6 soak: CPU time a run takes, first quarter (the whole harness)", "µs", False, "flat"),
+    ("soak_cpu_last", "W6 soak: CPU time a run takes, last quarter (each new run forgets an old one)", "µs", False, "flat"),
     ("soak_kb", "W6 soak: resident memory each finished run adds after warm-up", "KB", False, "≤ 4 KB"),
     ("w7_p50", "W7 teammate message, p50", "µs", False, "≤ 100 µs"),
     ("w7_p99", "W7 teammate message, p99", "µs", False, "≤ 300 µs"),

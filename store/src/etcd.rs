@@ -474,12 +474,27 @@ impl Store for EtcdStore {
     }
 
     async fn delete_prefix(&self, prefix: &str, fence: Option<&Fence>) -> Result<(), StoreError> {
-        let delete = TxnOp::delete(prefix, Some(DeleteOptions::new().with_prefix()));
-        let (succeeded, _) = self.txn(guard(fence), vec![delete]).await?;
-        match fence {
-            Some(fence) if !succeeded => Err(fenced(fence)),
-            _ => Ok(()),
+        self.delete_prefixes(&[prefix.to_owned()], fence).await
+    }
+
+    async fn delete_prefixes(
+        &self,
+        prefixes: &[String],
+        fence: Option<&Fence>,
+    ) -> Result<(), StoreError> {
+        // A range deletion is one operation: a transaction takes as many
+        // as etcd's operation limit.
+        for batch in prefixes.chunks(self.max_writes()) {
+            let deletes = batch
+                .iter()
+                .map(|prefix| TxnOp::delete(prefix.as_str(), Some(DeleteOptions::new().with_prefix())))
+                .collect();
+            let (succeeded, _) = self.txn(guard(fence), deletes).await?;
+            if let Some(fence) = fence.filter(|_| !succeeded) {
+                return Err(fenced(fence));
+            }
         }
+        Ok(())
     }
 
     async fn grant_lease(&self, ttl: Duration) -> Result<LeaseId, StoreError> {

@@ -210,6 +210,17 @@ pub trait Store: Send + Sync + 'static {
         fence: Option<&Fence>,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
 
+    /// Deletes every key under each of `prefixes` (while the fence holds),
+    /// in as few transactions as the backend takes: many runs forgotten at
+    /// once cost a transaction per batch of them, not one each. Each
+    /// transaction is whole or nothing; one refused by the fence ends the
+    /// call, and the batches before it stay deleted.
+    fn delete_prefixes(
+        &self,
+        prefixes: &[String],
+        fence: Option<&Fence>,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
     /// A new lease that lives `ttl` after its last keep-alive.
     fn grant_lease(
         &self,
@@ -306,6 +317,14 @@ impl Store for AnyStore {
 
     async fn delete_prefix(&self, prefix: &str, fence: Option<&Fence>) -> Result<(), StoreError> {
         delegate!(self, s => s.delete_prefix(prefix, fence).await)
+    }
+
+    async fn delete_prefixes(
+        &self,
+        prefixes: &[String],
+        fence: Option<&Fence>,
+    ) -> Result<(), StoreError> {
+        delegate!(self, s => s.delete_prefixes(prefixes, fence).await)
     }
 
     async fn grant_lease(&self, ttl: Duration) -> Result<LeaseId, StoreError> {

@@ -196,7 +196,7 @@ impl Runs {
         let running = inner
             .by_id
             .values()
-            .filter(|run| run.namespace() == namespace && run.finished().is_none())
+            .filter(|run| run.namespace() == namespace && run.ended_unix_ms().is_none())
             .count();
         if running >= max as usize {
             return Err(SubmitError::TooManyRuns {

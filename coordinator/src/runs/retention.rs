@@ -2,6 +2,8 @@
 //! how long), in the registry and in the store alike, so a restart does
 //! not bring them back.
 
+use std::collections::HashMap;
+
 use weft_proto::RunId;
 
 use weft_store::Store;
@@ -74,21 +76,29 @@ impl Runs {
     }
 
     /// Forgotten here, forgotten in the store: a restart does not bring
-    /// these runs back.
+    /// these runs back. The runs a sweep forgets go in as few store
+    /// transactions as the store takes (a run's keys are one prefix).
     async fn forget_stored(&self, gone: Vec<RunId>) {
-        if let Some(keeper) = &self.store {
-            let mut unused = Vec::new();
-            for id in gone {
-                let prefix = crate::durable::keys::run_prefix(&id);
-                let deleted = keeper.store().delete_prefix(&prefix, keeper.fence()).await;
-                if let Err(error) = keeper.checked(deleted) {
-                    tracing::warn!(run = %id, %error, "a forgotten run stays in the store");
-                }
-                unused.extend(self.stored_files.release(&id));
-            }
-            if !unused.is_empty() {
-                self.stored_files.delete_unused(keeper, unused).await;
-            }
+        let Some(keeper) = &self.store else {
+            return;
+        };
+        if gone.is_empty() {
+            return;
+        }
+        let prefixes: Vec<String> = gone
+            .iter()
+            .map(|id| crate::durable::keys::run_prefix(id))
+            .collect();
+        let deleted = keeper.store().delete_prefixes(&prefixes, keeper.fence()).await;
+        if let Err(error) = keeper.checked(deleted) {
+            tracing::warn!(runs = gone.len(), %error, "forgotten runs stay in the store");
+        }
+        let unused: Vec<String> = gone
+            .iter()
+            .flat_map(|id| self.stored_files.release(id))
+            .collect();
+        if !unused.is_empty() {
+            self.stored_files.delete_unused(keeper, unused).await;
         }
     }
 
@@ -112,36 +122,122 @@ impl Runs {
         if age_due {
             inner.aged_at = Some(std::time::Instant::now());
         }
-        // Ended runs, oldest first, by namespace.
-        let mut ended: std::collections::HashMap<&str, Vec<(RunId, i64)>> =
-            std::collections::HashMap::new();
-        for id in &inner.order {
-            let Some(handle) = inner.by_id.get(id) else {
-                continue;
-            };
-            if let Some(finished) = handle.finished() {
-                ended
-                    .entry(handle.namespace())
-                    .or_default()
-                    .push((id.clone(), finished.finished_unix_ms));
+        let mut ended: HashMap<&str, usize> = HashMap::new();
+        for handle in inner.by_id.values().filter(|h| h.ended_unix_ms().is_some()) {
+            *ended.entry(handle.namespace()).or_default() += 1;
+        }
+        let runs = inner.order.iter().map(|id| {
+            let handle = inner.by_id.get(id)?;
+            Some((handle.namespace(), handle.ended_unix_ms()?))
+        });
+        let ended_before = now.saturating_sub(max_age);
+        let gone_at = to_forget(runs, ended, self.retention.count, ended_before, age_due);
+        let mut gone = Vec::with_capacity(gone_at.len());
+        if !gone_at.is_empty() {
+            let mut next = gone_at.iter().copied().peekable();
+            let mut at = 0;
+            inner.order.retain(|id| {
+                let goes = next.next_if_eq(&at).is_some();
+                if goes {
+                    gone.push(id.clone());
+                }
+                at += 1;
+                !goes
+            });
+            for id in &gone {
+                inner.by_id.remove(id);
             }
         }
-        let mut gone: std::collections::HashSet<RunId> = std::collections::HashSet::new();
-        for runs in ended.values() {
-            let surplus = runs.len().saturating_sub(self.retention.count);
-            gone.extend(
-                runs.iter()
-                    .enumerate()
-                    .filter(|(i, (_, at))| *i < surplus || now.saturating_sub(*at) > max_age)
-                    .map(|(_, (id, _))| id.clone()),
-            );
-        }
-        drop(ended);
-        if !gone.is_empty() {
-            inner.order.retain(|id| !gone.contains(id));
-            inner.by_id.retain(|id, _| !gone.contains(id));
-        }
         inner.counted_at = inner.order.len();
-        gone.into_iter().collect()
+        gone
+    }
+}
+
+/// Where in `runs` (every run held, oldest first: its namespace and when
+/// it ended, `None` while it runs) are the ended runs a sweep forgets: the
+/// oldest of each namespace beyond `count` of them (`ended` counts each
+/// namespace's ended runs), and, when `age_due`, those that ended before
+/// `ended_before`. In order. A sweep for the count alone stops as soon as
+/// it has found its surplus, so it looks only at the oldest runs.
+fn to_forget<'a>(
+    runs: impl Iterator<Item = Option<(&'a str, i64)>>,
+    mut ended: HashMap<&'a str, usize>,
+    count: usize,
+    ended_before: i64,
+    age_due: bool,
+) -> Vec<usize> {
+    for runs in ended.values_mut() {
+        *runs = runs.saturating_sub(count);
+    }
+    let mut left: usize = ended.values().sum();
+    let mut gone = Vec::new();
+    for (at, run) in runs.enumerate() {
+        if left == 0 && !age_due {
+            break;
+        }
+        let Some((namespace, ended_at)) = run else {
+            continue;
+        };
+        match ended.get_mut(namespace).filter(|surplus| **surplus > 0) {
+            Some(surplus) => {
+                *surplus -= 1;
+                left -= 1;
+                gone.push(at);
+            }
+            None if age_due && ended_at < ended_before => gone.push(at),
+            None => {}
+        }
+    }
+    gone
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn counted<'a>(runs: &[Option<(&'a str, i64)>]) -> HashMap<&'a str, usize> {
+        let mut ended = HashMap::new();
+        for (namespace, _) in runs.iter().flatten() {
+            *ended.entry(*namespace).or_default() += 1;
+        }
+        ended
+    }
+
+    #[test]
+    fn the_oldest_ended_runs_beyond_the_count_go_in_each_namespace_apart() {
+        let runs = [
+            Some(("a", 10)),
+            None, // still running: never forgotten, however old
+            Some(("b", 11)),
+            Some(("a", 12)),
+            Some(("a", 13)),
+            Some(("b", 14)),
+            Some(("a", 15)),
+        ];
+        let gone = to_forget(runs.iter().copied(), counted(&runs), 2, 0, false);
+        assert_eq!(gone, [0, 3], "a's two oldest of four; b keeps its two");
+        let gone = to_forget(runs.iter().copied(), counted(&runs), 1, 0, false);
+        assert_eq!(gone, [0, 2, 3, 4], "a keeps its newest, b its newest");
+    }
+
+    #[test]
+    fn a_sweep_for_the_count_stops_once_it_found_the_surplus() {
+        let mut looked = 0;
+        let runs: Vec<_> = (0..1000).map(|i| Some(("a", i))).collect();
+        let walk = runs.iter().copied().inspect(|_| looked += 1);
+        let gone = to_forget(walk, counted(&runs), 990, 0, false);
+        assert_eq!(gone, (0..10).collect::<Vec<_>>());
+        assert_eq!(looked, 11, "the walk stopped after the tenth");
+    }
+
+    #[test]
+    fn runs_past_the_age_go_only_when_the_age_is_looked_at() {
+        let runs = [Some(("a", 5)), Some(("a", 50)), None, Some(("b", 7))];
+        let gone = to_forget(runs.iter().copied(), counted(&runs), 10, 8, true);
+        assert_eq!(gone, [0, 3], "ended before 8, in any namespace");
+        let gone = to_forget(runs.iter().copied(), counted(&runs), 10, 8, false);
+        assert!(gone.is_empty(), "a count sweep leaves the age alone");
+        let gone = to_forget(runs.iter().copied(), counted(&runs), 1, 8, true);
+        assert_eq!(gone, [0, 3], "a's surplus is its oldest, already old");
     }
 }

@@ -84,6 +84,11 @@ const _: () = assert!(QUICK_WRITE_BYTES < EXTERNAL_BYTES);
 /// the newer record, so a second is almost always enough.
 const READ_TRIES: usize = 8;
 
+/// The prefixes one transaction of `delete_prefixes` takes: a run has a
+/// dozen keys or so, so a batch is about a thousand removals, a few
+/// milliseconds of holding the log.
+const PREFIXES_PER_DELETION: usize = 64;
+
 /// Writes the embedded store made (counter).
 pub const WRITES_METRIC: &str = "weft_store_writes_total";
 /// Syncs of the embedded store's log to disk (counter).
@@ -769,19 +774,36 @@ impl Store for EmbeddedStore {
     }
 
     async fn delete_prefix(&self, prefix: &str, fence: Option<&Fence>) -> Result<(), StoreError> {
-        let (prefix, fence) = (prefix.to_owned(), fence.cloned());
+        self.delete_prefixes(&[prefix.to_owned()], fence).await
+    }
+
+    async fn delete_prefixes(
+        &self,
+        prefixes: &[String],
+        fence: Option<&Fence>,
+    ) -> Result<(), StoreError> {
+        let (prefixes, fence) = (prefixes.to_vec(), fence.cloned());
         self.blocking(move |inner| {
-            inner.write(|tx| {
-                tx.check_fence(fence.as_ref())?;
-                let keys = tx.keys(&prefix, |_| true)?;
-                if !keys.is_empty() {
-                    tx.next_revision();
-                }
-                for key in keys {
-                    tx.remove(key)?;
-                }
-                Ok(())
-            })
+            // The log's lock is let go between batches, so that the
+            // checkpoints of running runs are not held up behind a long
+            // deletion.
+            for batch in prefixes.chunks(PREFIXES_PER_DELETION) {
+                inner.write(|tx| {
+                    tx.check_fence(fence.as_ref())?;
+                    let mut keys = Vec::new();
+                    for prefix in batch {
+                        keys.extend(tx.keys(prefix, |_| true)?);
+                    }
+                    if !keys.is_empty() {
+                        tx.next_revision();
+                    }
+                    for key in keys {
+                        tx.remove(key)?;
+                    }
+                    Ok(())
+                })?;
+            }
+            Ok(())
         })
         .await
     }

@@ -105,6 +105,33 @@ async fn writes_make_events_only_for_watched_prefixes() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Forgetting many runs at once (retention) costs a write of the log per
+/// batch of prefixes, not one per prefix: 200 prefixes, 4 writes.
+#[tokio::test]
+async fn many_prefixes_are_deleted_in_a_few_writes() {
+    let (dir, store) = quiet_store("delete-prefixes");
+    let prefixes: Vec<String> = (0..200).map(|i| format!("runs/{i}/")).collect();
+    for prefix in &prefixes {
+        let writes = vec![
+            (format!("{prefix}record"), b"r".to_vec()),
+            (format!("{prefix}events/1"), b"e".to_vec()),
+        ];
+        store.put_all(writes, None).await.unwrap();
+    }
+    let before = store.stats().writes;
+    store.delete_prefixes(&prefixes, None).await.unwrap();
+    let writes = store.stats().writes - before;
+    assert!(writes <= 4, "{writes} writes for 200 prefixes");
+    assert_eq!(
+        writes,
+        prefixes.len().div_ceil(super::PREFIXES_PER_DELETION) as u64,
+        "one write per batch of {} prefixes",
+        super::PREFIXES_PER_DELETION
+    );
+    assert!(store.scan_keys("runs/").await.unwrap().is_empty());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// A fresh store in a directory of its own, whose database takes nothing
 /// until it is flushed or closed.
 fn quiet_store(name: &str) -> (std::path::PathBuf, super::EmbeddedStore) {

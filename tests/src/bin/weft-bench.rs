@@ -85,6 +85,11 @@ struct Args {
     /// batch's rate and the process's resident memory after it).
     #[arg(long, default_value_t = 3)]
     batches: usize,
+    /// The embedded coordinator's `retain_finished_runs`: past it, each
+    /// new run forgets an old one (a soak of 20,000 runs crosses the
+    /// default of 10,000 halfway).
+    #[arg(long)]
+    retain_finished_runs: Option<usize>,
     /// Run the workloads against this coordinator instead of an embedded
     /// cluster; its workers must be `weft-bench --serve` processes.
     #[arg(long)]
@@ -287,9 +292,13 @@ async fn run_all(args: &Args) -> Result<Vec<Figure>> {
         0 => weft_store::Flush::EachWrite,
         ms => weft_store::Flush::Every(Duration::from_millis(ms)),
     };
+    let retain = args.retain_finished_runs;
     let configure = move |config: &mut weft_client::CoordinatorConfig| {
         config.store.etcd = etcd;
         config.store.flush = flush;
+        if let Some(count) = retain {
+            config.retention.count = count;
+        }
     };
     let cluster = match &args.coordinator {
         Some(_) => None,

@@ -246,8 +246,52 @@ async fn large_values(store: &impl Store, p: &str) {
     );
 }
 
+/// Many runs forgotten at once: every key under each prefix goes, in
+/// more transactions than one (300 prefixes: etcd takes 128 operations a
+/// transaction, the embedded store 64 prefixes), and nothing else does; a
+/// fence no longer held refuses them all.
+async fn many_prefixes(store: &impl Store, p: &str) {
+    let runs: Vec<String> = (0..300).map(|i| key(p, &format!("runs/{i:03}/"))).collect();
+    for (i, run) in runs.iter().enumerate() {
+        let writes = ["record", "events/1", "fields/a"]
+            .iter()
+            .map(|name| (format!("{run}{name}"), i.to_string().into_bytes()))
+            .collect();
+        store.put_all(writes, None).await.unwrap();
+    }
+    // A run whose id extends another's (`runs/0010`) is not under its
+    // prefix (`runs/001/`).
+    let kept = key(p, "runs/0010/record");
+    store.put(&kept, b"kept".to_vec(), None).await.unwrap();
+    let leader = key(p, "leader");
+    let won = store.create(&leader, b"me".to_vec(), None).await.unwrap().unwrap();
+    let fence = Fence {
+        key: leader.clone(),
+        revision: won,
+    };
+    let (gone, stay) = runs.split_at(250);
+    store.delete_prefixes(gone, Some(&fence)).await.unwrap();
+    assert_eq!(
+        store.scan_keys(&key(p, "runs/")).await.unwrap().len(),
+        stay.len() * 3 + 1,
+        "every key of the 250 runs went; the other 50 and the look-alike stay"
+    );
+    assert!(store.get(&key(p, "runs/299/fields/a")).await.unwrap().is_some());
+    assert_eq!(store.get(&kept).await.unwrap().unwrap().value, b"kept");
+    store.delete_prefix(&leader, None).await.unwrap();
+    let late = store.delete_prefixes(stay, Some(&fence)).await;
+    assert!(matches!(late, Err(StoreError::Fenced { .. })), "{late:?}");
+    assert_eq!(
+        store.scan_keys(&key(p, "runs/")).await.unwrap().len(),
+        stay.len() * 3 + 1,
+        "a refused deletion deletes nothing"
+    );
+    store.delete_prefixes(&[], None).await.unwrap();
+}
+
 async fn suite(store: &impl Store, p: &str) {
     reads_and_writes(store, &key(p, "rw")).await;
+    many_prefixes(store, &key(p, "many")).await;
     conditional_writes(store, &key(p, "cond")).await;
     fences(store, &key(p, "fence")).await;
     large_values(store, &key(p, "large")).await;

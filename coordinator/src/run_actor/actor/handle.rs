@@ -182,6 +182,15 @@ impl RunHandle {
         &self.namespace
     }
 
+    /// When the run ended (Unix milliseconds), if it has: [`Self::finished`]
+    /// without taking a share of the record, for walks over every run.
+    pub fn ended_unix_ms(&self) -> Option<i64> {
+        match &*self.liveness.read().unwrap_or_else(|e| e.into_inner()) {
+            Liveness::Finished(record) => Some(record.finished_unix_ms),
+            Liveness::Live(_) => None,
+        }
+    }
+
     /// The record of the run if it has ended.
     pub fn finished(&self) -> Option<Arc<FinishedRun>> {
         match &*self.liveness.read().unwrap_or_else(|e| e.into_inner()) {

@@ -1,7 +1,7 @@
 //! W6: many runs at once, batch after batch on one coordinator, so a rate
 //! or a memory figure that drifts with the runs kept shows.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use anyhow::{Result, ensure};
 use serde_json::json;
@@ -24,8 +24,10 @@ pub(crate) async fn w6(client: &Client, args: &Args) -> Result<Vec<Figure>> {
         .bundle();
     let mut samples = Vec::new();
     let mut resident = Vec::new();
+    let mut cpu = Vec::new();
     for batch in 1..=args.batches {
         let started = Instant::now();
+        let cpu_before = cpu_time();
         let mut runs = tokio::task::JoinSet::new();
         for _ in 0..args.runs {
             let (client, bundle) = (client.clone(), bundle.clone());
@@ -45,17 +47,20 @@ pub(crate) async fn w6(client: &Client, args: &Args) -> Result<Vec<Figure>> {
             done??;
         }
         let elapsed = started.elapsed();
+        let cpu_per_run = (cpu_time() - cpu_before) / args.runs as u32;
         eprintln!(
-            "W6 batch {batch}: {:.0} runs/s, resident {} MB (peak {} MB)",
+            "W6 batch {batch}: {:.0} runs/s, {} µs of CPU a run, resident {} MB (peak {} MB)",
             args.runs as f64 / elapsed.as_secs_f64(),
+            cpu_per_run.as_micros(),
             memory_mb("VmRSS:"),
             memory_mb("VmHWM:")
         );
         samples.push(elapsed);
         resident.push(memory_kb("VmRSS:"));
+        cpu.push(cpu_per_run);
     }
     let rate = args.runs as f64 / median(&samples).as_secs_f64();
-    let soak = (args.batches >= 10).then(|| soak(args, &samples, &resident));
+    let soak = (args.batches >= 10).then(|| soak(args, &samples, &resident, &cpu));
     let figure = Figure {
         id: "w6".into(),
         label: format!(
@@ -71,9 +76,13 @@ pub(crate) async fn w6(client: &Client, args: &Args) -> Result<Vec<Figure>> {
 }
 
 /// The soak's figure: resident KB per finished run kept after warm-up.
-fn soak(args: &Args, samples: &[std::time::Duration], resident: &[u64]) -> Figure {
+/// Its label gives the rates and the CPU time a run took (the whole
+/// process's: client, coordinator and workers) in the first and last
+/// quarters: CPU time drifts less than the rate on a shared machine.
+fn soak(args: &Args, samples: &[Duration], resident: &[u64], cpu: &[Duration]) -> Figure {
     let quarter = samples.len() / 4;
-    let rate = |batches: &[std::time::Duration]| args.runs as f64 / median(batches).as_secs_f64();
+    let rate = |batches: &[Duration]| args.runs as f64 / median(batches).as_secs_f64();
+    let cpu_us = |batches: &[Duration]| median(batches).as_micros();
     let warm = resident[quarter - 1];
     let last = resident[resident.len() - 1];
     let runs = (resident.len() - quarter) * args.runs;
@@ -81,16 +90,30 @@ fn soak(args: &Args, samples: &[std::time::Duration], resident: &[u64]) -> Figur
     Figure {
         id: "w6_soak".into(),
         label: format!(
-            "W6 soak, {} runs: {:.0} runs/s in the first quarter, {:.0} in the last; resident {} MB after the first quarter, {} MB at the end; KB per run kept",
+            "W6 soak, {} runs: {:.0} runs/s in the first quarter, {:.0} in the last; CPU a run {} µs in the first quarter, {} µs in the last; resident {} MB after the first quarter, {} MB at the end; KB per run kept",
             args.runs * samples.len(),
             rate(&samples[..quarter]),
             rate(&samples[samples.len() - quarter..]),
+            cpu_us(&cpu[..quarter]),
+            cpu_us(&cpu[cpu.len() - quarter..]),
             warm / 1024,
             last / 1024
         ),
         samples: samples.to_vec(),
         per: Some((per_run, "KB/run")),
     }
+}
+
+/// The CPU time the process has used so far, user and system.
+fn cpu_time() -> Duration {
+    let usage = nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_SELF);
+    usage.map_or(Duration::ZERO, |usage| {
+        let time = |t: nix::sys::time::TimeVal| {
+            Duration::from_secs(t.tv_sec().max(0) as u64)
+                + Duration::from_micros(t.tv_usec().max(0) as u64)
+        };
+        time(usage.user_time()) + time(usage.system_time())
+    })
 }
 
 /// A `/proc/self/status` memory figure (`VmRSS:`, `VmHWM:`) in MB.
