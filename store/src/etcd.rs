@@ -487,7 +487,9 @@ impl Store for EtcdStore {
         for batch in prefixes.chunks(self.max_writes()) {
             let deletes = batch
                 .iter()
-                .map(|prefix| TxnOp::delete(prefix.as_str(), Some(DeleteOptions::new().with_prefix())))
+                .map(|prefix| {
+                    TxnOp::delete(prefix.as_str(), Some(DeleteOptions::new().with_prefix()))
+                })
                 .collect();
             let (succeeded, _) = self.txn(guard(fence), deletes).await?;
             if let Some(fence) = fence.filter(|_| !succeeded) {

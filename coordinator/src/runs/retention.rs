@@ -89,7 +89,10 @@ impl Runs {
             .iter()
             .map(|id| crate::durable::keys::run_prefix(id))
             .collect();
-        let deleted = keeper.store().delete_prefixes(&prefixes, keeper.fence()).await;
+        let deleted = keeper
+            .store()
+            .delete_prefixes(&prefixes, keeper.fence())
+            .await;
         if let Err(error) = keeper.checked(deleted) {
             tracing::warn!(runs = gone.len(), %error, "forgotten runs stay in the store");
         }

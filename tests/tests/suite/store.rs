@@ -264,7 +264,11 @@ async fn many_prefixes(store: &impl Store, p: &str) {
     let kept = key(p, "runs/0010/record");
     store.put(&kept, b"kept".to_vec(), None).await.unwrap();
     let leader = key(p, "leader");
-    let won = store.create(&leader, b"me".to_vec(), None).await.unwrap().unwrap();
+    let won = store
+        .create(&leader, b"me".to_vec(), None)
+        .await
+        .unwrap()
+        .unwrap();
     let fence = Fence {
         key: leader.clone(),
         revision: won,
@@ -276,7 +280,13 @@ async fn many_prefixes(store: &impl Store, p: &str) {
         stay.len() * 3 + 1,
         "every key of the 250 runs went; the other 50 and the look-alike stay"
     );
-    assert!(store.get(&key(p, "runs/299/fields/a")).await.unwrap().is_some());
+    assert!(
+        store
+            .get(&key(p, "runs/299/fields/a"))
+            .await
+            .unwrap()
+            .is_some()
+    );
     assert_eq!(store.get(&kept).await.unwrap().unwrap().value, b"kept");
     store.delete_prefix(&leader, None).await.unwrap();
     let late = store.delete_prefixes(stay, Some(&fence)).await;
