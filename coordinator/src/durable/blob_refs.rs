@@ -83,9 +83,11 @@ impl BlobRefs {
         restore::store_bundle(keeper, bundle, created_unix_ms, &mut stored).await
     }
 
-    /// Deletes the files of `sha256s` that are still unused.
+    /// Deletes the files of `sha256s` that are still unused, together
+    /// (a transaction per batch of them, as the store takes).
     pub async fn delete_unused(&self, keeper: &Keeper, sha256s: Vec<String>) {
         let mut stored = self.gate.lock().await;
+        let mut prefixes = Vec::with_capacity(sha256s.len());
         for sha in sha256s {
             if self.counts().users.contains_key(&sha) {
                 continue;
@@ -93,13 +95,17 @@ impl BlobRefs {
             // Looked for again by its next use, whether or not it goes.
             stored.remove(&sha);
             // The file and its chunks; a hash is never a prefix of another.
-            let deleted = keeper
-                .store()
-                .delete_prefix(&blob_key(&sha), keeper.fence())
-                .await;
-            if let Err(error) = keeper.checked(deleted) {
-                tracing::warn!(%sha, %error, "an unused bundle file stays in the store");
-            }
+            prefixes.push(blob_key(&sha));
+        }
+        if prefixes.is_empty() {
+            return;
+        }
+        let deleted = keeper
+            .store()
+            .delete_prefixes(&prefixes, keeper.fence())
+            .await;
+        if let Err(error) = keeper.checked(deleted) {
+            tracing::warn!(files = prefixes.len(), %error, "unused bundle files stay in the store");
         }
     }
 }
