@@ -473,10 +473,6 @@ impl Store for EtcdStore {
         Ok(false)
     }
 
-    async fn delete_prefix(&self, prefix: &str, fence: Option<&Fence>) -> Result<(), StoreError> {
-        self.delete_prefixes(&[prefix.to_owned()], fence).await
-    }
-
     async fn delete_prefixes(
         &self,
         prefixes: &[String],

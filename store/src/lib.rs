@@ -208,7 +208,10 @@ pub trait Store: Send + Sync + 'static {
         &self,
         prefix: &str,
         fence: Option<&Fence>,
-    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        let prefixes = [prefix.to_owned()];
+        async move { self.delete_prefixes(&prefixes, fence).await }
+    }
 
     /// Deletes every key under each of `prefixes` (while the fence holds),
     /// in as few transactions as the backend takes: many runs forgotten at
@@ -313,10 +316,6 @@ impl Store for AnyStore {
         fence: Option<&Fence>,
     ) -> Result<bool, StoreError> {
         delegate!(self, s => s.compare_and_put(key, value, expected, fence).await)
-    }
-
-    async fn delete_prefix(&self, prefix: &str, fence: Option<&Fence>) -> Result<(), StoreError> {
-        delegate!(self, s => s.delete_prefix(prefix, fence).await)
     }
 
     async fn delete_prefixes(

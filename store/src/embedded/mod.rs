@@ -773,10 +773,6 @@ impl Store for EmbeddedStore {
         .await
     }
 
-    async fn delete_prefix(&self, prefix: &str, fence: Option<&Fence>) -> Result<(), StoreError> {
-        self.delete_prefixes(&[prefix.to_owned()], fence).await
-    }
-
     async fn delete_prefixes(
         &self,
         prefixes: &[String],

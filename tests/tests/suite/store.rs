@@ -117,7 +117,9 @@ async fn conditional_writes(store: &impl Store, p: &str) {
     );
 }
 
-async fn fences(store: &impl Store, p: &str) {
+/// This coordinator's leadership: its key (`<p>/leader`), created now,
+/// and the fence of its term.
+async fn lead(store: &impl Store, p: &str) -> (String, Fence) {
     let leader = key(p, "leader");
     let won = store
         .create(&leader, b"me".to_vec(), None)
@@ -128,6 +130,11 @@ async fn fences(store: &impl Store, p: &str) {
         key: leader.clone(),
         revision: won,
     };
+    (leader, fence)
+}
+
+async fn fences(store: &impl Store, p: &str) {
+    let (leader, fence) = lead(store, p).await;
     store
         .put(&key(p, "state"), b"1".to_vec(), Some(&fence))
         .await
@@ -139,7 +146,7 @@ async fn fences(store: &impl Store, p: &str) {
         .await
         .unwrap()
         .unwrap();
-    assert_ne!(theirs, won);
+    assert_ne!(theirs, fence.revision);
     let late = store
         .put(&key(p, "state"), b"stale".to_vec(), Some(&fence))
         .await;
@@ -263,16 +270,7 @@ async fn many_prefixes(store: &impl Store, p: &str) {
     // prefix (`runs/001/`).
     let kept = key(p, "runs/0010/record");
     store.put(&kept, b"kept".to_vec(), None).await.unwrap();
-    let leader = key(p, "leader");
-    let won = store
-        .create(&leader, b"me".to_vec(), None)
-        .await
-        .unwrap()
-        .unwrap();
-    let fence = Fence {
-        key: leader.clone(),
-        revision: won,
-    };
+    let (leader, fence) = lead(store, p).await;
     let (gone, stay) = runs.split_at(250);
     store.delete_prefixes(gone, Some(&fence)).await.unwrap();
     assert_eq!(
