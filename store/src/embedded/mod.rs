@@ -19,26 +19,30 @@
 //! memory with the process that owns the file: keys under a lease vanish
 //! when it is not kept alive, and on open (their owner is gone). Watchers
 //! are fed from the writes this process makes — the only writer.
+//! Opening the store ([`recovery`]) brings its files to one consistent
+//! state first: the log from before a crash replayed into the database,
+//! keys under a lease dropped, value files no key refers to deleted.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
+use redb::{Database, TableDefinition};
 use tokio::sync::{broadcast, mpsc};
 
 mod pending;
 mod records;
+mod recovery;
 mod values;
 
 pub use pending::CommitPolicy;
 use pending::Log;
-use records::{Tx, Watched, entry, external_of, lease_of, merged, mod_of, read_table};
+use records::{Tx, Watched, entry, lease_of, merged, mod_of, read_table};
+use recovery::{Recovered, recover};
 use values::{EXTERNAL_BYTES, Missing, Values};
 
-use super::wal::{Change, Wal};
 use super::{Entry, Fence, LeaseId, Revision, Store, StoreError, WatchEvent};
 
 /// When the embedded store's writes reach the disk.
@@ -173,98 +177,13 @@ impl EmbeddedStore {
         flush: Flush,
         policy: CommitPolicy,
     ) -> Result<Self, StoreError> {
-        // The data directory is the owner's alone (0700), and so are its
-        // files (0600): runs hold states, inputs and bundles.
-        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-            use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
-            std::fs::DirBuilder::new()
-                .recursive(true)
-                .mode(0o700)
-                .create(parent)
-                .map_err(backend)?;
-            // A directory this user does not own (a mounted volume whose
-            // group it writes through, as Kubernetes' fsGroup makes) is
-            // left as it is: its files are still private.
-            if let Err(error) =
-                std::fs::set_permissions(parent, std::fs::Permissions::from_mode(0o700))
-            {
-                tracing::warn!(
-                    dir = %parent.display(),
-                    %error,
-                    "the data directory could not be made private (0700)"
-                );
-            }
-        }
-        let db = create_database(path)?;
-        private(path).map_err(backend)?;
-        let applied = match db.begin_read().map_err(backend)?.open_table(COUNTERS) {
-            Ok(counters) => counters
-                .get(APPLIED)
-                .map_err(backend)?
-                .map_or(0, |v| v.value()),
-            Err(redb::TableError::TableDoesNotExist(_)) => 0,
-            Err(other) => return Err(backend(other)),
-        };
-        let values = Values::open(path)?;
-        let (mut wal, replay) = Wal::open(path, applied as u64, |changes| {
-            changes.iter().all(|change| match change {
-                Change::Put { record, .. } => {
-                    external_of(record).is_none_or(|reference| values.holds(&reference))
-                }
-                _ => true,
-            })
-        })
-        .map_err(backend)?;
-        let txn = db.begin_write().map_err(backend)?;
-        let mut counters = BTreeMap::new();
-        let mut referred = std::collections::HashSet::new();
-        {
-            let mut entries = txn.open_table(ENTRIES).map_err(backend)?;
-            let mut stored = txn.open_table(COUNTERS).map_err(backend)?;
-            for change in replay.changes {
-                match change {
-                    Change::Put { key, record } => {
-                        entries
-                            .insert(key.as_str(), record.as_slice())
-                            .map_err(backend)?;
-                    }
-                    Change::Remove { key } => {
-                        entries.remove(key.as_str()).map_err(backend)?;
-                    }
-                    Change::Counter { name, value } => {
-                        stored.insert(name.as_str(), value).map_err(backend)?;
-                    }
-                }
-            }
-            stored
-                .insert(APPLIED, replay.last as i64)
-                .map_err(backend)?;
-            for item in stored.iter().map_err(backend)? {
-                let (name, value) = item.map_err(backend)?;
-                counters.insert(name.value().to_owned(), value.value());
-            }
-            // Keys under a lease go (their owner is gone); the value files
-            // the others refer to stay.
-            let mut leased = Vec::new();
-            for item in entries.iter().map_err(backend)? {
-                let (key, record) = item.map_err(backend)?;
-                if lease_of(record.value()) != 0 {
-                    leased.push(key.value().to_owned());
-                } else if let Some(reference) = external_of(record.value()) {
-                    referred.insert(reference.id);
-                }
-            }
-            for key in leased {
-                entries.remove(key.as_str()).map_err(backend)?;
-            }
-        }
-        txn.commit().map_err(backend)?;
-        wal.clear().map_err(backend)?;
-        // What failed writes, lost frames and replaced values left.
-        let unused = values.keep_only(&referred)?;
-        if unused > 0 {
-            tracing::info!(files = unused, "deleted value files no key refers to");
-        }
+        let Recovered {
+            db,
+            values,
+            wal,
+            counters,
+            synced,
+        } = recover(path)?;
         let snapshot = read_table(&db)?;
         let (changes, _) = broadcast::channel(1024);
         let inner = Arc::new(Inner {
@@ -273,7 +192,7 @@ impl EmbeddedStore {
             log: tokio::sync::Mutex::new(Log::new(wal, counters, snapshot)),
             flush,
             policy,
-            synced: AtomicU64::new(replay.last),
+            synced: AtomicU64::new(synced),
             syncing: Mutex::default(),
             committing: Mutex::default(),
             leases: Mutex::default(),
@@ -627,40 +546,6 @@ impl Drop for Inner {
     }
 }
 
-/// The database's page cache. redb's own default is a ceiling of 1 GiB,
-/// which a coordinator filled a little more with every run it stored (the
-/// pages a write touches stay cached): after 8,000 ten-node runs its
-/// resident memory was 307 MB, against 264 MB with this cache. The store
-/// is mostly written, and read back on recovery; this holds its B-tree's
-/// inner pages many times over, and its tenth for writes holds what a
-/// flush interval dirties.
-const CACHE_BYTES: usize = 32 << 20;
-
-/// How long opening waits for a store that is still closing: one just
-/// dropped in this process can be held a moment longer by its flusher or a
-/// watch finishing a pass.
-const CLOSING_PATIENCE: Duration = Duration::from_secs(2);
-
-/// Opens the database file, waiting out a close in progress; a file held
-/// beyond that belongs to another owner.
-fn create_database(path: &Path) -> Result<Database, StoreError> {
-    let deadline = std::time::Instant::now() + CLOSING_PATIENCE;
-    loop {
-        match Database::builder().set_cache_size(CACHE_BYTES).create(path) {
-            Ok(db) => return Ok(db),
-            Err(redb::DatabaseError::DatabaseAlreadyOpen)
-                if std::time::Instant::now() < deadline =>
-            {
-                std::thread::sleep(Duration::from_millis(10));
-            }
-            Err(redb::DatabaseError::DatabaseAlreadyOpen) => {
-                return Err(StoreError::InUse(path.display().to_string()));
-            }
-            Err(other) => return Err(backend(other)),
-        }
-    }
-}
-
 /// Syncs the log and commits due batches every `interval` until the store
 /// is gone.
 fn spawn_flusher(inner: std::sync::Weak<Inner>, interval: Duration) {
@@ -889,12 +774,6 @@ fn lost(key: &str, missing: Option<Missing>) -> StoreError {
             "its value's file{file} is missing ({READ_TRIES} reads found it gone): deleted or lost outside the store"
         ),
     }
-}
-
-/// Makes `path` readable and writable by its owner only.
-fn private(path: &Path) -> std::io::Result<()> {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
 }
 
 #[cfg(test)]
