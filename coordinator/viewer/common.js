@@ -38,10 +38,32 @@ export class ApiError extends Error {
   constructor(status, code, message) { super(message); this.status = status; this.code = code; }
 }
 
+// How many times, and how long apart, a read is sent when the network
+// fails it (not when the coordinator answers it, whatever the answer).
+const READ_TRIES = 4;
+const READ_RETRY_MS = 250;
+
+// `fetch`, sent again after a network failure when it is a read (GET): a
+// browser abandons the requests in flight when the machine's network
+// changes, and a read may be repeated. An action (POST, DELETE) is not:
+// it fails with the browser's reason, and the user decides.
+export async function request(url, init) {
+  const method = ((init && init.method) || "GET").toUpperCase();
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await fetch(url, init);
+    } catch (error) {
+      const aborted = init && init.signal && init.signal.aborted;
+      if (method !== "GET" || aborted || attempt >= READ_TRIES) throw error;
+      await new Promise((resolve) => setTimeout(resolve, READ_RETRY_MS * attempt));
+    }
+  }
+}
+
 export async function api(path, options) {
   const init = Object.assign({}, options || {});
   init.headers = headers(init.body ? { "Content-Type": "application/json" } : {});
-  const response = await fetch("/api/v1" + path, init);
+  const response = await request("/api/v1" + path, init);
   const text = await response.text();
   let body = null;
   try { body = text ? JSON.parse(text) : null; } catch (_) { body = null; }

@@ -3,7 +3,7 @@
 // at most a few times a second however fast events come, and followed as
 // server-sent events over `fetch` (so the bearer token goes as a header).
 
-import { RENDER_EVERY_MS, api, el, headers, main, showFailure, stopEverything, streams, timers } from "./common.js";
+import { RENDER_EVERY_MS, api, el, headers, main, request, showFailure, stopEverything, streams, timers } from "./common.js";
 import { eventsPanel } from "./panels/events.js";
 import { graphPanel } from "./panels/graph.js";
 import { headerPanel } from "./panels/header.js";
@@ -84,7 +84,7 @@ export function runPage(id) {
     following = controller;
     streams.add(controller);
     try {
-      const response = await fetch(`/api/v1/runs/${encodeURIComponent(id)}/events?from=${model.lastSeq + 1}`,
+      const response = await request(`/api/v1/runs/${encodeURIComponent(id)}/events?from=${model.lastSeq + 1}`,
         { headers: headers(), signal: controller.signal });
       if (!response.ok) throw new Error(`the events could not be read (${response.status})`);
       const reader = response.body.getReader();

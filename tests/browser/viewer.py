@@ -33,9 +33,30 @@ def step(text):
     print(f"-- {text}", flush=True)
 
 
+# What every page asked of the network and said on its console, with the
+# time since the start: printed when a scenario fails, so a page stuck on
+# "Loading…" says which request it waits for.
+JOURNAL = []
+STARTED = time.monotonic()
+
+
+def note(text):
+    JOURNAL.append(f"{time.monotonic() - STARTED:8.3f}  {text}")
+
+
+def journaled(context):
+    """`context`, its requests and console messages written in the journal."""
+    context.on("request", lambda r: note(f"-> {r.method} {r.url}"))
+    context.on("requestfinished", lambda r: note(f"<- {r.method} {r.url}"))
+    context.on("requestfailed", lambda r: note(f"!! {r.method} {r.url}: {r.failure}"))
+    context.on("console", lambda m: note(f"console {m.type}: {m.text}"))
+    context.on("weberror", lambda e: note(f"page error: {e.error}"))
+    return context
+
+
 def signed_in(browser, base, token):
     """A page of a fresh context (its own session storage) signed in with `token`."""
-    page = browser.new_context(viewport={"width": 1400, "height": 1000}).new_page()
+    page = journaled(browser.new_context(viewport={"width": 1400, "height": 1000})).new_page()
     errors = []
     page.on("pageerror", lambda error: errors.append(str(error)))
     page.goto(base + "/")
@@ -48,7 +69,7 @@ def signed_in(browser, base, token):
 
 def sign_in_is_asked_and_a_wrong_token_refused(browser, base, operator):
     step("sign-in: the page asks for a token, refuses a wrong one, takes the right one")
-    page = browser.new_context().new_page()
+    page = journaled(browser.new_context()).new_page()
     page.goto(base + "/")
     expect(page.locator("#token")).to_be_visible()
     page.fill("#token", "not-a-token")
@@ -76,6 +97,35 @@ def the_list_shows_and_filters_runs(page, base, runs):
     expect(page.locator(f'tr.run[data-run="{runs["map"]}"]')).to_be_visible()
     page.click(f'tr.run[data-run="{runs["map"]}"] a')
     expect(page).to_have_url(re.compile(f"/runs/{runs['map']}$"))
+
+
+def a_network_blip_while_loading_is_survived(browser, base, operator, run_id):
+    step("blip: a script and two reads abandoned once (as when the network changes), the page loads anyway")
+    page = signed_in(browser, base, operator)
+    failed = []
+
+    def once(route):
+        path = route.request.url.split("?")[0].removeprefix(base)
+        if path in failed:
+            route.continue_()
+        else:
+            failed.append(path)
+            route.abort("internetdisconnected")
+
+    for pattern in ["**/assets/run_model.js", "**/api/v1/whoami", f"**/api/v1/runs/{run_id}"]:
+        page.route(pattern, once)
+    page.goto(f"{base}/runs/{run_id}")
+    expect(page.locator("#run-status")).to_have_text("completed")
+    expect(page.locator('.loop[data-node="repeat"] tr')).to_have_count(3)
+    assert sorted(failed) == sorted(["/assets/run_model.js", "/api/v1/whoami", f"/api/v1/runs/{run_id}"]), failed
+    assert not page.errors, f"the page threw: {page.errors}"
+    page.context.close()
+    step("blip: a coordinator whose scripts never come says so after a few reloads")
+    page = signed_in(browser, base, operator)
+    page.route("**/assets/main.js", lambda route: route.abort("connectionrefused"))
+    page.goto(f"{base}/runs/{run_id}")
+    expect(page.locator("#failure")).to_contain_text("could not be loaded")
+    page.context.close()
 
 
 def a_running_map_is_watched_to_its_end(page, base, run_id, go, shots):
@@ -295,6 +345,7 @@ def main():
         a_run_is_cancelled(page, args.base, runs["cancel"])
         a_failed_run_is_retried(page, args.base, runs["retry"])
         loop_iterations_are_listed(page, args.base, runs["loop"])
+        a_network_blip_while_loading_is_survived(browser, args.base, args.operator, runs["loop"])
         a_subgraph_links_to_its_child_run(page, args.base, runs["parent"])
         a_rag_nodes_retrieval_is_shown(page, args.base, runs["rag"], shots)
         a_throttled_step_is_marked_until_its_key_frees(page, args.base, runs["holder"], runs["keyed"], shots)
@@ -309,4 +360,7 @@ if __name__ == "__main__":
         main()
     except AssertionError as error:
         print(f"FAILED: {error}", file=sys.stderr)
+        print("the pages' requests and console, last 60:", file=sys.stderr)
+        for line in JOURNAL[-60:]:
+            print(line, file=sys.stderr)
         sys.exit(1)

@@ -12,10 +12,13 @@ use axum::routing::get;
 const PAGE: &str = include_str!("../../viewer/index.html");
 const STYLE: &str = include_str!("../../viewer/app.css");
 
-/// The page's scripts, ES modules served under `/assets/`: the entry
-/// point, the shared helpers, the list of runs, a run's page with its
-/// model, and one module per panel of it.
-const SCRIPTS: [(&str, &str); 12] = [
+/// The page's scripts, served under `/assets/`: the loader (a classic
+/// script that imports the rest and reloads the page when a file could not
+/// be fetched), then ES modules: the entry point, the shared helpers, the
+/// list of runs, a run's page with its model, and one module per panel of
+/// it.
+const SCRIPTS: [(&str, &str); 13] = [
+    ("start.js", include_str!("../../viewer/start.js")),
     ("main.js", include_str!("../../viewer/main.js")),
     ("common.js", include_str!("../../viewer/common.js")),
     ("runs.js", include_str!("../../viewer/runs.js")),

@@ -2,7 +2,7 @@
 // the node clicked in it (attempts, worker, errors, what was sent again,
 // a rag node's retrievals).
 
-import { badge, el, headers } from "../common.js";
+import { badge, el, headers, request } from "../common.js";
 import { usageText } from "../run_model.js";
 
 // Draws run `id`'s diagram once; `loaded` resolves when it is in (it says
@@ -14,7 +14,7 @@ export function graphPanel(id, model, changed) {
     ["pending", "running", "throttled", "waiting", "done", "failed", "spent", "skipped"].map((s) => el("span", {}, badge(s))));
   let selected = null;
 
-  const loaded = fetch(`/api/v1/runs/${encodeURIComponent(id)}/diagram.svg`, { headers: headers() })
+  const loaded = request(`/api/v1/runs/${encodeURIComponent(id)}/diagram.svg`, { headers: headers() })
     .then((response) => response.ok ? response.text() : Promise.reject(new Error("the diagram could not be drawn")))
     .then((svg) => {
       diagram.innerHTML = svg;
