@@ -189,10 +189,8 @@ impl RunAccess {
 
     /// Retries failed run `id`, as `caller`; the run after.
     pub async fn retry(&self, caller: &Identity, id: &str) -> Result<RunReport, AccessError> {
-        let view = self
-            .run(caller, id)?
-            .retry(Some(caller.name.clone()))
-            .await?;
+        let run = self.run(caller, id)?;
+        let view = self.runs.retry(&run, Some(caller.name.clone())).await?;
         Ok(RunReport::of(view, Shown::STATE))
     }
 

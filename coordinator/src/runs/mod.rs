@@ -4,8 +4,9 @@
 //! (stored runs continued after a restart or a failover), [`retention`]
 //! (ended runs forgotten, here and in the store), [`children`]
 //! (subgraph nodes' child runs, kept here like any run), [`answers`]
-//! (people's answers, routed to the child run that asked) and [`parsed`]
-//! (graphs of bundles seen before, not parsed again).
+//! (people's answers, routed to the child run that asked), [`parsed`]
+//! (graphs of bundles seen before, not parsed again) and [`tally`] (each
+//! namespace's runs, going and ended, counted without walking them all).
 
 mod admission;
 mod answers;
@@ -14,6 +15,7 @@ mod parsed;
 pub(crate) mod quarantine;
 mod recovery;
 pub mod retention;
+mod tally;
 
 pub use crate::run_actor::StepMarks;
 pub use retention::DeleteError;
@@ -30,7 +32,7 @@ use crate::bundle::{BlobStore, BundleError};
 use crate::dispatch::DispatcherHandle;
 use crate::durable::Keeper;
 use crate::durable::blob_refs::BlobRefs;
-use crate::run_actor::{RunHandle, RunLimits};
+use crate::run_actor::{RunHandle, RunLimits, RunRequestError, RunView};
 use retention::Retention;
 
 /// Why a submission was refused. Nothing was started.
@@ -125,6 +127,8 @@ pub struct Runs {
 struct Inner {
     by_id: HashMap<RunId, RunHandle>,
     order: Vec<RunId>,
+    /// Each namespace's runs, going and ended.
+    tallies: tally::Tallies,
     /// When ended runs were last looked at for their age.
     aged_at: Option<std::time::Instant>,
     /// How many runs were held when they were last counted by namespace.
@@ -192,12 +196,12 @@ impl Runs {
         let Some(&max) = self.max_running_runs.get(namespace) else {
             return Ok(());
         };
-        let inner = self.inner.read().unwrap_or_else(|e| e.into_inner());
-        let running = inner
-            .by_id
-            .values()
-            .filter(|run| run.namespace() == namespace && run.ended_unix_ms().is_none())
-            .count();
+        let running = self
+            .inner
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .tallies
+            .going(namespace);
         if running >= max as usize {
             return Err(SubmitError::TooManyRuns {
                 namespace: namespace.to_owned(),
@@ -230,6 +234,7 @@ impl Runs {
     /// Registers a started run under its id.
     fn register(&self, id: RunId, handle: RunHandle) {
         let mut inner = self.inner.write().unwrap_or_else(|e| e.into_inner());
+        inner.tallies.add(id.clone(), handle.clone());
         inner.by_id.insert(id.clone(), handle);
         inner.order.push(id);
         drop(inner);
@@ -239,8 +244,33 @@ impl Runs {
     /// Forgets a run whose start was refused.
     fn unregister(&self, id: &str) {
         let mut inner = self.inner.write().unwrap_or_else(|e| e.into_inner());
-        inner.by_id.remove(id);
+        if let Some(run) = inner.by_id.remove(id) {
+            inner.tallies.remove(id, run.namespace());
+        }
         inner.order.retain(|known| &**known != id);
+    }
+
+    /// Retries `run` (`weft retry`, asked by `by`): an ended run comes back
+    /// to life under the registry's lock, and is counted going again
+    /// before anyone counts; a live one is asked, and its machine answers.
+    pub async fn retry(
+        &self,
+        run: &RunHandle,
+        by: Option<String>,
+    ) -> Result<RunView, RunRequestError> {
+        let revived = {
+            let mut inner = self.inner.write().unwrap_or_else(|e| e.into_inner());
+            let revived = run.revive(by.clone())?;
+            if revived && inner.by_id.contains_key(run.id()) {
+                inner.tallies.revived(run.id(), run);
+            }
+            revived
+        };
+        if revived {
+            run.get().await
+        } else {
+            run.ask_retry(by).await
+        }
     }
 
     /// A run by id.

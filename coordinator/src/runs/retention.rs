@@ -68,7 +68,9 @@ impl Runs {
             if handle.finished().is_none() {
                 return Err(DeleteError::NotEnded(id.to_owned()));
             }
+            let namespace = handle.namespace().to_owned();
             inner.by_id.remove(id);
+            inner.tallies.remove(id, &namespace);
             inner.order.retain(|known| &**known != id);
         }
         self.forget_stored(vec![RunId::from(id.to_owned())]).await;
@@ -125,12 +127,11 @@ impl Runs {
         if age_due {
             inner.aged_at = Some(std::time::Instant::now());
         }
-        let mut ended: HashMap<&str, usize> = HashMap::new();
-        for handle in inner.by_id.values().filter(|h| h.ended_unix_ms().is_some()) {
-            *ended.entry(handle.namespace()).or_default() += 1;
-        }
+        let inner = &mut *inner;
+        let ended = inner.tallies.ended();
+        let by_id = &inner.by_id;
         let runs = inner.order.iter().map(|id| {
-            let handle = inner.by_id.get(id)?;
+            let handle = by_id.get(id)?;
             Some((handle.namespace(), handle.ended_unix_ms()?))
         });
         let ended_before = now.saturating_sub(max_age);
@@ -148,7 +149,9 @@ impl Runs {
                 !goes
             });
             for id in &gone {
-                inner.by_id.remove(id);
+                if let Some(run) = inner.by_id.remove(id) {
+                    inner.tallies.remove(id, run.namespace());
+                }
             }
         }
         inner.counted_at = inner.order.len();

@@ -6,7 +6,7 @@
 
 use serde_json::{Value, json};
 use weft_client::{Client, GraphBundle, Priority, RunStatus, SubmitOptions};
-use weft_tests::TestCluster;
+use weft_tests::{TestCluster, wait_for_event};
 
 /// A map whose items each run a script that sleeps `sleep` seconds and
 /// writes when it ran; its branch node carries `extra` (YAML, indented for
@@ -325,5 +325,70 @@ nodes:
     client.wait(&first).await?;
     let second = client.submit_bundle(waits, &json!({})).await?.run_id;
     client.cancel(&second).await?;
+    Ok(())
+}
+
+/// A failed run that is retried is going again: under a cap of one, a run
+/// submitted while it runs is refused, as while it first ran, and one
+/// submitted once it has ended is taken. (The registry counts a
+/// namespace's runs as they end, not by walking every run it holds; a
+/// retry brings an ended run back, and must be counted.)
+#[tokio::test]
+async fn a_retried_run_counts_against_its_namespaces_cap_again() -> anyhow::Result<()> {
+    let config = r#"
+[[namespaces]]
+name = "default"
+max_running_runs = 1
+"#;
+    let mut cluster = TestCluster::start_with_config(config, &[])?;
+    cluster.add_worker("w", 2)?;
+    cluster.wait_for_workers(&["w"]).await?;
+    let client = cluster.client().await?;
+    let mark = cluster.dir().join("tried");
+    let flaky = GraphBundle::from_text(
+        "flaky.yaml",
+        &format!(
+            r#"
+nodes:
+  once:
+    kind: script
+    start: true
+    next: ok
+    run: [sh, -c, 'if [ -e {mark} ]; then echo "{{\"tried\": true}}"; else touch {mark}; echo "first attempt fails" >&2; exit 1; fi']
+  ok: {{ kind: approval, prompt: "Go on?" }}
+"#,
+            mark = mark.display()
+        ),
+    );
+    let waits = GraphBundle::from_text(
+        "waits.yaml",
+        "nodes:\n  ok: { kind: approval, start: true }\n",
+    );
+    let failed = client.submit_bundle(flaky, &json!({})).await?.run_id;
+    assert_eq!(client.wait(&failed).await?.status, RunStatus::Failed);
+    // Ended, it holds no place: another run is taken, and ends.
+    let other = client
+        .submit_bundle(waits.clone(), &json!({}))
+        .await?
+        .run_id;
+    client.cancel(&other).await?;
+    client.wait(&other).await?;
+    // Retried, it holds the place again, until it ends.
+    client.retry(&failed).await?;
+    wait_for_event(&client, &failed, "waiting_for_input").await?;
+    let refused = client
+        .submit_bundle(waits.clone(), &json!({}))
+        .await
+        .expect_err("a run over the cap while the retried one goes");
+    assert!(
+        refused
+            .to_string()
+            .contains("has 1 runs going, its max_running_runs is 1"),
+        "{refused}"
+    );
+    client.cancel(&failed).await?;
+    assert_eq!(client.wait(&failed).await?.status, RunStatus::Cancelled);
+    let taken = client.submit_bundle(waits, &json!({})).await?.run_id;
+    client.cancel(&taken).await?;
     Ok(())
 }

@@ -273,15 +273,24 @@ impl RunHandle {
         self.act(Input::Cancel { by }).await
     }
 
-    /// Retries a failed run from the wave that failed: its actor starts
-    /// again from the record; `by`: who asked.
-    pub async fn retry(&self, by: Option<String>) -> Result<RunView, RunRequestError> {
+    /// Retries a failed run from the wave that failed (`by`: who asked),
+    /// at once: its actor starts again from the record if the run has
+    /// ended and may be retried (`true`: it is live once this returns);
+    /// `false` if the run is live, when [`RunHandle::ask_retry`] has its
+    /// machine answer. The registry does this (`Runs::retry`), which counts
+    /// the run going again as it revives.
+    pub fn revive(&self, by: Option<String>) -> Result<bool, RunRequestError> {
         let Some(record) = self.finished() else {
-            // A live run is not a failed one; the machine says so.
-            return self.act(Input::RetryRun { by }).await;
+            return Ok(false);
         };
         revive(&record, &self.liveness, by)?;
-        self.get().await
+        Ok(true)
+    }
+
+    /// Asks a live run to retry: a live run is not a failed one, and its
+    /// machine says so; a run that ended meanwhile is refused as ended.
+    pub async fn ask_retry(&self, by: Option<String>) -> Result<RunView, RunRequestError> {
+        self.act(Input::RetryRun { by }).await
     }
 
     async fn act(&self, input: Input) -> Result<RunView, RunRequestError> {
