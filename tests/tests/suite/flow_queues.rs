@@ -261,11 +261,9 @@ async fn a_tenants_flood_does_not_starve_another_and_priority_goes_first() -> an
     Ok(())
 }
 
-/// `[[namespaces]] max_running_runs` refuses the next run of a namespace
-/// that has as many going, with RESOURCE_EXHAUSTED and the figures; one
-/// ended frees its place.
-#[tokio::test]
-async fn a_namespace_at_its_running_runs_cap_refuses_the_next() -> anyhow::Result<()> {
+/// A coordinator whose default namespace may have one run going, with a
+/// worker, and a client of it.
+async fn capped_at_one() -> anyhow::Result<(TestCluster, Client)> {
     let config = r#"
 [[namespaces]]
 name = "default"
@@ -275,6 +273,15 @@ max_running_runs = 1
     cluster.add_worker("w", 2)?;
     cluster.wait_for_workers(&["w"]).await?;
     let client = cluster.client().await?;
+    Ok((cluster, client))
+}
+
+/// `[[namespaces]] max_running_runs` refuses the next run of a namespace
+/// that has as many going, with RESOURCE_EXHAUSTED and the figures; one
+/// ended frees its place.
+#[tokio::test]
+async fn a_namespace_at_its_running_runs_cap_refuses_the_next() -> anyhow::Result<()> {
+    let (cluster, client) = capped_at_one().await?;
     let waits = GraphBundle::from_text(
         "waits.yaml",
         r#"
@@ -335,15 +342,7 @@ nodes:
 /// retry brings an ended run back, and must be counted.)
 #[tokio::test]
 async fn a_retried_run_counts_against_its_namespaces_cap_again() -> anyhow::Result<()> {
-    let config = r#"
-[[namespaces]]
-name = "default"
-max_running_runs = 1
-"#;
-    let mut cluster = TestCluster::start_with_config(config, &[])?;
-    cluster.add_worker("w", 2)?;
-    cluster.wait_for_workers(&["w"]).await?;
-    let client = cluster.client().await?;
+    let (cluster, client) = capped_at_one().await?;
     let mark = cluster.dir().join("tried");
     let flaky = GraphBundle::from_text(
         "flaky.yaml",
