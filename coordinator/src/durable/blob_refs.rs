@@ -15,7 +15,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 use weft_proto::RunId;
 
-use weft_store::{Store, StoreError};
+use weft_store::StoreError;
 
 use super::Keeper;
 use super::keys::blob_key;
@@ -100,11 +100,7 @@ impl BlobRefs {
         if prefixes.is_empty() {
             return;
         }
-        let deleted = keeper
-            .store()
-            .delete_prefixes(&prefixes, keeper.fence())
-            .await;
-        if let Err(error) = keeper.checked(deleted) {
+        if let Err(error) = keeper.delete_prefixes(&prefixes).await {
             tracing::warn!(files = prefixes.len(), %error, "unused bundle files stay in the store");
         }
     }
@@ -113,6 +109,7 @@ impl BlobRefs {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use weft_store::Store;
 
     /// A submission reads a file back from the store only if this term has
     /// not stored (or found) it yet: the file is deleted here behind the

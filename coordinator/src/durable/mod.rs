@@ -4,7 +4,7 @@
 //! when the store is shared by a group of coordinators.
 
 use tokio_util::sync::CancellationToken;
-use weft_store::{AnyStore, Fence, StoreError};
+use weft_store::{AnyStore, Fence, Store, StoreError};
 
 pub mod blob_refs;
 pub mod deltas;
@@ -54,6 +54,12 @@ impl Keeper {
             self.deposed.cancel();
         }
         result
+    }
+
+    /// Deletes every key under each of `prefixes`, fenced and
+    /// [`checked`](Keeper::checked).
+    pub async fn delete_prefixes(&self, prefixes: &[String]) -> Result<(), StoreError> {
+        self.checked(self.store.delete_prefixes(prefixes, self.fence()).await)
     }
 }
 

@@ -135,6 +135,16 @@ struct Inner {
     counted_at: usize,
 }
 
+impl Inner {
+    /// Lets run `id` go from the index and its namespace's tally (its place
+    /// in `order` is the caller's to drop, one run or many at once).
+    fn release(&mut self, id: &str) {
+        if let Some(run) = self.by_id.remove(id) {
+            self.tallies.remove(id, run.namespace());
+        }
+    }
+}
+
 /// What the registry of runs takes from the coordinator's configuration.
 #[derive(Debug, Clone)]
 pub struct RunsConfig {
@@ -244,9 +254,7 @@ impl Runs {
     /// Forgets a run whose start was refused.
     fn unregister(&self, id: &str) {
         let mut inner = self.inner.write().unwrap_or_else(|e| e.into_inner());
-        if let Some(run) = inner.by_id.remove(id) {
-            inner.tallies.remove(id, run.namespace());
-        }
+        inner.release(id);
         inner.order.retain(|known| &**known != id);
     }
 

@@ -6,8 +6,6 @@ use std::collections::HashMap;
 
 use weft_proto::RunId;
 
-use weft_store::Store;
-
 use super::{Runs, now_ms};
 
 /// How often a submission looks for runs past their age (which is counted
@@ -68,9 +66,7 @@ impl Runs {
             if handle.finished().is_none() {
                 return Err(DeleteError::NotEnded(id.to_owned()));
             }
-            let namespace = handle.namespace().to_owned();
-            inner.by_id.remove(id);
-            inner.tallies.remove(id, &namespace);
+            inner.release(id);
             inner.order.retain(|known| &**known != id);
         }
         self.forget_stored(vec![RunId::from(id.to_owned())]).await;
@@ -91,11 +87,7 @@ impl Runs {
             .iter()
             .map(|id| crate::durable::keys::run_prefix(id))
             .collect();
-        let deleted = keeper
-            .store()
-            .delete_prefixes(&prefixes, keeper.fence())
-            .await;
-        if let Err(error) = keeper.checked(deleted) {
+        if let Err(error) = keeper.delete_prefixes(&prefixes).await {
             tracing::warn!(runs = gone.len(), %error, "forgotten runs stay in the store");
         }
         let unused: Vec<String> = gone
@@ -149,9 +141,7 @@ impl Runs {
                 !goes
             });
             for id in &gone {
-                if let Some(run) = inner.by_id.remove(id) {
-                    inner.tallies.remove(id, run.namespace());
-                }
+                inner.release(id);
             }
         }
         inner.counted_at = inner.order.len();
