@@ -3,6 +3,7 @@
 //! One binary rather than one per file keeps the build's disk use and
 //! link time down (each binary links the whole client and worker).
 mod agents;
+mod allocator;
 mod auth;
 mod cli;
 mod cli_edges;
