@@ -122,7 +122,26 @@ impl RunAccess {
         id: &str,
         shown: Shown,
     ) -> Result<RunReport, AccessError> {
-        let view = self.run(caller, id)?.get().await?;
+        let run = self.run(caller, id)?;
+        // An ended run's large fields are shown as the store holds them,
+        // not parsed back into its view to be written again.
+        if let Some(record) = run
+            .finished()
+            .filter(|r| shown.state && r.leaves_out_fields())
+        {
+            let state_json = record.state_json().await?;
+            let summary = Shown {
+                state: false,
+                ..shown
+            };
+            let mut report = RunReport::of(record.view.clone(), summary);
+            report.state_json = Some(state_json);
+            return Ok(report);
+        }
+        let view = match shown.state {
+            true => run.get().await?,
+            false => run.summary().await?,
+        };
         Ok(RunReport::of(view, shown))
     }
 
@@ -139,7 +158,7 @@ impl RunAccess {
         let (handles, more) = self.runs.page(limit, after, visible).await;
         let mut runs = Vec::with_capacity(handles.len());
         for handle in &handles {
-            runs.push(RunReport::of(handle.get().await?, Shown::SUMMARY));
+            runs.push(RunReport::of(handle.summary().await?, Shown::SUMMARY));
         }
         let next = more
             .then(|| runs.last().map(|last| last.run_id.to_string()))

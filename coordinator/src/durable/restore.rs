@@ -168,6 +168,49 @@ async fn read_state(
     record: &RunRecord,
 ) -> Result<serde_json::Map<String, serde_json::Value>, StoreError> {
     let mut state = serde_json::Map::new();
+    for (name, key, json) in read_field_texts(store, record, |_| true).await? {
+        let value = serde_json::from_slice(&json).map_err(|e| corrupt(&key, &e.to_string()))?;
+        state.insert(name, value);
+    }
+    Ok(state)
+}
+
+/// The JSON text of each of `names` in the stored state of run `id`, as
+/// its last checkpoint holds it: an ended run's large fields, which its
+/// record in memory leaves out. A name the state does not hold is an error.
+pub async fn read_fields(
+    store: &AnyStore,
+    id: &str,
+    names: &[String],
+) -> Result<std::collections::HashMap<String, String>, StoreError> {
+    let key = keys::record_key(id);
+    let bytes = chunks::get(store, &key)
+        .await?
+        .ok_or_else(|| corrupt(&key, "the run's record is missing"))?;
+    let record = records::decode_run(&bytes).map_err(|e| corrupt(&key, &e.to_string()))?;
+    let wanted = |name: &str| names.iter().any(|n| n == name);
+    let mut texts = std::collections::HashMap::with_capacity(names.len());
+    for (name, key, json) in read_field_texts(store, &record, wanted).await? {
+        let text = String::from_utf8(json).map_err(|e| corrupt(&key, &e.to_string()))?;
+        texts.insert(name, text);
+    }
+    if let Some(missing) = names.iter().find(|name| !texts.contains_key(*name)) {
+        return Err(corrupt(
+            &key,
+            &format!("the record names no field '{missing}'"),
+        ));
+    }
+    Ok(texts)
+}
+
+/// The stored JSON of each field of `record` that `wanted` names, with
+/// the key it was read from: each from its key, then its deltas applied
+/// in order.
+async fn read_field_texts(
+    store: &AnyStore,
+    record: &RunRecord,
+    wanted: impl Fn(&str) -> bool,
+) -> Result<Vec<(String, String, Vec<u8>)>, StoreError> {
     let spilled: std::collections::HashMap<&str, u64> = record
         .spilled
         .iter()
@@ -176,6 +219,7 @@ async fn read_state(
     let chains: std::collections::HashMap<&str, &[u64]> = record
         .deltas
         .iter()
+        .filter(|(n, _)| wanted(n))
         .map(|(n, seqs)| (n.as_str(), seqs.as_slice()))
         .collect();
     // Every delta of the run in one read, when there are any.
@@ -187,7 +231,8 @@ async fn read_state(
             .into_iter()
             .collect()
     };
-    for name in &record.fields {
+    let mut texts = Vec::new();
+    for name in record.fields.iter().filter(|name| wanted(name)) {
         let key = match spilled.get(name.as_str()) {
             Some(version) => spilled_key(&record.id, name, *version),
             None => field_key(&record.id, name),
@@ -200,10 +245,9 @@ async fn read_state(
             let keys = chain.iter().map(|&seq| delta_key(&record.id, name, seq));
             json = apply_deltas(json, keys, &mut deltas)?;
         }
-        let value = serde_json::from_slice(&json).map_err(|e| corrupt(&key, &e.to_string()))?;
-        state.insert(name.clone(), value);
+        texts.push((name.clone(), key, json));
     }
-    Ok(state)
+    Ok(texts)
 }
 
 /// A chained progress: its base, then its deltas in order.

@@ -22,7 +22,7 @@ impl Runs {
         node: String,
         answer: HumanAnswer,
     ) -> Result<RunView, RunRequestError> {
-        let view = handle.get().await?;
+        let view = handle.summary().await?;
         let Some(path) = requested(&view.waiting, &node) else {
             // The run says what waits instead.
             return handle.resume(node, answer).await;
@@ -47,7 +47,7 @@ impl Runs {
         if let Some(mut live) = live {
             let noted = async {
                 while live.recv().await.is_ok() {
-                    match handle.get().await {
+                    match handle.summary().await {
                         Ok(now) if now.waiting.iter().any(|(n, _, _)| *n == path) => {}
                         _ => return,
                     }

@@ -11,6 +11,7 @@
 use std::sync::{Arc, RwLock};
 use weft_proto::{NodeId, RunId};
 
+use serde_json::Value;
 use tokio::sync::{broadcast, oneshot};
 
 use super::RunSetup;
@@ -91,7 +92,7 @@ pub enum RunRequestError {
 
 /// An ended run: what clients can still ask of it.
 pub struct FinishedRun {
-    /// Its last view.
+    /// Its last view; its state without the fields `stored` leaves out.
     pub view: RunView,
     /// Its whole event log.
     pub log: EndedLog,
@@ -99,6 +100,138 @@ pub struct FinishedRun {
     pub finished_unix_ms: i64,
     /// For a failed run, what starting its actor again takes.
     pub(super) revival: std::sync::Mutex<Option<RunSetup>>,
+    /// Its large fields, when the store holds its final state: they are
+    /// read back when the state is asked for, not kept in memory.
+    pub(super) stored: Option<StoredFields>,
+}
+
+/// An ended run's fields of [`KEPT_FIELD_BYTES`] or more, left in the
+/// store: a coordinator keeping thousands of ended runs holds their
+/// summaries and small fields, not every large state they ended with.
+pub(super) struct StoredFields {
+    /// The store, which holds the run's final state.
+    pub(super) keeper: crate::durable::Keeper,
+    /// Every field's name, in the state's order.
+    pub(super) order: Vec<String>,
+    /// The fields the record's view leaves out.
+    pub(super) left_out: Vec<String>,
+}
+
+/// The size of JSON text from which an ended run's field is left in the
+/// store rather than kept in its record.
+pub(super) const KEPT_FIELD_BYTES: usize = 64 * 1024;
+
+/// Takes the fields whose text (as the run wrote it, `view.state_texts`)
+/// is [`KEPT_FIELD_BYTES`] or more out of an ended run's `view`, whose
+/// final state `keeper`'s store holds; `None` when every field is small.
+pub(super) fn leave_out_large_fields(
+    view: &mut RunView,
+    keeper: &crate::durable::Keeper,
+) -> Option<StoredFields> {
+    if view.state_texts.len() != view.state.len() {
+        return None;
+    }
+    let names = view.state.keys();
+    let left_out: Vec<String> = names
+        .zip(&view.state_texts)
+        .filter(|(_, text)| text.len() >= KEPT_FIELD_BYTES)
+        .map(|(name, _)| name.clone())
+        .collect();
+    if left_out.is_empty() {
+        return None;
+    }
+    let order = view.state.keys().cloned().collect();
+    let kept = view
+        .state
+        .iter()
+        .filter(|(name, _)| !left_out.contains(name))
+        .map(|(name, value)| (name.clone(), value.clone()))
+        .collect();
+    view.state = Arc::new(kept);
+    Some(StoredFields {
+        keeper: keeper.clone(),
+        order,
+        left_out,
+    })
+}
+
+impl FinishedRun {
+    /// Whether the record's view leaves out some of the state's fields.
+    pub fn leaves_out_fields(&self) -> bool {
+        self.stored.is_some()
+    }
+
+    /// The record's view with the whole state: the fields it leaves out
+    /// read back from the store.
+    async fn whole_view(&self) -> Result<RunView, RunRequestError> {
+        let Some(stored) = &self.stored else {
+            return Ok(self.view.clone());
+        };
+        let fields = self
+            .whole_state(stored, Value::clone, |name, text| {
+                serde_json::from_str(&text).map_err(|error| {
+                    RunRequestError::Store(format!(
+                        "the stored field '{name}' is not JSON: {error}"
+                    ))
+                })
+            })
+            .await?;
+        let mut view = self.view.clone();
+        view.state = Arc::new(
+            fields
+                .into_iter()
+                .map(|(name, value)| (name.to_owned(), value))
+                .collect(),
+        );
+        Ok(view)
+    }
+
+    /// The state's JSON text as `weft_proto::json` writes it: the small
+    /// fields written from the record, the large ones as the store holds
+    /// them (the text the run wrote), not parsed and written again.
+    pub async fn state_json(&self) -> Result<String, RunRequestError> {
+        let Some(stored) = &self.stored else {
+            return Ok(weft_proto::json::object_to_string(&self.view.state));
+        };
+        let fields = self
+            .whole_state(stored, weft_proto::json::to_string, |_, text| Ok(text))
+            .await?;
+        Ok(weft_proto::json::object_of_texts(
+            fields.iter().map(|(name, text)| (*name, text.as_str())),
+        ))
+    }
+
+    /// Every field in the state's order: a kept one through `small`, one
+    /// left out through `large` from the text the store holds.
+    async fn whole_state<'a, T>(
+        &'a self,
+        stored: &'a StoredFields,
+        small: impl Fn(&Value) -> T,
+        large: impl Fn(&str, String) -> Result<T, RunRequestError>,
+    ) -> Result<Vec<(&'a str, T)>, RunRequestError> {
+        let mut texts = self.left_out_texts(stored).await?;
+        let mut fields = Vec::with_capacity(stored.order.len());
+        for name in &stored.order {
+            let field = match (self.view.state.get(name), texts.remove(name)) {
+                (Some(value), _) => small(value),
+                (None, Some(text)) => large(name, text)?,
+                (None, None) => continue,
+            };
+            fields.push((name.as_str(), field));
+        }
+        Ok(fields)
+    }
+
+    async fn left_out_texts(
+        &self,
+        stored: &StoredFields,
+    ) -> Result<std::collections::HashMap<String, String>, RunRequestError> {
+        crate::durable::restore::read_fields(stored.keeper.store(), &self.view.id, &stored.left_out)
+            .await
+            .map_err(|error| {
+                RunRequestError::Store(format!("the run's state could not be read: {error}"))
+            })
+    }
 }
 
 /// Where an ended run's event log is.
@@ -199,8 +332,24 @@ impl RunHandle {
         }
     }
 
-    /// The run's current view.
+    /// The run's current view, its whole state with it (an ended run's
+    /// large fields read back from the store).
     pub async fn get(&self) -> Result<RunView, RunRequestError> {
+        if let Some(record) = self.finished() {
+            return record.whole_view().await;
+        }
+        match self.request(Command::Get).await {
+            Err(RunRequestError::ShuttingDown) => match self.finished() {
+                Some(record) => record.whole_view().await,
+                None => Err(RunRequestError::ShuttingDown),
+            },
+            other => other,
+        }
+    }
+
+    /// The run's current view for a summary (a listing, a status): an
+    /// ended run's large fields are left out of its state, not read back.
+    pub async fn summary(&self) -> Result<RunView, RunRequestError> {
         if let Some(record) = self.finished() {
             return Ok(record.view.clone());
         }

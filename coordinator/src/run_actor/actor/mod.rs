@@ -26,6 +26,7 @@ mod spans;
 mod worker_io;
 
 pub use self::child_runs::{ChildOutcome, ChildRuns, Pending, WaitReports};
+use self::handle::leave_out_large_fields;
 pub use self::handle::{
     EndedLog, FinishedRun, RunHandle, RunRequestError, RunView, StoredEvent, UnhostedWait,
 };
@@ -406,19 +407,27 @@ impl RunActor {
     /// failed run that can be retried keeps what reviving it takes.
     fn archive(self) {
         let mut view = self.view();
-        // An ended run is kept with its values, not their texts as well:
-        // a run kept in memory costs its state once.
-        view.state_texts = Vec::new();
         let liveness = self.liveness.clone();
         let retryable = self.machine.retryable();
+        // The store holds the run's last checkpoint (its final state and
+        // every event) unless a retry will continue it from memory.
+        let stored = match &self.journal {
+            Some(journal) if !retryable && journal.holds(self.log.len()) => Some(journal.keeper()),
+            _ => None,
+        };
+        // Large fields stay in the store only; the rest is kept with its
+        // values, not their texts as well: a run kept in memory costs its
+        // small fields once.
+        let stored_fields = stored.and_then(|keeper| leave_out_large_fields(&mut view, keeper));
+        view.state_texts = Vec::new();
         // The log stays in memory only where the store may not hold all
         // of it, or a retry will continue it.
-        let log = match &self.journal {
-            Some(journal) if !retryable && journal.holds(self.log.len()) => EndedLog::Stored {
-                keeper: journal.keeper().clone(),
+        let log = match stored {
+            Some(keeper) => EndedLog::Stored {
+                keeper: keeper.clone(),
                 count: self.log.len() as u64,
             },
-            _ => EndedLog::Held(self.log),
+            None => EndedLog::Held(self.log),
         };
         let children = self.children.runs.clone();
         let revival = retryable.then(|| RunSetup {
@@ -445,6 +454,7 @@ impl RunActor {
             log,
             finished_unix_ms: now_ms(),
             revival: std::sync::Mutex::new(revival),
+            stored: stored_fields,
         };
         *liveness.write().unwrap_or_else(|e| e.into_inner()) = Liveness::Finished(Arc::new(record));
     }

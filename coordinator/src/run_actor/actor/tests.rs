@@ -251,6 +251,30 @@ nodes:
     run.cancel(None).await.unwrap();
 }
 
+/// The journal of a run of `yaml` (`sync`), in a new embedded store in
+/// `dir`, its bundle stored.
+async fn journal_in(dir: &std::path::Path, yaml: &str) -> Journal {
+    let _ = std::fs::remove_dir_all(dir);
+    let store = weft_store::EmbeddedStore::open(&dir.join("weft.redb")).expect("opens");
+    let keeper = crate::durable::Keeper::new(
+        weft_store::AnyStore::Embedded(store),
+        None,
+        CancellationToken::new(),
+    );
+    let bundle = bundle_of(yaml);
+    let head = crate::durable::restore::store_bundle(&keeper, &bundle, 0, &mut Default::default())
+        .await
+        .expect("stored");
+    Journal::start(
+        keeper,
+        RunId::from("run-test"),
+        head,
+        crate::graph::Durability::Sync,
+        0,
+        &TaskTracker::new(),
+    )
+}
+
 /// With a store, an ended run holds no event log in memory: watching it
 /// reads the same events back from the store.
 #[tokio::test]
@@ -262,25 +286,7 @@ nodes:
   b: { kind: task, handler: first, end: true }
 ";
     let dir = std::env::temp_dir().join(format!("weft-ended-log-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let store = weft_store::EmbeddedStore::open(&dir.join("weft.redb")).expect("opens");
-    let keeper = crate::durable::Keeper::new(
-        weft_store::AnyStore::Embedded(store),
-        None,
-        CancellationToken::new(),
-    );
-    let bundle = bundle_of(yaml);
-    let head = crate::durable::restore::store_bundle(&keeper, &bundle, 0, &mut Default::default())
-        .await
-        .expect("stored");
-    let journal = Journal::start(
-        keeper,
-        RunId::from("run-test"),
-        head,
-        crate::graph::Durability::Sync,
-        0,
-        &TaskTracker::new(),
-    );
+    let journal = journal_in(&dir, yaml).await;
     let launcher = InProcessLauncher::new().with_handler("first", |task| async move {
         Ok(json!({ "x": number(&task.state, "x") + 1 }))
     });
@@ -304,5 +310,52 @@ nodes:
     let (later, _) = run.watch(view.event_count - 2).await.expect("read back");
     assert_eq!(later.len(), 2, "from a position, the events after it");
     assert_eq!(later[1].seq, view.event_count - 1);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// With a store, an ended run's record keeps its small fields and leaves
+/// its large ones (an input's and one a node wrote, a delta on top) in the
+/// store: its whole state, and its state's text as the run wrote it, are
+/// read back when asked for.
+#[tokio::test]
+async fn an_ended_runs_large_fields_stay_in_the_store() {
+    let yaml = "
+name: chain
+nodes:
+  a: { kind: task, handler: grow, start: true, next: b }
+  b: { kind: task, handler: grow, end: true }
+";
+    let dir = std::env::temp_dir().join(format!("weft-ended-fields-{}", std::process::id()));
+    let journal = journal_in(&dir, yaml).await;
+    let launcher = InProcessLauncher::new().with_handler("grow", |task| async move {
+        let made = task.state.get("made").and_then(Value::as_str).unwrap_or("");
+        Ok(json!({
+            "x": number(&task.state, "x") + 1,
+            "made": format!("{made}{}", "y".repeat(40_000)),
+        }))
+    });
+    let big = "b\"ig\n".repeat(20_000);
+    let input = json!({ "big": big, "small": [1, 2], "x": 0 });
+    let run = start_kept(yaml, input, &launcher, Some(journal), |_| {});
+    let view = run.ended().await.unwrap();
+    assert_eq!(view.status, RunStatus::Completed, "{:?}", view.error);
+    let record = run.finished().expect("an ended run keeps its record");
+    let kept: Vec<&str> = record.view.state.keys().map(String::as_str).collect();
+    assert_eq!(kept, ["small", "x"], "the large fields stay in the store");
+
+    let whole = run.get().await.expect("read back");
+    let names: Vec<&str> = whole.state.keys().map(String::as_str).collect();
+    assert_eq!(names, ["big", "small", "x", "made"], "in the state's order");
+    assert_eq!(whole.state["big"], json!(big));
+    assert_eq!(whole.state["made"], json!("y".repeat(80_000)));
+    assert_eq!(whole.state["x"], json!(2));
+    assert_eq!(whole.state["small"], json!([1, 2]));
+    assert_eq!(
+        record.state_json().await.expect("read back"),
+        weft_proto::json::object_to_string(&whole.state),
+        "the state's text is what the run wrote"
+    );
+    let summary = run.summary().await.unwrap();
+    assert_eq!(summary.state.len(), 2, "a summary reads nothing back");
     let _ = std::fs::remove_dir_all(&dir);
 }
