@@ -251,6 +251,14 @@ nodes:
     run.cancel(None).await.unwrap();
 }
 
+/// Two task nodes in a row, both served by handler `step`.
+const CHAIN_OF_TWO: &str = "
+name: chain
+nodes:
+  a: { kind: task, handler: step, start: true, next: b }
+  b: { kind: task, handler: step, end: true }
+";
+
 /// The journal of a run of `yaml` (`sync`), in a new embedded store in
 /// `dir`, its bundle stored.
 async fn journal_in(dir: &std::path::Path, yaml: &str) -> Journal {
@@ -279,15 +287,10 @@ async fn journal_in(dir: &std::path::Path, yaml: &str) -> Journal {
 /// reads the same events back from the store.
 #[tokio::test]
 async fn an_ended_runs_log_is_read_back_from_the_store() {
-    let yaml = "
-name: chain
-nodes:
-  a: { kind: task, handler: first, start: true, next: b }
-  b: { kind: task, handler: first, end: true }
-";
+    let yaml = CHAIN_OF_TWO;
     let dir = std::env::temp_dir().join(format!("weft-ended-log-{}", std::process::id()));
     let journal = journal_in(&dir, yaml).await;
-    let launcher = InProcessLauncher::new().with_handler("first", |task| async move {
+    let launcher = InProcessLauncher::new().with_handler("step", |task| async move {
         Ok(json!({ "x": number(&task.state, "x") + 1 }))
     });
     let run = start_kept(yaml, json!({ "x": 0 }), &launcher, Some(journal), |_| {});
@@ -319,15 +322,10 @@ nodes:
 /// read back when asked for.
 #[tokio::test]
 async fn an_ended_runs_large_fields_stay_in_the_store() {
-    let yaml = "
-name: chain
-nodes:
-  a: { kind: task, handler: grow, start: true, next: b }
-  b: { kind: task, handler: grow, end: true }
-";
+    let yaml = CHAIN_OF_TWO;
     let dir = std::env::temp_dir().join(format!("weft-ended-fields-{}", std::process::id()));
     let journal = journal_in(&dir, yaml).await;
-    let launcher = InProcessLauncher::new().with_handler("grow", |task| async move {
+    let launcher = InProcessLauncher::new().with_handler("step", |task| async move {
         let made = task.state.get("made").and_then(Value::as_str).unwrap_or("");
         Ok(json!({
             "x": number(&task.state, "x") + 1,
