@@ -24,6 +24,11 @@ pub const NODE_DEFINITIONS_SENT: &str = "weft_node_definitions_sent_total";
 /// may fetch) to a worker (counter). A worker keeps each for its session,
 /// so this grows with runs and workers, not with tasks.
 pub const BUNDLE_LISTS_SENT: &str = "weft_bundle_lists_sent_total";
+/// Bytes of state field values (their JSON) that tasks carried to workers
+/// (counter). A worker keeps each field's version for its session, and a
+/// handler whose state type names its fields gets only those, so this
+/// grows with what changed and what is read, not with the state's size.
+pub const STATE_BYTES_SENT: &str = "weft_state_bytes_sent_total";
 /// Times a task or a running step's model call started waiting for a
 /// rate limit, by limit.
 pub const TASKS_THROTTLED: &str = "weft_tasks_throttled_total";
@@ -118,6 +123,11 @@ pub fn install() -> Result<PrometheusHandle, metrics_exporter_prometheus::BuildE
     metrics::describe_counter!(
         BUNDLE_LISTS_SENT,
         "task attempts that carried their run's bundle list to a worker"
+    );
+    metrics::describe_counter!(
+        STATE_BYTES_SENT,
+        metrics::Unit::Bytes,
+        "bytes of state field values tasks carried to workers"
     );
     metrics::describe_counter!(
         TASKS_THROTTLED,

@@ -19,6 +19,7 @@
 //! also records of a run (the run machine keeps them and stores them), so
 //! they live here without the wire and are serialisable.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -58,6 +59,10 @@ pub struct Hello {
     /// It keeps runs' bundle lists by number ([`KeptRef`]); every Rust
     /// worker does.
     pub keeps_bundles: bool,
+    /// The state fields each handler reads, for the handlers whose state
+    /// type names them: their tasks carry only those fields. A handler not
+    /// here reads every field.
+    pub handler_reads: BTreeMap<String, Vec<String>>,
 }
 
 /// A registered tool, as a model is told of it.

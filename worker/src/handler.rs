@@ -249,6 +249,9 @@ pub(crate) struct RegisteredTool {
 #[derive(Clone, Default)]
 pub struct Registry {
     pub(crate) handlers: BTreeMap<String, ErasedHandler>,
+    /// The state fields each handler reads, for those whose state type
+    /// names them ([`crate::handler_reads`]).
+    pub(crate) reads: BTreeMap<String, Vec<String>>,
     pub(crate) functions: BTreeMap<String, ErasedFunction>,
     pub(crate) tools: BTreeMap<String, RegisteredTool>,
 }
@@ -287,6 +290,10 @@ impl Registry {
             Ok(future)
         });
         self.handlers.insert(name.to_owned(), erased);
+        match crate::handler_reads::fields_read::<S>() {
+            Some(fields) => self.reads.insert(name.to_owned(), fields),
+            None => self.reads.remove(name),
+        };
         self
     }
 

@@ -111,6 +111,7 @@ pub(crate) fn hello(config: &WorkerConfig, registry: &Registry, python: bool) ->
         // The connection keeps them (`Kept`).
         keeps_nodes: true,
         keeps_bundles: true,
+        handler_reads: registry.reads.clone(),
     }
 }
 

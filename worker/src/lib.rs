@@ -36,6 +36,7 @@ mod error;
 mod execute;
 pub mod field;
 mod handler;
+mod handler_reads;
 mod hosting;
 pub mod llm;
 pub mod python;

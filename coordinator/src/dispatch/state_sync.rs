@@ -7,17 +7,25 @@
 //! a task carries the value of a field only when the mirror says the worker
 //! lacks that version, and per-task traffic follows what changed, not the
 //! size of the state.
+//!
+//! A task of a handler whose state type names the fields it reads (the
+//! worker says which in its hello) carries only those: a field the handler
+//! cannot see is neither sent nor, so, held.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use weft_proto::RunId;
 
-use super::TaskAssignment;
+use serde_json::Value;
 
-/// The field versions one worker holds, per run.
+use super::{TaskAssignment, WorkerKind};
+
+/// The field versions one worker holds, per run, and the fields each of its
+/// handlers reads.
 #[derive(Debug, Default)]
 pub struct FieldMirror {
     runs: HashMap<RunId, HashMap<Arc<str>, u64>>,
+    reads: HashMap<String, HashSet<String>>,
 }
 
 /// Field versions a message carries values for: what sending it teaches
@@ -25,12 +33,27 @@ pub struct FieldMirror {
 pub type Sent = Vec<(Arc<str>, u64)>;
 
 impl FieldMirror {
+    /// The mirror of a worker whose handlers read the fields `reads` says
+    /// (by handler; one not there reads every field).
+    pub fn new(reads: &BTreeMap<String, Vec<String>>) -> Self {
+        Self {
+            runs: HashMap::new(),
+            reads: reads
+                .iter()
+                .map(|(handler, fields)| (handler.clone(), fields.iter().cloned().collect()))
+                .collect(),
+        }
+    }
+
     /// The task as this worker needs it (fields it holds go without their
-    /// value), and what it carries. Call [`FieldMirror::sent`] once the
-    /// message is on its way.
+    /// value, fields its handler does not read go), and what it carries.
+    /// Call [`FieldMirror::sent`] once the message is on its way.
     pub fn prepare(&self, task: &TaskAssignment) -> (TaskAssignment, Sent) {
         let known = self.runs.get(&task.run_id);
         let mut wire = task.clone();
+        if let Some(reads) = self.handler_reads(task) {
+            wire.state.retain(|field| reads.contains(&*field.name));
+        }
         let mut sent = Vec::new();
         for field in &mut wire.state {
             if known.and_then(|k| k.get(&field.name)) == Some(&field.version) {
@@ -40,6 +63,17 @@ impl FieldMirror {
             }
         }
         (wire, sent)
+    }
+
+    /// The fields the task's handler reads on this worker, when its state
+    /// type names them.
+    fn handler_reads(&self, task: &TaskAssignment) -> Option<&HashSet<String>> {
+        if self.reads.is_empty() || task.definition.kind != WorkerKind::Task {
+            return None;
+        }
+        let config = task.definition.config().ok()?;
+        let handler = config.get("handler").and_then(Value::as_str)?;
+        self.reads.get(handler)
     }
 
     /// The prepared task reached the worker's stream: it will cache the
@@ -111,6 +145,42 @@ mod tests {
         assert_eq!(wire.state[0].json, None, "the blob is not sent again");
         assert_eq!(wire.state[1].json.as_deref(), Some("\"counter3\""));
         assert_eq!(sent, vec![(Arc::from("counter"), 3)]);
+    }
+
+    #[test]
+    fn a_handler_that_names_its_fields_gets_only_those() {
+        let reads = [("inc".to_owned(), vec!["counter".to_owned()])].into();
+        let mut mirror = FieldMirror::new(&reads);
+        let of = |handler: &str, fields| {
+            let mut task = task(fields);
+            task.definition = Arc::new(crate::dispatch::NodeDefinition::new(
+                "n".into(),
+                WorkerKind::Task,
+                Arc::from(format!(r#"{{"handler":"{handler}"}}"#)),
+            ));
+            task
+        };
+        let first = of("inc", vec![field("blob", 1), field("counter", 1)]);
+        let (wire, sent) = mirror.prepare(&first);
+        let names: Vec<&str> = wire.state.iter().map(|f| &*f.name).collect();
+        assert_eq!(names, ["counter"], "the blob is left out, not even named");
+        assert_eq!(sent, vec![(Arc::from("counter"), 1)]);
+        mirror.sent(&first.run_id, sent);
+        // A handler that reads everything, on the same worker, then gets the
+        // blob: the worker never held it.
+        let second = of("all", vec![field("blob", 1), field("counter", 1)]);
+        let (wire, sent) = mirror.prepare(&second);
+        assert_eq!(wire.state[0].json.as_deref(), Some("\"blob1\""));
+        assert_eq!(wire.state[1].json, None, "the counter is held");
+        assert_eq!(sent, vec![(Arc::from("blob"), 1)]);
+        // Another kind with a `handler` key is not a handler.
+        let mut script = of("inc", vec![field("blob", 1)]);
+        script.definition = Arc::new(crate::dispatch::NodeDefinition::new(
+            "n".into(),
+            WorkerKind::Script,
+            Arc::from(r#"{"handler":"inc"}"#),
+        ));
+        assert_eq!(mirror.prepare(&script).0.state.len(), 1);
     }
 
     #[test]

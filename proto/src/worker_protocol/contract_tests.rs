@@ -330,6 +330,7 @@ fn a_hello_reads_back_as_itself_and_names_this_protocol_version() {
         tools: vec![tool_info()],
         keeps_nodes: true,
         keeps_bundles: true,
+        handler_reads: [("summarise".to_owned(), vec!["text".to_owned()])].into(),
     };
     let wire = through_bytes(pb::Hello::from(hello.clone()));
     assert_eq!(wire.protocol_version, crate::PROTOCOL_VERSION);
@@ -376,6 +377,8 @@ fn a_hello_from_an_older_or_newer_worker_reads_as_what_this_version_knows() {
             },
         ]
     );
+    // A worker that says nothing of what its handlers read: they read all.
+    assert!(hello.handler_reads.is_empty());
 }
 
 #[test]

@@ -78,6 +78,11 @@ impl From<Hello> for pb::Hello {
             takes_batches: true,
             keeps_nodes: hello.keeps_nodes,
             keeps_bundles: hello.keeps_bundles,
+            handler_reads: hello
+                .handler_reads
+                .into_iter()
+                .map(|(handler, fields)| pb::HandlerReads { handler, fields })
+                .collect(),
         }
     }
 }
@@ -113,6 +118,11 @@ impl From<pb::Hello> for Hello {
             tools,
             keeps_nodes: hello.keeps_nodes,
             keeps_bundles: hello.keeps_bundles,
+            handler_reads: hello
+                .handler_reads
+                .into_iter()
+                .map(|reads| (reads.handler, reads.fields))
+                .collect(),
         }
     }
 }

@@ -204,6 +204,16 @@ fn register_handlers(worker: &mut Worker, name: &str, keep: impl Fn(&str) -> boo
             },
         );
     }
+    if keep("measure") {
+        // A map names no field: it reads the whole state.
+        worker.handler(
+            "measure",
+            |s: serde_json::Map<String, Value>, _| async move {
+                let length = s.get("blob").and_then(Value::as_str).map_or(0, str::len);
+                Ok::<_, String>(json!({"blob_length": length}))
+            },
+        );
+    }
     if keep("gate") {
         worker.routing_handler("gate", |s: Counter, _| async move {
             let next = if s.counter >= 3 { "finish" } else { "again" };

@@ -98,6 +98,53 @@ async fn map_items_spread_over_three_workers() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The bytes of state values the coordinator has sent its workers so far.
+fn state_bytes_sent(cluster: &TestCluster) -> anyhow::Result<u64> {
+    let metrics = cluster.metrics()?;
+    let line = metrics
+        .lines()
+        .find_map(|line| line.strip_prefix("weft_state_bytes_sent_total "))
+        .ok_or_else(|| anyhow::anyhow!("no weft_state_bytes_sent_total in:\n{metrics}"))?;
+    Ok(line.trim().parse()?)
+}
+
+#[tokio::test]
+async fn a_handler_receives_only_the_fields_its_state_type_names() -> anyhow::Result<()> {
+    let cluster = TestCluster::with_test_workers(&["a"], 2).await?;
+    let client = cluster.client().await?;
+    let blob = "x".repeat(1_000_000);
+    let input = json!({"blob": blob, "counter": 0});
+    let graph = |last: &str| {
+        GraphBuilder::new("reads")
+            .field("blob", "string", "")
+            .field("counter", "integer", 0)
+            .field("blob_length", "integer", 0)
+            .node("one", NodeBuilder::task("increment").start().next(&["two"]))
+            .node("two", NodeBuilder::task(last))
+    };
+    // Two handlers whose state type is `{counter}`: the megabyte beside it
+    // never crosses to the worker.
+    let run = client.submit_graph(&graph("increment"), &input).await?;
+    let done = client.wait(&run.run_id).await?;
+    assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error);
+    assert_eq!(done.state["counter"], json!(2));
+    assert_eq!(done.state["blob"].as_str().map(str::len), Some(1_000_000));
+    let sent = state_bytes_sent(&cluster)?;
+    assert!(sent < 1_000, "{sent} bytes of state sent for two counters");
+    // A handler that reads the whole state, on the same worker, gets the
+    // blob (which that worker never held) once.
+    let run = client.submit_graph(&graph("measure"), &input).await?;
+    let done = client.wait(&run.run_id).await?;
+    assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error);
+    assert_eq!(done.state["blob_length"], json!(1_000_000));
+    let more = state_bytes_sent(&cluster)? - sent;
+    assert!(
+        (1_000_002..1_001_000).contains(&more),
+        "{more} bytes sent for a counter and a megabyte"
+    );
+    Ok(())
+}
+
 #[tokio::test]
 async fn killing_a_worker_mid_map_loses_and_duplicates_nothing() -> anyhow::Result<()> {
     let mut cluster = TestCluster::with_test_workers(&["a", "b", "c"], 2).await?;

@@ -359,6 +359,7 @@ impl Dispatcher {
             Command::Join { info, link, reply } => {
                 let (name, slots) = (info.hello.name.clone(), info.hello.slots);
                 let keeps = (info.hello.keeps_nodes, info.hello.keeps_bundles);
+                let mirror = FieldMirror::new(&info.hello.handler_reads);
                 let id = match self.registry.join(info, now()) {
                     Ok(id) => id,
                     Err(taken) => {
@@ -372,7 +373,7 @@ impl Dispatcher {
                     id,
                     Link {
                         channels: link,
-                        mirror: FieldMirror::default(),
+                        mirror,
                         nodes: KeptMirror::new(keeps.0, MAX_KEPT_NODES),
                         bundles: KeptMirror::new(keeps.1, MAX_KEPT_BUNDLES),
                     },
@@ -738,6 +739,12 @@ impl Dispatcher {
         let (message, sent) = match &order.work {
             Work::Task(task) => {
                 let (mut wire, sent) = link.mirror.prepare(&task.task);
+                let field_bytes: usize = wire
+                    .state
+                    .iter()
+                    .filter_map(|f| f.json.as_ref())
+                    .map(|json| json.len())
+                    .sum();
                 wire.node_ref = link.nodes.prepare(&wire.definition);
                 wire.bundle_ref = link.bundles.prepare(&wire.bundle);
                 wire.remote_tools = remote_tools;
@@ -746,7 +753,7 @@ impl Dispatcher {
                     node: (wire.definition.clone(), wire.node_ref),
                     bundle: (wire.bundle.clone(), wire.bundle_ref),
                 };
-                (ToWorker::Task(wire), Some((sent, kept)))
+                (ToWorker::Task(wire), Some((sent, kept, field_bytes)))
             }
             Work::Call(CallJob { call, .. }) | Work::Tool { call, .. } => {
                 (ToWorker::Call(call.clone()), None)
@@ -754,8 +761,10 @@ impl Dispatcher {
         };
         match link.channels.work.try_send(message) {
             Ok(()) => {
-                if let Some((sent, kept)) = sent {
+                if let Some((sent, kept, field_bytes)) = sent {
                     link.mirror.sent(&job.run, sent);
+                    metrics::counter!(crate::metrics::STATE_BYTES_SENT)
+                        .increment(field_bytes as u64);
                     let (definition, node_ref) = kept.node;
                     if !matches!(node_ref, super::KeptRef::Held(_)) {
                         metrics::counter!(crate::metrics::NODE_DEFINITIONS_SENT).increment(1);

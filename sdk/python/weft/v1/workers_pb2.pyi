@@ -226,7 +226,7 @@ class ForgetRun(_message.Message):
     def __init__(self, run_id: _Optional[str] = ...) -> None: ...
 
 class Hello(_message.Message):
-    __slots__ = ("protocol_version", "name", "slots", "labels", "kinds", "handlers", "functions", "tools", "takes_batches", "tool_infos", "keeps_nodes", "keeps_bundles")
+    __slots__ = ("protocol_version", "name", "slots", "labels", "kinds", "handlers", "functions", "tools", "takes_batches", "tool_infos", "keeps_nodes", "keeps_bundles", "handler_reads")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -246,6 +246,7 @@ class Hello(_message.Message):
     TOOL_INFOS_FIELD_NUMBER: _ClassVar[int]
     KEEPS_NODES_FIELD_NUMBER: _ClassVar[int]
     KEEPS_BUNDLES_FIELD_NUMBER: _ClassVar[int]
+    HANDLER_READS_FIELD_NUMBER: _ClassVar[int]
     protocol_version: int
     name: str
     slots: int
@@ -258,7 +259,16 @@ class Hello(_message.Message):
     tool_infos: _containers.RepeatedCompositeFieldContainer[ToolInfo]
     keeps_nodes: bool
     keeps_bundles: bool
-    def __init__(self, protocol_version: _Optional[int] = ..., name: _Optional[str] = ..., slots: _Optional[int] = ..., labels: _Optional[_Mapping[str, str]] = ..., kinds: _Optional[_Iterable[str]] = ..., handlers: _Optional[_Iterable[str]] = ..., functions: _Optional[_Iterable[str]] = ..., tools: _Optional[_Iterable[str]] = ..., takes_batches: _Optional[bool] = ..., tool_infos: _Optional[_Iterable[_Union[ToolInfo, _Mapping]]] = ..., keeps_nodes: _Optional[bool] = ..., keeps_bundles: _Optional[bool] = ...) -> None: ...
+    handler_reads: _containers.RepeatedCompositeFieldContainer[HandlerReads]
+    def __init__(self, protocol_version: _Optional[int] = ..., name: _Optional[str] = ..., slots: _Optional[int] = ..., labels: _Optional[_Mapping[str, str]] = ..., kinds: _Optional[_Iterable[str]] = ..., handlers: _Optional[_Iterable[str]] = ..., functions: _Optional[_Iterable[str]] = ..., tools: _Optional[_Iterable[str]] = ..., takes_batches: _Optional[bool] = ..., tool_infos: _Optional[_Iterable[_Union[ToolInfo, _Mapping]]] = ..., keeps_nodes: _Optional[bool] = ..., keeps_bundles: _Optional[bool] = ..., handler_reads: _Optional[_Iterable[_Union[HandlerReads, _Mapping]]] = ...) -> None: ...
+
+class HandlerReads(_message.Message):
+    __slots__ = ("handler", "fields")
+    HANDLER_FIELD_NUMBER: _ClassVar[int]
+    FIELDS_FIELD_NUMBER: _ClassVar[int]
+    handler: str
+    fields: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, handler: _Optional[str] = ..., fields: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ToolInfo(_message.Message):
     __slots__ = ("name", "description", "parameters_json")
