@@ -9,8 +9,9 @@
 //! size of the state.
 //!
 //! A task of a handler whose state type names the fields it reads (the
-//! worker says which in its hello) carries only those: a field the handler
-//! cannot see is neither sent nor, so, held.
+//! worker says which in its hello) carries only those, and an `llm` task
+//! (whose prompts are rendered here) none: a field the step cannot see is
+//! neither sent nor, so, held.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
@@ -51,7 +52,10 @@ impl FieldMirror {
     pub fn prepare(&self, task: &TaskAssignment) -> (TaskAssignment, Sent) {
         let known = self.runs.get(&task.run_id);
         let mut wire = task.clone();
-        if let Some(reads) = self.handler_reads(task) {
+        if task.definition.kind == WorkerKind::Llm {
+            // An `llm` step reads its prompts, rendered here, never the state.
+            wire.state.clear();
+        } else if let Some(reads) = self.handler_reads(task) {
             wire.state.retain(|field| reads.contains(&*field.name));
         }
         let mut sent = Vec::new();
@@ -173,14 +177,17 @@ mod tests {
         assert_eq!(wire.state[0].json.as_deref(), Some("\"blob1\""));
         assert_eq!(wire.state[1].json, None, "the counter is held");
         assert_eq!(sent, vec![(Arc::from("blob"), 1)]);
-        // Another kind with a `handler` key is not a handler.
-        let mut script = of("inc", vec![field("blob", 1)]);
-        script.definition = Arc::new(crate::dispatch::NodeDefinition::new(
-            "n".into(),
-            WorkerKind::Script,
-            Arc::from(r#"{"handler":"inc"}"#),
-        ));
-        assert_eq!(mirror.prepare(&script).0.state.len(), 1);
+        // Another kind with a `handler` key is not a handler; an `llm` step
+        // reads no field.
+        let mut other = of("inc", vec![field("blob", 2), field("counter", 2)]);
+        for (kind, carried) in [(WorkerKind::Script, 2), (WorkerKind::Llm, 0)] {
+            other.definition = Arc::new(crate::dispatch::NodeDefinition::new(
+                "n".into(),
+                kind,
+                Arc::from(r#"{"handler":"inc"}"#),
+            ));
+            assert_eq!(mirror.prepare(&other).0.state.len(), carried, "{kind}");
+        }
     }
 
     #[test]

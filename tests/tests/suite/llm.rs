@@ -118,6 +118,14 @@ async fn an_llm_step_writes_its_completion_through_state_updates() -> anyhow::Re
         metrics.contains("weft_checkpoint_seconds_bucket{le=\"+Inf\"}"),
         "{metrics}"
     );
+    // The worker reads the prompts rendered by the coordinator, never the
+    // state: no field crossed.
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l == "weft_state_bytes_sent_total 0"),
+        "{metrics}"
+    );
     assert_eq!(cluster.metrics_endpoint("healthz")?, "ok\n");
     assert_eq!(cluster.metrics_endpoint("readyz")?, "ok\n");
     let everything =
