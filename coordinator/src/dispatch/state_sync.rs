@@ -10,8 +10,8 @@
 //!
 //! A task of a handler whose state type names the fields it reads (the
 //! worker says which in its hello) carries only those, and an `llm` task
-//! (whose prompts are rendered here) none: a field the step cannot see is
-//! neither sent nor, so, held.
+//! or an agent's without script tools (whose prompts are rendered here)
+//! none: a field the step cannot see is neither sent nor, so, held.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
@@ -33,6 +33,24 @@ pub struct FieldMirror {
 /// the worker.
 pub type Sent = Vec<(Arc<str>, u64)>;
 
+/// Whether the task's step reads no state field on its worker: an `llm`
+/// step reads its prompts, rendered here; an agent too, unless one of its
+/// tools is a script (which gets the state file). Its registered, remote
+/// and teammate tools see their arguments and the task's context, never
+/// the state.
+fn reads_no_field(task: &TaskAssignment) -> bool {
+    match task.definition.kind {
+        WorkerKind::Llm => true,
+        WorkerKind::Agent => task.definition.config().is_ok_and(|config| {
+            config
+                .get("tools")
+                .and_then(Value::as_array)
+                .is_none_or(|tools| tools.iter().all(|tool| tool.get("run").is_none()))
+        }),
+        _ => false,
+    }
+}
+
 impl FieldMirror {
     /// The mirror of a worker whose handlers read the fields `reads` says
     /// (by handler; one not there reads every field).
@@ -52,8 +70,7 @@ impl FieldMirror {
     pub fn prepare(&self, task: &TaskAssignment) -> (TaskAssignment, Sent) {
         let known = self.runs.get(&task.run_id);
         let mut wire = task.clone();
-        if task.definition.kind == WorkerKind::Llm {
-            // An `llm` step reads its prompts, rendered here, never the state.
+        if reads_no_field(task) {
             wire.state.clear();
         } else if let Some(reads) = self.handler_reads(task) {
             wire.state.retain(|field| reads.contains(&*field.name));
@@ -180,13 +197,26 @@ mod tests {
         // Another kind with a `handler` key is not a handler; an `llm` step
         // reads no field.
         let mut other = of("inc", vec![field("blob", 2), field("counter", 2)]);
-        for (kind, carried) in [(WorkerKind::Script, 2), (WorkerKind::Llm, 0)] {
+        let scripted = r#"{"tools":[{"name":"t","handler":"h"},{"name":"s","run":["x"]}]}"#;
+        let registered = r#"{"tools":[{"name":"t","handler":"h"}]}"#;
+        for (kind, config, carried) in [
+            (WorkerKind::Script, r#"{"handler":"inc"}"#, 2),
+            (WorkerKind::Llm, "{}", 0),
+            (WorkerKind::Agent, registered, 0),
+            (WorkerKind::Agent, "{}", 0),
+            // A script tool gets the state file.
+            (WorkerKind::Agent, scripted, 2),
+        ] {
             other.definition = Arc::new(crate::dispatch::NodeDefinition::new(
                 "n".into(),
                 kind,
-                Arc::from(r#"{"handler":"inc"}"#),
+                Arc::from(config),
             ));
-            assert_eq!(mirror.prepare(&other).0.state.len(), carried, "{kind}");
+            assert_eq!(
+                mirror.prepare(&other).0.state.len(),
+                carried,
+                "{kind} {config}"
+            );
         }
     }
 

@@ -50,10 +50,12 @@ nodes:
     state_updates: { answer: "{{ output }}" }
 "#;
 
-/// The script tool: reads its arguments on stdin, answers on stdout.
-const SEARCH: &str = r#"import json, sys
+/// The script tool: reads its arguments on stdin and the run's state from
+/// its file, answers on stdout.
+const SEARCH: &str = r#"import json, os, sys
 arguments = json.load(sys.stdin)
-print(json.dumps({"hits": ["notes on " + arguments["query"]]}))
+state = json.load(open(os.environ["GRAPH_STATE"]))
+print(json.dumps({"hits": ["notes on " + arguments["query"] + " for " + state["topic"]]}))
 "#;
 
 fn research() -> GraphBundle {
@@ -100,11 +102,12 @@ async fn an_agent_calls_a_script_tool_and_a_registered_tool_then_answers() -> an
     .await?;
     let cluster = cluster(&llm, &["a"]).await?;
     let client = cluster.client().await?;
-    let done = run(&client, research(), json!({"topic": "weft"})).await?;
+    let done = run(&client, research(), json!({"topic": "Weft"})).await?;
     assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error);
+    // The script tool read the state (an agent with one gets it).
     assert_eq!(
         done.state["answer"],
-        r#"found: {"hits": ["notes on weft"]} | alpha"#
+        r#"found: {"hits": ["notes on weft for Weft"]} | alpha"#
     );
     let first = &llm.requests()[0];
     assert_eq!(
@@ -113,7 +116,7 @@ async fn an_agent_calls_a_script_tool_and_a_registered_tool_then_answers() -> an
     );
     assert_eq!(
         first["messages"][1]["content"],
-        "What do the notes say about weft?"
+        "What do the notes say about Weft?"
     );
     let offered = offered(first);
     assert_eq!(offered, ["search", "lookup"]);
@@ -326,6 +329,15 @@ async fn an_agent_calls_a_tool_that_another_worker_hosts() -> anyhow::Result<()>
     let calls = weft_tests::events_of(&client, &done.run_id, "tool_called").await?;
     let errors: Vec<bool> = calls.iter().map(|c| !c.body["error"].is_null()).collect();
     assert_eq!(errors, [false, false, true, true]);
+    // An agent without script tools reads no state on its worker: none
+    // crossed.
+    let metrics = cluster.metrics()?;
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l == "weft_state_bytes_sent_total 0"),
+        "{metrics}"
+    );
     Ok(())
 }
 
