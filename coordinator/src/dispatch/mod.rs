@@ -24,6 +24,7 @@ pub mod limits;
 mod queue;
 pub mod registry;
 pub mod state_sync;
+pub mod step_reads;
 
 use std::sync::Arc;
 use weft_proto::RunId;

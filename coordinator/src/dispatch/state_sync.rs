@@ -8,72 +8,49 @@
 //! lacks that version, and per-task traffic follows what changed, not the
 //! size of the state.
 //!
-//! A task of a handler whose state type names the fields it reads (the
-//! worker says which in its hello) carries only those, and an `llm` task
-//! or an agent's without script tools (whose prompts are rendered here)
-//! none: a field the step cannot see is neither sent nor, so, held.
+//! A task carries only the fields its step reads on the worker
+//! ([`super::step_reads`]): a field the step cannot see is neither sent
+//! nor, so, held.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use weft_proto::RunId;
 
-use serde_json::Value;
-
-use super::{TaskAssignment, WorkerKind};
+use super::TaskAssignment;
+use super::step_reads::{HandlerReads, Reads};
 
 /// The field versions one worker holds, per run, and the fields each of its
 /// handlers reads.
 #[derive(Debug, Default)]
 pub struct FieldMirror {
     runs: HashMap<RunId, HashMap<Arc<str>, u64>>,
-    reads: HashMap<String, HashSet<String>>,
+    handlers: HandlerReads,
 }
 
 /// Field versions a message carries values for: what sending it teaches
 /// the worker.
 pub type Sent = Vec<(Arc<str>, u64)>;
 
-/// Whether the task's step reads no state field on its worker: an `llm`
-/// step reads its prompts, rendered here; an agent too, unless one of its
-/// tools is a script (which gets the state file). Its registered, remote
-/// and teammate tools see their arguments and the task's context, never
-/// the state.
-fn reads_no_field(task: &TaskAssignment) -> bool {
-    match task.definition.kind {
-        WorkerKind::Llm => true,
-        WorkerKind::Agent => task.definition.config().is_ok_and(|config| {
-            config
-                .get("tools")
-                .and_then(Value::as_array)
-                .is_none_or(|tools| tools.iter().all(|tool| tool.get("run").is_none()))
-        }),
-        _ => false,
-    }
-}
-
 impl FieldMirror {
-    /// The mirror of a worker whose handlers read the fields `reads` says
+    /// The mirror of a worker whose handlers read the fields `said` says
     /// (by handler; one not there reads every field).
-    pub fn new(reads: &BTreeMap<String, Vec<String>>) -> Self {
+    pub fn new(said: &BTreeMap<String, Vec<String>>) -> Self {
         Self {
             runs: HashMap::new(),
-            reads: reads
-                .iter()
-                .map(|(handler, fields)| (handler.clone(), fields.iter().cloned().collect()))
-                .collect(),
+            handlers: HandlerReads::new(said),
         }
     }
 
     /// The task as this worker needs it (fields it holds go without their
-    /// value, fields its handler does not read go), and what it carries.
+    /// value, fields its step does not read go), and what it carries.
     /// Call [`FieldMirror::sent`] once the message is on its way.
     pub fn prepare(&self, task: &TaskAssignment) -> (TaskAssignment, Sent) {
         let known = self.runs.get(&task.run_id);
         let mut wire = task.clone();
-        if reads_no_field(task) {
-            wire.state.clear();
-        } else if let Some(reads) = self.handler_reads(task) {
-            wire.state.retain(|field| reads.contains(&*field.name));
+        match self.handlers.of(task) {
+            Reads::All => {}
+            Reads::Nothing => wire.state.clear(),
+            reads => wire.state.retain(|field| reads.contains(&field.name)),
         }
         let mut sent = Vec::new();
         for field in &mut wire.state {
@@ -84,17 +61,6 @@ impl FieldMirror {
             }
         }
         (wire, sent)
-    }
-
-    /// The fields the task's handler reads on this worker, when its state
-    /// type names them.
-    fn handler_reads(&self, task: &TaskAssignment) -> Option<&HashSet<String>> {
-        if self.reads.is_empty() || task.definition.kind != WorkerKind::Task {
-            return None;
-        }
-        let config = task.definition.config().ok()?;
-        let handler = config.get("handler").and_then(Value::as_str)?;
-        self.reads.get(handler)
     }
 
     /// The prepared task reached the worker's stream: it will cache the
@@ -114,7 +80,7 @@ impl FieldMirror {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use std::time::Duration;
 
     use super::*;
@@ -194,30 +160,14 @@ mod tests {
         assert_eq!(wire.state[0].json.as_deref(), Some("\"blob1\""));
         assert_eq!(wire.state[1].json, None, "the counter is held");
         assert_eq!(sent, vec![(Arc::from("blob"), 1)]);
-        // Another kind with a `handler` key is not a handler; an `llm` step
-        // reads no field.
-        let mut other = of("inc", vec![field("blob", 2), field("counter", 2)]);
-        let scripted = r#"{"tools":[{"name":"t","handler":"h"},{"name":"s","run":["x"]}]}"#;
-        let registered = r#"{"tools":[{"name":"t","handler":"h"}]}"#;
-        for (kind, config, carried) in [
-            (WorkerKind::Script, r#"{"handler":"inc"}"#, 2),
-            (WorkerKind::Llm, "{}", 0),
-            (WorkerKind::Agent, registered, 0),
-            (WorkerKind::Agent, "{}", 0),
-            // A script tool gets the state file.
-            (WorkerKind::Agent, scripted, 2),
-        ] {
-            other.definition = Arc::new(crate::dispatch::NodeDefinition::new(
-                "n".into(),
-                kind,
-                Arc::from(config),
-            ));
-            assert_eq!(
-                mirror.prepare(&other).0.state.len(),
-                carried,
-                "{kind} {config}"
-            );
-        }
+        // An `llm` step reads no field: its task carries none.
+        let mut llm = of("inc", vec![field("blob", 2), field("counter", 2)]);
+        llm.definition = Arc::new(crate::dispatch::NodeDefinition::new(
+            "n".into(),
+            WorkerKind::Llm,
+            Arc::from("{}"),
+        ));
+        assert!(mirror.prepare(&llm).0.state.is_empty());
     }
 
     #[test]

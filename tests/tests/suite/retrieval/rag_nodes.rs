@@ -20,7 +20,7 @@ async fn a_rag_node_answers_from_a_folder_of_markdown_and_indexes_it_once() -> a
     let client = cluster.client().await?;
     let example = weft_tests::repo().join("examples/handbook-qa.yaml");
     let question = json!({"question": "What happens when the leader stops?"});
-    let done = run_file(&client, &example, question).await?;
+    let done = run_file(&client, &example, question.clone()).await?;
     assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error);
     // The best passage is the cluster page's failover section; graph search
     // brings in the durability page it links to with [[durability]].
@@ -50,6 +50,15 @@ async fn a_rag_node_answers_from_a_folder_of_markdown_and_indexes_it_once() -> a
     );
     let request = &llm.requests()[0];
     assert_eq!(request["messages"][0]["role"], "system");
+    // The step's worker was sent the one field its templates read (the
+    // question), not `answer` nor `cited`.
+    let question_json = serde_json::to_string(&question["question"])?;
+    let sent = cluster.metrics()?.lines().find_map(|l| {
+        l.strip_prefix("weft_state_bytes_sent_total ")?
+            .parse::<usize>()
+            .ok()
+    });
+    assert_eq!(sent, Some(question_json.len()));
     let built = weft_tests::events_of(&client, &done.run_id, "index_built").await?;
     assert_eq!(built.len(), 1, "{built:?}");
     assert_eq!(built[0].body["knowledge"], "handbook");
