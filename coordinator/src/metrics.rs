@@ -26,8 +26,9 @@ pub const NODE_DEFINITIONS_SENT: &str = "weft_node_definitions_sent_total";
 pub const BUNDLE_LISTS_SENT: &str = "weft_bundle_lists_sent_total";
 /// Bytes of state field values (their JSON) that tasks carried to workers
 /// (counter). A worker keeps each field's version for its session, and a
-/// handler whose state type names its fields gets only those, so this
-/// grows with what changed and what is read, not with the state's size.
+/// task carries only the fields its step reads there (`step_reads`), so
+/// this grows with what changed and what is read, not with the state's
+/// size.
 pub const STATE_BYTES_SENT: &str = "weft_state_bytes_sent_total";
 /// Times a task or a running step's model call started waiting for a
 /// rate limit, by limit.

@@ -27,7 +27,7 @@ use super::{TaskAssignment, WorkerKind};
 use crate::graph::Template;
 
 /// The fields a step reads on its worker.
-#[derive(Debug, PartialEq)]
+#[derive(Debug)]
 pub enum Reads<'a> {
     /// Every field.
     All,
