@@ -93,6 +93,9 @@ pub(crate) enum EdgeStatus {
 pub struct RunMachine {
     plan: Arc<RunPlan>,
     run: Progress,
+    /// The length of the last progress serialized: the next one is
+    /// written into that much room (and a little more), not grown into.
+    progress_room: usize,
 }
 
 /// Everything a run has done so far, without its graph: what a checkpoint
@@ -229,7 +232,11 @@ impl RunMachine {
             meter,
             usage: BTreeMap::new(),
         };
-        Ok(Self { plan, run })
+        Ok(Self {
+            plan,
+            run,
+            progress_room: 0,
+        })
     }
 
     /// The progress as JSON without the state, which checkpoints store
@@ -243,10 +250,14 @@ impl RunMachine {
                 .lend_item_overlays(|item| wave.item_writes(&item.map, item.index)),
             None => Vec::new(),
         };
-        let json = serde_json::to_string(&self.run);
+        let mut json = Vec::with_capacity(self.progress_room + self.progress_room / 8 + 128);
+        let written = serde_json::to_writer(&mut json, &self.run);
         self.run.tasks.put_back(lent);
         self.run.state = state;
-        json
+        written?;
+        self.progress_room = json.len();
+        // serde_json writes only valid UTF-8 (its strings come from `str`s).
+        Ok(String::from_utf8(json).expect("serde_json writes UTF-8"))
     }
 
     /// What the run has done so far, to store.
@@ -293,7 +304,11 @@ impl RunMachine {
                 ))
             })?;
         run.meter.set_limit(plan.limits().max_run_eval);
-        Ok(Self { plan, run })
+        Ok(Self {
+            plan,
+            run,
+            progress_room: 0,
+        })
     }
 
     /// Sets where the run's heavy evaluations run (see [`Meter`]).

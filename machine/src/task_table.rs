@@ -6,7 +6,9 @@
 //! keys are never reused, so a late result of an earlier attempt is known
 //! for what it is.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
+
+use foldhash::{HashMap, HashMapExt};
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};

@@ -2,7 +2,7 @@
 //! answer its calls, pass teammate messages, send heartbeats, and on
 //! shutdown take no more tasks, finish the ones in flight, then leave.
 
-use std::collections::HashMap;
+use foldhash::{HashMap, HashMapExt};
 use std::sync::Arc;
 use weft_proto::TaskKey;
 

@@ -8,7 +8,7 @@
 //! Values are kept as the text they came in ([`FieldValue`]), read only
 //! by a step that needs them.
 
-use std::collections::HashMap;
+use foldhash::HashMap;
 use std::sync::Arc;
 use weft_proto::RunId;
 use weft_proto::TaskKey;

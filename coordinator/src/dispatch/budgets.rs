@@ -15,7 +15,7 @@
 //!
 //! Pure: no clock, no channel.
 
-use std::collections::HashMap;
+use foldhash::HashMap;
 use std::sync::Arc;
 
 use weft_proto::RunId;

@@ -133,12 +133,12 @@ pub struct Registry<T> {
     limits: Limits,
     workers: BTreeMap<WorkerId, Worker>,
     next_worker: WorkerId,
-    jobs: HashMap<JobId, Job<T>>,
+    jobs: foldhash::HashMap<JobId, Job<T>>,
     /// Queued tasks, fair across namespaces and by priority within one
     /// (ids of cancelled jobs are skipped).
     tasks: FairQueue,
     /// Running steps by namespace and concurrency key.
-    keys: HashMap<(Arc<str>, String), u32>,
+    keys: foldhash::HashMap<(Arc<str>, String), u32>,
     /// Runs' budgets and the holds of calls in flight.
     budgets: Budgets,
     /// Queued function calls, which take no slot.
@@ -147,7 +147,7 @@ pub struct Registry<T> {
     functions_ever: BTreeSet<String>,
     /// The workers each task lineage lost, over all its attempts (only
     /// lineages that lost one); dropped with the run.
-    lineage_losses: HashMap<JobId, Vec<String>>,
+    lineage_losses: foldhash::HashMap<JobId, Vec<String>>,
     /// The `[[limits]]` and their grants.
     rates: RateLimits,
     /// Running steps' calls waiting for a limit, in arrival order.
@@ -163,13 +163,13 @@ impl<T> Registry<T> {
             limits,
             workers: BTreeMap::new(),
             next_worker: WorkerId(1),
-            jobs: HashMap::new(),
+            jobs: foldhash::HashMap::default(),
             tasks: FairQueue::default(),
-            keys: HashMap::new(),
+            keys: foldhash::HashMap::default(),
             budgets: Budgets::default(),
             calls: VecDeque::new(),
             functions_ever: BTreeSet::new(),
-            lineage_losses: HashMap::new(),
+            lineage_losses: foldhash::HashMap::default(),
             rates: RateLimits::default(),
             permits: VecDeque::new(),
             wake: None,

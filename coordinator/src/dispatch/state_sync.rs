@@ -12,7 +12,9 @@
 //! ([`super::step_reads`]): a field the step cannot see is neither sent
 //! nor, so, held.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
+
+use foldhash::{HashMap, HashMapExt};
 use std::sync::Arc;
 use weft_proto::RunId;
 

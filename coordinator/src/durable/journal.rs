@@ -13,7 +13,9 @@
 //! first checkpoint, taken before the run's submission is acknowledged, is
 //! always waited for.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
+
+use foldhash::{HashMap, HashMapExt};
 use std::sync::Arc;
 use weft_proto::RunId;
 

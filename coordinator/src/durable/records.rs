@@ -196,12 +196,22 @@ pub enum RecordError {
 
 /// Encodes a record of the current format.
 pub fn encode<T: Serialize>(record: &T) -> Vec<u8> {
-    let mut bytes = vec![FORMAT];
-    let body = bincode::serde::encode_to_vec(record, bincode::config::standard())
-        .expect("records hold only strings, numbers and lists");
-    bytes.extend_from_slice(&body);
+    encode_within(record, 0)
+}
+
+/// Encodes a record of the current format into room made for about
+/// `texts` bytes of text and a little more: written where it ends up, not
+/// into a buffer grown step by step and then copied after the format byte.
+fn encode_within<T: Serialize>(record: &T, texts: usize) -> Vec<u8> {
+    let mut bytes = Vec::with_capacity(1 + texts + RECORD_ROOM);
+    bytes.push(FORMAT);
+    bincode::serde::encode_into_std_write(record, &mut bytes, bincode::config::standard())
+        .expect("records hold only strings, numbers and lists, and a Vec takes every write");
     bytes
 }
+
+/// Room a record gets beyond its long texts: its ids, numbers and lists.
+const RECORD_ROOM: usize = 256;
 
 /// An [`EventsRecord`] of `events`, encoded without copying them first.
 pub fn encode_events(first: u64, events: &[(i64, String)]) -> Vec<u8> {
@@ -211,7 +221,52 @@ pub fn encode_events(first: u64, events: &[(i64, String)]) -> Vec<u8> {
         first: u64,
         events: &'a [(i64, String)],
     }
-    encode(&Borrowed { first, events })
+    let texts = events.iter().map(|(_, json)| json.len() + 10).sum();
+    encode_within(&Borrowed { first, events }, texts)
+}
+
+/// A [`RunRecord`] made of borrowed parts, encoded as the record would be
+/// (the same fields in order): a checkpoint copies none of them first.
+#[derive(Serialize)]
+pub struct RunRecordRef<'a> {
+    /// [`RunRecord::id`].
+    pub id: &'a str,
+    /// [`RunRecord::graph_path`].
+    pub graph_path: &'a str,
+    /// [`RunRecord::files`].
+    pub files: &'a [FileRecord],
+    /// [`RunRecord::created_unix_ms`].
+    pub created_unix_ms: i64,
+    /// [`RunRecord::progress_json`].
+    pub progress_json: &'a str,
+    /// [`RunRecord::events`].
+    pub events: u64,
+    /// [`RunRecord::fields`].
+    pub fields: &'a [String],
+    /// [`RunRecord::spilled`], in name order.
+    #[serde(serialize_with = "pairs")]
+    pub spilled: &'a std::collections::BTreeMap<String, u64>,
+    /// [`RunRecord::progress_at`].
+    pub progress_at: Option<u64>,
+    /// [`RunRecord::deltas`].
+    pub deltas: &'a [(String, Vec<u64>)],
+    /// [`RunRecord::progress_chain`].
+    pub progress_chain: Option<&'a [u64]>,
+}
+
+/// A map as the list of its pairs, as a `Vec<(K, V)>` is encoded.
+fn pairs<S: serde::Serializer>(
+    map: &&std::collections::BTreeMap<String, u64>,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    serializer.collect_seq(map.iter())
+}
+
+impl RunRecordRef<'_> {
+    /// The record's bytes, as [`encode`] makes of the owned record.
+    pub fn encode(&self) -> Vec<u8> {
+        encode_within(self, self.progress_json.len())
+    }
 }
 
 /// Decodes a record of any format up to the current one.
@@ -274,6 +329,27 @@ mod tests {
         let borrowed = encode_events(7, &events);
         assert_eq!(borrowed, encode(&record));
         assert_eq!(decode::<EventsRecord>(&borrowed).unwrap(), record);
+    }
+
+    #[test]
+    fn a_run_record_encoded_borrowed_reads_back_as_the_record() {
+        let record = sample();
+        let borrowed = RunRecordRef {
+            id: &record.id,
+            graph_path: &record.graph_path,
+            files: &record.files,
+            created_unix_ms: record.created_unix_ms,
+            progress_json: &record.progress_json,
+            events: record.events,
+            fields: &record.fields,
+            spilled: &record.spilled.iter().cloned().collect(),
+            progress_at: record.progress_at,
+            deltas: &record.deltas,
+            progress_chain: record.progress_chain.as_deref(),
+        }
+        .encode();
+        assert_eq!(borrowed, encode(&record));
+        assert_eq!(decode_run(&borrowed).unwrap(), record);
     }
 
     /// The record kept in `tests/fixtures/run-record-v4.bin` and `-v5.bin`

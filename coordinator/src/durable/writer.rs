@@ -30,7 +30,7 @@ use super::keys::{
     progress_chain_prefix, progress_delta_key, progress_deltas_prefix, progress_key, record_key,
     spilled_key,
 };
-use super::records::{self, RecordHead, RunRecord};
+use super::records::{self, RecordHead, RunRecordRef};
 
 /// One checkpoint, taken by the actor.
 pub(super) struct Snapshot {
@@ -133,18 +133,18 @@ impl Writer {
         let inline = match write {
             ProgressWrite::Inline => {
                 written[1][0] += progress.len();
-                progress.clone()
+                progress.as_str()
             }
             ProgressWrite::Chained(FieldWrite::Whole) => {
                 written[1][0] += progress.len();
                 keyed.push((progress_base_key(id), Cow::Borrowed(progress.as_bytes())));
-                String::new()
+                ""
             }
             ProgressWrite::Chained(FieldWrite::Delta { seq, record }) => {
                 written[1][1] += record.size();
                 let delta = Cow::Owned(records::encode(&record));
                 keyed.push((progress_delta_key(id, seq), delta));
-                String::new()
+                ""
             }
         };
         let record = self.record(snapshot, inline, &spilled, None, &chains);
@@ -194,7 +194,7 @@ impl Writer {
         self.next_progress += 1;
         let progress = snapshot.progress_json.as_bytes();
         keeper.checked(chunks::put(store, &progress_key(&id, at), progress, fence).await)?;
-        let record = self.record(snapshot, String::new(), &spilled, Some(at), &chains);
+        let record = self.record(snapshot, "", &spilled, Some(at), &chains);
         let key = record_key(&id);
         keeper.checked(chunks::put_together(store, &[(&key, &record)], fence).await)?;
         tracing::debug!(run = %id, fields = snapshot.changed.len(), "a large checkpoint stored apart");
@@ -206,24 +206,26 @@ impl Writer {
     fn record(
         &self,
         snapshot: &Snapshot,
-        progress_json: String,
+        progress_json: &str,
         spilled: &BTreeMap<String, u64>,
         progress_at: Option<u64>,
         chains: &Chains,
     ) -> Vec<u8> {
-        records::encode(&RunRecord {
-            id: self.id.to_string(),
-            graph_path: self.head.graph_path.clone(),
-            files: self.head.files.clone(),
+        let (deltas, progress_chain) = (chains.named(), chains.progress());
+        RunRecordRef {
+            id: self.id.as_str(),
+            graph_path: &self.head.graph_path,
+            files: &self.head.files,
             created_unix_ms: self.head.created_unix_ms,
             progress_json,
             events: snapshot.first + snapshot.events.len() as u64,
-            fields: snapshot.names.clone(),
-            spilled: spilled.iter().map(|(n, v)| (n.clone(), *v)).collect(),
+            fields: &snapshot.names,
+            spilled,
             progress_at,
-            deltas: chains.named(),
-            progress_chain: chains.progress(),
-        })
+            deltas: &deltas,
+            progress_chain: progress_chain.as_deref(),
+        }
+        .encode()
     }
 
     /// Notes where the new record put things, and deletes the versioned

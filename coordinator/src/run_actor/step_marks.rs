@@ -18,7 +18,7 @@
 //! else, and an innocent run stepped beside the guilty one at the first
 //! crash is never quarantined.
 
-use std::collections::HashMap;
+use foldhash::{HashMap, HashMapExt};
 use std::fs::File;
 use std::io::Read;
 use std::os::unix::fs::FileExt;

@@ -12,7 +12,6 @@
 //! channels deadlock. The load is bounded elsewhere: tasks in flight never
 //! exceed the workers' slots, and a run queues at most its ready tasks.
 
-use std::collections::HashMap;
 use std::time::Duration;
 use weft_proto::RunId;
 
@@ -247,7 +246,7 @@ pub fn spawn_dispatcher(
             .with_rates(rates)
             .with_weights(config.weights.clone())
             .with_prices(config.prices.clone()),
-        links: HashMap::new(),
+        links: foldhash::HashMap::default(),
         call_timeout: config.call_timeout,
         tool_calls: 0,
     };
@@ -313,7 +312,7 @@ enum Work {
 
 struct Dispatcher {
     registry: Registry<Order>,
-    links: HashMap<WorkerId, Link>,
+    links: foldhash::HashMap<WorkerId, Link>,
     call_timeout: Duration,
     /// The number of the last tool call passed on.
     tool_calls: u64,

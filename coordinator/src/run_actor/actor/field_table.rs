@@ -19,7 +19,7 @@ use crate::run_actor::{State, TaskState};
 /// dispatcher send a worker only the values it does not hold yet.
 #[derive(Default)]
 pub(super) struct FieldTable {
-    fields: std::collections::HashMap<String, StateField>,
+    fields: foldhash::HashMap<String, StateField>,
     next_version: u64,
 }
 

@@ -8,7 +8,7 @@
 //! Spans are `tracing` spans: exported when the process exports traces,
 //! and cheap bookkeeping when it does not.
 
-use std::collections::HashMap;
+use foldhash::{HashMap, HashMapExt};
 
 use tracing::Span;
 use tracing::field::Empty;
