@@ -98,7 +98,9 @@ pub struct StateCache {
 }
 
 /// One run's fields: each one's version and value, by name.
-type RunFields = HashMap<Arc<str>, (u64, Arc<FieldValue>)>;
+/// A run's fields by name: what a graph names, hashed with std's SipHash
+/// (the runs themselves, by ids the coordinator makes, with the fast one).
+type RunFields = std::collections::HashMap<Arc<str>, (u64, Arc<FieldValue>)>;
 
 impl StateCache {
     /// The run has ended: drop its fields.

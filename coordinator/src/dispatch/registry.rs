@@ -137,8 +137,11 @@ pub struct Registry<T> {
     /// Queued tasks, fair across namespaces and by priority within one
     /// (ids of cancelled jobs are skipped).
     tasks: FairQueue,
-    /// Running steps by namespace and concurrency key.
-    keys: foldhash::HashMap<(Arc<str>, String), u32>,
+    /// Running steps by namespace and concurrency key. Keyed by what runs'
+    /// templates render and shared by every namespace, so hashed with
+    /// std's SipHash rather than the fast hasher of the maps keyed by ids
+    /// the coordinator makes.
+    keys: HashMap<(Arc<str>, String), u32>,
     /// Runs' budgets and the holds of calls in flight.
     budgets: Budgets,
     /// Queued function calls, which take no slot.
@@ -165,7 +168,7 @@ impl<T> Registry<T> {
             next_worker: WorkerId(1),
             jobs: foldhash::HashMap::default(),
             tasks: FairQueue::default(),
-            keys: foldhash::HashMap::default(),
+            keys: HashMap::new(),
             budgets: Budgets::default(),
             calls: VecDeque::new(),
             functions_ever: BTreeSet::new(),

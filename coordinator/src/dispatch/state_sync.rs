@@ -25,7 +25,9 @@ use super::step_reads::{HandlerReads, Reads};
 /// handlers reads.
 #[derive(Debug, Default)]
 pub struct FieldMirror {
-    runs: HashMap<RunId, HashMap<Arc<str>, u64>>,
+    /// By run (an id the coordinator makes: the fast hasher), then by
+    /// field name (what a graph names: std's SipHash).
+    runs: HashMap<RunId, std::collections::HashMap<Arc<str>, u64>>,
     handlers: HandlerReads,
 }
 
