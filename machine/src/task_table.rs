@@ -7,10 +7,9 @@
 //! for what it is.
 
 use std::collections::VecDeque;
-
-use foldhash::{HashMap, HashMapExt};
 use std::sync::Arc;
 
+use foldhash::{HashMap, HashMapExt};
 use serde::{Deserialize, Serialize};
 
 use super::events::{ItemRef, State, TaskKey, TaskSpec, empty_state};

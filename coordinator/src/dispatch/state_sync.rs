@@ -13,10 +13,10 @@
 //! nor, so, held.
 
 use std::collections::BTreeMap;
-
-use foldhash::{HashMap, HashMapExt};
 use std::sync::Arc;
 use weft_proto::RunId;
+
+use foldhash::{HashMap, HashMapExt};
 
 use super::TaskAssignment;
 use super::step_reads::{HandlerReads, Reads};

@@ -14,11 +14,10 @@
 //! always waited for.
 
 use std::collections::BTreeMap;
-
-use foldhash::{HashMap, HashMapExt};
 use std::sync::Arc;
 use weft_proto::RunId;
 
+use foldhash::{HashMap, HashMapExt};
 use tokio::sync::{mpsc, oneshot};
 
 use super::Keeper;
