@@ -228,30 +228,30 @@ pub fn encode_events(first: u64, events: &[(i64, String)]) -> Vec<u8> {
 /// A [`RunRecord`] made of borrowed parts, encoded as the record would be
 /// (the same fields in order): a checkpoint copies none of them first.
 #[derive(Serialize)]
-pub struct RunRecordRef<'a> {
+pub(super) struct RunRecordRef<'a> {
     /// [`RunRecord::id`].
-    pub id: &'a str,
+    pub(super) id: &'a str,
     /// [`RunRecord::graph_path`].
-    pub graph_path: &'a str,
+    pub(super) graph_path: &'a str,
     /// [`RunRecord::files`].
-    pub files: &'a [FileRecord],
+    pub(super) files: &'a [FileRecord],
     /// [`RunRecord::created_unix_ms`].
-    pub created_unix_ms: i64,
+    pub(super) created_unix_ms: i64,
     /// [`RunRecord::progress_json`].
-    pub progress_json: &'a str,
+    pub(super) progress_json: &'a str,
     /// [`RunRecord::events`].
-    pub events: u64,
+    pub(super) events: u64,
     /// [`RunRecord::fields`].
-    pub fields: &'a [String],
+    pub(super) fields: &'a [String],
     /// [`RunRecord::spilled`], in name order.
     #[serde(serialize_with = "pairs")]
-    pub spilled: &'a std::collections::BTreeMap<String, u64>,
+    pub(super) spilled: &'a std::collections::BTreeMap<String, u64>,
     /// [`RunRecord::progress_at`].
-    pub progress_at: Option<u64>,
+    pub(super) progress_at: Option<u64>,
     /// [`RunRecord::deltas`].
-    pub deltas: &'a [(String, Vec<u64>)],
+    pub(super) deltas: &'a [(String, Vec<u64>)],
     /// [`RunRecord::progress_chain`].
-    pub progress_chain: Option<&'a [u64]>,
+    pub(super) progress_chain: Option<&'a [u64]>,
 }
 
 /// A map as the list of its pairs, as a `Vec<(K, V)>` is encoded.
@@ -264,7 +264,7 @@ fn pairs<S: serde::Serializer>(
 
 impl RunRecordRef<'_> {
     /// The record's bytes, as [`encode`] makes of the owned record.
-    pub fn encode(&self) -> Vec<u8> {
+    pub(super) fn encode(&self) -> Vec<u8> {
         encode_within(self, self.progress_json.len())
     }
 }
