@@ -6,7 +6,6 @@ use serde_json::{Map, Value};
 
 use super::events::*;
 use super::map_run::{ItemStep, MapRun, StepWrites};
-use super::merge::changed_fields;
 use super::node_output::note_event;
 use super::output::finish_output;
 use super::prompts::{render_concurrency, render_prompts};
@@ -163,7 +162,7 @@ impl RunMachine {
             .and_then(|(writes, next)| {
                 self.check_next(next.as_deref())
                     .map_err(|error| (FailureKind::InvalidOutput, error.to_string()))?;
-                Ok((changed_fields(s0, writes), next))
+                Ok((self.changes(s0, writes), next))
             })
         };
         match result {
@@ -522,7 +521,7 @@ impl RunMachine {
         self.set_member(
             map,
             Member::Succeeded {
-                changes: changed_fields(&s0, writes),
+                changes: self.changes(&s0, writes),
                 next: None,
             },
         );

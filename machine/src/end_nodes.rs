@@ -5,7 +5,6 @@
 use serde_json::Map;
 
 use super::events::*;
-use super::merge::changed_fields;
 use super::output::finish_output;
 use super::*;
 use crate::graph::{NodeIdx, NodeKind};
@@ -28,7 +27,7 @@ impl RunMachine {
             Ok((writes, _)) => self.set_member(
                 idx,
                 Member::Succeeded {
-                    changes: changed_fields(s0, writes),
+                    changes: self.changes(s0, writes),
                     next: None,
                 },
             ),

@@ -5,7 +5,6 @@
 use serde_json::Map;
 
 use super::events::*;
-use super::merge::changed_fields;
 use super::output::{answer_writes, finish_output};
 use super::*;
 
@@ -83,7 +82,7 @@ impl RunMachine {
         self.set_member(
             idx,
             Member::Succeeded {
-                changes: changed_fields(&s0, writes),
+                changes: self.changes(&s0, writes),
                 next: None,
             },
         );

@@ -29,6 +29,7 @@ mod attempts;
 pub mod binding;
 mod end_nodes;
 pub mod events;
+pub mod held;
 mod human;
 pub mod limits;
 mod map_run;
@@ -53,6 +54,7 @@ mod who;
 mod tests;
 
 use self::events::*;
+pub use self::held::RunInput;
 pub use self::limits::RunLimits;
 use self::output::initial_state;
 pub use self::plan::RunPlan;
@@ -96,6 +98,10 @@ pub struct RunMachine {
     /// The length of the last progress serialized: the next one is
     /// written into that much room (and a little more), not grown into.
     progress_room: usize,
+    /// The fields held as their JSON text ([`held`]), whose value in the
+    /// state is a placeholder: kept apart from the progress, since a
+    /// checkpoint stores every field's text and a restored run parses them.
+    held: BTreeMap<String, Arc<str>>,
 }
 
 /// Everything a run has done so far, without its graph: what a checkpoint
@@ -236,7 +242,33 @@ impl RunMachine {
             plan,
             run,
             progress_room: 0,
+            held: BTreeMap::new(),
         })
+    }
+
+    /// As [`RunMachine::new`], from an input whose large strings are held
+    /// as their text ([`RunInput::read`]).
+    pub fn with_input(plan: Arc<RunPlan>, input: RunInput) -> Result<Self, RunError> {
+        let mut machine = Self::new(plan, input.values)?;
+        machine.held = input.held;
+        Ok(machine)
+    }
+
+    /// The JSON text of field `name` when the run holds it unparsed (its
+    /// value in [`RunMachine::state`] is then a placeholder).
+    pub fn held_text(&self, name: &str) -> Option<&Arc<str>> {
+        self.held.get(name)
+    }
+
+    /// Every field held unparsed, with its JSON text.
+    pub fn held(&self) -> impl Iterator<Item = (&String, &Arc<str>)> {
+        self.held.iter()
+    }
+
+    /// The fields of a step's `writes` that change the committed state
+    /// `s0`: a held field's value is its text's, not the placeholder.
+    fn changes(&self, s0: &Map<String, Value>, writes: Map<String, Value>) -> Map<String, Value> {
+        merge::changed_fields_held(s0, writes, &self.held)
     }
 
     /// The progress as JSON without the state, which checkpoints store
@@ -308,6 +340,7 @@ impl RunMachine {
             plan,
             run,
             progress_room: 0,
+            held: BTreeMap::new(),
         })
     }
 

@@ -21,6 +21,26 @@ pub fn changed_fields(s0: &Map<String, Value>, writes: Map<String, Value>) -> Ma
         .collect()
 }
 
+/// As [`changed_fields`], where the fields in `held` have the value of
+/// their JSON text rather than `s0`'s placeholder ([`crate::held`]): a
+/// write of a held field is parsed against, only when there is one.
+pub fn changed_fields_held(
+    s0: &Map<String, Value>,
+    writes: Map<String, Value>,
+    held: &std::collections::BTreeMap<String, std::sync::Arc<str>>,
+) -> Map<String, Value> {
+    if held.is_empty() {
+        return changed_fields(s0, writes);
+    }
+    writes
+        .into_iter()
+        .filter(|(field, value)| match held.get(field) {
+            Some(text) => serde_json::from_str::<Value>(text).ok().as_ref() != Some(value),
+            None => s0.get(field) != Some(value),
+        })
+        .collect()
+}
+
 /// Two or more nodes changed a field that has no reducer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConcurrentUpdate {

@@ -46,6 +46,9 @@ pub struct RunPlan {
     routing_reads: Vec<Option<BTreeSet<String>>>,
     /// Per node, the state fields its `state_updates` read (`None`: all).
     update_reads: Vec<Option<BTreeSet<String>>>,
+    /// The state fields the coordinator itself reads (`None`: all): any
+    /// other may be held as its text ([`crate::held`]).
+    coordinator_reads: Option<BTreeSet<String>>,
 }
 
 impl RunPlan {
@@ -129,7 +132,9 @@ impl RunPlan {
                 Some(Arc::new(definition))
             })
             .collect();
+        let coordinator_reads = crate::graph::coordinator_reads(&graph);
         Arc::new(Self {
+            coordinator_reads,
             bindings,
             definitions,
             ids,
@@ -149,6 +154,15 @@ impl RunPlan {
     /// a map item's view holds those alone.
     pub fn routing_reads(&self, idx: NodeIdx) -> Option<&BTreeSet<String>> {
         self.routing_reads[idx].as_ref()
+    }
+
+    /// Whether the coordinator never reads state field `name` while it
+    /// runs the graph (no condition, router, template, reducer or subgraph
+    /// looks at it), so that it may hold the field as its text.
+    pub fn never_reads(&self, name: &str) -> bool {
+        self.coordinator_reads
+            .as_ref()
+            .is_some_and(|reads| !reads.contains(name))
     }
 
     /// The state fields a node's `state_updates` read (`None`: all).

@@ -525,6 +525,10 @@ impl RunMachine {
         // The wave's hold on S0 goes first, so the state is updated in
         // place when nothing else holds it.
         wave.release_s0();
+        // A held field written is a value from now on.
+        if !self.held.is_empty() {
+            self.held.retain(|field, _| !overlay.contains_key(field));
+        }
         match view {
             Some(view) => self.run.state = view,
             None => Arc::make_mut(&mut self.run.state).extend(overlay),

@@ -22,8 +22,8 @@ pub use actor::{
 pub use machine::events::*;
 pub use machine::merge;
 pub use machine::{
-    Answered, Caller, NodeStatus, Owner, Progress, ProgressMismatch, Query, RunLimits, RunMachine,
-    RunPlan,
+    Answered, Caller, NodeStatus, Owner, Progress, ProgressMismatch, Query, RunInput, RunLimits,
+    RunMachine, RunPlan,
 };
 pub use step_marks::StepMarks;
 

@@ -15,7 +15,7 @@ use crate::dispatch::{BlobRef, TaskLauncher};
 use crate::durable::journal::Journal;
 use crate::graph::Graph;
 use crate::run_actor::{
-    Owner, RunError, RunLimits, RunMachine, RunPlan, RunSetup, Start, spawn_run,
+    Owner, RunError, RunInput, RunLimits, RunMachine, RunPlan, RunSetup, Start, spawn_run,
 };
 
 impl Runs {
@@ -241,8 +241,9 @@ fn admit(limits: &RunLimits, submission: Submission<'_>) -> Result<Admitted, Sub
         owner,
         trace_parent,
     } = submission;
-    let input = parse_input(input_json)?;
-    warnings.extend(undeclared_input(graph.graph(), &input));
+    let top_level = trace_parent.is_none();
+    let input = read_input(&graph, input_json, top_level)?;
+    warnings.extend(undeclared_input(graph.graph(), &input.values));
     let mut over = limits.check_graph(graph.graph());
     let knowledge = crate::graph::oversized_knowledge(
         graph.graph(),
@@ -254,11 +255,12 @@ fn admit(limits: &RunLimits, submission: Submission<'_>) -> Result<Admitted, Sub
         return Err(SubmitError::OverLimits(over));
     }
     let plan = graph.into_plan(limits);
-    let mut machine = RunMachine::new(plan.clone(), input).map_err(|error| match error {
+    let held: usize = input.held.values().map(|text| text.len()).sum();
+    let mut machine = RunMachine::with_input(plan.clone(), input).map_err(|error| match error {
         RunError::InvalidInput { message } => SubmitError::Input(message),
         other => SubmitError::Input(other.to_string()),
     })?;
-    let top_level = trace_parent.is_none();
+    metrics::counter!(crate::metrics::INPUT_BYTES_HELD).increment(held as u64);
     machine.set_trace_parent(trace_parent);
     machine.set_owner(owner.clone());
     Ok(Admitted {
@@ -292,6 +294,19 @@ fn undeclared_input(graph: &Graph, input: &Map<String, Value>) -> Vec<String> {
             )
         })
         .collect()
+}
+
+/// Reads a run's input: a top-level run of a planned graph holds the large
+/// strings its coordinator never reads as their text ([`RunInput::read`]);
+/// a child run, whose input its parent wrote, and any input that is not a
+/// valid object are parsed whole (which says what is wrong).
+fn read_input(graph: &Planned, text: &str, top_level: bool) -> Result<RunInput, SubmitError> {
+    if let (Planned::Kept(plan), true) = (graph, top_level)
+        && let Some(input) = RunInput::read(plan, text)
+    {
+        return Ok(input);
+    }
+    parse_input(text).map(RunInput::parsed)
 }
 
 fn parse_input(text: &str) -> Result<Map<String, Value>, SubmitError> {

@@ -4,6 +4,7 @@
 
 mod control;
 mod duplicates;
+mod held;
 mod loops;
 mod maps;
 mod properties;
@@ -83,7 +84,18 @@ impl Harness {
         let (graph, _) =
             load_str(yaml, Format::Yaml, "test").unwrap_or_else(|error| panic!("{error}"));
         let plan = RunPlan::new(Arc::new(graph), limits);
-        let machine = RunMachine::new(plan, obj(input)).expect("valid input");
+        Self::of(RunMachine::new(plan, obj(input)).expect("valid input"))
+    }
+
+    /// A harness whose run's input is read from `text` as the coordinator
+    /// reads it, large strings held ([`crate::held`]).
+    pub fn with_input_text(yaml: &str, text: &str) -> Self {
+        let plan = plan(yaml);
+        let input = RunInput::read(&plan, text).expect("an object");
+        Self::of(RunMachine::with_input(plan, input).expect("valid input"))
+    }
+
+    fn of(machine: RunMachine) -> Self {
         Self {
             machine,
             handlers: HashMap::new(),

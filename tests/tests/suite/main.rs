@@ -17,6 +17,7 @@ mod flow_budgets;
 mod flow_control;
 mod flow_queues;
 mod ha;
+mod held;
 mod hostile;
 mod llm;
 mod local;

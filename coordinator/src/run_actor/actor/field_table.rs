@@ -9,7 +9,7 @@ use serde_json::Value;
 use weft_proto::events::SHOWN_VALUE_BYTES;
 
 use crate::dispatch::StateField;
-use crate::run_actor::{State, TaskState};
+use crate::run_actor::{RunMachine, State, TaskState};
 
 /// The committed state's fields, each serialized once per version.
 ///
@@ -24,13 +24,23 @@ pub(super) struct FieldTable {
 }
 
 impl FieldTable {
-    /// Re-serializes the named fields of the committed state.
-    pub(super) fn refresh<'a>(&mut self, state: &State, names: impl Iterator<Item = &'a String>) {
+    /// Re-serializes the named fields of `machine`'s committed state; a
+    /// field the run holds as its text takes that text, unparsed.
+    pub(super) fn refresh<'a>(
+        &mut self,
+        machine: &RunMachine,
+        names: impl Iterator<Item = &'a String>,
+    ) {
+        let state = machine.state();
         for name in names {
-            if let Some(value) = state.get(name) {
-                let field = self.fresh(name, value);
-                self.fields.insert(name.clone(), field);
-            }
+            let Some(value) = state.get(name) else {
+                continue;
+            };
+            let field = match machine.held_text(name) {
+                Some(text) => self.versioned(name, text.clone()),
+                None => self.fresh(name, value),
+            };
+            self.fields.insert(name.clone(), field);
         }
     }
 
@@ -57,11 +67,15 @@ impl FieldTable {
     }
 
     fn fresh(&mut self, name: &str, value: &Value) -> StateField {
+        self.versioned(name, Arc::from(weft_proto::json::to_string(value)))
+    }
+
+    fn versioned(&mut self, name: &str, json: Arc<str>) -> StateField {
         self.next_version += 1;
         StateField {
             name: Arc::from(name),
             version: self.next_version,
-            json: Some(Arc::from(weft_proto::json::to_string(value))),
+            json: Some(json),
         }
     }
 

@@ -155,7 +155,7 @@ fn start_actor(
     let (timers, timer_rx) = mpsc::unbounded_channel();
     let (live, _) = broadcast::channel(LIVE_BUFFER);
     let mut fields = FieldTable::default();
-    fields.refresh(setup.machine.state(), setup.machine.state().keys());
+    fields.refresh(&setup.machine, setup.machine.state().keys());
     // SPEC 11: a costly evaluation must not hold up other runs, heartbeats
     // or the API; the many light ones stay where they are.
     setup.machine.set_heavy_runner(off_the_runtime);
@@ -419,6 +419,7 @@ impl RunActor {
         // values, not their texts as well: a run kept in memory costs its
         // small fields once.
         let stored_fields = stored.and_then(|keeper| leave_out_large_fields(&mut view, keeper));
+        parse_held_fields(&mut view, &self.machine);
         view.state_texts = Vec::new();
         // The log stays in memory only where the store may not hold all
         // of it, or a retry will continue it.
@@ -622,7 +623,7 @@ impl RunActor {
                 folded,
                 ..
             } => {
-                self.fields.refresh(self.machine.state(), fields.iter());
+                self.fields.refresh(&self.machine, fields.iter());
                 (*values, *folded) = self.fields.shown(self.machine.state(), fields);
             }
             RunEvent::RunFinished { status, .. } => {
@@ -747,6 +748,28 @@ impl RunActor {
                 tasks,
             })
             .collect()
+    }
+}
+
+/// Puts the values of the fields the run holds as text (`weft_machine::held`)
+/// into an ended run's `view` where it keeps them, in place of their
+/// placeholders: its record keeps values, not texts. Where the store holds
+/// the run's final state, the large fields were left out of the view
+/// already and nothing is parsed here.
+fn parse_held_fields(view: &mut RunView, machine: &RunMachine) {
+    let held: Vec<_> = machine
+        .held()
+        .filter(|(name, _)| view.state.contains_key(name.as_str()))
+        .collect();
+    if held.is_empty() {
+        return;
+    }
+    let state = Arc::make_mut(&mut view.state);
+    for (name, text) in held {
+        // Checked as a parse would check it when the input was read.
+        if let Ok(value) = serde_json::from_str(text) {
+            state.insert(name.clone(), value);
+        }
     }
 }
 

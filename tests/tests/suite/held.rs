@@ -1,0 +1,171 @@
+//! A large input string that none of a graph's conditions, routers,
+//! templates, reducers or subgraph nodes read is held by the coordinator as
+//! the JSON text the client sent, never parsed (`weft_machine::held`): it
+//! must still reach every step that reads it, come back in the run's state
+//! exactly, survive a restart and a retry, and stop being held once a step
+//! writes it.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use weft_client::{GraphBundle, RunStatus};
+use weft_tests::{TestCluster, wait_for_event};
+
+/// A megabyte of text with escapes and characters outside ASCII, so that
+/// a text passed on unparsed and a value written again would differ.
+fn document() -> String {
+    "é \"quoted\" back\\slash\nline 😀 \u{1}\t".repeat(30_000)
+}
+
+/// `weft_input_bytes_held_total`, which a coordinator shows from its first
+/// submission on.
+fn held_bytes(cluster: &TestCluster) -> anyhow::Result<u64> {
+    let metrics = cluster.metrics()?;
+    let line = metrics
+        .lines()
+        .find_map(|line| line.strip_prefix("weft_input_bytes_held_total "))
+        .ok_or_else(|| anyhow::anyhow!("no weft_input_bytes_held_total in:\n{metrics}"))?;
+    Ok(line.trim().parse()?)
+}
+
+/// A script that reads the state file and writes the whole state back,
+/// with `seen` (the document's length in characters) and `n` added.
+const ECHO: &str = r#"[python3, -c, 'import json, os; s = json.load(open(os.environ["GRAPH_STATE"])); s["seen"] = len(s["doc"]); s["n"] = s["n"] + 1; print(json.dumps(s))']"#;
+
+#[tokio::test]
+async fn a_large_string_nothing_reads_is_held_and_crosses_a_restart_exactly() -> anyhow::Result<()>
+{
+    let mut cluster = TestCluster::start()?;
+    cluster.add_worker("w", 2)?;
+    cluster.wait_for_workers(&["w"]).await?;
+    let client = cluster.client().await?;
+    let doc = document();
+    let graph = GraphBundle::from_text(
+        "held.yaml",
+        &format!(
+            r#"
+state:
+  n: {{ type: integer, default: 0 }}
+nodes:
+  echo: {{ kind: script, run: {ECHO}, start: true, next: ok }}
+  ok: {{ kind: approval, prompt: "Publish after {{{{ n }}}} steps?", next: last }}
+  last: {{ kind: script, run: {ECHO} }}
+"#
+        ),
+    );
+    let text = serde_json::to_string(&json!({"doc": doc, "n": 0}))?;
+    let run = client
+        .submit_bundle(graph, &json!({"doc": doc, "n": 0}))
+        .await?;
+    wait_for_event(&client, &run.run_id, "waiting_for_input").await?;
+    let held = held_bytes(&cluster)?;
+    let doc_text = serde_json::to_string(&doc)?;
+    assert_eq!(held, doc_text.len() as u64, "the document's text, held");
+    assert!(text.contains(&doc_text));
+    // While the run waits, its state shows the document as sent, and the
+    // script that echoed it unchanged did not change it.
+    let waiting = client.status(&run.run_id).await?;
+    assert_eq!(waiting.status, RunStatus::Waiting);
+    let waiting = client.get(&run.run_id).await?;
+    assert_eq!(waiting.state["doc"], json!(doc));
+    assert_eq!(waiting.state["seen"], json!(doc.chars().count()));
+    // A restart restores the run from the store, where the text is.
+    cluster.restart_coordinator()?;
+    let client = cluster.client().await?;
+    client
+        .resume(&run.run_id, "ok", &json!("approve"), None)
+        .await?;
+    let done = tokio::time::timeout(Duration::from_secs(60), client.wait(&run.run_id)).await??;
+    assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error);
+    assert_eq!(done.state["doc"], json!(doc));
+    assert_eq!(done.state["n"], json!(2));
+    // Echoed unchanged, held or parsed: never a change.
+    let changed = weft_tests::events_of(&client, &run.run_id, "state_changed").await?;
+    let fields: Vec<&Value> = changed
+        .iter()
+        .flat_map(|e| e.body["fields"].as_array().into_iter().flatten())
+        .collect();
+    assert!(fields.contains(&&json!("seen")), "{fields:?}");
+    assert!(
+        !fields.contains(&&json!("doc")),
+        "an unchanged echo is no change: {fields:?}"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_held_string_is_exact_in_a_failed_run_its_retry_and_once_written() -> anyhow::Result<()> {
+    let mut cluster = TestCluster::start()?;
+    cluster.add_worker("w", 2)?;
+    cluster.wait_for_workers(&["w"]).await?;
+    let client = cluster.client().await?;
+    let doc = document();
+    let marker = std::env::temp_dir().join(format!("weft-held-retry-{}", std::process::id()));
+    std::fs::remove_file(&marker).ok();
+    // `flaky` fails until its marker exists; `shorten` writes the field.
+    let graph = GraphBundle::from_text(
+        "held-retry.yaml",
+        &format!(
+            r#"
+nodes:
+  flaky:
+    kind: script
+    start: true
+    next: shorten
+    run: [sh, -c, 'if [ -e "$1" ]; then echo "{{\"flaky\": 1}}"; else touch "$1"; exit 5; fi', x, "{}"]
+  shorten:
+    kind: script
+    run: [python3, -c, 'import json, os; s = json.load(open(os.environ["GRAPH_STATE"])); print(json.dumps({{"doc": s["doc"][:5], "was": len(s["doc"])}}))']
+"#,
+            marker.display()
+        ),
+    );
+    let run = client.submit_bundle(graph, &json!({"doc": doc})).await?;
+    let failed = client.wait(&run.run_id).await?;
+    assert_eq!(failed.status, RunStatus::Failed);
+    assert_eq!(
+        failed.state["doc"],
+        json!(doc),
+        "a failed run's state, exact"
+    );
+    client.retry(&run.run_id).await?;
+    let done = tokio::time::timeout(Duration::from_secs(60), client.wait(&run.run_id)).await??;
+    assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error);
+    assert_eq!(done.state["was"], json!(doc.chars().count()));
+    let short: String = doc.chars().take(5).collect();
+    assert_eq!(
+        done.state["doc"],
+        json!(short),
+        "written: a value from then on"
+    );
+    std::fs::remove_file(&marker).ok();
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_large_string_a_condition_reads_is_parsed() -> anyhow::Result<()> {
+    let mut cluster = TestCluster::start()?;
+    cluster.add_worker("w", 2)?;
+    cluster.wait_for_workers(&["w"]).await?;
+    let client = cluster.client().await?;
+    let doc = document();
+    let graph = GraphBundle::from_text(
+        "reads.yaml",
+        r#"
+nodes:
+  a: { kind: script, run: [sh, -c, 'echo "{\"a\": 1}"'], start: true }
+  long: { kind: script, run: [sh, -c, 'echo "{\"long\": true}"'] }
+  short: { kind: script, run: [sh, -c, 'echo "{\"long\": false}"'] }
+edges:
+  - { from: a, to: long, when: "size(state.doc) > 1000" }
+  - { from: a, to: short, when: "size(state.doc) <= 1000" }
+"#,
+    );
+    let run = client.submit_bundle(graph, &json!({"doc": doc})).await?;
+    let done = client.wait(&run.run_id).await?;
+    assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error);
+    assert_eq!(done.state["long"], json!(true));
+    assert_eq!(done.state["doc"], json!(doc));
+    assert_eq!(held_bytes(&cluster)?, 0, "read by a condition: parsed");
+    Ok(())
+}
