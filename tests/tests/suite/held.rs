@@ -169,3 +169,27 @@ edges:
     assert_eq!(held_bytes(&cluster)?, 0, "read by a condition: parsed");
     Ok(())
 }
+
+#[tokio::test]
+async fn a_string_whose_text_is_64_kib_exactly_is_held_and_reported() -> anyhow::Result<()> {
+    let mut cluster = TestCluster::start()?;
+    cluster.add_worker("w", 1)?;
+    cluster.wait_for_workers(&["w"]).await?;
+    let client = cluster.client().await?;
+    // Its JSON text: two quotes and 65,534 characters.
+    let doc = "y".repeat(64 * 1024 - 2);
+    let graph = GraphBundle::from_text(
+        "one.yaml",
+        r#"
+nodes:
+  a: { kind: script, run: [sh, -c, 'echo "{\"a\": 1}"'], start: true }
+"#,
+    );
+    let run = client.submit_bundle(graph, &json!({"doc": doc})).await?;
+    let done = client.wait(&run.run_id).await?;
+    assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error);
+    assert_eq!(held_bytes(&cluster)?, 64 * 1024);
+    assert_eq!(done.state["doc"], json!(doc));
+    assert_eq!(client.get(&run.run_id).await?.state["doc"], json!(doc));
+    Ok(())
+}

@@ -98,9 +98,11 @@ impl FieldTable {
                 let Some(text) = self.fields.get(name.as_str()).and_then(|f| f.json.clone()) else {
                     return Arc::from(weft_proto::json::to_string(value));
                 };
-                // (Small ones only: a view is made for every status poll.)
+                // (Small ones only: a view is made for every status poll;
+                // a field held as its text is 64 KiB or more, its value a
+                // placeholder.)
                 debug_assert!(
-                    text.len() > 1 << 16
+                    text.len() >= crate::run_actor::machine::held::HELD_FIELD_BYTES
                         || serde_json::from_str::<Value>(&text).ok().as_ref() == Some(value),
                     "the field table's text of '{name}' is not its value's"
                 );
