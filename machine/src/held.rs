@@ -53,10 +53,15 @@ impl RunInput {
 
     /// Reads `text`, a run's input for `plan`, holding the strings of
     /// [`HELD_FIELD_BYTES`] or more that the coordinator never reads and
-    /// whose field, if declared, takes a string. `None` when `text` is not
-    /// a JSON object of valid values, which the caller then parses whole to
-    /// say why (and, for a number out of range, refuses).
+    /// whose field, if declared, takes a string. `None` when `text` is too
+    /// short to hold anything, when the coordinator reads every field, or
+    /// when `text` is not a JSON object of valid values: the
+    /// caller then parses it whole, as before (which says what is wrong,
+    /// and refuses a number out of range).
     pub fn read(plan: &RunPlan, text: &str) -> Option<Self> {
+        if text.len() < HELD_FIELD_BYTES || plan.reads_every_field() {
+            return None;
+        }
         let Entries(entries) = serde_json::from_str(text).ok()?;
         let mut input = Self {
             values: Map::with_capacity(entries.len()),
@@ -234,12 +239,22 @@ mod tests {
         let held: Value = serde_json::from_str(&input.held["blob"]).unwrap();
         let parsed: Value = serde_json::from_str(&paired).unwrap();
         assert_eq!(held, parsed["blob"]);
-        for not_an_object in ["[1]", "{\"a\": 1e999}", "{\"a\": }", ""] {
+        // Beside a string that would be held: not an object, a number out
+        // of range, bad syntax.
+        for bad in [
+            format!(r#"["{body}"]"#),
+            format!(r#"{{"blob": "{body}", "a": 1e999}}"#),
+            format!(r#"{{"blob": "{body}", "a": }}"#),
+        ] {
+            assert!(serde_json::from_str::<Value>(&bad).is_err() || bad.starts_with('['));
             assert!(
-                RunInput::read(&plan, not_an_object).is_none(),
-                "{not_an_object}"
+                RunInput::read(&plan, &bad).is_none(),
+                "{}",
+                &bad[bad.len() - 12..]
             );
         }
+        // Too short to hold anything: parsed whole by the caller.
+        assert!(RunInput::read(&plan, r#"{"a": 1}"#).is_none());
     }
 
     #[test]

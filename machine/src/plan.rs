@@ -165,6 +165,13 @@ impl RunPlan {
             .is_some_and(|reads| !reads.contains(name))
     }
 
+    /// Whether the coordinator may read every state field of the graph
+    /// (a template reads `state` whole, a subgraph node, …): then it holds
+    /// none as text.
+    pub fn reads_every_field(&self) -> bool {
+        self.coordinator_reads.is_none()
+    }
+
     /// The state fields a node's `state_updates` read (`None`: all).
     pub fn update_reads(&self, idx: NodeIdx) -> Option<&BTreeSet<String>> {
         self.update_reads[idx].as_ref()
