@@ -22,17 +22,6 @@ fn input() -> String {
     json!({"blob": blob(), "n": 0}).to_string()
 }
 
-fn changed(h: &Harness) -> Vec<String> {
-    h.events
-        .iter()
-        .filter_map(|event| match event {
-            RunEvent::StateChanged { fields, .. } => Some(fields.clone()),
-            _ => None,
-        })
-        .flatten()
-        .collect()
-}
-
 #[test]
 fn a_held_string_written_back_unchanged_is_no_change_and_stays_held() {
     let h = Harness::with_input_text(TWO_THEN_ONE, &input())
@@ -43,7 +32,7 @@ fn a_held_string_written_back_unchanged_is_no_change_and_stays_held() {
         .on("c", write("n", json!(1)))
         .run();
     assert_eq!(h.status(), RunStatus::Completed);
-    assert_eq!(changed(&h), ["n"]);
+    assert_eq!(h.changed_fields(), ["n"]);
     let held = h.machine.held_text("blob").expect("still held");
     assert_eq!(serde_json::from_str::<Value>(held).unwrap(), json!(blob()));
     assert_eq!(h.machine.state()["blob"], json!(""), "the placeholder");
@@ -57,7 +46,7 @@ fn a_held_string_written_anew_is_a_change_and_a_value_from_then_on() {
         .on("c", write("n", json!(1)))
         .run();
     assert_eq!(h.status(), RunStatus::Completed);
-    assert_eq!(changed(&h), ["blob", "n"]);
+    assert_eq!(h.changed_fields(), ["blob", "n"]);
     assert!(h.machine.held_text("blob").is_none(), "released");
     assert_eq!(h.machine.state()["blob"], json!("short"));
     // Written as the empty string its placeholder is: a change all the same.
@@ -66,7 +55,7 @@ fn a_held_string_written_anew_is_a_change_and_a_value_from_then_on() {
         .on("b", noop())
         .on("c", noop())
         .run();
-    assert_eq!(changed(&h), ["blob"]);
+    assert_eq!(h.changed_fields(), ["blob"]);
     assert!(h.machine.held_text("blob").is_none());
 }
 

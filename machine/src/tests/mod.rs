@@ -364,6 +364,18 @@ impl Harness {
             .collect()
     }
 
+    /// The fields each `state_changed` named, in order.
+    pub fn changed_fields(&self) -> Vec<String> {
+        self.events
+            .iter()
+            .filter_map(|e| match e {
+                RunEvent::StateChanged { fields, .. } => Some(fields.clone()),
+                _ => None,
+            })
+            .flatten()
+            .collect()
+    }
+
     pub fn waves(&self) -> Vec<Vec<String>> {
         self.events
             .iter()

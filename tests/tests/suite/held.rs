@@ -8,13 +8,22 @@
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use weft_client::{GraphBundle, RunStatus};
+use weft_client::{Client, GraphBundle, RunStatus};
 use weft_tests::{TestCluster, wait_for_event};
 
 /// A megabyte of text with escapes and characters outside ASCII, so that
 /// a text passed on unparsed and a value written again would differ.
 fn document() -> String {
     "é \"quoted\" back\\slash\nline 😀 \u{1}\t".repeat(30_000)
+}
+
+/// A coordinator with its store and one worker of two slots.
+async fn one_worker() -> anyhow::Result<(TestCluster, Client)> {
+    let mut cluster = TestCluster::start()?;
+    cluster.add_worker("w", 2)?;
+    cluster.wait_for_workers(&["w"]).await?;
+    let client = cluster.client().await?;
+    Ok((cluster, client))
 }
 
 /// `weft_input_bytes_held_total`, which a coordinator shows from its first
@@ -35,10 +44,7 @@ const ECHO: &str = r#"[python3, -c, 'import json, os; s = json.load(open(os.envi
 #[tokio::test]
 async fn a_large_string_nothing_reads_is_held_and_crosses_a_restart_exactly() -> anyhow::Result<()>
 {
-    let mut cluster = TestCluster::start()?;
-    cluster.add_worker("w", 2)?;
-    cluster.wait_for_workers(&["w"]).await?;
-    let client = cluster.client().await?;
+    let (mut cluster, client) = one_worker().await?;
     let doc = document();
     let graph = GraphBundle::from_text(
         "held.yaml",
@@ -95,10 +101,7 @@ nodes:
 
 #[tokio::test]
 async fn a_held_string_is_exact_in_a_failed_run_its_retry_and_once_written() -> anyhow::Result<()> {
-    let mut cluster = TestCluster::start()?;
-    cluster.add_worker("w", 2)?;
-    cluster.wait_for_workers(&["w"]).await?;
-    let client = cluster.client().await?;
+    let (_cluster, client) = one_worker().await?;
     let doc = document();
     let marker = std::env::temp_dir().join(format!("weft-held-retry-{}", std::process::id()));
     std::fs::remove_file(&marker).ok();
@@ -144,10 +147,7 @@ nodes:
 
 #[tokio::test]
 async fn a_large_string_a_condition_reads_is_parsed() -> anyhow::Result<()> {
-    let mut cluster = TestCluster::start()?;
-    cluster.add_worker("w", 2)?;
-    cluster.wait_for_workers(&["w"]).await?;
-    let client = cluster.client().await?;
+    let (cluster, client) = one_worker().await?;
     let doc = document();
     let graph = GraphBundle::from_text(
         "reads.yaml",
@@ -172,10 +172,7 @@ edges:
 
 #[tokio::test]
 async fn a_string_whose_text_is_64_kib_exactly_is_held_and_reported() -> anyhow::Result<()> {
-    let mut cluster = TestCluster::start()?;
-    cluster.add_worker("w", 1)?;
-    cluster.wait_for_workers(&["w"]).await?;
-    let client = cluster.client().await?;
+    let (cluster, client) = one_worker().await?;
     // Its JSON text: two quotes and 65,534 characters.
     let doc = "y".repeat(64 * 1024 - 2);
     let graph = GraphBundle::from_text(
