@@ -203,6 +203,17 @@ impl TestCluster {
         self.metrics_endpoint("metrics")
     }
 
+    /// The value of the unlabelled counter `name` in [`Self::metrics`];
+    /// an error when the coordinator does not show it.
+    pub fn counter(&self, name: &str) -> Result<u64> {
+        let metrics = self.metrics()?;
+        let line = metrics
+            .lines()
+            .find_map(|line| line.strip_prefix(name)?.strip_prefix(' '))
+            .with_context(|| format!("no {name} in:\n{metrics}"))?;
+        Ok(line.trim().parse()?)
+    }
+
     /// The Prometheus text, for a coordinator that wants an identity:
     /// with `token` (a reader's or better).
     pub fn metrics_as(&self, token: &str) -> Result<String> {

@@ -29,12 +29,7 @@ async fn one_worker() -> anyhow::Result<(TestCluster, Client)> {
 /// `weft_input_bytes_held_total`, which a coordinator shows from its first
 /// submission on.
 fn held_bytes(cluster: &TestCluster) -> anyhow::Result<u64> {
-    let metrics = cluster.metrics()?;
-    let line = metrics
-        .lines()
-        .find_map(|line| line.strip_prefix("weft_input_bytes_held_total "))
-        .ok_or_else(|| anyhow::anyhow!("no weft_input_bytes_held_total in:\n{metrics}"))?;
-    Ok(line.trim().parse()?)
+    cluster.counter("weft_input_bytes_held_total")
 }
 
 /// A script that reads the state file and writes the whole state back,
