@@ -8,8 +8,9 @@
 //! (issue 38: a 10 MB document beside a counter costs its bytes, not a
 //! parse and a rewrite). The answer must never leave out a field that is
 //! read, so anything unsure reads everything: a template or expression that
-//! reads `state` whole, a condition or reducer hosted on a worker (it is
-//! given the state), an `until` sentence (a model judges the state), a
+//! reads `state` whole, a condition or `until` hosted on a worker (it is
+//! given the state; a hosted reducer is given its field's values, so its
+//! field counts as read, as any reducer's), an `until` sentence (a model judges the state), a
 //! subgraph node (its child's input is built from the state's values).
 //! Every kind and variant is matched by name, with no catch-all, so a new
 //! one has to say what it reads.
