@@ -97,13 +97,8 @@ impl Reads {
     }
 
     fn condition(&mut self, condition: &Condition) {
-        match condition {
-            Condition::Named(_, expr) | Condition::Inline(expr) => {
-                self.fields(expr.state_reads().cloned())
-            }
-            // A worker evaluates it over the state it is given.
-            Condition::Hosted(_) => self.all(),
-        }
+        // A hosted one reads all: a worker evaluates it over the state.
+        self.fields(condition.state_reads());
     }
 
     fn kind(&mut self, kind: &NodeKind) {

@@ -284,16 +284,16 @@ impl RunPlan {
 
 /// The state fields the router and conditions out of `idx` read.
 fn routing_reads(graph: &Graph, idx: NodeIdx) -> Option<BTreeSet<String>> {
-    let reads = |condition: &Condition| match condition {
-        Condition::Named(_, expr) | Condition::Inline(expr) => expr.state_reads().cloned(),
-        Condition::Hosted(_) => None,
-    };
-    let router = graph.node(idx).router.as_ref().map(|r| reads(&r.expr));
+    let router = graph
+        .node(idx)
+        .router
+        .as_ref()
+        .map(|r| r.expr.state_reads());
     let edges = graph
         .out_edges(idx)
         .iter()
         .filter_map(|&e| match &graph.edges[e].guard {
-            Guard::When(condition) => Some(reads(condition)),
+            Guard::When(condition) => Some(condition.state_reads()),
             _ => None,
         });
     union_of(router.into_iter().chain(edges))

@@ -6,7 +6,7 @@
 //! edge model. Node ids are interned as [`NodeIdx`] positions in declaration
 //! order, which is also the order reducers see branch values in.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 
 use serde_json::Value;
@@ -378,6 +378,16 @@ pub enum Condition {
 }
 
 impl Condition {
+    /// The state fields it reads, or `None` when it may read all of them
+    /// (a CEL expression that uses `state` whole, a worker's predicate,
+    /// which is given the state).
+    pub fn state_reads(&self) -> Option<BTreeSet<String>> {
+        match self {
+            Self::Named(_, expr) | Self::Inline(expr) => expr.state_reads().cloned(),
+            Self::Hosted(_) => None,
+        }
+    }
+
     /// The label used in diagrams and messages.
     pub fn label(&self) -> String {
         match self {
