@@ -15,6 +15,7 @@ use weft_proto::v1::run_service_client::RunServiceClient;
 use crate::builder::GraphBuilder;
 use crate::bundle::GraphBundle;
 pub use crate::error::ClientError;
+use crate::kept::{self, KeptInputs};
 pub use crate::runs::{Answer, ChildRun, Event, RunInfo, UnhostedWait, WaitingNode};
 use crate::runs::{ENDS_OR_PAUSES, ends_or_pauses_on_wire, run_info};
 
@@ -79,6 +80,9 @@ pub const RECONNECT_PATIENCE: std::time::Duration = std::time::Duration::from_se
 pub struct Client {
     runs: RunServiceClient<Authorized>,
     channel: Channel,
+    /// The large strings of the inputs it submitted, until it reads each
+    /// run's end (`kept`).
+    kept: std::sync::Arc<KeptInputs>,
 }
 
 impl Client {
@@ -106,14 +110,18 @@ impl Client {
             let chain = weft_proto::transport::source_chain(&e);
             unreachable(weft_proto::transport::explain_tls_failure(&url, &chain).unwrap_or(chain))
         })?;
-        Ok(Self::over(channel, Bearer::default()))
+        Ok(Self::over(channel, Bearer::default(), Default::default()))
     }
 
-    fn over(channel: Channel, bearer: Bearer) -> Self {
+    fn over(channel: Channel, bearer: Bearer, kept: std::sync::Arc<KeptInputs>) -> Self {
         let runs = RunServiceClient::with_interceptor(channel.clone(), bearer)
             .max_decoding_message_size(weft_proto::MAX_MESSAGE_BYTES)
             .max_encoding_message_size(weft_proto::MAX_MESSAGE_BYTES);
-        Self { runs, channel }
+        Self {
+            runs,
+            channel,
+            kept,
+        }
     }
 
     /// The same connection, sending `token` as `authorization: Bearer
@@ -121,7 +129,7 @@ impl Client {
     /// one; SPEC 11).
     pub fn with_token(self, token: &str) -> Result<Self, ClientError> {
         let bearer = Bearer::new(Some(token)).map_err(|e| ClientError::Invalid(e.to_string()))?;
-        Ok(Self::over(self.channel, bearer))
+        Ok(Self::over(self.channel, bearer, self.kept))
     }
 
     /// Submits the graph in a file, bundled with the files it names.
@@ -160,10 +168,12 @@ impl Client {
         input: &impl Serialize,
         options: SubmitOptions,
     ) -> Result<Submitted, ClientError> {
-        // Through a value, so long strings are written by the fast writer.
-        let input_json = serde_json::to_value(input)
-            .map(|input| weft_proto::json::to_string(&input))
+        // Through a value, so long strings are written by the fast writer;
+        // its large strings are kept rather than sent back (`kept`).
+        let mut input = serde_json::to_value(input)
             .map_err(|e| ClientError::Invalid(format!("the input does not serialize: {e}")))?;
+        let input_json = weft_proto::json::to_string(&input);
+        let large = kept::take_large(&mut input);
         if let Some(too_large) = bundle.too_large(weft_proto::MAX_MESSAGE_BYTES) {
             return Err(ClientError::Invalid(too_large));
         }
@@ -193,6 +203,7 @@ impl Client {
             }
             Err(status) => return Err(status.into()),
         };
+        self.kept.keep(&response.run_id, large);
         Ok(Submitted {
             run_id: response.run_id.into(),
             warnings: response.warnings,
@@ -211,13 +222,52 @@ impl Client {
     }
 
     async fn fetch(&self, run_id: &str, omit_state: bool) -> Result<RunInfo, ClientError> {
+        let kept_input = match omit_state {
+            true => Vec::new(),
+            false => self.kept.names(run_id),
+        };
+        let (info, input_fields) = self
+            .fetch_leaving_out(run_id, omit_state, &kept_input)
+            .await?;
+        if omit_state {
+            return Ok(info);
+        }
+        let mut info = info;
+        let ended = info.status.is_terminal();
+        if input_fields.is_empty() {
+            if ended {
+                self.kept.forget(run_id);
+            }
+            return Ok(info);
+        }
+        if self
+            .kept
+            .fill(run_id, &mut info.state, &input_fields, ended)
+        {
+            return Ok(info);
+        }
+        // Let go meanwhile (another thread's submissions): read it whole.
+        Ok(self.fetch_leaving_out(run_id, false, &[]).await?.0)
+    }
+
+    /// Run `run_id`, its state leaving out those of the input's fields
+    /// `kept_input` that are still as it gave them; and their names.
+    async fn fetch_leaving_out(
+        &self,
+        run_id: &str,
+        omit_state: bool,
+        kept_input: &[String],
+    ) -> Result<(RunInfo, Vec<String>), ClientError> {
         patiently(|| async {
             let request = pb::GetRunRequest {
                 run_id: run_id.to_owned(),
                 omit_state,
                 with_diagram: false,
+                kept_input: kept_input.to_vec(),
             };
-            run_info(self.runs.clone().get_run(request).await?.into_inner())
+            let mut info = self.runs.clone().get_run(request).await?.into_inner();
+            let input_fields = std::mem::take(&mut info.input_fields);
+            Ok((run_info(info)?, input_fields))
         })
         .await
     }

@@ -22,6 +22,7 @@ mod client;
 mod embedded;
 mod error;
 mod indexes;
+mod kept;
 mod runs;
 
 pub use builder::{GraphBuilder, NodeBuilder};

@@ -706,3 +706,118 @@ pub fn written_to_storage(pid: &str) -> Result<u64> {
 pub fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
+
+/// Runs `command` to its end, as `Command::output` does, but for at most
+/// `patience`: past it, the process is stopped and the test fails with
+/// what shows where it waited — its process tree, each process's threads'
+/// stacks (through `gdb`, where installed) and its output so far. A hang
+/// seen once under load is then a report, not a bare timeout.
+pub fn output_within(command: &mut Command, patience: Duration) -> std::process::Output {
+    use std::io::Read;
+    let mut child = command
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the command starts");
+    let drain = |pipe: Option<Box<dyn Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            if let Some(mut pipe) = pipe {
+                pipe.read_to_end(&mut bytes).ok();
+            }
+            bytes
+        })
+    };
+    let stdout = drain(
+        child
+            .stdout
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+    );
+    let stderr = drain(
+        child
+            .stderr
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+    );
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("the command is waited for") {
+            break status;
+        }
+        if started.elapsed() > patience {
+            let report = where_it_waits(child.id());
+            child.kill().ok();
+            child.wait().ok();
+            let stderr = stderr.join().unwrap_or_default();
+            panic!(
+                "{command:?} did not end within {patience:?}\n{report}\nits stderr:\n{}",
+                String::from_utf8_lossy(&stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    std::process::Output {
+        status,
+        stdout: stdout.join().unwrap_or_default(),
+        stderr: stderr.join().unwrap_or_default(),
+    }
+}
+
+/// Process `pid`'s tree and its processes' threads' stacks, as far as
+/// `ps` and `gdb` can tell.
+fn where_it_waits(pid: u32) -> String {
+    let run = |program: &str, args: &[&str]| {
+        Command::new(program)
+            .args(args)
+            .output()
+            .map(|out| String::from_utf8_lossy(&out.stdout).into_owned())
+            .unwrap_or_else(|error| format!("({program}: {error})\n"))
+    };
+    let tree = run(
+        "ps",
+        &["-e", "-o", "pid,ppid,stat,wchan:24,args", "--forest"],
+    );
+    let mut pids = vec![pid.to_string()];
+    let mut i = 0;
+    while i < pids.len() {
+        let parent = pids[i].clone();
+        for line in tree.lines().skip(1) {
+            let mut cols = line.split_whitespace();
+            if let (Some(child), Some(ppid)) = (cols.next(), cols.next())
+                && ppid == parent
+                && !pids.iter().any(|p| p == child)
+            {
+                pids.push(child.to_owned());
+            }
+        }
+        i += 1;
+    }
+    let mut report = String::from("process tree:\n");
+    for line in tree.lines().skip(1) {
+        if line
+            .split_whitespace()
+            .next()
+            .is_some_and(|p| pids.iter().any(|q| q == p))
+        {
+            report.push_str(line);
+            report.push('\n');
+        }
+    }
+    for pid in &pids {
+        report.push_str(&format!("stacks of {pid}:\n"));
+        report.push_str(&run(
+            "timeout",
+            &[
+                "30",
+                "gdb",
+                "-batch",
+                "-p",
+                pid,
+                "-ex",
+                "thread apply all bt",
+            ],
+        ));
+    }
+    report
+}

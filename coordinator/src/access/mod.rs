@@ -122,6 +122,20 @@ impl RunAccess {
         id: &str,
         shown: Shown,
     ) -> Result<RunReport, AccessError> {
+        self.report_to_keeper(caller, id, shown, &[]).await
+    }
+
+    /// As [`Self::report`], for a caller that kept the fields `kept` of the
+    /// run's input: those the run still has exactly as its input gave them
+    /// are `null` in the state and named in the report's `input_fields`,
+    /// not written (nor read from the store) to be sent back.
+    pub async fn report_to_keeper(
+        &self,
+        caller: &Identity,
+        id: &str,
+        shown: Shown,
+        kept: &[String],
+    ) -> Result<RunReport, AccessError> {
         let run = self.run(caller, id)?;
         // An ended run's large fields are shown as the store holds them,
         // not parsed back into its view to be written again.
@@ -129,20 +143,22 @@ impl RunAccess {
             .finished()
             .filter(|r| shown.state && r.leaves_out_fields())
         {
-            let state_json = record.state_json().await?;
+            let input_fields = record.view.input_fields(kept);
+            let state_json = record.state_json(&input_fields).await?;
             let summary = Shown {
                 state: false,
                 ..shown
             };
             let mut report = RunReport::of(record.view.clone(), summary);
             report.state_json = Some(state_json);
+            report.input_fields = input_fields;
             return Ok(report);
         }
         let view = match shown.state {
             true => run.get().await?,
             false => run.summary().await?,
         };
-        Ok(RunReport::of(view, shown))
+        Ok(RunReport::leaving_out(view, shown, kept))
     }
 
     /// Up to `limit` of the runs `caller` sees, newest first, after run

@@ -55,6 +55,9 @@ pub struct RunReport {
     pub status: RunStatus,
     /// The state as JSON text, when it was asked for.
     pub state_json: Option<String>,
+    /// The fields `state_json` has as `null` because they are exactly as
+    /// the run's input gave them and the caller kept that input.
+    pub input_fields: Vec<String>,
     /// Why a failed or cancelled run ended so.
     pub error: Option<ErrorInfo>,
     /// Nodes waiting for a human.
@@ -84,12 +87,25 @@ pub struct RunReport {
 impl RunReport {
     /// `view` as shown, with what `shown` asks for.
     pub fn of(view: RunView, shown: Shown) -> Self {
+        Self::leaving_out(view, shown, &[])
+    }
+
+    /// As [`Self::of`], for a caller that kept the fields `kept` of the
+    /// run's input: those still as the input gave them are not written
+    /// into the state (their places hold `null`) and are named in
+    /// `input_fields`.
+    pub fn leaving_out(view: RunView, shown: Shown, kept: &[String]) -> Self {
+        let input_fields = match shown.state {
+            true => view.input_fields(kept),
+            false => Vec::new(),
+        };
         Self {
             usage: view.usage.clone(),
             diagram_svg: shown
                 .diagram
                 .then(|| crate::graph::diagram::svg(&view.graph)),
-            state_json: shown.state.then(|| state_json(&view)),
+            state_json: shown.state.then(|| state_json(&view, &input_fields)),
+            input_fields,
             run_id: view.id,
             graph_name: view.graph_name,
             status: view.status,
@@ -114,11 +130,27 @@ impl RunReport {
 
 /// The state's JSON text, exactly as `weft_proto::json` writes it: from
 /// the texts the run wrote already where the view has them (a live run),
-/// so a large field is not written once more for every report.
-fn state_json(view: &RunView) -> String {
-    if view.state_texts.len() != view.state.len() {
+/// so a large field is not written once more for every report; `null` for
+/// the fields `left_out`.
+fn state_json(view: &RunView, left_out: &[String]) -> String {
+    if left_out.is_empty() && view.state_texts.len() != view.state.len() {
         return weft_proto::json::object_to_string(&view.state);
     }
-    let names = view.state.keys().map(String::as_str);
-    weft_proto::json::object_of_texts(names.zip(view.state_texts.iter().map(|t| &**t)))
+    let texts: Vec<std::borrow::Cow<'_, str>> = match view.state_texts.len() == view.state.len() {
+        true => view.state_texts.iter().map(|t| (&**t).into()).collect(),
+        false => view
+            .state
+            .values()
+            .map(|v| weft_proto::json::to_string(v).into())
+            .collect(),
+    };
+    let fields = view
+        .state
+        .keys()
+        .zip(&texts)
+        .map(|(name, text)| match left_out.contains(name) {
+            true => (name.as_str(), "null"),
+            false => (name.as_str(), &**text),
+        });
+    weft_proto::json::object_of_texts(fields)
 }

@@ -38,6 +38,7 @@ impl From<RunReport> for pb::RunInfo {
             graph_name: report.graph_name,
             status: status_to_wire(report.status) as i32,
             state_json: report.state_json.unwrap_or_default(),
+            input_fields: report.input_fields,
             error: report.error.map(error_to_wire),
             waiting: report
                 .waiting
@@ -95,6 +96,7 @@ impl From<pb::RunInfo> for RunReport {
             graph_name: info.graph_name,
             status: status_from_wire(info.status),
             state_json: (!info.state_json.is_empty()).then_some(info.state_json),
+            input_fields: info.input_fields,
             error: info.error.map(error_from_wire),
             waiting: info
                 .waiting

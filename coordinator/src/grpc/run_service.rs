@@ -86,7 +86,10 @@ impl RunService for RunApi {
             state: !request.omit_state,
             diagram: request.with_diagram,
         };
-        let report = self.access.report(&caller, &request.run_id, shown).await?;
+        let report = self
+            .access
+            .report_to_keeper(&caller, &request.run_id, shown, &request.kept_input)
+            .await?;
         Ok(Response::new(report.into()))
     }
 

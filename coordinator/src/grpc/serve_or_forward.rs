@@ -452,6 +452,7 @@ impl FrontRuns {
             run_id: id,
             omit_state: !shown.state,
             with_diagram: shown.diagram,
+            kept_input: Vec::new(),
         });
         Ok(self.get_run(request).await?.into_inner().into())
     }

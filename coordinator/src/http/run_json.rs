@@ -103,6 +103,7 @@ mod tests {
             graph_name: "review".into(),
             status: weft_proto::types::RunStatus::Waiting,
             state_json: Some(r#"{"draft":"hi"}"#.into()),
+            input_fields: Vec::new(),
             error: None,
             waiting: vec![crate::access::WaitingNode {
                 node: "approve".into(),

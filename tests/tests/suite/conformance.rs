@@ -47,7 +47,8 @@ fn run_in(
     }
     let graph = dir.join("graph.yaml");
     std::fs::write(&graph, yaml).expect("graph written");
-    let out = Command::new(binary("weft"))
+    let mut weft = Command::new(binary("weft"));
+    weft
         // Hermetic: no test shares (or leaves) a local cluster.
         .env("WEFT_EPHEMERAL", "1")
         .args([
@@ -59,9 +60,9 @@ fn run_in(
         ])
         .stdin(Stdio::null())
         .env_remove("WEFT_COORDINATOR")
-        .envs(env.iter().copied())
-        .output()
-        .expect("weft runs");
+        .envs(env.iter().copied());
+    // Under the test's own timeout, so that a hang shows where it waits.
+    let out = weft_tests::output_within(&mut weft, std::time::Duration::from_secs(90));
     std::fs::remove_dir_all(&dir).ok();
     out
 }

@@ -9,6 +9,8 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use weft_client::{Client, GraphBundle, RunStatus};
+use weft_proto::v1 as pb;
+use weft_proto::v1::run_service_client::RunServiceClient;
 use weft_tests::{TestCluster, wait_for_event};
 
 /// A megabyte of text with escapes and characters outside ASCII, so that
@@ -64,10 +66,12 @@ nodes:
     assert_eq!(held, doc_text.len() as u64, "the document's text, held");
     assert!(text.contains(&doc_text));
     // While the run waits, its state shows the document as sent, and the
-    // script that echoed it unchanged did not change it.
+    // script that echoed it unchanged did not change it (read by another
+    // client: the one that submitted it kept the document and is not sent
+    // it back).
     let waiting = client.status(&run.run_id).await?;
     assert_eq!(waiting.status, RunStatus::Waiting);
-    let waiting = client.get(&run.run_id).await?;
+    let waiting = cluster.client().await?.get(&run.run_id).await?;
     assert_eq!(waiting.state["doc"], json!(doc));
     assert_eq!(waiting.state["seen"], json!(doc.chars().count()));
     // A restart restores the run from the store, where the text is.
@@ -96,7 +100,7 @@ nodes:
 
 #[tokio::test]
 async fn a_held_string_is_exact_in_a_failed_run_its_retry_and_once_written() -> anyhow::Result<()> {
-    let (_cluster, client) = one_worker().await?;
+    let (cluster, client) = one_worker().await?;
     let doc = document();
     let marker = std::env::temp_dir().join(format!("weft-held-retry-{}", std::process::id()));
     std::fs::remove_file(&marker).ok();
@@ -121,8 +125,9 @@ nodes:
     let run = client.submit_bundle(graph, &json!({"doc": doc})).await?;
     let failed = client.wait(&run.run_id).await?;
     assert_eq!(failed.status, RunStatus::Failed);
+    assert_eq!(failed.state["doc"], json!(doc), "as its submitter kept it");
     assert_eq!(
-        failed.state["doc"],
+        cluster.client().await?.get(&run.run_id).await?.state["doc"],
         json!(doc),
         "a failed run's state, exact"
     );
@@ -183,5 +188,111 @@ nodes:
     assert_eq!(held_bytes(&cluster)?, 64 * 1024);
     assert_eq!(done.state["doc"], json!(doc));
     assert_eq!(client.get(&run.run_id).await?.state["doc"], json!(doc));
+    Ok(())
+}
+
+/// Run `run`'s `RunInfo` as the coordinator sends it to a client that kept
+/// the input's fields `kept`.
+async fn raw_info(cluster: &TestCluster, run: &str, kept: &[&str]) -> anyhow::Result<pb::RunInfo> {
+    let mut runs = RunServiceClient::connect(cluster.url().to_owned())
+        .await?
+        .max_decoding_message_size(weft_proto::MAX_MESSAGE_BYTES);
+    let request = pb::GetRunRequest {
+        run_id: run.to_owned(),
+        omit_state: false,
+        with_diagram: false,
+        kept_input: kept.iter().map(|name| name.to_string()).collect(),
+    };
+    Ok(runs.get_run(request).await?.into_inner())
+}
+
+#[tokio::test]
+async fn a_client_is_not_sent_back_the_large_strings_it_submitted() -> anyhow::Result<()> {
+    let (cluster, client) = one_worker().await?;
+    let doc = document();
+    let graph = |name: &str, yaml: &str| GraphBundle::from_text(name, yaml);
+    // The document is echoed and passes an approval: still as sent.
+    let echo = graph(
+        "kept.yaml",
+        &format!(
+            r#"
+state:
+  n: {{ type: integer, default: 0 }}
+nodes:
+  echo: {{ kind: script, run: {ECHO}, start: true, next: ok }}
+  ok: {{ kind: approval, prompt: "Publish?" }}
+"#
+        ),
+    );
+    let input = json!({"doc": doc, "n": 0, "note": "short"});
+    let run = client.submit_bundle(echo, &input).await?;
+    let waiting = client.wait(&run.run_id).await?;
+    assert_eq!(waiting.status, RunStatus::Waiting);
+    assert_eq!(waiting.state["doc"], json!(doc), "put back while it waits");
+    // What the coordinator sends: `null` in its place, and its name; only
+    // for the fields the caller says it kept.
+    let info = raw_info(&cluster, &run.run_id, &["doc", "note", "absent"]).await?;
+    assert_eq!(info.input_fields, ["doc"]);
+    let state: Value = serde_json::from_str(&info.state_json)?;
+    assert_eq!(
+        state["doc"],
+        Value::Null,
+        "{}",
+        &info.state_json[..200.min(info.state_json.len())]
+    );
+    assert_eq!(state["note"], json!("short"));
+    assert_eq!(state["seen"], json!(doc.chars().count()));
+    let whole = raw_info(&cluster, &run.run_id, &[]).await?;
+    assert!(whole.input_fields.is_empty());
+    assert_eq!(
+        serde_json::from_str::<Value>(&whole.state_json)?["doc"],
+        json!(doc)
+    );
+
+    client
+        .resume(&run.run_id, "ok", &json!("approve"), None)
+        .await?;
+    let done = client.wait(&run.run_id).await?;
+    assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error);
+    let read_whole = cluster.client().await?.get(&run.run_id).await?;
+    assert_eq!(done.state, read_whole.state);
+    let keys = |state: &Value| -> Vec<String> {
+        state
+            .as_object()
+            .into_iter()
+            .flat_map(|s| s.keys().cloned())
+            .collect()
+    };
+    assert_eq!(
+        keys(&done.state),
+        keys(&read_whole.state),
+        "in the state's order"
+    );
+    assert_eq!(done.state["doc"], json!(doc));
+    assert_eq!(done.state["n"], json!(1));
+    // An ended run's large field stays in the store: not read for it.
+    let info = raw_info(&cluster, &run.run_id, &["doc"]).await?;
+    assert_eq!(info.input_fields, ["doc"]);
+    assert!(info.state_json.len() < 1000, "{}", info.state_json);
+    // Read again by the same client once its end was read: whole.
+    assert_eq!(client.get(&run.run_id).await?.state["doc"], json!(doc));
+
+    // A step that writes it: its new value comes back, not what was sent.
+    let rewrite = graph(
+        "rewrite.yaml",
+        r#"
+nodes:
+  upper:
+    kind: script
+    start: true
+    run: [python3, -c, 'import json, os; s = json.load(open(os.environ["GRAPH_STATE"])); print(json.dumps({"doc": s["doc"].upper()}))']
+"#,
+    );
+    let run = client.submit_bundle(rewrite, &input).await?;
+    let done = client.wait(&run.run_id).await?;
+    assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error);
+    assert_eq!(done.state["doc"], json!(doc.to_uppercase()));
+    let info = raw_info(&cluster, &run.run_id, &["doc"]).await?;
+    assert!(info.input_fields.is_empty(), "written: sent whole");
     Ok(())
 }

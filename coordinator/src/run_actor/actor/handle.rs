@@ -45,6 +45,10 @@ pub struct RunView {
     /// shows the state from these rather than writing it again. Empty in
     /// an ended run's record, which keeps only the values.
     pub state_texts: Vec<Arc<str>>,
+    /// The fields still exactly as the run's input gave them, kept as the
+    /// text the client sent (`weft_machine::held`): a client that kept
+    /// its input is not sent them back.
+    pub as_input: Vec<String>,
     /// The error of a failed or cancelled run.
     pub error: Option<RunError>,
     /// Nodes waiting for a human: (node, kind, prompt).
@@ -63,6 +67,18 @@ pub struct RunView {
     pub answers: Vec<crate::run_actor::Answered>,
     /// When it ended (Unix milliseconds), once it has.
     pub ended_unix_ms: Option<i64>,
+}
+
+impl RunView {
+    /// Of the fields `kept`, those still exactly as the run's input gave
+    /// them.
+    pub fn input_fields(&self, kept: &[String]) -> Vec<String> {
+        self.as_input
+            .iter()
+            .filter(|name| kept.contains(name))
+            .cloned()
+            .collect()
+    }
 }
 
 /// Tasks of one node waiting for a worker that hosts what they need.
@@ -168,7 +184,7 @@ impl FinishedRun {
             return Ok(self.view.clone());
         };
         let fields = self
-            .whole_state(stored, Value::clone, |name, text| {
+            .whole_state(stored, &[], Value::clone, |name, text| {
                 serde_json::from_str(&text).map_err(|error| {
                     RunRequestError::Store(format!(
                         "the stored field '{name}' is not JSON: {error}"
@@ -180,7 +196,7 @@ impl FinishedRun {
         view.state = Arc::new(
             fields
                 .into_iter()
-                .map(|(name, value)| (name.to_owned(), value))
+                .filter_map(|(name, value)| Some((name.to_owned(), value?)))
                 .collect(),
         );
         Ok(view)
@@ -188,33 +204,42 @@ impl FinishedRun {
 
     /// The state's JSON text as `weft_proto::json` writes it: the small
     /// fields written from the record, the large ones as the store holds
-    /// them (the text the run wrote), not parsed and written again.
-    pub async fn state_json(&self) -> Result<String, RunRequestError> {
+    /// them (the text the run wrote), not parsed and written again; the
+    /// fields `left_out` as `null`, not read from the store at all.
+    pub async fn state_json(&self, left_out: &[String]) -> Result<String, RunRequestError> {
         let Some(stored) = &self.stored else {
             return Ok(weft_proto::json::object_to_string(&self.view.state));
         };
         let fields = self
-            .whole_state(stored, weft_proto::json::to_string, |_, text| Ok(text))
+            .whole_state(stored, left_out, weft_proto::json::to_string, |_, text| {
+                Ok(text)
+            })
             .await?;
-        Ok(weft_proto::json::object_of_texts(
-            fields.iter().map(|(name, text)| (*name, text.as_str())),
-        ))
+        Ok(weft_proto::json::object_of_texts(fields.iter().map(
+            |(name, text)| match text {
+                Some(text) => (*name, text.as_str()),
+                None => (*name, "null"),
+            },
+        )))
     }
 
     /// Every field in the state's order: a kept one through `small`, one
-    /// left out through `large` from the text the store holds.
+    /// left out through `large` from the text the store holds, and `None`
+    /// for those named in `skipped` (not read).
     async fn whole_state<'a, T>(
         &'a self,
         stored: &'a StoredFields,
+        skipped: &[String],
         small: impl Fn(&Value) -> T,
         large: impl Fn(&str, String) -> Result<T, RunRequestError>,
-    ) -> Result<Vec<(&'a str, T)>, RunRequestError> {
-        let mut texts = self.left_out_texts(stored).await?;
+    ) -> Result<Vec<(&'a str, Option<T>)>, RunRequestError> {
+        let mut texts = self.left_out_texts(stored, skipped).await?;
         let mut fields = Vec::with_capacity(stored.order.len());
         for name in &stored.order {
             let field = match (self.view.state.get(name), texts.remove(name)) {
-                (Some(value), _) => small(value),
-                (None, Some(text)) => large(name, text)?,
+                _ if skipped.contains(name) => None,
+                (Some(value), _) => Some(small(value)),
+                (None, Some(text)) => Some(large(name, text)?),
                 (None, None) => continue,
             };
             fields.push((name.as_str(), field));
@@ -222,11 +247,19 @@ impl FinishedRun {
         Ok(fields)
     }
 
+    /// The texts of the fields the record leaves out, but those `skipped`.
     async fn left_out_texts(
         &self,
         stored: &StoredFields,
+        skipped: &[String],
     ) -> Result<std::collections::HashMap<String, String>, RunRequestError> {
-        crate::durable::restore::read_fields(stored.keeper.store(), &self.view.id, &stored.left_out)
+        let wanted: Vec<String> = stored
+            .left_out
+            .iter()
+            .filter(|name| !skipped.contains(name))
+            .cloned()
+            .collect();
+        crate::durable::restore::read_fields(stored.keeper.store(), &self.view.id, &wanted)
             .await
             .map_err(|error| {
                 RunRequestError::Store(format!("the run's state could not be read: {error}"))
