@@ -16,11 +16,11 @@ cd "$(dirname "$0")"
 seconds="${1:-60}"
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(graph_load expressions script_stdout worker_messages coordinator_requests)
+[ ${#targets[@]} -gt 0 ] || targets=(graph_load expressions script_stdout worker_messages coordinator_requests run_input)
 export RUSTC_BOOTSTRAP=1
 
 # Seeds: every example graph, a few expressions and script outputs.
-mkdir -p corpus/graph_load corpus/expressions corpus/script_stdout corpus/worker_messages corpus/coordinator_requests
+mkdir -p corpus/graph_load corpus/expressions corpus/script_stdout corpus/worker_messages corpus/coordinator_requests corpus/run_input
 cp ../examples/*.yaml corpus/graph_load/ 2>/dev/null || true
 printf '{{ topic }} and {{ drafts + 1 }}\0{"topic": "weft", "drafts": 2}' > corpus/expressions/template
 printf 'state.score >= 0.8 && size(state.items) < 3\0{"score": 0.9, "items": [1]}' > corpus/expressions/cel
@@ -30,6 +30,7 @@ printf '{{ big ~ big ~ big }}\0{}' > corpus/expressions/template_sum
 printf '{"n": 1, "_next": "b"}\n' > corpus/script_stdout/object
 printf 'debug line\n{"n": 1}\n' > corpus/script_stdout/noise
 printf '' > corpus/script_stdout/empty
+printf ' {"doc": "a \\"quoted\\" \\u00e9\\ud83d\\ude00 line\\n", "n": 1, "l": [1.5e3, {"k": null}], "t": true}' > corpus/run_input/object
 # A submission of each example, protobuf-encoded (SubmitRequest { bundle:
 # GraphBundle { graph_path, files: [BundleFile { path, content, mode }] } }).
 python3 - ../examples corpus/coordinator_requests <<'PY'

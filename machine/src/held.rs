@@ -17,10 +17,8 @@
 //! take differently. Arrays and objects are parsed as before.
 
 use std::collections::BTreeMap;
-use std::fmt;
 use std::sync::Arc;
 
-use serde::de::{Deserializer, MapAccess, Visitor};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
@@ -62,13 +60,12 @@ impl RunInput {
         if text.len() < HELD_FIELD_BYTES || plan.reads_every_field() {
             return None;
         }
-        let Entries(entries) = serde_json::from_str(text).ok()?;
+        let entries = entries(text)?;
         let mut input = Self {
             values: Map::with_capacity(entries.len()),
             held: BTreeMap::new(),
         };
-        for (name, raw) in entries {
-            let text = raw.get();
+        for (name, text) in entries {
             // A later duplicate replaces an earlier key, as in a parse.
             input.held.remove(&name);
             if holds(plan, &name, text) {
@@ -96,7 +93,7 @@ fn holds(plan: &RunPlan, name: &str, text: &str) -> bool {
 /// Whether a JSON string's `\u` escapes are what a parse into a Rust
 /// string accepts: every surrogate paired, leading then trailing. (The
 /// rest of the string's syntax was checked when the input was read.)
-fn escapes_are_valid(text: &str) -> bool {
+pub fn escapes_are_valid(text: &str) -> bool {
     let bytes = text.as_bytes();
     let hex = |at: usize| {
         bytes
@@ -132,26 +129,97 @@ fn escapes_are_valid(text: &str) -> bool {
     true
 }
 
-/// A JSON object's entries as written, values unparsed.
-struct Entries<'a>(Vec<(String, &'a RawValue)>);
-
-impl<'de: 'a, 'a> serde::Deserialize<'de> for Entries<'a> {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct Object<'a>(std::marker::PhantomData<&'a ()>);
-        impl<'de: 'a, 'a> Visitor<'de> for Object<'a> {
-            type Value = Entries<'a>;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a JSON object")
+/// A JSON object's entries as written, values unparsed; `None` when
+/// `text` is not one (or a value's syntax is wrong). Keys and values other
+/// than strings are read by `serde_json`; a string value's end is found
+/// here, a block of bytes at a time (`weft_proto::json::next_escape`),
+/// with its escapes and control characters checked as a parse checks them
+/// ([`escapes_are_valid`] checks the surrogates of a held one): a 10 MB
+/// string is scanned at about half the instructions `serde_json` spends
+/// skipping it.
+pub fn entries(text: &str) -> Option<Vec<(String, &str)>> {
+    let bytes = text.as_bytes();
+    let mut at = after_whitespace(bytes, 0);
+    if bytes.get(at) != Some(&b'{') {
+        return None;
+    }
+    at = after_whitespace(bytes, at + 1);
+    let mut entries = Vec::new();
+    if bytes.get(at) == Some(&b'}') {
+        at += 1;
+    } else {
+        loop {
+            let (key, length) = one::<String>(&text[at..])?;
+            at = after_whitespace(bytes, at + length);
+            if bytes.get(at) != Some(&b':') {
+                return None;
             }
-            fn visit_map<M: MapAccess<'de>>(self, mut map: M) -> Result<Entries<'a>, M::Error> {
-                let mut entries = Vec::with_capacity(map.size_hint().unwrap_or(0));
-                while let Some(entry) = map.next_entry::<String, &'a RawValue>()? {
-                    entries.push(entry);
+            at = after_whitespace(bytes, at + 1);
+            let length = match bytes.get(at) {
+                Some(b'"') => string_length(bytes, at)?,
+                _ => one::<&RawValue>(&text[at..])?.1,
+            };
+            entries.push((key, &text[at..at + length]));
+            at = after_whitespace(bytes, at + length);
+            match bytes.get(at) {
+                Some(b',') => at = after_whitespace(bytes, at + 1),
+                Some(b'}') => {
+                    at += 1;
+                    break;
                 }
-                Ok(Entries(entries))
+                _ => return None,
             }
         }
-        deserializer.deserialize_map(Object(std::marker::PhantomData))
+    }
+    // Nothing but whitespace after the object, as in a parse.
+    (after_whitespace(bytes, at) == bytes.len()).then_some(entries)
+}
+
+/// The position of the first byte at or after `at` that is not JSON
+/// whitespace.
+fn after_whitespace(bytes: &[u8], at: usize) -> usize {
+    let rest = bytes.get(at..).unwrap_or_default();
+    at + rest
+        .iter()
+        .position(|b| !matches!(b, b' ' | b'\n' | b'\t' | b'\r'))
+        .unwrap_or(rest.len())
+}
+
+/// The first JSON value of `text`, read by `serde_json`, and the length of
+/// its text.
+fn one<'a, T: serde::Deserialize<'a>>(text: &'a str) -> Option<(T, usize)> {
+    let mut values = serde_json::Deserializer::from_str(text).into_iter::<T>();
+    let value = values.next()?.ok()?;
+    Some((value, values.byte_offset()))
+}
+
+/// The length of the JSON string whose opening quote is at `start`,
+/// quotes included; `None` where a parse would refuse it: a control
+/// character, an escape JSON does not have, a `\u` without four hex
+/// digits, or no closing quote.
+fn string_length(bytes: &[u8], start: usize) -> Option<usize> {
+    let mut at = start + 1;
+    loop {
+        at = weft_proto::json::next_escape(bytes, at)?;
+        match bytes[at] {
+            b'"' => return Some(at + 1 - start),
+            b'\\' => {
+                let escaped = *bytes.get(at + 1)?;
+                at += 2;
+                match escaped {
+                    b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => {}
+                    b'u' => {
+                        let digits = bytes.get(at..at + 4)?;
+                        if !digits.iter().all(u8::is_ascii_hexdigit) {
+                            return None;
+                        }
+                        at += 4;
+                    }
+                    _ => return None,
+                }
+            }
+            _ => return None,
+        }
     }
 }
 
@@ -265,5 +333,54 @@ mod tests {
         let parsed: Map<String, Value> = serde_json::from_str(&text).unwrap();
         assert_eq!(input.values, parsed);
         assert!(input.held.is_empty());
+    }
+
+    #[test]
+    fn an_object_is_split_exactly_where_a_parse_accepts_it() {
+        let cases = [
+            r#"{}"#,
+            " \n\t{ }\r\n ",
+            r#"{"a":1,"b":"two","c":[1,{"d":null}],"e":true,"f":-1.5e3}"#,
+            r#" { "a" : "x\"y\\z\/\b\f\n\r\t\u00e9\ud83d\ude00" , "b":{} } "#,
+            r#"{"a":1}"#,
+            r#"{"a":"é 😀"}"#,
+            // What a parse refuses.
+            r#"{"a":1,}"#,
+            r#"{"a":1} x"#,
+            r#"{"a" 1}"#,
+            r#"{a:1}"#,
+            r#"{"a":"unterminated}"#,
+            r#"{"a":"bad \x escape"}"#,
+            r#"{"a":"short \u12 escape"}"#,
+            r#"{"a":"\u12G4"}"#,
+            "{\"a\":\"a raw\ncontrol\"}",
+            "{\"a\":\"a tab\there\"}",
+            r#"{"a":01}"#,
+            r#"{"a":1"#,
+            r#"["a"]"#,
+            r#""a""#,
+            "",
+        ];
+        for case in cases {
+            let parsed = serde_json::from_str::<Map<String, Value>>(case).ok();
+            let split = entries(case);
+            assert_eq!(split.is_some(), parsed.is_some(), "{case:?}");
+            if let (Some(split), Some(parsed)) = (split, parsed) {
+                let values: Map<String, Value> = split
+                    .into_iter()
+                    .map(|(name, text)| (name, serde_json::from_str(text).unwrap()))
+                    .collect();
+                assert_eq!(values, parsed, "{case:?}");
+            }
+        }
+        // A string's end found past blocks of plain text and escapes.
+        let long = format!(
+            r#"{{"doc":"{}\"{}","n":1}}"#,
+            "x".repeat(100),
+            "y".repeat(70)
+        );
+        let split = entries(&long).unwrap();
+        assert_eq!(split[0].1.len(), 100 + 70 + 4);
+        assert_eq!(split[1], ("n".to_owned(), "1"));
     }
 }

@@ -147,9 +147,11 @@ fn needs_escape(byte: u8) -> bool {
 }
 
 /// The position of the first byte at or after `from` that needs an
-/// escape: a block of 32 bytes at a time while none of them does (a loop
-/// the compiler turns into vector compares).
-fn next_escape(bytes: &[u8], from: usize) -> Option<usize> {
+/// escape in a JSON string — a quote, a backslash, a control character —
+/// which is also where a reader of a string's text must look next: a block
+/// of 32 bytes at a time while none of them does (a loop the compiler
+/// turns into vector compares).
+pub fn next_escape(bytes: &[u8], from: usize) -> Option<usize> {
     const BLOCK: usize = 32;
     let rest = &bytes[from..];
     let mut skipped = 0;
