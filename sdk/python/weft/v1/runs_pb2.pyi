@@ -83,17 +83,19 @@ class Finding(_message.Message):
     def __init__(self, severity: _Optional[str] = ..., message: _Optional[str] = ..., nodes: _Optional[_Iterable[str]] = ..., line: _Optional[int] = ...) -> None: ...
 
 class GetRunRequest(_message.Message):
-    __slots__ = ("run_id", "omit_state", "with_diagram")
+    __slots__ = ("run_id", "omit_state", "with_diagram", "kept_input")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     OMIT_STATE_FIELD_NUMBER: _ClassVar[int]
     WITH_DIAGRAM_FIELD_NUMBER: _ClassVar[int]
+    KEPT_INPUT_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     omit_state: bool
     with_diagram: bool
-    def __init__(self, run_id: _Optional[str] = ..., omit_state: _Optional[bool] = ..., with_diagram: _Optional[bool] = ...) -> None: ...
+    kept_input: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, run_id: _Optional[str] = ..., omit_state: _Optional[bool] = ..., with_diagram: _Optional[bool] = ..., kept_input: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class RunInfo(_message.Message):
-    __slots__ = ("run_id", "graph_name", "status", "state_json", "error", "waiting", "event_count", "created_unix_ms", "unhosted", "children", "namespace", "submitted_by", "answers", "ended_unix_ms", "diagram_svg", "trace_id", "usage")
+    __slots__ = ("run_id", "graph_name", "status", "state_json", "error", "waiting", "event_count", "created_unix_ms", "unhosted", "children", "namespace", "submitted_by", "answers", "ended_unix_ms", "diagram_svg", "trace_id", "usage", "input_fields")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     GRAPH_NAME_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
@@ -111,6 +113,7 @@ class RunInfo(_message.Message):
     DIAGRAM_SVG_FIELD_NUMBER: _ClassVar[int]
     TRACE_ID_FIELD_NUMBER: _ClassVar[int]
     USAGE_FIELD_NUMBER: _ClassVar[int]
+    INPUT_FIELDS_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     graph_name: str
     status: RunStatus
@@ -128,7 +131,8 @@ class RunInfo(_message.Message):
     diagram_svg: str
     trace_id: str
     usage: Usage
-    def __init__(self, run_id: _Optional[str] = ..., graph_name: _Optional[str] = ..., status: _Optional[_Union[RunStatus, str]] = ..., state_json: _Optional[str] = ..., error: _Optional[_Union[RunError, _Mapping]] = ..., waiting: _Optional[_Iterable[_Union[WaitingNode, _Mapping]]] = ..., event_count: _Optional[int] = ..., created_unix_ms: _Optional[int] = ..., unhosted: _Optional[_Iterable[_Union[UnhostedWait, _Mapping]]] = ..., children: _Optional[_Iterable[_Union[ChildRun, _Mapping]]] = ..., namespace: _Optional[str] = ..., submitted_by: _Optional[str] = ..., answers: _Optional[_Iterable[_Union[Answer, _Mapping]]] = ..., ended_unix_ms: _Optional[int] = ..., diagram_svg: _Optional[str] = ..., trace_id: _Optional[str] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ...) -> None: ...
+    input_fields: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, run_id: _Optional[str] = ..., graph_name: _Optional[str] = ..., status: _Optional[_Union[RunStatus, str]] = ..., state_json: _Optional[str] = ..., error: _Optional[_Union[RunError, _Mapping]] = ..., waiting: _Optional[_Iterable[_Union[WaitingNode, _Mapping]]] = ..., event_count: _Optional[int] = ..., created_unix_ms: _Optional[int] = ..., unhosted: _Optional[_Iterable[_Union[UnhostedWait, _Mapping]]] = ..., children: _Optional[_Iterable[_Union[ChildRun, _Mapping]]] = ..., namespace: _Optional[str] = ..., submitted_by: _Optional[str] = ..., answers: _Optional[_Iterable[_Union[Answer, _Mapping]]] = ..., ended_unix_ms: _Optional[int] = ..., diagram_svg: _Optional[str] = ..., trace_id: _Optional[str] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., input_fields: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class Usage(_message.Message):
     __slots__ = ("calls", "prompt_tokens", "completion_tokens", "cached_tokens", "cost")
