@@ -226,13 +226,12 @@ impl Client {
             true => Vec::new(),
             false => self.kept.names(run_id),
         };
-        let (info, input_fields) = self
+        let (mut info, input_fields) = self
             .fetch_leaving_out(run_id, omit_state, &kept_input)
             .await?;
         if omit_state {
             return Ok(info);
         }
-        let mut info = info;
         let ended = info.status.is_terminal();
         if input_fields.is_empty() {
             if ended {

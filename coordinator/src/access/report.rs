@@ -133,24 +133,22 @@ impl RunReport {
 /// so a large field is not written once more for every report; `null` for
 /// the fields `left_out`.
 fn state_json(view: &RunView, left_out: &[String]) -> String {
-    if left_out.is_empty() && view.state_texts.len() != view.state.len() {
+    let written = view.state_texts.len() == view.state.len();
+    if left_out.is_empty() && !written {
         return weft_proto::json::object_to_string(&view.state);
     }
-    let texts: Vec<std::borrow::Cow<'_, str>> = match view.state_texts.len() == view.state.len() {
-        true => view.state_texts.iter().map(|t| (&**t).into()).collect(),
-        false => view
-            .state
-            .values()
-            .map(|v| weft_proto::json::to_string(v).into())
-            .collect(),
-    };
-    let fields = view
+    // Each field's text: `null` for one left out (never written), the
+    // run's own text where it has one, else the value written now.
+    let texts: Vec<std::borrow::Cow<'_, str>> = view
         .state
-        .keys()
-        .zip(&texts)
-        .map(|(name, text)| match left_out.contains(name) {
-            true => (name.as_str(), "null"),
-            false => (name.as_str(), &**text),
-        });
-    weft_proto::json::object_of_texts(fields)
+        .iter()
+        .enumerate()
+        .map(|(at, (name, value))| match left_out.contains(name) {
+            true => "null".into(),
+            false if written => (&*view.state_texts[at]).into(),
+            false => weft_proto::json::to_string(value).into(),
+        })
+        .collect();
+    let names = view.state.keys().map(String::as_str);
+    weft_proto::json::object_of_texts(names.zip(texts.iter().map(|t| &**t)))
 }
