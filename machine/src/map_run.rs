@@ -28,6 +28,7 @@ use crate::graph::{
     ConcurrencyLimit, ExprError, ListSource, NodeIdx, NodeKind, Strictness, Target,
     TemplateContext, json_type_name,
 };
+use weft_proto::NodeId;
 
 /// A chain step's checked result: its writes, its `_next` and its `_send`.
 #[derive(Debug)]
@@ -96,7 +97,8 @@ struct ItemRun {
 struct MapNames {
     item_name: String,
     branch: Option<NodeIdx>,
-    output_key: String,
+    /// Shared with the tasks it hides from.
+    output_key: Arc<str>,
     collect_into: String,
 }
 
@@ -104,7 +106,7 @@ struct MapNames {
 #[derive(Debug, Serialize, Deserialize)]
 pub struct MapRun {
     map: NodeIdx,
-    id: String,
+    id: NodeId,
     names: MapNames,
     /// The wave's S0, shared by every fork; not stored, relinked on restore.
     #[serde(skip)]
@@ -212,11 +214,11 @@ impl MapRun {
         let count = items.len();
         Ok(Self {
             map,
-            id: node.id.clone(),
+            id: plan.node_id(map).clone(),
             names: MapNames {
                 item_name: config.item_name.clone(),
                 branch: config.branch,
-                output_key: config.output_key.clone(),
+                output_key: Arc::from(config.output_key.as_str()),
                 collect_into: config.collect_into.clone(),
             },
             s0: s0.clone(),
@@ -237,10 +239,8 @@ impl MapRun {
     }
 
     /// The field an item's steps do not see until its chain writes it.
-    fn hidden_key(&self) -> Option<&str> {
-        self.looping
-            .is_none()
-            .then_some(self.names.output_key.as_str())
+    fn hidden_key(&self) -> Option<&Arc<str>> {
+        self.looping.is_none().then_some(&self.names.output_key)
     }
 
     /// What item `index` has written so far while it runs, if this is
@@ -328,7 +328,7 @@ impl MapRun {
         let hidden = self
             .looping
             .is_none()
-            .then_some(self.names.output_key.as_str());
+            .then(|| self.names.output_key.clone());
         let run = self.runs[index].as_mut()?;
         let visits = run.visits.entry(run.at).or_default();
         *visits += 1;
@@ -349,7 +349,7 @@ impl MapRun {
                 index,
                 step: run.step,
             },
-            state: fork_state(&self.s0, run, hidden),
+            state: fork_state(&self.s0, run, hidden.as_ref()),
             scope: run.scope.clone(),
         })
     }
@@ -359,7 +359,7 @@ impl MapRun {
             && self.failed.is_none()
         {
             self.failed = Some(RunError::LoopBodyError {
-                node: self.id.clone(),
+                node: self.id.to_string(),
                 iteration: looping.iteration,
                 at: node.clone(),
                 step,
@@ -368,7 +368,7 @@ impl MapRun {
         }
         if self.failed.is_none() {
             self.failed = Some(RunError::MapItemError {
-                map: self.id.clone(),
+                map: self.id.to_string(),
                 index,
                 node,
                 step,
@@ -418,20 +418,26 @@ impl MapRun {
                         run.step += 1;
                         self.ready.push_back(index);
                     }
-                    Some(Target::End) => self.item_finished(plan, meter, index, &mut events),
+                    Some(Target::End) => {
+                        self.item_finished(plan, meter, index, Map::new(), &mut events)
+                    }
                     None => self.fail_item(index, node_id.to_string(), step, failure.message),
                 }
                 return events;
             }
         };
         let StepWrites {
-            writes,
+            mut writes,
             next,
             worker,
             ..
         } = output;
-        if !writes.is_empty() {
-            Arc::make_mut(&mut run.writes).extend(writes);
+        // The item's writes take the step's before its chain is routed when
+        // the routing reads them (or a loop's iteration does); otherwise
+        // only once the chain goes on, so that a chain's last step, whose
+        // item gives only its `output_key`, copies nothing.
+        if !writes.is_empty() && (self.looping.is_some() || plan.routes_on_state(node)) {
+            Arc::make_mut(&mut run.writes).extend(std::mem::take(&mut writes));
         }
         events.push(RunEvent::NodeFinished {
             node: node_id.clone(),
@@ -442,24 +448,31 @@ impl MapRun {
         match self.chain_next(plan, meter, node, next.as_deref(), index) {
             Ok(Some(target)) => {
                 let run = self.runs[index].as_mut().expect("item is running");
+                if !writes.is_empty() {
+                    Arc::make_mut(&mut run.writes).extend(writes);
+                }
                 run.at = target;
                 run.step += 1;
                 self.ready.push_back(index);
             }
-            Ok(None) => self.item_finished(plan, meter, index, &mut events),
+            Ok(None) => self.item_finished(plan, meter, index, writes, &mut events),
             Err(error) => self.fail_item(index, node_id.to_string(), step, error.to_string()),
         }
         events
     }
 
+    /// Item `index`'s chain ended; `last` is what its last step wrote, if
+    /// not merged into its writes yet.
     fn item_finished(
         &mut self,
         plan: &RunPlan,
         meter: &Meter,
         index: usize,
+        mut last: Map<String, Value>,
         events: &mut Vec<RunEvent>,
     ) {
         if self.looping.is_some() {
+            debug_assert!(last.is_empty(), "a loop's writes are merged before");
             self.iteration_ended(plan, meter, events);
             return;
         }
@@ -467,9 +480,12 @@ impl MapRun {
         if let Some(team) = &mut self.team {
             team.item_ended(index);
         }
-        match run.writes.get(&self.names.output_key) {
+        let output = last
+            .remove(&*self.names.output_key)
+            .or_else(|| run.writes.get(&*self.names.output_key).cloned());
+        match output {
             Some(value) => {
-                self.results[index] = Some(value.clone());
+                self.results[index] = Some(value);
                 self.done += 1;
                 self.active -= 1;
                 events.push(RunEvent::MapItemFinished {
@@ -482,9 +498,9 @@ impl MapRun {
             None => {
                 if self.failed.is_none() {
                     self.failed = Some(RunError::MapOutputMissing {
-                        map: self.id.clone(),
+                        map: self.id.to_string(),
                         index,
-                        output_key: self.names.output_key.clone(),
+                        output_key: self.names.output_key.to_string(),
                     });
                 }
             }
@@ -495,11 +511,10 @@ impl MapRun {
 /// The state an item's step sees: S0, the item's writes over it, and the
 /// map's output key hidden until the chain writes it (a loop hides
 /// nothing: its body works on the run's state).
-fn fork_state(s0: &State, run: &ItemRun, output_key: Option<&str>) -> TaskState {
-    let hidden = match output_key {
-        Some(key) if !run.writes.contains_key(key) => vec![key.to_owned()],
-        _ => Vec::new(),
-    };
+fn fork_state(s0: &State, run: &ItemRun, output_key: Option<&Arc<str>>) -> TaskState {
+    let hidden = output_key
+        .filter(|key| !run.writes.contains_key(&***key))
+        .cloned();
     TaskState {
         base: s0.clone(),
         overlay: run.writes.clone(),

@@ -87,8 +87,27 @@ pub struct TaskState {
     /// run's progress would otherwise hold a long loop's state twice.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub item_writes: bool,
-    /// Fields of `base` the task must not see (a map's `output_key`).
-    pub hidden: Vec<String>,
+    /// The field of `base` the task must not see (a map's `output_key`),
+    /// shared with its map. Stored as a list of at most one name.
+    #[serde(with = "hidden_list")]
+    pub hidden: Option<Arc<str>>,
+}
+
+/// [`TaskState::hidden`] as it is stored: a list of names (never more
+/// than one is made; a stored list of several keeps the first).
+mod hidden_list {
+    use std::sync::Arc;
+
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    pub fn serialize<S: Serializer>(hidden: &Option<Arc<str>>, to: S) -> Result<S::Ok, S::Error> {
+        hidden.as_slice().serialize(to)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(from: D) -> Result<Option<Arc<str>>, D::Error> {
+        let names = Vec::<Arc<str>>::deserialize(from)?;
+        Ok(names.into_iter().next())
+    }
 }
 
 /// The named fields of `state` (`None`: all of them), copied.
@@ -113,8 +132,13 @@ impl TaskState {
             base,
             overlay: empty_state(),
             item_writes: false,
-            hidden: Vec::new(),
+            hidden: None,
         }
+    }
+
+    /// Whether `name` is the field of `base` the task must not see.
+    fn hides(&self, name: &str) -> bool {
+        self.hidden.as_deref() == Some(name)
     }
 
     /// The fields, in order: the base's (minus hidden and overlaid ones),
@@ -122,7 +146,7 @@ impl TaskState {
     pub fn fields(&self) -> impl Iterator<Item = (&String, &Value)> {
         self.base
             .iter()
-            .filter(|(name, _)| !self.overlay.contains_key(*name) && !self.hidden.contains(name))
+            .filter(|(name, _)| !self.overlay.contains_key(*name) && !self.hides(name))
             .chain(self.overlay.iter())
     }
 
@@ -142,7 +166,7 @@ impl TaskState {
         };
         names
             .iter()
-            .filter(|name| !self.hidden.contains(name) || self.overlay.contains_key(*name))
+            .filter(|name| !self.hides(name) || self.overlay.contains_key(*name))
             .filter_map(|name| {
                 self.overlay
                     .get_key_value(name)
@@ -181,7 +205,7 @@ mod tests {
             base,
             overlay: Arc::new(json!({"a": 2, "item": "i"}).as_object().cloned().unwrap()),
             item_writes: false,
-            hidden: vec!["out".into()],
+            hidden: Some("out".into()),
         };
         let names: std::collections::BTreeSet<String> = ["a", "item", "out", "missing"]
             .iter()
@@ -193,5 +217,24 @@ mod tests {
             "the overlay wins, hidden and missing fields are absent"
         );
         assert_eq!(state.view_of(None), state.view());
+    }
+
+    #[test]
+    fn a_hidden_field_is_stored_as_a_list_of_names() {
+        let state = TaskState {
+            hidden: Some("out".into()),
+            ..TaskState::whole(empty_state())
+        };
+        let stored = serde_json::to_value(&state).unwrap();
+        assert_eq!(stored["hidden"], json!(["out"]));
+        let read: TaskState = serde_json::from_value(stored).unwrap();
+        assert_eq!(read.hidden.as_deref(), Some("out"));
+        let none: TaskState = serde_json::from_value(json!({"overlay": {}, "hidden": []})).unwrap();
+        assert_eq!(none.hidden, None);
+        assert_eq!(
+            serde_json::to_value(&none).unwrap()["hidden"],
+            json!([]),
+            "nothing hidden is an empty list, as before"
+        );
     }
 }

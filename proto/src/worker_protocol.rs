@@ -100,7 +100,7 @@ pub struct BlobRef {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ItemRef {
     /// The map node's id.
-    pub map: String,
+    pub map: crate::NodeId,
     /// The item's position in the list (0-based).
     pub index: usize,
     /// The item's chain step (1-based).

@@ -188,9 +188,17 @@ pub trait IntoOutput {
     fn into_output(self) -> Result<Value, HandlerError>;
 }
 
-impl<T: Serialize> IntoOutput for T {
+impl<T: Serialize + 'static> IntoOutput for T {
     fn into_output(self) -> Result<Value, HandlerError> {
-        serde_json::to_value(self).map_err(|e| HandlerError::Unserializable(e.to_string()))
+        // A handler that returns a `Value` (`json!({…})`) has its output
+        // already: it is taken as it is rather than serialized into a copy.
+        let mut output = Some(self);
+        let any: &mut dyn std::any::Any = &mut output;
+        if let Some(value) = any.downcast_mut::<Option<Value>>() {
+            return Ok(value.take().expect("the output is set above"));
+        }
+        let output = output.expect("the output is set above");
+        serde_json::to_value(output).map_err(|e| HandlerError::Unserializable(e.to_string()))
     }
 }
 
@@ -380,6 +388,24 @@ mod tests {
             scope: Map::new(),
             team: None,
         }
+    }
+
+    #[test]
+    fn an_output_value_is_taken_as_it_is_and_a_type_is_serialized() {
+        let value = json!({"b": 1, "a": [1, 2], "_next": "n"});
+        assert_eq!(value.clone().into_output().unwrap(), value);
+        assert_eq!(Value::Null.into_output().unwrap(), Value::Null);
+        assert_eq!(
+            CounterUpdate { counter: 3 }.into_output().unwrap(),
+            json!({"counter": 3})
+        );
+        let routed = Output::update(CounterUpdate { counter: 4 })
+            .unwrap()
+            .next("m");
+        assert_eq!(
+            routed.into_output().unwrap(),
+            json!({"counter": 4, "_next": "m"})
+        );
     }
 
     #[tokio::test]

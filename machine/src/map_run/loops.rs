@@ -64,11 +64,11 @@ impl MapRun {
         };
         Ok(Self {
             map: node,
-            id: graph_node.id.clone(),
+            id: plan.node_id(node).clone(),
             names: MapNames {
                 item_name: String::new(),
                 branch: config.body,
-                output_key: config.output_key.clone(),
+                output_key: Arc::from(config.output_key.as_str()),
                 collect_into: String::new(),
             },
             s0: s0.clone(),
@@ -162,8 +162,8 @@ impl MapRun {
             "iteration": looping.iteration,
             "max_iterations": looping.max_iterations,
             "is_last": looping.iteration >= looping.max_iterations,
-            "output": run.writes.get(&self.names.output_key)
-                .or_else(|| self.s0.get(&self.names.output_key)),
+            "output": run.writes.get(&*self.names.output_key)
+                .or_else(|| self.s0.get(&*self.names.output_key)),
             "state": state,
             "history": looping.history,
         })
@@ -249,7 +249,7 @@ impl MapRun {
             Ok((holds, reason)) => self.judged(holds, reason, events),
             Err(message) => {
                 let message = format!("until fn:{}: {message}", judging.name);
-                self.fail_item(0, self.id.clone(), step, message);
+                self.fail_item(0, self.id.to_string(), step, message);
             }
         }
     }
@@ -262,7 +262,7 @@ impl MapRun {
         };
         let done = holds || looping.iteration >= looping.max_iterations;
         events.push(RunEvent::LoopIteration {
-            node: self.id.clone().into(),
+            node: self.id.clone(),
             iteration: looping.iteration,
             max_iterations: looping.max_iterations,
             done,
@@ -270,7 +270,7 @@ impl MapRun {
         });
         looping.history.push(json!({
             "iteration": looping.iteration,
-            "output": run.writes.get(&self.names.output_key),
+            "output": run.writes.get(&*self.names.output_key),
             "reason": reason,
         }));
         if done {

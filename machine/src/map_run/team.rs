@@ -337,7 +337,7 @@ impl MapRun {
         let (delivery, message) = team.send(from, &to, outgoing.content, limit)?;
         let json = message.content.to_string();
         let event = RunEvent::MessageSent {
-            node: self.id.clone().into(),
+            node: self.id.clone(),
             from: message.from.clone(),
             to,
             bytes: json.len() as u64,

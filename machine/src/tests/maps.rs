@@ -509,3 +509,43 @@ fn an_item_s_step_shares_its_spec_and_binding_instead_of_copying_them() {
         "the step's view is unchanged"
     );
 }
+
+/// A chain whose edge reads what its first step wrote, and whose last
+/// step writes `output_key` again: routing sees the step's writes, the
+/// next step sees every earlier write, and the result is the last write.
+#[test]
+fn a_chain_routes_on_its_writes_and_collects_its_last_write() {
+    const CHAIN: &str = r#"
+nodes:
+  fan:
+    kind: map
+    start: true
+    over: "{{ items }}"
+    as: item
+    branch: first
+    output_key: out
+    collect_into: results
+  first: { kind: task, handler: first }
+  big: { kind: task, handler: big }
+  small: { kind: task, handler: small }
+edges:
+  - { from: first, to: big, when: "state.out > 10" }
+  - { from: first, to: small, when: "state.out <= 10" }
+"#;
+    let h = Harness::new(CHAIN, json!({"items": [3, 30]}))
+        .on("first", |_, scope, _| {
+            let item = scope["item"].as_i64().unwrap();
+            Ok(json!({"out": item, "seen": item}))
+        })
+        .on("big", |state, _, _| {
+            assert_eq!(state["seen"], state["out"], "an earlier write is seen");
+            Ok(json!({"out": format!("big {}", state["out"])}))
+        })
+        .on("small", |state, _, _| {
+            assert_eq!(state["seen"], state["out"], "an earlier write is seen");
+            Ok(json!({"out": format!("small {}", state["out"])}))
+        })
+        .run();
+    assert_eq!(h.status(), RunStatus::Completed, "{}", h.error_text());
+    assert_eq!(h.state()["results"], json!(["small 3", "big 30"]));
+}

@@ -328,7 +328,7 @@ impl From<TaskAssignment> for pb::TaskAssignment {
                 .collect(),
             scope_json: task.scope_json,
             item: task.item.map(|item| pb::ItemRef {
-                map: item.map,
+                map: item.map.to_string(),
                 index: item.index as u64,
                 step: item.step,
             }),
@@ -391,7 +391,7 @@ fn task_of(mut wire: pb::TaskAssignment, kept: &mut Kept) -> Result<ToWorker, Un
         state,
         scope_json: wire.scope_json,
         item: wire.item.map(|item| ItemRef {
-            map: item.map,
+            map: kept.map_id(item.map),
             index: usize::try_from(item.index).unwrap_or(usize::MAX),
             step: item.step,
         }),

@@ -38,7 +38,7 @@ impl Dispatcher {
             }
             FromWorker::Refused { run_id, key } => {
                 let job = JobId {
-                    run: RunId::from(run_id.as_str()),
+                    run: run_id.clone(),
                     key: JobKey::Task(key),
                 };
                 debug!(%worker, %run_id, %key, "a leaving worker refused a task");
@@ -51,7 +51,7 @@ impl Dispatcher {
                 read,
             }) => {
                 let job = JobId {
-                    run: RunId::from(run_id.as_str()),
+                    run: run_id.clone(),
                     key: JobKey::Task(key),
                 };
                 let Some(done) = self.registry.finish(worker, &job, now()) else {

@@ -21,7 +21,20 @@ use crate::run_actor::{RunMachine, State, TaskState};
 pub(super) struct FieldTable {
     fields: foldhash::HashMap<String, StateField>,
     next_version: u64,
+    /// The names of fields written by map items' tasks (their bindings and
+    /// writes), shared by every task that carries one; at most
+    /// [`MOST_NAMES_KEPT`].
+    names: foldhash::HashSet<Arc<str>>,
+    /// Room a field's JSON is written into before it is shared.
+    scratch: String,
 }
+
+/// How many names of items' fields a run's table shares; past it, a name
+/// is made for each task.
+const MOST_NAMES_KEPT: usize = 1024;
+
+/// The room for JSON kept between fields; a larger value's is let go.
+const SCRATCH_KEPT: usize = 64 * 1024;
 
 impl FieldTable {
     /// Re-serializes the named fields of `machine`'s committed state; a
@@ -67,16 +80,37 @@ impl FieldTable {
     }
 
     fn fresh(&mut self, name: &str, value: &Value) -> StateField {
-        self.versioned(name, Arc::from(weft_proto::json::to_string(value)))
+        self.scratch.clear();
+        weft_proto::json::write(&mut self.scratch, value);
+        let json = Arc::from(self.scratch.as_str());
+        if self.scratch.capacity() > SCRATCH_KEPT {
+            self.scratch = String::new();
+        }
+        self.versioned(name, json)
     }
 
     fn versioned(&mut self, name: &str, json: Arc<str>) -> StateField {
         self.next_version += 1;
         StateField {
-            name: Arc::from(name),
+            name: self.name(name),
             version: self.next_version,
             json: Some(json),
         }
+    }
+
+    /// `name`, shared with the table's field or an earlier task's.
+    fn name(&mut self, name: &str) -> Arc<str> {
+        if let Some(field) = self.fields.get(name) {
+            return field.name.clone();
+        }
+        if let Some(kept) = self.names.get(name) {
+            return kept.clone();
+        }
+        let made: Arc<str> = Arc::from(name);
+        if self.names.len() < MOST_NAMES_KEPT {
+            self.names.insert(made.clone());
+        }
+        made
     }
 
     /// Every committed field: its name, version and JSON, for checkpoints

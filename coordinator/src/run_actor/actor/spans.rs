@@ -15,12 +15,13 @@ use tracing::field::Empty;
 
 use crate::dispatch::TaskOutcome;
 use crate::run_actor::{RunStatus, TaskKey, TaskSpec};
+use weft_proto::NodeId;
 
 pub(super) struct RunSpans {
     run: Span,
     wave: Option<Span>,
     /// Spans of the map and loop nodes whose items run in this wave.
-    containers: HashMap<String, Span>,
+    containers: HashMap<NodeId, Span>,
     tasks: HashMap<TaskKey, Span>,
     run_id: String,
     graph: String,
@@ -80,7 +81,7 @@ impl RunSpans {
             child_run_id = Empty,
         );
         let traceparent = weft_process::telemetry::traceparent(&span);
-        self.containers.insert(node.to_owned(), span);
+        self.containers.insert(NodeId::from(node), span);
         traceparent
     }
 

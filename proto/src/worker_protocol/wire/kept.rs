@@ -8,9 +8,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::super::{BlobRef, KeptRef, NodeDefinition};
-use crate::RunId;
 use crate::types::WorkerKind;
 use crate::v1 as pb;
+use crate::{NodeId, RunId};
 
 /// The most node definitions a worker keeps for a session: the numbers a
 /// coordinator gives them run from 1 to this, and a worker refuses a
@@ -32,6 +32,8 @@ pub struct Kept {
     /// The run of the last task read: the next task of the same run (a
     /// map's items come one after another) shares its id.
     last_run: Option<RunId>,
+    /// The map of the last map item's task read, shared the same way.
+    last_map: Option<NodeId>,
 }
 
 impl Kept {
@@ -50,6 +52,14 @@ impl Kept {
         match &self.last_run {
             Some(last) if **last == *text => last.clone(),
             _ => self.last_run.insert(RunId::from(text)).clone(),
+        }
+    }
+
+    /// The map id `text`, shared with the last item's when it is the same.
+    pub(super) fn map_id(&mut self, text: String) -> NodeId {
+        match &self.last_map {
+            Some(last) if **last == *text => last.clone(),
+            _ => self.last_map.insert(NodeId::from(text)).clone(),
         }
     }
 
