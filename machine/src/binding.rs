@@ -16,8 +16,9 @@ use crate::graph::{KnowledgeDecl, NodeKind, RagConfig, ToolDecl, ToolRun};
 pub enum Requirement {
     /// A built-in kind (`script`, `llm`, `agent`).
     Kind(WorkerKind),
-    /// A registered handler (`kind: task`).
-    Handler(String),
+    /// A registered handler (`kind: task`), its name shared by every task
+    /// of the node.
+    Handler(std::sync::Arc<str>),
     /// A registered function (`fn:NAME`), called without taking a slot.
     Function(String),
     /// Python, for a call of a Python function (without taking a slot).
@@ -117,7 +118,10 @@ pub fn bind_with(
     let (kind, requirement) = match kind {
         NodeKind::Task { handler } => {
             config.insert("handler".into(), Value::from(handler.clone()));
-            (WorkerKind::Task, Requirement::Handler(handler.clone()))
+            (
+                WorkerKind::Task,
+                Requirement::Handler(handler.as_str().into()),
+            )
         }
         NodeKind::Script { argv, env, sandbox } => {
             config.insert("argv".into(), Value::from(argv.clone()));

@@ -13,11 +13,12 @@ mod team;
 
 pub(crate) use team::{SendError, Sent};
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
+use smallvec::SmallVec;
 
 use super::events::{
     ItemRef, Outgoing, RunError, RunEvent, State, TaskFailure, TaskState, UntilJudge,
@@ -89,7 +90,42 @@ struct ItemRun {
     scope: State,
     at: NodeIdx,
     step: u32,
-    visits: HashMap<NodeIdx, u32>,
+    visits: Visits,
+}
+
+/// How many times an item's chain has visited each node (its per-item
+/// visit bound). A chain visits few nodes: two are kept without an
+/// allocation. Stored as a map from node to count.
+#[derive(Debug, Default)]
+struct Visits(SmallVec<[(NodeIdx, u32); 2]>);
+
+impl Visits {
+    /// Counts a visit of `node`; the visits so far, this one included.
+    fn visit(&mut self, node: NodeIdx) -> u32 {
+        if let Some((_, count)) = self.0.iter_mut().find(|(n, _)| *n == node) {
+            *count += 1;
+            return *count;
+        }
+        self.0.push((node, 1));
+        1
+    }
+
+    fn clear(&mut self) {
+        self.0.clear();
+    }
+}
+
+impl Serialize for Visits {
+    fn serialize<S: serde::Serializer>(&self, to: S) -> Result<S::Ok, S::Error> {
+        to.collect_map(self.0.iter().map(|(node, count)| (node, count)))
+    }
+}
+
+impl<'de> Deserialize<'de> for Visits {
+    fn deserialize<D: serde::Deserializer<'de>>(from: D) -> Result<Self, D::Error> {
+        let counts = std::collections::BTreeMap::<NodeIdx, u32>::deserialize(from)?;
+        Ok(Self(counts.into_iter().collect()))
+    }
 }
 
 /// The fields of a map's configuration its items need after the start.
@@ -317,7 +353,7 @@ impl MapRun {
             scope: binding,
             at: self.names.branch.unwrap_or(self.map),
             step: 1,
-            visits: HashMap::new(),
+            visits: Visits::default(),
         }
     }
 
@@ -330,13 +366,11 @@ impl MapRun {
             .is_none()
             .then(|| self.names.output_key.clone());
         let run = self.runs[index].as_mut()?;
-        let visits = run.visits.entry(run.at).or_default();
-        *visits += 1;
-        if *visits > bound {
+        let visits = run.visits.visit(run.at);
+        if visits > bound {
             let node = plan.graph().node(run.at).id.clone();
             let message = format!(
-                "visited node '{node}' {} times, more than settings.max_loop_iterations ({bound})",
-                *visits
+                "visited node '{node}' {visits} times, more than settings.max_loop_iterations ({bound})"
             );
             let step = run.step;
             self.fail_item(index, node, step, message);
@@ -535,4 +569,26 @@ fn positive_integer(value: &Value) -> Option<usize> {
         _ => return None,
     };
     (n >= 1).then_some(n as usize)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Visits;
+    use serde_json::json;
+
+    #[test]
+    fn visits_count_per_node_and_are_stored_as_a_map() {
+        let mut visits = Visits::default();
+        assert_eq!(visits.visit(3), 1);
+        assert_eq!(visits.visit(5), 1);
+        assert_eq!(visits.visit(3), 2);
+        assert_eq!(visits.visit(7), 1, "a third node spills, and still counts");
+        assert_eq!(visits.visit(7), 2);
+        let stored = serde_json::to_value(&visits).unwrap();
+        assert_eq!(stored, json!({"3": 2, "5": 1, "7": 2}));
+        let mut read: Visits = serde_json::from_value(stored).unwrap();
+        assert_eq!(read.visit(3), 3, "a restored count goes on");
+        read.clear();
+        assert_eq!(read.visit(3), 1);
+    }
 }

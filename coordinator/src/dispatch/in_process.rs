@@ -150,7 +150,7 @@ impl InProcessLauncher {
 
     fn handler_for(&self, requirement: &Requirement) -> Option<InProcessHandler> {
         let name = match requirement {
-            Requirement::Handler(name) => name.as_str(),
+            Requirement::Handler(name) => &**name,
             Requirement::Kind(kind) => kind.as_str(),
             Requirement::Agent(_) => "agent",
             Requirement::Function(_) | Requirement::Python | Requirement::Tool(_) => return None,

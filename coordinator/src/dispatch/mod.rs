@@ -81,7 +81,7 @@ impl WorkerInfo {
     pub fn hosts(&self, requirement: &Requirement) -> bool {
         match requirement {
             Requirement::Kind(kind) => self.hello.kinds.contains(kind),
-            Requirement::Handler(name) => self.hello.handlers.iter().any(|h| h == name),
+            Requirement::Handler(name) => self.hello.handlers.iter().any(|h| **h == **name),
             Requirement::Function(name) => self.hello.functions.iter().any(|f| f == name),
             Requirement::Python => self.hello.kinds.contains(&WorkerKind::Function),
             // Whether some worker hosts each tool is the fleet's question

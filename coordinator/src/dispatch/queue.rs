@@ -10,7 +10,10 @@
 //! interleaved rather than in bursts, whatever either has queued, and one
 //! tenant's flood of ten thousand tasks delays another's next task by at
 //! most a turn. A namespace that empties its lanes leaves the rotation and
-//! comes back with no credit, so idling banks nothing.
+//! comes back with no credit, so idling banks nothing. Its emptied lanes
+//! are kept (up to [`IDLE_KEPT`] namespaces' worth) for its next task, so
+//! a namespace whose tasks are taken as soon as they come does not make
+//! its lanes again for each one.
 //!
 //! A task offered and not taken (nobody hosts it, a limit or concurrency
 //! key holds it) is put back at the front of its lane, so lanes keep their
@@ -22,6 +25,9 @@ use std::sync::Arc;
 use weft_graph::Priority;
 
 use super::jobs::JobId;
+
+/// How many namespaces' emptied lanes are kept for their next task.
+const IDLE_KEPT: usize = 64;
 
 /// Queued tasks; see the module docs.
 #[derive(Debug, Default)]
@@ -77,6 +83,9 @@ impl FairQueue {
         let mut total = 0i64;
         let mut richest: Option<(&Arc<str>, i64)> = None;
         for (namespace, lanes) in &mut self.namespaces {
+            if lanes.is_empty() {
+                continue;
+            }
             let weight = i64::from(self.weights.get(&**namespace).copied().unwrap_or(1));
             lanes.credit += weight;
             total += weight;
@@ -93,7 +102,10 @@ impl FairQueue {
             .enumerate()
             .find_map(|(rank, lane)| lane.pop_front().map(|id| (rank, id)))?;
         if lanes.is_empty() {
-            self.namespaces.remove(&namespace);
+            lanes.credit = 0;
+            if self.namespaces.len() > IDLE_KEPT {
+                self.namespaces.remove(&namespace);
+            }
         }
         Some((id, namespace, Priority::ALL[rank]))
     }
@@ -134,6 +146,26 @@ mod tests {
             drain(&mut queue),
             ["a0", "b0", "a1", "b1", "a2", "a3", "a4", "a5"]
         );
+        assert!(queue.pop().is_none());
+    }
+
+    #[test]
+    fn a_namespace_that_emptied_its_lanes_comes_back_with_no_credit() {
+        let (a, b): (Arc<str>, Arc<str>) = ("a".into(), "b".into());
+        let mut queue = FairQueue::default();
+        queue.push_back(job("b", 0), &b, Priority::Normal);
+        assert_eq!(drain(&mut queue), ["b0"]);
+        // `a` takes turns alone: `b`, idle, earns nothing meanwhile.
+        for key in 0..4 {
+            queue.push_back(job("a", key), &a, Priority::Normal);
+        }
+        assert_eq!(drain(&mut queue).len(), 4);
+        queue.push_back(job("a", 4), &a, Priority::Normal);
+        queue.push_back(job("a", 5), &a, Priority::Normal);
+        queue.push_back(job("b", 1), &b, Priority::Normal);
+        queue.push_back(job("b", 2), &b, Priority::Normal);
+        // Even turns, as for two namespaces that just came.
+        assert_eq!(drain(&mut queue), ["a4", "b1", "a5", "b2"]);
         assert!(queue.pop().is_none());
     }
 

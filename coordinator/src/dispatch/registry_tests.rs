@@ -354,7 +354,7 @@ fn unhosted_tasks_are_reported_once_even_with_no_worker() {
     let decisions = reg.submit(spec);
     assert!(matches!(
         &decisions[..],
-        [Decision::Unhosted { label, requirement: Requirement::Handler(h), .. }] if &**label == "node1" && h == "summarize"
+        [Decision::Unhosted { label, requirement: Requirement::Handler(h), .. }] if &**label == "node1" && &**h == "summarize"
     ));
     assert!(reg.place(now).is_empty());
     assert_eq!(reg.load().unhosted, 1);

@@ -21,7 +21,7 @@ use foldhash::{HashMap, HashMapExt};
 use tokio::sync::{mpsc, oneshot};
 
 use super::Keeper;
-use super::records::RecordHead;
+use super::records::{EventTexts, RecordHead};
 use super::writer::{Snapshot, Writer};
 use crate::graph::Durability;
 use weft_proto::events::StoredEvent;
@@ -107,14 +107,13 @@ impl Journal {
         wait: bool,
     ) -> bool {
         let first = self.handed;
-        let events = log
-            .iter()
-            .skip(usize::try_from(first).unwrap_or(usize::MAX))
-            .map(|e| {
-                let json = serde_json::to_string(&*e.event).unwrap_or_default();
-                (e.at_unix_ms, json)
-            })
-            .collect::<Vec<_>>();
+        let new = log
+            .get(usize::try_from(first).unwrap_or(usize::MAX)..)
+            .unwrap_or_default();
+        let mut events = EventTexts::with_room(new.len());
+        for stored in new {
+            events.push(stored.at_unix_ms, &*stored.event);
+        }
         self.handed = log.len() as u64;
         let mut changed = BTreeMap::new();
         let mut names = Vec::with_capacity(checkpoint.fields.len());
@@ -227,7 +226,13 @@ mod tests {
                 .collect(),
             names: fields.iter().map(|(name, _)| (*name).to_owned()).collect(),
             first,
-            events: events.iter().map(|e| (0, (*e).to_owned())).collect(),
+            events: {
+                let mut texts = EventTexts::default();
+                for event in events {
+                    texts.push(0, event);
+                }
+                texts
+            },
             done: None,
         }
     }
@@ -243,8 +248,8 @@ mod tests {
             "the earlier waiter is handed back"
         );
         assert_eq!(earlier.first, 3, "events still start where the earlier did");
-        let events: Vec<&str> = earlier.events.iter().map(|(_, e)| e.as_str()).collect();
-        assert_eq!(events, ["e3", "e4", "e5"]);
+        let events: Vec<&str> = earlier.events.iter().map(|(_, e)| e).collect();
+        assert_eq!(events, [r#""e3""#, r#""e4""#, r#""e5""#]);
         assert_eq!(earlier.progress_json, "p2");
         assert_eq!(
             earlier.changed["a"].0, 2,

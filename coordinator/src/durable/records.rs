@@ -214,15 +214,102 @@ fn encode_within<T: Serialize>(record: &T, texts: usize) -> Vec<u8> {
 const RECORD_ROOM: usize = 256;
 
 /// An [`EventsRecord`] of `events`, encoded without copying them first.
-pub fn encode_events(first: u64, events: &[(i64, String)]) -> Vec<u8> {
+pub fn encode_events(first: u64, events: &EventTexts) -> Vec<u8> {
     /// Serializes as [`EventsRecord`] does: the same fields in order.
     #[derive(Serialize)]
     struct Borrowed<'a> {
         first: u64,
-        events: &'a [(i64, String)],
+        events: &'a EventTexts,
     }
-    let texts = events.iter().map(|(_, json)| json.len() + 10).sum();
+    let texts = events.text.len() + 10 * events.ends.len();
     encode_within(&Borrowed { first, events }, texts)
+}
+
+/// Events as the JSON texts an [`EventsRecord`] holds, written one after
+/// another into one buffer: a checkpoint makes no text of its own for
+/// each event.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct EventTexts {
+    /// The texts, one after another (each valid UTF-8: JSON).
+    text: Vec<u8>,
+    /// Each event's time (Unix ms) and where its text ends in `text`.
+    ends: Vec<(i64, usize)>,
+}
+
+impl EventTexts {
+    /// Room for `events` events of about [`EVENT_ROOM`] bytes each.
+    pub fn with_room(events: usize) -> Self {
+        Self {
+            text: Vec::with_capacity(events * EVENT_ROOM),
+            ends: Vec::with_capacity(events),
+        }
+    }
+
+    /// Writes `event` as JSON, at `at_unix_ms`.
+    pub fn push(&mut self, at_unix_ms: i64, event: &impl Serialize) {
+        let start = self.text.len();
+        if serde_json::to_writer(&mut self.text, event).is_err() {
+            // What a text the event has no JSON form of was before: empty.
+            self.text.truncate(start);
+        }
+        self.ends.push((at_unix_ms, self.text.len()));
+    }
+
+    /// How many events.
+    pub fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.ends.is_empty()
+    }
+
+    /// Each event's time and text, in order.
+    pub fn iter(&self) -> impl Iterator<Item = (i64, &str)> {
+        let starts = std::iter::once(0).chain(self.ends.iter().map(|&(_, end)| end));
+        self.ends.iter().zip(starts).map(|(&(at, end), start)| {
+            // Written by `serde_json`, whose output is UTF-8.
+            (
+                at,
+                std::str::from_utf8(&self.text[start..end]).unwrap_or_default(),
+            )
+        })
+    }
+
+    /// Takes `later`'s events after these.
+    pub fn extend(&mut self, later: EventTexts) {
+        let offset = self.text.len();
+        self.text.extend_from_slice(&later.text);
+        self.ends
+            .extend(later.ends.into_iter().map(|(at, end)| (at, end + offset)));
+    }
+}
+
+/// The room an event's text is given before it is written (most are
+/// shorter; a longer one makes more).
+const EVENT_ROOM: usize = 192;
+
+impl Serialize for EventTexts {
+    /// As the `(time, text)` pairs of [`EventsRecord::events`] are in a
+    /// record: bincode writes a text as it writes its bytes (its length,
+    /// then them), so each goes as bytes, not checked as UTF-8 again.
+    fn serialize<S: serde::Serializer>(&self, to: S) -> Result<S::Ok, S::Error> {
+        /// A text's bytes.
+        struct Text<'a>(&'a [u8]);
+        impl Serialize for Text<'_> {
+            fn serialize<S: serde::Serializer>(&self, to: S) -> Result<S::Ok, S::Error> {
+                to.serialize_bytes(self.0)
+            }
+        }
+        let starts = std::iter::once(0).chain(self.ends.iter().map(|&(_, end)| end));
+        to.collect_seq(
+            self.ends
+                .iter()
+                .zip(starts)
+                .map(|(&(at, end), start)| (at, Text(&self.text[start..end]))),
+        )
+    }
 }
 
 /// A [`RunRecord`] made of borrowed parts, encoded as the record would be
@@ -318,17 +405,41 @@ pub struct RecordHead {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn events_encoded_borrowed_read_back_as_their_record() {
-        let events = vec![(5, r#"{"type":"a"}"#.to_owned()), (6, "{}".to_owned())];
+        let values = [json!({"type": "a", "text": "é \" \n"}), json!({})];
+        let mut events = EventTexts::default();
+        events.push(5, &values[0]);
+        events.push(6, &values[1]);
         let record = EventsRecord {
             first: 7,
-            events: events.clone(),
+            events: vec![
+                (5, serde_json::to_string(&values[0]).unwrap()),
+                (6, "{}".to_owned()),
+            ],
         };
         let borrowed = encode_events(7, &events);
         assert_eq!(borrowed, encode(&record));
         assert_eq!(decode::<EventsRecord>(&borrowed).unwrap(), record);
+    }
+
+    #[test]
+    fn event_texts_taken_after_others_keep_their_order_and_times() {
+        let mut earlier = EventTexts::default();
+        earlier.push(1, &json!({"n": 1}));
+        earlier.push(2, &json!({"n": 2}));
+        let mut later = EventTexts::default();
+        later.push(3, &json!({"n": 3}));
+        earlier.extend(later);
+        earlier.extend(EventTexts::default());
+        let read: Vec<(i64, &str)> = earlier.iter().collect();
+        assert_eq!(
+            read,
+            [(1, r#"{"n":1}"#), (2, r#"{"n":2}"#), (3, r#"{"n":3}"#)]
+        );
+        assert_eq!(earlier.len(), 3);
     }
 
     #[test]

@@ -41,7 +41,7 @@ pub(super) struct Snapshot {
     pub(super) names: Vec<String>,
     /// The events since the last checkpoint, and the position of the first.
     pub(super) first: u64,
-    pub(super) events: Vec<(i64, String)>,
+    pub(super) events: records::EventTexts,
     /// Told whether the snapshot was stored, for a caller that waits.
     pub(super) done: Option<oneshot::Sender<bool>>,
 }

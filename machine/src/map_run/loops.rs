@@ -10,7 +10,7 @@
 //! max_iterations, feedback}`, `feedback` being what the last judgement
 //! said. Each iteration is told to watchers as a `loop_iteration` event.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
@@ -101,7 +101,7 @@ impl MapRun {
             scope: loop_scope(looping),
             at: self.names.branch.unwrap_or(self.map),
             step: 1,
-            visits: HashMap::new(),
+            visits: Default::default(),
         }
     }
 
