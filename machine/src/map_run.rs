@@ -361,10 +361,7 @@ impl MapRun {
     /// per-item visit bound; `None` when the item failed instead.
     fn dispatch(&mut self, plan: &RunPlan, index: usize) -> Option<ItemStep> {
         let bound = plan.graph().settings.max_loop_iterations;
-        let hidden = self
-            .looping
-            .is_none()
-            .then(|| self.names.output_key.clone());
+        let hidden = self.looping.is_none().then_some(&self.names.output_key);
         let run = self.runs[index].as_mut()?;
         let visits = run.visits.visit(run.at);
         if visits > bound {
@@ -383,7 +380,7 @@ impl MapRun {
                 index,
                 step: run.step,
             },
-            state: fork_state(&self.s0, run, hidden.as_ref()),
+            state: fork_state(&self.s0, run, hidden),
             scope: run.scope.clone(),
         })
     }

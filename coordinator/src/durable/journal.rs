@@ -248,7 +248,9 @@ mod tests {
             "the earlier waiter is handed back"
         );
         assert_eq!(earlier.first, 3, "events still start where the earlier did");
-        let events: Vec<&str> = earlier.events.iter().map(|(_, e)| e).collect();
+        let events: Vec<&str> = (earlier.events.texts())
+            .map(|(_, e)| std::str::from_utf8(e).unwrap())
+            .collect();
         assert_eq!(events, [r#""e3""#, r#""e4""#, r#""e5""#]);
         assert_eq!(earlier.progress_json, "p2");
         assert_eq!(

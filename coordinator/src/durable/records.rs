@@ -249,7 +249,8 @@ impl EventTexts {
     pub fn push(&mut self, at_unix_ms: i64, event: &impl Serialize) {
         let start = self.text.len();
         if serde_json::to_writer(&mut self.text, event).is_err() {
-            // What a text the event has no JSON form of was before: empty.
+            // An event with no JSON form is stored as an empty text, as
+            // it always was.
             self.text.truncate(start);
         }
         self.ends.push((at_unix_ms, self.text.len()));
@@ -265,16 +266,13 @@ impl EventTexts {
         self.ends.is_empty()
     }
 
-    /// Each event's time and text, in order.
-    pub fn iter(&self) -> impl Iterator<Item = (i64, &str)> {
+    /// Each event's time and text (JSON, so UTF-8), in order.
+    pub fn texts(&self) -> impl Iterator<Item = (i64, &[u8])> {
         let starts = std::iter::once(0).chain(self.ends.iter().map(|&(_, end)| end));
-        self.ends.iter().zip(starts).map(|(&(at, end), start)| {
-            // Written by `serde_json`, whose output is UTF-8.
-            (
-                at,
-                std::str::from_utf8(&self.text[start..end]).unwrap_or_default(),
-            )
-        })
+        self.ends
+            .iter()
+            .zip(starts)
+            .map(|(&(at, end), start)| (at, &self.text[start..end]))
     }
 
     /// Takes `later`'s events after these.
@@ -302,13 +300,7 @@ impl Serialize for EventTexts {
                 to.serialize_bytes(self.0)
             }
         }
-        let starts = std::iter::once(0).chain(self.ends.iter().map(|&(_, end)| end));
-        to.collect_seq(
-            self.ends
-                .iter()
-                .zip(starts)
-                .map(|(&(at, end), start)| (at, Text(&self.text[start..end]))),
-        )
+        to.collect_seq(self.texts().map(|(at, text)| (at, Text(text))))
     }
 }
 
@@ -434,7 +426,10 @@ mod tests {
         later.push(3, &json!({"n": 3}));
         earlier.extend(later);
         earlier.extend(EventTexts::default());
-        let read: Vec<(i64, &str)> = earlier.iter().collect();
+        let read: Vec<(i64, &str)> = earlier
+            .texts()
+            .map(|(at, text)| (at, std::str::from_utf8(text).unwrap()))
+            .collect();
         assert_eq!(
             read,
             [(1, r#"{"n":1}"#), (2, r#"{"n":2}"#), (3, r#"{"n":3}"#)]

@@ -49,18 +49,12 @@ impl Kept {
 
     /// The run id `text`, shared with the last task's when it is the same.
     pub(super) fn run_id(&mut self, text: String) -> RunId {
-        match &self.last_run {
-            Some(last) if **last == *text => last.clone(),
-            _ => self.last_run.insert(RunId::from(text)).clone(),
-        }
+        shared_with_last(&mut self.last_run, text)
     }
 
     /// The map id `text`, shared with the last item's when it is the same.
     pub(super) fn map_id(&mut self, text: String) -> NodeId {
-        match &self.last_map {
-            Some(last) if **last == *text => last.clone(),
-            _ => self.last_map.insert(NodeId::from(text)).clone(),
-        }
+        shared_with_last(&mut self.last_map, text)
     }
 
     /// A task's node definition: the one it carries (kept under its number,
@@ -148,5 +142,17 @@ pub(super) fn numbered(how: KeptRef) -> (u64, bool) {
         KeptRef::Carried => (0, true),
         KeptRef::Keep(number) => (number, true),
         KeptRef::Held(number) => (number, false),
+    }
+}
+
+/// `text` as an id, `last`'s when they are the same, else made and kept
+/// in `last` for the next.
+fn shared_with_last<Id>(last: &mut Option<Id>, text: String) -> Id
+where
+    Id: Clone + std::ops::Deref<Target = str> + From<String>,
+{
+    match last {
+        Some(id) if **id == *text => id.clone(),
+        _ => last.insert(Id::from(text)).clone(),
     }
 }
