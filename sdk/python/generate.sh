@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Regenerates weft/v1/*_pb2*.py(i) from the repository's .proto files with
-# grpcio-tools (pip install grpcio-tools); tests/test_stubs.py checks that
+# grpcio-tools 1.85.1 (pip install grpcio-tools==1.85.1, the version the
+# tests pin); tests/test_client.py checks that
 # the checked-in files are what this produces.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
