@@ -386,11 +386,19 @@ impl Client {
         }
     }
 
+    /// A status, then (if the run goes on) a watch that ends at the run's
+    /// end or pause, then the run whole: three calls, or two for a run
+    /// that has already ended. The run read after the watch is returned
+    /// if it has ended or waits, and its position starts the next watch
+    /// otherwise (an older coordinator's pause that was answered meanwhile).
     async fn wait_once(&self, run_id: &str) -> Result<RunInfo, ClientError> {
+        let (mut info, mut whole) = (self.status(run_id).await?, false);
         loop {
-            let info = self.status(run_id).await?;
             if info.status.is_terminal() || info.status == RunStatus::Waiting {
-                return self.get(run_id).await;
+                return match whole {
+                    true => Ok(info),
+                    false => self.get(run_id).await,
+                };
             }
             // Only where the log ends or pauses matters here: the
             // coordinator sends only the events that end or pause a run (a
@@ -414,6 +422,7 @@ impl Client {
                     }
                 }
             }
+            (info, whole) = (self.get(run_id).await?, true);
         }
     }
 

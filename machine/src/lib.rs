@@ -110,28 +110,34 @@ pub struct RunMachine {
 /// task's view of it are relinked to it on restore.
 #[derive(Debug, Serialize, Deserialize)]
 pub struct Progress {
+    /// Left out while the machine writes its progress: a checkpoint stores
+    /// the state apart.
+    #[serde(default, skip_serializing_if = "task_spec::is_empty")]
     state: State,
     status: RunStatus,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     error: Option<RunError>,
     steps: u32,
     #[serde(with = "status_letters")]
     nodes: Vec<NodeStatus>,
     #[serde(with = "status_letters")]
     edges: Vec<EdgeStatus>,
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
     forced: BTreeSet<NodeIdx>,
     wave: Option<Wave>,
     tasks: TaskTable,
     next_call: u64,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     failed_wave: Vec<NodeIdx>,
     /// The span a child run's trace hangs under (its parent's subgraph
     /// node, W3C `traceparent`); `None` for a run of its own.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     trace_parent: Option<String>,
     /// The run's namespace and submitter.
     #[serde(default)]
     owner: Owner,
     /// Who answered each human node.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     answers: Vec<Answered>,
     /// What the run's evaluations have spent of its allowance.
     #[serde(default)]

@@ -22,6 +22,12 @@ pub fn empty_state() -> State {
     EMPTY.clone()
 }
 
+/// Whether a stored state would be written as `{}` (left out of a task's
+/// progress, read back as [`empty_state`]).
+pub(crate) fn is_empty(state: &State) -> bool {
+    state.is_empty()
+}
+
 /// A task for a worker.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TaskSpec {
@@ -32,28 +38,30 @@ pub struct TaskSpec {
     /// 1 for the first attempt.
     pub attempt: u32,
     /// The map item, when the task is a step of a map item's chain.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub item: Option<ItemRef>,
     /// The state the task sees.
     pub state: TaskState,
     /// The step's scope (a map item's `as` binding), shared with the item.
+    #[serde(default = "empty_state", skip_serializing_if = "is_empty")]
     pub scope: State,
     /// Per-attempt deadline.
     pub timeout: Duration,
     /// For a `teammates: true` step of a map item with a team: its
     /// identity, its team and the messages handed to it. Set when the task
     /// is dispatched.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub team: Option<TeamSeat>,
     /// For an `llm` or `agent` step: its prompts, rendered
     /// (`{"system", "prompt"}`).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prompts: Option<Map<String, Value>>,
     /// The key of the task's first attempt, for a retry (`None`: this is
     /// the first).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub first_key: Option<TaskKey>,
     /// Its node's `concurrency:`, its key rendered.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub concurrency: Option<KeyedConcurrency>,
 }
 
@@ -79,7 +87,7 @@ pub struct TaskState {
     /// Fields that differ from `base` (a map item's binding and writes).
     /// Not stored when it is its map item's writes ([`Self::item_writes`]).
     /// Shared with the item, so a step's fork copies nothing.
-    #[serde(default = "empty_state")]
+    #[serde(default = "empty_state", skip_serializing_if = "is_empty")]
     pub overlay: State,
     /// The overlay is the writes of the task's map item (or loop
     /// iteration), as they stand while the task is out: a checkpoint stores
@@ -89,7 +97,7 @@ pub struct TaskState {
     pub item_writes: bool,
     /// The field of `base` the task must not see (a map's `output_key`),
     /// shared with its map. Stored as a list of at most one name.
-    #[serde(with = "hidden_list")]
+    #[serde(default, with = "hidden_list", skip_serializing_if = "Option::is_none")]
     pub hidden: Option<Arc<str>>,
 }
 
@@ -232,9 +240,11 @@ mod tests {
         let none: TaskState = serde_json::from_value(json!({"overlay": {}, "hidden": []})).unwrap();
         assert_eq!(none.hidden, None);
         assert_eq!(
-            serde_json::to_value(&none).unwrap()["hidden"],
-            json!([]),
-            "nothing hidden is an empty list, as before"
+            serde_json::to_value(&none).unwrap(),
+            json!({}),
+            "nothing hidden (and no overlay) is left out"
         );
+        let bare: TaskState = serde_json::from_value(json!({})).unwrap();
+        assert_eq!((bare.hidden, bare.overlay.len()), (None, 0));
     }
 }

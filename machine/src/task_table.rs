@@ -21,6 +21,7 @@ pub(super) struct TaskRef {
     /// The node it runs.
     pub(super) node: NodeIdx,
     /// The map item, for a chain step.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(super) item: Option<usize>,
     /// What the worker receives. Shared with the dispatch effect, so a
     /// dispatch copies nothing; changed in place (`Arc::make_mut`) while
@@ -34,6 +35,7 @@ pub(super) struct TaskRef {
 #[derive(Debug, Serialize, Deserialize)]
 pub(super) struct TaskTable {
     tasks: HashMap<TaskKey, TaskRef>,
+    #[serde(default, skip_serializing_if = "VecDeque::is_empty")]
     queue: VecDeque<TaskKey>,
     in_flight: usize,
     next_key: TaskKey,

@@ -96,6 +96,7 @@ pub(super) struct Wave {
     /// The wave's phase.
     pub(super) phase: Phase,
     /// Members whose wait for a human has been announced.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     announced: Vec<NodeIdx>,
 }
 

@@ -32,10 +32,7 @@ pub enum PieceError {
 
 /// `bytes` hashed by SHA-256, in hex.
 pub fn sha256_hex(bytes: &[u8]) -> String {
-    Sha256::digest(bytes)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    hex::encode(Sha256::digest(bytes))
 }
 
 /// `blob` cut into pieces, in order, each made as it is sent (a large

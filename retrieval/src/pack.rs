@@ -89,10 +89,7 @@ pub fn index_key(
     if let Some(search) = search {
         hash.update(format!("search {}\0", search.as_str()));
     }
-    hash.finalize()
-        .iter()
-        .map(|byte| format!("{byte:02x}"))
-        .collect()
+    hex::encode(hash.finalize())
 }
 
 impl Knowledge {

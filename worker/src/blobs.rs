@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::sync::Arc;
 
-use sha2::{Digest, Sha256};
 use tokio::sync::Mutex;
+use weft_proto::index_pieces::sha256_hex;
 
 use crate::task::{BlobRef, Failure, FailureKind};
 
@@ -109,7 +109,7 @@ impl BlobCache {
                 format!("cannot fetch bundle file {sha256}: {error}"),
             )
         })?;
-        let actual = hex_sha256(&content);
+        let actual = sha256_hex(&content);
         if actual != sha256 {
             return Err(Failure::new(
                 FailureKind::WorkerError,
@@ -148,20 +148,13 @@ impl BlobCache {
         let Ok(content) = tokio::fs::read(path).await else {
             return false;
         };
-        if hex_sha256(&content) == sha256 {
+        if sha256_hex(&content) == sha256 {
             self.mark_verified(sha256);
             return true;
         }
         let _ = tokio::fs::remove_file(path).await;
         false
     }
-}
-
-fn hex_sha256(content: &[u8]) -> String {
-    Sha256::digest(content)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
 }
 
 /// Writes a file only its owner can read (`0600`).
@@ -210,7 +203,7 @@ pub(crate) mod tests {
         let dir = std::env::temp_dir().join(format!("weft-blobs-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let good = b"echo hi\n";
-        let good_hash = hex_sha256(good);
+        let good_hash = sha256_hex(good);
         std::fs::write(dir.join(&good_hash), good).unwrap();
         let cache = cache(&dir);
         assert_eq!(
@@ -219,7 +212,7 @@ pub(crate) mod tests {
         );
 
         // Someone changed a cached file behind the worker's back.
-        let wanted = hex_sha256(b"the real script");
+        let wanted = sha256_hex(b"the real script");
         std::fs::write(dir.join(&wanted), b"rm -rf ~").unwrap();
         let error = cache.ensure(&wanted).await.unwrap_err();
         assert!(

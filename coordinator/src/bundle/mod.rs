@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 
-use sha2::{Digest, Sha256};
+use sha2::{Digest as _, Sha256};
 
 use weft_bundle::{check_layout, check_path};
 
@@ -79,11 +79,8 @@ pub enum BundleError {
     Family(Vec<String>),
 }
 
-/// Hex SHA-256 of some bytes.
-pub fn sha256_hex(content: &[u8]) -> String {
-    let digest = Sha256::digest(content);
-    digest.iter().map(|b| format!("{b:02x}")).collect()
-}
+/// Hex SHA-256 of some bytes, as workers and clients spell it.
+pub use weft_proto::index_pieces::sha256_hex;
 
 /// Files one bundle may hold: a million empty files (14 MB on the wire)
 /// took a coordinator to 1.45 GB, two million aborted it.
@@ -146,11 +143,7 @@ impl Bundle {
             listing.update(file.mode.to_le_bytes());
             listing.update(file.sha256.as_bytes());
         }
-        listing
-            .finalize()
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect()
+        hex::encode(listing.finalize())
     }
 
     /// Loads and validates the bundle's graph; the Python files it names

@@ -9,74 +9,106 @@
 //! `runs/<id>/events/<first>` each stretch of events; `blobs/<sha256>`
 //! every bundle file once, whichever runs share it.
 
+/// `runs/<id>/` followed by `parts` and, if given, a number padded to
+/// 20 digits (so keys sort by it), spelled into room made once: a
+/// checkpoint spells several keys, and `format!` with a padded number cost
+/// a seventh of the checkpoint writer's instructions.
+fn run_key(id: &str, parts: &[&str], number: Option<u64>) -> String {
+    let tail: usize = parts.iter().map(|part| part.len()).sum();
+    let mut key = String::with_capacity(RUNS.len() + id.len() + 1 + tail + 20);
+    key.push_str(RUNS);
+    key.push_str(id);
+    key.push('/');
+    for part in parts {
+        key.push_str(part);
+    }
+    if let Some(number) = number {
+        push_padded(&mut key, number);
+    }
+    key
+}
+
+/// Appends `number` in 20 decimal digits, zeros first (`{number:020}`).
+fn push_padded(key: &mut String, mut number: u64) {
+    let mut digits = [b'0'; 20];
+    for digit in digits.iter_mut().rev() {
+        *digit = b'0' + (number % 10) as u8;
+        number /= 10;
+    }
+    key.extend(digits.iter().map(|&digit| char::from(digit)));
+}
+
 /// Where a run's record lives.
 pub fn record_key(id: &str) -> String {
-    format!("runs/{id}/record")
+    run_key(id, &["record"], None)
 }
 
 /// Where a field of a run's state lives.
 pub fn field_key(id: &str, name: &str) -> String {
-    format!("runs/{id}/fields/{name}")
+    run_key(id, &["fields/", name], None)
 }
 
 /// Where a field too large for a checkpoint's transaction lives, at one
 /// version (written once, before the record that names it).
 pub fn spilled_key(id: &str, name: &str, version: u64) -> String {
-    format!("runs/{id}/fields/{name}@{version:020}")
+    run_key(id, &["fields/", name, "@"], Some(version))
 }
 
 /// Where a progress too large for a checkpoint's transaction lives.
 pub fn progress_key(id: &str, at: u64) -> String {
-    format!("runs/{id}/progress@{at:020}")
+    run_key(id, &["progress@"], Some(at))
 }
 
 /// Where delta `seq` of a run's field `name` lives (`super::deltas`).
 pub fn delta_key(id: &str, name: &str, seq: u64) -> String {
-    format!("{}{seq:020}", field_deltas_prefix(id, name))
+    let mut key = field_deltas_prefix(id, name);
+    push_padded(&mut key, seq);
+    key
 }
 
 /// Where the deltas of a run's field begin: the name in hex, so no field's
 /// prefix begins another's.
 pub fn field_deltas_prefix(id: &str, name: &str) -> String {
-    let hex: String = name.bytes().map(|b| format!("{b:02x}")).collect();
-    format!("{}{hex}/", deltas_prefix(id))
+    let mut key = run_key(id, &["deltas/", &hex::encode(name), "/"], None);
+    key.reserve(20);
+    key
 }
 
 /// Where all of a run's deltas begin.
 pub fn deltas_prefix(id: &str) -> String {
-    format!("runs/{id}/deltas/")
+    run_key(id, &["deltas/"], None)
 }
 
 /// Where the base of a run's progress lives when it is kept apart from
 /// the record as a chain (`super::deltas`).
 pub fn progress_base_key(id: &str) -> String {
-    format!("runs/{id}/progress/base")
+    run_key(id, &["progress/base"], None)
 }
 
 /// Where delta `seq` of a run's chained progress lives.
 pub fn progress_delta_key(id: &str, seq: u64) -> String {
-    format!("{}{seq:020}", progress_deltas_prefix(id))
+    run_key(id, &["progress/d/"], Some(seq))
 }
 
 /// Where the deltas of a run's chained progress begin.
 pub fn progress_deltas_prefix(id: &str) -> String {
-    format!("runs/{id}/progress/d/")
+    run_key(id, &["progress/d/"], None)
 }
 
 /// Where a run's chained progress begins, base and deltas (never a
 /// `progress@<n>` key).
 pub fn progress_chain_prefix(id: &str) -> String {
-    format!("runs/{id}/progress/")
+    run_key(id, &["progress/"], None)
 }
 
 /// Where a stretch of a run's events lives.
 pub fn events_key(id: &str, first: u64) -> String {
-    format!("runs/{id}/events/{first:020}")
+    run_key(id, &["events/"], Some(first))
 }
 
 /// Where a bundle file lives.
 pub fn blob_key(sha256: &str) -> String {
-    format!("blobs/{sha256}")
+    ["blobs/", sha256].concat()
 }
 
 /// Where every run's keys begin.
@@ -84,16 +116,57 @@ pub const RUNS: &str = "runs/";
 
 /// Where all of one run's keys begin.
 pub fn run_prefix(id: &str) -> String {
-    format!("runs/{id}/")
+    run_key(id, &[], None)
 }
 
 /// Where a run's stretches of events begin.
 pub fn events_prefix(id: &str) -> String {
-    format!("runs/{id}/events/")
+    run_key(id, &["events/"], None)
 }
 
 /// Whether `key` is a run's record (rather than one of its fields, events
 /// or a chunk of a large value).
 pub fn is_record_key(key: &str) -> bool {
     key.starts_with(RUNS) && key.ends_with("/record") && !weft_store::chunks::is_chunk_key(key)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_are_spelled_as_stores_already_hold_them() {
+        let id = "r-01";
+        assert_eq!(record_key(id), "runs/r-01/record");
+        assert_eq!(field_key(id, "messages"), "runs/r-01/fields/messages");
+        assert_eq!(
+            spilled_key(id, "doc", 7),
+            "runs/r-01/fields/doc@00000000000000000007"
+        );
+        assert_eq!(
+            progress_key(id, u64::MAX),
+            "runs/r-01/progress@18446744073709551615"
+        );
+        assert_eq!(field_deltas_prefix(id, "a/b"), "runs/r-01/deltas/612f62/");
+        assert_eq!(
+            delta_key(id, "a/b", 42),
+            "runs/r-01/deltas/612f62/00000000000000000042"
+        );
+        assert_eq!(deltas_prefix(id), "runs/r-01/deltas/");
+        assert_eq!(progress_base_key(id), "runs/r-01/progress/base");
+        assert_eq!(
+            progress_delta_key(id, 0),
+            "runs/r-01/progress/d/00000000000000000000"
+        );
+        assert_eq!(progress_deltas_prefix(id), "runs/r-01/progress/d/");
+        assert_eq!(progress_chain_prefix(id), "runs/r-01/progress/");
+        assert_eq!(
+            events_key(id, 1_234_567),
+            "runs/r-01/events/00000000000001234567"
+        );
+        assert_eq!(events_prefix(id), "runs/r-01/events/");
+        assert_eq!(run_prefix(id), "runs/r-01/");
+        assert_eq!(blob_key("ab12"), "blobs/ab12");
+        assert!(is_record_key(&record_key(id)));
+    }
 }

@@ -59,6 +59,9 @@ pub(super) struct Writer {
     next_progress: u64,
     /// The fields the last stored record keeps as a base and deltas.
     chains: Chains,
+    /// The checkpoint byte counters (of fields and the progress, whole and
+    /// as deltas), taken once per run rather than named again per write.
+    counted: [[metrics::Counter; 2]; 2],
 }
 
 impl Writer {
@@ -74,6 +77,12 @@ impl Writer {
             progress_at,
             next_progress: progress_at.map_or(0, |n| n + 1),
             chains,
+            counted: ["field", "progress"].map(|of| {
+                ["whole", "delta"].map(|form| {
+                    let labels = [("of", of), ("form", form)];
+                    metrics::counter!(crate::metrics::CHECKPOINT_BYTES, &labels)
+                })
+            }),
         }
     }
 
@@ -153,11 +162,9 @@ impl Writer {
         let (store, fence) = (self.keeper.store(), self.keeper.fence());
         self.keeper
             .checked(chunks::put_together(store, &values, fence).await)?;
-        for (of, [whole, delta]) in ["field", "progress"].into_iter().zip(written) {
-            for (form, bytes) in [("whole", whole), ("delta", delta)] {
-                let labels = [("of", of), ("form", form)];
-                metrics::counter!(crate::metrics::CHECKPOINT_BYTES, &labels)
-                    .increment(bytes as u64);
+        for (counters, bytes) in self.counted.iter().zip(written) {
+            for (counter, bytes) in counters.iter().zip(bytes) {
+                counter.increment(bytes as u64);
             }
         }
         self.chains = chains;

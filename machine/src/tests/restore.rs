@@ -388,3 +388,60 @@ nodes:
     };
     assert_eq!(again.state.view(), out.state.view());
 }
+
+/// A checkpoint's progress leaves out what is empty or unset (a task's
+/// item, scope, overlay and hidden field, the run's error, answers and
+/// the rest): every wave writes it, and read back it is the same run.
+#[test]
+fn a_progress_leaves_out_what_is_empty_and_reads_back_the_same() {
+    let mut yaml =
+        String::from("name: chain\nstate:\n  counter: {type: integer, default: 0}\nnodes:\n");
+    for i in 0..10 {
+        yaml.push_str(&format!(
+            "  n{i}:\n    kind: task\n    handler: increment\n"
+        ));
+        if i == 0 {
+            yaml.push_str("    start: true\n");
+        }
+        if i < 9 {
+            yaml.push_str(&format!("    next: [n{}]\n", i + 1));
+        }
+    }
+    let plan = plan(&yaml);
+    let (mut driver, _) = Driver::start(&plan, json!({}));
+    let json = driver.machine.progress_json_without_state().unwrap();
+    let stored: Value = serde_json::from_str(&json).unwrap();
+    let spec = &stored["tasks"]["tasks"]["1"]["spec"];
+    assert_eq!(spec["node"], "n0", "{json}");
+    for key in [
+        "item",
+        "scope",
+        "team",
+        "prompts",
+        "first_key",
+        "concurrency",
+    ] {
+        assert!(spec.get(key).is_none(), "{key} is left out: {json}");
+    }
+    assert_eq!(spec["state"], json!({}), "{json}");
+    for key in [
+        "state",
+        "error",
+        "forced",
+        "failed_wave",
+        "trace_parent",
+        "answers",
+    ] {
+        assert!(stored.get(key).is_none(), "{key} is left out: {json}");
+    }
+    assert!(stored["wave"].get("announced").is_none(), "{json}");
+    assert!(stored["tasks"].get("queue").is_none(), "{json}");
+    assert!(json.len() < 450, "{} bytes: {json}", json.len());
+
+    let mut restored = driver.stored_and_restored(&plan);
+    assert_eq!(
+        restored.machine.progress_json_without_state().unwrap(),
+        json,
+        "the progress read back is the same run"
+    );
+}

@@ -160,12 +160,18 @@ impl<'a> Tx<'a> {
 
     /// Counter `name` plus one.
     pub(super) fn next_count(&mut self, name: &str) -> i64 {
-        let current = match self.changes.counters.get(name) {
-            Some(value) => *value,
-            None => self.log.counter(name),
+        // A transaction counts on in its own copy, named once.
+        let next = match self.changes.counters.get_mut(name) {
+            Some(value) => {
+                *value += 1;
+                *value
+            }
+            None => {
+                let next = self.log.counter(name) + 1;
+                self.changes.counters.insert(name.to_owned(), next);
+                next
+            }
         };
-        let next = current + 1;
-        self.changes.counters.insert(name.to_owned(), next);
         self.changes.frame.counter(name, next);
         next
     }

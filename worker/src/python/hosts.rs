@@ -297,7 +297,7 @@ fn bundle_key(bundle: &[BlobRef]) -> String {
         hasher.update([0]);
     }
     let digest = hasher.finalize();
-    digest[..12].iter().map(|b| format!("{b:02x}")).collect()
+    hex::encode(&digest[..12])
 }
 
 #[cfg(test)]
