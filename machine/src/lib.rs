@@ -102,6 +102,10 @@ pub struct RunMachine {
     /// state is a placeholder: kept apart from the progress, since a
     /// checkpoint stores every field's text and a restored run parses them.
     held: BTreeMap<String, Arc<str>>,
+    /// The pending nodes the next wave's planning looks at: those whose
+    /// edges or status changed since the last (a long chain's wave looks
+    /// at one node, not all). Not stored: a restored run looks at all.
+    touched: wave_cycle::Touched,
 }
 
 /// Everything a run has done so far, without its graph: what a checkpoint
@@ -249,6 +253,7 @@ impl RunMachine {
             run,
             progress_room: 0,
             held: BTreeMap::new(),
+            touched: wave_cycle::Touched::All,
         })
     }
 
@@ -347,6 +352,7 @@ impl RunMachine {
             run,
             progress_room: 0,
             held: BTreeMap::new(),
+            touched: wave_cycle::Touched::All,
         })
     }
 
@@ -600,6 +606,7 @@ impl RunMachine {
             self.run.nodes[idx] = NodeStatus::Pending;
             self.run.forced.insert(idx);
         }
+        self.touched = wave_cycle::Touched::All;
         self.advance(fx);
         Ok(())
     }

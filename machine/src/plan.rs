@@ -34,6 +34,8 @@ pub struct RunPlan {
     ids: Vec<NodeId>,
     flow: Vec<bool>,
     order: Vec<NodeIdx>,
+    /// Each node's place in `order` (`u32::MAX`: not in the main flow).
+    position: Vec<u32>,
     branches: HashMap<NodeIdx, Vec<bool>>,
     fallback: Vec<Option<Target>>,
     reads_state: Vec<bool>,
@@ -56,11 +58,15 @@ impl RunPlan {
     /// DAG), to run under `limits`.
     pub fn new(graph: Arc<Graph>, limits: RunLimits) -> Arc<Self> {
         let flow = main_flow(&graph);
-        let order = forward_order(&graph)
+        let order: Vec<NodeIdx> = forward_order(&graph)
             .unwrap_or_else(|_| (0..graph.nodes.len()).collect())
             .into_iter()
             .filter(|&idx| flow[idx])
             .collect();
+        let mut position = vec![u32::MAX; graph.nodes.len()];
+        for (at, &idx) in order.iter().enumerate() {
+            position[idx] = at as u32;
+        }
         let mut branches = HashMap::new();
         for (idx, node) in graph.nodes.iter().enumerate() {
             if matches!(node.kind, NodeKind::Map(_) | NodeKind::Loop(_)) {
@@ -141,6 +147,7 @@ impl RunPlan {
             graph,
             flow,
             order,
+            position,
             branches,
             fallback,
             reads_state,
@@ -217,6 +224,12 @@ impl RunPlan {
     /// Main-flow nodes in forward (topological) order.
     pub fn main_order(&self) -> &[NodeIdx] {
         &self.order
+    }
+
+    /// A main-flow node's place in [`Self::main_order`].
+    pub fn order_position(&self, idx: NodeIdx) -> Option<usize> {
+        let at = *self.position.get(idx)?;
+        (at != u32::MAX).then_some(at as usize)
     }
 
     /// Reports whether a node belongs to the main flow (not a map branch).

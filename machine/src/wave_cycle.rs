@@ -17,6 +17,26 @@ use super::routing::{Decision, Query, Reading, decide};
 use crate::graph::{NodeIdx, NodeKind, Strictness, TemplateContext};
 use crate::task::CallError;
 
+/// Which pending nodes the next wave's planning looks at. Only a node
+/// whose in-edges were resolved (or reset) since the last planning can have
+/// become ready or skippable; forced nodes are looked at anyway.
+#[derive(Debug)]
+pub(super) enum Touched {
+    /// Every main-flow node: a new or restored run, a loop's reset, a retry.
+    All,
+    /// The targets of the edges resolved since the last planning.
+    Nodes(Vec<NodeIdx>),
+}
+
+impl Touched {
+    /// Notes that `idx`'s in-edges changed.
+    fn touch(&mut self, idx: NodeIdx) {
+        if let Self::Nodes(nodes) = self {
+            nodes.push(idx);
+        }
+    }
+}
+
 impl RunMachine {
     // ----- waves -------------------------------------------------------
 
@@ -134,7 +154,20 @@ impl RunMachine {
     pub(super) fn ready_nodes(&mut self, fx: &mut Vec<Effect>) -> Vec<NodeIdx> {
         let mut ready: BTreeSet<NodeIdx> = self.run.forced.iter().copied().collect();
         let plan = self.plan.clone();
-        for &idx in plan.main_order() {
+        let order = plan.main_order();
+        // The nodes to look at, by their place in the forward order: a
+        // node skipped here resolves its out-edges, so their targets
+        // (later in the order) are looked at in this same pass.
+        let mut places: BTreeSet<usize> =
+            match std::mem::replace(&mut self.touched, Touched::Nodes(Vec::new())) {
+                Touched::All => (0..order.len()).collect(),
+                Touched::Nodes(nodes) => nodes
+                    .into_iter()
+                    .filter_map(|idx| plan.order_position(idx))
+                    .collect(),
+            };
+        while let Some(place) = places.pop_first() {
+            let idx = order[place];
             if self.run.nodes[idx] != NodeStatus::Pending || ready.contains(&idx) {
                 continue;
             }
@@ -166,6 +199,8 @@ impl RunMachine {
                 for &e in graph.out_edges(idx) {
                     if graph.edges[e].is_forward() {
                         self.run.edges[e] = EdgeStatus::NotTaken;
+                        let target = graph.edges[e].to.node();
+                        places.extend(target.and_then(|to| plan.order_position(to)));
                     }
                 }
                 fx.push(Effect::Emit(RunEvent::NodeSkipped {
@@ -567,6 +602,9 @@ impl RunMachine {
                     } else {
                         EdgeStatus::NotTaken
                     };
+                    if let Some(target) = graph.edges[e].to.node() {
+                        self.touched.touch(target);
+                    }
                 }
             }
             heads.extend(loops.into_iter().map(|head| (idx, head)));
@@ -600,6 +638,7 @@ impl RunMachine {
             }
         }
         self.run.forced.insert(head);
+        self.touched = Touched::All;
         fx.push(Effect::Emit(RunEvent::LoopReset {
             from: graph.node(from).id.clone(),
             head: graph.node(head).id.clone(),

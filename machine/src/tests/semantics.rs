@@ -632,3 +632,36 @@ nodes:
     let error = RunMachine::new(plan(yaml), obj(json!({"other": 1}))).unwrap_err();
     assert!(error.to_string().contains("other"), "{error}");
 }
+
+/// A wave's planning looks only at the nodes whose in-edges changed: a
+/// join whose first input is skipped in one wave and whose second is
+/// taken two waves later still runs, and a skip still carries down a
+/// branch within one planning.
+#[test]
+fn a_join_looked_at_again_when_its_last_input_resolves_runs() {
+    const JOIN: &str = r#"
+nodes:
+  a: { kind: task, handler: a, start: true, next: b }
+  b: { kind: task, handler: b, next: e }
+  c: { kind: task, handler: c, next: d }
+  d: { kind: task, handler: d }
+  e: { kind: task, handler: e }
+  j: { kind: task, handler: j, depends_on: [d, e] }
+edges:
+  - { from: a, to: c, when: "false" }
+"#;
+    let h = Harness::new(JOIN, json!({}))
+        .on("a", noop())
+        .on("b", noop())
+        .on("e", noop())
+        .on("j", write("joined", json!(true)))
+        .run();
+    assert_eq!(h.status(), RunStatus::Completed);
+    assert_eq!(h.skipped(), ["c", "d"]);
+    assert_eq!(
+        h.waves(),
+        [vec!["a"], vec!["b"], vec!["e"], vec!["j"]],
+        "j waits for e although d was skipped two waves before"
+    );
+    assert_eq!(h.state()["joined"], json!(true));
+}
