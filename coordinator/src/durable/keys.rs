@@ -69,9 +69,7 @@ pub fn delta_key(id: &str, name: &str, seq: u64) -> String {
 /// Where the deltas of a run's field begin: the name in hex, so no field's
 /// prefix begins another's.
 pub fn field_deltas_prefix(id: &str, name: &str) -> String {
-    let mut key = run_key(id, &["deltas/", &hex::encode(name), "/"], None);
-    key.reserve(20);
-    key
+    run_key(id, &["deltas/", &hex::encode(name), "/"], None)
 }
 
 /// Where all of a run's deltas begin.
