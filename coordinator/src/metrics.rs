@@ -34,6 +34,10 @@ pub const STATE_BYTES_SENT: &str = "weft_state_bytes_sent_total";
 /// parse: large strings that none of the graph's conditions, routers,
 /// templates, reducers or subgraph nodes read (`weft_machine::held`).
 pub const INPUT_BYTES_HELD: &str = "weft_input_bytes_held_total";
+/// Bytes of steps' writes the coordinator held as their JSON text rather
+/// than parse: large strings a task returned for fields the coordinator
+/// never reads (`weft_machine::held`).
+pub const OUTPUT_BYTES_HELD: &str = "weft_output_bytes_held_total";
 /// Times a task or a running step's model call started waiting for a
 /// rate limit, by limit.
 pub const TASKS_THROTTLED: &str = "weft_tasks_throttled_total";
@@ -128,6 +132,11 @@ pub fn install() -> Result<PrometheusHandle, metrics_exporter_prometheus::BuildE
     metrics::describe_counter!(
         BUNDLE_LISTS_SENT,
         "task attempts that carried their run's bundle list to a worker"
+    );
+    metrics::describe_counter!(
+        OUTPUT_BYTES_HELD,
+        metrics::Unit::Bytes,
+        "bytes of steps' writes held as JSON text, never parsed by the coordinator"
     );
     metrics::describe_counter!(
         INPUT_BYTES_HELD,

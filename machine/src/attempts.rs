@@ -18,16 +18,26 @@ impl RunMachine {
     /// What a returned attempt is: its output, when it is valid JSON of
     /// at most `max_output_fields` fields, or a failed attempt (the
     /// worker's own failure, its message clipped to `max_message_bytes`).
+    ///
+    /// The writes of a step of `holding` (a node of the main flow, not a
+    /// map item's step) keep their large strings that the coordinator
+    /// never reads as their text ([`crate::held`]).
     pub(super) fn returned(
         &self,
         worker: String,
         result: Result<(String, Option<Value>), TaskFailure>,
         read: Vec<u64>,
         notes: Vec<Value>,
+        holding: Option<NodeIdx>,
     ) -> Result<NodeOutput, TaskFailure> {
         let limits = self.plan.limits();
         match result {
-            Ok((writes, output)) => match NodeOutput::accept(&writes, limits.max_output_fields) {
+            Ok((writes, output)) => match holding
+                .and_then(|node| RunInput::read_writes(&self.plan, node, &writes))
+                .map_or_else(
+                    || NodeOutput::accept(&writes, limits.max_output_fields),
+                    |held| NodeOutput::accept_read(held, limits.max_output_fields),
+                ) {
                 Ok(mut parsed) => {
                     parsed.output = output;
                     parsed.read = read;
@@ -136,6 +146,7 @@ impl RunMachine {
         };
         let mut output = output;
         let notes = std::mem::take(&mut output.notes);
+        let held = std::mem::take(&mut output.held);
         self.emit_notes(&task.spec, notes, fx);
         if let Some(item) = task.spec.item.clone() {
             self.item_output(task, item, output, fx);
@@ -162,11 +173,12 @@ impl RunMachine {
             .and_then(|(writes, next)| {
                 self.check_next(next.as_deref())
                     .map_err(|error| (FailureKind::InvalidOutput, error.to_string()))?;
-                Ok((self.changes(s0, writes), next))
+                let (changes, held) = self.changes_holding(s0, writes, held);
+                Ok((changes, held, next))
             })
         };
         match result {
-            Ok((changes, next)) => {
+            Ok((changes, held, next)) => {
                 // Dropping the task's state here matters: the merge updates
                 // the run's state in place only when nothing else holds it.
                 drop(task);
@@ -177,6 +189,9 @@ impl RunMachine {
                     usage: None,
                 }));
                 self.set_member(node, Member::Succeeded { changes, next });
+                if let Some(wave) = self.run.wave.as_mut() {
+                    wave.hold(node, held);
+                }
             }
             // What the coordinator finds wrong with a result is a failed
             // attempt like any other: the retry policy, then the fallback.

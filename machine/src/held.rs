@@ -11,6 +11,14 @@
 //! committed, and compares a write with the held value, not the empty
 //! string, to tell whether it changed anything).
 //!
+//! A step's writes are read the same way ([`RunInput::read_writes`]): a
+//! large string a task returns for a field nothing on the coordinator
+//! reads is kept as the text its worker sent, not parsed and written again,
+//! when the step's node checks its output against no schema and updates no
+//! field from it (those read what the step wrote). The text waits in the
+//! wave (stored with it, so a restored run keeps it) and is the field's
+//! held text once the wave commits.
+//!
 //! Only strings are held: a string's JSON text is read back as the same
 //! string by any JSON reader, once its escapes are checked here as the
 //! parser would check them; a list or object may hold numbers that readers
@@ -23,14 +31,14 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use crate::RunPlan;
-use crate::graph::FieldType;
+use crate::graph::{FieldType, NodeIdx};
 
 /// The size of JSON text from which an input string the coordinator never
 /// reads is held as its text.
 pub const HELD_FIELD_BYTES: usize = 64 * 1024;
 
-/// A run's input, read: the values its machine starts from, and the text
-/// of each field held unparsed (whose value in `values` is `""`).
+/// A run's input or a step's writes, read: the values, and the text of
+/// each field held unparsed (whose value in `values` is `""`).
 #[derive(Debug, Default)]
 pub struct RunInput {
     /// Every field of the input, in its order; a held field's value is an
@@ -57,6 +65,24 @@ impl RunInput {
     /// caller then parses it whole, as before (which says what is wrong,
     /// and refuses a number out of range).
     pub fn read(plan: &RunPlan, text: &str) -> Option<Self> {
+        Self::read_object(plan, text, |_| true)
+    }
+
+    /// Reads `text`, what a step of node `node` returned, as
+    /// [`RunInput::read`] reads an input: `None` when nothing in it is
+    /// held, or when the node reads what its step wrote (an
+    /// `output_schema` checks it, a `state_updates` entry may take it), and
+    /// then the caller parses it whole. `_next` and `_send` are never held.
+    pub fn read_writes(plan: &RunPlan, node: NodeIdx, text: &str) -> Option<Self> {
+        let node = plan.graph().node(node);
+        if node.output_schema.is_some() || !node.state_updates.is_empty() {
+            return None;
+        }
+        let read = Self::read_object(plan, text, |name| name != "_next" && name != "_send")?;
+        (!read.held.is_empty()).then_some(read)
+    }
+
+    fn read_object(plan: &RunPlan, text: &str, may_hold: impl Fn(&str) -> bool) -> Option<Self> {
         if text.len() < HELD_FIELD_BYTES || plan.reads_every_field() {
             return None;
         }
@@ -68,7 +94,7 @@ impl RunInput {
         for (name, text) in entries {
             // A later duplicate replaces an earlier key, as in a parse.
             input.held.remove(&name);
-            if holds(plan, &name, text) {
+            if may_hold(&name) && holds(plan, &name, text) {
                 input.held.insert(name.clone(), Arc::from(text));
                 input.values.insert(name, Value::String(String::new()));
             } else {
@@ -77,6 +103,114 @@ impl RunInput {
         }
         Some(input)
     }
+}
+
+/// Whether a step's write of a field as the held `text` changes it, from
+/// its committed value `s0`, or from `held`, the field's text when the run
+/// holds it. Two held texts are compared as the strings they spell
+/// ([`same_string`]: a script that echoes the state with other escapes
+/// changes nothing); a committed value is compared only with a string
+/// that may equal it, parsed then.
+pub(crate) fn changes_field(text: &str, s0: Option<&Value>, held: Option<&Arc<str>>) -> bool {
+    if let Some(held) = held {
+        return !same_string(held, text);
+    }
+    match s0 {
+        // Its text holds at least its characters and two quotes.
+        Some(Value::String(old)) if old.len() + 2 <= text.len() => {
+            serde_json::from_str::<String>(text).map_or(true, |new| new != *old)
+        }
+        _ => true,
+    }
+}
+
+/// Whether two JSON strings' texts (quotes included, checked as a parse
+/// checks them) spell the same string, whatever their escapes: runs of
+/// equal bytes are compared as blocks, and where they part, one character
+/// of each is read (its escape decoded) and compared, so texts written by
+/// the same writer cost a comparison of their bytes, and no string is
+/// made either way.
+pub fn same_string(a: &str, b: &str) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    let (mut i, mut j) = (0, 0);
+    loop {
+        let common = common_prefix(&a[i..], &b[j..]);
+        i += common;
+        j += common;
+        if i == a.len() || j == b.len() {
+            return i == a.len() && j == b.len();
+        }
+        // Where they part may be inside a character both began alike: go
+        // back to its first byte (both sides have the same bytes before).
+        while i > 0 && j > 0 && a[i] & 0xC0 == 0x80 {
+            i -= 1;
+            j -= 1;
+        }
+        match (decode_one(a, i), decode_one(b, j)) {
+            (Some((x, next_i)), Some((y, next_j))) if x == y => (i, j) = (next_i, next_j),
+            _ => return false,
+        }
+    }
+}
+
+/// How many bytes `a` and `b` begin with alike, found a block at a time.
+fn common_prefix(a: &[u8], b: &[u8]) -> usize {
+    const BLOCK: usize = 64;
+    let shorter = a.len().min(b.len());
+    let mut at = 0;
+    while at + BLOCK <= shorter && a[at..at + BLOCK] == b[at..at + BLOCK] {
+        at += BLOCK;
+    }
+    at + a[at..shorter]
+        .iter()
+        .zip(&b[at..shorter])
+        .take_while(|(x, y)| x == y)
+        .count()
+}
+
+/// The character of a JSON string's text that starts at `at` (a quote
+/// reads as itself, an escape as what it stands for) and where the next
+/// one starts; `None` where the text is not one a parse accepts.
+fn decode_one(bytes: &[u8], at: usize) -> Option<(char, usize)> {
+    let hex = |at: usize| {
+        let digits = std::str::from_utf8(bytes.get(at..at + 4)?).ok()?;
+        u32::from_str_radix(digits, 16).ok()
+    };
+    if bytes[at] != b'\\' {
+        // A character as it is: its UTF-8 bytes.
+        let width = match bytes[at] {
+            0x00..=0x7F => 1,
+            0xC0..=0xDF => 2,
+            0xE0..=0xEF => 3,
+            _ => 4,
+        };
+        let text = std::str::from_utf8(bytes.get(at..at + width)?).ok()?;
+        return Some((text.chars().next()?, at + width));
+    }
+    let decoded = match *bytes.get(at + 1)? {
+        b'"' => '"',
+        b'\\' => '\\',
+        b'/' => '/',
+        b'b' => '\u{8}',
+        b'f' => '\u{c}',
+        b'n' => '\n',
+        b'r' => '\r',
+        b't' => '\t',
+        b'u' => {
+            let unit = hex(at + 2)?;
+            if !(0xD800..0xDC00).contains(&unit) {
+                return Some((char::from_u32(unit)?, at + 6));
+            }
+            if bytes.get(at + 6..at + 8)? != b"\\u" {
+                return None;
+            }
+            let low = hex(at + 8)?;
+            let code = 0x10000 + ((unit - 0xD800) << 10) + low.checked_sub(0xDC00)?;
+            return Some((char::from_u32(code)?, at + 12));
+        }
+        _ => return None,
+    };
+    Some((decoded, at + 2))
 }
 
 /// Whether field `name`, given as `text`, is held.

@@ -102,6 +102,12 @@ pub struct RunMachine {
     /// state is a placeholder: kept apart from the progress, since a
     /// checkpoint stores every field's text and a restored run parses them.
     held: BTreeMap<String, Arc<str>>,
+    /// Those of `held` that a step wrote (the others are as the input
+    /// gave them).
+    held_from_steps: BTreeSet<String>,
+    /// Bytes of steps' writes held as their text since the actor last
+    /// took the count (for its metric).
+    held_write_bytes: u64,
     /// The pending nodes the next wave's planning looks at: those whose
     /// edges or status changed since the last (a long chain's wave looks
     /// at one node, not all). Not stored: a restored run looks at all.
@@ -253,6 +259,8 @@ impl RunMachine {
             run,
             progress_room: 0,
             held: BTreeMap::new(),
+            held_from_steps: BTreeSet::new(),
+            held_write_bytes: 0,
             touched: wave_cycle::Touched::All,
         })
     }
@@ -276,10 +284,52 @@ impl RunMachine {
         self.held.iter()
     }
 
+    /// The bytes of steps' writes held as their text ([`held`]) since the
+    /// last call.
+    pub fn take_held_write_bytes(&mut self) -> u64 {
+        std::mem::take(&mut self.held_write_bytes)
+    }
+
+    /// The fields that were held as the run's input gave them and that no
+    /// step has written since: a client that kept its input need not be
+    /// sent them back.
+    pub fn held_as_input(&self) -> impl Iterator<Item = &String> {
+        self.held
+            .keys()
+            .filter(|name| !self.held_from_steps.contains(*name))
+    }
+
     /// The fields of a step's `writes` that change the committed state
     /// `s0`: a held field's value is its text's, not the placeholder.
     fn changes(&self, s0: &Map<String, Value>, writes: Map<String, Value>) -> Map<String, Value> {
         merge::changed_fields_held(s0, writes, &self.held)
+    }
+
+    /// As [`RunMachine::changes`], for writes of which `held` are held as
+    /// their text: the changes, and the held texts of those that change
+    /// their field ([`held::changes_field`]).
+    fn changes_holding(
+        &self,
+        s0: &Map<String, Value>,
+        mut writes: Map<String, Value>,
+        mut held: BTreeMap<String, Arc<str>>,
+    ) -> (Map<String, Value>, BTreeMap<String, Arc<str>>) {
+        if held.is_empty() {
+            return (self.changes(s0, writes), held);
+        }
+        let mut placeholders = Vec::with_capacity(held.len());
+        held.retain(|name, text| {
+            let placeholder = writes.remove(name);
+            let changes = held::changes_field(text, s0.get(name), self.held.get(name));
+            if let (Some(placeholder), true) = (placeholder, changes) {
+                placeholders.push((name.clone(), placeholder));
+                return true;
+            }
+            false
+        });
+        let mut changes = self.changes(s0, writes);
+        changes.extend(placeholders);
+        (changes, held)
     }
 
     /// The progress as JSON without the state, which checkpoints store
@@ -352,6 +402,8 @@ impl RunMachine {
             run,
             progress_room: 0,
             held: BTreeMap::new(),
+            held_from_steps: BTreeSet::new(),
+            held_write_bytes: 0,
             touched: wave_cycle::Touched::All,
         })
     }
@@ -455,8 +507,18 @@ impl RunMachine {
             } => {
                 // Its calls were spent whether or not its output is taken.
                 self.noted(key, notes, &mut fx);
-                match self.returned(worker, result, read, Vec::new()) {
-                    Ok(output) => self.task_succeeded(key, output, &mut fx),
+                let holding = self
+                    .run
+                    .tasks
+                    .get(key)
+                    .filter(|task| task.item.is_none())
+                    .map(|task| task.node);
+                match self.returned(worker, result, read, Vec::new(), holding) {
+                    Ok(output) => {
+                        let held = output.held.values().map(|text| text.len() as u64);
+                        self.held_write_bytes += held.sum::<u64>();
+                        self.task_succeeded(key, output, &mut fx)
+                    }
                     Err(failure) => self.task_failed(key, failure, &mut fx),
                 }
             }

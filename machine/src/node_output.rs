@@ -1,9 +1,14 @@
 //! What a task returned, as the machine takes it: the fields it wrote,
 //! its `_next`, and the teammate messages it sends (`_send`).
 
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
 use serde_json::{Map, Value};
 
 use weft_proto::events::RunEvent;
+
+use crate::RunInput;
 
 /// A message a step asks to send.
 #[derive(Debug, Clone, PartialEq)]
@@ -33,6 +38,9 @@ pub struct NodeOutput {
     pub notes: Vec<Value>,
     /// The worker that ran it (for `node_finished`).
     pub worker: Option<String>,
+    /// The fields written that are held as their JSON text
+    /// ([`crate::held`]): their value in `writes` is a placeholder.
+    pub held: BTreeMap<String, Arc<str>>,
 }
 
 /// Why what a task returned is not a node's output.
@@ -72,7 +80,19 @@ impl NodeOutput {
         } else {
             serde_json::from_str(json).map_err(|error| OutputError::NotJson(error.to_string()))?
         };
-        let output = Self::from_json(value)?;
+        Self::from_json(value)?.at_most(max_fields)
+    }
+
+    /// As [`NodeOutput::accept`], for an output read with its large
+    /// strings held as their text ([`RunInput::read_writes`]).
+    pub fn accept_read(read: RunInput, max_fields: usize) -> Result<Self, OutputError> {
+        let mut output = Self::from_json(Value::Object(read.values))?;
+        output.held = read.held;
+        output.at_most(max_fields)
+    }
+
+    fn at_most(self, max_fields: usize) -> Result<Self, OutputError> {
+        let output = self;
         if output.writes.len() > max_fields {
             return Err(OutputError::TooManyFields {
                 count: output.writes.len(),
@@ -111,6 +131,7 @@ impl NodeOutput {
             read: Vec::new(),
             notes: Vec::new(),
             worker: None,
+            held: BTreeMap::new(),
         })
     }
 }

@@ -3,7 +3,8 @@
 //! worker-hosted predicates). A wave holds S0, the committed state when it
 //! started, which every member sees.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -98,6 +99,41 @@ pub(super) struct Wave {
     /// Members whose wait for a human has been announced.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     announced: Vec<NodeIdx>,
+    /// The writes of succeeded members held as their text
+    /// ([`crate::held`]), whose value in the member's changes is a
+    /// placeholder: stored with the wave, so a restored run still has them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    held: Vec<HeldWrite>,
+}
+
+/// A member's write of `field`, held as its JSON text.
+#[derive(Debug, Serialize, Deserialize)]
+struct HeldWrite {
+    node: NodeIdx,
+    field: String,
+    #[serde(with = "raw_text")]
+    text: Arc<str>,
+}
+
+/// A held text stored as the JSON it is, not as a string of it.
+mod raw_text {
+    use std::sync::Arc;
+
+    use serde::de::Error as _;
+    use serde::ser::Error as _;
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+    use serde_json::value::RawValue;
+
+    pub(super) fn serialize<S: Serializer>(text: &Arc<str>, to: S) -> Result<S::Ok, S::Error> {
+        // Borrowed: checked, not copied.
+        let raw: &RawValue = serde_json::from_str(text).map_err(S::Error::custom)?;
+        raw.serialize(to)
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(from: D) -> Result<Arc<str>, D::Error> {
+        let raw = Box::<RawValue>::deserialize(from).map_err(D::Error::custom)?;
+        Ok(Arc::from(raw.get()))
+    }
 }
 
 impl Wave {
@@ -110,7 +146,36 @@ impl Wave {
             members,
             phase: Phase::Running,
             announced: Vec::new(),
+            held: Vec::new(),
         }
+    }
+
+    /// Keeps member `node`'s writes held as their text, by field.
+    pub(super) fn hold(&mut self, node: NodeIdx, held: BTreeMap<String, Arc<str>>) {
+        self.held.retain(|write| write.node != node);
+        self.held.extend(
+            held.into_iter()
+                .map(|(field, text)| HeldWrite { node, field, text }),
+        );
+    }
+
+    /// The held writes the wave commits: those of members that succeeded
+    /// (not of one that fell back after its routing failed) whose field
+    /// is among `committed`.
+    pub(super) fn take_held(
+        &mut self,
+        committed: &Map<String, Value>,
+    ) -> impl Iterator<Item = (String, Arc<str>)> + use<> {
+        let succeeded: Vec<NodeIdx> = self
+            .iter()
+            .filter(|(_, member)| matches!(member, Member::Succeeded { .. }))
+            .map(|(node, _)| node)
+            .collect();
+        let mut held = std::mem::take(&mut self.held);
+        held.retain(|write| {
+            succeeded.contains(&write.node) && committed.contains_key(&write.field)
+        });
+        held.into_iter().map(|write| (write.field, write.text))
     }
 
     /// The wave's step number.

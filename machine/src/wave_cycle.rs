@@ -560,9 +560,16 @@ impl RunMachine {
         // The wave's hold on S0 goes first, so the state is updated in
         // place when nothing else holds it.
         wave.release_s0();
-        // A held field written is a value from now on.
+        // A held field written is a value from now on, or the text of the
+        // step's write that is held in turn.
         if !self.held.is_empty() {
             self.held.retain(|field, _| !overlay.contains_key(field));
+            self.held_from_steps
+                .retain(|field| !overlay.contains_key(field));
+        }
+        for (field, text) in wave.take_held(&overlay) {
+            self.held_from_steps.insert(field.clone());
+            self.held.insert(field, text);
         }
         match view {
             Some(view) => self.run.state = view,

@@ -152,6 +152,9 @@ fn register(worker: &mut Worker, slots: u32) {
             Ok::<_, String>(json!({"doubled": item * 2}))
         },
     );
+    worker.handler("report", |_: serde::de::IgnoredAny, _| async move {
+        Ok::<_, String>(json!({"report": "x".repeat(10_000_000)}))
+    });
     worker.handler("sleep50", |_: serde::de::IgnoredAny, _| async move {
         tokio::time::sleep(Duration::from_millis(50)).await;
         Ok::<_, String>(json!({}))
@@ -346,6 +349,9 @@ async fn run_all(args: &Args) -> Result<Vec<Figure>> {
     }
     if wanted("w4") {
         figures.extend(big_state::w4(&client, args).await?);
+    }
+    if wanted("w4w") {
+        figures.push(big_state::w4_written(&client, args).await?);
     }
     if wanted("w6") {
         figures.extend(many_runs::w6(&client, args).await?);

@@ -7,6 +7,8 @@
 
 use std::time::Duration;
 
+use anyhow::Context;
+
 use serde_json::{Value, json};
 use weft_client::{Client, GraphBundle, RunStatus};
 use weft_proto::v1 as pb;
@@ -295,4 +297,113 @@ nodes:
     let info = raw_info(&cluster, &run.run_id, &["doc"]).await?;
     assert!(info.input_fields.is_empty(), "written: sent whole");
     Ok(())
+}
+
+/// A script that prints `{"report": DOCUMENT}` — the document of
+/// [`document`], built and spelled by Python (which escapes every
+/// character outside ASCII).
+const WRITE_REPORT: &str = r#"[python3, -c, 'import json; print(json.dumps({"report": "é \"quoted\" back\\slash\nline 😀 \u0001\t" * 30000}))']"#;
+
+/// A script that reports the length of the report it read.
+const READ_REPORT: &str = r#"[python3, -c, 'import json, os; s = json.load(open(os.environ["GRAPH_STATE"])); print(json.dumps({"length": len(s["report"])}))']"#;
+
+#[tokio::test]
+async fn a_large_string_a_step_writes_is_held_across_a_restart_mid_wave() -> anyhow::Result<()> {
+    let (mut cluster, client) = one_worker().await?;
+    let doc = document();
+    let marker =
+        |n: u32| std::env::temp_dir().join(format!("weft-held-write-{}-{n}", std::process::id()));
+    for n in 0..2 {
+        std::fs::remove_file(marker(n)).ok();
+    }
+    // `write` and the map `fan` run in one wave: the report waits in the
+    // wave, held, while the map's items wait for their markers. Item 0's
+    // end is checkpointed with the wave (and the report in it); item 1
+    // ends after a restart.
+    let graph = GraphBundle::from_text(
+        "report.yaml",
+        &format!(
+            r#"
+nodes:
+  write: {{ kind: script, run: {WRITE_REPORT}, start: true, next: last }}
+  fan:
+    kind: map
+    start: true
+    next: last
+    over: "{{{{ items }}}}"
+    as: item
+    branch: work
+    output_key: out
+    collect_into: results
+  work:
+    kind: script
+    run: [sh, -c, 'while [ ! -e "$1-$WEFT_ITEM" ]; do sleep 0.05; done; echo "{{\"out\": $WEFT_ITEM}}"', x, "{}"]
+  last: {{ kind: script, run: {READ_REPORT} }}
+"#,
+            std::env::temp_dir()
+                .join(format!("weft-held-write-{}", std::process::id()))
+                .display()
+        ),
+    );
+    let run = client
+        .submit_bundle(graph, &json!({"items": [0, 1]}))
+        .await?;
+    let mut events = Box::pin(client.watch(&run.run_id, 0).await?);
+    node_finished(&mut events, "write").await?;
+    let held = cluster.counter("weft_output_bytes_held_total")?;
+    assert!(
+        held >= doc.len() as u64 && held < 3 * doc.len() as u64,
+        "the report's text held once: {held} bytes for {}",
+        doc.len()
+    );
+    std::fs::write(marker(0), "")?;
+    node_finished(&mut events, "work").await?;
+    drop(events);
+    cluster.restart_coordinator()?;
+    let client = cluster.client().await?;
+    std::fs::write(marker(1), "")?;
+    let done = tokio::time::timeout(Duration::from_secs(60), client.wait(&run.run_id)).await??;
+    for n in 0..2 {
+        std::fs::remove_file(marker(n)).ok();
+    }
+    assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error);
+    // (Compared without printing a megabyte when they differ.)
+    let report = done.state["report"].as_str().unwrap_or_default();
+    assert!(
+        report == doc,
+        "exact, as Python wrote it: {} characters",
+        report.len()
+    );
+    assert_eq!(done.state["results"], json!([0, 1]));
+    assert_eq!(
+        done.state["length"],
+        json!(doc.chars().count()),
+        "the next step read it whole"
+    );
+    let read_again = cluster.client().await?.get(&run.run_id).await?;
+    assert!(
+        read_again.state["report"] == json!(doc),
+        "read again, exact"
+    );
+    Ok(())
+}
+
+/// Reads `events` until node `node` has finished (a step of it, for a
+/// map item's chain).
+async fn node_finished(
+    events: &mut (
+             impl tokio_stream::Stream<Item = Result<weft_client::Event, weft_client::ClientError>>
+             + Unpin
+         ),
+    node: &str,
+) -> anyhow::Result<()> {
+    use tokio_stream::StreamExt;
+    loop {
+        let event = tokio::time::timeout(Duration::from_secs(30), events.next())
+            .await?
+            .context("the watch ended")??;
+        if event.kind == "node_finished" && event.body["node"] == json!(node) {
+            return Ok(());
+        }
+    }
 }

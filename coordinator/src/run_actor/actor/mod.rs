@@ -710,7 +710,7 @@ impl RunActor {
             status: self.machine.status(),
             state: self.machine.state().clone(),
             state_texts: self.fields.texts(self.machine.state()),
-            as_input: self.machine.held().map(|(name, _)| name.clone()).collect(),
+            as_input: self.machine.held_as_input().cloned().collect(),
             error: self.machine.error().cloned(),
             waiting: self.machine.waiting(),
             event_count: self.published as u64,

@@ -74,6 +74,10 @@ impl RunActor {
                     read: outcome.read,
                     notes,
                 });
+                let held = self.machine.take_held_write_bytes();
+                if held > 0 {
+                    metrics::counter!(crate::metrics::OUTPUT_BYTES_HELD).increment(held);
+                }
             }
             DispatchEvent::TaskUnhosted {
                 job,

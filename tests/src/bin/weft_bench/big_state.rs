@@ -8,6 +8,8 @@ use anyhow::{Result, ensure};
 use serde_json::json;
 use weft_client::Client;
 
+use weft_client::{GraphBuilder, NodeBuilder};
+
 use super::{Args, Figure, chain, median, timed};
 
 /// W4: a chain of 20 next to a 10 MB field, and the same state through one
@@ -64,4 +66,28 @@ pub(crate) async fn w4(client: &Client, args: &Args) -> Result<Vec<Figure>> {
         });
     }
     Ok(figures)
+}
+
+/// W4 written (`--only w4w`, not in `bench/compare.sh`): one step returns
+/// a 10 MB string that nothing on the coordinator reads, which the run
+/// holds as the text its worker sent, and the client reads back.
+pub(crate) async fn w4_written(client: &Client, args: &Args) -> Result<Figure> {
+    let graph = GraphBuilder::new("w4w")
+        .setting("durability", args.durability.as_str())
+        .node("write", NodeBuilder::task("report").start());
+    let samples = timed(client, &graph, &json!({}), args.iterations, |s| {
+        ensure!(
+            s["report"].as_str().map(str::len) == Some(10_000_000),
+            "no report"
+        );
+        Ok(())
+    })
+    .await?;
+    let median = median(&samples).as_secs_f64();
+    Ok(Figure {
+        id: "w4_written".into(),
+        label: "W4 a step writes 10 MB (1 node)".into(),
+        per: Some((median * 1e6, "µs/run")),
+        samples,
+    })
 }
