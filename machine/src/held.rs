@@ -19,10 +19,17 @@
 //! wave (stored with it, so a restored run keeps it) and is the field's
 //! held text once the wave commits.
 //!
-//! Only strings are held: a string's JSON text is read back as the same
-//! string by any JSON reader, once its escapes are checked here as the
-//! parser would check them; a list or object may hold numbers that readers
-//! take differently. Arrays and objects are parsed as before.
+//! Strings, lists and objects are held (a held field's placeholder is an
+//! empty one of its kind, so a declared type still checks). A held text is
+//! passed on as it came, so it must read back, with any JSON reader, as
+//! what the coordinator's own parse and write would have passed on: its
+//! escapes are checked here as a parse checks them (every surrogate
+//! paired); a list or object is held only when every number in it is one
+//! that readers agree on (an integer within 64 bits, or a finite float —
+//! a longer integer is read exactly by some readers and as a float by
+//! others), no object in it has a key twice (some readers refuse that) and
+//! it nests no deeper than a parse accepts ([`plain`]). Anything else is
+//! parsed as before.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -96,7 +103,7 @@ impl RunInput {
             input.held.remove(&name);
             if may_hold(&name) && holds(plan, &name, text) {
                 input.held.insert(name.clone(), Arc::from(text));
-                input.values.insert(name, Value::String(String::new()));
+                input.values.insert(name, placeholder(text));
             } else {
                 input.values.insert(name, serde_json::from_str(text).ok()?);
             }
@@ -107,18 +114,34 @@ impl RunInput {
 
 /// Whether a step's write of a field as the held `text` changes it, from
 /// its committed value `s0`, or from `held`, the field's text when the run
-/// holds it. Two held texts are compared as the strings they spell
-/// ([`same_string`]: a script that echoes the state with other escapes
-/// changes nothing); a committed value is compared only with a string
-/// that may equal it, parsed then.
+/// holds it. Texts the same byte for byte are the same value. Two held
+/// strings are compared as the strings they spell ([`same_string`]: a
+/// script that echoes the state with other escapes changes nothing); two
+/// held lists or objects that differ in their bytes are parsed and
+/// compared (so a change costs what it did before). A committed value is
+/// compared only with a text of its kind, parsed then.
 pub(crate) fn changes_field(text: &str, s0: Option<&Value>, held: Option<&Arc<str>>) -> bool {
+    let parsed_differs =
+        |old: &Value| serde_json::from_str::<Value>(text).map_or(true, |new| new != *old);
     if let Some(held) = held {
-        return !same_string(held, text);
+        if **held == *text {
+            return false;
+        }
+        return match (held.as_bytes()[0], text.as_bytes()[0]) {
+            (b'"', b'"') => !same_string(held, text),
+            (b'[', b'[') | (b'{', b'{') => {
+                serde_json::from_str::<Value>(held).map_or(true, |old| parsed_differs(&old))
+            }
+            _ => true,
+        };
     }
-    match s0 {
+    match (s0, text.as_bytes()[0]) {
         // Its text holds at least its characters and two quotes.
-        Some(Value::String(old)) if old.len() + 2 <= text.len() => {
+        (Some(Value::String(old)), b'"') if old.len() + 2 <= text.len() => {
             serde_json::from_str::<String>(text).map_or(true, |new| new != *old)
+        }
+        (Some(old @ Value::Array(_)), b'[') | (Some(old @ Value::Object(_)), b'{') => {
+            parsed_differs(old)
         }
         _ => true,
     }
@@ -216,12 +239,141 @@ fn decode_one(bytes: &[u8], at: usize) -> Option<(char, usize)> {
 /// Whether field `name`, given as `text`, is held.
 fn holds(plan: &RunPlan, name: &str, text: &str) -> bool {
     let declared = plan.graph().field(name).map(|field| field.ty);
+    let (kind, check): (FieldType, fn(&str) -> bool) = match text.as_bytes().first() {
+        Some(b'"') => (FieldType::String, escapes_are_valid),
+        Some(b'[') => (FieldType::Array, plain),
+        Some(b'{') => (FieldType::Object, plain),
+        _ => return false,
+    };
     text.len() >= HELD_FIELD_BYTES
-        && text.starts_with('"')
-        && matches!(declared, None | Some(FieldType::Any | FieldType::String))
+        && declared.is_none_or(|declared| declared == FieldType::Any || declared == kind)
         && (declared.is_some() || !plan.graph().settings.strict_state)
         && plan.never_reads(name)
-        && escapes_are_valid(text)
+        && check(text)
+}
+
+/// The value a held field has in the state: an empty one of its text's
+/// kind, which nothing on the coordinator reads.
+fn placeholder(text: &str) -> Value {
+    match text.as_bytes().first() {
+        Some(b'[') => Value::Array(Vec::new()),
+        Some(b'{') => Value::Object(Map::new()),
+        _ => Value::String(String::new()),
+    }
+}
+
+/// How deep a field's lists and objects may nest: a parse of the whole
+/// object refuses 128 levels (`serde_json`'s limit), and the field's value
+/// is one level in.
+const MOST_NESTED: usize = 126;
+
+/// Whether the text of a list or object (its syntax checked already, as
+/// [`entries`] checks it) reads the same with any JSON reader as it would
+/// once parsed and written again by the coordinator: its escapes valid,
+/// every integer within 64 bits and every other number finite, no key
+/// twice in one object, nested no deeper than a parse accepts.
+pub fn plain(text: &str) -> bool {
+    if !escapes_are_valid(text) {
+        return false;
+    }
+    let bytes = text.as_bytes();
+    // One entry an open list (`None`) or object (the keys it has).
+    let mut open: Vec<Option<Keys<'_>>> = Vec::new();
+    let mut key_next = false;
+    let mut at = 0;
+    while at < bytes.len() {
+        match bytes[at] {
+            b'{' | b'[' => {
+                let object = bytes[at] == b'{';
+                open.push(object.then(Keys::default));
+                if open.len() > MOST_NESTED {
+                    return false;
+                }
+                key_next = object;
+                at += 1;
+            }
+            b'}' | b']' => {
+                open.pop();
+                key_next = false;
+                at += 1;
+            }
+            b',' => {
+                key_next = matches!(open.last(), Some(Some(_)));
+                at += 1;
+            }
+            b':' => {
+                key_next = false;
+                at += 1;
+            }
+            b'"' => {
+                let Some(length) = string_length(bytes, at) else {
+                    return false;
+                };
+                if key_next {
+                    let key = &text[at..at + length];
+                    let added = match open.last_mut() {
+                        Some(Some(keys)) => keys.insert(key),
+                        _ => false,
+                    };
+                    if !added {
+                        return false;
+                    }
+                }
+                at += length;
+            }
+            b'-' | b'0'..=b'9' => {
+                let length = bytes[at..]
+                    .iter()
+                    .position(|b| !matches!(b, b'-' | b'+' | b'.' | b'e' | b'E' | b'0'..=b'9'))
+                    .unwrap_or(bytes.len() - at);
+                if !agreed_number(&text[at..at + length]) {
+                    return false;
+                }
+                at += length;
+            }
+            // The letters of `true`, `false` and `null`, and whitespace.
+            b't' | b'r' | b'u' | b'e' | b'f' | b'a' | b'l' | b's' | b'n' => at += 1,
+            b' ' | b'\n' | b'\t' | b'\r' => at += 1,
+            _ => return false,
+        }
+    }
+    open.is_empty()
+}
+
+/// Whether every JSON reader reads number `text` as the coordinator's
+/// parse and write would pass it on: an integer within 64 bits, or a
+/// finite float.
+fn agreed_number(text: &str) -> bool {
+    if text.bytes().any(|b| matches!(b, b'.' | b'e' | b'E')) {
+        text.parse::<f64>().is_ok_and(f64::is_finite)
+    } else if text.starts_with('-') {
+        text.parse::<i64>().is_ok()
+    } else {
+        text.parse::<u64>().is_ok()
+    }
+}
+
+/// The keys of one object so far, as the strings they spell (a key
+/// written with escapes is the same key as written without).
+#[derive(Default)]
+struct Keys<'a> {
+    seen: foldhash::HashSet<std::borrow::Cow<'a, str>>,
+}
+
+impl<'a> Keys<'a> {
+    /// Adds `text`, a key's JSON text; `false` when the object has it.
+    fn insert(&mut self, text: &'a str) -> bool {
+        let inner = &text[1..text.len() - 1];
+        let key = if inner.contains('\\') {
+            match serde_json::from_str::<String>(text) {
+                Ok(key) => std::borrow::Cow::Owned(key),
+                Err(_) => return false,
+            }
+        } else {
+            std::borrow::Cow::Borrowed(inner)
+        };
+        self.seen.insert(key)
+    }
 }
 
 /// Whether a JSON string's `\u` escapes are what a parse into a Rust
@@ -411,19 +563,85 @@ mod tests {
         let text = json!({"blob": blob, "list": [blob]}).to_string();
         let read = "version: 1\nname: g\nnodes:\n  a:\n    kind: task\n    handler: inc\n    start: true\n    end: true\n    state_updates: {n: \"{{ blob | length }}\"}\n";
         let input = RunInput::read(&plan(read), &text).unwrap();
-        assert!(input.held.is_empty(), "read by a template: parsed");
-        assert_eq!(input.values["blob"], json!(blob));
-        let input = RunInput::read(&plan(CHAIN), &text).unwrap();
         assert_eq!(
             input.held.keys().collect::<Vec<_>>(),
-            ["blob"],
-            "a list is parsed"
+            ["list"],
+            "read by a template: parsed"
+        );
+        assert_eq!(input.values["blob"], json!(blob));
+        assert_eq!(input.values["list"], json!([]), "a list's placeholder");
+        let input = RunInput::read(&plan(CHAIN), &text).unwrap();
+        assert_eq!(input.held.keys().collect::<Vec<_>>(), ["blob", "list"]);
+        let typed = "version: 1\nname: g\nstate:\n  blob: {type: object}\n  list: {type: array}\nnodes:\n  a: {kind: task, handler: inc, start: true, end: true}\n";
+        let input = RunInput::read(&plan(typed), &text).unwrap();
+        assert_eq!(
+            input.held.keys().collect::<Vec<_>>(),
+            ["list"],
+            "declared another type: parsed, for the machine to refuse"
         );
         let strict = "version: 1\nname: g\nsettings: {strict_state: true}\nstate:\n  n: {type: integer, default: 0}\nnodes:\n  a: {kind: task, handler: inc, start: true, end: true}\n";
         let input = RunInput::read(&plan(strict), &text).unwrap();
         assert!(
             input.held.is_empty(),
             "undeclared under strict_state: the machine refuses it"
+        );
+    }
+
+    #[test]
+    fn a_list_or_object_is_held_when_every_reader_reads_it_alike() {
+        let plan = plan(CHAIN);
+        let pad = big("x");
+        let held = |value: &str| {
+            let text = format!(r#"{{"v": {value}, "pad": ["{pad}"]}}"#);
+            let input = RunInput::read(&plan, &text)?;
+            let parsed: Map<String, Value> = serde_json::from_str(&text).ok()?;
+            match input.held.get("v") {
+                Some(held) => {
+                    let again: Value = serde_json::from_str(held).unwrap();
+                    assert_eq!(again, parsed["v"], "{value}");
+                    Some(true)
+                }
+                None => {
+                    assert_eq!(input.values["v"], parsed["v"], "{value}");
+                    Some(false)
+                }
+            }
+        };
+        let padded = |value: &str| format!(r#"[{value}, "{pad}"]"#);
+        for alike in [
+            r#"[1, -5, 0, -0, 1.5, 1e3, -2.5E-3, 18446744073709551615, -9223372036854775808]"#,
+            r#"{"a": {"a": 1}, "b": [{"a": 2}, {"a": 3}], "c": null, "d": [true, false]}"#,
+            r#"{"é": 1, "\u00e8": 2, "k\"ey": "v\ud83d\ude00"}"#,
+            r#"[[], {}, [[[]]], " x "]"#,
+        ] {
+            assert_eq!(held(&padded(alike)), Some(true), "{alike}");
+        }
+        for unlike in [
+            // Read exactly by some readers, as a float by others.
+            "18446744073709551616",
+            "-9223372036854775809",
+            "123456789012345678901234567890",
+            // A key twice, however it is spelled.
+            r#"{"a": 1, "a": 2}"#,
+            r#"{"a": 1, "\u0061": 2}"#,
+            r#"{"b": {"a": 1, "a": 2}}"#,
+        ] {
+            assert_eq!(held(&padded(unlike)), Some(false), "{unlike}");
+        }
+        // What a parse refuses: refused whole, as before.
+        for refused in [
+            "1e400".to_owned(),
+            r#""\ud800""#.to_owned(),
+            format!("{}{}", "[".repeat(126), "]".repeat(126)),
+        ] {
+            let start = &refused[..10.min(refused.len())];
+            assert_eq!(held(&padded(&refused)), None, "{start}");
+        }
+        let deepest = format!("{}{}", "[".repeat(125), "]".repeat(125));
+        assert_eq!(
+            held(&padded(&deepest)),
+            Some(true),
+            "as deep as a parse goes"
         );
     }
 

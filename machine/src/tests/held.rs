@@ -375,3 +375,24 @@ fn same_string_reads_escapes_as_a_parse_does() {
     assert!(!same_string(r#""\ud83d\ude00""#, r#""😁""#));
     assert!(same_string(r#""\ud83d\ude00""#, r#""😀""#));
 }
+
+#[test]
+fn a_list_a_step_returns_is_held_and_an_echo_spaced_otherwise_changes_nothing() {
+    let items: Vec<Value> = (0..HELD_FIELD_BYTES / 16)
+        .map(|i| json!({"i": i, "s": "é"}))
+        .collect();
+    let mut run = Returns::start(WRITE_THEN_READ, r#"{"n": 0}"#);
+    run.returns("write", &json!({"items": items}).to_string());
+    let held = run.machine.held_text("items").expect("held");
+    assert_eq!(serde_json::from_str::<Value>(held).unwrap(), json!(items));
+    assert_eq!(
+        run.machine.state()["items"],
+        json!([]),
+        "a list's placeholder"
+    );
+    // The next step returns the whole state, spaced and escaped otherwise.
+    let echoed = serde_json::to_string_pretty(&json!({"items": items, "n": 1})).unwrap();
+    run.returns("read", &echoed.replace('é', "\\u00e9"));
+    assert_eq!(run.changed(), ["items", "n"], "the echo changed only n");
+    assert_eq!(run.machine.status(), RunStatus::Completed);
+}

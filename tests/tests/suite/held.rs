@@ -407,3 +407,57 @@ async fn node_finished(
         }
     }
 }
+
+#[tokio::test]
+async fn a_large_list_nothing_reads_is_held_in_the_input_and_in_a_steps_result()
+-> anyhow::Result<()> {
+    let (cluster, client) = one_worker().await?;
+    let rows: Vec<Value> = (0..4000)
+        .map(|i| json!({"id": i, "name": format!("row é {i}"), "score": i as f64 / 8.0}))
+        .collect();
+    // `echo` returns the whole state as Python spaces it, with `count`
+    // added; `grow` writes a longer list of its own.
+    let graph = GraphBundle::from_text(
+        "rows.yaml",
+        r#"
+nodes:
+  echo:
+    kind: script
+    start: true
+    next: grow
+    run: [python3, -c, 'import json, os; s = json.load(open(os.environ["GRAPH_STATE"])); s["count"] = len(s["rows"]); print(json.dumps(s))']
+  grow:
+    kind: script
+    run: [python3, -c, 'import json, os; s = json.load(open(os.environ["GRAPH_STATE"])); print(json.dumps({"more": s["rows"] + [{"id": -1}]}))']
+"#,
+    );
+    let text = serde_json::to_string(&rows)?;
+    let run = client.submit_bundle(graph, &json!({"rows": rows})).await?;
+    let done = tokio::time::timeout(Duration::from_secs(60), client.wait(&run.run_id)).await??;
+    assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error);
+    assert_eq!(
+        held_bytes(&cluster)?,
+        text.len() as u64,
+        "the input's list, held"
+    );
+    let output = cluster.counter("weft_output_bytes_held_total")?;
+    assert!(
+        output > text.len() as u64,
+        "the grown list held too: {output}"
+    );
+    assert!(done.state["rows"] == json!(rows), "the input's list, exact");
+    assert_eq!(done.state["count"], json!(4000));
+    let more = done.state["more"].as_array().context("more")?;
+    assert_eq!(more.len(), 4001);
+    assert!(more[..4000] == rows[..], "the written list, exact");
+    // The echo, spaced and escaped otherwise, changed only `count`.
+    let changed = weft_tests::events_of(&client, &run.run_id, "state_changed").await?;
+    let fields: Vec<&Value> = changed
+        .iter()
+        .flat_map(|e| e.body["fields"].as_array().into_iter().flatten())
+        .collect();
+    assert_eq!(fields, [&json!("count"), &json!("more")]);
+    // (A list with an integer past 64 bits is parsed: the Rust client
+    // cannot send one, so `weft_machine::held`'s tests show it.)
+    Ok(())
+}
