@@ -18,6 +18,7 @@ pub use crate::error::ClientError;
 use crate::kept::{self, KeptInputs};
 pub use crate::runs::{Answer, ChildRun, Event, RunInfo, UnhostedWait, WaitingNode};
 use crate::runs::{ENDS_OR_PAUSES, ends_or_pauses_on_wire, run_info};
+use crate::sent::{self, SentValues};
 
 /// A run's status (the coordinator's own vocabulary).
 pub use weft_proto::types::RunStatus;
@@ -83,6 +84,9 @@ pub struct Client {
     /// The large strings of the inputs it submitted, until it reads each
     /// run's end (`kept`).
     kept: std::sync::Arc<KeptInputs>,
+    /// The large strings it sent that the coordinator keeps, to name
+    /// rather than send again (`sent`).
+    sent: std::sync::Arc<SentValues>,
 }
 
 impl Client {
@@ -121,6 +125,9 @@ impl Client {
             runs,
             channel,
             kept,
+            // Another identity may be another namespace, where the values
+            // this one sent are not found.
+            sent: Default::default(),
         }
     }
 
@@ -169,25 +176,60 @@ impl Client {
         options: SubmitOptions,
     ) -> Result<Submitted, ClientError> {
         // Through a value, so long strings are written by the fast writer;
-        // its large strings are kept rather than sent back (`kept`).
+        // its large strings are kept rather than sent back (`kept`), and
+        // those sent before are named rather than sent again (`sent`).
         let mut input = serde_json::to_value(input)
             .map_err(|e| ClientError::Invalid(format!("the input does not serialize: {e}")))?;
-        let input_json = weft_proto::json::to_string(&input);
-        let large = kept::take_large(&mut input);
         if let Some(too_large) = bundle.too_large(weft_proto::MAX_MESSAGE_BYTES) {
             return Err(ClientError::Invalid(too_large));
         }
         // What a refusal for size would not say: which files make it big.
         let contents = bundle.size_and_largest();
-        let request = pb::SubmitRequest {
-            bundle: Some(to_proto(bundle)),
-            input_json,
-            priority: options
-                .priority
-                .map(|p| p.as_str().to_owned())
-                .unwrap_or_default(),
+        let mut bundle = Some(to_proto(bundle));
+        let priority = options
+            .priority
+            .map(|p| p.as_str().to_owned())
+            .unwrap_or_default();
+        let mut named = match &input {
+            Value::Object(fields) => self.sent.references(fields),
+            _ => Vec::new(),
         };
-        let response = match self.runs.clone().submit(request).await {
+        let response = loop {
+            let input_json = match &mut input {
+                Value::Object(fields) => sent::write_without(fields, &named),
+                other => weft_proto::json::to_string(other),
+            };
+            let request = pb::SubmitRequest {
+                // Copied only when a refusal may ask for it again.
+                bundle: match named.is_empty() {
+                    true => bundle.take(),
+                    false => bundle.clone(),
+                },
+                input_json,
+                priority: priority.clone(),
+                input_refs: named
+                    .iter()
+                    .map(|(field, run, from_field)| pb::InputReference {
+                        field: field.clone(),
+                        run_id: run.clone(),
+                        from_field: from_field.clone(),
+                    })
+                    .collect(),
+            };
+            match self.runs.clone().submit(request).await {
+                // A value it named is no longer kept there: sent whole.
+                Err(status)
+                    if status.code() == tonic::Code::FailedPrecondition
+                        && status.message().starts_with(sent::NOT_HELD)
+                        && !named.is_empty() =>
+                {
+                    self.sent.forget();
+                    named.clear();
+                }
+                answer => break answer,
+            }
+        };
+        let response = match response {
             Ok(response) => response.into_inner(),
             Err(status) if status.code() == tonic::Code::OutOfRange => {
                 return Err(ClientError::Refused(format!(
@@ -203,6 +245,11 @@ impl Client {
             }
             Err(status) => return Err(status.into()),
         };
+        if let Value::Object(fields) = &input {
+            self.sent
+                .remember(&response.run_id, fields, &response.referable);
+        }
+        let large = kept::take_large(&mut input);
         self.kept.keep(&response.run_id, large);
         Ok(Submitted {
             run_id: response.run_id.into(),

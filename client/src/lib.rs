@@ -24,6 +24,7 @@ mod error;
 mod indexes;
 mod kept;
 mod runs;
+mod sent;
 
 pub use builder::{GraphBuilder, NodeBuilder};
 pub use bundle::{BundleError, BundleOptions, GraphBundle};

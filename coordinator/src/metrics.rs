@@ -34,6 +34,9 @@ pub const STATE_BYTES_SENT: &str = "weft_state_bytes_sent_total";
 /// parse: large strings that none of the graph's conditions, routers,
 /// templates, reducers or subgraph nodes read (`weft_machine::held`).
 pub const INPUT_BYTES_HELD: &str = "weft_input_bytes_held_total";
+/// Bytes of run input given by reference to an earlier run's input
+/// (`SubmitRequest.input_refs`) rather than sent again (counter).
+pub const INPUT_BYTES_REFERENCED: &str = "weft_input_bytes_referenced_total";
 /// Bytes of steps' writes the coordinator held as their JSON text rather
 /// than parse: large strings a task returned for fields the coordinator
 /// never reads (`weft_machine::held`).
@@ -132,6 +135,11 @@ pub fn install() -> Result<PrometheusHandle, metrics_exporter_prometheus::BuildE
     metrics::describe_counter!(
         BUNDLE_LISTS_SENT,
         "task attempts that carried their run's bundle list to a worker"
+    );
+    metrics::describe_counter!(
+        INPUT_BYTES_REFERENCED,
+        metrics::Unit::Bytes,
+        "bytes of run input named by reference to an earlier run's, not sent again"
     );
     metrics::describe_counter!(
         OUTPUT_BYTES_HELD,

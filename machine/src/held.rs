@@ -89,6 +89,18 @@ impl RunInput {
         (!read.held.is_empty()).then_some(read)
     }
 
+    /// Holds `text`, the JSON of field `name` taken from an earlier run's
+    /// input (where it was held, so its text was checked), when `plan`
+    /// lets it be held; `false` when it does not (the caller parses it).
+    pub fn hold_text(&mut self, plan: &RunPlan, name: &str, text: &Arc<str>) -> bool {
+        if plan.reads_every_field() || !holds(plan, name, text) {
+            return false;
+        }
+        self.values.insert(name.to_owned(), placeholder(text));
+        self.held.insert(name.to_owned(), text.clone());
+        true
+    }
+
     fn read_object(plan: &RunPlan, text: &str, may_hold: impl Fn(&str) -> bool) -> Option<Self> {
         if text.len() < HELD_FIELD_BYTES || plan.reads_every_field() {
             return None;

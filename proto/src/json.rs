@@ -154,10 +154,21 @@ fn needs_escape(byte: u8) -> bool {
 /// instructions a byte with the baseline x86-64 vectors, where 32-byte
 /// blocks with a `bool` took 1.5).
 pub fn next_escape(bytes: &[u8], from: usize) -> Option<usize> {
-    const BLOCK: usize = 64;
     let rest = &bytes[from..];
+    // Blocks of 64 bytes, then of 16 (a short string's), then one by one.
+    let skipped = clean_blocks::<64>(rest);
+    let skipped = skipped + clean_blocks::<16>(&rest[skipped..]);
+    rest[skipped..]
+        .iter()
+        .position(|&b| needs_escape(b))
+        .map(|i| from + skipped + i)
+}
+
+/// How many bytes `bytes` begins with, in whole blocks of `BLOCK`, that
+/// need no escape.
+fn clean_blocks<const BLOCK: usize>(bytes: &[u8]) -> usize {
     let mut skipped = 0;
-    for block in rest.chunks_exact(BLOCK) {
+    for block in bytes.chunks_exact(BLOCK) {
         let mut hit = 0u8;
         for &byte in block {
             hit |= u8::from(byte < 0x20) | u8::from(byte == b'"') | u8::from(byte == b'\\');
@@ -167,10 +178,7 @@ pub fn next_escape(bytes: &[u8], from: usize) -> Option<usize> {
         }
         skipped += BLOCK;
     }
-    rest[skipped..]
-        .iter()
-        .position(|&b| needs_escape(b))
-        .map(|i| from + skipped + i)
+    skipped
 }
 
 /// `serde_json`'s escape of one byte: the short forms where JSON has one,

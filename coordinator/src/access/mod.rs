@@ -20,7 +20,6 @@ pub use weft_proto::events::StoredEvent;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use weft_proto::RunId;
 
 use crate::auth::Identity;
 use crate::bundle::Bundle;
@@ -99,15 +98,18 @@ impl RunAccess {
         caller: &Identity,
         bundle: Bundle,
         input_json: &str,
+        references: &[crate::runs::InputReference],
         priority: Option<Priority>,
-    ) -> Result<(RunId, Vec<String>), SubmitError> {
+    ) -> Result<crate::runs::Accepted, SubmitError> {
         let owner = Owner {
             namespace: caller.namespace.clone(),
             submitted_by: caller.name.clone(),
             priority,
             budgets: Vec::new(),
         };
-        self.runs.submit(bundle, input_json, owner).await
+        self.runs
+            .submit_with(bundle, input_json, references, owner)
+            .await
     }
 
     /// What validation finds in `bundle`'s graph.

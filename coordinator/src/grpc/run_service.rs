@@ -54,13 +54,23 @@ impl RunService for RunApi {
                 ))
             })?),
         };
-        let (run_id, warnings) = self
+        let references: Vec<_> = request
+            .input_refs
+            .into_iter()
+            .map(|reference| crate::runs::InputReference {
+                field: reference.field,
+                run: reference.run_id,
+                from_field: reference.from_field,
+            })
+            .collect();
+        let accepted = self
             .access
-            .submit(&caller, bundle, &request.input_json, priority)
+            .submit(&caller, bundle, &request.input_json, &references, priority)
             .await?;
         Ok(Response::new(pb::SubmitResponse {
-            run_id: run_id.to_string(),
-            warnings,
+            run_id: accepted.id.to_string(),
+            warnings: accepted.warnings,
+            referable: accepted.referable,
         }))
     }
 

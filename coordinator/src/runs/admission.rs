@@ -18,6 +18,31 @@ use crate::run_actor::{
     Owner, RunError, RunInput, RunLimits, RunMachine, RunPlan, RunSetup, Start, spawn_run,
 };
 
+/// A top-level input field given by reference to an earlier run's input
+/// (`SubmitRequest.input_refs`, [`super::recent_inputs`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InputReference {
+    /// The field of the new run's input (`null` in its text).
+    pub field: String,
+    /// The run whose input gave the value…
+    pub run: String,
+    /// …to this field of it.
+    pub from_field: String,
+}
+
+/// A run accepted: its id, the warnings to show its submitter, and the
+/// input fields kept for later submissions to name ([`InputReference`]).
+#[derive(Debug)]
+pub struct Accepted {
+    /// The run's id.
+    pub id: RunId,
+    /// Warnings for the submitter.
+    pub warnings: Vec<String>,
+    /// The input fields whose values are kept for a while
+    /// ([`super::recent_inputs`]).
+    pub referable: Vec<String>,
+}
+
 impl Runs {
     /// Starts a run for `owner` (its namespace and submitter); returns its
     /// id and the warnings to show the submitter.
@@ -27,21 +52,68 @@ impl Runs {
         input_json: &str,
         owner: Owner,
     ) -> Result<(RunId, Vec<String>), SubmitError> {
+        let accepted = self.submit_with(bundle, input_json, &[], owner).await?;
+        Ok((accepted.id, accepted.warnings))
+    }
+
+    /// As [`Runs::submit`], with fields of the input given by reference
+    /// to earlier runs' inputs.
+    pub async fn submit_with(
+        &self,
+        bundle: Bundle,
+        input_json: &str,
+        references: &[InputReference],
+        owner: Owner,
+    ) -> Result<Accepted, SubmitError> {
         // Before the graph is parsed: an input too large is refused as that.
         self.check_input_size(input_json)?;
         self.check_running(&owner.namespace)?;
         self.check_day(&owner.namespace)?;
+        let referenced = self.referenced(references, &owner.namespace, input_json.len())?;
         let parsed = self.parsed.parse(&bundle)?;
         self.admit(Submission {
             bundle,
             graph: Planned::Kept(parsed.plan),
             family: parsed.family,
             input_json,
+            referenced,
             warnings: parsed.warnings,
             owner,
             trace_parent: None,
         })
         .await
+    }
+
+    /// The texts `references` name, each by the field it gives; refused
+    /// for the first one this coordinator does not keep for `namespace`,
+    /// and when they and the input's `sent` bytes pass `max_input_bytes`.
+    fn referenced(
+        &self,
+        references: &[InputReference],
+        namespace: &str,
+        sent: usize,
+    ) -> Result<Vec<(String, Arc<str>)>, SubmitError> {
+        let mut found = Vec::with_capacity(references.len());
+        let mut size = sent;
+        for reference in references {
+            let text = self
+                .recent_inputs
+                .find(namespace, &reference.run, &reference.from_field)
+                .ok_or_else(|| SubmitError::ReferenceNotHeld {
+                    field: reference.field.clone(),
+                    run: reference.run.clone(),
+                    from_field: reference.from_field.clone(),
+                })?;
+            size += text.len();
+            found.push((reference.field.clone(), text));
+        }
+        if size > self.max_input_bytes {
+            return Err(SubmitError::InputTooLarge {
+                size,
+                limit: self.max_input_bytes,
+            });
+        }
+        Ok(found)
     }
 
     /// Refuses an input over `max_input_bytes`: a submission's, or a child
@@ -58,10 +130,7 @@ impl Runs {
 
     /// Starts a run of `submission`'s graph: decided ([`admit`]), checked
     /// against the workers, then started ([`Runs::start`]).
-    pub(super) async fn admit(
-        &self,
-        submission: Submission<'_>,
-    ) -> Result<(RunId, Vec<String>), SubmitError> {
+    pub(super) async fn admit(&self, submission: Submission<'_>) -> Result<Accepted, SubmitError> {
         let mut admitted = admit(&self.limits, submission)?;
         let hosting = self.dispatcher.snapshot().await.hosting(
             admitted.plan.graph(),
@@ -78,7 +147,7 @@ impl Runs {
 
     /// Starts an admitted run: its files leased, its record stored, its
     /// actor spawned; acknowledged once its first checkpoint is stored.
-    async fn start(&self, admitted: Admitted) -> Result<(RunId, Vec<String>), SubmitError> {
+    async fn start(&self, admitted: Admitted) -> Result<Accepted, SubmitError> {
         let Admitted {
             bundle,
             family,
@@ -89,11 +158,20 @@ impl Runs {
             top_level,
         } = admitted;
         let id = RunId::from(format!("run-{}", uuid::Uuid::now_v7().simple()));
+        // Its held input values, for later submissions that name them.
+        let held: Vec<(String, Arc<str>)> = match top_level {
+            true => machine
+                .held_as_input()
+                .filter_map(|name| Some((name.clone(), machine.held_text(name)?.clone())))
+                .collect(),
+            false => Vec::new(),
+        };
         // Its budget covers its children: they inherit the list.
         if plan.graph().settings.budget.is_some() {
             owner.budgets.push(id.clone());
             machine.set_owner(owner.clone());
         }
+        let namespace = owner.namespace.clone();
         let lease = self.blobs.add_bundle(&bundle, &owner.namespace);
         let children = self.children_of(&plan, &bundle, family, owner);
         let refs = bundle_refs(&bundle);
@@ -145,8 +223,14 @@ impl Runs {
             weft_process::telemetry::export_run_root(&id, &graph);
         }
         metrics::counter!(crate::metrics::RUNS_SUBMITTED).increment(1);
+        let referable = held.iter().map(|(name, _)| name.clone()).collect();
+        self.recent_inputs.keep(&namespace, &id, held);
         self.evict(false).await;
-        Ok((id, warnings))
+        Ok(Accepted {
+            id,
+            warnings,
+            referable,
+        })
     }
 
     /// Stores a new run's bundle files and starts its journal (`None`
@@ -189,6 +273,8 @@ pub(super) struct Submission<'a> {
     pub(super) graph: Planned,
     pub(super) family: Arc<Family>,
     pub(super) input_json: &'a str,
+    /// Fields of the input given by reference: their texts, by field.
+    pub(super) referenced: Vec<(String, Arc<str>)>,
     pub(super) warnings: Vec<String>,
     pub(super) owner: Owner,
     pub(super) trace_parent: Option<String>,
@@ -237,12 +323,14 @@ fn admit(limits: &RunLimits, submission: Submission<'_>) -> Result<Admitted, Sub
         graph,
         family,
         input_json,
+        referenced,
         mut warnings,
         owner,
         trace_parent,
     } = submission;
     let top_level = trace_parent.is_none();
-    let input = read_input(&graph, input_json, top_level)?;
+    let mut input = read_input(&graph, input_json, top_level)?;
+    let referenced_bytes = put_referenced(&graph, &mut input, referenced)?;
     warnings.extend(undeclared_input(graph.graph(), &input.values));
     let mut over = limits.check_graph(graph.graph());
     let knowledge = crate::graph::oversized_knowledge(
@@ -261,6 +349,7 @@ fn admit(limits: &RunLimits, submission: Submission<'_>) -> Result<Admitted, Sub
         other => SubmitError::Input(other.to_string()),
     })?;
     metrics::counter!(crate::metrics::INPUT_BYTES_HELD).increment(held as u64);
+    metrics::counter!(crate::metrics::INPUT_BYTES_REFERENCED).increment(referenced_bytes);
     machine.set_trace_parent(trace_parent);
     machine.set_owner(owner.clone());
     Ok(Admitted {
@@ -294,6 +383,39 @@ fn undeclared_input(graph: &Graph, input: &Map<String, Value>) -> Vec<String> {
             )
         })
         .collect()
+}
+
+/// Puts the texts of the fields given by reference into `input`, where
+/// its text has `null` for each: held as the text they are when the plan
+/// lets it hold them ([`RunInput::hold_text`]), parsed otherwise. Returns
+/// their bytes.
+fn put_referenced(
+    graph: &Planned,
+    input: &mut RunInput,
+    referenced: Vec<(String, Arc<str>)>,
+) -> Result<u64, SubmitError> {
+    let mut bytes = 0;
+    for (field, text) in referenced {
+        if input.values.get(&field) != Some(&Value::Null) {
+            return Err(SubmitError::Input(format!(
+                "input_refs names field '{field}', which the input does not have as null"
+            )));
+        }
+        bytes += text.len() as u64;
+        let plan = match graph {
+            Planned::Kept(plan) => Some(plan),
+            Planned::Fresh(_) => None,
+        };
+        if let Some(plan) = plan
+            && input.hold_text(plan, &field, &text)
+        {
+            continue;
+        }
+        let value = serde_json::from_str(&text)
+            .map_err(|error| SubmitError::Input(format!("field '{field}': {error}")))?;
+        input.values.insert(field, value);
+    }
+    Ok(bytes)
 }
 
 /// Reads a run's input: a top-level run of a planned graph holds the large

@@ -58,12 +58,13 @@ impl ChildRuns for RunChildren {
             let input_json = serde_json::to_string(&input).map_err(|e| refused(&e))?;
             runs.check_input_size(&input_json)
                 .map_err(|e| refused(&e))?;
-            let (run_id, _) = runs
+            let run_id = runs
                 .admit(super::admission::Submission {
                     bundle: child,
                     graph: super::admission::Planned::Fresh(child_graph),
                     family,
                     input_json: &input_json,
+                    referenced: Vec::new(),
                     warnings: Vec::new(),
                     owner,
                     trace_parent: Some(traceparent),
@@ -72,7 +73,8 @@ impl ChildRuns for RunChildren {
                 .map_err(|e| ChildError::NotStarted {
                     graph: path.clone(),
                     reason: e.to_string(),
-                })?;
+                })?
+                .id;
             Ok(run_id)
         })
     }

@@ -13,6 +13,9 @@ mod answers;
 mod children;
 mod parsed;
 pub(crate) mod quarantine;
+mod recent_inputs;
+
+pub use admission::{Accepted, InputReference};
 mod recovery;
 pub mod retention;
 mod tally;
@@ -69,6 +72,20 @@ pub enum SubmitError {
         /// Its cap.
         max: u32,
     },
+    /// The input names a value of an earlier run's input
+    /// (`SubmitRequest.input_refs`) that this coordinator does not keep:
+    /// the client sends the value instead.
+    #[error(
+        "input reference not held: field '{field}' names the value of field '{from_field}' of run {run}'s input, which this coordinator does not keep; send the value"
+    )]
+    ReferenceNotHeld {
+        /// The field of the new input.
+        field: String,
+        /// The run named.
+        run: String,
+        /// Its field named.
+        from_field: String,
+    },
     /// The input is larger than the configured limit.
     #[error("the input is {size} bytes, more than the limit of {limit}")]
     InputTooLarge {
@@ -121,6 +138,9 @@ pub struct Runs {
     max_running_runs: Arc<HashMap<String, u32>>,
     /// What namespaces with a day budget spent today.
     spend: Arc<crate::day_spend::DaySpend>,
+    /// The large input values of recent runs, for submissions that name
+    /// them instead of sending them again.
+    recent_inputs: Arc<recent_inputs::RecentInputs>,
 }
 
 #[derive(Default)]
@@ -192,6 +212,7 @@ impl Runs {
             prices: config.prices,
             max_running_runs: Arc::new(config.max_running_runs),
             spend: Arc::new(crate::day_spend::DaySpend::new(config.day_budgets)),
+            recent_inputs: Arc::default(),
         }
     }
 

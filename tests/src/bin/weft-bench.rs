@@ -264,10 +264,23 @@ async fn timed_bundle(
     iterations: usize,
     check: impl Fn(&Value) -> Result<()>,
 ) -> Result<Vec<Duration>> {
+    timed_inputs(client, bundle, |_| input.clone(), iterations, check).await
+}
+
+/// As [`timed_bundle`], with the input of each run (the first, untimed,
+/// is 0) made by `input` before its clock starts.
+async fn timed_inputs(
+    client: &Client,
+    bundle: &GraphBundle,
+    mut input: impl FnMut(usize) -> Value,
+    iterations: usize,
+    check: impl Fn(&Value) -> Result<()>,
+) -> Result<Vec<Duration>> {
     let mut samples = Vec::new();
     for i in 0..=iterations {
+        let input = input(i);
         let started = Instant::now();
-        let run = client.submit_bundle(bundle.clone(), input).await?;
+        let run = client.submit_bundle(bundle.clone(), &input).await?;
         let done = client.wait(&run.run_id).await?;
         let elapsed = started.elapsed();
         ensure!(done.error.is_none(), "run failed: {:?}", done.error);

@@ -461,3 +461,177 @@ nodes:
     // cannot send one, so `weft_machine::held`'s tests show it.)
     Ok(())
 }
+
+/// `weft_input_bytes_referenced_total`: input taken by reference to an
+/// earlier run's rather than sent again.
+fn referenced_bytes(cluster: &TestCluster) -> anyhow::Result<u64> {
+    cluster.counter("weft_input_bytes_referenced_total")
+}
+
+#[tokio::test]
+async fn a_large_string_submitted_again_is_named_not_sent_until_the_coordinator_forgets_it()
+-> anyhow::Result<()> {
+    let (mut cluster, client) = one_worker().await?;
+    let doc = document();
+    let doc_text = serde_json::to_string(&doc)?;
+    let echo = || {
+        GraphBundle::from_text(
+            "again.yaml",
+            &format!(
+                "state:\n  n: {{ type: integer, default: 0 }}\nnodes:\n  echo: {{ kind: script, run: {ECHO}, start: true }}\n"
+            ),
+        )
+    };
+    let exact = |state: &Value, what: &str| {
+        assert!(state["doc"] == json!(doc), "{what}: the document, exact");
+        assert_eq!(
+            state["seen"],
+            json!(doc.chars().count()),
+            "{what}: its step read it"
+        );
+    };
+    // Sent once…
+    let first = client
+        .submit_bundle(echo(), &json!({"doc": doc, "n": 0}))
+        .await?;
+    exact(&client.wait(&first.run_id).await?.state, "first");
+    assert_eq!(held_bytes(&cluster)?, doc_text.len() as u64);
+    // …then named: the coordinator takes the text it kept.
+    let again = client
+        .submit_bundle(echo(), &json!({"doc": doc, "n": 1}))
+        .await?;
+    assert_eq!(
+        referenced_bytes(&cluster)?,
+        doc_text.len() as u64,
+        "not sent again"
+    );
+    let done = client.wait(&again.run_id).await?;
+    assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error);
+    exact(&done.state, "named");
+    exact(
+        &cluster.client().await?.get(&again.run_id).await?.state,
+        "read by another client",
+    );
+    // A graph that reads it parses the text named.
+    let reads = GraphBundle::from_text(
+        "reads.yaml",
+        r#"
+nodes:
+  a: { kind: script, run: [sh, -c, 'echo "{\"a\": 1}"'], start: true }
+  long: { kind: script, run: [sh, -c, 'echo "{\"long\": true}"'] }
+  short: { kind: script, run: [sh, -c, 'echo "{\"long\": false}"'] }
+edges:
+  - { from: a, to: long, when: "size(state.doc) > 1000" }
+  - { from: a, to: short, when: "size(state.doc) <= 1000" }
+"#,
+    );
+    let read = client.submit_bundle(reads, &json!({"doc": doc})).await?;
+    assert_eq!(referenced_bytes(&cluster)?, 2 * doc_text.len() as u64);
+    let done = client.wait(&read.run_id).await?;
+    assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error);
+    assert_eq!(
+        done.state["long"],
+        json!(true),
+        "the condition read it whole"
+    );
+    // A restarted coordinator keeps nothing: the client sends it whole.
+    // (The same client, whose channel connects again: the first call on
+    // the connection the restart cut fails, so it reads until one works.)
+    cluster.restart_coordinator()?;
+    tokio::time::timeout(Duration::from_secs(30), async {
+        while client.status(&first.run_id).await.is_err() {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await?;
+    let after = tokio::time::timeout(
+        Duration::from_secs(60),
+        client.submit_bundle(echo(), &json!({"doc": doc, "n": 2})),
+    )
+    .await??;
+    let done = client.wait(&after.run_id).await?;
+    assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error);
+    exact(&done.state, "after a restart");
+    assert_eq!(
+        held_bytes(&cluster)?,
+        doc_text.len() as u64,
+        "sent whole again"
+    );
+    assert_eq!(
+        cluster
+            .counter("weft_input_bytes_referenced_total")
+            .unwrap_or(0),
+        0,
+        "nothing named found"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_reference_the_coordinator_does_not_keep_or_that_does_not_fit_is_refused()
+-> anyhow::Result<()> {
+    let (cluster, client) = one_worker().await?;
+    let doc = document();
+    let graph = GraphBundle::from_text(
+        "one.yaml",
+        "nodes:\n  a: { kind: script, run: [sh, -c, 'echo \"{}\"'], start: true }\n",
+    );
+    let kept = client.submit_bundle(graph, &json!({"doc": doc})).await?;
+    client.wait(&kept.run_id).await?;
+    let mut runs = RunServiceClient::connect(cluster.url().to_owned()).await?;
+    let bundle = || pb::GraphBundle {
+        graph_path: "one.yaml".into(),
+        files: vec![pb::BundleFile {
+            path: "one.yaml".into(),
+            content: b"nodes:\n  a: { kind: script, run: [sh, -c, 'echo \"{}\"'], start: true }\n"
+                .to_vec(),
+            mode: 0o644,
+        }],
+    };
+    let submit = |input_json: &str, run: &str, from_field: &str| pb::SubmitRequest {
+        bundle: Some(bundle()),
+        input_json: input_json.to_owned(),
+        input_refs: vec![pb::InputReference {
+            field: "doc".into(),
+            run_id: run.to_owned(),
+            from_field: from_field.to_owned(),
+        }],
+        ..Default::default()
+    };
+    let unknown = runs
+        .submit(submit(r#"{"doc": null}"#, "run-nobody", "doc"))
+        .await
+        .expect_err("an unknown run");
+    assert_eq!(unknown.code(), tonic::Code::FailedPrecondition);
+    assert!(
+        unknown.message().starts_with("input reference not held:")
+            && unknown.message().contains("field 'doc'")
+            && unknown.message().contains("run-nobody"),
+        "{}",
+        unknown.message()
+    );
+    let other_field = runs
+        .submit(submit(r#"{"doc": null}"#, &kept.run_id, "nothing"))
+        .await
+        .expect_err("a field it did not keep");
+    assert_eq!(other_field.code(), tonic::Code::FailedPrecondition);
+    let not_null = runs
+        .submit(submit(r#"{"doc": 1}"#, &kept.run_id, "doc"))
+        .await
+        .expect_err("the field given as well");
+    assert_eq!(not_null.code(), tonic::Code::InvalidArgument);
+    assert!(
+        not_null.message().contains("does not have as null"),
+        "{}",
+        not_null.message()
+    );
+    // Named as it should be: accepted, and the run has the document.
+    let named = runs
+        .submit(submit(r#"{"doc": null}"#, &kept.run_id, "doc"))
+        .await?
+        .into_inner();
+    let done = client.wait(&named.run_id).await?;
+    assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error);
+    assert!(done.state["doc"] == json!(doc));
+    Ok(())
+}

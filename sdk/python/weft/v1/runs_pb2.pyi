@@ -41,22 +41,36 @@ class BundleFile(_message.Message):
     def __init__(self, path: _Optional[str] = ..., content: _Optional[bytes] = ..., mode: _Optional[int] = ...) -> None: ...
 
 class SubmitRequest(_message.Message):
-    __slots__ = ("bundle", "input_json", "priority")
+    __slots__ = ("bundle", "input_json", "priority", "input_refs")
     BUNDLE_FIELD_NUMBER: _ClassVar[int]
     INPUT_JSON_FIELD_NUMBER: _ClassVar[int]
     PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    INPUT_REFS_FIELD_NUMBER: _ClassVar[int]
     bundle: GraphBundle
     input_json: str
     priority: str
-    def __init__(self, bundle: _Optional[_Union[GraphBundle, _Mapping]] = ..., input_json: _Optional[str] = ..., priority: _Optional[str] = ...) -> None: ...
+    input_refs: _containers.RepeatedCompositeFieldContainer[InputReference]
+    def __init__(self, bundle: _Optional[_Union[GraphBundle, _Mapping]] = ..., input_json: _Optional[str] = ..., priority: _Optional[str] = ..., input_refs: _Optional[_Iterable[_Union[InputReference, _Mapping]]] = ...) -> None: ...
+
+class InputReference(_message.Message):
+    __slots__ = ("field", "run_id", "from_field")
+    FIELD_FIELD_NUMBER: _ClassVar[int]
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    FROM_FIELD_FIELD_NUMBER: _ClassVar[int]
+    field: str
+    run_id: str
+    from_field: str
+    def __init__(self, field: _Optional[str] = ..., run_id: _Optional[str] = ..., from_field: _Optional[str] = ...) -> None: ...
 
 class SubmitResponse(_message.Message):
-    __slots__ = ("run_id", "warnings")
+    __slots__ = ("run_id", "warnings", "referable")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     WARNINGS_FIELD_NUMBER: _ClassVar[int]
+    REFERABLE_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     warnings: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, run_id: _Optional[str] = ..., warnings: _Optional[_Iterable[str]] = ...) -> None: ...
+    referable: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, run_id: _Optional[str] = ..., warnings: _Optional[_Iterable[str]] = ..., referable: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ValidateRequest(_message.Message):
     __slots__ = ("bundle",)

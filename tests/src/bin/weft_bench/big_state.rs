@@ -10,13 +10,23 @@ use weft_client::Client;
 
 use weft_client::{GraphBuilder, NodeBuilder};
 
-use super::{Args, Figure, chain, median, timed};
+use super::{Args, Figure, chain, median, timed, timed_inputs};
+
+/// Runs W4 has made, so each run's 10 MB differs from every earlier one's.
+static RUNS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
 /// W4: a chain of 20 next to a 10 MB field, and the same state through one
-/// node (`--w4-chains`).
+/// node (`--w4-chains`); each run's 10 MB differs from the last's (in its
+/// first bytes), so it crosses whole every time. Then the same 10 MB
+/// again, which the client names rather than sends after the first run.
 pub(crate) async fn w4(client: &Client, args: &Args) -> Result<Vec<Figure>> {
-    let blob = "x".repeat(10_000_000);
-    let input = json!({"blob": blob, "counter": 0});
+    let mut blob = "x".repeat(10_000_000);
+    let mut fresh = |_| {
+        // (The digits of a counter no earlier run of this process had.)
+        let n = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        blob.replace_range(0..20, &format!("{n:020}"));
+        json!({"blob": blob, "counter": 0})
+    };
     let mut medians = Vec::new();
     let mut figures = Vec::new();
     // The same state through one node and through twenty: the difference
@@ -24,7 +34,7 @@ pub(crate) async fn w4(client: &Client, args: &Args) -> Result<Vec<Figure>> {
     // and returning the result.
     for &nodes in &args.w4_chains {
         let graph = chain("w4", nodes).setting("durability", args.durability.as_str());
-        let samples = timed(client, &graph, &input, args.iterations, |s| {
+        let samples = timed_inputs(client, &graph.bundle(), &mut fresh, args.iterations, |s| {
             ensure!(s["counter"] == json!(nodes), "counter is {}", s["counter"]);
             ensure!(
                 s["blob"].as_str().map(str::len) == Some(10_000_000),
@@ -52,6 +62,21 @@ pub(crate) async fn w4(client: &Client, args: &Args) -> Result<Vec<Figure>> {
     }
     // What a node costs beyond taking the input and returning the result:
     // the longest chain minus the shortest, over the nodes between.
+    // The same input again and again: named after the first run.
+    let again = fresh(0);
+    let graph = chain("w4", 1).setting("durability", args.durability.as_str());
+    let samples = timed(client, &graph, &again, args.iterations, |s| {
+        ensure!(s["counter"] == json!(1), "counter is {}", s["counter"]);
+        ensure!(s["blob"] == again["blob"], "blob changed");
+        Ok(())
+    })
+    .await?;
+    figures.push(Figure {
+        id: "w4_again".into(),
+        label: "W4 the same 10 MB again, named (1 node)".into(),
+        per: Some((median(&samples).as_secs_f64() * 1e6, "µs/run")),
+        samples,
+    });
     let longest = medians.iter().max_by_key(|(n, _)| *n);
     let shortest = medians.iter().min_by_key(|(n, _)| *n);
     if let (Some(&(long, a)), Some(&(short, b))) = (longest, shortest)
