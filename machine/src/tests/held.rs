@@ -137,14 +137,7 @@ impl Returns {
     }
 
     fn changed(&self) -> Vec<String> {
-        self.events
-            .iter()
-            .filter_map(|e| match e {
-                RunEvent::StateChanged { fields, .. } => Some(fields.clone()),
-                _ => None,
-            })
-            .flatten()
-            .collect()
+        changed_fields(&self.events)
     }
 
     /// The state as a checkpoint stores it and a restored run reads it:

@@ -70,6 +70,18 @@ pub fn plan(yaml: &str) -> Arc<RunPlan> {
     RunPlan::new(Arc::new(graph), RunLimits::default())
 }
 
+/// The fields each `state_changed` of `events` named, in order.
+pub fn changed_fields(events: &[RunEvent]) -> Vec<String> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            RunEvent::StateChanged { fields, .. } => Some(fields.clone()),
+            _ => None,
+        })
+        .flatten()
+        .collect()
+}
+
 pub fn obj(value: Value) -> Map<String, Value> {
     value.as_object().cloned().expect("a JSON object")
 }
@@ -366,14 +378,7 @@ impl Harness {
 
     /// The fields each `state_changed` named, in order.
     pub fn changed_fields(&self) -> Vec<String> {
-        self.events
-            .iter()
-            .filter_map(|e| match e {
-                RunEvent::StateChanged { fields, .. } => Some(fields.clone()),
-                _ => None,
-            })
-            .flatten()
-            .collect()
+        changed_fields(&self.events)
     }
 
     pub fn waves(&self) -> Vec<Vec<String>> {

@@ -36,6 +36,23 @@ fn held_bytes(cluster: &TestCluster) -> anyhow::Result<u64> {
     cluster.counter("weft_input_bytes_held_total")
 }
 
+/// A graph whose conditions read `doc`'s size: `long` is `true` when it is
+/// longer than 1,000 characters.
+fn reads_doc() -> GraphBundle {
+    GraphBundle::from_text(
+        "reads.yaml",
+        r#"
+nodes:
+  a: { kind: script, run: [sh, -c, 'echo "{\"a\": 1}"'], start: true }
+  long: { kind: script, run: [sh, -c, 'echo "{\"long\": true}"'] }
+  short: { kind: script, run: [sh, -c, 'echo "{\"long\": false}"'] }
+edges:
+  - { from: a, to: long, when: "size(state.doc) > 1000" }
+  - { from: a, to: short, when: "size(state.doc) <= 1000" }
+"#,
+    )
+}
+
 /// A script that reads the state file and writes the whole state back,
 /// with `seen` (the document's length in characters) and `n` added.
 const ECHO: &str = r#"[python3, -c, 'import json, os; s = json.load(open(os.environ["GRAPH_STATE"])); s["seen"] = len(s["doc"]); s["n"] = s["n"] + 1; print(json.dumps(s))']"#;
@@ -151,18 +168,7 @@ nodes:
 async fn a_large_string_a_condition_reads_is_parsed() -> anyhow::Result<()> {
     let (cluster, client) = one_worker().await?;
     let doc = document();
-    let graph = GraphBundle::from_text(
-        "reads.yaml",
-        r#"
-nodes:
-  a: { kind: script, run: [sh, -c, 'echo "{\"a\": 1}"'], start: true }
-  long: { kind: script, run: [sh, -c, 'echo "{\"long\": true}"'] }
-  short: { kind: script, run: [sh, -c, 'echo "{\"long\": false}"'] }
-edges:
-  - { from: a, to: long, when: "size(state.doc) > 1000" }
-  - { from: a, to: short, when: "size(state.doc) <= 1000" }
-"#,
-    );
+    let graph = reads_doc();
     let run = client.submit_bundle(graph, &json!({"doc": doc})).await?;
     let done = client.wait(&run.run_id).await?;
     assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error);
@@ -513,18 +519,7 @@ async fn a_large_string_submitted_again_is_named_not_sent_until_the_coordinator_
         "read by another client",
     );
     // A graph that reads it parses the text named.
-    let reads = GraphBundle::from_text(
-        "reads.yaml",
-        r#"
-nodes:
-  a: { kind: script, run: [sh, -c, 'echo "{\"a\": 1}"'], start: true }
-  long: { kind: script, run: [sh, -c, 'echo "{\"long\": true}"'] }
-  short: { kind: script, run: [sh, -c, 'echo "{\"long\": false}"'] }
-edges:
-  - { from: a, to: long, when: "size(state.doc) > 1000" }
-  - { from: a, to: short, when: "size(state.doc) <= 1000" }
-"#,
-    );
+    let reads = reads_doc();
     let read = client.submit_bundle(reads, &json!({"doc": doc})).await?;
     assert_eq!(referenced_bytes(&cluster)?, 2 * doc_text.len() as u64);
     let done = client.wait(&read.run_id).await?;
