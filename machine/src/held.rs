@@ -76,24 +76,26 @@ impl RunInput {
     }
 
     /// Reads `text`, what a step of node `node` returned, as
-    /// [`RunInput::read`] reads an input: `None` when nothing in it is
-    /// held, or when the node reads what its step wrote (an
-    /// `output_schema` checks it, a `state_updates` entry may take it), and
-    /// then the caller parses it whole. `_next` and `_send` are never held.
+    /// [`RunInput::read`] reads an input (what it holds may be nothing:
+    /// its values are parsed already, and are not parsed again); `None`
+    /// where `read` gives none, or when the node reads what its step wrote
+    /// (an `output_schema` checks it, a `state_updates` entry may take it),
+    /// and then the caller parses it whole. `_next` and `_send` are never
+    /// held.
     pub fn read_writes(plan: &RunPlan, node: NodeIdx, text: &str) -> Option<Self> {
         let node = plan.graph().node(node);
         if node.output_schema.is_some() || !node.state_updates.is_empty() {
             return None;
         }
-        let read = Self::read_object(plan, text, |name| name != "_next" && name != "_send")?;
-        (!read.held.is_empty()).then_some(read)
+        Self::read_object(plan, text, |name| name != "_next" && name != "_send")
     }
 
     /// Holds `text`, the JSON of field `name` taken from an earlier run's
-    /// input (where it was held, so its text was checked), when `plan`
-    /// lets it be held; `false` when it does not (the caller parses it).
+    /// input (where it was held, so its text was checked and is not read
+    /// again), when `plan` lets it be held; `false` when it does not (the
+    /// caller parses it).
     pub fn hold_text(&mut self, plan: &RunPlan, name: &str, text: &Arc<str>) -> bool {
-        if plan.reads_every_field() || !holds(plan, name, text) {
+        if text_check(plan, name, text).is_none() {
             return false;
         }
         self.values.insert(name.to_owned(), placeholder(text));
@@ -250,18 +252,25 @@ fn decode_one(bytes: &[u8], at: usize) -> Option<(char, usize)> {
 
 /// Whether field `name`, given as `text`, is held.
 fn holds(plan: &RunPlan, name: &str, text: &str) -> bool {
+    text_check(plan, name, text).is_some_and(|check| check(text))
+}
+
+/// Whether `plan` lets field `name` be held as `text` (its size, its kind
+/// against the field's declared type, a field nothing on the coordinator
+/// reads): the check the text itself must pass then, `None` when not.
+fn text_check(plan: &RunPlan, name: &str, text: &str) -> Option<fn(&str) -> bool> {
     let declared = plan.graph().field(name).map(|field| field.ty);
     let (kind, check): (FieldType, fn(&str) -> bool) = match text.as_bytes().first() {
         Some(b'"') => (FieldType::String, escapes_are_valid),
         Some(b'[') => (FieldType::Array, plain),
         Some(b'{') => (FieldType::Object, plain),
-        _ => return false,
+        _ => return None,
     };
-    text.len() >= HELD_FIELD_BYTES
+    let fits = text.len() >= HELD_FIELD_BYTES
         && declared.is_none_or(|declared| declared == FieldType::Any || declared == kind)
         && (declared.is_some() || !plan.graph().settings.strict_state)
-        && plan.never_reads(name)
-        && check(text)
+        && plan.never_reads(name);
+    fits.then_some(check)
 }
 
 /// The value a held field has in the state: an empty one of its text's

@@ -394,6 +394,10 @@ fn put_referenced(
     input: &mut RunInput,
     referenced: Vec<(String, Arc<str>)>,
 ) -> Result<u64, SubmitError> {
+    let plan = match graph {
+        Planned::Kept(plan) => Some(plan),
+        Planned::Fresh(_) => None,
+    };
     let mut bytes = 0;
     for (field, text) in referenced {
         if input.values.get(&field) != Some(&Value::Null) {
@@ -402,10 +406,6 @@ fn put_referenced(
             )));
         }
         bytes += text.len() as u64;
-        let plan = match graph {
-            Planned::Kept(plan) => Some(plan),
-            Planned::Fresh(_) => None,
-        };
         if let Some(plan) = plan
             && input.hold_text(plan, &field, &text)
         {
