@@ -15,6 +15,17 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     tonic_prost_build::configure()
         .build_server(server)
         .codec_path("crate::codec::SizedCodec")
+        // A batch of tasks is written and read by hand, its map items'
+        // texts shared rather than copied (`worker_protocol::wire::batch`).
+        .extern_path(
+            ".weft.v1.TaskBatch",
+            "crate::worker_protocol::wire::batch::TaskBatch",
+        )
+        // A result likewise, its run id shared (`worker_protocol::wire::result`).
+        .extern_path(
+            ".weft.v1.TaskResult",
+            "crate::worker_protocol::wire::result::TaskResult",
+        )
         .compile_fds(descriptors)?;
     Ok(())
 }

@@ -18,8 +18,9 @@ pub fn submission(request: pb::SubmitRequest) {
 
 /// A worker's message as the worker service reads it.
 pub fn worker_message(message: pb::WorkerMessage) {
+    let mut last = weft_proto::worker_protocol::wire::LastRun::default();
     for message in weft_proto::worker_protocol::wire::unbatched(message) {
         let _ = weft_proto::worker_protocol::wire::is_large(&message);
-        let _ = weft_proto::worker_protocol::wire::read_worker_message(message);
+        let _ = weft_proto::worker_protocol::wire::read_worker_message(message, &mut last);
     }
 }

@@ -29,6 +29,17 @@ pub struct CelExpr {
     state_fields: Option<Arc<BTreeSet<String>>>,
     /// The same for `scope`.
     scope_fields: Option<Arc<BTreeSet<String>>>,
+    /// Set when the expression is one field of `state` or `scope`
+    /// (`state.items`, a map's usual `over`): its value is the field's,
+    /// read without converting the state to CEL and the result back.
+    field: Option<(Variable, String)>,
+}
+
+/// The variable a plain field read reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Variable {
+    State,
+    Scope,
 }
 
 impl fmt::Debug for CelExpr {
@@ -74,8 +85,21 @@ impl CelExpr {
             let mut fields = BTreeSet::new();
             fields_read(program.expression(), variable, &mut fields).then(|| Arc::new(fields))
         };
+        let field = match &program.expression().expr {
+            cel::common::ast::Expr::Select(select) if !select.test => match &select.operand.expr {
+                cel::common::ast::Expr::Ident(name) if name == "state" => {
+                    Some((Variable::State, select.field.clone()))
+                }
+                cel::common::ast::Expr::Ident(name) if name == "scope" => {
+                    Some((Variable::Scope, select.field.clone()))
+                }
+                _ => None,
+            },
+            _ => None,
+        };
         Ok(Self {
             source: source.to_owned(),
+            field,
             depth,
             state_fields: fields_of("state"),
             scope_fields: fields_of("scope"),
@@ -152,7 +176,24 @@ impl CelExpr {
         meter: &Meter,
     ) -> Result<Value, ExprError> {
         let cost = self.check_cost(state, scope, meter)?;
-        meter.run(cost, || self.execute(state, scope))
+        meter.run(cost, || match self.field_value(state, scope) {
+            Some(value) => Ok(value),
+            None => self.execute(state, scope),
+        })
+    }
+
+    /// The value of a plain field read (`state.NAME`, `scope.NAME`) of a
+    /// field that is there: what CEL would give (a parsed value's numbers
+    /// are all ones CEL keeps), but for an object's keys, which keep their
+    /// order (CEL's maps have none). `None` for any other expression, and
+    /// for a missing field (CEL says why).
+    fn field_value(&self, state: &Map<String, Value>, scope: &Map<String, Value>) -> Option<Value> {
+        let (variable, name) = self.field.as_ref()?;
+        let of = match variable {
+            Variable::State => state,
+            Variable::Scope => scope,
+        };
+        of.get(name).cloned()
     }
 
     /// Evaluates the expression, its cost already checked.
@@ -390,6 +431,50 @@ mod tests {
                 .is_true(&state(json!({"score": 0.9})), &empty, &Meter::unmetered())
                 .unwrap()
         );
+    }
+
+    #[test]
+    fn a_plain_field_read_gives_what_cel_gives_and_keeps_an_objects_key_order() {
+        let state = state(json!({
+            "items": [1, -2, 18446744073709551615u64, 2.5, "x", null, true, [[]], {"b": 1, "a": {"d": 2, "c": 3}}],
+            "flag": false,
+        }));
+        let scope = Map::from_iter([("item".to_owned(), json!({"z": 1, "y": [2]}))]);
+        for source in ["state.items", "state.flag", "scope.item"] {
+            let expr = CelExpr::compile(source).unwrap();
+            assert!(expr.field.is_some(), "{source} is a plain read");
+            let read = expr.evaluate(&state, &scope, &Meter::unmetered()).unwrap();
+            let through_cel = expr.execute(&state, &scope).unwrap();
+            // (A map's equality ignores its keys' order.)
+            assert_eq!(read, through_cel, "{source}");
+        }
+        let item = CelExpr::compile("scope.item").unwrap();
+        let read = item.evaluate(&state, &scope, &Meter::unmetered()).unwrap();
+        assert_eq!(
+            read.to_string(),
+            r#"{"z":1,"y":[2]}"#,
+            "keys in their order"
+        );
+        // A field that is not there fails as CEL says.
+        let missing = CelExpr::compile("state.nothing").unwrap();
+        assert_eq!(
+            missing
+                .evaluate(&state, &scope, &Meter::unmetered())
+                .unwrap_err(),
+            missing.execute(&state, &scope).unwrap_err()
+        );
+        // Anything more than one field's read goes through CEL.
+        for source in [
+            "state.items.size()",
+            "has(state.items)",
+            "state.items[0]",
+            "state",
+        ] {
+            assert!(
+                CelExpr::compile(source).unwrap().field.is_none(),
+                "{source}"
+            );
+        }
     }
 
     #[test]

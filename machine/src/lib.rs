@@ -495,9 +495,26 @@ impl RunMachine {
     /// Applies one input and returns what the actor must do.
     pub fn apply(&mut self, input: Input) -> Result<Vec<Effect>, Rejected> {
         let mut fx = Vec::new();
+        self.apply_into(input, &mut fx)?;
+        Ok(fx)
+    }
+
+    /// Applies one input and adds what the actor must do to `effects`,
+    /// which an actor keeps from one input to the next rather than making
+    /// a list for each. A rejected input adds nothing.
+    pub fn apply_into(&mut self, input: Input, effects: &mut Vec<Effect>) -> Result<(), Rejected> {
+        let before = effects.len();
+        let applied = self.apply_each(input, effects);
+        if applied.is_err() {
+            effects.truncate(before);
+        }
+        applied
+    }
+
+    fn apply_each(&mut self, input: Input, fx: &mut Vec<Effect>) -> Result<(), Rejected> {
         match input {
-            Input::TaskSucceeded { key, output } => self.task_succeeded(key, output, &mut fx),
-            Input::TaskFailed { key, failure } => self.task_failed(key, failure, &mut fx),
+            Input::TaskSucceeded { key, output } => self.task_succeeded(key, output, fx),
+            Input::TaskFailed { key, failure } => self.task_failed(key, failure, fx),
             Input::TaskReturned {
                 key,
                 worker,
@@ -506,7 +523,7 @@ impl RunMachine {
                 notes,
             } => {
                 // Its calls were spent whether or not its output is taken.
-                self.noted(key, notes, &mut fx);
+                self.noted(key, notes, fx);
                 let holding = self
                     .run
                     .tasks
@@ -517,33 +534,33 @@ impl RunMachine {
                     Ok(output) => {
                         let held = output.held.values().map(|text| text.len() as u64);
                         self.held_write_bytes += held.sum::<u64>();
-                        self.task_succeeded(key, output, &mut fx)
+                        self.task_succeeded(key, output, fx)
                     }
-                    Err(failure) => self.task_failed(key, failure, &mut fx),
+                    Err(failure) => self.task_failed(key, failure, fx),
                 }
             }
             Input::RetryDue { key } => {
                 if self.run.tasks.requeue(key) {
-                    self.pump(&mut fx);
+                    self.pump(fx);
                 } else {
-                    self.child_retry_due(key, &mut fx);
+                    self.child_retry_due(key, fx);
                 }
             }
-            Input::Answered { node, answer } => self.answered(&node, answer, &mut fx)?,
-            Input::CallReturned { call, result } => self.call_returned(call, result, &mut fx),
-            Input::ChildStarted { node, run_id } => self.child_started(&node, run_id, &mut fx),
+            Input::Answered { node, answer } => self.answered(&node, answer, fx)?,
+            Input::CallReturned { call, result } => self.call_returned(call, result, fx),
+            Input::ChildStarted { node, run_id } => self.child_started(&node, run_id, fx),
             Input::ChildWaiting {
                 node,
                 run_id,
                 waiting,
-            } => self.child_waiting(&node, &run_id, waiting, &mut fx),
+            } => self.child_waiting(&node, &run_id, waiting, fx),
             Input::ChildEnded {
                 node,
                 result,
                 usage,
             } => {
                 self.add_usage(&usage);
-                self.child_ended(&node, result, &mut fx)
+                self.child_ended(&node, result, fx)
             }
             Input::Cancel { by } => {
                 if self.run.status.is_terminal() {
@@ -552,25 +569,23 @@ impl RunMachine {
                 if let Some(by) = by {
                     fx.push(Effect::Emit(RunEvent::CancelRequested { by }));
                 }
-                self.stop(RunStatus::Cancelled, RunError::Cancelled, &mut fx)?;
+                self.stop(RunStatus::Cancelled, RunError::Cancelled, fx)?;
             }
             Input::DeadlinePassed { waiting } => {
-                self.stop(RunStatus::Failed, RunError::RunTimeout { waiting }, &mut fx)?
+                self.stop(RunStatus::Failed, RunError::RunTimeout { waiting }, fx)?
             }
-            Input::RetryRun { by } => self.retry_run(by, &mut fx)?,
+            Input::RetryRun { by } => self.retry_run(by, fx)?,
             Input::TeamSend {
                 key,
                 send_id,
                 message,
-            } => self.team_send(key, send_id, message, &mut fx),
+            } => self.team_send(key, send_id, message, fx),
             Input::EventLimit { limit } => {
-                self.stop(RunStatus::Failed, RunError::EventLimit { limit }, &mut fx)?
+                self.stop(RunStatus::Failed, RunError::EventLimit { limit }, fx)?
             }
-            Input::Quarantine { crashes } => self.stop(
-                RunStatus::Failed,
-                RunError::Quarantined { crashes },
-                &mut fx,
-            )?,
+            Input::Quarantine { crashes } => {
+                self.stop(RunStatus::Failed, RunError::Quarantined { crashes }, fx)?
+            }
             // Watchers see why the run waits; the run goes on waiting.
             Input::TaskUnhosted { node, needs } => {
                 fx.push(Effect::Emit(RunEvent::TaskUnhosted { node, needs }));
@@ -602,7 +617,7 @@ impl RunMachine {
                 }
             }
         }
-        Ok(fx)
+        Ok(())
     }
 
     pub(crate) fn finish(

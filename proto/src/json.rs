@@ -23,6 +23,15 @@ pub fn parse_or_null(text: &str) -> Result<Value, serde_json::Error> {
     serde_json::from_str(text)
 }
 
+/// The JSON value of `bytes` (checked to be UTF-8 as it is parsed);
+/// `Null` for nothing but whitespace.
+pub fn parse_bytes_or_null(bytes: &[u8]) -> Result<Value, serde_json::Error> {
+    match bytes.trim_ascii() {
+        [] => Ok(Value::Null),
+        json => serde_json::from_slice(json),
+    }
+}
+
 /// The JSON text of `value`, exactly as `serde_json::to_string` gives it.
 pub fn to_string(value: &Value) -> String {
     let mut out = String::with_capacity(size_hint(value));
@@ -110,7 +119,9 @@ fn write_value(out: &mut String, value: &Value) {
     }
 }
 
-fn write_object(out: &mut String, map: &Map<String, Value>) {
+/// Writes the JSON text of an object (a state) to `out`, exactly as
+/// `serde_json` gives it.
+pub fn write_object(out: &mut String, map: &Map<String, Value>) {
     out.push('{');
     for (i, (key, item)) in map.iter().enumerate() {
         if i > 0 {

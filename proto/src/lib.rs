@@ -37,15 +37,27 @@ pub mod ids;
 pub mod index_pieces;
 pub mod json;
 #[cfg(feature = "wire")]
+pub mod text;
 pub mod transport;
 pub mod types;
 pub mod worker_protocol;
 
 pub use ids::{ItemKey, NodeId, RunId, TaskKey, WorkerId};
+pub use text::SharedText;
 
 /// Version 1 of the protocol.
 #[cfg(feature = "wire")]
 #[allow(missing_docs, clippy::all)]
 pub mod v1 {
     tonic::include_proto!("weft.v1");
+
+    // Written and read by hand (their modules say why), under the names
+    // the generated messages would have.
+    pub use crate::worker_protocol::wire::batch::TaskBatch;
+    pub use crate::worker_protocol::wire::result::TaskResult;
+
+    /// The `outcome` of a [`TaskResult`].
+    pub mod task_result {
+        pub use crate::worker_protocol::wire::result::Outcome;
+    }
 }

@@ -236,8 +236,9 @@ pub struct TaskAssignment {
     pub node_ref: KeptRef,
     /// The state, field by field.
     pub state: Vec<StateField>,
-    /// The step's scope (a map item's bindings), as JSON text.
-    pub scope_json: String,
+    /// The step's scope (a map item's bindings), as JSON text: shared
+    /// where it was made, read where it was received (parse its bytes).
+    pub scope_json: crate::SharedText,
     /// The map item, for a chain step.
     pub item: Option<ItemRef>,
     /// The attempt's deadline.
@@ -261,6 +262,31 @@ pub struct TaskAssignment {
     /// How the attempt's model calls are flow-controlled (SPEC 18); `None`:
     /// they are not (the coordinator has no limit or budget for them).
     pub flow: Option<CallFlow>,
+}
+
+impl TaskAssignment {
+    /// The same attempt with `state` in place of its state (a copy of the
+    /// rest, whose parts are shared or small).
+    pub fn with_state(&self, state: Vec<StateField>) -> Self {
+        Self {
+            run_id: self.run_id.clone(),
+            key: self.key,
+            attempt: self.attempt,
+            definition: self.definition.clone(),
+            node_ref: self.node_ref,
+            state,
+            scope_json: self.scope_json.clone(),
+            item: self.item.clone(),
+            timeout: self.timeout,
+            bundle: self.bundle.clone(),
+            bundle_ref: self.bundle_ref,
+            team: self.team.clone(),
+            prompts_json: self.prompts_json.clone(),
+            traceparent: self.traceparent.clone(),
+            remote_tools: self.remote_tools.clone(),
+            flow: self.flow,
+        }
+    }
 }
 
 /// The completion tokens a model call is expected to use when its request

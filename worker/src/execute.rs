@@ -6,7 +6,9 @@
 //! attempt, not the worker. Functions are synchronous, so they run on the
 //! blocking pool under a timeout, with panics caught the same way.
 
+use futures_util::FutureExt;
 use serde_json::Value;
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::task::JoinHandle;
@@ -203,17 +205,18 @@ async fn run_handler(
     let future = handler(&state, context)
         .map_err(|message| Failure::new(FailureKind::HandlerError, message))?;
     drop(state);
-    // The handler's own spans nest under the attempt's.
-    let mut call = AbortOnDrop(tokio::spawn(future.instrument(tracing::Span::current())));
-    match tokio::time::timeout(task.timeout, &mut call.0).await {
+    // Polled within the attempt's own task (not spawned into one more): a
+    // panic is caught here, and a timeout or a cancellation drops it. The
+    // handler's own spans nest under the attempt's.
+    let call = AssertUnwindSafe(future.instrument(tracing::Span::current())).catch_unwind();
+    match tokio::time::timeout(task.timeout, call).await {
         Ok(Ok(result)) => {
             result.map_err(|message| Failure::new(FailureKind::HandlerError, message))
         }
-        Ok(Err(join)) if join.is_panic() => Err(Failure::new(
+        Ok(Err(panic)) => Err(Failure::new(
             FailureKind::HandlerPanicked,
-            format!("handler '{name}' panicked: {}", panic_text(join)),
+            format!("handler '{name}' panicked: {}", panic_message(&*panic)),
         )),
-        Ok(Err(join)) => Err(Failure::new(FailureKind::HandlerError, join.to_string())),
         Err(_) => Err(Failure::new(
             FailureKind::Timeout,
             format!("handler '{name}' timed out after {:?}", task.timeout),
@@ -222,7 +225,11 @@ async fn run_handler(
 }
 
 fn panic_text(join: tokio::task::JoinError) -> String {
-    let payload = join.into_panic();
+    panic_message(&*join.into_panic())
+}
+
+/// What a panic said (its `&str` or `String` payload).
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
     payload
         .downcast_ref::<&str>()
         .map(|s| (*s).to_owned())
@@ -279,8 +286,8 @@ async fn call_tool(
         // A scope that is not an object (a coordinator sends none) is
         // empty.
         scope: match weft_proto::json::parse_or_null(&caller.scope_json) {
-            Ok(Value::Object(scope)) => scope,
-            _ => serde_json::Map::new(),
+            Ok(Value::Object(scope)) => scope.into(),
+            _ => crate::Scope::default(),
         },
         team: None,
     };

@@ -20,6 +20,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
+use crate::Scope;
 use crate::field::{FieldDeserializer, FieldValue};
 use crate::team::{Team, TeamError, TeamMessage};
 
@@ -34,8 +35,10 @@ pub struct TaskContext {
     pub attempt: u32,
     /// The map item's index, for a step of a map item's chain.
     pub item: Option<u64>,
-    /// The step's scope: a map item's `as` binding, by name.
-    pub scope: Map<String, Value>,
+    /// The step's scope: a map item's `as` binding, by name (read it as
+    /// a map, or one value with [`TaskContext::scope`], which does not
+    /// make the map).
+    pub scope: Scope,
     /// For a `teammates: true` step of a map item with a team: the team,
     /// through which the handler sends and reads messages.
     pub team: Option<Team>,
@@ -104,7 +107,7 @@ impl From<&str> for HandlerError {
 impl TaskContext {
     /// The context of `task`'s attempt, its scope `scope` (the task's,
     /// moved or copied by the caller), with its team when it has one.
-    pub(crate) fn of(task: &crate::Task, scope: Map<String, Value>, team: Option<Team>) -> Self {
+    pub(crate) fn of(task: &crate::Task, scope: Scope, team: Option<Team>) -> Self {
         Self {
             run_id: task.run_id.clone(),
             node: task.node.clone(),
@@ -149,14 +152,13 @@ impl TaskContext {
 
     /// A scope value by name, deserialized.
     pub fn scope<T: DeserializeOwned>(&self, name: &str) -> Result<T, HandlerError> {
-        let value = self
-            .scope
-            .get(name)
-            .ok_or_else(|| HandlerError::NoScopeValue(name.to_owned()))?;
-        T::deserialize(value).map_err(|error| HandlerError::ScopeType {
-            name: name.to_owned(),
-            detail: error.to_string(),
-        })
+        self.scope
+            .value(name)
+            .ok_or_else(|| HandlerError::NoScopeValue(name.to_owned()))?
+            .map_err(|error| HandlerError::ScopeType {
+                name: name.to_owned(),
+                detail: error.to_string(),
+            })
     }
 }
 
@@ -385,7 +387,7 @@ mod tests {
             node: "n".into(),
             attempt: 1,
             item: None,
-            scope: Map::new(),
+            scope: Scope::default(),
             team: None,
         }
     }

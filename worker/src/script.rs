@@ -324,7 +324,7 @@ fn stdin_request(task: &Task, state_json: &str) -> String {
     format!(
         "{{\"state\":{},\"scope\":{},\"inbox\":{},\"team\":{},\"run_id\":{},\"node\":{},\"attempt\":{},\"item\":{}}}",
         state_json,
-        Value::Object(task.scope.clone()),
+        Value::Object(task.scope.clone().into_map()),
         inbox,
         team,
         json!(task.run_id),

@@ -10,7 +10,7 @@ use std::time::Duration;
 pub use weft_proto::TaskKey;
 use weft_proto::{NodeId, RunId};
 
-use serde_json::{Map, Value};
+use serde_json::Value;
 pub use weft_proto::types::FailureKind;
 use weft_proto::types::WorkerKind;
 pub use weft_proto::worker_protocol::{
@@ -45,7 +45,7 @@ pub struct Task {
     /// known): a Python process is sent a value once per version.
     pub state_versions: Vec<u64>,
     /// The step's scope: a map item's bindings (empty outside a map).
-    pub scope: Map<String, Value>,
+    pub scope: crate::Scope,
     /// The map item's index, for a chain step.
     pub item: Option<u64>,
     /// Per-attempt deadline.
@@ -115,7 +115,7 @@ impl Task {
             config: Arc::new(config),
             state: Vec::new(),
             state_versions: Vec::new(),
-            scope: Map::new(),
+            scope: crate::Scope::default(),
             item: None,
             timeout: Duration::from_secs(1),
             bundle: Arc::default(),
@@ -236,17 +236,8 @@ impl Task {
             .config()
             .map_err(|e| invalid("task configuration", &e))?
             .clone();
-        let scope = match parse_or_null(&assignment.scope_json) {
-            Ok(Value::Object(scope)) => scope,
-            Ok(Value::Null) => Map::new(),
-            Ok(other) => {
-                return Err(Failure::new(
-                    FailureKind::InvalidTask,
-                    format!("the step's scope is not an object: {other}"),
-                ));
-            }
-            Err(e) => return Err(invalid("the step's scope", &e)),
-        };
+        let scope = crate::Scope::read(assignment.scope_json)
+            .map_err(|why| Failure::new(FailureKind::InvalidTask, why))?;
         let prompts = parse_or_null(&assignment.prompts_json)
             .map_err(|e| invalid("the step's prompts", &e))?;
         Ok(Self {

@@ -170,9 +170,9 @@ fn decode(task: TaskAssignment) -> Result<InProcessTask, Undecodable> {
             .ok_or_else(|| Undecodable::Missing(field.name.to_string()))?;
         state.insert(field.name.to_string(), serde_json::from_str(json)?);
     }
-    let scope = match task.scope_json.trim() {
-        "" => Map::new(),
-        json => serde_json::from_str(json)?,
+    let scope = match task.scope_json.as_bytes().trim_ascii() {
+        [] => Map::new(),
+        json => serde_json::from_slice(json)?,
     };
     Ok(InProcessTask {
         assignment: task,

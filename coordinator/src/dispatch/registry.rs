@@ -335,13 +335,20 @@ impl<T> Registry<T> {
     /// free slots, never on a draining or jammed worker.
     pub fn place(&mut self, now: Instant) -> Vec<Decision<T>> {
         let mut decisions = Vec::new();
+        self.place_into(now, &mut decisions);
+        decisions
+    }
+
+    /// [`Registry::place`], its decisions added to `decisions` (a list
+    /// the caller keeps from one placing to the next).
+    pub fn place_into(&mut self, now: Instant, decisions: &mut Vec<Decision<T>>) {
         self.wake = None;
         // Running steps' calls first: they hold slots.
         for _ in 0..self.permits.len() {
             let Some(waiting) = self.permits.pop_front() else {
                 break;
             };
-            if let Some(waiting) = self.try_permit(waiting, now, &mut decisions) {
+            if let Some(waiting) = self.try_permit(waiting, now, decisions) {
                 self.permits.push_back(waiting);
             }
         }
@@ -384,11 +391,11 @@ impl<T> Registry<T> {
                 }
                 continue;
             }
-            if !self.key_free(&id, &mut decisions) {
+            if !self.key_free(&id, decisions) {
                 skipped.push((id, namespace, priority));
             } else {
-                match self.admitted(&id, now, &mut decisions) {
-                    Ok(()) => self.start(id, worker, now, &mut decisions),
+                match self.admitted(&id, now, decisions) {
+                    Ok(()) => self.start(id, worker, now, decisions),
                     Err(wait) => {
                         if let (Some(wait), Some(needs)) =
                             (wait, self.jobs.get(&id).and_then(|job| job.flow.as_ref()))
@@ -409,13 +416,12 @@ impl<T> Registry<T> {
                 continue;
             };
             match self.pick(job) {
-                Some(worker) => self.start(id, worker, now, &mut decisions),
+                Some(worker) => self.start(id, worker, now, decisions),
                 None => waiting.push_back(id),
             }
         }
         self.calls = waiting;
         self.check();
-        decisions
     }
 
     /// A worker reported a job's result. Returns the job if the worker

@@ -50,12 +50,17 @@ impl FieldMirror {
     /// Call [`FieldMirror::sent`] once the message is on its way.
     pub fn prepare(&self, task: &TaskAssignment) -> (TaskAssignment, Sent) {
         let known = self.runs.get(&task.run_id);
-        let mut wire = task.clone();
-        match self.handlers.of(task) {
-            Reads::All => {}
-            Reads::Nothing => wire.state.clear(),
-            reads => wire.state.retain(|field| reads.contains(&field.name)),
-        }
+        // Only the fields the step reads are copied (for a step that reads
+        // none, no list is made).
+        let state = match self.handlers.of(task) {
+            Reads::All => task.state.clone(),
+            Reads::Nothing => Vec::new(),
+            reads => (task.state.iter())
+                .filter(|field| reads.contains(&field.name))
+                .cloned()
+                .collect(),
+        };
+        let mut wire = task.with_state(state);
         let mut sent = Vec::new();
         for field in &mut wire.state {
             if known.and_then(|k| k.get(&field.name)) == Some(&field.version) {

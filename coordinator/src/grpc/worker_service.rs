@@ -88,17 +88,22 @@ async fn read_worker(
     dispatcher: DispatcherHandle,
     worker: crate::dispatch::WorkerId,
 ) {
+    // The run of the last result read: the next of the same run shares
+    // its id.
+    let mut last = wire::LastRun::default();
     while let Some(Ok(message)) = inbound.next().await {
         for message in wire::unbatched(message) {
             // A large result is parsed off the async threads (in order:
             // the next message waits for it).
             let parsed = if wire::is_large(&message) {
-                tokio::task::spawn_blocking(move || wire::read_worker_message(message))
-                    .await
-                    .ok()
-                    .flatten()
+                tokio::task::spawn_blocking(move || {
+                    wire::read_worker_message(message, &mut wire::LastRun::default())
+                })
+                .await
+                .ok()
+                .flatten()
             } else {
-                wire::read_worker_message(message)
+                wire::read_worker_message(message, &mut last)
             };
             if let Some(message) = parsed {
                 dispatcher.message(worker, message);
@@ -435,7 +440,9 @@ mod tests {
             use pb::coordinator_message::Body;
             out.push(match message.body {
                 Some(Body::Task(task)) => Some(vec![task.task_key]),
-                Some(Body::Tasks(batch)) => Some(batch.tasks.iter().map(|t| t.task_key).collect()),
+                Some(Body::Tasks(batch)) => {
+                    Some(batch.tasks.iter().map(|t| t.rest.task_key).collect())
+                }
                 _ => None,
             });
         }

@@ -14,6 +14,11 @@ use super::wire::{
 use super::*;
 use crate::v1 as pb;
 
+/// A worker's message read on its own (no result read before it).
+fn read_alone(message: pb::WorkerMessage) -> Option<FromWorker> {
+    read_worker_message(message, &mut super::wire::LastRun::default())
+}
+
 /// `message` as the other side decodes it off the stream.
 fn through_bytes<M: prost::Message + Default>(message: M) -> M {
     M::decode(message.encode_to_vec().as_slice()).expect("decodes")
@@ -32,7 +37,7 @@ fn worker_reads(message: ToWorker) -> Vec<Result<ToWorker, Unreadable>> {
 
 /// What the coordinator reads of the worker's `message`.
 fn coordinator_reads(message: FromWorker) -> Option<FromWorker> {
-    read_worker_message(through_bytes(pb::WorkerMessage::from(message)))
+    read_alone(through_bytes(pb::WorkerMessage::from(message)))
 }
 
 fn seat() -> TeamSeat {
@@ -416,13 +421,18 @@ fn a_batch_of_results_reads_as_its_results_in_order() {
             results: vec![result(1), result(2)],
         })),
     };
-    let keys: Vec<_> = unbatched(batch)
-        .map(|message| match read_worker_message(message) {
-            Some(FromWorker::Result(result)) => result.key,
+    let mut last = super::wire::LastRun::default();
+    let read: Vec<_> = unbatched(through_bytes(batch))
+        .map(|message| match read_worker_message(message, &mut last) {
+            Some(FromWorker::Result(result)) => (result.key, result.run_id),
             other => panic!("not a result: {other:?}"),
         })
         .collect();
+    let keys: Vec<_> = read.iter().map(|(key, _)| *key).collect();
     assert_eq!(keys, [TaskKey(1), TaskKey(2)]);
+    // One run's results share the id read first.
+    assert_eq!(read[0].1, "r");
+    assert_eq!(read[0].1.as_ptr(), read[1].1.as_ptr(), "one id read once");
 }
 
 /// What a worker that keeps `kept` reads of a message holding `wire`.
@@ -699,7 +709,7 @@ fn a_call_that_cannot_be_read_is_named_for_its_answer() {
 #[test]
 fn what_a_worker_sends_that_is_not_json_is_named_not_dropped() {
     let message = |body| pb::WorkerMessage { body: Some(body) };
-    let send = read_worker_message(message(pb::worker_message::Body::Send(pb::TeamSend {
+    let send = read_alone(message(pb::worker_message::Body::Send(pb::TeamSend {
         content_json: "{oops".into(),
         ..pb::TeamSend::default()
     })));
@@ -716,7 +726,7 @@ fn what_a_worker_sends_that_is_not_json_is_named_not_dropped() {
         ),
         "{send:?}"
     );
-    let answer = read_worker_message(message(pb::worker_message::Body::CallResult(
+    let answer = read_alone(message(pb::worker_message::Body::CallResult(
         pb::CallResult {
             outcome: Some(pb::call_result::Outcome::ValueJson("[1,".into())),
             ..pb::CallResult::default()
@@ -732,7 +742,7 @@ fn what_a_worker_sends_that_is_not_json_is_named_not_dropped() {
         error.0.starts_with("the worker sent invalid JSON"),
         "{error}"
     );
-    let call = read_worker_message(message(pb::worker_message::Body::ToolCall(pb::ToolCall {
+    let call = read_alone(message(pb::worker_message::Body::ToolCall(pb::ToolCall {
         arguments_json: "q=weft".into(),
         ..pb::ToolCall::default()
     })));
@@ -745,15 +755,15 @@ fn what_a_worker_sends_that_is_not_json_is_named_not_dropped() {
 #[test]
 fn a_message_with_nothing_usable_reads_as_nothing() {
     let message = |body| pb::WorkerMessage { body };
-    assert_eq!(read_worker_message(message(None)), None);
+    assert_eq!(read_alone(message(None)), None);
     assert_eq!(
-        read_worker_message(message(Some(pb::worker_message::Body::Result(
+        read_alone(message(Some(pb::worker_message::Body::Result(
             pb::TaskResult::default()
         )))),
         None
     );
     assert_eq!(
-        read_worker_message(message(Some(pb::worker_message::Body::Hello(
+        read_alone(message(Some(pb::worker_message::Body::Hello(
             pb::Hello::default()
         )))),
         None

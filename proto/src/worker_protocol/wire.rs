@@ -21,10 +21,15 @@ use crate::types::FailureKind;
 use crate::v1 as pb;
 use crate::{PROTOCOL_VERSION, TaskKey};
 
+pub mod batch;
 mod kept;
+pub mod result;
 
+use batch::{BatchItem, BatchTask, TaskBatch};
 use kept::numbered;
 pub use kept::{Kept, MAX_KEPT_BUNDLES, MAX_KEPT_NODES};
+pub use result::LastRun;
+use result::Outcome;
 
 /// A message a worker received that it cannot act on, with what it must
 /// answer so that nobody waits for it.
@@ -219,13 +224,16 @@ impl From<ToWorker> for pb::CoordinatorMessage {
     }
 }
 
-/// Tasks as one message, in order (for a worker that takes batches).
+/// Tasks as one message, in order (for a worker that takes batches),
+/// their ids and scopes written from the text they share.
 pub fn task_batch(tasks: Vec<TaskAssignment>) -> pb::CoordinatorMessage {
-    let tasks = tasks.into_iter().map(pb::TaskAssignment::from).collect();
-    pb::CoordinatorMessage {
-        body: Some(pb::coordinator_message::Body::Tasks(pb::TaskBatch {
-            tasks,
-        })),
+    let tasks = tasks.into_iter().map(BatchTask::from).collect();
+    pb::coordinator_message::Body::Tasks(TaskBatch { tasks }).into()
+}
+
+impl From<pb::coordinator_message::Body> for pb::CoordinatorMessage {
+    fn from(body: pb::coordinator_message::Body) -> Self {
+        Self { body: Some(body) }
     }
 }
 
@@ -246,7 +254,7 @@ pub fn read_coordinator_message(
     let Some(body) = message.body else { return };
     match body {
         Body::Tasks(batch) => into.extend(batch.tasks.into_iter().map(|task| task_of(task, kept))),
-        Body::Task(task) => into.extend([task_of(task, kept)]),
+        Body::Task(task) => into.extend([task_of(task.into(), kept)]),
         Body::Call(call) => into.extend([call_of(call).map(ToWorker::Call)]),
         Body::Cancel(cancel) => into.extend([Ok(ToWorker::Cancel {
             run_id: cancel.run_id.into(),
@@ -292,72 +300,129 @@ pub fn read_coordinator_message(
     }
 }
 
+impl From<TaskAssignment> for BatchTask {
+    fn from(task: TaskAssignment) -> Self {
+        let (run_id, scope_json, item) = (
+            Arc::<str>::from(task.run_id.clone()),
+            task.scope_json.clone(),
+            task.item.clone(),
+        );
+        Self {
+            rest: wire_rest(task),
+            run_id: run_id.into(),
+            scope_json,
+            item: item.map(|item| BatchItem {
+                map: Arc::<str>::from(item.map).into(),
+                index: item.index as u64,
+                step: item.step,
+            }),
+        }
+    }
+}
+
 impl From<TaskAssignment> for pb::TaskAssignment {
     fn from(task: TaskAssignment) -> Self {
-        let (node_ref, carried) = numbered(task.node_ref);
-        let (bundle_number, bundle_carried) = numbered(task.bundle_ref);
-        let (bundle_keep, bundle_held) = if bundle_carried {
-            (bundle_number, 0)
-        } else {
-            (0, bundle_number)
-        };
-        let definition = &task.definition;
-        let text = |value: &str| {
-            if carried {
-                value.to_owned()
-            } else {
-                String::new()
-            }
-        };
+        let (run_id, scope_json, item) = (
+            String::from(task.run_id.clone()),
+            String::from_utf8_lossy(task.scope_json.as_bytes()).into_owned(),
+            task.item.clone(),
+        );
         Self {
-            run_id: task.run_id.into(),
-            task_key: task.key.0,
-            node: text(&definition.node),
-            attempt: task.attempt,
-            kind: text(definition.kind.as_str()),
-            config_json: text(&definition.config_json),
-            node_ref,
-            state: task
-                .state
-                .into_iter()
-                .map(|field| pb::StateField {
-                    name: field.name.to_string(),
-                    version: field.version,
-                    json: field.json.as_deref().unwrap_or_default().to_owned(),
-                })
-                .collect(),
-            scope_json: task.scope_json,
-            item: task.item.map(|item| pb::ItemRef {
+            run_id,
+            scope_json,
+            item: item.map(|item| pb::ItemRef {
                 map: item.map.to_string(),
                 index: item.index as u64,
                 step: item.step,
             }),
-            timeout_ms: millis(task.timeout),
-            bundle: if bundle_carried {
-                blob_refs(&task.bundle)
-            } else {
-                Vec::new()
-            },
-            bundle_keep,
-            bundle_held,
-            traceparent: task.traceparent,
-            prompts_json: task.prompts_json,
-            team: task.team.map(pb::Team::from),
-            remote_tools: task
-                .remote_tools
-                .into_iter()
-                .map(pb::ToolInfo::from)
-                .collect(),
-            flow_grant: task.flow.and_then(|flow| flow.grant).unwrap_or(0),
-            flow_ask: task.flow.is_some_and(|flow| flow.ask),
+            ..wire_rest(task)
         }
+    }
+}
+
+impl From<pb::TaskAssignment> for BatchTask {
+    /// A task sent alone, read as a batch's (its strings' buffers taken).
+    fn from(mut task: pb::TaskAssignment) -> Self {
+        Self {
+            run_id: std::mem::take(&mut task.run_id).into(),
+            scope_json: std::mem::take(&mut task.scope_json).into(),
+            item: task.item.take().map(|item| BatchItem {
+                map: item.map.into(),
+                index: item.index,
+                step: item.step,
+            }),
+            rest: task,
+        }
+    }
+}
+
+/// Every field of `task`'s message but its run id, scope and item.
+fn wire_rest(task: TaskAssignment) -> pb::TaskAssignment {
+    let (node_ref, carried) = numbered(task.node_ref);
+    let (bundle_number, bundle_carried) = numbered(task.bundle_ref);
+    let (bundle_keep, bundle_held) = if bundle_carried {
+        (bundle_number, 0)
+    } else {
+        (0, bundle_number)
+    };
+    let definition = &task.definition;
+    let text = |value: &str| {
+        if carried {
+            value.to_owned()
+        } else {
+            String::new()
+        }
+    };
+    pb::TaskAssignment {
+        run_id: String::new(),
+        task_key: task.key.0,
+        node: text(&definition.node),
+        attempt: task.attempt,
+        kind: text(definition.kind.as_str()),
+        config_json: text(&definition.config_json),
+        node_ref,
+        state: task
+            .state
+            .into_iter()
+            .map(|field| pb::StateField {
+                name: field.name.to_string(),
+                version: field.version,
+                json: field.json.as_deref().unwrap_or_default().to_owned(),
+            })
+            .collect(),
+        scope_json: String::new(),
+        item: None,
+        timeout_ms: millis(task.timeout),
+        bundle: if bundle_carried {
+            blob_refs(&task.bundle)
+        } else {
+            Vec::new()
+        },
+        bundle_keep,
+        bundle_held,
+        traceparent: task.traceparent,
+        prompts_json: task.prompts_json,
+        team: task.team.map(pb::Team::from),
+        remote_tools: task
+            .remote_tools
+            .into_iter()
+            .map(pb::ToolInfo::from)
+            .collect(),
+        flow_grant: task.flow.and_then(|flow| flow.grant).unwrap_or(0),
+        flow_ask: task.flow.is_some_and(|flow| flow.ask),
     }
 }
 
 /// A task in domain terms, its node's definition carried or read from
 /// `kept`; or, for a kind this version does not know or a definition it
 /// does not keep, what the worker must answer and cache.
-fn task_of(mut wire: pb::TaskAssignment, kept: &mut Kept) -> Result<ToWorker, Unreadable> {
+fn task_of(task: BatchTask, kept: &mut Kept) -> Result<ToWorker, Unreadable> {
+    let BatchTask {
+        rest: mut wire,
+        run_id,
+        scope_json,
+        item,
+    } = task;
     let state = std::mem::take(&mut wire.state)
         .into_iter()
         .map(|field| StateField {
@@ -366,6 +431,7 @@ fn task_of(mut wire: pb::TaskAssignment, kept: &mut Kept) -> Result<ToWorker, Un
             json: (!field.json.is_empty()).then(|| field.json.into()),
         })
         .collect();
+    let run_id = kept.run_id(&run_id);
     // Both are read whatever the other holds: what the message asks to
     // keep is kept even when the task cannot run, as the coordinator counts.
     let definition = kept.definition(&mut wire);
@@ -375,7 +441,7 @@ fn task_of(mut wire: pb::TaskAssignment, kept: &mut Kept) -> Result<ToWorker, Un
         Ok(read) => read,
         Err(error) => {
             return Err(Unreadable::Task {
-                run_id: kept.run_id(std::mem::take(&mut wire.run_id)),
+                run_id,
                 key: TaskKey(wire.task_key),
                 state,
                 error,
@@ -383,15 +449,15 @@ fn task_of(mut wire: pb::TaskAssignment, kept: &mut Kept) -> Result<ToWorker, Un
         }
     };
     Ok(ToWorker::Task(TaskAssignment {
-        run_id: kept.run_id(std::mem::take(&mut wire.run_id)),
+        run_id,
         key: TaskKey(wire.task_key),
         attempt: wire.attempt,
         definition,
         node_ref,
         state,
-        scope_json: wire.scope_json,
-        item: wire.item.map(|item| ItemRef {
-            map: kept.map_id(item.map),
+        scope_json,
+        item: item.map(|item| ItemRef {
+            map: kept.map_id(&item.map),
             index: usize::try_from(item.index).unwrap_or(usize::MAX),
             step: item.step,
         }),
@@ -631,19 +697,19 @@ impl From<FromWorker> for pb::WorkerMessage {
 impl From<TaskResult> for pb::TaskResult {
     fn from(result: TaskResult) -> Self {
         let outcome = match result.outcome {
-            Ok(output) => pb::task_result::Outcome::Output(pb::TaskOutput {
+            Ok(output) => Outcome::Output(pb::TaskOutput {
                 json: output.writes_json,
                 output_json: output.output.map(|o| o.to_string()).unwrap_or_default(),
                 notes_json: output.notes.iter().map(Value::to_string).collect(),
             }),
-            Err(error) => pb::task_result::Outcome::Error(pb::TaskError {
+            Err(error) => Outcome::Error(pb::TaskError {
                 kind: error.kind.as_str().to_owned(),
                 message: error.message,
                 notes_json: error.notes.iter().map(Value::to_string).collect(),
             }),
         };
         Self {
-            run_id: result.run_id.into(),
+            run_id: Arc::<str>::from(result.run_id).into(),
             task_key: result.key.0,
             outcome: Some(outcome),
             messages_read: result.read,
@@ -672,9 +738,7 @@ pub fn is_large(message: &pb::WorkerMessage) -> bool {
     const LARGE: usize = 64 * 1024;
     match &message.body {
         Some(Body::Result(result)) => match &result.outcome {
-            Some(pb::task_result::Outcome::Output(output)) => {
-                output.json.len() + output.output_json.len() > LARGE
-            }
+            Some(Outcome::Output(output)) => output.json.len() + output.output_json.len() > LARGE,
             _ => false,
         },
         Some(Body::CallResult(result)) => {
@@ -686,8 +750,9 @@ pub fn is_large(message: &pb::WorkerMessage) -> bool {
 
 /// A worker's message (one result: see [`unbatched`]) in domain terms, or
 /// `None` for one that carries nothing usable: a result or answer with no
-/// outcome, a second hello, a batch.
-pub fn read_worker_message(message: pb::WorkerMessage) -> Option<FromWorker> {
+/// outcome, a second hello, a batch. A result's run id is shared with the
+/// last one read from the same worker (`last`) when it is the same.
+pub fn read_worker_message(message: pb::WorkerMessage, last: &mut LastRun) -> Option<FromWorker> {
     use pb::worker_message::Body;
     Some(match message.body? {
         Body::Hello(_) | Body::Results(_) => return None,
@@ -698,10 +763,10 @@ pub fn read_worker_message(message: pb::WorkerMessage) -> Option<FromWorker> {
             key: TaskKey(refused.task_key),
         },
         Body::Result(result) => FromWorker::Result(TaskResult {
-            run_id: result.run_id.into(),
+            run_id: last.run_id(&result.run_id),
             key: TaskKey(result.task_key),
             outcome: match result.outcome? {
-                pb::task_result::Outcome::Output(output) => Ok(TaskOutput {
+                Outcome::Output(output) => Ok(TaskOutput {
                     output: (!output.output_json.is_empty())
                         .then(|| serde_json::from_str(&output.output_json).unwrap_or(Value::Null)),
                     notes: output
@@ -711,7 +776,7 @@ pub fn read_worker_message(message: pb::WorkerMessage) -> Option<FromWorker> {
                         .collect(),
                     writes_json: output.json,
                 }),
-                pb::task_result::Outcome::Error(error) => Err(TaskError {
+                Outcome::Error(error) => Err(TaskError {
                     kind: FailureKind::from_wire(&error.kind),
                     message: error.message,
                     notes: error

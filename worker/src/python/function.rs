@@ -84,7 +84,7 @@ pub async fn run_function(
             kwargs.insert(name.to_string(), value);
         }
     }
-    kwargs.extend(task.scope.clone());
+    kwargs.extend(task.scope.clone().into_map());
     let call = Call {
         module: &module,
         function: &function,

@@ -487,7 +487,7 @@ fn render(
             .map_err(|e| failed(format!("state field '{name}' is not JSON: {e}")))?;
         state.insert(name.to_string(), value.clone());
     }
-    let mut scope = task.scope.clone();
+    let mut scope = task.scope.clone().into_map();
     scope.insert("context".into(), Value::String(context.to_owned()));
     scope.insert("sources".into(), sources.clone());
     let bound = TemplateContext {

@@ -168,7 +168,7 @@ impl Dispatcher {
                     attempt: task.attempt,
                     key,
                     item: task.item.as_ref().map(|item| item.index as u64),
-                    scope_json: task.scope_json.clone(),
+                    scope_json: String::from_utf8_lossy(task.scope_json.as_bytes()).into_owned(),
                 };
                 (namespace.clone(), context, sink.clone())
             }

@@ -249,6 +249,7 @@ pub fn spawn_dispatcher(
         links: foldhash::HashMap::default(),
         call_timeout: config.call_timeout,
         tool_calls: 0,
+        placed: Vec::new(),
     };
     tracker.spawn(dispatcher.run(rx, config.heartbeat_interval, shutdown));
     DispatcherHandle { tx }
@@ -316,6 +317,8 @@ struct Dispatcher {
     call_timeout: Duration,
     /// The number of the last tool call passed on.
     tool_calls: u64,
+    /// Room for the registry's placements, kept from one to the next.
+    placed: Vec<Decision<Order>>,
 }
 
 fn now() -> std::time::Instant {
@@ -565,10 +568,12 @@ impl Dispatcher {
     }
 
     fn place(&mut self) {
-        let decisions = self.registry.place(now());
-        if !decisions.is_empty() {
-            self.carry_out(decisions);
+        let mut placed = std::mem::take(&mut self.placed);
+        self.registry.place_into(now(), &mut placed);
+        if !placed.is_empty() {
+            placed = self.carry_out(placed);
         }
+        self.placed = placed;
     }
 
     /// Tells whoever waits for a job how it ended: its run, or (a tool
@@ -614,7 +619,9 @@ impl Dispatcher {
         let _ = payload.sink.send(event);
     }
 
-    fn carry_out(&mut self, decisions: Vec<Decision<Order>>) {
+    /// Carries out `decisions` and those they lead to; gives back their
+    /// list, emptied, for its room.
+    fn carry_out(&mut self, decisions: Vec<Decision<Order>>) -> Vec<Decision<Order>> {
         let mut queue: std::collections::VecDeque<Decision<Order>> = decisions.into();
         while let Some(decision) = queue.pop_front() {
             match decision {
@@ -721,6 +728,7 @@ impl Dispatcher {
                 }
             }
         }
+        queue.into()
     }
 
     /// Puts a job on a worker's work path; `Some(closed)` if it could not.

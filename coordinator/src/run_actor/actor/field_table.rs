@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use serde_json::Value;
+use weft_proto::SharedText;
 use weft_proto::events::SHOWN_VALUE_BYTES;
 
 use crate::dispatch::StateField;
@@ -77,6 +78,19 @@ impl FieldTable {
             }
         }
         (values, folded)
+    }
+
+    /// A step's scope as the text its task carries: written into the
+    /// table's room, and held in place when it is short (a map item's
+    /// binding mostly is), so a task's scope costs no allocation.
+    pub(super) fn scope_text(&mut self, scope: &serde_json::Map<String, Value>) -> SharedText {
+        self.scratch.clear();
+        weft_proto::json::write_object(&mut self.scratch, scope);
+        let text = SharedText::copied(&self.scratch);
+        if self.scratch.capacity() > SCRATCH_KEPT {
+            self.scratch = String::new();
+        }
+        text
     }
 
     fn fresh(&mut self, name: &str, value: &Value) -> StateField {

@@ -225,6 +225,7 @@ fn start_actor(
         item_checkpoint: false,
         last_checkpoint: Instant::now(),
         children_started,
+        effects: Vec::new(),
         children,
         spans,
         marks: setup.marks,
@@ -242,10 +243,16 @@ fn start_actor(
         .spawn(tracing::Instrument::instrument(running, span));
 }
 
+/// How many effects' room the actor keeps between inputs.
+const EFFECTS_KEPT: usize = 64;
+
 pub(super) struct RunActor {
     /// Its subgraph nodes' child runs; those started (node, run id).
     children: ChildLink,
     children_started: Vec<(NodeId, RunId)>,
+    /// The effects of the input being applied, the list kept between
+    /// inputs (up to [`EFFECTS_KEPT`]).
+    effects: Vec<Effect>,
     id: RunId,
     /// The run's namespace, which its tasks carry to the dispatcher.
     namespace: Arc<str>,
@@ -513,8 +520,19 @@ impl RunActor {
     /// Applies an input, performs its effects, and keeps the status gauge.
     fn apply(&mut self, input: Input) -> Result<(), Rejected> {
         let before = self.machine.status();
-        let effects = self.step(|machine| machine.apply(input))?;
-        self.perform(effects);
+        // The list of effects is the actor's, kept from one input to the
+        // next (taken while its effects are performed: one may apply
+        // another input).
+        let mut effects = std::mem::take(&mut self.effects);
+        let applied = self.step(|machine| machine.apply_into(input, &mut effects));
+        if applied.is_ok() {
+            self.perform_each(effects.drain(..));
+            self.after_effects();
+        }
+        if effects.capacity() <= EFFECTS_KEPT {
+            self.effects = effects;
+        }
+        applied?;
         self.count_status(Some(before));
         Ok(())
     }
@@ -529,8 +547,12 @@ impl RunActor {
 
     fn perform(&mut self, effects: Vec<Effect>) {
         self.perform_each(effects);
-        // A run that filled its event log stops here (its last events, up
-        // to `run_finished`, are still recorded).
+        self.after_effects();
+    }
+
+    /// A run that filled its event log stops here (its last events, up to
+    /// `run_finished`, are still recorded).
+    fn after_effects(&mut self) {
         if std::mem::take(&mut self.events_full) && !self.machine.status().is_terminal() {
             let limit = self.plan.limits().max_events;
             if let Ok(effects) = self.machine.apply(Input::EventLimit { limit }) {
@@ -539,7 +561,7 @@ impl RunActor {
         }
     }
 
-    fn perform_each(&mut self, effects: Vec<Effect>) {
+    fn perform_each(&mut self, effects: impl IntoIterator<Item = Effect>) {
         for effect in effects {
             match effect {
                 Effect::Dispatch(spec) => self.dispatch(&spec),

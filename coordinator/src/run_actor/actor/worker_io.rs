@@ -141,7 +141,7 @@ impl RunActor {
         };
         let state = self.fields.task_fields(&spec.state);
         let traceparent = self.spans.task_started(spec, binding.kind.as_str());
-        let scope_json = weft_proto::json::object_to_string(&spec.scope);
+        let scope_json = self.fields.scope_text(&spec.scope);
         let task = TaskAssignment {
             run_id: self.id.clone(),
             key: spec.key,

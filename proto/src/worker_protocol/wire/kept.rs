@@ -10,7 +10,7 @@ use std::sync::Arc;
 use super::super::{BlobRef, KeptRef, NodeDefinition};
 use crate::types::WorkerKind;
 use crate::v1 as pb;
-use crate::{NodeId, RunId};
+use crate::{NodeId, RunId, SharedText};
 
 /// The most node definitions a worker keeps for a session: the numbers a
 /// coordinator gives them run from 1 to this, and a worker refuses a
@@ -48,12 +48,12 @@ impl Kept {
     }
 
     /// The run id `text`, shared with the last task's when it is the same.
-    pub(super) fn run_id(&mut self, text: String) -> RunId {
+    pub(super) fn run_id(&mut self, text: &SharedText) -> RunId {
         shared_with_last(&mut self.last_run, text)
     }
 
     /// The map id `text`, shared with the last item's when it is the same.
-    pub(super) fn map_id(&mut self, text: String) -> NodeId {
+    pub(super) fn map_id(&mut self, text: &SharedText) -> NodeId {
         shared_with_last(&mut self.last_map, text)
     }
 
@@ -146,13 +146,20 @@ pub(super) fn numbered(how: KeptRef) -> (u64, bool) {
 }
 
 /// `text` as an id, `last`'s when they are the same, else made and kept
-/// in `last` for the next.
-fn shared_with_last<Id>(last: &mut Option<Id>, text: String) -> Id
+/// in `last` for the next. An id that is not UTF-8 is read with its bad
+/// bytes replaced: it names nothing the coordinator has, and the answer
+/// to its task is ignored there.
+pub(super) fn shared_with_last<Id>(last: &mut Option<Id>, text: &SharedText) -> Id
 where
-    Id: Clone + std::ops::Deref<Target = str> + From<String>,
+    Id: Clone + std::ops::Deref<Target = str> + From<Arc<str>>,
 {
     match last {
-        Some(id) if **id == *text => id.clone(),
-        _ => last.insert(Id::from(text)).clone(),
+        Some(id) if id.as_bytes() == text.as_bytes() => id.clone(),
+        _ => {
+            let made = text
+                .to_shared()
+                .unwrap_or_else(|_| Arc::from(String::from_utf8_lossy(text.as_bytes()).as_ref()));
+            last.insert(Id::from(made)).clone()
+        }
     }
 }
