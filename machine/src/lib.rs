@@ -317,6 +317,8 @@ impl RunMachine {
         if held.is_empty() {
             return (self.changes(s0, writes), held);
         }
+        // The order the step wrote its fields in, which the changes keep.
+        let order: Vec<String> = writes.keys().cloned().collect();
         let mut placeholders = Vec::with_capacity(held.len());
         held.retain(|name, text| {
             let placeholder = writes.remove(name);
@@ -329,7 +331,11 @@ impl RunMachine {
         });
         let mut changes = self.changes(s0, writes);
         changes.extend(placeholders);
-        (changes, held)
+        let in_order = order
+            .into_iter()
+            .filter_map(|name| changes.remove(&name).map(|value| (name, value)))
+            .collect();
+        (in_order, held)
     }
 
     /// The progress as JSON without the state, which checkpoints store

@@ -36,8 +36,8 @@ pub mod ids;
 #[cfg(feature = "wire")]
 pub mod index_pieces;
 pub mod json;
-#[cfg(feature = "wire")]
 pub mod text;
+#[cfg(feature = "wire")]
 pub mod transport;
 pub mod types;
 pub mod worker_protocol;

@@ -196,7 +196,7 @@ fn a_large_string_a_step_returns_is_held_as_its_worker_sent_it() {
     assert_eq!(&**held, sent, "the worker's text, not written again");
     assert_eq!(run.machine.state()["report"], json!(""), "the placeholder");
     assert_eq!(run.machine.state()["n"], json!(1));
-    assert_eq!(run.changed(), ["n", "report"]);
+    assert_eq!(run.changed(), ["report", "n"], "in the order written");
     assert_eq!(
         run.machine.held_as_input().count(),
         0,
