@@ -87,7 +87,7 @@ pub(crate) async fn serve(
         acks: Arc::new(Acks::default()),
         cache: StateCache::default(),
     };
-    let (done_tx, mut done_rx) = mpsc::unbounded_channel::<TaskReport>();
+    let (done_tx, mut done_rx) = mpsc::unbounded_channel::<Done>();
     let (heartbeat, patience) = (welcome.heartbeat, welcome.patience);
     let mut draining = false;
     let mut last_heard = Instant::now();
@@ -110,10 +110,10 @@ pub(crate) async fn serve(
                 last_heard = Instant::now();
                 session.handle(message, draining, &done_tx).await;
             }
-            Some(report) = done_rx.recv() => {
-                session.running.remove(&(report.run_id.clone(), report.key));
-                debug!(run = %report.run_id, key = %report.key, "task done");
-                if outbound.send(Outbound::Report(report)).await.is_err() {
+            Some(done) = done_rx.recv() => {
+                session.running.remove(&done.attempt);
+                debug!(run = %done.attempt.0, key = %done.attempt.1, "task done");
+                if !done.reported {
                     return lost(session.running, Lost::Unsendable);
                 }
                 if draining && session.running.is_empty() {
@@ -151,7 +151,15 @@ struct Session {
     cache: StateCache,
 }
 
-type Done = mpsc::UnboundedSender<TaskReport>;
+/// An attempt that ended, its report on its way to the coordinator
+/// (queued by the attempt itself, so that it does not wait for this loop
+/// to pass it on), unless the connection had closed (`reported` false).
+struct Done {
+    attempt: AttemptId,
+    reported: bool,
+}
+
+type DoneSender = mpsc::UnboundedSender<Done>;
 
 /// A task started and not yet reported.
 struct Running {
@@ -162,7 +170,7 @@ struct Running {
 }
 
 impl Session {
-    async fn handle(&mut self, message: Inbound, draining: bool, done: &Done) {
+    async fn handle(&mut self, message: Inbound, draining: bool, done: &DoneSender) {
         match message {
             Inbound::Task(assignment) if draining => {
                 // Sent before the coordinator heard we are leaving: hand it
@@ -220,7 +228,7 @@ impl Session {
         }
     }
 
-    async fn start(&mut self, assignment: Box<Assignment>, done: &Done) {
+    async fn start(&mut self, assignment: Box<Assignment>, done: &DoneSender) {
         let (run_id, key) = (assignment.run_id.clone(), assignment.key);
         let mut task = match self.cache.task(*assignment) {
             Ok(task) => task,
@@ -245,6 +253,7 @@ impl Session {
         };
         self.running.insert((run_id, key), running);
         let (kinds, slots, done) = (self.kinds.clone(), self.slots.clone(), done.clone());
+        let outbound = self.outbound.clone();
         self.tracker.spawn(async move {
             let attempt = async {
                 let _slot = slots.acquire().await;
@@ -262,12 +271,16 @@ impl Session {
                     seat.inbox.iter().map(|m| m.seq).collect()
                 }),
             };
-            let _ = done.send(TaskReport {
+            let attempt = (task.run_id.clone(), task.key);
+            let report = TaskReport {
                 run_id: task.run_id,
                 key: task.key,
                 outcome,
                 read,
-            });
+            };
+            // Straight to the connection; the session is told after.
+            let reported = outbound.send(Outbound::Report(report)).await.is_ok();
+            let _ = done.send(Done { attempt, reported });
         }.instrument(span));
     }
 

@@ -13,6 +13,7 @@
 //! load a message then carries many tasks; idle, each goes at once.
 
 use std::pin::Pin;
+use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
 use tokio::sync::mpsc;
@@ -40,8 +41,6 @@ const WORK_QUEUE: usize = 1024;
 /// Control messages queued for one worker; a full queue means the worker
 /// does not read its stream at all, and it is dropped.
 const CONTROL_QUEUE: usize = 4096;
-/// Messages between the merge of the two paths and the gRPC stream.
-const STREAM_BUFFER: usize = 16;
 
 /// The worker service over the dispatcher.
 #[derive(Clone)]
@@ -117,62 +116,102 @@ async fn read_worker(
 /// to this many, or until their texts come to `weft_proto::BATCH_BYTES`.
 const MAX_BATCH: usize = 64;
 
-/// Feeds a worker's stream: control first, then work. For a worker that
-/// takes batches, a task and the tasks queued behind it go as one message.
+/// A worker's stream: its welcome, then control first and work after.
+/// For a worker that takes batches, a task and the tasks queued behind it
+/// go as one message.
+///
+/// It is polled by the stream's own connection as it sends, straight
+/// from the dispatcher's two queues: no task between them and the
+/// connection, so a task the dispatcher queues wakes the connection that
+/// sends it, not a forwarding task that wakes it in turn.
 ///
 /// A control message that names a task (a teammate delivery, a cancel)
 /// waits for the work queued before it: the dispatcher queues a task
 /// before it tells it anything, so the task it names may be in that queue,
 /// and a worker drops what names a task it has not been given. The queue
-/// holds no more than the worker's free slots and its calls.
-async fn forward(
-    mut control: mpsc::Receiver<ToWorker>,
-    mut work: mpsc::Receiver<ToWorker>,
+/// holds no more than the worker's free slots and its calls. The stream
+/// ends when the dispatcher drops the worker (both queues closed).
+struct Outgoing {
+    welcome: Option<pb::CoordinatorMessage>,
+    control: mpsc::Receiver<ToWorker>,
+    work: mpsc::Receiver<ToWorker>,
     batches: bool,
-    tx: mpsc::Sender<Result<pb::CoordinatorMessage, Status>>,
-) {
-    // A message taken from the queue that did not fit the last batch.
-    let mut held = None;
-    // A control message waiting for the work queued before it.
-    let mut waiting = None;
-    loop {
-        let message = if let Some(message) = held.take() {
-            message
-        } else if let Some(told) = waiting.take() {
-            match work.try_recv() {
-                Ok(earlier) => {
-                    waiting = Some(told);
-                    earlier
-                }
-                Err(_) => told,
+    /// A message taken from the queue that did not fit the last batch.
+    held: Option<ToWorker>,
+    /// A control message waiting for the work queued before it.
+    waiting: Option<ToWorker>,
+}
+
+impl Outgoing {
+    fn new(
+        welcome: Option<pb::CoordinatorMessage>,
+        control: mpsc::Receiver<ToWorker>,
+        work: mpsc::Receiver<ToWorker>,
+        batches: bool,
+    ) -> Self {
+        Self {
+            welcome,
+            control,
+            work,
+            batches,
+            held: None,
+            waiting: None,
+        }
+    }
+
+    /// The next message to send, control first; `None` once both queues
+    /// are closed and read.
+    fn poll_message(&mut self, cx: &mut Context<'_>) -> Poll<Option<ToWorker>> {
+        loop {
+            if let Some(message) = self.held.take() {
+                return Poll::Ready(Some(message));
             }
-        } else {
-            // The stream ends when the dispatcher drops the worker (both
-            // paths closed).
-            tokio::select! {
-                biased;
-                Some(message) = control.recv() => {
-                    if names_task(&message) {
-                        waiting = Some(message);
-                        continue;
+            if let Some(told) = self.waiting.take() {
+                return Poll::Ready(Some(match self.work.try_recv() {
+                    Ok(earlier) => {
+                        self.waiting = Some(told);
+                        earlier
                     }
-                    message
-                }
-                Some(message) = work.recv() => message,
-                else => break,
+                    Err(_) => told,
+                }));
             }
+            let control = self.control.poll_recv(cx);
+            if let Poll::Ready(Some(message)) = control {
+                if names_task(&message) {
+                    self.waiting = Some(message);
+                    continue;
+                }
+                return Poll::Ready(Some(message));
+            }
+            return match (control, self.work.poll_recv(cx)) {
+                (_, Poll::Ready(Some(message))) => Poll::Ready(Some(message)),
+                (Poll::Ready(None), Poll::Ready(None)) => Poll::Ready(None),
+                _ => Poll::Pending,
+            };
+        }
+    }
+}
+
+impl Stream for Outgoing {
+    type Item = Result<pb::CoordinatorMessage, Status>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = self.get_mut();
+        if let Some(welcome) = this.welcome.take() {
+            return Poll::Ready(Some(Ok(welcome)));
+        }
+        let Some(message) = ready!(this.poll_message(cx)) else {
+            return Poll::Ready(None);
         };
         let message = match message {
-            ToWorker::Task(task) if batches => {
-                let (tasks, next) = gather(task, &mut work);
-                held = next;
+            ToWorker::Task(task) if this.batches => {
+                let (tasks, next) = gather(task, &mut this.work);
+                this.held = next;
                 wire::task_batch(tasks)
             }
             other => other.into(),
         };
-        if tx.send(Ok(message)).await.is_err() {
-            break;
-        }
+        Poll::Ready(Some(Ok(message)))
     }
 }
 
@@ -319,15 +358,12 @@ impl WorkerService for WorkerApi {
                 worker_timeout_ms: worker_timeout.as_millis() as u64,
             })),
         };
-        let (tx, rx) = mpsc::channel(STREAM_BUFFER);
-        self.tracker.spawn(async move {
-            if tx.send(Ok(welcome)).await.is_ok() {
-                forward(control_rx, work_rx, batches, tx).await;
-            }
-        });
-        Ok(Response::new(Box::pin(
-            tokio_stream::wrappers::ReceiverStream::new(rx),
-        )))
+        Ok(Response::new(Box::pin(Outgoing::new(
+            Some(welcome),
+            control_rx,
+            work_rx,
+            batches,
+        ))))
     }
 
     async fn fetch_blob(
@@ -424,19 +460,22 @@ mod tests {
         rx
     }
 
-    /// What `forward` sends for the messages queued on each path before
-    /// it starts: the task keys of each message, `None` for one that
+    /// What a worker's stream sends for the messages queued on each path
+    /// before it is read: the task keys of each message, `None` for one that
     /// carries no task.
     async fn forwarded(
         control: Vec<ToWorker>,
         work: Vec<ToWorker>,
         batches: bool,
     ) -> Vec<Option<Vec<u64>>> {
-        let (tx, mut rx) = mpsc::channel(64);
-        // The dispatcher is gone: `forward` ends once both queues are read.
-        forward(queued(control), queued(work), batches, tx).await;
+        // The dispatcher is gone: the stream ends once both queues are
+        // read.
+        let sent: Vec<_> = Outgoing::new(None, queued(control), queued(work), batches)
+            .collect()
+            .await;
         let mut out = Vec::new();
-        while let Ok(Ok(message)) = rx.try_recv() {
+        for message in sent {
+            let message = message.expect("sent");
             use pb::coordinator_message::Body;
             out.push(match message.body {
                 Some(Body::Task(task)) => Some(vec![task.task_key]),
