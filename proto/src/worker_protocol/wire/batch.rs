@@ -58,7 +58,9 @@ const RUN_ID: u32 = 1;
 const SCOPE_JSON: u32 = 8;
 const ITEM: u32 = 9;
 
-fn encode_text(tag: u32, text: &SharedText, buf: &mut impl BufMut) {
+/// Writes a string field from shared text (nothing for an empty one, as
+/// for any string of proto3).
+pub(super) fn encode_text(tag: u32, text: &SharedText, buf: &mut impl BufMut) {
     if !text.is_empty() {
         encode_key(tag, WireType::LengthDelimited, buf);
         encode_varint(text.len() as u64, buf);
@@ -66,7 +68,8 @@ fn encode_text(tag: u32, text: &SharedText, buf: &mut impl BufMut) {
     }
 }
 
-fn text_len(tag: u32, text: &SharedText) -> usize {
+/// The length [`encode_text`] writes.
+pub(super) fn text_len(tag: u32, text: &SharedText) -> usize {
     if text.is_empty() {
         0
     } else {
@@ -75,7 +78,7 @@ fn text_len(tag: u32, text: &SharedText) -> usize {
 }
 
 /// A length-delimited field read as a view of the message's bytes.
-fn merge_text(
+pub(super) fn merge_text(
     wire_type: WireType,
     text: &mut SharedText,
     buf: &mut impl Buf,

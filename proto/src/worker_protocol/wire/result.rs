@@ -7,13 +7,11 @@
 //! bytes on the wire are the generated message's (a test reads one as the
 //! other).
 
-use prost::bytes::{Buf, BufMut, Bytes};
-use prost::encoding::{
-    DecodeContext, WireType, bytes as wire_bytes, encode_key, encode_varint, encoded_len_varint,
-    key_len, message, skip_field, uint64,
-};
+use prost::bytes::{Buf, BufMut};
+use prost::encoding::{DecodeContext, WireType, message, skip_field, uint64};
 use prost::{DecodeError, Message};
 
+use super::batch::{encode_text, merge_text, text_len};
 use crate::v1 as pb;
 use crate::{RunId, SharedText};
 
@@ -54,11 +52,7 @@ impl LastRun {
 
 impl Message for TaskResult {
     fn encode_raw(&self, buf: &mut impl BufMut) {
-        if !self.run_id.is_empty() {
-            encode_key(1, WireType::LengthDelimited, buf);
-            encode_varint(self.run_id.len() as u64, buf);
-            buf.put_slice(self.run_id.as_bytes());
-        }
+        encode_text(1, &self.run_id, buf);
         if self.task_key != 0 {
             uint64::encode(2, &self.task_key, buf);
         }
@@ -78,12 +72,7 @@ impl Message for TaskResult {
         ctx: DecodeContext,
     ) -> Result<(), DecodeError> {
         match tag {
-            1 => {
-                let mut bytes = Bytes::new();
-                wire_bytes::merge(wire_type, &mut bytes, buf, ctx)?;
-                self.run_id = SharedText::received(bytes);
-                Ok(())
-            }
+            1 => merge_text(wire_type, &mut self.run_id, buf, ctx),
             2 => uint64::merge(wire_type, &mut self.task_key, buf, ctx),
             // As one of a oneof: a second of the same kind merges into
             // the first, one of the other kind replaces it.
@@ -111,11 +100,7 @@ impl Message for TaskResult {
     }
 
     fn encoded_len(&self) -> usize {
-        let run_id = if self.run_id.is_empty() {
-            0
-        } else {
-            key_len(1) + encoded_len_varint(self.run_id.len() as u64) + self.run_id.len()
-        };
+        let run_id = text_len(1, &self.run_id);
         let key = if self.task_key != 0 {
             uint64::encoded_len(2, &self.task_key)
         } else {
@@ -136,6 +121,8 @@ impl Message for TaskResult {
 
 #[cfg(test)]
 mod tests {
+    use prost::bytes::Bytes;
+
     use super::*;
 
     /// `TaskResult` as prost would generate it from `workers.proto`.
