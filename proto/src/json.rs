@@ -23,15 +23,6 @@ pub fn parse_or_null(text: &str) -> Result<Value, serde_json::Error> {
     serde_json::from_str(text)
 }
 
-/// The JSON value of `bytes` (checked to be UTF-8 as it is parsed);
-/// `Null` for nothing but whitespace.
-pub fn parse_bytes_or_null(bytes: &[u8]) -> Result<Value, serde_json::Error> {
-    match bytes.trim_ascii() {
-        [] => Ok(Value::Null),
-        json => serde_json::from_slice(json),
-    }
-}
-
 /// The JSON text of `value`, exactly as `serde_json::to_string` gives it.
 pub fn to_string(value: &Value) -> String {
     let mut out = String::with_capacity(size_hint(value));

@@ -331,16 +331,18 @@ impl<T> Registry<T> {
             .map(|j| &mut j.payload)
     }
 
-    /// Places queued jobs on workers: least loaded first, never beyond
-    /// free slots, never on a draining or jammed worker.
+    /// [`Registry::place_into`], its decisions in a list of their own.
+    #[cfg(test)]
     pub fn place(&mut self, now: Instant) -> Vec<Decision<T>> {
         let mut decisions = Vec::new();
         self.place_into(now, &mut decisions);
         decisions
     }
 
-    /// [`Registry::place`], its decisions added to `decisions` (a list
-    /// the caller keeps from one placing to the next).
+    /// Places queued jobs on workers: least loaded first, never beyond
+    /// free slots, never on a draining or jammed worker. Its decisions are
+    /// added to `decisions` (a list the caller keeps from one placing to
+    /// the next).
     pub fn place_into(&mut self, now: Instant, decisions: &mut Vec<Decision<T>>) {
         self.wake = None;
         // Running steps' calls first: they hold slots.

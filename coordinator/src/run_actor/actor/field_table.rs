@@ -84,23 +84,30 @@ impl FieldTable {
     /// table's room, and held in place when it is short (a map item's
     /// binding mostly is), so a task's scope costs no allocation.
     pub(super) fn scope_text(&mut self, scope: &serde_json::Map<String, Value>) -> SharedText {
-        self.scratch.clear();
-        weft_proto::json::write_object(&mut self.scratch, scope);
-        let text = SharedText::copied(&self.scratch);
-        if self.scratch.capacity() > SCRATCH_KEPT {
-            self.scratch = String::new();
-        }
-        text
+        self.in_room(
+            |room| weft_proto::json::write_object(room, scope),
+            SharedText::copied,
+        )
     }
 
     fn fresh(&mut self, name: &str, value: &Value) -> StateField {
+        let json = self.in_room(
+            |room| weft_proto::json::write(room, value),
+            |text| Arc::<str>::from(text),
+        );
+        self.versioned(name, json)
+    }
+
+    /// What `write` writes, written into the table's room and taken out by
+    /// `take`; a room grown past [`SCRATCH_KEPT`] is let go.
+    fn in_room<T>(&mut self, write: impl FnOnce(&mut String), take: impl FnOnce(&str) -> T) -> T {
         self.scratch.clear();
-        weft_proto::json::write(&mut self.scratch, value);
-        let json = Arc::from(self.scratch.as_str());
+        write(&mut self.scratch);
+        let taken = take(&self.scratch);
         if self.scratch.capacity() > SCRATCH_KEPT {
             self.scratch = String::new();
         }
-        self.versioned(name, json)
+        taken
     }
 
     fn versioned(&mut self, name: &str, json: Arc<str>) -> StateField {

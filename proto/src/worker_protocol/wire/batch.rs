@@ -305,7 +305,7 @@ mod tests {
         // The scope's bytes go to the worker as they came; parsing them
         // names what is wrong.
         assert!(
-            crate::json::parse_bytes_or_null(task.scope_json.as_bytes())
+            serde_json::from_slice::<serde_json::Value>(task.scope_json.as_bytes())
                 .unwrap_err()
                 .to_string()
                 .contains("invalid unicode")
