@@ -299,7 +299,7 @@ ROWS = [
     ("soak_last", "W6 soak: rate of the last quarter", "runs/s", True, "flat"),
     ("soak_cpu_first", "W6 soak: CPU time a run takes, first quarter (the whole harness)", "µs", False, "flat"),
     ("soak_cpu_last", "W6 soak: CPU time a run takes, last quarter (each new run forgets an old one)", "µs", False, "flat"),
-    ("soak_kb", "W6 soak: resident memory each finished run adds after warm-up", "KB", False, "≤ 4 KB"),
+    ("soak_kb", "W6 soak: resident memory (less pages freed lazily) each finished run adds after warm-up", "KB", False, "≤ 4 KB"),
     ("w7_p50", "W7 teammate message, p50", "µs", False, "≤ 100 µs"),
     ("w7_p99", "W7 teammate message, p99", "µs", False, "≤ 300 µs"),
     ("w8", "W8 200-turn chat, written", "MiB", False, "≤ 2 MiB"),

@@ -18,6 +18,11 @@ use super::{Args, Figure, chain, median};
 /// `w6_soak`: the resident memory each finished run adds, from the end of
 /// the first quarter of the batches (the caches and pools warm) to the
 /// end, with the rates of the first and last quarters in its label.
+/// Resident memory here is what the process holds: its resident set less
+/// the pages it freed lazily (`LazyFree` in `/proc/self/smaps_rollup`:
+/// jemalloc gives freed pages back with `MADV_FREE`, and the kernel takes
+/// them whenever it needs memory, before it would kill anything for it,
+/// but counts them as resident until then).
 pub(crate) async fn w6(client: &Client, args: &Args) -> Result<Vec<Figure>> {
     let bundle = chain("w6", 10)
         .setting("durability", args.durability.as_str())
@@ -48,15 +53,17 @@ pub(crate) async fn w6(client: &Client, args: &Args) -> Result<Vec<Figure>> {
         }
         let elapsed = started.elapsed();
         let cpu_per_run = (cpu_time() - cpu_before) / args.runs as u32;
+        let (rss, lazy) = (memory_kb("VmRSS:"), lazily_freed_kb());
         eprintln!(
-            "W6 batch {batch}: {:.0} runs/s, {} µs of CPU a run, resident {} MB (peak {} MB)",
+            "W6 batch {batch}: {:.0} runs/s, {} µs of CPU a run, resident {} MB of which {} MB freed lazily (peak {} MB)",
             args.runs as f64 / elapsed.as_secs_f64(),
             cpu_per_run.as_micros(),
-            memory_mb("VmRSS:"),
+            rss / 1024,
+            lazy / 1024,
             memory_mb("VmHWM:")
         );
         samples.push(elapsed);
-        resident.push(memory_kb("VmRSS:"));
+        resident.push(rss.saturating_sub(lazy));
         cpu.push(cpu_per_run);
     }
     let rate = args.runs as f64 / median(&samples).as_secs_f64();
@@ -90,7 +97,7 @@ fn soak(args: &Args, samples: &[Duration], resident: &[u64], cpu: &[Duration]) -
     Figure {
         id: "w6_soak".into(),
         label: format!(
-            "W6 soak, {} runs: {:.0} runs/s in the first quarter, {:.0} in the last; CPU a run {} µs in the first quarter, {} µs in the last; resident {} MB after the first quarter, {} MB at the end; KB per run kept",
+            "W6 soak, {} runs: {:.0} runs/s in the first quarter, {:.0} in the last; CPU a run {} µs in the first quarter, {} µs in the last; resident (less lazily freed) {} MB after the first quarter, {} MB at the end; KB per run kept",
             args.runs * samples.len(),
             rate(&samples[..quarter]),
             rate(&samples[samples.len() - quarter..]),
@@ -121,12 +128,24 @@ fn memory_mb(key: &str) -> u64 {
     memory_kb(key) / 1024
 }
 
+/// The pages freed lazily (`MADV_FREE`) that the kernel has not taken back
+/// yet, in KB: counted in the resident set, but the kernel's to take.
+fn lazily_freed_kb() -> u64 {
+    proc_kb("/proc/self/smaps_rollup", "LazyFree:")
+}
+
 /// A `/proc/self/status` memory figure in KB.
 fn memory_kb(key: &str) -> u64 {
-    std::fs::read_to_string("/proc/self/status")
+    proc_kb("/proc/self/status", key)
+}
+
+/// The figure on the line of `file` that starts with `key`, in KB (0 if
+/// there is none).
+fn proc_kb(file: &str, key: &str) -> u64 {
+    std::fs::read_to_string(file)
         .ok()
-        .and_then(|status| {
-            let line = status.lines().find(|l| l.starts_with(key))?.to_owned();
+        .and_then(|text| {
+            let line = text.lines().find(|l| l.starts_with(key))?.to_owned();
             line.split_whitespace().nth(1)?.parse::<u64>().ok()
         })
         .unwrap_or(0)
