@@ -145,7 +145,7 @@ fn proc_kb(file: &str, key: &str) -> u64 {
     std::fs::read_to_string(file)
         .ok()
         .and_then(|text| {
-            let line = text.lines().find(|l| l.starts_with(key))?.to_owned();
+            let line = text.lines().find(|l| l.starts_with(key))?;
             line.split_whitespace().nth(1)?.parse::<u64>().ok()
         })
         .unwrap_or(0)
