@@ -43,6 +43,9 @@ pub struct SubmitOptions {
     /// Its priority in its namespace's queue, over the graph's
     /// `settings.priority`.
     pub priority: Option<weft_graph::Priority>,
+    /// Its steps neither take nor keep node cache entries (`weft run
+    /// --no-cache`); its child runs inherit it.
+    pub no_cache: bool,
 }
 
 /// How long a read ([`Client::get`], [`Client::status`], listing) waits
@@ -168,7 +171,7 @@ impl Client {
             .await
     }
 
-    /// Submits a bundle with `options` (its priority).
+    /// Submits a bundle with `options` (its priority, the node cache).
     pub async fn submit_bundle_with(
         &self,
         bundle: GraphBundle,
@@ -207,6 +210,7 @@ impl Client {
                 },
                 input_json,
                 priority: priority.clone(),
+                no_cache: options.no_cache,
                 input_refs: named
                     .iter()
                     .map(|(field, run, from_field)| pb::InputReference {

@@ -96,6 +96,9 @@ enum Command {
         /// settings.priority.
         #[arg(long, value_parser = ["high", "normal", "low"])]
         priority: Option<String>,
+        /// Run every step: take no node cache entries and keep none.
+        #[arg(long)]
+        no_cache: bool,
     },
     /// A run's status and state.
     Status {
@@ -251,8 +254,10 @@ async fn remote(coordinator: Option<String>, command: Command) -> u8 {
             detach,
             allow_outside_links,
             priority,
+            no_cache,
         } => {
             let options = c::RunOptions {
+                no_cache,
                 input,
                 json,
                 watch,

@@ -23,6 +23,7 @@ pub mod ha;
 mod http;
 pub mod indexes;
 pub mod metrics;
+pub mod node_cache;
 pub mod prices;
 pub mod run_actor;
 pub mod runs;

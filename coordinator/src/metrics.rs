@@ -78,6 +78,15 @@ pub const BUNDLE_BYTES: &str = "weft_bundle_bytes";
 pub const INDEXES_KEPT: &str = "weft_knowledge_indexes";
 /// Bytes of the knowledge indexes kept (gauge).
 pub const INDEX_BYTES: &str = "weft_knowledge_index_bytes";
+/// Node cache entries kept (gauge, SPEC 20).
+pub const CACHE_ENTRIES: &str = "weft_node_cache_entries";
+/// Bytes of the node cache entries kept (gauge).
+pub const CACHE_BYTES: &str = "weft_node_cache_bytes";
+/// Cached steps' lookups, by `result`: `hit`, `miss` or `expired`
+/// (counter).
+pub const CACHE_LOOKUPS: &str = "weft_node_cache_lookups_total";
+/// Node cache entries dropped to make room (counter).
+pub const CACHE_EVICTED: &str = "weft_node_cache_evicted_total";
 /// Workers' claims of a knowledge index, by what they got: `fetched`,
 /// `build` or `wait` (counter).
 pub const INDEX_CLAIMS: &str = "weft_knowledge_index_claims_total";
@@ -174,6 +183,17 @@ pub fn install() -> Result<PrometheusHandle, metrics_exporter_prometheus::BuildE
         metrics::Unit::Bytes,
         "bytes of the knowledge indexes kept"
     );
+    metrics::describe_gauge!(CACHE_ENTRIES, "node cache entries kept");
+    metrics::describe_gauge!(
+        CACHE_BYTES,
+        metrics::Unit::Bytes,
+        "bytes of the node cache entries kept"
+    );
+    metrics::describe_counter!(
+        CACHE_LOOKUPS,
+        "cached steps' lookups, by result (hit, miss, expired)"
+    );
+    metrics::describe_counter!(CACHE_EVICTED, "node cache entries dropped to make room");
     metrics::describe_counter!(
         INDEX_CLAIMS,
         "workers' claims of a knowledge index, by outcome (fetched, build, wait)"

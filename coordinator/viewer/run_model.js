@@ -5,7 +5,7 @@
 // Everything the page shows of a run, as its events build it up.
 export class RunModel {
   constructor() {
-    this.nodes = new Map();     // id -> {status, attempts, error, child, answeredBy, resent, retrievals, retrieved, indexBuilt, throttled, usage, spent}
+    this.nodes = new Map();     // id -> {status, attempts, error, child, answeredBy, resent, retrievals, retrieved, indexBuilt, throttled, usage, spent, cached, hits, notCached}
     this.maps = new Map();      // map node -> {total, done, items: Map(index -> {status, step, error})}
     this.loops = new Map();     // loop node -> [{iteration, max, done, reason}]
     this.waves = [];            // [{step, nodes, at, changes}]
@@ -71,6 +71,18 @@ export class RunModel {
         else node.status = "done";
         break;
       }
+      case "node_cached": {
+        // Its answer came from the node cache: it ran nowhere.
+        const node = this.node(event.node);
+        node.cached = { stored_by: event.stored_by, age_ms: event.age_ms, item };
+        node.hits = (node.hits || 0) + 1;
+        const entry = this.itemOf(event.node, item);
+        if (entry) entry.cached = true;
+        break;
+      }
+      case "node_not_cached":
+        this.node(event.node).notCached = event.reason;
+        break;
       case "node_retrying":
         this.node(event.node).error = event.error;
         break;

@@ -12,7 +12,7 @@ import json
 import os
 
 COMMON = ["id", "kind", "description", "start", "end", "next", "depends_on", "routes", "fallback"]
-RUN = ["retry", "max_attempts", "timeout", "state_updates", "output_schema", "concurrency"]
+RUN = ["retry", "max_attempts", "timeout", "state_updates", "output_schema", "concurrency", "cache"]
 KINDS = {
     "task": (["handler", "teammates"], RUN, ["handler"]),
     "script": (["run", "script", "args", "env", "teammates", "sandbox"], RUN, []),
@@ -77,6 +77,10 @@ FIELDS = {
                      "properties": {"key": {"type": "string", "minLength": 1, "description": "A template rendered on the state (and a map item's scope) when the step is created."},
                                     "max": count}},
                     "At most `max` of its steps with the same rendered key run at once, across every run of the namespace."),
+    "cache": ({"type": "object", "required": ["key", "ttl"], "additionalProperties": False,
+               "properties": {"key": {"type": "string", "minLength": 1, "description": "A template rendered on the state (and a map item's scope) when the step is created."},
+                              "ttl": duration}},
+              "A step whose rendered key (with the graph's name, the node's id and a hash of its definition) was stored within `ttl` in the same namespace does not run: its stored writes are merged (node_cached). Not with `teammates: true`."),
     "teammates": ({"type": "boolean"}, "In a map's branch: the step may message the other items."),
     "handler": (string, "The handler a worker registered."),
     "run": ({"type": "array", "items": string, "minItems": 1}, "argv, run without a shell; files beside the graph are bundled."),
@@ -161,6 +165,7 @@ def main():
                 "max_steps": count, "max_concurrency": count, "max_node_concurrency": {"type": "integer", "minimum": 0},
                 "max_loop_iterations": count, "timeout": duration, "node_timeout": duration,
                 "strict_state": {"type": "boolean"}, "durability": {"enum": ["sync", "async", "exit"]},
+                "cache": {"type": "boolean", "description": "false: no node's `cache:` is used (nothing looked up or kept)."},
                 "budget": {"type": "object", "additionalProperties": False, "minProperties": 1,
                            "properties": {"tokens": count, "cost": {"type": "number", "exclusiveMinimum": 0}},
                            "description": "What the run's model calls may spend (prompt and completion tokens; cost by the coordinator's [prices]), its map items and subgraph children included."},

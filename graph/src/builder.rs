@@ -160,6 +160,7 @@ impl Builder<'_, '_> {
             state_updates: Vec::new(),
             output_schema: None,
             concurrency: None,
+            cache: None,
             teammates: false,
             router: None,
             broken: true,
@@ -194,6 +195,10 @@ impl Builder<'_, '_> {
             .concurrency
             .as_ref()
             .and_then(|value| self.concurrency(id, value));
+        node.cache = raw
+            .cache
+            .as_ref()
+            .and_then(|cache| self.cache(id, cache, value, node.teammates));
         node.timeout = raw.timeout.as_ref().and_then(|t| match t.to_duration() {
             Ok(d) => Some(d),
             Err(error) => {
@@ -285,6 +290,100 @@ impl Builder<'_, '_> {
             }
         };
         Some(ConcurrencyKey { key, max })
+    }
+
+    /// `cache: {key: TEMPLATE, ttl: DURATION}`: a key that parses as a
+    /// template and a positive `ttl`, nothing else, on a step that does not
+    /// talk to teammates (a cached step would not send its messages).
+    /// `node` is the node as written, whose definition the entry key hashes.
+    fn cache(
+        &mut self,
+        id: &str,
+        value: &Value,
+        node: &Value,
+        teammates: bool,
+    ) -> Option<NodeCache> {
+        let usage = "write `cache: {key: \"{{ question }}\", ttl: 1h}`";
+        let Some(fields) = value.as_object() else {
+            self.error(
+                format!("node '{id}': cache must be a mapping with `key` and `ttl`; {usage}"),
+                &[id],
+            );
+            return None;
+        };
+        if let Some(other) = fields.keys().find(|k| !matches!(k.as_str(), "key" | "ttl")) {
+            self.error(
+                format!(
+                    "node '{id}': cache.{other} is not a field of cache (it takes `key` and `ttl`)"
+                ),
+                &[id],
+            );
+            return None;
+        }
+        if teammates {
+            self.error(
+                format!("node '{id}': cache: a step with `teammates: true` cannot be cached (a stored answer would not send or read its teammates' messages)"),
+                &[id],
+            );
+            return None;
+        }
+        let key = match fields.get("key") {
+            Some(Value::String(text)) if !text.trim().is_empty() => {
+                self.template(id, "cache.key", text)?
+            }
+            Some(other) => {
+                self.error(
+                    format!("node '{id}': cache.key must be a non-empty string (a template such as \"{{{{ question }}}}\"), got {other}"),
+                    &[id],
+                );
+                return None;
+            }
+            None => {
+                self.error(format!("node '{id}': cache has no `key`; {usage}"), &[id]);
+                return None;
+            }
+        };
+        let ttl = match fields.get("ttl") {
+            Some(ttl @ (Value::String(_) | Value::Number(_))) => {
+                match serde_json::from_value::<super::raw_node::RawDuration>(ttl.clone())
+                    .map_err(|error| error.to_string())
+                    .and_then(|raw| raw.to_duration().map_err(|error| error.to_string()))
+                {
+                    Ok(ttl) if !ttl.is_zero() => ttl,
+                    Ok(_) => {
+                        self.error(
+                            format!(
+                                "node '{id}': cache.ttl must be longer than 0 (such as 10m or 1h)"
+                            ),
+                            &[id],
+                        );
+                        return None;
+                    }
+                    Err(error) => {
+                        self.error(format!("node '{id}': cache.ttl: {error}"), &[id]);
+                        return None;
+                    }
+                }
+            }
+            Some(other) => {
+                self.error(
+                    format!(
+                        "node '{id}': cache.ttl must be a duration such as 10m or 1h, got {other}"
+                    ),
+                    &[id],
+                );
+                return None;
+            }
+            None => {
+                self.error(format!("node '{id}': cache has no `ttl`; {usage}"), &[id]);
+                return None;
+            }
+        };
+        Some(NodeCache {
+            key,
+            ttl,
+            definition: definition_hash(node),
+        })
     }
 
     pub(super) fn retry(&mut self, id: &str, raw: &RawNode) -> RetryPolicy {
@@ -612,4 +711,45 @@ fn string_pairs(
         }
     }
     pairs
+}
+
+/// SHA-256 (hex) of what a node does, as written: its fields but its
+/// wiring (`start`, `end`, `next`, `depends_on`, `routes`, `fallback`),
+/// its `description` and its cache's `ttl`, with every mapping's keys
+/// sorted, so that reordering or rewiring a node keeps its cache and
+/// changing anything it runs with does not.
+fn definition_hash(node: &Value) -> String {
+    use sha2::{Digest, Sha256};
+    const WIRING: [&str; 7] = [
+        "start",
+        "end",
+        "next",
+        "depends_on",
+        "routes",
+        "fallback",
+        "description",
+    ];
+    fn sorted(value: &Value) -> Value {
+        match value {
+            Value::Object(fields) => {
+                let mut fields: Map<String, Value> =
+                    fields.iter().map(|(k, v)| (k.clone(), sorted(v))).collect();
+                fields.sort_keys();
+                Value::Object(fields)
+            }
+            Value::Array(items) => Value::Array(items.iter().map(sorted).collect()),
+            other => other.clone(),
+        }
+    }
+    let mut what = sorted(node);
+    if let Value::Object(fields) = &mut what {
+        // Removed in place: what stays keeps its sorted order.
+        for wiring in WIRING {
+            fields.shift_remove(wiring);
+        }
+        if let Some(Value::Object(cache)) = fields.get_mut("cache") {
+            cache.shift_remove("ttl");
+        }
+    }
+    hex::encode(Sha256::digest(what.to_string().as_bytes()))
 }

@@ -28,6 +28,9 @@ pub struct Settings {
     pub priority: Priority,
     /// What its model calls may spend, its children and items included.
     pub budget: Option<RunBudget>,
+    /// Whether its nodes' `cache:` is used (`settings.cache: false` turns
+    /// every node's cache off: nothing is looked up or stored).
+    pub cache: bool,
 }
 
 /// `settings.budget` (SPEC 18): what a run's model calls may spend, its
@@ -53,6 +56,7 @@ impl Default for Settings {
             durability: Durability::Sync,
             priority: Priority::Normal,
             budget: None,
+            cache: true,
         }
     }
 }

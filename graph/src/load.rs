@@ -54,6 +54,7 @@ struct RawSettings {
     durability: Option<String>,
     priority: Option<String>,
     budget: Option<Value>,
+    cache: Option<bool>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -281,6 +282,7 @@ fn read_settings(value: Option<&Value>, lines: &Lines, findings: &mut Vec<Findin
         }
     }
     settings.strict_state = raw.strict_state.unwrap_or(false);
+    settings.cache = raw.cache.unwrap_or(true);
     if let Some(durability) = raw.durability {
         settings.durability = match durability.as_str() {
             "sync" => Durability::Sync,

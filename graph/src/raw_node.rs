@@ -32,13 +32,14 @@ const COMMON_FIELDS: [&str; 9] = [
 
 /// SPEC's common fields about running and writing, which only some kinds
 /// can honour: each kind either executes one or refuses it here, naming why.
-const RUN_FIELDS: [&str; 6] = [
+const RUN_FIELDS: [&str; 7] = [
     "retry",
     "max_attempts",
     "timeout",
     "state_updates",
     "output_schema",
     "concurrency",
+    "cache",
 ];
 
 /// Why `kind` does not take the run field `field`; `None` when it does.
@@ -54,6 +55,15 @@ fn refused_run_field(kind: &str, field: &str) -> Option<&'static str> {
         }
         "approval" | "input" if field == "concurrency" => {
             Some("a person answers it; it takes no worker")
+        }
+        "map" if field == "cache" => {
+            Some("set it on the branch's nodes: each item's step is cached on its own")
+        }
+        "loop" | "subgraph" if field == "cache" => {
+            Some("set it on its inner nodes: the cache keeps what a step on a worker wrote")
+        }
+        "approval" | "input" if field == "cache" => {
+            Some("a person answers it; there is no work to keep")
         }
         "map" if retry => Some("a map's items are retried by their branch nodes' own `retry`"),
         "map" if field == "timeout" => Some(
@@ -297,6 +307,8 @@ pub struct RawNode {
     pub output_schema: Option<Value>,
     /// `{key: TEMPLATE, max: N}`, checked by the builder.
     pub concurrency: Option<Value>,
+    /// `{key: TEMPLATE, ttl: DURATION}`, checked by the builder.
+    pub cache: Option<Value>,
     pub teammates: Option<bool>,
     pub handler: Option<String>,
     pub run: Option<Vec<String>>,

@@ -8,7 +8,7 @@ use super::events::*;
 use super::map_run::{ItemStep, MapRun, StepWrites};
 use super::node_output::note_event;
 use super::output::finish_output;
-use super::prompts::{render_concurrency, render_prompts};
+use super::prompts::{render_cache_key, render_concurrency, render_prompts};
 use super::routing::RouteError;
 use super::team_messages::seat_for;
 use super::*;
@@ -24,7 +24,7 @@ impl RunMachine {
     /// never reads as their text ([`crate::held`]).
     pub(super) fn returned(
         &self,
-        worker: String,
+        worker: Option<String>,
         result: Result<(String, Option<Value>), TaskFailure>,
         read: Vec<u64>,
         notes: Vec<Value>,
@@ -42,17 +42,19 @@ impl RunMachine {
                     parsed.output = output;
                     parsed.read = read;
                     parsed.notes = notes;
-                    parsed.worker = Some(worker);
+                    parsed.worker = worker;
                     Ok(parsed)
                 }
                 Err(error) => Err(TaskFailure {
                     kind: FailureKind::InvalidOutput,
                     message: error.to_string(),
-                    worker: Some(worker),
+                    worker,
                 }),
             },
             Err(mut failure) => {
-                failure.worker.get_or_insert(worker);
+                if failure.worker.is_none() {
+                    failure.worker = worker;
+                }
                 failure.message = limits.clip(failure.message);
                 Err(failure)
             }
@@ -76,9 +78,14 @@ impl RunMachine {
         let rendered =
             render_prompts(graph_node, &state, &scope, &self.run.meter).and_then(|prompts| {
                 let concurrency = render_concurrency(graph_node, &state, &scope, &self.run.meter)?;
-                Ok((prompts, concurrency))
+                let cache = if self.owner().no_cache {
+                    None
+                } else {
+                    render_cache_key(self.graph(), graph_node, &state, &scope, &self.run.meter)?
+                };
+                Ok((prompts, concurrency, cache))
             });
-        let (prompts, concurrency) = match rendered {
+        let (prompts, concurrency, cache) = match rendered {
             Ok(rendered) => rendered,
             Err(error) => {
                 // Rendering again would fail again: no retry.
@@ -105,6 +112,7 @@ impl RunMachine {
             prompts,
             first_key: None,
             concurrency,
+            cache,
         };
         let item_index = spec.item.as_ref().map(|i| i.index);
         let task = TaskRef {
@@ -147,9 +155,10 @@ impl RunMachine {
         let mut output = output;
         let notes = std::mem::take(&mut output.notes);
         let held = std::mem::take(&mut output.held);
+        let cacheable = output.cacheable.take();
         self.emit_notes(&task.spec, notes, fx);
         if let Some(item) = task.spec.item.clone() {
-            self.item_output(task, item, output, fx);
+            self.item_output(task, item, output, cacheable, fx);
             self.pump(fx);
             self.maybe_finish_wave(fx);
             return;
@@ -179,6 +188,7 @@ impl RunMachine {
         };
         match result {
             Ok((changes, held, next)) => {
+                self.cache(&task.spec, cacheable, fx);
                 // Dropping the task's state here matters: the merge updates
                 // the run's state in place only when nothing else holds it.
                 drop(task);
@@ -202,6 +212,36 @@ impl RunMachine {
         }
         self.pump(fx);
         self.maybe_finish_wave(fx);
+    }
+
+    /// Keeps an accepted output of a step with a `cache:` (SPEC 20); an
+    /// output taken from the cache comes without `cacheable`.
+    fn cache(
+        &self,
+        spec: &TaskSpec,
+        cacheable: Option<crate::node_output::Cacheable>,
+        fx: &mut Vec<Effect>,
+    ) {
+        let (Some(entry), Some(answer)) = (spec.cache.clone(), cacheable) else {
+            return;
+        };
+        let (writes, output) = *answer;
+        let graph = self.graph();
+        let Some(ttl) = graph
+            .node_index(&spec.node)
+            .and_then(|idx| graph.node(idx).cache.as_ref())
+            .map(|cache| cache.ttl)
+        else {
+            return;
+        };
+        fx.push(Effect::Cache {
+            entry,
+            ttl,
+            node: spec.node.clone(),
+            item: spec.item.as_ref().map(|item| item.index),
+            writes,
+            output,
+        });
     }
 
     /// What task `key` noted as it ran (its model and tool calls), as
@@ -566,6 +606,7 @@ impl RunMachine {
         task: TaskRef,
         item: ItemRef,
         mut output: NodeOutput,
+        cacheable: Option<crate::node_output::Cacheable>,
         fx: &mut Vec<Effect>,
     ) {
         let plan = self.plan.clone();
@@ -580,6 +621,7 @@ impl RunMachine {
         let read = std::mem::take(&mut output.read);
         match run.check_step(&plan, &self.run.meter, item.index, task.node, output) {
             Ok(step) => {
+                self.cache(&task.spec, cacheable, fx);
                 let (node, key) = (task.node, task.spec.key);
                 drop(task);
                 self.team_step_returned(&item, key, Some(&read));

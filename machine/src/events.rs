@@ -61,6 +61,20 @@ pub enum Input {
         /// What it noted on the way (model and tool calls).
         notes: Vec<Value>,
     },
+    /// A cached step's entry was found (SPEC 20): the step did not run;
+    /// its stored writes are taken as a worker's would be.
+    TaskCached {
+        /// Its key.
+        key: TaskKey,
+        /// The stored writes, as JSON text, and the transient output.
+        writes: String,
+        /// The stored transient output (an `llm` step's completion).
+        output: Option<Value>,
+        /// The run whose step stored them.
+        stored_by: RunId,
+        /// How long ago, in milliseconds.
+        age_ms: u64,
+    },
     /// A task attempt failed.
     TaskFailed {
         /// Its key.
@@ -263,6 +277,23 @@ pub enum Effect {
     },
     /// Cancel these child runs.
     CancelChildren(Vec<RunId>),
+    /// Keep what a cached step returned (SPEC 20): the attempt succeeded
+    /// and its output was accepted. Never for an answer that came from
+    /// the cache.
+    Cache {
+        /// The entry key ([`TaskSpec::cache`]).
+        entry: String,
+        /// How long it answers.
+        ttl: Duration,
+        /// The node, for messages.
+        node: NodeId,
+        /// The map item, for a chain step.
+        item: Option<usize>,
+        /// The writes, as the worker sent them.
+        writes: String,
+        /// The transient output.
+        output: Option<Value>,
+    },
     /// Tell watchers.
     Emit(RunEvent),
     /// Persist the run record now (a wave merged, or the run paused or ended).

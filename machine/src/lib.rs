@@ -536,12 +536,48 @@ impl RunMachine {
                     .get(key)
                     .filter(|task| task.item.is_none())
                     .map(|task| task.node);
-                match self.returned(worker, result, read, Vec::new(), holding) {
-                    Ok(output) => {
+                // A cached step's answer is kept once it is accepted.
+                let cacheable = match &result {
+                    Ok((writes, output))
+                        if self
+                            .run
+                            .tasks
+                            .get(key)
+                            .is_some_and(|task| task.spec.cache.is_some()) =>
+                    {
+                        Some(Box::new((writes.clone(), output.clone())))
+                    }
+                    _ => None,
+                };
+                match self.returned(Some(worker), result, read, Vec::new(), holding) {
+                    Ok(mut output) => {
+                        output.cacheable = cacheable;
                         let held = output.held.values().map(|text| text.len() as u64);
                         self.held_write_bytes += held.sum::<u64>();
                         self.task_succeeded(key, output, fx)
                     }
+                    Err(failure) => self.task_failed(key, failure, fx),
+                }
+            }
+            Input::TaskCached {
+                key,
+                writes,
+                output,
+                stored_by,
+                age_ms,
+            } => {
+                let Some(task) = self.run.tasks.get(key) else {
+                    return Ok(());
+                };
+                fx.push(Effect::Emit(RunEvent::NodeCached {
+                    node: task.spec.node.clone(),
+                    item: task.item,
+                    stored_by,
+                    age_ms,
+                }));
+                let holding = task.item.is_none().then_some(task.node);
+                match self.returned(None, Ok((writes, output)), Vec::new(), Vec::new(), holding) {
+                    Ok(output) => self.task_succeeded(key, output, fx),
                     Err(failure) => self.task_failed(key, failure, fx),
                 }
             }

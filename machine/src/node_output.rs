@@ -19,6 +19,10 @@ pub struct Outgoing {
     pub content: Value,
 }
 
+/// A cached step's answer as its worker sent it: the writes' JSON text
+/// and the transient output (boxed: most outputs have none).
+pub type Cacheable = Box<(String, Option<Value>)>;
+
 /// What a task returned.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct NodeOutput {
@@ -41,6 +45,9 @@ pub struct NodeOutput {
     /// The fields written that are held as their JSON text
     /// ([`crate::held`]): their value in `writes` is a placeholder.
     pub held: BTreeMap<String, Arc<str>>,
+    /// What the worker sent, kept for a step with a `cache:` until its
+    /// output is accepted ([`crate::Effect::Cache`]).
+    pub cacheable: Option<Cacheable>,
 }
 
 /// Why what a task returned is not a node's output.
@@ -132,6 +139,7 @@ impl NodeOutput {
             notes: Vec::new(),
             worker: None,
             held: BTreeMap::new(),
+            cacheable: None,
         })
     }
 }

@@ -14,7 +14,7 @@ use crate::graph::{ExprError, Node, NodeKind, Strictness, Template, TemplateCont
 #[derive(Debug, thiserror::Error)]
 #[error("{template}: {error}")]
 pub(super) struct PromptError {
-    /// `system`, `instructions`, `prompt` or `concurrency.key`.
+    /// `system`, `instructions`, `prompt`, `concurrency.key` or `cache.key`.
     template: &'static str,
     #[source]
     error: ExprError,
@@ -111,4 +111,33 @@ pub(super) fn render_concurrency(
         key,
         max: concurrency.max,
     }))
+}
+
+/// The entry key of the step's `cache:` (SPEC 20), its key rendered
+/// strictly on the state and scope the step sees; `None` when the node has
+/// no cache or its graph turns caching off (`settings.cache: false`).
+pub(super) fn render_cache_key(
+    graph: &crate::graph::Graph,
+    node: &Node,
+    state: &TaskState,
+    scope: &Map<String, Value>,
+    meter: &Meter,
+) -> Result<Option<String>, PromptError> {
+    let Some(cache) = node.cache.as_ref().filter(|_| graph.settings.cache) else {
+        return Ok(None);
+    };
+    let view = state.view();
+    let context = TemplateContext {
+        state: Some(&view),
+        scope: Some(scope),
+        output: None,
+    };
+    let rendered = cache
+        .key
+        .render(&context, Strictness::Strict, meter)
+        .map_err(|error| PromptError {
+            template: "cache.key",
+            error,
+        })?;
+    Ok(Some(cache.entry_key(&graph.name, &node.id, &rendered)))
 }

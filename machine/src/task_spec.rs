@@ -63,6 +63,10 @@ pub struct TaskSpec {
     /// Its node's `concurrency:`, its key rendered.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub concurrency: Option<KeyedConcurrency>,
+    /// The entry key of its node's `cache:` (SPEC 20), its key rendered;
+    /// `None` when the node is not cached.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache: Option<String>,
 }
 
 /// A step's concurrency key, rendered (SPEC 18): at most `max` steps with

@@ -270,6 +270,7 @@ mod tests {
                 prompts: None,
                 first_key: None,
                 concurrency: None,
+                cache: None,
             }),
             in_flight: false,
         }

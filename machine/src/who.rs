@@ -26,6 +26,10 @@ pub struct Owner {
     /// and its ancestors that have one, outermost first (SPEC 18).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub budgets: Vec<weft_proto::RunId>,
+    /// Submitted with `weft run --no-cache`: its steps neither take nor
+    /// keep node cache entries (SPEC 20); a child run inherits it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub no_cache: bool,
 }
 
 impl Default for Owner {
@@ -35,6 +39,7 @@ impl Default for Owner {
             submitted_by: String::new(),
             priority: None,
             budgets: Vec::new(),
+            no_cache: false,
         }
     }
 }

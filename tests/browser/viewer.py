@@ -319,6 +319,23 @@ def a_spent_budget_is_shown(page, base, run_id, shots):
     page.screenshot(path=str(shots / "viewer-spent.png"), full_page=False)
 
 
+def a_cached_step_is_marked_with_the_run_that_kept_it(page, base, run_id, stored):
+    step("cache: a step answered from the node cache is marked, and names the run that kept its answer")
+    page.goto(f"{base}/runs/{run_id}")
+    expect(page.locator("#run-status")).to_have_text("completed")
+    draft = page.locator('#diagram g.node[data-node="draft"]')
+    expect(draft).to_have_class(re.compile(r"\bcached\b"))
+    expect(page.locator('.legend .status.cached')).to_be_visible()
+    page.click('#diagram g.node[data-node="draft"]')
+    note = page.locator("#node-detail .cached-note")
+    expect(note).to_contain_text("answered from the cache: kept")
+    expect(note.locator("a")).to_have_text(stored)
+    # The run that kept it ran the step: no mark there.
+    page.goto(f"{base}/runs/{stored}")
+    expect(page.locator("#run-status")).to_have_text("completed")
+    expect(page.locator('#diagram g.node[data-node="draft"]')).not_to_have_class(re.compile(r"\bcached\b"))
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--base", required=True)
@@ -350,6 +367,7 @@ def main():
         a_rag_nodes_retrieval_is_shown(page, args.base, runs["rag"], shots)
         a_throttled_step_is_marked_until_its_key_frees(page, args.base, runs["holder"], runs["keyed"], shots)
         a_spent_budget_is_shown(page, args.base, runs["spent"], shots)
+        a_cached_step_is_marked_with_the_run_that_kept_it(page, args.base, runs["cached"], runs["stored"])
         assert not page.errors, f"the page threw: {page.errors}"
         browser.close()
     print("all viewer scenarios passed")

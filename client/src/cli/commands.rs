@@ -29,6 +29,8 @@ pub struct RunOptions {
     pub allow_outside_links: bool,
     /// `--priority`.
     pub priority: Option<weft_graph::Priority>,
+    /// `--no-cache`.
+    pub no_cache: bool,
 }
 
 /// `weft run`.
@@ -105,6 +107,7 @@ async fn submit_and_wait(
     let client = &session.client;
     let submit = weft_client::SubmitOptions {
         priority: options.priority,
+        no_cache: options.no_cache,
     };
     let submitted = match client.submit_bundle_with(bundle, input, submit).await {
         Ok(submitted) => submitted,

@@ -103,6 +103,18 @@ fn show(event: &Event, bar: &mut Option<ProgressBar>) {
         RunEvent::NodeFinished {
             node, item: None, ..
         } => Some(format!("  ✓ {node}")),
+        RunEvent::NodeCached {
+            node,
+            item: None,
+            stored_by,
+            age_ms,
+        } => Some(format!(
+            "  ≡ {node} answered from the cache (kept {} s ago by {stored_by})",
+            age_ms / 1000
+        )),
+        RunEvent::NodeNotCached { node, reason, .. } => {
+            Some(format!("  ≠ {node} not cached: {reason}"))
+        }
         RunEvent::NodeFailed { node, error, .. } => Some(format!("  ✗ {node}: {error}")),
         RunEvent::NodeRetrying {
             node,

@@ -100,12 +100,14 @@ impl RunAccess {
         input_json: &str,
         references: &[crate::runs::InputReference],
         priority: Option<Priority>,
+        no_cache: bool,
     ) -> Result<crate::runs::Accepted, SubmitError> {
         let owner = Owner {
             namespace: caller.namespace.clone(),
             submitted_by: caller.name.clone(),
             priority,
             budgets: Vec::new(),
+            no_cache,
         };
         self.runs
             .submit_with(bundle, input_json, references, owner)

@@ -48,6 +48,12 @@ pub struct CoordinatorConfig {
     /// namespace (the least recently used dropped first); also the largest
     /// one index may be.
     pub max_index_bytes: u64,
+    /// Bytes of node cache entries kept (SPEC 20), over every namespace
+    /// (the least recently used dropped first).
+    pub max_cache_bytes: u64,
+    /// The largest one node cache entry may be: a larger answer is not
+    /// kept, and its run is told why.
+    pub max_cache_entry_bytes: u64,
     /// Largest run input accepted, in bytes.
     pub max_input_bytes: usize,
     /// Largest task result (its JSON) accepted from a worker, in bytes.
@@ -100,6 +106,8 @@ impl Default for CoordinatorConfig {
             max_task_losses: 2,
             max_bundle_bytes: 64 << 20,
             max_index_bytes: 1 << 30,
+            max_cache_bytes: 256 << 20,
+            max_cache_entry_bytes: 1 << 20,
             max_input_bytes: 16 << 20,
             max_result_bytes: 16 << 20,
             max_concurrent_requests: 256,
@@ -142,6 +150,8 @@ struct Layer {
     max_task_losses: Option<u32>,
     max_bundle_bytes: Option<usize>,
     max_index_bytes: Option<u64>,
+    max_cache_bytes: Option<u64>,
+    max_cache_entry_bytes: Option<u64>,
     max_input_bytes: Option<usize>,
     max_result_bytes: Option<usize>,
     max_concurrent_requests: Option<usize>,
@@ -361,6 +371,8 @@ impl CoordinatorConfig {
             max_knowledge_bytes: number("WEFT_MAX_KNOWLEDGE_BYTES")?,
             max_message_bytes: number("WEFT_MAX_MESSAGE_BYTES")?,
             max_index_bytes: number("WEFT_MAX_INDEX_BYTES")?,
+            max_cache_bytes: number("WEFT_MAX_CACHE_BYTES")?,
+            max_cache_entry_bytes: number("WEFT_MAX_CACHE_ENTRY_BYTES")?,
             max_bundle_bytes: number("WEFT_MAX_BUNDLE_BYTES")?
                 .map(|n| usize::try_from(n).unwrap_or(usize::MAX)),
             max_input_bytes: number("WEFT_MAX_INPUT_BYTES")?
@@ -479,6 +491,12 @@ impl CoordinatorConfig {
         if let Some(bytes) = layer.max_index_bytes {
             self.max_index_bytes = bytes;
         }
+        if let Some(bytes) = layer.max_cache_bytes {
+            self.max_cache_bytes = bytes;
+        }
+        if let Some(bytes) = layer.max_cache_entry_bytes {
+            self.max_cache_entry_bytes = bytes;
+        }
         if let Some(bytes) = layer.max_result_bytes {
             self.max_result_bytes = bytes;
         }
@@ -575,6 +593,8 @@ impl CoordinatorConfig {
             ("max_bundle_bytes", self.max_bundle_bytes),
             ("max_input_bytes", self.max_input_bytes),
             ("max_index_bytes", self.max_index_bytes as usize),
+            ("max_cache_bytes", self.max_cache_bytes as usize),
+            ("max_cache_entry_bytes", self.max_cache_entry_bytes as usize),
             ("max_result_bytes", self.max_result_bytes),
             ("max_concurrent_requests", self.max_concurrent_requests),
             ("max_connections", self.connections.per_listener),

@@ -65,7 +65,14 @@ impl RunService for RunApi {
             .collect();
         let accepted = self
             .access
-            .submit(&caller, bundle, &request.input_json, &references, priority)
+            .submit(
+                &caller,
+                bundle,
+                &request.input_json,
+                &references,
+                priority,
+                request.no_cache,
+            )
             .await?;
         Ok(Response::new(pb::SubmitResponse {
             run_id: accepted.id.to_string(),

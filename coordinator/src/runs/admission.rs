@@ -204,6 +204,7 @@ impl Runs {
                 marks: self.marks.clone(),
                 prices: self.prices.clone(),
                 spend: self.spend.clone(),
+                cache: self.cache.clone(),
                 suspect: false,
             },
             |handle| self.register(id.clone(), handle.clone()),

@@ -138,6 +138,8 @@ pub struct Runs {
     max_running_runs: Arc<HashMap<String, u32>>,
     /// What namespaces with a day budget spent today.
     spend: Arc<crate::day_spend::DaySpend>,
+    /// What cached steps returned (SPEC 20).
+    cache: crate::node_cache::NodeCache,
     /// The large input values of recent runs, for submissions that name
     /// them instead of sending them again.
     recent_inputs: Arc<recent_inputs::RecentInputs>,
@@ -212,6 +214,7 @@ impl Runs {
             prices: config.prices,
             max_running_runs: Arc::new(config.max_running_runs),
             spend: Arc::new(crate::day_spend::DaySpend::new(config.day_budgets)),
+            cache: crate::node_cache::NodeCache::default(),
             recent_inputs: Arc::default(),
         }
     }
@@ -248,6 +251,12 @@ impl Runs {
         self.spend
             .check(namespace, now_ms())
             .map_err(SubmitError::DaySpent)
+    }
+
+    /// Keeps and finds cached steps' answers in `cache` from now on.
+    pub fn with_cache(mut self, cache: crate::node_cache::NodeCache) -> Self {
+        self.cache = cache;
+        self
     }
 
     /// Marks the runs' steps in `marks` from now on.

@@ -95,6 +95,7 @@ impl Runs {
                 marks: self.marks.clone(),
                 prices: self.prices.clone(),
                 spend: self.spend.clone(),
+                cache: self.cache.clone(),
                 suspect: crashes > 0,
             },
             |handle| self.register(run.id.clone(), handle.clone()),

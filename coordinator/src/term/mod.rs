@@ -88,6 +88,7 @@ pub async fn start_term(
         quarantine::charge(keeper.store(), &crashed).await?;
     }
     let indexes = SharedIndexes::new(keeper.clone(), config.max_index_bytes);
+    let keeper_for_cache = keeper.clone();
     let (runs, dispatcher, blobs) = start_runs(config, keeper.clone(), &ended, tracker);
     // Before any run is restored: its steps meet the limits as they were.
     flow_state::restore(&keeper, &dispatcher, runs.day_spend()).await;
@@ -98,7 +99,14 @@ pub async fn start_term(
         ended.clone(),
         tracker,
     );
-    let runs = runs.with_marks(marks);
+    // Before any run is restored: its cached steps find what was kept.
+    let limits = crate::node_cache::CacheLimits {
+        max_bytes: config.max_cache_bytes,
+        max_entry_bytes: config.max_cache_entry_bytes,
+    };
+    let cache =
+        crate::node_cache::NodeCache::kept(limits, keeper_for_cache, &ended, tracker).await?;
+    let runs = runs.with_marks(marks).with_cache(cache);
     let recovered = runs.recover(config.max_bundle_bytes).await?;
     if recovered > 0 {
         tracing::info!(runs = recovered, "runs restored from the store");

@@ -11,7 +11,7 @@ export function graphPanel(id, model, changed) {
   const diagram = el("div", { id: "diagram" }, el("p", { class: "muted", text: "Drawing…" }));
   const detail = el("div", { id: "node-detail", class: "muted" }, "Click a node to see its attempts, items and errors.");
   const legend = el("div", { class: "legend" },
-    ["pending", "running", "throttled", "waiting", "done", "failed", "spent", "skipped"].map((s) => el("span", {}, badge(s))));
+    ["pending", "running", "throttled", "waiting", "done", "cached", "failed", "spent", "skipped"].map((s) => el("span", {}, badge(s))));
   let selected = null;
 
   const loaded = request(`/api/v1/runs/${encodeURIComponent(id)}/diagram.svg`, { headers: headers() })
@@ -40,15 +40,18 @@ export function graphPanel(id, model, changed) {
       const holder = [node, ...steps].find((n) => n.throttled);
       const throttled = holder && node.status === "running" ? holder.throttled : null;
       const spent = [node, ...steps].some((n) => n.spent);
-      const mark = spent ? " spent" : throttled ? " throttled" : "";
-      group.setAttribute("class", group.getAttribute("class").replace(/ status-\w+| selected| throttled| spent/g, "") +
+      // Answered from the node cache, itself or a step of its map.
+      const cached = node.status === "done" && [node, ...steps].some((n) => n.hits);
+      const mark = spent ? " spent" : throttled ? " throttled" : cached ? " cached" : "";
+      group.setAttribute("class", group.getAttribute("class").replace(/ status-\w+| selected| throttled| spent| cached/g, "") +
         " status-" + node.status + mark + (selected === group.dataset.node ? " selected" : ""));
       group.dataset.status = node.status;
       if (throttled) group.dataset.throttled = throttled.limit; else delete group.dataset.throttled;
       const title = group.querySelector("title");
       if (title) title.textContent = `${group.dataset.node} (${group.dataset.kind}): ${node.status}` +
         (node.attempts ? `, attempt ${node.attempts}` : "") + (node.worker ? ` on ${node.worker}` : "") +
-        (throttled ? `, waiting for ${throttled.limit}` : "") + (spent ? ", the run's budget is spent" : "");
+        (throttled ? `, waiting for ${throttled.limit}` : "") + (spent ? ", the run's budget is spent" : "") +
+        (cached ? ", answered from the cache" : "");
     }
   }
 
@@ -75,6 +78,15 @@ export function graphPanel(id, model, changed) {
     } else if (node.throttles) {
       rows.push(el("div", { class: "muted", text: `waited for a limit ${node.throttles} time${node.throttles === 1 ? "" : "s"}` }));
     }
+    if (node.cached) {
+      const last = node.cached;
+      const where = last.item === null || last.item === undefined ? "" : ` (item ${last.item})`;
+      const steps = node.hits > 1 ? ` · ${node.hits} steps answered so` : "";
+      rows.push(el("div", { class: "cached-note" },
+        `answered from the cache${where}: kept ${ago(last.age_ms)} by run `,
+        el("a", { class: "mono", href: "/runs/" + encodeURIComponent(last.stored_by), text: last.stored_by }), steps));
+    }
+    if (node.notCached) rows.push(el("div", { class: "muted", text: `not cached: ${node.notCached}` }));
     if (node.usage) rows.push(el("div", { class: "usage", text: `model usage: ${usageText(node.usage)}` }));
     if (node.spent) rows.push(el("div", { class: "spent-note", text: "spent: its next model call would have crossed the run's budget" }));
     for (const line of node.resent || []) rows.push(el("div", { class: "resent", text: line }));
@@ -85,6 +97,14 @@ export function graphPanel(id, model, changed) {
     if (iterations) rows.push(el("div", { text: `${iterations.length} iterations` }));
     detail.className = "";
     detail.replaceChildren(...rows);
+  }
+
+  // How long ago, from milliseconds: "4 s ago", "3 min ago", "2 h ago".
+  function ago(ms) {
+    const s = Math.round((ms || 0) / 1000);
+    if (s < 120) return `${s} s ago`;
+    if (s < 7200) return `${Math.round(s / 60)} min ago`;
+    return `${Math.round(s / 3600)} h ago`;
   }
 
   // A rag node's last retrieval: its mode, time and passages (source §

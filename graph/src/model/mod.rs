@@ -305,6 +305,9 @@ pub struct Node {
     /// `concurrency:`: how many of its steps with the same key run at once
     /// across the namespace's runs.
     pub concurrency: Option<ConcurrencyKey>,
+    /// `cache: {key, ttl}`: a step whose key was stored within `ttl` in
+    /// its namespace takes the stored writes instead of running.
+    pub cache: Option<NodeCache>,
     /// Whether the step takes part in teammate messaging.
     pub teammates: bool,
     /// The router, when the node has `routes:`.
@@ -355,6 +358,38 @@ pub struct ConcurrencyKey {
     pub key: Template,
     /// At least 1.
     pub max: u32,
+}
+
+/// A node's `cache: {key, ttl}` (SPEC 20): a step whose entry key (the
+/// graph's name, the node's id, a hash of its definition and the rendered
+/// key) was stored within `ttl` in the same namespace does not run; the
+/// stored writes are merged instead.
+#[derive(Debug, Clone)]
+pub struct NodeCache {
+    /// Rendered, strictly, on the state (and a map item's scope) when the
+    /// step is created.
+    pub key: Template,
+    /// How long a stored entry answers.
+    pub ttl: Duration,
+    /// SHA-256 (hex) of what the node does as written: every field but its
+    /// wiring (`next`, `routes`, …), its description and the cache's
+    /// `ttl`, keys in sorted order. A changed definition misses the cache.
+    pub definition: String,
+}
+
+impl NodeCache {
+    /// The entry key of a step of node `node` of graph `graph` whose key
+    /// rendered as `rendered`: SHA-256 (hex) of the four, each
+    /// length-prefixed so that no two combinations write the same bytes.
+    pub fn entry_key(&self, graph: &str, node: &str, rendered: &str) -> String {
+        use sha2::{Digest, Sha256};
+        let mut hash = Sha256::new();
+        for part in [graph, node, &self.definition, rendered] {
+            hash.update((part.len() as u64).to_le_bytes());
+            hash.update(part.as_bytes());
+        }
+        hex::encode(hash.finalize())
+    }
 }
 
 /// One `state_updates` entry: a template, or a literal JSON value.

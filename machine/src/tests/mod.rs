@@ -2,6 +2,7 @@
 //! plays the run actor, answering each dispatched task with a closure named
 //! after the node, and records every event and effect.
 
+mod cache;
 mod control;
 mod duplicates;
 mod held;
@@ -246,6 +247,7 @@ impl Harness {
                     .cancelled_children
                     .extend(ids.into_iter().map(String::from)),
                 Effect::Checkpoint => self.checkpoints += 1,
+                Effect::Cache { .. } => {}
                 Effect::CallReducer {
                     call,
                     ref code,

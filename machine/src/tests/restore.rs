@@ -80,6 +80,7 @@ impl Driver {
                     .awaited
                     .retain(|a| !matches!(a, Awaited::Task(spec) if keys.contains(&spec.key))),
                 Effect::Emit(_)
+                | Effect::Cache { .. }
                 | Effect::Checkpoint
                 | Effect::Deliver { .. }
                 | Effect::SendAck { .. }

@@ -41,6 +41,7 @@ fn reviewed() -> Harness {
         submitted_by: "ci".into(),
         priority: None,
         budgets: Vec::new(),
+        no_cache: false,
     });
     h.run()
 }

@@ -132,6 +132,29 @@ pub enum RunEvent {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         usage: Option<Usage>,
     },
+    /// A step's `cache:` held its answer (SPEC 20): it did not run; the
+    /// stored writes are merged and `node_finished` follows.
+    NodeCached {
+        /// Node id.
+        node: NodeId,
+        /// Map item index, for a chain step.
+        item: Option<usize>,
+        /// The run whose step stored the answer.
+        stored_by: RunId,
+        /// How long ago it was stored, in milliseconds.
+        age_ms: u64,
+    },
+    /// A cached step's answer was not kept (larger than the coordinator's
+    /// `max_cache_entry_bytes`); the run goes on as if the step had no
+    /// `cache:`.
+    NodeNotCached {
+        /// Node id.
+        node: NodeId,
+        /// Map item index, for a chain step.
+        item: Option<usize>,
+        /// Why, naming the limit.
+        reason: String,
+    },
     /// An attempt failed and another follows.
     NodeRetrying {
         /// Node id.
@@ -414,6 +437,8 @@ impl RunEvent {
         "retrieved",
         "index_built",
         "task_throttled",
+        "node_cached",
+        "node_not_cached",
     ];
 
     /// The event's name, as the `type` of its JSON form.
@@ -422,6 +447,8 @@ impl RunEvent {
             Self::WaveStarted { .. } => "wave_started",
             Self::NodeStarted { .. } => "node_started",
             Self::NodeFinished { .. } => "node_finished",
+            Self::NodeCached { .. } => "node_cached",
+            Self::NodeNotCached { .. } => "node_not_cached",
             Self::NodeRetrying { .. } => "node_retrying",
             Self::NodeFailed { .. } => "node_failed",
             Self::NodeSkipped { .. } => "node_skipped",

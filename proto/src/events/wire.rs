@@ -248,6 +248,22 @@ pub fn event_to_wire(seq: u64, at_unix_ms: i64, event: &RunEvent) -> pb::RunEven
             limit,
             wait_ms,
         }),
+        RunEvent::NodeCached {
+            node,
+            item,
+            stored_by,
+            age_ms,
+        } => E::NodeCached(pb::NodeCached {
+            node: node.into(),
+            item: index_to_wire(item),
+            stored_by: stored_by.to_string(),
+            age_ms,
+        }),
+        RunEvent::NodeNotCached { node, item, reason } => E::NodeNotCached(pb::NodeNotCached {
+            node: node.into(),
+            item: index_to_wire(item),
+            reason,
+        }),
         RunEvent::WaitingForInput { node, kind, prompt } => {
             E::WaitingForInput(pb::WaitingForInput {
                 node: node.into(),
@@ -435,6 +451,17 @@ pub fn event_from_wire(event: pb::RunEvent) -> Option<RunEvent> {
             item: index_from_wire(e.item),
             limit: e.limit,
             wait_ms: e.wait_ms,
+        },
+        E::NodeCached(e) => RunEvent::NodeCached {
+            node: e.node.into(),
+            item: index_from_wire(e.item),
+            stored_by: e.stored_by.into(),
+            age_ms: e.age_ms,
+        },
+        E::NodeNotCached(e) => RunEvent::NodeNotCached {
+            node: e.node.into(),
+            item: index_from_wire(e.item),
+            reason: e.reason,
         },
         E::WaitingForInput(e) => RunEvent::WaitingForInput {
             node: e.node.into(),
@@ -646,6 +673,23 @@ mod tests {
                 item: None,
                 limit: "openai".into(),
                 wait_ms: None,
+            },
+            RunEvent::NodeCached {
+                node: "ask".into(),
+                item: Some(2),
+                stored_by: "r-1".into(),
+                age_ms: 1500,
+            },
+            RunEvent::NodeCached {
+                node: "ask".into(),
+                item: None,
+                stored_by: "r-2".into(),
+                age_ms: 0,
+            },
+            RunEvent::NodeNotCached {
+                node: "ask".into(),
+                item: None,
+                reason: "too large".into(),
             },
             RunEvent::WaitingForInput {
                 node: "ok".into(),

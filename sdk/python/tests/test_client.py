@@ -57,6 +57,45 @@ def test_a_run_is_submitted_with_a_priority_and_a_wrong_one_refused(cluster):
         client._call("Submit", request, graph=True)
 
 
+def test_a_cached_step_answers_the_next_run_unless_no_cache_is_asked(cluster):
+    # A key of its own per test session: an earlier session's entry
+    # cannot answer.
+    key = f"{os.getpid()}-{{{{ n }}}}"
+    cached = {
+        "name": "cached",
+        "state": {"n": {"type": "integer", "default": 1}},
+        "nodes": {
+            "double": {"kind": "script", "start": True, "end": True,
+                       "run": ["sh", "-c", 'echo "{\\"n\\": 42}"'],
+                       "cache": {"key": key, "ttl": "1h"}},
+        },
+    }
+    client = weft.Client(cluster.url)
+
+    def cached_events(run: weft.Run) -> list[weft.Event]:
+        run.wait(timeout=30)
+        return [e for e in run.events() if e.type == "node_cached"]
+
+    first = client.submit(cached, input={"n": 1})
+    assert cached_events(first) == []
+    second = client.submit(cached, input={"n": 1})
+    [hit] = cached_events(second)
+    assert hit["node"] == "double" and hit["stored_by"] == first.run_id
+    assert second.wait(timeout=30).state == {"n": 42}
+    assert cached_events(client.submit(cached, input={"n": 1}, no_cache=True)) == []
+
+    async def from_aio() -> list[str]:
+        async with weft.aio.Client(cluster.url) as aio:
+            run = await aio.submit(cached, input={"n": 1}, no_cache=True)
+            await run.wait(timeout=30)
+            return [e.type async for e in run.events()]
+
+    import asyncio
+
+    kinds = asyncio.run(from_aio())
+    assert "node_finished" in kinds and "node_cached" not in kinds
+
+
 def test_events_come_typed_and_in_order(cluster):
     client = weft.Client(cluster.url)
     run = client.submit(ECHO)

@@ -89,9 +89,22 @@ class Client:
         except grpc.RpcError as error:
             raise errors.from_rpc(error, graph=graph) from None
 
-    async def submit(self, graph: Graph, input: Optional[dict[str, Any]] = None) -> Run:
+    async def submit(
+        self,
+        graph: Graph,
+        input: Optional[dict[str, Any]] = None,
+        priority: Optional[str] = None,
+        no_cache: bool = False,
+    ) -> Run:
         """Submits `graph` with `input` (see `weft.Client.submit`)."""
-        request = pb.SubmitRequest(bundle=bundle_to_wire(bundle_of(graph)), input_json=json.dumps(input or {}))
+        if priority is not None and priority not in ("high", "normal", "low"):
+            raise ValueError(f"priority {priority!r} is not one of high, normal, low")
+        request = pb.SubmitRequest(
+            bundle=bundle_to_wire(bundle_of(graph)),
+            input_json=json.dumps(input or {}),
+            priority=priority or "",
+            no_cache=no_cache,
+        )
         response = await self._call("Submit", request, graph=True)
         return Run(self, response.run_id, list(response.warnings))
 

@@ -127,15 +127,26 @@ class Client:
         except grpc.RpcError as error:
             raise errors.from_rpc(error, graph=graph) from None
 
-    def submit(self, graph: Graph, input: Optional[dict[str, Any]] = None, priority: Optional[str] = None) -> Run:
+    def submit(
+        self,
+        graph: Graph,
+        input: Optional[dict[str, Any]] = None,
+        priority: Optional[str] = None,
+        no_cache: bool = False,
+    ) -> Run:
         """Submits `graph` (a graph file's path, its directory bundled; a
         dict; or a `GraphBundle`) with `input`, and returns the run.
         `priority` (`high`, `normal` or `low`) places its steps in its
-        namespace's queue, over the graph's `settings.priority`."""
+        namespace's queue, over the graph's `settings.priority`.
+        `no_cache=True` runs every step: none takes or keeps a node cache
+        entry (`weft run --no-cache`)."""
         if priority is not None and priority not in ("high", "normal", "low"):
             raise ValueError(f"priority {priority!r} is not one of high, normal, low")
         request = pb.SubmitRequest(
-            bundle=bundle_to_wire(bundle_of(graph)), input_json=json.dumps(input or {}), priority=priority or ""
+            bundle=bundle_to_wire(bundle_of(graph)),
+            input_json=json.dumps(input or {}),
+            priority=priority or "",
+            no_cache=no_cache,
         )
         response = self._call("Submit", request, graph=True)
         return Run(self, response.run_id, list(response.warnings))

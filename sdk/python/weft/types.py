@@ -195,7 +195,7 @@ def event_from_wire(event: pb.RunEvent) -> Optional[Event]:
         fields["status"] = STATUSES.get(body.status, "running")
     for name in ("item", "index", "done", "total", "bytes", "delay_ms", "latency_ms",
                  "prompt_tokens", "completion_tokens", "cached_tokens", "wait_ms", "files",
-                 "chunks", "index_bytes", "embedding_calls"):
+                 "chunks", "index_bytes", "embedding_calls", "age_ms"):
         if isinstance(fields.get(name), str):
             fields[name] = int(fields[name])
     if kind == "node_finished":

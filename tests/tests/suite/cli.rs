@@ -485,3 +485,57 @@ fn a_bundled_link_out_of_the_graph_directory_is_refused() {
         "{stderr}"
     );
 }
+
+#[tokio::test]
+async fn run_watch_says_a_step_was_cached_and_no_cache_runs_it() -> anyhow::Result<()> {
+    let mut cluster = TestCluster::start()?;
+    cluster.add_worker("w", 2)?;
+    cluster.wait_for_workers(&["w"]).await?;
+    let graph = cluster.dir().join("cached.yaml");
+    std::fs::write(
+        &graph,
+        r#"
+name: cached
+state:
+  topic: { type: string }
+nodes:
+  draft:
+    kind: script
+    start: true
+    end: true
+    run: [sh, -c, 'echo "{\"text\": \"drafted\"}"']
+    cache: { key: "{{ topic }}", ttl: 10m }
+"#,
+    )?;
+    let graph = graph.display().to_string();
+    let run = |extra: &[&str]| {
+        let mut args = vec![
+            "run",
+            graph.as_str(),
+            "--watch",
+            "--input",
+            r#"{"topic": "t"}"#,
+        ];
+        args.extend_from_slice(extra);
+        let out = weft(Some(&cluster), &args);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let first = run(&[]);
+    assert!(first.contains("  ✓ draft"), "{first}");
+    assert!(!first.contains("answered from the cache"), "{first}");
+    let second = run(&[]);
+    assert!(
+        second.contains("  ≡ draft answered from the cache (kept "),
+        "{second}"
+    );
+    let fresh = run(&["--no-cache"]);
+    assert!(!fresh.contains("answered from the cache"), "{fresh}");
+    assert!(fresh.contains("  ✓ draft"), "{fresh}");
+    Ok(())
+}

@@ -192,6 +192,7 @@ async fn a_tenants_flood_does_not_starve_another_and_priority_goes_first() -> an
     let items: Vec<u32> = (0..40).collect();
     let low = SubmitOptions {
         priority: Some(Priority::Low),
+        ..SubmitOptions::default()
     };
     let flooded = a
         .submit_bundle_with(flood.clone(), &json!({ "items": items }), low)
@@ -214,6 +215,7 @@ async fn a_tenants_flood_does_not_starve_another_and_priority_goes_first() -> an
     let other = b.submit_bundle(flood.clone(), &one).await?.run_id;
     let high = SubmitOptions {
         priority: Some(Priority::High),
+        ..SubmitOptions::default()
     };
     let urgent = a.submit_bundle_with(flood, &one, high).await?.run_id;
     let started_at = |state: &Value| spans(state)[0].0;

@@ -22,6 +22,7 @@ mod hostile;
 mod llm;
 mod local;
 mod loops;
+mod node_cache;
 mod python;
 mod python_bundles;
 mod retrieval;

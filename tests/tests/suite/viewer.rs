@@ -606,6 +606,29 @@ nodes:
         "{:?}",
         searched.error
     );
+    // The node cache: a second run of a cached step takes the first's
+    // answer (its key this test's own, so no earlier entry answers).
+    let cached_graph = format!(
+        r#"
+name: cached
+nodes:
+  draft:
+    kind: script
+    start: true
+    end: true
+    run: [sh, -c, 'echo "{{\"text\": \"kept\"}}"']
+    cache: {{ key: "viewer-{}", ttl: 1h }}
+"#,
+        std::process::id()
+    );
+    let stored = ops
+        .submit_bundle(submit_text("cached.yaml", &cached_graph), &json!({}))
+        .await?;
+    ops.wait(&stored.run_id).await?;
+    let cached = ops
+        .submit_bundle(submit_text("cached.yaml", &cached_graph), &json!({}))
+        .await?;
+    assert_eq!(ops.wait(&cached.run_id).await?.state["text"], "kept");
     // Flow control: a run holds the concurrency key `shared` with a long
     // step, so the keyed map's items wait, throttled, while the page looks
     // (it cancels the holder, and they go); an agent loop spends its run's
@@ -649,6 +672,7 @@ nodes:
         "cancel": cancel.run_id, "retry": retry.run_id, "loop": looped.run_id,
         "parent": parent.run_id, "rag": rag.run_id,
         "holder": holder.run_id, "keyed": keyed.run_id, "spent": spent.run_id,
+        "stored": stored.run_id, "cached": cached.run_id,
     });
     let shots = repo().join("target/viewer-screenshots");
     let output = Command::new(python)

@@ -95,6 +95,8 @@ pub struct RunSetup {
     pub prices: Arc<crate::prices::Prices>,
     /// Where the namespace's day spend is tallied.
     pub spend: Arc<crate::day_spend::DaySpend>,
+    /// What cached steps returned, the namespace's among them.
+    pub cache: crate::node_cache::NodeCache,
 }
 
 /// How a run's actor begins.
@@ -232,6 +234,9 @@ fn start_actor(
         suspect: setup.suspect,
         prices: setup.prices,
         spend: setup.spend,
+        cache: setup.cache,
+        cache_hits: std::collections::VecDeque::new(),
+        taking_hits: false,
         step_usage: HashMap::new(),
     };
     // The actor's own log lines are in the run's span: they carry its id
@@ -300,6 +305,12 @@ pub(super) struct RunActor {
     /// What model calls cost.
     prices: Arc<crate::prices::Prices>,
     spend: Arc<crate::day_spend::DaySpend>,
+    cache: crate::node_cache::NodeCache,
+    /// Cached steps' answers found as they were dispatched, to be taken
+    /// once the effects at hand are done ([`Self::after_effects`]).
+    cache_hits: std::collections::VecDeque<Input>,
+    /// The hits are being taken.
+    taking_hits: bool,
     /// What each step's model calls used, until its `node_finished` takes
     /// it, by node and map item.
     step_usage: HashMap<(NodeId, Option<usize>), Usage>,
@@ -456,6 +467,7 @@ impl RunActor {
             suspect: self.suspect,
             prices: self.prices,
             spend: self.spend,
+            cache: self.cache,
         });
         let record = FinishedRun {
             view,
@@ -559,6 +571,17 @@ impl RunActor {
                 self.perform_each(effects);
             }
         }
+        // Cached steps' answers, once the effects that dispatched them are
+        // all done (so their events follow those effects'), by the
+        // outermost call alone: a chain of cached steps is a loop here,
+        // never a deepening recursion.
+        if !self.taking_hits {
+            self.taking_hits = true;
+            while let Some(hit) = self.cache_hits.pop_front() {
+                self.input(hit);
+            }
+            self.taking_hits = false;
+        }
     }
 
     fn perform_each(&mut self, effects: impl IntoIterator<Item = Effect>) {
@@ -625,6 +648,29 @@ impl RunActor {
                 }
                 Effect::CancelChildren(run_ids) => self.children.cancel(run_ids),
                 Effect::Emit(event) => self.emit(event),
+                Effect::Cache {
+                    entry,
+                    ttl,
+                    node,
+                    item,
+                    writes,
+                    output,
+                } => {
+                    let answer = crate::node_cache::Answer {
+                        node: node.to_string(),
+                        writes,
+                        output,
+                        run: self.id.to_string(),
+                        ttl,
+                    };
+                    if let Err(why) = self.cache.keep(&self.namespace, entry, answer) {
+                        self.emit(RunEvent::NodeNotCached {
+                            node,
+                            item,
+                            reason: why.to_string(),
+                        });
+                    }
+                }
                 // Taken once the input's effects are done (`flush`).
                 Effect::Checkpoint => self.checkpoint_due = true,
             }

@@ -50,6 +50,7 @@ fn start_kept(
         RunSetup {
             prices: Arc::default(),
             spend: Arc::default(),
+            cache: crate::node_cache::NodeCache::default(),
             id: RunId::from("run-test"),
             plan,
             machine,

@@ -139,6 +139,21 @@ impl RunActor {
         else {
             return;
         };
+        if let Some(entry) = &spec.cache {
+            match self.cache.lookup(&self.namespace, entry) {
+                Some(hit) => {
+                    self.cache_hits.push_back(Input::TaskCached {
+                        key: spec.key,
+                        writes: hit.writes,
+                        output: hit.output,
+                        stored_by: hit.stored_by.into(),
+                        age_ms: hit.age_ms,
+                    });
+                    return;
+                }
+                None => self.cache.missed(),
+            }
+        }
         let state = self.fields.task_fields(&spec.state);
         let traceparent = self.spans.task_started(spec, binding.kind.as_str());
         let scope_json = self.fields.scope_text(&spec.scope);

@@ -41,16 +41,18 @@ class BundleFile(_message.Message):
     def __init__(self, path: _Optional[str] = ..., content: _Optional[bytes] = ..., mode: _Optional[int] = ...) -> None: ...
 
 class SubmitRequest(_message.Message):
-    __slots__ = ("bundle", "input_json", "priority", "input_refs")
+    __slots__ = ("bundle", "input_json", "priority", "input_refs", "no_cache")
     BUNDLE_FIELD_NUMBER: _ClassVar[int]
     INPUT_JSON_FIELD_NUMBER: _ClassVar[int]
     PRIORITY_FIELD_NUMBER: _ClassVar[int]
     INPUT_REFS_FIELD_NUMBER: _ClassVar[int]
+    NO_CACHE_FIELD_NUMBER: _ClassVar[int]
     bundle: GraphBundle
     input_json: str
     priority: str
     input_refs: _containers.RepeatedCompositeFieldContainer[InputReference]
-    def __init__(self, bundle: _Optional[_Union[GraphBundle, _Mapping]] = ..., input_json: _Optional[str] = ..., priority: _Optional[str] = ..., input_refs: _Optional[_Iterable[_Union[InputReference, _Mapping]]] = ...) -> None: ...
+    no_cache: bool
+    def __init__(self, bundle: _Optional[_Union[GraphBundle, _Mapping]] = ..., input_json: _Optional[str] = ..., priority: _Optional[str] = ..., input_refs: _Optional[_Iterable[_Union[InputReference, _Mapping]]] = ..., no_cache: _Optional[bool] = ...) -> None: ...
 
 class InputReference(_message.Message):
     __slots__ = ("field", "run_id", "from_field")
@@ -296,7 +298,7 @@ class WatchRunRequest(_message.Message):
     def __init__(self, run_id: _Optional[str] = ..., types: _Optional[_Iterable[str]] = ..., **kwargs) -> None: ...
 
 class RunEvent(_message.Message):
-    __slots__ = ("seq", "at_unix_ms", "wave_started", "node_started", "node_finished", "node_retrying", "node_failed", "node_skipped", "state_changed", "loop_reset", "map_item_finished", "task_unhosted", "waiting_for_input", "input_received", "run_finished", "loop_iteration", "subgraph_started", "message_sent", "model_called", "tool_called", "run_submitted", "run_retried", "cancel_requested", "task_redispatched", "retrieved", "index_built", "task_throttled")
+    __slots__ = ("seq", "at_unix_ms", "wave_started", "node_started", "node_finished", "node_retrying", "node_failed", "node_skipped", "state_changed", "loop_reset", "map_item_finished", "task_unhosted", "waiting_for_input", "input_received", "run_finished", "loop_iteration", "subgraph_started", "message_sent", "model_called", "tool_called", "run_submitted", "run_retried", "cancel_requested", "task_redispatched", "retrieved", "index_built", "task_throttled", "node_cached", "node_not_cached")
     SEQ_FIELD_NUMBER: _ClassVar[int]
     AT_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
     WAVE_STARTED_FIELD_NUMBER: _ClassVar[int]
@@ -324,6 +326,8 @@ class RunEvent(_message.Message):
     RETRIEVED_FIELD_NUMBER: _ClassVar[int]
     INDEX_BUILT_FIELD_NUMBER: _ClassVar[int]
     TASK_THROTTLED_FIELD_NUMBER: _ClassVar[int]
+    NODE_CACHED_FIELD_NUMBER: _ClassVar[int]
+    NODE_NOT_CACHED_FIELD_NUMBER: _ClassVar[int]
     seq: int
     at_unix_ms: int
     wave_started: WaveStarted
@@ -351,7 +355,31 @@ class RunEvent(_message.Message):
     retrieved: Retrieved
     index_built: IndexBuilt
     task_throttled: TaskThrottled
-    def __init__(self, seq: _Optional[int] = ..., at_unix_ms: _Optional[int] = ..., wave_started: _Optional[_Union[WaveStarted, _Mapping]] = ..., node_started: _Optional[_Union[NodeStarted, _Mapping]] = ..., node_finished: _Optional[_Union[NodeFinished, _Mapping]] = ..., node_retrying: _Optional[_Union[NodeRetrying, _Mapping]] = ..., node_failed: _Optional[_Union[NodeFailed, _Mapping]] = ..., node_skipped: _Optional[_Union[NodeSkipped, _Mapping]] = ..., state_changed: _Optional[_Union[StateChanged, _Mapping]] = ..., loop_reset: _Optional[_Union[LoopReset, _Mapping]] = ..., map_item_finished: _Optional[_Union[MapItemFinished, _Mapping]] = ..., task_unhosted: _Optional[_Union[TaskUnhosted, _Mapping]] = ..., waiting_for_input: _Optional[_Union[WaitingForInput, _Mapping]] = ..., input_received: _Optional[_Union[InputReceived, _Mapping]] = ..., run_finished: _Optional[_Union[RunFinished, _Mapping]] = ..., loop_iteration: _Optional[_Union[LoopIteration, _Mapping]] = ..., subgraph_started: _Optional[_Union[SubgraphStarted, _Mapping]] = ..., message_sent: _Optional[_Union[MessageSent, _Mapping]] = ..., model_called: _Optional[_Union[ModelCalled, _Mapping]] = ..., tool_called: _Optional[_Union[ToolCalled, _Mapping]] = ..., run_submitted: _Optional[_Union[RunSubmitted, _Mapping]] = ..., run_retried: _Optional[_Union[RunRetried, _Mapping]] = ..., cancel_requested: _Optional[_Union[CancelRequested, _Mapping]] = ..., task_redispatched: _Optional[_Union[TaskRedispatched, _Mapping]] = ..., retrieved: _Optional[_Union[Retrieved, _Mapping]] = ..., index_built: _Optional[_Union[IndexBuilt, _Mapping]] = ..., task_throttled: _Optional[_Union[TaskThrottled, _Mapping]] = ...) -> None: ...
+    node_cached: NodeCached
+    node_not_cached: NodeNotCached
+    def __init__(self, seq: _Optional[int] = ..., at_unix_ms: _Optional[int] = ..., wave_started: _Optional[_Union[WaveStarted, _Mapping]] = ..., node_started: _Optional[_Union[NodeStarted, _Mapping]] = ..., node_finished: _Optional[_Union[NodeFinished, _Mapping]] = ..., node_retrying: _Optional[_Union[NodeRetrying, _Mapping]] = ..., node_failed: _Optional[_Union[NodeFailed, _Mapping]] = ..., node_skipped: _Optional[_Union[NodeSkipped, _Mapping]] = ..., state_changed: _Optional[_Union[StateChanged, _Mapping]] = ..., loop_reset: _Optional[_Union[LoopReset, _Mapping]] = ..., map_item_finished: _Optional[_Union[MapItemFinished, _Mapping]] = ..., task_unhosted: _Optional[_Union[TaskUnhosted, _Mapping]] = ..., waiting_for_input: _Optional[_Union[WaitingForInput, _Mapping]] = ..., input_received: _Optional[_Union[InputReceived, _Mapping]] = ..., run_finished: _Optional[_Union[RunFinished, _Mapping]] = ..., loop_iteration: _Optional[_Union[LoopIteration, _Mapping]] = ..., subgraph_started: _Optional[_Union[SubgraphStarted, _Mapping]] = ..., message_sent: _Optional[_Union[MessageSent, _Mapping]] = ..., model_called: _Optional[_Union[ModelCalled, _Mapping]] = ..., tool_called: _Optional[_Union[ToolCalled, _Mapping]] = ..., run_submitted: _Optional[_Union[RunSubmitted, _Mapping]] = ..., run_retried: _Optional[_Union[RunRetried, _Mapping]] = ..., cancel_requested: _Optional[_Union[CancelRequested, _Mapping]] = ..., task_redispatched: _Optional[_Union[TaskRedispatched, _Mapping]] = ..., retrieved: _Optional[_Union[Retrieved, _Mapping]] = ..., index_built: _Optional[_Union[IndexBuilt, _Mapping]] = ..., task_throttled: _Optional[_Union[TaskThrottled, _Mapping]] = ..., node_cached: _Optional[_Union[NodeCached, _Mapping]] = ..., node_not_cached: _Optional[_Union[NodeNotCached, _Mapping]] = ...) -> None: ...
+
+class NodeNotCached(_message.Message):
+    __slots__ = ("node", "item", "reason")
+    NODE_FIELD_NUMBER: _ClassVar[int]
+    ITEM_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    node: str
+    item: int
+    reason: str
+    def __init__(self, node: _Optional[str] = ..., item: _Optional[int] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class NodeCached(_message.Message):
+    __slots__ = ("node", "item", "stored_by", "age_ms")
+    NODE_FIELD_NUMBER: _ClassVar[int]
+    ITEM_FIELD_NUMBER: _ClassVar[int]
+    STORED_BY_FIELD_NUMBER: _ClassVar[int]
+    AGE_MS_FIELD_NUMBER: _ClassVar[int]
+    node: str
+    item: int
+    stored_by: str
+    age_ms: int
+    def __init__(self, node: _Optional[str] = ..., item: _Optional[int] = ..., stored_by: _Optional[str] = ..., age_ms: _Optional[int] = ...) -> None: ...
 
 class TaskThrottled(_message.Message):
     __slots__ = ("node", "item", "limit", "wait_ms")
