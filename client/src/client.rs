@@ -16,7 +16,7 @@ use crate::builder::GraphBuilder;
 use crate::bundle::GraphBundle;
 pub use crate::error::ClientError;
 use crate::kept::{self, KeptInputs};
-pub use crate::runs::{Answer, ChildRun, Event, RunInfo, UnhostedWait, WaitingNode};
+pub use crate::runs::{Answer, ChildRun, Delta, Event, RunInfo, UnhostedWait, WaitingNode};
 use crate::runs::{ENDS_OR_PAUSES, ends_or_pauses_on_wire, run_info};
 use crate::sent::{self, SentValues};
 
@@ -397,6 +397,25 @@ impl Client {
         Ok(stream.filter_map(|item| match item {
             Ok(event) => Event::from_wire(event).map(Ok),
             Err(status) => Some(Err(ClientError::from(status))),
+        }))
+    }
+
+    /// A run's model output as its steps stream it (SPEC 19), from offset
+    /// `from`, live until the run ends. A watcher that loses the stream
+    /// watches again from the offset after the last piece it read.
+    pub async fn stream(
+        &self,
+        run_id: &str,
+        from: u64,
+    ) -> Result<impl Stream<Item = Result<Delta, ClientError>> + use<>, ClientError> {
+        let request = pb::StreamRunRequest {
+            run_id: run_id.to_owned(),
+            from,
+        };
+        let stream = self.runs.clone().stream_run(request).await?.into_inner();
+        Ok(stream.map(|item| match item {
+            Ok(delta) => Ok(Delta::from_wire(delta)),
+            Err(status) => Err(ClientError::from(status)),
         }))
     }
 

@@ -29,9 +29,9 @@ mod sent;
 pub use builder::{GraphBuilder, NodeBuilder};
 pub use bundle::{BundleError, BundleOptions, GraphBundle};
 pub use client::{
-    Answer, ChildRun, Client, ClientError, ClientTls, Event, READ_PATIENCE, RECONNECT_PATIENCE,
-    RunErrorInfo, RunEvent, RunInfo, RunStatus, SubmitOptions, Submitted, UnhostedWait,
-    WaitingNode,
+    Answer, ChildRun, Client, ClientError, ClientTls, Delta, Event, READ_PATIENCE,
+    RECONNECT_PATIENCE, RunErrorInfo, RunEvent, RunInfo, RunStatus, SubmitOptions, Submitted,
+    UnhostedWait, WaitingNode,
 };
 #[cfg(feature = "embedded")]
 pub use embedded::{EmbeddedCluster, EmbeddedError, LocalCluster};

@@ -113,6 +113,39 @@ impl RunInfo {
     }
 }
 
+/// A piece of a run's model output as its steps stream it: text of a
+/// reply, a tool call's name, or the end of an attempt's stream (`end`,
+/// `abandoned`), at its offset in the run's stream.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Delta {
+    /// Its place in the run's stream, from 0: watch again from
+    /// `offset + 1` to go on after it.
+    pub offset: u64,
+    /// The step's node.
+    pub node: String,
+    /// Its map item, for a chain step.
+    pub item: Option<usize>,
+    /// Its attempt.
+    pub attempt: u32,
+    /// `text`, `tool_call`, `end`, `abandoned` or `truncated`.
+    pub kind: String,
+    /// Its text.
+    pub text: String,
+}
+
+impl Delta {
+    pub(crate) fn from_wire(delta: pb::StreamDelta) -> Self {
+        Self {
+            offset: delta.offset,
+            node: delta.node,
+            item: delta.item.map(|item| item as usize),
+            attempt: delta.attempt,
+            kind: delta.kind,
+            text: delta.text,
+        }
+    }
+}
+
 /// One entry of a run's event log.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Event {

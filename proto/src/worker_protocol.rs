@@ -662,4 +662,22 @@ pub enum FromWorker {
         /// What it used.
         usage: CallUsage,
     },
+    /// A piece of a running attempt's model output, as it arrived.
+    Stream {
+        /// The run.
+        run_id: RunId,
+        /// The attempt.
+        key: TaskKey,
+        /// The piece.
+        piece: StreamPiece,
+    },
+}
+
+/// A piece of a step's model output (SPEC 19).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StreamPiece {
+    /// Text of the reply, or a tool's name.
+    pub text: String,
+    /// `text` names a tool the model called.
+    pub tool_call: bool,
 }

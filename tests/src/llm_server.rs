@@ -2,7 +2,12 @@
 //! free loopback port, answering with scripted, deterministic replies, so
 //! the `llm` and `agent` kinds are tested over real HTTP. It checks what
 //! it is sent (the bearer key, a model, messages) and keeps every request
-//! for the test to inspect.
+//! for the test to inspect. A request with `stream: true` is answered as
+//! a provider streams: server-sent events of `chat.completion.chunk`s (the
+//! text a word at a time, each tool call's name then its arguments in two
+//! pieces, the usage last when `stream_options.include_usage` asks), then
+//! `data: [DONE]`; [`Reply::Streamed`] sends its pieces one at a time, a
+//! gap apart.
 //!
 //! With [`TestLlm::limit_rate`] it enforces a rate as a provider does: a
 //! token bucket of one second's share of its per-minute figure; a request
@@ -64,6 +69,11 @@ pub enum Reply {
     Slow(Duration, Box<Reply>),
     /// A 200 whose body is this text (not a chat completion).
     Malformed(String),
+    /// Text in these pieces, sent `gap` apart when the request streams
+    /// (one whole reply otherwise).
+    Streamed(Vec<String>, Duration),
+    /// A 200 stream whose events are these `data:` payloads, as they are.
+    RawStream(Vec<String>),
 }
 
 type Script = dyn Fn(&Value, usize) -> Reply + Send + Sync;
@@ -178,8 +188,9 @@ impl TestLlm {
                     let (script, seen, wanted) = (script.clone(), seen.clone(), wanted.clone());
                     let keeper = keeper.clone();
                     async move {
+                        use axum::response::IntoResponse;
                         if !keeper.lock().expect("gate lock").admit() {
-                            return scripted_error(429, Some(1));
+                            return scripted_error(429, Some(1)).into_response();
                         }
                         answer(&headers, &body, &wanted, &seen, &*script).await
                     }
@@ -338,13 +349,14 @@ async fn answer(
     wanted: &str,
     seen: &Mutex<Vec<Value>>,
     script: &Script,
-) -> (StatusCode, HeaderMap, String) {
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
     let request = match authorized(headers, body, wanted) {
         Ok(request) => request,
-        Err((code, message)) => return error(code, message),
+        Err((code, message)) => return error(code, message).into_response(),
     };
     if !request["model"].is_string() || !request["messages"].is_array() {
-        return error(400, "a chat completion needs `model` and `messages`");
+        return error(400, "a chat completion needs `model` and `messages`").into_response();
     }
     let n = {
         let mut seen = seen.lock().expect("requests lock");
@@ -356,6 +368,44 @@ async fn answer(
         tokio::time::sleep(delay).await;
         reply = *inner;
     }
+    let streams = request["stream"] == json!(true);
+    let usage_asked = request.pointer("/stream_options/include_usage") == Some(&json!(true));
+    let prompt_tokens = request["messages"].to_string().len() as u64 / 4;
+    let usage = json!({"prompt_tokens": prompt_tokens, "completion_tokens": 7,
+                       "total_tokens": prompt_tokens + 7,
+                       "prompt_tokens_details": {"cached_tokens": prompt_tokens / 2}});
+    let reply = match reply {
+        Reply::RawStream(events) => {
+            let body: String = events.iter().map(|e| format!("data: {e}\n\n")).collect();
+            return (StatusCode::OK, stream_headers(), body).into_response();
+        }
+        Reply::Streamed(pieces, gap) if streams => {
+            let mut events = vec![chunk(&request, n, json!({"role": "assistant"}))];
+            events.extend(
+                pieces
+                    .iter()
+                    .map(|p| chunk(&request, n, json!({"content": p}))),
+            );
+            events.extend(finish(&request, n, usage_asked.then_some(usage)));
+            let (sender, receiver) = tokio::sync::mpsc::channel(4);
+            tokio::spawn(async move {
+                for (i, event) in events.into_iter().enumerate() {
+                    if i > 0 {
+                        tokio::time::sleep(gap).await;
+                    }
+                    let sent = Ok::<_, std::convert::Infallible>(event);
+                    if sender.send(sent).await.is_err() {
+                        return;
+                    }
+                }
+            });
+            let paced = tokio_stream::wrappers::ReceiverStream::new(receiver);
+            let body = axum::body::Body::from_stream(paced);
+            return (StatusCode::OK, stream_headers(), body).into_response();
+        }
+        Reply::Streamed(pieces, _) => Reply::Text(pieces.concat()),
+        other => other,
+    };
     let message = match reply {
         Reply::Text(text) => json!({"role": "assistant", "content": text}),
         Reply::Json(value) => json!({"role": "assistant", "content": value.to_string()}),
@@ -370,21 +420,89 @@ async fn answer(
                 .collect();
             json!({"role": "assistant", "content": null, "tool_calls": calls})
         }
-        Reply::Status(code, retry_after) => return scripted_error(code, retry_after),
-        Reply::Malformed(text) => return (StatusCode::OK, HeaderMap::new(), text),
-        Reply::Slow(..) => unreachable!("unwrapped above"),
+        Reply::Status(code, retry_after) => {
+            return scripted_error(code, retry_after).into_response();
+        }
+        Reply::Malformed(text) => return (StatusCode::OK, HeaderMap::new(), text).into_response(),
+        Reply::Slow(..) | Reply::Streamed(..) | Reply::RawStream(_) => {
+            unreachable!("unwrapped above")
+        }
     };
-    let prompt_tokens = request["messages"].to_string().len() as u64 / 4;
+    if streams {
+        let body: String = streamed(&request, n, &message, usage_asked.then_some(usage)).concat();
+        return (StatusCode::OK, stream_headers(), body).into_response();
+    }
     let completion = json!({
         "id": format!("chatcmpl-{n}"),
         "object": "chat.completion",
         "model": request["model"],
         "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
-        "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": 7,
-                  "total_tokens": prompt_tokens + 7,
-                  "prompt_tokens_details": {"cached_tokens": prompt_tokens / 2}},
+        "usage": usage,
     });
-    (StatusCode::OK, json_headers(), completion.to_string())
+    (StatusCode::OK, json_headers(), completion.to_string()).into_response()
+}
+
+/// One `data:` event of a chunk of reply `n` carrying `delta`.
+fn chunk(request: &Value, n: usize, delta: Value) -> String {
+    let chunk = json!({"id": format!("chatcmpl-{n}"), "object": "chat.completion.chunk",
+                       "model": request["model"], "choices": [{"index": 0, "delta": delta, "finish_reason": null}]});
+    format!("data: {chunk}\n\n")
+}
+
+/// The events that end reply `n`: the finish reason, the usage when
+/// asked, `[DONE]`.
+fn finish(request: &Value, n: usize, usage: Option<Value>) -> Vec<String> {
+    let done = json!({"id": format!("chatcmpl-{n}"), "object": "chat.completion.chunk",
+                      "model": request["model"], "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]});
+    let mut events = vec![format!("data: {done}\n\n")];
+    if let Some(usage) = usage {
+        let last = json!({"id": format!("chatcmpl-{n}"), "object": "chat.completion.chunk",
+                          "model": request["model"], "choices": [], "usage": usage});
+        events.push(format!("data: {last}\n\n"));
+    }
+    events.push("data: [DONE]\n\n".to_owned());
+    events
+}
+
+/// `message` as the events of a stream: its text a word at a time, each
+/// tool call's id and name, then its arguments in two pieces.
+fn streamed(request: &Value, n: usize, message: &Value, usage: Option<Value>) -> Vec<String> {
+    let mut events = vec![chunk(request, n, json!({"role": "assistant"}))];
+    if let Some(text) = message["content"].as_str() {
+        for word in text.split_inclusive(' ') {
+            events.push(chunk(request, n, json!({"content": word})));
+        }
+    }
+    for (index, call) in message["tool_calls"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        let start = json!({"tool_calls": [{"index": index, "id": call["id"], "type": "function",
+                                            "function": {"name": call["function"]["name"], "arguments": ""}}]});
+        events.push(chunk(request, n, start));
+        let arguments = call["function"]["arguments"].as_str().unwrap_or_default();
+        let mut cut = arguments.len() / 2;
+        while !arguments.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        for piece in [&arguments[..cut], &arguments[cut..]] {
+            let more = json!({"tool_calls": [{"index": index, "function": {"arguments": piece}}]});
+            events.push(chunk(request, n, more));
+        }
+    }
+    events.extend(finish(request, n, usage));
+    events
+}
+
+fn stream_headers() -> HeaderMap {
+    let mut headers = HeaderMap::new();
+    headers.insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static("text/event-stream"),
+    );
+    headers
 }
 
 /// A request's JSON body, if it carries the wanted bearer key; else the

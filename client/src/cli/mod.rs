@@ -11,6 +11,7 @@ pub mod prompt;
 pub mod push;
 mod python_check;
 pub mod session;
+mod stream_text;
 pub mod terminal;
 
 /// Exit statuses (SPEC section 12).

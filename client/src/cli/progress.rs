@@ -1,5 +1,7 @@
 //! `--watch` and `weft watch`: waves, nodes, loop iterations and a
-//! progress bar for map items, drawn on stderr as the run's events arrive.
+//! progress bar for map items, drawn on stderr as the run's events arrive,
+//! with the model output of its steps as it streams
+//! ([`super::stream_text`]).
 
 use super::terminal::{err, out};
 
@@ -14,6 +16,34 @@ use weft_proto::events::Redispatch;
 /// restarting, a leader changing) is picked up again where it stopped,
 /// for up to [`READ_PATIENCE`].
 pub async fn follow(
+    client: &Client,
+    run_id: &str,
+    from: u64,
+    json: bool,
+) -> Result<RunInfo, ClientError> {
+    // The stream from its start when the events are (a run watched
+    // again after a pause has shown its stream so far).
+    let stream = (from == 0).then(|| {
+        tokio::spawn(super::stream_text::show(
+            client.clone(),
+            run_id.to_owned(),
+            json,
+        ))
+    });
+    let followed = follow_events(client, run_id, from, json).await;
+    if let Some(stream) = stream {
+        match &followed {
+            // An ended run's stream ends by itself once it is all shown.
+            Ok(info) if info.status.is_terminal() => {
+                let _ = tokio::time::timeout(READ_PATIENCE, stream).await;
+            }
+            _ => stream.abort(),
+        }
+    }
+    followed
+}
+
+async fn follow_events(
     client: &Client,
     run_id: &str,
     from: u64,

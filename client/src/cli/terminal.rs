@@ -25,6 +25,24 @@ pub fn write_err(text: &str) {
     write_line(std::io::stderr().lock(), text, &STDERR_CLOSED);
 }
 
+/// Writes `text` to stderr without a newline (a model's reply as it
+/// streams), escaped on a terminal, flushed at once.
+pub fn write_err_part(text: &str) {
+    if STDERR_CLOSED.load(Ordering::Relaxed) {
+        return;
+    }
+    let mut stream = std::io::stderr().lock();
+    let shown = if stream.is_terminal() {
+        escape_controls(text)
+    } else {
+        Cow::Borrowed(text)
+    };
+    let written = write!(stream, "{shown}").and_then(|()| stream.flush());
+    if written.is_err() {
+        STDERR_CLOSED.store(true, Ordering::Relaxed);
+    }
+}
+
 /// `text` as it may be shown on a terminal (stderr's), e.g. by a progress
 /// bar that writes it itself.
 pub fn for_terminal(text: &str) -> Cow<'_, str> {

@@ -197,6 +197,22 @@ impl RunAccess {
         Ok(watch::feed(handle, from, &self.tracker, self.stop.clone()).await?)
     }
 
+    /// The model output of run `id`'s steps from offset `from`, live
+    /// until the run ends (SPEC 19).
+    pub fn stream(
+        &self,
+        caller: &Identity,
+        id: &str,
+        from: u64,
+    ) -> Result<watch::PieceFeed, AccessError> {
+        let handle = self.run(caller, id)?;
+        Ok(watch::pieces(
+            handle.streams().clone(),
+            from,
+            self.stop.clone(),
+        ))
+    }
+
     /// Answers the waiting approval or input `node` of run `id` with
     /// `value` (and `comment`), as `caller`; the run after.
     pub async fn answer(

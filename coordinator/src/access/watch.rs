@@ -14,6 +14,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use weft_proto::events::{RunEvent, StoredEvent};
 
+use crate::run_actor::streams::{Piece, RunStreams};
 use crate::run_actor::{RunHandle, RunRequestError};
 
 /// A run's events in order; an error ends it.
@@ -115,6 +116,62 @@ pub(super) async fn feed(
         }
     });
     Ok(Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx)))
+}
+
+/// A run's stream pieces in order (SPEC 19).
+pub type PieceFeed = Pin<Box<dyn Stream<Item = std::sync::Arc<Piece>> + Send>>;
+
+/// Pieces read from the run's stream at once.
+const PIECES_READ: usize = 256;
+
+/// The pieces of `streams` from offset `from`, as they come: read from
+/// the run's list at the watcher's own pace (the run never waits for it),
+/// ending once the run has ended and every piece is read, or with `stop`.
+pub fn pieces(
+    streams: std::sync::Arc<RunStreams>,
+    from: u64,
+    stop: CancellationToken,
+) -> PieceFeed {
+    let feed = async_stream_of(
+        move |sender: mpsc::Sender<std::sync::Arc<Piece>>| async move {
+            let mut changed = streams.changed();
+            let mut at = from;
+            loop {
+                let mark = *changed.borrow_and_update();
+                let read = streams.read(at, PIECES_READ);
+                if read.is_empty() {
+                    if mark.ended && at >= mark.len {
+                        return;
+                    }
+                    tokio::select! {
+                        () = stop.cancelled() => return,
+                        () = sender.closed() => return,
+                        moved = changed.changed() => if moved.is_err() { return },
+                    }
+                    continue;
+                }
+                for piece in read {
+                    at = piece.offset + 1;
+                    if sender.send(piece).await.is_err() {
+                        return;
+                    }
+                }
+            }
+        },
+    );
+    Box::pin(feed)
+}
+
+/// A stream of what `produce` sends, produced on a task of its own.
+fn async_stream_of<T, F, Fut>(produce: F) -> impl Stream<Item = T> + Send
+where
+    T: Send + 'static,
+    F: FnOnce(mpsc::Sender<T>) -> Fut,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    let (sender, receiver) = mpsc::channel(FEED_BUFFER);
+    tokio::spawn(produce(sender));
+    tokio_stream::wrappers::ReceiverStream::new(receiver)
 }
 
 #[cfg(test)]

@@ -19,9 +19,10 @@ use super::{Identities, Principal, Role};
 fn needed(path: &str) -> Option<(&str, Role)> {
     let (service, method) = path.strip_prefix('/')?.split_once('/')?;
     let role = match (service, method) {
-        ("weft.v1.RunService", "GetRun" | "ListRuns" | "WatchRun" | "Validate" | "ListIndexes") => {
-            Role::Reader
-        }
+        (
+            "weft.v1.RunService",
+            "GetRun" | "ListRuns" | "WatchRun" | "StreamRun" | "Validate" | "ListIndexes",
+        ) => Role::Reader,
         ("weft.v1.RunService", "Submit" | "Resume" | "Cancel" | "Retry" | "FetchIndex") => {
             Role::Operator
         }

@@ -206,6 +206,13 @@ pub enum DispatchEvent {
         /// The message.
         send: TeamSend,
     },
+    /// A piece of a running task's model output.
+    TaskStream {
+        /// The task.
+        key: TaskKey,
+        /// The piece.
+        piece: weft_proto::worker_protocol::StreamPiece,
+    },
 }
 
 /// Where the dispatcher sends a run's events.

@@ -141,6 +141,26 @@ impl From<pb::RunInfo> for RunReport {
     }
 }
 
+/// A piece of a run's model output on the wire.
+pub fn delta(piece: &crate::run_actor::streams::Piece) -> pb::StreamDelta {
+    use crate::run_actor::streams::PieceKind;
+    let kind = match piece.kind {
+        PieceKind::Text => "text",
+        PieceKind::ToolCall => "tool_call",
+        PieceKind::End => "end",
+        PieceKind::Abandoned => "abandoned",
+        PieceKind::Truncated => "truncated",
+    };
+    pb::StreamDelta {
+        offset: piece.offset,
+        node: piece.node.to_string(),
+        item: piece.item.map(|item| item as u64),
+        attempt: piece.attempt,
+        kind: kind.to_owned(),
+        text: piece.text.clone(),
+    }
+}
+
 /// One entry of a run's event log on the wire.
 pub fn event(stored: &StoredEvent) -> pb::RunEvent {
     event_to_wire(stored.seq, stored.at_unix_ms, &stored.event)

@@ -35,6 +35,7 @@ impl RunApi {
 }
 
 pub(crate) type EventStream = Pin<Box<dyn Stream<Item = Result<pb::RunEvent, Status>> + Send>>;
+pub(crate) type DeltaStream = Pin<Box<dyn Stream<Item = Result<pb::StreamDelta, Status>> + Send>>;
 
 #[tonic::async_trait]
 impl RunService for RunApi {
@@ -195,6 +196,19 @@ impl RunService for RunApi {
             Err(error) => Some(Err(Status::from(error))),
         });
         Ok(Response::new(Box::pin(events)))
+    }
+
+    type StreamRunStream = DeltaStream;
+
+    async fn stream_run(
+        &self,
+        request: Request<pb::StreamRunRequest>,
+    ) -> Result<Response<DeltaStream>, Status> {
+        let caller = principal(&request)?;
+        let request = request.into_inner();
+        let feed = self.access.stream(&caller, &request.run_id, request.from)?;
+        let deltas = feed.map(|piece| Ok(convert::delta(&piece)));
+        Ok(Response::new(Box::pin(deltas)))
     }
 
     async fn resume(

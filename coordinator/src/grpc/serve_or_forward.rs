@@ -394,6 +394,31 @@ impl RunService for FrontRuns {
         delete_run(pb::DeleteRunRequest) -> pb::DeleteRunResponse;
     }
 
+    type StreamRunStream = super::run_service::DeltaStream;
+
+    async fn stream_run(
+        &self,
+        request: Request<pb::StreamRunRequest>,
+    ) -> Result<Response<Self::StreamRunStream>, Status> {
+        let forwarded_in = request.metadata().contains_key(FORWARDED_METADATA);
+        match self.route(forwarded_in)? {
+            Route::Local(api) => api.stream_run(request).await,
+            Route::Forward(mut client, leader) => {
+                let changed = self.role_changed();
+                let credentials = Credentials::of(&request);
+                let onward =
+                    credentials.onward(request.into_inner(), self.identities_required, &leader)?;
+                let call = client.stream_run(onward);
+                let deltas = self
+                    .forward(&leader, call)
+                    .await
+                    .map_err(|(status, _)| status)?
+                    .into_inner();
+                Ok(Response::new(relay(deltas, changed, &self.tracker)))
+            }
+        }
+    }
+
     type WatchRunStream = EventStream;
 
     async fn watch_run(
@@ -562,13 +587,15 @@ impl FrontRuns {
     }
 }
 
-/// The leader's event stream, ended with `unavailable` (the client watches
-/// again) when `changed` resolves: the leader is gone or deposed.
-fn relay(
-    mut events: Streaming<pb::RunEvent>,
+/// The leader's stream of events (or of a run's model output), ended with
+/// `unavailable` (the client watches again) when `changed` resolves: the
+/// leader is gone or deposed.
+#[allow(clippy::type_complexity)]
+fn relay<T: Send + 'static>(
+    mut events: Streaming<T>,
     changed: impl Future<Output = ()> + Send + 'static,
     tracker: &TaskTracker,
-) -> EventStream {
+) -> std::pin::Pin<Box<dyn tokio_stream::Stream<Item = Result<T, Status>> + Send>> {
     let (tx, rx) = tokio::sync::mpsc::channel(64);
     tracker.spawn(async move {
         tokio::pin!(changed);

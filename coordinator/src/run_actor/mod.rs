@@ -13,6 +13,7 @@
 
 mod actor;
 mod step_marks;
+pub mod streams;
 pub use weft_machine as machine;
 
 pub use actor::{

@@ -205,6 +205,7 @@ impl Runs {
                 prices: self.prices.clone(),
                 spend: self.spend.clone(),
                 cache: self.cache.clone(),
+                streams: Arc::default(),
                 suspect: false,
             },
             |handle| self.register(id.clone(), handle.clone()),

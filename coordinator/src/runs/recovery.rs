@@ -96,6 +96,7 @@ impl Runs {
                 prices: self.prices.clone(),
                 spend: self.spend.clone(),
                 cache: self.cache.clone(),
+                streams: Arc::default(),
                 suspect: crashes > 0,
             },
             |handle| self.register(run.id.clone(), handle.clone()),

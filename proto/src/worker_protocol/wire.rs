@@ -13,9 +13,9 @@ use serde_json::Value;
 
 use super::{
     BlobRef, CallError, CallFlow, CallForm, CallResult, CallTarget, CallUsage, FromWorker,
-    FunctionCall, Hello, ItemRef, NotJson, PermitRequest, PythonCall, StateField, TaskAssignment,
-    TaskError, TaskOutput, TaskResult, TeamMessage, TeamSeat, TeamSend, ToWorker, ToolCall,
-    ToolContext, ToolInfo,
+    FunctionCall, Hello, ItemRef, NotJson, PermitRequest, PythonCall, StateField, StreamPiece,
+    TaskAssignment, TaskError, TaskOutput, TaskResult, TeamMessage, TeamSeat, TeamSend, ToWorker,
+    ToolCall, ToolContext, ToolInfo,
 };
 use crate::types::FailureKind;
 use crate::v1 as pb;
@@ -677,6 +677,12 @@ impl From<FromWorker> for pb::WorkerMessage {
                 model: permit.model,
                 tokens: permit.tokens,
             }),
+            FromWorker::Stream { run_id, key, piece } => Body::Stream(pb::TaskStream {
+                run_id: run_id.into(),
+                task_key: key.0,
+                text: piece.text,
+                tool_call: piece.tool_call,
+            }),
             FromWorker::CallUsage { run_id, key, usage } => Body::Usage(pb::CallUsage {
                 run_id: run_id.into(),
                 task_key: key.0,
@@ -834,6 +840,14 @@ pub fn read_worker_message(message: pb::WorkerMessage, last: &mut LastRun) -> Op
                 provider: permit.provider,
                 model: permit.model,
                 tokens: permit.tokens,
+            },
+        },
+        Body::Stream(stream) => FromWorker::Stream {
+            run_id: stream.run_id.into(),
+            key: TaskKey(stream.task_key),
+            piece: StreamPiece {
+                text: stream.text,
+                tool_call: stream.tool_call,
             },
         },
         Body::Usage(usage) => FromWorker::CallUsage {

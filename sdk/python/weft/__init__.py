@@ -25,7 +25,7 @@ from .errors import (
     Unavailable,
     WeftError,
 )
-from .types import Answer, ChildRun, Event, RunError, RunInfo, Usage, WaitingNode
+from .types import Answer, ChildRun, Delta, Event, RunError, RunInfo, Usage, WaitingNode
 from .team import Message, Team, TeamError
 from .worker import HandlerFailed, Item, TaskContext, ToolContext, Worker
 
@@ -34,6 +34,7 @@ __all__ = [
     "BundleError",
     "ChildRun",
     "Client",
+    "Delta",
     "Event",
     "GraphBundle",
     "GraphInvalid",

@@ -20,7 +20,7 @@ import grpc.aio
 
 from . import errors
 from .client import _MAX_MESSAGE, ENDS, Graph, bundle_of, bundle_to_wire, settings
-from .types import Event, RunInfo, checked_status, event_from_wire, run_from_wire
+from .types import Delta, Event, RunInfo, checked_status, delta_from_wire, event_from_wire, run_from_wire
 from .v1 import runs_pb2 as pb
 from .v1 import runs_pb2_grpc as rpc
 
@@ -54,6 +54,11 @@ class Run:
     def events(self, start: int = 0) -> AsyncIterator[Event]:
         """The run's events from position `start`, as they happen."""
         return self.client.events(self.run_id, start)
+
+    def stream(self, start: int = 0) -> AsyncIterator[Delta]:
+        """The model output of the run's steps as it is written, from
+        offset `start` (see `weft.Run.stream`)."""
+        return self.client.stream(self.run_id, start)
 
     async def wait(self, timeout: Optional[float] = None) -> RunInfo:
         """The run once it has ended or waits for a person."""
@@ -142,6 +147,16 @@ class Client:
         """The events of run `run_id` from position `start`."""
         async for event in self._events(run_id, start, ()):
             yield event
+
+    async def stream(self, run_id: str, start: int = 0) -> AsyncIterator[Delta]:
+        """The model output of run `run_id`'s steps from offset `start`."""
+        request = pb.StreamRunRequest(run_id=run_id, **{"from": start})
+        stream = self._stub.StreamRun(request, metadata=self._metadata)
+        try:
+            async for message in stream:
+                yield delta_from_wire(message)
+        except grpc.RpcError as error:
+            raise errors.from_rpc(error) from None
 
     async def _events(self, run_id: str, start: int, types: tuple) -> AsyncIterator[Event]:
         """The events of run `run_id` from `start`, those of `types` (none: all)."""

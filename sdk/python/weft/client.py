@@ -20,7 +20,7 @@ import grpc
 
 from . import errors
 from .bundle import GraphBundle
-from .types import Event, RunInfo, checked_status, event_from_wire, run_from_wire
+from .types import Delta, Event, RunInfo, checked_status, delta_from_wire, event_from_wire, run_from_wire
 from .v1 import runs_pb2 as pb
 from .v1 import runs_pb2_grpc as rpc
 
@@ -90,6 +90,11 @@ class Run:
         with the run (or where it waits for a person, once nothing else
         can happen until someone answers)."""
         return self.client.events(self.run_id, start)
+
+    def stream(self, start: int = 0) -> Iterator[Delta]:
+        """The model output of the run's `llm`, `agent` and `rag` steps as
+        it is written, from offset `start`; ends with the run."""
+        return self.client.stream(self.run_id, start)
 
     def wait(self, timeout: Optional[float] = None) -> RunInfo:
         """The run once it has ended or waits for a person."""
@@ -196,6 +201,16 @@ class Client:
                 event = event_from_wire(message)
                 if event is not None:
                     yield event
+        except grpc.RpcError as error:
+            raise errors.from_rpc(error) from None
+
+    def stream(self, run_id: str, start: int = 0) -> Iterator[Delta]:
+        """The model output of run `run_id`'s steps from offset `start`
+        (see `Run.stream`)."""
+        request = pb.StreamRunRequest(run_id=run_id, **{"from": start})
+        try:
+            for message in self._stub.StreamRun(request, metadata=self._metadata):
+                yield delta_from_wire(message)
         except grpc.RpcError as error:
             raise errors.from_rpc(error) from None
 

@@ -171,6 +171,35 @@ def usage_from_wire(usage: pb.Usage) -> Usage:
 _JSON_TEXT = {"content_json": "content"}
 
 
+@dataclass(frozen=True)
+class Delta:
+    """A piece of a run's model output as its steps stream it: `kind` is
+    `text` (of a reply), `tool_call` (`text` names the tool), `end` (the
+    attempt's text is whole), `abandoned` (the attempt failed or was
+    cancelled; a retry streams afresh under its own `attempt`) or
+    `truncated`. `offset` is its place in the run's stream: streaming again
+    from `offset + 1` goes on after it, with nothing lost or repeated."""
+
+    offset: int
+    node: str
+    item: Optional[int]
+    attempt: int
+    kind: str
+    text: str
+
+
+def delta_from_wire(delta: pb.StreamDelta) -> Delta:
+    """The client's form of a `StreamDelta`."""
+    return Delta(
+        offset=delta.offset,
+        node=delta.node,
+        item=delta.item if delta.HasField("item") else None,
+        attempt=delta.attempt,
+        kind=delta.kind,
+        text=delta.text,
+    )
+
+
 def event_from_wire(event: pb.RunEvent) -> Optional[Event]:
     """The client's form of a `RunEvent`; None for a kind this client does
     not know (a newer coordinator's)."""

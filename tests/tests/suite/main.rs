@@ -27,6 +27,7 @@ mod python;
 mod python_bundles;
 mod retrieval;
 mod store;
+mod streaming;
 mod subgraphs;
 mod teammates;
 mod tls;

@@ -1,5 +1,8 @@
 //! One chat completion against an OpenAI-compatible endpoint
-//! (`POST {base_url}/chat/completions`), within the step's deadline. A 429
+//! (`POST {base_url}/chat/completions`), within the step's deadline, asked
+//! for as a stream (`stream: true`, with the usage in its last chunk) and
+//! read as it arrives ([`super::stream`]); an endpoint that answers with
+//! the whole reply instead is read as one. A 429
 //! or a 5xx (or a connection that fails) is tried again after the reply's
 //! `Retry-After`, or a short backoff, while the deadline allows; any other
 //! error status, or a body that is not a chat completion, fails the
@@ -80,12 +83,36 @@ pub(crate) async fn complete(
         gen_ai.usage.output_tokens = tracing::field::Empty,
         otel.status_code = tracing::field::Empty,
     );
+    let mut streamed = body.clone();
+    if let Value::Object(fields) = &mut streamed {
+        fields.insert("stream".into(), Value::Bool(true));
+        fields.insert("stream_options".into(), json!({"include_usage": true}));
+    }
     let call = async {
         let _permit = provider.permits.acquire().await;
         let started = Instant::now();
-        let (text, tries, ticket) =
-            post(provider, "chat/completions", body, deadline, started, gate).await?;
-        let completion = read_reply(provider, &text, started, tries);
+        let read = |response| read_body(provider, gate, response);
+        let (reply, tries, ticket) = post_reading(
+            provider,
+            "chat/completions",
+            &streamed,
+            deadline,
+            started,
+            gate,
+            read,
+        )
+        .await?;
+        let completion = match reply {
+            Body::Whole(text) => read_reply(provider, &text, started, tries),
+            Body::Streamed(message, model, usage) => Ok(Completion {
+                message,
+                provider: provider.name.clone(),
+                model,
+                usage,
+                latency: started.elapsed(),
+                tries,
+            }),
+        };
         if gate.paced() {
             let usage = completion.as_ref().ok().map(|c| c.usage.clone());
             gate.report(ticket, spent(provider, body, usage, None))
@@ -128,6 +155,79 @@ fn spent(
     }
 }
 
+/// A successful chat reply's body.
+enum Body {
+    /// Not a stream: the whole reply's text.
+    Whole(String),
+    /// A stream, put back together: the message, the model, the usage.
+    Streamed(Value, String, Value),
+}
+
+/// Reads a successful reply: a stream of events as they come, or a whole
+/// body.
+async fn read_body(
+    provider: &Provider,
+    gate: &CallGate,
+    mut response: reqwest::Response,
+) -> Result<Body, Failure> {
+    let streamed = response
+        .headers()
+        .get(reqwest::header::CONTENT_TYPE)
+        .and_then(|value| value.to_str().ok())
+        .is_some_and(|kind| kind.starts_with("text/event-stream"));
+    let read_error = |error: reqwest::Error| {
+        if error.is_timeout() {
+            Failure::new(
+                FailureKind::Timeout,
+                format!(
+                    "provider '{}' did not finish its reply within the step's time",
+                    provider.name
+                ),
+            )
+        } else {
+            model_error(provider, &error)
+        }
+    };
+    if !streamed {
+        return response.text().await.map(Body::Whole).map_err(read_error);
+    }
+    let broken = |error: super::stream::StreamError| {
+        Failure::new(
+            FailureKind::ModelError,
+            provider.redactor.redact(&format!(
+                "provider '{}' sent a stream that is not a chat completion: {error}",
+                provider.name
+            )),
+        )
+    };
+    let mut assembler = super::stream::Assembler::default();
+    while let Some(bytes) = response.chunk().await.map_err(read_error)? {
+        // What one read completes goes as one piece of text (and one per
+        // tool call begun), in order.
+        let mut text = String::new();
+        let mut deltas = Vec::new();
+        let pushed = assembler.push(&bytes, &mut deltas);
+        for delta in deltas {
+            match delta {
+                super::stream::Delta::Text(more) => text.push_str(&more),
+                super::stream::Delta::ToolCall(name) => {
+                    if !text.is_empty() {
+                        gate.stream(std::mem::take(&mut text), false).await;
+                    }
+                    gate.stream(name, true).await;
+                }
+            }
+        }
+        if !text.is_empty() {
+            gate.stream(text, false).await;
+        }
+        // What came before an error went out first.
+        pushed.map_err(broken)?;
+    }
+    let (message, model, usage) = assembler.finish().map_err(broken)?;
+    Ok(Body::Streamed(message, model, usage))
+}
+
 /// POSTs `body` to `provider`'s `path` (under its base URL) before
 /// `deadline`, tried again on a 429, a 5xx or a failed connection as the
 /// module says; the successful reply's body, how many requests it took,
@@ -141,6 +241,28 @@ pub(super) async fn post(
     started: Instant,
     gate: &CallGate,
 ) -> Result<(String, u32, Ticket), Failure> {
+    let read = |response: reqwest::Response| async move {
+        response
+            .text()
+            .await
+            .map_err(|error| model_error(provider, &error))
+    };
+    post_reading(provider, path, body, deadline, started, gate, read).await
+}
+
+/// [`post`], the successful reply read by `read`.
+async fn post_reading<T, Read>(
+    provider: &Provider,
+    path: &str,
+    body: &Value,
+    deadline: Instant,
+    started: Instant,
+    gate: &CallGate,
+    read: impl Fn(reqwest::Response) -> Read,
+) -> Result<(T, u32, Ticket), Failure>
+where
+    Read: std::future::Future<Output = Result<T, Failure>>,
+{
     let url = format!("{}/{path}", provider.base_url);
     let mut backoff = FIRST_BACKOFF;
     let mut tries = 0;
@@ -174,14 +296,13 @@ pub(super) async fn post(
         }
         let retry_after = match request.send().await {
             Ok(response) if response.status().is_success() => {
-                let text = match response.text().await {
-                    Ok(text) => text,
-                    Err(error) => {
+                return match read(response).await {
+                    Ok(body) => Ok((body, tries, ticket)),
+                    Err(failure) => {
                         failed(None).await;
-                        return Err(model_error(provider, &error));
+                        Err(failure)
                     }
                 };
-                return Ok((text, tries, ticket));
             }
             Ok(response) if retryable(response.status()) => {
                 let named = retry_after(&response);

@@ -60,10 +60,21 @@ impl Permits {
     }
 }
 
-/// One step's gate: see the module docs.
+/// One step's gate: see the module docs. It is also where the step's
+/// model output goes as it streams (SPEC 19): to the coordinator, on the
+/// session's stream, in order.
 #[derive(Debug)]
 pub(crate) struct CallGate {
     control: Option<Control>,
+    stream: Option<StreamTo>,
+}
+
+/// Where a step's model output goes as it streams.
+#[derive(Debug)]
+struct StreamTo {
+    outbound: mpsc::Sender<FromWorker>,
+    run_id: RunId,
+    key: TaskKey,
 }
 
 #[derive(Debug)]
@@ -95,7 +106,10 @@ pub(crate) struct Spent {
 impl CallGate {
     /// A gate that lets every call through and reports nothing.
     pub(crate) fn open() -> Self {
-        Self { control: None }
+        Self {
+            control: None,
+            stream: None,
+        }
     }
 
     /// The gate of attempt `key` of `run_id`, as its assignment's `flow`
@@ -114,7 +128,29 @@ impl CallGate {
                 reserved: AtomicU64::new(flow.grant.unwrap_or(0)),
                 ask: flow.ask,
             }),
+            stream: Some(StreamTo {
+                outbound: permits.outbound.clone(),
+                run_id: run_id.clone(),
+                key,
+            }),
         }
+    }
+
+    /// Sends a piece of the step's model output to the coordinator (a
+    /// gate of no step sends nothing). Waits only for the session's own
+    /// stream to take it, never for a watcher.
+    pub(crate) async fn stream(&self, text: String, tool_call: bool) {
+        let Some(to) = &self.stream else {
+            return;
+        };
+        let piece = FromWorker::Stream {
+            run_id: to.run_id.clone(),
+            key: to.key,
+            piece: weft_proto::worker_protocol::StreamPiece { text, tool_call },
+        };
+        // A session that ended takes nothing more; the step's answer
+        // still goes with its result.
+        let _ = to.outbound.send(piece).await;
     }
 
     /// Waits, before `deadline`, until the coordinator lets a call of

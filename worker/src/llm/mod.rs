@@ -16,6 +16,7 @@ pub mod embeddings;
 mod gate;
 mod judge;
 mod provider;
+mod stream;
 
 use std::time::Instant;
 

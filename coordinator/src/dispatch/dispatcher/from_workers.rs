@@ -94,6 +94,20 @@ impl Dispatcher {
                 Vec::new()
             }
             FromWorker::ToolCall { run_id, key, call } => self.tool_call(worker, run_id, key, call),
+            FromWorker::Stream { run_id, key, piece } => {
+                // Only the worker that holds the attempt speaks for it; a
+                // piece of an attempt given away is dropped.
+                let job = JobId {
+                    run: run_id,
+                    key: JobKey::Task(key),
+                };
+                if self.registry.held_by(&job) == Some(worker)
+                    && let Some(order) = self.registry.payload(&job)
+                {
+                    let _ = order.sink.send(DispatchEvent::TaskStream { key, piece });
+                }
+                Vec::new()
+            }
             FromWorker::CallPermit {
                 run_id,
                 key,

@@ -321,6 +321,8 @@ pub struct RunHandle {
     /// The namespace the run belongs to (fixed at submission).
     namespace: Arc<str>,
     liveness: Arc<RwLock<Liveness>>,
+    /// Its steps' model output as it streams.
+    streams: Arc<crate::run_actor::streams::RunStreams>,
 }
 
 impl std::fmt::Debug for RunHandle {
@@ -330,12 +332,23 @@ impl std::fmt::Debug for RunHandle {
 }
 
 impl RunHandle {
-    pub(super) fn new(id: RunId, namespace: &str, liveness: Arc<RwLock<Liveness>>) -> Self {
+    pub(super) fn new(
+        id: RunId,
+        namespace: &str,
+        liveness: Arc<RwLock<Liveness>>,
+        streams: Arc<crate::run_actor::streams::RunStreams>,
+    ) -> Self {
         Self {
             id,
             namespace: namespace.into(),
             liveness,
+            streams,
         }
+    }
+
+    /// Its steps' model output as it streams (SPEC 19).
+    pub fn streams(&self) -> &Arc<crate::run_actor::streams::RunStreams> {
+        &self.streams
     }
 
     /// The run id.

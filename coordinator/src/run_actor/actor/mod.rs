@@ -97,6 +97,8 @@ pub struct RunSetup {
     pub spend: Arc<crate::day_spend::DaySpend>,
     /// What cached steps returned, the namespace's among them.
     pub cache: crate::node_cache::NodeCache,
+    /// Its steps' model output as it streams, kept with its handle.
+    pub streams: Arc<crate::run_actor::streams::RunStreams>,
 }
 
 /// How a run's actor begins.
@@ -139,7 +141,7 @@ pub fn spawn_run(setup: RunSetup, known: impl FnOnce(&RunHandle)) -> RunHandle {
     let namespace = setup.machine.owner().namespace.clone();
     let me = tx.downgrade();
     let liveness = Arc::new(RwLock::new(Liveness::Live(tx)));
-    let handle = RunHandle::new(id, &namespace, liveness.clone());
+    let handle = RunHandle::new(id, &namespace, liveness.clone(), setup.streams.clone());
     known(&handle);
     start_actor(setup, (rx, me), liveness);
     handle
@@ -235,6 +237,8 @@ fn start_actor(
         prices: setup.prices,
         spend: setup.spend,
         cache: setup.cache,
+        streams: setup.streams,
+        streaming: HashMap::new(),
         cache_hits: std::collections::VecDeque::new(),
         taking_hits: false,
         step_usage: HashMap::new(),
@@ -306,6 +310,11 @@ pub(super) struct RunActor {
     prices: Arc<crate::prices::Prices>,
     spend: Arc<crate::day_spend::DaySpend>,
     cache: crate::node_cache::NodeCache,
+    /// Its steps' model output as it streams.
+    streams: Arc<crate::run_actor::streams::RunStreams>,
+    /// The attempts out whose model output streams (`llm`, `agent`,
+    /// `rag`), and whether any of it came.
+    streaming: HashMap<TaskKey, (crate::run_actor::streams::StepRef, bool)>,
     /// Cached steps' answers found as they were dispatched, to be taken
     /// once the effects at hand are done ([`Self::after_effects`]).
     cache_hits: std::collections::VecDeque<Input>,
@@ -351,6 +360,8 @@ impl RunActor {
     ) {
         // Retry timers live in the actor, so nothing outlives the run.
         let mut retries: DelayQueue<TaskKey> = DelayQueue::new();
+        // A revived run streams again.
+        self.streams.set_ended(false);
         match start {
             Start::New => {
                 // Stored before the submission is acknowledged; a run the
@@ -468,6 +479,7 @@ impl RunActor {
             prices: self.prices,
             spend: self.spend,
             cache: self.cache,
+            streams: self.streams,
         });
         let record = FinishedRun {
             view,
@@ -595,6 +607,7 @@ impl RunActor {
                     self.spans.tasks_cancelled(&keys);
                     for key in &keys {
                         self.unhosted.remove(&JobKey::Task(*key));
+                        self.stream_ended(*key, crate::run_actor::streams::PieceKind::Abandoned);
                     }
                     self.launcher.cancel(self.id.clone(), keys);
                 }
@@ -696,6 +709,7 @@ impl RunActor {
             }
             RunEvent::RunFinished { status, .. } => {
                 self.spans.run_finished(*status);
+                self.streams.set_ended(true);
                 self.launcher.forget(self.id.clone());
             }
             RunEvent::WaveStarted { step, .. } => self.spans.wave_started(*step),

@@ -51,6 +51,7 @@ fn start_kept(
             prices: Arc::default(),
             spend: Arc::default(),
             cache: crate::node_cache::NodeCache::default(),
+            streams: Arc::default(),
             id: RunId::from("run-test"),
             plan,
             machine,

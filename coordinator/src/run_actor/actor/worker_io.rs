@@ -14,6 +14,7 @@ use crate::dispatch::{
     CallForm, CallJob, CallTarget, DispatchEvent, FunctionCall, KeptRef, PythonCall,
     TaskAssignment, TaskJob,
 };
+use crate::run_actor::streams::{PieceKind, StepRef};
 use crate::run_actor::{Code, Effect, Input, Outgoing, TaskSpec};
 
 impl RunActor {
@@ -61,6 +62,11 @@ impl RunActor {
                 outcome,
             } => {
                 self.unhosted.remove(&JobKey::Task(key));
+                let kind = match outcome.result {
+                    Ok(_) => PieceKind::End,
+                    Err(_) => PieceKind::Abandoned,
+                };
+                self.stream_ended(key, kind);
                 self.spans.task_finished(key, &worker, &outcome);
                 // The machine decides whether the output is acceptable.
                 let (result, notes) = match outcome.result {
@@ -104,6 +110,17 @@ impl RunActor {
                     wait_ms: wait.map(|w| u64::try_from(w.as_millis()).unwrap_or(u64::MAX)),
                 });
             }
+            DispatchEvent::TaskStream { key, piece } => {
+                if let Some((step, any)) = self.streaming.get_mut(&key) {
+                    *any = true;
+                    let kind = if piece.tool_call {
+                        PieceKind::ToolCall
+                    } else {
+                        PieceKind::Text
+                    };
+                    self.streams.push(step, kind, piece.text);
+                }
+            }
             DispatchEvent::TaskHosted { job } => {
                 self.unhosted.remove(&job);
             }
@@ -126,6 +143,14 @@ impl RunActor {
                     error: Some(error.to_string()),
                 }]),
             },
+        }
+    }
+
+    /// Attempt `key`'s stream ends (`end`, or `abandoned`), if it streams
+    /// and anything of it came.
+    pub(super) fn stream_ended(&mut self, key: crate::run_actor::TaskKey, kind: PieceKind) {
+        if let Some((step, true)) = self.streaming.remove(&key) {
+            self.streams.push(&step, kind, String::new());
         }
     }
 
@@ -153,6 +178,19 @@ impl RunActor {
                 }
                 None => self.cache.missed(),
             }
+        }
+        if matches!(
+            binding.kind,
+            weft_proto::types::WorkerKind::Llm
+                | weft_proto::types::WorkerKind::Agent
+                | weft_proto::types::WorkerKind::Rag
+        ) {
+            let step = StepRef {
+                node: spec.node.clone(),
+                item: spec.item.as_ref().map(|item| item.index),
+                attempt: spec.attempt,
+            };
+            self.streaming.insert(spec.key, (step, false));
         }
         let state = self.fields.task_fields(&spec.state);
         let traceparent = self.spans.task_started(spec, binding.kind.as_str());

@@ -297,6 +297,29 @@ class WatchRunRequest(_message.Message):
     types: _containers.RepeatedScalarFieldContainer[str]
     def __init__(self, run_id: _Optional[str] = ..., types: _Optional[_Iterable[str]] = ..., **kwargs) -> None: ...
 
+class StreamRunRequest(_message.Message):
+    __slots__ = ("run_id",)
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    FROM_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    def __init__(self, run_id: _Optional[str] = ..., **kwargs) -> None: ...
+
+class StreamDelta(_message.Message):
+    __slots__ = ("offset", "node", "item", "attempt", "kind", "text")
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    NODE_FIELD_NUMBER: _ClassVar[int]
+    ITEM_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    offset: int
+    node: str
+    item: int
+    attempt: int
+    kind: str
+    text: str
+    def __init__(self, offset: _Optional[int] = ..., node: _Optional[str] = ..., item: _Optional[int] = ..., attempt: _Optional[int] = ..., kind: _Optional[str] = ..., text: _Optional[str] = ...) -> None: ...
+
 class RunEvent(_message.Message):
     __slots__ = ("seq", "at_unix_ms", "wave_started", "node_started", "node_finished", "node_retrying", "node_failed", "node_skipped", "state_changed", "loop_reset", "map_item_finished", "task_unhosted", "waiting_for_input", "input_received", "run_finished", "loop_iteration", "subgraph_started", "message_sent", "model_called", "tool_called", "run_submitted", "run_retried", "cancel_requested", "task_redispatched", "retrieved", "index_built", "task_throttled", "node_cached", "node_not_cached")
     SEQ_FIELD_NUMBER: _ClassVar[int]

@@ -69,6 +69,11 @@ class RunServiceStub:
                 request_serializer=weft_dot_v1_dot_runs__pb2.WatchRunRequest.SerializeToString,
                 response_deserializer=weft_dot_v1_dot_runs__pb2.RunEvent.FromString,
                 _registered_method=True)
+        self.StreamRun = channel.unary_stream(
+                '/weft.v1.RunService/StreamRun',
+                request_serializer=weft_dot_v1_dot_runs__pb2.StreamRunRequest.SerializeToString,
+                response_deserializer=weft_dot_v1_dot_runs__pb2.StreamDelta.FromString,
+                _registered_method=True)
         self.Resume = channel.unary_unary(
                 '/weft.v1.RunService/Resume',
                 request_serializer=weft_dot_v1_dot_runs__pb2.ResumeRequest.SerializeToString,
@@ -144,6 +149,14 @@ class RunServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def StreamRun(self, request, context):
+        """A run's model output as its steps stream it (SPEC 19), from an
+        offset; live until the run ends.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Resume(self, request, context):
         """Answers a waiting approval or input node.
         """
@@ -209,6 +222,11 @@ def add_RunServiceServicer_to_server(servicer, server):
                     servicer.WatchRun,
                     request_deserializer=weft_dot_v1_dot_runs__pb2.WatchRunRequest.FromString,
                     response_serializer=weft_dot_v1_dot_runs__pb2.RunEvent.SerializeToString,
+            ),
+            'StreamRun': grpc.unary_stream_rpc_method_handler(
+                    servicer.StreamRun,
+                    request_deserializer=weft_dot_v1_dot_runs__pb2.StreamRunRequest.FromString,
+                    response_serializer=weft_dot_v1_dot_runs__pb2.StreamDelta.SerializeToString,
             ),
             'Resume': grpc.unary_unary_rpc_method_handler(
                     servicer.Resume,
@@ -420,6 +438,33 @@ class RunService:
             '/weft.v1.RunService/WatchRun',
             weft_dot_v1_dot_runs__pb2.WatchRunRequest.SerializeToString,
             weft_dot_v1_dot_runs__pb2.RunEvent.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def StreamRun(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/weft.v1.RunService/StreamRun',
+            weft_dot_v1_dot_runs__pb2.StreamRunRequest.SerializeToString,
+            weft_dot_v1_dot_runs__pb2.StreamDelta.FromString,
             options,
             channel_credentials,
             insecure,

@@ -7,7 +7,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class WorkerMessage(_message.Message):
-    __slots__ = ("hello", "result", "heartbeat", "call_result", "drain", "refused", "send", "results", "tool_call", "permit", "usage")
+    __slots__ = ("hello", "result", "heartbeat", "call_result", "drain", "refused", "send", "results", "tool_call", "permit", "usage", "stream")
     HELLO_FIELD_NUMBER: _ClassVar[int]
     RESULT_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_FIELD_NUMBER: _ClassVar[int]
@@ -19,6 +19,7 @@ class WorkerMessage(_message.Message):
     TOOL_CALL_FIELD_NUMBER: _ClassVar[int]
     PERMIT_FIELD_NUMBER: _ClassVar[int]
     USAGE_FIELD_NUMBER: _ClassVar[int]
+    STREAM_FIELD_NUMBER: _ClassVar[int]
     hello: Hello
     result: TaskResult
     heartbeat: Heartbeat
@@ -30,7 +31,20 @@ class WorkerMessage(_message.Message):
     tool_call: ToolCall
     permit: CallPermit
     usage: CallUsage
-    def __init__(self, hello: _Optional[_Union[Hello, _Mapping]] = ..., result: _Optional[_Union[TaskResult, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., call_result: _Optional[_Union[CallResult, _Mapping]] = ..., drain: _Optional[_Union[Drain, _Mapping]] = ..., refused: _Optional[_Union[TaskRefused, _Mapping]] = ..., send: _Optional[_Union[TeamSend, _Mapping]] = ..., results: _Optional[_Union[ResultBatch, _Mapping]] = ..., tool_call: _Optional[_Union[ToolCall, _Mapping]] = ..., permit: _Optional[_Union[CallPermit, _Mapping]] = ..., usage: _Optional[_Union[CallUsage, _Mapping]] = ...) -> None: ...
+    stream: TaskStream
+    def __init__(self, hello: _Optional[_Union[Hello, _Mapping]] = ..., result: _Optional[_Union[TaskResult, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., call_result: _Optional[_Union[CallResult, _Mapping]] = ..., drain: _Optional[_Union[Drain, _Mapping]] = ..., refused: _Optional[_Union[TaskRefused, _Mapping]] = ..., send: _Optional[_Union[TeamSend, _Mapping]] = ..., results: _Optional[_Union[ResultBatch, _Mapping]] = ..., tool_call: _Optional[_Union[ToolCall, _Mapping]] = ..., permit: _Optional[_Union[CallPermit, _Mapping]] = ..., usage: _Optional[_Union[CallUsage, _Mapping]] = ..., stream: _Optional[_Union[TaskStream, _Mapping]] = ...) -> None: ...
+
+class TaskStream(_message.Message):
+    __slots__ = ("run_id", "task_key", "text", "tool_call")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    TASK_KEY_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    TOOL_CALL_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    task_key: int
+    text: str
+    tool_call: bool
+    def __init__(self, run_id: _Optional[str] = ..., task_key: _Optional[int] = ..., text: _Optional[str] = ..., tool_call: _Optional[bool] = ...) -> None: ...
 
 class CallPermit(_message.Message):
     __slots__ = ("run_id", "task_key", "request_id", "provider", "model", "tokens")
