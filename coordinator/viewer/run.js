@@ -127,9 +127,48 @@ export function runPage(id) {
     dirty = true;
   }
 
+  // The run's model output as its steps write it (`/stream`), from the
+  // offset after the last piece read; followed again while the run goes
+  // on.
+  let streaming = null;
+  async function followStream() {
+    if (streaming) return;
+    const controller = new AbortController();
+    streaming = controller;
+    streams.add(controller);
+    try {
+      const response = await request(`/api/v1/runs/${encodeURIComponent(id)}/stream?from=${model.lastOffset + 1}`,
+        { headers: headers(), signal: controller.signal });
+      if (!response.ok) throw new Error(`the stream could not be read (${response.status})`);
+      const reader = response.body.getReader();
+      const decoder = new TextDecoder();
+      let buffer = "";
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        buffer += decoder.decode(value, { stream: true });
+        let end;
+        while ((end = buffer.indexOf("\n\n")) >= 0) {
+          const block = buffer.slice(0, end);
+          buffer = buffer.slice(end + 2);
+          const data = block.split("\n").filter((l) => l.startsWith("data:")).map((l) => l.slice(5).replace(/^ /, "")).join("\n");
+          if (!data || /^event:\s*error/m.test(block)) continue;
+          model.applyPiece(JSON.parse(data));
+          dirty = true;
+        }
+      }
+    } catch (error) {
+      if (controller.signal.aborted) return;
+    } finally {
+      streams.delete(controller);
+      if (streaming === controller) streaming = null;
+    }
+    if (!run || !ENDED.includes(run.status)) setTimeout(followStream, 1000);
+  }
+
   // Events are read once the diagram is in: it says which steps are a
   // map's or a loop's.
-  Promise.all([loadRun(), graph.loaded]).then(follow);
+  Promise.all([loadRun(), graph.loaded]).then(() => { follow(); followStream(); });
   timers.add(setInterval(render, RENDER_EVERY_MS));
   timers.add(setInterval(() => { if (rereadDue) { rereadDue = false; loadRun(); } }, 1000));
 }

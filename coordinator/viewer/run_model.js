@@ -12,6 +12,7 @@ export class RunModel {
     this.events = [];
     this.failures = [];         // [{node, item, error, fallback, at}]
     this.lastSeq = -1;
+    this.lastOffset = -1;       // of the model output's pieces (applyPiece)
     this.containers = new Map(); // step -> map or loop node (from the diagram)
   }
 
@@ -42,6 +43,26 @@ export class RunModel {
   }
 
   kind(id) { return this.kinds ? this.kinds.get(id) : undefined; }
+
+  // A piece of the run's model output (`/stream`): the node's latest
+  // attempt's text grows; a new attempt (or another item's step) starts
+  // it afresh. Pieces come once each, in offset order.
+  applyPiece(piece) {
+    if (piece.offset <= this.lastOffset) return;
+    this.lastOffset = piece.offset;
+    const node = this.node(piece.node);
+    const item = piece.item === undefined ? null : piece.item;
+    let output = node.output;
+    if (!output || output.attempt !== piece.attempt || output.item !== item) {
+      output = { attempt: piece.attempt, item, text: "", tools: [], state: "writing" };
+      node.output = output;
+    }
+    if (piece.kind === "text") output.text += piece.text;
+    else if (piece.kind === "tool_call") output.tools.push(piece.text);
+    else if (piece.kind === "end") output.state = "done";
+    else if (piece.kind === "abandoned") output.state = "abandoned";
+    else if (piece.kind === "truncated") output.state = "truncated";
+  }
 
   apply(event) {
     if (event.seq <= this.lastSeq) return;

@@ -336,6 +336,22 @@ def a_cached_step_is_marked_with_the_run_that_kept_it(page, base, run_id, stored
     expect(page.locator('#diagram g.node[data-node="draft"]')).not_to_have_class(re.compile(r"\bcached\b"))
 
 
+def a_running_steps_text_grows_as_its_model_writes(page, base, run_id, shots):
+    step("stream: a running llm step's node panel shows its text growing as the model writes it")
+    page.goto(f"{base}/runs/{run_id}")
+    expect(page.locator("#run-status")).to_have_text("running")
+    page.click('#diagram g.node[data-node="tell"]')
+    output = page.locator("#node-detail .model-output")
+    expect(output).to_have_attribute("data-state", "writing")
+    text = output.locator("pre")
+    expect(text).to_contain_text("word0 ")
+    so_far = text.inner_text()
+    # More comes without a reload.
+    expect(text).not_to_have_text(so_far, timeout=10_000)
+    assert text.inner_text().startswith(so_far.strip()), "the text grows from where it was"
+    page.screenshot(path=str(shots / "viewer-stream.png"), full_page=False)
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--base", required=True)
@@ -355,6 +371,7 @@ def main():
         sign_in_is_asked_and_a_wrong_token_refused(browser, args.base, args.operator)
         page = signed_in(browser, args.base, args.operator)
         the_list_shows_and_filters_runs(page, args.base, runs)
+        a_running_steps_text_grows_as_its_model_writes(page, args.base, runs["story"], shots)
         a_reader_sees_no_actions_and_cannot_act(browser, args.base, args.reader, runs["approval"])
         a_running_map_is_watched_to_its_end(page, args.base, runs["map"], args.go, shots)
         an_approval_is_answered_through_the_form(page, args.base, runs["approval"], shots)

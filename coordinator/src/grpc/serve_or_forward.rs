@@ -527,6 +527,28 @@ impl FrontRuns {
         })))
     }
 
+    /// Run `id`'s model output from offset `from`, live until it ends: a
+    /// leader reads it itself, a standby through the leader.
+    pub(crate) async fn pieces(
+        &self,
+        caller: &Credentials,
+        id: String,
+        from: u64,
+    ) -> Result<
+        std::pin::Pin<Box<dyn tokio_stream::Stream<Item = Result<pb::StreamDelta, Status>> + Send>>,
+        Status,
+    > {
+        use tokio_stream::StreamExt;
+        if let Some(access) = self.leading()? {
+            let feed = access.stream(caller.principal()?, &id, from)?;
+            return Ok(Box::pin(
+                feed.map(|piece| Ok(super::convert::delta(&piece))),
+            ));
+        }
+        let request = caller.request(pb::StreamRunRequest { run_id: id, from });
+        Ok(self.stream_run(request).await?.into_inner())
+    }
+
     /// Answers the waiting `node` of run `id` with `value` and `comment`.
     pub(crate) async fn answer(
         &self,

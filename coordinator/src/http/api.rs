@@ -29,6 +29,7 @@ pub(super) fn routes() -> Router<Api> {
         .route("/runs/{id}", get(one).delete(delete))
         .route("/runs/{id}/diagram.svg", get(diagram))
         .route("/runs/{id}/events", get(super::events::stream))
+        .route("/runs/{id}/stream", get(super::events::pieces))
         .route("/runs/{id}/resume", post(resume))
         .route("/runs/{id}/cancel", post(cancel))
         .route("/runs/{id}/retry", post(retry))

@@ -1,3 +1,8 @@
+//! `GET /api/v1/runs/ID/stream?from=N`: the run's model output as its steps
+//! stream it (SPEC 19), the same way: each piece's `id` is its offset, its
+//! `data` `{"offset", "node", "item", "attempt", "kind", "text"}`; the
+//! stream ends once the run has ended and every piece is sent.
+//!
 //! `GET /api/v1/runs/ID/events?from=N&types=A,B`: a run's events as
 //! server-sent events, from position `N` (or after the `Last-Event-ID` a
 //! reconnecting browser sends), those of the types named (none: all), live
@@ -66,6 +71,49 @@ pub(super) async fn stream(
         Err(status) => {
             let error = serde_json::json!({ "message": status.message() });
             Some(Ok(Event::default().event("error").data(error.to_string())))
+        }
+    });
+    Ok(Sse::new(sent).keep_alive(KeepAlive::new().interval(Duration::from_secs(15))))
+}
+
+#[derive(Deserialize)]
+pub(super) struct PiecesQuery {
+    from: Option<u64>,
+}
+
+pub(super) async fn pieces(
+    State(api): State<Api>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    query: Result<Query<PiecesQuery>, QueryRejection>,
+) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
+    let caller = Caller::admit(&api.identities, &headers, ("StreamRun", Role::Reader))?;
+    let query = parameters(query)?;
+    let from = start(
+        &EventsQuery {
+            from: query.from,
+            types: None,
+        },
+        &headers,
+    );
+    let pieces = api.front.pieces(&caller.credentials, id, from).await?;
+    let sent = pieces.map(|piece| match piece {
+        Ok(piece) => {
+            let data = serde_json::json!({
+                "offset": piece.offset,
+                "node": piece.node,
+                "item": piece.item,
+                "attempt": piece.attempt,
+                "kind": piece.kind,
+                "text": piece.text,
+            });
+            Ok(Event::default()
+                .id(piece.offset.to_string())
+                .data(data.to_string()))
+        }
+        Err(status) => {
+            let error = serde_json::json!({ "message": status.message() });
+            Ok(Event::default().event("error").data(error.to_string()))
         }
     });
     Ok(Sse::new(sent).keep_alive(KeepAlive::new().interval(Duration::from_secs(15))))

@@ -87,6 +87,14 @@ export function graphPanel(id, model, changed) {
         el("a", { class: "mono", href: "/runs/" + encodeURIComponent(last.stored_by), text: last.stored_by }), steps));
     }
     if (node.notCached) rows.push(el("div", { class: "muted", text: `not cached: ${node.notCached}` }));
+    if (node.output) {
+      const out = node.output;
+      const where = (out.item === null ? "" : ` item ${out.item}`) + (out.attempt > 1 ? ` attempt ${out.attempt}` : "");
+      const says = { writing: "writing…", done: "written", abandoned: "abandoned: the attempt failed", truncated: "too long: the rest is not kept" }[out.state];
+      rows.push(el("div", { class: "model-output", "data-state": out.state },
+        el("div", { class: "muted", text: `model output${where} · ${says}` + (out.tools.length ? ` · tools: ${out.tools.join(", ")}` : "") }),
+        el("pre", { text: out.text })));
+    }
     if (node.usage) rows.push(el("div", { class: "usage", text: `model usage: ${usageText(node.usage)}` }));
     if (node.spent) rows.push(el("div", { class: "spent-note", text: "spent: its next model call would have crossed the run's budget" }));
     for (const line of node.resent || []) rows.push(el("div", { class: "resent", text: line }));

@@ -260,3 +260,57 @@ async fn weft_watch_prints_the_text_as_it_comes_and_json_one_object_a_piece() ->
     assert!(stdout.contains("\"type\":\"run_finished\""), "{stdout}");
     Ok(())
 }
+
+#[tokio::test]
+async fn server_sent_events_carry_the_stream_with_offsets_as_ids() -> anyhow::Result<()> {
+    let llm = slow_story(Duration::from_millis(100)).await?;
+    let cluster = cluster(&llm).await?;
+    let client = cluster.client().await?;
+    let run_id = submit(&client).await?;
+    let base = cluster
+        .metrics_url()
+        .trim_end_matches("/metrics")
+        .to_owned();
+    let http = reqwest::Client::new();
+    // From the start: every piece, its offset as its id, to the stream's end.
+    let response = http
+        .get(format!("{base}/api/v1/runs/{run_id}/stream"))
+        .send()
+        .await?;
+    assert_eq!(response.status(), 200);
+    let body = tokio::time::timeout(Duration::from_secs(60), response.text()).await??;
+    let pieces: Vec<(u64, Value)> = body
+        .split("\n\n")
+        .filter_map(|block| {
+            let id = block.lines().find_map(|l| l.strip_prefix("id: "))?;
+            let data = block.lines().find_map(|l| l.strip_prefix("data: "))?;
+            Some((id.parse().ok()?, serde_json::from_str(data).ok()?))
+        })
+        .collect();
+    let ids: Vec<u64> = pieces.iter().map(|(id, _)| *id).collect();
+    assert_eq!(ids, (0..pieces.len() as u64).collect::<Vec<_>>());
+    let text: String = pieces
+        .iter()
+        .filter(|(_, p)| p["kind"] == "text")
+        .map(|(_, p)| p["text"].as_str().unwrap_or_default())
+        .collect();
+    assert_eq!(text, story());
+    assert_eq!(pieces[0].1["node"], "tell");
+    // A browser that reconnects sends the last id it saw: it gets the rest.
+    let resumed = http
+        .get(format!("{base}/api/v1/runs/{run_id}/stream"))
+        .header("Last-Event-ID", "2")
+        .send()
+        .await?
+        .text()
+        .await?;
+    assert!(resumed.contains("id: 3\n"), "{resumed}");
+    assert!(!resumed.contains("id: 2\n"), "{resumed}");
+    // An unknown run is a 404.
+    let unknown = http
+        .get(format!("{base}/api/v1/runs/run-nope/stream"))
+        .send()
+        .await?;
+    assert_eq!(unknown.status(), 404);
+    Ok(())
+}

@@ -641,8 +641,15 @@ nodes:
         .submit_bundle(submit_text("keyed.yaml", KEYED), &json!({}))
         .await?;
     weft_tests::wait_for_event(&ops, &keyed.run_id, "task_throttled").await?;
-    let llm = weft_tests::llm_server::TestLlm::start(LLM_KEY, |_, _| {
-        weft_tests::llm_server::Reply::ToolCalls(vec![("lookup".into(), json!({"key": "a"}))])
+    // The agent's model calls its tool; the storyteller's writes for
+    // half a minute, a word every half second, while the page watches.
+    let llm = weft_tests::llm_server::TestLlm::start(LLM_KEY, |request, _| {
+        use weft_tests::llm_server::{Reply, last_message};
+        if last_message(request).contains("long story") {
+            let words = (0..60).map(|i| format!("word{i} ")).collect();
+            return Reply::Streamed(words, Duration::from_millis(500));
+        }
+        Reply::ToolCalls(vec![("lookup".into(), json!({"key": "a"}))])
     })
     .await?;
     let mut cluster = cluster;
@@ -652,6 +659,22 @@ nodes:
     let spent = ops
         .submit_bundle(submit_text("spender.yaml", SPENDER), &json!({}))
         .await?;
+    let storyteller = r#"
+name: storyteller
+nodes:
+  tell: { kind: llm, start: true, end: true, prompt: "Tell a long story." }
+"#;
+    let story = ops
+        .submit_bundle(submit_text("storyteller.yaml", storyteller), &json!({}))
+        .await?;
+    {
+        // The page looks once the story has begun.
+        use tokio_stream::StreamExt;
+        let mut pieces = ops.stream(&story.run_id, 0).await?;
+        tokio::time::timeout(Duration::from_secs(30), pieces.next())
+            .await?
+            .expect("the story begins")?;
+    }
     let over = ops.wait(&spent.run_id).await?;
     assert_eq!(
         over.error.as_ref().map(|e| e.kind.as_str()),
@@ -672,10 +695,13 @@ nodes:
         "cancel": cancel.run_id, "retry": retry.run_id, "loop": looped.run_id,
         "parent": parent.run_id, "rag": rag.run_id,
         "holder": holder.run_id, "keyed": keyed.run_id, "spent": spent.run_id,
-        "stored": stored.run_id, "cached": cached.run_id,
+        "stored": stored.run_id, "cached": cached.run_id, "story": story.run_id,
     });
     let shots = repo().join("target/viewer-screenshots");
-    let output = Command::new(python)
+    // On a thread of its own: the test endpoint streams on this test's
+    // runtime while the page watches.
+    let mut browser = Command::new(python);
+    browser
         .arg(repo().join("tests/browser/viewer.py"))
         .args([
             "--base",
@@ -687,8 +713,8 @@ nodes:
         ])
         .args(["--runs", &runs.to_string(), "--go", go.to_str().unwrap()])
         .arg("--shots")
-        .arg(&shots)
-        .output()?;
+        .arg(&shots);
+    let output = tokio::task::spawn_blocking(move || browser.output()).await??;
     let (stdout, stderr) = (
         String::from_utf8_lossy(&output.stdout),
         String::from_utf8_lossy(&output.stderr),
@@ -708,12 +734,15 @@ nodes:
     assert_eq!(ops.get(&holder.run_id).await?.status, RunStatus::Cancelled);
     let keyed = ops.wait(&keyed.run_id).await?;
     assert_eq!(keyed.status, RunStatus::Completed, "{:?}", keyed.error);
+    let told = ops.wait(&story.run_id).await?;
+    assert_eq!(told.status, RunStatus::Completed, "{:?}", told.error);
     for shot in [
         "viewer-map.png",
         "viewer-approval.png",
         "viewer-rag.png",
         "viewer-throttled.png",
         "viewer-spent.png",
+        "viewer-stream.png",
     ] {
         assert!(
             shots.join(shot).metadata()?.len() > 10_000,
