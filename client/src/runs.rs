@@ -127,7 +127,8 @@ pub struct Delta {
     pub item: Option<usize>,
     /// Its attempt.
     pub attempt: u32,
-    /// `text`, `tool_call`, `end`, `abandoned` or `truncated`.
+    /// `text`, `tool_call`, `tool_result`, `message`, `end`, `abandoned`
+    /// or `truncated` (see the streaming guide).
     pub kind: String,
     /// Its text.
     pub text: String,

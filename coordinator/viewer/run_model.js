@@ -58,7 +58,9 @@ export class RunModel {
       node.output = output;
     }
     if (piece.kind === "text") output.text += piece.text;
-    else if (piece.kind === "tool_call") output.tools.push(piece.text);
+    else if (piece.kind === "tool_call") output.tools.push("→ " + piece.text);
+    else if (piece.kind === "tool_result") output.tools.push("← " + piece.text);
+    else if (piece.kind === "message") output.tools.push("✉ " + piece.text);
     else if (piece.kind === "end") output.state = "done";
     else if (piece.kind === "abandoned") output.state = "abandoned";
     else if (piece.kind === "truncated") output.state = "truncated";

@@ -676,8 +676,44 @@ pub enum FromWorker {
 /// A piece of a step's model output (SPEC 19).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StreamPiece {
-    /// Text of the reply, or a tool's name.
+    /// What `text` holds.
+    pub kind: StreamKind,
+    /// Text of the reply, a tool's name, a tool's result, a message.
     pub text: String,
-    /// `text` names a tool the model called.
-    pub tool_call: bool,
+}
+
+/// What a [`StreamPiece`] holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StreamKind {
+    /// Text of the model's reply.
+    Text,
+    /// A tool call began: its name.
+    ToolCall,
+    /// A tool's result, as `NAME: RESULT`.
+    ToolResult,
+    /// A teammate message the step sent, as `to ID: CONTENT`.
+    Message,
+}
+
+impl StreamKind {
+    /// Its name on the wire and in JSON.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Text => "text",
+            Self::ToolCall => "tool_call",
+            Self::ToolResult => "tool_result",
+            Self::Message => "message",
+        }
+    }
+
+    /// The kind named `name` (an unknown name is text).
+    pub fn from_name(name: &str) -> Self {
+        match name {
+            "tool_call" => Self::ToolCall,
+            "tool_result" => Self::ToolResult,
+            "message" => Self::Message,
+            _ => Self::Text,
+        }
+    }
 }

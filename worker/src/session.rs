@@ -75,7 +75,10 @@ pub(crate) async fn serve(
             registry,
             connection.blobs(),
             Arc::new(RemoteTools::new(connection.tool_calls())),
-            Arc::new(crate::llm::Permits::new(connection.tool_calls())),
+            Arc::new(crate::llm::Permits::new(
+                connection.tool_calls(),
+                outbound.clone(),
+            )),
             connection.index_shelf(&config.name),
         )),
         worker: config.name.clone(),

@@ -108,6 +108,16 @@ impl Shown {
                 err!("  {} → {}", tag(&step), piece.text);
                 self.last = None;
             }
+            "tool_result" => {
+                self.end_line();
+                err!("  {} ← {}", tag(&step), piece.text);
+                self.last = None;
+            }
+            "message" => {
+                self.end_line();
+                err!("  {} ✉ {}", tag(&step), piece.text);
+                self.last = None;
+            }
             "abandoned" => {
                 self.end_line();
                 err!("  {} (abandoned: the attempt failed)", tag(&step));

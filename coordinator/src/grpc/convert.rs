@@ -147,6 +147,8 @@ pub fn delta(piece: &crate::run_actor::streams::Piece) -> pb::StreamDelta {
     let kind = match piece.kind {
         PieceKind::Text => "text",
         PieceKind::ToolCall => "tool_call",
+        PieceKind::ToolResult => "tool_result",
+        PieceKind::Message => "message",
         PieceKind::End => "end",
         PieceKind::Abandoned => "abandoned",
         PieceKind::Truncated => "truncated",

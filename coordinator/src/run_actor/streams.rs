@@ -36,6 +36,10 @@ pub enum PieceKind {
     Text,
     /// The model called a tool: `text` is its name.
     ToolCall,
+    /// A tool's result: `text` is `NAME: RESULT` (cut to 1 KiB).
+    ToolResult,
+    /// A teammate message the step sent: `text` is `to ID: CONTENT`.
+    Message,
     /// The attempt succeeded: its stream is whole.
     End,
     /// The attempt failed or was cancelled: its stream stops here.

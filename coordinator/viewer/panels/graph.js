@@ -92,7 +92,8 @@ export function graphPanel(id, model, changed) {
       const where = (out.item === null ? "" : ` item ${out.item}`) + (out.attempt > 1 ? ` attempt ${out.attempt}` : "");
       const says = { writing: "writing…", done: "written", abandoned: "abandoned: the attempt failed", truncated: "too long: the rest is not kept" }[out.state];
       rows.push(el("div", { class: "model-output", "data-state": out.state },
-        el("div", { class: "muted", text: `model output${where} · ${says}` + (out.tools.length ? ` · tools: ${out.tools.join(", ")}` : "") }),
+        el("div", { class: "muted", text: `model output${where} · ${says}` }),
+        ...out.tools.map((line) => el("div", { class: "mono tool-line", text: line })),
         el("pre", { text: out.text })));
     }
     if (node.usage) rows.push(el("div", { class: "usage", text: `model usage: ${usageText(node.usage)}` }));

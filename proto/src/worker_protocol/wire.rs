@@ -13,9 +13,9 @@ use serde_json::Value;
 
 use super::{
     BlobRef, CallError, CallFlow, CallForm, CallResult, CallTarget, CallUsage, FromWorker,
-    FunctionCall, Hello, ItemRef, NotJson, PermitRequest, PythonCall, StateField, StreamPiece,
-    TaskAssignment, TaskError, TaskOutput, TaskResult, TeamMessage, TeamSeat, TeamSend, ToWorker,
-    ToolCall, ToolContext, ToolInfo,
+    FunctionCall, Hello, ItemRef, NotJson, PermitRequest, PythonCall, StateField, StreamKind,
+    StreamPiece, TaskAssignment, TaskError, TaskOutput, TaskResult, TeamMessage, TeamSeat,
+    TeamSend, ToWorker, ToolCall, ToolContext, ToolInfo,
 };
 use crate::types::FailureKind;
 use crate::v1 as pb;
@@ -681,7 +681,7 @@ impl From<FromWorker> for pb::WorkerMessage {
                 run_id: run_id.into(),
                 task_key: key.0,
                 text: piece.text,
-                tool_call: piece.tool_call,
+                kind: piece.kind.as_str().to_owned(),
             }),
             FromWorker::CallUsage { run_id, key, usage } => Body::Usage(pb::CallUsage {
                 run_id: run_id.into(),
@@ -846,8 +846,8 @@ pub fn read_worker_message(message: pb::WorkerMessage, last: &mut LastRun) -> Op
             run_id: stream.run_id.into(),
             key: TaskKey(stream.task_key),
             piece: StreamPiece {
+                kind: StreamKind::from_name(&stream.kind),
                 text: stream.text,
-                tool_call: stream.tool_call,
             },
         },
         Body::Usage(usage) => FromWorker::CallUsage {

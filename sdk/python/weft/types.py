@@ -174,7 +174,8 @@ _JSON_TEXT = {"content_json": "content"}
 @dataclass(frozen=True)
 class Delta:
     """A piece of a run's model output as its steps stream it: `kind` is
-    `text` (of a reply), `tool_call` (`text` names the tool), `end` (the
+    `text` (of a reply), `tool_call` (`text` names the tool), `tool_result`
+    (`NAME: RESULT`), `message` (a teammate message sent), `end` (the
     attempt's text is whole), `abandoned` (the attempt failed or was
     cancelled; a retry streams afresh under its own `attempt`) or
     `truncated`. `offset` is its place in the run's stream: streaming again

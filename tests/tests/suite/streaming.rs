@@ -314,3 +314,47 @@ async fn server_sent_events_carry_the_stream_with_offsets_as_ids() -> anyhow::Re
     assert_eq!(unknown.status(), 404);
     Ok(())
 }
+
+#[tokio::test]
+async fn an_agents_tool_calls_and_results_come_in_its_stream_in_order() -> anyhow::Result<()> {
+    // The first turn calls `lookup`; the second answers with its result.
+    let llm = TestLlm::start(KEY, |request, _| {
+        let tool_said = request["messages"]
+            .as_array()
+            .and_then(|m| m.iter().find(|m| m["role"] == "tool"))
+            .and_then(|m| m["content"].as_str())
+            .map(str::to_owned);
+        match tool_said {
+            Some(result) => Reply::Text(format!("The table says {result}.")),
+            None => Reply::ToolCalls(vec![("lookup".into(), json!({"key": "a"}))]),
+        }
+    })
+    .await?;
+    let cluster = cluster(&llm).await?;
+    let client = cluster.client().await?;
+    let graph = r#"
+nodes:
+  research: { kind: agent, start: true, end: true, prompt: "Look a up.", tools: [lookup], max_turns: 3 }
+"#;
+    let run = client
+        .submit_bundle(GraphBundle::from_text("agent.yaml", graph), &json!({}))
+        .await?;
+    let done = client.wait(&run.run_id).await?;
+    assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error);
+    let all = read_all(&client, &run.run_id, 0).await?;
+    let shape: Vec<(&str, &str)> = all
+        .iter()
+        .map(|p| (p.kind.as_str(), p.text.as_str()))
+        .collect();
+    let at = |kind: &str| shape.iter().position(|(k, _)| *k == kind);
+    let (call, result, text) = (at("tool_call"), at("tool_result"), at("text"));
+    assert_eq!(shape[call.expect("a tool call")], ("tool_call", "lookup"));
+    assert_eq!(
+        shape[result.expect("a tool result")],
+        ("tool_result", "lookup: alpha")
+    );
+    assert!(call < result && result < text, "{shape:?}");
+    assert_eq!(text_of(&all), "The table says alpha.");
+    assert_eq!(shape.last(), Some(&("end", "")));
+    Ok(())
+}

@@ -106,6 +106,7 @@ pub(super) fn to_coordinator(message: Outbound, max_result_bytes: usize) -> From
         Outbound::Heartbeat => FromWorker::Heartbeat,
         Outbound::Refused { run_id, key } => FromWorker::Refused { run_id, key },
         Outbound::Report(report) => FromWorker::Result(report.into_result(max_result_bytes)),
+        Outbound::Piece { run_id, key, piece } => FromWorker::Stream { run_id, key, piece },
         Outbound::Answer(answer) => FromWorker::CallResult(CallResult {
             run_id: answer.run_id,
             call_id: answer.id,

@@ -103,6 +103,13 @@ pub(crate) enum Outbound {
     Report(TaskReport),
     /// A function call's answer.
     Answer(CallAnswer),
+    /// A piece of a running attempt's model output: in the queue of its
+    /// report, so it never trails the attempt's result.
+    Piece {
+        run_id: RunId,
+        key: TaskKey,
+        piece: weft_proto::worker_protocol::StreamPiece,
+    },
 }
 
 /// Why a session with a coordinator did not start, or ended.

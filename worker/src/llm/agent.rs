@@ -66,6 +66,21 @@ enum ToolError {
 
 /// Turns when the node says none.
 const DEFAULT_TURNS: u32 = 10;
+/// Longest tool result (or message) shown to a step's watchers.
+const STREAMED_RESULT: usize = 1024;
+
+/// `text` cut to at most `max` bytes, on a character boundary, marked.
+fn cut(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_owned();
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &text[..end])
+}
+
 /// Longest tool result given back to the model.
 const MAX_RESULT: usize = 32 * 1024;
 
@@ -273,6 +288,8 @@ impl Agent<'_> {
                 join_all(calls.iter().map(|call| self.call(&tools, call, deadline))).await;
             for (call, (result, note)) in calls.iter().zip(outcomes) {
                 notes.push(note);
+                self.stream_result(call, &provider.redactor.redact(&result))
+                    .await;
                 messages.push(json!({
                     "role": "tool",
                     "tool_call_id": call["id"],
@@ -288,6 +305,29 @@ impl Agent<'_> {
             ),
         )
         .with_notes(notes))
+    }
+
+    /// Tells the step's watchers what a tool call gave (SPEC 19): its
+    /// result, cut to [`STREAMED_RESULT`] bytes, and for `send_message`
+    /// the message sent.
+    async fn stream_result(&self, call: &Value, result: &str) {
+        use weft_proto::worker_protocol::StreamKind;
+        let name = call["function"]["name"].as_str().unwrap_or_default();
+        if name == "send_message" {
+            let arguments: Value = call["function"]["arguments"]
+                .as_str()
+                .and_then(|text| serde_json::from_str(text).ok())
+                .unwrap_or(Value::Null);
+            let to = arguments["to"].as_str().unwrap_or("?");
+            let content = match &arguments["content"] {
+                Value::String(text) => text.clone(),
+                other => other.to_string(),
+            };
+            let message = format!("to {to}: {}", cut(&content, STREAMED_RESULT));
+            self.gate.stream(StreamKind::Message, message).await;
+        }
+        let shown = format!("{name}: {}", cut(result, STREAMED_RESULT));
+        self.gate.stream(StreamKind::ToolResult, shown).await;
     }
 
     /// The system message: the instructions, and who the team is.

@@ -20,6 +20,7 @@ use serde_json::{Value, json};
 use super::gate::{CallGate, Spent, Ticket};
 use super::provider::Provider;
 use crate::task::{Failure, FailureKind};
+use weft_proto::worker_protocol::StreamKind;
 
 /// Tries of one request, the first included.
 const TRIES: u32 = 4;
@@ -212,14 +213,15 @@ async fn read_body(
                 super::stream::Delta::Text(more) => text.push_str(&more),
                 super::stream::Delta::ToolCall(name) => {
                     if !text.is_empty() {
-                        gate.stream(std::mem::take(&mut text), false).await;
+                        gate.stream(StreamKind::Text, std::mem::take(&mut text))
+                            .await;
                     }
-                    gate.stream(name, true).await;
+                    gate.stream(StreamKind::ToolCall, name).await;
                 }
             }
         }
         if !text.is_empty() {
-            gate.stream(text, false).await;
+            gate.stream(StreamKind::Text, text).await;
         }
         // What came before an error went out first.
         pushed.map_err(broken)?;

@@ -35,15 +35,23 @@ pub(crate) struct Permits {
     waiting: Mutex<HashMap<u64, oneshot::Sender<PermitAnswer>>>,
     /// The session's stream.
     outbound: mpsc::Sender<FromWorker>,
+    /// The queue of the session's reports, which pieces of model output
+    /// share so that none trails its attempt's result.
+    reports: mpsc::Sender<crate::connection::Outbound>,
 }
 
 impl Permits {
-    /// Requests and reports go out on `outbound`, the session's stream.
-    pub(crate) fn new(outbound: mpsc::Sender<FromWorker>) -> Self {
+    /// Requests and reports go out on `outbound`, the session's stream;
+    /// pieces of model output in `reports`, the queue of its results.
+    pub(crate) fn new(
+        outbound: mpsc::Sender<FromWorker>,
+        reports: mpsc::Sender<crate::connection::Outbound>,
+    ) -> Self {
         Self {
             next: AtomicU64::new(0),
             waiting: Mutex::new(HashMap::new()),
             outbound,
+            reports,
         }
     }
 
@@ -72,7 +80,7 @@ pub(crate) struct CallGate {
 /// Where a step's model output goes as it streams.
 #[derive(Debug)]
 struct StreamTo {
-    outbound: mpsc::Sender<FromWorker>,
+    outbound: mpsc::Sender<crate::connection::Outbound>,
     run_id: RunId,
     key: TaskKey,
 }
@@ -129,7 +137,7 @@ impl CallGate {
                 ask: flow.ask,
             }),
             stream: Some(StreamTo {
-                outbound: permits.outbound.clone(),
+                outbound: permits.reports.clone(),
                 run_id: run_id.clone(),
                 key,
             }),
@@ -139,14 +147,14 @@ impl CallGate {
     /// Sends a piece of the step's model output to the coordinator (a
     /// gate of no step sends nothing). Waits only for the session's own
     /// stream to take it, never for a watcher.
-    pub(crate) async fn stream(&self, text: String, tool_call: bool) {
+    pub(crate) async fn stream(&self, kind: weft_proto::worker_protocol::StreamKind, text: String) {
         let Some(to) = &self.stream else {
             return;
         };
-        let piece = FromWorker::Stream {
+        let piece = crate::connection::Outbound::Piece {
             run_id: to.run_id.clone(),
             key: to.key,
-            piece: weft_proto::worker_protocol::StreamPiece { text, tool_call },
+            piece: weft_proto::worker_protocol::StreamPiece { kind, text },
         };
         // A session that ended takes nothing more; the step's answer
         // still goes with its result.
@@ -270,10 +278,38 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    /// A step's model output goes in the queue of its result, in order,
+    /// so no piece trails the result the coordinator ends its stream with.
+    #[tokio::test]
+    async fn pieces_of_model_output_share_the_queue_of_results() {
+        use weft_proto::worker_protocol::StreamKind;
+        let (tx, _rx) = mpsc::channel(8);
+        let (reports, mut queued) = mpsc::channel(8);
+        let permits = Arc::new(Permits::new(tx, reports));
+        let gate = CallGate::of(&permits, &"r".into(), TaskKey(3), None);
+        gate.stream(StreamKind::Text, "Once ".into()).await;
+        gate.stream(StreamKind::ToolCall, "lookup".into()).await;
+        for (kind, text) in [
+            (StreamKind::Text, "Once "),
+            (StreamKind::ToolCall, "lookup"),
+        ] {
+            match queued.recv().await {
+                Some(crate::connection::Outbound::Piece { run_id, key, piece }) => {
+                    assert_eq!((run_id.as_ref(), key), ("r", TaskKey(3)));
+                    assert_eq!((piece.kind, piece.text.as_str()), (kind, text));
+                }
+                other => panic!("expected a piece, got {other:?}"),
+            }
+        }
+        // A gate of no step sends nothing.
+        CallGate::open().stream(StreamKind::Text, "x".into()).await;
+        assert!(queued.try_recv().is_err());
+    }
+
     #[tokio::test]
     async fn the_reserved_grant_serves_the_first_call_and_later_ones_ask() {
         let (tx, mut rx) = mpsc::channel(8);
-        let permits = Arc::new(Permits::new(tx));
+        let permits = Arc::new(Permits::new(tx, mpsc::channel(8).0));
         let flow = CallFlow {
             grant: Some(7),
             ask: true,
@@ -332,7 +368,7 @@ mod tests {
     #[tokio::test]
     async fn a_refusal_fails_the_call_and_an_open_gate_asks_nothing() {
         let (tx, mut rx) = mpsc::channel(8);
-        let permits = Arc::new(Permits::new(tx));
+        let permits = Arc::new(Permits::new(tx, mpsc::channel(8).0));
         let flow = CallFlow {
             grant: None,
             ask: true,

@@ -113,10 +113,12 @@ impl RunActor {
             DispatchEvent::TaskStream { key, piece } => {
                 if let Some((step, any)) = self.streaming.get_mut(&key) {
                     *any = true;
-                    let kind = if piece.tool_call {
-                        PieceKind::ToolCall
-                    } else {
-                        PieceKind::Text
+                    use weft_proto::worker_protocol::StreamKind;
+                    let kind = match piece.kind {
+                        StreamKind::Text => PieceKind::Text,
+                        StreamKind::ToolCall => PieceKind::ToolCall,
+                        StreamKind::ToolResult => PieceKind::ToolResult,
+                        StreamKind::Message => PieceKind::Message,
                     };
                     self.streams.push(step, kind, piece.text);
                 }

@@ -35,16 +35,16 @@ class WorkerMessage(_message.Message):
     def __init__(self, hello: _Optional[_Union[Hello, _Mapping]] = ..., result: _Optional[_Union[TaskResult, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., call_result: _Optional[_Union[CallResult, _Mapping]] = ..., drain: _Optional[_Union[Drain, _Mapping]] = ..., refused: _Optional[_Union[TaskRefused, _Mapping]] = ..., send: _Optional[_Union[TeamSend, _Mapping]] = ..., results: _Optional[_Union[ResultBatch, _Mapping]] = ..., tool_call: _Optional[_Union[ToolCall, _Mapping]] = ..., permit: _Optional[_Union[CallPermit, _Mapping]] = ..., usage: _Optional[_Union[CallUsage, _Mapping]] = ..., stream: _Optional[_Union[TaskStream, _Mapping]] = ...) -> None: ...
 
 class TaskStream(_message.Message):
-    __slots__ = ("run_id", "task_key", "text", "tool_call")
+    __slots__ = ("run_id", "task_key", "text", "kind")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     TASK_KEY_FIELD_NUMBER: _ClassVar[int]
     TEXT_FIELD_NUMBER: _ClassVar[int]
-    TOOL_CALL_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     task_key: int
     text: str
-    tool_call: bool
-    def __init__(self, run_id: _Optional[str] = ..., task_key: _Optional[int] = ..., text: _Optional[str] = ..., tool_call: _Optional[bool] = ...) -> None: ...
+    kind: str
+    def __init__(self, run_id: _Optional[str] = ..., task_key: _Optional[int] = ..., text: _Optional[str] = ..., kind: _Optional[str] = ...) -> None: ...
 
 class CallPermit(_message.Message):
     __slots__ = ("run_id", "task_key", "request_id", "provider", "model", "tokens")
