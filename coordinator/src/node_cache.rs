@@ -141,6 +141,20 @@ struct Shelf {
 }
 
 impl Shelf {
+    /// Keeps `stored` (`bytes` as stored) under `id`, as just used.
+    fn insert(&mut self, id: Id, stored: Stored, bytes: u64) {
+        self.remove(&id);
+        self.used += 1;
+        self.bytes += bytes;
+        let used = self.used;
+        let kept = Kept {
+            stored: Arc::new(stored),
+            bytes,
+            used,
+        };
+        self.entries.insert(id, kept);
+    }
+
     fn remove(&mut self, id: &Id) -> bool {
         match self.entries.remove(id) {
             Some(kept) => {
@@ -227,18 +241,7 @@ impl NodeCache {
                 let stored = serde_json::from_slice::<Stored>(&value);
                 match (id, stored) {
                     (Some(id), Ok(stored)) if stored.expires_at_ms > now => {
-                        let bytes = value.len() as u64;
-                        shelf.used += 1;
-                        shelf.bytes += bytes;
-                        let used = shelf.used;
-                        shelf.entries.insert(
-                            id,
-                            Kept {
-                                stored: Arc::new(stored),
-                                bytes,
-                                used,
-                            },
-                        );
+                        shelf.insert(id, stored, value.len() as u64);
                     }
                     // Expired, or unreadable by this version: a miss.
                     _ => gone.push(key),
@@ -327,18 +330,7 @@ impl NodeCache {
         let key = store_key(&id);
         let evicted = {
             let mut shelf = self.shelf();
-            shelf.remove(&id);
-            shelf.used += 1;
-            shelf.bytes += bytes;
-            let used = shelf.used;
-            shelf.entries.insert(
-                id,
-                Kept {
-                    stored: Arc::new(stored),
-                    bytes,
-                    used,
-                },
-            );
+            shelf.insert(id, stored, bytes);
             let evicted = self.evict(&mut shelf);
             shelf.record();
             evicted

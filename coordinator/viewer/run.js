@@ -78,29 +78,45 @@ export function runPage(id) {
   let rereadDue = false;
   let following = null;
 
+  // Reads the server-sent events at `url` (a path under the run's API)
+  // into `onBlock`, one block at a time, until the stream ends or
+  // `controller` aborts it.
+  async function readEvents(url, controller, onBlock) {
+    const response = await request(url, { headers: headers(), signal: controller.signal });
+    if (!response.ok) throw new Error(`${url} could not be read (${response.status})`);
+    const reader = response.body.getReader();
+    const decoder = new TextDecoder();
+    let buffer = "";
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) return;
+      buffer += decoder.decode(value, { stream: true });
+      let end;
+      while ((end = buffer.indexOf("\n\n")) >= 0) {
+        const block = buffer.slice(0, end);
+        buffer = buffer.slice(end + 2);
+        onBlock(block);
+      }
+    }
+  }
+
+  // A block's event name and data.
+  function parseBlock(block) {
+    let kind = "message", data = "";
+    for (const line of block.split("\n")) {
+      if (line.startsWith("data:")) data += (data ? "\n" : "") + line.slice(5).replace(/^ /, "");
+      else if (line.startsWith("event:")) kind = line.slice(6).trim();
+    }
+    return { kind, data };
+  }
+
   async function follow() {
     if (following) return;
     const controller = new AbortController();
     following = controller;
     streams.add(controller);
     try {
-      const response = await request(`/api/v1/runs/${encodeURIComponent(id)}/events?from=${model.lastSeq + 1}`,
-        { headers: headers(), signal: controller.signal });
-      if (!response.ok) throw new Error(`the events could not be read (${response.status})`);
-      const reader = response.body.getReader();
-      const decoder = new TextDecoder();
-      let buffer = "";
-      for (;;) {
-        const { value, done } = await reader.read();
-        if (done) break;
-        buffer += decoder.decode(value, { stream: true });
-        let end;
-        while ((end = buffer.indexOf("\n\n")) >= 0) {
-          const block = buffer.slice(0, end);
-          buffer = buffer.slice(end + 2);
-          received(block);
-        }
-      }
+      await readEvents(`/api/v1/runs/${encodeURIComponent(id)}/events?from=${model.lastSeq + 1}`, controller, received);
     } catch (error) {
       if (controller.signal.aborted) return;
     } finally {
@@ -114,11 +130,7 @@ export function runPage(id) {
   }
 
   function received(block) {
-    let kind = "message", data = "";
-    for (const line of block.split("\n")) {
-      if (line.startsWith("data:")) data += (data ? "\n" : "") + line.slice(5).replace(/^ /, "");
-      else if (line.startsWith("event:")) kind = line.slice(6).trim();
-    }
+    const { kind, data } = parseBlock(block);
     if (!data) return;
     const body = JSON.parse(data);
     if (kind === "error") { events.say(body.message); return; }
@@ -137,26 +149,12 @@ export function runPage(id) {
     streaming = controller;
     streams.add(controller);
     try {
-      const response = await request(`/api/v1/runs/${encodeURIComponent(id)}/stream?from=${model.lastOffset + 1}`,
-        { headers: headers(), signal: controller.signal });
-      if (!response.ok) throw new Error(`the stream could not be read (${response.status})`);
-      const reader = response.body.getReader();
-      const decoder = new TextDecoder();
-      let buffer = "";
-      for (;;) {
-        const { value, done } = await reader.read();
-        if (done) break;
-        buffer += decoder.decode(value, { stream: true });
-        let end;
-        while ((end = buffer.indexOf("\n\n")) >= 0) {
-          const block = buffer.slice(0, end);
-          buffer = buffer.slice(end + 2);
-          const data = block.split("\n").filter((l) => l.startsWith("data:")).map((l) => l.slice(5).replace(/^ /, "")).join("\n");
-          if (!data || /^event:\s*error/m.test(block)) continue;
-          model.applyPiece(JSON.parse(data));
-          dirty = true;
-        }
-      }
+      await readEvents(`/api/v1/runs/${encodeURIComponent(id)}/stream?from=${model.lastOffset + 1}`, controller, (block) => {
+        const { kind, data } = parseBlock(block);
+        if (!data || kind === "error") return;
+        model.applyPiece(JSON.parse(data));
+        dirty = true;
+      });
     } catch (error) {
       if (controller.signal.aborted) return;
     } finally {

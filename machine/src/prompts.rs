@@ -94,19 +94,7 @@ pub(super) fn render_concurrency(
     let Some(concurrency) = &node.concurrency else {
         return Ok(None);
     };
-    let view = state.view();
-    let context = TemplateContext {
-        state: Some(&view),
-        scope: Some(scope),
-        output: None,
-    };
-    let key = concurrency
-        .key
-        .render(&context, Strictness::Strict, meter)
-        .map_err(|error| PromptError {
-            template: "concurrency.key",
-            error,
-        })?;
+    let key = render_key("concurrency.key", &concurrency.key, state, scope, meter)?;
     Ok(Some(KeyedConcurrency {
         key,
         max: concurrency.max,
@@ -126,18 +114,29 @@ pub(super) fn render_cache_key(
     let Some(cache) = node.cache.as_ref().filter(|_| graph.settings.cache) else {
         return Ok(None);
     };
+    let rendered = render_key("cache.key", &cache.key, state, scope, meter)?;
+    Ok(Some(cache.entry_key(&graph.name, &node.id, &rendered)))
+}
+
+/// A key template (`name`: `concurrency.key`, `cache.key`) rendered
+/// strictly on the state and scope the step sees.
+fn render_key(
+    name: &'static str,
+    template: &Template,
+    state: &TaskState,
+    scope: &Map<String, Value>,
+    meter: &Meter,
+) -> Result<String, PromptError> {
     let view = state.view();
     let context = TemplateContext {
         state: Some(&view),
         scope: Some(scope),
         output: None,
     };
-    let rendered = cache
-        .key
+    template
         .render(&context, Strictness::Strict, meter)
         .map_err(|error| PromptError {
-            template: "cache.key",
+            template: name,
             error,
-        })?;
-    Ok(Some(cache.entry_key(&graph.name, &node.id, &rendered)))
+        })
 }

@@ -19,7 +19,7 @@ import grpc
 import grpc.aio
 
 from . import errors
-from .client import _MAX_MESSAGE, ENDS, Graph, bundle_of, bundle_to_wire, settings
+from .client import _MAX_MESSAGE, ENDS, Graph, bundle_of, bundle_to_wire, settings, submit_request
 from .types import Delta, Event, RunInfo, checked_status, delta_from_wire, event_from_wire, run_from_wire
 from .v1 import runs_pb2 as pb
 from .v1 import runs_pb2_grpc as rpc
@@ -102,14 +102,7 @@ class Client:
         no_cache: bool = False,
     ) -> Run:
         """Submits `graph` with `input` (see `weft.Client.submit`)."""
-        if priority is not None and priority not in ("high", "normal", "low"):
-            raise ValueError(f"priority {priority!r} is not one of high, normal, low")
-        request = pb.SubmitRequest(
-            bundle=bundle_to_wire(bundle_of(graph)),
-            input_json=json.dumps(input or {}),
-            priority=priority or "",
-            no_cache=no_cache,
-        )
+        request = submit_request(graph, input, priority, no_cache)
         response = await self._call("Submit", request, graph=True)
         return Run(self, response.run_id, list(response.warnings))
 

@@ -105,6 +105,21 @@ class Run:
         return self.client.get(self.run_id)
 
 
+def submit_request(
+    graph: Graph, input: Optional[dict[str, Any]], priority: Optional[str], no_cache: bool
+) -> pb.SubmitRequest:
+    """The submission of `graph` with `input`, `priority` and `no_cache`
+    (see `Client.submit`); a priority that is not one raises `ValueError`."""
+    if priority is not None and priority not in ("high", "normal", "low"):
+        raise ValueError(f"priority {priority!r} is not one of high, normal, low")
+    return pb.SubmitRequest(
+        bundle=bundle_to_wire(bundle_of(graph)),
+        input_json=json.dumps(input or {}),
+        priority=priority or "",
+        no_cache=no_cache,
+    )
+
+
 class Client:
     """A connection to a coordinator: `url` (default `WEFT_COORDINATOR`, else
     `http://127.0.0.1:7700`), `token` (`WEFT_TOKEN`), `ca` (`WEFT_CA`: the
@@ -145,14 +160,7 @@ class Client:
         namespace's queue, over the graph's `settings.priority`.
         `no_cache=True` runs every step: none takes or keeps a node cache
         entry (`weft run --no-cache`)."""
-        if priority is not None and priority not in ("high", "normal", "low"):
-            raise ValueError(f"priority {priority!r} is not one of high, normal, low")
-        request = pb.SubmitRequest(
-            bundle=bundle_to_wire(bundle_of(graph)),
-            input_json=json.dumps(input or {}),
-            priority=priority or "",
-            no_cache=no_cache,
-        )
+        request = submit_request(graph, input, priority, no_cache)
         response = self._call("Submit", request, graph=True)
         return Run(self, response.run_id, list(response.warnings))
 
