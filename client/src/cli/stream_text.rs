@@ -55,16 +55,13 @@ pub async fn show(client: Client, run_id: String, json: bool) {
     }
 }
 
+/// A piece as `--json` prints it: its fields, with `"type": "stream"`.
 fn as_json(piece: &Delta) -> serde_json::Value {
-    json!({
-        "type": "stream",
-        "offset": piece.offset,
-        "node": piece.node,
-        "item": piece.item,
-        "attempt": piece.attempt,
-        "kind": piece.kind,
-        "text": piece.text,
-    })
+    let mut value = serde_json::to_value(piece).unwrap_or_default();
+    if let Some(fields) = value.as_object_mut() {
+        fields.insert("type".into(), json!("stream"));
+    }
+    value
 }
 
 /// Whether to try again after `error`: a coordinator that cannot serve
