@@ -11,7 +11,7 @@ use serde_json::json;
 use tokio_stream::StreamExt;
 use weft_client::{Client, ClientError, Delta, READ_PATIENCE};
 
-use super::terminal::{err, out, write_err_part};
+use super::terminal::{err, out, text_open, write_err_part};
 
 /// The step a piece belongs to.
 type Step = (String, Option<usize>, u32);
@@ -83,8 +83,6 @@ async fn wait_out(error: &ClientError, broken: &mut Option<std::time::Instant>) 
 struct Shown {
     /// The step whose text was shown last.
     last: Option<Step>,
-    /// A line of text is open (no newline after it yet).
-    open: bool,
 }
 
 impl Shown {
@@ -92,13 +90,14 @@ impl Shown {
         let step = (piece.node.clone(), piece.item, piece.attempt);
         match piece.kind.as_str() {
             "text" => {
-                if self.last.as_ref() != Some(&step) {
+                // Tagged again when another step's text, or a line of the
+                // run's progress, came in between.
+                if self.last.as_ref() != Some(&step) || !text_open() {
                     self.end_line();
                     write_err_part(&format!("  {} ", tag(&step)));
                     self.last = Some(step);
                 }
                 write_err_part(&piece.text);
-                self.open = true;
             }
             "tool_call" => {
                 self.end_line();
@@ -136,7 +135,7 @@ impl Shown {
     }
 
     fn end_line(&mut self) {
-        if std::mem::take(&mut self.open) {
+        if text_open() {
             write_err_part("\n");
         }
     }

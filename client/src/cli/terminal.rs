@@ -14,15 +14,31 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 static STDOUT_CLOSED: AtomicBool = AtomicBool::new(false);
 static STDERR_CLOSED: AtomicBool = AtomicBool::new(false);
+/// Stderr's last line is a model's text still being written (no newline
+/// after it yet): a line written now starts on a line of its own.
+static TEXT_OPEN: AtomicBool = AtomicBool::new(false);
 
 /// Writes `text` and a newline to stdout.
 pub fn write_out(text: &str) {
     write_line(std::io::stdout().lock(), text, &STDOUT_CLOSED);
 }
 
-/// Writes `text` and a newline to stderr.
+/// Writes `text` and a newline to stderr, on a line of its own.
 pub fn write_err(text: &str) {
-    write_line(std::io::stderr().lock(), text, &STDERR_CLOSED);
+    // Under the lock: no other writer comes between the check and the
+    // line.
+    let stream = std::io::stderr().lock();
+    if TEXT_OPEN.swap(false, Ordering::Relaxed) {
+        write_line(stream, &format!("\n{text}"), &STDERR_CLOSED);
+    } else {
+        write_line(stream, text, &STDERR_CLOSED);
+    }
+}
+
+/// Whether stderr's last line is text still being written
+/// ([`write_err_part`]).
+pub fn text_open() -> bool {
+    TEXT_OPEN.load(Ordering::Relaxed)
 }
 
 /// Writes `text` to stderr without a newline (a model's reply as it
@@ -40,6 +56,9 @@ pub fn write_err_part(text: &str) {
     let written = write!(stream, "{shown}").and_then(|()| stream.flush());
     if written.is_err() {
         STDERR_CLOSED.store(true, Ordering::Relaxed);
+    }
+    if !text.is_empty() {
+        TEXT_OPEN.store(!text.ends_with('\n'), Ordering::Relaxed);
     }
 }
 

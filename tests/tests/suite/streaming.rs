@@ -236,8 +236,15 @@ async fn weft_watch_prints_the_text_as_it_comes_and_json_one_object_a_piece() ->
     let shown = watch(false).await?;
     assert_eq!(shown.status.code(), Some(0));
     let progress = String::from_utf8_lossy(&shown.stderr);
+    // The text on tagged lines (tagged again wherever a progress line came
+    // in between), and the progress on lines of its own.
+    let told: String = progress
+        .lines()
+        .filter_map(|line| line.strip_prefix("  [tell] "))
+        .collect();
+    assert_eq!(told, story(), "{progress}");
     assert!(
-        progress.contains(&format!("  [tell] {}\n", story())),
+        progress.lines().any(|line| line == "  ✓ tell"),
         "{progress}"
     );
     let listed = watch(true).await?;
