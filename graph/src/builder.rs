@@ -713,22 +713,13 @@ fn string_pairs(
     pairs
 }
 
-/// SHA-256 (hex) of what a node does, as written: its fields but its
-/// wiring (`start`, `end`, `next`, `depends_on`, `routes`, `fallback`),
-/// its `description` and its cache's `ttl`, with every mapping's keys
-/// sorted, so that reordering or rewiring a node keeps its cache and
-/// changing anything it runs with does not.
+/// SHA-256 (hex) of what a node does, as written: its `kind` and own
+/// fields, not the fields every kind takes (its id, wiring and
+/// description) nor its cache's `ttl`, with every mapping's keys sorted, so
+/// that reordering or rewiring a node keeps its cache and changing anything
+/// it runs with does not.
 fn definition_hash(node: &Value) -> String {
     use sha2::{Digest, Sha256};
-    const WIRING: [&str; 7] = [
-        "start",
-        "end",
-        "next",
-        "depends_on",
-        "routes",
-        "fallback",
-        "description",
-    ];
     fn sorted(value: &Value) -> Value {
         match value {
             Value::Object(fields) => {
@@ -744,8 +735,10 @@ fn definition_hash(node: &Value) -> String {
     let mut what = sorted(node);
     if let Value::Object(fields) = &mut what {
         // Removed in place: what stays keeps its sorted order.
-        for wiring in WIRING {
-            fields.shift_remove(wiring);
+        for common in super::raw_node::COMMON_FIELDS {
+            if common != "kind" {
+                fields.shift_remove(common);
+            }
         }
         if let Some(Value::Object(cache)) = fields.get_mut("cache") {
             cache.shift_remove("ttl");

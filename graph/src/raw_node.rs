@@ -18,7 +18,7 @@ pub const KINDS: [&str; 13] = [
 ];
 
 /// Fields every kind takes.
-const COMMON_FIELDS: [&str; 9] = [
+pub(super) const COMMON_FIELDS: [&str; 9] = [
     "id",
     "kind",
     "description",

@@ -530,21 +530,14 @@ impl RunMachine {
             } => {
                 // Its calls were spent whether or not its output is taken.
                 self.noted(key, notes, fx);
-                let holding = self
-                    .run
-                    .tasks
-                    .get(key)
+                let task = self.run.tasks.get(key);
+                let holding = task
                     .filter(|task| task.item.is_none())
                     .map(|task| task.node);
+                let cached = task.is_some_and(|task| task.spec.cache.is_some());
                 // A cached step's answer is kept once it is accepted.
                 let cacheable = match &result {
-                    Ok((writes, output))
-                        if self
-                            .run
-                            .tasks
-                            .get(key)
-                            .is_some_and(|task| task.spec.cache.is_some()) =>
-                    {
+                    Ok((writes, output)) if cached => {
                         Some(Box::new((writes.clone(), output.clone())))
                     }
                     _ => None,

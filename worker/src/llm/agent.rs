@@ -267,7 +267,7 @@ impl Agent<'_> {
             if !tools.is_empty() {
                 body["tools"] = tools.iter().map(Tool::offered).collect();
             }
-            let completion = match chat::complete(provider, &body, deadline, self.gate).await {
+            let completion = match chat::complete(provider, body, deadline, self.gate).await {
                 Ok(completion) => completion,
                 Err(failure) => return Err(failure.with_notes(notes)),
             };

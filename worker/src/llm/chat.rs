@@ -67,7 +67,7 @@ impl Completion {
 /// the step's) with OpenTelemetry's GenAI attributes.
 pub(crate) async fn complete(
     provider: &Provider,
-    body: &Value,
+    mut body: Value,
     deadline: Instant,
     gate: &CallGate,
 ) -> Result<Completion, Failure> {
@@ -84,8 +84,7 @@ pub(crate) async fn complete(
         gen_ai.usage.output_tokens = tracing::field::Empty,
         otel.status_code = tracing::field::Empty,
     );
-    let mut streamed = body.clone();
-    if let Value::Object(fields) = &mut streamed {
+    if let Value::Object(fields) = &mut body {
         fields.insert("stream".into(), Value::Bool(true));
         fields.insert("stream_options".into(), json!({"include_usage": true}));
     }
@@ -96,7 +95,7 @@ pub(crate) async fn complete(
         let (reply, tries, ticket) = post_reading(
             provider,
             "chat/completions",
-            &streamed,
+            &body,
             deadline,
             started,
             gate,
@@ -116,7 +115,7 @@ pub(crate) async fn complete(
         };
         if gate.paced() {
             let usage = completion.as_ref().ok().map(|c| c.usage.clone());
-            gate.report(ticket, spent(provider, body, usage, None))
+            gate.report(ticket, spent(provider, &body, usage, None))
                 .await;
         }
         completion

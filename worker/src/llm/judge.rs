@@ -72,7 +72,7 @@ pub(crate) async fn judge(
     });
     // A loop's `until` judgement is not paced by the coordinator's limits.
     let gate = super::CallGate::open();
-    let completion = chat::complete(provider, &body, Instant::now() + timeout, &gate)
+    let completion = chat::complete(provider, body, Instant::now() + timeout, &gate)
         .await
         .map_err(|f| JudgeError::Failed(f.message))?;
     let text = completion.message["content"].as_str().unwrap_or_default();

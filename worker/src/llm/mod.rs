@@ -128,7 +128,7 @@ pub(crate) async fn complete(
             json!({"type": "json_schema", "json_schema": {"name": "output", "schema": schema}}),
         );
     }
-    let completion = chat::complete(provider, &Value::Object(body), deadline, gate).await?;
+    let completion = chat::complete(provider, Value::Object(body), deadline, gate).await?;
     let text = completion.message["content"]
         .as_str()
         .unwrap_or_default()

@@ -434,7 +434,7 @@ async fn rerank_order(
             "required": ["order"],
         }}},
     });
-    let completion = crate::llm::chat::complete(provider, &body, deadline, gate).await?;
+    let completion = crate::llm::chat::complete(provider, body, deadline, gate).await?;
     let text = completion.message["content"].as_str().unwrap_or_default();
     let order = crate::llm::structured(text)
         .ok()
