@@ -116,7 +116,10 @@ impl Shown {
             }
             "abandoned" => {
                 self.end_line();
-                err!("  {} (abandoned: the attempt failed)", tag(&step));
+                err!(
+                    "  {} (abandoned: the attempt failed or was cut off)",
+                    tag(&step)
+                );
                 self.last = None;
             }
             "truncated" => {

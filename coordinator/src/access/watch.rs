@@ -140,7 +140,7 @@ pub fn pieces(
                 let mark = *changed.borrow_and_update();
                 let read = streams.read(at, PIECES_READ);
                 if read.is_empty() {
-                    if mark.ended && at >= mark.len {
+                    if mark.ended && at >= mark.next {
                         return;
                     }
                     tokio::select! {

@@ -6,7 +6,8 @@
 //! stands); `runs/<id>/fields/<name>` each field of the state;
 //! `runs/<id>/progress/base` and `…/progress/d/<seq>` a large progress;
 //! `runs/<id>/deltas/<name in hex>/<seq>` each delta of a field stored as what changed;
-//! `runs/<id>/events/<first>` each stretch of events; `blobs/<sha256>`
+//! `runs/<id>/events/<first>` each stretch of events;
+//! `runs/<id>/stream/…` the run's stream (`super::stream_copy`); `blobs/<sha256>`
 //! every bundle file once, whichever runs share it.
 
 /// `runs/<id>/` followed by `parts` and, if given, a number padded to
@@ -104,6 +105,27 @@ pub fn events_key(id: &str, first: u64) -> String {
     run_key(id, &["events/"], Some(first))
 }
 
+/// Where a run's stream is kept (`super::stream_copy`).
+pub fn stream_prefix(id: &str) -> String {
+    run_key(id, &["stream/"], None)
+}
+
+/// Where the block of offsets a run's coordinator streams in is kept.
+pub fn stream_block_key(id: &str) -> String {
+    run_key(id, &["stream/block"], None)
+}
+
+/// Where a chunk of a run's stream, beginning at offset `first`, lives.
+pub fn stream_chunk_key(id: &str, first: u64) -> String {
+    run_key(id, &["stream/c/"], Some(first))
+}
+
+/// Where the whole stream of one of a run's steps, beginning at offset
+/// `first`, lives.
+pub fn stream_step_key(id: &str, first: u64) -> String {
+    run_key(id, &["stream/s/"], Some(first))
+}
+
 /// Where a bundle file lives.
 pub fn blob_key(sha256: &str) -> String {
     ["blobs/", sha256].concat()
@@ -163,6 +185,16 @@ mod tests {
             "runs/r-01/events/00000000000001234567"
         );
         assert_eq!(events_prefix(id), "runs/r-01/events/");
+        assert_eq!(stream_prefix(id), "runs/r-01/stream/");
+        assert_eq!(stream_block_key(id), "runs/r-01/stream/block");
+        assert_eq!(
+            stream_chunk_key(id, 7),
+            "runs/r-01/stream/c/00000000000000000007"
+        );
+        assert_eq!(
+            stream_step_key(id, 7),
+            "runs/r-01/stream/s/00000000000000000007"
+        );
         assert_eq!(run_prefix(id), "runs/r-01/");
         assert_eq!(blob_key("ab12"), "blobs/ab12");
         assert!(is_record_key(&record_key(id)));

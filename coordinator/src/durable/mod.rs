@@ -12,6 +12,7 @@ pub mod journal;
 pub mod keys;
 pub mod records;
 pub mod restore;
+pub mod stream_copy;
 mod writer;
 
 /// The store runs are kept in, and the fence every write carries.

@@ -73,6 +73,8 @@ pub struct StoredRun<P> {
     pub log: Vec<StoredEvent>,
     /// What its record says besides.
     pub head: RecordHead,
+    /// The records of its stream (`super::stream_copy`), key and value.
+    pub stream: Vec<(String, Vec<u8>)>,
 }
 
 fn corrupt(key: &str, reason: &str) -> StoreError {
@@ -91,17 +93,25 @@ pub async fn stored_runs<P: Progress>(
     let mut runs = Vec::new();
     // The records only: a run's fields and events are read once, by
     // `read_run`, not with every key under `runs/`.
-    let records = store
-        .scan_keys(keys::RUNS)
-        .await?
-        .into_iter()
-        .filter(|key| keys::is_record_key(key));
+    let stored_keys = store.scan_keys(keys::RUNS).await?;
+    // The runs that streamed: only theirs are scanned for it.
+    let streamed: std::collections::HashSet<&str> = stored_keys
+        .iter()
+        .filter_map(|key| key.strip_prefix(keys::RUNS)?.split_once("/stream/"))
+        .map(|(id, _)| id)
+        .collect();
+    let records = stored_keys.iter().filter(|key| keys::is_record_key(key));
     for key in records {
-        let Some(bytes) = chunks::get(store, &key).await? else {
+        let Some(bytes) = chunks::get(store, key).await? else {
             continue;
         };
-        match read_run(store, &key, &bytes, max_bundle_bytes).await {
-            Ok(run) => runs.push(run),
+        match read_run(store, key, &bytes, max_bundle_bytes).await {
+            Ok(mut run) => {
+                if streamed.contains(&*run.id) {
+                    run.stream = chunks::scan(store, &keys::stream_prefix(&run.id)).await?;
+                }
+                runs.push(run);
+            }
             Err(error) => tracing::error!(%key, %error, "a stored run cannot be restored"),
         }
     }
@@ -158,6 +168,7 @@ async fn read_run<P: Progress>(
             deltas: record.deltas,
             progress_chain: record.progress_chain,
         },
+        stream: Vec::new(),
     })
 }
 

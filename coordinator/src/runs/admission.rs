@@ -13,7 +13,9 @@ use super::{Runs, StoreRefusal, SubmitError, now_ms};
 use crate::bundle::{Bundle, Family};
 use crate::dispatch::{BlobRef, TaskLauncher};
 use crate::durable::journal::Journal;
+use crate::durable::stream_copy::CopySetup;
 use crate::graph::Graph;
+use crate::run_actor::streams::RunStreams;
 use crate::run_actor::{
     Owner, RunError, RunInput, RunLimits, RunMachine, RunPlan, RunSetup, Start, spawn_run,
 };
@@ -205,7 +207,7 @@ impl Runs {
                 prices: self.prices.clone(),
                 spend: self.spend.clone(),
                 cache: self.cache.clone(),
-                streams: Arc::default(),
+                streams: self.streams_for(&id),
                 suspect: false,
             },
             |handle| self.register(id.clone(), handle.clone()),
@@ -237,6 +239,19 @@ impl Runs {
 
     /// Stores a new run's bundle files and starts its journal (`None`
     /// without a store).
+    /// A new run's stream: kept in the store too when the coordinator
+    /// has one.
+    fn streams_for(&self, id: &RunId) -> Arc<RunStreams> {
+        match &self.store {
+            Some(keeper) => RunStreams::stored(CopySetup::new(
+                keeper.clone(),
+                id.clone(),
+                self.tracker.clone(),
+            )),
+            None => Arc::default(),
+        }
+    }
+
     async fn journal_for(
         &self,
         id: &RunId,

@@ -7,7 +7,9 @@ use super::admission::bundle_refs;
 use super::{Runs, quarantine};
 use crate::bundle::BundleError;
 use crate::durable::journal::Journal;
+use crate::durable::stream_copy::{self, CopySetup};
 use crate::durable::{Keeper, restore};
+use crate::run_actor::streams::RunStreams;
 use crate::run_actor::{
     History, Progress, ProgressMismatch, RunMachine, RunPlan, RunSetup, Start, spawn_run,
 };
@@ -96,7 +98,10 @@ impl Runs {
                 prices: self.prices.clone(),
                 spend: self.spend.clone(),
                 cache: self.cache.clone(),
-                streams: Arc::default(),
+                streams: RunStreams::taken_over(
+                    CopySetup::new(keeper.clone(), run.id.clone(), self.tracker.clone()),
+                    stream_copy::restore(&run.id, &run.stream),
+                ),
                 suspect: crashes > 0,
             },
             |handle| self.register(run.id.clone(), handle.clone()),

@@ -353,3 +353,184 @@ async fn a_rate_limits_window_survives_the_leaders_kill() -> anyhow::Result<()> 
     std::fs::remove_dir_all(dir).ok();
     Ok(())
 }
+
+/// A watcher of an `llm` step's stream through the standby; the leader is
+/// killed once the store holds the first pieces the watcher read. The
+/// watcher asks again from the offset after its last piece: the new leader
+/// serves what the store kept at the same offsets, ends the cut-off
+/// stream `abandoned`, and the step, sent again, streams afresh past it;
+/// nothing the watcher read comes twice, and the text after the
+/// `abandoned` piece is the step's answer exactly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_cut_off_by_the_leaders_kill_resumes_from_the_watchers_offset()
+-> anyhow::Result<()> {
+    use weft_client::{ClientError, Delta};
+    use weft_store::Store;
+    use weft_tests::llm_server::{Reply, TestLlm};
+    const KEY: &str = "sk-ha-stream";
+    const PIECES: [&str; 8] = [
+        "The ", "tide ", "came ", "in ", "and ", "went ", "out ", "again.",
+    ];
+    let story: String = PIECES.concat();
+    let llm = TestLlm::start(KEY, |_, _| {
+        Reply::Streamed(
+            PIECES.iter().map(|p| (*p).to_owned()).collect(),
+            Duration::from_millis(400),
+        )
+    })
+    .await?;
+    let dir = std::env::temp_dir().join(format!("weft-ha-stream-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let worker = dir.join("worker.toml");
+    std::fs::write(
+        &worker,
+        format!(
+            "[providers.default]\nbase_url = \"{}\"\napi_key = \"${{LLM_KEY}}\"\nmodel = \"tiny\"\n",
+            llm.url
+        ),
+    )?;
+    let env = [
+        ("WEFT_WORKER_CONFIG", worker.to_str().unwrap()),
+        ("LLM_KEY", KEY),
+    ];
+    let etcd = weft_tests::etcd::TestEtcd::start().await?;
+    let mut group = TestGroup::start_on(etcd, 2, 2, &env, Default::default()).await?;
+    let leader = group.wait_for_leader(None).await?;
+    group.add_worker("w", 2)?;
+    group.wait_for_log("w", "joined the coordinator", 1).await?;
+    let client = group.client(1 - leader).await?;
+    let tell = GraphBundle::from_text(
+        "tell.yaml",
+        "state:\n  story: { type: string, default: \"\" }\nnodes:\n  tell: { kind: llm, start: true, prompt: \"Tell.\", state_updates: { story: \"{{ output }}\" } }\n",
+    );
+    let run_id = client.submit_bundle(tell, &json!({})).await?.run_id;
+    let run_id = run_id.to_string();
+
+    // Three pieces read, and kept in the store, before the kill.
+    let mut read: Vec<Delta> = Vec::new();
+    {
+        let mut pieces = client.stream(&run_id, 0).await?;
+        while read.len() < 3 {
+            let piece = tokio::time::timeout(Duration::from_secs(30), pieces.next())
+                .await?
+                .expect("a piece before the kill")?;
+            read.push(piece);
+        }
+    }
+    let store = weft_store::EtcdStore::connect_with(
+        std::slice::from_ref(&group.etcd.url),
+        &Default::default(),
+    )?;
+    let next = read.last().map_or(0, |p| p.offset + 1);
+    let chunks = format!("runs/{run_id}/stream/c/");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while stored_up_to(&store, &chunks).await? < Some(next - 1) {
+        assert!(
+            Instant::now() < deadline,
+            "the pieces read were never stored"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    group.kill(leader)?;
+
+    // The watcher asks again, from the offset after its last piece,
+    // until the new leader answers.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let after: Vec<Delta> = loop {
+        let attempt = async {
+            let pieces = client.stream(&run_id, next).await?;
+            pieces.collect::<Result<Vec<_>, ClientError>>().await
+        };
+        match tokio::time::timeout(Duration::from_secs(60), attempt).await? {
+            Ok(pieces) => break pieces,
+            Err(error) => {
+                assert!(
+                    Instant::now() < deadline,
+                    "the stream never came back: {error}"
+                );
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    };
+    let done = finish(&client, &run_id).await?;
+    assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error);
+    assert_eq!(done.state["story"], story.as_str());
+
+    let shape = |pieces: &[Delta]| -> Vec<(u64, String, String)> {
+        pieces
+            .iter()
+            .map(|p| (p.offset, p.kind.clone(), p.text.clone()))
+            .collect()
+    };
+    let mut seen = read.clone();
+    seen.extend(after.iter().cloned());
+    let offsets: Vec<u64> = seen.iter().map(|p| p.offset).collect();
+    assert!(
+        offsets.windows(2).all(|w| w[0] < w[1]),
+        "offsets only grow, none repeated: {offsets:?}"
+    );
+    // The new leader's whole stream: what the store kept at the offsets
+    // the watcher read them at, then what the watcher read after.
+    let whole: Vec<Delta> = client
+        .stream(&run_id, 0)
+        .await?
+        .collect::<Result<_, _>>()
+        .await?;
+    let kept: Vec<Delta> = whole.iter().filter(|p| p.offset < next).cloned().collect();
+    assert_eq!(shape(&kept), shape(&read[..kept.len()]), "kept as read");
+    assert!(
+        kept.len() >= 3,
+        "the stored chunk holds the pieces read: {kept:?}"
+    );
+    let rest: Vec<Delta> = whole.iter().filter(|p| p.offset >= next).cloned().collect();
+    assert_eq!(shape(&rest), shape(&after), "the watcher missed nothing");
+    // The cut-off stream ends `abandoned`; the step's text after it is its
+    // answer, whole.
+    let abandoned = whole
+        .iter()
+        .rposition(|p| p.kind == "abandoned")
+        .expect("the cut-off stream is marked abandoned");
+    assert!(whole[abandoned].offset >= 1 << 32, "a new term's block");
+    let text: String = whole[abandoned..]
+        .iter()
+        .filter(|p| p.kind == "text")
+        .map(|p| p.text.as_str())
+        .collect();
+    assert_eq!(text, story);
+    assert_eq!(whole.last().map(|p| p.kind.as_str()), Some("end"));
+    assert_eq!(llm.requests().len(), 2, "the step was sent again once");
+    // Once the step ended, its stream is kept as one record.
+    let stream = format!("runs/{run_id}/stream/");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let keys = store.scan_keys(&stream).await?;
+        let chunks = keys.iter().filter(|k| k.contains("/stream/c/")).count();
+        let steps = keys.iter().filter(|k| k.contains("/stream/s/")).count();
+        if chunks == 0 && steps == 2 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the store keeps the stream as {keys:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    std::fs::remove_dir_all(dir).ok();
+    Ok(())
+}
+
+/// The last offset the stream's chunks under `prefix` hold, read from
+/// their stored form (each part: `pieces` of `[offset less the one
+/// before, kind, length]`).
+async fn stored_up_to(store: &weft_store::EtcdStore, prefix: &str) -> anyhow::Result<Option<u64>> {
+    let mut last = None;
+    for (_, value) in weft_store::chunks::scan(store, prefix).await? {
+        let parts: Vec<serde_json::Value> = serde_json::from_slice(&value)?;
+        for part in parts {
+            let deltas = part["pieces"].as_array().cloned().unwrap_or_default();
+            let end: u64 = deltas.iter().filter_map(|p| p[0].as_u64()).sum();
+            last = last.max(Some(end));
+        }
+    }
+    Ok(last)
+}

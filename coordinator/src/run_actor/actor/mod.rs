@@ -435,6 +435,8 @@ impl RunActor {
     /// The run has ended: its record replaces the actor, which stops. A
     /// failed run that can be retried keeps what reviving it takes.
     fn archive(self) {
+        // A run restored ended, or ended now: its stream is whole.
+        self.streams.set_ended(true);
         let mut view = self.view();
         let liveness = self.liveness.clone();
         let retryable = self.machine.retryable();
