@@ -36,10 +36,11 @@ def parse_args():
     p.add_argument("--python", required=True, help="the Python that has LangGraph")
     p.add_argument("--peers", default=str(HERE / "peers"), help="LangGraph's workload scripts")
     p.add_argument("--rounds", type=int, default=3, help="rounds, each running both sides")
-    p.add_argument("--only", default="w1,w2,w4,w5,w6,w7,w8,w9,w10,soak",
-                   help="workloads to compare (w1,w2,w4,w5,w6,w7,w8,w9,w10; soak: W6 for 20,000 runs; "
-                        "w9 against LangChain's EnsembleRetriever; w10 has no peer: a cluster-wide "
-                        "rate limit none of them has)")
+    p.add_argument("--only", default="w1,w2,w4,w5,w6,w7,w8,w9,w10,w11,soak",
+                   help="workloads to compare (w1,w2,w4,w5,w6,w7,w8,w9,w10,w11; soak: W6 for 20,000 runs; "
+                        "w9 against LangChain's EnsembleRetriever; w10 and w11 have no peer: a cluster-wide "
+                        "rate limit, and model output streamed through a cluster to 100 watchers, "
+                        "which none of them has)")
     p.add_argument("--w9-corpus", default=str(HERE.parent / "target" / "bench" / "w9"),
                    help="where W9's labelled corpus is written (peers/w9_corpus.py)")
     p.add_argument("--iterations", type=int, default=5, help="timed iterations per workload")
@@ -111,6 +112,8 @@ def weft_round(a, wanted, figures, raw):
         runs.append(("sync", [bench, "--only", "w9", "--w9-corpus", a.w9_corpus, "--iterations", it]))
     if "w10" in wanted:
         runs.append(("sync", [bench, "--only", "w10", "--iterations", "1"]))
+    if "w11" in wanted:
+        runs.append(("sync", [bench, "--only", "w11", "--iterations", it]))
     for durability, cmd in runs:
         for line in run(cmd, label=f"weft-bench {' '.join(cmd[1:])}"):
             line["durability"] = durability
@@ -163,6 +166,11 @@ def weft_round(a, wanted, figures, raw):
                 figures.add(("w9_recall", tag), fig)
             elif key in ("w10", "w10_429", "w10_failed", "w10_cost"):
                 figures.add((key, tag), fig)
+            elif key == "w11":
+                figures.add(("w11_p50", tag), med * 1e6)
+                figures.add(("w11_p99", tag), fig)
+            elif key == "w11_cpu":
+                figures.add(("w11_cpu", tag), fig)
 
 
 def median_of(times):
@@ -314,6 +322,9 @@ ROWS = [
     ("w10_429", "W10 429s the provider answered", "429s", False, "0"),
     ("w10_failed", "W10 items failed", "items", False, "0"),
     ("w10_cost", "W10 CPU per throttled task (the whole harness, with the limit less without)", "µs", False, "—"),
+    ("w11_p50", "W11 100 streams at once: a piece from the endpoint's send to the watcher's receive, p50", "µs", False, "≤ 2 ms"),
+    ("w11_p99", "W11 the same, p99", "µs", False, "≤ 10 ms"),
+    ("w11_cpu", "W11 CPU a piece (the whole harness: 50 pieces a stream less 1)", "µs", False, "—"),
 ]
 
 

@@ -74,6 +74,18 @@ pub enum Reply {
     Streamed(Vec<String>, Duration),
     /// A 200 stream whose events are these `data:` payloads, as they are.
     RawStream(Vec<String>),
+    /// `count` pieces of text, the first `first` after the request and
+    /// the rest `gap` apart, each the wall clock when it is sent (Unix
+    /// microseconds, then `;`): a watcher measures how long a piece took
+    /// to reach it (the streaming benchmark).
+    Stamped {
+        /// Pieces.
+        count: usize,
+        /// Before the first.
+        first: Duration,
+        /// Between two.
+        gap: Duration,
+    },
 }
 
 type Script = dyn Fn(&Value, usize) -> Reply + Send + Sync;
@@ -403,7 +415,36 @@ async fn answer(
             let body = axum::body::Body::from_stream(paced);
             return (StatusCode::OK, stream_headers(), body).into_response();
         }
+        Reply::Stamped { count, first, gap } if streams => {
+            let (sender, receiver) = tokio::sync::mpsc::channel(4);
+            let opening = chunk(&request, n, json!({"role": "assistant"}));
+            let ending = finish(&request, n, usage_asked.then_some(usage));
+            tokio::spawn(async move {
+                let mut events = vec![opening];
+                for i in 0..count {
+                    tokio::time::sleep(if i == 0 { first } else { gap }).await;
+                    let now = std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map_or(0, |d| d.as_micros());
+                    events.push(chunk(&request, n, json!({"content": format!("{now};")})));
+                    for event in events.drain(..) {
+                        if sender.send(Ok::<_, std::convert::Infallible>(event)).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+                for event in ending {
+                    if sender.send(Ok(event)).await.is_err() {
+                        return;
+                    }
+                }
+            });
+            let paced = tokio_stream::wrappers::ReceiverStream::new(receiver);
+            let body = axum::body::Body::from_stream(paced);
+            return (StatusCode::OK, stream_headers(), body).into_response();
+        }
         Reply::Streamed(pieces, _) => Reply::Text(pieces.concat()),
+        Reply::Stamped { count, .. } => Reply::Text("0;".repeat(count)),
         other => other,
     };
     let message = match reply {
@@ -424,7 +465,7 @@ async fn answer(
             return scripted_error(code, retry_after).into_response();
         }
         Reply::Malformed(text) => return (StatusCode::OK, HeaderMap::new(), text).into_response(),
-        Reply::Slow(..) | Reply::Streamed(..) | Reply::RawStream(_) => {
+        Reply::Slow(..) | Reply::Streamed(..) | Reply::RawStream(_) | Reply::Stamped { .. } => {
             unreachable!("unwrapped above")
         }
     };

@@ -1,7 +1,8 @@
 //! Weft's benchmark harness for SPEC section 14's W1–W6 and W8 (the peers'
-//! workloads in `../shared/bench/peers/WORKLOADS.md`) and W7 (teammate
-//! message latency), run against an embedded cluster whose workers host
-//! Rust handlers, over gRPC on loopback.
+//! workloads in `../shared/bench/peers/WORKLOADS.md`), W7 (teammate
+//! message latency) and W9–W11 (retrieval, flow control, streaming), run
+//! against an embedded cluster whose workers host Rust handlers, over gRPC
+//! on loopback.
 //!
 //! Protocol, as for the peers: setup is not timed; one warmup iteration,
 //! then `--iterations` timed ones; every result is verified; the figure is
@@ -40,12 +41,14 @@ mod python;
 mod report;
 #[path = "weft_bench/retrieval.rs"]
 mod retrieval;
+#[path = "weft_bench/streams.rs"]
+mod streams;
 
 use report::{Figure, median};
 
 #[derive(Parser)]
 struct Args {
-    /// Workloads to run (w1, w2, w1py, w2py, w3, w4, w5, w6, w7, w8, w9, w10);
+    /// Workloads to run (w1, w2, w1py, w2py, w3, w4, w5, w6, w7, w8, w9, w10, w11);
     /// default: all (w9 with --w9-corpus).
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
@@ -383,6 +386,9 @@ async fn run_all(args: &Args) -> Result<Vec<Figure>> {
     }
     if wanted("w10") {
         figures.extend(flow::w10(args).await?);
+    }
+    if wanted("w11") {
+        figures.extend(streams::w11(args).await?);
     }
     if let Some(corpus) = args.w9_corpus.as_deref().filter(|_| wanted("w9")) {
         figures.extend(retrieval::w9(corpus, args.iterations)?);

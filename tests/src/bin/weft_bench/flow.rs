@@ -40,7 +40,7 @@ struct Outcome {
 }
 
 /// This process's CPU time (user and system, every thread).
-fn cpu() -> Duration {
+pub(crate) fn cpu() -> Duration {
     let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
     // After the command's closing parenthesis: state is field 3, utime 14.
     let rest = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
