@@ -419,6 +419,24 @@ impl Client {
         }))
     }
 
+    /// The waves run `run_id`'s history keeps, and its state after wave
+    /// `at` (0: the input; `None`: the last kept) (SPEC 20).
+    pub async fn history(
+        &self,
+        run_id: &str,
+        at: Option<u32>,
+    ) -> Result<crate::runs::RunHistory, ClientError> {
+        let history = patiently(|| async {
+            let request = pb::GetHistoryRequest {
+                run_id: run_id.to_owned(),
+                at,
+            };
+            Ok(self.runs.clone().get_history(request).await?.into_inner())
+        })
+        .await?;
+        crate::runs::RunHistory::from_wire(history)
+    }
+
     /// The run's events from `from` on, as they come off the wire: those
     /// of `types` (none: all).
     async fn watch_wire(

@@ -36,6 +36,7 @@ pub use client::{
 #[cfg(feature = "embedded")]
 pub use embedded::{EmbeddedCluster, EmbeddedError, LocalCluster};
 pub use indexes::KnowledgeIndex;
+pub use runs::{HistoryWave, RunHistory};
 /// The configuration an embedded cluster's coordinator starts with (see
 /// [`EmbeddedCluster::start_configured`]).
 #[cfg(feature = "embedded")]

@@ -108,6 +108,20 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// A run's state after one of its waves, read from its history.
+    State {
+        /// The run id.
+        run: String,
+        /// The wave (0: the input, before any wave); default: the last
+        /// kept.
+        #[arg(long)]
+        at: Option<u32>,
+        /// Print exactly one JSON object: `{"run_id", "step", "state",
+        /// "waves": [{"step", "at_unix_ms", "status", "changed",
+        /// "removed"}]}`.
+        #[arg(long)]
+        json: bool,
+    },
     /// Follow a run's events until it ends (or waits for a person).
     Watch {
         /// The run id.
@@ -270,6 +284,7 @@ async fn remote(coordinator: Option<String>, command: Command) -> u8 {
         }
         Command::Status { run, json } => c::status(coordinator, &run, json).await,
         Command::Watch { run, json } => c::watch(coordinator, &run, json).await,
+        Command::State { run, at, json } => c::state(coordinator, &run, at, json).await,
         Command::Runs {
             limit,
             after,

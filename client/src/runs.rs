@@ -147,6 +147,54 @@ impl Delta {
     }
 }
 
+/// One wave a run's history keeps (SPEC 20).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct HistoryWave {
+    /// Waves merged (0: the input, before any).
+    pub step: u32,
+    /// When its checkpoint was taken (Unix milliseconds).
+    pub at_unix_ms: i64,
+    /// The run's status then.
+    pub status: String,
+    /// The fields that changed in it.
+    pub changed: Vec<String>,
+    /// The fields removed in it.
+    pub removed: Vec<String>,
+}
+
+/// A run's history: the waves kept, and the state after one of them.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct RunHistory {
+    /// Every wave kept, in order.
+    pub waves: Vec<HistoryWave>,
+    /// The wave `state` is the state after.
+    pub step: u32,
+    /// The run's state after that wave.
+    pub state: serde_json::Value,
+}
+
+impl RunHistory {
+    pub(crate) fn from_wire(history: pb::RunHistory) -> Result<Self, crate::ClientError> {
+        let state = serde_json::from_str(&history.state_json)
+            .map_err(|e| crate::ClientError::Decode(format!("a run's state: {e}")))?;
+        Ok(Self {
+            waves: history
+                .waves
+                .into_iter()
+                .map(|wave| HistoryWave {
+                    step: wave.step,
+                    at_unix_ms: wave.at_unix_ms,
+                    status: wave.status,
+                    changed: wave.changed,
+                    removed: wave.removed,
+                })
+                .collect(),
+            step: history.step,
+            state,
+        })
+    }
+}
+
 /// One entry of a run's event log.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Event {

@@ -461,6 +461,11 @@ impl RunMachine {
         self.run.steps
     }
 
+    /// Waves merged so far: those started, less one still running.
+    pub fn waves_merged(&self) -> u32 {
+        self.run.steps - u32::from(self.run.wave.is_some())
+    }
+
     /// A node's status.
     pub fn node_status(&self, id: &str) -> Option<NodeStatus> {
         self.graph().node_index(id).map(|idx| self.run.nodes[idx])

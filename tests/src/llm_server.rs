@@ -428,7 +428,11 @@ async fn answer(
                         .map_or(0, |d| d.as_micros());
                     events.push(chunk(&request, n, json!({"content": format!("{now};")})));
                     for event in events.drain(..) {
-                        if sender.send(Ok::<_, std::convert::Infallible>(event)).await.is_err() {
+                        if sender
+                            .send(Ok::<_, std::convert::Infallible>(event))
+                            .await
+                            .is_err()
+                        {
                             return;
                         }
                     }

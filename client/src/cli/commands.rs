@@ -219,6 +219,52 @@ pub async fn status(coordinator: Option<String>, run: &str, json: bool) -> u8 {
     code
 }
 
+/// `weft state`: a run's state after one of its waves (SPEC 20).
+pub async fn state(coordinator: Option<String>, run: &str, at: Option<u32>, json: bool) -> u8 {
+    let session = match open(coordinator, LOCAL_WORKERS, false).await {
+        Ok(session) => session,
+        Err(code) => return code,
+    };
+    let code = match session.client.history(run, at).await {
+        Ok(history) => {
+            if json {
+                let shown = serde_json::json!({
+                    "run_id": run,
+                    "step": history.step,
+                    "state": history.state,
+                    "waves": history.waves,
+                });
+                out!("{shown}");
+            } else {
+                let steps: Vec<u32> = history.waves.iter().map(|w| w.step).collect();
+                let kept = match (steps.first(), steps.last()) {
+                    (Some(first), Some(last)) if first != last => format!("waves {first}–{last}"),
+                    (Some(only), _) => format!("wave {only}"),
+                    _ => "no wave".to_owned(),
+                };
+                let status = history
+                    .waves
+                    .iter()
+                    .find(|w| w.step == history.step)
+                    .map_or("", |w| w.status.as_str());
+                let after = match history.step {
+                    0 => "its input (before any wave)".to_owned(),
+                    step => format!("wave {step}"),
+                };
+                err!("run {run} after {after}, {status} then ({kept} kept)");
+                out!(
+                    "{}",
+                    serde_json::to_string_pretty(&history.state).unwrap_or_default()
+                );
+            }
+            exit::OK
+        }
+        Err(error) => report(&error),
+    };
+    session.close(false).await;
+    code
+}
+
 /// `weft watch`.
 pub async fn watch(coordinator: Option<String>, run: &str, json: bool) -> u8 {
     let session = match open(coordinator, LOCAL_WORKERS, false).await {

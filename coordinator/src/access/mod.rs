@@ -40,6 +40,12 @@ pub enum AccessError {
     /// The run has not ended, so it cannot be deleted.
     #[error(transparent)]
     NotEnded(DeleteError),
+    /// The run's history cannot be read, or has no such wave.
+    #[error(transparent)]
+    History(#[from] crate::durable::history::HistoryError),
+    /// The coordinator keeps no history: it has no store.
+    #[error("this coordinator keeps no run history: it runs without a store")]
+    NoHistory,
 }
 
 impl From<DeleteError> for AccessError {
@@ -195,6 +201,28 @@ impl RunAccess {
     ) -> Result<EventFeed, AccessError> {
         let handle = self.run(caller, id)?;
         Ok(watch::feed(handle, from, &self.tracker, self.stop.clone()).await?)
+    }
+
+    /// The waves run `id`'s history keeps, and its state after wave `at`
+    /// (the last kept when `None`).
+    pub async fn history(
+        &self,
+        caller: &Identity,
+        id: &str,
+        at: Option<u32>,
+    ) -> Result<
+        (
+            Vec<crate::durable::history::Wave>,
+            crate::durable::history::AtWave,
+        ),
+        AccessError,
+    > {
+        let handle = self.run(caller, id)?;
+        let keeper = self.runs.keeper().ok_or(AccessError::NoHistory)?;
+        let store = keeper.store();
+        let waves = crate::durable::history::waves(store, handle.id()).await?;
+        let state = crate::durable::history::at(store, handle.id(), at).await?;
+        Ok((waves, state))
     }
 
     /// The model output of run `id`'s steps from offset `from`, live

@@ -21,7 +21,8 @@ fn needed(path: &str) -> Option<(&str, Role)> {
     let role = match (service, method) {
         (
             "weft.v1.RunService",
-            "GetRun" | "ListRuns" | "WatchRun" | "StreamRun" | "Validate" | "ListIndexes",
+            "GetRun" | "ListRuns" | "WatchRun" | "StreamRun" | "Validate" | "ListIndexes"
+            | "GetHistory",
         ) => Role::Reader,
         ("weft.v1.RunService", "Submit" | "Resume" | "Cancel" | "Retry" | "FetchIndex") => {
             Role::Operator

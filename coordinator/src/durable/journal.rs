@@ -21,6 +21,7 @@ use foldhash::{HashMap, HashMapExt};
 use tokio::sync::{mpsc, oneshot};
 
 use super::Keeper;
+use super::history::{self, History};
 use super::records::{EventTexts, RecordHead};
 use super::writer::{Snapshot, Writer};
 use crate::graph::Durability;
@@ -34,6 +35,9 @@ pub struct Checkpoint {
     pub progress_json: String,
     /// Every field of the state: name, version, JSON.
     pub fields: Vec<(String, u64, Arc<str>)>,
+    /// The waves merged so far: a checkpoint after a wave not yet in the
+    /// run's history is kept there too (`super::history`).
+    pub merged: u32,
 }
 
 /// The actor's end of a run's journal.
@@ -49,6 +53,8 @@ pub struct Journal {
     confirmed: u64,
     /// The version of each field handed over.
     versions: HashMap<String, u64>,
+    /// Every wave's state and progress, kept readable.
+    history: History,
 }
 
 impl Journal {
@@ -63,6 +69,7 @@ impl Journal {
         tracker: &tokio_util::task::TaskTracker,
     ) -> Self {
         let (tx, rx) = mpsc::unbounded_channel();
+        let history = History::start(keeper.clone(), id.clone(), tracker);
         tracker.spawn(write_snapshots(keeper.clone(), id, head, rx));
         Self {
             keeper,
@@ -71,6 +78,7 @@ impl Journal {
             handed: stored,
             confirmed: stored,
             versions: HashMap::new(),
+            history,
         }
     }
 
@@ -106,6 +114,15 @@ impl Journal {
         log: &[StoredEvent],
         wait: bool,
     ) -> bool {
+        if self.history.wants(checkpoint.merged) {
+            self.history.keep(history::Entry {
+                step: checkpoint.merged,
+                at_unix_ms: log.last().map_or_else(now_ms, |last| last.at_unix_ms),
+                status: status.name().to_owned(),
+                progress_json: checkpoint.progress_json.clone(),
+                fields: checkpoint.fields.clone(),
+            });
+        }
         let first = self.handed;
         let new = log
             .get(usize::try_from(first).unwrap_or(usize::MAX)..)
@@ -154,6 +171,12 @@ impl Journal {
             None => true,
         }
     }
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
 fn settled(status: RunStatus) -> bool {

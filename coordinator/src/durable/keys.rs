@@ -7,6 +7,7 @@
 //! `runs/<id>/progress/base` and `…/progress/d/<seq>` a large progress;
 //! `runs/<id>/deltas/<name in hex>/<seq>` each delta of a field stored as what changed;
 //! `runs/<id>/events/<first>` each stretch of events;
+//! `runs/<id>/history/<step>` each wave's state (`super::history`);
 //! `runs/<id>/stream/…` the run's stream (`super::stream_copy`); `blobs/<sha256>`
 //! every bundle file once, whichever runs share it.
 
@@ -103,6 +104,16 @@ pub fn progress_chain_prefix(id: &str) -> String {
 /// Where a stretch of a run's events lives.
 pub fn events_key(id: &str, first: u64) -> String {
     run_key(id, &["events/"], Some(first))
+}
+
+/// Where a run's history begins (`super::history`).
+pub fn history_prefix(id: &str) -> String {
+    run_key(id, &["history/"], None)
+}
+
+/// Where the history entry of a run's wave `step` lives.
+pub fn history_key(id: &str, step: u64) -> String {
+    run_key(id, &["history/"], Some(step))
 }
 
 /// Where a run's stream is kept (`super::stream_copy`).

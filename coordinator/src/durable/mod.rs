@@ -8,6 +8,7 @@ use weft_store::{AnyStore, Fence, Store, StoreError};
 
 pub mod blob_refs;
 pub mod deltas;
+pub mod history;
 pub mod journal;
 pub mod keys;
 pub mod records;

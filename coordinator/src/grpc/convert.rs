@@ -212,3 +212,14 @@ pub(crate) fn index_info(info: crate::indexes::IndexInfo) -> pb::IndexInfo {
         run_id: info.run_id,
     }
 }
+
+/// A wave of a run's history, on the wire.
+pub fn history_wave(wave: crate::durable::history::Wave) -> pb::HistoryWave {
+    pb::HistoryWave {
+        step: wave.step,
+        at_unix_ms: wave.at_unix_ms,
+        status: wave.status,
+        changed: wave.changed,
+        removed: wave.removed,
+    }
+}

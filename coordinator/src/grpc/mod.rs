@@ -62,6 +62,11 @@ impl From<AccessError> for Status {
             AccessError::UnknownRun(id) => unknown_run(&id),
             AccessError::Request(error) => error.into(),
             AccessError::NotEnded(error) => Status::failed_precondition(error.to_string()),
+            AccessError::History(crate::durable::history::HistoryError::UnknownStep { .. }) => {
+                Status::invalid_argument(error.to_string())
+            }
+            AccessError::History(error) => Status::internal(error.to_string()),
+            AccessError::NoHistory => Status::failed_precondition(error.to_string()),
         }
     }
 }

@@ -392,6 +392,7 @@ impl RunService for FrontRuns {
         cancel(pb::CancelRequest) -> pb::RunInfo;
         retry(pb::RetryRequest) -> pb::RunInfo;
         delete_run(pb::DeleteRunRequest) -> pb::DeleteRunResponse;
+        get_history(pb::GetHistoryRequest) -> pb::RunHistory;
     }
 
     type StreamRunStream = super::run_service::DeltaStream;
@@ -547,6 +548,18 @@ impl FrontRuns {
         }
         let request = caller.request(pb::StreamRunRequest { run_id: id, from });
         Ok(self.stream_run(request).await?.into_inner())
+    }
+
+    /// Run `id`'s history and its state after wave `at` (the last kept
+    /// when `None`), from the leader (itself, or through it).
+    pub(crate) async fn history(
+        &self,
+        caller: &Credentials,
+        id: String,
+        at: Option<u32>,
+    ) -> Result<pb::RunHistory, Status> {
+        let request = caller.request(pb::GetHistoryRequest { run_id: id, at });
+        Ok(self.get_history(request).await?.into_inner())
     }
 
     /// Answers the waiting `node` of run `id` with `value` and `comment`.

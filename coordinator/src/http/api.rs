@@ -30,6 +30,7 @@ pub(super) fn routes() -> Router<Api> {
         .route("/runs/{id}/diagram.svg", get(diagram))
         .route("/runs/{id}/events", get(super::events::stream))
         .route("/runs/{id}/stream", get(super::events::pieces))
+        .route("/runs/{id}/history", get(history))
         .route("/runs/{id}/resume", post(resume))
         .route("/runs/{id}/cancel", post(cancel))
         .route("/runs/{id}/retry", post(retry))
@@ -141,6 +142,48 @@ async fn one(
     };
     let report = api.front.report(&caller.credentials, id, shown).await?;
     Ok(Json(run_json(report, &api.settings)))
+}
+
+#[derive(Deserialize)]
+struct HistoryQuery {
+    /// The wave (0: the input); absent: the last kept.
+    at: Option<u32>,
+}
+
+/// `GET /runs/ID/history?at=N`: the waves the run's history keeps, and
+/// its state after wave `N` (SPEC 20).
+async fn history(
+    State(api): State<Api>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    query: Result<Query<HistoryQuery>, QueryRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let caller = admit(&api, &headers, ("GetHistory", Role::Reader))?;
+    let query = parameters(query)?;
+    let history = api
+        .front
+        .history(&caller.credentials, id.clone(), query.at)
+        .await?;
+    let state: Value = serde_json::from_str(&history.state_json).unwrap_or(Value::Null);
+    let waves: Vec<Value> = history
+        .waves
+        .iter()
+        .map(|wave| {
+            json!({
+                "step": wave.step,
+                "at_unix_ms": wave.at_unix_ms,
+                "status": wave.status,
+                "changed": wave.changed,
+                "removed": wave.removed,
+            })
+        })
+        .collect();
+    Ok(Json(json!({
+        "run_id": id,
+        "step": history.step,
+        "state": state,
+        "waves": waves,
+    })))
 }
 
 /// `GET /runs/ID/diagram.svg`: the run's graph, drawn.

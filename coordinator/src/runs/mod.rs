@@ -311,6 +311,11 @@ impl Runs {
         }
     }
 
+    /// The store runs are kept in, if the coordinator has one.
+    pub fn keeper(&self) -> Option<&Keeper> {
+        self.store.as_ref()
+    }
+
     /// A run by id.
     pub fn get(&self, id: &str) -> Option<RunHandle> {
         let inner = self.inner.read().unwrap_or_else(|e| e.into_inner());

@@ -42,6 +42,29 @@ def test_a_dict_graph_is_submitted_and_waited_for(cluster):
     assert any(r.run_id == run.run_id for r in client.runs(status="completed"))
 
 
+def test_a_runs_history_gives_each_waves_state_and_refuses_a_wave_not_kept(cluster):
+    client = weft.Client(cluster.url)
+    run = client.submit(ECHO, input={"n": 1})
+    run.wait(timeout=30)
+    history = run.history()
+    assert [w.step for w in history.waves] == [0, 1]
+    assert history.step == 1 and history.state == {"n": 42}
+    assert history.waves[1].changed == ["n"] and history.waves[1].status == "completed"
+    assert client.history(run.run_id, at=0).state == {"n": 1}
+    with pytest.raises(weft.InvalidArgument, match="no wave 7 .*its waves: 0, 1"):
+        run.history(at=7)
+
+    async def asynchronously() -> weft.History:
+        import weft.aio
+
+        async with weft.aio.Client(cluster.url) as aio:
+            return await aio.history(run.run_id, at=0)
+
+    import asyncio
+
+    assert asyncio.run(asynchronously()).state == {"n": 1}
+
+
 def test_a_run_is_submitted_with_a_priority_and_a_wrong_one_refused(cluster):
     client = weft.Client(cluster.url)
     run = client.submit(ECHO, input={"n": 1}, priority="low")

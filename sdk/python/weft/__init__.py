@@ -25,7 +25,7 @@ from .errors import (
     Unavailable,
     WeftError,
 )
-from .types import Answer, ChildRun, Delta, Event, RunError, RunInfo, Usage, WaitingNode
+from .types import Answer, ChildRun, Delta, Event, History, RunError, RunInfo, Usage, WaitingNode, Wave
 from .team import Message, Team, TeamError
 from .worker import HandlerFailed, Item, TaskContext, ToolContext, Worker
 
@@ -38,6 +38,7 @@ __all__ = [
     "Event",
     "GraphBundle",
     "GraphInvalid",
+    "History",
     "HandlerFailed",
     "InvalidArgument",
     "Message",
@@ -57,6 +58,7 @@ __all__ = [
     "Unavailable",
     "Usage",
     "WaitingNode",
+    "Wave",
     "WeftError",
     "Worker",
 ]

@@ -20,7 +20,7 @@ import grpc.aio
 
 from . import errors
 from .client import _MAX_MESSAGE, ENDS, Graph, bundle_of, bundle_to_wire, settings, submit_request
-from .types import Delta, Event, RunInfo, checked_status, delta_from_wire, event_from_wire, run_from_wire
+from .types import Delta, Event, History, RunInfo, checked_status, delta_from_wire, event_from_wire, history_from_wire, run_from_wire
 from .v1 import runs_pb2 as pb
 from .v1 import runs_pb2_grpc as rpc
 
@@ -59,6 +59,11 @@ class Run:
         """The model output of the run's steps as it is written, from
         offset `start` (see `weft.Run.stream`)."""
         return self.client.stream(self.run_id, start)
+
+    async def history(self, at: Optional[int] = None) -> History:
+        """The run's history and its state after wave `at` (see
+        `weft.Run.history`)."""
+        return await self.client.history(self.run_id, at)
 
     async def wait(self, timeout: Optional[float] = None) -> RunInfo:
         """The run once it has ended or waits for a person."""
@@ -196,6 +201,12 @@ class Client:
     async def retry(self, run_id: str) -> RunInfo:
         """Runs a failed run's failed wave again."""
         return run_from_wire(await self._call("Retry", pb.RetryRequest(run_id=run_id)))
+
+    async def history(self, run_id: str, at: Optional[int] = None) -> History:
+        """The waves run `run_id`'s history keeps, and its state after
+        wave `at` (see `weft.Client.history`)."""
+        request = pb.GetHistoryRequest(run_id=run_id, at=at)
+        return history_from_wire(await self._call("GetHistory", request))
 
     async def delete(self, run_id: str) -> None:
         """Removes an ended run and its records."""

@@ -20,7 +20,7 @@ import grpc
 
 from . import errors
 from .bundle import GraphBundle
-from .types import Delta, Event, RunInfo, checked_status, delta_from_wire, event_from_wire, run_from_wire
+from .types import Delta, Event, History, RunInfo, checked_status, delta_from_wire, event_from_wire, history_from_wire, run_from_wire
 from .v1 import runs_pb2 as pb
 from .v1 import runs_pb2_grpc as rpc
 
@@ -95,6 +95,11 @@ class Run:
         """The model output of the run's `llm`, `agent` and `rag` steps as
         it is written, from offset `start`; ends with the run."""
         return self.client.stream(self.run_id, start)
+
+    def history(self, at: Optional[int] = None) -> History:
+        """The waves the run's history keeps, and its state after wave
+        `at` (0: the input; None: the last kept)."""
+        return self.client.history(self.run_id, at)
 
     def wait(self, timeout: Optional[float] = None) -> RunInfo:
         """The run once it has ended or waits for a person."""
@@ -266,6 +271,13 @@ class Client:
     def retry(self, run_id: str) -> RunInfo:
         """Runs a failed run's failed wave again."""
         return run_from_wire(self._call("Retry", pb.RetryRequest(run_id=run_id)))
+
+    def history(self, run_id: str, at: Optional[int] = None) -> History:
+        """The waves run `run_id`'s history keeps, and its state after
+        wave `at` (see `Run.history`); a wave not kept raises
+        `InvalidArgument` naming the waves that are."""
+        request = pb.GetHistoryRequest(run_id=run_id, at=at)
+        return history_from_wire(self._call("GetHistory", request))
 
     def delete(self, run_id: str) -> None:
         """Removes an ended run and its records."""

@@ -167,6 +167,47 @@ def usage_from_wire(usage: pb.Usage) -> Usage:
     )
 
 
+@dataclass(frozen=True)
+class Wave:
+    """One wave a run's history keeps: `step` is the waves merged (0: the
+    input, before any), `status` the run's then, `changed` and `removed`
+    the fields the wave changed and removed."""
+
+    step: int
+    at_unix_ms: int
+    status: str
+    changed: list[str]
+    removed: list[str]
+
+
+@dataclass(frozen=True)
+class History:
+    """A run's history: every wave it keeps (`waves`), and its whole state
+    after wave `step`."""
+
+    waves: list[Wave]
+    step: int
+    state: dict[str, Any]
+
+
+def history_from_wire(history: pb.RunHistory) -> History:
+    """The client's form of a `RunHistory`."""
+    return History(
+        waves=[
+            Wave(
+                step=w.step,
+                at_unix_ms=w.at_unix_ms,
+                status=w.status,
+                changed=list(w.changed),
+                removed=list(w.removed),
+            )
+            for w in history.waves
+        ],
+        step=history.step,
+        state=json.loads(history.state_json or "{}"),
+    )
+
+
 # Fields whose wire form is JSON text, read back as values.
 _JSON_TEXT = {"content_json": "content"}
 

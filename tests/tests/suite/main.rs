@@ -18,6 +18,7 @@ mod flow_control;
 mod flow_queues;
 mod ha;
 mod held;
+mod history;
 mod hostile;
 mod llm;
 mod local;

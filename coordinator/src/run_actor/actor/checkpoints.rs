@@ -65,6 +65,7 @@ impl RunActor {
             let checkpoint = Checkpoint {
                 progress_json,
                 fields,
+                merged: self.machine.waves_merged(),
             };
             stored = journal
                 .checkpoint(status, checkpoint, &self.log, wait)

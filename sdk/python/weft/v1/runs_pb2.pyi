@@ -297,6 +297,38 @@ class WatchRunRequest(_message.Message):
     types: _containers.RepeatedScalarFieldContainer[str]
     def __init__(self, run_id: _Optional[str] = ..., types: _Optional[_Iterable[str]] = ..., **kwargs) -> None: ...
 
+class GetHistoryRequest(_message.Message):
+    __slots__ = ("run_id", "at")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    AT_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    at: int
+    def __init__(self, run_id: _Optional[str] = ..., at: _Optional[int] = ...) -> None: ...
+
+class HistoryWave(_message.Message):
+    __slots__ = ("step", "at_unix_ms", "status", "changed", "removed")
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    AT_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    CHANGED_FIELD_NUMBER: _ClassVar[int]
+    REMOVED_FIELD_NUMBER: _ClassVar[int]
+    step: int
+    at_unix_ms: int
+    status: str
+    changed: _containers.RepeatedScalarFieldContainer[str]
+    removed: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, step: _Optional[int] = ..., at_unix_ms: _Optional[int] = ..., status: _Optional[str] = ..., changed: _Optional[_Iterable[str]] = ..., removed: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class RunHistory(_message.Message):
+    __slots__ = ("waves", "step", "state_json")
+    WAVES_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    STATE_JSON_FIELD_NUMBER: _ClassVar[int]
+    waves: _containers.RepeatedCompositeFieldContainer[HistoryWave]
+    step: int
+    state_json: str
+    def __init__(self, waves: _Optional[_Iterable[_Union[HistoryWave, _Mapping]]] = ..., step: _Optional[int] = ..., state_json: _Optional[str] = ...) -> None: ...
+
 class StreamRunRequest(_message.Message):
     __slots__ = ("run_id",)
     RUN_ID_FIELD_NUMBER: _ClassVar[int]

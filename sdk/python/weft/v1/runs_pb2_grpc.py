@@ -94,6 +94,11 @@ class RunServiceStub:
                 request_serializer=weft_dot_v1_dot_runs__pb2.DeleteRunRequest.SerializeToString,
                 response_deserializer=weft_dot_v1_dot_runs__pb2.DeleteRunResponse.FromString,
                 _registered_method=True)
+        self.GetHistory = channel.unary_unary(
+                '/weft.v1.RunService/GetHistory',
+                request_serializer=weft_dot_v1_dot_runs__pb2.GetHistoryRequest.SerializeToString,
+                response_deserializer=weft_dot_v1_dot_runs__pb2.RunHistory.FromString,
+                _registered_method=True)
 
 
 class RunServiceServicer:
@@ -185,6 +190,14 @@ class RunServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetHistory(self, request, context):
+        """The waves a run's history keeps, and its state after one of them
+        (SPEC 20).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_RunServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -247,6 +260,11 @@ def add_RunServiceServicer_to_server(servicer, server):
                     servicer.DeleteRun,
                     request_deserializer=weft_dot_v1_dot_runs__pb2.DeleteRunRequest.FromString,
                     response_serializer=weft_dot_v1_dot_runs__pb2.DeleteRunResponse.SerializeToString,
+            ),
+            'GetHistory': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetHistory,
+                    request_deserializer=weft_dot_v1_dot_runs__pb2.GetHistoryRequest.FromString,
+                    response_serializer=weft_dot_v1_dot_runs__pb2.RunHistory.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -573,6 +591,33 @@ class RunService:
             '/weft.v1.RunService/DeleteRun',
             weft_dot_v1_dot_runs__pb2.DeleteRunRequest.SerializeToString,
             weft_dot_v1_dot_runs__pb2.DeleteRunResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetHistory(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/weft.v1.RunService/GetHistory',
+            weft_dot_v1_dot_runs__pb2.GetHistoryRequest.SerializeToString,
+            weft_dot_v1_dot_runs__pb2.RunHistory.FromString,
             options,
             channel_credentials,
             insecure,
