@@ -35,6 +35,11 @@ use super::records;
 /// Deltas in a row before a value is stored whole again.
 pub const MAX_CHAIN: u32 = 32;
 
+/// The smallest value stored as what changed: below it, finding what
+/// changed costs more than writing it whole (a 200-node chain's progress
+/// is under it).
+pub const DELTA_FROM: usize = 4 << 10;
+
 /// A value in an entry: whole, or what changed since the entry before.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 enum Stored {
@@ -108,11 +113,13 @@ struct Last {
     fields: HashMap<String, (u64, Arc<str>, u32)>,
 }
 
-/// `new` stored against `old` (and its chain so far): a delta when it is
-/// smaller than half the value and the chain is not too long.
+/// `new` stored against `old` (and its chain so far): a delta when the
+/// value is not small, the delta is smaller than half of it and the chain
+/// is not too long.
 fn stored(old: Option<(&str, u32)>, new: &str) -> (Stored, u32) {
     if let Some((old, chain)) = old
         && chain < MAX_CHAIN
+        && new.len() >= DELTA_FROM
     {
         let delta = DeltaRecord::between(old.as_bytes(), new.as_bytes());
         if delta.size() < new.len() / 2 {
@@ -346,7 +353,10 @@ mod tests {
             step,
             at_unix_ms: i64::from(step),
             status: "running".into(),
-            progress_json: format!("{{\"steps\":{step},\"pad\":\"{}\"}}", "p".repeat(200)),
+            progress_json: format!(
+                "{{\"steps\":{step},\"pad\":\"{}\"}}",
+                "p".repeat(DELTA_FROM)
+            ),
             fields: fields
                 .iter()
                 .map(|(n, v, j)| ((*n).to_owned(), *v, Arc::from(*j)))
@@ -357,15 +367,17 @@ mod tests {
     #[test]
     fn a_growing_field_is_kept_as_what_changed_and_removed_fields_are_named() {
         let mut last = Last::default();
-        let long = format!("\"{}\"", "a".repeat(500));
-        let longer = format!("\"{}b\"", "a".repeat(500));
+        let long = format!("\"{}\"", "a".repeat(DELTA_FROM));
+        let longer = format!("\"{}b\"", "a".repeat(DELTA_FROM));
         let first = last.record(entry(0, &[("text", 1, &long), ("n", 1, "1")]));
         assert!(matches!(first.fields["text"], Stored::Whole(_)));
         let second = last.record(entry(1, &[("text", 2, &longer), ("n", 1, "1")]));
         assert!(matches!(second.fields["text"], Stored::Delta(_)));
         assert!(matches!(second.progress, Stored::Delta(_)));
         assert!(!second.fields.contains_key("n"), "unchanged: not stored");
-        let third = last.record(entry(2, &[("text", 2, &longer)]));
+        let small = last.record(entry(2, &[("text", 2, &longer), ("n", 2, "2")]));
+        assert_eq!(small.fields["n"], Stored::Whole("2".into()), "small: whole");
+        let third = last.record(entry(3, &[("text", 2, &longer)]));
         assert_eq!(third.removed, ["n"]);
     }
 
@@ -374,7 +386,7 @@ mod tests {
         let mut last = Last::default();
         let mut kinds = Vec::new();
         for step in 0..=MAX_CHAIN + 1 {
-            let text = format!("\"{}{}\"", "a".repeat(500), step);
+            let text = format!("\"{}{}\"", "a".repeat(DELTA_FROM), step);
             let record = last.record(entry(step, &[("text", u64::from(step), &text)]));
             kinds.push(matches!(record.fields["text"], Stored::Whole(_)));
         }
