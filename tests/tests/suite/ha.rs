@@ -50,6 +50,40 @@ async fn pair_with_worker() -> anyhow::Result<(TestGroup, usize, usize, Client)>
     Ok((group, leader, standby, client))
 }
 
+/// Two coordinators on a real etcd (configured by `coordinator`, TOML,
+/// when given) and one worker whose `default` model provider is the test
+/// endpoint at `url` (key `key`), their files in `dir`: (group, leader,
+/// a client of the standby).
+async fn llm_pair(
+    dir: &std::path::Path,
+    url: &str,
+    key: &str,
+    coordinator: Option<&str>,
+) -> anyhow::Result<(TestGroup, usize, Client)> {
+    std::fs::create_dir_all(dir)?;
+    let worker = dir.join("worker.toml");
+    std::fs::write(
+        &worker,
+        format!(
+            "[providers.default]\nbase_url = \"{url}\"\napi_key = \"${{LLM_KEY}}\"\nmodel = \"tiny\"\n"
+        ),
+    )?;
+    let config = dir.join("coordinator.toml");
+    std::fs::write(&config, coordinator.unwrap_or_default())?;
+    let env = [
+        ("WEFT_CONFIG", config.to_str().unwrap_or_default()),
+        ("WEFT_WORKER_CONFIG", worker.to_str().unwrap_or_default()),
+        ("LLM_KEY", key),
+    ];
+    let etcd = weft_tests::etcd::TestEtcd::start().await?;
+    let mut group = TestGroup::start_on(etcd, 2, 2, &env, Default::default()).await?;
+    let leader = group.wait_for_leader(None).await?;
+    group.add_worker("w", 2)?;
+    group.wait_for_log("w", "joined the coordinator", 1).await?;
+    let client = group.client(1 - leader).await?;
+    Ok((group, leader, client))
+}
+
 async fn finish(client: &Client, run_id: &str) -> anyhow::Result<RunInfo> {
     Ok(tokio::time::timeout(Duration::from_secs(90), client.wait(run_id)).await??)
 }
@@ -287,31 +321,9 @@ async fn a_rate_limits_window_survives_the_leaders_kill() -> anyhow::Result<()> 
     const KEY: &str = "sk-ha-limits";
     let llm = TestLlm::start(KEY, |_, _| Reply::Text("ok".into())).await?;
     let dir = std::env::temp_dir().join(format!("weft-ha-limits-{}", std::process::id()));
-    std::fs::create_dir_all(&dir)?;
-    let coordinator = dir.join("coordinator.toml");
-    std::fs::write(
-        &coordinator,
-        "[[limits]]\nname = \"slow\"\nmatch = { kind = \"llm\" }\nrequests_per_minute = 6\n",
-    )?;
-    let worker = dir.join("worker.toml");
-    std::fs::write(
-        &worker,
-        format!(
-            "[providers.default]\nbase_url = \"{}\"\napi_key = \"${{LLM_KEY}}\"\nmodel = \"tiny\"\n",
-            llm.url
-        ),
-    )?;
-    let env = [
-        ("WEFT_CONFIG", coordinator.to_str().unwrap()),
-        ("WEFT_WORKER_CONFIG", worker.to_str().unwrap()),
-        ("LLM_KEY", KEY),
-    ];
-    let etcd = weft_tests::etcd::TestEtcd::start().await?;
-    let mut group = TestGroup::start_on(etcd, 2, 2, &env, Default::default()).await?;
-    let leader = group.wait_for_leader(None).await?;
-    group.add_worker("w", 2)?;
-    group.wait_for_log("w", "joined the coordinator", 1).await?;
-    let client = group.client(1 - leader).await?;
+    let limits =
+        "[[limits]]\nname = \"slow\"\nmatch = { kind = \"llm\" }\nrequests_per_minute = 6\n";
+    let (mut group, leader, client) = llm_pair(&dir, &llm.url, KEY, Some(limits)).await?;
     let ask = GraphBundle::from_text(
         "ask.yaml",
         "nodes:\n  ask: { kind: llm, start: true, prompt: \"Hello.\" }\n",
@@ -380,25 +392,7 @@ async fn a_stream_cut_off_by_the_leaders_kill_resumes_from_the_watchers_offset()
     })
     .await?;
     let dir = std::env::temp_dir().join(format!("weft-ha-stream-{}", std::process::id()));
-    std::fs::create_dir_all(&dir)?;
-    let worker = dir.join("worker.toml");
-    std::fs::write(
-        &worker,
-        format!(
-            "[providers.default]\nbase_url = \"{}\"\napi_key = \"${{LLM_KEY}}\"\nmodel = \"tiny\"\n",
-            llm.url
-        ),
-    )?;
-    let env = [
-        ("WEFT_WORKER_CONFIG", worker.to_str().unwrap()),
-        ("LLM_KEY", KEY),
-    ];
-    let etcd = weft_tests::etcd::TestEtcd::start().await?;
-    let mut group = TestGroup::start_on(etcd, 2, 2, &env, Default::default()).await?;
-    let leader = group.wait_for_leader(None).await?;
-    group.add_worker("w", 2)?;
-    group.wait_for_log("w", "joined the coordinator", 1).await?;
-    let client = group.client(1 - leader).await?;
+    let (mut group, leader, client) = llm_pair(&dir, &llm.url, KEY, None).await?;
     let tell = GraphBundle::from_text(
         "tell.yaml",
         "state:\n  story: { type: string, default: \"\" }\nnodes:\n  tell: { kind: llm, start: true, prompt: \"Tell.\", state_updates: { story: \"{{ output }}\" } }\n",

@@ -54,6 +54,23 @@ pub(crate) fn cpu() -> Duration {
     Duration::from_millis(fields.iter().sum::<u64>() * 10)
 }
 
+/// Gives `worker` the endpoint at `url` (key `key`) as its `default`
+/// model provider.
+pub(crate) fn use_provider(worker: &mut weft_worker::Worker, url: &str, key: &str) {
+    let table = weft_worker::llm::ProviderConfig {
+        base_url: url.to_owned(),
+        api_key: Some(key.into()),
+        model: Some("tiny".into()),
+        ..Default::default()
+    };
+    let tables = std::collections::BTreeMap::from([("default".to_owned(), table)]);
+    if let Ok(providers) =
+        weft_worker::llm::Providers::new(tables, |_| None, &weft_worker::Secrets::default())
+    {
+        worker.providers(providers);
+    }
+}
+
 async fn one(limited: bool) -> Result<Outcome> {
     let llm = TestLlm::start(KEY, |_, _| Reply::Text("ok".into())).await?;
     if limited {
@@ -78,18 +95,7 @@ async fn one(limited: bool) -> Result<Outcome> {
         },
         move |worker| {
             worker.slots(32);
-            let table = weft_worker::llm::ProviderConfig {
-                base_url: url.clone(),
-                api_key: Some(KEY.into()),
-                model: Some("tiny".into()),
-                ..Default::default()
-            };
-            let tables = std::collections::BTreeMap::from([("default".to_owned(), table)]);
-            if let Ok(providers) =
-                weft_worker::llm::Providers::new(tables, |_| None, &weft_worker::Secrets::default())
-            {
-                worker.providers(providers);
-            }
+            use_provider(worker, &url, KEY);
         },
     )
     .await?;

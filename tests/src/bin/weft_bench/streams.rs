@@ -24,7 +24,7 @@ use tokio_stream::StreamExt;
 use weft_client::{Client, EmbeddedCluster, GraphBundle, RunStatus};
 use weft_tests::llm_server::{Reply, TestLlm};
 
-use super::flow::cpu;
+use super::flow::{cpu, use_provider};
 use super::{Args, Figure, median};
 
 const STREAMS: usize = 100;
@@ -152,18 +152,7 @@ pub(crate) async fn w11(args: &Args) -> Result<Vec<Figure>> {
         |_| {},
         move |worker| {
             worker.slots(64);
-            let table = weft_worker::llm::ProviderConfig {
-                base_url: url.clone(),
-                api_key: Some(KEY.into()),
-                model: Some("tiny".into()),
-                ..Default::default()
-            };
-            let tables = std::collections::BTreeMap::from([("default".to_owned(), table)]);
-            if let Ok(providers) =
-                weft_worker::llm::Providers::new(tables, |_| None, &weft_worker::Secrets::default())
-            {
-                worker.providers(providers);
-            }
+            use_provider(worker, &url, KEY);
         },
     )
     .await?;
