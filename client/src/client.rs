@@ -419,6 +419,31 @@ impl Client {
         }))
     }
 
+    /// Starts a new run from run `run_id`'s state after wave `at` (the
+    /// last its history keeps when `None`), with `set` replacing fields
+    /// of that state, on the same bundle (SPEC 20); the new run's id. The
+    /// original is untouched; the fork's `forked_from` names it.
+    pub async fn fork(
+        &self,
+        run_id: &str,
+        at: Option<u32>,
+        set: &serde_json::Map<String, Value>,
+    ) -> Result<Submitted, ClientError> {
+        let request = pb::ForkRequest {
+            run_id: run_id.to_owned(),
+            at,
+            set_json: set
+                .iter()
+                .map(|(field, value)| (field.clone(), value.to_string()))
+                .collect(),
+        };
+        let response = self.runs.clone().fork(request).await?.into_inner();
+        Ok(Submitted {
+            run_id: response.run_id.into(),
+            warnings: response.warnings,
+        })
+    }
+
     /// The waves run `run_id`'s history keeps, and its state after wave
     /// `at` (0: the input; `None`: the last kept) (SPEC 20).
     pub async fn history(

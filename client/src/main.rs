@@ -108,6 +108,23 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Start a new run from a run's state after one of its waves, with
+    /// fields replaced; prints the new run's id.
+    Fork {
+        /// The run to fork.
+        run: String,
+        /// The wave to fork after (0: the input); default: the last kept.
+        #[arg(long)]
+        at: Option<u32>,
+        /// A field of the fork's state: FIELD=JSON (a value that is not
+        /// JSON is taken as a string); repeatable.
+        #[arg(long = "set", value_name = "FIELD=JSON")]
+        set: Vec<String>,
+        /// Print exactly one JSON object: `{"run_id", "forked_from": {"run",
+        /// "step"}}`.
+        #[arg(long)]
+        json: bool,
+    },
     /// A run's state after one of its waves, read from its history.
     State {
         /// The run id.
@@ -285,6 +302,7 @@ async fn remote(coordinator: Option<String>, command: Command) -> u8 {
         Command::Status { run, json } => c::status(coordinator, &run, json).await,
         Command::Watch { run, json } => c::watch(coordinator, &run, json).await,
         Command::State { run, at, json } => c::state(coordinator, &run, at, json).await,
+        Command::Fork { run, at, set, json } => c::fork(coordinator, &run, at, &set, json).await,
         Command::Runs {
             limit,
             after,

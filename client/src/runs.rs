@@ -64,6 +64,8 @@ pub struct RunInfo {
     pub namespace: String,
     /// Who submitted it (empty when not recorded).
     pub submitted_by: String,
+    /// For a fork, the run and wave it was forked from.
+    pub forked_from: Option<weft_proto::events::ForkedFrom>,
     /// Who answered its approval and input nodes (the latest answer of
     /// each), in the order they were answered.
     pub answers: Vec<Answer>,
@@ -291,6 +293,10 @@ pub(crate) fn run_info(info: pb::RunInfo) -> Result<RunInfo, ClientError> {
         usage: info.usage.map(Into::into).unwrap_or_default(),
         namespace: info.namespace,
         submitted_by: info.submitted_by,
+        forked_from: (!info.forked_from_run.is_empty()).then(|| weft_proto::events::ForkedFrom {
+            run: info.forked_from_run.into(),
+            step: info.forked_from_step.unwrap_or_default(),
+        }),
         answers: info
             .answers
             .into_iter()

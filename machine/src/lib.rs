@@ -29,6 +29,7 @@ mod attempts;
 pub mod binding;
 mod end_nodes;
 pub mod events;
+pub mod fork;
 pub mod held;
 mod human;
 pub mod limits;
@@ -156,6 +157,9 @@ pub struct Progress {
     /// coordinator's to price).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     usage: BTreeMap<String, weft_proto::types::Usage>,
+    /// For a fork, the run and wave it was forked from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    forked_from: Option<weft_proto::events::ForkedFrom>,
 }
 
 impl Progress {
@@ -253,6 +257,7 @@ impl RunMachine {
             answers: Vec::new(),
             meter,
             usage: BTreeMap::new(),
+            forked_from: None,
         };
         Ok(Self {
             plan,
@@ -425,6 +430,7 @@ impl RunMachine {
         let mut fx = vec![Effect::Emit(RunEvent::RunSubmitted {
             by: owner.submitted_by.clone(),
             namespace: owner.namespace.clone(),
+            forked_from: None,
         })];
         self.advance(&mut fx);
         fx

@@ -16,7 +16,13 @@ impl RunMachine {
     /// wave if none was running, else what was out; nothing for a run that
     /// has ended or waits only for a person.
     pub fn resume(&mut self) -> Vec<Effect> {
-        let mut fx = Vec::new();
+        self.pick_up(Vec::new(), true)
+    }
+
+    /// After `fx`, the effects that pick the run up where its progress
+    /// stands (see [`RunMachine::resume`]); each task sent again is told
+    /// as such when `told`.
+    pub(crate) fn pick_up(&mut self, mut fx: Vec<Effect>, told: bool) -> Vec<Effect> {
         if self.run.status.is_terminal() {
             return fx;
         }
@@ -35,13 +41,15 @@ impl RunMachine {
             {
                 Arc::make_mut(&mut spec).team = self.reseat(&item, spec.key);
             }
-            fx.push(Effect::Emit(RunEvent::TaskRedispatched {
-                node: spec.node.clone(),
-                attempt: spec.attempt,
-                item: self.run.tasks.get(spec.key).and_then(|t| t.item),
-                reason: Redispatch::CoordinatorRestarted,
-                worker: None,
-            }));
+            if told {
+                fx.push(Effect::Emit(RunEvent::TaskRedispatched {
+                    node: spec.node.clone(),
+                    attempt: spec.attempt,
+                    item: self.run.tasks.get(spec.key).and_then(|t| t.item),
+                    reason: Redispatch::CoordinatorRestarted,
+                    worker: None,
+                }));
+            }
             fx.push(Effect::Dispatch(spec));
         }
         fx.extend(parked.into_iter().map(|key| Effect::ScheduleRetry {

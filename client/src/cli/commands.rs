@@ -197,6 +197,7 @@ fn info_fallback(run_id: &str) -> weft_client::RunInfo {
         ended_unix_ms: None,
         namespace: String::new(),
         submitted_by: String::new(),
+        forked_from: None,
         answers: Vec::new(),
         usage: Default::default(),
     }
@@ -216,6 +217,72 @@ pub async fn status(coordinator: Option<String>, run: &str, json: bool) -> u8 {
         Err(error) => report(&error),
     };
     session.close(false).await;
+    code
+}
+
+/// `--set FIELD=JSON` values as fields; a value that is not JSON is a
+/// string (as `weft resume` takes answers).
+fn fields_set(set: &[String]) -> Result<Map<String, Value>, String> {
+    let mut fields = Map::new();
+    for item in set {
+        let (field, text) = item
+            .split_once('=')
+            .filter(|(field, _)| !field.is_empty())
+            .ok_or_else(|| format!("--set {item}: give FIELD=JSON"))?;
+        let value = serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.to_owned()));
+        fields.insert(field.to_owned(), value);
+    }
+    Ok(fields)
+}
+
+/// `weft fork`: a new run from a run's state after one of its waves
+/// (SPEC 20).
+pub async fn fork(
+    coordinator: Option<String>,
+    run: &str,
+    at: Option<u32>,
+    set: &[String],
+    json: bool,
+) -> u8 {
+    let fields = match fields_set(set) {
+        Ok(fields) => fields,
+        Err(message) => {
+            err!("error: {message}");
+            return exit::INVALID;
+        }
+    };
+    let session = match open(coordinator, LOCAL_WORKERS, false).await {
+        Ok(session) => session,
+        Err(code) => return code,
+    };
+    let code = match session.client.fork(run, at, &fields).await {
+        Ok(forked) => {
+            for warning in &forked.warnings {
+                err!("{warning}");
+            }
+            let id = forked.run_id.to_string();
+            let info = session.client.status(&id).await.ok();
+            let from = info.as_ref().and_then(|info| info.forked_from.clone());
+            let step = from.as_ref().map(|from| from.step);
+            if json {
+                let shown = serde_json::json!({
+                    "run_id": id,
+                    "forked_from": from.map(|from| serde_json::json!({"run": from.run, "step": from.step})),
+                });
+                out!("{shown}");
+            } else {
+                match step {
+                    Some(step) => err!("run {id} forked from {run} after wave {step}"),
+                    None => err!("run {id} forked from {run}"),
+                }
+                out!("{id}");
+            }
+            continue_locally(&session, &id).await;
+            exit::OK
+        }
+        Err(error) => report(&error),
+    };
+    session.close(true).await;
     code
 }
 

@@ -33,6 +33,12 @@ pub fn json_object(info: &RunInfo) -> Value {
             serde_json::to_value(&info.unhosted).unwrap_or(Value::Null),
         );
     }
+    if let Some(from) = &info.forked_from {
+        object.insert(
+            "forked_from".into(),
+            serde_json::to_value(from).unwrap_or(Value::Null),
+        );
+    }
     if !info.children.is_empty() {
         object.insert(
             "children".into(),
@@ -84,6 +90,9 @@ pub fn show(info: &RunInfo, json: bool) -> u8 {
                 wait.node,
                 wait.needs
             );
+        }
+        if let Some(from) = &info.forked_from {
+            err!("  forked from run {} after wave {}", from.run, from.step);
         }
         for child in &info.children {
             err!(

@@ -46,6 +46,9 @@ pub enum AccessError {
     /// The coordinator keeps no history: it has no store.
     #[error("this coordinator keeps no run history: it runs without a store")]
     NoHistory,
+    /// A fork was refused.
+    #[error(transparent)]
+    Fork(#[from] SubmitError),
 }
 
 impl From<DeleteError> for AccessError {
@@ -118,6 +121,30 @@ impl RunAccess {
         self.runs
             .submit_with(bundle, input_json, references, owner)
             .await
+    }
+
+    /// Starts a fork of run `id` after its wave `at` (the last kept when
+    /// `None`) with `set` replacing fields of its state, as `caller`, in
+    /// the original's namespace; the fork and the wave it was taken after.
+    pub async fn fork(
+        &self,
+        caller: &Identity,
+        id: &str,
+        at: Option<u32>,
+        set: serde_json::Map<String, serde_json::Value>,
+    ) -> Result<(crate::runs::Accepted, u32), AccessError> {
+        let original = self.run(caller, id)?;
+        let owner = Owner {
+            namespace: original.namespace().to_owned(),
+            submitted_by: caller.name.clone(),
+            priority: None,
+            budgets: Vec::new(),
+            no_cache: false,
+        };
+        Ok(self
+            .runs
+            .fork(original.id(), at, set, owner, self.max_bundle_bytes)
+            .await?)
     }
 
     /// What validation finds in `bundle`'s graph.

@@ -76,6 +76,8 @@ pub struct RunReport {
     pub namespace: String,
     /// Who submitted it (empty when not recorded).
     pub submitted_by: String,
+    /// For a fork, the run and wave it was forked from.
+    pub forked_from: Option<weft_proto::events::ForkedFrom>,
     /// Who answered its human nodes (the latest answer of each).
     pub answers: Vec<Answered>,
     /// Its trace's id (empty: not traced).
@@ -122,6 +124,7 @@ impl RunReport {
             children: view.children,
             namespace: view.owner.namespace,
             submitted_by: view.owner.submitted_by,
+            forked_from: view.forked_from,
             answers: view.answers,
             trace_id: view.trace_id.to_string(),
         }

@@ -24,9 +24,10 @@ fn needed(path: &str) -> Option<(&str, Role)> {
             "GetRun" | "ListRuns" | "WatchRun" | "StreamRun" | "Validate" | "ListIndexes"
             | "GetHistory",
         ) => Role::Reader,
-        ("weft.v1.RunService", "Submit" | "Resume" | "Cancel" | "Retry" | "FetchIndex") => {
-            Role::Operator
-        }
+        (
+            "weft.v1.RunService",
+            "Submit" | "Resume" | "Cancel" | "Retry" | "FetchIndex" | "Fork",
+        ) => Role::Operator,
         ("weft.v1.RunService", "DeleteRun") => Role::Admin,
         ("weft.v1.WorkerService", "Join" | "FetchBlob" | "ShareIndex") => Role::Worker,
         _ => return None,

@@ -144,15 +144,7 @@ async fn read_run<P: Progress>(
     if !record.fields.is_empty() {
         progress.set_state(read_state(store, &record).await?);
     }
-    let mut files = Vec::with_capacity(record.files.len());
-    for file in &record.files {
-        let content = chunks::get(store, &blob_key(&file.sha256))
-            .await?
-            .ok_or_else(|| corrupt(key, &format!("bundle file {} is missing", file.path)))?;
-        files.push((file.path.clone(), content, file.mode));
-    }
-    let bundle = Bundle::new(record.graph_path.clone(), files, max_bundle_bytes)
-        .map_err(|e| corrupt(key, &e.to_string()))?;
+    let bundle = read_bundle(store, key, &record, max_bundle_bytes).await?;
     let log = read_log(store, &record).await?;
     Ok(StoredRun {
         id: RunId::from(record.id.as_str()),
@@ -170,6 +162,39 @@ async fn read_run<P: Progress>(
         },
         stream: Vec::new(),
     })
+}
+
+/// The bundle a run's record (at `key`) names, its files read from the
+/// store.
+async fn read_bundle(
+    store: &AnyStore,
+    key: &str,
+    record: &RunRecord,
+    max_bundle_bytes: usize,
+) -> Result<Bundle, StoreError> {
+    let mut files = Vec::with_capacity(record.files.len());
+    for file in &record.files {
+        let content = chunks::get(store, &blob_key(&file.sha256))
+            .await?
+            .ok_or_else(|| corrupt(key, &format!("bundle file {} is missing", file.path)))?;
+        files.push((file.path.clone(), content, file.mode));
+    }
+    Bundle::new(record.graph_path.clone(), files, max_bundle_bytes)
+        .map_err(|e| corrupt(key, &e.to_string()))
+}
+
+/// Run `id`'s bundle, as submitted, read back from the store.
+pub async fn stored_bundle(
+    store: &AnyStore,
+    id: &str,
+    max_bundle_bytes: usize,
+) -> Result<Bundle, StoreError> {
+    let key = keys::record_key(id);
+    let bytes = chunks::get(store, &key)
+        .await?
+        .ok_or_else(|| corrupt(&key, "the run's record is missing"))?;
+    let record = records::decode_run(&bytes).map_err(|e| corrupt(&key, &e.to_string()))?;
+    read_bundle(store, &key, &record, max_bundle_bytes).await
 }
 
 /// The state a record names, field by field: each from its key, then its

@@ -71,6 +71,12 @@ impl From<RunReport> for pb::RunInfo {
                 .collect(),
             namespace: report.namespace,
             submitted_by: report.submitted_by,
+            forked_from_run: report
+                .forked_from
+                .as_ref()
+                .map(|from| from.run.to_string())
+                .unwrap_or_default(),
+            forked_from_step: report.forked_from.as_ref().map(|from| from.step),
             answers: report
                 .answers
                 .into_iter()
@@ -126,6 +132,12 @@ impl From<pb::RunInfo> for RunReport {
                 .collect(),
             namespace: info.namespace,
             submitted_by: info.submitted_by,
+            forked_from: (!info.forked_from_run.is_empty()).then(|| {
+                weft_proto::events::ForkedFrom {
+                    run: info.forked_from_run.into(),
+                    step: info.forked_from_step.unwrap_or_default(),
+                }
+            }),
             answers: info
                 .answers
                 .into_iter()

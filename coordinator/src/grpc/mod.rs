@@ -67,6 +67,7 @@ impl From<AccessError> for Status {
             }
             AccessError::History(error) => Status::internal(error.to_string()),
             AccessError::NoHistory => Status::failed_precondition(error.to_string()),
+            AccessError::Fork(error) => error.into(),
         }
     }
 }

@@ -279,4 +279,28 @@ impl RunService for RunApi {
             state_json: Value::Object(at.state).to_string(),
         }))
     }
+
+    async fn fork(
+        &self,
+        request: Request<pb::ForkRequest>,
+    ) -> Result<Response<pb::SubmitResponse>, Status> {
+        let caller = principal(&request)?;
+        let request = request.into_inner();
+        let mut set = serde_json::Map::new();
+        for (field, json) in request.set_json {
+            let value = serde_json::from_str(&json).map_err(|error| {
+                Status::invalid_argument(format!("--set {field}: not JSON ({error}): {json}"))
+            })?;
+            set.insert(field, value);
+        }
+        let (accepted, _) = self
+            .access
+            .fork(&caller, &request.run_id, request.at, set)
+            .await?;
+        Ok(Response::new(pb::SubmitResponse {
+            run_id: accepted.id.to_string(),
+            warnings: accepted.warnings,
+            referable: Vec::new(),
+        }))
+    }
 }

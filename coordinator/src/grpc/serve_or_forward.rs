@@ -393,6 +393,7 @@ impl RunService for FrontRuns {
         retry(pb::RetryRequest) -> pb::RunInfo;
         delete_run(pb::DeleteRunRequest) -> pb::DeleteRunResponse;
         get_history(pb::GetHistoryRequest) -> pb::RunHistory;
+        fork(pb::ForkRequest) -> pb::SubmitResponse;
     }
 
     type StreamRunStream = super::run_service::DeltaStream;

@@ -17,6 +17,12 @@ pub(super) fn run_json(report: RunReport, settings: &HttpConfig) -> Value {
     object.insert("graph".into(), report.graph_name.into());
     object.insert("namespace".into(), report.namespace.into());
     object.insert("submitted_by".into(), report.submitted_by.into());
+    if let Some(from) = &report.forked_from {
+        object.insert(
+            "forked_from".into(),
+            json!({"run": from.run, "step": from.step}),
+        );
+    }
     object.insert("created_unix_ms".into(), report.created_unix_ms.into());
     if let Some(ended) = report.ended_unix_ms {
         object.insert("ended_unix_ms".into(), ended.into());
@@ -117,6 +123,7 @@ mod tests {
             children: Vec::new(),
             namespace: "default".into(),
             submitted_by: "alice".into(),
+            forked_from: None,
             answers: Vec::new(),
             trace_id: "abc".into(),
             diagram_svg: None,

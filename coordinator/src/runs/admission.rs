@@ -150,6 +150,15 @@ impl Runs {
     /// Starts an admitted run: its files leased, its record stored, its
     /// actor spawned; acknowledged once its first checkpoint is stored.
     async fn start(&self, admitted: Admitted) -> Result<Accepted, SubmitError> {
+        self.start_as(admitted, Start::New).await
+    }
+
+    /// Starts an admitted run as `how` says (a new run, or a fork).
+    pub(super) async fn start_as(
+        &self,
+        admitted: Admitted,
+        how: Start,
+    ) -> Result<Accepted, SubmitError> {
         let Admitted {
             bundle,
             family,
@@ -198,7 +207,7 @@ impl Runs {
                 shutdown: self.shutdown.child_token(),
                 tracker: self.tracker.clone(),
                 history: None,
-                start: Start::New,
+                start: how,
                 journal,
                 admitted: Some(admitted),
                 lease,
@@ -321,15 +330,15 @@ impl Planned {
 }
 
 /// A run the admission decision took: its machine made, not started.
-struct Admitted {
-    bundle: Bundle,
-    family: Arc<Family>,
-    plan: Arc<RunPlan>,
-    machine: RunMachine,
-    owner: Owner,
-    warnings: Vec<String>,
+pub(super) struct Admitted {
+    pub(super) bundle: Bundle,
+    pub(super) family: Arc<Family>,
+    pub(super) plan: Arc<RunPlan>,
+    pub(super) machine: RunMachine,
+    pub(super) owner: Owner,
+    pub(super) warnings: Vec<String>,
     /// A run of its own, not a subgraph node's child.
-    top_level: bool,
+    pub(super) top_level: bool,
 }
 
 /// The admission decision, pure: the input read and checked against the

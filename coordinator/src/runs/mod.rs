@@ -11,6 +11,7 @@
 mod admission;
 mod answers;
 mod children;
+mod forks;
 mod parsed;
 pub(crate) mod quarantine;
 mod recent_inputs;
@@ -86,6 +87,10 @@ pub enum SubmitError {
         /// Its field named.
         from_field: String,
     },
+    /// A fork cannot be made as asked (a wave not kept, a field that does
+    /// not fit the state).
+    #[error("{0}")]
+    Fork(String),
     /// The input is larger than the configured limit.
     #[error("the input is {size} bytes, more than the limit of {limit}")]
     InputTooLarge {

@@ -53,7 +53,8 @@ fn the_first_event_names_the_submitter_and_namespace() {
         h.events.first(),
         Some(&RunEvent::RunSubmitted {
             by: "ci".into(),
-            namespace: "team-a".into()
+            namespace: "team-a".into(),
+            forked_from: None,
         })
     );
 }

@@ -37,6 +37,16 @@ pub struct RetrievedHit {
     pub score: f64,
 }
 
+/// Where a forked run came from (SPEC 20): the run, and the wave after
+/// which its state was taken.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ForkedFrom {
+    /// The original run.
+    pub run: RunId,
+    /// The wave (0: its input).
+    pub step: u32,
+}
+
 /// How a run failed, as clients see it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ErrorInfo {
@@ -388,6 +398,9 @@ pub enum RunEvent {
         by: String,
         /// The namespace it belongs to.
         namespace: String,
+        /// For a fork, the run and wave it was forked from.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        forked_from: Option<ForkedFrom>,
     },
     /// `retry` started the failed wave again.
     RunRetried {

@@ -275,8 +275,21 @@ pub fn event_to_wire(seq: u64, at_unix_ms: i64, event: &RunEvent) -> pb::RunEven
             node: node.into(),
             by: by.unwrap_or_default(),
         }),
-        RunEvent::RunSubmitted { by, namespace } => {
-            E::RunSubmitted(pb::RunSubmitted { by, namespace })
+        RunEvent::RunSubmitted {
+            by,
+            namespace,
+            forked_from,
+        } => {
+            let (forked_from_run, forked_from_step) = match forked_from {
+                Some(from) => (from.run.to_string(), Some(from.step)),
+                None => (String::new(), None),
+            };
+            E::RunSubmitted(pb::RunSubmitted {
+                by,
+                namespace,
+                forked_from_run,
+                forked_from_step,
+            })
         }
         RunEvent::RunRetried { by } => E::RunRetried(pb::RunRetried { by }),
         RunEvent::CancelRequested { by } => E::CancelRequested(pb::CancelRequested { by }),
@@ -475,6 +488,10 @@ pub fn event_from_wire(event: pb::RunEvent) -> Option<RunEvent> {
         E::RunSubmitted(e) => RunEvent::RunSubmitted {
             by: e.by,
             namespace: e.namespace,
+            forked_from: (!e.forked_from_run.is_empty()).then(|| super::ForkedFrom {
+                run: e.forked_from_run.into(),
+                step: e.forked_from_step.unwrap_or_default(),
+            }),
         },
         E::RunRetried(e) => RunEvent::RunRetried { by: e.by },
         E::CancelRequested(e) => RunEvent::CancelRequested { by: e.by },
@@ -707,6 +724,15 @@ mod tests {
             RunEvent::RunSubmitted {
                 by: "ci".into(),
                 namespace: "team-a".into(),
+                forked_from: None,
+            },
+            RunEvent::RunSubmitted {
+                by: "ci".into(),
+                namespace: "team-a".into(),
+                forked_from: Some(super::super::ForkedFrom {
+                    run: "run-1".into(),
+                    step: 3,
+                }),
             },
             RunEvent::RunRetried { by: "ops".into() },
             RunEvent::CancelRequested { by: "ops".into() },

@@ -65,6 +65,45 @@ def test_a_runs_history_gives_each_waves_state_and_refuses_a_wave_not_kept(clust
     assert asyncio.run(asynchronously()).state == {"n": 1}
 
 
+def test_a_fork_goes_on_from_a_wave_with_a_field_replaced(cluster):
+    chain = {
+        "name": "log",
+        "settings": {"strict_state": True},
+        "state": {"log": {"type": "string", "default": ""},
+                  "word": {"type": "string", "default": "a"}},
+        "nodes": {
+            "one": {"kind": "script", "start": True, "next": "two",
+                    "run": ["sh", "-c", 'echo "{\\"log\\": \\"1\\"}"']},
+            "two": {"kind": "script", "next": "three",
+                    "run": ["sh", "-c", 'echo "{\\"log\\": \\"2\\"}"']},
+            "three": {"kind": "script", "end": True,
+                      "run": ["sh", "-c", 'echo "{\\"log\\": \\"3\\"}"']},
+        },
+    }
+    client = weft.Client(cluster.url)
+    original = client.submit(chain)
+    assert original.wait(timeout=30).state == {"log": "3", "word": "a"}
+    fork = original.fork(at=1, set={"word": "b"})
+    done = fork.wait(timeout=30)
+    assert done.state == {"log": "3", "word": "b"}
+    assert done.forked_from == weft.ForkedFrom(original.run_id, 1)
+    assert [w.step for w in fork.history().waves] == [1, 2, 3]
+    assert original.get().forked_from is None
+    with pytest.raises(weft.InvalidArgument, match="cannot set field 'wrod'"):
+        client.fork(original.run_id, at=1, set={"wrod": "b"})
+
+    async def asynchronously() -> weft.RunInfo:
+        import weft.aio
+
+        async with weft.aio.Client(cluster.url) as aio:
+            run = await aio.fork(original.run_id, at=2)
+            return await run.wait(timeout=30)
+
+    import asyncio
+
+    assert asyncio.run(asynchronously()).forked_from == weft.ForkedFrom(original.run_id, 2)
+
+
 def test_a_run_is_submitted_with_a_priority_and_a_wrong_one_refused(cluster):
     client = weft.Client(cluster.url)
     run = client.submit(ECHO, input={"n": 1}, priority="low")

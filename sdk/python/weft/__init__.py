@@ -25,7 +25,7 @@ from .errors import (
     Unavailable,
     WeftError,
 )
-from .types import Answer, ChildRun, Delta, Event, History, RunError, RunInfo, Usage, WaitingNode, Wave
+from .types import Answer, ChildRun, Delta, Event, ForkedFrom, History, RunError, RunInfo, Usage, WaitingNode, Wave
 from .team import Message, Team, TeamError
 from .worker import HandlerFailed, Item, TaskContext, ToolContext, Worker
 
@@ -37,6 +37,7 @@ __all__ = [
     "Delta",
     "Event",
     "GraphBundle",
+    "ForkedFrom",
     "GraphInvalid",
     "History",
     "HandlerFailed",

@@ -65,6 +65,11 @@ class Run:
         `weft.Run.history`)."""
         return await self.client.history(self.run_id, at)
 
+    async def fork(self, at: Optional[int] = None, set: Optional[dict[str, Any]] = None) -> "Run":
+        """A new run from this one's state after wave `at`, with the fields
+        of `set` replaced (see `weft.Client.fork`)."""
+        return await self.client.fork(self.run_id, at, set)
+
     async def wait(self, timeout: Optional[float] = None) -> RunInfo:
         """The run once it has ended or waits for a person."""
         return await self.client.wait(self.run_id, timeout)
@@ -201,6 +206,19 @@ class Client:
     async def retry(self, run_id: str) -> RunInfo:
         """Runs a failed run's failed wave again."""
         return run_from_wire(await self._call("Retry", pb.RetryRequest(run_id=run_id)))
+
+    async def fork(
+        self, run_id: str, at: Optional[int] = None, set: Optional[dict[str, Any]] = None
+    ) -> Run:
+        """A new run from run `run_id`'s state after wave `at`, with the
+        fields of `set` replaced (see `weft.Client.fork`)."""
+        request = pb.ForkRequest(
+            run_id=run_id,
+            at=at,
+            set_json={name: json.dumps(value) for name, value in (set or {}).items()},
+        )
+        response = await self._call("Fork", request)
+        return Run(self, response.run_id, list(response.warnings))
 
     async def history(self, run_id: str, at: Optional[int] = None) -> History:
         """The waves run `run_id`'s history keeps, and its state after

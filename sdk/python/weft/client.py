@@ -101,6 +101,11 @@ class Run:
         `at` (0: the input; None: the last kept)."""
         return self.client.history(self.run_id, at)
 
+    def fork(self, at: Optional[int] = None, set: Optional[dict[str, Any]] = None) -> "Run":
+        """A new run from this one's state after wave `at`, with the fields
+        of `set` replaced (see `Client.fork`)."""
+        return self.client.fork(self.run_id, at, set)
+
     def wait(self, timeout: Optional[float] = None) -> RunInfo:
         """The run once it has ended or waits for a person."""
         return self.client.wait(self.run_id, timeout)
@@ -271,6 +276,22 @@ class Client:
     def retry(self, run_id: str) -> RunInfo:
         """Runs a failed run's failed wave again."""
         return run_from_wire(self._call("Retry", pb.RetryRequest(run_id=run_id)))
+
+    def fork(
+        self, run_id: str, at: Optional[int] = None, set: Optional[dict[str, Any]] = None
+    ) -> Run:
+        """Starts a new run from run `run_id`'s state after wave `at` (the
+        last its history keeps when None), with the fields of `set`
+        replaced, on the same bundle; the original is untouched and the
+        fork's `forked_from` names it. A wave not kept, or a field that
+        does not fit the state, raises `InvalidArgument` naming it."""
+        request = pb.ForkRequest(
+            run_id=run_id,
+            at=at,
+            set_json={name: json.dumps(value) for name, value in (set or {}).items()},
+        )
+        response = self._call("Fork", request)
+        return Run(self, response.run_id, list(response.warnings))
 
     def history(self, run_id: str, at: Optional[int] = None) -> History:
         """The waves run `run_id`'s history keeps, and its state after

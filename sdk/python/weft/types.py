@@ -93,6 +93,7 @@ class RunInfo:
     answers: list[Answer] = field(default_factory=list)
     namespace: str = ""
     submitted_by: str = ""
+    forked_from: Optional["ForkedFrom"] = None
     event_count: int = 0
     created_unix_ms: int = 0
     ended_unix_ms: Optional[int] = None
@@ -148,6 +149,9 @@ def run_from_wire(info: pb.RunInfo) -> RunInfo:
         ],
         namespace=info.namespace,
         submitted_by=info.submitted_by,
+        forked_from=(
+            ForkedFrom(info.forked_from_run, info.forked_from_step) if info.forked_from_run else None
+        ),
         event_count=info.event_count,
         created_unix_ms=info.created_unix_ms,
         ended_unix_ms=info.ended_unix_ms if info.HasField("ended_unix_ms") else None,
@@ -165,6 +169,15 @@ def usage_from_wire(usage: pb.Usage) -> Usage:
         cached_tokens=usage.cached_tokens,
         cost=usage.cost if usage.HasField("cost") else None,
     )
+
+
+@dataclass(frozen=True)
+class ForkedFrom:
+    """Where a forked run came from: the run, and the wave after which its
+    state was taken."""
+
+    run: str
+    step: int
 
 
 @dataclass(frozen=True)

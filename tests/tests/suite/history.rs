@@ -1,7 +1,10 @@
-//! A run's history (SPEC 20, issue #41) through real processes: every
-//! wave's state read back from the store after the run has moved on, exact
-//! field by field, across a coordinator's restart; `weft state RUN --at
-//! STEP`; a wave the history does not keep refused naming it.
+//! A run's history and its forks (SPEC 20, issue #41) through real
+//! processes: every wave's state read back from the store after the run
+//! has moved on, exact field by field, across a coordinator's restart;
+//! `weft state RUN --at STEP`; a fork after a wave with a field replaced,
+//! checked against a fresh run given the same state; `weft fork`; a wave
+//! not kept, an undeclared field and a value of the wrong type refused
+//! naming them.
 
 use std::process::{Command, Stdio};
 
@@ -175,8 +178,178 @@ async fn weft_state_prints_a_waves_state() -> anyhow::Result<()> {
         move || weft(args)
     })
     .await??;
-    assert!(!out.status.success());
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
     let said = String::from_utf8_lossy(&out.stderr);
     assert!(said.contains("no wave 42"), "{said}");
+    Ok(())
+}
+
+/// A chain of `n` script steps, each appending `TOPICi;` to `log` from
+/// the state it reads (so a step's write depends on the state it is
+/// given); `from` is its first step's number.
+fn log_chain(from: usize, to: usize) -> GraphBundle {
+    let mut yaml = String::from(
+        "name: log\nsettings: { strict_state: true }\nstate:\n  log: { type: string, default: \"\" }\n  topic: { type: string, default: \"tides\" }\nnodes:\n",
+    );
+    for i in from..=to {
+        let start = if i == from { ", start: true" } else { "" };
+        let next = if i < to {
+            format!(", next: step{}", i + 1)
+        } else {
+            String::new()
+        };
+        yaml.push_str(&format!(
+            "  step{i}: {{ kind: script, run: [python3, step.py, \"{i}\"]{start}{next} }}\n"
+        ));
+    }
+    const STEP: &str = r#"import json, sys
+state = json.load(sys.stdin)["state"]
+print(json.dumps({"log": state["log"] + "%s%s;" % (state["topic"], sys.argv[1])}))
+"#;
+    GraphBundle::from_text("log.yaml", &yaml).with_file("step.py", STEP.as_bytes(), 0o644)
+}
+
+#[tokio::test]
+async fn a_fork_goes_on_from_its_wave_with_a_field_replaced_as_a_fresh_run_of_that_state_would()
+-> anyhow::Result<()> {
+    let cluster = TestCluster::with_test_workers(&["w"], 2).await?;
+    let client = cluster.client().await?;
+    let original = client.submit_bundle(log_chain(1, 5), &json!({})).await?;
+    let original = original.run_id.to_string();
+    let done = client.wait(&original).await?;
+    assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error);
+    assert_eq!(done.state["log"], "tides1;tides2;tides3;tides4;tides5;");
+
+    // Forked after wave 2, its topic changed.
+    let set = json!({"topic": "seas"});
+    let forked = client
+        .fork(&original, Some(2), set.as_object().unwrap())
+        .await?;
+    let fork_id = forked.run_id.to_string();
+    let fork = client.wait(&fork_id).await?;
+    assert_eq!(fork.status, RunStatus::Completed, "{:?}", fork.error);
+    let from = fork.forked_from.clone().expect("the fork names its origin");
+    assert_eq!((from.run.to_string(), from.step), (original.clone(), 2));
+    // A fresh run of the rest of the graph given the same state ends as
+    // the fork did, field by field.
+    let after_two = client.history(&original, Some(2)).await?.state;
+    let mut given = after_two.as_object().cloned().unwrap_or_default();
+    given.insert("topic".into(), json!("seas"));
+    let fresh = client
+        .submit_bundle(log_chain(3, 5), &Value::Object(given))
+        .await?;
+    let fresh = client.wait(&fresh.run_id).await?;
+    assert_eq!(fresh.status, RunStatus::Completed, "{:?}", fresh.error);
+    let fields = fork.state.as_object().unwrap();
+    assert_eq!(fields.len(), fresh.state.as_object().unwrap().len());
+    for (field, value) in fields {
+        assert_eq!(value, &fresh.state[field], "field {field}");
+    }
+    assert_eq!(fork.state["log"], "tides1;tides2;seas3;seas4;seas5;");
+    // Its first event says where it came from; the original is untouched.
+    let submitted = weft_tests::events_of(&client, &fork_id, "run_submitted").await?;
+    assert_eq!(submitted[0].body["forked_from"]["run"], original.as_str());
+    assert_eq!(submitted[0].body["forked_from"]["step"], 2);
+    let redispatched = weft_tests::events_of(&client, &fork_id, "task_redispatched").await?;
+    assert!(redispatched.is_empty(), "{redispatched:?}");
+    let again = client.get(&original).await?;
+    assert_eq!(again.state, done.state);
+    assert_eq!(client.history(&original, None).await?.step, 5);
+    // The fork's history goes on from the wave it was forked after.
+    let waves: Vec<u32> = client
+        .history(&fork_id, None)
+        .await?
+        .waves
+        .iter()
+        .map(|w| w.step)
+        .collect();
+    assert_eq!(waves, [2, 3, 4, 5]);
+
+    // Refused, naming what is wrong: a wave not kept, an undeclared field
+    // under strict_state, a value of the wrong type.
+    let refusal = |result: Result<weft_client::Submitted, ClientError>| match result {
+        Err(ClientError::Invalid(message)) => message,
+        other => panic!("a fork that should be refused: {other:?}"),
+    };
+    let empty = serde_json::Map::new();
+    let said = refusal(client.fork(&original, Some(7), &empty).await);
+    assert!(said.contains("no wave 7"), "{said}");
+    let undeclared = json!({"topik": "seas"});
+    let said = refusal(
+        client
+            .fork(&original, Some(1), undeclared.as_object().unwrap())
+            .await,
+    );
+    assert!(
+        said.contains("'topik'") && said.contains("strict_state"),
+        "{said}"
+    );
+    let wrong = json!({"topic": 3});
+    let said = refusal(
+        client
+            .fork(&original, Some(1), wrong.as_object().unwrap())
+            .await,
+    );
+    assert!(
+        said.contains("'topic'") && said.contains("string"),
+        "{said}"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn weft_fork_starts_a_fork_and_weft_status_names_its_origin() -> anyhow::Result<()> {
+    let cluster = TestCluster::with_test_workers(&["w"], 2).await?;
+    let client = cluster.client().await?;
+    let original = client.submit_bundle(log_chain(1, 3), &json!({})).await?;
+    let original = original.run_id.to_string();
+    client.wait(&original).await?;
+    let url = cluster.url().to_owned();
+    let weft = move |args: Vec<String>| {
+        Command::new(binary("weft"))
+            .env("WEFT_EPHEMERAL", "1")
+            .env_remove("WEFT_COORDINATOR")
+            .args(["--coordinator", &url])
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+    };
+    let owned = |args: &[&str]| -> Vec<String> { args.iter().map(|s| (*s).to_owned()).collect() };
+    let args = owned(&[
+        "fork",
+        &original,
+        "--at",
+        "1",
+        "--set",
+        "topic=seas",
+        "--json",
+    ]);
+    let out = tokio::task::spawn_blocking({
+        let weft = weft.clone();
+        move || weft(args)
+    })
+    .await??;
+    assert!(out.status.success(), "{out:?}");
+    let shown: Value = serde_json::from_slice(&out.stdout)?;
+    let fork_id = shown["run_id"].as_str().unwrap_or_default().to_owned();
+    assert_eq!(shown["forked_from"], json!({"run": original, "step": 1}));
+    let fork = client.wait(&fork_id).await?;
+    assert_eq!(fork.state["log"], "tides1;seas2;seas3;");
+    let args = owned(&["status", &fork_id]);
+    let out = tokio::task::spawn_blocking({
+        let weft = weft.clone();
+        move || weft(args)
+    })
+    .await??;
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        said.contains(&format!("forked from run {original} after wave 1")),
+        "{said}"
+    );
+    // A bad --set is refused before anything is sent.
+    let args = owned(&["fork", &original, "--set", "=1"]);
+    let out = tokio::task::spawn_blocking(move || weft(args)).await??;
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("FIELD=JSON"));
     Ok(())
 }

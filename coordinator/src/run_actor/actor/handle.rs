@@ -63,6 +63,8 @@ pub struct RunView {
     pub children: Vec<(NodeId, RunId)>,
     /// Its namespace and submitter.
     pub owner: crate::run_actor::Owner,
+    /// For a fork, the run and wave it was forked from.
+    pub forked_from: Option<weft_proto::events::ForkedFrom>,
     /// Who answered its human nodes.
     pub answers: Vec<crate::run_actor::Answered>,
     /// When it ended (Unix milliseconds), once it has.

@@ -106,6 +106,9 @@ pub struct RunSetup {
 pub enum Start {
     /// A new run: its first wave starts.
     New,
+    /// A fork of another run (SPEC 20): it goes on from the progress it
+    /// was made with.
+    Fork,
     /// A failed run revived by `retry`: the failed wave runs again.
     Retry {
         /// Who asked.
@@ -363,7 +366,7 @@ impl RunActor {
         // A revived run streams again.
         self.streams.set_ended(false);
         match start {
-            Start::New => {
+            Start::New | Start::Fork => {
                 // Stored before the submission is acknowledged; a run the
                 // store did not take is refused, never started.
                 let stored = self.take_checkpoint(true).await;
@@ -373,7 +376,10 @@ impl RunActor {
                 if !stored {
                     return;
                 }
-                let effects = self.step(RunMachine::start);
+                let effects = match start {
+                    Start::Fork => self.step(RunMachine::start_fork),
+                    _ => self.step(RunMachine::start),
+                };
                 self.perform(effects);
                 self.count_status(None);
             }
@@ -802,6 +808,7 @@ impl RunActor {
             unhosted: self.waits_for(),
             children: self.children_started.clone(),
             owner: self.machine.owner().clone(),
+            forked_from: self.machine.forked_from().cloned(),
             answers: self.machine.answers().to_vec(),
             usage: self.prices.total(self.machine.usage()),
             models: Arc::new(self.machine.usage().clone()),

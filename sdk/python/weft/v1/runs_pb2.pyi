@@ -111,7 +111,7 @@ class GetRunRequest(_message.Message):
     def __init__(self, run_id: _Optional[str] = ..., omit_state: _Optional[bool] = ..., with_diagram: _Optional[bool] = ..., kept_input: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class RunInfo(_message.Message):
-    __slots__ = ("run_id", "graph_name", "status", "state_json", "error", "waiting", "event_count", "created_unix_ms", "unhosted", "children", "namespace", "submitted_by", "answers", "ended_unix_ms", "diagram_svg", "trace_id", "usage", "input_fields")
+    __slots__ = ("run_id", "graph_name", "status", "state_json", "error", "waiting", "event_count", "created_unix_ms", "unhosted", "children", "namespace", "submitted_by", "answers", "ended_unix_ms", "diagram_svg", "trace_id", "usage", "input_fields", "forked_from_run", "forked_from_step")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     GRAPH_NAME_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
@@ -130,6 +130,8 @@ class RunInfo(_message.Message):
     TRACE_ID_FIELD_NUMBER: _ClassVar[int]
     USAGE_FIELD_NUMBER: _ClassVar[int]
     INPUT_FIELDS_FIELD_NUMBER: _ClassVar[int]
+    FORKED_FROM_RUN_FIELD_NUMBER: _ClassVar[int]
+    FORKED_FROM_STEP_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     graph_name: str
     status: RunStatus
@@ -148,7 +150,9 @@ class RunInfo(_message.Message):
     trace_id: str
     usage: Usage
     input_fields: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, run_id: _Optional[str] = ..., graph_name: _Optional[str] = ..., status: _Optional[_Union[RunStatus, str]] = ..., state_json: _Optional[str] = ..., error: _Optional[_Union[RunError, _Mapping]] = ..., waiting: _Optional[_Iterable[_Union[WaitingNode, _Mapping]]] = ..., event_count: _Optional[int] = ..., created_unix_ms: _Optional[int] = ..., unhosted: _Optional[_Iterable[_Union[UnhostedWait, _Mapping]]] = ..., children: _Optional[_Iterable[_Union[ChildRun, _Mapping]]] = ..., namespace: _Optional[str] = ..., submitted_by: _Optional[str] = ..., answers: _Optional[_Iterable[_Union[Answer, _Mapping]]] = ..., ended_unix_ms: _Optional[int] = ..., diagram_svg: _Optional[str] = ..., trace_id: _Optional[str] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., input_fields: _Optional[_Iterable[str]] = ...) -> None: ...
+    forked_from_run: str
+    forked_from_step: int
+    def __init__(self, run_id: _Optional[str] = ..., graph_name: _Optional[str] = ..., status: _Optional[_Union[RunStatus, str]] = ..., state_json: _Optional[str] = ..., error: _Optional[_Union[RunError, _Mapping]] = ..., waiting: _Optional[_Iterable[_Union[WaitingNode, _Mapping]]] = ..., event_count: _Optional[int] = ..., created_unix_ms: _Optional[int] = ..., unhosted: _Optional[_Iterable[_Union[UnhostedWait, _Mapping]]] = ..., children: _Optional[_Iterable[_Union[ChildRun, _Mapping]]] = ..., namespace: _Optional[str] = ..., submitted_by: _Optional[str] = ..., answers: _Optional[_Iterable[_Union[Answer, _Mapping]]] = ..., ended_unix_ms: _Optional[int] = ..., diagram_svg: _Optional[str] = ..., trace_id: _Optional[str] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., input_fields: _Optional[_Iterable[str]] = ..., forked_from_run: _Optional[str] = ..., forked_from_step: _Optional[int] = ...) -> None: ...
 
 class Usage(_message.Message):
     __slots__ = ("calls", "prompt_tokens", "completion_tokens", "cached_tokens", "cost")
@@ -296,6 +300,23 @@ class WatchRunRequest(_message.Message):
     run_id: str
     types: _containers.RepeatedScalarFieldContainer[str]
     def __init__(self, run_id: _Optional[str] = ..., types: _Optional[_Iterable[str]] = ..., **kwargs) -> None: ...
+
+class ForkRequest(_message.Message):
+    __slots__ = ("run_id", "at", "set_json")
+    class SetJsonEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    AT_FIELD_NUMBER: _ClassVar[int]
+    SET_JSON_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    at: int
+    set_json: _containers.ScalarMap[str, str]
+    def __init__(self, run_id: _Optional[str] = ..., at: _Optional[int] = ..., set_json: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class GetHistoryRequest(_message.Message):
     __slots__ = ("run_id", "at")
@@ -717,12 +738,16 @@ class InputReceived(_message.Message):
     def __init__(self, node: _Optional[str] = ..., by: _Optional[str] = ...) -> None: ...
 
 class RunSubmitted(_message.Message):
-    __slots__ = ("by", "namespace")
+    __slots__ = ("by", "namespace", "forked_from_run", "forked_from_step")
     BY_FIELD_NUMBER: _ClassVar[int]
     NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    FORKED_FROM_RUN_FIELD_NUMBER: _ClassVar[int]
+    FORKED_FROM_STEP_FIELD_NUMBER: _ClassVar[int]
     by: str
     namespace: str
-    def __init__(self, by: _Optional[str] = ..., namespace: _Optional[str] = ...) -> None: ...
+    forked_from_run: str
+    forked_from_step: int
+    def __init__(self, by: _Optional[str] = ..., namespace: _Optional[str] = ..., forked_from_run: _Optional[str] = ..., forked_from_step: _Optional[int] = ...) -> None: ...
 
 class RunRetried(_message.Message):
     __slots__ = ("by",)

@@ -99,6 +99,11 @@ class RunServiceStub:
                 request_serializer=weft_dot_v1_dot_runs__pb2.GetHistoryRequest.SerializeToString,
                 response_deserializer=weft_dot_v1_dot_runs__pb2.RunHistory.FromString,
                 _registered_method=True)
+        self.Fork = channel.unary_unary(
+                '/weft.v1.RunService/Fork',
+                request_serializer=weft_dot_v1_dot_runs__pb2.ForkRequest.SerializeToString,
+                response_deserializer=weft_dot_v1_dot_runs__pb2.SubmitResponse.FromString,
+                _registered_method=True)
 
 
 class RunServiceServicer:
@@ -198,6 +203,14 @@ class RunServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Fork(self, request, context):
+        """Starts a new run from another's state after one of its waves, with
+        fields replaced (SPEC 20).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_RunServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -265,6 +278,11 @@ def add_RunServiceServicer_to_server(servicer, server):
                     servicer.GetHistory,
                     request_deserializer=weft_dot_v1_dot_runs__pb2.GetHistoryRequest.FromString,
                     response_serializer=weft_dot_v1_dot_runs__pb2.RunHistory.SerializeToString,
+            ),
+            'Fork': grpc.unary_unary_rpc_method_handler(
+                    servicer.Fork,
+                    request_deserializer=weft_dot_v1_dot_runs__pb2.ForkRequest.FromString,
+                    response_serializer=weft_dot_v1_dot_runs__pb2.SubmitResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -618,6 +636,33 @@ class RunService:
             '/weft.v1.RunService/GetHistory',
             weft_dot_v1_dot_runs__pb2.GetHistoryRequest.SerializeToString,
             weft_dot_v1_dot_runs__pb2.RunHistory.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Fork(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/weft.v1.RunService/Fork',
+            weft_dot_v1_dot_runs__pb2.ForkRequest.SerializeToString,
+            weft_dot_v1_dot_runs__pb2.SubmitResponse.FromString,
             options,
             channel_credentials,
             insecure,
