@@ -34,7 +34,7 @@ export function runPage(id) {
   const graph = graphPanel(id, model, changed);
   const maps = mapsPanel(model);
   const loops = loopsPanel(model);
-  const state = statePanel(model);
+  const state = statePanel(model, id);
   const events = eventsPanel(model);
 
   main(header.header, waiting.root, header.errors,

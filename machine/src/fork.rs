@@ -92,15 +92,27 @@ impl RunMachine {
     }
 
     /// Records who forked the run and from where, then goes on from its
-    /// progress: its next wave, or the one that had begun (its steps sent
-    /// again).
+    /// progress: its next wave, or the one that had begun (told as
+    /// started, its steps sent again).
     pub fn start_fork(&mut self) -> Vec<Effect> {
         let owner = &self.run.owner;
-        let fx = vec![Effect::Emit(RunEvent::RunSubmitted {
+        let mut fx = vec![Effect::Emit(RunEvent::RunSubmitted {
             by: owner.submitted_by.clone(),
             namespace: owner.namespace.clone(),
             forked_from: self.run.forked_from.clone(),
         })];
+        // The wave the original had begun is the fork's first: its log
+        // says so, as it says of every wave.
+        if let Some(wave) = &self.run.wave {
+            fx.push(Effect::Emit(RunEvent::WaveStarted {
+                step: wave.step(),
+                nodes: wave
+                    .members()
+                    .iter()
+                    .map(|&idx| self.graph().node(idx).id.clone())
+                    .collect(),
+            }));
+        }
         self.pick_up(fx, false)
     }
 }

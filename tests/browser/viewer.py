@@ -181,6 +181,9 @@ def a_reader_sees_no_actions_and_cannot_act(browser, base, reader, run_id):
     expect(page.locator('.waiting-form[data-node="approve"]')).to_be_visible()
     expect(page.locator(".waiting-form button")).to_have_count(0)
     expect(page.locator("#cancel")).to_have_count(0)
+    # A reader reads any wave's whole state, but has no "fork from here".
+    expect(page.locator("#waves button.whole-state").first).to_be_visible()
+    expect(page.locator("#waves button.fork")).to_have_count(0)
     refused = page.evaluate(
         """async ([id, token]) => {
             const response = await fetch(`/api/v1/runs/${id}/cancel`, {
@@ -352,6 +355,40 @@ def a_running_steps_text_grows_as_its_model_writes(page, base, run_id, shots):
     page.screenshot(path=str(shots / "viewer-stream.png"), full_page=False)
 
 
+def a_wave_is_read_whole_and_forked_with_a_field_replaced(page, base, run_id, shots):
+    step("fork: a wave's whole state comes from the history; 'fork from here' starts a new run with a field replaced")
+    page.goto(f"{base}/runs/{run_id}")
+    expect(page.locator("#run-status")).to_have_text("completed", timeout=20_000)
+    wave = page.locator('#waves .change[data-step="1"]')
+    wave.locator("button.whole-state").click()
+    whole = wave.locator(".wave-state")
+    expect(whole.locator('tr[data-field="first"]')).to_contain_text("1")
+    expect(whole.locator('tr[data-field="word"]')).to_contain_text("hello")
+    wave.locator("button.fork").click()
+    form = wave.locator(".fork-form")
+    # Refused on the page, naming what is wrong: not JSON, then a value of
+    # the wrong type (the coordinator's words).
+    form.locator("textarea.fork-set").fill("{nope")
+    form.locator("button.fork-go").click()
+    expect(form.locator(".form-error")).to_contain_text("not JSON")
+    form.locator("textarea.fork-set").fill('{"first": "x"}')
+    form.locator("button.fork-go").click()
+    expect(form.locator(".form-error")).to_contain_text("cannot set field 'first'")
+    form.locator("textarea.fork-set").fill('{"word": "forked"}')
+    form.locator("button.fork-go").click()
+    expect(page).not_to_have_url(f"{base}/runs/{run_id}", timeout=20_000)
+    expect(page.locator("#forked-from")).to_contain_text(f"{run_id} after wave 1")
+    expect(page.locator("#run-status")).to_have_text("completed", timeout=20_000)
+    expect(page.locator('#state tr[data-field="said"]')).to_contain_text("forked")
+    # Its own log: its first event names where it came from, its wave 2.
+    expect(page.locator('#diagram g.node[data-node="say"]')).to_have_attribute("data-status", "done")
+    expect(page.locator('#waves .change[data-step="2"]')).to_contain_text("said")
+    page.screenshot(path=str(shots / "viewer-fork.png"), full_page=False)
+    # The original is as it was.
+    page.click("#forked-from a")
+    expect(page.locator('#state tr[data-field="said"]')).to_contain_text("hello")
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--base", required=True)
@@ -385,6 +422,7 @@ def main():
         a_throttled_step_is_marked_until_its_key_frees(page, args.base, runs["holder"], runs["keyed"], shots)
         a_spent_budget_is_shown(page, args.base, runs["spent"], shots)
         a_cached_step_is_marked_with_the_run_that_kept_it(page, args.base, runs["cached"], runs["stored"])
+        a_wave_is_read_whole_and_forked_with_a_field_replaced(page, args.base, runs["forkable"], shots)
         assert not page.errors, f"the page threw: {page.errors}"
         browser.close()
     print("all viewer scenarios passed")

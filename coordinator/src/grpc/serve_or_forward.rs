@@ -551,6 +551,27 @@ impl FrontRuns {
         Ok(self.stream_run(request).await?.into_inner())
     }
 
+    /// Starts a fork of run `id` after wave `at` with `set` replacing
+    /// fields, through the leader (itself, or through it).
+    pub(crate) async fn fork_run(
+        &self,
+        caller: &Credentials,
+        id: String,
+        at: Option<u32>,
+        set: serde_json::Map<String, serde_json::Value>,
+    ) -> Result<pb::SubmitResponse, Status> {
+        let set_json = set
+            .into_iter()
+            .map(|(field, value)| (field, value.to_string()))
+            .collect();
+        let request = caller.request(pb::ForkRequest {
+            run_id: id,
+            at,
+            set_json,
+        });
+        Ok(RunService::fork(self, request).await?.into_inner())
+    }
+
     /// Run `id`'s history and its state after wave `at` (the last kept
     /// when `None`), from the leader (itself, or through it).
     pub(crate) async fn history(

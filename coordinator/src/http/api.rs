@@ -31,6 +31,7 @@ pub(super) fn routes() -> Router<Api> {
         .route("/runs/{id}/events", get(super::events::stream))
         .route("/runs/{id}/stream", get(super::events::pieces))
         .route("/runs/{id}/history", get(history))
+        .route("/runs/{id}/fork", post(fork))
         .route("/runs/{id}/resume", post(resume))
         .route("/runs/{id}/cancel", post(cancel))
         .route("/runs/{id}/retry", post(retry))
@@ -184,6 +185,35 @@ async fn history(
         "state": state,
         "waves": waves,
     })))
+}
+
+/// The body of `POST /runs/ID/fork`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ForkBody {
+    /// The wave to fork after; absent: the last kept.
+    #[serde(default)]
+    at: Option<u32>,
+    /// Fields of the fork's state replaced.
+    #[serde(default)]
+    set: serde_json::Map<String, Value>,
+}
+
+/// `POST /runs/ID/fork`: a new run from the run's state after wave `at`
+/// with the fields of `set` replaced (SPEC 20); `{"run_id"}` of the fork.
+async fn fork(
+    State(api): State<Api>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    asked: Result<Json<ForkBody>, JsonRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let caller = admit(&api, &headers, ("Fork", Role::Operator))?;
+    let asked = body(asked)?;
+    let forked = api
+        .front
+        .fork_run(&caller.credentials, id, asked.at, asked.set)
+        .await?;
+    Ok(Json(json!({ "run_id": forked.run_id })))
 }
 
 /// `GET /runs/ID/diagram.svg`: the run's graph, drawn.

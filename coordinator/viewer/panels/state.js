@@ -1,17 +1,93 @@
-// The state: after each wave (what changed, from what), and now.
+// The state: after each wave (what changed, from what; the whole state
+// read from the run's history on asking; "fork from here" for operators),
+// and now.
 
-import { el, jsonValue } from "../common.js";
+import { api, el, jsonValue, session } from "../common.js";
 import { fieldHistory } from "../run_model.js";
 
 const WAVES_SHOWN = 50;
 
-export function statePanel(model) {
+export function statePanel(model, id) {
   const waves = el("div", { id: "waves" });
   const state = el("div", { id: "state" });
+  // What the reader opened, kept across redraws: each wave's whole state
+  // (read once), and the fork forms with what was typed in them.
+  const wholes = new Map();
+  const forks = new Map();
 
   function short(value) {
     const text = JSON.stringify(value);
     return text.length > 80 ? text.slice(0, 77) + "…" : text;
+  }
+
+  async function showWhole(step) {
+    if (!wholes.has(step)) {
+      wholes.set(step, { loading: true });
+      renderWaves();
+      try {
+        const history = await api(`/runs/${encodeURIComponent(id)}/history?at=${step}`);
+        wholes.set(step, { state: history.state });
+      } catch (error) {
+        wholes.set(step, { error: error.message });
+      }
+    } else {
+      wholes.delete(step);
+    }
+    renderWaves();
+  }
+
+  async function fork(step, form) {
+    let set;
+    try {
+      set = JSON.parse(form.text || "{}");
+    } catch (error) {
+      form.error = "the fields to set are not JSON: " + error.message;
+      renderWaves();
+      return;
+    }
+    if (set === null || typeof set !== "object" || Array.isArray(set)) {
+      form.error = "give the fields to set as a JSON object: {\"field\": value}";
+      renderWaves();
+      return;
+    }
+    try {
+      const forked = await api(`/runs/${encodeURIComponent(id)}/fork`, { method: "POST", body: JSON.stringify({ at: step, set }) });
+      window.location.href = "/runs/" + encodeURIComponent(forked.run_id);
+    } catch (error) {
+      form.error = error.message;
+      renderWaves();
+    }
+  }
+
+  function waveTools(step) {
+    const tools = [el("button", { class: "whole-state", text: wholes.has(step) ? "hide the state" : "whole state", onclick: () => showWhole(step) })];
+    if (session.me && session.me.may_act) {
+      tools.push(el("button", { class: "fork", text: "fork from here", onclick: () => {
+        if (forks.has(step)) forks.delete(step); else forks.set(step, { text: "{}", error: "" });
+        renderWaves();
+      } }));
+    }
+    const shown = [];
+    const whole = wholes.get(step);
+    if (whole) {
+      shown.push(el("div", { class: "wave-state", "data-step": step },
+        whole.loading ? el("span", { class: "muted", text: "reading…" })
+          : whole.error ? el("span", { class: "form-error", text: whole.error })
+            : el("table", {}, el("tbody", {}, Object.entries(whole.state).map(([name, value]) =>
+              el("tr", { "data-field": name }, el("td", { class: "mono", text: name }), el("td", {}, jsonValue(value))))))));
+    }
+    const form = forks.get(step);
+    if (form) {
+      const text = el("textarea", { class: "fork-set mono", rows: 3, placeholder: "{\"field\": value}" });
+      text.value = form.text;
+      text.addEventListener("input", () => { form.text = text.value; });
+      shown.push(el("div", { class: "fork-form", "data-step": step },
+        el("div", { class: "muted", text: `A new run from the state after wave ${step}, with these fields replaced:` }),
+        text,
+        el("button", { class: "primary fork-go", text: "Start the fork", onclick: () => fork(step, form) }),
+        el("div", { class: "form-error", text: form.error })));
+    }
+    return [el("div", { class: "row wave-tools" }, tools), ...shown];
   }
 
   function renderWaves() {
@@ -24,7 +100,8 @@ export function statePanel(model) {
         row.previous && row.previous.value !== undefined ? el("span", { class: "before mono", text: short(row.previous.value) }) : null,
         row.value.removed ? el("span", { class: "muted", text: "removed" })
           : row.value.folded !== undefined ? el("span", { class: "muted", text: `changed, ${row.value.folded.toLocaleString()} bytes (folded)` })
-            : jsonValue(row.value.value))))) : [el("p", { class: "muted", text: "No wave has changed the state yet." })]));
+            : jsonValue(row.value.value))),
+      waveTools(wave.step))) : [el("p", { class: "muted", text: "No wave has changed the state yet." })]));
     if (history.length > WAVES_SHOWN) waves.append(el("p", { class: "muted", text: `the last ${WAVES_SHOWN} of ${history.length} waves` }));
   }
 

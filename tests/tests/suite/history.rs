@@ -250,6 +250,10 @@ async fn a_fork_goes_on_from_its_wave_with_a_field_replaced_as_a_fresh_run_of_th
     let submitted = weft_tests::events_of(&client, &fork_id, "run_submitted").await?;
     assert_eq!(submitted[0].body["forked_from"]["run"], original.as_str());
     assert_eq!(submitted[0].body["forked_from"]["step"], 2);
+    // Its first wave is the one the original had begun, told as started.
+    let started = weft_tests::events_of(&client, &fork_id, "wave_started").await?;
+    let steps: Vec<&Value> = started.iter().map(|e| &e.body["step"]).collect();
+    assert_eq!(steps, [&json!(3), &json!(4), &json!(5)]);
     let redispatched = weft_tests::events_of(&client, &fork_id, "task_redispatched").await?;
     assert!(redispatched.is_empty(), "{redispatched:?}");
     let again = client.get(&original).await?;

@@ -675,6 +675,21 @@ nodes:
             .await?
             .expect("the story begins")?;
     }
+    let forkable = r#"
+name: forkable
+state:
+  word: { type: string, default: "hello" }
+  first: { type: integer, default: 0 }
+  said: { type: string, default: "" }
+nodes:
+  first: { kind: script, start: true, next: say, run: [sh, -c, 'echo "{\"first\": 1}"'] }
+  say: { kind: script, run: [python3, -c, "import json, sys; s = json.load(sys.stdin)['state']; print(json.dumps({'said': s['word']}))"] }
+"#;
+    let forkable = ops
+        .submit_bundle(submit_text("forkable.yaml", forkable), &json!({}))
+        .await?;
+    let forkable_done = ops.wait(&forkable.run_id).await?;
+    assert_eq!(forkable_done.state["said"], "hello", "{forkable_done:?}");
     let over = ops.wait(&spent.run_id).await?;
     assert_eq!(
         over.error.as_ref().map(|e| e.kind.as_str()),
@@ -696,6 +711,7 @@ nodes:
         "parent": parent.run_id, "rag": rag.run_id,
         "holder": holder.run_id, "keyed": keyed.run_id, "spent": spent.run_id,
         "stored": stored.run_id, "cached": cached.run_id, "story": story.run_id,
+        "forkable": forkable.run_id,
     });
     let shots = repo().join("target/viewer-screenshots");
     // On a thread of its own: the test endpoint streams on this test's
