@@ -6,7 +6,7 @@
 //! not kept, an undeclared field and a value of the wrong type refused
 //! naming them.
 
-use std::process::{Command, Stdio};
+use std::process::{Command, Output, Stdio};
 
 use serde_json::{Value, json};
 use weft_client::{ClientError, GraphBundle, RunStatus};
@@ -26,6 +26,19 @@ fn note(n: usize) -> String {
 }
 
 const WAVES: usize = 5;
+
+/// `weft ARGS` against `cluster`, run on a blocking thread (the test's
+/// own runtime keeps serving meanwhile).
+async fn weft(cluster: &TestCluster, args: &[&str]) -> anyhow::Result<Output> {
+    let mut command = Command::new(binary("weft"));
+    command
+        .env("WEFT_EPHEMERAL", "1")
+        .env_remove("WEFT_COORDINATOR")
+        .args(["--coordinator", cluster.url()])
+        .args(args)
+        .stdin(Stdio::null());
+    Ok(tokio::task::spawn_blocking(move || command.output()).await??)
+}
 
 fn graph() -> GraphBundle {
     let mut yaml = String::from(
@@ -132,52 +145,21 @@ async fn weft_state_prints_a_waves_state() -> anyhow::Result<()> {
         .await?;
     let run_id = run.run_id.to_string();
     client.wait(&run_id).await?;
-    let url = cluster.url().to_owned();
-    let weft = move |args: Vec<String>| {
-        Command::new(binary("weft"))
-            .env("WEFT_EPHEMERAL", "1")
-            .env_remove("WEFT_COORDINATOR")
-            .args(["--coordinator", &url])
-            .args(args)
-            .stdin(Stdio::null())
-            .output()
-    };
-    let args = |extra: &[&str]| -> Vec<String> {
-        ["state", run_id.as_str()]
-            .iter()
-            .chain(extra)
-            .map(|s| (*s).to_owned())
-            .collect()
-    };
-    let out = tokio::task::spawn_blocking({
-        let weft = weft.clone();
-        let args = args(&["--at", "2", "--json"]);
-        move || weft(args)
-    })
-    .await??;
+    let out = weft(&cluster, &["state", &run_id, "--at", "2", "--json"]).await?;
     assert!(out.status.success(), "{out:?}");
     let shown: Value = serde_json::from_slice(&out.stdout)?;
     assert_eq!(shown["step"], 2);
     assert_eq!(shown["state"], expected(2));
     assert_eq!(shown["waves"].as_array().map(Vec::len), Some(WAVES + 1));
     // Without --json: a line on stderr, the state on stdout.
-    let out = tokio::task::spawn_blocking({
-        let weft = weft.clone();
-        let args = args(&["--at", "0"]);
-        move || weft(args)
-    })
-    .await??;
+    let out = weft(&cluster, &["state", &run_id, "--at", "0"]).await?;
     assert!(out.status.success(), "{out:?}");
     let said = String::from_utf8_lossy(&out.stderr);
     assert!(said.contains("after its input (before any wave)"), "{said}");
     let state: Value = serde_json::from_slice(&out.stdout)?;
     assert_eq!(state, expected(0));
     // A wave not kept: a clear error and a non-zero status.
-    let out = tokio::task::spawn_blocking({
-        let args = args(&["--at", "42"]);
-        move || weft(args)
-    })
-    .await??;
+    let out = weft(&cluster, &["state", &run_id, "--at", "42"]).await?;
     assert_eq!(out.status.code(), Some(2), "{out:?}");
     let said = String::from_utf8_lossy(&out.stderr);
     assert!(said.contains("no wave 42"), "{said}");
@@ -308,18 +290,7 @@ async fn weft_fork_starts_a_fork_and_weft_status_names_its_origin() -> anyhow::R
     let original = client.submit_bundle(log_chain(1, 3), &json!({})).await?;
     let original = original.run_id.to_string();
     client.wait(&original).await?;
-    let url = cluster.url().to_owned();
-    let weft = move |args: Vec<String>| {
-        Command::new(binary("weft"))
-            .env("WEFT_EPHEMERAL", "1")
-            .env_remove("WEFT_COORDINATOR")
-            .args(["--coordinator", &url])
-            .args(args)
-            .stdin(Stdio::null())
-            .output()
-    };
-    let owned = |args: &[&str]| -> Vec<String> { args.iter().map(|s| (*s).to_owned()).collect() };
-    let args = owned(&[
+    let args = [
         "fork",
         &original,
         "--at",
@@ -327,32 +298,22 @@ async fn weft_fork_starts_a_fork_and_weft_status_names_its_origin() -> anyhow::R
         "--set",
         "topic=seas",
         "--json",
-    ]);
-    let out = tokio::task::spawn_blocking({
-        let weft = weft.clone();
-        move || weft(args)
-    })
-    .await??;
+    ];
+    let out = weft(&cluster, &args).await?;
     assert!(out.status.success(), "{out:?}");
     let shown: Value = serde_json::from_slice(&out.stdout)?;
     let fork_id = shown["run_id"].as_str().unwrap_or_default().to_owned();
     assert_eq!(shown["forked_from"], json!({"run": original, "step": 1}));
     let fork = client.wait(&fork_id).await?;
     assert_eq!(fork.state["log"], "tides1;seas2;seas3;");
-    let args = owned(&["status", &fork_id]);
-    let out = tokio::task::spawn_blocking({
-        let weft = weft.clone();
-        move || weft(args)
-    })
-    .await??;
+    let out = weft(&cluster, &["status", &fork_id]).await?;
     let said = String::from_utf8_lossy(&out.stderr);
     assert!(
         said.contains(&format!("forked from run {original} after wave 1")),
         "{said}"
     );
     // A bad --set is refused before anything is sent.
-    let args = owned(&["fork", &original, "--set", "=1"]);
-    let out = tokio::task::spawn_blocking(move || weft(args)).await??;
+    let out = weft(&cluster, &["fork", &original, "--set", "=1"]).await?;
     assert_eq!(out.status.code(), Some(2), "{out:?}");
     assert!(String::from_utf8_lossy(&out.stderr).contains("FIELD=JSON"));
     Ok(())
