@@ -2,9 +2,10 @@
 //! processes: every wave's state read back from the store after the run
 //! has moved on, exact field by field, across a coordinator's restart;
 //! `weft state RUN --at STEP`; a fork after a wave with a field replaced,
-//! checked against a fresh run given the same state; `weft fork`; a wave
-//! not kept, an undeclared field and a value of the wrong type refused
-//! naming them.
+//! checked against a fresh run given the same state; a fork of a run
+//! waiting for a person, and after a map's wave; `weft fork`; a wave not
+//! kept, an undeclared field and a value of the wrong type refused naming
+//! them.
 
 use std::process::{Command, Output, Stdio};
 
@@ -316,5 +317,98 @@ async fn weft_fork_starts_a_fork_and_weft_status_names_its_origin() -> anyhow::R
     let out = weft(&cluster, &["fork", &original, "--set", "=1"]).await?;
     assert_eq!(out.status.code(), Some(2), "{out:?}");
     assert!(String::from_utf8_lossy(&out.stderr).contains("FIELD=JSON"));
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_fork_of_a_run_waiting_for_a_person_waits_too_and_a_map_wave_forks_with_its_items()
+-> anyhow::Result<()> {
+    let cluster = TestCluster::with_test_workers(&["w"], 2).await?;
+    let client = cluster.client().await?;
+
+    // Forked after the wave before an approval: the fork waits for its
+    // own answer, and the original still waits for its.
+    let approval = r#"
+name: publish
+state:
+  draft: { type: string, default: "" }
+  published: { type: string, default: "" }
+nodes:
+  write: { kind: script, start: true, run: [sh, -c, 'echo "{\"draft\": \"hello\"}"'], next: approve }
+  approve: { kind: approval, prompt: "Publish {{ draft }}?", next: publish }
+  publish: { kind: script, run: [python3, -c, "import json, sys; s = json.load(sys.stdin)['state']; print(json.dumps({'published': s['draft']}))"], end: true }
+"#;
+    let original = client
+        .submit_bundle(GraphBundle::from_text("publish.yaml", approval), &json!({}))
+        .await?
+        .run_id
+        .to_string();
+    let waiting = client.wait(&original).await?;
+    assert_eq!(waiting.status, RunStatus::Waiting);
+    let set = json!({"draft": "edited"});
+    let fork = client
+        .fork(&original, Some(1), set.as_object().unwrap())
+        .await?
+        .run_id
+        .to_string();
+    let fork_waits = client.wait(&fork).await?;
+    assert_eq!(
+        fork_waits.status,
+        RunStatus::Waiting,
+        "{:?}",
+        fork_waits.error
+    );
+    assert_eq!(fork_waits.waiting[0].node, "approve");
+    let answered = client
+        .resume(&fork, "approve", &json!("approve"), None)
+        .await?;
+    assert_ne!(answered.status, RunStatus::Failed, "{:?}", answered.error);
+    let published = client.wait(&fork).await?;
+    assert_eq!(
+        published.status,
+        RunStatus::Completed,
+        "{:?}",
+        published.error
+    );
+    assert_eq!(published.state["published"], "edited");
+    assert_eq!(client.status(&original).await?.status, RunStatus::Waiting);
+
+    // Forked after a map's wave: its items' results are the fork's, and
+    // the steps after it read them.
+    let map = r#"
+name: fan
+state:
+  items: { type: array, default: [1, 2, 3] }
+  results: { type: array, default: [] }
+  factor: { type: integer, default: 1 }
+  total: { type: integer, default: 0 }
+nodes:
+  fan: { kind: map, start: true, over: state.items, as: item, branch: double, output_key: doubled, collect_into: results, next: sum }
+  double: { kind: script, run: [python3, -c, "import json, sys; t = json.load(sys.stdin); print(json.dumps({'doubled': t['scope']['item'] * 2}))"] }
+  sum: { kind: script, run: [python3, -c, "import json, sys; s = json.load(sys.stdin)['state']; print(json.dumps({'total': sum(s['results']) * s['factor']}))"], end: true }
+"#;
+    let mapped = client
+        .submit_bundle(GraphBundle::from_text("fan.yaml", map), &json!({}))
+        .await?
+        .run_id
+        .to_string();
+    let done = client.wait(&mapped).await?;
+    assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error);
+    assert_eq!(done.state["total"], 12);
+    let set = json!({"factor": 10});
+    let fork = client
+        .fork(&mapped, Some(1), set.as_object().unwrap())
+        .await?
+        .run_id
+        .to_string();
+    let forked = client.wait(&fork).await?;
+    assert_eq!(forked.status, RunStatus::Completed, "{:?}", forked.error);
+    assert_eq!(forked.state["results"], json!([2, 4, 6]));
+    assert_eq!(forked.state["total"], 120);
+    let items = weft_tests::events_of(&client, &fork, "map_item_finished").await?;
+    assert!(
+        items.is_empty(),
+        "the map's items ran in the original only: {items:?}"
+    );
     Ok(())
 }
