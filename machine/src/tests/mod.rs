@@ -5,6 +5,7 @@
 mod cache;
 mod control;
 mod duplicates;
+mod forks;
 mod held;
 mod loops;
 mod maps;
