@@ -237,19 +237,10 @@ impl RunAccess {
         caller: &Identity,
         id: &str,
         at: Option<u32>,
-    ) -> Result<
-        (
-            Vec<crate::durable::history::Wave>,
-            crate::durable::history::AtWave,
-        ),
-        AccessError,
-    > {
+    ) -> Result<crate::durable::history::AtWave, AccessError> {
         let handle = self.run(caller, id)?;
         let keeper = self.runs.keeper().ok_or(AccessError::NoHistory)?;
-        let store = keeper.store();
-        let waves = crate::durable::history::waves(store, handle.id()).await?;
-        let state = crate::durable::history::at(store, handle.id(), at).await?;
-        Ok((waves, state))
+        Ok(crate::durable::history::at(keeper.store(), handle.id(), at).await?)
     }
 
     /// The model output of run `id`'s steps from offset `from`, live

@@ -91,16 +91,12 @@ impl History {
         Self { tx, last: None }
     }
 
-    /// Whether step `step` is not kept yet.
-    pub fn wants(&self, step: u32) -> bool {
-        self.last.is_none_or(|last| step > last)
-    }
-
-    /// Keeps `entry` (once per step).
-    pub fn keep(&mut self, entry: Entry) {
-        if self.wants(entry.step) {
-            self.last = Some(entry.step);
-            let _ = self.tx.send(entry);
+    /// Keeps the entry `entry` makes of wave `step`, unless that wave is
+    /// kept already (`entry` is not called then: nothing is copied).
+    pub fn keep(&mut self, step: u32, entry: impl FnOnce() -> Entry) {
+        if self.last.is_none_or(|last| step > last) {
+            self.last = Some(step);
+            let _ = self.tx.send(entry());
         }
     }
 }
@@ -202,9 +198,11 @@ pub struct Wave {
     pub removed: Vec<String>,
 }
 
-/// A wave's state and progress, read back.
+/// A wave's state and progress, read back, with every wave kept.
 #[derive(Debug, Clone, PartialEq)]
 pub struct AtWave {
+    /// Every wave the history keeps, in order.
+    pub waves: Vec<Wave>,
     /// The wave.
     pub wave: Wave,
     /// Its state.
@@ -271,19 +269,14 @@ fn wave_of(step: u32, record: &EntryRecord) -> Wave {
     }
 }
 
-/// The waves run `id`'s history keeps, in order.
-pub async fn waves(store: &AnyStore, id: &str) -> Result<Vec<Wave>, HistoryError> {
-    Ok(entries(store, id)
-        .await?
-        .iter()
-        .map(|(step, record)| wave_of(*step, record))
-        .collect())
-}
-
 /// Run `id`'s state and progress after wave `step` (`None`: the last
-/// kept).
+/// kept), and every wave its history keeps: one read of the history.
 pub async fn at(store: &AnyStore, id: &str, step: Option<u32>) -> Result<AtWave, HistoryError> {
     let entries = entries(store, id).await?;
+    let waves: Vec<Wave> = entries
+        .iter()
+        .map(|(step, record)| wave_of(*step, record))
+        .collect();
     let wanted = match step {
         Some(step) => step,
         None => entries.last().map_or(0, |(step, _)| *step),
@@ -338,6 +331,7 @@ pub async fn at(store: &AnyStore, id: &str, step: Option<u32>) -> Result<AtWave,
         state.insert(name, value);
     }
     Ok(AtWave {
+        waves,
         wave: wave.ok_or_else(|| corrupt(wanted, "no entry"))?,
         state,
         progress_json: progress.unwrap_or_default(),

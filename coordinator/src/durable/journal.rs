@@ -114,15 +114,13 @@ impl Journal {
         log: &[StoredEvent],
         wait: bool,
     ) -> bool {
-        if self.history.wants(checkpoint.merged) {
-            self.history.keep(history::Entry {
-                step: checkpoint.merged,
-                at_unix_ms: log.last().map_or_else(now_ms, |last| last.at_unix_ms),
-                status: status.name().to_owned(),
-                progress_json: checkpoint.progress_json.clone(),
-                fields: checkpoint.fields.clone(),
-            });
-        }
+        self.history.keep(checkpoint.merged, || history::Entry {
+            step: checkpoint.merged,
+            at_unix_ms: log.last().map_or_else(now_ms, |last| last.at_unix_ms),
+            status: status.name().to_owned(),
+            progress_json: checkpoint.progress_json.clone(),
+            fields: checkpoint.fields.clone(),
+        });
         let first = self.handed;
         let new = log
             .get(usize::try_from(first).unwrap_or(usize::MAX)..)

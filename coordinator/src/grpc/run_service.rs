@@ -269,12 +269,12 @@ impl RunService for RunApi {
     ) -> Result<Response<pb::RunHistory>, Status> {
         let caller = principal(&request)?;
         let request = request.into_inner();
-        let (waves, at) = self
+        let at = self
             .access
             .history(&caller, &request.run_id, request.at)
             .await?;
         Ok(Response::new(pb::RunHistory {
-            waves: waves.into_iter().map(convert::history_wave).collect(),
+            waves: at.waves.into_iter().map(convert::history_wave).collect(),
             step: at.wave.step,
             state_json: Value::Object(at.state).to_string(),
         }))

@@ -34,7 +34,14 @@ impl Runs {
             .await
             .map_err(|error| match error {
                 history::HistoryError::Store(error) => SubmitError::Store(error.into()),
-                other => SubmitError::Fork(other.to_string()),
+                // The store holds something unreadable: not the caller's
+                // mistake.
+                history::HistoryError::Corrupt { key, reason, .. } => {
+                    SubmitError::Store(weft_store::StoreError::Corrupt { key, reason }.into())
+                }
+                unknown @ history::HistoryError::UnknownStep { .. } => {
+                    SubmitError::Fork(unknown.to_string())
+                }
             })?;
         let bundle = restore::stored_bundle(store, original, max_bundle_bytes)
             .await
