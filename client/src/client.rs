@@ -7,6 +7,7 @@ use serde::Serialize;
 use serde_json::Value;
 use tokio_stream::{Stream, StreamExt};
 use tonic::transport::Channel;
+use weft_proto::events::HistoryPoint;
 pub use weft_proto::transport::ClientTls;
 use weft_proto::transport::{Authorized, Bearer};
 use weft_proto::v1 as pb;
@@ -419,19 +420,23 @@ impl Client {
         }))
     }
 
-    /// Starts a new run from run `run_id`'s state after wave `at` (the
-    /// last its history keeps when `None`), with `set` replacing fields
-    /// of that state, on the same bundle (SPEC 20); the new run's id. The
-    /// original is untouched; the fork's `forked_from` names it.
+    /// Starts a new run from run `run_id`'s state at place `at` of its
+    /// history — after a wave (`2.into()`), or at a point within the next
+    /// one (`"2.57".parse()`) — (the last kept when `None`), with `set`
+    /// replacing fields of that state, on the same bundle (SPEC 20); the
+    /// new run's id. The original is untouched; the fork's `forked_from`
+    /// names it. A child run's fork forks its parents too: the id is the
+    /// outermost fork's.
     pub async fn fork(
         &self,
         run_id: &str,
-        at: Option<u32>,
+        at: Option<HistoryPoint>,
         set: &serde_json::Map<String, Value>,
     ) -> Result<Submitted, ClientError> {
         let request = pb::ForkRequest {
             run_id: run_id.to_owned(),
-            at,
+            at: at.map(|at| at.step),
+            point: at.map_or(0, |at| at.point),
             set_json: set
                 .iter()
                 .map(|(field, value)| (field.clone(), value.to_string()))
@@ -444,17 +449,18 @@ impl Client {
         })
     }
 
-    /// The waves run `run_id`'s history keeps, and its state after wave
-    /// `at` (0: the input; `None`: the last kept) (SPEC 20).
+    /// The places run `run_id`'s history keeps, and its state at place
+    /// `at` (wave 0: the input; `None`: the last kept) (SPEC 20).
     pub async fn history(
         &self,
         run_id: &str,
-        at: Option<u32>,
+        at: Option<HistoryPoint>,
     ) -> Result<crate::runs::RunHistory, ClientError> {
         let history = patiently(|| async {
             let request = pb::GetHistoryRequest {
                 run_id: run_id.to_owned(),
-                at,
+                at: at.map(|at| at.step),
+                point: at.map_or(0, |at| at.point),
             };
             Ok(self.runs.clone().get_history(request).await?.into_inner())
         })

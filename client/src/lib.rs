@@ -42,3 +42,4 @@ pub use runs::{HistoryWave, RunHistory};
 #[cfg(feature = "embedded")]
 pub use weft_coordinator::config::CoordinatorConfig;
 pub use weft_graph::Priority;
+pub use weft_proto::events::HistoryPoint;

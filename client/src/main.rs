@@ -113,29 +113,34 @@ enum Command {
     Fork {
         /// The run to fork.
         run: String,
-        /// The wave to fork after (0: the input); default: the last kept.
-        #[arg(long)]
-        at: Option<u32>,
+        /// Where in the run's history: a wave to fork after (0: the input),
+        /// or a point within the next wave (`3.57`, as `weft state`
+        /// lists them); default: the last kept. A subgraph node's child
+        /// run is forked with its parent: the id printed is the parent's
+        /// fork.
+        #[arg(long, value_name = "STEP")]
+        at: Option<weft_client::HistoryPoint>,
         /// A field of the fork's state: FIELD=JSON (a value that is not
         /// JSON is taken as a string); repeatable.
         #[arg(long = "set", value_name = "FIELD=JSON")]
         set: Vec<String>,
         /// Print exactly one JSON object: `{"run_id", "forked_from": {"run",
-        /// "step"}}`.
+        /// "step", "point", "at"}}`.
         #[arg(long)]
         json: bool,
     },
-    /// A run's state after one of its waves, read from its history.
+    /// A run's state after one of its waves (or at a point within one),
+    /// read from its history.
     State {
         /// The run id.
         run: String,
-        /// The wave (0: the input, before any wave); default: the last
-        /// kept.
-        #[arg(long)]
-        at: Option<u32>,
-        /// Print exactly one JSON object: `{"run_id", "step", "state",
-        /// "waves": [{"step", "at_unix_ms", "status", "changed",
-        /// "removed"}]}`.
+        /// The wave (0: the input, before any wave), or a point within the
+        /// next wave (`3.57`); default: the last kept.
+        #[arg(long, value_name = "STEP")]
+        at: Option<weft_client::HistoryPoint>,
+        /// Print exactly one JSON object: `{"run_id", "step", "point",
+        /// "at", "state", "waves": [{"step", "point", "at_unix_ms",
+        /// "status", "changed", "removed"}]}`.
         #[arg(long)]
         json: bool,
     },

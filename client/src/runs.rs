@@ -154,6 +154,9 @@ impl Delta {
 pub struct HistoryWave {
     /// Waves merged (0: the input, before any).
     pub step: u32,
+    /// 0 right after wave `step`; else a point within the next wave: the
+    /// events the run's log held at its checkpoint (written `3.57`).
+    pub point: u64,
     /// When its checkpoint was taken (Unix milliseconds).
     pub at_unix_ms: i64,
     /// The run's status then.
@@ -169,10 +172,23 @@ pub struct HistoryWave {
 pub struct RunHistory {
     /// Every wave kept, in order.
     pub waves: Vec<HistoryWave>,
-    /// The wave `state` is the state after.
+    /// The place `state` is the state at: after wave `step`, and at
+    /// `point` within the next one (0: right after it).
     pub step: u32,
-    /// The run's state after that wave.
+    /// See [`HistoryWave::point`].
+    pub point: u64,
+    /// The run's state there.
     pub state: serde_json::Value,
+}
+
+impl HistoryWave {
+    /// Where it is in the run's history.
+    pub fn at(&self) -> weft_proto::events::HistoryPoint {
+        weft_proto::events::HistoryPoint {
+            step: self.step,
+            point: self.point,
+        }
+    }
 }
 
 impl RunHistory {
@@ -185,6 +201,7 @@ impl RunHistory {
                 .into_iter()
                 .map(|wave| HistoryWave {
                     step: wave.step,
+                    point: wave.point,
                     at_unix_ms: wave.at_unix_ms,
                     status: wave.status,
                     changed: wave.changed,
@@ -192,6 +209,7 @@ impl RunHistory {
                 })
                 .collect(),
             step: history.step,
+            point: history.point,
             state,
         })
     }
@@ -296,6 +314,7 @@ pub(crate) fn run_info(info: pb::RunInfo) -> Result<RunInfo, ClientError> {
         forked_from: (!info.forked_from_run.is_empty()).then(|| weft_proto::events::ForkedFrom {
             run: info.forked_from_run.into(),
             step: info.forked_from_step.unwrap_or_default(),
+            point: info.forked_from_point,
         }),
         answers: info
             .answers

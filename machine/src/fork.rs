@@ -5,9 +5,14 @@
 //! The progress is the checkpoint the original took once that wave had
 //! merged: the edges it decided are taken, and the next wave, when it had
 //! begun, is the fork's first — its steps sent to workers again, reading
-//! the fork's state (the replaced fields included). What the original's
-//! model calls used is not the fork's; who answered its earlier waves'
-//! questions is.
+//! the fork's state (the replaced fields included). A checkpoint taken
+//! while that wave was at work keeps what it had done: a map's finished
+//! items, a loop's iterations (the replaced fields replace what items and
+//! iterations in progress wrote of them, so their next steps read them).
+//! Child runs in progress are the original's, so the fork starts its own
+//! afresh — except the child a fork of a child run is made for, which the
+//! parent's fork takes on. What the original's model calls used is not
+//! the fork's; who answered its earlier waves' questions is.
 
 use std::sync::Arc;
 
@@ -16,6 +21,7 @@ use weft_proto::events::ForkedFrom;
 
 use super::events::*;
 use super::output::{WriteError, check_writes};
+use super::wave::Member;
 use super::*;
 
 /// Why a fork cannot start.
@@ -67,18 +73,24 @@ impl From<WriteError> for ForkError {
 }
 
 impl RunMachine {
-    /// A run for `owner` that continues from `progress` (`from`'s, after
-    /// one of its waves) with `set` replacing fields of its state; nothing
-    /// runs until [`RunMachine::start_fork`].
+    /// A run for `owner` that continues from `progress` (`from`'s, at a
+    /// place in its history) with `set` replacing fields of its state;
+    /// `adopt` is `(child, its fork)` when the fork is made for a fork of
+    /// one of its child runs. Nothing runs until
+    /// [`RunMachine::start_fork`].
     pub fn fork(
         plan: Arc<RunPlan>,
         mut progress: Progress,
         set: Map<String, Value>,
         owner: Owner,
         from: ForkedFrom,
+        adopt: Option<(&RunId, &RunId)>,
     ) -> Result<Self, ForkError> {
         let graph = plan.graph();
         check_writes(graph, &set, graph.settings.strict_state)?;
+        if let Some(wave) = &mut progress.wave {
+            wave.fork_members(&set, adopt);
+        }
         Arc::make_mut(&mut progress.state).extend(set);
         progress.owner = owner;
         progress.usage = BTreeMap::new();
@@ -93,7 +105,8 @@ impl RunMachine {
 
     /// Records who forked the run and from where, then goes on from its
     /// progress: its next wave, or the one that had begun (told as
-    /// started, its steps sent again).
+    /// started, its steps sent again, the child run it took on told as
+    /// started). A fork of a run's end ends at once, as the original did.
     pub fn start_fork(&mut self) -> Vec<Effect> {
         let owner = &self.run.owner;
         let mut fx = vec![Effect::Emit(RunEvent::RunSubmitted {
@@ -101,6 +114,11 @@ impl RunMachine {
             namespace: owner.namespace.clone(),
             forked_from: self.run.forked_from.clone(),
         })];
+        if self.run.status.is_terminal() {
+            let error = self.run.error.clone();
+            self.finish(self.run.status, error, &mut fx);
+            return fx;
+        }
         // The wave the original had begun is the fork's first: its log
         // says so, as it says of every wave.
         if let Some(wave) = &self.run.wave {
@@ -112,6 +130,18 @@ impl RunMachine {
                     .map(|&idx| self.graph().node(idx).id.clone())
                     .collect(),
             }));
+            for (idx, slot) in wave.iter() {
+                if let Member::Child {
+                    run_id: Some(run_id),
+                    ..
+                } = slot
+                {
+                    fx.push(Effect::Emit(RunEvent::SubgraphStarted {
+                        node: self.graph().node(idx).id.clone().into(),
+                        run_id: run_id.clone(),
+                    }));
+                }
+            }
         }
         self.pick_up(fx, false)
     }

@@ -144,6 +144,10 @@ pub struct Progress {
     /// node, W3C `traceparent`); `None` for a run of its own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     trace_parent: Option<String>,
+    /// For a subgraph node's child run, the parent run (runs stored before
+    /// it was kept lack it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    parent: Option<RunId>,
     /// The run's namespace and submitter.
     #[serde(default)]
     owner: Owner,
@@ -166,6 +170,17 @@ impl Progress {
     /// Puts back the state a checkpoint stores apart from the progress.
     pub fn set_state(&mut self, state: Map<String, Value>) {
         self.state = Arc::new(state);
+    }
+
+    /// For a child run, its parent run.
+    pub fn parent(&self) -> Option<&RunId> {
+        self.parent.as_ref()
+    }
+
+    /// The child runs its wave's subgraph nodes had started and not seen
+    /// end.
+    pub fn children(&self) -> Vec<RunId> {
+        self.wave.as_ref().map(Wave::children).unwrap_or_default()
     }
 }
 
@@ -253,6 +268,7 @@ impl RunMachine {
             next_call: 1,
             failed_wave: Vec::new(),
             trace_parent: None,
+            parent: None,
             owner: Owner::default(),
             answers: Vec::new(),
             meter,
@@ -445,6 +461,11 @@ impl RunMachine {
     /// The span the run's trace hangs under, if any.
     pub fn trace_parent(&self) -> Option<&str> {
         self.run.trace_parent.as_deref()
+    }
+
+    /// Makes the run the child of run `parent` (a subgraph node's).
+    pub fn set_parent(&mut self, parent: Option<RunId>) {
+        self.run.parent = parent;
     }
 
     /// The state as of the last merge.

@@ -288,6 +288,20 @@ impl MapRun {
         Some(&self.runs.get(index)?.as_ref()?.writes)
     }
 
+    /// Replaces, in what each item in progress wrote (a loop's body: what
+    /// its iterations wrote), the fields of `set` it holds: its next
+    /// steps read `set`'s values. An item's own binding stays.
+    pub(super) fn replace_in_items(&mut self, set: &Map<String, Value>) {
+        let binding = self.names.item_name.as_str();
+        for run in self.runs.iter_mut().flatten() {
+            for (field, value) in set {
+                if field != binding && run.writes.contains_key(field) {
+                    Arc::make_mut(&mut run.writes).insert(field.clone(), value.clone());
+                }
+            }
+        }
+    }
+
     /// Points the map at the restored wave's S0.
     pub fn relink(&mut self, s0: &State) {
         self.s0 = s0.clone();

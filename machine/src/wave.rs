@@ -275,6 +275,35 @@ impl Wave {
         fresh
     }
 
+    /// Readies the wave of a fork's progress: `set`'s fields replace what
+    /// map items and loops in progress wrote of them (their next steps read
+    /// the fork's values); child runs in progress are the original's, so
+    /// they are started afresh — except `adopt.0`, whose fork `adopt.1`
+    /// the fork's subgraph node takes on.
+    pub(super) fn fork_members(
+        &mut self,
+        set: &Map<String, Value>,
+        adopt: Option<(&RunId, &RunId)>,
+    ) {
+        for slot in &mut self.outcomes {
+            match slot {
+                Member::Mapping(map) => map.replace_in_items(set),
+                Member::Child {
+                    run_id, waiting, ..
+                } if run_id.is_some() => {
+                    *run_id = match adopt {
+                        Some((original, fork)) if run_id.as_ref() == Some(original) => {
+                            Some(fork.clone())
+                        }
+                        _ => None,
+                    };
+                    waiting.clear();
+                }
+                _ => {}
+            }
+        }
+    }
+
     /// The child runs started by the wave's subgraph members.
     pub(super) fn children(&self) -> Vec<RunId> {
         self.outcomes

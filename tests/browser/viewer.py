@@ -389,6 +389,31 @@ def a_wave_is_read_whole_and_forked_with_a_field_replaced(page, base, run_id, sh
     expect(page.locator('#state tr[data-field="said"]')).to_contain_text("hello")
 
 
+def a_point_within_a_maps_wave_is_read_and_forked(page, base, run_id, shots):
+    step("fork: the points within a map's wave are listed; one is read whole and forked, its finished items kept")
+    page.goto(f"{base}/runs/{run_id}")
+    expect(page.locator("#run-status")).to_have_text("completed", timeout=20_000)
+    page.locator("#points button.show-points").click()
+    points = page.locator("#points .change.point")
+    expect(points.first).to_be_visible()
+    point = points.first
+    at = point.get_attribute("data-step")
+    assert at and "." in at, f"a point is named STEP.POINT: {at!r}"
+    expect(point).to_contain_text("within wave 2")
+    point.locator("button.whole-state").click()
+    expect(point.locator('.wave-state tr[data-field="items"]')).to_be_visible()
+    point.locator("button.fork").click()
+    form = point.locator(".fork-form")
+    expect(form).to_contain_text(f"at {at} (within wave 2)")
+    form.locator("textarea.fork-set").fill('{"delay_ms": 0}')
+    form.locator("button.fork-go").click()
+    expect(page).not_to_have_url(f"{base}/runs/{run_id}", timeout=20_000)
+    expect(page.locator("#forked-from")).to_contain_text(f"{run_id} at {at} (within wave 2)")
+    expect(page.locator("#run-status")).to_have_text("completed", timeout=30_000)
+    expect(page.locator('#state tr[data-field="results"]')).to_be_visible()
+    page.screenshot(path=str(shots / "viewer-fork-point.png"), full_page=False)
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--base", required=True)
@@ -423,6 +448,7 @@ def main():
         a_spent_budget_is_shown(page, args.base, runs["spent"], shots)
         a_cached_step_is_marked_with_the_run_that_kept_it(page, args.base, runs["cached"], runs["stored"])
         a_wave_is_read_whole_and_forked_with_a_field_replaced(page, args.base, runs["forkable"], shots)
+        a_point_within_a_maps_wave_is_read_and_forked(page, args.base, runs["map"], shots)
         assert not page.errors, f"the page threw: {page.errors}"
         browser.close()
     print("all viewer scenarios passed")

@@ -6,7 +6,7 @@ use std::io::IsTerminal;
 use std::path::Path;
 
 use serde_json::{Map, Value};
-use weft_client::{BundleError, Client, ClientError, GraphBundle, RunStatus};
+use weft_client::{BundleError, Client, ClientError, GraphBundle, HistoryPoint, RunStatus};
 use weft_graph::GraphError;
 
 use super::connect::report;
@@ -235,12 +235,12 @@ fn fields_set(set: &[String]) -> Result<Map<String, Value>, String> {
     Ok(fields)
 }
 
-/// `weft fork`: a new run from a run's state after one of its waves
+/// `weft fork`: a new run from a run's state at a place in its history
 /// (SPEC 20).
 pub async fn fork(
     coordinator: Option<String>,
     run: &str,
-    at: Option<u32>,
+    at: Option<HistoryPoint>,
     set: &[String],
     json: bool,
 ) -> u8 {
@@ -263,16 +263,29 @@ pub async fn fork(
             let id = forked.run_id.to_string();
             let info = session.client.status(&id).await.ok();
             let from = info.as_ref().and_then(|info| info.forked_from.clone());
-            let step = from.as_ref().map(|from| from.step);
             if json {
                 let shown = serde_json::json!({
                     "run_id": id,
-                    "forked_from": from.map(|from| serde_json::json!({"run": from.run, "step": from.step})),
+                    "forked_from": from.map(|from| serde_json::json!({
+                        "run": from.run,
+                        "step": from.step,
+                        "point": from.point,
+                        "at": from.at().to_string(),
+                    })),
                 });
                 out!("{shown}");
             } else {
-                match step {
-                    Some(step) => err!("run {id} forked from {run} after wave {step}"),
+                match from {
+                    // A child run's fork is its parent's: say so.
+                    Some(from) if from.run.as_str() != run => err!(
+                        "run {id} forked from {} {} (the parent of run {run}, whose fork it takes on)",
+                        from.run,
+                        output::place_in_words(from.at())
+                    ),
+                    Some(from) => err!(
+                        "run {id} forked from {run} {}",
+                        output::place_in_words(from.at())
+                    ),
                     None => err!("run {id} forked from {run}"),
                 }
                 out!("{id}");
@@ -287,38 +300,63 @@ pub async fn fork(
 }
 
 /// `weft state`: a run's state after one of its waves (SPEC 20).
-pub async fn state(coordinator: Option<String>, run: &str, at: Option<u32>, json: bool) -> u8 {
+pub async fn state(
+    coordinator: Option<String>,
+    run: &str,
+    at: Option<HistoryPoint>,
+    json: bool,
+) -> u8 {
     let session = match open(coordinator, LOCAL_WORKERS, false).await {
         Ok(session) => session,
         Err(code) => return code,
     };
     let code = match session.client.history(run, at).await {
         Ok(history) => {
+            let at = HistoryPoint {
+                step: history.step,
+                point: history.point,
+            };
             if json {
                 let shown = serde_json::json!({
                     "run_id": run,
                     "step": history.step,
+                    "point": history.point,
+                    "at": at.to_string(),
                     "state": history.state,
                     "waves": history.waves,
                 });
                 out!("{shown}");
             } else {
-                let steps: Vec<u32> = history.waves.iter().map(|w| w.step).collect();
+                let steps: Vec<u32> = history
+                    .waves
+                    .iter()
+                    .filter(|w| w.point == 0)
+                    .map(|w| w.step)
+                    .collect();
                 let kept = match (steps.first(), steps.last()) {
                     (Some(first), Some(last)) if first != last => format!("waves {first}–{last}"),
                     (Some(only), _) => format!("wave {only}"),
                     _ => "no wave".to_owned(),
                 };
+                let points: Vec<String> = history
+                    .waves
+                    .iter()
+                    .filter(|w| w.point > 0)
+                    .map(|w| w.at().to_string())
+                    .collect();
+                let within = match points.len() {
+                    0 => String::new(),
+                    _ => format!("; points within waves: {}", points.join(", ")),
+                };
                 let status = history
                     .waves
                     .iter()
-                    .find(|w| w.step == history.step)
+                    .find(|w| w.at() == at)
                     .map_or("", |w| w.status.as_str());
-                let after = match history.step {
-                    0 => "its input (before any wave)".to_owned(),
-                    step => format!("wave {step}"),
-                };
-                err!("run {run} after {after}, {status} then ({kept} kept)");
+                err!(
+                    "run {run} {}, {status} then ({kept} kept{within})",
+                    output::place_in_words(at)
+                );
                 out!(
                     "{}",
                     serde_json::to_string_pretty(&history.state).unwrap_or_default()

@@ -92,7 +92,11 @@ pub fn show(info: &RunInfo, json: bool) -> u8 {
             );
         }
         if let Some(from) = &info.forked_from {
-            err!("  forked from run {} after wave {}", from.run, from.step);
+            err!(
+                "  forked from run {} {}",
+                from.run,
+                place_in_words(from.at())
+            );
         }
         for child in &info.children {
             err!(
@@ -141,4 +145,13 @@ pub fn describe_usage(usage: &weft_proto::types::Usage) -> String {
         "{} {calls}, {} prompt tokens{cached} and {} completion tokens{cost}",
         usage.calls, usage.prompt_tokens, usage.completion_tokens
     )
+}
+
+/// Where a place in a run's history is, in words.
+pub(super) fn place_in_words(at: weft_client::HistoryPoint) -> String {
+    match (at.step, at.point) {
+        (0, 0) => "at its input (before any wave)".to_owned(),
+        (step, 0) => format!("after wave {step}"),
+        (step, _) => format!("at {at} (within wave {})", step + 1),
+    }
 }

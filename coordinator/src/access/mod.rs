@@ -130,9 +130,9 @@ impl RunAccess {
         &self,
         caller: &Identity,
         id: &str,
-        at: Option<u32>,
+        at: Option<weft_proto::events::HistoryPoint>,
         set: serde_json::Map<String, serde_json::Value>,
-    ) -> Result<(crate::runs::Accepted, u32), AccessError> {
+    ) -> Result<(crate::runs::Accepted, weft_proto::events::HistoryPoint), AccessError> {
         let original = self.run(caller, id)?;
         let owner = Owner {
             namespace: original.namespace().to_owned(),
@@ -236,7 +236,7 @@ impl RunAccess {
         &self,
         caller: &Identity,
         id: &str,
-        at: Option<u32>,
+        at: Option<weft_proto::events::HistoryPoint>,
     ) -> Result<crate::durable::history::AtWave, AccessError> {
         let handle = self.run(caller, id)?;
         let keeper = self.runs.keeper().ok_or(AccessError::NoHistory)?;

@@ -6,7 +6,13 @@
 //! Each checkpoint taken after a wave merged (and the first, before any
 //! wave: step 0, the input) hands the run's progress and the fields that
 //! changed since the last entry to the run's history writer, which stores
-//! `runs/<id>/history/<step>`: the progress and each changed field, each
+//! `runs/<id>/history/<step>`. So does each checkpoint taken while a wave
+//! is at work — a map's finished items (at most every 100 ms), a loop's
+//! iterations, a subgraph's child started, a person asked — as a point
+//! within it, `runs/<id>/history/<step>.<point>` (the events logged then;
+//! [`HistoryPoint`]): a fork from one keeps the finished items and
+//! iterations. A run's end that merged no wave is not kept (its last wave
+//! is). An entry holds the progress and each changed field, each
 //! either whole or as what changed since its value in the entry before
 //! (`super::deltas`), whichever is smaller; at most [`MAX_CHAIN`] deltas
 //! in a row, so a wave's state is never more than that many entries of
@@ -25,6 +31,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use tokio::sync::mpsc;
 use weft_proto::RunId;
+use weft_proto::events::HistoryPoint;
 use weft_store::{AnyStore, StoreError, chunks};
 
 use super::Keeper;
@@ -62,10 +69,10 @@ struct EntryRecord {
     removed: Vec<String>,
 }
 
-/// What the actor hands over for one wave.
+/// What the actor hands over for one place.
 pub struct Entry {
-    /// Waves merged.
-    pub step: u32,
+    /// Where it is in the run's history.
+    pub at: HistoryPoint,
     /// When (Unix milliseconds).
     pub at_unix_ms: i64,
     /// The run's status.
@@ -79,25 +86,55 @@ pub struct Entry {
 /// The actor's end of a run's history.
 pub struct History {
     tx: mpsc::UnboundedSender<Entry>,
-    /// The last step handed over.
-    last: Option<u32>,
+    /// The last place handed over (or, for a restored run, its wave).
+    last: Option<HistoryPoint>,
 }
 
 impl History {
-    /// Starts run `id`'s history writer on `tracker`.
-    pub fn start(keeper: Keeper, id: RunId, tracker: &tokio_util::task::TaskTracker) -> Self {
+    /// Starts run `id`'s history writer on `tracker`; `kept` is the wave
+    /// a restored run's history already holds (`None` for a new run or a
+    /// fork, whose first checkpoint is its first entry).
+    pub fn start(
+        keeper: Keeper,
+        id: RunId,
+        kept: Option<u32>,
+        tracker: &tokio_util::task::TaskTracker,
+    ) -> Self {
         let (tx, rx) = mpsc::unbounded_channel();
         tracker.spawn(write_history(keeper, id, rx));
-        Self { tx, last: None }
+        Self {
+            tx,
+            last: kept.map(HistoryPoint::wave),
+        }
     }
 
-    /// Keeps the entry `entry` makes of wave `step`, unless that wave is
-    /// kept already (`entry` is not called then: nothing is copied).
-    pub fn keep(&mut self, step: u32, entry: impl FnOnce() -> Entry) {
-        if self.last.is_none_or(|last| step > last) {
-            self.last = Some(step);
-            let _ = self.tx.send(entry());
-        }
+    /// Keeps the entry `entry` makes of a checkpoint taken with `merged`
+    /// waves merged and `events` logged: right after a wave new to the
+    /// history, or a point within the next one — unless the run has
+    /// `ended` there (its last wave stands for it) or nothing was logged
+    /// since the last point. `entry` is called only to keep it.
+    pub fn keep(
+        &mut self,
+        merged: u32,
+        events: u64,
+        ended: bool,
+        entry: impl FnOnce(HistoryPoint) -> Entry,
+    ) {
+        let at = match self.last {
+            Some(last) if merged <= last.step => {
+                let point = HistoryPoint {
+                    step: last.step,
+                    point: events,
+                };
+                if ended || point <= last {
+                    return;
+                }
+                point
+            }
+            _ => HistoryPoint::wave(merged),
+        };
+        self.last = Some(at);
+        let _ = self.tx.send(entry(at));
     }
 }
 
@@ -165,9 +202,9 @@ impl Last {
 async fn write_history(keeper: Keeper, id: RunId, mut rx: mpsc::UnboundedReceiver<Entry>) {
     let mut last = Last::default();
     while let Some(entry) = rx.recv().await {
-        let step = entry.step;
+        let at = entry.at;
         let record = last.record(entry);
-        let key = history_key(&id, u64::from(step));
+        let key = history_key(&id, at);
         let bytes = records::encode(&record);
         let written =
             keeper.checked(chunks::put(keeper.store(), &key, &bytes, keeper.fence()).await);
@@ -177,17 +214,18 @@ async fn write_history(keeper: Keeper, id: RunId, mut rx: mpsc::UnboundedReceive
             Err(error) => {
                 // The next entry must not be a delta of one not stored.
                 last = Last::default();
-                tracing::warn!(run = %id, step, %error, "a wave's history was not stored");
+                tracing::warn!(run = %id, %at, %error, "a wave's history was not stored");
             }
         }
     }
 }
 
-/// One wave as its history keeps it.
+/// One place as a run's history keeps it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Wave {
-    /// Waves merged (0: the input, before any).
-    pub step: u32,
+    /// Where: waves merged (0: the input, before any), and the point
+    /// within the next wave.
+    pub at: HistoryPoint,
     /// When its checkpoint was taken (Unix milliseconds).
     pub at_unix_ms: i64,
     /// The run's status then.
@@ -198,12 +236,12 @@ pub struct Wave {
     pub removed: Vec<String>,
 }
 
-/// A wave's state and progress, read back, with every wave kept.
+/// A place's state and progress, read back, with every place kept.
 #[derive(Debug, Clone, PartialEq)]
 pub struct AtWave {
-    /// Every wave the history keeps, in order.
+    /// Every place the history keeps, in order.
     pub waves: Vec<Wave>,
-    /// The wave.
+    /// The place.
     pub wave: Wave,
     /// Its state.
     pub state: Map<String, Value>,
@@ -217,14 +255,14 @@ pub enum HistoryError {
     /// The store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
-    /// No wave `step` is kept.
+    /// No place `step` is kept.
     #[error("run {run} has no wave {step} in its history (its waves: {kept})")]
     UnknownStep {
         /// The run.
         run: String,
-        /// The step asked for.
-        step: u32,
-        /// The steps kept, as text.
+        /// The place asked for.
+        step: HistoryPoint,
+        /// The places kept, as text.
         kept: String,
     },
     /// An entry does not read.
@@ -239,8 +277,11 @@ pub enum HistoryError {
     },
 }
 
-/// Every entry of run `id`'s history, in step order.
-async fn entries(store: &AnyStore, id: &str) -> Result<Vec<(u32, EntryRecord)>, HistoryError> {
+/// Every entry of run `id`'s history, in the order they were taken.
+async fn entries(
+    store: &AnyStore,
+    id: &str,
+) -> Result<Vec<(HistoryPoint, EntryRecord)>, HistoryError> {
     let prefix = history_prefix(id);
     let mut entries = Vec::new();
     for (key, value) in chunks::scan(store, &prefix).await? {
@@ -251,17 +292,17 @@ async fn entries(store: &AnyStore, id: &str) -> Result<Vec<(u32, EntryRecord)>, 
         };
         let step = key
             .strip_prefix(&prefix)
-            .and_then(|step| step.parse::<u32>().ok())
-            .ok_or_else(|| corrupt("not a step".into()))?;
+            .and_then(|step| step.parse::<HistoryPoint>().ok())
+            .ok_or_else(|| corrupt("not a place in the history".into()))?;
         let record: EntryRecord = records::decode(&value).map_err(|e| corrupt(e.to_string()))?;
         entries.push((step, record));
     }
     Ok(entries)
 }
 
-fn wave_of(step: u32, record: &EntryRecord) -> Wave {
+fn wave_of(at: HistoryPoint, record: &EntryRecord) -> Wave {
     Wave {
-        step,
+        at,
         at_unix_ms: record.at_unix_ms,
         status: record.status.clone(),
         changed: record.fields.keys().cloned().collect(),
@@ -269,20 +310,22 @@ fn wave_of(step: u32, record: &EntryRecord) -> Wave {
     }
 }
 
-/// Run `id`'s state and progress after wave `step` (`None`: the last
-/// kept), and every wave its history keeps: one read of the history.
-pub async fn at(store: &AnyStore, id: &str, step: Option<u32>) -> Result<AtWave, HistoryError> {
+/// Run `id`'s state and progress at place `at` (`None`: the last kept),
+/// and every place its history keeps: one read of the history.
+pub async fn at(
+    store: &AnyStore,
+    id: &str,
+    at: Option<HistoryPoint>,
+) -> Result<AtWave, HistoryError> {
     let entries = entries(store, id).await?;
-    let waves: Vec<Wave> = entries
-        .iter()
-        .map(|(step, record)| wave_of(*step, record))
-        .collect();
-    let wanted = match step {
-        Some(step) => step,
-        None => entries.last().map_or(0, |(step, _)| *step),
+    let wanted = match at {
+        Some(at) => at,
+        None => entries
+            .last()
+            .map_or_else(HistoryPoint::default, |(at, _)| *at),
     };
-    if !entries.iter().any(|(s, _)| *s == wanted) {
-        let kept: Vec<String> = entries.iter().map(|(s, _)| s.to_string()).collect();
+    if !entries.iter().any(|(at, _)| *at == wanted) {
+        let kept: Vec<String> = entries.iter().map(|(at, _)| at.to_string()).collect();
         return Err(HistoryError::UnknownStep {
             run: id.to_owned(),
             step: wanted,
@@ -293,46 +336,93 @@ pub async fn at(store: &AnyStore, id: &str, step: Option<u32>) -> Result<AtWave,
             },
         });
     }
-    let corrupt = |step: u32, reason: &str| HistoryError::Corrupt {
+    fold(id, entries, wanted)
+}
+
+/// The last place in run `id`'s history whose progress (its JSON, the
+/// state left out) `fits`; `None` when none does.
+pub async fn last_where(
+    store: &AnyStore,
+    id: &str,
+    fits: impl Fn(&str) -> bool,
+) -> Result<Option<AtWave>, HistoryError> {
+    let entries = entries(store, id).await?;
+    let mut progress: Option<String> = None;
+    let mut found = None;
+    for (at, record) in &entries {
+        let text = apply(id, *at, progress.as_ref(), record.progress.clone())?;
+        if fits(&text) {
+            found = Some(*at);
+        }
+        progress = Some(text);
+    }
+    match found {
+        Some(at) => fold(id, entries, at).map(Some),
+        None => Ok(None),
+    }
+}
+
+/// `value` of the entry at `at`, read against the value before it.
+fn apply(
+    id: &str,
+    at: HistoryPoint,
+    old: Option<&String>,
+    value: Stored,
+) -> Result<String, HistoryError> {
+    let corrupt = |reason: &str| HistoryError::Corrupt {
         run: id.to_owned(),
-        key: history_key(id, u64::from(step)),
+        key: history_key(id, at),
         reason: reason.to_owned(),
     };
+    match value {
+        Stored::Whole(text) => Ok(text),
+        Stored::Delta(delta) => {
+            let old = old.ok_or_else(|| corrupt("a delta without a value before it"))?;
+            let bytes = delta
+                .apply(old.as_bytes())
+                .ok_or_else(|| corrupt("a delta does not fit the value before it"))?;
+            String::from_utf8(bytes).map_err(|_| corrupt("a value is not UTF-8"))
+        }
+    }
+}
+
+/// The entries folded up to `wanted`, one of them.
+fn fold(
+    id: &str,
+    entries: Vec<(HistoryPoint, EntryRecord)>,
+    wanted: HistoryPoint,
+) -> Result<AtWave, HistoryError> {
+    let waves: Vec<Wave> = entries
+        .iter()
+        .map(|(at, record)| wave_of(*at, record))
+        .collect();
     let mut progress: Option<String> = None;
     let mut fields: BTreeMap<String, String> = BTreeMap::new();
     let mut wave = None;
-    for (step, record) in entries.into_iter().take_while(|(s, _)| *s <= wanted) {
-        let apply = |old: Option<&String>, value: Stored| -> Result<String, HistoryError> {
-            match value {
-                Stored::Whole(text) => Ok(text),
-                Stored::Delta(delta) => {
-                    let old =
-                        old.ok_or_else(|| corrupt(step, "a delta without a value before it"))?;
-                    let bytes = delta
-                        .apply(old.as_bytes())
-                        .ok_or_else(|| corrupt(step, "a delta does not fit the value before it"))?;
-                    String::from_utf8(bytes).map_err(|_| corrupt(step, "a value is not UTF-8"))
-                }
-            }
-        };
-        wave = Some(wave_of(step, &record));
-        progress = Some(apply(progress.as_ref(), record.progress)?);
+    for (at, record) in entries.into_iter().take_while(|(at, _)| *at <= wanted) {
+        wave = Some(wave_of(at, &record));
+        progress = Some(apply(id, at, progress.as_ref(), record.progress)?);
         for (name, value) in record.fields {
-            let text = apply(fields.get(&name), value)?;
+            let text = apply(id, at, fields.get(&name), value)?;
             fields.insert(name, text);
         }
         for name in &record.removed {
             fields.remove(name);
         }
     }
+    let corrupt = |reason: &str| HistoryError::Corrupt {
+        run: id.to_owned(),
+        key: history_key(id, wanted),
+        reason: reason.to_owned(),
+    };
     let mut state = Map::new();
     for (name, text) in fields {
-        let value = serde_json::from_str(&text).map_err(|e| corrupt(wanted, &e.to_string()))?;
+        let value = serde_json::from_str(&text).map_err(|e| corrupt(&e.to_string()))?;
         state.insert(name, value);
     }
     Ok(AtWave {
         waves,
-        wave: wave.ok_or_else(|| corrupt(wanted, "no entry"))?,
+        wave: wave.ok_or_else(|| corrupt("no entry"))?,
         state,
         progress_json: progress.unwrap_or_default(),
     })
@@ -344,7 +434,7 @@ mod tests {
 
     fn entry(step: u32, fields: &[(&str, u64, &str)]) -> Entry {
         Entry {
-            step,
+            at: HistoryPoint::wave(step),
             at_unix_ms: i64::from(step),
             status: "running".into(),
             progress_json: format!(
@@ -373,6 +463,60 @@ mod tests {
         assert_eq!(small.fields["n"], Stored::Whole("2".into()), "small: whole");
         let third = last.record(entry(3, &[("text", 2, &longer)]));
         assert_eq!(third.removed, ["n"]);
+    }
+
+    #[test]
+    fn points_within_a_wave_follow_its_entry_and_an_end_that_merged_nothing_is_not_kept() {
+        let (tx, _rx) = mpsc::unbounded_channel();
+        let mut history = History { tx, last: None };
+        let mut keep = |merged: u32, events: u64, ended: bool| {
+            let mut kept = None;
+            history.keep(merged, events, ended, |at| {
+                kept = Some(at);
+                entry(0, &[])
+            });
+            kept
+        };
+        let point = |step, point| Some(HistoryPoint { step, point });
+        assert_eq!(keep(0, 2, false), point(0, 0), "the input");
+        assert_eq!(
+            keep(0, 9, false),
+            point(0, 9),
+            "a map's items, within wave 1"
+        );
+        assert_eq!(keep(0, 9, false), None, "nothing logged since");
+        assert_eq!(keep(1, 12, false), point(1, 0), "wave 1 merged");
+        assert_eq!(keep(1, 15, true), None, "failed within wave 2");
+        assert_eq!(keep(2, 20, true), point(2, 0), "ended as wave 2 merged");
+
+        // A restored run's history holds its wave: what follows is a
+        // point within the next.
+        let (tx, _rx) = mpsc::unbounded_channel();
+        let mut restored = History {
+            tx,
+            last: Some(HistoryPoint::wave(3)),
+        };
+        let mut kept = None;
+        restored.keep(3, 40, false, |at| {
+            kept = Some(at);
+            entry(0, &[])
+        });
+        assert_eq!(kept, point(3, 40));
+    }
+
+    #[test]
+    fn keys_sort_in_the_order_places_are_taken_and_read_back() {
+        let places = [(0, 0), (0, 9), (3, 0), (3, 57), (3, 120), (4, 0), (12, 0)]
+            .map(|(step, point)| HistoryPoint { step, point });
+        let keys: Vec<String> = places.iter().map(|at| history_key("run-1", *at)).collect();
+        let mut sorted = keys.clone();
+        sorted.sort();
+        assert_eq!(keys, sorted);
+        let prefix = history_prefix("run-1");
+        for (key, at) in keys.iter().zip(places) {
+            let read: HistoryPoint = key.strip_prefix(&prefix).unwrap().parse().unwrap();
+            assert_eq!(read, at);
+        }
     }
 
     #[test]

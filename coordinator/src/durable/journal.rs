@@ -36,7 +36,8 @@ pub struct Checkpoint {
     /// Every field of the state: name, version, JSON.
     pub fields: Vec<(String, u64, Arc<str>)>,
     /// The waves merged so far: a checkpoint after a wave not yet in the
-    /// run's history is kept there too (`super::history`).
+    /// run's history is kept there too, and one taken while the next wave
+    /// is at work is kept as a point within it (`super::history`).
     pub merged: u32,
 }
 
@@ -59,17 +60,18 @@ pub struct Journal {
 
 impl Journal {
     /// Starts the writer of run `id`'s checkpoints; `stored` events are in
-    /// the store already.
+    /// the store already, and its history holds wave `kept` (`None`: a
+    /// new run's or a fork's, which keeps its first checkpoint).
     pub fn start(
         keeper: Keeper,
         id: RunId,
         head: RecordHead,
         mode: Durability,
-        stored: u64,
+        (stored, kept): (u64, Option<u32>),
         tracker: &tokio_util::task::TaskTracker,
     ) -> Self {
         let (tx, rx) = mpsc::unbounded_channel();
-        let history = History::start(keeper.clone(), id.clone(), tracker);
+        let history = History::start(keeper.clone(), id.clone(), kept, tracker);
         tracker.spawn(write_snapshots(keeper.clone(), id, head, rx));
         Self {
             keeper,
@@ -114,13 +116,17 @@ impl Journal {
         log: &[StoredEvent],
         wait: bool,
     ) -> bool {
-        self.history.keep(checkpoint.merged, || history::Entry {
-            step: checkpoint.merged,
-            at_unix_ms: log.last().map_or_else(now_ms, |last| last.at_unix_ms),
-            status: status.name().to_owned(),
-            progress_json: checkpoint.progress_json.clone(),
-            fields: checkpoint.fields.clone(),
-        });
+        let ended = status.is_terminal();
+        self.history
+            .keep(checkpoint.merged, log.len() as u64, ended, |at| {
+                history::Entry {
+                    at,
+                    at_unix_ms: log.last().map_or_else(now_ms, |last| last.at_unix_ms),
+                    status: status.name().to_owned(),
+                    progress_json: checkpoint.progress_json.clone(),
+                    fields: checkpoint.fields.clone(),
+                }
+            });
         let first = self.handed;
         let new = log
             .get(usize::try_from(first).unwrap_or(usize::MAX)..)

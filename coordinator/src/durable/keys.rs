@@ -7,7 +7,7 @@
 //! `runs/<id>/progress/base` and `…/progress/d/<seq>` a large progress;
 //! `runs/<id>/deltas/<name in hex>/<seq>` each delta of a field stored as what changed;
 //! `runs/<id>/events/<first>` each stretch of events;
-//! `runs/<id>/history/<step>` each wave's state (`super::history`);
+//! `runs/<id>/history/<step>[.<point>]` each wave's state (`super::history`);
 //! `runs/<id>/stream/…` the run's stream (`super::stream_copy`); `blobs/<sha256>`
 //! every bundle file once, whichever runs share it.
 
@@ -111,9 +111,16 @@ pub fn history_prefix(id: &str) -> String {
     run_key(id, &["history/"], None)
 }
 
-/// Where the history entry of a run's wave `step` lives.
-pub fn history_key(id: &str, step: u64) -> String {
-    run_key(id, &["history/"], Some(step))
+/// Where the history entry of a run's place `at` lives: the wave's step,
+/// and for a point within the next wave `.` and the point, both padded, so
+/// the entries sort in the order they were taken.
+pub fn history_key(id: &str, at: weft_proto::events::HistoryPoint) -> String {
+    let mut key = run_key(id, &["history/"], Some(u64::from(at.step)));
+    if at.point > 0 {
+        key.push('.');
+        push_padded(&mut key, at.point);
+    }
+    key
 }
 
 /// Where a run's stream is kept (`super::stream_copy`).

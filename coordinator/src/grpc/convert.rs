@@ -77,6 +77,7 @@ impl From<RunReport> for pb::RunInfo {
                 .map(|from| from.run.to_string())
                 .unwrap_or_default(),
             forked_from_step: report.forked_from.as_ref().map(|from| from.step),
+            forked_from_point: report.forked_from.as_ref().map_or(0, |from| from.point),
             answers: report
                 .answers
                 .into_iter()
@@ -136,6 +137,7 @@ impl From<pb::RunInfo> for RunReport {
                 weft_proto::events::ForkedFrom {
                     run: info.forked_from_run.into(),
                     step: info.forked_from_step.unwrap_or_default(),
+                    point: info.forked_from_point,
                 }
             }),
             answers: info
@@ -228,7 +230,8 @@ pub(crate) fn index_info(info: crate::indexes::IndexInfo) -> pb::IndexInfo {
 /// A wave of a run's history, on the wire.
 pub fn history_wave(wave: crate::durable::history::Wave) -> pb::HistoryWave {
     pb::HistoryWave {
-        step: wave.step,
+        step: wave.at.step,
+        point: wave.at.point,
         at_unix_ms: wave.at_unix_ms,
         status: wave.status,
         changed: wave.changed,

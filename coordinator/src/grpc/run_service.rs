@@ -3,6 +3,7 @@
 //! writes the answer; nothing else happens here.
 
 use std::pin::Pin;
+use weft_proto::events::HistoryPoint;
 
 use serde_json::Value;
 use tokio_stream::{Stream, StreamExt};
@@ -269,13 +270,15 @@ impl RunService for RunApi {
     ) -> Result<Response<pb::RunHistory>, Status> {
         let caller = principal(&request)?;
         let request = request.into_inner();
-        let at = self
-            .access
-            .history(&caller, &request.run_id, request.at)
-            .await?;
+        let asked = request.at.map(|step| HistoryPoint {
+            step,
+            point: request.point,
+        });
+        let at = self.access.history(&caller, &request.run_id, asked).await?;
         Ok(Response::new(pb::RunHistory {
             waves: at.waves.into_iter().map(convert::history_wave).collect(),
-            step: at.wave.step,
+            step: at.wave.at.step,
+            point: at.wave.at.point,
             state_json: Value::Object(at.state).to_string(),
         }))
     }
@@ -293,10 +296,11 @@ impl RunService for RunApi {
             })?;
             set.insert(field, value);
         }
-        let (accepted, _) = self
-            .access
-            .fork(&caller, &request.run_id, request.at, set)
-            .await?;
+        let at = request.at.map(|step| HistoryPoint {
+            step,
+            point: request.point,
+        });
+        let (accepted, _) = self.access.fork(&caller, &request.run_id, at, set).await?;
         Ok(Response::new(pb::SubmitResponse {
             run_id: accepted.id.to_string(),
             warnings: accepted.warnings,

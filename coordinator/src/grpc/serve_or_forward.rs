@@ -6,6 +6,7 @@
 
 use std::future::Future;
 use std::sync::{Arc, Mutex};
+use weft_proto::events::HistoryPoint;
 
 use tokio::sync::watch;
 use tokio_util::task::TaskTracker;
@@ -551,13 +552,13 @@ impl FrontRuns {
         Ok(self.stream_run(request).await?.into_inner())
     }
 
-    /// Starts a fork of run `id` after wave `at` with `set` replacing
-    /// fields, through the leader (itself, or through it).
+    /// Starts a fork of run `id` at place `at` of its history with `set`
+    /// replacing fields, through the leader (itself, or through it).
     pub(crate) async fn fork_run(
         &self,
         caller: &Credentials,
         id: String,
-        at: Option<u32>,
+        at: Option<HistoryPoint>,
         set: serde_json::Map<String, serde_json::Value>,
     ) -> Result<pb::SubmitResponse, Status> {
         let set_json = set
@@ -566,21 +567,26 @@ impl FrontRuns {
             .collect();
         let request = caller.request(pb::ForkRequest {
             run_id: id,
-            at,
+            at: at.map(|at| at.step),
+            point: at.map_or(0, |at| at.point),
             set_json,
         });
         Ok(RunService::fork(self, request).await?.into_inner())
     }
 
-    /// Run `id`'s history and its state after wave `at` (the last kept
-    /// when `None`), from the leader (itself, or through it).
+    /// Run `id`'s history and its state at place `at` (the last kept when
+    /// `None`), from the leader (itself, or through it).
     pub(crate) async fn history(
         &self,
         caller: &Credentials,
         id: String,
-        at: Option<u32>,
+        at: Option<HistoryPoint>,
     ) -> Result<pb::RunHistory, Status> {
-        let request = caller.request(pb::GetHistoryRequest { run_id: id, at });
+        let request = caller.request(pb::GetHistoryRequest {
+            run_id: id,
+            at: at.map(|at| at.step),
+            point: at.map_or(0, |at| at.point),
+        });
         Ok(self.get_history(request).await?.into_inner())
     }
 

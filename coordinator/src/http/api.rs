@@ -13,6 +13,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::{Value, json};
+use weft_proto::events::HistoryPoint;
 use weft_proto::types::RunStatus;
 
 use super::Api;
@@ -147,12 +148,33 @@ async fn one(
 
 #[derive(Deserialize)]
 struct HistoryQuery {
-    /// The wave (0: the input); absent: the last kept.
-    at: Option<u32>,
+    /// The place: a wave (`3`; 0: the input) or a point within the next
+    /// one (`3.57`); absent: the last kept.
+    at: Option<String>,
 }
 
-/// `GET /runs/ID/history?at=N`: the waves the run's history keeps, and
-/// its state after wave `N` (SPEC 20).
+/// A place in a run's history as the API is given it: a wave's number,
+/// or text (`"3"`, `"3.57"`).
+fn history_point(at: Option<&Value>) -> Result<Option<HistoryPoint>, ApiError> {
+    let text = match at {
+        None | Some(Value::Null) => return Ok(None),
+        Some(Value::String(text)) => text.clone(),
+        Some(other) => other.to_string(),
+    };
+    text.parse()
+        .map(Some)
+        .map_err(|error: weft_proto::events::BadHistoryPoint| {
+            ApiError::bad_request(format!("at: {error}"))
+        })
+}
+
+/// A place's JSON: its step, its point and both as text (`"3.57"`).
+fn place_json(step: u32, point: u64) -> (u32, u64, String) {
+    (step, point, HistoryPoint { step, point }.to_string())
+}
+
+/// `GET /runs/ID/history?at=N`: the places the run's history keeps, and
+/// its state at `N` (a wave, or `3.57`: a point within the next; SPEC 20).
 async fn history(
     State(api): State<Api>,
     headers: HeaderMap,
@@ -161,17 +183,21 @@ async fn history(
 ) -> Result<Json<Value>, ApiError> {
     let caller = admit(&api, &headers, ("GetHistory", Role::Reader))?;
     let query = parameters(query)?;
+    let at = history_point(query.at.map(Value::String).as_ref())?;
     let history = api
         .front
-        .history(&caller.credentials, id.clone(), query.at)
+        .history(&caller.credentials, id.clone(), at)
         .await?;
     let state: Value = serde_json::from_str(&history.state_json).unwrap_or(Value::Null);
     let waves: Vec<Value> = history
         .waves
         .iter()
         .map(|wave| {
+            let (step, point, at) = place_json(wave.step, wave.point);
             json!({
-                "step": wave.step,
+                "step": step,
+                "point": point,
+                "at": at,
                 "at_unix_ms": wave.at_unix_ms,
                 "status": wave.status,
                 "changed": wave.changed,
@@ -179,9 +205,12 @@ async fn history(
             })
         })
         .collect();
+    let (step, point, at) = place_json(history.step, history.point);
     Ok(Json(json!({
         "run_id": id,
-        "step": history.step,
+        "step": step,
+        "point": point,
+        "at": at,
         "state": state,
         "waves": waves,
     })))
@@ -191,9 +220,10 @@ async fn history(
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct ForkBody {
-    /// The wave to fork after; absent: the last kept.
+    /// The place to fork at: a wave's number, or text (`"3.57"`: a point
+    /// within the next wave); absent: the last kept.
     #[serde(default)]
-    at: Option<u32>,
+    at: Option<Value>,
     /// Fields of the fork's state replaced.
     #[serde(default)]
     set: serde_json::Map<String, Value>,
@@ -209,9 +239,10 @@ async fn fork(
 ) -> Result<Json<Value>, ApiError> {
     let caller = admit(&api, &headers, ("Fork", Role::Operator))?;
     let asked = body(asked)?;
+    let at = history_point(asked.at.as_ref())?;
     let forked = api
         .front
-        .fork_run(&caller.credentials, id, asked.at, asked.set)
+        .fork_run(&caller.credentials, id, at, asked.set)
         .await?;
     Ok(Json(json!({ "run_id": forked.run_id })))
 }

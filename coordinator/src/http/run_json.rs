@@ -20,7 +20,7 @@ pub(super) fn run_json(report: RunReport, settings: &HttpConfig) -> Value {
     if let Some(from) = &report.forked_from {
         object.insert(
             "forked_from".into(),
-            json!({"run": from.run, "step": from.step}),
+            json!({"run": from.run, "step": from.step, "point": from.point, "at": from.at().to_string()}),
         );
     }
     object.insert("created_unix_ms".into(), report.created_unix_ms.into());

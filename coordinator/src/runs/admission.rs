@@ -82,6 +82,7 @@ impl Runs {
             warnings: parsed.warnings,
             owner,
             trace_parent: None,
+            parent: None,
         })
         .await
     }
@@ -150,14 +151,16 @@ impl Runs {
     /// Starts an admitted run: its files leased, its record stored, its
     /// actor spawned; acknowledged once its first checkpoint is stored.
     async fn start(&self, admitted: Admitted) -> Result<Accepted, SubmitError> {
-        self.start_as(admitted, Start::New).await
+        self.start_as(admitted, Start::New, new_run_id()).await
     }
 
-    /// Starts an admitted run as `how` says (a new run, or a fork).
+    /// Starts an admitted run as `how` says (a new run, or a fork) under
+    /// id `id` (a [`new_run_id`]).
     pub(super) async fn start_as(
         &self,
         admitted: Admitted,
         how: Start,
+        id: RunId,
     ) -> Result<Accepted, SubmitError> {
         let Admitted {
             bundle,
@@ -168,7 +171,6 @@ impl Runs {
             warnings,
             top_level,
         } = admitted;
-        let id = RunId::from(format!("run-{}", uuid::Uuid::now_v7().simple()));
         // Its held input values, for later submissions that name them.
         let held: Vec<(String, Arc<str>)> = match top_level {
             true => machine
@@ -184,7 +186,7 @@ impl Runs {
         }
         let namespace = owner.namespace.clone();
         let lease = self.blobs.add_bundle(&bundle, &owner.namespace);
-        let children = self.children_of(&plan, &bundle, family, owner);
+        let children = self.children_of(&id, &plan, &bundle, family, owner);
         let refs = bundle_refs(&bundle);
         // A top-level run's trace gets its root once the run is accepted; a
         // child's trace is its parent's.
@@ -284,7 +286,7 @@ impl Runs {
             id.clone(),
             head,
             durability,
-            0,
+            (0, None),
             &self.tracker,
         );
         Ok(Some(journal))
@@ -304,6 +306,8 @@ pub(super) struct Submission<'a> {
     pub(super) warnings: Vec<String>,
     pub(super) owner: Owner,
     pub(super) trace_parent: Option<String>,
+    /// For a child run, its parent run.
+    pub(super) parent: Option<RunId>,
 }
 
 /// A submission's graph: planned already (a graph kept parsed,
@@ -327,6 +331,11 @@ impl Planned {
             Planned::Fresh(graph) => RunPlan::new(graph, limits.clone()),
         }
     }
+}
+
+/// A new run's id: unique, and in the order runs are made.
+pub(super) fn new_run_id() -> RunId {
+    RunId::from(format!("run-{}", uuid::Uuid::now_v7().simple()))
 }
 
 /// A run the admission decision took: its machine made, not started.
@@ -353,6 +362,7 @@ fn admit(limits: &RunLimits, submission: Submission<'_>) -> Result<Admitted, Sub
         mut warnings,
         owner,
         trace_parent,
+        parent,
     } = submission;
     let top_level = trace_parent.is_none();
     let mut input = read_input(&graph, input_json, top_level)?;
@@ -377,6 +387,7 @@ fn admit(limits: &RunLimits, submission: Submission<'_>) -> Result<Admitted, Sub
     metrics::counter!(crate::metrics::INPUT_BYTES_HELD).increment(held as u64);
     metrics::counter!(crate::metrics::INPUT_BYTES_REFERENCED).increment(referenced_bytes);
     machine.set_trace_parent(trace_parent);
+    machine.set_parent(parent);
     machine.set_owner(owner.clone());
     Ok(Admitted {
         bundle,

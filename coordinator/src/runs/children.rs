@@ -19,6 +19,8 @@ const FIND_CHILD_PATIENCE: std::time::Duration = std::time::Duration::from_secs(
 
 /// One parent run's access to the registry.
 struct RunChildren {
+    /// The parent run.
+    parent: RunId,
     runs: Runs,
     bundle: Arc<Bundle>,
     /// The graphs of the whole tree, parsed at the top run's submission.
@@ -36,6 +38,7 @@ impl ChildRuns for RunChildren {
     ) -> Pending<Result<RunId, ChildError>> {
         let (runs, bundle, family) = (self.runs.clone(), self.bundle.clone(), self.family.clone());
         let owner = self.owner.clone();
+        let parent = self.parent.clone();
         Box::pin(async move {
             let path = bundle
                 .resolve(&graph)
@@ -68,6 +71,7 @@ impl ChildRuns for RunChildren {
                     warnings: Vec::new(),
                     owner,
                     trace_parent: Some(traceparent),
+                    parent: Some(parent),
                 })
                 .await
                 .map_err(|e| ChildError::NotStarted {
@@ -127,10 +131,11 @@ impl ChildRuns for RunChildren {
 }
 
 impl Runs {
-    /// What a run of `plan` (owned by `owner`) needs to run its subgraph
-    /// nodes' child runs; `None` without any.
+    /// What run `parent` of `plan` (owned by `owner`) needs to run its
+    /// subgraph nodes' child runs; `None` without any.
     pub(super) fn children_of(
         &self,
+        parent: &RunId,
         plan: &RunPlan,
         bundle: &Bundle,
         family: Arc<Family>,
@@ -143,6 +148,7 @@ impl Runs {
             .any(|node| matches!(node.kind, crate::graph::NodeKind::Subgraph(_)));
         embeds.then(|| {
             let children = RunChildren {
+                parent: parent.clone(),
                 runs: self.clone(),
                 bundle: Arc::new(bundle.clone()),
                 family,

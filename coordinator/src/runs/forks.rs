@@ -1,27 +1,45 @@
-//! Forks (SPEC 20): a new run from another's state after one of its
-//! waves, read from the original's history, with fields replaced, on the
-//! original's bundle. The original is untouched.
+//! Forks (SPEC 20): a new run from another's state at a place in its
+//! history — after one of its waves, or at a point within the next one —
+//! with fields replaced, on the original's bundle. The original is
+//! untouched.
+//!
+//! A subgraph node's child run is forked with its parent, consistently:
+//! the parent is forked at the last place its history keeps with that
+//! child in progress, and the parent's fork takes the child's fork on as
+//! its node's child (and so on up to the run of its own). The forks start
+//! innermost first, each under an id made beforehand, so every parent's
+//! fork finds its child's; the fork asked for is the outermost.
 
 use serde_json::{Map, Value};
-use weft_proto::events::ForkedFrom;
+use weft_proto::RunId;
+use weft_proto::events::{ForkedFrom, HistoryPoint};
 
-use super::admission::{Accepted, Admitted};
+use super::admission::{Accepted, Admitted, new_run_id};
 use super::{Runs, SubmitError};
 use crate::durable::{history, restore};
 use crate::run_actor::{Owner, Progress, RunMachine, Start};
 
+/// One run of the family being forked, and where.
+struct Original {
+    run: RunId,
+    progress: Progress,
+    at: HistoryPoint,
+}
+
 impl Runs {
-    /// Starts a fork of run `original` after its wave `at` (the last kept
-    /// when `None`) with `set` replacing fields of its state, for `owner`.
-    /// Each refusal names what is wrong; nothing is started then.
+    /// Starts a fork of run `original` at place `at` of its history (the
+    /// last kept when `None`) with `set` replacing fields of its state,
+    /// for `owner`; for a child run, its parents' forks too. Each refusal
+    /// names what is wrong; nothing is started then. Returns the
+    /// outermost fork and the place forked at.
     pub async fn fork(
         &self,
         original: &str,
-        at: Option<u32>,
+        at: Option<HistoryPoint>,
         set: Map<String, Value>,
         owner: Owner,
         max_bundle_bytes: usize,
-    ) -> Result<(Accepted, u32), SubmitError> {
+    ) -> Result<(Accepted, HistoryPoint), SubmitError> {
         let keeper = self.store.as_ref().ok_or_else(|| {
             SubmitError::Fork(
                 "this coordinator keeps no run history: it runs without a store".into(),
@@ -30,37 +48,113 @@ impl Runs {
         self.check_running(&owner.namespace)?;
         self.check_day(&owner.namespace)?;
         let store = keeper.store();
-        let wave = history::at(store, original, at)
+        let place = history::at(store, original, at)
             .await
-            .map_err(|error| match error {
-                history::HistoryError::Store(error) => SubmitError::Store(error.into()),
-                // The store holds something unreadable: not the caller's
-                // mistake.
-                history::HistoryError::Corrupt { key, reason, .. } => {
-                    SubmitError::Store(weft_store::StoreError::Corrupt { key, reason }.into())
+            .map_err(history_error)?;
+        let asked = place.wave.at;
+        let mut family = vec![Original {
+            run: original.into(),
+            progress: progress_of(original, place)?,
+            at: asked,
+        }];
+        while let Some((child, parent)) = family.last().and_then(|last| {
+            let parent = last.progress.parent()?.clone();
+            Some((last.run.clone(), parent))
+        }) {
+            let holds_child = |json: &str| {
+                serde_json::from_str::<Progress>(json)
+                    .is_ok_and(|progress| progress.children().contains(&child))
+            };
+            let place = history::last_where(store, &parent, holds_child)
+                .await
+                .map_err(history_error)?
+                .ok_or_else(|| {
+                    SubmitError::Fork(format!(
+                        "run {child} is a child of run {parent}, whose history keeps no place with it in progress: fork run {parent} instead"
+                    ))
+                })?;
+            let at = place.wave.at;
+            family.push(Original {
+                progress: progress_of(&parent, place)?,
+                run: parent,
+                at,
+            });
+        }
+        // Made before any starts: each child's fork names its parent's.
+        let ids: Vec<RunId> = family.iter().map(|_| new_run_id()).collect();
+        let mut set = Some(set);
+        let mut started: Vec<RunId> = Vec::new();
+        let mut accepted = None;
+        // The child just forked: the original's id and its fork's.
+        let mut child: Option<(RunId, RunId)> = None;
+        for (depth, original) in family.into_iter().enumerate() {
+            let run = original.run.clone();
+            let fork = self
+                .fork_one(
+                    original,
+                    set.take().unwrap_or_default(),
+                    owner.clone(),
+                    max_bundle_bytes,
+                    (ids[depth].clone(), ids.get(depth + 1).cloned()),
+                    child.as_ref().map(|(original, fork)| (original, fork)),
+                    &mut accepted,
+                )
+                .await;
+            if let Err(error) = fork {
+                // A parent's fork that cannot start leaves no child fork
+                // running alone.
+                for id in &started {
+                    if let Some(handle) = self.get(id) {
+                        let _ = handle.cancel(None).await;
+                    }
                 }
-                unknown @ history::HistoryError::UnknownStep { .. } => {
-                    SubmitError::Fork(unknown.to_string())
-                }
-            })?;
-        let bundle = restore::stored_bundle(store, original, max_bundle_bytes)
+                return Err(error);
+            }
+            started.push(ids[depth].clone());
+            child = Some((run, ids[depth].clone()));
+        }
+        let accepted = accepted.ok_or_else(|| SubmitError::Fork("nothing to fork".into()))?;
+        Ok((accepted, asked))
+    }
+
+    /// Starts the fork of one run under `ids.0` (its parent's fork
+    /// `ids.1`), taking on `child.1` as the fork of its child `child.0`;
+    /// `accepted` is the outermost fork's acceptance.
+    #[allow(clippy::too_many_arguments)]
+    async fn fork_one(
+        &self,
+        original: Original,
+        set: Map<String, Value>,
+        owner: Owner,
+        max_bundle_bytes: usize,
+        (id, parent): (RunId, Option<RunId>),
+        child: Option<(&RunId, &RunId)>,
+        accepted: &mut Option<Accepted>,
+    ) -> Result<(), SubmitError> {
+        let Original { run, progress, at } = original;
+        let keeper = self
+            .store
+            .as_ref()
+            .ok_or_else(|| SubmitError::Fork("this coordinator runs without a store".into()))?;
+        let bundle = restore::stored_bundle(keeper.store(), &run, max_bundle_bytes)
             .await
             .map_err(|error| SubmitError::Store(error.into()))?;
         let parsed = self.parsed.parse(&bundle)?;
-        let mut progress: Progress =
-            serde_json::from_str(&wave.progress_json).map_err(|error| {
-                SubmitError::Fork(format!(
-                    "the progress of run {original} after wave {} does not read: {error}",
-                    wave.wave.step
-                ))
-            })?;
-        progress.set_state(wave.state);
         let from = ForkedFrom {
-            run: original.into(),
-            step: wave.wave.step,
+            run: run.clone(),
+            step: at.step,
+            point: at.point,
         };
-        let machine = RunMachine::fork(parsed.plan.clone(), progress, set, owner.clone(), from)
-            .map_err(|error| SubmitError::Fork(error.to_string()))?;
+        let mut machine = RunMachine::fork(
+            parsed.plan.clone(),
+            progress,
+            set,
+            owner.clone(),
+            from,
+            child,
+        )
+        .map_err(|error| SubmitError::Fork(error.to_string()))?;
+        machine.set_parent(parent.clone());
         let admitted = Admitted {
             bundle,
             family: parsed.family,
@@ -68,9 +162,38 @@ impl Runs {
             machine,
             owner,
             warnings: parsed.warnings,
-            top_level: true,
+            top_level: parent.is_none(),
         };
-        let accepted = self.start_as(admitted, Start::Fork).await?;
-        Ok((accepted, wave.wave.step))
+        let started = self.start_as(admitted, Start::Fork, id).await?;
+        if parent.is_none() {
+            *accepted = Some(started);
+        }
+        Ok(())
+    }
+}
+
+/// The progress of run `id` at a place read from its history.
+fn progress_of(id: &str, place: history::AtWave) -> Result<Progress, SubmitError> {
+    let mut progress: Progress = serde_json::from_str(&place.progress_json).map_err(|error| {
+        SubmitError::Fork(format!(
+            "the progress of run {id} at {} does not read: {error}",
+            place.wave.at
+        ))
+    })?;
+    progress.set_state(place.state);
+    Ok(progress)
+}
+
+/// A history that cannot be read as a refusal: a place not kept is the
+/// caller's mistake, anything else the store's.
+fn history_error(error: history::HistoryError) -> SubmitError {
+    match error {
+        history::HistoryError::Store(error) => SubmitError::Store(error.into()),
+        history::HistoryError::Corrupt { key, reason, .. } => {
+            SubmitError::Store(weft_store::StoreError::Corrupt { key, reason }.into())
+        }
+        unknown @ history::HistoryError::UnknownStep { .. } => {
+            SubmitError::Fork(unknown.to_string())
+        }
     }
 }

@@ -56,16 +56,19 @@ impl Runs {
         let durability = graph.settings.durability;
         let plan = RunPlan::new(Arc::new(graph), self.limits.clone());
         let machine = RunMachine::restore(plan.clone(), run.progress)?;
+        // Its history holds the wave it was in (a point within the next one
+        // comes after it).
+        let kept = Some(machine.waves_merged());
         let family = run.bundle.check_family(plan.graph())?;
         let owner = machine.owner().clone();
         let namespace = owner.namespace.clone();
-        let children = self.children_of(&plan, &run.bundle, Arc::new(family), owner);
+        let children = self.children_of(&run.id, &plan, &run.bundle, Arc::new(family), owner);
         let journal = Journal::start(
             keeper.clone(),
             run.id.clone(),
             run.head.clone(),
             durability,
-            run.log.len() as u64,
+            (run.log.len() as u64, kept),
             &self.tracker,
         );
         let files = run.head.files.iter().map(|f| f.sha256.clone()).collect();

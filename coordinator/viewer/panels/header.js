@@ -33,7 +33,7 @@ export function headerPanel(model, act) {
         run.forked_from ? el("dt", { text: "forked from" }) : null,
         run.forked_from ? el("dd", { id: "forked-from" },
           el("a", { class: "mono", href: "/runs/" + encodeURIComponent(run.forked_from.run), text: run.forked_from.run }),
-          ` after wave ${run.forked_from.step}`) : null,
+          run.forked_from.point ? ` at ${run.forked_from.at} (within wave ${run.forked_from.step + 1})` : ` after wave ${run.forked_from.step}`) : null,
         el("dt", { text: "started" }), el("dd", { text: when(run.created_unix_ms) }),
         el("dt", { text: "duration" }), el("dd", { id: "duration", text: duration(run.created_unix_ms, run.ended_unix_ms) }),
         el("dt", { text: "events" }), el("dd", { id: "event-count", text: String(Math.max(run.event_count, model.events.length)) }),

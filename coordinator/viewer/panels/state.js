@@ -1,6 +1,8 @@
 // The state: after each wave (what changed, from what; the whole state
 // read from the run's history on asking; "fork from here" for operators),
-// and now.
+// the points the history keeps within waves (a map's finished items, a
+// loop's iterations, a child run started: listed on asking, with the same
+// tools), and now.
 
 import { api, el, jsonValue, session } from "../common.js";
 import { fieldHistory } from "../run_model.js";
@@ -14,10 +16,39 @@ export function statePanel(model, id) {
   // (read once), and the fork forms with what was typed in them.
   const wholes = new Map();
   const forks = new Map();
+  // The points within waves, once asked for: {loading}, {error} or
+  // {points: [{at, status, at_unix_ms}]}.
+  let within = null;
+  const points = el("div", { id: "points" });
 
   function short(value) {
     const text = JSON.stringify(value);
     return text.length > 80 ? text.slice(0, 77) + "…" : text;
+  }
+
+  // The history's places: `step` is a wave's number or a point's text
+  // (`3.57`).
+  function place(step) {
+    const text = String(step);
+    if (!text.includes(".")) return `after wave ${text}`;
+    return `at ${text} (within wave ${Number(text.split(".")[0]) + 1})`;
+  }
+
+  async function showPoints() {
+    if (within && !within.loading) {
+      within = null;
+      renderWaves();
+      return;
+    }
+    within = { loading: true };
+    renderWaves();
+    try {
+      const history = await api(`/runs/${encodeURIComponent(id)}/history`);
+      within = { points: history.waves.filter((wave) => wave.point > 0) };
+    } catch (error) {
+      within = { error: error.message };
+    }
+    renderWaves();
   }
 
   async function showWhole(step) {
@@ -82,7 +113,7 @@ export function statePanel(model, id) {
       text.value = form.text;
       text.addEventListener("input", () => { form.text = text.value; });
       shown.push(el("div", { class: "fork-form", "data-step": step },
-        el("div", { class: "muted", text: `A new run from the state after wave ${step}, with these fields replaced:` }),
+        el("div", { class: "muted", text: `A new run from the state ${place(step)}, with these fields replaced:` }),
         text,
         el("button", { class: "primary fork-go", text: "Start the fork", onclick: () => fork(step, form) }),
         el("div", { class: "form-error", text: form.error })));
@@ -103,6 +134,23 @@ export function statePanel(model, id) {
             : jsonValue(row.value.value))),
       waveTools(wave.step))) : [el("p", { class: "muted", text: "No wave has changed the state yet." })]));
     if (history.length > WAVES_SHOWN) waves.append(el("p", { class: "muted", text: `the last ${WAVES_SHOWN} of ${history.length} waves` }));
+    renderPoints();
+  }
+
+  function renderPoints() {
+    const ask = el("button", { class: "show-points", text: within && !within.loading ? "hide the points within waves" : "points within waves", onclick: showPoints });
+    const shown = [];
+    if (within && within.loading) shown.push(el("span", { class: "muted", text: "reading…" }));
+    if (within && within.error) shown.push(el("span", { class: "form-error", text: within.error }));
+    if (within && within.points) {
+      const latest = within.points.slice(-WAVES_SHOWN).reverse();
+      shown.push(latest.length ? latest.map((point) => el("div", { class: "change point", "data-step": point.at },
+        el("div", {}, el("b", { text: point.at }),
+          el("span", { class: "muted", text: ` within wave ${point.step + 1}, ${point.status}, ${new Date(point.at_unix_ms).toLocaleTimeString()}` })),
+        waveTools(point.at)))
+        : el("p", { class: "muted", text: "The history keeps no point within a wave: each wave's work was kept only once it merged." }));
+    }
+    points.replaceChildren(el("div", { class: "row" }, ask), ...shown.flat());
   }
 
   // The state as the run's record says (read again when events change it).
@@ -114,7 +162,7 @@ export function statePanel(model, id) {
       el("p", { class: "muted", text: "empty" }));
   }
 
-  const history = el("div", { class: "panel" }, el("h2", { text: "State after each wave" }), waves);
+  const history = el("div", { class: "panel" }, el("h2", { text: "State after each wave" }), waves, points);
   const now = el("div", { class: "panel" }, el("h2", { text: "State now" }), state);
   return { history, now, renderWaves, renderNow };
 }

@@ -185,6 +185,16 @@ impl Harness {
         self
     }
 
+    /// Starts the run and drives it until `stop` holds of the events so
+    /// far: what is in flight then stays out, as in a checkpoint taken
+    /// mid-wave.
+    pub fn run_until(mut self, stop: impl Fn(&[RunEvent]) -> bool) -> Self {
+        let effects = self.machine.start();
+        self.absorb(effects);
+        self.drive_until(&stop);
+        self
+    }
+
     /// Applies an input (e.g. an answer) and drives on.
     pub fn send(&mut self, input: Input) -> Result<(), Rejected> {
         let effects = self.machine.apply(input)?;
@@ -305,7 +315,14 @@ impl Harness {
     }
 
     fn drive(&mut self) {
+        self.drive_until(&|_| false);
+    }
+
+    fn drive_until(&mut self, stop: &dyn Fn(&[RunEvent]) -> bool) {
         for _ in 0..100_000 {
+            if stop(&self.events) {
+                return;
+            }
             let input = if let Some(input) = self.inputs.pop_front() {
                 input
             } else {

@@ -37,14 +37,93 @@ pub struct RetrievedHit {
     pub score: f64,
 }
 
-/// Where a forked run came from (SPEC 20): the run, and the wave after
-/// which its state was taken.
+/// Where a forked run came from (SPEC 20): the run, and the place in its
+/// history its state was taken at.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ForkedFrom {
     /// The original run.
     pub run: RunId,
     /// The wave (0: its input).
     pub step: u32,
+    /// The point within the wave after `step` ([`HistoryPoint::point`]; 0:
+    /// right after wave `step`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub point: u64,
+}
+
+impl ForkedFrom {
+    /// The place in the original's history.
+    pub fn at(&self) -> HistoryPoint {
+        HistoryPoint {
+            step: self.step,
+            point: self.point,
+        }
+    }
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+/// A place in a run's history (SPEC 20), written `3` or `3.57`.
+///
+/// `point` 0 is the checkpoint taken once wave `step` merged (step 0: the
+/// input, before any wave). A larger `point` is a checkpoint taken while the
+/// next wave was still at work — a map's items finished, a loop's
+/// iterations done, a subgraph's child started, a person asked — named by
+/// the number of events the run's log held then, so points only grow and
+/// a restarted coordinator never reuses one.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct HistoryPoint {
+    /// Waves merged.
+    pub step: u32,
+    /// Events logged, for a point within the next wave; 0 otherwise.
+    pub point: u64,
+}
+
+impl HistoryPoint {
+    /// Right after wave `step`.
+    pub fn wave(step: u32) -> Self {
+        Self { step, point: 0 }
+    }
+}
+
+impl From<u32> for HistoryPoint {
+    fn from(step: u32) -> Self {
+        Self::wave(step)
+    }
+}
+
+impl std::fmt::Display for HistoryPoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.point {
+            0 => write!(f, "{}", self.step),
+            point => write!(f, "{}.{point}", self.step),
+        }
+    }
+}
+
+/// A history point that does not read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "'{0}' is not a place in a run's history: expected a wave (3) or a point within the next wave (3.57)"
+)]
+pub struct BadHistoryPoint(pub String);
+
+impl std::str::FromStr for HistoryPoint {
+    type Err = BadHistoryPoint;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        let bad = || BadHistoryPoint(text.to_owned());
+        let (step, point) = match text.trim().split_once('.') {
+            Some((step, point)) => (step, point.parse::<u64>().map_err(|_| bad())?),
+            None => (text.trim(), 0),
+        };
+        Ok(Self {
+            step: step.parse().map_err(|_| bad())?,
+            point,
+        })
+    }
 }
 
 /// How a run failed, as clients see it.
@@ -490,6 +569,19 @@ impl RunEvent {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_history_point_reads_back_as_written() {
+        for (text, step, point) in [("0", 0, 0), ("3", 3, 0), ("3.57", 3, 57)] {
+            let at: super::HistoryPoint = text.parse().expect(text);
+            assert_eq!(at, super::HistoryPoint { step, point });
+            assert_eq!(at.to_string(), text);
+        }
+        for bad in ["", "x", "3.", ".5", "3.x", "-1", "3.5.7"] {
+            let error = bad.parse::<super::HistoryPoint>().expect_err(bad).to_string();
+            assert!(error.contains("not a place in a run's history"), "{error}");
+        }
+    }
     use super::RunEvent;
 
     /// `RunEvent::KINDS` is the wire's list of event fields, in order: a

@@ -280,15 +280,16 @@ pub fn event_to_wire(seq: u64, at_unix_ms: i64, event: &RunEvent) -> pb::RunEven
             namespace,
             forked_from,
         } => {
-            let (forked_from_run, forked_from_step) = match forked_from {
-                Some(from) => (from.run.to_string(), Some(from.step)),
-                None => (String::new(), None),
+            let (forked_from_run, forked_from_step, forked_from_point) = match forked_from {
+                Some(from) => (from.run.to_string(), Some(from.step), from.point),
+                None => (String::new(), None, 0),
             };
             E::RunSubmitted(pb::RunSubmitted {
                 by,
                 namespace,
                 forked_from_run,
                 forked_from_step,
+                forked_from_point,
             })
         }
         RunEvent::RunRetried { by } => E::RunRetried(pb::RunRetried { by }),
@@ -491,6 +492,7 @@ pub fn event_from_wire(event: pb::RunEvent) -> Option<RunEvent> {
             forked_from: (!e.forked_from_run.is_empty()).then(|| super::ForkedFrom {
                 run: e.forked_from_run.into(),
                 step: e.forked_from_step.unwrap_or_default(),
+                point: e.forked_from_point,
             }),
         },
         E::RunRetried(e) => RunEvent::RunRetried { by: e.by },
@@ -732,6 +734,7 @@ mod tests {
                 forked_from: Some(super::super::ForkedFrom {
                     run: "run-1".into(),
                     step: 3,
+                    point: 57,
                 }),
             },
             RunEvent::RunRetried { by: "ops".into() },

@@ -104,6 +104,39 @@ def test_a_fork_goes_on_from_a_wave_with_a_field_replaced(cluster):
     assert asyncio.run(asynchronously()).forked_from == weft.ForkedFrom(original.run_id, 2)
 
 
+def test_a_map_forked_at_a_point_within_its_wave_keeps_its_finished_items(cluster):
+    multiply = ("import json, sys, time; t = json.load(sys.stdin); time.sleep(0.3); "
+                "print(json.dumps({'product': t['scope']['n'] * t['state']['factor']}))")
+    graph = {
+        "name": "times",
+        "state": {"numbers": {"type": "array", "default": [1, 2, 3]},
+                  "factor": {"type": "integer", "default": 2},
+                  "products": {"type": "array", "default": []}},
+        "nodes": {
+            "times": {"kind": "map", "start": True, "over": "state.numbers", "as": "n",
+                      "branch": "multiply", "output_key": "product",
+                      "collect_into": "products", "max_concurrency": 1},
+            "multiply": {"kind": "script", "run": ["python3", "-c", multiply]},
+        },
+    }
+    client = weft.Client(cluster.url)
+    original = client.submit(graph)
+    assert original.wait(timeout=60).state["products"] == [2, 4, 6]
+    finished = [e.seq for e in original.events() if e.type == "map_item_finished"]
+    points = [w for w in original.history().waves if w.point > 0]
+    # The point where exactly one item had finished, named as text.
+    point = next(w for w in points if sum(1 for seq in finished if seq < w.point) == 1)
+    assert point.at == f"0.{point.point}"
+    assert client.history(original.run_id, at=point.at).point == point.point
+    fork = original.fork(at=point.at, set={"factor": 10})
+    done = fork.wait(timeout=60)
+    assert done.state["products"] == [2, 20, 30]
+    assert done.forked_from == weft.ForkedFrom(original.run_id, 0, point.point)
+    assert done.forked_from.at == point.at
+    with pytest.raises(ValueError, match="not a place in a run's history"):
+        original.history(at="0.x")
+
+
 def test_a_run_is_submitted_with_a_priority_and_a_wrong_one_refused(cluster):
     client = weft.Client(cluster.url)
     run = client.submit(ECHO, input={"n": 1}, priority="low")

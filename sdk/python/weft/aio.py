@@ -13,14 +13,14 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
-from typing import Any, AsyncIterator, Optional
+from typing import Any, AsyncIterator, Optional, Union
 
 import grpc
 import grpc.aio
 
 from . import errors
 from .client import _MAX_MESSAGE, ENDS, Graph, bundle_of, bundle_to_wire, settings, submit_request
-from .types import Delta, Event, History, RunInfo, checked_status, delta_from_wire, event_from_wire, history_from_wire, run_from_wire
+from .types import Delta, Event, History, RunInfo, checked_status, delta_from_wire, event_from_wire, history_from_wire, place_request, run_from_wire
 from .v1 import runs_pb2 as pb
 from .v1 import runs_pb2_grpc as rpc
 
@@ -60,13 +60,13 @@ class Run:
         offset `start` (see `weft.Run.stream`)."""
         return self.client.stream(self.run_id, start)
 
-    async def history(self, at: Optional[int] = None) -> History:
-        """The run's history and its state after wave `at` (see
+    async def history(self, at: Union[int, str, None] = None) -> History:
+        """The run's history and its state at place `at` (see
         `weft.Run.history`)."""
         return await self.client.history(self.run_id, at)
 
-    async def fork(self, at: Optional[int] = None, set: Optional[dict[str, Any]] = None) -> "Run":
-        """A new run from this one's state after wave `at`, with the fields
+    async def fork(self, at: Union[int, str, None] = None, set: Optional[dict[str, Any]] = None) -> "Run":
+        """A new run from this one's state at place `at`, with the fields
         of `set` replaced (see `weft.Client.fork`)."""
         return await self.client.fork(self.run_id, at, set)
 
@@ -208,22 +208,22 @@ class Client:
         return run_from_wire(await self._call("Retry", pb.RetryRequest(run_id=run_id)))
 
     async def fork(
-        self, run_id: str, at: Optional[int] = None, set: Optional[dict[str, Any]] = None
+        self, run_id: str, at: Union[int, str, None] = None, set: Optional[dict[str, Any]] = None
     ) -> Run:
-        """A new run from run `run_id`'s state after wave `at`, with the
+        """A new run from run `run_id`'s state at place `at`, with the
         fields of `set` replaced (see `weft.Client.fork`)."""
         request = pb.ForkRequest(
             run_id=run_id,
-            at=at,
+            **place_request(at),
             set_json={name: json.dumps(value) for name, value in (set or {}).items()},
         )
         response = await self._call("Fork", request)
         return Run(self, response.run_id, list(response.warnings))
 
-    async def history(self, run_id: str, at: Optional[int] = None) -> History:
-        """The waves run `run_id`'s history keeps, and its state after
-        wave `at` (see `weft.Client.history`)."""
-        request = pb.GetHistoryRequest(run_id=run_id, at=at)
+    async def history(self, run_id: str, at: Union[int, str, None] = None) -> History:
+        """The waves run `run_id`'s history keeps, and its state at
+        place `at` (see `weft.Client.history`)."""
+        request = pb.GetHistoryRequest(run_id=run_id, **place_request(at))
         return history_from_wire(await self._call("GetHistory", request))
 
     async def delete(self, run_id: str) -> None:

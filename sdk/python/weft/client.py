@@ -20,7 +20,7 @@ import grpc
 
 from . import errors
 from .bundle import GraphBundle
-from .types import Delta, Event, History, RunInfo, checked_status, delta_from_wire, event_from_wire, history_from_wire, run_from_wire
+from .types import Delta, Event, History, RunInfo, checked_status, delta_from_wire, event_from_wire, history_from_wire, place_request, run_from_wire
 from .v1 import runs_pb2 as pb
 from .v1 import runs_pb2_grpc as rpc
 
@@ -96,14 +96,16 @@ class Run:
         it is written, from offset `start`; ends with the run."""
         return self.client.stream(self.run_id, start)
 
-    def history(self, at: Optional[int] = None) -> History:
-        """The waves the run's history keeps, and its state after wave
-        `at` (0: the input; None: the last kept)."""
+    def history(self, at: Union[int, str, None] = None) -> History:
+        """The places the run's history keeps, and its state at `at`: a
+        wave (0: the input), or a point within the next wave (`"3.57"`, as
+        `Wave.at` gives it); None: the last kept."""
         return self.client.history(self.run_id, at)
 
-    def fork(self, at: Optional[int] = None, set: Optional[dict[str, Any]] = None) -> "Run":
-        """A new run from this one's state after wave `at`, with the fields
-        of `set` replaced (see `Client.fork`)."""
+    def fork(self, at: Union[int, str, None] = None, set: Optional[dict[str, Any]] = None) -> "Run":
+        """A new run from this one's state at place `at` of its history
+        (a wave, or `"3.57"`), with the fields of `set` replaced (see
+        `Client.fork`)."""
         return self.client.fork(self.run_id, at, set)
 
     def wait(self, timeout: Optional[float] = None) -> RunInfo:
@@ -278,26 +280,30 @@ class Client:
         return run_from_wire(self._call("Retry", pb.RetryRequest(run_id=run_id)))
 
     def fork(
-        self, run_id: str, at: Optional[int] = None, set: Optional[dict[str, Any]] = None
+        self, run_id: str, at: Union[int, str, None] = None, set: Optional[dict[str, Any]] = None
     ) -> Run:
-        """Starts a new run from run `run_id`'s state after wave `at` (the
-        last its history keeps when None), with the fields of `set`
-        replaced, on the same bundle; the original is untouched and the
-        fork's `forked_from` names it. A wave not kept, or a field that
-        does not fit the state, raises `InvalidArgument` naming it."""
+        """Starts a new run from run `run_id`'s state at place `at` of its
+        history — after a wave (`3`), or at a point within the next one
+        (`"3.57"`: a map's finished items and a loop's iterations kept) —
+        (the last kept when None), with the fields of `set` replaced, on
+        the same bundle; the original is untouched and the fork's
+        `forked_from` names it. A subgraph node's child run is forked with
+        its parent: the run returned is the parent's fork, whose node takes
+        the child's fork on. A place not kept, or a field that does not fit
+        the state, raises `InvalidArgument` naming it."""
         request = pb.ForkRequest(
             run_id=run_id,
-            at=at,
+            **place_request(at),
             set_json={name: json.dumps(value) for name, value in (set or {}).items()},
         )
         response = self._call("Fork", request)
         return Run(self, response.run_id, list(response.warnings))
 
-    def history(self, run_id: str, at: Optional[int] = None) -> History:
-        """The waves run `run_id`'s history keeps, and its state after
-        wave `at` (see `Run.history`); a wave not kept raises
-        `InvalidArgument` naming the waves that are."""
-        request = pb.GetHistoryRequest(run_id=run_id, at=at)
+    def history(self, run_id: str, at: Union[int, str, None] = None) -> History:
+        """The places run `run_id`'s history keeps, and its state at `at`
+        (see `Run.history`); a place not kept raises `InvalidArgument`
+        naming those that are."""
+        request = pb.GetHistoryRequest(run_id=run_id, **place_request(at))
         return history_from_wire(self._call("GetHistory", request))
 
     def delete(self, run_id: str) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 from google.protobuf.json_format import MessageToDict
 
@@ -150,7 +150,9 @@ def run_from_wire(info: pb.RunInfo) -> RunInfo:
         namespace=info.namespace,
         submitted_by=info.submitted_by,
         forked_from=(
-            ForkedFrom(info.forked_from_run, info.forked_from_step) if info.forked_from_run else None
+            ForkedFrom(info.forked_from_run, info.forked_from_step, info.forked_from_point)
+            if info.forked_from_run
+            else None
         ),
         event_count=info.event_count,
         created_unix_ms=info.created_unix_ms,
@@ -171,36 +173,84 @@ def usage_from_wire(usage: pb.Usage) -> Usage:
     )
 
 
+def _place(step: int, point: int) -> str:
+    return f"{step}.{point}" if point else str(step)
+
+
+def place_request(at: Union[int, str, None]) -> dict[str, int]:
+    """The request fields of a place in a run's history: a wave's number
+    (`3`), or text naming a wave or a point within the next one (`"3"`,
+    `"3.57"`, as `Wave.at` gives it); None: the last kept."""
+    if at is None:
+        return {}
+    if isinstance(at, bool) or not isinstance(at, (int, str)):
+        raise TypeError(f"at: expected a wave (3) or a point within the next wave ('3.57'), got {at!r}")
+    if isinstance(at, int):
+        if at < 0:
+            raise ValueError(f"at: a wave is not negative, got {at}")
+        return {"at": at}
+    step, _, point = at.strip().partition(".")
+    if not step.isdigit() or (point and not point.isdigit()) or (_ and not point):
+        raise ValueError(
+            f"'{at}' is not a place in a run's history: expected a wave (3) "
+            "or a point within the next wave (3.57)"
+        )
+    return {"at": int(step), "point": int(point or 0)}
+
+
 @dataclass(frozen=True)
 class ForkedFrom:
-    """Where a forked run came from: the run, and the wave after which its
-    state was taken."""
+    """Where a forked run came from: the run, and the place in its history
+    its state was taken at — after wave `step`, or at `point` within the
+    next wave (0: right after it)."""
 
     run: str
     step: int
+    point: int = 0
+
+    @property
+    def at(self) -> str:
+        """The place as text: `2`, or `2.57` for a point within wave 3."""
+        return _place(self.step, self.point)
 
 
 @dataclass(frozen=True)
 class Wave:
-    """One wave a run's history keeps: `step` is the waves merged (0: the
-    input, before any), `status` the run's then, `changed` and `removed`
-    the fields the wave changed and removed."""
+    """One place a run's history keeps: `step` is the waves merged (0: the
+    input, before any); `point` is 0 right after that wave, else the
+    events the run's log held at a checkpoint taken while the next wave was
+    at work (a map's items finished, a loop's iterations, a subgraph's
+    child started, a person asked); `status` the run's then, `changed` and
+    `removed` the fields changed and removed since the place before."""
 
     step: int
     at_unix_ms: int
     status: str
     changed: list[str]
     removed: list[str]
+    point: int = 0
+
+    @property
+    def at(self) -> str:
+        """The place as text, as `history(at=...)` and `fork(at=...)` take
+        it: `3`, or `3.57`."""
+        return _place(self.step, self.point)
 
 
 @dataclass(frozen=True)
 class History:
-    """A run's history: every wave it keeps (`waves`), and its whole state
-    after wave `step`."""
+    """A run's history: every place it keeps (`waves`), and its whole state
+    at `step` (and `point` within the next wave; 0: right after `step`)."""
 
     waves: list[Wave]
     step: int
     state: dict[str, Any]
+    point: int = 0
+
+    @property
+    def at(self) -> str:
+        """The place `state` is at, as text."""
+        return _place(self.step, self.point)
 
 
 def history_from_wire(history: pb.RunHistory) -> History:
@@ -213,11 +263,13 @@ def history_from_wire(history: pb.RunHistory) -> History:
                 status=w.status,
                 changed=list(w.changed),
                 removed=list(w.removed),
+                point=w.point,
             )
             for w in history.waves
         ],
         step=history.step,
         state=json.loads(history.state_json or "{}"),
+        point=history.point,
     )
 
 

@@ -3,9 +3,11 @@
 //! has moved on, exact field by field, across a coordinator's restart;
 //! `weft state RUN --at STEP`; a fork after a wave with a field replaced,
 //! checked against a fresh run given the same state; a fork of a run
-//! waiting for a person, and after a map's wave; `weft fork`; a wave not
-//! kept, an undeclared field and a value of the wrong type refused naming
-//! them.
+//! waiting for a person, and after a map's wave; forks at points within a
+//! wave — a map mid-way (its finished items kept), a loop after an
+//! iteration — and of a subgraph's child run (its parent forked with it);
+//! `weft fork`; a place not kept, an undeclared field and a value of the
+//! wrong type refused naming them.
 
 use std::process::{Command, Output, Stdio};
 
@@ -92,13 +94,13 @@ async fn every_waves_state_is_read_back_exactly_after_the_run_and_a_restart() ->
     let changes = weft_tests::events_of(&client, &run_id, "state_changed").await?;
     for change in &changes {
         let step = change.body["step"].as_u64().unwrap_or_default() as u32;
-        let at = client.history(&run_id, Some(step)).await?;
+        let at = client.history(&run_id, Some(step.into())).await?;
         if let Some(n) = change.body["values"].get("n") {
             assert_eq!(&at.state["n"], n, "wave {step}");
         }
     }
     for step in 0..=WAVES {
-        let at = client.history(&run_id, Some(step as u32)).await?;
+        let at = client.history(&run_id, Some((step as u32).into())).await?;
         assert_eq!(at.step, step as u32);
         assert_eq!(at.state, expected(step), "wave {step}");
     }
@@ -123,11 +125,11 @@ async fn every_waves_state_is_read_back_exactly_after_the_run_and_a_restart() ->
     cluster.restart_coordinator()?;
     let client = cluster.client().await?;
     for step in [0, 2, WAVES] {
-        let at = client.history(&run_id, Some(step as u32)).await?;
+        let at = client.history(&run_id, Some((step as u32).into())).await?;
         assert_eq!(at.state, expected(step), "wave {step} after a restart");
     }
     // A wave it does not keep is refused, naming it and those kept.
-    match client.history(&run_id, Some(9)).await {
+    match client.history(&run_id, Some(9.into())).await {
         Err(ClientError::Invalid(message)) => {
             assert!(message.contains("no wave 9"), "{message}");
             assert!(message.contains("0, 1, 2, 3, 4, 5"), "{message}");
@@ -156,7 +158,7 @@ async fn weft_state_prints_a_waves_state() -> anyhow::Result<()> {
     let out = weft(&cluster, &["state", &run_id, "--at", "0"]).await?;
     assert!(out.status.success(), "{out:?}");
     let said = String::from_utf8_lossy(&out.stderr);
-    assert!(said.contains("after its input (before any wave)"), "{said}");
+    assert!(said.contains("at its input (before any wave)"), "{said}");
     let state: Value = serde_json::from_slice(&out.stdout)?;
     assert_eq!(state, expected(0));
     // A wave not kept: a clear error and a non-zero status.
@@ -167,10 +169,16 @@ async fn weft_state_prints_a_waves_state() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// A chain of `n` script steps, each appending `TOPICi;` to `log` from
-/// the state it reads (so a step's write depends on the state it is
-/// given); `from` is its first step's number.
-fn log_chain(from: usize, to: usize) -> GraphBundle {
+/// A script step that appends `TOPICi;` to `log` from the state it
+/// reads (so its write depends on the state it is given), `i` its
+/// argument.
+const STEP: &str = r#"import json, sys
+state = json.load(sys.stdin)["state"]
+print(json.dumps({"log": state["log"] + "%s%s;" % (state["topic"], sys.argv[1])}))
+"#;
+
+/// A chain of [`STEP`]s numbered `from` to `to`, as YAML.
+fn log_chain_yaml(from: usize, to: usize) -> String {
     let mut yaml = String::from(
         "name: log\nsettings: { strict_state: true }\nstate:\n  log: { type: string, default: \"\" }\n  topic: { type: string, default: \"tides\" }\nnodes:\n",
     );
@@ -185,11 +193,16 @@ fn log_chain(from: usize, to: usize) -> GraphBundle {
             "  step{i}: {{ kind: script, run: [python3, step.py, \"{i}\"]{start}{next} }}\n"
         ));
     }
-    const STEP: &str = r#"import json, sys
-state = json.load(sys.stdin)["state"]
-print(json.dumps({"log": state["log"] + "%s%s;" % (state["topic"], sys.argv[1])}))
-"#;
-    GraphBundle::from_text("log.yaml", &yaml).with_file("step.py", STEP.as_bytes(), 0o644)
+    yaml
+}
+
+/// A chain of [`STEP`]s numbered `from` to `to`.
+fn log_chain(from: usize, to: usize) -> GraphBundle {
+    GraphBundle::from_text("log.yaml", &log_chain_yaml(from, to)).with_file(
+        "step.py",
+        STEP.as_bytes(),
+        0o644,
+    )
 }
 
 #[tokio::test]
@@ -206,7 +219,7 @@ async fn a_fork_goes_on_from_its_wave_with_a_field_replaced_as_a_fresh_run_of_th
     // Forked after wave 2, its topic changed.
     let set = json!({"topic": "seas"});
     let forked = client
-        .fork(&original, Some(2), set.as_object().unwrap())
+        .fork(&original, Some(2.into()), set.as_object().unwrap())
         .await?;
     let fork_id = forked.run_id.to_string();
     let fork = client.wait(&fork_id).await?;
@@ -215,7 +228,7 @@ async fn a_fork_goes_on_from_its_wave_with_a_field_replaced_as_a_fresh_run_of_th
     assert_eq!((from.run.to_string(), from.step), (original.clone(), 2));
     // A fresh run of the rest of the graph given the same state ends as
     // the fork did, field by field.
-    let after_two = client.history(&original, Some(2)).await?.state;
+    let after_two = client.history(&original, Some(2.into())).await?.state;
     let mut given = after_two.as_object().cloned().unwrap_or_default();
     given.insert("topic".into(), json!("seas"));
     let fresh = client
@@ -259,12 +272,12 @@ async fn a_fork_goes_on_from_its_wave_with_a_field_replaced_as_a_fresh_run_of_th
         other => panic!("a fork that should be refused: {other:?}"),
     };
     let empty = serde_json::Map::new();
-    let said = refusal(client.fork(&original, Some(7), &empty).await);
+    let said = refusal(client.fork(&original, Some(7.into()), &empty).await);
     assert!(said.contains("no wave 7"), "{said}");
     let undeclared = json!({"topik": "seas"});
     let said = refusal(
         client
-            .fork(&original, Some(1), undeclared.as_object().unwrap())
+            .fork(&original, Some(1.into()), undeclared.as_object().unwrap())
             .await,
     );
     assert!(
@@ -274,7 +287,7 @@ async fn a_fork_goes_on_from_its_wave_with_a_field_replaced_as_a_fresh_run_of_th
     let wrong = json!({"topic": 3});
     let said = refusal(
         client
-            .fork(&original, Some(1), wrong.as_object().unwrap())
+            .fork(&original, Some(1.into()), wrong.as_object().unwrap())
             .await,
     );
     assert!(
@@ -304,7 +317,10 @@ async fn weft_fork_starts_a_fork_and_weft_status_names_its_origin() -> anyhow::R
     assert!(out.status.success(), "{out:?}");
     let shown: Value = serde_json::from_slice(&out.stdout)?;
     let fork_id = shown["run_id"].as_str().unwrap_or_default().to_owned();
-    assert_eq!(shown["forked_from"], json!({"run": original, "step": 1}));
+    assert_eq!(
+        shown["forked_from"],
+        json!({"run": original, "step": 1, "point": 0, "at": "1"})
+    );
     let fork = client.wait(&fork_id).await?;
     assert_eq!(fork.state["log"], "tides1;seas2;seas3;");
     let out = weft(&cluster, &["status", &fork_id]).await?;
@@ -347,7 +363,7 @@ nodes:
     assert_eq!(waiting.status, RunStatus::Waiting);
     let set = json!({"draft": "edited"});
     let fork = client
-        .fork(&original, Some(1), set.as_object().unwrap())
+        .fork(&original, Some(1.into()), set.as_object().unwrap())
         .await?
         .run_id
         .to_string();
@@ -397,7 +413,7 @@ nodes:
     assert_eq!(done.state["total"], 12);
     let set = json!({"factor": 10});
     let fork = client
-        .fork(&mapped, Some(1), set.as_object().unwrap())
+        .fork(&mapped, Some(1.into()), set.as_object().unwrap())
         .await?
         .run_id
         .to_string();
@@ -410,5 +426,259 @@ nodes:
         items.is_empty(),
         "the map's items ran in the original only: {items:?}"
     );
+    Ok(())
+}
+
+/// The places run `run_id`'s history keeps within its wave after `step`,
+/// each with how many of its `kind` events the log held there.
+async fn points_within(
+    client: &weft_client::Client,
+    run_id: &str,
+    step: u32,
+    kind: &str,
+) -> anyhow::Result<Vec<(weft_client::HistoryPoint, usize)>> {
+    let events = weft_tests::events_of(client, run_id, kind).await?;
+    let history = client.history(run_id, None).await?;
+    Ok(history
+        .waves
+        .iter()
+        .filter(|w| w.step == step && w.point > 0)
+        .map(|w| {
+            let before = events.iter().filter(|e| e.seq < w.point).count();
+            (w.at(), before)
+        })
+        .collect())
+}
+
+#[tokio::test]
+async fn a_map_forked_mid_way_keeps_its_finished_items_and_runs_the_rest_on_the_forks_state()
+-> anyhow::Result<()> {
+    let cluster = TestCluster::with_test_workers(&["w"], 2).await?;
+    let client = cluster.client().await?;
+    // One item at a time, each long enough for its end to be checkpointed
+    // (at most every 100 ms) before the next ends.
+    let map = r#"
+name: times
+state:
+  numbers: { type: array, default: [1, 2, 3, 4] }
+  factor: { type: integer, default: 2 }
+  products: { type: array, default: [] }
+nodes:
+  times: { kind: map, start: true, over: state.numbers, as: n, branch: multiply, output_key: product, collect_into: products, max_concurrency: 1 }
+  multiply: { kind: script, run: [python3, -c, "import json, sys, time; t = json.load(sys.stdin); time.sleep(0.3); print(json.dumps({'product': t['scope']['n'] * t['state']['factor']}))"] }
+"#;
+    let original = client
+        .submit_bundle(GraphBundle::from_text("times.yaml", map), &json!({}))
+        .await?
+        .run_id
+        .to_string();
+    let done = client.wait(&original).await?;
+    assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error);
+    assert_eq!(done.state["products"], json!([2, 4, 6, 8]));
+
+    // The history keeps points within the map's wave; the one with two
+    // items finished is forked with the factor replaced.
+    let points = points_within(&client, &original, 0, "map_item_finished").await?;
+    let (at, _) = *points
+        .iter()
+        .find(|(_, finished)| *finished == 2)
+        .unwrap_or_else(|| panic!("a point with two items finished: {points:?}"));
+    let mid = client.history(&original, Some(at)).await?;
+    assert_eq!((mid.step, mid.point), (0, at.point));
+    assert_eq!(mid.state["products"], json!([]), "the map had not merged");
+    let set = json!({"factor": 10});
+    let fork = client
+        .fork(&original, Some(at), set.as_object().unwrap())
+        .await?
+        .run_id
+        .to_string();
+    let forked = client.wait(&fork).await?;
+    assert_eq!(forked.status, RunStatus::Completed, "{:?}", forked.error);
+    // Items 1 and 2 kept from the original; 3 and 4 ran in the fork.
+    assert_eq!(forked.state["products"], json!([2, 4, 30, 40]));
+    let ran = weft_tests::events_of(&client, &fork, "map_item_finished").await?;
+    let indexes: Vec<&Value> = ran.iter().map(|e| &e.body["index"]).collect();
+    assert_eq!(indexes, [&json!(2), &json!(3)], "{ran:?}");
+    let from = forked.forked_from.clone().expect("named");
+    assert_eq!((from.step, from.point), (0, at.point));
+    assert_eq!(client.get(&original).await?.state, done.state);
+
+    // `weft state` and `weft fork` take the same place as text.
+    let text = at.to_string();
+    let out = weft(&cluster, &["state", &original, "--at", &text, "--json"]).await?;
+    assert!(out.status.success(), "{out:?}");
+    let shown: Value = serde_json::from_slice(&out.stdout)?;
+    assert_eq!(shown["at"], text.as_str());
+    let out = weft(&cluster, &["state", &original]).await?;
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        said.contains("points within waves: ") && said.contains(&text),
+        "{said}"
+    );
+    let out = weft(&cluster, &["state", &original, "--at", "0.x"]).await?;
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not a place in a run's history"));
+    // A point not kept is refused naming it, through HTTP as well.
+    let base = cluster
+        .metrics_url()
+        .trim_end_matches("/metrics")
+        .to_owned();
+    let refused = reqwest::Client::new()
+        .post(format!("{base}/api/v1/runs/{original}/fork"))
+        .json(&json!({"at": "0.1"}))
+        .send()
+        .await?;
+    let status = refused.status();
+    let said = refused.text().await?;
+    assert_eq!(status, 400, "{said}");
+    assert!(said.contains("no wave 0.1"), "{said}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_loop_forked_after_an_iteration_keeps_it_and_goes_on_reading_the_replaced_fields()
+-> anyhow::Result<()> {
+    let cluster = TestCluster::with_test_workers(&["w"], 2).await?;
+    let client = cluster.client().await?;
+    let refine = r#"
+name: refine
+settings: { strict_state: true }
+state:
+  tone: { type: string, default: "dry" }
+  draft: { type: string, default: "" }
+  rounds: { type: integer, default: 0 }
+conditions:
+  enough: "state.rounds >= 3"
+nodes:
+  refine: { kind: loop, start: true, body: write, until: enough, max_iterations: 5, output_key: draft }
+  write: { kind: script, run: [python3, -c, "import json, sys, time; s = json.load(sys.stdin)['state']; time.sleep(0.3); print(json.dumps({'draft': s['draft'] + s['tone'] + ';', 'rounds': s['rounds'] + 1}))"] }
+"#;
+    let original = client
+        .submit_bundle(GraphBundle::from_text("refine.yaml", refine), &json!({}))
+        .await?
+        .run_id
+        .to_string();
+    let done = client.wait(&original).await?;
+    assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error);
+    assert_eq!(done.state["draft"], "dry;dry;dry;");
+
+    let points = points_within(&client, &original, 0, "loop_iteration").await?;
+    let (at, _) = *points
+        .iter()
+        .find(|(_, iterations)| *iterations == 1)
+        .unwrap_or_else(|| panic!("a point after the first iteration: {points:?}"));
+    // The draft the loop wrote is the loop's until it ends: replacing it
+    // replaces what the iterations wrote, as the tone replaces the run's.
+    let set = json!({"tone": "bold", "draft": "edited;"});
+    let fork = client
+        .fork(&original, Some(at), set.as_object().unwrap())
+        .await?
+        .run_id
+        .to_string();
+    let forked = client.wait(&fork).await?;
+    assert_eq!(forked.status, RunStatus::Completed, "{:?}", forked.error);
+    assert_eq!(forked.state["draft"], "edited;bold;bold;");
+    assert_eq!(forked.state["rounds"], 3);
+    let iterations = weft_tests::events_of(&client, &fork, "loop_iteration").await?;
+    let numbers: Vec<&Value> = iterations.iter().map(|e| &e.body["iteration"]).collect();
+    assert_eq!(
+        numbers,
+        [&json!(2), &json!(3)],
+        "iteration 1 kept, not run again"
+    );
+    assert_eq!(client.get(&original).await?.state, done.state);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_child_runs_fork_forks_its_parent_which_takes_the_childs_fork_on() -> anyhow::Result<()> {
+    let cluster = TestCluster::with_test_workers(&["w"], 2).await?;
+    let client = cluster.client().await?;
+    let parent = r#"
+name: report
+state:
+  topic: { type: string, default: "tides" }
+  log: { type: string, default: "" }
+  summary: { type: string, default: "" }
+nodes:
+  research: { kind: subgraph, start: true, graph: log.yaml, next: sum_up }
+  sum_up: { kind: script, run: [python3, -c, "import json, sys; s = json.load(sys.stdin)['state']; print(json.dumps({'summary': s['log'].upper()}))"] }
+"#;
+    let bundle = GraphBundle::from_text("report.yaml", parent)
+        .with_file("log.yaml", log_chain_yaml(1, 3).as_bytes(), 0o644)
+        .with_file("step.py", STEP.as_bytes(), 0o644);
+    let original = client
+        .submit_bundle(bundle, &json!({}))
+        .await?
+        .run_id
+        .to_string();
+    let done = client.wait(&original).await?;
+    assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error);
+    assert_eq!(done.state["summary"], "TIDES1;TIDES2;TIDES3;");
+    let child = done
+        .children
+        .first()
+        .map(|child| child.run_id.to_string())
+        .expect("the research node's child");
+    let child_done = client.get(&child).await?;
+
+    // The child forked after its wave 1 with its topic replaced: the
+    // parent is forked too, and its research node takes the child's fork
+    // on (no other child is started); the rest of the parent runs on it.
+    let set = json!({"topic": "seas"});
+    let forked = client
+        .fork(&child, Some(1.into()), set.as_object().unwrap())
+        .await?
+        .run_id
+        .to_string();
+    let parent_fork = client.wait(&forked).await?;
+    assert_eq!(
+        parent_fork.status,
+        RunStatus::Completed,
+        "{:?}",
+        parent_fork.error
+    );
+    assert_eq!(parent_fork.state["log"], "tides1;seas2;seas3;");
+    assert_eq!(parent_fork.state["summary"], "TIDES1;SEAS2;SEAS3;");
+    let from = parent_fork.forked_from.clone().expect("named");
+    assert_eq!(from.run.to_string(), original);
+    assert!(
+        from.point > 0,
+        "at the point its child was in progress: {from:?}"
+    );
+    let started = weft_tests::events_of(&client, &forked, "subgraph_started").await?;
+    assert_eq!(started.len(), 1, "{started:?}");
+    let child_fork = started[0].body["run_id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let child_forked = client.get(&child_fork).await?;
+    assert_eq!(child_forked.status, RunStatus::Completed);
+    assert_eq!(child_forked.state["log"], "tides1;seas2;seas3;");
+    let child_from = child_forked.forked_from.clone().expect("named");
+    assert_eq!(
+        (child_from.run.to_string(), child_from.step),
+        (child.clone(), 1)
+    );
+    // A fresh run of the child's graph from its wave 2 on, given its
+    // state after wave 1 and the new topic, ends as the child's fork did.
+    let mut given = client
+        .history(&child, Some(1.into()))
+        .await?
+        .state
+        .as_object()
+        .cloned()
+        .unwrap_or_default();
+    given.insert("topic".into(), json!("seas"));
+    let fresh = client
+        .submit_bundle(log_chain(2, 3), &Value::Object(given))
+        .await?;
+    let fresh = client.wait(&fresh.run_id).await?;
+    for (field, value) in fresh.state.as_object().unwrap() {
+        assert_eq!(value, &child_forked.state[field], "field {field}");
+    }
+    // The originals are untouched.
+    assert_eq!(client.get(&original).await?.state, done.state);
+    assert_eq!(client.get(&child).await?.state, child_done.state);
     Ok(())
 }

@@ -280,7 +280,7 @@ async fn journal_in(dir: &std::path::Path, yaml: &str) -> Journal {
         RunId::from("run-test"),
         head,
         crate::graph::Durability::Sync,
-        0,
+        (0, None),
         &TaskTracker::new(),
     )
 }

@@ -111,7 +111,7 @@ class GetRunRequest(_message.Message):
     def __init__(self, run_id: _Optional[str] = ..., omit_state: _Optional[bool] = ..., with_diagram: _Optional[bool] = ..., kept_input: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class RunInfo(_message.Message):
-    __slots__ = ("run_id", "graph_name", "status", "state_json", "error", "waiting", "event_count", "created_unix_ms", "unhosted", "children", "namespace", "submitted_by", "answers", "ended_unix_ms", "diagram_svg", "trace_id", "usage", "input_fields", "forked_from_run", "forked_from_step")
+    __slots__ = ("run_id", "graph_name", "status", "state_json", "error", "waiting", "event_count", "created_unix_ms", "unhosted", "children", "namespace", "submitted_by", "answers", "ended_unix_ms", "diagram_svg", "trace_id", "usage", "input_fields", "forked_from_run", "forked_from_step", "forked_from_point")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     GRAPH_NAME_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
@@ -132,6 +132,7 @@ class RunInfo(_message.Message):
     INPUT_FIELDS_FIELD_NUMBER: _ClassVar[int]
     FORKED_FROM_RUN_FIELD_NUMBER: _ClassVar[int]
     FORKED_FROM_STEP_FIELD_NUMBER: _ClassVar[int]
+    FORKED_FROM_POINT_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     graph_name: str
     status: RunStatus
@@ -152,7 +153,8 @@ class RunInfo(_message.Message):
     input_fields: _containers.RepeatedScalarFieldContainer[str]
     forked_from_run: str
     forked_from_step: int
-    def __init__(self, run_id: _Optional[str] = ..., graph_name: _Optional[str] = ..., status: _Optional[_Union[RunStatus, str]] = ..., state_json: _Optional[str] = ..., error: _Optional[_Union[RunError, _Mapping]] = ..., waiting: _Optional[_Iterable[_Union[WaitingNode, _Mapping]]] = ..., event_count: _Optional[int] = ..., created_unix_ms: _Optional[int] = ..., unhosted: _Optional[_Iterable[_Union[UnhostedWait, _Mapping]]] = ..., children: _Optional[_Iterable[_Union[ChildRun, _Mapping]]] = ..., namespace: _Optional[str] = ..., submitted_by: _Optional[str] = ..., answers: _Optional[_Iterable[_Union[Answer, _Mapping]]] = ..., ended_unix_ms: _Optional[int] = ..., diagram_svg: _Optional[str] = ..., trace_id: _Optional[str] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., input_fields: _Optional[_Iterable[str]] = ..., forked_from_run: _Optional[str] = ..., forked_from_step: _Optional[int] = ...) -> None: ...
+    forked_from_point: int
+    def __init__(self, run_id: _Optional[str] = ..., graph_name: _Optional[str] = ..., status: _Optional[_Union[RunStatus, str]] = ..., state_json: _Optional[str] = ..., error: _Optional[_Union[RunError, _Mapping]] = ..., waiting: _Optional[_Iterable[_Union[WaitingNode, _Mapping]]] = ..., event_count: _Optional[int] = ..., created_unix_ms: _Optional[int] = ..., unhosted: _Optional[_Iterable[_Union[UnhostedWait, _Mapping]]] = ..., children: _Optional[_Iterable[_Union[ChildRun, _Mapping]]] = ..., namespace: _Optional[str] = ..., submitted_by: _Optional[str] = ..., answers: _Optional[_Iterable[_Union[Answer, _Mapping]]] = ..., ended_unix_ms: _Optional[int] = ..., diagram_svg: _Optional[str] = ..., trace_id: _Optional[str] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., input_fields: _Optional[_Iterable[str]] = ..., forked_from_run: _Optional[str] = ..., forked_from_step: _Optional[int] = ..., forked_from_point: _Optional[int] = ...) -> None: ...
 
 class Usage(_message.Message):
     __slots__ = ("calls", "prompt_tokens", "completion_tokens", "cached_tokens", "cost")
@@ -302,7 +304,7 @@ class WatchRunRequest(_message.Message):
     def __init__(self, run_id: _Optional[str] = ..., types: _Optional[_Iterable[str]] = ..., **kwargs) -> None: ...
 
 class ForkRequest(_message.Message):
-    __slots__ = ("run_id", "at", "set_json")
+    __slots__ = ("run_id", "at", "point", "set_json")
     class SetJsonEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -312,43 +314,51 @@ class ForkRequest(_message.Message):
         def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     AT_FIELD_NUMBER: _ClassVar[int]
+    POINT_FIELD_NUMBER: _ClassVar[int]
     SET_JSON_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     at: int
+    point: int
     set_json: _containers.ScalarMap[str, str]
-    def __init__(self, run_id: _Optional[str] = ..., at: _Optional[int] = ..., set_json: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    def __init__(self, run_id: _Optional[str] = ..., at: _Optional[int] = ..., point: _Optional[int] = ..., set_json: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class GetHistoryRequest(_message.Message):
-    __slots__ = ("run_id", "at")
+    __slots__ = ("run_id", "at", "point")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     AT_FIELD_NUMBER: _ClassVar[int]
+    POINT_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     at: int
-    def __init__(self, run_id: _Optional[str] = ..., at: _Optional[int] = ...) -> None: ...
+    point: int
+    def __init__(self, run_id: _Optional[str] = ..., at: _Optional[int] = ..., point: _Optional[int] = ...) -> None: ...
 
 class HistoryWave(_message.Message):
-    __slots__ = ("step", "at_unix_ms", "status", "changed", "removed")
+    __slots__ = ("step", "point", "at_unix_ms", "status", "changed", "removed")
     STEP_FIELD_NUMBER: _ClassVar[int]
+    POINT_FIELD_NUMBER: _ClassVar[int]
     AT_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
     CHANGED_FIELD_NUMBER: _ClassVar[int]
     REMOVED_FIELD_NUMBER: _ClassVar[int]
     step: int
+    point: int
     at_unix_ms: int
     status: str
     changed: _containers.RepeatedScalarFieldContainer[str]
     removed: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, step: _Optional[int] = ..., at_unix_ms: _Optional[int] = ..., status: _Optional[str] = ..., changed: _Optional[_Iterable[str]] = ..., removed: _Optional[_Iterable[str]] = ...) -> None: ...
+    def __init__(self, step: _Optional[int] = ..., point: _Optional[int] = ..., at_unix_ms: _Optional[int] = ..., status: _Optional[str] = ..., changed: _Optional[_Iterable[str]] = ..., removed: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class RunHistory(_message.Message):
-    __slots__ = ("waves", "step", "state_json")
+    __slots__ = ("waves", "step", "point", "state_json")
     WAVES_FIELD_NUMBER: _ClassVar[int]
     STEP_FIELD_NUMBER: _ClassVar[int]
+    POINT_FIELD_NUMBER: _ClassVar[int]
     STATE_JSON_FIELD_NUMBER: _ClassVar[int]
     waves: _containers.RepeatedCompositeFieldContainer[HistoryWave]
     step: int
+    point: int
     state_json: str
-    def __init__(self, waves: _Optional[_Iterable[_Union[HistoryWave, _Mapping]]] = ..., step: _Optional[int] = ..., state_json: _Optional[str] = ...) -> None: ...
+    def __init__(self, waves: _Optional[_Iterable[_Union[HistoryWave, _Mapping]]] = ..., step: _Optional[int] = ..., point: _Optional[int] = ..., state_json: _Optional[str] = ...) -> None: ...
 
 class StreamRunRequest(_message.Message):
     __slots__ = ("run_id",)
@@ -738,16 +748,18 @@ class InputReceived(_message.Message):
     def __init__(self, node: _Optional[str] = ..., by: _Optional[str] = ...) -> None: ...
 
 class RunSubmitted(_message.Message):
-    __slots__ = ("by", "namespace", "forked_from_run", "forked_from_step")
+    __slots__ = ("by", "namespace", "forked_from_run", "forked_from_step", "forked_from_point")
     BY_FIELD_NUMBER: _ClassVar[int]
     NAMESPACE_FIELD_NUMBER: _ClassVar[int]
     FORKED_FROM_RUN_FIELD_NUMBER: _ClassVar[int]
     FORKED_FROM_STEP_FIELD_NUMBER: _ClassVar[int]
+    FORKED_FROM_POINT_FIELD_NUMBER: _ClassVar[int]
     by: str
     namespace: str
     forked_from_run: str
     forked_from_step: int
-    def __init__(self, by: _Optional[str] = ..., namespace: _Optional[str] = ..., forked_from_run: _Optional[str] = ..., forked_from_step: _Optional[int] = ...) -> None: ...
+    forked_from_point: int
+    def __init__(self, by: _Optional[str] = ..., namespace: _Optional[str] = ..., forked_from_run: _Optional[str] = ..., forked_from_step: _Optional[int] = ..., forked_from_point: _Optional[int] = ...) -> None: ...
 
 class RunRetried(_message.Message):
     __slots__ = ("by",)
