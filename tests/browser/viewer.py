@@ -411,6 +411,9 @@ def a_point_within_a_maps_wave_is_read_and_forked(page, base, run_id, shots):
     expect(page.locator("#forked-from")).to_contain_text(f"{run_id} at {at} (within wave 2)")
     expect(page.locator("#run-status")).to_have_text("completed", timeout=30_000)
     expect(page.locator('#state tr[data-field="results"]')).to_be_visible()
+    # Its own log: the map's wave, begun in the original, merges in the fork.
+    expect(page.locator('#waves .change[data-step="2"]')).to_contain_text("results")
+    expect(page.locator('#diagram g.node[data-node="fan"]')).to_have_attribute("data-status", "done")
     page.screenshot(path=str(shots / "viewer-fork-point.png"), full_page=False)
 
 
