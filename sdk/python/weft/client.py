@@ -20,7 +20,8 @@ import grpc
 
 from . import errors
 from .bundle import GraphBundle
-from .types import Delta, Event, History, RunInfo, checked_status, delta_from_wire, event_from_wire, history_from_wire, place_request, run_from_wire
+from .events import event_from_wire
+from .types import Delta, Event, History, RunInfo, checked_status, delta_from_wire, history_from_wire, place_request, run_from_wire
 from .v1 import runs_pb2 as pb
 from .v1 import runs_pb2_grpc as rpc
 

@@ -1,7 +1,9 @@
-"""What the client returns: runs and their events, as plain dataclasses.
+"""What the client returns: runs, their history and their events, as plain
+dataclasses (each event type's own class is in `events`).
 
-No generated protobuf type appears here; `types` is the one place that
-reads them (`run_from_wire`, `event_from_wire`).
+No generated protobuf type appears in what they hold; `types` and
+`events` are the places that read them (`run_from_wire`,
+`event_from_wire`).
 """
 
 from __future__ import annotations
@@ -10,7 +12,6 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Optional, Union
 
-from google.protobuf.json_format import MessageToDict
 
 from .v1 import runs_pb2 as pb
 
@@ -273,10 +274,6 @@ def history_from_wire(history: pb.RunHistory) -> History:
     )
 
 
-# Fields whose wire form is JSON text, read back as values.
-_JSON_TEXT = {"content_json": "content"}
-
-
 @dataclass(frozen=True)
 class Delta:
     """A piece of a run's model output as its steps stream it: `kind` is
@@ -308,35 +305,8 @@ def delta_from_wire(delta: pb.StreamDelta) -> Delta:
 
 
 def event_from_wire(event: pb.RunEvent) -> Optional[Event]:
-    """The client's form of a `RunEvent`; None for a kind this client does
-    not know (a newer coordinator's)."""
-    kind = event.WhichOneof("event")
-    if kind is None:
-        return None
-    body = getattr(event, kind)
-    fields = MessageToDict(body, preserving_proto_field_name=True, always_print_fields_with_no_presence=True)
-    # An optional field left unset is null, as in `weft watch --json`.
-    for descriptor in body.DESCRIPTOR.fields:
-        if descriptor.has_presence and descriptor.name not in fields:
-            if descriptor.message_type is None:
-                fields[descriptor.name] = None
-    for name, value in list(fields.items()):
-        if name in _JSON_TEXT and isinstance(value, str):
-            fields[_JSON_TEXT[name]] = json.loads(value) if value else None
-            del fields[name]
-    if kind == "state_changed":
-        fields["values"] = {k: json.loads(v) for k, v in body.values.items()}
-        fields["folded"] = dict(body.folded)
-    if kind == "run_finished":
-        fields["status"] = STATUSES.get(body.status, "running")
-    for name in ("item", "index", "done", "total", "bytes", "delay_ms", "latency_ms",
-                 "prompt_tokens", "completion_tokens", "cached_tokens", "wait_ms", "files",
-                 "chunks", "index_bytes", "embedding_calls", "age_ms"):
-        if isinstance(fields.get(name), str):
-            fields[name] = int(fields[name])
-    if kind == "node_finished":
-        fields["usage"] = (
-            usage_from_wire(body.usage).__dict__ if body.HasField("usage") else None
-        )
-    return Event(seq=event.seq, at_unix_ms=event.at_unix_ms, type=kind, fields=fields)
+    """The client's form of a `RunEvent`, typed (see `weft.events`, where
+    it lives; kept here too for code that imported it from here)."""
+    from .events import event_from_wire as typed
 
+    return typed(event)

@@ -1,0 +1,94 @@
+"""Typed events: one class per event type, its fields typed, usable with
+`match`, against a real coordinator and worker; and every event type of
+the wire contract has its class, with the wire message's fields."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import weft
+from weft.events import TYPES
+from weft.v1 import runs_pb2 as pb
+
+FAN_AND_ASK = {
+    "name": "fan_and_ask",
+    "state": {"items": {"type": "array", "default": [1, 2, 3]},
+              "results": {"type": "array", "default": []}},
+    "nodes": {
+        "fan": {"kind": "map", "start": True, "over": "state.items", "as": "item",
+                "branch": "double", "output_key": "doubled", "collect_into": "results",
+                "next": "approve"},
+        "double": {"kind": "script",
+                   "run": ["python3", "-c", "import json, sys; t = json.load(sys.stdin); "
+                           "print(json.dumps({'doubled': t['scope']['item'] * 2}))"]},
+        "approve": {"kind": "approval", "prompt": "Keep {{ results }}?", "end": True},
+    },
+}
+
+
+def describe(event: weft.Event) -> str:
+    match event:
+        case weft.RunSubmitted(by=by, forked_from=None):
+            return f"submitted by {by}"
+        case weft.WaveStarted(step, nodes):
+            return f"wave {step}: {','.join(nodes)}"
+        case weft.MapItemFinished(node="fan", done=done, total=total):
+            return f"fan {done}/{total}"
+        case weft.StateChanged(values=values):
+            return f"results {values.get('results')}"
+        case weft.WaitingForInput(node, "approval", prompt):
+            return f"{node}? {prompt}"
+        case weft.InputReceived(node=node):
+            return f"{node} answered"
+        case weft.RunFinished(status="completed", error=None):
+            return "completed"
+        case _:
+            return ""
+
+
+def test_a_runs_events_are_typed_and_matched(cluster):
+    client = weft.Client(cluster.url)
+    run = client.submit(FAN_AND_ASK)
+    assert run.wait(timeout=60).status == "waiting"
+    client.resume(run.run_id, "approve", "approve")
+    assert run.wait(timeout=60).status == "completed"
+    events = list(run.events())
+    said = [line for line in map(describe, events) if line]
+    assert said == [
+        "submitted by anonymous",
+        "wave 1: fan",
+        "fan 1/3",
+        "fan 2/3",
+        "fan 3/3",
+        "results [2, 4, 6]",
+        "wave 2: approve",
+        "approve? Keep [2, 4, 6]?",
+        "approve answered",
+        "results None",
+        "completed",
+    ]
+    # Typed, and still the dict-like `Event` they were.
+    finished = [e for e in events if isinstance(e, weft.MapItemFinished)]
+    assert all(isinstance(e.index, int) and e.type == "map_item_finished" for e in finished)
+    assert finished[0]["total"] == 3 and finished[0].get("done") == 1
+    end = events[-1]
+    assert isinstance(end, weft.RunFinished) and end.ends_or_pauses
+    changed = next(e for e in events if isinstance(e, weft.StateChanged))
+    assert changed.fields_changed == ["results"] and changed["fields"] == ["results"]
+
+
+def test_every_event_type_has_its_class_with_the_wire_messages_fields():
+    oneof = pb.RunEvent.DESCRIPTOR.oneofs_by_name["event"]
+    wire = {f.name: f.message_type for f in oneof.fields}
+    assert set(TYPES) == set(wire), set(TYPES) ^ set(wire)
+    base = {f.name for f in dataclasses.fields(weft.Event)}
+    renamed = {"from_": "from", "fields_changed": "fields", "content": "content_json"}
+    forked = {"forked_from": {"forked_from_run", "forked_from_step", "forked_from_point"}}
+    for kind, cls in TYPES.items():
+        attributes = [f.name for f in dataclasses.fields(cls) if f.name not in base]
+        names = set()
+        for attribute in attributes:
+            names |= forked.get(attribute, {renamed.get(attribute, attribute)})
+        assert names == {f.name for f in wire[kind].fields}, kind
+        assert set(cls.__match_args__) <= set(attributes), kind
+        assert getattr(weft, cls.__name__) is cls
