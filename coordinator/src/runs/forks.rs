@@ -82,55 +82,60 @@ impl Runs {
         }
         // Made before any starts: each child's fork names its parent's.
         let ids: Vec<RunId> = family.iter().map(|_| new_run_id()).collect();
+        // Every fork made before any starts: a refusal starts nothing.
         let mut set = Some(set);
-        let mut started: Vec<RunId> = Vec::new();
-        let mut accepted = None;
-        // The child just forked: the original's id and its fork's.
-        let mut child: Option<(RunId, RunId)> = None;
+        let mut forks = Vec::with_capacity(family.len());
+        let mut child: Option<RunId> = None;
         for (depth, original) in family.into_iter().enumerate() {
             let run = original.run.clone();
-            let fork = self
-                .fork_one(
+            let adopt = child
+                .as_ref()
+                .zip(depth.checked_sub(1).map(|below| &ids[below]));
+            let parent = ids.get(depth + 1).cloned();
+            forks.push(
+                self.make_fork(
                     original,
                     set.take().unwrap_or_default(),
                     owner.clone(),
                     max_bundle_bytes,
-                    (ids[depth].clone(), ids.get(depth + 1).cloned()),
-                    child.as_ref().map(|(original, fork)| (original, fork)),
-                    &mut accepted,
+                    (parent, adopt),
                 )
-                .await;
-            if let Err(error) = fork {
-                // A parent's fork that cannot start leaves no child fork
-                // running alone.
-                for id in &started {
-                    if let Some(handle) = self.get(id) {
-                        let _ = handle.cancel(None).await;
+                .await?,
+            );
+            child = Some(run);
+        }
+        let mut accepted = None;
+        for (admitted, id) in forks.into_iter().zip(&ids) {
+            match self.start_as(admitted, Start::Fork, id.clone()).await {
+                Ok(started) => accepted = Some(started),
+                Err(error) => {
+                    // A parent's fork that cannot start leaves no child
+                    // fork running alone.
+                    for started in ids.iter().take_while(|started| *started != id) {
+                        if let Some(handle) = self.get(started) {
+                            let _ = handle.cancel(None).await;
+                        }
                     }
+                    return Err(error);
                 }
-                return Err(error);
             }
-            started.push(ids[depth].clone());
-            child = Some((run, ids[depth].clone()));
         }
         let accepted = accepted.ok_or_else(|| SubmitError::Fork("nothing to fork".into()))?;
         Ok((accepted, asked))
     }
 
-    /// Starts the fork of one run under `ids.0` (its parent's fork
-    /// `ids.1`), taking on `child.1` as the fork of its child `child.0`;
-    /// `accepted` is the outermost fork's acceptance.
-    #[allow(clippy::too_many_arguments)]
-    async fn fork_one(
+    /// The fork of one run, made but not started: a child of `family.0`
+    /// (its parent's fork) when that is set, taking on `family.1.1` as the
+    /// fork of its child `family.1.0`.
+    async fn make_fork(
         &self,
         original: Original,
         set: Map<String, Value>,
         owner: Owner,
         max_bundle_bytes: usize,
-        (id, parent): (RunId, Option<RunId>),
-        child: Option<(&RunId, &RunId)>,
-        accepted: &mut Option<Accepted>,
-    ) -> Result<(), SubmitError> {
+        family: (Option<RunId>, Option<(&RunId, &RunId)>),
+    ) -> Result<Admitted, SubmitError> {
+        let (parent, child) = family;
         let Original { run, progress, at } = original;
         let keeper = self
             .store
@@ -155,7 +160,7 @@ impl Runs {
         )
         .map_err(|error| SubmitError::Fork(error.to_string()))?;
         machine.set_parent(parent.clone());
-        let admitted = Admitted {
+        Ok(Admitted {
             bundle,
             family: parsed.family,
             plan: parsed.plan,
@@ -163,12 +168,7 @@ impl Runs {
             owner,
             warnings: parsed.warnings,
             top_level: parent.is_none(),
-        };
-        let started = self.start_as(admitted, Start::Fork, id).await?;
-        if parent.is_none() {
-            *accepted = Some(started);
-        }
-        Ok(())
+        })
     }
 }
 

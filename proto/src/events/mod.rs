@@ -578,7 +578,10 @@ mod tests {
             assert_eq!(at.to_string(), text);
         }
         for bad in ["", "x", "3.", ".5", "3.x", "-1", "3.5.7"] {
-            let error = bad.parse::<super::HistoryPoint>().expect_err(bad).to_string();
+            let error = bad
+                .parse::<super::HistoryPoint>()
+                .expect_err(bad)
+                .to_string();
             assert!(error.contains("not a place in a run's history"), "{error}");
         }
     }

@@ -680,5 +680,29 @@ nodes:
     // The originals are untouched.
     assert_eq!(client.get(&original).await?.state, done.state);
     assert_eq!(client.get(&child).await?.state, child_done.state);
+
+    // A child's fork refused (a value of the wrong type) starts nothing:
+    // neither the child's fork nor its parent's.
+    let runs = client.list().await?.len();
+    let wrong = json!({"topic": 3});
+    match client
+        .fork(&child, Some(1.into()), wrong.as_object().unwrap())
+        .await
+    {
+        Err(ClientError::Invalid(message)) => assert!(message.contains("'topic'"), "{message}"),
+        other => panic!("a fork that should be refused: {other:?}"),
+    }
+    assert_eq!(client.list().await?.len(), runs);
+    // `weft fork` of a child says whose fork it printed.
+    let out = weft(&cluster, &["fork", &child, "--at", "2"]).await?;
+    assert!(out.status.success(), "{out:?}");
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        said.contains(&format!("forked from {original} at "))
+            && said.contains(&format!(
+                "(the parent of run {child}, whose fork it takes on)"
+            )),
+        "{said}"
+    );
     Ok(())
 }
