@@ -258,3 +258,25 @@ export function fieldHistory(waves) {
   }
   return out;
 }
+
+// What the wave at work had done by `point` (a point within a wave names
+// the events its run's log held then), from the run's `events`:
+// "fan: 2 of 4 items done; refine: iteration 1 done".
+export function pointNote(events, point) {
+  const before = events.filter((event) => event.seq < point);
+  let start = 0;
+  before.forEach((event, i) => { if (event.type === "wave_started") start = i + 1; });
+  const said = new Map();
+  for (const event of before.slice(start)) {
+    switch (event.type) {
+      case "map_item_finished": said.set(event.node, `${event.done} of ${event.total} items done`); break;
+      case "loop_iteration": said.set(event.node, `iteration ${event.iteration} done`); break;
+      case "subgraph_started": said.set(event.node, "child run started"); break;
+      case "waiting_for_input": said.set(event.node, "waiting for an answer"); break;
+      case "input_received": said.set(event.node, "answered"); break;
+      default: break;
+    }
+  }
+  return [...said].map(([node, what]) => `${node}: ${what}`).join("; ");
+}
+

@@ -400,6 +400,8 @@ def a_point_within_a_maps_wave_is_read_and_forked(page, base, run_id, shots):
     at = point.get_attribute("data-step")
     assert at and "." in at, f"a point is named STEP.POINT: {at!r}"
     expect(point).to_contain_text("within wave 2")
+    # What the map had done by then, from the run's log.
+    expect(point.locator(".point-note")).to_contain_text(re.compile(r"fan: \d+ of 60 items done"))
     point.locator("button.whole-state").click()
     expect(point.locator('.wave-state tr[data-field="items"]')).to_be_visible()
     point.locator("button.fork").click()

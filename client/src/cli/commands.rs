@@ -357,6 +357,22 @@ pub async fn state(
                     "run {run} {}, {status} then ({kept} kept{within})",
                     output::place_in_words(at)
                 );
+                // What each point within a wave holds, from the run's log.
+                let points: Vec<u64> = history
+                    .waves
+                    .iter()
+                    .filter(|w| w.point > 0)
+                    .map(|w| w.point)
+                    .collect();
+                if let Some(&last) = points.last() {
+                    let events = log_until(&session.client, run, last).await;
+                    for (point, note) in points.iter().zip(output::point_notes(&events, &points)) {
+                        let at = history.waves.iter().find(|w| w.point == *point);
+                        if let Some(wave) = at {
+                            err!("  {:<12} {note}", wave.at().to_string());
+                        }
+                    }
+                }
                 out!(
                     "{}",
                     serde_json::to_string_pretty(&history.state).unwrap_or_default()
@@ -368,6 +384,28 @@ pub async fn state(
     };
     session.close(false).await;
     code
+}
+
+/// Run `run`'s events before position `until` (fewer if the log cannot
+/// be read: the notes they make are a help, not the answer).
+async fn log_until(client: &Client, run: &str, until: u64) -> Vec<weft_client::Event> {
+    use tokio_stream::StreamExt;
+    let Ok(stream) = client.watch(run, 0).await else {
+        return Vec::new();
+    };
+    let mut stream = std::pin::pin!(stream);
+    let mut events = Vec::new();
+    // Never waits for an event to come: the last one wanted is `until - 1`.
+    while let Some(Ok(event)) = stream.next().await {
+        let seq = event.seq;
+        if seq < until {
+            events.push(event);
+        }
+        if seq + 1 >= until {
+            break;
+        }
+    }
+    events
 }
 
 /// `weft watch`.

@@ -155,3 +155,48 @@ pub(super) fn place_in_words(at: weft_client::HistoryPoint) -> String {
         (step, _) => format!("at {at} (within wave {})", step + 1),
     }
 }
+
+/// What the wave at work had done by each point of `points` (a point
+/// within a wave names the events its run's log held then), read from
+/// `events`, the run's log from its start up to the last point at least:
+/// `fan: 2 of 4 items done; refine: iteration 1 done`.
+pub(super) fn point_notes(events: &[weft_client::Event], points: &[u64]) -> Vec<String> {
+    points
+        .iter()
+        .map(|&point| {
+            let before = events.iter().take_while(|e| e.seq < point);
+            // The wave at work: its events since it started.
+            let wave: Vec<&weft_client::Event> = before.collect();
+            let start = wave
+                .iter()
+                .rposition(|e| e.kind == "wave_started")
+                .map_or(0, |at| at + 1);
+            let mut parts: Vec<(String, String)> = Vec::new();
+            let mut set = |node: &str, what: String| match parts.iter_mut().find(|(n, _)| n == node)
+            {
+                Some((_, said)) => *said = what,
+                None => parts.push((node.to_owned(), what)),
+            };
+            for event in &wave[start..] {
+                let body = &event.body;
+                let node = body["node"].as_str().unwrap_or_default();
+                match event.kind.as_str() {
+                    "map_item_finished" => set(
+                        node,
+                        format!("{} of {} items done", body["done"], body["total"]),
+                    ),
+                    "loop_iteration" => set(node, format!("iteration {} done", body["iteration"])),
+                    "subgraph_started" => set(node, "child run started".to_owned()),
+                    "waiting_for_input" => set(node, "waiting for an answer".to_owned()),
+                    "input_received" => set(node, "answered".to_owned()),
+                    _ => {}
+                }
+            }
+            parts
+                .into_iter()
+                .map(|(node, what)| format!("{node}: {what}"))
+                .collect::<Vec<_>>()
+                .join("; ")
+        })
+        .collect()
+}

@@ -5,7 +5,7 @@
 // tools), and now.
 
 import { api, el, jsonValue, session } from "../common.js";
-import { fieldHistory } from "../run_model.js";
+import { fieldHistory, pointNote } from "../run_model.js";
 
 const WAVES_SHOWN = 50;
 
@@ -147,6 +147,7 @@ export function statePanel(model, id) {
       shown.push(latest.length ? latest.map((point) => el("div", { class: "change point", "data-step": point.at },
         el("div", {}, el("b", { text: point.at }),
           el("span", { class: "muted", text: ` within wave ${point.step + 1}, ${point.status}, ${new Date(point.at_unix_ms).toLocaleTimeString()}` })),
+        el("div", { class: "point-note", text: pointNote(model.events, point.point) }),
         waveTools(point.at)))
         : el("p", { class: "muted", text: "The history keeps no point within a wave: each wave's work was kept only once it merged." }));
     }

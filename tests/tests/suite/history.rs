@@ -515,6 +515,12 @@ nodes:
         said.contains("points within waves: ") && said.contains(&text),
         "{said}"
     );
+    // Each point is listed with what the wave had done by then.
+    let line = said
+        .lines()
+        .find(|line| line.trim_start().starts_with(&format!("{text} ")))
+        .unwrap_or_else(|| panic!("a line for point {text}: {said}"));
+    assert!(line.ends_with("times: 2 of 4 items done"), "{line}");
     let out = weft(&cluster, &["state", &original, "--at", "0.x"]).await?;
     assert_eq!(out.status.code(), Some(2), "{out:?}");
     assert!(String::from_utf8_lossy(&out.stderr).contains("not a place in a run's history"));
@@ -579,6 +585,14 @@ nodes:
     assert_eq!(forked.status, RunStatus::Completed, "{:?}", forked.error);
     assert_eq!(forked.state["draft"], "edited;bold;bold;");
     assert_eq!(forked.state["rounds"], 3);
+    // `weft state` says what the point holds.
+    let out = weft(&cluster, &["state", &original]).await?;
+    let said = String::from_utf8_lossy(&out.stderr);
+    let line = said
+        .lines()
+        .find(|line| line.trim_start().starts_with(&format!("{at} ")))
+        .unwrap_or_else(|| panic!("a line for point {at}: {said}"));
+    assert!(line.ends_with("refine: iteration 1 done"), "{line}");
     let iterations = weft_tests::events_of(&client, &fork, "loop_iteration").await?;
     let numbers: Vec<&Value> = iterations.iter().map(|e| &e.body["iteration"]).collect();
     assert_eq!(
