@@ -373,3 +373,30 @@ fn a_parents_fork_takes_on_its_childs_fork_and_starts_the_originals_other_childr
         .collect();
     assert_eq!(fresh.len(), 2, "{fresh:?}");
 }
+
+#[test]
+fn a_fork_of_a_runs_end_ends_at_once_as_the_original_did() {
+    let h = Harness::new(CHAIN, json!({})).on("one", |_, _, _| Ok(json!({})));
+    let mut h = h
+        .on("two", |_, _, _| Ok(json!({})))
+        .on("three", |_, _, _| Ok(json!({"log": "done"})))
+        .run();
+    assert_eq!(h.status(), RunStatus::Completed, "{}", h.error_text());
+    let progress = checkpointed(&mut h.machine);
+    let mut set = Map::new();
+    set.insert("topic".into(), json!("seas"));
+    let mut fork = RunMachine::fork(plan(CHAIN), progress, set, owner(), from(3, 0), None)
+        .expect("a fork that fits");
+    let started = fork.start_fork();
+    assert_eq!(fork.status(), RunStatus::Completed);
+    assert_eq!(fork.state()["topic"], "seas");
+    assert!(started.iter().any(|e| matches!(
+        e,
+        Effect::Emit(RunEvent::RunFinished {
+            status: RunStatus::Completed,
+            error: None
+        })
+    )));
+    assert!(started.iter().any(|e| matches!(e, Effect::Checkpoint)));
+    assert!(!started.iter().any(|e| matches!(e, Effect::Dispatch(_))));
+}

@@ -329,6 +329,22 @@ async fn weft_fork_starts_a_fork_and_weft_status_names_its_origin() -> anyhow::R
         said.contains(&format!("forked from run {original} after wave 1")),
         "{said}"
     );
+    // A fork of the run's end (the last place, by default) ends at once,
+    // as the original did, with its field replaced.
+    let end = weft(
+        &cluster,
+        &["fork", &original, "--set", "topic=ends", "--json"],
+    )
+    .await?;
+    assert!(end.status.success(), "{end:?}");
+    let shown: Value = serde_json::from_slice(&end.stdout)?;
+    let ended = client
+        .wait(shown["run_id"].as_str().unwrap_or_default())
+        .await?;
+    assert_eq!(ended.status, RunStatus::Completed, "{:?}", ended.error);
+    assert_eq!(ended.state["topic"], "ends");
+    assert_eq!(ended.state["log"], "tides1;tides2;tides3;");
+    assert_eq!(shown["forked_from"]["step"], 3);
     // A bad --set is refused before anything is sent.
     let out = weft(&cluster, &["fork", &original, "--set", "=1"]).await?;
     assert_eq!(out.status.code(), Some(2), "{out:?}");
