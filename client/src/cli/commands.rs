@@ -338,15 +338,15 @@ pub async fn state(
                     (Some(only), _) => format!("wave {only}"),
                     _ => "no wave".to_owned(),
                 };
-                let points: Vec<String> = history
-                    .waves
-                    .iter()
-                    .filter(|w| w.point > 0)
-                    .map(|w| w.at().to_string())
-                    .collect();
+                let points: Vec<&weft_client::HistoryWave> =
+                    history.waves.iter().filter(|w| w.point > 0).collect();
                 let within = match points.len() {
                     0 => String::new(),
-                    _ => format!("; points within waves: {}", points.join(", ")),
+                    _ => {
+                        let named: Vec<String> =
+                            points.iter().map(|w| w.at().to_string()).collect();
+                        format!("; points within waves: {}", named.join(", "))
+                    }
                 };
                 let status = history
                     .waves
@@ -358,19 +358,11 @@ pub async fn state(
                     output::place_in_words(at)
                 );
                 // What each point within a wave holds, from the run's log.
-                let points: Vec<u64> = history
-                    .waves
-                    .iter()
-                    .filter(|w| w.point > 0)
-                    .map(|w| w.point)
-                    .collect();
-                if let Some(&last) = points.last() {
-                    let events = log_until(&session.client, run, last).await;
-                    for (point, note) in points.iter().zip(output::point_notes(&events, &points)) {
-                        let at = history.waves.iter().find(|w| w.point == *point);
-                        if let Some(wave) = at {
-                            err!("  {:<12} {note}", wave.at().to_string());
-                        }
+                if let Some(last) = points.last() {
+                    let events = log_until(&session.client, run, last.point).await;
+                    let numbers: Vec<u64> = points.iter().map(|w| w.point).collect();
+                    for (wave, note) in points.iter().zip(output::point_notes(&events, &numbers)) {
+                        err!("  {:<12} {note}", wave.at().to_string());
                     }
                 }
                 out!(

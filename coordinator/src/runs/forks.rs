@@ -94,6 +94,7 @@ impl Runs {
             let parent = ids.get(depth + 1).cloned();
             forks.push(
                 self.make_fork(
+                    store,
                     original,
                     set.take().unwrap_or_default(),
                     owner.clone(),
@@ -129,6 +130,7 @@ impl Runs {
     /// fork of its child `family.1.0`.
     async fn make_fork(
         &self,
+        store: &weft_store::AnyStore,
         original: Original,
         set: Map<String, Value>,
         owner: Owner,
@@ -137,11 +139,7 @@ impl Runs {
     ) -> Result<Admitted, SubmitError> {
         let (parent, child) = family;
         let Original { run, progress, at } = original;
-        let keeper = self
-            .store
-            .as_ref()
-            .ok_or_else(|| SubmitError::Fork("this coordinator runs without a store".into()))?;
-        let bundle = restore::stored_bundle(keeper.store(), &run, max_bundle_bytes)
+        let bundle = restore::stored_bundle(store, &run, max_bundle_bytes)
             .await
             .map_err(|error| SubmitError::Store(error.into()))?;
         let parsed = self.parsed.parse(&bundle)?;
