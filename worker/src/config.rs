@@ -117,6 +117,8 @@ pub struct WorkerConfig {
     pub labels: Vec<(String, String)>,
     /// Whether this worker runs `script` nodes.
     pub scripts: bool,
+    /// Whether this worker runs `rag` steps (default: yes).
+    pub rag: bool,
     /// Where scratch directories and the file cache live; `None` for a
     /// fresh private directory removed on exit.
     pub work_dir: Option<PathBuf>,
@@ -185,6 +187,7 @@ impl WorkerConfig {
             slots,
             labels: Vec::new(),
             scripts: true,
+            rag: true,
             work_dir: None,
             secrets: Arc::default(),
             joined: None,

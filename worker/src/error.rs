@@ -3,9 +3,10 @@
 /// Why a worker stopped with an error.
 #[derive(Debug, thiserror::Error)]
 pub enum WorkerError {
-    /// The coordinator refused this worker (e.g. protocol version).
-    #[error("the coordinator refused this worker: {0}")]
-    Refused(String),
+    /// The coordinator refused this worker (a protocol version, an
+    /// identity or a role), with its status.
+    #[error("the coordinator refused this worker: {}", .0.message())]
+    Refused(Box<tonic::Status>),
     /// The coordinator URL is malformed.
     #[error("invalid coordinator URL '{url}': {reason}")]
     BadUrl {

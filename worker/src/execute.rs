@@ -282,7 +282,10 @@ async fn call_tool(
         run_id: call.run_id.clone(),
         node: caller.node.clone(),
         attempt: caller.attempt,
+        key: caller.key,
         item: caller.item,
+        place: None,
+        config: Arc::default(),
         // A scope that is not an object (a coordinator sends none) is
         // empty.
         scope: match weft_proto::json::parse_or_null(&caller.scope_json) {

@@ -14,7 +14,8 @@ use std::fmt::Display;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use weft_proto::{NodeId, RunId};
+use weft_proto::worker_protocol::ItemRef;
+use weft_proto::{NodeId, RunId, TaskKey};
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -33,8 +34,17 @@ pub struct TaskContext {
     pub node: NodeId,
     /// 1 for the first attempt.
     pub attempt: u32,
+    /// The attempt's key within the run, as the coordinator numbers it:
+    /// the same for a delivery of the same attempt again.
+    pub key: TaskKey,
     /// The map item's index, for a step of a map item's chain.
     pub item: Option<u64>,
+    /// For a step of a map item's chain: the map, the item and the
+    /// step's place in the chain (`None` for a tool's call).
+    pub place: Option<ItemRef>,
+    /// The node's kind fields as the graph gives them (`handler`, and
+    /// whatever else the node sets); empty for a tool's call.
+    pub config: Arc<Value>,
     /// The step's scope: a map item's `as` binding, by name (read it as
     /// a map, or one value with [`TaskContext::scope`], which does not
     /// make the map).
@@ -112,7 +122,10 @@ impl TaskContext {
             run_id: task.run_id.clone(),
             node: task.node.clone(),
             attempt: task.attempt,
+            key: task.key,
             item: task.item,
+            place: task.place.clone(),
+            config: task.config.clone(),
             scope,
             team,
         }
@@ -386,7 +399,10 @@ mod tests {
             run_id: "r".into(),
             node: "n".into(),
             attempt: 1,
+            key: TaskKey(1),
             item: None,
+            place: None,
+            config: Arc::default(),
             scope: Scope::default(),
             team: None,
         }

@@ -159,7 +159,9 @@ fn hosted_kinds(config: &WorkerConfig, python: bool) -> Vec<WorkerKind> {
     if config.scripts {
         kinds.push(WorkerKind::Script);
     }
-    kinds.push(WorkerKind::Rag);
+    if config.rag {
+        kinds.push(WorkerKind::Rag);
+    }
     if !config.providers.is_empty() {
         kinds.push(WorkerKind::Llm);
         kinds.push(WorkerKind::Agent);

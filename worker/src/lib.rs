@@ -128,6 +128,18 @@ impl Worker {
         Ok(self)
     }
 
+    /// Whether this worker runs `rag` steps (default: yes).
+    pub fn rag(&mut self, enabled: bool) -> &mut Self {
+        self.config.rag = enabled;
+        self
+    }
+
+    /// What to trust and present at an `https://` coordinator.
+    pub fn tls(&mut self, tls: weft_proto::transport::ClientTls) -> &mut Self {
+        self.config.tls = tls;
+        self
+    }
+
     /// Where scratch directories and the file cache live.
     pub fn work_dir(&mut self, dir: PathBuf) -> &mut Self {
         self.config.work_dir = Some(dir);

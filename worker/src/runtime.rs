@@ -34,14 +34,22 @@ pub async fn run(
     // Scratch left by an earlier worker that died is nobody's.
     let _ = tokio::fs::remove_dir_all(work.scratch()).await;
     let _ = tokio::fs::remove_dir_all(work.python()).await;
-    crate::confinement::make_undumpable();
-    let hidden_dirs = vec![work.root().to_path_buf()];
-    let confinement = crate::confinement::Confinement::set_up(
-        config.sandbox,
-        config.limits,
-        config.places.clone(),
-        (config.credential_files.clone(), hidden_dirs),
-    )?;
+    // Confinement keeps graphs' code (scripts, Python functions) from the
+    // worker and each other; a worker that runs none of it (one that
+    // hosts only its own handlers, as the Python SDK's does) leaves its
+    // process as it is.
+    let confinement = if config.scripts || config.python.enabled {
+        crate::confinement::make_undumpable();
+        let hidden_dirs = vec![work.root().to_path_buf()];
+        crate::confinement::Confinement::set_up(
+            config.sandbox,
+            config.limits,
+            config.places.clone(),
+            (config.credential_files.clone(), hidden_dirs),
+        )?
+    } else {
+        crate::confinement::Confinement::off(config.limits)
+    };
     let local = HostResources::new(&config, work, Arc::new(confinement)).await;
     let tracker = TaskTracker::new();
     let ended = connect_and_serve(

@@ -16,7 +16,7 @@ use weft_proto::types::WorkerKind;
 pub use weft_proto::worker_protocol::{
     BlobRef, CallTarget, FunctionCall, PythonCall, TeamMessage, TeamSeat, ToolContext, ToolInfo,
 };
-use weft_proto::worker_protocol::{TaskAssignment, TaskError, TaskOutput, TaskResult};
+use weft_proto::worker_protocol::{ItemRef, TaskAssignment, TaskError, TaskOutput, TaskResult};
 
 use crate::field::FieldValue;
 use weft_proto::json::parse_or_null;
@@ -48,6 +48,9 @@ pub struct Task {
     pub scope: crate::Scope,
     /// The map item's index, for a chain step.
     pub item: Option<u64>,
+    /// For a chain step: the map, the item and the step's place in the
+    /// chain.
+    pub place: Option<ItemRef>,
     /// Per-attempt deadline.
     pub timeout: Duration,
     /// Bundle files.
@@ -117,6 +120,7 @@ impl Task {
             state_versions: Vec::new(),
             scope: crate::Scope::default(),
             item: None,
+            place: None,
             timeout: Duration::from_secs(1),
             bundle: Arc::default(),
             team: None,
@@ -250,7 +254,8 @@ impl Task {
             state: Vec::new(),
             state_versions: Vec::new(),
             scope,
-            item: assignment.item.map(|item| item.index as u64),
+            item: assignment.item.as_ref().map(|item| item.index as u64),
+            place: assignment.item,
             timeout: assignment.timeout,
             bundle: assignment.bundle,
             team: assignment.team,

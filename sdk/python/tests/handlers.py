@@ -4,7 +4,10 @@ Handlers: `shout` (upper-cases `text`, says what it knew of its attempt),
 `square` (a map item's number, and which worker squared it), `explode`
 (raises), `slow` (touches `started-NAME` in its `marks` directory, then
 sleeps `seconds`), `wait_async` (an `async` handler), `converse` (a
-teammate step: greets every member, waits to hear from each). Tools:
+teammate step: greets every member, waits to hear from each), `pass_along`
+(a ring of teammates, as the Rust test worker's), `not_json`
+(returns a date), `blocks` (never returns; `release()`d by nothing),
+`raise_async` (an `async` handler that raises). Tools:
 `lookup` (a key in a small table; key `ctx` answers with its context;
 another key raises), `lookup_async` (the same, `async`), `nap` (touches the
 file `marker`, then sleeps `seconds`), `meet` (returns once a second call
@@ -12,6 +15,7 @@ of it has come too).
 """
 
 import asyncio
+import datetime
 import sys
 import threading
 import time
@@ -26,7 +30,8 @@ worker = weft.Worker(url, token=token, slots=4, name=name)
 
 @worker.handler("shout")
 def shout(state, ctx):
-    return {"text": state["text"].upper(), "seen": {"node": ctx.node, "attempt": ctx.attempt, "key": ctx.task_key}}
+    return {"text": state["text"].upper(), "seen": {"node": ctx.node, "attempt": ctx.attempt, "key": ctx.task_key,
+                                                     "config": ctx.config, "item": ctx.item, "scope": ctx.scope}}
 
 
 @worker.handler("square")
@@ -55,6 +60,36 @@ def slow(state, ctx):
 async def wait_async(state, ctx):
     await asyncio.sleep(0.05)
     return {"waited": True}
+
+
+@worker.handler("pass_along")
+def pass_along(state, ctx):
+    team = ctx.team
+    after = team.members[(team.members.index(team.me) + 1) % len(team.members)]
+    team.send(after, {"from": team.me})
+    message = team.recv(timeout=30)
+    assert message is not None, f"{team.me} heard nothing"
+    return {"passed": {"got": message.content, "by": name}}
+
+
+@worker.handler("not_json")
+def not_json(state, ctx):
+    return {"on": datetime.date(2026, 12, 7)}
+
+
+BLOCKED = threading.Event()
+
+
+@worker.handler("blocks")
+def blocks(state, ctx):
+    BLOCKED.wait()
+    return {}
+
+
+@worker.handler("raise_async")
+async def raise_async(state, ctx):
+    await asyncio.sleep(0.01)
+    raise LookupError("nothing here")
 
 
 @worker.handler("converse")

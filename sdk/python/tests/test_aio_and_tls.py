@@ -62,3 +62,28 @@ def test_a_coordinator_over_tls_is_reached_with_its_ca(tls):
         weft.Client(cluster.url, token=OPERATOR).runs()
     with pytest.raises(weft.Unauthenticated):
         weft.Client(cluster.url, ca=str(ca)).runs()
+
+
+def test_the_async_client_runs_many_runs_at_once_inside_a_running_loop(cluster):
+    from test_client import DOUBLE
+
+    async def scenario() -> list[int]:
+        # Inside the loop asyncio.run started: nothing of the client may
+        # block it, so a ticker keeps ticking while the runs go on.
+        ticks = 0
+
+        async def tick() -> None:
+            nonlocal ticks
+            while True:
+                await asyncio.sleep(0.01)
+                ticks += 1
+
+        ticker = asyncio.create_task(tick())
+        async with weft.aio.Client(cluster.url) as client:
+            runs = await asyncio.gather(*(client.submit(DOUBLE, input={"n": n}) for n in range(16)))
+            results = await asyncio.gather(*(run.wait(timeout=60) for run in runs))
+        ticker.cancel()
+        assert ticks > 0
+        return [result.state["n"] for result in results]
+
+    assert asyncio.run(scenario()) == [n * 2 for n in range(16)]

@@ -313,3 +313,27 @@ def test_the_stubs_match_the_proto_files(tmp_path):
     for generated in sorted((tmp_path / "weft" / "v1").iterdir()):
         checked_in = here / "weft" / "v1" / generated.name
         assert checked_in.read_text() == generated.read_text(), f"{checked_in.name} is stale: run sdk/python/generate.sh"
+
+
+DOUBLE = {
+    "name": "double",
+    "state": {"n": {"type": "integer"}},
+    "nodes": {"twice": {"kind": "script", "start": True, "end": True, "run": [
+        "python3", "-c", "import json,sys; s=json.load(sys.stdin)['state']; print(json.dumps({'n': s['n'] * 2}))"]}},
+}
+
+
+def test_one_client_serves_several_threads_at_once(cluster):
+    from concurrent.futures import ThreadPoolExecutor
+
+    client = weft.Client(cluster.url)
+
+    def submit_and_wait(n: int) -> int:
+        run = client.submit(DOUBLE, input={"n": n})
+        kinds = [event.type for event in run.events()]
+        assert kinds[0] == "run_submitted" and kinds[-1] == "run_finished", kinds
+        return run.wait(timeout=60).state["n"]
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        doubled = list(pool.map(submit_and_wait, range(24)))
+    assert doubled == [n * 2 for n in range(24)]

@@ -47,6 +47,8 @@ def test_a_python_handler_serves_a_task(py_a):
     assert result.state["text"] == "HELLO"
     assert result.state["seen"]["node"] == "only" and result.state["seen"]["attempt"] == 1
     assert isinstance(result.state["seen"]["key"], int)
+    assert result.state["seen"]["config"]["handler"] == "shout", result.state["seen"]
+    assert result.state["seen"]["item"] is None and result.state["seen"]["scope"] == {}
     async_graph = task_graph("wait_async") | {"state": {"waited": {"type": "boolean", "default": False}}}
     async_result = client.submit(async_graph).wait(timeout=30)
     assert async_result.state["waited"] is True
@@ -99,6 +101,37 @@ def test_teammates_send_and_receive_through_a_python_handler(py_a):
     assert len(sent) == 6, sent
 
 
+def test_one_maps_teammates_talk_across_a_python_and_a_rust_worker():
+    from conftest import Cluster, binary
+
+    cluster = Cluster()
+    try:
+        python_worker(cluster, "py-ring")
+        cluster.spawn("rs-ring", [str(binary("test-worker")), "--coordinator", cluster.url, "--name", "rs-ring",
+                                  "--slots", "2", "--only", "pass_along", "--work-dir", str(cluster.dir / "rs-ring")])
+        cluster.wait_for_log("rs-ring", "joined the coordinator")
+        graph = {
+            "name": "ring",
+            "state": {"items": {"type": "array"}, "all": {"type": "array", "default": []}},
+            "nodes": {
+                "ring": {"kind": "map", "start": True, "end": True, "over": "{{ items }}", "as": "item",
+                         "branch": "pass_along", "output_key": "passed", "collect_into": "all",
+                         "max_concurrency": 6},
+                "pass_along": {"kind": "task", "handler": "pass_along", "teammates": True},
+            },
+        }
+        client = weft.Client(cluster.url)
+        result = client.submit(graph, input={"items": list(range(6))}).wait(timeout=60)
+        assert result.status == "completed", result.error
+        passed = result.state["all"]
+        # Six items on six slots (four Python, two Rust) at once: each
+        # heard from its predecessor, whichever worker either ran on.
+        assert [p["got"] for p in passed] == [{"from": f"ring/{(i - 1) % 6}"} for i in range(6)], passed
+        assert {p["by"] for p in passed} == {"py-ring", "rs-ring"}, passed
+    finally:
+        cluster.stop()
+
+
 def reducer_graph(reducer: str) -> dict:
     def writes(text: str) -> dict:
         return {"kind": "script", "run": ["sh", "-c", f'echo "{{\\"best\\": \\"{text}\\"}}"'], "next": "end"}
@@ -133,6 +166,38 @@ def test_a_handler_exception_fails_the_attempt_with_its_traceback(py_a):
     assert "ValueError: boom at 3" in message, message
     assert "in explode" in message and "in deeper" in message, message
     assert "concurrent/futures" not in message, message
+
+
+def test_an_async_handlers_exception_fails_the_attempt_with_its_own_frames(py_a):
+    client = weft.Client(py_a.url)
+    result = client.submit(task_graph("raise_async")).wait(timeout=30)
+    assert result.status == "failed"
+    message = result.error.message
+    assert "handler_error: Traceback (most recent call last):\n" in message, message
+    assert "in raise_async" in message and "LookupError: nothing here" in message, message
+    assert "asyncio" not in message and "concurrent/futures" not in message, message
+
+
+def test_a_handler_returning_what_is_not_json_fails_saying_so(py_a):
+    client = weft.Client(py_a.url)
+    result = client.submit(task_graph("not_json")).wait(timeout=30)
+    assert result.status == "failed"
+    assert "the handler returned what is not JSON: " in result.error.message, result.error
+    assert "date" in result.error.message, result.error
+
+
+def test_a_handler_that_never_returns_times_out_and_the_worker_serves_on(py_a):
+    client = weft.Client(py_a.url)
+    blocked = [client.submit(task_graph("blocks", timeout="1s")) for _ in range(5)]
+    for run in blocked:
+        result = run.wait(timeout=30)
+        assert result.status == "failed", result
+        assert "timed out" in result.error.message, result.error
+    # Five stuck calls, more than the worker's four slots: each timed-out
+    # attempt gave its slot back, and the worker still serves.
+    graph = task_graph("shout")
+    graph["state"] = {"text": {"type": "string"}, "seen": {"type": "object", "default": {}}}
+    assert client.submit(graph, input={"text": "on"}).wait(timeout=30).state["text"] == "ON"
 
 
 def slow_graph() -> dict:

@@ -57,6 +57,25 @@ class TooLarge(WeftError):
     """A graph, input or answer is over one of the coordinator's limits."""
 
 
+# gRPC's status codes by number, for errors the native core reports.
+_BY_NUMBER: dict[int, tuple[type[WeftError], str]] = {
+    3: (InvalidArgument, "invalid_argument"),
+    5: (RunNotFound, "not_found"),
+    7: (PermissionDenied, "permission_denied"),
+    8: (TooLarge, "resource_exhausted"),
+    9: (Rejected, "failed_precondition"),
+    14: (Unavailable, "unavailable"),
+    16: (Unauthenticated, "unauthenticated"),
+}
+
+
+def of_status(code: int, message: str) -> WeftError:
+    """The exception for a gRPC status the native core received, by its
+    code's number."""
+    kind, name = _BY_NUMBER.get(code, (WeftError, "unknown"))
+    return kind(message, name)
+
+
 _BY_CODE: dict[grpc.StatusCode, type[WeftError]] = {
     grpc.StatusCode.INVALID_ARGUMENT: InvalidArgument,
     grpc.StatusCode.NOT_FOUND: RunNotFound,

@@ -188,6 +188,35 @@ fn register_handlers(worker: &mut Worker, name: &str, keep: impl Fn(&str) -> boo
             converse(me.clone(), ctx)
         });
     }
+    if keep("pass_along") {
+        // A ring: each item sends its successor a message, then returns
+        // the one its predecessor sent and the worker it ran on (the
+        // Python SDK's tests run it beside a Python worker's own).
+        let me = name.to_owned();
+        worker.handler(
+            "pass_along",
+            move |_: serde::de::IgnoredAny, ctx: TaskContext| {
+                let me = me.clone();
+                async move {
+                    let team = ctx.team.clone().ok_or("pass_along needs a team")?;
+                    let members = team.members();
+                    let at = members
+                        .iter()
+                        .position(|m| m == team.me())
+                        .ok_or("not a member of its own team")?;
+                    let next = &members[(at + 1) % members.len()];
+                    ctx.send(next, json!({"from": team.me()}))
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    let got = ctx
+                        .recv(Duration::from_secs(30))
+                        .await
+                        .ok_or("no message came")?;
+                    Ok::<_, String>(json!({"passed": {"got": got.content, "by": me}}))
+                }
+            },
+        );
+    }
     if keep("relay") {
         worker.handler(
             "relay",

@@ -297,7 +297,7 @@ async fn handshake(
                     | tonic::Code::PermissionDenied
             ) =>
         {
-            return Err(WorkerError::Refused(status.message().to_owned()));
+            return Err(WorkerError::Refused(Box::new(status)));
         }
         Err(status) if status.code() == tonic::Code::AlreadyExists => {
             return Ok(Err(Ending::Lost(Lost::NameTaken(

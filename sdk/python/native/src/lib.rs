@@ -1,0 +1,36 @@
+//! `weft._native`: the Rust core under Weft's Python SDK.
+//!
+//! The Python package is a thin layer over the crates the `weft` command
+//! line and the `worker` binary are built from, so that a graph bundles
+//! the same bytes from Python as from `weft`, and a Python handler is
+//! served by the Rust worker's session (connection, field caches,
+//! batching, teammates, remote tools, drain) instead of a second copy of
+//! the worker protocol:
+//!
+//! - [`bundle`]: `GraphBundle.from_file` on `weft_client::GraphBundle`.
+//! - [`worker`]: `weft.Worker` on `weft_worker::Worker`, its handlers,
+//!   tools and functions Python callables called from the worker's tasks
+//!   (sync ones on the blocking pool, `async def` on the SDK's event loop),
+//!   the interpreter attached only inside a Python call.
+//!
+//! The classes users see (`TaskContext`, `Team`, the exceptions) stay
+//! Python's: this module builds them through [`bridge`].
+
+mod bridge;
+mod bundle;
+mod runtime;
+mod team;
+mod values;
+mod worker;
+
+use pyo3::prelude::*;
+
+/// The module's contents.
+#[pymodule]
+fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
+    module.add_function(wrap_pyfunction!(bundle::bundle_file, module)?)?;
+    module.add_class::<worker::Worker>()?;
+    module.add_class::<team::TeamSeat>()?;
+    module.add_class::<worker::Done>()?;
+    Ok(())
+}
