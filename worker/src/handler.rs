@@ -472,6 +472,28 @@ mod tests {
     }
 
     #[test]
+    fn a_context_carries_the_attempts_key_place_and_node_fields() {
+        let mut task = crate::Task::example(
+            weft_proto::types::WorkerKind::Task,
+            json!({"handler": "h", "tone": "dry"}),
+        );
+        task.key = TaskKey(42);
+        task.place = Some(ItemRef {
+            map: "fan".into(),
+            index: 3,
+            step: 2,
+        });
+        task.item = Some(3);
+        let context = TaskContext::of(&task, Scope::default(), None);
+        assert_eq!(context.key, TaskKey(42));
+        assert_eq!(context.item, Some(3));
+        let place = context.place.as_ref().expect("a chain step's place");
+        assert_eq!((place.map.as_str(), place.index, place.step), ("fan", 3, 2));
+        assert_eq!(*context.config, json!({"handler": "h", "tone": "dry"}));
+        assert_eq!(context.task_key(), "r/n/3/1");
+    }
+
+    #[test]
     fn scope_values_deserialize() {
         let mut context = ctx();
         context.scope.insert("item".into(), json!(7));
