@@ -320,6 +320,27 @@ impl Registry {
         self
     }
 
+    /// Registers a handler over the task's fields as the worker holds
+    /// them: each a shared [`FieldValue`], the same for every task of the
+    /// run that sees its version, parsed when first read. For an SDK that
+    /// keeps its own form of each version (the Python SDK's objects); a
+    /// typed handler ([`Registry::handler`]) suits Rust code better. The
+    /// coordinator sends it every field (it names none it reads); it
+    /// returns the writes as JSON.
+    pub fn field_handler<F, Fut>(&mut self, name: &str, handler: F) -> &mut Self
+    where
+        F: Fn(Vec<(Arc<str>, Arc<FieldValue>)>, TaskContext) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Value, HandlerError>> + Send + 'static,
+    {
+        let erased: ErasedHandler = Arc::new(move |fields: &Fields, ctx: TaskContext| {
+            let future: BoxFuture = Box::pin(handler(fields.to_vec(), ctx));
+            Ok(future)
+        });
+        self.handlers.insert(name.to_owned(), erased);
+        self.reads.remove(name);
+        self
+    }
+
     /// Registers a handler that routes: it returns an [`Output`]. The same
     /// as [`Registry::handler`], named for what it does.
     pub fn routing_handler<S, E, F, Fut>(&mut self, name: &str, handler: F) -> &mut Self

@@ -197,6 +197,20 @@ impl Worker {
         self
     }
 
+    /// Registers a handler over the task's shared field values. See
+    /// [`Registry::field_handler`].
+    pub fn field_handler<F, Fut>(&mut self, name: &str, handler: F) -> &mut Self
+    where
+        F: Fn(Vec<(std::sync::Arc<str>, std::sync::Arc<field::FieldValue>)>, TaskContext) -> Fut
+            + Send
+            + Sync
+            + 'static,
+        Fut: Future<Output = Result<Value, HandlerError>> + Send + 'static,
+    {
+        self.registry.field_handler(name, handler);
+        self
+    }
+
     /// Registers a handler that routes with `_next`. See [`Output`].
     pub fn routing_handler<S, E, F, Fut>(&mut self, name: &str, handler: F) -> &mut Self
     where

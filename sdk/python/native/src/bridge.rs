@@ -33,6 +33,8 @@ pub(crate) struct Bridge {
     pub graph_invalid: Py<PyAny>,
     /// `weft.errors.WeftError(message, code)`.
     pub weft_error: Py<PyAny>,
+    /// `json.loads`: a state field's text to its value.
+    pub loads: Py<PyAny>,
 }
 
 static BRIDGE: PyOnceLock<Bridge> = PyOnceLock::new();
@@ -59,6 +61,7 @@ pub(crate) fn bridge(py: Python<'_>) -> PyResult<&Bridge> {
             bundle_error: get(&bundle, "BundleError")?,
             graph_invalid: get(&errors, "GraphInvalid")?,
             weft_error: get(&errors, "WeftError")?,
+            loads: get(&PyModule::import(py, "json")?, "loads")?,
         })
     })
 }

@@ -19,6 +19,7 @@
 mod bridge;
 mod bundle;
 mod runtime;
+mod state;
 mod team;
 mod values;
 mod worker;

@@ -17,7 +17,7 @@ use std::time::Duration;
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
-use serde_json::{Map, Value};
+use serde_json::Value;
 use tokio::sync::{Semaphore, oneshot};
 use tokio_util::sync::CancellationToken;
 use weft_worker::python::PythonSettings;
@@ -25,6 +25,7 @@ use weft_worker::{HandlerError, TaskContext, WorkerError};
 
 use crate::bridge::{bridge, raise};
 use crate::runtime;
+use crate::state::state_dict;
 use crate::team::TeamSeat;
 use crate::values::{from_python, to_python};
 
@@ -314,20 +315,17 @@ impl Worker {
             role: Role::Handler,
         };
         self.setup(|worker| {
-            worker.handler(
-                name,
-                move |state: Map<String, Value>, context: TaskContext| {
-                    let callable = callable.clone();
-                    async move {
-                        let arguments: Arguments = Box::new(move |py| {
-                            let state = to_python(py, &Value::Object(state))?;
-                            let context = task_context(py, context)?;
-                            PyTuple::new(py, [state, context])
-                        });
-                        callable.call(arguments).await
-                    }
-                },
-            );
+            worker.field_handler(name, move |fields, context: TaskContext| {
+                let callable = callable.clone();
+                async move {
+                    let arguments: Arguments = Box::new(move |py| {
+                        let state = state_dict(py, &fields)?.into_any();
+                        let context = task_context(py, context)?;
+                        PyTuple::new(py, [state, context])
+                    });
+                    callable.call(arguments).await.map_err(HandlerError::Failed)
+                }
+            });
         })
     }
 
