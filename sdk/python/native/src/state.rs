@@ -13,7 +13,7 @@
 //! ones it was given in place.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, LazyLock, Mutex, Weak};
 
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
@@ -35,42 +35,67 @@ struct Objects {
     swept_to: usize,
 }
 
-static OBJECTS: Mutex<Option<Objects>> = Mutex::new(None);
+static OBJECTS: LazyLock<Mutex<Objects>> = LazyLock::new(Mutex::default);
 
 /// The dict of `fields`: each value the object kept for its version, or
 /// one made (with `json.loads`) and kept.
+///
+/// The lock is never held while Python code may run (making an object,
+/// dropping one), since that code may let another thread take the
+/// interpreter, which could then wait on the lock.
 pub(crate) fn state_dict<'py>(
     py: Python<'py>,
     fields: &[(Arc<str>, Arc<FieldValue>)],
 ) -> PyResult<Bound<'py, PyDict>> {
-    let loads = bridge(py)?.loads.bind(py);
-    let mut objects = OBJECTS
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
-    let objects = objects.get_or_insert_with(Objects::default);
     let state = PyDict::new(py);
     for (name, value) in fields {
         let key = Arc::as_ptr(value) as usize;
-        let object = match objects.kept.get(&key) {
-            Some(kept) if kept.version.strong_count() > 0 => kept.object.bind(py).clone(),
-            _ => {
-                let object = loads.call1((value.json(),))?;
+        let kept = locked()
+            .kept
+            .get(&key)
+            .and_then(|kept| (kept.version.strong_count() > 0).then(|| kept.object.clone_ref(py)));
+        let object = match kept {
+            Some(object) => object.into_bound(py),
+            None => {
+                let object = bridge(py)?.loads.bind(py).call1((value.json(),))?;
                 let kept = Kept {
                     version: Arc::downgrade(value),
                     object: object.clone().unbind(),
                 };
-                objects.kept.insert(key, kept);
+                let replaced = locked().kept.insert(key, kept);
+                drop(replaced);
                 object
             }
         };
         state.set_item(&**name, object)?;
     }
     // Versions the worker dropped, swept once their number has doubled.
-    if objects.kept.len() > 2 * objects.swept_to.max(64) {
-        objects
-            .kept
-            .retain(|_, kept| kept.version.strong_count() > 0);
-        objects.swept_to = objects.kept.len();
-    }
+    let dropped: Vec<Kept> = {
+        let mut objects = locked();
+        if objects.kept.len() > 2 * objects.swept_to.max(64) {
+            let gone: Vec<usize> = objects
+                .kept
+                .iter()
+                .filter(|(_, kept)| kept.version.strong_count() == 0)
+                .map(|(key, _)| *key)
+                .collect();
+            let dropped = gone
+                .iter()
+                .filter_map(|key| objects.kept.remove(key))
+                .collect();
+            objects.swept_to = objects.kept.len();
+            dropped
+        } else {
+            Vec::new()
+        }
+    };
+    drop(dropped);
     Ok(state)
+}
+
+/// The kept objects, locked.
+fn locked() -> std::sync::MutexGuard<'static, Objects> {
+    OBJECTS
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }

@@ -107,8 +107,13 @@ impl Callable {
         })
         .await?;
         let mut pending = CancelOnDrop(Some(submitted));
-        // The sender goes with the future; a lost one is read as done.
-        let _ = finished.await;
+        if finished.await.is_err() {
+            // The callback was dropped uncalled: the event loop is gone.
+            return Err(format!(
+                "the {}'s coroutine was dropped by its event loop",
+                role.name()
+            ));
+        }
         let future = pending.0.take().expect("the future is held until read");
         blocking(move || {
             Python::attach(|py| {
