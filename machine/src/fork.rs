@@ -143,6 +143,10 @@ impl RunMachine {
                 }
             }
         }
-        self.pick_up(fx, false)
+        let mut fx = self.pick_up(fx, false);
+        // A wave whose members left wait for people (an approval the
+        // original had asked) asks them again, in the fork's own log.
+        self.maybe_finish_wave(&mut fx);
+        fx
     }
 }

@@ -285,6 +285,9 @@ impl Wave {
         set: &Map<String, Value>,
         adopt: Option<(&RunId, &RunId)>,
     ) {
+        // The fork's log is its own: the waits for people its first wave
+        // inherits are announced in it again.
+        self.announced.clear();
         for slot in &mut self.outcomes {
             match slot {
                 Member::Mapping(map) => map.replace_in_items(set),

@@ -400,3 +400,60 @@ fn a_fork_of_a_runs_end_ends_at_once_as_the_original_did() {
     assert!(started.iter().any(|e| matches!(e, Effect::Checkpoint)));
     assert!(!started.iter().any(|e| matches!(e, Effect::Dispatch(_))));
 }
+
+#[test]
+fn a_fork_of_a_wave_waiting_for_a_person_asks_again_in_its_own_log() {
+    let plan = plan(
+        r#"
+name: ask
+state:
+  draft: { type: string, default: "" }
+nodes:
+  write: { kind: task, handler: step, start: true, next: approve }
+  approve: { kind: approval, prompt: "Publish?", next: publish }
+  publish: { kind: task, handler: step }
+"#,
+    );
+    let mut original = RunMachine::new(plan.clone(), Map::new()).expect("valid input");
+    let first = original.start();
+    let spec = first
+        .iter()
+        .find_map(|e| match e {
+            Effect::Dispatch(spec) => Some(spec.clone()),
+            _ => None,
+        })
+        .expect("write is sent");
+    let after_write = original
+        .apply(Input::TaskReturned {
+            key: spec.key,
+            worker: "w".into(),
+            result: Ok((json!({"draft": "d"}).to_string(), None)),
+            read: Vec::new(),
+            notes: Vec::new(),
+        })
+        .expect("taken");
+    let asked = |events: &[Effect]| {
+        events
+            .iter()
+            .filter(|e| {
+                matches!(e, Effect::Emit(RunEvent::WaitingForInput { node, kind, .. })
+                    if node.as_str() == "approve" && kind == "approval")
+            })
+            .count()
+    };
+    assert_eq!(asked(&after_write), 1, "{after_write:?}");
+    assert_eq!(original.status(), RunStatus::Waiting);
+    let progress = checkpointed(&mut original);
+
+    let from = ForkedFrom {
+        run: "run-original".into(),
+        step: 1,
+        point: 0,
+    };
+    let mut fork = RunMachine::fork(plan, progress, Map::new(), owner(), from, None)
+        .expect("a fork that fits");
+    let started = fork.start_fork();
+    // Its watchers learn it waits, as the original's did.
+    assert_eq!(asked(&started), 1, "{started:?}");
+    assert_eq!(fork.status(), RunStatus::Waiting);
+}

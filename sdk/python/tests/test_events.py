@@ -92,3 +92,41 @@ def test_every_event_type_has_its_class_with_the_wire_messages_fields():
         assert names == {f.name for f in wire[kind].fields}, kind
         assert set(cls.__match_args__) <= set(attributes), kind
         assert getattr(weft, cls.__name__) is cls
+
+
+def test_each_events_fields_are_what_weft_watch_json_prints(cluster):
+    """The fields of each event equal its JSON form as the `weft` command
+    line prints it (`weft watch RUN --json`), on a run with a map, its
+    state, an approval asked and answered, and the end, and on a fork of
+    it."""
+    import json
+    import subprocess
+
+    from conftest import binary
+
+    client = weft.Client(cluster.url)
+
+    def answered(run: weft.Run) -> None:
+        for event in run.events():
+            if event.type == "waiting_for_input":
+                client.resume(run.run_id, "approve", "approve", comment="fine")
+        assert run.wait(timeout=30).status == "completed"
+
+    run = client.submit(FAN_AND_ASK)
+    answered(run)
+    # And a fork of it after the map, whose `run_submitted` names where it
+    # came from, and which asks for the approval again in its own log.
+    fork = run.fork(at=1)
+    answered(fork)
+    for watched_run in (run, fork):
+        events = list(watched_run.events())
+        watched = subprocess.run(
+            [str(binary("weft")), "watch", watched_run.run_id, "--json", "--coordinator", cluster.url],
+            capture_output=True, text=True, timeout=60)
+        assert watched.returncode == 0, watched.stderr
+        printed = [json.loads(line) for line in watched.stdout.splitlines() if line.strip()]
+        assert [p["type"] for p in printed] == [e.type for e in events]
+        for event, body in zip(events, printed):
+            assert event.fields == {k: v for k, v in body.items() if k != "type"}, event.type
+    assert events[0].fields["forked_from"] == {"run": run.run_id, "step": 1}, events[0]
+    assert [e.type for e in events].count("waiting_for_input") == 1, [e.type for e in events]

@@ -391,6 +391,9 @@ _INTEGERS = (
 
 _BASE = {f.name for f in dataclasses.fields(Event)}
 
+# Optional fields the JSON form leaves out, rather than null, when unset.
+_LEFT_OUT_WHEN_UNSET = {"worker", "usage", "provider", "cached_tokens", "cost", "wait_ms", "by"}
+
 
 def event_from_wire(event: pb.RunEvent) -> Optional[Event]:
     """The client's form of a `RunEvent`: its type's class, with its
@@ -401,10 +404,11 @@ def event_from_wire(event: pb.RunEvent) -> Optional[Event]:
         return None
     body = getattr(event, kind)
     fields = MessageToDict(body, preserving_proto_field_name=True, always_print_fields_with_no_presence=True)
-    # An optional field left unset is null, as in `weft watch --json`.
+    # An optional field left unset is null, as in `weft watch --json`,
+    # which leaves some out instead.
     for descriptor in body.DESCRIPTOR.fields:
         if descriptor.has_presence and descriptor.name not in fields:
-            if descriptor.message_type is None:
+            if descriptor.message_type is None and descriptor.name not in _LEFT_OUT_WHEN_UNSET:
                 fields[descriptor.name] = None
     for name, value in list(fields.items()):
         if name in _JSON_TEXT and isinstance(value, str):
@@ -413,6 +417,9 @@ def event_from_wire(event: pb.RunEvent) -> Optional[Event]:
     if kind == "state_changed":
         fields["values"] = {k: json.loads(v) for k, v in body.values.items()}
         fields["folded"] = {k: int(v) for k, v in body.folded.items()}
+        for name in ("values", "folded"):
+            if not fields[name]:
+                del fields[name]
     if kind == "run_finished":
         fields["status"] = STATUSES.get(body.status, "running")
     for name in _INTEGERS:
@@ -421,10 +428,12 @@ def event_from_wire(event: pb.RunEvent) -> Optional[Event]:
     typed: dict[str, Any] = {}
     if kind == "node_finished":
         usage = usage_from_wire(body.usage) if body.HasField("usage") else None
-        fields["usage"] = usage.__dict__ if usage else None
+        if usage is not None:
+            fields["usage"] = {k: v for k, v in usage.__dict__.items() if not (k == "cost" and v is None)}
         typed["usage"] = usage
     if kind == "run_finished":
         error = body.error if body.HasField("error") else None
+        fields.setdefault("error", None)
         typed["error"] = (
             RunError(error.kind, error.node, error.message)
             if error is not None and (error.kind or error.message)
@@ -436,6 +445,15 @@ def event_from_wire(event: pb.RunEvent) -> Optional[Event]:
             if body.forked_from_run
             else None
         )
+        # One object, the place's point left out when 0, as the JSON form
+        # has it.
+        for name in ("forked_from_run", "forked_from_step", "forked_from_point"):
+            fields.pop(name, None)
+        if body.forked_from_run:
+            place = {"run": body.forked_from_run, "step": body.forked_from_step}
+            if body.forked_from_point:
+                place["point"] = body.forked_from_point
+            fields["forked_from"] = place
     if kind == "retrieved":
         typed["hits"] = [RetrievedHit(h.source, h.heading, h.score) for h in body.hits]
     cls = TYPES.get(kind, Event)
