@@ -68,6 +68,27 @@ fn drive(machine: &mut RunMachine, mut effects: Vec<Effect>) -> Vec<RunEvent> {
     events
 }
 
+/// Answers the first task `effects` send with `writes`; the effects that
+/// follow.
+fn answer_first(machine: &mut RunMachine, effects: &[Effect], writes: Value) -> Vec<Effect> {
+    let spec = effects
+        .iter()
+        .find_map(|e| match e {
+            Effect::Dispatch(spec) => Some(spec.clone()),
+            _ => None,
+        })
+        .expect("a task is sent");
+    machine
+        .apply(Input::TaskReturned {
+            key: spec.key,
+            worker: "w".into(),
+            result: Ok((writes.to_string(), None)),
+            read: Vec::new(),
+            notes: Vec::new(),
+        })
+        .expect("taken")
+}
+
 fn owner() -> Owner {
     Owner {
         namespace: "team-a".into(),
@@ -82,22 +103,7 @@ fn a_fork_goes_on_from_the_wave_begun_reading_the_replaced_field() {
     let mut original = RunMachine::new(plan.clone(), Map::new()).expect("valid input");
     let first = original.start();
     // Answer `one` only: the checkpoint after wave 1 has `two` begun.
-    let spec = first
-        .iter()
-        .find_map(|e| match e {
-            Effect::Dispatch(spec) => Some(spec.clone()),
-            _ => None,
-        })
-        .expect("one is sent");
-    let after_one = original
-        .apply(Input::TaskReturned {
-            key: spec.key,
-            worker: "w".into(),
-            result: Ok((json!({"log": "one:tides;"}).to_string(), None)),
-            read: Vec::new(),
-            notes: Vec::new(),
-        })
-        .expect("taken");
+    let after_one = answer_first(&mut original, &first, json!({"log": "one:tides;"}));
     assert_eq!(original.waves_merged(), 1);
     let progress = checkpointed(&mut original);
 
@@ -416,22 +422,7 @@ nodes:
     );
     let mut original = RunMachine::new(plan.clone(), Map::new()).expect("valid input");
     let first = original.start();
-    let spec = first
-        .iter()
-        .find_map(|e| match e {
-            Effect::Dispatch(spec) => Some(spec.clone()),
-            _ => None,
-        })
-        .expect("write is sent");
-    let after_write = original
-        .apply(Input::TaskReturned {
-            key: spec.key,
-            worker: "w".into(),
-            result: Ok((json!({"draft": "d"}).to_string(), None)),
-            read: Vec::new(),
-            notes: Vec::new(),
-        })
-        .expect("taken");
+    let after_write = answer_first(&mut original, &first, json!({"draft": "d"}));
     let asked = |events: &[Effect]| {
         events
             .iter()

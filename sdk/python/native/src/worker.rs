@@ -260,11 +260,6 @@ fn already_ran() -> PyErr {
     PyRuntimeError::new_err("this worker has run already: make a new one")
 }
 
-/// `submit` when it is a callable, `None` for `None`.
-fn submitter(submit: Option<Py<PyAny>>) -> Option<Arc<Py<PyAny>>> {
-    submit.map(Arc::new)
-}
-
 #[pymethods]
 impl Worker {
     /// A worker for the coordinator at `url`, hosting only what is
@@ -316,7 +311,7 @@ impl Worker {
     fn handler(&self, name: &str, function: Py<PyAny>, submit: Option<Py<PyAny>>) -> PyResult<()> {
         let callable = Callable {
             function: Arc::new(function),
-            submit: submitter(submit),
+            submit: submit.map(Arc::new),
             role: Role::Handler,
         };
         self.setup(|worker| {
@@ -350,7 +345,7 @@ impl Worker {
         })?;
         let callable = Callable {
             function: Arc::new(function),
-            submit: submitter(submit),
+            submit: submit.map(Arc::new),
             role: Role::Tool,
         };
         self.setup(|worker| {
