@@ -17,7 +17,9 @@ use crate::builder::GraphBuilder;
 use crate::bundle::GraphBundle;
 pub use crate::error::ClientError;
 use crate::kept::{self, KeptInputs};
-pub use crate::runs::{Answer, ChildRun, Delta, Event, RunInfo, UnhostedWait, WaitingNode};
+pub use crate::runs::{
+    Answer, ChildRun, Delta, Event, Finding, RunInfo, UnhostedWait, WaitingNode,
+};
 use crate::runs::{ENDS_OR_PAUSES, ends_or_pauses_on_wire, run_info};
 use crate::sent::{self, SentValues};
 
@@ -119,6 +121,23 @@ impl Client {
             unreachable(weft_proto::transport::explain_tls_failure(&url, &chain).unwrap_or(chain))
         })?;
         Ok(Self::over(channel, Bearer::default(), Default::default()))
+    }
+
+    /// A client of the coordinator at `url` that connects on its first
+    /// call rather than now, and again on a later call when the
+    /// coordinator was away: for a program that makes its client before
+    /// the coordinator is up, or keeps it across a coordinator's restart.
+    /// Only a URL or a TLS file that is wrong fails here; an unreachable
+    /// coordinator fails each call as [`ClientError::Unreachable`]. Called
+    /// within a tokio runtime, whose task the connection runs on.
+    pub fn connect_lazy(url: &str, tls: &ClientTls) -> Result<Self, ClientError> {
+        let endpoint = weft_proto::transport::endpoint(url, tls)
+            .map_err(|e| ClientError::Invalid(e.to_string()))?;
+        Ok(Self::over(
+            endpoint.connect_lazy(),
+            Bearer::default(),
+            Default::default(),
+        ))
     }
 
     fn over(channel: Channel, bearer: Bearer, kept: std::sync::Arc<KeptInputs>) -> Self {
@@ -260,6 +279,24 @@ impl Client {
             run_id: response.run_id.into(),
             warnings: response.warnings,
         })
+    }
+
+    /// What the coordinator finds wrong with a graph, without running it:
+    /// its errors and warnings (none: it is valid), each naming the nodes
+    /// it is about.
+    pub async fn validate(&self, bundle: GraphBundle) -> Result<Vec<Finding>, ClientError> {
+        if let Some(too_large) = bundle.too_large(weft_proto::MAX_MESSAGE_BYTES) {
+            return Err(ClientError::Invalid(too_large));
+        }
+        let request = pb::ValidateRequest {
+            bundle: Some(to_proto(bundle)),
+        };
+        let response = self.runs.clone().validate(request).await?.into_inner();
+        Ok(response
+            .findings
+            .into_iter()
+            .map(Finding::from_wire)
+            .collect())
     }
 
     /// A run's current status and state.

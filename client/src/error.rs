@@ -25,12 +25,26 @@ pub enum ClientError {
     /// the same way.
     #[error("cannot reach the coordinator: {0}")]
     Closed(String),
-    /// The coordinator refused the request (invalid graph, unknown run, …).
+    /// The coordinator refused the request for a reason none of the
+    /// other variants names.
     #[error("{0}")]
     Refused(String),
+    /// No such run, or one of a namespace the caller does not see
+    /// (`NOT_FOUND`).
+    #[error("{0}")]
+    NotFound(String),
+    /// The run's state does not allow the request: answering a node that
+    /// does not wait, retrying a run that has not failed
+    /// (`FAILED_PRECONDITION`).
+    #[error("{0}")]
+    Rejected(String),
     /// The request is invalid (graph, input or answer).
     #[error("{0}")]
     Invalid(String),
+    /// A graph, input or answer is over one of the coordinator's limits
+    /// (`RESOURCE_EXHAUSTED`).
+    #[error("{0}")]
+    TooLarge(String),
     /// The graph could not be bundled.
     #[error(transparent)]
     Bundle(#[from] BundleError),
@@ -55,6 +69,15 @@ impl From<tonic::Status> for ClientError {
             tonic::Code::Unavailable if said_by_the_server(&status) => {
                 Self::Unavailable(status.message().to_owned())
             }
+            // A certificate the client does not accept (or a peer that
+            // does not speak TLS) is not waited out.
+            tonic::Code::Unavailable
+                if weft_proto::transport::is_tls_failure(&weft_proto::transport::source_chain(
+                    &status,
+                )) =>
+            {
+                Self::Closed(weft_proto::transport::source_chain(&status))
+            }
             tonic::Code::Unavailable => Self::Unreachable {
                 url: String::new(),
                 reason: status.message().to_owned(),
@@ -62,20 +85,23 @@ impl From<tonic::Status> for ClientError {
             // The connection closed under the call: over TLS, the
             // coordinator refused the handshake (a client certificate it
             // does not accept) or went away.
-            tonic::Code::Cancelled | tonic::Code::Unknown
+            // A peer that speaks TLS to a plaintext client breaks its
+            // HTTP/2 the same way.
+            tonic::Code::Cancelled | tonic::Code::Unknown | tonic::Code::Internal
                 if matches!(
                     status.message(),
                     "operation was canceled" | "transport error"
-                ) =>
+                ) || status.message().starts_with("h2 protocol error") =>
             {
                 Self::Closed(format!(
                     "the connection was closed before an answer ({}; over TLS: the coordinator did not accept the handshake, e.g. a client certificate it does not trust)",
                     status.message()
                 ))
             }
-            tonic::Code::InvalidArgument | tonic::Code::ResourceExhausted => {
-                Self::Invalid(status.message().to_owned())
-            }
+            tonic::Code::InvalidArgument => Self::Invalid(status.message().to_owned()),
+            tonic::Code::ResourceExhausted => Self::TooLarge(status.message().to_owned()),
+            tonic::Code::NotFound => Self::NotFound(status.message().to_owned()),
+            tonic::Code::FailedPrecondition => Self::Rejected(status.message().to_owned()),
             tonic::Code::Unauthenticated => Self::Unauthenticated(status.message().to_owned()),
             tonic::Code::PermissionDenied => Self::PermissionDenied(status.message().to_owned()),
             _ => Self::Refused(status.message().to_owned()),

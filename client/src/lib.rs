@@ -29,7 +29,7 @@ mod sent;
 pub use builder::{GraphBuilder, NodeBuilder};
 pub use bundle::{BundleError, BundleOptions, GraphBundle};
 pub use client::{
-    Answer, ChildRun, Client, ClientError, ClientTls, Delta, Event, READ_PATIENCE,
+    Answer, ChildRun, Client, ClientError, ClientTls, Delta, Event, Finding, READ_PATIENCE,
     RECONNECT_PATIENCE, RunErrorInfo, RunEvent, RunInfo, RunStatus, SubmitOptions, Submitted,
     UnhostedWait, WaitingNode,
 };

@@ -72,6 +72,9 @@ pub struct RunInfo {
     /// What its steps' model calls used: calls, tokens, and the cost by
     /// the coordinator's `[prices]`.
     pub usage: weft_proto::types::Usage,
+    /// The OpenTelemetry trace its spans belong to (hex; empty when the
+    /// coordinator exports none).
+    pub trace_id: String,
 }
 
 /// Who answered a human node, and how.
@@ -146,6 +149,37 @@ impl Delta {
             kind: delta.kind,
             text: delta.text,
         }
+    }
+}
+
+/// One thing the coordinator found wrong with a graph it validated.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Finding {
+    /// `error` (the graph is refused) or `warning`.
+    pub severity: String,
+    /// What is wrong, and where.
+    pub message: String,
+    /// The nodes it is about.
+    pub nodes: Vec<String>,
+    /// The graph file's line, when known (0: not known).
+    pub line: u32,
+}
+
+impl Finding {
+    pub(crate) fn from_wire(finding: pb::Finding) -> Self {
+        Self {
+            severity: finding.severity,
+            message: finding.message,
+            nodes: finding.nodes,
+            line: finding.line,
+        }
+    }
+}
+
+impl std::fmt::Display for Finding {
+    /// `error: MESSAGE` or `warning: MESSAGE`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.severity, self.message)
     }
 }
 
@@ -309,6 +343,7 @@ pub(crate) fn run_info(info: pb::RunInfo) -> Result<RunInfo, ClientError> {
         created_unix_ms: info.created_unix_ms,
         ended_unix_ms: info.ended_unix_ms,
         usage: info.usage.map(Into::into).unwrap_or_default(),
+        trace_id: info.trace_id,
         namespace: info.namespace,
         submitted_by: info.submitted_by,
         forked_from: (!info.forked_from_run.is_empty()).then(|| weft_proto::events::ForkedFrom {

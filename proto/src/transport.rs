@@ -144,6 +144,13 @@ pub fn source_chain(error: &dyn std::error::Error) -> String {
     text
 }
 
+/// Whether a failed connection's text (its source chain) names a TLS
+/// mismatch or a certificate the client does not accept: asking again
+/// would end the same way.
+pub fn is_tls_failure(failure: &str) -> bool {
+    explain_tls_failure("https://", failure).is_some()
+}
+
 /// What a failed connection to `url` means, when it is a TLS mismatch or
 /// a certificate problem: a sentence saying what to change; `None` for
 /// other failures.

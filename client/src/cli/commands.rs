@@ -200,6 +200,7 @@ fn info_fallback(run_id: &str) -> weft_client::RunInfo {
         forked_from: None,
         answers: Vec::new(),
         usage: Default::default(),
+        trace_id: String::new(),
     }
 }
 

@@ -60,8 +60,13 @@ pub(super) fn report(error: &ClientError) -> u8 {
         ClientError::Unreachable { .. } | ClientError::Unavailable(_) | ClientError::Closed(_) => {
             exit::UNREACHABLE
         }
-        ClientError::Invalid(_) | ClientError::Bundle(_) => exit::INVALID,
-        ClientError::Refused(_) | ClientError::Decode(_) => exit::FAILED,
+        ClientError::Invalid(_) | ClientError::TooLarge(_) | ClientError::Bundle(_) => {
+            exit::INVALID
+        }
+        ClientError::Refused(_)
+        | ClientError::NotFound(_)
+        | ClientError::Rejected(_)
+        | ClientError::Decode(_) => exit::FAILED,
         ClientError::Unauthenticated(_) | ClientError::PermissionDenied(_) => exit::DENIED,
     }
 }

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 
@@ -46,6 +47,26 @@ def test_an_async_wait_times_out():
     asyncio.run(scenario())
 
 
+def test_an_awaited_call_cancelled_stops_and_the_client_goes_on(cluster):
+    from test_client import LONG
+
+    async def scenario() -> str:
+        async with weft.aio.Client(cluster.url) as client:
+            run = await client.submit(LONG)
+            with pytest.raises(TimeoutError):
+                await asyncio.wait_for(run.wait(), 0.3)
+            with pytest.raises(TimeoutError, match="did not end within 0.2 s"):
+                await run.wait(timeout=0.2)
+            # Events read in part, then left: the feed is dropped.
+            async for event in run.events():
+                if event.type == "node_started":
+                    break
+            cancelled = await client.cancel(run.run_id)
+            return cancelled.status
+
+    assert asyncio.run(scenario()) == "cancelled"
+
+
 def test_a_coordinator_over_tls_is_reached_with_its_ca(tls):
     cluster, ca = tls
     assert cluster.url.startswith("https://")
@@ -57,9 +78,15 @@ def test_a_coordinator_over_tls_is_reached_with_its_ca(tls):
             return await (await client.submit(ECHO)).wait(timeout=30)
 
     assert asyncio.run(asynchronously()).status == "completed"
-    # Without the CA, the system's roots do not know the certificate.
-    with pytest.raises(weft.Unavailable):
+    # Without the CA, the system's roots do not know the certificate: said
+    # at once (asking again would end the same way), as is a plaintext
+    # client at the TLS port.
+    started = time.monotonic()
+    with pytest.raises(weft.Unavailable, match="not signed by a CA this client trusts"):
         weft.Client(cluster.url, token=OPERATOR).runs()
+    with pytest.raises(weft.Unavailable, match="https://"):
+        weft.Client(cluster.url.replace("https://", "http://"), token=OPERATOR).runs()
+    assert time.monotonic() - started < 10
     with pytest.raises(weft.Unauthenticated):
         weft.Client(cluster.url, ca=str(ca)).runs()
 

@@ -143,13 +143,6 @@ def test_a_run_is_submitted_with_a_priority_and_a_wrong_one_refused(cluster):
     assert run.wait(timeout=30).status == "completed"
     with pytest.raises(ValueError, match="not one of high, normal, low"):
         client.submit(ECHO, priority="urgent")
-    # The coordinator refuses one too, should a client send it.
-    from weft.v1 import runs_pb2 as pb
-    from weft.client import bundle_of, bundle_to_wire
-
-    request = pb.SubmitRequest(bundle=bundle_to_wire(bundle_of(ECHO)), input_json="{}", priority="urgent")
-    with pytest.raises(weft.WeftError, match="priority 'urgent' is not one of high, normal, low"):
-        client._call("Submit", request, graph=True)
 
 
 def test_a_cached_step_answers_the_next_run_unless_no_cache_is_asked(cluster):
@@ -299,22 +292,6 @@ def test_an_unreachable_coordinator_is_unavailable():
         weft.Client("http://127.0.0.1:9").runs()
 
 
-def test_the_stubs_match_the_proto_files(tmp_path):
-    """The checked-in weft/v1 stubs are what sdk/python/generate.sh makes
-    from proto/protos today."""
-    pytest.importorskip("grpc_tools")
-    from grpc_tools import protoc
-
-    here = Path(__file__).resolve().parents[1]
-    protos = here.parent.parent / "proto" / "protos"
-    code = protoc.main(["protoc", f"-I{protos}", f"--python_out={tmp_path}", f"--pyi_out={tmp_path}",
-                        f"--grpc_python_out={tmp_path}", "weft/v1/runs.proto", "weft/v1/workers.proto"])
-    assert code == 0
-    for generated in sorted((tmp_path / "weft" / "v1").iterdir()):
-        checked_in = here / "weft" / "v1" / generated.name
-        assert checked_in.read_text() == generated.read_text(), f"{checked_in.name} is stale: run sdk/python/generate.sh"
-
-
 DOUBLE = {
     "name": "double",
     "state": {"n": {"type": "integer"}},
@@ -337,3 +314,52 @@ def test_one_client_serves_several_threads_at_once(cluster):
     with ThreadPoolExecutor(max_workers=8) as pool:
         doubled = list(pool.map(submit_and_wait, range(24)))
     assert doubled == [n * 2 for n in range(24)]
+
+
+LONG = {"name": "long", "nodes": {"wait": {"kind": "script", "start": True, "end": True, "run": ["sleep", "60"]}}}
+
+
+def test_a_wait_times_out_and_ctrl_c_stops_a_blocking_call(cluster):
+    import signal
+    import subprocess
+    import sys
+
+    client = weft.Client(cluster.url)
+    run = client.submit(LONG)
+    with pytest.raises(TimeoutError, match=f"run {run.run_id} did not end within 0.3 s"):
+        run.wait(timeout=0.3)
+    # A program blocked in a call (the interpreter let go) still answers
+    # Ctrl-C.
+    waiter = subprocess.Popen(
+        [sys.executable, "-c", "import sys, weft\n"
+         "client = weft.Client(sys.argv[1])\nprint('waiting', flush=True)\nclient.wait(sys.argv[2])\n",
+         cluster.url, run.run_id],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert waiter.stdout.readline() == "waiting\n"
+    waiter.send_signal(signal.SIGINT)
+    _, stderr = waiter.communicate(timeout=30)
+    assert waiter.returncode != 0 and "KeyboardInterrupt" in stderr, stderr
+    assert client.cancel(run.run_id).status == "cancelled"
+
+
+def test_a_graph_file_that_does_not_validate_is_answered_with_its_findings(cluster, tmp_path):
+    graph = tmp_path / "broken.yaml"
+    graph.write_text("nodes:\n  a: {kind: script, start: true}\n")
+    client = weft.Client(cluster.url)
+    findings = client.validate(graph)
+    assert any(f.startswith("error:") and "requires `run: [argv…]`" in f for f in findings), findings
+    # The coordinator's own findings, for a dict.
+    findings = client.validate({"nodes": {"a": {"kind": "script", "start": True}}})
+    assert any(f.startswith("error:") and "requires `run: [argv…]`" in f for f in findings), findings
+
+
+def test_a_closed_client_says_so_and_a_bad_url_is_refused(cluster):
+    client = weft.Client(cluster.url)
+    assert client.runs(limit=1) is not None
+    client.close()
+    with pytest.raises(weft.WeftError, match="the client is closed"):
+        client.runs()
+    with pytest.raises(ValueError, match="must start with http:// or https://"):
+        weft.Client("ftp://127.0.0.1:1")
+    with pytest.raises(TypeError, match="the input is not JSON"):
+        weft.Client(cluster.url).submit(ECHO, input={"n": object()})

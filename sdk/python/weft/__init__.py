@@ -55,7 +55,20 @@ from .events import (
     WaitingForInput,
     WaveStarted,
 )
-from .types import Answer, ChildRun, Delta, Event, ForkedFrom, History, RunError, RunInfo, Usage, WaitingNode, Wave
+from .types import (
+    Answer,
+    ChildRun,
+    Delta,
+    Event,
+    ForkedFrom,
+    History,
+    RunError,
+    RunInfo,
+    UnhostedWait,
+    Usage,
+    WaitingNode,
+    Wave,
+)
 from .team import Message, Team, TeamError
 from .worker import HandlerFailed, Item, TaskContext, ToolContext, Worker
 
@@ -113,6 +126,7 @@ __all__ = [
     "ToolContext",
     "Unauthenticated",
     "Unavailable",
+    "UnhostedWait",
     "Usage",
     "WaitingForInput",
     "WaitingNode",

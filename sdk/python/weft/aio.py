@@ -1,5 +1,7 @@
 """The client for `asyncio` programs: `weft.Client`'s API with `async`
-methods, over `grpc.aio`.
+methods, on the same Rust client. A call runs on the core's own threads
+and completes an `asyncio` future on the caller's loop, so the loop never
+waits on the network; cancelling the awaiting task stops the call.
 
     async with weft.aio.Client("http://127.0.0.1:7700") as client:
         run = await client.submit("graph.yaml", input={"topic": "tokio"})
@@ -11,34 +13,47 @@ methods, over `grpc.aio`.
 from __future__ import annotations
 
 import asyncio
-import json
-from pathlib import Path
-from typing import Any, AsyncIterator, Optional, Union
+from typing import Any, AsyncIterator, Callable, Optional, Union
 
-import grpc
-import grpc.aio
+from .client import Graph, checked_priority, connect, graph_argument, settings
+from .events import event_from_json
+from .types import (
+    Delta,
+    Event,
+    History,
+    RunInfo,
+    checked_status,
+    delta_from_json,
+    history_from_json,
+    place,
+    run_from_json,
+)
 
-from . import errors
-from .client import _MAX_MESSAGE, ENDS, Graph, bundle_of, bundle_to_wire, settings, submit_request
-from .events import event_from_wire
-from .types import Delta, Event, History, RunInfo, checked_status, delta_from_wire, history_from_wire, place_request, run_from_wire
-from .v1 import runs_pb2 as pb
-from .v1 import runs_pb2_grpc as rpc
 
+async def settled(start: Callable[[Callable[[Any, Optional[BaseException]], None]], Any]) -> Any:
+    """Awaits a native call: `start(done)` begins it and returns what
+    cancels it; `done(value, exception)` is called from the core's
+    threads when it is over."""
+    loop = asyncio.get_running_loop()
+    future = loop.create_future()
 
-def channel(url: str, ca: Optional[str] = None) -> grpc.aio.Channel:
-    """An asyncio channel to `url` (see `weft.client.channel`)."""
-    options = [
-        ("grpc.max_receive_message_length", _MAX_MESSAGE),
-        ("grpc.max_send_message_length", _MAX_MESSAGE),
-    ]
-    if url.startswith("https://"):
-        roots = Path(ca).read_bytes() if ca else None
-        credentials = grpc.ssl_channel_credentials(root_certificates=roots)
-        return grpc.aio.secure_channel(url.removeprefix("https://"), credentials, options)
-    if url.startswith("http://"):
-        return grpc.aio.insecure_channel(url.removeprefix("http://"), options)
-    raise ValueError(f"coordinator URL '{url}' must start with http:// or https://")
+    def settle(value: Any, exception: Optional[BaseException]) -> None:
+        if future.done():
+            return
+        if exception is not None:
+            future.set_exception(exception)
+        else:
+            future.set_result(value)
+
+    def done(value: Any, exception: Optional[BaseException]) -> None:
+        loop.call_soon_threadsafe(settle, value, exception)
+
+    pending = start(done)
+    try:
+        return await future
+    except asyncio.CancelledError:
+        pending.cancel()
+        raise
 
 
 class Run:
@@ -53,7 +68,8 @@ class Run:
         return f"Run({self.run_id!r})"
 
     def events(self, start: int = 0) -> AsyncIterator[Event]:
-        """The run's events from position `start`, as they happen."""
+        """The run's events from position `start`, as they happen; ends
+        with the run's `run_finished`."""
         return self.client.events(self.run_id, start)
 
     def stream(self, start: int = 0) -> AsyncIterator[Delta]:
@@ -85,25 +101,17 @@ class Client:
 
     def __init__(self, url: Optional[str] = None, token: Optional[str] = None, ca: Optional[str] = None) -> None:
         self.url, token, ca = settings(url, token, ca)
-        self._channel = channel(self.url, ca)
-        self._stub = rpc.RunServiceStub(self._channel)
-        self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
+        self._native = connect(self.url, token, ca)
 
     async def close(self) -> None:
-        """Closes the connection."""
-        await self._channel.close()
+        """Closes the connection; later calls raise `WeftError`."""
+        self._native.close()
 
     async def __aenter__(self) -> "Client":
         return self
 
     async def __aexit__(self, *_: object) -> None:
         await self.close()
-
-    async def _call(self, method: str, request: Any, graph: bool = False) -> Any:
-        try:
-            return await getattr(self._stub, method)(request, metadata=self._metadata)
-        except grpc.RpcError as error:
-            raise errors.from_rpc(error, graph=graph) from None
 
     async def submit(
         self,
@@ -113,14 +121,15 @@ class Client:
         no_cache: bool = False,
     ) -> Run:
         """Submits `graph` with `input` (see `weft.Client.submit`)."""
-        request = submit_request(graph, input, priority, no_cache)
-        response = await self._call("Submit", request, graph=True)
-        return Run(self, response.run_id, list(response.warnings))
+        arguments = (graph_argument(graph), input or {}, checked_priority(priority), no_cache)
+        run_id, warnings = await settled(lambda done: self._native.submit(*arguments, done))
+        return Run(self, run_id, warnings)
 
     async def validate(self, graph: Graph) -> list[str]:
         """What the coordinator finds wrong with `graph`, one line each."""
-        response = await self._call("Validate", pb.ValidateRequest(bundle=bundle_to_wire(bundle_of(graph))), graph=True)
-        return [f"{f.severity}: {f.message}" for f in response.findings]
+        argument = graph_argument(graph)
+        findings = await settled(lambda done: self._native.validate(argument, done))
+        return [f"{f['severity']}: {f['message']}" for f in findings]
 
     def run(self, run_id: str) -> Run:
         """A handle on the run `run_id`."""
@@ -128,105 +137,69 @@ class Client:
 
     async def get(self, run_id: str) -> RunInfo:
         """The run `run_id` with its state."""
-        return run_from_wire(await self._call("GetRun", pb.GetRunRequest(run_id=run_id)))
+        return run_from_json(await settled(lambda done: self._native.get(run_id, False, done)))
 
     async def status(self, run_id: str) -> RunInfo:
         """The run without its state."""
-        return run_from_wire(await self._call("GetRun", pb.GetRunRequest(run_id=run_id, omit_state=True)))
+        return run_from_json(await settled(lambda done: self._native.get(run_id, True, done)))
 
     async def runs(self, status: Optional[str] = None, limit: int = 100) -> list[RunInfo]:
         """Runs, newest first (see `weft.Client.runs`)."""
         checked_status(status)
         found: list[RunInfo] = []
-        after = ""
+        after = None
+        page_size = min(1000, max(limit, 100))
         while len(found) < limit:
-            page = await self._call("ListRuns", pb.ListRunsRequest(limit=min(1000, max(limit, 100)), after=after))
-            found += [run for run in map(run_from_wire, page.runs) if status is None or run.status == status]
-            if not page.next:
+            page, after = await settled(lambda done: self._native.list_page(page_size, after, done))
+            found += [run for run in map(run_from_json, page) if status is None or run.status == status]
+            if after is None:
                 break
-            after = page.next
         return found[:limit]
 
     async def events(self, run_id: str, start: int = 0) -> AsyncIterator[Event]:
         """The events of run `run_id` from position `start`."""
-        async for event in self._events(run_id, start, ()):
-            yield event
+        feed = self._native.events(run_id, start)
+        while (item := await settled(feed.next)) is not None:
+            yield event_from_json(*item)
 
     async def stream(self, run_id: str, start: int = 0) -> AsyncIterator[Delta]:
         """The model output of run `run_id`'s steps from offset `start`."""
-        request = pb.StreamRunRequest(run_id=run_id, **{"from": start})
-        stream = self._stub.StreamRun(request, metadata=self._metadata)
-        try:
-            async for message in stream:
-                yield delta_from_wire(message)
-        except grpc.RpcError as error:
-            raise errors.from_rpc(error) from None
-
-    async def _events(self, run_id: str, start: int, types: tuple) -> AsyncIterator[Event]:
-        """The events of run `run_id` from `start`, those of `types` (none: all)."""
-        request = pb.WatchRunRequest(run_id=run_id, types=types, **{"from": start})
-        stream = self._stub.WatchRun(request, metadata=self._metadata)
-        try:
-            async for message in stream:
-                event = event_from_wire(message)
-                if event is not None:
-                    yield event
-        except grpc.RpcError as error:
-            raise errors.from_rpc(error) from None
+        feed = self._native.stream(run_id, start)
+        while (item := await settled(feed.next)) is not None:
+            yield delta_from_json(item)
 
     async def wait(self, run_id: str, timeout: Optional[float] = None) -> RunInfo:
         """Run `run_id` once it has ended or waits for a person; raises
         `TimeoutError` after `timeout` seconds."""
-
-        async def settled() -> RunInfo:
-            start = 0
-            while True:
-                info = await self.get(run_id)
-                if info.done or info.status == "waiting":
-                    return info
-                # Only the events that end or pause a run are sent.
-                async for event in self._events(run_id, start, ENDS):
-                    start = event.seq + 1
-                    if event.ends_or_pauses:
-                        break
-
-        try:
-            return await asyncio.wait_for(settled(), timeout)
-        except asyncio.TimeoutError:
-            raise TimeoutError(f"run {run_id} did not end within {timeout} s") from None
+        return run_from_json(await settled(lambda done: self._native.wait(run_id, timeout, done)))
 
     async def resume(self, run_id: str, node: str, value: Any, comment: Optional[str] = None) -> RunInfo:
         """Answers the waiting node `node` (see `weft.Client.resume`)."""
-        request = pb.ResumeRequest(run_id=run_id, node=node, value_json=json.dumps(value), comment=comment or "")
-        return run_from_wire(await self._call("Resume", request))
+        return run_from_json(await settled(lambda done: self._native.resume(run_id, node, value, comment, done)))
 
     async def cancel(self, run_id: str) -> RunInfo:
         """Cancels a running or waiting run."""
-        return run_from_wire(await self._call("Cancel", pb.CancelRequest(run_id=run_id)))
+        return run_from_json(await settled(lambda done: self._native.cancel(run_id, done)))
 
     async def retry(self, run_id: str) -> RunInfo:
         """Runs a failed run's failed wave again."""
-        return run_from_wire(await self._call("Retry", pb.RetryRequest(run_id=run_id)))
+        return run_from_json(await settled(lambda done: self._native.retry(run_id, done)))
 
     async def fork(
         self, run_id: str, at: Union[int, str, None] = None, set: Optional[dict[str, Any]] = None
     ) -> Run:
         """A new run from run `run_id`'s state at place `at`, with the
         fields of `set` replaced (see `weft.Client.fork`)."""
-        request = pb.ForkRequest(
-            run_id=run_id,
-            **place_request(at),
-            set_json={name: json.dumps(value) for name, value in (set or {}).items()},
-        )
-        response = await self._call("Fork", request)
-        return Run(self, response.run_id, list(response.warnings))
+        where, fields = place(at), set or {}
+        fork_id, warnings = await settled(lambda done: self._native.fork(run_id, where, fields, done))
+        return Run(self, fork_id, warnings)
 
     async def history(self, run_id: str, at: Union[int, str, None] = None) -> History:
-        """The waves run `run_id`'s history keeps, and its state at
+        """The places run `run_id`'s history keeps, and its state at
         place `at` (see `weft.Client.history`)."""
-        request = pb.GetHistoryRequest(run_id=run_id, **place_request(at))
-        return history_from_wire(await self._call("GetHistory", request))
+        where = place(at)
+        return history_from_json(await settled(lambda done: self._native.history(run_id, where, done)))
 
     async def delete(self, run_id: str) -> None:
         """Removes an ended run and its records."""
-        await self._call("DeleteRun", pb.DeleteRunRequest(run_id=run_id))
+        await settled(lambda done: self._native.delete(run_id, done))

@@ -1,5 +1,8 @@
-"""The client: submit graphs, follow runs, answer and act on them, over
-the coordinator's gRPC API (`weft.v1.RunService`).
+"""The client: submit graphs, follow runs, answer and act on them. Its
+calls are Weft's Rust client's (`weft_client`, in `weft._native`): a
+graph bundles the same bytes as from `weft run`, reads and waits ride out
+a coordinator's restart as the command line's do, and each call lets the
+interpreter go while it waits, so threads share one client.
 
     client = weft.Client("http://127.0.0.1:7700")
     run = client.submit("examples/review-approval.yaml", input={"title": "x"})
@@ -10,45 +13,28 @@ the coordinator's gRPC API (`weft.v1.RunService`).
 
 from __future__ import annotations
 
-import json
 import os
-import time
-from pathlib import Path
 from typing import Any, Iterator, Optional, Union
 
-import grpc
-
-from . import errors
+from . import _native
 from .bundle import GraphBundle
-from .events import event_from_wire
-from .types import Delta, Event, History, RunInfo, checked_status, delta_from_wire, history_from_wire, place_request, run_from_wire
-from .v1 import runs_pb2 as pb
-from .v1 import runs_pb2_grpc as rpc
+from .events import event_from_json
+from .types import (
+    Delta,
+    Event,
+    History,
+    RunInfo,
+    checked_status,
+    delta_from_json,
+    history_from_json,
+    place,
+    run_from_json,
+)
 
 Graph = Union[str, "os.PathLike[str]", dict, GraphBundle]
 
-# The largest message either side sends (a bundle, a state).
-_MAX_MESSAGE = 256 << 20
-
-# The event types that end or pause a run: all a wait asks the coordinator
-# to send.
+# The event types that end or pause a run.
 ENDS = ("run_finished", "waiting_for_input")
-
-
-def channel(url: str, ca: Optional[Union[str, bytes]] = None) -> grpc.Channel:
-    """A channel to `url` (`http://HOST:PORT`, or `https://` with `ca`, a
-    PEM file's path or its bytes, or the system's roots without it)."""
-    options = [
-        ("grpc.max_receive_message_length", _MAX_MESSAGE),
-        ("grpc.max_send_message_length", _MAX_MESSAGE),
-    ]
-    if url.startswith("https://"):
-        roots = Path(ca).read_bytes() if isinstance(ca, str) else ca
-        credentials = grpc.ssl_channel_credentials(root_certificates=roots)
-        return grpc.secure_channel(url.removeprefix("https://"), credentials, options)
-    if url.startswith("http://"):
-        return grpc.insecure_channel(url.removeprefix("http://"), options)
-    raise ValueError(f"coordinator URL '{url}' must start with http:// or https://")
 
 
 def settings(url: Optional[str], token: Optional[str], ca: Optional[str]) -> tuple[str, Optional[str], Optional[str]]:
@@ -57,6 +43,15 @@ def settings(url: Optional[str], token: Optional[str], ca: Optional[str]) -> tup
     token = token or os.environ.get("WEFT_TOKEN") or None
     ca = ca or os.environ.get("WEFT_CA") or None
     return url, token, ca
+
+
+def connect(url: str, token: Optional[str], ca: Optional[str]) -> _native.Client:
+    """The native client of the coordinator at `url`; it connects on its
+    first call. A URL that is not `http://` or `https://` raises
+    `ValueError`."""
+    if not url.startswith(("http://", "https://")):
+        raise ValueError(f"coordinator URL '{url}' must start with http:// or https://")
+    return _native.Client(url, token, ca)
 
 
 def bundle_of(graph: Graph) -> GraphBundle:
@@ -68,11 +63,20 @@ def bundle_of(graph: Graph) -> GraphBundle:
     return GraphBundle.from_file(graph)
 
 
-def bundle_to_wire(bundle: GraphBundle) -> pb.GraphBundle:
-    return pb.GraphBundle(
-        graph_path=bundle.graph_path,
-        files=[pb.BundleFile(path=path, content=content, mode=mode) for path, content, mode in bundle.files],
-    )
+def graph_argument(graph: Graph) -> Union[str, tuple[str, list[tuple[str, bytes, int]]]]:
+    """`graph` as the native client takes it: a file's path (bundled by
+    the Rust bundler as the call is made), or a bundle's parts."""
+    if isinstance(graph, (str, os.PathLike)):
+        return os.fspath(graph)
+    bundle = bundle_of(graph)
+    return (bundle.graph_path, bundle.files)
+
+
+def checked_priority(priority: Optional[str]) -> Optional[str]:
+    """`priority` when it is one (or None); else ValueError."""
+    if priority is not None and priority not in ("high", "normal", "low"):
+        raise ValueError(f"priority {priority!r} is not one of high, normal, low")
+    return priority
 
 
 class Run:
@@ -88,8 +92,8 @@ class Run:
 
     def events(self, start: int = 0) -> Iterator[Event]:
         """The run's events from position `start`, as they happen; ends
-        with the run (or where it waits for a person, once nothing else
-        can happen until someone answers)."""
+        with the run's `run_finished` (a run waiting for a person goes on
+        once answered, so its feed goes on too)."""
         return self.client.events(self.run_id, start)
 
     def stream(self, start: int = 0) -> Iterator[Delta]:
@@ -118,21 +122,6 @@ class Run:
         return self.client.get(self.run_id)
 
 
-def submit_request(
-    graph: Graph, input: Optional[dict[str, Any]], priority: Optional[str], no_cache: bool
-) -> pb.SubmitRequest:
-    """The submission of `graph` with `input`, `priority` and `no_cache`
-    (see `Client.submit`); a priority that is not one raises `ValueError`."""
-    if priority is not None and priority not in ("high", "normal", "low"):
-        raise ValueError(f"priority {priority!r} is not one of high, normal, low")
-    return pb.SubmitRequest(
-        bundle=bundle_to_wire(bundle_of(graph)),
-        input_json=json.dumps(input or {}),
-        priority=priority or "",
-        no_cache=no_cache,
-    )
-
-
 class Client:
     """A connection to a coordinator: `url` (default `WEFT_COORDINATOR`, else
     `http://127.0.0.1:7700`), `token` (`WEFT_TOKEN`), `ca` (`WEFT_CA`: the
@@ -140,25 +129,17 @@ class Client:
 
     def __init__(self, url: Optional[str] = None, token: Optional[str] = None, ca: Optional[str] = None) -> None:
         self.url, token, ca = settings(url, token, ca)
-        self._channel = channel(self.url, ca)
-        self._stub = rpc.RunServiceStub(self._channel)
-        self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
+        self._native = connect(self.url, token, ca)
 
     def close(self) -> None:
-        """Closes the connection."""
-        self._channel.close()
+        """Closes the connection; later calls raise `WeftError`."""
+        self._native.close()
 
     def __enter__(self) -> "Client":
         return self
 
     def __exit__(self, *_: object) -> None:
         self.close()
-
-    def _call(self, method: str, request: Any, graph: bool = False) -> Any:
-        try:
-            return getattr(self._stub, method)(request, metadata=self._metadata)
-        except grpc.RpcError as error:
-            raise errors.from_rpc(error, graph=graph) from None
 
     def submit(
         self,
@@ -173,16 +154,16 @@ class Client:
         namespace's queue, over the graph's `settings.priority`.
         `no_cache=True` runs every step: none takes or keeps a node cache
         entry (`weft run --no-cache`)."""
-        request = submit_request(graph, input, priority, no_cache)
-        response = self._call("Submit", request, graph=True)
-        return Run(self, response.run_id, list(response.warnings))
+        run_id, warnings = self._native.submit(
+            graph_argument(graph), input or {}, checked_priority(priority), no_cache
+        )
+        return Run(self, run_id, warnings)
 
     def validate(self, graph: Graph) -> list[str]:
         """What the coordinator finds wrong with `graph`, one line each
         (`error: …`, `warning: …`); empty when it is valid."""
-        request = pb.ValidateRequest(bundle=bundle_to_wire(bundle_of(graph)))
-        response = self._call("Validate", request, graph=True)
-        return [f"{f.severity}: {f.message}" for f in response.findings]
+        findings = self._native.validate(graph_argument(graph))
+        return [f"{f['severity']}: {f['message']}" for f in findings]
 
     def run(self, run_id: str) -> Run:
         """A handle on the run `run_id`."""
@@ -190,11 +171,11 @@ class Client:
 
     def get(self, run_id: str) -> RunInfo:
         """The run `run_id` with its state."""
-        return run_from_wire(self._call("GetRun", pb.GetRunRequest(run_id=run_id)))
+        return run_from_json(self._native.get(run_id))
 
     def status(self, run_id: str) -> RunInfo:
         """The run without its state (`state` is None): cheap to poll."""
-        return run_from_wire(self._call("GetRun", pb.GetRunRequest(run_id=run_id, omit_state=True)))
+        return run_from_json(self._native.get(run_id, True))
 
     def runs(self, status: Optional[str] = None, limit: int = 100) -> list[RunInfo]:
         """Runs, newest first, without their states: at most `limit`, with
@@ -202,83 +183,46 @@ class Client:
         when given."""
         checked_status(status)
         found: list[RunInfo] = []
-        after = ""
+        after = None
         while len(found) < limit:
-            page = self._call("ListRuns", pb.ListRunsRequest(limit=min(1000, max(limit, 100)), after=after))
-            for info in page.runs:
-                run = run_from_wire(info)
-                if status is None or run.status == status:
-                    found.append(run)
-            if not page.next:
+            page, after = self._native.list_page(min(1000, max(limit, 100)), after)
+            found += [run for run in map(run_from_json, page) if status is None or run.status == status]
+            if after is None:
                 break
-            after = page.next
         return found[:limit]
 
     def events(self, run_id: str, start: int = 0) -> Iterator[Event]:
         """The events of run `run_id` from position `start` (see
         `Run.events`)."""
-        try:
-            for message in self._stub.WatchRun(pb.WatchRunRequest(run_id=run_id, **{"from": start}), metadata=self._metadata):
-                event = event_from_wire(message)
-                if event is not None:
-                    yield event
-        except grpc.RpcError as error:
-            raise errors.from_rpc(error) from None
+        feed = self._native.events(run_id, start)
+        while (item := feed.next()) is not None:
+            yield event_from_json(*item)
 
     def stream(self, run_id: str, start: int = 0) -> Iterator[Delta]:
         """The model output of run `run_id`'s steps from offset `start`
         (see `Run.stream`)."""
-        request = pb.StreamRunRequest(run_id=run_id, **{"from": start})
-        try:
-            for message in self._stub.StreamRun(request, metadata=self._metadata):
-                yield delta_from_wire(message)
-        except grpc.RpcError as error:
-            raise errors.from_rpc(error) from None
+        feed = self._native.stream(run_id, start)
+        while (item := feed.next()) is not None:
+            yield delta_from_json(item)
 
     def wait(self, run_id: str, timeout: Optional[float] = None) -> RunInfo:
         """Run `run_id` once it has ended or waits for a person; raises
-        `TimeoutError` after `timeout` seconds."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        start = 0
-        while True:
-            info = self.get(run_id)
-            if info.done or info.status == "waiting":
-                return info
-            remaining = None if deadline is None else deadline - time.monotonic()
-            if remaining is not None and remaining <= 0:
-                raise TimeoutError(f"run {run_id} is still {info.status} after {timeout} s")
-            try:
-                stream = self._stub.WatchRun(
-                    # Only the events that end or pause a run are sent.
-                    pb.WatchRunRequest(run_id=run_id, types=ENDS, **{"from": start}),
-                    metadata=self._metadata,
-                    timeout=remaining,
-                )
-                for message in stream:
-                    start = message.seq + 1
-                    kind = message.WhichOneof("event")
-                    if kind in ("run_finished", "waiting_for_input"):
-                        break
-            except grpc.RpcError as error:
-                if error.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
-                    raise TimeoutError(f"run {run_id} did not end within {timeout} s") from None
-                if error.code() != grpc.StatusCode.UNAVAILABLE:
-                    raise errors.from_rpc(error) from None
-                time.sleep(0.2)
+        `TimeoutError` after `timeout` seconds. A coordinator that goes
+        away meanwhile (a restart, a failover) is waited for."""
+        return run_from_json(self._native.wait(run_id, timeout))
 
     def resume(self, run_id: str, node: str, value: Any, comment: Optional[str] = None) -> RunInfo:
         """Answers the waiting node `node`: `"approve"` or `"reject"` for
         an approval, any JSON value for an input."""
-        request = pb.ResumeRequest(run_id=run_id, node=node, value_json=json.dumps(value), comment=comment or "")
-        return run_from_wire(self._call("Resume", request))
+        return run_from_json(self._native.resume(run_id, node, value, comment))
 
     def cancel(self, run_id: str) -> RunInfo:
         """Cancels a running or waiting run."""
-        return run_from_wire(self._call("Cancel", pb.CancelRequest(run_id=run_id)))
+        return run_from_json(self._native.cancel(run_id))
 
     def retry(self, run_id: str) -> RunInfo:
         """Runs a failed run's failed wave again."""
-        return run_from_wire(self._call("Retry", pb.RetryRequest(run_id=run_id)))
+        return run_from_json(self._native.retry(run_id))
 
     def fork(
         self, run_id: str, at: Union[int, str, None] = None, set: Optional[dict[str, Any]] = None
@@ -292,21 +236,15 @@ class Client:
         its parent: the run returned is the parent's fork, whose node takes
         the child's fork on. A place not kept, or a field that does not fit
         the state, raises `InvalidArgument` naming it."""
-        request = pb.ForkRequest(
-            run_id=run_id,
-            **place_request(at),
-            set_json={name: json.dumps(value) for name, value in (set or {}).items()},
-        )
-        response = self._call("Fork", request)
-        return Run(self, response.run_id, list(response.warnings))
+        fork_id, warnings = self._native.fork(run_id, place(at), set or {})
+        return Run(self, fork_id, warnings)
 
     def history(self, run_id: str, at: Union[int, str, None] = None) -> History:
         """The places run `run_id`'s history keeps, and its state at `at`
         (see `Run.history`); a place not kept raises `InvalidArgument`
         naming those that are."""
-        request = pb.GetHistoryRequest(run_id=run_id, **place_request(at))
-        return history_from_wire(self._call("GetHistory", request))
+        return history_from_json(self._native.history(run_id, place(at)))
 
     def delete(self, run_id: str) -> None:
         """Removes an ended run and its records."""
-        self._call("DeleteRun", pb.DeleteRunRequest(run_id=run_id))
+        self._native.delete(run_id)

@@ -1,12 +1,11 @@
 """What can go wrong, as exceptions named after what happened.
 
 Every exception is a `WeftError` carrying the coordinator's message and
-its gRPC status code name; `GraphInvalid` also carries the findings.
+the name of its gRPC status code (`not_found`, …); `GraphInvalid` also
+carries the findings.
 """
 
 from __future__ import annotations
-
-import grpc
 
 
 class WeftError(Exception):
@@ -57,7 +56,7 @@ class TooLarge(WeftError):
     """A graph, input or answer is over one of the coordinator's limits."""
 
 
-# gRPC's status codes by number, for errors the native core reports.
+# gRPC's status codes by number, for the errors the native core reports.
 _BY_NUMBER: dict[int, tuple[type[WeftError], str]] = {
     3: (InvalidArgument, "invalid_argument"),
     5: (RunNotFound, "not_found"),
@@ -69,35 +68,14 @@ _BY_NUMBER: dict[int, tuple[type[WeftError], str]] = {
 }
 
 
-def of_status(code: int, message: str) -> WeftError:
+def of_status(code: int, message: str, graph: bool = False) -> WeftError:
     """The exception for a gRPC status the native core received, by its
-    code's number."""
-    kind, name = _BY_NUMBER.get(code, (WeftError, "unknown"))
-    return kind(message, name)
-
-
-_BY_CODE: dict[grpc.StatusCode, type[WeftError]] = {
-    grpc.StatusCode.INVALID_ARGUMENT: InvalidArgument,
-    grpc.StatusCode.NOT_FOUND: RunNotFound,
-    grpc.StatusCode.UNAUTHENTICATED: Unauthenticated,
-    grpc.StatusCode.PERMISSION_DENIED: PermissionDenied,
-    grpc.StatusCode.FAILED_PRECONDITION: Rejected,
-    grpc.StatusCode.UNAVAILABLE: Unavailable,
-    grpc.StatusCode.RESOURCE_EXHAUSTED: TooLarge,
-}
-
-
-def from_rpc(error: grpc.RpcError, *, graph: bool = False) -> WeftError:
-    """The exception for a failed call; `graph`: the call carried a graph,
-    so an invalid argument that is not about the input is `GraphInvalid`."""
-    # A blocking call's error is a grpc.Call, an asyncio one's an
-    # AioRpcError: both have code() and details().
-    code = error.code() if hasattr(error, "code") else grpc.StatusCode.UNKNOWN
-    message = (error.details() if hasattr(error, "details") else None) or str(error)
-    name = code.name.lower() if code else "unknown"
-    if graph and code == grpc.StatusCode.INVALID_ARGUMENT and not message.startswith("invalid input"):
+    code's number; `graph`: the request carried a graph, so an invalid
+    argument that is not about the input is `GraphInvalid`, its findings
+    the message's `error: …` and `warning: …` lines."""
+    if graph and code == 3 and not message.startswith("invalid input"):
         lines = [line.strip() for line in message.splitlines() if line.strip()]
         findings = [line for line in lines if line.startswith(("error:", "warning:"))] or lines
         return GraphInvalid(message, findings)
-    kind = _BY_CODE.get(code, WeftError) if code else WeftError
+    kind, name = _BY_NUMBER.get(code, (WeftError, "unknown"))
     return kind(message, name)

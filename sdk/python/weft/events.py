@@ -22,14 +22,10 @@ The attributes are named as `weft watch --json` names the fields, except
 from __future__ import annotations
 
 import dataclasses
-import json
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from google.protobuf.json_format import MessageToDict
-
-from .types import STATUSES, Event, ForkedFrom, RunError, Usage, usage_from_wire
-from .v1 import runs_pb2 as pb
+from .types import Event, ForkedFrom, RunError, Usage, run_error, usage_from_json
 
 
 @dataclass(frozen=True)
@@ -379,87 +375,30 @@ TYPES: dict[str, type[Event]] = {
 # Attributes whose JSON field is named otherwise.
 _RENAMED = {"from_": "from", "fields_changed": "fields"}
 
-# Fields of the wire form that are JSON texts, read back as values.
-_JSON_TEXT = {"content_json": "content"}
-
-# Integer fields (64-bit ones arrive as text from `MessageToDict`).
-_INTEGERS = (
-    "item", "index", "done", "total", "bytes", "delay_ms", "latency_ms", "prompt_tokens",
-    "completion_tokens", "cached_tokens", "wait_ms", "files", "chunks", "index_bytes",
-    "embedding_calls", "age_ms",
-)
-
 _BASE = {f.name for f in dataclasses.fields(Event)}
 
-# Optional fields the JSON form leaves out, rather than null, when unset.
-_LEFT_OUT_WHEN_UNSET = {"worker", "usage", "provider", "cached_tokens", "cost", "wait_ms", "by"}
 
-
-def event_from_wire(event: pb.RunEvent) -> Optional[Event]:
-    """The client's form of a `RunEvent`: its type's class, with its
-    fields as `weft watch --json` has them (`fields`) and typed; a plain
-    `Event` for a type this client does not know; None for none."""
-    kind = event.WhichOneof("event")
-    if kind is None:
-        return None
-    body = getattr(event, kind)
-    fields = MessageToDict(body, preserving_proto_field_name=True, always_print_fields_with_no_presence=True)
-    # An optional field left unset is null, as in `weft watch --json`,
-    # which leaves some out instead.
-    for descriptor in body.DESCRIPTOR.fields:
-        if descriptor.has_presence and descriptor.name not in fields:
-            if descriptor.message_type is None and descriptor.name not in _LEFT_OUT_WHEN_UNSET:
-                fields[descriptor.name] = None
-    for name, value in list(fields.items()):
-        if name in _JSON_TEXT and isinstance(value, str):
-            fields[_JSON_TEXT[name]] = json.loads(value) if value else None
-            del fields[name]
-    if kind == "state_changed":
-        fields["values"] = {k: json.loads(v) for k, v in body.values.items()}
-        fields["folded"] = {k: int(v) for k, v in body.folded.items()}
-        for name in ("values", "folded"):
-            if not fields[name]:
-                del fields[name]
-    if kind == "run_finished":
-        fields["status"] = STATUSES.get(body.status, "running")
-    for name in _INTEGERS:
-        if isinstance(fields.get(name), str):
-            fields[name] = int(fields[name])
+def event_from_json(seq: int, at_unix_ms: int, body: dict[str, Any]) -> Event:
+    """The client's form of an event whose JSON form (what `weft watch
+    --json` prints, `type` included) is `body`: its type's class, with
+    those fields (`fields`, without `type`) and typed; a plain `Event` for
+    a type this client does not know."""
+    kind = body.pop("type")
+    fields = body
     typed: dict[str, Any] = {}
     if kind == "node_finished":
-        usage = usage_from_wire(body.usage) if body.HasField("usage") else None
-        if usage is not None:
-            fields["usage"] = {k: v for k, v in usage.__dict__.items() if not (k == "cost" and v is None)}
-        typed["usage"] = usage
+        typed["usage"] = usage_from_json(fields.get("usage"))
     if kind == "run_finished":
-        error = body.error if body.HasField("error") else None
-        fields.setdefault("error", None)
-        typed["error"] = (
-            RunError(error.kind, error.node, error.message)
-            if error is not None and (error.kind or error.message)
-            else None
-        )
+        typed["error"] = run_error(fields.get("error"))
     if kind == "run_submitted":
-        typed["forked_from"] = (
-            ForkedFrom(body.forked_from_run, body.forked_from_step, body.forked_from_point)
-            if body.forked_from_run
-            else None
-        )
-        # One object, the place's point left out when 0, as the JSON form
-        # has it.
-        for name in ("forked_from_run", "forked_from_step", "forked_from_point"):
-            fields.pop(name, None)
-        if body.forked_from_run:
-            place = {"run": body.forked_from_run, "step": body.forked_from_step}
-            if body.forked_from_point:
-                place["point"] = body.forked_from_point
-            fields["forked_from"] = place
+        forked = fields.get("forked_from")
+        typed["forked_from"] = ForkedFrom(forked["run"], forked["step"], forked.get("point", 0)) if forked else None
     if kind == "retrieved":
-        typed["hits"] = [RetrievedHit(h.source, h.heading, h.score) for h in body.hits]
+        typed["hits"] = [RetrievedHit(h["source"], h.get("heading", ""), h["score"]) for h in fields.get("hits", [])]
     cls = TYPES.get(kind, Event)
     for attribute in dataclasses.fields(cls):
         name = attribute.name
         if name in _BASE or name in typed:
             continue
         typed[name] = fields.get(_RENAMED.get(name, name))
-    return cls(seq=event.seq, at_unix_ms=event.at_unix_ms, type=kind, fields=fields, **typed)
+    return cls(seq=seq, at_unix_ms=at_unix_ms, type=kind, fields=fields, **typed)

@@ -1,33 +1,24 @@
 """What the client returns: runs, their history and their events, as plain
 dataclasses (each event type's own class is in `events`).
 
-No generated protobuf type appears in what they hold; `types` and
-`events` are the places that read them (`run_from_wire`,
-`event_from_wire`).
+The native core (`weft._native`) hands each over as the JSON form the
+`weft` command line prints; `types` and `events` are the places that read
+it (`run_from_json`, `event_from_json`).
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any, Optional, Union
 
-
-from .v1 import runs_pb2 as pb
-
-STATUSES = {
-    pb.RUN_STATUS_RUNNING: "running",
-    pb.RUN_STATUS_WAITING: "waiting",
-    pb.RUN_STATUS_COMPLETED: "completed",
-    pb.RUN_STATUS_FAILED: "failed",
-    pb.RUN_STATUS_CANCELLED: "cancelled",
-}
+# A run's statuses, as the coordinator names them.
+STATUSES = ("running", "waiting", "completed", "failed", "cancelled")
 
 
 def checked_status(status: Optional[str]) -> Optional[str]:
     """`status` when it names a run status (or is None); else ValueError."""
-    if status is not None and status not in STATUSES.values():
-        raise ValueError(f"unknown status '{status}': one of {', '.join(STATUSES.values())}")
+    if status is not None and status not in STATUSES:
+        raise ValueError(f"unknown status '{status}': one of {', '.join(STATUSES)}")
     return status
 
 
@@ -47,6 +38,16 @@ class WaitingNode:
     node: str
     kind: str
     prompt: str
+
+
+@dataclass(frozen=True)
+class UnhostedWait:
+    """Tasks of `node` waiting for a worker that hosts what they `needs`
+    (`handler 'summarize'`, …): `tasks` of them."""
+
+    node: str
+    needs: str
+    tasks: int
 
 
 @dataclass(frozen=True)
@@ -100,6 +101,7 @@ class RunInfo:
     ended_unix_ms: Optional[int] = None
     trace_id: str = ""
     usage: Usage = field(default_factory=Usage)
+    unhosted: list[UnhostedWait] = field(default_factory=list)
 
     @property
     def done(self) -> bool:
@@ -131,46 +133,48 @@ class Event:
         return self.type in ("run_finished", "waiting_for_input")
 
 
-def run_from_wire(info: pb.RunInfo) -> RunInfo:
-    """The client's form of a `RunInfo` message."""
-    error = None
-    if info.HasField("error") and (info.error.kind or info.error.message):
-        error = RunError(info.error.kind, info.error.node, info.error.message)
+def run_from_json(run: dict[str, Any]) -> RunInfo:
+    """The client's form of a run as the native core hands it over."""
+    error = run.get("error")
+    forked = run.get("forked_from")
     return RunInfo(
-        run_id=info.run_id,
-        graph=info.graph_name,
-        status=STATUSES.get(info.status, "running"),
-        state=json.loads(info.state_json) if info.state_json else None,
-        error=error,
-        waiting=[WaitingNode(w.node, w.kind, w.prompt) for w in info.waiting],
-        children=[ChildRun(c.node, c.run_id) for c in info.children],
-        answers=[
-            Answer(a.node, a.by, a.approved if a.HasField("approved") else None)
-            for a in info.answers
-        ],
-        namespace=info.namespace,
-        submitted_by=info.submitted_by,
-        forked_from=(
-            ForkedFrom(info.forked_from_run, info.forked_from_step, info.forked_from_point)
-            if info.forked_from_run
-            else None
-        ),
-        event_count=info.event_count,
-        created_unix_ms=info.created_unix_ms,
-        ended_unix_ms=info.ended_unix_ms if info.HasField("ended_unix_ms") else None,
-        trace_id=info.trace_id,
-        usage=usage_from_wire(info.usage) if info.HasField("usage") else Usage(),
+        run_id=run["run_id"],
+        graph=run["graph"],
+        status=run["status"],
+        state=run["state"],
+        error=run_error(error),
+        waiting=[WaitingNode(w["node"], w["kind"], w["prompt"]) for w in run["waiting"]],
+        children=[ChildRun(c["node"], c["run_id"]) for c in run["children"]],
+        answers=[Answer(a["node"], a["by"], a.get("approved")) for a in run["answers"]],
+        namespace=run["namespace"],
+        submitted_by=run["submitted_by"],
+        forked_from=ForkedFrom(forked["run"], forked["step"], forked.get("point", 0)) if forked else None,
+        event_count=run["event_count"],
+        created_unix_ms=run["created_unix_ms"],
+        ended_unix_ms=run["ended_unix_ms"],
+        trace_id=run["trace_id"],
+        usage=usage_from_json(run["usage"]) or Usage(),
+        unhosted=[UnhostedWait(u["node"], u["needs"], u["tasks"]) for u in run["unhosted"]],
     )
 
 
-def usage_from_wire(usage: pb.Usage) -> Usage:
-    """The client's form of a `Usage` message."""
+def run_error(error: Optional[dict[str, Any]]) -> Optional[RunError]:
+    """How a run ended, from its JSON form (None: it did not fail)."""
+    if not error or not (error.get("kind") or error.get("message")):
+        return None
+    return RunError(error["kind"], error["node"], error["message"])
+
+
+def usage_from_json(usage: Optional[dict[str, Any]]) -> Optional[Usage]:
+    """The client's form of a usage's JSON form (None for none)."""
+    if usage is None:
+        return None
     return Usage(
-        calls=usage.calls,
-        prompt_tokens=usage.prompt_tokens,
-        completion_tokens=usage.completion_tokens,
-        cached_tokens=usage.cached_tokens,
-        cost=usage.cost if usage.HasField("cost") else None,
+        calls=usage["calls"],
+        prompt_tokens=usage["prompt_tokens"],
+        completion_tokens=usage["completion_tokens"],
+        cached_tokens=usage["cached_tokens"],
+        cost=usage.get("cost"),
     )
 
 
@@ -178,25 +182,25 @@ def _place(step: int, point: int) -> str:
     return f"{step}.{point}" if point else str(step)
 
 
-def place_request(at: Union[int, str, None]) -> dict[str, int]:
-    """The request fields of a place in a run's history: a wave's number
+def place(at: Union[int, str, None]) -> Optional[tuple[int, int]]:
+    """A place in a run's history as `(step, point)`: from a wave's number
     (`3`), or text naming a wave or a point within the next one (`"3"`,
     `"3.57"`, as `Wave.at` gives it); None: the last kept."""
     if at is None:
-        return {}
+        return None
     if isinstance(at, bool) or not isinstance(at, (int, str)):
         raise TypeError(f"at: expected a wave (3) or a point within the next wave ('3.57'), got {at!r}")
     if isinstance(at, int):
         if at < 0:
             raise ValueError(f"at: a wave is not negative, got {at}")
-        return {"at": at}
+        return (at, 0)
     step, _, point = at.strip().partition(".")
     if not step.isdigit() or (point and not point.isdigit()) or (_ and not point):
         raise ValueError(
             f"'{at}' is not a place in a run's history: expected a wave (3) "
             "or a point within the next wave (3.57)"
         )
-    return {"at": int(step), "point": int(point or 0)}
+    return (int(step), int(point or 0))
 
 
 @dataclass(frozen=True)
@@ -254,23 +258,24 @@ class History:
         return _place(self.step, self.point)
 
 
-def history_from_wire(history: pb.RunHistory) -> History:
-    """The client's form of a `RunHistory`."""
+def history_from_json(history: dict[str, Any]) -> History:
+    """The client's form of a run's history as the native core hands it
+    over."""
     return History(
         waves=[
             Wave(
-                step=w.step,
-                at_unix_ms=w.at_unix_ms,
-                status=w.status,
-                changed=list(w.changed),
-                removed=list(w.removed),
-                point=w.point,
+                step=w["step"],
+                at_unix_ms=w["at_unix_ms"],
+                status=w["status"],
+                changed=w["changed"],
+                removed=w["removed"],
+                point=w["point"],
             )
-            for w in history.waves
+            for w in history["waves"]
         ],
-        step=history.step,
-        state=json.loads(history.state_json or "{}"),
-        point=history.point,
+        step=history["step"],
+        state=history["state"],
+        point=history["point"],
     )
 
 
@@ -292,21 +297,14 @@ class Delta:
     text: str
 
 
-def delta_from_wire(delta: pb.StreamDelta) -> Delta:
-    """The client's form of a `StreamDelta`."""
+def delta_from_json(delta: dict[str, Any]) -> Delta:
+    """The client's form of a piece of model output as the native core
+    hands it over."""
     return Delta(
-        offset=delta.offset,
-        node=delta.node,
-        item=delta.item if delta.HasField("item") else None,
-        attempt=delta.attempt,
-        kind=delta.kind,
-        text=delta.text,
+        offset=delta["offset"],
+        node=delta["node"],
+        item=delta["item"],
+        attempt=delta["attempt"],
+        kind=delta["kind"],
+        text=delta["text"],
     )
-
-
-def event_from_wire(event: pb.RunEvent) -> Optional[Event]:
-    """The client's form of a `RunEvent`, typed (see `weft.events`, where
-    it lives; kept here too for code that imported it from here)."""
-    from .events import event_from_wire as typed
-
-    return typed(event)

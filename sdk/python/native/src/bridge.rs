@@ -33,6 +33,9 @@ pub(crate) struct Bridge {
     pub graph_invalid: Py<PyAny>,
     /// `weft.errors.WeftError(message, code)`.
     pub weft_error: Py<PyAny>,
+    /// `weft.errors.of_status(code, message, graph)`: the exception for
+    /// a gRPC status the core received.
+    pub of_status: Py<PyAny>,
     /// `json.loads`: a state field's text to its value.
     pub loads: Py<PyAny>,
 }
@@ -61,6 +64,7 @@ pub(crate) fn bridge(py: Python<'_>) -> PyResult<&Bridge> {
             bundle_error: get(&bundle, "BundleError")?,
             graph_invalid: get(&errors, "GraphInvalid")?,
             weft_error: get(&errors, "WeftError")?,
+            of_status: get(&errors, "of_status")?,
             loads: get(&PyModule::import(py, "json")?, "loads")?,
         })
     })

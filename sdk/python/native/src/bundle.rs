@@ -39,7 +39,7 @@ pub(crate) fn bundle_file(
 }
 
 /// The SDK's exception for a bundle that cannot be made.
-fn refusal(py: Python<'_>, error: BundleError) -> PyErr {
+pub(crate) fn refusal(py: Python<'_>, error: BundleError) -> PyErr {
     let classes = match bridge(py) {
         Ok(classes) => classes,
         Err(error) => return error,

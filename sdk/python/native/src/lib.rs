@@ -8,6 +8,9 @@
 //! the worker protocol:
 //!
 //! - [`bundle`]: `GraphBundle.from_file` on `weft_client::GraphBundle`.
+//! - [`client`]: `weft.Client` and `weft.aio.Client` on
+//!   `weft_client::Client`, each call blocking with the interpreter let
+//!   go, or handing its outcome to a callback for `asyncio`.
 //! - [`worker`]: `weft.Worker` on `weft_worker::Worker`, its handlers,
 //!   tools and functions Python callables called from the worker's tasks
 //!   (sync ones on the blocking pool, `async def` on the SDK's event loop),
@@ -18,6 +21,7 @@
 
 mod bridge;
 mod bundle;
+mod client;
 mod runtime;
 mod state;
 mod team;
@@ -33,5 +37,8 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<worker::Worker>()?;
     module.add_class::<team::TeamSeat>()?;
     module.add_class::<worker::Done>()?;
+    module.add_class::<client::Client>()?;
+    module.add_class::<client::Feed>()?;
+    module.add_class::<client::Pending>()?;
     Ok(())
 }
