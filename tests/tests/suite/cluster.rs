@@ -512,3 +512,66 @@ async fn a_watch_that_names_types_gets_only_those() -> anyhow::Result<()> {
     );
     Ok(())
 }
+
+#[tokio::test]
+async fn a_lazy_client_connects_on_its_first_call_and_its_refusals_are_typed() -> anyhow::Result<()>
+{
+    use weft_client::{Client, ClientError, ClientTls, GraphBundle};
+
+    // Nothing listens there: made all the same, refused on the call.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    let nowhere = Client::connect_lazy(&format!("http://127.0.0.1:{port}"), &ClientTls::default())?;
+    let refused = nowhere.resume("run-x", "a", &json!("approve"), None).await;
+    assert!(
+        matches!(refused, Err(ClientError::Unreachable { .. })),
+        "{refused:?}"
+    );
+    assert!(matches!(
+        Client::connect_lazy("not a url", &ClientTls::default()),
+        Err(ClientError::Invalid(_))
+    ));
+
+    let mut cluster = TestCluster::start()?;
+    cluster.add_worker("w1", 1)?;
+    cluster.wait_for_workers(&["w1"]).await?;
+    let client = Client::connect_lazy(cluster.url(), &ClientTls::default())?;
+    let valid = GraphBuilder::new("one").field("n", "integer", 1).node(
+        "a",
+        NodeBuilder::script(&["sh", "-c", "echo '{\"n\": 2}'"])
+            .start()
+            .terminal(),
+    );
+    assert_eq!(client.validate(valid.bundle()).await?, Vec::new());
+    let invalid = GraphBundle::from_text("g.yaml", "nodes:\n  a: {kind: script, start: true}\n");
+    let findings = client.validate(invalid).await?;
+    assert!(
+        findings
+            .iter()
+            .any(|f| f.severity == "error" && f.message.contains("requires `run: [argv…]`")),
+        "{findings:?}"
+    );
+    assert!(
+        findings[0].to_string().starts_with("error: "),
+        "{findings:?}"
+    );
+
+    let run = client.submit_graph(&valid, &json!({})).await?;
+    let done = client.wait(&run.run_id).await?;
+    assert_eq!(done.state["n"], json!(2));
+    match client.get("run-nope").await {
+        Err(ClientError::NotFound(message)) => {
+            assert!(message.contains("unknown run"), "{message}")
+        }
+        other => panic!("expected NotFound, got {other:?}"),
+    }
+    match client
+        .resume(&run.run_id, "a", &json!("approve"), None)
+        .await
+    {
+        Err(ClientError::Rejected(_)) => {}
+        other => panic!("expected Rejected, got {other:?}"),
+    }
+    Ok(())
+}
