@@ -33,10 +33,6 @@ from .types import (
 
 Graph = Union[str, "os.PathLike[str]", dict, GraphBundle]
 
-# The event types that end or pause a run.
-ENDS = ("run_finished", "waiting_for_input")
-
-
 def settings(url: Optional[str], token: Optional[str], ca: Optional[str]) -> tuple[str, Optional[str], Optional[str]]:
     """The arguments, or else `WEFT_COORDINATOR`, `WEFT_TOKEN`, `WEFT_CA`."""
     url = url or os.environ.get("WEFT_COORDINATOR") or "http://127.0.0.1:7700"
