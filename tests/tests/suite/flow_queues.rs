@@ -393,3 +393,36 @@ nodes:
     client.cancel(&taken).await?;
     Ok(())
 }
+
+/// A priority that is not one, sent over the wire by a client that does
+/// not check it (the Rust and Python clients both do), is refused by the
+/// coordinator, naming it.
+#[tokio::test]
+async fn a_submission_with_a_priority_that_is_not_one_is_refused() -> anyhow::Result<()> {
+    let cluster = TestCluster::start()?;
+    let mut raw =
+        weft_proto::v1::run_service_client::RunServiceClient::connect(cluster.url().to_owned())
+            .await?;
+    let request = weft_proto::v1::SubmitRequest {
+        bundle: Some(weft_proto::v1::GraphBundle {
+            graph_path: "g.yaml".into(),
+            files: vec![weft_proto::v1::BundleFile {
+                path: "g.yaml".into(),
+                content: b"nodes:\n  ok: { kind: approval, start: true }\n".to_vec(),
+                mode: 0o644,
+            }],
+        }),
+        input_json: "{}".into(),
+        priority: "urgent".into(),
+        ..Default::default()
+    };
+    let status = raw.submit(request).await.expect_err("not a priority");
+    assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status:?}");
+    assert!(
+        status
+            .message()
+            .contains("priority 'urgent' is not one of high, normal, low"),
+        "{status:?}"
+    );
+    Ok(())
+}
