@@ -11,6 +11,11 @@
 # the build time (7 minutes instead of 15 on a 2-core machine, cold), and
 # Weft's own code has no `unsafe` for it to watch. `.ci/run`'s short
 # regression net uses it; a campaign keeps the default, `address`.
+#
+# FUZZ_PROFILE=dev builds the targets unoptimized, with debug assertions and
+# overflow checks: a shorter build than the default optimized one, and
+# slower runs, which a regression net of seconds per target can spare;
+# `.ci/run` uses it too.
 set -euo pipefail
 cd "$(dirname "$0")"
 seconds="${1:-60}"
@@ -62,7 +67,8 @@ for target in "${targets[@]}"; do
   # libFuzzer exits non-zero on a crash, a timeout or an out-of-memory (a
   # single allocation over 512 MB counts: the expressions' budgets are 64 MiB);
   # cargo fuzz does when the target does not build.
-  if ! cargo fuzz run --sanitizer "${FUZZ_SANITIZER:-address}" "$target" "corpus/$target" -- \
+  if ! cargo fuzz run $( [ "${FUZZ_PROFILE:-}" = dev ] && echo --dev ) \
+      --sanitizer "${FUZZ_SANITIZER:-address}" "$target" "corpus/$target" -- \
       -max_total_time="$seconds" -max_len=65536 -timeout=10 -rss_limit_mb=4096 -malloc_limit_mb=512 >"$log" 2>&1; then
     tail -60 "$log"
     echo "==> $target failed: see above and fuzz/artifacts/$target/"
