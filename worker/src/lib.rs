@@ -249,7 +249,28 @@ impl Worker {
     }
 
     /// Runs until `shutdown` is cancelled and the tasks in flight are done.
+    ///
+    /// The worker's life runs as a task of its own on the runtime's worker
+    /// threads, whatever awaits this: awaited by a binary's `block_on`
+    /// (`#[tokio::main]`), it would otherwise run on the main thread,
+    /// outside the runtime's pool, and every message to or from the
+    /// coordinator would cross threads twice more (a wake-up of the main
+    /// thread, then one of a pool thread to write to the socket).
     pub async fn run(&self, shutdown: CancellationToken) -> Result<(), WorkerError> {
-        runtime::run(self.config.clone(), self.registry.clone(), shutdown).await
+        let stop = shutdown.child_token();
+        let life = tokio::spawn(runtime::run(
+            self.config.clone(),
+            self.registry.clone(),
+            stop.clone(),
+        ));
+        // Dropped (its caller gave up on it), the worker stops as if shut
+        // down, instead of living on unowned.
+        let _stop = stop.drop_guard();
+        match life.await {
+            Ok(ended) => ended,
+            Err(stopped) if stopped.is_panic() => std::panic::resume_unwind(stopped.into_panic()),
+            // Only a runtime shutting down cancels it: the worker ends with it.
+            Err(_) => Ok(()),
+        }
     }
 }
