@@ -293,6 +293,20 @@ mod tests {
         )
     }
 
+    /// A member alone in a group of two partitions, leading both (fences
+    /// 3 and 4).
+    fn leading_two() -> Member {
+        let mut a = Member::new("a".into());
+        a.step(Input::Viewed(&view(2, &["a"], &[])));
+        for (partition, fence) in [(0, 3), (1, 4)] {
+            a.step(Input::Acquired {
+                partition: PartitionId(partition),
+                fence,
+            });
+        }
+        a
+    }
+
     #[test]
     fn a_member_takes_its_free_partitions_and_serves_each_once_acquired() {
         let mut a = Member::new("a".into());
@@ -323,16 +337,7 @@ mod tests {
 
     #[test]
     fn a_hand_over_drains_then_releases_and_only_one_at_a_time() {
-        let mut a = Member::new("a".into());
-        a.step(Input::Viewed(&view(2, &["a"], &[])));
-        a.step(Input::Acquired {
-            partition: PartitionId(0),
-            fence: 3,
-        });
-        a.step(Input::Acquired {
-            partition: PartitionId(1),
-            fence: 4,
-        });
+        let mut a = leading_two();
         // "b" joins: "a" is one above quota.
         let joined = view(2, &["a", "b"], &[(0, "a", 3), (1, "a", 4)]);
         assert_eq!(
@@ -382,16 +387,7 @@ mod tests {
 
     #[test]
     fn a_leaving_member_hands_over_one_partition_after_another_then_says_so() {
-        let mut a = Member::new("a".into());
-        a.step(Input::Viewed(&view(2, &["a"], &[])));
-        a.step(Input::Acquired {
-            partition: PartitionId(0),
-            fence: 3,
-        });
-        a.step(Input::Acquired {
-            partition: PartitionId(1),
-            fence: 4,
-        });
+        let mut a = leading_two();
         assert_eq!(a.step(Input::Leave), [Command::Drain(PartitionId(0))]);
         assert_eq!(
             a.step(Input::Drained(PartitionId(0))),
