@@ -540,3 +540,44 @@ async fn a_misspelt_function_gets_a_did_you_mean_from_what_workers_announced() -
     client.cancel(&run.run_id).await?;
     Ok(())
 }
+
+/// A `Worker::run` future dropped (the task awaiting it aborted) stops the
+/// worker as a shutdown does: the task in flight finishes, its result
+/// reaches the run, then the worker leaves. (The worker's life is a task
+/// of its own on the runtime's pool; before, it went with the future, and
+/// the task's result was lost with the connection.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_whose_run_is_dropped_finishes_its_task_then_leaves() -> anyhow::Result<()> {
+    let cluster = TestCluster::start()?;
+    let connected = |count: u32| {
+        let line = format!("weft_workers_connected {count}");
+        let cluster = &cluster;
+        move || cluster.metrics().is_ok_and(|m| m.contains(&line))
+    };
+    let (started, mut start) = tokio::sync::mpsc::unbounded_channel::<()>();
+    let mut worker = weft_worker::Worker::new(cluster.url());
+    worker.name("dropped").slots(1).scripts(false);
+    worker.handler("slow", move |_: serde_json::Value, _| {
+        let started = started.clone();
+        async move {
+            let _ = started.send(());
+            tokio::time::sleep(std::time::Duration::from_millis(800)).await;
+            Ok::<_, String>(json!({"done": true}))
+        }
+    });
+    let running =
+        tokio::spawn(async move { worker.run(tokio_util::sync::CancellationToken::new()).await });
+    weft_tests::wait_until(PATIENCE, connected(1)).await?;
+    let client = cluster.client().await?;
+    let graph = GraphBuilder::new("slow")
+        .field("done", "boolean", false)
+        .node("slow", NodeBuilder::task("slow").start());
+    let run = client.submit_graph(&graph, &json!({})).await?;
+    tokio::time::timeout(PATIENCE, start.recv()).await?;
+    running.abort();
+    let done = tokio::time::timeout(PATIENCE, client.wait(&run.run_id)).await??;
+    assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error);
+    assert_eq!(done.state["done"], json!(true));
+    weft_tests::wait_until(PATIENCE, connected(0)).await?;
+    Ok(())
+}
