@@ -19,22 +19,26 @@
 //! work away. A field removed from the state is named. Reading wave N's
 //! state folds the entries up to N.
 //!
-//! The writer runs beside the checkpoints' writer and is not waited for:
-//! a crash may lose the history of the waves whose checkpoints were not
-//! yet stored, never the run. A run with `durability: exit` takes
-//! checkpoints only when it pauses or ends, and so keeps only those.
+//! An entry goes with the checkpoint it was taken with, written by the
+//! run's checkpoint writer (`super::writer`): in the checkpoint's own
+//! transaction when it is small (a wave of a small state costs one write,
+//! not two, and no task of its own), else right after the checkpoint is
+//! stored and its waiter told, so a large state's wave does not wait for
+//! its history (a run that pauses or ends tells its waiters only once
+//! its history is stored too: whoever saw it end can read its last wave). A checkpoint that could not be stored keeps its entries
+//! and goes with the next; an entry written apart that fails is lost (the
+//! run is not), and the next entry is stored whole. A run with
+//! `durability: exit` takes checkpoints only when it pauses or ends, and
+//! so keeps only those.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
-use tokio::sync::mpsc;
-use weft_proto::RunId;
 use weft_proto::events::HistoryPoint;
 use weft_store::{AnyStore, StoreError, chunks};
 
-use super::Keeper;
 use super::deltas::DeltaRecord;
 use super::keys::{history_key, history_prefix};
 use super::records;
@@ -83,43 +87,33 @@ pub struct Entry {
     pub fields: Vec<(String, u64, Arc<str>)>,
 }
 
-/// The actor's end of a run's history.
+/// The actor's end of a run's history: which places are kept.
 pub struct History {
-    tx: mpsc::UnboundedSender<Entry>,
     /// The last place handed over (or, for a restored run, its wave).
     last: Option<HistoryPoint>,
 }
 
 impl History {
-    /// Starts run `id`'s history writer on `tracker`; `kept` is the wave
-    /// a restored run's history already holds (`None` for a new run or a
-    /// fork, whose first checkpoint is its first entry).
-    pub fn start(
-        keeper: Keeper,
-        id: RunId,
-        kept: Option<u32>,
-        tracker: &tokio_util::task::TaskTracker,
-    ) -> Self {
-        let (tx, rx) = mpsc::unbounded_channel();
-        tracker.spawn(write_history(keeper, id, rx));
+    /// The history of a run whose store holds wave `kept` (`None` for a
+    /// new run or a fork, whose first checkpoint is its first entry).
+    pub fn new(kept: Option<u32>) -> Self {
         Self {
-            tx,
             last: kept.map(HistoryPoint::wave),
         }
     }
 
-    /// Keeps the entry `entry` makes of a checkpoint taken with `merged`
-    /// waves merged and `events` logged: right after a wave new to the
-    /// history, or a point within the next one — unless the run has
-    /// `ended` there (its last wave stands for it) or nothing was logged
-    /// since the last point. `entry` is called only to keep it.
+    /// The entry `entry` makes of a checkpoint taken with `merged` waves
+    /// merged and `events` logged, if it is kept: right after a wave new
+    /// to the history, or a point within the next one — unless the run
+    /// has `ended` there (its last wave stands for it) or nothing was
+    /// logged since the last point. `entry` is called only to keep it.
     pub fn keep(
         &mut self,
         merged: u32,
         events: u64,
         ended: bool,
         entry: impl FnOnce(HistoryPoint) -> Entry,
-    ) {
+    ) -> Option<Entry> {
         let at = match self.last {
             Some(last) if merged <= last.step => {
                 let point = HistoryPoint {
@@ -127,21 +121,22 @@ impl History {
                     point: events,
                 };
                 if ended || point <= last {
-                    return;
+                    return None;
                 }
                 point
             }
             _ => HistoryPoint::wave(merged),
         };
         self.last = Some(at);
-        let _ = self.tx.send(entry(at));
+        Some(entry(at))
     }
 }
 
-/// The writer's memory of the last entry: each value's text and how many
-/// deltas in a row it has.
+/// The checkpoint writer's memory of the last entry stored: each value's
+/// text and how many deltas in a row it has, so the next is stored as
+/// what changed.
 #[derive(Default)]
-struct Last {
+pub(super) struct Recorder {
     progress: Option<(String, u32)>,
     fields: HashMap<String, (u64, Arc<str>, u32)>,
 }
@@ -162,27 +157,41 @@ fn stored(old: Option<(&str, u32)>, new: &str) -> (Stored, u32) {
     (Stored::Whole(new.to_owned()), 0)
 }
 
-impl Last {
-    fn record(&mut self, entry: Entry) -> EntryRecord {
+impl Recorder {
+    /// Entry `entry` of run `id` as stored: its key and record, against
+    /// the entries recorded before it.
+    pub(super) fn encode(&mut self, id: &str, entry: &Entry) -> (String, Vec<u8>) {
+        let record = self.record(entry);
+        (history_key(id, entry.at), records::encode(&record))
+    }
+
+    /// Forgets the last entry: the one recorded was not stored, so the
+    /// next must not be what changed since it.
+    pub(super) fn forget(&mut self) {
+        *self = Self::default();
+    }
+
+    fn record(&mut self, entry: &Entry) -> EntryRecord {
         let old = self.progress.as_ref().map(|(text, n)| (text.as_str(), *n));
         let (progress, chain) = stored(old, &entry.progress_json);
-        self.progress = Some((entry.progress_json, chain));
+        self.progress = Some((entry.progress_json.clone(), chain));
         let mut fields = BTreeMap::new();
         let mut present = std::collections::HashSet::with_capacity(entry.fields.len());
-        for (name, version, json) in entry.fields {
-            present.insert(name.clone());
-            let old = self.fields.get(&name);
-            if old.is_some_and(|(v, _, _)| *v == version) {
+        for (name, version, json) in &entry.fields {
+            present.insert(name.as_str());
+            let old = self.fields.get(name);
+            if old.is_some_and(|(v, _, _)| v == version) {
                 continue;
             }
-            let (value, chain) = stored(old.map(|(_, text, n)| (&**text, *n)), &json);
+            let (value, chain) = stored(old.map(|(_, text, n)| (&**text, *n)), json);
             fields.insert(name.clone(), value);
-            self.fields.insert(name, (version, json, chain));
+            self.fields
+                .insert(name.clone(), (*version, json.clone(), chain));
         }
         let mut removed: Vec<String> = self
             .fields
             .keys()
-            .filter(|name| !present.contains(*name))
+            .filter(|name| !present.contains(name.as_str()))
             .cloned()
             .collect();
         removed.sort_unstable();
@@ -191,31 +200,10 @@ impl Last {
         }
         EntryRecord {
             at_unix_ms: entry.at_unix_ms,
-            status: entry.status,
+            status: entry.status.clone(),
             progress,
             fields,
             removed,
-        }
-    }
-}
-
-async fn write_history(keeper: Keeper, id: RunId, mut rx: mpsc::UnboundedReceiver<Entry>) {
-    let mut last = Last::default();
-    while let Some(entry) = rx.recv().await {
-        let at = entry.at;
-        let record = last.record(entry);
-        let key = history_key(&id, at);
-        let bytes = records::encode(&record);
-        let written =
-            keeper.checked(chunks::put(keeper.store(), &key, &bytes, keeper.fence()).await);
-        match written {
-            Ok(_) => {}
-            Err(StoreError::Fenced { .. }) => return,
-            Err(error) => {
-                // The next entry must not be a delta of one not stored.
-                last = Last::default();
-                tracing::warn!(run = %id, %at, %error, "a wave's history was not stored");
-            }
         }
     }
 }
@@ -450,32 +438,30 @@ mod tests {
 
     #[test]
     fn a_growing_field_is_kept_as_what_changed_and_removed_fields_are_named() {
-        let mut last = Last::default();
+        let mut last = Recorder::default();
         let long = format!("\"{}\"", "a".repeat(DELTA_FROM));
         let longer = format!("\"{}b\"", "a".repeat(DELTA_FROM));
-        let first = last.record(entry(0, &[("text", 1, &long), ("n", 1, "1")]));
+        let first = last.record(&entry(0, &[("text", 1, &long), ("n", 1, "1")]));
         assert!(matches!(first.fields["text"], Stored::Whole(_)));
-        let second = last.record(entry(1, &[("text", 2, &longer), ("n", 1, "1")]));
+        let second = last.record(&entry(1, &[("text", 2, &longer), ("n", 1, "1")]));
         assert!(matches!(second.fields["text"], Stored::Delta(_)));
         assert!(matches!(second.progress, Stored::Delta(_)));
         assert!(!second.fields.contains_key("n"), "unchanged: not stored");
-        let small = last.record(entry(2, &[("text", 2, &longer), ("n", 2, "2")]));
+        let small = last.record(&entry(2, &[("text", 2, &longer), ("n", 2, "2")]));
         assert_eq!(small.fields["n"], Stored::Whole("2".into()), "small: whole");
-        let third = last.record(entry(3, &[("text", 2, &longer)]));
+        let third = last.record(&entry(3, &[("text", 2, &longer)]));
         assert_eq!(third.removed, ["n"]);
     }
 
     #[test]
     fn points_within_a_wave_follow_its_entry_and_an_end_that_merged_nothing_is_not_kept() {
-        let (tx, _rx) = mpsc::unbounded_channel();
-        let mut history = History { tx, last: None };
+        let mut history = History::new(None);
         let mut keep = |merged: u32, events: u64, ended: bool| {
-            let mut kept = None;
-            history.keep(merged, events, ended, |at| {
-                kept = Some(at);
-                entry(0, &[])
+            let kept = history.keep(merged, events, ended, |at| Entry {
+                at,
+                ..entry(0, &[])
             });
-            kept
+            kept.map(|entry| entry.at)
         };
         let point = |step, point| Some(HistoryPoint { step, point });
         assert_eq!(keep(0, 2, false), point(0, 0), "the input");
@@ -491,17 +477,12 @@ mod tests {
 
         // A restored run's history holds its wave: what follows is a
         // point within the next.
-        let (tx, _rx) = mpsc::unbounded_channel();
-        let mut restored = History {
-            tx,
-            last: Some(HistoryPoint::wave(3)),
-        };
-        let mut kept = None;
-        restored.keep(3, 40, false, |at| {
-            kept = Some(at);
-            entry(0, &[])
+        let mut restored = History::new(Some(3));
+        let kept = restored.keep(3, 40, false, |at| Entry {
+            at,
+            ..entry(0, &[])
         });
-        assert_eq!(kept, point(3, 40));
+        assert_eq!(kept.map(|entry| entry.at), point(3, 40));
     }
 
     #[test]
@@ -521,11 +502,11 @@ mod tests {
 
     #[test]
     fn a_chain_is_cut_after_its_limit() {
-        let mut last = Last::default();
+        let mut last = Recorder::default();
         let mut kinds = Vec::new();
         for step in 0..=MAX_CHAIN + 1 {
             let text = format!("\"{}{}\"", "a".repeat(DELTA_FROM), step);
-            let record = last.record(entry(step, &[("text", u64::from(step), &text)]));
+            let record = last.record(&entry(step, &[("text", u64::from(step), &text)]));
             kinds.push(matches!(record.fields["text"], Stored::Whole(_)));
         }
         assert!(kinds[0]);

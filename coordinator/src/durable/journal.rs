@@ -2,9 +2,9 @@
 //! log, written to the store in order by one writer task per run.
 //!
 //! A checkpoint writes the run's record, each field of the state whose
-//! version moved (a 10 MB input is stored once, not once per wave) and the
-//! events since the last one, in one transaction (`super::keys` says
-//! where each lives).
+//! version moved (a 10 MB input is stored once, not once per wave), the
+//! events since the last one and, when it is small, the wave's history
+//! entry, in one transaction (`super::keys` says where each lives).
 //!
 //! The run's actor hands over a snapshot when the machine asks for a
 //! checkpoint; with `durability: sync` it waits until the snapshot is on
@@ -71,7 +71,7 @@ impl Journal {
         tracker: &tokio_util::task::TaskTracker,
     ) -> Self {
         let (tx, rx) = mpsc::unbounded_channel();
-        let history = History::start(keeper.clone(), id.clone(), kept, tracker);
+        let history = History::new(kept);
         tracker.spawn(write_snapshots(keeper.clone(), id, head, rx));
         Self {
             keeper,
@@ -117,7 +117,8 @@ impl Journal {
         wait: bool,
     ) -> bool {
         let ended = status.is_terminal();
-        self.history
+        let history = self
+            .history
             .keep(checkpoint.merged, log.len() as u64, ended, |at| {
                 history::Entry {
                     at,
@@ -159,6 +160,8 @@ impl Journal {
             names,
             first,
             events,
+            history: history.into_iter().collect(),
+            settled: settled(status),
             done,
         };
         if self.tx.send(snapshot).is_err() {
@@ -194,6 +197,8 @@ impl Snapshot {
     fn absorb(&mut self, later: Snapshot) -> Option<oneshot::Sender<bool>> {
         let waiting = self.done.take();
         self.events.extend(later.events);
+        self.history.extend(later.history);
+        self.settled = later.settled;
         self.changed.extend(later.changed);
         self.names = later.names;
         self.progress_json = later.progress_json;
@@ -228,14 +233,22 @@ async fn write_snapshots(
         while let Ok(later) = rx.try_recv() {
             waiting.extend(snapshot.absorb(later));
         }
-        let stored = writer.write(&snapshot).await;
+        let mut stored = writer.write(&snapshot).await;
+        if snapshot.settled
+            && let Ok(deferred) = &mut stored
+        {
+            writer.write_history(std::mem::take(deferred)).await;
+        }
         waiting.extend(snapshot.done.take());
         for done in waiting {
             let _ = done.send(stored.is_ok());
         }
-        if let Err(error) = stored {
-            tracing::error!(run = %id, %error, "checkpoint not stored; it goes with the next one");
-            unstored = Some(snapshot);
+        match stored {
+            Ok(deferred) => writer.write_history(deferred).await,
+            Err(error) => {
+                tracing::error!(run = %id, %error, "checkpoint not stored; it goes with the next one");
+                unstored = Some(snapshot);
+            }
         }
     }
 }
@@ -260,6 +273,8 @@ mod tests {
                 }
                 texts
             },
+            history: Vec::new(),
+            settled: false,
             done: None,
         }
     }

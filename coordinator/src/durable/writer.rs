@@ -25,6 +25,7 @@ use weft_store::{Store, StoreError, chunks};
 
 use super::Keeper;
 use super::deltas::{Chains, FieldWrite, Leftover, ProgressWrite};
+use super::history;
 use super::keys::{
     delta_key, events_key, field_deltas_prefix, field_key, progress_base_key,
     progress_chain_prefix, progress_delta_key, progress_deltas_prefix, progress_key, record_key,
@@ -42,9 +43,25 @@ pub(super) struct Snapshot {
     /// The events since the last checkpoint, and the position of the first.
     pub(super) first: u64,
     pub(super) events: records::EventTexts,
+    /// The run's history entries taken with it (`super::history`).
+    pub(super) history: Vec<history::Entry>,
+    /// Whether the run has paused or ended: its waiters are told only
+    /// once its history is stored too, so a client reading the history
+    /// of a run it saw end finds its last wave.
+    pub(super) settled: bool,
     /// Told whether the snapshot was stored, for a caller that waits.
     pub(super) done: Option<oneshot::Sender<bool>>,
 }
+
+/// History entries stored in a checkpoint's own transaction up to this
+/// many bytes in all; larger ones are written after the checkpoint, so a
+/// large state's wave does not wait for its history.
+const HISTORY_TOGETHER: usize = 64 << 10;
+
+/// History entries left to write after their checkpoint was stored.
+#[must_use = "the entries are written by `Writer::write_history`"]
+#[derive(Default)]
+pub(super) struct Deferred(Vec<(String, Vec<u8>)>);
 
 /// Writes one run's checkpoints, knowing where its last record put things.
 pub(super) struct Writer {
@@ -62,6 +79,8 @@ pub(super) struct Writer {
     /// The checkpoint byte counters (of fields and the progress, whole and
     /// as deltas), taken once per run rather than named again per write.
     counted: [[metrics::Counter; 2]; 2],
+    /// The history's last entry stored, for the next one's deltas.
+    history: history::Recorder,
 }
 
 impl Writer {
@@ -77,6 +96,7 @@ impl Writer {
             progress_at,
             next_progress: progress_at.map_or(0, |n| n + 1),
             chains,
+            history: history::Recorder::default(),
             counted: ["field", "progress"].map(|of| {
                 ["whole", "delta"].map(|form| {
                     let labels = [("of", of), ("form", form)];
@@ -87,17 +107,65 @@ impl Writer {
     }
 
     /// Stores a checkpoint: together if it fits one transaction, else
-    /// apart.
-    pub(super) async fn write(&mut self, snapshot: &Snapshot) -> Result<(), StoreError> {
-        match self.write_together(snapshot).await {
+    /// apart. Its history entries go in the same transaction when they
+    /// are small; the rest come back, for [`Writer::write_history`] once
+    /// the checkpoint's waiters are told.
+    pub(super) async fn write(&mut self, snapshot: &Snapshot) -> Result<Deferred, StoreError> {
+        let id = self.id.clone();
+        let history: Vec<(String, Vec<u8>)> = (snapshot.history.iter())
+            .map(|entry| self.history.encode(&id, entry))
+            .collect();
+        let bytes: usize = history
+            .iter()
+            .map(|(key, value)| key.len() + value.len())
+            .sum();
+        let with = bytes <= HISTORY_TOGETHER;
+        let written = match self
+            .write_together(snapshot, if with { &history } else { &[] })
+            .await
+        {
             Err(StoreError::TooLarge { .. } | StoreError::TooManyWrites { .. }) => {
-                self.write_apart(snapshot).await
+                self.write_apart(snapshot).await.map(|()| false)
             }
-            other => other,
+            other => other.map(|()| with),
+        };
+        match written {
+            Ok(true) => Ok(Deferred(Vec::new())),
+            Ok(false) => Ok(Deferred(history)),
+            Err(error) => {
+                // The entries stay with the snapshot and are encoded again.
+                self.history.forget();
+                Err(error)
+            }
         }
     }
 
-    async fn write_together(&mut self, snapshot: &Snapshot) -> Result<(), StoreError> {
+    /// Writes the history entries a stored checkpoint left; one that
+    /// fails is lost (the run is not), and the next entry is stored whole.
+    pub(super) async fn write_history(&mut self, deferred: Deferred) {
+        if deferred.0.is_empty() {
+            return;
+        }
+        let (store, fence) = (self.keeper.store(), self.keeper.fence());
+        for (key, bytes) in deferred.0 {
+            let written = self
+                .keeper
+                .checked(chunks::put(store, &key, &bytes, fence).await);
+            if let Err(error) = written {
+                self.history.forget();
+                if !matches!(error, StoreError::Fenced { .. }) {
+                    tracing::warn!(run = %self.id, %key, %error, "a wave's history was not stored");
+                }
+                return;
+            }
+        }
+    }
+
+    async fn write_together(
+        &mut self,
+        snapshot: &Snapshot,
+        history: &[(String, Vec<u8>)],
+    ) -> Result<(), StoreError> {
         // Fields written now go to their plain keys, whole or as deltas.
         let mut spilled = self.spilled.clone();
         spilled.retain(|name, _| {
@@ -110,7 +178,10 @@ impl Writer {
         };
         let id = &self.id;
         let mut keyed: Vec<(String, Cow<'_, [u8]>)> =
-            Vec::with_capacity(snapshot.changed.len() + 2);
+            Vec::with_capacity(snapshot.changed.len() + history.len() + 2);
+        for (key, record) in history {
+            keyed.push((key.clone(), Cow::Borrowed(record)));
+        }
         if let Some(events) = events_record(snapshot) {
             keyed.push((events_key(id, snapshot.first), Cow::Owned(events)));
         }

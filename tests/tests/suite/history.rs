@@ -19,13 +19,16 @@ use weft_tests::{TestCluster, binary};
 /// that grows a little each wave) and sets `n` to the wave it runs in
 /// (its argument).
 const ADD: &str = r#"import json, sys
-n = int(sys.argv[1])
-print(json.dumps({"notes": [("note %d " % k) * 256 for k in range(1, n + 1)], "n": n}))
+n, repeat = int(sys.argv[1]), int(sys.argv[2])
+print(json.dumps({"notes": [("note %d " % k) * repeat for k in range(1, n + 1)], "n": n}))
 "#;
 
-/// The note wave `n` adds.
-fn note(n: usize) -> String {
-    format!("note {n} ").repeat(256)
+/// How many times a note repeats its words: about 2 KB.
+const SMALL: usize = 256;
+
+/// The note wave `n` adds, its words repeated `repeat` times.
+fn note(n: usize, repeat: usize) -> String {
+    format!("note {n} ").repeat(repeat)
 }
 
 const WAVES: usize = 5;
@@ -44,6 +47,11 @@ async fn weft(cluster: &TestCluster, args: &[&str]) -> anyhow::Result<Output> {
 }
 
 fn graph() -> GraphBundle {
+    graph_of(SMALL)
+}
+
+/// The notes graph whose notes repeat their words `repeat` times.
+fn graph_of(repeat: usize) -> GraphBundle {
     let mut yaml = String::from(
         "name: notes\nstate:\n  notes: { type: array, default: [] }\n  n: { type: integer, default: 0 }\n  topic: { type: string }\nnodes:\n",
     );
@@ -55,7 +63,7 @@ fn graph() -> GraphBundle {
             String::new()
         };
         yaml.push_str(&format!(
-            "  add{i}: {{ kind: script, run: [python3, add.py, \"{i}\"]{start}{next} }}\n"
+            "  add{i}: {{ kind: script, run: [python3, add.py, \"{i}\", \"{repeat}\"]{start}{next} }}\n"
         ));
     }
     GraphBundle::from_text("notes.yaml", &yaml).with_file("add.py", ADD.as_bytes(), 0o644)
@@ -63,7 +71,12 @@ fn graph() -> GraphBundle {
 
 /// The state after wave `step`, as the run must have had it.
 fn expected(step: usize) -> Value {
-    let notes: Vec<String> = (1..=step).map(note).collect();
+    expected_of(step, SMALL)
+}
+
+/// The state after wave `step` of `graph_of(repeat)`.
+fn expected_of(step: usize, repeat: usize) -> Value {
+    let notes: Vec<String> = (1..=step).map(|n| note(n, repeat)).collect();
     json!({"notes": notes, "n": step, "topic": "tides"})
 }
 
@@ -135,6 +148,44 @@ async fn every_waves_state_is_read_back_exactly_after_the_run_and_a_restart() ->
             assert!(message.contains("0, 1, 2, 3, 4, 5"), "{message}");
         }
         other => panic!("a wave not kept: {other:?}"),
+    }
+    Ok(())
+}
+
+/// A wave whose history entry is too large to go in its checkpoint's
+/// transaction (each note here is about 90 KB) has it written right after:
+/// every wave is still kept, exact, and the last is there as soon as the
+/// run is seen to end.
+#[tokio::test]
+async fn waves_too_large_to_share_their_checkpoints_write_are_kept_too() -> anyhow::Result<()> {
+    const LARGE: usize = 10_000;
+    let mut cluster = TestCluster::with_test_workers(&["w"], 2).await?;
+    let client = cluster.client().await?;
+    let run = client
+        .submit_bundle(graph_of(LARGE), &json!({"topic": "tides"}))
+        .await?;
+    let run_id = run.run_id.to_string();
+    let done = client.wait(&run_id).await?;
+    assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error);
+    let last = client.history(&run_id, None).await?;
+    assert_eq!(
+        last.step, WAVES as u32,
+        "the last wave, read as the run ends"
+    );
+    assert_eq!(last.state, expected_of(WAVES, LARGE));
+    for step in 0..=WAVES {
+        let at = client.history(&run_id, Some((step as u32).into())).await?;
+        assert_eq!(at.state, expected_of(step, LARGE), "wave {step}");
+    }
+    cluster.restart_coordinator()?;
+    let client = cluster.client().await?;
+    for step in 0..=WAVES {
+        let at = client.history(&run_id, Some((step as u32).into())).await?;
+        assert_eq!(
+            at.state,
+            expected_of(step, LARGE),
+            "wave {step} after a restart"
+        );
     }
     Ok(())
 }
