@@ -7,7 +7,9 @@ sleeps `seconds`), `wait_async` (an `async` handler), `converse` (a
 teammate step: greets every member, waits to hear from each), `pass_along`
 (a ring of teammates, as the Rust test worker's), `not_json`
 (returns a date), `blocks` (never returns; `release()`d by nothing),
-`raise_async` (an `async` handler that raises). Tools:
+`raise_async` (an `async` handler that raises), `counts_calls` (appends
+to `calls` how many calls its thread has made, kept in a
+`threading.local`). Tools:
 `lookup` (a key in a small table; key `ctx` answers with its context;
 another key raises), `lookup_async` (the same, `async`), `nap` (touches the
 file `marker`, then sleeps `seconds`), `meet` (returns once a second call
@@ -84,6 +86,15 @@ BLOCKED = threading.Event()
 def blocks(state, ctx):
     BLOCKED.wait()
     return {}
+
+
+PER_THREAD = threading.local()
+
+
+@worker.handler("counts_calls")
+def counts_calls(state, ctx):
+    PER_THREAD.calls = getattr(PER_THREAD, "calls", 0) + 1
+    return {"calls": state["calls"] + [PER_THREAD.calls]}
 
 
 @worker.handler("raise_async")

@@ -200,6 +200,19 @@ def test_a_handler_that_never_returns_times_out_and_the_worker_serves_on(py_a):
     assert client.submit(graph, input={"text": "on"}).wait(timeout=30).state["text"] == "ON"
 
 
+def test_a_sync_handlers_thread_keeps_its_threading_local_between_calls(py_a):
+    # Twenty calls one after another on the few threads sync handlers run
+    # on: a thread's second call finds what its first kept there.
+    nodes = {f"n{i}": {"kind": "task", "handler": "counts_calls", "next": f"n{i + 1}"} for i in range(20)}
+    nodes["n0"]["start"] = True
+    nodes["n19"] = {"kind": "task", "handler": "counts_calls", "end": True}
+    graph = {"name": "counts", "state": {"calls": {"type": "array", "default": []}}, "nodes": nodes}
+    result = weft.Client(py_a.url).submit(graph).wait(timeout=60)
+    assert result.status == "completed", result.error
+    calls = result.state["calls"]
+    assert len(calls) == 20 and max(calls) > 1, calls
+
+
 def slow_graph() -> dict:
     graph = task_graph("slow")
     graph["state"] = {"marks": {"type": "string"}, "seconds": {"type": "number"},

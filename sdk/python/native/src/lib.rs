@@ -13,8 +13,9 @@
 //!   go, or handing its outcome to a callback for `asyncio`.
 //! - [`worker`]: `weft.Worker` on `weft_worker::Worker`, its handlers,
 //!   tools and functions Python callables called from the worker's tasks
-//!   (sync ones on the blocking pool, `async def` on the SDK's event loop),
-//!   the interpreter attached only inside a Python call.
+//!   (sync ones on [`lanes`], threads that keep their Python thread state,
+//!   `async def` on the SDK's event loop), the interpreter attached only
+//!   inside a Python call.
 //!
 //! The classes users see (`TaskContext`, `Team`, the exceptions) stay
 //! Python's: this module builds them through [`bridge`].
@@ -22,6 +23,7 @@
 mod bridge;
 mod bundle;
 mod client;
+mod lanes;
 mod runtime;
 mod state;
 mod team;

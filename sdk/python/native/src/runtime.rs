@@ -1,8 +1,9 @@
 //! The one tokio runtime the module's work runs on, made on first use.
 //!
 //! A Python program may hold several workers (and, later, clients); they
-//! share these threads. Sync Python calls run on its blocking pool, so a
-//! handler that takes its time never holds up the worker's connection.
+//! share these threads. Sync Python calls run on threads of their own
+//! (`crate::lanes`), so a handler that takes its time never holds up the
+//! worker's connection.
 
 use std::sync::OnceLock;
 

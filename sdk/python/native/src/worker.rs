@@ -3,7 +3,8 @@
 //! remote tools, drain) is `weft_worker`'s; the handlers, tools and
 //! functions it hosts are Python callables.
 //!
-//! A sync callable runs on the runtime's blocking pool; an `async def`
+//! A sync callable runs on a Python lane (`crate::lanes`: a pool of
+//! threads that keep their Python thread state); an `async def`
 //! is handed to the SDK's event loop (`submit`, which returns a
 //! `concurrent.futures.Future`), and the task waits for its done callback
 //! without holding a thread. The interpreter is attached only while
@@ -24,6 +25,7 @@ use weft_worker::python::PythonSettings;
 use weft_worker::{HandlerError, TaskContext, WorkerError};
 
 use crate::bridge::{bridge, raise};
+use crate::lanes;
 use crate::runtime;
 use crate::state::state_dict;
 use crate::team::TeamSeat;
@@ -125,14 +127,12 @@ impl Callable {
     }
 }
 
-/// Runs `work` on the blocking pool; a panic in it is the call's failure.
+/// Runs `work` on a Python lane (`crate::lanes`); a panic in it is the
+/// call's failure.
 async fn blocking<T: Send + 'static>(
     work: impl FnOnce() -> Result<T, String> + Send + 'static,
 ) -> Result<T, String> {
-    runtime::handle()
-        .spawn_blocking(work)
-        .await
-        .unwrap_or_else(|stopped| Err(format!("the Python call stopped: {stopped}")))
+    lanes::run(work).await
 }
 
 /// A call's result as JSON, or its exception as the SDK reports it.
@@ -170,7 +170,7 @@ struct CancelOnDrop(Option<Py<PyAny>>);
 impl Drop for CancelOnDrop {
     fn drop(&mut self) {
         if let Some(future) = self.0.take() {
-            runtime::handle().spawn_blocking(move || {
+            lanes::spawn(move || {
                 Python::attach(|py| {
                     let _ = future.bind(py).call_method0("cancel");
                 })
