@@ -24,12 +24,12 @@
 //! transaction when it is small (a wave of a small state costs one write,
 //! not two, and no task of its own), else right after the checkpoint is
 //! stored and its waiter told, so a large state's wave does not wait for
-//! its history (a run that pauses or ends tells its waiters only once
-//! its history is stored too: whoever saw it end can read its last wave). A checkpoint that could not be stored keeps its entries
-//! and goes with the next; an entry written apart that fails is lost (the
-//! run is not), and the next entry is stored whole. A run with
-//! `durability: exit` takes checkpoints only when it pauses or ends, and
-//! so keeps only those.
+//! its history (a run that pauses or ends tells its waiters only once its
+//! history is stored too: whoever saw it end can read its last wave). A
+//! checkpoint that could not be stored keeps its entries and goes with
+//! the next; an entry written apart that fails is lost (the run is not),
+//! and the next entry is stored whole. A run with `durability: exit` takes
+//! checkpoints only when it pauses or ends, and so keeps only those.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;

@@ -111,9 +111,8 @@ impl Writer {
     /// are small; the rest come back, for [`Writer::write_history`] once
     /// the checkpoint's waiters are told.
     pub(super) async fn write(&mut self, snapshot: &Snapshot) -> Result<Deferred, StoreError> {
-        let id = self.id.clone();
         let history: Vec<(String, Vec<u8>)> = (snapshot.history.iter())
-            .map(|entry| self.history.encode(&id, entry))
+            .map(|entry| self.history.encode(&self.id, entry))
             .collect();
         let bytes: usize = history
             .iter()
@@ -143,9 +142,6 @@ impl Writer {
     /// Writes the history entries a stored checkpoint left; one that
     /// fails is lost (the run is not), and the next entry is stored whole.
     pub(super) async fn write_history(&mut self, deferred: Deferred) {
-        if deferred.0.is_empty() {
-            return;
-        }
         let (store, fence) = (self.keeper.store(), self.keeper.fence());
         for (key, bytes) in deferred.0 {
             let written = self

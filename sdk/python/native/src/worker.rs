@@ -70,7 +70,7 @@ impl Callable {
         match &self.submit {
             None => {
                 let (function, role) = (self.function.clone(), self.role);
-                blocking(move || {
+                lanes::run(move || {
                     Python::attach(|py| {
                         let result = arguments(py).and_then(|args| function.bind(py).call1(args));
                         outcome(py, result, role)
@@ -92,7 +92,7 @@ impl Callable {
     ) -> Result<Value, String> {
         let (function, role) = (self.function.clone(), self.role);
         let (done, finished) = oneshot::channel();
-        let submitted = blocking(move || {
+        let submitted = lanes::run(move || {
             Python::attach(|py| {
                 let started = arguments(py)
                     .and_then(|args| function.bind(py).call1(args))
@@ -117,7 +117,7 @@ impl Callable {
             ));
         }
         let future = pending.0.take().expect("the future is held until read");
-        blocking(move || {
+        lanes::run(move || {
             Python::attach(|py| {
                 let result = future.bind(py).call_method0("result");
                 outcome(py, result, role)
@@ -125,14 +125,6 @@ impl Callable {
         })
         .await
     }
-}
-
-/// Runs `work` on a Python lane (`crate::lanes`); a panic in it is the
-/// call's failure.
-async fn blocking<T: Send + 'static>(
-    work: impl FnOnce() -> Result<T, String> + Send + 'static,
-) -> Result<T, String> {
-    lanes::run(work).await
 }
 
 /// A call's result as JSON, or its exception as the SDK reports it.
@@ -369,7 +361,7 @@ impl Worker {
     }
 
     /// Hosts `function(*args)` as `fn:NAME` for reducers, predicates and
-    /// routers (called on the blocking pool).
+    /// routers (called on a Python lane).
     fn function(&self, name: &str, function: Py<PyAny>) -> PyResult<()> {
         let function = Arc::new(function);
         let called = name.to_owned();
@@ -413,7 +405,7 @@ impl Worker {
             while let Ok(permit) = joined.acquire().await {
                 permit.forget();
                 let name = name.clone();
-                let _ = blocking(move || {
+                let _ = lanes::run(move || {
                     Python::attach(|py| {
                         let classes = bridge(py).map_err(|e| e.to_string())?;
                         classes
