@@ -82,7 +82,7 @@ def test_a_coordinator_over_tls_is_reached_with_its_ca(tls):
     # at once (asking again would end the same way), as is a plaintext
     # client at the TLS port.
     started = time.monotonic()
-    with pytest.raises(weft.Unavailable, match="not signed by a CA this client trusts"):
+    with pytest.raises(weft.Unavailable, match=r"not signed by a CA this client trusts: give the CA that signed it with ca= \(or WEFT_CA\)$"):
         weft.Client(cluster.url, token=OPERATOR).runs()
     with pytest.raises(weft.Unavailable, match="https://"):
         weft.Client(cluster.url.replace("https://", "http://"), token=OPERATOR).runs()

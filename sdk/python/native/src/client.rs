@@ -71,6 +71,7 @@ impl Failure {
         let text = error.to_string();
         // A plaintext call to a TLS port fails only once it is sent: say so.
         let message = weft_proto::transport::explain_tls_failure(url, &text).unwrap_or(text);
+        let message = in_python_terms(&message);
         let made = bridge(py).and_then(|classes| {
             classes
                 .of_status
@@ -82,6 +83,18 @@ impl Failure {
             Err(error) => error,
         }
     }
+}
+
+/// A connection hint in this SDK's terms: the command line's `--ca` is
+/// the `ca` argument here, and the SDK presents no client certificate.
+fn in_python_terms(message: &str) -> String {
+    message
+        .replace("with --ca (WEFT_CA)", "with ca= (or WEFT_CA)")
+        .replace("(with --ca for its CA)", "(with ca= for its CA)")
+        .replace(
+            "requires a client certificate: give --cert and --key",
+            "requires a client certificate, which the Python SDK does not present: connect with a token (token=) to a coordinator that accepts one",
+        )
 }
 
 /// The gRPC status code an error stands for.
