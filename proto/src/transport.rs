@@ -151,10 +151,34 @@ pub fn is_tls_failure(failure: &str) -> bool {
     explain_tls_failure("https://", failure).is_some()
 }
 
+/// How a program's user gives the TLS settings, as the hints of
+/// [`explain_tls_failure_in`] name them.
+#[derive(Debug, Clone, Copy)]
+pub struct TlsSettingNames {
+    /// Where the CA goes, with its environment variable.
+    pub ca: &'static str,
+    /// Where the CA goes, short.
+    pub ca_short: &'static str,
+    /// What to do when the coordinator asks for a client certificate.
+    pub identity: &'static str,
+}
+
+/// The command line's names: `--ca`, `--cert`, `--key`.
+pub const COMMAND_LINE_TLS: TlsSettingNames = TlsSettingNames {
+    ca: "--ca (WEFT_CA)",
+    ca_short: "--ca",
+    identity: "give --cert and --key",
+};
+
 /// What a failed connection to `url` means, when it is a TLS mismatch or
-/// a certificate problem: a sentence saying what to change; `None` for
-/// other failures.
+/// a certificate problem: a sentence saying what to change, in the
+/// command line's terms; `None` for other failures.
 pub fn explain_tls_failure(url: &str, failure: &str) -> Option<String> {
+    explain_tls_failure_in(url, failure, &COMMAND_LINE_TLS)
+}
+
+/// [`explain_tls_failure`], naming the settings as `names` does.
+pub fn explain_tls_failure_in(url: &str, failure: &str, names: &TlsSettingNames) -> Option<String> {
     let https = url.starts_with("https://");
     let lower = failure.to_ascii_lowercase();
     if https
@@ -169,7 +193,8 @@ pub fn explain_tls_failure(url: &str, failure: &str) -> Option<String> {
     }
     if https && (lower.contains("unknownissuer") || lower.contains("unknown issuer")) {
         return Some(format!(
-            "the certificate of the coordinator at {url} is not signed by a CA this client trusts: give the CA that signed it with --ca (WEFT_CA)"
+            "the certificate of the coordinator at {url} is not signed by a CA this client trusts: give the CA that signed it with {}",
+            names.ca
         ));
     }
     if https && (lower.contains("notvalidforname") || lower.contains("not valid for name")) {
@@ -179,7 +204,8 @@ pub fn explain_tls_failure(url: &str, failure: &str) -> Option<String> {
     }
     if https && lower.contains("certificaterequired") {
         return Some(format!(
-            "the coordinator at {url} requires a client certificate: give --cert and --key"
+            "the coordinator at {url} requires a client certificate: {}",
+            names.identity
         ));
     }
     if !https
@@ -196,7 +222,8 @@ pub fn explain_tls_failure(url: &str, failure: &str) -> Option<String> {
             || lower.contains("unexpected end of file"))
     {
         return Some(format!(
-            "the coordinator at {url} dropped the connection; if it speaks TLS, use an https:// URL (with --ca for its CA): {failure}"
+            "the coordinator at {url} dropped the connection; if it speaks TLS, use an https:// URL (with {} for its CA): {failure}",
+            names.ca_short
         ));
     }
     None

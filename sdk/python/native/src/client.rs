@@ -25,6 +25,7 @@ use weft_client::{
     BundleError, ClientError, ClientTls, Event, GraphBundle, HistoryPoint, RunInfo, SubmitOptions,
 };
 use weft_graph::{GraphError, Priority};
+use weft_proto::transport;
 
 use crate::bridge::bridge;
 use crate::bundle::refusal;
@@ -70,8 +71,7 @@ impl Failure {
         let code = status_code(&error);
         let text = error.to_string();
         // A plaintext call to a TLS port fails only once it is sent: say so.
-        let message = weft_proto::transport::explain_tls_failure(url, &text).unwrap_or(text);
-        let message = in_python_terms(&message);
+        let message = transport::explain_tls_failure_in(url, &text, &PYTHON_TLS).unwrap_or(text);
         let made = bridge(py).and_then(|classes| {
             classes
                 .of_status
@@ -85,17 +85,13 @@ impl Failure {
     }
 }
 
-/// A connection hint in this SDK's terms: the command line's `--ca` is
+/// The TLS settings as this SDK names them: the command line's `--ca` is
 /// the `ca` argument here, and the SDK presents no client certificate.
-fn in_python_terms(message: &str) -> String {
-    message
-        .replace("with --ca (WEFT_CA)", "with ca= (or WEFT_CA)")
-        .replace("(with --ca for its CA)", "(with ca= for its CA)")
-        .replace(
-            "requires a client certificate: give --cert and --key",
-            "requires a client certificate, which the Python SDK does not present: connect with a token (token=) to a coordinator that accepts one",
-        )
-}
+const PYTHON_TLS: transport::TlsSettingNames = transport::TlsSettingNames {
+    ca: "ca= (or WEFT_CA)",
+    ca_short: "ca=",
+    identity: "the Python SDK presents none; connect with a token (token=) to a coordinator that accepts one",
+};
 
 /// The gRPC status code an error stands for.
 fn status_code(error: &ClientError) -> tonic::Code {
