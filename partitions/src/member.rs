@@ -219,6 +219,19 @@ impl Member {
                 commands.push(Command::Abandon(partition));
             }
         }
+        // Held in this member's name without its knowing: an acquire whose
+        // answer was lost on the way. Given back, or nobody would ever take
+        // it while the member lives.
+        for (partition, holder) in &holding.holders {
+            if holder.member == self.id && !self.shares.contains_key(partition) {
+                let fence = holder.fence;
+                self.shares.insert(*partition, Share::Releasing { fence });
+                commands.push(Command::Release {
+                    partition: *partition,
+                    fence,
+                });
+            }
+        }
         if !member || self.leaving {
             return;
         }
@@ -371,6 +384,30 @@ mod tests {
             [Command::Abandon(PartitionId(0))]
         );
         assert_eq!(a.leading().count(), 0);
+    }
+
+    #[test]
+    fn a_partition_held_in_its_name_unknown_to_it_is_given_back() {
+        let mut a = Member::new("a".into());
+        a.step(Input::Viewed(&view(2, &["a"], &[])));
+        // The answer to partition 1's acquire was lost; it was refused as
+        // far as the member knows, yet the store shows it held.
+        a.step(Input::Refused(PartitionId(1)));
+        let held = view(2, &["a"], &[(1, "a", 5)]);
+        assert_eq!(
+            a.step(Input::Viewed(&held)),
+            [Command::Release {
+                partition: PartitionId(1),
+                fence: 5
+            }]
+        );
+        assert!(a.step(Input::Viewed(&held)).is_empty(), "released once");
+        a.step(Input::Released(PartitionId(1)));
+        // Free again: taken as any free partition is.
+        assert_eq!(
+            a.step(Input::Viewed(&view(2, &["a"], &[]))),
+            [Command::Acquire(PartitionId(1))]
+        );
     }
 
     #[test]

@@ -307,6 +307,15 @@ impl EtcdStore {
 
     /// The entries `options` select at `key`.
     async fn range(&self, key: &str, options: GetOptions) -> Result<Vec<KeyValue>, StoreError> {
+        Ok(self.range_at(key, options).await?.0)
+    }
+
+    /// A range and the revision etcd read it at (its answer's header).
+    async fn range_at(
+        &self,
+        key: &str,
+        options: GetOptions,
+    ) -> Result<(Vec<KeyValue>, Revision), StoreError> {
         let mut response = self
             .on_member("a read", |client| {
                 let options = options.clone();
@@ -318,7 +327,8 @@ impl EtcdStore {
                 }
             })
             .await?;
-        Ok(response.take_kvs())
+        let revision = response.header().map_or(0, |header| header.revision());
+        Ok((response.take_kvs(), revision))
     }
 
     /// A transaction: `success` when every comparison holds, else nothing.
@@ -394,6 +404,13 @@ impl Store for EtcdStore {
         // etcd answers a range sorted by key, as the trait promises.
         let kvs = self.range(prefix, GetOptions::new().with_prefix()).await?;
         Ok(kvs.iter().map(entry).collect())
+    }
+
+    async fn scan_at(&self, prefix: &str) -> Result<(Vec<Entry>, Revision), StoreError> {
+        let (kvs, revision) = self
+            .range_at(prefix, GetOptions::new().with_prefix())
+            .await?;
+        Ok((kvs.iter().map(entry).collect(), revision))
     }
 
     async fn scan_keys(&self, prefix: &str) -> Result<Vec<String>, StoreError> {

@@ -159,6 +159,15 @@ pub trait Store: Send + Sync + 'static {
     /// Every key starting with `prefix`, in key order.
     fn scan(&self, prefix: &str) -> impl Future<Output = Result<Vec<Entry>, StoreError>> + Send;
 
+    /// Every key starting with `prefix`, in key order, with the store's
+    /// revision they were read at: what a watcher of the prefix has seen
+    /// once it has an event of that revision. Partitioned leadership reads
+    /// its group this way, so a view read earlier is known as older.
+    fn scan_at(
+        &self,
+        prefix: &str,
+    ) -> impl Future<Output = Result<(Vec<Entry>, Revision), StoreError>> + Send;
+
     /// The names of the keys starting with `prefix`, in key order, without
     /// reading their values.
     fn scan_keys(
@@ -276,6 +285,10 @@ impl Store for AnyStore {
 
     async fn scan(&self, prefix: &str) -> Result<Vec<Entry>, StoreError> {
         delegate!(self, s => s.scan(prefix).await)
+    }
+
+    async fn scan_at(&self, prefix: &str) -> Result<(Vec<Entry>, Revision), StoreError> {
+        delegate!(self, s => s.scan_at(prefix).await)
     }
 
     async fn scan_keys(&self, prefix: &str) -> Result<Vec<String>, StoreError> {

@@ -14,6 +14,7 @@
 //! never acts on stale runs.
 
 pub mod election;
+pub mod membership;
 
 use std::sync::Arc;
 use std::time::Duration;

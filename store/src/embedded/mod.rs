@@ -260,19 +260,26 @@ impl EmbeddedStore {
 
 impl Inner {
     /// Every key starting with `prefix`, in key order, as `each` makes of
-    /// it and its record.
+    /// it and its record; with the revision they were read at (taken with
+    /// the overlay and the snapshot under the log's lock, so no write falls
+    /// between them).
     fn scan_with<T>(
         &self,
         prefix: &str,
         each: impl Fn(&str, &[u8]) -> T,
-    ) -> Result<Vec<T>, StoreError> {
-        let (overlay, table) = {
+    ) -> Result<(Vec<T>, Revision), StoreError> {
+        let (overlay, table, revision) = {
             let log = self.log();
-            (log.overlay(prefix), log.snapshot.clone())
+            (
+                log.overlay(prefix),
+                log.snapshot.clone(),
+                log.counter("revision"),
+            )
         };
-        merged(&table, overlay, prefix, |key, record| {
+        let found = merged(&table, overlay, prefix, |key, record| {
             Some(each(key, record))
-        })
+        })?;
+        Ok((found, revision))
     }
 
     /// A key's entry, if present.
@@ -307,12 +314,15 @@ impl Inner {
         Err(lost(key, missing))
     }
 
-    /// Every entry under `prefix`, in key order.
-    fn scan(&self, prefix: &str) -> Result<Vec<Entry>, StoreError> {
+    /// Every entry under `prefix`, in key order, and the revision they
+    /// were read at.
+    fn scan(&self, prefix: &str) -> Result<(Vec<Entry>, Revision), StoreError> {
         let mut missing = None;
         'again: for _ in 0..READ_TRIES {
             let mut found = Vec::new();
-            for read in self.scan_with(prefix, |key, record| entry(&self.values, key, record))? {
+            let (reads, revision) =
+                self.scan_with(prefix, |key, record| entry(&self.values, key, record))?;
+            for read in reads {
                 match read? {
                     Ok(entry) => found.push(entry),
                     Err(gone) => {
@@ -321,7 +331,7 @@ impl Inner {
                     }
                 }
             }
-            return Ok(found);
+            return Ok((found, revision));
         }
         Err(lost(prefix, missing))
     }
@@ -527,9 +537,15 @@ impl Inner {
         Ok(())
     }
 
+    /// Deletes a lease's keys, at a revision of their own as etcd does: a
+    /// reader that saw them knows a later read without them is newer.
     fn drop_lease_keys(&self, lease: LeaseId) -> Result<(), StoreError> {
         self.write(|tx| {
-            for key in tx.keys("", |record| lease_of(record) == lease)? {
+            let keys = tx.keys("", |record| lease_of(record) == lease)?;
+            if !keys.is_empty() {
+                tx.next_revision();
+            }
+            for key in keys {
                 tx.remove(key)?;
             }
             Ok(())
@@ -577,13 +593,17 @@ impl Store for EmbeddedStore {
     }
 
     async fn scan(&self, prefix: &str) -> Result<Vec<Entry>, StoreError> {
+        Ok(self.scan_at(prefix).await?.0)
+    }
+
+    async fn scan_at(&self, prefix: &str) -> Result<(Vec<Entry>, Revision), StoreError> {
         let prefix = prefix.to_owned();
         self.blocking(move |inner| inner.scan(&prefix)).await
     }
 
     async fn scan_keys(&self, prefix: &str) -> Result<Vec<String>, StoreError> {
         let prefix = prefix.to_owned();
-        self.blocking(move |inner| inner.scan_with(&prefix, |key, _| key.to_owned()))
+        self.blocking(move |inner| Ok(inner.scan_with(&prefix, |key, _| key.to_owned())?.0))
             .await
     }
 

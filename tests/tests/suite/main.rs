@@ -24,6 +24,7 @@ mod llm;
 mod local;
 mod loops;
 mod node_cache;
+mod partitions;
 mod python;
 mod python_bundles;
 mod retrieval;

@@ -297,8 +297,54 @@ async fn many_prefixes(store: &impl Store, p: &str) {
     store.delete_prefixes(&[], None).await.unwrap();
 }
 
+/// A scan says the revision it read at: every write acknowledged before
+/// it is at or below that revision, every write after it above; a write
+/// under another prefix moves it too (one revision for the whole store).
+async fn scans_at_a_revision(store: &impl Store, p: &str) {
+    let (empty, at_first) = store.scan_at(&key(p, "group/")).await.unwrap();
+    assert!(empty.is_empty());
+    let member = store
+        .put(&key(p, "group/m1"), b"1".to_vec(), None)
+        .await
+        .unwrap();
+    assert!(member > at_first, "{member} after {at_first}");
+    let (seen, at) = store.scan_at(&key(p, "group/")).await.unwrap();
+    assert_eq!(seen.len(), 1);
+    assert_eq!(seen[0].create_revision, member);
+    assert!(at >= member, "read at {at}, the write was {member}");
+    let elsewhere = store
+        .put(&key(p, "other"), b"x".to_vec(), None)
+        .await
+        .unwrap();
+    assert!(elsewhere > at);
+    let (again, later) = store.scan_at(&key(p, "group/")).await.unwrap();
+    assert_eq!(again, seen, "nothing changed under the prefix");
+    assert!(
+        later >= elsewhere,
+        "read at {later}, after a write at {elsewhere}"
+    );
+    // A lease's keys going is a change of its own: a read without them is
+    // newer than one with them.
+    let lease = store.grant_lease(Duration::from_secs(30)).await.unwrap();
+    store
+        .create(&key(p, "group/m2"), b"2".to_vec(), Some(lease))
+        .await
+        .unwrap()
+        .expect("absent");
+    let (with, at_with) = store.scan_at(&key(p, "group/")).await.unwrap();
+    assert_eq!(with.len(), 2);
+    store.revoke(lease).await.unwrap();
+    let (without, at_without) = store.scan_at(&key(p, "group/")).await.unwrap();
+    assert_eq!(without, seen, "the lease's key went with it");
+    assert!(
+        at_without > at_with,
+        "read at {at_without} without the lease's key, at {at_with} with it"
+    );
+}
+
 async fn suite(store: &impl Store, p: &str) {
     reads_and_writes(store, &key(p, "rw")).await;
+    scans_at_a_revision(store, &key(p, "at")).await;
     many_prefixes(store, &key(p, "many")).await;
     conditional_writes(store, &key(p, "cond")).await;
     fences(store, &key(p, "fence")).await;

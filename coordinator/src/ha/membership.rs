@@ -1,0 +1,474 @@
+//! A coordinator's part in a partitioned group: its session, its member
+//! key, the group read from the store, the pure core
+//! ([`weft_partitions::Member`]) driven by what it reads, and the core's
+//! commands carried out — lease keys created and deleted on the store,
+//! partitions served, drained and abandoned by a [`Runtime`].
+//!
+//! Everything lives under one prefix, [`GROUP_PREFIX`], so one read gives
+//! one consistent holding at one revision:
+//!
+//! - `group/count`: the partition count, written by the group's first
+//!   coordinator; a coordinator configured with another count is refused
+//!   ([`fix_count`]);
+//! - `group/members/<id>`: one per live coordinator, under its session
+//!   lease, holding its advertised URL; the id is the lease's, so a
+//!   coordinator that lost its session comes back as a new member;
+//! - `group/partitions/<00000>`: a partition's lease key, created only
+//!   where none is, under its leader's session lease, holding the leader's
+//!   id. Its create revision is the partition's fence: every write for the
+//!   partition's runs is conditional on it.
+//!
+//! A coordinator re-reads the group whenever its watch of the prefix says
+//! something changed, and every third of the lease's time to live (a watch
+//! can break; the embedded store expires leases when it is next used), and
+//! drops a read older than one it has already acted on. A crashed
+//! coordinator's keys go with its session lease: its partitions are free,
+//! and taken, within one time to live.
+
+use std::collections::{BTreeMap, HashMap};
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+use weft_partitions::{Command, Holder, Holding, Input, Member, MemberId, View};
+pub use weft_partitions::{PartitionError, PartitionId, Partitioning};
+use weft_store::{AnyStore, Entry, Fence, LeaseId, Revision, Store, StoreError};
+
+use super::election::{self, Term};
+use crate::term::LeaseClock;
+
+/// The prefix every key of a partitioned group lives under.
+pub const GROUP_PREFIX: &str = "group/";
+const COUNT_KEY: &str = "group/count";
+const MEMBERS: &str = "group/members/";
+const HOLDERS: &str = "group/partitions/";
+
+/// A partition's lease key: fixed-width, so no key is a prefix of another.
+pub fn holder_key(partition: PartitionId) -> String {
+    format!("{HOLDERS}{:05}", partition.0)
+}
+
+fn member_key(id: &MemberId) -> String {
+    format!("{MEMBERS}{id}")
+}
+
+/// Why a coordinator cannot take part in its group.
+#[derive(Debug, thiserror::Error)]
+pub enum GroupError {
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The configured partition count is not the group's.
+    #[error(transparent)]
+    Partitions(#[from] PartitionError),
+    /// `group/count` holds something that is not a count.
+    #[error("the store's '{COUNT_KEY}' holds {0:?}, not a partition count")]
+    Corrupt(String),
+}
+
+/// Fixes the group's partition count on first use; refuses a count that
+/// differs from the one the group's store was created with, naming both.
+pub async fn fix_count(store: &AnyStore, partitioning: Partitioning) -> Result<(), GroupError> {
+    let configured = partitioning.count();
+    let text = configured.to_string().into_bytes();
+    if store.create(COUNT_KEY, text, None).await?.is_some() {
+        return Ok(());
+    }
+    let stored = store
+        .get(COUNT_KEY)
+        .await?
+        .map(|entry| String::from_utf8_lossy(&entry.value).into_owned())
+        .unwrap_or_default();
+    let stored = stored
+        .parse::<u32>()
+        .map_err(|_| GroupError::Corrupt(stored))?;
+    partitioning.against_store(Some(stored))?;
+    Ok(())
+}
+
+/// What serves the partitions a coordinator leads.
+pub trait Runtime: Send + Sync + 'static {
+    /// Serves `partition`: restores its runs and takes work for them, every
+    /// write fenced on `fence`. What it starts stops, without writing, when
+    /// `abandoned` is cancelled (another coordinator leads it now).
+    fn serve(
+        &self,
+        partition: PartitionId,
+        fence: Fence,
+        abandoned: CancellationToken,
+    ) -> impl Future<Output = ()> + Send;
+
+    /// Stops serving `partition` for a hand-over: takes no more work for
+    /// it, stops its run actors and checkpoints them; returns once done.
+    fn drain(&self, partition: PartitionId) -> impl Future<Output = ()> + Send;
+}
+
+/// How a coordinator takes part.
+#[derive(Debug, Clone)]
+pub struct GroupSettings {
+    /// The group's partitions.
+    pub partitioning: Partitioning,
+    /// This coordinator's advertised URL, kept in its member key.
+    pub url: String,
+    /// The session lease's time to live.
+    pub ttl: Duration,
+}
+
+/// Takes part in the group until `leave` is cancelled, then hands every
+/// partition over (drained, checkpointed, released) and leaves. A session
+/// lost (its lease expired while the process was paused or cut off)
+/// abandons what it led and starts another. Fails only when the partition
+/// count is refused.
+pub async fn take_part(
+    store: AnyStore,
+    settings: GroupSettings,
+    runtime: Arc<impl Runtime>,
+    leave: CancellationToken,
+) -> Result<(), GroupError> {
+    fix_count(&store, settings.partitioning).await?;
+    let mut pause = Duration::from_millis(100);
+    loop {
+        match session(&store, &settings, &runtime, &leave).await {
+            Ok(Ended::Left) => return Ok(()),
+            Ok(Ended::Lost) => {
+                tracing::warn!("the group session was lost: partitions abandoned, joining again");
+            }
+            Err(error) => {
+                tracing::warn!(%error, "the group session failed; joining again");
+                tokio::select! {
+                    () = leave.cancelled() => return Ok(()),
+                    () = tokio::time::sleep(pause) => {}
+                }
+                pause = (pause * 2).min(settings.ttl);
+            }
+        }
+        if leave.is_cancelled() {
+            return Ok(());
+        }
+    }
+}
+
+enum Ended {
+    Left,
+    Lost,
+}
+
+/// What a request or order sent off answers.
+enum Answer {
+    Acquired(PartitionId, Revision),
+    Refused(PartitionId),
+    Drained(PartitionId),
+    Released(PartitionId),
+    Lost,
+}
+
+/// An order for the runtime, carried out one after another.
+enum Order {
+    Serve(PartitionId, Fence, CancellationToken),
+    Drain(PartitionId),
+}
+
+/// One session: a member from joining until it leaves or loses its lease.
+async fn session(
+    store: &AnyStore,
+    settings: &GroupSettings,
+    runtime: &Arc<impl Runtime>,
+    leave: &CancellationToken,
+) -> Result<Ended, StoreError> {
+    let lease = store.grant_lease(settings.ttl).await?;
+    let id = MemberId(format!("{lease:016x}"));
+    let key = member_key(&id);
+    let Some(revision) = store
+        .create(&key, settings.url.as_bytes().to_vec(), Some(lease))
+        .await?
+    else {
+        let _ = store.revoke(lease).await;
+        return Err(StoreError::Etcd(format!("member key {key} exists already")));
+    };
+    tracing::info!(member = %id, url = %settings.url, "joined the group");
+    // Dropped with the session: its tasks end with it.
+    let mut tasks = JoinSet::new();
+    let ended = CancellationToken::new();
+    let _stop = ended.clone().drop_guard();
+    let (answers, mut answered) = mpsc::unbounded_channel();
+    let term = Term {
+        fence: Fence { key, revision },
+        lease,
+    };
+    // Apart from the other tasks: on leaving, it is awaited while it gives
+    // the session up.
+    let mut holding_session = JoinSet::new();
+    holding_session.spawn({
+        let (store, answers, stop) = (store.clone(), answers.clone(), ended.clone());
+        let clock = LeaseClock::new(settings.ttl);
+        async move {
+            if election::hold(store, term, clock, stop).await {
+                let _ = answers.send(Answer::Lost);
+            }
+        }
+    });
+    let (orders, mut ordered) = mpsc::unbounded_channel::<Order>();
+    tasks.spawn({
+        let (runtime, answers) = (runtime.clone(), answers.clone());
+        async move {
+            while let Some(order) = ordered.recv().await {
+                match order {
+                    Order::Serve(partition, fence, abandoned) => {
+                        runtime.serve(partition, fence, abandoned).await;
+                    }
+                    Order::Drain(partition) => {
+                        runtime.drain(partition).await;
+                        let _ = answers.send(Answer::Drained(partition));
+                    }
+                }
+            }
+        }
+    });
+    let mut group = Group {
+        store: store.clone(),
+        member: Member::new(id),
+        lease,
+        answers,
+        orders,
+        served: HashMap::new(),
+        ended: ended.clone(),
+        leaving: false,
+        left: false,
+    };
+    let mut changes = store.watch(GROUP_PREFIX).await?;
+    let mut seen: Revision = 0;
+    let mut look = true;
+    loop {
+        if look {
+            look = false;
+            // A read that fails is tried again at the next change or tick:
+            // only the session's lease decides whether this member is in.
+            match store.scan_at(GROUP_PREFIX).await {
+                Ok((entries, revision)) if revision > seen => {
+                    seen = revision;
+                    let view = View::new(
+                        settings.partitioning,
+                        holding(&entries, revision, settings.partitioning),
+                    );
+                    let commands = group.member.step(Input::Viewed(&view));
+                    group.carry_out(commands, &mut tasks);
+                }
+                Ok(_) => {}
+                Err(error) => tracing::warn!(%error, "reading the group failed"),
+            }
+        }
+        if group.left {
+            // Gives the session up: the member key goes at once.
+            while holding_session.join_next().await.is_some() {}
+            return Ok(Ended::Left);
+        }
+        tokio::select! {
+            () = leave.cancelled(), if !group.leaving => {
+                group.leaving = true;
+                let commands = group.member.step(Input::Leave);
+                group.carry_out(commands, &mut tasks);
+                look = true;
+            }
+            change = changes.recv() => match change {
+                Some(_) => {
+                    while changes.try_recv().is_ok() {}
+                    look = true;
+                }
+                None => {
+                    match store.watch(GROUP_PREFIX).await {
+                        Ok(watch) => changes = watch,
+                        Err(error) => {
+                            tracing::warn!(%error, "watching the group failed");
+                            tokio::time::sleep(settings.ttl / 6).await;
+                        }
+                    }
+                    look = true;
+                }
+            },
+            () = tokio::time::sleep(settings.ttl / 3) => look = true,
+            Some(answer) = answered.recv() => {
+                let input = match answer {
+                    Answer::Lost => {
+                        let commands = group.member.step(Input::Lost);
+                        group.carry_out(commands, &mut tasks);
+                        return Ok(Ended::Lost);
+                    }
+                    Answer::Acquired(partition, fence) => Input::Acquired {
+                        partition,
+                        fence: fence as u64,
+                    },
+                    Answer::Refused(partition) => Input::Refused(partition),
+                    Answer::Drained(partition) => Input::Drained(partition),
+                    Answer::Released(partition) => Input::Released(partition),
+                };
+                let commands = group.member.step(input);
+                group.carry_out(commands, &mut tasks);
+            }
+        }
+    }
+}
+
+/// A session's state beside its core.
+struct Group {
+    store: AnyStore,
+    member: Member,
+    lease: LeaseId,
+    answers: mpsc::UnboundedSender<Answer>,
+    orders: mpsc::UnboundedSender<Order>,
+    /// Each served partition's token, cancelled when it is abandoned.
+    served: HashMap<PartitionId, CancellationToken>,
+    ended: CancellationToken,
+    /// Asked to leave.
+    leaving: bool,
+    /// Every partition handed over.
+    left: bool,
+}
+
+impl Group {
+    fn carry_out(&mut self, commands: Vec<Command>, tasks: &mut JoinSet<()>) {
+        for command in commands {
+            match command {
+                Command::Acquire(partition) => {
+                    let (store, answers) = (self.store.clone(), self.answers.clone());
+                    let (id, lease) = (self.member.id().0.clone(), self.lease);
+                    tasks.spawn(async move {
+                        let key = holder_key(partition);
+                        let answer = match store.create(&key, id.into_bytes(), Some(lease)).await {
+                            Ok(Some(fence)) => Answer::Acquired(partition, fence),
+                            Ok(None) => Answer::Refused(partition),
+                            // Created or not: a later read shows it, and
+                            // the core gives back one held unknowingly.
+                            Err(error) => {
+                                tracing::warn!(%error, %partition, "asking for a partition failed");
+                                Answer::Refused(partition)
+                            }
+                        };
+                        let _ = answers.send(answer);
+                    });
+                }
+                Command::Serve { partition, fence } => {
+                    tracing::info!(%partition, fence, "leading");
+                    let abandoned = self.ended.child_token();
+                    self.served.insert(partition, abandoned.clone());
+                    let fence = Fence {
+                        key: holder_key(partition),
+                        revision: fence as Revision,
+                    };
+                    let _ = self.orders.send(Order::Serve(partition, fence, abandoned));
+                }
+                Command::Drain(partition) => {
+                    tracing::info!(%partition, "handing over: draining");
+                    let _ = self.orders.send(Order::Drain(partition));
+                }
+                Command::Release { partition, fence } => {
+                    if let Some(served) = self.served.remove(&partition) {
+                        served.cancel();
+                    }
+                    let (store, answers) = (self.store.clone(), self.answers.clone());
+                    let ended = self.ended.clone();
+                    tasks.spawn(async move {
+                        release(&store, partition, fence as Revision, &ended).await;
+                        let _ = answers.send(Answer::Released(partition));
+                    });
+                }
+                Command::Abandon(partition) => {
+                    tracing::warn!(%partition, "another coordinator leads it now: abandoned");
+                    if let Some(served) = self.served.remove(&partition) {
+                        served.cancel();
+                    }
+                }
+                Command::Left => {
+                    self.left = true;
+                    self.ended.cancel();
+                }
+            }
+        }
+    }
+}
+
+/// Deletes a partition's lease key while it still has `fence`; tried again
+/// until it is gone or the session ends (then the lease takes it).
+async fn release(
+    store: &AnyStore,
+    partition: PartitionId,
+    fence: Revision,
+    ended: &CancellationToken,
+) {
+    let key = holder_key(partition);
+    let held = Fence {
+        key: key.clone(),
+        revision: fence,
+    };
+    let mut pause = Duration::from_millis(50);
+    loop {
+        match store.delete_prefix(&key, Some(&held)).await {
+            Ok(()) | Err(StoreError::Fenced { .. }) => return,
+            Err(error) => {
+                tracing::warn!(%error, %partition, "releasing a partition failed; trying again");
+            }
+        }
+        tokio::select! {
+            () = ended.cancelled() => return,
+            () = tokio::time::sleep(pause) => {}
+        }
+        pause = (pause * 2).min(Duration::from_secs(1));
+    }
+}
+
+/// The group as read at `revision`.
+fn holding(entries: &[Entry], revision: Revision, partitioning: Partitioning) -> Holding {
+    let mut holding = Holding {
+        revision: revision as u64,
+        ..Holding::default()
+    };
+    for entry in entries {
+        if let Some(id) = entry.key.strip_prefix(MEMBERS) {
+            holding.members.insert(MemberId(id.to_owned()));
+        } else if let Some(number) = entry.key.strip_prefix(HOLDERS)
+            && let Ok(number) = number.parse::<u32>()
+            && number < partitioning.count()
+        {
+            holding.holders.insert(
+                PartitionId(number),
+                Holder {
+                    member: MemberId(String::from_utf8_lossy(&entry.value).into_owned()),
+                    fence: entry.create_revision as u64,
+                },
+            );
+        }
+    }
+    holding
+}
+
+/// The group's members and the partitions each leads, as read now: for
+/// operators and tests.
+pub async fn read_group(
+    store: &AnyStore,
+) -> Result<BTreeMap<String, Vec<PartitionId>>, StoreError> {
+    let (entries, _) = store.scan_at(GROUP_PREFIX).await?;
+    let mut urls = BTreeMap::new();
+    let mut led: BTreeMap<String, Vec<PartitionId>> = BTreeMap::new();
+    for entry in &entries {
+        if let Some(id) = entry.key.strip_prefix(MEMBERS) {
+            let url = String::from_utf8_lossy(&entry.value).into_owned();
+            urls.insert(id.to_owned(), url.clone());
+            led.entry(url).or_default();
+        }
+    }
+    for entry in &entries {
+        if let Some(number) = entry.key.strip_prefix(HOLDERS)
+            && let Ok(number) = number.parse::<u32>()
+        {
+            let id = String::from_utf8_lossy(&entry.value);
+            let url = urls
+                .get(id.as_ref())
+                .cloned()
+                .unwrap_or_else(|| id.into_owned());
+            led.entry(url).or_default().push(PartitionId(number));
+        }
+    }
+    Ok(led)
+}

@@ -1,0 +1,279 @@
+//! Partitioned leadership's membership on a real store (issue 43): three
+//! members in this process take part in one group through
+//! `ha::membership`, on the embedded store and on a real etcd. Each
+//! member's runtime proves its fence with a write fenced on it, and a
+//! shared ledger records who serves which partition. Checked: the group
+//! settles with every partition led once and each member within one of
+//! even; a member that leaves drains and hands over every partition it
+//! led; a member that dies without a word has its partitions taken
+//! within its lease; a returning member gets its share back by
+//! hand-overs; a hand-over's old fence writes nothing; a changed
+//! partition count is refused with both figures.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use weft_coordinator::ha::membership::{
+    self, GroupSettings, PartitionId, Partitioning, Runtime, holder_key, read_group,
+};
+use weft_store::{AnyStore, EmbeddedStore, EtcdStore, Fence, Store, StoreError};
+use weft_tests::etcd::TestEtcd;
+
+const PARTITIONS: u32 = 16;
+const TTL: Duration = Duration::from_secs(2);
+
+/// Who serves what, across the members of one test.
+#[derive(Default)]
+struct Ledger {
+    /// Each partition's server and fence.
+    serving: Mutex<BTreeMap<u32, (String, i64)>>,
+    /// Every fence a partition was served under, in order.
+    fences: Mutex<BTreeMap<u32, Vec<i64>>>,
+    /// A partition served by two members at once, or a fence that did not
+    /// let its holder write.
+    broken: Mutex<Vec<String>>,
+    /// Partitions drained, by member.
+    drained: Mutex<BTreeMap<String, u32>>,
+}
+
+impl Ledger {
+    fn led_by(&self) -> BTreeMap<String, u32> {
+        let mut led = BTreeMap::new();
+        for (url, _) in self.serving.lock().unwrap().values() {
+            *led.entry(url.clone()).or_default() += 1;
+        }
+        led
+    }
+}
+
+/// One member's runtime: a fenced write when it starts serving and when it
+/// drains, as a partition's checkpoints are.
+struct Node {
+    url: String,
+    store: AnyStore,
+    ledger: Arc<Ledger>,
+}
+
+impl Node {
+    async fn write(&self, partition: PartitionId, fence: &Fence, what: &str) {
+        let key = format!("test/runs/{}", partition.0);
+        let value = format!("{what} by {}", self.url).into_bytes();
+        if let Err(error) = self.store.put(&key, value, Some(fence)).await {
+            self.ledger.broken.lock().unwrap().push(format!(
+                "{} could not write {partition} under its fence {}: {error}",
+                self.url, fence.revision
+            ));
+        }
+    }
+}
+
+impl Runtime for Node {
+    async fn serve(&self, partition: PartitionId, fence: Fence, abandoned: CancellationToken) {
+        if abandoned.is_cancelled() {
+            return;
+        }
+        self.write(partition, &fence, "restored").await;
+        {
+            let mut serving = self.ledger.serving.lock().unwrap();
+            if let Some((other, _)) = serving.get(&partition.0) {
+                self.ledger.broken.lock().unwrap().push(format!(
+                    "{partition} served by {} while {other} serves it",
+                    self.url
+                ));
+            }
+            serving.insert(partition.0, (self.url.clone(), fence.revision));
+        }
+        self.ledger
+            .fences
+            .lock()
+            .unwrap()
+            .entry(partition.0)
+            .or_default()
+            .push(fence.revision);
+        // Abandoned (or released after a drain): no longer served here.
+        let (ledger, url) = (self.ledger.clone(), self.url.clone());
+        tokio::spawn(async move {
+            abandoned.cancelled().await;
+            let mut serving = ledger.serving.lock().unwrap();
+            if serving.get(&partition.0) == Some(&(url, fence.revision)) {
+                serving.remove(&partition.0);
+            }
+        });
+    }
+
+    async fn drain(&self, partition: PartitionId) {
+        let fence = {
+            let serving = self.ledger.serving.lock().unwrap();
+            serving.get(&partition.0).cloned()
+        };
+        let Some((url, fence)) = fence.filter(|(url, _)| *url == self.url) else {
+            return;
+        };
+        let fence = Fence {
+            key: holder_key(partition),
+            revision: fence,
+        };
+        self.write(partition, &fence, "checkpointed").await;
+        let mut serving = self.ledger.serving.lock().unwrap();
+        if serving.get(&partition.0).is_some_and(|(u, _)| *u == url) {
+            serving.remove(&partition.0);
+        }
+        *self.ledger.drained.lock().unwrap().entry(url).or_default() += 1;
+    }
+}
+
+struct Joined {
+    leave: CancellationToken,
+    task: JoinHandle<Result<(), membership::GroupError>>,
+}
+
+fn join(store: &AnyStore, ledger: &Arc<Ledger>, url: &str) -> Joined {
+    let settings = GroupSettings {
+        partitioning: Partitioning::new(PARTITIONS).unwrap(),
+        url: url.to_owned(),
+        ttl: TTL,
+    };
+    let node = Arc::new(Node {
+        url: url.to_owned(),
+        store: store.clone(),
+        ledger: ledger.clone(),
+    });
+    let leave = CancellationToken::new();
+    let task = tokio::spawn(membership::take_part(
+        store.clone(),
+        settings,
+        node,
+        leave.clone(),
+    ));
+    Joined { leave, task }
+}
+
+/// Waits until `members` lead every partition between them, each within
+/// one of even, as the store and the ledger both say; returns how long
+/// that took.
+async fn settled(store: &AnyStore, ledger: &Ledger, members: &[&str]) -> Duration {
+    let started = Instant::now();
+    let (low, high) = (
+        PARTITIONS / members.len() as u32,
+        PARTITIONS.div_ceil(members.len() as u32),
+    );
+    loop {
+        let group = read_group(store).await.unwrap();
+        let stored: BTreeMap<String, u32> = group
+            .iter()
+            .map(|(url, led)| (url.clone(), led.len() as u32))
+            .collect();
+        let served = ledger.led_by();
+        let expected: Vec<&str> = members.to_vec();
+        let even = stored
+            .keys()
+            .map(String::as_str)
+            .eq(expected.iter().copied())
+            && stored.values().all(|n| (low..=high).contains(n))
+            && stored.values().sum::<u32>() == PARTITIONS
+            && served == stored;
+        if even {
+            return started.elapsed();
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "not settled over {members:?}: the store says {stored:?}, the runtimes serve {served:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn a_group_of_three_hands_partitions_over(store: AnyStore) {
+    let ledger = Arc::new(Ledger::default());
+    let (a, b, c) = ("http://a:1", "http://b:1", "http://c:1");
+    let first = join(&store, &ledger, a);
+    let second = join(&store, &ledger, b);
+    let third = join(&store, &ledger, c);
+    let took = settled(&store, &ledger, &[a, b, c]).await;
+    eprintln!("three members settled in {took:?}");
+
+    // A clean leave: every partition the member led is drained before it
+    // goes, and the two others take them.
+    let c_led = ledger.led_by()[c];
+    third.leave.cancel();
+    third.task.await.unwrap().unwrap();
+    assert_eq!(ledger.drained.lock().unwrap().get(c), Some(&c_led));
+    let took = settled(&store, &ledger, &[a, b]).await;
+    eprintln!("after a leave, settled in {took:?}");
+
+    // A death without a word: its session's lease lapses, its partitions
+    // are taken within it.
+    second.task.abort();
+    let _ = second.task.await;
+    let took = settled(&store, &ledger, &[a]).await;
+    eprintln!("after a death, the survivor led everything in {took:?}");
+    assert!(
+        took < TTL * 3,
+        "took {took:?}, the lease's time to live is {TTL:?}"
+    );
+
+    // A member back: it gets its share through hand-overs.
+    let again = join(&store, &ledger, b);
+    let drained_before = ledger.drained.lock().unwrap().get(a).copied().unwrap_or(0);
+    settled(&store, &ledger, &[a, b]).await;
+    let handed = ledger.drained.lock().unwrap()[a] - drained_before;
+    assert_eq!(handed, PARTITIONS / 2, "each partition b took, a drained");
+
+    // A partition that moved: its old fence writes nothing.
+    let (partition, old) = {
+        let fences = ledger.fences.lock().unwrap();
+        let (partition, seen) = fences
+            .iter()
+            .find(|(_, seen)| seen.len() > 1)
+            .expect("some partition moved");
+        (*partition, seen[0])
+    };
+    let stale = Fence {
+        key: holder_key(PartitionId(partition)),
+        revision: old,
+    };
+    let refused = store
+        .put("test/stale", b"x".to_vec(), Some(&stale))
+        .await
+        .unwrap_err();
+    assert!(matches!(refused, StoreError::Fenced { .. }), "{refused}");
+
+    let broken = ledger.broken.lock().unwrap().clone();
+    assert!(broken.is_empty(), "{broken:#?}");
+
+    // Another count on the same store is refused, with both figures.
+    let refused = membership::fix_count(&store, Partitioning::new(8).unwrap())
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        refused.contains("partitions = 8") && refused.contains("created with 16 partitions"),
+        "{refused}"
+    );
+
+    for member in [first, again] {
+        member.leave.cancel();
+        member.task.await.unwrap().unwrap();
+    }
+    let group = read_group(&store).await.unwrap();
+    assert!(group.is_empty(), "everyone left: {group:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_members_share_partitions_on_the_embedded_store() {
+    let dir = std::env::temp_dir().join(format!("weft-partitions-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let store = AnyStore::Embedded(EmbeddedStore::open(&dir.join("s.redb")).unwrap());
+    a_group_of_three_hands_partitions_over(store).await;
+    std::fs::remove_dir_all(dir).ok();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_members_share_partitions_on_etcd() {
+    let etcd = TestEtcd::start().await.expect("etcd runs");
+    let store = AnyStore::Etcd(EtcdStore::connect(std::slice::from_ref(&etcd.url)).unwrap());
+    a_group_of_three_hands_partitions_over(store).await;
+}
