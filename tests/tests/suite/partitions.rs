@@ -37,6 +37,10 @@ struct Ledger {
     broken: Mutex<Vec<String>>,
     /// Partitions drained, by member.
     drained: Mutex<BTreeMap<String, u32>>,
+    /// Partitions dropped without a drain (abandoned), by member.
+    abandoned: Mutex<BTreeMap<String, u32>>,
+    /// The (partition, fence) pairs drained.
+    drained_fences: Mutex<std::collections::BTreeSet<(u32, i64)>>,
 }
 
 impl Ledger {
@@ -76,15 +80,27 @@ impl Runtime for Node {
             return;
         }
         self.write(partition, &fence, "restored").await;
-        {
+        let before = {
             let mut serving = self.ledger.serving.lock().unwrap();
-            if let Some((other, _)) = serving.get(&partition.0) {
+            serving.insert(partition.0, (self.url.clone(), fence.revision))
+        };
+        // Another still serving it may only be a deposed leader that has
+        // not heard yet: its fence must write nothing.
+        if let Some((other, old)) = before {
+            let stale = Fence {
+                key: holder_key(partition),
+                revision: old,
+            };
+            let written = self
+                .store
+                .put("test/stale", b"x".to_vec(), Some(&stale))
+                .await;
+            if !matches!(written, Err(StoreError::Fenced { .. })) {
                 self.ledger.broken.lock().unwrap().push(format!(
-                    "{partition} served by {} while {other} serves it",
+                    "{partition} served by {} while {other}'s fence {old} still writes: {written:?}",
                     self.url
                 ));
             }
-            serving.insert(partition.0, (self.url.clone(), fence.revision));
         }
         self.ledger
             .fences
@@ -97,6 +113,19 @@ impl Runtime for Node {
         let (ledger, url) = (self.ledger.clone(), self.url.clone());
         tokio::spawn(async move {
             abandoned.cancelled().await;
+            let drained = ledger
+                .drained_fences
+                .lock()
+                .unwrap()
+                .contains(&(partition.0, fence.revision));
+            if !drained {
+                *ledger
+                    .abandoned
+                    .lock()
+                    .unwrap()
+                    .entry(url.clone())
+                    .or_default() += 1;
+            }
             let mut serving = ledger.serving.lock().unwrap();
             if serving.get(&partition.0) == Some(&(url, fence.revision)) {
                 serving.remove(&partition.0);
@@ -117,6 +146,11 @@ impl Runtime for Node {
             revision: fence,
         };
         self.write(partition, &fence, "checkpointed").await;
+        self.ledger
+            .drained_fences
+            .lock()
+            .unwrap()
+            .insert((partition.0, fence.revision));
         let mut serving = self.ledger.serving.lock().unwrap();
         if serving.get(&partition.0).is_some_and(|(u, _)| *u == url) {
             serving.remove(&partition.0);
@@ -197,10 +231,29 @@ async fn a_group_of_three_hands_partitions_over(store: AnyStore) {
 
     // A clean leave: every partition the member led is drained before it
     // goes, and the two others take them.
-    let c_led = ledger.led_by()[c];
+    // (Members that joined first handed some over while the group settled.)
+    let drained = |url: &str| {
+        ledger
+            .drained
+            .lock()
+            .unwrap()
+            .get(url)
+            .copied()
+            .unwrap_or(0)
+    };
+    let (c_led, c_drained) = (ledger.led_by()[c], drained(c));
     third.leave.cancel();
     third.task.await.unwrap().unwrap();
-    assert_eq!(ledger.drained.lock().unwrap().get(c), Some(&c_led));
+    assert_eq!(
+        drained(c) - c_drained,
+        c_led,
+        "each partition it led drained"
+    );
+    assert_eq!(
+        ledger.abandoned.lock().unwrap().get(c),
+        None,
+        "none dropped"
+    );
     let took = settled(&store, &ledger, &[a, b]).await;
     eprintln!("after a leave, settled in {took:?}");
 
@@ -217,10 +270,51 @@ async fn a_group_of_three_hands_partitions_over(store: AnyStore) {
 
     // A member back: it gets its share through hand-overs.
     let again = join(&store, &ledger, b);
-    let drained_before = ledger.drained.lock().unwrap().get(a).copied().unwrap_or(0);
+    let drained_before = drained(a);
     settled(&store, &ledger, &[a, b]).await;
-    let handed = ledger.drained.lock().unwrap()[a] - drained_before;
+    let handed = drained(a) - drained_before;
     assert_eq!(handed, PARTITIONS / 2, "each partition b took, a drained");
+
+    // A session revoked under a live member (as etcd does to a lease it
+    // stops hearing about): it abandons what it led, its old fences write
+    // nothing, and it joins again as a new member.
+    let abandoned = |url: &str| ledger.abandoned.lock().unwrap().get(url).copied();
+    let before = abandoned(b).unwrap_or(0);
+    let lease = revoke_session_of(&store, b).await;
+    let took = settled(&store, &ledger, &[a, b]).await;
+    eprintln!("after session {lease:x} was revoked, settled again in {took:?}");
+    assert_eq!(
+        abandoned(b).unwrap_or(0) - before,
+        PARTITIONS / 2,
+        "every partition of the revoked session abandoned"
+    );
+
+    // One partition's lease key gone while its leader's session lives on
+    // (deleted by hand): the leader abandons that partition alone, at
+    // once, and it is led again under a new fence.
+    let (partition, holder) = {
+        let serving = ledger.serving.lock().unwrap();
+        let (partition, (url, _)) = serving.iter().next().expect("served");
+        (*partition, url.clone())
+    };
+    let before = abandoned(&holder).unwrap_or(0);
+    store
+        .delete_prefix(&holder_key(PartitionId(partition)), None)
+        .await
+        .unwrap();
+    settled(&store, &ledger, &[a, b]).await;
+    let started = Instant::now();
+    while abandoned(&holder).unwrap_or(0) == before {
+        assert!(started.elapsed() < TTL, "{holder} still serves {partition}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        abandoned(&holder).unwrap(),
+        before + 1,
+        "that partition alone"
+    );
+    let fences = ledger.fences.lock().unwrap()[&partition].clone();
+    assert!(fences.len() >= 2, "led again under a new fence: {fences:?}");
 
     // A partition that moved: its old fence writes nothing.
     let (partition, old) = {
@@ -260,6 +354,19 @@ async fn a_group_of_three_hands_partitions_over(store: AnyStore) {
     }
     let group = read_group(&store).await.unwrap();
     assert!(group.is_empty(), "everyone left: {group:?}");
+}
+
+/// Revokes the session of the member at `url`; its lease id.
+async fn revoke_session_of(store: &AnyStore, url: &str) -> i64 {
+    let members = store.scan("group/members/").await.unwrap();
+    let member = members
+        .iter()
+        .find(|m| m.value == url.as_bytes())
+        .expect("the member is in the group");
+    let id = member.key.trim_start_matches("group/members/");
+    let lease = i64::from_str_radix(id, 16).expect("a member's id is its lease's");
+    store.revoke(lease).await.unwrap();
+    lease
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
