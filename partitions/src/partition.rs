@@ -4,8 +4,9 @@
 //! the group's store is created. A run's partition is FNV-1a (64 bits) of
 //! its id's bytes, modulo the count: a fixed, specified hash, so every
 //! coordinator of every release puts a run in the same partition. A child
-//! run is not hashed: it lives in its parent's partition, which the caller
-//! passes on.
+//! run lives in its parent's partition: its id is made so that it hashes
+//! there ([`Partitioning::id_in`]), so any coordinator finds any run's
+//! partition — and so its leader — from its id alone, with no lookup.
 
 use std::fmt;
 use std::hash::Hasher;
@@ -86,11 +87,34 @@ impl Partitioning {
         (0..self.count).map(PartitionId)
     }
 
-    /// The partition of the top-level run `run_id`.
+    /// The partition of the run `run_id`.
     pub fn of_run(self, run_id: &str) -> PartitionId {
         let mut hash = fnv::FnvHasher::default();
         hash.write(run_id.as_bytes());
         PartitionId((hash.finish() % u64::from(self.count)) as u32)
+    }
+
+    /// An id from `make` that lands in `partition` (a child run's, in its
+    /// parent's): ids are made until one hashes there, the count's worth
+    /// of tries on average — the first, with one partition. `make` must
+    /// give a fresh random id each call.
+    ///
+    /// # Panics
+    ///
+    /// If `partition` is not one of this partitioning's (a caller's bug,
+    /// which would otherwise loop forever).
+    pub fn id_in(self, partition: PartitionId, mut make: impl FnMut() -> String) -> String {
+        assert!(
+            partition.0 < self.count,
+            "{partition} of a group of {} partitions",
+            self.count
+        );
+        loop {
+            let id = make();
+            if self.of_run(&id) == partition {
+                return id;
+            }
+        }
     }
 }
 
@@ -130,6 +154,27 @@ mod tests {
             counts.iter().all(|&c| (800..1200).contains(&c)),
             "{counts:?}"
         );
+    }
+
+    #[test]
+    fn an_id_made_for_a_partition_lands_there() {
+        let p = Partitioning::new(16).unwrap();
+        let mut n = 0u64;
+        let mut made = || {
+            n += 1;
+            format!("run-{:016x}", n.wrapping_mul(0x9e37_79b9_7f4a_7c15))
+        };
+        for target in p.all() {
+            let id = p.id_in(target, &mut made);
+            assert_eq!(p.of_run(&id), target, "{id}");
+        }
+        // One partition: the first id made is taken.
+        let mut calls = 0;
+        let id = Partitioning::single().id_in(PartitionId(0), || {
+            calls += 1;
+            "run-x".to_owned()
+        });
+        assert_eq!((id.as_str(), calls), ("run-x", 1));
     }
 
     #[test]
