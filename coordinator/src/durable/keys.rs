@@ -168,6 +168,11 @@ pub fn is_record_key(key: &str) -> bool {
     key.starts_with(RUNS) && key.ends_with("/record") && !weft_store::chunks::is_chunk_key(key)
 }
 
+/// The run whose record `key` is ([`is_record_key`]).
+pub fn record_run(key: &str) -> Option<&str> {
+    key.strip_prefix(RUNS)?.strip_suffix("/record")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -84,11 +84,14 @@ fn corrupt(key: &str, reason: &str) -> StoreError {
     }
 }
 
-/// Every stored run, oldest first; a record that cannot be read is
-/// reported and skipped, never fatal to the others.
+/// Every stored run whose id `in_scope` takes (a partition's runs; every
+/// run, for a coordinator that leads them all), oldest first; the records
+/// of the others are not read. A record that cannot be read is reported
+/// and skipped, never fatal to the others.
 pub async fn stored_runs<P: Progress>(
     store: &AnyStore,
     max_bundle_bytes: usize,
+    in_scope: impl Fn(&str) -> bool,
 ) -> Result<Vec<StoredRun<P>>, StoreError> {
     let mut runs = Vec::new();
     // The records only: a run's fields and events are read once, by
@@ -100,7 +103,9 @@ pub async fn stored_runs<P: Progress>(
         .filter_map(|key| key.strip_prefix(keys::RUNS)?.split_once("/stream/"))
         .map(|(id, _)| id)
         .collect();
-    let records = stored_keys.iter().filter(|key| keys::is_record_key(key));
+    let records = stored_keys
+        .iter()
+        .filter(|key| keys::is_record_key(key) && keys::record_run(key).is_some_and(&in_scope));
     for key in records {
         let Some(bytes) = chunks::get(store, key).await? else {
             continue;

@@ -15,6 +15,7 @@
 
 pub mod election;
 pub mod membership;
+pub mod partition_runs;
 
 use std::sync::Arc;
 use std::time::Duration;

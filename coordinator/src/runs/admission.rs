@@ -151,11 +151,11 @@ impl Runs {
     /// Starts an admitted run: its files leased, its record stored, its
     /// actor spawned; acknowledged once its first checkpoint is stored.
     async fn start(&self, admitted: Admitted) -> Result<Accepted, SubmitError> {
-        self.start_as(admitted, Start::New, new_run_id()).await
+        self.start_as(admitted, Start::New, self.new_id()).await
     }
 
     /// Starts an admitted run as `how` says (a new run, or a fork) under
-    /// id `id` (a [`new_run_id`]).
+    /// id `id` (a [`Runs::new_id`]).
     pub(super) async fn start_as(
         &self,
         admitted: Admitted,

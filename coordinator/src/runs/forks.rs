@@ -14,7 +14,7 @@ use serde_json::{Map, Value};
 use weft_proto::RunId;
 use weft_proto::events::{ForkedFrom, HistoryPoint};
 
-use super::admission::{Accepted, Admitted, new_run_id};
+use super::admission::{Accepted, Admitted};
 use super::{Runs, SubmitError};
 use crate::durable::{history, restore};
 use crate::run_actor::{Owner, Progress, RunMachine, Start};
@@ -81,7 +81,7 @@ impl Runs {
             });
         }
         // Made before any starts: each child's fork names its parent's.
-        let ids: Vec<RunId> = family.iter().map(|_| new_run_id()).collect();
+        let ids: Vec<RunId> = family.iter().map(|_| self.new_id()).collect();
         // Every fork made before any starts: a refusal starts nothing.
         let mut set = Some(set);
         let mut forks = Vec::with_capacity(family.len());

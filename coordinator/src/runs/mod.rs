@@ -38,6 +38,7 @@ use crate::durable::Keeper;
 use crate::durable::blob_refs::BlobRefs;
 use crate::run_actor::{RunHandle, RunLimits, RunRequestError, RunView};
 use retention::Retention;
+use weft_partitions::{PartitionId, Partitioning};
 
 /// Why a submission was refused. Nothing was started.
 #[derive(Debug, thiserror::Error)]
@@ -148,6 +149,10 @@ pub struct Runs {
     /// The large input values of recent runs, for submissions that name
     /// them instead of sending them again.
     recent_inputs: Arc<recent_inputs::RecentInputs>,
+    /// The one partition of a partitioned group this registry serves: its
+    /// runs' ids are made to land there, and only its runs are restored.
+    /// `None`: every run (a lone coordinator, or a group's one leader).
+    home: Option<(Partitioning, PartitionId)>,
 }
 
 #[derive(Default)]
@@ -221,6 +226,30 @@ impl Runs {
             spend: Arc::new(crate::day_spend::DaySpend::new(config.day_budgets)),
             cache: crate::node_cache::NodeCache::default(),
             recent_inputs: Arc::default(),
+            home: None,
+        }
+    }
+
+    /// Serves partition `partition` of `partitioning` only.
+    pub fn in_partition(mut self, partitioning: Partitioning, partition: PartitionId) -> Self {
+        self.home = Some((partitioning, partition));
+        self
+    }
+
+    /// Whether run `id` is one this registry serves.
+    pub fn serves(&self, id: &str) -> bool {
+        self.home
+            .is_none_or(|(partitioning, partition)| partitioning.of_run(id) == partition)
+    }
+
+    /// A new run's id: unique, in the order runs are made, and in this
+    /// registry's partition (a child's so in its parent's).
+    pub(super) fn new_id(&self) -> RunId {
+        match self.home {
+            None => admission::new_run_id(),
+            Some((partitioning, partition)) => {
+                RunId::from(partitioning.id_in(partition, || admission::new_run_id().to_string()))
+            }
         }
     }
 
@@ -291,6 +320,12 @@ impl Runs {
         let mut inner = self.inner.write().unwrap_or_else(|e| e.into_inner());
         inner.release(id);
         inner.order.retain(|known| &**known != id);
+    }
+
+    /// The ids of the runs held, in the order they were registered.
+    pub fn ids(&self) -> Vec<RunId> {
+        let inner = self.inner.read().unwrap_or_else(|e| e.into_inner());
+        inner.order.clone()
     }
 
     /// Retries `run` (`weft retry`, asked by `by`): an ended run comes back

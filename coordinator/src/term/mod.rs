@@ -134,7 +134,39 @@ fn start_runs(
     tracker: &TaskTracker,
 ) -> (Runs, DispatcherHandle, BlobStore) {
     let blobs = BlobStore::default();
-    let dispatcher = spawn_dispatcher(
+    let dispatcher = start_dispatcher(config, ended, tracker);
+    let runs = runs_over(config, &dispatcher, &blobs, keeper, ended, tracker);
+    (runs, dispatcher, blobs)
+}
+
+/// An empty registry of runs kept through `keeper`, their tasks sent
+/// through `dispatcher` and their bundles' files served from `blobs`; its
+/// runs stop when `ended` is cancelled.
+pub fn runs_over(
+    config: &CoordinatorConfig,
+    dispatcher: &DispatcherHandle,
+    blobs: &BlobStore,
+    keeper: Keeper,
+    ended: &CancellationToken,
+    tracker: &TaskTracker,
+) -> Runs {
+    Runs::new(
+        dispatcher.clone(),
+        blobs.clone(),
+        ended.child_token(),
+        tracker.clone(),
+        config.runs(),
+    )
+    .with_store(keeper)
+}
+
+/// The dispatcher of `config`, stopped when `ended` is cancelled.
+pub fn start_dispatcher(
+    config: &CoordinatorConfig,
+    ended: &CancellationToken,
+    tracker: &TaskTracker,
+) -> DispatcherHandle {
+    spawn_dispatcher(
         DispatcherConfig {
             heartbeat_interval: config.heartbeat_interval,
             limits: Limits {
@@ -150,16 +182,7 @@ fn start_runs(
         },
         ended.child_token(),
         tracker,
-    );
-    let runs = Runs::new(
-        dispatcher.clone(),
-        blobs.clone(),
-        ended.child_token(),
-        tracker.clone(),
-        config.runs(),
     )
-    .with_store(keeper);
-    (runs, dispatcher, blobs)
 }
 
 #[cfg(test)]

@@ -1,0 +1,228 @@
+//! The runs of the partitions a coordinator leads in a partitioned group:
+//! one registry of runs per partition, each kept through a [`Keeper`]
+//! fenced on that partition's lease key, all sharing the coordinator's
+//! dispatcher (the workers connected to it) and bundle files.
+//!
+//! It is the [`Runtime`] that [`super::membership`] drives: serving a
+//! partition makes its registry and restores the partition's runs from the
+//! store (only theirs: a run's partition is a hash of its id); draining one
+//! stops its run actors, lets their last checkpoints be written, drops
+//! their tasks from the dispatcher (the next leader sends them again) and
+//! forgets the registry; abandoning one (another leads it now) stops it
+//! the same way, its writes refused by the fence. New runs are made in the
+//! partitions led here, in turn, their ids made to land there.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use weft_store::{AnyStore, Fence, Revision};
+
+use super::membership::{PartitionId, Partitioning, Runtime};
+use crate::bundle::BlobStore;
+use crate::config::CoordinatorConfig;
+use crate::dispatch::{DispatcherHandle, TaskLauncher};
+use crate::durable::Keeper;
+use crate::runs::Runs;
+use crate::term::runs_over;
+
+/// How long a drained partition's run actors and checkpoint writers may
+/// take to stop before the hand-over goes on without them.
+const DRAIN_PATIENCE: Duration = Duration::from_secs(10);
+
+/// A partition led here.
+struct Served {
+    runs: Runs,
+    fence: Revision,
+    /// Stops its runs.
+    stop: CancellationToken,
+    /// Where its runs' actors and writers are tracked.
+    tracker: TaskTracker,
+}
+
+/// The registries of the partitions led here.
+#[derive(Clone)]
+pub struct PartitionRuns {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    config: CoordinatorConfig,
+    store: AnyStore,
+    partitioning: Partitioning,
+    dispatcher: DispatcherHandle,
+    blobs: BlobStore,
+    served: Mutex<BTreeMap<PartitionId, Served>>,
+    /// Turns among the partitions led, for new runs.
+    turn: AtomicUsize,
+}
+
+impl PartitionRuns {
+    /// Serves nothing yet; `dispatcher` and `blobs` are the coordinator's.
+    pub fn new(
+        config: CoordinatorConfig,
+        store: AnyStore,
+        partitioning: Partitioning,
+        dispatcher: DispatcherHandle,
+        blobs: BlobStore,
+    ) -> Self {
+        Self {
+            shared: Arc::new(Shared {
+                config,
+                store,
+                partitioning,
+                dispatcher,
+                blobs,
+                served: Mutex::default(),
+                turn: AtomicUsize::new(0),
+            }),
+        }
+    }
+
+    /// The partitions led here, in order.
+    pub fn led(&self) -> Vec<PartitionId> {
+        self.shared.served().keys().copied().collect()
+    }
+
+    /// How many runs each partition led here holds.
+    pub fn runs_held(&self) -> BTreeMap<PartitionId, usize> {
+        let served = self.shared.served();
+        served
+            .iter()
+            .map(|(partition, s)| (*partition, s.runs.ids().len()))
+            .collect()
+    }
+
+    /// The registry of run `id`'s partition, if it is led here.
+    pub fn route(&self, id: &str) -> Option<Runs> {
+        let partition = self.shared.partitioning.of_run(id);
+        self.shared.served().get(&partition).map(|s| s.runs.clone())
+    }
+
+    /// A registry for a new run: the partitions led here take turns;
+    /// `None` while none is.
+    pub fn for_new_run(&self) -> Option<Runs> {
+        let served = self.shared.served();
+        if served.is_empty() {
+            return None;
+        }
+        let turn = self.shared.turn.fetch_add(1, Ordering::Relaxed) % served.len();
+        served.values().nth(turn).map(|s| s.runs.clone())
+    }
+}
+
+impl Shared {
+    fn served(&self) -> std::sync::MutexGuard<'_, BTreeMap<PartitionId, Served>> {
+        self.served.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Stops what `served` runs and waits for it (its last checkpoints
+    /// written, unless the fence refuses them); its tasks leave the
+    /// dispatcher.
+    async fn stop(&self, partition: PartitionId, served: Served) {
+        served.stop.cancel();
+        served.tracker.close();
+        if tokio::time::timeout(DRAIN_PATIENCE, served.tracker.wait())
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                %partition,
+                left = served.tracker.len(),
+                "some of the partition's tasks did not stop in time"
+            );
+        }
+        for id in served.runs.ids() {
+            self.dispatcher.forget(id);
+        }
+    }
+}
+
+impl Runtime for PartitionRuns {
+    async fn serve(&self, partition: PartitionId, fence: Fence, abandoned: CancellationToken) {
+        if abandoned.is_cancelled() {
+            return;
+        }
+        let shared = &self.shared;
+        let revision = fence.revision;
+        // A fenced write refused stops the partition's runs: it is led
+        // elsewhere now.
+        let keeper = Keeper::new(shared.store.clone(), Some(fence), abandoned.clone());
+        let stop = abandoned.child_token();
+        let tracker = TaskTracker::new();
+        let runs = runs_over(
+            &shared.config,
+            &shared.dispatcher,
+            &shared.blobs,
+            keeper,
+            &stop,
+            &tracker,
+        )
+        .in_partition(shared.partitioning, partition);
+        shared.served().insert(
+            partition,
+            Served {
+                runs: runs.clone(),
+                fence: revision,
+                stop: stop.clone(),
+                tracker: tracker.clone(),
+            },
+        );
+        // Abandoned: stopped and forgotten, unless drained before.
+        let abandon = self.shared.clone();
+        tokio::spawn(async move {
+            abandoned.cancelled().await;
+            let left = {
+                let mut served = abandon.served();
+                match served.get(&partition) {
+                    Some(s) if s.fence == revision => served.remove(&partition),
+                    _ => None,
+                }
+            };
+            if let Some(served) = left {
+                abandon.stop(partition, served).await;
+            }
+        });
+        // Restored until it works or the partition goes: a run not restored
+        // would wait for a leader that does not serve it.
+        let mut pause = Duration::from_millis(100);
+        loop {
+            match runs.recover(shared.config.max_bundle_bytes).await {
+                Ok(count) => {
+                    tracing::info!(%partition, runs = count, "the partition's runs restored");
+                    return;
+                }
+                // Some runs adopted already: trying again would adopt them
+                // twice. The rest wait for the partition's next leader.
+                Err(error) if !runs.ids().is_empty() => {
+                    tracing::error!(
+                        %partition,
+                        %error,
+                        "some of the partition's runs were not restored; they continue at its next hand-over"
+                    );
+                    return;
+                }
+                Err(error) => tracing::error!(
+                    %partition,
+                    %error,
+                    "restoring the partition's runs failed; trying again"
+                ),
+            }
+            tokio::select! {
+                () = stop.cancelled() => return,
+                () = tokio::time::sleep(pause) => {}
+            }
+            pause = (pause * 2).min(Duration::from_secs(5));
+        }
+    }
+
+    async fn drain(&self, partition: PartitionId) {
+        let served = self.shared.served().remove(&partition);
+        if let Some(served) = served {
+            self.shared.stop(partition, served).await;
+        }
+    }
+}
