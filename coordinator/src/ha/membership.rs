@@ -30,7 +30,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use weft_partitions::{Command, Holder, Holding, Input, Member, MemberId, View};
@@ -118,7 +118,8 @@ pub struct GroupSettings {
 }
 
 /// Takes part in the group until `leave` is cancelled, then hands every
-/// partition over (drained, checkpointed, released) and leaves. A session
+/// partition over (drained, checkpointed, released) and leaves; `seen`
+/// is told the group as each newer read shows it. A session
 /// lost (its lease expired while the process was paused or cut off)
 /// abandons what it led and starts another. Fails only when the partition
 /// count is refused.
@@ -127,11 +128,12 @@ pub async fn take_part(
     settings: GroupSettings,
     runtime: Arc<impl Runtime>,
     leave: CancellationToken,
+    seen: watch::Sender<GroupView>,
 ) -> Result<(), GroupError> {
     fix_count(&store, settings.partitioning).await?;
     let mut pause = Duration::from_millis(100);
     loop {
-        match session(&store, &settings, &runtime, &leave).await {
+        match session(&store, &settings, &runtime, &leave, &seen).await {
             Ok(Ended::Left) => return Ok(()),
             Ok(Ended::Lost) => {
                 tracing::warn!("the group session was lost: partitions abandoned, joining again");
@@ -177,6 +179,7 @@ async fn session(
     settings: &GroupSettings,
     runtime: &Arc<impl Runtime>,
     leave: &CancellationToken,
+    seen_group: &watch::Sender<GroupView>,
 ) -> Result<Ended, StoreError> {
     let lease = store.grant_lease(settings.ttl).await?;
     let id = MemberId(format!("{lease:016x}"));
@@ -249,12 +252,12 @@ async fn session(
             match store.scan_at(GROUP_PREFIX).await {
                 Ok((entries, revision)) if revision > seen => {
                     seen = revision;
-                    let view = View::new(
-                        settings.partitioning,
-                        holding(&entries, revision, settings.partitioning),
-                    );
+                    let (group_view, holding) =
+                        GroupView::read(&entries, revision, settings.partitioning);
+                    let view = View::new(settings.partitioning, holding);
                     let commands = group.member.step(Input::Viewed(&view));
                     group.carry_out(commands, &mut tasks);
+                    seen_group.send_replace(group_view);
                 }
                 Ok(_) => {}
                 Err(error) => tracing::warn!(%error, "reading the group failed"),
@@ -418,57 +421,85 @@ async fn release(
     }
 }
 
-/// The group as read at `revision`.
-fn holding(entries: &[Entry], revision: Revision, partitioning: Partitioning) -> Holding {
-    let mut holding = Holding {
-        revision: revision as u64,
-        ..Holding::default()
-    };
-    for entry in entries {
-        if let Some(id) = entry.key.strip_prefix(MEMBERS) {
-            holding.members.insert(MemberId(id.to_owned()));
-        } else if let Some(number) = entry.key.strip_prefix(HOLDERS)
-            && let Ok(number) = number.parse::<u32>()
-            && number < partitioning.count()
-        {
-            holding.holders.insert(
-                PartitionId(number),
-                Holder {
-                    member: MemberId(String::from_utf8_lossy(&entry.value).into_owned()),
-                    fence: entry.create_revision as u64,
-                },
-            );
-        }
-    }
-    holding
+/// The group as a coordinator last read it: who is in it, and who leads
+/// each partition — what forwarding by run id and workers looking for
+/// every leader go by.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GroupView {
+    /// The store's revision it was read at.
+    pub revision: Revision,
+    /// Each live member's advertised URL, by member id.
+    pub members: BTreeMap<String, String>,
+    /// Each led partition's leader's URL.
+    pub leaders: BTreeMap<PartitionId, String>,
 }
 
-/// The group's members and the partitions each leads, as read now: for
-/// operators and tests.
+impl GroupView {
+    /// The group as `entries` under [`GROUP_PREFIX`] read at `revision`
+    /// say, with the pure core's holding of it.
+    fn read(entries: &[Entry], revision: Revision, partitioning: Partitioning) -> (Self, Holding) {
+        let mut view = Self {
+            revision,
+            ..Self::default()
+        };
+        let mut holding = Holding {
+            revision: revision as u64,
+            ..Holding::default()
+        };
+        for entry in entries {
+            if let Some(id) = entry.key.strip_prefix(MEMBERS) {
+                let url = String::from_utf8_lossy(&entry.value).into_owned();
+                view.members.insert(id.to_owned(), url);
+                holding.members.insert(MemberId(id.to_owned()));
+            }
+        }
+        for entry in entries {
+            if let Some(number) = entry.key.strip_prefix(HOLDERS)
+                && let Ok(number) = number.parse::<u32>()
+                && number < partitioning.count()
+            {
+                let partition = PartitionId(number);
+                let id = String::from_utf8_lossy(&entry.value).into_owned();
+                if let Some(url) = view.members.get(&id) {
+                    view.leaders.insert(partition, url.clone());
+                }
+                holding.holders.insert(
+                    partition,
+                    Holder {
+                        member: MemberId(id),
+                        fence: entry.create_revision as u64,
+                    },
+                );
+            }
+        }
+        (view, holding)
+    }
+
+    /// The URL of the coordinator leading `partition`, if one does.
+    pub fn leader_of(&self, partition: PartitionId) -> Option<&str> {
+        self.leaders.get(&partition).map(String::as_str)
+    }
+
+    /// The partitions each member leads, by URL (a member leading none
+    /// with none).
+    pub fn led_by(&self) -> BTreeMap<String, Vec<PartitionId>> {
+        let mut led: BTreeMap<String, Vec<PartitionId>> = self
+            .members
+            .values()
+            .map(|url| (url.clone(), Vec::new()))
+            .collect();
+        for (partition, url) in &self.leaders {
+            led.entry(url.clone()).or_default().push(*partition);
+        }
+        led
+    }
+}
+
+/// The group as it stands now in `store`.
 pub async fn read_group(
     store: &AnyStore,
-) -> Result<BTreeMap<String, Vec<PartitionId>>, StoreError> {
-    let (entries, _) = store.scan_at(GROUP_PREFIX).await?;
-    let mut urls = BTreeMap::new();
-    let mut led: BTreeMap<String, Vec<PartitionId>> = BTreeMap::new();
-    for entry in &entries {
-        if let Some(id) = entry.key.strip_prefix(MEMBERS) {
-            let url = String::from_utf8_lossy(&entry.value).into_owned();
-            urls.insert(id.to_owned(), url.clone());
-            led.entry(url).or_default();
-        }
-    }
-    for entry in &entries {
-        if let Some(number) = entry.key.strip_prefix(HOLDERS)
-            && let Ok(number) = number.parse::<u32>()
-        {
-            let id = String::from_utf8_lossy(&entry.value);
-            let url = urls
-                .get(id.as_ref())
-                .cloned()
-                .unwrap_or_else(|| id.into_owned());
-            led.entry(url).or_default().push(PartitionId(number));
-        }
-    }
-    Ok(led)
+    partitioning: Partitioning,
+) -> Result<GroupView, StoreError> {
+    let (entries, revision) = store.scan_at(GROUP_PREFIX).await?;
+    Ok(GroupView::read(&entries, revision, partitioning).0)
 }

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use weft_coordinator::ha::membership::{
-    self, GroupSettings, PartitionId, Partitioning, Runtime, holder_key, read_group,
+    self, GroupSettings, GroupView, PartitionId, Partitioning, Runtime, holder_key, read_group,
 };
 use weft_store::{AnyStore, EmbeddedStore, EtcdStore, Fence, Store, StoreError};
 use weft_tests::etcd::TestEtcd;
@@ -162,6 +162,8 @@ impl Runtime for Node {
 struct Joined {
     leave: CancellationToken,
     task: JoinHandle<Result<(), membership::GroupError>>,
+    /// The group as this member last read it.
+    seen: tokio::sync::watch::Receiver<GroupView>,
 }
 
 fn join(store: &AnyStore, ledger: &Arc<Ledger>, url: &str) -> Joined {
@@ -176,13 +178,19 @@ fn join(store: &AnyStore, ledger: &Arc<Ledger>, url: &str) -> Joined {
         ledger: ledger.clone(),
     });
     let leave = CancellationToken::new();
+    let (tell, seen) = tokio::sync::watch::channel(GroupView::default());
     let task = tokio::spawn(membership::take_part(
         store.clone(),
         settings,
         node,
         leave.clone(),
+        tell,
     ));
-    Joined { leave, task }
+    Joined { leave, task, seen }
+}
+
+fn partitioning() -> Partitioning {
+    Partitioning::new(PARTITIONS).unwrap()
 }
 
 /// Waits until `members` lead every partition between them, each within
@@ -195,7 +203,7 @@ async fn settled(store: &AnyStore, ledger: &Ledger, members: &[&str]) -> Duratio
         PARTITIONS.div_ceil(members.len() as u32),
     );
     loop {
-        let group = read_group(store).await.unwrap();
+        let group = read_group(store, partitioning()).await.unwrap().led_by();
         let stored: BTreeMap<String, u32> = group
             .iter()
             .map(|(url, led)| (url.clone(), led.len() as u32))
@@ -228,6 +236,18 @@ async fn a_group_of_three_hands_partitions_over(store: AnyStore) {
     let third = join(&store, &ledger, c);
     let took = settled(&store, &ledger, &[a, b, c]).await;
     eprintln!("three members settled in {took:?}");
+    // Each member's own reading of the group comes to what the store says.
+    let now = read_group(&store, partitioning()).await.unwrap();
+    for member in [&first, &second, &third] {
+        let mut seen = member.seen.clone();
+        let agreed =
+            seen.wait_for(|view| view.leaders == now.leaders && view.members == now.members);
+        tokio::time::timeout(Duration::from_secs(10), agreed)
+            .await
+            .expect("the member reads the group as it stands")
+            .unwrap();
+    }
+    assert_eq!(now.leaders.len(), PARTITIONS as usize);
 
     // A clean leave: every partition the member led is drained before it
     // goes, and the two others take them.
@@ -352,8 +372,11 @@ async fn a_group_of_three_hands_partitions_over(store: AnyStore) {
         member.leave.cancel();
         member.task.await.unwrap().unwrap();
     }
-    let group = read_group(&store).await.unwrap();
-    assert!(group.is_empty(), "everyone left: {group:?}");
+    let group = read_group(&store, partitioning()).await.unwrap();
+    assert!(
+        group.members.is_empty() && group.leaders.is_empty(),
+        "everyone left: {group:?}"
+    );
 }
 
 /// Revokes the session of the member at `url`; its lease id.
@@ -444,11 +467,13 @@ mod runs_move {
             url: url.to_owned(),
             ttl: TTL,
         };
+        let (tell, _) = tokio::sync::watch::channel(GroupView::default());
         let task = tokio::spawn(membership::take_part(
             store.clone(),
             settings,
             Arc::new(runs.clone()),
             leave.clone(),
+            tell,
         ));
         Coordinator {
             runs,
