@@ -18,7 +18,6 @@ use weft_proto::RunId;
 use weft_store::StoreError;
 
 use super::Keeper;
-use super::keys::blob_key;
 use super::records::RecordHead;
 use super::restore;
 use crate::bundle::Bundle;
@@ -95,7 +94,7 @@ impl BlobRefs {
             // Looked for again by its next use, whether or not it goes.
             stored.remove(&sha);
             // The file and its chunks; a hash is never a prefix of another.
-            prefixes.push(blob_key(&sha));
+            prefixes.push(keeper.blob_key(&sha));
         }
         if prefixes.is_empty() {
             return;
@@ -132,7 +131,7 @@ mod tests {
         )
         .expect("a bundle");
         let sha = bundle.files["g.yaml"].sha256.clone();
-        let key = blob_key(&sha);
+        let key = keeper.blob_key(&sha);
         let there = || async { keeper.store().get(&key).await.expect("reads").is_some() };
         let refs = BlobRefs::default();
         let run = RunId::from("a");

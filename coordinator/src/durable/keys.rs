@@ -9,7 +9,8 @@
 //! `runs/<id>/events/<first>` each stretch of events;
 //! `runs/<id>/history/<step>[.<point>]` each wave's state (`super::history`);
 //! `runs/<id>/stream/…` the run's stream (`super::stream_copy`); `blobs/<sha256>`
-//! every bundle file once, whichever runs share it.
+//! every bundle file once, whichever runs share it (in a partitioned group,
+//! once per partition: `blobs/p<00000>/<sha256>`).
 
 /// `runs/<id>/` followed by `parts` and, if given, a number padded to
 /// 20 digits (so keys sort by it), spelled into room made once: a
@@ -144,9 +145,18 @@ pub fn stream_step_key(id: &str, first: u64) -> String {
     run_key(id, &["stream/s/"], Some(first))
 }
 
-/// Where a bundle file lives.
-pub fn blob_key(sha256: &str) -> String {
-    ["blobs/", sha256].concat()
+/// Where bundle files live, each at `blobs/<sha256>` (a run's [`Keeper`]
+/// spells it: [`Keeper::blob_key`]).
+///
+/// [`Keeper`]: super::Keeper
+/// [`Keeper::blob_key`]: super::Keeper::blob_key
+pub const BLOBS: &str = "blobs/";
+
+/// Where a partition's runs keep their own copies of their bundle files,
+/// in a partitioned group: `blobs/p<00000>/` (a hash is hex: no file of
+/// `blobs/` begins with `p`).
+pub fn partition_blobs(partition: u32) -> String {
+    format!("{BLOBS}p{partition:05}/")
 }
 
 /// Where every run's keys begin.
@@ -219,7 +229,7 @@ mod tests {
             "runs/r-01/stream/s/00000000000000000007"
         );
         assert_eq!(run_prefix(id), "runs/r-01/");
-        assert_eq!(blob_key("ab12"), "blobs/ab12");
+        assert_eq!(partition_blobs(3), "blobs/p00003/");
         assert!(is_record_key(&record_key(id)));
     }
 }

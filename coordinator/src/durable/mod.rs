@@ -22,6 +22,9 @@ pub struct Keeper {
     store: AnyStore,
     fence: Option<Fence>,
     deposed: CancellationToken,
+    /// Where its runs' bundle files are kept ([`keys::BLOBS`], or a
+    /// partition's own place).
+    blobs: std::sync::Arc<str>,
 }
 
 impl Keeper {
@@ -33,7 +36,22 @@ impl Keeper {
             store,
             fence,
             deposed,
+            blobs: keys::BLOBS.into(),
         }
+    }
+
+    /// Keeps its runs' bundle files under `prefix`: a partition's runs
+    /// keep their own copies, so a file leaves the store with the last of
+    /// the partition's runs that use it, whatever other partitions'
+    /// leaders (which do not count this one's runs) do with theirs.
+    pub fn with_blobs_under(mut self, prefix: String) -> Self {
+        self.blobs = prefix.into();
+        self
+    }
+
+    /// Where bundle file `sha256` of its runs is kept.
+    pub fn blob_key(&self, sha256: &str) -> String {
+        [&*self.blobs, sha256].concat()
     }
 
     /// The store, for reads.

@@ -9,8 +9,8 @@ use weft_store::{AnyStore, Store, StoreError, chunks};
 use super::Keeper;
 use super::deltas::DeltaRecord;
 use super::keys::{
-    self, blob_key, delta_key, events_key, field_key, progress_base_key, progress_delta_key,
-    progress_key, spilled_key,
+    self, delta_key, events_key, field_key, progress_base_key, progress_delta_key, progress_key,
+    spilled_key,
 };
 use super::records::{self, EventsRecord, FileRecord, RecordHead, RunRecord};
 use crate::bundle::Bundle;
@@ -30,7 +30,7 @@ pub async fn store_bundle(
     let mut files = Vec::with_capacity(bundle.files.len());
     for (path, file) in &bundle.files {
         if !stored.contains(&file.sha256) {
-            let key = blob_key(&file.sha256);
+            let key = keeper.blob_key(&file.sha256);
             let store = keeper.store();
             if store.get(&key).await?.is_none() {
                 keeper.checked(chunks::put(store, &key, &file.content, keeper.fence()).await)?;
@@ -89,10 +89,11 @@ fn corrupt(key: &str, reason: &str) -> StoreError {
 /// of the others are not read. A record that cannot be read is reported
 /// and skipped, never fatal to the others.
 pub async fn stored_runs<P: Progress>(
-    store: &AnyStore,
+    keeper: &Keeper,
     max_bundle_bytes: usize,
     in_scope: impl Fn(&str) -> bool,
 ) -> Result<Vec<StoredRun<P>>, StoreError> {
+    let store = keeper.store();
     let mut runs = Vec::new();
     // The records only: a run's fields and events are read once, by
     // `read_run`, not with every key under `runs/`.
@@ -110,7 +111,7 @@ pub async fn stored_runs<P: Progress>(
         let Some(bytes) = chunks::get(store, key).await? else {
             continue;
         };
-        match read_run(store, key, &bytes, max_bundle_bytes).await {
+        match read_run(keeper, key, &bytes, max_bundle_bytes).await {
             Ok(mut run) => {
                 if streamed.contains(&*run.id) {
                     run.stream = chunks::scan(store, &keys::stream_prefix(&run.id)).await?;
@@ -125,11 +126,12 @@ pub async fn stored_runs<P: Progress>(
 }
 
 async fn read_run<P: Progress>(
-    store: &AnyStore,
+    keeper: &Keeper,
     key: &str,
     bytes: &[u8],
     max_bundle_bytes: usize,
 ) -> Result<StoredRun<P>, StoreError> {
+    let store = keeper.store();
     let record = records::decode_run(bytes).map_err(|e| corrupt(key, &e.to_string()))?;
     let mut progress: P = match (&record.progress_chain, record.progress_at) {
         (Some(seqs), _) => {
@@ -149,7 +151,7 @@ async fn read_run<P: Progress>(
     if !record.fields.is_empty() {
         progress.set_state(read_state(store, &record).await?);
     }
-    let bundle = read_bundle(store, key, &record, max_bundle_bytes).await?;
+    let bundle = read_bundle(keeper, key, &record, max_bundle_bytes).await?;
     let log = read_log(store, &record).await?;
     Ok(StoredRun {
         id: RunId::from(record.id.as_str()),
@@ -172,14 +174,14 @@ async fn read_run<P: Progress>(
 /// The bundle a run's record (at `key`) names, its files read from the
 /// store.
 async fn read_bundle(
-    store: &AnyStore,
+    keeper: &Keeper,
     key: &str,
     record: &RunRecord,
     max_bundle_bytes: usize,
 ) -> Result<Bundle, StoreError> {
     let mut files = Vec::with_capacity(record.files.len());
     for file in &record.files {
-        let content = chunks::get(store, &blob_key(&file.sha256))
+        let content = chunks::get(keeper.store(), &keeper.blob_key(&file.sha256))
             .await?
             .ok_or_else(|| corrupt(key, &format!("bundle file {} is missing", file.path)))?;
         files.push((file.path.clone(), content, file.mode));
@@ -190,16 +192,16 @@ async fn read_bundle(
 
 /// Run `id`'s bundle, as submitted, read back from the store.
 pub async fn stored_bundle(
-    store: &AnyStore,
+    keeper: &Keeper,
     id: &str,
     max_bundle_bytes: usize,
 ) -> Result<Bundle, StoreError> {
     let key = keys::record_key(id);
-    let bytes = chunks::get(store, &key)
+    let bytes = chunks::get(keeper.store(), &key)
         .await?
         .ok_or_else(|| corrupt(&key, "the run's record is missing"))?;
     let record = records::decode_run(&bytes).map_err(|e| corrupt(&key, &e.to_string()))?;
-    read_bundle(store, &key, &record, max_bundle_bytes).await
+    read_bundle(keeper, &key, &record, max_bundle_bytes).await
 }
 
 /// The state a record names, field by field: each from its key, then its

@@ -10,7 +10,10 @@
 //! their tasks from the dispatcher (the next leader sends them again) and
 //! forgets the registry; abandoning one (another leads it now) stops it
 //! the same way, its writes refused by the fence. New runs are made in the
-//! partitions led here, in turn, their ids made to land there.
+//! partitions led here, in turn, their ids made to land there. Each
+//! partition keeps its own copies of its runs' bundle files, so that one
+//! leader deleting a file its runs no longer use cannot take it from
+//! another partition's runs.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -25,7 +28,7 @@ use super::membership::{PartitionId, Partitioning, Runtime};
 use crate::bundle::BlobStore;
 use crate::config::CoordinatorConfig;
 use crate::dispatch::{DispatcherHandle, TaskLauncher};
-use crate::durable::Keeper;
+use crate::durable::{Keeper, keys};
 use crate::runs::Runs;
 use crate::term::runs_over;
 
@@ -150,7 +153,8 @@ impl Runtime for PartitionRuns {
         let revision = fence.revision;
         // A fenced write refused stops the partition's runs: it is led
         // elsewhere now.
-        let keeper = Keeper::new(shared.store.clone(), Some(fence), abandoned.clone());
+        let keeper = Keeper::new(shared.store.clone(), Some(fence), abandoned.clone())
+            .with_blobs_under(keys::partition_blobs(partition.0));
         let stop = abandoned.child_token();
         let tracker = TaskTracker::new();
         let runs = runs_over(

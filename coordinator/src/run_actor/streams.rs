@@ -145,7 +145,7 @@ enum Copy {
     #[default]
     None,
     /// Not started: its writer starts with the first piece.
-    Idle(CopySetup),
+    Idle(Box<CopySetup>),
     /// Each piece goes to the writer.
     Writing(mpsc::UnboundedSender<Arc<Piece>>),
 }
@@ -188,7 +188,7 @@ impl RunStreams {
     /// A new run's stream, copied to the store as `copy` says.
     pub fn stored(copy: CopySetup) -> Arc<Self> {
         Self::with(Kept {
-            copy: Copy::Idle(copy),
+            copy: Copy::Idle(Box::new(copy)),
             ..Kept::default()
         })
     }
@@ -214,7 +214,7 @@ impl RunStreams {
             next: block * TERM_BLOCK,
             bytes,
             truncated,
-            copy: Copy::Idle(copy.taken_over(block, tally)),
+            copy: Copy::Idle(Box::new(copy.taken_over(block, tally))),
         });
         for step in open {
             streams.push(&step, PieceKind::Abandoned, String::new());
@@ -302,7 +302,7 @@ impl Copy {
         if matches!(self, Copy::Idle(_))
             && let Copy::Idle(setup) = std::mem::take(self)
         {
-            *self = Copy::Writing(stream_copy::start(setup, streams.clone()));
+            *self = Copy::Writing(stream_copy::start(*setup, streams.clone()));
         }
         if let Copy::Writing(writer) = self {
             // A writer that has stopped (its term ended) loses the copy,

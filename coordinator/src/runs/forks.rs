@@ -94,7 +94,7 @@ impl Runs {
             let parent = ids.get(depth + 1).cloned();
             forks.push(
                 self.make_fork(
-                    store,
+                    keeper,
                     original,
                     set.take().unwrap_or_default(),
                     owner.clone(),
@@ -130,7 +130,7 @@ impl Runs {
     /// fork of its child `family.1.0`.
     async fn make_fork(
         &self,
-        store: &weft_store::AnyStore,
+        keeper: &crate::durable::Keeper,
         original: Original,
         set: Map<String, Value>,
         owner: Owner,
@@ -139,7 +139,7 @@ impl Runs {
     ) -> Result<Admitted, SubmitError> {
         let (parent, child) = family;
         let Original { run, progress, at } = original;
-        let bundle = restore::stored_bundle(store, &run, max_bundle_bytes)
+        let bundle = restore::stored_bundle(keeper, &run, max_bundle_bytes)
             .await
             .map_err(|error| SubmitError::Store(error.into()))?;
         let parsed = self.parsed.parse(&bundle)?;

@@ -33,8 +33,7 @@ impl Runs {
         let Some(keeper) = self.store.clone() else {
             return Ok(0);
         };
-        let stored =
-            restore::stored_runs(keeper.store(), max_bundle_bytes, |id| self.serves(id)).await?;
+        let stored = restore::stored_runs(&keeper, max_bundle_bytes, |id| self.serves(id)).await?;
         let count = stored.len();
         for run in stored {
             let id = run.id.clone();

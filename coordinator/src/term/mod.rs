@@ -191,7 +191,7 @@ mod tests {
 
     use super::*;
     use crate::bundle::Bundle;
-    use crate::durable::keys::blob_key;
+    use crate::durable::keys::BLOBS;
 
     #[tokio::test]
     async fn a_run_the_store_does_not_take_is_refused_and_never_started() {
@@ -204,7 +204,7 @@ mod tests {
         // The graph file is stored already (an earlier run's), so the run's
         // own first record is the submission's only write.
         let sha = &bundle.files["g.yaml"].sha256;
-        chunks::put(&store, &blob_key(sha), b"x", None)
+        chunks::put(&store, &format!("{BLOBS}{sha}"), b"x", None)
             .await
             .unwrap();
         // A fence nobody holds: this coordinator was deposed.

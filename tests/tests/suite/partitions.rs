@@ -602,10 +602,44 @@ mod runs_move {
         }
         assert_eq!(moved, 4, "the runs of the two partitions handed over moved");
 
-        for member in [a, b] {
-            member.leave.cancel();
-            member.task.await.unwrap().unwrap();
-            member.stop.cancel();
+        // a deletes the runs of one of its partitions, whose bundle files
+        // every partition's runs share, then leaves: its other partition's
+        // runs are restored by b, bundle and all.
+        let (deleted, kept) = {
+            let led = a.runs.led();
+            (led[0], led[1])
+        };
+        for parent in children.keys() {
+            if partitioning.of_run(parent) == deleted {
+                let runs = a.runs.route(parent).unwrap();
+                runs.delete(&children[parent])
+                    .await
+                    .expect("the child ended");
+                runs.delete(parent).await.expect("the parent ended");
+            }
         }
+        a.leave.cancel();
+        a.task.await.unwrap().unwrap();
+        a.stop.cancel();
+        until(
+            "b holds every partition's runs but the deleted ones",
+            || {
+                let held = b.runs.runs_held();
+                held.len() == P as usize
+                    && held[&deleted] == 0
+                    && held.iter().all(|(p, &n)| *p == deleted || n == 4)
+            },
+        )
+        .await;
+        for parent in children.keys() {
+            if partitioning.of_run(parent) == kept {
+                let runs = b.runs.route(parent).unwrap();
+                assert_eq!(status(&runs, parent).await, Some(RunStatus::Completed));
+            }
+        }
+
+        b.leave.cancel();
+        b.task.await.unwrap().unwrap();
+        b.stop.cancel();
     }
 }
