@@ -130,7 +130,20 @@ pub async fn take_part(
     leave: CancellationToken,
     seen: watch::Sender<GroupView>,
 ) -> Result<(), GroupError> {
-    fix_count(&store, settings.partitioning).await?;
+    let mut pause = Duration::from_millis(100);
+    // A store that does not answer yet is waited for; a count that is not
+    // the group's is final.
+    while let Err(error) = fix_count(&store, settings.partitioning).await {
+        let GroupError::Store(error) = error else {
+            return Err(error);
+        };
+        tracing::warn!(%error, "the group's partition count cannot be read yet; trying again");
+        tokio::select! {
+            () = leave.cancelled() => return Ok(()),
+            () = tokio::time::sleep(pause) => {}
+        }
+        pause = (pause * 2).min(settings.ttl);
+    }
     let mut pause = Duration::from_millis(100);
     loop {
         match session(&store, &settings, &runtime, &leave, &seen).await {
@@ -181,6 +194,11 @@ async fn session(
     leave: &CancellationToken,
     seen_group: &watch::Sender<GroupView>,
 ) -> Result<Ended, StoreError> {
+    // Watching before joining, and before the first read: no change is
+    // missed, and once joined nothing ends the session but its lease (a
+    // member that failed after joining would stay listed, leading
+    // nothing, until its lease ran out).
+    let mut changes = store.watch(GROUP_PREFIX).await?;
     let lease = store.grant_lease(settings.ttl).await?;
     let id = MemberId(format!("{lease:016x}"));
     let key = member_key(&id);
@@ -241,7 +259,6 @@ async fn session(
         leaving: false,
         left: false,
     };
-    let mut changes = store.watch(GROUP_PREFIX).await?;
     let mut seen: Revision = 0;
     let mut look = true;
     loop {
