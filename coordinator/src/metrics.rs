@@ -93,6 +93,17 @@ pub const INDEX_CLAIMS: &str = "weft_knowledge_index_claims_total";
 /// Writes the store refused because another coordinator leads now: the
 /// deposed leader's, fenced on the leader key (counter).
 pub const WRITES_FENCED: &str = "weft_store_writes_fenced_total";
+/// Partitions this coordinator leads, in a partitioned group (gauge).
+pub const PARTITIONS_LED: &str = "weft_partitions_led";
+/// Partitions this coordinator handed over: drained and released
+/// (counter).
+pub const HAND_OVERS: &str = "weft_partition_hand_overs_total";
+/// How long a hand-over took this coordinator, from the partition's drain
+/// to its lease's release being sent (histogram).
+pub const HAND_OVER_SECONDS: &str = "weft_partition_hand_over_seconds";
+/// Partitions this coordinator dropped without a hand-over: it found
+/// another leading them, or lost its session (counter).
+pub const PARTITIONS_ABANDONED: &str = "weft_partitions_abandoned_total";
 // The embedded store's writes, log syncs and database commits are counted
 // by the store itself: weft_store::{WRITES_METRIC, LOG_SYNCS_METRIC,
 // COMMITS_METRIC}.
@@ -226,6 +237,16 @@ pub fn install() -> Result<PrometheusHandle, metrics_exporter_prometheus::BuildE
     metrics::describe_counter!(
         WRITES_FENCED,
         "writes refused because another coordinator leads"
+    );
+    metrics::describe_gauge!(PARTITIONS_LED, "partitions this coordinator leads");
+    metrics::describe_counter!(HAND_OVERS, "partitions handed over: drained and released");
+    metrics::describe_histogram!(
+        HAND_OVER_SECONDS,
+        "time from a partition's drain to its lease's release being sent"
+    );
+    metrics::describe_counter!(
+        PARTITIONS_ABANDONED,
+        "partitions dropped without a hand-over (led elsewhere, or the session lost)"
     );
     metrics::describe_counter!(
         weft_store::WRITES_METRIC,

@@ -28,7 +28,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
@@ -38,6 +38,7 @@ pub use weft_partitions::{PartitionError, PartitionId, Partitioning};
 use weft_store::{AnyStore, Entry, Fence, LeaseId, Revision, Store, StoreError};
 
 use super::election::{self, Term};
+use crate::metrics::{HAND_OVER_SECONDS, HAND_OVERS, PARTITIONS_ABANDONED, PARTITIONS_LED};
 use crate::term::LeaseClock;
 
 /// The prefix every key of a partitioned group lives under.
@@ -255,6 +256,7 @@ async fn session(
         answers,
         orders,
         served: HashMap::new(),
+        draining: HashMap::new(),
         ended: ended.clone(),
         leaving: false,
         left: false,
@@ -340,6 +342,8 @@ struct Group {
     orders: mpsc::UnboundedSender<Order>,
     /// Each served partition's token, cancelled when it is abandoned.
     served: HashMap<PartitionId, CancellationToken>,
+    /// When each partition being handed over began to drain.
+    draining: HashMap<PartitionId, Instant>,
     ended: CancellationToken,
     /// Asked to leave.
     leaving: bool,
@@ -348,6 +352,16 @@ struct Group {
 }
 
 impl Group {
+    /// Stops serving `partition` (its token cancelled); whether it was.
+    fn stop_serving(&mut self, partition: PartitionId) -> bool {
+        let Some(served) = self.served.remove(&partition) else {
+            return false;
+        };
+        served.cancel();
+        metrics::gauge!(PARTITIONS_LED).decrement(1.0);
+        true
+    }
+
     fn carry_out(&mut self, commands: Vec<Command>, tasks: &mut JoinSet<()>) {
         for command in commands {
             match command {
@@ -372,7 +386,9 @@ impl Group {
                 Command::Serve { partition, fence } => {
                     tracing::info!(%partition, fence, "leading");
                     let abandoned = self.ended.child_token();
-                    self.served.insert(partition, abandoned.clone());
+                    if self.served.insert(partition, abandoned.clone()).is_none() {
+                        metrics::gauge!(PARTITIONS_LED).increment(1.0);
+                    }
                     let fence = Fence {
                         key: holder_key(partition),
                         revision: fence as Revision,
@@ -381,12 +397,18 @@ impl Group {
                 }
                 Command::Drain(partition) => {
                     tracing::info!(%partition, "handing over: draining");
+                    self.draining.insert(partition, Instant::now());
                     let _ = self.orders.send(Order::Drain(partition));
                 }
                 Command::Release { partition, fence } => {
-                    if let Some(served) = self.served.remove(&partition) {
-                        served.cancel();
+                    // A hand-over is counted as its release is sent: the
+                    // member may see it done (in a read) before the answer.
+                    if let Some(began) = self.draining.remove(&partition) {
+                        metrics::counter!(HAND_OVERS).increment(1);
+                        metrics::histogram!(HAND_OVER_SECONDS)
+                            .record(began.elapsed().as_secs_f64());
                     }
+                    self.stop_serving(partition);
                     let (store, answers) = (self.store.clone(), self.answers.clone());
                     let ended = self.ended.clone();
                     tasks.spawn(async move {
@@ -396,8 +418,9 @@ impl Group {
                 }
                 Command::Abandon(partition) => {
                     tracing::warn!(%partition, "another coordinator leads it now: abandoned");
-                    if let Some(served) = self.served.remove(&partition) {
-                        served.cancel();
+                    self.draining.remove(&partition);
+                    if self.stop_serving(partition) {
+                        metrics::counter!(PARTITIONS_ABANDONED).increment(1);
                     }
                 }
                 Command::Left => {
@@ -449,6 +472,17 @@ pub struct GroupView {
     pub members: BTreeMap<String, String>,
     /// Each led partition's leader's URL.
     pub leaders: BTreeMap<PartitionId, String>,
+}
+
+/// A session's partitions stop being led with it, however it ends.
+impl Drop for Group {
+    fn drop(&mut self) {
+        let led = self.served.len();
+        if led > 0 {
+            metrics::gauge!(PARTITIONS_LED).decrement(led as f64);
+            metrics::counter!(PARTITIONS_ABANDONED).increment(led as u64);
+        }
+    }
 }
 
 impl GroupView {

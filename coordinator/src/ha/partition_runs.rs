@@ -126,17 +126,20 @@ impl Shared {
     /// written, unless the fence refuses them); its tasks leave the
     /// dispatcher.
     async fn stop(&self, partition: PartitionId, served: Served) {
+        let began = std::time::Instant::now();
         served.stop.cancel();
         served.tracker.close();
-        if tokio::time::timeout(DRAIN_PATIENCE, served.tracker.wait())
-            .await
-            .is_err()
-        {
-            tracing::warn!(
+        match tokio::time::timeout(DRAIN_PATIENCE, served.tracker.wait()).await {
+            Ok(()) => tracing::info!(
+                %partition,
+                ms = began.elapsed().as_millis() as u64,
+                "the partition's runs stopped"
+            ),
+            Err(_) => tracing::warn!(
                 %partition,
                 left = served.tracker.len(),
                 "some of the partition's tasks did not stop in time"
-            );
+            ),
         }
         for id in served.runs.ids() {
             self.dispatcher.forget(id);

@@ -14,6 +14,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use weft_coordinator::ha::membership::{
@@ -23,7 +24,9 @@ use weft_store::{AnyStore, EmbeddedStore, EtcdStore, Fence, Store, StoreError};
 use weft_tests::etcd::TestEtcd;
 
 const PARTITIONS: u32 = 16;
-const TTL: Duration = Duration::from_secs(2);
+/// Short, so a death is seen soon; long enough that a loaded machine's
+/// late renewals do not end a session.
+const TTL: Duration = Duration::from_secs(3);
 
 /// Who serves what, across the members of one test.
 #[derive(Default)]
@@ -228,7 +231,29 @@ async fn settled(store: &AnyStore, ledger: &Ledger, members: &[&str]) -> Duratio
     }
 }
 
+/// A metric's value as `metrics` renders it now (0 when absent): the
+/// members of a test are one process, so their figures add up.
+fn metric(metrics: &Option<PrometheusHandle>, name: &str) -> f64 {
+    let Some(handle) = metrics else { return 0.0 };
+    handle
+        .render()
+        .lines()
+        .find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or(0.0)
+}
+
 async fn a_group_of_three_hands_partitions_over(store: AnyStore) {
+    // One recorder per process: nextest runs each test in its own (under
+    // `cargo test` the second test's figures go unchecked).
+    let metrics = weft_coordinator::metrics::install().ok();
+    let counted = metrics.is_some();
+    let led = |expected: f64| {
+        let now = metric(&metrics, "weft_partitions_led");
+        assert!(
+            !counted || now == expected,
+            "weft_partitions_led {now}, expected {expected}"
+        );
+    };
     let ledger = Arc::new(Ledger::default());
     let (a, b, c) = ("http://a:1", "http://b:1", "http://c:1");
     let first = join(&store, &ledger, a);
@@ -261,9 +286,22 @@ async fn a_group_of_three_hands_partitions_over(store: AnyStore) {
             .copied()
             .unwrap_or(0)
     };
+    led(f64::from(PARTITIONS));
     let (c_led, c_drained) = (ledger.led_by()[c], drained(c));
+    let hand_overs = metric(&metrics, "weft_partition_hand_overs_total");
+    let timed = metric(&metrics, "weft_partition_hand_over_seconds_count");
     third.leave.cancel();
     third.task.await.unwrap().unwrap();
+    if counted {
+        // c's, at least (the figures are the whole process's).
+        let handed = metric(&metrics, "weft_partition_hand_overs_total") - hand_overs;
+        assert!(
+            handed >= f64::from(c_led),
+            "{handed} hand-overs counted, c led {c_led}"
+        );
+        let timed = metric(&metrics, "weft_partition_hand_over_seconds_count") - timed;
+        assert_eq!(timed, handed, "each timed");
+    }
     assert_eq!(
         drained(c) - c_drained,
         c_led,
@@ -318,6 +356,7 @@ async fn a_group_of_three_hands_partitions_over(store: AnyStore) {
         (*partition, url.clone())
     };
     let before = abandoned(&holder).unwrap_or(0);
+    let dropped = metric(&metrics, "weft_partitions_abandoned_total");
     store
         .delete_prefix(&holder_key(PartitionId(partition)), None)
         .await
@@ -333,6 +372,12 @@ async fn a_group_of_three_hands_partitions_over(store: AnyStore) {
         before + 1,
         "that partition alone"
     );
+    let dropped = metric(&metrics, "weft_partitions_abandoned_total") - dropped;
+    assert!(
+        !counted || dropped == 1.0,
+        "one abandoned partition counted: {dropped}"
+    );
+    led(f64::from(PARTITIONS));
     let fences = ledger.fences.lock().unwrap()[&partition].clone();
     assert!(fences.len() >= 2, "led again under a new fence: {fences:?}");
 
@@ -377,6 +422,7 @@ async fn a_group_of_three_hands_partitions_over(store: AnyStore) {
         group.members.is_empty() && group.leaders.is_empty(),
         "everyone left: {group:?}"
     );
+    led(0.0);
 }
 
 /// Revokes the session of the member at `url`; its lease id.
@@ -462,10 +508,12 @@ mod runs_move {
             BlobStore::default(),
         );
         let leave = CancellationToken::new();
+        // Nobody dies here: a long lease keeps a loaded machine's late
+        // renewals from ending a session mid-test.
         let settings = GroupSettings {
             partitioning,
             url: url.to_owned(),
-            ttl: TTL,
+            ttl: Duration::from_secs(10),
         };
         let (tell, _) = tokio::sync::watch::channel(GroupView::default());
         let task = tokio::spawn(membership::take_part(
@@ -498,6 +546,9 @@ mod runs_move {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn waiting_runs_move_with_their_partitions_and_finish_where_they_went() {
+        if std::env::var_os("WEFT_TEST_LOG").is_some() {
+            weft_process::init_logging(weft_process::LogFormat::Text);
+        }
         let etcd = TestEtcd::start().await.expect("etcd runs");
         let store = AnyStore::Etcd(EtcdStore::connect(std::slice::from_ref(&etcd.url)).unwrap());
         let partitioning = Partitioning::new(P).unwrap();
