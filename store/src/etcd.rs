@@ -400,13 +400,8 @@ impl Store for EtcdStore {
         Ok(kvs.first().map(entry))
     }
 
-    async fn scan(&self, prefix: &str) -> Result<Vec<Entry>, StoreError> {
-        // etcd answers a range sorted by key, as the trait promises.
-        let kvs = self.range(prefix, GetOptions::new().with_prefix()).await?;
-        Ok(kvs.iter().map(entry).collect())
-    }
-
     async fn scan_at(&self, prefix: &str) -> Result<(Vec<Entry>, Revision), StoreError> {
+        // etcd answers a range sorted by key, as the trait promises.
         let (kvs, revision) = self
             .range_at(prefix, GetOptions::new().with_prefix())
             .await?;

@@ -157,7 +157,9 @@ pub trait Store: Send + Sync + 'static {
     fn get(&self, key: &str) -> impl Future<Output = Result<Option<Entry>, StoreError>> + Send;
 
     /// Every key starting with `prefix`, in key order.
-    fn scan(&self, prefix: &str) -> impl Future<Output = Result<Vec<Entry>, StoreError>> + Send;
+    fn scan(&self, prefix: &str) -> impl Future<Output = Result<Vec<Entry>, StoreError>> + Send {
+        async move { Ok(self.scan_at(prefix).await?.0) }
+    }
 
     /// Every key starting with `prefix`, in key order, with the store's
     /// revision they were read at: what a watcher of the prefix has seen
@@ -281,10 +283,6 @@ impl Store for AnyStore {
 
     async fn get(&self, key: &str) -> Result<Option<Entry>, StoreError> {
         delegate!(self, s => s.get(key).await)
-    }
-
-    async fn scan(&self, prefix: &str) -> Result<Vec<Entry>, StoreError> {
-        delegate!(self, s => s.scan(prefix).await)
     }
 
     async fn scan_at(&self, prefix: &str) -> Result<(Vec<Entry>, Revision), StoreError> {

@@ -139,11 +139,9 @@ pub async fn take_part(
             return Err(error);
         };
         tracing::warn!(%error, "the group's partition count cannot be read yet; trying again");
-        tokio::select! {
-            () = leave.cancelled() => return Ok(()),
-            () = tokio::time::sleep(pause) => {}
+        if back_off(&mut pause, settings.ttl, &leave).await {
+            return Ok(());
         }
-        pause = (pause * 2).min(settings.ttl);
     }
     let mut pause = Duration::from_millis(100);
     loop {
@@ -154,11 +152,9 @@ pub async fn take_part(
             }
             Err(error) => {
                 tracing::warn!(%error, "the group session failed; joining again");
-                tokio::select! {
-                    () = leave.cancelled() => return Ok(()),
-                    () = tokio::time::sleep(pause) => {}
+                if back_off(&mut pause, settings.ttl, &leave).await {
+                    return Ok(());
                 }
-                pause = (pause * 2).min(settings.ttl);
             }
         }
         if leave.is_cancelled() {
@@ -453,12 +449,25 @@ async fn release(
                 tracing::warn!(%error, %partition, "releasing a partition failed; trying again");
             }
         }
-        tokio::select! {
-            () = ended.cancelled() => return,
-            () = tokio::time::sleep(pause) => {}
+        if back_off(&mut pause, Duration::from_secs(1), ended).await {
+            return;
         }
-        pause = (pause * 2).min(Duration::from_secs(1));
     }
+}
+
+/// Waits `pause` before trying again, doubling it up to `max`; true when
+/// `stop` came first (nothing more to try).
+pub(super) async fn back_off(
+    pause: &mut Duration,
+    max: Duration,
+    stop: &CancellationToken,
+) -> bool {
+    tokio::select! {
+        () = stop.cancelled() => return true,
+        () = tokio::time::sleep(*pause) => {}
+    }
+    *pause = (*pause * 2).min(max);
+    false
 }
 
 /// The group as a coordinator last read it: who is in it, and who leads

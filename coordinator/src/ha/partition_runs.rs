@@ -24,7 +24,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use weft_store::{AnyStore, Fence, Revision};
 
-use super::membership::{PartitionId, Partitioning, Runtime};
+use super::membership::{PartitionId, Partitioning, Runtime, back_off};
 use crate::bundle::BlobStore;
 use crate::config::CoordinatorConfig;
 use crate::dispatch::{DispatcherHandle, TaskLauncher};
@@ -95,7 +95,7 @@ impl PartitionRuns {
         let served = self.shared.served();
         served
             .iter()
-            .map(|(partition, s)| (*partition, s.runs.ids().len()))
+            .map(|(partition, s)| (*partition, s.runs.held()))
             .collect()
     }
 
@@ -204,7 +204,7 @@ impl Runtime for PartitionRuns {
                 }
                 // Some runs adopted already: trying again would adopt them
                 // twice. The rest wait for the partition's next leader.
-                Err(error) if !runs.ids().is_empty() => {
+                Err(error) if runs.held() > 0 => {
                     tracing::error!(
                         %partition,
                         %error,
@@ -218,11 +218,9 @@ impl Runtime for PartitionRuns {
                     "restoring the partition's runs failed; trying again"
                 ),
             }
-            tokio::select! {
-                () = stop.cancelled() => return,
-                () = tokio::time::sleep(pause) => {}
+            if back_off(&mut pause, Duration::from_secs(5), &stop).await {
+                return;
             }
-            pause = (pause * 2).min(Duration::from_secs(5));
         }
     }
 

@@ -328,6 +328,12 @@ impl Runs {
         inner.order.clone()
     }
 
+    /// How many runs it holds.
+    pub fn held(&self) -> usize {
+        let inner = self.inner.read().unwrap_or_else(|e| e.into_inner());
+        inner.order.len()
+    }
+
     /// Retries `run` (`weft retry`, asked by `by`): an ended run comes back
     /// to life under the registry's lock, and is counted going again
     /// before anyone counts; a live one is asked, and its machine answers.

@@ -191,7 +191,6 @@ mod tests {
 
     use super::*;
     use crate::bundle::Bundle;
-    use crate::durable::keys::BLOBS;
 
     #[tokio::test]
     async fn a_run_the_store_does_not_take_is_refused_and_never_started() {
@@ -201,12 +200,6 @@ mod tests {
         let text = b"nodes:\n  a: { kind: script, run: [\"true\"], start: true }\n".to_vec();
         let bundle =
             Bundle::new("g.yaml".into(), [("g.yaml".into(), text, 0o644)], 1 << 20).unwrap();
-        // The graph file is stored already (an earlier run's), so the run's
-        // own first record is the submission's only write.
-        let sha = &bundle.files["g.yaml"].sha256;
-        chunks::put(&store, &format!("{BLOBS}{sha}"), b"x", None)
-            .await
-            .unwrap();
         // A fence nobody holds: this coordinator was deposed.
         let fence = Fence {
             key: "leader".into(),
@@ -214,6 +207,12 @@ mod tests {
         };
         let deposed = CancellationToken::new();
         let keeper = Keeper::new(store.clone(), Some(fence), deposed.clone());
+        // The graph file is stored already (an earlier run's), so the run's
+        // own first record is the submission's only write.
+        let sha = &bundle.files["g.yaml"].sha256;
+        chunks::put(&store, &keeper.blob_key(sha), b"x", None)
+            .await
+            .unwrap();
         let (term, tracker) = (CancellationToken::new(), TaskTracker::new());
         let (runs, _, _) = start_runs(&CoordinatorConfig::default(), keeper, &term, &tracker);
         let refused = runs

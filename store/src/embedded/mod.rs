@@ -75,6 +75,8 @@ pub(crate) const ENTRIES: TableDefinition<&str, &[u8]> = TableDefinition::new("e
 pub(crate) const COUNTERS: TableDefinition<&str, i64> = TableDefinition::new("counters");
 /// The counter naming the last log frame the database holds.
 const APPLIED: &str = "log";
+/// The counter that gives revisions.
+const REVISION: &str = "revision";
 /// Writes smaller than this are made on the caller's thread rather than a
 /// blocking one: a log append and a few map inserts, some microseconds (a
 /// hop to another thread and back costs more; checkpoints are on every
@@ -273,7 +275,7 @@ impl Inner {
             (
                 log.overlay(prefix),
                 log.snapshot.clone(),
-                log.counter("revision"),
+                log.counter(REVISION),
             )
         };
         let found = merged(&table, overlay, prefix, |key, record| {
@@ -590,10 +592,6 @@ impl Store for EmbeddedStore {
     async fn get(&self, key: &str) -> Result<Option<Entry>, StoreError> {
         let key = key.to_owned();
         self.blocking(move |inner| inner.get(&key)).await
-    }
-
-    async fn scan(&self, prefix: &str) -> Result<Vec<Entry>, StoreError> {
-        Ok(self.scan_at(prefix).await?.0)
     }
 
     async fn scan_at(&self, prefix: &str) -> Result<(Vec<Entry>, Revision), StoreError> {

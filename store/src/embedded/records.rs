@@ -11,7 +11,7 @@ use redb::{Database, ReadOnlyTable, ReadableDatabase};
 use super::super::{Entry, Fence, LeaseId, Revision, StoreError, WatchEvent};
 use super::pending::{Changes, Log, Record, under};
 use super::values::{EXTERNAL_BYTES, Missing, Reference, Values};
-use super::{ENTRIES, backend};
+use super::{ENTRIES, REVISION, backend};
 
 /// A record's header: create revision, change revision, lease (8 bytes
 /// each, little-endian); the value follows, or a [`Reference`] to it.
@@ -178,7 +178,7 @@ impl<'a> Tx<'a> {
 
     /// The next revision.
     pub(super) fn next_revision(&mut self) -> Revision {
-        self.next_count("revision")
+        self.next_count(REVISION)
     }
 
     /// Whether the fence holds now.
