@@ -63,6 +63,10 @@ pub struct Hello {
     /// type names them: their tasks carry only those fields. A handler not
     /// here reads every field.
     pub handler_reads: BTreeMap<String, Vec<String>>,
+    /// Nonzero: the worker has this many slots in all and shares them
+    /// between several coordinators by their demand; `slots` is this
+    /// coordinator's first share, changed by [`FromWorker::Slots`].
+    pub shared_slots: u32,
 }
 
 /// A registered tool, as a model is told of it.
@@ -596,6 +600,13 @@ pub enum ToWorker {
         /// may not be made (the step fails with `budget_exceeded`).
         outcome: Result<u64, String>,
     },
+    /// How many queued tasks the coordinator has that the worker could
+    /// run (counted up to its shared slots), for a worker that shares its
+    /// slots between coordinators.
+    Demand {
+        /// The count.
+        queued: u64,
+    },
     /// Whether an attempt's teammate message was accepted.
     SendAck {
         /// The run.
@@ -618,6 +629,9 @@ pub enum FromWorker {
     Heartbeat,
     /// Send no more tasks; the worker finishes what it holds, then leaves.
     Draining,
+    /// A worker that shares its slots between coordinators: this
+    /// coordinator may now keep this many of its tasks running.
+    Slots(u32),
     /// The worker is leaving and did not start this attempt: give it to
     /// another worker.
     Refused {

@@ -38,6 +38,15 @@ pub use etcd::{EtcdStats, EtcdStore, EtcdTls};
 /// standing-by coordinators find it.
 pub const LEADER_KEY: &str = "leader";
 
+/// The partition count of a group whose runs are split into partitions,
+/// written by its first coordinator: a worker that finds it serves every
+/// member rather than one leader.
+pub const GROUP_COUNT_KEY: &str = "group/count";
+
+/// Where a partitioned group's coordinators are listed, one key each (under
+/// its session lease) whose value is its URL.
+pub const GROUP_MEMBERS: &str = "group/members/";
+
 /// A store revision: increases with every write.
 pub type Revision = i64;
 /// A lease: keys created under it vanish when it is not kept alive.

@@ -295,6 +295,14 @@ impl TestCluster {
         self.spawn_worker("test-worker", name, &args)
     }
 
+    /// Starts a `test-worker` with more arguments (`--etcd URL`, which
+    /// makes it look for its coordinators there rather than here).
+    pub fn add_test_worker_with(&mut self, name: &str, slots: u32, extra: &[String]) -> Result<()> {
+        let mut args = self.worker_args(name, slots);
+        args.extend(extra.iter().cloned());
+        self.spawn_worker("test-worker", name, &args)
+    }
+
     /// What every worker is started with: this cluster, a name, slots.
     fn worker_args(&self, name: &str, slots: u32) -> Vec<String> {
         vec![

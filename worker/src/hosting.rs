@@ -112,6 +112,8 @@ pub(crate) fn hello(config: &WorkerConfig, registry: &Registry, python: bool) ->
         keeps_nodes: true,
         keeps_bundles: true,
         handler_reads: registry.reads.clone(),
+        // Set when the worker serves several coordinators (`runtime`).
+        shared_slots: 0,
     }
 }
 

@@ -49,6 +49,7 @@ mod script_output;
 mod secrets;
 mod session;
 pub mod signals;
+mod slot_share;
 pub mod state_sync;
 mod task;
 mod team;

@@ -20,6 +20,7 @@ use crate::execute::{Toolbox, call_function, execute};
 use crate::handler::Registry;
 use crate::hosting::{HostResources, toolbox};
 use crate::remote_tools::RemoteTools;
+use crate::slot_share::Seat;
 use crate::state_sync::{Assignment, StateCache};
 use crate::task::{Completed, Failure, FailureKind, Task, TaskReport};
 use crate::team::{self, Acks, Team, TeamEnd, TeamMessage};
@@ -44,6 +45,13 @@ pub(crate) struct Setup<'a> {
     pub registry: &'a Arc<Registry>,
     /// Where its tasks are spawned; the worker waits on it before exiting.
     pub tracker: &'a TaskTracker,
+    /// The worker's slots: no more of its tasks run at once, whichever
+    /// coordinators sent them (one the coordinator timed out may still
+    /// be stopping here).
+    pub slots: &'a Arc<Semaphore>,
+    /// This coordinator's seat, when the worker shares its slots between
+    /// several: tasks past its share are handed back.
+    pub seat: Option<Arc<Seat>>,
 }
 
 /// An attempt's key: its run and its key within the run.
@@ -63,6 +71,8 @@ pub(crate) async fn serve(
         local,
         registry,
         tracker,
+        slots,
+        seat,
     } = setup;
     let moved = finder.moved_from_every(&welcome.url, std::time::Duration::from_secs(1));
     tokio::pin!(moved);
@@ -82,8 +92,8 @@ pub(crate) async fn serve(
             connection.index_shelf(&config.name),
         )),
         worker: config.name.clone(),
-        // A task the coordinator timed out may still stop here: wait for it.
-        slots: Arc::new(Semaphore::new(config.slots as usize)),
+        slots: slots.clone(),
+        seat,
         outbound: outbound.clone(),
         tracker: tracker.clone(),
         running: HashMap::new(),
@@ -115,6 +125,7 @@ pub(crate) async fn serve(
             }
             Some(done) = done_rx.recv() => {
                 session.running.remove(&done.attempt);
+                session.ended_one();
                 debug!(run = %done.attempt.0, key = %done.attempt.1, "task done");
                 if !done.reported {
                     return lost(session.running, Lost::Unsendable);
@@ -143,6 +154,8 @@ struct Session {
     /// The worker's name, for its spans.
     worker: String,
     slots: Arc<Semaphore>,
+    /// Its seat, when the worker shares its slots between coordinators.
+    seat: Option<Arc<Seat>>,
     outbound: mpsc::Sender<Outbound>,
     /// Where its tasks' teammate messages go.
     team_sends: mpsc::Sender<weft_proto::worker_protocol::FromWorker>,
@@ -185,7 +198,22 @@ impl Session {
                 };
                 let _ = self.outbound.send(refused).await;
             }
+            Inbound::Task(assignment) if !self.seat.as_ref().is_none_or(|seat| seat.admit()) => {
+                // Sent before the coordinator heard its share was lowered:
+                // hand it back for a worker with room.
+                debug!(worker = %self.worker, run = %assignment.run_id, key = %assignment.key, "handed back a task past this coordinator's share");
+                let refused = Outbound::Refused {
+                    run_id: assignment.run_id,
+                    key: assignment.key,
+                };
+                let _ = self.outbound.send(refused).await;
+            }
             Inbound::Task(assignment) => self.start(assignment, done).await,
+            Inbound::Demand(queued) => {
+                if let Some(seat) = &self.seat {
+                    seat.demand(queued);
+                }
+            }
             Inbound::Cancel { run_id, key } => {
                 if let Some(running) = self.running.get(&(run_id, key)) {
                     running.cancel.cancel();
@@ -243,6 +271,7 @@ impl Session {
                     read: Vec::new(),
                 };
                 let _ = self.outbound.send(Outbound::Report(report)).await;
+                self.ended_one();
                 return;
             }
         };
@@ -259,7 +288,15 @@ impl Session {
         let outbound = self.outbound.clone();
         self.tracker.spawn(async move {
             let attempt = async {
-                let _slot = slots.acquire().await;
+                let _slot = match slots.try_acquire() {
+                    Ok(slot) => Some(slot),
+                    Err(_) => {
+                        // Only when more was sent than the worker has:
+                        // a task a coordinator gave up on still stopping.
+                        info!("a task waits for a free slot");
+                        slots.acquire().await.ok()
+                    }
+                };
                 execute(&kinds, &mut task, team).await
             };
             let outcome = tokio::select! {
@@ -285,6 +322,14 @@ impl Session {
             let reported = outbound.send(Outbound::Report(report)).await.is_ok();
             let _ = done.send(Done { attempt, reported });
         }.instrument(span));
+    }
+
+    /// One of this coordinator's tasks ended here: its slot may go to
+    /// another coordinator.
+    fn ended_one(&self) {
+        if let Some(seat) = &self.seat {
+            seat.finished();
+        }
     }
 
     /// A handler's team, opened on the seat its assignment brought; scripts

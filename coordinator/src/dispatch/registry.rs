@@ -237,6 +237,36 @@ impl<T> Registry<T> {
         self.report_unhosted()
     }
 
+    /// A worker that shares its slots between coordinators gave this one
+    /// `slots` of them. Fewer than it runs stops new tasks going to it
+    /// until enough end; the caller places queued tasks after more.
+    pub fn set_slots(&mut self, worker: WorkerId, slots: u32) {
+        if let Some(entry) = self.workers.get_mut(&worker) {
+            // Never more than it has in all, whatever it says.
+            let most = entry.info.hello.shared_slots;
+            entry.info.hello.slots = if most > 0 { slots.min(most) } else { slots };
+        }
+    }
+
+    /// What a worker that shares its slots is told of this coordinator's
+    /// demand: the queued tasks it could run (it hosts them and serves
+    /// their namespace), counted up to its slots in all — it never gives
+    /// more. `None` for a worker that does not share its slots.
+    pub fn demand(&self, worker: WorkerId) -> Option<u64> {
+        let entry = self.workers.get(&worker)?;
+        let most = u64::from(entry.info.hello.shared_slots);
+        if most == 0 {
+            return None;
+        }
+        let runnable = self.jobs.values().filter(|job| {
+            matches!(job.place, Place::Queued)
+                && job.requirement.takes_slot()
+                && entry.info.hosts(&job.requirement)
+                && entry.info.serves(&job.namespace)
+        });
+        Some(runnable.take(most as usize).count() as u64)
+    }
+
     /// The worker's stream has room again.
     pub fn unjam(&mut self, worker: WorkerId) {
         if let Some(entry) = self.workers.get_mut(&worker) {
@@ -448,11 +478,22 @@ impl<T> Registry<T> {
         })
     }
 
-    /// A worker refused a job because it is leaving: the job is queued
-    /// again (no attempt counted) and the worker gets nothing new.
+    /// A worker refused a job because it is leaving, or (a worker that
+    /// shares its slots) because the job came past the share it gave this
+    /// coordinator: the job is queued again (no attempt counted), and a
+    /// leaving worker gets nothing new.
     pub fn refuse(&mut self, worker: WorkerId, job: &JobId) -> Vec<Decision<T>> {
         if self.held_by(job) == Some(worker) {
             self.requeue(job);
+        }
+        // A worker that shares its slots hands back what came beyond the
+        // share it had just lowered; it says so when it drains.
+        let shares = self
+            .workers
+            .get(&worker)
+            .is_some_and(|w| w.info.hello.shared_slots > 0);
+        if shares {
+            return Vec::new();
         }
         self.drain(worker)
     }

@@ -287,6 +287,18 @@ enum JoinError {
     /// The worker announced no slot.
     #[error("worker '{0}' announced 0 slots")]
     NoSlots(String),
+    /// A worker that shares its slots gave a share larger than its slots.
+    #[error(
+        "worker '{name}' gave this coordinator a share of {share} slots, more than its {slots} in all (shared_slots)"
+    )]
+    ShareAboveSlots {
+        /// The worker's name.
+        name: String,
+        /// The share it gave.
+        share: u32,
+        /// Its slots in all.
+        slots: u32,
+    },
     /// The dispatcher refused it.
     #[error(transparent)]
     Refused(JoinRefused),
@@ -296,7 +308,9 @@ impl From<JoinError> for Status {
     fn from(error: JoinError) -> Self {
         let message = error.to_string();
         match error {
-            JoinError::NoHello | JoinError::NoSlots(_) => Status::invalid_argument(message),
+            JoinError::NoHello | JoinError::NoSlots(_) | JoinError::ShareAboveSlots { .. } => {
+                Status::invalid_argument(message)
+            }
             JoinError::Protocol { .. } => Status::failed_precondition(message),
             JoinError::Refused(JoinRefused::ShuttingDown(_)) => Status::unavailable(message),
             JoinError::Refused(JoinRefused::NameTaken(_)) => Status::already_exists(message),
@@ -328,8 +342,17 @@ impl WorkerService for WorkerApi {
             }
             .into());
         }
-        if hello.slots == 0 {
+        // A worker that shares its slots may start with no share here.
+        if hello.slots == 0 && hello.shared_slots == 0 {
             return Err(JoinError::NoSlots(hello.name).into());
+        }
+        if hello.shared_slots > 0 && hello.slots > hello.shared_slots {
+            return Err(JoinError::ShareAboveSlots {
+                name: hello.name,
+                share: hello.slots,
+                slots: hello.shared_slots,
+            }
+            .into());
         }
         let (work, work_rx) = mpsc::channel(WORK_QUEUE);
         let (control, control_rx) = mpsc::channel(CONTROL_QUEUE);

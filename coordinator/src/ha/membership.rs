@@ -43,8 +43,8 @@ use crate::term::LeaseClock;
 
 /// The prefix every key of a partitioned group lives under.
 pub const GROUP_PREFIX: &str = "group/";
-const COUNT_KEY: &str = "group/count";
-const MEMBERS: &str = "group/members/";
+const COUNT_KEY: &str = weft_store::GROUP_COUNT_KEY;
+const MEMBERS: &str = weft_store::GROUP_MEMBERS;
 const HOLDERS: &str = "group/partitions/";
 
 /// A partition's lease key: fixed-width, so no key is a prefix of another.

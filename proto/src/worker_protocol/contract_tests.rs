@@ -177,6 +177,7 @@ fn every_message_to_a_worker_reads_back_as_itself() {
             run_id: "r1".into(),
         },
         ToWorker::Heartbeat,
+        ToWorker::Demand { queued: 7 },
         ToWorker::Deliver {
             run_id: "r1".into(),
             key: TaskKey(5),
@@ -253,6 +254,7 @@ fn every_message_from_a_worker_reads_back_as_itself() {
         }),
         FromWorker::Heartbeat,
         FromWorker::Draining,
+        FromWorker::Slots(3),
         FromWorker::Refused {
             run_id: "r1".into(),
             key: TaskKey(5),
@@ -336,6 +338,7 @@ fn a_hello_reads_back_as_itself_and_names_this_protocol_version() {
         keeps_nodes: true,
         keeps_bundles: true,
         handler_reads: [("summarise".to_owned(), vec!["text".to_owned()])].into(),
+        shared_slots: 8,
     };
     let wire = through_bytes(pb::Hello::from(hello.clone()));
     assert_eq!(wire.protocol_version, crate::PROTOCOL_VERSION);

@@ -88,6 +88,7 @@ impl From<Hello> for pb::Hello {
                 .into_iter()
                 .map(|(handler, fields)| pb::HandlerReads { handler, fields })
                 .collect(),
+            shared_slots: hello.shared_slots,
         }
     }
 }
@@ -128,6 +129,7 @@ impl From<pb::Hello> for Hello {
                 .into_iter()
                 .map(|reads| (reads.handler, reads.fields))
                 .collect(),
+            shared_slots: hello.shared_slots,
         }
     }
 }
@@ -214,6 +216,7 @@ impl From<ToWorker> for pb::CoordinatorMessage {
                 send_id,
                 error: error.unwrap_or_default(),
             }),
+            ToWorker::Demand { queued } => Body::Demand(pb::Demand { queued }),
             ToWorker::Heartbeat => Body::Heartbeat(pb::Heartbeat {
                 at_unix_ms: SystemTime::now()
                     .duration_since(UNIX_EPOCH)
@@ -295,6 +298,9 @@ pub fn read_coordinator_message(
                 Some(pb::permit_answer::Outcome::Refused(why)) => Err(why),
                 None => Err("the coordinator sent an empty answer to a call permit".to_owned()),
             },
+        })]),
+        Body::Demand(demand) => into.extend([Ok(ToWorker::Demand {
+            queued: demand.queued,
         })]),
         Body::Heartbeat(_) | Body::Welcome(_) => into.extend([Ok(ToWorker::Heartbeat)]),
     }
@@ -641,6 +647,7 @@ impl From<FromWorker> for pb::WorkerMessage {
             }),
             FromWorker::Heartbeat => Body::Heartbeat(pb::Heartbeat { at_unix_ms: 0 }),
             FromWorker::Draining => Body::Drain(pb::Drain {}),
+            FromWorker::Slots(slots) => Body::Slots(pb::Slots { slots }),
             FromWorker::Refused { run_id, key } => Body::Refused(pb::TaskRefused {
                 run_id: run_id.into(),
                 task_key: key.0,
@@ -764,6 +771,7 @@ pub fn read_worker_message(message: pb::WorkerMessage, last: &mut LastRun) -> Op
         Body::Hello(_) | Body::Results(_) => return None,
         Body::Heartbeat(_) => FromWorker::Heartbeat,
         Body::Drain(_) => FromWorker::Draining,
+        Body::Slots(slots) => FromWorker::Slots(slots.slots),
         Body::Refused(refused) => FromWorker::Refused {
             run_id: refused.run_id.into(),
             key: TaskKey(refused.task_key),

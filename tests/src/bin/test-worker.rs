@@ -31,6 +31,10 @@ struct Args {
     /// The worker token, for a coordinator that wants identities.
     #[arg(long, env = "WEFT_WORKER_TOKEN", hide_env_values = true)]
     token: Option<String>,
+    /// etcd endpoints of a group of coordinators, where the worker finds
+    /// them instead of at `--coordinator`.
+    #[arg(long, value_delimiter = ',')]
+    etcd: Vec<String>,
 }
 
 #[derive(Deserialize)]
@@ -65,6 +69,9 @@ async fn main() -> anyhow::Result<()> {
         .scripts(true);
     if let Some(dir) = args.work_dir.clone() {
         worker.work_dir(dir);
+    }
+    if !args.etcd.is_empty() {
+        worker.etcd(args.etcd.clone());
     }
     if let Some(token) = &args.token {
         worker.token(token)?;

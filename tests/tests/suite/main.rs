@@ -28,6 +28,7 @@ mod partitions;
 mod python;
 mod python_bundles;
 mod retrieval;
+mod shared_slots;
 mod store;
 mod streaming;
 mod subgraphs;

@@ -581,3 +581,62 @@ async fn a_worker_whose_run_is_dropped_finishes_its_task_then_leaves() -> anyhow
     weft_tests::wait_until(PATIENCE, connected(0)).await?;
     Ok(())
 }
+
+#[tokio::test]
+async fn a_worker_that_shares_its_slots_may_start_with_none_but_not_with_more_than_it_has()
+-> anyhow::Result<()> {
+    let cluster = TestCluster::start()?;
+    let hello = |name: &str, slots, shared_slots| pb::WorkerMessage {
+        body: Some(pb::worker_message::Body::Hello(pb::Hello {
+            protocol_version: weft_proto::PROTOCOL_VERSION,
+            name: name.into(),
+            slots,
+            shared_slots,
+            ..Default::default()
+        })),
+    };
+    let mut client =
+        pb::worker_service_client::WorkerServiceClient::connect(cluster.url().to_owned()).await?;
+    let status = client
+        .join(tokio_stream::iter(vec![hello("greedy", 3, 2)]))
+        .await
+        .expect_err("refused");
+    assert_eq!(status.code(), tonic::Code::InvalidArgument);
+    assert_eq!(
+        status.message(),
+        "worker 'greedy' gave this coordinator a share of 3 slots, more than its 2 in all (shared_slots)"
+    );
+    let status = client
+        .join(tokio_stream::iter(vec![hello("idle", 0, 0)]))
+        .await
+        .expect_err("refused");
+    assert_eq!(status.message(), "worker 'idle' announced 0 slots");
+    // No share yet, slots to share: welcomed.
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    tx.send(hello("patient", 0, 2)).await?;
+    let mut inbound = client
+        .join(tokio_stream::wrappers::ReceiverStream::new(rx))
+        .await?
+        .into_inner();
+    let first = inbound.message().await?.expect("a first message");
+    assert!(
+        matches!(first.body, Some(pb::coordinator_message::Body::Welcome(_))),
+        "{first:?}"
+    );
+    // … and told the coordinator's demand: nothing queued.
+    let told = tokio::time::timeout(PATIENCE, async {
+        loop {
+            match inbound.message().await? {
+                Some(pb::CoordinatorMessage {
+                    body: Some(pb::coordinator_message::Body::Demand(demand)),
+                }) => return anyhow::Ok(demand.queued),
+                Some(_) => {}
+                None => anyhow::bail!("the stream ended"),
+            }
+        }
+    })
+    .await??;
+    assert_eq!(told, 0);
+    drop(tx);
+    Ok(())
+}

@@ -73,6 +73,7 @@ fn inbound(message: Result<ToWorker, Unreadable>) -> Inbound {
             answer: outcome,
         },
         Ok(ToWorker::Heartbeat) => Inbound::Alive,
+        Ok(ToWorker::Demand { queued }) => Inbound::Demand(queued),
         Err(Unreadable::Task {
             run_id,
             key,

@@ -1,13 +1,15 @@
-//! Where a worker finds its coordinator: at a fixed URL (`--coordinator`),
-//! or as the leader of a group of coordinators, read from etcd's leader key
-//! before each connection (`--etcd`). A standby coordinator refuses a
-//! worker with the leader's URL; the worker joins there next.
+//! Where a worker finds its coordinators: at a fixed URL (`--coordinator`),
+//! or in etcd (`--etcd`) — the leader of a group of coordinators, read
+//! from the leader key before each connection (a standby coordinator
+//! refuses a worker with the leader's URL; the worker joins there next),
+//! or, for a group whose runs are split into partitions, every member,
+//! listed under the group's members prefix, each served at once.
 
 use std::time::Duration;
 
 use tonic::transport::Endpoint;
 use weft_proto::transport::ClientTls;
-use weft_store::{EtcdStore, LEADER_KEY, Store};
+use weft_store::{EtcdStore, GROUP_COUNT_KEY, GROUP_MEMBERS, LEADER_KEY, Store};
 
 use super::Lost;
 use crate::config::WorkerConfig;
@@ -19,6 +21,9 @@ pub(crate) enum Finder {
     Fixed(Box<Endpoint>),
     /// The leader named in etcd, reached with these TLS settings.
     Leader(EtcdStore, ClientTls),
+    /// Every member of a partitioned group listed in etcd, each served
+    /// (and reached with the worker's TLS settings, as a redirect is).
+    Members(EtcdStore),
 }
 
 impl Finder {
@@ -41,11 +46,13 @@ impl Finder {
     pub(crate) fn max_backoff(&self) -> Duration {
         match self {
             Self::Fixed(_) => Duration::from_secs(5),
-            Self::Leader(..) => Duration::from_millis(500),
+            Self::Leader(..) | Self::Members(..) => Duration::from_millis(500),
         }
     }
 
-    /// Where to connect now, or why there is nowhere yet.
+    /// Where to connect now, or why there is nowhere yet. A group that
+    /// names no leader but has a partition count is a partitioned one:
+    /// [`Lost::Partitioned`] tells the worker to serve every member.
     pub(super) async fn find(&self) -> Result<Endpoint, Lost> {
         match self {
             Self::Fixed(endpoint) => Ok((**endpoint).clone()),
@@ -54,10 +61,42 @@ impl Finder {
                     let url = String::from_utf8_lossy(&leader.value).into_owned();
                     endpoint(&url, tls).map_err(Lost::BadUrl)
                 }
-                Ok(None) => Err(Lost::NoLeader),
+                Ok(None) => match store.get(GROUP_COUNT_KEY).await {
+                    Ok(Some(_)) => Err(Lost::Partitioned),
+                    Ok(None) => Err(Lost::NoLeader),
+                    Err(error) => Err(Lost::Etcd(error)),
+                },
                 Err(error) => Err(Lost::Etcd(error)),
             },
+            // A member is always joined at its own URL.
+            Self::Members(..) => Err(Lost::NoLeader),
         }
+    }
+
+    /// The same etcd, read for every member of a partitioned group.
+    pub(crate) fn for_members(&self) -> Option<Self> {
+        match self {
+            Self::Leader(store, _) => Some(Self::Members(store.clone())),
+            Self::Fixed(_) | Self::Members(_) => None,
+        }
+    }
+
+    /// The URLs of a partitioned group's members, as etcd lists them now.
+    pub(crate) async fn members(&self) -> Result<Vec<String>, Lost> {
+        let Self::Members(store) = self else {
+            return Ok(Vec::new());
+        };
+        let listed = store.scan(GROUP_MEMBERS).await.map_err(Lost::Etcd)?;
+        let mut urls: Vec<String> = listed
+            .into_iter()
+            .map(|entry| {
+                let url = String::from_utf8_lossy(&entry.value);
+                url.trim_end_matches('/').to_owned()
+            })
+            .collect();
+        urls.sort();
+        urls.dedup();
+        Ok(urls)
     }
 }
 
@@ -71,18 +110,29 @@ impl Finder {
 
     /// [`Finder::moved_from`], asking etcd every `period`: a session
     /// asks less often than a join, one read a second per worker.
+    /// A partitioned group's member is left once etcd no longer lists it.
     pub(crate) async fn moved_from_every(&self, url: &str, period: Duration) {
-        let Self::Leader(store, _) = self else {
-            return std::future::pending().await;
-        };
         let url = url.trim_end_matches('/');
+        if let Self::Fixed(_) = self {
+            return std::future::pending().await;
+        }
         loop {
             tokio::time::sleep(period).await;
-            match store.get(LEADER_KEY).await {
-                Ok(Some(leader)) if leader.value.as_slice() == url.as_bytes() => {}
-                Ok(_) => return,
-                Err(_) => {}
+            if matches!(self.still_at(url).await, Ok(false)) {
+                return;
             }
+        }
+    }
+
+    /// Whether etcd still names `url`: as the leader, or as a member.
+    async fn still_at(&self, url: &str) -> Result<bool, Lost> {
+        match self {
+            Self::Fixed(_) => Ok(true),
+            Self::Members(..) => Ok(self.members().await?.iter().any(|member| member == url)),
+            Self::Leader(store, _) => match store.get(LEADER_KEY).await {
+                Ok(leader) => Ok(leader.is_some_and(|l| l.value.as_slice() == url.as_bytes())),
+                Err(error) => Err(Lost::Etcd(error)),
+            },
         }
     }
 }

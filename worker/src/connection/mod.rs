@@ -22,9 +22,9 @@ use std::time::Duration;
 use weft_proto::RunId;
 use weft_proto::TaskKey;
 
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio_stream::StreamExt;
-use tokio_stream::wrappers::ReceiverStream;
+use tokio_stream::wrappers::{ReceiverStream, WatchStream};
 use tracing::info;
 use weft_proto::transport::Authorized;
 use weft_proto::v1 as pb;
@@ -88,6 +88,9 @@ pub(crate) enum Inbound {
     Forget { run_id: RunId },
     /// The coordinator is there (a heartbeat).
     Alive,
+    /// How many queued tasks the coordinator has that this worker could
+    /// run (to a worker that shares its slots between coordinators).
+    Demand(u64),
 }
 
 /// What a worker tells its coordinator.
@@ -127,6 +130,10 @@ pub(crate) enum Lost {
     /// etcd names no leader.
     #[error("no coordinator leads the group yet (etcd has no leader key)")]
     NoLeader,
+    /// etcd names no leader but holds a partition count: the group's runs
+    /// are split into partitions, and every member is to be served.
+    #[error("the group's runs are split into partitions: serving every coordinator")]
+    Partitioned,
     /// etcd cannot be read.
     #[error("cannot read the leader from etcd: {0}")]
     Etcd(#[source] weft_store::StoreError),
@@ -224,6 +231,7 @@ pub(crate) async fn open(
     finder: &Finder,
     redirect: Option<String>,
     hello: Hello,
+    shares: Option<watch::Receiver<u32>>,
 ) -> Result<Result<(Connection, Welcome), Ending>, WorkerError> {
     let target = match redirect {
         Some(url) => discovery::endpoint(&url, &config.tls).map_err(Lost::BadUrl),
@@ -246,7 +254,7 @@ pub(crate) async fn open(
         .max_decoding_message_size(weft_proto::MAX_MESSAGE_BYTES)
         .max_encoding_message_size(weft_proto::MAX_MESSAGE_BYTES);
     let url = endpoint.uri().to_string();
-    let handshake = tokio::time::timeout(JOIN_TIMEOUT, handshake(config, client, hello));
+    let handshake = tokio::time::timeout(JOIN_TIMEOUT, handshake(config, client, hello, shares));
     tokio::select! {
         joined = handshake => {
             let joined = joined.unwrap_or_else(|_| {
@@ -268,6 +276,7 @@ async fn handshake(
     config: &WorkerConfig,
     mut client: WorkerServiceClient<Authorized>,
     hello: Hello,
+    shares: Option<watch::Receiver<u32>>,
 ) -> Result<Result<(Connection, Welcome), Ending>, WorkerError> {
     let (outbound, rx) = mpsc::channel::<Outbound>(OUTBOUND_QUEUE);
     let (team_sends, sends) = mpsc::channel::<FromWorker>(OUTBOUND_QUEUE);
@@ -283,8 +292,14 @@ async fn handshake(
     // step's result.
     let sends = ReceiverStream::new(sends).map(pb::WorkerMessage::from);
     let calls = ReceiverStream::new(calls).map(pb::WorkerMessage::from);
+    // A worker that shares its slots sends this coordinator's share each
+    // time it changes; only the latest counts, so none queues behind work.
+    // (Without one, a channel whose sender is gone: a stream that ends.)
+    let shares = shares.unwrap_or_else(|| watch::channel(0).1);
+    let shares = WatchStream::from_changes(shares)
+        .map(|slots| pb::WorkerMessage::from(FromWorker::Slots(slots)));
     let mut inbound = match client
-        .join(first.chain(rest.merge(sends).merge(calls)))
+        .join(first.chain(rest.merge(sends).merge(calls).merge(shares)))
         .await
     {
         Ok(response) => response.into_inner(),

@@ -1,5 +1,5 @@
 //! What workers say, as the dispatcher takes it: heartbeats, draining,
-//! refusals, results (merged once; a late or duplicate one is discarded
+//! shares of their slots, refusals, results (merged once; a late or duplicate one is discarded
 //! and counted) and teammate messages.
 
 use tracing::{debug, info};
@@ -36,12 +36,17 @@ impl Dispatcher {
                 info!(%worker, "worker draining");
                 self.registry.drain(worker)
             }
+            FromWorker::Slots(slots) => {
+                debug!(%worker, slots, "a worker that shares its slots changed this coordinator's share");
+                self.registry.set_slots(worker, slots);
+                Vec::new()
+            }
             FromWorker::Refused { run_id, key } => {
                 let job = JobId {
                     run: run_id.clone(),
                     key: JobKey::Task(key),
                 };
-                debug!(%worker, %run_id, %key, "a leaving worker refused a task");
+                debug!(%worker, %run_id, %key, "a worker handed a task back");
                 self.registry.refuse(worker, &job)
             }
             FromWorker::Result(TaskResult {

@@ -67,7 +67,17 @@ struct Link {
     nodes: KeptMirror<NodeDefinition>,
     /// The runs' bundle lists it keeps.
     bundles: KeptMirror<Vec<BlobRef>>,
+    /// The worker shares its slots between coordinators.
+    shares: bool,
+    /// The demand last told to it, if it shares (`None`: not told yet).
+    demand_told: Option<u64>,
 }
+
+/// How often a worker that shares its slots between coordinators is told
+/// this one's demand, when it changed: often enough that slots follow a
+/// burst within a few tasks' time, seldom enough that counting the queue
+/// for each such worker costs nothing to speak of.
+const DEMAND_PERIOD: Duration = Duration::from_millis(20);
 
 /// What a task message carries that its worker may keep, and how: the
 /// mirrors learn it once the message is on its way.
@@ -250,6 +260,7 @@ pub fn spawn_dispatcher(
         call_timeout: config.call_timeout,
         tool_calls: 0,
         placed: Vec::new(),
+        sharing: 0,
     };
     tracker.spawn(dispatcher.run(rx, config.heartbeat_interval, shutdown));
     DispatcherHandle { tx }
@@ -319,6 +330,8 @@ struct Dispatcher {
     tool_calls: u64,
     /// Room for the registry's placements, kept from one to the next.
     placed: Vec<Decision<Order>>,
+    /// How many of the workers share their slots between coordinators.
+    sharing: usize,
 }
 
 fn now() -> std::time::Instant {
@@ -334,6 +347,8 @@ impl Dispatcher {
     ) {
         let mut ticker = tokio::time::interval(heartbeat);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut demand = tokio::time::interval(DEMAND_PERIOD);
+        demand.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             // A job or call waiting for a rate limit goes when it frees.
             let wake = self.registry.wake();
@@ -350,6 +365,7 @@ impl Dispatcher {
                     None => break,
                 },
                 _ = ticker.tick() => self.tick(),
+                _ = demand.tick(), if self.sharing > 0 => self.tell_demand(),
                 () = woken => self.place(),
             }
         }
@@ -362,6 +378,7 @@ impl Dispatcher {
                 let (name, slots) = (info.hello.name.clone(), info.hello.slots);
                 let keeps = (info.hello.keeps_nodes, info.hello.keeps_bundles);
                 let mirror = FieldMirror::new(&info.hello.handler_reads);
+                let shares = info.hello.shared_slots > 0;
                 let id = match self.registry.join(info, now()) {
                     Ok(id) => id,
                     Err(taken) => {
@@ -370,7 +387,8 @@ impl Dispatcher {
                         return;
                     }
                 };
-                info!(%name, slots, "worker joined");
+                info!(%name, slots, shares, "worker joined");
+                self.sharing += usize::from(shares);
                 self.links.insert(
                     id,
                     Link {
@@ -378,6 +396,8 @@ impl Dispatcher {
                         mirror,
                         nodes: KeptMirror::new(keeps.0, MAX_KEPT_NODES),
                         bundles: KeptMirror::new(keeps.1, MAX_KEPT_BUNDLES),
+                        shares,
+                        demand_told: None,
                     },
                 );
                 let _ = reply.send(Ok(id));
@@ -567,6 +587,26 @@ impl Dispatcher {
         self.report();
     }
 
+    /// Tells each worker that shares its slots this coordinator's demand,
+    /// where it changed since it was last told. A control path that is
+    /// full is tried again next time.
+    fn tell_demand(&mut self) {
+        for (&worker, link) in &mut self.links {
+            let Some(queued) = self.registry.demand(worker) else {
+                continue;
+            };
+            if link.demand_told != Some(queued)
+                && link
+                    .channels
+                    .control
+                    .try_send(ToWorker::Demand { queued })
+                    .is_ok()
+            {
+                link.demand_told = Some(queued);
+            }
+        }
+    }
+
     fn place(&mut self) {
         let mut placed = std::mem::take(&mut self.placed);
         self.registry.place_into(now(), &mut placed);
@@ -723,7 +763,9 @@ impl Dispatcher {
                     name,
                     reason,
                 } => {
-                    self.links.remove(&worker);
+                    if let Some(link) = self.links.remove(&worker) {
+                        self.sharing -= usize::from(link.shares);
+                    }
                     warn!(%worker, %name, %reason, "worker lost");
                 }
             }
