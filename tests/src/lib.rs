@@ -155,6 +155,22 @@ impl TestCluster {
         Ok(())
     }
 
+    /// Stops the coordinator with SIGTERM, waits for it to exit, and
+    /// starts it again at the same address.
+    pub async fn restart_coordinator_cleanly(&mut self) -> Result<()> {
+        self.signal_coordinator("TERM")?;
+        let deadline = Instant::now() + PATIENCE;
+        let child = self.coordinator.as_mut().context("no coordinator")?;
+        while child.try_wait()?.is_none() {
+            if Instant::now() > deadline {
+                bail!("the coordinator did not exit within {PATIENCE:?} of SIGTERM");
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        self.coordinator = None;
+        self.restart_coordinator()
+    }
+
     /// Kills the coordinator with SIGKILL (its data directory stays).
     pub fn stop_coordinator(&mut self) -> Result<()> {
         if let Some(mut child) = self.coordinator.take() {

@@ -6,7 +6,8 @@
 //! It is the [`Runtime`] that [`super::membership`] drives: serving a
 //! partition makes its registry and restores the partition's runs from the
 //! store (only theirs: a run's partition is a hash of its id); draining one
-//! stops its run actors, lets their last checkpoints be written, drops
+//! stops its run actors (each takes a checkpoint of the map items it
+//! finished since its last one), lets their last checkpoints be written, drops
 //! their tasks from the dispatcher (the next leader sends them again) and
 //! forgets the registry; abandoning one (another leads it now) stops it
 //! the same way, its writes refused by the fence. New runs are made in the

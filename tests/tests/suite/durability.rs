@@ -325,6 +325,78 @@ nodes:
 }
 
 #[tokio::test]
+async fn a_map_stopped_cleanly_runs_no_item_it_had_finished_again() -> anyhow::Result<()> {
+    use tokio_stream::StreamExt;
+    let mut cluster = TestCluster::start()?;
+    cluster.add_worker("w", 2)?;
+    cluster.wait_for_workers(&["w"]).await?;
+    let ran = std::env::temp_dir().join(format!("weft-stopped-map-{}", std::process::id()));
+    std::fs::remove_file(&ran).ok();
+    // `async`: watchers see an item finish at once, its checkpoint taken
+    // in the background, deferred while items finish within 100 ms of the
+    // last one. Pairs of items finish together, so the second of a pair
+    // waits for a deferred checkpoint.
+    let graph = GraphBundle::from_text(
+        "stopped-map.yaml",
+        &format!(
+            r#"
+settings:
+  durability: async
+nodes:
+  fan:
+    kind: map
+    start: true
+    over: "{{{{ items }}}}"
+    as: item
+    branch: work
+    output_key: out
+    collect_into: results
+    max_concurrency: 2
+  work:
+    kind: script
+    run: [sh, -c, 'echo "$WEFT_ITEM" >> "$1"; sleep 0.4; echo "{{\"out\": $WEFT_ITEM}}"', x, "{}"]
+"#,
+            ran.display()
+        ),
+    );
+    let client = cluster.client().await?;
+    let items: Vec<u32> = (0..12).collect();
+    let submitted = client
+        .submit_bundle(graph, &json!({ "items": items }))
+        .await?;
+    let mut finished = Vec::new();
+    let mut events = client.watch(&submitted.run_id, 0).await?;
+    while finished.len() < 4 {
+        let event = tokio::time::timeout(Duration::from_secs(30), events.next())
+            .await?
+            .expect("the run goes on")?;
+        if event.kind == "map_item_finished" {
+            finished.push(event.body["index"].as_u64().expect("an index"));
+        }
+    }
+    drop(events);
+    // Stopped cleanly: each run's last finished items are checkpointed
+    // on the way out.
+    cluster.restart_coordinator_cleanly().await?;
+    let client = cluster.client().await?;
+    let done =
+        tokio::time::timeout(Duration::from_secs(60), client.wait(&submitted.run_id)).await??;
+    assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error);
+    let results: Vec<u64> = (0..12).collect();
+    assert_eq!(done.state["results"], json!(results));
+    let lines = std::fs::read_to_string(&ran)?;
+    for index in &finished {
+        let runs = lines.lines().filter(|l| *l == index.to_string()).count();
+        assert_eq!(
+            runs, 1,
+            "item {index} finished before the stop and ran {runs} times:\n{lines}"
+        );
+    }
+    std::fs::remove_file(&ran).ok();
+    Ok(())
+}
+
+#[tokio::test]
 async fn a_loop_cut_by_kill_9_runs_its_finished_iterations_only_once() -> anyhow::Result<()> {
     use tokio_stream::StreamExt;
     let mut cluster = TestCluster::start()?;

@@ -407,7 +407,17 @@ impl RunActor {
         let mut deadline_armed = self.plan.graph().settings.timeout.is_some();
         loop {
             tokio::select! {
-                _ = shutdown.cancelled() => break,
+                _ = shutdown.cancelled() => {
+                    // Stopped while it runs (its partition handed over,
+                    // the coordinator shutting down): map items finished
+                    // since the last checkpoint are stored now, so whoever
+                    // serves the run next does not run them again. (After
+                    // a lost lease the fence refuses the write.)
+                    if self.item_checkpoint {
+                        self.take_checkpoint(true).await;
+                    }
+                    break;
+                }
                 command = commands.recv() => match command {
                     Some(command) => self.command(command),
                     None => break,
