@@ -195,22 +195,14 @@ impl Runtime for PartitionRuns {
             }
         });
         // Restored until it works or the partition goes: a run not restored
-        // would wait for a leader that does not serve it.
+        // would wait for a leader that does not serve it. Runs adopted by a
+        // try that failed part-way are not adopted again.
         let mut pause = Duration::from_millis(100);
         loop {
             match runs.recover(shared.config.max_bundle_bytes).await {
-                Ok(count) => {
-                    tracing::info!(%partition, runs = count, "the partition's runs restored");
-                    return;
-                }
-                // Some runs adopted already: trying again would adopt them
-                // twice. The rest wait for the partition's next leader.
-                Err(error) if runs.held() > 0 => {
-                    tracing::error!(
-                        %partition,
-                        %error,
-                        "some of the partition's runs were not restored; they continue at its next hand-over"
-                    );
+                Ok(_) => {
+                    let held = runs.held();
+                    tracing::info!(%partition, runs = held, "the partition's runs restored");
                     return;
                 }
                 Err(error) => tracing::error!(

@@ -28,12 +28,15 @@ enum NotContinued {
 impl Runs {
     /// Restores every run stored by an earlier coordinator: unfinished ones
     /// continue (what was in flight is sent again), ended ones answer as
-    /// before. Returns how many.
+    /// before. Returns how many. A run held already is left as it is, so a
+    /// restore that failed part-way is tried again without adopting a
+    /// run twice.
     pub async fn recover(&self, max_bundle_bytes: usize) -> Result<usize, weft_store::StoreError> {
         let Some(keeper) = self.store.clone() else {
             return Ok(0);
         };
-        let stored = restore::stored_runs(&keeper, max_bundle_bytes, |id| self.serves(id)).await?;
+        let wanted = |id: &str| self.serves(id) && self.get(id).is_none();
+        let stored = restore::stored_runs(&keeper, max_bundle_bytes, wanted).await?;
         let count = stored.len();
         for run in stored {
             let id = run.id.clone();

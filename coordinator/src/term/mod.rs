@@ -231,4 +231,32 @@ mod tests {
         term.cancel();
         std::fs::remove_dir_all(dir).ok();
     }
+
+    #[tokio::test]
+    async fn a_restore_tried_again_adopts_no_run_twice() {
+        let dir = std::env::temp_dir().join(format!("weft-restore-twice-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let store = AnyStore::Embedded(EmbeddedStore::open(&dir.join("s.redb")).unwrap());
+        let keeper = |ended: &CancellationToken| Keeper::new(store.clone(), None, ended.clone());
+        // A run that waits for a worker nobody runs: stored, unfinished.
+        let text = b"nodes:\n  a: { kind: script, run: [\"true\"], start: true }\n".to_vec();
+        let bundle =
+            Bundle::new("g.yaml".into(), [("g.yaml".into(), text, 0o644)], 1 << 20).unwrap();
+        let config = CoordinatorConfig::default();
+        let (first, tracker) = (CancellationToken::new(), TaskTracker::new());
+        let (runs, _, _) = start_runs(&config, keeper(&first), &first, &tracker);
+        runs.submit(bundle, "{}", crate::run_actor::Owner::default())
+            .await
+            .unwrap();
+        first.cancel();
+        // The next coordinator restores it; a second try (as after a
+        // restore that failed part-way) finds it held and leaves it.
+        let next = CancellationToken::new();
+        let (runs, _, _) = start_runs(&config, keeper(&next), &next, &tracker);
+        assert_eq!(runs.recover(1 << 20).await.unwrap(), 1);
+        assert_eq!(runs.recover(1 << 20).await.unwrap(), 0);
+        assert_eq!(runs.held(), 1);
+        next.cancel();
+        std::fs::remove_dir_all(dir).ok();
+    }
 }
