@@ -371,6 +371,11 @@ impl Runs {
     /// Up to `limit` runs, newest first, starting after run `after` (or
     /// with the newest), of the runs `visible` lets through; and whether
     /// older such runs remain.
+    ///
+    /// Run ids sort in the order runs are made (UUIDv7, by the
+    /// millisecond), so `after` is a place in that order, not a run that
+    /// must be held here: a page goes on from a run deleted or forgotten
+    /// since the last one, or held by another partition's registry.
     pub async fn page(
         &self,
         limit: usize,
@@ -381,7 +386,7 @@ impl Runs {
         let inner = self.inner.read().unwrap_or_else(|e| e.into_inner());
         let newest_first = inner.order.iter().rev();
         let rest: Box<dyn Iterator<Item = &RunId>> = match after {
-            Some(after) => Box::new(newest_first.skip_while(move |id| &***id != after).skip(1)),
+            Some(after) => Box::new(newest_first.filter(move |id| &***id < after)),
             None => Box::new(newest_first),
         };
         let mut shown = rest

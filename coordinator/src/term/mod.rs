@@ -233,6 +233,48 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_page_goes_on_from_a_run_no_longer_held() {
+        let dir = std::env::temp_dir().join(format!("weft-page-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (term, tracker) = (CancellationToken::new(), TaskTracker::new());
+        let store = AnyStore::Embedded(EmbeddedStore::open(&dir.join("s.redb")).unwrap());
+        let keeper = Keeper::new(store, None, term.clone());
+        let (runs, _, _) = start_runs(&CoordinatorConfig::default(), keeper, &term, &tracker);
+        let text = b"nodes:\n  a: { kind: script, run: [\"true\"], start: true }\n".to_vec();
+        let mut ids = Vec::new();
+        for _ in 0..4 {
+            let bundle = Bundle::new(
+                "g.yaml".into(),
+                [("g.yaml".into(), text.clone(), 0o644)],
+                1 << 20,
+            )
+            .unwrap();
+            let accepted = runs
+                .submit(bundle, "{}", crate::run_actor::Owner::default())
+                .await
+                .unwrap();
+            ids.push(accepted.0.to_string());
+        }
+        let listed = |page: Vec<crate::run_actor::RunHandle>| -> Vec<String> {
+            page.iter().map(|h| h.id().to_string()).collect()
+        };
+        let (first, more) = runs.page(2, None, |_| true).await;
+        assert_eq!(listed(first), [ids[3].clone(), ids[2].clone()]);
+        assert!(more);
+        // A place between two runs that names none held here: the runs
+        // made before it, newest first.
+        let between = format!("{}0", ids[2]);
+        let (next, more) = runs.page(2, Some(&between), |_| true).await;
+        assert_eq!(listed(next), [ids[2].clone(), ids[1].clone()]);
+        assert!(more);
+        let (last, more) = runs.page(2, Some(&ids[1]), |_| true).await;
+        assert_eq!(listed(last), [ids[0].clone()]);
+        assert!(!more);
+        term.cancel();
+        std::fs::remove_dir_all(dir).ok();
+    }
+
+    #[tokio::test]
     async fn a_restore_tried_again_adopts_no_run_twice() {
         let dir = std::env::temp_dir().join(format!("weft-restore-twice-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
