@@ -195,32 +195,8 @@ where
     }
     take_role(&config, role_tx, &shutdown, &tracker).await?;
     ready();
-    // Each service decodes no more than its largest legitimate message: a
-    // submission (bundle and input), a worker's result; framing aside.
-    const FRAMING: usize = 1 << 20;
-    let run_api = RunServiceServer::new(front)
-        .max_decoding_message_size(config.max_bundle_bytes + config.max_input_bytes + FRAMING)
-        .max_encoding_message_size(weft_proto::MAX_MESSAGE_BYTES);
-    let worker_api = WorkerServiceServer::new(FrontWorkers::new(role))
-        .max_decoding_message_size(config.max_result_bytes.saturating_add(FRAMING))
-        .max_encoding_message_size(weft_proto::MAX_MESSAGE_BYTES);
     crate::metrics::READY.store(true, std::sync::atomic::Ordering::Relaxed);
-    let served = tonic::transport::Server::builder()
-        .initial_stream_window_size(weft_proto::transport::STREAM_WINDOW)
-        .initial_connection_window_size(weft_proto::transport::CONNECTION_WINDOW)
-        .max_frame_size(weft_proto::transport::MAX_FRAME)
-        // Pings keep a quiet stream (a watch, a wait) from looking idle.
-        .http2_keepalive_interval(Some(
-            Duration::from_secs(20).min(config.connections.idle / 3),
-        ))
-        .concurrency_limit_per_connection(config.max_concurrent_requests)
-        .layer(crate::auth::layer::AuthLayer::new(
-            config.identities.clone(),
-        ))
-        .add_service(run_api)
-        .add_service(worker_api)
-        .serve_with_incoming_shutdown(incoming, shutdown.clone().cancelled_owned())
-        .await;
+    let served = serve_front(incoming, &config, front, role, &shutdown).await;
     crate::metrics::READY.store(false, std::sync::atomic::Ordering::Relaxed);
     // The server may also stop on its own (a transport error): stop the
     // rest, then wait for it.
@@ -237,4 +213,72 @@ where
     }
     served?;
     Ok(())
+}
+
+/// Serves the run and worker services on `listener` by `role` until
+/// `shutdown` (what a coordinator's gRPC listener serves, without the
+/// HTTP listener or taking a role of its own: for tests that set the role
+/// themselves).
+pub async fn serve_role(
+    listener: TcpListener,
+    config: &CoordinatorConfig,
+    role: watch::Receiver<Role>,
+    shutdown: CancellationToken,
+) -> Result<(), ServeError> {
+    let tracker = TaskTracker::new();
+    let front = FrontRuns::new(
+        role.clone(),
+        tracker.clone(),
+        config.identities.required(),
+        weft_proto::transport::ClientTls::default(),
+    );
+    let incoming = incoming(listener, config.connections, shutdown.clone());
+    let served = serve_front(incoming, config, front, role, &shutdown).await;
+    tracker.close();
+    tracker.wait().await;
+    Ok(served?)
+}
+
+/// The gRPC server: the run service through `front`, the worker service
+/// by `role`, behind the auth layer.
+async fn serve_front<IO>(
+    incoming: impl tokio_stream::Stream<Item = std::io::Result<IO>> + Send + 'static,
+    config: &CoordinatorConfig,
+    front: FrontRuns,
+    role: watch::Receiver<Role>,
+    shutdown: &CancellationToken,
+) -> Result<(), tonic::transport::Error>
+where
+    IO: tokio::io::AsyncRead
+        + tokio::io::AsyncWrite
+        + tonic::transport::server::Connected
+        + Unpin
+        + Send
+        + 'static,
+{
+    // Each service decodes no more than its largest legitimate message: a
+    // submission (bundle and input), a worker's result; framing aside.
+    const FRAMING: usize = 1 << 20;
+    let run_api = RunServiceServer::new(front)
+        .max_decoding_message_size(config.max_bundle_bytes + config.max_input_bytes + FRAMING)
+        .max_encoding_message_size(weft_proto::MAX_MESSAGE_BYTES);
+    let worker_api = WorkerServiceServer::new(FrontWorkers::new(role))
+        .max_decoding_message_size(config.max_result_bytes.saturating_add(FRAMING))
+        .max_encoding_message_size(weft_proto::MAX_MESSAGE_BYTES);
+    tonic::transport::Server::builder()
+        .initial_stream_window_size(weft_proto::transport::STREAM_WINDOW)
+        .initial_connection_window_size(weft_proto::transport::CONNECTION_WINDOW)
+        .max_frame_size(weft_proto::transport::MAX_FRAME)
+        // Pings keep a quiet stream (a watch, a wait) from looking idle.
+        .http2_keepalive_interval(Some(
+            Duration::from_secs(20).min(config.connections.idle / 3),
+        ))
+        .concurrency_limit_per_connection(config.max_concurrent_requests)
+        .layer(crate::auth::layer::AuthLayer::new(
+            config.identities.clone(),
+        ))
+        .add_service(run_api)
+        .add_service(worker_api)
+        .serve_with_incoming_shutdown(incoming, shutdown.clone().cancelled_owned())
+        .await
 }

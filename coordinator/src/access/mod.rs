@@ -82,6 +82,22 @@ impl RunAccess {
         }
     }
 
+    /// Access to `runs`; watches' feeds run on `tracker` and end with
+    /// `stop` (a partition's, in a partitioned group).
+    pub fn over(
+        runs: Runs,
+        max_bundle_bytes: usize,
+        tracker: TaskTracker,
+        stop: CancellationToken,
+    ) -> Self {
+        Self {
+            runs,
+            max_bundle_bytes,
+            tracker,
+            stop,
+        }
+    }
+
     /// The largest bundle a submission may carry.
     pub fn max_bundle_bytes(&self) -> usize {
         self.max_bundle_bytes

@@ -33,6 +33,11 @@ impl RunApi {
             indexes: term.indexes.clone(),
         }
     }
+
+    /// Serves the runs `access` reaches, with `indexes`.
+    pub fn over(access: RunAccess, indexes: SharedIndexes) -> Self {
+        Self { access, indexes }
+    }
 }
 
 pub(crate) type EventStream = Pin<Box<dyn Stream<Item = Result<pb::RunEvent, Status>> + Send>>;

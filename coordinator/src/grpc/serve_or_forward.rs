@@ -23,6 +23,7 @@ use super::worker_service::{IndexStream, OutStream};
 use super::{RunApi, WorkerApi};
 use crate::access::{RunAccess, RunReport, Shown, StoredEvent};
 use crate::auth::Principal;
+use crate::ha::member::Member;
 use crate::term::{Role, Services};
 
 /// Why this coordinator cannot serve a request itself, nor pass it on.
@@ -79,6 +80,15 @@ enum NotServed {
     /// A worker joined a standby: it is told where the leader is.
     #[error("this coordinator stands by; the leader is at {0}")]
     StandingBy(String),
+    /// No coordinator of a partitioned group leads the partition a request
+    /// needs (a hand-over or a take-over is under way).
+    #[error(
+        "no coordinator of the group leads {0} at the moment (a hand-over is under way); ask again shortly"
+    )]
+    NoPartitionLeader(&'static str),
+    /// A request forwarded here for a partition led here no longer.
+    #[error("the partition of run '{0}' is no longer led by this coordinator; ask again")]
+    PartitionMoved(String),
 }
 
 impl From<NotServed> for Status {
@@ -133,8 +143,9 @@ const FORWARD_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 #[derive(Clone)]
 pub struct FrontRuns {
     role: watch::Receiver<Role>,
-    /// The leader's URL and a connection to it, reused while it leads.
-    leader: Arc<Mutex<Option<Forwarding>>>,
+    /// Connections to the coordinators requests were forwarded to (the
+    /// leader; in a partitioned group, the partitions' leaders), by URL.
+    peers_by_url: Arc<Mutex<std::collections::HashMap<String, RunServiceClient<Channel>>>>,
     /// Where relays of the leader's event streams run.
     tracker: TaskTracker,
     /// Requests must carry an identity (so forwarded ones their token).
@@ -142,9 +153,6 @@ pub struct FrontRuns {
     /// What to trust at an `https://` leader.
     peers: weft_proto::transport::ClientTls,
 }
-
-/// A leader's URL and a client of it.
-type Forwarding = (String, RunServiceClient<Channel>);
 
 enum Route {
     Local(RunApi),
@@ -164,7 +172,7 @@ impl FrontRuns {
     ) -> Self {
         Self {
             role,
-            leader: Arc::default(),
+            peers_by_url: Arc::default(),
             tracker,
             identities_required,
             peers,
@@ -211,20 +219,55 @@ impl FrontRuns {
         })
     }
 
-    /// Where a request goes now; `forwarded_in`: it was forwarded here.
-    fn route(&self, forwarded_in: bool) -> Result<Route, NotServed> {
+    /// Resolves when the role changes, or, for a member of a partitioned
+    /// group, when its view of the group does: a request that found no
+    /// leader for its partition is routed again then.
+    fn changed(&self) -> impl Future<Output = ()> + Send + 'static {
+        let role = self.role_changed();
+        let view = match &*self.role.borrow() {
+            Role::Member(member) => Some(member.view_changed()),
+            _ => None,
+        };
+        async move {
+            match view {
+                Some(view) => tokio::select! {
+                    () = role => {}
+                    () = view => {}
+                },
+                None => role.await,
+            }
+        }
+    }
+
+    /// Where a request about `target` goes now; `forwarded_in`: it was
+    /// forwarded here.
+    fn route(&self, forwarded_in: bool, target: Target<'_>) -> Result<Route, NotServed> {
         let url = match &*self.role.borrow() {
             Role::Leader(services) => {
                 return Ok(Route::Local(RunApi::new(current(services)?)));
             }
+            Role::Member(member) => match (member_route(member, &target), target) {
+                (MemberRoute::Here(api), _) => return Ok(Route::Local(*api)),
+                (MemberRoute::At(_), Target::Run(id)) if forwarded_in => {
+                    return Err(NotServed::PartitionMoved(id.to_owned()));
+                }
+                (MemberRoute::At(url), _) if !forwarded_in => url,
+                (MemberRoute::At(_) | MemberRoute::Nowhere, _) => {
+                    return Err(NotServed::NoPartitionLeader(target.what()));
+                }
+            },
             Role::Standby(_) if forwarded_in => return Err(NotServed::NoLongerLeads),
             Role::Standby(None) => return Err(NotServed::NoLeader),
             Role::Standby(Some(url)) => url.clone(),
         };
-        let mut leader = self.leader.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((known, client)) = &*leader
-            && *known == url
-        {
+        self.client_of(url)
+    }
+
+    /// A client of the coordinator at `url`, reused from one request to
+    /// the next.
+    fn client_of(&self, url: String) -> Result<Route, NotServed> {
+        let mut clients = self.peers_by_url.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(client) = clients.get(&url) {
             return Ok(Route::Forward(client.clone(), url));
         }
         let peers = if url.starts_with("https://") {
@@ -240,10 +283,176 @@ impl FrontRuns {
         let client = RunServiceClient::new(endpoint.connect_lazy())
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_MESSAGE_BYTES);
-        *leader = Some((url.clone(), client.clone()));
+        clients.insert(url.clone(), client.clone());
         Ok(Route::Forward(client, url))
     }
+
+    /// This coordinator's member services, when it is a member of a
+    /// partitioned group.
+    fn member(&self) -> Option<Arc<Member>> {
+        match &*self.role.borrow() {
+            Role::Member(member) => Some(member.clone()),
+            _ => None,
+        }
+    }
+
+    /// A page of runs across a partitioned group: the partitions led here,
+    /// and (unless the request was forwarded here) every other member's,
+    /// merged newest first. Run ids sort in the order runs are made, so the
+    /// page's last id is where every member's next page starts.
+    async fn list_across(
+        &self,
+        member: &Member,
+        request: Request<pb::ListRunsRequest>,
+    ) -> Result<Response<pb::ListRunsResponse>, Status> {
+        let forwarded_in = request.metadata().contains_key(FORWARDED_METADATA);
+        let credentials = Credentials::of(&request);
+        let message = request.into_inner();
+        let limit = match message.limit {
+            0 => 100,
+            n => n.min(1000) as usize,
+        };
+        let mut runs = Vec::new();
+        let mut more = false;
+        for access in member.partitions.every_access(member.max_bundle_bytes) {
+            let api = RunApi::over(access, member.indexes.clone());
+            let page = api.list_runs(credentials.local(message.clone())).await?;
+            let page = page.into_inner();
+            more |= !page.next.is_empty();
+            runs.extend(page.runs);
+        }
+        if !forwarded_in {
+            for url in member.others() {
+                let Route::Forward(mut client, url) = self.client_of(url)? else {
+                    continue;
+                };
+                let onward = credentials.onward(message.clone(), self.identities_required, &url)?;
+                let page = self
+                    .forward(&url, client.list_runs(onward))
+                    .await
+                    .map_err(|(status, _)| status)?
+                    .into_inner();
+                more |= !page.next.is_empty();
+                runs.extend(page.runs);
+            }
+        }
+        runs.sort_by(|a, b| b.run_id.cmp(&a.run_id));
+        if runs.len() > limit {
+            runs.truncate(limit);
+            more = true;
+        }
+        let next = match runs.last() {
+            Some(last) if more => last.run_id.clone(),
+            _ => String::new(),
+        };
+        Ok(Response::new(pb::ListRunsResponse { runs, next }))
+    }
 }
+
+/// What a request is about, for a member of a partitioned group to route.
+#[derive(Clone, Copy)]
+pub(crate) enum Target<'a> {
+    /// Run `id`: served where its partition is led (a fork is made in its
+    /// source's partition).
+    Run(&'a str),
+    /// A new run: made in a partition led here, or by a member that leads
+    /// one.
+    New,
+    /// Nothing of a run's (a validation, the shared indexes): served here
+    /// when any partition is.
+    Any,
+}
+
+impl Target<'_> {
+    /// What the request needs a leader of, for a refusal.
+    fn what(&self) -> &'static str {
+        match self {
+            Self::Run(_) => "the run's partition",
+            Self::New | Self::Any => "any partition",
+        }
+    }
+}
+
+/// Where a member of a partitioned group serves a request.
+enum MemberRoute {
+    /// Here.
+    Here(Box<RunApi>),
+    /// At the member with this URL.
+    At(String),
+    /// Nowhere yet: nobody leads what it needs.
+    Nowhere,
+}
+
+fn member_route(member: &Member, target: &Target<'_>) -> MemberRoute {
+    let here = |access| RunApi::over(access, member.indexes.clone());
+    let (access, elsewhere) = match target {
+        Target::Run(id) => (member.access(id), member.leader_of(id)),
+        Target::New => (member.access_for_new_run(), member.another_leader()),
+        Target::Any => (
+            member
+                .partitions
+                .every_access(member.max_bundle_bytes)
+                .into_iter()
+                .next(),
+            member.another_leader(),
+        ),
+    };
+    match (access, elsewhere) {
+        (Some(access), _) => MemberRoute::Here(Box::new(here(access))),
+        (None, Some(url)) => MemberRoute::At(url),
+        (None, None) => MemberRoute::Nowhere,
+    }
+}
+
+/// What each request of the run service is about.
+pub(crate) trait Targeted {
+    fn target(&self) -> Target<'_>;
+}
+
+macro_rules! about_a_run {
+    ($($request:ty),*) => {$(
+        impl Targeted for $request {
+            fn target(&self) -> Target<'_> {
+                Target::Run(&self.run_id)
+            }
+        }
+    )*};
+}
+
+about_a_run!(
+    pb::GetRunRequest,
+    pb::ResumeRequest,
+    pb::CancelRequest,
+    pb::RetryRequest,
+    pb::DeleteRunRequest,
+    pb::GetHistoryRequest,
+    pb::ForkRequest,
+    pb::StreamRunRequest,
+    pb::WatchRunRequest
+);
+
+impl Targeted for pb::SubmitRequest {
+    fn target(&self) -> Target<'_> {
+        Target::New
+    }
+}
+
+macro_rules! about_no_run {
+    ($($request:ty),*) => {$(
+        impl Targeted for $request {
+            fn target(&self) -> Target<'_> {
+                Target::Any
+            }
+        }
+    )*};
+}
+
+about_no_run!(
+    pb::ValidateRequest,
+    pb::ListRunsRequest,
+    pb::ListIndexesRequest,
+    pb::FetchIndexRequest
+);
 
 /// Who made a request, as the leader is to learn it: the bearer token it
 /// carried (the leader checks it again), or nothing when it carried none.
@@ -341,43 +550,55 @@ macro_rules! routed {
             'life0: 'async_trait,
             Self: 'async_trait,
         {
-            Box::pin(async move {
-                let forwarded_in = request.metadata().contains_key(FORWARDED_METADATA);
-                let credentials = Credentials::of(&request);
-                let message = request.into_inner();
-                let deadline = tokio::time::Instant::now() + ELECTION_PATIENCE;
-                loop {
-                    let changed = self.role_changed();
-                    let (status, unreached) = match self.route(forwarded_in) {
-                        Ok(Route::Local(api)) => return api.$method(credentials.local(message)).await,
-                        Ok(Route::Forward(mut client, leader)) => {
-                            let onward = credentials.onward(
-                                message.clone(),
-                                self.identities_required,
-                                &leader,
-                            )?;
-                            let call = client.$method(onward);
-                            match self.forward(&leader, call).await {
-                                Ok(response) => return Ok(response),
-                                Err(failed) => failed,
-                            }
-                        }
-                        Err(refused) => {
-                            let unreached = matches!(refused, NotServed::NoLeader);
-                            (refused.into(), unreached)
-                        }
-                    };
-                    if !unreached || tokio::time::Instant::now() >= deadline {
-                        return Err(status);
-                    }
-                    tokio::select! {
-                        () = changed => {}
-                        () = tokio::time::sleep_until(deadline) => {}
-                    }
-                }
-            })
+            Box::pin(routed_body!(self, request, $method))
         }
     )*};
+}
+
+/// A routed method's body (see [`routed`]).
+macro_rules! routed_body {
+    ($self:ident, $request:ident, $method:ident) => {
+        async move {
+            let request = $request;
+            let this = $self;
+            let forwarded_in = request.metadata().contains_key(FORWARDED_METADATA);
+            let credentials = Credentials::of(&request);
+            let message = request.into_inner();
+            let deadline = tokio::time::Instant::now() + ELECTION_PATIENCE;
+            loop {
+                let changed = this.changed();
+                let (status, unreached) = match this.route(forwarded_in, message.target()) {
+                    Ok(Route::Local(api)) => return api.$method(credentials.local(message)).await,
+                    Ok(Route::Forward(mut client, leader)) => {
+                        let onward = credentials.onward(
+                            message.clone(),
+                            this.identities_required,
+                            &leader,
+                        )?;
+                        let call = client.$method(onward);
+                        match this.forward(&leader, call).await {
+                            Ok(response) => return Ok(response),
+                            Err(failed) => failed,
+                        }
+                    }
+                    Err(refused) => {
+                        let unreached = matches!(
+                            refused,
+                            NotServed::NoLeader | NotServed::NoPartitionLeader(_)
+                        );
+                        (refused.into(), unreached)
+                    }
+                };
+                if !unreached || tokio::time::Instant::now() >= deadline {
+                    return Err(status);
+                }
+                tokio::select! {
+                    () = changed => {}
+                    () = tokio::time::sleep_until(deadline) => {}
+                }
+            }
+        }
+    };
 }
 
 #[tonic::async_trait]
@@ -386,7 +607,6 @@ impl RunService for FrontRuns {
         submit(pb::SubmitRequest) -> pb::SubmitResponse;
         validate(pb::ValidateRequest) -> pb::ValidateResponse;
         get_run(pb::GetRunRequest) -> pb::RunInfo;
-        list_runs(pb::ListRunsRequest) -> pb::ListRunsResponse;
         list_indexes(pb::ListIndexesRequest) -> pb::ListIndexesResponse;
         fetch_index(pb::FetchIndexRequest) -> pb::FetchIndexResponse;
         resume(pb::ResumeRequest) -> pb::RunInfo;
@@ -397,6 +617,18 @@ impl RunService for FrontRuns {
         fork(pb::ForkRequest) -> pb::SubmitResponse;
     }
 
+    /// In a partitioned group, every member's runs; otherwise routed as
+    /// the rest are.
+    async fn list_runs(
+        &self,
+        request: Request<pb::ListRunsRequest>,
+    ) -> Result<Response<pb::ListRunsResponse>, Status> {
+        if let Some(member) = self.member() {
+            return self.list_across(&member, request).await;
+        }
+        routed_body!(self, request, list_runs).await
+    }
+
     type StreamRunStream = super::run_service::DeltaStream;
 
     async fn stream_run(
@@ -404,7 +636,8 @@ impl RunService for FrontRuns {
         request: Request<pb::StreamRunRequest>,
     ) -> Result<Response<Self::StreamRunStream>, Status> {
         let forwarded_in = request.metadata().contains_key(FORWARDED_METADATA);
-        match self.route(forwarded_in)? {
+        let route = self.route(forwarded_in, request.get_ref().target())?;
+        match route {
             Route::Local(api) => api.stream_run(request).await,
             Route::Forward(mut client, leader) => {
                 let changed = self.role_changed();
@@ -429,7 +662,8 @@ impl RunService for FrontRuns {
         request: Request<pb::WatchRunRequest>,
     ) -> Result<Response<EventStream>, Status> {
         let forwarded_in = request.metadata().contains_key(FORWARDED_METADATA);
-        match self.route(forwarded_in)? {
+        let route = self.route(forwarded_in, request.get_ref().target())?;
+        match route {
             Route::Local(api) => api.watch_run(request).await,
             Route::Forward(mut client, leader) => {
                 let changed = self.role_changed();
@@ -462,7 +696,8 @@ impl FrontRuns {
     fn leading(&self) -> Result<Option<RunAccess>, Status> {
         match &*self.role.borrow() {
             Role::Leader(services) => Ok(Some(RunAccess::new(current(services)?))),
-            Role::Standby(_) => Ok(None),
+            // A member routes each request by its run (the run service).
+            Role::Standby(_) | Role::Member(_) => Ok(None),
         }
     }
 
@@ -697,6 +932,7 @@ impl FrontWorkers {
     fn local(&self) -> Result<WorkerApi, Status> {
         match &*self.role.borrow() {
             Role::Leader(services) => Ok(WorkerApi::new(current(services)?)),
+            Role::Member(member) => Ok(WorkerApi::for_member(member)),
             Role::Standby(None) => Err(NotServed::NoLeader.into()),
             Role::Standby(Some(url)) => Err(NotServed::StandingBy(url.clone()).into()),
         }

@@ -29,6 +29,8 @@ use crate::bundle::BlobStore;
 use crate::dispatch::{
     DispatcherHandle, JoinRefused, TaskAssignment, ToWorker, WorkerInfo, WorkerLink,
 };
+use crate::ha::member::Member;
+use crate::ha::partition_runs::PartitionRuns;
 use crate::indexes::SharedIndexes;
 use crate::runs::Runs;
 use crate::term::Services;
@@ -48,7 +50,7 @@ pub struct WorkerApi {
     dispatcher: DispatcherHandle,
     blobs: BlobStore,
     indexes: SharedIndexes,
-    runs: Runs,
+    runs: RunsHeld,
     heartbeat: Duration,
     /// How long a silent worker keeps its tasks, told to each worker so
     /// that it holds on at least as long.
@@ -65,11 +67,44 @@ impl WorkerApi {
             dispatcher: term.dispatcher.clone(),
             blobs: term.blobs.clone(),
             indexes: term.indexes.clone(),
-            runs: term.runs.clone(),
+            runs: RunsHeld::One(Box::new(term.runs.clone())),
             heartbeat: term.heartbeat,
             worker_timeout: term.worker_timeout,
             tracker: term.tracker.clone(),
             max_result_bytes: term.max_result_bytes,
+        }
+    }
+
+    /// Serves a member of a partitioned group's workers (every member
+    /// takes workers: they serve them all).
+    pub fn for_member(member: &Member) -> Self {
+        Self {
+            dispatcher: member.dispatcher.clone(),
+            blobs: member.blobs.clone(),
+            indexes: member.indexes.clone(),
+            runs: RunsHeld::Partitions(member.partitions.clone()),
+            heartbeat: member.heartbeat,
+            worker_timeout: member.worker_timeout,
+            tracker: member.tracker.clone(),
+            max_result_bytes: member.max_result_bytes,
+        }
+    }
+}
+
+/// Where the worker service finds a run (the one an index is shared for).
+#[derive(Clone)]
+enum RunsHeld {
+    /// A leader's runs.
+    One(Box<Runs>),
+    /// The runs of the partitions a member leads.
+    Partitions(PartitionRuns),
+}
+
+impl RunsHeld {
+    fn get(&self, id: &str) -> Option<crate::run_actor::RunHandle> {
+        match self {
+            Self::One(runs) => runs.get(id),
+            Self::Partitions(partitions) => partitions.route(id)?.get(id),
         }
     }
 }

@@ -14,6 +14,7 @@
 //! never acts on stale runs.
 
 pub mod election;
+pub mod member;
 pub mod membership;
 pub mod partition_runs;
 

@@ -26,6 +26,7 @@ use tokio_util::task::TaskTracker;
 use weft_store::{AnyStore, Fence, Revision};
 
 use super::membership::{PartitionId, Partitioning, Runtime, back_off};
+use crate::access::RunAccess;
 use crate::bundle::BlobStore;
 use crate::config::CoordinatorConfig;
 use crate::dispatch::{DispatcherHandle, TaskLauncher};
@@ -106,15 +107,59 @@ impl PartitionRuns {
         self.shared.served().get(&partition).map(|s| s.runs.clone())
     }
 
+    /// Run `id`'s partition.
+    pub fn partition_of(&self, id: &str) -> PartitionId {
+        self.shared.partitioning.of_run(id)
+    }
+
+    /// Access to run `id`'s partition, if it is led here: its watches end
+    /// when the partition is handed over.
+    pub fn access(&self, id: &str, max_bundle_bytes: usize) -> Option<RunAccess> {
+        let partition = self.shared.partitioning.of_run(id);
+        let served = self.shared.served();
+        served.get(&partition).map(|s| s.access(max_bundle_bytes))
+    }
+
+    /// Access to every partition led here, in order.
+    pub fn every_access(&self, max_bundle_bytes: usize) -> Vec<RunAccess> {
+        let served = self.shared.served();
+        served
+            .values()
+            .map(|s| s.access(max_bundle_bytes))
+            .collect()
+    }
+
     /// A registry for a new run: the partitions led here take turns;
     /// `None` while none is.
     pub fn for_new_run(&self) -> Option<Runs> {
+        self.new_run_partition(|s| s.runs.clone())
+    }
+
+    /// Access to a partition for a new run, in turn (see
+    /// [`PartitionRuns::for_new_run`]).
+    pub fn access_for_new_run(&self, max_bundle_bytes: usize) -> Option<RunAccess> {
+        self.new_run_partition(|s| s.access(max_bundle_bytes))
+    }
+
+    fn new_run_partition<T>(&self, take: impl FnOnce(&Served) -> T) -> Option<T> {
         let served = self.shared.served();
         if served.is_empty() {
             return None;
         }
         let turn = self.shared.turn.fetch_add(1, Ordering::Relaxed) % served.len();
-        served.values().nth(turn).map(|s| s.runs.clone())
+        served.values().nth(turn).map(take)
+    }
+}
+
+impl Served {
+    /// Access to its runs; watches end when it stops being served here.
+    fn access(&self, max_bundle_bytes: usize) -> RunAccess {
+        RunAccess::over(
+            self.runs.clone(),
+            max_bundle_bytes,
+            self.tracker.clone(),
+            self.stop.clone(),
+        )
     }
 }
 

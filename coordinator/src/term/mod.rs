@@ -68,6 +68,9 @@ pub enum Role {
     Leader(Arc<Services>),
     /// It stands by; the URL of the coordinator that leads, when known.
     Standby(Option<String>),
+    /// It is a member of a group whose runs are split into partitions: it
+    /// serves the runs of the partitions it leads and forwards the rest.
+    Member(Arc<crate::ha::member::Member>),
 }
 
 /// Starts what a leader serves with: the dispatcher and the runs restored
