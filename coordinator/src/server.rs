@@ -36,6 +36,10 @@ pub enum ServeError {
     /// The gRPC server failed.
     #[error("the gRPC server failed: {0}")]
     Transport(#[from] tonic::transport::Error),
+    /// The group refused this coordinator (a partition count other than
+    /// the group's).
+    #[error("{0}")]
+    Group(String),
 }
 
 impl ServeError {
@@ -146,6 +150,40 @@ async fn take_role(
         return Ok(());
     }
     let store = weft_store::EtcdStore::connect_with(&config.store.etcd, &config.store.tls)?;
+    if config.partitions > 1 {
+        // Checked by the configuration already.
+        let partitioning = crate::ha::membership::Partitioning::new(config.partitions)
+            .map_err(|e| ServeError::Group(e.to_string()))?;
+        let store = AnyStore::Etcd(store);
+        // A count other than the group's is refused now, with both; a
+        // store that does not answer yet is waited for.
+        let mut pause = Duration::from_millis(100);
+        loop {
+            match crate::ha::membership::fix_count(&store, partitioning).await {
+                Ok(()) => break,
+                Err(crate::ha::membership::GroupError::Store(error)) => {
+                    tracing::warn!(%error, "the group's partition count cannot be read yet; trying again");
+                }
+                Err(refused) => return Err(ServeError::Group(refused.to_string())),
+            }
+            tokio::select! {
+                () = shutdown.cancelled() => return Ok(()),
+                () = tokio::time::sleep(pause) => {}
+            }
+            pause = (pause * 2).min(config.store.lease_ttl);
+        }
+        let (config, shutdown) = (config.clone(), shutdown.clone());
+        tracker.spawn(async move {
+            let served =
+                crate::ha::serve_as_member(store, config, partitioning, role, shutdown.clone())
+                    .await;
+            if let Err(error) = served {
+                tracing::error!(%error, "cannot take part in the group; stopping");
+                shutdown.cancel();
+            }
+        });
+        return Ok(());
+    }
     tracker.spawn(crate::ha::lead_when_elected(
         AnyStore::Etcd(store),
         config.clone(),

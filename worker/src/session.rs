@@ -192,21 +192,13 @@ impl Session {
                 // Sent before the coordinator heard we are leaving: hand it
                 // back rather than start what we would not finish.
                 info!(worker = %self.worker, run = %assignment.run_id, key = %assignment.key, "draining: handed back a task sent meanwhile");
-                let refused = Outbound::Refused {
-                    run_id: assignment.run_id,
-                    key: assignment.key,
-                };
-                let _ = self.outbound.send(refused).await;
+                self.hand_back(*assignment).await;
             }
             Inbound::Task(assignment) if !self.seat.as_ref().is_none_or(|seat| seat.admit()) => {
                 // Sent before the coordinator heard its share was lowered:
                 // hand it back for a worker with room.
                 debug!(worker = %self.worker, run = %assignment.run_id, key = %assignment.key, "handed back a task past this coordinator's share");
-                let refused = Outbound::Refused {
-                    run_id: assignment.run_id,
-                    key: assignment.key,
-                };
-                let _ = self.outbound.send(refused).await;
+                self.hand_back(*assignment).await;
             }
             Inbound::Task(assignment) => self.start(assignment, done).await,
             Inbound::Demand(queued) => {
@@ -322,6 +314,15 @@ impl Session {
             let reported = outbound.send(Outbound::Report(report)).await.is_ok();
             let _ = done.send(Done { attempt, reported });
         }.instrument(span));
+    }
+
+    /// Hands a task back unstarted. The state it carried is kept all the
+    /// same: the coordinator counts what it sent as held here, and the
+    /// run's next task here names those fields' versions only.
+    async fn hand_back(&mut self, assignment: Assignment) {
+        let (run_id, key) = (assignment.run_id.clone(), assignment.key);
+        let _ = self.cache.task(assignment);
+        let _ = self.outbound.send(Outbound::Refused { run_id, key }).await;
     }
 
     /// One of this coordinator's tasks ended here: its slot may go to

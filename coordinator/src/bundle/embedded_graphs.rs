@@ -22,6 +22,11 @@ impl Family {
     pub fn graph(&self, path: &str) -> Option<Arc<Graph>> {
         self.graphs.get(path).cloned()
     }
+
+    /// Every embedded graph.
+    pub fn graphs(&self) -> impl Iterator<Item = &Graph> {
+        self.graphs.values().map(|graph| &**graph)
+    }
 }
 
 /// The `graph:` files a graph's subgraph nodes name, with the nodes.

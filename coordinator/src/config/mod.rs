@@ -73,6 +73,10 @@ pub struct CoordinatorConfig {
     /// Where runs are kept: the data directory, or an etcd cluster shared
     /// with other coordinators.
     pub store: StoreConfig,
+    /// How many partitions a group's runs are split into (`[cluster]
+    /// partitions`; 1: one coordinator leads them all, the others stand
+    /// by). Fixed when the group's store is first used.
+    pub partitions: u32,
     /// Where traces go (`[telemetry]`); the OpenTelemetry variables
     /// override it when the binary starts.
     pub telemetry: weft_process::TelemetryConfig,
@@ -116,6 +120,7 @@ impl Default for CoordinatorConfig {
             limits: crate::run_actor::RunLimits::default(),
             retention: Retention::default(),
             store: StoreConfig::default(),
+            partitions: 1,
             telemetry: weft_process::TelemetryConfig::default(),
             tls: None,
             identities: crate::auth::Identities::default(),
@@ -126,6 +131,13 @@ impl Default for CoordinatorConfig {
             namespaces: Vec::new(),
         }
     }
+}
+
+/// `[cluster]`: how a group of coordinators shares its runs.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ClusterLayer {
+    partitions: Option<u32>,
 }
 
 /// `[telemetry]`: where traces are exported (OTLP/gRPC).
@@ -173,6 +185,7 @@ struct Layer {
     retain_finished_runs: Option<u64>,
     retain_finished_hours: Option<u64>,
     store: Option<StoreLayer>,
+    cluster: Option<ClusterLayer>,
     telemetry: Option<TelemetryLayer>,
     tls: Option<TlsLayer>,
     http: Option<HttpLayer>,
@@ -403,6 +416,10 @@ impl CoordinatorConfig {
             limits: None,
             prices: None,
             namespaces: None,
+            cluster: Some(ClusterLayer {
+                partitions: number("WEFT_PARTITIONS")?
+                    .map(|n| u32::try_from(n).unwrap_or(u32::MAX)),
+            }),
             store: Some(StoreLayer {
                 etcd: env("WEFT_ETCD").map(|list| {
                     list.split(',')
@@ -445,6 +462,9 @@ impl CoordinatorConfig {
         }
         if let Some(store) = layer.store {
             self.store.apply(store)?;
+        }
+        if let Some(partitions) = layer.cluster.and_then(|cluster| cluster.partitions) {
+            self.partitions = partitions;
         }
         if let Some(http) = layer.http {
             self.http.apply(http)?;

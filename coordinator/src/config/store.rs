@@ -48,6 +48,53 @@ impl CoordinatorConfig {
     }
 }
 
+impl CoordinatorConfig {
+    /// `[cluster] partitions`: in range, on etcd, and without what is not
+    /// yet held across partitions.
+    fn check_partitions(&self) -> Result<(), ConfigError> {
+        let invalid = |reason: String| ConfigError::Invalid {
+            key: "cluster.partitions".to_owned(),
+            reason,
+        };
+        weft_partitions::Partitioning::new(self.partitions)
+            .map_err(|error| invalid(error.to_string()))?;
+        if self.partitions == 1 {
+            return Ok(());
+        }
+        let n = self.partitions;
+        if self.store.etcd.is_empty() {
+            return Err(invalid(format!(
+                "{n} partitions need a group on etcd ([store] etcd); the embedded store serves one coordinator, which leads one partition"
+            )));
+        }
+        // Each member would count these on its own: refused until the
+        // group holds them as one.
+        let not_yet = if !self.rate_limits.is_empty() {
+            Some("[[limits]]")
+        } else if self
+            .namespaces
+            .iter()
+            .any(|ns| ns.max_running_runs.is_some())
+        {
+            Some("a namespace's max_running_runs")
+        } else if self
+            .namespaces
+            .iter()
+            .any(|ns| ns.day.tokens.is_some() || ns.day.cost.is_some())
+        {
+            Some("a namespace's day budget")
+        } else {
+            None
+        };
+        if let Some(what) = not_yet {
+            return Err(invalid(format!(
+                "{what} is not yet held across the partitions of a group: with {n} partitions each coordinator would count it alone; use partitions = 1 (one leader) with it"
+            )));
+        }
+        Ok(())
+    }
+}
+
 /// The `[store]` table of a layer.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -160,6 +207,7 @@ impl CoordinatorConfig {
             key: key.to_owned(),
             reason,
         };
+        self.check_partitions()?;
         for url in &self.store.etcd {
             if !plain_http_url(url) && !url_with_scheme(url, "https://") {
                 return Err(invalid(
@@ -276,6 +324,50 @@ mod tests {
         let error =
             CoordinatorConfig::load(Some(&file), no_env, &Overrides::default()).unwrap_err();
         assert!(error.to_string().contains("etdc"), "{error}");
+        std::fs::remove_dir_all(dir).ok();
+    }
+
+    #[test]
+    fn partitions_need_etcd_and_nothing_counted_per_coordinator() {
+        let dir = std::env::temp_dir().join(format!("weft-config-parts-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("c.toml");
+        let load = |text: &str| {
+            std::fs::write(&file, text).unwrap();
+            CoordinatorConfig::load(Some(&file), no_env, &Overrides::default())
+        };
+        let etcd = "[store]\netcd = [\"http://127.0.0.1:2379\"]\n";
+        let config = load(&format!("{etcd}[cluster]\npartitions = 16\n")).unwrap();
+        assert_eq!(config.partitions, 16);
+        assert_eq!(load("").unwrap().partitions, 1, "one partition by default");
+        let refused = |text: &str| load(text).unwrap_err().to_string();
+        assert_eq!(
+            refused(&format!("{etcd}[cluster]\npartitions = 0\n")),
+            "config key 'cluster.partitions': [cluster] partitions = 0: a group has 1 to 65536 partitions"
+        );
+        assert_eq!(
+            refused("[cluster]\npartitions = 4\n"),
+            "config key 'cluster.partitions': 4 partitions need a group on etcd ([store] etcd); the embedded store serves one coordinator, which leads one partition"
+        );
+        let limits = "[[limits]]\nname = \"m\"\nrequests_per_minute = 10\n";
+        assert!(
+            refused(&format!("{etcd}[cluster]\npartitions = 4\n{limits}"))
+                .starts_with("config key 'cluster.partitions': [[limits]] is not yet held across the partitions of a group"),
+        );
+        let capped = "[[namespaces]]\nname = \"team\"\nmax_running_runs = 3\n";
+        assert!(
+            refused(&format!("{etcd}[cluster]\npartitions = 4\n{capped}"))
+                .contains("a namespace's max_running_runs is not yet held"),
+        );
+        // With one partition (one leader) they are held as ever.
+        load(&format!("{etcd}{capped}")).unwrap();
+        let env = |key: &str| match key {
+            "WEFT_ETCD" => Some("http://127.0.0.1:2379".to_owned()),
+            "WEFT_PARTITIONS" => Some("8".to_owned()),
+            _ => None,
+        };
+        let config = CoordinatorConfig::load(None, env, &Overrides::default()).unwrap();
+        assert_eq!(config.partitions, 8);
         std::fs::remove_dir_all(dir).ok();
     }
 }

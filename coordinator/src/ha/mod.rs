@@ -12,6 +12,12 @@
 //! for a whole TTL) or a write finds the fence gone; the coordinator then
 //! drops what it held in memory and stands by again, so a deposed leader
 //! never acts on stale runs.
+//!
+//! A group configured with more than one partition (`[cluster]
+//! partitions`) instead splits its runs: every coordinator is a member
+//! ([`serve_as_member`]) that leads a share of the partitions
+//! ([`membership`]), serves their runs ([`partition_runs`]) and answers
+//! for the rest by forwarding ([`member`]).
 
 pub mod election;
 pub mod member;
@@ -30,6 +36,84 @@ use crate::config::CoordinatorConfig;
 use crate::durable::Keeper;
 use crate::term::{LeaseClock, Role, start_term};
 use election::Term;
+
+/// Takes part in a partitioned group until `shutdown`: leads a share of
+/// its partitions and serves their runs, answers for the others (the role
+/// is [`Role::Member`] throughout), and on shutdown hands every partition
+/// over — drained, checkpointed, released — before it goes. The group's
+/// partition count has been checked ([`membership::fix_count`]).
+pub async fn serve_as_member(
+    store: AnyStore,
+    config: CoordinatorConfig,
+    partitioning: membership::Partitioning,
+    role: watch::Sender<Role>,
+    shutdown: CancellationToken,
+) -> Result<(), weft_store::StoreError> {
+    let tracker = TaskTracker::new();
+    let ended = CancellationToken::new();
+    let unfenced = Keeper::new(store.clone(), None, ended.clone());
+    // Runs an earlier process of this coordinator died stepping are
+    // charged first, so that their next restore quarantines them.
+    let marks = Arc::new(crate::run_actor::StepMarks::in_dir(&config.data_dir));
+    let crashed = marks.take_crashed();
+    if !crashed.is_empty() {
+        crate::runs::quarantine::charge(&store, &crashed).await?;
+    }
+    let limits = crate::node_cache::CacheLimits {
+        max_bytes: config.max_cache_bytes,
+        max_entry_bytes: config.max_cache_entry_bytes,
+    };
+    let cache =
+        crate::node_cache::NodeCache::kept(limits, unfenced.clone(), &ended, &tracker).await?;
+    let dispatcher = crate::term::start_dispatcher(&config, &ended, &tracker);
+    let blobs = crate::bundle::BlobStore::default();
+    let partitions = partition_runs::PartitionRuns::new(
+        config.clone(),
+        store.clone(),
+        partitioning,
+        dispatcher.clone(),
+        blobs.clone(),
+    )
+    .with_shared(marks, cache);
+    let (seen, view) = watch::channel(membership::GroupView::default());
+    let url = config.advertised_url();
+    role.send_replace(Role::Member(Arc::new(member::Member {
+        partitions: partitions.clone(),
+        view,
+        url: url.clone(),
+        dispatcher,
+        blobs,
+        indexes: crate::indexes::SharedIndexes::new(unfenced, config.max_index_bytes),
+        max_bundle_bytes: config.max_bundle_bytes,
+        max_result_bytes: config.max_result_bytes,
+        heartbeat: config.heartbeat_interval,
+        worker_timeout: config.worker_timeout,
+        tracker: tracker.clone(),
+        ended: ended.clone(),
+    })));
+    tracing::info!(%url, partitions = partitioning.count(), "taking part in the group");
+    let settings = membership::GroupSettings {
+        partitioning,
+        url,
+        ttl: config.store.lease_ttl,
+    };
+    match membership::take_part(store, settings, Arc::new(partitions), shutdown, seen).await {
+        Ok(()) => tracing::info!("left the group, every partition handed over"),
+        Err(error) => tracing::error!(%error, "cannot take part in the group"),
+    }
+    ended.cancel();
+    tracker.close();
+    if tokio::time::timeout(TERM_DRAIN, tracker.wait())
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            left = tracker.len(),
+            "some of the member's tasks did not stop in time"
+        );
+    }
+    Ok(())
+}
 
 /// How long a term's tasks may take to stop when it ends.
 const TERM_DRAIN: Duration = Duration::from_secs(10);

@@ -31,6 +31,8 @@ use crate::bundle::BlobStore;
 use crate::config::CoordinatorConfig;
 use crate::dispatch::{DispatcherHandle, TaskLauncher};
 use crate::durable::{Keeper, keys};
+use crate::node_cache::NodeCache;
+use crate::run_actor::StepMarks;
 use crate::runs::Runs;
 use crate::term::runs_over;
 
@@ -63,6 +65,10 @@ struct Shared {
     served: Mutex<BTreeMap<PartitionId, Served>>,
     /// Turns among the partitions led, for new runs.
     turn: AtomicUsize,
+    /// The coordinator's step marks and node cache, which every
+    /// partition's runs share (none: each registry's own, in memory).
+    marks: Option<Arc<StepMarks>>,
+    cache: Option<NodeCache>,
 }
 
 impl PartitionRuns {
@@ -83,8 +89,21 @@ impl PartitionRuns {
                 blobs,
                 served: Mutex::default(),
                 turn: AtomicUsize::new(0),
+                marks: None,
+                cache: None,
             }),
         }
+    }
+
+    /// Every partition's runs mark their steps in `marks` (a run that kills
+    /// its coordinator stepping is quarantined) and find cached steps in
+    /// `cache`. Before any partition is served.
+    pub fn with_shared(mut self, marks: Arc<StepMarks>, cache: NodeCache) -> Self {
+        if let Some(shared) = Arc::get_mut(&mut self.shared) {
+            shared.marks = Some(marks);
+            shared.cache = Some(cache);
+        }
+        self
     }
 
     /// The partitions led here, in order.
@@ -215,6 +234,14 @@ impl Runtime for PartitionRuns {
             &tracker,
         )
         .in_partition(shared.partitioning, partition);
+        let runs = match &shared.marks {
+            Some(marks) => runs.with_marks(marks.clone()),
+            None => runs,
+        };
+        let runs = match &shared.cache {
+            Some(cache) => runs.with_cache(cache.clone()),
+            None => runs,
+        };
         shared.served().insert(
             partition,
             Served {
