@@ -973,6 +973,26 @@ mod processes {
                 .collect();
             assert_eq!(listed, ids);
         }
+        // The HTTP API (the viewer's) likewise, and a run through it.
+        for (index, (id, _)) in made.iter().enumerate().take(3) {
+            let base = group.http_base(index);
+            let page: serde_json::Value = reqwest::get(format!("{base}/api/v1/runs?limit=100"))
+                .await?
+                .json()
+                .await?;
+            let listed: Vec<&str> = page["runs"]
+                .as_array()
+                .expect("runs")
+                .iter()
+                .map(|run| run["run_id"].as_str().expect("an id"))
+                .collect();
+            assert_eq!(listed, ids, "through coordinator {index}");
+            let run: serde_json::Value = reqwest::get(format!("{base}/api/v1/runs/{id}"))
+                .await?
+                .json()
+                .await?;
+            assert_eq!(run["status"], "completed", "{run}");
+        }
         // What the group does not yet hold across partitions is refused,
         // not counted by each coordinator alone.
         let keyed = GraphBundle::from_text(
