@@ -104,6 +104,9 @@ pub const HAND_OVER_SECONDS: &str = "weft_partition_hand_over_seconds";
 /// Partitions this coordinator dropped without a hand-over: it found
 /// another leading them, or lost its session (counter).
 pub const PARTITIONS_ABANDONED: &str = "weft_partitions_abandoned_total";
+/// Runs each partition this coordinator leads holds, labelled
+/// `partition` (gauge; 0 once it is led elsewhere).
+pub const PARTITION_RUNS: &str = "weft_partition_runs";
 // The embedded store's writes, log syncs and database commits are counted
 // by the store itself: weft_store::{WRITES_METRIC, LOG_SYNCS_METRIC,
 // COMMITS_METRIC}.
@@ -247,6 +250,10 @@ pub fn install() -> Result<PrometheusHandle, metrics_exporter_prometheus::BuildE
     metrics::describe_counter!(
         PARTITIONS_ABANDONED,
         "partitions dropped without a hand-over (led elsewhere, or the session lost)"
+    );
+    metrics::describe_gauge!(
+        PARTITION_RUNS,
+        "runs held by each partition this coordinator leads"
     );
     metrics::describe_counter!(
         weft_store::WRITES_METRIC,

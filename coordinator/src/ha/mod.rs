@@ -92,6 +92,11 @@ pub async fn serve_as_member(
         ended: ended.clone(),
     })));
     tracing::info!(%url, partitions = partitioning.count(), "taking part in the group");
+    tracker.spawn(report_partitions(
+        partitions.clone(),
+        config.heartbeat_interval,
+        ended.clone(),
+    ));
     let settings = membership::GroupSettings {
         partitioning,
         url,
@@ -113,6 +118,33 @@ pub async fn serve_as_member(
         );
     }
     Ok(())
+}
+
+/// Publishes the runs each partition led here holds, every `period`
+/// until `ended`; a partition no longer led reads 0.
+async fn report_partitions(
+    partitions: partition_runs::PartitionRuns,
+    period: Duration,
+    ended: CancellationToken,
+) {
+    let mut shown = std::collections::BTreeSet::new();
+    loop {
+        let held = partitions.runs_held();
+        let led: std::collections::BTreeSet<_> = held.keys().copied().collect();
+        for gone in shown.difference(&led) {
+            let label = [("partition", gone.0.to_string())];
+            metrics::gauge!(crate::metrics::PARTITION_RUNS, &label).set(0.0);
+        }
+        for (partition, runs) in &held {
+            let label = [("partition", partition.0.to_string())];
+            metrics::gauge!(crate::metrics::PARTITION_RUNS, &label).set(*runs as f64);
+        }
+        shown = led;
+        tokio::select! {
+            () = ended.cancelled() => return,
+            () = tokio::time::sleep(period) => {}
+        }
+    }
 }
 
 /// How long a term's tasks may take to stop when it ends.

@@ -993,6 +993,26 @@ mod processes {
                 .await?;
             assert_eq!(run["status"], "completed", "{run}");
         }
+        // Each coordinator's metrics count the runs of the partitions it
+        // leads: all of them, once each.
+        let counted = || -> Option<f64> {
+            let mut total = 0.0;
+            for index in 0..3 {
+                let base = group.http_base(index).trim_start_matches("http://");
+                let metrics = weft_tests::http_get(base, "/metrics").ok()?;
+                total += metrics
+                    .lines()
+                    .filter(|line| line.starts_with("weft_partition_runs{"))
+                    .filter_map(|line| line.rsplit_once(' ')?.1.trim().parse::<f64>().ok())
+                    .sum::<f64>();
+            }
+            Some(total)
+        };
+        weft_tests::wait_until(weft_tests::PATIENCE, || {
+            counted() == Some(made.len() as f64)
+        })
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}: counted {:?}", counted()))?;
         // What the group does not yet hold across partitions is refused,
         // not counted by each coordinator alone.
         let keyed = GraphBundle::from_text(
