@@ -21,6 +21,27 @@ use crate::grpc::{FrontRuns, FrontWorkers};
 pub use crate::http::HttpEndpoint;
 use crate::term::{Role, start_term};
 
+/// A client's or worker's connection, as the gRPC server takes it.
+trait Connection:
+    tokio::io::AsyncRead
+    + tokio::io::AsyncWrite
+    + tonic::transport::server::Connected
+    + Unpin
+    + Send
+    + 'static
+{
+}
+
+impl<T> Connection for T where
+    T: tokio::io::AsyncRead
+        + tokio::io::AsyncWrite
+        + tonic::transport::server::Connected
+        + Unpin
+        + Send
+        + 'static
+{
+}
+
 /// How long `serve` waits for its tasks to stop after the server has.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -201,12 +222,7 @@ async fn serve_incoming<IO>(
     ready: Box<dyn FnOnce() + Send>,
 ) -> Result<(), ServeError>
 where
-    IO: tokio::io::AsyncRead
-        + tokio::io::AsyncWrite
-        + tonic::transport::server::Connected
-        + Unpin
-        + Send
-        + 'static,
+    IO: Connection,
 {
     let tracker = TaskTracker::new();
     let (role_tx, role) = watch::channel(Role::Standby(None));
@@ -239,16 +255,7 @@ where
     // The server may also stop on its own (a transport error): stop the
     // rest, then wait for it.
     shutdown.cancel();
-    tracker.close();
-    if tokio::time::timeout(DRAIN_TIMEOUT, tracker.wait())
-        .await
-        .is_err()
-    {
-        tracing::warn!(
-            left = tracker.len(),
-            "some coordinator tasks did not stop in time"
-        );
-    }
+    crate::term::wind_down(&tracker, DRAIN_TIMEOUT, "coordinator").await;
     served?;
     Ok(())
 }
@@ -287,12 +294,7 @@ async fn serve_front<IO>(
     shutdown: &CancellationToken,
 ) -> Result<(), tonic::transport::Error>
 where
-    IO: tokio::io::AsyncRead
-        + tokio::io::AsyncWrite
-        + tonic::transport::server::Connected
-        + Unpin
-        + Send
-        + 'static,
+    IO: Connection,
 {
     // Each service decodes no more than its largest legitimate message: a
     // submission (bundle and input), a worker's result; framing aside.

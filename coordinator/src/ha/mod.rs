@@ -107,16 +107,7 @@ pub async fn serve_as_member(
         Err(error) => tracing::error!(%error, "cannot take part in the group"),
     }
     ended.cancel();
-    tracker.close();
-    if tokio::time::timeout(TERM_DRAIN, tracker.wait())
-        .await
-        .is_err()
-    {
-        tracing::warn!(
-            left = tracker.len(),
-            "some of the member's tasks did not stop in time"
-        );
-    }
+    crate::term::wind_down(&tracker, TERM_DRAIN, "of the member's").await;
     Ok(())
 }
 
@@ -250,16 +241,7 @@ async fn lead(
     if !shutdown.is_cancelled() {
         tracing::warn!(%url, "no longer leading: dropping the runs held, standing by");
     }
-    tracker.close();
-    if tokio::time::timeout(TERM_DRAIN, tracker.wait())
-        .await
-        .is_err()
-    {
-        tracing::warn!(
-            left = tracker.len(),
-            "some tasks of the ended term did not stop in time"
-        );
-    }
+    crate::term::wind_down(&tracker, TERM_DRAIN, "of the ended term's").await;
     // Gives the key up now that nothing writes any more (a no-op when the
     // lease is lost already).
     release.cancel();

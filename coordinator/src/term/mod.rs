@@ -73,6 +73,21 @@ pub enum Role {
     Member(Arc<crate::ha::member::Member>),
 }
 
+/// Closes `tracker` and waits up to `patience` for its tasks to stop,
+/// warning about the ones left (`whose`: what they were, for the log).
+pub(crate) async fn wind_down(tracker: &TaskTracker, patience: Duration, whose: &str) {
+    tracker.close();
+    if tokio::time::timeout(patience, tracker.wait())
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            left = tracker.len(),
+            "some {whose} tasks did not stop in time"
+        );
+    }
+}
+
 /// Starts what a leader serves with: the dispatcher and the runs restored
 /// from `keeper`'s store, all stopped by `ended`; `lease` is the term's in
 /// a group (a lone coordinator has none).

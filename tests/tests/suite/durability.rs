@@ -257,19 +257,20 @@ nodes:
     Ok(())
 }
 
-#[tokio::test]
-async fn a_map_cut_by_kill_9_runs_its_finished_items_only_once() -> anyhow::Result<()> {
-    use tokio_stream::StreamExt;
-    let mut cluster = TestCluster::start()?;
-    cluster.add_worker("w", 4)?;
-    cluster.wait_for_workers(&["w"]).await?;
-    let ran = std::env::temp_dir().join(format!("weft-durable-map-{}", std::process::id()));
-    std::fs::remove_file(&ran).ok();
-    // Each execution of an item leaves a line with its index.
-    let graph = GraphBundle::from_text(
-        "slow-map.yaml",
+/// A map of script items, `concurrency` at a time, each leaving a line
+/// with its index in `ran` and taking `seconds`, with `durability`.
+fn logged_map(
+    ran: &std::path::Path,
+    durability: &str,
+    concurrency: u32,
+    seconds: &str,
+) -> GraphBundle {
+    GraphBundle::from_text(
+        "logged-map.yaml",
         &format!(
             r#"
+settings:
+  durability: {durability}
 nodes:
   fan:
     kind: map
@@ -279,121 +280,119 @@ nodes:
     branch: work
     output_key: out
     collect_into: results
-    max_concurrency: 4
+    max_concurrency: {concurrency}
   work:
     kind: script
-    run: [sh, -c, 'echo "$WEFT_ITEM" >> "$1"; sleep 0.5; echo "{{\"out\": $WEFT_ITEM}}"', x, "{}"]
+    run: [sh, -c, 'echo "$WEFT_ITEM" >> "$1"; sleep {seconds}; echo "{{\"out\": $WEFT_ITEM}}"', x, "{}"]
 "#,
             ran.display()
         ),
-    );
-    let client = cluster.client().await?;
-    let items: Vec<u32> = (0..16).collect();
-    let submitted = client
-        .submit_bundle(graph, &json!({ "items": items }))
-        .await?;
+    )
+}
+
+/// A map stopped mid-way and started again, and what it must not redo.
+struct MapRestart {
+    /// The worker's slots, and the map's `max_concurrency`.
+    slots: u32,
+    /// The graph's durability mode.
+    durability: &'static str,
+    /// Seconds each item takes.
+    seconds: &'static str,
+    items: u32,
+    /// Items seen finished before the stop.
+    seen: usize,
+    /// SIGTERM (and wait) rather than SIGKILL.
+    clean: bool,
+}
+
+impl MapRestart {
+    /// Runs the map, stops the coordinator once `seen` items were seen
+    /// finished, starts it again, and checks that the run completes and
+    /// that no item seen finished ran twice.
+    async fn check(self) -> anyhow::Result<()> {
+        use tokio_stream::StreamExt;
+        let mut cluster = TestCluster::start()?;
+        cluster.add_worker("w", self.slots)?;
+        cluster.wait_for_workers(&["w"]).await?;
+        let ran = std::env::temp_dir().join(format!(
+            "weft-map-restart-{}-{}",
+            std::process::id(),
+            self.clean
+        ));
+        std::fs::remove_file(&ran).ok();
+        let graph = logged_map(&ran, self.durability, self.slots, self.seconds);
+        let client = cluster.client().await?;
+        let items: Vec<u32> = (0..self.items).collect();
+        let submitted = client
+            .submit_bundle(graph, &json!({ "items": items }))
+            .await?;
+        let mut finished = Vec::new();
+        let mut events = client.watch(&submitted.run_id, 0).await?;
+        while finished.len() < self.seen {
+            let event = tokio::time::timeout(Duration::from_secs(30), events.next())
+                .await?
+                .expect("the run goes on")?;
+            if event.kind == "map_item_finished" {
+                finished.push(event.body["index"].as_u64().expect("an index"));
+            }
+        }
+        drop(events);
+        if self.clean {
+            cluster.restart_coordinator_cleanly().await?;
+        } else {
+            cluster.restart_coordinator()?;
+        }
+        let client = cluster.client().await?;
+        let done =
+            tokio::time::timeout(Duration::from_secs(60), client.wait(&submitted.run_id)).await??;
+        assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error);
+        assert_eq!(done.state["results"], json!(items));
+        let lines = std::fs::read_to_string(&ran)?;
+        for index in &finished {
+            let runs = lines.lines().filter(|l| *l == index.to_string()).count();
+            assert_eq!(
+                runs, 1,
+                "item {index} finished before the stop and ran {runs} times:\n{lines}"
+            );
+        }
+        std::fs::remove_file(&ran).ok();
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn a_map_cut_by_kill_9_runs_its_finished_items_only_once() -> anyhow::Result<()> {
     // Items seen finished are stored (with `sync`, an event is published
     // only once its checkpoint is on disk).
-    let mut finished = Vec::new();
-    let mut events = client.watch(&submitted.run_id, 0).await?;
-    while finished.len() < 5 {
-        let event = tokio::time::timeout(Duration::from_secs(30), events.next())
-            .await?
-            .expect("the run goes on")?;
-        if event.kind == "map_item_finished" {
-            finished.push(event.body["index"].as_u64().expect("an index"));
-        }
+    MapRestart {
+        slots: 4,
+        durability: "sync",
+        seconds: "0.5",
+        items: 16,
+        seen: 5,
+        clean: false,
     }
-    drop(events);
-    cluster.restart_coordinator()?;
-    let client = cluster.client().await?;
-    let done =
-        tokio::time::timeout(Duration::from_secs(60), client.wait(&submitted.run_id)).await??;
-    assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error);
-    let results: Vec<u64> = (0..16).collect();
-    assert_eq!(done.state["results"], json!(results));
-    let lines = std::fs::read_to_string(&ran)?;
-    for index in &finished {
-        let runs = lines.lines().filter(|l| *l == index.to_string()).count();
-        assert_eq!(
-            runs, 1,
-            "item {index} finished before the crash and ran {runs} times:\n{lines}"
-        );
-    }
-    std::fs::remove_file(&ran).ok();
-    Ok(())
+    .check()
+    .await
 }
 
 #[tokio::test]
 async fn a_map_stopped_cleanly_runs_no_item_it_had_finished_again() -> anyhow::Result<()> {
-    use tokio_stream::StreamExt;
-    let mut cluster = TestCluster::start()?;
-    cluster.add_worker("w", 2)?;
-    cluster.wait_for_workers(&["w"]).await?;
-    let ran = std::env::temp_dir().join(format!("weft-stopped-map-{}", std::process::id()));
-    std::fs::remove_file(&ran).ok();
     // `async`: watchers see an item finish at once, its checkpoint taken
     // in the background, deferred while items finish within 100 ms of the
     // last one. Pairs of items finish together, so the second of a pair
-    // waits for a deferred checkpoint.
-    let graph = GraphBundle::from_text(
-        "stopped-map.yaml",
-        &format!(
-            r#"
-settings:
-  durability: async
-nodes:
-  fan:
-    kind: map
-    start: true
-    over: "{{{{ items }}}}"
-    as: item
-    branch: work
-    output_key: out
-    collect_into: results
-    max_concurrency: 2
-  work:
-    kind: script
-    run: [sh, -c, 'echo "$WEFT_ITEM" >> "$1"; sleep 0.4; echo "{{\"out\": $WEFT_ITEM}}"', x, "{}"]
-"#,
-            ran.display()
-        ),
-    );
-    let client = cluster.client().await?;
-    let items: Vec<u32> = (0..12).collect();
-    let submitted = client
-        .submit_bundle(graph, &json!({ "items": items }))
-        .await?;
-    let mut finished = Vec::new();
-    let mut events = client.watch(&submitted.run_id, 0).await?;
-    while finished.len() < 4 {
-        let event = tokio::time::timeout(Duration::from_secs(30), events.next())
-            .await?
-            .expect("the run goes on")?;
-        if event.kind == "map_item_finished" {
-            finished.push(event.body["index"].as_u64().expect("an index"));
-        }
+    // waits for a deferred checkpoint, which a clean stop takes on the way
+    // out.
+    MapRestart {
+        slots: 2,
+        durability: "async",
+        seconds: "0.4",
+        items: 12,
+        seen: 4,
+        clean: true,
     }
-    drop(events);
-    // Stopped cleanly: each run's last finished items are checkpointed
-    // on the way out.
-    cluster.restart_coordinator_cleanly().await?;
-    let client = cluster.client().await?;
-    let done =
-        tokio::time::timeout(Duration::from_secs(60), client.wait(&submitted.run_id)).await??;
-    assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error);
-    let results: Vec<u64> = (0..12).collect();
-    assert_eq!(done.state["results"], json!(results));
-    let lines = std::fs::read_to_string(&ran)?;
-    for index in &finished {
-        let runs = lines.lines().filter(|l| *l == index.to_string()).count();
-        assert_eq!(
-            runs, 1,
-            "item {index} finished before the stop and ran {runs} times:\n{lines}"
-        );
-    }
-    std::fs::remove_file(&ran).ok();
-    Ok(())
+    .check()
+    .await
 }
 
 #[tokio::test]
