@@ -386,6 +386,8 @@ enum MemberRoute {
 fn member_route(member: &Member, target: &Target<'_>) -> MemberRoute {
     let here = |access| RunApi::over(access, member.indexes.clone());
     let (access, elsewhere) = match target {
+        // Led here, its runs not yet restored: waited for.
+        Target::Run(id) if member.restoring(id) => return MemberRoute::Nowhere,
         Target::Run(id) => (member.access(id), member.leader_of(id)),
         Target::New => (member.access_for_new_run(), member.another_leader()),
         Target::Any => (

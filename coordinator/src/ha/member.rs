@@ -61,11 +61,13 @@ impl Member {
         self.partitions.access_for_new_run(self.max_bundle_bytes)
     }
 
-    /// The URL of the member that leads run `id`'s partition, if one does
-    /// by the last view.
+    /// The URL of the other member that leads run `id`'s partition, if
+    /// one does by the last view (this one, about to serve it, is none).
     pub fn leader_of(&self, id: &str) -> Option<String> {
         let partition = self.partitions.partition_of(id);
-        self.view.borrow().leaders.get(&partition).cloned()
+        let view = self.view.borrow();
+        let url = view.leaders.get(&partition)?;
+        (!same_url(url, &self.url)).then(|| url.clone())
     }
 
     /// Another member that leads a partition, for a new run when none is
@@ -98,13 +100,24 @@ impl Member {
     }
 
     /// Resolves when the group's view changes (a partition led
-    /// elsewhere now, a member joined or left).
+    /// elsewhere now, a member joined or left) or a partition led here has
+    /// its runs restored.
     pub fn view_changed(&self) -> impl Future<Output = ()> + Send + use<> {
         let mut view = self.view.clone();
         view.mark_unchanged();
+        let restored = self.partitions.restores();
         async move {
-            let _ = view.changed().await;
+            tokio::select! {
+                _ = view.changed() => {}
+                () = restored => {}
+            }
         }
+    }
+
+    /// Whether run `id`'s partition is led here, its runs still being
+    /// restored.
+    pub fn restoring(&self, id: &str) -> bool {
+        self.partitions.restoring(id)
     }
 }
 

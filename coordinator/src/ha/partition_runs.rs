@@ -21,6 +21,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use weft_store::{AnyStore, Fence, Revision};
@@ -48,6 +49,9 @@ struct Served {
     stop: CancellationToken,
     /// Where its runs' actors and writers are tracked.
     tracker: TaskTracker,
+    /// Its stored runs are restored: until then a request about one of
+    /// them would find nothing, so none is served from it.
+    restored: bool,
 }
 
 /// The registries of the partitions led here.
@@ -65,6 +69,8 @@ struct Shared {
     served: Mutex<BTreeMap<PartitionId, Served>>,
     /// Turns among the partitions led, for new runs.
     turn: AtomicUsize,
+    /// Bumped whenever a partition's restore completes.
+    restores: watch::Sender<u64>,
     /// The coordinator's step marks and node cache, which every
     /// partition's runs share (none: each registry's own, in memory).
     marks: Option<Arc<StepMarks>>,
@@ -89,6 +95,7 @@ impl PartitionRuns {
                 blobs,
                 served: Mutex::default(),
                 turn: AtomicUsize::new(0),
+                restores: watch::channel(0).0,
                 marks: None,
                 cache: None,
             }),
@@ -106,9 +113,32 @@ impl PartitionRuns {
         self
     }
 
-    /// The partitions led here, in order.
+    /// The partitions led here whose runs are restored, in order.
     pub fn led(&self) -> Vec<PartitionId> {
-        self.shared.served().keys().copied().collect()
+        let served = self.shared.served();
+        served
+            .iter()
+            .filter(|(_, s)| s.restored)
+            .map(|(partition, _)| *partition)
+            .collect()
+    }
+
+    /// Whether run `id`'s partition is led here with its runs still being
+    /// restored: a request about it waits ([`PartitionRuns::restores`]).
+    pub fn restoring(&self, id: &str) -> bool {
+        let partition = self.shared.partitioning.of_run(id);
+        self.shared
+            .served()
+            .get(&partition)
+            .is_some_and(|s| !s.restored)
+    }
+
+    /// Resolves when a partition's restore completes after this call.
+    pub fn restores(&self) -> impl std::future::Future<Output = ()> + Send + use<> {
+        let mut restores = self.shared.restores.subscribe();
+        async move {
+            let _ = restores.changed().await;
+        }
     }
 
     /// How many runs each partition led here holds.
@@ -136,14 +166,18 @@ impl PartitionRuns {
     pub fn access(&self, id: &str, max_bundle_bytes: usize) -> Option<RunAccess> {
         let partition = self.shared.partitioning.of_run(id);
         let served = self.shared.served();
-        served.get(&partition).map(|s| s.access(max_bundle_bytes))
+        served
+            .get(&partition)
+            .filter(|s| s.restored)
+            .map(|s| s.access(max_bundle_bytes))
     }
 
-    /// Access to every partition led here, in order.
+    /// Access to every partition led here and restored, in order.
     pub fn every_access(&self, max_bundle_bytes: usize) -> Vec<RunAccess> {
         let served = self.shared.served();
         served
             .values()
+            .filter(|s| s.restored)
             .map(|s| s.access(max_bundle_bytes))
             .collect()
     }
@@ -160,13 +194,16 @@ impl PartitionRuns {
         self.new_run_partition(|s| s.access(max_bundle_bytes))
     }
 
+    /// A partition for a new run among those restored (a restore would
+    /// take a run made meanwhile for a stored one to adopt).
     fn new_run_partition<T>(&self, take: impl FnOnce(&Served) -> T) -> Option<T> {
         let served = self.shared.served();
-        if served.is_empty() {
+        let ready: Vec<&Served> = served.values().filter(|s| s.restored).collect();
+        if ready.is_empty() {
             return None;
         }
-        let turn = self.shared.turn.fetch_add(1, Ordering::Relaxed) % served.len();
-        served.values().nth(turn).map(take)
+        let turn = self.shared.turn.fetch_add(1, Ordering::Relaxed) % ready.len();
+        ready.get(turn).map(|s| take(s))
     }
 }
 
@@ -249,6 +286,7 @@ impl Runtime for PartitionRuns {
                 fence: revision,
                 stop: stop.clone(),
                 tracker: tracker.clone(),
+                restored: false,
             },
         );
         // Abandoned: stopped and forgotten, unless drained before.
@@ -275,6 +313,12 @@ impl Runtime for PartitionRuns {
                 Ok(_) => {
                     let held = runs.held();
                     tracing::info!(%partition, runs = held, "the partition's runs restored");
+                    if let Some(s) = shared.served().get_mut(&partition)
+                        && s.fence == revision
+                    {
+                        s.restored = true;
+                    }
+                    shared.restores.send_modify(|count| *count += 1);
                     return;
                 }
                 Err(error) => tracing::error!(
