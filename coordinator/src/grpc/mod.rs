@@ -4,6 +4,7 @@
 //! protocol's own conversion (`weft_proto::worker_protocol::wire`).
 
 pub(crate) mod convert;
+mod member_routes;
 mod run_service;
 mod serve_or_forward;
 mod share_index;

@@ -18,6 +18,7 @@ use weft_proto::v1::run_service_server::RunService;
 use weft_proto::v1::worker_service_server::WorkerService;
 use weft_proto::{FORWARDED_METADATA, LEADER_METADATA, MAX_MESSAGE_BYTES};
 
+use super::member_routes::{MemberRoute, Target, Targeted, member_route};
 use super::run_service::EventStream;
 use super::worker_service::{IndexStream, OutStream};
 use super::{RunApi, WorkerApi};
@@ -348,113 +349,6 @@ impl FrontRuns {
         Ok(Response::new(pb::ListRunsResponse { runs, next }))
     }
 }
-
-/// What a request is about, for a member of a partitioned group to route.
-#[derive(Clone, Copy)]
-pub(crate) enum Target<'a> {
-    /// Run `id`: served where its partition is led (a fork is made in its
-    /// source's partition).
-    Run(&'a str),
-    /// A new run: made in a partition led here, or by a member that leads
-    /// one.
-    New,
-    /// Nothing of a run's (a validation, the shared indexes): served here
-    /// when any partition is.
-    Any,
-}
-
-impl Target<'_> {
-    /// What the request needs a leader of, for a refusal.
-    fn what(&self) -> &'static str {
-        match self {
-            Self::Run(_) => "the run's partition",
-            Self::New | Self::Any => "any partition",
-        }
-    }
-}
-
-/// Where a member of a partitioned group serves a request.
-enum MemberRoute {
-    /// Here.
-    Here(Box<RunApi>),
-    /// At the member with this URL.
-    At(String),
-    /// Nowhere yet: nobody leads what it needs.
-    Nowhere,
-}
-
-fn member_route(member: &Member, target: &Target<'_>) -> MemberRoute {
-    let here = |access| RunApi::over(access, member.indexes.clone());
-    let (access, elsewhere) = match target {
-        // Led here, its runs not yet restored: waited for.
-        Target::Run(id) if member.restoring(id) => return MemberRoute::Nowhere,
-        Target::Run(id) => (member.access(id), member.leader_of(id)),
-        Target::New => (member.access_for_new_run(), member.another_leader()),
-        Target::Any => (
-            member
-                .partitions
-                .every_access(member.max_bundle_bytes)
-                .into_iter()
-                .next(),
-            member.another_leader(),
-        ),
-    };
-    match (access, elsewhere) {
-        (Some(access), _) => MemberRoute::Here(Box::new(here(access))),
-        (None, Some(url)) => MemberRoute::At(url),
-        (None, None) => MemberRoute::Nowhere,
-    }
-}
-
-/// What each request of the run service is about.
-pub(crate) trait Targeted {
-    fn target(&self) -> Target<'_>;
-}
-
-macro_rules! about_a_run {
-    ($($request:ty),*) => {$(
-        impl Targeted for $request {
-            fn target(&self) -> Target<'_> {
-                Target::Run(&self.run_id)
-            }
-        }
-    )*};
-}
-
-about_a_run!(
-    pb::GetRunRequest,
-    pb::ResumeRequest,
-    pb::CancelRequest,
-    pb::RetryRequest,
-    pb::DeleteRunRequest,
-    pb::GetHistoryRequest,
-    pb::ForkRequest,
-    pb::StreamRunRequest,
-    pb::WatchRunRequest
-);
-
-impl Targeted for pb::SubmitRequest {
-    fn target(&self) -> Target<'_> {
-        Target::New
-    }
-}
-
-macro_rules! about_no_run {
-    ($($request:ty),*) => {$(
-        impl Targeted for $request {
-            fn target(&self) -> Target<'_> {
-                Target::Any
-            }
-        }
-    )*};
-}
-
-about_no_run!(
-    pb::ValidateRequest,
-    pb::ListRunsRequest,
-    pb::ListIndexesRequest,
-    pb::FetchIndexRequest
-);
 
 /// Who made a request, as the leader is to learn it: the bearer token it
 /// carried (the leader checks it again), or nothing when it carried none.

@@ -1,0 +1,175 @@
+//! A partitioned group through the binaries: three `coordinator`
+//! processes with `WEFT_PARTITIONS=4` on one real etcd, one `worker`
+//! that finds them there and serves them all. Runs submitted through
+//! each coordinator finish, are waited for and listed through any
+//! other; a coordinator stopped cleanly hands its partitions over and
+//! its runs stay reachable; a coordinator with another partition count
+//! is refused, naming both.
+
+use super::*;
+use weft_client::{GraphBundle, RunStatus};
+use weft_store::EtcdTls;
+use weft_tests::group::TestGroup;
+
+/// Two script steps, the second reading what the first wrote.
+fn two_steps() -> GraphBundle {
+    GraphBundle::from_text(
+        "two.yaml",
+        "state:\n  n: { type: integer, default: 0 }\nnodes:\n  a: { kind: script, run: [sh, -c, 'echo \"{\\\"n\\\": 20}\"'], start: true, next: b }\n  b: { kind: script, run: [sh, -c, 'echo \"{\\\"n\\\": 22}\"'], end: true }\n",
+    )
+}
+
+#[tokio::test]
+async fn three_coordinators_share_the_runs_of_a_partitioned_group() -> anyhow::Result<()> {
+    let etcd = TestEtcd::start().await?;
+    let env = [("WEFT_PARTITIONS", "4")];
+    let mut group = TestGroup::start_on(etcd, 3, 3, &env, EtcdTls::default()).await?;
+    for index in 0..3 {
+        group
+            .wait_for_log(
+                &format!("coordinator-{index}"),
+                "taking part in the group",
+                1,
+            )
+            .await?;
+    }
+    group.add_worker("w", 4)?;
+    group
+        .wait_for_log("w", "serving every coordinator of the group", 1)
+        .await?;
+    group.wait_for_log("w", "joined the coordinator", 3).await?;
+    let clients = [
+        group.client(0).await?,
+        group.client(1).await?,
+        group.client(2).await?,
+    ];
+    let mut made = Vec::new();
+    for round in 0..3 {
+        for (index, client) in clients.iter().enumerate() {
+            let run = client
+                .submit_bundle(two_steps(), &serde_json::json!({}))
+                .await?;
+            made.push((run.run_id.to_string(), (index + round + 1) % 3));
+        }
+    }
+    // Each waited for through another coordinator than its own.
+    for (id, other) in &made {
+        let done =
+            tokio::time::timeout(Duration::from_secs(60), clients[*other].wait(id)).await??;
+        assert_eq!(done.status, RunStatus::Completed, "{id}: {:?}", done.error);
+        assert_eq!(done.state["n"], 22, "{id}");
+    }
+    // Listed whole through each.
+    let mut ids: Vec<String> = made.iter().map(|(id, _)| id.clone()).collect();
+    ids.sort();
+    ids.reverse();
+    for client in &clients {
+        let listed: Vec<String> = client
+            .list()
+            .await?
+            .iter()
+            .map(|run| run.run_id.to_string())
+            .collect();
+        assert_eq!(listed, ids);
+    }
+    // The HTTP API (the viewer's) likewise, and a run through it.
+    for (index, (id, _)) in made.iter().enumerate().take(3) {
+        let base = group.http_base(index);
+        let page: serde_json::Value = reqwest::get(format!("{base}/api/v1/runs?limit=100"))
+            .await?
+            .json()
+            .await?;
+        let listed: Vec<&str> = page["runs"]
+            .as_array()
+            .expect("runs")
+            .iter()
+            .map(|run| run["run_id"].as_str().expect("an id"))
+            .collect();
+        assert_eq!(listed, ids, "through coordinator {index}");
+        let run: serde_json::Value = reqwest::get(format!("{base}/api/v1/runs/{id}"))
+            .await?
+            .json()
+            .await?;
+        assert_eq!(run["status"], "completed", "{run}");
+    }
+    // Each coordinator's metrics count the runs of the partitions it
+    // leads: all of them, once each.
+    let counted = || -> Option<f64> {
+        let mut total = 0.0;
+        for index in 0..3 {
+            let base = group.http_base(index).trim_start_matches("http://");
+            let metrics = weft_tests::http_get(base, "/metrics").ok()?;
+            total += metrics
+                .lines()
+                .filter(|line| line.starts_with("weft_partition_runs{"))
+                .filter_map(|line| line.rsplit_once(' ')?.1.trim().parse::<f64>().ok())
+                .sum::<f64>();
+        }
+        Some(total)
+    };
+    weft_tests::wait_until(weft_tests::PATIENCE, || {
+        counted() == Some(made.len() as f64)
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}: counted {:?}", counted()))?;
+    // What the group does not yet hold across partitions is refused,
+    // not counted by each coordinator alone.
+    let keyed = GraphBundle::from_text(
+        "keyed.yaml",
+        "nodes:\n  a: { kind: script, run: [\"true\"], start: true, concurrency: { key: \"x\", max: 1 } }\n",
+    );
+    let refused = clients[0]
+        .submit_bundle(keyed, &serde_json::json!({}))
+        .await
+        .expect_err("refused");
+    assert!(
+        refused.to_string().contains(
+            "node 'a' has a concurrency key, which a group whose runs are split into partitions does not yet hold across them"
+        ),
+        "{refused}"
+    );
+    // One stops cleanly: its partitions are handed over, and every run
+    // is still found, through either of the others.
+    group.signal(2, "TERM")?;
+    group
+        .wait_for_log(
+            "coordinator-2",
+            "left the group, every partition handed over",
+            1,
+        )
+        .await?;
+    for (id, _) in &made {
+        for client in &clients[..2] {
+            let info = tokio::time::timeout(Duration::from_secs(30), client.get(id)).await??;
+            assert_eq!(info.status, RunStatus::Completed, "{id}");
+        }
+    }
+    // New runs go on with two.
+    let run = clients[1]
+        .submit_bundle(two_steps(), &serde_json::json!({}))
+        .await?;
+    let done =
+        tokio::time::timeout(Duration::from_secs(60), clients[0].wait(&run.run_id)).await??;
+    assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error);
+    // A coordinator given another count is refused, naming both.
+    let dir = std::env::temp_dir().join(format!("weft-recount-{}", std::process::id()));
+    let output = weft_tests::output_within(
+        std::process::Command::new(weft_tests::binary("coordinator"))
+            .env("WEFT_ETCD", &group.etcd.url)
+            .env("WEFT_PARTITIONS", "8")
+            .args(["--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"])
+            .arg("--data-dir")
+            .arg(&dir),
+        weft_tests::PATIENCE,
+    );
+    let said = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{said}");
+    assert!(
+        said.contains(
+            "[cluster] partitions = 8, but this group's store was created with 4 partitions"
+        ),
+        "{said}"
+    );
+    std::fs::remove_dir_all(dir).ok();
+    Ok(())
+}
