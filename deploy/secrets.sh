@@ -11,7 +11,7 @@
 #   ca.pem               the CA's certificate: clients and workers trust it
 #                        (weft --ca, WEFT_CA; the workers' [tls] ca)
 #   server.pem, .key     the coordinators' certificate and key, for the names
-#                        coordinator-a, coordinator-b, localhost, 127.0.0.1
+#                        coordinator-a, coordinator-b, coordinator-c, localhost, 127.0.0.1
 #                        and any NAME given
 #   tokens.env           WEFT_ADMIN_TOKEN, WEFT_OPERATOR_TOKEN,
 #                        WEFT_WORKER_TOKEN and WEFT_METRICS_TOKEN (a
@@ -38,7 +38,7 @@ fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
-names="DNS:coordinator-a,DNS:coordinator-b,DNS:localhost,IP:127.0.0.1"
+names="DNS:coordinator-a,DNS:coordinator-b,DNS:coordinator-c,DNS:localhost,IP:127.0.0.1"
 for name in "$@"; do
     case $name in
         *[!0-9.]*) names="$names,DNS:$name" ;;

@@ -7,6 +7,11 @@
 //! faults a test applies are real: `docker kill`, `docker pause`, `docker
 //! network disconnect`. The project is taken down, volumes and all, on drop.
 //!
+//! A cluster is one partition (one coordinator leads, the others stand
+//! by) unless brought up with [`Compose::up_partitioned`], which sets the
+//! compose file's `WEFT_PARTITIONS`: then all three coordinators lead
+//! partitions and every worker serves all three.
+//!
 //! The cluster runs secured, as deploy/ ships it: `deploy/secrets.sh` makes
 //! each project its CA, certificate and tokens; the host's clients trust
 //! the CA and present the operator's token, the workers their own.
@@ -25,7 +30,7 @@ use crate::{PATIENCE, repo};
 pub const IMAGES: [&str; 2] = ["weft:dev", "weft-etcd:dev"];
 
 /// The coordinators' compose services.
-pub const COORDINATORS: [&str; 2] = ["coordinator-a", "coordinator-b"];
+pub const COORDINATORS: [&str; 3] = ["coordinator-a", "coordinator-b", "coordinator-c"];
 
 /// The etcd members' compose services.
 pub const ETCD: [&str; 3] = ["etcd-1", "etcd-2", "etcd-3"];
@@ -43,6 +48,8 @@ pub struct Compose {
     containers: std::collections::BTreeMap<String, Vec<String>>,
     /// The etcd members' client URLs, as the host reaches them.
     etcd: Vec<String>,
+    /// The group's partition count (`WEFT_PARTITIONS`).
+    partitions: u32,
 }
 
 /// Runs `command`, failing with its output when it fails.
@@ -72,9 +79,23 @@ pub fn docker(args: &[&str]) -> Result<String> {
 
 impl Compose {
     /// Brings the cluster up with `workers` workers and waits until a
-    /// coordinator leads and every worker has joined it. `env` adds to the
-    /// containers' compose variables (`WEFT_*` of the compose file).
+    /// coordinator leads and every worker has joined it.
     pub async fn up(name: &str, workers: usize) -> Result<Self> {
+        Self::start(name, workers, 1).await
+    }
+
+    /// Brings the cluster up as a group of `partitions` partitions with
+    /// `workers` workers, and waits until the three coordinators lead
+    /// them all between them, balanced, and every worker serves each.
+    pub async fn up_partitioned(name: &str, workers: usize, partitions: u32) -> Result<Self> {
+        ensure!(
+            partitions > 1,
+            "a partitioned group has more than one partition"
+        );
+        Self::start(name, workers, partitions).await
+    }
+
+    async fn start(name: &str, workers: usize, partitions: u32) -> Result<Self> {
         for image in IMAGES {
             ensure!(
                 Command::new("docker")
@@ -106,6 +127,7 @@ impl Compose {
             tokens,
             containers: Default::default(),
             etcd: Vec::new(),
+            partitions,
         };
         compose.compose(&[
             "up",
@@ -122,8 +144,13 @@ impl Compose {
             let address = compose.address(&compose.container(member)?, "store")?;
             compose.etcd.push(format!("http://{address}:2379"));
         }
-        compose.wait_for_leader(None).await?;
-        compose.wait_for_workers(workers).await?;
+        if partitions == 1 {
+            compose.wait_for_leader(None).await?;
+            compose.wait_for_workers(workers).await?;
+        } else {
+            compose.wait_for_balance(&COORDINATORS).await?;
+            compose.wait_for_workers_on(&COORDINATORS, workers).await?;
+        }
         Ok(compose)
     }
 
@@ -139,14 +166,17 @@ impl Compose {
             .env("WEFT_IMAGE", "weft:dev")
             .env("WEFT_ETCD_IMAGE", "weft-etcd:dev")
             .env("WEFT_TEST_SHARED", &self.shared)
+            .env("WEFT_PARTITIONS", self.partitions.to_string())
             .env("WEFT_SECRETS", &self.secrets)
             .env("WEFT_WORKER_TOKEN", self.token("WEFT_WORKER_TOKEN"))
             // Published on free ports of the host's loopback, so projects
             // never collide.
             .env("WEFT_PORT_A", "127.0.0.1:")
             .env("WEFT_PORT_B", "127.0.0.1:")
+            .env("WEFT_PORT_C", "127.0.0.1:")
             .env("WEFT_METRICS_PORT_A", "127.0.0.1:")
             .env("WEFT_METRICS_PORT_B", "127.0.0.1:")
+            .env("WEFT_METRICS_PORT_C", "127.0.0.1:")
             .env_remove("WEFT_OTLP_ENDPOINT");
         command
     }
@@ -378,6 +408,73 @@ impl Compose {
             if Instant::now() > deadline {
                 bail!(
                     "{count} workers did not join within {PATIENCE:?}\n{}",
+                    self.logs("worker")
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// How many partitions coordinator `service` leads (its
+    /// `weft_partitions_led`).
+    pub fn led(&self, service: &str) -> Result<u32> {
+        let metrics = self.http(service, "/metrics")?;
+        let led = crate::gauge(&metrics, "weft_partitions_led")
+            .with_context(|| format!("{service} reports no weft_partitions_led"))?;
+        Ok(led as u32)
+    }
+
+    /// Waits until `members` lead every partition between them, each
+    /// within one of an even share, and each answers a listing (so
+    /// forwards reach the others); fails naming what each leads.
+    pub async fn wait_for_balance(&self, members: &[&str]) -> Result<()> {
+        let deadline = Instant::now() + PATIENCE;
+        let share = self.partitions as usize / members.len();
+        loop {
+            let led: Vec<Option<u32>> = members.iter().map(|m| self.led(m).ok()).collect();
+            let balanced = led
+                .iter()
+                .all(|n| n.is_some_and(|n| (n as usize).abs_diff(share) <= 1 && n > 0))
+                && led.iter().flatten().sum::<u32>() == self.partitions;
+            if balanced {
+                let mut answer = true;
+                for member in members {
+                    answer &= self.answers(member).await;
+                }
+                if answer {
+                    return Ok(());
+                }
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "{members:?} did not lead the {} partitions evenly within {PATIENCE:?} \
+                     (they lead {led:?})\n{}",
+                    self.partitions,
+                    self.logs_of_coordinators()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Waits until each of `members` counts `count` workers.
+    pub async fn wait_for_workers_on(&self, members: &[&str], count: usize) -> Result<()> {
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            let counted: Vec<Option<f64>> = members
+                .iter()
+                .map(|m| {
+                    let metrics = self.http(m, "/metrics").ok()?;
+                    crate::gauge(&metrics, "weft_workers_connected")
+                })
+                .collect();
+            if counted.iter().all(|n| *n == Some(count as f64)) {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "{count} workers did not join each of {members:?} within {PATIENCE:?} \
+                     (they count {counted:?})\n{}",
                     self.logs("worker")
                 );
             }

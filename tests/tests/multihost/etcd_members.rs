@@ -3,14 +3,12 @@
 //! make the coordinators refuse new runs with a clear error, and everything
 //! continues once quorum is back.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use serde_json::json;
 use weft_tests::compose::{COORDINATORS, Compose, ETCD, docker};
 
-use crate::ledger::{check_chain, finish};
-
-const RUN_PATIENCE: Duration = Duration::from_secs(120);
+use crate::ledger::{RUN_PATIENCE, check_chain, finish};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_etcd_member_of_three_lost_interrupts_nothing() -> anyhow::Result<()> {
@@ -76,7 +74,7 @@ async fn with_etcd_quorum_lost_new_runs_are_refused_clearly_and_all_continues_af
     let standby = COORDINATORS
         .into_iter()
         .find(|c| *c != leader)
-        .expect("two coordinators");
+        .expect("more than one coordinator");
     let mut asks = Vec::new();
     for door in [leader, standby] {
         let url = cluster.published(door, 7700)?;

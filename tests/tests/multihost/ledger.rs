@@ -12,7 +12,65 @@ use std::time::Duration;
 use anyhow::{Context, Result, ensure};
 use serde_json::{Value, json};
 use weft_client::{Client, GraphBundle, RunInfo, RunStatus};
-use weft_tests::events_of;
+use weft_proto::RunId;
+use weft_tests::compose::Compose;
+use weft_tests::{events_of, until_event};
+
+/// How long a run of the suite may take, faults included.
+pub const RUN_PATIENCE: Duration = Duration::from_secs(120);
+
+/// Runs in flight: `chains` chains of 6 steps and a map of 24 items.
+pub struct Workload {
+    pub chains: Vec<RunId>,
+    pub map: RunId,
+}
+
+impl Workload {
+    /// Submits the workload through `client` and waits until the map has
+    /// items running.
+    pub async fn submit(client: &Client, chains: usize) -> Result<Self> {
+        Self::spread(std::slice::from_ref(client), chains).await
+    }
+
+    /// Submits chain `i` through `clients[i % len]` and the map through
+    /// the last client (in a partitioned group, a run is made in a
+    /// partition the coordinator it was submitted through leads), then
+    /// waits until the map has items running.
+    pub async fn spread(clients: &[Client], chains: usize) -> Result<Self> {
+        let last = clients.last().context("no client to submit through")?;
+        let mut ids = Vec::new();
+        for i in 0..chains {
+            ids.push(
+                clients[i % clients.len()]
+                    .submit_bundle(chain(6, 0.5), &json!({}))
+                    .await?
+                    .run_id,
+            );
+        }
+        let map = last
+            .submit_bundle(map(24, 4, 0.5), &json!({}))
+            .await?
+            .run_id;
+        until_event(last, &map, "an item started", |e| e.kind == "node_started").await?;
+        Ok(Self { chains: ids, map })
+    }
+
+    /// Waits for every run and checks it; returns how many steps ran again.
+    pub async fn check(&self, client: &Client, cluster: &Compose) -> Result<usize> {
+        let mut again = 0;
+        for run_id in &self.chains {
+            let run = finish(client, run_id, RUN_PATIENCE).await?;
+            again += check_chain(client, cluster.shared(), &run, 6)
+                .await?
+                .executed_again;
+        }
+        let run = finish(client, &self.map, RUN_PATIENCE).await?;
+        again += check_map(client, cluster.shared(), &run, 24)
+            .await?
+            .executed_again;
+        Ok(again)
+    }
+}
 
 /// Sleeps `STEP_SLEEP` seconds between its two ledger lines, then writes
 /// `n = $1` (a chain step) or, with `$1 = item`, `doubled = 2 × item`.

@@ -9,9 +9,7 @@ use serde_json::json;
 use weft_tests::PATIENCE;
 use weft_tests::compose::Compose;
 
-use crate::ledger::{check_chain, check_map, finish, ledger, peak_overlap};
-
-const RUN_PATIENCE: Duration = Duration::from_secs(120);
+use crate::ledger::{RUN_PATIENCE, check_chain, check_map, finish, ledger, peak_overlap};
 
 /// The worker container whose host name is `host`.
 fn worker_on(cluster: &Compose, host: &str) -> anyhow::Result<String> {

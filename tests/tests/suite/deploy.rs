@@ -31,16 +31,63 @@ fn binary_for(name: &str) -> &'static str {
     }
 }
 
+/// The TOML files a Kubernetes manifest's ConfigMap holds (`name.toml: |`
+/// and the block indented under it), written into `into`.
+fn config_maps(manifest: &Path, into: &Path) -> Vec<PathBuf> {
+    let text = std::fs::read_to_string(manifest).unwrap();
+    let mut written = Vec::new();
+    let mut lines = text.lines().peekable();
+    while let Some(line) = lines.next() {
+        let Some(name) = line.trim().strip_suffix(": |") else {
+            continue;
+        };
+        if !name.ends_with(".toml") {
+            continue;
+        }
+        let indent = line.len() - line.trim_start().len() + 2;
+        let mut body = String::new();
+        while let Some(next) = lines.peek() {
+            if !next.trim().is_empty() && next.len() - next.trim_start().len() < indent {
+                break;
+            }
+            body.push_str(next.get(indent..).unwrap_or_default());
+            body.push('\n');
+            lines.next();
+        }
+        let path = into.join(name);
+        std::fs::write(&path, body).unwrap();
+        written.push(path);
+    }
+    written
+}
+
 #[test]
 fn every_deploy_configuration_passes_check_config() {
-    let configs: Vec<PathBuf> = files(&repo().join("deploy/config"))
+    let mut configs: Vec<PathBuf> = files(&repo().join("deploy/config"))
         .into_iter()
         .filter(|p| p.extension().is_some_and(|e| e == "toml"))
         .collect();
     assert!(configs.len() >= 3, "{configs:?}");
+    // The Kubernetes ConfigMap's coordinator.toml and worker.toml too.
+    let kubernetes = std::env::temp_dir().join(format!("weft-deploy-k8s-{}", std::process::id()));
+    std::fs::create_dir_all(&kubernetes).unwrap();
+    let mapped = config_maps(
+        &repo().join("deploy/kubernetes/coordinator.yaml"),
+        &kubernetes,
+    );
+    assert_eq!(mapped.len(), 2, "the ConfigMap's files: {mapped:?}");
+    configs.extend(mapped);
     for config in configs {
         let name = config.file_name().unwrap().to_string_lossy().to_string();
-        let out = Command::new(binary(binary_for(&name)))
+        let mut check = Command::new(binary(binary_for(&name)));
+        if config.starts_with(&kubernetes) {
+            // The StatefulSet gives each pod its headless name.
+            check.env(
+                "WEFT_ADVERTISE",
+                "https://weft-coordinator-0.weft-coordinator-pods:7700",
+            );
+        }
+        let out = check
             .arg("--check-config")
             .arg("--config")
             .arg(&config)
@@ -70,7 +117,12 @@ fn every_deploy_configuration_passes_check_config() {
         for secret in ["sk-check", "admin-check", "operator-check", "worker-check"] {
             assert!(!shown.contains(secret), "{name}: a secret was printed");
         }
+        // The StatefulSet's three coordinators split the runs between them.
+        if config.starts_with(&kubernetes) && name.starts_with("coordinator") {
+            assert!(shown.contains("partitions: 12"), "{name}: {shown}");
+        }
     }
+    std::fs::remove_dir_all(kubernetes).ok();
 }
 
 /// The flags of each command line that runs one of our binaries, as
