@@ -85,6 +85,9 @@ def the_list_shows_and_filters_runs(page, base, runs):
     step("list: every submitted run, filtered by status and by graph")
     for run_id in runs.values():
         expect(page.locator(f'tr.run[data-run="{run_id}"]')).to_be_visible()
+    # One coordinator leads every run: no partitions panel, no column.
+    expect(page.locator("#partitions")).to_be_hidden()
+    expect(page.locator("td.partition")).to_have_count(0)
     page.select_option("#filter-status", "waiting")
     expect(page.locator('tr.run:not([data-status="waiting"])')).to_have_count(0)
     expect(page.locator(f'tr.run[data-run="{runs["approval"]}"]')).to_be_visible()

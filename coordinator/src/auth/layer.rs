@@ -22,7 +22,7 @@ fn needed(path: &str) -> Option<(&str, Role)> {
         (
             "weft.v1.RunService",
             "GetRun" | "ListRuns" | "WatchRun" | "StreamRun" | "Validate" | "ListIndexes"
-            | "GetHistory",
+            | "GetHistory" | "DescribeGroup",
         ) => Role::Reader,
         (
             "weft.v1.RunService",

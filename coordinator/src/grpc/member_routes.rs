@@ -111,5 +111,6 @@ about_no_run!(
     pb::ValidateRequest,
     pb::ListRunsRequest,
     pb::ListIndexesRequest,
-    pb::FetchIndexRequest
+    pb::FetchIndexRequest,
+    pb::DescribeGroupRequest
 );

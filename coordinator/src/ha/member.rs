@@ -8,13 +8,14 @@
 //! all, sharing their slots), answers for the runs of its partitions, and
 //! makes new runs in them; everything else goes by the view.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::membership::GroupView;
+use super::membership::{GroupView, PartitionId};
 use super::partition_runs::PartitionRuns;
 use crate::access::RunAccess;
 use crate::bundle::BlobStore;
@@ -112,6 +113,31 @@ impl Member {
                 () = restored => {}
             }
         }
+    }
+
+    /// The partition run `id` lives in.
+    pub fn partition_of(&self, id: &str) -> u32 {
+        self.partitions.partition_of(id).0
+    }
+
+    /// Each other member's URL with the partitions the last view names it
+    /// leader of, and the partitions nobody leads at the moment.
+    pub fn led_elsewhere(&self) -> (BTreeMap<String, Vec<u32>>, Vec<u32>) {
+        let view = self.view.borrow();
+        let mut led: BTreeMap<String, Vec<u32>> = self
+            .others()
+            .into_iter()
+            .map(|url| (url, Vec::new()))
+            .collect();
+        let mut unled = Vec::new();
+        for partition in 0..self.partitions.count() {
+            match view.leaders.get(&PartitionId(partition)) {
+                Some(url) if same_url(url, &self.url) => {}
+                Some(url) => led.entry(url.clone()).or_default().push(partition),
+                None => unled.push(partition),
+            }
+        }
+        (led, unled)
     }
 
     /// Whether run `id`'s partition is led here, its runs still being

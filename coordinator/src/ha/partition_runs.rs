@@ -54,6 +54,17 @@ struct Served {
     restored: bool,
 }
 
+/// A partition led here, as the group's description shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Holding {
+    /// The partition.
+    pub partition: PartitionId,
+    /// The runs its registry holds.
+    pub runs: usize,
+    /// Its runs are being restored (it was just taken over).
+    pub restoring: bool,
+}
+
 /// The registries of the partitions led here.
 #[derive(Clone)]
 pub struct PartitionRuns {
@@ -148,6 +159,25 @@ impl PartitionRuns {
             .iter()
             .map(|(partition, s)| (*partition, s.runs.held()))
             .collect()
+    }
+
+    /// Each partition led here: the runs it holds, and whether they are
+    /// still being restored.
+    pub fn holdings(&self) -> Vec<Holding> {
+        let served = self.shared.served();
+        served
+            .iter()
+            .map(|(partition, s)| Holding {
+                partition: *partition,
+                runs: s.runs.held(),
+                restoring: !s.restored,
+            })
+            .collect()
+    }
+
+    /// The group's partition count.
+    pub fn count(&self) -> u32 {
+        self.shared.partitioning.count()
     }
 
     /// The registry of run `id`'s partition, if it is led here.

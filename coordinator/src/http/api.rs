@@ -19,13 +19,14 @@ use weft_proto::types::RunStatus;
 use super::Api;
 use super::caller::{ApiError, Caller, parameters};
 use super::run_json::run_json;
-use crate::access::Shown;
+use crate::access::{RunReport, Shown};
 use crate::auth::Role;
 
 /// The API's routes.
 pub(super) fn routes() -> Router<Api> {
     Router::new()
         .route("/whoami", get(whoami))
+        .route("/group", get(group))
         .route("/runs", get(list))
         .route("/runs/{id}", get(one).delete(delete))
         .route("/runs/{id}/diagram.svg", get(diagram))
@@ -60,6 +61,56 @@ async fn whoami(State(api): State<Api>, headers: HeaderMap) -> Result<Json<Value
         "sees_all_namespaces": who.role.covers(Role::Admin),
         "identities_required": api.identities.required(),
         "trace_url": api.settings.trace_url,
+    })))
+}
+
+/// A run as the API shows it: [`run_json`], with the partition it lives
+/// in when the coordinator is a member of a partitioned group.
+fn run_shown(api: &Api, report: RunReport) -> Value {
+    let partition = api.front.partition_of(report.run_id.as_ref());
+    let mut shown = run_json(report, &api.settings);
+    if let (Some(partition), Some(object)) = (partition, shown.as_object_mut()) {
+        object.insert("partition".into(), partition.into());
+    }
+    shown
+}
+
+/// `GET /group`: the group of coordinators as this one sees it — its
+/// partition count, each member with the partitions it leads (their runs
+/// counted for a caller who sees every namespace; whether each is still
+/// being restored), and the partitions nobody leads at the moment.
+async fn group(State(api): State<Api>, headers: HeaderMap) -> Result<Json<Value>, ApiError> {
+    let caller = admit(&api, &headers, ("DescribeGroup", Role::Reader))?;
+    let group = api.front.group(&caller.credentials).await?;
+    let counted = group.runs_counted;
+    let members: Vec<Value> = group
+        .members
+        .iter()
+        .map(|member| {
+            let partitions: Vec<Value> = member
+                .partitions
+                .iter()
+                .map(|led| {
+                    let mut shown = json!({"partition": led.partition, "restoring": led.restoring});
+                    if counted && member.answered {
+                        shown["runs"] = led.runs.into();
+                    }
+                    shown
+                })
+                .collect();
+            json!({
+                "url": member.url,
+                "this": member.asked,
+                "answered": member.answered,
+                "partitions": partitions,
+            })
+        })
+        .collect();
+    Ok(Json(json!({
+        "partitions": group.partitions,
+        "members": members,
+        "unled": group.unled,
+        "runs_counted": counted,
     })))
 }
 
@@ -109,7 +160,7 @@ async fn list(
             after = Some(report.run_id.to_string());
             let status_matches = status.is_none_or(|wanted| report.status == wanted);
             if status_matches && graph.as_deref().is_none_or(|g| g == report.graph_name) {
-                runs.push(run_json(report, &api.settings));
+                runs.push(run_shown(&api, report));
                 if runs.len() == limit {
                     break;
                 }
@@ -143,7 +194,7 @@ async fn one(
         diagram: false,
     };
     let report = api.front.report(&caller.credentials, id, shown).await?;
-    Ok(Json(run_json(report, &api.settings)))
+    Ok(Json(run_shown(&api, report)))
 }
 
 #[derive(Deserialize)]
@@ -299,7 +350,7 @@ async fn resume(
         answer.value,
         answer.comment,
     );
-    Ok(Json(run_json(asked.await?, &api.settings)))
+    Ok(Json(run_shown(&api, asked.await?)))
 }
 
 /// `POST /runs/ID/cancel`.
@@ -310,7 +361,7 @@ async fn cancel(
 ) -> Result<Json<Value>, ApiError> {
     let caller = admit(&api, &headers, ("Cancel", Role::Operator))?;
     let report = api.front.cancel_run(&caller.credentials, id).await?;
-    Ok(Json(run_json(report, &api.settings)))
+    Ok(Json(run_shown(&api, report)))
 }
 
 /// `POST /runs/ID/retry`.
@@ -321,7 +372,7 @@ async fn retry(
 ) -> Result<Json<Value>, ApiError> {
     let caller = admit(&api, &headers, ("Retry", Role::Operator))?;
     let report = api.front.retry_run(&caller.credentials, id).await?;
-    Ok(Json(run_json(report, &api.settings)))
+    Ok(Json(run_shown(&api, report)))
 }
 
 /// `DELETE /runs/ID`: removes an ended run (admin).

@@ -3,8 +3,11 @@
 //! that finds them there and serves them all. Runs submitted through
 //! each coordinator finish, are waited for and listed through any
 //! other; a coordinator stopped cleanly hands its partitions over and
-//! its runs stay reachable; a coordinator with another partition count
-//! is refused, naming both.
+//! its runs stay reachable; each describes the group alike (the viewer's
+//! panel: who leads which partition, the runs each holds); a coordinator
+//! with another partition count is refused, naming both.
+
+use std::collections::BTreeMap;
 
 use super::*;
 use weft_client::{GraphBundle, RunStatus};
@@ -17,6 +20,32 @@ fn two_steps() -> GraphBundle {
         "two.yaml",
         "state:\n  n: { type: integer, default: 0 }\nnodes:\n  a: { kind: script, run: [sh, -c, 'echo \"{\\\"n\\\": 20}\"'], start: true, next: b }\n  b: { kind: script, run: [sh, -c, 'echo \"{\\\"n\\\": 22}\"'], end: true }\n",
     )
+}
+
+/// `GET /api/v1/group` of the coordinator at `base`.
+async fn group_of(base: &str) -> anyhow::Result<serde_json::Value> {
+    Ok(reqwest::get(format!("{base}/api/v1/group"))
+        .await?
+        .error_for_status()?
+        .json()
+        .await?)
+}
+
+/// The runs each partition holds by a group's description (every
+/// partition some member leads, each once).
+fn held_by_partition(group: &serde_json::Value) -> BTreeMap<u64, u64> {
+    let mut held = BTreeMap::new();
+    for member in group["members"].as_array().into_iter().flatten() {
+        for led in member["partitions"].as_array().into_iter().flatten() {
+            let partition = led["partition"].as_u64().expect("a partition");
+            let runs = led["runs"].as_u64().expect("counted runs");
+            assert!(
+                held.insert(partition, runs).is_none(),
+                "partition {partition} led twice: {group}"
+            );
+        }
+    }
+    held
 }
 
 #[tokio::test]
@@ -112,6 +141,46 @@ async fn three_coordinators_share_the_runs_of_a_partitioned_group() -> anyhow::R
     })
     .await
     .map_err(|e| anyhow::anyhow!("{e}: counted {:?}", counted()))?;
+    // Each describes the group the same way (the viewer's panel): every
+    // partition led by one member, each member answering for itself, the
+    // runs each partition holds adding up to every run, and each listed
+    // run in a partition its member leads.
+    for index in 0..3 {
+        let described = group_of(group.http_base(index)).await?;
+        assert_eq!(described["partitions"], 4, "{described}");
+        let members = described["members"].as_array().expect("members");
+        assert_eq!(members.len(), 3, "{described}");
+        assert_eq!(
+            members.iter().filter(|m| m["this"] == true).count(),
+            1,
+            "{described}"
+        );
+        assert!(members.iter().all(|m| m["answered"] == true), "{described}");
+        let held = held_by_partition(&described);
+        assert_eq!(
+            held.keys().copied().collect::<Vec<_>>(),
+            [0, 1, 2, 3],
+            "{described}"
+        );
+        assert_eq!(held.values().sum::<u64>(), made.len() as u64, "{described}");
+        assert_eq!(described["unled"], serde_json::json!([]), "{described}");
+        let page: serde_json::Value =
+            reqwest::get(format!("{}/api/v1/runs?limit=100", group.http_base(index)))
+                .await?
+                .json()
+                .await?;
+        let mut listed: BTreeMap<u64, u64> = BTreeMap::new();
+        for run in page["runs"].as_array().expect("runs") {
+            *listed
+                .entry(run["partition"].as_u64().expect("a partition"))
+                .or_default() += 1;
+        }
+        assert_eq!(
+            listed,
+            held.into_iter().filter(|(_, n)| *n > 0).collect(),
+            "through coordinator {index}"
+        );
+    }
     // What the group does not yet hold across partitions is refused,
     // not counted by each coordinator alone.
     let keyed = GraphBundle::from_text(
@@ -143,6 +212,21 @@ async fn three_coordinators_share_the_runs_of_a_partitioned_group() -> anyhow::R
             let info = tokio::time::timeout(Duration::from_secs(30), client.get(id)).await??;
             assert_eq!(info.status, RunStatus::Completed, "{id}");
         }
+    }
+    // The two left lead all four partitions between them.
+    let base = group.http_base(0);
+    let deadline = std::time::Instant::now() + weft_tests::PATIENCE;
+    loop {
+        let described = group_of(base).await?;
+        let members = described["members"].as_array().expect("members").len();
+        if members == 2 && held_by_partition(&described).len() == 4 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the group after a leave: {described}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
     // New runs go on with two.
     let run = clients[1]
