@@ -406,6 +406,24 @@ impl Client {
         Ok(listed.indexes.into_iter().map(Into::into).collect())
     }
 
+    /// The group of coordinators as the one this client talks to sees it:
+    /// the partition count and, in a partitioned group, who leads each
+    /// partition and the runs each holds (counted for a caller who sees
+    /// every namespace).
+    pub async fn group(&self) -> Result<crate::GroupInfo, ClientError> {
+        let described = patiently(|| async {
+            let request = pb::DescribeGroupRequest {};
+            Ok(self
+                .runs
+                .clone()
+                .describe_group(request)
+                .await?
+                .into_inner())
+        })
+        .await?;
+        Ok(described.into())
+    }
+
     /// The knowledge index `key` the coordinator keeps for `namespace`
     /// (`None`: the caller's), packed.
     pub async fn fetch_index(

@@ -21,6 +21,7 @@ mod client;
 #[cfg(feature = "embedded")]
 mod embedded;
 mod error;
+mod group;
 mod indexes;
 mod kept;
 mod runs;
@@ -35,6 +36,7 @@ pub use client::{
 };
 #[cfg(feature = "embedded")]
 pub use embedded::{EmbeddedCluster, EmbeddedError, LocalCluster};
+pub use group::{GroupInfo, GroupMember, PartitionLed};
 pub use indexes::KnowledgeIndex;
 pub use runs::{HistoryWave, RunHistory};
 /// The configuration an embedded cluster's coordinator starts with (see

@@ -170,6 +170,13 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// The group of coordinators: its partitions, who leads each and the
+    /// runs each holds.
+    Group {
+        /// Print exactly one JSON object (the API's `/api/v1/group`).
+        #[arg(long)]
+        json: bool,
+    },
     /// Answer a waiting approval or input node.
     Resume {
         /// The run id.
@@ -324,6 +331,7 @@ async fn remote(coordinator: Option<String>, command: Command) -> u8 {
             };
             c::runs(coordinator, listing).await
         }
+        Command::Group { json } => c::group(coordinator, json).await,
         Command::Resume {
             run,
             node,

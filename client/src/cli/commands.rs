@@ -437,6 +437,20 @@ pub async fn runs(coordinator: Option<String>, listing: super::listing::Listing<
     code
 }
 
+/// `weft group`.
+pub async fn group(coordinator: Option<String>, json: bool) -> u8 {
+    let session = match open(coordinator, LOCAL_WORKERS, false).await {
+        Ok(session) => session,
+        Err(code) => return code,
+    };
+    let code = match super::group::show(&session.client, json).await {
+        Ok(()) => exit::OK,
+        Err(error) => report(&error),
+    };
+    session.close(false).await;
+    code
+}
+
 /// `weft resume`.
 pub async fn resume(
     coordinator: Option<String>,

@@ -3,6 +3,7 @@
 pub mod commands;
 pub mod connect;
 pub mod files;
+pub mod group;
 pub mod indexes;
 pub mod listing;
 pub mod output;

@@ -539,3 +539,21 @@ nodes:
     assert!(fresh.contains("  ✓ draft"), "{fresh}");
     Ok(())
 }
+
+#[test]
+fn weft_group_on_a_lone_coordinator_says_one_partition() -> anyhow::Result<()> {
+    let cluster = TestCluster::start()?;
+    let said = weft(Some(&cluster), &["group"]);
+    assert!(said.status.success(), "{said:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&said.stdout),
+        "1 partition: one coordinator leads every run (a lone coordinator, or a leader and its standbys)\n"
+    );
+    let json = weft(Some(&cluster), &["group", "--json"]);
+    let shown: serde_json::Value = serde_json::from_slice(&json.stdout).expect("one JSON object");
+    assert_eq!(
+        shown,
+        serde_json::json!({"partitions": 1, "members": [], "unled": []})
+    );
+    Ok(())
+}

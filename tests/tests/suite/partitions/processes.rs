@@ -181,6 +181,33 @@ async fn three_coordinators_share_the_runs_of_a_partitioned_group() -> anyhow::R
             "through coordinator {index}"
         );
     }
+    // `weft group` says the same.
+    let said = weft_tests::output_within(
+        std::process::Command::new(weft_tests::binary("weft")).args([
+            "--coordinator",
+            group.url(1),
+            "group",
+        ]),
+        weft_tests::PATIENCE,
+    );
+    let text = String::from_utf8_lossy(&said.stdout);
+    assert!(
+        said.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&said.stderr)
+    );
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines[0], "4 partitions, 4 led by 3 coordinators", "{text}");
+    assert!(
+        lines[1].starts_with(&format!("{} (this coordinator)  leads ", group.url(1))),
+        "{text}"
+    );
+    assert_eq!(lines.len(), 4, "{text}");
+    let runs_said: usize = text
+        .split(" run")
+        .filter_map(|piece| piece.rsplit('(').next()?.trim().parse::<usize>().ok())
+        .sum();
+    assert_eq!(runs_said, made.len(), "{text}");
     // What the group does not yet hold across partitions is refused,
     // not counted by each coordinator alone.
     let keyed = GraphBundle::from_text(
