@@ -17,6 +17,11 @@
 //! collected every [`COLLECT_EVERY`]. At most `max_cache_bytes` are kept over
 //! every namespace, the least recently used dropped first; an answer larger
 //! than `max_cache_entry_bytes` is not kept, and its run is told so.
+//!
+//! The coordinators of a partitioned group share the store's copy: each
+//! follows it ([`NodeCache::follow`]), so an answer one of them keeps is
+//! found by the runs of every partition, and one it drops (expired,
+//! evicted) goes from every member's memory too.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -27,7 +32,7 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use weft_store::{StoreError, chunks};
+use weft_store::{AnyStore, Store, StoreError, WatchEvent, chunks};
 
 use crate::durable::Keeper;
 
@@ -200,6 +205,18 @@ fn store_key(id: &Id) -> String {
     format!("{PREFIX}{}/{}", id.0, id.1)
 }
 
+/// The entry a store key names.
+fn entry_id(key: &str) -> Option<Id> {
+    let (namespace, entry) = key.strip_prefix(PREFIX)?.rsplit_once('/')?;
+    Some((namespace.into(), entry.to_owned()))
+}
+
+/// The entry stored under `key` as `value`; `None` when this version
+/// cannot read it.
+fn read_entry(key: &str, value: &[u8]) -> Option<(Id, Stored)> {
+    Some((entry_id(key)?, serde_json::from_slice(value).ok()?))
+}
+
 impl NodeCache {
     /// A cache kept in memory only.
     pub fn in_memory(limits: CacheLimits) -> Self {
@@ -234,13 +251,8 @@ impl NodeCache {
         {
             let mut shelf = cache.shelf();
             for (key, value) in stored {
-                let id = key
-                    .strip_prefix(PREFIX)
-                    .and_then(|rest| rest.rsplit_once('/'))
-                    .map(|(namespace, entry)| (Arc::<str>::from(namespace), entry.to_owned()));
-                let stored = serde_json::from_slice::<Stored>(&value);
-                match (id, stored) {
-                    (Some(id), Ok(stored)) if stored.expires_at_ms > now => {
+                match read_entry(&key, &value) {
+                    Some((id, stored)) if stored.expires_at_ms > now => {
                         shelf.insert(id, stored, value.len() as u64);
                     }
                     // Expired, or unreadable by this version: a miss.
@@ -256,6 +268,54 @@ impl NodeCache {
         tracker.spawn(write_through(keeper, receiver, ended.clone()));
         tracker.spawn(collect_every(cache.clone(), ended.clone()));
         Ok(cache)
+    }
+
+    /// Follows the store's copy, which the other coordinators of a
+    /// partitioned group write too, until `ended`: an entry one of them
+    /// keeps is kept here, one it drops is dropped here. A watch that ends
+    /// (its etcd member gone) is opened again, and what is kept read anew.
+    pub fn follow(&self, store: AnyStore, ended: &CancellationToken, tracker: &TaskTracker) {
+        tracker.spawn(follow_store(self.clone(), store, ended.clone()));
+    }
+
+    /// Takes the entry the store keeps under `key` (`value`, whole) from
+    /// another member: kept unless it has expired or is already here.
+    fn adopt(&self, key: &str, value: &[u8]) {
+        let Some((id, stored)) = read_entry(key, value) else {
+            return;
+        };
+        if stored.expires_at_ms <= now_ms() {
+            return;
+        }
+        let evicted = {
+            let mut shelf = self.shelf();
+            let known = shelf.entries.get(&id).is_some_and(|kept| {
+                kept.stored.stored_at_ms == stored.stored_at_ms
+                    && kept.stored.stored_by == stored.stored_by
+            });
+            if known {
+                return;
+            }
+            shelf.insert(id, stored, value.len() as u64);
+            let evicted = self.evict(&mut shelf);
+            shelf.record();
+            evicted
+        };
+        if !evicted.is_empty() {
+            self.write(Write::Delete(evicted));
+        }
+    }
+
+    /// Drops the entry under the store's `key`, which another member
+    /// deleted.
+    fn forget(&self, key: &str) {
+        let Some(id) = entry_id(key) else {
+            return;
+        };
+        let mut shelf = self.shelf();
+        if shelf.remove(&id) {
+            shelf.record();
+        }
     }
 
     fn shelf(&self) -> std::sync::MutexGuard<'_, Shelf> {
@@ -409,6 +469,61 @@ async fn collect_every(cache: NodeCache, ended: CancellationToken) {
         }
     }
 }
+
+/// [`NodeCache::follow`]'s task: the store's changes under the cache's
+/// prefix taken into `cache`, the watch opened before what is kept is
+/// read, so nothing written between the two is missed.
+async fn follow_store(cache: NodeCache, store: AnyStore, ended: CancellationToken) {
+    loop {
+        let watched = tokio::select! {
+            () = ended.cancelled() => return,
+            watched = store.watch(PREFIX) => watched,
+        };
+        match watched {
+            Ok(mut changes) => {
+                match chunks::scan(&store, PREFIX).await {
+                    Ok(kept) => {
+                        for (key, value) in kept {
+                            cache.adopt(&key, &value);
+                        }
+                    }
+                    Err(error) => tracing::warn!(%error, "reading the shared node cache failed"),
+                }
+                loop {
+                    let change = tokio::select! {
+                        () = ended.cancelled() => return,
+                        change = changes.recv() => change,
+                    };
+                    match change {
+                        None => break,
+                        Some(WatchEvent::Put(entry)) if !chunks::is_chunk_key(&entry.key) => {
+                            // A large value is split: read it whole.
+                            match chunks::get(&store, &entry.key).await {
+                                Ok(Some(value)) => cache.adopt(&entry.key, &value),
+                                Ok(None) => {}
+                                Err(error) => {
+                                    tracing::warn!(%error, key = %entry.key, "reading a shared node cache entry failed");
+                                }
+                            }
+                        }
+                        Some(WatchEvent::Delete { key }) if !chunks::is_chunk_key(&key) => {
+                            cache.forget(&key);
+                        }
+                        Some(_) => {}
+                    }
+                }
+            }
+            Err(error) => tracing::warn!(%error, "watching the shared node cache failed"),
+        }
+        tokio::select! {
+            () = ended.cancelled() => return,
+            () = tokio::time::sleep(FOLLOW_AGAIN) => {}
+        }
+    }
+}
+
+/// How long after its watch ended a cache follows the store again.
+const FOLLOW_AGAIN: Duration = Duration::from_millis(500);
 
 /// Writes the cache's changes to the store, in order, until `ended`. A
 /// write that fails is logged and dropped: the store's copy then lacks an

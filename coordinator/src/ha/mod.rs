@@ -65,6 +65,9 @@ pub async fn serve_as_member(
     };
     let cache =
         crate::node_cache::NodeCache::kept(limits, unfenced.clone(), &ended, &tracker).await?;
+    // The other members keep entries in the same store: followed, so an
+    // answer kept for a run of one partition answers every partition's.
+    cache.follow(store.clone(), &ended, &tracker);
     let dispatcher = crate::term::start_dispatcher(&config, &ended, &tracker);
     let blobs = crate::bundle::BlobStore::default();
     let partitions = partition_runs::PartitionRuns::new(

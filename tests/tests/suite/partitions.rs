@@ -455,5 +455,6 @@ async fn three_members_share_partitions_on_etcd() {
 }
 
 mod front;
+mod node_cache;
 mod processes;
 mod runs_move;

@@ -48,6 +48,32 @@ fn held_by_partition(group: &serde_json::Value) -> BTreeMap<u64, u64> {
     held
 }
 
+/// The URL of the coordinator that leads run `id`'s partition, by the
+/// group's description through coordinator 0.
+async fn group_partition_leader(group: &TestGroup, id: &str) -> anyhow::Result<String> {
+    let base = group.http_base(0);
+    let run: serde_json::Value = reqwest::get(format!("{base}/api/v1/runs/{id}"))
+        .await?
+        .json()
+        .await?;
+    let partition = run["partition"].clone();
+    let described = group_of(base).await?;
+    described["members"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|member| {
+            member["partitions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|led| led["partition"] == partition)
+        })
+        .and_then(|member| member["url"].as_str())
+        .map(str::to_owned)
+        .ok_or_else(|| anyhow::anyhow!("nobody leads partition {partition}: {described}"))
+}
+
 #[tokio::test]
 async fn three_coordinators_share_the_runs_of_a_partitioned_group() -> anyhow::Result<()> {
     let etcd = TestEtcd::start().await?;
@@ -208,6 +234,31 @@ async fn three_coordinators_share_the_runs_of_a_partitioned_group() -> anyhow::R
         .filter_map(|piece| piece.rsplit('(').next()?.trim().parse::<usize>().ok())
         .sum();
     assert_eq!(runs_said, made.len(), "{text}");
+    // The node cache is the group's: a step kept for a run of one
+    // coordinator's partition answers a run of another's.
+    let cached = GraphBundle::from_text(
+        "cached.yaml",
+        "state:\n  n: { type: integer, default: 0 }\nnodes:\n  a: { kind: script, start: true, cache: { key: \"k\", ttl: 1h }, run: [sh, -c, 'echo \"{\\\"n\\\": 7}\"'] }\n",
+    );
+    let first = clients[0]
+        .submit_bundle(cached.clone(), &serde_json::json!({}))
+        .await?;
+    let first =
+        tokio::time::timeout(Duration::from_secs(60), clients[0].wait(&first.run_id)).await??;
+    assert_eq!(first.state["n"], 7, "{:?}", first.error);
+    let second = clients[1]
+        .submit_bundle(cached, &serde_json::json!({}))
+        .await?;
+    assert_ne!(
+        group_partition_leader(&group, &first.run_id).await?,
+        group_partition_leader(&group, &second.run_id).await?,
+        "the two runs live in partitions two coordinators lead"
+    );
+    let second =
+        tokio::time::timeout(Duration::from_secs(60), clients[1].wait(&second.run_id)).await??;
+    assert_eq!(second.state["n"], 7, "{:?}", second.error);
+    let hits = weft_tests::events_of(&clients[1], &second.run_id, "node_cached").await?;
+    assert_eq!(hits.len(), 1, "the second run took the first's answer");
     // What the group does not yet hold across partitions is refused,
     // not counted by each coordinator alone.
     let keyed = GraphBundle::from_text(
