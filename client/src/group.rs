@@ -2,11 +2,13 @@
 //! who leads each partition of a partitioned group and the runs each
 //! holds, as `weft group` and [`crate::Client::group`] show them.
 
+use serde::Serialize;
 use weft_proto::v1 as pb;
 
 /// A group of coordinators: one partition (a lone coordinator, or a
-/// leader and its standbys) or several, each led by a member.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// leader and its standbys) or several, each led by a member. Serialized
+/// as the API's `/api/v1/group` answers.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct GroupInfo {
     /// The group's partition count.
     pub partitions: u32,
@@ -18,7 +20,7 @@ pub struct GroupInfo {
 }
 
 /// A member of a partitioned group.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct GroupMember {
     /// Its advertised URL.
     pub url: String,
@@ -28,15 +30,17 @@ pub struct GroupMember {
     /// group's view names, uncounted.
     pub answered: bool,
     /// It is the coordinator the client asked.
+    #[serde(rename = "this")]
     pub asked: bool,
 }
 
 /// A partition a member leads.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct PartitionLed {
     /// Its number.
     pub partition: u32,
     /// The runs it holds: counted for a caller who sees every namespace.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub runs: Option<u64>,
     /// Its runs are being restored (it was just taken over).
     pub restoring: bool,

@@ -11,12 +11,11 @@ runs they hold, the one the page talks to marked. Screenshots go to --shots.
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
 from playwright.sync_api import expect, sync_playwright
 
-from viewer import CHROMIUM_ARGS, JOURNAL, journaled, step
+from viewer import CHROMIUM_ARGS, journaled, run, step
 
 
 def main():
@@ -68,11 +67,4 @@ def main():
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except AssertionError as error:
-        print(f"FAILED: {error}", file=sys.stderr)
-        print("the pages' requests and console, last 60:", file=sys.stderr)
-        for line in JOURNAL[-60:]:
-            print(line, file=sys.stderr)
-        sys.exit(1)
+    run(main)

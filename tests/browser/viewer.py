@@ -462,7 +462,9 @@ def main():
     print("all viewer scenarios passed")
 
 
-if __name__ == "__main__":
+def run(main):
+    """Runs `main`; a failed assertion is said, with the journal's last 60
+    lines, and ends the script with status 1."""
     try:
         main()
     except AssertionError as error:
@@ -471,3 +473,7 @@ if __name__ == "__main__":
         for line in JOURNAL[-60:]:
             print(line, file=sys.stderr)
         sys.exit(1)
+
+
+if __name__ == "__main__":
+    run(main)

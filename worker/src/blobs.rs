@@ -27,6 +27,9 @@ pub(crate) trait BlobSource: Send + Sync {
 #[error("{0}")]
 pub(crate) struct FetchError(#[source] pub Box<dyn std::error::Error + Send + Sync>);
 
+/// Numbers each write's partial file in this process.
+static PARTIALS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 /// The worker's file cache.
 #[derive(Clone)]
 pub struct BlobCache {
@@ -119,13 +122,22 @@ impl BlobCache {
         tokio::fs::create_dir_all(&self.dir)
             .await
             .map_err(|e| Failure::io("cannot create the file cache", e))?;
-        let partial = self.dir.join(format!("{sha256}.partial"));
-        write_private(&partial, &content)
-            .await
-            .map_err(|e| Failure::io("cannot write the file cache", e))?;
-        tokio::fs::rename(&partial, &path)
-            .await
-            .map_err(|e| Failure::io("cannot write the file cache", e))?;
+        // A name of this write's own: the caches of a worker's other
+        // coordinators (and other workers sharing the folder) may be
+        // writing the same file now. The rename replaces whole files only.
+        let partial = self.dir.join(format!(
+            "{sha256}.{}-{}.partial",
+            std::process::id(),
+            PARTIALS.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        ));
+        let written = match write_private(&partial, &content).await {
+            Ok(()) => tokio::fs::rename(&partial, &path).await,
+            Err(error) => Err(error),
+        };
+        if let Err(error) = written {
+            let _ = tokio::fs::remove_file(&partial).await;
+            return Err(Failure::io("cannot write the file cache", error));
+        }
         self.mark_verified(sha256);
         Ok(path)
     }
@@ -221,6 +233,60 @@ pub(crate) mod tests {
             error.message
         );
         assert!(!dir.join(&wanted).exists(), "the tampered copy is removed");
+        std::fs::remove_dir_all(dir).ok();
+    }
+
+    /// A source that hands out `content` once both of two fetchers have
+    /// asked, so their writes of the cache happen at the same time.
+    struct Together {
+        content: Vec<u8>,
+        both: Arc<tokio::sync::Barrier>,
+    }
+
+    impl BlobSource for Together {
+        fn fetch<'a>(
+            &'a self,
+            _sha256: &'a str,
+        ) -> Pin<Box<dyn Future<Output = Result<Vec<u8>, FetchError>> + Send + 'a>> {
+            Box::pin(async {
+                self.both.wait().await;
+                Ok(self.content.clone())
+            })
+        }
+    }
+
+    /// A worker serving several coordinators has a cache (and a fetch) per
+    /// coordinator over one folder: two fetching one file at once each
+    /// get it whole (before, both wrote one `.partial` file and the
+    /// second's rename found it gone, failing its task).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn two_caches_over_one_folder_fetching_one_file_at_once_both_get_it_whole() {
+        let dir = std::env::temp_dir().join(format!("weft-blobs-together-{}", std::process::id()));
+        let content = vec![b'x'; 4 << 20];
+        let hash = sha256_hex(&content);
+        for round in 0..20 {
+            let _ = std::fs::remove_dir_all(&dir);
+            let both = Arc::new(tokio::sync::Barrier::new(2));
+            let caches: Vec<BlobCache> = (0..2)
+                .map(|_| {
+                    let source = Together {
+                        content: content.clone(),
+                        both: both.clone(),
+                    };
+                    BlobCache::new(dir.clone(), Arc::new(source))
+                })
+                .collect();
+            let file = BlobRef {
+                path: "script.sh".into(),
+                sha256: hash.clone(),
+                mode: 0o755,
+            };
+            let (a, b) = tokio::join!(caches[0].content(&file), caches[1].content(&file));
+            for got in [a, b] {
+                let got = got.unwrap_or_else(|e| panic!("round {round}: {}", e.message));
+                assert!(got == content, "round {round}: the file arrived cut");
+            }
+        }
         std::fs::remove_dir_all(dir).ok();
     }
 }

@@ -2,7 +2,6 @@
 //! partition count and, in a partitioned group, each coordinator with the
 //! partitions it leads and the runs each holds.
 
-use serde_json::json;
 use weft_client::{Client, ClientError, GroupInfo, PartitionLed};
 
 use super::terminal::out;
@@ -22,30 +21,7 @@ pub async fn show(client: &Client, as_json: bool) -> Result<(), ClientError> {
 
 /// The group as `--json` prints it: the API's `/api/v1/group`.
 fn to_json(group: &GroupInfo) -> serde_json::Value {
-    let members: Vec<_> = group
-        .members
-        .iter()
-        .map(|member| {
-            let partitions: Vec<_> = member
-                .partitions
-                .iter()
-                .map(|led| {
-                    let mut shown = json!({"partition": led.partition, "restoring": led.restoring});
-                    if let Some(runs) = led.runs {
-                        shown["runs"] = runs.into();
-                    }
-                    shown
-                })
-                .collect();
-            json!({
-                "url": member.url,
-                "this": member.asked,
-                "answered": member.answered,
-                "partitions": partitions,
-            })
-        })
-        .collect();
-    json!({"partitions": group.partitions, "members": members, "unled": group.unled})
+    serde_json::to_value(group).unwrap_or_default()
 }
 
 /// The group in lines: a summary, then one line per coordinator.
@@ -153,6 +129,8 @@ mod tests {
         );
         let shown = to_json(&group);
         assert_eq!(shown["members"][0]["partitions"][0]["runs"], 12);
+        assert_eq!(shown["members"][0]["this"], true);
+        assert_eq!(shown["unled"], serde_json::json!([3]));
         assert!(shown["members"][1]["partitions"][0].get("runs").is_none());
         let lone = GroupInfo {
             partitions: 1,

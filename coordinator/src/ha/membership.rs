@@ -21,7 +21,10 @@
 //! A coordinator re-reads the group whenever its watch of the prefix says
 //! something changed, and every third of the lease's time to live (a watch
 //! can break; the embedded store expires leases when it is next used), and
-//! drops a read older than one it has already acted on. A crashed
+//! once more after each answer of its own (an acquire, a drain, a release:
+//! what it may do next depends on them, while the group may show no
+//! change at all), and drops a read older than one it has already acted
+//! on. A crashed
 //! coordinator's keys go with its session lease: its partitions are free,
 //! and taken, within one time to live.
 
@@ -258,25 +261,25 @@ async fn session(
         left: false,
     };
     let mut seen: Revision = 0;
-    let mut look = true;
+    // The group is read at the start and after every event: a change the
+    // watch reports, a tick, a leave, an answer of its own.
     loop {
-        if look {
-            look = false;
-            // A read that fails is tried again at the next change or tick:
-            // only the session's lease decides whether this member is in.
-            match store.scan_at(GROUP_PREFIX).await {
-                Ok((entries, revision)) if revision > seen => {
-                    seen = revision;
-                    let (group_view, holding) =
-                        GroupView::read(&entries, revision, settings.partitioning);
-                    let view = View::new(settings.partitioning, holding);
-                    let commands = group.member.step(Input::Viewed(&view));
-                    group.carry_out(commands, &mut tasks);
-                    seen_group.send_replace(group_view);
-                }
-                Ok(_) => {}
-                Err(error) => tracing::warn!(%error, "reading the group failed"),
+        // A read that fails is tried again at the next change or tick:
+        // only the session's lease decides whether this member is in.
+        match store.scan_at(GROUP_PREFIX).await {
+            // A read as new as the last one acted on is acted on
+            // again: this member's own state may have moved since.
+            Ok((entries, revision)) if revision >= seen => {
+                seen = revision;
+                let (group_view, holding) =
+                    GroupView::read(&entries, revision, settings.partitioning);
+                let view = View::new(settings.partitioning, holding);
+                let commands = group.member.step(Input::Viewed(&view));
+                group.carry_out(commands, &mut tasks);
+                seen_group.send_replace(group_view);
             }
+            Ok(_) => {}
+            Err(error) => tracing::warn!(%error, "reading the group failed"),
         }
         if group.left {
             // Gives the session up: the member key goes at once.
@@ -288,13 +291,9 @@ async fn session(
                 group.leaving = true;
                 let commands = group.member.step(Input::Leave);
                 group.carry_out(commands, &mut tasks);
-                look = true;
             }
             change = changes.recv() => match change {
-                Some(_) => {
-                    while changes.try_recv().is_ok() {}
-                    look = true;
-                }
+                Some(_) => while changes.try_recv().is_ok() {},
                 None => {
                     match store.watch(GROUP_PREFIX).await {
                         Ok(watch) => changes = watch,
@@ -303,27 +302,36 @@ async fn session(
                             tokio::time::sleep(settings.ttl / 6).await;
                         }
                     }
-                    look = true;
                 }
             },
-            () = tokio::time::sleep(settings.ttl / 3) => look = true,
+            () = tokio::time::sleep(settings.ttl / 3) => {}
             Some(answer) = answered.recv() => {
-                let input = match answer {
-                    Answer::Lost => {
-                        let commands = group.member.step(Input::Lost);
-                        group.carry_out(commands, &mut tasks);
-                        return Ok(Ended::Lost);
-                    }
-                    Answer::Acquired(partition, fence) => Input::Acquired {
-                        partition,
-                        fence: fence as u64,
-                    },
-                    Answer::Refused(partition) => Input::Refused(partition),
-                    Answer::Drained(partition) => Input::Drained(partition),
-                    Answer::Released(partition) => Input::Released(partition),
-                };
-                let commands = group.member.step(input);
-                group.carry_out(commands, &mut tasks);
+                // Every answer already in is taken before the next read.
+                let mut next = Some(answer);
+                while let Some(answer) = next {
+                    let input = match answer {
+                        Answer::Lost => {
+                            let commands = group.member.step(Input::Lost);
+                            group.carry_out(commands, &mut tasks);
+                            return Ok(Ended::Lost);
+                        }
+                        Answer::Acquired(partition, fence) => Input::Acquired {
+                            partition,
+                            fence: fence as u64,
+                        },
+                        Answer::Refused(partition) => Input::Refused(partition),
+                        Answer::Drained(partition) => Input::Drained(partition),
+                        Answer::Released(partition) => Input::Released(partition),
+                    };
+                    let commands = group.member.step(input);
+                    group.carry_out(commands, &mut tasks);
+                    next = answered.try_recv().ok();
+                }
+                // What it may do next is decided on a view, read again
+                // at the loop's top: a hand-over planned for a partition
+                // whose acquire had not yet been answered waits for one,
+                // and the group may change no more (everyone waiting on
+                // this member).
             }
         }
     }

@@ -458,3 +458,4 @@ mod front;
 mod node_cache;
 mod processes;
 mod runs_move;
+mod viewer;
