@@ -497,12 +497,13 @@ async fn follow_store(cache: NodeCache, store: AnyStore, ended: CancellationToke
                     match change {
                         None => break,
                         Some(WatchEvent::Put(entry)) if !chunks::is_chunk_key(&entry.key) => {
-                            // A large value is split: read it whole.
-                            match chunks::get(&store, &entry.key).await {
-                                Ok(Some(value)) => cache.adopt(&entry.key, &value),
-                                Ok(None) => {}
+                            // The watch carries the value: a split one's
+                            // chunks are read, an inline one is as it came.
+                            let key = entry.key.clone();
+                            match chunks::value_of(&store, entry).await {
+                                Ok(value) => cache.adopt(&key, &value),
                                 Err(error) => {
-                                    tracing::warn!(%error, key = %entry.key, "reading a shared node cache entry failed");
+                                    tracing::warn!(%error, %key, "reading a shared node cache entry failed");
                                 }
                             }
                         }

@@ -109,6 +109,12 @@ pub async fn get<S: Store>(store: &S, key: &str) -> Result<Option<Vec<u8>>, Stor
     }
 }
 
+/// The value of `entry` as a scan or a watch delivered it: inline values
+/// as they are, a split one's chunks read and joined.
+pub async fn value_of<S: Store>(store: &S, entry: super::Entry) -> Result<Vec<u8>, StoreError> {
+    assemble(store, &entry.key, entry.value).await
+}
+
 /// Every value under `prefix` (chunk keys folded into theirs), in key order.
 pub async fn scan<S: Store>(store: &S, prefix: &str) -> Result<Vec<(String, Vec<u8>)>, StoreError> {
     let mut values = Vec::new();

@@ -123,12 +123,13 @@ impl Member {
     /// Each other member's URL with the partitions the last view names it
     /// leader of, and the partitions nobody leads at the moment.
     pub fn led_elsewhere(&self) -> (BTreeMap<String, Vec<u32>>, Vec<u32>) {
-        let view = self.view.borrow();
+        // Before the view is borrowed: `others` borrows it too.
         let mut led: BTreeMap<String, Vec<u32>> = self
             .others()
             .into_iter()
             .map(|url| (url, Vec::new()))
             .collect();
+        let view = self.view.borrow();
         let mut unled = Vec::new();
         for partition in 0..self.partitions.count() {
             match view.leaders.get(&PartitionId(partition)) {

@@ -154,10 +154,9 @@ impl PartitionRuns {
 
     /// How many runs each partition led here holds.
     pub fn runs_held(&self) -> BTreeMap<PartitionId, usize> {
-        let served = self.shared.served();
-        served
-            .iter()
-            .map(|(partition, s)| (*partition, s.runs.held()))
+        self.holdings()
+            .into_iter()
+            .map(|held| (held.partition, held.runs))
             .collect()
     }
 
