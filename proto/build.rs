@@ -2,7 +2,11 @@
 //! machine needs no system `protoc`.
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let files = ["weft/v1/runs.proto", "weft/v1/workers.proto"];
+    let files = [
+        "weft/v1/runs.proto",
+        "weft/v1/workers.proto",
+        "weft/v1/group.proto",
+    ];
     for file in files {
         println!("cargo:rerun-if-changed=protos/{file}");
     }

@@ -11,6 +11,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
+use weft_proto::v1::group_service_server::GroupServiceServer;
 use weft_proto::v1::run_service_server::RunServiceServer;
 use weft_proto::v1::worker_service_server::WorkerServiceServer;
 use weft_store::AnyStore;
@@ -302,6 +303,7 @@ where
     let run_api = RunServiceServer::new(front)
         .max_decoding_message_size(config.max_bundle_bytes + config.max_input_bytes + FRAMING)
         .max_encoding_message_size(weft_proto::MAX_MESSAGE_BYTES);
+    let group_api = GroupServiceServer::new(crate::grpc::group_flow::GroupFlow::new(role.clone()));
     let worker_api = WorkerServiceServer::new(FrontWorkers::new(role))
         .max_decoding_message_size(config.max_result_bytes.saturating_add(FRAMING))
         .max_encoding_message_size(weft_proto::MAX_MESSAGE_BYTES);
@@ -319,6 +321,7 @@ where
         ))
         .add_service(run_api)
         .add_service(worker_api)
+        .add_service(group_api)
         .serve_with_incoming_shutdown(incoming, shutdown.clone().cancelled_owned())
         .await
 }

@@ -69,9 +69,7 @@ impl CoordinatorConfig {
         }
         // Each member would count these on its own: refused until the
         // group holds them as one.
-        let not_yet = if !self.rate_limits.is_empty() {
-            Some("[[limits]]")
-        } else if self
+        let not_yet = if self
             .namespaces
             .iter()
             .any(|ns| ns.max_running_runs.is_some())
@@ -349,11 +347,10 @@ mod tests {
             refused("[cluster]\npartitions = 4\n"),
             "config key 'cluster.partitions': 4 partitions need a group on etcd ([store] etcd); the embedded store serves one coordinator, which leads one partition"
         );
+        // The group's limits are held by partition 0's leader.
         let limits = "[[limits]]\nname = \"m\"\nrequests_per_minute = 10\n";
-        assert!(
-            refused(&format!("{etcd}[cluster]\npartitions = 4\n{limits}"))
-                .starts_with("config key 'cluster.partitions': [[limits]] is not yet held across the partitions of a group"),
-        );
+        let config = load(&format!("{etcd}[cluster]\npartitions = 4\n{limits}")).unwrap();
+        assert_eq!(config.rate_limits.len(), 1);
         let capped = "[[namespaces]]\nname = \"team\"\nmax_running_runs = 3\n";
         assert!(
             refused(&format!("{etcd}[cluster]\npartitions = 4\n{capped}"))

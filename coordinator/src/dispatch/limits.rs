@@ -254,21 +254,33 @@ impl Limit {
 
 /// What one grant took, to be settled.
 #[derive(Debug)]
-struct Grant {
-    owner: JobId,
+struct Grant<O> {
+    owner: O,
     /// The limits it took from, with the tokens it reserved of each.
     taken: Vec<(usize, u64)>,
 }
 
-/// Every configured limit, and the grants not yet settled.
-#[derive(Debug, Default)]
-pub struct RateLimits {
+/// Every configured limit, and the grants not yet settled, each held by
+/// an owner: a job in a coordinator's registry, a member's ask at the
+/// group's flow authority ([`super::group_flow`]).
+#[derive(Debug)]
+pub struct RateLimits<O = JobId> {
     limits: Vec<Limit>,
-    grants: HashMap<GrantId, Grant>,
+    grants: HashMap<GrantId, Grant<O>>,
     last_grant: GrantId,
 }
 
-impl RateLimits {
+impl<O> Default for RateLimits<O> {
+    fn default() -> Self {
+        Self {
+            limits: Vec::new(),
+            grants: HashMap::new(),
+            last_grant: 0,
+        }
+    }
+}
+
+impl<O: Clone + PartialEq> RateLimits<O> {
     /// Limits as configured, full at `now`.
     pub fn new(specs: Vec<LimitSpec>, now: Instant) -> Self {
         let limits = specs
@@ -303,7 +315,7 @@ impl RateLimits {
         &mut self,
         subject: &Subject,
         tokens: u64,
-        owner: &JobId,
+        owner: &O,
         now: Instant,
     ) -> Result<Option<GrantId>, Wait> {
         let mut matched = Vec::new();
@@ -372,7 +384,7 @@ impl RateLimits {
     /// their tokens corrected to the provider's count, and all give back
     /// the place in flight. A 429 pauses the limits it matched. A grant
     /// that is not `owner`'s, or already settled, is ignored.
-    pub fn settle(&mut self, grant: GrantId, owner: &JobId, call: &Settlement, now: Instant) {
+    pub fn settle(&mut self, grant: GrantId, owner: &O, call: &Settlement, now: Instant) {
         if self.grants.get(&grant).is_none_or(|g| g.owner != *owner) {
             return;
         }
@@ -414,7 +426,7 @@ impl RateLimits {
     /// The grants `owner` did not settle (its job ended): each gives back
     /// its place in flight; its request and tokens stay counted, as the
     /// call may have been made.
-    pub fn release(&mut self, owner: &JobId) {
+    pub fn release(&mut self, owner: &O) {
         let ended: Vec<GrantId> = self
             .grants
             .iter()
@@ -429,6 +441,36 @@ impl RateLimits {
                 }
             }
         }
+    }
+
+    /// Counts a call already granted elsewhere (a grant an earlier
+    /// authority gave, declared again to its successor): a place in
+    /// flight of every limit `subject` matches, without asking, and
+    /// nothing from the windows (what it took is in the windows kept).
+    /// `None`: no limit counts it.
+    pub fn hold(&mut self, subject: &Subject, owner: &O) -> Option<GrantId> {
+        let matched: Vec<(usize, u64)> = self
+            .limits
+            .iter()
+            .enumerate()
+            .filter(|(_, limit)| limit.spec.matcher.matches(subject))
+            .map(|(index, _)| (index, 0))
+            .collect();
+        if matched.is_empty() {
+            return None;
+        }
+        for &(index, _) in &matched {
+            self.limits[index].in_flight += 1;
+        }
+        self.last_grant += 1;
+        self.grants.insert(
+            self.last_grant,
+            Grant {
+                owner: owner.clone(),
+                taken: matched,
+            },
+        );
+        Some(self.last_grant)
     }
 
     /// Grants not yet settled.

@@ -16,6 +16,8 @@ pub use weft_machine::binding;
 mod budgets;
 mod dispatcher;
 mod flow;
+pub mod group_flow;
+pub mod group_gate;
 mod hosting;
 pub mod in_process;
 pub mod jobs;

@@ -157,6 +157,9 @@ pub struct Registry<T> {
     permits: VecDeque<WaitingPermit>,
     /// When the earliest waiting job or call may go by time alone.
     wake: Option<Instant>,
+    /// In a partitioned group: the keys and limits are the group's, asked
+    /// of its flow authority (`rates` then only says what a limit counts).
+    group: Option<super::group_gate::GroupGate>,
 }
 
 impl<T> Registry<T> {
@@ -176,6 +179,7 @@ impl<T> Registry<T> {
             rates: RateLimits::default(),
             permits: VecDeque::new(),
             wake: None,
+            group: None,
         }
     }
 
@@ -390,6 +394,17 @@ impl<T> Registry<T> {
         // thousands behind one limit costs one refusal a pass, not
         // thousands).
         let mut held: Vec<(super::limits::Subject, Wait)> = Vec::new();
+        // A group's authority is asked for no more starts at once than
+        // there are free slots.
+        let free: usize = if self.group.is_some() {
+            self.workers
+                .values()
+                .filter(|w| w.accepting())
+                .map(|w| (w.info.hello.slots as usize).saturating_sub(w.in_flight))
+                .sum()
+        } else {
+            0
+        };
         while self.workers.values().any(Worker::has_free_slot) {
             let Some((id, namespace, priority)) = self.tasks.pop() else {
                 break;
@@ -423,7 +438,13 @@ impl<T> Registry<T> {
                 }
                 continue;
             }
-            if !self.key_free(&id, decisions) {
+            if self.group.is_some() {
+                if self.group_admitted(&id, free, decisions) {
+                    self.start(id, worker, now, decisions);
+                } else {
+                    skipped.push((id, namespace, priority));
+                }
+            } else if !self.key_free(&id, decisions) {
                 skipped.push((id, namespace, priority));
             } else {
                 match self.admitted(&id, now, decisions) {
@@ -658,7 +679,9 @@ impl<T> Registry<T> {
             entry.in_flight += 1;
         }
         job.throttled = false;
-        if let Some(keyed) = &job.concurrency {
+        if self.group.is_none()
+            && let Some(keyed) = &job.concurrency
+        {
             job.holds_key = true;
             *self
                 .keys

@@ -20,6 +20,110 @@ impl<T> Registry<T> {
         self
     }
 
+    /// The registry of a member of a partitioned group: concurrency keys
+    /// and `[[limits]]` are asked of the group's flow authority.
+    pub fn with_group(mut self) -> Self {
+        self.group = Some(crate::dispatch::group_gate::GroupGate::default());
+        self
+    }
+
+    /// Whether keys and limits are the group's.
+    pub fn in_group(&self) -> bool {
+        self.group.is_some()
+    }
+
+    /// The group's authority answered; whether to place again.
+    pub fn group_answer(&mut self, answer: crate::dispatch::group_flow::Answer) -> bool {
+        self.group.as_mut().is_some_and(|gate| gate.answer(answer))
+    }
+
+    /// Connected to the group's authority (again): what is held is
+    /// declared, what waits asked again.
+    pub fn group_connected(&mut self) {
+        if let Some(gate) = &mut self.group {
+            gate.declare();
+        }
+    }
+
+    /// The connection to the group's authority ended.
+    pub fn group_disconnected(&mut self) {
+        if let Some(gate) = &mut self.group {
+            gate.disconnected();
+        }
+    }
+
+    /// What is to be sent to the group's authority.
+    pub fn group_outbox(&mut self) -> Vec<crate::dispatch::group_gate::ToAuthority> {
+        self.group
+            .as_mut()
+            .map(crate::dispatch::group_gate::GroupGate::take_outbox)
+            .unwrap_or_default()
+    }
+
+    /// Whether the group's authority lets job `id` start: its key and its
+    /// first call's limits, asked once (no more starts waiting for an
+    /// answer than `free` slots). A job that must wait has its run told,
+    /// once.
+    pub(super) fn group_admitted(
+        &mut self,
+        id: &JobId,
+        free: usize,
+        out: &mut Vec<Decision<T>>,
+    ) -> bool {
+        let Some(job) = self.jobs.get_mut(id) else {
+            return false;
+        };
+        let Some(gate) = &mut self.group else {
+            return true;
+        };
+        let keyed = job
+            .concurrency
+            .as_ref()
+            .map(|keyed| crate::dispatch::group_flow::Keyed {
+                namespace: job.namespace.clone(),
+                key: keyed.key.clone(),
+                max: keyed.max,
+            });
+        // A step under a budget asks before each call, its first too.
+        let counted = job.flow.as_ref().filter(|needs| {
+            self.rates.applies(&needs.subject)
+                && (job.budgets.is_empty() || needs.subject.model_call.is_none())
+        });
+        if keyed.is_none() && counted.is_none() {
+            return true;
+        }
+        let asked = gate.unanswered_starts();
+        let gated = match gate.start_asked(id) {
+            Some(gated) => gated,
+            None if asked >= free => return false,
+            None => gate.start(
+                id,
+                keyed,
+                counted.map(|needs| needs.subject.clone()),
+                counted.map_or(0, |needs| needs.tokens),
+            ),
+        };
+        match gated {
+            crate::dispatch::group_gate::Gated::Go { grant } => {
+                job.grant = (grant != 0).then_some(grant);
+                job.throttled = false;
+                true
+            }
+            crate::dispatch::group_gate::Gated::Waits { limit, wait, keyed } => {
+                if !std::mem::replace(&mut job.throttled, true) {
+                    out.push(Decision::Throttled {
+                        job: id.clone(),
+                        limit,
+                        wait,
+                        keyed,
+                    });
+                }
+                false
+            }
+            crate::dispatch::group_gate::Gated::Asking => false,
+        }
+    }
+
     /// The limits' windows at `now`, to keep across a failover.
     pub fn windows(&mut self, now: Instant) -> BTreeMap<String, crate::dispatch::limits::Window> {
         self.rates.windows(now)
@@ -106,7 +210,10 @@ impl<T> Registry<T> {
             tokens: usage.prompt_tokens + usage.completion_tokens,
             rate_limited: usage.rate_limited,
         };
-        self.rates.settle(usage.grant, job, &call, now);
+        match &mut self.group {
+            Some(gate) => gate.settle(job, usage.grant, call),
+            None => self.rates.settle(usage.grant, job, &call, now),
+        }
         if let Some(chain) = self.jobs.get(job).map(|j| j.budgets.clone())
             && !chain.is_empty()
         {
@@ -157,6 +264,32 @@ impl<T> Registry<T> {
             provider: Some(waiting.request.provider.clone()),
             model: Some(waiting.request.model.clone()),
         });
+        if let Some(gate) = &mut self.group {
+            if !self.rates.applies(&subject) {
+                out.push(answer(Ok(0)));
+                return None;
+            }
+            let request = waiting.request.request_id;
+            return match gate.call(&waiting.job, request, subject, waiting.request.tokens) {
+                crate::dispatch::group_gate::Gated::Go { grant } => {
+                    job.throttled = false;
+                    out.push(answer(Ok(grant)));
+                    None
+                }
+                crate::dispatch::group_gate::Gated::Waits { limit, wait, keyed } => {
+                    if !std::mem::replace(&mut job.throttled, true) {
+                        out.push(Decision::Throttled {
+                            job: waiting.job.clone(),
+                            limit,
+                            wait,
+                            keyed,
+                        });
+                    }
+                    Some(waiting)
+                }
+                crate::dispatch::group_gate::Gated::Asking => Some(waiting),
+            };
+        }
         match self
             .rates
             .admit(&subject, waiting.request.tokens, &waiting.job, now)
@@ -179,7 +312,10 @@ impl<T> Registry<T> {
     /// A job ended or went back to the queue: what it held of the limits
     /// is given back, and its waiting calls are dropped.
     pub(super) fn let_go(&mut self, id: &JobId) {
-        self.rates.release(id);
+        match &mut self.group {
+            Some(gate) => gate.release(id),
+            None => self.rates.release(id),
+        }
         self.budgets.release(id);
         if !self.permits.is_empty() {
             self.permits.retain(|waiting| waiting.job != *id);

@@ -4,6 +4,7 @@
 //! protocol's own conversion (`weft_proto::worker_protocol::wire`).
 
 pub(crate) mod convert;
+pub(crate) mod group_flow;
 mod member_routes;
 mod run_service;
 mod serve_or_forward;

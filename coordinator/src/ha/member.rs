@@ -48,6 +48,10 @@ pub struct Member {
     pub tracker: TaskTracker,
     /// Cancelled when the member stops.
     pub ended: CancellationToken,
+    /// The group's key, which members show one another's group service.
+    pub group_key: std::sync::Arc<str>,
+    /// The group's flow authority, while partition 0 is led here.
+    pub authority: super::flow_authority::AuthoritySlot,
 }
 
 impl Member {

@@ -71,6 +71,9 @@ pub enum GroupError {
     /// `group/count` holds something that is not a count.
     #[error("the store's '{COUNT_KEY}' holds {0:?}, not a partition count")]
     Corrupt(String),
+    /// The group's key is kept empty.
+    #[error("the store's '{KEY_KEY}' holds no key")]
+    NoKey,
 }
 
 /// Fixes the group's partition count on first use; refuses a count that
@@ -91,6 +94,37 @@ pub async fn fix_count(store: &AnyStore, partitioning: Partitioning) -> Result<(
         .map_err(|_| GroupError::Corrupt(stored))?;
     partitioning.against_store(Some(stored))?;
     Ok(())
+}
+
+/// Where the group's key is kept: what a member shows another's group
+/// service (`crate::grpc::group_flow`). Outside the membership's prefix,
+/// so the membership never reads it.
+const KEY_KEY: &str = "flow/group-key";
+
+/// The group's key: made by the first member to ask (two random UUIDs),
+/// read by the others.
+pub async fn group_key(store: &AnyStore) -> Result<std::sync::Arc<str>, GroupError> {
+    let made = format!(
+        "{}{}",
+        uuid::Uuid::new_v4().simple(),
+        uuid::Uuid::new_v4().simple()
+    );
+    if store
+        .create(KEY_KEY, made.clone().into_bytes(), None)
+        .await?
+        .is_some()
+    {
+        return Ok(made.into());
+    }
+    let kept = store
+        .get(KEY_KEY)
+        .await?
+        .map(|entry| String::from_utf8_lossy(&entry.value).into_owned())
+        .unwrap_or_default();
+    if kept.is_empty() {
+        return Err(GroupError::NoKey);
+    }
+    Ok(kept.into())
 }
 
 /// What serves the partitions a coordinator leads.

@@ -20,6 +20,8 @@
 //! for the rest by forwarding ([`member`]).
 
 pub mod election;
+pub mod flow_authority;
+pub mod flow_link;
 pub mod member;
 pub mod membership;
 pub mod partition_runs;
@@ -68,8 +70,26 @@ pub async fn serve_as_member(
     // The other members keep entries in the same store: followed, so an
     // answer kept for a run of one partition answers every partition's.
     cache.follow(store.clone(), &ended, &tracker);
+    let group_key = loop {
+        match membership::group_key(&store).await {
+            Ok(key) => break key,
+            Err(membership::GroupError::Store(error)) => {
+                tracing::warn!(%error, "the group's key cannot be read yet; trying again");
+                tokio::select! {
+                    () = shutdown.cancelled() => return Ok(()),
+                    () = tokio::time::sleep(Duration::from_millis(200)) => {}
+                }
+            }
+            Err(error) => {
+                tracing::error!(%error, "the group's key is unusable");
+                return Ok(());
+            }
+        }
+    };
     let dispatcher = crate::term::start_dispatcher(&config, &ended, &tracker);
     let blobs = crate::bundle::BlobStore::default();
+    let (seen, view) = watch::channel(membership::GroupView::default());
+    let authority = flow_authority::AuthoritySlot::new(view.clone(), config.store.lease_ttl);
     let partitions = partition_runs::PartitionRuns::new(
         config.clone(),
         store.clone(),
@@ -77,14 +97,30 @@ pub async fn serve_as_member(
         dispatcher.clone(),
         blobs.clone(),
     )
-    .with_shared(marks, cache);
-    let (seen, view) = watch::channel(membership::GroupView::default());
+    .with_shared(marks, cache)
+    .with_authority(authority.clone());
     let url = config.advertised_url();
+    tracker.spawn(flow_link::keep_linked(
+        flow_link::Link {
+            view: view.clone(),
+            dispatcher: dispatcher.clone(),
+            key: group_key.clone(),
+            peers: config
+                .tls
+                .as_ref()
+                .map(crate::tls::TlsFiles::for_peers)
+                .unwrap_or_default(),
+            url: url.clone(),
+        },
+        ended.clone(),
+    ));
     role.send_replace(Role::Member(Arc::new(member::Member {
         partitions: partitions.clone(),
         view,
         url: url.clone(),
         dispatcher,
+        group_key,
+        authority,
         blobs,
         indexes: crate::indexes::SharedIndexes::new(unfenced, config.max_index_bytes),
         max_bundle_bytes: config.max_bundle_bytes,

@@ -86,6 +86,9 @@ struct Shared {
     /// partition's runs share (none: each registry's own, in memory).
     marks: Option<Arc<StepMarks>>,
     cache: Option<NodeCache>,
+    /// Where the group's flow authority runs while partition 0 is led
+    /// here (none: no authority, a group of one partition).
+    authority: Option<super::flow_authority::AuthoritySlot>,
 }
 
 impl PartitionRuns {
@@ -109,6 +112,7 @@ impl PartitionRuns {
                 restores: watch::channel(0).0,
                 marks: None,
                 cache: None,
+                authority: None,
             }),
         }
     }
@@ -120,6 +124,15 @@ impl PartitionRuns {
         if let Some(shared) = Arc::get_mut(&mut self.shared) {
             shared.marks = Some(marks);
             shared.cache = Some(cache);
+        }
+        self
+    }
+
+    /// The group's flow authority runs in `slot` while partition 0 is led
+    /// here. Before any partition is served.
+    pub fn with_authority(mut self, slot: super::flow_authority::AuthoritySlot) -> Self {
+        if let Some(shared) = Arc::get_mut(&mut self.shared) {
+            shared.authority = Some(slot);
         }
         self
     }
@@ -318,6 +331,13 @@ impl Runtime for PartitionRuns {
                 restored: false,
             },
         );
+        // Partition 0's leader holds the group's keys and limits, from
+        // now until the partition is drained or abandoned.
+        if partition.0 == 0
+            && let Some(slot) = &shared.authority
+        {
+            slot.start(shared.config.rate_limits.clone(), stop.clone(), &tracker);
+        }
         // Abandoned: stopped and forgotten, unless drained before.
         let abandon = self.shared.clone();
         tokio::spawn(async move {

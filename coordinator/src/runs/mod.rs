@@ -92,15 +92,6 @@ pub enum SubmitError {
     /// not fit the state).
     #[error("{0}")]
     Fork(String),
-    /// A run of a partitioned group's asks for what the group does not
-    /// yet hold across its partitions.
-    #[error(
-        "node '{node}' has a concurrency key, which a group whose runs are split into partitions does not yet hold across them (each coordinator would count it alone); run the graph on a group of one partition, or without the key"
-    )]
-    NotAcrossPartitions {
-        /// The first node that asks for it.
-        node: String,
-    },
     /// The input is larger than the configured limit.
     #[error("the input is {size} bytes, more than the limit of {limit}")]
     InputTooLarge {
@@ -265,29 +256,6 @@ impl Runs {
     /// What namespaces with a day budget spent today.
     pub fn day_spend(&self) -> &Arc<crate::day_spend::DaySpend> {
         &self.spend
-    }
-
-    /// Refuses, in a partition's registry, a graph (or a subgraph it
-    /// embeds) with a concurrency key: each coordinator of the group would
-    /// count the key alone.
-    pub(super) fn check_partitioned(
-        &self,
-        graph: &crate::graph::Graph,
-        family: &crate::bundle::Family,
-    ) -> Result<(), SubmitError> {
-        if self.home.is_none() {
-            return Ok(());
-        }
-        let keyed = std::iter::once(graph)
-            .chain(family.graphs())
-            .flat_map(|graph| &graph.nodes)
-            .find(|node| node.concurrency.is_some());
-        match keyed {
-            Some(node) => Err(SubmitError::NotAcrossPartitions {
-                node: node.id.to_string(),
-            }),
-            None => Ok(()),
-        }
     }
 
     /// Refuses a new run of `namespace` when as many of its runs are going

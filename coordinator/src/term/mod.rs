@@ -197,6 +197,7 @@ pub fn start_dispatcher(
             rate_limits: config.rate_limits.clone(),
             weights: config.weights(),
             prices: std::sync::Arc::new(config.prices.clone()),
+            group: config.partitions > 1 && !config.store.etcd.is_empty(),
         },
         ended.child_token(),
         tracker,

@@ -467,6 +467,7 @@ async fn three_members_share_partitions_on_etcd() {
     a_group_of_three_hands_partitions_over(store).await;
 }
 
+mod flow;
 mod front;
 mod node_cache;
 mod processes;

@@ -45,6 +45,9 @@ pub struct DispatcherConfig {
     pub weights: std::collections::HashMap<String, u32>,
     /// What model calls cost, for runs' cost budgets.
     pub prices: std::sync::Arc<crate::prices::Prices>,
+    /// A member of a partitioned group: concurrency keys and limits are
+    /// asked of the group's flow authority.
+    pub group: bool,
 }
 
 /// The rate limits' windows by limit name.
@@ -127,6 +130,19 @@ enum Command {
     },
     Snapshot {
         reply: oneshot::Sender<Fleet>,
+    },
+    /// Connected to the group's flow authority: what goes to it goes on
+    /// `link`, until a connection of a later `generation`.
+    GroupConnected {
+        generation: u64,
+        link: mpsc::UnboundedSender<super::group_gate::ToAuthority>,
+    },
+    GroupAnswer {
+        generation: u64,
+        answer: super::group_flow::Answer,
+    },
+    GroupDisconnected {
+        generation: u64,
     },
 }
 
@@ -242,6 +258,28 @@ impl TaskLauncher for DispatcherHandle {
     }
 }
 
+impl DispatcherHandle {
+    /// Connected to the group's flow authority (connection `generation`):
+    /// what the registry holds is declared on `link`.
+    pub fn group_connected(
+        &self,
+        generation: u64,
+        link: mpsc::UnboundedSender<super::group_gate::ToAuthority>,
+    ) {
+        let _ = self.tx.send(Command::GroupConnected { generation, link });
+    }
+
+    /// The group's flow authority answered on connection `generation`.
+    pub fn group_answer(&self, generation: u64, answer: super::group_flow::Answer) {
+        let _ = self.tx.send(Command::GroupAnswer { generation, answer });
+    }
+
+    /// Connection `generation` to the group's flow authority ended.
+    pub fn group_disconnected(&self, generation: u64) {
+        let _ = self.tx.send(Command::GroupDisconnected { generation });
+    }
+}
+
 /// Starts the dispatcher on `tracker`; it stops when `shutdown` is
 /// cancelled.
 pub fn spawn_dispatcher(
@@ -251,11 +289,17 @@ pub fn spawn_dispatcher(
 ) -> DispatcherHandle {
     let (tx, rx) = mpsc::unbounded_channel();
     let rates = super::limits::RateLimits::new(config.rate_limits.clone(), now());
+    let registry = Registry::new(config.limits.clone())
+        .with_rates(rates)
+        .with_weights(config.weights.clone())
+        .with_prices(config.prices.clone());
     let dispatcher = Dispatcher {
-        registry: Registry::new(config.limits.clone())
-            .with_rates(rates)
-            .with_weights(config.weights.clone())
-            .with_prices(config.prices.clone()),
+        registry: if config.group {
+            registry.with_group()
+        } else {
+            registry
+        },
+        group_link: None,
         links: foldhash::HashMap::default(),
         call_timeout: config.call_timeout,
         tool_calls: 0,
@@ -332,6 +376,8 @@ struct Dispatcher {
     placed: Vec<Decision<Order>>,
     /// How many of the workers share their slots between coordinators.
     sharing: usize,
+    /// The connection to the group's flow authority, by generation.
+    group_link: Option<(u64, mpsc::UnboundedSender<super::group_gate::ToAuthority>)>,
 }
 
 fn now() -> std::time::Instant {
@@ -368,6 +414,7 @@ impl Dispatcher {
                 _ = demand.tick(), if self.sharing > 0 => self.tell_demand(),
                 () = woken => self.place(),
             }
+            self.tell_group();
         }
         debug!("dispatcher stopped");
     }
@@ -485,6 +532,34 @@ impl Dispatcher {
                 })
             }
             Command::Forget { run_id } => self.forget(&run_id),
+            Command::GroupConnected { generation, link } => {
+                self.group_link = Some((generation, link));
+                self.registry.group_connected();
+                self.place();
+                Vec::new()
+            }
+            Command::GroupAnswer { generation, answer } => {
+                if self
+                    .group_link
+                    .as_ref()
+                    .is_some_and(|(g, _)| *g == generation)
+                    && self.registry.group_answer(answer)
+                {
+                    self.place();
+                }
+                Vec::new()
+            }
+            Command::GroupDisconnected { generation } => {
+                if self
+                    .group_link
+                    .as_ref()
+                    .is_some_and(|(g, _)| *g == generation)
+                {
+                    self.group_link = None;
+                    self.registry.group_disconnected();
+                }
+                Vec::new()
+            }
             Command::Budget(start) => {
                 self.registry.budget(&start);
                 Vec::new()
@@ -603,6 +678,19 @@ impl Dispatcher {
                     .is_ok()
             {
                 link.demand_told = Some(queued);
+            }
+        }
+    }
+
+    /// Sends what the registry has for the group's flow authority.
+    fn tell_group(&mut self) {
+        if !self.registry.in_group() {
+            return;
+        }
+        let outbox = self.registry.group_outbox();
+        if let Some((_, link)) = &self.group_link {
+            for request in outbox {
+                let _ = link.send(request);
             }
         }
     }

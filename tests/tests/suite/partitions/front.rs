@@ -70,6 +70,11 @@ async fn serve(store: &AnyStore) -> Served {
         worker_timeout: config.worker_timeout,
         tracker,
         ended: stop.clone(),
+        group_key: "a key of the test's".into(),
+        authority: weft_coordinator::ha::flow_authority::AuthoritySlot::new(
+            seen.subscribe(),
+            Duration::from_secs(3),
+        ),
     };
     let (role, watched) = watch::channel(Role::Member(Arc::new(member)));
     tokio::spawn({

@@ -259,22 +259,6 @@ async fn three_coordinators_share_the_runs_of_a_partitioned_group() -> anyhow::R
     assert_eq!(second.state["n"], 7, "{:?}", second.error);
     let hits = weft_tests::events_of(&clients[1], &second.run_id, "node_cached").await?;
     assert_eq!(hits.len(), 1, "the second run took the first's answer");
-    // What the group does not yet hold across partitions is refused,
-    // not counted by each coordinator alone.
-    let keyed = GraphBundle::from_text(
-        "keyed.yaml",
-        "nodes:\n  a: { kind: script, run: [\"true\"], start: true, concurrency: { key: \"x\", max: 1 } }\n",
-    );
-    let refused = clients[0]
-        .submit_bundle(keyed, &serde_json::json!({}))
-        .await
-        .expect_err("refused");
-    assert!(
-        refused.to_string().contains(
-            "node 'a' has a concurrency key, which a group whose runs are split into partitions does not yet hold across them"
-        ),
-        "{refused}"
-    );
     // One stops cleanly: its partitions are handed over, and every run
     // is still found, through either of the others.
     group.signal(2, "TERM")?;
