@@ -8,6 +8,9 @@
 //! channel. The actor wakes when a limit's window lets a waiting ask go.
 //! A new authority waits for the members the group lists as it starts to
 //! declare what they hold (at most two leases) before it grants anything.
+//! The limits' windows are kept in the store (partition 0's writes,
+//! fenced) at most a second after they change, and a new authority
+//! starts from them, as a lone leader's failover does.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -20,6 +23,8 @@ use super::membership::GroupView;
 use crate::dispatch::group_flow::{Answer, FlowAuthority, MemberId};
 use crate::dispatch::group_gate::ToAuthority;
 use crate::dispatch::limits::{LimitSpec, RateLimits};
+use crate::durable::Keeper;
+use crate::term::flow_state::{self, FlowState};
 
 /// What the actor is told.
 enum Command {
@@ -72,7 +77,13 @@ impl AuthoritySlot {
 
     /// Starts the authority over `limits`; it stops when `stop` is
     /// cancelled (partition 0 drained or abandoned).
-    pub fn start(&self, limits: Vec<LimitSpec>, stop: CancellationToken, tracker: &TaskTracker) {
+    pub fn start(
+        &self,
+        limits: Vec<LimitSpec>,
+        keeper: Keeper,
+        stop: CancellationToken,
+        tracker: &TaskTracker,
+    ) {
         let (tx, rx) = mpsc::unbounded_channel();
         let now = std::time::Instant::now();
         let members = self.view.borrow().members.values().cloned().collect();
@@ -81,7 +92,7 @@ impl AuthoritySlot {
         *self.running.lock().unwrap_or_else(|e| e.into_inner()) = Some(AuthorityHandle { tx });
         let slot = self.clone();
         tracker.spawn(async move {
-            run(authority, rx, stop).await;
+            run(authority, rx, keeper, stop).await;
             slot.running
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
@@ -125,8 +136,24 @@ impl AuthorityHandle {
 async fn run(
     mut authority: FlowAuthority,
     mut rx: mpsc::UnboundedReceiver<Command>,
+    keeper: Keeper,
     stop: CancellationToken,
 ) {
+    // The windows the last authority (or lone leader) kept: started from,
+    // erring on the side of waiting.
+    let mut kept = FlowState::default();
+    if let Some(state) = flow_state::read(&keeper).await {
+        tracing::info!(
+            limits = state.limits.len(),
+            "the group's limits start from the windows the last authority kept"
+        );
+        authority
+            .rates()
+            .restore(&state.limits, std::time::Instant::now());
+        kept = state;
+    }
+    let mut ticks = tokio::time::interval(flow_state::EVERY);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut members: foldhash::HashMap<MemberId, (String, mpsc::UnboundedSender<Answer>)> =
         Default::default();
     let mut last = 0;
@@ -134,6 +161,17 @@ async fn run(
         let wake = authority.wake();
         let answers = tokio::select! {
             () = stop.cancelled() => break,
+            _ = ticks.tick() => {
+                let windows = authority.rates().windows(std::time::Instant::now());
+                if windows != kept.limits {
+                    let state = FlowState { limits: windows, days: kept.days.clone() };
+                    match flow_state::write(&keeper, &state).await {
+                        Ok(()) => kept = state,
+                        Err(error) => tracing::warn!(%error, "the group's limits' windows were not kept; trying again"),
+                    }
+                }
+                Vec::new()
+            }
             () = async {
                 match wake {
                     Some(at) => tokio::time::sleep_until(at.into()).await,

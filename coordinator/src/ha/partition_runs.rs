@@ -308,7 +308,7 @@ impl Runtime for PartitionRuns {
             &shared.config,
             &shared.dispatcher,
             &shared.blobs,
-            keeper,
+            keeper.clone(),
             &stop,
             &tracker,
         )
@@ -336,7 +336,12 @@ impl Runtime for PartitionRuns {
         if partition.0 == 0
             && let Some(slot) = &shared.authority
         {
-            slot.start(shared.config.rate_limits.clone(), stop.clone(), &tracker);
+            slot.start(
+                shared.config.rate_limits.clone(),
+                keeper.clone(),
+                stop.clone(),
+                &tracker,
+            );
         }
         // Abandoned: stopped and forgotten, unless drained before.
         let abandon = self.shared.clone();

@@ -29,44 +29,58 @@ pub const KEY: &str = "flow/state";
 /// How often the leader keeps it (when it changed).
 pub const EVERY: Duration = Duration::from_secs(1);
 
-/// The state as kept.
+/// The state as kept (by a lone leader, or by a partitioned group's flow
+/// authority, `crate::ha::flow_authority`).
 #[derive(Debug, Default, PartialEq, Serialize, Deserialize)]
-struct FlowState {
+pub(crate) struct FlowState {
     /// The rate limits' windows, by limit name.
     #[serde(default)]
-    limits: Windows,
+    pub(crate) limits: Windows,
     /// The namespaces' day tallies.
     #[serde(default)]
-    days: HashMap<String, Tally>,
+    pub(crate) days: HashMap<String, Tally>,
+}
+
+/// What the last keeper kept, if anything readable.
+pub(crate) async fn read(keeper: &Keeper) -> Option<FlowState> {
+    match keeper.store().get(KEY).await {
+        Ok(Some(entry)) => match serde_json::from_slice(&entry.value) {
+            Ok(state) => Some(state),
+            Err(error) => {
+                tracing::warn!(%error, "the flow-control state kept is unreadable; limits start full");
+                None
+            }
+        },
+        Ok(None) => None,
+        Err(error) => {
+            tracing::warn!(%error, "the flow-control state could not be read; limits start full");
+            None
+        }
+    }
+}
+
+/// Keeps `state`, fenced as `keeper`'s writes are.
+pub(crate) async fn write(keeper: &Keeper, state: &FlowState) -> Result<(), String> {
+    let bytes = serde_json::to_vec(state).map_err(|e| e.to_string())?;
+    keeper
+        .checked(keeper.store().put(KEY, bytes, keeper.fence()).await)
+        .map(|_| ())
+        .map_err(|e| e.to_string())
 }
 
 /// Gives the dispatcher and the day tallies what the last leader kept.
 /// A state that cannot be read is logged and left: limits start full.
 pub async fn restore(keeper: &Keeper, dispatcher: &DispatcherHandle, days: &DaySpend) {
-    let entry = match keeper.store().get(KEY).await {
-        Ok(entry) => entry,
-        Err(error) => {
-            tracing::warn!(%error, "the flow-control state could not be read; limits start full");
-            return;
-        }
-    };
-    let Some(entry) = entry else {
+    let Some(state) = read(keeper).await else {
         return;
     };
-    match serde_json::from_slice::<FlowState>(&entry.value) {
-        Ok(state) => {
-            tracing::info!(
-                limits = state.limits.len(),
-                namespaces = state.days.len(),
-                "flow control starts from the state the last leader kept"
-            );
-            dispatcher.restore_windows(state.limits);
-            days.restore(state.days);
-        }
-        Err(error) => {
-            tracing::warn!(%error, "the flow-control state kept is unreadable; limits start full")
-        }
-    }
+    tracing::info!(
+        limits = state.limits.len(),
+        namespaces = state.days.len(),
+        "flow control starts from the state the last leader kept"
+    );
+    dispatcher.restore_windows(state.limits);
+    days.restore(state.days);
 }
 
 /// Keeps the state every [`EVERY`] while it changes, until `ended`.
@@ -93,12 +107,8 @@ pub fn spawn_keeper(
             if state == kept {
                 continue;
             }
-            let Ok(bytes) = serde_json::to_vec(&state) else {
-                continue;
-            };
-            let written = keeper.checked(keeper.store().put(KEY, bytes, keeper.fence()).await);
-            match written {
-                Ok(_) => kept = state,
+            match write(&keeper, &state).await {
+                Ok(()) => kept = state,
                 Err(error) => {
                     tracing::warn!(%error, "the flow-control state was not kept; trying again")
                 }

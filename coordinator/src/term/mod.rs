@@ -8,7 +8,7 @@
 //! front serves by: a term's [`Services`] while leading, the leader's URL
 //! while standing by.
 
-mod flow_state;
+pub(crate) mod flow_state;
 mod lease_clock;
 
 use std::sync::Arc;

@@ -16,9 +16,9 @@ use weft_client::{Client, GraphBundle, RunStatus};
 use weft_store::EtcdTls;
 use weft_tests::group::TestGroup;
 
-/// The coordinators' configuration: scripts, two at a time in the group.
-const LIMITS: &str =
-    "[[limits]]\nname = \"scripts\"\nmatch = { kind = \"script\" }\nconcurrency = 2\n";
+/// The coordinators' configuration: scripts, two at a time in the group
+/// (and a rate that holds nothing back here, but has a window to keep).
+const LIMITS: &str = "[[limits]]\nname = \"scripts\"\nmatch = { kind = \"script\" }\nconcurrency = 2\nrequests_per_minute = 60000\n";
 
 /// One script step that sleeps a quarter of a second and records when it
 /// ran; with `keyed`, under the key `{{ customer }}`, one at a time.
@@ -225,6 +225,25 @@ async fn a_key_and_a_limit_hold_across_the_partitions_of_three_coordinators() ->
         "{}",
         group.log(zero)
     );
+    // It keeps the limit's window in the group's store.
+    let store = weft_store::EtcdStore::connect(std::slice::from_ref(&group.etcd.url))?;
+    let kept = || async {
+        let entry = store.get("flow/state").await.ok()??;
+        let state: Value = serde_json::from_slice(&entry.value).ok()?;
+        state["limits"]["scripts"]["requests"]["level"].as_f64()
+    };
+    let deadline = std::time::Instant::now() + weft_tests::PATIENCE;
+    while kept().await.is_none() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no window kept: {:?}",
+            store
+                .get("flow/state")
+                .await
+                .map(|e| e.map(|e| String::from_utf8_lossy(&e.value).into_owned()))
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     Ok(())
 }
 
@@ -286,6 +305,13 @@ async fn the_flow_authority_moves_with_partition_0_and_nothing_waits_for_good() 
             )
             .await?;
     }
+    assert!(
+        group
+            .log(next)
+            .contains("the group's limits start from the windows the last authority kept"),
+        "{}",
+        group.log(next)
+    );
     // After the move, the key still holds: more runs, one at a time.
     let (spans, _) = run_all(&clients, &others, &keyed, &input, 4).await?;
     assert_eq!(peak(&spans), 1, "after the move: {spans:?}");
