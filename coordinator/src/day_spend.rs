@@ -7,7 +7,9 @@
 //! tallied. A day's tally starts from nothing at 00:00 UTC. The tallies are
 //! kept with the coordinator's store at least once a second
 //! ([`DaySpend::snapshot`], [`DaySpend::restore`]), so a new leader starts
-//! from what the last one counted.
+//! from what the last one counted. In a partitioned group the group's
+//! flow authority counts the days (`crate::dispatch::group_flow`): each
+//! member passes on what its calls spend ([`DaySpend::forward_to`]).
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -34,11 +36,25 @@ pub struct Tally {
     pub cost: f64,
 }
 
+/// Where a partitioned group's member passes on what its calls spent
+/// (to the group's flow authority, which counts the group's days).
+pub type Forward = Box<dyn Fn(&str, u64, f64) + Send + Sync>;
+
 /// The tallies of the namespaces that have day budgets.
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub struct DaySpend {
     budgets: HashMap<String, DayBudget>,
     tallies: Mutex<HashMap<String, Tally>>,
+    forward: std::sync::OnceLock<Forward>,
+}
+
+impl std::fmt::Debug for DaySpend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DaySpend")
+            .field("budgets", &self.budgets)
+            .field("tallies", &self.tallies)
+            .finish_non_exhaustive()
+    }
 }
 
 const DAY_MS: i64 = 24 * 60 * 60 * 1000;
@@ -49,13 +65,28 @@ impl DaySpend {
         Self {
             budgets,
             tallies: Mutex::default(),
+            forward: std::sync::OnceLock::new(),
         }
+    }
+
+    /// What the calls spend is also passed to `forward` (a member of a
+    /// partitioned group: the group counts the days). Set once.
+    pub fn forward_to(&self, forward: Forward) {
+        let _ = self.forward.set(forward);
+    }
+
+    /// Whether `namespace` has a day budget.
+    pub fn has_budget(&self, namespace: &str) -> bool {
+        self.budgets.contains_key(namespace)
     }
 
     /// Adds a call's `tokens` and `cost` to `namespace`'s day at `now_ms`.
     pub fn add(&self, namespace: &str, tokens: u64, cost: f64, now_ms: i64) {
         if !self.budgets.contains_key(namespace) {
             return;
+        }
+        if let Some(forward) = self.forward.get() {
+            forward(namespace, tokens, cost);
         }
         let day = now_ms.div_euclid(DAY_MS);
         let mut tallies = self.tallies.lock().unwrap_or_else(|e| e.into_inner());

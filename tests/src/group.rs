@@ -122,9 +122,37 @@ impl TestGroup {
         self.spawn_worker(name, slots, &["--coordinator", &url])
     }
 
+    /// Starts a `test-worker` that finds the coordinators through etcd
+    /// and calls the model endpoint at `llm_url` with `key`.
+    pub fn add_llm_worker(
+        &mut self,
+        name: &str,
+        slots: u32,
+        llm_url: &str,
+        key: &str,
+    ) -> Result<()> {
+        let etcd = self.etcd.url.clone();
+        let coordinator = self.urls[0].clone();
+        let at = [
+            "--coordinator",
+            &coordinator,
+            "--etcd",
+            &etcd,
+            "--llm-url",
+            llm_url,
+            "--llm-key",
+            key,
+        ];
+        self.spawn_binary("test-worker", name, slots, &at)
+    }
+
     fn spawn_worker(&mut self, name: &str, slots: u32, at: &[&str]) -> Result<()> {
+        self.spawn_binary("worker", name, slots, at)
+    }
+
+    fn spawn_binary(&mut self, program: &str, name: &str, slots: u32, at: &[&str]) -> Result<()> {
         let log = std::fs::File::create(self.dir.join(format!("{name}.log")))?;
-        let child = Command::new(binary("worker"))
+        let child = Command::new(binary(program))
             .envs(self.env.iter().map(|(k, v)| (k, v)))
             .args(at)
             .args(["--name", name])

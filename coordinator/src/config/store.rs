@@ -49,8 +49,7 @@ impl CoordinatorConfig {
 }
 
 impl CoordinatorConfig {
-    /// `[cluster] partitions`: in range, on etcd, and without what is not
-    /// yet held across partitions.
+    /// `[cluster] partitions`: in range, and on etcd.
     fn check_partitions(&self) -> Result<(), ConfigError> {
         let invalid = |reason: String| ConfigError::Invalid {
             key: "cluster.partitions".to_owned(),
@@ -65,28 +64,6 @@ impl CoordinatorConfig {
         if self.store.etcd.is_empty() {
             return Err(invalid(format!(
                 "{n} partitions need a group on etcd ([store] etcd); the embedded store serves one coordinator, which leads one partition"
-            )));
-        }
-        // Each member would count these on its own: refused until the
-        // group holds them as one.
-        let not_yet = if self
-            .namespaces
-            .iter()
-            .any(|ns| ns.max_running_runs.is_some())
-        {
-            Some("a namespace's max_running_runs")
-        } else if self
-            .namespaces
-            .iter()
-            .any(|ns| ns.day.tokens.is_some() || ns.day.cost.is_some())
-        {
-            Some("a namespace's day budget")
-        } else {
-            None
-        };
-        if let Some(what) = not_yet {
-            return Err(invalid(format!(
-                "{what} is not yet held across the partitions of a group: with {n} partitions each coordinator would count it alone; use partitions = 1 (one leader) with it"
             )));
         }
         Ok(())
@@ -326,7 +303,7 @@ mod tests {
     }
 
     #[test]
-    fn partitions_need_etcd_and_nothing_counted_per_coordinator() {
+    fn partitions_need_etcd() {
         let dir = std::env::temp_dir().join(format!("weft-config-parts-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let file = dir.join("c.toml");
@@ -351,13 +328,68 @@ mod tests {
         let limits = "[[limits]]\nname = \"m\"\nrequests_per_minute = 10\n";
         let config = load(&format!("{etcd}[cluster]\npartitions = 4\n{limits}")).unwrap();
         assert_eq!(config.rate_limits.len(), 1);
-        let capped = "[[namespaces]]\nname = \"team\"\nmax_running_runs = 3\n";
+        // So are the namespaces' caps and day budgets.
+        let capped =
+            "[[namespaces]]\nname = \"team\"\nmax_running_runs = 3\ntokens_per_day = 1000\n";
+        let config = load(&format!("{etcd}[cluster]\npartitions = 4\n{capped}")).unwrap();
+        assert_eq!(config.runs().max_running_runs.get("team"), Some(&3));
+        let env = |key: &str| match key {
+            "WEFT_ETCD" => Some("http://a:2379, http://b:2379".to_owned()),
+            "WEFT_LISTEN" => Some("0.0.0.0:7700".to_owned()),
+            _ => None,
+        };
+        let error = CoordinatorConfig::load(None, env, &Overrides::default()).unwrap_err();
         assert!(
-            refused(&format!("{etcd}[cluster]\npartitions = 4\n{capped}"))
-                .contains("a namespace's max_running_runs is not yet held"),
+            error
+                .to_string()
+                .starts_with("config key 'store.advertise': must be set"),
+            "{error}"
         );
-        // With one partition (one leader) they are held as ever.
-        load(&format!("{etcd}{capped}")).unwrap();
+        let env = |key: &str| (key == "WEFT_ETCD").then(|| "etcd:2379".to_owned());
+        let error = CoordinatorConfig::load(None, env, &Overrides::default()).unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "config key 'store.etcd': 'etcd:2379' is not an endpoint like http://127.0.0.1:2379 or https://etcd-1:2379"
+        );
+        std::fs::write(&file, "[store]\netdc = []\n").unwrap();
+        let error =
+            CoordinatorConfig::load(Some(&file), no_env, &Overrides::default()).unwrap_err();
+        assert!(error.to_string().contains("etdc"), "{error}");
+        std::fs::remove_dir_all(dir).ok();
+    }
+
+    #[test]
+    fn partitions_are_checked_and_take_every_flow_limit() {
+        let dir = std::env::temp_dir().join(format!("weft-config-parts-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("c.toml");
+        let load = |text: &str| {
+            std::fs::write(&file, text).unwrap();
+            CoordinatorConfig::load(Some(&file), no_env, &Overrides::default())
+        };
+        let etcd = "[store]\netcd = [\"http://127.0.0.1:2379\"]\n";
+        let config = load(&format!("{etcd}[cluster]\npartitions = 16\n")).unwrap();
+        assert_eq!(config.partitions, 16);
+        assert_eq!(load("").unwrap().partitions, 1, "one partition by default");
+        let refused = |text: &str| load(text).unwrap_err().to_string();
+        assert_eq!(
+            refused(&format!("{etcd}[cluster]\npartitions = 0\n")),
+            "config key 'cluster.partitions': [cluster] partitions = 0: a group has 1 to 65536 partitions"
+        );
+        assert_eq!(
+            refused("[cluster]\npartitions = 4\n"),
+            "config key 'cluster.partitions': 4 partitions need a group on etcd ([store] etcd); the embedded store serves one coordinator, which leads one partition"
+        );
+        // The group's limits are held by partition 0's leader.
+        let limits = "[[limits]]\nname = \"m\"\nrequests_per_minute = 10\n";
+        let config = load(&format!("{etcd}[cluster]\npartitions = 4\n{limits}")).unwrap();
+        assert_eq!(config.rate_limits.len(), 1);
+        // So are the namespaces' caps and day budgets.
+        let capped =
+            "[[namespaces]]\nname = \"team\"\nmax_running_runs = 3\ntokens_per_day = 1000\n";
+        let config = load(&format!("{etcd}[cluster]\npartitions = 4\n{capped}")).unwrap();
+        assert_eq!(config.runs().max_running_runs.get("team"), Some(&3));
+        assert!(config.runs().day_budgets.contains_key("team"));
         let env = |key: &str| match key {
             "WEFT_ETCD" => Some("http://127.0.0.1:2379".to_owned()),
             "WEFT_PARTITIONS" => Some("8".to_owned()),

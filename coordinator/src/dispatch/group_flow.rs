@@ -23,7 +23,15 @@
 //! still counts) it grants nothing, so no ask is granted what an
 //! undeclared holding still has.
 //!
-//! Pure: no clock, no channel; the adapter is `crate::ha::flow_service`.
+//! It also holds the namespaces' caps on runs going (`max_running_runs`)
+//! and their day budgets for the group: a member asks before it starts a
+//! new run ([`FlowAuthority::admit_run`]); each partition's leader reports
+//! the runs going in it ([`FlowAuthority::report_going`], keyed by
+//! partition, so a count outlives its leader until the next leader
+//! reports); every member's calls add what they spent
+//! ([`FlowAuthority::spend`]).
+//!
+//! Pure: no clock, no channel; the adapter is `crate::ha::flow_authority`.
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
@@ -79,6 +87,18 @@ pub enum Answer {
         /// A limit counts it.
         limited: bool,
     },
+    /// A new run may start.
+    RunAdmitted {
+        /// The ticket.
+        ticket: Ticket,
+    },
+    /// A new run may not start.
+    RunRefused {
+        /// The ticket.
+        ticket: Ticket,
+        /// Why.
+        refusal: RunRefusal,
+    },
     /// It waits (told once per ask).
     Waits {
         /// The ticket.
@@ -107,6 +127,69 @@ struct Holding {
     grant: Option<GrantId>,
 }
 
+/// Why the group refuses a new run of a namespace.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RunRefusal {
+    /// As many of its runs are going as its `max_running_runs` allows.
+    TooMany {
+        /// Its runs going, group-wide.
+        running: usize,
+        /// Its cap.
+        max: u32,
+    },
+    /// Its day budget is spent (the lone coordinator's words).
+    DaySpent(String),
+}
+
+/// The namespaces' caps on runs going and their day budgets, as the
+/// group counts them: each partition's runs going as its leader last
+/// reported them (a report of an earlier leader, by its lease's revision,
+/// is ignored), the runs admitted but not yet in a report, and what every
+/// member's calls spent today.
+#[derive(Debug, Default)]
+struct RunCounts {
+    caps: HashMap<String, u32>,
+    days: crate::day_spend::DaySpend,
+    /// Per partition: the reporting leader's revision and its counts.
+    going: HashMap<u32, (i64, HashMap<String, u32>)>,
+    reserved: HashMap<Owner, String>,
+    /// Asked during a recount: answered when it ends.
+    asked: Vec<(MemberId, Ticket, String, i64)>,
+}
+
+impl RunCounts {
+    fn going(&self, namespace: &str) -> usize {
+        let reported: u32 = self
+            .going
+            .values()
+            .filter_map(|(_, counts)| counts.get(namespace))
+            .sum();
+        let reserved = self.reserved.values().filter(|ns| *ns == namespace).count();
+        reported as usize + reserved
+    }
+
+    fn admit(&mut self, owner: Owner, namespace: String, now_ms: i64) -> Answer {
+        let ticket = owner.1;
+        if let Some(&max) = self.caps.get(&namespace) {
+            let running = self.going(&namespace);
+            if running >= max as usize {
+                return Answer::RunRefused {
+                    ticket,
+                    refusal: RunRefusal::TooMany { running, max },
+                };
+            }
+        }
+        if let Err(spent) = self.days.check(&namespace, now_ms) {
+            return Answer::RunRefused {
+                ticket,
+                refusal: RunRefusal::DaySpent(spent),
+            };
+        }
+        self.reserved.insert(owner, namespace);
+        Answer::RunAdmitted { ticket }
+    }
+}
+
 /// A new authority's recount: the members it waits for to declare what
 /// they hold before it grants anything, and until when at most.
 #[derive(Debug)]
@@ -124,6 +207,7 @@ pub struct FlowAuthority {
     queue: VecDeque<Queued>,
     wake: Option<Instant>,
     recount: Option<Recount>,
+    runs: RunCounts,
 }
 
 impl FlowAuthority {
@@ -133,6 +217,66 @@ impl FlowAuthority {
             rates,
             ..Self::default()
         }
+    }
+
+    /// The authority over the namespaces' `max_running_runs` (`caps`) and
+    /// day budgets (`days`, started from what the last authority kept).
+    pub fn with_runs(
+        mut self,
+        caps: HashMap<String, u32>,
+        days: crate::day_spend::DaySpend,
+    ) -> Self {
+        self.runs.caps = caps;
+        self.runs.days = days;
+        self
+    }
+
+    /// What the namespaces with day budgets spent today, to keep.
+    pub fn days(&self) -> &crate::day_spend::DaySpend {
+        &self.runs.days
+    }
+
+    /// `member` asks whether a new run of `namespace` may start (at
+    /// `now_ms`, for the day budgets): admitted (counted as going until
+    /// the member releases the ticket, once its partition's report counts
+    /// the run) or refused; during a recount, answered when it ends.
+    pub fn admit_run(
+        &mut self,
+        member: MemberId,
+        ticket: Ticket,
+        namespace: String,
+        now_ms: i64,
+    ) -> Vec<(MemberId, Answer)> {
+        if self.recount.is_some() {
+            self.runs.asked.push((member, ticket, namespace, now_ms));
+            return Vec::new();
+        }
+        vec![(member, self.runs.admit((member, ticket), namespace, now_ms))]
+    }
+
+    /// Partition `partition`'s leader (its lease at `revision`) reports
+    /// the runs going in it, by namespace; a report of an earlier leader
+    /// is ignored.
+    pub fn report_going(&mut self, partition: u32, revision: i64, counts: HashMap<String, u32>) {
+        let entry = self
+            .runs
+            .going
+            .entry(partition)
+            .or_insert((revision, HashMap::new()));
+        if revision >= entry.0 {
+            *entry = (revision, counts);
+        }
+    }
+
+    /// A member's model calls spent `tokens` and `cost` of `namespace`'s
+    /// day.
+    pub fn spend(&mut self, namespace: &str, tokens: u64, cost: f64, now_ms: i64) {
+        self.runs.days.add(namespace, tokens, cost, now_ms);
+    }
+
+    /// Runs of `namespace` going, group-wide, as counted now.
+    pub fn runs_going(&self, namespace: &str) -> usize {
+        self.runs.going(namespace)
     }
 
     /// Grants nothing until each of `members` (by name) has declared what
@@ -261,6 +405,7 @@ impl FlowAuthority {
         ticket: Ticket,
         now: Instant,
     ) -> Vec<(MemberId, Answer)> {
+        self.runs.reserved.remove(&(member, ticket));
         let before = self.queue.len();
         self.queue
             .retain(|q| !(q.member == member && q.ask.ticket == ticket));
@@ -277,6 +422,8 @@ impl FlowAuthority {
     /// its asks are dropped.
     pub fn gone(&mut self, member: MemberId, now: Instant) -> Vec<(MemberId, Answer)> {
         self.queue.retain(|q| q.member != member);
+        self.runs.reserved.retain(|(m, _), _| *m != member);
+        self.runs.asked.retain(|(m, ..)| *m != member);
         let owners: Vec<Owner> = self
             .holdings
             .keys()
@@ -332,6 +479,10 @@ impl FlowAuthority {
         }
         self.wake = None;
         let mut answers = Vec::new();
+        for (member, ticket, namespace, asked_ms) in std::mem::take(&mut self.runs.asked) {
+            let answer = self.runs.admit((member, ticket), namespace, asked_ms);
+            answers.push((member, answer));
+        }
         let mut refused_subjects: Vec<(Subject, Wait)> = Vec::new();
         let mut kept = VecDeque::with_capacity(self.queue.len());
         while let Some(mut queued) = self.queue.pop_front() {

@@ -230,3 +230,99 @@ fn a_recount_ends_after_its_time_when_a_member_never_declares() {
     assert!(authority.tick(until - Duration::from_millis(1)).is_empty());
     assert_eq!(authority.tick(until), vec![granted(1, 1, false)]);
 }
+
+fn capped() -> FlowAuthority {
+    let days = crate::day_spend::DaySpend::new(
+        [(
+            "team".to_owned(),
+            crate::day_spend::DayBudget {
+                tokens: Some(100),
+                cost: None,
+            },
+        )]
+        .into(),
+    );
+    FlowAuthority::default().with_runs([("team".to_owned(), 2)].into(), days)
+}
+
+const NOON: i64 = 20_000 * 86_400_000 + 43_200_000;
+
+#[test]
+fn a_namespaces_runs_going_are_counted_across_partitions_and_admissions() {
+    let mut authority = capped();
+    authority.report_going(0, 10, [("team".to_owned(), 1)].into());
+    assert_eq!(
+        authority.admit_run(1, 5, "team".into(), NOON),
+        vec![(1, Answer::RunAdmitted { ticket: 5 })]
+    );
+    // Admitted, not yet in a report: counted as reserved.
+    assert_eq!(authority.runs_going("team"), 2);
+    assert_eq!(
+        authority.admit_run(2, 1, "team".into(), NOON),
+        vec![(
+            2,
+            Answer::RunRefused {
+                ticket: 1,
+                refusal: RunRefusal::TooMany { running: 2, max: 2 }
+            }
+        )]
+    );
+    // Its partition's report counts it; its ticket released: still two.
+    authority.report_going(3, 7, [("team".to_owned(), 1)].into());
+    authority.release(1, 5, Instant::now());
+    assert_eq!(authority.runs_going("team"), 2);
+    // A report of partition 3's earlier leader is ignored; its next
+    // leader's counts.
+    authority.report_going(3, 6, [("team".to_owned(), 5)].into());
+    assert_eq!(authority.runs_going("team"), 2);
+    authority.report_going(3, 9, [("team".to_owned(), 0)].into());
+    assert_eq!(authority.runs_going("team"), 1);
+    // A namespace without a cap is admitted.
+    assert!(matches!(
+        &authority.admit_run(2, 2, "other".into(), NOON)[..],
+        [(2, Answer::RunAdmitted { ticket: 2 })]
+    ));
+}
+
+#[test]
+fn a_namespaces_day_is_what_every_member_spent() {
+    let mut authority = capped();
+    authority.spend("team", 60, 0.0, NOON);
+    assert!(matches!(
+        &authority.admit_run(1, 1, "team".into(), NOON)[..],
+        [(1, Answer::RunAdmitted { .. })]
+    ));
+    authority.release(1, 1, Instant::now());
+    authority.spend("team", 40, 0.0, NOON);
+    let refused = authority.admit_run(2, 1, "team".into(), NOON);
+    assert_eq!(
+        refused,
+        vec![(
+            2,
+            Answer::RunRefused {
+                ticket: 1,
+                refusal: RunRefusal::DaySpent(
+                    "namespace 'team' has spent 100 tokens today, its tokens_per_day is 100; it starts again at 00:00 UTC".into()
+                )
+            }
+        )]
+    );
+    assert_eq!(authority.days().snapshot()["team"].tokens, 100);
+}
+
+#[test]
+fn a_run_admission_waits_for_the_recount_and_a_members_reservations_go_with_it() {
+    let now = Instant::now();
+    let members = ["a".to_owned()].into_iter().collect();
+    let mut authority = capped().recounting(members, now + Duration::from_secs(6));
+    assert_eq!(authority.admit_run(1, 1, "team".into(), NOON), vec![]);
+    authority.report_going(0, 1, [("team".to_owned(), 1)].into());
+    assert_eq!(
+        authority.declared("a", now),
+        vec![(1, Answer::RunAdmitted { ticket: 1 })]
+    );
+    assert_eq!(authority.runs_going("team"), 2);
+    // The member is gone before its release: its reservation goes.
+    authority.gone(1, now);
+    assert_eq!(authority.runs_going("team"), 1);
+}

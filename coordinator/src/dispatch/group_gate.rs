@@ -20,7 +20,7 @@
 //!
 //! Pure: no clock, no channel.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use super::group_flow::{Answer, Ask, Keyed, Ticket};
@@ -43,6 +43,31 @@ pub enum ToAuthority {
     Release(Ticket),
     /// Everything held was declared (after a connection is made).
     Declared,
+    /// May a new run of this namespace start?
+    AdmitRun {
+        /// The ask's number.
+        ticket: Ticket,
+        /// The run's namespace.
+        namespace: String,
+    },
+    /// The runs going in a partition led here, by namespace.
+    Going {
+        /// The partition.
+        partition: u32,
+        /// Its lease's revision here.
+        revision: i64,
+        /// Runs going, by namespace.
+        counts: BTreeMap<String, u32>,
+    },
+    /// A model call spent this of a namespace's day.
+    Spent {
+        /// The namespace.
+        namespace: String,
+        /// Prompt and completion tokens.
+        tokens: u64,
+        /// Its cost.
+        cost: f64,
+    },
 }
 
 /// What the registry may do with a job or call that asked.
@@ -102,6 +127,10 @@ pub struct GroupGate {
     by_job: HashMap<JobId, Vec<Ticket>>,
     outbox: Vec<ToAuthority>,
     connected: bool,
+    /// New runs' admissions not answered yet, by ticket.
+    runs_asked: BTreeMap<Ticket, String>,
+    /// The runs going in each partition led here, as last reported.
+    going: BTreeMap<u32, (i64, BTreeMap<String, u32>)>,
 }
 
 impl GroupGate {
@@ -140,6 +169,70 @@ impl GroupGate {
         let ticket = self.ask(job, None, Some(subject), tokens, false);
         self.calls.insert(asked, ticket);
         Gated::Asking
+    }
+
+    /// Asks whether a new run of `namespace` may start; the answer comes
+    /// as [`Answer::RunAdmitted`] or [`Answer::RunRefused`] for the ticket.
+    pub fn admit_run(&mut self, namespace: String) -> Ticket {
+        self.last += 1;
+        let ticket = self.last;
+        if self.connected {
+            self.outbox.push(ToAuthority::AdmitRun {
+                ticket,
+                namespace: namespace.clone(),
+            });
+        }
+        self.runs_asked.insert(ticket, namespace);
+        ticket
+    }
+
+    /// A run admission was answered; whether it was still asked.
+    pub fn run_answered(&mut self, ticket: Ticket) -> bool {
+        self.runs_asked.remove(&ticket).is_some()
+    }
+
+    /// An admitted run is counted by its partition's report now (or was
+    /// never started): its ticket is released.
+    pub fn release_run(&mut self, ticket: Ticket) {
+        self.runs_asked.remove(&ticket);
+        if self.connected {
+            self.outbox.push(ToAuthority::Release(ticket));
+        }
+    }
+
+    /// The runs going in `partition` (led here under `revision`), sent
+    /// when they changed.
+    pub fn report_going(&mut self, partition: u32, revision: i64, counts: BTreeMap<String, u32>) {
+        let report = (revision, counts);
+        if self.going.get(&partition) == Some(&report) {
+            return;
+        }
+        if self.connected {
+            self.outbox.push(ToAuthority::Going {
+                partition,
+                revision,
+                counts: report.1.clone(),
+            });
+        }
+        self.going.insert(partition, report);
+    }
+
+    /// `partition` is no longer led here: its counts are not declared
+    /// again (its next leader reports them).
+    pub fn forget_partition(&mut self, partition: u32) {
+        self.going.remove(&partition);
+    }
+
+    /// A model call spent this of `namespace`'s day (lost while no
+    /// authority is connected).
+    pub fn spent(&mut self, namespace: String, tokens: u64, cost: f64) {
+        if self.connected {
+            self.outbox.push(ToAuthority::Spent {
+                namespace,
+                tokens,
+                cost,
+            });
+        }
     }
 
     /// Start asks not granted yet: the registry asks for no more than its
@@ -209,6 +302,7 @@ impl GroupGate {
                 wait,
                 keyed,
             } => (ticket, State::Waits { limit, wait, keyed }),
+            Answer::RunAdmitted { .. } | Answer::RunRefused { .. } => return false,
         };
         match self.tickets.get_mut(&ticket) {
             Some(asked) if !matches!(asked.state, State::Granted { .. }) => {
@@ -240,8 +334,21 @@ impl GroupGate {
             }
         }
         self.outbox.extend(held);
+        for (&partition, (revision, counts)) in &self.going {
+            self.outbox.push(ToAuthority::Going {
+                partition,
+                revision: *revision,
+                counts: counts.clone(),
+            });
+        }
         self.outbox.push(ToAuthority::Declared);
         self.outbox.extend(asked);
+        for (&ticket, namespace) in &self.runs_asked {
+            self.outbox.push(ToAuthority::AdmitRun {
+                ticket,
+                namespace: namespace.clone(),
+            });
+        }
     }
 
     /// The connection ended: nothing is sent until [`Self::declare`].

@@ -27,6 +27,11 @@ impl<T> Registry<T> {
         self
     }
 
+    /// The gate to the group's flow authority, in a partitioned group.
+    pub fn gate(&mut self) -> Option<&mut crate::dispatch::group_gate::GroupGate> {
+        self.group.as_mut()
+    }
+
     /// Whether keys and limits are the group's.
     pub fn in_group(&self) -> bool {
         self.group.is_some()

@@ -18,7 +18,7 @@ use tonic::{Request, Response, Status, Streaming};
 use weft_proto::v1 as pb;
 use weft_proto::v1::group_service_server::GroupService;
 
-use crate::dispatch::group_flow::{Answer, Ask, Keyed};
+use crate::dispatch::group_flow::{Answer, Ask, Keyed, RunRefusal};
 use crate::dispatch::group_gate::ToAuthority;
 use crate::dispatch::limits::{Settlement, Subject, Target};
 use crate::term::Role;
@@ -155,6 +155,20 @@ fn from_wire(message: pb::FlowRequest) -> Option<ToAuthority> {
         },
         pb::flow_request::What::Release(ticket) => ToAuthority::Release(ticket),
         pb::flow_request::What::Declared(_) => ToAuthority::Declared,
+        pb::flow_request::What::AdmitRun(ask) => ToAuthority::AdmitRun {
+            ticket: ask.ticket,
+            namespace: ask.namespace,
+        },
+        pb::flow_request::What::Going(going) => ToAuthority::Going {
+            partition: going.partition,
+            revision: going.revision,
+            counts: going.counts.into_iter().collect(),
+        },
+        pb::flow_request::What::Spent(spent) => ToAuthority::Spent {
+            namespace: spent.namespace,
+            tokens: spent.tokens,
+            cost: spent.cost,
+        },
     })
 }
 
@@ -200,12 +214,62 @@ pub fn to_wire(request: ToAuthority) -> pb::FlowRequest {
         }),
         ToAuthority::Release(ticket) => pb::flow_request::What::Release(ticket),
         ToAuthority::Declared => pb::flow_request::What::Declared(true),
+        ToAuthority::AdmitRun { ticket, namespace } => {
+            pb::flow_request::What::AdmitRun(pb::FlowAdmitRun { ticket, namespace })
+        }
+        ToAuthority::Going {
+            partition,
+            revision,
+            counts,
+        } => pb::flow_request::What::Going(pb::FlowGoing {
+            partition,
+            revision,
+            counts: counts.into_iter().collect(),
+        }),
+        ToAuthority::Spent {
+            namespace,
+            tokens,
+            cost,
+        } => pb::flow_request::What::Spent(pb::FlowSpent {
+            namespace,
+            tokens,
+            cost,
+        }),
     };
     pb::FlowRequest { what: Some(what) }
 }
 
 fn answer_to_wire(answer: Answer) -> pb::FlowAnswer {
     match answer {
+        Answer::RunAdmitted { ticket } => pb::FlowAnswer {
+            ticket,
+            granted: true,
+            run: Some(pb::FlowRunAnswer {
+                admitted: true,
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+        Answer::RunRefused { ticket, refusal } => {
+            let run = match refusal {
+                RunRefusal::TooMany { running, max } => pb::FlowRunAnswer {
+                    admitted: false,
+                    running: running as u64,
+                    max,
+                    day_spent: String::new(),
+                },
+                RunRefusal::DaySpent(why) => pb::FlowRunAnswer {
+                    admitted: false,
+                    day_spent: why,
+                    ..Default::default()
+                },
+            };
+            pb::FlowAnswer {
+                ticket,
+                run: Some(run),
+                ..Default::default()
+            }
+        }
         Answer::Granted { ticket, limited } => pb::FlowAnswer {
             ticket,
             granted: true,
@@ -224,12 +288,33 @@ fn answer_to_wire(answer: Answer) -> pb::FlowAnswer {
             limit: limit.to_string(),
             wait_ms: wait.map(|wait| wait.as_millis() as u64),
             keyed,
+            run: None,
         },
     }
 }
 
 /// The authority's answer as the member's core takes it.
 pub fn answer_from_wire(answer: pb::FlowAnswer) -> Answer {
+    if let Some(run) = answer.run {
+        return if run.admitted {
+            Answer::RunAdmitted {
+                ticket: answer.ticket,
+            }
+        } else if !run.day_spent.is_empty() {
+            Answer::RunRefused {
+                ticket: answer.ticket,
+                refusal: RunRefusal::DaySpent(run.day_spent),
+            }
+        } else {
+            Answer::RunRefused {
+                ticket: answer.ticket,
+                refusal: RunRefusal::TooMany {
+                    running: run.running as usize,
+                    max: run.max,
+                },
+            }
+        };
+    }
     if answer.granted {
         Answer::Granted {
             ticket: answer.ticket,
@@ -281,7 +366,29 @@ mod tests {
                 rate_limited: Some(Some(Duration::from_millis(1500))),
             },
         };
-        for request in [ask, settle, ToAuthority::Release(9), ToAuthority::Declared] {
+        let going = ToAuthority::Going {
+            partition: 3,
+            revision: 42,
+            counts: [("acme".to_owned(), 2)].into(),
+        };
+        let admit = ToAuthority::AdmitRun {
+            ticket: 5,
+            namespace: "acme".into(),
+        };
+        let spent = ToAuthority::Spent {
+            namespace: "acme".into(),
+            tokens: 10,
+            cost: 0.5,
+        };
+        for request in [
+            ask,
+            settle,
+            ToAuthority::Release(9),
+            ToAuthority::Declared,
+            going,
+            admit,
+            spent,
+        ] {
             assert_eq!(from_wire(to_wire(request.clone())), Some(request));
         }
         for answer in [
@@ -294,6 +401,15 @@ mod tests {
                 limit: "concurrency key 'k' (max 1)".into(),
                 wait: Some(Duration::from_millis(250)),
                 keyed: true,
+            },
+            Answer::RunAdmitted { ticket: 5 },
+            Answer::RunRefused {
+                ticket: 6,
+                refusal: RunRefusal::TooMany { running: 3, max: 3 },
+            },
+            Answer::RunRefused {
+                ticket: 7,
+                refusal: RunRefusal::DaySpent("spent".into()),
             },
         ] {
             assert_eq!(answer_from_wire(answer_to_wire(answer.clone())), answer);

@@ -33,7 +33,9 @@ impl From<SubmitError> for Status {
             | SubmitError::InputTooLarge { .. }
             | SubmitError::TooManyRuns { .. }
             | SubmitError::DaySpent(_) => Status::resource_exhausted(error.to_string()),
-            SubmitError::Store(_) => Status::unavailable(error.to_string()),
+            SubmitError::Store(_) | SubmitError::FlowUnanswered(_) => {
+                Status::unavailable(error.to_string())
+            }
             SubmitError::ReferenceNotHeld { .. } => Status::failed_precondition(error.to_string()),
             _ => Status::invalid_argument(error.to_string()),
         }

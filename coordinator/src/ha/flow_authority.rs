@@ -75,11 +75,14 @@ impl AuthoritySlot {
         slot.as_ref().filter(|h| !h.tx.is_closed()).cloned()
     }
 
-    /// Starts the authority over `limits`; it stops when `stop` is
-    /// cancelled (partition 0 drained or abandoned).
+    /// Starts the authority over `limits`, the namespaces' `caps` on runs
+    /// going and their day budgets; it stops when `stop` is cancelled
+    /// (partition 0 drained or abandoned).
     pub fn start(
         &self,
         limits: Vec<LimitSpec>,
+        caps: std::collections::HashMap<String, u32>,
+        days: crate::day_spend::DaySpend,
         keeper: Keeper,
         stop: CancellationToken,
         tracker: &TaskTracker,
@@ -88,7 +91,8 @@ impl AuthoritySlot {
         let now = std::time::Instant::now();
         let members = self.view.borrow().members.values().cloned().collect();
         let authority = FlowAuthority::new(RateLimits::new(limits, now))
-            .recounting(members, now + self.lease * 2);
+            .recounting(members, now + self.lease * 2)
+            .with_runs(caps, days);
         *self.running.lock().unwrap_or_else(|e| e.into_inner()) = Some(AuthorityHandle { tx });
         let slot = self.clone();
         tracker.spawn(async move {
@@ -150,6 +154,7 @@ async fn run(
         authority
             .rates()
             .restore(&state.limits, std::time::Instant::now());
+        authority.days().restore(state.days.clone());
         kept = state;
     }
     let mut ticks = tokio::time::interval(flow_state::EVERY);
@@ -163,8 +168,9 @@ async fn run(
             () = stop.cancelled() => break,
             _ = ticks.tick() => {
                 let windows = authority.rates().windows(std::time::Instant::now());
-                if windows != kept.limits {
-                    let state = FlowState { limits: windows, days: kept.days.clone() };
+                let days = authority.days().snapshot();
+                if windows != kept.limits || days != kept.days {
+                    let state = FlowState { limits: windows, days };
                     match flow_state::write(&keeper, &state).await {
                         Ok(()) => kept = state,
                         Err(error) => tracing::warn!(%error, "the group's limits' windows were not kept; trying again"),
@@ -198,6 +204,17 @@ async fn run(
                             Some((name, _)) => authority.declared(&name.clone(), now),
                             None => Vec::new(),
                         },
+                        ToAuthority::AdmitRun { ticket, namespace } => {
+                            authority.admit_run(member, ticket, namespace, now_ms())
+                        }
+                        ToAuthority::Going { partition, revision, counts } => {
+                            authority.report_going(partition, revision, counts.into_iter().collect());
+                            Vec::new()
+                        }
+                        ToAuthority::Spent { namespace, tokens, cost } => {
+                            authority.spend(&namespace, tokens, cost, now_ms());
+                            Vec::new()
+                        }
                     },
                     Command::Gone { member } => {
                         members.remove(&member);
@@ -212,4 +229,11 @@ async fn run(
             }
         }
     }
+}
+
+/// Milliseconds since 1970, for the day budgets.
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |since| since.as_millis() as i64)
 }

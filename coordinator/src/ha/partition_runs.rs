@@ -288,6 +288,8 @@ impl Shared {
         for id in served.runs.ids() {
             self.dispatcher.forget(id);
         }
+        // Its next leader reports its runs going to the group.
+        self.dispatcher.partition_gone(partition.0);
     }
 }
 
@@ -336,8 +338,11 @@ impl Runtime for PartitionRuns {
         if partition.0 == 0
             && let Some(slot) = &shared.authority
         {
+            let runs = shared.config.runs();
             slot.start(
                 shared.config.rate_limits.clone(),
+                runs.max_running_runs,
+                crate::day_spend::DaySpend::new(runs.day_budgets),
                 keeper.clone(),
                 stop.clone(),
                 &tracker,
@@ -373,6 +378,15 @@ impl Runtime for PartitionRuns {
                         s.restored = true;
                     }
                     shared.restores.send_modify(|count| *count += 1);
+                    // The group counts the runs going in it from now on.
+                    if !shared
+                        .config
+                        .namespaces
+                        .iter()
+                        .all(|ns| ns.max_running_runs.is_none())
+                    {
+                        tracker.spawn(report_going(runs.clone(), stop.clone()));
+                    }
                     return;
                 }
                 Err(error) => tracing::error!(
@@ -391,6 +405,22 @@ impl Runtime for PartitionRuns {
         let served = self.shared.served().remove(&partition);
         if let Some(served) = served {
             self.shared.stop(partition, served).await;
+        }
+    }
+}
+
+/// How often a partition's runs going are reported to the group's flow
+/// authority (only a change is sent on; a new run is reported at once).
+const GOING_EVERY: Duration = Duration::from_millis(250);
+
+/// Reports the runs going in a partition led here until `stop`.
+async fn report_going(runs: Runs, stop: CancellationToken) {
+    let mut every = tokio::time::interval(GOING_EVERY);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => return,
+            _ = every.tick() => runs.report_going(),
         }
     }
 }

@@ -69,8 +69,22 @@ impl Runs {
     ) -> Result<Accepted, SubmitError> {
         // Before the graph is parsed: an input too large is refused as that.
         self.check_input_size(input_json)?;
-        self.check_running(&owner.namespace)?;
-        self.check_day(&owner.namespace)?;
+        let ticket = self.admit_new(&owner.namespace).await?;
+        let started = self
+            .submit_admitted(bundle, input_json, references, owner)
+            .await;
+        self.admitted(ticket);
+        started
+    }
+
+    /// [`Runs::submit_with`] once the run's namespace may have another.
+    async fn submit_admitted(
+        &self,
+        bundle: Bundle,
+        input_json: &str,
+        references: &[InputReference],
+        owner: Owner,
+    ) -> Result<Accepted, SubmitError> {
         let referenced = self.referenced(references, &owner.namespace, input_json.len())?;
         let parsed = self.parsed.parse(&bundle)?;
         self.admit(Submission {

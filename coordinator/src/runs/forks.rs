@@ -40,13 +40,28 @@ impl Runs {
         owner: Owner,
         max_bundle_bytes: usize,
     ) -> Result<(Accepted, HistoryPoint), SubmitError> {
+        let ticket = self.admit_new(&owner.namespace).await?;
+        let forked = self
+            .fork_admitted(original, at, set, owner, max_bundle_bytes)
+            .await;
+        self.admitted(ticket);
+        forked
+    }
+
+    /// [`Runs::fork`] once the fork's namespace may have another run.
+    async fn fork_admitted(
+        &self,
+        original: &str,
+        at: Option<HistoryPoint>,
+        set: Map<String, Value>,
+        owner: Owner,
+        max_bundle_bytes: usize,
+    ) -> Result<(Accepted, HistoryPoint), SubmitError> {
         let keeper = self.store.as_ref().ok_or_else(|| {
             SubmitError::Fork(
                 "this coordinator keeps no run history: it runs without a store".into(),
             )
         })?;
-        self.check_running(&owner.namespace)?;
-        self.check_day(&owner.namespace)?;
         let store = keeper.store();
         let place = history::at(store, original, at)
             .await

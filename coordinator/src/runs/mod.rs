@@ -34,6 +34,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::bundle::{BlobStore, BundleError};
 use crate::dispatch::DispatcherHandle;
+use crate::dispatch::group_flow::RunRefusal;
 use crate::durable::Keeper;
 use crate::durable::blob_refs::BlobRefs;
 use crate::run_actor::{RunHandle, RunLimits, RunRequestError, RunView};
@@ -92,6 +93,12 @@ pub enum SubmitError {
     /// not fit the state).
     #[error("{0}")]
     Fork(String),
+    /// The group's flow authority, which counts a partitioned group's
+    /// runs going and day budgets, did not answer in time.
+    #[error(
+        "the group's flow control (partition 0's leader) did not answer within {0:?}, so the namespace's max_running_runs and day budget cannot be checked; try again"
+    )]
+    FlowUnanswered(std::time::Duration),
     /// The input is larger than the configured limit.
     #[error("the input is {size} bytes, more than the limit of {limit}")]
     InputTooLarge {
@@ -115,6 +122,10 @@ pub enum StoreRefusal {
     #[error("the coordinator is shutting down")]
     ShuttingDown,
 }
+
+/// How long a submission waits for a partitioned group's flow authority
+/// to admit its run.
+const GROUP_ADMISSION_PATIENCE: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Every run the coordinator holds.
 #[derive(Clone)]
@@ -233,6 +244,12 @@ impl Runs {
     /// Serves partition `partition` of `partitioning` only.
     pub fn in_partition(mut self, partitioning: Partitioning, partition: PartitionId) -> Self {
         self.home = Some((partitioning, partition));
+        // What its calls spend counts against the group's day budgets.
+        let dispatcher = self.dispatcher.clone();
+        self.spend
+            .forward_to(Box::new(move |namespace, tokens, cost| {
+                dispatcher.spent(namespace.to_owned(), tokens, cost);
+            }));
         self
     }
 
@@ -256,6 +273,68 @@ impl Runs {
     /// What namespaces with a day budget spent today.
     pub fn day_spend(&self) -> &Arc<crate::day_spend::DaySpend> {
         &self.spend
+    }
+
+    /// Decides whether a new run of `namespace` may start under its
+    /// `max_running_runs` and day budget: here for a lone coordinator, by
+    /// the group's flow authority in a partitioned group (then the ticket
+    /// to pass to [`Runs::admitted`] once the run started or failed).
+    pub(super) async fn admit_new(&self, namespace: &str) -> Result<Option<u64>, SubmitError> {
+        if self.home.is_none() {
+            self.check_running(namespace)?;
+            self.check_day(namespace)?;
+            return Ok(None);
+        }
+        if !self.max_running_runs.contains_key(namespace) && !self.spend.has_budget(namespace) {
+            return Ok(None);
+        }
+        let asked = self.dispatcher.admit_run(namespace.to_owned());
+        match tokio::time::timeout(GROUP_ADMISSION_PATIENCE, asked).await {
+            Ok(Ok(ticket)) => Ok(Some(ticket)),
+            Ok(Err(Some(RunRefusal::TooMany { running, max }))) => Err(SubmitError::TooManyRuns {
+                namespace: namespace.to_owned(),
+                running,
+                max,
+            }),
+            Ok(Err(Some(RunRefusal::DaySpent(why)))) => Err(SubmitError::DaySpent(why)),
+            Ok(Err(None)) => Err(SubmitError::Store(StoreRefusal::ShuttingDown)),
+            Err(_) => Err(SubmitError::FlowUnanswered(GROUP_ADMISSION_PATIENCE)),
+        }
+    }
+
+    /// A run the group admitted started (or did not): the runs going in
+    /// this partition are reported, the new one among them, and only then
+    /// is its admission's ticket released, so the group counts it once
+    /// and at every moment.
+    pub(super) fn admitted(&self, ticket: Option<u64>) {
+        if let Some(ticket) = ticket {
+            self.report_going();
+            self.dispatcher.release_run(ticket);
+        }
+    }
+
+    /// Reports the runs going in this partition of a group, by namespace
+    /// with a `max_running_runs`, to the group's flow authority.
+    pub fn report_going(&self) {
+        let Some((_, partition)) = self.home else {
+            return;
+        };
+        if self.max_running_runs.is_empty() {
+            return;
+        }
+        let revision = self
+            .store
+            .as_ref()
+            .and_then(|keeper| keeper.fence())
+            .map_or(0, |fence| fence.revision);
+        let counts = {
+            let mut inner = self.inner.write().unwrap_or_else(|e| e.into_inner());
+            self.max_running_runs
+                .keys()
+                .map(|namespace| (namespace.clone(), inner.tallies.going(namespace) as u32))
+                .collect()
+        };
+        self.dispatcher.report_going(partition.0, revision, counts);
     }
 
     /// Refuses a new run of `namespace` when as many of its runs are going

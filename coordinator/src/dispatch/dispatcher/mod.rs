@@ -144,6 +144,26 @@ enum Command {
     GroupDisconnected {
         generation: u64,
     },
+    AdmitRun {
+        namespace: String,
+        reply: oneshot::Sender<Result<u64, super::group_flow::RunRefusal>>,
+    },
+    ReleaseRun {
+        ticket: u64,
+    },
+    Going {
+        partition: u32,
+        revision: i64,
+        counts: std::collections::BTreeMap<String, u32>,
+    },
+    PartitionGone {
+        partition: u32,
+    },
+    Spent {
+        namespace: String,
+        tokens: u64,
+        cost: f64,
+    },
 }
 
 /// The connected workers, and every function any worker has announced.
@@ -278,6 +298,57 @@ impl DispatcherHandle {
     pub fn group_disconnected(&self, generation: u64) {
         let _ = self.tx.send(Command::GroupDisconnected { generation });
     }
+
+    /// Asks the group's flow authority whether a new run of `namespace`
+    /// may start: its ticket (to release once the run is counted in its
+    /// partition's report), or why not. Waits while no authority is
+    /// connected; `Err(None)` if the coordinator is stopping.
+    pub async fn admit_run(
+        &self,
+        namespace: String,
+    ) -> Result<u64, Option<super::group_flow::RunRefusal>> {
+        let (reply, answer) = oneshot::channel();
+        self.tx
+            .send(Command::AdmitRun { namespace, reply })
+            .map_err(|_| None)?;
+        answer.await.map_err(|_| None)?.map_err(Some)
+    }
+
+    /// An admitted run is counted in its partition's report now (or did
+    /// not start).
+    pub fn release_run(&self, ticket: u64) {
+        let _ = self.tx.send(Command::ReleaseRun { ticket });
+    }
+
+    /// The runs going in `partition` (led here under `revision`), by
+    /// namespace, for the group's flow authority.
+    pub fn report_going(
+        &self,
+        partition: u32,
+        revision: i64,
+        counts: std::collections::BTreeMap<String, u32>,
+    ) {
+        let _ = self.tx.send(Command::Going {
+            partition,
+            revision,
+            counts,
+        });
+    }
+
+    /// `partition` is no longer led here.
+    pub fn partition_gone(&self, partition: u32) {
+        let _ = self.tx.send(Command::PartitionGone { partition });
+    }
+
+    /// A model call spent `tokens` and `cost` of `namespace`'s day, for
+    /// the group's flow authority.
+    pub fn spent(&self, namespace: String, tokens: u64, cost: f64) {
+        let _ = self.tx.send(Command::Spent {
+            namespace,
+            tokens,
+            cost,
+        });
+    }
 }
 
 /// Starts the dispatcher on `tracker`; it stops when `shutdown` is
@@ -300,6 +371,7 @@ pub fn spawn_dispatcher(
             registry
         },
         group_link: None,
+        run_admissions: Default::default(),
         links: foldhash::HashMap::default(),
         call_timeout: config.call_timeout,
         tool_calls: 0,
@@ -378,6 +450,9 @@ struct Dispatcher {
     sharing: usize,
     /// The connection to the group's flow authority, by generation.
     group_link: Option<(u64, mpsc::UnboundedSender<super::group_gate::ToAuthority>)>,
+    /// Submissions waiting for the group to admit their run, by ticket.
+    run_admissions:
+        foldhash::HashMap<u64, oneshot::Sender<Result<u64, super::group_flow::RunRefusal>>>,
 }
 
 fn now() -> std::time::Instant {
@@ -539,13 +614,68 @@ impl Dispatcher {
                 Vec::new()
             }
             Command::GroupAnswer { generation, answer } => {
-                if self
+                if !self
                     .group_link
                     .as_ref()
                     .is_some_and(|(g, _)| *g == generation)
-                    && self.registry.group_answer(answer)
                 {
-                    self.place();
+                    return;
+                }
+                match answer {
+                    super::group_flow::Answer::RunAdmitted { ticket } => {
+                        self.run_answered(ticket, Ok(ticket));
+                    }
+                    super::group_flow::Answer::RunRefused { ticket, refusal } => {
+                        self.run_answered(ticket, Err(refusal));
+                    }
+                    answer => {
+                        if self.registry.group_answer(answer) {
+                            self.place();
+                        }
+                    }
+                }
+                Vec::new()
+            }
+            Command::AdmitRun { namespace, reply } => {
+                if let Some(gate) = self.registry.gate() {
+                    let ticket = gate.admit_run(namespace);
+                    self.run_admissions.insert(ticket, reply);
+                } else {
+                    // Not in a group: nothing counts it but the runs' own
+                    // registry.
+                    let _ = reply.send(Ok(0));
+                }
+                Vec::new()
+            }
+            Command::ReleaseRun { ticket } => {
+                if let Some(gate) = self.registry.gate() {
+                    gate.release_run(ticket);
+                }
+                Vec::new()
+            }
+            Command::Going {
+                partition,
+                revision,
+                counts,
+            } => {
+                if let Some(gate) = self.registry.gate() {
+                    gate.report_going(partition, revision, counts);
+                }
+                Vec::new()
+            }
+            Command::PartitionGone { partition } => {
+                if let Some(gate) = self.registry.gate() {
+                    gate.forget_partition(partition);
+                }
+                Vec::new()
+            }
+            Command::Spent {
+                namespace,
+                tokens,
+                cost,
+            } => {
+                if let Some(gate) = self.registry.gate() {
+                    gate.spent(namespace, tokens, cost);
                 }
                 Vec::new()
             }
@@ -679,6 +809,23 @@ impl Dispatcher {
             {
                 link.demand_told = Some(queued);
             }
+        }
+    }
+
+    /// Answers the submission that asked for run admission `ticket`.
+    fn run_answered(&mut self, ticket: u64, answer: Result<u64, super::group_flow::RunRefusal>) {
+        let asked = self
+            .registry
+            .gate()
+            .is_some_and(|gate| gate.run_answered(ticket));
+        let Some(reply) = self.run_admissions.remove(&ticket).filter(|_| asked) else {
+            return;
+        };
+        if let Err(Ok(_)) = reply.send(answer)
+            && let Some(gate) = self.registry.gate()
+        {
+            // The submission gave up waiting: the admission is not used.
+            gate.release_run(ticket);
         }
     }
 

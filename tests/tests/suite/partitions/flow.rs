@@ -317,3 +317,132 @@ async fn the_flow_authority_moves_with_partition_0_and_nothing_waits_for_good() 
     assert_eq!(peak(&spans), 1, "after the move: {spans:?}");
     Ok(())
 }
+
+/// A script step that sleeps `seconds`.
+fn sleeping(seconds: &str) -> GraphBundle {
+    GraphBundle::from_text(
+        "sleep.yaml",
+        &format!(
+            "nodes:\n  nap: {{ kind: script, start: true, end: true, run: [sh, -c, 'sleep {seconds}; echo {{}}'] }}\n"
+        ),
+    )
+}
+
+#[tokio::test]
+async fn a_namespaces_running_cap_and_day_budget_hold_across_partitions() -> anyhow::Result<()> {
+    use weft_tests::llm_server::{Reply, TestLlm};
+    const KEY: &str = "sk-group-days";
+    let llm = TestLlm::start(KEY, |_, _| Reply::Text("ok".into())).await?;
+    let etcd = TestEtcd::start().await?;
+    let dir = std::env::temp_dir().join(format!(
+        "weft-group-caps-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)?
+            .as_nanos()
+    ));
+    std::fs::create_dir_all(&dir)?;
+    let config = dir.join("coordinator.toml");
+    std::fs::write(
+        &config,
+        "[[namespaces]]\nname = \"default\"\nmax_running_runs = 2\ntokens_per_day = 20\n",
+    )?;
+    let config = config.display().to_string();
+    let env = [("WEFT_PARTITIONS", "4"), ("WEFT_CONFIG", config.as_str())];
+    let mut group = TestGroup::start_on(etcd, 3, 3, &env, EtcdTls::default()).await?;
+    for index in 0..3 {
+        group
+            .wait_for_log(
+                &format!("coordinator-{index}"),
+                "connected to the group's flow authority",
+                1,
+            )
+            .await?;
+    }
+    group.add_llm_worker("w", 8, &llm.url, KEY)?;
+    group.wait_for_log("w", "joined the coordinator", 3).await?;
+    let clients = [
+        group.client(0).await?,
+        group.client(1).await?,
+        group.client(2).await?,
+    ];
+    // Two runs going, made through two coordinators (so in partitions two
+    // different coordinators lead): a third, through the third, is
+    // refused with the group's count.
+    let nap = sleeping("3");
+    let first = clients[0]
+        .submit_bundle(nap.clone(), &json!({}))
+        .await?
+        .run_id;
+    let second = clients[1]
+        .submit_bundle(nap.clone(), &json!({}))
+        .await?
+        .run_id;
+    assert_ne!(
+        partition_of(&group, &first).await?,
+        partition_of(&group, &second).await?
+    );
+    let refused = clients[2]
+        .submit_bundle(nap.clone(), &json!({}))
+        .await
+        .expect_err("two runs are going in the group");
+    assert!(
+        refused.to_string().contains(
+            "namespace 'default' has 2 runs going, its max_running_runs is 2: submit again once one has ended"
+        ),
+        "{refused}"
+    );
+    for id in [&first, &second] {
+        let done = clients[2].wait(id).await?;
+        assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error);
+    }
+    // Once they ended (and their partitions reported it), runs are taken
+    // again.
+    let ask = GraphBundle::from_text(
+        "ask.yaml",
+        "nodes:\n  ask: { kind: llm, start: true, prompt: \"Say something long enough.\" }\n",
+    );
+    let deadline = std::time::Instant::now() + weft_tests::PATIENCE;
+    let asked = loop {
+        match clients[2].submit_bundle(ask.clone(), &json!({})).await {
+            Ok(run) => break run.run_id,
+            Err(error) => {
+                assert!(error.to_string().contains("max_running_runs"), "{error}");
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "still refused: {error}"
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    };
+    // That run's call spends the namespace's day (20 tokens), counted by
+    // the group: a run through another coordinator is refused for it.
+    let done = clients[2].wait(&asked).await?;
+    assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error);
+    let spent = done.usage.prompt_tokens + done.usage.completion_tokens;
+    assert!(spent >= 20, "the run spent only {spent} tokens");
+    let mut accepted = 0;
+    let refused = loop {
+        match clients[0].submit_bundle(ask.clone(), &json!({})).await {
+            Err(error) => break error,
+            Ok(run) => {
+                // The spend had not reached the group yet: this run spends
+                // more, and the next is refused.
+                accepted += 1;
+                assert!(accepted < 3, "runs are still taken after the day was spent");
+                clients[0].wait(&run.run_id).await?;
+            }
+        }
+    };
+    assert!(
+        refused
+            .to_string()
+            .contains("namespace 'default' has spent")
+            && refused
+                .to_string()
+                .contains("tokens today, its tokens_per_day is 20"),
+        "{refused}"
+    );
+    Ok(())
+}
