@@ -614,10 +614,10 @@ impl Dispatcher {
                 Vec::new()
             }
             Command::GroupAnswer { generation, answer } => {
-                if !self
+                if self
                     .group_link
                     .as_ref()
-                    .is_some_and(|(g, _)| *g == generation)
+                    .is_none_or(|(g, _)| *g != generation)
                 {
                     return;
                 }
