@@ -225,6 +225,27 @@ async fn a_key_and_a_limit_hold_across_the_partitions_of_three_coordinators() ->
         "{}",
         group.log(zero)
     );
+    // Nobody but a member opens the authority's stream: no key, or a
+    // wrong one, is refused.
+    for key in [None, Some("not-the-group-key")] {
+        let mut client = weft_proto::v1::group_service_client::GroupServiceClient::connect(
+            group.url(zero).to_owned(),
+        )
+        .await?;
+        let mut request =
+            tonic::Request::new(tokio_stream::iter(Vec::<weft_proto::v1::FlowRequest>::new()));
+        if let Some(key) = key {
+            request
+                .metadata_mut()
+                .insert("x-weft-group-key", key.parse()?);
+        }
+        let refused = client.flow(request).await.expect_err("not a member");
+        assert_eq!(refused.code(), tonic::Code::Unauthenticated, "{refused:?}");
+        assert!(
+            refused.message().contains("only members of the group"),
+            "{refused:?}"
+        );
+    }
     // It keeps the limit's window in the group's store.
     let store = weft_store::EtcdStore::connect(std::slice::from_ref(&group.etcd.url))?;
     let kept = || async {
