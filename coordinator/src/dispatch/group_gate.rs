@@ -235,15 +235,17 @@ impl GroupGate {
         }
     }
 
-    /// Start asks not granted yet: the registry asks for no more than its
-    /// free slots.
+    /// Start asks not answered yet: the registry has no more out at once
+    /// than its free slots. (One the authority said waits is parked there,
+    /// and does not keep others from being asked: a task behind a full
+    /// key must not hold back one whose key is free.)
     pub fn unanswered_starts(&self) -> usize {
         self.starts
             .values()
             .filter(|t| {
                 self.tickets
                     .get(t)
-                    .is_some_and(|a| !matches!(a.state, State::Granted { .. }))
+                    .is_some_and(|a| matches!(a.state, State::Asking))
             })
             .count()
     }
@@ -475,6 +477,8 @@ mod tests {
             gate.start(&job(1), keyed(), None, 0),
             Gated::Waits { keyed: true, .. }
         ));
+        // Parked at the authority: no longer unanswered.
+        assert_eq!(gate.unanswered_starts(), 0);
         assert!(gate.answer(Answer::Granted {
             ticket: 1,
             limited: true

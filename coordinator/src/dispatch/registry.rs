@@ -31,7 +31,7 @@
 //! - queued tasks are offered fair across namespaces and by priority
 //!   within one ([`super::queue`]).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::time::{Duration, Instant};
 use weft_proto::RunId;
 
@@ -160,6 +160,9 @@ pub struct Registry<T> {
     /// In a partitioned group: the keys and limits are the group's, asked
     /// of its flow authority (`rates` then only says what a limit counts).
     group: Option<super::group_gate::GroupGate>,
+    /// Runs whose queued tasks are not placed: their partition is being
+    /// handed over, and waits for their tasks in flight to end.
+    held_runs: HashSet<RunId>,
 }
 
 impl<T> Registry<T> {
@@ -180,6 +183,7 @@ impl<T> Registry<T> {
             permits: VecDeque::new(),
             wake: None,
             group: None,
+            held_runs: HashSet::new(),
         }
     }
 
@@ -412,6 +416,10 @@ impl<T> Registry<T> {
             let Some(job) = self.jobs.get(&id) else {
                 continue;
             };
+            if !self.held_runs.is_empty() && self.held_runs.contains(&id.run) {
+                skipped.push((id, namespace, priority));
+                continue;
+            }
             if let Some(needs) = &job.flow
                 && let Some((_, wait)) = held.iter().find(|(subject, _)| *subject == needs.subject)
             {
@@ -552,6 +560,7 @@ impl<T> Registry<T> {
     /// Drops every job of a run (it has ended), and its budget.
     pub fn forget_run(&mut self, run: &RunId) -> Vec<Decision<T>> {
         self.budgets.forget(run);
+        self.held_runs.remove(run);
         let mut ids: Vec<JobId> = self
             .jobs
             .keys()
@@ -561,6 +570,23 @@ impl<T> Registry<T> {
         ids.sort();
         self.lineage_losses.retain(|lineage, _| lineage.run != *run);
         ids.iter().flat_map(|id| self.remove(id)).collect()
+    }
+
+    /// Places none of `runs`' queued tasks from now on (until they are
+    /// forgotten): their partition is handed over once their tasks in
+    /// flight end.
+    pub fn hold_runs(&mut self, runs: impl IntoIterator<Item = RunId>) {
+        self.held_runs.extend(runs);
+    }
+
+    /// How many of `runs`' tasks run on workers now.
+    pub fn running_of(&self, runs: &HashSet<RunId>) -> usize {
+        self.jobs
+            .iter()
+            .filter(|(id, job)| {
+                runs.contains(&id.run) && matches!(job.place, Place::Running { .. })
+            })
+            .count()
     }
 
     /// The workers, in id order.

@@ -873,3 +873,30 @@ fn weights_give_a_namespace_its_share_of_the_slots() {
 
 #[path = "registry_share_tests.rs"]
 mod shared_slots;
+
+/// A run held for its partition's hand-over: its tasks in flight finish,
+/// none of its queued ones is placed, another run's are.
+#[test]
+fn a_held_runs_queued_tasks_wait_while_its_running_ones_finish() {
+    let now = Instant::now();
+    let mut reg = registry();
+    let a = reg.join(worker("a", 2, &[]), now).unwrap();
+    reg.submit(task(1));
+    assert_eq!(sends(&reg.place(now)), vec![(a, 1)]);
+    reg.submit(task(2));
+    let mut other = task(3);
+    other.id.run = RunId::from("other");
+    reg.submit(other);
+    let held: HashSet<RunId> = [RunId::from("run")].into();
+    reg.hold_runs(held.iter().cloned());
+    assert_eq!(reg.running_of(&held), 1);
+    let placed = reg.place(now);
+    assert_eq!(placed.len(), 1, "only the other run's task is placed");
+    reg.finish(a, &id(1), now).expect("a held task 1");
+    assert_eq!(reg.running_of(&held), 0);
+    assert!(sends(&reg.place(now)).is_empty(), "task 2 stays queued");
+    // Forgotten (the partition moved), the hold goes with it.
+    reg.forget_run(&RunId::from("run"));
+    reg.submit(task(4));
+    assert_eq!(sends(&reg.place(now)), vec![(a, 4)]);
+}

@@ -37,6 +37,11 @@ use crate::run_actor::StepMarks;
 use crate::runs::Runs;
 use crate::term::runs_over;
 
+/// How long a planned hand-over waits for the tasks in flight of the
+/// partition's runs to end (their results then merged here, not run again
+/// by the next leader).
+const TASKS_PATIENCE: Duration = Duration::from_secs(3);
+
 /// How long a drained partition's run actors and checkpoint writers may
 /// take to stop before the hand-over goes on without them.
 const DRAIN_PATIENCE: Duration = Duration::from_secs(10);
@@ -266,6 +271,41 @@ impl Shared {
         self.served.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Before a planned hand-over: no new task of the partition's runs is
+    /// placed, and the ones running are waited for, up to
+    /// [`TASKS_PATIENCE`], so that their results are merged and
+    /// checkpointed here rather than run again by the next leader.
+    async fn let_tasks_end(&self, partition: PartitionId, served: &Served) {
+        let runs: std::collections::HashSet<_> = served.runs.ids().into_iter().collect();
+        if runs.is_empty() {
+            return;
+        }
+        self.dispatcher.hold_runs(runs.iter().cloned().collect());
+        let began = std::time::Instant::now();
+        let mut pause = Duration::from_millis(10);
+        loop {
+            let running = self.dispatcher.running_of(runs.clone()).await;
+            if running == 0 {
+                tracing::info!(
+                    %partition,
+                    ms = began.elapsed().as_millis() as u64,
+                    "the partition's tasks in flight ended before its hand-over"
+                );
+                return;
+            }
+            if began.elapsed() >= TASKS_PATIENCE {
+                tracing::info!(
+                    %partition,
+                    running,
+                    "some of the partition's tasks still run; its next leader runs them again"
+                );
+                return;
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_millis(100));
+        }
+    }
+
     /// Stops what `served` runs and waits for it (its last checkpoints
     /// written, unless the fence refuses them); its tasks leave the
     /// dispatcher.
@@ -404,6 +444,7 @@ impl Runtime for PartitionRuns {
     async fn drain(&self, partition: PartitionId) {
         let served = self.shared.served().remove(&partition);
         if let Some(served) = served {
+            self.shared.let_tasks_end(partition, &served).await;
             self.shared.stop(partition, served).await;
         }
     }

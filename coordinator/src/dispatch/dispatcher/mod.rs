@@ -144,6 +144,13 @@ enum Command {
     GroupDisconnected {
         generation: u64,
     },
+    HoldRuns {
+        runs: Vec<RunId>,
+    },
+    RunningOf {
+        runs: std::collections::HashSet<RunId>,
+        reply: oneshot::Sender<usize>,
+    },
     AdmitRun {
         namespace: String,
         reply: oneshot::Sender<Result<u64, super::group_flow::RunRefusal>>,
@@ -312,6 +319,22 @@ impl DispatcherHandle {
             .send(Command::AdmitRun { namespace, reply })
             .map_err(|_| None)?;
         answer.await.map_err(|_| None)?.map_err(Some)
+    }
+
+    /// Places none of `runs`' queued tasks until they are forgotten (their
+    /// partition is being handed over).
+    pub fn hold_runs(&self, runs: Vec<RunId>) {
+        let _ = self.tx.send(Command::HoldRuns { runs });
+    }
+
+    /// How many of `runs`' tasks run on workers now (0 once the
+    /// dispatcher is gone).
+    pub async fn running_of(&self, runs: std::collections::HashSet<RunId>) -> usize {
+        let (reply, answer) = oneshot::channel();
+        if self.tx.send(Command::RunningOf { runs, reply }).is_err() {
+            return 0;
+        }
+        answer.await.unwrap_or(0)
     }
 
     /// An admitted run is counted in its partition's report now (or did
@@ -634,6 +657,14 @@ impl Dispatcher {
                         }
                     }
                 }
+                Vec::new()
+            }
+            Command::HoldRuns { runs } => {
+                self.registry.hold_runs(runs);
+                Vec::new()
+            }
+            Command::RunningOf { runs, reply } => {
+                let _ = reply.send(self.registry.running_of(&runs));
                 Vec::new()
             }
             Command::AdmitRun { namespace, reply } => {
