@@ -845,3 +845,20 @@ fn where_it_waits(pid: u32) -> String {
     }
     report
 }
+
+/// The most of `spans` (start and end times) open at one instant: how many
+/// steps that recorded when they ran overlapped at most. An end at the
+/// same instant as a start closes first.
+pub fn peak_overlap(spans: &[(f64, f64)]) -> usize {
+    let mut edges: Vec<(f64, i32)> = spans
+        .iter()
+        .flat_map(|&(start, end)| [(start, 1), (end, -1)])
+        .collect();
+    edges.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+    let (mut open, mut most) = (0i32, 0i32);
+    for (_, step) in edges {
+        open += step;
+        most = most.max(open);
+    }
+    most as usize
+}

@@ -368,15 +368,7 @@ impl<O: Clone + PartialEq> RateLimits<O> {
             }
             limit.in_flight += 1;
         }
-        self.last_grant += 1;
-        self.grants.insert(
-            self.last_grant,
-            Grant {
-                owner: owner.clone(),
-                taken: matched,
-            },
-        );
-        Ok(Some(self.last_grant))
+        Ok(Some(self.grant(owner, matched)))
     }
 
     /// Settles a grant of `owner`'s with what the call was: limits the call
@@ -462,15 +454,20 @@ impl<O: Clone + PartialEq> RateLimits<O> {
         for &(index, _) in &matched {
             self.limits[index].in_flight += 1;
         }
+        Some(self.grant(owner, matched))
+    }
+
+    /// Records a grant of `owner`'s that took `taken`; its number.
+    fn grant(&mut self, owner: &O, taken: Vec<(usize, u64)>) -> GrantId {
         self.last_grant += 1;
         self.grants.insert(
             self.last_grant,
             Grant {
                 owner: owner.clone(),
-                taken: matched,
+                taken,
             },
         );
-        Some(self.last_grant)
+        self.last_grant
     }
 
     /// Grants not yet settled.

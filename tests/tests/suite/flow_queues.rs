@@ -52,22 +52,6 @@ fn spans(state: &Value) -> Vec<(f64, f64)> {
         .collect()
 }
 
-/// The most spans open at one instant.
-fn peak(spans: &[(f64, f64)]) -> usize {
-    let mut edges: Vec<(f64, i32)> = spans
-        .iter()
-        .flat_map(|&(start, end)| [(start, 1), (end, -1)])
-        .collect();
-    // An end at the same instant as a start closes first.
-    edges.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
-    let (mut open, mut most) = (0i32, 0i32);
-    for (_, step) in edges {
-        open += step;
-        most = most.max(open);
-    }
-    most as usize
-}
-
 /// Three runs at once, over three workers with slots to spare: their
 /// steps under one key never run more than its `max` at once, whatever
 /// run or worker they are on; the key is full at times (it limits), and
@@ -102,7 +86,7 @@ async fn a_concurrency_key_holds_across_three_runs_on_three_workers() -> anyhow:
         }
     }
     assert_eq!(acme.len(), 12);
-    let most = peak(&acme);
+    let most = weft_tests::peak_overlap(&acme);
     assert!(
         most <= 2,
         "{most} of acme's steps ran at once, its key allows 2"

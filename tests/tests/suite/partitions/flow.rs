@@ -46,25 +46,14 @@ nodes:
     )
 }
 
-/// The most spans open at one instant.
-fn peak(spans: &[(f64, f64)]) -> usize {
-    let mut edges: Vec<(f64, i32)> = spans
-        .iter()
-        .flat_map(|&(start, end)| [(start, 1), (end, -1)])
-        .collect();
-    // An end at the same instant as a start closes first.
-    edges.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
-    let (mut open, mut most) = (0i32, 0i32);
-    for (_, step) in edges {
-        open += step;
-        most = most.max(open);
-    }
-    most as usize
-}
-
-/// Three coordinators of four partitions with [`LIMITS`], and a worker of
-/// eight slots serving them all.
-async fn limited_group() -> anyhow::Result<(TestGroup, Vec<Client>)> {
+/// Three coordinators of four partitions configured with `config`, each
+/// connected to the group's flow authority, and a worker of eight slots
+/// serving them all (`llm`: a test worker calling that model endpoint
+/// with that key).
+async fn flow_group(
+    config: &str,
+    llm: Option<(&str, &str)>,
+) -> anyhow::Result<(TestGroup, Vec<Client>)> {
     let etcd = TestEtcd::start().await?;
     let dir = std::env::temp_dir().join(format!(
         "weft-group-flow-{}-{}",
@@ -74,10 +63,10 @@ async fn limited_group() -> anyhow::Result<(TestGroup, Vec<Client>)> {
             .as_nanos()
     ));
     std::fs::create_dir_all(&dir)?;
-    let config = dir.join("coordinator.toml");
-    std::fs::write(&config, LIMITS)?;
-    let config = config.display().to_string();
-    let env = [("WEFT_PARTITIONS", "4"), ("WEFT_CONFIG", config.as_str())];
+    let file = dir.join("coordinator.toml");
+    std::fs::write(&file, config)?;
+    let file = file.display().to_string();
+    let env = [("WEFT_PARTITIONS", "4"), ("WEFT_CONFIG", file.as_str())];
     let mut group = TestGroup::start_on(etcd, 3, 3, &env, EtcdTls::default()).await?;
     for index in 0..3 {
         group
@@ -88,13 +77,21 @@ async fn limited_group() -> anyhow::Result<(TestGroup, Vec<Client>)> {
             )
             .await?;
     }
-    group.add_worker("w", 8)?;
+    match llm {
+        Some((url, key)) => group.add_llm_worker("w", 8, url, key)?,
+        None => group.add_worker("w", 8)?,
+    }
     group.wait_for_log("w", "joined the coordinator", 3).await?;
     let mut clients = Vec::new();
     for index in 0..3 {
         clients.push(group.client(index).await?);
     }
     Ok((group, clients))
+}
+
+/// [`flow_group`] with [`LIMITS`].
+async fn limited_group() -> anyhow::Result<(TestGroup, Vec<Client>)> {
+    flow_group(LIMITS, None).await
 }
 
 /// The run's partition, by the API of coordinator 0.
@@ -196,7 +193,11 @@ async fn a_key_and_a_limit_hold_across_the_partitions_of_three_coordinators() ->
         partitions.len() >= 3,
         "the runs were in partitions {partitions:?}"
     );
-    assert_eq!(peak(&spans), 1, "the key allows one at a time: {spans:?}");
+    assert_eq!(
+        weft_tests::peak_overlap(&spans),
+        1,
+        "the key allows one at a time: {spans:?}"
+    );
     assert!(
         told(&clients, &ids, "concurrency key 'acme' (max 1)").await? >= 1,
         "no step was told it waited for its key"
@@ -206,7 +207,7 @@ async fn a_key_and_a_limit_hold_across_the_partitions_of_three_coordinators() ->
     // slots).
     let free = span_graph(false);
     let (spans, ids) = run_all(&clients, &[0, 1, 2], &free, &json!({}), 12).await?;
-    let most = peak(&spans);
+    let most = weft_tests::peak_overlap(&spans);
     assert!(
         most <= 2,
         "{most} scripts ran at once, the limit allows 2: {spans:?}"
@@ -305,7 +306,11 @@ async fn the_flow_authority_moves_with_partition_0_and_nothing_waits_for_good() 
         let span = done.state["span"].as_array().expect("a span");
         spans.push((span[0].as_f64().unwrap(), span[1].as_f64().unwrap()));
     }
-    assert_eq!(peak(&spans), 1, "the key allows one at a time: {spans:?}");
+    assert_eq!(
+        weft_tests::peak_overlap(&spans),
+        1,
+        "the key allows one at a time: {spans:?}"
+    );
     // The authority runs on the new leader of partition 0, and each member
     // left connected to it again.
     let next = leader_of_zero(&group, others[0]).await?;
@@ -335,7 +340,11 @@ async fn the_flow_authority_moves_with_partition_0_and_nothing_waits_for_good() 
     );
     // After the move, the key still holds: more runs, one at a time.
     let (spans, _) = run_all(&clients, &others, &keyed, &input, 4).await?;
-    assert_eq!(peak(&spans), 1, "after the move: {spans:?}");
+    assert_eq!(
+        weft_tests::peak_overlap(&spans),
+        1,
+        "after the move: {spans:?}"
+    );
     Ok(())
 }
 
@@ -354,39 +363,8 @@ async fn a_namespaces_running_cap_and_day_budget_hold_across_partitions() -> any
     use weft_tests::llm_server::{Reply, TestLlm};
     const KEY: &str = "sk-group-days";
     let llm = TestLlm::start(KEY, |_, _| Reply::Text("ok".into())).await?;
-    let etcd = TestEtcd::start().await?;
-    let dir = std::env::temp_dir().join(format!(
-        "weft-group-caps-{}-{}",
-        std::process::id(),
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)?
-            .as_nanos()
-    ));
-    std::fs::create_dir_all(&dir)?;
-    let config = dir.join("coordinator.toml");
-    std::fs::write(
-        &config,
-        "[[namespaces]]\nname = \"default\"\nmax_running_runs = 2\ntokens_per_day = 20\n",
-    )?;
-    let config = config.display().to_string();
-    let env = [("WEFT_PARTITIONS", "4"), ("WEFT_CONFIG", config.as_str())];
-    let mut group = TestGroup::start_on(etcd, 3, 3, &env, EtcdTls::default()).await?;
-    for index in 0..3 {
-        group
-            .wait_for_log(
-                &format!("coordinator-{index}"),
-                "connected to the group's flow authority",
-                1,
-            )
-            .await?;
-    }
-    group.add_llm_worker("w", 8, &llm.url, KEY)?;
-    group.wait_for_log("w", "joined the coordinator", 3).await?;
-    let clients = [
-        group.client(0).await?,
-        group.client(1).await?,
-        group.client(2).await?,
-    ];
+    let config = "[[namespaces]]\nname = \"default\"\nmax_running_runs = 2\ntokens_per_day = 20\n";
+    let (group, clients) = flow_group(config, Some((&llm.url, KEY))).await?;
     // Two runs going, made through two coordinators (so in partitions two
     // different coordinators lead): a third, through the third, is
     // refused with the group's count.
